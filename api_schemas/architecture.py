@@ -1,0 +1,221 @@
+"""LLM architecture descriptions (the "arch" meaning of model).
+
+Owns: the shape of a decoder-only transformer as the cost model needs it: attention kind and
+dimensions (MHA, GQA, MLA), MLP kind (2-matrix GELU, 3-matrix SwiGLU), norms, biases,
+embeddings, and the mixture-of-experts block (routed and shared experts, leading dense
+layers, layer frequency, multi-token prediction). Must not: count parameters or FLOPs (that
+is `models/params.py`, `models/flops.py`).
+"""
+
+from enum import StrEnum
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from api_schemas._base import SpecModel
+from api_schemas.units import NonNegativeInt, PositiveInt
+
+
+class AttentionKind(StrEnum):
+    """Attention variants with different projection shapes."""
+
+    MHA = "mha"
+    GQA = "gqa"
+    MLA = "mla"
+
+
+class MlpKind(StrEnum):
+    """Feed-forward variants."""
+
+    GELU = "gelu"
+    """Two matrices: up (h x f) and down (f x h), elementwise GELU between."""
+    SWIGLU = "swiglu"
+    """Three matrices: gate and up (h x f each) and down (f x h)."""
+
+
+class NormKind(StrEnum):
+    """Normalisation layers."""
+
+    LAYERNORM = "layernorm"
+    """Scale and bias: 2h parameters."""
+    RMSNORM = "rmsnorm"
+    """Scale only: h parameters."""
+
+
+class MLASpec(SpecModel):
+    """Multi-head latent attention dimensions (DeepSeek-V2/V3, Kimi K2)."""
+
+    q_lora_rank: PositiveInt | None = Field(
+        default=None,
+        description="Query compression rank d'_c; null means a full-rank query projection.",
+        examples=[1536],
+    )
+    kv_lora_rank: PositiveInt = Field(description="KV compression rank d_c.", examples=[512])
+    qk_nope_head_dim: PositiveInt = Field(
+        description="Per-head query/key dimension without RoPE.", examples=[128]
+    )
+    qk_rope_head_dim: PositiveInt = Field(
+        description="Decoupled RoPE dimension d_h^R (shared key part).", examples=[64]
+    )
+    v_head_dim: PositiveInt = Field(description="Per-head value dimension.", examples=[128])
+
+
+class MoESpec(SpecModel):
+    """The mixture-of-experts block and which layers carry it."""
+
+    num_experts: PositiveInt = Field(description="Routed experts per MoE layer (E).", examples=[256])
+    top_k: PositiveInt = Field(description="Routed experts chosen per token (K).", examples=[8])
+    expert_ffn_hidden_size: PositiveInt = Field(
+        description="Intermediate width of one routed expert.", examples=[2048]
+    )
+    num_shared_experts: NonNegativeInt = Field(
+        default=0, description="Always-active shared experts.", examples=[1]
+    )
+    shared_expert_ffn_hidden_size: NonNegativeInt = Field(
+        default=0,
+        description="Total intermediate width of all shared experts together (DeepSeek: "
+        "n_shared x moe_intermediate_size; Qwen2-MoE: shared_expert_intermediate_size).",
+        examples=[2048],
+    )
+    shared_expert_gate: bool = Field(
+        default=False, description="A 1-unit sigmoid gate on the shared expert (Qwen2-MoE)."
+    )
+    router_bias: bool = Field(
+        default=False,
+        description="A per-expert routing bias (DeepSeek-V3 'noaux_tc' correction bias).",
+    )
+    first_dense_layers: NonNegativeInt = Field(
+        default=0, description="Leading layers with a dense MLP instead of MoE.", examples=[3]
+    )
+    layer_freq: PositiveInt = Field(
+        default=1, description="Every layer_freq-th layer after the dense ones is MoE."
+    )
+    dense_layer_indices: tuple[NonNegativeInt, ...] = Field(
+        default=(), description="Further layers forced dense (Qwen3 'mlp_only_layers')."
+    )
+    num_expert_groups: PositiveInt = Field(
+        default=1, description="Expert groups for group-limited routing (DeepSeek n_group)."
+    )
+    topk_groups: PositiveInt = Field(
+        default=1, description="Groups a token may route to (DeepSeek topk_group)."
+    )
+    capacity_factor: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Expert capacity factor; null = dropless (tokens are neither padded nor "
+        "dropped).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.top_k > self.num_experts:
+            raise ValueError(
+                f"moe.top_k={self.top_k} exceeds moe.num_experts={self.num_experts}; "
+                "a token cannot pick more experts than exist: lower top_k"
+            )
+        if self.num_shared_experts > 0 and self.shared_expert_ffn_hidden_size == 0:
+            raise ValueError(
+                f"moe.num_shared_experts={self.num_shared_experts} but "
+                "moe.shared_expert_ffn_hidden_size=0: give the shared experts' total width"
+            )
+        if self.num_experts % self.num_expert_groups:
+            raise ValueError(
+                f"moe.num_experts={self.num_experts} is not divisible by "
+                f"moe.num_expert_groups={self.num_expert_groups}: pick a divisor"
+            )
+        return self
+
+
+class ModelSpec(SpecModel):
+    """A decoder-only transformer LLM."""
+
+    name: str = Field(default="custom", description="Display name.", examples=["llama-3.1-70b"])
+    num_layers: PositiveInt = Field(
+        description="Transformer layers, excluding multi-token-prediction layers.", examples=[80]
+    )
+    hidden_size: PositiveInt = Field(description="Model width h.", examples=[8192])
+    num_attention_heads: PositiveInt = Field(description="Query heads a.", examples=[64])
+    num_kv_heads: PositiveInt | None = Field(
+        default=None, description="Key/value heads (GQA); null = num_attention_heads.", examples=[8]
+    )
+    head_dim: PositiveInt | None = Field(
+        default=None, description="Per-head dim; null = hidden_size / num_attention_heads."
+    )
+    attention: AttentionKind = Field(
+        default=AttentionKind.MHA, description="'mha', 'gqa' or 'mla'."
+    )
+    mla: MLASpec | None = Field(default=None, description="MLA dimensions when attention='mla'.")
+    ffn_hidden_size: PositiveInt = Field(
+        description="Intermediate width of the dense MLP.", examples=[28672]
+    )
+    mlp: MlpKind = Field(default=MlpKind.SWIGLU, description="'gelu' (2 mats) or 'swiglu' (3).")
+    norm: NormKind = Field(default=NormKind.RMSNORM, description="'rmsnorm' or 'layernorm'.")
+    qk_norm: bool = Field(default=False, description="Per-head RMSNorm on q and k (Qwen3, OLMoE).")
+    attention_bias: bool = Field(default=False, description="Bias on the q, k, v projections.")
+    linear_bias: bool = Field(
+        default=False, description="Bias on every linear layer (GPT-2, GPT-NeoX)."
+    )
+    vocab_size: PositiveInt = Field(description="Vocabulary size V.", examples=[128256])
+    tie_word_embeddings: bool = Field(
+        default=False, description="Output head shares the input embedding matrix."
+    )
+    learned_position_embeddings: NonNegativeInt = Field(
+        default=0, description="Rows of a learned position table (GPT-2: n_positions); 0 = RoPE."
+    )
+    max_position_embeddings: PositiveInt | None = Field(
+        default=None, description="Longest context the checkpoint was trained for."
+    )
+    parallel_residual: bool = Field(
+        default=False, description="Attention and MLP read the same input (GPT-NeoX, GPT-J)."
+    )
+    moe: MoESpec | None = Field(default=None, description="Mixture-of-experts block, if any.")
+    num_mtp_layers: NonNegativeInt = Field(
+        default=0, description="Multi-token-prediction modules (DeepSeek-V3: 1)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        heads, kv = self.num_attention_heads, self.kv_heads
+        if heads % kv:
+            raise ValueError(
+                f"num_attention_heads={heads} is not a multiple of num_kv_heads={kv}: "
+                "each KV head must serve a whole group of query heads"
+            )
+        if self.attention == AttentionKind.MLA and self.mla is None:
+            raise ValueError("attention='mla' needs the 'mla' dimensions (kv_lora_rank, ...)")
+        if self.attention != AttentionKind.MLA and self.mla is not None:
+            raise ValueError(f"'mla' dimensions given but attention='{self.attention}': set "
+                             "attention='mla' or drop 'mla'")
+        if self.head_dim is None and self.hidden_size % heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={heads}"
+                "; give head_dim explicitly"
+            )
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        """Number of key/value heads."""
+        return self.num_kv_heads or self.num_attention_heads
+
+    @property
+    def dim_per_head(self) -> int:
+        """Per-head dimension of q/k/v for MHA/GQA."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    def is_moe_layer(self, layer_index: int) -> bool:
+        """True when the layer's MLP is the MoE block (0-based layer index)."""
+        moe = self.moe
+        if moe is None or layer_index < moe.first_dense_layers:
+            return False
+        if layer_index in moe.dense_layer_indices:
+            return False
+        return (layer_index - moe.first_dense_layers) % moe.layer_freq == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Number of transformer layers carrying the MoE block (MTP layers excluded)."""
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+
+__all__ = ["AttentionKind", "MLASpec", "MlpKind", "MoESpec", "ModelSpec", "NormKind"]

@@ -1,0 +1,128 @@
+"""Accelerators, links and clusters.
+
+Owns: the shape of a GPU description (memory, dense and sparse peak FLOP/s per format, HBM
+bandwidth), of a link (achievable bandwidth per GPU and direction, latency) and of a cluster
+(nodes x GPUs per node, scale-up and scale-out links, host memory, PCIe). Must not: hold
+preset values (those live in `models/catalog.py` with their sources) or compute times.
+"""
+
+from enum import StrEnum
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from api_schemas._base import SpecModel
+from api_schemas.dtypes import DType
+from api_schemas.units import Bytes, BytesPerSecond, Fraction, PositiveInt, Seconds
+
+
+class IntraNodeTopology(StrEnum):
+    """How GPUs inside a node (scale-up domain) are wired."""
+
+    SWITCH = "switch"
+    """Every GPU reaches a switch (NVSwitch): any pair at the full per-GPU bandwidth."""
+    FULL_MESH = "full_mesh"
+    """Point-to-point links between every pair (AMD xGMI): a pair gets one link's share."""
+
+
+class GpuSpec(SpecModel):
+    """One accelerator type."""
+
+    id: str = Field(description="Catalog id, e.g. 'h100-sxm5-80gb'.", examples=["h100-sxm5-80gb"])
+    name: str = Field(description="Human-readable name.", examples=["NVIDIA H100 SXM5 80GB"])
+    vendor: str = Field(default="", description="Vendor name.", examples=["NVIDIA"])
+    memory_bytes: Bytes = Field(
+        description="Device memory in bytes (HBM capacity as sold, binary GiB).",
+        examples=[85899345920],
+    )
+    hbm_bandwidth_bytes_per_s: BytesPerSecond = Field(
+        description="Peak HBM bandwidth in bytes/s.", examples=[3.35e12]
+    )
+    dense_peak_flop_per_s: dict[DType, float] = Field(
+        description="Dense (no 2:4 sparsity) tensor-core peak FLOP/s per input format.",
+        examples=[{"bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12, "tf32": 494.7e12}],
+    )
+    sparse_peak_flop_per_s: dict[DType, float] = Field(
+        default_factory=dict,
+        description="2:4-sparse peak FLOP/s per format, kept apart; never used for training cost.",
+    )
+    scale_up_bandwidth_bytes_per_s: BytesPerSecond = Field(
+        default=0.0,
+        description="Marketed aggregate bidirectional scale-up (NVLink/xGMI) bandwidth per GPU.",
+    )
+    tdp_watts: float | None = Field(default=None, ge=0.0, description="Board power in watts.")
+    sources: tuple[str, ...] = Field(default=(), description="Where the figures come from.")
+    confidence: str = Field(default="high", description="'high' or 'medium' (see sources).")
+
+    @model_validator(mode="after")
+    def _needs_a_16_bit_peak(self) -> Self:
+        if DType.BF16 not in self.dense_peak_flop_per_s and DType.FP16 not in self.dense_peak_flop_per_s:
+            raise ValueError(
+                f"gpu '{self.id}': dense_peak_flop_per_s has no 'bf16' or 'fp16' entry "
+                f"(got keys {sorted(self.dense_peak_flop_per_s)}); add the dense 16-bit "
+                "tensor-core peak in FLOP/s, e.g. {'bf16': 989.4e12}"
+            )
+        return self
+
+    def peak_flop_per_s(self, dtype: DType) -> float:
+        """Dense peak for a format, falling back to the 16-bit peak when absent."""
+        if dtype in self.dense_peak_flop_per_s:
+            return self.dense_peak_flop_per_s[dtype]
+        return self.dense_peak_flop_per_s.get(DType.BF16) or self.dense_peak_flop_per_s[DType.FP16]
+
+
+class LinkSpec(SpecModel):
+    """A link class as the cost model sees it: per GPU, per direction, achievable."""
+
+    bandwidth_bytes_per_s: BytesPerSecond = Field(
+        description="Achievable bandwidth per GPU per direction in bytes/s (not the marketed "
+        "bidirectional aggregate).",
+        examples=[160e9],
+    )
+    latency_s: Seconds = Field(
+        description="Per-message start-up latency (the alpha term) in seconds.", examples=[5e-6]
+    )
+
+
+class ClusterSpec(SpecModel):
+    """A homogeneous GPU cluster: nodes of GPUs joined by a scale-up and a scale-out fabric."""
+
+    gpu: GpuSpec = Field(description="The accelerator in every slot.")
+    num_nodes: PositiveInt = Field(description="Number of nodes.", examples=[256])
+    gpus_per_node: PositiveInt = Field(
+        description="GPUs per node (the scale-up domain).", examples=[8]
+    )
+    intra_node: LinkSpec = Field(description="Scale-up link (NVLink/NVSwitch, xGMI).")
+    inter_node: LinkSpec = Field(description="Scale-out link per GPU (InfiniBand/RoCE NIC).")
+    intra_node_topology: IntraNodeTopology = Field(
+        default=IntraNodeTopology.SWITCH,
+        description="'switch' (NVSwitch) or 'full_mesh' (xGMI: one link per GPU pair).",
+    )
+    rail_optimized: bool = Field(
+        default=True,
+        description="True when NIC k of every node sits on the same leaf switch (rail), so "
+        "same-local-rank traffic crosses one switch hop.",
+    )
+    host_memory_bytes: Bytes = Field(
+        default=2 * 2**40, description="Host (CPU) memory per node in bytes."
+    )
+    pcie_bandwidth_bytes_per_s: BytesPerSecond = Field(
+        default=25e9, description="Achievable host<->GPU bandwidth per GPU per direction."
+    )
+    memory_headroom_frac: Fraction = Field(
+        default=0.0,
+        description="Fraction of each GPU's memory kept free (capacity = memory x (1 - this)).",
+    )
+
+    @property
+    def world_size(self) -> int:
+        """Number of GPUs in the cluster."""
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Per-GPU memory a plan may use after the configured headroom (rounded down)."""
+        return int(self.gpu.memory_bytes * (1.0 - self.memory_headroom_frac))
+
+
+__all__ = ["ClusterSpec", "GpuSpec", "IntraNodeTopology", "LinkSpec"]

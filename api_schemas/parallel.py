@@ -1,0 +1,196 @@
+"""A parallel configuration: degrees, schedule, sharding and activation policy.
+
+Owns: the keys of the API contract (`tp`, `pp`, `dp`, `cp`, `ep`, `etp`, `vpp`,
+`micro_batch_size`, `schedule`, `zero_stage`, `sequence_parallel`, `recompute`) and the
+per-stage activation policy. Checks only what the configuration says about itself; checks
+against a model or cluster (heads divisible by tp, world size) live in `models/mesh.py`.
+"""
+
+from enum import StrEnum
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+
+from api_schemas._base import SpecModel
+from api_schemas.units import Fraction, NonNegativeInt, PositiveInt
+
+
+class PipelineSchedule(StrEnum):
+    """Pipeline schedules the simulator and planner know."""
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED_1F1B = "interleaved_1f1b"
+    ZB_H1 = "zb_h1"
+    ZB_H2 = "zb_h2"
+    ZBV = "zbv"
+    DUALPIPE = "dualpipe"
+    DUALPIPEV = "dualpipev"
+
+
+class ContextParallelKind(StrEnum):
+    """How a sequence is split across the context-parallel group."""
+
+    RING = "ring"
+    """Ring attention: K/V blocks rotate by P2P (Liu et al. 2023)."""
+    ULYSSES = "ulysses"
+    """DeepSpeed-Ulysses: all-to-all between sequence and head shards."""
+    USP = "usp"
+    """Unified sequence parallel: Ulysses on one mesh axis, ring on the other."""
+
+
+class RecomputeMode(StrEnum):
+    """Activation recomputation granularity."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    """Recompute the attention core only (Korthikanti et al. 2022)."""
+    FULL = "full"
+    """Keep only each layer's input; recompute the whole layer in backward."""
+
+
+class FullLayers(SpecModel):
+    """Full recomputation of the first n layers of a stage (the rest store everything)."""
+
+    full_layers: NonNegativeInt = Field(description="Layers of the stage fully recomputed.")
+
+
+Recompute = RecomputeMode | FullLayers
+
+
+class StagePolicy(SpecModel):
+    """How one pipeline stage keeps its activations for backward."""
+
+    recompute: Recompute = Field(default=RecomputeMode.NONE, description="Recompute policy.")
+    fp8_activations: bool = Field(
+        default=False,
+        description="Store the MLP/expert inputs in FP8-E4M3 with 1x128 tiles and fp32 scales "
+        "(Kimi K2).",
+    )
+    offload_frac: Fraction = Field(
+        default=0.0, description="Fraction of the stored activation bytes offloaded to host."
+    )
+
+
+class ParallelConfig(SpecModel):
+    """One point of the search space (the keys of the API contract)."""
+
+    tp: PositiveInt = Field(default=1, description="Tensor-parallel degree.", examples=[8])
+    pp: PositiveInt = Field(default=1, description="Pipeline-parallel degree (ranks).")
+    dp: PositiveInt = Field(default=1, description="Data-parallel degree (replicas).")
+    cp: PositiveInt = Field(default=1, description="Context-parallel degree.")
+    ep: PositiveInt = Field(
+        default=1, description="Expert-parallel degree (folded over dp x cp for MoE layers)."
+    )
+    etp: PositiveInt = Field(default=1, description="Expert tensor-parallel degree.")
+    vpp: PositiveInt = Field(default=1, description="Virtual pipeline chunks per rank.")
+    micro_batch_size: PositiveInt = Field(default=1, description="Sequences per micro-batch.")
+    num_micro_batches: PositiveInt | None = Field(
+        default=None,
+        description="Micro-batches per step per pipeline; null = global_batch / (mbs x dp).",
+    )
+    schedule: PipelineSchedule = Field(
+        default=PipelineSchedule.ONE_F_ONE_B, description="Pipeline schedule."
+    )
+    zero_stage: Literal[0, 1, 2, 3] = Field(
+        default=1,
+        description="0 none; 1 optimizer states; 2 + gradients; 3 + parameters, sharded over "
+        "the data-parallel group (dp x cp).",
+    )
+    fsdp: bool = Field(
+        default=False,
+        description="PyTorch FSDP full shard (needs zero_stage 3): parameters are gathered "
+        "one wrapped unit (layer) at a time.",
+    )
+    gradient_host_shards: bool = Field(
+        default=False,
+        description="Pipeline ZeRO-2 (Kimi K3): gradient shards live in host memory and the "
+        "GPU keeps two chunk-sized gradient buffers.",
+    )
+    sequence_parallel: bool = Field(
+        default=False, description="Megatron sequence parallelism inside the TP group."
+    )
+    cp_kind: ContextParallelKind = Field(
+        default=ContextParallelKind.RING, description="'ring', 'ulysses' or 'usp'."
+    )
+    ulysses_degree: PositiveInt | None = Field(
+        default=None, description="USP: the Ulysses axis (the ring axis is cp / this)."
+    )
+    recompute: Recompute = Field(
+        default=RecomputeMode.NONE,
+        description="'none', 'selective', 'full' or {'full_layers': n} for every stage.",
+    )
+    fp8_activations: bool = Field(
+        default=False, description="FP8 storage of MLP/expert inputs on every stage."
+    )
+    activation_offload_frac: Fraction = Field(
+        default=0.0, description="Fraction of stored activations offloaded to host, every stage."
+    )
+    stage_policies: tuple[StagePolicy, ...] | None = Field(
+        default=None,
+        description="One policy per pipeline rank; overrides recompute / fp8_activations / "
+        "activation_offload_frac.",
+    )
+    layers_per_stage: tuple[NonNegativeInt, ...] | None = Field(
+        default=None,
+        description="Transformer layers per pipeline rank (uneven first/last stages); null = "
+        "as even as possible.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.fsdp and self.zero_stage != 3:
+            raise ValueError(
+                f"fsdp=true needs zero_stage=3 (full shard), got zero_stage={self.zero_stage}"
+            )
+        if self.cp_kind == ContextParallelKind.USP:
+            u = self.ulysses_degree
+            if u is None or self.cp % u:
+                raise ValueError(
+                    f"cp_kind='usp' needs ulysses_degree dividing cp={self.cp}, got {u}; "
+                    "e.g. ulysses_degree=2 with cp=4 gives a 2 x 2 mesh"
+                )
+        for name, seq in (("stage_policies", self.stage_policies),
+                          ("layers_per_stage", self.layers_per_stage)):
+            if seq is not None and len(seq) != self.pp:
+                raise ValueError(
+                    f"{name} has {len(seq)} entries but pp={self.pp}: give one per pipeline rank"
+                )
+        if self.vpp > 1 and self.schedule not in (PipelineSchedule.INTERLEAVED_1F1B,):
+            if self.schedule not in (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV):
+                raise ValueError(
+                    f"vpp={self.vpp} needs schedule='interleaved_1f1b' (or 'zbv'/'dualpipev' "
+                    f"with vpp=2), got schedule='{self.schedule}'"
+                )
+        if self.schedule in (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV) and self.vpp != 2:
+            raise ValueError(
+                f"schedule='{self.schedule}' places exactly two chunks per rank in a V: set "
+                f"vpp=2 (got vpp={self.vpp})"
+            )
+        return self
+
+    @property
+    def world_size(self) -> int:
+        """GPUs in the orthogonal mesh tp x cp x dp x pp (ep and etp fold into it)."""
+        return self.tp * self.cp * self.dp * self.pp
+
+    def policy_of(self, stage: int) -> StagePolicy:
+        """The activation policy of one pipeline rank."""
+        if self.stage_policies is not None:
+            return self.stage_policies[stage]
+        return StagePolicy(
+            recompute=self.recompute,
+            fp8_activations=self.fp8_activations,
+            offload_frac=self.activation_offload_frac,
+        )
+
+
+__all__ = [
+    "ContextParallelKind",
+    "FullLayers",
+    "ParallelConfig",
+    "PipelineSchedule",
+    "Recompute",
+    "RecomputeMode",
+    "StagePolicy",
+]

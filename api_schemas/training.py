@@ -1,0 +1,99 @@
+"""The training recipe: batch, sequence and the precision of every persistent state.
+
+Owns: what the user trains with (global batch, sequence length, formats of parameters,
+gradients, master weights and optimizer states, compute format, optimizer). Must not: turn a
+recipe into bytes (that is `models/precision.py`).
+"""
+
+from enum import StrEnum
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from api_schemas._base import SpecModel
+from api_schemas.dtypes import DType
+from api_schemas.units import PositiveInt
+
+
+class OptimizerKind(StrEnum):
+    """Optimizers whose state shapes the ledger knows."""
+
+    ADAM = "adam"
+    ADAMW = "adamw"
+    SGD = "sgd"
+    SGD_MOMENTUM = "sgd_momentum"
+    MUON = "muon"
+
+
+class Fp8WeightStorage(StrEnum):
+    """How FP8 compute keeps its weights (only read when compute_dtype is fp8)."""
+
+    HIGH_PRECISION_PLUS_FP8 = "high_precision_plus_fp8"
+    """Default Transformer Engine behaviour: the param_dtype weights stay and an FP8 copy
+    (with its transpose) is cached beside them, so FP8 costs memory (TE #257, #1261)."""
+    FP8_ONLY = "fp8_only"
+    """Megatron --fp8-param-gather / TE fp8_model_init: the compute weights are FP8 only; the
+    master copy lives in the optimizer."""
+
+
+class EmaPlacement(StrEnum):
+    """Where an exponential moving average of the parameters is kept, if any."""
+
+    NONE = "none"
+    GPU = "gpu"
+    HOST = "host"
+
+
+class TrainingSpec(SpecModel):
+    """Batch, sequence and precision recipe of one training run."""
+
+    global_batch_size: PositiveInt = Field(
+        description="Sequences per optimizer step.", examples=[2048]
+    )
+    sequence_length: PositiveInt = Field(description="Tokens per sequence.", examples=[8192])
+    param_dtype: DType = Field(
+        default=DType.BF16, description="Format of the weights used in forward/backward."
+    )
+    grad_dtype: DType = Field(
+        default=DType.FP32,
+        description="Format of the gradient (accumulation) buffer; fp32 = Megatron main_grad.",
+    )
+    master_dtype: DType | None = Field(
+        default=DType.FP32,
+        description="Format of the optimizer's master copy of the weights; null when the "
+        "weights themselves are updated (no separate master copy).",
+    )
+    optimizer_state_dtype: DType = Field(
+        default=DType.FP32, description="Format of optimizer moments (DeepSeek-V3: bf16)."
+    )
+    compute_dtype: DType = Field(
+        default=DType.BF16,
+        description="GEMM input format: 'bf16'/'fp16', or 'fp8' for FP8 compute (DeepSeek-V3).",
+    )
+    fp8_weight_storage: Fp8WeightStorage = Field(
+        default=Fp8WeightStorage.HIGH_PRECISION_PLUS_FP8,
+        description="With fp8 compute: keep a high-precision weight copy beside the FP8 one "
+        "(default) or the FP8 weights only.",
+    )
+    optimizer: OptimizerKind = Field(default=OptimizerKind.ADAM, description="Optimizer.")
+    ema: EmaPlacement = Field(
+        default=EmaPlacement.NONE,
+        description="Parameter EMA: none, on the GPU, or in host memory (DeepSeek-V3).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.compute_dtype not in (DType.BF16, DType.FP16, DType.FP8, DType.FP32, DType.TF32):
+            raise ValueError(
+                f"compute_dtype='{self.compute_dtype}' is not supported for training; use "
+                "'bf16', 'fp16' or 'fp8'"
+            )
+        return self
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens consumed by one optimizer step."""
+        return self.global_batch_size * self.sequence_length
+
+
+__all__ = ["EmaPlacement", "Fp8WeightStorage", "OptimizerKind", "TrainingSpec"]

@@ -1,0 +1,7 @@
+"""Search over the cost model: candidate space, CP-SAT formulations, explanations,
+the pipeline-schedule optimizer, MoE expert placement and exporters.
+
+Must not: do I/O or import `service`.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,57 @@
+"""The dependency direction api_schemas <- models <- solver <- service, kept by a test.
+
+Walks every module's imports (AST) and fails on an edge that points the wrong way, and on
+any import of `research` or `tests` from a package.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ALLOWED: dict[str, set[str]] = {
+    "api_schemas": {"api_schemas"},
+    "models": {"api_schemas", "models"},
+    "solver": {"api_schemas", "models", "solver"},
+    "service": {"api_schemas", "models", "solver", "service"},
+}
+OURS = set(ALLOWED) | {"research", "tests", "benchmarks"}
+
+
+def _imported_top_levels(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names & OURS
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_package_imports_point_one_way(package: str) -> None:
+    offenders = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        bad = _imported_top_levels(path) - ALLOWED[package]
+        if bad:
+            offenders.append(f"{path.relative_to(ROOT)} imports {sorted(bad)}")
+    assert not offenders, "forbidden imports:\n" + "\n".join(offenders)
+
+
+def test_only_cpsat_modules_import_ortools() -> None:
+    """or-tools is confined to the solver package, so an API change touches one layer."""
+    offenders = []
+    for package in ("api_schemas", "models", "service"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            if "ortools" in text and "import" in text:
+                tree = ast.parse(text)
+                for node in ast.walk(tree):
+                    mod = (node.module if isinstance(node, ast.ImportFrom) else
+                           ",".join(a.name for a in node.names) if isinstance(node, ast.Import)
+                           else "")
+                    if mod and "ortools" in mod:
+                        offenders.append(str(path.relative_to(ROOT)))
+    assert not offenders, f"ortools imported outside solver/: {offenders}"
