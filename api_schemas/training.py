@@ -76,6 +76,21 @@ class TrainingSpec(SpecModel):
         "(default) or the FP8 weights only.",
     )
     optimizer: OptimizerKind = Field(default=OptimizerKind.ADAM, description="Optimizer.")
+    dropout: bool = Field(
+        default=False,
+        description="Dropout layers are active (their 1-byte masks are stored); GPT-3-style "
+        "recipes use dropout, most current LLM recipes do not.",
+    )
+    flash_attention: bool = Field(
+        default=True,
+        description="A fused attention kernel that never stores the s x s score matrix "
+        "(FlashAttention); false = the scores and softmax are materialised.",
+    )
+    moe_load_imbalance: float = Field(
+        default=1.0, ge=1.0,
+        description="Assumed max/mean routed tokens per expert-parallel rank (1.0 = perfectly "
+        "balanced, as MoonEP guarantees).",
+    )
     ema: EmaPlacement = Field(
         default=EmaPlacement.NONE,
         description="Parameter EMA: none, on the GPU, or in host memory (DeepSeek-V3).",

@@ -1,0 +1,328 @@
+"""The hardware and architecture catalog: GPU presets, node presets and model presets.
+
+Owns: turning the packaged data files (`models/data/hardware.json`, copied with its sources
+from vendor datasheets; `models/data/hf_configs/*.json`, public Hugging Face configs) into
+`GpuSpec`, `ClusterSpec` and `ModelSpec` values, plus the published Megatron-LM GPT shapes
+used as presets, and the named link constants with their sources. Must not: compute costs.
+Reading its own package data is the only I/O it does.
+"""
+
+import json
+import logging
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from api_schemas.architecture import MlpKind, ModelSpec, NormKind
+from api_schemas.dtypes import DType
+from api_schemas.hardware import ClusterSpec, GpuSpec, IntraNodeTopology, LinkSpec
+from api_schemas.units import GIB
+from models.errors import InvalidSpecError
+
+logger = logging.getLogger(__name__)
+
+GB = 10**9
+"""Decimal gigabyte, the unit vendors use for bandwidth."""
+
+NVLINK_ACHIEVABLE_FRAC = 0.8
+"""Achievable share of the nominal per-direction NVLink bandwidth.
+
+Source: DeepSeek-V3 (arXiv:2412.19437) Sec. 3.2.2 measures about 160 GB/s of NVLink on H800
+nodes whose nominal per-direction bandwidth is 200 GB/s (400 GB/s bidirectional): 160/200.
+Applied to every NVLink/xGMI generation (Assumes: the same protocol efficiency).
+"""
+
+NIC_ACHIEVABLE_FRAC = 1.0
+"""Achievable share of the NIC line rate per GPU.
+
+Source: DeepSeek-V3 (arXiv:2412.19437) Sec. 3.2.2 uses 50 GB/s for a 400 Gb/s InfiniBand NIC
+per GPU, i.e. the line rate. Collective algorithm factors are applied in `collectives`.
+"""
+
+INTRA_NODE_LATENCY_S = 2e-6
+"""Per-hop start-up latency on NVLink/xGMI (alpha). Source: NCCL `src/graph/tuning.cc` hwLat
+table, NVLink ring LL128 row (about 1.9 us per hop), rounded up."""
+
+INTER_NODE_LATENCY_S = 5e-6
+"""Per-hop start-up latency across nodes over InfiniBand/RoCE (alpha). Source: NCCL
+`src/graph/tuning.cc` network latencies (a few microseconds per hop), rounded up."""
+
+PCIE_GEN4_X16_BYTES_PER_S = 25e9
+"""Achievable host<->GPU copy bandwidth per direction on PCIe Gen4 x16 (32 GB/s nominal)."""
+
+PCIE_GEN5_X16_BYTES_PER_S = 50e9
+"""Achievable host<->GPU copy bandwidth per direction on PCIe Gen5 x16 (64 GB/s nominal)."""
+
+_DTYPE_KEYS = {
+    DType.BF16: "bf16_{}_tflops",
+    DType.FP16: "bf16_{}_tflops",
+    DType.TF32: "tf32_{}_tflops",
+    DType.FP8: "fp8_{}_tflops",
+    DType.FP4: "fp4_{}_tflops",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodePreset:
+    """A typical server: its GPU, GPUs per node, links and host resources, with sources."""
+
+    id: str
+    gpu_id: str
+    gpus_per_node: int
+    nvlink_bidirectional_bytes_per_s: float
+    intra_node_topology: IntraNodeTopology
+    nic_bits_per_s: float
+    host_memory_bytes: int
+    pcie_bandwidth_bytes_per_s: float
+    description: str
+    sources: tuple[str, ...]
+    intra_node_bandwidth_override: float | None = None
+
+    def intra_node_bandwidth_bytes_per_s(self) -> float:
+        """Achievable per-GPU, per-direction scale-up bandwidth."""
+        if self.intra_node_bandwidth_override is not None:
+            return self.intra_node_bandwidth_override
+        return self.nvlink_bidirectional_bytes_per_s / 2 * NVLINK_ACHIEVABLE_FRAC
+
+    def inter_node_bandwidth_bytes_per_s(self) -> float:
+        """Achievable per-GPU, per-direction scale-out bandwidth (NIC line rate / 8 bits)."""
+        return self.nic_bits_per_s / 8 * NIC_ACHIEVABLE_FRAC
+
+
+NODE_PRESETS: dict[str, NodePreset] = {
+    p.id: p
+    for p in (
+        NodePreset(
+            id="dgx-a100", gpu_id="a100-sxm4-80gb", gpus_per_node=8,
+            nvlink_bidirectional_bytes_per_s=600 * GB,
+            intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=200e9,
+            host_memory_bytes=2 * 2**40, pcie_bandwidth_bytes_per_s=PCIE_GEN4_X16_BYTES_PER_S,
+            description="DGX/HGX A100 80GB: NVLink3 + NVSwitch, 8x HDR 200 Gb/s (Selene).",
+            sources=("https://docs.nvidia.com/dgx/dgxa100-user-guide/", "arXiv:2104.04473 Sec. 5"),
+        ),
+        NodePreset(
+            id="hgx-h100", gpu_id="h100-sxm5-80gb", gpus_per_node=8,
+            nvlink_bidirectional_bytes_per_s=900 * GB,
+            intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=400e9,
+            host_memory_bytes=2 * 2**40, pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            description="DGX/HGX H100: NVLink4 + NVSwitch, 8x ConnectX-7 NDR 400 Gb/s.",
+            sources=("https://docs.nvidia.com/dgx/dgxh100-user-guide/",),
+        ),
+        NodePreset(
+            id="hgx-h800", gpu_id="h800-sxm5-80gb", gpus_per_node=8,
+            nvlink_bidirectional_bytes_per_s=400 * GB,
+            intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=400e9,
+            host_memory_bytes=2 * 2**40, pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            description="HGX H800 (DeepSeek-V3 cluster): export-limited NVLink (160 GB/s "
+            "measured), 8x 400 Gb/s InfiniBand.",
+            sources=("arXiv:2412.19437 Sec. 3.1-3.2",),
+            intra_node_bandwidth_override=160 * GB,
+        ),
+        NodePreset(
+            id="hgx-h200", gpu_id="h200-sxm-141gb", gpus_per_node=8,
+            nvlink_bidirectional_bytes_per_s=900 * GB,
+            intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=400e9,
+            host_memory_bytes=2 * 2**40, pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            description="HGX H200: NVLink4 + NVSwitch, 8x 400 Gb/s.",
+            sources=("https://glennklockwood.com/garden/processors/h100",),
+        ),
+        NodePreset(
+            id="hgx-b200", gpu_id="b200-sxm-180gb", gpus_per_node=8,
+            nvlink_bidirectional_bytes_per_s=1800 * GB,
+            intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=400e9,
+            host_memory_bytes=4 * 2**40, pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            description="DGX/HGX B200: NVLink5 + NVSwitch, 8x ConnectX-7 NDR 400 Gb/s.",
+            sources=("https://glennklockwood.com/garden/processors/B200",),
+        ),
+        NodePreset(
+            id="gb200-nvl72", gpu_id="gb200-nvl72", gpus_per_node=72,
+            nvlink_bidirectional_bytes_per_s=1800 * GB,
+            intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=400e9,
+            host_memory_bytes=18 * 2 * 480 * GB, pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            description="GB200 NVL72 rack as one 72-GPU NVLink domain (a 'node' here is the "
+            "scale-up domain), 400 Gb/s per GPU.",
+            sources=("https://glennklockwood.com/garden/processors/B200",),
+        ),
+        NodePreset(
+            id="mi300x-oam", gpu_id="mi300x", gpus_per_node=8,
+            nvlink_bidirectional_bytes_per_s=896 * GB,
+            intra_node_topology=IntraNodeTopology.FULL_MESH, nic_bits_per_s=400e9,
+            host_memory_bytes=2 * 2**40, pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            description="AMD MI300X 8-GPU OAM platform: xGMI full mesh (7 links x 128 GB/s "
+            "bidirectional per GPU, one per peer), 8x 400 Gb/s NICs.",
+            sources=("https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",),
+        ),
+    )
+}
+"""Node presets: DGX/HGX A100, H100, H800, H200, B200, GB200 NVL72 and MI300X."""
+
+DEFAULT_NODE_FOR_GPU: dict[str, str] = {
+    "a100-sxm4-40gb": "dgx-a100", "a100-sxm4-80gb": "dgx-a100", "h100-sxm5-80gb": "hgx-h100",
+    "h800-sxm5-80gb": "hgx-h800", "h200-sxm-141gb": "hgx-h200", "b200-sxm-180gb": "hgx-b200",
+    "gb200-nvl72": "gb200-nvl72", "mi300x": "mi300x-oam", "mi325x": "mi300x-oam",
+    "mi355x": "mi300x-oam",
+}
+
+
+@cache
+def _hardware_records() -> dict[str, dict[str, Any]]:
+    text = resources.files("models").joinpath("data/hardware.json").read_text(encoding="utf-8")
+    return {rec["id"]: rec for rec in json.loads(text)["accelerators"]}
+
+
+def _gpu_from_record(rec: dict[str, Any]) -> GpuSpec:
+    def peaks(kind: str) -> dict[DType, float]:
+        out: dict[DType, float] = {}
+        for dtype, key in _DTYPE_KEYS.items():
+            value = rec.get(key.format(kind))
+            if value is not None:
+                out[dtype] = float(value) * 1e12
+        return out
+
+    return GpuSpec(
+        id=rec["id"], name=rec["name"], vendor=rec.get("vendor", ""),
+        memory_bytes=int(rec["memory_gb"]) * GIB if float(rec["memory_gb"]).is_integer()
+        else int(float(rec["memory_gb"]) * GIB),
+        hbm_bandwidth_bytes_per_s=float(rec["memory_bandwidth_tb_s"]) * 1e12,
+        dense_peak_flop_per_s=peaks("dense"), sparse_peak_flop_per_s=peaks("sparse"),
+        scale_up_bandwidth_bytes_per_s=float(rec["scale_up"]["bandwidth_gb_s"]) * GB,
+        tdp_watts=rec.get("tdp_w"), sources=tuple(rec.get("sources", ())),
+        confidence=rec.get("confidence", "high"),
+    )
+
+
+def gpu_ids() -> list[str]:
+    """Ids of every GPU preset (TPU entries excluded: the cost model is for GPUs)."""
+    return [gid for gid, rec in _hardware_records().items() if rec.get("vendor") != "Google"]
+
+
+def gpu_preset(gpu_id: str) -> GpuSpec:
+    """The `GpuSpec` of a catalog id such as 'h100-sxm5-80gb'.
+
+    Raises:
+        InvalidSpecError: for an unknown id (the message lists the known ids).
+    """
+    if gpu_id not in gpu_ids():
+        raise InvalidSpecError(
+            f"unknown GPU preset '{gpu_id}'; known presets: {', '.join(gpu_ids())}",
+            field="cluster.gpu",
+        )
+    return _gpu_from_record(_hardware_records()[gpu_id])
+
+
+def node_preset(node_id: str) -> NodePreset:
+    """A node preset by id (see `NODE_PRESETS`)."""
+    if node_id not in NODE_PRESETS:
+        raise InvalidSpecError(
+            f"unknown node preset '{node_id}'; known presets: {', '.join(NODE_PRESETS)}",
+            field="cluster.node",
+        )
+    return NODE_PRESETS[node_id]
+
+
+def cluster_preset(gpu_id: str, *, num_nodes: int, gpus_per_node: int | None = None,
+                   node_id: str | None = None) -> ClusterSpec:
+    """A cluster of `num_nodes` typical nodes of a GPU preset (links from the node preset)."""
+    gpu = gpu_preset(gpu_id)
+    node = node_preset(node_id or DEFAULT_NODE_FOR_GPU.get(gpu_id, "hgx-h100"))
+    return ClusterSpec(
+        gpu=gpu, num_nodes=num_nodes, gpus_per_node=gpus_per_node or node.gpus_per_node,
+        intra_node=LinkSpec(bandwidth_bytes_per_s=node.intra_node_bandwidth_bytes_per_s(),
+                            latency_s=INTRA_NODE_LATENCY_S),
+        inter_node=LinkSpec(bandwidth_bytes_per_s=node.inter_node_bandwidth_bytes_per_s(),
+                            latency_s=INTER_NODE_LATENCY_S),
+        intra_node_topology=node.intra_node_topology,
+        host_memory_bytes=node.host_memory_bytes,
+        pcie_bandwidth_bytes_per_s=node.pcie_bandwidth_bytes_per_s,
+    )
+
+
+def megatron_gpt(*, name: str, num_layers: int, hidden_size: int, num_heads: int,
+                 vocab_size: int = 51200, seq_len: int = 2048) -> ModelSpec:
+    """A GPT model as Megatron-LM 2021 / Korthikanti 2022 configure it.
+
+    Source: [NAR21] arXiv:2104.04473 Sec. 5.1 (V=51,200, s=2048, 4h MLP, learned positions,
+    tied embeddings, biases everywhere, LayerNorm).
+    """
+    return ModelSpec(
+        name=name, num_layers=num_layers, hidden_size=hidden_size,
+        num_attention_heads=num_heads, ffn_hidden_size=4 * hidden_size, mlp=MlpKind.GELU,
+        norm=NormKind.LAYERNORM, linear_bias=True, vocab_size=vocab_size,
+        tie_word_embeddings=True, learned_position_embeddings=seq_len,
+        max_position_embeddings=seq_len,
+    )
+
+
+MEGATRON_2021_TABLE1: tuple[tuple[str, int, int, int], ...] = (
+    ("gpt-1.7b", 24, 2304, 24), ("gpt-3.6b", 30, 3072, 32), ("gpt-7.5b", 36, 4096, 32),
+    ("gpt-18.4b", 40, 6144, 48), ("gpt-39.1b", 48, 8192, 64), ("gpt-76.1b", 60, 10240, 80),
+    ("gpt-145.6b", 80, 12288, 96), ("gpt-310.1b", 96, 16384, 128),
+    ("gpt-529.6b", 105, 20480, 128), ("gpt-1008b", 128, 25600, 160),
+)
+"""(name, layers, hidden, heads) of Megatron-LM 2021 Table 1 (arXiv:2104.04473)."""
+
+KORTHIKANTI_2022_TABLE3: tuple[tuple[str, int, int, int], ...] = (
+    ("gpt-22b", 48, 6144, 64), ("gpt-175b", 96, 12288, 96), ("gpt-530b", 105, 20480, 128),
+    ("gpt-1t", 128, 25600, 160),
+)
+"""(name, layers, hidden, heads) of Korthikanti et al. 2022 Table 3 (arXiv:2205.05198)."""
+
+
+def hf_preset_ids() -> list[str]:
+    """File stems of the packaged Hugging Face configs."""
+    folder = resources.files("models").joinpath("data/hf_configs")
+    return sorted(p.name.removesuffix(".json") for p in folder.iterdir()
+                  if p.name.endswith(".json"))
+
+
+@cache
+def hf_preset_config(preset_id: str) -> dict[str, Any]:
+    """The raw Hugging Face `config.json` of a preset."""
+    if preset_id not in hf_preset_ids():
+        raise InvalidSpecError(
+            f"unknown model preset '{preset_id}'; known presets: {', '.join(model_ids())}",
+            field="model.preset",
+        )
+    path = resources.files("models").joinpath(f"data/hf_configs/{preset_id}.json")
+    loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return loaded
+
+
+def model_ids() -> list[str]:
+    """Every model preset id: the Hugging Face configs and the Megatron GPT shapes."""
+    gpt = [row[0] for row in MEGATRON_2021_TABLE1 + KORTHIKANTI_2022_TABLE3]
+    return hf_preset_ids() + sorted(set(gpt))
+
+
+@cache
+def model_preset(preset_id: str) -> ModelSpec:
+    """The `ModelSpec` of a preset id (Hugging Face stem or Megatron GPT name)."""
+    for name, layers, hidden, heads in MEGATRON_2021_TABLE1 + KORTHIKANTI_2022_TABLE3:
+        if name == preset_id:
+            return megatron_gpt(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads)
+    from models.hf_config import spec_from_hf_config
+
+    return spec_from_hf_config(hf_preset_config(preset_id), name=preset_id).spec
+
+
+__all__ = [
+    "DEFAULT_NODE_FOR_GPU",
+    "INTER_NODE_LATENCY_S",
+    "INTRA_NODE_LATENCY_S",
+    "KORTHIKANTI_2022_TABLE3",
+    "MEGATRON_2021_TABLE1",
+    "NIC_ACHIEVABLE_FRAC",
+    "NODE_PRESETS",
+    "NVLINK_ACHIEVABLE_FRAC",
+    "NodePreset",
+    "cluster_preset",
+    "gpu_ids",
+    "gpu_preset",
+    "hf_preset_config",
+    "hf_preset_ids",
+    "megatron_gpt",
+    "model_ids",
+    "model_preset",
+    "node_preset",
+]

@@ -1,0 +1,92 @@
+"""Hugging Face config ingestion: every family's vocabulary, aliases and clear errors."""
+
+import pytest
+
+from api_schemas.architecture import AttentionKind, MlpKind, NormKind
+from models.catalog import hf_preset_config, hf_preset_ids
+from models.errors import InvalidSpecError
+from models.hf_config import spec_from_hf_config
+
+
+def test_all_fixture_configs_are_read() -> None:
+    assert len(hf_preset_ids()) == 15
+    for preset in hf_preset_ids():
+        ingested = spec_from_hf_config(hf_preset_config(preset), name=preset)
+        assert ingested.spec.num_layers > 0
+        assert not any("not a known family" in note for note in ingested.notes)
+
+
+def test_deepseek_v3_fields() -> None:
+    spec = spec_from_hf_config(hf_preset_config("deepseek-v3")).spec
+    assert spec.attention == AttentionKind.MLA and spec.mla is not None
+    assert (spec.mla.q_lora_rank, spec.mla.kv_lora_rank) == (1536, 512)
+    assert spec.moe is not None
+    assert (spec.moe.num_experts, spec.moe.top_k, spec.moe.first_dense_layers) == (256, 8, 3)
+    assert spec.moe.shared_expert_ffn_hidden_size == 2048 and spec.moe.router_bias
+    assert spec.num_mtp_layers == 1
+
+
+def test_qwen2_moe_shared_expert_gate_and_qkv_bias() -> None:
+    spec = spec_from_hf_config(hf_preset_config("qwen2-57b-a14b")).spec
+    assert spec.moe is not None and spec.moe.shared_expert_gate
+    assert spec.moe.shared_expert_ffn_hidden_size == 20480
+    assert spec.attention_bias and spec.attention == AttentionKind.GQA
+
+
+def test_mixtral_and_olmoe_read_expert_width_from_intermediate_size() -> None:
+    mixtral = spec_from_hf_config(hf_preset_config("mixtral-8x7b")).spec
+    olmoe = spec_from_hf_config(hf_preset_config("olmoe-1b-7b-0924")).spec
+    assert mixtral.moe is not None and mixtral.moe.expert_ffn_hidden_size == 14336
+    assert olmoe.moe is not None and olmoe.moe.expert_ffn_hidden_size == 1024
+    assert olmoe.qk_norm
+
+
+def test_gpt2_defaults_to_tied_layernorm_gelu_with_positions() -> None:
+    spec = spec_from_hf_config(hf_preset_config("gpt2")).spec
+    assert spec.tie_word_embeddings and spec.norm == NormKind.LAYERNORM
+    assert spec.mlp == MlpKind.GELU and spec.learned_position_embeddings == 1024
+    assert spec.ffn_hidden_size == 4 * 768 and spec.linear_bias
+
+
+def test_gpt_neox_is_untied_with_biases() -> None:
+    spec = spec_from_hf_config(hf_preset_config("gpt-neox-20b")).spec
+    assert not spec.tie_word_embeddings and spec.linear_bias and spec.parallel_residual
+
+
+def test_qwen_sparse_step_becomes_dense_layer_indices() -> None:
+    config = dict(hf_preset_config("qwen2-57b-a14b"), decoder_sparse_step=2)
+    spec = spec_from_hf_config(config).spec
+    assert spec.moe is not None
+    assert [spec.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+
+
+def test_missing_fields_are_all_named() -> None:
+    config = {"model_type": "llama", "hidden_size": 4096, "vocab_size": 32000}
+    with pytest.raises(InvalidSpecError) as err:
+        spec_from_hf_config(config)
+    message = str(err.value)
+    assert "'num_hidden_layers'" in message and "'num_attention_heads'" in message
+    assert "'intermediate_size'" in message
+
+
+def test_unknown_family_is_read_generically_with_a_note() -> None:
+    config = dict(hf_preset_config("llama-3.1-8b"), model_type="brand_new_llm")
+    ingested = spec_from_hf_config(config)
+    assert ingested.spec.hidden_size == 4096
+    assert any("not a known family" in note for note in ingested.notes)
+
+
+def test_unknown_family_missing_fields_is_an_error() -> None:
+    with pytest.raises(InvalidSpecError, match="missing"):
+        spec_from_hf_config({"model_type": "mamba", "d_state": 16})
+
+
+def test_inconsistent_heads_are_rejected_with_the_values() -> None:
+    config = dict(hf_preset_config("llama-3.1-8b"), num_key_value_heads=5)
+    with pytest.raises(InvalidSpecError, match="num_kv_heads=5"):
+        spec_from_hf_config(config)
+
+
+def test_non_object_config_is_rejected() -> None:
+    with pytest.raises(InvalidSpecError):
+        spec_from_hf_config([1, 2])  # type: ignore[arg-type]
