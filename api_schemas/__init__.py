@@ -21,6 +21,7 @@ from api_schemas.parallel import (
     PipelineSchedule,
     Recompute,
     RecomputeMode,
+    RecomputeModule,
     StagePolicy,
 )
 from api_schemas.problems import FieldError, ProblemCode, ProblemDetail
@@ -52,6 +53,7 @@ __all__ = [
     "ProblemDetail",
     "Recompute",
     "RecomputeMode",
+    "RecomputeModule",
     "StagePolicy",
     "TrainingSpec",
 ]

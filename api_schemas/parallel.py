@@ -49,6 +49,29 @@ class RecomputeMode(StrEnum):
     """Keep only each layer's input; recompute the whole layer in backward."""
 
 
+class RecomputeModule(StrEnum):
+    """Modules a selective recomputation may rebuild in backward (Megatron-LM
+    `--recompute-modules` vocabulary)."""
+
+    CORE_ATTN = "core_attn"
+    """The attention core: scores and softmax (Korthikanti et al. 2022)."""
+    LAYERNORM = "layernorm"
+    """Norm outputs (the inputs of the QKV and MLP up-projections)."""
+    MLA_UP_PROJ = "mla_up_proj"
+    """MLA up-projections: per-head Q, K, V rebuilt from the latents (DeepSeek-V3, Kimi K2)."""
+    MLP = "mlp"
+    """The dense MLP (its input kept)."""
+    MOE_ACT = "moe_act"
+    """The expert activation (SwiGLU) outputs."""
+    MOE = "moe"
+    """The whole MoE block (its input kept)."""
+    SHARED_EXPERTS = "shared_experts"
+    """The shared experts (their input kept)."""
+
+
+DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = (RecomputeModule.CORE_ATTN,)
+
+
 class FullLayers(SpecModel):
     """Full recomputation of the first n layers of a stage (the rest store everything)."""
 
@@ -62,6 +85,11 @@ class StagePolicy(SpecModel):
     """How one pipeline stage keeps its activations for backward."""
 
     recompute: Recompute = Field(default=RecomputeMode.NONE, description="Recompute policy.")
+    recompute_modules: tuple[RecomputeModule, ...] = Field(
+        default=DEFAULT_RECOMPUTE_MODULES,
+        description="Modules rebuilt by 'selective' recomputation (default: the attention "
+        "core, as Korthikanti et al.).",
+    )
     fp8_activations: bool = Field(
         default=False,
         description="Store the MLP/expert inputs in FP8-E4M3 with 1x128 tiles and fp32 scales "
@@ -119,6 +147,11 @@ class ParallelConfig(SpecModel):
     recompute: Recompute = Field(
         default=RecomputeMode.NONE,
         description="'none', 'selective', 'full' or {'full_layers': n} for every stage.",
+    )
+    recompute_modules: tuple[RecomputeModule, ...] = Field(
+        default=DEFAULT_RECOMPUTE_MODULES,
+        description="Modules 'selective' recomputation rebuilds, e.g. ['layernorm', "
+        "'mla_up_proj', 'moe_act'] (Kimi K2); default ['core_attn'].",
     )
     fp8_activations: bool = Field(
         default=False, description="FP8 storage of MLP/expert inputs on every stage."
@@ -180,6 +213,7 @@ class ParallelConfig(SpecModel):
             return self.stage_policies[stage]
         return StagePolicy(
             recompute=self.recompute,
+            recompute_modules=self.recompute_modules,
             fp8_activations=self.fp8_activations,
             offload_frac=self.activation_offload_frac,
         )
@@ -191,6 +225,8 @@ __all__ = [
     "ParallelConfig",
     "PipelineSchedule",
     "Recompute",
+    "DEFAULT_RECOMPUTE_MODULES",
     "RecomputeMode",
+    "RecomputeModule",
     "StagePolicy",
 ]

@@ -91,6 +91,12 @@ class TrainingSpec(SpecModel):
         description="Assumed max/mean routed tokens per expert-parallel rank (1.0 = perfectly "
         "balanced, as MoonEP guarantees).",
     )
+    moe_keep_expert_outputs: bool = Field(
+        default=True,
+        description="Routed experts' outputs are kept for the gradient of the probability-"
+        "weighted combine (Megatron default); false when the router probabilities are applied "
+        "before the down projection or that gradient is rewritten (Kimi K3 Sec. 5.2).",
+    )
     ema: EmaPlacement = Field(
         default=EmaPlacement.NONE,
         description="Parameter EMA: none, on the GPU, or in host memory (DeepSeek-V3).",

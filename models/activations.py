@@ -1,9 +1,10 @@
 """Activation bytes one transformer layer keeps for backward, per micro-batch.
 
-Owns: the list of tensors a layer stores between its forward and its backward, sized from the
-matrix shapes, and how tensor parallelism, Megatron sequence parallelism, context
-parallelism, recomputation and FP8 storage change it. Must not: know how many micro-batches
-are in flight (that is the pipeline schedule) or where the bytes live (see `models/memory.py`).
+Owns: the named tensors a layer stores between its forward and its backward, sized from the
+matrix shapes, the module each belongs to (so selective recomputation can drop exactly what
+it rebuilds), and how tensor parallelism, Megatron sequence parallelism, context parallelism
+and FP8 storage change them. Must not: know how many micro-batches are in flight (the
+pipeline schedule) or where the bytes live (see `models/memory.py`).
 
 Reference: [KOR22] Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4 and Table 2. A GPT layer
 keeps s b h (34 + 5 a s / h) bytes: attention 11 s b h + 5 a s^2 b, MLP 19 s b h, two
@@ -15,10 +16,11 @@ s x s scores; context parallelism divides every term by cp.
 """
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec
-from api_schemas.parallel import RecomputeMode
+from api_schemas.parallel import DEFAULT_RECOMPUTE_MODULES, RecomputeMode, RecomputeModule
 
 ACTIVATION_BYTES = 2
 """Bytes of a stored 16-bit activation element. Source: [KOR22] Sec. 4 (2 bytes)."""
@@ -34,6 +36,8 @@ FP8_TILE_BYTES_PER_ELEMENT = 1.0 + 4.0 / 128.0
 """FP8-E4M3 storage with one fp32 scale per 1 x 128 tile: 1 + 4/128 bytes per element.
 Source: Kimi K2, arXiv:2507.20534 Sec. 2.4 (FP8 storage of insensitive activations, 1x128
 tiles, fp32 scales); DeepSeek-V3 arXiv:2412.19437 Sec. 3.3 (same tiling)."""
+
+M = RecomputeModule
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,141 +57,196 @@ class LayerActivationContext:
     fp8_compute: bool = False
     """FP8 GEMMs (DeepSeek-V3): every GEMM input is cached in FP8."""
     moe_load_imbalance: float = 1.0
+    moe_keep_expert_outputs: bool = True
+
+    @property
+    def tokens(self) -> float:
+        """Tokens of one micro-batch on this rank's sequence shard (s b / cp)."""
+        return self.seq_len * self.micro_batch_size / self.cp
+
+    @property
+    def replicated_divisor(self) -> float:
+        """Divisor of tensors TP replicates unless sequence parallelism shards them."""
+        return float(self.tp if self.sequence_parallel else 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredTensor:
+    """One tensor (or group) a layer keeps for backward."""
+
+    name: str
+    block: str
+    """'attention', 'mlp', 'norm' or 'input'."""
+    bytes: int
+    dropped_by: frozenset[RecomputeModule]
+    """Selective recompute modules that rebuild it instead of storing it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LayerActivationBytes:
-    """Stored bytes of one layer for one micro-batch, by block."""
+    """Stored tensors of one layer for one micro-batch."""
 
-    attention_bytes: int
-    scores_bytes: int
-    """The s x s softmax, dropout mask and dropout output ([KOR22] 5 a s^2 b / t)."""
-    mlp_bytes: int
-    norm_bytes: int
+    tensors: tuple[StoredTensor, ...]
     input_bytes: int
-    """The layer input alone: what full recomputation keeps."""
+    """The layer input alone: what full recomputation keeps ([KOR22] Table 2: 2 s b h)."""
+
+    def block_bytes(self, block: str) -> int:
+        """Bytes of one block without recomputation."""
+        return sum(t.bytes for t in self.tensors if t.block == block)
+
+    @property
+    def attention_bytes(self) -> int:
+        """Attention tensors excluding the s x s scores."""
+        return self.block_bytes("attention")
+
+    @property
+    def scores_bytes(self) -> int:
+        """The s x s softmax, mask and dropout output ([KOR22] 5 a s^2 b / t)."""
+        return self.block_bytes("scores")
+
+    @property
+    def mlp_bytes(self) -> int:
+        """MLP or MoE tensors."""
+        return self.block_bytes("mlp")
+
+    @property
+    def norm_bytes(self) -> int:
+        """The two norm inputs."""
+        return self.block_bytes("norm")
 
     @property
     def total_bytes(self) -> int:
         """All stored bytes without recomputation."""
-        return self.attention_bytes + self.scores_bytes + self.mlp_bytes + self.norm_bytes
+        return sum(t.bytes for t in self.tensors)
 
-    def stored_bytes(self, recompute: RecomputeMode) -> int:
-        """Bytes kept under a recompute mode: none keeps all; selective drops the s x s
-        tensors ([KOR22] Sec. 5); full keeps the layer input only ([KOR22] Table 2)."""
+    def stored_bytes(self, recompute: RecomputeMode,
+                     modules: Iterable[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES) -> int:
+        """Bytes kept under a recompute mode: none keeps all; selective drops what the listed
+        `modules` rebuild ([KOR22] Sec. 5 for the attention core); full keeps the layer input
+        only ([KOR22] Table 2)."""
         if recompute == RecomputeMode.FULL:
             return self.input_bytes
-        if recompute == RecomputeMode.SELECTIVE:
-            return self.total_bytes - self.scores_bytes
-        return self.total_bytes
+        if recompute == RecomputeMode.NONE:
+            return self.total_bytes
+        chosen = frozenset(modules)
+        return sum(t.bytes for t in self.tensors if not (t.dropped_by & chosen))
 
 
-def _shard(ctx: LayerActivationContext) -> tuple[float, float]:
-    """(divisor of tensors split by TP, divisor of tensors replicated across TP unless SP)."""
-    split = ctx.tp
-    replicated = ctx.tp if ctx.sequence_parallel else 1
-    return float(split), float(replicated)
+def _tensor(name: str, block: str, per_token: float, ctx: LayerActivationContext,
+            *dropped_by: RecomputeModule) -> StoredTensor:
+    return StoredTensor(name=name, block=block, bytes=math.ceil(ctx.tokens * per_token),
+                        dropped_by=frozenset(dropped_by))
 
 
-def attention_bytes_per_token(spec: ModelSpec, ctx: LayerActivationContext) -> tuple[float, float]:
-    """(bytes per token of the attention block excluding scores, bytes per token of scores).
+def attention_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTensor]:
+    """Tensors of the attention block.
 
     GPT layer ([KOR22] Sec. 4.1): QKV input 2h, Q and K 4h, V 2h, output-projection input 2h,
     output dropout mask h; scores 5 a s (softmax 2, mask 1, dropout output 2).
     Deviation (GQA): K and V are 2 kv d each; when tp exceeds the KV heads each rank keeps one.
-    Deviation (MLA): the q/kv latents (2 d'_c, 2 d_c, their norm outputs) plus per-head
-    Q/K (d_nope + d_rope) and V, O (d_v).
+    Deviation (MLA): the q/kv latents and their norm outputs (2 d'_c + 2 d_c each), then
+    per-head Q/K (d_nope + d_rope) and V (d_v), rebuilt by `mla_up_proj` recomputation.
     Deviation (flash): no scores; the fp32 log-sum-exp (4 bytes per head) instead.
     """
-    split, replicated = _shard(ctx)
+    t, rep = float(ctx.tp), ctx.replicated_divisor
     act = ACTIVATION_BYTES
     gemm_in = FP8_TILE_BYTES_PER_ELEMENT if ctx.fp8_compute else act
-    h, a = spec.hidden_size, spec.num_attention_heads
-    heads_per_rank = a / split
-    per_token = gemm_in * h / replicated  # QKV (or q_a/kv_a) input: the norm output
+    h, heads = spec.hidden_size, spec.num_attention_heads / t
+    out = [_tensor("qkv input (norm output)", "attention", gemm_in * h / rep, ctx, M.LAYERNORM)]
     if spec.attention == AttentionKind.MLA and spec.mla is not None:
         mla = spec.mla
         latents = 2 * (mla.q_lora_rank or 0) + 2 * mla.kv_lora_rank
-        per_token += act * latents / replicated
-        d_qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        d_v = mla.v_head_dim
-        per_token += act * heads_per_rank * (2 * d_qk + d_v)
+        out.append(_tensor("MLA latents", "attention", act * latents / rep, ctx))
+        d_qk, d_v = mla.qk_nope_head_dim + mla.qk_rope_head_dim, mla.v_head_dim
+        out.append(_tensor("per-head Q, K, V", "attention", act * heads * (2 * d_qk + d_v), ctx,
+                           M.MLA_UP_PROJ))
     else:
-        d = spec.dim_per_head
-        kv_per_rank = max(spec.kv_heads / split, 1.0)
-        d_v = d
-        per_token += act * heads_per_rank * d + act * 2 * kv_per_rank * d
-    per_token += gemm_in * heads_per_rank * d_v  # output projection input
+        d = d_v = spec.dim_per_head
+        kv_heads = max(spec.kv_heads / t, 1.0)
+        out.append(_tensor("Q, K, V", "attention", act * (heads + 2 * kv_heads) * d, ctx))
+    out.append(_tensor("output-projection input", "attention", gemm_in * heads * d_v, ctx))
     if ctx.dropout:
-        per_token += MASK_BYTES * h / replicated
-    scores = 0.0
+        out.append(_tensor("attention dropout mask", "attention", MASK_BYTES * h / rep, ctx))
     if ctx.flash_attention:
-        per_token += SOFTMAX_STAT_BYTES * heads_per_rank
+        out.append(_tensor("softmax statistics", "attention", SOFTMAX_STAT_BYTES * heads, ctx,
+                           M.CORE_ATTN))
     else:
-        score_elements = heads_per_rank * ctx.seq_len / ctx.cp
-        scores = (act + (MASK_BYTES + act if ctx.dropout else 0)) * score_elements
-    return per_token, scores
+        row = heads * ctx.seq_len / ctx.cp
+        per_score = act + (MASK_BYTES + act if ctx.dropout else 0)
+        out.append(_tensor("attention scores", "scores", per_score * row, ctx, M.CORE_ATTN))
+    return out
 
 
-def mlp_bytes_per_token(spec: ModelSpec, ctx: LayerActivationContext, width: int,
-                        *, copies: float = 1.0, intermediate_split: float | None = None,
-                        include_input: bool = True, include_dropout: bool = True) -> float:
-    """Bytes per token of one MLP of intermediate `width`.
+def _mlp_inner(spec: ModelSpec, ctx: LayerActivationContext, width: int, *, prefix: str,
+               copies: float, split: float, whole: RecomputeModule,
+               act_module: RecomputeModule) -> list[StoredTensor]:
+    """Up-projection output(s) and activation output of an MLP of intermediate `width`.
 
-    GPT layer ([KOR22] Sec. 4.1): input 2h, GeLU input 2f, GeLU output 2f, dropout mask h
-    (19 s b h with f = 4h). Deviation (SwiGLU): gate and up outputs 4f and the product 2f.
-    `copies` scales the per-token tensors (top-k routed copies); the intermediate tensors are
-    divided by `intermediate_split` (tp for dense, etp for experts).
+    GPT layer ([KOR22] Sec. 4.1): GeLU input 2f and output 2f. Deviation (SwiGLU): the gate
+    and up outputs 4f and their product 2f.
     """
-    split, replicated = _shard(ctx)
-    inter_split = float(intermediate_split or split)
-    act = ACTIVATION_BYTES
-    fp8 = FP8_TILE_BYTES_PER_ELEMENT
-    in_bytes = fp8 if (ctx.fp8_storage or ctx.fp8_compute) else act
-    up_bytes = fp8 if ctx.fp8_storage else act
-    down_in_bytes = fp8 if ctx.fp8_compute else act
-    h = spec.hidden_size
-    per_token = in_bytes * h / replicated if include_input else 0.0
-    if spec.mlp == MlpKind.SWIGLU:
-        per_token += copies * (up_bytes * 2 * width + down_in_bytes * width) / inter_split
-    else:
-        per_token += copies * (up_bytes * width + down_in_bytes * width) / inter_split
-    if ctx.dropout and include_dropout:
-        per_token += MASK_BYTES * h / replicated
-    return per_token
+    up_bytes = FP8_TILE_BYTES_PER_ELEMENT if ctx.fp8_storage else ACTIVATION_BYTES
+    down_in = FP8_TILE_BYTES_PER_ELEMENT if ctx.fp8_compute else ACTIVATION_BYTES
+    up_width = 2 * width if spec.mlp == MlpKind.SWIGLU else width
+    return [
+        _tensor(f"{prefix} up-projection output", "mlp", copies * up_bytes * up_width / split,
+                ctx, whole),
+        _tensor(f"{prefix} activation output", "mlp", copies * down_in * width / split, ctx,
+                whole, act_module),
+    ]
 
 
-def moe_bytes_per_token(spec: ModelSpec, ctx: LayerActivationContext) -> float:
-    """Bytes per token (of this rank's sequence shard) of an MoE block.
+def mlp_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTensor]:
+    """Tensors of a dense MLP: input (norm output) 2h, the intermediates, dropout mask h.
+    Source: [KOR22] Sec. 4.1 (19 s b h for f = 4h)."""
+    rep = ctx.replicated_divisor
+    in_bytes = FP8_TILE_BYTES_PER_ELEMENT if (ctx.fp8_storage or ctx.fp8_compute) else ACTIVATION_BYTES
+    out = [_tensor("MLP input (norm output)", "mlp", in_bytes * spec.hidden_size / rep, ctx,
+                   M.LAYERNORM)]
+    out += _mlp_inner(spec, ctx, spec.ffn_hidden_size, prefix="MLP", copies=1.0,
+                      split=float(ctx.tp), whole=M.MLP, act_module=M.MLP)
+    if ctx.dropout:
+        out.append(_tensor("MLP dropout mask", "mlp", MASK_BYTES * spec.hidden_size / rep, ctx))
+    return out
 
-    Deviation (MoE): the shared input (2h) and router probabilities (fp32, E per token) are
-    stored once; each token is copied to top-k experts, each copy storing the expert input
-    (2h), the expert intermediates and the expert output kept for the weighted combine (2h).
-    Routed copies per rank scale with top-k x s x b x etp / tp (Megatron-LM PR #6782: not /EP)
-    and with the assumed load imbalance (max/mean rank load).
+
+def moe_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTensor]:
+    """Tensors of an MoE block.
+
+    Deviation (MoE): the block input (norm output, 2h) and the fp32 router probabilities (E
+    per token) are stored once; each token is copied to top-k experts, each copy storing the
+    expert input (2h), the expert intermediates and the expert output kept for the
+    probability-weighted combine (2h, unless `moe_keep_expert_outputs` is off). Routed copies per rank scale with
+    top-k x s x b x etp / tp (Megatron-LM PR #6782: not /EP) and with the assumed load
+    imbalance (max/mean rank load).
     """
     moe = spec.moe
     assert moe is not None
-    _, replicated = _shard(ctx)
-    h = spec.hidden_size
+    rep, h = ctx.replicated_divisor, spec.hidden_size
     in_bytes = FP8_TILE_BYTES_PER_ELEMENT if (ctx.fp8_storage or ctx.fp8_compute) else ACTIVATION_BYTES
-    per_token = in_bytes * h / replicated + 4.0 * moe.num_experts / replicated
     copies = moe.top_k * ctx.moe_load_imbalance * ctx.etp / ctx.tp
-    per_token += copies * (in_bytes + ACTIVATION_BYTES) * h
-    per_token += mlp_bytes_per_token(spec, ctx, moe.expert_ffn_hidden_size, copies=copies,
-                                     intermediate_split=ctx.etp, include_input=False,
-                                     include_dropout=False)
+    out = [
+        _tensor("MoE input (norm output)", "mlp", in_bytes * h / rep, ctx, M.LAYERNORM),
+        _tensor("router probabilities", "mlp", 4.0 * moe.num_experts / rep, ctx, M.MOE),
+        _tensor("routed expert inputs", "mlp", copies * in_bytes * h, ctx, M.MOE),
+    ]
+    if ctx.moe_keep_expert_outputs:
+        out.append(_tensor("routed expert outputs", "mlp", copies * ACTIVATION_BYTES * h, ctx,
+                           M.MOE))
+    out += _mlp_inner(spec, ctx, moe.expert_ffn_hidden_size, prefix="expert", copies=copies,
+                      split=float(ctx.etp), whole=M.MOE, act_module=M.MOE_ACT)
     if moe.num_shared_experts:
-        per_token += mlp_bytes_per_token(spec, ctx, moe.shared_expert_ffn_hidden_size,
-                                         include_input=False, include_dropout=False)
+        out += _mlp_inner(spec, ctx, moe.shared_expert_ffn_hidden_size, prefix="shared expert",
+                          copies=1.0, split=float(ctx.tp), whole=M.SHARED_EXPERTS,
+                          act_module=M.SHARED_EXPERTS)
     if ctx.dropout:
-        per_token += MASK_BYTES * h / replicated
-    return per_token
+        out.append(_tensor("MoE dropout mask", "mlp", MASK_BYTES * h / rep, ctx))
+    return out
 
 
 def layer_activation_bytes(spec: ModelSpec, layer_index: int,
                            ctx: LayerActivationContext) -> LayerActivationBytes:
-    """Stored activation bytes of one layer for one micro-batch (no recomputation applied).
+    """Stored activation tensors of one layer for one micro-batch.
 
     Source: [KOR22] arXiv:2205.05198 Eq. 1, 2, 4 (s b h (34 + 5 a s / h), with TP
     s b h (10 + 24/t + 5 a s/(h t)), with TP + SP s b h (34 + 5 a s / h) / t).
@@ -195,22 +254,13 @@ def layer_activation_bytes(spec: ModelSpec, layer_index: int,
     Assumes: every per-token term and the score rows divide by cp (each rank holds s/cp
     queries and their score rows).
     """
-    _, replicated = _shard(ctx)
-    tokens = ctx.seq_len * ctx.micro_batch_size / ctx.cp
-    attention, scores = attention_bytes_per_token(spec, ctx)
-    if spec.is_moe_layer(layer_index):
-        mlp = moe_bytes_per_token(spec, ctx)
-    else:
-        mlp = mlp_bytes_per_token(spec, ctx, spec.ffn_hidden_size)
-    norms = 2 * ACTIVATION_BYTES * spec.hidden_size / replicated
-    layer_input = ACTIVATION_BYTES * spec.hidden_size / replicated
-    return LayerActivationBytes(
-        attention_bytes=math.ceil(tokens * attention),
-        scores_bytes=math.ceil(tokens * scores),
-        mlp_bytes=math.ceil(tokens * mlp),
-        norm_bytes=math.ceil(tokens * norms),
-        input_bytes=math.ceil(tokens * layer_input),
-    )
+    rep, h = ctx.replicated_divisor, spec.hidden_size
+    norms = [_tensor("attention norm input", "norm", ACTIVATION_BYTES * h / rep, ctx),
+             _tensor("MLP norm input", "norm", ACTIVATION_BYTES * h / rep, ctx)]
+    block = moe_tensors(spec, ctx) if spec.is_moe_layer(layer_index) else mlp_tensors(spec, ctx)
+    tensors = tuple(norms + attention_tensors(spec, ctx) + block)
+    return LayerActivationBytes(tensors=tensors,
+                                input_bytes=math.ceil(ctx.tokens * ACTIVATION_BYTES * h / rep))
 
 
 def head_activation_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:
@@ -220,9 +270,8 @@ def head_activation_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:
     Source: [KOR22] Sec. 4.2: 4 s b h / t (1 + V / h) for the final LayerNorm, the output
     projection and the fp32 logits. Assumes: the logits are vocabulary-parallel (/tp).
     """
-    tokens = ctx.seq_len * ctx.micro_batch_size / ctx.cp
     h, vocab = spec.hidden_size, spec.vocab_size
-    return math.ceil(tokens * (2 * ACTIVATION_BYTES * h + 4.0 * vocab) / ctx.tp)
+    return math.ceil(ctx.tokens * (2 * ACTIVATION_BYTES * h + 4.0 * vocab) / ctx.tp)
 
 
 def embedding_activation_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:
@@ -233,8 +282,7 @@ def embedding_activation_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> 
     """
     if not ctx.dropout:
         return 0
-    tokens = ctx.seq_len * ctx.micro_batch_size / ctx.cp
-    return math.ceil(tokens * MASK_BYTES * spec.hidden_size / ctx.tp)
+    return math.ceil(ctx.tokens * MASK_BYTES * spec.hidden_size / ctx.tp)
 
 
 __all__ = [
@@ -244,10 +292,11 @@ __all__ = [
     "SOFTMAX_STAT_BYTES",
     "LayerActivationBytes",
     "LayerActivationContext",
-    "attention_bytes_per_token",
+    "StoredTensor",
+    "attention_tensors",
     "embedding_activation_bytes",
     "head_activation_bytes",
     "layer_activation_bytes",
-    "mlp_bytes_per_token",
-    "moe_bytes_per_token",
+    "mlp_tensors",
+    "moe_tensors",
 ]

@@ -11,7 +11,7 @@ import json
 import logging
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from api_schemas.architecture import MlpKind, ModelSpec, NormKind
@@ -21,6 +21,9 @@ from api_schemas.units import GIB
 from models.errors import InvalidSpecError
 
 logger = logging.getLogger(__name__)
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+"""Packaged data files (hardware table with sources, Hugging Face configs)."""
 
 GB = 10**9
 """Decimal gigabyte, the unit vendors use for bandwidth."""
@@ -167,7 +170,7 @@ DEFAULT_NODE_FOR_GPU: dict[str, str] = {
 
 @cache
 def _hardware_records() -> dict[str, dict[str, Any]]:
-    text = resources.files("models").joinpath("data/hardware.json").read_text(encoding="utf-8")
+    text = (DATA_DIR / "hardware.json").read_text(encoding="utf-8")
     return {rec["id"]: rec for rec in json.loads(text)["accelerators"]}
 
 
@@ -271,9 +274,7 @@ KORTHIKANTI_2022_TABLE3: tuple[tuple[str, int, int, int], ...] = (
 
 def hf_preset_ids() -> list[str]:
     """File stems of the packaged Hugging Face configs."""
-    folder = resources.files("models").joinpath("data/hf_configs")
-    return sorted(p.name.removesuffix(".json") for p in folder.iterdir()
-                  if p.name.endswith(".json"))
+    return sorted(path.stem for path in (DATA_DIR / "hf_configs").glob("*.json"))
 
 
 @cache
@@ -284,7 +285,7 @@ def hf_preset_config(preset_id: str) -> dict[str, Any]:
             f"unknown model preset '{preset_id}'; known presets: {', '.join(model_ids())}",
             field="model.preset",
         )
-    path = resources.files("models").joinpath(f"data/hf_configs/{preset_id}.json")
+    path = DATA_DIR / "hf_configs" / f"{preset_id}.json"
     loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return loaded
 

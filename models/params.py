@@ -167,6 +167,21 @@ def mtp_module_params(spec: ModelSpec) -> LayerParams:
                        num_routed_experts=last.num_routed_experts, top_k=last.top_k)
 
 
+def largest_weight_matrix(spec: ModelSpec) -> int:
+    """Elements of the largest single 2-D hidden weight (embedding and head excluded): the
+    buffer an optimizer that needs whole matrices (Muon) must gather."""
+    h = spec.hidden_size
+    sizes = [h * spec.num_attention_heads * spec.dim_per_head, h * spec.ffn_hidden_size]
+    if spec.mla is not None:
+        mla = spec.mla
+        sizes.append(mla.kv_lora_rank * spec.num_attention_heads
+                     * (mla.qk_nope_head_dim + mla.v_head_dim))
+    if spec.moe is not None:
+        sizes.append(h * max(spec.moe.expert_ffn_hidden_size,
+                             spec.moe.shared_expert_ffn_hidden_size))
+    return max(sizes)
+
+
 def count_parameters(spec: ModelSpec) -> ParameterCount:
     """Total and activated parameters (embeddings and head included, MTP apart)."""
     layers = [layer_params(spec, i) for i in range(spec.num_layers)]
@@ -192,6 +207,7 @@ __all__ = [
     "count_parameters",
     "embedding_params",
     "head_params",
+    "largest_weight_matrix",
     "layer_params",
     "mlp_params",
     "mtp_module_params",
