@@ -1,0 +1,169 @@
+"""Response bodies of the planning endpoints: a plan or an evaluation of one configuration.
+
+Owns: the JSON shape other tools rely on (`status`, `parallel`, `num_micro_batches`,
+`memory`, `time`, `throughput`, `alternatives`, `explanation`, `solver`). Must not: compute
+anything.
+"""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field
+
+from api_schemas._base import ResultModel
+from api_schemas.parallel import ParallelConfig
+from api_schemas.units import Bytes, Fraction, Seconds
+
+
+class PlanStatus(StrEnum):
+    """How good the answer is under the cost model."""
+
+    OPTIMAL = "optimal"
+    """Proven best in the search space."""
+    FEASIBLE = "feasible"
+    """Best found within the time limit; `solver.gap` bounds how far from optimal."""
+    INFEASIBLE = "infeasible"
+    """No configuration meets the request; `explanation` says what binds."""
+
+
+class MemoryComponentReport(ResultModel):
+    """One named line of a rank's memory ledger."""
+
+    name: str = Field(description="What the bytes hold.")
+    kind: str = Field(description="parameters | gradients | optimizer | activations | other")
+    bytes: Bytes = Field(description="Size in bytes.")
+    note: str = Field(default="", description="How it was sized.")
+
+
+class StageMemoryReport(ResultModel):
+    """Memory of one rank of a pipeline stage."""
+
+    stage: int = Field(description="Pipeline rank.")
+    num_layers: int = Field(description="Transformer layers held (both copies under DualPipe).")
+    total_bytes: Bytes = Field(description="All GPU bytes.")
+    parameters_bytes: Bytes = Field(description="Weights (incl. FP8 copies).")
+    gradients_bytes: Bytes = Field(description="Gradient buffers on the GPU.")
+    optimizer_bytes: Bytes = Field(description="Master weights, moments, EMA on the GPU.")
+    activations_bytes: Bytes = Field(description="Stored activations at the schedule's peak.")
+    other_bytes: Bytes = Field(description="Buffers and reserves.")
+    host_bytes: Bytes = Field(default=0, description="Host memory this rank uses.")
+    in_flight_micro_batches: int = Field(default=0, description="Peak micro-batch x chunk "
+                                         "activations held.")
+    components: list[MemoryComponentReport] = Field(default_factory=list,
+                                                    description="The itemised ledger.")
+    host_components: list[MemoryComponentReport] = Field(default_factory=list,
+                                                         description="Host-memory items.")
+
+
+class MemoryReport(ResultModel):
+    """Per-GPU memory by stage and kind, the capacity and the binding stage."""
+
+    capacity_bytes: Bytes = Field(description="Usable GPU memory after headroom.")
+    peak_bytes: Bytes = Field(description="Largest stage total.")
+    fits: bool = Field(description="peak_bytes <= capacity_bytes and host memory suffices.")
+    binding_stage: int = Field(description="Stage with the largest total.")
+    host_capacity_per_gpu_bytes: Bytes = Field(default=0, description="Host memory per GPU.")
+    host_peak_bytes: Bytes = Field(default=0, description="Largest host use of one rank.")
+    stages: list[StageMemoryReport] = Field(description="One entry per pipeline stage.")
+
+
+class TimeBreakdown(ResultModel):
+    """Where one optimizer step's time goes (a deterministic model, not a measurement)."""
+
+    step_time_s: Seconds = Field(description="Predicted time of one optimizer step.")
+    compute_s: Seconds = Field(description="Forward and backward compute of the busiest "
+                               "stage, excluding recomputation.")
+    recompute_s: Seconds = Field(default=0.0, description="Recomputation.")
+    bubble_s: Seconds = Field(default=0.0, description="Pipeline idle time on the critical "
+                              "stage.")
+    exposed_comm_s: dict[str, float] = Field(default_factory=dict,
+                                             description="Communication not hidden behind "
+                                             "compute, by axis (tp, cp, ep, pp, dp).")
+    offload_stall_s: Seconds = Field(default=0.0, description="Host transfers not hidden.")
+    optimizer_s: Seconds = Field(default=0.0, description="Optimizer step.")
+    details: dict[str, float] = Field(default_factory=dict, description="Further terms.")
+
+
+class Throughput(ResultModel):
+    """Throughput figures derived from the step time."""
+
+    tokens_per_s: float = Field(description="Training tokens per second, whole cluster.")
+    tflops_per_gpu: float = Field(description="Model TFLOP/s per GPU (no recompute).")
+    hardware_tflops_per_gpu: float = Field(description="Hardware TFLOP/s per GPU (with "
+                                           "recompute).")
+    mfu: Fraction = Field(description="Model FLOPs utilisation.")
+    hfu: float = Field(description="Hardware FLOPs utilisation.")
+
+
+class Alternative(ResultModel):
+    """A configuration the planner considered and ranked lower."""
+
+    parallel: ParallelConfig = Field(description="The configuration.")
+    step_time_s: Seconds | None = Field(default=None, description="Its predicted step time.")
+    tokens_per_s: float | None = Field(default=None, description="Its throughput.")
+    peak_bytes: Bytes | None = Field(default=None, description="Its peak memory.")
+    fits: bool = Field(default=True, description="Whether it fits.")
+    delta_frac: float | None = Field(default=None, description="Objective change vs the plan "
+                                     "(+0.18 = 18% slower).")
+    why_not: str = Field(description="Why it lost.")
+
+
+class Explanation(ResultModel):
+    """Plain-language reasons."""
+
+    summary: str = Field(description="What was chosen and why.")
+    binding_constraints: list[str] = Field(default_factory=list, description="What binds: "
+                                           "stage and bytes over or under.")
+    notes: list[str] = Field(default_factory=list, description="Assumptions and caveats.")
+    relaxations: list[str] = Field(default_factory=list, description="Smallest changes that "
+                                   "make an infeasible request feasible or a slow plan faster.")
+
+
+class SolverStats(ResultModel):
+    """How the answer was found."""
+
+    wall_time_s: Seconds = Field(description="Search wall time.")
+    candidates: int = Field(default=0, description="Configurations in the space.")
+    pruned: int = Field(default=0, description="Removed by bounds before evaluation.")
+    evaluated: int = Field(default=0, description="Scored with the full cost model.")
+    gap: float | None = Field(default=None, description="Relative gap to the proven bound.")
+    best_bound: float | None = Field(default=None, description="Proven bound on the objective.")
+    status: str = Field(default="", description="Search status.")
+
+
+class PlanResponse(ResultModel):
+    """A plan (POST /v1/plans) or an evaluation (POST /v1/evaluate)."""
+
+    id: str | None = Field(default=None, description="Stored plan id.")
+    status: PlanStatus = Field(description="optimal | feasible | infeasible.")
+    model_name: str = Field(default="", description="The LLM planned for.")
+    gpu: str = Field(default="", description="GPU id.")
+    world_size: int = Field(default=0, description="GPUs used.")
+    parallel: ParallelConfig | None = Field(default=None, description="The configuration.")
+    num_micro_batches: int = Field(default=0, description="Micro-batches per step per pipeline.")
+    memory: MemoryReport | None = Field(default=None, description="Per-stage memory ledger.")
+    time: TimeBreakdown | None = Field(default=None, description="Step-time breakdown.")
+    throughput: Throughput | None = Field(default=None, description="Throughput figures.")
+    alternatives: list[Alternative] = Field(default_factory=list, description="Ranked "
+                                            "alternatives with why_not.")
+    explanation: Explanation = Field(description="Why.")
+    solver: SolverStats | None = Field(default=None, description="Search statistics.")
+    bottleneck: str | None = Field(default=None, description="Largest time term (evaluate).")
+    exports: dict[str, Any] = Field(default_factory=dict, description="Megatron-LM arguments, "
+                                    "torchtitan TOML, DeepSpeed JSON.")
+    created_at: datetime | None = Field(default=None, description="When it was stored.")
+
+
+__all__ = [
+    "Alternative",
+    "Explanation",
+    "MemoryComponentReport",
+    "MemoryReport",
+    "PlanResponse",
+    "PlanStatus",
+    "SolverStats",
+    "StageMemoryReport",
+    "Throughput",
+    "TimeBreakdown",
+]

@@ -1,0 +1,200 @@
+"""Request bodies of the planning endpoints: how a user names a model, a cluster, a recipe,
+constraints, an objective and solver limits.
+
+Owns: the three ways to give a model (preset, Hugging Face config, explicit fields), a
+cluster as a GPU preset plus overrides, and the plan / evaluate request envelopes. Must not:
+resolve presets (that is `models/resolve.py`).
+"""
+
+from enum import StrEnum
+from typing import Any, Self
+
+from pydantic import Field, model_validator
+
+from api_schemas._base import SpecModel
+from api_schemas.architecture import ModelSpec
+from api_schemas.dtypes import DType
+from api_schemas.hardware import GpuSpec, IntraNodeTopology
+from api_schemas.parallel import (
+    ContextParallelKind,
+    ParallelConfig,
+    PipelineSchedule,
+    Recompute,
+)
+from api_schemas.training import TrainingSpec
+from api_schemas.units import Bytes, BytesPerSecond, Fraction, PositiveInt, Seconds
+
+
+class ModelPreset(SpecModel):
+    """A model from the catalog."""
+
+    preset: str = Field(description="Catalog id: a Hugging Face config stem or a Megatron GPT "
+                        "shape.", examples=["llama-3.1-405b"])
+
+
+class ModelFromHf(SpecModel):
+    """A model given as its Hugging Face `config.json`."""
+
+    hf_config: dict[str, Any] = Field(description="The parsed config.json.")
+
+
+ModelInput = ModelPreset | ModelFromHf | ModelSpec
+
+
+class ClusterInput(SpecModel):
+    """A cluster as a GPU preset (or object) plus nodes, with any field overridable."""
+
+    gpu: str | GpuSpec = Field(description="GPU preset id or a full GPU object.",
+                               examples=["h100-sxm5-80gb"])
+    num_nodes: PositiveInt = Field(description="Number of nodes.", examples=[2048])
+    gpus_per_node: PositiveInt | None = Field(
+        default=None, description="GPUs per node; default from the node preset.", examples=[8])
+    node: str | None = Field(default=None, description="Node preset id (default: the GPU's "
+                             "typical node, e.g. 'hgx-h100').", examples=["hgx-h100"])
+    gpu_memory_bytes: Bytes | None = Field(default=None, description="Override GPU memory.")
+    peak_flop_per_s: dict[DType, float] | None = Field(
+        default=None, description="Override dense peak FLOP/s per format.")
+    hbm_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
+        default=None, description="Override HBM bandwidth.")
+    intra_node_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
+        default=None, description="Override achievable scale-up bandwidth per GPU per direction.")
+    intra_node_latency_s: Seconds | None = Field(default=None, description="Override scale-up "
+                                                 "latency.")
+    inter_node_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
+        default=None, description="Override achievable NIC bandwidth per GPU per direction.")
+    inter_node_latency_s: Seconds | None = Field(default=None, description="Override scale-out "
+                                                 "latency.")
+    intra_node_topology: IntraNodeTopology | None = Field(
+        default=None, description="Override 'switch' / 'full_mesh'.")
+    rail_optimized: bool | None = Field(default=None, description="Override rail optimisation.")
+    host_memory_bytes: Bytes | None = Field(default=None, description="Override host memory "
+                                            "per node.")
+    pcie_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
+        default=None, description="Override host<->GPU bandwidth per GPU per direction.")
+    memory_headroom_frac: Fraction = Field(
+        default=0.0, description="Share of GPU memory kept free (capacity = memory x (1 - this)).")
+
+
+class Objective(StrEnum):
+    """What the planner optimises."""
+
+    THROUGHPUT = "throughput"
+    """Maximum tokens/s on the given cluster (default)."""
+    MIN_GPUS = "min_gpus"
+    """Fewest GPUs that fit (and reach `target_tokens_per_s` when given)."""
+    COST_PER_TOKEN = "cost_per_token"
+    """Lowest cost per token at `gpu_hour_price`."""
+    MIN_MEMORY = "min_memory"
+    """Lowest peak memory per GPU."""
+
+
+class Constraints(SpecModel):
+    """Pins (a value), allowed sets (a list) or forbidden values for any plan dimension."""
+
+    tp: int | list[int] | None = Field(default=None, description="Pin or allow tensor parallel "
+                                       "degrees.", examples=[8])
+    pp: int | list[int] | None = Field(default=None, description="Pipeline degrees.")
+    dp: int | list[int] | None = Field(default=None, description="Data-parallel degrees.")
+    cp: int | list[int] | None = Field(default=None, description="Context-parallel degrees.")
+    ep: int | list[int] | None = Field(default=None, description="Expert-parallel degrees.")
+    etp: int | list[int] | None = Field(default=None, description="Expert-TP degrees.")
+    vpp: int | list[int] | None = Field(default=None, description="Virtual chunks per rank.")
+    micro_batch_size: int | list[int] | None = Field(default=None, description="Micro-batch "
+                                                     "sizes.")
+    schedule: PipelineSchedule | list[PipelineSchedule] | None = Field(
+        default=None, description="Allowed schedules.")
+    zero_stage: int | list[int] | None = Field(default=None, description="Allowed ZeRO stages.")
+    sequence_parallel: bool | None = Field(default=None, description="Pin sequence parallel.")
+    cp_kind: ContextParallelKind | list[ContextParallelKind] | None = Field(
+        default=None, description="Allowed context-parallel kinds.")
+    recompute: Recompute | list[Recompute] | None = Field(default=None, description="Allowed "
+                                                          "uniform recompute policies.")
+    allow_fp8_activations: bool = Field(default=True, description="May the planner store "
+                                        "activations in FP8 (Kimi K2 style)?")
+    allow_offload: bool = Field(default=True, description="May the planner offload activations "
+                                "to host memory?")
+    forbid: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="Forbidden values per key, e.g. {'schedule': ['dualpipe'], 'tp': [16]}.")
+    max_gpus: PositiveInt | None = Field(default=None, description="Use at most this many GPUs.")
+    target_tokens_per_s: float | None = Field(default=None, gt=0, description="Throughput the "
+                                              "plan must reach (min_gpus objective).")
+    gpu_hour_price: float | None = Field(default=None, gt=0, description="Price of one GPU-hour "
+                                         "(cost_per_token objective).")
+
+
+class SolverLimits(SpecModel):
+    """Search limits."""
+
+    time_limit_s: float = Field(default=10.0, gt=0, le=600, description="Wall-clock limit of "
+                                "the search.", examples=[10])
+    top_k: int = Field(default=5, ge=0, le=50, description="Alternatives to report.",
+                       examples=[5])
+    num_workers: int = Field(default=2, ge=1, le=64, description="CP-SAT worker threads.")
+    random_seed: int = Field(default=0, description="CP-SAT seed (results are deterministic "
+                             "for a fixed seed and worker count).")
+
+
+class PlanRequest(SpecModel):
+    """Body of POST /v1/plans."""
+
+    model: ModelInput = Field(description="Preset, Hugging Face config or explicit fields.")
+    cluster: ClusterInput = Field(description="GPUs and nodes.")
+    training: TrainingSpec = Field(description="Batch, sequence and precision recipe.")
+    constraints: Constraints = Field(default_factory=Constraints, description="Pins and "
+                                     "forbidden values.")
+    objective: Objective = Field(default=Objective.THROUGHPUT, description="What to optimise.")
+    solver: SolverLimits = Field(default_factory=SolverLimits, description="Search limits.")
+    parallel: ParallelConfig | None = Field(default=None, description="Ignored by plans "
+                                            "(accepted so one body serves both endpoints).")
+
+    @model_validator(mode="after")
+    def _objective_inputs(self) -> Self:
+        if self.objective == Objective.COST_PER_TOKEN and self.constraints.gpu_hour_price is None:
+            raise ValueError("objective 'cost_per_token' needs constraints.gpu_hour_price "
+                             "(e.g. 2.0 per GPU-hour)")
+        return self
+
+
+class EvaluateRequest(SpecModel):
+    """Body of POST /v1/evaluate and POST /v1/ledger/memory."""
+
+    model: ModelInput = Field(description="Preset, Hugging Face config or explicit fields.")
+    cluster: ClusterInput = Field(description="GPUs and nodes.")
+    training: TrainingSpec = Field(description="Batch, sequence and precision recipe.")
+    parallel: ParallelConfig = Field(description="The configuration to score.")
+
+
+PLAN_REQUEST_EXAMPLE: dict[str, Any] = {
+    "model": {"preset": "llama-3.1-70b"},
+    "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 8, "gpus_per_node": 8},
+    "training": {"global_batch_size": 512, "sequence_length": 8192, "param_dtype": "bf16",
+                 "grad_dtype": "fp32", "optimizer": "adam"},
+    "constraints": {},
+    "objective": "throughput",
+    "solver": {"time_limit_s": 10, "top_k": 5},
+}
+
+EVALUATE_REQUEST_EXAMPLE: dict[str, Any] = {
+    "model": {"preset": "llama-3.1-405b"},
+    "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2048, "gpus_per_node": 8},
+    "training": {"global_batch_size": 2048, "sequence_length": 8192, "param_dtype": "bf16",
+                 "grad_dtype": "fp32", "optimizer": "adam"},
+    "parallel": {"tp": 8, "pp": 16, "dp": 128, "cp": 1, "ep": 1, "etp": 1, "vpp": 1,
+                 "micro_batch_size": 1, "schedule": "1f1b", "zero_stage": 1,
+                 "sequence_parallel": True, "recompute": "none"},
+}
+
+__all__ = [
+    "EVALUATE_REQUEST_EXAMPLE",
+    "PLAN_REQUEST_EXAMPLE",
+    "ClusterInput",
+    "Constraints",
+    "EvaluateRequest",
+    "ModelFromHf",
+    "ModelInput",
+    "ModelPreset",
+    "Objective",
+    "PlanRequest",
+    "SolverLimits",
+]
