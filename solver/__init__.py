@@ -4,4 +4,6 @@ the pipeline-schedule optimizer, MoE expert placement and exporters.
 Must not: do I/O or import `service`.
 """
 
-__all__: list[str] = []
+from solver.evaluate import memory_report
+
+__all__ = ["memory_report"]

@@ -1,0 +1,27 @@
+"""Scoring one given configuration: memory now, time and fixes as the cost model grows.
+
+Owns: `memory_report(request)`, the library entry behind POST /v1/ledger/memory.
+Must not: search (see `solver/planner.py`).
+"""
+
+from api_schemas.plan import MemoryReport
+from api_schemas.requests import EvaluateRequest
+from models.memory import memory_ledger
+from models.resolve import resolve_cluster, resolve_model
+from solver.reports import memory_report_from_ledger
+
+
+def memory_report(request: EvaluateRequest) -> MemoryReport:
+    """The per-stage memory ledger of the request's configuration.
+
+    Raises:
+        InvalidSpecError: unknown presets, unreadable configs, or a configuration the
+            ledger cannot size (batch not divisible, experts not shardable, ...).
+    """
+    spec = resolve_model(request.model).spec
+    cluster = resolve_cluster(request.cluster)
+    ledger = memory_ledger(spec, request.training, request.parallel, cluster)
+    return memory_report_from_ledger(ledger)
+
+
+__all__ = ["memory_report"]
