@@ -1,0 +1,115 @@
+"""The FastAPI application factory.
+
+Owns: `create_app(settings)`: the routers, the problem+json handlers, the request-id and
+body-size middleware, the OpenAPI document, logging set-up, and the lifespan that opens the
+database (creating the schema), starts the solver pool and closes both at shutdown. Must not:
+do anything at import: `service.app:app` is built on first access, and building it does no
+I/O (the lifespan does).
+"""
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import cache
+
+from fastapi import FastAPI
+
+import solver
+from service.deps import ServiceContext
+from service.middleware import RequestContextMiddleware
+from service.openapi import install_openapi
+from service.persistence.db import init_db, make_engine
+from service.planning import Planner
+from service.pool import SolverPool
+from service.problems import install_problem_handlers
+from service.routes import catalog, estimates, health, plans
+from service.routes.health import SERVICE_VERSION
+from service.settings import Settings, get_settings
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Plans parallel LLM training: give a model, a GPU cluster and a training recipe; get the best
+TP / PP / DP / CP / EP mesh, pipeline schedule, micro-batch, ZeRO stage and activation policy
+the cost model can prove, with the numbers behind it.
+
+Units: bytes (integers), seconds, FLOP, bytes/s, FLOP/s. Every figure is a deterministic
+model, not a measurement. Errors are RFC 9457 `application/problem+json` with a stable
+`code` (see `GET /problems/{code}`).
+"""
+
+TAGS = [
+    {"name": "plans", "description": "Search for a plan, store it, read it back."},
+    {"name": "estimates", "description": "Score one given configuration."},
+    {"name": "catalog", "description": "GPU, node and model presets; config ingestion."},
+    {"name": "health", "description": "Liveness and problem-code documentation."},
+]
+
+
+def _configure_logging(level: str) -> None:
+    """Send log records to stderr unless the host (uvicorn, pytest) already set handlers."""
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("service").setLevel(level.upper())
+
+
+def _library_planner() -> Planner | None:
+    found: Planner | None = getattr(solver, "plan", None)
+    return found
+
+
+def create_app(settings: Settings | None = None, *, planner: Planner | None = None) -> FastAPI:
+    """Build the app (cheap: no I/O until the lifespan starts).
+
+    Args:
+        settings: configuration; default `get_settings()` (the environment).
+        planner: the plan function; default the library's `solver.plan`.
+    """
+    config = settings if settings is not None else get_settings()
+    plan_fn = planner if planner is not None else _library_planner()
+    _configure_logging(config.log_level)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(config.resolved_database_url())
+        init_db(engine)
+        pool = SolverPool(threads=config.solver_threads, queue=config.solver_queue,
+                          retry_after_s=config.retry_after_s)
+        app.state.context = ServiceContext(settings=config, engine=engine, pool=pool,
+                                           planner=plan_fn)
+        logger.info("atlas-planner %s ready (%d solver threads, queue %d)", SERVICE_VERSION,
+                    config.solver_threads, config.solver_queue)
+        try:
+            yield
+        finally:
+            pool.shutdown()
+            engine.dispose()
+
+    app = FastAPI(title="atlas-planner", version=SERVICE_VERSION, description=DESCRIPTION,
+                  openapi_tags=TAGS, lifespan=lifespan)
+    install_problem_handlers(app)
+    app.add_middleware(RequestContextMiddleware,  # type: ignore[arg-type]
+                       max_body_bytes=config.max_body_bytes)
+    if plan_fn is not None:
+        app.include_router(plans.router)
+    app.include_router(estimates.router)
+    app.include_router(catalog.router)
+    app.include_router(health.router)
+    install_openapi(app)
+    return app
+
+
+@cache
+def _default_app() -> FastAPI:
+    return create_app()
+
+
+def __getattr__(name: str) -> FastAPI:
+    """`service.app:app`: the app of the environment's settings, built on first access."""
+    if name == "app":
+        return _default_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,62 @@
+"""FastAPI dependencies: the service context, a database session per request, settings.
+
+Owns: `ServiceContext` (what the lifespan builds: settings, engine, solver pool, planner)
+and the `Annotated` dependency aliases routes declare. Must not: build anything itself; the
+app factory's lifespan does.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+from service.planning import Planner
+from service.pool import SolverPool
+from service.settings import Settings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceContext:
+    """Everything a request needs beyond its body, built once at start-up."""
+
+    settings: Settings
+    engine: Engine
+    pool: SolverPool
+    planner: Planner | None
+
+
+def get_context(request: Request) -> ServiceContext:
+    """The context the lifespan stored on the app."""
+    context: ServiceContext = request.app.state.context
+    return context
+
+
+ContextDep = Annotated[ServiceContext, Depends(get_context)]
+
+
+def get_settings_dep(context: ContextDep) -> Settings:
+    """The settings of the running app (not re-read from the environment)."""
+    return context.settings
+
+
+def get_session(context: ContextDep) -> Iterator[Session]:
+    """A database session that lives for one request."""
+    with Session(context.engine) as session:
+        yield session
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+SessionDep = Annotated[Session, Depends(get_session)]
+
+__all__ = [
+    "ContextDep",
+    "ServiceContext",
+    "SessionDep",
+    "SettingsDep",
+    "get_context",
+    "get_session",
+    "get_settings_dep",
+]

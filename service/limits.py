@@ -1,0 +1,165 @@
+"""Documented upper bounds on request sizes, and the time-limit clamp.
+
+Owns: refusing inputs that would make one request unreasonably expensive (world size,
+layers, experts, sequence length, batch, pipeline stages and micro-batches, listed mesh
+ranks, timeline and token-matrix sizes) with `invalid-request` naming the field, the value,
+the bound and its setting; and clamping search time limits to the configured cap. Must not:
+check domain rules (the cost model does that) or do I/O.
+"""
+
+from dataclasses import dataclass
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.parallel import ParallelConfig
+from api_schemas.requests import ClusterInput, ModelFromHf, ModelInput
+from api_schemas.training import TrainingSpec
+from models.catalog import DEFAULT_NODE_FOR_GPU, NODE_PRESETS
+from models.resolve import resolve_model
+from service.problems import LimitExceededError
+from service.settings import Settings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bound:
+    """One documented bound: its value and the environment variable that sets it."""
+
+    value: int
+    setting: str
+
+
+def check_bound(value: int, bound: Bound, *, field: str, what: str) -> None:
+    """Raise `LimitExceededError` naming `field` when `value` exceeds `bound`."""
+    if value > bound.value:
+        raise LimitExceededError(
+            f"{field}: {what} is {value}, over this service's bound of {bound.value} "
+            f"({bound.setting}); reduce it, or raise {bound.setting} on the server",
+            field=field)
+
+
+def bounds(settings: Settings) -> dict[str, Bound]:
+    """The bounds of a configured service by name (also listed in the README)."""
+    return {
+        "world_size": Bound(value=settings.max_world_size, setting="ATLAS_MAX_WORLD_SIZE"),
+        "layers": Bound(value=settings.max_layers, setting="ATLAS_MAX_LAYERS"),
+        "experts": Bound(value=settings.max_experts, setting="ATLAS_MAX_EXPERTS"),
+        "sequence_length": Bound(value=settings.max_sequence_length,
+                                 setting="ATLAS_MAX_SEQUENCE_LENGTH"),
+        "global_batch_size": Bound(value=settings.max_global_batch_size,
+                                   setting="ATLAS_MAX_GLOBAL_BATCH_SIZE"),
+        "pipeline_stages": Bound(value=settings.max_pipeline_stages,
+                                 setting="ATLAS_MAX_PIPELINE_STAGES"),
+        "micro_batches": Bound(value=settings.max_micro_batches,
+                               setting="ATLAS_MAX_MICRO_BATCHES"),
+        "pipeline_ops": Bound(value=settings.max_pipeline_ops, setting="ATLAS_MAX_PIPELINE_OPS"),
+        "mesh_ranks": Bound(value=settings.max_mesh_ranks, setting="ATLAS_MAX_MESH_RANKS"),
+        "placement_cells": Bound(value=settings.max_placement_cells,
+                                 setting="ATLAS_MAX_PLACEMENT_CELLS"),
+    }
+
+
+def cluster_world_size(cluster: ClusterInput) -> int:
+    """GPUs in a cluster input (GPUs per node from the node preset when not given)."""
+    per_node = cluster.gpus_per_node
+    if per_node is None:
+        gpu_id = cluster.gpu if isinstance(cluster.gpu, str) else cluster.gpu.id
+        node_id = cluster.node or DEFAULT_NODE_FOR_GPU.get(gpu_id, "hgx-h100")
+        node = NODE_PRESETS.get(node_id)
+        per_node = node.gpus_per_node if node is not None else 1
+    return cluster.num_nodes * per_node
+
+
+def check_cluster(cluster: ClusterInput, settings: Settings) -> None:
+    """World size of the cluster within bounds."""
+    check_bound(cluster_world_size(cluster), bounds(settings)["world_size"],
+                field="cluster.num_nodes", what="the cluster's GPU count (nodes x GPUs/node)")
+
+
+def check_training(training: TrainingSpec, settings: Settings) -> None:
+    """Sequence length and global batch within bounds."""
+    named = bounds(settings)
+    check_bound(training.sequence_length, named["sequence_length"],
+                field="training.sequence_length", what="the sequence length")
+    check_bound(training.global_batch_size, named["global_batch_size"],
+                field="training.global_batch_size", what="the global batch")
+
+
+def check_parallel(parallel: ParallelConfig, training: TrainingSpec, settings: Settings) -> None:
+    """World size, pipeline depth and micro-batch count of a configuration within bounds."""
+    named = bounds(settings)
+    check_bound(parallel.world_size, named["world_size"], field="parallel",
+                what="tp x cp x dp x pp")
+    check_bound(parallel.pp * parallel.vpp, named["pipeline_stages"], field="parallel.pp",
+                what="pp x vpp (pipeline stages)")
+    micro_batches = parallel.num_micro_batches or max(
+        1, training.global_batch_size // (parallel.micro_batch_size * parallel.dp))
+    check_bound(micro_batches, named["micro_batches"], field="parallel.num_micro_batches",
+                what="the micro-batches per step")
+
+
+def check_model_spec(spec: ModelSpec, settings: Settings) -> None:
+    """Layers and experts of an architecture within bounds."""
+    named = bounds(settings)
+    check_bound(spec.num_layers, named["layers"], field="model.num_layers",
+                what="the layer count")
+    if spec.moe is not None:
+        check_bound(spec.moe.num_experts, named["experts"], field="model.moe.num_experts",
+                    what="the routed expert count")
+
+
+def check_model_input(model: ModelInput, settings: Settings) -> ModelSpec:
+    """Resolve a model input (preset, Hugging Face config or fields) and check its bounds.
+
+    Raises:
+        InvalidSpecError: unknown preset or unreadable config.
+        LimitExceededError: too many layers or experts.
+    """
+    if isinstance(model, ModelFromHf):
+        check_hf_config(model.hf_config, settings)
+    spec = resolve_model(model).spec
+    check_model_spec(spec, settings)
+    return spec
+
+
+_HF_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+_HF_EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
+
+
+def check_hf_config(config: dict[str, object], settings: Settings) -> None:
+    """Bounds of a raw Hugging Face config, checked before it is read (reading walks layers).
+
+    Args:
+        config: the parsed config.json; only its layer and expert counts are looked at.
+        settings: the configured bounds.
+    """
+    named = bounds(settings)
+    for key in _HF_LAYER_KEYS:
+        value = config.get(key)
+        if isinstance(value, int):
+            check_bound(value, named["layers"], field=f"config.{key}", what="the layer count")
+    for key in _HF_EXPERT_KEYS:
+        value = config.get(key)
+        if isinstance(value, int):
+            check_bound(value, named["experts"], field=f"config.{key}",
+                        what="the routed expert count")
+
+
+def clamp_time_limit(requested_s: float | None, settings: Settings) -> float:
+    """The search time limit to use: the default when none is given, never above the cap."""
+    if requested_s is None:
+        return settings.default_time_limit_s
+    return min(requested_s, settings.max_time_limit_s)
+
+
+__all__ = [
+    "Bound",
+    "bounds",
+    "check_bound",
+    "check_cluster",
+    "check_hf_config",
+    "check_model_input",
+    "check_model_spec",
+    "check_parallel",
+    "check_training",
+    "clamp_time_limit",
+    "cluster_world_size",
+]

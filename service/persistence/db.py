@@ -1,0 +1,56 @@
+"""Engines and schema: SQLite embedded by default, PostgreSQL through a URL.
+
+Owns: building an engine from a URL (SQLite file directories created, thread check off;
+PostgreSQL with pre-ping), creating the schema at start-up and the reachability probe of
+/healthz. Must not: read settings or the environment (the caller passes the URL).
+"""
+
+import logging
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
+from sqlmodel import SQLModel
+
+from service.persistence import tables
+
+logger = logging.getLogger(__name__)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for a SQLAlchemy URL.
+
+    SQLite files get their directory created; in-memory SQLite uses one shared connection
+    (`StaticPool`) so every session sees the same database.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
+        if in_memory:
+            return create_engine(url, connect_args={"check_same_thread": False},
+                                 poolclass=StaticPool)
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        return create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def init_db(engine: Engine) -> None:
+    """Create the tables that do not exist yet (idempotent)."""
+    SQLModel.metadata.create_all(engine, tables=[tables.PlanRecord.__table__])  # type: ignore[list-item]
+    logger.info("plan store ready at %s", engine.url.render_as_string(hide_password=True))
+
+
+def check_database(engine: Engine) -> bool:
+    """True when a trivial query succeeds (database reachable)."""
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception:  # noqa: BLE001 - any driver failure means unreachable
+        logger.warning("database probe failed", exc_info=True)
+        return False
+    return True
+
+
+__all__ = ["check_database", "init_db", "make_engine"]

@@ -1,0 +1,52 @@
+"""The database tables (the `*Record` meaning of "model").
+
+Owns: `PlanRecord`, one stored plan: the normalised request, the full response, the solver
+statistics and the columns plans are listed and filtered by. Must not: hold logic; the
+repository (`repo.py`) reads and writes rows.
+"""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, DateTime
+from sqlmodel import Field, SQLModel
+
+
+def utc_now() -> datetime:
+    """The current time in UTC (timezone-aware)."""
+    return datetime.now(UTC)
+
+
+class PlanRecord(SQLModel, table=True):
+    """A stored plan, feasible or infeasible, keyed by id and by its request hash."""
+
+    __tablename__ = "plans"
+
+    id: str = Field(primary_key=True, max_length=32,
+                    description="Plan id (32 hexadecimal characters).")
+    created_at: datetime = Field(
+        default_factory=utc_now,
+        sa_column=Column(DateTime(timezone=True), nullable=False, index=True),
+        description="When the plan was stored (UTC).")
+    request_hash: str = Field(max_length=64, unique=True, index=True,
+                              description="SHA-256 of the normalised request.")
+    status: str = Field(max_length=16, index=True, description="optimal | feasible | "
+                        "infeasible.")
+    model_name: str = Field(max_length=200, index=True, description="The LLM planned for.")
+    gpu: str = Field(max_length=200, index=True, description="GPU id of the cluster.")
+    world_size: int = Field(default=0, description="GPUs the plan uses (0 if infeasible).")
+    objective: str = Field(max_length=32, description="What the search optimised.")
+    wall_time_s: float = Field(default=0.0, description="Search wall time.")
+    request_json: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False),
+                                         description="The normalised request.")
+    response_json: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False),
+                                          description="The full PlanResponse as served.")
+    solver_stats_json: dict[str, Any] | None = Field(
+        default=None, sa_column=Column(JSON, nullable=True),
+        description="Search statistics (candidates, pruned, gap, bound, wall time).")
+    diagnostics_json: dict[str, Any] | None = Field(
+        default=None, sa_column=Column(JSON, nullable=True),
+        description="What binds, for infeasible plans.")
+
+
+__all__ = ["PlanRecord", "utc_now"]

@@ -1,0 +1,244 @@
+"""RFC 9457 problem details: the one table from problem code to HTTP status, and the handlers.
+
+Owns: `PROBLEM_STATUS` (code -> status), the fixed titles, the service's own error types
+(plan not found, payload too large, overloaded, input over a documented bound, search past
+its time limit, infeasible plan stored), and the exception handlers that turn every failure
+into `application/problem+json`. Must not: let a traceback or exception text of an
+unexpected error reach a client; routes never build error bodies themselves.
+"""
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api_schemas.problems import ProblemCode
+from models.errors import PlannerError
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+PROBLEM_STATUS: dict[ProblemCode, int] = {
+    "invalid-request": 422,
+    "invalid-spec": 422,
+    "no-feasible-plan": 422,
+    "solver-time-limit": 503,
+    "plan-not-found": 404,
+    "payload-too-large": 413,
+    "overloaded": 503,
+    "internal": 500,
+}
+"""The only code -> HTTP status table. Routing errors (unknown path, wrong method) keep the
+status the router chose (404, 405) under the code `invalid-request`."""
+
+PROBLEM_TITLES: dict[ProblemCode, str] = {
+    "invalid-request": "The request does not match the API schema",
+    "invalid-spec": "The specification breaks a domain rule",
+    "no-feasible-plan": "No plan satisfies the request",
+    "solver-time-limit": "The search reached its time limit without an answer",
+    "plan-not-found": "No stored plan has this id",
+    "payload-too-large": "The request body is larger than the service accepts",
+    "overloaded": "Every solver thread is busy",
+    "internal": "Internal error",
+}
+
+PROBLEM_DESCRIPTIONS: dict[ProblemCode, str] = {
+    "invalid-request": "The body, path or query failed validation or exceeds a documented "
+    "bound; `errors` lists each field path with what is wrong.",
+    "invalid-spec": "The request is well-formed but a domain rule fails (unknown preset, "
+    "tp not dividing the heads, ...); `detail` names the value and the fix.",
+    "no-feasible-plan": "The search proved that no configuration fits; the infeasible plan "
+    "is stored (`instance` is its id) and `diagnostics` says what binds.",
+    "solver-time-limit": "The search ran out of time before finding a plan; retry later "
+    "(Retry-After) or with a larger `solver.time_limit_s`.",
+    "plan-not-found": "The plan id is unknown to this store.",
+    "payload-too-large": "The body exceeds the configured maximum (ATLAS_MAX_BODY_BYTES).",
+    "overloaded": "The solver pool and its queue are full; retry after Retry-After seconds.",
+    "internal": "An unexpected failure; it is logged with the request id given here.",
+}
+
+_RETRY_CODES: frozenset[ProblemCode] = frozenset({"overloaded", "solver-time-limit"})
+
+
+def problem_type(code: ProblemCode, *, docs_base: str = "") -> str:
+    """The `type` URI of a code: `<docs_base>/problems/<code>` (served by the API)."""
+    return f"{docs_base}/problems/{code}"
+
+
+class PlanNotFoundError(PlannerError):
+    """The plan id is not in the store."""
+
+    code: ProblemCode = "plan-not-found"
+
+
+class PayloadTooLargeError(PlannerError):
+    """The body exceeds the configured maximum."""
+
+    code: ProblemCode = "payload-too-large"
+
+
+class OverloadedError(PlannerError):
+    """The solver pool and its queue are full."""
+
+    code: ProblemCode = "overloaded"
+
+    def __init__(self, detail: str, *, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+
+class SolveTimeoutError(PlannerError):
+    """A search did not return within its time limit plus the grace period."""
+
+    code: ProblemCode = "solver-time-limit"
+
+    def __init__(self, detail: str, *, time_limit_s: float, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.time_limit_s = time_limit_s
+        self.retry_after_s = retry_after_s
+
+
+class LimitExceededError(PlannerError):
+    """An input is over a documented service bound (world size, layers, experts, ...)."""
+
+    code: ProblemCode = "invalid-request"
+
+
+class InfeasiblePlanError(PlannerError):
+    """The search proved infeasibility; the infeasible plan was stored under `plan_id`."""
+
+    code: ProblemCode = "no-feasible-plan"
+
+    def __init__(self, detail: str, *, plan_id: str, diagnostics: dict[str, Any] | None,
+                 explanation: dict[str, Any]) -> None:
+        super().__init__(detail, diagnostics=diagnostics)
+        self.plan_id = plan_id
+        self.explanation = explanation
+
+
+def problem_response(code: ProblemCode, *, detail: str, instance: str | None,
+                     status: int | None = None, headers: dict[str, str] | None = None,
+                     **members: Any) -> JSONResponse:
+    """An `application/problem+json` response for a code (status from the table)."""
+    status_code = status if status is not None else PROBLEM_STATUS[code]
+    body: dict[str, Any] = {
+        "type": problem_type(code),
+        "title": PROBLEM_TITLES[code],
+        "status": status_code,
+        "detail": detail,
+        "instance": instance,
+        "code": code,
+    }
+    body.update({key: value for key, value in members.items() if value is not None})
+    return JSONResponse(body, status_code=status_code, headers=headers,
+                        media_type=PROBLEM_MEDIA_TYPE)
+
+
+def _request_id(request: Request) -> str | None:
+    value = getattr(request.state, "request_id", None)
+    return value if isinstance(value, str) else None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    errors = []
+    for err in exc.errors():
+        loc = [part if isinstance(part, int) else str(part) for part in err.get("loc", ())]
+        msg = str(err.get("msg", "invalid value"))
+        if "input" in err and err.get("type") != "missing":
+            msg = f"{msg} (got {_short(err['input'])})"
+        errors.append({"loc": loc, "msg": msg, "type": str(err.get("type", "value_error"))})
+    return errors
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = _field_errors(exc)
+    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+    where = ".".join(str(part) for part in first["loc"]) or "request"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    detail = f"{where}: {first['msg']}{more}; fix the listed fields and resend"
+    return problem_response("invalid-request", detail=detail, instance=request.url.path,
+                            errors=errors)
+
+
+def _planner_error_members(exc: PlannerError) -> tuple[dict[str, Any], dict[str, str]]:
+    members: dict[str, Any] = {"diagnostics": exc.diagnostics}
+    headers: dict[str, str] = {}
+    if exc.field:
+        loc: list[str | int] = ["body", *exc.field.split(".")]
+        members["errors"] = [{"loc": loc, "msg": exc.detail, "type": exc.code}]
+    if isinstance(exc, InfeasiblePlanError):
+        members["plan_id"] = exc.plan_id
+        members["explanation"] = exc.explanation
+        headers["Location"] = f"/v1/plans/{exc.plan_id}"
+    if isinstance(exc, SolveTimeoutError):
+        members["time_limit_s"] = exc.time_limit_s
+    if exc.code in _RETRY_CODES:
+        headers["Retry-After"] = str(getattr(exc, "retry_after_s", 1))
+    return members, headers
+
+
+async def _on_planner_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PlannerError)
+    code: ProblemCode = exc.code if exc.code in PROBLEM_STATUS else "internal"
+    if code == "internal":
+        return await _on_unexpected_error(request, exc)
+    members, headers = _planner_error_members(exc)
+    instance = exc.plan_id if isinstance(exc, InfeasiblePlanError) else request.url.path
+    return problem_response(code, detail=exc.detail, instance=instance, headers=headers,
+                            **members)
+
+
+async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code >= 500:
+        return await _on_unexpected_error(request, exc)
+    detail = (f"{request.method} {request.url.path}: {exc.detail}; see /docs for the "
+              "endpoints and their methods")
+    return problem_response("invalid-request", detail=detail, instance=request.url.path,
+                            status=exc.status_code, headers=exc.headers)
+
+
+async def _on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    request_id = _request_id(request)
+    logger.error("unhandled error on %s %s (request id %s)", request.method, request.url.path,
+                 request_id, exc_info=exc)
+    headers = {"X-Request-ID": request_id} if request_id else None
+    detail = ("the service failed unexpectedly; the failure is logged under request id "
+              f"{request_id}: quote it when reporting the problem")
+    return problem_response("internal", detail=detail, instance=request.url.path,
+                            headers=headers, request_id=request_id)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Route every failure of `app` through the problem+json handlers."""
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(PlannerError, _on_planner_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(Exception, _on_unexpected_error)
+
+
+__all__ = [
+    "PROBLEM_DESCRIPTIONS",
+    "PROBLEM_MEDIA_TYPE",
+    "PROBLEM_STATUS",
+    "PROBLEM_TITLES",
+    "InfeasiblePlanError",
+    "LimitExceededError",
+    "OverloadedError",
+    "PayloadTooLargeError",
+    "PlanNotFoundError",
+    "SolveTimeoutError",
+    "install_problem_handlers",
+    "problem_response",
+    "problem_type",
+]

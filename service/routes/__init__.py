@@ -1,0 +1,1 @@
+"""HTTP routes: thin handlers (schema in -> core function -> schema out)."""

@@ -1,0 +1,113 @@
+"""The catalog: GPU and node presets, model presets with parameter counts, and Hugging Face
+config ingestion.
+
+Owns: GET /v1/catalog/gpus, GET /v1/catalog/models, POST /v1/models/from-hf. Must not:
+read configs itself (`models/hf_config.py` does).
+"""
+
+from functools import cache
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from models.catalog import (
+    DEFAULT_NODE_FOR_GPU,
+    NODE_PRESETS,
+    gpu_ids,
+    gpu_preset,
+    hf_preset_ids,
+    model_ids,
+    model_preset,
+)
+from models.hf_config import spec_from_hf_config
+from models.params import count_parameters
+from service import limits
+from service.deps import SettingsDep
+from service.openapi import problem_responses
+from service.schemas import (
+    FromHfRequest,
+    FromHfResponse,
+    GpuCatalog,
+    ModelCatalog,
+    ModelCatalogEntry,
+    NodePresetInfo,
+)
+
+router = APIRouter(tags=["catalog"])
+
+FROM_HF_EXAMPLE = {
+    "config": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+        "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+        "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    },
+    "name": "llama-3.1-8b",
+}
+"""The Llama 3.1 8B config.json (abridged: fields that do not shape the model dropped)."""
+
+
+@cache
+def _gpu_catalog() -> GpuCatalog:
+    nodes = [NodePresetInfo(
+        id=node.id, gpu_id=node.gpu_id, gpus_per_node=node.gpus_per_node,
+        intra_node_bandwidth_bytes_per_s=node.intra_node_bandwidth_bytes_per_s(),
+        inter_node_bandwidth_bytes_per_s=node.inter_node_bandwidth_bytes_per_s(),
+        host_memory_bytes=node.host_memory_bytes, description=node.description,
+        sources=list(node.sources)) for node in NODE_PRESETS.values()]
+    return GpuCatalog(gpus=[gpu_preset(gid) for gid in gpu_ids()], nodes=nodes,
+                      default_node=dict(DEFAULT_NODE_FOR_GPU))
+
+
+@cache
+def _model_catalog() -> ModelCatalog:
+    hf_ids = set(hf_preset_ids())
+    entries = []
+    for preset_id in model_ids():
+        spec = model_preset(preset_id)
+        counts = count_parameters(spec)
+        entries.append(ModelCatalogEntry(
+            id=preset_id, source="hf_config" if preset_id in hf_ids else "megatron_gpt",
+            spec=spec, num_parameters=counts.total, num_activated_parameters=counts.activated,
+            num_mtp_parameters=counts.mtp_total))
+    return ModelCatalog(models=entries)
+
+
+@router.get("/v1/catalog/gpus", summary="GPU and node presets",
+            responses=problem_responses(body=False))
+def catalog_gpus() -> GpuCatalog:
+    """Every GPU preset (memory, dense peak FLOP/s per format, HBM bandwidth, sources) and
+    every node preset (GPUs per node, achievable link bandwidths, host memory)."""
+    return _gpu_catalog()
+
+
+@router.get("/v1/catalog/models", summary="Model presets with parameter counts",
+            responses=problem_responses(body=False))
+def catalog_models() -> ModelCatalog:
+    """Every model preset: packaged Hugging Face configs and published Megatron GPT shapes,
+    each with total, activated and MTP parameter counts."""
+    return _model_catalog()
+
+
+@router.post("/v1/models/from-hf", summary="Read a Hugging Face config.json",
+             responses=problem_responses("invalid-spec"))
+def model_from_hf(
+    body: Annotated[FromHfRequest, Body(openapi_examples={"llama-3.1-8b": {
+        "summary": "Llama 3.1 8B config.json", "value": FROM_HF_EXAMPLE}})],
+    settings: SettingsDep,
+) -> FromHfResponse:
+    """The ModelSpec of a Hugging Face `config.json`, with parameter counts (embeddings and
+    head included, MTP layers reported apart) and every assumption made while reading."""
+    limits.check_hf_config(body.config, settings)
+    ingested = spec_from_hf_config(body.config, name=body.name)
+    limits.check_model_spec(ingested.spec, settings)
+    counts = count_parameters(ingested.spec)
+    return FromHfResponse(spec=ingested.spec, model_type=ingested.model_type,
+                          num_parameters=counts.total,
+                          num_activated_parameters=counts.activated,
+                          num_mtp_parameters=counts.mtp_total, notes=list(ingested.notes))
+
+
+__all__ = ["router"]

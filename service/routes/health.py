@@ -1,0 +1,54 @@
+"""Liveness, database reachability, and the documentation of each problem code.
+
+Owns: GET /healthz and GET /problems/{code} (the target of every problem's `type`).
+Must not: touch plans.
+"""
+
+from typing import get_args
+
+from anyio import to_thread
+from fastapi import APIRouter, Path, Response
+
+from api_schemas.problems import ProblemCode
+from service.deps import ContextDep
+from service.openapi import problem_responses
+from service.persistence.db import check_database
+from service.problems import PROBLEM_DESCRIPTIONS, PROBLEM_STATUS, PROBLEM_TITLES
+from service.schemas import HealthReport, ProblemInfo
+
+router = APIRouter(tags=["health"])
+
+SERVICE_VERSION = "0.1.0"
+
+
+@router.get(
+    "/healthz", summary="Liveness and database reachability",
+    responses={503: {"description": "The database does not answer.",
+                     "model": HealthReport}, **problem_responses(body=False)},
+)
+async def healthz(context: ContextDep, response: Response) -> HealthReport:
+    """200 with `status: ok` when the process runs and the database answers a trivial
+    query; 503 with `status: degraded` when the database does not answer."""
+    reachable = await to_thread.run_sync(check_database, context.engine)
+    if not reachable:
+        response.status_code = 503
+    return HealthReport(status="ok" if reachable else "degraded",
+                        database="ok" if reachable else "unreachable",
+                        database_backend=context.engine.url.get_backend_name(),
+                        version=SERVICE_VERSION)
+
+
+@router.get("/problems/{code}", summary="What a problem code means",
+            responses=problem_responses(body=False))
+async def problem_info(
+    code: ProblemCode = Path(description="A problem code, e.g. 'invalid-spec'.",
+                             examples=["no-feasible-plan"]),
+) -> ProblemInfo:
+    """The status, title and meaning of a problem code (each problem's `type` links here)."""
+    return ProblemInfo(code=code, status=PROBLEM_STATUS[code], title=PROBLEM_TITLES[code],
+                       description=PROBLEM_DESCRIPTIONS[code])
+
+
+ALL_PROBLEM_CODES: tuple[ProblemCode, ...] = get_args(ProblemCode)
+
+__all__ = ["ALL_PROBLEM_CODES", "SERVICE_VERSION", "router"]

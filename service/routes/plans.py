@@ -1,0 +1,126 @@
+"""Plans: search, store, read back, list.
+
+Owns: POST /v1/plans (201 + Location for a new plan, 200 + Location when an identical
+request was already answered, 422 no-feasible-plan with the stored plan's id when the search
+proves infeasibility), GET /v1/plans/{plan_id} and GET /v1/plans. Must not: solve on the
+event loop or build error bodies.
+"""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Query, Response
+
+from api_schemas.plan import PlanResponse, PlanStatus
+from api_schemas.requests import PLAN_REQUEST_EXAMPLE, PlanRequest
+from service import planning
+from service.deps import ContextDep, SessionDep
+from service.openapi import problem_responses
+from service.persistence import repo
+from service.problems import InfeasiblePlanError, PlanNotFoundError
+from service.schemas import PlanList, PlanSummary
+
+router = APIRouter(tags=["plans"])
+
+PLAN_EXAMPLES = {
+    "llama-3.1-70b": {
+        "summary": "Llama 3.1 70B on 64 H100s, 512 x 8K tokens per step",
+        "value": PLAN_REQUEST_EXAMPLE,
+    },
+}
+
+MAX_PAGE = 200
+"""Largest page of GET /v1/plans."""
+
+MAX_OFFSET = 10**9
+"""Largest offset of GET /v1/plans (keeps the SQL integer in range)."""
+
+_LOCATION = {"Location": {"description": "URL of the stored plan.",
+                          "schema": {"type": "string"}}}
+
+
+@router.post(
+    "/v1/plans", status_code=201, summary="Search for the best parallel plan",
+    responses={
+        201: {"description": "A new plan was searched for and stored.", "headers": _LOCATION},
+        200: {"description": "An identical request was answered before; the stored plan.",
+              "model": PlanResponse, "headers": _LOCATION},
+        **problem_responses("invalid-spec", "no-feasible-plan", "solver-time-limit",
+                            "overloaded"),
+    },
+)
+async def create_plan(
+    request: Annotated[PlanRequest, Body(openapi_examples=PLAN_EXAMPLES)],
+    context: ContextDep, response: Response,
+) -> PlanResponse:
+    """Search TP / PP / DP / CP / EP, schedule, micro-batch, ZeRO and activation policy for
+    the best plan under the objective, and store it. Identical requests (after defaults and
+    limit clamping) are answered from the store; identical requests in flight share one
+    search. An infeasible outcome is stored too and answered with 422 no-feasible-plan whose
+    `instance` is the stored plan's id."""
+    stored = await planning.create_plan(request, settings=context.settings,
+                                        engine=context.engine, pool=context.pool,
+                                        planner=context.planner)
+    if stored.infeasible:
+        summary = stored.response.explanation.summary
+        raise InfeasiblePlanError(
+            f"no configuration satisfies the request: {summary}; it is stored as plan "
+            f"{stored.plan_id}; `diagnostics` and `explanation.relaxations` name what binds "
+            "and the smallest changes that make a plan exist",
+            plan_id=stored.plan_id, diagnostics=stored.diagnostics,
+            explanation=stored.response.explanation.model_dump(mode="json"))
+    response.headers["Location"] = f"/v1/plans/{stored.plan_id}"
+    if not stored.created:
+        response.status_code = 200
+    return stored.response
+
+
+@router.get("/v1/plans/{plan_id}", summary="Read a stored plan",
+            responses=problem_responses("plan-not-found", body=False))
+def read_plan(
+    plan_id: Annotated[str, Path(max_length=64, description="Plan id from POST /v1/plans.",
+                                 examples=["3f2b8c0d9e6a4b1c8d7e6f5a4b3c2d1e"])],
+    session: SessionDep,
+) -> PlanResponse:
+    """The plan exactly as it was served when stored (infeasible plans included)."""
+    record = repo.get_plan(session=session, plan_id=plan_id)
+    if record is None:
+        raise PlanNotFoundError(
+            f"no plan with id '{plan_id}' is stored here; list the stored plans with "
+            "GET /v1/plans or create one with POST /v1/plans")
+    return planning.stored_plan(record, created=False).response
+
+
+@router.get("/v1/plans", summary="List stored plans",
+            responses=problem_responses(body=False))
+def list_plans(
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = 20,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Plans to skip.")] = 0,
+    model: Annotated[str | None, Query(max_length=200, description="Only plans for this "
+                                       "model (preset id or config name).",
+                                       examples=["llama-3.1-70b"])] = None,
+    gpu: Annotated[str | None, Query(max_length=200, description="Only plans on this GPU id.",
+                                     examples=["h100-sxm5-80gb"])] = None,
+    status: Annotated[PlanStatus | None, Query(description="Only plans with this "
+                                               "status.")] = None,
+) -> PlanList:
+    """Stored plans, newest first, `limit` at a time from `offset`; `next_offset` is null on
+    the last page."""
+    page = repo.list_plans(session=session, limit=limit, offset=offset, model_name=model,
+                           gpu=gpu, status=status.value if status is not None else None)
+    items = []
+    for record in page.records:
+        served = planning.stored_plan(record, created=False).response
+        items.append(PlanSummary(
+            id=record.id, status=served.status, model_name=record.model_name, gpu=record.gpu,
+            world_size=record.world_size, objective=record.objective,
+            created_at=served.created_at or record.created_at, parallel=served.parallel,
+            step_time_s=served.time.step_time_s if served.time else None,
+            tokens_per_s=served.throughput.tokens_per_s if served.throughput else None,
+            summary=served.explanation.summary))
+    end = offset + len(items)
+    return PlanList(items=items, total=page.total, limit=limit, offset=offset,
+                    next_offset=end if end < page.total else None)
+
+
+__all__ = ["router"]

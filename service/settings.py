@@ -1,0 +1,133 @@
+"""Service configuration read from the environment.
+
+Owns: every knob of the running service (database, body size, solver pool, time limits,
+input bounds) with its environment variable, default and meaning. Must not: read the
+environment at import time; `get_settings()` builds the object on first use.
+
+Every field is read from `ATLAS_<FIELD NAME IN CAPITALS>`; the database URL is also read
+from the conventional `DATABASE_URL`.
+"""
+
+import os
+from functools import cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_SQLITE_PATH = Path("atlas-planner.db")
+"""Embedded store used when no database URL is configured (relative to the working dir)."""
+
+
+class Settings(BaseSettings):
+    """Runtime configuration of the API service (environment variables in brackets)."""
+
+    model_config = SettingsConfigDict(env_prefix="ATLAS_", extra="ignore", frozen=True)
+
+    database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("DATABASE_URL", "ATLAS_DATABASE_URL"),
+        description="SQLAlchemy URL of the plan store [DATABASE_URL], e.g. "
+        "postgresql+psycopg://user:pass@host:5432/atlas; unset = SQLite at sqlite_path.",
+    )
+    sqlite_path: Path = Field(
+        default=DEFAULT_SQLITE_PATH,
+        description="File of the embedded SQLite store when database_url is unset "
+        "[ATLAS_SQLITE_PATH].",
+    )
+    max_body_bytes: int = Field(
+        default=4 * 2**20, ge=1024,
+        description="Largest accepted request body in bytes [ATLAS_MAX_BODY_BYTES].")
+    solver_threads: int = Field(
+        default_factory=lambda: max(1, min(4, os.cpu_count() or 1)), ge=1, le=256,
+        description="Threads that run searches (plans, schedule optimisation, placement) "
+        "[ATLAS_SOLVER_THREADS].")
+    solver_queue: int = Field(
+        default=8, ge=0, le=10_000,
+        description="Searches that may wait for a thread; beyond threads + queue the service "
+        "answers 503 overloaded [ATLAS_SOLVER_QUEUE].")
+    max_search_workers: int = Field(
+        default=8, ge=1, le=64,
+        description="Cap on the CP-SAT worker threads one search may use "
+        "[ATLAS_MAX_SEARCH_WORKERS].")
+    default_time_limit_s: float = Field(
+        default=10.0, gt=0.0,
+        description="Search time limit when a request gives none [ATLAS_DEFAULT_TIME_LIMIT_S].")
+    max_time_limit_s: float = Field(
+        default=60.0, gt=0.0,
+        description="Hard cap on any request's search time limit; larger requests are "
+        "clamped [ATLAS_MAX_TIME_LIMIT_S].")
+    time_limit_grace_s: float = Field(
+        default=10.0, ge=0.0,
+        description="Extra wall time (model building, scoring, storing) allowed beyond the "
+        "search limit before a request answers 503 solver-time-limit "
+        "[ATLAS_TIME_LIMIT_GRACE_S].")
+    retry_after_s: int = Field(
+        default=5, ge=1, description="Retry-After seconds sent with 503 answers "
+        "[ATLAS_RETRY_AFTER_S].")
+    max_world_size: int = Field(
+        default=65_536, ge=1,
+        description="Largest cluster or parallel world size in GPUs [ATLAS_MAX_WORLD_SIZE].")
+    max_layers: int = Field(
+        default=1_024, ge=1, description="Most transformer layers in a model [ATLAS_MAX_LAYERS].")
+    max_experts: int = Field(
+        default=4_096, ge=1,
+        description="Most routed experts per MoE layer [ATLAS_MAX_EXPERTS].")
+    max_sequence_length: int = Field(
+        default=4 * 2**20, ge=1,
+        description="Longest training sequence in tokens [ATLAS_MAX_SEQUENCE_LENGTH].")
+    max_global_batch_size: int = Field(
+        default=2**20, ge=1,
+        description="Largest global batch in sequences [ATLAS_MAX_GLOBAL_BATCH_SIZE].")
+    max_pipeline_stages: int = Field(
+        default=512, ge=1,
+        description="Most pipeline stages (pp) [ATLAS_MAX_PIPELINE_STAGES].")
+    max_micro_batches: int = Field(
+        default=8_192, ge=1,
+        description="Most micro-batches per step per pipeline [ATLAS_MAX_MICRO_BATCHES].")
+    max_pipeline_ops: int = Field(
+        default=200_000, ge=1,
+        description="Largest simulated timeline (stages x micro-batches x chunks x 3 ops) "
+        "[ATLAS_MAX_PIPELINE_OPS].")
+    max_mesh_ranks: int = Field(
+        default=16_384, ge=1,
+        description="Largest mesh whose ranks are listed one by one [ATLAS_MAX_MESH_RANKS].")
+    max_placement_cells: int = Field(
+        default=2**20, ge=1,
+        description="Largest MoE token matrix (ranks x experts) [ATLAS_MAX_PLACEMENT_CELLS].")
+    log_level: str = Field(default="INFO", description="Logging level [ATLAS_LOG_LEVEL].")
+
+    @model_validator(mode="after")
+    def _limits_ordered(self) -> "Settings":
+        if self.default_time_limit_s > self.max_time_limit_s:
+            raise ValueError(
+                f"ATLAS_DEFAULT_TIME_LIMIT_S={self.default_time_limit_s} exceeds "
+                f"ATLAS_MAX_TIME_LIMIT_S={self.max_time_limit_s}: lower the default or raise "
+                "the cap")
+        return self
+
+    def resolved_database_url(self) -> str:
+        """The SQLAlchemy URL to connect to (SQLite file when none is configured)."""
+        if self.database_url:
+            return normalise_database_url(self.database_url)
+        return f"sqlite:///{self.sqlite_path}"
+
+
+def normalise_database_url(url: str) -> str:
+    """Pick the psycopg (v3) driver for PostgreSQL URLs that name no driver.
+
+    `postgres://` and `postgresql://` would select psycopg2, which is not installed.
+    """
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+@cache
+def get_settings() -> Settings:
+    """The process-wide settings, read from the environment on first use."""
+    return Settings()
+
+
+__all__ = ["DEFAULT_SQLITE_PATH", "Settings", "get_settings", "normalise_database_url"]

@@ -1,0 +1,108 @@
+"""Shared helpers of the service tests: an in-process HTTP client and a scripted planner.
+
+The client drives the ASGI app through httpx's ASGI transport on a blocking portal (a
+private event loop thread), with the app's lifespan entered, so tests are synchronous and
+may send requests from several threads at once.
+"""
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from fastapi import FastAPI
+
+from api_schemas.parallel import ParallelConfig
+from api_schemas.plan import Explanation, PlanResponse, PlanStatus, SolverStats
+from api_schemas.requests import PlanRequest
+from models.errors import InfeasibleError
+
+
+class PortalTransport(httpx.BaseTransport):
+    """A synchronous httpx transport that runs requests on the portal's event loop."""
+
+    def __init__(self, app: FastAPI, portal: BlockingPortal) -> None:
+        self._inner = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        self._portal = portal
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        body = request.read()
+
+        async def send() -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+            inner = httpx.Request(request.method, request.url, headers=request.headers,
+                                  content=body)
+            response = await self._inner.handle_async_request(inner)
+            content = b"".join([chunk async for chunk in response.stream])  # type: ignore[union-attr]
+            return response.status_code, response.headers.raw, content
+
+        status, headers, content = self._portal.call(send)
+        return httpx.Response(status, headers=headers, content=content)
+
+
+@contextmanager
+def serve_in_process(app: FastAPI) -> Iterator[httpx.Client]:
+    """An httpx client bound to `app`, with the app's lifespan running around it."""
+    with start_blocking_portal() as portal:
+        with portal.wrap_async_context_manager(app.router.lifespan_context(app)):
+            transport = PortalTransport(app, portal)
+            with httpx.Client(transport=transport, base_url="http://testserver") as client:
+                yield client
+
+
+@dataclass
+class ScriptedPlanner:
+    """A stand-in for `solver.plan` whose behaviour each test chooses.
+
+    It records every request it receives, can wait on an event (to hold a search open),
+    sleep, or raise `InfeasibleError`, and otherwise returns a plan that pins tp from the
+    request's constraints.
+    """
+
+    infeasible: bool = False
+    sleep_s: float = 0.0
+    gate: threading.Event | None = None
+    calls: list[PlanRequest] = field(default_factory=list)
+    started: threading.Event = field(default_factory=threading.Event)
+
+    def __call__(self, request: PlanRequest, *,
+                 progress: Callable[[str], None] | None = None) -> PlanResponse:
+        self.calls.append(request)
+        self.started.set()
+        if progress is not None:
+            progress("scripted search started")
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        if self.infeasible:
+            raise InfeasibleError(
+                "stage 0 needs 95.1 GiB but 80.0 GiB fit", diagnostics={
+                    "binding": "memory", "stage": 0, "over_bytes": 16_428_000_000,
+                    "relaxations": ["use 2x the GPUs", "allow full recompute"]})
+        tp = request.constraints.tp if isinstance(request.constraints.tp, int) else 8
+        world = request.cluster.num_nodes * (request.cluster.gpus_per_node or 8)
+        parallel = ParallelConfig(tp=tp, pp=1, dp=max(1, world // tp))
+        preset = getattr(request.model, "preset", "explicit")
+        gpu = request.cluster.gpu if isinstance(request.cluster.gpu, str) else "custom"
+        return PlanResponse(
+            status=PlanStatus.OPTIMAL, model_name=preset, gpu=gpu, world_size=world,
+            parallel=parallel, num_micro_batches=4,
+            explanation=Explanation(summary=f"tp={tp} chosen by the scripted planner"),
+            solver=SolverStats(wall_time_s=0.001, candidates=3, evaluated=3, gap=0.0,
+                               status="optimal"))
+
+
+def plan_body(**overrides: Any) -> dict[str, Any]:
+    """A small plan request (8 H100 nodes, Llama 3.1 70B); keys replaced by `overrides`."""
+    body: dict[str, Any] = {
+        "model": {"preset": "llama-3.1-70b"},
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 8, "gpus_per_node": 8},
+        "training": {"global_batch_size": 512, "sequence_length": 8192},
+        "solver": {"time_limit_s": 5, "top_k": 3},
+    }
+    body.update(overrides)
+    return body
