@@ -114,7 +114,7 @@ def check_model_input(model: ModelInput, settings: Settings) -> ModelSpec:
         LimitExceededError: too many layers or experts.
     """
     if isinstance(model, ModelFromHf):
-        check_hf_config(model.hf_config, settings)
+        check_hf_config(model.hf_config, settings, field="model.hf_config")
     spec = resolve_model(model).spec
     check_model_spec(spec, settings)
     return spec
@@ -124,22 +124,25 @@ _HF_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
 _HF_EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 
 
-def check_hf_config(config: dict[str, object], settings: Settings) -> None:
+def check_hf_config(config: dict[str, object], settings: Settings, *,
+                    field: str = "config") -> None:
     """Bounds of a raw Hugging Face config, checked before it is read (reading walks layers).
 
     Args:
         config: the parsed config.json; only its layer and expert counts are looked at.
         settings: the configured bounds.
+        field: where the config sits in the request body.
     """
     named = bounds(settings)
     for key in _HF_LAYER_KEYS:
         value = config.get(key)
         if isinstance(value, int):
-            check_bound(value, named["layers"], field=f"config.{key}", what="the layer count")
+            check_bound(value, named["layers"], field=f"{field}.{key}",
+                        what="the layer count")
     for key in _HF_EXPERT_KEYS:
         value = config.get(key)
         if isinstance(value, int):
-            check_bound(value, named["experts"], field=f"config.{key}",
+            check_bound(value, named["experts"], field=f"{field}.{key}",
                         what="the routed expert count")
 
 

@@ -18,12 +18,15 @@ _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.
                                 "schema": {"type": "string"}}}
 
 
-def problem_responses(*codes: ProblemCode, body: bool = True) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI responses for the given codes, plus `internal` (and, with a body,
-    `invalid-request` and `payload-too-large`)."""
+def problem_responses(*codes: ProblemCode, params: bool = True,
+                      body: bool = True) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI responses for the given codes plus `internal`, `invalid-request` when the
+    route takes parameters or a body, and `payload-too-large` when it takes a body."""
     wanted: list[ProblemCode] = list(codes) + ["internal"]
+    if params or body:
+        wanted.append("invalid-request")
     if body:
-        wanted += ["invalid-request", "payload-too-large"]
+        wanted.append("payload-too-large")
     by_status: dict[int, list[ProblemCode]] = {}
     for code in wanted:
         by_status.setdefault(PROBLEM_STATUS[code], [])

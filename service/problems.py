@@ -33,7 +33,8 @@ PROBLEM_STATUS: dict[ProblemCode, int] = {
     "internal": 500,
 }
 """The only code -> HTTP status table. Routing errors (unknown path, wrong method) keep the
-status the router chose (404, 405) under the code `invalid-request`."""
+status the router chose (404, 405) under the code `invalid-request`; an undecodable body
+(FastAPI's 400) is answered as `invalid-request` with 422 like any other invalid body."""
 
 PROBLEM_TITLES: dict[ProblemCode, str] = {
     "invalid-request": "The request does not match the API schema",
@@ -202,6 +203,12 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code >= 500:
         return await _on_unexpected_error(request, exc)
+    if exc.status_code == 400:
+        # FastAPI answers 400 when the body cannot be decoded at all (e.g. invalid UTF-8).
+        return problem_response(
+            "invalid-request", instance=request.url.path,
+            detail=f"body: {exc.detail}; send a UTF-8 JSON object matching the schema",
+            errors=[{"loc": ["body"], "msg": str(exc.detail), "type": "body_unreadable"}])
     detail = (f"{request.method} {request.url.path}: {exc.detail}; see /docs for the "
               "endpoints and their methods")
     return problem_response("invalid-request", detail=detail, instance=request.url.path,

@@ -76,7 +76,7 @@ def _model_catalog() -> ModelCatalog:
 
 
 @router.get("/v1/catalog/gpus", summary="GPU and node presets",
-            responses=problem_responses(body=False))
+            responses=problem_responses(params=False, body=False))
 def catalog_gpus() -> GpuCatalog:
     """Every GPU preset (memory, dense peak FLOP/s per format, HBM bandwidth, sources) and
     every node preset (GPUs per node, achievable link bandwidths, host memory)."""
@@ -84,7 +84,7 @@ def catalog_gpus() -> GpuCatalog:
 
 
 @router.get("/v1/catalog/models", summary="Model presets with parameter counts",
-            responses=problem_responses(body=False))
+            responses=problem_responses(params=False, body=False))
 def catalog_models() -> ModelCatalog:
     """Every model preset: packaged Hugging Face configs and published Megatron GPT shapes,
     each with total, activated and MTP parameter counts."""

@@ -24,7 +24,7 @@ SERVICE_VERSION = "0.1.0"
 @router.get(
     "/healthz", summary="Liveness and database reachability",
     responses={503: {"description": "The database does not answer.",
-                     "model": HealthReport}, **problem_responses(body=False)},
+                     "model": HealthReport}, **problem_responses(params=False, body=False)},
 )
 async def healthz(context: ContextDep, response: Response) -> HealthReport:
     """200 with `status: ok` when the process runs and the database answers a trivial

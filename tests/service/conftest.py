@@ -78,7 +78,7 @@ def postgres_url() -> Iterator[str]:
         admin.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Each persistence test runs on SQLite and on PostgreSQL (skipped without a server)."""
     if request.param == "sqlite":

@@ -83,7 +83,9 @@ class ScriptedPlanner:
                 "stage 0 needs 95.1 GiB but 80.0 GiB fit", diagnostics={
                     "binding": "memory", "stage": 0, "over_bytes": 16_428_000_000,
                     "relaxations": ["use 2x the GPUs", "allow full recompute"]})
-        tp = request.constraints.tp if isinstance(request.constraints.tp, int) else 8
+        pinned = request.constraints.tp
+        tp = pinned if isinstance(pinned, int) and not isinstance(pinned, bool) and pinned > 0 \
+            else 8
         world = request.cluster.num_nodes * (request.cluster.gpus_per_node or 8)
         parallel = ParallelConfig(tp=tp, pp=1, dp=max(1, world // tp))
         preset = getattr(request.model, "preset", "explicit")

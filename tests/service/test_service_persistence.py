@@ -1,0 +1,124 @@
+"""The plan store on SQLite and on PostgreSQL: repository functions, the unique request
+hash, filters and pagination, and reading a plan back after the service restarts."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from service_testkit import ScriptedPlanner, plan_body, serve_in_process
+from sqlmodel import Session
+
+import service.routes.health as health_routes
+from service.app import create_app
+from service.persistence import (
+    PlanRecord,
+    check_database,
+    find_plan_by_hash,
+    get_plan,
+    init_db,
+    list_plans,
+    make_engine,
+    save_plan,
+)
+from service.settings import Settings
+
+
+def record(index: int, *, status: str = "optimal", model: str = "llama-3.1-70b",
+           gpu: str = "h100-sxm5-80gb") -> PlanRecord:
+    """A plan row with a distinct id, hash and creation time."""
+    return PlanRecord(
+        id=f"{index:032x}", request_hash=f"{index:064x}", status=status, model_name=model,
+        gpu=gpu, world_size=64, objective="throughput",
+        created_at=datetime(2025, 1, 1, tzinfo=UTC) + timedelta(minutes=index),
+        request_json={"n": index}, response_json={"id": f"{index:032x}", "nested": [1, 2.5]},
+        solver_stats_json={"wall_time_s": 0.5}, diagnostics_json=None)
+
+
+@pytest.fixture
+def engine(database_url: str) -> Any:
+    built = make_engine(database_url)
+    init_db(built)
+    init_db(built)  # idempotent
+    yield built
+    built.dispose()
+
+
+def test_save_and_get_round_trip(engine: Any) -> None:
+    with Session(engine) as session:
+        saved = save_plan(session=session, record=record(1))
+        assert saved.id == f"{1:032x}"
+    with Session(engine) as session:
+        loaded = get_plan(session=session, plan_id=f"{1:032x}")
+        assert loaded is not None
+        assert loaded.response_json == {"id": f"{1:032x}", "nested": [1, 2.5]}
+        assert loaded.solver_stats_json == {"wall_time_s": 0.5}
+        assert get_plan(session=session, plan_id="f" * 32) is None
+        assert find_plan_by_hash(session=session, request_hash=f"{1:064x}") is not None
+    assert check_database(engine)
+
+
+def test_same_request_hash_returns_the_first_row(engine: Any) -> None:
+    with Session(engine) as session:
+        first = save_plan(session=session, record=record(2))
+    duplicate = record(3)
+    duplicate.request_hash = f"{2:064x}"
+    with Session(engine) as session:
+        stored = save_plan(session=session, record=duplicate)
+        assert stored.id == first.id
+        assert get_plan(session=session, plan_id=duplicate.id) is None
+
+
+def test_list_filters_and_paginates_newest_first(engine: Any) -> None:
+    rows = [record(i, status="infeasible" if i % 3 == 0 else "optimal",
+                   model="deepseek-v3" if i % 2 else "llama-3.1-70b") for i in range(1, 11)]
+    with Session(engine) as session:
+        for row in rows:
+            save_plan(session=session, record=row)
+    with Session(engine) as session:
+        page = list_plans(session=session, limit=4, offset=0)
+        assert page.total == 10
+        assert [r.id for r in page.records] == [f"{i:032x}" for i in (10, 9, 8, 7)]
+        last = list_plans(session=session, limit=4, offset=8)
+        assert [r.id for r in last.records] == [f"{i:032x}" for i in (2, 1)]
+        odd = list_plans(session=session, limit=50, model_name="deepseek-v3")
+        assert odd.total == 5
+        infeasible = list_plans(session=session, limit=50, status="infeasible",
+                                model_name="deepseek-v3")
+        assert [r.id for r in infeasible.records] == [f"{i:032x}" for i in (9, 3)]
+        assert list_plans(session=session, limit=5, gpu="mi300x").total == 0
+
+
+def test_unreachable_database_is_reported() -> None:
+    engine = make_engine("postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1")
+    assert not check_database(engine)
+
+
+def test_plan_survives_a_restart(database_url: str) -> None:
+    settings = Settings(database_url=database_url)
+    with serve_in_process(create_app(settings, planner=ScriptedPlanner())) as client:
+        created = client.post("/v1/plans", json=plan_body())
+        assert created.status_code == 201
+        plan_id = created.json()["id"]
+        before = client.get(f"/v1/plans/{plan_id}").content
+    restarted = ScriptedPlanner()
+    with serve_in_process(create_app(settings, planner=restarted)) as client:
+        after = client.get(f"/v1/plans/{plan_id}")
+        assert after.status_code == 200
+        assert after.content == before
+        assert after.json() == created.json()
+        again = client.post("/v1/plans", json=plan_body())
+        assert again.status_code == 200 and again.json()["id"] == plan_id
+        assert restarted.calls == []
+        health = client.get("/healthz").json()
+        assert health["database"] == "ok"
+
+
+def test_health_reports_an_unreachable_database(client: Any,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    assert client.get("/healthz").json() == {
+        "status": "ok", "database": "ok", "database_backend": "sqlite", "version": "0.1.0"}
+    monkeypatch.setattr(health_routes, "check_database", lambda engine: False)
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["status"] == "degraded"
+    assert response.json()["database"] == "unreachable"

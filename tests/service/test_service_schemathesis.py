@@ -1,0 +1,44 @@
+"""Property-based API test: schemathesis generates requests from the OpenAPI document and
+checks that no response is a server error or breaks the documented schema, status codes,
+media types or headers. Bounded to a few hundred cases in all."""
+
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from service_testkit import ScriptedPlanner
+
+from service.app import create_app
+from service.settings import Settings
+
+CASES_PER_OPERATION = 25
+"""Hypothesis examples per operation (about 10 operations: a few hundred cases)."""
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
+          response_schema_conformance, response_headers_conformance]
+
+
+def _app() -> Any:
+    # In-memory SQLite (one shared connection): nothing is written to disk.
+    config = Settings(database_url="sqlite://", default_time_limit_s=1.0,
+                      max_time_limit_s=1.0, solver_threads=2)
+    return create_app(config, planner=ScriptedPlanner())
+
+
+schema = schemathesis.openapi.from_asgi("/openapi.json", _app())
+
+
+@pytest.mark.slow
+@schema.parametrize()
+@settings(max_examples=CASES_PER_OPERATION, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+def test_api_conforms_to_its_schema(case: Any) -> None:
+    case.call_and_validate(checks=CHECKS)
