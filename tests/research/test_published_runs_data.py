@@ -1,5 +1,8 @@
 """Schema and internal-consistency checks for research/data/published_runs.json.
 
+The companion research/data/gemm_efficiency.json gets a schema check and a peak bound at
+the end of this module.
+
 The file is a transcription of published training-throughput tables. These tests do not
 re-derive any published number from a cost model; they check that the transcription is
 well formed and that figures printed side by side in one source agree with each other
@@ -232,47 +235,45 @@ def test_run_schema(run):
         assert value is None or (isinstance(value, int) and value >= 1), deg
 
 
-@pytest.mark.parametrize("run", RUNS, ids=_run_id)
+@pytest.mark.parametrize("run", [r for r in RUNS if _mesh_product(r) is not None], ids=_run_id)
 def test_mesh_product_matches_gpu_count(run):
-    product = _mesh_product(run)
-    if product is None:
-        pytest.skip("a degree or the GPU count is not stated")
-    matches = product == run["hardware"]["num_gpus"]
+    matches = _mesh_product(run) == run["hardware"]["num_gpus"]
     assert matches != ("mesh_product" in run["consistency_exceptions"])
 
 
-@pytest.mark.parametrize("run", RUNS, ids=_run_id)
+@pytest.mark.parametrize("run", [r for r in RUNS if _mfu_gap(r) is not None], ids=_run_id)
 def test_tflops_agree_with_mfu(run):
-    gap = _mfu_gap(run)
-    if gap is None:
-        pytest.skip("TF/s, MFU and the source's peak are not all printed")
-    assert gap <= MFU_ABS_TOL
+    assert _mfu_gap(run) <= MFU_ABS_TOL
 
 
-@pytest.mark.parametrize("run", RUNS, ids=_run_id)
+@pytest.mark.parametrize("run", [r for r in RUNS if _aggregate_rel_gap(r) is not None], ids=_run_id)
 def test_aggregate_agrees_with_per_gpu(run):
-    gap = _aggregate_rel_gap(run)
-    if gap is None:
-        pytest.skip("no aggregate figure")
-    consistent = gap <= REL_TOL_AGGREGATE
+    consistent = _aggregate_rel_gap(run) <= REL_TOL_AGGREGATE
     assert consistent != ("aggregate_pflops" in run["consistency_exceptions"])
 
 
-@pytest.mark.parametrize("run", RUNS, ids=_run_id)
+@pytest.mark.parametrize(
+    "run",
+    [r for r in RUNS
+     if r["measured"]["tokens_per_s_total"] is not None and r["measured"]["iteration_time_s"] is not None],
+    ids=_run_id,
+)
 def test_total_tokens_agree_with_batch_and_iteration_time(run):
     meas, par, mdl = run["measured"], run["parallel"], run["model"]
-    if meas["tokens_per_s_total"] is None or meas["iteration_time_s"] is None:
-        pytest.skip("tokens/s and iteration time are not both printed")
     expected = par["global_batch_size"] * mdl["seq_len"] / meas["iteration_time_s"]
     assert meas["tokens_per_s_total"] == pytest.approx(expected, rel=REL_TOL_TOKENS)
 
 
-@pytest.mark.parametrize("run", RUNS, ids=_run_id)
+def _has_flops_pair(run: dict) -> bool:
+    meas = run["measured"]
+    return (meas["tokens_per_s_per_gpu"] is not None and meas["tflops_per_gpu"] is not None
+            and _dims_for(run) is not None)
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if _has_flops_pair(r)], ids=_run_id)
 def test_implied_flops_per_token_is_plausible(run):
     meas = run["measured"]
     dims = _dims_for(run)
-    if meas["tokens_per_s_per_gpu"] is None or meas["tflops_per_gpu"] is None or dims is None:
-        pytest.skip("needs tokens/s, TF/s and a standard (non-MLA) architecture")
     implied = meas["tflops_per_gpu"] * 1e12 / meas["tokens_per_s_per_gpu"]
     causal_estimate, full_estimate = _flops_per_token_bounds(dims, run["model"]["seq_len"])
     low, high = FLOPS_PER_TOKEN_RATIO_RANGE
@@ -316,3 +317,50 @@ def test_derived_tokens_per_second_from_gpu_hours():
     for run in rows:
         expected = 1e12 / (run["measured"]["gpu_hours_per_trillion_tokens"] * 3600)
         assert run["derived"]["tokens_per_s_per_gpu"] == pytest.approx(expected, abs=0.1)
+
+
+# --------------------------------------------------------------------------------------
+# research/data/gemm_efficiency.json: the companion GEMM/attention efficiency points.
+
+GEMM_PATH = DATA_PATH.with_name("gemm_efficiency.json")
+GEMM = json.loads(GEMM_PATH.read_text(encoding="utf-8"))
+GEMM_KINDS = {"gemm", "batched_gemm", "grouped_gemm_contiguous", "grouped_gemm_masked",
+              "mamf_best", "attention_fwd", "attention_fwd_bwd"}
+
+
+def _peak_for(point: dict) -> float:
+    peaks = GEMM["dense_peaks_tflops"][point["gpu"]]
+    return peaks["fp8"] if point["dtype"].startswith("fp8") else peaks["bf16"]
+
+
+def test_gemm_points_schema():
+    sources = {s["id"] for s in GEMM["sources"]}
+    ids = [p["id"] for p in GEMM["points"]]
+    assert len(ids) == len(set(ids))
+    assert {p["source_id"] for p in GEMM["points"]} == sources
+    for p in GEMM["points"]:
+        assert p["kind"] in GEMM_KINDS, p["id"]
+        assert p["gpu"] in GPU_IDS and p["gpu"] in GEMM["dense_peaks_tflops"], p["id"]
+        assert p["verification"] in VERIFICATION_TAGS
+        if p["kind"].startswith("attention"):
+            assert p["seq_len"] and p["head_dim"] and isinstance(p["causal"], bool), p["id"]
+        else:
+            assert all(isinstance(p[d], int) and p[d] > 0 for d in ("m", "n", "k")), p["id"]
+        if p["achieved_tflops"] is None:
+            assert p["notes"], f"{p['id']}: a missing value must say why"
+
+
+def test_gemm_points_do_not_exceed_dense_peak():
+    for p in GEMM["points"]:
+        if p["achieved_tflops"] is not None:
+            assert 0 < p["achieved_tflops"] < _peak_for(p), p["id"]
+
+
+def test_gemm_efficiency_rises_with_size_on_the_xla_grid():
+    """Cubes on the H100 grid: efficiency grows monotonically from 256^3 to 4096^3."""
+    cubes = sorted((p["m"], p["achieved_tflops"]) for p in GEMM["points"]
+                   if p["source_id"] == "xla_perf_table" and p["gpu"] == "h100-sxm5-80gb"
+                   and p["m"] == p["n"] == p["k"])
+    assert [m for m, _ in cubes] == [256, 512, 1024, 2048, 4096]
+    values = [v for _, v in cubes]
+    assert values == sorted(values)
