@@ -10,10 +10,9 @@ where P is the dense peak of the input format, occ = tiles / (waves x SMs) is th
 quantisation of ceil(M/64) ceil(N/64) output tiles over the SMs, B the element bytes and BW
 the HBM bandwidth. Source: NVIDIA "Matrix Multiplication Background User's Guide" (tile and
 wave quantisation); the form and t_launch, tile size and c_io were fitted on the XLA H100 BF16
-matmul table (125 shapes 256..4096: median |log error| 4.6%) and checked, held out, on the
-B200 BF16 and FP8 tables (median 5.1% and 4.7% with eta_max refitted) - see
-research/CALIBRATION.md. eta_max per GPU family and format is calibrated on one maximum-
-achievable-matmul measurement each (ml-engineering MAMF table) unless stated.
+matmul table (125 shapes 256..4096) and eta_max per GPU family and format on the table named
+in its profile; the data held out from each fit and the errors are in research/CALIBRATION.md
+(regenerate with research/calibrate_kernels.py).
 
 Attention model: FLOPs / (P * eta_attn * s / (s + s_half)), with eta_attn for fused (flash)
 kernels or materialised softmax, calibrated on the FlashAttention-2/3 repository benchmarks.
@@ -60,23 +59,25 @@ class KernelProfile:
 PROFILES: dict[str, KernelProfile] = {
     "ampere": KernelProfile(
         family="ampere", num_sms=108,
-        gemm_peak_frac={DType.BF16: 0.97, DType.FP16: 0.97, DType.TF32: 0.9},
+        gemm_peak_frac={DType.BF16: 0.89, DType.FP16: 0.89, DType.TF32: 0.85},
         flash_attention_frac=0.66, materialized_attention_frac=0.28, attention_seq_half=160,
-        calibration="eta_max from MAMF A100 BF16 271.2 TFLOP/s at (1024, 10240, 5120); "
+        calibration="eta_max: MAMF A100 BF16 best shape (271.2 TFLOP/s, implied 0.975) times the "
+                    "typical/best ratio measured on H100 (0.90 / 0.986); "
                     "attention from FlashAttention-2 A100 fwd+bwd d=128 (203 TFLOP/s at 16k; "
                     "PyTorch unfused 86 TFLOP/s at 8k)"),
     "hopper": KernelProfile(
         family="hopper", num_sms=132,
-        gemm_peak_frac={DType.BF16: 0.90, DType.FP16: 0.90, DType.FP8: 0.80, DType.TF32: 0.85},
-        flash_attention_frac=0.50, materialized_attention_frac=0.15, attention_seq_half=220,
-        calibration="eta_max BF16 fitted on the XLA H100 table; FP8 from MAMF H100 FP8 "
-                    "1402.6 TFLOP/s; attention: cuDNN/FlashAttention-3 forward 648 TFLOP/s at "
-                    "d=128 (0.65) with backward assumed at 0.75x forward throughput"),
+        gemm_peak_frac={DType.BF16: 0.90, DType.FP16: 0.90, DType.FP8: 0.77, DType.TF32: 0.85},
+        flash_attention_frac=0.50, materialized_attention_frac=0.17, attention_seq_half=220,
+        calibration="eta_max BF16 fitted on the XLA H100 table; FP8 fitted on the DeepGEMM "
+                    "H800 table (block-scaled FP8); attention: cuDNN/FlashAttention-3 forward "
+                    "648 TFLOP/s at d=128 (0.65) with backward assumed at 0.75x forward "
+                    "throughput (FlashAttention-2 alone measures 0.34 fwd+bwd)"),
     "blackwell": KernelProfile(
         family="blackwell", num_sms=148,
-        gemm_peak_frac={DType.BF16: 0.82, DType.FP16: 0.82, DType.FP8: 0.78, DType.TF32: 0.8},
+        gemm_peak_frac={DType.BF16: 0.665, DType.FP16: 0.665, DType.FP8: 0.705, DType.TF32: 0.6},
         flash_attention_frac=0.45, materialized_attention_frac=0.12, attention_seq_half=220,
-        calibration="eta_max from MAMF B200 BF16 1745 and FP8 3432.5 TFLOP/s; attention "
+        calibration="eta_max fitted on the XLA B200 BF16 and FP8 tables; attention "
                     "assumed as Hopper scaled down (no public B200 attention benchmark read)"),
     "cdna3": KernelProfile(
         family="cdna3", num_sms=304,
