@@ -14,6 +14,7 @@ printed figures really disagree; the exception itself is tested so that it canno
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -317,6 +318,17 @@ def test_derived_tokens_per_second_from_gpu_hours():
     for run in rows:
         expected = 1e12 / (run["measured"]["gpu_hours_per_trillion_tokens"] * 3600)
         assert run["derived"]["tokens_per_s_per_gpu"] == pytest.approx(expected, abs=0.1)
+
+
+def test_run_ids_named_in_the_notes_exist():
+    """Every run id quoted in research/published_runs.md (calibration picks, table) exists."""
+    notes = (DATA_PATH.parents[1] / "published_runs.md").read_text(encoding="utf-8")
+    known = {r["id"] for r in RUNS}
+    quoted = {m for m in re.findall(r"`([a-z0-9][a-z0-9.\-]+)`", notes) if m.count("-") >= 2}
+    run_like = {q for q in quoted if q.split("-")[0] in {r["id"].split("-")[0] for r in RUNS}}
+    assert run_like, "the notes quote run ids"
+    assert run_like <= known, sorted(run_like - known)
+    assert known <= run_like, "the notes' table lists every run"
 
 
 # --------------------------------------------------------------------------------------
