@@ -281,7 +281,9 @@ def _cp_comm(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
 def _layer_mode(parallel: ParallelConfig, stage: int, position: int) -> RecomputeMode:
     policy = parallel.policy_of(stage).recompute
     if isinstance(policy, FullLayers):
-        return RecomputeMode.FULL if position < policy.full_layers else RecomputeMode.NONE
+        if position < policy.full_layers:
+            return RecomputeMode.FULL
+        return RecomputeMode(policy.others)
     return policy
 
 
