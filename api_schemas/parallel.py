@@ -73,9 +73,11 @@ DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = (RecomputeModule.CORE_A
 
 
 class FullLayers(SpecModel):
-    """Full recomputation of the first n layers of a stage (the rest store everything)."""
+    """Full recomputation of the first n layers of a stage; the others follow `others`."""
 
     full_layers: NonNegativeInt = Field(description="Layers of the stage fully recomputed.")
+    others: Literal["none", "selective"] = Field(
+        default="none", description="Policy of the stage's remaining layers.")
 
 
 Recompute = RecomputeMode | FullLayers

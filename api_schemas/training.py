@@ -97,6 +97,17 @@ class TrainingSpec(SpecModel):
         "weighted combine (Megatron default); false when the router probabilities are applied "
         "before the down projection or that gradient is rewritten (Kimi K3 Sec. 5.2).",
     )
+    overlap_grad_reduce: bool = Field(
+        default=True,
+        description="Data-parallel gradient reduction overlaps the last micro-batch's "
+        "backward (Megatron --overlap-grad-reduce); false = it runs after the pipeline "
+        "flush, as in Megatron-LM 2021 and Korthikanti et al. 2022.",
+    )
+    overlap_tp_comm: bool = Field(
+        default=False,
+        description="Tensor-parallel collectives overlap the GEMMs (Transformer Engine "
+        "userbuffers); false = exposed, as in Megatron-LM 2021.",
+    )
     ema: EmaPlacement = Field(
         default=EmaPlacement.NONE,
         description="Parameter EMA: none, on the GPU, or in host memory (DeepSeek-V3).",

@@ -282,7 +282,9 @@ def _activation_context(training: TrainingSpec, parallel: ParallelConfig,
 def _recompute_mode_of(policy_recompute: RecomputeMode | FullLayers,
                        position: int) -> RecomputeMode:
     if isinstance(policy_recompute, FullLayers):
-        return RecomputeMode.FULL if position < policy_recompute.full_layers else RecomputeMode.NONE
+        if position < policy_recompute.full_layers:
+            return RecomputeMode.FULL
+        return RecomputeMode(policy_recompute.others)
     return policy_recompute
 
 

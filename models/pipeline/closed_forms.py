@@ -41,7 +41,8 @@ def peak_in_flight_chunks(
     arXiv:2104.04473 Sec. 2.2.1 (1F1B keeps at most p in flight); interleaved warm-up of
     Megatron-LM `get_pp_rank_microbatches` (2(p-1-d) + (v-1)N forwards before the first
     backward); Zero Bubble arXiv:2401.10241 Table 2 (ZB-H1 p M_B, ZB-H2 (2p-1) M_B) and
-    Sec. 6 (ZB-V 2p chunks = p M_B); DeepSeek-V3 arXiv:2412.19437 Table 2 (DualPipe PP+1).
+    Sec. 6 (ZB-V 2p chunks = p M_B, for m >= 2p-1; fewer micro-batches hold
+    min(m, 2p-d-1) + min(m, d+1) chunks); DeepSeek-V3 arXiv:2412.19437 Table 2 (DualPipe PP+1).
     Legend: p=num_stages, m=num_micro_batches, v=num_chunks, d=stage, N=group_size,
     P=num_stages for the V placements.
     Assumes: the generators of this package (the reference orders); counts are events
@@ -66,7 +67,7 @@ def peak_in_flight_chunks(
     if schedule == S.ZB_H2:
         return min(2 * p - 1, m)
     if schedule == S.ZBV:
-        return min(2 * p, 2 * m)
+        return min(m, 2 * p - d - 1) + min(m, d + 1)
     if schedule == S.DUALPIPE:
         return p + 1
     return 2 * p + 1
@@ -188,11 +189,14 @@ def closed_form(
     Legend: p=PP=num_stages, m=num_micro_batches, v=num_chunks, F=forward_s,
     B=backward_input_s, W=backward_weight_s, F&B=overlapped_pair_s (default F+B+W).
     Assumes: the generators of this package, P2P latency 0, equal per-chunk costs.
-    Deviation: where the simulator and the paper disagree the simulator wins and the form
-    is restricted to its exact case: ZB-H1 gives (p-1)B when W > F; ZB-H2's global idle is
-    (p-1) max(F, F+B-2W) and only its span bubble is the paper's max(0, (p-1)(F+B-2W)),
-    both for m >= 2p-1; ZB-V's idle is (p-1)F with span bubble 0, exact for F = B = W; the
-    DualPipe/DualPipeV form holds only for F = B = W without overlap gain.
+    Deviation: the paper forms assume the papers' regime (W <= F <= B for ZB); the forms
+    below are the ones the simulator reproduces exactly for every cost ratio:
+    ZB-H1 global idle (p-1) max(F, B, F+B-W) and span bubble (p-1) max(B, F+B-W), both
+    the paper's (p-1)(F+B-W) when W <= min(F, B);
+    ZB-H2 (m >= 2p-1) span bubble (p-1) max(0, F+B-2W, B-F), the paper's when W <= F, and
+    global idle (p-1) max(F, F+B-2W, B-F) (the forward stagger); ZB-V idle (p-1)F with
+    span bubble 0, only for F = B = W and m >= 2p-1; DualPipe and DualPipeV only for
+    F = B = W without overlap gain (DualPipeV on P ranks is DualPipe on 2P ranks).
 
     Returns:
         The exact timing, or None where no closed form is exact (simulate instead).
@@ -217,12 +221,12 @@ def _bubble(schedule: PipelineSchedule, *, p: int, m: int, f: float, b: float, w
         idle = (p - 1) * (f + b + w)
         return idle, idle
     if schedule == S.ZB_H1:
-        idle = (p - 1) * (f + b - w) if w <= f else (p - 1) * b
-        return idle, idle
+        return (p - 1) * max(f, b, f + b - w), (p - 1) * max(b, f + b - w)
     if schedule == S.ZB_H2:
         if m < 2 * p - 1:
             return None
-        return (p - 1) * max(f, f + b - 2 * w), max(0.0, (p - 1) * (f + b - 2 * w))
+        lag = b - f
+        return (p - 1) * max(f, f + b - 2 * w, lag), (p - 1) * max(0.0, f + b - 2 * w, lag)
     equal = f == b == w and pair == f + b + w
     if not equal:
         return None

@@ -1,0 +1,68 @@
+"""The `POST /v1/collectives/estimate` answer: a request in, a response out.
+
+Owns: choosing between the explicit-link and the cluster model from the request and turning
+a `CollectiveCost` into the response schema. Must not: do I/O.
+"""
+
+import logging
+
+from api_schemas.collectives import (
+    CollectiveEstimateRequest,
+    CollectiveEstimateResponse,
+    CollectivePhase,
+)
+from models.collectives.alpha_beta import (
+    CollectiveCost,
+    alpha_beta_crossover_bytes,
+    flat_collective_cost,
+)
+from models.collectives.fabric import fabric_of
+from models.collectives.hierarchical import collective_cost
+
+logger = logging.getLogger(__name__)
+
+
+def estimate_collective(request: CollectiveEstimateRequest) -> CollectiveEstimateResponse:
+    """Bytes and alpha-beta time of the requested collective.
+
+    Raises:
+        InvalidSpecError: ranks_per_node does not divide num_ranks or exceeds a node.
+    """
+    crossover: float | None = None
+    if request.cluster is None:
+        bandwidth, latency = request.bandwidth_bytes_per_s, request.latency_s
+        assert bandwidth is not None and latency is not None  # the schema checks both
+        cost = flat_collective_cost(request.collective, num_ranks=request.num_ranks,
+                                    message_bytes=request.message_bytes,
+                                    bandwidth_bytes_per_s=bandwidth, latency_s=latency,
+                                    algorithm=request.algorithm)
+        if request.num_ranks > 1:
+            crossover = alpha_beta_crossover_bytes(
+                request.collective, num_ranks=request.num_ranks,
+                bandwidth_bytes_per_s=bandwidth, latency_s=latency, algorithm=cost.algorithm)
+    else:
+        per_node = request.ranks_per_node or min(request.num_ranks,
+                                                 request.cluster.gpus_per_node)
+        cost = collective_cost(request.collective, num_ranks=request.num_ranks,
+                               message_bytes=request.message_bytes,
+                               fabric=fabric_of(request.cluster), ranks_per_node=per_node)
+    return CollectiveEstimateResponse(
+        collective=cost.collective, algorithm=cost.algorithm, link=cost.link,
+        basis=cost.basis, num_ranks=cost.num_ranks, message_bytes=cost.message_bytes,
+        bytes_sent_per_rank=cost.bytes_sent_per_rank,
+        paper_volume_bytes=cost.paper_volume_bytes, wire_bytes=cost.wire_bytes,
+        time_s=cost.time_s, alpha_s=cost.alpha_s, beta_s=cost.beta_s,
+        algorithm_bandwidth_bytes_per_s=cost.algorithm_bandwidth_bytes_per_s,
+        bus_bandwidth_bytes_per_s=cost.bus_bandwidth_bytes_per_s,
+        alpha_beta_crossover_bytes=crossover, phases=[_phase(p) for p in cost.phases])
+
+
+def _phase(cost: CollectiveCost) -> CollectivePhase:
+    return CollectivePhase(
+        collective=cost.collective, algorithm=cost.algorithm, link=cost.link,
+        num_ranks=cost.num_ranks, message_bytes=cost.message_bytes,
+        bytes_sent_per_rank=cost.bytes_sent_per_rank, alpha_s=cost.alpha_s,
+        beta_s=cost.beta_s, time_s=cost.time_s)
+
+
+__all__ = ["estimate_collective"]

@@ -1,0 +1,278 @@
+"""Compute time of one layer (and of the output head) for one micro-batch on one rank.
+
+Owns: the GEMMs of each block with their rank-local shapes (tensor, context and expert
+parallelism applied), their forward (F), input-gradient (B) and weight-gradient (W) times,
+the attention core, the memory-bound elementwise kernels, and the extra time each kind of
+recomputation adds. Must not: include communication or pipeline effects (see
+`models/step_time.py`).
+
+Sources: the split of backward into an input-gradient GEMM and a weight-gradient GEMM of the
+same FLOPs as forward (Zero Bubble arXiv:2401.10241 Sec. 2, Table 1); GEMM and attention
+throughput from `models/kernels.py`; the backward of a fused attention kernel costs 2.5x its
+forward FLOPs (FlashAttention-2 arXiv:2307.08691 Sec. 4.1) and of a materialised one 2x.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec
+from api_schemas.dtypes import DType
+from api_schemas.hardware import GpuSpec
+from api_schemas.parallel import RecomputeModule
+from models.flops import attention_core_forward_flops
+from models.kernels import (
+    GEMM_TILE,
+    KernelProfile,
+    attention_time_s,
+    gemm_time_s,
+    memory_bound_time_s,
+    profile_for,
+)
+
+FLASH_BACKWARD_FLOP_RATIO = 2.5
+"""Backward / forward FLOPs of a fused attention kernel (it recomputes the scores).
+Source: FlashAttention-2 arXiv:2307.08691 Sec. 4.1."""
+
+MATERIALIZED_BACKWARD_FLOP_RATIO = 2.0
+"""Backward / forward FLOPs of attention with stored scores (dQ, dK, dV, dP)."""
+
+ELEMENTWISE_BACKWARD_RATIO = 2.0
+"""Backward elementwise kernels read the saved input and the incoming gradient and write the
+outgoing gradient: about twice the forward bytes."""
+
+M = RecomputeModule
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComputeContext:
+    """Everything besides the layer that sets its kernel shapes and speeds."""
+
+    gpu: GpuSpec
+    seq_len: int
+    micro_batch_size: int
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    sequence_parallel: bool = False
+    compute_dtype: DType = DType.BF16
+    flash_attention: bool = True
+    dropout: bool = False
+    moe_load_imbalance: float = 1.0
+    profile: KernelProfile | None = None
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch on this rank's sequence shard."""
+        return max(1, self.seq_len * self.micro_batch_size // self.cp)
+
+    @property
+    def kernel_profile(self) -> KernelProfile:
+        """The calibrated profile of the GPU."""
+        return self.profile or profile_for(self.gpu)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpTimes:
+    """Forward, input-gradient and weight-gradient time of a block."""
+
+    forward_s: float = 0.0
+    backward_input_s: float = 0.0
+    backward_weight_s: float = 0.0
+
+    def __add__(self, other: "OpTimes") -> "OpTimes":
+        return OpTimes(forward_s=self.forward_s + other.forward_s,
+                       backward_input_s=self.backward_input_s + other.backward_input_s,
+                       backward_weight_s=self.backward_weight_s + other.backward_weight_s)
+
+    @property
+    def total_s(self) -> float:
+        """F + B + W."""
+        return self.forward_s + self.backward_input_s + self.backward_weight_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerCompute:
+    """Compute times of one layer for one micro-batch and the cost of each recomputation."""
+
+    times: OpTimes
+    recompute_full_s: float
+    """Forward compute redone when the whole layer is recomputed."""
+    recompute_module_s: dict[RecomputeModule, float] = field(default_factory=dict)
+    """Forward compute redone by each selective recompute module."""
+
+    def recompute_s(self, modules: tuple[RecomputeModule, ...]) -> float:
+        """Extra time of selective recomputation of `modules`."""
+        return sum(self.recompute_module_s.get(module, 0.0) for module in set(modules))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Gemm:
+    m: int
+    n: int
+    k: int
+    module: RecomputeModule | None = None
+
+
+def _gemm_times(gemms: list[_Gemm], ctx: ComputeContext) -> tuple[OpTimes, dict[M, float]]:
+    prof, dtype = ctx.kernel_profile, ctx.compute_dtype
+    times = OpTimes()
+    modules: dict[M, float] = {}
+    for g in gemms:
+        f = gemm_time_s(g.m, g.n, g.k, gpu=ctx.gpu, dtype=dtype, profile=prof)
+        times = times + OpTimes(
+            forward_s=f,
+            backward_input_s=gemm_time_s(g.m, g.k, g.n, gpu=ctx.gpu, dtype=dtype, profile=prof),
+            backward_weight_s=gemm_time_s(g.k, g.n, g.m, gpu=ctx.gpu, dtype=dtype, profile=prof))
+        if g.module is not None:
+            modules[g.module] = modules.get(g.module, 0.0) + f
+    return times, modules
+
+
+def attention_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
+    """Rank-local GEMMs of the attention block (Megatron column/row parallel split)."""
+    t, h, tokens, a = ctx.tp, spec.hidden_size, ctx.tokens, spec.num_attention_heads
+    if spec.attention == AttentionKind.MLA and spec.mla is not None:
+        mla = spec.mla
+        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        out = []
+        if mla.q_lora_rank:
+            out += [_Gemm(m=tokens, n=mla.q_lora_rank, k=h),
+                    _Gemm(m=tokens, n=a * qk // t, k=mla.q_lora_rank, module=M.MLA_UP_PROJ)]
+        else:
+            out.append(_Gemm(m=tokens, n=a * qk // t, k=h))
+        out += [_Gemm(m=tokens, n=mla.kv_lora_rank + mla.qk_rope_head_dim, k=h),
+                _Gemm(m=tokens, n=a * (mla.qk_nope_head_dim + mla.v_head_dim) // t,
+                      k=mla.kv_lora_rank, module=M.MLA_UP_PROJ),
+                _Gemm(m=tokens, n=h, k=a * mla.v_head_dim // t)]
+        return out
+    d, kv = spec.dim_per_head, max(spec.kv_heads // t, 1)
+    return [_Gemm(m=tokens, n=(a // t + 2 * kv) * d, k=h), _Gemm(m=tokens, n=h, k=a * d // t)]
+
+
+def mlp_gemms(spec: ModelSpec, ctx: ComputeContext, width: int, *, tokens: int, split: int,
+              module: RecomputeModule) -> list[_Gemm]:
+    """Up (gate+up for SwiGLU) and down projections of an MLP of intermediate `width`."""
+    up = (2 if spec.mlp == MlpKind.SWIGLU else 1) * width // split
+    return [_Gemm(m=tokens, n=up, k=spec.hidden_size, module=module),
+            _Gemm(m=tokens, n=spec.hidden_size, k=width // split, module=module)]
+
+
+def routed_assignments(spec: ModelSpec, ctx: ComputeContext) -> float:
+    """Token-expert assignments the busiest rank computes per micro-batch:
+    tokens x top-k x etp / tp x imbalance (the all-to-all keeps the total per rank)."""
+    moe = spec.moe
+    assert moe is not None
+    return ctx.tokens * moe.top_k * ctx.etp / ctx.tp * ctx.moe_load_imbalance
+
+
+def moe_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
+    """Router, grouped expert GEMMs (tiles padded per local expert) and shared experts."""
+    moe = spec.moe
+    assert moe is not None
+    local_experts = max(1, moe.num_experts // ctx.ep)
+    per_expert = routed_assignments(spec, ctx) / local_experts
+    padded = local_experts * math.ceil(per_expert / GEMM_TILE) * GEMM_TILE
+    out = [_Gemm(m=ctx.tokens, n=moe.num_experts, k=spec.hidden_size)]
+    out += mlp_gemms(spec, ctx, moe.expert_ffn_hidden_size, tokens=int(padded), split=ctx.etp,
+                     module=M.MOE)
+    if moe.num_shared_experts:
+        out += mlp_gemms(spec, ctx, moe.shared_expert_ffn_hidden_size, tokens=ctx.tokens,
+                         split=ctx.tp, module=M.SHARED_EXPERTS)
+    return out
+
+
+def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *, moe_layer: bool) -> dict[str, float]:
+    """Forward HBM bytes of memory-bound kernels per micro-batch, by recompute module.
+
+    Per token (2-byte elements): each norm reads and writes h; each residual add reads 2h
+    and writes h; the activation reads the up-projection output (2f SwiGLU, f GELU) and
+    writes f; RoPE reads and writes q and k; dropout adds a mask. Tensors replicated across
+    TP are processed by every TP rank unless sequence parallelism splits them.
+    """
+    rep = ctx.tp if ctx.sequence_parallel else 1
+    tokens, h = ctx.tokens, spec.hidden_size
+    act_in = 2 if spec.mlp == MlpKind.SWIGLU else 1
+    norms = tokens * 2 * (2 * h * 2) / rep
+    residual = tokens * 2 * (3 * h * 2) / rep
+    dropout = tokens * 2 * (2 * h * 2 + h) / rep if ctx.dropout else 0.0
+    heads = (spec.num_attention_heads + 2 * spec.kv_heads) / ctx.tp
+    rope = tokens * 2 * 2 * heads * spec.dim_per_head
+    out = {"norms": norms, "other": residual + dropout + rope}
+    if moe_layer and spec.moe is not None:
+        copies = routed_assignments(spec, ctx)
+        width = spec.moe.expert_ffn_hidden_size / ctx.etp
+        out["moe_act"] = copies * (act_in + 1) * width * 2
+        out["permute"] = copies * h * 2 * 2 * 2
+        if spec.moe.num_shared_experts:
+            shared = spec.moe.shared_expert_ffn_hidden_size / ctx.tp
+            out["shared_act"] = tokens * (act_in + 1) * shared * 2
+    else:
+        out["mlp_act"] = tokens * (act_in + 1) * spec.ffn_hidden_size / ctx.tp * 2
+    return out
+
+
+def _attention_core(spec: ModelSpec, ctx: ComputeContext) -> tuple[float, float]:
+    """(forward, backward) time of the attention core on this rank. A fused kernel skips the
+    masked half of a causal score matrix; a materialised one computes all of it."""
+    flop = (attention_core_forward_flops(spec, seq_len=ctx.seq_len, causal=ctx.flash_attention)
+            * ctx.micro_batch_size / ctx.tp / ctx.cp)
+    ratio = FLASH_BACKWARD_FLOP_RATIO if ctx.flash_attention else MATERIALIZED_BACKWARD_FLOP_RATIO
+    kernel_seq = max(1, ctx.seq_len // ctx.cp)
+    forward = attention_time_s(flop, seq_len=kernel_seq, gpu=ctx.gpu, flash=ctx.flash_attention,
+                               profile=ctx.kernel_profile)
+    return forward, forward * ratio
+
+
+def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> LayerCompute:
+    """F, B, W compute time of one layer for one micro-batch on one rank, and what each
+    recomputation would add to its backward."""
+    moe_layer = spec.is_moe_layer(layer_index)
+    gemms = attention_gemms(spec, ctx)
+    if moe_layer:
+        gemms += moe_gemms(spec, ctx)
+    else:
+        gemms += mlp_gemms(spec, ctx, spec.ffn_hidden_size, tokens=ctx.tokens, split=ctx.tp,
+                           module=M.MLP)
+    times, module_s = _gemm_times(gemms, ctx)
+    attn_f, attn_b = _attention_core(spec, ctx)
+    elementwise = {key: memory_bound_time_s(value, gpu=ctx.gpu)
+                   for key, value in _elementwise_bytes(spec, ctx, moe_layer=moe_layer).items()}
+    elem_f = sum(elementwise.values())
+    times = times + OpTimes(forward_s=attn_f + elem_f,
+                            backward_input_s=attn_b + ELEMENTWISE_BACKWARD_RATIO * elem_f)
+    module_s[M.CORE_ATTN] = attn_f
+    module_s[M.LAYERNORM] = elementwise["norms"]
+    module_s[M.MOE_ACT] = elementwise.get("moe_act", 0.0)
+    module_s[M.MLP] = module_s.get(M.MLP, 0.0) + elementwise.get("mlp_act", 0.0)
+    module_s[M.MOE] = (module_s.get(M.MOE, 0.0) + elementwise.get("moe_act", 0.0)
+                       + elementwise.get("permute", 0.0))
+    module_s[M.SHARED_EXPERTS] = (module_s.get(M.SHARED_EXPERTS, 0.0)
+                                  + elementwise.get("shared_act", 0.0))
+    return LayerCompute(times=times, recompute_full_s=times.forward_s,
+                        recompute_module_s=module_s)
+
+
+def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
+    """Output projection (vocabulary-parallel) and the fp32 cross-entropy on the last stage."""
+    gemm = [_Gemm(m=ctx.tokens, n=math.ceil(spec.vocab_size / ctx.tp), k=spec.hidden_size)]
+    times, _ = _gemm_times(gemm, ctx)
+    logits_bytes = ctx.tokens * spec.vocab_size / ctx.tp * 4 * 3  # write, softmax read/write
+    loss = memory_bound_time_s(logits_bytes, gpu=ctx.gpu)
+    return times + OpTimes(forward_s=loss, backward_input_s=loss)
+
+
+__all__ = [
+    "ELEMENTWISE_BACKWARD_RATIO",
+    "FLASH_BACKWARD_FLOP_RATIO",
+    "MATERIALIZED_BACKWARD_FLOP_RATIO",
+    "ComputeContext",
+    "LayerCompute",
+    "OpTimes",
+    "attention_gemms",
+    "head_compute",
+    "layer_compute",
+    "mlp_gemms",
+    "moe_gemms",
+    "routed_assignments",
+]

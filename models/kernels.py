@@ -1,0 +1,165 @@
+"""Achievable kernel throughput: GEMMs by shape, fused attention, memory-bound kernels.
+
+Owns: the per-GPU-family kernel profiles (calibrated constants, each with its calibration
+data named) and three pure time functions: `gemm_time_s`, `attention_time_s`,
+`memory_bound_time_s`. Must not: know about layers or parallelism (see `models/compute.py`).
+
+GEMM model (one documented function of shape):
+    t(M, N, K) = t_launch + 2 M N K / (P * eta_max * occ(M, N)) + c_io * 2 (MN + MK + KN) B / BW
+where P is the dense peak of the input format, occ = tiles / (waves x SMs) is the wave
+quantisation of ceil(M/64) ceil(N/64) output tiles over the SMs, B the element bytes and BW
+the HBM bandwidth. Source: NVIDIA "Matrix Multiplication Background User's Guide" (tile and
+wave quantisation); the form and t_launch, tile size and c_io were fitted on the XLA H100 BF16
+matmul table (125 shapes 256..4096) and eta_max per GPU family and format on the table named
+in its profile; the data held out from each fit and the errors are in research/CALIBRATION.md
+(regenerate with research/calibrate_kernels.py).
+
+Attention model: FLOPs / (P * eta_attn * s / (s + s_half)), with eta_attn for fused (flash)
+kernels or materialised softmax, calibrated on the FlashAttention-2/3 repository benchmarks.
+"""
+
+import math
+from dataclasses import dataclass
+
+from api_schemas.dtypes import DType
+from api_schemas.hardware import GpuSpec
+
+GEMM_LAUNCH_S = 5e-6
+"""Fixed cost per GEMM kernel (launch, prologue, epilogue): fitted on the XLA H100 table."""
+
+GEMM_TILE = 64
+"""Output-tile edge used for wave quantisation: fitted on the XLA H100 table (64 beat 128/256)."""
+
+GEMM_IO_FACTOR = 0.5
+"""Share of the GEMM's operand and result bytes whose HBM traffic is not hidden: fitted."""
+
+HBM_ACHIEVABLE_FRAC = 0.8
+"""Achievable share of peak HBM bandwidth for streaming elementwise kernels (norms, residual
+adds, activations). Source: STREAM-like copy kernels reach about 80-90% of HBM peak on
+A100/H100 (NVIDIA and vendor microbenchmarks); the lower end is used."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelProfile:
+    """Calibrated kernel efficiencies of one GPU family."""
+
+    family: str
+    num_sms: int
+    gemm_peak_frac: dict[DType, float]
+    """eta_max: share of the dense peak a large, well-shaped GEMM reaches, per input format."""
+    flash_attention_frac: float
+    """Fused attention forward+backward share of the 16-bit peak at long sequences, d=128."""
+    materialized_attention_frac: float
+    """Unfused attention (scores in HBM, separate softmax) share of the 16-bit peak."""
+    attention_seq_half: int
+    """Sequence length at which attention reaches half its asymptotic efficiency."""
+    calibration: str
+
+
+PROFILES: dict[str, KernelProfile] = {
+    "ampere": KernelProfile(
+        family="ampere", num_sms=108,
+        gemm_peak_frac={DType.BF16: 0.70, DType.FP16: 0.70, DType.TF32: 0.65},
+        flash_attention_frac=0.66, materialized_attention_frac=0.28, attention_seq_half=160,
+        calibration="eta_max: step-level fit on three Megatron-LM 2021 Table 1 rows (1.7B, "
+                    "145.6B, 1008B; research/calibrate_step.py; the kernel tables alone give "
+                    "0.89 from MAMF's best A100 shape); "
+                    "attention from FlashAttention-2 A100 fwd+bwd d=128 (203 TFLOP/s at 16k; "
+                    "PyTorch unfused 86 TFLOP/s at 8k)"),
+    "hopper": KernelProfile(
+        family="hopper", num_sms=132,
+        gemm_peak_frac={DType.BF16: 0.90, DType.FP16: 0.90, DType.FP8: 0.77, DType.TF32: 0.85},
+        flash_attention_frac=0.50, materialized_attention_frac=0.17, attention_seq_half=220,
+        calibration="eta_max BF16 fitted on the XLA H100 table; FP8 fitted on the DeepGEMM "
+                    "H800 table (block-scaled FP8); attention: cuDNN/FlashAttention-3 forward "
+                    "648 TFLOP/s at d=128 (0.65) with backward assumed at 0.75x forward "
+                    "throughput (FlashAttention-2 alone measures 0.34 fwd+bwd)"),
+    "blackwell": KernelProfile(
+        family="blackwell", num_sms=148,
+        gemm_peak_frac={DType.BF16: 0.665, DType.FP16: 0.665, DType.FP8: 0.705, DType.TF32: 0.6},
+        flash_attention_frac=0.45, materialized_attention_frac=0.12, attention_seq_half=220,
+        calibration="eta_max fitted on the XLA B200 BF16 and FP8 tables; attention "
+                    "assumed as Hopper scaled down (no public B200 attention benchmark read)"),
+    "cdna3": KernelProfile(
+        family="cdna3", num_sms=304,
+        gemm_peak_frac={DType.BF16: 0.70, DType.FP16: 0.70, DType.FP8: 0.60, DType.TF32: 0.6},
+        flash_attention_frac=0.35, materialized_attention_frac=0.12, attention_seq_half=256,
+        calibration="uncalibrated: no public MI300X GEMM table was read; conservative values, "
+                    "flagged in every plan's notes"),
+}
+
+
+def profile_for(gpu: GpuSpec) -> KernelProfile:
+    """The kernel profile of a GPU by its catalog id (unknown ids: the Hopper profile)."""
+    gid = gpu.id.lower()
+    if gid.startswith("a100"):
+        return PROFILES["ampere"]
+    if gid.startswith(("b200", "gb200", "b300")):
+        return PROFILES["blackwell"]
+    if gid.startswith("mi3"):
+        return PROFILES["cdna3"]
+    return PROFILES["hopper"]
+
+
+def _gemm_frac(profile: KernelProfile, dtype: DType) -> float:
+    return profile.gemm_peak_frac.get(dtype) or profile.gemm_peak_frac[DType.BF16]
+
+
+def wave_occupancy(m: int, n: int, *, num_sms: int) -> float:
+    """tiles / (waves x SMs) for ceil(m/64) x ceil(n/64) output tiles (1.0 = no wave loss)."""
+    tiles = math.ceil(m / GEMM_TILE) * math.ceil(n / GEMM_TILE)
+    waves = math.ceil(tiles / num_sms)
+    return tiles / (waves * num_sms)
+
+
+def gemm_time_s(m: int, n: int, k: int, *, gpu: GpuSpec, dtype: DType,
+                profile: KernelProfile | None = None) -> float:
+    """Time of one (m x k) @ (k x n) GEMM (see the module docstring for the formula).
+
+    Legend: M=m, N=n, K=k, P=gpu.peak_flop_per_s(dtype), BW=gpu.hbm_bandwidth_bytes_per_s.
+    """
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    prof = profile or profile_for(gpu)
+    peak = gpu.peak_flop_per_s(dtype)
+    compute = 2.0 * m * n * k / (peak * _gemm_frac(prof, dtype)
+                                 * wave_occupancy(m, n, num_sms=prof.num_sms))
+    element_bytes = min(dtype.num_bytes, 2.0)
+    io = GEMM_IO_FACTOR * element_bytes * (m * n + m * k + k * n) / gpu.hbm_bandwidth_bytes_per_s
+    return GEMM_LAUNCH_S + compute + io
+
+
+def attention_time_s(flop: float, *, seq_len: int, gpu: GpuSpec, flash: bool,
+                     profile: KernelProfile | None = None) -> float:
+    """Time of `flop` attention-core FLOPs (forward or backward) at sequence length `seq_len`.
+
+    Source: FlashAttention-2 arXiv:2307.08691 Sec. 4.1 and the FlashAttention-2/3 repository
+    benchmarks (efficiency rises with sequence length and saturates); materialised attention
+    (separate softmax kernels over an s x s matrix in HBM) reaches far less.
+    """
+    if flop <= 0:
+        return 0.0
+    prof = profile or profile_for(gpu)
+    frac = prof.flash_attention_frac if flash else prof.materialized_attention_frac
+    saturation = seq_len / (seq_len + prof.attention_seq_half)
+    return flop / (gpu.peak_flop_per_s(DType.BF16) * frac * saturation)
+
+
+def memory_bound_time_s(num_bytes: float, *, gpu: GpuSpec) -> float:
+    """Time to stream `num_bytes` through HBM at the achievable bandwidth."""
+    return max(0.0, num_bytes) / (gpu.hbm_bandwidth_bytes_per_s * HBM_ACHIEVABLE_FRAC)
+
+
+__all__ = [
+    "GEMM_IO_FACTOR",
+    "GEMM_LAUNCH_S",
+    "GEMM_TILE",
+    "HBM_ACHIEVABLE_FRAC",
+    "PROFILES",
+    "KernelProfile",
+    "attention_time_s",
+    "gemm_time_s",
+    "memory_bound_time_s",
+    "profile_for",
+    "wave_occupancy",
+]

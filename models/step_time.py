@@ -1,0 +1,583 @@
+"""Step time of one configuration: per-stage F/B/W with exposed communication, the pipeline
+makespan, data-parallel synchronisation and the optimizer step.
+
+Owns: composing layer compute (`compute`), collective times (`collectives`) and the
+pipeline schedule (`pipeline`) into a `StepEstimate` with its breakdown, tokens/s, TFLOP/s
+per GPU, MFU and HFU. Must not: search or size memory.
+
+Overlap rules (stated once):
+- TP collectives are exposed unless `training.overlap_tp_comm`.
+- Ring context-parallel P2P overlaps the attention core of the same layer; Ulysses
+  all-to-alls are exposed.
+- Expert all-to-alls are hidden behind the paired micro-batch's compute under DualPipe /
+  DualPipeV (DeepSeek-V3 Sec. 3.2.1) and under interleaved 1F1B with extra warm-up
+  micro-batches (Kimi K2 Sec. 2.4.2), each up to that compute; exposed otherwise.
+- Pipeline P2P is a latency between dependent ops of neighbouring ranks (the simulator).
+- Data-parallel gradient reduction overlaps the last micro-batch's backward when
+  `training.overlap_grad_reduce`, and the ZeRO-1/2 parameter all-gather the first forward;
+  ZeRO-3 gathers overlap each layer's compute.
+- Activation offload overlaps the same op's compute over PCIe.
+"""
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from api_schemas.architecture import AttentionKind, ModelSpec
+from api_schemas.dtypes import DType
+from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import (
+    ContextParallelKind,
+    FullLayers,
+    ParallelConfig,
+    PipelineSchedule,
+    RecomputeMode,
+    RecomputeModule,
+)
+from api_schemas.training import TrainingSpec
+from models.collectives import Collective, Fabric, collective_cost, fabric_of
+from models.compute import ComputeContext, LayerCompute, OpTimes, head_compute, layer_compute
+from models.flops import step_flops
+from models.kernels import memory_bound_time_s
+from models.layout import StageLayout, num_virtual_stages, pipeline_layout
+from models.memory import micro_batch_count, stage_activation_components
+from models.params import layer_params
+from models.pipeline import OpDurations, compile_program, generate_program, simulate_makespan
+from models.pipeline.simulator import CompiledProgram
+
+S = PipelineSchedule
+_EP_OVERLAPPED = (S.DUALPIPE, S.DUALPIPEV, S.INTERLEAVED_1F1B)
+
+OPTIMIZER_BYTES_PER_PARAM_FACTOR = 2.0
+"""The optimizer step reads and writes every state it touches once: HBM traffic = 2 x the
+bytes of master weights, moments and gradients of the rank's shard, plus writing the
+working weights."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AxisGroup:
+    """A parallel group as the timing model sees it: size and members per node."""
+
+    size: int
+    ranks_per_node: int
+
+
+def axis_groups(parallel: ParallelConfig, *, gpus_per_node: int) -> dict[str, AxisGroup]:
+    """Group sizes and ranks per node of every axis under Megatron's order tp-cp-ep-dp-pp
+    (dense mesh tp, cp, dp, pp; expert mesh etp, ep, edp, pp over the same ranks).
+
+    Source: Megatron-LM `megatron/core/parallel_state.py` (rank generator, default order
+    'tp-cp-ep-dp-pp'): an axis's members are `stride` ranks apart, the stride being the
+    product of the axes before it; ranks fill nodes in order.
+    """
+    tp, cp, dp, pp = parallel.tp, parallel.cp, parallel.dp, parallel.pp
+    edp = max(1, tp * cp * dp // (parallel.ep * parallel.etp))
+
+    def group(size: int, stride: int) -> AxisGroup:
+        if size <= 1:
+            return AxisGroup(size=1, ranks_per_node=1)
+        per_node = 1 if stride >= gpus_per_node else max(1, min(size, gpus_per_node // stride))
+        return AxisGroup(size=size, ranks_per_node=per_node)
+
+    return {
+        "tp": group(tp, 1), "cp": group(cp, tp), "dp": group(dp, tp * cp),
+        "dp_cp": group(dp * cp, tp), "pp": group(pp, tp * cp * dp),
+        "etp": group(parallel.etp, 1), "ep": group(parallel.ep, parallel.etp),
+        "edp": group(edp, parallel.etp * parallel.ep),
+    }
+
+
+@lru_cache(maxsize=65536)
+def _collective_s(collective: Collective, size: int, message_bytes: int, ranks_per_node: int,
+                  fabric: Fabric) -> float:
+    if size <= 1 or message_bytes <= 0:
+        return 0.0
+    return collective_cost(collective, num_ranks=size, message_bytes=message_bytes,
+                           fabric=fabric, ranks_per_node=ranks_per_node).time_s
+
+
+def collective_s(collective: Collective, group: AxisGroup, message_bytes: float,
+                 fabric: Fabric) -> float:
+    """Time of one collective call over `group` (0 for a group of one)."""
+    return _collective_s(collective, group.size, int(math.ceil(message_bytes)),
+                         group.ranks_per_node, fabric)
+
+
+@lru_cache(maxsize=256)
+def compiled_schedule(schedule: PipelineSchedule, num_stages: int, num_micro_batches: int,
+                      num_chunks: int) -> CompiledProgram:
+    """The schedule's op lists compiled once per shape (reused across durations)."""
+    program = generate_program(schedule, num_stages=num_stages,
+                               num_micro_batches=num_micro_batches, num_chunks=num_chunks)
+    return compile_program(program)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerComm:
+    """Exposed communication of one layer for one micro-batch, by axis and direction."""
+
+    forward_s: dict[str, float] = field(default_factory=dict)
+    backward_s: dict[str, float] = field(default_factory=dict)
+    recompute_forward_s: float = 0.0
+    """Forward collectives repeated when the layer is fully recomputed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageTime:
+    """One pipeline rank's per-micro-batch work."""
+
+    stage: int
+    chunk_times: tuple[OpTimes, ...]
+    """F, B (with recomputation and exposed collectives), W per chunk, per micro-batch."""
+    compute_s: float
+    recompute_s: float
+    exposed_comm_s: dict[str, float]
+    offload_stall_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepEstimate:
+    """Predicted time of one optimizer step and its breakdown (a model, not a measurement)."""
+
+    step_time_s: float
+    pipeline_makespan_s: float
+    compute_s: float
+    recompute_s: float
+    bubble_s: float
+    exposed_comm_s: dict[str, float]
+    offload_stall_s: float
+    optimizer_s: float
+    critical_stage: int
+    num_micro_batches: int
+    model_flop: float
+    hardware_flop: float
+    world_size: int
+    tokens_per_step: int
+    peak_flop_per_s: float
+    stages: tuple[StageTime, ...]
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Training tokens per second over the cluster."""
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU (no recomputation)."""
+        return self.model_flop / self.step_time_s / self.world_size / 1e12
+
+    @property
+    def hardware_tflops_per_gpu(self) -> float:
+        """Hardware TFLOP/s per GPU (recomputation counted)."""
+        return self.hardware_flop / self.step_time_s / self.world_size / 1e12
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation against the dense peak of the compute format."""
+        return self.tflops_per_gpu * 1e12 / self.peak_flop_per_s
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation."""
+        return self.hardware_tflops_per_gpu * 1e12 / self.peak_flop_per_s
+
+    @property
+    def bottleneck(self) -> str:
+        """The largest term of the breakdown, named for people."""
+        terms = {"compute": self.compute_s, "recompute": self.recompute_s,
+                 "pipeline bubble": self.bubble_s, "optimizer": self.optimizer_s,
+                 "offload": self.offload_stall_s}
+        terms.update({f"{axis} communication": t for axis, t in self.exposed_comm_s.items()})
+        return max(terms, key=lambda k: terms[k])
+
+
+def _kv_bytes_per_token(spec: ModelSpec, tp: int) -> float:
+    """K and V bytes per token a context-parallel ring sends (16-bit, per TP rank)."""
+    if spec.attention == AttentionKind.MLA and spec.mla is not None:
+        mla = spec.mla
+        heads = spec.num_attention_heads / tp
+        return 2.0 * heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim)
+    kv = max(spec.kv_heads / tp, 1.0)
+    return 2.0 * 2 * kv * spec.dim_per_head
+
+
+def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
+               parallel: ParallelConfig, groups: dict[str, AxisGroup], fabric: Fabric,
+               compute: LayerCompute, attention_forward_s: float) -> LayerComm:
+    """Exposed collective time of one layer for one micro-batch.
+
+    Source: Megatron-LM 2021 arXiv:2104.04473 Sec. 3.2 (TP: two all-reduces of b s h in
+    forward and two in backward per layer, 8 b s h (t-1)/t bytes per rank); Korthikanti
+    et al. arXiv:2205.05198 Sec. 4.2.2 (sequence parallel: all-gather + reduce-scatter of
+    the same volume); Ring Attention arXiv:2310.01889 (cp-1 K/V block passes per layer);
+    DeepSpeed-Ulysses arXiv:2309.14509 (four all-to-alls per layer); GShard arXiv:2006.16668
+    / DeepSeek-V3 Sec. 3.2 (dispatch and combine all-to-alls per MoE layer).
+    """
+    tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
+    h = spec.hidden_size
+    act = 2.0
+    fwd: dict[str, float] = {}
+    bwd: dict[str, float] = {}
+    moe_layer = spec.is_moe_layer(layer_index)
+    tp = groups["tp"]
+    if tp.size > 1 and not training.overlap_tp_comm:
+        message = tokens * h * act
+        if parallel.sequence_parallel:
+            per_block = (collective_s(Collective.ALL_GATHER, tp, message, fabric)
+                         + collective_s(Collective.REDUCE_SCATTER, tp, message, fabric))
+        else:
+            per_block = collective_s(Collective.ALL_REDUCE, tp, message, fabric)
+        blocks = 1 if (moe_layer and parallel.etp == 1) else 2
+        fwd["tp"] = blocks * per_block
+        bwd["tp"] = blocks * per_block
+    cp = groups["cp"]
+    if cp.size > 1:
+        cp_fwd, cp_bwd = _cp_comm(spec, training, parallel, groups, fabric, tokens)
+        if parallel.cp_kind == ContextParallelKind.RING:
+            fwd["cp"] = max(0.0, cp_fwd - attention_forward_s)
+            bwd["cp"] = max(0.0, cp_bwd - 2.0 * attention_forward_s)
+        else:
+            fwd["cp"], bwd["cp"] = cp_fwd, cp_bwd
+    if moe_layer and spec.moe is not None and groups["ep"].size > 1:
+        assignments = tokens * spec.moe.top_k * parallel.etp / parallel.tp
+        assignments *= training.moe_load_imbalance
+        dispatch_bytes = 1.0 + 4.0 / 128 if training.compute_dtype == DType.FP8 else act
+        per_layer = (collective_s(Collective.ALL_TO_ALL, groups["ep"],
+                                  assignments * h * dispatch_bytes, fabric)
+                     + collective_s(Collective.ALL_TO_ALL, groups["ep"],
+                                    assignments * h * act, fabric))
+        if parallel.schedule in _EP_OVERLAPPED:
+            fwd["ep"] = max(0.0, per_layer - compute.times.backward_input_s)
+            bwd["ep"] = max(0.0, per_layer - compute.times.forward_s)
+        else:
+            fwd["ep"], bwd["ep"] = per_layer, per_layer
+    return LayerComm(forward_s=fwd, backward_s=bwd, recompute_forward_s=sum(fwd.values()))
+
+
+def _cp_comm(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+             groups: dict[str, AxisGroup], fabric: Fabric, tokens: float) -> tuple[float, float]:
+    """(forward, backward) context-parallel collective time of one layer."""
+    cp = parallel.cp
+    ulysses = cp if parallel.cp_kind == ContextParallelKind.ULYSSES else (
+        parallel.ulysses_degree or 1 if parallel.cp_kind == ContextParallelKind.USP else 1)
+    ring = cp // ulysses
+    fwd = bwd = 0.0
+    if ulysses > 1:
+        group = AxisGroup(size=ulysses, ranks_per_node=min(ulysses, groups["cp"].ranks_per_node))
+        q_out = tokens * spec.num_attention_heads * spec.dim_per_head * 2.0 / parallel.tp
+        kv = tokens * _kv_bytes_per_token(spec, parallel.tp)
+        per_pass = (2 * collective_s(Collective.ALL_TO_ALL, group, q_out, fabric)
+                    + collective_s(Collective.ALL_TO_ALL, group, kv, fabric))
+        fwd += per_pass
+        bwd += per_pass
+    if ring > 1:
+        pair = AxisGroup(size=2, ranks_per_node=2 if groups["cp"].ranks_per_node >= 2 else 1)
+        block = tokens * _kv_bytes_per_token(spec, parallel.tp) / ulysses
+        fwd += (ring - 1) * collective_s(Collective.P2P, pair, block, fabric)
+        bwd += (ring - 1) * collective_s(Collective.P2P, pair, 2 * block, fabric)
+    return fwd, bwd
+
+
+def _layer_mode(parallel: ParallelConfig, stage: int, position: int) -> RecomputeMode:
+    policy = parallel.policy_of(stage).recompute
+    if isinstance(policy, FullLayers):
+        if position < policy.full_layers:
+            return RecomputeMode.FULL
+        return RecomputeMode(policy.others)
+    return policy
+
+
+def _compute_context(training: TrainingSpec, parallel: ParallelConfig,
+                     cluster: ClusterSpec) -> ComputeContext:
+    return ComputeContext(
+        gpu=cluster.gpu, seq_len=training.sequence_length,
+        micro_batch_size=parallel.micro_batch_size, tp=parallel.tp, cp=parallel.cp,
+        ep=parallel.ep, etp=parallel.etp, sequence_parallel=parallel.sequence_parallel,
+        compute_dtype=training.compute_dtype, flash_attention=training.flash_attention,
+        dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance)
+
+
+def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+               cluster: ClusterSpec, layout: StageLayout, *, num_micro_batches: int,
+               fabric: Fabric, groups: dict[str, AxisGroup]) -> StageTime:
+    """Per-micro-batch F/B/W of every chunk of one pipeline rank, with recomputation,
+    exposed collectives, ZeRO-3 gathers and offload stalls folded in."""
+    ctx = _compute_context(training, parallel, cluster)
+    policy = parallel.policy_of(layout.rank)
+    cache: dict[bool, tuple[LayerCompute, LayerComm]] = {}
+    chunk_times: list[OpTimes] = []
+    compute_total = recompute_total = 0.0
+    exposed: dict[str, float] = {}
+    position = 0
+    for chunk_index, chunk in enumerate(layout.chunks):
+        chunk_op = OpTimes()
+        for index in chunk:
+            key = spec.is_moe_layer(index)
+            if key not in cache:
+                lc = layer_compute(spec, index, ctx)
+                attn_f = lc.recompute_module_s.get(RecomputeModule.CORE_ATTN, 0.0)
+                cache[key] = (lc, layer_comm(spec, index, training=training, parallel=parallel,
+                                             groups=groups, fabric=fabric, compute=lc,
+                                             attention_forward_s=attn_f))
+            lc, comm = cache[key]
+            mode = _layer_mode(parallel, layout.rank, position)
+            position += 1
+            recompute = 0.0
+            if mode == RecomputeMode.FULL:
+                recompute = lc.recompute_full_s + comm.recompute_forward_s
+            elif mode == RecomputeMode.SELECTIVE:
+                recompute = lc.recompute_s(policy.recompute_modules)
+            zero3 = _zero3_exposed(spec, index, training, parallel, groups, fabric, lc)
+            chunk_op = chunk_op + lc.times + OpTimes(
+                forward_s=sum(comm.forward_s.values()) + zero3,
+                backward_input_s=sum(comm.backward_s.values()) + recompute + zero3)
+            compute_total += lc.times.total_s
+            recompute_total += recompute
+            for axis, t in list(comm.forward_s.items()) + list(comm.backward_s.items()):
+                exposed[axis] = exposed.get(axis, 0.0) + t
+            if mode == RecomputeMode.FULL:
+                for axis, t in comm.forward_s.items():
+                    exposed[axis] = exposed.get(axis, 0.0) + t
+            if zero3:
+                exposed["dp"] = exposed.get("dp", 0.0) + 2 * zero3
+        if chunk_index == len(layout.chunks) - 1 or parallel.schedule in (S.DUALPIPE, S.ZBV,
+                                                                          S.DUALPIPEV):
+            extra = _head_times(spec, ctx, layout, chunk_index, parallel)
+            chunk_op = chunk_op + extra
+            compute_total += extra.total_s
+        chunk_times.append(chunk_op)
+    stall = _offload_stall(spec, training, parallel, layout, cluster, num_micro_batches,
+                           chunk_times)
+    if stall:
+        chunk_times = [t + OpTimes(backward_input_s=stall / len(chunk_times))
+                       for t in chunk_times]
+    return StageTime(stage=layout.rank, chunk_times=tuple(chunk_times), compute_s=compute_total,
+                     recompute_s=recompute_total, exposed_comm_s=exposed,
+                     offload_stall_s=stall)
+
+
+def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk_index: int,
+                parallel: ParallelConfig) -> OpTimes:
+    """Output head (and MTP modules) on the chunk that ends the model on this rank."""
+    if layout.num_heads == 0:
+        return OpTimes()
+    ends_here = (parallel.schedule in (S.ZBV, S.DUALPIPEV) and chunk_index == 1) or (
+        parallel.schedule not in (S.ZBV, S.DUALPIPEV) and chunk_index == len(layout.chunks) - 1)
+    if not ends_here:
+        return OpTimes()
+    times = head_compute(spec, ctx)
+    for _ in range(layout.num_mtp_modules // max(1, layout.num_heads)):
+        times = times + layer_compute(spec, spec.num_layers - 1, ctx).times + head_compute(spec, ctx)
+    return times
+
+
+def _zero3_exposed(spec: ModelSpec, index: int, training: TrainingSpec,
+                   parallel: ParallelConfig, groups: dict[str, AxisGroup], fabric: Fabric,
+                   lc: LayerCompute) -> float:
+    """Per-op exposed ZeRO-3 parameter all-gather of one layer (prefetch hides up to the
+    layer's forward compute). Source: ZeRO arXiv:1910.02054 Sec. 7 (3 Psi volume)."""
+    if parallel.zero_stage != 3 or parallel.dp * parallel.cp <= 1:
+        return 0.0
+    params = layer_params(spec, index)
+    dense = params.dense_part / parallel.tp
+    message = dense * training.param_dtype.num_bytes
+    gather = collective_s(Collective.ALL_GATHER, groups["dp_cp"], message, fabric)
+    return max(0.0, gather - lc.times.forward_s)
+
+
+def _offload_stall(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                   layout: StageLayout, cluster: ClusterSpec, num_micro_batches: int,
+                   chunk_times: list[OpTimes]) -> float:
+    """Per-micro-batch PCIe time of offloaded activations not hidden behind compute."""
+    policy = parallel.policy_of(layout.rank)
+    if policy.offload_frac <= 0:
+        return 0.0
+    _, host, peak = stage_activation_components(spec, training, parallel, layout,
+                                                num_micro_batches=num_micro_batches)
+    per_micro_batch = sum(c.bytes for c in host) / max(1, peak) * len(layout.chunks)
+    transfer = 2 * per_micro_batch / cluster.pcie_bandwidth_bytes_per_s
+    hidden = sum(t.forward_s + t.backward_input_s for t in chunk_times)
+    return max(0.0, transfer - hidden)
+
+
+def _virtual_stage_durations(parallel: ParallelConfig, stages: list[StageTime]) -> OpDurations:
+    """Per-virtual-stage F/B/W in layer order for the simulator."""
+    count = num_virtual_stages(parallel)
+    forward = [0.0] * count
+    backward = [0.0] * count
+    weight = [0.0] * count
+    p = parallel.pp
+    for st in stages:
+        for chunk_index, times in enumerate(st.chunk_times):
+            if parallel.schedule == S.DUALPIPE:
+                targets = [st.stage if chunk_index == 0 else p - 1 - st.stage]
+            elif parallel.schedule in (S.ZBV, S.DUALPIPEV):
+                targets = [st.stage if chunk_index == 0 else 2 * p - 1 - st.stage]
+            else:
+                targets = [chunk_index * p + st.stage]
+            for v in targets:
+                forward[v] = max(forward[v], times.forward_s)
+                backward[v] = max(backward[v], times.backward_input_s)
+                weight[v] = max(weight[v], times.backward_weight_s)
+    return OpDurations(forward_s=tuple(forward), backward_input_s=tuple(backward),
+                       backward_weight_s=tuple(weight))
+
+
+def _dp_exposed_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                  groups: dict[str, AxisGroup], fabric: Fabric, layout: StageLayout,
+                  stage: StageTime) -> float:
+    """Gradient reduction (and ZeRO-1/2 parameter all-gather) left after the pipeline.
+
+    Source: ZeRO arXiv:1910.02054 Sec. 7: all-reduce (2 Psi) without sharding, reduce-scatter
+    plus all-gather (Psi + Psi) with ZeRO-1/2; dense gradients over dp x cp, expert gradients
+    over the expert-data-parallel group.
+    """
+    if parallel.zero_stage == 3:
+        return 0.0
+    dense = experts = 0.0
+    for index in layout.layers:
+        params = layer_params(spec, index)
+        dense += params.dense_part / parallel.tp
+        experts += params.routed_experts / (parallel.ep * parallel.etp)
+    dense += (layout.num_embeddings + layout.num_heads) * spec.vocab_size * spec.hidden_size / parallel.tp
+    grad_bytes = training.grad_dtype.num_bytes
+    param_bytes = training.param_dtype.num_bytes
+    total = 0.0
+    for count, group in ((dense, groups["dp_cp"]), (experts, groups["edp"])):
+        if count <= 0 or group.size <= 1:
+            continue
+        if parallel.zero_stage == 0:
+            reduce = collective_s(Collective.ALL_REDUCE, group, count * grad_bytes, fabric)
+            gather = 0.0
+        else:
+            reduce = collective_s(Collective.REDUCE_SCATTER, group, count * grad_bytes, fabric)
+            gather = collective_s(Collective.ALL_GATHER, group, count * param_bytes, fabric)
+        if training.overlap_grad_reduce:
+            last_backward = sum(t.backward_input_s + t.backward_weight_s for t in stage.chunk_times)
+            first_forward = sum(t.forward_s for t in stage.chunk_times)
+            reduce = max(0.0, reduce - last_backward)
+            gather = max(0.0, gather - first_forward)
+        total += reduce + gather
+    return total
+
+
+def _optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                 cluster: ClusterSpec, layout: StageLayout) -> float:
+    """Memory-bound optimizer step over the rank's shard of the states."""
+    params = 0.0
+    for index in layout.layers:
+        lp = layer_params(spec, index)
+        params += lp.dense_part / parallel.tp / (parallel.dp * parallel.cp if parallel.zero_stage
+                                                 else 1)
+        edp = max(1, parallel.tp * parallel.cp * parallel.dp // (parallel.ep * parallel.etp))
+        params += lp.routed_experts / (parallel.ep * parallel.etp) / (edp if parallel.zero_stage
+                                                                      else 1)
+    state = (training.master_dtype.num_bytes if training.master_dtype else 0.0)
+    state += 2 * training.optimizer_state_dtype.num_bytes + training.grad_dtype.num_bytes
+    traffic = params * (OPTIMIZER_BYTES_PER_PARAM_FACTOR * state + training.param_dtype.num_bytes)
+    return memory_bound_time_s(traffic, gpu=cluster.gpu)
+
+
+def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                  cluster: ClusterSpec, *, layouts: tuple[StageLayout, ...] | None = None
+                  ) -> StepEstimate:
+    """The predicted step time of a configuration and its breakdown.
+
+    The pipeline makespan comes from the discrete-event simulator run on the schedule's op
+    lists with each virtual stage's own F, B and W (exposed collectives, recomputation and
+    offload stalls folded in) and the P2P time between neighbouring ranks as the latency.
+
+    Raises:
+        InvalidSpecError: the batch does not divide, the schedule refuses the shape, or
+            layers do not fill the stages.
+    """
+    m = micro_batch_count(training, parallel)
+    layouts = layouts or pipeline_layout(spec, parallel)
+    fabric = fabric_of(cluster)
+    groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    stages = [stage_time(spec, training, parallel, cluster, layout, num_micro_batches=m,
+                         fabric=fabric, groups=groups) for layout in layouts]
+    tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
+    shard = parallel.tp if parallel.sequence_parallel else 1
+    p2p = collective_s(Collective.P2P, AxisGroup(size=2, ranks_per_node=min(
+        2, groups["pp"].ranks_per_node)), tokens * spec.hidden_size * 2.0 / shard, fabric)
+    if parallel.pp == 1 and len(stages[0].chunk_times) == 1:
+        makespan = m * stages[0].chunk_times[0].total_s
+    else:
+        chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
+            parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
+        compiled = compiled_schedule(parallel.schedule, parallel.pp, m, chunks)
+        makespan = simulate_makespan(compiled, _virtual_stage_durations(parallel, stages),
+                                     p2p_latency_s=p2p if parallel.pp > 1 else 0.0)
+    dp = [_dp_exposed_s(spec, training, parallel, groups, fabric, layout, st)
+          for layout, st in zip(layouts, stages, strict=True)]
+    optimizer = [_optimizer_s(spec, training, parallel, cluster, layout) for layout in layouts]
+    tail = [d + o for d, o in zip(dp, optimizer, strict=True)]
+    critical = max(range(len(stages)), key=lambda i: (tail[i], stages[i].compute_s))
+    busiest = max(stages, key=lambda st: sum(t.total_s for t in st.chunk_times))
+    busy = m * sum(t.total_s for t in busiest.chunk_times)
+    exposed = {axis: m * t for axis, t in busiest.exposed_comm_s.items() if t > 0}
+    if dp[critical] > 0:
+        exposed["dp"] = exposed.get("dp", 0.0) + dp[critical]
+    if parallel.pp > 1:
+        exposed["pp"] = max(0.0, makespan - busy - _ideal_bubble(parallel, busiest, m))
+    flops = _flops(spec, training, parallel, layouts)
+    world = parallel.world_size
+    return StepEstimate(
+        step_time_s=makespan + tail[critical], pipeline_makespan_s=makespan,
+        compute_s=m * busiest.compute_s, recompute_s=m * busiest.recompute_s,
+        bubble_s=max(0.0, makespan - busy - exposed.get("pp", 0.0)),
+        exposed_comm_s=exposed, offload_stall_s=m * busiest.offload_stall_s,
+        optimizer_s=optimizer[critical], critical_stage=busiest.stage, num_micro_batches=m,
+        model_flop=flops[0], hardware_flop=flops[1], world_size=world,
+        tokens_per_step=training.tokens_per_step,
+        peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype),
+        stages=tuple(stages))
+
+
+def _ideal_bubble(parallel: ParallelConfig, busiest: StageTime, m: int) -> float:
+    """Bubble of the same schedule without P2P latency, from its closed form when exact,
+    else 0 (the whole gap is then booked as bubble)."""
+    from models.pipeline import closed_form_bubble
+
+    times = busiest.chunk_times[0]
+    chunks = len(busiest.chunk_times) if parallel.schedule != S.DUALPIPE else 1
+    value = closed_form_bubble(parallel.schedule, num_stages=parallel.pp, num_micro_batches=m,
+                               num_chunks=chunks, forward_s=times.forward_s,
+                               backward_input_s=times.backward_input_s,
+                               backward_weight_s=times.backward_weight_s)
+    return value if value is not None else 0.0
+
+
+def _flops(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+           layouts: tuple[StageLayout, ...]) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one step, recomputation per stage policy."""
+    full: set[int] = set()
+    selective: set[int] = set()
+    for layout in layouts:
+        for position, index in enumerate(layout.layers):
+            mode = _layer_mode(parallel, layout.rank, position)
+            if mode == RecomputeMode.FULL:
+                full.add(index)
+            elif mode == RecomputeMode.SELECTIVE and RecomputeModule.CORE_ATTN in \
+                    parallel.policy_of(layout.rank).recompute_modules:
+                selective.add(index)
+    # DualPipe's second copy holds the same layers: each layer is counted once.
+    flops = step_flops(spec, num_sequences=training.global_batch_size,
+                       seq_len=training.sequence_length, full_recompute_layers=full,
+                       selective_recompute_layers=selective)
+    return flops.model_flop, flops.hardware_flop
+
+
+__all__ = [
+    "AxisGroup",
+    "LayerComm",
+    "StageTime",
+    "StepEstimate",
+    "axis_groups",
+    "collective_s",
+    "compiled_schedule",
+    "estimate_step",
+    "layer_comm",
+    "stage_time",
+]

@@ -1,0 +1,99 @@
+"""Step-level calibration of the A100 GEMM efficiency on at most three Megatron-LM rows.
+
+Run: .venv/bin/python research/calibrate_step.py
+
+Scans eta_max of the Ampere kernel profile, scores each value on the calibration rows
+(mean |log error| of hardware TFLOP/s per GPU), and prints the errors of the chosen value on
+every held-out row: the other Megatron-LM 2021 Table 1 rows and Korthikanti et al. Table 5.
+The unknown micro-batch size of each row is the best predicted of 1, 2, 4, 8 that fits.
+"""
+
+import dataclasses
+import math
+import statistics
+
+from api_schemas import DType
+from models import kernels
+from models.catalog import cluster_preset, model_preset
+from models.errors import InvalidSpecError
+from models.memory import memory_ledger
+from models.published import PublishedRun, published_runs
+from models.step_time import StepEstimate, estimate_step
+
+CALIBRATION = ("megatron2021-gpt-1.7b", "megatron2021-gpt-145.6b", "megatron2021-gpt-1008b")
+
+
+def predict(run: PublishedRun) -> StepEstimate | None:
+    """Best predicted estimate of a run over micro-batch sizes that fit in memory."""
+    spec = model_preset(run.model_preset)
+    cluster = cluster_preset(run.gpu, num_nodes=run.num_nodes, gpus_per_node=run.gpus_per_node)
+    best = None
+    sizes = (run.parallel.micro_batch_size,) if run.printed_iteration_time_s else (1, 2, 4, 8)
+    for mbs in sizes:
+        parallel = run.parallel.model_copy(update={"micro_batch_size": mbs})
+        try:
+            if not memory_ledger(spec, run.training, parallel, cluster).fits:
+                continue
+            estimate = estimate_step(spec, run.training, parallel, cluster)
+        except InvalidSpecError:
+            continue
+        if best is None or estimate.step_time_s < best.step_time_s:
+            best = estimate
+    return best
+
+
+def observed_and_predicted(run: PublishedRun, est: StepEstimate) -> tuple[float, float]:
+    """(printed, predicted) in the run's own convention."""
+    if run.printed_tflops_per_gpu is not None:
+        predicted = (est.hardware_tflops_per_gpu if run.tflops_convention == "hardware"
+                     else est.tflops_per_gpu)
+        return run.printed_tflops_per_gpu, predicted
+    assert run.printed_iteration_time_s is not None
+    return run.printed_iteration_time_s, est.step_time_s
+
+
+def set_eta(eta: float) -> None:
+    """Replace the Ampere GEMM efficiency (16-bit) in the live profile table."""
+    profile = kernels.PROFILES["ampere"]
+    fracs = dict(profile.gemm_peak_frac, **{DType.BF16: eta, DType.FP16: eta})
+    kernels.PROFILES["ampere"] = dataclasses.replace(profile, gemm_peak_frac=fracs)
+
+
+def main() -> None:
+    runs = [r for r in published_runs() if r.gpu.startswith("a100")]
+    calib = [r for r in runs if r.id in CALIBRATION]
+    scores = []
+    for step in range(56, 91, 2):
+        eta = step / 100
+        set_eta(eta)
+        errs = []
+        for run in calib:
+            est = predict(run)
+            if est is not None:
+                obs, pred = observed_and_predicted(run, est)
+                errs.append(abs(math.log(pred / obs)))
+        scores.append((statistics.mean(errs), eta))
+        print(f"eta {eta:.2f}: calibration mean |log err| {statistics.mean(errs):.3f}")
+    best_eta = min(scores)[1]
+    set_eta(best_eta)
+    print(f"\nchosen eta_max (Ampere, 16-bit) = {best_eta:.2f}\n")
+    held = []
+    for run in runs:
+        est = predict(run)
+        if est is None:
+            print(f"{run.id:32s} no fitting micro-batch")
+            continue
+        obs, pred = observed_and_predicted(run, est)
+        rel = pred / obs - 1
+        tag = "calibration" if run.id in CALIBRATION else "held out"
+        if run.id not in CALIBRATION:
+            held.append(abs(rel))
+        unit = "TF/s" if run.printed_tflops_per_gpu is not None else "s/iter"
+        print(f"{run.id:32s} {tag:11s} printed {obs:8.2f} predicted {pred:8.2f} {unit:6s} "
+              f"error {100 * rel:+6.1f}%")
+    print(f"\nheld out: n={len(held)} median |error| {100 * statistics.median(held):.1f}% "
+          f"max {100 * max(held):.1f}%")
+
+
+if __name__ == "__main__":
+    main()
