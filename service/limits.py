@@ -3,17 +3,22 @@
 Owns: refusing inputs that would make one request unreasonably expensive (world size,
 layers, experts, sequence length, batch, pipeline stages and micro-batches, listed mesh
 ranks, timeline and token-matrix sizes) with `invalid-request` naming the field, the value,
-the bound and its setting; and clamping search time limits to the configured cap. Must not:
+the bound and its setting; refusing to answer with non-finite figures; and clamping search
+time limits to the configured cap. Must not:
 check domain rules (the cost model does that) or do I/O.
 """
 
+import math
 from dataclasses import dataclass
+
+from pydantic import BaseModel
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.requests import ClusterInput, ModelFromHf, ModelInput
 from api_schemas.training import TrainingSpec
 from models.catalog import DEFAULT_NODE_FOR_GPU, NODE_PRESETS
+from models.errors import InvalidSpecError
 from models.resolve import resolve_model
 from service.problems import LimitExceededError
 from service.settings import Settings
@@ -146,6 +151,36 @@ def check_hf_config(config: dict[str, object], settings: Settings, *,
                         what="the routed expert count")
 
 
+def _first_non_finite(value: object, path: str) -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{path} = {value}"
+    if isinstance(value, dict):
+        items: list[tuple[str, object]] = [(f"{path}.{k}", v) for k, v in value.items()]
+    elif isinstance(value, list | tuple):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        return None
+    for sub_path, sub in items:
+        found = _first_non_finite(sub, sub_path)
+        if found is not None:
+            return found
+    return None
+
+
+def require_finite(result: BaseModel) -> None:
+    """Refuse to answer with infinite or NaN figures (JSON cannot carry them).
+
+    Raises:
+        InvalidSpecError: naming the first non-finite field of the result.
+    """
+    found = _first_non_finite(result.model_dump(), "result")
+    if found is not None:
+        raise InvalidSpecError(
+            f"the inputs are too extreme for a finite answer ({found}); use realistic "
+            "magnitudes (bandwidths of at least bytes per second, durations well above "
+            "1e-300 s, sizes below 2**60)")
+
+
 def clamp_time_limit(requested_s: float | None, settings: Settings) -> float:
     """The search time limit to use: the default when none is given, never above the cap."""
     if requested_s is None:
@@ -164,5 +199,6 @@ __all__ = [
     "check_parallel",
     "check_training",
     "clamp_time_limit",
+    "require_finite",
     "cluster_world_size",
 ]

@@ -1,0 +1,45 @@
+"""POST /v1/collectives/estimate over HTTP."""
+
+import httpx
+import pytest
+
+from api_schemas.collectives import CollectiveEstimateRequest
+from models.collectives.report import estimate_collective
+from service.routes.collectives import COLLECTIVE_EXAMPLES
+
+
+@pytest.mark.parametrize("name", sorted(COLLECTIVE_EXAMPLES))
+def test_examples_answer_as_the_library_does(client: httpx.Client, name: str) -> None:
+    body = COLLECTIVE_EXAMPLES[name]["value"]
+    response = client.post("/v1/collectives/estimate", json=body)
+    assert response.status_code == 200
+    expected = estimate_collective(CollectiveEstimateRequest.model_validate(body))
+    assert response.json() == expected.model_dump(mode="json")
+    # Ring all-reduce: each rank sends 2 (n-1)/n of the message.
+    assert response.json()["bytes_sent_per_rank"] == 2 * 31 * 268435456 // 32
+
+
+def test_group_size_bound(client: httpx.Client) -> None:
+    body = {"collective": "all_gather", "num_ranks": 10**6, "message_bytes": 1024,
+            "bandwidth_bytes_per_s": 50e9, "latency_s": 1e-5}
+    response = client.post("/v1/collectives/estimate", json=body)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["loc"] == ["body", "num_ranks"]
+    assert "ATLAS_MAX_WORLD_SIZE" in response.json()["detail"]
+
+
+def test_non_finite_answers_are_refused(client: httpx.Client) -> None:
+    body = {"collective": "all_reduce", "num_ranks": 8, "message_bytes": 2**28,
+            "bandwidth_bytes_per_s": 5e-324, "latency_s": 1e-5}
+    response = client.post("/v1/collectives/estimate", json=body)
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid-spec"
+    assert "inf" in response.json()["detail"]
+
+
+def test_links_must_be_given_one_way(client: httpx.Client) -> None:
+    body = {"collective": "all_reduce", "num_ranks": 8, "message_bytes": 2**28}
+    response = client.post("/v1/collectives/estimate", json=body)
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid-request"
+    assert "bandwidth_bytes_per_s" in response.json()["detail"]
