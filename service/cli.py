@@ -1,0 +1,262 @@
+"""The `atlas-planner` command line.
+
+Owns: `serve` (the HTTP service under uvicorn), the computing commands (`memory`, ...) that
+call the library directly, or a running service with `--server URL`, and `catalog`. Requests
+come from a JSON or YAML file, from preset flags (`--model llama-3.1-70b --gpu
+h100-sxm5-80gb --nodes 8 ...`) or both (flags override the file). Results print as a
+readable summary (GiB for people) or, with `--json`, as the API's JSON; `--output FILE`
+writes the JSON to a file. Progress of long solves goes to stderr. Exit status: 0 success,
+1 an answered error (invalid input, infeasible, overloaded...), 2 usage errors.
+"""
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from api_schemas.collectives import CollectiveEstimateRequest, CollectiveEstimateResponse
+from api_schemas.plan import MemoryReport
+from api_schemas.problems import FieldError, ProblemDetail
+from api_schemas.requests import EvaluateRequest
+from models.catalog import gpu_ids, model_ids
+from models.collectives.report import estimate_collective
+from models.errors import PlannerError
+from service.client import DEFAULT_BASE_URL, ApiProblemError, AtlasClient
+from service.problems import PROBLEM_TITLES, problem_type
+from service.render import render_collective, render_memory, render_problem
+from solver import memory_report
+
+PROGRESS_INTERVAL_S = 5.0
+"""How often a waiting command reports elapsed time on stderr."""
+
+
+def load_document(source: str) -> dict[str, Any]:
+    """A request document from a JSON or YAML file ('-' reads stdin)."""
+    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    loaded = yaml.safe_load(text) if not source.endswith(".json") else json.loads(text)
+    if not isinstance(loaded, dict):
+        raise SystemExit(f"atlas-planner: {source} must hold a JSON/YAML object")
+    return loaded
+
+
+def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    if value is None:
+        return
+    node = doc
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+
+
+_MODEL_FLAGS = (("gpu", ("cluster", "gpu")), ("nodes", ("cluster", "num_nodes")),
+                ("gpus_per_node", ("cluster", "gpus_per_node")),
+                ("global_batch", ("training", "global_batch_size")),
+                ("seq", ("training", "sequence_length")))
+_PARALLEL_FLAGS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "zero_stage",
+                   "recompute")
+
+
+def build_request(args: argparse.Namespace, *, with_parallel: bool) -> dict[str, Any]:
+    """The request document: the file (if any) with the flags applied over it."""
+    doc = load_document(args.file) if args.file else {}
+    if args.model:
+        doc["model"] = {"preset": args.model}
+    if args.hf_config:
+        doc["model"] = {"hf_config": load_document(args.hf_config)}
+    for flag, path in _MODEL_FLAGS:
+        _set(doc, path, getattr(args, flag))
+    if with_parallel:
+        for flag in _PARALLEL_FLAGS:
+            _set(doc, ("parallel", flag), getattr(args, flag))
+        _set(doc, ("parallel", "micro_batch_size"), args.mbs)
+        if args.sp:
+            _set(doc, ("parallel", "sequence_parallel"), True)
+    return doc
+
+
+def _add_request_flags(parser: argparse.ArgumentParser, *, with_parallel: bool) -> None:
+    parser.add_argument("file", nargs="?", help="request as a JSON or YAML file ('-' = stdin)")
+    parser.add_argument("--model", help=f"model preset, one of: {', '.join(model_ids())}")
+    parser.add_argument("--hf-config", help="a Hugging Face config.json as the model")
+    parser.add_argument("--gpu", help=f"GPU preset, one of: {', '.join(gpu_ids())}")
+    parser.add_argument("--nodes", type=int, help="number of nodes")
+    parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: preset)")
+    parser.add_argument("--global-batch", type=int, help="sequences per optimizer step")
+    parser.add_argument("--seq", type=int, help="tokens per sequence")
+    if with_parallel:
+        for axis in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp"):
+            parser.add_argument(f"--{axis}", type=int, help=f"{axis} degree")
+        parser.add_argument("--mbs", type=int, help="micro-batch size")
+        parser.add_argument("--schedule", help="pipeline schedule, e.g. 1f1b, interleaved_1f1b")
+        parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), help="ZeRO stage")
+        parser.add_argument("--recompute", choices=("none", "selective", "full"))
+        parser.add_argument("--sp", action="store_true", help="Megatron sequence parallelism")
+    _add_output_flags(parser)
+
+
+def _add_output_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", metavar="URL", help="send to a running service instead "
+                        f"of computing here (e.g. {DEFAULT_BASE_URL})")
+    parser.add_argument("--json", action="store_true", help="print the JSON answer")
+    parser.add_argument("-o", "--output", metavar="FILE", help="also write the JSON answer")
+
+
+@contextmanager
+def progress_ticker(label: str) -> Iterator[None]:
+    """Report elapsed time on stderr every few seconds while the body runs."""
+    done = threading.Event()
+    start = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(PROGRESS_INTERVAL_S):
+            sys.stderr.write(f"  ... {label}: {time.monotonic() - start:.0f} s\n")
+            sys.stderr.flush()
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def _emit(args: argparse.Namespace, result: BaseModel, render: Callable[[Any], str]) -> None:
+    text = result.model_dump_json(indent=2)
+    if args.output:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    sys.stdout.write((text if args.json else render(result)) + "\n")
+
+
+def _local_problem(error: PlannerError | ValidationError) -> ProblemDetail:
+    if isinstance(error, ValidationError):
+        errors = [FieldError(loc=[str(p) for p in e["loc"]], msg=e["msg"], type=e["type"])
+                  for e in error.errors()]
+        return ProblemDetail(type=problem_type("invalid-request"),
+                             title=PROBLEM_TITLES["invalid-request"], status=422,
+                             detail=f"{error.error_count()} invalid field(s) in the request",
+                             code="invalid-request", errors=errors)
+    code = error.code
+    return ProblemDetail(type=problem_type(code), title=PROBLEM_TITLES[code], status=0,
+                         detail=error.detail, code=code, diagnostics=error.diagnostics)
+
+
+def _run(args: argparse.Namespace, local: Callable[[], BaseModel],
+         remote: Callable[[AtlasClient], BaseModel], render: Callable[[Any], str]) -> int:
+    try:
+        if args.server:
+            with AtlasClient(args.server) as client, progress_ticker(f"waiting for {args.server}"):
+                result = remote(client)
+        else:
+            result = local()
+    except ApiProblemError as error:
+        sys.stderr.write(render_problem(error.problem) + "\n")
+        return 1
+    except (PlannerError, ValidationError) as error:
+        sys.stderr.write(render_problem(_local_problem(error)) + "\n")
+        return 1
+    except httpx.TransportError as error:
+        sys.stderr.write(f"error: cannot reach {args.server}: {error}\n")
+        return 1
+    _emit(args, result, render)
+    return 0
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    """Per-stage memory ledger of one configuration."""
+    doc = build_request(args, with_parallel=True)
+    return _run(args, lambda: memory_report(EvaluateRequest.model_validate(doc)),
+                lambda client: client.memory(doc), render_memory)
+
+
+def cmd_collective(args: argparse.Namespace) -> int:
+    """Bytes and alpha-beta time of one collective."""
+    doc = load_document(args.file) if args.file else {}
+    for key in ("collective", "num_ranks", "message_bytes", "ranks_per_node",
+                "bandwidth_bytes_per_s", "latency_s"):
+        _set(doc, (key,), getattr(args, key))
+    return _run(args, lambda: estimate_collective(CollectiveEstimateRequest.model_validate(doc)),
+                lambda client: client.estimate_collective(doc), render_collective)
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    """List the GPU or model presets."""
+    names = gpu_ids() if args.kind == "gpus" else model_ids()
+    sys.stdout.write("\n".join(names) + "\n")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the HTTP service under uvicorn (the app is built per worker by the factory)."""
+    import uvicorn
+
+    if args.database_url:
+        os.environ["DATABASE_URL"] = args.database_url
+    if args.sqlite_path:
+        os.environ["ATLAS_SQLITE_PATH"] = args.sqlite_path
+    uvicorn.run("service.app:create_app", factory=True, host=args.host, port=args.port,
+                workers=args.workers, log_level=args.log_level, proxy_headers=True)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="atlas-planner", description="Plan parallel LLM training: mesh, schedule, ZeRO, "
+        "activation policy, under a cited cost model.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the HTTP API")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to bind")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port")
+    serve.add_argument("--workers", type=int, default=1, help="server processes")
+    serve.add_argument("--database-url", help="SQLAlchemy URL (default: SQLite file)")
+    serve.add_argument("--sqlite-path", help="SQLite file when no database URL is given")
+    serve.add_argument("--log-level", default="info",
+                       choices=("critical", "error", "warning", "info", "debug"))
+    serve.set_defaults(handler=cmd_serve)
+
+    memory = commands.add_parser("memory", help="per-GPU memory ledger of one configuration")
+    _add_request_flags(memory, with_parallel=True)
+    memory.set_defaults(handler=cmd_memory)
+
+    collective = commands.add_parser("collective", help="alpha-beta time of one collective")
+    collective.add_argument("file", nargs="?", help="request as a JSON or YAML file")
+    collective.add_argument("--collective", help="all_reduce, reduce_scatter, all_gather, "
+                            "all_to_all, broadcast or p2p")
+    collective.add_argument("--num-ranks", type=int, help="ranks in the group")
+    collective.add_argument("--message-bytes", type=int, help="message size in bytes")
+    collective.add_argument("--ranks-per-node", type=int, help="group members per node")
+    collective.add_argument("--bandwidth-bytes-per-s", type=float, help="explicit bandwidth")
+    collective.add_argument("--latency-s", type=float, help="explicit latency")
+    _add_output_flags(collective)
+    collective.set_defaults(handler=cmd_collective)
+
+    catalog = commands.add_parser("catalog", help="list presets")
+    catalog.add_argument("kind", choices=("gpus", "models"))
+    catalog.set_defaults(handler=cmd_catalog)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `atlas-planner`."""
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["build_parser", "build_request", "load_document", "main"]

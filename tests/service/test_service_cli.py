@@ -1,0 +1,113 @@
+"""The command line: request building from files and flags, exit codes, JSON output,
+the readable summaries, and `--server` through the HTTP client."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+import service.cli as cli
+from api_schemas.collectives import CollectiveEstimateResponse
+from api_schemas.plan import MemoryReport
+from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
+from service.client import AtlasClient
+from service.render import describe_parallel, gib, render_memory, render_problem
+from solver import memory_report
+
+PRESET_FLAGS = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm5-80gb", "--nodes", "8",
+                "--global-batch", "512", "--seq", "8192"]
+
+
+def test_flags_build_an_evaluate_request() -> None:
+    args = cli.build_parser().parse_args(
+        ["memory", *PRESET_FLAGS, "--tp", "8", "--pp", "4", "--dp", "2", "--sp",
+         "--zero-stage", "2", "--mbs", "2"])
+    doc = cli.build_request(args, with_parallel=True)
+    request = EvaluateRequest.model_validate(doc)
+    assert request.cluster.num_nodes == 8 and request.training.sequence_length == 8192
+    assert (request.parallel.tp, request.parallel.pp, request.parallel.dp) == (8, 4, 2)
+    assert request.parallel.sequence_parallel and request.parallel.zero_stage == 2
+    assert request.parallel.micro_batch_size == 2
+
+
+def test_flags_override_a_yaml_file(tmp_path: Path) -> None:
+    path = tmp_path / "request.yaml"
+    path.write_text(yaml.safe_dump(EVALUATE_REQUEST_EXAMPLE), encoding="utf-8")
+    args = cli.build_parser().parse_args(["memory", str(path), "--pp", "8", "--dp", "256"])
+    request = EvaluateRequest.model_validate(cli.build_request(args, with_parallel=True))
+    assert request.parallel.pp == 8 and request.parallel.dp == 256
+    assert request.parallel.tp == EVALUATE_REQUEST_EXAMPLE["parallel"]["tp"]
+    assert request.model.preset == "llama-3.1-405b"  # type: ignore[union-attr]
+
+
+def test_memory_writes_the_library_answer(tmp_path: Path) -> None:
+    request_path = tmp_path / "request.json"
+    request_path.write_text(json.dumps(EVALUATE_REQUEST_EXAMPLE), encoding="utf-8")
+    out = tmp_path / "answer.json"
+    assert cli.main(["memory", str(request_path), "-o", str(out)]) == 0
+    written = MemoryReport.model_validate_json(out.read_text(encoding="utf-8"))
+    assert written == memory_report(EvaluateRequest.model_validate(EVALUATE_REQUEST_EXAMPLE))
+
+
+@pytest.mark.parametrize("extra", [["--model", "gpt-5", "--tp", "8"], ["--tp", "0"]])
+def test_errors_exit_with_status_1(tmp_path: Path, extra: list[str]) -> None:
+    out = tmp_path / "answer.json"
+    argv = ["memory", *PRESET_FLAGS, *extra, "-o", str(out)]
+    assert cli.main(argv) == 1
+    assert not out.exists()
+
+
+def test_usage_errors_exit_with_status_2() -> None:
+    with pytest.raises(SystemExit) as raised:
+        cli.main(["memory", "--zero-stage", "7"])
+    assert raised.value.code == 2
+
+
+def test_collective_command(tmp_path: Path) -> None:
+    out = tmp_path / "answer.json"
+    argv = ["collective", "--collective", "all_reduce", "--num-ranks", "8", "--message-bytes",
+            str(2**30), "--bandwidth-bytes-per-s", "1e11", "--latency-s", "1e-5", "-o", str(out)]
+    assert cli.main(argv) == 0
+    answer = CollectiveEstimateResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    assert answer.bytes_sent_per_rank == 2 * 7 * 2**30 // 8
+
+
+def test_server_mode_goes_through_the_client(client: httpx.Client, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "AtlasClient", lambda url: AtlasClient(http=client))
+    out = tmp_path / "answer.json"
+    argv = ["memory", *PRESET_FLAGS, "--tp", "8", "--pp", "4", "--dp", "2", "--server",
+            "http://testserver", "-o", str(out)]
+    assert cli.main(argv) == 0
+    served = MemoryReport.model_validate_json(out.read_text(encoding="utf-8"))
+    assert len(served.stages) == 4
+    bad = ["memory", *PRESET_FLAGS, "--model", "gpt-5", "--server", "http://testserver"]
+    assert cli.main(bad) == 1
+
+
+def test_unreachable_server_exits_with_status_1() -> None:
+    argv = ["memory", *PRESET_FLAGS, "--tp", "8", "--server", "http://127.0.0.1:9"]
+    assert cli.main(argv) == 1
+
+
+def test_summaries_are_in_gib() -> None:
+    report = memory_report(EvaluateRequest.model_validate(EVALUATE_REQUEST_EXAMPLE))
+    text = render_memory(report)
+    assert gib(report.peak_bytes) in text
+    assert gib(80 * 2**30) == "80.00 GiB"
+    assert len(text.splitlines()) == len(report.stages) + 3
+    parallel = EvaluateRequest.model_validate(EVALUATE_REQUEST_EXAMPLE).parallel
+    assert describe_parallel(parallel).startswith("TP8 PP16 DP128 | 1f1b, mbs 1, ZeRO-1")
+
+
+def test_problem_summary_lists_fields() -> None:
+    from api_schemas.problems import FieldError, ProblemDetail
+
+    problem: Any = ProblemDetail(type="/problems/invalid-request", title="t", status=422,
+                                 detail="bad", code="invalid-request",
+                                 errors=[FieldError(loc=["body", "parallel", "tp"], msg="> 0")])
+    assert render_problem(problem).splitlines() == ["error [invalid-request]: bad",
+                                                    "  body.parallel.tp: > 0"]
