@@ -13,6 +13,8 @@ node boundary once on its own rail, so the k ranks of a node drive k NICs togeth
 rank's ring bytes pass at min(B_intra, k * B_nic); every step waits for the slower latency.
 Two-level: all-reduce = intra reduce-scatter (M) + inter all-reduce of M/k among the g ranks
 with the same local index (k of them in parallel, one NIC each) + intra all-gather (M).
+Ring and two-level traffic only ever pairs GPUs with the same local index across nodes, which
+share a rail, so `rail_optimized` changes only the all-to-all (see `all_to_all_split_cost`).
 """
 
 import logging

@@ -157,7 +157,7 @@ def _model_7b_fp16() -> tuple[ModelSpec, TrainingSpec]:
 
 
 @pytest.mark.parametrize("zero, factor", [(0, 2), (1, 2), (2, 2), (3, 3)])
-def test_dp_traffic_matches_RAJ19(zero: int, factor: int) -> None:
+def test_dp_traffic_matches_RAJ20(zero: int, factor: int) -> None:
     """ZeRO Sec. 7: 2 Psi for DP, P_os and P_os+g; 3 Psi for P_os+g+p (one micro-batch)."""
     model, training = _model_7b_fp16()
     p = ParallelConfig(dp=64, zero_stage=zero, fsdp=False)
