@@ -21,8 +21,12 @@ from models.pipeline import validate_schedule
 logger = logging.getLogger(__name__)
 
 S = PipelineSchedule
-MAX_MICRO_BATCH_SIZE = 16
-"""Largest micro-batch the search tries (larger ones only shrink m and the GEMM gain is gone)."""
+MAX_MICRO_BATCH_SIZE = 8
+"""Largest micro-batch the search tries unless pinned (beyond it m shrinks and the GEMMs are
+already saturated)."""
+MIN_SEQUENCE_FOR_CP = 16384
+"""Context parallelism is searched only for sequences this long or longer (or when pinned):
+below it a 4K-8K sequence fits without splitting and splitting only adds communication."""
 MAX_VPP = 8
 """Most virtual chunks per rank the search tries for interleaved 1F1B."""
 
@@ -101,6 +105,8 @@ def _cp_options(spec: ModelSpec, training: TrainingSpec,
     for cp in divisors(training.sequence_length):
         if cp > 64 or (training.sequence_length // cp) < 128 or not permitted("cp", cp, constraints):
             continue
+        if cp > 1 and constraints.cp is None and training.sequence_length < MIN_SEQUENCE_FOR_CP:
+            continue
         kinds = [ContextParallelKind.RING] if cp > 1 else [ContextParallelKind.RING]
         if cp > 1 and spec.num_attention_heads % cp == 0:
             kinds.append(ContextParallelKind.ULYSSES)
@@ -139,7 +145,10 @@ def _expert_options(spec: ModelSpec, tp: int, cp: int, dp: int,
         return [(1, 1)]
     folded = tp * cp * dp
     out = []
-    for etp in sorted({1, tp}):
+    # Expert TP is searched only when pinned: etp = 1 is Megatron's recommendation for
+    # fine-grained experts and keeps every expert GEMM whole.
+    etps = sorted({1, tp}) if constraints.etp is not None else [1]
+    for etp in etps:
         for ep in divisors(spec.moe.num_experts):
             if folded % (ep * etp) or not permitted("ep", ep, constraints):
                 continue
@@ -171,9 +180,17 @@ def _meshes_for(spec: ModelSpec, training: TrainingSpec, *, tp: int, cp: int,
                 cp_kind: ContextParallelKind, pp: int, dp: int,
                 constraints: Constraints) -> Iterable[MeshCandidate]:
     per_replica = training.global_batch_size // dp
-    sp_options = [True, False] if tp > 1 else [False]
+    # Sequence parallelism dominates plain TP (same collective volume, less activation
+    # memory and elementwise work), so it is the only TP mode searched unless pinned off.
+    if tp == 1:
+        sp_options = [False]
+    elif constraints.sequence_parallel is None:
+        sp_options = [True]
+    else:
+        sp_options = [constraints.sequence_parallel]
     for mbs in divisors(per_replica):
-        if mbs > MAX_MICRO_BATCH_SIZE or not permitted("micro_batch_size", mbs, constraints):
+        if (mbs > MAX_MICRO_BATCH_SIZE and constraints.micro_batch_size is None) or \
+                not permitted("micro_batch_size", mbs, constraints):
             continue
         m = per_replica // mbs
         for schedule, vpp in _schedule_options(spec, pp, m, constraints):
@@ -191,6 +208,7 @@ def _meshes_for(spec: ModelSpec, training: TrainingSpec, *, tp: int, cp: int,
 
 __all__ = [
     "MAX_MICRO_BATCH_SIZE",
+    "MIN_SEQUENCE_FOR_CP",
     "MAX_VPP",
     "MeshCandidate",
     "candidate_meshes",

@@ -1,10 +1,11 @@
 """Alpha-beta cost of one collective over a single class of link.
 
-Owns: the closed set of collectives and algorithms, each algorithm's round count and
-bytes-on-the-critical-path factor, the three counting bases (paper volume, bytes sent per
-rank, bytes on the wire), the NCCL bus-bandwidth factor, the choice of the faster algorithm
-and the alpha/beta crossover size. Must not: know about nodes, NICs or topologies (that is
-`models/collectives/hierarchical.py`), or about training (that is `models/traffic`).
+Owns: each algorithm's round count and bytes-on-the-critical-path factor, the three
+counting bases (paper volume, bytes sent per rank, bytes on the wire), the NCCL bus-bandwidth
+factor, the choice of the faster algorithm and the alpha/beta crossover size (the enums
+themselves are part of the contract, `api_schemas.collectives`). Must not: know about
+nodes, NICs or topologies (that is `models/collectives/hierarchical.py`), or about training
+(that is `models/traffic`).
 
 Conventions for the message size M (`message_bytes`), as in nccl-tests:
 all-reduce: the tensor every rank holds (input = output); reduce-scatter: the full input

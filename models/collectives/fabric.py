@@ -59,7 +59,7 @@ def full_mesh_link_bandwidth(fabric: Fabric) -> float:
     """Bandwidth of one point-to-point link of a full mesh (per direction).
 
     Source: AMD CDNA 3 white paper / MI300X product page: 7 xGMI links per GPU in an 8-GPU
-    mesh, 128 GB/s bidirectional per peer (fixtures/hardware.json, 'mi300x').
+    mesh, 128 GB/s bidirectional per peer (the catalog's 'mi300x' entry).
     Legend: G = gpus_per_node; per_link = intra_bandwidth / (G - 1).
     """
     peers = fabric.gpus_per_node - 1
@@ -77,8 +77,9 @@ def intra_node_bandwidth(fabric: Fabric, *, ranks_in_node: int, point_to_point: 
     A switch gives every GPU its full port bandwidth whatever the group. In a full mesh a
     GPU reaches each peer over its own link, so a group of k GPUs uses k - 1 of the G - 1
     links, and a single point-to-point transfer one link.
-    Source: fixtures/hardware.json 'mi300x' note ("any GPU pair gets one 128 GB/s link",
-    "collectives over the 8-GPU mesh get at most 7 x 128 GB/s aggregate").
+    Source: AMD CDNA 3 white paper / MI300X product page: a full mesh, not a switch, so a GPU
+    pair shares one 128 GB/s (bidirectional) link and the 8-GPU mesh offers at most
+    7 x 128 GB/s per GPU.
     Assumes: inside a full mesh, reduce-scatter / all-gather / all-to-all run as direct
     exchanges (each rank sends its M/k shard for a peer straight over that peer's link), so
     the ring's (k-1)/k * M bytes leave over k - 1 links at once.

@@ -13,11 +13,14 @@ node boundary once on its own rail, so the k ranks of a node drive k NICs togeth
 rank's ring bytes pass at min(B_intra, k * B_nic); every step waits for the slower latency.
 Two-level: all-reduce = intra reduce-scatter (M) + inter all-reduce of M/k among the g ranks
 with the same local index (k of them in parallel, one NIC each) + intra all-gather (M).
+Ring and two-level traffic only ever pairs GPUs with the same local index across nodes, which
+share a rail, so `rail_optimized` changes only the all-to-all (see `all_to_all_split_cost`).
 """
 
 import logging
 from collections.abc import Callable
 
+from api_schemas import ClusterSpec
 from models.collectives.alpha_beta import (
     Algorithm,
     Collective,
@@ -28,15 +31,15 @@ from models.collectives.alpha_beta import (
     flat_collective_cost,
     paper_volume_bytes,
 )
-from models.collectives.fabric import Fabric, intra_node_bandwidth
+from models.collectives.fabric import Fabric, fabric_of, intra_node_bandwidth
 from models.errors import InvalidSpecError
 
 logger = logging.getLogger(__name__)
 
 
 def collective_cost(collective: Collective, *, num_ranks: int, message_bytes: int,
-                    fabric: Fabric, ranks_per_node: int) -> CollectiveCost:
-    """Time of one collective over a group placed `ranks_per_node` per node on `fabric`.
+                    fabric: Fabric | ClusterSpec, ranks_per_node: int) -> CollectiveCost:
+    """Time of one collective over a group placed `ranks_per_node` per node on a cluster.
 
     Source: two-level collectives as in Thakur et al. 2005 (IJHPCA 19(1)) Sec. 4 applied
     per level; the flat multi-ring bound follows NCCL's one-ring-per-NIC channels (NCCL
@@ -47,6 +50,8 @@ def collective_cost(collective: Collective, *, num_ranks: int, message_bytes: in
     Raises:
         InvalidSpecError: k does not divide n, or k exceeds the GPUs of a node.
     """
+    if isinstance(fabric, ClusterSpec):
+        fabric = fabric_of(fabric)
     k, g = _split(num_ranks=num_ranks, ranks_per_node=ranks_per_node, fabric=fabric)
     if collective == Collective.ALL_TO_ALL:
         return uniform_all_to_all_cost(num_ranks=num_ranks, message_bytes=message_bytes,
@@ -66,7 +71,7 @@ def uniform_all_to_all_cost(*, num_ranks: int, message_bytes: int, fabric: Fabri
                             ranks_per_node: int) -> CollectiveCost:
     """All-to-all where every rank sends M/n to every rank (itself included).
 
-    Source: pairwise exchange, Thakur et al. 2005 (IJHPCA 19(1)) Sec. 4.4: (p-1)/p * M sent
+    Source: pairwise exchange, Thakur et al. 2005 (IJHPCA 19(1)) Sec. 4: (p-1)/p * M sent
     per rank; here split into the (k-1)/n * M that stays in the node and the (n-k)/n * M
     that crosses the NICs. Legend: p = n = num_ranks, k = ranks_per_node, M = message_bytes.
     """
@@ -91,7 +96,7 @@ def all_to_all_split_cost(*, num_ranks: int, ranks_per_node: int, intra_bytes_pe
     crosses NVLink to the local GPU on that rail, so NVLink also carries (k-1)/k of the
     inter-node bytes, and messages to one remote node leave as one (g - 1 inter latencies).
     Otherwise each rank sends straight from its NIC to each of the n - k remote ranks.
-    Source: pairwise exchange, Thakur et al. 2005 (IJHPCA 19(1)) Sec. 4.4; NCCL 2.12 PXN
+    Source: pairwise exchange, Thakur et al. 2005 (IJHPCA 19(1)) Sec. 4; NCCL 2.12 PXN
     ("NCCL_PXN_DISABLE", NCCL environment-variable docs).
     Legend: n = num_ranks, k = ranks_per_node, g = n / k.
 

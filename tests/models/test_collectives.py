@@ -40,7 +40,7 @@ def test_ring_bytes_round_up_to_whole_bytes() -> None:
     assert ring_bytes_sent_per_rank(Collective.ALL_GATHER, num_ranks=3, message_bytes=10) == 7
 
 
-def test_paper_volume_bytes_matches_RAJ19() -> None:
+def test_paper_volume_bytes_matches_RAJ20() -> None:
     """ZeRO Sec. 7: all-reduce 2 Psi = reduce-scatter Psi + all-gather Psi."""
     psi = 7_500_000_000 * 2
     assert paper_volume_bytes(Collective.ALL_REDUCE, psi) == 2 * psi

@@ -171,6 +171,11 @@ def test_fabric_of_cluster_copies_links() -> None:
     f = fabric_of(_cluster())
     assert (f.gpus_per_node, f.intra_bandwidth_bytes_per_s, f.inter_latency_s) == (8, 160e9,
                                                                                    10e-6)
+    by_cluster = collective_cost(Collective.ALL_GATHER, num_ranks=32, message_bytes=GIB,
+                                 fabric=_cluster(), ranks_per_node=8)
+    by_fabric = collective_cost(Collective.ALL_GATHER, num_ranks=32, message_bytes=GIB,
+                                fabric=H800, ranks_per_node=8)
+    assert by_cluster.time_s == pytest.approx(by_fabric.time_s)
 
 
 def test_estimate_endpoint_logic_explicit_and_cluster() -> None:

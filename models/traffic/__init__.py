@@ -1,0 +1,44 @@
+"""Communication of one training step, per mesh axis, with frequency, time and overlap.
+
+Owns: TP (all-reduce, or all-gather + reduce-scatter with sequence parallelism), CP (ring
+K/V P2P, Ulysses all-to-all, USP), PP (stage-boundary activations) and DP (gradients, ZeRO
+gathers, expert gradients over expert-DP) items, timed with `models.collectives` over the
+groups of `models.mesh`, and a local parameter count for gradient sizes. Must not: count
+expert dispatch/combine (the MoE cost model owns it).
+"""
+
+from models.traffic.context import activation_element_bytes, head_dims
+from models.traffic.data import bucket_params
+from models.traffic.items import Frequency, Phase, StepTraffic, TrafficAxis, TrafficItem
+from models.traffic.pipeline import pp_message_bytes, sends_per_step
+from models.traffic.step import AxisCollective, axis_collectives, step_traffic
+from models.traffic.weights import (
+    LayerWeights,
+    StageWeights,
+    layer_weights,
+    stage_layers,
+    stage_weights,
+    total_params,
+)
+
+__all__ = [
+    "AxisCollective",
+    "Frequency",
+    "LayerWeights",
+    "Phase",
+    "StageWeights",
+    "StepTraffic",
+    "TrafficAxis",
+    "TrafficItem",
+    "activation_element_bytes",
+    "axis_collectives",
+    "bucket_params",
+    "head_dims",
+    "layer_weights",
+    "pp_message_bytes",
+    "sends_per_step",
+    "stage_layers",
+    "stage_weights",
+    "step_traffic",
+    "total_params",
+]

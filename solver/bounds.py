@@ -1,0 +1,181 @@
+"""Cheap lower bounds of step time and peak memory for mesh candidates.
+
+Owns: per-"core" (tp, cp, micro-batch, ep, etp, sp, schedule family) layer times computed
+once and reused, and the two bounds the search prunes and orders with:
+- time: max(m x average stage busy time, the schedule's closed-form makespan at the
+  lightest stage's op costs) with the fastest activation policy; both are lower bounds of
+  the simulated makespan (every rank does its work; fixed-order schedules are monotone in
+  op durations);
+- memory: the stage-averaged model states at the strongest ZeRO stage allowed plus the
+  averaged activations under the most frugal policy (full recomputation, FP8 storage and
+  the largest offload allowed), which no stage can beat on average.
+Must not: decide anything; the planner does.
+"""
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import PipelineSchedule, RecomputeMode, RecomputeModule
+from api_schemas.training import TrainingSpec
+from models.activations import LayerActivationContext, layer_activation_bytes
+from models.collectives import fabric_of
+from models.compute import ComputeContext, head_compute, layer_compute
+from models.memory import RUNTIME_RESERVE_BYTES
+from models.params import count_parameters, layer_params
+from models.pipeline import peak_in_flight_chunks
+from models.precision import state_bytes_per_param
+from models.step_time import axis_groups, layer_comm
+from solver.space import MeshCandidate
+
+S = PipelineSchedule
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoreTimes:
+    """Per-micro-batch time of each layer kind for one core, fastest policy."""
+
+    dense_f: float
+    dense_b: float
+    dense_w: float
+    moe_f: float
+    moe_b: float
+    moe_w: float
+    head_s: float
+
+
+class BoundTables:
+    """Caches of core times for one request (spec, recipe and cluster fixed)."""
+
+    def __init__(self, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec) -> None:
+        self.spec = spec
+        self.training = training
+        self.cluster = cluster
+        self.fabric = fabric_of(cluster)
+        self.num_moe = spec.num_moe_layers
+        self.num_dense = spec.num_layers - self.num_moe
+        self.params = count_parameters(spec)
+        self._core_cache: dict[tuple, CoreTimes] = {}
+        self._input_cache: dict[tuple, int] = {}
+
+    def core(self, c: MeshCandidate) -> CoreTimes:
+        """Layer and head times of the candidate's core (cached)."""
+        key = (c.tp, c.cp, c.cp_kind, c.micro_batch_size, c.ep, c.etp, c.sequence_parallel,
+               c.schedule in (S.DUALPIPE, S.DUALPIPEV, S.INTERLEAVED_1F1B))
+        if key not in self._core_cache:
+            self._core_cache[key] = self._compute_core(c)
+        return self._core_cache[key]
+
+    def _compute_core(self, c: MeshCandidate) -> CoreTimes:
+        spec, tr = self.spec, self.training
+        ctx = ComputeContext(gpu=self.cluster.gpu, seq_len=tr.sequence_length,
+                             micro_batch_size=c.micro_batch_size, tp=c.tp, cp=c.cp, ep=c.ep,
+                             etp=c.etp, sequence_parallel=c.sequence_parallel,
+                             compute_dtype=tr.compute_dtype, flash_attention=tr.flash_attention,
+                             dropout=tr.dropout, moe_load_imbalance=tr.moe_load_imbalance)
+        parallel = c.parallel()
+        groups = axis_groups(parallel, gpus_per_node=self.cluster.gpus_per_node)
+        out: dict[str, float] = {}
+        for kind, index in (("dense", self._first(False)), ("moe", self._first(True))):
+            if index is None:
+                out.update({f"{kind}_f": 0.0, f"{kind}_b": 0.0, f"{kind}_w": 0.0})
+                continue
+            lc = layer_compute(spec, index, ctx)
+            comm = layer_comm(spec, index, training=tr, parallel=parallel, groups=groups,
+                              fabric=self.fabric, compute=lc,
+                              attention_forward_s=lc.recompute_module_s.get(RecomputeModule.CORE_ATTN, 0.0))
+            out[f"{kind}_f"] = lc.times.forward_s + sum(comm.forward_s.values())
+            out[f"{kind}_b"] = lc.times.backward_input_s + sum(comm.backward_s.values())
+            out[f"{kind}_w"] = lc.times.backward_weight_s
+        head = head_compute(spec, ctx).total_s
+        return CoreTimes(head_s=head, **out)
+
+    def _layer_input_bytes(self, c: MeshCandidate) -> int:
+        key = (c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
+        if key not in self._input_cache:
+            ctx = LayerActivationContext(seq_len=self.training.sequence_length,
+                                         micro_batch_size=c.micro_batch_size, tp=c.tp, cp=c.cp,
+                                         etp=c.etp, sequence_parallel=c.sequence_parallel)
+            layer = layer_activation_bytes(self.spec, 0, ctx)
+            self._input_cache[key] = layer.stored_bytes(RecomputeMode.FULL)
+        return self._input_cache[key]
+
+    def _first(self, moe: bool) -> int | None:
+        for i in range(self.spec.num_layers):
+            if self.spec.is_moe_layer(i) == moe:
+                return i
+        return None
+
+    def time_bound_s(self, c: MeshCandidate) -> float:
+        """Lower bound of the pipeline makespan with the fastest policy."""
+        core = self.core(c)
+        m = c.num_micro_batches
+        layer_f = self.num_dense * core.dense_f + self.num_moe * core.moe_f
+        layer_b = self.num_dense * core.dense_b + self.num_moe * core.moe_b
+        layer_w = self.num_dense * core.dense_w + self.num_moe * core.moe_w
+        avg_busy = (layer_f + layer_b + layer_w + core.head_s) / c.pp
+        bound = m * avg_busy
+        if c.pp > 1:
+            chunks = c.vpp if c.schedule in (S.INTERLEAVED_1F1B, S.ZBV, S.DUALPIPEV) else 1
+            lightest = (self.spec.num_layers // (c.pp * chunks)) / max(1, self.spec.num_layers)
+            f, b, w = layer_f * lightest, layer_b * lightest, layer_w * lightest
+            bound = max(bound, _closed_form_bound(c.schedule, c.pp, m, chunks, f, b, w))
+        return bound
+
+    def memory_bound_bytes(self, c: MeshCandidate, *, max_zero: int, max_offload: float,
+                           allow_fp8: bool) -> int:
+        """Lower bound of the peak GPU bytes under the most frugal choices allowed."""
+        spec, tr = self.spec, self.training
+        per_param = state_bytes_per_param(tr)
+        dense_params = self.params.total + self.params.mtp_total - self.params.routed_experts_total
+        dense_params /= c.tp
+        expert_params = self.params.routed_experts_total / (c.ep * c.etp)
+        shard = c.dp * c.cp
+        edp = max(1, c.tp * c.cp * c.dp // (c.ep * c.etp))
+        states = 0.0
+        for count, group in ((dense_params, shard), (expert_params, edp)):
+            weights = count * (per_param.weights + per_param.fp8_copy)
+            grads = count * per_param.gradients
+            optim = count * per_param.optimizer
+            if max_zero >= 1:
+                optim /= group
+            if max_zero >= 2:
+                grads /= group
+            if max_zero >= 3:
+                weights /= group
+            states += weights + grads + optim
+        copies = 2 if c.schedule == S.DUALPIPE else 1
+        states = states * copies / c.pp
+        layer_input = self._layer_input_bytes(c)
+        chunks = c.vpp if c.schedule in (S.INTERLEAVED_1F1B, S.ZBV, S.DUALPIPEV) else 1
+        in_flight = _mean_in_flight(c.schedule, c.pp, c.num_micro_batches, chunks)
+        layers_per_chunk = spec.num_layers / (c.pp * chunks)
+        activations = in_flight * layers_per_chunk * layer_input * (1.0 - max_offload)
+        return int(states + activations) + RUNTIME_RESERVE_BYTES
+
+
+
+
+@lru_cache(maxsize=4096)
+def _mean_in_flight(schedule: PipelineSchedule, pp: int, m: int, chunks: int) -> float:
+    """Average over ranks of the schedule's peak in-flight micro-batch x chunk units."""
+    total = sum(peak_in_flight_chunks(schedule, num_stages=pp, num_micro_batches=m,
+                                      num_chunks=chunks, stage=d) for d in range(pp))
+    return total / pp
+
+
+def _closed_form_bound(schedule: PipelineSchedule, p: int, m: int, v: int, f: float, b: float,
+                       w: float) -> float:
+    """Makespan of the schedule with uniform per-chunk costs (f, b, w) and no latency, where
+    a closed form is exact (arXiv:2104.04473 Sec. 2.2; arXiv:2401.10241 Table 2); otherwise
+    m (f + b + w) v, the busy time alone."""
+    work = m * v * (f + b + w)
+    if schedule in (S.GPIPE, S.ONE_F_ONE_B, S.INTERLEAVED_1F1B):
+        return work + (p - 1) * (f + b + w)
+    if schedule == S.ZB_H1 and w <= f:
+        return work + (p - 1) * (f + b - w)
+    return work
+
+
+__all__ = ["BoundTables", "CoreTimes"]

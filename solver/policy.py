@@ -1,0 +1,210 @@
+"""Per-stage activation policy under the memory cap: a small CP-SAT model per candidate.
+
+Owns: choosing, for every pipeline stage, one storage option (recompute none or selective,
+FP8 storage or not, an offload share) and how many of its layers are fully recomputed, so
+that every stage fits and the slowest stage is as fast as possible. Must not: choose the
+mesh (see `solver/planner.py`).
+
+Formulation (s = stage, o = option):
+    x[s,o] in {0,1}      stage s uses option o;           sum_o x[s,o] = 1            (C1)
+    n[s] in [0, L_s]     layers of s fully recomputed
+    N[s,o] = n[s] x[s,o] (linearised)                                                   (C2)
+    z[s,o] in {0,1}      N[s,o] > 0 (a layer is rebuilt: its working set is held)       (C3)
+    sum_o M0[s,o] x[s,o] - d[s,o] N[s,o] + ws[s,o] z[s,o] <= capacity                   (C4)
+    T >= sum_o T0[s,o] x[s,o] + r[s,o] N[s,o]                                           (C5)
+    minimise  K T + sum_s (stage times)     (K large: the bottleneck first)
+M0, T0 come from the exact ledger and stage timing with the option applied uniformly and no
+layer fully recomputed; d (bytes saved per fully recomputed layer), ws (the rebuilt layer's
+working set) and r (time per fully recomputed layer) from the same functions with one and two
+layers recomputed. The solution is re-checked with the exact ledger and repaired (one more
+recomputed layer on a stage that still overflows) if rounding or layer kinds disagree.
+"""
+
+import logging
+from dataclasses import dataclass
+
+from api_schemas.architecture import AttentionKind, ModelSpec
+from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import (
+    FullLayers,
+    ParallelConfig,
+    RecomputeMode,
+    RecomputeModule,
+    StagePolicy,
+)
+from api_schemas.requests import Constraints
+from api_schemas.training import TrainingSpec
+from models.collectives import fabric_of
+from models.layout import pipeline_layout
+from models.memory import memory_ledger, micro_batch_count
+from models.step_time import axis_groups, stage_time
+from solver import cpsat
+from solver.scaling import capacity_bytes, cost_bytes, cost_time
+
+logger = logging.getLogger(__name__)
+
+BOTTLENECK_WEIGHT = 1000
+"""K: one microsecond of the slowest stage outweighs a millisecond summed over the others."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyOption:
+    """A uniform storage option before full-layer recomputation is added."""
+
+    recompute: RecomputeMode
+    modules: tuple[RecomputeModule, ...]
+    fp8: bool
+    offload_frac: float
+
+    def policy(self, full_layers: int = 0) -> StagePolicy:
+        """The stage policy with `full_layers` fully recomputed layers."""
+        recompute: RecomputeMode | FullLayers = self.recompute
+        if full_layers:
+            recompute = FullLayers(full_layers=full_layers, others=self.recompute.value)
+        return StagePolicy(recompute=recompute, recompute_modules=self.modules or
+                           (RecomputeModule.CORE_ATTN,), fp8_activations=self.fp8,
+                           offload_frac=self.offload_frac)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyResult:
+    """Chosen per-stage policies and how the choice was proven."""
+
+    parallel: ParallelConfig
+    status: cpsat.SolveStatus
+    bottleneck_s: float | None
+
+
+def broad_selective_modules(spec: ModelSpec) -> tuple[RecomputeModule, ...]:
+    """Cheap-to-rebuild modules (Kimi K2 Sec. 2.4 / DeepSeek-V3 Sec. 3.3): norms, the
+    attention core, MLA up-projections and the expert activation."""
+    modules = [RecomputeModule.CORE_ATTN, RecomputeModule.LAYERNORM]
+    if spec.attention == AttentionKind.MLA:
+        modules.append(RecomputeModule.MLA_UP_PROJ)
+    if spec.moe is not None:
+        modules.append(RecomputeModule.MOE_ACT)
+    return tuple(modules)
+
+
+def policy_options(spec: ModelSpec, constraints: Constraints) -> list[PolicyOption]:
+    """The storage options the subproblem chooses from, under the request's permissions."""
+    bases = [(RecomputeMode.NONE, ()), (RecomputeMode.SELECTIVE, broad_selective_modules(spec))]
+    fp8s = [False, True] if constraints.allow_fp8_activations else [False]
+    offloads = [0.0, 0.5] if constraints.allow_offload else [0.0]
+    return [PolicyOption(recompute=mode, modules=modules, fp8=fp8, offload_frac=off)
+            for mode, modules in bases for fp8 in fp8s for off in offloads]
+
+
+def _uniform(parallel: ParallelConfig, option: PolicyOption, full: int) -> ParallelConfig:
+    return parallel.model_copy(update={"stage_policies": (option.policy(full),) * parallel.pp})
+
+
+def _stage_busy(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                cluster: ClusterSpec) -> list[float]:
+    m = micro_batch_count(training, parallel)
+    fabric = fabric_of(cluster)
+    groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    return [sum(t.total_s for t in stage_time(spec, training, parallel, cluster, layout,
+                                              num_micro_batches=m, fabric=fabric,
+                                              groups=groups).chunk_times)
+            for layout in pipeline_layout(spec, parallel)]
+
+
+def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                          cluster: ClusterSpec, options: list[PolicyOption],
+                          config: cpsat.SolverConfig) -> PolicyResult | None:
+    """Per-stage policies that fit every stage with the fastest bottleneck, or None when no
+    combination fits (C1-C5 above)."""
+    layouts = pipeline_layout(spec, parallel)
+    layers = [len(layout.layers) for layout in layouts]
+    data = []
+    for option in options:
+        ledgers = [memory_ledger(spec, training, _uniform(parallel, option, k), cluster)
+                   for k in (0, 1, 2)]
+        busy = [_stage_busy(spec, training, _uniform(parallel, option, k), cluster)
+                for k in (0, 1)]
+        data.append((ledgers, busy))
+    model = cpsat.CpModel()
+    cap = capacity_bytes(cluster.capacity_bytes)
+    x: dict[tuple[int, int], cpsat.IntVar] = {}
+    n_vars: dict[tuple[int, int], cpsat.IntVar] = {}
+    bottleneck = model.new_int_var(0, 2**40, "bottleneck")
+    stage_terms = []
+    for s, count in enumerate(layers):
+        n_s = model.new_int_var(0, count, f"full_layers[{s}]")
+        mem_terms, time_terms = [], []
+        for o, (ledgers, busy) in enumerate(data):
+            x[s, o] = model.new_bool_var(f"use[{s},{o}]")
+            n_vars[s, o] = model.new_int_var(0, count, f"full[{s},{o}]")
+            z = model.new_bool_var(f"rebuilds[{s},{o}]")
+            model.add(n_vars[s, o] <= count * x[s, o])                      # C2
+            model.add(n_vars[s, o] <= n_s)
+            model.add(n_vars[s, o] >= n_s - count * (1 - x[s, o]))
+            model.add(n_vars[s, o] <= count * z)                            # C3
+            model.add(z <= x[s, o])
+            m0, m1, m2 = (ledger.stages[s].total_bytes for ledger in ledgers)
+            saved = max(0, m1 - m2) if count >= 2 else max(0, m0 - m1)
+            working = max(0, m1 - m0 + saved)
+            mem_terms += [cost_bytes(m0) * x[s, o], -(saved // 2**20) * n_vars[s, o],
+                          cost_bytes(working) * z]
+            t0, t1 = busy[0][s], busy[1][s]
+            time_terms += [cost_time(t0) * x[s, o], cost_time(max(0.0, t1 - t0)) * n_vars[s, o]]
+        model.add_exactly_one(x[s, o] for o in range(len(data)))           # C1
+        model.add(sum(mem_terms) <= cap)                                    # C4
+        stage_time_var = model.new_int_var(0, 2**40, f"stage_time[{s}]")
+        model.add(stage_time_var == sum(time_terms))
+        model.add(bottleneck >= stage_time_var)                             # C5
+        stage_terms.append(stage_time_var)
+        model.add_hint(x[s, 0], 1)
+    model.minimize(BOTTLENECK_WEIGHT * bottleneck + sum(stage_terms))
+    outcome = cpsat.solve(model, config)
+    if not outcome.has_solution:
+        return None
+    solver = outcome.solver
+    policies = []
+    for s, _ in enumerate(layers):
+        o = next(o for o in range(len(data)) if solver.value(x[s, o]))
+        policies.append(options[o].policy(int(solver.value(n_vars[s, o]))))
+    chosen = parallel.model_copy(update={"stage_policies": tuple(policies)})
+    chosen = _repair(spec, training, chosen, cluster, layers)
+    if chosen is None:
+        return None
+    return PolicyResult(parallel=chosen, status=outcome.status,
+                        bottleneck_s=solver.value(bottleneck) * 1e-6)
+
+
+def _repair(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+            cluster: ClusterSpec, layers: list[int]) -> ParallelConfig | None:
+    """Add fully recomputed layers on stages the exact ledger still finds over capacity."""
+    for _ in range(sum(layers) + 1):
+        ledger = memory_ledger(spec, training, parallel, cluster)
+        over = [s.stage for s in ledger.stages if s.total_bytes > ledger.capacity_bytes]
+        if not over:
+            return parallel
+        policies = list(parallel.stage_policies or ())
+        changed = False
+        for s in over:
+            policy = policies[s]
+            current = policy.recompute.full_layers if isinstance(policy.recompute, FullLayers) \
+                else (layers[s] if policy.recompute == RecomputeMode.FULL else 0)
+            if current >= layers[s]:
+                continue
+            others = policy.recompute.others if isinstance(policy.recompute, FullLayers) else (
+                "selective" if policy.recompute == RecomputeMode.SELECTIVE else "none")
+            policies[s] = policy.model_copy(update={"recompute": FullLayers(
+                full_layers=current + 1, others=others)})
+            changed = True
+        if not changed:
+            return None
+        parallel = parallel.model_copy(update={"stage_policies": tuple(policies)})
+    return None
+
+
+__all__ = [
+    "BOTTLENECK_WEIGHT",
+    "PolicyOption",
+    "PolicyResult",
+    "broad_selective_modules",
+    "choose_stage_policies",
+    "policy_options",
+]
