@@ -22,7 +22,7 @@ from service.persistence.db import init_db, make_engine
 from service.planning import Planner
 from service.pool import SolverPool
 from service.problems import install_problem_handlers
-from service.routes import catalog, collectives, estimates, health, plans
+from service.routes import catalog, collectives, estimates, health, mesh, plans
 from service.routes.health import SERVICE_VERSION
 from service.settings import Settings, get_settings
 
@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
         app.include_router(plans.router)
     app.include_router(estimates.router)
     app.include_router(collectives.router)
+    app.include_router(mesh.router)
     app.include_router(catalog.router)
     app.include_router(health.router)
     install_openapi(app)

@@ -16,6 +16,7 @@ import httpx
 from pydantic import BaseModel
 
 from api_schemas.collectives import CollectiveEstimateRequest, CollectiveEstimateResponse
+from api_schemas.mesh import MeshRequest, MeshResponse
 from api_schemas.plan import MemoryReport, PlanResponse, PlanStatus
 from api_schemas.problems import ProblemDetail
 from api_schemas.requests import EvaluateRequest, PlanRequest
@@ -130,6 +131,10 @@ class AtlasClient:
     def memory(self, request: EvaluateRequest | Mapping[str, Any]) -> MemoryReport:
         """POST /v1/ledger/memory."""
         return self._send("POST", "/v1/ledger/memory", MemoryReport, body=_payload(request))
+
+    def mesh(self, request: MeshRequest | Mapping[str, Any]) -> MeshResponse:
+        """POST /v1/mesh."""
+        return self._send("POST", "/v1/mesh", MeshResponse, body=_payload(request))
 
     def estimate_collective(self, request: CollectiveEstimateRequest | Mapping[str, Any]
                             ) -> CollectiveEstimateResponse:

@@ -57,6 +57,8 @@ def bounds(settings: Settings) -> dict[str, Bound]:
                                setting="ATLAS_MAX_MICRO_BATCHES"),
         "pipeline_ops": Bound(value=settings.max_pipeline_ops, setting="ATLAS_MAX_PIPELINE_OPS"),
         "mesh_ranks": Bound(value=settings.max_mesh_ranks, setting="ATLAS_MAX_MESH_RANKS"),
+        "mesh_members": Bound(value=settings.max_mesh_members,
+                              setting="ATLAS_MAX_MESH_MEMBERS"),
         "placement_cells": Bound(value=settings.max_placement_cells,
                                  setting="ATLAS_MAX_PLACEMENT_CELLS"),
     }
@@ -99,6 +101,15 @@ def check_parallel(parallel: ParallelConfig, training: TrainingSpec, settings: S
         1, training.global_batch_size // (parallel.micro_batch_size * parallel.dp))
     check_bound(micro_batches, named["micro_batches"], field="parallel.num_micro_batches",
                 what="the micro-batches per step")
+
+
+def listed_group_members(parallel: ParallelConfig, *, listed_ranks: int) -> int:
+    """Rank ids a mesh answer lists: each listed rank names the members of its tp, cp, pp,
+    dp, dp x cp, ep, etp and expert-data-parallel groups (an upper estimate)."""
+    p = parallel
+    expert_dp = max(1, (p.dp * p.cp * p.tp) // (p.ep * p.etp))
+    per_rank = p.tp + p.cp + p.pp + p.dp + p.dp * p.cp + p.ep + p.etp + expert_dp
+    return listed_ranks * per_rank
 
 
 def check_model_spec(spec: ModelSpec, settings: Settings) -> None:
@@ -201,4 +212,5 @@ __all__ = [
     "clamp_time_limit",
     "require_finite",
     "cluster_world_size",
+    "listed_group_members",
 ]

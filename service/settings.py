@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     max_mesh_ranks: int = Field(
         default=16_384, ge=1,
         description="Largest mesh whose ranks are listed one by one [ATLAS_MAX_MESH_RANKS].")
+    max_mesh_members: int = Field(
+        default=1_000_000, ge=1,
+        description="Largest listed mesh: listed ranks x members of their groups "
+        "[ATLAS_MAX_MESH_MEMBERS].")
     max_placement_cells: int = Field(
         default=2**20, ge=1,
         description="Largest MoE token matrix (ranks x experts) [ATLAS_MAX_PLACEMENT_CELLS].")

@@ -12,6 +12,7 @@ from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, PlanRequest
 from service.client import ApiProblemError, AtlasClient
 from service.routes.catalog import FROM_HF_EXAMPLE
 from service.routes.collectives import COLLECTIVE_EXAMPLES
+from service.routes.mesh import MESH_EXAMPLES
 from service.settings import Settings
 
 
@@ -38,6 +39,7 @@ def test_every_read_endpoint(atlas: AtlasClient) -> None:
     assert len(atlas.memory(EVALUATE_REQUEST_EXAMPLE).stages) == 16
     collective = atlas.estimate_collective(COLLECTIVE_EXAMPLES["explicit-links"]["value"])
     assert collective.num_ranks == 32
+    assert atlas.mesh(MESH_EXAMPLES["moe-32-gpus"]["value"]).world_size == 32
 
 
 def test_problems_become_typed_errors(atlas: AtlasClient) -> None:

@@ -1,0 +1,56 @@
+"""The parallel mesh: rank coordinates, groups, placement and rule checks.
+
+Owns: POST /v1/mesh (schema in -> `models.mesh.report.mesh_report` -> schema out), with the
+bounds on the cluster size and on how much of the mesh is listed. Must not: build groups.
+"""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from api_schemas.mesh import MeshRequest, MeshResponse
+from models.mesh.report import mesh_report
+from service import limits
+from service.deps import SettingsDep
+from service.openapi import problem_responses
+
+router = APIRouter(tags=["estimates"])
+
+MESH_EXAMPLES = {
+    "moe-32-gpus": {
+        "summary": "TP2 CP2 DP4 PP2 with EP4 x ETP2 on 4 nodes of 8 GPUs",
+        "value": {"cluster": {"num_nodes": 4, "gpus_per_node": 8},
+                  "parallel": {"tp": 2, "cp": 2, "dp": 4, "pp": 2, "ep": 4, "etp": 2,
+                               "sequence_parallel": True},
+                  "order": "tp-cp-ep-dp-pp", "max_ranks": 32},
+    },
+    "tp3-on-16-gpus": {
+        "summary": "tp=3 x pp=2 x dp=2 on 16 GPUs (the answer names the problem and a fix)",
+        "value": {"cluster": {"num_nodes": 2, "gpus_per_node": 8},
+                  "parallel": {"tp": 3, "pp": 2, "dp": 2},
+                  "order": "tp-cp-ep-dp-pp", "max_ranks": 16},
+    },
+}
+
+
+@router.post("/v1/mesh", summary="Rank coordinates, groups and mesh problems",
+             responses=problem_responses("invalid-spec"))
+def mesh(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
+         settings: SettingsDep) -> MeshResponse:
+    """Where every rank sits (node, coordinates), the members of its tp / cp / dp / pp / ep
+    groups, which group kinds stay inside a node and which collectives they run how often,
+    and every rule the configuration breaks, each with a valid alternative nearby."""
+    named = limits.bounds(settings)
+    world = request.cluster.num_nodes * request.cluster.gpus_per_node
+    limits.check_bound(world, named["world_size"], field="cluster.num_nodes",
+                       what="the cluster's GPU count")
+    limits.check_bound(request.max_ranks, named["mesh_ranks"], field="max_ranks",
+                       what="the ranks to list")
+    listed = min(world, request.max_ranks)
+    limits.check_bound(limits.listed_group_members(request.parallel, listed_ranks=listed),
+                       named["mesh_members"], field="max_ranks",
+                       what="the group members listed (ranks x group sizes)")
+    return mesh_report(request)
+
+
+__all__ = ["router"]
