@@ -204,6 +204,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ["DATABASE_URL"] = args.database_url
     if args.sqlite_path:
         os.environ["ATLAS_SQLITE_PATH"] = args.sqlite_path
+    os.environ["ATLAS_LOG_LEVEL"] = args.log_level.upper()
     uvicorn.run("service.app:create_app", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level, proxy_headers=True)
     return 0
