@@ -5,8 +5,8 @@ Run: .venv/bin/python benchmarks/bench_service_load.py [--requests 400] [--worke
 Starts `atlas-planner serve` on a free port with SQLite in a temporary directory, then, for
 each scenario and concurrency, keeps that many requests in flight until the count is sent.
 Scenarios: POST /v1/ledger/memory (Llama 3.1 405B on 16,384 H100s, 16 stages); and, when the
-service has POST /v1/plans, small plan requests (Llama 3.1 8B on 8 to 32 H100s, 2 s limit),
-each distinct (every request is a new search) and then repeated (answered from the store).
+service has POST /v1/plans, small plan requests (Llama 3.1 8B on 32 H100s, 2 s limit), each
+distinct (every request is a new search) and then repeated (answered from the store).
 Prints one table row per scenario and concurrency; latency counts from send to full body.
 """
 
@@ -39,14 +39,17 @@ def _free_port() -> int:
         return port
 
 
-def small_plan(index: int, *, distinct: bool) -> dict[str, Any]:
-    """A small plan request; distinct ones vary the global batch and node count."""
-    step = index if distinct else 0
+def small_plan(seed: int) -> dict[str, Any]:
+    """A small plan request: Llama 3.1 8B on 4 nodes of 8 H100s, 2 s search limit.
+
+    The CP-SAT seed is part of the request, so distinct seeds are distinct requests (new
+    searches of the same size) and a repeated seed is answered from the store.
+    """
     return {
         "model": {"preset": "llama-3.1-8b"},
-        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1 + step % 4, "gpus_per_node": 8},
-        "training": {"global_batch_size": 64 * (1 + step // 4), "sequence_length": 4096},
-        "solver": {"time_limit_s": 2, "top_k": 3, "num_workers": 1},
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 4, "gpus_per_node": 8},
+        "training": {"global_batch_size": 256, "sequence_length": 4096},
+        "solver": {"time_limit_s": 2, "top_k": 3, "num_workers": 1, "random_seed": seed},
     }
 
 
@@ -94,9 +97,14 @@ async def _drive(base_url: str, *, path: str, body_of: Callable[[int], dict[str,
     return time.perf_counter() - began, latencies, statuses
 
 
+def _row(body_of: Callable[[int, int], dict[str, Any]],
+         row: int) -> Callable[[int], dict[str, Any]]:
+    return lambda index: body_of(index, row)
+
+
 def _percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def _start_server(directory: Path, workers: int) -> tuple[subprocess.Popen[bytes], str]:
@@ -129,30 +137,25 @@ def main() -> None:
         process, base_url = _start_server(Path(tmp), args.workers)
         try:
             paths = httpx.get(f"{base_url}/openapi.json").json()["paths"]
-            scenarios: list[tuple[str, str, Callable[[int], dict[str, Any]], int]] = [
+            # (name, path, body of request i in row r, requests per row)
+            scenarios: list[tuple[str, str, Callable[[int, int], dict[str, Any]], int]] = [
                 ("ledger/memory 405B", "/v1/ledger/memory",
-                 lambda i: EVALUATE_REQUEST_EXAMPLE, args.requests)]
+                 lambda _i, _r: EVALUATE_REQUEST_EXAMPLE, args.requests)]
             if "/v1/plans" in paths:
                 scenarios.append(("plans, each distinct", "/v1/plans",
-                                  lambda i: small_plan(i, distinct=True), args.plan_requests))
+                                  lambda i, r: small_plan(1 + r * 100_000 + i),
+                                  args.plan_requests))
                 scenarios.append(("plans, repeated", "/v1/plans",
-                                  lambda i: small_plan(i, distinct=False), args.requests))
+                                  lambda _i, _r: small_plan(0), args.requests))
             header = (f"{'scenario':<24} {'clients':>7} {'requests':>8} {'req/s':>8} "
                       f"{'p50 ms':>8} {'p99 ms':>8}  statuses")
             sys.stdout.write(f"server: {args.workers} worker process(es), SQLite, "
                              f"{os.cpu_count()} CPUs\n{header}\n")
             for name, path, body_of, total in scenarios:
                 for concurrency in CONCURRENCY:
-                    if name.startswith("plans, each"):
-                        # New searches every row: shift the index range per row.
-                        offset = concurrency * 1000
-                        elapsed, lat, statuses = asyncio.run(_drive(
-                            base_url, path=path, body_of=lambda i, o=offset: body_of(i + o),
-                            total=total, concurrency=concurrency))
-                    else:
-                        elapsed, lat, statuses = asyncio.run(_drive(
-                            base_url, path=path, body_of=body_of, total=total,
-                            concurrency=concurrency))
+                    elapsed, lat, statuses = asyncio.run(_drive(
+                        base_url, path=path, total=total, concurrency=concurrency,
+                        body_of=_row(body_of, concurrency)))
                     sys.stdout.write(
                         f"{name:<24} {concurrency:>7} {total:>8} {total / elapsed:>8.1f} "
                         f"{statistics.median(lat) * 1e3:>8.1f} "

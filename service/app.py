@@ -89,8 +89,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app = FastAPI(title="atlas-planner", version=SERVICE_VERSION, description=DESCRIPTION,
                   openapi_tags=TAGS, lifespan=lifespan)
     install_problem_handlers(app)
-    app.add_middleware(RequestContextMiddleware,  # type: ignore[arg-type]
-                       max_body_bytes=config.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes)
     if plan_fn is not None:
         app.include_router(plans.router)
     app.include_router(estimates.router)

@@ -24,8 +24,7 @@ import httpx
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from api_schemas.collectives import CollectiveEstimateRequest, CollectiveEstimateResponse
-from api_schemas.plan import MemoryReport
+from api_schemas.collectives import CollectiveEstimateRequest
 from api_schemas.problems import FieldError, ProblemDetail
 from api_schemas.requests import EvaluateRequest
 from models.catalog import gpu_ids, model_ids

@@ -159,4 +159,4 @@ class AtlasClient:
         return self._send("POST", "/v1/models/from-hf", FromHfResponse, body=body)
 
 
-__all__ = ["ApiProblemError", "AtlasClient", "DEFAULT_BASE_URL"]
+__all__ = ["DEFAULT_BASE_URL", "ApiProblemError", "AtlasClient"]

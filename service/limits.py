@@ -210,7 +210,7 @@ __all__ = [
     "check_parallel",
     "check_training",
     "clamp_time_limit",
-    "require_finite",
     "cluster_world_size",
     "listed_group_members",
+    "require_finite",
 ]

@@ -22,7 +22,7 @@ def problem_responses(*codes: ProblemCode, params: bool = True,
                       body: bool = True) -> dict[int | str, dict[str, Any]]:
     """OpenAPI responses for the given codes plus `internal`, `invalid-request` when the
     route takes parameters or a body, and `payload-too-large` when it takes a body."""
-    wanted: list[ProblemCode] = list(codes) + ["internal"]
+    wanted: list[ProblemCode] = [*codes, "internal"]
     if params or body:
         wanted.append("invalid-request")
     if body:

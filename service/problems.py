@@ -8,6 +8,7 @@ unexpected error reach a client; routes never build error bodies themselves.
 """
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -122,7 +123,7 @@ class InfeasiblePlanError(PlannerError):
 
 
 def problem_response(code: ProblemCode, *, detail: str, instance: str | None,
-                     status: int | None = None, headers: dict[str, str] | None = None,
+                     status: int | None = None, headers: Mapping[str, str] | None = None,
                      **members: Any) -> JSONResponse:
     """An `application/problem+json` response for a code (status from the table)."""
     status_code = status if status is not None else PROBLEM_STATUS[code]

@@ -13,7 +13,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 from sqlmodel import SQLModel
 
-from service.persistence import tables
+from service.persistence import tables  # noqa: F401 - registers the tables in the metadata
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def make_engine(url: str) -> Engine:
 
 def init_db(engine: Engine) -> None:
     """Create the tables that do not exist yet (idempotent)."""
-    SQLModel.metadata.create_all(engine, tables=[tables.PlanRecord.__table__])  # type: ignore[list-item]
+    SQLModel.metadata.create_all(engine)
     logger.info("plan store ready at %s", engine.url.render_as_string(hide_password=True))
 
 
@@ -47,7 +47,7 @@ def check_database(engine: Engine) -> bool:
     try:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
-    except Exception:  # noqa: BLE001 - any driver failure means unreachable
+    except Exception:
         logger.warning("database probe failed", exc_info=True)
         return False
     return True

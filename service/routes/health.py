@@ -4,7 +4,7 @@ Owns: GET /healthz and GET /problems/{code} (the target of every problem's `type
 Must not: touch plans.
 """
 
-from typing import get_args
+from typing import Annotated, get_args
 
 from anyio import to_thread
 from fastapi import APIRouter, Path, Response
@@ -41,8 +41,8 @@ async def healthz(context: ContextDep, response: Response) -> HealthReport:
 @router.get("/problems/{code}", summary="What a problem code means",
             responses=problem_responses(body=False))
 async def problem_info(
-    code: ProblemCode = Path(description="A problem code, e.g. 'invalid-spec'.",
-                             examples=["no-feasible-plan"]),
+    code: Annotated[ProblemCode, Path(description="A problem code, e.g. 'invalid-spec'.",
+                                      examples=["no-feasible-plan"])],
 ) -> ProblemInfo:
     """The status, title and meaning of a problem code (each problem's `type` links here)."""
     return ProblemInfo(code=code, status=PROBLEM_STATUS[code], title=PROBLEM_TITLES[code],

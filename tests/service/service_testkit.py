@@ -46,11 +46,11 @@ class PortalTransport(httpx.BaseTransport):
 @contextmanager
 def serve_in_process(app: FastAPI) -> Iterator[httpx.Client]:
     """An httpx client bound to `app`, with the app's lifespan running around it."""
-    with start_blocking_portal() as portal:
-        with portal.wrap_async_context_manager(app.router.lifespan_context(app)):
-            transport = PortalTransport(app, portal)
-            with httpx.Client(transport=transport, base_url="http://testserver") as client:
-                yield client
+    with start_blocking_portal() as portal, \
+            portal.wrap_async_context_manager(app.router.lifespan_context(app)), \
+            httpx.Client(transport=PortalTransport(app, portal),
+                         base_url="http://testserver") as client:
+        yield client
 
 
 @dataclass

@@ -77,7 +77,7 @@ def test_collective_command(tmp_path: Path) -> None:
 
 def test_server_mode_goes_through_the_client(client: httpx.Client, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "AtlasClient", lambda url: AtlasClient(http=client))
+    monkeypatch.setattr(cli, "AtlasClient", lambda _url: AtlasClient(http=client))
     out = tmp_path / "answer.json"
     argv = ["memory", *PRESET_FLAGS, "--tp", "8", "--pp", "4", "--dp", "2", "--server",
             "http://testserver", "-o", str(out)]

@@ -81,7 +81,7 @@ def test_overloaded_carries_retry_after(make_client: Callable[..., Any],
 
 
 def test_foreign_error_bodies_are_still_typed() -> None:
-    def gateway(request: httpx.Request) -> httpx.Response:
+    def gateway(_request: httpx.Request) -> httpx.Response:
         return httpx.Response(502, text="<html>bad gateway</html>",
                               headers={"content-type": "text/html"})
 

@@ -117,7 +117,7 @@ def test_health_reports_an_unreachable_database(client: Any,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     assert client.get("/healthz").json() == {
         "status": "ok", "database": "ok", "database_backend": "sqlite", "version": "0.1.0"}
-    monkeypatch.setattr(health_routes, "check_database", lambda engine: False)
+    monkeypatch.setattr(health_routes, "check_database", lambda _engine: False)
     response = client.get("/healthz")
     assert response.status_code == 503
     assert response.json()["status"] == "degraded"

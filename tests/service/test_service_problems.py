@@ -6,18 +6,19 @@ from typing import Any
 
 import httpx
 import pytest
+from service_testkit import ScriptedPlanner, plan_body
 
 import service.routes.estimates as estimates_routes
 from api_schemas.problems import ProblemDetail
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE
 from service.problems import PROBLEM_STATUS, PROBLEM_TITLES
 from service.settings import Settings
-from service_testkit import ScriptedPlanner, plan_body
 
 PROBLEM_JSON = "application/problem+json"
 
 
-def check_problem(response: httpx.Response, code: str, *, status: int | None = None) -> dict[str, Any]:
+def check_problem(response: httpx.Response, code: str, *,
+                  status: int | None = None) -> dict[str, Any]:
     """Assert the RFC 9457 shape of a problem response and return its body."""
     expected = status if status is not None else PROBLEM_STATUS[code]  # type: ignore[index]
     assert response.status_code == expected, response.text
@@ -138,7 +139,7 @@ def test_overloaded_has_retry_after(make_client: Callable[..., Any],
 
 def test_internal_error_hides_the_exception(client: httpx.Client,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(request: object) -> None:
+    def broken(_request: object) -> None:
         raise RuntimeError("secret internals /etc/passwd")
 
     monkeypatch.setattr(estimates_routes, "memory_report", broken)
