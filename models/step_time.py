@@ -10,8 +10,9 @@ Overlap rules (stated once):
 - Ring context-parallel P2P overlaps the attention core of the same layer; Ulysses
   all-to-alls are exposed.
 - Expert all-to-alls are hidden behind the paired micro-batch's compute under DualPipe /
-  DualPipeV (DeepSeek-V3 Sec. 3.2.1) and under interleaved 1F1B with extra warm-up
-  micro-batches (Kimi K2 Sec. 2.4.2), each up to that compute; exposed otherwise.
+  DualPipeV (DeepSeek-V3 Sec. 3.2.1), and under interleaved 1F1B with extra warm-up
+  micro-batches when `training.overlap_ep_comm` (Kimi K2 Sec. 2.4.2), each up to that
+  compute; exposed otherwise.
 - Pipeline P2P is a latency between dependent ops of neighbouring ranks (the simulator).
 - Data-parallel gradient reduction overlaps the last micro-batch's backward when
   `training.overlap_grad_reduce`, and the ZeRO-1/2 parameter all-gather the first forward;
@@ -53,7 +54,7 @@ from models.pipeline import (
 from models.pipeline.simulator import CompiledProgram
 
 S = PipelineSchedule
-_EP_OVERLAPPED = (S.DUALPIPE, S.DUALPIPEV, S.INTERLEAVED_1F1B)
+_EP_OVERLAPPED = (S.DUALPIPE, S.DUALPIPEV)
 
 OPTIMIZER_BYTES_PER_PARAM_FACTOR = 2.0
 """The optimizer step reads and writes every state it touches once: HBM traffic = 2 x the
@@ -290,7 +291,9 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
                                   assignments * h * dispatch_bytes, fabric)
                      + collective_s(Collective.ALL_TO_ALL, groups["ep"],
                                     assignments * h * act, fabric))
-        if parallel.schedule in _EP_OVERLAPPED:
+        overlapped = parallel.schedule in _EP_OVERLAPPED or (
+            training.overlap_ep_comm and parallel.schedule == S.INTERLEAVED_1F1B)
+        if overlapped:
             fwd["ep"] = max(0.0, per_layer - compute.times.backward_input_s)
             bwd["ep"] = max(0.0, per_layer - compute.times.forward_s)
         else:
