@@ -133,8 +133,9 @@ class MemoryLedger:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _ParamGroups:
-    """Parameters one rank holds, grouped by how they are sharded and stored."""
+class RankParameters:
+    """Parameters one rank holds, grouped by how they are sharded and stored (the single
+    definition used by the ledger, the step time and the traffic ledger)."""
 
     gemm: int  # TP-sharded GEMM weights (attention, dense MLP, shared experts)
     vectors: int  # norms, router, biases, position table: replicated across tp
@@ -195,7 +196,7 @@ def _first_of_each_kind(spec: ModelSpec, layers: tuple[int, ...]) -> dict[bool, 
     return out
 
 
-def _param_groups(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> _ParamGroups:
+def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> RankParameters:
     tp = parallel.tp
     gemm = vectors = experts = largest_layer = 0
     counts: dict[bool, int] = {}
@@ -231,13 +232,13 @@ def _param_groups(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout
     head_copy = vocab_shard if head_params(spec) or layout.num_embeddings == 0 else 0
     head = layout.num_heads * head_copy
     vectors += layout.num_heads * norm_params(spec, spec.hidden_size)
-    return _ParamGroups(gemm=gemm, vectors=vectors, embedding=embedding, head=head,
+    return RankParameters(gemm=gemm, vectors=vectors, embedding=embedding, head=head,
                         experts=experts, largest_layer=largest_layer,
                         largest_matrix=largest_weight_matrix(spec))
 
 
 def _model_state_components(training: TrainingSpec, parallel: ParallelConfig,
-                            groups: _ParamGroups, edp: int,
+                            groups: RankParameters, edp: int,
                             max_chunk_params: int) -> tuple[list[MemoryComponent],
                                                             list[MemoryComponent]]:
     dense_shard = parallel.dp * parallel.cp
@@ -370,7 +371,7 @@ def stage_activation_components(
 
 
 def _other_components(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                      groups: _ParamGroups, dynamic_bytes: int) -> list[MemoryComponent]:
+                      groups: RankParameters, dynamic_bytes: int) -> list[MemoryComponent]:
     """Transient buffers and reserves, each a named term."""
     out = [MemoryComponent(name="runtime reserve", kind="other", bytes=RUNTIME_RESERVE_BYTES,
                            note="CUDA context, cuBLAS workspaces, NCCL buffers")]
@@ -432,7 +433,7 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
                  layout: StageLayout, *, num_micro_batches: int) -> StageMemory:
     """The ledger of one rank of pipeline stage `layout.rank`."""
     edp = expert_data_parallel_degree(spec, parallel)
-    groups = _param_groups(spec, parallel, layout)
+    groups = rank_parameters(spec, parallel, layout)
     per_kind = {kind: math.ceil(layer_params(spec, i).total / parallel.tp)
                 for kind, i in _first_of_each_kind(spec, layout.layers).items()}
     chunk_params = max((sum(per_kind[spec.is_moe_layer(i)] for i in chunk)
@@ -480,11 +481,13 @@ __all__ = [
     "ALLOCATOR_FRAGMENTATION_FRAC",
     "RUNTIME_RESERVE_BYTES",
     "MemoryComponent",
+    "RankParameters",
     "MemoryLedger",
     "StageMemory",
     "expert_data_parallel_degree",
     "memory_ledger",
     "micro_batch_count",
+    "rank_parameters",
     "stage_activation_components",
     "stage_memory",
 ]
