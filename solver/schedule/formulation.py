@@ -16,7 +16,8 @@ Formulation (all times in integer ticks; O = ops, R = ranks, rank(o), d(o) its d
   C3  NoOverlap({I_o : rank(o) = r})                         for every rank r
   C4  Cumulative({A_js : rank(s) = r}, demand 1, capacity L)  for every rank r (memory)
   C5  T >= x_W + d(W)             for every W (every F precedes its B precedes its W)
-  C6  T >= t_r + work_r - min(L, #F_r) max F_r,  t_r = min over B on r of x_B   (warm-up cut)
+  C6  T >= t_r + work_r - min(L, #F_r) max F_r + idle_r,  t_r = min over B on r of x_B
+      (warm-up cut; idle_r is the cool-down idle of `instance.cooldown_idle_ticks`)
   C7  T >= LB                     the analytic lower bound of `instance.py` (redundant)
 """
 
@@ -29,6 +30,7 @@ from solver.schedule.instance import (
     KIND_F,
     KIND_W,
     ScheduleInstance,
+    cooldown_idle_ticks,
     warmup_chunks_before_first_b,
 )
 
@@ -173,7 +175,8 @@ def add_warmup_cut(model: CpModel, inst: ScheduleInstance, v: ScheduleVars, *,
         first_b = model.new_int_var(0, horizon, f"firstB[{r}]")
         v.first_b.append(first_b)
         model.add_min_equality(first_b, firsts)
-        model.add(v.makespan >= first_b + work - min(inst.memory_limit_chunks, num_f) * longest_f)
+        model.add(v.makespan >= first_b + work - min(inst.memory_limit_chunks, num_f) * longest_f
+                  + cooldown_idle_ticks(inst, r))
 
 
 __all__ = [

@@ -32,7 +32,7 @@ as m grows.
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from api_schemas.parallel import PipelineSchedule
 from models.errors import InfeasibleError, InvalidSpecError
@@ -60,6 +60,9 @@ MAX_FULL_MODEL_OPS = 3600
 """Above this many atomic ops only the warm-up and cool-down windows are reordered."""
 WINDOW_MICRO_BATCHES = 6
 """Micro-batches per pipe at each end that stay free in the windowed model."""
+POSTPROCESS_RESERVE_S = 0.15
+"""Wall time kept back from CP-SAT for re-timing the answer (the limit is end to end)."""
+MIN_SOLVE_S = 0.05
 _EPS = 1e-9
 
 
@@ -108,7 +111,8 @@ def optimize_schedule(
         durations: per-stage op durations; an overlapped F&B duration is not modelled.
         memory_limit: peak in-flight activations per rank, in full-stage units.
         p2p_latency_s: latency of every dependency between different ranks.
-        config: CP-SAT time limit, workers and seed.
+        config: workers, seed and the time limit, which bounds the whole call (CP-SAT gets
+            what is left after the setup, less `POSTPROCESS_RESERVE_S`).
 
     Raises:
         InvalidSpecError: bad parameters, or an overlapped pair duration was given.
@@ -136,7 +140,8 @@ def optimize_schedule(
     if baseline.hint_makespan_ticks > bound:
         status, bound, starts, method = _solve(
             inst, head=head, tail=tail, bound=bound, hint=baseline.hint,
-            horizon=baseline.hint_makespan_ticks, config=config or SolverConfig())
+            horizon=baseline.hint_makespan_ticks,
+            config=_remaining_budget(config or SolverConfig(), started=started))
         found = program_from_starts(inst, starts, chunks_per_stage_unit=unit)
         timed = simulate(found, durations, p2p_latency_s=p2p_latency_s)
         # The live count at each F start depends only on the rank's order, so re-timing
@@ -158,6 +163,12 @@ def optimize_schedule(
         baseline_makespan_s=baseline.makespan_s, memory_limit_chunks=limit,
         time_quantum_s=scale.quantum_s, quantization_exact=scale.exact, method=method,
         wall_time_s=time.perf_counter() - started)
+
+
+def _remaining_budget(config: SolverConfig, *, started: float) -> SolverConfig:
+    """The config with CP-SAT's limit cut to what is left of `config.max_time_s` overall."""
+    left = config.max_time_s - (time.perf_counter() - started) - POSTPROCESS_RESERVE_S
+    return replace(config, max_time_s=max(MIN_SOLVE_S, left))
 
 
 def _chunks_per_micro_batch(placement: Placement) -> int:

@@ -98,14 +98,24 @@ def test_optimizer_finds_zero_bubble_interleaving_within_megatron_memory() -> No
 
 
 def test_optimizer_reports_a_gap_at_the_time_limit() -> None:
-    """A model too large to prove in the limit: FEASIBLE, honest bound, positive gap."""
-    durations = OpDurations.uniform(forward_s=1.0, backward_input_s=1.2, backward_weight_s=0.8)
+    """A limit between p and 2p-1 is the hard regime: FEASIBLE, honest bound, small gap."""
     short = SolverConfig(max_time_s=0.5, num_workers=1, random_seed=0)
-    result = optimize_schedule(S.ZB_H1, num_stages=8, num_micro_batches=40, durations=durations,
-                               memory_limit=8, config=short)
+    result = optimize_schedule(S.ZB_H1, num_stages=8, num_micro_batches=24, durations=F1B2W1,
+                               memory_limit=12, config=short)
     assert result.status == SolveStatus.FEASIBLE
-    assert 0.0 < result.gap < 0.05
+    assert 0.0 < result.gap < 0.06
     assert result.lower_bound_s < result.makespan_s <= result.baseline_makespan_s
+    assert result.wall_time_s < 2.0
+
+
+def test_cooldown_bound_proves_zb_h1_optimal_whenever_w_le_f() -> None:
+    """Limit p, W <= F: warm-up idle (p-1)B plus cool-down idle (p-1)(F-W) is ZB-H1's
+    (p-1)(F+B-W), so no search is needed."""
+    durations = OpDurations.uniform(forward_s=1.0, backward_input_s=1.2, backward_weight_s=0.8)
+    result = optimize_schedule(S.ZB_H1, num_stages=8, num_micro_batches=32, durations=durations,
+                               memory_limit=8, config=CONFIG)
+    assert (result.method, result.status) == ("bound-attained", SolveStatus.OPTIMAL)
+    assert result.makespan_s == pytest.approx(32 * 3.0 + 7 * 1.4)
 
 
 def test_windowed_model_for_large_m_keeps_a_valid_bound(monkeypatch: pytest.MonkeyPatch) -> None:
