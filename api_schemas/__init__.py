@@ -14,6 +14,13 @@ from api_schemas.architecture import (
 )
 from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec, GpuSpec, IntraNodeTopology, LinkSpec
+from api_schemas.moe import (
+    MoePlacementRequest,
+    MoePlacementResponse,
+    MoeRoute,
+    PlacementPlanner,
+    PlacementStatus,
+)
 from api_schemas.parallel import (
     ContextParallelKind,
     FullLayers,
@@ -44,10 +51,15 @@ __all__ = [
     "MlpKind",
     "ModelSpec",
     "MoESpec",
+    "MoePlacementRequest",
+    "MoePlacementResponse",
+    "MoeRoute",
     "NormKind",
     "OptimizerKind",
     "ParallelConfig",
     "PipelineSchedule",
+    "PlacementPlanner",
+    "PlacementStatus",
     "ProblemCode",
     "ProblemDetail",
     "Recompute",
