@@ -8,8 +8,8 @@ from api_schemas.architecture import (
     AttentionKind,
     MLASpec,
     MlpKind,
-    ModelSpec,
     MoESpec,
+    ModelSpec,
     NormKind,
 )
 from api_schemas.collectives import (
@@ -21,8 +21,15 @@ from api_schemas.collectives import (
     CountingBasis,
     LinkClass,
 )
-from api_schemas.dtypes import DType
-from api_schemas.hardware import ClusterSpec, GpuSpec, IntraNodeTopology, LinkSpec
+from api_schemas.dtypes import (
+    DType,
+)
+from api_schemas.hardware import (
+    ClusterSpec,
+    GpuSpec,
+    IntraNodeTopology,
+    LinkSpec,
+)
 from api_schemas.mesh import (
     AxisCollectiveOut,
     AxisOut,
@@ -34,8 +41,16 @@ from api_schemas.mesh import (
     ProblemSeverity,
     RankOut,
 )
+from api_schemas.moe import (
+    MoePlacementRequest,
+    MoePlacementResponse,
+    MoeRoute,
+    PlacementPlanner,
+    PlacementStatus,
+)
 from api_schemas.parallel import (
     ContextParallelKind,
+    DEFAULT_RECOMPUTE_MODULES,
     FullLayers,
     ParallelConfig,
     PipelineSchedule,
@@ -43,6 +58,15 @@ from api_schemas.parallel import (
     RecomputeMode,
     RecomputeModule,
     StagePolicy,
+)
+from api_schemas.pipeline import (
+    PipelineActivationBytes,
+    PipelineOpDurations,
+    PipelineOptimizeRequest,
+    PipelineOptimizeResponse,
+    PipelineSimulateRequest,
+    PipelineSimulateResponse,
+    PipelineTimelineEntry,
 )
 from api_schemas.plan import (
     Alternative,
@@ -56,23 +80,39 @@ from api_schemas.plan import (
     Throughput,
     TimeBreakdown,
 )
+from api_schemas.problems import (
+    FieldError,
+    ProblemCode,
+    ProblemDetail,
+)
 from api_schemas.requests import (
     ClusterInput,
     Constraints,
+    EVALUATE_REQUEST_EXAMPLE,
     EvaluateRequest,
     ModelFromHf,
     ModelInput,
     ModelPreset,
     Objective,
+    PLAN_REQUEST_EXAMPLE,
     PlanRequest,
     SolverLimits,
 )
-from api_schemas.problems import FieldError, ProblemCode, ProblemDetail
-from api_schemas.training import EmaPlacement, Fp8WeightStorage, OptimizerKind, TrainingSpec
-from api_schemas.units import GIB
+from api_schemas.training import (
+    EmaPlacement,
+    Fp8WeightStorage,
+    OptimizerKind,
+    TrainingSpec,
+)
+from api_schemas.units import (
+    GIB,
+)
 
 __all__ = [
+    "DEFAULT_RECOMPUTE_MODULES",
+    "EVALUATE_REQUEST_EXAMPLE",
     "GIB",
+    "PLAN_REQUEST_EXAMPLE",
     "Algorithm",
     "Alternative",
     "AttentionKind",
@@ -112,11 +152,23 @@ __all__ = [
     "ModelInput",
     "ModelPreset",
     "ModelSpec",
+    "MoePlacementRequest",
+    "MoePlacementResponse",
+    "MoeRoute",
     "NormKind",
     "Objective",
     "OptimizerKind",
     "ParallelConfig",
+    "PipelineActivationBytes",
+    "PipelineOpDurations",
+    "PipelineOptimizeRequest",
+    "PipelineOptimizeResponse",
     "PipelineSchedule",
+    "PipelineSimulateRequest",
+    "PipelineSimulateResponse",
+    "PipelineTimelineEntry",
+    "PlacementPlanner",
+    "PlacementStatus",
     "PlanRequest",
     "PlanResponse",
     "PlanStatus",

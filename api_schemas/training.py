@@ -108,6 +108,12 @@ class TrainingSpec(SpecModel):
         description="Tensor-parallel collectives overlap the GEMMs (Transformer Engine "
         "userbuffers); false = exposed, as in Megatron-LM 2021.",
     )
+    overlap_ep_comm: bool = Field(
+        default=False,
+        description="Expert all-to-alls overlap another micro-batch's compute under "
+        "interleaved 1F1B (Megatron --overlap-moe-expert-parallel-comm, the Kimi K2 recipe); "
+        "DualPipe and DualPipeV always overlap them.",
+    )
     ema: EmaPlacement = Field(
         default=EmaPlacement.NONE,
         description="Parameter EMA: none, on the GPU, or in host memory (DeepSeek-V3).",

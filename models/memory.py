@@ -25,6 +25,7 @@ from api_schemas.parallel import FullLayers, ParallelConfig, PipelineSchedule, R
 from api_schemas.training import EmaPlacement, Fp8WeightStorage, OptimizerKind, TrainingSpec
 from models.activations import (
     ACTIVATION_BYTES,
+    LayerActivationBytes,
     LayerActivationContext,
     embedding_activation_bytes,
     head_activation_bytes,
@@ -132,8 +133,9 @@ class MemoryLedger:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _ParamGroups:
-    """Parameters one rank holds, grouped by how they are sharded and stored."""
+class RankParameters:
+    """Parameters one rank holds, grouped by how they are sharded and stored (the single
+    definition used by the ledger, the step time and the traffic ledger)."""
 
     gemm: int  # TP-sharded GEMM weights (attention, dense MLP, shared experts)
     vectors: int  # norms, router, biases, position table: replicated across tp
@@ -186,13 +188,27 @@ def expert_data_parallel_degree(spec: ModelSpec, parallel: ParallelConfig) -> in
     return folded // (parallel.ep * parallel.etp)
 
 
-def _param_groups(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> _ParamGroups:
+def _first_of_each_kind(spec: ModelSpec, layers: tuple[int, ...]) -> dict[bool, int]:
+    """One layer index per kind (dense False, MoE True) among `layers`."""
+    out: dict[bool, int] = {}
+    for index in layers:
+        out.setdefault(spec.is_moe_layer(index), index)
+    return out
+
+
+def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> RankParameters:
     tp = parallel.tp
     gemm = vectors = experts = largest_layer = 0
-    layers = [layer_params(spec, i) for i in layout.layers]
-    layers += [mtp_module_params(spec)] * layout.num_mtp_modules
+    counts: dict[bool, int] = {}
+    for index in layout.layers:
+        kind = spec.is_moe_layer(index)
+        counts[kind] = counts.get(kind, 0) + 1
+    kinds = [(layer_params(spec, i), counts[kind])
+             for kind, i in _first_of_each_kind(spec, layout.layers).items()]
+    if layout.num_mtp_modules:
+        kinds.append((mtp_module_params(spec), layout.num_mtp_modules))
     attn_matrices = attention_params(spec, matrices_only=True)
-    for layer in layers:
+    for layer, count in kinds:
         layer_gemm = attn_matrices
         if layer.dense_mlp:
             layer_gemm += mlp_params(spec, spec.ffn_hidden_size, matrices_only=True)
@@ -206,9 +222,9 @@ def _param_groups(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout
             layer_experts = math.ceil(layer.num_routed_experts / parallel.ep
                                       * layer.routed_expert_each / parallel.etp)
         shard = math.ceil(layer_gemm / tp) + layer_vectors + layer_experts
-        gemm += math.ceil(layer_gemm / tp)
-        vectors += layer_vectors
-        experts += layer_experts
+        gemm += count * math.ceil(layer_gemm / tp)
+        vectors += count * layer_vectors
+        experts += count * layer_experts
         largest_layer = max(largest_layer, shard)
     vocab_shard = math.ceil(spec.vocab_size / tp) * spec.hidden_size
     positions = spec.learned_position_embeddings * spec.hidden_size
@@ -216,13 +232,13 @@ def _param_groups(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout
     head_copy = vocab_shard if head_params(spec) or layout.num_embeddings == 0 else 0
     head = layout.num_heads * head_copy
     vectors += layout.num_heads * norm_params(spec, spec.hidden_size)
-    return _ParamGroups(gemm=gemm, vectors=vectors, embedding=embedding, head=head,
+    return RankParameters(gemm=gemm, vectors=vectors, embedding=embedding, head=head,
                         experts=experts, largest_layer=largest_layer,
                         largest_matrix=largest_weight_matrix(spec))
 
 
 def _model_state_components(training: TrainingSpec, parallel: ParallelConfig,
-                            groups: _ParamGroups, edp: int,
+                            groups: RankParameters, edp: int,
                             max_chunk_params: int) -> tuple[list[MemoryComponent],
                                                             list[MemoryComponent]]:
     dense_shard = parallel.dp * parallel.cp
@@ -303,12 +319,19 @@ def stage_activation_components(
     position = 0
     chunk_bytes: list[int] = []
     working_set = 0
+    by_kind: dict[bool, LayerActivationBytes] = {}  # dense and MoE layers are alike
+    stored: dict[tuple[bool, RecomputeMode], int] = {}
     for chunk in layout.chunks:
         total = 0
         for index in chunk:
-            layer = layer_activation_bytes(spec, index, ctx)
+            kind = spec.is_moe_layer(index)
+            if kind not in by_kind:
+                by_kind[kind] = layer_activation_bytes(spec, index, ctx)
+            layer = by_kind[kind]
             mode = _recompute_mode_of(policy.recompute, position)
-            total += layer.stored_bytes(mode, policy.recompute_modules)
+            if (kind, mode) not in stored:
+                stored[kind, mode] = layer.stored_bytes(mode, policy.recompute_modules)
+            total += stored[kind, mode]
             if mode == RecomputeMode.FULL:
                 # Backward rebuilds one layer; its input is already among the checkpoints.
                 working_set = max(working_set, layer.total_bytes - layer.input_bytes)
@@ -348,7 +371,7 @@ def stage_activation_components(
 
 
 def _other_components(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                      groups: _ParamGroups, dynamic_bytes: int) -> list[MemoryComponent]:
+                      groups: RankParameters, dynamic_bytes: int) -> list[MemoryComponent]:
     """Transient buffers and reserves, each a named term."""
     out = [MemoryComponent(name="runtime reserve", kind="other", bytes=RUNTIME_RESERVE_BYTES,
                            note="CUDA context, cuBLAS workspaces, NCCL buffers")]
@@ -410,10 +433,11 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
                  layout: StageLayout, *, num_micro_batches: int) -> StageMemory:
     """The ledger of one rank of pipeline stage `layout.rank`."""
     edp = expert_data_parallel_degree(spec, parallel)
-    groups = _param_groups(spec, parallel, layout)
-    chunk_params = max(
-        (sum(math.ceil(layer_params(spec, i).total / parallel.tp) for i in chunk)
-         for chunk in layout.chunks), default=0)
+    groups = rank_parameters(spec, parallel, layout)
+    per_kind = {kind: math.ceil(layer_params(spec, i).total / parallel.tp)
+                for kind, i in _first_of_each_kind(spec, layout.layers).items()}
+    chunk_params = max((sum(per_kind[spec.is_moe_layer(i)] for i in chunk)
+                        for chunk in layout.chunks), default=0)
     states, host_states = _model_state_components(training, parallel, groups, edp, chunk_params)
     activations, host_acts, peak = stage_activation_components(
         spec, training, parallel, layout, num_micro_batches=num_micro_batches)
@@ -457,11 +481,13 @@ __all__ = [
     "ALLOCATOR_FRAGMENTATION_FRAC",
     "RUNTIME_RESERVE_BYTES",
     "MemoryComponent",
+    "RankParameters",
     "MemoryLedger",
     "StageMemory",
     "expert_data_parallel_degree",
     "memory_ledger",
     "micro_batch_count",
+    "rank_parameters",
     "stage_activation_components",
     "stage_memory",
 ]

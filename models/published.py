@@ -134,7 +134,7 @@ KIMI_K2_256 = PublishedRun(
     source="Kimi K2 Technical Report, arXiv:2507.20534, Sec. 2.4",
     model_preset="kimi-k2-instruct", gpu="h800-sxm5-80gb", num_nodes=32, gpus_per_node=8,
     training=TrainingSpec(global_batch_size=1024, sequence_length=4096,
-                          optimizer=OptimizerKind.MUON),
+                          optimizer=OptimizerKind.MUON, overlap_ep_comm=True),
     parallel=ParallelConfig(pp=16, dp=16, ep=16, vpp=2, schedule=PipelineSchedule.INTERLEAVED_1F1B,
                             zero_stage=1, recompute=RecomputeMode.SELECTIVE,
                             recompute_modules=("layernorm", "mla_up_proj", "moe_act"),

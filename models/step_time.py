@@ -10,8 +10,9 @@ Overlap rules (stated once):
 - Ring context-parallel P2P overlaps the attention core of the same layer; Ulysses
   all-to-alls are exposed.
 - Expert all-to-alls are hidden behind the paired micro-batch's compute under DualPipe /
-  DualPipeV (DeepSeek-V3 Sec. 3.2.1) and under interleaved 1F1B with extra warm-up
-  micro-batches (Kimi K2 Sec. 2.4.2), each up to that compute; exposed otherwise.
+  DualPipeV (DeepSeek-V3 Sec. 3.2.1), and under interleaved 1F1B with extra warm-up
+  micro-batches when `training.overlap_ep_comm` (Kimi K2 Sec. 2.4.2), each up to that
+  compute; exposed otherwise.
 - Pipeline P2P is a latency between dependent ops of neighbouring ranks (the simulator).
 - Data-parallel gradient reduction overlaps the last micro-batch's backward when
   `training.overlap_grad_reduce`, and the ZeRO-1/2 parameter all-gather the first forward;
@@ -37,16 +38,23 @@ from api_schemas.parallel import (
 from api_schemas.training import TrainingSpec
 from models.collectives import Collective, Fabric, collective_cost, fabric_of
 from models.compute import ComputeContext, LayerCompute, OpTimes, head_compute, layer_compute
-from models.flops import step_flops
+from models.flops import attention_head_dims, step_flops
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout, num_virtual_stages, pipeline_layout
-from models.memory import micro_batch_count, stage_activation_components
+from models.memory import micro_batch_count, rank_parameters, stage_activation_components
 from models.params import layer_params
-from models.pipeline import OpDurations, compile_program, generate_program, simulate_makespan
+from models.errors import InvalidSpecError
+from models.pipeline import (
+    OpDurations,
+    compile_program,
+    generate_program,
+    simulate_makespan,
+    validate_schedule,
+)
 from models.pipeline.simulator import CompiledProgram
 
 S = PipelineSchedule
-_EP_OVERLAPPED = (S.DUALPIPE, S.DUALPIPEV, S.INTERLEAVED_1F1B)
+_EP_OVERLAPPED = (S.DUALPIPE, S.DUALPIPEV)
 
 OPTIMIZER_BYTES_PER_PARAM_FACTOR = 2.0
 """The optimizer step reads and writes every state it touches once: HBM traffic = 2 x the
@@ -110,6 +118,43 @@ def compiled_schedule(schedule: PipelineSchedule, num_stages: int, num_micro_bat
     program = generate_program(schedule, num_stages=num_stages,
                                num_micro_batches=num_micro_batches, num_chunks=num_chunks)
     return compile_program(program)
+
+
+EXTRAPOLATION_MIN_ROUNDS = 12
+"""Above this many micro-batches per pipeline rank, the makespan is extrapolated."""
+
+
+def pipeline_makespan(schedule: PipelineSchedule, *, num_stages: int, num_micro_batches: int,
+                      num_chunks: int, durations: OpDurations, p2p_latency_s: float) -> float:
+    """Simulated makespan, extrapolated exactly for long steady states.
+
+    A fixed-order schedule with identical micro-batches settles into a periodic steady
+    state, after which each further micro-batch adds the same time. For m > 12 p the
+    makespan is simulated at three shorter lengths (4p, 6p and 8p, with m's remainder mod p
+    so interleaved groups match); when the three are affine to 1e-9 the line is extended to
+    m, otherwise the full length is simulated. Either way the value is the simulator's.
+    """
+    p, m = num_stages, num_micro_batches
+    if m <= EXTRAPOLATION_MIN_ROUNDS * p:
+        compiled = compiled_schedule(schedule, p, m, num_chunks)
+        return simulate_makespan(compiled, durations, p2p_latency_s=p2p_latency_s)
+    rest = m % p
+    lengths = [k * p + rest for k in (4, 6, 8)]
+    try:
+        for length in lengths:
+            validate_schedule(schedule, num_stages=p, num_micro_batches=length,
+                              num_chunks=num_chunks)
+    except InvalidSpecError:
+        lengths = []
+    if lengths:
+        spans = [simulate_makespan(compiled_schedule(schedule, p, length, num_chunks),
+                                   durations, p2p_latency_s=p2p_latency_s)
+                 for length in lengths]
+        first, second = spans[1] - spans[0], spans[2] - spans[1]
+        if abs(first - second) <= 1e-9 * max(1.0, spans[2]):
+            return spans[2] + (m - lengths[2]) * second / (lengths[2] - lengths[1])
+    compiled = compiled_schedule(schedule, p, m, num_chunks)
+    return simulate_makespan(compiled, durations, p2p_latency_s=p2p_latency_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,7 +272,9 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
                          + collective_s(Collective.REDUCE_SCATTER, tp, message, fabric))
         else:
             per_block = collective_s(Collective.ALL_REDUCE, tp, message, fabric)
-        blocks = 1 if (moe_layer and parallel.etp == 1) else 2
+        # Attention, plus the dense MLP or the shared experts; routed experts talk over EP.
+        has_mlp_block = not moe_layer or (spec.moe is not None and spec.moe.num_shared_experts > 0)
+        blocks = 1 + (1 if has_mlp_block else 0)
         fwd["tp"] = blocks * per_block
         bwd["tp"] = blocks * per_block
     cp = groups["cp"]
@@ -246,7 +293,9 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
                                   assignments * h * dispatch_bytes, fabric)
                      + collective_s(Collective.ALL_TO_ALL, groups["ep"],
                                     assignments * h * act, fabric))
-        if parallel.schedule in _EP_OVERLAPPED:
+        overlapped = parallel.schedule in _EP_OVERLAPPED or (
+            training.overlap_ep_comm and parallel.schedule == S.INTERLEAVED_1F1B)
+        if overlapped:
             fwd["ep"] = max(0.0, per_layer - compute.times.backward_input_s)
             bwd["ep"] = max(0.0, per_layer - compute.times.forward_s)
         else:
@@ -264,7 +313,8 @@ def _cp_comm(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
     fwd = bwd = 0.0
     if ulysses > 1:
         group = AxisGroup(size=ulysses, ranks_per_node=min(ulysses, groups["cp"].ranks_per_node))
-        q_out = tokens * spec.num_attention_heads * spec.dim_per_head * 2.0 / parallel.tp
+        d_qk, d_v = attention_head_dims(spec)
+        q_out = tokens * spec.num_attention_heads * (d_qk + d_v) / 2 * 2.0 / parallel.tp
         kv = tokens * _kv_bytes_per_token(spec, parallel.tp)
         per_pass = (2 * collective_s(Collective.ALL_TO_ALL, group, q_out, fabric)
                     + collective_s(Collective.ALL_TO_ALL, group, kv, fabric))
@@ -272,7 +322,8 @@ def _cp_comm(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
         bwd += per_pass
     if ring > 1:
         pair = AxisGroup(size=2, ranks_per_node=2 if groups["cp"].ranks_per_node >= 2 else 1)
-        block = tokens * _kv_bytes_per_token(spec, parallel.tp) / ulysses
+        # After the Ulysses all-to-all a rank holds u x the tokens for 1/u of the heads.
+        block = tokens * _kv_bytes_per_token(spec, parallel.tp)
         fwd += (ring - 1) * collective_s(Collective.P2P, pair, block, fabric)
         bwd += (ring - 1) * collective_s(Collective.P2P, pair, 2 * block, fabric)
     return fwd, bwd
@@ -327,10 +378,11 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
                 recompute = lc.recompute_full_s + comm.recompute_forward_s
             elif mode == RecomputeMode.SELECTIVE:
                 recompute = lc.recompute_s(policy.recompute_modules)
-            zero3 = _zero3_exposed(spec, index, training, parallel, groups, fabric, lc)
+            zero3_f, zero3_b = _zero3_exposed(spec, index, training, parallel, groups, fabric,
+                                              lc)
             chunk_op = chunk_op + lc.times + OpTimes(
-                forward_s=sum(comm.forward_s.values()) + zero3,
-                backward_input_s=sum(comm.backward_s.values()) + recompute + zero3)
+                forward_s=sum(comm.forward_s.values()) + zero3_f,
+                backward_input_s=sum(comm.backward_s.values()) + recompute + zero3_b)
             compute_total += lc.times.total_s
             recompute_total += recompute
             for axis, t in list(comm.forward_s.items()) + list(comm.backward_s.items()):
@@ -338,8 +390,8 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
             if mode == RecomputeMode.FULL:
                 for axis, t in comm.forward_s.items():
                     exposed[axis] = exposed.get(axis, 0.0) + t
-            if zero3:
-                exposed["dp"] = exposed.get("dp", 0.0) + 2 * zero3
+            if zero3_f or zero3_b:
+                exposed["dp"] = exposed.get("dp", 0.0) + zero3_f + zero3_b
         if chunk_index == len(layout.chunks) - 1 or parallel.schedule in (S.DUALPIPE, S.ZBV,
                                                                           S.DUALPIPEV):
             extra = _head_times(spec, ctx, layout, chunk_index, parallel)
@@ -373,16 +425,21 @@ def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk
 
 def _zero3_exposed(spec: ModelSpec, index: int, training: TrainingSpec,
                    parallel: ParallelConfig, groups: dict[str, AxisGroup], fabric: Fabric,
-                   lc: LayerCompute) -> float:
-    """Per-op exposed ZeRO-3 parameter all-gather of one layer (prefetch hides up to the
-    layer's forward compute). Source: ZeRO arXiv:1910.02054 Sec. 7 (3 Psi volume)."""
+                   lc: LayerCompute) -> tuple[float, float]:
+    """(forward, backward) exposed ZeRO-3 traffic of one layer: the parameter all-gather
+    before forward, and the all-gather plus the gradient reduce-scatter in backward, each
+    hidden up to the layer's compute (prefetching). Source: ZeRO arXiv:1910.02054 Sec. 7
+    (3 Psi volume)."""
     if parallel.zero_stage != 3 or parallel.dp * parallel.cp <= 1:
-        return 0.0
+        return 0.0, 0.0
     params = layer_params(spec, index)
     dense = params.dense_part / parallel.tp
-    message = dense * training.param_dtype.num_bytes
-    gather = collective_s(Collective.ALL_GATHER, groups["dp_cp"], message, fabric)
-    return max(0.0, gather - lc.times.forward_s)
+    gather = collective_s(Collective.ALL_GATHER, groups["dp_cp"],
+                          dense * training.param_dtype.num_bytes, fabric)
+    scatter = collective_s(Collective.REDUCE_SCATTER, groups["dp_cp"],
+                           dense * training.grad_dtype.num_bytes, fabric)
+    backward = lc.times.backward_input_s + lc.times.backward_weight_s
+    return max(0.0, gather - lc.times.forward_s), max(0.0, gather + scatter - backward)
 
 
 def _offload_stall(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -434,12 +491,9 @@ def _dp_exposed_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     """
     if parallel.zero_stage == 3:
         return 0.0
-    dense = experts = 0.0
-    for index in layout.layers:
-        params = layer_params(spec, index)
-        dense += params.dense_part / parallel.tp
-        experts += params.routed_experts / (parallel.ep * parallel.etp)
-    dense += (layout.num_embeddings + layout.num_heads) * spec.vocab_size * spec.hidden_size / parallel.tp
+    params = rank_parameters(spec, parallel, layout)
+    dense = params.gemm + params.vectors + params.embedding + params.head
+    experts = params.experts
     grad_bytes = training.grad_dtype.num_bytes
     param_bytes = training.param_dtype.num_bytes
     total = 0.0
@@ -464,14 +518,11 @@ def _dp_exposed_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
 def _optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                  cluster: ClusterSpec, layout: StageLayout) -> float:
     """Memory-bound optimizer step over the rank's shard of the states."""
-    params = 0.0
-    for index in layout.layers:
-        lp = layer_params(spec, index)
-        params += lp.dense_part / parallel.tp / (parallel.dp * parallel.cp if parallel.zero_stage
-                                                 else 1)
-        edp = max(1, parallel.tp * parallel.cp * parallel.dp // (parallel.ep * parallel.etp))
-        params += lp.routed_experts / (parallel.ep * parallel.etp) / (edp if parallel.zero_stage
-                                                                      else 1)
+    held = rank_parameters(spec, parallel, layout)
+    edp = max(1, parallel.tp * parallel.cp * parallel.dp // (parallel.ep * parallel.etp))
+    sharded = parallel.zero_stage >= 1
+    params = (held.gemm + held.vectors + held.embedding + held.head) / (
+        parallel.dp * parallel.cp if sharded else 1) + held.experts / (edp if sharded else 1)
     state = (training.master_dtype.num_bytes if training.master_dtype else 0.0)
     state += 2 * training.optimizer_state_dtype.num_bytes + training.grad_dtype.num_bytes
     traffic = params * (OPTIMIZER_BYTES_PER_PARAM_FACTOR * state + training.param_dtype.num_bytes)
@@ -506,9 +557,10 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     else:
         chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
             parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
-        compiled = compiled_schedule(parallel.schedule, parallel.pp, m, chunks)
-        makespan = simulate_makespan(compiled, _virtual_stage_durations(parallel, stages),
-                                     p2p_latency_s=p2p if parallel.pp > 1 else 0.0)
+        makespan = pipeline_makespan(parallel.schedule, num_stages=parallel.pp,
+                                     num_micro_batches=m, num_chunks=chunks,
+                                     durations=_virtual_stage_durations(parallel, stages),
+                                     p2p_latency_s=p2p)
     dp = [_dp_exposed_s(spec, training, parallel, groups, fabric, layout, st)
           for layout, st in zip(layouts, stages, strict=True)]
     optimizer = [_optimizer_s(spec, training, parallel, cluster, layout) for layout in layouts]
@@ -579,5 +631,6 @@ __all__ = [
     "compiled_schedule",
     "estimate_step",
     "layer_comm",
+    "pipeline_makespan",
     "stage_time",
 ]

@@ -124,7 +124,9 @@ def _schedule_options(spec: ModelSpec, pp: int, m: int, constraints: Constraints
         if not permitted("schedule", schedule, constraints):
             continue
         if schedule == S.INTERLEAVED_1F1B:
-            vpps = [v for v in range(2, MAX_VPP + 1) if spec.num_layers % (pp * v) == 0]
+            # Chunks may differ by one layer (Megatron's uneven first/last-stage options, as
+            # Llama 3's 126 layers on 16 stages); every chunk holds at least one layer.
+            vpps = [v for v in range(2, MAX_VPP + 1) if spec.num_layers >= pp * v]
         elif schedule in (S.ZBV, S.DUALPIPEV):
             vpps = [2] if spec.num_layers >= 2 * pp else []
         else:

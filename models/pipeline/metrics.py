@@ -11,7 +11,8 @@ Two bubble definitions are in use and are kept apart by name:
   worst rank's span bubble over its span.
 Activations are counted per rank as events: a micro-batch x chunk is live from the start
 of its F to the end of its releasing op (W or BW until W; B or BW until B); releases are
-processed before allocations at equal times.
+processed before allocations at equal times. All of a rank's events sit on boundaries of
+its own ops, so the peaks follow from the rank's order alone (not from the durations).
 """
 
 import logging
@@ -134,7 +135,7 @@ def simulate(program: PipelineProgram | CompiledProgram, durations: OpDurations,
     span_bubble = span - busy
     total = prog.num_ranks * makespan
     worst = np.where(span > 0, span_bubble / np.where(span > 0, span, 1.0), 0.0)
-    until_w, until_b, peak_bytes = _activation_peaks(compiled, start, end, activation_sizes)
+    until_w, until_b, peak_bytes = _activation_peaks(compiled, activation_sizes)
     unit = prog.chunks_per_stage_unit
     return SimulationResult(
         makespan_s=makespan, busy_s=tuple(busy.tolist()),
@@ -150,62 +151,40 @@ def simulate(program: PipelineProgram | CompiledProgram, durations: OpDurations,
     )
 
 
-def _atom_times(compiled: CompiledProgram, start: FloatArray,
-                end: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Per (micro-batch, stage): F start, B-part end and W-part end."""
-    prog = compiled.program
-    num_s = prog.placement.num_stages
-    atoms = num_s * prog.placement.num_micro_batches
-    f_start, b_end, w_end = np.zeros(atoms), np.zeros(atoms), np.zeros(atoms)
-    is_fb = prog.kind == OpKind.FB
-    fs = compiled.forward_stage
-    has_f = fs >= 0
-    f_start[(prog.micro_batch * num_s + fs)[has_f]] = start[has_f]
-    bj = np.where(is_fb, prog.pair_micro_batch, prog.micro_batch)
-    bs, ws = compiled.input_grad_stage, compiled.weight_stage
-    has_b, has_w = bs >= 0, ws >= 0
-    b_end[(bj * num_s + bs)[has_b]] = end[has_b]
-    w_end[(bj * num_s + ws)[has_w]] = end[has_w]
-    return f_start, b_end, w_end
-
-
-def _activation_peaks(compiled: CompiledProgram, start: FloatArray, end: FloatArray,
+def _activation_peaks(compiled: CompiledProgram,
                       sizes: ActivationSizes | None) -> tuple[IntArray, IntArray, IntArray | None]:
+    """Peaks until W, until B, and in bytes, per rank.
+
+    Every allocation (an F start) and every release (a B or W end) of a rank happens at a
+    boundary of one of that rank's own ops, so the rank's list order is the time order:
+    the live count when a row starts is the sum over earlier rows of (allocations +
+    releases), plus the row's own allocation. Releases of a row that ends exactly when the
+    next row starts thus come first, as the module docstring requires.
+    """
     prog = compiled.program
-    place = prog.placement
-    f_start, b_end, w_end = _atom_times(compiled, start, end)
-    num_s = place.num_stages
-    stage = np.tile(np.arange(num_s), place.num_micro_batches)
-    pipe = np.repeat(place.micro_batch_pipe, num_s)
-    rank = place.stage_rank[pipe, stage]
-    ones = np.ones(f_start.shape[0], dtype=np.int64)
-    until_w = _peak(prog.num_ranks, rank, [(f_start, ones), (w_end, -ones)])
-    until_b = _peak(prog.num_ranks, rank, [(f_start, ones), (b_end, -ones)])
+    fs, bs, ws = compiled.forward_stage, compiled.input_grad_stage, compiled.weight_stage
+    alloc = (fs >= 0).astype(np.int64)
+    until_w = _list_peak(prog.rank_offsets, alloc, -(ws >= 0).astype(np.int64))
+    until_b = _list_peak(prog.rank_offsets, alloc, -(bs >= 0).astype(np.int64))
     if sizes is None:
         return until_w, until_b, None
-    held, freed = sizes.per_stage(num_s)
-    peak_bytes = _peak(prog.num_ranks, rank, [(f_start, held[stage]), (b_end, -freed[stage]),
-                                              (w_end, freed[stage] - held[stage])])
-    return until_w, until_b, peak_bytes
+    held, freed = sizes.per_stage(prog.placement.num_stages)
+    held_bytes = np.where(fs >= 0, held[np.maximum(fs, 0)], 0)
+    freed_bytes = (np.where(bs >= 0, freed[np.maximum(bs, 0)], 0)
+                   + np.where(ws >= 0, held[np.maximum(ws, 0)] - freed[np.maximum(ws, 0)], 0))
+    return until_w, until_b, _list_peak(prog.rank_offsets, held_bytes, -freed_bytes)
 
 
-def _peak(num_ranks: int, rank: IntArray,
-          events: list[tuple[FloatArray, IntArray]]) -> IntArray:
-    """Max running sum per rank of (time, delta) events, releases first at equal times.
+def _list_peak(offsets: IntArray, alloc: IntArray, release: IntArray) -> IntArray:
+    """Max over each rank's rows of (live before the row + the row's allocation).
 
-    Every rank's deltas sum to zero (all activations are released by the end), so one
-    running sum over the events sorted by rank restarts at 0 at each rank's first event.
+    Every rank releases all it allocates, so one running sum restarts at 0 on each rank.
     """
-    times = np.concatenate([t for t, _ in events])
-    deltas = np.concatenate([d for _, d in events])
-    ranks = np.tile(rank, len(events))
-    order = np.lexsort((deltas >= 0, times, ranks))
-    running = np.cumsum(deltas[order])
-    sorted_ranks = ranks[order]
-    firsts = np.flatnonzero(np.r_[True, sorted_ranks[1:] != sorted_ranks[:-1]])
-    peaks = np.zeros(num_ranks, dtype=np.int64)
-    peaks[sorted_ranks[firsts]] = np.maximum(np.maximum.reduceat(running, firsts), 0)
-    return peaks
+    total = alloc + release
+    before = np.cumsum(total) - total
+    if total.shape[0] == 0:
+        return np.zeros(offsets.shape[0] - 1, dtype=np.int64)
+    return np.maximum(np.maximum.reduceat(before + alloc, offsets[:-1]), 0)
 
 
 def _timeline(compiled: CompiledProgram, start: FloatArray, end: FloatArray) -> Timeline:

@@ -3,8 +3,8 @@
 Owns: TP (all-reduce, or all-gather + reduce-scatter with sequence parallelism), CP (ring
 K/V P2P, Ulysses all-to-all, USP), PP (stage-boundary activations) and DP (gradients, ZeRO
 gathers, expert gradients over expert-DP) items, timed with `models.collectives` over the
-groups of `models.mesh`, and a local parameter count for gradient sizes. Must not: count
-expert dispatch/combine (the MoE cost model owns it).
+groups of `models.mesh`; gradient sizes from `models.params` counts placed by `models.layout`.
+Must not: count expert dispatch/combine (the MoE cost model owns it) or count parameters.
 """
 
 from models.traffic.context import activation_element_bytes, head_dims

@@ -14,7 +14,6 @@ from models.collectives import Collective
 from models.mesh import AxisPlacement, GroupKind
 from models.traffic.context import StepContext
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
-from models.traffic.weights import embedding_ranks, head_ranks
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +46,7 @@ def dp_items(ctx: StepContext) -> list[TrafficItem]:
     Legend: Psi = parameters of the rank's model partition.
     Assumes: gradients travel in grad_dtype, gathered parameters in param_dtype; ZeRO-2 and
     ZeRO-3 reduce-scatter every micro-batch (they keep no full gradient buffer); ZeRO-3
-    gathers and reduces one layer (plus embedding / head) at a time.
+    gathers and reduces one layer (plus embedding, head, MTP module) at a time.
     """
     items: list[TrafficItem] = []
     groups = ((TrafficAxis.DP, GroupKind.DP_CP, ctx.stage.dense_params),
@@ -66,8 +65,8 @@ def _zero_items(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, param
     grad_bytes = params * int(ctx.training.grad_dtype.num_bytes)
     param_bytes = params * int(ctx.training.param_dtype.num_bytes)
     if zero == 3:
-        stage, p = ctx.stage.stage, ctx.parallel
-        units = ctx.stage.num_layers + (stage in embedding_ranks(p)) + (stage in head_ranks(p))
+        held = ctx.stage
+        units = held.num_layers + held.num_embeddings + held.num_heads + held.num_mtp_modules
         calls = ctx.passes(units)
         hide = (units - 1) / units
         note = "the next layer's gather/reduce overlaps this layer's compute"

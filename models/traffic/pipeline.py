@@ -13,6 +13,7 @@ from models.collectives import Collective
 from models.mesh import AxisPlacement, GroupKind
 from models.traffic.context import StepContext
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
+from models.traffic.weights import word_embedding_ranks
 
 logger = logging.getLogger(__name__)
 
@@ -102,29 +103,33 @@ def pp_items(ctx: StepContext) -> list[TrafficItem]:
 
 
 def _tied_embedding(ctx: StepContext) -> list[TrafficItem]:
-    """All-reduce of the tied word-embedding gradient between the first and last stage.
+    """All-reduce of the tied word-embedding gradient between the ranks holding a copy.
 
     Source: Megatron-LM (arXiv:2104.04473, implementation `_allreduce_word_embedding_grads`):
     with pp > 1 the last stage keeps a copy of a tied embedding and the two copies'
-    gradients are summed once per step over the embedding group. V-shaped placements keep
-    embedding and head on rank 0 and need no exchange.
-    Legend: message = V * h / t gradient elements.
+    gradients are summed once per step over the embedding group. The copies are where
+    `models.layout` puts embeddings and heads: first and last rank (also for DualPipe's two
+    directions); V-shaped placements keep both on rank 0 and need no exchange.
+    Legend: message = ceil(V / t) * h gradient elements.
     """
-    p = ctx.parallel
-    if (not ctx.model.tie_word_embeddings or p.schedule in _V_SHAPED
-            or ctx.stage.stage not in (0, p.pp - 1)):
+    p, model = ctx.parallel, ctx.model
+    if not model.tie_word_embeddings:
+        return []
+    ranks = word_embedding_ranks(model, p)
+    if len(ranks) < 2 or ctx.stage.stage not in ranks:
         return []
     grad_bytes = int(ctx.training.grad_dtype.num_bytes)
-    message = -(-ctx.model.vocab_size * ctx.model.hidden_size // p.tp) * grad_bytes
+    message = -(-model.vocab_size // p.tp) * model.hidden_size * grad_bytes
     pp_place = ctx.mesh.placement(GroupKind.PP)
     intra = pp_place.all_intra_node
-    pair = AxisPlacement(kind=GroupKind.PP, group_size=2, num_groups=pp_place.num_groups,
-                         all_intra_node=intra, max_nodes_spanned=1 if intra else 2,
-                         ranks_per_node=2 if intra else 1)
+    group = len(ranks)
+    place = AxisPlacement(kind=GroupKind.PP, group_size=group, num_groups=pp_place.num_groups,
+                          all_intra_node=intra, max_nodes_spanned=1 if intra else group,
+                          ranks_per_node=group if intra else 1)
     return [make_item(
         axis=TrafficAxis.PP, name="pp.embedding_grad.all_reduce",
         collective=Collective.ALL_REDUCE, phase=Phase.OPTIMIZER, frequency=Frequency.PER_STEP,
-        stage=ctx.stage.stage, message_bytes=message, calls_per_step=1, placement=pair,
+        stage=ctx.stage.stage, message_bytes=message, calls_per_step=1, placement=place,
         fabric=ctx.fabric, overlap_frac=0.0,
         overlap_note="after the last backward, before the optimizer step")]
 

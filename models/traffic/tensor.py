@@ -13,7 +13,6 @@ from models.collectives import Collective
 from models.mesh import AxisPlacement, GroupKind
 from models.traffic.context import StepContext, head_dims
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
-from models.traffic.weights import embedding_ranks, head_ranks
 
 logger = logging.getLogger(__name__)
 
@@ -93,22 +92,23 @@ def _vocab_items(ctx: StepContext, place: AxisPlacement, message: int) -> list[T
     partial lookups are all-reduced (reduce-scattered with SP) in forward; the head's input
     gradient is all-reduced (its input all-gathered with SP) around the parallel GEMM.
     """
-    p, stage = ctx.parallel, ctx.stage.stage
-    m = ctx.passes(1)
-    sp = p.sequence_parallel
+    sp, held = ctx.parallel.sequence_parallel, ctx.stage
+    embeddings, heads = ctx.passes(held.num_embeddings), ctx.passes(held.num_heads)
     items = []
-    if stage in embedding_ranks(p):
+    if held.num_embeddings:
         items.append(_tp(ctx, place, "tp.embedding.forward",
                          Collective.REDUCE_SCATTER if sp else Collective.ALL_REDUCE,
-                         Phase.FORWARD, Frequency.PER_MICRO_BATCH, message, m, 0.0, _TP_NOTE))
-    if stage in head_ranks(p):
+                         Phase.FORWARD, Frequency.PER_MICRO_BATCH, message, embeddings, 0.0,
+                         _TP_NOTE))
+    if held.num_heads:
         if sp:
             items.append(_tp(ctx, place, "tp.head.forward", Collective.ALL_GATHER,
-                             Phase.FORWARD, Frequency.PER_MICRO_BATCH, message, m, 0.0,
+                             Phase.FORWARD, Frequency.PER_MICRO_BATCH, message, heads, 0.0,
                              _TP_NOTE))
         items.append(_tp(ctx, place, "tp.head.backward",
                          Collective.REDUCE_SCATTER if sp else Collective.ALL_REDUCE,
-                         Phase.BACKWARD, Frequency.PER_MICRO_BATCH, message, m, 0.0, _TP_NOTE))
+                         Phase.BACKWARD, Frequency.PER_MICRO_BATCH, message, heads, 0.0,
+                         _TP_NOTE))
     return items
 
 

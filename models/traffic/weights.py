@@ -1,46 +1,41 @@
-"""Parameter counts the traffic model needs: per layer, per pipeline stage, per rank.
+"""The weights one rank of each pipeline stage holds, as the gradient and ZeRO traffic needs them.
 
-Owns: a small count of weights from the matrix shapes of a ModelSpec (attention incl. GQA
-and MLA, GELU / SwiGLU MLP, routed and shared experts, router, norms, embeddings, head)
-and how TP, EP, ETP and PP split them over ranks. It exists so that gradient and ZeRO
-traffic can be computed without depending on the full parameter module; `models.params`
-is the reference count and should replace this one once both are merged. Must not: count
-FLOPs or memory.
+Owns: splitting what `models.params` counts over the ranks `models.layout` places it on:
+TP shards the GEMM matrices and the vocabulary, EP x ETP the routed experts; norms, biases,
+router, position table and the MTP projection stay replicated on every TP rank (the
+convention of `models.memory`, so gradient bytes match the gradient buffers). Also the names
+the traffic API exports for layer counts and placement. Must not: count weights from
+matrix shapes (`models.params`), place layers or embeddings on ranks (`models.layout`),
+count FLOPs or memory.
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-from api_schemas import (
-    AttentionKind,
-    MlpKind,
-    ModelSpec,
-    NormKind,
-    ParallelConfig,
-    PipelineSchedule,
+from api_schemas import ModelSpec, ParallelConfig, PipelineSchedule
+from models.layout import StageLayout, pipeline_layout
+from models.params import (
+    LayerParams,
+    attention_params,
+    count_parameters,
+    layer_params,
+    mlp_params,
+    mtp_module_params,
+    norm_params,
 )
 
 logger = logging.getLogger(__name__)
 
-_V_SHAPED = (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV)
 
+class LayerWeights(LayerParams):
+    """`models.params.LayerParams` under the name the traffic API exports."""
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LayerWeights:
-    """Parameters of one transformer layer, by part."""
-
-    attention: int
-    dense_mlp: int
-    routed_experts: int
-    """All routed experts of the layer together (0 for a dense layer)."""
-    shared_experts: int
-    router: int
-    norms: int
+    __slots__ = ()
 
     @property
     def dense_total(self) -> int:
         """Everything but the routed experts (sharded by TP, reduced over DP x CP)."""
-        return self.attention + self.dense_mlp + self.shared_experts + self.router + self.norms
+        return self.dense_part
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,196 +44,109 @@ class StageWeights:
 
     stage: int
     num_layers: int
+    """Transformer layers whose weights the rank holds (both copies under DualPipe)."""
     num_moe_layers: int
+    num_embeddings: int
+    """Input embeddings held (`models.layout.StageLayout.num_embeddings`)."""
+    num_heads: int
+    """Output heads with their final norm (`StageLayout.num_heads`)."""
+    num_mtp_modules: int
+    """Multi-token-prediction modules, next to the head they share."""
     dense_params: int
-    """Non-expert parameters on the rank (after TP; norms replicated)."""
+    """Non-expert parameters on the rank, MTP modules included (after TP)."""
     expert_params: int
-    """Routed-expert parameters on the rank (after EP and ETP)."""
-
-
-def norm_params(model: ModelSpec, width: int) -> int:
-    """RMSNorm has a scale (width), LayerNorm a scale and a bias (2 x width)."""
-    return 2 * width if model.norm == NormKind.LAYERNORM else width
-
-
-def attention_params(model: ModelSpec) -> int:
-    """Weights (and biases) of one attention block.
-
-    Source: MHA/GQA projections q (h x a d), k and v (h x g d), o (a d x h) (Ainslie et al.
-    2023, arXiv:2305.13245, Sec. 2); MLA per DeepSeek-V2 (arXiv:2405.04434, Sec. 2.1.2-2.1.3):
-    W_DQ (h x d'_c), W_UQ (d'_c x a (d_nope + d_rope)), W_DKV (h x d_c), W_KR (h x d_rope),
-    W_UK and W_UV (d_c x a d_nope, d_c x a d_v), W_O (a d_v x h), plus the two latent norms.
-    Legend: h = hidden_size, a = num_attention_heads, g = num_kv_heads, d = dim_per_head.
-    """
-    h, a = model.hidden_size, model.num_attention_heads
-    if model.attention == AttentionKind.MLA:
-        mla = model.mla
-        assert mla is not None  # guaranteed by ModelSpec's validator
-        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        if mla.q_lora_rank is None:
-            q = h * a * qk
-        else:
-            q = h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * a * qk
-        kv = (h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank
-              + mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim))
-        out = a * mla.v_head_dim * h
-        return q + kv + out + (h if model.linear_bias else 0)
-    d, g = model.dim_per_head, model.kv_heads
-    weights = h * a * d + 2 * h * g * d + a * d * h
-    biases = (a * d + 2 * g * d) if (model.attention_bias or model.linear_bias) else 0
-    biases += h if model.linear_bias else 0
-    return weights + biases + (2 * d if model.qk_norm else 0)
-
-
-def mlp_params(model: ModelSpec, ffn_hidden_size: int) -> int:
-    """Weights (and biases) of one MLP of intermediate width f.
-
-    Source: GELU MLP 2 h f (Vaswani et al. 2017); SwiGLU 3 h f (Shazeer 2020, arXiv:2002.05202).
-    Legend: h = hidden_size, f = ffn_hidden_size.
-    """
-    h, f = model.hidden_size, ffn_hidden_size
-    mats = 3 if model.mlp == MlpKind.SWIGLU else 2
-    bias = (f * (mats - 1) + h) if model.linear_bias else 0
-    return mats * h * f + bias
+    """Routed-expert parameters on the rank, MTP modules included (after EP and ETP)."""
 
 
 def layer_weights(model: ModelSpec, *, layer_index: int) -> LayerWeights:
-    """Parameters of layer `layer_index` (0-based), MoE or dense."""
-    h = model.hidden_size
-    norms = 2 * norm_params(model, h)
-    attention = attention_params(model)
-    moe = model.moe
-    if moe is None or not model.is_moe_layer(layer_index):
-        return LayerWeights(attention=attention, dense_mlp=mlp_params(model, model.ffn_hidden_size),
-                            routed_experts=0, shared_experts=0, router=0, norms=norms)
-    shared = mlp_params(model, moe.shared_expert_ffn_hidden_size) if moe.num_shared_experts else 0
-    shared += h if moe.shared_expert_gate else 0
-    return LayerWeights(
-        attention=attention, dense_mlp=0,
-        routed_experts=moe.num_experts * mlp_params(model, moe.expert_ffn_hidden_size),
-        shared_experts=shared, router=h * moe.num_experts, norms=norms)
-
-
-def embedding_params(model: ModelSpec) -> int:
-    """Input embedding (V x h) plus a learned position table, if any."""
-    return (model.vocab_size + model.learned_position_embeddings) * model.hidden_size
-
-
-def head_params(model: ModelSpec) -> int:
-    """Final norm plus the output projection (absent when tied to the embedding)."""
-    head = 0 if model.tie_word_embeddings else model.vocab_size * model.hidden_size
-    return head + norm_params(model, model.hidden_size)
+    """Parameters of layer `layer_index` (0-based) by part, from `models.params.layer_params`."""
+    params = layer_params(model, layer_index)
+    return LayerWeights(**{f.name: getattr(params, f.name) for f in fields(params)})
 
 
 def total_params(model: ModelSpec) -> int:
-    """All parameters (MTP layers excluded)."""
-    layers = sum(layer_weights(model, layer_index=i).dense_total
-                 + layer_weights(model, layer_index=i).routed_experts
-                 for i in range(model.num_layers))
-    return layers + embedding_params(model) + head_params(model)
+    """All parameters, MTP modules excluded (`models.params.count_parameters`)."""
+    return count_parameters(model).total
 
 
 def stage_layers(model: ModelSpec, parallel: ParallelConfig) -> tuple[tuple[int, ...], ...]:
-    """Layer indices whose weights each pipeline rank holds.
-
-    Source: Megatron-LM 2021 (arXiv:2104.04473) Sec. 2.2.2: with v chunks rank i holds
-    chunks i, i + p, ..., each of L / (p v) consecutive layers; V-shaped schedules (ZB-V,
-    arXiv:2401.10241 Sec. 6; DualPipeV) give rank i virtual stages i and 2p - 1 - i; DualPipe
-    (arXiv:2412.19437 Sec. 3.2.1) gives rank i stage i of one direction and stage p - 1 - i
-    of the other, two copies of the model. Without interleaving, contiguous blocks of
-    `layers_per_stage` (or an even split, extra layers to the first ranks).
-    """
-    layers, pp = model.num_layers, parallel.pp
-    chunks = 2 if parallel.schedule in _V_SHAPED else parallel.vpp
-    if parallel.layers_per_stage is None and chunks > 1 and layers % (pp * chunks) == 0:
-        size = layers // (pp * chunks)
-
-        def virtual(v: int) -> range:
-            return range(v * size, (v + 1) * size)
-
-        if parallel.schedule in _V_SHAPED:
-            return tuple(tuple(virtual(s)) + tuple(virtual(2 * pp - 1 - s)) for s in range(pp))
-        return tuple(tuple(i for c in range(chunks) for i in virtual(c * pp + s))
-                     for s in range(pp))
-    counts = parallel.layers_per_stage or tuple(
-        layers // pp + (1 if s < layers % pp else 0) for s in range(pp))
-    starts = [sum(counts[:s]) for s in range(pp)]
-    blocks = [tuple(range(starts[s], starts[s] + counts[s])) for s in range(pp)]
-    if parallel.schedule == PipelineSchedule.DUALPIPE:
-        return tuple(blocks[s] + blocks[pp - 1 - s] if pp > 1 else blocks[s]
-                     for s in range(pp))
-    return tuple(blocks)
+    """Layer indices whose weights each pipeline rank holds (`models.layout.pipeline_layout`)."""
+    return tuple(rank.layers for rank in pipeline_layout(model, parallel))
 
 
 def model_copies(parallel: ParallelConfig) -> int:
     """Copies of the model the pipeline holds: 2 for DualPipe (one per direction), else 1.
 
-    Source: DeepSeek-V3 (arXiv:2412.19437) Table 2: DualPipe keeps 2x the parameters.
+    Source: DeepSeek-V3 (arXiv:2412.19437) Table 2: DualPipe keeps 2x the parameters;
+    `models.layout` places the second copy for DualPipe.
     """
-    return 2 if parallel.schedule == PipelineSchedule.DUALPIPE and parallel.pp > 1 else 1
+    return 2 if parallel.schedule == PipelineSchedule.DUALPIPE else 1
+
+
+def word_embedding_ranks(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]:
+    """Pipeline ranks holding a copy of the word-embedding matrix: every rank with an input
+    embedding, and, when the head is tied to it, every rank with an output head."""
+    tied = model.tie_word_embeddings
+    return tuple(rank.rank for rank in pipeline_layout(model, parallel)
+                 if rank.num_embeddings or (tied and rank.num_heads))
+
+
+def _dense_shard(model: ModelSpec, layer: LayerParams, tp: int) -> int:
+    """Non-expert weights of one layer on one TP rank: GEMM matrices split, the rest whole."""
+    matrices = attention_params(model, matrices_only=True)
+    if layer.dense_mlp:
+        matrices += mlp_params(model, model.ffn_hidden_size, matrices_only=True)
+    moe = model.moe
+    if layer.shared_experts and moe is not None and moe.num_shared_experts:
+        matrices += mlp_params(model, moe.shared_expert_ffn_hidden_size, matrices_only=True)
+    return -(-matrices // tp) + layer.dense_part - matrices
+
+
+def _rank_weights(model: ModelSpec, parallel: ParallelConfig, rank: StageLayout
+                  ) -> StageWeights:
+    tp, experts_split = parallel.tp, parallel.ep * parallel.etp
+    layers = [layer_params(model, i) for i in rank.layers]
+    modules = layers + [mtp_module_params(model)] * rank.num_mtp_modules
+    dense = sum(_dense_shard(model, layer, tp) for layer in modules)
+    expert = sum(-(-layer.routed_experts // experts_split) for layer in modules)
+    h = model.hidden_size
+    vocab_shard = -(-model.vocab_size // tp) * h
+    dense += rank.num_embeddings * (vocab_shard + model.learned_position_embeddings * h)
+    own_head = not model.tie_word_embeddings or rank.num_embeddings == 0
+    dense += rank.num_heads * ((vocab_shard if own_head else 0) + norm_params(model, h))
+    return StageWeights(stage=rank.rank, num_layers=len(layers),
+                        num_moe_layers=sum(layer.routed_experts > 0 for layer in layers),
+                        num_embeddings=rank.num_embeddings, num_heads=rank.num_heads,
+                        num_mtp_modules=rank.num_mtp_modules, dense_params=dense,
+                        expert_params=expert)
 
 
 def stage_weights(model: ModelSpec, parallel: ParallelConfig) -> tuple[StageWeights, ...]:
     """Parameters one rank of each pipeline stage holds, after TP, EP and ETP.
 
-    Assumes: TP splits every matrix and bias of attention, MLP, shared experts, router and
-    embeddings (vocab-parallel) evenly, norms are replicated; routed experts split E / ep per
-    rank and each expert by etp; the first rank holds the embedding, the last the head (rank 0
-    both for V shapes, both ends both for DualPipe), and a head rank without an embedding
-    keeps its own copy of a tied embedding, as Megatron does.
-    Deviation: rounds each division up, so per-rank counts can exceed exact shares by < tp.
+    Source: Megatron-LM 2019 (arXiv:1909.08053) Sec. 3: column- and row-parallel GEMMs and
+    the vocab-parallel embedding split their matrices over the t ranks of a TP group.
+    Legend: t = tp, E = moe.num_experts, V = vocab_size.
+    Assumes: TP splits every GEMM matrix (attention, dense MLP, shared experts, the
+    vocab-parallel embedding and head, ceil(V / t) rows each); norms, biases, router, a
+    learned position table and the MTP projection are replicated; routed experts split
+    E / ep per rank and each expert by etp; a head rank without an embedding keeps its own
+    copy of a tied embedding, as Megatron does. Placement (layers, embeddings, heads, MTP
+    modules) is `models.layout.pipeline_layout`.
+    Deviation: rounds each division up, so per-rank counts can exceed exact shares by < tp
+    per matrix group.
     """
-    tp, ep, etp = parallel.tp, parallel.ep, parallel.etp
-    result = []
-    for stage, indices in enumerate(stage_layers(model, parallel)):
-        dense, expert, moe_layers = 0, 0, 0
-        for i in indices:
-            w = layer_weights(model, layer_index=i)
-            dense += -(-(w.dense_total - w.norms) // tp) + w.norms
-            expert += -(-w.routed_experts // (ep * etp))
-            moe_layers += w.routed_experts > 0
-        if stage in embedding_ranks(parallel):
-            dense += -(-embedding_params(model) // tp)
-        if stage in head_ranks(parallel):
-            head = head_params(model) - norm_params(model, model.hidden_size)
-            if model.tie_word_embeddings and stage not in embedding_ranks(parallel):
-                head = model.vocab_size * model.hidden_size
-            dense += -(-head // tp) + norm_params(model, model.hidden_size)
-        result.append(StageWeights(stage=stage, num_layers=len(indices),
-                                   num_moe_layers=moe_layers, dense_params=dense,
-                                   expert_params=expert))
-    return tuple(result)
-
-
-def embedding_ranks(parallel: ParallelConfig) -> tuple[int, ...]:
-    """Ranks holding an input embedding: the first, and for DualPipe also the last."""
-    if parallel.schedule == PipelineSchedule.DUALPIPE:
-        return (0, parallel.pp - 1)
-    return (0,)
-
-
-def head_ranks(parallel: ParallelConfig) -> tuple[int, ...]:
-    """Ranks holding the output head: the last; rank 0 for V shapes; both ends for DualPipe."""
-    if parallel.schedule in _V_SHAPED:
-        return (0,)
-    if parallel.schedule == PipelineSchedule.DUALPIPE:
-        return (0, parallel.pp - 1)
-    return (parallel.pp - 1,)
+    return tuple(_rank_weights(model, parallel, rank)
+                 for rank in pipeline_layout(model, parallel))
 
 
 __all__ = [
     "LayerWeights",
     "StageWeights",
-    "attention_params",
-    "embedding_params",
-    "embedding_ranks",
-    "head_params",
-    "head_ranks",
     "layer_weights",
-    "mlp_params",
     "model_copies",
-    "norm_params",
     "stage_layers",
     "stage_weights",
     "total_params",
+    "word_embedding_ranks",
 ]

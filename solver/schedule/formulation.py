@@ -16,19 +16,21 @@ Formulation (all times in integer ticks; O = ops, R = ranks, rank(o), d(o) its d
   C3  NoOverlap({I_o : rank(o) = r})                         for every rank r
   C4  Cumulative({A_js : rank(s) = r}, demand 1, capacity L)  for every rank r (memory)
   C5  T >= x_W + d(W)             for every W (every F precedes its B precedes its W)
-  C6  T >= t_r + work_r - min(L, #F_r) max F_r,  t_r = min over B on r of x_B   (warm-up cut)
+  C6  T >= t_r + work_r - min(L, #F_r) max F_r + idle_r,  t_r = min over B on r of x_B
+      (warm-up cut; idle_r is the cool-down idle of `instance.cooldown_idle_ticks`)
   C7  T >= LB                     the analytic lower bound of `instance.py` (redundant)
 """
 
 import logging
 from dataclasses import dataclass
 
-from solver.cpsat import CpModel, IntVar
+from solver.cpsat import CpModel, IntervalVar, IntVar
 from solver.schedule.instance import (
     KIND_B,
     KIND_F,
     KIND_W,
     ScheduleInstance,
+    cooldown_idle_ticks,
     warmup_chunks_before_first_b,
 )
 
@@ -41,17 +43,37 @@ class ScheduleVars:
 
     start: list[IntVar]
     makespan: IntVar
+    lifetime: dict[int, IntVar]
+    """Activation lifetime (F start to W end) keyed by the F op."""
+    first_b: list[IntVar]
+    """Earliest B start on each rank (for the warm-up cut)."""
 
 
 def build_cp_model(inst: ScheduleInstance, *, head: list[int], tail: list[int],
-                   horizon: int, lower_bound: int,
-                   hint: list[int] | None = None) -> tuple[CpModel, ScheduleVars]:
-    """Constraints C1-C7 of the module docstring; `hint` gives start ticks to try first."""
+                   horizon: int, lower_bound: int, hint: list[int] | None = None,
+                   rigid: list[int] | None = None) -> tuple[CpModel, ScheduleVars]:
+    """Constraints C1-C7 of the module docstring.
+
+    Args:
+        inst: the ops, durations and precedences.
+        head: earliest start of each op; tail: least time from its start to the end.
+        horizon: makespan of a known schedule (nothing later is searched).
+        lower_bound: a valid lower bound on the makespan (C7).
+        hint: start ticks of a feasible schedule, hinted on every variable.
+        rigid: ops that keep their hinted times up to one shift per rank (the windowed
+            model of `windows.py`).
+    """
     model = CpModel()
     start = [model.new_int_var(head[o], max(head[o], horizon - tail[o]), f"x[{o}]")
              for o in range(inst.num_ops)]
+    if rigid:
+        if hint is None:
+            raise ValueError("rigid ops need a hint to take their relative times from")
+        add_rigid_blocks(model, inst, start, rigid=rigid, hint=hint,
+                         low=head, high=[max(h, horizon - t) for h, t in zip(head, tail,
+                                                                            strict=True)])
     makespan = model.new_int_var(lower_bound, max(lower_bound, horizon), "makespan")
-    v = ScheduleVars(start=start, makespan=makespan)
+    v = ScheduleVars(start=start, makespan=makespan, lifetime={}, first_b=[])
     add_precedences(model, inst, v)
     add_rank_no_overlap(model, inst, v)
     add_memory_limit(model, inst, v, horizon=horizon)
@@ -59,10 +81,40 @@ def build_cp_model(inst: ScheduleInstance, *, head: list[int], tail: list[int],
     add_warmup_cut(model, inst, v, horizon=horizon)
     model.minimize(makespan)
     if hint is not None:
-        for o, value in enumerate(hint):
-            model.add_hint(start[o], value)
-        model.add_hint(makespan, max(h + inst.duration[o] for o, h in enumerate(hint)))
+        add_complete_hint(model, inst, v, hint)
     return model, v
+
+
+def add_complete_hint(model: CpModel, inst: ScheduleInstance, v: ScheduleVars,
+                      hint: list[int]) -> None:
+    """Hint every variable (starts, lifetimes, first B, makespan) so CP-SAT can take the
+    hinted schedule as its first solution without search."""
+    for o, value in enumerate(hint):
+        model.add_hint(v.start[o], value)
+    for o, size in v.lifetime.items():
+        w = inst.op(KIND_W, inst.micro_batch[o], inst.stage[o])
+        model.add_hint(size, hint[w] + inst.duration[w] - hint[o])
+    for r, first_b in enumerate(v.first_b):
+        model.add_hint(first_b, min(hint[o] for o in inst.ops_on_rank(r)
+                                    if inst.kind[o] == KIND_B))
+    model.add_hint(v.makespan, max(h + inst.duration[o] for o, h in enumerate(hint)))
+
+
+def add_rigid_blocks(model: CpModel, inst: ScheduleInstance, start: list[IntVar], *,
+                     rigid: list[int], hint: list[int], low: list[int],
+                     high: list[int]) -> None:
+    """x_o = hint_o + shift_r for the rigid ops o of each rank r (one block per rank);
+    `low`/`high` are the start domains, which bound each shift."""
+    by_rank: dict[int, list[int]] = {}
+    for o in rigid:
+        by_rank.setdefault(inst.rank[o], []).append(o)
+    for r, ops in sorted(by_rank.items()):
+        least = max(low[o] - hint[o] for o in ops)
+        most = min(high[o] - hint[o] for o in ops)
+        shift = model.new_int_var(min(least, 0), max(most, 0), f"shift[{r}]")
+        model.add_hint(shift, 0)
+        for o in ops:
+            model.add(start[o] == shift + hint[o])
 
 
 def add_precedences(model: CpModel, inst: ScheduleInstance, v: ScheduleVars) -> None:
@@ -83,7 +135,7 @@ def add_rank_no_overlap(model: CpModel, inst: ScheduleInstance, v: ScheduleVars)
 def add_memory_limit(model: CpModel, inst: ScheduleInstance, v: ScheduleVars, *,
                      horizon: int) -> None:
     """C4: at most L micro-batch x chunk activations live on a rank (F start to W end)."""
-    by_rank: dict[int, list[object]] = {}
+    by_rank: dict[int, list[IntervalVar]] = {}
     for o in range(inst.num_ops):
         if inst.kind[o] != KIND_F:
             continue
@@ -91,6 +143,7 @@ def add_memory_limit(model: CpModel, inst: ScheduleInstance, v: ScheduleVars, *,
         w = inst.op(KIND_W, j, s)
         least = inst.duration[o] + inst.duration[inst.op(KIND_B, j, s)] + inst.duration[w]
         size = model.new_int_var(least, max(least, horizon), f"life[{j},{s}]")
+        v.lifetime[o] = size
         interval = model.new_interval_var(v.start[o], size, v.start[w] + inst.duration[w],
                                           f"A[{j},{s}]")
         by_rank.setdefault(inst.rank[o], []).append(interval)
@@ -120,8 +173,10 @@ def add_warmup_cut(model: CpModel, inst: ScheduleInstance, v: ScheduleVars, *,
         work = sum(inst.duration[o] for o in ops)
         num_f, longest_f = warmup_chunks_before_first_b(inst, r)
         first_b = model.new_int_var(0, horizon, f"firstB[{r}]")
+        v.first_b.append(first_b)
         model.add_min_equality(first_b, firsts)
-        model.add(v.makespan >= first_b + work - min(inst.memory_limit_chunks, num_f) * longest_f)
+        model.add(v.makespan >= first_b + work - min(inst.memory_limit_chunks, num_f) * longest_f
+                  + cooldown_idle_ticks(inst, r))
 
 
 __all__ = [

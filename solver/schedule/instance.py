@@ -15,6 +15,13 @@ Lower bound (all valid for the true problem, in ticks):
 - warm-up: let t_r be the earliest possible start of any B on rank r. Before t_r no W has
   ended on r, so at most L chunks can have started their F (the memory limit), and only
   F's can run on r before t_r: makespan >= t_r + work_r - min(L, #F_r) x max F_r.
+- cool-down (one pipe, one stage per rank, m > L): after the last F on rank r ends at
+  tau, the last micro-batch's B on r cannot start before tau + C_r (its round trip
+  through the later stages). Only B and W of the other micro-batches in flight at tau,
+  at most L - 1 of them, can run meanwhile, so r idles at least
+  C_r - (L-1)(B_r + W_r) in [tau, tau + C_r]. With m > L some F starts after t_r, so this
+  window follows t_r and its idle adds to the warm-up bound. (With W <= F and L = p this
+  makes ZB-H1 provably optimal: (p-1)B + (p-1)(F-W) = (p-1)(F+B-W).)
 """
 
 import logging
@@ -129,6 +136,38 @@ def warmup_chunks_before_first_b(inst: ScheduleInstance, rank: int) -> tuple[int
     return len(fs), max(inst.duration[o] for o in fs)
 
 
+def cooldown_idle_ticks(inst: ScheduleInstance, rank: int) -> int:
+    """Idle forced on `rank` after its last F (the cool-down term of the module docstring).
+
+    Applies to one pipe with one stage per rank and more micro-batches than the limit L;
+    0 elsewhere.
+    """
+    ranks = [int(r) for r in inst.placement.stage_rank[0]]
+    num_f, _ = warmup_chunks_before_first_b(inst, rank)
+    if len(inst.pipe_micro_batches) != 1 or len(set(ranks)) != len(ranks) \
+            or num_f <= inst.memory_limit_chunks:
+        return 0
+    last, s = inst.pipe_micro_batches[0][-1], ranks.index(rank)
+    f_last, b_last = inst.op(KIND_F, last, s), inst.op(KIND_B, last, s)
+    trip = _own_chain_ticks(inst, source=f_last, target=b_last) - inst.duration[f_last]
+    fill = (inst.memory_limit_chunks - 1) * (inst.duration[b_last]
+                                             + inst.duration[inst.op(KIND_W, last, s)])
+    return max(0, trip - fill)
+
+
+def _own_chain_ticks(inst: ScheduleInstance, *, source: int, target: int) -> int:
+    """Least start-to-start time from `source` to `target` through ops of one micro-batch."""
+    j = inst.micro_batch[source]
+    start = {source: 0}
+    for o in inst.topo_order:
+        if inst.micro_batch[o] != j or o in start:
+            continue
+        reached = [start[p] + lag for p, lag in inst.preds[o] if p in start]
+        if reached:
+            start[o] = max(reached)
+    return start[target]
+
+
 def lower_bound_ticks(inst: ScheduleInstance, head: list[int], tail: list[int]) -> int:
     """The analytic lower bound of the module docstring, in ticks."""
     bound = max(h + t for h, t in zip(head, tail, strict=True))
@@ -140,7 +179,8 @@ def lower_bound_ticks(inst: ScheduleInstance, head: list[int], tail: list[int]) 
         bound = max(bound, min(head[o] for o in ops) + work)
         first_b = min(head[o] for o in ops if inst.kind[o] == KIND_B)
         num_f, longest_f = warmup_chunks_before_first_b(inst, r)
-        bound = max(bound, first_b + work - min(inst.memory_limit_chunks, num_f) * longest_f)
+        bound = max(bound, first_b + work - min(inst.memory_limit_chunks, num_f) * longest_f
+                    + cooldown_idle_ticks(inst, r))
     return bound
 
 

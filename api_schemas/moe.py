@@ -1,0 +1,178 @@
+"""Request and response of POST /v1/moe/placement (MoonEP redundant-expert placement).
+
+Owns: the contract names `num_experts`, `top_k`, `tokens` in and `rank_loads`,
+`redundant_experts`, `routes` (`source`, `expert`, `destination`, `tokens`), `wall_time_s`
+out, plus the added accounting fields. Must not: plan anything; domain checks that need the
+whole matrix (E divisible by R, equal row sums) are made by `solver.placement`.
+"""
+
+from enum import StrEnum
+from typing import Self
+
+from pydantic import Field, model_validator
+
+from api_schemas._base import ResultModel, SpecModel
+from api_schemas.units import Bytes, NonNegativeInt, PositiveInt, Seconds
+
+
+class PlacementPlanner(StrEnum):
+    """Which planner answers a placement request."""
+
+    CONSTRUCTIVE = "constructive"
+    """Fast online planner (fill each underloaded rank once); sub-millisecond at EP64."""
+    EXACT = "exact"
+    """CP-SAT reference: provably fewest redundant experts, then fewest remote tokens.
+    For small instances (E <= 32, R <= 8); larger ones may stop at the time limit."""
+
+
+class PlacementStatus(StrEnum):
+    """How good the returned placement is known to be."""
+
+    OPTIMAL = "optimal"
+    """Fewest redundant experts, proven (by CP-SAT, or by meeting the per-rank lower bound)."""
+    FEASIBLE = "feasible"
+    """Balanced and within the E/R bound, optimality not proven."""
+
+
+_EXAMPLE_TOKENS = [
+    [6, 2, 1, 1, 2, 1, 2, 1],
+    [5, 3, 2, 0, 1, 2, 1, 2],
+    [4, 4, 1, 1, 2, 0, 2, 2],
+    [6, 3, 0, 2, 1, 1, 2, 1],
+]
+
+
+class MoePlacementRequest(SpecModel):
+    """Token counts of one MoE layer and micro-batch, as the router produced them."""
+
+    num_experts: PositiveInt = Field(
+        description="Routed experts E; rank r homes experts r*E/R .. (r+1)*E/R - 1.",
+        examples=[8],
+    )
+    top_k: PositiveInt = Field(description="Experts per token K.", examples=[2])
+    tokens: list[list[NonNegativeInt]] = Field(
+        min_length=1,
+        description="R rows of E counts: tokens[r][e] = tokens on source rank r routed to "
+        "expert e. Every row sums to S*K (S tokens per rank).",
+        examples=[_EXAMPLE_TOKENS],
+    )
+    planner: PlacementPlanner = Field(
+        default=PlacementPlanner.CONSTRUCTIVE,
+        description="'constructive' (online) or 'exact' (CP-SAT reference).",
+    )
+    expert_weight_bytes: Bytes = Field(
+        default=0,
+        description="Bytes of one expert's weights, for `prefetch_bytes` (DeepSeek-V3 expert "
+        "in BF16: 3 x 7168 x 2048 x 2 = 88080384).",
+        examples=[88080384],
+    )
+    expert_grad_bytes: Bytes = Field(
+        default=0,
+        description="Bytes of one expert's gradient, for `grad_reduce_bytes` (fp32 gradients "
+        "of the same expert: 176160768).",
+        examples=[176160768],
+    )
+    time_limit_s: float = Field(
+        default=10.0, gt=0.0, le=600.0,
+        description="CP-SAT time limit per phase of the exact planner (ignored otherwise).",
+    )
+
+    @model_validator(mode="after")
+    def _rows_have_num_experts(self) -> Self:
+        for r, row in enumerate(self.tokens):
+            if len(row) != self.num_experts:
+                raise ValueError(
+                    f"tokens[{r}] has {len(row)} counts but num_experts={self.num_experts}: "
+                    "give one count per expert in every row"
+                )
+        if self.top_k > self.num_experts:
+            raise ValueError(
+                f"top_k={self.top_k} exceeds num_experts={self.num_experts}: lower top_k"
+            )
+        return self
+
+
+class MoeRoute(ResultModel):
+    """Tokens of one expert sent from one source rank to one destination rank."""
+
+    source: NonNegativeInt = Field(
+        description="Source rank (where the tokens live).", examples=[1]
+    )
+    expert: NonNegativeInt = Field(description="Expert id.", examples=[1])
+    destination: NonNegativeInt = Field(
+        description="Rank that computes them (the home rank or a rank hosting a replica).",
+        examples=[1],
+    )
+    tokens: PositiveInt = Field(description="Number of tokens.", examples=[3])
+
+
+class MoePlacementResponse(ResultModel):
+    """A placement with exact balance and its accounting."""
+
+    planner: PlacementPlanner = Field(description="Planner that produced the placement.")
+    status: PlacementStatus = Field(description="'optimal' (proven) or 'feasible'.")
+    tokens_per_rank: PositiveInt = Field(
+        description="S, from S*K*R = total assignments.", examples=[8]
+    )
+    capacity_per_rank: PositiveInt = Field(
+        description="S*K, the load every rank receives.", examples=[16]
+    )
+    rank_loads: list[NonNegativeInt] = Field(
+        description="Tokens each rank computes (all equal to S*K).", examples=[[16, 16, 16, 16]]
+    )
+    redundant_experts: list[list[NonNegativeInt]] = Field(
+        description="Per rank, the foreign experts it hosts (prefetched); at most E/R each.",
+        examples=[[[], [1], [0], [1]]],
+    )
+    routes: list[MoeRoute] = Field(
+        description="Every positive (source, expert, destination) token flow; per (source, "
+        "expert) the tokens sum to the request's count.",
+        examples=[[{"source": 0, "expert": 0, "destination": 0, "tokens": 6},
+                   {"source": 1, "expert": 1, "destination": 1, "tokens": 3}]],
+    )
+    num_redundant_experts: NonNegativeInt = Field(
+        description="Replicas over all ranks.", examples=[3]
+    )
+    max_redundant_per_rank: NonNegativeInt = Field(
+        description="Replicas on the busiest rank.", examples=[1]
+    )
+    redundant_bound_per_rank: PositiveInt = Field(
+        description="E/R (Kimi K3 Sec. 5.2.1).", examples=[2]
+    )
+    lower_bound_per_rank: list[NonNegativeInt] = Field(
+        description="Fewest replicas each rank needs in any exactly balanced placement.",
+        examples=[[0, 1, 1, 1]],
+    )
+    bound_holds: bool = Field(
+        description="lower_bound_per_rank <= hosted replicas <= E/R on every rank."
+    )
+    remote_tokens: NonNegativeInt = Field(
+        description="Tokens whose destination differs from their source rank.", examples=[40]
+    )
+    migrated_tokens: NonNegativeInt = Field(
+        description="Tokens computed on a replica instead of their expert's home rank.",
+        examples=[17],
+    )
+    prefetch_bytes: Bytes = Field(
+        description="Expert weights copied to replicas (forward).", examples=[264241152]
+    )
+    grad_reduce_bytes: Bytes = Field(
+        description="Replica gradients reduced back to home ranks (backward).",
+        examples=[528482304],
+    )
+    no_redundancy_imbalance: float = Field(
+        ge=1.0, description="Max/mean rank load with every expert on its home rank only.",
+        examples=[2.0625],
+    )
+    wall_time_s: Seconds = Field(
+        description="Planner wall time, validation and routes included.", examples=[0.0006]
+    )
+
+
+__all__ = [
+    "MoePlacementRequest",
+    "MoePlacementResponse",
+    "MoeRoute",
+    "PlacementPlanner",
+    "PlacementStatus",
+]

@@ -1,0 +1,183 @@
+"""Predict every published run that states enough of its configuration, and compare.
+
+Run: .venv/bin/python research/validate_published.py [--calibrate-h100]
+
+Rows come from research/data/published_runs.json. A row is predicted when its model (preset
+or shape), GPU count, tp/pp/dp and global batch are printed. Unprinted choices follow the
+planner: micro-batch the best of 1, 2, 4 that fits; recompute, FP8 storage and offload by
+the planner's ladder; interleaved 1F1B when virtual stages are printed. The comparison uses
+tokens/s per GPU when printed (convention-free), else TFLOP/s per GPU against the cost
+model's model-FLOPs figure (full attention matrix counted), else the iteration time.
+With --calibrate-h100 the Hopper BF16 and FP8 GEMM efficiencies are grid-fitted on the three
+calibration rows named below and every other Hopper row is held out.
+"""
+
+import dataclasses
+import itertools
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from api_schemas import (
+    Constraints,
+    DType,
+    MlpKind,
+    ModelSpec,
+    MoESpec,
+    NormKind,
+    PipelineSchedule,
+    RecomputeMode,
+    TrainingSpec,
+)
+from models import kernels
+from models.catalog import cluster_preset, model_preset
+from models.errors import InvalidSpecError
+from solver.candidate_eval import evaluate_candidate
+from solver.cpsat import SolverConfig
+from solver.space import MeshCandidate
+
+DATA = json.loads((Path(__file__).parent / "data" / "published_runs.json").read_text())
+H100_CALIBRATION = ("megatron-readme-314b", "llama3-t4-405b-16384gpu-seq8192",
+                    "nemo2407-gpt3-175b-512gpu")
+SKIP_SOURCES = ("zerobubble",)  # A100 RoCE cluster rows are scored by the pipeline benchmark
+
+
+def model_of(row: dict[str, Any]) -> ModelSpec | None:
+    m = row["model"]
+    if m.get("preset"):
+        return model_preset(m["preset"])
+    if not (m.get("num_layers") and m.get("hidden_size") and m.get("num_heads")
+            and m.get("vocab_size")):
+        return None
+    h = m["hidden_size"]
+    gelu = (m.get("ffn_activation") or "gelu") == "gelu"
+    moe = None
+    if m.get("moe"):
+        e = m["moe"]
+        shared = e.get("shared_expert_ffn_hidden_size") or 0
+        moe = MoESpec(num_experts=e["num_experts"], top_k=e["top_k"],
+                      expert_ffn_hidden_size=e["expert_ffn_hidden_size"],
+                      num_shared_experts=e.get("num_shared_experts") or (1 if shared else 0),
+                      shared_expert_ffn_hidden_size=shared,
+                      first_dense_layers=e.get("num_dense_layers") or 0)
+    return ModelSpec(name=m.get("name") or row["id"], num_layers=m["num_layers"], hidden_size=h,
+                     num_attention_heads=m["num_heads"], num_kv_heads=m.get("num_kv_heads"),
+                     head_dim=m.get("head_dim"),
+                     ffn_hidden_size=m.get("ffn_hidden_size") or 4 * h,
+                     mlp=MlpKind.GELU if gelu else MlpKind.SWIGLU,
+                     norm=NormKind.LAYERNORM if gelu else NormKind.RMSNORM,
+                     vocab_size=m["vocab_size"], moe=moe)
+
+
+def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
+    """(observed, predicted, unit) or None when the row cannot be predicted."""
+    spec = model_of(row)
+    p, hw = row["parallel"], row["hardware"]
+    if spec is None or not hw.get("num_gpus") or not p.get("global_batch_size"):
+        return None
+    if any(p.get(k) is None for k in ("tp", "pp", "dp")):
+        return None
+    gpus = hw["num_gpus"]
+    cluster = cluster_preset(hw["gpu"], num_nodes=max(1, gpus // 8),
+                             gpus_per_node=min(8, gpus))
+    precision = (p.get("precision") or "").lower()
+    seq = row["model"].get("seq_len") or 4096
+    old = row["id"].startswith(("megatron2021", "korthikanti2022", "megascale", "bloom"))
+    training = TrainingSpec(global_batch_size=p["global_batch_size"], sequence_length=seq,
+                            compute_dtype=DType.FP8 if "fp8" in precision else DType.BF16,
+                            flash_attention=not old, dropout=old, overlap_grad_reduce=not old)
+    if p.get("vpp"):
+        shapes = [(PipelineSchedule.INTERLEAVED_1F1B, p["vpp"])] if p["vpp"] > 1 else [
+            (PipelineSchedule.ONE_F_ONE_B, 1)]
+    elif p["pp"] > 1:
+        shapes = [(PipelineSchedule.ONE_F_ONE_B, 1)] + [
+            (PipelineSchedule.INTERLEAVED_1F1B, v) for v in range(2, 9)
+            if spec.num_layers >= p["pp"] * v]
+    else:
+        shapes = [(PipelineSchedule.ONE_F_ONE_B, 1)]
+    recompute = (p.get("recompute") or "").split(" ")[0]
+    pins: dict[str, Any] = {}
+    if recompute in ("full", "selective", "none"):
+        pins["recompute"] = RecomputeMode(recompute)
+    sharding = (p.get("optimizer_sharding") or "").lower()
+    pins["zero_stage"] = [3] if "fsdp" in sharding and "fsdp=0" not in sharding else [1]
+    best = None
+    for (schedule, vpp), mbs in itertools.product(
+            shapes, [p["micro_batch_size"]] if p.get("micro_batch_size") else [1, 2, 4]):
+        dp, cp = p["dp"], p.get("cp") or 1
+        if p["global_batch_size"] % (mbs * dp):
+            continue
+        cand = MeshCandidate(tp=p["tp"], pp=p["pp"], dp=dp, cp=cp, ep=p.get("ep") or 1, etp=1,
+                             vpp=vpp, micro_batch_size=mbs,
+                             num_micro_batches=p["global_batch_size"] // (mbs * dp),
+                             schedule=schedule, sequence_parallel=p["tp"] > 1)
+        try:
+            result = evaluate_candidate(spec, training, cluster, cand, Constraints(**pins),
+                                        SolverConfig())
+        except (InvalidSpecError, ValueError):
+            continue
+        if hasattr(result, "estimate") and (best is None or
+                                            result.estimate.step_time_s < best.step_time_s):
+            best = result.estimate
+    if best is None:
+        return None
+    measured = row["measured"]
+    if measured.get("tokens_per_s_per_gpu"):
+        return measured["tokens_per_s_per_gpu"], best.tokens_per_s / gpus, "tokens/s/GPU"
+    if measured.get("tflops_per_gpu"):
+        return measured["tflops_per_gpu"], best.tflops_per_gpu, "TF/s/GPU"
+    if measured.get("iteration_time_s"):
+        return measured["iteration_time_s"], best.step_time_s, "s/iter"
+    return None
+
+
+def set_hopper(bf16: float, fp8: float) -> None:
+    prof = kernels.PROFILES["hopper"]
+    fracs = dict(prof.gemm_peak_frac, **{DType.BF16: bf16, DType.FP16: bf16, DType.FP8: fp8})
+    kernels.PROFILES["hopper"] = dataclasses.replace(prof, gemm_peak_frac=fracs)
+
+
+def _error(obs: float, pred: float, unit: str) -> float:
+    return (obs / pred - 1) if unit == "s/iter" else (pred / obs - 1)
+
+
+def main() -> None:
+    rows = [r for r in DATA["runs"] if not r["id"].startswith(SKIP_SOURCES)]
+    if "--calibrate-h100" in sys.argv:
+        calib = [r for r in rows if r["id"] in H100_CALIBRATION]
+        best = None
+        for bf16 in [x / 100 for x in range(60, 92, 2)]:
+            for fp8 in [x / 100 for x in range(50, 82, 3)]:
+                set_hopper(bf16, fp8)
+                errs = [abs(math.log(1 + _error(*out))) for r in calib if (out := predict(r))]
+                score = statistics.mean(errs)
+                if best is None or score < best[0]:
+                    best = (score, bf16, fp8)
+        assert best is not None
+        print(f"Hopper calibration: eta BF16 {best[1]:.2f}, FP8 {best[2]:.2f} "
+              f"(mean |log err| {best[0]:.3f} on {len(calib)} rows)")
+        set_hopper(best[1], best[2])
+    by_gpu: dict[str, list[float]] = {}
+    for row in rows:
+        out = predict(row)
+        if out is None:
+            continue
+        obs, pred, unit = out
+        err = _error(obs, pred, unit)
+        tag = "calibration" if row["id"] in H100_CALIBRATION or row["id"] in (
+            "megatron2021-t1-1.7b", "megatron2021-t1-145.6b", "megatron2021-t1-1008.0b") \
+            else "held out"
+        if tag == "held out":
+            by_gpu.setdefault(row["hardware"]["gpu"], []).append(abs(err))
+        print(f"{row['id']:52s} {tag:11s} printed {obs:9.1f} predicted {pred:9.1f} {unit:13s} "
+              f"{100 * err:+6.1f}%")
+    for gpu, errs in sorted(by_gpu.items()):
+        print(f"held out {gpu:16s} n={len(errs):3d} median |error| "
+              f"{100 * statistics.median(errs):5.1f}%  max {100 * max(errs):5.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""Scoring one mesh candidate exactly: ZeRO stage and per-stage policy chosen, then the full
+cost model (memory ledger and simulated step time).
+
+Owns: `evaluate_candidate`, the single definition of "the value of a candidate" shared by
+the planner and by brute-force enumeration in the tests, and the reasons a candidate fails.
+Must not: enumerate or order candidates.
+
+Rule: for each allowed ZeRO stage (ascending) the activation policy is the first rung of a
+ladder, ordered from cheapest to most memory-saving, whose ledger fits: no recomputation;
+selective recomputation of cheap modules; plus FP8 storage; plus half offloaded; full
+recomputation of the first k layers of every stage (the smallest k that fits); full
+recomputation (with FP8 and offload where allowed). The candidate's value is the fastest
+of these per-stage plans. A plain fit at some stage ends the ladder for higher stages,
+which can only add collectives. The per-stage CP-SAT policy of `solver/policy.py` then
+refines the chosen plan (`refine_policies`).
+"""
+
+from dataclasses import dataclass
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
+from api_schemas.requests import Constraints
+from api_schemas.training import TrainingSpec
+from models.errors import InvalidSpecError
+from models.layout import pipeline_layout
+from models.memory import MemoryLedger, memory_ledger
+from models.step_time import StepEstimate, estimate_step
+from solver import cpsat
+from solver.policy import broad_selective_modules, choose_stage_policies, policy_options
+from solver.space import MeshCandidate, permitted
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScoredPlan:
+    """A fully specified configuration with its cost-model value."""
+
+    candidate: MeshCandidate
+    parallel: ParallelConfig
+    estimate: StepEstimate
+    ledger: MemoryLedger
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rejection:
+    """Why a candidate has no plan: the stage and bytes over capacity, or a rule."""
+
+    candidate: MeshCandidate
+    reason: str
+    stage: int | None = None
+    over_bytes: int = 0
+
+
+def allowed_zero_stages(constraints: Constraints) -> list[int]:
+    """ZeRO stages the request permits, ascending."""
+    return [z for z in (0, 1, 2, 3) if permitted("zero_stage", z, constraints)]
+
+
+def _with_policy(candidate: MeshCandidate, zero: int, policy: dict[str, object],
+                 constraints: Constraints) -> ParallelConfig:
+    fields: dict[str, object] = {"zero_stage": zero, **policy}
+    if constraints.recompute is not None and not isinstance(constraints.recompute, list):
+        fields["recompute"] = constraints.recompute
+    return candidate.parallel(**fields)
+
+
+def _ladder(spec: ModelSpec, constraints: Constraints) -> list[dict[str, object]]:
+    """Uniform policies from cheapest to most memory-saving (see the module docstring)."""
+    broad = broad_selective_modules(spec)
+    rungs: list[dict[str, object]] = [{}]
+    rungs.append({"recompute": RecomputeMode.SELECTIVE, "recompute_modules": broad})
+    if constraints.allow_fp8_activations:
+        rungs.append({"recompute": RecomputeMode.SELECTIVE, "recompute_modules": broad,
+                      "fp8_activations": True})
+    if constraints.allow_offload:
+        rungs.append({"recompute": RecomputeMode.SELECTIVE, "recompute_modules": broad,
+                      "fp8_activations": constraints.allow_fp8_activations,
+                      "activation_offload_frac": 0.5})
+    return rungs
+
+
+def _frugal(spec: ModelSpec, constraints: Constraints, full_layers: int | None) -> dict[str, object]:
+    recompute: object = RecomputeMode.FULL if full_layers is None else FullLayers(
+        full_layers=full_layers, others="selective")
+    return {"recompute": recompute, "recompute_modules": broad_selective_modules(spec),
+            "fp8_activations": constraints.allow_fp8_activations,
+            "activation_offload_frac": 0.5 if constraints.allow_offload else 0.0}
+
+
+def _fits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+          parallel: ParallelConfig) -> MemoryLedger:
+    return memory_ledger(spec, training, parallel, cluster)
+
+
+def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                       candidate: MeshCandidate, constraints: Constraints,
+                       config: cpsat.SolverConfig) -> ScoredPlan | Rejection:
+    """The best plan of one mesh candidate under the rule in the module docstring."""
+    del config  # the ladder needs no solver; refinement does
+    zeros = allowed_zero_stages(constraints)
+    if not zeros:
+        return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")
+    plans: list[ScoredPlan] = []
+    worst: tuple[int, int] | None = None
+    pinned = constraints.recompute is not None and not isinstance(constraints.recompute, list)
+    try:
+        for zero in zeros:
+            found = _first_fit(spec, training, cluster, candidate, zero, constraints, pinned)
+            if not isinstance(found, _Fit):
+                worst = found
+                continue
+            plans.append(_score(spec, training, cluster, candidate, found.parallel,
+                                found.ledger))
+            if found.plain:
+                break
+    except InvalidSpecError as exc:
+        return Rejection(candidate=candidate, reason=exc.detail)
+    if plans:
+        return min(plans, key=lambda p: p.estimate.step_time_s)
+    stage, over = worst if worst else (None, 0)
+    return Rejection(candidate=candidate, stage=stage, over_bytes=over,
+                     reason=f"does not fit even with ZeRO-{zeros[-1]} and the most frugal "
+                            "activation policy allowed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Fit:
+    parallel: ParallelConfig
+    ledger: MemoryLedger
+    plain: bool
+
+
+def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+               candidate: MeshCandidate, zero: int, constraints: Constraints, pinned: bool
+               ) -> _Fit | tuple[int, int]:
+    """The first ladder rung that fits at this ZeRO stage, or (binding stage, bytes over)."""
+    rungs = [{}] if pinned else _ladder(spec, constraints)
+    if not pinned:
+        frugal = _fits(spec, training, cluster,
+                       _with_policy(candidate, zero, _frugal(spec, constraints, None),
+                                    constraints))
+        if not frugal.fits:
+            return frugal.binding_stage, frugal.peak_bytes - frugal.capacity_bytes
+    ledger = None
+    for index, rung in enumerate(rungs):
+        parallel = _with_policy(candidate, zero, rung, constraints)
+        ledger = _fits(spec, training, cluster, parallel)
+        if ledger.fits:
+            return _Fit(parallel=parallel, ledger=ledger, plain=index == 0)
+    if not pinned:
+        most = _with_policy(candidate, zero, _frugal(spec, constraints, None), constraints)
+        ledger = _fits(spec, training, cluster, most)
+        if ledger.fits:
+            layers = max(len(layout) for layout in _stage_layer_counts(spec, most))
+            low, high = 0, layers
+            while low < high:
+                mid = (low + high) // 2
+                trial = _with_policy(candidate, zero, _frugal(spec, constraints, mid),
+                                     constraints)
+                if _fits(spec, training, cluster, trial).fits:
+                    high = mid
+                else:
+                    low = mid + 1
+            chosen = _with_policy(candidate, zero, _frugal(spec, constraints, low), constraints)
+            return _Fit(parallel=chosen, ledger=_fits(spec, training, cluster, chosen),
+                        plain=False)
+    assert ledger is not None
+    return ledger.binding_stage, ledger.peak_bytes - ledger.capacity_bytes
+
+
+def plain_makespan_bound(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                         candidate: MeshCandidate) -> float:
+    """A lower bound of the candidate's value tighter than `solver/bounds.py`: the simulated
+    makespan with no recomputation, storage or offload cost and no ZeRO-3 gathers (every
+    policy and stage choice only adds to op durations or to the tail after the flush)."""
+    parallel = candidate.parallel(zero_stage=0)
+    return estimate_step(spec, training, parallel, cluster).pipeline_makespan_s
+
+
+def _stage_layer_counts(spec: ModelSpec, parallel: ParallelConfig) -> list[tuple[int, ...]]:
+    return [layout.layers for layout in pipeline_layout(spec, parallel)]
+
+
+def refine_policies(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                    plan: ScoredPlan, constraints: Constraints,
+                    config: cpsat.SolverConfig) -> ScoredPlan:
+    """Per-stage policies from the CP-SAT subproblem; kept only if the simulated step is
+    faster and the exact ledger fits."""
+    if plan.parallel.pp == 1 or (constraints.recompute is not None
+                                 and not isinstance(constraints.recompute, list)):
+        return plan
+    base = plan.parallel.model_copy(update={"stage_policies": None,
+                                            "recompute": RecomputeMode.NONE,
+                                            "fp8_activations": False,
+                                            "activation_offload_frac": 0.0})
+    chosen = choose_stage_policies(spec, training, base, cluster,
+                                   policy_options(spec, constraints), config)
+    if chosen is None:
+        return plan
+    ledger = memory_ledger(spec, training, chosen.parallel, cluster)
+    if not ledger.fits:
+        return plan
+    refined = _score(spec, training, cluster, plan.candidate, chosen.parallel, ledger)
+    return refined if refined.estimate.step_time_s < plan.estimate.step_time_s else plan
+
+
+def _score(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+           candidate: MeshCandidate, parallel: ParallelConfig,
+           ledger: MemoryLedger) -> ScoredPlan:
+    estimate = estimate_step(spec, training, parallel, cluster)
+    return ScoredPlan(candidate=candidate, parallel=parallel, estimate=estimate, ledger=ledger)
+
+
+__all__ = ["Rejection", "ScoredPlan", "allowed_zero_stages", "evaluate_candidate",
+           "plain_makespan_bound", "refine_policies"]

@@ -1,0 +1,212 @@
+"""The planner: branch and bound over mesh candidates, exact per candidate.
+
+Formulation. Sets: C = legal mesh candidates (tp, pp, dp, cp, ep, etp, vpp, micro-batch,
+schedule, sequence parallel; `solver/space.py`) for each world size W allowed by the
+objective. For c in C the value v(c) is the step time of its best plan (ZeRO stage and
+per-stage activation policy chosen by `solver/candidate_eval.py`, which solves the per-stage
+CP-SAT model of `solver/policy.py`), or infinity when nothing fits. Objective:
+    throughput      min_c v(c)                           (W = the cluster)
+    cost_per_token  min_c W(c) v(c) / tokens_per_step     (W <= the cluster)
+    min_gpus        min_c W(c), then min v(c)  s.t. tokens/s >= target (if given)
+    min_memory      min_c peak_bytes(c), then min v(c)
+Bounds. LB_t(c) <= v(c) from `solver/bounds.py` (every rank's work, the closed-form bubble
+at the lightest stage, the fastest policy); LB_m(c) from the same module prunes candidates
+that cannot fit under the most frugal choices allowed. Search: candidates are visited in
+increasing bound order; the first time the next bound is not below the incumbent, the
+incumbent is proven optimal under the cost model. At the time limit the best plan so far is
+returned as feasible with the smallest unvisited bound as the proven bound.
+"""
+
+import heapq
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import ClusterSpec
+from api_schemas.plan import PlanStatus
+from api_schemas.requests import Constraints, Objective, SolverLimits
+from api_schemas.training import TrainingSpec
+from solver import cpsat
+from solver.bounds import BoundTables
+from models.errors import InvalidSpecError
+from solver.candidate_eval import (
+    Rejection,
+    ScoredPlan,
+    allowed_zero_stages,
+    evaluate_candidate,
+    plain_makespan_bound,
+)
+from solver.space import MeshCandidate, candidate_meshes
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+POLICY_SOLVE_LIMIT_S = 2.0
+"""Time limit of one per-stage policy CP-SAT solve."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchStats:
+    """How the search went."""
+
+    candidates: int
+    pruned_memory: int
+    pruned_bound: int
+    evaluated: int
+    wall_time_s: float
+    best_bound: float | None
+    gap: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchResult:
+    """The proven-best plan (or none), ranked runners-up and the rejected candidates."""
+
+    status: PlanStatus
+    best: ScoredPlan | None
+    ranked: tuple[ScoredPlan, ...]
+    rejections: tuple[Rejection, ...]
+    stats: SearchStats
+    objective: Objective
+    world_sizes: tuple[int, ...] = field(default_factory=tuple)
+
+
+def objective_value(plan: ScoredPlan, objective: Objective) -> float:
+    """The quantity minimised (lower is better)."""
+    est = plan.estimate
+    if objective == Objective.COST_PER_TOKEN:
+        return est.world_size * est.step_time_s / est.tokens_per_step
+    if objective == Objective.MIN_GPUS:
+        return est.world_size * 1e6 + est.step_time_s
+    if objective == Objective.MIN_MEMORY:
+        return plan.ledger.peak_bytes + est.step_time_s
+    return est.step_time_s
+
+
+def _world_sizes(cluster: ClusterSpec, constraints: Constraints, objective: Objective) -> list[int]:
+    limit = min(cluster.world_size, constraints.max_gpus or cluster.world_size)
+    if objective in (Objective.THROUGHPUT, Objective.MIN_MEMORY):
+        return [limit]
+    step = cluster.gpus_per_node
+    sizes = {step * n for n in range(1, limit // step + 1)} | {
+        g for g in (1, 2, 4) if g < step and g <= limit}
+    return sorted(sizes)
+
+
+def _bound(tables: BoundTables, c: MeshCandidate, objective: Objective, tokens: int) -> float:
+    t = tables.time_bound_s(c)
+    if objective == Objective.COST_PER_TOKEN:
+        return c.world_size * t / tokens
+    if objective == Objective.MIN_GPUS:
+        return c.world_size * 1e6 + t
+    return t
+
+
+def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
+           constraints: Constraints, objective: Objective, limits: SolverLimits,
+           progress: Progress | None = None) -> SearchResult:
+    """Find the best plan under the cost model (see the module docstring)."""
+    started = time.perf_counter()
+    deadline = started + limits.time_limit_s
+    tables = BoundTables(spec, training, cluster)
+    sizes = _world_sizes(cluster, constraints, objective)
+    zeros = allowed_zero_stages(constraints)
+    max_offload = 0.5 if constraints.allow_offload else 0.0
+    heap: list[tuple[float, int, bool, MeshCandidate]] = []
+    total = pruned_memory = 0
+    for world in sizes:
+        if objective == Objective.MIN_GPUS and world * cluster.gpus_per_node == 0:
+            continue
+        for c in candidate_meshes(spec, training, world_size=world,
+                                  gpus_per_node=cluster.gpus_per_node, constraints=constraints):
+            total += 1
+            if tables.memory_bound_bytes(c, max_zero=max(zeros, default=0),
+                                         max_offload=max_offload,
+                                         allow_fp8=constraints.allow_fp8_activations) \
+                    > cluster.capacity_bytes:
+                pruned_memory += 1
+                continue
+            heap.append((_bound(tables, c, objective, training.tokens_per_step), total, False, c))
+    heapq.heapify(heap)
+    if progress:
+        progress(f"{total} candidates, {pruned_memory} pruned by the memory bound, "
+                 f"{len(heap)} to order by the time bound")
+    config = cpsat.SolverConfig(max_time_s=POLICY_SOLVE_LIMIT_S, num_workers=limits.num_workers,
+                                random_seed=limits.random_seed)
+    best: ScoredPlan | None = None
+    best_value = math.inf
+    ranked: list[ScoredPlan] = []
+    rejections: list[Rejection] = []
+    evaluated = 0
+    status = PlanStatus.OPTIMAL
+    bound = None
+    refined = 0
+    while heap:
+        lower, order, tight, c = heap[0]
+        if lower >= best_value:
+            break
+        if time.perf_counter() > deadline and best is not None:
+            status, bound = PlanStatus.FEASIBLE, lower
+            break
+        heapq.heappop(heap)
+        if not tight:
+            # Second, tighter bound (one simulation, no policy search): re-queue by it.
+            try:
+                makespan = plain_makespan_bound(spec, training, cluster, c)
+            except InvalidSpecError as exc:
+                rejections.append(Rejection(candidate=c, reason=exc.detail))
+                continue
+            refined += 1
+            tighter = _rescale(makespan, c, objective, training.tokens_per_step)
+            heapq.heappush(heap, (max(lower, tighter), order, True, c))
+            continue
+        result = evaluate_candidate(spec, training, cluster, c, constraints, config)
+        evaluated += 1
+        if isinstance(result, Rejection):
+            rejections.append(result)
+            continue
+        if not _meets_target(result, constraints):
+            rejections.append(Rejection(candidate=c, reason="below the target tokens/s"))
+            continue
+        ranked.append(result)
+        value = objective_value(result, objective)
+        if value < best_value:
+            best, best_value = result, value
+            if progress:
+                progress(f"incumbent {c.key}: {result.estimate.step_time_s:.3f} s/step "
+                         f"({evaluated} evaluated)")
+    if best is None:
+        status = PlanStatus.INFEASIBLE
+    if status == PlanStatus.OPTIMAL:
+        bound = best_value if best is not None else None
+    ranked.sort(key=lambda p: objective_value(p, objective))
+    gap = None
+    if best is not None and bound is not None:
+        gap = max(0.0, (best_value - bound) / best_value) if best_value else 0.0
+    stats = SearchStats(candidates=total, pruned_memory=pruned_memory,
+                        pruned_bound=len(heap) - (1 if status == PlanStatus.FEASIBLE else 0)
+                        if best is not None else 0,
+                        evaluated=evaluated, wall_time_s=time.perf_counter() - started,
+                        best_bound=bound, gap=gap)
+    return SearchResult(status=status, best=best, ranked=tuple(ranked),
+                        rejections=tuple(rejections), stats=stats, objective=objective,
+                        world_sizes=tuple(sizes))
+
+
+def _rescale(time_s: float, c: MeshCandidate, objective: Objective, tokens: int) -> float:
+    if objective == Objective.COST_PER_TOKEN:
+        return c.world_size * time_s / tokens
+    if objective == Objective.MIN_GPUS:
+        return c.world_size * 1e6 + time_s
+    return time_s
+
+
+def _meets_target(plan: ScoredPlan, constraints: Constraints) -> bool:
+    target = constraints.target_tokens_per_s
+    return target is None or plan.estimate.tokens_per_s >= target
+
+
+__all__ = ["POLICY_SOLVE_LIMIT_S", "SearchResult", "SearchStats", "objective_value", "search"]

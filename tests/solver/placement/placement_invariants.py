@@ -1,0 +1,34 @@
+"""Invariants every placement must satisfy, shared by the placement tests."""
+
+import numpy as np
+
+from solver.placement import PlacementResult
+
+
+def check_placement(res: PlacementResult, counts: np.ndarray) -> None:
+    """Every invariant the planner promises."""
+    p = res.problem
+    r, e = counts.shape
+    m = e // r
+    assert np.all(res.rank_loads == p.capacity), "every rank receives exactly S*K"
+    hosted = np.array([len(x) for x in res.redundant_experts])
+    assert np.all(hosted <= m), "at most E/R redundant experts per rank"
+    assert np.all(hosted >= res.lower_bound_per_rank)
+    assert res.bound_holds and res.balanced
+    routes = res.routes
+    assert np.all(routes.tokens > 0)
+    by_source = np.zeros((r, e), dtype=np.int64)
+    np.add.at(by_source, (routes.source, routes.expert), routes.tokens)
+    assert np.array_equal(by_source, counts), "tokens conserved per (source, expert)"
+    by_dest = np.zeros((e, r), dtype=np.int64)
+    np.add.at(by_dest, (routes.expert, routes.destination), routes.tokens)
+    assert np.array_equal(by_dest, res.allocation)
+    foreign = routes.destination != routes.expert // m
+    listed = {(d, x) for d, xs in enumerate(res.redundant_experts) for x in xs}
+    assert listed == set(zip(routes.destination[foreign].tolist(),
+                             routes.expert[foreign].tolist(), strict=True))
+    assert res.num_redundant == len(listed)
+    assert res.migrated_tokens == int(routes.tokens[foreign].sum())
+    assert res.remote_tokens == int(routes.tokens[routes.source != routes.destination].sum())
+    assert res.prefetch_bytes == res.num_redundant * p.weight_bytes_per_expert
+    assert res.grad_reduce_bytes == res.num_redundant * p.grad_bytes_per_expert
