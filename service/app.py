@@ -22,7 +22,7 @@ from service.persistence.db import init_db, make_engine
 from service.planning import Planner
 from service.pool import SolverPool
 from service.problems import install_problem_handlers
-from service.routes import catalog, collectives, estimates, health, mesh, plans
+from service.routes import catalog, collectives, estimates, health, mesh, moe, pipeline, plans
 from service.routes.health import SERVICE_VERSION
 from service.settings import Settings, get_settings
 
@@ -41,6 +41,8 @@ model, not a measurement. Errors are RFC 9457 `application/problem+json` with a 
 TAGS = [
     {"name": "plans", "description": "Search for a plan, store it, read it back."},
     {"name": "estimates", "description": "Score one given configuration."},
+    {"name": "pipeline", "description": "Pipeline schedules: simulate and optimise."},
+    {"name": "moe", "description": "MoE expert placement."},
     {"name": "catalog", "description": "GPU, node and model presets; config ingestion."},
     {"name": "health", "description": "Liveness and problem-code documentation."},
 ]
@@ -95,6 +97,8 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app.include_router(estimates.router)
     app.include_router(collectives.router)
     app.include_router(mesh.router)
+    app.include_router(pipeline.router)
+    app.include_router(moe.router)
     app.include_router(catalog.router)
     app.include_router(health.router)
     install_openapi(app)

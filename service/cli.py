@@ -1,11 +1,11 @@
 """The `atlas-planner` command line.
 
-Owns: `serve` (the HTTP service under uvicorn), the computing commands (`memory`, ...) that
-call the library directly, or a running service with `--server URL`, and `catalog`. Requests
-come from a JSON or YAML file, from preset flags (`--model llama-3.1-70b --gpu
-h100-sxm5-80gb --nodes 8 ...`) or both (flags override the file). Results print as a
-readable summary (GiB for people) or, with `--json`, as the API's JSON; `--output FILE`
-writes the JSON to a file. Progress of long solves goes to stderr. Exit status: 0 success,
+Owns: `serve` (the HTTP service under uvicorn), the computing commands (`memory`,
+`collective`, `simulate`, `placement`) that call the library directly, or a running service
+with `--server URL`, and `catalog`. Requests come from a JSON or YAML file, from preset flags
+(`--model llama-3.1-70b --gpu h100-sxm5-80gb --nodes 8 ...`) or both (flags override the
+file). Results print as a readable summary (GiB for people) or, with `--json`, as the API's
+JSON; `--output FILE` writes the JSON to a file. Progress of long solves goes to stderr. Exit status: 0 success,
 1 an answered error (invalid input, infeasible, overloaded...), 2 usage errors.
 """
 
@@ -25,15 +25,26 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from api_schemas.collectives import CollectiveEstimateRequest
+from api_schemas.moe import MoePlacementRequest
+from api_schemas.pipeline import PipelineOptimizeRequest, PipelineSimulateRequest
 from api_schemas.problems import FieldError, ProblemDetail
 from api_schemas.requests import EvaluateRequest
 from models.catalog import gpu_ids, model_ids
 from models.collectives.report import estimate_collective
 from models.errors import PlannerError
+from models.pipeline.requests import simulate_request
 from service.client import DEFAULT_BASE_URL, ApiProblemError, AtlasClient
 from service.problems import PROBLEM_TITLES, problem_type
-from service.render import render_collective, render_memory, render_problem
+from service.render import (
+    render_collective,
+    render_memory,
+    render_pipeline,
+    render_placement,
+    render_problem,
+)
 from solver import memory_report
+from solver.placement.api import plan_placement
+from solver.schedule.requests import optimize_request
 
 PROGRESS_INTERVAL_S = 5.0
 """How often a waiting command reports elapsed time on stderr."""
@@ -151,11 +162,15 @@ def _local_problem(error: PlannerError | ValidationError) -> ProblemDetail:
 
 
 def _run(args: argparse.Namespace, local: Callable[[], BaseModel],
-         remote: Callable[[AtlasClient], BaseModel], render: Callable[[Any], str]) -> int:
+         remote: Callable[[AtlasClient], BaseModel], render: Callable[[Any], str], *,
+         label: str | None = None) -> int:
     try:
         if args.server:
             with AtlasClient(args.server) as client, progress_ticker(f"waiting for {args.server}"):
                 result = remote(client)
+        elif label is not None:
+            with progress_ticker(label):
+                result = local()
         else:
             result = local()
     except ApiProblemError as error:
@@ -186,6 +201,35 @@ def cmd_collective(args: argparse.Namespace) -> int:
         _set(doc, (key,), getattr(args, key))
     return _run(args, lambda: estimate_collective(CollectiveEstimateRequest.model_validate(doc)),
                 lambda client: client.estimate_collective(doc), render_collective)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Simulate a pipeline schedule, or optimise it under --memory-limit (CP-SAT)."""
+    doc = load_document(args.file) if args.file else {}
+    for key, value in (("schedule", args.schedule), ("num_stages", args.stages),
+                       ("num_micro_batches", args.micro_batches), ("num_chunks", args.chunks),
+                       ("memory_limit", args.memory_limit), ("time_limit_s", args.time_limit)):
+        _set(doc, (key,), value)
+    for op in ("F", "B", "W"):
+        _set(doc, ("durations", op), getattr(args, op.lower()))
+    if args.no_timeline:
+        doc["include_timeline"] = False
+    if "memory_limit" in doc:
+        return _run(args, lambda: optimize_request(PipelineOptimizeRequest.model_validate(doc)),
+                    lambda client: client.optimize_pipeline(doc), render_pipeline,
+                    label="optimising the schedule")
+    return _run(args, lambda: simulate_request(PipelineSimulateRequest.model_validate(doc)),
+                lambda client: client.simulate_pipeline(doc), render_pipeline)
+
+
+def cmd_placement(args: argparse.Namespace) -> int:
+    """MoonEP redundant-expert placement from a token-count matrix."""
+    doc = load_document(args.file)
+    _set(doc, ("planner",), args.planner)
+    _set(doc, ("time_limit_s",), args.time_limit)
+    return _run(args, lambda: plan_placement(MoePlacementRequest.model_validate(doc)),
+                lambda client: client.moe_placement(doc), render_placement,
+                label="placing experts")
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -241,6 +285,33 @@ def build_parser() -> argparse.ArgumentParser:
     collective.add_argument("--latency-s", type=float, help="explicit latency")
     _add_output_flags(collective)
     collective.set_defaults(handler=cmd_collective)
+
+    simulate = commands.add_parser(
+        "simulate", help="simulate a pipeline schedule (or optimise it with --memory-limit)")
+    simulate.add_argument("file", nargs="?", help="request as a JSON or YAML file")
+    simulate.add_argument("--schedule", help="gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, "
+                          "zbv, dualpipe or dualpipev")
+    simulate.add_argument("--stages", type=int, help="pipeline ranks (pp)")
+    simulate.add_argument("--micro-batches", type=int, help="micro-batches per iteration")
+    simulate.add_argument("--chunks", type=int, help="model chunks per rank")
+    for op, meaning in (("f", "forward"), ("b", "input-gradient backward"),
+                        ("w", "weight-gradient backward")):
+        simulate.add_argument(f"-{op.upper()}", dest=op, type=float,
+                              help=f"seconds of one {meaning} op on one chunk")
+    simulate.add_argument("--memory-limit", type=float, help="optimise (CP-SAT) with at most "
+                          "this many stages of activations in flight per rank")
+    simulate.add_argument("--time-limit", type=float, help="optimizer time limit, seconds")
+    simulate.add_argument("--no-timeline", action="store_true", help="omit the timeline")
+    _add_output_flags(simulate)
+    simulate.set_defaults(handler=cmd_simulate)
+
+    placement = commands.add_parser("placement", help="MoonEP expert placement from token "
+                                    "counts")
+    placement.add_argument("file", help="JSON or YAML: num_experts, top_k, tokens (R x E)")
+    placement.add_argument("--planner", choices=("constructive", "exact"))
+    placement.add_argument("--time-limit", type=float, help="exact planner limit per phase")
+    _add_output_flags(placement)
+    placement.set_defaults(handler=cmd_placement)
 
     catalog = commands.add_parser("catalog", help="list presets")
     catalog.add_argument("kind", choices=("gpus", "models"))

@@ -17,6 +17,13 @@ from pydantic import BaseModel
 
 from api_schemas.collectives import CollectiveEstimateRequest, CollectiveEstimateResponse
 from api_schemas.mesh import MeshRequest, MeshResponse
+from api_schemas.moe import MoePlacementRequest, MoePlacementResponse
+from api_schemas.pipeline import (
+    PipelineOptimizeRequest,
+    PipelineOptimizeResponse,
+    PipelineSimulateRequest,
+    PipelineSimulateResponse,
+)
 from api_schemas.plan import MemoryReport, PlanResponse, PlanStatus
 from api_schemas.problems import ProblemDetail
 from api_schemas.requests import EvaluateRequest, PlanRequest
@@ -140,6 +147,24 @@ class AtlasClient:
                             ) -> CollectiveEstimateResponse:
         """POST /v1/collectives/estimate."""
         return self._send("POST", "/v1/collectives/estimate", CollectiveEstimateResponse,
+                          body=_payload(request))
+
+    def simulate_pipeline(self, request: PipelineSimulateRequest | Mapping[str, Any]
+                          ) -> PipelineSimulateResponse:
+        """POST /v1/pipeline/simulate."""
+        return self._send("POST", "/v1/pipeline/simulate", PipelineSimulateResponse,
+                          body=_payload(request))
+
+    def optimize_pipeline(self, request: PipelineOptimizeRequest | Mapping[str, Any]
+                          ) -> PipelineOptimizeResponse:
+        """POST /v1/pipeline/optimize."""
+        return self._send("POST", "/v1/pipeline/optimize", PipelineOptimizeResponse,
+                          body=_payload(request))
+
+    def moe_placement(self, request: MoePlacementRequest | Mapping[str, Any]
+                      ) -> MoePlacementResponse:
+        """POST /v1/moe/placement."""
+        return self._send("POST", "/v1/moe/placement", MoePlacementResponse,
                           body=_payload(request))
 
     def catalog_gpus(self) -> GpuCatalog:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from anyio import to_thread
+from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlmodel import Session
 
@@ -66,7 +67,7 @@ def normalise_plan_request(request: PlanRequest, settings: Settings) -> PlanRequ
     return request.model_copy(update={"solver": solver, "parallel": None})
 
 
-def request_hash(request: PlanRequest) -> str:
+def request_hash(request: BaseModel) -> str:
     """SHA-256 of the canonical JSON of a normalised request (sorted keys, no spaces)."""
     canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True,
                            separators=(",", ":"), ensure_ascii=True)

@@ -6,10 +6,15 @@ conversion and layout; it returns strings and never prints.
 """
 
 from api_schemas.collectives import CollectiveEstimateResponse
+from api_schemas.moe import MoePlacementResponse
 from api_schemas.parallel import ParallelConfig
+from api_schemas.pipeline import PipelineOptimizeResponse, PipelineSimulateResponse
 from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.problems import ProblemDetail
 from api_schemas.units import GIB
+
+TIMELINE_TEXT_MAX_OPS = 400
+"""Timelines up to this many ops are printed op by op."""
 
 
 def gib(num_bytes: int | float) -> str:
@@ -114,6 +119,50 @@ def render_collective(result: CollectiveEstimateResponse) -> str:
     return "\n".join(lines)
 
 
+def render_pipeline(result: PipelineSimulateResponse) -> str:
+    """Makespan, bubble, per-rank peaks, the optimizer's proof or gap, and for short
+    timelines the op order of every rank."""
+    lines = [f"makespan {result.makespan:.4f} s, bubble {result.bubble_fraction:.1%} "
+             f"(span bubble {result.span_bubble_fraction:.1%})"]
+    if isinstance(result, PipelineOptimizeResponse):
+        baseline = result.baseline_schedule.value if result.baseline_schedule else "none"
+        lines.append(f"{result.status}: lower bound {result.lower_bound:.4f} s, gap "
+                     f"{result.gap:.2%}, method {result.method}; best handcrafted "
+                     f"({baseline}) {result.baseline_makespan:.4f} s")
+    header = ["rank", "busy s", "idle s", "peak in-flight", "peak until B"]
+    rows = [[str(r), f"{busy:.4f}", f"{idle:.4f}", f"{peak:g}", f"{until_b:g}"]
+            for r, (busy, idle, peak, until_b) in enumerate(zip(
+                result.busy_s, result.idle_s, result.peak_in_flight, result.peak_until_b,
+                strict=True))]
+    lines += _table(header, rows)
+    if result.timeline and len(result.timeline) <= TIMELINE_TEXT_MAX_OPS:
+        by_rank: dict[int, list[str]] = {}
+        for entry in sorted(result.timeline, key=lambda e: (e.stage, e.start)):
+            chunk = f"/{entry.chunk}" if any(e.chunk for e in result.timeline) else ""
+            by_rank.setdefault(entry.stage, []).append(f"{entry.op}{entry.micro_batch}{chunk}")
+        lines.append("op order per rank (op, micro-batch[/chunk]):")
+        lines += [f"  {rank}: {' '.join(ops)}" for rank, ops in sorted(by_rank.items())]
+    return "\n".join(lines)
+
+
+def render_placement(result: MoePlacementResponse) -> str:
+    """Per-rank load and hosted replicas, with the traffic the placement costs."""
+    lines = [f"{result.planner.value} placement ({result.status.value}): every rank computes "
+             f"{result.capacity_per_rank} tokens; {result.num_redundant_experts} replicas "
+             f"(bound E/R = {result.redundant_bound_per_rank} per rank); without replicas "
+             f"max/mean load {result.no_redundancy_imbalance:.3f}"]
+    header = ["rank", "load", "hosts", "lower bound"]
+    rows = [[str(r), str(load), ",".join(map(str, hosted)) or "-", str(bound)]
+            for r, (load, hosted, bound) in enumerate(zip(
+                result.rank_loads, result.redundant_experts, result.lower_bound_per_rank,
+                strict=True))]
+    lines += _table(header, rows)
+    lines.append(f"remote tokens {result.remote_tokens}, migrated {result.migrated_tokens}; "
+                 f"prefetch {gib(result.prefetch_bytes)}, gradient reduce "
+                 f"{gib(result.grad_reduce_bytes)}; {result.wall_time_s * 1e3:.2f} ms")
+    return "\n".join(lines)
+
+
 def render_problem(problem: ProblemDetail) -> str:
     """'error [code]: detail' plus field errors, one per line."""
     lines = [f"error [{problem.code}]: {problem.detail}"]
@@ -127,6 +176,8 @@ __all__ = [
     "gib",
     "render_collective",
     "render_memory",
+    "render_pipeline",
+    "render_placement",
     "render_plan",
     "render_problem",
 ]

@@ -89,6 +89,10 @@ class Settings(BaseSettings):
         default=200_000, ge=1,
         description="Largest simulated timeline (stages x micro-batches x chunks x 3 ops) "
         "[ATLAS_MAX_PIPELINE_OPS].")
+    max_optimize_ops: int = Field(
+        default=100_000, ge=1,
+        description="Largest schedule the CP-SAT optimizer takes (stages x micro-batches x "
+        "chunks x 3 ops) [ATLAS_MAX_OPTIMIZE_OPS].")
     max_mesh_ranks: int = Field(
         default=16_384, ge=1,
         description="Largest mesh whose ranks are listed one by one [ATLAS_MAX_MESH_RANKS].")
@@ -99,6 +103,14 @@ class Settings(BaseSettings):
     max_placement_cells: int = Field(
         default=2**20, ge=1,
         description="Largest MoE token matrix (ranks x experts) [ATLAS_MAX_PLACEMENT_CELLS].")
+    max_exact_placement_cells: int = Field(
+        default=4_096, ge=1,
+        description="Largest token matrix the exact (CP-SAT) placement takes "
+        "[ATLAS_MAX_EXACT_PLACEMENT_CELLS].")
+    max_token_count: int = Field(
+        default=2**40, ge=1,
+        description="Largest single token count in a placement matrix "
+        "[ATLAS_MAX_TOKEN_COUNT].")
     log_level: str = Field(default="INFO", description="Logging level [ATLAS_LOG_LEVEL].")
 
     @model_validator(mode="after")

@@ -11,10 +11,20 @@ import yaml
 
 import service.cli as cli
 from api_schemas.collectives import CollectiveEstimateResponse
+from api_schemas.moe import MoePlacementResponse
+from api_schemas.pipeline import PipelineOptimizeResponse, PipelineSimulateResponse
 from api_schemas.plan import MemoryReport
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
 from service.client import AtlasClient
-from service.render import describe_parallel, gib, render_memory, render_problem
+from service.render import (
+    describe_parallel,
+    gib,
+    render_memory,
+    render_pipeline,
+    render_placement,
+    render_problem,
+)
+from service.routes.moe import PLACEMENT_EXAMPLES
 from solver import memory_report
 
 PRESET_FLAGS = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm5-80gb", "--nodes", "8",
@@ -111,3 +121,36 @@ def test_problem_summary_lists_fields() -> None:
                                  errors=[FieldError(loc=["body", "parallel", "tp"], msg="> 0")])
     assert render_problem(problem).splitlines() == ["error [invalid-request]: bad",
                                                     "  body.parallel.tp: > 0"]
+
+
+def test_simulate_command_and_its_summary(tmp_path: Path) -> None:
+    out = tmp_path / "answer.json"
+    argv = ["simulate", "--schedule", "zb_h1", "--stages", "4", "--micro-batches", "8",
+            "-F", "1", "-B", "1", "-W", "1", "-o", str(out)]
+    assert cli.main(argv) == 0
+    result = PipelineSimulateResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    assert result.makespan == pytest.approx(27.0)
+    text = render_pipeline(result)
+    assert text.splitlines()[0].startswith("makespan 27.0000 s, bubble 11.1%")
+    assert "  3: F0 B0 F1 B1" in text
+
+
+def test_simulate_with_a_memory_limit_optimises(tmp_path: Path) -> None:
+    out = tmp_path / "answer.json"
+    argv = ["simulate", "--schedule", "1f1b", "--stages", "4", "--micro-batches", "8",
+            "--memory-limit", "4", "--time-limit", "1", "--no-timeline", "-o", str(out)]
+    assert cli.main(argv) == 0
+    result = PipelineOptimizeResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    assert result.lower_bound <= result.makespan + 1e-9 and result.timeline == []
+    assert "lower bound" in render_pipeline(result)
+
+
+def test_placement_command_reads_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    path.write_text(yaml.safe_dump(PLACEMENT_EXAMPLES["4-ranks-8-experts"]["value"]),
+                    encoding="utf-8")
+    out = tmp_path / "answer.json"
+    assert cli.main(["placement", str(path), "-o", str(out)]) == 0
+    result = MoePlacementResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    assert result.rank_loads == [16, 16, 16, 16]
+    assert "every rank computes 16 tokens" in render_placement(result)

@@ -13,6 +13,8 @@ from service.client import ApiProblemError, AtlasClient
 from service.routes.catalog import FROM_HF_EXAMPLE
 from service.routes.collectives import COLLECTIVE_EXAMPLES
 from service.routes.mesh import MESH_EXAMPLES
+from service.routes.moe import PLACEMENT_EXAMPLES
+from service.routes.pipeline import OPTIMIZE_EXAMPLES, SIMULATE_EXAMPLES
 from service.settings import Settings
 
 
@@ -40,6 +42,13 @@ def test_every_read_endpoint(atlas: AtlasClient) -> None:
     collective = atlas.estimate_collective(COLLECTIVE_EXAMPLES["explicit-links"]["value"])
     assert collective.num_ranks == 32
     assert atlas.mesh(MESH_EXAMPLES["moe-32-gpus"]["value"]).world_size == 32
+    simulated = atlas.simulate_pipeline(SIMULATE_EXAMPLES["zb-h1-4x8"]["value"])
+    assert simulated.makespan == pytest.approx(27.0)
+    optimized = atlas.optimize_pipeline({**OPTIMIZE_EXAMPLES["zb-h1-memory-10"]["value"],
+                                         "time_limit_s": 0.5})
+    assert optimized.lower_bound <= optimized.makespan + 1e-9
+    placed = atlas.moe_placement(PLACEMENT_EXAMPLES["4-ranks-8-experts"]["value"])
+    assert placed.rank_loads == [16, 16, 16, 16]
 
 
 def test_problems_become_typed_errors(atlas: AtlasClient) -> None:

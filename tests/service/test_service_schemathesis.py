@@ -27,9 +27,11 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 
 def _app() -> Any:
-    # In-memory SQLite (one shared connection): nothing is written to disk.
-    config = Settings(database_url="sqlite://", default_time_limit_s=1.0,
-                      max_time_limit_s=1.0, solver_threads=2)
+    # In-memory SQLite (one shared connection): nothing is written to disk. Searches are
+    # capped small so a few hundred cases stay within the test budget.
+    config = Settings(database_url="sqlite://", default_time_limit_s=0.1,
+                      max_time_limit_s=0.1, solver_threads=2, max_optimize_ops=1_500,
+                      max_pipeline_ops=60_000, max_exact_placement_cells=256)
     return create_app(config, planner=ScriptedPlanner())
 
 

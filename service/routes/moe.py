@@ -1,0 +1,83 @@
+"""MoE expert placement (MoonEP): redundant experts that balance every rank exactly.
+
+Owns: POST /v1/moe/placement (schema in -> `solver.placement.api.plan_placement` -> schema
+out): the constructive planner on a request thread, the exact CP-SAT planner in the solver
+pool with its time limit clamped; the bounds on the token matrix. Must not: place experts.
+"""
+
+from typing import Annotated
+
+from anyio import to_thread
+from fastapi import APIRouter, Body
+
+from api_schemas.moe import MoePlacementRequest, MoePlacementResponse, PlacementPlanner
+from service import limits
+from service.deps import ContextDep
+from service.openapi import problem_responses
+from service.searches import run_search, with_clamped_time_limit
+from service.settings import Settings
+from solver.placement.api import plan_placement
+
+router = APIRouter(tags=["moe"])
+
+PLACEMENT_EXAMPLES = {
+    "4-ranks-8-experts": {
+        "summary": "4 ranks, 8 experts, top-2: 8 tokens per rank",
+        "value": {"num_experts": 8, "top_k": 2,
+                  "tokens": [[6, 2, 1, 1, 2, 1, 2, 1], [5, 3, 2, 0, 1, 2, 1, 2],
+                             [4, 4, 1, 1, 2, 0, 2, 2], [6, 3, 0, 2, 1, 1, 2, 1]],
+                  "expert_weight_bytes": 88080384, "expert_grad_bytes": 176160768},
+    },
+    "exact-reference": {
+        "summary": "The same layer with the exact CP-SAT reference planner",
+        "value": {"num_experts": 8, "top_k": 2, "planner": "exact", "time_limit_s": 5,
+                  "tokens": [[6, 2, 1, 1, 2, 1, 2, 1], [5, 3, 2, 0, 1, 2, 1, 2],
+                             [4, 4, 1, 1, 2, 0, 2, 2], [6, 3, 0, 2, 1, 1, 2, 1]]},
+    },
+}
+
+EXACT_PHASES = 2
+"""The exact planner runs CP-SAT twice (fewest replicas, then fewest remote tokens), each
+phase with the request's time limit."""
+
+
+def check_placement_bounds(request: MoePlacementRequest, settings: Settings) -> None:
+    """Ranks, experts, matrix size and counts within the documented bounds."""
+    named = limits.bounds(settings)
+    ranks, experts = len(request.tokens), request.num_experts
+    limits.check_bound(experts, named["experts"], field="num_experts", what="the experts")
+    limits.check_bound(ranks, named["world_size"], field="tokens", what="the rows (ranks)")
+    cells = "exact_placement_cells" if request.planner == PlacementPlanner.EXACT \
+        else "placement_cells"
+    limits.check_bound(ranks * experts, named[cells], field="tokens",
+                       what=f"the token matrix (ranks x experts) for the {request.planner} "
+                       "planner")
+    largest = max(max(row) for row in request.tokens)
+    limits.check_bound(largest, named["token_count"], field="tokens", what="the largest count")
+
+
+@router.post("/v1/moe/placement", summary="Redundant-expert placement with exact balance",
+             responses=problem_responses("invalid-spec", "solver-time-limit", "overloaded"))
+async def moe_placement(
+    request: Annotated[MoePlacementRequest, Body(openapi_examples=PLACEMENT_EXAMPLES)],
+    context: ContextDep,
+) -> MoePlacementResponse:
+    """From the router's token counts (row r: tokens on source rank r per expert), the
+    foreign experts each rank hosts (at most E/R) and every token route, so that every rank
+    computes exactly S*K tokens; with prefetch and gradient-reduce bytes. `constructive` is
+    the online planner; `exact` is the CP-SAT reference for small instances."""
+    settings = context.settings
+    check_placement_bounds(request, settings)
+    if request.planner != PlacementPlanner.EXACT:
+        response = await to_thread.run_sync(plan_placement, request)
+    else:
+        clamped = with_clamped_time_limit(request, requested_s=request.time_limit_s,
+                                          settings=settings)
+        timeout_s = EXACT_PHASES * clamped.time_limit_s + settings.time_limit_grace_s
+        response = await run_search(clamped, plan_placement, kind="moe-placement",
+                                    pool=context.pool, timeout_s=timeout_s)
+    limits.require_finite(response)
+    return response
+
+
+__all__ = ["check_placement_bounds", "router"]

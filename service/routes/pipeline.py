@@ -1,0 +1,107 @@
+"""Pipeline schedules: simulate a handcrafted schedule, or optimise one under a memory limit.
+
+Owns: POST /v1/pipeline/simulate (schema in -> `models.pipeline.requests.simulate_request`
+-> schema out, on a request thread) and POST /v1/pipeline/optimize (the CP-SAT optimizer
+`solver.schedule.requests.optimize_request` in the solver pool, time limit clamped), with the
+bounds on timeline size. Must not: generate or simulate schedules itself.
+"""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from api_schemas.pipeline import (
+    PipelineOptimizeRequest,
+    PipelineOptimizeResponse,
+    PipelineSimulateRequest,
+    PipelineSimulateResponse,
+)
+from models.pipeline.requests import simulate_request
+from service import limits
+from service.deps import ContextDep, SettingsDep
+from service.openapi import problem_responses
+from service.searches import run_search, with_clamped_time_limit
+from service.settings import Settings
+from solver.schedule.requests import optimize_request
+
+router = APIRouter(tags=["pipeline"])
+
+_DURATIONS_405B = {"F": 0.0105, "B": 0.0112, "W": 0.0098}
+"""Per-chunk op times in seconds of a 126-layer model split into 8 x 2 chunks (illustrative
+of Llama 3.1 405B on H100s at micro-batch 1, sequence 8192)."""
+
+SIMULATE_EXAMPLES = {
+    "interleaved-8x2": {
+        "summary": "Interleaved 1F1B, 8 ranks x 2 chunks, 32 micro-batches",
+        "value": {"schedule": "interleaved_1f1b", "num_stages": 8, "num_micro_batches": 32,
+                  "num_chunks": 2, "durations": _DURATIONS_405B, "p2p_latency_s": 2.0e-5,
+                  "include_timeline": False},
+    },
+    "zb-h1-4x8": {
+        "summary": "ZB-H1 on 4 ranks, 8 micro-batches, with the timeline",
+        "value": {"schedule": "zb_h1", "num_stages": 4, "num_micro_batches": 8,
+                  "durations": {"F": 1.0, "B": 1.0, "W": 1.0}},
+    },
+}
+
+OPTIMIZE_EXAMPLES = {
+    "zb-h1-memory-10": {
+        "summary": "Best order of ZB-H1's placement on 8 ranks within 10 in-flight stages",
+        "value": {"schedule": "zb_h1", "num_stages": 8, "num_micro_batches": 32,
+                  "durations": {"F": 0.021, "B": 0.025, "W": 0.017}, "memory_limit": 10,
+                  "time_limit_s": 10, "include_timeline": False},
+    },
+}
+
+
+def check_pipeline_bounds(request: PipelineSimulateRequest | PipelineOptimizeRequest,
+                          settings: Settings, *, ops_bound: str) -> None:
+    """Stages, micro-batches and timeline size within the documented bounds."""
+    named = limits.bounds(settings)
+    limits.check_bound(request.num_stages, named["pipeline_stages"], field="num_stages",
+                       what="the pipeline ranks")
+    limits.check_bound(request.num_micro_batches, named["micro_batches"],
+                       field="num_micro_batches", what="the micro-batches")
+    ops = 3 * request.num_stages * request.num_micro_batches * request.num_chunks
+    limits.check_bound(ops, named[ops_bound], field="num_chunks",
+                       what="the ops to schedule (3 x stages x micro-batches x chunks)")
+
+
+@router.post("/v1/pipeline/simulate", summary="Timeline, bubble and in-flight activations",
+             responses=problem_responses("invalid-spec"))
+def pipeline_simulate(
+    request: Annotated[PipelineSimulateRequest, Body(openapi_examples=SIMULATE_EXAMPLES)],
+    settings: SettingsDep,
+) -> PipelineSimulateResponse:
+    """Generate the schedule (GPipe, 1F1B, interleaved 1F1B, ZB-H1/H2, ZB-V, DualPipe,
+    DualPipeV) for p ranks, m micro-batches and v chunks, and simulate it with the given op
+    times: makespan, bubble, peak in-flight activations per rank, and every op's start and
+    end (a deterministic model, not a measurement)."""
+    check_pipeline_bounds(request, settings, ops_bound="pipeline_ops")
+    response = simulate_request(request)
+    limits.require_finite(response)
+    return response
+
+
+@router.post("/v1/pipeline/optimize", summary="Best schedule under a memory limit (CP-SAT)",
+             responses=problem_responses("invalid-spec", "no-feasible-plan",
+                                         "solver-time-limit", "overloaded"))
+async def pipeline_optimize(
+    request: Annotated[PipelineOptimizeRequest, Body(openapi_examples=OPTIMIZE_EXAMPLES)],
+    context: ContextDep,
+) -> PipelineOptimizeResponse:
+    """The minimum-makespan order of the schedule's op placement with at most
+    `memory_limit` stages of activations in flight per rank, with its proof (`optimal`) or
+    its lower bound and gap; the time limit is clamped to the service's cap."""
+    settings = context.settings
+    check_pipeline_bounds(request, settings, ops_bound="optimize_ops")
+    clamped = with_clamped_time_limit(request, requested_s=request.time_limit_s,
+                                      settings=settings)
+    response = await run_search(clamped, optimize_request, kind="pipeline-optimize",
+                                pool=context.pool,
+                                timeout_s=clamped.time_limit_s + settings.time_limit_grace_s)
+    limits.require_finite(response)
+    return response
+
+
+__all__ = ["check_pipeline_bounds", "router"]

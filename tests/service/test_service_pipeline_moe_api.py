@@ -1,0 +1,129 @@
+"""POST /v1/pipeline/simulate, /v1/pipeline/optimize and /v1/moe/placement over HTTP."""
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+import service.routes.pipeline as pipeline_routes
+from api_schemas.moe import MoePlacementRequest
+from api_schemas.pipeline import PipelineOptimizeRequest, PipelineSimulateRequest
+from models.pipeline.requests import simulate_request
+from service.routes.moe import PLACEMENT_EXAMPLES
+from service.routes.pipeline import OPTIMIZE_EXAMPLES, SIMULATE_EXAMPLES
+from service.settings import Settings
+from solver.placement.api import plan_placement
+
+
+@pytest.mark.parametrize("name", sorted(SIMULATE_EXAMPLES))
+def test_simulate_examples_answer_as_the_library_does(client: httpx.Client, name: str) -> None:
+    body = SIMULATE_EXAMPLES[name]["value"]
+    response = client.post("/v1/pipeline/simulate", json=body)
+    assert response.status_code == 200
+    expected = simulate_request(PipelineSimulateRequest.model_validate(body))
+    assert response.json() == expected.model_dump(mode="json")
+
+
+def test_zb_h1_bubble_over_http(client: httpx.Client) -> None:
+    # ZB-H1 with F = B = W = 1 on p = 4 ranks and m = 8: makespan 3m + (p - 1) = 27.
+    result = client.post("/v1/pipeline/simulate",
+                         json=SIMULATE_EXAMPLES["zb-h1-4x8"]["value"]).json()
+    assert result["makespan"] == pytest.approx(27.0)
+    assert result["bubble_fraction"] == pytest.approx(3 / 27)
+    assert len(result["timeline"]) == 3 * 4 * 8
+
+
+@pytest.mark.parametrize(("change", "field", "setting"), [
+    ({"num_stages": 100_000}, "num_stages", "ATLAS_MAX_PIPELINE_STAGES"),
+    ({"num_micro_batches": 100_000}, "num_micro_batches", "ATLAS_MAX_MICRO_BATCHES"),
+    ({"num_stages": 512, "num_micro_batches": 8192}, "num_chunks", "ATLAS_MAX_PIPELINE_OPS"),
+])
+def test_simulate_bounds(client: httpx.Client, change: dict[str, Any], field: str,
+                         setting: str) -> None:
+    body = {**SIMULATE_EXAMPLES["zb-h1-4x8"]["value"], **change}
+    response = client.post("/v1/pipeline/simulate", json=body)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["loc"] == ["body", field]
+    assert setting in response.json()["detail"]
+
+
+def test_simulate_domain_errors_are_invalid_spec(client: httpx.Client) -> None:
+    body = {**SIMULATE_EXAMPLES["zb-h1-4x8"]["value"], "num_micro_batches": 2}
+    response = client.post("/v1/pipeline/simulate", json=body)
+    assert response.status_code == 422 and response.json()["code"] == "invalid-spec"
+
+
+def test_optimize_proves_or_bounds(client: httpx.Client) -> None:
+    body = {**OPTIMIZE_EXAMPLES["zb-h1-memory-10"]["value"], "time_limit_s": 1}
+    response = client.post("/v1/pipeline/optimize", json=body)
+    assert response.status_code == 200
+    result = response.json()
+    assert result["status"] in ("optimal", "feasible")
+    assert result["lower_bound"] <= result["makespan"] + 1e-9
+    assert result["makespan"] <= result["baseline_makespan"] + 1e-9
+    assert max(result["peak_in_flight"]) <= body["memory_limit"]
+
+
+def test_optimize_time_limit_is_clamped(make_client: Callable[..., Any],
+                                        sqlite_settings: Settings,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[PipelineOptimizeRequest] = []
+    real = pipeline_routes.optimize_request
+
+    def spy(request: PipelineOptimizeRequest) -> Any:
+        seen.append(request)
+        return real(request)
+
+    monkeypatch.setattr(pipeline_routes, "optimize_request", spy)
+    settings = sqlite_settings.model_copy(update={"max_time_limit_s": 0.4,
+                                                  "default_time_limit_s": 0.2})
+    body = {**OPTIMIZE_EXAMPLES["zb-h1-memory-10"]["value"]}
+    with make_client(settings=settings) as client:
+        assert client.post("/v1/pipeline/optimize",
+                           json={**body, "time_limit_s": 600}).status_code == 200
+        del body["time_limit_s"]
+        assert client.post("/v1/pipeline/optimize", json=body).status_code == 200
+    assert [request.time_limit_s for request in seen] == [0.4, 0.2]
+
+
+def test_optimize_infeasible_memory_limit(client: httpx.Client) -> None:
+    body = {**OPTIMIZE_EXAMPLES["zb-h1-memory-10"]["value"], "memory_limit": 0.2}
+    response = client.post("/v1/pipeline/optimize", json=body)
+    assert response.status_code == 422
+    problem = response.json()
+    assert problem["code"] == "no-feasible-plan"
+    assert problem["diagnostics"] == {"needed_chunks": 1, "allowed_chunks": 0}
+    assert problem["instance"] == "/v1/pipeline/optimize"
+
+
+@pytest.mark.parametrize("name", sorted(PLACEMENT_EXAMPLES))
+def test_placement_balances_every_rank(client: httpx.Client, name: str) -> None:
+    body = PLACEMENT_EXAMPLES[name]["value"]
+    response = client.post("/v1/moe/placement", json=body)
+    assert response.status_code == 200
+    result = response.json()
+    assert result["rank_loads"] == [16, 16, 16, 16]
+    assert result["bound_holds"]
+    assert result["num_redundant_experts"] == sum(result["lower_bound_per_rank"]) == 3
+    expected = plan_placement(MoePlacementRequest.model_validate(body))
+    assert result["num_redundant_experts"] == expected.num_redundant_experts
+    if body.get("planner") != "exact":  # CP-SAT may pick another optimum: compare objectives
+        assert result["redundant_experts"] == expected.model_dump(mode="json")[
+            "redundant_experts"]
+
+
+@pytest.mark.parametrize(("body", "code", "field"), [
+    ({"num_experts": 3, "top_k": 1, "tokens": [[1, 2, 3], [3, 2, 1]]}, "invalid-spec",
+     ["body", "tokens"]),
+    ({"num_experts": 2, "top_k": 1, "tokens": [[2**50, 0], [0, 2**50]]}, "invalid-request",
+     ["body", "tokens"]),
+    ({"num_experts": 128, "top_k": 2, "planner": "exact", "tokens": [[1] * 128] * 64},
+     "invalid-request", ["body", "tokens"]),
+])
+def test_placement_errors(client: httpx.Client, body: dict[str, Any], code: str,
+                          field: list[str]) -> None:
+    response = client.post("/v1/moe/placement", json=body)
+    assert response.status_code == 422
+    assert response.json()["code"] == code
+    assert response.json()["errors"][0]["loc"] == field
