@@ -4,6 +4,7 @@ the pipeline-schedule optimizer, MoE expert placement and exporters.
 Must not: do I/O or import `service`.
 """
 
-from solver.evaluate import memory_report
+from solver.api import evaluate, plan
+from solver.memory_lab import memory_report
 
-__all__ = ["memory_report"]
+__all__ = ["evaluate", "memory_report", "plan"]
