@@ -25,7 +25,9 @@ from models.mesh import mesh_problems, validate_mesh
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import StepEstimate, estimate_step
 from solver import cpsat
-from solver.candidate_eval import ScoredPlan, refine_policies
+from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import ClusterSpec
+from solver.candidate_eval import ScoredPlan, evaluate_candidate, refine_policies
 from solver.explain import (
     binding_constraints,
     describe_parallel,
@@ -35,7 +37,8 @@ from solver.explain import (
     why_rejected,
 )
 from solver.fixes import suggest_fixes
-from solver.planner import SearchResult, search
+from solver.planner import SearchResult, objective_value, search
+from solver.space import MeshCandidate
 from solver.relax import relaxations
 from solver.reports import memory_report_from_ledger
 
@@ -99,7 +102,8 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     if best is not result.best:
         notes.append("per-stage policies refined by the CP-SAT subproblem: "
                      f"{result.best.estimate.step_time_s:.3f} -> {best.estimate.step_time_s:.3f} s")
-    alternatives = _alternatives(best, result, cluster, request.solver.top_k)
+    runners_up = _runners_up(request, result, spec, cluster, best)
+    alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k)
     explanation = Explanation(summary=summary(spec, cluster, best),
                               binding_constraints=binding_constraints(best.ledger), notes=notes)
     return _response(best, result.status, spec.name, cluster, alternatives, explanation, stats,
@@ -113,12 +117,12 @@ def _stats(result: SearchResult) -> SolverStats:
                        gap=s.gap, best_bound=s.best_bound, status=result.status.value)
 
 
-def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: object,
+def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: ClusterSpec,
               alternatives: list[Alternative], explanation: Explanation, stats: SolverStats | None,
               *, spec: object, training: object) -> PlanResponse:
     est = best.estimate
     return PlanResponse(
-        status=status, model_name=model_name, gpu=cluster.gpu.id,  # type: ignore[attr-defined]
+        status=status, model_name=model_name, gpu=cluster.gpu.id,
         world_size=est.world_size, parallel=best.parallel,
         num_micro_batches=est.num_micro_batches, memory=memory_report_from_ledger(best.ledger),
         time=time_breakdown(est), throughput=throughput(est), alternatives=alternatives,
@@ -126,30 +130,49 @@ def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: ob
         exports=_exports(spec, training, best.parallel))
 
 
-def _alternatives(best: ScoredPlan, result: SearchResult, cluster: object,
-                  top_k: int) -> list[Alternative]:
-    out: list[Alternative] = []
+ALTERNATIVE_BUDGET_S = 2.0
+"""Extra time spent evaluating runners-up when the search proved optimality early."""
 
-    def shape(c: object) -> tuple[object, ...]:
-        # Alternatives differ in mesh shape or schedule, not only in chunks or micro-batch.
-        return (c.tp, c.pp, c.cp, c.ep, c.schedule)  # type: ignore[attr-defined]
 
-    seen = {shape(best.candidate)}
+def _shape(c: MeshCandidate) -> tuple[object, ...]:
+    # Alternatives differ in mesh shape or schedule, not only in chunks or micro-batch.
+    return (c.tp, c.pp, c.cp, c.ep, c.schedule)
+
+
+def _runners_up(request: PlanRequest, result: SearchResult, spec: ModelSpec,
+                cluster: ClusterSpec, best: ScoredPlan) -> list[ScoredPlan]:
+    """The best plan of each other shape among the evaluated candidates, topped up from the
+    unevaluated frontier (bounded time) when the proof came early."""
+    chosen: dict[tuple[object, ...], ScoredPlan] = {}
     for other in result.ranked:
-        if len(out) >= top_k:
+        key = _shape(other.candidate)
+        if key != _shape(best.candidate) and key not in chosen:
+            chosen[key] = other
+    deadline = time.perf_counter() + ALTERNATIVE_BUDGET_S
+    config = cpsat.SolverConfig(max_time_s=1.0, num_workers=request.solver.num_workers)
+    for candidate in result.frontier:
+        if len(chosen) >= request.solver.top_k or time.perf_counter() > deadline:
             break
-        if shape(other.candidate) in seen:
+        key = _shape(candidate)
+        if key == _shape(best.candidate) or key in chosen:
             continue
-        seen.add(shape(other.candidate))
-        out.append(Alternative(
-            parallel=other.parallel, step_time_s=other.estimate.step_time_s,
-            tokens_per_s=other.estimate.tokens_per_s, peak_bytes=other.ledger.peak_bytes,
-            fits=True,
-            delta_frac=other.estimate.step_time_s / best.estimate.step_time_s - 1.0,
-            why_not=why_not(best, other, cluster)))  # type: ignore[arg-type]
-    for rejection in result.rejections[: max(0, min(3, top_k))]:
-        if rejection.stage is None:
-            continue
+        scored = evaluate_candidate(spec, request.training, cluster, candidate,
+                                    request.constraints, config)
+        if isinstance(scored, ScoredPlan):
+            chosen[key] = scored
+    ranked = sorted(chosen.values(), key=lambda p: objective_value(p, request.objective))
+    return ranked[: request.solver.top_k]
+
+
+def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: SearchResult,
+                  cluster: ClusterSpec, top_k: int) -> list[Alternative]:
+    out = [Alternative(parallel=other.parallel, step_time_s=other.estimate.step_time_s,
+                       tokens_per_s=other.estimate.tokens_per_s,
+                       peak_bytes=other.ledger.peak_bytes, fits=True,
+                       delta_frac=other.estimate.step_time_s / best.estimate.step_time_s - 1.0,
+                       why_not=why_not(best, other, cluster))
+           for other in runners_up]
+    for rejection in [r for r in result.rejections if r.stage is not None][: min(3, top_k)]:
         out.append(Alternative(parallel=rejection.candidate.parallel(), fits=False,
                                why_not=why_rejected(rejection)))
     return out
