@@ -5,5 +5,6 @@ Must not: do I/O or import `service`.
 """
 
 from solver.evaluate import memory_report
+from solver.export import export_all
 
-__all__ = ["memory_report"]
+__all__ = ["export_all", "memory_report"]
