@@ -102,6 +102,9 @@ _CP_COMM_TYPE: dict[ContextParallelKind, str] = {
     ContextParallelKind.USP: "a2a+p2p",
 }
 
+Part = tuple[list[str], list[str]]
+"""Flags and notes one part of the translation contributes."""
+
 _MEGATRON_DTYPES: dict[str, tuple[DType, ...]] = {
     "--main-grads-dtype": (DType.FP32, DType.BF16),
     "--main-params-dtype": (DType.FP32, DType.FP16),
@@ -190,9 +193,6 @@ def _degree_args(spec: ModelSpec, parallel: ParallelConfig) -> list[str]:
     if parallel.sequence_parallel and parallel.tp > 1:
         args.append("--sequence-parallel")
     return args
-
-
-Part = tuple[list[str], list[str]]
 
 
 def _batch_args(training: TrainingSpec, parallel: ParallelConfig) -> Part:

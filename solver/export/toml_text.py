@@ -23,6 +23,7 @@ class Entry:
 
 def render_toml(*, header: list[str], sections: dict[str, list[Entry]]) -> str:
     """TOML text: comment header, then one table per section in order."""
+    assert not any("\n" in line for line in header), "a TOML comment is one line"
     lines = [f"# {line}" for line in header]
     for name, entries in sections.items():
         lines += ["", f"[{name}]"]

@@ -144,11 +144,10 @@ def torchtitan_notes(spec: ModelSpec, training: TrainingSpec,
 
 def _header(spec: ModelSpec) -> list[str]:
     return [
-        f"torchtitan job config for '{spec.name}', written by atlas-planner from a",
+        f"torchtitan job config for {spec.name!r}, written by atlas-planner from a",
         "deterministic cost-model plan (a model, not a measurement).",
-        f"Assumes torchtitan {TORCHTITAN_VERSION} (2026-02-20), the last release configured by "
-        "TOML",
-        "(torchtitan/config/job_config.py); later releases use Python dataclass configs.",
+        f"Assumes torchtitan {TORCHTITAN_VERSION} (2026-02-20), the last release configured by",
+        "TOML files (torchtitan/config/job_config.py); later releases use Python dataclasses.",
         "Pipeline schedule names are torch.distributed.pipelining get_schedule_class keys.",
         "Set [model] name, flavor and hf_assets_path, [optimizer] and the data by hand.",
     ]
