@@ -20,6 +20,7 @@ Overlap rules (stated once):
 - Activation offload overlaps the same op's compute over PCIe.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -433,11 +434,14 @@ def _zero3_exposed(spec: ModelSpec, index: int, training: TrainingSpec,
     if parallel.zero_stage != 3 or parallel.dp * parallel.cp <= 1:
         return 0.0, 0.0
     params = layer_params(spec, index)
-    dense = params.dense_part / parallel.tp
-    gather = collective_s(Collective.ALL_GATHER, groups["dp_cp"],
-                          dense * training.param_dtype.num_bytes, fabric)
-    scatter = collective_s(Collective.REDUCE_SCATTER, groups["dp_cp"],
-                           dense * training.grad_dtype.num_bytes, fabric)
+    gather = scatter = 0.0
+    # Dense weights are sharded over dp x cp, routed experts over the expert-DP group.
+    for count, group in ((params.dense_part / parallel.tp, groups["dp_cp"]),
+                         (params.routed_experts / (parallel.ep * parallel.etp), groups["edp"])):
+        gather += collective_s(Collective.ALL_GATHER, group,
+                               count * training.param_dtype.num_bytes, fabric)
+        scatter += collective_s(Collective.REDUCE_SCATTER, group,
+                                count * training.grad_dtype.num_bytes, fabric)
     backward = lc.times.backward_input_s + lc.times.backward_weight_s
     return max(0.0, gather - lc.times.forward_s), max(0.0, gather + scatter - backward)
 
@@ -546,21 +550,7 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     layouts = layouts or pipeline_layout(spec, parallel)
     fabric = fabric_of(cluster)
     groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
-    stages = [stage_time(spec, training, parallel, cluster, layout, num_micro_batches=m,
-                         fabric=fabric, groups=groups) for layout in layouts]
-    tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
-    shard = parallel.tp if parallel.sequence_parallel else 1
-    p2p = collective_s(Collective.P2P, AxisGroup(size=2, ranks_per_node=min(
-        2, groups["pp"].ranks_per_node)), tokens * spec.hidden_size * 2.0 / shard, fabric)
-    if parallel.pp == 1 and len(stages[0].chunk_times) == 1:
-        makespan = m * stages[0].chunk_times[0].total_s
-    else:
-        chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
-            parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
-        makespan = pipeline_makespan(parallel.schedule, num_stages=parallel.pp,
-                                     num_micro_batches=m, num_chunks=chunks,
-                                     durations=_virtual_stage_durations(parallel, stages),
-                                     p2p_latency_s=p2p)
+    stages, makespan = _pipeline(spec, training, parallel, cluster, layouts, m, fabric, groups)
     dp = [_dp_exposed_s(spec, training, parallel, groups, fabric, layout, st)
           for layout, st in zip(layouts, stages, strict=True)]
     optimizer = [_optimizer_s(spec, training, parallel, cluster, layout) for layout in layouts]
@@ -585,6 +575,53 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         tokens_per_step=training.tokens_per_step,
         peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype),
         stages=tuple(stages))
+
+
+def _stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> tuple:
+    """Stages with the same layer kinds per chunk, extras and policy take the same time
+    (offload stalls depend on the rank's in-flight count, so they keep the rank)."""
+    policy = parallel.policy_of(layout.rank)
+    kinds = tuple(tuple(spec.is_moe_layer(i) for i in chunk) for chunk in layout.chunks)
+    rank = layout.rank if policy.offload_frac > 0 else -1
+    return (kinds, layout.num_embeddings, layout.num_heads, layout.num_mtp_modules, policy, rank)
+
+
+def _pipeline(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+              cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
+              groups: dict[str, AxisGroup]) -> tuple[list[StageTime], float]:
+    """Per-stage times and the simulated makespan."""
+    cache: dict[tuple, StageTime] = {}
+    stages = []
+    for layout in layouts:
+        key = _stage_key(spec, parallel, layout)
+        if key not in cache:
+            cache[key] = stage_time(spec, training, parallel, cluster, layout,
+                                    num_micro_batches=m, fabric=fabric, groups=groups)
+        stages.append(dataclasses.replace(cache[key], stage=layout.rank))
+    tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
+    shard = parallel.tp if parallel.sequence_parallel else 1
+    p2p = collective_s(Collective.P2P, AxisGroup(size=2, ranks_per_node=min(
+        2, groups["pp"].ranks_per_node)), tokens * spec.hidden_size * 2.0 / shard, fabric)
+    if parallel.pp == 1 and len(stages[0].chunk_times) == 1:
+        return stages, m * stages[0].chunk_times[0].total_s
+    chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
+        parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
+    makespan = pipeline_makespan(parallel.schedule, num_stages=parallel.pp,
+                                 num_micro_batches=m, num_chunks=chunks,
+                                 durations=_virtual_stage_durations(parallel, stages),
+                                 p2p_latency_s=p2p)
+    return stages, makespan
+
+
+def pipeline_makespan_only(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                           cluster: ClusterSpec) -> float:
+    """The simulated pipeline makespan of a configuration, without the data-parallel tail,
+    the optimizer or FLOP counts (the planner's second bound)."""
+    m = micro_batch_count(training, parallel)
+    groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    _, makespan = _pipeline(spec, training, parallel, cluster, pipeline_layout(spec, parallel),
+                            m, fabric_of(cluster), groups)
+    return makespan
 
 
 def _ideal_bubble(parallel: ParallelConfig, busiest: StageTime, m: int) -> float:
@@ -632,5 +669,6 @@ __all__ = [
     "estimate_step",
     "layer_comm",
     "pipeline_makespan",
+    "pipeline_makespan_only",
     "stage_time",
 ]

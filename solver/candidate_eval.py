@@ -25,7 +25,7 @@ from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.layout import pipeline_layout
 from models.memory import MemoryLedger, memory_ledger
-from models.step_time import StepEstimate, estimate_step
+from models.step_time import StepEstimate, estimate_step, pipeline_makespan_only
 from solver import cpsat
 from solver.policy import broad_selective_modules, choose_stage_policies, policy_options
 from solver.space import MeshCandidate, permitted
@@ -173,8 +173,7 @@ def plain_makespan_bound(spec: ModelSpec, training: TrainingSpec, cluster: Clust
     """A lower bound of the candidate's value tighter than `solver/bounds.py`: the simulated
     makespan with no recomputation, storage or offload cost and no ZeRO-3 gathers (every
     policy and stage choice only adds to op durations or to the tail after the flush)."""
-    parallel = candidate.parallel(zero_stage=0)
-    return estimate_step(spec, training, parallel, cluster).pipeline_makespan_s
+    return pipeline_makespan_only(spec, training, candidate.parallel(zero_stage=0), cluster)
 
 
 def _stage_layer_counts(spec: ModelSpec, parallel: ParallelConfig) -> list[tuple[int, ...]]:
