@@ -47,6 +47,7 @@ from models.params import layer_params
 from models.errors import InvalidSpecError
 from models.pipeline import (
     OpDurations,
+    closed_form_makespan,
     compile_program,
     generate_program,
     simulate_makespan,
@@ -556,9 +557,10 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     optimizer = [_optimizer_s(spec, training, parallel, cluster, layout) for layout in layouts]
     tail = [d + o for d, o in zip(dp, optimizer, strict=True)]
     critical = max(range(len(stages)), key=lambda i: (tail[i], stages[i].compute_s))
-    busiest = max(stages, key=lambda st: sum(t.total_s for t in st.chunk_times))
-    busy = m * sum(t.total_s for t in busiest.chunk_times)
-    exposed = {axis: m * t for axis, t in busiest.exposed_comm_s.items() if t > 0}
+    busiest = max(stages, key=lambda st: rank_work_s(parallel, st, m))
+    busy = rank_work_s(parallel, busiest, m)
+    crossings = m / (2 if parallel.schedule == S.DUALPIPE else 1)  # micro-batches per chunk
+    exposed = {axis: crossings * t for axis, t in busiest.exposed_comm_s.items() if t > 0}
     if dp[critical] > 0:
         exposed["dp"] = exposed.get("dp", 0.0) + dp[critical]
     if parallel.pp > 1:
@@ -567,14 +569,21 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     world = parallel.world_size
     return StepEstimate(
         step_time_s=makespan + tail[critical], pipeline_makespan_s=makespan,
-        compute_s=m * busiest.compute_s, recompute_s=m * busiest.recompute_s,
+        compute_s=crossings * busiest.compute_s, recompute_s=crossings * busiest.recompute_s,
         bubble_s=max(0.0, makespan - busy - exposed.get("pp", 0.0)),
-        exposed_comm_s=exposed, offload_stall_s=m * busiest.offload_stall_s,
+        exposed_comm_s=exposed, offload_stall_s=crossings * busiest.offload_stall_s,
         optimizer_s=optimizer[critical], critical_stage=busiest.stage, num_micro_batches=m,
         model_flop=flops[0], hardware_flop=flops[1], world_size=world,
         tokens_per_step=training.tokens_per_step,
         peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype),
         stages=tuple(stages))
+
+
+def rank_work_s(parallel: ParallelConfig, stage: StageTime, m: int) -> float:
+    """Busy time of one rank over a step: every micro-batch crosses every chunk of the rank,
+    except under DualPipe, where each micro-batch crosses one of the rank's two stages."""
+    per_micro_batch = sum(t.total_s for t in stage.chunk_times)
+    return m * per_micro_batch / (2 if parallel.schedule == S.DUALPIPE else 1)
 
 
 def _stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> tuple:
@@ -613,15 +622,45 @@ def _pipeline(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
     return stages, makespan
 
 
-def pipeline_makespan_only(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                           cluster: ClusterSpec) -> float:
-    """The simulated pipeline makespan of a configuration, without the data-parallel tail,
-    the optimizer or FLOP counts (the planner's second bound)."""
+def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                            cluster: ClusterSpec) -> float:
+    """A lower bound of the pipeline makespan, exact for uniform stages without latency.
+
+    Fixed-order schedules executed as soon as possible are monotone in op durations, so the
+    closed form at the lightest virtual stage's F, B and W (no P2P latency) is a lower bound;
+    so is m times the busiest rank's work. Where the schedule has no exact closed form, the
+    fill (the lightest forwards of all but one virtual stage) plus the lightest rank's work
+    bounds it. Source: the closed forms of `models.pipeline.closed_forms`.
+    """
     m = micro_batch_count(training, parallel)
-    groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
-    _, makespan = _pipeline(spec, training, parallel, cluster, pipeline_layout(spec, parallel),
-                            m, fabric_of(cluster), groups)
-    return makespan
+    layouts = pipeline_layout(spec, parallel)
+    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    if parallel.pp == 1:
+        _, makespan = _pipeline(spec, training, parallel, cluster, layouts, m, fabric, groups)
+        return makespan
+    cache: dict[tuple, StageTime] = {}
+    stages = []
+    for layout in layouts:
+        key = _stage_key(spec, parallel, layout)
+        if key not in cache:
+            cache[key] = stage_time(spec, training, parallel, cluster, layout,
+                                    num_micro_batches=m, fabric=fabric, groups=groups)
+        stages.append(dataclasses.replace(cache[key], stage=layout.rank))
+    durations = _virtual_stage_durations(parallel, stages)
+    chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
+        parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
+    busiest = max(rank_work_s(parallel, st, m) for st in stages)
+    closed = closed_form_makespan(parallel.schedule, num_stages=parallel.pp,
+                                  num_micro_batches=m, num_chunks=chunks,
+                                  forward_s=min(durations.forward_s),
+                                  backward_input_s=min(durations.backward_input_s),
+                                  backward_weight_s=min(durations.backward_weight_s))
+    if closed is not None:
+        return max(busiest, closed)
+    # No exact closed form (ZB-H2, ZB-V, DualPipe/V): the last virtual stage cannot start
+    # before one forward has crossed every earlier stage, then it does all its own work.
+    fill = sum(sorted(durations.forward_s)[: len(durations.forward_s) - 1])
+    return max(busiest, fill + min(rank_work_s(parallel, st, m) for st in stages))
 
 
 def _ideal_bubble(parallel: ParallelConfig, busiest: StageTime, m: int) -> float:
@@ -669,6 +708,6 @@ __all__ = [
     "estimate_step",
     "layer_comm",
     "pipeline_makespan",
-    "pipeline_makespan_only",
+    "pipeline_makespan_bound",
     "stage_time",
 ]
