@@ -64,6 +64,11 @@ class GpuSpec(SpecModel):
             )
         return self
 
+    def __hash__(self) -> int:
+        # The peaks are dicts (natural JSON); hash their sorted items so a GPU can key caches.
+        return hash((self.id, self.memory_bytes, self.hbm_bandwidth_bytes_per_s,
+                     tuple(sorted(self.dense_peak_flop_per_s.items()))))
+
     def peak_flop_per_s(self, dtype: DType) -> float:
         """Dense peak for a format, falling back to the 16-bit peak when absent."""
         if dtype in self.dense_peak_flop_per_s:

@@ -98,12 +98,12 @@ class MoeRoute(ResultModel):
     source: NonNegativeInt = Field(
         description="Source rank (where the tokens live).", examples=[1]
     )
-    expert: NonNegativeInt = Field(description="Expert id.", examples=[1])
+    expert: NonNegativeInt = Field(description="Expert id.", examples=[0])
     destination: NonNegativeInt = Field(
         description="Rank that computes them (the home rank or a rank hosting a replica).",
         examples=[1],
     )
-    tokens: PositiveInt = Field(description="Number of tokens.", examples=[3])
+    tokens: PositiveInt = Field(description="Number of tokens.", examples=[5])
 
 
 class MoePlacementResponse(ResultModel):
@@ -122,13 +122,13 @@ class MoePlacementResponse(ResultModel):
     )
     redundant_experts: list[list[NonNegativeInt]] = Field(
         description="Per rank, the foreign experts it hosts (prefetched); at most E/R each.",
-        examples=[[[], [1], [0], [1]]],
+        examples=[[[], [0], [1], [1]]],
     )
     routes: list[MoeRoute] = Field(
         description="Every positive (source, expert, destination) token flow; per (source, "
         "expert) the tokens sum to the request's count.",
         examples=[[{"source": 0, "expert": 0, "destination": 0, "tokens": 6},
-                   {"source": 1, "expert": 1, "destination": 1, "tokens": 3}]],
+                   {"source": 1, "expert": 0, "destination": 1, "tokens": 5}]],
     )
     num_redundant_experts: NonNegativeInt = Field(
         description="Replicas over all ranks.", examples=[3]
@@ -147,7 +147,7 @@ class MoePlacementResponse(ResultModel):
         description="lower_bound_per_rank <= hosted replicas <= E/R on every rank."
     )
     remote_tokens: NonNegativeInt = Field(
-        description="Tokens whose destination differs from their source rank.", examples=[40]
+        description="Tokens whose destination differs from their source rank.", examples=[37]
     )
     migrated_tokens: NonNegativeInt = Field(
         description="Tokens computed on a replica instead of their expert's home rank.",

@@ -14,6 +14,7 @@ forward FLOPs (FlashAttention-2 arXiv:2307.08691 Sec. 4.1) and of a materialised
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec
 from api_schemas.dtypes import DType
@@ -226,8 +227,12 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext) -> tuple[float, float]
 
 def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> LayerCompute:
     """F, B, W compute time of one layer for one micro-batch on one rank, and what each
-    recomputation would add to its backward."""
-    moe_layer = spec.is_moe_layer(layer_index)
+    recomputation would add to its backward (layers of one kind are alike: cached)."""
+    return _layer_compute(spec, spec.is_moe_layer(layer_index), ctx)
+
+
+@lru_cache(maxsize=4096)
+def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> LayerCompute:
     gemms = attention_gemms(spec, ctx)
     if moe_layer:
         gemms += moe_gemms(spec, ctx)

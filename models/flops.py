@@ -102,8 +102,12 @@ def mtp_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False) ->
 
 def model_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False) -> float:
     """Forward FLOPs of the whole model (layers, logits, MTP) for one sequence."""
-    layers = sum(layer_forward_flops(spec, i, seq_len=seq_len, causal=causal).total_flop
-                 for i in range(spec.num_layers))
+    layers = 0.0
+    for moe in (False, True):
+        indices = [i for i in range(spec.num_layers) if spec.is_moe_layer(i) == moe]
+        if indices:
+            per_layer = layer_forward_flops(spec, indices[0], seq_len=seq_len, causal=causal)
+            layers += len(indices) * per_layer.total_flop
     return (layers + logits_forward_flops(spec, seq_len=seq_len)
             + mtp_forward_flops(spec, seq_len=seq_len, causal=causal))
 
@@ -142,8 +146,13 @@ def recompute_forward_flops(spec: ModelSpec, *, seq_len: int, full_layers: Itera
     recomputation performs, so our HFU with selective recompute is lower than their Table 5.
     """
     extra = 0.0
+    per_kind: dict[bool, float] = {}
     for index in full_layers:
-        extra += layer_forward_flops(spec, index, seq_len=seq_len, causal=causal).total_flop
+        kind = spec.is_moe_layer(index)
+        if kind not in per_kind:
+            per_kind[kind] = layer_forward_flops(spec, index, seq_len=seq_len,
+                                                 causal=causal).total_flop
+        extra += per_kind[kind]
     for _ in selective_layers:
         extra += attention_core_forward_flops(spec, seq_len=seq_len, causal=causal)
     return extra

@@ -20,6 +20,7 @@ Overlap rules (stated once):
 - Activation offload overlaps the same op's compute over PCIe.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -46,6 +47,7 @@ from models.params import layer_params
 from models.errors import InvalidSpecError
 from models.pipeline import (
     OpDurations,
+    closed_form_makespan,
     compile_program,
     generate_program,
     simulate_makespan,
@@ -433,11 +435,14 @@ def _zero3_exposed(spec: ModelSpec, index: int, training: TrainingSpec,
     if parallel.zero_stage != 3 or parallel.dp * parallel.cp <= 1:
         return 0.0, 0.0
     params = layer_params(spec, index)
-    dense = params.dense_part / parallel.tp
-    gather = collective_s(Collective.ALL_GATHER, groups["dp_cp"],
-                          dense * training.param_dtype.num_bytes, fabric)
-    scatter = collective_s(Collective.REDUCE_SCATTER, groups["dp_cp"],
-                           dense * training.grad_dtype.num_bytes, fabric)
+    gather = scatter = 0.0
+    # Dense weights are sharded over dp x cp, routed experts over the expert-DP group.
+    for count, group in ((params.dense_part / parallel.tp, groups["dp_cp"]),
+                         (params.routed_experts / (parallel.ep * parallel.etp), groups["edp"])):
+        gather += collective_s(Collective.ALL_GATHER, group,
+                               count * training.param_dtype.num_bytes, fabric)
+        scatter += collective_s(Collective.REDUCE_SCATTER, group,
+                                count * training.grad_dtype.num_bytes, fabric)
     backward = lc.times.backward_input_s + lc.times.backward_weight_s
     return max(0.0, gather - lc.times.forward_s), max(0.0, gather + scatter - backward)
 
@@ -546,29 +551,16 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     layouts = layouts or pipeline_layout(spec, parallel)
     fabric = fabric_of(cluster)
     groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
-    stages = [stage_time(spec, training, parallel, cluster, layout, num_micro_batches=m,
-                         fabric=fabric, groups=groups) for layout in layouts]
-    tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
-    shard = parallel.tp if parallel.sequence_parallel else 1
-    p2p = collective_s(Collective.P2P, AxisGroup(size=2, ranks_per_node=min(
-        2, groups["pp"].ranks_per_node)), tokens * spec.hidden_size * 2.0 / shard, fabric)
-    if parallel.pp == 1 and len(stages[0].chunk_times) == 1:
-        makespan = m * stages[0].chunk_times[0].total_s
-    else:
-        chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
-            parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
-        makespan = pipeline_makespan(parallel.schedule, num_stages=parallel.pp,
-                                     num_micro_batches=m, num_chunks=chunks,
-                                     durations=_virtual_stage_durations(parallel, stages),
-                                     p2p_latency_s=p2p)
+    stages, makespan = _pipeline(spec, training, parallel, cluster, layouts, m, fabric, groups)
     dp = [_dp_exposed_s(spec, training, parallel, groups, fabric, layout, st)
           for layout, st in zip(layouts, stages, strict=True)]
     optimizer = [_optimizer_s(spec, training, parallel, cluster, layout) for layout in layouts]
     tail = [d + o for d, o in zip(dp, optimizer, strict=True)]
     critical = max(range(len(stages)), key=lambda i: (tail[i], stages[i].compute_s))
-    busiest = max(stages, key=lambda st: sum(t.total_s for t in st.chunk_times))
-    busy = m * sum(t.total_s for t in busiest.chunk_times)
-    exposed = {axis: m * t for axis, t in busiest.exposed_comm_s.items() if t > 0}
+    busiest = max(stages, key=lambda st: rank_work_s(parallel, st, m))
+    busy = rank_work_s(parallel, busiest, m)
+    crossings = m / (2 if parallel.schedule == S.DUALPIPE else 1)  # micro-batches per chunk
+    exposed = {axis: crossings * t for axis, t in busiest.exposed_comm_s.items() if t > 0}
     if dp[critical] > 0:
         exposed["dp"] = exposed.get("dp", 0.0) + dp[critical]
     if parallel.pp > 1:
@@ -577,14 +569,98 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     world = parallel.world_size
     return StepEstimate(
         step_time_s=makespan + tail[critical], pipeline_makespan_s=makespan,
-        compute_s=m * busiest.compute_s, recompute_s=m * busiest.recompute_s,
+        compute_s=crossings * busiest.compute_s, recompute_s=crossings * busiest.recompute_s,
         bubble_s=max(0.0, makespan - busy - exposed.get("pp", 0.0)),
-        exposed_comm_s=exposed, offload_stall_s=m * busiest.offload_stall_s,
+        exposed_comm_s=exposed, offload_stall_s=crossings * busiest.offload_stall_s,
         optimizer_s=optimizer[critical], critical_stage=busiest.stage, num_micro_batches=m,
         model_flop=flops[0], hardware_flop=flops[1], world_size=world,
         tokens_per_step=training.tokens_per_step,
         peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype),
         stages=tuple(stages))
+
+
+def rank_work_s(parallel: ParallelConfig, stage: StageTime, m: int) -> float:
+    """Busy time of one rank over a step: every micro-batch crosses every chunk of the rank,
+    except under DualPipe, where each micro-batch crosses one of the rank's two stages."""
+    per_micro_batch = sum(t.total_s for t in stage.chunk_times)
+    return m * per_micro_batch / (2 if parallel.schedule == S.DUALPIPE else 1)
+
+
+def _stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> tuple:
+    """Stages with the same layer kinds per chunk, extras and policy take the same time
+    (offload stalls depend on the rank's in-flight count, so they keep the rank)."""
+    policy = parallel.policy_of(layout.rank)
+    kinds = tuple(tuple(spec.is_moe_layer(i) for i in chunk) for chunk in layout.chunks)
+    rank = layout.rank if policy.offload_frac > 0 else -1
+    return (kinds, layout.num_embeddings, layout.num_heads, layout.num_mtp_modules, policy, rank)
+
+
+def _pipeline(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+              cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
+              groups: dict[str, AxisGroup]) -> tuple[list[StageTime], float]:
+    """Per-stage times and the simulated makespan."""
+    cache: dict[tuple, StageTime] = {}
+    stages = []
+    for layout in layouts:
+        key = _stage_key(spec, parallel, layout)
+        if key not in cache:
+            cache[key] = stage_time(spec, training, parallel, cluster, layout,
+                                    num_micro_batches=m, fabric=fabric, groups=groups)
+        stages.append(dataclasses.replace(cache[key], stage=layout.rank))
+    tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
+    shard = parallel.tp if parallel.sequence_parallel else 1
+    p2p = collective_s(Collective.P2P, AxisGroup(size=2, ranks_per_node=min(
+        2, groups["pp"].ranks_per_node)), tokens * spec.hidden_size * 2.0 / shard, fabric)
+    if parallel.pp == 1 and len(stages[0].chunk_times) == 1:
+        return stages, m * stages[0].chunk_times[0].total_s
+    chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
+        parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
+    makespan = pipeline_makespan(parallel.schedule, num_stages=parallel.pp,
+                                 num_micro_batches=m, num_chunks=chunks,
+                                 durations=_virtual_stage_durations(parallel, stages),
+                                 p2p_latency_s=p2p)
+    return stages, makespan
+
+
+def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                            cluster: ClusterSpec) -> float:
+    """A lower bound of the pipeline makespan, exact for uniform stages without latency.
+
+    Fixed-order schedules executed as soon as possible are monotone in op durations, so the
+    closed form at the lightest virtual stage's F, B and W (no P2P latency) is a lower bound;
+    so is m times the busiest rank's work. Where the schedule has no exact closed form, the
+    fill (the lightest forwards of all but one virtual stage) plus the lightest rank's work
+    bounds it. Source: the closed forms of `models.pipeline.closed_forms`.
+    """
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    if parallel.pp == 1:
+        _, makespan = _pipeline(spec, training, parallel, cluster, layouts, m, fabric, groups)
+        return makespan
+    cache: dict[tuple, StageTime] = {}
+    stages = []
+    for layout in layouts:
+        key = _stage_key(spec, parallel, layout)
+        if key not in cache:
+            cache[key] = stage_time(spec, training, parallel, cluster, layout,
+                                    num_micro_batches=m, fabric=fabric, groups=groups)
+        stages.append(dataclasses.replace(cache[key], stage=layout.rank))
+    durations = _virtual_stage_durations(parallel, stages)
+    chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
+        parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
+    busiest = max(rank_work_s(parallel, st, m) for st in stages)
+    closed = closed_form_makespan(parallel.schedule, num_stages=parallel.pp,
+                                  num_micro_batches=m, num_chunks=chunks,
+                                  forward_s=min(durations.forward_s),
+                                  backward_input_s=min(durations.backward_input_s),
+                                  backward_weight_s=min(durations.backward_weight_s))
+    if closed is not None:
+        return max(busiest, closed)
+    # No exact closed form (ZB-H2, ZB-V, DualPipe/V): the last virtual stage cannot start
+    # before one forward has crossed every earlier stage, then it does all its own work.
+    fill = sum(sorted(durations.forward_s)[: len(durations.forward_s) - 1])
+    return max(busiest, fill + min(rank_work_s(parallel, st, m) for st in stages))
 
 
 def _ideal_bubble(parallel: ParallelConfig, busiest: StageTime, m: int) -> float:
@@ -632,5 +708,6 @@ __all__ = [
     "estimate_step",
     "layer_comm",
     "pipeline_makespan",
+    "pipeline_makespan_bound",
     "stage_time",
 ]

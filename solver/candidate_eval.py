@@ -25,7 +25,7 @@ from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.layout import pipeline_layout
 from models.memory import MemoryLedger, memory_ledger
-from models.step_time import StepEstimate, estimate_step
+from models.step_time import StepEstimate, estimate_step, pipeline_makespan_bound
 from solver import cpsat
 from solver.policy import broad_selective_modules, choose_stage_policies, policy_options
 from solver.space import MeshCandidate, permitted
@@ -142,11 +142,19 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
         if not frugal.fits:
             return frugal.binding_stage, frugal.peak_bytes - frugal.capacity_bytes
     ledger = None
-    for index, rung in enumerate(rungs):
-        parallel = _with_policy(candidate, zero, rung, constraints)
+    # Rungs save memory in order, so the first fitting rung is found by bisection.
+    low, high, found = 0, len(rungs) - 1, None
+    while low <= high:
+        mid = (low + high) // 2
+        parallel = _with_policy(candidate, zero, rungs[mid], constraints)
         ledger = _fits(spec, training, cluster, parallel)
         if ledger.fits:
-            return _Fit(parallel=parallel, ledger=ledger, plain=index == 0)
+            found, high = (mid, parallel, ledger), mid - 1
+        else:
+            low = mid + 1
+    if found is not None:
+        index, parallel, fit_ledger = found
+        return _Fit(parallel=parallel, ledger=fit_ledger, plain=index == 0)
     if not pinned:
         most = _with_policy(candidate, zero, _frugal(spec, constraints, None), constraints)
         ledger = _fits(spec, training, cluster, most)
@@ -170,11 +178,11 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
 
 def plain_makespan_bound(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                          candidate: MeshCandidate) -> float:
-    """A lower bound of the candidate's value tighter than `solver/bounds.py`: the simulated
-    makespan with no recomputation, storage or offload cost and no ZeRO-3 gathers (every
-    policy and stage choice only adds to op durations or to the tail after the flush)."""
-    parallel = candidate.parallel(zero_stage=0)
-    return estimate_step(spec, training, parallel, cluster).pipeline_makespan_s
+    """A lower bound of the candidate's value tighter than `solver/bounds.py`: the pipeline
+    makespan bound with no recomputation, storage or offload cost and no ZeRO-3 gathers
+    (every policy and stage choice only adds to op durations or to the tail after the
+    flush)."""
+    return pipeline_makespan_bound(spec, training, candidate.parallel(zero_stage=0), cluster)
 
 
 def _stage_layer_counts(spec: ModelSpec, parallel: ParallelConfig) -> list[tuple[int, ...]]:

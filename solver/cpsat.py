@@ -91,6 +91,7 @@ def solve(model: cp_model.CpModel, config: SolverConfig) -> SolveOutcome:
     params.relative_gap_limit = float(config.relative_gap_limit)
     params.log_search_progress = bool(config.log_search_progress)
     if config.log_search_progress:
+        params.log_to_stdout = False  # the log goes to the logger only, once
         solver.log_callback = logger.info
     started = time.perf_counter()
     raw_status = solver.solve(model)

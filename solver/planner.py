@@ -72,6 +72,8 @@ class SearchResult:
     stats: SearchStats
     objective: Objective
     world_sizes: tuple[int, ...] = field(default_factory=tuple)
+    frontier: tuple[MeshCandidate, ...] = field(default_factory=tuple)
+    """Unevaluated candidates in bound order (for reporting more alternatives)."""
 
 
 def objective_value(plan: ScoredPlan, objective: Objective) -> float:
@@ -191,9 +193,10 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                         if best is not None else 0,
                         evaluated=evaluated, wall_time_s=time.perf_counter() - started,
                         best_bound=bound, gap=gap)
+    frontier = tuple(item[3] for item in heapq.nsmallest(200, heap))
     return SearchResult(status=status, best=best, ranked=tuple(ranked),
                         rejections=tuple(rejections), stats=stats, objective=objective,
-                        world_sizes=tuple(sizes))
+                        world_sizes=tuple(sizes), frontier=frontier)
 
 
 def _rescale(time_s: float, c: MeshCandidate, objective: Objective, tokens: int) -> float:

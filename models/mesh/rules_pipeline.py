@@ -61,20 +61,22 @@ def layers_split(ctx: MeshContext, cand: Candidate) -> Finding | None:
         bad = [n for n in p.layers_per_stage if n % p.vpp]
         if bad:
             return Finding(
-                rule="vpp-divides-layers", severity=E, field="parallel.layers_per_stage",
-                message=f"vpp={p.vpp} does not divide the stage sizes {bad}: each pipeline "
-                "rank splits its layers into vpp equal chunks", values={"vpp": p.vpp},
-                fix=_even_split)
+                rule="vpp-divides-layers", severity=W, field="parallel.layers_per_stage",
+                message=f"vpp={p.vpp} does not divide the stage sizes {bad}: chunks of a rank "
+                "differ by one layer, which Megatron-LM only runs with an explicit uneven "
+                "split", values={"vpp": p.vpp}, fix=_even_split)
         return None
     units = p.pp * p.vpp
     if layers % units == 0:
         return None
     rule = "pp-divides-layers" if p.vpp == 1 else "vpp-divides-layers"
     return Finding(
-        rule=rule, severity=E, field="parallel.pp" if p.vpp == 1 else "parallel.vpp",
+        rule=rule, severity=W, field="parallel.pp" if p.vpp == 1 else "parallel.vpp",
         message=f"pp*vpp = {p.pp}*{p.vpp} = {units} does not divide num_layers={layers} and "
-        "no layers_per_stage is given: Megatron splits layers evenly over pp ranks and vpp "
-        "chunks", values={"pp": p.pp, "vpp": p.vpp, "num_layers": layers}, fix=_even_split)
+        "no layers_per_stage is given: the plan gives the extra layers to middle stages, "
+        "which Megatron-LM runs only with an explicit uneven split "
+        "(--decoder-first/last-pipeline-num-layers)",
+        values={"pp": p.pp, "vpp": p.vpp, "num_layers": layers}, fix=_even_split)
 
 
 def _even_split(ctx: MeshContext, cand: Candidate) -> Candidate | None:

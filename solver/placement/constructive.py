@@ -18,8 +18,8 @@ Rules (`ConstructiveRule`):
   most underloaded rank), then for each donor let the largest remaining quota take from its
   largest remaining expert until all quotas are met.
 - COVER (default), our tie rules. If one expert of the most overloaded donor covers q,
-  u takes q from the covering expert with the least remaining load (one replica; ties to
-  the expert with most tokens from u itself, which then stay local). Otherwise u takes
+  u takes q from a covering expert (one replica): the one with most tokens from u itself
+  (they then never leave u), the tightest cover on ties. Otherwise u takes
   whole experts, largest first over all overloaded donors (a donor's second-largest only
   after every donor's largest of equal size, so the overshoot spreads), until one expert
   covers the rest; that last piece prefers a donor whose excess still covers it (no
@@ -141,7 +141,8 @@ class _CoverState:
         h = self.top_donor()
         own = self.p.counts[u]
         base = h * self.m
-        covering = [(self.rem[e], -int(own[e]), e) for e in range(base, base + self.m)
+        # most tokens kept on u's own source first, then the tightest cover
+        covering = [(-min(int(own[e]), q), self.rem[e], e) for e in range(base, base + self.m)
                     if self.rem[e] >= q]
         if covering:
             self.take(min(covering)[2], u, q)

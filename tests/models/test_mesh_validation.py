@@ -67,9 +67,6 @@ INVALID = [
     Case("ulysses-divides-kv-heads", {"tp": 1, "cp": 8, "dp": 16, "cp_kind": "ulysses"},
          model=KV12),
     Case("pp-at-most-layers", {"tp": 8, "pp": 16}, model=TINY),
-    Case("pp-divides-layers", {"tp": 8, "pp": 3, "dp": 4}, nodes=12),
-    Case("vpp-divides-layers", {"tp": 8, "pp": 4, "dp": 4, "vpp": 3,
-                                "schedule": "interleaved_1f1b"}),
     Case("layers-per-stage-sum", {"tp": 8, "pp": 4, "dp": 4,
                                   "layers_per_stage": [20, 20, 20, 19]}),
     Case("schedule-needs-pp", {"tp": 8, "dp": 16, "vpp": 2, "schedule": "interleaved_1f1b"}),
@@ -114,6 +111,21 @@ def test_invalid_mesh_is_rejected_with_rule_and_valid_alternative(case: Case) ->
     assert f"[{case.rule}]" in text and "a valid alternative:" in text
     assert err.value.code == "invalid-spec"
     assert err.value.diagnostics is not None
+
+
+@pytest.mark.parametrize("case", [
+    Case("pp-divides-layers", {"tp": 8, "pp": 3, "dp": 4}, nodes=12),
+    Case("vpp-divides-layers", {"tp": 8, "pp": 4, "dp": 4, "vpp": 3,
+                                "schedule": "interleaved_1f1b"}),
+], ids=["pp-divides-layers", "vpp-divides-layers"])
+def test_uneven_layer_split_is_a_warning_with_an_even_alternative(case: Case) -> None:
+    # The layout gives the extra layers to middle stages, so the plan is runnable by the
+    # cost model; Megatron needs an explicit uneven split, which the warning says.
+    parallel = ParallelConfig.model_validate(case.parallel)
+    hit = [p for p in _problems(case, parallel, case.order) if p.rule == case.rule]
+    assert hit and hit[0].severity == Severity.WARNING
+    assert "uneven" in hit[0].detail
+    assert hit[0].alternative is not None
 
 
 def test_world_size_alternative_completes_the_product_with_one_axis() -> None:

@@ -97,7 +97,7 @@ def interleaved(*, num_stages: int, num_micro_batches: int, num_chunks: int,
         rows = builder.rank(d)
         rows.extend(fwd[:warmup])
         steady = total - warmup
-        paired: list[tuple[int, int, int, int, int]] = [None] * (2 * steady)  # type: ignore[list-item]
+        paired = fwd[warmup:] + bwd[:steady]  # the right length; interleave F and BW below
         paired[0::2] = fwd[warmup:]
         paired[1::2] = bwd[:steady]
         rows.extend(paired)

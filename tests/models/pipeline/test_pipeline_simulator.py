@@ -221,3 +221,53 @@ def test_compiled_program_is_reusable_across_durations() -> None:
     assert simulate_makespan(compiled, UNIT) == 33.0
     assert simulate_makespan(compiled, slow) == 66.0
     assert np.isclose(simulate(compiled, slow).makespan_s, 66.0)
+
+
+# Reference Sec. 3.1 (p=4, m=8) and Sec. 3.2 (p=8, m=16), unit stage costs (chunk cost
+# 1/v), F&B = F + B + W: makespan, idle per rank, global bubble ratio, span bubble, peaks
+# until W and until B in chunks. DualPipeV "cost 1" rows use chunk cost 1.
+REFERENCE_TABLE = [
+    (S.GPIPE, 4, 8, 1, 1.0, 33, 9, 0.2727, 9, (8,) * 4, (8,) * 4),
+    (S.ONE_F_ONE_B, 4, 8, 1, 1.0, 33, 9, 0.2727, 9, (4, 3, 2, 1), (4, 3, 2, 1)),
+    (S.INTERLEAVED_1F1B, 4, 8, 2, 0.5, 28.5, 4.5, 0.1579, 4.5, (11, 9, 7, 5), (11, 9, 7, 5)),
+    (S.INTERLEAVED_1F1B, 4, 8, 4, 0.25, 26.25, 2.25, 0.0857, 2.25, (19, 17, 15, 13),
+     (19, 17, 15, 13)),
+    (S.ZB_H1, 4, 8, 1, 1.0, 27, 3, 0.1111, 3, (4,) * 4, (4, 3, 2, 1)),
+    (S.ZB_H2, 4, 8, 1, 1.0, 27, 3, 0.1111, 0, (7,) * 4, (7, 5, 3, 1)),
+    (S.ZBV, 4, 8, 2, 0.5, 25.5, 1.5, 0.0588, 0, (8,) * 4, (8,) * 4),
+    (S.DUALPIPE, 4, 8, 1, 1.0, 26, 2, 0.0769, 2, (5,) * 4, (5,) * 4),
+    (S.DUALPIPEV, 4, 8, 2, 1.0, 54, 6, 0.1111, 6, (9,) * 4, (9,) * 4),
+    (S.DUALPIPEV, 4, 8, 2, 0.5, 27, 3, 0.1111, 3, (9,) * 4, (9,) * 4),
+    (S.DUALPIPEV, 2, 8, 2, 1.0, 50, 2, 0.04, 2, (5,) * 2, (5,) * 2),
+    (S.GPIPE, 8, 16, 1, 1.0, 69, 21, None, None, None, None),
+    (S.ONE_F_ONE_B, 8, 16, 1, 1.0, 69, 21, None, None, (8, 7, 6, 5, 4, 3, 2, 1), None),
+    (S.INTERLEAVED_1F1B, 8, 16, 2, 0.5, 58.5, 10.5, None, None,
+     (23, 21, 19, 17, 15, 13, 11, 9), None),
+    (S.ZB_H1, 8, 16, 1, 1.0, 55, 7, None, None, (8,) * 8, None),
+    (S.ZB_H2, 8, 16, 1, 1.0, 55, 7, None, 0, (15,) * 8, None),
+    (S.ZBV, 8, 16, 2, 0.5, 51.5, 3.5, None, 0, (16,) * 8, None),
+    (S.DUALPIPE, 8, 16, 1, 1.0, 54, 6, None, None, (9,) * 8, None),
+    (S.DUALPIPEV, 8, 16, 2, 0.5, 55, 7, None, None, (17,) * 8, None),
+]
+
+
+@pytest.mark.parametrize(("schedule", "p", "m", "v", "cost", "makespan", "idle", "ratio",
+                          "span", "until_w", "until_b"), REFERENCE_TABLE)
+def test_simulate_reproduces_the_reference_tables(
+        schedule: S, p: int, m: int, v: int, cost: float, makespan: float, idle: float,
+        ratio: float | None, span: float | None, until_w: tuple[int, ...] | None,
+        until_b: tuple[int, ...] | None) -> None:
+    durations = OpDurations.uniform(forward_s=cost, backward_input_s=cost,
+                                    backward_weight_s=cost)
+    result = simulate(generate_program(schedule, num_stages=p, num_micro_batches=m,
+                                       num_chunks=v), durations)
+    assert result.makespan_s == pytest.approx(makespan)
+    assert result.idle_s == pytest.approx((idle,) * p)
+    if ratio is not None:
+        assert result.global_bubble_fraction == pytest.approx(ratio, abs=5e-5)
+    if span is not None:
+        assert result.max_span_bubble_s == pytest.approx(span)
+    if until_w is not None:
+        assert result.peak_in_flight_chunks == until_w
+    if until_b is not None:
+        assert result.peak_until_b_chunks == until_b

@@ -1,7 +1,7 @@
-"""Scoring one given configuration: memory now, time and fixes as the cost model grows.
+"""The memory lab: the per-stage ledger of one configuration.
 
 Owns: `memory_report(request)`, the library entry behind POST /v1/ledger/memory.
-Must not: search (see `solver/planner.py`).
+Must not: search (see `solver/planner.py`) or time anything (see `solver/api.py`).
 """
 
 from api_schemas.plan import MemoryReport

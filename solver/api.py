@@ -1,0 +1,251 @@
+"""The library entry points: `plan(request)` and `evaluate(request)` -> `PlanResponse`.
+
+Owns: resolving the request, running the search or scoring one configuration, refining,
+explaining and assembling the public response. Must not: do I/O (the service stores plans).
+"""
+
+import logging
+import time
+from collections.abc import Callable
+
+from api_schemas.plan import (
+    Alternative,
+    Explanation,
+    PlanResponse,
+    PlanStatus,
+    SolverStats,
+    Throughput,
+    TimeBreakdown,
+)
+from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRequest, SolverLimits
+from models.errors import InvalidSpecError
+from models.kernels import profile_for
+from models.memory import memory_ledger
+from models.mesh import mesh_problems, validate_mesh
+from models.resolve import resolve_cluster, resolve_model
+from models.step_time import StepEstimate, estimate_step
+from solver import cpsat
+from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import ClusterSpec
+from solver.candidate_eval import ScoredPlan, evaluate_candidate, refine_policies
+from solver.explain import (
+    binding_constraints,
+    describe_parallel,
+    gib,
+    summary,
+    why_not,
+    why_rejected,
+)
+from solver.fixes import suggest_fixes
+from solver.planner import SearchResult, objective_value, search
+from solver.space import MeshCandidate
+from solver.relax import relaxations
+from solver.reports import memory_report_from_ledger
+
+logger = logging.getLogger(__name__)
+Progress = Callable[[str], None]
+
+
+def time_breakdown(est: StepEstimate) -> TimeBreakdown:
+    """The public breakdown of a step estimate."""
+    return TimeBreakdown(
+        step_time_s=est.step_time_s, compute_s=est.compute_s, recompute_s=est.recompute_s,
+        bubble_s=est.bubble_s, exposed_comm_s=dict(est.exposed_comm_s),
+        offload_stall_s=est.offload_stall_s, optimizer_s=est.optimizer_s,
+        details={"pipeline_makespan_s": est.pipeline_makespan_s,
+                 "critical_stage": float(est.critical_stage)})
+
+
+def throughput(est: StepEstimate) -> Throughput:
+    """The public throughput figures of a step estimate."""
+    return Throughput(tokens_per_s=est.tokens_per_s, tflops_per_gpu=est.tflops_per_gpu,
+                      hardware_tflops_per_gpu=est.hardware_tflops_per_gpu,
+                      mfu=min(1.0, est.mfu), hfu=est.hfu)
+
+
+def _exports(spec: object, training: object, parallel: object) -> dict[str, object]:
+    try:
+        from solver.export import export_all
+    except ImportError:  # the exporters are optional at this layer
+        return {}
+    return export_all(spec, training, parallel)  # type: ignore[arg-type]
+
+
+def _notes(resolved_notes: tuple[str, ...], gpu_id: object) -> list[str]:
+    notes = list(resolved_notes)
+    notes.append("kernel efficiencies: " + profile_for(gpu_id).calibration)  # type: ignore[arg-type]
+    return notes
+
+
+def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanResponse:
+    """Search the best plan for a request (see `solver/planner.py`).
+
+    Returns a `PlanResponse` whose status is optimal, feasible (time limit) or infeasible
+    (with the binding constraints and the smallest relaxations that make a plan exist).
+
+    Raises:
+        InvalidSpecError: unknown presets or unreadable inputs.
+    """
+    resolved = resolve_model(request.model)
+    spec, cluster = resolved.spec, resolve_cluster(request.cluster)
+    result = search(spec, request.training, cluster, constraints=request.constraints,
+                    objective=request.objective, limits=request.solver, progress=progress)
+    notes = _notes(resolved.notes, cluster.gpu)
+    stats = _stats(result)
+    if result.best is None:
+        return _infeasible(request, result, stats, notes, spec.name, cluster)
+    config = cpsat.SolverConfig(max_time_s=min(2.0, request.solver.time_limit_s),
+                                num_workers=request.solver.num_workers,
+                                random_seed=request.solver.random_seed)
+    best = refine_policies(spec, request.training, cluster, result.best, request.constraints,
+                           config)
+    if best is not result.best:
+        notes.append("per-stage policies refined by the CP-SAT subproblem: "
+                     f"{result.best.estimate.step_time_s:.3f} -> {best.estimate.step_time_s:.3f} s")
+    runners_up = _runners_up(request, result, spec, cluster, best)
+    alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k)
+    explanation = Explanation(summary=summary(spec, cluster, best),
+                              binding_constraints=binding_constraints(best.ledger), notes=notes)
+    return _response(best, result.status, spec.name, cluster, alternatives, explanation, stats,
+                     spec=spec, training=request.training)
+
+
+def _stats(result: SearchResult) -> SolverStats:
+    s = result.stats
+    return SolverStats(wall_time_s=s.wall_time_s, candidates=s.candidates,
+                       pruned=s.pruned_memory + s.pruned_bound, evaluated=s.evaluated,
+                       gap=s.gap, best_bound=s.best_bound, status=result.status.value)
+
+
+def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: ClusterSpec,
+              alternatives: list[Alternative], explanation: Explanation, stats: SolverStats | None,
+              *, spec: object, training: object) -> PlanResponse:
+    est = best.estimate
+    return PlanResponse(
+        status=status, model_name=model_name, gpu=cluster.gpu.id,
+        world_size=est.world_size, parallel=best.parallel,
+        num_micro_batches=est.num_micro_batches, memory=memory_report_from_ledger(best.ledger),
+        time=time_breakdown(est), throughput=throughput(est), alternatives=alternatives,
+        explanation=explanation, solver=stats, bottleneck=est.bottleneck,
+        exports=_exports(spec, training, best.parallel))
+
+
+ALTERNATIVE_BUDGET_S = 2.0
+"""Extra time spent evaluating runners-up when the search proved optimality early."""
+
+
+def _shape(c: MeshCandidate) -> tuple[object, ...]:
+    # Alternatives differ in mesh shape or schedule, not only in chunks or micro-batch.
+    return (c.tp, c.pp, c.cp, c.ep, c.schedule)
+
+
+def _runners_up(request: PlanRequest, result: SearchResult, spec: ModelSpec,
+                cluster: ClusterSpec, best: ScoredPlan) -> list[ScoredPlan]:
+    """The best plan of each other shape among the evaluated candidates, topped up from the
+    unevaluated frontier (bounded time) when the proof came early."""
+    chosen: dict[tuple[object, ...], ScoredPlan] = {}
+    for other in result.ranked:
+        key = _shape(other.candidate)
+        if key != _shape(best.candidate) and key not in chosen:
+            chosen[key] = other
+    deadline = time.perf_counter() + ALTERNATIVE_BUDGET_S
+    config = cpsat.SolverConfig(max_time_s=1.0, num_workers=request.solver.num_workers)
+    for candidate in result.frontier:
+        if len(chosen) >= request.solver.top_k or time.perf_counter() > deadline:
+            break
+        key = _shape(candidate)
+        if key == _shape(best.candidate) or key in chosen:
+            continue
+        scored = evaluate_candidate(spec, request.training, cluster, candidate,
+                                    request.constraints, config)
+        if isinstance(scored, ScoredPlan):
+            chosen[key] = scored
+    ranked = sorted(chosen.values(), key=lambda p: objective_value(p, request.objective))
+    return ranked[: request.solver.top_k]
+
+
+def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: SearchResult,
+                  cluster: ClusterSpec, top_k: int) -> list[Alternative]:
+    out = [Alternative(parallel=other.parallel, step_time_s=other.estimate.step_time_s,
+                       tokens_per_s=other.estimate.tokens_per_s,
+                       peak_bytes=other.ledger.peak_bytes, fits=True,
+                       delta_frac=other.estimate.step_time_s / best.estimate.step_time_s - 1.0,
+                       why_not=why_not(best, other, cluster))
+           for other in runners_up]
+    for rejection in [r for r in result.rejections if r.stage is not None][: min(3, top_k)]:
+        out.append(Alternative(parallel=rejection.candidate.parallel(), fits=False,
+                               why_not=why_rejected(rejection)))
+    return out
+
+
+def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
+                notes: list[str], model_name: str, cluster: object) -> PlanResponse:
+    rejected = [r for r in result.rejections if r.stage is not None]
+    closest = min(rejected, key=lambda r: r.over_bytes, default=None)
+    binding = []
+    if closest is not None:
+        binding.append(f"the closest configuration, {why_rejected(closest)}")
+    elif result.stats.candidates == 0:
+        binding.append("no mesh satisfies the divisibility rules and pins for this cluster "
+                       "and batch (heads, layers, experts, global batch)")
+    else:
+        binding.append(f"all {result.stats.candidates} candidates exceed the memory bound "
+                       "under the most frugal choices allowed")
+    relax = relaxations(request)
+    text = (f"No plan for {model_name} on {cluster.world_size} x "  # type: ignore[attr-defined]
+            f"{cluster.gpu.name} meets the request. " + binding[0] + ". "  # type: ignore[attr-defined]
+            + ("Smallest changes that give a plan: " + "; ".join(relax) + "."
+               if relax else "No single relaxation tried gives a plan."))
+    return PlanResponse(status=PlanStatus.INFEASIBLE, model_name=model_name,
+                        gpu=cluster.gpu.id,  # type: ignore[attr-defined]
+                        explanation=Explanation(summary=text, binding_constraints=binding,
+                                                notes=notes, relaxations=relax),
+                        solver=stats)
+
+
+def evaluate(request: EvaluateRequest) -> PlanResponse:
+    """Score one configuration: fits or not, per-stage memory, time breakdown, bottleneck and
+    the smallest changes that make it fit or faster.
+
+    Raises:
+        InvalidSpecError: a mesh rule is broken (the message names it and a valid
+            alternative) or the configuration cannot be sized.
+    """
+    resolved = resolve_model(request.model)
+    spec, cluster = resolved.spec, resolve_cluster(request.cluster)
+    parallel = request.parallel
+    if parallel.world_size != cluster.world_size:
+        raise InvalidSpecError(
+            f"tp x cp x dp x pp = {parallel.world_size} but the cluster has "
+            f"{cluster.world_size} GPUs ({cluster.num_nodes} nodes x {cluster.gpus_per_node}); "
+            "change dp (or a degree) so the product matches", field="parallel.dp")
+    warnings = validate_mesh(parallel, model=spec, num_nodes=cluster.num_nodes,
+                             gpus_per_node=cluster.gpus_per_node, training=request.training)
+    started = time.perf_counter()
+    ledger = memory_ledger(spec, request.training, parallel, cluster)
+    est = estimate_step(spec, request.training, parallel, cluster)
+    scored = ScoredPlan(candidate=None, parallel=parallel, estimate=est,  # type: ignore[arg-type]
+                        ledger=ledger)
+    fixes = suggest_fixes(spec, request.training, cluster, scored)
+    notes = _notes(resolved.notes, cluster.gpu) + [w.message for w in warnings]
+    verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
+               if ledger.fits else
+               f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "
+               f"{gib(ledger.capacity_bytes)}")
+    text = (f"{describe_parallel(parallel)} for {spec.name} on {cluster.world_size} x "
+            f"{cluster.gpu.name} {verdict}. Predicted {est.step_time_s:.2f} s per step, "
+            f"{est.tokens_per_s:,.0f} tokens/s, MFU {est.mfu:.1%}; largest time term: "
+            f"{est.bottleneck}.")
+    explanation = Explanation(summary=text, binding_constraints=binding_constraints(ledger),
+                              notes=notes, relaxations=[f.text for f in fixes])
+    stats = SolverStats(wall_time_s=time.perf_counter() - started, candidates=1, evaluated=1,
+                        status="evaluated")
+    return _response(scored, PlanStatus.FEASIBLE if ledger.fits else PlanStatus.INFEASIBLE,
+                     spec.name, cluster,
+                     [Alternative(parallel=f.parallel, step_time_s=f.step_time_s,
+                                  peak_bytes=f.peak_bytes, fits=f.fits, why_not=f.text)
+                      for f in fixes],
+                     explanation, stats, spec=spec, training=request.training)
+
+
+__all__ = ["evaluate", "plan", "throughput", "time_breakdown"]

@@ -1,0 +1,177 @@
+"""A `ModelSpec` as Megatron-LM core_v0.14.0 model-shape arguments.
+
+Owns: the transformer shape flags (layers, widths, heads, GQA, MLA, position embeddings,
+vocabulary, norms, biases), the mixture-of-experts flags including the `--moe-layer-freq`
+list expression for leading dense layers, and multi-token prediction. Must not: emit
+parallel, batch, precision or recompute flags (that is `megatron`).
+
+Field mapping from Hugging Face names follows Megatron-LM core_v0.14.0
+`megatron/training/arguments.py` and the yanring/Megatron-MoE-ModelZoo benchmarking configs:
+n_shared_experts x moe_intermediate_size -> --moe-shared-expert-intermediate-size,
+first_k_dense_replace = k -> --moe-layer-freq "([0]*k+[1]*(L-k))",
+qk_nope_head_dim -> --qk-head-dim, qk_rope_head_dim -> --qk-pos-emb-head-dim.
+"""
+
+from dataclasses import dataclass
+
+from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec, NormKind
+from api_schemas.parallel import ParallelConfig
+from api_schemas.training import TrainingSpec
+
+MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
+"""Megatron-LM's default `--make-vocab-size-divisible-by` (core_v0.14.0 arguments.py); the
+vocabulary is padded to a multiple of this times the tensor-parallel size."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelArgs:
+    """Model-shape flags and what the spec holds that Megatron cannot be told."""
+
+    args: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def model_args(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig) -> ModelArgs:
+    """Shape, attention, embedding, norm, MoE and MTP flags of one model."""
+    args = ["--num-layers", str(spec.num_layers), "--hidden-size", str(spec.hidden_size),
+            "--ffn-hidden-size", str(spec.ffn_hidden_size),
+            "--num-attention-heads", str(spec.num_attention_heads)]
+    notes: list[str] = []
+    args += _attention_args(spec)
+    args += _embedding_args(spec, training, notes)
+    if spec.vocab_size % (MAKE_VOCAB_SIZE_DIVISIBLE_BY * parallel.tp):
+        multiple = MAKE_VOCAB_SIZE_DIVISIBLE_BY * parallel.tp
+        padded = -(-spec.vocab_size // multiple) * multiple
+        notes.append(f"Megatron-LM pads the vocabulary from {spec.vocab_size} to {padded} (a "
+                     f"multiple of {MAKE_VOCAB_SIZE_DIVISIBLE_BY} x tp); the plan sized "
+                     f"{spec.vocab_size} rows, so embedding and head memory run slightly higher")
+    if spec.mlp == MlpKind.SWIGLU:
+        args.append("--swiglu")
+    args += ["--normalization", "RMSNorm" if spec.norm == NormKind.RMSNORM else "LayerNorm"]
+    if not spec.linear_bias:
+        args.append("--disable-bias-linear")
+        if spec.attention_bias:
+            args.append("--add-qkv-bias")
+    if spec.qk_norm:
+        args.append("--qk-layernorm")
+    if spec.parallel_residual:
+        notes.append("parallel_residual=true (attention and MLP read the same input) has no "
+                     "Megatron-LM core_v0.14.0 GPT flag; it needs a custom layer spec")
+    if spec.num_mtp_layers:
+        args += ["--mtp-num-layers", str(spec.num_mtp_layers)]
+    moe = moe_args(spec, training)
+    return ModelArgs(args=(*args, *moe.args), notes=(*notes, *moe.notes))
+
+
+def _attention_args(spec: ModelSpec) -> list[str]:
+    if spec.attention == AttentionKind.MLA:
+        mla = spec.mla
+        assert mla is not None, "ModelSpec validation guarantees mla with attention='mla'"
+        args = ["--multi-latent-attention"]
+        if mla.q_lora_rank is not None:
+            args += ["--q-lora-rank", str(mla.q_lora_rank)]
+        return [*args, "--kv-lora-rank", str(mla.kv_lora_rank),
+                "--qk-head-dim", str(mla.qk_nope_head_dim),
+                "--qk-pos-emb-head-dim", str(mla.qk_rope_head_dim),
+                "--v-head-dim", str(mla.v_head_dim)]
+    args = []
+    if spec.kv_heads < spec.num_attention_heads:
+        args += ["--group-query-attention", "--num-query-groups", str(spec.kv_heads)]
+    return [*args, "--kv-channels", str(spec.dim_per_head)]
+
+
+def _embedding_args(spec: ModelSpec, training: TrainingSpec, notes: list[str]) -> list[str]:
+    seq = training.sequence_length
+    positions = max(spec.max_position_embeddings or seq, seq)
+    if spec.learned_position_embeddings:
+        kind = "learned_absolute"
+        if spec.learned_position_embeddings < seq:
+            notes.append(f"the learned position table has {spec.learned_position_embeddings} "
+                         f"rows but sequence_length={seq}; Megatron-LM needs "
+                         f"--max-position-embeddings >= --seq-length, so {positions} rows are "
+                         "exported")
+    else:
+        kind = "rope"
+    args = ["--seq-length", str(seq), "--max-position-embeddings", str(positions),
+            "--position-embedding-type", kind, "--vocab-size", str(spec.vocab_size)]
+    if not spec.tie_word_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    return args
+
+
+def moe_args(spec: ModelSpec, training: TrainingSpec) -> ModelArgs:
+    """Mixture-of-experts flags (none for a dense model)."""
+    moe = spec.moe
+    if moe is None:
+        return ModelArgs(args=(), notes=())
+    args = ["--num-experts", str(moe.num_experts),
+            "--moe-ffn-hidden-size", str(moe.expert_ffn_hidden_size),
+            "--moe-router-topk", str(moe.top_k)]
+    notes: list[str] = []
+    freq = moe_layer_freq(spec)
+    if freq is not None:
+        args += ["--moe-layer-freq", freq]
+    if moe.shared_expert_ffn_hidden_size:
+        args += ["--moe-shared-expert-intermediate-size", str(moe.shared_expert_ffn_hidden_size)]
+    if moe.shared_expert_gate:
+        notes.append("moe.shared_expert_gate=true (Qwen2-MoE sigmoid gate on the shared expert) "
+                     "has no Megatron-LM core_v0.14.0 flag; it needs a custom MoE layer")
+    if moe.num_expert_groups > 1:
+        args += ["--moe-router-num-groups", str(moe.num_expert_groups),
+                 "--moe-router-group-topk", str(moe.topk_groups)]
+    if moe.router_bias:
+        # Expert-bias routing requires sigmoid scores in core_v0.14.0
+        # (TransformerConfig.__post_init__), as DeepSeek-V3 uses.
+        args += ["--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"]
+    if moe.capacity_factor is not None:
+        args += ["--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"]
+    args += ["--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall"]
+    if not training.moe_keep_expert_outputs:
+        notes.append("training.moe_keep_expert_outputs=false: Megatron-LM keeps the routed "
+                     "experts' outputs for the gradient of the weighted combine; not keeping "
+                     "them needs a framework extension")
+    return ModelArgs(args=tuple(args), notes=tuple(notes))
+
+
+def moe_layer_freq(spec: ModelSpec) -> str | None:
+    """The `--moe-layer-freq` value: None when every layer is MoE (the default 1), an integer
+    N when layer i is MoE exactly for i mod N == 0, else a Python list expression of 0/1 per
+    layer such as "([0]*3+[1]*58)" (Megatron evaluates it).
+    """
+    moe = spec.moe
+    assert moe is not None, "moe_layer_freq needs a mixture-of-experts model"
+    pattern = [int(spec.is_moe_layer(index)) for index in range(spec.num_layers)]
+    if all(pattern):
+        return None
+    for period in range(2, spec.num_layers + 1):
+        if pattern == [int(index % period == 0) for index in range(spec.num_layers)]:
+            return str(period)
+    if not moe.dense_layer_indices and moe.layer_freq > 1:
+        return _periodic_expression(spec.num_layers, moe.first_dense_layers, moe.layer_freq)
+    return _run_length_expression(pattern)
+
+
+def _periodic_expression(num_layers: int, first_dense: int, period: int) -> str:
+    """Leading dense layers, then one MoE layer every `period` layers."""
+    repeats, tail = divmod(num_layers - first_dense, period)
+    terms = [f"[0]*{first_dense}"] if first_dense else []
+    if repeats:
+        terms.append(f"([1]+[0]*{period - 1})*{repeats}")
+    if tail:
+        terms.append("[1]" + (f"+[0]*{tail - 1}" if tail > 1 else ""))
+    return "(" + "+".join(terms) + ")"
+
+
+def _run_length_expression(pattern: list[int]) -> str:
+    """A 0/1 list as runs, e.g. [0, 0, 0, 1, 1] -> "([0]*3+[1]*2)"."""
+    terms = []
+    start = 0
+    for index in range(1, len(pattern) + 1):
+        if index == len(pattern) or pattern[index] != pattern[start]:
+            terms.append(f"[{pattern[start]}]*{index - start}")
+            start = index
+    return "(" + "+".join(terms) + ")"
+
+
+__all__ = ["MAKE_VOCAB_SIZE_DIVISIBLE_BY", "ModelArgs", "model_args", "moe_args",
+           "moe_layer_freq"]

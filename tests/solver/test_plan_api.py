@@ -1,0 +1,122 @@
+"""solver.plan / solver.evaluate end to end: explanations, why-not, infeasibility diagnosis,
+fixes, and published presets."""
+
+import pytest
+
+from api_schemas import (
+    ClusterInput,
+    Constraints,
+    EvaluateRequest,
+    ModelPreset,
+    ParallelConfig,
+    PlanRequest,
+    PlanStatus,
+    SolverLimits,
+    TrainingSpec,
+)
+from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE
+from models.catalog import cluster_preset, model_preset
+from models.errors import InvalidSpecError
+from models.published import DEEPSEEK_V3_2048, published_run
+from models.step_time import estimate_step
+from solver import evaluate, plan
+
+LIMITS = SolverLimits(time_limit_s=30, top_k=4, num_workers=1)
+
+
+def _request(model: str, gpu: str, nodes: int, batch: int, seq: int, **constraints: object
+             ) -> PlanRequest:
+    return PlanRequest(model=ModelPreset(preset=model),
+                       cluster=ClusterInput(gpu=gpu, num_nodes=nodes),
+                       training=TrainingSpec(global_batch_size=batch, sequence_length=seq),
+                       constraints=Constraints(**constraints), solver=LIMITS)
+
+
+def test_plan_returns_a_fitting_explained_plan() -> None:
+    response = plan(_request("llama-3.1-8b", "h100-sxm5-80gb", 1, 64, 4096))
+    assert response.status == PlanStatus.OPTIMAL
+    assert response.memory is not None and response.memory.fits
+    assert response.memory.peak_bytes <= response.memory.capacity_bytes
+    assert response.throughput is not None and 0 < response.throughput.mfu < 1
+    assert "tokens/s" in response.explanation.summary
+    assert response.explanation.binding_constraints[0].startswith("stage ")
+    assert response.alternatives, "runners-up are reported"
+    for alt in response.alternatives:
+        assert alt.why_not
+        if alt.fits and alt.delta_frac is not None:
+            assert alt.delta_frac >= 0 and "step time" in alt.why_not
+
+
+def test_why_not_names_a_node_crossing_tp_group() -> None:
+    response = plan(_request("llama-3.1-70b", "h100-sxm5-80gb", 4, 64, 4096, tp=[8, 16], pp=1))
+    crossing = [a for a in response.alternatives if a.parallel.tp == 16 and a.fits]
+    assert crossing, [a.why_not for a in response.alternatives]
+    assert "crosses the node" in crossing[0].why_not
+
+
+def test_infeasible_request_names_the_gap_and_relaxations() -> None:
+    # 405B on one node cannot fit: the answer says by how much and what would make it fit.
+    response = plan(_request("llama-3.1-405b", "h100-sxm5-80gb", 1, 16, 4096))
+    assert response.status == PlanStatus.INFEASIBLE
+    assert response.parallel is None
+    assert "over the cap" in response.explanation.binding_constraints[0] or \
+        "memory bound" in response.explanation.binding_constraints[0]
+    assert response.explanation.relaxations
+    assert any("nodes instead of" in r for r in response.explanation.relaxations) or \
+        any("sequence length" in r for r in response.explanation.relaxations)
+
+
+def test_pins_are_honoured() -> None:
+    response = plan(_request("llama-3.1-8b", "h100-sxm5-80gb", 2, 64, 4096, tp=2,
+                             forbid={"schedule": ["zbv", "zb_h2", "dualpipev"]}))
+    assert response.parallel is not None and response.parallel.tp == 2
+    assert response.parallel.schedule not in ("zbv", "zb_h2", "dualpipev")
+
+
+def test_evaluate_reports_oom_and_the_smallest_fixes() -> None:
+    response = evaluate(EvaluateRequest.model_validate(EVALUATE_REQUEST_EXAMPLE))
+    assert response.memory is not None and not response.memory.fits
+    assert response.status == PlanStatus.INFEASIBLE
+    assert "does NOT fit" in response.explanation.summary
+    assert response.explanation.relaxations
+    assert all(alt.fits for alt in response.alternatives)
+
+
+def test_evaluate_rejects_a_mesh_that_does_not_cover_the_cluster() -> None:
+    body = dict(EVALUATE_REQUEST_EXAMPLE, parallel={"tp": 8, "pp": 16, "dp": 64})
+    with pytest.raises(InvalidSpecError, match="tp x cp x dp x pp"):
+        evaluate(EvaluateRequest.model_validate(body))
+
+
+def test_evaluate_rejects_tp_not_dividing_heads_with_an_alternative() -> None:
+    body = dict(EVALUATE_REQUEST_EXAMPLE, cluster={"gpu": "h100-sxm5-80gb", "num_nodes": 3},
+                model={"preset": "llama-3.1-8b"},
+                training={"global_batch_size": 24, "sequence_length": 4096},
+                parallel={"tp": 3, "pp": 1, "dp": 8})
+    with pytest.raises(InvalidSpecError, match="valid alternative"):
+        evaluate(EvaluateRequest.model_validate(body))
+
+
+@pytest.mark.parametrize("run_id", ["megatron2021-gpt-145.6b", "korthikanti2022-gpt-175b"])
+def test_planner_is_at_least_as_good_as_the_published_configuration(run_id: str) -> None:
+    run = published_run(run_id)
+    spec = model_preset(run.model_preset)
+    cluster = cluster_preset(run.gpu, num_nodes=run.num_nodes, gpus_per_node=run.gpus_per_node)
+    published = estimate_step(spec, run.training, run.parallel, cluster)
+    request = PlanRequest(model=ModelPreset(preset=run.model_preset),
+                          cluster=ClusterInput(gpu=run.gpu, num_nodes=run.num_nodes),
+                          training=run.training, solver=SolverLimits(time_limit_s=20))
+    response = plan(request)
+    assert response.time is not None
+    assert response.time.step_time_s <= published.step_time_s * (1 + 1e-9)
+
+
+def test_deepseek_v3_published_layout_is_scored() -> None:
+    run = DEEPSEEK_V3_2048
+    body = EvaluateRequest(model=ModelPreset(preset=run.model_preset),
+                           cluster=ClusterInput(gpu=run.gpu, num_nodes=run.num_nodes),
+                           training=run.training, parallel=run.parallel)
+    response = evaluate(body)
+    assert response.memory is not None and response.memory.fits
+    assert response.parallel == run.parallel
+    assert isinstance(response.parallel, ParallelConfig)

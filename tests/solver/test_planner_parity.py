@@ -1,0 +1,89 @@
+"""Parity: the planner's optimum equals brute-force enumeration of the same space under the
+same cost model, on small problems (up to 64 GPUs, dense and MoE)."""
+
+import math
+
+import pytest
+
+from api_schemas import (
+    Constraints,
+    ModelSpec,
+    MoESpec,
+    Objective,
+    PlanStatus,
+    SolverLimits,
+    TrainingSpec,
+)
+from models.catalog import cluster_preset, model_preset
+from solver.candidate_eval import Rejection, evaluate_candidate
+from solver.cpsat import SolverConfig
+from solver.planner import objective_value, search
+from solver.space import candidate_meshes
+
+TINY_DENSE = ModelSpec(name="tiny-dense", num_layers=8, hidden_size=1024, num_attention_heads=16,
+                       num_kv_heads=4, ffn_hidden_size=4096, vocab_size=32000)
+TINY_MOE = ModelSpec(name="tiny-moe", num_layers=8, hidden_size=1024, num_attention_heads=16,
+                     ffn_hidden_size=4096, vocab_size=32000,
+                     moe=MoESpec(num_experts=16, top_k=2, expert_ffn_hidden_size=1024,
+                                 first_dense_layers=1))
+
+# (model, gpu, nodes, gpus per node, global batch, sequence, objective, constraints)
+PROBLEMS = [
+    (TINY_DENSE, "h100-sxm5-80gb", 1, 8, 64, 2048, Objective.THROUGHPUT, {}),
+    (TINY_DENSE, "a100-sxm4-40gb", 2, 8, 64, 4096, Objective.THROUGHPUT, {}),
+    (TINY_DENSE, "h100-sxm5-80gb", 4, 8, 128, 4096, Objective.THROUGHPUT, {"tp": [1, 2]}),
+    (TINY_DENSE, "h100-sxm5-80gb", 8, 8, 256, 2048, Objective.THROUGHPUT, {"pp": [1, 2, 4]}),
+    (TINY_DENSE, "h100-sxm5-80gb", 2, 8, 64, 2048, Objective.MIN_MEMORY, {}),
+    (TINY_DENSE, "h100-sxm5-80gb", 2, 8, 64, 2048, Objective.COST_PER_TOKEN,
+     {"gpu_hour_price": 2.0}),
+    (TINY_DENSE, "h100-sxm5-80gb", 2, 8, 64, 2048, Objective.MIN_GPUS, {}),
+    (TINY_MOE, "h100-sxm5-80gb", 1, 8, 64, 2048, Objective.THROUGHPUT, {}),
+    (TINY_MOE, "h800-sxm5-80gb", 2, 8, 64, 4096, Objective.THROUGHPUT, {"tp": 1}),
+    (TINY_MOE, "h100-sxm5-80gb", 4, 8, 128, 2048, Objective.THROUGHPUT, {"pp": [1, 2]}),
+    (TINY_MOE, "h100-sxm5-80gb", 8, 8, 256, 2048, Objective.THROUGHPUT,
+     {"tp": 1, "pp": [1, 2], "ep": [4, 8, 16]}),
+    ("gpt2-medium", "a100-sxm4-80gb", 1, 8, 64, 1024, Objective.THROUGHPUT, {}),
+    ("gpt2-medium", "a100-sxm4-80gb", 4, 8, 128, 1024, Objective.THROUGHPUT,
+     {"schedule": ["1f1b", "zb_h1", "interleaved_1f1b"]}),
+    ("llama-3.1-8b", "h100-sxm5-80gb", 1, 8, 32, 4096, Objective.THROUGHPUT, {}),
+    ("llama-3.1-8b", "a100-sxm4-40gb", 2, 8, 64, 4096, Objective.THROUGHPUT, {"tp": [2, 4]}),
+    ("llama-3.1-8b", "h100-sxm5-80gb", 4, 8, 64, 8192, Objective.THROUGHPUT,
+     {"tp": [1, 2], "zero_stage": [1]}),
+    ("olmoe-1b-7b-0924", "h100-sxm5-80gb", 1, 8, 64, 4096, Objective.THROUGHPUT, {}),
+    ("olmoe-1b-7b-0924", "h100-sxm5-80gb", 2, 8, 128, 4096, Objective.THROUGHPUT,
+     {"tp": 1, "ep": [8, 16]}),
+    ("qwen1.5-moe-a2.7b", "a100-sxm4-80gb", 2, 8, 64, 4096, Objective.THROUGHPUT,
+     {"tp": [1, 2], "pp": [1, 2]}),
+    ("mixtral-8x7b", "h100-sxm5-80gb", 4, 8, 64, 4096, Objective.THROUGHPUT,
+     {"tp": [2, 4], "pp": [2, 4], "ep": [2, 4, 8]}),
+    ("gpt2", "a100-sxm4-40gb", 1, 4, 32, 1024, Objective.THROUGHPUT, {}),
+]
+
+
+def _brute_force(spec: ModelSpec, training: TrainingSpec, cluster, constraints: Constraints,
+                 objective: Objective, world_sizes: tuple[int, ...]) -> float:
+    best = math.inf
+    for world in world_sizes:
+        for c in candidate_meshes(spec, training, world_size=world,
+                                  gpus_per_node=cluster.gpus_per_node, constraints=constraints):
+            result = evaluate_candidate(spec, training, cluster, c, constraints, SolverConfig())
+            if isinstance(result, Rejection):
+                continue
+            best = min(best, objective_value(result, objective))
+    return best
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=[f"p{i}" for i in range(len(PROBLEMS))])
+def test_planner_optimum_equals_brute_force(problem: tuple) -> None:
+    model, gpu, nodes, per_node, batch, seq, objective, pins = problem
+    spec = model_preset(model) if isinstance(model, str) else model
+    cluster = cluster_preset(gpu, num_nodes=nodes, gpus_per_node=per_node)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    constraints = Constraints(**pins)
+    result = search(spec, training, cluster, constraints=constraints, objective=objective,
+                    limits=SolverLimits(time_limit_s=120, num_workers=1))
+    expected = _brute_force(spec, training, cluster, constraints, objective, result.world_sizes)
+    assert result.status == PlanStatus.OPTIMAL
+    assert result.best is not None and math.isfinite(expected)
+    assert objective_value(result.best, objective) == pytest.approx(expected, rel=1e-12)
+    assert result.stats.evaluated <= result.stats.candidates
