@@ -56,11 +56,6 @@ def _configure_logging(level: str) -> None:
     logging.getLogger("service").setLevel(level.upper())
 
 
-def _library_planner() -> Planner | None:
-    found: Planner | None = getattr(solver, "plan", None)
-    return found
-
-
 def create_app(settings: Settings | None = None, *, planner: Planner | None = None) -> FastAPI:
     """Build the app (cheap: no I/O until the lifespan starts).
 
@@ -69,7 +64,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
         planner: the plan function; default the library's `solver.plan`.
     """
     config = settings if settings is not None else get_settings()
-    plan_fn = planner if planner is not None else _library_planner()
+    plan_fn: Planner = planner if planner is not None else solver.plan
     _configure_logging(config.log_level)
 
     @asynccontextmanager
@@ -92,8 +87,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
                   openapi_tags=TAGS, lifespan=lifespan)
     install_problem_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes)
-    if plan_fn is not None:
-        app.include_router(plans.router)
+    app.include_router(plans.router)
     app.include_router(estimates.router)
     app.include_router(collectives.router)
     app.include_router(mesh.router)

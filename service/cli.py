@@ -1,12 +1,13 @@
 """The `atlas-planner` command line.
 
-Owns: `serve` (the HTTP service under uvicorn), the computing commands (`memory`,
-`collective`, `simulate`, `placement`) that call the library directly, or a running service
-with `--server URL`, and `catalog`. Requests come from a JSON or YAML file, from preset flags
-(`--model llama-3.1-70b --gpu h100-sxm5-80gb --nodes 8 ...`) or both (flags override the
-file). Results print as a readable summary (GiB for people) or, with `--json`, as the API's
-JSON; `--output FILE` writes the JSON to a file. Progress of long solves goes to stderr. Exit status: 0 success,
-1 an answered error (invalid input, infeasible, overloaded...), 2 usage errors.
+Owns: `serve` (the HTTP service under uvicorn), the computing commands (`plan`, `evaluate`,
+`memory`, `collective`, `simulate`, `placement`) that call the library directly, or a
+running service with `--server URL`, and `catalog`. Requests come from a JSON or YAML file,
+from preset flags (`--model llama-3.1-70b --gpu h100-sxm5-80gb --nodes 8 ...`) or both
+(flags override the file). Results print as a readable summary (GiB for people) or, with
+`--json`, as the API's JSON; `--output FILE` writes the JSON to a file. Progress of long
+searches goes to stderr. Exit status: 0 success, 1 an answered error (invalid input, no
+feasible plan, overloaded...), 2 usage errors.
 """
 
 import argparse
@@ -27,8 +28,9 @@ from pydantic import BaseModel, ValidationError
 from api_schemas.collectives import CollectiveEstimateRequest
 from api_schemas.moe import MoePlacementRequest
 from api_schemas.pipeline import PipelineOptimizeRequest, PipelineSimulateRequest
+from api_schemas.plan import PlanResponse, PlanStatus
 from api_schemas.problems import FieldError, ProblemDetail
-from api_schemas.requests import EvaluateRequest
+from api_schemas.requests import EvaluateRequest, Objective, PlanRequest
 from models.catalog import gpu_ids, model_ids
 from models.collectives.report import estimate_collective
 from models.errors import PlannerError
@@ -40,9 +42,10 @@ from service.render import (
     render_memory,
     render_pipeline,
     render_placement,
+    render_plan,
     render_problem,
 )
-from solver import memory_report
+from solver import evaluate, memory_report, plan
 from solver.placement.api import plan_placement
 from solver.schedule.requests import optimize_request
 
@@ -76,8 +79,14 @@ _PARALLEL_FLAGS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "zero
                    "recompute")
 
 
-def build_request(args: argparse.Namespace, *, with_parallel: bool) -> dict[str, Any]:
-    """The request document: the file (if any) with the flags applied over it."""
+def build_request(args: argparse.Namespace, *, degrees_key: str) -> dict[str, Any]:
+    """The request document: the file (if any) with the flags applied over it.
+
+    Args:
+        args: parsed flags.
+        degrees_key: where --tp, --pp, ... go: 'parallel' (evaluate, memory: the
+            configuration) or 'constraints' (plan: pins on the search).
+    """
     doc = load_document(args.file) if args.file else {}
     if args.model:
         doc["model"] = {"preset": args.model}
@@ -85,16 +94,15 @@ def build_request(args: argparse.Namespace, *, with_parallel: bool) -> dict[str,
         doc["model"] = {"hf_config": load_document(args.hf_config)}
     for flag, path in _MODEL_FLAGS:
         _set(doc, path, getattr(args, flag))
-    if with_parallel:
-        for flag in _PARALLEL_FLAGS:
-            _set(doc, ("parallel", flag), getattr(args, flag))
-        _set(doc, ("parallel", "micro_batch_size"), args.mbs)
-        if args.sp:
-            _set(doc, ("parallel", "sequence_parallel"), True)
+    for flag in _PARALLEL_FLAGS:
+        _set(doc, (degrees_key, flag), getattr(args, flag))
+    _set(doc, (degrees_key, "micro_batch_size"), args.mbs)
+    if args.sp:
+        _set(doc, (degrees_key, "sequence_parallel"), True)
     return doc
 
 
-def _add_request_flags(parser: argparse.ArgumentParser, *, with_parallel: bool) -> None:
+def _add_request_flags(parser: argparse.ArgumentParser, *, pins: bool = False) -> None:
     parser.add_argument("file", nargs="?", help="request as a JSON or YAML file ('-' = stdin)")
     parser.add_argument("--model", help=f"model preset, one of: {', '.join(model_ids())}")
     parser.add_argument("--hf-config", help="a Hugging Face config.json as the model")
@@ -103,14 +111,21 @@ def _add_request_flags(parser: argparse.ArgumentParser, *, with_parallel: bool) 
     parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: preset)")
     parser.add_argument("--global-batch", type=int, help="sequences per optimizer step")
     parser.add_argument("--seq", type=int, help="tokens per sequence")
-    if with_parallel:
-        for axis in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp"):
-            parser.add_argument(f"--{axis}", type=int, help=f"{axis} degree")
-        parser.add_argument("--mbs", type=int, help="micro-batch size")
-        parser.add_argument("--schedule", help="pipeline schedule, e.g. 1f1b, interleaved_1f1b")
-        parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), help="ZeRO stage")
-        parser.add_argument("--recompute", choices=("none", "selective", "full"))
-        parser.add_argument("--sp", action="store_true", help="Megatron sequence parallelism")
+    what = "pin the search to this" if pins else "the configuration's"
+    for axis in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp"):
+        parser.add_argument(f"--{axis}", type=int, help=f"{what} {axis} degree")
+    parser.add_argument("--mbs", type=int, help=f"{what} micro-batch size")
+    parser.add_argument("--schedule", help=f"{what} pipeline schedule, e.g. 1f1b, zb_h1")
+    parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), help=f"{what} ZeRO "
+                        "stage")
+    parser.add_argument("--recompute", choices=("none", "selective", "full"),
+                        help=f"{what} recomputation")
+    parser.add_argument("--sp", action="store_true", help="Megatron sequence parallelism")
+    if pins:
+        parser.add_argument("--objective", choices=[o.value for o in Objective],
+                            help="what to optimise (default throughput)")
+        parser.add_argument("--time-limit", type=float, help="search time limit, seconds")
+        parser.add_argument("--top-k", type=int, help="alternatives to report")
     _add_output_flags(parser)
 
 
@@ -163,7 +178,7 @@ def _local_problem(error: PlannerError | ValidationError) -> ProblemDetail:
 
 def _run(args: argparse.Namespace, local: Callable[[], BaseModel],
          remote: Callable[[AtlasClient], BaseModel], render: Callable[[Any], str], *,
-         label: str | None = None) -> int:
+         label: str | None = None, failed: Callable[[BaseModel], bool] | None = None) -> int:
     try:
         if args.server:
             with AtlasClient(args.server) as client, progress_ticker(f"waiting for {args.server}"):
@@ -183,12 +198,46 @@ def _run(args: argparse.Namespace, local: Callable[[], BaseModel],
         sys.stderr.write(f"error: cannot reach {args.server}: {error}\n")
         return 1
     _emit(args, result, render)
-    return 0
+    return 1 if failed is not None and failed(result) else 0
+
+
+def _stderr_progress(started: float) -> Callable[[str], None]:
+    def report(message: str) -> None:
+        sys.stderr.write(f"  [{time.monotonic() - started:6.1f} s] {message}\n")
+        sys.stderr.flush()
+
+    return report
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Search for the best plan; exit status 1 when no plan exists."""
+    doc = build_request(args, degrees_key="constraints")
+    _set(doc, ("objective",), args.objective)
+    _set(doc, ("solver", "time_limit_s"), args.time_limit)
+    _set(doc, ("solver", "top_k"), args.top_k)
+
+    def local() -> PlanResponse:
+        request = PlanRequest.model_validate(doc)
+        sys.stderr.write(f"searching (time limit {request.solver.time_limit_s:g} s)...\n")
+        return plan(request, progress=_stderr_progress(time.monotonic()))
+
+    def infeasible(result: BaseModel) -> bool:
+        return isinstance(result, PlanResponse) and result.status == PlanStatus.INFEASIBLE
+
+    return _run(args, local, lambda client: client.plan(doc), render_plan, label="searching",
+                failed=infeasible)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Score one configuration (fits or not, time, bottleneck, fixes)."""
+    doc = build_request(args, degrees_key="parallel")
+    return _run(args, lambda: evaluate(EvaluateRequest.model_validate(doc)),
+                lambda client: client.evaluate(doc), render_plan)
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
     """Per-stage memory ledger of one configuration."""
-    doc = build_request(args, with_parallel=True)
+    doc = build_request(args, degrees_key="parallel")
     return _run(args, lambda: memory_report(EvaluateRequest.model_validate(doc)),
                 lambda client: client.memory(doc), render_memory)
 
@@ -270,8 +319,16 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=("critical", "error", "warning", "info", "debug"))
     serve.set_defaults(handler=cmd_serve)
 
+    plan_cmd = commands.add_parser("plan", help="search for the best parallel plan")
+    _add_request_flags(plan_cmd, pins=True)
+    plan_cmd.set_defaults(handler=cmd_plan)
+
+    evaluate_cmd = commands.add_parser("evaluate", help="score one configuration")
+    _add_request_flags(evaluate_cmd)
+    evaluate_cmd.set_defaults(handler=cmd_evaluate)
+
     memory = commands.add_parser("memory", help="per-GPU memory ledger of one configuration")
-    _add_request_flags(memory, with_parallel=True)
+    _add_request_flags(memory)
     memory.set_defaults(handler=cmd_memory)
 
     collective = commands.add_parser("collective", help="alpha-beta time of one collective")

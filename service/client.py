@@ -135,6 +135,10 @@ class AtlasClient:
                 params[key] = str(value)
         return self._send("GET", "/v1/plans", PlanList, params=params)
 
+    def evaluate(self, request: EvaluateRequest | Mapping[str, Any]) -> PlanResponse:
+        """POST /v1/evaluate."""
+        return self._send("POST", "/v1/evaluate", PlanResponse, body=_payload(request))
+
     def memory(self, request: EvaluateRequest | Mapping[str, Any]) -> MemoryReport:
         """POST /v1/ledger/memory."""
         return self._send("POST", "/v1/ledger/memory", MemoryReport, body=_payload(request))

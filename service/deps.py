@@ -25,7 +25,7 @@ class ServiceContext:
     settings: Settings
     engine: Engine
     pool: SolverPool
-    planner: Planner | None
+    planner: Planner
 
 
 def get_context(request: Request) -> ServiceContext:

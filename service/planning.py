@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Protocol
 
 from anyio import to_thread
@@ -24,6 +25,7 @@ from api_schemas.plan import Explanation, PlanResponse, PlanStatus
 from api_schemas.requests import PlanRequest
 from models.errors import InfeasibleError
 from service import limits
+from service.core import call_core
 from service.persistence import repo
 from service.persistence.tables import PlanRecord
 from service.pool import SolverPool
@@ -124,7 +126,7 @@ def solve_and_store(request: PlanRequest, *, key: str, model_name: str, planner:
 
     diagnostics: dict[str, Any] | None = None
     try:
-        response = planner(request, progress=progress)
+        response = call_core(partial(planner, progress=progress), request)
     except InfeasibleError as error:
         diagnostics = error.diagnostics
         response = _infeasible_response(error, model_name=model_name, gpu=_gpu_id(request))

@@ -98,8 +98,8 @@ def render_plan(plan: PlanResponse) -> str:
     lines += [f"  binding     {item}" for item in plan.explanation.binding_constraints]
     lines += [f"  fix         {item}" for item in plan.explanation.relaxations]
     for alt in plan.alternatives:
-        step = f"{alt.step_time_s:.3f} s" if alt.step_time_s is not None else "-"
-        lines.append(f"  alternative {describe_parallel(alt.parallel)}: {step}; {alt.why_not}")
+        step = f"{alt.step_time_s:.3f} s" if alt.step_time_s is not None else "does not fit"
+        lines.append(f"  alternative [{step}] {alt.why_not}")
     if plan.solver is not None:
         s = plan.solver
         gap = f", gap {s.gap:.2%}" if s.gap is not None else ""

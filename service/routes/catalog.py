@@ -5,7 +5,7 @@ Owns: GET /v1/catalog/gpus, GET /v1/catalog/models, POST /v1/models/from-hf. Mus
 read configs itself (`models/hf_config.py` does).
 """
 
-from functools import cache
+from functools import cache, partial
 from typing import Annotated
 
 from fastapi import APIRouter, Body
@@ -22,6 +22,7 @@ from models.catalog import (
 from models.hf_config import spec_from_hf_config
 from models.params import count_parameters
 from service import limits
+from service.core import call_core
 from service.deps import SettingsDep
 from service.openapi import problem_responses
 from service.schemas import (
@@ -101,9 +102,9 @@ def model_from_hf(
     """The ModelSpec of a Hugging Face `config.json`, with parameter counts (embeddings and
     head included, MTP layers reported apart) and every assumption made while reading."""
     limits.check_hf_config(body.config, settings)
-    ingested = spec_from_hf_config(body.config, name=body.name)
+    ingested = call_core(partial(spec_from_hf_config, name=body.name), body.config)
     limits.check_model_spec(ingested.spec, settings)
-    counts = count_parameters(ingested.spec)
+    counts = call_core(count_parameters, ingested.spec)
     return FromHfResponse(spec=ingested.spec, model_type=ingested.model_type,
                           num_parameters=counts.total,
                           num_activated_parameters=counts.activated,

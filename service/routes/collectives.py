@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body
 from api_schemas.collectives import CollectiveEstimateRequest, CollectiveEstimateResponse
 from models.collectives.report import estimate_collective
 from service import limits
+from service.core import call_core
 from service.deps import SettingsDep
 from service.openapi import problem_responses
 
@@ -58,7 +59,7 @@ def collectives_estimate(
         limits.check_bound(request.cluster.num_nodes * request.cluster.gpus_per_node,
                            named["world_size"], field="cluster.num_nodes",
                            what="the cluster's GPU count")
-    response = estimate_collective(request)
+    response = call_core(estimate_collective, request)
     limits.require_finite(response)
     return response
 

@@ -1,18 +1,21 @@
-"""Scoring one given configuration: the memory lab (and the evaluation once it lands).
+"""Scoring one given configuration: the evaluation and the memory lab.
 
-Owns: POST /v1/ledger/memory. Must not: search or store.
+Owns: POST /v1/evaluate and POST /v1/ledger/memory (schema in -> `solver.evaluate` /
+`solver.memory_report` -> schema out, on a request thread: no search), with their bounds.
+Must not: search or store.
 """
 
 from typing import Annotated
 
 from fastapi import APIRouter, Body
 
-from api_schemas.plan import MemoryReport
+from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
 from service import limits
+from service.core import call_core
 from service.deps import SettingsDep
 from service.openapi import problem_responses
-from solver import memory_report
+from solver import evaluate, memory_report
 
 router = APIRouter(tags=["estimates"])
 
@@ -34,6 +37,21 @@ def check_evaluate_bounds(request: EvaluateRequest, settings: SettingsDep) -> No
     limits.check_model_input(request.model, settings)
 
 
+@router.post("/v1/evaluate", summary="Score one configuration: memory, time, fixes",
+             responses=problem_responses("invalid-spec"))
+def evaluate_configuration(request: EvaluateBody, settings: SettingsDep) -> PlanResponse:
+    """Check a configuration you already have: whether it fits (status `feasible`) or not
+    (`infeasible`, still 200), the per-stage memory ledger, the step-time breakdown and its
+    bottleneck, throughput and MFU, and the smallest changes that make it fit or run faster
+    (as `alternatives` and `explanation.relaxations`). A broken mesh rule (tp not dividing
+    the heads, degrees not matching the cluster) is 422 invalid-spec naming a valid
+    alternative."""
+    check_evaluate_bounds(request, settings)
+    response = call_core(evaluate, request)
+    limits.require_finite(response)
+    return response
+
+
 @router.post("/v1/ledger/memory", summary="Per-GPU memory ledger of one configuration",
              responses=problem_responses("invalid-spec"))
 def ledger_memory(request: EvaluateBody, settings: SettingsDep) -> MemoryReport:
@@ -41,7 +59,9 @@ def ledger_memory(request: EvaluateBody, settings: SettingsDep) -> MemoryReport:
     states, activations at the schedule's peak and buffers, itemised, with the capacity
     after headroom and the binding stage. Takes the evaluate request."""
     check_evaluate_bounds(request, settings)
-    return memory_report(request)
+    report = call_core(memory_report, request)
+    limits.require_finite(report)
+    return report
 
 
 __all__ = ["check_evaluate_bounds", "router"]

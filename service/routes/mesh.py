@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body
 from api_schemas.mesh import MeshRequest, MeshResponse
 from models.mesh.report import mesh_report
 from service import limits
+from service.core import call_core
 from service.deps import SettingsDep
 from service.openapi import problem_responses
 
@@ -50,7 +51,7 @@ def mesh(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
     limits.check_bound(limits.listed_group_members(request.parallel, listed_ranks=listed),
                        named["mesh_members"], field="max_ranks",
                        what="the group members listed (ranks x group sizes)")
-    return mesh_report(request)
+    return call_core(mesh_report, request)
 
 
 __all__ = ["router"]

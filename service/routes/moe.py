@@ -5,6 +5,7 @@ out): the constructive planner on a request thread, the exact CP-SAT planner in 
 pool with its time limit clamped; the bounds on the token matrix. Must not: place experts.
 """
 
+from functools import partial
 from typing import Annotated
 
 from anyio import to_thread
@@ -12,6 +13,7 @@ from fastapi import APIRouter, Body
 
 from api_schemas.moe import MoePlacementRequest, MoePlacementResponse, PlacementPlanner
 from service import limits
+from service.core import call_core
 from service.deps import ContextDep
 from service.openapi import problem_responses
 from service.searches import run_search, with_clamped_time_limit
@@ -69,12 +71,13 @@ async def moe_placement(
     settings = context.settings
     check_placement_bounds(request, settings)
     if request.planner != PlacementPlanner.EXACT:
-        response = await to_thread.run_sync(plan_placement, request)
+        response = await to_thread.run_sync(call_core, plan_placement, request)
     else:
         clamped = with_clamped_time_limit(request, requested_s=request.time_limit_s,
                                           settings=settings)
         timeout_s = EXACT_PHASES * clamped.time_limit_s + settings.time_limit_grace_s
-        response = await run_search(clamped, plan_placement, kind="moe-placement",
+        response = await run_search(clamped, partial(call_core, plan_placement),
+                                    kind="moe-placement",
                                     pool=context.pool, timeout_s=timeout_s)
     limits.require_finite(response)
     return response

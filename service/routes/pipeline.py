@@ -6,6 +6,7 @@ Owns: POST /v1/pipeline/simulate (schema in -> `models.pipeline.requests.simulat
 bounds on timeline size. Must not: generate or simulate schedules itself.
 """
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Body
@@ -18,6 +19,7 @@ from api_schemas.pipeline import (
 )
 from models.pipeline.requests import simulate_request
 from service import limits
+from service.core import call_core
 from service.deps import ContextDep, SettingsDep
 from service.openapi import problem_responses
 from service.searches import run_search, with_clamped_time_limit
@@ -78,7 +80,7 @@ def pipeline_simulate(
     times: makespan, bubble, peak in-flight activations per rank, and every op's start and
     end (a deterministic model, not a measurement)."""
     check_pipeline_bounds(request, settings, ops_bound="pipeline_ops")
-    response = simulate_request(request)
+    response = call_core(simulate_request, request)
     limits.require_finite(response)
     return response
 
@@ -97,7 +99,8 @@ async def pipeline_optimize(
     check_pipeline_bounds(request, settings, ops_bound="optimize_ops")
     clamped = with_clamped_time_limit(request, requested_s=request.time_limit_s,
                                       settings=settings)
-    response = await run_search(clamped, optimize_request, kind="pipeline-optimize",
+    response = await run_search(clamped, partial(call_core, optimize_request),
+                                kind="pipeline-optimize",
                                 pool=context.pool,
                                 timeout_s=clamped.time_limit_s + settings.time_limit_grace_s)
     limits.require_finite(response)

@@ -1,6 +1,6 @@
 """End to end: the README's serve command runs the real server on a free port with SQLite in
-a temporary directory; requests go over real HTTP; the server is stopped and started again
-on the same store."""
+a temporary directory; a plan is posted over real HTTP and read back; the server is stopped,
+started again on the same store, and the plan read back identical."""
 
 import os
 import socket
@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api_schemas.plan import MemoryReport
+from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
 from solver import memory_report
 
@@ -57,6 +57,12 @@ def running_server(database_url: str, log_path: Path) -> Iterator[str]:
         process.wait(timeout=15)
 
 
+PLAN = {"model": {"preset": "llama-3.1-8b"},
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+        "training": {"global_batch_size": 64, "sequence_length": 4096},
+        "solver": {"time_limit_s": 2, "top_k": 2, "num_workers": 1}}
+
+
 @pytest.mark.slow
 def test_served_over_http_and_restarted(tmp_path: Path) -> None:
     database_url = f"sqlite:///{tmp_path / 'plans.db'}"
@@ -65,14 +71,24 @@ def test_served_over_http_and_restarted(tmp_path: Path) -> None:
         health = httpx.get(f"{base_url}/healthz").json()
         assert health == {"status": "ok", "database": "ok", "database_backend": "sqlite",
                           "version": "0.1.0"}
-        response = httpx.post(f"{base_url}/v1/ledger/memory", json=EVALUATE_REQUEST_EXAMPLE,
-                              timeout=30.0)
-        assert response.status_code == 200
+        created = httpx.post(f"{base_url}/v1/plans", json=PLAN, timeout=60.0)
+        assert created.status_code == 201, created.text
+        location = created.headers["location"]
+        assert created.headers["x-request-id"]
+        before = httpx.get(f"{base_url}{location}")
+        assert before.json() == created.json()
+        assert PlanResponse.model_validate(before.json()).status in ("optimal", "feasible")
+        memory = httpx.post(f"{base_url}/v1/ledger/memory", json=EVALUATE_REQUEST_EXAMPLE,
+                            timeout=30.0)
         expected = memory_report(EvaluateRequest.model_validate(EVALUATE_REQUEST_EXAMPLE))
-        assert MemoryReport.model_validate(response.json()) == expected
-        assert response.headers["x-request-id"]
+        assert MemoryReport.model_validate(memory.json()) == expected
         missing = httpx.get(f"{base_url}/v1/plans/{'0' * 32}")
+        assert missing.status_code == 404
         assert missing.headers["content-type"] == "application/problem+json"
     assert (tmp_path / "plans.db").exists()
     with running_server(database_url, log_path) as base_url:
-        assert httpx.get(f"{base_url}/healthz").json()["database"] == "ok"
+        after = httpx.get(f"{base_url}{location}")
+        assert after.status_code == 200
+        assert after.content == before.content
+        again = httpx.post(f"{base_url}/v1/plans", json=PLAN, timeout=60.0)
+        assert again.status_code == 200 and again.json()["id"] == created.json()["id"]

@@ -13,7 +13,7 @@ import service.cli as cli
 from api_schemas.collectives import CollectiveEstimateResponse
 from api_schemas.moe import MoePlacementResponse
 from api_schemas.pipeline import PipelineOptimizeResponse, PipelineSimulateResponse
-from api_schemas.plan import MemoryReport
+from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
 from service.client import AtlasClient
 from service.render import (
@@ -22,6 +22,7 @@ from service.render import (
     render_memory,
     render_pipeline,
     render_placement,
+    render_plan,
     render_problem,
 )
 from service.routes.moe import PLACEMENT_EXAMPLES
@@ -35,7 +36,7 @@ def test_flags_build_an_evaluate_request() -> None:
     args = cli.build_parser().parse_args(
         ["memory", *PRESET_FLAGS, "--tp", "8", "--pp", "4", "--dp", "2", "--sp",
          "--zero-stage", "2", "--mbs", "2"])
-    doc = cli.build_request(args, with_parallel=True)
+    doc = cli.build_request(args, degrees_key="parallel")
     request = EvaluateRequest.model_validate(doc)
     assert request.cluster.num_nodes == 8 and request.training.sequence_length == 8192
     assert (request.parallel.tp, request.parallel.pp, request.parallel.dp) == (8, 4, 2)
@@ -47,7 +48,7 @@ def test_flags_override_a_yaml_file(tmp_path: Path) -> None:
     path = tmp_path / "request.yaml"
     path.write_text(yaml.safe_dump(EVALUATE_REQUEST_EXAMPLE), encoding="utf-8")
     args = cli.build_parser().parse_args(["memory", str(path), "--pp", "8", "--dp", "256"])
-    request = EvaluateRequest.model_validate(cli.build_request(args, with_parallel=True))
+    request = EvaluateRequest.model_validate(cli.build_request(args, degrees_key="parallel"))
     assert request.parallel.pp == 8 and request.parallel.dp == 256
     assert request.parallel.tp == EVALUATE_REQUEST_EXAMPLE["parallel"]["tp"]
     assert request.model.preset == "llama-3.1-405b"  # type: ignore[union-attr]
@@ -154,3 +155,35 @@ def test_placement_command_reads_yaml(tmp_path: Path) -> None:
     result = MoePlacementResponse.model_validate_json(out.read_text(encoding="utf-8"))
     assert result.rank_loads == [16, 16, 16, 16]
     assert "every rank computes 16 tokens" in render_placement(result)
+
+
+def test_plan_command_searches_and_pins(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm5-80gb", "--nodes", "1",
+            "--global-batch", "64", "--seq", "4096", "--tp", "2", "--time-limit", "1",
+            "--top-k", "1", "-o", str(out)]
+    assert cli.main(argv) == 0
+    plan = PlanResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    assert plan.parallel is not None and plan.parallel.tp == 2
+    text = render_plan(plan)
+    assert text.startswith(f"{plan.status.value.upper()}: llama-3.1-8b on 8 x h100-sxm5-80gb")
+    assert "TP2" in text and "GiB" in text
+
+
+def test_plan_command_exits_1_when_infeasible(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--model", "llama-3.1-405b", "--gpu", "h100-sxm5-80gb", "--nodes", "1",
+            "--global-batch", "64", "--seq", "8192", "--time-limit", "1", "-o", str(out)]
+    assert cli.main(argv) == 1
+    assert PlanResponse.model_validate_json(out.read_text(encoding="utf-8")).status == \
+        "infeasible"
+
+
+def test_evaluate_command(tmp_path: Path) -> None:
+    out = tmp_path / "evaluation.json"
+    argv = ["evaluate", *PRESET_FLAGS, "--tp", "8", "--pp", "4", "--dp", "2", "--sp",
+            "--recompute", "selective", "-o", str(out)]
+    assert cli.main(argv) == 0
+    result = PlanResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    assert result.memory is not None and result.memory.fits
+    assert "bottleneck" in render_plan(result)

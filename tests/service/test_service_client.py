@@ -39,6 +39,8 @@ def test_every_read_endpoint(atlas: AtlasClient) -> None:
     hf = atlas.model_from_hf(FROM_HF_EXAMPLE["config"], name="llama-3.1-8b")
     assert hf.spec.name == "llama-3.1-8b"
     assert len(atlas.memory(EVALUATE_REQUEST_EXAMPLE).stages) == 16
+    evaluation = atlas.evaluate(EVALUATE_REQUEST_EXAMPLE)
+    assert evaluation.memory is not None and evaluation.time is not None
     collective = atlas.estimate_collective(COLLECTIVE_EXAMPLES["explicit-links"]["value"])
     assert collective.num_ranks == 32
     assert atlas.mesh(MESH_EXAMPLES["moe-32-gpus"]["value"]).world_size == 32

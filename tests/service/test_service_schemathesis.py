@@ -1,6 +1,11 @@
 """Property-based API test: schemathesis generates requests from the OpenAPI document and
 checks that no response is a server error or breaks the documented schema, status codes,
-media types or headers. Bounded to a few hundred cases in all."""
+media types or headers. Bounded to a few hundred cases in all.
+
+Every endpoint runs the real library except POST /v1/plans, whose search is replaced by the
+scripted planner: the real one spends seconds per case whatever its time limit, which would
+take this run past its budget (it is exercised over HTTP in test_service_plans_real.py and
+the end-to-end test)."""
 
 from typing import Any
 

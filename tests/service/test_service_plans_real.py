@@ -1,0 +1,76 @@
+"""POST /v1/plans and POST /v1/evaluate with the library's real planner and evaluator."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from service_testkit import serve_in_process
+
+from api_schemas.plan import PlanResponse
+from service.app import create_app
+from service.settings import Settings
+
+SMALL = {"model": {"preset": "llama-3.1-8b"},
+         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+         "training": {"global_batch_size": 64, "sequence_length": 4096},
+         "solver": {"time_limit_s": 1, "top_k": 2, "num_workers": 1}}
+TOO_BIG = {**SMALL, "model": {"preset": "llama-3.1-405b"},
+           "training": {"global_batch_size": 64, "sequence_length": 8192}}
+EVALUATE = {"model": {"preset": "llama-3.1-70b"},
+            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 8, "gpus_per_node": 8},
+            "training": {"global_batch_size": 512, "sequence_length": 8192},
+            "parallel": {"tp": 8, "pp": 4, "dp": 2, "schedule": "1f1b", "zero_stage": 1,
+                         "sequence_parallel": True, "recompute": "selective"}}
+
+
+@pytest.fixture
+def real(sqlite_settings: Settings) -> Iterator[httpx.Client]:
+    with serve_in_process(create_app(sqlite_settings)) as client:
+        yield client
+
+
+def test_a_real_plan_is_stored_and_read_back(real: httpx.Client) -> None:
+    created = real.post("/v1/plans", json=SMALL)
+    assert created.status_code == 201, created.text
+    plan = PlanResponse.model_validate(created.json())
+    assert plan.status in ("optimal", "feasible")
+    assert plan.parallel is not None and plan.world_size == 8
+    assert plan.memory is not None and plan.memory.fits
+    assert plan.throughput is not None and 0 < plan.throughput.mfu < 1
+    assert real.get(created.headers["location"]).json() == created.json()
+    again = real.post("/v1/plans", json=SMALL)
+    assert again.status_code == 200 and again.json()["id"] == plan.id
+    listed = real.get("/v1/plans", params={"model": "llama-3.1-8b"}).json()
+    assert [item["id"] for item in listed["items"]] == [plan.id]
+
+
+def test_a_real_infeasible_plan(real: httpx.Client) -> None:
+    response = real.post("/v1/plans", json=TOO_BIG)
+    assert response.status_code == 422
+    problem: dict[str, Any] = response.json()
+    assert problem["code"] == "no-feasible-plan"
+    assert problem["explanation"]["relaxations"], problem
+    stored = real.get(f"/v1/plans/{problem['instance']}").json()
+    assert stored["status"] == "infeasible"
+    assert stored["explanation"] == problem["explanation"]
+    assert real.get("/v1/plans", params={"status": "infeasible"}).json()["total"] == 1
+
+
+def test_evaluate_scores_a_configuration(real: httpx.Client) -> None:
+    response = real.post("/v1/evaluate", json=EVALUATE)
+    assert response.status_code == 200
+    result = PlanResponse.model_validate(response.json())
+    assert result.status == "feasible" and result.memory is not None and result.memory.fits
+    assert result.time is not None and result.time.step_time_s > 0
+    assert result.bottleneck
+    ledger = real.post("/v1/ledger/memory", json=EVALUATE).json()
+    assert ledger["peak_bytes"] == result.memory.peak_bytes
+
+
+def test_evaluate_names_a_broken_mesh_rule(real: httpx.Client) -> None:
+    body = {**EVALUATE, "parallel": {**EVALUATE["parallel"], "dp": 3}}
+    response = real.post("/v1/evaluate", json=body)
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid-spec"
+    assert response.json()["errors"][0]["loc"] == ["body", "parallel", "dp"]
