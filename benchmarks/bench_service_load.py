@@ -7,7 +7,8 @@ each scenario and concurrency, keeps that many requests in flight until the coun
 Scenarios: POST /v1/ledger/memory (Llama 3.1 405B on 16,384 H100s, 16 stages); and, when the
 service has POST /v1/plans, small plan requests (Llama 3.1 8B on 32 H100s, 2 s limit), each
 distinct (every request is a new search) and then repeated (answered from the store).
-Prints one table row per scenario and concurrency; latency counts from send to full body.
+Prints one table row per scenario and concurrency; latency counts from send to full body;
+503 answers (the solver pool and its queue full) are counted under `statuses`.
 """
 
 import argparse
@@ -107,12 +108,13 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def _start_server(directory: Path, workers: int) -> tuple[subprocess.Popen[bytes], str]:
+def _start_server(directory: Path, workers: int, *,
+                  settings: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     command = [str(ATLAS_PLANNER), "serve", "--port", str(port), "--workers", str(workers),
                "--database-url", f"sqlite:///{directory / 'plans.db'}", "--log-level",
                "warning"]
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"} | settings
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
     base_url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -132,9 +134,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400, help="requests per row")
     parser.add_argument("--plan-requests", type=int, default=64, help="plan requests per row")
     parser.add_argument("--workers", type=int, default=1, help="server processes")
+    parser.add_argument("--solver-threads", type=int, help="ATLAS_SOLVER_THREADS")
+    parser.add_argument("--solver-queue", type=int, help="ATLAS_SOLVER_QUEUE")
     args = parser.parse_args()
+    settings = {name: str(value) for name, value in (
+        ("ATLAS_SOLVER_THREADS", args.solver_threads), ("ATLAS_SOLVER_QUEUE", args.solver_queue))
+        if value is not None}
     with tempfile.TemporaryDirectory() as tmp:
-        process, base_url = _start_server(Path(tmp), args.workers)
+        process, base_url = _start_server(Path(tmp), args.workers, settings=settings)
         try:
             paths = httpx.get(f"{base_url}/openapi.json").json()["paths"]
             # (name, path, body of request i in row r, requests per row)
@@ -149,8 +156,9 @@ def main() -> None:
                                   lambda _i, _r: small_plan(0), args.requests))
             header = (f"{'scenario':<24} {'clients':>7} {'requests':>8} {'req/s':>8} "
                       f"{'p50 ms':>8} {'p99 ms':>8}  statuses")
+            described = ", ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
             sys.stdout.write(f"server: {args.workers} worker process(es), SQLite, "
-                             f"{os.cpu_count()} CPUs\n{header}\n")
+                             f"{os.cpu_count()} CPUs, {described}\n{header}\n")
             for name, path, body_of, total in scenarios:
                 for concurrency in CONCURRENCY:
                     elapsed, lat, statuses = asyncio.run(_drive(

@@ -7,7 +7,7 @@ conversion and layout; it returns strings and never prints.
 
 from api_schemas.collectives import CollectiveEstimateResponse
 from api_schemas.moe import MoePlacementResponse
-from api_schemas.parallel import ParallelConfig
+from api_schemas.parallel import ParallelConfig, StagePolicy
 from api_schemas.pipeline import PipelineOptimizeResponse, PipelineSimulateResponse
 from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.problems import ProblemDetail
@@ -60,13 +60,24 @@ def describe_parallel(parallel: ParallelConfig) -> str:
         ("tp", parallel.tp), ("pp", parallel.pp), ("dp", parallel.dp), ("cp", parallel.cp),
         ("ep", parallel.ep), ("etp", parallel.etp), ("vpp", parallel.vpp))
         if value > 1 or name in ("tp", "pp", "dp"))
-    recompute = parallel.recompute if isinstance(parallel.recompute, str) else (
-        f"full x{parallel.recompute.full_layers} layers")
     extras = [str(parallel.schedule.value), f"mbs {parallel.micro_batch_size}",
-              f"ZeRO-{parallel.zero_stage}", f"recompute {recompute}"]
+              f"ZeRO-{parallel.zero_stage}"]
     if parallel.sequence_parallel:
         extras.append("SP")
+    policies = {_describe_policy(parallel.policy_of(stage)) for stage in range(parallel.pp)}
+    extras.append(policies.pop() if len(policies) == 1 else "per-stage activation policies")
     return f"{degrees} | {', '.join(extras)}"
+
+
+def _describe_policy(policy: StagePolicy) -> str:
+    recompute = policy.recompute if isinstance(policy.recompute, str) else (
+        f"full x{policy.recompute.full_layers} layers")
+    text = f"recompute {recompute}"
+    if policy.fp8_activations:
+        text += ", FP8 activations"
+    if policy.offload_frac:
+        text += f", {policy.offload_frac:.0%} offloaded"
+    return text
 
 
 def render_plan(plan: PlanResponse) -> str:
