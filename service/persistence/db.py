@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 from sqlmodel import SQLModel
@@ -36,9 +37,28 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
+SCHEMA_LOCK_KEY = 0x61746C6173
+"""PostgreSQL advisory-lock key held while creating the schema ('atlas' in ASCII), so that
+several server processes starting together do not race on CREATE TABLE."""
+
+
 def init_db(engine: Engine) -> None:
-    """Create the tables that do not exist yet (idempotent)."""
-    SQLModel.metadata.create_all(engine)
+    """Create the tables that do not exist yet (idempotent, safe for concurrent starts).
+
+    On PostgreSQL the creation runs under a transaction-scoped advisory lock; elsewhere a
+    creation that lost a race to another process is retried once (the table then exists).
+    """
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as connection:
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                               {"key": SCHEMA_LOCK_KEY})
+            SQLModel.metadata.create_all(connection)
+    else:
+        try:
+            SQLModel.metadata.create_all(engine)
+        except DBAPIError:
+            logger.info("schema created concurrently by another process; checking again")
+            SQLModel.metadata.create_all(engine)
     logger.info("plan store ready at %s", engine.url.render_as_string(hide_password=True))
 
 

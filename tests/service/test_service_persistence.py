@@ -1,6 +1,7 @@
 """The plan store on SQLite and on PostgreSQL: repository functions, the unique request
 hash, filters and pagination, and reading a plan back after the service restarts."""
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -122,3 +123,25 @@ def test_health_reports_an_unreachable_database(client: Any,
     assert response.status_code == 503
     assert response.json()["status"] == "degraded"
     assert response.json()["database"] == "unreachable"
+
+
+def test_concurrent_start_ups_create_the_schema_once(database_url: str) -> None:
+    engines = [make_engine(database_url) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def start(engine: Any) -> None:
+        try:
+            init_db(engine)
+        except BaseException as error:  # noqa: BLE001 - collected for the assertion
+            errors.append(error)
+
+    threads = [threading.Thread(target=start, args=(engine,)) for engine in engines]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert errors == []
+    with Session(engines[0]) as session:
+        assert save_plan(session=session, record=record(1)).id == f"{1:032x}"
+    for engine in engines:
+        engine.dispose()
