@@ -9,8 +9,8 @@ import logging
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 from sqlmodel import SQLModel
 

@@ -132,7 +132,7 @@ def test_concurrent_start_ups_create_the_schema_once(database_url: str) -> None:
     def start(engine: Any) -> None:
         try:
             init_db(engine)
-        except BaseException as error:  # noqa: BLE001 - collected for the assertion
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=start, args=(engine,)) for engine in engines]
