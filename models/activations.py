@@ -18,6 +18,7 @@ s x s scores; context parallelism divides every term by cp.
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec
 from api_schemas.parallel import DEFAULT_RECOMPUTE_MODULES, RecomputeMode, RecomputeModule
@@ -246,6 +247,14 @@ def moe_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
 
 def layer_activation_bytes(spec: ModelSpec, layer_index: int,
                            ctx: LayerActivationContext) -> LayerActivationBytes:
+    """Stored activation tensors of one layer for one micro-batch (layers of one kind are
+    alike, so the result is cached per kind). See `_layer_activation_bytes`."""
+    return _layer_activation_bytes(spec, spec.is_moe_layer(layer_index), ctx)
+
+
+@lru_cache(maxsize=8192)
+def _layer_activation_bytes(spec: ModelSpec, moe_layer: bool,
+                            ctx: LayerActivationContext) -> LayerActivationBytes:
     """Stored activation tensors of one layer for one micro-batch.
 
     Source: [KOR22] arXiv:2205.05198 Eq. 1, 2, 4 (s b h (34 + 5 a s / h), with TP
@@ -257,7 +266,7 @@ def layer_activation_bytes(spec: ModelSpec, layer_index: int,
     rep, h = ctx.replicated_divisor, spec.hidden_size
     norms = [_tensor("attention norm input", "norm", ACTIVATION_BYTES * h / rep, ctx),
              _tensor("MLP norm input", "norm", ACTIVATION_BYTES * h / rep, ctx)]
-    block = moe_tensors(spec, ctx) if spec.is_moe_layer(layer_index) else mlp_tensors(spec, ctx)
+    block = moe_tensors(spec, ctx) if moe_layer else mlp_tensors(spec, ctx)
     tensors = tuple(norms + attention_tensors(spec, ctx) + block)
     return LayerActivationBytes(tensors=tensors,
                                 input_bytes=math.ceil(ctx.tokens * ACTIVATION_BYTES * h / rep))

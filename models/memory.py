@@ -16,6 +16,7 @@ edp = tp x cp x dp / (ep x etp) (Megatron-LM PR #4687: never by tp).
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from api_schemas.architecture import ModelSpec
@@ -196,17 +197,27 @@ def _first_of_each_kind(spec: ModelSpec, layers: tuple[int, ...]) -> dict[bool, 
     return out
 
 
-def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> RankParameters:
-    tp = parallel.tp
-    gemm = vectors = experts = largest_layer = 0
-    counts: dict[bool, int] = {}
+def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout
+                    ) -> RankParameters:
+    """Parameters one rank holds by sharding group (cached per layer mix and degrees)."""
+    counts = {False: 0, True: 0}
     for index in layout.layers:
-        kind = spec.is_moe_layer(index)
-        counts[kind] = counts.get(kind, 0) + 1
-    kinds = [(layer_params(spec, i), counts[kind])
-             for kind, i in _first_of_each_kind(spec, layout.layers).items()]
-    if layout.num_mtp_modules:
-        kinds.append((mtp_module_params(spec), layout.num_mtp_modules))
+        counts[spec.is_moe_layer(index)] += 1
+    first = _first_of_each_kind(spec, layout.layers)
+    return _rank_parameters(spec, parallel.tp, parallel.ep, parallel.etp, counts[False],
+                            counts[True], first.get(False), first.get(True),
+                            layout.num_embeddings, layout.num_heads, layout.num_mtp_modules)
+
+
+@lru_cache(maxsize=16384)
+def _rank_parameters(spec: ModelSpec, tp: int, ep: int, etp: int, num_dense: int,
+                     num_moe: int, dense_index: int | None, moe_index: int | None,
+                     num_embeddings: int, num_heads: int, num_mtp: int) -> RankParameters:
+    gemm = vectors = experts = largest_layer = 0
+    kinds = [(layer_params(spec, i), count) for i, count in
+             ((dense_index, num_dense), (moe_index, num_moe)) if i is not None and count]
+    if num_mtp:
+        kinds.append((mtp_module_params(spec), num_mtp))
     attn_matrices = attention_params(spec, matrices_only=True)
     for layer, count in kinds:
         layer_gemm = attn_matrices
@@ -219,8 +230,8 @@ def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayo
         layer_vectors = layer.dense_part - layer_gemm
         layer_experts = 0
         if layer.num_routed_experts:
-            layer_experts = math.ceil(layer.num_routed_experts / parallel.ep
-                                      * layer.routed_expert_each / parallel.etp)
+            layer_experts = math.ceil(layer.num_routed_experts / ep * layer.routed_expert_each
+                                      / etp)
         shard = math.ceil(layer_gemm / tp) + layer_vectors + layer_experts
         gemm += count * math.ceil(layer_gemm / tp)
         vectors += count * layer_vectors
@@ -228,10 +239,10 @@ def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayo
         largest_layer = max(largest_layer, shard)
     vocab_shard = math.ceil(spec.vocab_size / tp) * spec.hidden_size
     positions = spec.learned_position_embeddings * spec.hidden_size
-    embedding = layout.num_embeddings * (vocab_shard + positions)
-    head_copy = vocab_shard if head_params(spec) or layout.num_embeddings == 0 else 0
-    head = layout.num_heads * head_copy
-    vectors += layout.num_heads * norm_params(spec, spec.hidden_size)
+    embedding = num_embeddings * (vocab_shard + positions)
+    head_copy = vocab_shard if head_params(spec) or num_embeddings == 0 else 0
+    head = num_heads * head_copy
+    vectors += num_heads * norm_params(spec, spec.hidden_size)
     return RankParameters(gemm=gemm, vectors=vectors, embedding=embedding, head=head,
                         experts=experts, largest_layer=largest_layer,
                         largest_matrix=largest_weight_matrix(spec))
