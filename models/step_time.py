@@ -629,8 +629,8 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
     Fixed-order schedules executed as soon as possible are monotone in op durations, so the
     closed form at the lightest virtual stage's F, B and W (no P2P latency) is a lower bound;
     so is m times the busiest rank's work. Where the schedule has no exact closed form, the
-    fill (the lightest forwards of all but one virtual stage) plus the lightest rank's work
-    bounds it. Source: the closed forms of `models.pipeline.closed_forms`.
+    busiest rank's work bounds it, and for the linear ZB-H2 also the fill (the lightest
+    forwards of all but one stage) plus the lightest rank's work. Source: the closed forms of `models.pipeline.closed_forms`.
     """
     m = micro_batch_count(training, parallel)
     layouts = pipeline_layout(spec, parallel)
@@ -657,8 +657,10 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
                                   backward_weight_s=min(durations.backward_weight_s))
     if closed is not None:
         return max(busiest, closed)
-    # No exact closed form (ZB-H2, ZB-V, DualPipe/V): the last virtual stage cannot start
-    # before one forward has crossed every earlier stage, then it does all its own work.
+    if parallel.schedule != S.ZB_H2:
+        return busiest  # V and bidirectional placements start work on every rank at once
+    # ZB-H2 (linear): the last rank cannot start before one forward has crossed every
+    # earlier stage, then it does all its own work.
     fill = sum(sorted(durations.forward_s)[: len(durations.forward_s) - 1])
     return max(busiest, fill + min(rank_work_s(parallel, st, m) for st in stages))
 
