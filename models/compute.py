@@ -258,6 +258,11 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
                         recompute_module_s=module_s)
 
 
+def clear_compute_cache() -> None:
+    """Forget cached layer times (for calibration scripts that swap kernel profiles)."""
+    _layer_compute.cache_clear()
+
+
 def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
     """Output projection (vocabulary-parallel) and the fp32 cross-entropy on the last stage."""
     gemm = [_Gemm(m=ctx.tokens, n=math.ceil(spec.vocab_size / ctx.tp), k=spec.hidden_size)]
@@ -275,6 +280,7 @@ __all__ = [
     "LayerCompute",
     "OpTimes",
     "attention_gemms",
+    "clear_compute_cache",
     "head_compute",
     "layer_compute",
     "mlp_gemms",

@@ -14,6 +14,7 @@ import statistics
 
 from api_schemas import DType
 from models import kernels
+from models.compute import clear_compute_cache
 from models.catalog import cluster_preset, model_preset
 from models.errors import InvalidSpecError
 from models.memory import memory_ledger
@@ -57,6 +58,7 @@ def set_eta(eta: float) -> None:
     profile = kernels.PROFILES["ampere"]
     fracs = dict(profile.gemm_peak_frac, **{DType.BF16: eta, DType.FP16: eta})
     kernels.PROFILES["ampere"] = dataclasses.replace(profile, gemm_peak_frac=fracs)
+    clear_compute_cache()
 
 
 def main() -> None:
