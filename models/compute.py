@@ -151,7 +151,7 @@ def attention_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
     return [_Gemm(m=tokens, n=(a // t + 2 * kv) * d, k=h), _Gemm(m=tokens, n=h, k=a * d // t)]
 
 
-def mlp_gemms(spec: ModelSpec, ctx: ComputeContext, width: int, *, tokens: int, split: int,
+def mlp_gemms(spec: ModelSpec, width: int, *, tokens: int, split: int,
               module: RecomputeModule) -> list[_Gemm]:
     """Up (gate+up for SwiGLU) and down projections of an MLP of intermediate `width`."""
     up = (2 if spec.mlp == MlpKind.SWIGLU else 1) * width // split
@@ -175,10 +175,10 @@ def moe_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
     per_expert = routed_assignments(spec, ctx) / local_experts
     padded = local_experts * math.ceil(per_expert / GEMM_TILE) * GEMM_TILE
     out = [_Gemm(m=ctx.tokens, n=moe.num_experts, k=spec.hidden_size)]
-    out += mlp_gemms(spec, ctx, moe.expert_ffn_hidden_size, tokens=int(padded), split=ctx.etp,
+    out += mlp_gemms(spec, moe.expert_ffn_hidden_size, tokens=int(padded), split=ctx.etp,
                      module=M.MOE)
     if moe.num_shared_experts:
-        out += mlp_gemms(spec, ctx, moe.shared_expert_ffn_hidden_size, tokens=ctx.tokens,
+        out += mlp_gemms(spec, moe.shared_expert_ffn_hidden_size, tokens=ctx.tokens,
                          split=ctx.tp, module=M.SHARED_EXPERTS)
     return out
 
@@ -237,7 +237,7 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
     if moe_layer:
         gemms += moe_gemms(spec, ctx)
     else:
-        gemms += mlp_gemms(spec, ctx, spec.ffn_hidden_size, tokens=ctx.tokens, split=ctx.tp,
+        gemms += mlp_gemms(spec, spec.ffn_hidden_size, tokens=ctx.tokens, split=ctx.tp,
                            module=M.MLP)
     times, module_s = _gemm_times(gemms, ctx)
     attn_f, attn_b = _attention_core(spec, ctx)

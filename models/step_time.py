@@ -281,7 +281,7 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
         bwd["tp"] = blocks * per_block
     cp = groups["cp"]
     if cp.size > 1:
-        cp_fwd, cp_bwd = _cp_comm(spec, training, parallel, groups, fabric, tokens)
+        cp_fwd, cp_bwd = _cp_comm(spec, parallel, groups, fabric, tokens)
         if parallel.cp_kind == ContextParallelKind.RING:
             fwd["cp"] = max(0.0, cp_fwd - attention_forward_s)
             bwd["cp"] = max(0.0, cp_bwd - 2.0 * attention_forward_s)
@@ -305,7 +305,7 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     return LayerComm(forward_s=fwd, backward_s=bwd, recompute_forward_s=sum(fwd.values()))
 
 
-def _cp_comm(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+def _cp_comm(spec: ModelSpec, parallel: ParallelConfig,
              groups: dict[str, AxisGroup], fabric: Fabric, tokens: float) -> tuple[float, float]:
     """(forward, backward) context-parallel collective time of one layer."""
     cp = parallel.cp

@@ -17,11 +17,11 @@ from api_schemas.plan import (
     Throughput,
     TimeBreakdown,
 )
-from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRequest, SolverLimits
+from api_schemas.requests import EvaluateRequest, PlanRequest
 from models.errors import InvalidSpecError
 from models.kernels import profile_for
 from models.memory import memory_ledger
-from models.mesh import mesh_problems, validate_mesh
+from models.mesh import validate_mesh
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import StepEstimate, estimate_step
 from solver import cpsat

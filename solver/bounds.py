@@ -23,7 +23,7 @@ from models.activations import LayerActivationContext, layer_activation_bytes
 from models.collectives import fabric_of
 from models.compute import ComputeContext, head_compute, layer_compute
 from models.memory import RUNTIME_RESERVE_BYTES
-from models.params import count_parameters, layer_params
+from models.params import count_parameters
 from models.pipeline import peak_in_flight_chunks
 from models.precision import state_bytes_per_param
 from models.step_time import axis_groups, layer_comm
@@ -124,8 +124,7 @@ class BoundTables:
             bound = max(bound, _closed_form_bound(c.schedule, c.pp, m, chunks, f, b, w))
         return bound
 
-    def memory_bound_bytes(self, c: MeshCandidate, *, max_zero: int, max_offload: float,
-                           allow_fp8: bool) -> int:
+    def memory_bound_bytes(self, c: MeshCandidate, *, max_zero: int, max_offload: float) -> int:
         """Lower bound of the peak GPU bytes under the most frugal choices allowed."""
         spec, tr = self.spec, self.training
         per_param = state_bytes_per_param(tr)

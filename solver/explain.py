@@ -9,7 +9,7 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import FullLayers, ParallelConfig, PipelineSchedule, RecomputeMode
 from api_schemas.units import GIB
-from models.memory import MemoryLedger, StageMemory
+from models.memory import MemoryLedger
 from models.step_time import StepEstimate, axis_groups
 from solver.candidate_eval import Rejection, ScoredPlan
 
@@ -99,7 +99,7 @@ def why_not(best: ScoredPlan, other: ScoredPlan, cluster: ClusterSpec) -> str:
     return text + (" (" + "; ".join(reasons) + ")" if reasons else "")
 
 
-def why_rejected(rejection: Rejection, ledger: MemoryLedger | None = None) -> str:
+def why_rejected(rejection: Rejection) -> str:
     """Why a candidate has no plan at all."""
     c = rejection.candidate
     head = (f"TP{c.tp} x PP{c.pp} ({c.schedule}) x DP{c.dp}"
