@@ -12,33 +12,12 @@ import argparse
 import statistics
 
 from api_schemas import ClusterInput, ModelPreset, PlanRequest, SolverLimits
-from models.catalog import cluster_preset, model_preset
-from models.errors import InvalidSpecError
-from models.memory import memory_ledger
-from models.published import PublishedRun, published_runs
-from models.step_time import StepEstimate, estimate_step
+from models.published import published_runs
 from solver import plan
 from solver.explain import describe_parallel
+from solver.published import score_published_run
 
 CALIBRATION = ("megatron2021-gpt-1.7b", "megatron2021-gpt-145.6b", "megatron2021-gpt-1008b")
-
-
-def published_estimate(run: PublishedRun) -> StepEstimate | None:
-    """The published layout's best fitting micro-batch."""
-    spec = model_preset(run.model_preset)
-    cluster = cluster_preset(run.gpu, num_nodes=run.num_nodes, gpus_per_node=run.gpus_per_node)
-    best = None
-    for mbs in (1, 2, 4, 8):
-        parallel = run.parallel.model_copy(update={"micro_batch_size": mbs})
-        try:
-            if not memory_ledger(spec, run.training, parallel, cluster).fits:
-                continue
-            est = estimate_step(spec, run.training, parallel, cluster)
-        except InvalidSpecError:
-            continue
-        if best is None or est.step_time_s < best.step_time_s:
-            best = est
-    return best
 
 
 def main() -> None:
@@ -49,7 +28,7 @@ def main() -> None:
     print(f"{'row':26s} {'role':11s} {'printed':>8s} {'predicted':>9s} {'error':>7s} "
           f"{'plan TF/s':>9s} {'plan s':>7s} {'status':>8s}  planner's plan")
     for run in (r for r in published_runs() if r.id.startswith("megatron2021")):
-        est = published_estimate(run)
+        est = score_published_run(run)
         assert est is not None and run.printed_tflops_per_gpu is not None
         predicted = est.hardware_tflops_per_gpu
         error = predicted / run.printed_tflops_per_gpu - 1

@@ -595,10 +595,10 @@ def _stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -
     return (kinds, layout.num_embeddings, layout.num_heads, layout.num_mtp_modules, policy, rank)
 
 
-def _pipeline(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-              cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
-              groups: dict[str, AxisGroup]) -> tuple[list[StageTime], float]:
-    """Per-stage times and the simulated makespan."""
+def _stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                 cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
+                 groups: dict[str, AxisGroup]) -> list[StageTime]:
+    """Every rank's per-micro-batch times, computed once per distinct stage (`_stage_key`)."""
     cache: dict[tuple, StageTime] = {}
     stages = []
     for layout in layouts:
@@ -607,6 +607,14 @@ def _pipeline(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
             cache[key] = stage_time(spec, training, parallel, cluster, layout,
                                     num_micro_batches=m, fabric=fabric, groups=groups)
         stages.append(dataclasses.replace(cache[key], stage=layout.rank))
+    return stages
+
+
+def _pipeline(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+              cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
+              groups: dict[str, AxisGroup]) -> tuple[list[StageTime], float]:
+    """Per-stage times and the simulated makespan."""
+    stages = _stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
     tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
     shard = parallel.tp if parallel.sequence_parallel else 1
     p2p = collective_s(Collective.P2P, AxisGroup(size=2, ranks_per_node=min(
@@ -638,14 +646,7 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
     if parallel.pp == 1:
         _, makespan = _pipeline(spec, training, parallel, cluster, layouts, m, fabric, groups)
         return makespan
-    cache: dict[tuple, StageTime] = {}
-    stages = []
-    for layout in layouts:
-        key = _stage_key(spec, parallel, layout)
-        if key not in cache:
-            cache[key] = stage_time(spec, training, parallel, cluster, layout,
-                                    num_micro_batches=m, fabric=fabric, groups=groups)
-        stages.append(dataclasses.replace(cache[key], stage=layout.rank))
+    stages = _stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
     durations = _virtual_stage_durations(parallel, stages)
     chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
         parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)

@@ -25,7 +25,7 @@ from models.compute import ComputeContext, head_compute, layer_compute
 from models.memory import RUNTIME_RESERVE_BYTES
 from models.params import count_parameters
 from models.pipeline import peak_in_flight_chunks
-from models.precision import state_bytes_per_param
+from models.precision import sharded_state_bytes, state_bytes_per_param
 from models.step_time import axis_groups, layer_comm
 from solver.space import MeshCandidate
 
@@ -133,18 +133,10 @@ class BoundTables:
         expert_params = self.params.routed_experts_total / (c.ep * c.etp)
         shard = c.dp * c.cp
         edp = max(1, c.tp * c.cp * c.dp // (c.ep * c.etp))
-        states = 0.0
-        for count, group in ((dense_params, shard), (expert_params, edp)):
-            weights = count * (per_param.weights + per_param.fp8_copy)
-            grads = count * per_param.gradients
-            optim = count * per_param.optimizer
-            if max_zero >= 1:
-                optim /= group
-            if max_zero >= 2:
-                grads /= group
-            if max_zero >= 3:
-                weights /= group
-            states += weights + grads + optim
+        states = float(sum(
+            sharded_state_bytes(int(count), per_param, zero_stage=max_zero,
+                                shard_degree=group).total_bytes
+            for count, group in ((dense_params, shard), (expert_params, edp))))
         copies = 2 if c.schedule == S.DUALPIPE else 1
         states = states * copies / c.pp
         layer_input = self._layer_input_bytes(c)
