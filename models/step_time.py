@@ -37,14 +37,21 @@ from api_schemas.parallel import (
     RecomputeModule,
 )
 from api_schemas.training import TrainingSpec
-from models.collectives import Collective, Fabric, collective_cost, fabric_of
+from models.collectives import (
+    Collective,
+    Fabric,
+    all_to_all_split_cost,
+    collective_cost,
+    fabric_of,
+)
 from models.compute import ComputeContext, LayerCompute, OpTimes, head_compute, layer_compute
+from models.errors import InvalidSpecError
 from models.flops import attention_head_dims, step_flops
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout, num_virtual_stages, pipeline_layout
 from models.memory import micro_batch_count, rank_parameters, stage_activation_components
+from models.moe import ep_dispatch_split
 from models.params import layer_params
-from models.errors import InvalidSpecError
 from models.pipeline import (
     OpDurations,
     closed_form_makespan,
@@ -288,13 +295,7 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
         else:
             fwd["cp"], bwd["cp"] = cp_fwd, cp_bwd
     if moe_layer and spec.moe is not None and groups["ep"].size > 1:
-        assignments = tokens * spec.moe.top_k * parallel.etp / parallel.tp
-        assignments *= training.moe_load_imbalance
-        dispatch_bytes = 1.0 + 4.0 / 128 if training.compute_dtype == DType.FP8 else act
-        per_layer = (collective_s(Collective.ALL_TO_ALL, groups["ep"],
-                                  assignments * h * dispatch_bytes, fabric)
-                     + collective_s(Collective.ALL_TO_ALL, groups["ep"],
-                                    assignments * h * act, fabric))
+        per_layer = expert_all_to_all_s(spec, training, parallel, groups["ep"], fabric, tokens)
         overlapped = parallel.schedule in _EP_OVERLAPPED or (
             training.overlap_ep_comm and parallel.schedule == S.INTERLEAVED_1F1B)
         if overlapped:
@@ -303,6 +304,44 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
         else:
             fwd["ep"], bwd["ep"] = per_layer, per_layer
     return LayerComm(forward_s=fwd, backward_s=bwd, recompute_forward_s=sum(fwd.values()))
+
+
+def expert_all_to_all_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                        group: AxisGroup, fabric: Fabric, tokens: float) -> float:
+    """Dispatch plus combine time of one MoE layer for one micro-batch (one direction).
+
+    The bytes each rank sends are split between NVLink and the NICs by
+    `models.moe.ep_dispatch_split` (one IB copy per destination node, then NVLink forwards;
+    node-limited routing caps the nodes per token at the router's group limit), scaled by
+    the assumed load imbalance, and timed by `all_to_all_split_cost`.
+    Source: DeepSeek-V3 arXiv:2412.19437 Sec. 3.2.2; GShard arXiv:2006.16668 (dispatch and
+    combine all-to-alls).
+    """
+    moe = spec.moe
+    assert moe is not None
+    per_rank = max(1, int(tokens * parallel.etp / parallel.tp))
+    k = group.ranks_per_node
+    nodes = max(1, group.size // k)
+    limit = min(nodes, moe.topk_groups) if moe.num_expert_groups > 1 else None
+    total = 0.0
+    for element_bytes in ((1 if training.compute_dtype == DType.FP8 else 2), 2):
+        try:
+            split = ep_dispatch_split(tokens_per_rank=per_rank, top_k=moe.top_k,
+                                      hidden_size=spec.hidden_size,
+                                      bytes_per_elem=element_bytes,
+                                      num_experts=moe.num_experts, ep_size=group.size,
+                                      ranks_per_node=k, max_nodes_per_token=limit)
+        except InvalidSpecError:
+            payload = per_rank * moe.top_k * spec.hidden_size * element_bytes
+            total += collective_s(Collective.ALL_TO_ALL, group,
+                                  payload * training.moe_load_imbalance, fabric)
+            continue
+        scale = training.moe_load_imbalance
+        total += all_to_all_split_cost(
+            num_ranks=group.size, ranks_per_node=k,
+            intra_bytes_per_rank=int(split.intra_node_bytes * scale),
+            inter_bytes_per_rank=int(split.inter_node_bytes * scale), fabric=fabric).time_s
+    return total
 
 
 def _cp_comm(spec: ModelSpec, parallel: ParallelConfig,
@@ -709,6 +748,7 @@ __all__ = [
     "collective_s",
     "compiled_schedule",
     "estimate_step",
+    "expert_all_to_all_s",
     "layer_comm",
     "pipeline_makespan",
     "pipeline_makespan_bound",

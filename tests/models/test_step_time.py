@@ -83,3 +83,24 @@ def test_dualpipe_hides_expert_all_to_all() -> None:
     dual = estimate_step(spec, training, base.model_copy(update={"schedule": "dualpipe"}),
                          cluster)
     assert one_f.exposed_comm_s.get("ep", 0.0) > dual.exposed_comm_s.get("ep", 0.0)
+
+
+def test_node_limited_routing_cuts_expert_all_to_all_time() -> None:
+    # DeepSeek-V3 routes each token to at most 4 nodes (n_group 8, topk_group 4); the same
+    # model routed without the limit sends more copies over the NICs.
+    from api_schemas.architecture import MoESpec
+    from models.collectives import fabric_of
+    from models.step_time import AxisGroup, expert_all_to_all_s
+
+    spec = model_preset("deepseek-v3")
+    assert spec.moe is not None
+    unlimited = spec.model_copy(update={"moe": spec.moe.model_copy(
+        update={"num_expert_groups": 1, "topk_groups": 1})})
+    assert isinstance(unlimited.moe, MoESpec)
+    cluster = cluster_preset("h800-sxm5-80gb", num_nodes=8)
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    parallel = ParallelConfig(dp=64, ep=64)
+    group = AxisGroup(size=64, ranks_per_node=8)
+    limited_s = expert_all_to_all_s(spec, training, parallel, group, fabric_of(cluster), 4096)
+    free_s = expert_all_to_all_s(unlimited, training, parallel, group, fabric_of(cluster), 4096)
+    assert limited_s < free_s
