@@ -61,7 +61,8 @@ class BoundTables:
 
     def core(self, c: MeshCandidate) -> CoreTimes:
         """Layer and head times of the candidate's core (cached)."""
-        key = (c.tp, c.cp, c.cp_kind, c.micro_batch_size, c.ep, c.etp, c.sequence_parallel,
+        key = (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
+               c.sequence_parallel,
                c.schedule in (S.DUALPIPE, S.DUALPIPEV)
                or (c.schedule == S.INTERLEAVED_1F1B and self.training.overlap_ep_comm))
         if key not in self._core_cache:

@@ -66,3 +66,27 @@ def test_no_policy_when_nothing_can_fit() -> None:
     training = TRAIN.model_copy(update={"global_batch_size": 8})
     assert choose_stage_policies(SPEC, training, parallel, cluster,
                                  policy_options(SPEC, Constraints()), CONFIG) is None
+
+
+def test_layer_split_options_lighten_first_and_last_ranks() -> None:
+    from solver.candidate_eval import layer_split_options
+
+    options = layer_split_options(model_preset("llama-3.1-405b"), ParallelConfig(pp=16))
+    assert options[0] is None
+    lighter = options[1]
+    assert lighter is not None and sum(lighter) == 126
+    assert lighter[0] == lighter[-1] == 6 and max(lighter) == 9
+
+
+def test_refinement_never_returns_a_slower_or_overflowing_plan() -> None:
+    from solver.candidate_eval import evaluate_candidate, refine_policies
+    from solver.space import candidate_meshes
+
+    parallel, cluster = _setting()
+    mesh = next(c for c in candidate_meshes(SPEC, TRAIN, world_size=32, gpus_per_node=8,
+                                             constraints=Constraints(tp=4, pp=8, vpp=1,
+                                                                     schedule="1f1b")))
+    plan = evaluate_candidate(SPEC, TRAIN, cluster, mesh, Constraints(), CONFIG)
+    refined = refine_policies(SPEC, TRAIN, cluster, plan, Constraints(), CONFIG)
+    assert refined.ledger.fits
+    assert refined.estimate.step_time_s <= plan.estimate.step_time_s
