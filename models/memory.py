@@ -315,15 +315,33 @@ def _recompute_mode_of(policy_recompute: RecomputeMode | FullLayers,
     return policy_recompute
 
 
+def in_flight_bytes(chunk_bytes: list[int], *, peak_chunks: int,
+                    micro_batches_per_chunk: int) -> int:
+    """Bytes of `peak_chunks` in-flight micro-batch x chunk activations, as large as they can
+    be: each chunk holds at most the micro-batches that cross it, heaviest chunks first.
+    With equal chunks this is chunk bytes x peak; with uneven chunks it never exceeds what
+    the heaviest selection could hold, so it is an upper bound of the true peak."""
+    remaining, total = peak_chunks, 0
+    for size in sorted(chunk_bytes, reverse=True):
+        take = min(max(1, micro_batches_per_chunk), remaining)
+        total += take * size
+        remaining -= take
+        if remaining <= 0:
+            break
+    if remaining > 0 and chunk_bytes:
+        total += remaining * max(chunk_bytes)
+    return total
+
+
 def stage_activation_components(
     spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, layout: StageLayout,
     *, num_micro_batches: int,
 ) -> tuple[list[MemoryComponent], list[MemoryComponent], int]:
     """Activation components of one rank (GPU and host) and its peak in-flight chunks.
 
-    The stored bytes are the largest chunk's per-micro-batch activations times the peak
-    number of micro-batch x chunk activations the schedule keeps in flight on this rank
-    (`peak_in_flight_chunks`), so uneven chunks are never under-counted.
+    The stored bytes are the peak number of micro-batch x chunk activations the schedule
+    keeps in flight on this rank (`peak_in_flight_chunks`), filled with the heaviest chunks
+    first (`in_flight_bytes`), so uneven chunks are never under-counted.
     """
     policy = parallel.policy_of(layout.rank)
     ctx = _activation_context(training, parallel, policy.fp8_activations)
@@ -352,7 +370,9 @@ def stage_activation_components(
     peak = peak_in_flight_chunks(parallel.schedule, num_stages=parallel.pp,
                                  num_micro_batches=num_micro_batches, num_chunks=v,
                                  stage=layout.rank)
-    stored = max(chunk_bytes, default=0) * peak
+    stored = in_flight_bytes(chunk_bytes, peak_chunks=peak,
+                             micro_batches_per_chunk=num_micro_batches // (
+                                 2 if parallel.schedule == PipelineSchedule.DUALPIPE else 1))
     head_in_flight = num_micro_batches if parallel.schedule == PipelineSchedule.GPIPE else 1
     extras = layout.num_embeddings * embedding_activation_bytes(spec, ctx) * peak
     extras += layout.num_heads * head_activation_bytes(spec, ctx) * head_in_flight
@@ -496,6 +516,7 @@ __all__ = [
     "MemoryLedger",
     "StageMemory",
     "expert_data_parallel_degree",
+    "in_flight_bytes",
     "memory_ledger",
     "micro_batch_count",
     "rank_parameters",
