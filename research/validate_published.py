@@ -43,6 +43,9 @@ from solver.space import MeshCandidate
 DATA = json.loads((Path(__file__).parent / "data" / "published_runs.json").read_text())
 H100_CALIBRATION = ("megatron-readme-314b", "llama3-t4-405b-16384gpu-seq8192",
                     "nemo2407-gpt3-175b-512gpu")
+B200_CALIBRATION = ("bridge-25.11-dgx-b200-llama3-8b-8gpu",
+                    "bridge-25.11-dgx-b200-llama31-405b-128gpu")
+CALIBRATION = H100_CALIBRATION + B200_CALIBRATION
 SKIP_SOURCES = ("zerobubble",)  # A100 RoCE cluster rows are scored by the pipeline benchmark
 
 
@@ -139,11 +142,30 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
     return None
 
 
-def set_hopper(bf16: float, fp8: float) -> None:
-    prof = kernels.PROFILES["hopper"]
+def set_family(family: str, bf16: float, fp8: float) -> None:
+    prof = kernels.PROFILES[family]
     fracs = dict(prof.gemm_peak_frac, **{DType.BF16: bf16, DType.FP16: bf16, DType.FP8: fp8})
-    kernels.PROFILES["hopper"] = dataclasses.replace(prof, gemm_peak_frac=fracs)
+    kernels.PROFILES[family] = dataclasses.replace(prof, gemm_peak_frac=fracs)
     clear_compute_cache()
+
+
+def _calibrate(rows: list[dict[str, Any]], family: str, ids: tuple[str, ...],
+               bf16_grid: range | None) -> None:
+    calib = [r for r in rows if r["id"] in ids]
+    base = kernels.PROFILES[family].gemm_peak_frac
+    ratio = base[DType.BF16] / base[DType.FP8]
+    best = None
+    for fp8 in [x / 100 for x in range(40, 82, 2)]:
+        for bf16 in ([x / 100 for x in bf16_grid] if bf16_grid else [round(fp8 * ratio, 3)]):
+            set_family(family, bf16, fp8)
+            errs = [abs(math.log(1 + _error(*out))) for r in calib if (out := predict(r))]
+            score = statistics.mean(errs)
+            if best is None or score < best[0]:
+                best = (score, bf16, fp8)
+    assert best is not None
+    print(f"{family} calibration: eta BF16 {best[1]:.3f}, FP8 {best[2]:.2f} "
+          f"(mean |log err| {best[0]:.3f} on {len(calib)} rows)")
+    set_family(family, best[1], best[2])
 
 
 def _error(obs: float, pred: float, unit: str) -> float:
@@ -153,19 +175,10 @@ def _error(obs: float, pred: float, unit: str) -> float:
 def main() -> None:
     rows = [r for r in DATA["runs"] if not r["id"].startswith(SKIP_SOURCES)]
     if "--calibrate-h100" in sys.argv:
-        calib = [r for r in rows if r["id"] in H100_CALIBRATION]
-        best = None
-        for bf16 in [x / 100 for x in range(60, 92, 2)]:
-            for fp8 in [x / 100 for x in range(50, 82, 3)]:
-                set_hopper(bf16, fp8)
-                errs = [abs(math.log(1 + _error(*out))) for r in calib if (out := predict(r))]
-                score = statistics.mean(errs)
-                if best is None or score < best[0]:
-                    best = (score, bf16, fp8)
-        assert best is not None
-        print(f"Hopper calibration: eta BF16 {best[1]:.2f}, FP8 {best[2]:.2f} "
-              f"(mean |log err| {best[0]:.3f} on {len(calib)} rows)")
-        set_hopper(best[1], best[2])
+        _calibrate(rows, "hopper", H100_CALIBRATION, bf16_grid=range(60, 92, 2))
+    if "--calibrate-b200" in sys.argv:
+        # Only FP8 rows are printed for B200: BF16 keeps the kernel table's BF16/FP8 ratio.
+        _calibrate(rows, "blackwell", B200_CALIBRATION, bf16_grid=None)
     by_gpu: dict[str, list[float]] = {}
     for row in rows:
         out = predict(row)
@@ -173,7 +186,7 @@ def main() -> None:
             continue
         obs, pred, unit = out
         err = _error(obs, pred, unit)
-        tag = "calibration" if row["id"] in H100_CALIBRATION or row["id"] in (
+        tag = "calibration" if row["id"] in CALIBRATION or row["id"] in (
             "megatron2021-t1-1.7b", "megatron2021-t1-145.6b", "megatron2021-t1-1008.0b") \
             else "held out"
         if tag == "held out":
@@ -183,7 +196,7 @@ def main() -> None:
     by_source: dict[str, list[float]] = {}
     for row in rows:
         out = predict(row)
-        if out is not None and row["id"] not in H100_CALIBRATION:
+        if out is not None and row["id"] not in CALIBRATION:
             source = row["id"].split("-")[0]
             by_source.setdefault(source, []).append(abs(_error(*out)))
     for source, errs in sorted(by_source.items()):
