@@ -183,7 +183,8 @@ def moe_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
     return out
 
 
-def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *, moe_layer: bool) -> dict[str, float]:
+def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
+                       moe_layer: bool) -> dict[str, float]:
     """Forward HBM bytes of memory-bound kernels per micro-batch, by recompute module.
 
     Per token (2-byte elements): each norm reads and writes h; each residual add reads 2h

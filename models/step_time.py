@@ -460,7 +460,8 @@ def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk
         return OpTimes()
     times = head_compute(spec, ctx)
     for _ in range(layout.num_mtp_modules // max(1, layout.num_heads)):
-        times = times + layer_compute(spec, spec.num_layers - 1, ctx).times + head_compute(spec, ctx)
+        mtp = layer_compute(spec, spec.num_layers - 1, ctx).times
+        times = times + mtp + head_compute(spec, ctx)
     return times
 
 
@@ -677,7 +678,8 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
     closed form at the lightest virtual stage's F, B and W (no P2P latency) is a lower bound;
     so is m times the busiest rank's work. Where the schedule has no exact closed form, the
     busiest rank's work bounds it, and for the linear ZB-H2 also the fill (the lightest
-    forwards of all but one stage) plus the lightest rank's work. Source: the closed forms of `models.pipeline.closed_forms`.
+    forwards of all but one stage) plus the lightest rank's work.
+    Source: the closed forms of `models.pipeline.closed_forms`.
     """
     m = micro_batch_count(training, parallel)
     layouts = pipeline_layout(spec, parallel)

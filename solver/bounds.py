@@ -86,7 +86,8 @@ class BoundTables:
             lc = layer_compute(spec, index, ctx)
             comm = layer_comm(spec, index, training=tr, parallel=parallel, groups=groups,
                               fabric=self.fabric, compute=lc,
-                              attention_forward_s=lc.recompute_module_s.get(RecomputeModule.CORE_ATTN, 0.0))
+                              attention_forward_s=lc.recompute_module_s.get(
+                                  RecomputeModule.CORE_ATTN, 0.0))
             out[f"{kind}_f"] = lc.times.forward_s + sum(comm.forward_s.values())
             out[f"{kind}_b"] = lc.times.backward_input_s + sum(comm.backward_s.values())
             out[f"{kind}_w"] = lc.times.backward_weight_s

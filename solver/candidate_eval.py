@@ -79,7 +79,8 @@ def _ladder(spec: ModelSpec, constraints: Constraints) -> list[dict[str, object]
     return rungs
 
 
-def _frugal(spec: ModelSpec, constraints: Constraints, full_layers: int | None) -> dict[str, object]:
+def _frugal(spec: ModelSpec, constraints: Constraints,
+            full_layers: int | None) -> dict[str, object]:
     recompute: object = RecomputeMode.FULL if full_layers is None else FullLayers(
         full_layers=full_layers, others="selective")
     return {"recompute": recompute, "recompute_modules": broad_selective_modules(spec),

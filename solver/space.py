@@ -109,7 +109,8 @@ def _cp_options(spec: ModelSpec, training: TrainingSpec, constraints: Constraint
     out: list[tuple[int, ContextParallelKind, int | None]] = []
     heads = spec.num_attention_heads
     for cp in divisors(training.sequence_length):
-        if cp > 64 or (training.sequence_length // cp) < 128 or not permitted("cp", cp, constraints):
+        too_fine = cp > 64 or (training.sequence_length // cp) < 128
+        if too_fine or not permitted("cp", cp, constraints):
             continue
         if cp > 1 and constraints.cp is None and training.sequence_length < MIN_SEQUENCE_FOR_CP:
             continue
