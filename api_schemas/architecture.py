@@ -63,7 +63,8 @@ class MLASpec(SpecModel):
 class MoESpec(SpecModel):
     """The mixture-of-experts block and which layers carry it."""
 
-    num_experts: PositiveInt = Field(description="Routed experts per MoE layer (E).", examples=[256])
+    num_experts: PositiveInt = Field(description="Routed experts per MoE layer (E).",
+                                     examples=[256])
     top_k: PositiveInt = Field(description="Routed experts chosen per token (K).", examples=[8])
     expert_ffn_hidden_size: PositiveInt = Field(
         description="Intermediate width of one routed expert.", examples=[2048]

@@ -56,7 +56,8 @@ class GpuSpec(SpecModel):
 
     @model_validator(mode="after")
     def _needs_a_16_bit_peak(self) -> Self:
-        if DType.BF16 not in self.dense_peak_flop_per_s and DType.FP16 not in self.dense_peak_flop_per_s:
+        peaks = self.dense_peak_flop_per_s
+        if DType.BF16 not in peaks and DType.FP16 not in peaks:
             raise ValueError(
                 f"gpu '{self.id}': dense_peak_flop_per_s has no 'bf16' or 'fp16' entry "
                 f"(got keys {sorted(self.dense_peak_flop_per_s)}); add the dense 16-bit "

@@ -33,7 +33,8 @@ class ProblemDetail(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    type: str = Field(description="URI naming the problem code.", examples=["/problems/invalid-spec"])
+    type: str = Field(description="URI naming the problem code.",
+                      examples=["/problems/invalid-spec"])
     title: str = Field(description="Fixed, short summary of the problem code.")
     status: int = Field(description="HTTP status code.", examples=[422])
     detail: str = Field(description="What went wrong, with the offending value and the fix.")

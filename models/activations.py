@@ -18,6 +18,7 @@ s x s scores; context parallelism divides every term by cp.
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec
 from api_schemas.parallel import DEFAULT_RECOMPUTE_MODULES, RecomputeMode, RecomputeModule
@@ -200,7 +201,8 @@ def mlp_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
     """Tensors of a dense MLP: input (norm output) 2h, the intermediates, dropout mask h.
     Source: [KOR22] Sec. 4.1 (19 s b h for f = 4h)."""
     rep = ctx.replicated_divisor
-    in_bytes = FP8_TILE_BYTES_PER_ELEMENT if (ctx.fp8_storage or ctx.fp8_compute) else ACTIVATION_BYTES
+    fp8_inputs = ctx.fp8_storage or ctx.fp8_compute
+    in_bytes = FP8_TILE_BYTES_PER_ELEMENT if fp8_inputs else ACTIVATION_BYTES
     out = [_tensor("MLP input (norm output)", "mlp", in_bytes * spec.hidden_size / rep, ctx,
                    M.LAYERNORM)]
     out += _mlp_inner(spec, ctx, spec.ffn_hidden_size, prefix="MLP", copies=1.0,
@@ -216,14 +218,16 @@ def moe_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
     Deviation (MoE): the block input (norm output, 2h) and the fp32 router probabilities (E
     per token) are stored once; each token is copied to top-k experts, each copy storing the
     expert input (2h), the expert intermediates and the expert output kept for the
-    probability-weighted combine (2h, unless `moe_keep_expert_outputs` is off). Routed copies per rank scale with
+    probability-weighted combine (2h, unless `moe_keep_expert_outputs` is off). Routed
+    copies per rank scale with
     top-k x s x b x etp / tp (Megatron-LM PR #6782: not /EP) and with the assumed load
     imbalance (max/mean rank load).
     """
     moe = spec.moe
     assert moe is not None
     rep, h = ctx.replicated_divisor, spec.hidden_size
-    in_bytes = FP8_TILE_BYTES_PER_ELEMENT if (ctx.fp8_storage or ctx.fp8_compute) else ACTIVATION_BYTES
+    fp8_inputs = ctx.fp8_storage or ctx.fp8_compute
+    in_bytes = FP8_TILE_BYTES_PER_ELEMENT if fp8_inputs else ACTIVATION_BYTES
     copies = moe.top_k * ctx.moe_load_imbalance * ctx.etp / ctx.tp
     out = [
         _tensor("MoE input (norm output)", "mlp", in_bytes * h / rep, ctx, M.LAYERNORM),
@@ -246,6 +250,14 @@ def moe_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
 
 def layer_activation_bytes(spec: ModelSpec, layer_index: int,
                            ctx: LayerActivationContext) -> LayerActivationBytes:
+    """Stored activation tensors of one layer for one micro-batch (layers of one kind are
+    alike, so the result is cached per kind). See `_layer_activation_bytes`."""
+    return _layer_activation_bytes(spec, spec.is_moe_layer(layer_index), ctx)
+
+
+@lru_cache(maxsize=8192)
+def _layer_activation_bytes(spec: ModelSpec, moe_layer: bool,
+                            ctx: LayerActivationContext) -> LayerActivationBytes:
     """Stored activation tensors of one layer for one micro-batch.
 
     Source: [KOR22] arXiv:2205.05198 Eq. 1, 2, 4 (s b h (34 + 5 a s / h), with TP
@@ -257,7 +269,7 @@ def layer_activation_bytes(spec: ModelSpec, layer_index: int,
     rep, h = ctx.replicated_divisor, spec.hidden_size
     norms = [_tensor("attention norm input", "norm", ACTIVATION_BYTES * h / rep, ctx),
              _tensor("MLP norm input", "norm", ACTIVATION_BYTES * h / rep, ctx)]
-    block = moe_tensors(spec, ctx) if spec.is_moe_layer(layer_index) else mlp_tensors(spec, ctx)
+    block = moe_tensors(spec, ctx) if moe_layer else mlp_tensors(spec, ctx)
     tensors = tuple(norms + attention_tensors(spec, ctx) + block)
     return LayerActivationBytes(tensors=tensors,
                                 input_bytes=math.ceil(ctx.tokens * ACTIVATION_BYTES * h / rep))

@@ -142,7 +142,8 @@ NODE_PRESETS: dict[str, NodePreset] = {
             id="gb200-nvl72", gpu_id="gb200-nvl72", gpus_per_node=72,
             nvlink_bidirectional_bytes_per_s=1800 * GB,
             intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=400e9,
-            host_memory_bytes=18 * 2 * 480 * GB, pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            host_memory_bytes=18 * 2 * 480 * GB,
+            pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
             description="GB200 NVL72 rack as one 72-GPU NVLink domain (a 'node' here is the "
             "scale-up domain), 400 Gb/s per GPU.",
             sources=("https://glennklockwood.com/garden/processors/B200",),

@@ -151,7 +151,7 @@ def attention_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
     return [_Gemm(m=tokens, n=(a // t + 2 * kv) * d, k=h), _Gemm(m=tokens, n=h, k=a * d // t)]
 
 
-def mlp_gemms(spec: ModelSpec, ctx: ComputeContext, width: int, *, tokens: int, split: int,
+def mlp_gemms(spec: ModelSpec, width: int, *, tokens: int, split: int,
               module: RecomputeModule) -> list[_Gemm]:
     """Up (gate+up for SwiGLU) and down projections of an MLP of intermediate `width`."""
     up = (2 if spec.mlp == MlpKind.SWIGLU else 1) * width // split
@@ -175,15 +175,16 @@ def moe_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
     per_expert = routed_assignments(spec, ctx) / local_experts
     padded = local_experts * math.ceil(per_expert / GEMM_TILE) * GEMM_TILE
     out = [_Gemm(m=ctx.tokens, n=moe.num_experts, k=spec.hidden_size)]
-    out += mlp_gemms(spec, ctx, moe.expert_ffn_hidden_size, tokens=int(padded), split=ctx.etp,
+    out += mlp_gemms(spec, moe.expert_ffn_hidden_size, tokens=int(padded), split=ctx.etp,
                      module=M.MOE)
     if moe.num_shared_experts:
-        out += mlp_gemms(spec, ctx, moe.shared_expert_ffn_hidden_size, tokens=ctx.tokens,
+        out += mlp_gemms(spec, moe.shared_expert_ffn_hidden_size, tokens=ctx.tokens,
                          split=ctx.tp, module=M.SHARED_EXPERTS)
     return out
 
 
-def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *, moe_layer: bool) -> dict[str, float]:
+def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
+                       moe_layer: bool) -> dict[str, float]:
     """Forward HBM bytes of memory-bound kernels per micro-batch, by recompute module.
 
     Per token (2-byte elements): each norm reads and writes h; each residual add reads 2h
@@ -237,7 +238,7 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
     if moe_layer:
         gemms += moe_gemms(spec, ctx)
     else:
-        gemms += mlp_gemms(spec, ctx, spec.ffn_hidden_size, tokens=ctx.tokens, split=ctx.tp,
+        gemms += mlp_gemms(spec, spec.ffn_hidden_size, tokens=ctx.tokens, split=ctx.tp,
                            module=M.MLP)
     times, module_s = _gemm_times(gemms, ctx)
     attn_f, attn_b = _attention_core(spec, ctx)
@@ -258,6 +259,11 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
                         recompute_module_s=module_s)
 
 
+def clear_compute_cache() -> None:
+    """Forget cached layer times (for calibration scripts that swap kernel profiles)."""
+    _layer_compute.cache_clear()
+
+
 def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
     """Output projection (vocabulary-parallel) and the fp32 cross-entropy on the last stage."""
     gemm = [_Gemm(m=ctx.tokens, n=math.ceil(spec.vocab_size / ctx.tp), k=spec.hidden_size)]
@@ -275,6 +281,7 @@ __all__ = [
     "LayerCompute",
     "OpTimes",
     "attention_gemms",
+    "clear_compute_cache",
     "head_compute",
     "layer_compute",
     "mlp_gemms",

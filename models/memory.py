@@ -16,6 +16,7 @@ edp = tp x cp x dp / (ep x etp) (Megatron-LM PR #4687: never by tp).
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from api_schemas.architecture import ModelSpec
@@ -196,17 +197,27 @@ def _first_of_each_kind(spec: ModelSpec, layers: tuple[int, ...]) -> dict[bool, 
     return out
 
 
-def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> RankParameters:
-    tp = parallel.tp
-    gemm = vectors = experts = largest_layer = 0
-    counts: dict[bool, int] = {}
+def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout
+                    ) -> RankParameters:
+    """Parameters one rank holds by sharding group (cached per layer mix and degrees)."""
+    counts = {False: 0, True: 0}
     for index in layout.layers:
-        kind = spec.is_moe_layer(index)
-        counts[kind] = counts.get(kind, 0) + 1
-    kinds = [(layer_params(spec, i), counts[kind])
-             for kind, i in _first_of_each_kind(spec, layout.layers).items()]
-    if layout.num_mtp_modules:
-        kinds.append((mtp_module_params(spec), layout.num_mtp_modules))
+        counts[spec.is_moe_layer(index)] += 1
+    first = _first_of_each_kind(spec, layout.layers)
+    return _rank_parameters(spec, parallel.tp, parallel.ep, parallel.etp, counts[False],
+                            counts[True], first.get(False), first.get(True),
+                            layout.num_embeddings, layout.num_heads, layout.num_mtp_modules)
+
+
+@lru_cache(maxsize=16384)
+def _rank_parameters(spec: ModelSpec, tp: int, ep: int, etp: int, num_dense: int,
+                     num_moe: int, dense_index: int | None, moe_index: int | None,
+                     num_embeddings: int, num_heads: int, num_mtp: int) -> RankParameters:
+    gemm = vectors = experts = largest_layer = 0
+    kinds = [(layer_params(spec, i), count) for i, count in
+             ((dense_index, num_dense), (moe_index, num_moe)) if i is not None and count]
+    if num_mtp:
+        kinds.append((mtp_module_params(spec), num_mtp))
     attn_matrices = attention_params(spec, matrices_only=True)
     for layer, count in kinds:
         layer_gemm = attn_matrices
@@ -219,8 +230,8 @@ def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayo
         layer_vectors = layer.dense_part - layer_gemm
         layer_experts = 0
         if layer.num_routed_experts:
-            layer_experts = math.ceil(layer.num_routed_experts / parallel.ep
-                                      * layer.routed_expert_each / parallel.etp)
+            layer_experts = math.ceil(layer.num_routed_experts / ep * layer.routed_expert_each
+                                      / etp)
         shard = math.ceil(layer_gemm / tp) + layer_vectors + layer_experts
         gemm += count * math.ceil(layer_gemm / tp)
         vectors += count * layer_vectors
@@ -228,10 +239,10 @@ def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayo
         largest_layer = max(largest_layer, shard)
     vocab_shard = math.ceil(spec.vocab_size / tp) * spec.hidden_size
     positions = spec.learned_position_embeddings * spec.hidden_size
-    embedding = layout.num_embeddings * (vocab_shard + positions)
-    head_copy = vocab_shard if head_params(spec) or layout.num_embeddings == 0 else 0
-    head = layout.num_heads * head_copy
-    vectors += layout.num_heads * norm_params(spec, spec.hidden_size)
+    embedding = num_embeddings * (vocab_shard + positions)
+    head_copy = vocab_shard if head_params(spec) or num_embeddings == 0 else 0
+    head = num_heads * head_copy
+    vectors += num_heads * norm_params(spec, spec.hidden_size)
     return RankParameters(gemm=gemm, vectors=vectors, embedding=embedding, head=head,
                         experts=experts, largest_layer=largest_layer,
                         largest_matrix=largest_weight_matrix(spec))
@@ -304,15 +315,33 @@ def _recompute_mode_of(policy_recompute: RecomputeMode | FullLayers,
     return policy_recompute
 
 
+def in_flight_bytes(chunk_bytes: list[int], *, peak_chunks: int,
+                    micro_batches_per_chunk: int) -> int:
+    """Bytes of `peak_chunks` in-flight micro-batch x chunk activations, as large as they can
+    be: each chunk holds at most the micro-batches that cross it, heaviest chunks first.
+    With equal chunks this is chunk bytes x peak; with uneven chunks it never exceeds what
+    the heaviest selection could hold, so it is an upper bound of the true peak."""
+    remaining, total = peak_chunks, 0
+    for size in sorted(chunk_bytes, reverse=True):
+        take = min(max(1, micro_batches_per_chunk), remaining)
+        total += take * size
+        remaining -= take
+        if remaining <= 0:
+            break
+    if remaining > 0 and chunk_bytes:
+        total += remaining * max(chunk_bytes)
+    return total
+
+
 def stage_activation_components(
     spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, layout: StageLayout,
     *, num_micro_batches: int,
 ) -> tuple[list[MemoryComponent], list[MemoryComponent], int]:
     """Activation components of one rank (GPU and host) and its peak in-flight chunks.
 
-    The stored bytes are the largest chunk's per-micro-batch activations times the peak
-    number of micro-batch x chunk activations the schedule keeps in flight on this rank
-    (`peak_in_flight_chunks`), so uneven chunks are never under-counted.
+    The stored bytes are the peak number of micro-batch x chunk activations the schedule
+    keeps in flight on this rank (`peak_in_flight_chunks`), filled with the heaviest chunks
+    first (`in_flight_bytes`), so uneven chunks are never under-counted.
     """
     policy = parallel.policy_of(layout.rank)
     ctx = _activation_context(training, parallel, policy.fp8_activations)
@@ -341,7 +370,9 @@ def stage_activation_components(
     peak = peak_in_flight_chunks(parallel.schedule, num_stages=parallel.pp,
                                  num_micro_batches=num_micro_batches, num_chunks=v,
                                  stage=layout.rank)
-    stored = max(chunk_bytes, default=0) * peak
+    stored = in_flight_bytes(chunk_bytes, peak_chunks=peak,
+                             micro_batches_per_chunk=num_micro_batches // (
+                                 2 if parallel.schedule == PipelineSchedule.DUALPIPE else 1))
     head_in_flight = num_micro_batches if parallel.schedule == PipelineSchedule.GPIPE else 1
     extras = layout.num_embeddings * embedding_activation_bytes(spec, ctx) * peak
     extras += layout.num_heads * head_activation_bytes(spec, ctx) * head_in_flight
@@ -485,6 +516,7 @@ __all__ = [
     "MemoryLedger",
     "StageMemory",
     "expert_data_parallel_degree",
+    "in_flight_bytes",
     "memory_ledger",
     "micro_batch_count",
     "rank_parameters",

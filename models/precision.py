@@ -13,6 +13,7 @@ BF16 optimizer moments (DeepSeek-V3), SGD and Muon state shapes.
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
 from api_schemas.dtypes import DType
@@ -67,6 +68,7 @@ def moments_per_param(optimizer: OptimizerKind, *, is_matrix: bool) -> int:
     return OPTIMIZER_MOMENTS[optimizer]
 
 
+@lru_cache(maxsize=1024)
 def state_bytes_per_param(training: TrainingSpec, *, is_gemm_weight: bool = True,
                           is_matrix: bool = True) -> StateBytesPerParam:
     """Bytes per parameter of every persistent state under a recipe.

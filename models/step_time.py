@@ -37,14 +37,21 @@ from api_schemas.parallel import (
     RecomputeModule,
 )
 from api_schemas.training import TrainingSpec
-from models.collectives import Collective, Fabric, collective_cost, fabric_of
+from models.collectives import (
+    Collective,
+    Fabric,
+    all_to_all_split_cost,
+    collective_cost,
+    fabric_of,
+)
 from models.compute import ComputeContext, LayerCompute, OpTimes, head_compute, layer_compute
+from models.errors import InvalidSpecError
 from models.flops import attention_head_dims, step_flops
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout, num_virtual_stages, pipeline_layout
 from models.memory import micro_batch_count, rank_parameters, stage_activation_components
+from models.moe import ep_dispatch_split
 from models.params import layer_params
-from models.errors import InvalidSpecError
 from models.pipeline import (
     OpDurations,
     closed_form_makespan,
@@ -281,20 +288,14 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
         bwd["tp"] = blocks * per_block
     cp = groups["cp"]
     if cp.size > 1:
-        cp_fwd, cp_bwd = _cp_comm(spec, training, parallel, groups, fabric, tokens)
+        cp_fwd, cp_bwd = _cp_comm(spec, parallel, groups, fabric, tokens)
         if parallel.cp_kind == ContextParallelKind.RING:
             fwd["cp"] = max(0.0, cp_fwd - attention_forward_s)
             bwd["cp"] = max(0.0, cp_bwd - 2.0 * attention_forward_s)
         else:
             fwd["cp"], bwd["cp"] = cp_fwd, cp_bwd
     if moe_layer and spec.moe is not None and groups["ep"].size > 1:
-        assignments = tokens * spec.moe.top_k * parallel.etp / parallel.tp
-        assignments *= training.moe_load_imbalance
-        dispatch_bytes = 1.0 + 4.0 / 128 if training.compute_dtype == DType.FP8 else act
-        per_layer = (collective_s(Collective.ALL_TO_ALL, groups["ep"],
-                                  assignments * h * dispatch_bytes, fabric)
-                     + collective_s(Collective.ALL_TO_ALL, groups["ep"],
-                                    assignments * h * act, fabric))
+        per_layer = expert_all_to_all_s(spec, training, parallel, groups["ep"], fabric, tokens)
         overlapped = parallel.schedule in _EP_OVERLAPPED or (
             training.overlap_ep_comm and parallel.schedule == S.INTERLEAVED_1F1B)
         if overlapped:
@@ -305,7 +306,45 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     return LayerComm(forward_s=fwd, backward_s=bwd, recompute_forward_s=sum(fwd.values()))
 
 
-def _cp_comm(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+def expert_all_to_all_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                        group: AxisGroup, fabric: Fabric, tokens: float) -> float:
+    """Dispatch plus combine time of one MoE layer for one micro-batch (one direction).
+
+    The bytes each rank sends are split between NVLink and the NICs by
+    `models.moe.ep_dispatch_split` (one IB copy per destination node, then NVLink forwards;
+    node-limited routing caps the nodes per token at the router's group limit), scaled by
+    the assumed load imbalance, and timed by `all_to_all_split_cost`.
+    Source: DeepSeek-V3 arXiv:2412.19437 Sec. 3.2.2; GShard arXiv:2006.16668 (dispatch and
+    combine all-to-alls).
+    """
+    moe = spec.moe
+    assert moe is not None
+    per_rank = max(1, int(tokens * parallel.etp / parallel.tp))
+    k = group.ranks_per_node
+    nodes = max(1, group.size // k)
+    limit = min(nodes, moe.topk_groups) if moe.num_expert_groups > 1 else None
+    total = 0.0
+    for element_bytes in ((1 if training.compute_dtype == DType.FP8 else 2), 2):
+        try:
+            split = ep_dispatch_split(tokens_per_rank=per_rank, top_k=moe.top_k,
+                                      hidden_size=spec.hidden_size,
+                                      bytes_per_elem=element_bytes,
+                                      num_experts=moe.num_experts, ep_size=group.size,
+                                      ranks_per_node=k, max_nodes_per_token=limit)
+        except InvalidSpecError:
+            payload = per_rank * moe.top_k * spec.hidden_size * element_bytes
+            total += collective_s(Collective.ALL_TO_ALL, group,
+                                  payload * training.moe_load_imbalance, fabric)
+            continue
+        scale = training.moe_load_imbalance
+        total += all_to_all_split_cost(
+            num_ranks=group.size, ranks_per_node=k,
+            intra_bytes_per_rank=int(split.intra_node_bytes * scale),
+            inter_bytes_per_rank=int(split.inter_node_bytes * scale), fabric=fabric).time_s
+    return total
+
+
+def _cp_comm(spec: ModelSpec, parallel: ParallelConfig,
              groups: dict[str, AxisGroup], fabric: Fabric, tokens: float) -> tuple[float, float]:
     """(forward, backward) context-parallel collective time of one layer."""
     cp = parallel.cp
@@ -421,7 +460,8 @@ def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk
         return OpTimes()
     times = head_compute(spec, ctx)
     for _ in range(layout.num_mtp_modules // max(1, layout.num_heads)):
-        times = times + layer_compute(spec, spec.num_layers - 1, ctx).times + head_compute(spec, ctx)
+        mtp = layer_compute(spec, spec.num_layers - 1, ctx).times
+        times = times + mtp + head_compute(spec, ctx)
     return times
 
 
@@ -595,10 +635,10 @@ def _stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -
     return (kinds, layout.num_embeddings, layout.num_heads, layout.num_mtp_modules, policy, rank)
 
 
-def _pipeline(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-              cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
-              groups: dict[str, AxisGroup]) -> tuple[list[StageTime], float]:
-    """Per-stage times and the simulated makespan."""
+def _stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                 cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
+                 groups: dict[str, AxisGroup]) -> list[StageTime]:
+    """Every rank's per-micro-batch times, computed once per distinct stage (`_stage_key`)."""
     cache: dict[tuple, StageTime] = {}
     stages = []
     for layout in layouts:
@@ -607,6 +647,14 @@ def _pipeline(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
             cache[key] = stage_time(spec, training, parallel, cluster, layout,
                                     num_micro_batches=m, fabric=fabric, groups=groups)
         stages.append(dataclasses.replace(cache[key], stage=layout.rank))
+    return stages
+
+
+def _pipeline(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+              cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
+              groups: dict[str, AxisGroup]) -> tuple[list[StageTime], float]:
+    """Per-stage times and the simulated makespan."""
+    stages = _stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
     tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
     shard = parallel.tp if parallel.sequence_parallel else 1
     p2p = collective_s(Collective.P2P, AxisGroup(size=2, ranks_per_node=min(
@@ -629,8 +677,9 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
     Fixed-order schedules executed as soon as possible are monotone in op durations, so the
     closed form at the lightest virtual stage's F, B and W (no P2P latency) is a lower bound;
     so is m times the busiest rank's work. Where the schedule has no exact closed form, the
-    fill (the lightest forwards of all but one virtual stage) plus the lightest rank's work
-    bounds it. Source: the closed forms of `models.pipeline.closed_forms`.
+    busiest rank's work bounds it, and for the linear ZB-H2 also the fill (the lightest
+    forwards of all but one stage) plus the lightest rank's work.
+    Source: the closed forms of `models.pipeline.closed_forms`.
     """
     m = micro_batch_count(training, parallel)
     layouts = pipeline_layout(spec, parallel)
@@ -638,14 +687,7 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
     if parallel.pp == 1:
         _, makespan = _pipeline(spec, training, parallel, cluster, layouts, m, fabric, groups)
         return makespan
-    cache: dict[tuple, StageTime] = {}
-    stages = []
-    for layout in layouts:
-        key = _stage_key(spec, parallel, layout)
-        if key not in cache:
-            cache[key] = stage_time(spec, training, parallel, cluster, layout,
-                                    num_micro_batches=m, fabric=fabric, groups=groups)
-        stages.append(dataclasses.replace(cache[key], stage=layout.rank))
+    stages = _stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
     durations = _virtual_stage_durations(parallel, stages)
     chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
         parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
@@ -657,8 +699,10 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
                                   backward_weight_s=min(durations.backward_weight_s))
     if closed is not None:
         return max(busiest, closed)
-    # No exact closed form (ZB-H2, ZB-V, DualPipe/V): the last virtual stage cannot start
-    # before one forward has crossed every earlier stage, then it does all its own work.
+    if parallel.schedule != S.ZB_H2:
+        return busiest  # V and bidirectional placements start work on every rank at once
+    # ZB-H2 (linear): the last rank cannot start before one forward has crossed every
+    # earlier stage, then it does all its own work.
     fill = sum(sorted(durations.forward_s)[: len(durations.forward_s) - 1])
     return max(busiest, fill + min(rank_work_s(parallel, st, m) for st in stages))
 
@@ -706,6 +750,7 @@ __all__ = [
     "collective_s",
     "compiled_schedule",
     "estimate_step",
+    "expert_all_to_all_s",
     "layer_comm",
     "pipeline_makespan",
     "pipeline_makespan_bound",

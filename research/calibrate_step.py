@@ -14,32 +14,12 @@ import statistics
 
 from api_schemas import DType
 from models import kernels
-from models.catalog import cluster_preset, model_preset
-from models.errors import InvalidSpecError
-from models.memory import memory_ledger
+from models.compute import clear_compute_cache
 from models.published import PublishedRun, published_runs
-from models.step_time import StepEstimate, estimate_step
+from models.step_time import StepEstimate
+from solver.published import score_published_run
 
 CALIBRATION = ("megatron2021-gpt-1.7b", "megatron2021-gpt-145.6b", "megatron2021-gpt-1008b")
-
-
-def predict(run: PublishedRun) -> StepEstimate | None:
-    """Best predicted estimate of a run over micro-batch sizes that fit in memory."""
-    spec = model_preset(run.model_preset)
-    cluster = cluster_preset(run.gpu, num_nodes=run.num_nodes, gpus_per_node=run.gpus_per_node)
-    best = None
-    sizes = (run.parallel.micro_batch_size,) if run.printed_iteration_time_s else (1, 2, 4, 8)
-    for mbs in sizes:
-        parallel = run.parallel.model_copy(update={"micro_batch_size": mbs})
-        try:
-            if not memory_ledger(spec, run.training, parallel, cluster).fits:
-                continue
-            estimate = estimate_step(spec, run.training, parallel, cluster)
-        except InvalidSpecError:
-            continue
-        if best is None or estimate.step_time_s < best.step_time_s:
-            best = estimate
-    return best
 
 
 def observed_and_predicted(run: PublishedRun, est: StepEstimate) -> tuple[float, float]:
@@ -57,6 +37,7 @@ def set_eta(eta: float) -> None:
     profile = kernels.PROFILES["ampere"]
     fracs = dict(profile.gemm_peak_frac, **{DType.BF16: eta, DType.FP16: eta})
     kernels.PROFILES["ampere"] = dataclasses.replace(profile, gemm_peak_frac=fracs)
+    clear_compute_cache()
 
 
 def main() -> None:
@@ -68,7 +49,7 @@ def main() -> None:
         set_eta(eta)
         errs = []
         for run in calib:
-            est = predict(run)
+            est = score_published_run(run)
             if est is not None:
                 obs, pred = observed_and_predicted(run, est)
                 errs.append(abs(math.log(pred / obs)))
@@ -79,7 +60,7 @@ def main() -> None:
     print(f"\nchosen eta_max (Ampere, 16-bit) = {best_eta:.2f}\n")
     held = []
     for run in runs:
-        est = predict(run)
+        est = score_published_run(run)
         if est is None:
             print(f"{run.id:32s} no fitting micro-batch")
             continue

@@ -33,6 +33,7 @@ from api_schemas import (
     TrainingSpec,
 )
 from models import kernels
+from models.compute import clear_compute_cache
 from models.catalog import cluster_preset, model_preset
 from models.errors import InvalidSpecError
 from solver.candidate_eval import evaluate_candidate
@@ -42,6 +43,9 @@ from solver.space import MeshCandidate
 DATA = json.loads((Path(__file__).parent / "data" / "published_runs.json").read_text())
 H100_CALIBRATION = ("megatron-readme-314b", "llama3-t4-405b-16384gpu-seq8192",
                     "nemo2407-gpt3-175b-512gpu")
+B200_CALIBRATION = ("bridge-25.11-dgx-b200-llama3-8b-8gpu",
+                    "bridge-25.11-dgx-b200-llama31-405b-128gpu")
+CALIBRATION = H100_CALIBRATION + B200_CALIBRATION
 SKIP_SOURCES = ("zerobubble",)  # A100 RoCE cluster rows are scored by the pipeline benchmark
 
 
@@ -103,7 +107,8 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
     if recompute in ("full", "selective", "none"):
         pins["recompute"] = RecomputeMode(recompute)
     sharding = (p.get("optimizer_sharding") or "").lower()
-    pins["zero_stage"] = [3] if "fsdp" in sharding and "fsdp=0" not in sharding else [1]
+    # FSDP is ZeRO-2 (SHARD_GRAD_OP) or ZeRO-3 (FULL_SHARD); the distributed optimizer ZeRO-1.
+    pins["zero_stage"] = [2, 3] if "fsdp" in sharding and "fsdp=0" not in sharding else [1]
     best = None
     for (schedule, vpp), mbs in itertools.product(
             shapes, [p["micro_batch_size"]] if p.get("micro_batch_size") else [1, 2, 4]):
@@ -128,16 +133,39 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
     if measured.get("tokens_per_s_per_gpu"):
         return measured["tokens_per_s_per_gpu"], best.tokens_per_s / gpus, "tokens/s/GPU"
     if measured.get("tflops_per_gpu"):
-        return measured["tflops_per_gpu"], best.tflops_per_gpu, "TF/s/GPU"
+        # Megatron-LM 2021 and BLOOM count recomputation (hardware FLOPs, Eq. 3).
+        hardware = row["id"].startswith(("megatron2021", "bloom"))
+        predicted = best.hardware_tflops_per_gpu if hardware else best.tflops_per_gpu
+        return measured["tflops_per_gpu"], predicted, "TF/s/GPU"
     if measured.get("iteration_time_s"):
         return measured["iteration_time_s"], best.step_time_s, "s/iter"
     return None
 
 
-def set_hopper(bf16: float, fp8: float) -> None:
-    prof = kernels.PROFILES["hopper"]
+def set_family(family: str, bf16: float, fp8: float) -> None:
+    prof = kernels.PROFILES[family]
     fracs = dict(prof.gemm_peak_frac, **{DType.BF16: bf16, DType.FP16: bf16, DType.FP8: fp8})
-    kernels.PROFILES["hopper"] = dataclasses.replace(prof, gemm_peak_frac=fracs)
+    kernels.PROFILES[family] = dataclasses.replace(prof, gemm_peak_frac=fracs)
+    clear_compute_cache()
+
+
+def _calibrate(rows: list[dict[str, Any]], family: str, ids: tuple[str, ...],
+               bf16_grid: range | None) -> None:
+    calib = [r for r in rows if r["id"] in ids]
+    base = kernels.PROFILES[family].gemm_peak_frac
+    ratio = base[DType.BF16] / base[DType.FP8]
+    best = None
+    for fp8 in [x / 100 for x in range(40, 82, 2)]:
+        for bf16 in ([x / 100 for x in bf16_grid] if bf16_grid else [round(fp8 * ratio, 3)]):
+            set_family(family, bf16, fp8)
+            errs = [abs(math.log(1 + _error(*out))) for r in calib if (out := predict(r))]
+            score = statistics.mean(errs)
+            if best is None or score < best[0]:
+                best = (score, bf16, fp8)
+    assert best is not None
+    print(f"{family} calibration: eta BF16 {best[1]:.3f}, FP8 {best[2]:.2f} "
+          f"(mean |log err| {best[0]:.3f} on {len(calib)} rows)")
+    set_family(family, best[1], best[2])
 
 
 def _error(obs: float, pred: float, unit: str) -> float:
@@ -147,19 +175,10 @@ def _error(obs: float, pred: float, unit: str) -> float:
 def main() -> None:
     rows = [r for r in DATA["runs"] if not r["id"].startswith(SKIP_SOURCES)]
     if "--calibrate-h100" in sys.argv:
-        calib = [r for r in rows if r["id"] in H100_CALIBRATION]
-        best = None
-        for bf16 in [x / 100 for x in range(60, 92, 2)]:
-            for fp8 in [x / 100 for x in range(50, 82, 3)]:
-                set_hopper(bf16, fp8)
-                errs = [abs(math.log(1 + _error(*out))) for r in calib if (out := predict(r))]
-                score = statistics.mean(errs)
-                if best is None or score < best[0]:
-                    best = (score, bf16, fp8)
-        assert best is not None
-        print(f"Hopper calibration: eta BF16 {best[1]:.2f}, FP8 {best[2]:.2f} "
-              f"(mean |log err| {best[0]:.3f} on {len(calib)} rows)")
-        set_hopper(best[1], best[2])
+        _calibrate(rows, "hopper", H100_CALIBRATION, bf16_grid=range(60, 92, 2))
+    if "--calibrate-b200" in sys.argv:
+        # Only FP8 rows are printed for B200: BF16 keeps the kernel table's BF16/FP8 ratio.
+        _calibrate(rows, "blackwell", B200_CALIBRATION, bf16_grid=None)
     by_gpu: dict[str, list[float]] = {}
     for row in rows:
         out = predict(row)
@@ -167,13 +186,22 @@ def main() -> None:
             continue
         obs, pred, unit = out
         err = _error(obs, pred, unit)
-        tag = "calibration" if row["id"] in H100_CALIBRATION or row["id"] in (
+        tag = "calibration" if row["id"] in CALIBRATION or row["id"] in (
             "megatron2021-t1-1.7b", "megatron2021-t1-145.6b", "megatron2021-t1-1008.0b") \
             else "held out"
         if tag == "held out":
             by_gpu.setdefault(row["hardware"]["gpu"], []).append(abs(err))
         print(f"{row['id']:52s} {tag:11s} printed {obs:9.1f} predicted {pred:9.1f} {unit:13s} "
               f"{100 * err:+6.1f}%")
+    by_source: dict[str, list[float]] = {}
+    for row in rows:
+        out = predict(row)
+        if out is not None and row["id"] not in CALIBRATION:
+            source = row["id"].split("-")[0]
+            by_source.setdefault(source, []).append(abs(_error(*out)))
+    for source, errs in sorted(by_source.items()):
+        print(f"held out source {source:16s} n={len(errs):3d} median |error| "
+              f"{100 * statistics.median(errs):5.1f}%  max {100 * max(errs):5.1f}%")
     for gpu, errs in sorted(by_gpu.items()):
         print(f"held out {gpu:16s} n={len(errs):3d} median |error| "
               f"{100 * statistics.median(errs):5.1f}%  max {100 * max(errs):5.1f}%")

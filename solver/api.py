@@ -17,11 +17,11 @@ from api_schemas.plan import (
     Throughput,
     TimeBreakdown,
 )
-from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRequest, SolverLimits
+from api_schemas.requests import EvaluateRequest, Objective, PlanRequest
 from models.errors import InvalidSpecError
 from models.kernels import profile_for
 from models.memory import memory_ledger
-from models.mesh import mesh_problems, validate_mesh
+from models.mesh import validate_mesh
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import StepEstimate, estimate_step
 from solver import cpsat
@@ -104,8 +104,16 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
                      f"{result.best.estimate.step_time_s:.3f} -> {best.estimate.step_time_s:.3f} s")
     runners_up = _runners_up(request, result, spec, cluster, best)
     alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k)
-    explanation = Explanation(summary=summary(spec, cluster, best),
-                              binding_constraints=binding_constraints(best.ledger), notes=notes)
+    text = summary(spec, cluster, best)
+    price = request.constraints.gpu_hour_price
+    if price is not None:
+        per_million = price * best.estimate.world_size / 3600 / best.estimate.tokens_per_s * 1e6
+        text += f" Cost: {per_million:.4f} per million tokens at {price} per GPU-hour."
+    if request.objective == Objective.MIN_GPUS:
+        reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
+        text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
+    explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
+                              notes=notes)
     return _response(best, result.status, spec.name, cluster, alternatives, explanation, stats,
                      spec=spec, training=request.training)
 

@@ -23,9 +23,9 @@ from models.activations import LayerActivationContext, layer_activation_bytes
 from models.collectives import fabric_of
 from models.compute import ComputeContext, head_compute, layer_compute
 from models.memory import RUNTIME_RESERVE_BYTES
-from models.params import count_parameters, layer_params
+from models.params import count_parameters
 from models.pipeline import peak_in_flight_chunks
-from models.precision import state_bytes_per_param
+from models.precision import sharded_state_bytes, state_bytes_per_param
 from models.step_time import axis_groups, layer_comm
 from solver.space import MeshCandidate
 
@@ -61,7 +61,8 @@ class BoundTables:
 
     def core(self, c: MeshCandidate) -> CoreTimes:
         """Layer and head times of the candidate's core (cached)."""
-        key = (c.tp, c.cp, c.cp_kind, c.micro_batch_size, c.ep, c.etp, c.sequence_parallel,
+        key = (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
+               c.sequence_parallel,
                c.schedule in (S.DUALPIPE, S.DUALPIPEV)
                or (c.schedule == S.INTERLEAVED_1F1B and self.training.overlap_ep_comm))
         if key not in self._core_cache:
@@ -85,7 +86,8 @@ class BoundTables:
             lc = layer_compute(spec, index, ctx)
             comm = layer_comm(spec, index, training=tr, parallel=parallel, groups=groups,
                               fabric=self.fabric, compute=lc,
-                              attention_forward_s=lc.recompute_module_s.get(RecomputeModule.CORE_ATTN, 0.0))
+                              attention_forward_s=lc.recompute_module_s.get(
+                                  RecomputeModule.CORE_ATTN, 0.0))
             out[f"{kind}_f"] = lc.times.forward_s + sum(comm.forward_s.values())
             out[f"{kind}_b"] = lc.times.backward_input_s + sum(comm.backward_s.values())
             out[f"{kind}_w"] = lc.times.backward_weight_s
@@ -124,8 +126,7 @@ class BoundTables:
             bound = max(bound, _closed_form_bound(c.schedule, c.pp, m, chunks, f, b, w))
         return bound
 
-    def memory_bound_bytes(self, c: MeshCandidate, *, max_zero: int, max_offload: float,
-                           allow_fp8: bool) -> int:
+    def memory_bound_bytes(self, c: MeshCandidate, *, max_zero: int, max_offload: float) -> int:
         """Lower bound of the peak GPU bytes under the most frugal choices allowed."""
         spec, tr = self.spec, self.training
         per_param = state_bytes_per_param(tr)
@@ -134,18 +135,10 @@ class BoundTables:
         expert_params = self.params.routed_experts_total / (c.ep * c.etp)
         shard = c.dp * c.cp
         edp = max(1, c.tp * c.cp * c.dp // (c.ep * c.etp))
-        states = 0.0
-        for count, group in ((dense_params, shard), (expert_params, edp)):
-            weights = count * (per_param.weights + per_param.fp8_copy)
-            grads = count * per_param.gradients
-            optim = count * per_param.optimizer
-            if max_zero >= 1:
-                optim /= group
-            if max_zero >= 2:
-                grads /= group
-            if max_zero >= 3:
-                weights /= group
-            states += weights + grads + optim
+        states = float(sum(
+            sharded_state_bytes(int(count), per_param, zero_stage=max_zero,
+                                shard_degree=group).total_bytes
+            for count, group in ((dense_params, shard), (expert_params, edp))))
         copies = 2 if c.schedule == S.DUALPIPE else 1
         states = states * copies / c.pp
         layer_input = self._layer_input_bytes(c)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
+from api_schemas.parallel import FullLayers, ParallelConfig, PipelineSchedule, RecomputeMode
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
@@ -79,7 +79,8 @@ def _ladder(spec: ModelSpec, constraints: Constraints) -> list[dict[str, object]
     return rungs
 
 
-def _frugal(spec: ModelSpec, constraints: Constraints, full_layers: int | None) -> dict[str, object]:
+def _frugal(spec: ModelSpec, constraints: Constraints,
+            full_layers: int | None) -> dict[str, object]:
     recompute: object = RecomputeMode.FULL if full_layers is None else FullLayers(
         full_layers=full_layers, others="selective")
     return {"recompute": recompute, "recompute_modules": broad_selective_modules(spec),
@@ -189,27 +190,56 @@ def _stage_layer_counts(spec: ModelSpec, parallel: ParallelConfig) -> list[tuple
     return [layout.layers for layout in pipeline_layout(spec, parallel)]
 
 
+def layer_split_options(spec: ModelSpec, parallel: ParallelConfig) -> list[tuple[int, ...] | None]:
+    """The even split (None) and, for three or more ranks, the split with one layer fewer on
+    the first and last ranks (they carry the embedding, the head and the most in-flight
+    activations; Llama 3 arXiv:2407.21783 Sec. 3.3.2), the two layers going to middle ranks."""
+    if parallel.pp < 3 or parallel.layers_per_stage is not None:
+        return [None]
+    even = [len(layout.layers) for layout in pipeline_layout(spec, parallel)]
+    if parallel.schedule == PipelineSchedule.DUALPIPE:
+        even = [n // 2 for n in even]
+    if min(even[0], even[-1]) < 2:
+        return [None]
+    lighter = list(even)
+    lighter[0] -= 1
+    lighter[-1] -= 1
+    order = sorted(range(1, parallel.pp - 1), key=lambda r: (lighter[r], r))
+    lighter[order[0]] += 1
+    lighter[order[1 % len(order)]] += 1
+    return [None, tuple(lighter)]
+
+
 def refine_policies(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                     plan: ScoredPlan, constraints: Constraints,
                     config: cpsat.SolverConfig) -> ScoredPlan:
-    """Per-stage policies from the CP-SAT subproblem; kept only if the simulated step is
-    faster and the exact ledger fits."""
+    """The integer sub-problems of a chosen mesh: the layer split (even, or lighter first
+    and last ranks) and, for each, the per-stage policies from the CP-SAT subproblem. The
+    result replaces the plan only if the exact ledger fits and the simulated step is faster."""
     if plan.parallel.pp == 1 or (constraints.recompute is not None
                                  and not isinstance(constraints.recompute, list)):
         return plan
-    base = plan.parallel.model_copy(update={"stage_policies": None,
-                                            "recompute": RecomputeMode.NONE,
-                                            "fp8_activations": False,
-                                            "activation_offload_frac": 0.0})
-    chosen = choose_stage_policies(spec, training, base, cluster,
-                                   policy_options(spec, constraints), config)
-    if chosen is None:
-        return plan
-    ledger = memory_ledger(spec, training, chosen.parallel, cluster)
-    if not ledger.fits:
-        return plan
-    refined = _score(spec, training, cluster, plan.candidate, chosen.parallel, ledger)
-    return refined if refined.estimate.step_time_s < plan.estimate.step_time_s else plan
+    best = plan
+    for split in layer_split_options(spec, plan.parallel):
+        base = plan.parallel.model_copy(update={"stage_policies": None,
+                                                "recompute": RecomputeMode.NONE,
+                                                "fp8_activations": False,
+                                                "activation_offload_frac": 0.0,
+                                                "layers_per_stage": split})
+        try:
+            chosen = choose_stage_policies(spec, training, base, cluster,
+                                           policy_options(spec, constraints), config)
+        except InvalidSpecError:
+            continue
+        if chosen is None:
+            continue
+        ledger = memory_ledger(spec, training, chosen.parallel, cluster)
+        if not ledger.fits:
+            continue
+        refined = _score(spec, training, cluster, plan.candidate, chosen.parallel, ledger)
+        if refined.estimate.step_time_s < best.estimate.step_time_s:
+            best = refined
+    return best
 
 
 def _score(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
@@ -220,4 +250,4 @@ def _score(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
 
 
 __all__ = ["Rejection", "ScoredPlan", "allowed_zero_stages", "evaluate_candidate",
-           "plain_makespan_bound", "refine_policies"]
+           "layer_split_options", "plain_makespan_bound", "refine_policies"]

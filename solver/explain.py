@@ -9,7 +9,7 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import FullLayers, ParallelConfig, PipelineSchedule, RecomputeMode
 from api_schemas.units import GIB
-from models.memory import MemoryLedger, StageMemory
+from models.memory import MemoryLedger
 from models.step_time import StepEstimate, axis_groups
 from solver.candidate_eval import Rejection, ScoredPlan
 
@@ -46,7 +46,8 @@ def describe_policy(p: ParallelConfig) -> str:
         if isinstance(rc, FullLayers):
             piece = f"full recompute of {rc.full_layers} layers ({rc.others} for the rest)"
         elif rc == RecomputeMode.SELECTIVE:
-            piece = "selective recompute (" + ", ".join(m.value for m in policy.recompute_modules) + ")"
+            modules = ", ".join(m.value for m in policy.recompute_modules)
+            piece = f"selective recompute ({modules})"
         else:
             piece = "no recompute" if rc == RecomputeMode.NONE else f"{rc.value} recompute"
         if policy.fp8_activations:
@@ -89,7 +90,8 @@ def why_not(best: ScoredPlan, other: ScoredPlan, cluster: ClusterSpec) -> str:
     mine, theirs = _terms(best.estimate), _terms(other.estimate)
     grew = sorted(((theirs.get(k, 0.0) - mine.get(k, 0.0), k) for k in set(mine) | set(theirs)),
                   reverse=True)
-    reasons = [f"{name} +{value:.2f} s" for value, name in grew[:2] if value > 0.005 * best.estimate.step_time_s]
+    floor = 0.005 * best.estimate.step_time_s
+    reasons = [f"{name} +{value:.2f} s" for value, name in grew[:2] if value > floor]
     p = other.parallel
     groups = axis_groups(p, gpus_per_node=cluster.gpus_per_node)
     if p.tp > cluster.gpus_per_node or groups["tp"].ranks_per_node < p.tp:
@@ -99,7 +101,7 @@ def why_not(best: ScoredPlan, other: ScoredPlan, cluster: ClusterSpec) -> str:
     return text + (" (" + "; ".join(reasons) + ")" if reasons else "")
 
 
-def why_rejected(rejection: Rejection, ledger: MemoryLedger | None = None) -> str:
+def why_rejected(rejection: Rejection) -> str:
     """Why a candidate has no plan at all."""
     c = rejection.candidate
     head = (f"TP{c.tp} x PP{c.pp} ({c.schedule}) x DP{c.dp}"

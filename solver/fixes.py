@@ -48,7 +48,8 @@ def _neighbours(spec: ModelSpec, p: ParallelConfig) -> Iterator[tuple[str, dict[
     yield "FP8 activation storage", {"fp8_activations": True, "stage_policies": None}
     yield "offload half the activations", {"activation_offload_frac": 0.5, "stage_policies": None}
     if p.micro_batch_size % 2 == 0:
-        yield f"micro-batch {p.micro_batch_size // 2}", {"micro_batch_size": p.micro_batch_size // 2}
+        half = p.micro_batch_size // 2
+        yield f"micro-batch {half}", {"micro_batch_size": half}
     yield f"micro-batch {p.micro_batch_size * 2}", {"micro_batch_size": p.micro_batch_size * 2}
     if p.dp % 2 == 0:
         yield (f"PP{p.pp * 2} with DP{p.dp // 2}",

@@ -126,8 +126,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                                   gpus_per_node=cluster.gpus_per_node, constraints=constraints):
             total += 1
             if tables.memory_bound_bytes(c, max_zero=max(zeros, default=0),
-                                         max_offload=max_offload,
-                                         allow_fp8=constraints.allow_fp8_activations) \
+                                         max_offload=max_offload) \
                     > cluster.capacity_bytes:
                 pruned_memory += 1
                 continue

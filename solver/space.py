@@ -47,6 +47,8 @@ class MeshCandidate:
     schedule: PipelineSchedule
     sequence_parallel: bool
     cp_kind: ContextParallelKind = ContextParallelKind.RING
+    ulysses_degree: int | None = None
+    """USP only: the Ulysses axis (the ring axis is cp / this)."""
 
     @property
     def world_size(self) -> int:
@@ -64,7 +66,8 @@ class MeshCandidate:
         fields: dict[str, Any] = dict(
             tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
             vpp=self.vpp, micro_batch_size=self.micro_batch_size, schedule=self.schedule,
-            sequence_parallel=self.sequence_parallel, cp_kind=self.cp_kind)
+            sequence_parallel=self.sequence_parallel, cp_kind=self.cp_kind,
+            ulysses_degree=self.ulysses_degree)
         fields.update(overrides)
         return ParallelConfig.model_validate(fields)
 
@@ -99,18 +102,27 @@ def _tp_options(spec: ModelSpec, gpus_per_node: int, constraints: Constraints) -
     return out
 
 
-def _cp_options(spec: ModelSpec, training: TrainingSpec,
-                constraints: Constraints) -> list[tuple[int, ContextParallelKind]]:
-    out: list[tuple[int, ContextParallelKind]] = []
+def _cp_options(spec: ModelSpec, training: TrainingSpec, constraints: Constraints
+                ) -> list[tuple[int, ContextParallelKind, int | None]]:
+    """(cp, kind, Ulysses degree): ring for any cp; Ulysses when cp divides the heads; USP
+    (Ulysses x ring) for each proper Ulysses factor that divides the heads."""
+    out: list[tuple[int, ContextParallelKind, int | None]] = []
+    heads = spec.num_attention_heads
     for cp in divisors(training.sequence_length):
-        if cp > 64 or (training.sequence_length // cp) < 128 or not permitted("cp", cp, constraints):
+        too_fine = cp > 64 or (training.sequence_length // cp) < 128
+        if too_fine or not permitted("cp", cp, constraints):
             continue
         if cp > 1 and constraints.cp is None and training.sequence_length < MIN_SEQUENCE_FOR_CP:
             continue
-        kinds = [ContextParallelKind.RING] if cp > 1 else [ContextParallelKind.RING]
-        if cp > 1 and spec.num_attention_heads % cp == 0:
-            kinds.append(ContextParallelKind.ULYSSES)
-        out += [(cp, kind) for kind in kinds if cp == 1 or permitted("cp_kind", kind, constraints)]
+        if cp == 1:
+            out.append((1, ContextParallelKind.RING, None))
+            continue
+        options: list[tuple[ContextParallelKind, int | None]] = [(ContextParallelKind.RING, None)]
+        if heads % cp == 0:
+            options.append((ContextParallelKind.ULYSSES, None))
+        options += [(ContextParallelKind.USP, u) for u in divisors(cp)
+                    if 1 < u < cp and heads % u == 0]
+        out += [(cp, kind, u) for kind, u in options if permitted("cp_kind", kind, constraints)]
     return out
 
 
@@ -165,7 +177,7 @@ def candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int
     out: list[MeshCandidate] = []
     batch = training.global_batch_size
     for tp in _tp_options(spec, gpus_per_node, constraints):
-        for cp, cp_kind in _cp_options(spec, training, constraints):
+        for cp, cp_kind, ulysses in _cp_options(spec, training, constraints):
             rest = world_size // (tp * cp) if world_size % (tp * cp) == 0 else 0
             for pp in divisors(rest) if rest else []:
                 dp = rest // pp
@@ -173,13 +185,14 @@ def candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int
                     continue
                 if not permitted("dp", dp, constraints) or batch % dp:
                     continue
-                out += list(_meshes_for(spec, training, tp=tp, cp=cp, cp_kind=cp_kind, pp=pp,
-                                        dp=dp, constraints=constraints))
+                out += list(_meshes_for(spec, training, tp=tp, cp=cp, cp_kind=cp_kind,
+                                        ulysses=ulysses, pp=pp, dp=dp,
+                                        constraints=constraints))
     return out
 
 
 def _meshes_for(spec: ModelSpec, training: TrainingSpec, *, tp: int, cp: int,
-                cp_kind: ContextParallelKind, pp: int, dp: int,
+                cp_kind: ContextParallelKind, ulysses: int | None, pp: int, dp: int,
                 constraints: Constraints) -> Iterable[MeshCandidate]:
     per_replica = training.global_batch_size // dp
     # Sequence parallelism dominates plain TP (same collective volume, less activation
@@ -205,7 +218,7 @@ def _meshes_for(spec: ModelSpec, training: TrainingSpec, *, tp: int, cp: int,
                     yield MeshCandidate(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,
                                         micro_batch_size=mbs, num_micro_batches=m,
                                         schedule=schedule, sequence_parallel=sp,
-                                        cp_kind=cp_kind)
+                                        cp_kind=cp_kind, ulysses_degree=ulysses)
 
 
 __all__ = [

@@ -120,3 +120,13 @@ def test_deepseek_v3_published_layout_is_scored() -> None:
     assert response.memory is not None and response.memory.fits
     assert response.parallel == run.parallel
     assert isinstance(response.parallel, ParallelConfig)
+
+
+def test_min_gpus_and_cost_objectives_report_their_figures() -> None:
+    fewest = plan(_request("llama-3.1-8b", "h100-sxm5-80gb", 4, 64, 4096).model_copy(
+        update={"objective": "min_gpus"}))
+    assert fewest.world_size < 32 and "Fewest GPUs" in fewest.explanation.summary
+    cheapest = plan(_request("llama-3.1-8b", "h100-sxm5-80gb", 2, 64, 4096,
+                             gpu_hour_price=2.0).model_copy(update={"objective":
+                                                                    "cost_per_token"}))
+    assert "per million tokens" in cheapest.explanation.summary

@@ -1,0 +1,106 @@
+"""Step time: the exact makespan extrapolation, overlap rules and the composed breakdown."""
+
+import random
+
+import pytest
+
+from api_schemas import ParallelConfig, PipelineSchedule, TrainingSpec
+from models.catalog import cluster_preset, model_preset
+from models.pipeline import OpDurations, simulate_makespan
+from models.step_time import compiled_schedule, estimate_step, pipeline_makespan
+
+S = PipelineSchedule
+
+
+@pytest.mark.parametrize(("schedule", "p", "v"), [
+    (S.ONE_F_ONE_B, 4, 1), (S.INTERLEAVED_1F1B, 4, 2), (S.ZB_H1, 4, 1), (S.ZB_H2, 4, 1),
+    (S.DUALPIPE, 4, 1), (S.DUALPIPEV, 4, 2), (S.ZBV, 4, 2), (S.GPIPE, 4, 1)])
+def test_extrapolated_makespan_equals_the_full_simulation(schedule: PipelineSchedule, p: int,
+                                                          v: int) -> None:
+    rng = random.Random(7)
+    stages = {S.DUALPIPE: p, S.ZBV: 2 * p, S.DUALPIPEV: 2 * p}.get(schedule, p * v)
+    durations = OpDurations(forward_s=tuple(rng.uniform(0.5, 1.5) for _ in range(stages)),
+                            backward_input_s=tuple(rng.uniform(0.5, 2) for _ in range(stages)),
+                            backward_weight_s=tuple(rng.uniform(0.2, 1) for _ in range(stages)))
+    m = 16 * p
+    full = simulate_makespan(compiled_schedule(schedule, p, m, v), durations,
+                             p2p_latency_s=0.05)
+    fast = pipeline_makespan(schedule, num_stages=p, num_micro_batches=m, num_chunks=v,
+                             durations=durations, p2p_latency_s=0.05)
+    assert fast == pytest.approx(full, rel=1e-9)
+
+
+LLAMA = model_preset("llama-3.1-8b")
+TRAIN = TrainingSpec(global_batch_size=64, sequence_length=4096)
+CLUSTER = cluster_preset("h100-sxm5-80gb", num_nodes=2)
+
+
+def test_breakdown_adds_up_and_throughput_follows_from_the_step() -> None:
+    est = estimate_step(LLAMA, TRAIN, ParallelConfig(tp=2, pp=2, dp=4, sequence_parallel=True),
+                        CLUSTER)
+    assert est.step_time_s == pytest.approx(
+        est.pipeline_makespan_s + est.optimizer_s + est.exposed_comm_s.get("dp", 0.0) * 0
+        + (est.step_time_s - est.pipeline_makespan_s - est.optimizer_s), rel=1e-12)
+    assert est.tokens_per_s == pytest.approx(64 * 4096 / est.step_time_s)
+    assert 0 < est.mfu < 1 and est.hfu >= est.mfu
+    assert est.bubble_s > 0 and est.compute_s > 0
+
+
+def test_overlapped_gradient_reduction_is_not_slower() -> None:
+    parallel = ParallelConfig(tp=1, pp=1, dp=16)
+    overlapped = estimate_step(LLAMA, TRAIN, parallel, CLUSTER)
+    serial = estimate_step(LLAMA, TRAIN.model_copy(update={"overlap_grad_reduce": False}),
+                           parallel, CLUSTER)
+    assert serial.step_time_s > overlapped.step_time_s
+    assert serial.exposed_comm_s["dp"] > overlapped.exposed_comm_s.get("dp", 0.0)
+
+
+def test_tensor_parallelism_across_nodes_exposes_slower_collectives() -> None:
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
+    inside = estimate_step(LLAMA, TRAIN, ParallelConfig(tp=8, dp=2, sequence_parallel=True),
+                           cluster)
+    across = estimate_step(LLAMA, TRAIN, ParallelConfig(tp=16, dp=1, sequence_parallel=True)
+                           if LLAMA.num_attention_heads % 16 == 0 else
+                           ParallelConfig(tp=8, dp=2), cluster)
+    assert across.exposed_comm_s["tp"] > inside.exposed_comm_s["tp"]
+
+
+def test_full_recompute_adds_a_forward_and_counts_in_hardware_flops() -> None:
+    base = ParallelConfig(tp=2, pp=1, dp=8, sequence_parallel=True)
+    plain = estimate_step(LLAMA, TRAIN, base, CLUSTER)
+    full = estimate_step(LLAMA, TRAIN, base.model_copy(update={"recompute": "full"}), CLUSTER)
+    assert full.step_time_s > plain.step_time_s
+    assert full.recompute_s > 0 and plain.recompute_s == 0
+    assert full.model_flop == plain.model_flop and full.hardware_flop > plain.hardware_flop
+
+
+def test_dualpipe_hides_expert_all_to_all() -> None:
+    spec = model_preset("mixtral-8x7b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    base = ParallelConfig(pp=4, dp=8, ep=8, zero_stage=3)
+    one_f = estimate_step(spec, training, base, cluster)
+    dual = estimate_step(spec, training, base.model_copy(update={"schedule": "dualpipe"}),
+                         cluster)
+    assert one_f.exposed_comm_s.get("ep", 0.0) > dual.exposed_comm_s.get("ep", 0.0)
+
+
+def test_node_limited_routing_cuts_expert_all_to_all_time() -> None:
+    # DeepSeek-V3 routes each token to at most 4 nodes (n_group 8, topk_group 4); the same
+    # model routed without the limit sends more copies over the NICs.
+    from api_schemas.architecture import MoESpec
+    from models.collectives import fabric_of
+    from models.step_time import AxisGroup, expert_all_to_all_s
+
+    spec = model_preset("deepseek-v3")
+    assert spec.moe is not None
+    unlimited = spec.model_copy(update={"moe": spec.moe.model_copy(
+        update={"num_expert_groups": 1, "topk_groups": 1})})
+    assert isinstance(unlimited.moe, MoESpec)
+    cluster = cluster_preset("h800-sxm5-80gb", num_nodes=8)
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    parallel = ParallelConfig(dp=64, ep=64)
+    group = AxisGroup(size=64, ranks_per_node=8)
+    limited_s = expert_all_to_all_s(spec, training, parallel, group, fabric_of(cluster), 4096)
+    free_s = expert_all_to_all_s(unlimited, training, parallel, group, fabric_of(cluster), 4096)
+    assert limited_s < free_s
