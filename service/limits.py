@@ -20,6 +20,7 @@ from api_schemas.training import TrainingSpec
 from models.catalog import DEFAULT_NODE_FOR_GPU, NODE_PRESETS
 from models.errors import InvalidSpecError
 from models.resolve import resolve_model
+from service.core import call_core
 from service.problems import LimitExceededError
 from service.settings import Settings
 
@@ -135,7 +136,7 @@ def check_model_input(model: ModelInput, settings: Settings) -> ModelSpec:
     """
     if isinstance(model, ModelFromHf):
         check_hf_config(model.hf_config, settings, field="model.hf_config")
-    spec = resolve_model(model).spec
+    spec = call_core(resolve_model, model).spec
     check_model_spec(spec, settings)
     return spec
 
@@ -154,16 +155,25 @@ def check_hf_config(config: dict[str, object], settings: Settings, *,
         field: where the config sits in the request body.
     """
     named = bounds(settings)
-    for key in _HF_LAYER_KEYS:
-        value = config.get(key)
-        if isinstance(value, int):
-            check_bound(value, named["layers"], field=f"{field}.{key}",
-                        what="the layer count")
-    for key in _HF_EXPERT_KEYS:
-        value = config.get(key)
-        if isinstance(value, int):
-            check_bound(value, named["experts"], field=f"{field}.{key}",
-                        what="the routed expert count")
+    for keys, bound, what in ((_HF_LAYER_KEYS, named["layers"], "the layer count"),
+                              (_HF_EXPERT_KEYS, named["experts"], "the routed expert count")):
+        for key in keys:
+            count = _count_of(config.get(key))
+            if count is not None:
+                check_bound(count, bound, field=f"{field}.{key}", what=what)
+
+
+def _count_of(value: object) -> int | None:
+    """A count as the schema would coerce it (int, integral float, numeric string)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        number = float(value) if isinstance(value, float | str) else None
+    except ValueError:
+        return None
+    return int(number) if number is not None and math.isfinite(number) else None
 
 
 def _first_non_finite(value: object, path: str) -> str | None:

@@ -93,3 +93,31 @@ def test_memory_ledger_bounds(client: httpx.Client, parallel: dict[str, Any],
     response = client.post("/v1/ledger/memory", json=body)
     assert response.status_code == 422
     assert response.json()["errors"][0]["loc"] == ["body", *field]
+
+
+def test_from_hf_inconsistent_derived_spec_is_invalid_spec(client: httpx.Client) -> None:
+    # top_k above the expert count passes the config reader but not the MoE schema.
+    config = {**hf_preset_config("mixtral-8x7b"), "num_experts_per_tok": 10}
+    response = client.post("/v1/models/from-hf", json={"config": config})
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid-spec"
+    assert "top_k=10" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("layers", [1e9, "1000000", 10**7])
+def test_from_hf_layer_bound_sees_coercible_values(client: httpx.Client, layers: Any) -> None:
+    config = {**FROM_HF_EXAMPLE["config"], "num_hidden_layers": layers}
+    response = client.post("/v1/models/from-hf", json={"config": config})
+    assert response.status_code == 422
+    assert "ATLAS_MAX_LAYERS" in response.json()["detail"]
+
+
+def test_degenerate_hardware_is_invalid_spec(client: httpx.Client) -> None:
+    body = {**EVALUATE_REQUEST_EXAMPLE,
+            "cluster": {**EVALUATE_REQUEST_EXAMPLE["cluster"], "hbm_bandwidth_bytes_per_s": 0}}
+    # Memory does not depend on HBM bandwidth; step time divides by it.
+    assert client.post("/v1/ledger/memory", json=body).status_code == 200
+    evaluated = client.post("/v1/evaluate", json=body)
+    assert evaluated.status_code == 422
+    assert evaluated.json()["code"] == "invalid-spec"
+    assert "positive" in evaluated.json()["detail"]

@@ -7,6 +7,7 @@ scripted planner: the real one spends seconds per case whatever its time limit, 
 take this run past its budget (it is exercised over HTTP in test_service_plans_real.py and
 the end-to-end test)."""
 
+import os
 from typing import Any
 
 import pytest
@@ -24,8 +25,9 @@ from service_testkit import ScriptedPlanner
 from service.app import create_app
 from service.settings import Settings
 
-CASES_PER_OPERATION = 25
-"""Hypothesis examples per operation (about 10 operations: a few hundred cases)."""
+CASES_PER_OPERATION = int(os.environ.get("ATLAS_SCHEMATHESIS_EXAMPLES", "25"))
+"""Hypothesis examples per operation and generation phase (15 operations: a few hundred
+cases); set ATLAS_SCHEMATHESIS_EXAMPLES for a deeper run."""
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance, response_headers_conformance]
