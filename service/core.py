@@ -4,8 +4,9 @@ Owns: `call_core(fn, request)`, which runs a core function and turns an arithmet
 (division by zero, overflow) or a schema violation of a spec the core derived (a pydantic
 `ValidationError` raised inside it) into `invalid-spec`. Such failures come from inputs the
 request schemas admit but no hardware or model has (a zero bandwidth, zero memory, top_k
-above the expert count in a config); the reply says so and the traceback is logged. Must not: catch anything else
-(domain errors already carry their codes; the rest is a 500 with a request id).
+above the expert count in a config); the reply says so and the traceback is logged. Must
+not: catch anything else (domain errors already carry their codes; the rest is a 500 with a
+request id).
 """
 
 import logging
