@@ -8,8 +8,8 @@ from api_schemas.architecture import (
     AttentionKind,
     MLASpec,
     MlpKind,
-    MoESpec,
     ModelSpec,
+    MoESpec,
     NormKind,
 )
 from api_schemas.collectives import (
@@ -49,8 +49,8 @@ from api_schemas.moe import (
     PlacementStatus,
 )
 from api_schemas.parallel import (
-    ContextParallelKind,
     DEFAULT_RECOMPUTE_MODULES,
+    ContextParallelKind,
     FullLayers,
     ParallelConfig,
     PipelineSchedule,
@@ -86,15 +86,15 @@ from api_schemas.problems import (
     ProblemDetail,
 )
 from api_schemas.requests import (
+    EVALUATE_REQUEST_EXAMPLE,
+    PLAN_REQUEST_EXAMPLE,
     ClusterInput,
     Constraints,
-    EVALUATE_REQUEST_EXAMPLE,
     EvaluateRequest,
     ModelFromHf,
     ModelInput,
     ModelPreset,
     Objective,
-    PLAN_REQUEST_EXAMPLE,
     PlanRequest,
     SolverLimits,
 )

@@ -88,7 +88,7 @@ class CollectiveEstimateRequest(SpecModel):
         default=None, description="Group members per node (node-contiguous); null = "
         "min(num_ranks, gpus_per_node).", examples=[8])
     bandwidth_bytes_per_s: BytesPerSecond | None = Field(
-        default=None, gt=0.0, description="Explicit per-rank, per-direction bandwidth "
+        default=None, ge=1.0, description="Explicit per-rank, per-direction bandwidth "
         "(instead of a cluster).", examples=[50e9])
     latency_s: Seconds | None = Field(
         default=None, description="Explicit per-step latency alpha (instead of a cluster).",

@@ -222,12 +222,12 @@ class ParallelConfig(SpecModel):
 
 
 __all__ = [
+    "DEFAULT_RECOMPUTE_MODULES",
     "ContextParallelKind",
     "FullLayers",
     "ParallelConfig",
     "PipelineSchedule",
     "Recompute",
-    "DEFAULT_RECOMPUTE_MODULES",
     "RecomputeMode",
     "RecomputeModule",
     "StagePolicy",

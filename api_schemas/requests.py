@@ -7,7 +7,7 @@ resolve presets (that is `models/resolve.py`).
 """
 
 from enum import StrEnum
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -22,7 +22,17 @@ from api_schemas.parallel import (
     Recompute,
 )
 from api_schemas.training import TrainingSpec
-from api_schemas.units import Bytes, BytesPerSecond, Fraction, PositiveInt, Seconds
+from api_schemas.units import (
+    Fraction,
+    PositiveBytes,
+    PositiveBytesPerSecond,
+    PositiveFlopPerSecond,
+    PositiveInt,
+    Seconds,
+)
+
+ZeroStageValue = Literal[0, 1, 2, 3]
+"""A ZeRO stage a constraint may name."""
 
 
 class ModelPreset(SpecModel):
@@ -51,25 +61,26 @@ class ClusterInput(SpecModel):
         default=None, description="GPUs per node; default from the node preset.", examples=[8])
     node: str | None = Field(default=None, description="Node preset id (default: the GPU's "
                              "typical node, e.g. 'hgx-h100').", examples=["hgx-h100"])
-    gpu_memory_bytes: Bytes | None = Field(default=None, description="Override GPU memory.")
-    peak_flop_per_s: dict[DType, float] | None = Field(
+    gpu_memory_bytes: PositiveBytes | None = Field(default=None,
+                                                   description="Override GPU memory.")
+    peak_flop_per_s: dict[DType, PositiveFlopPerSecond] | None = Field(
         default=None, description="Override dense peak FLOP/s per format.")
-    hbm_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
+    hbm_bandwidth_bytes_per_s: PositiveBytesPerSecond | None = Field(
         default=None, description="Override HBM bandwidth.")
-    intra_node_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
+    intra_node_bandwidth_bytes_per_s: PositiveBytesPerSecond | None = Field(
         default=None, description="Override achievable scale-up bandwidth per GPU per direction.")
     intra_node_latency_s: Seconds | None = Field(default=None, description="Override scale-up "
                                                  "latency.")
-    inter_node_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
+    inter_node_bandwidth_bytes_per_s: PositiveBytesPerSecond | None = Field(
         default=None, description="Override achievable NIC bandwidth per GPU per direction.")
     inter_node_latency_s: Seconds | None = Field(default=None, description="Override scale-out "
                                                  "latency.")
     intra_node_topology: IntraNodeTopology | None = Field(
         default=None, description="Override 'switch' / 'full_mesh'.")
     rail_optimized: bool | None = Field(default=None, description="Override rail optimisation.")
-    host_memory_bytes: Bytes | None = Field(default=None, description="Override host memory "
-                                            "per node.")
-    pcie_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
+    host_memory_bytes: PositiveBytes | None = Field(default=None, description="Override host "
+                                                    "memory per node.")
+    pcie_bandwidth_bytes_per_s: PositiveBytesPerSecond | None = Field(
         default=None, description="Override host<->GPU bandwidth per GPU per direction.")
     memory_headroom_frac: Fraction = Field(
         default=0.0, description="Share of GPU memory kept free (capacity = memory x (1 - this)).")
@@ -91,19 +102,19 @@ class Objective(StrEnum):
 class Constraints(SpecModel):
     """Pins (a value), allowed sets (a list) or forbidden values for any plan dimension."""
 
-    tp: int | list[int] | None = Field(default=None, description="Pin or allow tensor parallel "
+    tp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Pin or allow tensor parallel "
                                        "degrees.", examples=[8])
-    pp: int | list[int] | None = Field(default=None, description="Pipeline degrees.")
-    dp: int | list[int] | None = Field(default=None, description="Data-parallel degrees.")
-    cp: int | list[int] | None = Field(default=None, description="Context-parallel degrees.")
-    ep: int | list[int] | None = Field(default=None, description="Expert-parallel degrees.")
-    etp: int | list[int] | None = Field(default=None, description="Expert-TP degrees.")
-    vpp: int | list[int] | None = Field(default=None, description="Virtual chunks per rank.")
-    micro_batch_size: int | list[int] | None = Field(default=None, description="Micro-batch "
+    pp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Pipeline degrees.")
+    dp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Data-parallel degrees.")
+    cp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Context-parallel degrees.")
+    ep: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Expert-parallel degrees.")
+    etp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Expert-TP degrees.")
+    vpp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Virtual chunks per rank.")
+    micro_batch_size: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Micro-batch "
                                                      "sizes.")
     schedule: PipelineSchedule | list[PipelineSchedule] | None = Field(
         default=None, description="Allowed schedules.")
-    zero_stage: int | list[int] | None = Field(default=None, description="Allowed ZeRO stages.")
+    zero_stage: ZeroStageValue | list[ZeroStageValue] | None = Field(default=None, description="Allowed ZeRO stages.")
     sequence_parallel: bool | None = Field(default=None, description="Pin sequence parallel.")
     cp_kind: ContextParallelKind | list[ContextParallelKind] | None = Field(
         default=None, description="Allowed context-parallel kinds.")

@@ -16,6 +16,11 @@ FlopPerSecond = Annotated[float, Field(ge=0.0, description="A rate in FLOP per s
 BytesPerSecond = Annotated[float, Field(ge=0.0, description="A bandwidth in bytes per second.")]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0, description="A fraction in [0, 1].")]
 PositiveInt = Annotated[int, Field(ge=1)]
+PositiveBytes = Annotated[int, Field(ge=1, description="A non-zero size in bytes (integer).")]
+PositiveBytesPerSecond = Annotated[float, Field(
+    ge=1.0, description="A non-zero bandwidth in bytes per second (at least 1 B/s).")]
+PositiveFlopPerSecond = Annotated[float, Field(
+    ge=1.0, description="A non-zero rate in FLOP per second (at least 1 FLOP/s).")]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
 GIB = 2**30
@@ -28,6 +33,9 @@ __all__ = [
     "FlopPerSecond",
     "Fraction",
     "NonNegativeInt",
+    "PositiveBytes",
+    "PositiveBytesPerSecond",
+    "PositiveFlopPerSecond",
     "PositiveInt",
     "Seconds",
 ]

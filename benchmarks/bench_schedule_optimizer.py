@@ -56,7 +56,7 @@ def main() -> None:
                         missed.append((name, p, m, limit))
                     print(f"{name:<14}{p:>3}{m:>4}{limit:>6}{r.status:>10}{r.makespan_s:>10.2f}"
                           f"{r.lower_bound_s:>9.2f}{100 * r.gap:>7.2f}%"
-                          f"{str(r.baseline_schedule):>10}{r.baseline_makespan_s:>9.2f}"
+                          f"{r.baseline_schedule!s:>10}{r.baseline_makespan_s:>9.2f}"
                           f"{r.method:>16}{wall:>7.2f}s  "
                           f"{'extra' if extra else 'met' if ok else 'MISSED'}",
                           flush=True)

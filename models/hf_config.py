@@ -88,8 +88,12 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str | None = None) -> I
             "tie_word_embeddings says otherwise)"
         )
     fields = _common_fields(reader, model_type, notes)
-    moe = _moe_fields(reader, model_type, notes)
-    mla = _mla_fields(reader, model_type)
+    try:
+        moe = _moe_fields(reader, model_type, notes)
+        mla = _mla_fields(reader, model_type)
+    except (ValueError, TypeError) as exc:
+        raise InvalidSpecError(f"inconsistent MoE or MLA fields in config: {exc}",
+                               field="config") from exc
     if reader.missing:
         raise InvalidSpecError(
             f"cannot read a {model_type or 'transformer'} architecture from this config: missing "
@@ -191,8 +195,8 @@ def _moe_fields(reader: _Reader, model_type: str, notes: list[str]) -> MoESpec |
         dense_indices += tuple(i for i in range(layers) if (i + 1) % freq)
         freq = 1
         notes.append("decoder_sparse_step > 1 converted to explicit dense layer indices")
-    if not (top_k and expert_width):
-        return None
+    if top_k is None or expert_width is None:
+        return None  # named in reader.missing, reported by the caller
     return MoESpec(
         num_experts=int(num_experts), top_k=int(top_k), expert_ffn_hidden_size=int(expert_width),
         num_shared_experts=shared_count, shared_expert_ffn_hidden_size=shared_width,
@@ -200,9 +204,15 @@ def _moe_fields(reader: _Reader, model_type: str, notes: list[str]) -> MoESpec |
         router_bias=str(reader.get("topk_method", default="")) == "noaux_tc",
         first_dense_layers=first_dense, layer_freq=freq,
         dense_layer_indices=tuple(sorted(set(dense_indices))),
-        num_expert_groups=int(reader.get("n_group", default=1) or 1),
-        topk_groups=int(reader.get("topk_group", default=1) or 1),
+        num_expert_groups=int(_or_default(reader.get("n_group"), 1)),
+        topk_groups=int(_or_default(reader.get("topk_group"), 1)),
     )
+
+
+def _or_default(value: object, default: int) -> object:
+    """`value` unless the config leaves it out (absent or null); zero is kept, to be
+    rejected by the schema rather than silently replaced."""
+    return default if value is None else value
 
 
 def _mla_fields(reader: _Reader, model_type: str) -> MLASpec | None:

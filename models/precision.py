@@ -15,8 +15,8 @@ BF16 optimizer moments (DeepSeek-V3), SGD and Muon state shapes.
 from dataclasses import dataclass
 from functools import lru_cache
 
-from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
 from api_schemas.dtypes import DType
+from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
 
 FP8_WEIGHT_COPY_BYTES = 2.0
 """Bytes per GEMM weight of the FP8 copies Transformer Engine caches beside high-precision

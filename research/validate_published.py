@@ -33,8 +33,8 @@ from api_schemas import (
     TrainingSpec,
 )
 from models import kernels
-from models.compute import clear_compute_cache
 from models.catalog import cluster_preset, model_preset
+from models.compute import clear_compute_cache
 from models.errors import InvalidSpecError
 from solver.candidate_eval import evaluate_candidate
 from solver.cpsat import SolverConfig

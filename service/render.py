@@ -17,7 +17,7 @@ TIMELINE_TEXT_MAX_OPS = 400
 """Timelines up to this many ops are printed op by op."""
 
 
-def gib(num_bytes: int | float) -> str:
+def gib(num_bytes: float) -> str:
     """Bytes as GiB (2**30) with two decimals, e.g. '79.94 GiB'."""
     return f"{num_bytes / GIB:.2f} GiB"
 

@@ -8,6 +8,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import ClusterSpec
 from api_schemas.plan import (
     Alternative,
     Explanation,
@@ -25,8 +27,6 @@ from models.mesh import validate_mesh
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import StepEstimate, estimate_step
 from solver import cpsat
-from api_schemas.architecture import ModelSpec
-from api_schemas.hardware import ClusterSpec
 from solver.candidate_eval import ScoredPlan, evaluate_candidate, refine_policies
 from solver.explain import (
     binding_constraints,
@@ -38,9 +38,9 @@ from solver.explain import (
 )
 from solver.fixes import suggest_fixes
 from solver.planner import SearchResult, objective_value, search
-from solver.space import MeshCandidate
 from solver.relax import relaxations
 from solver.reports import memory_report_from_ledger
+from solver.space import MeshCandidate
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -86,6 +86,7 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     Raises:
         InvalidSpecError: unknown presets or unreadable inputs.
     """
+    deadline = time.perf_counter() + request.solver.time_limit_s
     resolved = resolve_model(request.model)
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
     result = search(spec, request.training, cluster, constraints=request.constraints,
@@ -93,16 +94,17 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     notes = _notes(resolved.notes, cluster.gpu)
     stats = _stats(result)
     if result.best is None:
-        return _infeasible(request, result, stats, notes, spec.name, cluster)
-    config = cpsat.SolverConfig(max_time_s=min(2.0, request.solver.time_limit_s),
+        return _infeasible(request, result, stats, notes, spec.name, cluster, deadline)
+    remaining_s = deadline - time.perf_counter()
+    config = cpsat.SolverConfig(max_time_s=max(MIN_SUBPROBLEM_S, min(2.0, remaining_s)),
                                 num_workers=request.solver.num_workers,
                                 random_seed=request.solver.random_seed)
     best = refine_policies(spec, request.training, cluster, result.best, request.constraints,
-                           config)
+                           config, deadline=deadline)
     if best is not result.best:
         notes.append("per-stage policies refined by the CP-SAT subproblem: "
                      f"{result.best.estimate.step_time_s:.3f} -> {best.estimate.step_time_s:.3f} s")
-    runners_up = _runners_up(request, result, spec, cluster, best)
+    runners_up = _runners_up(request, result, spec, cluster, best, deadline)
     alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k)
     text = summary(spec, cluster, best)
     price = request.constraints.gpu_hour_price
@@ -139,7 +141,10 @@ def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: Cl
 
 
 ALTERNATIVE_BUDGET_S = 2.0
-"""Extra time spent evaluating runners-up when the search proved optimality early."""
+"""Most extra time spent evaluating runners-up when the search proved optimality early
+(never past the request's time limit)."""
+MIN_SUBPROBLEM_S = 0.05
+"""Floor on a CP-SAT subproblem started just before the request's time limit."""
 
 
 def _shape(c: MeshCandidate) -> tuple[object, ...]:
@@ -148,19 +153,22 @@ def _shape(c: MeshCandidate) -> tuple[object, ...]:
 
 
 def _runners_up(request: PlanRequest, result: SearchResult, spec: ModelSpec,
-                cluster: ClusterSpec, best: ScoredPlan) -> list[ScoredPlan]:
+                cluster: ClusterSpec, best: ScoredPlan, deadline: float) -> list[ScoredPlan]:
     """The best plan of each other shape among the evaluated candidates, topped up from the
-    unevaluated frontier (bounded time) when the proof came early."""
+    unevaluated frontier (at most `ALTERNATIVE_BUDGET_S`, never past `deadline`) when the
+    proof came early."""
     chosen: dict[tuple[object, ...], ScoredPlan] = {}
     for other in result.ranked:
         key = _shape(other.candidate)
         if key != _shape(best.candidate) and key not in chosen:
             chosen[key] = other
-    deadline = time.perf_counter() + ALTERNATIVE_BUDGET_S
-    config = cpsat.SolverConfig(max_time_s=1.0, num_workers=request.solver.num_workers)
+    stop = min(deadline, time.perf_counter() + ALTERNATIVE_BUDGET_S)
     for candidate in result.frontier:
-        if len(chosen) >= request.solver.top_k or time.perf_counter() > deadline:
+        remaining_s = stop - time.perf_counter()
+        if len(chosen) >= request.solver.top_k or remaining_s <= 0:
             break
+        config = cpsat.SolverConfig(max_time_s=max(MIN_SUBPROBLEM_S, min(1.0, remaining_s)),
+                                    num_workers=request.solver.num_workers)
         key = _shape(candidate)
         if key == _shape(best.candidate) or key in chosen:
             continue
@@ -187,21 +195,32 @@ def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: Search
 
 
 def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
-                notes: list[str], model_name: str, cluster: object) -> PlanResponse:
+                notes: list[str], model_name: str, cluster: object,
+                deadline: float) -> PlanResponse:
     rejected = [r for r in result.rejections if r.stage is not None]
     closest = min(rejected, key=lambda r: r.over_bytes, default=None)
     binding = []
+    if result.stats.unexamined:
+        binding.append(f"no plan found within the time limit of {request.solver.time_limit_s} s "
+                       f"({result.stats.unexamined} of {result.stats.candidates} candidates not "
+                       "examined; raise solver.time_limit_s to finish the search)")
     if closest is not None:
         binding.append(f"the closest configuration, {why_rejected(closest)}")
     elif result.stats.candidates == 0:
         binding.append("no mesh satisfies the divisibility rules and pins for this cluster "
                        "and batch (heads, layers, experts, global batch)")
-    else:
+    elif not result.stats.unexamined:
         binding.append(f"all {result.stats.candidates} candidates exceed the memory bound "
                        "under the most frugal choices allowed")
-    relax = relaxations(request)
-    text = (f"No plan for {model_name} on {cluster.world_size} x "  # type: ignore[attr-defined]
-            f"{cluster.gpu.name} meets the request. " + binding[0] + ". "  # type: ignore[attr-defined]
+    found = relaxations(request, deadline=deadline)
+    relax = found.found
+    if found.not_tried:
+        notes.append("relaxations not tried within the time limit: "
+                     + "; ".join(found.not_tried))
+    verdict = ("no plan was found within the time limit" if result.stats.unexamined
+               else "no plan meets the request")
+    text = (f"For {model_name} on {cluster.world_size} x "  # type: ignore[attr-defined]
+            f"{cluster.gpu.name}, {verdict}: " + binding[0] + ". "  # type: ignore[attr-defined]
             + ("Smallest changes that give a plan: " + "; ".join(relax) + "."
                if relax else "No single relaxation tried gives a plan."))
     return PlanResponse(status=PlanStatus.INFEASIBLE, model_name=model_name,

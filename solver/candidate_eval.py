@@ -15,6 +15,7 @@ which can only add collectives. The per-stage CP-SAT policy of `solver/policy.py
 refines the chosen plan (`refine_policies`).
 """
 
+import time
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
@@ -212,15 +213,18 @@ def layer_split_options(spec: ModelSpec, parallel: ParallelConfig) -> list[tuple
 
 def refine_policies(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                     plan: ScoredPlan, constraints: Constraints,
-                    config: cpsat.SolverConfig) -> ScoredPlan:
+                    config: cpsat.SolverConfig, *, deadline: float | None = None) -> ScoredPlan:
     """The integer sub-problems of a chosen mesh: the layer split (even, or lighter first
     and last ranks) and, for each, the per-stage policies from the CP-SAT subproblem. The
-    result replaces the plan only if the exact ledger fits and the simulated step is faster."""
+    result replaces the plan only if the exact ledger fits and the simulated step is faster.
+    Splits not started by `deadline` (a `time.perf_counter()` value) are skipped."""
     if plan.parallel.pp == 1 or (constraints.recompute is not None
                                  and not isinstance(constraints.recompute, list)):
         return plan
     best = plan
     for split in layer_split_options(spec, plan.parallel):
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
         base = plan.parallel.model_copy(update={"stage_policies": None,
                                                 "recompute": RecomputeMode.NONE,
                                                 "fp8_activations": False,

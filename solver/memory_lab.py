@@ -7,6 +7,7 @@ Must not: search (see `solver/planner.py`) or time anything (see `solver/api.py`
 from api_schemas.plan import MemoryReport
 from api_schemas.requests import EvaluateRequest
 from models.memory import memory_ledger
+from models.mesh import validate_mesh
 from models.resolve import resolve_cluster, resolve_model
 from solver.reports import memory_report_from_ledger
 
@@ -15,11 +16,14 @@ def memory_report(request: EvaluateRequest) -> MemoryReport:
     """The per-stage memory ledger of the request's configuration.
 
     Raises:
-        InvalidSpecError: unknown presets, unreadable configs, or a configuration the
-            ledger cannot size (batch not divisible, experts not shardable, ...).
+        InvalidSpecError: unknown presets, unreadable configs, a mesh that breaks a rule of
+            `models/mesh` (the degrees must multiply to the cluster's GPUs, TP must divide
+            the heads, ...), or a configuration the ledger cannot size.
     """
     spec = resolve_model(request.model).spec
     cluster = resolve_cluster(request.cluster)
+    validate_mesh(request.parallel, model=spec, num_nodes=cluster.num_nodes,
+                  gpus_per_node=cluster.gpus_per_node, training=request.training)
     ledger = memory_ledger(spec, request.training, request.parallel, cluster)
     return memory_report_from_ledger(ledger)
 

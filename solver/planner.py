@@ -29,9 +29,9 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
+from models.errors import InvalidSpecError
 from solver import cpsat
 from solver.bounds import BoundTables
-from models.errors import InvalidSpecError
 from solver.candidate_eval import (
     Rejection,
     ScoredPlan,
@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 POLICY_SOLVE_LIMIT_S = 2.0
 """Time limit of one per-stage policy CP-SAT solve."""
+MIN_POLICY_SOLVE_S = 0.05
+"""Floor on a policy solve started just before the search's time limit."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +61,9 @@ class SearchStats:
     wall_time_s: float
     best_bound: float | None
     gap: float | None
+    unexamined: int = 0
+    """Candidates left unvisited because the time limit ran out before any plan was found
+    (0 when the search finished or found a plan)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,12 +150,17 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     status = PlanStatus.OPTIMAL
     bound = None
     refined = 0
+    unexamined = 0
     while heap:
         lower, order, tight, c = heap[0]
         if lower >= best_value:
             break
-        if time.perf_counter() > deadline and best is not None:
-            status, bound = PlanStatus.FEASIBLE, lower
+        remaining_s = deadline - time.perf_counter()
+        if remaining_s <= 0:
+            if best is not None:
+                status, bound = PlanStatus.FEASIBLE, lower
+            else:
+                unexamined = len(heap)
             break
         heapq.heappop(heap)
         if not tight:
@@ -164,7 +174,10 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             tighter = _rescale(makespan, c, objective, training.tokens_per_step)
             heapq.heappush(heap, (max(lower, tighter), order, True, c))
             continue
-        result = evaluate_candidate(spec, training, cluster, c, constraints, config)
+        solve_config = config if remaining_s >= config.max_time_s else cpsat.SolverConfig(
+            max_time_s=max(MIN_POLICY_SOLVE_S, remaining_s), num_workers=limits.num_workers,
+            random_seed=limits.random_seed)
+        result = evaluate_candidate(spec, training, cluster, c, constraints, solve_config)
         evaluated += 1
         if isinstance(result, Rejection):
             rejections.append(result)
@@ -191,7 +204,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                         pruned_bound=len(heap) - (1 if status == PlanStatus.FEASIBLE else 0)
                         if best is not None else 0,
                         evaluated=evaluated, wall_time_s=time.perf_counter() - started,
-                        best_bound=bound, gap=gap)
+                        best_bound=bound, gap=gap, unexamined=unexamined)
     frontier = tuple(item[3] for item in heapq.nsmallest(200, heap))
     return SearchResult(status=status, best=best, ranked=tuple(ranked),
                         rejections=tuple(rejections), stats=stats, objective=objective,

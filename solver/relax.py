@@ -6,6 +6,8 @@ the first plan found. Must not: change the request it was given.
 """
 
 import math
+import time
+from dataclasses import dataclass
 
 from api_schemas.requests import Constraints, PlanRequest, SolverLimits
 from models.params import count_parameters
@@ -52,16 +54,34 @@ def _variants(request: PlanRequest) -> list[tuple[str, PlanRequest]]:
     return out
 
 
-def relaxations(request: PlanRequest) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class Relaxations:
+    """What the relaxation search found."""
+
+    found: list[str]
+    """Each relaxation that yields a plan, with that plan's layout and step time."""
+    not_tried: list[str]
+    """Relaxations skipped because the request's time limit had passed."""
+
+
+def relaxations(request: PlanRequest, *, deadline: float | None = None) -> Relaxations:
     """Each relaxation that yields a plan, with the plan's layout and speed (for more nodes,
-    only the smallest count that works)."""
+    only the smallest count that works). Each search gets at most `RELAXATION_TIME_LIMIT_S`
+    and none starts after `deadline` (a `time.perf_counter()` value)."""
     out: list[str] = []
+    not_tried: list[str] = []
     more_nodes_found = False
-    limits = SolverLimits(time_limit_s=RELAXATION_TIME_LIMIT_S, top_k=0,
-                          num_workers=request.solver.num_workers)
     for label, relaxed in _variants(request):
         if more_nodes_found and "nodes instead of" in label:
             continue
+        budget_s = RELAXATION_TIME_LIMIT_S
+        if deadline is not None:
+            budget_s = min(budget_s, deadline - time.perf_counter())
+        if budget_s <= 0:
+            not_tried.append(label)
+            continue
+        limits = SolverLimits(time_limit_s=budget_s, top_k=0,
+                              num_workers=request.solver.num_workers)
         spec = resolve_model(relaxed.model).spec
         result = search(spec, relaxed.training, resolve_cluster(relaxed.cluster),
                         constraints=relaxed.constraints, objective=relaxed.objective,
@@ -71,7 +91,7 @@ def relaxations(request: PlanRequest) -> list[str]:
             out.append(f"{label}: {describe_parallel(result.best.parallel)} at "
                        f"{est.step_time_s:.2f} s per step")
             more_nodes_found = more_nodes_found or "nodes instead of" in label
-    return out
+    return Relaxations(found=out, not_tried=not_tried)
 
 
-__all__ = ["RELAXATION_TIME_LIMIT_S", "relaxations"]
+__all__ = ["RELAXATION_TIME_LIMIT_S", "Relaxations", "relaxations"]

@@ -223,8 +223,8 @@ def _meshes_for(spec: ModelSpec, training: TrainingSpec, *, tp: int, cp: int,
 
 __all__ = [
     "MAX_MICRO_BATCH_SIZE",
-    "MIN_SEQUENCE_FOR_CP",
     "MAX_VPP",
+    "MIN_SEQUENCE_FOR_CP",
     "MeshCandidate",
     "candidate_meshes",
     "divisors",

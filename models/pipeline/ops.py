@@ -180,8 +180,8 @@ class ProgramBuilder:
 
 __all__ = [
     "OpKind",
-    "Placement",
     "PipelineProgram",
+    "Placement",
     "ProgramBuilder",
     "bidirectional_placement",
     "linear_placement",

@@ -169,17 +169,14 @@ def _event_loop(c: CompiledProgram, dur: list[float], lat_prev: list[float],
         while u < stop:
             t = ready[d_prev[u]] + lat_prev[u]
             x = ready[d_next[u]] + lat_next[u]
-            if x > t:
-                t = x
+            t = max(t, x)
             x = ready[d_local[u]]
-            if x > t:
-                t = x
+            t = max(t, x)
             if t == inf:
                 blocker = next(i for i in (d_prev[u], d_next[u], d_local[u]) if ready[i] == inf)
                 waiting.setdefault(blocker, []).append(r)
                 break
-            if t_free > t:
-                t = t_free
+            t = max(t, t_free)
             start[u] = t
             t_free = t + dur[u]
             a, b = out_a[u], out_b[u]

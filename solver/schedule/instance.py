@@ -120,13 +120,11 @@ def heads_and_tails(inst: ScheduleInstance) -> tuple[list[int], list[int]]:
     head = [0] * inst.num_ops
     for o in inst.topo_order:
         for p, lag in inst.preds[o]:
-            if head[p] + lag > head[o]:
-                head[o] = head[p] + lag
+            head[o] = max(head[o], head[p] + lag)
     tail = list(inst.duration)
     for o in reversed(inst.topo_order):
         for p, lag in inst.preds[o]:
-            if lag + tail[o] > tail[p]:
-                tail[p] = lag + tail[o]
+            tail[p] = max(tail[p], lag + tail[o])
     return head, tail
 
 

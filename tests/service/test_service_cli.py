@@ -9,12 +9,12 @@ import httpx
 import pytest
 import yaml
 
-import service.cli as cli
 from api_schemas.collectives import CollectiveEstimateResponse
 from api_schemas.moe import MoePlacementResponse
 from api_schemas.pipeline import PipelineOptimizeResponse, PipelineSimulateResponse
 from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
+from service import cli
 from service.client import AtlasClient
 from service.render import (
     describe_parallel,

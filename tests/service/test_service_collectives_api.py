@@ -30,11 +30,20 @@ def test_group_size_bound(client: httpx.Client) -> None:
 
 def test_non_finite_answers_are_refused(client: httpx.Client) -> None:
     body = {"collective": "all_reduce", "num_ranks": 8, "message_bytes": 2**28,
-            "bandwidth_bytes_per_s": 5e-324, "latency_s": 1e-5}
+            "bandwidth_bytes_per_s": 50e9, "latency_s": 1e308}
     response = client.post("/v1/collectives/estimate", json=body)
     assert response.status_code == 422
     assert response.json()["code"] == "invalid-spec"
     assert "inf" in response.json()["detail"]
+
+
+def test_bandwidth_below_one_byte_per_second_is_refused(client: httpx.Client) -> None:
+    body = {"collective": "all_reduce", "num_ranks": 8, "message_bytes": 2**28,
+            "bandwidth_bytes_per_s": 5e-324, "latency_s": 1e-5}
+    response = client.post("/v1/collectives/estimate", json=body)
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid-request"
+    assert response.json()["errors"][0]["loc"] == ["body", "bandwidth_bytes_per_s"]
 
 
 def test_links_must_be_given_one_way(client: httpx.Client) -> None:
