@@ -9,7 +9,9 @@ import time
 from collections.abc import Callable
 
 from api_schemas.architecture import ModelSpec
+from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import (
     Alternative,
     Explanation,
@@ -37,7 +39,7 @@ from solver.explain import (
     why_rejected,
 )
 from solver.fixes import suggest_fixes
-from solver.planner import SearchResult, objective_value, search
+from solver.planner import SearchResult, hardware_constraints, objective_value, search
 from solver.relax import relaxations
 from solver.reports import memory_report_from_ledger
 from solver.space import MeshCandidate
@@ -99,8 +101,9 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     config = cpsat.SolverConfig(max_time_s=max(MIN_SUBPROBLEM_S, min(2.0, remaining_s)),
                                 num_workers=request.solver.num_workers,
                                 random_seed=request.solver.random_seed)
-    best = refine_policies(spec, request.training, cluster, result.best, request.constraints,
-                           config, deadline=deadline)
+    best = refine_policies(spec, request.training, cluster, result.best,
+                           hardware_constraints(request.constraints, cluster), config,
+                           deadline=deadline)
     if best is not result.best:
         notes.append("per-stage policies refined by the CP-SAT subproblem: "
                      f"{result.best.estimate.step_time_s:.3f} -> {best.estimate.step_time_s:.3f} s")
@@ -173,7 +176,7 @@ def _runners_up(request: PlanRequest, result: SearchResult, spec: ModelSpec,
         if key == _shape(best.candidate) or key in chosen:
             continue
         scored = evaluate_candidate(spec, request.training, cluster, candidate,
-                                    request.constraints, config)
+                                    hardware_constraints(request.constraints, cluster), config)
         if isinstance(scored, ScoredPlan):
             chosen[key] = scored
     ranked = sorted(chosen.values(), key=lambda p: objective_value(p, request.objective))
@@ -230,6 +233,12 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
                         solver=stats)
 
 
+def _stores_fp8(parallel: ParallelConfig) -> bool:
+    if parallel.fp8_activations:
+        return True
+    return any(policy.fp8_activations for policy in parallel.stage_policies or ())
+
+
 def evaluate(request: EvaluateRequest) -> PlanResponse:
     """Score one configuration: fits or not, per-stage memory, time breakdown, bottleneck and
     the smallest changes that make it fit or faster.
@@ -255,6 +264,10 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                         ledger=ledger)
     fixes = suggest_fixes(spec, request.training, cluster, scored)
     notes = _notes(resolved.notes, cluster.gpu) + [w.message for w in warnings]
+    if _stores_fp8(parallel) and DType.FP8 not in cluster.gpu.dense_peak_flop_per_s:
+        notes.append(f"FP8 activation storage on {cluster.gpu.name}, which has no FP8 "
+                     "kernels: the memory is modelled as asked, but Transformer Engine's FP8 "
+                     "path needs compute capability 8.9 or newer")
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
                if ledger.fits else
                f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from api_schemas.architecture import ModelSpec
+from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec
 from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
@@ -112,10 +113,21 @@ def _bound(tables: BoundTables, c: MeshCandidate, objective: Objective, tokens: 
     return t
 
 
+def hardware_constraints(constraints: Constraints, cluster: ClusterSpec) -> Constraints:
+    """The request's constraints narrowed by what the GPU can do: FP8 activation storage
+    needs FP8 casting kernels (Transformer Engine's FP8 path requires compute capability
+    8.9 or newer), so GPUs without an FP8 peak never get it."""
+    if constraints.allow_fp8_activations and \
+            DType.FP8 not in cluster.gpu.dense_peak_flop_per_s:
+        return constraints.model_copy(update={"allow_fp8_activations": False})
+    return constraints
+
+
 def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
            constraints: Constraints, objective: Objective, limits: SolverLimits,
            progress: Progress | None = None) -> SearchResult:
     """Find the best plan under the cost model (see the module docstring)."""
+    constraints = hardware_constraints(constraints, cluster)
     started = time.perf_counter()
     deadline = started + limits.time_limit_s
     tables = BoundTables(spec, training, cluster)

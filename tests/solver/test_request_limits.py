@@ -117,3 +117,16 @@ def test_memory_report_validates_the_mesh() -> None:
     assert memory_report(EvaluateRequest(model=ModelPreset(preset="llama-3.1-8b"),
                                          cluster=cluster, training=TRAINING,
                                          parallel=heads)).fits in (True, False)
+
+
+def test_gpus_without_fp8_never_get_fp8_activation_storage() -> None:
+    request = PlanRequest(model=ModelPreset(preset="llama-3.1-70b"),
+                          cluster=ClusterInput(gpu="a100-sxm4-80gb", num_nodes=2),
+                          training=TrainingSpec(global_batch_size=64, sequence_length=8192),
+                          solver=SolverLimits(time_limit_s=20, top_k=3, num_workers=1))
+    response = plan(request)
+    assert response.parallel is not None
+    chosen = [response.parallel] + [a.parallel for a in response.alternatives]
+    for parallel in chosen:
+        assert not parallel.fp8_activations
+        assert not any(p.fp8_activations for p in parallel.stage_policies or ())
