@@ -130,6 +130,9 @@ class SolverStats(ResultModel):
     gap: float | None = Field(default=None, description="Relative gap to the proven bound.")
     best_bound: float | None = Field(default=None, description="Proven bound on the objective.")
     status: str = Field(default="", description="Search status.")
+    unexamined: int = Field(default=0, description="Candidates left unexamined because the "
+                            "time limit ran out before any plan was found; when above 0 an "
+                            "infeasible answer is not a proof (raise solver.time_limit_s).")
 
 
 class PlanResponse(ResultModel):

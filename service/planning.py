@@ -29,6 +29,7 @@ from service.core import call_core
 from service.persistence import repo
 from service.persistence.tables import PlanRecord
 from service.pool import SolverPool
+from service.problems import SolveTimeoutError
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -130,6 +131,11 @@ def solve_and_store(request: PlanRequest, *, key: str, model_name: str, planner:
     except InfeasibleError as error:
         diagnostics = error.diagnostics
         response = _infeasible_response(error, model_name=model_name, gpu=_gpu_id(request))
+    if response.solver is not None and response.solver.unexamined:
+        # Out of time before any plan: not a proof of infeasibility, so not stored.
+        raise SolveTimeoutError(
+            f"{response.explanation.summary} Retry with a larger solver.time_limit_s.",
+            time_limit_s=request.solver.time_limit_s, retry_after_s=1)
     record = build_record(request, response, key=key, model_name=model_name,
                           diagnostics=diagnostics)
     with Session(engine) as session:
@@ -151,7 +157,8 @@ async def create_plan(request: PlanRequest, *, settings: Settings, engine: Engin
         LimitExceededError: an input over a documented bound.
         InvalidSpecError: the planner rejected the request.
         OverloadedError: the solver pool is full.
-        SolveTimeoutError: the search outlived its limit plus the grace period.
+        SolveTimeoutError: the search outlived its limit plus the grace period, or reached
+            its limit without finding any plan (such outcomes are not stored).
     """
     normalised = normalise_plan_request(request, settings)
     model_name = await to_thread.run_sync(check_plan_bounds, normalised, settings)

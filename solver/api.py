@@ -127,7 +127,9 @@ def _stats(result: SearchResult) -> SolverStats:
     s = result.stats
     return SolverStats(wall_time_s=s.wall_time_s, candidates=s.candidates,
                        pruned=s.pruned_memory + s.pruned_bound, evaluated=s.evaluated,
-                       gap=s.gap, best_bound=s.best_bound, status=result.status.value)
+                       gap=s.gap, best_bound=s.best_bound,
+                       status="time_limit" if s.unexamined else result.status.value,
+                       unexamined=s.unexamined)
 
 
 def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: ClusterSpec,

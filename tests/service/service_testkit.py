@@ -58,11 +58,12 @@ class ScriptedPlanner:
     """A stand-in for `solver.plan` whose behaviour each test chooses.
 
     It records every request it receives, can wait on an event (to hold a search open),
-    sleep, or raise `InfeasibleError`, and otherwise returns a plan that pins tp from the
-    request's constraints.
+    sleep, raise `InfeasibleError`, answer "no plan within the time limit", and otherwise
+    returns a plan that pins tp from the request's constraints.
     """
 
     infeasible: bool = False
+    out_of_time: bool = False
     sleep_s: float = 0.0
     gate: threading.Event | None = None
     calls: list[PlanRequest] = field(default_factory=list)
@@ -83,6 +84,12 @@ class ScriptedPlanner:
                 "stage 0 needs 95.1 GiB but 80.0 GiB fit", diagnostics={
                     "binding": "memory", "stage": 0, "over_bytes": 16_428_000_000,
                     "relaxations": ["use 2x the GPUs", "allow full recompute"]})
+        if self.out_of_time:
+            return PlanResponse(
+                status=PlanStatus.INFEASIBLE, model_name="scripted", gpu="h100-sxm5-80gb",
+                explanation=Explanation(summary="no plan was found within the time limit"),
+                solver=SolverStats(wall_time_s=request.solver.time_limit_s, candidates=40,
+                                   evaluated=2, status="time_limit", unexamined=38))
         pinned = request.constraints.tp
         tp = pinned if isinstance(pinned, int) and not isinstance(pinned, bool) and pinned > 0 \
             else 8

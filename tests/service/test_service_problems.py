@@ -86,6 +86,19 @@ def test_solver_time_limit_has_retry_after(make_client: Callable[..., Any],
         assert int(response.headers["retry-after"]) >= 1
 
 
+def test_no_plan_within_the_time_limit_is_a_retryable_timeout_not_stored(
+        make_client: Callable[..., Any]) -> None:
+    planner = ScriptedPlanner(out_of_time=True)
+    with make_client(planner=planner) as client:
+        for attempt in (1, 2):
+            response = client.post("/v1/plans", json=plan_body())
+            body = check_problem(response, "solver-time-limit")
+            assert "time_limit_s" in body["detail"]
+            assert int(response.headers["retry-after"]) >= 1
+            assert len(planner.calls) == attempt  # not answered from the store
+        assert client.get("/v1/plans").json()["total"] == 0
+
+
 def test_plan_not_found(client: httpx.Client) -> None:
     body = check_problem(client.get("/v1/plans/0123456789abcdef0123456789abcdef"),
                          "plan-not-found")

@@ -130,3 +130,15 @@ def test_gpus_without_fp8_never_get_fp8_activation_storage() -> None:
     for parallel in chosen:
         assert not parallel.fp8_activations
         assert not any(p.fp8_activations for p in parallel.stage_policies or ())
+
+
+def test_out_of_time_before_any_plan_is_not_called_a_proof() -> None:
+    response = plan(_request("llama-3.1-70b", "h100-sxm5-80gb", 8, 512, 8192, 1e-6))
+    assert response.status == PlanStatus.INFEASIBLE
+    assert response.solver is not None
+    assert response.solver.unexamined > 0 and response.solver.status == "time_limit"
+    assert "within the time limit" in response.explanation.summary
+    assert "exceed the memory bound" not in response.explanation.summary
+    finished = plan(_request("llama-3.1-70b", "h100-sxm5-80gb", 8, 512, 8192, 30))
+    assert finished.status == PlanStatus.OPTIMAL
+    assert finished.solver is not None and finished.solver.unexamined == 0
