@@ -84,18 +84,21 @@ def test_a_short_time_limit_is_kept_and_reported_as_feasible() -> None:
 
 
 def test_relaxations_of_an_infeasible_request_keep_the_time_limit() -> None:
-    request = _request("llama-3.1-405b", "h100-sxm5-80gb", 1, 16, 4096, 0.3)
+    # DeepSeek-V3 cannot fit on 64 H800s; with a generous limit the relaxation searches take
+    # about 2 s in all, with 0.5 s they must share the remaining time.
+    request = _request("deepseek-v3", "h800-sxm5-80gb", 8, 1024, 4096, 0.5)
     started = time.perf_counter()
     response = plan(request)
     wall_s = time.perf_counter() - started
     assert response.status == PlanStatus.INFEASIBLE
-    assert wall_s < 0.3 + SLACK_S + 2.0, wall_s  # one relaxation search may be in flight
-    untried = [n for n in response.explanation.notes if "not tried within the time limit" in n]
-    generous = plan(_request("llama-3.1-405b", "h100-sxm5-80gb", 1, 16, 4096, 60))
-    assert len(generous.explanation.relaxations) >= len(response.explanation.relaxations)
-    if untried:
-        assert len(generous.explanation.relaxations) > len(response.explanation.relaxations) \
-            or not any("not tried" in n for n in generous.explanation.notes)
+    assert wall_s < 0.5 + SLACK_S, wall_s
+    generous = plan(_request("deepseek-v3", "h800-sxm5-80gb", 8, 1024, 4096, 60))
+    assert generous.explanation.relaxations
+    assert not any("not tried within the time limit" in n for n in generous.explanation.notes)
+    tried = len(response.explanation.relaxations) + sum(
+        n.count(";") + 1 for n in response.explanation.notes
+        if n.startswith("relaxations not tried within the time limit"))
+    assert tried >= len(generous.explanation.relaxations)
 
 
 @pytest.mark.parametrize("bad", [{"num_experts_per_tok": 0}, {"n_group": 0},
