@@ -6,6 +6,7 @@ per-stage activation policy. Checks only what the configuration says about itsel
 against a model or cluster (heads divisible by tp, world size) live in `models/mesh.py`.
 """
 
+import functools
 from enum import StrEnum
 from typing import Literal, Self
 
@@ -213,12 +214,18 @@ class ParallelConfig(SpecModel):
         """The activation policy of one pipeline rank."""
         if self.stage_policies is not None:
             return self.stage_policies[stage]
-        return StagePolicy(
-            recompute=self.recompute,
-            recompute_modules=self.recompute_modules,
-            fp8_activations=self.fp8_activations,
-            offload_frac=self.activation_offload_frac,
-        )
+        return _uniform_policy(self.recompute, self.recompute_modules, self.fp8_activations,
+                               self.activation_offload_frac)
+
+
+@functools.lru_cache(maxsize=1024)
+def _uniform_policy(recompute: RecomputeMode | FullLayers,
+                    recompute_modules: tuple[RecomputeModule, ...], fp8_activations: bool,
+                    offload_frac: float) -> StagePolicy:
+    """One shared (immutable) StagePolicy per uniform setting: the cost model asks for a
+    rank's policy once per layer, and validating a new object each time dominated it."""
+    return StagePolicy(recompute=recompute, recompute_modules=recompute_modules,
+                       fp8_activations=fp8_activations, offload_frac=offload_frac)
 
 
 __all__ = [

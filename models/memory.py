@@ -508,6 +508,29 @@ def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                         num_micro_batches=m)
 
 
+def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                cluster: ClusterSpec) -> bool:
+    """`memory_ledger(...).fits`, stopping at the first rank that overflows.
+
+    Ranks are checked first stage first, then last, then the middle ones (the first and
+    last carry the embedding, the head and, under most schedules, the most in-flight
+    micro-batches), so a configuration that does not fit is usually refuted after one
+    or two ranks.
+
+    Raises:
+        InvalidSpecError: as `memory_ledger`.
+    """
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    order = [0, len(layouts) - 1, *range(1, len(layouts) - 1)] if len(layouts) > 1 else [0]
+    host_capacity = cluster.host_memory_bytes // cluster.gpus_per_node
+    for rank in order:
+        stage = stage_memory(spec, training, parallel, layouts[rank], num_micro_batches=m)
+        if stage.total_bytes > cluster.capacity_bytes or stage.host_bytes > host_capacity:
+            return False
+    return True
+
+
 __all__ = [
     "ALLOCATOR_FRAGMENTATION_FRAC",
     "RUNTIME_RESERVE_BYTES",
@@ -516,6 +539,7 @@ __all__ = [
     "RankParameters",
     "StageMemory",
     "expert_data_parallel_degree",
+    "fits_memory",
     "in_flight_bytes",
     "memory_ledger",
     "micro_batch_count",

@@ -676,7 +676,9 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
 
     Fixed-order schedules executed as soon as possible are monotone in op durations, so the
     closed form at the lightest virtual stage's F, B and W (no P2P latency) is a lower bound;
-    so is m times the busiest rank's work. Where the schedule has no exact closed form, the
+    so is m times the busiest rank's work, and so is one micro-batch's dependency chain
+    (its forward on every virtual stage, then its input-gradient backward on every one),
+    which dominates when there are fewer micro-batches than stages. Where the schedule has no exact closed form, the
     busiest rank's work bounds it, and for the linear ZB-H2 also the fill (the lightest
     forwards of all but one stage) plus the lightest rank's work.
     Source: the closed forms of `models.pipeline.closed_forms`.
@@ -692,6 +694,10 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
     chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
         parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
     busiest = max(rank_work_s(parallel, st, m) for st in stages)
+    if parallel.schedule not in (S.DUALPIPE, S.DUALPIPEV):
+        # One micro-batch's forwards through every virtual stage, then its input-gradient
+        # backwards back: a path of the dependency graph (DualPipe's paired ops excepted).
+        busiest = max(busiest, sum(durations.forward_s) + sum(durations.backward_input_s))
     closed = closed_form_makespan(parallel.schedule, num_stages=parallel.pp,
                                   num_micro_batches=m, num_chunks=chunks,
                                   forward_s=min(durations.forward_s),

@@ -15,6 +15,7 @@ which can only add collectives. The per-stage CP-SAT policy of `solver/policy.py
 refines the chosen plan (`refine_policies`).
 """
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -25,7 +26,7 @@ from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.layout import pipeline_layout
-from models.memory import MemoryLedger, memory_ledger
+from models.memory import MemoryLedger, fits_memory, memory_ledger
 from models.step_time import StepEstimate, estimate_step, pipeline_makespan_bound
 from solver import cpsat
 from solver.policy import broad_selective_modules, choose_stage_policies, policy_options
@@ -50,6 +51,15 @@ class Rejection:
     reason: str
     stage: int | None = None
     over_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dominated:
+    """A candidate whose every fitting plan is proven no faster than the caller's cutoff
+    (its exact step time was not needed)."""
+
+    candidate: MeshCandidate
+    bound_s: float
 
 
 def allowed_zero_stages(constraints: Constraints) -> list[int]:
@@ -96,33 +106,54 @@ def _fits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
 
 def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                        candidate: MeshCandidate, constraints: Constraints,
-                       config: cpsat.SolverConfig) -> ScoredPlan | Rejection:
-    """The best plan of one mesh candidate under the rule in the module docstring."""
+                       config: cpsat.SolverConfig, *, step_cutoff_s: float = math.inf,
+                       ) -> ScoredPlan | Rejection | Dominated:
+    """The best plan of one mesh candidate under the rule in the module docstring.
+
+    Each ZeRO stage's fitting plan is simulated in the order of its pipeline makespan bound
+    (`models.step_time.pipeline_makespan_bound`, with the plan's own policy), stopping once
+    the next bound exceeds the fastest simulated step or reaches `step_cutoff_s` (a step
+    time the caller already has): the value is exact whenever it is below the cutoff, and
+    `Dominated` says that no plan of the candidate gets below it."""
     del config  # the ladder needs no solver; refinement does
     zeros = allowed_zero_stages(constraints)
     if not zeros:
         return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")
-    plans: list[ScoredPlan] = []
-    worst: tuple[int, int] | None = None
+    fits: list[_Fit] = []
+    unfit: ParallelConfig | None = None
     pinned = constraints.recompute is not None and not isinstance(constraints.recompute, list)
     try:
         for zero in zeros:
             found = _first_fit(spec, training, cluster, candidate, zero, constraints, pinned)
             if not isinstance(found, _Fit):
-                worst = found
+                unfit = found
                 continue
-            plans.append(_score(spec, training, cluster, candidate, found.parallel,
-                                found.ledger))
+            fits.append(found)
             if found.plain:
                 break
+        if not fits:
+            assert unfit is not None
+            ledger = _fits(spec, training, cluster, unfit)
+            return Rejection(candidate=candidate, stage=ledger.binding_stage,
+                             over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
+                             reason=f"does not fit even with ZeRO-{zeros[-1]} and the most "
+                                    "frugal activation policy allowed")
+        order = sorted((pipeline_makespan_bound(spec, training, fit.parallel, cluster), rank)
+                       for rank, fit in enumerate(fits))
+        best: tuple[float, int, ScoredPlan] | None = None
+        for bound_s, rank in order:
+            if bound_s >= step_cutoff_s or (best is not None and bound_s > best[0]):
+                break
+            fit = fits[rank]
+            plan = _score(spec, training, cluster, candidate, fit.parallel, fit.ledger)
+            key = (plan.estimate.step_time_s, rank)
+            if best is None or key < best[:2]:
+                best = (*key, plan)
     except InvalidSpecError as exc:
         return Rejection(candidate=candidate, reason=exc.detail)
-    if plans:
-        return min(plans, key=lambda p: p.estimate.step_time_s)
-    stage, over = worst if worst else (None, 0)
-    return Rejection(candidate=candidate, stage=stage, over_bytes=over,
-                     reason=f"does not fit even with ZeRO-{zeros[-1]} and the most frugal "
-                            "activation policy allowed")
+    if best is None:
+        return Dominated(candidate=candidate, bound_s=order[0][0])
+    return best[2]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,57 +165,60 @@ class _Fit:
 
 def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                candidate: MeshCandidate, zero: int, constraints: Constraints, pinned: bool
-               ) -> _Fit | tuple[int, int]:
-    """The first ladder rung that fits at this ZeRO stage, or (binding stage, bytes over)."""
+               ) -> _Fit | ParallelConfig:
+    """The first ladder rung that fits at this ZeRO stage, or the most frugal configuration
+    tried when none does (its ledger says which stage binds). Probes only ask whether a
+    configuration fits (`fits_memory`); the full ledger is built for the answer alone."""
     rungs = [{}] if pinned else _ladder(spec, constraints)
     if not pinned:
-        frugal = _fits(spec, training, cluster,
-                       _with_policy(candidate, zero, _frugal(spec, constraints, None),
-                                    constraints))
-        if not frugal.fits:
-            return frugal.binding_stage, frugal.peak_bytes - frugal.capacity_bytes
-    ledger = None
+        frugal = _with_policy(candidate, zero, _frugal(spec, constraints, None), constraints)
+        if not fits_memory(spec, training, frugal, cluster):
+            return frugal
     # Rungs save memory in order, so the first fitting rung is found by bisection.
-    low, high, found = 0, len(rungs) - 1, None
+    low, high = 0, len(rungs) - 1
+    found: tuple[int, ParallelConfig] | None = None
+    tried: ParallelConfig | None = None
     while low <= high:
         mid = (low + high) // 2
-        parallel = _with_policy(candidate, zero, rungs[mid], constraints)
-        ledger = _fits(spec, training, cluster, parallel)
-        if ledger.fits:
-            found, high = (mid, parallel, ledger), mid - 1
+        tried = _with_policy(candidate, zero, rungs[mid], constraints)
+        if fits_memory(spec, training, tried, cluster):
+            found, high = (mid, tried), mid - 1
         else:
             low = mid + 1
     if found is not None:
-        index, parallel, fit_ledger = found
-        return _Fit(parallel=parallel, ledger=fit_ledger, plain=index == 0)
-    if not pinned:
-        most = _with_policy(candidate, zero, _frugal(spec, constraints, None), constraints)
-        ledger = _fits(spec, training, cluster, most)
-        if ledger.fits:
-            layers = max(len(layout) for layout in _stage_layer_counts(spec, most))
-            low, high = 0, layers
-            while low < high:
-                mid = (low + high) // 2
-                trial = _with_policy(candidate, zero, _frugal(spec, constraints, mid),
-                                     constraints)
-                if _fits(spec, training, cluster, trial).fits:
-                    high = mid
-                else:
-                    low = mid + 1
-            chosen = _with_policy(candidate, zero, _frugal(spec, constraints, low), constraints)
-            return _Fit(parallel=chosen, ledger=_fits(spec, training, cluster, chosen),
-                        plain=False)
-    assert ledger is not None
-    return ledger.binding_stage, ledger.peak_bytes - ledger.capacity_bytes
+        index, parallel = found
+        return _Fit(parallel=parallel, ledger=_fits(spec, training, cluster, parallel),
+                    plain=index == 0)
+    if pinned:
+        assert tried is not None
+        return tried
+    # Full recomputation of the first k layers of every stage: the smallest k that fits
+    # (k = all layers fits, as checked above).
+    most = _with_policy(candidate, zero, _frugal(spec, constraints, None), constraints)
+    low, high = 0, max(len(layout) for layout in _stage_layer_counts(spec, most))
+    while low < high:
+        mid = (low + high) // 2
+        trial = _with_policy(candidate, zero, _frugal(spec, constraints, mid), constraints)
+        if fits_memory(spec, training, trial, cluster):
+            high = mid
+        else:
+            low = mid + 1
+    chosen = _with_policy(candidate, zero, _frugal(spec, constraints, low), constraints)
+    return _Fit(parallel=chosen, ledger=_fits(spec, training, cluster, chosen), plain=False)
 
 
 def plain_makespan_bound(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
-                         candidate: MeshCandidate) -> float:
+                         candidate: MeshCandidate, *, zero_stage: int = 0) -> float:
     """A lower bound of the candidate's value tighter than `solver/bounds.py`: the pipeline
-    makespan bound with no recomputation, storage or offload cost and no ZeRO-3 gathers
-    (every policy and stage choice only adds to op durations or to the tail after the
-    flush)."""
-    return pipeline_makespan_bound(spec, training, candidate.parallel(zero_stage=0), cluster)
+    makespan bound with no recomputation, storage or offload cost (every policy choice only
+    adds to op durations or to the tail after the flush) at `zero_stage`.
+
+    ZeRO-0, 1 and 2 give the same op durations, so 0 bounds them all; pass 3 only when
+    every plan of the candidate must use ZeRO-3 (the memory bound rules out the lower
+    stages): its exposed per-layer parameter gathers and gradient reduce-scatters are then
+    part of every op, and recomputation only lengthens the compute they hide behind."""
+    return pipeline_makespan_bound(spec, training,
+                                   candidate.parallel(zero_stage=zero_stage), cluster)
 
 
 def _stage_layer_counts(spec: ModelSpec, parallel: ParallelConfig) -> list[tuple[int, ...]]:
@@ -253,5 +287,5 @@ def _score(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     return ScoredPlan(candidate=candidate, parallel=parallel, estimate=estimate, ledger=ledger)
 
 
-__all__ = ["Rejection", "ScoredPlan", "allowed_zero_stages", "evaluate_candidate",
+__all__ = ["Dominated", "Rejection", "ScoredPlan", "allowed_zero_stages", "evaluate_candidate",
            "layer_split_options", "plain_makespan_bound", "refine_policies"]

@@ -34,6 +34,7 @@ from models.errors import InvalidSpecError
 from solver import cpsat
 from solver.bounds import BoundTables
 from solver.candidate_eval import (
+    Dominated,
     Rejection,
     ScoredPlan,
     allowed_zero_stages,
@@ -123,6 +124,32 @@ def hardware_constraints(constraints: Constraints, cluster: ClusterSpec) -> Cons
     return constraints
 
 
+def _step_cutoff_s(best_value: float, c: MeshCandidate, objective: Objective,
+                   tokens: int) -> float:
+    """The step time at which candidate `c` would only tie the incumbent's objective value
+    (infinite where the objective is not monotone in step time for a fixed candidate)."""
+    if math.isinf(best_value):
+        return math.inf
+    if objective == Objective.THROUGHPUT:
+        return best_value
+    if objective == Objective.COST_PER_TOKEN:
+        return best_value * tokens / c.world_size
+    if objective == Objective.MIN_GPUS:
+        return best_value - c.world_size * 1e6
+    return math.inf
+
+
+def _forced_zero_stage(tables: BoundTables, c: MeshCandidate, zeros: list[int],
+                       max_offload: float, capacity_bytes: int) -> int:
+    """3 when the memory bound rules out every allowed ZeRO stage below 3 for this candidate
+    (so every plan of it pays the ZeRO-3 gathers), else 0 (stages 0-2 time alike)."""
+    for zero in zeros:
+        if tables.memory_bound_bytes(c, max_zero=zero, max_offload=max_offload) \
+                <= capacity_bytes:
+            return 3 if zero == 3 else 0
+    return 0
+
+
 def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
            constraints: Constraints, objective: Objective, limits: SolverLimits,
            progress: Progress | None = None) -> SearchResult:
@@ -178,7 +205,10 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         if not tight:
             # Second, tighter bound (one simulation, no policy search): re-queue by it.
             try:
-                makespan = plain_makespan_bound(spec, training, cluster, c)
+                makespan = plain_makespan_bound(
+                    spec, training, cluster, c,
+                    zero_stage=_forced_zero_stage(tables, c, zeros, max_offload,
+                                                  cluster.capacity_bytes))
             except InvalidSpecError as exc:
                 rejections.append(Rejection(candidate=c, reason=exc.detail))
                 continue
@@ -189,8 +219,12 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         solve_config = config if remaining_s >= config.max_time_s else cpsat.SolverConfig(
             max_time_s=max(MIN_POLICY_SOLVE_S, remaining_s), num_workers=limits.num_workers,
             random_seed=limits.random_seed)
-        result = evaluate_candidate(spec, training, cluster, c, constraints, solve_config)
+        result = evaluate_candidate(
+            spec, training, cluster, c, constraints, solve_config,
+            step_cutoff_s=_step_cutoff_s(best_value, c, objective, training.tokens_per_step))
         evaluated += 1
+        if isinstance(result, Dominated):
+            continue
         if isinstance(result, Rejection):
             rejections.append(result)
             continue

@@ -35,3 +35,65 @@ def test_time_and_memory_bounds_never_exceed_the_evaluated_values(model: str, gp
         assert plain_makespan_bound(spec, training, cluster, c) <= value * (1 + 1e-9), c.key
         assert tables.memory_bound_bytes(c, max_zero=3, max_offload=0.5) \
             <= result.ledger.peak_bytes, c.key
+
+
+TIGHT_CASES = [
+    # Memory-tight: many candidates need ZeRO-3 (the forced-ZeRO-3 bound applies).
+    ("llama-3.1-70b", "h100-sxm5-80gb", 4, 64, 4096),
+    # Few micro-batches per pipeline (the one-micro-batch chain bound dominates).
+    ("gpt-7.5b", "a100-sxm4-80gb", 4, 8, 2048),
+]
+
+
+@pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq"), TIGHT_CASES)
+def test_forced_zero3_and_chain_bounds_never_exceed_the_evaluated_values(
+        model: str, gpu: str, nodes: int, batch: int, seq: int) -> None:
+    from solver.planner import _forced_zero_stage
+
+    spec = model_preset(model)
+    cluster = cluster_preset(gpu, num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    tables = BoundTables(spec, training, cluster)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=Constraints())
+    forced = chained = 0
+    for c in random.Random(5).sample(candidates, min(60, len(candidates))):
+        zero = _forced_zero_stage(tables, c, [0, 1, 2, 3], 0.5, cluster.capacity_bytes)
+        result = evaluate_candidate(spec, training, cluster, c, Constraints(), SolverConfig())
+        if isinstance(result, Rejection):
+            continue
+        value = result.estimate.step_time_s
+        bound = plain_makespan_bound(spec, training, cluster, c, zero_stage=zero)
+        assert bound <= value * (1 + 1e-9), c.key
+        if zero == 3:
+            forced += 1
+            assert result.parallel.zero_stage == 3
+        if c.pp > 1 and c.num_micro_batches < c.pp:
+            chained += 1
+    assert forced or chained, "the cases exercise neither bound"
+
+
+def test_a_dominated_candidate_is_proven_no_faster_than_the_cutoff() -> None:
+    from solver.candidate_eval import Dominated, ScoredPlan
+
+    spec = model_preset("llama-3.1-8b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=Constraints())
+    dominated = 0
+    for c in random.Random(7).sample(candidates, min(20, len(candidates))):
+        exact = evaluate_candidate(spec, training, cluster, c, Constraints(), SolverConfig())
+        if not isinstance(exact, ScoredPlan):
+            continue
+        value = exact.estimate.step_time_s
+        for cutoff in (value * 0.9, value, value * 1.1):
+            cut = evaluate_candidate(spec, training, cluster, c, Constraints(), SolverConfig(),
+                                     step_cutoff_s=cutoff)
+            if isinstance(cut, Dominated):
+                dominated += 1
+                assert value >= cutoff and cut.bound_s <= value * (1 + 1e-9), c.key
+            else:
+                assert isinstance(cut, ScoredPlan)
+                assert cut.estimate.step_time_s == value and cut.parallel == exact.parallel
+    assert dominated, "no cutoff ever applied"

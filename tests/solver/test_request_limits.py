@@ -70,7 +70,7 @@ SLACK_S = 0.6
 enumerating candidates, plus one policy solve floor and scheduler noise."""
 
 
-def test_a_short_time_limit_is_kept_and_reported_as_feasible() -> None:
+def test_a_short_time_limit_is_kept_and_the_answer_says_what_it_proves() -> None:
     # DeepSeek-V3 on 2,048 H800s needs several seconds to prove optimality (see
     # benchmarks/bench_planner.py); at 0.5 s the answer is the incumbent with its gap.
     request = _request("deepseek-v3", "h800-sxm5-80gb", 256, 15360, 4096, 0.5)
@@ -78,9 +78,13 @@ def test_a_short_time_limit_is_kept_and_reported_as_feasible() -> None:
     response = plan(request)
     wall_s = time.perf_counter() - started
     assert wall_s < 0.5 + SLACK_S, wall_s
-    assert response.status in (PlanStatus.FEASIBLE, PlanStatus.OPTIMAL)
+    assert response.solver is not None
     if response.status == PlanStatus.FEASIBLE:
-        assert response.solver is not None and response.solver.gap is not None
+        assert response.solver.gap is not None
+    elif response.status == PlanStatus.INFEASIBLE:
+        # A slow machine may spend the half second before the first evaluation: then the
+        # answer must say so rather than claim infeasibility.
+        assert response.solver.unexamined > 0
 
 
 def test_relaxations_of_an_infeasible_request_keep_the_time_limit() -> None:
