@@ -419,7 +419,7 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
                 recompute = lc.recompute_full_s + comm.recompute_forward_s
             elif mode == RecomputeMode.SELECTIVE:
                 recompute = lc.recompute_s(policy.recompute_modules)
-            zero3_f, zero3_b = _zero3_exposed(spec, index, training, parallel, groups, fabric,
+            zero3_f, zero3_b = zero3_exposed_s(spec, index, training, parallel, groups, fabric,
                                               lc)
             chunk_op = chunk_op + lc.times + OpTimes(
                 forward_s=sum(comm.forward_s.values()) + zero3_f,
@@ -465,7 +465,7 @@ def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk
     return times
 
 
-def _zero3_exposed(spec: ModelSpec, index: int, training: TrainingSpec,
+def zero3_exposed_s(spec: ModelSpec, index: int, training: TrainingSpec,
                    parallel: ParallelConfig, groups: dict[str, AxisGroup], fabric: Fabric,
                    lc: LayerCompute) -> tuple[float, float]:
     """(forward, backward) exposed ZeRO-3 traffic of one layer: the parameter all-gather
@@ -761,4 +761,5 @@ __all__ = [
     "pipeline_makespan",
     "pipeline_makespan_bound",
     "stage_time",
+    "zero3_exposed_s",
 ]

@@ -21,12 +21,12 @@ from api_schemas.parallel import PipelineSchedule, RecomputeMode, RecomputeModul
 from api_schemas.training import TrainingSpec
 from models.activations import LayerActivationContext, layer_activation_bytes
 from models.collectives import fabric_of
-from models.compute import ComputeContext, head_compute, layer_compute
+from models.compute import ComputeContext, LayerCompute, head_compute, layer_compute
 from models.memory import RUNTIME_RESERVE_BYTES
 from models.params import count_parameters
 from models.pipeline import peak_in_flight_chunks
 from models.precision import sharded_state_bytes, state_bytes_per_param
-from models.step_time import axis_groups, layer_comm
+from models.step_time import axis_groups, layer_comm, zero3_exposed_s
 from solver.space import MeshCandidate
 
 S = PipelineSchedule
@@ -43,6 +43,8 @@ class CoreTimes:
     moe_b: float
     moe_w: float
     head_s: float
+    layers: tuple[tuple[int, LayerCompute], ...] = ()
+    """The first layer of each kind with its compute (for ZeRO-3 exposure)."""
 
 
 class BoundTables:
@@ -79,11 +81,13 @@ class BoundTables:
         parallel = c.parallel()
         groups = axis_groups(parallel, gpus_per_node=self.cluster.gpus_per_node)
         out: dict[str, float] = {}
+        layers: list[tuple[int, LayerCompute]] = []
         for kind, index in (("dense", self._first(False)), ("moe", self._first(True))):
             if index is None:
                 out.update({f"{kind}_f": 0.0, f"{kind}_b": 0.0, f"{kind}_w": 0.0})
                 continue
             lc = layer_compute(spec, index, ctx)
+            layers.append((index, lc))
             comm = layer_comm(spec, index, training=tr, parallel=parallel, groups=groups,
                               fabric=self.fabric, compute=lc,
                               attention_forward_s=lc.recompute_module_s.get(
@@ -92,7 +96,7 @@ class BoundTables:
             out[f"{kind}_b"] = lc.times.backward_input_s + sum(comm.backward_s.values())
             out[f"{kind}_w"] = lc.times.backward_weight_s
         head = head_compute(spec, ctx).total_s
-        return CoreTimes(head_s=head, **out)
+        return CoreTimes(head_s=head, layers=tuple(layers), **out)
 
     def _layer_input_bytes(self, c: MeshCandidate) -> int:
         key = (c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
@@ -125,6 +129,25 @@ class BoundTables:
             f, b, w = layer_f * lightest, layer_b * lightest, layer_w * lightest
             bound = max(bound, _closed_form_bound(c.schedule, c.pp, m, chunks, f, b, w))
         return bound
+
+    def zero3_time_bound_s(self, c: MeshCandidate) -> float:
+        """Lower bound of the pipeline makespan of any ZeRO-3 plan of the candidate: every
+        rank's average work per micro-batch with each layer's exposed parameter gathers and
+        gradient reduce-scatters added (`models.step_time.zero3_exposed_s`, exposure
+        measured against the layer's compute without recomputation, which recomputation
+        can only lengthen), times the micro-batches."""
+        core = self.core(c)
+        parallel = c.parallel(zero_stage=3)
+        groups = axis_groups(parallel, gpus_per_node=self.cluster.gpus_per_node)
+        exposed = 0.0
+        for index, lc in core.layers:
+            forward, backward = zero3_exposed_s(self.spec, index, self.training, parallel,
+                                                groups, self.fabric, lc)
+            count = self.num_moe if self.spec.is_moe_layer(index) else self.num_dense
+            exposed += count * (forward + backward)
+        work = (self.num_dense * (core.dense_f + core.dense_b + core.dense_w)
+                + self.num_moe * (core.moe_f + core.moe_b + core.moe_w) + core.head_s)
+        return c.num_micro_batches * (work + exposed) / c.pp
 
     def memory_bound_bytes(self, c: MeshCandidate, *, max_zero: int, max_offload: float) -> int:
         """Lower bound of the peak GPU bytes under the most frugal choices allowed."""

@@ -107,14 +107,16 @@ def _fits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
 def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                        candidate: MeshCandidate, constraints: Constraints,
                        config: cpsat.SolverConfig, *, step_cutoff_s: float = math.inf,
-                       ) -> ScoredPlan | Rejection | Dominated:
+                       zero3_bound_s: float = 0.0) -> ScoredPlan | Rejection | Dominated:
     """The best plan of one mesh candidate under the rule in the module docstring.
 
     Each ZeRO stage's fitting plan is simulated in the order of its pipeline makespan bound
     (`models.step_time.pipeline_makespan_bound`, with the plan's own policy), stopping once
     the next bound exceeds the fastest simulated step or reaches `step_cutoff_s` (a step
     time the caller already has): the value is exact whenever it is below the cutoff, and
-    `Dominated` says that no plan of the candidate gets below it."""
+    `Dominated` says that no plan of the candidate gets below it. `zero3_bound_s`, a lower
+    bound of any ZeRO-3 plan's step time (`solver.bounds.BoundTables.zero3_time_bound_s`),
+    spares the ZeRO-3 ladder when it already reaches the cutoff."""
     del config  # the ladder needs no solver; refinement does
     zeros = allowed_zero_stages(constraints)
     if not zeros:
@@ -123,7 +125,11 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     unfit: ParallelConfig | None = None
     pinned = constraints.recompute is not None and not isinstance(constraints.recompute, list)
     try:
+        skipped_zero3 = False
         for zero in zeros:
+            if zero == 3 and zero3_bound_s >= step_cutoff_s:
+                skipped_zero3 = True
+                continue
             found = _first_fit(spec, training, cluster, candidate, zero, constraints, pinned)
             if not isinstance(found, _Fit):
                 unfit = found
@@ -131,6 +137,8 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
             fits.append(found)
             if found.plain:
                 break
+        if not fits and skipped_zero3:
+            return Dominated(candidate=candidate, bound_s=zero3_bound_s)
         if not fits:
             assert unfit is not None
             ledger = _fits(spec, training, cluster, unfit)

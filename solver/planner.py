@@ -128,6 +128,11 @@ def hardware_constraints(constraints: Constraints, cluster: ClusterSpec) -> Cons
     return constraints
 
 
+_TABLE_BOUND, _ZERO3_BOUND, _SIMULATED_BOUND = 0, 1, 2
+"""How far a queued candidate's bound has been tightened: the closed-form table bound, the
+table bound with forced ZeRO-3 gathers, the simulated bound (then it is evaluated)."""
+
+
 def _step_cutoff_s(best_value: float, c: MeshCandidate, objective: Objective,
                    tokens: int) -> float:
     """The step time at which candidate `c` would only tie the incumbent's objective value
@@ -165,7 +170,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     sizes = _world_sizes(cluster, constraints, objective)
     zeros = allowed_zero_stages(constraints)
     max_offload = 0.5 if constraints.allow_offload else 0.0
-    heap: list[tuple[float, int, bool, MeshCandidate]] = []
+    heap: list[tuple[float, int, int, MeshCandidate]] = []
     total = pruned_memory = 0
     for world in sizes:
         if objective == Objective.MIN_GPUS and world * cluster.gpus_per_node == 0:
@@ -178,7 +183,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                     > cluster.capacity_bytes:
                 pruned_memory += 1
                 continue
-            heap.append((_bound(tables, c, objective, training.tokens_per_step), total, False, c))
+            heap.append((_bound(tables, c, objective, training.tokens_per_step), total,
+                         _TABLE_BOUND, c))
     heapq.heapify(heap)
     if progress:
         progress(f"{total} candidates, {pruned_memory} pruned by the memory bound, "
@@ -194,8 +200,9 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     bound = None
     refined = 0
     unexamined = 0
+    forced_zero: dict[int, int] = {}
     while heap:
-        lower, order, tight, c = heap[0]
+        lower, order, level, c = heap[0]
         if lower >= best_value:
             break
         remaining_s = deadline - time.perf_counter()
@@ -206,26 +213,37 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                 unexamined = len(heap)
             break
         heapq.heappop(heap)
-        if not tight:
+        if level == _TABLE_BOUND:
+            # Where memory rules out ZeRO 0-2, the gathers of ZeRO-3 join the table bound.
+            zero = _forced_zero_stage(tables, c, zeros, max_offload, cluster.capacity_bytes)
+            forced_zero[order] = zero
+            if zero == 3:
+                gathered = _rescale(tables.zero3_time_bound_s(c), c, objective,
+                                    training.tokens_per_step)
+                if gathered > lower:
+                    heapq.heappush(heap, (gathered, order, _ZERO3_BOUND, c))
+                    continue
+            level = _ZERO3_BOUND
+        if level == _ZERO3_BOUND:
             # Second, tighter bound (one simulation, no policy search): re-queue by it.
             try:
-                makespan = plain_makespan_bound(
-                    spec, training, cluster, c,
-                    zero_stage=_forced_zero_stage(tables, c, zeros, max_offload,
-                                                  cluster.capacity_bytes))
+                makespan = plain_makespan_bound(spec, training, cluster, c,
+                                                zero_stage=forced_zero[order])
             except InvalidSpecError as exc:
                 rejections.append(Rejection(candidate=c, reason=exc.detail))
                 continue
             refined += 1
             tighter = _rescale(makespan, c, objective, training.tokens_per_step)
-            heapq.heappush(heap, (max(lower, tighter), order, True, c))
+            heapq.heappush(heap, (max(lower, tighter), order, _SIMULATED_BOUND, c))
             continue
         solve_config = config if remaining_s >= config.max_time_s else cpsat.SolverConfig(
             max_time_s=max(MIN_POLICY_SOLVE_S, remaining_s), num_workers=limits.num_workers,
             random_seed=limits.random_seed)
+        cutoff_s = _step_cutoff_s(best_value, c, objective, training.tokens_per_step)
         result = evaluate_candidate(
-            spec, training, cluster, c, constraints, solve_config,
-            step_cutoff_s=_step_cutoff_s(best_value, c, objective, training.tokens_per_step))
+            spec, training, cluster, c, constraints, solve_config, step_cutoff_s=cutoff_s,
+            zero3_bound_s=tables.zero3_time_bound_s(c) if 3 in zeros and cutoff_s < math.inf
+            else 0.0)
         evaluated += 1
         if isinstance(result, Dominated):
             continue

@@ -68,6 +68,11 @@ def test_forced_zero3_and_chain_bounds_never_exceed_the_evaluated_values(
         if zero == 3:
             forced += 1
             assert result.parallel.zero_stage == 3
+        zero3 = evaluate_candidate(spec, training, cluster, c, Constraints(zero_stage=3),
+                                   SolverConfig())
+        if not isinstance(zero3, Rejection):
+            assert tables.zero3_time_bound_s(c) <= zero3.estimate.step_time_s * (1 + 1e-9), \
+                c.key
         if c.pp > 1 and c.num_micro_batches < c.pp:
             chained += 1
     assert forced or chained, "the cases exercise neither bound"
@@ -81,6 +86,7 @@ def test_a_dominated_candidate_is_proven_no_faster_than_the_cutoff() -> None:
     training = TrainingSpec(global_batch_size=64, sequence_length=4096)
     candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
                                   gpus_per_node=8, constraints=Constraints())
+    tables = BoundTables(spec, training, cluster)
     dominated = 0
     for c in random.Random(7).sample(candidates, min(20, len(candidates))):
         exact = evaluate_candidate(spec, training, cluster, c, Constraints(), SolverConfig())
@@ -89,7 +95,8 @@ def test_a_dominated_candidate_is_proven_no_faster_than_the_cutoff() -> None:
         value = exact.estimate.step_time_s
         for cutoff in (value * 0.9, value, value * 1.1):
             cut = evaluate_candidate(spec, training, cluster, c, Constraints(), SolverConfig(),
-                                     step_cutoff_s=cutoff)
+                                     step_cutoff_s=cutoff,
+                                     zero3_bound_s=tables.zero3_time_bound_s(c))
             if isinstance(cut, Dominated):
                 dominated += 1
                 assert value >= cutoff and cut.bound_s <= value * (1 + 1e-9), c.key
