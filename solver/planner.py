@@ -148,6 +148,15 @@ def _step_cutoff_s(best_value: float, c: MeshCandidate, objective: Objective,
     return math.inf
 
 
+def _zero3_bound_s(tables: BoundTables, c: MeshCandidate) -> float:
+    """`tables.zero3_time_bound_s(c)`, or 0 (no information) where the candidate's groups
+    cannot be timed; the exact evaluation then rejects it with the reason."""
+    try:
+        return tables.zero3_time_bound_s(c)
+    except InvalidSpecError:
+        return 0.0
+
+
 def _forced_zero_stage(tables: BoundTables, c: MeshCandidate, zeros: list[int],
                        max_offload: float, capacity_bytes: int) -> int:
     """3 when the memory bound rules out every allowed ZeRO stage below 3 for this candidate
@@ -218,7 +227,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             zero = _forced_zero_stage(tables, c, zeros, max_offload, cluster.capacity_bytes)
             forced_zero[order] = zero
             if zero == 3:
-                gathered = _rescale(tables.zero3_time_bound_s(c), c, objective,
+                gathered = _rescale(_zero3_bound_s(tables, c), c, objective,
                                     training.tokens_per_step)
                 if gathered > lower:
                     heapq.heappush(heap, (gathered, order, _ZERO3_BOUND, c))
@@ -242,7 +251,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         cutoff_s = _step_cutoff_s(best_value, c, objective, training.tokens_per_step)
         result = evaluate_candidate(
             spec, training, cluster, c, constraints, solve_config, step_cutoff_s=cutoff_s,
-            zero3_bound_s=tables.zero3_time_bound_s(c) if 3 in zeros and cutoff_s < math.inf
+            zero3_bound_s=_zero3_bound_s(tables, c) if 3 in zeros and cutoff_s < math.inf
             else 0.0)
         evaluated += 1
         if isinstance(result, Dominated):

@@ -104,3 +104,31 @@ def test_a_dominated_candidate_is_proven_no_faster_than_the_cutoff() -> None:
                 assert isinstance(cut, ScoredPlan)
                 assert cut.estimate.step_time_s == value and cut.parallel == exact.parallel
     assert dominated, "no cutoff ever applied"
+
+
+def test_candidates_whose_groups_cannot_be_timed_do_not_break_the_search() -> None:
+    # 15 nodes: a data-parallel group of 3 spread 2 per node cannot be timed; the search
+    # must reject such candidates with their reason, not fail.
+    from api_schemas import ClusterInput, ModelPreset, PlanRequest, PlanStatus, SolverLimits
+    from models.errors import InvalidSpecError
+    from solver import plan
+    from solver.planner import _zero3_bound_s
+
+    spec = model_preset("gpt-1.7b")
+    cluster = cluster_preset("a100-sxm4-80gb", num_nodes=15)
+    training = TrainingSpec(global_batch_size=240, sequence_length=2048)
+    tables = BoundTables(spec, training, cluster)
+    untimed = []
+    for c in candidate_meshes(spec, training, world_size=cluster.world_size, gpus_per_node=8,
+                              constraints=Constraints()):
+        try:
+            tables.zero3_time_bound_s(c)
+        except InvalidSpecError:
+            untimed.append(c)
+    assert untimed
+    assert _zero3_bound_s(tables, untimed[0]) == 0.0
+    response = plan(PlanRequest(model=ModelPreset(preset="gpt-1.7b"),
+                                cluster=ClusterInput(gpu="a100-sxm4-80gb", num_nodes=15),
+                                training=training, constraints=Constraints(zero_stage=3),
+                                solver=SolverLimits(time_limit_s=20, top_k=2, num_workers=1)))
+    assert response.status == PlanStatus.OPTIMAL
