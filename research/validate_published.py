@@ -37,7 +37,6 @@ from models.catalog import cluster_preset, model_preset
 from models.compute import clear_compute_cache
 from models.errors import InvalidSpecError
 from solver.candidate_eval import evaluate_candidate
-from solver.cpsat import SolverConfig
 from solver.space import MeshCandidate
 
 DATA = json.loads((Path(__file__).parent / "data" / "published_runs.json").read_text())
@@ -120,8 +119,7 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
                              num_micro_batches=p["global_batch_size"] // (mbs * dp),
                              schedule=schedule, sequence_parallel=p["tp"] > 1)
         try:
-            result = evaluate_candidate(spec, training, cluster, cand, Constraints(**pins),
-                                        SolverConfig())
+            result = evaluate_candidate(spec, training, cluster, cand, Constraints(**pins))
         except (InvalidSpecError, ValueError):
             continue
         if hasattr(result, "estimate") and (best is None or

@@ -21,7 +21,7 @@ from api_schemas.plan import (
     Throughput,
     TimeBreakdown,
 )
-from api_schemas.requests import EvaluateRequest, Objective, PlanRequest
+from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRequest
 from models.errors import InvalidSpecError
 from models.kernels import profile_for
 from models.memory import memory_ledger
@@ -91,7 +91,8 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     deadline = time.perf_counter() + request.solver.time_limit_s
     resolved = resolve_model(request.model)
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
-    result = search(spec, request.training, cluster, constraints=request.constraints,
+    constraints = hardware_constraints(request.constraints, cluster)
+    result = search(spec, request.training, cluster, constraints=constraints,
                     objective=request.objective, limits=request.solver, progress=progress)
     notes = _notes(resolved.notes, cluster.gpu)
     stats = _stats(result)
@@ -101,13 +102,12 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     config = cpsat.SolverConfig(max_time_s=max(MIN_SUBPROBLEM_S, min(2.0, remaining_s)),
                                 num_workers=request.solver.num_workers,
                                 random_seed=request.solver.random_seed)
-    best = refine_policies(spec, request.training, cluster, result.best,
-                           hardware_constraints(request.constraints, cluster), config,
+    best = refine_policies(spec, request.training, cluster, result.best, constraints, config,
                            deadline=deadline)
     if best is not result.best:
         notes.append("per-stage policies refined by the CP-SAT subproblem: "
                      f"{result.best.estimate.step_time_s:.3f} -> {best.estimate.step_time_s:.3f} s")
-    runners_up = _runners_up(request, result, spec, cluster, best, deadline)
+    runners_up = _runners_up(request, constraints, result, spec, cluster, best, deadline)
     alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k)
     text = summary(spec, cluster, best)
     price = request.constraints.gpu_hour_price
@@ -157,8 +157,9 @@ def _shape(c: MeshCandidate) -> tuple[object, ...]:
     return (c.tp, c.pp, c.cp, c.ep, c.schedule)
 
 
-def _runners_up(request: PlanRequest, result: SearchResult, spec: ModelSpec,
-                cluster: ClusterSpec, best: ScoredPlan, deadline: float) -> list[ScoredPlan]:
+def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchResult,
+                spec: ModelSpec, cluster: ClusterSpec, best: ScoredPlan,
+                deadline: float) -> list[ScoredPlan]:
     """The best plan of each other shape among the evaluated candidates, topped up from the
     unevaluated frontier (at most `ALTERNATIVE_BUDGET_S`, never past `deadline`) when the
     proof came early."""
@@ -169,16 +170,12 @@ def _runners_up(request: PlanRequest, result: SearchResult, spec: ModelSpec,
             chosen[key] = other
     stop = min(deadline, time.perf_counter() + ALTERNATIVE_BUDGET_S)
     for candidate in result.frontier:
-        remaining_s = stop - time.perf_counter()
-        if len(chosen) >= request.solver.top_k or remaining_s <= 0:
+        if len(chosen) >= request.solver.top_k or time.perf_counter() >= stop:
             break
-        config = cpsat.SolverConfig(max_time_s=max(MIN_SUBPROBLEM_S, min(1.0, remaining_s)),
-                                    num_workers=request.solver.num_workers)
         key = _shape(candidate)
         if key == _shape(best.candidate) or key in chosen:
             continue
-        scored = evaluate_candidate(spec, request.training, cluster, candidate,
-                                    hardware_constraints(request.constraints, cluster), config)
+        scored = evaluate_candidate(spec, request.training, cluster, candidate, constraints)
         if isinstance(scored, ScoredPlan):
             chosen[key] = scored
     ranked = sorted(chosen.values(), key=lambda p: objective_value(p, request.objective))

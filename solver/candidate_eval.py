@@ -105,8 +105,8 @@ def _fits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
 
 
 def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
-                       candidate: MeshCandidate, constraints: Constraints,
-                       config: cpsat.SolverConfig, *, step_cutoff_s: float = math.inf,
+                       candidate: MeshCandidate, constraints: Constraints, *,
+                       step_cutoff_s: float = math.inf,
                        zero3_bound_s: float = 0.0) -> ScoredPlan | Rejection | Dominated:
     """The best plan of one mesh candidate under the rule in the module docstring.
 
@@ -117,7 +117,6 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     `Dominated` says that no plan of the candidate gets below it. `zero3_bound_s`, a lower
     bound of any ZeRO-3 plan's step time (`solver.bounds.BoundTables.zero3_time_bound_s`),
     spares the ZeRO-3 ladder when it already reaches the cutoff."""
-    del config  # the ladder needs no solver; refinement does
     zeros = allowed_zero_stages(constraints)
     if not zeros:
         return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")

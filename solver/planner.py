@@ -3,8 +3,9 @@
 Formulation. Sets: C = legal mesh candidates (tp, pp, dp, cp, ep, etp, vpp, micro-batch,
 schedule, sequence parallel; `solver/space.py`) for each world size W allowed by the
 objective. For c in C the value v(c) is the step time of its best plan (ZeRO stage and
-per-stage activation policy chosen by `solver/candidate_eval.py`, which solves the per-stage
-CP-SAT model of `solver/policy.py`), or infinity when nothing fits. Objective:
+activation policy chosen by the ladder rule of `solver/candidate_eval.py`), or infinity
+when nothing fits; the chosen plan is then refined by the per-stage CP-SAT model of
+`solver/policy.py` (`solver/api.py`). Objective:
     throughput      min_c v(c)                           (W = the cluster)
     cost_per_token  min_c W(c) v(c) / tokens_per_step     (W <= the cluster)
     min_gpus        min_c W(c), then min v(c)  s.t. tokens/s >= target (if given)
@@ -35,7 +36,6 @@ from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
-from solver import cpsat
 from solver.bounds import BoundTables
 from solver.candidate_eval import (
     Dominated,
@@ -50,10 +50,6 @@ from solver.space import MeshCandidate, candidate_meshes
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-POLICY_SOLVE_LIMIT_S = 2.0
-"""Time limit of one per-stage policy CP-SAT solve."""
-MIN_POLICY_SOLVE_S = 0.05
-"""Floor on a policy solve started just before the search's time limit."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,8 +194,6 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     if progress:
         progress(f"{total} candidates, {pruned_memory} pruned by the memory bound, "
                  f"{len(heap)} to order by the time bound")
-    config = cpsat.SolverConfig(max_time_s=POLICY_SOLVE_LIMIT_S, num_workers=limits.num_workers,
-                                random_seed=limits.random_seed)
     best: ScoredPlan | None = None
     best_value = math.inf
     ranked: list[ScoredPlan] = []
@@ -210,6 +204,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     refined = 0
     unexamined = 0
     forced_zero: dict[int, int] = {}
+    zero3_bound: dict[int, float] = {}
     while heap:
         lower, order, level, c = heap[0]
         if lower >= best_value:
@@ -227,8 +222,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             zero = _forced_zero_stage(tables, c, zeros, max_offload, cluster.capacity_bytes)
             forced_zero[order] = zero
             if zero == 3:
-                gathered = _rescale(_zero3_bound_s(tables, c), c, objective,
-                                    training.tokens_per_step)
+                zero3_bound[order] = _zero3_bound_s(tables, c)
+                gathered = _rescale(zero3_bound[order], c, objective, training.tokens_per_step)
                 if gathered > lower:
                     heapq.heappush(heap, (gathered, order, _ZERO3_BOUND, c))
                     continue
@@ -245,14 +240,12 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             tighter = _rescale(makespan, c, objective, training.tokens_per_step)
             heapq.heappush(heap, (max(lower, tighter), order, _SIMULATED_BOUND, c))
             continue
-        solve_config = config if remaining_s >= config.max_time_s else cpsat.SolverConfig(
-            max_time_s=max(MIN_POLICY_SOLVE_S, remaining_s), num_workers=limits.num_workers,
-            random_seed=limits.random_seed)
         cutoff_s = _step_cutoff_s(best_value, c, objective, training.tokens_per_step)
-        result = evaluate_candidate(
-            spec, training, cluster, c, constraints, solve_config, step_cutoff_s=cutoff_s,
-            zero3_bound_s=_zero3_bound_s(tables, c) if 3 in zeros and cutoff_s < math.inf
-            else 0.0)
+        if 3 in zeros and cutoff_s < math.inf and order not in zero3_bound:
+            zero3_bound[order] = _zero3_bound_s(tables, c)
+        result = evaluate_candidate(spec, training, cluster, c, constraints,
+                                    step_cutoff_s=cutoff_s,
+                                    zero3_bound_s=zero3_bound.get(order, 0.0))
         evaluated += 1
         if isinstance(result, Dominated):
             continue
@@ -301,4 +294,4 @@ def _meets_target(plan: ScoredPlan, constraints: Constraints) -> bool:
     return target is None or plan.estimate.tokens_per_s >= target
 
 
-__all__ = ["POLICY_SOLVE_LIMIT_S", "SearchResult", "SearchStats", "objective_value", "search"]
+__all__ = ["SearchResult", "SearchStats", "objective_value", "search"]

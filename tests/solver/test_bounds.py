@@ -8,7 +8,6 @@ from api_schemas import Constraints, TrainingSpec
 from models.catalog import cluster_preset, model_preset
 from solver.bounds import BoundTables
 from solver.candidate_eval import Rejection, evaluate_candidate, plain_makespan_bound
-from solver.cpsat import SolverConfig
 from solver.space import candidate_meshes
 
 
@@ -27,7 +26,7 @@ def test_time_and_memory_bounds_never_exceed_the_evaluated_values(model: str, gp
     candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
                                   gpus_per_node=8, constraints=Constraints())
     for c in random.Random(3).sample(candidates, min(25, len(candidates))):
-        result = evaluate_candidate(spec, training, cluster, c, Constraints(), SolverConfig())
+        result = evaluate_candidate(spec, training, cluster, c, Constraints())
         if isinstance(result, Rejection):
             continue
         value = result.estimate.step_time_s
@@ -59,7 +58,7 @@ def test_forced_zero3_and_chain_bounds_never_exceed_the_evaluated_values(
     forced = chained = 0
     for c in random.Random(5).sample(candidates, min(60, len(candidates))):
         zero = _forced_zero_stage(tables, c, [0, 1, 2, 3], 0.5, cluster.capacity_bytes)
-        result = evaluate_candidate(spec, training, cluster, c, Constraints(), SolverConfig())
+        result = evaluate_candidate(spec, training, cluster, c, Constraints())
         if isinstance(result, Rejection):
             continue
         value = result.estimate.step_time_s
@@ -68,8 +67,7 @@ def test_forced_zero3_and_chain_bounds_never_exceed_the_evaluated_values(
         if zero == 3:
             forced += 1
             assert result.parallel.zero_stage == 3
-        zero3 = evaluate_candidate(spec, training, cluster, c, Constraints(zero_stage=3),
-                                   SolverConfig())
+        zero3 = evaluate_candidate(spec, training, cluster, c, Constraints(zero_stage=3))
         if not isinstance(zero3, Rejection):
             assert tables.zero3_time_bound_s(c) <= zero3.estimate.step_time_s * (1 + 1e-9), \
                 c.key
@@ -89,12 +87,12 @@ def test_a_dominated_candidate_is_proven_no_faster_than_the_cutoff() -> None:
     tables = BoundTables(spec, training, cluster)
     dominated = 0
     for c in random.Random(7).sample(candidates, min(20, len(candidates))):
-        exact = evaluate_candidate(spec, training, cluster, c, Constraints(), SolverConfig())
+        exact = evaluate_candidate(spec, training, cluster, c, Constraints())
         if not isinstance(exact, ScoredPlan):
             continue
         value = exact.estimate.step_time_s
         for cutoff in (value * 0.9, value, value * 1.1):
-            cut = evaluate_candidate(spec, training, cluster, c, Constraints(), SolverConfig(),
+            cut = evaluate_candidate(spec, training, cluster, c, Constraints(),
                                      step_cutoff_s=cutoff,
                                      zero3_bound_s=tables.zero3_time_bound_s(c))
             if isinstance(cut, Dominated):

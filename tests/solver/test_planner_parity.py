@@ -16,7 +16,6 @@ from api_schemas import (
 )
 from models.catalog import cluster_preset, model_preset
 from solver.candidate_eval import Rejection, evaluate_candidate
-from solver.cpsat import SolverConfig
 from solver.planner import objective_value, search
 from solver.space import candidate_meshes
 
@@ -66,7 +65,7 @@ def _brute_force(spec: ModelSpec, training: TrainingSpec, cluster, constraints: 
     for world in world_sizes:
         for c in candidate_meshes(spec, training, world_size=world,
                                   gpus_per_node=cluster.gpus_per_node, constraints=constraints):
-            result = evaluate_candidate(spec, training, cluster, c, constraints, SolverConfig())
+            result = evaluate_candidate(spec, training, cluster, c, constraints)
             if isinstance(result, Rejection):
                 continue
             best = min(best, objective_value(result, objective))

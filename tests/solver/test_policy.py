@@ -86,7 +86,7 @@ def test_refinement_never_returns_a_slower_or_overflowing_plan() -> None:
     mesh = next(c for c in candidate_meshes(SPEC, TRAIN, world_size=32, gpus_per_node=8,
                                              constraints=Constraints(tp=4, pp=8, vpp=1,
                                                                      schedule="1f1b")))
-    plan = evaluate_candidate(SPEC, TRAIN, cluster, mesh, Constraints(), CONFIG)
+    plan = evaluate_candidate(SPEC, TRAIN, cluster, mesh, Constraints())
     refined = refine_policies(SPEC, TRAIN, cluster, plan, Constraints(), CONFIG)
     assert refined.ledger.fits
     assert refined.estimate.step_time_s <= plan.estimate.step_time_s
