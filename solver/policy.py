@@ -86,11 +86,23 @@ def broad_selective_modules(spec: ModelSpec) -> tuple[RecomputeModule, ...]:
     return tuple(modules)
 
 
+ACTIVATION_OFFLOAD_SHARE = 0.5
+"""The share of a stage's stored activations moved to host memory when offload is allowed:
+the one offload setting the search, its bounds and its fixes try. A chosen setting, not a
+calibrated one: Kimi K2 (arXiv:2507.20534 Sec. 2.4) offloads activations to the CPU without
+printing the share, and `models/published.py` records that run with this value."""
+
+
+def max_offload_share(constraints: Constraints) -> float:
+    """The largest activation offload share a request allows (0 without offload)."""
+    return ACTIVATION_OFFLOAD_SHARE if constraints.allow_offload else 0.0
+
+
 def policy_options(spec: ModelSpec, constraints: Constraints) -> list[PolicyOption]:
     """The storage options the subproblem chooses from, under the request's permissions."""
     bases = [(RecomputeMode.NONE, ()), (RecomputeMode.SELECTIVE, broad_selective_modules(spec))]
     fp8s = [False, True] if constraints.allow_fp8_activations else [False]
-    offloads = [0.0, 0.5] if constraints.allow_offload else [0.0]
+    offloads = sorted({0.0, max_offload_share(constraints)})
     return [PolicyOption(recompute=mode, modules=modules, fp8=fp8, offload_frac=off)
             for mode, modules in bases for fp8 in fp8s for off in offloads]
 
@@ -201,10 +213,12 @@ def _repair(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
 
 
 __all__ = [
+    "ACTIVATION_OFFLOAD_SHARE",
     "BOTTLENECK_WEIGHT",
     "PolicyOption",
     "PolicyResult",
     "broad_selective_modules",
     "choose_stage_policies",
+    "max_offload_share",
     "policy_options",
 ]
