@@ -8,7 +8,8 @@ documented in each run's `assumptions`. Must not: compute anything.
 
 from dataclasses import dataclass, field
 
-from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode
+from api_schemas.dtypes import DType
+from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode, RecomputeModule
 from api_schemas.training import OptimizerKind, TrainingSpec
 from models.catalog import MEGATRON_2021_TABLE1
 
@@ -107,7 +108,8 @@ LLAMA3_405B_16K = PublishedRun(
     parallel=ParallelConfig(tp=8, pp=16, dp=128, vpp=7, schedule=PipelineSchedule.INTERLEAVED_1F1B,
                             micro_batch_size=1, zero_stage=1, sequence_parallel=True,
                             recompute=RecomputeMode.SELECTIVE,
-                            recompute_modules=("core_attn", "layernorm"),
+                            recompute_modules=(RecomputeModule.CORE_ATTN,
+                                               RecomputeModule.LAYERNORM),
                             layers_per_stage=(7,) + (8,) * 14 + (7,)),
     printed_tflops_per_gpu=400, printed_mfu=0.41,
     assumptions=("one layer fewer on the first and last stages (Sec. 3.3.2)",
@@ -121,12 +123,14 @@ DEEPSEEK_V3_2048 = PublishedRun(
     id="deepseek-v3-2048", description="DeepSeek-V3 pre-training on 2,048 H800",
     source="DeepSeek-V3 Technical Report, arXiv:2412.19437, Sec. 3.1-3.3 and Table 1",
     model_preset="deepseek-v3", gpu="h800-sxm5-80gb", num_nodes=256, gpus_per_node=8,
-    training=TrainingSpec(global_batch_size=15360, sequence_length=4096, compute_dtype="fp8",
-                          optimizer=OptimizerKind.ADAMW, optimizer_state_dtype="bf16",
+    training=TrainingSpec(global_batch_size=15360, sequence_length=4096, compute_dtype=DType.FP8,
+                          optimizer=OptimizerKind.ADAMW, optimizer_state_dtype=DType.BF16,
                           moe_keep_expert_outputs=False),
     parallel=ParallelConfig(pp=16, dp=128, ep=64, schedule=PipelineSchedule.DUALPIPE,
                             zero_stage=1, recompute=RecomputeMode.SELECTIVE,
-                            recompute_modules=("layernorm", "mla_up_proj", "moe_act"),
+                            recompute_modules=(RecomputeModule.LAYERNORM,
+                                               RecomputeModule.MLA_UP_PROJ,
+                                               RecomputeModule.MOE_ACT),
                             fp8_activations=True),
     printed_tokens_per_s_per_gpu=1e12 / (180_000 * 3600),
     assumptions=("throughput from 180K H800 GPU-hours per trillion tokens (a whole-run "
@@ -141,7 +145,9 @@ KIMI_K2_256 = PublishedRun(
                           optimizer=OptimizerKind.MUON, overlap_ep_comm=True),
     parallel=ParallelConfig(pp=16, dp=16, ep=16, vpp=2, schedule=PipelineSchedule.INTERLEAVED_1F1B,
                             zero_stage=1, recompute=RecomputeMode.SELECTIVE,
-                            recompute_modules=("layernorm", "mla_up_proj", "moe_act"),
+                            recompute_modules=(RecomputeModule.LAYERNORM,
+                                               RecomputeModule.MLA_UP_PROJ,
+                                               RecomputeModule.MOE_ACT),
                             fp8_activations=True, activation_offload_frac=0.5),
     assumptions=("global batch, virtual stages and offload share not printed",
                  "FP8 storage of MoE up-projection / SwiGLU inputs and CPU offload as Sec. 2.4",

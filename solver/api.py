@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
-from api_schemas.hardware import ClusterSpec
+from api_schemas.hardware import ClusterSpec, GpuSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import (
     Alternative,
@@ -22,6 +22,7 @@ from api_schemas.plan import (
     TimeBreakdown,
 )
 from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRequest
+from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.kernels import profile_for
 from models.memory import memory_ledger
@@ -65,17 +66,18 @@ def throughput(est: StepEstimate) -> Throughput:
                       mfu=min(1.0, est.mfu), hfu=est.hfu)
 
 
-def _exports(spec: object, training: object, parallel: object) -> dict[str, object]:
+def _exports(spec: ModelSpec, training: TrainingSpec,
+             parallel: ParallelConfig) -> dict[str, object]:
     try:
         from solver.export import export_all
     except ImportError:  # the exporters are optional at this layer
         return {}
-    return export_all(spec, training, parallel)  # type: ignore[arg-type]
+    return export_all(spec, training, parallel)
 
 
-def _notes(resolved_notes: tuple[str, ...], gpu_id: object) -> list[str]:
+def _notes(resolved_notes: tuple[str, ...], gpu: GpuSpec) -> list[str]:
     notes = list(resolved_notes)
-    notes.append("kernel efficiencies: " + profile_for(gpu_id).calibration)  # type: ignore[arg-type]
+    notes.append("kernel efficiencies: " + profile_for(gpu).calibration)
     return notes
 
 
@@ -134,7 +136,7 @@ def _stats(result: SearchResult) -> SolverStats:
 
 def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: ClusterSpec,
               alternatives: list[Alternative], explanation: Explanation, stats: SolverStats | None,
-              *, spec: object, training: object) -> PlanResponse:
+              *, spec: ModelSpec, training: TrainingSpec) -> PlanResponse:
     est = best.estimate
     return PlanResponse(
         status=status, model_name=model_name, gpu=cluster.gpu.id,
@@ -197,7 +199,7 @@ def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: Search
 
 
 def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
-                notes: list[str], model_name: str, cluster: object,
+                notes: list[str], model_name: str, cluster: ClusterSpec,
                 deadline: float) -> PlanResponse:
     rejected = [r for r in result.rejections if r.stage is not None]
     closest = min(rejected, key=lambda r: r.over_bytes, default=None)
@@ -221,12 +223,12 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
                      + "; ".join(found.not_tried))
     verdict = ("no plan was found within the time limit" if result.stats.unexamined
                else "no plan meets the request")
-    text = (f"For {model_name} on {cluster.world_size} x "  # type: ignore[attr-defined]
-            f"{cluster.gpu.name}, {verdict}: " + binding[0] + ". "  # type: ignore[attr-defined]
+    text = (f"For {model_name} on {cluster.world_size} x "
+            f"{cluster.gpu.name}, {verdict}: " + binding[0] + ". "
             + ("Smallest changes that give a plan: " + "; ".join(relax) + "."
                if relax else "No single relaxation tried gives a plan."))
     return PlanResponse(status=PlanStatus.INFEASIBLE, model_name=model_name,
-                        gpu=cluster.gpu.id,  # type: ignore[attr-defined]
+                        gpu=cluster.gpu.id,
                         explanation=Explanation(summary=text, binding_constraints=binding,
                                                 notes=notes, relaxations=relax),
                         solver=stats)
@@ -259,8 +261,8 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     started = time.perf_counter()
     ledger = memory_ledger(spec, request.training, parallel, cluster)
     est = estimate_step(spec, request.training, parallel, cluster)
-    scored = ScoredPlan(candidate=None, parallel=parallel, estimate=est,  # type: ignore[arg-type]
-                        ledger=ledger)
+    scored = ScoredPlan(candidate=MeshCandidate.of(parallel, est.num_micro_batches),
+                        parallel=parallel, estimate=est, ledger=ledger)
     fixes = suggest_fixes(spec, request.training, cluster, scored)
     notes = _notes(resolved.notes, cluster.gpu) + [w.message for w in warnings]
     if _stores_fp8(parallel) and DType.FP8 not in cluster.gpu.dense_peak_flop_per_s:

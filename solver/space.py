@@ -52,6 +52,16 @@ class MeshCandidate:
     ulysses_degree: int | None = None
     """USP only: the Ulysses axis (the ring axis is cp / this)."""
 
+    @classmethod
+    def of(cls, parallel: ParallelConfig, num_micro_batches: int) -> "MeshCandidate":
+        """The mesh point of a given configuration (evaluate scores one without a search)."""
+        return cls(tp=parallel.tp, pp=parallel.pp, dp=parallel.dp, cp=parallel.cp,
+                   ep=parallel.ep, etp=parallel.etp, vpp=parallel.vpp,
+                   micro_batch_size=parallel.micro_batch_size,
+                   num_micro_batches=num_micro_batches, schedule=parallel.schedule,
+                   sequence_parallel=parallel.sequence_parallel, cp_kind=parallel.cp_kind,
+                   ulysses_degree=parallel.ulysses_degree)
+
     @property
     def world_size(self) -> int:
         """GPUs used."""
@@ -65,11 +75,11 @@ class MeshCandidate:
 
     def parallel(self, **overrides: Any) -> ParallelConfig:
         """The `ParallelConfig` of this candidate with ZeRO / policy fields set."""
-        fields: dict[str, Any] = dict(
-            tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
-            vpp=self.vpp, micro_batch_size=self.micro_batch_size, schedule=self.schedule,
-            sequence_parallel=self.sequence_parallel, cp_kind=self.cp_kind,
-            ulysses_degree=self.ulysses_degree)
+        fields: dict[str, Any] = {
+            "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
+            "etp": self.etp, "vpp": self.vpp, "micro_batch_size": self.micro_batch_size,
+            "schedule": self.schedule, "sequence_parallel": self.sequence_parallel,
+            "cp_kind": self.cp_kind, "ulysses_degree": self.ulysses_degree}
         fields.update(overrides)
         return ParallelConfig.model_validate(fields)
 
