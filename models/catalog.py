@@ -8,7 +8,6 @@ Reading its own package data is the only I/O it does.
 """
 
 import json
-import logging
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -19,8 +18,6 @@ from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec, GpuSpec, IntraNodeTopology, LinkSpec
 from api_schemas.units import GIB
 from models.errors import InvalidSpecError
-
-logger = logging.getLogger(__name__)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 """Packaged data files (hardware table with sources, Hugging Face configs)."""

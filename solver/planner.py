@@ -23,7 +23,6 @@ returned as feasible with the smallest unvisited bound as the proven bound.
 """
 
 import heapq
-import logging
 import math
 import time
 from collections.abc import Callable
@@ -47,8 +46,6 @@ from solver.candidate_eval import (
 )
 from solver.policy import max_offload_share
 from solver.space import MeshCandidate, candidate_meshes
-
-logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 

@@ -15,7 +15,6 @@ expert generator the same order string with (tp=etp, cp=1, ep, dp=edp, pp), wher
 edp = tp * cp * dp / (etp * ep). Ranks are placed on nodes in order, `gpus_per_node` each.
 """
 
-import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -26,8 +25,6 @@ import numpy.typing as npt
 
 from api_schemas import ParallelConfig
 from models.errors import InvalidSpecError
-
-logger = logging.getLogger(__name__)
 
 AXIS_NAMES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"

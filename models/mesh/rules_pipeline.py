@@ -7,7 +7,6 @@ sequence parallelism. Rules that need the training recipe are skipped without on
 not: search for alternatives or raise (that is `validation.py`).
 """
 
-import logging
 from collections.abc import Callable
 from math import log2
 
@@ -26,8 +25,6 @@ from models.mesh.candidates import (
     rebalanced,
     with_changes,
 )
-
-logger = logging.getLogger(__name__)
 
 E, W = Severity.ERROR, Severity.WARNING
 _MULTI_CHUNK = (PipelineSchedule.INTERLEAVED_1F1B, PipelineSchedule.ZBV,
