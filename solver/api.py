@@ -27,7 +27,7 @@ from models.kernels import profile_for
 from models.memory import memory_ledger
 from models.mesh import validate_mesh
 from models.resolve import resolve_cluster, resolve_model
-from models.step_time import StepEstimate, estimate_step
+from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cpsat
 from solver.candidate_eval import ScoredPlan, evaluate_candidate, refine_policies
 from solver.explain import (
@@ -54,6 +54,7 @@ def time_breakdown(est: StepEstimate) -> TimeBreakdown:
         step_time_s=est.step_time_s, compute_s=est.compute_s, recompute_s=est.recompute_s,
         bubble_s=est.bubble_s, exposed_comm_s=dict(est.exposed_comm_s),
         offload_stall_s=est.offload_stall_s, optimizer_s=est.optimizer_s,
+        overheads_s=dict(est.overheads_s),
         details={"pipeline_makespan_s": est.pipeline_makespan_s,
                  "critical_stage": float(est.critical_stage)})
 
@@ -62,7 +63,9 @@ def throughput(est: StepEstimate) -> Throughput:
     """The public throughput figures of a step estimate."""
     return Throughput(tokens_per_s=est.tokens_per_s, tflops_per_gpu=est.tflops_per_gpu,
                       hardware_tflops_per_gpu=est.hardware_tflops_per_gpu,
-                      mfu=min(1.0, est.mfu), hfu=est.hfu)
+                      mfu=min(1.0, est.mfu), hfu=est.hfu, flop_convention=FLOP_CONVENTION,
+                      tflops_per_gpu_full_attention=est.tflops_per_gpu_full_attention,
+                      mfu_full_attention=est.mfu_full_attention)
 
 
 def _exports(spec: object, training: object, parallel: object) -> dict[str, object]:

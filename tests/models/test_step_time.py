@@ -90,7 +90,7 @@ def test_node_limited_routing_cuts_expert_all_to_all_time() -> None:
     # model routed without the limit sends more copies over the NICs.
     from api_schemas.architecture import MoESpec
     from models.collectives import fabric_of
-    from models.step_time import AxisGroup, expert_all_to_all_s
+    from models.step_time import axis_groups, expert_all_to_all_s
 
     spec = model_preset("deepseek-v3")
     assert spec.moe is not None
@@ -100,7 +100,8 @@ def test_node_limited_routing_cuts_expert_all_to_all_time() -> None:
     cluster = cluster_preset("h800-sxm5-80gb", num_nodes=8)
     training = TrainingSpec(global_batch_size=64, sequence_length=4096)
     parallel = ParallelConfig(dp=64, ep=64)
-    group = AxisGroup(size=64, ranks_per_node=8)
-    limited_s = expert_all_to_all_s(spec, training, parallel, group, fabric_of(cluster), 4096)
-    free_s = expert_all_to_all_s(unlimited, training, parallel, group, fabric_of(cluster), 4096)
+    groups = axis_groups(parallel, gpus_per_node=8)
+    assert groups["ep"].size == 64 and groups["ep"].ranks_per_node == 8
+    limited_s = expert_all_to_all_s(spec, training, parallel, groups, fabric_of(cluster))
+    free_s = expert_all_to_all_s(unlimited, training, parallel, groups, fabric_of(cluster))
     assert limited_s < free_s
