@@ -105,3 +105,63 @@ def test_node_limited_routing_cuts_expert_all_to_all_time() -> None:
     limited_s = expert_all_to_all_s(spec, training, parallel, groups, fabric_of(cluster))
     free_s = expert_all_to_all_s(unlimited, training, parallel, groups, fabric_of(cluster))
     assert limited_s < free_s
+
+
+def _free_links(cluster_name: str, num_nodes: int):  # noqa: ANN202 - a ClusterSpec
+    """The cluster with every link infinitely fast (1e30 B/s) and without latency."""
+    from api_schemas import LinkSpec
+
+    cluster = cluster_preset(cluster_name, num_nodes=num_nodes)
+    free = LinkSpec(bandwidth_bytes_per_s=1e30, latency_s=0.0)
+    return cluster.model_copy(update={"intra_node": free, "inter_node": free,
+                                      "pcie_bandwidth_bytes_per_s": 1e30})
+
+
+_SHAPES = [(S.GPIPE, 1), (S.ONE_F_ONE_B, 1), (S.INTERLEAVED_1F1B, 2), (S.ZB_H1, 1),
+           (S.ZB_H2, 1), (S.ZBV, 2), (S.DUALPIPE, 1), (S.DUALPIPEV, 2)]
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), _SHAPES)
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_breakdown_sums_to_the_step_for_every_schedule_and_recompute(
+        schedule: PipelineSchedule, vpp: int, recompute: str) -> None:
+    parallel = ParallelConfig(tp=2, pp=4, dp=2, vpp=vpp, schedule=schedule, zero_stage=1,
+                              sequence_parallel=True, recompute=recompute)
+    est = estimate_step(LLAMA, TRAIN, parallel, CLUSTER)
+    assert sum(est.breakdown_s.values()) == pytest.approx(est.step_time_s, rel=1e-9)
+    assert all(t >= -1e-9 * est.step_time_s for t in est.breakdown_s.values())
+    assert est.bubble_s > 0
+    if recompute == "full":
+        # Each recomputed TP collective is booked once, under TP, never inside recompute.
+        plain = estimate_step(LLAMA, TRAIN, parallel.model_copy(update={"recompute": "none"}),
+                              CLUSTER)
+        assert est.exposed_comm_s["tp"] == pytest.approx(1.5 * plain.exposed_comm_s["tp"],
+                                                         rel=1e-9)
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), _SHAPES)
+def test_with_infinite_bandwidth_nothing_is_exposed_and_idle_time_is_bubble(
+        schedule: PipelineSchedule, vpp: int) -> None:
+    spec = model_preset("mixtral-8x7b")
+    cluster = _free_links("h100-sxm5-80gb", 4)
+    parallel = ParallelConfig(tp=2, pp=4, dp=4, ep=4, vpp=vpp, schedule=schedule,
+                              zero_stage=3, sequence_parallel=True, recompute="full")
+    est = estimate_step(spec, TrainingSpec(global_batch_size=64, sequence_length=4096),
+                        parallel, cluster)
+    assert all(t == pytest.approx(0.0, abs=1e-12) for t in est.exposed_comm_s.values())
+    assert est.step_time_s == pytest.approx(est.compute_s + est.recompute_s + est.bubble_s
+                                            + est.optimizer_s + sum(est.overheads_s.values()),
+                                            rel=1e-9)
+    assert est.bubble_s > 0
+
+
+def test_mfu_counts_causal_attention_and_reports_the_full_attention_figure() -> None:
+    # At 128K context the attention core dominates: the full-matrix convention (Megatron-LM,
+    # PaLM) counts about twice the score/value FLOPs the causal kernels perform.
+    long = TrainingSpec(global_batch_size=8, sequence_length=131072)
+    est = estimate_step(LLAMA, long, ParallelConfig(tp=8, cp=2, sequence_parallel=True),
+                        CLUSTER)
+    assert est.mfu_full_attention > 1.4 * est.mfu
+    short = estimate_step(LLAMA, TRAIN, ParallelConfig(tp=2, dp=8, sequence_parallel=True),
+                          CLUSTER)
+    assert 1.0 < short.mfu_full_attention / short.mfu < 1.2
