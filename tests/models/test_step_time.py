@@ -165,3 +165,30 @@ def test_mfu_counts_causal_attention_and_reports_the_full_attention_figure() -> 
     short = estimate_step(LLAMA, TRAIN, ParallelConfig(tp=2, dp=8, sequence_parallel=True),
                           CLUSTER)
     assert 1.0 < short.mfu_full_attention / short.mfu < 1.2
+
+
+def test_all_gather_across_nodes_pays_one_latency_round_per_rank() -> None:
+    """NCCL runs all-gather across nodes as one ring: n - 1 rounds, so a small shard's
+    gather grows with the group even though its bytes do not."""
+    from models.collectives import Collective, collective_cost, fabric_of
+
+    fabric = fabric_of(cluster_preset("h100-sxm5-80gb", num_nodes=128))
+    times = [collective_cost(Collective.ALL_GATHER, num_ranks=n, message_bytes=2**20,
+                             fabric=fabric, ranks_per_node=8).time_s for n in (64, 256, 1024)]
+    assert times[0] < times[1] < times[2]
+    assert times[2] - times[1] == pytest.approx(768 * 5e-6, rel=0.05)
+
+
+def test_zero3_throughput_falls_as_the_sharding_group_grows_at_fixed_batch() -> None:
+    """Strong scaling of FSDP (ZeRO-3 over every GPU) at a fixed global batch: per-GPU work
+    per step shrinks while each layer's gathers keep their bytes and gain latency rounds."""
+    spec = model_preset("llama-3.1-8b")
+    training = TrainingSpec(global_batch_size=1024, sequence_length=4096)
+    rates = []
+    for nodes in (8, 32, 128):
+        cluster = cluster_preset("h100-sxm5-80gb", num_nodes=nodes)
+        est = estimate_step(spec, training, ParallelConfig(dp=8 * nodes, zero_stage=3),
+                            cluster)
+        rates.append((est.tokens_per_s / cluster.world_size, est.exposed_comm_s.get("dp", 0.0)))
+    assert rates[0][0] >= rates[1][0] > 1.5 * rates[2][0]
+    assert rates[2][1] > rates[1][1]
