@@ -94,7 +94,7 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     deadline = time.perf_counter() + request.solver.time_limit_s
     resolved = resolve_model(request.model)
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
-    constraints = hardware_constraints(request.constraints, cluster)
+    constraints = hardware_constraints(request.constraints, cluster, request.training)
     result = search(spec, request.training, cluster, constraints=constraints,
                     objective=request.objective, limits=request.solver, progress=progress)
     notes = _notes(resolved.notes, cluster.gpu)

@@ -19,7 +19,7 @@ from models.flops import StepFlops, step_flops
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout, pipeline_layout
 from models.memory import micro_batch_count, rank_parameters
-from models.mesh import GroupKind
+from models.mesh import AxisPlacement, GroupKind
 from models.pipeline import OpDurations, closed_form_makespan
 from models.step_time.exposure import sync_exposed_s
 from models.step_time.groups import AxisGroups, axis_groups
@@ -179,6 +179,47 @@ def _tail(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
             "optimizer": _optimizer_s(spec, training, parallel, cluster, layout)}
 
 
+GRAD_NORM_PASSES = 3
+"""HBM passes over the rank's main-gradient shard for the gradient norm and clipping: read
+for the norm, then read and write to scale."""
+
+
+def _step_overheads(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                    cluster: ClusterSpec, groups: AxisGroups, fabric: Fabric,
+                    layout: StageLayout) -> dict[str, float]:
+    """Per-step terms besides the pipeline, the DP sync and the optimizer update: the
+    gradient-norm all-reduce (over every rank: the model-parallel group, and the data-
+    parallel group holding the optimizer shards), its HBM passes over the gradient shard,
+    and the loss all-reduce over the data-parallel group; each one scalar, latency-bound.
+
+    Source: Megatron-LM `megatron/core/optimizer/clip_grads.py` (`get_grad_norm_fp32`:
+    local squared norm, all-reduce over the model-parallel group, with the distributed
+    optimizer over the data-parallel group too; `clip_grad_by_total_norm_fp32` scales every
+    gradient) and `megatron/training/training.py` (`average_losses_across_data_parallel_
+    group`, one all-reduce per step).
+    """
+    mesh = groups.mesh
+    world = call_cost(Collective.ALL_REDUCE, _world_placement(groups), 4, fabric).time_s
+    loss = call_cost(Collective.ALL_REDUCE, mesh.placement(GroupKind.DP_CP), 4, fabric).time_s
+    held = rank_parameters(spec, parallel, layout)
+    count = held.gemm + held.vectors + held.embedding + held.head + held.experts
+    shard = count / (parallel.dp * parallel.cp if parallel.zero_stage >= 1 else 1)
+    grad_bytes = (training.master_dtype or training.grad_dtype).num_bytes
+    passes = memory_bound_time_s(GRAD_NORM_PASSES * shard * grad_bytes, gpu=cluster.gpu)
+    terms = {"grad-norm all-reduce": world, "grad-norm and clipping": passes,
+             "loss all-reduce": loss}
+    return {name: t for name, t in terms.items() if t > 0}
+
+
+def _world_placement(groups: AxisGroups) -> AxisPlacement:
+    """All ranks as one group, node-contiguous."""
+    mesh = groups.mesh
+    return AxisPlacement(kind=GroupKind.DP_CP, group_size=mesh.world_size, num_groups=1,
+                         all_intra_node=mesh.num_nodes == 1,
+                         max_nodes_spanned=mesh.num_nodes,
+                         ranks_per_node=mesh.gpus_per_node)
+
+
 def _optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                  cluster: ClusterSpec, layout: StageLayout) -> float:
     """Memory-bound optimizer step over the rank's shard of the states."""
@@ -239,6 +280,8 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     critical = max(range(len(stages)), key=lambda i: (sum(tails[i].values()),
                                                       stages[i].compute_s))
     tail = tails[critical]
+    overheads = _step_overheads(spec, training, parallel, cluster, groups, fabric,
+                                layouts[critical])
     busiest = max(stages, key=lambda st: rank_work_s(parallel, st, m))
     busy = rank_work_s(parallel, busiest, m)
     crossings = m * crossings_per_micro_batch(parallel)
@@ -249,11 +292,14 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
             exposed[axis] = exposed.get(axis, 0.0) + extra
     flops = _flops(spec, training, parallel, layouts)
     return StepEstimate(
-        step_time_s=makespan + sum(tail.values()), pipeline_makespan_s=makespan,
+        step_time_s=makespan + sum(tail.values()) + sum(overheads.values()),
+        pipeline_makespan_s=makespan,
         compute_s=crossings * busiest.compute_s, recompute_s=crossings * busiest.recompute_s,
         bubble_s=ideal - busy, exposed_comm_s=exposed,
         offload_stall_s=crossings * busiest.offload_stall_s, optimizer_s=tail["optimizer"],
-        overheads_s={}, critical_stage=busiest.stage, num_micro_batches=m,
+        overheads_s={**overheads, **({"fp8 activation casts": crossings * busiest.fp8_cast_s}
+                                     if busiest.fp8_cast_s else {})},
+        critical_stage=busiest.stage, num_micro_batches=m,
         model_flop=flops[0].model_flop, model_flop_full_attention=flops[1].model_flop,
         hardware_flop=flops[0].hardware_flop,
         hardware_flop_full_attention=flops[1].hardware_flop, world_size=parallel.world_size,

@@ -4,7 +4,8 @@ and host-transfer stalls, folded into the F, B and W of each of its chunks.
 Owns: `StageTime` and `stage_time` (layer compute from `models.compute`, exposure from
 `models.step_time.exposure`), the head and MTP modules on the chunk that ends the model,
 the recompute mode of each held layer, and the offload stall. Invariant: the F + B + W of
-the chunks equals compute + recompute + exposed communication + stalls, term by term.
+the chunks equals compute + recompute + exposed communication + stalls + FP8 casts, term by
+term.
 Must not: simulate the pipeline or add per-step terms (`models.step_time.assembly`).
 """
 
@@ -12,11 +13,14 @@ import dataclasses
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
+from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode, RecomputeModule
 from api_schemas.training import TrainingSpec
+from models.activations import LayerActivationContext, layer_activation_bytes
 from models.collectives import Fabric
 from models.compute import ComputeContext, LayerCompute, OpTimes, head_compute, layer_compute
+from models.kernels import memory_bound_time_s
 from models.layout import StageLayout
 from models.memory import stage_activation_components
 from models.step_time.exposure import LayerComm, layer_comm, zero3_exposed_s
@@ -35,6 +39,8 @@ class StageTime:
     recompute_s: float
     exposed_comm_s: dict[str, float]
     offload_stall_s: float
+    fp8_cast_s: float = 0.0
+    """Quantising stored activations to FP8 in forward and back in backward."""
 
 
 def layer_mode(parallel: ParallelConfig, stage: int, position: int) -> RecomputeMode:
@@ -75,7 +81,8 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     policy = parallel.policy_of(layout.rank)
     cache: dict[bool, tuple[LayerCompute, LayerComm, tuple[float, float]]] = {}
     chunk_times: list[OpTimes] = []
-    compute_total = recompute_total = 0.0
+    casts: dict[tuple[bool, RecomputeMode], float] = {}
+    compute_total = recompute_total = cast_total = 0.0
     exposed: dict[str, float] = {}
     position = 0
     for chunk_index, chunk in enumerate(layout.chunks):
@@ -93,6 +100,12 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
             lc, comm, (zero3_f, zero3_b) = cache[key]
             mode = layer_mode(parallel, layout.rank, position)
             position += 1
+            cast = 0.0
+            if policy.fp8_activations:
+                if (key, mode) not in casts:
+                    casts[key, mode] = fp8_cast_s(spec, index, training, parallel, cluster,
+                                                  mode, policy.recompute_modules)
+                cast = casts[key, mode]
             recompute = 0.0
             recompute_comm: dict[str, float] = {}
             if mode == RecomputeMode.FULL:
@@ -101,10 +114,11 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
             elif mode == RecomputeMode.SELECTIVE:
                 recompute = lc.recompute_s(policy.recompute_modules)
             chunk_op = chunk_op + lc.times + OpTimes(
-                forward_s=sum(comm.forward_s.values()) + zero3_f,
+                forward_s=sum(comm.forward_s.values()) + zero3_f + cast / 2,
                 backward_input_s=(sum(comm.backward_s.values()) + recompute
-                                  + sum(recompute_comm.values()) + zero3_b))
+                                  + sum(recompute_comm.values()) + zero3_b + cast / 2))
             compute_total += lc.times.total_s
+            cast_total += cast
             recompute_total += recompute
             _add(exposed, comm.forward_s)
             _add(exposed, comm.backward_s)
@@ -123,7 +137,36 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
                        for t in chunk_times]
     return StageTime(stage=layout.rank, chunk_times=tuple(chunk_times), compute_s=compute_total,
                      recompute_s=recompute_total, exposed_comm_s=exposed,
-                     offload_stall_s=stall)
+                     offload_stall_s=stall, fp8_cast_s=cast_total)
+
+
+def fp8_cast_s(spec: ModelSpec, index: int, training: TrainingSpec, parallel: ParallelConfig,
+               cluster: ClusterSpec, mode: RecomputeMode,
+               modules: tuple[RecomputeModule, ...]) -> float:
+    """Per-micro-batch time of storing one layer's activations in FP8: a memory-bound
+    quantise (read 2 bytes, write 1 per element) in forward and dequantise (read 1, write
+    2) in backward, over the elements the FP8 storage narrows.
+
+    Source: Kimi K2 (arXiv:2507.20534) Sec. 2.4.2 stores MoE up-projection and SwiGLU
+    inputs in FP8 tiles; the casts are elementwise kernels bound by HBM bandwidth
+    (`models.kernels.memory_bound_time_s`). The narrowed elements are the bytes
+    `models.activations` saves (one byte per element from 16 to 8 bits).
+    Assumes: under FP8 compute the GEMM inputs are cast for the GEMMs anyway, so storage
+    adds no cast.
+    """
+    if training.compute_dtype == DType.FP8:
+        return 0.0
+    kwargs = {"seq_len": training.sequence_length, "micro_batch_size": parallel.micro_batch_size,
+              "tp": parallel.tp, "cp": parallel.cp, "etp": parallel.etp,
+              "sequence_parallel": parallel.sequence_parallel, "dropout": training.dropout,
+              "flash_attention": training.flash_attention,
+              "moe_load_imbalance": training.moe_load_imbalance,
+              "moe_keep_expert_outputs": training.moe_keep_expert_outputs}
+    wide = layer_activation_bytes(spec, index, LayerActivationContext(**kwargs))
+    narrow = layer_activation_bytes(spec, index, LayerActivationContext(**kwargs,
+                                                                         fp8_storage=True))
+    elements = max(0, wide.stored_bytes(mode, modules) - narrow.stored_bytes(mode, modules))
+    return memory_bound_time_s(2 * 3 * elements, gpu=cluster.gpu)
 
 
 def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk_index: int,
@@ -181,5 +224,5 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return stages
 
 
-__all__ = ["StageTime", "compute_context", "layer_mode", "stage_key", "stage_time",
+__all__ = ["StageTime", "compute_context", "fp8_cast_s", "layer_mode", "stage_key", "stage_time",
            "stage_times"]

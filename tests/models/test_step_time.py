@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from api_schemas import ParallelConfig, PipelineSchedule, TrainingSpec
+from api_schemas import ClusterSpec, ParallelConfig, PipelineSchedule, TrainingSpec
 from models.catalog import cluster_preset, model_preset
 from models.pipeline import OpDurations, simulate_makespan
 from models.step_time import compiled_schedule, estimate_step, pipeline_makespan
@@ -107,7 +107,7 @@ def test_node_limited_routing_cuts_expert_all_to_all_time() -> None:
     assert limited_s < free_s
 
 
-def _free_links(cluster_name: str, num_nodes: int):  # noqa: ANN202 - a ClusterSpec
+def _free_links(cluster_name: str, num_nodes: int) -> ClusterSpec:
     """The cluster with every link infinitely fast (1e30 B/s) and without latency."""
     from api_schemas import LinkSpec
 
@@ -192,3 +192,40 @@ def test_zero3_throughput_falls_as_the_sharding_group_grows_at_fixed_batch() -> 
         rates.append((est.tokens_per_s / cluster.world_size, est.exposed_comm_s.get("dp", 0.0)))
     assert rates[0][0] >= rates[1][0] > 1.5 * rates[2][0]
     assert rates[2][1] > rates[1][1]
+
+
+def test_offload_and_fp8_storage_are_never_free() -> None:
+    base = ParallelConfig(tp=2, dp=8, sequence_parallel=True, recompute="selective")
+    plain = estimate_step(LLAMA, TRAIN, base, CLUSTER)
+    fp8 = estimate_step(LLAMA, TRAIN, base.model_copy(update={"fp8_activations": True}),
+                        CLUSTER)
+    assert fp8.step_time_s > plain.step_time_s
+    assert fp8.overheads_s["fp8 activation casts"] > 0
+    slow_host = CLUSTER.model_copy(update={"pcie_bandwidth_bytes_per_s": 1e9})
+    offload = estimate_step(LLAMA, TRAIN,
+                            base.model_copy(update={"activation_offload_frac": 0.5}), slow_host)
+    assert offload.offload_stall_s > 0 and offload.step_time_s > plain.step_time_s
+
+
+def test_per_step_terms_are_named_and_add_to_the_step() -> None:
+    est = estimate_step(LLAMA, TRAIN, ParallelConfig(tp=2, pp=2, dp=4, sequence_parallel=True),
+                        CLUSTER)
+    assert {"grad-norm all-reduce", "loss all-reduce", "grad-norm and clipping"} <= set(
+        est.overheads_s)
+    assert all(t > 0 for t in est.overheads_s.values())
+    assert est.step_time_s == pytest.approx(
+        est.pipeline_makespan_s + est.optimizer_s + sum(est.overheads_s.values())
+        - est.overheads_s.get("fp8 activation casts", 0.0)
+        + est.exposed_comm_s.get("dp", 0.0), rel=1e-9)
+
+
+def test_fp8_activation_storage_follows_the_recipe_unless_asked() -> None:
+    from api_schemas import Constraints, DType
+    from solver.planner import hardware_constraints
+
+    bf16 = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    fp8 = bf16.model_copy(update={"compute_dtype": DType.FP8})
+    assert hardware_constraints(Constraints(), CLUSTER, bf16).allow_fp8_activations is False
+    assert hardware_constraints(Constraints(), CLUSTER, fp8).allow_fp8_activations is True
+    asked = Constraints(allow_fp8_activations=True)
+    assert hardware_constraints(asked, CLUSTER, bf16).allow_fp8_activations is True
