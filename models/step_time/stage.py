@@ -156,15 +156,15 @@ def fp8_cast_s(spec: ModelSpec, index: int, training: TrainingSpec, parallel: Pa
     """
     if training.compute_dtype == DType.FP8:
         return 0.0
-    kwargs = {"seq_len": training.sequence_length, "micro_batch_size": parallel.micro_batch_size,
-              "tp": parallel.tp, "cp": parallel.cp, "etp": parallel.etp,
-              "sequence_parallel": parallel.sequence_parallel, "dropout": training.dropout,
-              "flash_attention": training.flash_attention,
-              "moe_load_imbalance": training.moe_load_imbalance,
-              "moe_keep_expert_outputs": training.moe_keep_expert_outputs}
-    wide = layer_activation_bytes(spec, index, LayerActivationContext(**kwargs))
-    narrow = layer_activation_bytes(spec, index, LayerActivationContext(**kwargs,
-                                                                         fp8_storage=True))
+    base = LayerActivationContext(
+        seq_len=training.sequence_length, micro_batch_size=parallel.micro_batch_size,
+        tp=parallel.tp, cp=parallel.cp, etp=parallel.etp,
+        sequence_parallel=parallel.sequence_parallel, dropout=training.dropout,
+        flash_attention=training.flash_attention,
+        moe_load_imbalance=training.moe_load_imbalance,
+        moe_keep_expert_outputs=training.moe_keep_expert_outputs)
+    wide = layer_activation_bytes(spec, index, base)
+    narrow = layer_activation_bytes(spec, index, dataclasses.replace(base, fp8_storage=True))
     elements = max(0, wide.stored_bytes(mode, modules) - narrow.stored_bytes(mode, modules))
     return memory_bound_time_s(2 * 3 * elements, gpu=cluster.gpu)
 
