@@ -26,6 +26,7 @@ from models.errors import InvalidSpecError
 from models.kernels import profile_for
 from models.memory import memory_ledger
 from models.mesh import validate_mesh
+from models.mfu_records import mfu_above_record
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cpsat
@@ -120,6 +121,10 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     if request.objective == Objective.MIN_GPUS:
         reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
         text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
+    record = mfu_above_record(cluster.gpu.id, request.training.compute_dtype,
+                              best.estimate.mfu_full_attention)
+    if record:
+        notes.append(record)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
     return _response(best, result.status, spec.name, cluster, alternatives, explanation, stats,
@@ -270,6 +275,10 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
         notes.append(f"FP8 activation storage on {cluster.gpu.name}, which has no FP8 "
                      "kernels: the memory is modelled as asked, but Transformer Engine's FP8 "
                      "path needs compute capability 8.9 or newer")
+    record = mfu_above_record(cluster.gpu.id, request.training.compute_dtype,
+                              est.mfu_full_attention)
+    if record:
+        notes.append(record)
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
                if ledger.fits else
                f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "
