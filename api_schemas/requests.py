@@ -127,8 +127,10 @@ class Constraints(SpecModel):
         default=None, description="Allowed context-parallel kinds.")
     recompute: Recompute | list[Recompute] | None = Field(default=None, description="Allowed "
                                                           "uniform recompute policies.")
-    allow_fp8_activations: bool = Field(default=True, description="May the planner store "
-                                        "activations in FP8 (Kimi K2 style)?")
+    allow_fp8_activations: bool | None = Field(
+        default=None, description="May the planner store activations in FP8 (Kimi K2 style)? "
+        "Unset follows the recipe: allowed for FP8 training, off for 16-bit training (it "
+        "changes the numerics of the backward pass).")
     allow_offload: bool = Field(default=True, description="May the planner offload activations "
                                 "to host memory?")
     forbid: dict[str, list[Any]] = Field(
