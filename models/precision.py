@@ -84,6 +84,8 @@ def state_bytes_per_param(training: TrainingSpec, *, is_gemm_weight: bool = True
     if training.compute_dtype == DType.FP8 and is_gemm_weight:
         if training.fp8_weight_storage == Fp8WeightStorage.FP8_ONLY:
             weights = FP8_ONLY_WEIGHT_BYTES
+        elif training.fp8_weight_storage == Fp8WeightStorage.ON_THE_FLY:
+            fp8_copy = 0.0  # quantised per GEMM: a transient of one module (memory.py)
         else:
             fp8_copy = FP8_WEIGHT_COPY_BYTES
     master = training.master_dtype.num_bytes if training.master_dtype is not None else 0.0
