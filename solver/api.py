@@ -25,6 +25,7 @@ from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRe
 from models.errors import InvalidSpecError
 from models.kernels import profile_for
 from models.memory import memory_ledger
+from models.memory_evidence import ledger_evidence
 from models.mesh import validate_mesh
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import StepEstimate, estimate_step
@@ -117,6 +118,7 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     if request.objective == Objective.MIN_GPUS:
         reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
         text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
+    notes += ledger_evidence(request.training, best.parallel, is_moe=spec.moe is not None)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
     return _response(best, result.status, spec.name, cluster, alternatives, explanation, stats,
@@ -267,6 +269,7 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
         notes.append(f"FP8 activation storage on {cluster.gpu.name}, which has no FP8 "
                      "kernels: the memory is modelled as asked, but Transformer Engine's FP8 "
                      "path needs compute capability 8.9 or newer")
+    notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
                if ledger.fits else
                f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "

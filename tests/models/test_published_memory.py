@@ -9,6 +9,7 @@ from api_schemas import ParallelConfig, TrainingSpec
 from api_schemas.requests import DEFAULT_MEMORY_HEADROOM_FRAC, ClusterInput
 from models.catalog import cluster_preset, model_preset
 from models.memory import MemoryLedger, memory_ledger
+from models.memory_evidence import CHECKED, ledger_evidence
 from models.params import count_parameters
 from models.precision import state_bytes_per_param
 from models.published import (
@@ -160,3 +161,13 @@ def test_nccl_buffers_follow_the_communicators_a_mesh_opens() -> None:
     mesh = nccl_buffer_bytes(ParallelConfig(tp=8, pp=4, dp=2))
     assert mesh == (1 + 2 + 2) * 128 * 2**20
     assert math.isclose(mesh / alone, 5)
+
+
+def test_the_notes_say_which_ledger_mechanisms_no_measured_peak_backs() -> None:
+    checked_only = ledger_evidence(
+        TrainingSpec(global_batch_size=8, sequence_length=1024, flash_attention=False),
+        ParallelConfig(pp=8, zero_stage=0), is_moe=False)
+    assert checked_only == (CHECKED,)
+    deepseek = ledger_evidence(DEEPSEEK_V3_2048.training, DEEPSEEK_V3_2048.parallel,
+                               is_moe=True)
+    assert len(deepseek) == 2 and "FP8" in deepseek[1] and "routed-expert" in deepseek[1]
