@@ -9,7 +9,9 @@ documented in each run's `assumptions`. Must not: compute anything.
 from dataclasses import dataclass, field
 
 from api_schemas.architecture import MlpKind, ModelSpec, NormKind
+from api_schemas.dtypes import DType
 from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode
+from api_schemas.parallel import RecomputeModule as M
 from api_schemas.training import EmaPlacement, Fp8WeightStorage, OptimizerKind, TrainingSpec
 from models.catalog import MEGATRON_2021_TABLE1, model_preset
 
@@ -140,13 +142,13 @@ DEEPSEEK_V3_2048 = PublishedRun(
     id="deepseek-v3-2048", description="DeepSeek-V3 pre-training on 2,048 H800",
     source="DeepSeek-V3 Technical Report, arXiv:2412.19437, Sec. 3.1-3.3 and Table 1",
     model_preset="deepseek-v3", gpu="h800-sxm5-80gb", num_nodes=256, gpus_per_node=8,
-    training=TrainingSpec(global_batch_size=15360, sequence_length=4096, compute_dtype="fp8",
+    training=TrainingSpec(global_batch_size=15360, sequence_length=4096, compute_dtype=DType.FP8,
                           fp8_weight_storage=Fp8WeightStorage.ON_THE_FLY,
-                          optimizer=OptimizerKind.ADAMW, optimizer_state_dtype="bf16",
+                          optimizer=OptimizerKind.ADAMW, optimizer_state_dtype=DType.BF16,
                           ema=EmaPlacement.HOST, moe_keep_expert_outputs=False),
     parallel=ParallelConfig(pp=16, dp=128, ep=64, schedule=PipelineSchedule.DUALPIPE,
                             zero_stage=1, recompute=RecomputeMode.SELECTIVE,
-                            recompute_modules=("layernorm", "mla_up_proj", "moe_act"),
+                            recompute_modules=(M.LAYERNORM, M.MLA_UP_PROJ, M.MOE_ACT),
                             fp8_activations=True),
     printed_tokens_per_s_per_gpu=1e12 / (180_000 * 3600),
     assumptions=(("stated: PP16 x EP64 x ZeRO-1 DP, no TP, DualPipe, BF16 AdamW moments, "
@@ -170,8 +172,8 @@ KIMI_K2_256 = PublishedRun(
                           optimizer=OptimizerKind.MUON, overlap_ep_comm=True),
     parallel=ParallelConfig(pp=16, dp=16, ep=16, vpp=2, schedule=PipelineSchedule.INTERLEAVED_1F1B,
                             zero_stage=1, recompute=RecomputeMode.SELECTIVE,
-                            recompute_modules=("layernorm", "mla_up_proj", "moe_act",
-                                               "moe_down_proj"),
+                            recompute_modules=(M.LAYERNORM, M.MLA_UP_PROJ, M.MOE_ACT,
+                                               M.MOE_DOWN_PROJ),
                             fp8_activations=True, activation_offload_frac=1.0,
                             optimizer_offload_frac=1.0),
     assumptions=(("stated: PP16 (virtual stages) x EP16 x ZeRO-1 DP on 32 nodes, BF16 "

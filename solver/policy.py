@@ -22,6 +22,7 @@ recomputed layer on a stage that still overflows) if rounding or layer kinds dis
 
 import logging
 from dataclasses import dataclass
+from typing import Literal
 
 from api_schemas.architecture import AttentionKind, ModelSpec
 from api_schemas.hardware import ClusterSpec
@@ -60,7 +61,9 @@ class PolicyOption:
         """The stage policy with `full_layers` fully recomputed layers."""
         recompute: RecomputeMode | FullLayers = self.recompute
         if full_layers:
-            recompute = FullLayers(full_layers=full_layers, others=self.recompute.value)
+            others: Literal["none", "selective"] = (
+                "selective" if self.recompute == RecomputeMode.SELECTIVE else "none")
+            recompute = FullLayers(full_layers=full_layers, others=others)
         return StagePolicy(recompute=recompute, recompute_modules=self.modules or
                            (RecomputeModule.CORE_ATTN,), fp8_activations=self.fp8,
                            offload_frac=self.offload_frac)
@@ -165,8 +168,8 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
     for s, _ in enumerate(layers):
         o = next(o for o in range(len(data)) if solver.value(x[s, o]))
         policies.append(options[o].policy(int(solver.value(n_vars[s, o]))))
-    chosen = parallel.model_copy(update={"stage_policies": tuple(policies)})
-    chosen = _repair(spec, training, chosen, cluster, layers)
+    proposed = parallel.model_copy(update={"stage_policies": tuple(policies)})
+    chosen = _repair(spec, training, proposed, cluster, layers)
     if chosen is None:
         return None
     return PolicyResult(parallel=chosen, status=outcome.status,
