@@ -54,6 +54,8 @@ def test_fp8_recipes_keep_a_copy_or_shrink_weights() -> None:
     fp8_only = default.model_copy(update={"fp8_weight_storage": Fp8WeightStorage.FP8_ONLY})
     assert state_bytes_per_param(default).total == 20  # TE default costs more than bf16
     assert state_bytes_per_param(fp8_only).total == 17
+    on_the_fly = default.model_copy(update={"fp8_weight_storage": Fp8WeightStorage.ON_THE_FLY})
+    assert state_bytes_per_param(on_the_fly).total == 18  # no cached copy (DeepSeek-V3)
     assert state_bytes_per_param(default, is_gemm_weight=False).total == 18
 
 
