@@ -26,6 +26,7 @@ from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.kernels import profile_for
 from models.memory import memory_ledger
+from models.memory_evidence import ledger_evidence
 from models.mesh import validate_mesh
 from models.mfu_records import mfu_above_record
 from models.resolve import resolve_cluster, resolve_model
@@ -127,6 +128,7 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
                               best.estimate.mfu_full_attention)
     if record:
         notes.append(record)
+    notes += ledger_evidence(request.training, best.parallel, is_moe=spec.moe is not None)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
     return _response(best, result.status, spec.name, cluster, alternatives, explanation, stats,
@@ -281,6 +283,7 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                               est.mfu_full_attention)
     if record:
         notes.append(record)
+    notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
                if ledger.fits else
                f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "
