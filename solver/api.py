@@ -26,9 +26,11 @@ from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.kernels import profile_for
 from models.memory import memory_ledger
+from models.memory_evidence import ledger_evidence
 from models.mesh import validate_mesh
+from models.mfu_records import mfu_above_record
 from models.resolve import resolve_cluster, resolve_model
-from models.step_time import StepEstimate, estimate_step
+from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cpsat
 from solver.candidate_eval import ScoredPlan, evaluate_candidate, refine_policies
 from solver.explain import (
@@ -55,6 +57,7 @@ def time_breakdown(est: StepEstimate) -> TimeBreakdown:
         step_time_s=est.step_time_s, compute_s=est.compute_s, recompute_s=est.recompute_s,
         bubble_s=est.bubble_s, exposed_comm_s=dict(est.exposed_comm_s),
         offload_stall_s=est.offload_stall_s, optimizer_s=est.optimizer_s,
+        overheads_s=dict(est.overheads_s),
         details={"pipeline_makespan_s": est.pipeline_makespan_s,
                  "critical_stage": float(est.critical_stage)})
 
@@ -63,7 +66,9 @@ def throughput(est: StepEstimate) -> Throughput:
     """The public throughput figures of a step estimate."""
     return Throughput(tokens_per_s=est.tokens_per_s, tflops_per_gpu=est.tflops_per_gpu,
                       hardware_tflops_per_gpu=est.hardware_tflops_per_gpu,
-                      mfu=min(1.0, est.mfu), hfu=est.hfu)
+                      mfu=min(1.0, est.mfu), hfu=est.hfu, flop_convention=FLOP_CONVENTION,
+                      tflops_per_gpu_full_attention=est.tflops_per_gpu_full_attention,
+                      mfu_full_attention=est.mfu_full_attention)
 
 
 def _exports(spec: ModelSpec, training: TrainingSpec,
@@ -93,7 +98,7 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     deadline = time.perf_counter() + request.solver.time_limit_s
     resolved = resolve_model(request.model)
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
-    constraints = hardware_constraints(request.constraints, cluster)
+    constraints = hardware_constraints(request.constraints, cluster, request.training)
     result = search(spec, request.training, cluster, constraints=constraints,
                     objective=request.objective, limits=request.solver, progress=progress)
     notes = _notes(resolved.notes, cluster.gpu)
@@ -119,6 +124,11 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     if request.objective == Objective.MIN_GPUS:
         reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
         text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
+    record = mfu_above_record(cluster.gpu.id, request.training.compute_dtype,
+                              best.estimate.mfu_full_attention)
+    if record:
+        notes.append(record)
+    notes += ledger_evidence(request.training, best.parallel, is_moe=spec.moe is not None)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
     return _response(best, result.status, spec.name, cluster, alternatives, explanation, stats,
@@ -269,6 +279,11 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
         notes.append(f"FP8 activation storage on {cluster.gpu.name}, which has no FP8 "
                      "kernels: the memory is modelled as asked, but Transformer Engine's FP8 "
                      "path needs compute capability 8.9 or newer")
+    record = mfu_above_record(cluster.gpu.id, request.training.compute_dtype,
+                              est.mfu_full_attention)
+    if record:
+        notes.append(record)
+    notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
                if ledger.fits else
                f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "

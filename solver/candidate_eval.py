@@ -91,7 +91,7 @@ def _ladder(spec: ModelSpec, constraints: Constraints) -> list[dict[str, object]
                       "fp8_activations": True})
     if constraints.allow_offload:
         rungs.append({"recompute": RecomputeMode.SELECTIVE, "recompute_modules": broad,
-                      "fp8_activations": constraints.allow_fp8_activations,
+                      "fp8_activations": bool(constraints.allow_fp8_activations),
                       "activation_offload_frac": ACTIVATION_OFFLOAD_SHARE})
     return rungs
 
@@ -101,7 +101,7 @@ def _frugal(spec: ModelSpec, constraints: Constraints,
     recompute: object = RecomputeMode.FULL if full_layers is None else FullLayers(
         full_layers=full_layers, others="selective")
     return {"recompute": recompute, "recompute_modules": broad_selective_modules(spec),
-            "fp8_activations": constraints.allow_fp8_activations,
+            "fp8_activations": bool(constraints.allow_fp8_activations),
             "activation_offload_frac": max_offload_share(constraints)}
 
 

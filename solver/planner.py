@@ -112,13 +112,19 @@ def _bound(tables: BoundTables, c: MeshCandidate, objective: Objective, tokens: 
     return t
 
 
-def hardware_constraints(constraints: Constraints, cluster: ClusterSpec) -> Constraints:
-    """The request's constraints narrowed by what the GPU can do: FP8 activation storage
-    needs FP8 casting kernels (Transformer Engine's FP8 path requires compute capability
-    8.9 or newer), so GPUs without an FP8 peak never get it."""
-    if constraints.allow_fp8_activations and \
-            DType.FP8 not in cluster.gpu.dense_peak_flop_per_s:
-        return constraints.model_copy(update={"allow_fp8_activations": False})
+def hardware_constraints(constraints: Constraints, cluster: ClusterSpec,
+                         training: TrainingSpec | None = None) -> Constraints:
+    """The request's constraints narrowed by the recipe and by what the GPU can do: FP8
+    activation storage, when not asked for, follows the recipe's precision (on for FP8
+    training only); it needs FP8 casting kernels (Transformer Engine's FP8 path requires
+    compute capability 8.9 or newer), so GPUs without an FP8 peak never get it."""
+    allowed = constraints.allow_fp8_activations
+    if allowed is None:
+        allowed = training is not None and training.compute_dtype == DType.FP8
+    if allowed and DType.FP8 not in cluster.gpu.dense_peak_flop_per_s:
+        allowed = False
+    if allowed != constraints.allow_fp8_activations:
+        return constraints.model_copy(update={"allow_fp8_activations": allowed})
     return constraints
 
 
@@ -204,7 +210,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
            constraints: Constraints, objective: Objective, limits: SolverLimits,
            progress: Progress | None = None) -> SearchResult:
     """Find the best plan under the cost model (see the module docstring)."""
-    constraints = hardware_constraints(constraints, cluster)
+    constraints = hardware_constraints(constraints, cluster, training)
     started = time.perf_counter()
     deadline = started + limits.time_limit_s
     zeros = allowed_zero_stages(constraints)
