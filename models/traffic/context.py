@@ -5,7 +5,6 @@ activation element size, tokens per rank) and the per-head dimensions of attenti
 the CP rules send (GQA and MLA). Must not: produce traffic items.
 """
 
-import logging
 from dataclasses import dataclass
 
 from api_schemas import (
@@ -20,8 +19,6 @@ from api_schemas import (
 from models.collectives import Fabric
 from models.mesh import DeviceMesh
 from models.traffic.weights import StageWeights, model_copies
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,4 +129,5 @@ def head_dims(model: ModelSpec, tp: int) -> HeadDims:
     return HeadDims(q_heads=q_heads, kv_heads=max(1, model.kv_heads // tp), qk_dim=d, v_dim=d)
 
 
-__all__ = ["HeadDims", "LayerTrafficContext", "StepContext", "activation_element_bytes", "head_dims"]
+__all__ = ["HeadDims", "LayerTrafficContext", "StepContext", "activation_element_bytes",
+           "head_dims"]

@@ -78,7 +78,8 @@ def tp_block_calls(lctx: LayerTrafficContext, block: str) -> list[LayerCall]:
     place = lctx.mesh.placement(GroupKind.TP)
     message = lctx.tokens_per_rank * lctx.model.hidden_size * lctx.activation_bytes
     if p.sequence_parallel:
-        pattern = [(Phase.FORWARD, Collective.ALL_GATHER), (Phase.FORWARD, Collective.REDUCE_SCATTER),
+        pattern = [(Phase.FORWARD, Collective.ALL_GATHER),
+                   (Phase.FORWARD, Collective.REDUCE_SCATTER),
                    (Phase.BACKWARD, Collective.REDUCE_SCATTER),
                    (Phase.BACKWARD, Collective.ALL_GATHER),
                    (Phase.RECOMPUTE, Collective.ALL_GATHER),
