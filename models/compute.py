@@ -12,6 +12,7 @@ throughput from `models/kernels.py`; the backward of a fused attention kernel co
 forward FLOPs (FlashAttention-2 arXiv:2307.08691 Sec. 4.1) and of a materialised one 2x.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -26,6 +27,7 @@ from models.kernels import (
     KernelProfile,
     attention_time_s,
     gemm_time_s,
+    grouped_gemm_time_s,
     memory_bound_time_s,
     profile_for,
 )
@@ -113,18 +115,25 @@ class _Gemm:
     n: int
     k: int
     module: RecomputeModule | None = None
+    groups: int = 1
+    """Independent problems of this shape in one grouped launch (local experts)."""
+
+
+def _shape_time(g: _Gemm, m: int, n: int, k: int, ctx: ComputeContext) -> float:
+    """One (m x k) @ (k x n) pass of `g`: grouped over its groups, or a plain GEMM."""
+    if g.groups > 1:
+        return grouped_gemm_time_s(g.groups, m, n, k, gpu=ctx.gpu, dtype=ctx.compute_dtype,
+                                   profile=ctx.kernel_profile)
+    return gemm_time_s(m, n, k, gpu=ctx.gpu, dtype=ctx.compute_dtype, profile=ctx.kernel_profile)
 
 
 def _gemm_times(gemms: list[_Gemm], ctx: ComputeContext) -> tuple[OpTimes, dict[M, float]]:
-    prof, dtype = ctx.kernel_profile, ctx.compute_dtype
     times = OpTimes()
     modules: dict[M, float] = {}
     for g in gemms:
-        f = gemm_time_s(g.m, g.n, g.k, gpu=ctx.gpu, dtype=dtype, profile=prof)
-        times = times + OpTimes(
-            forward_s=f,
-            backward_input_s=gemm_time_s(g.m, g.k, g.n, gpu=ctx.gpu, dtype=dtype, profile=prof),
-            backward_weight_s=gemm_time_s(g.k, g.n, g.m, gpu=ctx.gpu, dtype=dtype, profile=prof))
+        f = _shape_time(g, g.m, g.n, g.k, ctx)
+        times = times + OpTimes(forward_s=f, backward_input_s=_shape_time(g, g.m, g.k, g.n, ctx),
+                                backward_weight_s=_shape_time(g, g.k, g.n, g.m, ctx))
         if g.module is not None:
             modules[g.module] = modules.get(g.module, 0.0) + f
     return times, modules
@@ -168,15 +177,17 @@ def routed_assignments(spec: ModelSpec, ctx: ComputeContext) -> float:
 
 
 def moe_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
-    """Router, grouped expert GEMMs (tiles padded per local expert) and shared experts."""
+    """Router, grouped expert GEMMs at the real per-expert shape (tokens per local expert,
+    tile-padded; `models.kernels.grouped_gemm_time_s`) and shared experts."""
     moe = spec.moe
     assert moe is not None
     local_experts = max(1, moe.num_experts // ctx.ep)
     per_expert = routed_assignments(spec, ctx) / local_experts
-    padded = local_experts * math.ceil(per_expert / GEMM_TILE) * GEMM_TILE
+    padded = math.ceil(per_expert / GEMM_TILE) * GEMM_TILE
     out = [_Gemm(m=ctx.tokens, n=moe.num_experts, k=spec.hidden_size)]
-    out += mlp_gemms(spec, moe.expert_ffn_hidden_size, tokens=int(padded), split=ctx.etp,
-                     module=M.MOE)
+    out += [dataclasses.replace(g, groups=local_experts)
+            for g in mlp_gemms(spec, moe.expert_ffn_hidden_size, tokens=int(padded),
+                               split=ctx.etp, module=M.MOE)]
     if moe.num_shared_experts:
         out += mlp_gemms(spec, moe.shared_expert_ffn_hidden_size, tokens=ctx.tokens,
                          split=ctx.tp, module=M.SHARED_EXPERTS)
