@@ -201,6 +201,10 @@ def main() -> None:
     for source, errs in sorted(by_source.items()):
         print(f"held out source {source:16s} n={len(errs):3d} median |error| "
               f"{100 * statistics.median(errs):5.1f}%  max {100 * max(errs):5.1f}%")
+    held = [e for errs in by_gpu.values() for e in errs]
+    if held:
+        print(f"held out overall         n={len(held):3d} median |error| "
+              f"{100 * statistics.median(held):5.1f}%  max {100 * max(held):5.1f}%")
     for gpu, errs in sorted(by_gpu.items()):
         print(f"held out {gpu:16s} n={len(errs):3d} median |error| "
               f"{100 * statistics.median(errs):5.1f}%  max {100 * max(errs):5.1f}%")
