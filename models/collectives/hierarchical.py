@@ -18,7 +18,6 @@ Ring and two-level traffic only ever pairs GPUs with the same local index across
 share a rail, so `rail_optimized` changes only the all-to-all (see `all_to_all_split_cost`).
 """
 
-import logging
 from collections.abc import Callable
 
 from api_schemas import ClusterSpec
@@ -34,8 +33,6 @@ from models.collectives.alpha_beta import (
 )
 from models.collectives.fabric import Fabric, fabric_of, intra_node_bandwidth
 from models.errors import InvalidSpecError
-
-logger = logging.getLogger(__name__)
 
 
 def collective_cost(collective: Collective, *, num_ranks: int, message_bytes: int,
