@@ -78,13 +78,15 @@ def tp_block_calls(lctx: LayerTrafficContext, block: str) -> list[LayerCall]:
     place = group_placement(lctx.mesh, GroupKind.TP)
     message = lctx.tokens_per_rank * lctx.model.hidden_size * lctx.activation_bytes
     if p.sequence_parallel:
-        pattern = [(Phase.FORWARD, Collective.ALL_GATHER), (Phase.FORWARD, Collective.REDUCE_SCATTER),
+        pattern = [(Phase.FORWARD, Collective.ALL_GATHER),
+                   (Phase.FORWARD, Collective.REDUCE_SCATTER),
                    (Phase.BACKWARD, Collective.REDUCE_SCATTER),
                    (Phase.BACKWARD, Collective.ALL_GATHER),
                    (Phase.RECOMPUTE, Collective.ALL_GATHER),
                    (Phase.RECOMPUTE, Collective.REDUCE_SCATTER)]
     else:
-        pattern = [(Phase.FORWARD, Collective.ALL_REDUCE), (Phase.BACKWARD, Collective.ALL_REDUCE),
+        pattern = [(Phase.FORWARD, Collective.ALL_REDUCE),
+                   (Phase.BACKWARD, Collective.ALL_REDUCE),
                    (Phase.RECOMPUTE, Collective.ALL_REDUCE)]
     calls = [_call(lctx, axis=TrafficAxis.TP, name=f"tp.{block}.{phase.value}.{c.value}",
                    collective=c, phase=phase, message=message, count=1, placement=place,
