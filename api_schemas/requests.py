@@ -112,26 +112,35 @@ class Objective(StrEnum):
 class Constraints(SpecModel):
     """Pins (a value), allowed sets (a list) or forbidden values for any plan dimension."""
 
-    tp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Pin or allow tensor parallel "
-                                       "degrees.", examples=[8])
-    pp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Pipeline degrees.")
-    dp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Data-parallel degrees.")
-    cp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Context-parallel degrees.")
-    ep: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Expert-parallel degrees.")
-    etp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Expert-TP degrees.")
-    vpp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Virtual chunks per rank.")
-    micro_batch_size: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Micro-batch "
-                                                     "sizes.")
+    tp: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Pin or allow tensor parallel degrees.", examples=[8])
+    pp: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Pipeline degrees.")
+    dp: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Data-parallel degrees.")
+    cp: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Context-parallel degrees.")
+    ep: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Expert-parallel degrees.")
+    etp: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Expert-TP degrees.")
+    vpp: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Virtual chunks per rank.")
+    micro_batch_size: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Micro-batch sizes.")
     schedule: PipelineSchedule | list[PipelineSchedule] | None = Field(
         default=None, description="Allowed schedules.")
-    zero_stage: ZeroStageValue | list[ZeroStageValue] | None = Field(default=None, description="Allowed ZeRO stages.")
+    zero_stage: ZeroStageValue | list[ZeroStageValue] | None = Field(
+        default=None, description="Allowed ZeRO stages.")
     sequence_parallel: bool | None = Field(default=None, description="Pin sequence parallel.")
     cp_kind: ContextParallelKind | list[ContextParallelKind] | None = Field(
         default=None, description="Allowed context-parallel kinds.")
     recompute: Recompute | list[Recompute] | None = Field(default=None, description="Allowed "
                                                           "uniform recompute policies.")
-    allow_fp8_activations: bool = Field(default=True, description="May the planner store "
-                                        "activations in FP8 (Kimi K2 style)?")
+    allow_fp8_activations: bool | None = Field(
+        default=None, description="May the planner store activations in FP8 (Kimi K2 style)? "
+        "Unset follows the recipe: allowed for FP8 training, off for 16-bit training (it "
+        "changes the numerics of the backward pass).")
     allow_offload: bool = Field(default=True, description="May the planner offload activations "
                                 "to host memory?")
     forbid: dict[str, list[Any]] = Field(

@@ -24,7 +24,7 @@ from models.memory import memory_ledger
 from models.step_time import estimate_step
 from solver.candidate_eval import ScoredPlan
 from solver.explain import gib
-from solver.policy import broad_selective_modules
+from solver.policy import ACTIVATION_OFFLOAD_SHARE, broad_selective_modules
 
 MAX_FIXES = 5
 """Fixes reported per evaluation."""
@@ -57,7 +57,8 @@ def _neighbours(spec: ModelSpec, p: ParallelConfig) -> Iterator[tuple[str, dict[
                 "recompute_modules": (*broad_selective_modules(spec),
                                       RecomputeModule.MOE_DOWN_PROJ)})
     yield "FP8 activation storage", {"fp8_activations": True, "stage_policies": None}
-    yield "offload half the activations", {"activation_offload_frac": 0.5, "stage_policies": None}
+    yield (f"offload {ACTIVATION_OFFLOAD_SHARE:.0%} of the activations",
+           {"activation_offload_frac": ACTIVATION_OFFLOAD_SHARE, "stage_policies": None})
     if p.micro_batch_size % 2 == 0:
         half = p.micro_batch_size // 2
         yield f"micro-batch {half}", {"micro_batch_size": half}
