@@ -105,7 +105,9 @@ def runtime_components(spec: ModelSpec, training: TrainingSpec, parallel: Parall
             largest_unit_params=groups.largest_layer,
             largest_module_params=math.ceil(groups.largest_matrix / parallel.tp),
             param_bytes=weight_bytes, grad_bytes=training.grad_dtype.num_bytes,
-            fsdp=parallel.fsdp, reshard_after_forward=parallel.fsdp_reshard_after_forward)
+            fsdp=parallel.fsdp, reshard_after_forward=parallel.fsdp_reshard_after_forward,
+            rank_params=(groups.gemm + groups.vectors + groups.embedding + groups.head
+                         + groups.experts))
         if buffers.gathered_parameters_bytes:
             out.append(MemoryComponent(name="ZeRO-3 gathered parameters", kind="other",
                                        bytes=buffers.gathered_parameters_bytes,

@@ -61,7 +61,8 @@ class GatherBuffers:
 
 def zero3_gather_buffers(*, largest_unit_params: int, largest_module_params: int,
                          param_bytes: float, grad_bytes: float, fsdp: bool,
-                         reshard_after_forward: bool = True) -> GatherBuffers:
+                         reshard_after_forward: bool = True,
+                         rank_params: int | None = None) -> GatherBuffers:
     """Gather and gradient buffers of ZeRO-3 (DeepSpeed) or FSDP on one rank.
 
     Args:
@@ -75,6 +76,8 @@ def zero3_gather_buffers(*, largest_unit_params: int, largest_module_params: int
         reshard_after_forward: FSDP frees a unit after its forward (True) or keeps it to
             the end of the step (False: the resident weights are counted by the caller,
             and no gather buffer is added here).
+        rank_params: all parameters of the rank, unsharded: a prefetch never gathers more
+            than exists (None: no such bound).
 
     Source: module docstring (DeepSpeed reference defaults; arXiv:2304.11277 Sec. 3.4).
     Legend: unit = one FSDP-wrapped transformer block; module = one DeepSpeed submodule.
@@ -89,6 +92,8 @@ def zero3_gather_buffers(*, largest_unit_params: int, largest_module_params: int
             "FSDP without resharding: one unit's gradient before its reduce-scatter")
     live = min(DEEPSPEED_MAX_LIVE_PARAMS,
                largest_module_params + DEEPSPEED_PREFETCH_BUCKET_PARAMS)
+    if rank_params is not None:
+        live = min(live, rank_params)
     live = max(live, largest_module_params)
     bucket = min(DEEPSPEED_REDUCE_BUCKET_PARAMS, largest_unit_params)
     return GatherBuffers(
