@@ -277,7 +277,7 @@ def stage_activation_components(
     chunk_bytes: list[int] = []
     working_set = 0
     by_kind: dict[bool, LayerActivationBytes] = {}  # dense and MoE layers are alike
-    stored_of: dict[tuple[bool, RecomputeMode], int] = {}
+    kept: dict[tuple[bool, RecomputeMode], int] = {}
     for chunk in layout.chunks:
         total = 0
         for index in chunk:
@@ -286,9 +286,9 @@ def stage_activation_components(
                 by_kind[kind] = layer_activation_bytes(spec, index, ctx)
             layer = by_kind[kind]
             mode = _recompute_mode_of(policy.recompute, position)
-            if (kind, mode) not in stored_of:
-                stored_of[kind, mode] = layer.stored_bytes(mode, policy.recompute_modules)
-            total += stored_of[kind, mode]
+            if (kind, mode) not in kept:
+                kept[kind, mode] = layer.stored_bytes(mode, policy.recompute_modules)
+            total += kept[kind, mode]
             if mode == RecomputeMode.FULL:
                 # Backward rebuilds one layer; its input is already among the checkpoints.
                 working_set = max(working_set, layer.total_bytes - layer.input_bytes)

@@ -124,11 +124,11 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     if request.objective == Objective.MIN_GPUS:
         reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
         text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
-    notes += ledger_evidence(request.training, best.parallel, is_moe=spec.moe is not None)
     record = mfu_above_record(cluster.gpu.id, request.training.compute_dtype,
                               best.estimate.mfu_full_attention)
     if record:
         notes.append(record)
+    notes += ledger_evidence(request.training, best.parallel, is_moe=spec.moe is not None)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
     return _response(best, result.status, spec.name, cluster, alternatives, explanation, stats,
@@ -279,11 +279,11 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
         notes.append(f"FP8 activation storage on {cluster.gpu.name}, which has no FP8 "
                      "kernels: the memory is modelled as asked, but Transformer Engine's FP8 "
                      "path needs compute capability 8.9 or newer")
-    notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
     record = mfu_above_record(cluster.gpu.id, request.training.compute_dtype,
                               est.mfu_full_attention)
     if record:
         notes.append(record)
+    notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
                if ledger.fits else
                f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "
