@@ -40,6 +40,7 @@ from solver.explain import (
 )
 from solver.fixes import suggest_fixes
 from solver.planner import SearchResult, hardware_constraints, objective_value, search
+from solver.policy_summary import summarise_policies
 from solver.relax import relaxations
 from solver.reports import memory_report_from_ledger
 from solver.space import MeshCandidate
@@ -136,13 +137,14 @@ def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: Cl
               alternatives: list[Alternative], explanation: Explanation, stats: SolverStats | None,
               *, spec: object, training: object) -> PlanResponse:
     est = best.estimate
+    parallel = summarise_policies(best.parallel)
     return PlanResponse(
         status=status, model_name=model_name, gpu=cluster.gpu.id,
-        world_size=est.world_size, parallel=best.parallel,
+        world_size=est.world_size, parallel=parallel,
         num_micro_batches=est.num_micro_batches, memory=memory_report_from_ledger(best.ledger),
         time=time_breakdown(est), throughput=throughput(est), alternatives=alternatives,
         explanation=explanation, solver=stats, bottleneck=est.bottleneck,
-        exports=_exports(spec, training, best.parallel))
+        exports=_exports(spec, training, parallel))
 
 
 ALTERNATIVE_BUDGET_S = 2.0
@@ -184,7 +186,7 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
 
 def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: SearchResult,
                   cluster: ClusterSpec, top_k: int) -> list[Alternative]:
-    out = [Alternative(parallel=other.parallel, step_time_s=other.estimate.step_time_s,
+    out = [Alternative(parallel=summarise_policies(other.parallel), step_time_s=other.estimate.step_time_s,
                        tokens_per_s=other.estimate.tokens_per_s,
                        peak_bytes=other.ledger.peak_bytes, fits=True,
                        delta_frac=other.estimate.step_time_s / best.estimate.step_time_s - 1.0,
@@ -238,6 +240,34 @@ def _stores_fp8(parallel: ParallelConfig) -> bool:
     return any(policy.fp8_activations for policy in parallel.stage_policies or ())
 
 
+def used_nodes(world_size: int, cluster: ClusterSpec) -> tuple[int, int]:
+    """(nodes, GPUs per node) a configuration of `world_size` GPUs occupies on `cluster`:
+    whole nodes, or part of one node (a fewest-GPUs plan may use fewer GPUs than offered,
+    and the planner scores it on the offered cluster, so evaluate does the same).
+
+    Raises:
+        InvalidSpecError: more GPUs than the cluster has, or a count above one node that
+            does not fill whole nodes.
+    """
+    per_node = cluster.gpus_per_node
+    if world_size > cluster.world_size:
+        raise InvalidSpecError(
+            f"tp x cp x dp x pp = {world_size} but the cluster has {cluster.world_size} GPUs "
+            f"({cluster.num_nodes} nodes x {per_node}); change dp (or a degree) so the "
+            "product fits", field="parallel.dp")
+    if world_size < per_node:
+        if per_node % world_size:
+            raise InvalidSpecError(
+                f"tp x cp x dp x pp = {world_size} does not divide the {per_node} GPUs of a "
+                "node; use a divisor of the node or whole nodes", field="parallel.dp")
+        return 1, world_size
+    if world_size % per_node:
+        raise InvalidSpecError(
+            f"tp x cp x dp x pp = {world_size} is not a whole number of {per_node}-GPU nodes; "
+            "change dp (or a degree) so the product fills whole nodes", field="parallel.dp")
+    return world_size // per_node, per_node
+
+
 def evaluate(request: EvaluateRequest) -> PlanResponse:
     """Score one configuration: fits or not, per-stage memory, time breakdown, bottleneck and
     the smallest changes that make it fit or faster.
@@ -249,13 +279,9 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     resolved = resolve_model(request.model)
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
     parallel = request.parallel
-    if parallel.world_size != cluster.world_size:
-        raise InvalidSpecError(
-            f"tp x cp x dp x pp = {parallel.world_size} but the cluster has "
-            f"{cluster.world_size} GPUs ({cluster.num_nodes} nodes x {cluster.gpus_per_node}); "
-            "change dp (or a degree) so the product matches", field="parallel.dp")
-    warnings = validate_mesh(parallel, model=spec, num_nodes=cluster.num_nodes,
-                             gpus_per_node=cluster.gpus_per_node, training=request.training)
+    nodes, per_node = used_nodes(parallel.world_size, cluster)
+    warnings = validate_mesh(parallel, model=spec, num_nodes=nodes, gpus_per_node=per_node,
+                             training=request.training)
     started = time.perf_counter()
     ledger = memory_ledger(spec, request.training, parallel, cluster)
     est = estimate_step(spec, request.training, parallel, cluster)
@@ -263,6 +289,9 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                         ledger=ledger)
     fixes = suggest_fixes(spec, request.training, cluster, scored)
     notes = _notes(resolved.notes, cluster.gpu) + [w.message for w in warnings]
+    if parallel.world_size < cluster.world_size:
+        notes.append(f"uses {parallel.world_size} of the cluster's {cluster.world_size} GPUs "
+                     f"({nodes} node(s)); the others stay idle")
     if _stores_fp8(parallel) and DType.FP8 not in cluster.gpu.dense_peak_flop_per_s:
         notes.append(f"FP8 activation storage on {cluster.gpu.name}, which has no FP8 "
                      "kernels: the memory is modelled as asked, but Transformer Engine's FP8 "
@@ -287,4 +316,4 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                      explanation, stats, spec=spec, training=request.training)
 
 
-__all__ = ["evaluate", "plan", "throughput", "time_breakdown"]
+__all__ = ["evaluate", "plan", "throughput", "time_breakdown", "used_nodes"]
