@@ -15,21 +15,25 @@ from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import (
     Alternative,
     Explanation,
+    ExtensionUse,
     PlanResponse,
     PlanStatus,
+    RunsOn,
     SolverStats,
     Throughput,
     TimeBreakdown,
 )
 from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRequest
+from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
+from models.frameworks import extensions_used, plan_features, runs_on
 from models.kernels import profile_for
 from models.memory import memory_ledger
 from models.mesh import validate_mesh
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import StepEstimate, estimate_step
 from solver import cpsat
-from solver.candidate_eval import ScoredPlan, evaluate_candidate, refine_policies
+from solver.candidate_eval import ScoredPlan, refine_policies
 from solver.explain import (
     binding_constraints,
     describe_parallel,
@@ -44,6 +48,13 @@ from solver.policy_summary import summarise_policies
 from solver.relax import relaxations
 from solver.reports import memory_report_from_ledger
 from solver.space import MeshCandidate
+from solver.targets import (
+    allows_per_stage_policies,
+    evaluate_for_targets,
+    refine_layer_split,
+    target_blockers,
+    target_constraints,
+)
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -92,7 +103,7 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     deadline = time.perf_counter() + request.solver.time_limit_s
     resolved = resolve_model(request.model)
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
-    constraints = hardware_constraints(request.constraints, cluster)
+    constraints = target_constraints(hardware_constraints(request.constraints, cluster))
     result = search(spec, request.training, cluster, constraints=constraints,
                     objective=request.objective, limits=request.solver, progress=progress)
     notes = _notes(resolved.notes, cluster.gpu)
@@ -103,8 +114,14 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     config = cpsat.SolverConfig(max_time_s=max(MIN_SUBPROBLEM_S, min(2.0, remaining_s)),
                                 num_workers=request.solver.num_workers,
                                 random_seed=request.solver.random_seed)
-    best = refine_policies(spec, request.training, cluster, result.best, constraints, config,
-                           deadline=deadline)
+    if allows_per_stage_policies(constraints):
+        best = refine_policies(spec, request.training, cluster, result.best, constraints,
+                               config, deadline=deadline)
+        if target_blockers(spec, request.training, best.parallel, constraints):
+            best = result.best
+    else:
+        best = refine_layer_split(spec, request.training, cluster, result.best, constraints,
+                                  deadline=deadline)
     if best is not result.best:
         notes.append("per-stage policies refined by the CP-SAT subproblem: "
                      f"{result.best.estimate.step_time_s:.3f} -> {best.estimate.step_time_s:.3f} s")
@@ -121,7 +138,8 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
     return _response(best, result.status, spec.name, cluster, alternatives, explanation, stats,
-                     spec=spec, training=request.training)
+                     spec=spec, training=request.training,
+                     target=request.constraints.framework or "released")
 
 
 def _stats(result: SearchResult) -> SolverStats:
@@ -135,16 +153,21 @@ def _stats(result: SearchResult) -> SolverStats:
 
 def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: ClusterSpec,
               alternatives: list[Alternative], explanation: Explanation, stats: SolverStats | None,
-              *, spec: object, training: object) -> PlanResponse:
+              *, spec: ModelSpec, training: TrainingSpec, target: str) -> PlanResponse:
     est = best.estimate
     parallel = summarise_policies(best.parallel)
+    features = plan_features(spec, training, parallel)
     return PlanResponse(
         status=status, model_name=model_name, gpu=cluster.gpu.id,
         world_size=est.world_size, parallel=parallel,
         num_micro_batches=est.num_micro_batches, memory=memory_report_from_ledger(best.ledger),
         time=time_breakdown(est), throughput=throughput(est), alternatives=alternatives,
         explanation=explanation, solver=stats, bottleneck=est.bottleneck,
-        exports=_exports(spec, training, parallel))
+        exports=_exports(spec, training, parallel), framework_target=target,
+        runs_on=[RunsOn(framework=fit.framework, name=fit.name, version=fit.version,
+                        features=fit.features) for fit in runs_on(spec, training, parallel)],
+        extensions=[ExtensionUse(feature=feature, origin=origin)
+                    for feature, origin in extensions_used(features).items()])
 
 
 ALTERNATIVE_BUDGET_S = 2.0
@@ -177,7 +200,7 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
         key = _shape(candidate)
         if key == _shape(best.candidate) or key in chosen:
             continue
-        scored = evaluate_candidate(spec, request.training, cluster, candidate, constraints)
+        scored = evaluate_for_targets(spec, request.training, cluster, candidate, constraints)
         if isinstance(scored, ScoredPlan):
             chosen[key] = scored
     ranked = sorted(chosen.values(), key=lambda p: objective_value(p, request.objective))
@@ -231,7 +254,7 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
                         gpu=cluster.gpu.id,  # type: ignore[attr-defined]
                         explanation=Explanation(summary=text, binding_constraints=binding,
                                                 notes=notes, relaxations=relax),
-                        solver=stats)
+                        solver=stats, framework_target=request.constraints.framework or "released")
 
 
 def _stores_fp8(parallel: ParallelConfig) -> bool:
@@ -313,7 +336,7 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                      [Alternative(parallel=f.parallel, step_time_s=f.step_time_s,
                                   peak_bytes=f.peak_bytes, fits=f.fits, why_not=f.text)
                       for f in fixes],
-                     explanation, stats, spec=spec, training=request.training)
+                     explanation, stats, spec=spec, training=request.training, target="any")
 
 
 __all__ = ["evaluate", "plan", "throughput", "time_breakdown", "used_nodes"]

@@ -42,10 +42,10 @@ from solver.candidate_eval import (
     Rejection,
     ScoredPlan,
     allowed_zero_stages,
-    evaluate_candidate,
     plain_makespan_bound,
 )
 from solver.space import MeshCandidate, candidate_meshes
+from solver.targets import admits_mesh, evaluate_for_targets, target_constraints
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
            constraints: Constraints, objective: Objective, limits: SolverLimits,
            progress: Progress | None = None) -> SearchResult:
     """Find the best plan under the cost model (see the module docstring)."""
-    constraints = hardware_constraints(constraints, cluster)
+    # The framework target narrows the space: only what an admitted framework runs.
+    constraints = target_constraints(hardware_constraints(constraints, cluster))
     started = time.perf_counter()
     deadline = started + limits.time_limit_s
     tables = BoundTables(spec, training, cluster)
@@ -182,6 +183,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             continue
         for c in candidate_meshes(spec, training, world_size=world,
                                   gpus_per_node=cluster.gpus_per_node, constraints=constraints):
+            if not admits_mesh(spec, training, c, constraints):
+                continue
             total += 1
             if tables.memory_bound_bytes(c, max_zero=max(zeros, default=0),
                                          max_offload=max_offload) \
@@ -243,9 +246,9 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         cutoff_s = _step_cutoff_s(best_value, c, objective, training.tokens_per_step)
         if 3 in zeros and cutoff_s < math.inf and order not in zero3_bound:
             zero3_bound[order] = _zero3_bound_s(tables, c)
-        result = evaluate_candidate(spec, training, cluster, c, constraints,
-                                    step_cutoff_s=cutoff_s,
-                                    zero3_bound_s=zero3_bound.get(order, 0.0))
+        result = evaluate_for_targets(spec, training, cluster, c, constraints,
+                                      step_cutoff_s=cutoff_s,
+                                      zero3_bound_s=zero3_bound.get(order, 0.0))
         evaluated += 1
         if isinstance(result, Dominated):
             continue

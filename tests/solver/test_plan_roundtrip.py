@@ -19,6 +19,7 @@ def test_evaluate_reproduces_every_plan_of_the_set(problem: str) -> None:
     assert planned.status in (PlanStatus.OPTIMAL, PlanStatus.FEASIBLE), planned.explanation
     assert planned.parallel is not None
     assert contradictions(planned.parallel) == []
+    assert planned.runs_on, "the default target gives a plan a released framework runs"
     again = evaluate(EvaluateRequest(model=request.model, cluster=request.cluster,
                                      training=request.training, parallel=planned.parallel))
     assert again.status == PlanStatus.FEASIBLE
