@@ -223,11 +223,11 @@ EVALUATE_REQUEST_EXAMPLE: dict[str, Any] = {
 
 __all__ = [
     "EVALUATE_REQUEST_EXAMPLE",
-    "FrameworkTarget",
     "PLAN_REQUEST_EXAMPLE",
     "ClusterInput",
     "Constraints",
     "EvaluateRequest",
+    "FrameworkTarget",
     "ModelFromHf",
     "ModelInput",
     "ModelPreset",
