@@ -100,7 +100,9 @@ class Objective(StrEnum):
     COST_PER_TOKEN = "cost_per_token"
     """Lowest cost per token at `gpu_hour_price`."""
     MIN_MEMORY = "min_memory"
-    """Lowest peak memory per GPU."""
+    """Lowest peak memory per GPU: each mesh with its most memory-saving plan (highest
+    allowed ZeRO stage, full recomputation, FP8 storage and offload where allowed), ties
+    broken by step time."""
 
 
 class Constraints(SpecModel):

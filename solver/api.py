@@ -47,6 +47,7 @@ from solver.planner import SearchResult, hardware_constraints, objective_value, 
 from solver.policy_summary import summarise_policies
 from solver.relax import relaxations
 from solver.reports import memory_report_from_ledger
+from solver.search_space import search_limits, space_note
 from solver.space import MeshCandidate
 from solver.targets import (
     allows_per_stage_policies,
@@ -107,14 +108,18 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     result = search(spec, request.training, cluster, constraints=constraints,
                     objective=request.objective, limits=request.solver, progress=progress)
     notes = _notes(resolved.notes, cluster.gpu)
-    stats = _stats(result)
+    limits = search_limits(spec, request.training, cluster, constraints, request.objective)
+    notes.append(space_note(limits))
+    stats = _stats(result).model_copy(update={"space": limits})
     if result.best is None:
         return _infeasible(request, result, stats, notes, spec.name, cluster, deadline)
     remaining_s = deadline - time.perf_counter()
     config = cpsat.SolverConfig(max_time_s=max(MIN_SUBPROBLEM_S, min(2.0, remaining_s)),
                                 num_workers=request.solver.num_workers,
                                 random_seed=request.solver.random_seed)
-    if allows_per_stage_policies(constraints):
+    if request.objective == Objective.MIN_MEMORY:
+        best = result.best  # refinement trades memory for speed
+    elif allows_per_stage_policies(constraints):
         best = refine_policies(spec, request.training, cluster, result.best, constraints,
                                config, deadline=deadline)
         if target_blockers(spec, request.training, best.parallel, constraints):
@@ -200,7 +205,8 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
         key = _shape(candidate)
         if key == _shape(best.candidate) or key in chosen:
             continue
-        scored = evaluate_for_targets(spec, request.training, cluster, candidate, constraints)
+        scored = evaluate_for_targets(spec, request.training, cluster, candidate, constraints,
+                                      least_memory=request.objective == Objective.MIN_MEMORY)
         if isinstance(scored, ScoredPlan):
             chosen[key] = scored
     ranked = sorted(chosen.values(), key=lambda p: objective_value(p, request.objective))
@@ -253,7 +259,8 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
     return PlanResponse(status=PlanStatus.INFEASIBLE, model_name=model_name,
                         gpu=cluster.gpu.id,  # type: ignore[attr-defined]
                         explanation=Explanation(summary=text, binding_constraints=binding,
-                                                notes=notes, relaxations=relax),
+                                                notes=notes, relaxations=relax,
+                                                relaxation_details=found.details),
                         solver=stats, framework_target=request.constraints.framework or "released")
 
 

@@ -208,6 +208,29 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     return best[2]
 
 
+def least_memory_candidate(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                           candidate: MeshCandidate, constraints: Constraints, *,
+                           caps: PolicyCaps | None = None) -> ScoredPlan | Rejection:
+    """The candidate's least-memory plan (the `min_memory` objective): the highest allowed
+    ZeRO stage with the most memory-saving activation policy the caps allow."""
+    zeros = allowed_zero_stages(constraints)
+    if not zeros:
+        return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")
+    pinned = constraints.recompute is not None and not isinstance(constraints.recompute, list)
+    policy = {} if pinned else _frugal(spec, constraints, None, caps or ALL_POLICIES)
+    parallel = _with_policy(candidate, zeros[-1], policy, constraints)
+    try:
+        ledger = _fits(spec, training, cluster, parallel)
+        if not ledger.fits:
+            return Rejection(candidate=candidate, stage=ledger.binding_stage,
+                             over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
+                             reason=f"does not fit even with ZeRO-{zeros[-1]} and the most "
+                                    "frugal activation policy allowed")
+        return _score(spec, training, cluster, candidate, parallel, ledger)
+    except InvalidSpecError as exc:
+        return Rejection(candidate=candidate, reason=exc.detail)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Fit:
     parallel: ParallelConfig
@@ -343,5 +366,16 @@ def _score(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     return ScoredPlan(candidate=candidate, parallel=parallel, estimate=estimate, ledger=ledger)
 
 
-__all__ = ["ALL_POLICIES", "Dominated", "PolicyCaps", "Rejection", "ScoredPlan", "allowed_zero_stages", "evaluate_candidate",
-           "layer_split_options", "plain_makespan_bound", "refine_policies"]
+__all__ = [
+    "ALL_POLICIES",
+    "Dominated",
+    "PolicyCaps",
+    "Rejection",
+    "ScoredPlan",
+    "allowed_zero_stages",
+    "evaluate_candidate",
+    "layer_split_options",
+    "least_memory_candidate",
+    "plain_makespan_bound",
+    "refine_policies",
+]

@@ -9,7 +9,8 @@ when nothing fits; the chosen plan is then refined by the per-stage CP-SAT model
     throughput      min_c v(c)                           (W = the cluster)
     cost_per_token  min_c W(c) v(c) / tokens_per_step     (W <= the cluster)
     min_gpus        min_c W(c), then min v(c)  s.t. tokens/s >= target (if given)
-    min_memory      min_c peak_bytes(c), then min v(c)
+    min_memory      min_c peak_bytes(c), then step time, where each candidate's plan is its
+                    least-memory plan (highest allowed ZeRO stage, most saving policy)
 Bounds. LB_t(c) <= v(c) from `solver/bounds.py` (every rank's work, the closed-form bubble
 at the lightest stage, the fastest policy); LB_m(c) from the same module prunes candidates
 that cannot fit under the most frugal choices allowed. Before a candidate is evaluated it is
@@ -177,7 +178,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     zeros = allowed_zero_stages(constraints)
     max_offload = 0.5 if constraints.allow_offload else 0.0
     heap: list[tuple[float, int, int, MeshCandidate]] = []
-    total = pruned_memory = 0
+    total = pruned_memory = pruned_target = 0
     for world in sizes:
         if objective == Objective.MIN_GPUS and world * cluster.gpus_per_node == 0:
             continue
@@ -186,13 +187,18 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             if not admits_mesh(spec, training, c, constraints):
                 continue
             total += 1
-            if tables.memory_bound_bytes(c, max_zero=max(zeros, default=0),
-                                         max_offload=max_offload) \
-                    > cluster.capacity_bytes:
+            memory = tables.memory_bound_bytes(c, max_zero=max(zeros, default=0),
+                                               max_offload=max_offload)
+            if memory > cluster.capacity_bytes:
                 pruned_memory += 1
                 continue
-            heap.append((_bound(tables, c, objective, training.tokens_per_step), total,
-                         _TABLE_BOUND, c))
+            bound = _bound(tables, c, objective, training.tokens_per_step)
+            if _below_target(tables, c, constraints, training.tokens_per_step):
+                pruned_target += 1
+                continue
+            if objective == Objective.MIN_MEMORY:
+                bound += memory  # value = peak bytes + step time; both bounded below
+            heap.append((bound, total, _TABLE_BOUND, c))
     heapq.heapify(heap)
     if progress:
         progress(f"{total} candidates, {pruned_memory} pruned by the memory bound, "
@@ -248,7 +254,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             zero3_bound[order] = _zero3_bound_s(tables, c)
         result = evaluate_for_targets(spec, training, cluster, c, constraints,
                                       step_cutoff_s=cutoff_s,
-                                      zero3_bound_s=zero3_bound.get(order, 0.0))
+                                      zero3_bound_s=zero3_bound.get(order, 0.0),
+                                      least_memory=objective == Objective.MIN_MEMORY)
         evaluated += 1
         if isinstance(result, Dominated):
             continue
@@ -274,8 +281,9 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     if best is not None and bound is not None:
         gap = max(0.0, (best_value - bound) / best_value) if best_value else 0.0
     stats = SearchStats(candidates=total, pruned_memory=pruned_memory,
-                        pruned_bound=len(heap) - (1 if status == PlanStatus.FEASIBLE else 0)
-                        if best is not None else 0,
+                        pruned_bound=pruned_target + (
+                            len(heap) - (1 if status == PlanStatus.FEASIBLE else 0)
+                            if best is not None else 0),
                         evaluated=evaluated, wall_time_s=time.perf_counter() - started,
                         best_bound=bound, gap=gap, unexamined=unexamined)
     frontier = tuple(item[3] for item in heapq.nsmallest(200, heap))
@@ -290,6 +298,14 @@ def _rescale(time_s: float, c: MeshCandidate, objective: Objective, tokens: int)
     if objective == Objective.MIN_GPUS:
         return c.world_size * 1e6 + time_s
     return time_s
+
+
+def _below_target(tables: BoundTables, c: MeshCandidate, constraints: Constraints,
+                  tokens: int) -> bool:
+    """True when even the candidate's step-time lower bound misses the throughput target
+    (tokens/s <= tokens per step / LB_t), so no plan of it can reach the target."""
+    target = constraints.target_tokens_per_s
+    return target is not None and tokens / tables.time_bound_s(c) < target
 
 
 def _meets_target(plan: ScoredPlan, constraints: Constraints) -> bool:

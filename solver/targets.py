@@ -38,6 +38,7 @@ from solver.candidate_eval import (
     ScoredPlan,
     evaluate_candidate,
     layer_split_options,
+    least_memory_candidate,
 )
 from solver.space import MeshCandidate, permitted
 
@@ -188,9 +189,11 @@ def admits_mesh(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidat
 def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                          candidate: MeshCandidate, constraints: Constraints, *,
                          step_cutoff_s: float = math.inf,
-                         zero3_bound_s: float = 0.0) -> ScoredPlan | Rejection | Dominated:
+                         zero3_bound_s: float = 0.0,
+                         least_memory: bool = False) -> ScoredPlan | Rejection | Dominated:
     """The candidate's best plan over its framework variants (`evaluate_candidate` under
-    each); a rejection when no framework runs it or none fits."""
+    each, or `least_memory_candidate` for the min_memory objective); a rejection when no
+    framework runs it or none fits."""
     variants = candidate_variants(spec, training, candidate, constraints)
     if not variants:
         return Rejection(candidate=candidate, reason="no framework of the target runs this "
@@ -199,11 +202,16 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
     other: Rejection | Dominated | None = None
     cutoff = step_cutoff_s
     for variant in variants:
-        result = evaluate_candidate(spec, training, cluster, candidate, variant.constraints,
-                                    step_cutoff_s=cutoff, zero3_bound_s=zero3_bound_s,
-                                    caps=variant.caps)
+        result: ScoredPlan | Rejection | Dominated
+        if least_memory:
+            result = least_memory_candidate(spec, training, cluster, candidate,
+                                            variant.constraints, caps=variant.caps)
+        else:
+            result = evaluate_candidate(spec, training, cluster, candidate,
+                                        variant.constraints, step_cutoff_s=cutoff,
+                                        zero3_bound_s=zero3_bound_s, caps=variant.caps)
         if isinstance(result, ScoredPlan):
-            if best is None or result.estimate.step_time_s < best.estimate.step_time_s:
+            if best is None or _key(result, least_memory) < _key(best, least_memory):
                 best = result
                 cutoff = min(cutoff, result.estimate.step_time_s)
         elif other is None or isinstance(result, Dominated):
@@ -212,6 +220,12 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
         return best
     assert other is not None
     return other
+
+
+def _key(plan: ScoredPlan, least_memory: bool) -> tuple[float, float]:
+    if least_memory:
+        return (plan.ledger.peak_bytes, plan.estimate.step_time_s)
+    return (plan.estimate.step_time_s, 0.0)
 
 
 def target_blockers(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
