@@ -25,6 +25,9 @@ RELAXATION_TIME_LIMIT_S = 2.0
 """Search time allowed for each relaxation search (each bisection probe included)."""
 NODE_SEARCH_TIME_LIMIT_S = 6.0
 """Search time allowed for the fewest-node search (it spans every whole-node count)."""
+NODE_SEARCH_MIN_S = 1.0
+"""Least time worth starting the fewest-node search with: enumerating the candidates of every
+node count is not interruptible, so with less left it is reported as not tried."""
 SEQUENCE_STEP = 256
 """Granularity of the sequence-length bisection."""
 
@@ -83,17 +86,35 @@ def _fewest_nodes(request: PlanRequest, clock: _Clock) -> Relaxation | None | st
     nodes = request.cluster.num_nodes
     ceiling = max(2 * nodes, 2 * nodes_for_states(request))
     budget = clock.budget(NODE_SEARCH_TIME_LIMIT_S)
-    if budget <= 0:
+    if budget < NODE_SEARCH_MIN_S:
         return "more nodes"
     wide = request.model_copy(update={"cluster": request.cluster.model_copy(
         update={"num_nodes": ceiling})})
     result = _search(wide, budget, objective=Objective.MIN_GPUS)
+    if result.best is None and result.stats.unexamined:
+        # The fewest-GPU search ran out of time: any plan on the ceiling, unproven.
+        fallback = clock.budget()
+        if fallback <= 0:
+            return "more nodes (the search ran out of time)"
+        result = _search(wide, fallback, objective=Objective.MIN_MEMORY)
+        if result.best is None:
+            return "more nodes (the search ran out of time)" if result.stats.unexamined \
+                else None
+        return _nodes_relaxation(request, result, ceiling, proven=False)
     if result.best is None:
         return None
+    return _nodes_relaxation(request, result, ceiling,
+                             proven=result.status.value == "optimal"
+                             and result.objective == Objective.MIN_GPUS)
+
+
+def _nodes_relaxation(request: PlanRequest, result: SearchResult, ceiling: int, *,
+                      proven: bool) -> Relaxation:
+    assert result.best is not None
+    nodes = request.cluster.num_nodes
     per_node = resolve_cluster(request.cluster).gpus_per_node
     world = result.best.estimate.world_size
     fewest = max(1, math.ceil(world / per_node))
-    proven = result.status.value == "optimal"
     proof = (f"fewest-GPU search over every whole-node count up to {ceiling} nodes completed: "
              f"no plan on fewer than {world} GPUs" if proven else
              "the fewest-GPU search hit its time limit; a smaller count may exist")
@@ -197,5 +218,5 @@ def relaxations(request: PlanRequest, *, deadline: float | None = None) -> Relax
     return Relaxations(found=[r.text for r in found], not_tried=not_tried, details=found)
 
 
-__all__ = ["NODE_SEARCH_TIME_LIMIT_S", "RELAXATION_TIME_LIMIT_S", "SEQUENCE_STEP", "Relaxations", "nodes_for_states",
+__all__ = ["NODE_SEARCH_MIN_S", "NODE_SEARCH_TIME_LIMIT_S", "RELAXATION_TIME_LIMIT_S", "SEQUENCE_STEP", "Relaxations", "nodes_for_states",
            "relaxations"]

@@ -88,9 +88,35 @@ class Variant:
 def _mesh_features(spec: ModelSpec, training: TrainingSpec,
                    candidate: MeshCandidate) -> frozenset[str]:
     c = candidate
-    return frozenset(mesh_features(spec, training, tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep,
-                                   etp=c.etp, vpp=c.vpp, schedule=c.schedule,
-                                   sequence_parallel=c.sequence_parallel, cp_kind=c.cp_kind))
+    return _cached_mesh_features(spec, training, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp, c.vpp,
+                                 c.schedule, c.sequence_parallel, c.cp_kind)
+
+
+_MESH: dict[tuple[object, ...], frozenset[str]] = {}
+"""Mesh features by (spec id, training id, mesh fields), with spec and training kept alive
+beside them; candidates differing only in micro-batch share an entry."""
+
+
+def _cached_mesh_features(spec: ModelSpec, training: TrainingSpec, *mesh: object
+                          ) -> frozenset[str]:
+    key = (id(spec), id(training), *mesh)
+    cached = _MESH.get(key)
+    if cached is not None:
+        return cached
+    tp, pp, dp, cp, ep, etp, vpp, schedule, sp, cp_kind = mesh
+    features = frozenset(mesh_features(
+        spec, training, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,  # type: ignore[arg-type]
+        schedule=schedule, sequence_parallel=sp, cp_kind=cp_kind))  # type: ignore[arg-type]
+    if len(_MESH) > 65536:
+        _MESH.clear()
+        _KEEP.clear()
+    _KEEP[id(spec)], _KEEP[id(training)] = spec, training
+    _MESH[key] = features
+    return features
+
+
+_KEEP: dict[int, object] = {}
+"""The spec and training objects whose ids key `_MESH` (kept alive so ids stay unique)."""
 
 
 @cache
@@ -183,7 +209,14 @@ def candidate_variants(spec: ModelSpec, training: TrainingSpec, candidate: MeshC
 def admits_mesh(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
                 constraints: Constraints) -> bool:
     """Whether any admitted framework runs the candidate's mesh (the search's filter)."""
-    return bool(candidate_variants(spec, training, candidate, constraints))
+    targets = target_frameworks(constraints)
+    if targets is None:
+        return True
+    mesh = _mesh_features(spec, training, candidate)
+    zeros = _permitted_zeros(constraints)
+    return any(_view(fw.id, mesh, constraints.framework_version, zeros,
+                     constraints.allow_fp8_activations, constraints.allow_offload) is not None
+               for fw in targets)
 
 
 def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,

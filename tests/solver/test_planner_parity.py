@@ -76,7 +76,8 @@ def _brute_force(spec: ModelSpec, training: TrainingSpec, cluster, constraints: 
                                   gpus_per_node=cluster.gpus_per_node, constraints=constraints):
             if not admits_mesh(spec, training, c, constraints):
                 continue
-            result = evaluate_for_targets(spec, training, cluster, c, constraints)
+            result = evaluate_for_targets(spec, training, cluster, c, constraints,
+                                          least_memory=objective == Objective.MIN_MEMORY)
             if isinstance(result, Rejection):
                 continue
             best = min(best, objective_value(result, objective))
