@@ -18,6 +18,7 @@ refines the chosen plan (`refine_policies`).
 import math
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
@@ -29,7 +30,13 @@ from models.layout import pipeline_layout
 from models.memory import MemoryLedger, fits_memory, memory_ledger
 from models.step_time import StepEstimate, estimate_step, pipeline_makespan_bound
 from solver import cpsat
-from solver.policy import broad_selective_modules, choose_stage_policies, policy_options
+from solver.policy import (
+    ACTIVATION_OFFLOAD_SHARE,
+    broad_selective_modules,
+    choose_stage_policies,
+    max_offload_share,
+    policy_options,
+)
 from solver.space import MeshCandidate, permitted
 
 
@@ -118,8 +125,8 @@ def _ladder(spec: ModelSpec, constraints: Constraints,
     if constraints.allow_fp8_activations:
         rungs.append({**selective, "fp8_activations": True})
     if constraints.allow_offload:
-        rungs.append({**selective, "fp8_activations": constraints.allow_fp8_activations,
-                      "activation_offload_frac": 0.5})
+        rungs.append({**selective, "fp8_activations": bool(constraints.allow_fp8_activations),
+                      "activation_offload_frac": ACTIVATION_OFFLOAD_SHARE})
     return rungs
 
 
@@ -129,10 +136,11 @@ def _frugal(spec: ModelSpec, constraints: Constraints, full_layers: int | None,
     of the first k layers of each stage instead of all)."""
     selective = _selective(spec, caps)
     saving: dict[str, object] = {
-        "fp8_activations": constraints.allow_fp8_activations,
-        "activation_offload_frac": 0.5 if constraints.allow_offload else 0.0}
+        "fp8_activations": bool(constraints.allow_fp8_activations),
+        "activation_offload_frac": max_offload_share(constraints)}
     if full_layers is not None:
-        others = "selective" if caps.full_layers_selective and selective else "none"
+        others: Literal["none", "selective"] = (
+            "selective" if caps.full_layers_selective and selective else "none")
         return {**selective, "recompute": FullLayers(full_layers=full_layers, others=others),
                 **saving}
     if caps.full:

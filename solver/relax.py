@@ -218,5 +218,12 @@ def relaxations(request: PlanRequest, *, deadline: float | None = None) -> Relax
     return Relaxations(found=[r.text for r in found], not_tried=not_tried, details=found)
 
 
-__all__ = ["NODE_SEARCH_MIN_S", "NODE_SEARCH_TIME_LIMIT_S", "RELAXATION_TIME_LIMIT_S", "SEQUENCE_STEP", "Relaxations", "nodes_for_states",
-           "relaxations"]
+__all__ = [
+    "NODE_SEARCH_MIN_S",
+    "NODE_SEARCH_TIME_LIMIT_S",
+    "RELAXATION_TIME_LIMIT_S",
+    "SEQUENCE_STEP",
+    "Relaxations",
+    "nodes_for_states",
+    "relaxations",
+]

@@ -71,7 +71,7 @@ def target_constraints(constraints: Constraints) -> Constraints:
     return constraints.model_copy(update={
         "forbid": forbid,
         "allow_fp8_activations": constraints.allow_fp8_activations
-        and "fp8_activation_storage" in runnable,
+        if "fp8_activation_storage" in runnable else False,
         "allow_offload": constraints.allow_offload and "activation_offload" in runnable})
 
 
@@ -197,7 +197,7 @@ def candidate_variants(spec: ModelSpec, training: TrainingSpec, candidate: MeshC
     out = []
     for fw in targets:
         view = _view(fw.id, mesh, constraints.framework_version, zeros,
-                     constraints.allow_fp8_activations, constraints.allow_offload)
+                     bool(constraints.allow_fp8_activations), constraints.allow_offload)
         if view is None:
             continue
         allowed, fp8, offload, caps = view
@@ -215,7 +215,7 @@ def admits_mesh(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidat
     mesh = _mesh_features(spec, training, candidate)
     zeros = _permitted_zeros(constraints)
     return any(_view(fw.id, mesh, constraints.framework_version, zeros,
-                     constraints.allow_fp8_activations, constraints.allow_offload) is not None
+                     bool(constraints.allow_fp8_activations), constraints.allow_offload) is not None
                for fw in targets)
 
 

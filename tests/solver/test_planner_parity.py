@@ -70,7 +70,7 @@ PROBLEMS = [
 def _brute_force(spec: ModelSpec, training: TrainingSpec, cluster, constraints: Constraints,
                  objective: Objective, world_sizes: tuple[int, ...]) -> float:
     best = math.inf
-    constraints = target_constraints(hardware_constraints(constraints, cluster))
+    constraints = target_constraints(hardware_constraints(constraints, cluster, training))
     for world in world_sizes:
         for c in candidate_meshes(spec, training, world_size=world,
                                   gpus_per_node=cluster.gpus_per_node, constraints=constraints):
