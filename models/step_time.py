@@ -655,19 +655,63 @@ def _pipeline(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
               groups: dict[str, AxisGroup]) -> tuple[list[StageTime], float]:
     """Per-stage times and the simulated makespan."""
     stages = _stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
-    tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
-    shard = parallel.tp if parallel.sequence_parallel else 1
-    p2p = collective_s(Collective.P2P, AxisGroup(size=2, ranks_per_node=min(
-        2, groups["pp"].ranks_per_node)), tokens * spec.hidden_size * 2.0 / shard, fabric)
     if parallel.pp == 1 and len(stages[0].chunk_times) == 1:
         return stages, m * stages[0].chunk_times[0].total_s
-    chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
-        parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
     makespan = pipeline_makespan(parallel.schedule, num_stages=parallel.pp,
-                                 num_micro_batches=m, num_chunks=chunks,
+                                 num_micro_batches=m, num_chunks=_simulated_chunks(parallel),
                                  durations=_virtual_stage_durations(parallel, stages),
-                                 p2p_latency_s=p2p)
+                                 p2p_latency_s=_p2p_latency_s(spec, training, parallel, fabric,
+                                                              groups))
     return stages, makespan
+
+
+def _simulated_chunks(parallel: ParallelConfig) -> int:
+    """Chunks per rank in the simulated schedule (2 for V shapes, vpp when interleaved)."""
+    return 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
+        parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
+
+
+def _p2p_latency_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                   fabric: Fabric, groups: dict[str, AxisGroup]) -> float:
+    """Time of one activation (or gradient) message between neighbouring pipeline ranks."""
+    tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
+    shard = parallel.tp if parallel.sequence_parallel else 1
+    return collective_s(Collective.P2P, AxisGroup(size=2, ranks_per_node=min(
+        2, groups["pp"].ranks_per_node)), tokens * spec.hidden_size * 2.0 / shard, fabric)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineInputs:
+    """The simulation behind a configuration's pipeline makespan, as the simulator's input."""
+
+    schedule: PipelineSchedule
+    num_stages: int
+    num_micro_batches: int
+    num_chunks: int
+    durations: OpDurations
+    """Per virtual stage in layer order (exposed collectives and recompute folded in)."""
+    p2p_latency_s: float
+
+
+def pipeline_inputs(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                    cluster: ClusterSpec) -> PipelineInputs:
+    """The schedule, shape, per-virtual-stage F / B / W and P2P latency that
+    `estimate_step` simulates for this configuration (simulating them in full gives the
+    timeline whose makespan is `StepEstimate.pipeline_makespan_s`).
+
+    Raises:
+        InvalidSpecError: the batch does not divide or the layers do not fill the stages.
+    """
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    fabric = fabric_of(cluster)
+    groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    stages = _stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
+    return PipelineInputs(schedule=parallel.schedule, num_stages=parallel.pp,
+                          num_micro_batches=m, num_chunks=_simulated_chunks(parallel),
+                          durations=_virtual_stage_durations(parallel, stages),
+                          p2p_latency_s=_p2p_latency_s(spec, training, parallel, fabric,
+                                                       groups))
 
 
 def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -750,6 +794,7 @@ def _flops(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
 __all__ = [
     "AxisGroup",
     "LayerComm",
+    "PipelineInputs",
     "StageTime",
     "StepEstimate",
     "axis_groups",
@@ -758,6 +803,7 @@ __all__ = [
     "estimate_step",
     "expert_all_to_all_s",
     "layer_comm",
+    "pipeline_inputs",
     "pipeline_makespan",
     "pipeline_makespan_bound",
     "stage_time",

@@ -22,7 +22,17 @@ from service.persistence.db import init_db, make_engine
 from service.planning import Planner
 from service.pool import SolverPool
 from service.problems import install_problem_handlers
-from service.routes import catalog, collectives, estimates, health, mesh, moe, pipeline, plans
+from service.routes import (
+    catalog,
+    collectives,
+    estimates,
+    health,
+    mesh,
+    moe,
+    pictures,
+    pipeline,
+    plans,
+)
 from service.routes.health import SERVICE_VERSION
 from service.settings import Settings, get_settings
 
@@ -88,6 +98,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     install_problem_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes)
     app.include_router(plans.router)
+    app.include_router(pictures.router)
     app.include_router(estimates.router)
     app.include_router(collectives.router)
     app.include_router(mesh.router)
