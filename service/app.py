@@ -1,7 +1,8 @@
 """The FastAPI application factory.
 
-Owns: `create_app(settings)`: the routers, the problem+json handlers, the request-id and
-body-size middleware, the OpenAPI document, logging set-up, and the lifespan that opens the
+Owns: `create_app(settings)`: the routers, the lab page, the problem+json handlers, the
+request-id and body-size middleware, the OpenAPI document and its offline Swagger UI and
+ReDoc pages, logging set-up, and the lifespan that opens the
 database (creating the schema), starts the solver pool and closes both at shutdown. Must not:
 do anything at import: `service.app:app` is built on first access, and building it does no
 I/O (the lifespan does).
@@ -13,6 +14,7 @@ from contextlib import asynccontextmanager
 from functools import cache
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 import solver
 from service.deps import ServiceContext
@@ -27,6 +29,7 @@ from service.routes import (
     collectives,
     estimates,
     health,
+    lab,
     mesh,
     moe,
     pictures,
@@ -93,8 +96,9 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
             pool.shutdown()
             engine.dispose()
 
-    app = FastAPI(title="atlas-planner", version=SERVICE_VERSION, description=DESCRIPTION,
-                  openapi_tags=TAGS, lifespan=lifespan)
+    # Swagger UI and ReDoc from the files fastapi-offline ships: /docs needs no network.
+    app = FastAPIOffline(title="atlas-planner", version=SERVICE_VERSION,
+                         description=DESCRIPTION, openapi_tags=TAGS, lifespan=lifespan)
     install_problem_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes)
     app.include_router(plans.router)
@@ -106,6 +110,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app.include_router(moe.router)
     app.include_router(catalog.router)
     app.include_router(health.router)
+    lab.install_lab(app)
     install_openapi(app)
     return app
 

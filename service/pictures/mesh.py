@@ -41,9 +41,10 @@ def _group_colours(ranks: list[RankOut], colour_by: str) -> dict[int, str]:
     return colours
 
 
-def _coords(rank: RankOut) -> str:
+def _coords(rank: RankOut, degrees: dict[str, int]) -> str:
+    """The coordinates along the axes of degree > 1 (tp, cp, dp, pp, ep)."""
     return " ".join(f"{axis}{value}" for axis, value in rank.coords.items()
-                    if axis in ("tp", "cp", "dp", "pp", "ep"))
+                    if axis in ("tp", "cp", "dp", "pp", "ep") and degrees.get(axis, 1) > 1)
 
 
 def _cells(report: MeshResponse, colour_by: str, per_node: int) -> tuple[str, int]:
@@ -66,12 +67,13 @@ def _cells(report: MeshResponse, colour_by: str, per_node: int) -> tuple[str, in
         parts.append(element(
             "g",
             tooltip(f"rank {rank.rank} on node {rank.node} GPU {rank.local_rank}: "
-                    f"{_coords(rank)}; groups {groups}")
+                    f"{_coords(rank, report.degrees)}; groups {groups}")
             + element("rect", x=x + 2, y=y, width=CELL_W - 4, height=CELL_H, rx=4,
                       fill=colours[rank.rank], fill_opacity="0.85")
             + text(f"rank {rank.rank}", x=x + CELL_W / 2, y=y + 17, font_size=11,
                    fill="#ffffff", font_weight="600", text_anchor="middle")
-            + text(_coords(rank), x=x + CELL_W / 2, y=y + 33, font_size=8.5, fill="#ffffff",
+            + text(_coords(rank, report.degrees), x=x + CELL_W / 2, y=y + 33, font_size=8,
+                   fill="#ffffff",
                    text_anchor="middle"),
             class_="rank", data_rank=rank.rank, data_node=rank.node,
             data_local_rank=rank.local_rank, data_group=",".join(map(str, members))))
