@@ -35,6 +35,7 @@ from service.routes import (
     pictures,
     pipeline,
     plans,
+    reference,
 )
 from service.routes.health import SERVICE_VERSION
 from service.settings import Settings, get_settings
@@ -98,7 +99,9 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
 
     # Swagger UI and ReDoc from the files fastapi-offline ships: /docs needs no network.
     app = FastAPIOffline(title="atlas-planner", version=SERVICE_VERSION,
-                         description=DESCRIPTION, openapi_tags=TAGS, lifespan=lifespan)
+                         description=DESCRIPTION, openapi_tags=TAGS, lifespan=lifespan,
+                         redoc_url=None)
+    reference.install_redoc(app)
     install_problem_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes)
     app.include_router(plans.router)

@@ -273,7 +273,7 @@ async function runCompare(form, out) {
 async function runCollective(form, out) {
   await guarded(out, "Estimating", async () => {
     const v = values(form);
-    const r = await post("/v1/collectives/estimate", drop({ collective: v.collective, num_ranks: v.num_ranks, message_bytes: v.message_bytes, ranks_per_node: v.ranks_per_node }));
+    const r = await post("/v1/collectives/estimate", drop({ collective: v.collective, num_ranks: v.num_ranks, message_bytes: v.message_bytes, bandwidth_bytes_per_s: v.bandwidth_bytes_per_s, latency_s: v.latency_s }));
     show(out, labelled([el("h2", { text: `${r.collective} of ${gib(r.message_bytes)} over ${r.num_ranks} ranks: ${r.algorithm} on ${r.link}` }),
       table(["", "value"], [["time (alpha + beta)", seconds(r.time_s)], ["alpha (latency)", seconds(r.alpha_s)], ["beta (bandwidth)", seconds(r.beta_s)],
         ["bytes sent per rank", gib(r.bytes_sent_per_rank)], ["bus bandwidth", `${(r.bus_bandwidth_bytes_per_s / 1e9).toFixed(1)} GB/s`]]),
@@ -314,9 +314,9 @@ const PRESETS = {
   "pipeline-invalid": ["form-pipeline", { schedule: "interleaved_1f1b", num_stages: 4, num_micro_batches: 8, num_chunks: 1, memory_limit: null }],
   "pipeline-oom": ["form-pipeline", { schedule: "1f1b", num_stages: 4, num_micro_batches: 8, num_chunks: 1, F: "1.0", B: "1.0", W: "1.0", memory_limit: 0.5 }],
   "pipeline-imbalance": ["form-pipeline", { schedule: "1f1b", num_stages: 4, num_micro_batches: 8, num_chunks: 1, F: "1.0 1.0 1.0 2.0", B: "1.0 1.0 1.0 2.0", W: "1.0", memory_limit: null }],
-  "comm-fits": ["form-collective", { collective: "all_reduce", num_ranks: 16, message_bytes: 1073741824, ranks_per_node: 8 }],
-  "comm-invalid": ["form-collective", { collective: "all_reduce", num_ranks: 0, message_bytes: 1073741824, ranks_per_node: 8 }],
-  "comm-oom": ["form-collective", { collective: "all_to_all", num_ranks: 64, message_bytes: 2199023255552, ranks_per_node: 8 }],
+  "comm-fits": ["form-collective", { collective: "all_reduce", num_ranks: 16, message_bytes: 1073741824, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5 }],
+  "comm-invalid": ["form-collective", { collective: "all_reduce", num_ranks: 0, message_bytes: 1073741824, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5 }],
+  "comm-oom": ["form-collective", { collective: "all_to_all", num_ranks: 64, message_bytes: 2199023255552, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5 }],
   "comm-imbalance": ["form-moe", { num_experts: 8, top_k: 2, tokens: "[[30,1,1,0,0,0,0,0],[28,2,1,1,0,0,0,0],[31,0,0,1,0,0,0,0],[29,1,1,1,0,0,0,0]]" }],
 };
 const RUNNERS = { "form-plan": runPlan, "form-memory": runMemory, "form-mesh": runMesh, "form-pipeline": runPipeline,
