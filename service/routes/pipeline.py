@@ -33,7 +33,7 @@ from service.openapi import problem_responses
 from service.pictures import timeline_svg
 from service.searches import run_search, with_clamped_time_limit
 from service.settings import Settings
-from service.trace import trace_document
+from service.trace import TraceDocument, trace_document
 from solver.schedule.requests import optimize_request
 
 router = APIRouter(tags=["pipeline"])
@@ -80,10 +80,11 @@ def check_pipeline_bounds(request: PipelineSimulateRequest | PipelineOptimizeReq
 
 
 @router.post("/v1/pipeline/simulate", summary="Timeline, bubble and in-flight activations",
-             response_model=PipelineSimulateResponse,
-             responses={200: {"description": "The simulation (JSON), its timeline picture "
-                              "(`?format=svg` or `Accept: image/svg+xml`) or its Chrome Trace "
-                              "Event JSON (`?format=trace`, schema `TraceDocument`).",
+             response_model=PipelineSimulateResponse | TraceDocument,
+             responses={200: {"description": "The simulation (JSON, `PipelineSimulateResponse`), "
+                              "its timeline picture (`?format=svg` or `Accept: image/svg+xml`) "
+                              "or its Chrome Trace Event JSON (`?format=trace`, "
+                              "`TraceDocument`).",
                               "content": {**svg_content("The timeline picture."),
                                           "application/json": {"examples": {
                                               "trace": {"summary": "?format=trace (shortened)",
