@@ -32,6 +32,7 @@ from service.routes import (
     lab,
     mesh,
     moe,
+    moe_buffers,
     pictures,
     pipeline,
     plans,
@@ -111,6 +112,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app.include_router(mesh.router)
     app.include_router(pipeline.router)
     app.include_router(moe.router)
+    app.include_router(moe_buffers.router)
     app.include_router(catalog.router)
     app.include_router(health.router)
     lab.install_lab(app)

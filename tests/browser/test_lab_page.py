@@ -155,6 +155,11 @@ def test_every_tab_end_to_end_on_a_desktop(page_for: Any, tmp_path: Path) -> Non
     assert "alpha (latency)" in answer(page, "comm").inner_text()
     page.click("[data-preset=comm-invalid]")
     assert "invalid-request" in answer(page, "comm").locator(".problem").inner_text()
+    page.click("[data-preset=comm-oom]")
+    region = answer(page, "comm")
+    problems = region.locator(".problem")
+    assert problems.count() == 1 and "DeepEP-style worst case" in problems.inner_text()
+    assert "MoonEP fixed" in region.locator(".verdict-ok").inner_text()
     assert page.errors == []
 
 

@@ -296,6 +296,25 @@ async function runMoe(form, out) {
   });
 }
 
+async function runBuffers(form, out) {
+  await guarded(out, "Sizing buffers", async () => {
+    const r = await post("/v1/moe/buffers", drop(values(form)));
+    const verdicts = [];
+    if (r.budget_bytes !== null) {
+      for (const [who, fits, bytes] of [["DeepEP-style worst case", r.deepep_fits, r.deepep_worst_case_bytes], ["MoonEP fixed", r.moonep_fits, r.moonep_padded_bytes]]) {
+        verdicts.push(fits
+          ? el("p", { class: "verdict-ok", text: `${who}: ${gib(bytes)} fits the ${gib(r.budget_bytes)} budget.` })
+          : el("div", { class: "problem", role: "alert" }, el("strong", { text: "Out of memory" }),
+              el("p", { class: "detail", text: `${who}: ${gib(bytes)} does not fit the ${gib(r.budget_bytes)} budget per rank.` })));
+      }
+    }
+    show(out, labelled([el("h2", { text: `Receive buffer per rank: DeepEP worst case is ${r.ratio.toFixed(1)}x MoonEP's` }), verdicts,
+      table(["buffer", "rows", "bytes"], [["DeepEP-style worst case (S*K*R)", String(r.deepep_worst_case_rows), gib(r.deepep_worst_case_bytes)],
+        ["MoonEP (S*K)", String(r.moonep_rows), "-"], ["MoonEP padded", String(r.moonep_padded_rows), gib(r.moonep_padded_bytes)]]),
+      el("p", { class: "model-label", text: `Source: ${r.source}.` })]));
+  });
+}
+
 // ---------- presets ----------
 const PRESETS = {
   "plan-fits": ["form-plan", { model: "llama-3.1-8b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1, time_limit_s: 3 }],
@@ -316,13 +335,13 @@ const PRESETS = {
   "pipeline-imbalance": ["form-pipeline", { schedule: "1f1b", num_stages: 4, num_micro_batches: 8, num_chunks: 1, F: "1.0 1.0 1.0 2.0", B: "1.0 1.0 1.0 2.0", W: "1.0", memory_limit: null }],
   "comm-fits": ["form-collective", { collective: "all_reduce", num_ranks: 16, message_bytes: 1073741824, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5 }],
   "comm-invalid": ["form-collective", { collective: "all_reduce", num_ranks: 0, message_bytes: 1073741824, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5 }],
-  "comm-oom": ["form-collective", { collective: "all_to_all", num_ranks: 64, message_bytes: 2199023255552, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5 }],
+  "comm-oom": ["form-buffers", { tokens_per_rank: 8192, top_k: 8, ep_size: 64, experts_per_rank: 4, hidden_size: 7168, bytes_per_elem: 2, token_padding: 128, budget_bytes: 8589934592 }],
   "comm-imbalance": ["form-moe", { num_experts: 8, top_k: 2, tokens: "[[30,1,1,0,0,0,0,0],[28,2,1,1,0,0,0,0],[31,0,0,1,0,0,0,0],[29,1,1,1,0,0,0,0]]" }],
 };
 const RUNNERS = { "form-plan": runPlan, "form-memory": runMemory, "form-mesh": runMesh, "form-pipeline": runPipeline,
-  "form-collective": runCollective, "form-moe": runMoe };
+  "form-collective": runCollective, "form-moe": runMoe, "form-buffers": runBuffers };
 const OUTPUTS = { "form-plan": "out-plan", "form-memory": "out-memory", "form-mesh": "out-mesh", "form-pipeline": "out-pipeline",
-  "form-collective": "out-comm", "form-moe": "out-comm" };
+  "form-collective": "out-comm", "form-moe": "out-comm", "form-buffers": "out-comm" };
 
 function submit(formId) {
   const form = document.getElementById(formId);
