@@ -2,7 +2,8 @@
 
 Owns: `problem_responses(...)`, the `responses=` entry each route declares for the problem
 codes it can answer, and `install_openapi(app)`, which adds the `ProblemDetail` and
-`FieldError` schemas (and the `TraceDocument` of the trace answers) to the components. Must not: change routes or request schemas.
+`FieldError` schemas (and the `TraceDocument` of the trace answers) to the components.
+Must not: change routes or request schemas.
 """
 
 from typing import Any

@@ -24,7 +24,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 TWO_STAGES = {"model": {"preset": "llama-3.1-70b"},
               "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2, "gpus_per_node": 8},
               "training": {"global_batch_size": 32, "sequence_length": 4096},
-              "solver": {"time_limit_s": 2, "top_k": 2, "num_workers": 1}}
+              "solver": {"time_limit_s": 20, "top_k": 2, "num_workers": 1}}
 SIMULATE = {"schedule": "zb_h1", "num_stages": 4, "num_micro_batches": 8,
             "durations": {"F": 1.0, "B": 1.2, "W": 0.8}, "p2p_latency_s": 0.05}
 TRACE_PHASES = set("BEXiIbneCMsftPOND") | {"(", ")"}
