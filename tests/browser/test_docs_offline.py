@@ -11,7 +11,7 @@ from conftest import DESKTOP
 SMALL_PLAN = {"model": {"preset": "llama-3.1-8b"},
               "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
               "training": {"global_batch_size": 64, "sequence_length": 4096},
-              "solver": {"time_limit_s": 2, "top_k": 2, "num_workers": 1}}
+              "solver": {"time_limit_s": 20, "top_k": 2, "num_workers": 1}}
 
 
 @pytest.fixture

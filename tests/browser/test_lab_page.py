@@ -77,7 +77,7 @@ def test_every_tab_end_to_end_on_a_desktop(page_for: Any, tmp_path: Path) -> Non
     form.locator("input[name=num_nodes]").fill("1")
     form.locator("input[name=global_batch_size]").fill("64")
     form.locator("input[name=sequence_length]").fill("4096")
-    form.locator("input[name=time_limit_s]").fill("2")
+    form.locator("input[name=time_limit_s]").fill("20")
     form.locator("button[type=submit]").click()
     region = answer(page, "plan")
     assert region.locator("h2").inner_text().startswith("Plan ")

@@ -317,10 +317,10 @@ async function runBuffers(form, out) {
 
 // ---------- presets ----------
 const PRESETS = {
-  "plan-fits": ["form-plan", { model: "llama-3.1-8b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1, time_limit_s: 3 }],
+  "plan-fits": ["form-plan", { model: "llama-3.1-8b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1, time_limit_s: 20 }],
   "plan-invalid": ["form-plan", { model: "llama-3.1-8b", hf_config: "", num_nodes: 0, gpus_per_node: 8 }],
-  "plan-oom": ["form-plan", { model: "llama-3.1-405b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1, time_limit_s: 3 }],
-  "plan-imbalance": ["form-plan", { model: "mixtral-8x7b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 2, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1.6, time_limit_s: 5 }],
+  "plan-oom": ["form-plan", { model: "llama-3.1-405b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1, time_limit_s: 20 }],
+  "plan-imbalance": ["form-plan", { model: "mixtral-8x7b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 2, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1.6, time_limit_s: 30 }],
   "memory-fits": ["form-memory", { model: "llama-3.1-70b", num_nodes: 8, gpus_per_node: 8, tp: 8, pp: 4, dp: 2, zero_stage: 1, schedule: "1f1b", recompute: "selective" }],
   "memory-invalid": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, tp: 3, pp: 1, dp: 8 }],
   "memory-oom": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, tp: 1, pp: 1, dp: 8, zero_stage: 0 }],
