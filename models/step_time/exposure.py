@@ -62,18 +62,33 @@ def ep_overlapped(parallel: ParallelConfig, training: TrainingSpec) -> bool:
         training.overlap_ep_comm and parallel.schedule == S.INTERLEAVED_1F1B)
 
 
+_CALLS: dict[tuple[object, ...], tuple[LayerCall, ...]] = {}
+_CALLS_MAX = 4096
+
+
 def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
-                parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric) -> list[LayerCall]:
-    """Every TP, CP and expert call of one layer pass (`models.traffic.layer`)."""
-    lctx = groups.layer_context(spec, training, parallel, fabric)
+                parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric
+                ) -> tuple[LayerCall, ...]:
+    """Every TP, CP and expert call of one layer pass (`models.traffic.layer`), computed once
+    per layer kind and the parallel fields they read."""
     moe_layer = spec.is_moe_layer(layer_index)
+    p = parallel
+    key = (spec, training, p.tp, p.cp, p.cp_kind, p.ulysses_degree, p.sequence_parallel,
+           p.micro_batch_size, p.ep, p.etp, groups.mesh, fabric, moe_layer)
+    cached = _CALLS.get(key)
+    if cached is not None:
+        return cached
+    lctx = groups.layer_context(spec, training, parallel, fabric)
     calls = tp_block_calls(lctx, "attention")
     if has_tp_mlp(lctx, moe_layer):
         calls += tp_block_calls(lctx, "mlp")
     calls += cp_calls(lctx)
     if moe_layer:
         calls += expert_calls(lctx)
-    return calls
+    if len(_CALLS) >= _CALLS_MAX:
+        _CALLS.clear()
+    _CALLS[key] = tuple(calls)
+    return _CALLS[key]
 
 
 def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,

@@ -6,6 +6,7 @@ the CP rules send (GQA and MLA). Must not: produce traffic items.
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from api_schemas import (
     AttentionKind,
@@ -17,7 +18,7 @@ from api_schemas import (
     TrainingSpec,
 )
 from models.collectives import Fabric
-from models.mesh import DeviceMesh
+from models.mesh import AxisPlacement, DeviceMesh, GroupKind
 from models.traffic.weights import StageWeights, model_copies
 
 
@@ -86,6 +87,12 @@ class StepContext:
         return self.stage.num_layers if policy == RecomputeMode.FULL else 0
 
 
+@lru_cache(maxsize=4096)
+def group_placement(mesh: DeviceMesh, kind: GroupKind) -> AxisPlacement:
+    """`mesh.placement(kind)` computed once per mesh (a mesh is compared by identity)."""
+    return mesh.placement(kind)
+
+
 def activation_element_bytes(training: TrainingSpec) -> int:
     """Bytes per activation element exchanged between ranks.
 
@@ -130,4 +137,4 @@ def head_dims(model: ModelSpec, tp: int) -> HeadDims:
 
 
 __all__ = ["HeadDims", "LayerTrafficContext", "StepContext", "activation_element_bytes",
-           "head_dims"]
+           "group_placement", "head_dims"]
