@@ -125,6 +125,22 @@ class Alternative(ResultModel):
     why_not: str = Field(description="Why it lost.")
 
 
+class Relaxation(ResultModel):
+    """One change to an infeasible request that makes a plan exist, with that plan."""
+
+    change: str = Field(description="What changes: 'num_nodes', 'sequence_length', "
+                        "'global_batch_size', 'zero_stage', 'recompute' or 'constraints'.")
+    from_value: Any = Field(description="The request's value.")
+    to_value: Any = Field(description="The relaxed value.")
+    parallel: ParallelConfig | None = Field(default=None, description="The plan it gives.")
+    step_time_s: Seconds | None = Field(default=None, description="That plan's step time.")
+    minimal: bool = Field(default=False, description="Proven the smallest such change under "
+                          "the model (every smaller value was searched to completion and "
+                          "has no plan).")
+    proof: str = Field(default="", description="How minimality was shown, or why it was not.")
+    text: str = Field(description="The change in words.")
+
+
 class Explanation(ResultModel):
     """Plain-language reasons."""
 
@@ -134,6 +150,36 @@ class Explanation(ResultModel):
     notes: list[str] = Field(default_factory=list, description="Assumptions and caveats.")
     relaxations: list[str] = Field(default_factory=list, description="Smallest changes that "
                                    "make an infeasible request feasible or a slow plan faster.")
+    relaxation_details: list[Relaxation] = Field(
+        default_factory=list, description="The relaxations of an infeasible request, "
+        "structured: what changes, from and to, the plan it gives, and whether it is proven "
+        "minimal.")
+
+
+class SearchLimit(ResultModel):
+    """One range of the search space and how much of it was searched."""
+
+    name: str = Field(description="The dimension, e.g. 'micro_batch_size'.")
+    searched: str = Field(description="What was searched.")
+    complete: bool = Field(description="Whether every legal value was searched; when false, "
+                           "'optimal' is optimal over the stated range only.")
+
+
+class RunsOn(ResultModel):
+    """A released framework that runs the plan as exported."""
+
+    framework: str = Field(description="'megatron-lm', 'torchtitan' or 'deepspeed'.")
+    name: str = Field(description="Display name.")
+    version: str = Field(description="The release that adds the last feature the plan needs.")
+    features: dict[str, str] = Field(default_factory=dict, description="Each feature the "
+                                     "plan uses -> the release that provides it.")
+
+
+class ExtensionUse(ResultModel):
+    """A feature of the plan that no released framework provides."""
+
+    feature: str = Field(description="Feature id, e.g. 'schedule:dualpipe'.")
+    origin: str = Field(description="The paper or system it comes from.")
 
 
 class SolverStats(ResultModel):
@@ -149,6 +195,8 @@ class SolverStats(ResultModel):
     unexamined: int = Field(default=0, description="Candidates left unexamined because the "
                             "time limit ran out before any plan was found; when above 0 an "
                             "infeasible answer is not a proof (raise solver.time_limit_s).")
+    space: list[SearchLimit] = Field(default_factory=list, description="The ranges searched: "
+                                     "'optimal' means optimal over this space.")
 
 
 class PlanResponse(ResultModel):
@@ -171,16 +219,28 @@ class PlanResponse(ResultModel):
     bottleneck: str | None = Field(default=None, description="Largest time term (evaluate).")
     exports: dict[str, Any] = Field(default_factory=dict, description="Megatron-LM arguments, "
                                     "torchtitan TOML, DeepSpeed JSON.")
+    framework_target: str = Field(default="released", description="The framework the plan "
+                                  "was searched for ('released': any of megatron-lm, "
+                                  "torchtitan, deepspeed).")
+    runs_on: list[RunsOn] = Field(default_factory=list, description="Released frameworks that "
+                                  "run the configuration as given, each from the release that "
+                                  "adds the last feature it needs.")
+    extensions: list[ExtensionUse] = Field(default_factory=list, description="Features no "
+                                           "released framework provides, with their origin.")
     created_at: datetime | None = Field(default=None, description="When it was stored.")
 
 
 __all__ = [
     "Alternative",
     "Explanation",
+    "ExtensionUse",
     "MemoryComponentReport",
     "MemoryReport",
     "PlanResponse",
     "PlanStatus",
+    "Relaxation",
+    "RunsOn",
+    "SearchLimit",
     "SolverStats",
     "StageMemoryReport",
     "Throughput",

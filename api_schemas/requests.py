@@ -34,6 +34,10 @@ from api_schemas.units import (
 ZeroStageValue = Literal[0, 1, 2, 3]
 """A ZeRO stage a constraint may name."""
 
+FrameworkTarget = Literal["megatron-lm", "torchtitan", "deepspeed", "any"]
+"""A training framework a plan must run on ('any' admits features of no released framework,
+each named with the paper or system it comes from)."""
+
 
 class ModelPreset(SpecModel):
     """A model from the catalog."""
@@ -106,7 +110,9 @@ class Objective(StrEnum):
     COST_PER_TOKEN = "cost_per_token"
     """Lowest cost per token at `gpu_hour_price`."""
     MIN_MEMORY = "min_memory"
-    """Lowest peak memory per GPU."""
+    """Lowest peak memory per GPU: each mesh with its most memory-saving plan (highest
+    allowed ZeRO stage, full recomputation, FP8 storage and offload where allowed), ties
+    broken by step time."""
 
 
 class Constraints(SpecModel):
@@ -146,11 +152,32 @@ class Constraints(SpecModel):
     forbid: dict[str, list[Any]] = Field(
         default_factory=dict,
         description="Forbidden values per key, e.g. {'schedule': ['dualpipe'], 'tp': [16]}.")
+    framework: FrameworkTarget | None = Field(
+        default=None, description="Framework the plan must run on as exported: 'megatron-lm', "
+        "'torchtitan', 'deepspeed', or 'any' (also features of no released framework, such as "
+        "DualPipe, FP8 activation storage and activation offload). Null: any of the three "
+        "released frameworks.", examples=["megatron-lm"])
+    framework_version: str | None = Field(
+        default=None, description="With a named framework: the newest release the plan may "
+        "rely on (features added later are not used), e.g. 'core_v0.12.0', 'v0.2.2', '0.19.2'.",
+        examples=["core_v0.14.0"])
     max_gpus: PositiveInt | None = Field(default=None, description="Use at most this many GPUs.")
     target_tokens_per_s: float | None = Field(default=None, gt=0, description="Throughput the "
                                               "plan must reach (min_gpus objective).")
     gpu_hour_price: float | None = Field(default=None, gt=0, description="Price of one GPU-hour "
                                          "(cost_per_token objective).")
+
+
+    @model_validator(mode="after")
+    def _version_needs_framework(self) -> Self:
+        if self.framework_version is not None and self.framework in (None, "any"):
+            raise ValueError("constraints.framework_version needs constraints.framework set to "
+                             "'megatron-lm', 'torchtitan' or 'deepspeed'")
+        if self.framework_version is not None and not any(
+                ch.isdigit() for ch in self.framework_version):
+            raise ValueError(f"constraints.framework_version '{self.framework_version}' is not "
+                             "a release (e.g. 'core_v0.14.0', 'v0.2.2', '0.19.8')")
+        return self
 
 
 class SolverLimits(SpecModel):
@@ -222,6 +249,7 @@ __all__ = [
     "ClusterInput",
     "Constraints",
     "EvaluateRequest",
+    "FrameworkTarget",
     "ModelFromHf",
     "ModelInput",
     "ModelPreset",

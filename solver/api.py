@@ -16,8 +16,10 @@ from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import (
     Alternative,
     Explanation,
+    ExtensionUse,
     PlanResponse,
     PlanStatus,
+    RunsOn,
     SolverStats,
     Throughput,
     TimeBreakdown,
@@ -25,6 +27,7 @@ from api_schemas.plan import (
 from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRequest
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
+from models.frameworks import extensions_used, plan_features, runs_on
 from models.kernels import profile_for
 from models.memory import memory_ledger
 from models.memory_evidence import ledger_evidence
@@ -33,7 +36,7 @@ from models.mfu_records import mfu_above_record
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cpsat
-from solver.candidate_eval import ScoredPlan, evaluate_candidate, refine_policies
+from solver.candidate_eval import ScoredPlan, refine_policies
 from solver.explain import (
     binding_constraints,
     describe_parallel,
@@ -44,9 +47,18 @@ from solver.explain import (
 )
 from solver.fixes import suggest_fixes
 from solver.planner import SearchResult, hardware_constraints, objective_value, search
+from solver.policy_summary import summarise_policies
 from solver.relax import relaxations
 from solver.reports import memory_report_from_ledger
+from solver.search_space import search_limits, space_note
 from solver.space import MeshCandidate
+from solver.targets import (
+    allows_per_stage_policies,
+    evaluate_for_targets,
+    refine_layer_split,
+    target_blockers,
+    target_constraints,
+)
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -99,19 +111,30 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     deadline = time.perf_counter() + request.solver.time_limit_s
     resolved = resolve_model(request.model)
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
-    constraints = hardware_constraints(request.constraints, cluster, request.training)
+    constraints = target_constraints(hardware_constraints(request.constraints, cluster,
+                                                          request.training))
     result = search(spec, request.training, cluster, constraints=constraints,
                     objective=request.objective, limits=request.solver, progress=progress)
     notes = _notes(resolved.notes, cluster.gpu)
-    stats = _stats(result)
+    limits = search_limits(spec, request.training, cluster, constraints, request.objective)
+    notes.append(space_note(limits))
+    stats = _stats(result).model_copy(update={"space": limits})
     if result.best is None:
         return _infeasible(request, result, stats, notes, spec.name, cluster, deadline)
     remaining_s = deadline - time.perf_counter()
     config = cpsat.SolverConfig(max_time_s=max(MIN_SUBPROBLEM_S, min(2.0, remaining_s)),
                                 num_workers=request.solver.num_workers,
                                 random_seed=request.solver.random_seed)
-    best = refine_policies(spec, request.training, cluster, result.best, constraints, config,
-                           deadline=deadline)
+    if request.objective == Objective.MIN_MEMORY:
+        best = result.best  # refinement trades memory for speed
+    elif allows_per_stage_policies(constraints):
+        best = refine_policies(spec, request.training, cluster, result.best, constraints,
+                               config, deadline=deadline)
+        if target_blockers(spec, request.training, best.parallel, constraints):
+            best = result.best
+    else:
+        best = refine_layer_split(spec, request.training, cluster, result.best, constraints,
+                                  deadline=deadline)
     if best is not result.best:
         notes.append("per-stage policies refined by the CP-SAT subproblem: "
                      f"{result.best.estimate.step_time_s:.3f} -> {best.estimate.step_time_s:.3f} s")
@@ -137,7 +160,8 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
     return _response(best, result.status, spec.name, cluster, alternatives, explanation, stats,
-                     spec=spec, training=request.training)
+                     spec=spec, training=request.training,
+                     target=request.constraints.framework or "released")
 
 
 def _stats(result: SearchResult) -> SolverStats:
@@ -151,15 +175,21 @@ def _stats(result: SearchResult) -> SolverStats:
 
 def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: ClusterSpec,
               alternatives: list[Alternative], explanation: Explanation, stats: SolverStats | None,
-              *, spec: ModelSpec, training: TrainingSpec) -> PlanResponse:
+              *, spec: ModelSpec, training: TrainingSpec, target: str) -> PlanResponse:
     est = best.estimate
+    parallel = summarise_policies(best.parallel)
+    features = plan_features(spec, training, parallel)
     return PlanResponse(
         status=status, model_name=model_name, gpu=cluster.gpu.id,
-        world_size=est.world_size, parallel=best.parallel,
+        world_size=est.world_size, parallel=parallel,
         num_micro_batches=est.num_micro_batches, memory=memory_report_from_ledger(best.ledger),
         time=time_breakdown(est), throughput=throughput(est), alternatives=alternatives,
         explanation=explanation, solver=stats, bottleneck=est.bottleneck,
-        exports=_exports(spec, training, best.parallel))
+        exports=_exports(spec, training, parallel), framework_target=target,
+        runs_on=[RunsOn(framework=fit.framework, name=fit.name, version=fit.version,
+                        features=fit.features) for fit in runs_on(spec, training, parallel)],
+        extensions=[ExtensionUse(feature=feature, origin=origin)
+                    for feature, origin in extensions_used(features).items()])
 
 
 ALTERNATIVE_BUDGET_S = 2.0
@@ -192,7 +222,8 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
         key = _shape(candidate)
         if key == _shape(best.candidate) or key in chosen:
             continue
-        scored = evaluate_candidate(spec, request.training, cluster, candidate, constraints)
+        scored = evaluate_for_targets(spec, request.training, cluster, candidate, constraints,
+                                      least_memory=request.objective == Objective.MIN_MEMORY)
         if isinstance(scored, ScoredPlan):
             chosen[key] = scored
     ranked = sorted(chosen.values(), key=lambda p: objective_value(p, request.objective))
@@ -201,7 +232,8 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
 
 def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: SearchResult,
                   cluster: ClusterSpec, top_k: int) -> list[Alternative]:
-    out = [Alternative(parallel=other.parallel, step_time_s=other.estimate.step_time_s,
+    out = [Alternative(parallel=summarise_policies(other.parallel),
+                       step_time_s=other.estimate.step_time_s,
                        tokens_per_s=other.estimate.tokens_per_s,
                        peak_bytes=other.ledger.peak_bytes, fits=True,
                        delta_frac=other.estimate.step_time_s / best.estimate.step_time_s - 1.0,
@@ -245,14 +277,44 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
     return PlanResponse(status=PlanStatus.INFEASIBLE, model_name=model_name,
                         gpu=cluster.gpu.id,
                         explanation=Explanation(summary=text, binding_constraints=binding,
-                                                notes=notes, relaxations=relax),
-                        solver=stats)
+                                                notes=notes, relaxations=relax,
+                                                relaxation_details=found.details),
+                        solver=stats,
+                        framework_target=request.constraints.framework or "released")
 
 
 def _stores_fp8(parallel: ParallelConfig) -> bool:
     if parallel.fp8_activations:
         return True
     return any(policy.fp8_activations for policy in parallel.stage_policies or ())
+
+
+def used_nodes(world_size: int, cluster: ClusterSpec) -> tuple[int, int]:
+    """(nodes, GPUs per node) a configuration of `world_size` GPUs occupies on `cluster`:
+    whole nodes, or part of one node (a fewest-GPUs plan may use fewer GPUs than offered,
+    and the planner scores it on the offered cluster, so evaluate does the same).
+
+    Raises:
+        InvalidSpecError: more GPUs than the cluster has, or a count above one node that
+            does not fill whole nodes.
+    """
+    per_node = cluster.gpus_per_node
+    if world_size > cluster.world_size:
+        raise InvalidSpecError(
+            f"tp x cp x dp x pp = {world_size} but the cluster has {cluster.world_size} GPUs "
+            f"({cluster.num_nodes} nodes x {per_node}); change dp (or a degree) so the "
+            "product fits", field="parallel.dp")
+    if world_size < per_node:
+        if per_node % world_size:
+            raise InvalidSpecError(
+                f"tp x cp x dp x pp = {world_size} does not divide the {per_node} GPUs of a "
+                "node; use a divisor of the node or whole nodes", field="parallel.dp")
+        return 1, world_size
+    if world_size % per_node:
+        raise InvalidSpecError(
+            f"tp x cp x dp x pp = {world_size} is not a whole number of {per_node}-GPU nodes; "
+            "change dp (or a degree) so the product fills whole nodes", field="parallel.dp")
+    return world_size // per_node, per_node
 
 
 def evaluate(request: EvaluateRequest) -> PlanResponse:
@@ -266,13 +328,9 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     resolved = resolve_model(request.model)
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
     parallel = request.parallel
-    if parallel.world_size != cluster.world_size:
-        raise InvalidSpecError(
-            f"tp x cp x dp x pp = {parallel.world_size} but the cluster has "
-            f"{cluster.world_size} GPUs ({cluster.num_nodes} nodes x {cluster.gpus_per_node}); "
-            "change dp (or a degree) so the product matches", field="parallel.dp")
-    warnings = validate_mesh(parallel, model=spec, num_nodes=cluster.num_nodes,
-                             gpus_per_node=cluster.gpus_per_node, training=request.training)
+    nodes, per_node = used_nodes(parallel.world_size, cluster)
+    warnings = validate_mesh(parallel, model=spec, num_nodes=nodes, gpus_per_node=per_node,
+                             training=request.training)
     started = time.perf_counter()
     ledger = memory_ledger(spec, request.training, parallel, cluster)
     est = estimate_step(spec, request.training, parallel, cluster)
@@ -280,6 +338,9 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                         parallel=parallel, estimate=est, ledger=ledger)
     fixes = suggest_fixes(spec, request.training, cluster, scored)
     notes = _notes(resolved.notes, cluster.gpu) + [w.message for w in warnings]
+    if parallel.world_size < cluster.world_size:
+        notes.append(f"uses {parallel.world_size} of the cluster's {cluster.world_size} GPUs "
+                     f"({nodes} node(s)); the others stay idle")
     if _stores_fp8(parallel) and DType.FP8 not in cluster.gpu.dense_peak_flop_per_s:
         notes.append(f"FP8 activation storage on {cluster.gpu.name}, which has no FP8 "
                      "kernels: the memory is modelled as asked, but Transformer Engine's FP8 "
@@ -306,7 +367,7 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                      [Alternative(parallel=f.parallel, step_time_s=f.step_time_s,
                                   peak_bytes=f.peak_bytes, fits=f.fits, why_not=f.text)
                       for f in fixes],
-                     explanation, stats, spec=spec, training=request.training)
+                     explanation, stats, spec=spec, training=request.training, target="any")
 
 
-__all__ = ["evaluate", "plan", "throughput", "time_breakdown"]
+__all__ = ["evaluate", "plan", "throughput", "time_breakdown", "used_nodes"]

@@ -18,6 +18,7 @@ refines the chosen plan (`refine_policies`).
 import math
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
@@ -68,6 +69,30 @@ class Dominated:
     bound_s: float
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyCaps:
+    """The uniform activation policies a framework target can express (None where a caller
+    passes no caps: every policy the cost model knows)."""
+
+    selective: bool = True
+    """Selective recomputation of the attention core."""
+    broad_modules: bool = True
+    """Selective recomputation of the broad module set (norms, MLA up-projections, expert
+    activations)."""
+    full: bool = True
+    """Full recomputation of every layer."""
+    full_layers: bool = True
+    """Full recomputation of the first k layers of each stage."""
+    full_layers_selective: bool = True
+    """... with selective recomputation on the other layers."""
+    per_stage: bool = True
+    """Different policies on different pipeline ranks."""
+
+
+ALL_POLICIES = PolicyCaps()
+"""No restriction (target 'any')."""
+
+
 def allowed_zero_stages(constraints: Constraints) -> list[int]:
     """ZeRO stages the request permits, ascending."""
     return [z for z in (0, 1, 2, 3) if permitted("zero_stage", z, constraints)]
@@ -81,28 +106,46 @@ def _with_policy(candidate: MeshCandidate, zero: int, policy: dict[str, object],
     return candidate.parallel(**fields)
 
 
-def _ladder(spec: ModelSpec, constraints: Constraints) -> list[dict[str, object]]:
+def _selective(spec: ModelSpec, caps: PolicyCaps) -> dict[str, object]:
+    if caps.selective and caps.broad_modules:
+        return {"recompute": RecomputeMode.SELECTIVE,
+                "recompute_modules": broad_selective_modules(spec)}
+    if caps.selective:
+        return {"recompute": RecomputeMode.SELECTIVE}
+    return {}
+
+
+def _ladder(spec: ModelSpec, constraints: Constraints,
+            caps: PolicyCaps = ALL_POLICIES) -> list[dict[str, object]]:
     """Uniform policies from cheapest to most memory-saving (see the module docstring)."""
-    broad = broad_selective_modules(spec)
+    selective = _selective(spec, caps)
     rungs: list[dict[str, object]] = [{}]
-    rungs.append({"recompute": RecomputeMode.SELECTIVE, "recompute_modules": broad})
+    if selective:
+        rungs.append(selective)
     if constraints.allow_fp8_activations:
-        rungs.append({"recompute": RecomputeMode.SELECTIVE, "recompute_modules": broad,
-                      "fp8_activations": True})
+        rungs.append({**selective, "fp8_activations": True})
     if constraints.allow_offload:
-        rungs.append({"recompute": RecomputeMode.SELECTIVE, "recompute_modules": broad,
-                      "fp8_activations": bool(constraints.allow_fp8_activations),
+        rungs.append({**selective, "fp8_activations": bool(constraints.allow_fp8_activations),
                       "activation_offload_frac": ACTIVATION_OFFLOAD_SHARE})
     return rungs
 
 
-def _frugal(spec: ModelSpec, constraints: Constraints,
-            full_layers: int | None) -> dict[str, object]:
-    recompute: object = RecomputeMode.FULL if full_layers is None else FullLayers(
-        full_layers=full_layers, others="selective")
-    return {"recompute": recompute, "recompute_modules": broad_selective_modules(spec),
-            "fp8_activations": bool(constraints.allow_fp8_activations),
-            "activation_offload_frac": max_offload_share(constraints)}
+def _frugal(spec: ModelSpec, constraints: Constraints, full_layers: int | None,
+            caps: PolicyCaps = ALL_POLICIES) -> dict[str, object]:
+    """The most memory-saving policy the caps allow (`full_layers` = k: full recomputation
+    of the first k layers of each stage instead of all)."""
+    selective = _selective(spec, caps)
+    saving: dict[str, object] = {
+        "fp8_activations": bool(constraints.allow_fp8_activations),
+        "activation_offload_frac": max_offload_share(constraints)}
+    if full_layers is not None:
+        others: Literal["none", "selective"] = (
+            "selective" if caps.full_layers_selective and selective else "none")
+        return {**selective, "recompute": FullLayers(full_layers=full_layers, others=others),
+                **saving}
+    if caps.full:
+        return {**selective, "recompute": RecomputeMode.FULL, **saving}
+    return {**selective, **saving}
 
 
 def _fits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
@@ -113,7 +156,8 @@ def _fits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
 def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                        candidate: MeshCandidate, constraints: Constraints, *,
                        step_cutoff_s: float = math.inf,
-                       zero3_bound_s: float = 0.0) -> ScoredPlan | Rejection | Dominated:
+                       zero3_bound_s: float = 0.0,
+                       caps: PolicyCaps | None = None) -> ScoredPlan | Rejection | Dominated:
     """The best plan of one mesh candidate under the rule in the module docstring.
 
     Each ZeRO stage's fitting plan is simulated in the order of its pipeline makespan bound
@@ -122,8 +166,10 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     time the caller already has): the value is exact whenever it is below the cutoff, and
     `Dominated` says that no plan of the candidate gets below it. `zero3_bound_s`, a lower
     bound of any ZeRO-3 plan's step time (`solver.bounds.BoundTables.zero3_time_bound_s`),
-    spares the ZeRO-3 ladder when it already reaches the cutoff."""
+    spares the ZeRO-3 ladder when it already reaches the cutoff. `caps` limits the
+    activation policies to what a framework target expresses (`solver/targets.py`)."""
     zeros = allowed_zero_stages(constraints)
+    caps = caps or ALL_POLICIES
     if not zeros:
         return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")
     fits: list[_Fit] = []
@@ -135,7 +181,8 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
             if zero == 3 and zero3_bound_s >= step_cutoff_s:
                 skipped_zero3 = True
                 continue
-            found = _first_fit(spec, training, cluster, candidate, zero, constraints, pinned)
+            found = _first_fit(spec, training, cluster, candidate, zero, constraints, pinned,
+                               caps)
             if not isinstance(found, _Fit):
                 unfit = found
                 continue
@@ -171,6 +218,29 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     return best[2]
 
 
+def least_memory_candidate(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                           candidate: MeshCandidate, constraints: Constraints, *,
+                           caps: PolicyCaps | None = None) -> ScoredPlan | Rejection:
+    """The candidate's least-memory plan (the `min_memory` objective): the highest allowed
+    ZeRO stage with the most memory-saving activation policy the caps allow."""
+    zeros = allowed_zero_stages(constraints)
+    if not zeros:
+        return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")
+    pinned = constraints.recompute is not None and not isinstance(constraints.recompute, list)
+    policy = {} if pinned else _frugal(spec, constraints, None, caps or ALL_POLICIES)
+    parallel = _with_policy(candidate, zeros[-1], policy, constraints)
+    try:
+        ledger = _fits(spec, training, cluster, parallel)
+        if not ledger.fits:
+            return Rejection(candidate=candidate, stage=ledger.binding_stage,
+                             over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
+                             reason=f"does not fit even with ZeRO-{zeros[-1]} and the most "
+                                    "frugal activation policy allowed")
+        return _score(spec, training, cluster, candidate, parallel, ledger)
+    except InvalidSpecError as exc:
+        return Rejection(candidate=candidate, reason=exc.detail)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Fit:
     parallel: ParallelConfig
@@ -179,14 +249,15 @@ class _Fit:
 
 
 def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
-               candidate: MeshCandidate, zero: int, constraints: Constraints, pinned: bool
-               ) -> _Fit | ParallelConfig:
+               candidate: MeshCandidate, zero: int, constraints: Constraints, pinned: bool,
+               caps: PolicyCaps = ALL_POLICIES) -> _Fit | ParallelConfig:
     """The first ladder rung that fits at this ZeRO stage, or the most frugal configuration
     tried when none does (its ledger says which stage binds). Probes only ask whether a
     configuration fits (`fits_memory`); the full ledger is built for the answer alone."""
-    rungs = [{}] if pinned else _ladder(spec, constraints)
+    rungs = [{}] if pinned else _ladder(spec, constraints, caps)
     if not pinned:
-        frugal = _with_policy(candidate, zero, _frugal(spec, constraints, None), constraints)
+        frugal = _with_policy(candidate, zero, _frugal(spec, constraints, None, caps),
+                              constraints)
         if not fits_memory(spec, training, frugal, cluster):
             return frugal
     # Rungs save memory in order, so the first fitting rung is found by bisection.
@@ -207,18 +278,21 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     if pinned:
         assert tried is not None
         return tried
+    most = _with_policy(candidate, zero, _frugal(spec, constraints, None, caps), constraints)
+    if not caps.full_layers:
+        return _Fit(parallel=most, ledger=_fits(spec, training, cluster, most), plain=False)
     # Full recomputation of the first k layers of every stage: the smallest k that fits
     # (k = all layers fits, as checked above).
-    most = _with_policy(candidate, zero, _frugal(spec, constraints, None), constraints)
     low, high = 0, max(len(layout) for layout in _stage_layer_counts(spec, most))
     while low < high:
         mid = (low + high) // 2
-        trial = _with_policy(candidate, zero, _frugal(spec, constraints, mid), constraints)
+        trial = _with_policy(candidate, zero, _frugal(spec, constraints, mid, caps),
+                             constraints)
         if fits_memory(spec, training, trial, cluster):
             high = mid
         else:
             low = mid + 1
-    chosen = _with_policy(candidate, zero, _frugal(spec, constraints, low), constraints)
+    chosen = _with_policy(candidate, zero, _frugal(spec, constraints, low, caps), constraints)
     return _Fit(parallel=chosen, ledger=_fits(spec, training, cluster, chosen), plain=False)
 
 
@@ -302,5 +376,16 @@ def _score(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     return ScoredPlan(candidate=candidate, parallel=parallel, estimate=estimate, ledger=ledger)
 
 
-__all__ = ["Dominated", "Rejection", "ScoredPlan", "allowed_zero_stages", "evaluate_candidate",
-           "layer_split_options", "plain_makespan_bound", "refine_policies"]
+__all__ = [
+    "ALL_POLICIES",
+    "Dominated",
+    "PolicyCaps",
+    "Rejection",
+    "ScoredPlan",
+    "allowed_zero_stages",
+    "evaluate_candidate",
+    "layer_split_options",
+    "least_memory_candidate",
+    "plain_makespan_bound",
+    "refine_policies",
+]

@@ -9,7 +9,8 @@ when nothing fits; the chosen plan is then refined by the per-stage CP-SAT model
     throughput      min_c v(c)                           (W = the cluster)
     cost_per_token  min_c W(c) v(c) / tokens_per_step     (W <= the cluster)
     min_gpus        min_c W(c), then min v(c)  s.t. tokens/s >= target (if given)
-    min_memory      min_c peak_bytes(c), then min v(c)
+    min_memory      min_c peak_bytes(c), then step time, where each candidate's plan is its
+                    least-memory plan (highest allowed ZeRO stage, most saving policy)
 Bounds. LB_t(c) <= v(c) from `solver/bounds.py` (every rank's work, the closed-form bubble
 at the lightest stage, the fastest policy); LB_m(c) from the same module prunes candidates
 that cannot fit under the most frugal choices allowed. Before a candidate is evaluated it is
@@ -41,11 +42,11 @@ from solver.candidate_eval import (
     Rejection,
     ScoredPlan,
     allowed_zero_stages,
-    evaluate_candidate,
     plain_makespan_bound,
 )
 from solver.policy import max_offload_share
 from solver.space import MeshCandidate, candidate_meshes
+from solver.targets import admits_mesh, evaluate_for_targets, target_constraints
 
 Progress = Callable[[str], None]
 
@@ -175,6 +176,8 @@ class _Queue:
     heap: list[tuple[float, int, int, MeshCandidate]]
     total: int
     pruned_memory: int
+    pruned_target: int = 0
+    """Candidates whose step-time bound already misses the throughput target."""
     best: ScoredPlan | None = None
     best_value: float = math.inf
     ranked: list[ScoredPlan] = field(default_factory=list)
@@ -210,7 +213,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
            constraints: Constraints, objective: Objective, limits: SolverLimits,
            progress: Progress | None = None) -> SearchResult:
     """Find the best plan under the cost model (see the module docstring)."""
-    constraints = hardware_constraints(constraints, cluster, training)
+    # The framework target narrows the space: only what an admitted framework runs.
+    constraints = target_constraints(hardware_constraints(constraints, cluster, training))
     started = time.perf_counter()
     deadline = started + limits.time_limit_s
     zeros = allowed_zero_stages(constraints)
@@ -245,21 +249,29 @@ def _enqueue(problem: _Problem, sizes: list[int]) -> _Queue:
     its table time bound."""
     tables, cluster = problem.tables, problem.cluster
     heap: list[tuple[float, int, int, MeshCandidate]] = []
-    total = pruned_memory = 0
+    total = pruned_memory = pruned_target = 0
     for world in sizes:
         for c in candidate_meshes(problem.spec, problem.training, world_size=world,
                                   gpus_per_node=cluster.gpus_per_node,
                                   constraints=problem.constraints):
+            if not admits_mesh(problem.spec, problem.training, c, problem.constraints):
+                continue  # no framework of the target runs this mesh
             total += 1
-            if tables.memory_bound_bytes(c, max_zero=max(problem.zeros, default=0),
-                                         max_offload=problem.max_offload) \
-                    > cluster.capacity_bytes:
+            memory = tables.memory_bound_bytes(c, max_zero=max(problem.zeros, default=0),
+                                               max_offload=problem.max_offload)
+            if memory > cluster.capacity_bytes:
                 pruned_memory += 1
                 continue
-            heap.append((_bound(tables, c, problem.objective, problem.tokens), total,
-                         _TABLE_BOUND, c))
+            if _below_target(tables, c, problem.constraints, problem.tokens):
+                pruned_target += 1
+                continue
+            bound = _bound(tables, c, problem.objective, problem.tokens)
+            if problem.objective == Objective.MIN_MEMORY:
+                bound += memory  # value = peak bytes + step time; both bounded below
+            heap.append((bound, total, _TABLE_BOUND, c))
     heapq.heapify(heap)
-    return _Queue(heap=heap, total=total, pruned_memory=pruned_memory)
+    return _Queue(heap=heap, total=total, pruned_memory=pruned_memory,
+                  pruned_target=pruned_target)
 
 
 def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: int,
@@ -295,9 +307,10 @@ def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,
     cutoff_s = _step_cutoff_s(queue.best_value, c, problem.objective, problem.tokens)
     if 3 in problem.zeros and cutoff_s < math.inf and order not in queue.zero3_bound:
         queue.zero3_bound[order] = _zero3_bound_s(problem.tables, c)
-    result = evaluate_candidate(problem.spec, problem.training, problem.cluster, c,
-                                problem.constraints, step_cutoff_s=cutoff_s,
-                                zero3_bound_s=queue.zero3_bound.get(order, 0.0))
+    result = evaluate_for_targets(problem.spec, problem.training, problem.cluster, c,
+                                  problem.constraints, step_cutoff_s=cutoff_s,
+                                  zero3_bound_s=queue.zero3_bound.get(order, 0.0),
+                                  least_memory=problem.objective == Objective.MIN_MEMORY)
     queue.evaluated += 1
     if isinstance(result, Dominated):
         return
@@ -327,9 +340,9 @@ def _result(problem: _Problem, queue: _Queue, sizes: list[int], wall_s: float) -
     gap = None
     if best is not None and bound is not None:
         gap = max(0.0, (best_value - bound) / best_value) if best_value else 0.0
-    pruned_bound = 0
+    pruned_bound = queue.pruned_target
     if best is not None:
-        pruned_bound = len(queue.heap) - (1 if status == PlanStatus.FEASIBLE else 0)
+        pruned_bound += len(queue.heap) - (1 if status == PlanStatus.FEASIBLE else 0)
     stats = SearchStats(candidates=queue.total, pruned_memory=queue.pruned_memory,
                         pruned_bound=pruned_bound, evaluated=queue.evaluated,
                         wall_time_s=wall_s, best_bound=bound, gap=gap,
@@ -347,6 +360,14 @@ def _rescale(time_s: float, c: MeshCandidate, objective: Objective, tokens: int)
     if objective == Objective.MIN_GPUS:
         return c.world_size * 1e6 + time_s
     return time_s
+
+
+def _below_target(tables: BoundTables, c: MeshCandidate, constraints: Constraints,
+                  tokens: int) -> bool:
+    """True when even the candidate's step-time lower bound misses the throughput target
+    (tokens/s <= tokens per step / LB_t), so no plan of it can reach the target."""
+    target = constraints.target_tokens_per_s
+    return target is not None and tokens / tables.time_bound_s(c) < target
 
 
 def _meets_target(plan: ScoredPlan, constraints: Constraints) -> bool:

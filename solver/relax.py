@@ -1,23 +1,35 @@
 """Relaxations of an infeasible planning request: the smallest changes that make a plan
-exist (more GPUs, ZeRO-3, FP8 storage, offload, a shorter sequence, no pins).
+exist, each found by search and, where the search completed, proven minimal under the model.
 
-Owns: re-running the search on each relaxed request with a short time limit and describing
-the first plan found. Must not: change the request it was given.
+Owns: three relaxations and their proofs. Nodes: a fewest-GPU search (objective min_gpus)
+on a cluster large enough to hold the model states fully sharded; when it completes, no
+smaller whole-node count has a plan. Sequence length: bisection over multiples of
+`SEQUENCE_STEP` below the request's; the shortest change is the longest sequence that has a
+plan, given that a shorter sequence never needs more memory under the model. Pins: the
+request without its pins and forbidden values. Must not: change the request it was given.
 """
 
 import math
 import time
 from dataclasses import dataclass
 
-from api_schemas.requests import Constraints, PlanRequest, SolverLimits
+from api_schemas.plan import Relaxation
+from api_schemas.requests import Constraints, Objective, PlanRequest, SolverLimits
 from models.params import count_parameters
 from models.precision import state_bytes_per_param
 from models.resolve import resolve_cluster, resolve_model
 from solver.explain import describe_parallel
-from solver.planner import search
+from solver.planner import SearchResult, search
 
 RELAXATION_TIME_LIMIT_S = 2.0
-"""Search time allowed for each relaxation tried."""
+"""Search time allowed for each relaxation search (each bisection probe included)."""
+NODE_SEARCH_TIME_LIMIT_S = 6.0
+"""Search time allowed for the fewest-node search (it spans every whole-node count)."""
+NODE_SEARCH_MIN_S = 1.0
+"""Least time worth starting the fewest-node search with: enumerating the candidates of every
+node count is not interruptible, so with less left it is reported as not tried."""
+SEQUENCE_STEP = 256
+"""Granularity of the sequence-length bisection."""
 
 
 def nodes_for_states(request: PlanRequest) -> int:
@@ -32,28 +44,6 @@ def nodes_for_states(request: PlanRequest) -> int:
     return 1 << (nodes - 1).bit_length()
 
 
-def _variants(request: PlanRequest) -> list[tuple[str, PlanRequest]]:
-    c, cluster, training = request.constraints, request.cluster, request.training
-    out = []
-    for nodes in sorted({cluster.num_nodes * 2, 2 * nodes_for_states(request),
-                         4 * nodes_for_states(request)}):
-        if nodes > cluster.num_nodes:
-            out.append((f"{nodes} nodes instead of {cluster.num_nodes}",
-                        request.model_copy(update={"cluster": cluster.model_copy(
-                            update={"num_nodes": nodes})})))
-    open_constraints = Constraints(allow_fp8_activations=True, allow_offload=True,
-                                   max_gpus=c.max_gpus, target_tokens_per_s=c.target_tokens_per_s,
-                                   gpu_hour_price=c.gpu_hour_price)
-    if c != open_constraints:
-        out.append(("drop the pins and forbidden values (ZeRO-3, FP8 storage and offload "
-                    "allowed)", request.model_copy(update={"constraints": open_constraints})))
-    if training.sequence_length >= 256:
-        out.append((f"sequence length {training.sequence_length // 2}",
-                    request.model_copy(update={"training": training.model_copy(
-                        update={"sequence_length": training.sequence_length // 2})})))
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class Relaxations:
     """What the relaxation search found."""
@@ -62,36 +52,178 @@ class Relaxations:
     """Each relaxation that yields a plan, with that plan's layout and step time."""
     not_tried: list[str]
     """Relaxations skipped because the request's time limit had passed."""
+    details: list[Relaxation]
+    """The same relaxations, structured."""
+
+
+class _Clock:
+    """Per-search budgets that never run past the request's deadline."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+
+    def budget(self, most_s: float = RELAXATION_TIME_LIMIT_S) -> float:
+        if self.deadline is None:
+            return most_s
+        return min(most_s, self.deadline - time.perf_counter())
+
+
+def _search(request: PlanRequest, budget_s: float, *,
+            objective: Objective | None = None) -> SearchResult:
+    spec = resolve_model(request.model).spec
+    limits = SolverLimits(time_limit_s=budget_s, top_k=0, num_workers=request.solver.num_workers)
+    return search(spec, request.training, resolve_cluster(request.cluster),
+                  constraints=request.constraints, objective=objective or request.objective,
+                  limits=limits)
+
+
+def _complete(result: SearchResult) -> bool:
+    return result.stats.unexamined == 0 and result.status.value != "feasible"
+
+
+def _fewest_nodes(request: PlanRequest, clock: _Clock) -> Relaxation | None | str:
+    """The fewest whole nodes with a plan (a string when not tried in time)."""
+    nodes = request.cluster.num_nodes
+    ceiling = max(2 * nodes, 2 * nodes_for_states(request))
+    budget = clock.budget(NODE_SEARCH_TIME_LIMIT_S)
+    if budget < NODE_SEARCH_MIN_S:
+        return "more nodes"
+    wide = request.model_copy(update={"cluster": request.cluster.model_copy(
+        update={"num_nodes": ceiling})})
+    result = _search(wide, budget, objective=Objective.MIN_GPUS)
+    if result.best is None and result.stats.unexamined:
+        # The fewest-GPU search ran out of time: any plan on the ceiling, unproven.
+        fallback = clock.budget()
+        if fallback <= 0:
+            return "more nodes (the search ran out of time)"
+        result = _search(wide, fallback, objective=Objective.MIN_MEMORY)
+        if result.best is None:
+            return "more nodes (the search ran out of time)" if result.stats.unexamined \
+                else None
+        return _nodes_relaxation(request, result, ceiling, proven=False)
+    if result.best is None:
+        return None
+    return _nodes_relaxation(request, result, ceiling,
+                             proven=result.status.value == "optimal"
+                             and result.objective == Objective.MIN_GPUS)
+
+
+def _nodes_relaxation(request: PlanRequest, result: SearchResult, ceiling: int, *,
+                      proven: bool) -> Relaxation:
+    assert result.best is not None
+    nodes = request.cluster.num_nodes
+    per_node = resolve_cluster(request.cluster).gpus_per_node
+    world = result.best.estimate.world_size
+    fewest = max(1, math.ceil(world / per_node))
+    proof = (f"fewest-GPU search over every whole-node count up to {ceiling} nodes completed: "
+             f"no plan on fewer than {world} GPUs" if proven else
+             "the fewest-GPU search hit its time limit; a smaller count may exist")
+    text = (f"{fewest} nodes instead of {nodes}: {describe_parallel(result.best.parallel)} at "
+            f"{result.best.estimate.step_time_s:.2f} s per step")
+    return Relaxation(change="num_nodes", from_value=nodes, to_value=fewest,
+                      parallel=result.best.parallel,
+                      step_time_s=result.best.estimate.step_time_s, minimal=proven,
+                      proof=proof, text=text)
+
+
+def _longest_sequence(request: PlanRequest, clock: _Clock) -> Relaxation | None | str:
+    """The longest sequence below the request's with a plan, by bisection."""
+    current = request.training.sequence_length
+    low, high = 1, (current - 1) // SEQUENCE_STEP  # multiples of SEQUENCE_STEP
+    if high < low:
+        return None
+
+    def probe(k: int) -> SearchResult | None:
+        budget = clock.budget()
+        if budget <= 0:
+            return None
+        shorter = request.model_copy(update={"training": request.training.model_copy(
+            update={"sequence_length": k * SEQUENCE_STEP})})
+        return _search(shorter, budget)
+
+    found: tuple[int, SearchResult] | None = None
+    complete = True
+    first = probe(low)
+    if first is None:
+        return "shorter sequence"
+    if first.best is None:
+        return None
+    found = (low, first)
+    while low < high:
+        mid = (low + high + 1) // 2
+        result = probe(mid)
+        if result is None:
+            complete = False
+            break
+        if result.best is not None:
+            found, low = (mid, result), mid
+        else:
+            complete = complete and _complete(result)
+            high = mid - 1
+    length = found[0] * SEQUENCE_STEP
+    best = found[1].best
+    assert best is not None
+    proof = (f"bisection over multiples of {SEQUENCE_STEP}: {length} has a plan and "
+             f"{length + SEQUENCE_STEP} has none (a shorter sequence never needs more memory "
+             "under the model)" if complete and length + SEQUENCE_STEP < current else
+             "bisection stopped at the time limit; a longer sequence may work"
+             if not complete else "the next longer step is the request's own length")
+    text = (f"sequence length {length}: {describe_parallel(best.parallel)} at "
+            f"{best.estimate.step_time_s:.2f} s per step")
+    return Relaxation(change="sequence_length", from_value=current, to_value=length,
+                      parallel=best.parallel, step_time_s=best.estimate.step_time_s,
+                      minimal=complete, proof=proof, text=text)
+
+
+def _without_pins(request: PlanRequest, clock: _Clock) -> Relaxation | None | str:
+    c = request.constraints
+    open_constraints = Constraints(allow_fp8_activations=True, allow_offload=True,
+                                   max_gpus=c.max_gpus, target_tokens_per_s=c.target_tokens_per_s,
+                                   gpu_hour_price=c.gpu_hour_price, framework=c.framework,
+                                   framework_version=c.framework_version)
+    if c == open_constraints:
+        return None
+    budget = clock.budget()
+    if budget <= 0:
+        return "drop the pins"
+    result = _search(request.model_copy(update={"constraints": open_constraints}), budget)
+    if result.best is None:
+        return None
+    pins = {k: v for k, v in c.model_dump(exclude_defaults=True).items()
+            if k not in ("max_gpus", "target_tokens_per_s", "gpu_hour_price", "framework",
+                         "framework_version")}
+    text = ("drop the pins and forbidden values (ZeRO-3, FP8 storage and offload allowed): "
+            f"{describe_parallel(result.best.parallel)} at "
+            f"{result.best.estimate.step_time_s:.2f} s per step")
+    return Relaxation(change="constraints", from_value=pins, to_value={},
+                      parallel=result.best.parallel,
+                      step_time_s=result.best.estimate.step_time_s, minimal=False,
+                      proof="one change tried: every pin removed at once", text=text)
 
 
 def relaxations(request: PlanRequest, *, deadline: float | None = None) -> Relaxations:
-    """Each relaxation that yields a plan, with the plan's layout and speed (for more nodes,
-    only the smallest count that works). Each search gets at most `RELAXATION_TIME_LIMIT_S`
-    and none starts after `deadline` (a `time.perf_counter()` value)."""
-    out: list[str] = []
+    """The smallest node count, the longest shorter sequence and the request without pins
+    that give a plan, each with that plan (see the module docstring). Each search gets at
+    most `RELAXATION_TIME_LIMIT_S` and none starts after `deadline` (a
+    `time.perf_counter()` value)."""
+    clock = _Clock(deadline)
+    found: list[Relaxation] = []
     not_tried: list[str] = []
-    more_nodes_found = False
-    for label, relaxed in _variants(request):
-        if more_nodes_found and "nodes instead of" in label:
-            continue
-        budget_s = RELAXATION_TIME_LIMIT_S
-        if deadline is not None:
-            budget_s = min(budget_s, deadline - time.perf_counter())
-        if budget_s <= 0:
-            not_tried.append(label)
-            continue
-        limits = SolverLimits(time_limit_s=budget_s, top_k=0,
-                              num_workers=request.solver.num_workers)
-        spec = resolve_model(relaxed.model).spec
-        result = search(spec, relaxed.training, resolve_cluster(relaxed.cluster),
-                        constraints=relaxed.constraints, objective=relaxed.objective,
-                        limits=limits)
-        if result.best is not None:
-            est = result.best.estimate
-            out.append(f"{label}: {describe_parallel(result.best.parallel)} at "
-                       f"{est.step_time_s:.2f} s per step")
-            more_nodes_found = more_nodes_found or "nodes instead of" in label
-    return Relaxations(found=out, not_tried=not_tried)
+    for finder in (_fewest_nodes, _without_pins, _longest_sequence):
+        outcome = finder(request, clock)
+        if isinstance(outcome, str):
+            not_tried.append(outcome)
+        elif outcome is not None:
+            found.append(outcome)
+    return Relaxations(found=[r.text for r in found], not_tried=not_tried, details=found)
 
 
-__all__ = ["RELAXATION_TIME_LIMIT_S", "Relaxations", "relaxations"]
+__all__ = [
+    "NODE_SEARCH_MIN_S",
+    "NODE_SEARCH_TIME_LIMIT_S",
+    "RELAXATION_TIME_LIMIT_S",
+    "SEQUENCE_STEP",
+    "Relaxations",
+    "nodes_for_states",
+    "relaxations",
+]

@@ -324,6 +324,41 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         stages=tuple(stages))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineInputs:
+    """The simulation behind a configuration's pipeline makespan, as the simulator's input."""
+
+    schedule: PipelineSchedule
+    num_stages: int
+    num_micro_batches: int
+    num_chunks: int
+    durations: OpDurations
+    """Per virtual stage in layer order (exposed collectives and recompute folded in)."""
+    p2p_latency_s: float
+
+
+def pipeline_inputs(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                    cluster: ClusterSpec) -> PipelineInputs:
+    """The schedule, shape, per-virtual-stage F / B / W and P2P latency that
+    `estimate_step` simulates for this configuration (simulating them in full gives the
+    timeline whose makespan is `StepEstimate.pipeline_makespan_s`).
+
+    Raises:
+        InvalidSpecError: the batch does not divide or the layers do not fill the stages.
+    """
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    fabric = fabric_of(cluster)
+    groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
+    return PipelineInputs(
+        schedule=parallel.schedule, num_stages=parallel.pp, num_micro_batches=m,
+        num_chunks=schedule_chunks(parallel),
+        durations=virtual_stage_durations(parallel, [(st.stage, st.chunk_times)
+                                                     for st in stages]),
+        p2p_latency_s=p2p_latency_s(spec, training, parallel, groups, fabric, m))
+
+
 def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                             cluster: ClusterSpec) -> float:
     """A lower bound of the pipeline makespan, exact for uniform stages without latency.
@@ -394,9 +429,11 @@ def _flops(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
 __all__ = [
     "FLOP_CONVENTION",
     "OPTIMIZER_BYTES_PER_PARAM_FACTOR",
+    "PipelineInputs",
     "StepEstimate",
     "estimate_step",
     "p2p_latency_s",
+    "pipeline_inputs",
     "pipeline_makespan_bound",
     "rank_work_s",
 ]

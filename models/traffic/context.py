@@ -5,7 +5,6 @@ activation element size, tokens per rank) and the per-head dimensions of attenti
 the CP rules send (GQA and MLA). Must not: produce traffic items.
 """
 
-import logging
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -21,8 +20,6 @@ from api_schemas import (
 from models.collectives import Fabric
 from models.mesh import AxisPlacement, DeviceMesh, GroupKind
 from models.traffic.weights import StageWeights, model_copies
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

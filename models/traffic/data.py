@@ -7,7 +7,6 @@ parameter all-gathers in forward and backward plus its per-layer gradient reduce
 the bucketing and the part that overlaps backward. Must not: count memory.
 """
 
-import logging
 import math
 
 from models.collectives import Collective
@@ -15,8 +14,6 @@ from models.mesh import AxisPlacement, GroupKind
 from models.traffic.context import StepContext, group_placement
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
 from models.traffic.layer import zero3_unit_calls
-
-logger = logging.getLogger(__name__)
 
 MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
 """Megatron-core's default gradient bucket floor, in parameters.

@@ -6,7 +6,6 @@ optimisation, and the tied-embedding gradient all-reduce between the first and l
 Must not: simulate the schedule (the pipeline simulator owns the timeline and the bubble).
 """
 
-import logging
 
 from api_schemas import PipelineSchedule
 from models.collectives import Collective
@@ -14,8 +13,6 @@ from models.mesh import AxisPlacement, GroupKind
 from models.traffic.context import StepContext, group_placement
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
 from models.traffic.weights import word_embedding_ranks
-
-logger = logging.getLogger(__name__)
 
 _V_SHAPED = (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV)
 _OVERLAPPING = (PipelineSchedule.INTERLEAVED_1F1B, PipelineSchedule.ZB_H1,

@@ -46,7 +46,7 @@ def export_all(spec: ModelSpec, training: TrainingSpec,
         parallel: the plan's parallel configuration.
 
     Returns:
-        {"megatron": {"args": [...], "notes": [...]},
+        {"megatron": {"args": [...], "env": {...}, "notes": [...]},
          "torchtitan": {"toml": "...", "notes": [...]},
          "deepspeed": {"config": {...}, "notes": [...]}}; a plain dictionary because it is
         the wire shape.
@@ -59,7 +59,8 @@ def export_all(spec: ModelSpec, training: TrainingSpec,
     torchtitan = torchtitan_export(spec, training, parallel)
     deepspeed = deepspeed_export(spec, training, parallel)
     return {
-        "megatron": {"args": list(megatron.args), "notes": list(megatron.notes)},
+        "megatron": {"args": list(megatron.args), "env": dict(megatron.env),
+                     "notes": list(megatron.notes)},
         "torchtitan": {"toml": torchtitan.toml, "notes": list(torchtitan.notes)},
         "deepspeed": {"config": deepspeed.config, "notes": list(deepspeed.notes)},
     }

@@ -120,6 +120,27 @@ class MegatronExport:
 
     args: tuple[str, ...]
     notes: tuple[str, ...]
+    env: dict[str, str]
+    """Environment variables the launch needs (`megatron_env`)."""
+
+
+DEFAULT_DEVICE_MAX_CONNECTIONS = "8"
+"""CUDA's default number of hardware work queues, what Megatron FSDP runs with."""
+
+
+def megatron_env(parallel: ParallelConfig) -> dict[str, str]:
+    """The launch environment of a plan: `CUDA_DEVICE_MAX_CONNECTIONS=1` where tensor or
+    context parallelism runs without Megatron FSDP (core_v0.14.0
+    `megatron/training/arguments.py` `validate_args` asserts it, so TP/CP communication
+    kernels are queued before the compute they overlap), and more than one with
+    `--use-megatron-fsdp` (the Megatron-FSDP user guide,
+    `docs/discussions/megatron-fsdp-user-guide`, asks to leave it unset, i.e. CUDA's
+    default of 8, so FSDP communication and compute run in parallel)."""
+    if parallel.zero_stage >= 2:  # exported as --use-megatron-fsdp (`_sharding_args`)
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": DEFAULT_DEVICE_MAX_CONNECTIONS}
+    if parallel.tp > 1 or parallel.cp > 1:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
 
 
 def megatron_export(spec: ModelSpec, training: TrainingSpec,
@@ -143,7 +164,7 @@ def megatron_export(spec: ModelSpec, training: TrainingSpec,
     unknown = [token for token in args if token.startswith("--") and token not in MEGATRON_FLAGS]
     assert not unknown, f"flags outside the vocabulary: {unknown}"
     logger.debug("megatron export: %d tokens, %d notes", len(args), len(notes))
-    return MegatronExport(args=tuple(args), notes=tuple(notes))
+    return MegatronExport(args=tuple(args), notes=tuple(notes), env=megatron_env(parallel))
 
 
 def megatron_args(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig) -> list[str]:
@@ -410,6 +431,7 @@ __all__ = [
     "MEGATRON_VERSION",
     "MegatronExport",
     "megatron_args",
+    "megatron_env",
     "megatron_export",
     "megatron_notes",
 ]

@@ -335,8 +335,11 @@ def _float8_sections(spec: ModelSpec, training: TrainingSpec, parallel: Parallel
     notes.append(f"compute_dtype='fp8' is exported as torchao float8 '{recipe}' scaling; the "
                  "DeepSeek-V3 block-wise recipe is not among torchtitan's float8 recipes")
     filters = ["output"] + (["router.gate"] if spec.moe is not None else [])
+    # torchtitan v0.2.2 rejects enable_fsdp_float8_all_gather together with recipe_name
+    # (FP8 all-gather is a tensorwise-only feature, and tensorwise is the default recipe).
+    recipe_entry = [] if fp8_gather else [Entry(key="recipe_name", value=recipe)]
     sections = {"quantize.linear.float8": [
-        Entry(key="recipe_name", value=recipe),
+        *recipe_entry,
         Entry(key="enable_fsdp_float8_all_gather", value=fp8_gather,
               comment="FP8 weights only: all-gather in FP8" if fp8_gather else ""),
         Entry(key="precompute_float8_dynamic_scale_for_fsdp", value=fp8_gather),

@@ -82,10 +82,17 @@ def test_evaluate_reports_oom_and_the_smallest_fixes() -> None:
     assert all(alt.fits for alt in response.alternatives)
 
 
-def test_evaluate_rejects_a_mesh_that_does_not_cover_the_cluster() -> None:
-    body = dict(EVALUATE_REQUEST_EXAMPLE, parallel={"tp": 8, "pp": 16, "dp": 64})
+def test_evaluate_rejects_a_mesh_larger_than_the_cluster() -> None:
+    body = dict(EVALUATE_REQUEST_EXAMPLE, parallel={"tp": 8, "pp": 16, "dp": 256})
     with pytest.raises(InvalidSpecError, match="tp x cp x dp x pp"):
         evaluate(EvaluateRequest.model_validate(body))
+
+
+def test_evaluate_scores_a_mesh_on_part_of_the_cluster() -> None:
+    body = dict(EVALUATE_REQUEST_EXAMPLE, parallel={"tp": 8, "pp": 16, "dp": 64})
+    response = evaluate(EvaluateRequest.model_validate(body))
+    assert response.world_size == 8192
+    assert any("uses 8192 of the cluster's 16384 GPUs" in n for n in response.explanation.notes)
 
 
 def test_evaluate_rejects_tp_not_dividing_heads_with_an_alternative() -> None:

@@ -1,5 +1,6 @@
 """Parity: the planner's optimum equals brute-force enumeration of the same space under the
-same cost model, on small problems (up to 64 GPUs, dense and MoE)."""
+same cost model, on small problems (up to 64 GPUs, dense and MoE, every objective; pins keep
+the brute force short)."""
 
 import math
 
@@ -15,9 +16,10 @@ from api_schemas import (
     TrainingSpec,
 )
 from models.catalog import cluster_preset, model_preset
-from solver.candidate_eval import Rejection, evaluate_candidate
-from solver.planner import objective_value, search
+from solver.candidate_eval import Rejection
+from solver.planner import hardware_constraints, objective_value, search
 from solver.space import candidate_meshes
+from solver.targets import admits_mesh, evaluate_for_targets, target_constraints
 
 TINY_DENSE = ModelSpec(name="tiny-dense", num_layers=8, hidden_size=1024, num_attention_heads=16,
                        num_kv_heads=4, ffn_hidden_size=4096, vocab_size=32000)
@@ -32,11 +34,13 @@ PROBLEMS = [
     (TINY_DENSE, "a100-sxm4-40gb", 2, 8, 64, 4096, Objective.THROUGHPUT, {}),
     (TINY_DENSE, "h100-sxm5-80gb", 4, 8, 128, 4096, Objective.THROUGHPUT, {"tp": [1, 2]}),
     (TINY_DENSE, "h100-sxm5-80gb", 8, 8, 256, 2048, Objective.THROUGHPUT, {"pp": [1, 2, 4]}),
-    (TINY_DENSE, "h100-sxm5-80gb", 2, 8, 64, 2048, Objective.MIN_MEMORY, {}),
+    (TINY_DENSE, "h100-sxm5-80gb", 2, 8, 64, 2048, Objective.MIN_MEMORY,
+     {"micro_batch_size": [1, 2]}),
     (TINY_DENSE, "h100-sxm5-80gb", 2, 8, 64, 2048, Objective.COST_PER_TOKEN,
-     {"gpu_hour_price": 2.0}),
+     {"gpu_hour_price": 2.0, "micro_batch_size": [1, 2]}),
     (TINY_DENSE, "h100-sxm5-80gb", 2, 8, 64, 2048, Objective.MIN_GPUS, {}),
-    (TINY_MOE, "h100-sxm5-80gb", 1, 8, 64, 2048, Objective.THROUGHPUT, {}),
+    (TINY_MOE, "h100-sxm5-80gb", 1, 8, 64, 2048, Objective.THROUGHPUT,
+     {"micro_batch_size": [1, 2, 4]}),
     (TINY_MOE, "h800-sxm5-80gb", 2, 8, 64, 4096, Objective.THROUGHPUT, {"tp": 1}),
     (TINY_MOE, "h100-sxm5-80gb", 4, 8, 128, 2048, Objective.THROUGHPUT, {"pp": [1, 2]}),
     (TINY_MOE, "h100-sxm5-80gb", 8, 8, 256, 2048, Objective.THROUGHPUT,
@@ -45,27 +49,39 @@ PROBLEMS = [
     ("gpt2-medium", "a100-sxm4-80gb", 4, 8, 128, 1024, Objective.THROUGHPUT,
      {"schedule": ["1f1b", "zb_h1", "interleaved_1f1b"]}),
     ("llama-3.1-8b", "h100-sxm5-80gb", 1, 8, 32, 4096, Objective.THROUGHPUT, {}),
-    ("llama-3.1-8b", "a100-sxm4-40gb", 2, 8, 64, 4096, Objective.THROUGHPUT, {"tp": [2, 4]}),
+    ("llama-3.1-8b", "a100-sxm4-40gb", 2, 8, 32, 4096, Objective.THROUGHPUT, {"tp": [2, 4]}),
     ("llama-3.1-8b", "h100-sxm5-80gb", 4, 8, 64, 8192, Objective.THROUGHPUT,
      {"tp": [1, 2], "zero_stage": [1]}),
-    ("olmoe-1b-7b-0924", "h100-sxm5-80gb", 1, 8, 64, 4096, Objective.THROUGHPUT, {}),
+    ("olmoe-1b-7b-0924", "h100-sxm5-80gb", 1, 8, 64, 4096, Objective.THROUGHPUT,
+     {"micro_batch_size": [1, 2]}),
     ("olmoe-1b-7b-0924", "h100-sxm5-80gb", 2, 8, 128, 4096, Objective.THROUGHPUT,
      {"tp": 1, "ep": [8, 16]}),
     ("qwen1.5-moe-a2.7b", "a100-sxm4-80gb", 2, 8, 64, 4096, Objective.THROUGHPUT,
      {"tp": [1, 2], "pp": [1, 2]}),
     ("mixtral-8x7b", "h100-sxm5-80gb", 4, 8, 64, 4096, Objective.THROUGHPUT,
-     {"tp": [2, 4], "pp": [2, 4], "ep": [2, 4, 8]}),
+     {"tp": [2, 4], "pp": [2, 4], "ep": [4, 8]}),
     ("gpt2", "a100-sxm4-40gb", 1, 4, 32, 1024, Objective.THROUGHPUT, {}),
+    # Framework targets: the search space is what the target runs.
+    ("llama-3.1-8b", "h100-sxm5-80gb", 2, 8, 64, 8192, Objective.THROUGHPUT,
+     {"framework": "any", "tp": [1, 2], "pp": [1, 2]}),
+    ("llama-3.1-8b", "h100-sxm5-80gb", 2, 8, 64, 8192, Objective.THROUGHPUT,
+     {"framework": "deepspeed", "tp": [1, 2], "pp": [1, 2]}),
+    ("mixtral-8x7b", "h100-sxm5-80gb", 4, 8, 64, 4096, Objective.THROUGHPUT,
+     {"framework": "torchtitan", "tp": [2, 4], "pp": [2, 4], "ep": [2, 4, 8]}),
 ]
 
 
 def _brute_force(spec: ModelSpec, training: TrainingSpec, cluster, constraints: Constraints,
                  objective: Objective, world_sizes: tuple[int, ...]) -> float:
     best = math.inf
+    constraints = target_constraints(hardware_constraints(constraints, cluster, training))
     for world in world_sizes:
         for c in candidate_meshes(spec, training, world_size=world,
                                   gpus_per_node=cluster.gpus_per_node, constraints=constraints):
-            result = evaluate_candidate(spec, training, cluster, c, constraints)
+            if not admits_mesh(spec, training, c, constraints):
+                continue
+            result = evaluate_for_targets(spec, training, cluster, c, constraints,
+                                          least_memory=objective == Objective.MIN_MEMORY)
             if isinstance(result, Rejection):
                 continue
             best = min(best, objective_value(result, objective))

@@ -1,0 +1,105 @@
+"""The stated search space: each range the planner limits, what it searched for this request
+and whether that was every legal value, so that "optimal" means optimal over a space the
+response names.
+
+Owns: `search_limits`, a description of the limits `solver/space.py`, `solver/planner.py`,
+`solver/candidate_eval.py` and `solver/targets.py` apply. Must not: enumerate candidates or
+change the limits (it reads the same constants).
+"""
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import ClusterSpec
+from api_schemas.plan import SearchLimit
+from api_schemas.requests import Constraints, Objective
+from api_schemas.training import TrainingSpec
+from solver.space import MAX_MICRO_BATCH_SIZE, MAX_VPP, MIN_SEQUENCE_FOR_CP, divisors
+
+
+def _micro_batch(training: TrainingSpec, constraints: Constraints) -> SearchLimit:
+    larger = [d for d in divisors(training.global_batch_size) if d > MAX_MICRO_BATCH_SIZE]
+    pinned = constraints.micro_batch_size is not None
+    searched = ("the pinned values" if pinned else
+                f"divisors of global_batch / dp up to {MAX_MICRO_BATCH_SIZE}")
+    if larger and not pinned:
+        searched += (f"; not searched: {', '.join(map(str, larger[:6]))}"
+                     f"{' ...' if len(larger) > 6 else ''} (pin constraints.micro_batch_size "
+                     "to search them)")
+    return SearchLimit(name="micro_batch_size", searched=searched,
+                       complete=pinned or not larger)
+
+
+def _vpp(spec: ModelSpec, constraints: Constraints) -> SearchLimit:
+    pinned = constraints.vpp is not None
+    most = spec.num_layers // 2  # layers per rank at pp = 2, the most chunks possible
+    searched = ("the pinned values" if pinned else
+                f"interleaved 1F1B: 2..{MAX_VPP} chunks per rank (each chunk at least one "
+                "layer); ZB-V and DualPipeV: 2")
+    if not pinned and most > MAX_VPP:
+        searched += f"; not searched: {MAX_VPP + 1}..{most} chunks (pin constraints.vpp)"
+    return SearchLimit(name="vpp", searched=searched, complete=pinned or most <= MAX_VPP)
+
+
+def _tp(spec: ModelSpec, cluster: ClusterSpec, constraints: Constraints) -> SearchLimit:
+    pinned = constraints.tp is not None
+    heads = spec.num_attention_heads
+    beyond = [d for d in divisors(heads) if cluster.gpus_per_node < d <= cluster.world_size]
+    searched = ("the pinned values" if pinned else
+                f"divisors of the {heads} heads compatible with the KV heads, within a node "
+                f"(<= {cluster.gpus_per_node})")
+    if beyond and not pinned:
+        searched += f"; not searched: node-crossing {beyond[:4]} (pin constraints.tp)"
+    return SearchLimit(name="tp", searched=searched, complete=pinned or not beyond)
+
+
+def _cp(training: TrainingSpec, constraints: Constraints) -> SearchLimit:
+    pinned = constraints.cp is not None
+    short = training.sequence_length < MIN_SEQUENCE_FOR_CP
+    searched = ("the pinned values" if pinned else
+                "divisors of the sequence up to 64 with at least 128 tokens per rank"
+                + (f"; cp = 1 only, as the sequence is shorter than {MIN_SEQUENCE_FOR_CP} "
+                   "(pin constraints.cp to search more)" if short else ""))
+    return SearchLimit(name="cp", searched=searched, complete=pinned)
+
+
+def search_limits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                  constraints: Constraints, objective: Objective) -> list[SearchLimit]:
+    """Every limited range of the search for this request, with whether it was complete."""
+    out = [_micro_batch(training, constraints),
+           SearchLimit(name="num_micro_batches", searched="global_batch / (micro_batch_size x "
+                       "dp): implied by the micro-batch size, nothing left out", complete=True),
+           _vpp(spec, constraints), _tp(spec, cluster, constraints), _cp(training, constraints)]
+    if spec.moe is not None:
+        out.append(SearchLimit(name="etp", searched="1 (pin constraints.etp to search 1 and "
+                               "tp)" if constraints.etp is None else "1 and tp",
+                               complete=constraints.etp is not None))
+    out.append(SearchLimit(
+        name="sequence_parallel", searched="on whenever tp > 1 (it dominates plain TP under "
+        "the model) unless pinned", complete=constraints.sequence_parallel is not None))
+    out.append(SearchLimit(
+        name="activation_policy", searched="per ZeRO stage, the first fitting rung of the "
+        "ladder none < selective < +FP8 storage < +offload < full recompute of the first k "
+        "layers < full (what the target expresses); per-stage policies refined on the chosen "
+        "mesh only", complete=False))
+    out.append(SearchLimit(
+        name="layers_per_stage", searched="even split during the search; lighter first and "
+        "last ranks tried on the chosen mesh only", complete=False))
+    if objective in (Objective.MIN_GPUS, Objective.COST_PER_TOKEN):
+        out.append(SearchLimit(name="world_size", searched=f"whole nodes of "
+                               f"{cluster.gpus_per_node} GPUs up to the cluster, plus 1, 2 and "
+                               "4 GPUs", complete=False))
+    target = constraints.framework or "any released framework"
+    out.append(SearchLimit(name="framework", searched=f"what {target} runs "
+                           "(constraints.framework)", complete=True))
+    return out
+
+
+def space_note(limits: list[SearchLimit]) -> str:
+    """One sentence saying over which space the answer is optimal."""
+    partial = [limit.name for limit in limits if not limit.complete]
+    if not partial:
+        return "Optimal over the complete space."
+    return ("Optimal over the stated space (solver.space); ranges limited: "
+            + ", ".join(partial) + ".")
+
+
+__all__ = ["search_limits", "space_note"]

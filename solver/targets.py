@@ -1,0 +1,328 @@
+"""Framework targets in the search: the request's `constraints.framework` turned into what
+the planner may explore.
+
+Owns: the frameworks a request admits (`target_frameworks`), the request-wide narrowing
+(schedules, FP8 activation storage and offload no admitted framework runs), the
+per-candidate variants (one per admitting framework, with its ZeRO stages and activation
+policies: `candidate_variants`), the candidate's best plan over those variants
+(`evaluate_for_targets`), and the check that a finished plan runs on the target
+(`target_blockers`). The capability tables themselves are `models/frameworks.py`'s. Must
+not: enumerate or order candidates, or size anything.
+"""
+
+import math
+import time
+from dataclasses import dataclass
+from functools import cache
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import ParallelConfig, PipelineSchedule
+from api_schemas.requests import Constraints
+from api_schemas.training import TrainingSpec
+from models.errors import InvalidSpecError
+from models.frameworks import (
+    RELEASED,
+    Framework,
+    blockers,
+    frameworks,
+    mesh_features,
+    plan_features,
+)
+from models.memory import memory_ledger
+from models.step_time import estimate_step
+from solver.candidate_eval import (
+    Dominated,
+    PolicyCaps,
+    Rejection,
+    ScoredPlan,
+    evaluate_candidate,
+    layer_split_options,
+    least_memory_candidate,
+)
+from solver.space import MeshCandidate, permitted
+
+ANY = "any"
+"""The target that admits every feature the cost model knows."""
+
+
+def target_frameworks(constraints: Constraints) -> tuple[Framework, ...] | None:
+    """The frameworks a plan may run on (None: no restriction, target 'any')."""
+    if constraints.framework == ANY:
+        return None
+    tables = frameworks()
+    if constraints.framework is None:
+        return tuple(tables[f] for f in RELEASED)
+    return (tables[constraints.framework],)
+
+
+def target_constraints(constraints: Constraints) -> Constraints:
+    """The request narrowed to what at least one admitted framework can run: schedules,
+    FP8 activation storage and activation offload nobody runs are removed."""
+    targets = target_frameworks(constraints)
+    if targets is None:
+        return constraints
+    runnable = set().union(*(fw.features for fw in targets))
+    forbid = dict(constraints.forbid)
+    schedules = [s.value for s in PipelineSchedule
+                 if f"schedule:{s.value}" not in runnable and s != PipelineSchedule.ONE_F_ONE_B]
+    if schedules:
+        forbid["schedule"] = sorted({*map(str, forbid.get("schedule", [])), *schedules})
+    return constraints.model_copy(update={
+        "forbid": forbid,
+        "allow_fp8_activations": constraints.allow_fp8_activations
+        if "fp8_activation_storage" in runnable else False,
+        "allow_offload": constraints.allow_offload and "activation_offload" in runnable})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Variant:
+    """One admitting framework's view of a candidate: its narrowed constraints and the
+    activation policies it can express (None: no restriction)."""
+
+    framework: str
+    constraints: Constraints
+    caps: PolicyCaps | None
+
+
+def _mesh_features(spec: ModelSpec, training: TrainingSpec,
+                   candidate: MeshCandidate) -> frozenset[str]:
+    c = candidate
+    return _cached_mesh_features(spec, training, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp, c.vpp,
+                                 c.schedule, c.sequence_parallel, c.cp_kind)
+
+
+_MESH: dict[tuple[object, ...], frozenset[str]] = {}
+"""Mesh features by (spec id, training id, mesh fields), with spec and training kept alive
+beside them; candidates differing only in micro-batch share an entry."""
+
+
+def _cached_mesh_features(spec: ModelSpec, training: TrainingSpec, *mesh: object
+                          ) -> frozenset[str]:
+    key = (id(spec), id(training), *mesh)
+    cached = _MESH.get(key)
+    if cached is not None:
+        return cached
+    tp, pp, dp, cp, ep, etp, vpp, schedule, sp, cp_kind = mesh
+    features = frozenset(mesh_features(
+        spec, training, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,  # type: ignore[arg-type]
+        schedule=schedule, sequence_parallel=sp, cp_kind=cp_kind))  # type: ignore[arg-type]
+    if len(_MESH) > 65536:
+        _MESH.clear()
+        _KEEP.clear()
+    _KEEP[id(spec)], _KEEP[id(training)] = spec, training
+    _MESH[key] = features
+    return features
+
+
+_KEEP: dict[int, object] = {}
+"""The spec and training objects whose ids key `_MESH` (kept alive so ids stay unique)."""
+
+
+@cache
+def _view(framework_id: str, mesh: frozenset[str], max_version: str | None,
+          zeros: tuple[int, ...], fp8: bool, offload: bool
+          ) -> tuple[tuple[int, ...], bool, bool, PolicyCaps] | None:
+    """What one framework allows on one mesh: ZeRO stages, FP8 storage, offload and the
+    activation policies (None when it does not run the mesh)."""
+    fw = frameworks()[framework_id]
+
+    def ok(*extra: str) -> bool:
+        return not blockers(fw, mesh | set(extra), max_version=max_version)
+
+    if not ok():
+        return None
+    allowed = tuple(z for z in zeros if ok(f"zero:{z}"))
+    if not allowed:
+        return None
+
+    def can(*extra: str) -> bool:
+        return ok(*extra, "recompute:any")
+
+    caps = PolicyCaps(
+        selective=can("recompute:selective"),
+        broad_modules=can("recompute:selective", "recompute:selective_modules"),
+        full=can("recompute:full"), full_layers=can("recompute:full_layers"),
+        full_layers_selective=can("recompute:full_layers", "recompute:full_layers+selective"),
+        per_stage=can("recompute:per_stage"))
+    return (allowed, fp8 and ok("fp8_activation_storage"),
+            offload and ok("activation_offload"), caps)
+
+
+_NARROWED: dict[tuple[object, ...], tuple[Constraints, Constraints]] = {}
+"""Narrowed constraints by (request constraints id, framework view), with the request's
+constraints kept alive beside them so an id is never reused while cached."""
+
+
+def _narrowed(constraints: Constraints, allowed: tuple[int, ...], fp8: bool,
+              offload: bool) -> Constraints:
+    key = (id(constraints), allowed, fp8, offload)
+    cached = _NARROWED.get(key)
+    if cached is not None and cached[0] is constraints:
+        return cached[1]
+    forbid = dict(constraints.forbid)
+    forbid["zero_stage"] = [z for z in (0, 1, 2, 3) if z not in allowed]
+    narrowed = constraints.model_copy(update={"forbid": forbid, "allow_fp8_activations": fp8,
+                                              "allow_offload": offload})
+    if len(_NARROWED) > 256:
+        _NARROWED.clear()
+    _NARROWED[key] = (constraints, narrowed)
+    return narrowed
+
+
+_ZEROS: dict[int, tuple[Constraints, tuple[int, ...]]] = {}
+"""ZeRO stages a request permits, by the id of its constraints (kept alive beside them)."""
+
+
+def _permitted_zeros(constraints: Constraints) -> tuple[int, ...]:
+    cached = _ZEROS.get(id(constraints))
+    if cached is not None and cached[0] is constraints:
+        return cached[1]
+    zeros = tuple(z for z in (0, 1, 2, 3) if permitted("zero_stage", z, constraints))
+    if len(_ZEROS) > 256:
+        _ZEROS.clear()
+    _ZEROS[id(constraints)] = (constraints, zeros)
+    return zeros
+
+
+def candidate_variants(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
+                       constraints: Constraints) -> list[Variant]:
+    """One variant per admitted framework that runs the candidate's mesh, schedule and
+    recipe; empty when none does. Target 'any' gives the request itself."""
+    targets = target_frameworks(constraints)
+    if targets is None:
+        return [Variant(framework=ANY, constraints=constraints, caps=None)]
+    mesh = _mesh_features(spec, training, candidate)
+    zeros = _permitted_zeros(constraints)
+    out = []
+    for fw in targets:
+        view = _view(fw.id, mesh, constraints.framework_version, zeros,
+                     bool(constraints.allow_fp8_activations), constraints.allow_offload)
+        if view is None:
+            continue
+        allowed, fp8, offload, caps = view
+        out.append(Variant(framework=fw.id, caps=caps,
+                           constraints=_narrowed(constraints, allowed, fp8, offload)))
+    return out
+
+
+def admits_mesh(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
+                constraints: Constraints) -> bool:
+    """Whether any admitted framework runs the candidate's mesh (the search's filter)."""
+    targets = target_frameworks(constraints)
+    if targets is None:
+        return True
+    mesh = _mesh_features(spec, training, candidate)
+    zeros = _permitted_zeros(constraints)
+    return any(_view(fw.id, mesh, constraints.framework_version, zeros,
+                     bool(constraints.allow_fp8_activations), constraints.allow_offload) is not None
+               for fw in targets)
+
+
+def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                         candidate: MeshCandidate, constraints: Constraints, *,
+                         step_cutoff_s: float = math.inf,
+                         zero3_bound_s: float = 0.0,
+                         least_memory: bool = False) -> ScoredPlan | Rejection | Dominated:
+    """The candidate's best plan over its framework variants (`evaluate_candidate` under
+    each, or `least_memory_candidate` for the min_memory objective); a rejection when no
+    framework runs it or none fits."""
+    variants = candidate_variants(spec, training, candidate, constraints)
+    if not variants:
+        return Rejection(candidate=candidate, reason="no framework of the target runs this "
+                         "mesh and schedule")
+    best: ScoredPlan | None = None
+    other: Rejection | Dominated | None = None
+    cutoff = step_cutoff_s
+    for variant in variants:
+        result: ScoredPlan | Rejection | Dominated
+        if least_memory:
+            result = least_memory_candidate(spec, training, cluster, candidate,
+                                            variant.constraints, caps=variant.caps)
+        else:
+            result = evaluate_candidate(spec, training, cluster, candidate,
+                                        variant.constraints, step_cutoff_s=cutoff,
+                                        zero3_bound_s=zero3_bound_s, caps=variant.caps)
+        if isinstance(result, ScoredPlan):
+            if best is None or _key(result, least_memory) < _key(best, least_memory):
+                best = result
+                cutoff = min(cutoff, result.estimate.step_time_s)
+        elif other is None or isinstance(result, Dominated):
+            other = result  # a fitting variant (Dominated) outranks a rejection
+    if best is not None:
+        return best
+    assert other is not None
+    return other
+
+
+def _key(plan: ScoredPlan, least_memory: bool) -> tuple[float, float]:
+    if least_memory:
+        return (plan.ledger.peak_bytes, plan.estimate.step_time_s)
+    return (plan.estimate.step_time_s, 0.0)
+
+
+def target_blockers(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                    constraints: Constraints) -> list[str]:
+    """Why no admitted framework runs a finished configuration as given (empty when one
+    does, or when the target is 'any')."""
+    targets = target_frameworks(constraints)
+    if targets is None:
+        return []
+    features = plan_features(spec, training, parallel)
+    reasons: list[str] = []
+    for fw in targets:
+        found = blockers(fw, features, max_version=constraints.framework_version)
+        if not found:
+            return []
+        reasons += found
+    return reasons
+
+
+def allows_per_stage_policies(constraints: Constraints) -> bool:
+    """Whether the target may give pipeline ranks different activation policies."""
+    targets = target_frameworks(constraints)
+    return targets is None or any("recompute:per_stage" in fw.features for fw in targets)
+
+
+
+
+def refine_layer_split(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                       plan: ScoredPlan, constraints: Constraints, *,
+                       deadline: float | None = None) -> ScoredPlan:
+    """For targets that apply one activation policy to every rank: the plan's uniform policy
+    with each layer split of `layer_split_options` (lighter first and last ranks) that the
+    target runs, kept only if it fits and the simulated step is faster."""
+    best = plan
+    if plan.parallel.pp == 1:
+        return plan
+    for split in layer_split_options(spec, plan.parallel):
+        if split is None or (deadline is not None and time.perf_counter() >= deadline):
+            continue
+        parallel = plan.parallel.model_copy(update={"layers_per_stage": split})
+        if target_blockers(spec, training, parallel, constraints):
+            continue
+        try:
+            ledger = memory_ledger(spec, training, parallel, cluster)
+            if not ledger.fits:
+                continue
+            estimate = estimate_step(spec, training, parallel, cluster)
+        except InvalidSpecError:
+            continue
+        if estimate.step_time_s < best.estimate.step_time_s:
+            best = ScoredPlan(candidate=plan.candidate, parallel=parallel, estimate=estimate,
+                              ledger=ledger)
+    return best
+
+
+__all__ = [
+    "ANY",
+    "Variant",
+    "admits_mesh",
+    "allows_per_stage_policies",
+    "candidate_variants",
+    "evaluate_for_targets",
+    "refine_layer_split",
+    "target_blockers",
+    "target_constraints",
+    "target_frameworks",
+]

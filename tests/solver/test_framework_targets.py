@@ -1,0 +1,159 @@
+"""Framework targets: the capability tables are complete and cited, the search explores only
+what the target runs, every plan lists the frameworks that run it, and 'any' names where
+each extra feature comes from."""
+
+import functools
+
+import pytest
+
+from api_schemas import (
+    ClusterInput,
+    Constraints,
+    ModelPreset,
+    ParallelConfig,
+    PlanRequest,
+    PlanResponse,
+    PlanStatus,
+    SolverLimits,
+    TrainingSpec,
+)
+from models.catalog import model_preset
+from models.frameworks import (
+    RELEASED,
+    blockers,
+    extension_origins,
+    frameworks,
+    plan_features,
+    runs_on,
+    version_key,
+)
+from solver import plan
+from solver.export.megatron import megatron_env
+
+LIMITS = SolverLimits(time_limit_s=6, top_k=0, num_workers=1)
+
+PROBLEMS: dict[str, PlanRequest] = {
+    "dense-70b": PlanRequest(model=ModelPreset(preset="llama-3.1-70b"),
+                             cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=8),
+                             training=TrainingSpec(global_batch_size=512, sequence_length=8192),
+                             solver=LIMITS),
+    "moe-mixtral": PlanRequest(model=ModelPreset(preset="mixtral-8x7b"),
+                               cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=4),
+                               training=TrainingSpec(global_batch_size=512,
+                                                     sequence_length=4096),
+                               solver=LIMITS),
+    "long-8b": PlanRequest(model=ModelPreset(preset="llama-3.1-8b"),
+                           cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=2),
+                           training=TrainingSpec(global_batch_size=16, sequence_length=65536),
+                           solver=LIMITS),
+}
+TARGETS = [*RELEASED, "any", None]
+
+
+@functools.cache
+def _planned(problem: str, target: str | None) -> PlanResponse:
+    request = PROBLEMS[problem]
+    return plan(request.model_copy(update={"constraints": Constraints(framework=target)}))
+
+
+def test_every_capability_is_cited_with_a_release() -> None:
+    for fw in frameworks().values():
+        assert fw.source and version_key(fw.reference_release)
+        for name, feature in fw.features.items():
+            assert feature.how, name
+            assert version_key(feature.since) <= version_key(fw.reference_release), name
+        for rule in fw.forbidden:
+            assert rule.reason and rule.source
+    assert all(origin for origin in extension_origins().values())
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: str(t))
+@pytest.mark.parametrize("problem", sorted(PROBLEMS))
+def test_a_plan_runs_on_its_target(problem: str, target: str | None) -> None:
+    response = _planned(problem, target)
+    assert response.status in (PlanStatus.OPTIMAL, PlanStatus.FEASIBLE)
+    assert response.parallel is not None
+    assert response.framework_target == (target or "released")
+    fits = {fit.framework for fit in response.runs_on}
+    if target in RELEASED:
+        assert target in fits
+    elif target is None:
+        assert fits, "the default target gives a plan a released framework runs"
+    if target != "any":
+        assert response.extensions == []
+    for fit in response.runs_on:
+        assert version_key(fit.version) == max(map(version_key, fit.features.values()))
+
+
+def test_any_admits_the_seed_systems_and_names_their_origin() -> None:
+    request = PlanRequest(model=ModelPreset(preset="llama-3.1-8b"),
+                          cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=1),
+                          training=TrainingSpec(global_batch_size=64, sequence_length=16384),
+                          solver=SolverLimits(time_limit_s=120, top_k=0, num_workers=1))
+    response = plan(request.model_copy(update={"constraints": Constraints(framework="any")}))
+    released = plan(request)
+    assert response.status == released.status == PlanStatus.OPTIMAL
+    assert response.time is not None and released.time is not None
+    # A larger space can only help under the same cost model.
+    assert response.time.step_time_s <= released.time.step_time_s
+    for extension in response.extensions:
+        assert extension.origin
+        assert not any(extension.feature in fw.features for fw in frameworks().values())
+
+
+def test_megatron_target_never_gets_a_schedule_megatron_cannot_run() -> None:
+    spec = model_preset("llama-3.1-70b")
+    training = TrainingSpec(global_batch_size=512, sequence_length=8192)
+    megatron = frameworks()["megatron-lm"]
+    for schedule in ("zb_h1", "zb_h2", "zbv", "dualpipe", "dualpipev", "gpipe"):
+        vpp = 2 if schedule in ("zbv", "dualpipev") else 1
+        parallel = ParallelConfig(tp=8, pp=4, dp=2, vpp=vpp, schedule=schedule,
+                                  sequence_parallel=True)
+        assert blockers(megatron, plan_features(spec, training, parallel)), schedule
+    response = plan(PROBLEMS["dense-70b"].model_copy(update={"constraints": Constraints(
+        framework="megatron-lm", pp=[2, 4])}))
+    assert response.parallel is not None and response.parallel.pp > 1
+    assert response.parallel.schedule in ("1f1b", "interleaved_1f1b")
+
+
+def test_deepspeed_pipelines_keep_zero_at_most_1_and_torchtitan_has_no_zero_1() -> None:
+    spec = model_preset("llama-3.1-8b")
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    piped = {fit.framework for fit in runs_on(spec, training, ParallelConfig(pp=2, dp=4,
+                                                                           zero_stage=2))}
+    assert "deepspeed" not in piped and "megatron-lm" in piped
+    flat = {fit.framework for fit in runs_on(spec, training, ParallelConfig(dp=8, zero_stage=1))}
+    assert flat == {"megatron-lm", "deepspeed"}
+
+
+def test_a_version_bound_excludes_later_features() -> None:
+    spec = model_preset("mixtral-8x7b")
+    training = TrainingSpec(global_batch_size=512, sequence_length=4096)
+    parallel = ParallelConfig(tp=2, dp=16, ep=8, sequence_parallel=True, recompute="selective",
+                              recompute_modules=("core_attn", "moe_act"))
+    features = plan_features(spec, training, parallel)
+    megatron = frameworks()["megatron-lm"]
+    assert blockers(megatron, features, max_version="core_v0.14.0") == []
+    assert any("needs Megatron-LM core_v0.12.0" in b
+               for b in blockers(megatron, features, max_version="core_v0.11.0"))
+    request = PROBLEMS["moe-mixtral"].model_copy(update={"constraints": Constraints(
+        framework="megatron-lm", framework_version="core_v0.14.0")})
+    response = plan(request)
+    assert "megatron-lm" in {fit.framework for fit in response.runs_on}
+
+
+def test_a_version_needs_a_named_framework() -> None:
+    with pytest.raises(ValueError, match="framework_version needs"):
+        Constraints(framework_version="0.19.8")
+
+
+@pytest.mark.parametrize(("parallel", "value"), [
+    (ParallelConfig(tp=8, dp=2), "1"),
+    (ParallelConfig(cp=2, dp=8), "1"),
+    (ParallelConfig(tp=2, dp=8, zero_stage=3, fsdp=True), "8"),
+    (ParallelConfig(dp=16, zero_stage=2), "8"),
+    (ParallelConfig(dp=16), None),
+])
+def test_megatron_launch_sets_cuda_device_max_connections(parallel: ParallelConfig,
+                                                          value: str | None) -> None:
+    assert megatron_env(parallel).get("CUDA_DEVICE_MAX_CONNECTIONS") == value

@@ -1,0 +1,41 @@
+"""Minimal relaxations: each is structured (what changes, from, to, the plan it gives) and
+the node count is the fewest that gives a plan, proven by a completed fewest-GPU search."""
+
+from api_schemas import (
+    ClusterInput,
+    EvaluateRequest,
+    ModelPreset,
+    PlanRequest,
+    PlanStatus,
+    SolverLimits,
+    TrainingSpec,
+)
+from solver import evaluate, plan
+
+REQUEST = PlanRequest(model=ModelPreset(preset="llama-3.1-405b"),
+                      cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=2),
+                      training=TrainingSpec(global_batch_size=16, sequence_length=4096),
+                      solver=SolverLimits(time_limit_s=60, top_k=0, num_workers=1))
+
+
+def test_405b_on_16_gpus_needs_exactly_12_nodes_and_says_why() -> None:
+    response = plan(REQUEST)
+    assert response.status == PlanStatus.INFEASIBLE
+    nodes = [r for r in response.explanation.relaxation_details if r.change == "num_nodes"]
+    assert len(nodes) == 1
+    relaxation = nodes[0]
+    assert (relaxation.from_value, relaxation.to_value) == (2, 12)
+    assert relaxation.minimal and "no plan on fewer than 96 GPUs" in relaxation.proof
+    assert relaxation.text in response.explanation.relaxations
+    assert relaxation.parallel is not None and relaxation.parallel.world_size == 96
+    # The plan it gives is a plan: evaluate confirms it fits on 12 nodes.
+    relaxed = REQUEST.cluster.model_copy(update={"num_nodes": 12})
+    again = evaluate(EvaluateRequest(model=REQUEST.model, cluster=relaxed,
+                                     training=REQUEST.training, parallel=relaxation.parallel))
+    assert again.memory is not None and again.memory.fits
+    assert again.time is not None and again.time.step_time_s == relaxation.step_time_s
+    # One node fewer has no plan: the same fewest-GPU claim, checked directly.
+    eleven = plan(REQUEST.model_copy(update={"cluster": REQUEST.cluster.model_copy(
+        update={"num_nodes": 11})}))
+    assert eleven.status == PlanStatus.INFEASIBLE and eleven.solver is not None
+    assert eleven.solver.unexamined == 0
