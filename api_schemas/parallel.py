@@ -114,7 +114,10 @@ class ParallelConfig(SpecModel):
         default=1, description="Expert-parallel degree (folded over dp x cp for MoE layers)."
     )
     etp: PositiveInt = Field(default=1, description="Expert tensor-parallel degree.")
-    vpp: PositiveInt = Field(default=1, description="Virtual pipeline chunks per rank.")
+    vpp: PositiveInt = Field(
+        default=1, description="Virtual pipeline chunks per rank; checked against the "
+        "schedule when the configuration is evaluated (its fixed chunk count, or >= 2 where "
+        "it interleaves).")
     micro_batch_size: PositiveInt = Field(default=1, description="Sequences per micro-batch.")
     num_micro_batches: PositiveInt | None = Field(
         default=None,
@@ -192,17 +195,6 @@ class ParallelConfig(SpecModel):
                 raise ValueError(
                     f"{name} has {len(seq)} entries but pp={self.pp}: give one per pipeline rank"
                 )
-        if self.vpp > 1 and self.schedule not in (PipelineSchedule.INTERLEAVED_1F1B,):
-            if self.schedule not in (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV):
-                raise ValueError(
-                    f"vpp={self.vpp} needs schedule='interleaved_1f1b' (or 'zbv'/'dualpipev' "
-                    f"with vpp=2), got schedule='{self.schedule}'"
-                )
-        if self.schedule in (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV) and self.vpp != 2:
-            raise ValueError(
-                f"schedule='{self.schedule}' places exactly two chunks per rank in a V: set "
-                f"vpp=2 (got vpp={self.vpp})"
-            )
         return self
 
     @property

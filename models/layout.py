@@ -1,9 +1,10 @@
 """Which transformer layers, embeddings and heads each pipeline rank holds.
 
-Owns: the split of layers into virtual pipeline stages (chunks), their placement on ranks for
-every schedule (linear, looped for interleaved 1F1B, V-shaped for ZB-V and DualPipeV, two
-mirrored copies for DualPipe), uneven per-rank layer counts, and where the embedding, the
-output head and the multi-token-prediction modules sit. Must not: size anything in bytes.
+Owns: the split of layers into virtual pipeline stages (chunks), their placement on ranks
+as the schedule's record says (linear, looped, V-shaped, or bidirectional with a mirrored
+second copy), uneven per-rank layer counts, and where the embedding, the output head and
+the multi-token-prediction modules sit. Must not: size anything in bytes, or compare
+schedule names (read `models.pipeline.schedule_traits`).
 
 Sources: Megatron-LM 2021 arXiv:2104.04473 Sec. 2.2.2 (chunk c of rank d is stage c p + d);
 Zero Bubble arXiv:2401.10241 Sec. 6 (V placement: stages d and 2p - 1 - d on rank d);
@@ -14,11 +15,10 @@ stage PP - 1 - r of the other; embedding and head on the same rank, shared with 
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
-from api_schemas.parallel import ParallelConfig, PipelineSchedule
+from api_schemas.parallel import ParallelConfig
 from models.errors import InvalidSpecError
-
-S = PipelineSchedule
-_V_SHAPED = (S.ZBV, S.DUALPIPEV)
+from models.pipeline.registry import schedule_traits
+from models.pipeline.traits import ScheduleTraits
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,21 +40,30 @@ class StageLayout:
         return tuple(index for chunk in self.chunks for index in chunk)
 
 
+def layout_traits(parallel: ParallelConfig) -> ScheduleTraits:
+    """The schedule's record, after checking `vpp` against the chunks it places.
+
+    Raises:
+        InvalidSpecError: an unknown schedule, or a `vpp` the schedule cannot place.
+    """
+    traits = schedule_traits(parallel.schedule)
+    fixed = traits.fixed_chunks
+    if fixed is not None and parallel.vpp != fixed:
+        raise InvalidSpecError(
+            f"schedule='{parallel.schedule}' places {fixed} chunk(s) per rank "
+            f"({traits.placement} placement): set vpp={fixed} (got vpp={parallel.vpp})",
+            field="parallel.vpp")
+    return traits
+
+
 def num_virtual_stages(parallel: ParallelConfig) -> int:
-    """Model chunks the layers are split into: p, p x vpp (interleaved) or 2p (V shapes)."""
-    if parallel.schedule in _V_SHAPED:
-        return 2 * parallel.pp
-    if parallel.schedule == S.INTERLEAVED_1F1B:
-        return parallel.pp * parallel.vpp
-    return parallel.pp
+    """Model chunks of one pipe the layers are split into: p x the chunks per rank."""
+    return layout_traits(parallel).num_virtual_stages(parallel.pp, parallel.vpp)
 
 
 def rank_of_virtual_stage(parallel: ParallelConfig, stage: int) -> int:
-    """The pipeline rank that runs virtual stage `stage` (direction 0 for DualPipe)."""
-    p = parallel.pp
-    if parallel.schedule in _V_SHAPED:
-        return stage if stage < p else 2 * p - 1 - stage
-    return stage % p
+    """The pipeline rank that runs virtual stage `stage` (of the first pipe)."""
+    return layout_traits(parallel).rank_of_stage(parallel.pp, stage)
 
 
 def virtual_stage_sizes(spec: ModelSpec, parallel: ParallelConfig) -> list[int]:
@@ -109,7 +118,7 @@ def pipeline_layout(spec: ModelSpec, parallel: ParallelConfig) -> tuple[StageLay
     heads = {rank: 0 for rank in range(p)}
     embeddings[0] += 1
     heads[last_rank] += 1
-    if parallel.schedule == S.DUALPIPE:
+    if layout_traits(parallel).num_pipes == 2:
         # The reverse direction: stage s on rank p - 1 - s, a second copy of the weights.
         for rank in range(p):
             chunks[rank].append(stage_layers[p - 1 - rank])
@@ -125,6 +134,7 @@ def pipeline_layout(spec: ModelSpec, parallel: ParallelConfig) -> tuple[StageLay
 
 __all__ = [
     "StageLayout",
+    "layout_traits",
     "num_virtual_stages",
     "pipeline_layout",
     "rank_of_virtual_stage",

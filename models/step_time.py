@@ -54,16 +54,15 @@ from models.moe import ep_dispatch_split
 from models.params import layer_params
 from models.pipeline import (
     OpDurations,
+    StagePlacement,
     closed_form_makespan,
     compile_program,
     generate_program,
+    schedule_traits,
     simulate_makespan,
     validate_schedule,
 )
 from models.pipeline.simulator import CompiledProgram
-
-S = PipelineSchedule
-_EP_OVERLAPPED = (S.DUALPIPE, S.DUALPIPEV)
 
 OPTIMIZER_BYTES_PER_PARAM_FACTOR = 2.0
 """The optimizer step reads and writes every state it touches once: HBM traffic = 2 x the
@@ -296,8 +295,9 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
             fwd["cp"], bwd["cp"] = cp_fwd, cp_bwd
     if moe_layer and spec.moe is not None and groups["ep"].size > 1:
         per_layer = expert_all_to_all_s(spec, training, parallel, groups["ep"], fabric, tokens)
-        overlapped = parallel.schedule in _EP_OVERLAPPED or (
-            training.overlap_ep_comm and parallel.schedule == S.INTERLEAVED_1F1B)
+        traits = schedule_traits(parallel.schedule)
+        overlapped = traits.overlapped_pairs or (
+            training.overlap_ep_comm and traits.placement == StagePlacement.LOOPED)
         if overlapped:
             fwd["ep"] = max(0.0, per_layer - compute.times.backward_input_s)
             bwd["ep"] = max(0.0, per_layer - compute.times.forward_s)
@@ -433,8 +433,8 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
                     exposed[axis] = exposed.get(axis, 0.0) + t
             if zero3_f or zero3_b:
                 exposed["dp"] = exposed.get("dp", 0.0) + zero3_f + zero3_b
-        if chunk_index == len(layout.chunks) - 1 or parallel.schedule in (S.DUALPIPE, S.ZBV,
-                                                                          S.DUALPIPEV):
+        if chunk_index == len(layout.chunks) - 1 or schedule_traits(
+                parallel.schedule).placement != StagePlacement.LOOPED:
             extra = _head_times(spec, ctx, layout, chunk_index, parallel)
             chunk_op = chunk_op + extra
             compute_total += extra.total_s
@@ -454,8 +454,8 @@ def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk
     """Output head (and MTP modules) on the chunk that ends the model on this rank."""
     if layout.num_heads == 0:
         return OpTimes()
-    ends_here = (parallel.schedule in (S.ZBV, S.DUALPIPEV) and chunk_index == 1) or (
-        parallel.schedule not in (S.ZBV, S.DUALPIPEV) and chunk_index == len(layout.chunks) - 1)
+    v_shaped = schedule_traits(parallel.schedule).placement == StagePlacement.V_SHAPE
+    ends_here = chunk_index == (1 if v_shaped else len(layout.chunks) - 1)
     if not ends_here:
         return OpTimes()
     times = head_compute(spec, ctx)
@@ -509,11 +509,12 @@ def _virtual_stage_durations(parallel: ParallelConfig, stages: list[StageTime]) 
     backward = [0.0] * count
     weight = [0.0] * count
     p = parallel.pp
+    placement = schedule_traits(parallel.schedule).placement
     for st in stages:
         for chunk_index, times in enumerate(st.chunk_times):
-            if parallel.schedule == S.DUALPIPE:
+            if placement == StagePlacement.BIDIRECTIONAL:
                 targets = [st.stage if chunk_index == 0 else p - 1 - st.stage]
-            elif parallel.schedule in (S.ZBV, S.DUALPIPEV):
+            elif placement == StagePlacement.V_SHAPE:
                 targets = [st.stage if chunk_index == 0 else 2 * p - 1 - st.stage]
             else:
                 targets = [chunk_index * p + st.stage]
@@ -599,7 +600,7 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     critical = max(range(len(stages)), key=lambda i: (tail[i], stages[i].compute_s))
     busiest = max(stages, key=lambda st: rank_work_s(parallel, st, m))
     busy = rank_work_s(parallel, busiest, m)
-    crossings = m / (2 if parallel.schedule == S.DUALPIPE else 1)  # micro-batches per chunk
+    crossings = m / schedule_traits(parallel.schedule).num_pipes  # micro-batches per chunk
     exposed = {axis: crossings * t for axis, t in busiest.exposed_comm_s.items() if t > 0}
     if dp[critical] > 0:
         exposed["dp"] = exposed.get("dp", 0.0) + dp[critical]
@@ -621,9 +622,10 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
 
 def rank_work_s(parallel: ParallelConfig, stage: StageTime, m: int) -> float:
     """Busy time of one rank over a step: every micro-batch crosses every chunk of the rank,
-    except under DualPipe, where each micro-batch crosses one of the rank's two stages."""
+    except under bidirectional schedules, where each micro-batch crosses one of the rank's
+    two stages (one per direction)."""
     per_micro_batch = sum(t.total_s for t in stage.chunk_times)
-    return m * per_micro_batch / (2 if parallel.schedule == S.DUALPIPE else 1)
+    return m * per_micro_batch / schedule_traits(parallel.schedule).num_pipes
 
 
 def _stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> tuple:
@@ -661,8 +663,7 @@ def _pipeline(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
         2, groups["pp"].ranks_per_node)), tokens * spec.hidden_size * 2.0 / shard, fabric)
     if parallel.pp == 1 and len(stages[0].chunk_times) == 1:
         return stages, m * stages[0].chunk_times[0].total_s
-    chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
-        parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
+    chunks = schedule_traits(parallel.schedule).num_chunks(parallel.vpp)
     makespan = pipeline_makespan(parallel.schedule, num_stages=parallel.pp,
                                  num_micro_batches=m, num_chunks=chunks,
                                  durations=_virtual_stage_durations(parallel, stages),
@@ -691,10 +692,10 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
         return makespan
     stages = _stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
     durations = _virtual_stage_durations(parallel, stages)
-    chunks = 2 if parallel.schedule in (S.ZBV, S.DUALPIPEV) else (
-        parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1)
+    traits = schedule_traits(parallel.schedule)
+    chunks = traits.num_chunks(parallel.vpp)
     busiest = max(rank_work_s(parallel, st, m) for st in stages)
-    if parallel.schedule not in (S.DUALPIPE, S.DUALPIPEV):
+    if not traits.overlapped_pairs:
         # One micro-batch's forwards through every virtual stage, then its input-gradient
         # backwards back: a path of the dependency graph (DualPipe's paired ops excepted).
         busiest = max(busiest, sum(durations.forward_s) + sum(durations.backward_input_s))
@@ -705,7 +706,7 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
                                   backward_weight_s=min(durations.backward_weight_s))
     if closed is not None:
         return max(busiest, closed)
-    if parallel.schedule != S.ZB_H2:
+    if traits.placement != StagePlacement.LINEAR:
         return busiest  # V and bidirectional placements start work on every rank at once
     # ZB-H2 (linear): the last rank cannot start before one forward has crossed every
     # earlier stage, then it does all its own work.
@@ -719,7 +720,7 @@ def _ideal_bubble(parallel: ParallelConfig, busiest: StageTime, m: int) -> float
     from models.pipeline import closed_form_bubble
 
     times = busiest.chunk_times[0]
-    chunks = len(busiest.chunk_times) if parallel.schedule != S.DUALPIPE else 1
+    chunks = schedule_traits(parallel.schedule).num_chunks(parallel.vpp)
     value = closed_form_bubble(parallel.schedule, num_stages=parallel.pp, num_micro_batches=m,
                                num_chunks=chunks, forward_s=times.forward_s,
                                backward_input_s=times.backward_input_s,

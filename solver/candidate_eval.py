@@ -21,12 +21,13 @@ from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import FullLayers, ParallelConfig, PipelineSchedule, RecomputeMode
+from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.layout import pipeline_layout
 from models.memory import MemoryLedger, fits_memory, memory_ledger
+from models.pipeline import schedule_traits
 from models.step_time import StepEstimate, estimate_step, pipeline_makespan_bound
 from solver import cpsat
 from solver.policy import broad_selective_modules, choose_stage_policies, policy_options
@@ -239,8 +240,7 @@ def layer_split_options(spec: ModelSpec, parallel: ParallelConfig) -> list[tuple
     if parallel.pp < 3 or parallel.layers_per_stage is not None:
         return [None]
     even = [len(layout.layers) for layout in pipeline_layout(spec, parallel)]
-    if parallel.schedule == PipelineSchedule.DUALPIPE:
-        even = [n // 2 for n in even]
+    even = [n // schedule_traits(parallel.schedule).weight_copies for n in even]
     if min(even[0], even[-1]) < 2:
         return [None]
     lighter = list(even)

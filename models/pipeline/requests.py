@@ -16,8 +16,8 @@ from api_schemas.pipeline import (
     PipelineTimelineEntry,
 )
 from models.pipeline.costs import ActivationSizes, OpDurations
-from models.pipeline.generators import generate_program
 from models.pipeline.metrics import SimulationResult, simulate
+from models.pipeline.registry import generate_program
 
 logger = logging.getLogger(__name__)
 
