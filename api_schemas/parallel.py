@@ -27,6 +27,7 @@ class PipelineSchedule(StrEnum):
     ZBV = "zbv"
     DUALPIPE = "dualpipe"
     DUALPIPEV = "dualpipev"
+    CHIMERA = "chimera"
 
 
 class ContextParallelKind(StrEnum):

@@ -14,6 +14,7 @@ import logging
 
 from api_schemas.parallel import PipelineSchedule
 from models.errors import InvalidSpecError
+from models.pipeline.generators.chimera import CHIMERA
 from models.pipeline.generators.classic import GPIPE, INTERLEAVED_1F1B, ONE_F_ONE_B
 from models.pipeline.generators.dualpipe import DUALPIPE, DUALPIPEV
 from models.pipeline.generators.zero_bubble import ZB_H1, ZB_H2, ZBV
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 SCHEDULES: dict[PipelineSchedule, ScheduleTraits] = {
     traits.schedule: traits
     for traits in (GPIPE, ONE_F_ONE_B, INTERLEAVED_1F1B, ZB_H1, ZB_H2, ZBV, DUALPIPE,
-                   DUALPIPEV)
+                   DUALPIPEV, CHIMERA)
 }
 
 _CHUNK_WORDS = {1: "one chunk", 2: "two chunks"}

@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 PARAMS = {  # (p, m, v) every schedule accepts, large enough for its steady state
     S.GPIPE: (4, 8, 1), S.ONE_F_ONE_B: (4, 8, 1), S.INTERLEAVED_1F1B: (4, 8, 2),
     S.ZB_H1: (4, 8, 1), S.ZB_H2: (4, 8, 1), S.ZBV: (4, 8, 2), S.DUALPIPE: (4, 8, 1),
-    S.DUALPIPEV: (4, 8, 2),
+    S.DUALPIPEV: (4, 8, 2), S.CHIMERA: (4, 8, 1),
 }
 
 
