@@ -176,6 +176,19 @@ class ParallelConfig(SpecModel):
         description="Transformer layers per pipeline rank (uneven first/last stages); null = "
         "as even as possible.",
     )
+    layers_per_virtual_stage: tuple[NonNegativeInt, ...] | None = Field(
+        default=None,
+        description="Transformer layers per virtual stage in layer order (pp x chunks entries; "
+        "0 allowed, e.g. an embedding-only first chunk or a loss-only last one, as Megatron-LM "
+        "--pipeline-model-parallel-layout); overrides layers_per_stage. Null = from "
+        "layers_per_stage or as even as possible.",
+    )
+    microbatch_group_size: PositiveInt | None = Field(
+        default=None,
+        description="Interleaved schedules: micro-batches run through every chunk as one group "
+        "(Megatron-LM microbatch_group_size_per_vp_stage, Llama 3's tunable N, arXiv:2407.21783 "
+        "Sec. 3.3.2); null = pp.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -190,6 +203,10 @@ class ParallelConfig(SpecModel):
                     f"cp_kind='usp' needs ulysses_degree dividing cp={self.cp}, got {u}; "
                     "e.g. ulysses_degree=2 with cp=4 gives a 2 x 2 mesh"
                 )
+        if self.layers_per_stage is not None and self.layers_per_virtual_stage is not None:
+            raise ValueError(
+                "give layers_per_stage (per rank) or layers_per_virtual_stage (per chunk), not "
+                "both: drop one")
         for name, seq in (("stage_policies", self.stage_policies),
                           ("layers_per_stage", self.layers_per_stage)):
             if seq is not None and len(seq) != self.pp:

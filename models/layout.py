@@ -53,6 +53,16 @@ def layout_traits(parallel: ParallelConfig) -> ScheduleTraits:
             f"schedule='{parallel.schedule}' places {fixed} chunk(s) per rank "
             f"({traits.placement} placement): set vpp={fixed} (got vpp={parallel.vpp})",
             field="parallel.vpp")
+    group = parallel.microbatch_group_size
+    if group is not None and not traits.takes_group_size:
+        raise InvalidSpecError(
+            f"microbatch_group_size={group} only applies to interleaved schedules, got "
+            f"schedule='{parallel.schedule}': drop it", field="parallel.microbatch_group_size")
+    if group is not None and group < parallel.pp:
+        raise InvalidSpecError(
+            f"microbatch_group_size={group} is below pp={parallel.pp}: a group must fill the "
+            f"pipeline (Megatron-LM get_schedule_table); use at least {parallel.pp}",
+            field="parallel.microbatch_group_size")
     return traits
 
 
@@ -69,13 +79,25 @@ def rank_of_virtual_stage(parallel: ParallelConfig, stage: int) -> int:
 def virtual_stage_sizes(spec: ModelSpec, parallel: ParallelConfig) -> list[int]:
     """Layers per virtual stage.
 
-    With `layers_per_stage` (one count per rank) each rank's count is spread evenly over its
-    chunks. Otherwise the layers are split evenly and the remainder goes to middle stages
+    With `layers_per_virtual_stage` the counts are taken as given (zeros allowed: an
+    embedding-only first chunk, a loss-only last one, as Megatron-LM's
+    `--pipeline-model-parallel-layout`). With `layers_per_stage` (one count per rank) each
+    rank's count is spread evenly over its chunks. Otherwise the layers are split evenly and the remainder goes to middle stages
     first (from the second-to-last backwards), sparing the first stage (most in-flight
     activations under 1F1B) and the last (output head and logits).
     """
     total = spec.num_layers
     count = num_virtual_stages(parallel)
+    explicit = parallel.layers_per_virtual_stage
+    if explicit is not None:
+        if len(explicit) != count or sum(explicit) != total:
+            raise InvalidSpecError(
+                f"layers_per_virtual_stage {list(explicit)} has {len(explicit)} entries summing "
+                f"to {sum(explicit)}; schedule='{parallel.schedule}' with pp={parallel.pp}, "
+                f"vpp={parallel.vpp} has {count} virtual stages and the model {total} layers: "
+                "give one count per virtual stage, adding up",
+                field="parallel.layers_per_virtual_stage")
+        return list(explicit)
     if parallel.layers_per_stage is not None:
         if sum(parallel.layers_per_stage) != total:
             raise InvalidSpecError(

@@ -318,7 +318,7 @@ def _recompute_mode_of(policy_recompute: RecomputeMode | FullLayers,
 def in_flight_counts(parallel: ParallelConfig, num_micro_batches: int) -> InFlightProfile:
     """The schedule's in-flight profile for this configuration: per rank, per local chunk,
     how many micro-batches its generated op order keeps live (memoised per schedule, p, m,
-    chunks; `models.pipeline.in_flight`).
+    chunks and interleaving group; `models.pipeline.in_flight`).
 
     Raises:
         InvalidSpecError: an unknown schedule, or parameters it refuses.
@@ -326,7 +326,8 @@ def in_flight_counts(parallel: ParallelConfig, num_micro_batches: int) -> InFlig
     traits = schedule_traits(parallel.schedule)
     return in_flight_profile(parallel.schedule, num_stages=parallel.pp,
                              num_micro_batches=num_micro_batches,
-                             num_chunks=traits.num_chunks(parallel.vpp))
+                             num_chunks=traits.num_chunks(parallel.vpp),
+                             group_size=parallel.microbatch_group_size)
 
 
 def in_flight_bytes(profile: InFlightProfile, rank: int, chunk_bytes: list[int]) -> int:

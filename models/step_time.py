@@ -121,10 +121,11 @@ def collective_s(collective: Collective, group: AxisGroup, message_bytes: float,
 
 @lru_cache(maxsize=256)
 def compiled_schedule(schedule: PipelineSchedule, num_stages: int, num_micro_batches: int,
-                      num_chunks: int) -> CompiledProgram:
+                      num_chunks: int, group_size: int | None = None) -> CompiledProgram:
     """The schedule's op lists compiled once per shape (reused across durations)."""
     program = generate_program(schedule, num_stages=num_stages,
-                               num_micro_batches=num_micro_batches, num_chunks=num_chunks)
+                               num_micro_batches=num_micro_batches, num_chunks=num_chunks,
+                               group_size=group_size)
     return compile_program(program)
 
 
@@ -133,35 +134,38 @@ EXTRAPOLATION_MIN_ROUNDS = 12
 
 
 def pipeline_makespan(schedule: PipelineSchedule, *, num_stages: int, num_micro_batches: int,
-                      num_chunks: int, durations: OpDurations, p2p_latency_s: float) -> float:
+                      num_chunks: int, durations: OpDurations, p2p_latency_s: float,
+                      group_size: int | None = None) -> float:
     """Simulated makespan, extrapolated exactly for long steady states.
 
     A fixed-order schedule with identical micro-batches settles into a periodic steady
-    state, after which each further micro-batch adds the same time. For m > 12 p the
-    makespan is simulated at three shorter lengths (4p, 6p and 8p, with m's remainder mod p
-    so interleaved groups match); when the three are affine to 1e-9 the line is extended to
-    m, otherwise the full length is simulated. Either way the value is the simulator's.
+    state, after which each further micro-batch adds the same time. For m > 12 p (12 N with
+    an interleaving group N) the makespan is simulated at three shorter lengths (4, 6 and 8
+    periods, with m's remainder so interleaved groups match); when the three are affine to
+    1e-9 the line is extended to m, otherwise the full length is simulated. Either way the value is the simulator's.
     """
     p, m = num_stages, num_micro_batches
-    if m <= EXTRAPOLATION_MIN_ROUNDS * p:
-        compiled = compiled_schedule(schedule, p, m, num_chunks)
+    period = group_size or p  # interleaved groups repeat every N micro-batches
+    if m <= EXTRAPOLATION_MIN_ROUNDS * period:
+        compiled = compiled_schedule(schedule, p, m, num_chunks, group_size)
         return simulate_makespan(compiled, durations, p2p_latency_s=p2p_latency_s)
-    rest = m % p
-    lengths = [k * p + rest for k in (4, 6, 8)]
+    rest = m % period
+    lengths = [k * period + rest for k in (4, 6, 8)]
     try:
         for length in lengths:
             validate_schedule(schedule, num_stages=p, num_micro_batches=length,
-                              num_chunks=num_chunks)
+                              num_chunks=num_chunks, group_size=group_size)
     except InvalidSpecError:
         lengths = []
     if lengths:
-        spans = [simulate_makespan(compiled_schedule(schedule, p, length, num_chunks),
+        spans = [simulate_makespan(compiled_schedule(schedule, p, length, num_chunks,
+                                                     group_size),
                                    durations, p2p_latency_s=p2p_latency_s)
                  for length in lengths]
         first, second = spans[1] - spans[0], spans[2] - spans[1]
         if abs(first - second) <= 1e-9 * max(1.0, spans[2]):
             return spans[2] + (m - lengths[2]) * second / (lengths[2] - lengths[1])
-    compiled = compiled_schedule(schedule, p, m, num_chunks)
+    compiled = compiled_schedule(schedule, p, m, num_chunks, group_size)
     return simulate_makespan(compiled, durations, p2p_latency_s=p2p_latency_s)
 
 
@@ -667,7 +671,8 @@ def _pipeline(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
     makespan = pipeline_makespan(parallel.schedule, num_stages=parallel.pp,
                                  num_micro_batches=m, num_chunks=chunks,
                                  durations=_virtual_stage_durations(parallel, stages),
-                                 p2p_latency_s=p2p)
+                                 p2p_latency_s=p2p,
+                                 group_size=parallel.microbatch_group_size)
     return stages, makespan
 
 
@@ -703,7 +708,8 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
                                   num_micro_batches=m, num_chunks=chunks,
                                   forward_s=min(durations.forward_s),
                                   backward_input_s=min(durations.backward_input_s),
-                                  backward_weight_s=min(durations.backward_weight_s))
+                                  backward_weight_s=min(durations.backward_weight_s),
+                                  group_size=parallel.microbatch_group_size)
     if closed is not None:
         return max(busiest, closed)
     if traits.placement != StagePlacement.LINEAR:
@@ -724,7 +730,8 @@ def _ideal_bubble(parallel: ParallelConfig, busiest: StageTime, m: int) -> float
     value = closed_form_bubble(parallel.schedule, num_stages=parallel.pp, num_micro_batches=m,
                                num_chunks=chunks, forward_s=times.forward_s,
                                backward_input_s=times.backward_input_s,
-                               backward_weight_s=times.backward_weight_s)
+                               backward_weight_s=times.backward_weight_s,
+                               group_size=parallel.microbatch_group_size)
     return value if value is not None else 0.0
 
 

@@ -237,7 +237,8 @@ def layer_split_options(spec: ModelSpec, parallel: ParallelConfig) -> list[tuple
     """The even split (None) and, for three or more ranks, the split with one layer fewer on
     the first and last ranks (they carry the embedding, the head and the most in-flight
     activations; Llama 3 arXiv:2407.21783 Sec. 3.3.2), the two layers going to middle ranks."""
-    if parallel.pp < 3 or parallel.layers_per_stage is not None:
+    if (parallel.pp < 3 or parallel.layers_per_stage is not None
+            or parallel.layers_per_virtual_stage is not None):
         return [None]
     even = [len(layout.layers) for layout in pipeline_layout(spec, parallel)]
     even = [n // schedule_traits(parallel.schedule).weight_copies for n in even]
