@@ -152,13 +152,15 @@ def _undominated(vectors: IntArray) -> tuple[tuple[int, ...], ...]:
     unique = np.unique(vectors, axis=0)
     if unique.shape[1] == 1:
         return ((int(unique.max()),),)
-    keep = []
-    for i in range(unique.shape[0]):
-        row = unique[i]
-        dominated = np.all(unique >= row, axis=1) & np.any(unique > row, axis=1)
-        if not dominated.any():
-            keep.append(tuple(int(x) for x in row))
-    return tuple(keep)
+    # Only a vector with a larger total can dominate another; compare in blocks.
+    unique = unique[np.argsort(-unique.sum(axis=1), kind="stable")]
+    keep = np.ones(unique.shape[0], dtype=bool)
+    for lo in range(0, unique.shape[0], 256):
+        block = unique[lo:lo + 256]
+        ge = np.all(unique[None, :, :] >= block[:, None, :], axis=2)
+        gt = np.any(unique[None, :, :] > block[:, None, :], axis=2)
+        keep[lo:lo + 256] = ~np.any(ge & gt, axis=1)
+    return tuple(tuple(int(x) for x in row) for row in unique[keep])
 
 
 __all__ = ["InFlightProfile", "in_flight_profile", "profile_of"]

@@ -109,16 +109,26 @@ def _merge(lists: list[tuple[list[Row], list[Row]]], *, num_stages: int,
         return max(best[0], free[r]), best[1], best[2]
 
     events: list[tuple[float, int]] = [(0.0, r) for r in range(d_count)]
+    queued = set(events)
+
+    def wake(t: float, rank: int) -> None:
+        if (t, rank) not in queued:
+            queued.add((t, rank))
+            heapq.heappush(events, (t, rank))
+
     total = sum(len(a) + len(b) for a, b in lists)
     done = 0
     while done < total and events:
         now, r = heapq.heappop(events)
+        queued.discard((now, r))
+        if now < free[r]:
+            continue  # stale: the rank was busy then and woke itself at its next free time
         picked = choice(r)
         if picked is None:
             continue  # woken again when a dependency of one of its heads is placed
         start, _, pipe = picked
         if start > now:
-            heapq.heappush(events, (start, r))  # a head placed meanwhile may be ready sooner
+            wake(start, r)  # a head placed meanwhile may be ready sooner
             continue
         row = lists[r][pipe][heads[r][pipe]]
         heads[r][pipe] += 1
@@ -135,7 +145,7 @@ def _merge(lists: list[tuple[list[Row], list[Row]]], *, num_stages: int,
             if 0 <= target < num_stages:
                 woken.add(target if j < half else num_stages - 1 - target)
         for other in woken:
-            heapq.heappush(events, (max(end, free[other]), other))
+            wake(max(end, free[other]), other)
     assert done == total, "the two 1F1B lists of a Chimera rank cannot deadlock"
     return merged
 
@@ -151,6 +161,14 @@ def _chimera_rule(p: int, m: int, _v: int, _n: int | None) -> None:
     require(m >= p, "num_micro_batches", m,
             f"schedule='chimera' needs num_micro_batches >= num_stages = {p} (one basic unit "
             "of D micro-batches)")
+
+
+def _chimera_peak(p: int, m: int, _v: int, d: int, _n: int | None) -> int:
+    """min(D+1, N/2 + 1 + min(d, D-1-d)) micro-batches held until BW on rank d of the flat
+    merge: D/2+1 .. D for N = D (the paper's range [(D/2+1) M_a, D M_a], arXiv:2107.06925
+    Table 2), D+1 on every rank once N >= 2D (the reference Sec. 2.8). Derived from the
+    merged order and pinned against it on every even D <= 16, N <= 64."""
+    return min(p + 1, m // 2 + 1 + min(d, p - 1 - d))
 
 
 def _chimera_bubble(p: int, m: int, f: float, b: float, w: float,
@@ -169,7 +187,8 @@ CHIMERA = ScheduleTraits(
     fixed_chunks=1, weight_copies=2, split_backward=False, overlapped_pairs=False,
     takes_group_size=False,
     generator=lambda p, m, _v, _n: chimera(num_stages=p, num_micro_batches=m),
-    rule=_chimera_rule, peak_form=None, peak_until_b_form=None, bubble_form=_chimera_bubble,
+    rule=_chimera_rule, peak_form=_chimera_peak, peak_until_b_form=None,
+    bubble_form=_chimera_bubble,
     exports=FrameworkNames(
         megatron_native=False,
         megatron_note="schedule 'chimera': Chimera (arXiv:2107.06925) is not in Megatron-LM "

@@ -12,6 +12,8 @@ from models.pipeline import (
     OpDurations,
     closed_form,
     generate_program,
+    in_flight_profile,
+    peak_in_flight_chunks,
     simulate,
     validate_schedule,
 )
@@ -55,6 +57,16 @@ def test_reference_values_of_the_flat_merge() -> None:
     large = simulate(generate_program(S.CHIMERA, num_stages=8, num_micro_batches=16), SLOTS)
     assert large.makespan_s == 38.0
     assert set(large.peak_in_flight_chunks) == {9}
+
+
+def test_peak_closed_form_matches_the_merged_order_on_the_whole_grid() -> None:
+    """min(D+1, N/2 + 1 + min(d, D-1-d)) against the counted order, every even D <= 16, N <= 64."""
+    for d in range(2, 17, 2):
+        for n in range(d, 65, 2):
+            profile = in_flight_profile(S.CHIMERA, num_stages=d, num_micro_batches=n)
+            assert profile.peak_chunks == tuple(
+                peak_in_flight_chunks(S.CHIMERA, num_stages=d, num_micro_batches=n, stage=r)
+                for r in range(d))
 
 
 def test_closed_form_is_none_when_a_forward_is_not_one_backward_slot() -> None:
