@@ -82,9 +82,10 @@ def virtual_stage_sizes(spec: ModelSpec, parallel: ParallelConfig) -> list[int]:
     With `layers_per_virtual_stage` the counts are taken as given (zeros allowed: an
     embedding-only first chunk, a loss-only last one, as Megatron-LM's
     `--pipeline-model-parallel-layout`). With `layers_per_stage` (one count per rank) each
-    rank's count is spread evenly over its chunks. Otherwise the layers are split evenly and the remainder goes to middle stages
-    first (from the second-to-last backwards), sparing the first stage (most in-flight
-    activations under 1F1B) and the last (output head and logits).
+    rank's count is spread evenly over its chunks. Otherwise the layers are split evenly and
+    the remainder goes to middle stages first (from the second-to-last backwards), sparing
+    the first stage (most in-flight activations under 1F1B) and the last (output head and
+    logits).
     """
     total = spec.num_layers
     count = num_virtual_stages(parallel)

@@ -84,7 +84,8 @@ def validate_schedule(
     if fixed is not None:
         require(v == fixed, "num_chunks", v,
                 f"schedule='{schedule}' places exactly "
-                f"{_CHUNK_WORDS.get(fixed, f'{fixed} chunks')} per rank ({traits.placement} placement): set num_chunks={fixed}")
+                f"{_CHUNK_WORDS.get(fixed, f'{fixed} chunks')} per rank "
+                f"({traits.placement} placement): set num_chunks={fixed}")
     traits.rule(p, m, v, group_size)
 
 
