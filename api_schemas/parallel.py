@@ -27,6 +27,7 @@ class PipelineSchedule(StrEnum):
     ZBV = "zbv"
     DUALPIPE = "dualpipe"
     DUALPIPEV = "dualpipev"
+    CHIMERA = "chimera"
 
 
 class ContextParallelKind(StrEnum):
@@ -117,7 +118,10 @@ class ParallelConfig(SpecModel):
         default=1, description="Expert-parallel degree (folded over dp x cp for MoE layers)."
     )
     etp: PositiveInt = Field(default=1, description="Expert tensor-parallel degree.")
-    vpp: PositiveInt = Field(default=1, description="Virtual pipeline chunks per rank.")
+    vpp: PositiveInt = Field(
+        default=1, description="Virtual pipeline chunks per rank; checked against the "
+        "schedule when the configuration is evaluated (its fixed chunk count, or >= 2 where "
+        "it interleaves).")
     micro_batch_size: PositiveInt = Field(default=1, description="Sequences per micro-batch.")
     num_micro_batches: PositiveInt | None = Field(
         default=None,
@@ -187,6 +191,19 @@ class ParallelConfig(SpecModel):
         description="Transformer layers per pipeline rank (uneven first/last stages); null = "
         "as even as possible.",
     )
+    layers_per_virtual_stage: tuple[NonNegativeInt, ...] | None = Field(
+        default=None,
+        description="Transformer layers per virtual stage in layer order (pp x chunks entries; "
+        "0 allowed, e.g. an embedding-only first chunk or a loss-only last one, as Megatron-LM "
+        "--pipeline-model-parallel-layout); overrides layers_per_stage. Null = from "
+        "layers_per_stage or as even as possible.",
+    )
+    microbatch_group_size: PositiveInt | None = Field(
+        default=None,
+        description="Interleaved schedules: micro-batches run through every chunk as one group "
+        "(Megatron-LM microbatch_group_size_per_vp_stage, Llama 3's tunable N, arXiv:2407.21783 "
+        "Sec. 3.3.2); null = pp.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -205,23 +222,16 @@ class ParallelConfig(SpecModel):
                     f"cp_kind='usp' needs ulysses_degree dividing cp={self.cp}, got {u}; "
                     "e.g. ulysses_degree=2 with cp=4 gives a 2 x 2 mesh"
                 )
+        if self.layers_per_stage is not None and self.layers_per_virtual_stage is not None:
+            raise ValueError(
+                "give layers_per_stage (per rank) or layers_per_virtual_stage (per chunk), not "
+                "both: drop one")
         for name, seq in (("stage_policies", self.stage_policies),
                           ("layers_per_stage", self.layers_per_stage)):
             if seq is not None and len(seq) != self.pp:
                 raise ValueError(
                     f"{name} has {len(seq)} entries but pp={self.pp}: give one per pipeline rank"
                 )
-        if self.vpp > 1 and self.schedule not in (PipelineSchedule.INTERLEAVED_1F1B,):
-            if self.schedule not in (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV):
-                raise ValueError(
-                    f"vpp={self.vpp} needs schedule='interleaved_1f1b' (or 'zbv'/'dualpipev' "
-                    f"with vpp=2), got schedule='{self.schedule}'"
-                )
-        if self.schedule in (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV) and self.vpp != 2:
-            raise ValueError(
-                f"schedule='{self.schedule}' places exactly two chunks per rank in a V: set "
-                f"vpp=2 (got vpp={self.vpp})"
-            )
         return self
 
     @property

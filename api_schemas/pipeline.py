@@ -58,16 +58,17 @@ class _PipelineSpec(SpecModel):
     """Fields shared by the simulate and optimize requests."""
 
     schedule: PipelineSchedule = Field(
-        description="'gpipe', '1f1b', 'interleaved_1f1b', 'zb_h1', 'zb_h2', 'zbv', 'dualpipe' "
-        "or 'dualpipev'.", examples=["zb_h1"])
+        description="One of " + ", ".join(f"'{name}'" for name in PipelineSchedule) + ".",
+        examples=["zb_h1"])
     num_stages: PositiveInt = Field(description="Pipeline ranks (the PP degree).",
                                     examples=[8])
     num_micro_batches: PositiveInt = Field(
         description="Micro-batches per iteration (DualPipe: both directions together).",
         examples=[32])
     num_chunks: PositiveInt = Field(
-        default=1, description="Model chunks per rank (>= 2 for interleaved_1f1b, 2 for zbv "
-        "and dualpipev, 1 otherwise).", examples=[1])
+        default=1, description="Model chunks per rank: the schedule's fixed count (2 for the "
+        "V shapes, 1 for linear and bidirectional placements) or >= 2 where it interleaves.",
+        examples=[1])
     durations: PipelineOpDurations = Field(
         default_factory=PipelineOpDurations, description="Per-op durations of one chunk.")
     p2p_latency_s: Seconds = Field(

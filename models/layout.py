@@ -1,9 +1,10 @@
 """Which transformer layers, embeddings and heads each pipeline rank holds.
 
-Owns: the split of layers into virtual pipeline stages (chunks), their placement on ranks for
-every schedule (linear, looped for interleaved 1F1B, V-shaped for ZB-V and DualPipeV, two
-mirrored copies for DualPipe), uneven per-rank layer counts, and where the embedding, the
-output head and the multi-token-prediction modules sit. Must not: size anything in bytes.
+Owns: the split of layers into virtual pipeline stages (chunks), their placement on ranks
+as the schedule's record says (linear, looped, V-shaped, or bidirectional with a mirrored
+second copy), uneven per-rank layer counts, and where the embedding, the output head and
+the multi-token-prediction modules sit. Must not: size anything in bytes, or compare
+schedule names (read `models.pipeline.schedule_traits`).
 
 Sources: Megatron-LM 2021 arXiv:2104.04473 Sec. 2.2.2 (chunk c of rank d is stage c p + d);
 Zero Bubble arXiv:2401.10241 Sec. 6 (V placement: stages d and 2p - 1 - d on rank d);
@@ -14,11 +15,10 @@ stage PP - 1 - r of the other; embedding and head on the same rank, shared with 
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
-from api_schemas.parallel import ParallelConfig, PipelineSchedule
+from api_schemas.parallel import ParallelConfig
 from models.errors import InvalidSpecError
-
-S = PipelineSchedule
-_V_SHAPED = (S.ZBV, S.DUALPIPEV)
+from models.pipeline.registry import schedule_traits
+from models.pipeline.traits import ScheduleTraits
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,33 +40,65 @@ class StageLayout:
         return tuple(index for chunk in self.chunks for index in chunk)
 
 
+def layout_traits(parallel: ParallelConfig) -> ScheduleTraits:
+    """The schedule's record, after checking `vpp` against the chunks it places.
+
+    Raises:
+        InvalidSpecError: an unknown schedule, or a `vpp` the schedule cannot place.
+    """
+    traits = schedule_traits(parallel.schedule)
+    fixed = traits.fixed_chunks
+    if fixed is not None and parallel.vpp != fixed:
+        raise InvalidSpecError(
+            f"schedule='{parallel.schedule}' places {fixed} chunk(s) per rank "
+            f"({traits.placement} placement): set vpp={fixed} (got vpp={parallel.vpp})",
+            field="parallel.vpp")
+    group = parallel.microbatch_group_size
+    if group is not None and not traits.takes_group_size:
+        raise InvalidSpecError(
+            f"microbatch_group_size={group} only applies to interleaved schedules, got "
+            f"schedule='{parallel.schedule}': drop it", field="parallel.microbatch_group_size")
+    if group is not None and group < parallel.pp:
+        raise InvalidSpecError(
+            f"microbatch_group_size={group} is below pp={parallel.pp}: a group must fill the "
+            f"pipeline (Megatron-LM get_schedule_table); use at least {parallel.pp}",
+            field="parallel.microbatch_group_size")
+    return traits
+
+
 def num_virtual_stages(parallel: ParallelConfig) -> int:
-    """Model chunks the layers are split into: p, p x vpp (interleaved) or 2p (V shapes)."""
-    if parallel.schedule in _V_SHAPED:
-        return 2 * parallel.pp
-    if parallel.schedule == S.INTERLEAVED_1F1B:
-        return parallel.pp * parallel.vpp
-    return parallel.pp
+    """Model chunks of one pipe the layers are split into: p x the chunks per rank."""
+    return layout_traits(parallel).num_virtual_stages(parallel.pp, parallel.vpp)
 
 
 def rank_of_virtual_stage(parallel: ParallelConfig, stage: int) -> int:
-    """The pipeline rank that runs virtual stage `stage` (direction 0 for DualPipe)."""
-    p = parallel.pp
-    if parallel.schedule in _V_SHAPED:
-        return stage if stage < p else 2 * p - 1 - stage
-    return stage % p
+    """The pipeline rank that runs virtual stage `stage` (of the first pipe)."""
+    return layout_traits(parallel).rank_of_stage(parallel.pp, stage)
 
 
 def virtual_stage_sizes(spec: ModelSpec, parallel: ParallelConfig) -> list[int]:
     """Layers per virtual stage.
 
-    With `layers_per_stage` (one count per rank) each rank's count is spread evenly over its
-    chunks. Otherwise the layers are split evenly and the remainder goes to middle stages
-    first (from the second-to-last backwards), sparing the first stage (most in-flight
-    activations under 1F1B) and the last (output head and logits).
+    With `layers_per_virtual_stage` the counts are taken as given (zeros allowed: an
+    embedding-only first chunk, a loss-only last one, as Megatron-LM's
+    `--pipeline-model-parallel-layout`). With `layers_per_stage` (one count per rank) each
+    rank's count is spread evenly over its chunks. Otherwise the layers are split evenly and
+    the remainder goes to middle stages first (from the second-to-last backwards), sparing
+    the first stage (most in-flight activations under 1F1B) and the last (output head and
+    logits).
     """
     total = spec.num_layers
     count = num_virtual_stages(parallel)
+    explicit = parallel.layers_per_virtual_stage
+    if explicit is not None:
+        if len(explicit) != count or sum(explicit) != total:
+            raise InvalidSpecError(
+                f"layers_per_virtual_stage {list(explicit)} has {len(explicit)} entries summing "
+                f"to {sum(explicit)}; schedule='{parallel.schedule}' with pp={parallel.pp}, "
+                f"vpp={parallel.vpp} has {count} virtual stages and the model {total} layers: "
+                "give one count per virtual stage, adding up",
+                field="parallel.layers_per_virtual_stage")
+        return list(explicit)
     if parallel.layers_per_stage is not None:
         if sum(parallel.layers_per_stage) != total:
             raise InvalidSpecError(
@@ -109,7 +141,7 @@ def pipeline_layout(spec: ModelSpec, parallel: ParallelConfig) -> tuple[StageLay
     heads = {rank: 0 for rank in range(p)}
     embeddings[0] += 1
     heads[last_rank] += 1
-    if parallel.schedule == S.DUALPIPE:
+    if layout_traits(parallel).num_pipes == 2:
         # The reverse direction: stage s on rank p - 1 - s, a second copy of the weights.
         for rank in range(p):
             chunks[rank].append(stage_layers[p - 1 - rank])
@@ -125,6 +157,7 @@ def pipeline_layout(spec: ModelSpec, parallel: ParallelConfig) -> tuple[StageLay
 
 __all__ = [
     "StageLayout",
+    "layout_traits",
     "num_virtual_stages",
     "pipeline_layout",
     "rank_of_virtual_stage",

@@ -2,9 +2,9 @@
 
 Owns: composing parameters (`params`), model states (`sharded_states`), activations
 (`activations`), the stage layout (`layout`), the schedule's in-flight micro-batches
-(`pipeline.closed_forms`) and the runtime items (`runtime_memory`) into one ledger per
-pipeline rank, component by component; and the verdict against the GPU capacity and the
-host memory. Must not: estimate time or search.
+(`pipeline.in_flight`, counted per chunk from the op order) and the runtime items
+(`runtime_memory`) into one ledger per pipeline rank, component by component; and the
+verdict against the GPU capacity and the host memory. Must not: estimate time or search.
 
 Conventions. Each component is rounded up to whole bytes. The worst rank of each pipeline
 stage is reported (ranks of one stage differ only by rounding). Dense weights are sharded by
@@ -21,7 +21,7 @@ from functools import lru_cache
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import FullLayers, ParallelConfig, PipelineSchedule, RecomputeMode
+from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
 from api_schemas.training import TrainingSpec
 from models.activations import (
     LayerActivationBytes,
@@ -42,7 +42,7 @@ from models.params import (
     mtp_module_params,
     norm_params,
 )
-from models.pipeline.closed_forms import peak_in_flight_chunks
+from models.pipeline import InFlightProfile, in_flight_profile, schedule_traits
 from models.runtime_memory import (
     ALLOCATOR_FRAGMENTATION_FRAC,
     CUDA_CONTEXT_BYTES,
@@ -243,22 +243,30 @@ def _recompute_mode_of(policy_recompute: RecomputeMode | FullLayers,
     return policy_recompute
 
 
-def in_flight_bytes(chunk_bytes: list[int], *, peak_chunks: int,
-                    micro_batches_per_chunk: int) -> int:
-    """Bytes of `peak_chunks` in-flight micro-batch x chunk activations, as large as they can
-    be: each chunk holds at most the micro-batches that cross it, heaviest chunks first.
-    With equal chunks this is chunk bytes x peak; with uneven chunks it never exceeds what
-    the heaviest selection could hold, so it is an upper bound of the true peak."""
-    remaining, total = peak_chunks, 0
-    for size in sorted(chunk_bytes, reverse=True):
-        take = min(max(1, micro_batches_per_chunk), remaining)
-        total += take * size
-        remaining -= take
-        if remaining <= 0:
-            break
-    if remaining > 0 and chunk_bytes:
-        total += remaining * max(chunk_bytes)
-    return total
+def in_flight_counts(parallel: ParallelConfig, num_micro_batches: int) -> InFlightProfile:
+    """The schedule's in-flight profile for this configuration: per rank, per local chunk,
+    how many micro-batches its generated op order keeps live (memoised per schedule, p, m,
+    chunks and interleaving group; `models.pipeline.in_flight`).
+
+    Raises:
+        InvalidSpecError: an unknown schedule, or parameters it refuses.
+    """
+    traits = schedule_traits(parallel.schedule)
+    return in_flight_profile(parallel.schedule, num_stages=parallel.pp,
+                             num_micro_batches=num_micro_batches,
+                             num_chunks=traits.num_chunks(parallel.vpp),
+                             group_size=parallel.microbatch_group_size)
+
+
+def in_flight_bytes(profile: InFlightProfile, rank: int, chunk_bytes: list[int]) -> int:
+    """Peak bytes of the activations rank `rank` keeps until W, when each micro-batch on its
+    local chunk c stores chunk_bytes[c]: the largest dot product of a live vector of the
+    simulated order with the chunk sizes, exact for uneven chunks (an embedding-only first
+    chunk, a loss-only last one).
+
+    Source: the op orders of `models.pipeline` (reference Sec. 1.3 event counting).
+    """
+    return profile.peak_bytes(rank, chunk_bytes)
 
 
 def stage_activation_components(
@@ -267,9 +275,9 @@ def stage_activation_components(
 ) -> tuple[list[MemoryComponent], list[MemoryComponent], int]:
     """Activation components of one rank (GPU and host) and its peak in-flight chunks.
 
-    The stored bytes are the peak number of micro-batch x chunk activations the schedule
-    keeps in flight on this rank (`peak_in_flight_chunks`), filled with the heaviest chunks
-    first (`in_flight_bytes`), so uneven chunks are never under-counted.
+    The stored bytes are the peak over the schedule's op order of the micro-batches each
+    local chunk holds times that chunk's bytes (`in_flight_counts`, `in_flight_bytes`), so
+    uneven chunks are counted exactly, neither under nor over.
     """
     policy = parallel.policy_of(layout.rank)
     ctx = _activation_context(training, parallel, policy.fp8_activations)
@@ -294,15 +302,19 @@ def stage_activation_components(
                 working_set = max(working_set, layer.total_bytes - layer.input_bytes)
             position += 1
         chunk_bytes.append(total)
-    v = len(layout.chunks) if parallel.schedule != PipelineSchedule.DUALPIPE else 1
-    peak = peak_in_flight_chunks(parallel.schedule, num_stages=parallel.pp,
-                                 num_micro_batches=num_micro_batches, num_chunks=v,
-                                 stage=layout.rank)
-    stored = in_flight_bytes(chunk_bytes, peak_chunks=peak,
-                             micro_batches_per_chunk=num_micro_batches // (
-                                 2 if parallel.schedule == PipelineSchedule.DUALPIPE else 1))
-    head_in_flight = num_micro_batches if parallel.schedule == PipelineSchedule.GPIPE else 1
-    extras = layout.num_embeddings * embedding_activation_bytes(spec, ctx) * peak
+    profile = in_flight_counts(parallel, num_micro_batches)
+    rank = layout.rank
+    peak = profile.peak_chunks[rank]
+    stored = in_flight_bytes(profile, rank, chunk_bytes)
+    # The embedding output is held with its chunk's layers (until W), so it joins that
+    # chunk's bytes; the logits (and MTP) live until the last stage's B.
+    embedding = embedding_activation_bytes(spec, ctx) if layout.num_embeddings else 0
+    with_embedding = list(chunk_bytes)
+    for local in profile.first_stage_chunks[rank]:
+        with_embedding[local] += embedding
+    extras = in_flight_bytes(profile, rank, with_embedding) - stored
+    head_in_flight = max((profile.chunk_peaks_until_b[rank][c]
+                          for c in profile.last_stage_chunks[rank]), default=1)
     extras += layout.num_heads * head_activation_bytes(spec, ctx) * head_in_flight
     if layout.num_mtp_modules:
         mtp = layer_activation_bytes(spec, spec.num_layers - 1, ctx).total_bytes
@@ -410,6 +422,7 @@ __all__ = [
     "expert_data_parallel_degree",
     "fits_memory",
     "in_flight_bytes",
+    "in_flight_counts",
     "memory_ledger",
     "micro_batch_count",
     "rank_parameters",

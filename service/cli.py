@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from api_schemas.collectives import CollectiveEstimateRequest
 from api_schemas.moe import MoePlacementRequest, MoePlacementResponse
+from api_schemas.parallel import PipelineSchedule
 from api_schemas.pipeline import (
     PipelineOptimizeRequest,
     PipelineSimulateRequest,
@@ -426,8 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate = commands.add_parser(
         "simulate", help="simulate a pipeline schedule (or optimise it with --memory-limit)")
     simulate.add_argument("file", nargs="?", help="request as a JSON or YAML file")
-    simulate.add_argument("--schedule", help="gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, "
-                          "zbv, dualpipe or dualpipev")
+    simulate.add_argument("--schedule", help=", ".join(PipelineSchedule))
     simulate.add_argument("--stages", type=int, help="pipeline ranks (pp)")
     simulate.add_argument("--micro-batches", type=int, help="micro-batches per iteration")
     simulate.add_argument("--chunks", type=int, help="model chunks per rank")

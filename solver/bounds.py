@@ -22,14 +22,18 @@ from api_schemas.training import TrainingSpec
 from models.activations import LayerActivationContext, layer_activation_bytes
 from models.collectives import fabric_of
 from models.compute import LayerCompute, head_compute, layer_compute
+from models.errors import InvalidSpecError
 from models.memory import RUNTIME_RESERVE_BYTES
 from models.params import count_parameters
-from models.pipeline import peak_in_flight_chunks
+from models.pipeline import (
+    StagePlacement,
+    closed_form_makespan,
+    peak_in_flight_chunks,
+    schedule_traits,
+)
 from models.precision import sharded_state_bytes, state_bytes_per_param
 from models.step_time import axis_groups, compute_context, layer_comm, zero3_exposed_s
 from solver.space import MeshCandidate
-
-S = PipelineSchedule
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,8 +69,9 @@ class BoundTables:
         """Layer and head times of the candidate's core (cached)."""
         key = (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
                c.sequence_parallel,
-               c.schedule in (S.DUALPIPE, S.DUALPIPEV)
-               or (c.schedule == S.INTERLEAVED_1F1B and self.training.overlap_ep_comm))
+               schedule_traits(c.schedule).overlapped_pairs
+               or (schedule_traits(c.schedule).placement == StagePlacement.LOOPED
+                   and self.training.overlap_ep_comm))
         if key not in self._core_cache:
             self._core_cache[key] = self._compute_core(c)
         return self._core_cache[key]
@@ -120,7 +125,7 @@ class BoundTables:
         avg_busy = (layer_f + layer_b + layer_w + core.head_s) / c.pp
         bound = m * avg_busy
         if c.pp > 1:
-            chunks = c.vpp if c.schedule in (S.INTERLEAVED_1F1B, S.ZBV, S.DUALPIPEV) else 1
+            chunks = schedule_traits(c.schedule).num_chunks(c.vpp)
             lightest = (self.spec.num_layers // (c.pp * chunks)) / max(1, self.spec.num_layers)
             f, b, w = layer_f * lightest, layer_b * lightest, layer_w * lightest
             bound = max(bound, _closed_form_bound(c.schedule, c.pp, m, chunks, f, b, w))
@@ -158,10 +163,10 @@ class BoundTables:
             sharded_state_bytes(int(count), per_param, zero_stage=max_zero,
                                 shard_degree=group).total_bytes
             for count, group in ((dense_params, shard), (expert_params, edp))))
-        copies = 2 if c.schedule == S.DUALPIPE else 1
+        copies = schedule_traits(c.schedule).weight_copies
         states = states * copies / c.pp
         layer_input = self._layer_input_bytes(c)
-        chunks = c.vpp if c.schedule in (S.INTERLEAVED_1F1B, S.ZBV, S.DUALPIPEV) else 1
+        chunks = schedule_traits(c.schedule).num_chunks(c.vpp)
         in_flight = _mean_in_flight(c.schedule, c.pp, c.num_micro_batches, chunks)
         layers_per_chunk = spec.num_layers / (c.pp * chunks)
         activations = in_flight * layers_per_chunk * layer_input * (1.0 - max_offload)
@@ -181,14 +186,16 @@ def _mean_in_flight(schedule: PipelineSchedule, pp: int, m: int, chunks: int) ->
 def _closed_form_bound(schedule: PipelineSchedule, p: int, m: int, v: int, f: float, b: float,
                        w: float) -> float:
     """Makespan of the schedule with uniform per-chunk costs (f, b, w) and no latency, where
-    a closed form is exact (arXiv:2104.04473 Sec. 2.2; arXiv:2401.10241 Table 2); otherwise
-    m (f + b + w) v, the busy time alone."""
+    its record has an exact closed form (`models.pipeline.closed_form_makespan`: arXiv:
+    2104.04473 Sec. 2.2; arXiv:2401.10241 Table 2; ...); otherwise, or where the schedule
+    refuses the parameters, m (f + b + w) v, the busy time alone."""
     work = m * v * (f + b + w)
-    if schedule in (S.GPIPE, S.ONE_F_ONE_B, S.INTERLEAVED_1F1B):
-        return work + (p - 1) * (f + b + w)
-    if schedule == S.ZB_H1 and w <= f:
-        return work + (p - 1) * (f + b - w)
-    return work
+    try:
+        exact = closed_form_makespan(schedule, num_stages=p, num_micro_batches=m, num_chunks=v,
+                                     forward_s=f, backward_input_s=b, backward_weight_s=w)
+    except InvalidSpecError:
+        return work
+    return work if exact is None else max(work, exact)
 
 
 __all__ = ["BoundTables", "CoreTimes"]

@@ -22,12 +22,13 @@ from typing import Literal
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import FullLayers, ParallelConfig, PipelineSchedule, RecomputeMode
+from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.layout import pipeline_layout
 from models.memory import MemoryLedger, fits_memory, memory_ledger
+from models.pipeline import schedule_traits
 from models.step_time import StepEstimate, estimate_step, pipeline_makespan_bound
 from solver import cpsat
 from solver.policy import (
@@ -318,11 +319,11 @@ def layer_split_options(spec: ModelSpec, parallel: ParallelConfig) -> list[tuple
     """The even split (None) and, for three or more ranks, the split with one layer fewer on
     the first and last ranks (they carry the embedding, the head and the most in-flight
     activations; Llama 3 arXiv:2407.21783 Sec. 3.3.2), the two layers going to middle ranks."""
-    if parallel.pp < 3 or parallel.layers_per_stage is not None:
+    if (parallel.pp < 3 or parallel.layers_per_stage is not None
+            or parallel.layers_per_virtual_stage is not None):
         return [None]
     even = [len(layout.layers) for layout in pipeline_layout(spec, parallel)]
-    if parallel.schedule == PipelineSchedule.DUALPIPE:
-        even = [n // 2 for n in even]
+    even = [n // schedule_traits(parallel.schedule).weight_copies for n in even]
     if min(even[0], even[-1]) < 2:
         return [None]
     lighter = list(even)

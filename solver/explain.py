@@ -7,13 +7,12 @@ Must not: compute costs beyond comparing the numbers it is given.
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import FullLayers, ParallelConfig, PipelineSchedule, RecomputeMode
+from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
 from api_schemas.units import GIB
 from models.memory import MemoryLedger
+from models.pipeline import schedule_traits
 from models.step_time import StepEstimate, axis_groups
 from solver.candidate_eval import Rejection, ScoredPlan
-
-S = PipelineSchedule
 
 
 def gib(num_bytes: float) -> str:
@@ -109,8 +108,8 @@ def why_rejected(rejection: Rejection) -> str:
     if rejection.stage is None:
         return f"{head}: {rejection.reason}"
     extra = ""
-    if c.schedule in (S.DUALPIPE,):
-        extra = " (DualPipe keeps two copies of every stage's parameters)"
+    if schedule_traits(c.schedule).weight_copies > 1:
+        extra = f" ({c.schedule} keeps two copies of every stage's parameters)"
     return (f"{head}: stage {rejection.stage} stays {gib(rejection.over_bytes)} over the cap "
             f"{rejection.reason.replace('does not fit even', 'even')}{extra}")
 

@@ -21,6 +21,7 @@ from api_schemas.parallel import (
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.memory import memory_ledger
+from models.pipeline import StagePlacement, schedule_traits
 from models.step_time import estimate_step
 from solver.candidate_eval import ScoredPlan
 from solver.explain import gib
@@ -74,7 +75,7 @@ def _neighbours(spec: ModelSpec, p: ParallelConfig) -> Iterator[tuple[str, dict[
             if schedule != p.schedule:
                 yield f"{schedule} schedule", {"schedule": schedule, "vpp": 1,
                                                 "layers_per_stage": None}
-        if p.schedule != PipelineSchedule.INTERLEAVED_1F1B:
+        if schedule_traits(p.schedule).placement != StagePlacement.LOOPED:
             yield "interleaved 1F1B with 2 chunks", {
                 "schedule": PipelineSchedule.INTERLEAVED_1F1B, "vpp": 2, "layers_per_stage": None}
     if p.tp > 1 and not p.sequence_parallel:

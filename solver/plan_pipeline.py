@@ -35,7 +35,8 @@ def plan_simulation_request(request: PlanRequest | EvaluateRequest,
     return PipelineSimulateRequest(
         schedule=inputs.schedule, num_stages=inputs.num_stages,
         num_micro_batches=inputs.num_micro_batches, num_chunks=inputs.num_chunks,
-        durations=durations, p2p_latency_s=inputs.p2p_latency_s, include_timeline=True)
+        durations=durations, p2p_latency_s=inputs.p2p_latency_s,
+        group_size=inputs.group_size, include_timeline=True)
 
 
 __all__ = ["plan_simulation_request"]

@@ -20,7 +20,7 @@ from models.mesh.candidates import Candidate, MeshContext
 from models.mesh.layout import DEFAULT_ORDER
 from models.mesh.rules import CP_RULES, EXPERT_RULES, TP_RULES, admits, errors
 from models.mesh.rules_pipeline import pp_at_most_layers
-from models.pipeline import validate_schedule
+from models.pipeline import schedule_traits, validate_schedule
 
 S = PipelineSchedule
 MAX_MICRO_BATCH_SIZE = 8
@@ -168,14 +168,12 @@ def _schedule_options(spec: ModelSpec, pp: int, m: int, constraints: Constraints
     for schedule in S:
         if not permitted("schedule", schedule, constraints):
             continue
-        if schedule == S.INTERLEAVED_1F1B:
-            # Chunks may differ by one layer (Megatron's uneven first/last-stage options, as
-            # Llama 3's 126 layers on 16 stages); every chunk holds at least one layer.
-            vpps = [v for v in range(2, MAX_VPP + 1) if spec.num_layers >= pp * v]
-        elif schedule in (S.ZBV, S.DUALPIPEV):
-            vpps = [2] if spec.num_layers >= 2 * pp else []
-        else:
-            vpps = [1]
+        # Looped chunks may differ by one layer (Megatron's uneven first/last-stage options,
+        # as Llama 3's 126 layers on 16 stages); every chunk holds at least one layer.
+        traits = schedule_traits(schedule)
+        fixed = traits.fixed_chunks
+        vpps = [v for v in ([fixed] if fixed is not None else range(2, MAX_VPP + 1))
+                if spec.num_layers >= traits.num_virtual_stages(pp, v)]
         for vpp in vpps:
             if not permitted("vpp", vpp, constraints):
                 continue

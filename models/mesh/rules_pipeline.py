@@ -25,10 +25,9 @@ from models.mesh.candidates import (
     rebalanced,
     with_changes,
 )
+from models.pipeline import StagePlacement, schedule_traits
 
 E, W = Severity.ERROR, Severity.WARNING
-_MULTI_CHUNK = (PipelineSchedule.INTERLEAVED_1F1B, PipelineSchedule.ZBV,
-                PipelineSchedule.DUALPIPE, PipelineSchedule.DUALPIPEV)
 
 
 def pp_at_most_layers(ctx: MeshContext, cand: Candidate) -> Finding | None:
@@ -83,7 +82,7 @@ def _even_split(ctx: MeshContext, cand: Candidate) -> Candidate | None:
     split = balanced_layers(layers, p.pp, p.vpp)
     if split is not None:
         return with_changes(cand, layers_per_stage=split)
-    if p.schedule == PipelineSchedule.INTERLEAVED_1F1B and layers % p.pp == 0:
+    if schedule_traits(p.schedule).placement == StagePlacement.LOOPED and layers % p.pp == 0:
         vpp = nearest_divisor(layers // p.pp, p.vpp, lambda d: d > 1)
         return with_changes(cand, vpp=vpp or 1, layers_per_stage=None)
     return with_changes(cand, schedule=PipelineSchedule.ONE_F_ONE_B, vpp=1,
@@ -91,9 +90,9 @@ def _even_split(ctx: MeshContext, cand: Candidate) -> Candidate | None:
 
 
 def schedule_needs_pp(_ctx: MeshContext, cand: Candidate) -> Finding | None:
-    """Interleaved and V-shaped schedules (and DualPipe) need more than one pipeline rank."""
+    """Looped, V-shaped and bidirectional schedules need more than one pipeline rank."""
     p = cand.parallel
-    if p.pp > 1 or p.schedule not in _MULTI_CHUNK:
+    if p.pp > 1 or schedule_traits(p.schedule).placement == StagePlacement.LINEAR:
         return None
     return Finding(
         rule="schedule-needs-pp", severity=E, field="parallel.schedule",
@@ -104,13 +103,14 @@ def schedule_needs_pp(_ctx: MeshContext, cand: Candidate) -> Finding | None:
 
 
 def dualpipe_even_pp(_ctx: MeshContext, cand: Candidate) -> Finding | None:
-    """DualPipe feeds micro-batches from both ends, so PP must be even."""
+    """Bidirectional schedules (DualPipe, Chimera) feed micro-batches from both ends, so PP
+    must be even."""
     p = cand.parallel
-    if p.schedule != PipelineSchedule.DUALPIPE or p.pp % 2 == 0 or p.pp == 1:
+    if schedule_traits(p.schedule).num_pipes != 2 or p.pp % 2 == 0 or p.pp == 1:
         return None
     return Finding(
         rule="dualpipe-even-pp", severity=E, field="parallel.pp",
-        message=f"schedule='dualpipe' needs an even pp, got pp={p.pp} (DeepSeek-V3, arXiv:"
+        message=f"schedule='{p.schedule}' needs an even pp, got pp={p.pp} (DeepSeek-V3, arXiv:"
         "2412.19437 Sec. 3.2.1: DualPipe requires PP and the micro-batch count to be even)",
         values={"pp": p.pp}, fix=_even_pp)
 
@@ -168,14 +168,14 @@ def _fit_batch(ctx: MeshContext, cand: Candidate, *, even: bool) -> Candidate | 
 
 
 def dualpipe_even_micro_batches(ctx: MeshContext, cand: Candidate) -> Finding | None:
-    """DualPipe splits the micro-batches into two equal streams."""
+    """Bidirectional schedules split the micro-batches into two equal streams."""
     p = cand.parallel
     m = num_micro_batches(ctx, p)
-    if p.schedule != PipelineSchedule.DUALPIPE or m is None or m % 2 == 0:
+    if schedule_traits(p.schedule).num_pipes != 2 or m is None or m % 2 == 0:
         return None
     return Finding(
         rule="dualpipe-even-micro-batches", severity=E, field="parallel.micro_batch_size",
-        message=f"schedule='dualpipe' needs an even number of micro-batches, got {m} (DeepSeek-"
+        message=f"schedule='{p.schedule}' needs an even number of micro-batches, got {m} (DeepSeek-"
         "V3, arXiv:2412.19437 Sec. 3.2.1)", values={"num_micro_batches": m},
         fix=lambda c, x: _fit_batch(c, x, even=True))
 
@@ -193,7 +193,7 @@ def micro_batches_vs_pp(ctx: MeshContext, cand: Candidate) -> Finding | None:
             f"bubble (p-1)/m = {(p.pp - 1) / m:.2f} exceeds the work",
             values={"num_micro_batches": m, "pp": p.pp},
             fix=lambda c, x: _shrink_mbs(c, x, lambda k: k >= x.parallel.pp))
-    if p.schedule == PipelineSchedule.INTERLEAVED_1F1B and m % p.pp:
+    if schedule_traits(p.schedule).placement == StagePlacement.LOOPED and m % p.pp:
         return Finding(
             rule="interleaved-micro-batches", severity=W, field="parallel.micro_batch_size",
             message=f"{m} micro-batches is not a multiple of pp={p.pp}: the interleaved "

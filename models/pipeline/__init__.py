@@ -1,6 +1,8 @@
-"""Pipeline schedules: closed forms, generators, a discrete-event simulator and metrics.
+"""Pipeline schedules: one record per schedule, closed forms, generators, a discrete-event
+simulator and metrics.
 
-Owns: everything about the order and timing of F / B / W ops across pipeline ranks.
+Owns: everything about the order and timing of F / B / W ops across pipeline ranks, and the
+registry (`schedule_traits`) that every other layer consults instead of a schedule's name.
 Must not: import the solver or the service, or do I/O.
 
 Typical use::
@@ -22,28 +24,39 @@ from models.pipeline.closed_forms import (
     peak_in_flight_until_b_chunks,
 )
 from models.pipeline.costs import ActivationSizes, OpDurations
-from models.pipeline.generators import generate_program
+from models.pipeline.in_flight import InFlightProfile, in_flight_profile
 from models.pipeline.metrics import SimulationResult, Timeline, TimelineEntry, simulate
 from models.pipeline.ops import OpKind, PipelineProgram, Placement, ProgramBuilder
+from models.pipeline.registry import (
+    SCHEDULES,
+    generate_program,
+    schedule_traits,
+    validate_schedule,
+)
 from models.pipeline.simulator import (
     CompiledProgram,
     ScheduleDeadlockError,
     compile_program,
     simulate_makespan,
 )
-from models.pipeline.validation import validate_schedule
+from models.pipeline.traits import FrameworkNames, ScheduleTraits, StagePlacement
 
 __all__ = [
+    "SCHEDULES",
     "ActivationSizes",
     "ClosedForm",
     "CompiledProgram",
+    "FrameworkNames",
+    "InFlightProfile",
     "OpDurations",
     "OpKind",
     "PipelineProgram",
     "Placement",
     "ProgramBuilder",
     "ScheduleDeadlockError",
+    "ScheduleTraits",
     "SimulationResult",
+    "StagePlacement",
     "Timeline",
     "TimelineEntry",
     "closed_form",
@@ -51,10 +64,12 @@ __all__ = [
     "closed_form_makespan",
     "compile_program",
     "generate_program",
+    "in_flight_profile",
     "peak_in_flight",
     "peak_in_flight_chunks",
     "peak_in_flight_until_b",
     "peak_in_flight_until_b_chunks",
+    "schedule_traits",
     "simulate",
     "simulate_makespan",
     "validate_schedule",

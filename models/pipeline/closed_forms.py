@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from api_schemas.parallel import PipelineSchedule
 from models.errors import InvalidSpecError
-from models.pipeline.validation import interleaved_group_size, validate_schedule
+from models.pipeline.in_flight import in_flight_profile
+from models.pipeline.registry import schedule_traits, validate_schedule
 
 logger = logging.getLogger(__name__)
 
-S = PipelineSchedule
 
 
 def peak_in_flight_chunks(
@@ -36,6 +36,9 @@ def peak_in_flight_chunks(
     group_size: int | None = None,
 ) -> int:
     """Peak micro-batch x chunk activations rank `stage` holds until their W (or fused BW).
+
+    The schedule's closed form where its record has one, else the count of its generated
+    order (`in_flight.in_flight_profile`); tests pin every closed form to that count.
 
     Source: GPipe arXiv:1811.06965 Sec. 2 (all m micro-batches stored); Megatron-LM
     arXiv:2104.04473 Sec. 2.2.1 (1F1B keeps at most p in flight); interleaved warm-up of
@@ -55,22 +58,12 @@ def peak_in_flight_chunks(
     """
     p, m, v, d = num_stages, num_micro_batches, num_chunks, stage
     _check(schedule, p=p, m=m, v=v, stage=d, group_size=group_size)
-    if schedule == S.GPIPE:
-        return m
-    if schedule == S.ONE_F_ONE_B:
-        return min(p - d, m)
-    if schedule == S.INTERLEAVED_1F1B:
-        n = interleaved_group_size(num_stages=p, group_size=group_size)
-        return min(v * m, 2 * (p - 1 - d) + (v - 1) * n + 1)
-    if schedule == S.ZB_H1:
-        return min(p, m)
-    if schedule == S.ZB_H2:
-        return min(2 * p - 1, m)
-    if schedule == S.ZBV:
-        return min(m, 2 * p - d - 1) + min(m, d + 1)
-    if schedule == S.DUALPIPE:
-        return p + 1
-    return 2 * p + 1
+    form = schedule_traits(schedule).peak_form
+    if form is not None:
+        return form(p, m, v, d, group_size)
+    profile = in_flight_profile(schedule, num_stages=p, num_micro_batches=m, num_chunks=v,
+                                group_size=group_size)
+    return profile.peak_chunks[d]
 
 
 def peak_in_flight_until_b_chunks(
@@ -97,15 +90,13 @@ def peak_in_flight_until_b_chunks(
     Raises:
         InvalidSpecError: the schedule refuses these parameters, or `stage` is out of range.
     """
-    p, m, d = num_stages, num_micro_batches, stage
-    if schedule == S.ZB_H1:
-        _check(schedule, p=p, m=m, v=num_chunks, stage=d, group_size=group_size)
-        return min(p - d, m)
-    if schedule == S.ZB_H2:
-        _check(schedule, p=p, m=m, v=num_chunks, stage=d, group_size=group_size)
-        return min(2 * p - 2 * d - 1, m)
+    p, m, v, d = num_stages, num_micro_batches, num_chunks, stage
+    traits = schedule_traits(schedule)
+    if traits.peak_until_b_form is not None:
+        _check(schedule, p=p, m=m, v=v, stage=d, group_size=group_size)
+        return traits.peak_until_b_form(p, m, v, d, group_size)
     return peak_in_flight_chunks(schedule, num_stages=p, num_micro_batches=m,
-                                 num_chunks=num_chunks, stage=d, group_size=group_size)
+                                 num_chunks=v, stage=d, group_size=group_size)
 
 
 def peak_in_flight(
@@ -216,26 +207,9 @@ def closed_form(
 
 def _bubble(schedule: PipelineSchedule, *, p: int, m: int, f: float, b: float, w: float,
             pair: float) -> tuple[float, float] | None:
-    """(global idle, span bubble) per rank, or None outside the exact case."""
-    if schedule in (S.GPIPE, S.ONE_F_ONE_B, S.INTERLEAVED_1F1B):
-        idle = (p - 1) * (f + b + w)
-        return idle, idle
-    if schedule == S.ZB_H1:
-        return (p - 1) * max(f, b, f + b - w), (p - 1) * max(b, f + b - w)
-    if schedule == S.ZB_H2:
-        if m < 2 * p - 1:
-            return None
-        lag = b - f
-        return (p - 1) * max(f, f + b - 2 * w, lag), (p - 1) * max(0.0, f + b - 2 * w, lag)
-    equal = f == b == w and pair == f + b + w
-    if not equal:
-        return None
-    if schedule == S.ZBV:
-        return ((p - 1) * f, 0.0) if m >= 2 * p - 1 else None
-    # DualPipe on PP ranks; DualPipeV on P ranks is DualPipe on 2P ranks (cut in half).
-    pp = p if schedule == S.DUALPIPE else 2 * p
-    idle = (pp / 2 - 1) * (pair + (b + w) - 3 * w)
-    return idle, idle
+    """(global idle, span bubble) per rank from the schedule's record, or None."""
+    form = schedule_traits(schedule).bubble_form
+    return None if form is None else form(p, m, f, b, w, pair)
 
 
 def closed_form_makespan(

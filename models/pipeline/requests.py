@@ -19,8 +19,8 @@ from api_schemas.pipeline import (
 )
 from models.pipeline.costs import ActivationSizes, OpDurations
 from models.pipeline.critical_path import PipelineLinks, pipeline_links
-from models.pipeline.generators import generate_program
 from models.pipeline.metrics import SimulationResult, simulate
+from models.pipeline.registry import generate_program
 from models.pipeline.simulator import compile_program
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from models.kernels import memory_bound_time_s
 from models.layout import StageLayout, pipeline_layout
 from models.memory import micro_batch_count, rank_parameters
 from models.mesh import AxisPlacement, GroupKind
-from models.pipeline import OpDurations, closed_form_makespan
+from models.pipeline import OpDurations, StagePlacement, closed_form_makespan, schedule_traits
 from models.step_time.exposure import sync_exposed_s
 from models.step_time.groups import AxisGroups, axis_groups
 from models.step_time.makespan import (
@@ -36,8 +36,6 @@ from models.traffic.data import dp_items
 from models.traffic.items import Phase, TrafficAxis, call_cost
 from models.traffic.pipeline import pp_items, pp_message_bytes
 from models.traffic.weights import StageWeights, stage_weights
-
-S = PipelineSchedule
 
 OPTIMIZER_BYTES_PER_PARAM_FACTOR = 2.0
 """The optimizer step reads and writes every state it touches once: HBM traffic = 2 x the
@@ -247,12 +245,15 @@ def _makespans(parallel: ParallelConfig, stages: list[StageTime], m: int,
         return span, span
     durations = virtual_stage_durations(parallel, [(st.stage, st.chunk_times) for st in stages])
     chunks = schedule_chunks(parallel)
+    group = parallel.microbatch_group_size
     span = pipeline_makespan(parallel.schedule, num_stages=parallel.pp, num_micro_batches=m,
-                             num_chunks=chunks, durations=durations, p2p_latency_s=p2p_s)
+                             num_chunks=chunks, durations=durations, p2p_latency_s=p2p_s,
+                             group_size=group)
     if p2p_s <= 0 or not split:
         return span, span
     ideal = pipeline_makespan(parallel.schedule, num_stages=parallel.pp, num_micro_batches=m,
-                              num_chunks=chunks, durations=durations, p2p_latency_s=0.0)
+                              num_chunks=chunks, durations=durations, p2p_latency_s=0.0,
+                              group_size=group)
     return span, ideal
 
 
@@ -335,6 +336,8 @@ class PipelineInputs:
     durations: OpDurations
     """Per virtual stage in layer order (exposed collectives and recompute folded in)."""
     p2p_latency_s: float
+    group_size: int | None
+    """Micro-batches per interleaving group (None: the number of stages)."""
 
 
 def pipeline_inputs(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -356,7 +359,8 @@ def pipeline_inputs(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
         num_chunks=schedule_chunks(parallel),
         durations=virtual_stage_durations(parallel, [(st.stage, st.chunk_times)
                                                      for st in stages]),
-        p2p_latency_s=p2p_latency_s(spec, training, parallel, groups, fabric, m))
+        p2p_latency_s=p2p_latency_s(spec, training, parallel, groups, fabric, m),
+        group_size=parallel.microbatch_group_size)
 
 
 def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -381,14 +385,15 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
         return _makespans(parallel, stages, m, p2p)[0]
     durations = virtual_stage_durations(parallel, [(st.stage, st.chunk_times) for st in stages])
     busiest = max(rank_work_s(parallel, st, m) for st in stages)
-    if parallel.schedule not in (S.DUALPIPE, S.DUALPIPEV):
+    traits = schedule_traits(parallel.schedule)
+    if not traits.overlapped_pairs:
         # One micro-batch's forwards through every virtual stage, then its input-gradient
         # backwards back: a path of the dependency graph (DualPipe's paired ops excepted).
         busiest = max(busiest, sum(durations.forward_s) + sum(durations.backward_input_s))
     closed = _closed_form(parallel, m, durations)
     if closed is not None:
         return max(busiest, closed)
-    if parallel.schedule != S.ZB_H2:
+    if traits.placement != StagePlacement.LINEAR:
         return busiest  # V and bidirectional placements start work on every rank at once
     # ZB-H2 (linear): the last rank cannot start before one forward has crossed every
     # earlier stage, then it does all its own work.
@@ -401,7 +406,8 @@ def _closed_form(parallel: ParallelConfig, m: int, durations: OpDurations) -> fl
                                 num_micro_batches=m, num_chunks=schedule_chunks(parallel),
                                 forward_s=min(durations.forward_s),
                                 backward_input_s=min(durations.backward_input_s),
-                                backward_weight_s=min(durations.backward_weight_s))
+                                backward_weight_s=min(durations.backward_weight_s),
+                                group_size=parallel.microbatch_group_size)
 
 
 def _flops(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,

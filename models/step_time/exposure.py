@@ -20,11 +20,12 @@ Must not: define what moves (`models.traffic`) or compute kernel times (`models.
 from dataclasses import dataclass, field
 
 from api_schemas.architecture import ModelSpec
-from api_schemas.parallel import ParallelConfig, PipelineSchedule
+from api_schemas.parallel import ParallelConfig
 from api_schemas.training import TrainingSpec
 from models.collectives import Collective, Fabric
 from models.compute import LayerCompute, OpTimes
 from models.params import layer_params
+from models.pipeline import StagePlacement, schedule_traits
 from models.step_time.groups import AxisGroups
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem
 from models.traffic.layer import (
@@ -36,8 +37,6 @@ from models.traffic.layer import (
     zero3_unit_calls,
 )
 
-S = PipelineSchedule
-EP_OVERLAPPED_SCHEDULES = (S.DUALPIPE, S.DUALPIPEV)
 """Schedules that pair one micro-batch's expert all-to-all with another's compute."""
 
 
@@ -58,8 +57,9 @@ class LayerComm:
 
 def ep_overlapped(parallel: ParallelConfig, training: TrainingSpec) -> bool:
     """Whether the schedule hides expert all-to-alls behind another micro-batch's compute."""
-    return parallel.schedule in EP_OVERLAPPED_SCHEDULES or (
-        training.overlap_ep_comm and parallel.schedule == S.INTERLEAVED_1F1B)
+    traits = schedule_traits(parallel.schedule)
+    return traits.overlapped_pairs or (
+        training.overlap_ep_comm and traits.placement == StagePlacement.LOOPED)
 
 
 _CALLS: dict[tuple[object, ...], tuple[LayerCall, ...]] = {}
@@ -188,7 +188,6 @@ def sync_exposed_s(items: tuple[TrafficItem, ...], *, overlap: bool, num_micro_b
 
 
 __all__ = [
-    "EP_OVERLAPPED_SCHEDULES",
     "LayerComm",
     "ep_overlapped",
     "expert_all_to_all_s",

@@ -14,15 +14,14 @@ from models.errors import InvalidSpecError
 from models.layout import num_virtual_stages
 from models.pipeline import (
     OpDurations,
+    StagePlacement,
     compile_program,
     generate_program,
+    schedule_traits,
     simulate_makespan,
     validate_schedule,
 )
 from models.pipeline.simulator import CompiledProgram
-
-S = PipelineSchedule
-V_SHAPED = (S.ZBV, S.DUALPIPEV)
 
 EXTRAPOLATION_MIN_ROUNDS = 12
 """Above this many micro-batches per pipeline rank, the makespan is extrapolated."""
@@ -30,58 +29,61 @@ EXTRAPOLATION_MIN_ROUNDS = 12
 
 @lru_cache(maxsize=256)
 def compiled_schedule(schedule: PipelineSchedule, num_stages: int, num_micro_batches: int,
-                      num_chunks: int) -> CompiledProgram:
+                      num_chunks: int, group_size: int | None = None) -> CompiledProgram:
     """The schedule's op lists compiled once per shape (reused across durations)."""
     program = generate_program(schedule, num_stages=num_stages,
-                               num_micro_batches=num_micro_batches, num_chunks=num_chunks)
+                               num_micro_batches=num_micro_batches, num_chunks=num_chunks,
+                               group_size=group_size)
     return compile_program(program)
 
 
 def pipeline_makespan(schedule: PipelineSchedule, *, num_stages: int, num_micro_batches: int,
-                      num_chunks: int, durations: OpDurations, p2p_latency_s: float) -> float:
+                      num_chunks: int, durations: OpDurations, p2p_latency_s: float,
+                      group_size: int | None = None) -> float:
     """Simulated makespan, extrapolated exactly for long steady states.
 
     A fixed-order schedule with identical micro-batches settles into a periodic steady
-    state, after which each further micro-batch adds the same time. For m > 12 p the
-    makespan is simulated at three shorter lengths (4p, 6p and 8p, with m's remainder mod p
-    so interleaved groups match); when the three are affine to 1e-9 the line is extended to
-    m, otherwise the full length is simulated. Either way the value is the simulator's.
+    state, after which each further micro-batch adds the same time. For m > 12 p (12 N with
+    an interleaving group N) the makespan is simulated at three shorter lengths (4, 6 and 8
+    periods, with m's remainder so interleaved groups match); when the three are affine to
+    1e-9 the line is extended to m, otherwise the full length is simulated. Either way the
+    value is the simulator's.
     """
     p, m = num_stages, num_micro_batches
-    if m <= EXTRAPOLATION_MIN_ROUNDS * p:
-        compiled = compiled_schedule(schedule, p, m, num_chunks)
+    period = group_size or p  # interleaved groups repeat every N micro-batches
+    if m <= EXTRAPOLATION_MIN_ROUNDS * period:
+        compiled = compiled_schedule(schedule, p, m, num_chunks, group_size)
         return simulate_makespan(compiled, durations, p2p_latency_s=p2p_latency_s)
-    rest = m % p
-    lengths = [k * p + rest for k in (4, 6, 8)]
+    rest = m % period
+    lengths = [k * period + rest for k in (4, 6, 8)]
     try:
         for length in lengths:
             validate_schedule(schedule, num_stages=p, num_micro_batches=length,
-                              num_chunks=num_chunks)
+                              num_chunks=num_chunks, group_size=group_size)
     except InvalidSpecError:
         lengths = []
     if lengths:
-        spans = [simulate_makespan(compiled_schedule(schedule, p, length, num_chunks),
+        spans = [simulate_makespan(compiled_schedule(schedule, p, length, num_chunks,
+                                                     group_size),
                                    durations, p2p_latency_s=p2p_latency_s)
                  for length in lengths]
         first, second = spans[1] - spans[0], spans[2] - spans[1]
         if abs(first - second) <= 1e-9 * max(1.0, spans[2]):
             return spans[2] + (m - lengths[2]) * second / (lengths[2] - lengths[1])
-    compiled = compiled_schedule(schedule, p, m, num_chunks)
+    compiled = compiled_schedule(schedule, p, m, num_chunks, group_size)
     return simulate_makespan(compiled, durations, p2p_latency_s=p2p_latency_s)
 
 
 def schedule_chunks(parallel: ParallelConfig) -> int:
-    """Model chunks per rank the simulator runs: 2 for V shapes, vpp for interleaving, else
-    1 (DualPipe's two directions are one simulator stage each)."""
-    if parallel.schedule in V_SHAPED:
-        return 2
-    return parallel.vpp if parallel.schedule == S.INTERLEAVED_1F1B else 1
+    """Model chunks per rank the simulator runs (the schedule's record): 2 for V shapes, vpp
+    for interleaving, else 1 (bidirectional directions are one simulator stage each)."""
+    return schedule_traits(parallel.schedule).num_chunks(parallel.vpp)
 
 
 def crossings_per_micro_batch(parallel: ParallelConfig) -> float:
-    """Share of a rank's chunks each micro-batch crosses: 1/2 under DualPipe (one of the two
-    mirrored copies), else 1."""
-    return 0.5 if parallel.schedule == S.DUALPIPE else 1.0
+    """Share of a rank's chunks each micro-batch crosses: 1/2 under bidirectional schedules
+    (one of the two mirrored copies), else 1."""
+    return 1.0 / schedule_traits(parallel.schedule).num_pipes
 
 
 def virtual_stage_durations(parallel: ParallelConfig,
@@ -93,11 +95,12 @@ def virtual_stage_durations(parallel: ParallelConfig,
     backward = [0.0] * count
     weight = [0.0] * count
     p = parallel.pp
+    placement = schedule_traits(parallel.schedule).placement
     for stage, chunk_times in ranks:
         for chunk_index, times in enumerate(chunk_times):
-            if parallel.schedule == S.DUALPIPE:
+            if placement == StagePlacement.BIDIRECTIONAL:
                 v = stage if chunk_index == 0 else p - 1 - stage
-            elif parallel.schedule in V_SHAPED:
+            elif placement == StagePlacement.V_SHAPE:
                 v = stage if chunk_index == 0 else 2 * p - 1 - stage
             else:
                 v = chunk_index * p + stage
@@ -110,7 +113,6 @@ def virtual_stage_durations(parallel: ParallelConfig,
 
 __all__ = [
     "EXTRAPOLATION_MIN_ROUNDS",
-    "V_SHAPED",
     "compiled_schedule",
     "crossings_per_micro_batch",
     "pipeline_makespan",

@@ -23,9 +23,9 @@ from models.compute import ComputeContext, LayerCompute, OpTimes, head_compute, 
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout
 from models.memory import stage_activation_components
+from models.pipeline import StagePlacement, schedule_traits
 from models.step_time.exposure import LayerComm, layer_comm, zero3_exposed_s
 from models.step_time.groups import AxisGroups
-from models.step_time.makespan import V_SHAPED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,7 +154,8 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
             cast_total += count * t.cast_s
             for axis, value in t.exposed_s.items():
                 exposed[axis] = exposed.get(axis, 0.0) + count * value
-        if chunk_index == len(layout.chunks) - 1 or parallel.schedule in V_SHAPED:
+        if chunk_index == len(layout.chunks) - 1 or schedule_traits(
+                parallel.schedule).placement == StagePlacement.V_SHAPE:
             extra = _head_times(spec, ctx, layout, chunk_index, parallel)
             chunk_op = chunk_op + extra
             compute_total += extra.total_s
@@ -203,8 +204,8 @@ def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk
     """Output head (and MTP modules) on the chunk that ends the model on this rank."""
     if layout.num_heads == 0:
         return OpTimes()
-    ends_here = (parallel.schedule in V_SHAPED and chunk_index == 1) or (
-        parallel.schedule not in V_SHAPED and chunk_index == len(layout.chunks) - 1)
+    v_shaped = schedule_traits(parallel.schedule).placement == StagePlacement.V_SHAPE
+    ends_here = chunk_index == (1 if v_shaped else len(layout.chunks) - 1)
     if not ends_here:
         return OpTimes()
     times = head_compute(spec, ctx)

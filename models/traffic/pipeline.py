@@ -7,17 +7,12 @@ Must not: simulate the schedule (the pipeline simulator owns the timeline and th
 """
 
 
-from api_schemas import PipelineSchedule
 from models.collectives import Collective
 from models.mesh import AxisPlacement, GroupKind
+from models.pipeline import StagePlacement, schedule_traits
 from models.traffic.context import StepContext, group_placement
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
 from models.traffic.weights import word_embedding_ranks
-
-_V_SHAPED = (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV)
-_OVERLAPPING = (PipelineSchedule.INTERLEAVED_1F1B, PipelineSchedule.ZB_H1,
-                PipelineSchedule.ZB_H2, PipelineSchedule.ZBV, PipelineSchedule.DUALPIPE,
-                PipelineSchedule.DUALPIPEV)
 
 
 def pp_message_bytes(ctx: StepContext) -> int:
@@ -47,11 +42,12 @@ def sends_per_step(ctx: StepContext) -> tuple[int, int]:
     """
     p, m = ctx.parallel, ctx.num_micro_batches
     s, last = ctx.stage.stage, ctx.parallel.pp - 1
-    if p.schedule == PipelineSchedule.DUALPIPE:
+    placement = schedule_traits(p.schedule).placement
+    if placement == StagePlacement.BIDIRECTIONAL:
         half = m // 2
         return (half * (s != last) + (m - half) * (s != 0),
                 half * (s != 0) + (m - half) * (s != last))
-    if p.schedule in _V_SHAPED:
+    if placement == StagePlacement.V_SHAPE:
         # chunk 0 runs stage 0 -> last, chunk 1 runs last -> 0; the turn is local.
         forward = m * (s != last) + m * (s != 0)
         return forward, forward
@@ -72,10 +68,10 @@ def pp_items(ctx: StepContext) -> list[TrafficItem]:
     place = group_placement(ctx.mesh, GroupKind.PP)
     message = pp_message_bytes(ctx)
     forward, backward = sends_per_step(ctx)
-    chunk_sends = max(1, ctx.num_micro_batches * max(p.vpp, 2 if p.schedule in _V_SHAPED
-                                                     else 1))
+    traits = schedule_traits(p.schedule)
+    chunk_sends = max(1, ctx.num_micro_batches * traits.num_chunks(p.vpp))
     overlap = 0.0
-    if p.schedule in _OVERLAPPING:
+    if traits.placement == StagePlacement.LOOPED or traits.split_backward:
         overlap = max(0.0, 1.0 - (p.pp - 1) / chunk_sends)
     note = ("steady-state sends overlap compute; warm-up/cool-down ones do not"
             if overlap else "blocking sends between compute steps")

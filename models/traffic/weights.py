@@ -11,7 +11,7 @@ count FLOPs or memory.
 
 from dataclasses import dataclass, fields
 
-from api_schemas import ModelSpec, ParallelConfig, PipelineSchedule
+from api_schemas import ModelSpec, ParallelConfig
 from models.layout import StageLayout, pipeline_layout
 from models.params import (
     LayerParams,
@@ -22,6 +22,7 @@ from models.params import (
     mtp_module_params,
     norm_params,
 )
+from models.pipeline import schedule_traits
 
 
 class LayerWeights(LayerParams):
@@ -72,12 +73,13 @@ def stage_layers(model: ModelSpec, parallel: ParallelConfig) -> tuple[tuple[int,
 
 
 def model_copies(parallel: ParallelConfig) -> int:
-    """Copies of the model the pipeline holds: 2 for DualPipe (one per direction), else 1.
+    """Copies of the model the pipeline holds: 2 for bidirectional schedules (one per
+    direction), else 1 (the schedule's record).
 
     Source: DeepSeek-V3 (arXiv:2412.19437) Table 2: DualPipe keeps 2x the parameters;
-    `models.layout` places the second copy for DualPipe.
+    Chimera (arXiv:2107.06925) Table 2 likewise; `models.layout` places the second copy.
     """
-    return 2 if parallel.schedule == PipelineSchedule.DUALPIPE else 1
+    return schedule_traits(parallel.schedule).weight_copies
 
 
 def word_embedding_ranks(model: ModelSpec, parallel: ParallelConfig) -> tuple[int, ...]:

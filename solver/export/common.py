@@ -16,18 +16,15 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import (
     FullLayers,
     ParallelConfig,
-    PipelineSchedule,
     RecomputeMode,
     StagePolicy,
 )
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.layout import pipeline_layout, virtual_stage_sizes
+from models.pipeline import schedule_traits
 
 logger = logging.getLogger(__name__)
-
-S = PipelineSchedule
-V_SHAPED: tuple[PipelineSchedule, ...] = (S.ZBV, S.DUALPIPEV)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,16 +129,15 @@ def _describe(policy: StagePolicy) -> str:
 def rank_layer_counts(spec: ModelSpec, parallel: ParallelConfig) -> list[int]:
     """Transformer layers each pipeline rank runs in its own forward direction.
 
-    For DualPipe only the forward-direction copy is counted (the mirrored copy duplicates
-    weights of another rank's stage); V shapes count both chunks of a rank.
+    For bidirectional schedules only the forward-direction copy is counted (the mirrored
+    copy duplicates weights of another rank's stage); V shapes count both chunks of a rank.
     """
-    if parallel.schedule == S.DUALPIPE:
+    if schedule_traits(parallel.schedule).num_pipes == 2:
         return virtual_stage_sizes(spec, parallel)
     return [len(stage.layers) for stage in pipeline_layout(spec, parallel)]
 
 
 __all__ = [
-    "V_SHAPED",
     "BatchShape",
     "UnifiedPolicy",
     "batch_shape",

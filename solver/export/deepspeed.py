@@ -16,8 +16,9 @@ from typing import Any
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
-from api_schemas.parallel import FullLayers, ParallelConfig, PipelineSchedule, RecomputeMode
+from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
 from api_schemas.training import OptimizerKind, TrainingSpec
+from models.pipeline import schedule_traits
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy
 
 logger = logging.getLogger(__name__)
@@ -234,7 +235,7 @@ def _pipeline_notes(spec: ModelSpec, parallel: ParallelConfig) -> list[str]:
         notes.append("the layer split is uneven; PipelineModule's partition_method "
                      "('parameters', 'uniform', 'type:<regex>') balances automatically, so the "
                      "planned split needs a custom partition")
-    if parallel.schedule != PipelineSchedule.ONE_F_ONE_B:
+    if not schedule_traits(parallel.schedule).exports.deepspeed_native:
         notes.append(f"schedule '{parallel.schedule}': DeepSpeed's PipelineEngine runs its 1F1B "
                      "train schedule only; this schedule needs a framework extension")
     return notes

@@ -20,13 +20,13 @@ from api_schemas.parallel import (
     ContextParallelKind,
     FullLayers,
     ParallelConfig,
-    PipelineSchedule,
     RecomputeMode,
     RecomputeModule,
     StagePolicy,
 )
 from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
 from models.layout import pipeline_layout
+from models.pipeline import schedule_traits
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy
 from solver.export.megatron_model import model_args
 from solver.export.megatron_pipeline import pipeline_args
@@ -357,7 +357,8 @@ def _full_layers_args(spec: ModelSpec, parallel: ParallelConfig, policy: FullLay
 
 def _megatron_chunks(spec: ModelSpec, parallel: ParallelConfig) -> list[list[int]]:
     """Layers of each Megatron model chunk per rank, as the exported flags place them."""
-    if parallel.schedule == PipelineSchedule.INTERLEAVED_1F1B and parallel.pp > 1:
+    traits = schedule_traits(parallel.schedule)
+    if traits.exports.megatron_native and traits.fixed_chunks is None and parallel.pp > 1:
         return [[len(chunk) for chunk in stage.chunks]
                 for stage in pipeline_layout(spec, parallel)]
     return [[count] for count in rank_layer_counts(spec, parallel)]

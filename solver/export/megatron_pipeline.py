@@ -21,36 +21,10 @@ Megatron-LM facts relied on (core_v0.14.0, `megatron/training/arguments.py`,
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
-from api_schemas.parallel import ParallelConfig, PipelineSchedule
+from api_schemas.parallel import ParallelConfig
 from models.layout import virtual_stage_sizes
+from models.pipeline import schedule_traits
 from solver.export.common import rank_layer_counts
-
-S = PipelineSchedule
-
-_FALLBACK_NOTES: dict[PipelineSchedule, str] = {
-    S.GPIPE: "schedule 'gpipe': Megatron-LM core_v0.14.0 has no GPipe schedule and runs "
-             "non-interleaved 1F1B instead: same bubble, but at most pp micro-batches in "
-             "flight instead of all of them, so activation memory is lower than planned",
-    S.ZB_H1: "schedule 'zb_h1': Megatron-LM core_v0.14.0 has no zero-bubble schedule (backward "
-             "split into input and weight gradients); exported as non-interleaved 1F1B with the "
-             "planned layer split, so the bubble is larger than planned; ZB-H1 needs a framework "
-             "extension (e.g. the Zero Bubble authors' Megatron-LM fork)",
-    S.ZB_H2: "schedule 'zb_h2': Megatron-LM core_v0.14.0 has no zero-bubble schedule; exported "
-             "as non-interleaved 1F1B with the planned layer split (larger bubble, fewer "
-             "micro-batches in flight than planned); ZB-H2 needs a framework extension",
-    S.ZBV: "schedule 'zbv': Megatron-LM core_v0.14.0 has no ZB-V schedule, and its layout "
-           "string places virtual stage i on rank i mod pp, so the V placement (rank r holds "
-           "stages r and 2pp-1-r) cannot be written; exported as non-interleaved 1F1B with the "
-           "planned per-rank layer counts; ZB-V needs a framework extension",
-    S.DUALPIPE: "schedule 'dualpipe': DualPipe (DeepSeek-V3, arXiv:2412.19437 Sec. 3.2.1) is not "
-                "in Megatron-LM core_v0.14.0; exported as non-interleaved 1F1B with the "
-                "forward-direction split; the mirrored weight copy, the bidirectional feed and the "
-                "overlap of forward and backward chunks need a framework extension",
-    S.DUALPIPEV: "schedule 'dualpipev': DualPipeV is not in Megatron-LM core_v0.14.0 and its V "
-                 "placement cannot be written as a layout string; exported as non-interleaved "
-                 "1F1B with the planned per-rank layer counts; the F/B overlap and the V "
-                 "placement need a framework extension",
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,13 +49,12 @@ def pipeline_args(spec: ModelSpec, parallel: ParallelConfig) -> PipelineArgs:
             "schedule needs pp > 1); no virtual-stage flag is exported",)
         return PipelineArgs(args=tuple(args), notes=single)
     notes: list[str] = []
-    if parallel.schedule == S.INTERLEAVED_1F1B:
-        sizes, chunks = virtual_stage_sizes(spec, parallel), parallel.vpp
-    elif parallel.schedule == S.ONE_F_ONE_B:
-        sizes, chunks = virtual_stage_sizes(spec, parallel), 1
+    traits = schedule_traits(parallel.schedule)
+    if traits.exports.megatron_native:
+        sizes, chunks = virtual_stage_sizes(spec, parallel), traits.num_chunks(parallel.vpp)
     else:
         sizes, chunks = rank_layer_counts(spec, parallel), 1
-        notes.append(_FALLBACK_NOTES[parallel.schedule])
+        notes.append(traits.exports.megatron_note)
     split_args, split_notes = split_flags(sizes, pp=p, chunks=chunks,
                                           num_mtp_layers=spec.num_mtp_layers)
     return PipelineArgs(args=tuple(args + split_args), notes=tuple(notes + split_notes))

@@ -28,6 +28,7 @@ from api_schemas.parallel import (
 )
 from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
 from models.layout import virtual_stage_sizes
+from models.pipeline import SCHEDULES, schedule_traits
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy
 from solver.export.toml_text import Entry, render_toml
 
@@ -37,28 +38,10 @@ S = PipelineSchedule
 TORCHTITAN_VERSION = "v0.2.2"
 
 TORCHTITAN_SCHEDULES: dict[PipelineSchedule, str] = {
-    S.GPIPE: "GPipe",
-    S.ONE_F_ONE_B: "1F1B",
-    S.INTERLEAVED_1F1B: "Interleaved1F1B",
-    S.ZB_H1: "InterleavedZeroBubble",
-    S.ZB_H2: "InterleavedZeroBubble",
-    S.ZBV: "ZBVZeroBubble",
-    S.DUALPIPEV: "DualPipeV",
-    S.DUALPIPE: "1F1B",
+    name: traits.exports.torchtitan for name, traits in SCHEDULES.items()
 }
-"""`get_schedule_class` keys (PyTorch `torch/distributed/pipelining/schedules.py`). Only
-'dualpipe' has no class: it falls back to 1F1B. 'zb_h2' maps to the nearest class."""
-
-_SCHEDULE_COMMENTS: dict[PipelineSchedule, str] = {
-    S.ZB_H1: "torch's InterleavedZeroBubble implements ZB-1P, the 1F1B-memory zero-bubble "
-             "schedule; with one stage per rank it is the ZB-H1 of the plan",
-    S.ZB_H2: "NOT the planned ZB-H2: torch has no ZB-H2 class; InterleavedZeroBubble (ZB-1P) "
-             "keeps 1F1B memory and leaves a larger bubble",
-    S.ZBV: "V placement: rank r runs stages r and 2pp-1-r",
-    S.DUALPIPEV: "V placement; needs PyTorch 2.9 or newer (pytorch#159591)",
-    S.DUALPIPE: "fallback: DualPipe (two weight copies, bidirectional) has no "
-                "torch.distributed.pipelining class",
-}
+"""`get_schedule_class` keys (PyTorch `torch/distributed/pipelining/schedules.py`), from
+each schedule's record; a schedule torch lacks maps to its nearest class, with a note."""
 
 TORCHTITAN_KEYS: frozenset[str] = frozenset({
     "model.converters",
@@ -259,18 +242,20 @@ def _pipeline_entries(spec: ModelSpec, parallel: ParallelConfig) -> list[Entry]:
     if parallel.pp == 1:
         return entries
     schedule = parallel.schedule
-    if schedule == S.INTERLEAVED_1F1B and parallel.vpp == 1:
-        schedule = S.ONE_F_ONE_B
-    sizes = (rank_layer_counts(spec, parallel) if schedule == S.DUALPIPE
+    traits = schedule_traits(schedule)
+    if traits.fixed_chunks is None and parallel.vpp == 1:
+        traits = schedule_traits(S.ONE_F_ONE_B)
+    sizes = (rank_layer_counts(spec, parallel) if traits.num_pipes == 2
              else virtual_stage_sizes(spec, parallel))
     entries += [
-        Entry(key="pipeline_parallel_schedule", value=TORCHTITAN_SCHEDULES[schedule],
-              comment=_SCHEDULE_COMMENTS.get(schedule, "")),
+        Entry(key="pipeline_parallel_schedule", value=traits.exports.torchtitan,
+              comment=traits.exports.torchtitan_note),
         Entry(key="pipeline_parallel_microbatch_size", value=parallel.micro_batch_size),
         Entry(key="module_fqns_per_model_part", value=module_fqns(sizes),
               comment=f"layers per virtual stage: {sizes}"),
     ]
-    if schedule == S.DUALPIPEV and spec.moe is not None and parallel.ep > 1:
+    if traits.overlapped_pairs and traits.exports.torchtitan_fallback == "" and (
+            spec.moe is not None and parallel.ep > 1):
         entries.append(Entry(key="pipeline_parallel_expert_parallel_overlap", value=True,
                              comment="overlap expert all-to-all with the paired chunk"))
     return entries
@@ -358,13 +343,10 @@ def _unsupported_notes(spec: ModelSpec, training: TrainingSpec,
     if spec.num_mtp_layers:
         notes.append(f"{spec.num_mtp_layers} multi-token-prediction module(s): torchtitan "
                      f"{TORCHTITAN_VERSION} models have no MTP module; it needs a model extension")
-    if parallel.schedule == S.DUALPIPE and parallel.pp > 1:
-        notes.append("schedule 'dualpipe' has no torch.distributed.pipelining class; exported as "
-                     "1F1B with the forward-direction split ('dualpipev' is the torch variant)")
-    if parallel.schedule == S.ZB_H2 and parallel.pp > 1:
-        notes.append("schedule 'zb_h2' has no torch class; InterleavedZeroBubble (ZB-1P) is "
-                     "exported, with 1F1B memory and a larger bubble than planned")
-    if parallel.schedule == S.DUALPIPEV and any(
+    traits = schedule_traits(parallel.schedule)
+    if traits.exports.torchtitan_fallback and parallel.pp > 1:
+        notes.append(traits.exports.torchtitan_fallback)
+    if traits.exports.torchtitan == "DualPipeV" and any(
             policy.recompute != RecomputeMode.NONE for policy in stages):
         notes.append("torchtitan's DualPipeV expert-parallel overlap does not support "
                      "activation checkpointing in v0.2.2")

@@ -10,7 +10,15 @@ import logging
 
 from api_schemas.parallel import PipelineSchedule
 from models.errors import InvalidSpecError
-from models.pipeline import OpKind, PipelineProgram, ProgramBuilder, generate_program
+from models.pipeline import (
+    SCHEDULES,
+    OpKind,
+    PipelineProgram,
+    ProgramBuilder,
+    StagePlacement,
+    generate_program,
+    schedule_traits,
+)
 from models.pipeline.metrics import SimulationResult
 from models.pipeline.ops import (
     Placement,
@@ -23,18 +31,21 @@ from solver.schedule.instance import KIND_B, KIND_F, KIND_W, ScheduleInstance
 
 logger = logging.getLogger(__name__)
 
-S = PipelineSchedule
-FAMILIES: dict[str, tuple[PipelineSchedule, ...]] = {
-    "linear": (S.GPIPE, S.ONE_F_ONE_B, S.ZB_H1, S.ZB_H2),
-    "looped": (S.INTERLEAVED_1F1B,),
-    "v": (S.ZBV, S.DUALPIPEV),
-    "bidirectional": (S.DUALPIPE,),
-}
 
 
-def family_of(schedule: PipelineSchedule) -> str:
-    """The placement family of a schedule."""
-    return next(name for name, members in FAMILIES.items() if schedule in members)
+def family_of(schedule: PipelineSchedule) -> StagePlacement:
+    """The placement family of a schedule (its record's placement).
+
+    Raises:
+        InvalidSpecError: an unknown schedule.
+    """
+    return schedule_traits(schedule).placement
+
+
+def family_members(schedule: PipelineSchedule) -> tuple[PipelineSchedule, ...]:
+    """Every registered schedule sharing `schedule`'s placement, in registry order."""
+    family = family_of(schedule)
+    return tuple(name for name, traits in SCHEDULES.items() if traits.placement == family)
 
 
 def placement_for(schedule: PipelineSchedule, *, num_stages: int, num_micro_batches: int,
@@ -45,25 +56,25 @@ def placement_for(schedule: PipelineSchedule, *, num_stages: int, num_micro_batc
         InvalidSpecError: the placement cannot hold these parameters.
     """
     p, m, v = num_stages, num_micro_batches, num_chunks
-    family = family_of(schedule)
+    traits = schedule_traits(schedule)
     if p < 1 or m < 1:
         raise InvalidSpecError(f"num_stages={p} and num_micro_batches={m} must be >= 1",
                                field="num_stages")
-    if family == "linear":
-        _require_chunks(schedule, v, 1)
+    if traits.fixed_chunks is not None:
+        _require_chunks(schedule, v, traits.fixed_chunks)
+    family = traits.placement
+    if family == StagePlacement.LINEAR:
         return linear_placement(num_ranks=p, num_micro_batches=m), 1
-    if family == "looped":
+    if family == StagePlacement.LOOPED:
         if v < 2:
             raise InvalidSpecError(f"num_chunks={v}: interleaving needs num_chunks >= 2",
                                    field="num_chunks")
         return looped_placement(num_ranks=p, num_chunks=v, num_micro_batches=m), v
-    if family == "v":
-        _require_chunks(schedule, v, 2)
+    if family == StagePlacement.V_SHAPE:
         return v_placement(num_ranks=p, num_micro_batches=m), 2
-    _require_chunks(schedule, v, 1)
     if p % 2 or m % 2:
         raise InvalidSpecError(
-            f"schedule='dualpipe' needs even num_stages and num_micro_batches (got {p}, {m})",
+            f"schedule='{schedule}' needs even num_stages and num_micro_batches (got {p}, {m})",
             field="num_micro_batches")
     return bidirectional_placement(num_ranks=p, num_micro_batches=m), 1
 
@@ -80,7 +91,7 @@ def candidate_programs(schedule: PipelineSchedule, *, num_stages: int, num_micro
                                                             PipelineProgram]]:
     """Handcrafted programs sharing `schedule`'s placement, plus the serial order (None)."""
     found: list[tuple[PipelineSchedule | None, PipelineProgram]] = []
-    for member in FAMILIES[family_of(schedule)]:
+    for member in family_members(schedule):
         try:
             found.append((member, generate_program(
                 member, num_stages=num_stages, num_micro_batches=num_micro_batches,
@@ -92,10 +103,10 @@ def candidate_programs(schedule: PipelineSchedule, *, num_stages: int, num_micro
 
 
 def _chunks_of(schedule: PipelineSchedule, placement: Placement) -> int:
-    """Chunks per rank of `schedule` on this placement (1 for DualPipe's two pipes)."""
-    if family_of(schedule) == "bidirectional":
-        return 1
-    return placement.num_stages // placement.num_ranks
+    """Chunks per rank of `schedule` on this placement (its fixed count, else the
+    placement's stages per rank)."""
+    fixed = schedule_traits(schedule).fixed_chunks
+    return fixed if fixed is not None else placement.num_stages // placement.num_ranks
 
 
 def serial_program(placement: Placement, *, chunks_per_stage_unit: int) -> PipelineProgram:
@@ -143,5 +154,5 @@ def hint_starts(inst: ScheduleInstance, program: PipelineProgram,
     return starts
 
 
-__all__ = ["FAMILIES", "candidate_programs", "family_of", "hint_starts", "placement_for",
+__all__ = ["candidate_programs", "family_members", "family_of", "hint_starts", "placement_for",
            "serial_program"]

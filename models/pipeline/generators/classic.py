@@ -1,7 +1,8 @@
-"""Generators of the classic flush schedules: GPipe, 1F1B and interleaved 1F1B.
+"""The classic flush schedules: GPipe, 1F1B and interleaved 1F1B, one traits record each.
 
-Owns: the per-rank op orders of these three schedules. Must not: validate parameters (the
-dispatcher in `generators/__init__.py` does) or time anything.
+Owns: the per-rank op orders of these three schedules, their parameter rules, their closed
+forms and their records (`GPIPE`, `ONE_F_ONE_B`, `INTERLEAVED_1F1B`). Must not: check the
+parameters every schedule shares (the registry does) or time anything.
 """
 
 import logging
@@ -13,6 +14,13 @@ from models.pipeline.ops import (
     ProgramBuilder,
     linear_placement,
     looped_placement,
+)
+from models.pipeline.traits import (
+    FrameworkNames,
+    ScheduleTraits,
+    StagePlacement,
+    no_rule,
+    require,
 )
 
 logger = logging.getLogger(__name__)
@@ -105,4 +113,101 @@ def interleaved(*, num_stages: int, num_micro_batches: int, num_chunks: int,
     return builder.build(schedule=PipelineSchedule.INTERLEAVED_1F1B, chunks_per_stage_unit=v)
 
 
-__all__ = ["gpipe", "interleaved", "interleaved_order", "one_f_one_b"]
+def interleaved_group_size(*, num_stages: int, group_size: int | None) -> int:
+    """The interleaved micro-batch group N: the given value, or p (Megatron's default)."""
+    return num_stages if group_size is None else group_size
+
+
+def _at_least_p_micro_batches(p: int, m: int, _v: int, _n: int | None) -> None:
+    """torch `Schedule1F1B` refuses fewer micro-batches than ranks (m < p)."""
+    require(m >= p, "num_micro_batches", m,
+            f"this schedule needs at least as many micro-batches as ranks: use "
+            f"num_micro_batches >= num_stages={p}")
+
+
+def _interleaved_rule(p: int, m: int, v: int, group_size: int | None) -> None:
+    """Megatron-LM `get_schedule_table` groups micro-batches by N (default p) and refuses
+    N < p, N > m and a last group of size 0 < m mod N < p (dependency bubbles)."""
+    require(v >= 2, "num_chunks", v,
+            "schedule='interleaved_1f1b' needs num_chunks >= 2 (with one chunk use '1f1b')")
+    require(p >= 2, "num_stages", p,
+            "schedule='interleaved_1f1b' needs num_stages >= 2 (one rank has no pipeline)")
+    n = interleaved_group_size(num_stages=p, group_size=group_size)
+    require(n >= p, "group_size", n,
+            f"the micro-batch group must hold at least num_stages={p} micro-batches: "
+            f"use group_size >= {p}")
+    require(n <= m, "num_micro_batches", m,
+            f"interleaving with micro-batch group size {n} needs num_micro_batches >= {n}: "
+            f"raise num_micro_batches to a multiple of {n}")
+    tail = m % n
+    require(tail == 0 or tail >= p, "num_micro_batches", m,
+            f"the last micro-batch group would hold {tail} < num_stages={p} micro-batches "
+            f"(dependency bubbles): use a multiple of {n}, e.g. {m - tail} or {m - tail + n}")
+
+
+def _flush_bubble(p: int, _m: int, f: float, b: float, w: float,
+                  _pair: float) -> tuple[float, float]:
+    """(p-1)(F+B+W) in chunk costs, idle and span alike (arXiv:2104.04473 Sec. 2.2)."""
+    idle = (p - 1) * (f + b + w)
+    return idle, idle
+
+
+def _interleaved_peak(p: int, m: int, v: int, d: int, n: int | None) -> int:
+    """min(v m, 2(p-1-d) + (v-1) N + 1): the warm-up of `get_pp_rank_microbatches` plus the
+    first steady forward."""
+    return min(v * m, 2 * (p - 1 - d) + (v - 1) * interleaved_group_size(
+        num_stages=p, group_size=n) + 1)
+
+
+_GPIPE_MEGATRON = (
+    "schedule 'gpipe': Megatron-LM core_v0.14.0 has no GPipe schedule and runs "
+    "non-interleaved 1F1B instead: same bubble, but at most pp micro-batches in flight "
+    "instead of all of them, so activation memory is lower than planned")
+
+GPIPE = ScheduleTraits(
+    schedule=PipelineSchedule.GPIPE, placement=StagePlacement.LINEAR, fixed_chunks=1,
+    weight_copies=1, split_backward=False, overlapped_pairs=False, takes_group_size=False,
+    generator=lambda p, m, _v, _n: gpipe(num_stages=p, num_micro_batches=m),
+    rule=no_rule, peak_form=lambda _p, m, _v, _d, _n: m, peak_until_b_form=None,
+    bubble_form=_flush_bubble,
+    exports=FrameworkNames(megatron_native=False, megatron_note=_GPIPE_MEGATRON,
+                           torchtitan="GPipe", torchtitan_note="", torchtitan_fallback="",
+                           deepspeed_native=False),
+    source="GPipe arXiv:1811.06965 Sec. 2.2 (all m micro-batches stored)")
+
+ONE_F_ONE_B = ScheduleTraits(
+    schedule=PipelineSchedule.ONE_F_ONE_B, placement=StagePlacement.LINEAR, fixed_chunks=1,
+    weight_copies=1, split_backward=False, overlapped_pairs=False, takes_group_size=False,
+    generator=lambda p, m, _v, _n: one_f_one_b(num_stages=p, num_micro_batches=m),
+    rule=_at_least_p_micro_batches, peak_form=lambda p, m, _v, d, _n: min(p - d, m),
+    peak_until_b_form=None, bubble_form=_flush_bubble,
+    exports=FrameworkNames(megatron_native=True, megatron_note="", torchtitan="1F1B",
+                           torchtitan_note="", torchtitan_fallback="",
+                           deepspeed_native=True),
+    source="Megatron-LM arXiv:2104.04473 Sec. 2.2.1 (1F1B keeps at most p - d in flight)")
+
+INTERLEAVED_1F1B = ScheduleTraits(
+    schedule=PipelineSchedule.INTERLEAVED_1F1B, placement=StagePlacement.LOOPED,
+    fixed_chunks=None, weight_copies=1, split_backward=False, overlapped_pairs=False,
+    takes_group_size=True,
+    generator=lambda p, m, v, n: interleaved(
+        num_stages=p, num_micro_batches=m, num_chunks=v,
+        group_size=interleaved_group_size(num_stages=p, group_size=n)),
+    rule=_interleaved_rule, peak_form=_interleaved_peak, peak_until_b_form=None,
+    bubble_form=_flush_bubble,
+    exports=FrameworkNames(megatron_native=True, megatron_note="",
+                           torchtitan="Interleaved1F1B", torchtitan_note="",
+                           torchtitan_fallback="", deepspeed_native=False),
+    source="Megatron-LM arXiv:2104.04473 Sec. 2.2.2; `get_pp_rank_microbatches`")
+
+
+__all__ = [
+    "GPIPE",
+    "INTERLEAVED_1F1B",
+    "ONE_F_ONE_B",
+    "gpipe",
+    "interleaved",
+    "interleaved_group_size",
+    "interleaved_order",
+    "one_f_one_b",
+]

@@ -1,8 +1,9 @@
-"""Generators of DualPipe and DualPipeV (the "cut-in-half" V variant).
+"""DualPipe and DualPipeV (the "cut-in-half" V variant), one traits record each.
 
-Owns: the eight-step per-rank order of deepseek-ai/DualPipe, shared by both schedules: the
-bidirectional one on PP ranks and the V-shaped one on P ranks. Must not: validate
-parameters or time anything.
+Owns: the eight-step per-rank order of deepseek-ai/DualPipe, shared by both schedules (the
+bidirectional one on PP ranks and the V-shaped one on P ranks), their parameter rules,
+closed forms and records (`DUALPIPE`, `DUALPIPEV`). Must not: check the parameters every
+schedule shares (the registry does) or time anything.
 """
 
 import logging
@@ -17,6 +18,7 @@ from models.pipeline.ops import (
     bidirectional_placement,
     v_placement,
 )
+from models.pipeline.traits import FrameworkNames, ScheduleTraits, StagePlacement, require
 
 logger = logging.getLogger(__name__)
 
@@ -152,4 +154,76 @@ def dualpipev(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
     return builder.build(schedule=PipelineSchedule.DUALPIPEV, chunks_per_stage_unit=2)
 
 
-__all__ = ["dualpipe", "dualpipev"]
+def _dualpipe_rule(p: int, m: int, _v: int, _n: int | None) -> None:
+    """deepseek-ai/DualPipe `dualpipe.py`: even PP, even m, m >= 2 PP."""
+    require(p % 2 == 0, "num_stages", p,
+            "schedule='dualpipe' pairs rank r with rank PP-1-r: use an even num_stages")
+    require(m % 2 == 0, "num_micro_batches", m,
+            "schedule='dualpipe' feeds half the micro-batches from each end: "
+            "use an even num_micro_batches")
+    require(m >= 2 * p, "num_micro_batches", m,
+            f"schedule='dualpipe' needs num_micro_batches >= 2 x num_stages = {2 * p}")
+
+
+def _dualpipev_rule(p: int, m: int, _v: int, _n: int | None) -> None:
+    """deepseek-ai/DualPipe `dualpipev.py`: m >= 2P."""
+    require(m >= 2 * p, "num_micro_batches", m,
+            f"schedule='dualpipev' needs num_micro_batches >= 2 x num_stages = {2 * p}")
+
+
+def _dualpipe_idle(pp: int, f: float, b: float, w: float,
+                   pair: float) -> tuple[float, float] | None:
+    """(PP/2-1)(F&B + B - 3W) with B the full backward (DeepSeek-V3 Table 2), exact only
+    for F = B = W without overlap gain (the reference Sec. 4 item 1)."""
+    if not (f == b == w and pair == f + b + w):
+        return None
+    idle = (pp / 2 - 1) * (pair + (b + w) - 3 * w)
+    return idle, idle
+
+
+_DUALPIPE_MEGATRON = (
+    "schedule 'dualpipe': DualPipe (DeepSeek-V3, arXiv:2412.19437 Sec. 3.2.1) is not in "
+    "Megatron-LM core_v0.14.0; exported as non-interleaved 1F1B with the forward-direction "
+    "split; the mirrored weight copy, the bidirectional feed and the overlap of forward and "
+    "backward chunks need a framework extension")
+
+DUALPIPE = ScheduleTraits(
+    schedule=PipelineSchedule.DUALPIPE, placement=StagePlacement.BIDIRECTIONAL,
+    fixed_chunks=1, weight_copies=2, split_backward=True, overlapped_pairs=True,
+    takes_group_size=False,
+    generator=lambda p, m, _v, _n: dualpipe(num_stages=p, num_micro_batches=m),
+    rule=_dualpipe_rule, peak_form=lambda p, _m, _v, _d, _n: p + 1, peak_until_b_form=None,
+    bubble_form=lambda p, _m, f, b, w, pair: _dualpipe_idle(p, f, b, w, pair),
+    exports=FrameworkNames(
+        megatron_native=False, megatron_note=_DUALPIPE_MEGATRON, torchtitan="1F1B",
+        torchtitan_note="fallback: DualPipe (two weight copies, bidirectional) has no "
+                        "torch.distributed.pipelining class",
+        torchtitan_fallback="schedule 'dualpipe' has no torch.distributed.pipelining class; "
+                            "exported as 1F1B with the forward-direction split ('dualpipev' "
+                            "is the torch variant)",
+        deepspeed_native=False),
+    source="DeepSeek-V3 arXiv:2412.19437 Sec. 3.2.1 and Table 2 (PP+1 activations, 2x "
+           "parameters)")
+
+DUALPIPEV = ScheduleTraits(
+    schedule=PipelineSchedule.DUALPIPEV, placement=StagePlacement.V_SHAPE, fixed_chunks=2,
+    weight_copies=1, split_backward=True, overlapped_pairs=True, takes_group_size=False,
+    generator=lambda p, m, _v, _n: dualpipev(num_stages=p, num_micro_batches=m),
+    rule=_dualpipev_rule, peak_form=lambda p, _m, _v, _d, _n: 2 * p + 1,
+    peak_until_b_form=None,
+    # Cut in half: DualPipeV on P ranks is DualPipe on 2P ranks.
+    bubble_form=lambda p, _m, f, b, w, pair: _dualpipe_idle(2 * p, f, b, w, pair),
+    exports=FrameworkNames(
+        megatron_native=False,
+        megatron_note="schedule 'dualpipev': DualPipeV is not in Megatron-LM core_v0.14.0 "
+                      "and its V placement cannot be written as a layout string; exported as "
+                      "non-interleaved 1F1B with the planned per-rank layer counts; the F/B "
+                      "overlap and the V placement need a framework extension",
+        torchtitan="DualPipeV",
+        torchtitan_note="V placement; needs PyTorch 2.9 or newer (pytorch#159591)",
+        torchtitan_fallback="", deepspeed_native=False),
+    source="deepseek-ai/DualPipe `dualpipev.py`; 2P+1 chunks is the simulated peak of the "
+           "cut-in-half order (DualPipe's PP+1 with PP = 2P)")
+
+
+__all__ = ["DUALPIPE", "DUALPIPEV", "dualpipe", "dualpipev"]

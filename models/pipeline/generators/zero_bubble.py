@@ -1,8 +1,9 @@
-"""Generators of the handcrafted Zero Bubble schedules: ZB-H1, ZB-H2 and ZB-V.
+"""The handcrafted Zero Bubble schedules: ZB-H1, ZB-H2 and ZB-V, one traits record each.
 
 Owns: the per-rank F / B / W orders of these schedules (B is the input gradient, W the
-weight gradient; splitting them lets W fill bubbles). Must not: validate parameters or time
-anything.
+weight gradient; splitting them lets W fill bubbles), their parameter rules, closed forms
+and records (`ZB_H1`, `ZB_H2`, `ZBV`). Must not: check the parameters every schedule shares
+(the registry does) or time anything.
 """
 
 import logging
@@ -16,6 +17,7 @@ from models.pipeline.ops import (
     linear_placement,
     v_placement,
 )
+from models.pipeline.traits import FrameworkNames, ScheduleTraits, StagePlacement, no_rule, require
 
 logger = logging.getLogger(__name__)
 
@@ -148,4 +150,103 @@ def _zbv_rank(*, p: int, d: int, n: int) -> list[Row]:
     return rows
 
 
-__all__ = ["zb_h1", "zb_h2", "zbv"]
+def _zb_h1_rule(p: int, m: int, _v: int, _n: int | None) -> None:
+    """torch `Schedule1F1B`'s rule, which ZB-H1's 1F1B skeleton shares: m >= p."""
+    require(m >= p, "num_micro_batches", m,
+            f"schedule='zb_h1' needs at least as many micro-batches as ranks: use "
+            f"num_micro_batches >= num_stages={p}")
+
+
+def _zb_h1_bubble(p: int, _m: int, f: float, b: float, w: float,
+                  _pair: float) -> tuple[float, float]:
+    """Global idle (p-1) max(F, B, F+B-W), span (p-1) max(B, F+B-W): the paper's
+    (p-1)(F+B-W) of Table 2 when W <= min(F, B), exact for every ratio on this order."""
+    return (p - 1) * max(f, b, f + b - w), (p - 1) * max(b, f + b - w)
+
+
+def _zb_h2_bubble(p: int, m: int, f: float, b: float, w: float,
+                  _pair: float) -> tuple[float, float] | None:
+    """For m >= 2p-1: span (p-1) max(0, F+B-2W, B-F) (Table 2's (p-1)(F+B-2W) when
+    W <= F) and global idle (p-1) max(F, F+B-2W, B-F) (the forward stagger)."""
+    if m < 2 * p - 1:
+        return None
+    lag = b - f
+    return (p - 1) * max(f, f + b - 2 * w, lag), (p - 1) * max(0.0, f + b - 2 * w, lag)
+
+
+def _zbv_bubble(p: int, m: int, f: float, b: float, w: float,
+                pair: float) -> tuple[float, float] | None:
+    """Idle (p-1) F with span bubble 0, only for F = B = W and m >= 2p-1 (Sec. 6; the
+    reference Sec. 4 item 5: the fixed torch order is zero-bubble only at equal costs)."""
+    if f == b == w and pair == f + b + w and m >= 2 * p - 1:
+        return (p - 1) * f, 0.0
+    return None
+
+
+_NO_ZB_IN_MEGATRON = (
+    "Megatron-LM core_v0.14.0 has no zero-bubble schedule (backward split into input and "
+    "weight gradients)")
+
+ZB_H1 = ScheduleTraits(
+    schedule=PipelineSchedule.ZB_H1, placement=StagePlacement.LINEAR, fixed_chunks=1,
+    weight_copies=1, split_backward=True, overlapped_pairs=False, takes_group_size=False,
+    generator=lambda p, m, _v, _n: zb_h1(num_stages=p, num_micro_batches=m),
+    rule=_zb_h1_rule, peak_form=lambda p, m, _v, _d, _n: min(p, m),
+    peak_until_b_form=lambda p, m, _v, d, _n: min(p - d, m), bubble_form=_zb_h1_bubble,
+    exports=FrameworkNames(
+        megatron_native=False,
+        megatron_note=f"schedule 'zb_h1': {_NO_ZB_IN_MEGATRON}; exported as non-interleaved "
+                      "1F1B with the planned layer split, so the bubble is larger than "
+                      "planned; ZB-H1 needs a framework extension (e.g. the Zero Bubble "
+                      "authors' Megatron-LM fork)",
+        torchtitan="InterleavedZeroBubble",
+        torchtitan_note="torch's InterleavedZeroBubble implements ZB-1P, the 1F1B-memory "
+                        "zero-bubble schedule; with one stage per rank it is the ZB-H1 of "
+                        "the plan",
+        torchtitan_fallback="", deepspeed_native=False),
+    source="Zero Bubble arXiv:2401.10241 Sec. 3.1 and Table 2 (p M_B; (p-i+1) M_B until B)")
+
+ZB_H2 = ScheduleTraits(
+    schedule=PipelineSchedule.ZB_H2, placement=StagePlacement.LINEAR, fixed_chunks=1,
+    weight_copies=1, split_backward=True, overlapped_pairs=False, takes_group_size=False,
+    generator=lambda p, m, _v, _n: zb_h2(num_stages=p, num_micro_batches=m),
+    rule=no_rule, peak_form=lambda p, m, _v, _d, _n: min(2 * p - 1, m),
+    peak_until_b_form=lambda p, m, _v, d, _n: min(2 * p - 2 * d - 1, m),
+    bubble_form=_zb_h2_bubble,
+    exports=FrameworkNames(
+        megatron_native=False,
+        megatron_note=f"schedule 'zb_h2': {_NO_ZB_IN_MEGATRON}; exported as non-interleaved "
+                      "1F1B with the planned layer split (larger bubble, fewer micro-batches "
+                      "in flight than planned); ZB-H2 needs a framework extension",
+        torchtitan="InterleavedZeroBubble",
+        torchtitan_note="NOT the planned ZB-H2: torch has no ZB-H2 class; "
+                        "InterleavedZeroBubble (ZB-1P) keeps 1F1B memory and leaves a larger "
+                        "bubble",
+        torchtitan_fallback="schedule 'zb_h2' has no torch class; InterleavedZeroBubble "
+                            "(ZB-1P) is exported, with 1F1B memory and a larger bubble than "
+                            "planned",
+        deepspeed_native=False),
+    source="Zero Bubble arXiv:2401.10241 Sec. 3.1 and Table 2 ((2p-1) M_B)")
+
+ZBV = ScheduleTraits(
+    schedule=PipelineSchedule.ZBV, placement=StagePlacement.V_SHAPE, fixed_chunks=2,
+    weight_copies=1, split_backward=True, overlapped_pairs=False, takes_group_size=False,
+    generator=lambda p, m, _v, _n: zbv(num_stages=p, num_micro_batches=m),
+    rule=no_rule,
+    peak_form=lambda p, m, _v, d, _n: min(m, 2 * p - d - 1) + min(m, d + 1),
+    peak_until_b_form=None, bubble_form=_zbv_bubble,
+    exports=FrameworkNames(
+        megatron_native=False,
+        megatron_note="schedule 'zbv': Megatron-LM core_v0.14.0 has no ZB-V schedule, and its "
+                      "layout string places virtual stage i on rank i mod pp, so the V "
+                      "placement (rank r holds stages r and 2pp-1-r) cannot be written; "
+                      "exported as non-interleaved 1F1B with the planned per-rank layer "
+                      "counts; ZB-V needs a framework extension",
+        torchtitan="ZBVZeroBubble", torchtitan_note="V placement: rank r runs stages r and "
+                                                    "2pp-1-r",
+        torchtitan_fallback="", deepspeed_native=False),
+    source="Zero Bubble arXiv:2401.10241 Sec. 6 (2p chunks = p M_B for m >= 2p-1; fewer "
+           "micro-batches hold min(m, 2p-d-1) + min(m, d+1) chunks)")
+
+
+__all__ = ["ZBV", "ZB_H1", "ZB_H2", "zb_h1", "zb_h2", "zbv"]

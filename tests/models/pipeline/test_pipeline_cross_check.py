@@ -27,7 +27,8 @@ from models.pipeline import (
 
 CHUNK_CHOICES = {S.INTERLEAVED_1F1B: (2, 3), S.ZBV: (2,), S.DUALPIPEV: (2,)}
 COSTS = [(1.0, 1.0, 1.0), (1.0, 2.0, 1.0), (1.0, 1.0, 2.0), (2.0, 1.0, 0.5), (1.0, 0.5, 0.7),
-         (1.0, 1.5, 0.5)]
+         (1.0, 1.5, 0.5), (1.0, 0.25, 0.75)]
+"""(1, 0.25, 0.75) has F = B + W, Chimera's slot model (its closed form's case)."""
 
 
 def _grid(schedule: S) -> list[tuple[int, int, int]]:

@@ -1,0 +1,166 @@
+"""How many micro-batches each chunk of a rank holds, counted from the schedule's op order.
+
+Owns: `InFlightProfile` (per rank: the peak micro-batch x chunk count until W and until B,
+and every per-chunk live vector that can be the byte peak) and `in_flight_profile`, which
+builds it once per (schedule, p, m, v, N) from the generated order. Must not: size
+activations (the memory ledger passes its per-chunk bytes to `peak_bytes`) or time ops.
+
+Why the order suffices (the simulator's metrics, `metrics.py`): every allocation (an F
+start) and release (a W or BW end) of a rank lies on a boundary of the rank's own ops, so
+the live set when a row starts is its list prefix's allocations minus releases, plus the
+row's own allocation; durations do not move it. The byte peak over time is then
+max over rows of sum_c live_c x bytes_c, and only rows whose live vector is not dominated
+by another row's (componentwise) can reach it: those vectors are kept, so any chunk
+sizes, even or not, get the exact peak from a few dot products.
+"""
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import numpy.typing as npt
+
+from api_schemas.parallel import PipelineSchedule
+from models.errors import InvalidSpecError
+from models.pipeline.ops import OpKind, PipelineProgram
+from models.pipeline.registry import generate_program
+
+logger = logging.getLogger(__name__)
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InFlightProfile:
+    """Activations a schedule keeps on each rank, per local chunk (index as in the layout:
+    looped chunk c = stage c p + d; V chunk 0 = stage d, 1 = stage 2p-1-d; bidirectional
+    chunk 0 = the first pipe's stage, 1 = the second pipe's)."""
+
+    num_chunks: int
+    """Local chunks per rank (bidirectional: one per pipe)."""
+    peak_chunks: tuple[int, ...]
+    """Per rank: peak micro-batch x chunk activations held until W (or BW)."""
+    peak_until_b_chunks: tuple[int, ...]
+    """Per rank: the same, held until B (or BW)."""
+    live_vectors: tuple[tuple[tuple[int, ...], ...], ...]
+    """Per rank: the undominated per-chunk live counts at the start of an allocating op."""
+    chunk_peaks_until_b: tuple[tuple[int, ...], ...]
+    """Per rank and local chunk: the most micro-batches that chunk holds until B at once."""
+    first_stage_chunks: tuple[tuple[int, ...], ...]
+    """Per rank: its local chunks that run a pipe's first stage (where the embedding is)."""
+    last_stage_chunks: tuple[tuple[int, ...], ...]
+    """Per rank: its local chunks that run a pipe's last stage (the head and loss)."""
+
+    def peak_bytes(self, rank: int, chunk_bytes: Sequence[int]) -> int:
+        """Peak bytes rank `rank` holds until W when chunk c of it stores chunk_bytes[c] per
+        micro-batch (exact for uneven chunks).
+
+        Raises:
+            InvalidSpecError: `chunk_bytes` does not give one size per local chunk.
+        """
+        if len(chunk_bytes) != self.num_chunks:
+            raise InvalidSpecError(
+                f"{len(chunk_bytes)} chunk sizes for a schedule with {self.num_chunks} chunks "
+                "per rank: give one per chunk", field="chunk_bytes")
+        return max((sum(n * b for n, b in zip(vec, chunk_bytes, strict=True))
+                    for vec in self.live_vectors[rank]), default=0)
+
+    def peak_counts(self, rank: int) -> tuple[int, ...]:
+        """The per-chunk counts at the count peak of `rank` (the vector with most units)."""
+        return max(self.live_vectors[rank], key=sum, default=(0,) * self.num_chunks)
+
+
+@lru_cache(maxsize=4096)
+def in_flight_profile(schedule: PipelineSchedule, *, num_stages: int, num_micro_batches: int,
+                      num_chunks: int = 1, group_size: int | None = None) -> InFlightProfile:
+    """The in-flight profile of `schedule`'s generated order (memoised per parameters).
+
+    Source: the generators of this package (each cites its schedule's reference order);
+    counts as in `metrics.py` (live from the start of F to the end of W or BW; releases
+    before allocations at equal times).
+    Legend: p=num_stages, m=num_micro_batches, v=num_chunks, N=group_size.
+
+    Raises:
+        InvalidSpecError: the schedule refuses these parameters.
+    """
+    program = generate_program(schedule, num_stages=num_stages,
+                               num_micro_batches=num_micro_batches, num_chunks=num_chunks,
+                               group_size=group_size)
+    return profile_of(program)
+
+
+def profile_of(program: PipelineProgram) -> InFlightProfile:
+    """The in-flight profile of any program (generated or optimised)."""
+    place = program.placement
+    kind = program.kind
+    is_fb = kind == OpKind.FB
+    has_f = (kind == OpKind.F) | is_fb
+    bj = np.where(is_fb, program.pair_micro_batch, program.micro_batch)
+    bs = np.where(is_fb, program.pair_stage, program.stage)
+    f_chunk = place.stage_chunk[place.micro_batch_pipe[program.micro_batch], program.stage]
+    b_chunk = place.stage_chunk[place.micro_batch_pipe[bj], bs]
+    w_chunk = np.where(kind == OpKind.W, f_chunk, b_chunk)
+    releases_w = (kind == OpKind.W) | (kind == OpKind.BW) | is_fb
+    releases_b = (kind == OpKind.B) | (kind == OpKind.BW) | is_fb
+    num_chunks = int(place.stage_chunk.max()) + 1
+    offsets = program.rank_offsets
+    peaks, peaks_b, vectors, chunk_b = [], [], [], []
+    for r in range(program.num_ranks):
+        lo, hi = int(offsets[r]), int(offsets[r + 1])
+        alloc = _one_hot(f_chunk[lo:hi], has_f[lo:hi], num_chunks)
+        live = _live_at_start(alloc, _one_hot(w_chunk[lo:hi], releases_w[lo:hi], num_chunks))
+        live_b = _live_at_start(alloc, _one_hot(b_chunk[lo:hi], releases_b[lo:hi], num_chunks))
+        peaks.append(int(live.sum(axis=1).max(initial=0)))
+        peaks_b.append(int(live_b.sum(axis=1).max(initial=0)))
+        vectors.append(_undominated(live[has_f[lo:hi]]))
+        chunk_b.append(tuple(int(x) for x in live_b.max(axis=0, initial=0)))
+    pipes = range(place.stage_rank.shape[0])
+    ends = [
+        tuple(sorted({int(place.stage_chunk[pipe, s]) for pipe in pipes
+                      if int(place.stage_rank[pipe, s]) == r}))
+        for s in (0, place.num_stages - 1) for r in range(program.num_ranks)
+    ]
+    ranks = program.num_ranks
+    return InFlightProfile(num_chunks=num_chunks, peak_chunks=tuple(peaks),
+                           peak_until_b_chunks=tuple(peaks_b), live_vectors=tuple(vectors),
+                           chunk_peaks_until_b=tuple(chunk_b),
+                           first_stage_chunks=tuple(ends[:ranks]),
+                           last_stage_chunks=tuple(ends[ranks:]))
+
+
+def _one_hot(chunk: IntArray, mask: npt.NDArray[np.bool_], num_chunks: int) -> IntArray:
+    out = np.zeros((chunk.shape[0], num_chunks), dtype=np.int64)
+    rows = np.flatnonzero(mask)
+    out[rows, chunk[rows]] = 1
+    return out
+
+
+def _live_at_start(alloc: IntArray, release: IntArray) -> IntArray:
+    """Per-chunk live counts when each row starts: the prefix before it plus its own
+    allocation (its release happens at its end)."""
+    net = alloc - release
+    live: IntArray = np.cumsum(net, axis=0) - net + alloc
+    return live
+
+
+def _undominated(vectors: IntArray) -> tuple[tuple[int, ...], ...]:
+    """The distinct vectors no other vector dominates componentwise."""
+    if vectors.shape[0] == 0:
+        return ()
+    unique = np.unique(vectors, axis=0)
+    if unique.shape[1] == 1:
+        return ((int(unique.max()),),)
+    # Only a vector with a larger total can dominate another; compare in blocks.
+    unique = unique[np.argsort(-unique.sum(axis=1), kind="stable")]
+    keep = np.ones(unique.shape[0], dtype=bool)
+    for lo in range(0, unique.shape[0], 256):
+        block = unique[lo:lo + 256]
+        ge = np.all(unique[None, :, :] >= block[:, None, :], axis=2)
+        gt = np.any(unique[None, :, :] > block[:, None, :], axis=2)
+        keep[lo:lo + 256] = ~np.any(ge & gt, axis=1)
+    return tuple(tuple(int(x) for x in row) for row in unique[keep])
+
+
+__all__ = ["InFlightProfile", "in_flight_profile", "profile_of"]
