@@ -101,10 +101,23 @@ def _fewest_nodes(request: PlanRequest, clock: _Clock) -> Relaxation | None | st
     fallback = clock.budget()
     if fallback <= 0:
         return "more nodes"
-    result = _search(wide, fallback, objective=Objective.MIN_MEMORY)
+    result = _search(_narrow(wide), fallback, objective=Objective.MIN_MEMORY)
     if result.best is None:
-        return "more nodes (the search ran out of time)" if result.stats.unexamined else None
+        return "more nodes (the search ran out of time)"
     return _nodes_relaxation(request, result, ceiling, proven=False)
+
+
+def _narrow(request: PlanRequest) -> PlanRequest:
+    """The request pinned to a few memory-frugal meshes (the widest TP within a node,
+    micro-batch 1, 1F1B), so that a short search reaches an evaluation."""
+    spec = resolve_model(request.model).spec
+    per_node = resolve_cluster(request.cluster).gpus_per_node
+    heads, kv = spec.num_attention_heads, spec.kv_heads
+    tps = [t for t in range(per_node, 0, -1)
+           if heads % t == 0 and (kv % t == 0 or t % kv == 0)]
+    pins = {"tp": tps[0] if tps else 1, "micro_batch_size": 1, "schedule": "1f1b"}
+    return request.model_copy(update={"constraints": request.constraints.model_copy(
+        update=pins)})
 
 
 def _nodes_relaxation(request: PlanRequest, result: SearchResult, ceiling: int, *,
