@@ -102,8 +102,8 @@ def _fewest_nodes(request: PlanRequest, clock: _Clock) -> Relaxation | None | st
     if fallback <= 0:
         return "more nodes"
     result = _search(_narrow(wide), fallback, objective=Objective.MIN_MEMORY)
-    if result.best is None:
-        return "more nodes (the search ran out of time)"
+    if result.best is None:  # the narrowed search proves nothing about the full space
+        return "more nodes (the search ran out of time)" if result.stats.unexamined else None
     return _nodes_relaxation(request, result, ceiling, proven=False)
 
 
