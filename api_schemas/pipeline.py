@@ -124,6 +124,20 @@ class PipelineTimelineEntry(ResultModel):
     backward_chunk: int | None = Field(default=None, description="FB only: its chunk.")
 
 
+class PipelineTransfer(ResultModel):
+    """One message between two ranks: an activation forward or an input gradient backward."""
+
+    src_stage: int = Field(description="Sending pipeline rank.")
+    dst_stage: int = Field(description="Receiving pipeline rank.")
+    kind: Literal["activation", "gradient"] = Field(
+        description="'activation' (an F output) or 'gradient' (a B output).")
+    micro_batch: int = Field(description="Micro-batch of the producing op.")
+    src_op: int = Field(description="Index in `timeline` of the producing op.")
+    dst_op: int = Field(description="Index in `timeline` of the consuming op.")
+    start: float = Field(description="Send time (the producer's end), seconds.")
+    end: float = Field(description="Arrival (start + p2p_latency_s), seconds.")
+
+
 class PipelineSimulateResponse(ResultModel):
     """Timing and activation peaks of one iteration."""
 
@@ -147,6 +161,13 @@ class PipelineSimulateResponse(ResultModel):
         description="Per rank: idle inside the rank's own span (Zero Bubble definition).")
     timeline: list[PipelineTimelineEntry] = Field(
         default_factory=list, description="Every op in rank, then start order.")
+    critical_path: list[int] = Field(
+        default_factory=list, description="Indices into `timeline` of the chain of ops (and "
+        "the transfers between them) that sets the makespan, in time order; empty without "
+        "the timeline.")
+    transfers: list[PipelineTransfer] = Field(
+        default_factory=list, description="Every message between two ranks with the "
+        "interval it occupies; empty without the timeline.")
 
 
 class PipelineOptimizeResponse(PipelineSimulateResponse):

@@ -26,6 +26,7 @@ from models.kernels import (
     KernelProfile,
     attention_time_s,
     gemm_time_s,
+    grouped_gemm_time_s,
     memory_bound_time_s,
     profile_for,
 )
@@ -113,18 +114,25 @@ class _Gemm:
     n: int
     k: int
     module: RecomputeModule | None = None
+    groups: int = 1
+    """Independent problems of this shape in one grouped launch (local experts)."""
+
+
+def _shape_time(g: _Gemm, m: int, n: int, k: int, ctx: ComputeContext) -> float:
+    """One (m x k) @ (k x n) pass of `g`: grouped over its groups, or a plain GEMM."""
+    if g.groups > 1:
+        return grouped_gemm_time_s(g.groups, m, n, k, gpu=ctx.gpu, dtype=ctx.compute_dtype,
+                                   profile=ctx.kernel_profile)
+    return gemm_time_s(m, n, k, gpu=ctx.gpu, dtype=ctx.compute_dtype, profile=ctx.kernel_profile)
 
 
 def _gemm_times(gemms: list[_Gemm], ctx: ComputeContext) -> tuple[OpTimes, dict[M, float]]:
-    prof, dtype = ctx.kernel_profile, ctx.compute_dtype
     times = OpTimes()
     modules: dict[M, float] = {}
     for g in gemms:
-        f = gemm_time_s(g.m, g.n, g.k, gpu=ctx.gpu, dtype=dtype, profile=prof)
-        times = times + OpTimes(
-            forward_s=f,
-            backward_input_s=gemm_time_s(g.m, g.k, g.n, gpu=ctx.gpu, dtype=dtype, profile=prof),
-            backward_weight_s=gemm_time_s(g.k, g.n, g.m, gpu=ctx.gpu, dtype=dtype, profile=prof))
+        f = _shape_time(g, g.m, g.n, g.k, ctx)
+        times = times + OpTimes(forward_s=f, backward_input_s=_shape_time(g, g.m, g.k, g.n, ctx),
+                                backward_weight_s=_shape_time(g, g.k, g.n, g.m, ctx))
         if g.module is not None:
             modules[g.module] = modules.get(g.module, 0.0) + f
     return times, modules
@@ -168,15 +176,17 @@ def routed_assignments(spec: ModelSpec, ctx: ComputeContext) -> float:
 
 
 def moe_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
-    """Router, grouped expert GEMMs (tiles padded per local expert) and shared experts."""
+    """Router, grouped expert GEMMs at the real per-expert shape (tokens per local expert,
+    tile-padded; `models.kernels.grouped_gemm_time_s`) and shared experts."""
     moe = spec.moe
     assert moe is not None
     local_experts = max(1, moe.num_experts // ctx.ep)
     per_expert = routed_assignments(spec, ctx) / local_experts
-    padded = local_experts * math.ceil(per_expert / GEMM_TILE) * GEMM_TILE
+    padded = math.ceil(per_expert / GEMM_TILE) * GEMM_TILE
     out = [_Gemm(m=ctx.tokens, n=moe.num_experts, k=spec.hidden_size)]
-    up, down = mlp_gemms(spec, moe.expert_ffn_hidden_size, tokens=int(padded), split=ctx.etp,
-                         module=M.MOE)
+    up, down = (replace(g, groups=local_experts)
+                for g in mlp_gemms(spec, moe.expert_ffn_hidden_size, tokens=int(padded),
+                                   split=ctx.etp, module=M.MOE))
     # The down projection re-runs alone under `moe_down_proj` recomputation (Kimi K2).
     out += [up, replace(down, module=M.MOE_DOWN_PROJ)]
     if moe.num_shared_experts:

@@ -3,7 +3,7 @@
 Owns: forward FLOPs of a layer's GEMMs (activated experts only), of the attention core (the
 S^2 term) and of the logits; the 3x forward rule for forward + backward; the extra forward
 work of recomputation; and the two conventions for the attention S^2 term. Must not: turn
-FLOPs into time (see `models/gemm.py` and `models/step_time.py`).
+FLOPs into time (see `models/kernels.py` and `models/compute.py`).
 
 Conventions. *Model FLOPs* exclude recomputation and feed MFU; *hardware FLOPs* include it
 and feed HFU (PaLM arXiv:2204.02311 App. B; Korthikanti et al. arXiv:2205.05198 App. A).

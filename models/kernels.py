@@ -150,6 +150,34 @@ def gemm_time_s(m: int, n: int, k: int, *, gpu: GpuSpec, dtype: DType,
     return GEMM_LAUNCH_S + compute + io
 
 
+def grouped_gemm_time_s(groups: int, m: int, n: int, k: int, *, gpu: GpuSpec, dtype: DType,
+                        profile: KernelProfile | None = None) -> float:
+    """Time of one grouped GEMM: `groups` independent (m x k) @ (k x n) problems in one
+    launch, as MoE layers run their local experts.
+
+    The tiles of all groups share the waves (occupancy of groups x tiles(m, n)), but each
+    group streams its own operands: with few tokens per expert the k x n weights of every
+    expert dominate the bytes, so small per-expert shapes are bandwidth-bound.
+    Source: the GEMM model of this module applied per group; grouped kernels as in
+    Megatron-Core `--moe-grouped-gemm` (CUTLASS grouped GEMM) and MegaBlocks (Gale et al.
+    2022, arXiv:2211.15841, Sec. 5: block-sparse expert GEMMs whose efficiency falls with
+    the tokens per expert).
+    Legend: groups = local experts, m = tokens per expert (tile-padded), n, k = the expert
+    GEMM's output and reduction widths.
+    """
+    if groups <= 0 or m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    prof = profile or profile_for(gpu)
+    peak = gpu.peak_flop_per_s(dtype)
+    tiles = groups * math.ceil(m / GEMM_TILE) * math.ceil(n / GEMM_TILE)
+    occupancy = tiles / (math.ceil(tiles / prof.num_sms) * prof.num_sms)
+    compute = 2.0 * groups * m * n * k / (peak * _gemm_frac(prof, dtype) * occupancy)
+    element_bytes = min(dtype.num_bytes, 2.0)
+    io = (GEMM_IO_FACTOR * element_bytes * groups * (m * n + m * k + k * n)
+          / gpu.hbm_bandwidth_bytes_per_s)
+    return GEMM_LAUNCH_S + compute + io
+
+
 def attention_time_s(flop: float, *, seq_len: int, gpu: GpuSpec, flash: bool,
                      profile: KernelProfile | None = None) -> float:
     """Time of `flop` attention-core FLOPs (forward or backward) at sequence length `seq_len`.
@@ -180,6 +208,7 @@ __all__ = [
     "KernelProfile",
     "attention_time_s",
     "gemm_time_s",
+    "grouped_gemm_time_s",
     "memory_bound_time_s",
     "profile_for",
     "wave_occupancy",

@@ -1,10 +1,10 @@
 """The per-rank, per-stage memory ledger of a parallel configuration, in integer bytes.
 
-Owns: composing parameters (`params`), bytes per state (`precision`), activations
-(`activations`), the stage layout (`layout`) and the schedule's in-flight micro-batches
-(`pipeline.closed_forms`) into one ledger per pipeline rank, component by component, with the
-communication buffers and runtime reserves named; and the verdict against the GPU capacity
-and the host memory. Must not: estimate time or search.
+Owns: composing parameters (`params`), model states (`sharded_states`), activations
+(`activations`), the stage layout (`layout`), the schedule's in-flight micro-batches
+(`pipeline.closed_forms`) and the runtime items (`runtime_memory`) into one ledger per
+pipeline rank, component by component; and the verdict against the GPU capacity and the
+host memory. Must not: estimate time or search.
 
 Conventions. Each component is rounded up to whole bytes. The worst rank of each pipeline
 stage is reported (ranks of one stage differ only by rounding). Dense weights are sharded by
@@ -17,15 +17,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import FullLayers, ParallelConfig, PipelineSchedule, RecomputeMode
-from api_schemas.training import EmaPlacement, Fp8WeightStorage, OptimizerKind, TrainingSpec
+from api_schemas.training import TrainingSpec
 from models.activations import (
-    ACTIVATION_BYTES,
     LayerActivationBytes,
     LayerActivationContext,
     embedding_activation_bytes,
@@ -34,6 +32,7 @@ from models.activations import (
 )
 from models.errors import InvalidSpecError
 from models.layout import StageLayout, pipeline_layout
+from models.ledger_items import ComponentKind, MemoryComponent, RankParameters
 from models.params import (
     attention_params,
     head_params,
@@ -44,37 +43,18 @@ from models.params import (
     norm_params,
 )
 from models.pipeline.closed_forms import peak_in_flight_chunks
-from models.precision import sharded_state_bytes, state_bytes_per_param
 from models.runtime_memory import (
     ALLOCATOR_FRAGMENTATION_FRAC,
     CUDA_CONTEXT_BYTES,
     NCCL_BUFFER_BYTES,
     NCCL_CHANNELS,
-    attention_workspace_bytes,
-    communicator_count,
-    nccl_buffer_bytes,
+    runtime_components,
 )
-from models.sharded_states import optimizer_offload_bytes, zero3_gather_buffers
+from models.sharded_states import ema_components, model_state_components
 
 RUNTIME_RESERVE_BYTES = CUDA_CONTEXT_BYTES + NCCL_CHANNELS * 2 * NCCL_BUFFER_BYTES
 """The least runtime memory any rank holds (the CUDA context and the default group's NCCL
 buffers): a lower bound the search may use before a ledger is built."""
-
-FP8_BYTES = 1
-"""Bytes of an FP8 (E4M3/E5M2) element."""
-
-ComponentKind = Literal["parameters", "gradients", "optimizer", "activations", "other"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryComponent:
-    """One named line of a rank's ledger."""
-
-    name: str
-    kind: ComponentKind
-    bytes: int
-    note: str = ""
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageMemory:
@@ -139,20 +119,6 @@ class MemoryLedger:
     def fits(self) -> bool:
         """Both GPU and host memory suffice."""
         return self.fits_gpu and self.fits_host
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankParameters:
-    """Parameters one rank holds, grouped by how they are sharded and stored (the single
-    definition used by the ledger, the step time and the traffic ledger)."""
-
-    gemm: int  # TP-sharded GEMM weights (attention, dense MLP, shared experts)
-    vectors: int  # norms, router, biases, position table: replicated across tp
-    embedding: int
-    head: int
-    experts: int  # routed experts, sharded by ep x etp
-    largest_layer: int  # params of the largest layer shard (ZeRO-3 / FSDP unit)
-    largest_matrix: int  # largest single weight matrix, unsharded (Muon)
 
 
 def micro_batch_count(training: TrainingSpec, parallel: ParallelConfig) -> int:
@@ -254,72 +220,6 @@ def _rank_parameters(spec: ModelSpec, tp: int, ep: int, etp: int, num_dense: int
     return RankParameters(gemm=gemm, vectors=vectors, embedding=embedding, head=head,
                         experts=experts, largest_layer=largest_layer,
                         largest_matrix=largest_weight_matrix(spec))
-
-
-def _model_state_components(training: TrainingSpec, parallel: ParallelConfig,
-                            groups: RankParameters, edp: int,
-                            max_chunk_params: int) -> tuple[list[MemoryComponent],
-                                                            list[MemoryComponent]]:
-    """Weights, gradients and optimizer states of one rank, GPU and host.
-
-    FSDP without resharding after forward keeps every unit's parameters unsharded for the
-    whole step beside the local shard (Llama 3, arXiv:2407.21783 Sec. 3.3.2); an optimizer
-    offload share moves master weights and moments to host memory (ZeRO-Offload,
-    arXiv:2101.06840 Sec. 4.1; `models/sharded_states`)."""
-    dense_shard = parallel.dp * parallel.cp
-    zero = parallel.zero_stage
-    resident = zero == 3 and parallel.fsdp and not parallel.fsdp_reshard_after_forward
-    gemm_bytes = state_bytes_per_param(training, is_gemm_weight=True, is_matrix=True)
-    plain_bytes = state_bytes_per_param(training, is_gemm_weight=False, is_matrix=False)
-    parts = [
-        ("dense GEMM weights", groups.gemm, gemm_bytes, dense_shard),
-        ("norms, biases, router", groups.vectors, plain_bytes, dense_shard),
-        ("embedding", groups.embedding, plain_bytes, dense_shard),
-        ("output head", groups.head, plain_bytes, dense_shard),
-        ("routed experts", groups.experts, gemm_bytes, edp),
-    ]
-    gpu: list[MemoryComponent] = []
-    host: list[MemoryComponent] = []
-    offload = parallel.optimizer_offload_frac
-    for label, count, per_param, shard in parts:
-        if count == 0:
-            continue
-        states = sharded_state_bytes(count, per_param, zero_stage=zero, shard_degree=shard)
-        weights, note = states.weights_bytes, f"{count} params"
-        if zero == 3:
-            note += f"; /{shard} under ZeRO-3"
-        if resident:
-            weights += math.ceil(count * (per_param.weights + per_param.fp8_copy))
-            note += "; plus the unsharded copy kept from forward to the end of the step"
-        gpu.append(MemoryComponent(name=f"weights: {label}", kind="parameters",
-                                   bytes=weights, note=note))
-        if parallel.gradient_host_shards:
-            host.append(MemoryComponent(name=f"gradient shards: {label}", kind="gradients",
-                                        bytes=math.ceil(count * per_param.gradients / shard),
-                                        note="Pipeline ZeRO-2: sharded gradients in host memory"))
-        else:
-            gpu.append(MemoryComponent(name=f"gradients: {label}", kind="gradients",
-                                       bytes=states.gradients_bytes))
-        sharded = count / shard if zero else count
-        moved = optimizer_offload_bytes(
-            sharded_params=math.ceil(sharded), optimizer_bytes_per_param=per_param.optimizer,
-            grad_bytes=per_param.gradients, param_bytes=per_param.weights,
-            offload_frac=offload)
-        on_gpu = max(0, states.optimizer_bytes - moved.host_bytes)
-        gpu.append(MemoryComponent(name=f"optimizer: {label}", kind="optimizer",
-                                   bytes=on_gpu,
-                                   note=f"master + moments, /{shard}" if zero else
-                                   "master + moments, replicated"))
-        if moved.host_bytes:
-            host.append(MemoryComponent(name=f"optimizer in host memory: {label}",
-                                        kind="optimizer", bytes=moved.host_bytes,
-                                        note=f"{offload:.0%} of master + moments, CPU update"))
-    if parallel.gradient_host_shards:
-        gpu.append(MemoryComponent(
-            name="gradient buffers (2 chunks)", kind="gradients",
-            bytes=math.ceil(2 * max_chunk_params * training.grad_dtype.num_bytes),
-            note="Pipeline ZeRO-2 (Kimi K3): one chunk reducing, one accumulating"))
-    return gpu, host
 
 
 def _activation_context(training: TrainingSpec, parallel: ParallelConfig,
@@ -429,93 +329,6 @@ def stage_activation_components(
     return gpu, host, peak
 
 
-def _other_components(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                      groups: RankParameters, dynamic_bytes: int) -> list[MemoryComponent]:
-    """Runtime items and transient buffers, each a named term (`models/runtime_memory`,
-    `models/sharded_states`)."""
-    out = [MemoryComponent(name="CUDA context and library workspaces", kind="other",
-                           bytes=CUDA_CONTEXT_BYTES,
-                           note="context, kernel images, cuBLAS workspaces"),
-           MemoryComponent(name="NCCL communicator buffers", kind="other",
-                           bytes=nccl_buffer_bytes(parallel),
-                           note=f"{communicator_count(parallel)} communicators x "
-                                f"{NCCL_CHANNELS} channels x 2 x 4 MiB")]
-    fixed = len(out)
-    tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
-    h = spec.hidden_size
-    weight_bytes = state_bytes_per_param(training).weights
-    if parallel.zero_stage == 3:
-        buffers = zero3_gather_buffers(
-            largest_unit_params=groups.largest_layer,
-            largest_module_params=math.ceil(groups.largest_matrix / parallel.tp),
-            param_bytes=weight_bytes, grad_bytes=training.grad_dtype.num_bytes,
-            fsdp=parallel.fsdp, reshard_after_forward=parallel.fsdp_reshard_after_forward)
-        if buffers.gathered_parameters_bytes:
-            out.append(MemoryComponent(name="ZeRO-3 gathered parameters", kind="other",
-                                       bytes=buffers.gathered_parameters_bytes,
-                                       note=buffers.note))
-        out.append(MemoryComponent(name="unsharded gradient before reduce-scatter",
-                                   kind="other", bytes=buffers.unsharded_gradient_bytes,
-                                   note="FSDP unit" if parallel.fsdp else "reduce bucket"))
-    if training.compute_dtype == DType.FP8:
-        storage = training.fp8_weight_storage
-        if storage == Fp8WeightStorage.FP8_ONLY:
-            out.append(MemoryComponent(name="FP8 weight transposes", kind="other",
-                                       bytes=groups.largest_layer,
-                                       note="one layer's FP8 transpose built for backward"))
-        elif storage == Fp8WeightStorage.ON_THE_FLY:
-            out.append(MemoryComponent(name="FP8 weights quantised on the fly", kind="other",
-                                       bytes=math.ceil(2 * groups.largest_layer * FP8_BYTES),
-                                       note="one layer's FP8 weights and transposes"))
-    heads_per_rank = spec.num_attention_heads / parallel.tp
-    head_dim = spec.mla.v_head_dim if spec.mla is not None else spec.dim_per_head
-    out.append(MemoryComponent(
-        name="attention backward workspace", kind="other",
-        bytes=attention_workspace_bytes(
-            tokens=tokens, heads_per_rank=heads_per_rank, head_dim=head_dim,
-            seq_len_per_rank=training.sequence_length / parallel.cp,
-            flash_attention=training.flash_attention),
-        note="fp32 dQ accumulator" if training.flash_attention else "score gradients"))
-    if parallel.tp > 1:
-        gathered = tokens * h * ACTIVATION_BYTES * (1 if parallel.sequence_parallel else 0)
-        if gathered:
-            out.append(MemoryComponent(name="TP all-gather buffer", kind="other",
-                                       bytes=math.ceil(gathered),
-                                       note="sequence-parallel input gathered for one GEMM"))
-    if parallel.pp > 1:
-        shard = parallel.tp if parallel.sequence_parallel else 1
-        out.append(MemoryComponent(name="PP send/receive buffers", kind="other",
-                                   bytes=math.ceil(4 * tokens * h * ACTIVATION_BYTES / shard),
-                                   note="activation and gradient, sent and received"))
-    if spec.moe is not None and parallel.ep > 1:
-        assignments = (tokens / parallel.tp * parallel.etp * spec.moe.top_k
-                       * training.moe_load_imbalance)
-        out.append(MemoryComponent(name="EP dispatch/combine buffers", kind="other",
-                                   bytes=math.ceil(2 * assignments * h * ACTIVATION_BYTES),
-                                   note="received tokens and combine output, S x K scale"))
-    if training.optimizer == OptimizerKind.MUON and parallel.zero_stage >= 1:
-        out.append(MemoryComponent(name="Muon full-matrix buffer", kind="other",
-                                   bytes=math.ceil(groups.largest_matrix * 4),
-                                   note="largest weight matrix gathered in fp32 for "
-                                        "Newton-Schulz"))
-    transient = sum(c.bytes for c in out[fixed:])
-    out.append(MemoryComponent(
-        name="allocator fragmentation", kind="other",
-        bytes=math.ceil(ALLOCATOR_FRAGMENTATION_FRAC * (dynamic_bytes + transient)),
-        note=f"{ALLOCATOR_FRAGMENTATION_FRAC:.0%} of dynamic bytes"))
-    return out
-
-
-def _ema_components(training: TrainingSpec, parallel: ParallelConfig,
-                    total_params: int) -> tuple[list[MemoryComponent], list[MemoryComponent]]:
-    if training.ema == EmaPlacement.NONE:
-        return [], []
-    shard = parallel.dp * parallel.cp if parallel.zero_stage >= 1 else 1
-    line = MemoryComponent(name="parameter EMA", kind="optimizer",
-                           bytes=math.ceil(total_params * 4 / shard), note="fp32 copy")
-    return ([line], []) if training.ema == EmaPlacement.GPU else ([], [line])
-
-
 def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                  layout: StageLayout, *, num_micro_batches: int) -> StageMemory:
     """The ledger of one rank of pipeline stage `layout.rank`."""
@@ -525,13 +338,13 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
                 for kind, i in _first_of_each_kind(spec, layout.layers).items()}
     chunk_params = max((sum(per_kind[spec.is_moe_layer(i)] for i in chunk)
                         for chunk in layout.chunks), default=0)
-    states, host_states = _model_state_components(training, parallel, groups, edp, chunk_params)
+    states, host_states = model_state_components(training, parallel, groups, edp, chunk_params)
     activations, host_acts, peak = stage_activation_components(
         spec, training, parallel, layout, num_micro_batches=num_micro_batches)
     total_params = groups.gemm + groups.vectors + groups.embedding + groups.head + groups.experts
-    ema_gpu, ema_host = _ema_components(training, parallel, total_params)
+    ema_gpu, ema_host = ema_components(training, parallel, total_params)
     dynamic = sum(c.bytes for c in activations)
-    others = _other_components(spec, training, parallel, groups, dynamic)
+    others = runtime_components(spec, training, parallel, groups, dynamic)
     return StageMemory(stage=layout.rank, num_layers=len(layout.layers),
                        components=tuple(states + ema_gpu + activations + others),
                        host_components=tuple(host_states + host_acts + ema_host),

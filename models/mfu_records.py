@@ -23,7 +23,8 @@ class MfuRecord:
 
 
 RECORDS: tuple[MfuRecord, ...] = (
-    MfuRecord(gpu="a100-sxm4-80gb", dtype=DType.BF16, mfu=0.72, run="fa2-t1-gpt3-2.7b-8k-flashattention-2",
+    MfuRecord(gpu="a100-sxm4-80gb", dtype=DType.BF16, mfu=0.72,
+              run="fa2-t1-gpt3-2.7b-8k-flashattention-2",
               source="FlashAttention-2 (Dao 2023, arXiv:2307.08691) Table 1: GPT3-2.7B at 8K "
                      "context, 225 TFLOP/s per A100 (312 peak)"),
     MfuRecord(gpu="h100-sxm5-80gb", dtype=DType.BF16, mfu=0.535,

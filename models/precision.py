@@ -3,7 +3,7 @@
 Owns: how many bytes each parameter costs as weights, FP8 weight copies, gradients, master
 weights and optimizer moments under a `TrainingSpec`, and how ZeRO-1/2/3 divide them over the
 data-parallel sharding group. Must not: decide which parameters a rank holds (see
-`models/memory.py`) or how large the sharding group is (see `models/mesh.py`).
+`models/memory.py`) or how large the sharding group is (see `models/mesh/layout.py`).
 
 Source: [RAJ20] Rajbhandari et al., ZeRO, arXiv:1910.02054, Sec. 3.1 (mixed-precision Adam:
 2 + 2 + K bytes per parameter with K = 12: fp32 master, momentum and variance) and Sec. 5

@@ -204,8 +204,9 @@ KIMI_K2_4096 = PublishedRun(
 
 GPT3_175B = PublishedRun(
     id="gpt3-175b-1024", description="GPT-3 175B in Megatron-LM on 1,024 A100",
-    source="Narayanan et al. 2021, arXiv:2104.04473, Sec. 5.1 and Table 1 (the 175B row "
-           "is the 145.6B shape's neighbour; GPT-3's own shape from Brown et al. 2020)",
+    source="Narayanan et al. 2021, arXiv:2104.04473, Sec. 1 and 5.1 (GPT-3 175B on 1,024 "
+           "A100 at batch 1536 and 140 TF/s per GPU); the shape of Brown et al. 2020 "
+           "(96 layers, hidden 12288, 96 heads)",
     model_preset="gpt-175b", gpu="a100-sxm4-80gb", num_nodes=128, gpus_per_node=8,
     training=_MEGATRON_2021.model_copy(update={"global_batch_size": 1536}),
     parallel=ParallelConfig(tp=8, pp=8, dp=16, vpp=2, schedule=PipelineSchedule.INTERLEAVED_1F1B,

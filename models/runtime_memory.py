@@ -13,7 +13,17 @@ checks the whole ledger against measured peaks (research/MEMORY_PEAKS.md).
 
 import math
 
+from api_schemas.architecture import ModelSpec
+from api_schemas.dtypes import DType
 from api_schemas.parallel import ParallelConfig
+from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
+from models.activations import ACTIVATION_BYTES
+from models.ledger_items import MemoryComponent, RankParameters
+from models.precision import state_bytes_per_param
+from models.sharded_states import zero3_gather_buffers
+
+FP8_BYTES = 1
+"""Bytes of an FP8 (E4M3/E5M2) element."""
 
 CUDA_CONTEXT_BYTES = 512 * 2**20
 """CUDA context, loaded kernel images (PyTorch, cuBLAS, cuDNN, NCCL) and the cuBLAS
@@ -75,6 +85,85 @@ def attention_workspace_bytes(*, tokens: float, heads_per_rank: float, head_dim:
     return math.ceil(2 * heads_per_rank * tokens * seq_len_per_rank)
 
 
+def runtime_components(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                      groups: RankParameters, dynamic_bytes: int) -> list[MemoryComponent]:
+    """Runtime items and transient buffers, each a named term (`models/runtime_memory`,
+    `models/sharded_states`)."""
+    out = [MemoryComponent(name="CUDA context and library workspaces", kind="other",
+                           bytes=CUDA_CONTEXT_BYTES,
+                           note="context, kernel images, cuBLAS workspaces"),
+           MemoryComponent(name="NCCL communicator buffers", kind="other",
+                           bytes=nccl_buffer_bytes(parallel),
+                           note=f"{communicator_count(parallel)} communicators x "
+                                f"{NCCL_CHANNELS} channels x 2 x 4 MiB")]
+    fixed = len(out)
+    tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
+    h = spec.hidden_size
+    weight_bytes = state_bytes_per_param(training).weights
+    if parallel.zero_stage == 3:
+        buffers = zero3_gather_buffers(
+            largest_unit_params=groups.largest_layer,
+            largest_module_params=math.ceil(groups.largest_matrix / parallel.tp),
+            param_bytes=weight_bytes, grad_bytes=training.grad_dtype.num_bytes,
+            fsdp=parallel.fsdp, reshard_after_forward=parallel.fsdp_reshard_after_forward,
+            rank_params=(groups.gemm + groups.vectors + groups.embedding + groups.head
+                         + groups.experts))
+        if buffers.gathered_parameters_bytes:
+            out.append(MemoryComponent(name="ZeRO-3 gathered parameters", kind="other",
+                                       bytes=buffers.gathered_parameters_bytes,
+                                       note=buffers.note))
+        out.append(MemoryComponent(name="unsharded gradient before reduce-scatter",
+                                   kind="other", bytes=buffers.unsharded_gradient_bytes,
+                                   note="FSDP unit" if parallel.fsdp else "reduce bucket"))
+    if training.compute_dtype == DType.FP8:
+        storage = training.fp8_weight_storage
+        if storage == Fp8WeightStorage.FP8_ONLY:
+            out.append(MemoryComponent(name="FP8 weight transposes", kind="other",
+                                       bytes=groups.largest_layer,
+                                       note="one layer's FP8 transpose built for backward"))
+        elif storage == Fp8WeightStorage.ON_THE_FLY:
+            out.append(MemoryComponent(name="FP8 weights quantised on the fly", kind="other",
+                                       bytes=math.ceil(2 * groups.largest_layer * FP8_BYTES),
+                                       note="one layer's FP8 weights and transposes"))
+    heads_per_rank = spec.num_attention_heads / parallel.tp
+    head_dim = spec.mla.v_head_dim if spec.mla is not None else spec.dim_per_head
+    out.append(MemoryComponent(
+        name="attention backward workspace", kind="other",
+        bytes=attention_workspace_bytes(
+            tokens=tokens, heads_per_rank=heads_per_rank, head_dim=head_dim,
+            seq_len_per_rank=training.sequence_length / parallel.cp,
+            flash_attention=training.flash_attention),
+        note="fp32 dQ accumulator" if training.flash_attention else "score gradients"))
+    if parallel.tp > 1:
+        gathered = tokens * h * ACTIVATION_BYTES * (1 if parallel.sequence_parallel else 0)
+        if gathered:
+            out.append(MemoryComponent(name="TP all-gather buffer", kind="other",
+                                       bytes=math.ceil(gathered),
+                                       note="sequence-parallel input gathered for one GEMM"))
+    if parallel.pp > 1:
+        shard = parallel.tp if parallel.sequence_parallel else 1
+        out.append(MemoryComponent(name="PP send/receive buffers", kind="other",
+                                   bytes=math.ceil(4 * tokens * h * ACTIVATION_BYTES / shard),
+                                   note="activation and gradient, sent and received"))
+    if spec.moe is not None and parallel.ep > 1:
+        assignments = (tokens / parallel.tp * parallel.etp * spec.moe.top_k
+                       * training.moe_load_imbalance)
+        out.append(MemoryComponent(name="EP dispatch/combine buffers", kind="other",
+                                   bytes=math.ceil(2 * assignments * h * ACTIVATION_BYTES),
+                                   note="received tokens and combine output, S x K scale"))
+    if training.optimizer == OptimizerKind.MUON and parallel.zero_stage >= 1:
+        out.append(MemoryComponent(name="Muon full-matrix buffer", kind="other",
+                                   bytes=math.ceil(groups.largest_matrix * 4),
+                                   note="largest weight matrix gathered in fp32 for "
+                                        "Newton-Schulz"))
+    transient = sum(c.bytes for c in out[fixed:])
+    out.append(MemoryComponent(
+        name="allocator fragmentation", kind="other",
+        bytes=math.ceil(ALLOCATOR_FRAGMENTATION_FRAC * (dynamic_bytes + transient)),
+        note=f"{ALLOCATOR_FRAGMENTATION_FRAC:.0%} of dynamic bytes"))
+    return out
+
+
 __all__ = [
     "ALLOCATOR_FRAGMENTATION_FRAC",
     "CUDA_CONTEXT_BYTES",
@@ -84,4 +173,5 @@ __all__ = [
     "attention_workspace_bytes",
     "communicator_count",
     "nccl_buffer_bytes",
+    "runtime_components",
 ]

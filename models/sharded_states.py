@@ -1,10 +1,11 @@
 """Bytes of sharded model states as the frameworks hold them at run time.
 
-Owns: the transient buffers ZeRO-3 and FSDP allocate to gather parameters and reduce
-gradients (per module, with the framework's prefetch or live-parameter limit), the GPU and
-host bytes of optimizer states kept in host memory (ZeRO-Offload / CPU Adam), and the byte
-quantities the step-time model prices (bytes gathered per module, bytes crossing PCIe per
-step). Must not: estimate time, or decide which parameters a rank holds (see
+Owns: the model-state lines of a rank's ledger (weights, gradients, optimizer states, EMA;
+on the GPU and in host memory), the transient buffers ZeRO-3 and FSDP allocate to gather
+parameters and reduce gradients (per module, with the framework's prefetch or
+live-parameter limit), optimizer states kept in host memory (ZeRO-Offload / CPU Adam), and
+the byte quantities the step-time model prices (bytes gathered per module, bytes crossing
+PCIe per step). Must not: estimate time, or decide which parameters a rank holds (see
 `models/memory.py`).
 
 Two framework families gather parameters differently:
@@ -24,6 +25,11 @@ Two framework families gather parameters differently:
 
 import math
 from dataclasses import dataclass
+
+from api_schemas.parallel import ParallelConfig
+from api_schemas.training import EmaPlacement, TrainingSpec
+from models.ledger_items import MemoryComponent, RankParameters
+from models.precision import sharded_state_bytes, state_bytes_per_param
 
 DEEPSPEED_PREFETCH_BUCKET_PARAMS = 50_000_000
 """`stage3_prefetch_bucket_size` default (elements): parameters prefetched ahead of use.
@@ -55,7 +61,8 @@ class GatherBuffers:
 
 def zero3_gather_buffers(*, largest_unit_params: int, largest_module_params: int,
                          param_bytes: float, grad_bytes: float, fsdp: bool,
-                         reshard_after_forward: bool = True) -> GatherBuffers:
+                         reshard_after_forward: bool = True,
+                         rank_params: int | None = None) -> GatherBuffers:
     """Gather and gradient buffers of ZeRO-3 (DeepSpeed) or FSDP on one rank.
 
     Args:
@@ -69,6 +76,8 @@ def zero3_gather_buffers(*, largest_unit_params: int, largest_module_params: int
         reshard_after_forward: FSDP frees a unit after its forward (True) or keeps it to
             the end of the step (False: the resident weights are counted by the caller,
             and no gather buffer is added here).
+        rank_params: all parameters of the rank, unsharded: a prefetch never gathers more
+            than exists (None: no such bound).
 
     Source: module docstring (DeepSpeed reference defaults; arXiv:2304.11277 Sec. 3.4).
     Legend: unit = one FSDP-wrapped transformer block; module = one DeepSpeed submodule.
@@ -83,6 +92,8 @@ def zero3_gather_buffers(*, largest_unit_params: int, largest_module_params: int
             "FSDP without resharding: one unit's gradient before its reduce-scatter")
     live = min(DEEPSPEED_MAX_LIVE_PARAMS,
                largest_module_params + DEEPSPEED_PREFETCH_BUCKET_PARAMS)
+    if rank_params is not None:
+        live = min(live, rank_params)
     live = max(live, largest_module_params)
     bucket = min(DEEPSPEED_REDUCE_BUCKET_PARAMS, largest_unit_params)
     return GatherBuffers(
@@ -134,6 +145,84 @@ def optimizer_offload_bytes(*, sharded_params: int, optimizer_bytes_per_param: f
         parameters_to_gpu_bytes_per_step=math.ceil(moved * param_bytes))
 
 
+def model_state_components(training: TrainingSpec, parallel: ParallelConfig,
+                            groups: RankParameters, edp: int,
+                            max_chunk_params: int) -> tuple[list[MemoryComponent],
+                                                            list[MemoryComponent]]:
+    """Weights, gradients and optimizer states of one rank, GPU and host.
+
+    FSDP without resharding after forward keeps every unit's parameters unsharded for the
+    whole step beside the local shard (Llama 3, arXiv:2407.21783 Sec. 3.3.2); an optimizer
+    offload share moves master weights and moments to host memory (ZeRO-Offload,
+    arXiv:2101.06840 Sec. 4.1; `models/sharded_states`)."""
+    dense_shard = parallel.dp * parallel.cp
+    zero = parallel.zero_stage
+    resident = zero == 3 and parallel.fsdp and not parallel.fsdp_reshard_after_forward
+    gemm_bytes = state_bytes_per_param(training, is_gemm_weight=True, is_matrix=True)
+    plain_bytes = state_bytes_per_param(training, is_gemm_weight=False, is_matrix=False)
+    parts = [
+        ("dense GEMM weights", groups.gemm, gemm_bytes, dense_shard),
+        ("norms, biases, router", groups.vectors, plain_bytes, dense_shard),
+        ("embedding", groups.embedding, plain_bytes, dense_shard),
+        ("output head", groups.head, plain_bytes, dense_shard),
+        ("routed experts", groups.experts, gemm_bytes, edp),
+    ]
+    gpu: list[MemoryComponent] = []
+    host: list[MemoryComponent] = []
+    offload = parallel.optimizer_offload_frac
+    for label, count, per_param, shard in parts:
+        if count == 0:
+            continue
+        states = sharded_state_bytes(count, per_param, zero_stage=zero, shard_degree=shard)
+        weights, note = states.weights_bytes, f"{count} params"
+        if zero == 3:
+            note += f"; /{shard} under ZeRO-3"
+        if resident:
+            weights += math.ceil(count * (per_param.weights + per_param.fp8_copy))
+            note += "; plus the unsharded copy kept from forward to the end of the step"
+        gpu.append(MemoryComponent(name=f"weights: {label}", kind="parameters",
+                                   bytes=weights, note=note))
+        if parallel.gradient_host_shards:
+            host.append(MemoryComponent(name=f"gradient shards: {label}", kind="gradients",
+                                        bytes=math.ceil(count * per_param.gradients / shard),
+                                        note="Pipeline ZeRO-2: sharded gradients in host memory"))
+        else:
+            gpu.append(MemoryComponent(name=f"gradients: {label}", kind="gradients",
+                                       bytes=states.gradients_bytes))
+        sharded = count / shard if zero else count
+        moved = optimizer_offload_bytes(
+            sharded_params=math.ceil(sharded), optimizer_bytes_per_param=per_param.optimizer,
+            grad_bytes=per_param.gradients, param_bytes=per_param.weights,
+            offload_frac=offload)
+        on_gpu = max(0, states.optimizer_bytes - moved.host_bytes)
+        gpu.append(MemoryComponent(name=f"optimizer: {label}", kind="optimizer",
+                                   bytes=on_gpu,
+                                   note=f"master + moments, /{shard}" if zero else
+                                   "master + moments, replicated"))
+        if moved.host_bytes:
+            host.append(MemoryComponent(name=f"optimizer in host memory: {label}",
+                                        kind="optimizer", bytes=moved.host_bytes,
+                                        note=f"{offload:.0%} of master + moments, CPU update"))
+    if parallel.gradient_host_shards:
+        gpu.append(MemoryComponent(
+            name="gradient buffers (2 chunks)", kind="gradients",
+            bytes=math.ceil(2 * max_chunk_params * training.grad_dtype.num_bytes),
+            note="Pipeline ZeRO-2 (Kimi K3): one chunk reducing, one accumulating"))
+    return gpu, host
+
+
+def ema_components(training: TrainingSpec, parallel: ParallelConfig,
+                    total_params: int) -> tuple[list[MemoryComponent], list[MemoryComponent]]:
+    """An fp32 parameter EMA on the GPU or in host memory (DeepSeek-V3 Sec. 3.2.3 keeps it
+    in host memory), sharded like the optimizer states under ZeRO."""
+    if training.ema == EmaPlacement.NONE:
+        return [], []
+    shard = parallel.dp * parallel.cp if parallel.zero_stage >= 1 else 1
+    line = MemoryComponent(name="parameter EMA", kind="optimizer",
+                           bytes=math.ceil(total_params * 4 / shard), note="fp32 copy")
+    return ([line], []) if training.ema == EmaPlacement.GPU else ([], [line])
+
+
 __all__ = [
     "DEEPSPEED_MAX_LIVE_PARAMS",
     "DEEPSPEED_PREFETCH_BUCKET_PARAMS",
@@ -141,6 +230,8 @@ __all__ = [
     "FSDP_UNITS_UNSHARDED",
     "GatherBuffers",
     "OptimizerOffloadBytes",
+    "ema_components",
+    "model_state_components",
     "optimizer_offload_bytes",
     "zero3_gather_buffers",
     "zero3_gather_bytes_per_module",

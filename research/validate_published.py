@@ -171,6 +171,30 @@ def _error(obs: float, pred: float, unit: str) -> float:
     return (obs / pred - 1) if unit == "s/iter" else (pred / obs - 1)
 
 
+def zero3_scaling() -> None:
+    """Per-GPU throughput of FSDP (ZeRO-3 over every GPU) as the sharding group grows, at a
+    fixed local batch: a mechanism check of the ZeRO-3 model (gathers over the real DP links,
+    all-gather / reduce-scatter as one ring across nodes). Llama-2-7B shape, 4096 tokens,
+    full recomputation, H100 SXM5; no published row with this exact recipe is held here."""
+    from api_schemas import ParallelConfig
+    from models.step_time import estimate_step
+
+    spec = ModelSpec(name="llama-2-7b", num_layers=32, hidden_size=4096, num_attention_heads=32,
+                     num_kv_heads=32, ffn_hidden_size=11008, mlp=MlpKind.SWIGLU,
+                     norm=NormKind.RMSNORM, vocab_size=32000)
+    for local in (1, 2, 4):
+        rates = []
+        for gpus in (128, 512, 2048):
+            training = TrainingSpec(global_batch_size=local * gpus, sequence_length=4096)
+            cluster = cluster_preset("h100-sxm5-80gb", num_nodes=gpus // 8)
+            est = estimate_step(spec, training, ParallelConfig(
+                dp=gpus, zero_stage=3, micro_batch_size=local, recompute="full"), cluster)
+            rates.append(est.tokens_per_s / gpus)
+        print(f"zero3 scaling, local batch {local}: tokens/s/GPU at 128/512/2048 GPUs "
+              + " / ".join(f"{r:,.0f}" for r in rates)
+              + f" (2048 vs 128: {100 * (rates[2] / rates[0] - 1):+.1f}%)")
+
+
 def main() -> None:
     rows = [r for r in DATA["runs"] if not r["id"].startswith(SKIP_SOURCES)]
     if "--calibrate-h100" in sys.argv:
@@ -201,9 +225,14 @@ def main() -> None:
     for source, errs in sorted(by_source.items()):
         print(f"held out source {source:16s} n={len(errs):3d} median |error| "
               f"{100 * statistics.median(errs):5.1f}%  max {100 * max(errs):5.1f}%")
+    held = [e for errs in by_gpu.values() for e in errs]
+    if held:
+        print(f"held out overall         n={len(held):3d} median |error| "
+              f"{100 * statistics.median(held):5.1f}%  max {100 * max(held):5.1f}%")
     for gpu, errs in sorted(by_gpu.items()):
         print(f"held out {gpu:16s} n={len(errs):3d} median |error| "
               f"{100 * statistics.median(errs):5.1f}%  max {100 * max(errs):5.1f}%")
+    zero3_scaling()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The FastAPI application factory.
 
-Owns: `create_app(settings)`: the routers, the problem+json handlers, the request-id and
-body-size middleware, the OpenAPI document, logging set-up, and the lifespan that opens the
+Owns: `create_app(settings)`: the routers, the lab page, the problem+json handlers, the
+request-id and body-size middleware, the OpenAPI document and its offline Swagger UI and
+ReDoc pages, logging set-up, and the lifespan that opens the
 database (creating the schema), starts the solver pool and closes both at shutdown. Must not:
 do anything at import: `service.app:app` is built on first access, and building it does no
 I/O (the lifespan does).
@@ -13,6 +14,7 @@ from contextlib import asynccontextmanager
 from functools import cache
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 import solver
 from service.deps import ServiceContext
@@ -22,7 +24,20 @@ from service.persistence.db import init_db, make_engine
 from service.planning import Planner
 from service.pool import SolverPool
 from service.problems import install_problem_handlers
-from service.routes import catalog, collectives, estimates, health, mesh, moe, pipeline, plans
+from service.routes import (
+    catalog,
+    collectives,
+    estimates,
+    health,
+    lab,
+    mesh,
+    moe,
+    moe_buffers,
+    pictures,
+    pipeline,
+    plans,
+    reference,
+)
 from service.routes.health import SERVICE_VERSION
 from service.settings import Settings, get_settings
 
@@ -83,18 +98,24 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
             pool.shutdown()
             engine.dispose()
 
-    app = FastAPI(title="atlas-planner", version=SERVICE_VERSION, description=DESCRIPTION,
-                  openapi_tags=TAGS, lifespan=lifespan)
+    # Swagger UI and ReDoc from the files fastapi-offline ships: /docs needs no network.
+    app = FastAPIOffline(title="atlas-planner", version=SERVICE_VERSION,
+                         description=DESCRIPTION, openapi_tags=TAGS, lifespan=lifespan,
+                         redoc_url=None)
+    reference.install_redoc(app)
     install_problem_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes)
     app.include_router(plans.router)
+    app.include_router(pictures.router)
     app.include_router(estimates.router)
     app.include_router(collectives.router)
     app.include_router(mesh.router)
     app.include_router(pipeline.router)
     app.include_router(moe.router)
+    app.include_router(moe_buffers.router)
     app.include_router(catalog.router)
     app.include_router(health.router)
+    lab.install_lab(app)
     install_openapi(app)
     return app
 

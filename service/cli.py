@@ -5,7 +5,9 @@ Owns: `serve` (the HTTP service under uvicorn), the computing commands (`plan`, 
 running service with `--server URL`, and `catalog`. Requests come from a JSON or YAML file,
 from preset flags (`--model llama-3.1-70b --gpu h100-sxm5-80gb --nodes 8 ...`) or both
 (flags override the file). Results print as a readable summary (GiB for people) or, with
-`--json`, as the API's JSON; `--output FILE` writes the JSON to a file. Progress of long
+`--json`, as the API's JSON; `--output FILE` writes the JSON to a file; `--svg FILE` and
+`--trace FILE` write the result's picture and Chrome Trace Event JSON (`service.pictures`,
+`service.trace`). Progress of long
 searches goes to stderr. Exit status: 0 success, 1 an answered error (invalid input, no
 feasible plan, overloaded...), 2 usage errors.
 """
@@ -26,16 +28,22 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from api_schemas.collectives import CollectiveEstimateRequest
-from api_schemas.moe import MoePlacementRequest
-from api_schemas.pipeline import PipelineOptimizeRequest, PipelineSimulateRequest
-from api_schemas.plan import PlanResponse, PlanStatus
+from api_schemas.moe import MoePlacementRequest, MoePlacementResponse
+from api_schemas.pipeline import (
+    PipelineOptimizeRequest,
+    PipelineSimulateRequest,
+    PipelineSimulateResponse,
+)
+from api_schemas.plan import MemoryReport, PlanResponse, PlanStatus
 from api_schemas.problems import FieldError, ProblemDetail
 from api_schemas.requests import EvaluateRequest, Objective, PlanRequest
 from models.catalog import gpu_ids, model_ids
 from models.collectives.report import estimate_collective
 from models.errors import PlannerError
+from models.moe.balance import home_rank_loads
 from models.pipeline.requests import simulate_request
 from service.client import DEFAULT_BASE_URL, ApiProblemError, AtlasClient
+from service.pictures import memory_svg, placement_svg, timeline_svg
 from service.problems import PROBLEM_TITLES, problem_type
 from service.render import (
     render_collective,
@@ -45,8 +53,10 @@ from service.render import (
     render_plan,
     render_problem,
 )
+from service.trace import trace_document
 from solver import evaluate, memory_report, plan
 from solver.placement.api import plan_placement
+from solver.plan_pipeline import plan_simulation_request
 from solver.schedule.requests import optimize_request
 
 PROGRESS_INTERVAL_S = 5.0
@@ -102,7 +112,8 @@ def build_request(args: argparse.Namespace, *, degrees_key: str) -> dict[str, An
     return doc
 
 
-def _add_request_flags(parser: argparse.ArgumentParser, *, pins: bool = False) -> None:
+def _add_request_flags(parser: argparse.ArgumentParser, *, pins: bool = False,
+                       svg: str | None = None, trace: bool = False) -> None:
     parser.add_argument("file", nargs="?", help="request as a JSON or YAML file ('-' = stdin)")
     parser.add_argument("--model", help=f"model preset, one of: {', '.join(model_ids())}")
     parser.add_argument("--hf-config", help="a Hugging Face config.json as the model")
@@ -126,14 +137,20 @@ def _add_request_flags(parser: argparse.ArgumentParser, *, pins: bool = False) -
                             help="what to optimise (default throughput)")
         parser.add_argument("--time-limit", type=float, help="search time limit, seconds")
         parser.add_argument("--top-k", type=int, help="alternatives to report")
-    _add_output_flags(parser)
+    _add_output_flags(parser, svg=svg, trace=trace)
 
 
-def _add_output_flags(parser: argparse.ArgumentParser) -> None:
+def _add_output_flags(parser: argparse.ArgumentParser, *, svg: str | None = None,
+                      trace: bool = False) -> None:
     parser.add_argument("--server", metavar="URL", help="send to a running service instead "
                         f"of computing here (e.g. {DEFAULT_BASE_URL})")
     parser.add_argument("--json", action="store_true", help="print the JSON answer")
     parser.add_argument("-o", "--output", metavar="FILE", help="also write the JSON answer")
+    if svg is not None:
+        parser.add_argument("--svg", metavar="FILE", help=f"also write {svg} as SVG")
+    if trace:
+        parser.add_argument("--trace", metavar="FILE", help="also write the pipeline "
+                            "iteration as Chrome Trace Event JSON (open it in Perfetto)")
 
 
 @contextmanager
@@ -163,6 +180,26 @@ def _emit(args: argparse.Namespace, result: BaseModel, render: Callable[[Any], s
     sys.stdout.write((text if args.json else render(result)) + "\n")
 
 
+Pictures = Callable[[BaseModel], tuple[str | None, dict[str, Any] | None]]
+"""A result -> (its SVG, its trace); either may be None."""
+
+
+def _write_pictures(args: argparse.Namespace, result: BaseModel, pictures: Pictures) -> None:
+    svg_path, trace_path = getattr(args, "svg", None), getattr(args, "trace", None)
+    if not svg_path and not trace_path:
+        return
+    svg, trace = pictures(result)
+    for path, content, what in ((svg_path, svg, "picture"), (trace_path, trace, "trace")):
+        if not path:
+            continue
+        if content is None:
+            sys.stderr.write(f"no {what} written: the result has nothing to draw\n")
+            continue
+        text = content if isinstance(content, str) else json.dumps(content)
+        Path(path).write_text(text, encoding="utf-8")
+        sys.stderr.write(f"wrote {what} to {path}\n")
+
+
 def _local_problem(error: PlannerError | ValidationError) -> ProblemDetail:
     if isinstance(error, ValidationError):
         errors = [FieldError(loc=[str(p) for p in e["loc"]], msg=e["msg"], type=e["type"])
@@ -178,7 +215,8 @@ def _local_problem(error: PlannerError | ValidationError) -> ProblemDetail:
 
 def _run(args: argparse.Namespace, local: Callable[[], BaseModel],
          remote: Callable[[AtlasClient], BaseModel], render: Callable[[Any], str], *,
-         label: str | None = None, failed: Callable[[BaseModel], bool] | None = None) -> int:
+         label: str | None = None, failed: Callable[[BaseModel], bool] | None = None,
+         pictures: Pictures | None = None) -> int:
     try:
         if args.server:
             with AtlasClient(args.server) as client, progress_ticker(f"waiting for {args.server}"):
@@ -198,7 +236,38 @@ def _run(args: argparse.Namespace, local: Callable[[], BaseModel],
         sys.stderr.write(f"error: cannot reach {args.server}: {error}\n")
         return 1
     _emit(args, result, render)
+    if pictures is not None:
+        try:
+            _write_pictures(args, result, pictures)
+        except (PlannerError, ValidationError) as error:
+            sys.stderr.write(render_problem(_local_problem(error)) + "\n")
+            return 1
     return 1 if failed is not None and failed(result) else 0
+
+
+def _plan_pictures(doc: dict[str, Any]) -> Pictures:
+    """The timeline SVG and trace of a plan's (or evaluated configuration's) pipeline."""
+
+    def draw(result: BaseModel) -> tuple[str | None, dict[str, Any] | None]:
+        if not isinstance(result, PlanResponse) or result.parallel is None:
+            return None, None
+        request = PlanRequest.model_validate({k: v for k, v in doc.items()
+                                              if k in ("model", "cluster", "training")})
+        simulation = simulate_request(plan_simulation_request(request, result.parallel))
+        title = f"Pipeline of {result.model_name} on {result.world_size} x {result.gpu}"
+        return timeline_svg(simulation, title=title), trace_document(simulation, title=title)
+
+    return draw
+
+
+def _simulation_pictures(result: BaseModel) -> tuple[str | None, dict[str, Any] | None]:
+    if not isinstance(result, PipelineSimulateResponse) or not result.timeline:
+        return None, None
+    return timeline_svg(result), trace_document(result)
+
+
+def _memory_picture(result: BaseModel) -> tuple[str | None, dict[str, Any] | None]:
+    return (memory_svg(result), None) if isinstance(result, MemoryReport) else (None, None)
 
 
 def _stderr_progress(started: float) -> Callable[[str], None]:
@@ -225,21 +294,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return isinstance(result, PlanResponse) and result.status == PlanStatus.INFEASIBLE
 
     return _run(args, local, lambda client: client.plan(doc), render_plan, label="searching",
-                failed=infeasible)
+                failed=infeasible, pictures=_plan_pictures(doc))
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Score one configuration (fits or not, time, bottleneck, fixes)."""
     doc = build_request(args, degrees_key="parallel")
     return _run(args, lambda: evaluate(EvaluateRequest.model_validate(doc)),
-                lambda client: client.evaluate(doc), render_plan)
+                lambda client: client.evaluate(doc), render_plan, pictures=_plan_pictures(doc))
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
     """Per-stage memory ledger of one configuration."""
     doc = build_request(args, degrees_key="parallel")
     return _run(args, lambda: memory_report(EvaluateRequest.model_validate(doc)),
-                lambda client: client.memory(doc), render_memory)
+                lambda client: client.memory(doc), render_memory, pictures=_memory_picture)
 
 
 def cmd_collective(args: argparse.Namespace) -> int:
@@ -263,12 +332,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         _set(doc, ("durations", op), getattr(args, op.lower()))
     if args.no_timeline:
         doc["include_timeline"] = False
+    if args.svg or args.trace:
+        doc["include_timeline"] = True
     if "memory_limit" in doc:
         return _run(args, lambda: optimize_request(PipelineOptimizeRequest.model_validate(doc)),
                     lambda client: client.optimize_pipeline(doc), render_pipeline,
-                    label="optimising the schedule")
+                    label="optimising the schedule", pictures=_simulation_pictures)
     return _run(args, lambda: simulate_request(PipelineSimulateRequest.model_validate(doc)),
-                lambda client: client.simulate_pipeline(doc), render_pipeline)
+                lambda client: client.simulate_pipeline(doc), render_pipeline,
+                pictures=_simulation_pictures)
 
 
 def cmd_placement(args: argparse.Namespace) -> int:
@@ -276,9 +348,17 @@ def cmd_placement(args: argparse.Namespace) -> int:
     doc = load_document(args.file)
     _set(doc, ("planner",), args.planner)
     _set(doc, ("time_limit_s",), args.time_limit)
+    def picture(result: BaseModel) -> tuple[str | None, dict[str, Any] | None]:
+        request = MoePlacementRequest.model_validate(doc)
+        expert_loads = [sum(column) for column in zip(*request.tokens, strict=True)]
+        before = home_rank_loads(expert_loads, num_ranks=len(request.tokens)).tolist()
+        if not isinstance(result, MoePlacementResponse):
+            return None, None
+        return placement_svg(result, home_loads=before), None
+
     return _run(args, lambda: plan_placement(MoePlacementRequest.model_validate(doc)),
                 lambda client: client.moe_placement(doc), render_placement,
-                label="placing experts")
+                label="placing experts", pictures=picture)
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -320,15 +400,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(handler=cmd_serve)
 
     plan_cmd = commands.add_parser("plan", help="search for the best parallel plan")
-    _add_request_flags(plan_cmd, pins=True)
+    _add_request_flags(plan_cmd, pins=True, svg="the pipeline timeline", trace=True)
     plan_cmd.set_defaults(handler=cmd_plan)
 
     evaluate_cmd = commands.add_parser("evaluate", help="score one configuration")
-    _add_request_flags(evaluate_cmd)
+    _add_request_flags(evaluate_cmd, svg="the pipeline timeline", trace=True)
     evaluate_cmd.set_defaults(handler=cmd_evaluate)
 
     memory = commands.add_parser("memory", help="per-GPU memory ledger of one configuration")
-    _add_request_flags(memory)
+    _add_request_flags(memory, svg="the per-stage memory stack")
     memory.set_defaults(handler=cmd_memory)
 
     collective = commands.add_parser("collective", help="alpha-beta time of one collective")
@@ -359,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "this many stages of activations in flight per rank")
     simulate.add_argument("--time-limit", type=float, help="optimizer time limit, seconds")
     simulate.add_argument("--no-timeline", action="store_true", help="omit the timeline")
-    _add_output_flags(simulate)
+    _add_output_flags(simulate, svg="the timeline", trace=True)
     simulate.set_defaults(handler=cmd_simulate)
 
     placement = commands.add_parser("placement", help="MoonEP expert placement from token "
@@ -367,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     placement.add_argument("file", help="JSON or YAML: num_experts, top_k, tokens (R x E)")
     placement.add_argument("--planner", choices=("constructive", "exact"))
     placement.add_argument("--time-limit", type=float, help="exact planner limit per phase")
-    _add_output_flags(placement)
+    _add_output_flags(placement, svg="the loads, replicas and routes")
     placement.set_defaults(handler=cmd_placement)
 
     catalog = commands.add_parser("catalog", help="list presets")

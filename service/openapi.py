@@ -2,7 +2,8 @@
 
 Owns: `problem_responses(...)`, the `responses=` entry each route declares for the problem
 codes it can answer, and `install_openapi(app)`, which adds the `ProblemDetail` and
-`FieldError` schemas to the components. Must not: change routes or request schemas.
+`FieldError` schemas (and the `TraceDocument` of the trace answers) to the components.
+Must not: change routes or request schemas.
 """
 
 from typing import Any
@@ -12,6 +13,7 @@ from fastapi.openapi.utils import get_openapi
 
 from api_schemas.problems import FieldError, ProblemCode, ProblemDetail
 from service.problems import PROBLEM_MEDIA_TYPE, PROBLEM_STATUS, PROBLEM_TITLES
+from service.trace import TraceDocument
 
 _PROBLEM_REF = {"$ref": "#/components/schemas/ProblemDetail"}
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.",
@@ -53,7 +55,7 @@ def install_openapi(app: FastAPI) -> None:
                              description=app.description, routes=app.routes,
                              tags=app.openapi_tags)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (ProblemDetail, FieldError):
+        for model in (ProblemDetail, FieldError, TraceDocument):
             generated = model.model_json_schema(ref_template="#/components/schemas/{model}",
                                                 mode="serialization")
             for name, definition in generated.pop("$defs", {}).items():

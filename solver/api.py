@@ -4,6 +4,7 @@ Owns: resolving the request, running the search or scoring one configuration, re
 explaining and assembling the public response. Must not: do I/O (the service stores plans).
 """
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -137,6 +138,10 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     if best is not result.best:
         notes.append("per-stage policies refined by the CP-SAT subproblem: "
                      f"{result.best.estimate.step_time_s:.3f} -> {best.estimate.step_time_s:.3f} s")
+    # The search times plans without splitting pipeline idle time from P2P latency; the
+    # chosen plan's breakdown gets the split (same step time).
+    best = dataclasses.replace(best, estimate=estimate_step(spec, request.training,
+                                                            best.parallel, cluster))
     runners_up = _runners_up(request, constraints, result, spec, cluster, best, deadline)
     alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k)
     text = summary(spec, cluster, best)

@@ -212,7 +212,9 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     except InvalidSpecError as exc:
         return Rejection(candidate=candidate, reason=exc.detail)
     if best is None:
-        return Dominated(candidate=candidate, bound_s=order[0][0])
+        # A skipped ZeRO-3 plan is bounded by its own bound, which may be the lower one.
+        bound = min(order[0][0], zero3_bound_s) if skipped_zero3 else order[0][0]
+        return Dominated(candidate=candidate, bound_s=bound)
     return best[2]
 
 
@@ -370,7 +372,7 @@ def refine_policies(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
 def _score(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
            candidate: MeshCandidate, parallel: ParallelConfig,
            ledger: MemoryLedger) -> ScoredPlan:
-    estimate = estimate_step(spec, training, parallel, cluster)
+    estimate = estimate_step(spec, training, parallel, cluster, split_pipeline_idle=False)
     return ScoredPlan(candidate=candidate, parallel=parallel, estimate=estimate, ledger=ledger)
 
 

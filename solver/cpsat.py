@@ -47,6 +47,10 @@ class SolverConfig:
     """Parameters passed to CP-SAT; nothing is hard-coded elsewhere."""
 
     max_time_s: float = 10.0
+    deterministic_time_limit: float | None = None
+    """CP-SAT's own work measure (`max_deterministic_time`, roughly seconds of one core on a
+    reference machine); with one worker, a solve bounded by it ends the same way however
+    loaded the machine is. None: only the wall-clock limit applies."""
     num_workers: int = 2
     random_seed: int = 0
     relative_gap_limit: float = 0.0
@@ -86,6 +90,8 @@ def solve(model: cp_model.CpModel, config: SolverConfig) -> SolveOutcome:
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.max_time_in_seconds = max(0.001, float(config.max_time_s))
+    if config.deterministic_time_limit is not None:
+        params.max_deterministic_time = max(0.001, float(config.deterministic_time_limit))
     params.num_workers = max(1, int(config.num_workers))
     params.random_seed = int(config.random_seed)
     params.relative_gap_limit = float(config.relative_gap_limit)

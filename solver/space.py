@@ -75,13 +75,27 @@ class MeshCandidate:
 
     def parallel(self, **overrides: Any) -> ParallelConfig:
         """The `ParallelConfig` of this candidate with ZeRO / policy fields set."""
+        return ParallelConfig.model_validate(self._fields(overrides))
+
+    def mesh(self) -> Candidate:
+        """This candidate as the mesh rules see it (default rank order). Built without
+        re-validating: the enumeration only makes well-formed configurations, and the
+        validated `parallel()` of every candidate is checked by the tests."""
+        return Candidate(parallel=_DEFAULT_PARALLEL.model_copy(update=self._fields({})),
+                         order=DEFAULT_ORDER)
+
+    def _fields(self, overrides: dict[str, Any]) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
             "etp": self.etp, "vpp": self.vpp, "micro_batch_size": self.micro_batch_size,
             "schedule": self.schedule, "sequence_parallel": self.sequence_parallel,
             "cp_kind": self.cp_kind, "ulysses_degree": self.ulysses_degree}
         fields.update(overrides)
-        return ParallelConfig.model_validate(fields)
+        return fields
+
+
+_DEFAULT_PARALLEL = ParallelConfig()
+"""Every field at its default; candidates for the rules are copies of it with their degrees."""
 
 
 def divisors(n: int) -> list[int]:
@@ -211,7 +225,7 @@ def candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int
                 out += [c for c in _meshes_for(ctx, tp=tp, cp=cp, cp_kind=cp_kind,
                                                ulysses=ulysses, pp=pp, dp=dp,
                                                constraints=constraints)
-                        if not errors(ctx, Candidate(parallel=c.parallel(), order=DEFAULT_ORDER))]
+                        if not errors(ctx, c.mesh())]
     return out
 
 
@@ -231,13 +245,14 @@ def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelK
         sp_options = [True]
     else:
         sp_options = [constraints.sequence_parallel]
+    experts = _expert_options(ctx, tp, cp, dp, constraints)
     for mbs in divisors(per_replica):
         if (mbs > MAX_MICRO_BATCH_SIZE and constraints.micro_batch_size is None) or \
                 not permitted("micro_batch_size", mbs, constraints):
             continue
         m = per_replica // mbs
         for schedule, vpp in _schedule_options(spec, pp, m, constraints):
-            for ep, etp in _expert_options(ctx, tp, cp, dp, constraints):
+            for ep, etp in experts:
                 for sp in sp_options:
                     if not permitted("sequence_parallel", sp, constraints):
                         continue

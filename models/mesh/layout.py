@@ -279,7 +279,7 @@ def pipeline_groups_agree(parallel: ParallelConfig, axes: tuple[str, ...]) -> bo
     folded = parallel.tp * parallel.cp * parallel.dp
     if parallel.pp == 1 or axes[-1] == "pp" or folded % (parallel.etp * parallel.ep):
         return True
-    edp = folded // (parallel.etp * parallel.ep)
+    edp = expert_data_parallel_size(parallel)
     if edp != parallel.dp:
         return False
     dense = {"tp": parallel.tp, "cp": parallel.cp, "ep": 1, "dp": parallel.dp,

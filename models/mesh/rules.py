@@ -67,6 +67,7 @@ EXPERT_RULES: tuple[Rule, ...] = (ep_needs_moe, ep_divides_experts, expert_fold,
 """What the expert mesh (ep, etp) must satisfy with the dense degrees of a stage."""
 
 
+_DEFAULT_PARALLEL = ParallelConfig()
 _ERROR_RULES = tuple(r for r in RULES if r not in WARNING_ONLY_RULES)
 _ERROR_RULES_WITHOUT_MODEL = tuple(r for r in _ERROR_RULES if r not in MODEL_RULES)
 
@@ -85,9 +86,10 @@ def errors(ctx: MeshContext, cand: Candidate) -> list[Finding]:
 
 def admits(ctx: MeshContext, rules: Iterable[Rule], **fields: Any) -> bool:
     """True when none of `rules` finds an error in the configuration that sets `fields`
-    and leaves every other degree at 1 (how the search prunes one axis before it builds
-    whole candidates; the whole candidate is then checked by `errors`)."""
-    cand = Candidate(parallel=ParallelConfig.model_validate(fields), order=DEFAULT_ORDER)
+    and leaves every other field at its default (how the search prunes one axis before it
+    builds whole candidates; the whole candidate is then checked by `errors`). The fields
+    are not re-validated: the caller passes well-formed degrees."""
+    cand = Candidate(parallel=_DEFAULT_PARALLEL.model_copy(update=fields), order=DEFAULT_ORDER)
     return not any((f := rule(ctx, cand)) is not None and f.severity == Severity.ERROR
                    for rule in _applicable(ctx, tuple(rules)))
 

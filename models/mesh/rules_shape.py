@@ -26,6 +26,7 @@ from models.mesh.candidates import (
 from models.mesh.layout import (
     DEFAULT_ORDER,
     GroupKind,
+    expert_data_parallel_size,
     masked_rank_groups,
     parse_order,
     pipeline_groups_agree,
@@ -232,8 +233,7 @@ def expert_pp_order(_ctx: MeshContext, cand: Candidate) -> Finding | None:
         return None
     if pipeline_groups_agree(p, axes):
         return None
-    folded = p.tp * p.cp * p.dp
-    edp = folded // (p.etp * p.ep)
+    edp = expert_data_parallel_size(p)
     new_order = "-".join([t for t in axes if t != "pp"] + ["pp"])
     return Finding(
         rule="expert-pp-order", severity=E, field="order",

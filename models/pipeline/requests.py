@@ -2,7 +2,8 @@
 
 Owns: `simulate_request` and the conversions between the API types of
 `api_schemas.pipeline` and this package's inputs and results (`op_durations_from`,
-`activation_sizes_from`, `simulation_fields`). Must not: know HTTP.
+`activation_sizes_from`, `simulation_fields`, `link_fields` for the critical path and the
+transfers). Must not: know HTTP.
 """
 
 import logging
@@ -14,10 +15,13 @@ from api_schemas.pipeline import (
     PipelineSimulateRequest,
     PipelineSimulateResponse,
     PipelineTimelineEntry,
+    PipelineTransfer,
 )
 from models.pipeline.costs import ActivationSizes, OpDurations
+from models.pipeline.critical_path import PipelineLinks, pipeline_links
 from models.pipeline.generators import generate_program
 from models.pipeline.metrics import SimulationResult, simulate
+from models.pipeline.simulator import compile_program
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +46,18 @@ def activation_sizes_from(sizes: PipelineActivationBytes | None) -> ActivationSi
     return ActivationSizes(forward_bytes=held if isinstance(held, tuple) else (held,),
                            freed_by_input_grad_bytes=freed if isinstance(freed, tuple)
                            else (freed,))
+
+
+def link_fields(links: PipelineLinks) -> dict[str, Any]:
+    """The critical path and transfers as response fields."""
+    return {
+        "critical_path": list(links.critical_path),
+        "transfers": [PipelineTransfer(src_stage=t.src_rank, dst_stage=t.dst_rank,
+                                       kind=t.kind,  # type: ignore[arg-type]
+                                       micro_batch=t.micro_batch, src_op=t.src_row,
+                                       dst_op=t.dst_row, start=t.start_s, end=t.end_s)
+                      for t in links.transfers],
+    }
 
 
 def simulation_fields(result: SimulationResult, *, include_timeline: bool) -> dict[str, Any]:
@@ -80,12 +96,16 @@ def simulate_request(request: PipelineSimulateRequest) -> PipelineSimulateRespon
     program = generate_program(request.schedule, num_stages=request.num_stages,
                                num_micro_batches=request.num_micro_batches,
                                num_chunks=request.num_chunks, group_size=request.group_size)
-    result = simulate(program, op_durations_from(request.durations),
+    compiled = compile_program(program)
+    result = simulate(compiled, op_durations_from(request.durations),
                       p2p_latency_s=request.p2p_latency_s,
                       activation_sizes=activation_sizes_from(request.activation_bytes))
-    return PipelineSimulateResponse(**simulation_fields(result,
-                                                        include_timeline=request.include_timeline))
+    fields = simulation_fields(result, include_timeline=request.include_timeline)
+    if request.include_timeline:
+        fields |= link_fields(pipeline_links(compiled, result.timeline,
+                                             p2p_latency_s=request.p2p_latency_s))
+    return PipelineSimulateResponse(**fields)
 
 
-__all__ = ["activation_sizes_from", "op_durations_from", "simulate_request",
+__all__ = ["activation_sizes_from", "link_fields", "op_durations_from", "simulate_request",
            "simulation_fields"]

@@ -10,8 +10,10 @@ conventions). Must not: search, size memory or define traffic.
 
 from models.step_time.assembly import (
     FLOP_CONVENTION,
+    PipelineInputs,
     StepEstimate,
     estimate_step,
+    pipeline_inputs,
     pipeline_makespan_bound,
     rank_work_s,
 )
@@ -30,6 +32,7 @@ __all__ = [
     "AxisGroup",
     "AxisGroups",
     "LayerComm",
+    "PipelineInputs",
     "StageTime",
     "StepEstimate",
     "axis_groups",
@@ -38,6 +41,7 @@ __all__ = [
     "estimate_step",
     "expert_all_to_all_s",
     "layer_comm",
+    "pipeline_inputs",
     "pipeline_makespan",
     "pipeline_makespan_bound",
     "rank_work_s",

@@ -8,6 +8,7 @@ step_time = compute + recompute + sum(exposed_comm) + offload_stall + bubble + o
 + sum(overheads). Must not: search, size memory, or define traffic.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
@@ -30,11 +31,11 @@ from models.step_time.makespan import (
     virtual_stage_durations,
 )
 from models.step_time.stage import StageTime, layer_mode, stage_times
-from models.traffic.context import StepContext
+from models.traffic.context import StepContext, group_placement
 from models.traffic.data import dp_items
 from models.traffic.items import Phase, TrafficAxis, call_cost
 from models.traffic.pipeline import pp_items, pp_message_bytes
-from models.traffic.weights import stage_weights
+from models.traffic.weights import StageWeights, stage_weights
 
 S = PipelineSchedule
 
@@ -146,30 +147,32 @@ def rank_work_s(parallel: ParallelConfig, stage: StageTime, m: int) -> float:
 
 
 def _step_context(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                  groups: AxisGroups, fabric: Fabric, stage: int, m: int) -> StepContext:
-    weights = stage_weights(spec, parallel)
+                  groups: AxisGroups, fabric: Fabric, weights: StageWeights, m: int
+                  ) -> StepContext:
     return StepContext(model=spec, training=training, parallel=parallel, fabric=fabric,
-                       mesh=groups.mesh, stage=weights[stage], num_micro_batches=m,
+                       mesh=groups.mesh, stage=weights, num_micro_batches=m,
                        pp_scatter_gather=False)
 
 
 def p2p_latency_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                  groups: AxisGroups, fabric: Fabric, m: int) -> float:
+                  groups: AxisGroups, fabric: Fabric, m: int,
+                  weights: StageWeights | None = None) -> float:
     """Time of one stage-boundary send (`models.traffic.pipeline.pp_message_bytes`), the
     latency between dependent ops of neighbouring ranks in the simulator."""
     if parallel.pp == 1:
         return 0.0
-    ctx = _step_context(spec, training, parallel, groups, fabric, 0, m)
-    return call_cost(Collective.P2P, groups.mesh.placement(GroupKind.PP),
+    ctx = _step_context(spec, training, parallel, groups, fabric,
+                        weights or stage_weights(spec, parallel)[0], m)
+    return call_cost(Collective.P2P, group_placement(groups.mesh, GroupKind.PP),
                      pp_message_bytes(ctx), fabric).time_s
 
 
 def _tail(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
           cluster: ClusterSpec, groups: AxisGroups, fabric: Fabric, layout: StageLayout,
-          stage: StageTime, m: int) -> dict[str, float]:
+          weights: StageWeights, stage: StageTime, m: int) -> dict[str, float]:
     """Per-step terms of one rank after its last backward: the exposed DP sync, the tied
     embedding all-reduce and the optimizer step."""
-    ctx = _step_context(spec, training, parallel, groups, fabric, layout.rank, m)
+    ctx = _step_context(spec, training, parallel, groups, fabric, weights, m)
     items = tuple(dp_items(ctx))
     sync = sync_exposed_s(items, overlap=training.overlap_grad_reduce, num_micro_batches=m,
                           chunk_times=stage.chunk_times)
@@ -200,7 +203,8 @@ def _step_overheads(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
     """
     mesh = groups.mesh
     world = call_cost(Collective.ALL_REDUCE, _world_placement(groups), 4, fabric).time_s
-    loss = call_cost(Collective.ALL_REDUCE, mesh.placement(GroupKind.DP_CP), 4, fabric).time_s
+    loss = call_cost(Collective.ALL_REDUCE, group_placement(mesh, GroupKind.DP_CP), 4,
+                     fabric).time_s
     held = rank_parameters(spec, parallel, layout)
     count = held.gemm + held.vectors + held.embedding + held.head + held.experts
     shard = count / (parallel.dp * parallel.cp if parallel.zero_stage >= 1 else 1)
@@ -235,8 +239,9 @@ def _optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
 
 
 def _makespans(parallel: ParallelConfig, stages: list[StageTime], m: int,
-               p2p_s: float) -> tuple[float, float]:
-    """(makespan, makespan without P2P latency) of the pipeline."""
+               p2p_s: float, *, split: bool = True) -> tuple[float, float]:
+    """(makespan, makespan without P2P latency) of the pipeline; without `split` the second
+    is not simulated and equals the first."""
     if parallel.pp == 1 and len(stages[0].chunk_times) == 1:
         span = m * stages[0].chunk_times[0].total_s
         return span, span
@@ -244,7 +249,7 @@ def _makespans(parallel: ParallelConfig, stages: list[StageTime], m: int,
     chunks = schedule_chunks(parallel)
     span = pipeline_makespan(parallel.schedule, num_stages=parallel.pp, num_micro_batches=m,
                              num_chunks=chunks, durations=durations, p2p_latency_s=p2p_s)
-    if p2p_s <= 0:
+    if p2p_s <= 0 or not split:
         return span, span
     ideal = pipeline_makespan(parallel.schedule, num_stages=parallel.pp, num_micro_batches=m,
                               num_chunks=chunks, durations=durations, p2p_latency_s=0.0)
@@ -252,8 +257,8 @@ def _makespans(parallel: ParallelConfig, stages: list[StageTime], m: int,
 
 
 def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                  cluster: ClusterSpec, *, layouts: tuple[StageLayout, ...] | None = None
-                  ) -> StepEstimate:
+                  cluster: ClusterSpec, *, layouts: tuple[StageLayout, ...] | None = None,
+                  split_pipeline_idle: bool = True) -> StepEstimate:
     """The predicted step time of a configuration and its breakdown.
 
     The pipeline makespan comes from the discrete-event simulator run on the schedule's op
@@ -262,7 +267,9 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     The busiest rank's work is split into its terms; the makespan without P2P latency minus
     that work is the bubble (DualPipe's and ZB-V's idle time included), and the latency's
     share is the exposed PP communication. The rank with the longest per-step tail (DP sync,
-    tied-embedding all-reduce, optimizer) ends the step.
+    tied-embedding all-reduce, optimizer) ends the step. With `split_pipeline_idle=False`
+    (the search, which needs only the step time) the second simulation is skipped and the
+    P2P latency's share stays in the bubble; the step time is the same.
 
     Raises:
         InvalidSpecError: the batch does not divide, the schedule refuses the shape, or
@@ -273,10 +280,19 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     fabric = fabric_of(cluster)
     groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
     stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
-    p2p = p2p_latency_s(spec, training, parallel, groups, fabric, m)
-    makespan, ideal = _makespans(parallel, stages, m, p2p)
-    tails = [_tail(spec, training, parallel, cluster, groups, fabric, layout, st, m)
-             for layout, st in zip(layouts, stages, strict=True)]
+    weights = stage_weights(spec, parallel)
+    p2p = p2p_latency_s(spec, training, parallel, groups, fabric, m, weights[0])
+    makespan, ideal = _makespans(parallel, stages, m, p2p, split=split_pipeline_idle)
+    memo: dict[tuple[object, ...], dict[str, float]] = {}
+    tails = []
+    for layout, st, held in zip(layouts, stages, weights, strict=True):
+        # Ranks holding the same weights and work end alike (the tied embedding aside).
+        key = (dataclasses.replace(held, stage=0), st.chunk_times, layout.num_embeddings,
+               layout.num_heads)
+        if key not in memo:
+            memo[key] = _tail(spec, training, parallel, cluster, groups, fabric, layout, held,
+                              st, m)
+        tails.append(memo[key])
     critical = max(range(len(stages)), key=lambda i: (sum(tails[i].values()),
                                                       stages[i].compute_s))
     tail = tails[critical]
@@ -306,6 +322,41 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         tokens_per_step=training.tokens_per_step,
         peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype),
         stages=tuple(stages))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineInputs:
+    """The simulation behind a configuration's pipeline makespan, as the simulator's input."""
+
+    schedule: PipelineSchedule
+    num_stages: int
+    num_micro_batches: int
+    num_chunks: int
+    durations: OpDurations
+    """Per virtual stage in layer order (exposed collectives and recompute folded in)."""
+    p2p_latency_s: float
+
+
+def pipeline_inputs(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                    cluster: ClusterSpec) -> PipelineInputs:
+    """The schedule, shape, per-virtual-stage F / B / W and P2P latency that
+    `estimate_step` simulates for this configuration (simulating them in full gives the
+    timeline whose makespan is `StepEstimate.pipeline_makespan_s`).
+
+    Raises:
+        InvalidSpecError: the batch does not divide or the layers do not fill the stages.
+    """
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    fabric = fabric_of(cluster)
+    groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
+    return PipelineInputs(
+        schedule=parallel.schedule, num_stages=parallel.pp, num_micro_batches=m,
+        num_chunks=schedule_chunks(parallel),
+        durations=virtual_stage_durations(parallel, [(st.stage, st.chunk_times)
+                                                     for st in stages]),
+        p2p_latency_s=p2p_latency_s(spec, training, parallel, groups, fabric, m))
 
 
 def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -378,9 +429,11 @@ def _flops(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
 __all__ = [
     "FLOP_CONVENTION",
     "OPTIMIZER_BYTES_PER_PARAM_FACTOR",
+    "PipelineInputs",
     "StepEstimate",
     "estimate_step",
     "p2p_latency_s",
+    "pipeline_inputs",
     "pipeline_makespan_bound",
     "rank_work_s",
 ]

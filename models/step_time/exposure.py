@@ -62,18 +62,33 @@ def ep_overlapped(parallel: ParallelConfig, training: TrainingSpec) -> bool:
         training.overlap_ep_comm and parallel.schedule == S.INTERLEAVED_1F1B)
 
 
+_CALLS: dict[tuple[object, ...], tuple[LayerCall, ...]] = {}
+_CALLS_MAX = 4096
+
+
 def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
-                parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric) -> list[LayerCall]:
-    """Every TP, CP and expert call of one layer pass (`models.traffic.layer`)."""
-    lctx = groups.layer_context(spec, training, parallel, fabric)
+                parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric
+                ) -> tuple[LayerCall, ...]:
+    """Every TP, CP and expert call of one layer pass (`models.traffic.layer`), computed once
+    per layer kind and the parallel fields they read."""
     moe_layer = spec.is_moe_layer(layer_index)
+    p = parallel
+    key = (spec, training, p.tp, p.cp, p.cp_kind, p.ulysses_degree, p.sequence_parallel,
+           p.micro_batch_size, p.ep, p.etp, groups.mesh, fabric, moe_layer)
+    cached = _CALLS.get(key)
+    if cached is not None:
+        return cached
+    lctx = groups.layer_context(spec, training, parallel, fabric)
     calls = tp_block_calls(lctx, "attention")
     if has_tp_mlp(lctx, moe_layer):
         calls += tp_block_calls(lctx, "mlp")
     calls += cp_calls(lctx)
     if moe_layer:
         calls += expert_calls(lctx)
-    return calls
+    if len(_CALLS) >= _CALLS_MAX:
+        _CALLS.clear()
+    _CALLS[key] = tuple(calls)
+    return _CALLS[key]
 
 
 def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
@@ -151,8 +166,8 @@ def sync_exposed_s(items: tuple[TrafficItem, ...], *, overlap: bool, num_micro_b
     gather while the next forward runs; ZeRO arXiv:1910.02054 Sec. 7 for the volumes.
     Assumes: hiding is bounded by both the item's overlappable share (the last bucket stays
     exposed) and the compute it can run behind (one micro-batch's backward for a reduction,
-    one forward for a gather); a per-micro-batch reduction (ZeRO-2) repeats that per
-    micro-batch.
+    one forward for a gather); of a per-micro-batch reduction (ZeRO-2) only the last is
+    bounded so, the earlier ones hide behind the next micro-batch's forward and backward.
     """
     backward = sum(t.backward_input_s + t.backward_weight_s for t in chunk_times)
     forward = sum(t.forward_s for t in chunk_times)
@@ -162,10 +177,13 @@ def sync_exposed_s(items: tuple[TrafficItem, ...], *, overlap: bool, num_micro_b
             continue
         repeats = num_micro_batches if item.frequency == Frequency.PER_MICRO_BATCH else 1
         per = item.time_per_step_s / repeats
-        if overlap:
-            window = forward if item.phase == Phase.OPTIMIZER else backward
-            per = max(per * (1.0 - item.overlap_frac), per - window)
-        total += repeats * per
+        if not overlap:
+            total += repeats * per
+            continue
+        window = forward if item.phase == Phase.OPTIMIZER else backward
+        last = max(per * (1.0 - item.overlap_frac), per - window)
+        # Earlier per-micro-batch reductions run while the next micro-batches compute.
+        total += last + (repeats - 1) * max(0.0, per - forward - backward)
     return total
 
 

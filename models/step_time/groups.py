@@ -17,7 +17,7 @@ from api_schemas.parallel import ParallelConfig
 from api_schemas.training import TrainingSpec
 from models.collectives import Collective, Fabric
 from models.mesh import DeviceMesh, GroupKind, build_mesh
-from models.traffic.context import LayerTrafficContext
+from models.traffic.context import LayerTrafficContext, group_placement
 from models.traffic.items import timing_ranks_per_node
 
 _KINDS = {"tp": GroupKind.TP, "cp": GroupKind.CP, "dp": GroupKind.DP, "dp_cp": GroupKind.DP_CP,
@@ -39,7 +39,7 @@ class AxisGroups(Mapping[str, AxisGroup]):
     mesh: DeviceMesh
 
     def __getitem__(self, axis: str) -> AxisGroup:
-        placement = self.mesh.placement(_KINDS[axis])
+        placement = group_placement(self.mesh, _KINDS[axis])
         return AxisGroup(size=placement.group_size,
                          ranks_per_node=timing_ranks_per_node(placement, Collective.ALL_GATHER))
 

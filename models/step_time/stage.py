@@ -45,12 +45,7 @@ class StageTime:
 
 def layer_mode(parallel: ParallelConfig, stage: int, position: int) -> RecomputeMode:
     """Recompute mode of the `position`-th layer held by pipeline rank `stage`."""
-    policy = parallel.policy_of(stage).recompute
-    if isinstance(policy, FullLayers):
-        if position < policy.full_layers:
-            return RecomputeMode.FULL
-        return RecomputeMode(policy.others)
-    return policy
+    return _mode(parallel.policy_of(stage).recompute, position)
 
 
 def compute_context(training: TrainingSpec, parallel: ParallelConfig,
@@ -64,9 +59,49 @@ def compute_context(training: TrainingSpec, parallel: ParallelConfig,
         dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance)
 
 
-def _add(into: dict[str, float], terms: dict[str, float]) -> None:
-    for axis, t in terms.items():
-        into[axis] = into.get(axis, 0.0) + t
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _LayerTerms:
+    """One layer's per-micro-batch contribution under one recompute mode."""
+
+    op: OpTimes
+    compute_s: float
+    recompute_s: float
+    cast_s: float
+    exposed_s: dict[str, float]
+
+
+def _mode(policy: RecomputeMode | FullLayers, position: int) -> RecomputeMode:
+    if isinstance(policy, FullLayers):
+        return RecomputeMode.FULL if position < policy.full_layers else RecomputeMode(
+            policy.others)
+    return policy
+
+
+def _layer_terms(lc: LayerCompute, comm: LayerComm, zero3: tuple[float, float], *,
+                 mode: RecomputeMode, cast: float,
+                 modules: tuple[RecomputeModule, ...]) -> _LayerTerms:
+    """F/B/W and the booked terms of one layer: full recomputation repeats its forward
+    compute (recompute) and forward collectives (under their axis); FP8 casts split
+    between forward (quantise) and backward (dequantise)."""
+    zero3_f, zero3_b = zero3
+    recompute = 0.0
+    recompute_comm: dict[str, float] = {}
+    if mode == RecomputeMode.FULL:
+        recompute, recompute_comm = lc.recompute_full_s, comm.recompute_s
+    elif mode == RecomputeMode.SELECTIVE:
+        recompute = lc.recompute_s(modules)
+    exposed: dict[str, float] = {}
+    for part in (comm.forward_s, comm.backward_s, recompute_comm):
+        for axis, t in part.items():
+            exposed[axis] = exposed.get(axis, 0.0) + t
+    if zero3_f or zero3_b:
+        exposed["dp"] = exposed.get("dp", 0.0) + zero3_f + zero3_b
+    op = lc.times + OpTimes(
+        forward_s=sum(comm.forward_s.values()) + zero3_f + cast / 2,
+        backward_input_s=(sum(comm.backward_s.values()) + recompute
+                          + sum(recompute_comm.values()) + zero3_b + cast / 2))
+    return _LayerTerms(op=op, compute_s=lc.times.total_s, recompute_s=recompute, cast_s=cast,
+                       exposed_s=exposed)
 
 
 def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -80,51 +115,45 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     ctx = compute_context(training, parallel, cluster)
     policy = parallel.policy_of(layout.rank)
     cache: dict[bool, tuple[LayerCompute, LayerComm, tuple[float, float]]] = {}
+    terms: dict[tuple[bool, RecomputeMode], _LayerTerms] = {}
     chunk_times: list[OpTimes] = []
-    casts: dict[tuple[bool, RecomputeMode], float] = {}
     compute_total = recompute_total = cast_total = 0.0
     exposed: dict[str, float] = {}
     position = 0
     for chunk_index, chunk in enumerate(layout.chunks):
-        chunk_op = OpTimes()
+        counts: dict[tuple[bool, RecomputeMode], int] = {}
+        first: dict[bool, int] = {}
         for index in chunk:
-            key = spec.is_moe_layer(index)
-            if key not in cache:
+            kind = spec.is_moe_layer(index)
+            first.setdefault(kind, index)
+            mode = _mode(policy.recompute, position)
+            position += 1
+            counts[kind, mode] = counts.get((kind, mode), 0) + 1
+        chunk_op = OpTimes()
+        for (kind, mode), count in counts.items():
+            if kind not in cache:
+                index = first[kind]
                 lc = layer_compute(spec, index, ctx)
                 attn_f = lc.recompute_module_s.get(RecomputeModule.CORE_ATTN, 0.0)
                 comm = layer_comm(spec, index, training=training, parallel=parallel,
                                   groups=groups, fabric=fabric, compute=lc,
                                   attention_forward_s=attn_f)
                 zero3 = zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc)
-                cache[key] = (lc, comm, zero3)
-            lc, comm, (zero3_f, zero3_b) = cache[key]
-            mode = layer_mode(parallel, layout.rank, position)
-            position += 1
-            cast = 0.0
-            if policy.fp8_activations:
-                if (key, mode) not in casts:
-                    casts[key, mode] = fp8_cast_s(spec, index, training, parallel, cluster,
-                                                  mode, policy.recompute_modules)
-                cast = casts[key, mode]
-            recompute = 0.0
-            recompute_comm: dict[str, float] = {}
-            if mode == RecomputeMode.FULL:
-                recompute = lc.recompute_full_s
-                recompute_comm = comm.recompute_s
-            elif mode == RecomputeMode.SELECTIVE:
-                recompute = lc.recompute_s(policy.recompute_modules)
-            chunk_op = chunk_op + lc.times + OpTimes(
-                forward_s=sum(comm.forward_s.values()) + zero3_f + cast / 2,
-                backward_input_s=(sum(comm.backward_s.values()) + recompute
-                                  + sum(recompute_comm.values()) + zero3_b + cast / 2))
-            compute_total += lc.times.total_s
-            cast_total += cast
-            recompute_total += recompute
-            _add(exposed, comm.forward_s)
-            _add(exposed, comm.backward_s)
-            _add(exposed, recompute_comm)
-            if zero3_f or zero3_b:
-                _add(exposed, {"dp": zero3_f + zero3_b})
+                cache[kind] = (lc, comm, zero3)
+            if (kind, mode) not in terms:
+                cast = (fp8_cast_s(spec, first[kind], training, parallel, cluster, mode,
+                                   policy.recompute_modules) if policy.fp8_activations else 0.0)
+                terms[kind, mode] = _layer_terms(*cache[kind], mode=mode, cast=cast,
+                                                 modules=policy.recompute_modules)
+            t = terms[kind, mode]
+            chunk_op = chunk_op + OpTimes(forward_s=count * t.op.forward_s,
+                                          backward_input_s=count * t.op.backward_input_s,
+                                          backward_weight_s=count * t.op.backward_weight_s)
+            compute_total += count * t.compute_s
+            recompute_total += count * t.recompute_s
+            cast_total += count * t.cast_s
+            for axis, value in t.exposed_s.items():
+                exposed[axis] = exposed.get(axis, 0.0) + count * value
         if chunk_index == len(layout.chunks) - 1 or parallel.schedule in V_SHAPED:
             extra = _head_times(spec, ctx, layout, chunk_index, parallel)
             chunk_op = chunk_op + extra

@@ -5,8 +5,8 @@ activation element size, tokens per rank) and the per-head dimensions of attenti
 the CP rules send (GQA and MLA). Must not: produce traffic items.
 """
 
-import logging
 from dataclasses import dataclass
+from functools import lru_cache
 
 from api_schemas import (
     AttentionKind,
@@ -18,10 +18,8 @@ from api_schemas import (
     TrainingSpec,
 )
 from models.collectives import Fabric
-from models.mesh import DeviceMesh
+from models.mesh import AxisPlacement, DeviceMesh, GroupKind
 from models.traffic.weights import StageWeights, model_copies
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +87,12 @@ class StepContext:
         return self.stage.num_layers if policy == RecomputeMode.FULL else 0
 
 
+@lru_cache(maxsize=4096)
+def group_placement(mesh: DeviceMesh, kind: GroupKind) -> AxisPlacement:
+    """`mesh.placement(kind)` computed once per mesh (a mesh is compared by identity)."""
+    return mesh.placement(kind)
+
+
 def activation_element_bytes(training: TrainingSpec) -> int:
     """Bytes per activation element exchanged between ranks.
 
@@ -132,4 +136,5 @@ def head_dims(model: ModelSpec, tp: int) -> HeadDims:
     return HeadDims(q_heads=q_heads, kv_heads=max(1, model.kv_heads // tp), qk_dim=d, v_dim=d)
 
 
-__all__ = ["HeadDims", "LayerTrafficContext", "StepContext", "activation_element_bytes", "head_dims"]
+__all__ = ["HeadDims", "LayerTrafficContext", "StepContext", "activation_element_bytes",
+           "group_placement", "head_dims"]

@@ -7,16 +7,13 @@ parameter all-gathers in forward and backward plus its per-layer gradient reduce
 the bucketing and the part that overlaps backward. Must not: count memory.
 """
 
-import logging
 import math
 
 from models.collectives import Collective
 from models.mesh import AxisPlacement, GroupKind
-from models.traffic.context import StepContext
+from models.traffic.context import StepContext, group_placement
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
 from models.traffic.layer import zero3_unit_calls
-
-logger = logging.getLogger(__name__)
 
 MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
 """Megatron-core's default gradient bucket floor, in parameters.
@@ -53,7 +50,7 @@ def dp_items(ctx: StepContext) -> list[TrafficItem]:
     groups = ((TrafficAxis.DP, GroupKind.DP_CP, ctx.stage.dense_params),
               (TrafficAxis.EDP, GroupKind.EDP, ctx.stage.expert_params))
     for axis, kind, params in groups:
-        place = ctx.mesh.placement(kind)
+        place = group_placement(ctx.mesh, kind)
         if place.group_size == 1 or params == 0:
             continue
         items.extend(_zero_items(ctx, axis, place, params))

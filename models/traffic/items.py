@@ -7,7 +7,6 @@ times an item with the collectives model from the group's placement. Must not: d
 layer sends (that is `tensor.py`, `pipeline.py`, `data.py`).
 """
 
-import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -19,8 +18,6 @@ from models.collectives import (
     collective_cost,
 )
 from models.mesh import AxisPlacement
-
-logger = logging.getLogger(__name__)
 
 
 class TrafficAxis(StrEnum):

@@ -16,7 +16,7 @@ from models.collectives import Collective, CollectiveCost, all_to_all_split_cost
 from models.errors import InvalidSpecError
 from models.mesh import AxisPlacement, GroupKind
 from models.moe import ep_dispatch_split
-from models.traffic.context import LayerTrafficContext, head_dims
+from models.traffic.context import LayerTrafficContext, group_placement, head_dims
 from models.traffic.items import Phase, TrafficAxis, call_cost, timing_ranks_per_node
 
 TP_NOTE = "not overlapped by default (Megatron --tp-comm-overlap can hide part of it)"
@@ -75,16 +75,18 @@ def tp_block_calls(lctx: LayerTrafficContext, block: str) -> list[LayerCall]:
     p = lctx.parallel
     if p.tp == 1:
         return []
-    place = lctx.mesh.placement(GroupKind.TP)
+    place = group_placement(lctx.mesh, GroupKind.TP)
     message = lctx.tokens_per_rank * lctx.model.hidden_size * lctx.activation_bytes
     if p.sequence_parallel:
-        pattern = [(Phase.FORWARD, Collective.ALL_GATHER), (Phase.FORWARD, Collective.REDUCE_SCATTER),
+        pattern = [(Phase.FORWARD, Collective.ALL_GATHER),
+                   (Phase.FORWARD, Collective.REDUCE_SCATTER),
                    (Phase.BACKWARD, Collective.REDUCE_SCATTER),
                    (Phase.BACKWARD, Collective.ALL_GATHER),
                    (Phase.RECOMPUTE, Collective.ALL_GATHER),
                    (Phase.RECOMPUTE, Collective.REDUCE_SCATTER)]
     else:
-        pattern = [(Phase.FORWARD, Collective.ALL_REDUCE), (Phase.BACKWARD, Collective.ALL_REDUCE),
+        pattern = [(Phase.FORWARD, Collective.ALL_REDUCE),
+                   (Phase.BACKWARD, Collective.ALL_REDUCE),
                    (Phase.RECOMPUTE, Collective.ALL_REDUCE)]
     calls = [_call(lctx, axis=TrafficAxis.TP, name=f"tp.{block}.{phase.value}.{c.value}",
                    collective=c, phase=phase, message=message, count=1, placement=place,
@@ -112,9 +114,10 @@ def cp_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
     if p.cp == 1:
         return []
     if p.cp_kind == ContextParallelKind.RING:
-        return _ring_calls(lctx, lctx.mesh.placement(GroupKind.CP), ring=p.cp, ulysses=1)
+        return _ring_calls(lctx, group_placement(lctx.mesh, GroupKind.CP), ring=p.cp,
+                           ulysses=1)
     if p.cp_kind == ContextParallelKind.ULYSSES:
-        return _ulysses_calls(lctx, lctx.mesh.placement(GroupKind.CP), ulysses=p.cp)
+        return _ulysses_calls(lctx, group_placement(lctx.mesh, GroupKind.CP), ulysses=p.cp)
     u = p.ulysses_degree or 1
     inner, outer = lctx.mesh.split_placement(GroupKind.CP, u)
     calls = _ulysses_calls(lctx, inner, ulysses=u) if u > 1 else []
@@ -183,7 +186,7 @@ def expert_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
     moe, p = lctx.model.moe, lctx.parallel
     if moe is None or p.ep <= 1:
         return []
-    place = lctx.mesh.placement(GroupKind.EP)
+    place = group_placement(lctx.mesh, GroupKind.EP)
     k = timing_ranks_per_node(place, Collective.ALL_TO_ALL)
     per_rank = max(1, int(lctx.tokens_per_rank * p.etp / p.tp))
     nodes = max(1, place.group_size // k)
@@ -233,7 +236,7 @@ def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_par
     calls: list[LayerCall] = []
     for axis, kind, count in ((TrafficAxis.DP, GroupKind.DP_CP, dense_params),
                               (TrafficAxis.EDP, GroupKind.EDP, expert_params)):
-        place = lctx.mesh.placement(kind)
+        place = group_placement(lctx.mesh, kind)
         if place.group_size <= 1 or count <= 0:
             continue
         gather = count * int(tr.param_dtype.num_bytes)

@@ -6,16 +6,13 @@ optimisation, and the tied-embedding gradient all-reduce between the first and l
 Must not: simulate the schedule (the pipeline simulator owns the timeline and the bubble).
 """
 
-import logging
 
 from api_schemas import PipelineSchedule
 from models.collectives import Collective
 from models.mesh import AxisPlacement, GroupKind
-from models.traffic.context import StepContext
+from models.traffic.context import StepContext, group_placement
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
 from models.traffic.weights import word_embedding_ranks
-
-logger = logging.getLogger(__name__)
 
 _V_SHAPED = (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV)
 _OVERLAPPING = (PipelineSchedule.INTERLEAVED_1F1B, PipelineSchedule.ZB_H1,
@@ -72,7 +69,7 @@ def pp_items(ctx: StepContext) -> list[TrafficItem]:
     p = ctx.parallel
     if p.pp == 1:
         return []
-    place = ctx.mesh.placement(GroupKind.PP)
+    place = group_placement(ctx.mesh, GroupKind.PP)
     message = pp_message_bytes(ctx)
     forward, backward = sends_per_step(ctx)
     chunk_sends = max(1, ctx.num_micro_batches * max(p.vpp, 2 if p.schedule in _V_SHAPED
@@ -96,7 +93,7 @@ def pp_items(ctx: StepContext) -> list[TrafficItem]:
             collective=Collective.ALL_GATHER, phase=Phase.FORWARD,
             frequency=Frequency.PER_MICRO_BATCH, stage=ctx.stage.stage,
             message_bytes=message * p.tp, calls_per_step=receives,
-            placement=ctx.mesh.placement(GroupKind.TP), fabric=ctx.fabric, overlap_frac=0.0,
+            placement=group_placement(ctx.mesh, GroupKind.TP), fabric=ctx.fabric, overlap_frac=0.0,
             overlap_note="rebuilds the full tensor after each receive"))
     items.extend(_tied_embedding(ctx))
     return items
@@ -120,7 +117,7 @@ def _tied_embedding(ctx: StepContext) -> list[TrafficItem]:
         return []
     grad_bytes = int(ctx.training.grad_dtype.num_bytes)
     message = -(-model.vocab_size // p.tp) * model.hidden_size * grad_bytes
-    pp_place = ctx.mesh.placement(GroupKind.PP)
+    pp_place = group_placement(ctx.mesh, GroupKind.PP)
     intra = pp_place.all_intra_node
     group = len(ranks)
     place = AxisPlacement(kind=GroupKind.PP, group_size=group, num_groups=pp_place.num_groups,

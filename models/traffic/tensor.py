@@ -6,15 +6,12 @@ vocab-parallel embedding and head collectives. Must not: define what a layer sen
 `layer.py`) or pipeline and gradient traffic.
 """
 
-import logging
 
 from models.collectives import Collective
 from models.mesh import AxisPlacement, GroupKind
-from models.traffic.context import StepContext
+from models.traffic.context import StepContext, group_placement
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
 from models.traffic.layer import LayerCall, cp_calls, expert_calls, has_tp_mlp, tp_block_calls
-
-logger = logging.getLogger(__name__)
 
 _TP_NOTE = "not overlapped by default (Megatron --tp-comm-overlap can hide part of it)"
 
@@ -52,7 +49,7 @@ def tp_items(ctx: StepContext) -> list[TrafficItem]:
                      for moe in (False, True) if has_tp_mlp(lctx, moe))
     items = step_items(ctx, tp_block_calls(lctx, "attention"), layers=ctx.stage.num_layers)
     items += step_items(ctx, tp_block_calls(lctx, "mlp"), layers=mlp_layers)
-    items.extend(_vocab_items(ctx, ctx.mesh.placement(GroupKind.TP),
+    items.extend(_vocab_items(ctx, group_placement(ctx.mesh, GroupKind.TP),
                               ctx.tokens_per_rank * ctx.model.hidden_size * ctx.activation_bytes))
     return items
 

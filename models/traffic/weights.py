@@ -9,7 +9,6 @@ matrix shapes (`models.params`), place layers or embeddings on ranks (`models.la
 count FLOPs or memory.
 """
 
-import logging
 from dataclasses import dataclass, fields
 
 from api_schemas import ModelSpec, ParallelConfig, PipelineSchedule
@@ -23,8 +22,6 @@ from models.params import (
     mtp_module_params,
     norm_params,
 )
-
-logger = logging.getLogger(__name__)
 
 
 class LayerWeights(LayerParams):

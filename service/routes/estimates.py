@@ -7,14 +7,16 @@ Must not: search or store.
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Header, Query, Response
 
 from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
 from service import limits
 from service.core import call_core
 from service.deps import SettingsDep
+from service.media import Format, svg_content, svg_response, wanted_format
 from service.openapi import problem_responses
+from service.pictures import memory_svg
 from solver import evaluate, memory_report
 
 router = APIRouter(tags=["estimates"])
@@ -53,14 +55,26 @@ def evaluate_configuration(request: EvaluateBody, settings: SettingsDep) -> Plan
 
 
 @router.post("/v1/ledger/memory", summary="Per-GPU memory ledger of one configuration",
-             responses=problem_responses("invalid-spec"))
-def ledger_memory(request: EvaluateBody, settings: SettingsDep) -> MemoryReport:
+             response_model=MemoryReport,
+             responses={200: {"description": "The ledger (JSON) or its per-stage memory stack "
+                              "(`?format=svg` or `Accept: image/svg+xml`).",
+                              "content": svg_content("The memory stack picture.")},
+                        **problem_responses("invalid-spec")})
+def ledger_memory(
+    request: EvaluateBody, settings: SettingsDep,
+    format: Annotated[Format | None, Query(
+        description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` selects "
+        "SVG.")] = None,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> MemoryReport | Response:
     """The memory lab: per pipeline stage, the bytes of parameters, gradients, optimizer
     states, activations at the schedule's peak and buffers, itemised, with the capacity
     after headroom and the binding stage. Takes the evaluate request."""
     check_evaluate_bounds(request, settings)
     report = call_core(memory_report, request)
     limits.require_finite(report)
+    if wanted_format(format, accept) == Format.SVG:
+        return svg_response(memory_svg(report), filename="memory.svg")
     return report
 
 

@@ -6,14 +6,16 @@ bounds on the cluster size and on how much of the mesh is listed. Must not: buil
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Header, Query, Response
 
 from api_schemas.mesh import MeshRequest, MeshResponse
 from models.mesh.report import mesh_report
 from service import limits
 from service.core import call_core
 from service.deps import SettingsDep
+from service.media import Format, svg_content, svg_response, wanted_format
 from service.openapi import problem_responses
+from service.pictures import mesh_svg
 
 router = APIRouter(tags=["estimates"])
 
@@ -34,10 +36,26 @@ MESH_EXAMPLES = {
 }
 
 
+GROUP_KINDS = ("tp", "cp", "dp", "pp", "dp_cp", "ep", "etp", "edp")
+
+
 @router.post("/v1/mesh", summary="Rank coordinates, groups and mesh problems",
-             responses=problem_responses("invalid-spec"))
+             response_model=MeshResponse,
+             responses={200: {"description": "The mesh report (JSON) or its picture "
+                              "(`?format=svg` or `Accept: image/svg+xml`): ranks on a node "
+                              "grid coloured by group, cross-node collectives marked.",
+                              "content": svg_content("The mesh picture.")},
+                        **problem_responses("invalid-spec")})
 def mesh(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
-         settings: SettingsDep) -> MeshResponse:
+         settings: SettingsDep,
+         format: Annotated[Format | None, Query(
+             description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` "
+             "selects SVG.")] = None,
+         colour_by: Annotated[str, Query(
+             pattern="^(" + "|".join(GROUP_KINDS) + ")$",
+             description="SVG only: the group kind whose groups share a colour.")] = "tp",
+         accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+         ) -> MeshResponse | Response:
     """Where every rank sits (node, coordinates), the members of its tp / cp / dp / pp / ep
     groups, which group kinds stay inside a node and which collectives they run how often,
     and every rule the configuration breaks, each with a valid alternative nearby."""
@@ -51,7 +69,10 @@ def mesh(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
     limits.check_bound(limits.listed_group_members(request.parallel, listed_ranks=listed),
                        named["mesh_members"], field="max_ranks",
                        what="the group members listed (ranks x group sizes)")
-    return call_core(mesh_report, request)
+    report = call_core(mesh_report, request)
+    if wanted_format(format, accept) == Format.SVG:
+        return svg_response(mesh_svg(report, colour_by=colour_by), filename="mesh.svg")
+    return report
 
 
 __all__ = ["router"]

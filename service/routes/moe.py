@@ -9,13 +9,16 @@ from functools import partial
 from typing import Annotated
 
 from anyio import to_thread
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Header, Query, Response
 
 from api_schemas.moe import MoePlacementRequest, MoePlacementResponse, PlacementPlanner
+from models.moe.balance import home_rank_loads
 from service import limits
 from service.core import call_core
 from service.deps import ContextDep
+from service.media import Format, svg_content, svg_response, wanted_format
 from service.openapi import problem_responses
+from service.pictures import placement_svg
 from service.searches import run_search, with_clamped_time_limit
 from service.settings import Settings
 from solver.placement.api import plan_placement
@@ -59,11 +62,21 @@ def check_placement_bounds(request: MoePlacementRequest, settings: Settings) -> 
 
 
 @router.post("/v1/moe/placement", summary="Redundant-expert placement with exact balance",
-             responses=problem_responses("invalid-spec", "solver-time-limit", "overloaded"))
+             response_model=MoePlacementResponse,
+             responses={200: {"description": "The placement (JSON) or its picture "
+                              "(`?format=svg` or `Accept: image/svg+xml`): rank loads before "
+                              "and after, replicas and routes.",
+                              "content": svg_content("The placement picture.")},
+                        **problem_responses("invalid-spec", "solver-time-limit",
+                                            "overloaded")})
 async def moe_placement(
     request: Annotated[MoePlacementRequest, Body(openapi_examples=PLACEMENT_EXAMPLES)],
     context: ContextDep,
-) -> MoePlacementResponse:
+    format: Annotated[Format | None, Query(
+        description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` selects "
+        "SVG.")] = None,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> MoePlacementResponse | Response:
     """From the router's token counts (row r: tokens on source rank r per expert), the
     foreign experts each rank hosts (at most E/R) and every token route, so that every rank
     computes exactly S*K tokens; with prefetch and gradient-reduce bytes. `constructive` is
@@ -80,6 +93,12 @@ async def moe_placement(
                                     kind="moe-placement",
                                     pool=context.pool, timeout_s=timeout_s)
     limits.require_finite(response)
+    if wanted_format(format, accept) == Format.SVG:
+        expert_loads = [sum(column) for column in zip(*request.tokens, strict=True)]
+        before = call_core(partial(home_rank_loads, num_ranks=len(request.tokens)),
+                           expert_loads)
+        return svg_response(placement_svg(response, home_loads=before.tolist()),
+                            filename="placement.svg")
     return response
 
 

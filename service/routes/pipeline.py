@@ -9,7 +9,7 @@ bounds on timeline size. Must not: generate or simulate schedules itself.
 from functools import partial
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Header, Query, Response
 
 from api_schemas.pipeline import (
     PipelineOptimizeRequest,
@@ -21,9 +21,19 @@ from models.pipeline.requests import simulate_request
 from service import limits
 from service.core import call_core
 from service.deps import ContextDep, SettingsDep
+from service.media import (
+    Format,
+    svg_content,
+    svg_response,
+    trace_example,
+    trace_response,
+    wanted_format,
+)
 from service.openapi import problem_responses
+from service.pictures import timeline_svg
 from service.searches import run_search, with_clamped_time_limit
 from service.settings import Settings
+from service.trace import TraceDocument, trace_document
 from solver.schedule.requests import optimize_request
 
 router = APIRouter(tags=["pipeline"])
@@ -70,18 +80,42 @@ def check_pipeline_bounds(request: PipelineSimulateRequest | PipelineOptimizeReq
 
 
 @router.post("/v1/pipeline/simulate", summary="Timeline, bubble and in-flight activations",
-             responses=problem_responses("invalid-spec"))
+             response_model=PipelineSimulateResponse | TraceDocument,
+             responses={200: {"description": "The simulation (JSON, `PipelineSimulateResponse`), "
+                              "its timeline picture (`?format=svg` or `Accept: image/svg+xml`) "
+                              "or its Chrome Trace Event JSON (`?format=trace`, "
+                              "`TraceDocument`).",
+                              "content": {**svg_content("The timeline picture."),
+                                          "application/json": {"examples": {
+                                              "trace": {"summary": "?format=trace (shortened)",
+                                                        "value": trace_example()}}}}},
+                        **problem_responses("invalid-spec")})
 def pipeline_simulate(
     request: Annotated[PipelineSimulateRequest, Body(openapi_examples=SIMULATE_EXAMPLES)],
     settings: SettingsDep,
-) -> PipelineSimulateResponse:
+    format: Annotated[Format | None, Query(
+        description="'json' (default), 'svg' (the timeline picture) or 'trace' (Chrome "
+        "Trace Event JSON for Perfetto); without it, `Accept: image/svg+xml` selects "
+        "SVG.")] = None,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> PipelineSimulateResponse | Response:
     """Generate the schedule (GPipe, 1F1B, interleaved 1F1B, ZB-H1/H2, ZB-V, DualPipe,
     DualPipeV) for p ranks, m micro-batches and v chunks, and simulate it with the given op
-    times: makespan, bubble, peak in-flight activations per rank, and every op's start and
-    end (a deterministic model, not a measurement)."""
+    times: makespan, bubble, peak in-flight activations per rank, every op's start and end,
+    the critical path and the messages between ranks (a deterministic model, not a
+    measurement). As a picture or a trace, the timeline is always included."""
     check_pipeline_bounds(request, settings, ops_bound="pipeline_ops")
+    answer = wanted_format(format, accept)
+    if answer != Format.JSON:
+        request = request.model_copy(update={"include_timeline": True})
     response = call_core(simulate_request, request)
     limits.require_finite(response)
+    title = (f"{request.schedule.value}, p={request.num_stages}, m={request.num_micro_batches}, "
+             f"v={request.num_chunks}")
+    if answer == Format.SVG:
+        return svg_response(timeline_svg(response, title=title), filename="timeline.svg")
+    if answer == Format.TRACE:
+        return trace_response(trace_document(response, title=title), filename="trace.json")
     return response
 
 

@@ -1,7 +1,7 @@
 """The CP-SAT model of minimum-makespan pipeline scheduling under a memory limit.
 
 Owns: `build_cp_model` and `ScheduleVars`. Must not: import OR-Tools directly (it uses
-`solver.cpsat`) or convert seconds (ticks come from `quantize.py` through the instance).
+`solver.cpsat`) or convert seconds (ticks come from `solver/scaling.py` through the instance).
 
 Formulation (all times in integer ticks; O = ops, R = ranks, rank(o), d(o) its duration):
   variables  x_o in [head_o, H - tail_o]            start of op o (H = best known makespan)

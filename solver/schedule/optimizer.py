@@ -264,7 +264,7 @@ def _solve(inst: ScheduleInstance, *, head: list[int], tail: list[int], bound: i
 
 
 def _true_bound(bound_ticks: int, scale: TimeScale) -> float:
-    """A lower bound in seconds for the true durations (see `quantize.py`)."""
+    """A lower bound in seconds for the true durations (see `solver/scaling.py: time_scale`)."""
     return scale.seconds(bound_ticks) / scale.inflation
 
 

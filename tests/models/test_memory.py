@@ -187,3 +187,29 @@ def test_headroom_lowers_capacity() -> None:
     cluster: ClusterSpec = CLUSTER.model_copy(update={"memory_headroom_frac": 0.1})
     ledger = memory_ledger(model_preset("llama-3.1-8b"), TRAINING, ParallelConfig(dp=8), cluster)
     assert ledger.capacity_bytes == int(CLUSTER.gpu.memory_bytes * 0.9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(frac=st.sampled_from([0.0, 0.25, 0.5, 1.0]), zero=st.sampled_from([0, 1, 2]))
+def test_optimizer_offload_moves_bytes_to_host_and_never_raises_gpu_bytes(frac: float,
+                                                                        zero: int) -> None:
+    base = ParallelConfig(tp=2, dp=4, ep=4, pp=1, zero_stage=zero)
+    kept = memory_ledger(SMALL_MOE, TRAINING, base, CLUSTER).stages[0]
+    moved = memory_ledger(SMALL_MOE, TRAINING, base.model_copy(
+        update={"optimizer_offload_frac": frac}), CLUSTER).stages[0]
+    assert moved.total_bytes <= kept.total_bytes
+    assert moved.host_bytes >= kept.host_bytes
+    shifted = kept.bytes_of("optimizer") - moved.bytes_of("optimizer")
+    assert abs(shifted - (moved.host_bytes - kept.host_bytes)) <= 8  # per-line rounding
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), fsdp=st.booleans())
+def test_zero3_buffers_never_exceed_two_unsharded_layers(tp: int, fsdp: bool) -> None:
+    parallel = ParallelConfig(tp=tp, dp=16 // tp, pp=1, zero_stage=3, fsdp=fsdp)
+    stage = memory_ledger(SMALL_MOE, TRAINING, parallel, CLUSTER).stages[0]
+    gathered = next(c.bytes for c in stage.components if c.name == "ZeRO-3 gathered parameters")
+    layer = max(layer_params(SMALL_MOE, i).total for i in range(SMALL_MOE.num_layers))
+    assert gathered <= 2 * 2 * layer  # two whole layers in bf16: the old upper bound
+    total = sum(layer_params(SMALL_MOE, i).total for i in range(SMALL_MOE.num_layers))
+    assert gathered <= 2 * total  # never more than the rank's parameters

@@ -171,3 +171,27 @@ def test_the_notes_say_which_ledger_mechanisms_no_measured_peak_backs() -> None:
     deepseek = ledger_evidence(DEEPSEEK_V3_2048.training, DEEPSEEK_V3_2048.parallel,
                                is_moe=True)
     assert len(deepseek) == 2 and "FP8" in deepseek[1] and "routed-expert" in deepseek[1]
+
+
+def test_each_rung_of_the_kimi_k2_ladder_lowers_the_peak() -> None:
+    # Sec. 2.4.3: recompute LayerNorm, SwiGLU and MLA up-projections; then the MoE
+    # down-projections; then FP8-E4M3 storage; then CPU offload of the rest.
+    from api_schemas.parallel import RecomputeModule as M
+
+    run = KIMI_K2_256
+    cheap = (M.LAYERNORM, M.MOE_ACT, M.MLA_UP_PROJ)
+    rungs = [
+        {"recompute": "none", "fp8_activations": False, "activation_offload_frac": 0.0},
+        {"recompute": "selective", "recompute_modules": cheap, "fp8_activations": False,
+         "activation_offload_frac": 0.0},
+        {"recompute": "selective", "recompute_modules": (*cheap, M.MOE_DOWN_PROJ),
+         "fp8_activations": False, "activation_offload_frac": 0.0},
+        {"recompute": "selective", "recompute_modules": (*cheap, M.MOE_DOWN_PROJ),
+         "fp8_activations": True, "activation_offload_frac": 0.0},
+        {"recompute": "selective", "recompute_modules": (*cheap, M.MOE_DOWN_PROJ),
+         "fp8_activations": True, "activation_offload_frac": 1.0},
+    ]
+    cluster = cluster_preset(run.gpu, num_nodes=run.num_nodes)
+    peaks = [memory_ledger(run_model(run), run.training, ParallelConfig.model_validate(
+        {**run.parallel.model_dump(), **rung}), cluster).peak_bytes for rung in rungs]
+    assert all(later < earlier for earlier, later in zip(peaks, peaks[1:], strict=False))

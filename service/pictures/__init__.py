@@ -1,0 +1,14 @@
+"""SVG pictures of API results: pipeline timeline, memory stack, rank mesh, MoE placement.
+
+Owns: turning the response models the API returns into standalone SVG documents, each
+labelled "deterministic model, not a measurement". Must not: compute any figure of the cost
+model; every number drawn is a field of the result it is given.
+"""
+
+from service.pictures.memory import memory_svg
+from service.pictures.mesh import mesh_svg
+from service.pictures.placement import placement_svg
+from service.pictures.svg import MODEL_LABEL
+from service.pictures.timeline import timeline_svg
+
+__all__ = ["MODEL_LABEL", "memory_svg", "mesh_svg", "placement_svg", "timeline_svg"]

@@ -1,0 +1,130 @@
+"""The per-stage memory stack picture of a memory ledger.
+
+Owns: `memory_svg(report, title=...)`: one stacked bar per pipeline stage whose segments are
+the ledger's components (parameters, gradients, optimizer states, activations, buffers) in
+the ledger's order, the usable capacity as a line, the binding stage marked, an
+out-of-memory verdict when the peak exceeds the capacity, and each stage's host-memory
+components as a second, thinner bar. Every segment carries its bytes as a data attribute,
+exactly as the ledger gives them. Must not: size anything or change a byte count.
+"""
+
+from api_schemas.plan import MemoryComponentReport, MemoryReport, StageMemoryReport
+from api_schemas.units import GIB
+from service.pictures.svg import (
+    CRITICAL_STROKE,
+    INK,
+    MEMORY_COLOURS,
+    MUTED,
+    document,
+    element,
+    nice_ticks,
+    text,
+    tooltip,
+)
+
+LEFT = 70
+TOP = 70
+PLOT_H = 320
+BAR_W = 36
+HOST_W = 10
+STAGE_GAP = 26
+MAX_PLOT_W = 1080
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / GIB:.2f} GiB"
+
+
+def _segments(stage: StageMemoryReport, components: list[MemoryComponentReport], *, x: float,
+              width: float, scale: float, base_y: float, tier: str) -> str:
+    parts, cursor = [], base_y
+    for index, component in enumerate(components):
+        height = component.bytes * scale
+        cursor -= height
+        note = f" ({component.note})" if component.note else ""
+        parts.append(element(
+            "rect", tooltip(f"stage {stage.stage} {tier}: {component.name} "
+                            f"{_gib(component.bytes)}{note}"),
+            x=f"{x:.2f}", y=f"{cursor:.2f}", width=f"{width:.2f}", height=f"{height:.2f}",
+            fill=MEMORY_COLOURS.get(component.kind, MEMORY_COLOURS["other"]),
+            fill_opacity="1" if tier == "gpu" else "0.6", stroke="#ffffff", stroke_width=0.4,
+            class_=f"segment {tier}", data_stage=stage.stage, data_tier=tier,
+            data_kind=component.kind, data_name=component.name, data_bytes=component.bytes,
+            data_index=index))
+    return "".join(parts)
+
+
+def _legend(y: float) -> str:
+    parts, cursor = [], float(LEFT)
+    for kind, colour in MEMORY_COLOURS.items():
+        parts.append(element("rect", x=f"{cursor:.0f}", y=f"{y - 10:.0f}", width=12, height=12,
+                             fill=colour))
+        parts.append(text(kind, x=f"{cursor + 16:.0f}", y=f"{y:.0f}", font_size=11, fill=INK))
+        cursor += 30 + 7 * len(kind)
+    parts.append(element("line", x1=f"{cursor:.0f}", y1=f"{y - 4:.0f}", x2=f"{cursor + 20:.0f}",
+                         y2=f"{y - 4:.0f}", stroke=CRITICAL_STROKE, stroke_width=2))
+    parts.append(text("usable capacity", x=f"{cursor + 24:.0f}", y=f"{y:.0f}", font_size=11,
+                      fill=INK))
+    parts.append(text("thin bar: host memory", x=f"{cursor + 140:.0f}", y=f"{y:.0f}",
+                      font_size=11, fill=MUTED))
+    return "".join(parts)
+
+
+def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
+    """The memory stack of every stage of `report` as an SVG document."""
+    stages = report.stages
+    tallest = max([report.capacity_bytes, report.peak_bytes]
+                  + [s.host_bytes for s in stages] + [1])
+    scale = PLOT_H / (tallest * 1.05)
+    step = min(BAR_W + HOST_W + STAGE_GAP, max(8.0, MAX_PLOT_W / max(1, len(stages))))
+    bar_w = max(4.0, step * BAR_W / (BAR_W + HOST_W + STAGE_GAP))
+    host_w = max(2.0, step * HOST_W / (BAR_W + HOST_W + STAGE_GAP))
+    base_y = TOP + PLOT_H
+    width = LEFT + step * len(stages) + 60
+    width = max(width, 760.0)
+    verdict = ("fits" if report.fits else
+               f"OUT OF MEMORY on stage {report.binding_stage}")
+    heading = (f"{title}: peak {_gib(report.peak_bytes)} on stage {report.binding_stage} of "
+               f"{_gib(report.capacity_bytes)} usable: {verdict}")
+    parts = [text(heading, x=LEFT, y=22, font_size=15, font_weight="600",
+                  fill=INK if report.fits else CRITICAL_STROKE, class_="verdict",
+                  data_fits=str(report.fits).lower()),
+             _legend(46)]
+    for tick in nice_ticks(tallest / GIB, count=6):
+        y = base_y - tick * GIB * scale
+        parts.append(element("line", x1=LEFT - 4, y1=f"{y:.2f}", x2=f"{width - 40:.2f}",
+                             y2=f"{y:.2f}", stroke="#f3f4f6"))
+        parts.append(text(f"{tick:g} GiB", x=LEFT - 8, y=f"{y + 4:.2f}", font_size=10,
+                          fill=MUTED, text_anchor="end"))
+    for index, stage in enumerate(stages):
+        x = LEFT + 10 + index * step
+        parts.append(element(
+            "g", _segments(stage, stage.components, x=x, width=bar_w, scale=scale,
+                           base_y=base_y, tier="gpu")
+            + _segments(stage, stage.host_components, x=x + bar_w + 1, width=host_w,
+                        scale=scale, base_y=base_y, tier="host"),
+            class_="stage" + (" binding" if stage.stage == report.binding_stage else ""),
+            data_stage=stage.stage, data_total_bytes=stage.total_bytes,
+            data_host_bytes=stage.host_bytes))
+        if len(stages) <= 32 or index % max(1, len(stages) // 16) == 0:
+            parts.append(text(str(stage.stage), x=f"{x + bar_w / 2:.2f}",
+                              y=f"{base_y + 16:.2f}", font_size=11, fill=INK,
+                              text_anchor="middle"))
+        if stage.stage == report.binding_stage:
+            top = base_y - stage.total_bytes * scale
+            parts.append(text("peak", x=f"{x + bar_w / 2:.2f}", y=f"{top - 6:.2f}",
+                              font_size=10, fill=INK, text_anchor="middle"))
+    capacity_y = base_y - report.capacity_bytes * scale
+    parts.append(element("line", tooltip(f"usable capacity {_gib(report.capacity_bytes)}"),
+                         x1=LEFT, y1=f"{capacity_y:.2f}", x2=f"{width - 40:.2f}",
+                         y2=f"{capacity_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=2,
+                         class_="capacity", data_bytes=report.capacity_bytes))
+    parts.append(text("pipeline stage", x=LEFT, y=f"{base_y + 34:.2f}", font_size=11,
+                      fill=MUTED))
+    description = (f"{len(stages)} stages; stacked bars are the ledger's components in bytes; "
+                   f"{verdict}")
+    return document("".join(parts), width=width, height=base_y + 70, title=title,
+                    description=description, kind="memory")
+
+
+__all__ = ["memory_svg"]

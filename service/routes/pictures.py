@@ -1,0 +1,119 @@
+"""Pictures and traces of a stored plan: its pipeline timeline, memory stack and trace.
+
+Owns: GET /v1/plans/{plan_id}/timeline.svg, GET /v1/plans/{plan_id}/memory.svg and GET
+/v1/plans/{plan_id}/trace. The timeline and the trace are the public pipeline simulator run
+on the simulation the cost model ran for the plan (`solver.plan_pipeline`); the memory stack
+is the plan's stored ledger. Must not: simulate, size or render anything itself.
+"""
+
+from functools import partial
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+from fastapi.responses import JSONResponse
+
+from api_schemas.pipeline import PipelineSimulateResponse
+from api_schemas.plan import PlanResponse
+from api_schemas.requests import PlanRequest
+from models.errors import InvalidSpecError
+from models.pipeline.requests import simulate_request
+from service import planning
+from service.core import call_core
+from service.deps import SessionDep, SettingsDep
+from service.media import svg_content, svg_response, trace_content, trace_response
+from service.openapi import problem_responses
+from service.persistence import repo
+from service.persistence.tables import PlanRecord
+from service.pictures import memory_svg, timeline_svg
+from service.problems import PlanNotFoundError
+from service.routes.pipeline import check_pipeline_bounds
+from service.settings import Settings
+from service.trace import trace_document
+from solver.plan_pipeline import plan_simulation_request
+
+router = APIRouter(tags=["plans"])
+
+PlanId = Annotated[str, Path(max_length=64, description="Plan id from POST /v1/plans.",
+                             examples=["3f2b8c0d9e6a4b1c8d7e6f5a4b3c2d1e"])]
+
+_ERRORS = problem_responses("plan-not-found", "invalid-spec", body=False)
+
+
+def _stored(session: SessionDep, plan_id: str) -> tuple[PlanRecord, PlanResponse]:
+    record = repo.get_plan(session=session, plan_id=plan_id)
+    if record is None:
+        raise PlanNotFoundError(
+            f"no plan with id '{plan_id}' is stored here; list the stored plans with "
+            "GET /v1/plans or create one with POST /v1/plans")
+    return record, planning.stored_plan(record, created=False).response
+
+
+def _title(plan: PlanResponse) -> str:
+    return f"{plan.model_name or 'model'} on {plan.world_size} x {plan.gpu or 'GPU'}"
+
+
+def plan_simulation(record: PlanRecord, plan: PlanResponse,
+                    settings: Settings) -> PipelineSimulateResponse:
+    """The plan's pipeline iteration, simulated with its timeline.
+
+    Raises:
+        InvalidSpecError: the plan is infeasible (it has no configuration).
+        LimitExceededError: the timeline is larger than the documented bound.
+    """
+    if plan.parallel is None:
+        raise InvalidSpecError(
+            f"plan {record.id} is {plan.status.value}: it has no configuration to simulate; "
+            "its explanation names what binds", field="plan_id")
+    request = PlanRequest.model_validate(record.request_json)
+    simulation = call_core(partial(plan_simulation_request, parallel=plan.parallel), request)
+    check_pipeline_bounds(simulation, settings, ops_bound="pipeline_ops")
+    return call_core(simulate_request, simulation)
+
+
+@router.get("/v1/plans/{plan_id}/timeline.svg", summary="A plan's pipeline timeline (SVG)",
+            response_class=Response,
+            responses={200: {"description": "One lane per pipeline rank: F, B and W per "
+                             "chunk, messages between ranks, bubbles and the critical path.",
+                             "content": svg_content("The timeline picture.")}, **_ERRORS})
+def plan_timeline_svg(plan_id: PlanId, session: SessionDep, settings: SettingsDep) -> Response:
+    """The plan's pipeline iteration as the simulator runs it (the same op times
+    `POST /v1/pipeline/simulate` returns for the plan's schedule, shape and per-stage F / B /
+    W), drawn as SVG (a deterministic model, not a measurement)."""
+    record, plan = _stored(session, plan_id)
+    simulation = plan_simulation(record, plan, settings)
+    return svg_response(timeline_svg(simulation, title=f"Pipeline of {_title(plan)}"),
+                        filename=f"plan-{plan_id}-timeline.svg")
+
+
+@router.get("/v1/plans/{plan_id}/memory.svg", summary="A plan's per-stage memory (SVG)",
+            response_class=Response,
+            responses={200: {"description": "One stacked bar per pipeline stage, the "
+                             "ledger's components as segments, the usable capacity as a line.",
+                             "content": svg_content("The memory stack picture.")}, **_ERRORS})
+def plan_memory_svg(plan_id: PlanId, session: SessionDep) -> Response:
+    """The plan's per-stage memory ledger (`memory` of GET /v1/plans/{plan_id}) as a
+    stacked bar per stage (a deterministic model, not a measurement)."""
+    record, plan = _stored(session, plan_id)
+    if plan.memory is None:
+        raise InvalidSpecError(
+            f"plan {record.id} is {plan.status.value}: it has no memory ledger to draw",
+            field="plan_id")
+    return svg_response(memory_svg(plan.memory, title=f"Memory of {_title(plan)}"),
+                        filename=f"plan-{plan_id}-memory.svg")
+
+
+@router.get("/v1/plans/{plan_id}/trace", summary="A plan's pipeline iteration as a trace",
+            response_class=JSONResponse,
+            responses={200: {"description": "Chrome Trace Event JSON: a track per rank and "
+                             "per rank's outgoing messages; open it in Perfetto or "
+                             "chrome://tracing.", "content": trace_content()}, **_ERRORS})
+def plan_trace(plan_id: PlanId, session: SessionDep, settings: SettingsDep) -> JSONResponse:
+    """The plan's simulated pipeline iteration in the Trace Event format (`ts` and `dur` in
+    microseconds; a deterministic model, not a measurement)."""
+    record, plan = _stored(session, plan_id)
+    simulation = plan_simulation(record, plan, settings)
+    return trace_response(trace_document(simulation, title=f"Pipeline of {_title(plan)}"),
+                          filename=f"plan-{plan_id}-trace.json")
+
+
+__all__ = ["plan_simulation", "router"]

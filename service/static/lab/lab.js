@@ -1,0 +1,408 @@
+// Training Systems Lab: forms in, public API calls out, results drawn as the API returns them.
+// Owns: tab navigation, presets, requests to this service, and showing answers and problems.
+// Must not: compute any figure of the cost model (it only formats numbers it is given) or
+// load anything from another origin.
+"use strict";
+
+const LABEL = "deterministic model, not a measurement";
+const GIB = 2 ** 30;
+const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)");
+
+// ---------- small DOM helpers ----------
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "text") node.textContent = value; else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+const gib = (bytes) => `${(bytes / GIB).toFixed(2)} GiB`;
+function seconds(s) {
+  if (s === 0) return "0 s";
+  if (Math.abs(s) >= 1) return `${s.toFixed(3)} s`;
+  if (Math.abs(s) >= 1e-3) return `${(s * 1e3).toFixed(3)} ms`;
+  return `${(s * 1e6).toFixed(2)} us`;
+}
+const pct = (f) => `${(100 * f).toFixed(1)}%`;
+function table(header, rows, caption) {
+  return el("div", { class: "table-wrap" }, el("table", {},
+    caption ? el("caption", { class: "model-label", text: caption }) : null,
+    el("thead", {}, el("tr", {}, header.map((h) => el("th", { scope: "col", text: h })))),
+    el("tbody", {}, rows.map((row) => el("tr", {}, row.map((cell) => el("td", { text: cell })))))));
+}
+function labelled(children) { return [children, el("p", { class: "model-label", text: `Figures: ${LABEL}.` })]; }
+function figure(svgText, caption) {
+  const parsed = new DOMParser().parseFromString(svgText, "image/svg+xml");
+  const holder = el("div", { class: "picture", tabindex: "0", role: "group", "aria-label": caption });
+  holder.append(document.importNode(parsed.documentElement, true));
+  return el("figure", {}, holder, el("figcaption", {}, `${caption} (${LABEL})`));
+}
+function problemBox(problem) {
+  const box = el("div", { class: "problem", role: "alert" },
+    el("strong", { text: `${problem.title || "Problem"} [${problem.code}]` }), el("p", { class: "detail", text: problem.detail }));
+  if (problem.errors && problem.errors.length) {
+    box.append(el("ul", { class: "plain" }, problem.errors.map((e) => el("li", { text: `${e.loc.join(".")}: ${e.msg}` }))));
+  }
+  const relax = problem.explanation && problem.explanation.relaxations;
+  if (relax && relax.length) {
+    box.append(el("p", { text: "Smallest changes that make a plan exist:" }),
+      el("ul", { class: "plain" }, relax.map((r) => el("li", { text: r }))));
+  }
+  return box;
+}
+function show(out, ...nodes) { out.replaceChildren(...nodes.flat(Infinity).filter((n) => n !== null && n !== undefined)); }
+function busy(out, what) { show(out, el("p", { class: "busy", role: "status", text: `${what}...` })); }
+
+// ---------- API ----------
+class ProblemError extends Error { constructor(problem) { super(problem.detail); this.problem = problem; } }
+async function call(method, path, body, accept = "application/json") {
+  const response = await fetch(path, {
+    method, headers: body ? { "Content-Type": "application/json", Accept: accept } : { Accept: accept },
+    body: body ? JSON.stringify(body) : undefined });
+  if (!response.ok) {
+    let problem;
+    try { problem = await response.json(); } catch { problem = { code: String(response.status), detail: response.statusText }; }
+    throw new ProblemError(problem);
+  }
+  return accept === "image/svg+xml" ? response.text() : response.json();
+}
+const post = (path, body) => call("POST", path, body);
+const postSvg = (path, body) => call("POST", path, body, "image/svg+xml");
+const getSvg = (path) => call("GET", path, null, "image/svg+xml");
+async function guarded(out, what, work) {
+  busy(out, what);
+  try { await work(); } catch (error) {
+    if (error instanceof ProblemError) show(out, problemBox(error.problem));
+    else show(out, problemBox({ code: "network", title: "The service did not answer", detail: String(error) }));
+  }
+}
+
+// ---------- forms ----------
+function values(form) {
+  const v = {};
+  for (const field of form.elements) {
+    if (!field.name) continue;
+    if (field.type === "checkbox") v[field.name] = field.checked;
+    else if (field.type === "number") v[field.name] = field.value === "" ? null : Number(field.value);
+    else v[field.name] = field.value;
+  }
+  return v;
+}
+function fill(form, preset) {
+  for (const [name, value] of Object.entries(preset)) {
+    const field = form.elements.namedItem(name);
+    if (!field) continue;
+    if (field.type === "checkbox") field.checked = Boolean(value);
+    else {
+      if (field.tagName === "SELECT" && ![...field.options].some((o) => o.value === String(value))) {
+        field.append(el("option", { value: String(value), text: String(value) }));
+      }
+      field.value = value === null ? "" : String(value);
+    }
+  }
+}
+const perStage = (text) => { const parts = String(text).split(/[ ,]+/).filter(Boolean).map(Number); return parts.length === 1 ? parts[0] : parts; };
+const drop = (obj) => Object.fromEntries(Object.entries(obj).filter(([, v]) => v !== null && v !== ""));
+
+// ---------- tab 1: plan ----------
+function planBody(v) {
+  let model = { preset: v.model };
+  if (v.hf_config.trim()) {
+    try { model = { hf_config: JSON.parse(v.hf_config) }; } catch (e) {
+      throw new ProblemError({ code: "invalid-request", title: "The pasted config.json is not JSON", detail: String(e.message) });
+    }
+  }
+  return drop({
+    model, objective: v.objective,
+    cluster: { gpu: v.gpu, num_nodes: v.num_nodes, gpus_per_node: v.gpus_per_node },
+    training: drop({ global_batch_size: v.global_batch_size, sequence_length: v.sequence_length, moe_load_imbalance: v.moe_load_imbalance }),
+    constraints: v.gpu_hour_price ? { gpu_hour_price: v.gpu_hour_price } : null,
+    solver: { time_limit_s: v.time_limit_s, top_k: 3 },
+  });
+}
+function download(name, data, type = "application/json") {
+  const url = URL.createObjectURL(new Blob([typeof data === "string" ? data : JSON.stringify(data, null, 2)], { type }));
+  return el("a", { href: url, download: name, text: name });
+}
+async function runPlan(form, out) {
+  await guarded(out, "Searching", async () => {
+    const plan = await post("/v1/plans", planBody(values(form)));
+    const p = plan.parallel;
+    const rows = [
+      ["status", plan.status], ["model", plan.model_name], ["GPUs", `${plan.world_size} x ${plan.gpu}`],
+      ["layout", `TP${p.tp} PP${p.pp} DP${p.dp} CP${p.cp} EP${p.ep}, ${p.schedule}${p.vpp > 1 ? ` v=${p.vpp}` : ""}, ZeRO-${p.zero_stage}, micro-batch ${p.micro_batch_size}, ${plan.num_micro_batches} micro-batches`],
+      ["step time", seconds(plan.time.step_time_s)], ["bubble", seconds(plan.time.bubble_s)],
+      ["throughput", `${Math.round(plan.throughput.tokens_per_s).toLocaleString("en")} tokens/s, MFU ${pct(plan.throughput.mfu)}`],
+      ["peak memory", `${gib(plan.memory.peak_bytes)} of ${gib(plan.memory.capacity_bytes)} (stage ${plan.memory.binding_stage})`]];
+    const [timeline, memory] = await Promise.all([getSvg(`/v1/plans/${plan.id}/timeline.svg`), getSvg(`/v1/plans/${plan.id}/memory.svg`)]);
+    const exports = Object.entries(plan.exports || {}).map(([name, data]) => download(`${name}.json`, data));
+    show(out, labelled([
+      el("h2", { text: `Plan ${plan.id}` }), el("p", { class: "summary", text: plan.explanation.summary }),
+      table(["", "value"], rows),
+      plan.explanation.binding_constraints.length ? [el("h3", { text: "What binds" }), el("ul", { class: "plain" }, plan.explanation.binding_constraints.map((b) => el("li", { text: b })))] : null,
+      el("h3", { text: "Alternatives" }),
+      table(["layout", "step time", "why not"], plan.alternatives.map((a) => [
+        `TP${a.parallel.tp} PP${a.parallel.pp} DP${a.parallel.dp} ${a.parallel.schedule}${a.parallel.vpp > 1 ? ` v=${a.parallel.vpp}` : ""}`,
+        a.step_time_s === null ? "does not fit" : seconds(a.step_time_s), a.why_not])),
+      figure(timeline, "Pipeline timeline of the plan"), figure(memory, "Per-stage memory of the plan"),
+      el("p", { class: "downloads" }, "Downloads: ", download(`plan-${plan.id}.json`, plan),
+        el("a", { href: `/v1/plans/${plan.id}/trace`, download: `plan-${plan.id}-trace.json`, text: "trace (Perfetto)" }), exports),
+    ]));
+  });
+}
+
+// ---------- tab 2: memory ledger ----------
+function memoryBody(v) {
+  return {
+    model: { preset: v.model },
+    cluster: { gpu: v.gpu, num_nodes: v.num_nodes, gpus_per_node: v.gpus_per_node },
+    training: { global_batch_size: v.global_batch_size, sequence_length: v.sequence_length, param_dtype: v.param_dtype,
+      grad_dtype: v.grad_dtype, master_dtype: v.master_dtype || null, optimizer_state_dtype: v.optimizer_state_dtype },
+    parallel: { tp: v.tp, pp: v.pp, dp: v.dp, schedule: v.schedule, zero_stage: Number(v.zero_stage), recompute: v.recompute,
+      sequence_parallel: v.sequence_parallel, fp8_activations: v.fp8_activations, activation_offload_frac: v.activation_offload_frac,
+      gradient_host_shards: v.gradient_host_shards },
+  };
+}
+async function runMemory(form, out) {
+  await guarded(out, "Sizing", async () => {
+    const body = memoryBody(values(form));
+    const [report, picture] = await Promise.all([post("/v1/ledger/memory", body), postSvg("/v1/ledger/memory?format=svg", body)]);
+    const binding = report.stages.find((s) => s.stage === report.binding_stage);
+    const largest = [...binding.components].sort((a, b) => b.bytes - a.bytes);
+    const verdict = report.fits
+      ? el("p", { class: "verdict-ok", text: `Fits: peak ${gib(report.peak_bytes)} on stage ${report.binding_stage} of ${gib(report.capacity_bytes)} usable.` })
+      : el("div", { class: "problem", role: "alert" }, el("strong", { text: "Out of memory" }),
+          el("p", { class: "detail", text: `Stage ${report.binding_stage} needs ${gib(report.peak_bytes)} but ${gib(report.capacity_bytes)} are usable; its largest item is ${largest[0].name} (${gib(largest[0].bytes)}).` }));
+    show(out, labelled([
+      el("h2", { text: "Per-GPU memory ledger" }), verdict,
+      table(["stage", "layers", "states (params+grads+optim)", "activations", "buffers/other", "host", "total", "in flight"],
+        report.stages.map((s) => [String(s.stage), String(s.num_layers), gib(s.parameters_bytes + s.gradients_bytes + s.optimizer_bytes),
+          gib(s.activations_bytes), gib(s.other_bytes), gib(s.host_bytes), gib(s.total_bytes), String(s.in_flight_micro_batches)])),
+      el("h3", { text: `Stage ${report.binding_stage}, largest items first (the first to cut when it does not fit)` }),
+      table(["item", "kind", "bytes", "how sized"], largest.map((c) => [c.name, c.kind, gib(c.bytes), c.note])),
+      report.host_peak_bytes ? el("p", { text: `Host tier: ${gib(report.host_peak_bytes)} per GPU of ${gib(report.host_capacity_per_gpu_bytes)}.` }) : null,
+      figure(picture, "Per-stage memory stack"),
+    ]));
+  });
+}
+
+// ---------- tab 3: mesh ----------
+function meshBody(v) {
+  return { cluster: { num_nodes: v.num_nodes, gpus_per_node: v.gpus_per_node }, order: v.order, max_ranks: 64,
+    parallel: { tp: v.tp, cp: v.cp, dp: v.dp, pp: v.pp, ep: v.ep, etp: v.etp, sequence_parallel: v.tp > 1 } };
+}
+async function runMesh(form, out) {
+  await guarded(out, "Placing", async () => {
+    const v = values(form);
+    const body = meshBody(v);
+    const [report, picture] = await Promise.all([post("/v1/mesh", body), postSvg(`/v1/mesh?format=svg&colour_by=${encodeURIComponent(v.colour_by)}`, body)]);
+    const problems = report.problems.map((p) => el("div", { class: p.severity === "error" ? "problem" : "note", role: p.severity === "error" ? "alert" : null },
+      el("strong", { text: `${p.severity} [${p.rule}] ${p.field}` }), el("p", { class: "detail", text: p.message }),
+      p.alternative ? el("p", { text: `Nearby valid alternative: ${p.alternative.change}` }) : null));
+    show(out, labelled([
+      el("h2", { text: `${report.world_size} GPUs: ${report.valid ? "valid" : "invalid"} mesh` }), problems,
+      el("h3", { text: "Group kinds: placement and collectives" }),
+      table(["kind", "size x groups", "placement", "collectives (frequency)"], report.axes.map((a) => [a.kind, `${a.group_size} x ${a.num_groups}`,
+        a.all_intra_node ? "inside a node" : `across ${a.max_nodes_spanned} nodes`,
+        a.collectives.map((c) => `${c.collective} (${c.frequency.replaceAll("_", " ")})`).join(", ") || "none"])),
+      el("h3", { text: "Ranks" }),
+      table(["rank", "node", "GPU", "coordinates"], report.ranks.slice(0, 16).map((r) => [String(r.rank), String(r.node), String(r.local_rank),
+        Object.entries(r.coords).map(([k, x]) => `${k}${x}`).join(" ")]), report.ranks.length > 16 ? `first 16 of ${report.ranks.length} listed ranks` : null),
+      figure(picture, `Ranks on nodes, coloured by ${v.colour_by} group`),
+    ]));
+  });
+}
+
+// ---------- tab 4: pipeline ----------
+function pipelineBody(v, overrides = {}) {
+  return drop({ schedule: v.schedule, num_stages: v.num_stages, num_micro_batches: v.num_micro_batches, num_chunks: v.num_chunks,
+    durations: { F: perStage(v.F), B: perStage(v.B), W: perStage(v.W) }, p2p_latency_s: v.p2p_latency_s,
+    include_timeline: false, ...overrides });
+}
+function pipelineRows(result) {
+  return [["makespan", seconds(result.makespan)], ["bubble", pct(result.bubble_fraction)],
+    ["peak in-flight (stages, per rank)", result.peak_in_flight.map((x) => x.toFixed(1)).join(" ")],
+    ["messages between ranks", String(result.transfers.length || "-")]];
+}
+async function runPipeline(form, out) {
+  await guarded(out, "Simulating", async () => {
+    const v = values(form);
+    if (v.memory_limit) {
+      const body = { ...pipelineBody(v), memory_limit: v.memory_limit, time_limit_s: 5, include_timeline: true };
+      const result = await post("/v1/pipeline/optimize", body);
+      show(out, labelled([el("h2", { text: `Optimised ${v.schedule} under ${v.memory_limit} stages in flight: ${result.status}` }),
+        table(["", "value"], [...pipelineRows(result), ["best handcrafted", `${result.baseline_schedule} ${seconds(result.baseline_makespan)}`]])]));
+      return;
+    }
+    const body = pipelineBody(v, { include_timeline: true });
+    const [result, picture] = await Promise.all([post("/v1/pipeline/simulate", body), postSvg("/v1/pipeline/simulate?format=svg", body)]);
+    show(out, labelled([el("h2", { text: `${v.schedule}: p=${v.num_stages}, m=${v.num_micro_batches}, v=${v.num_chunks}` }),
+      table(["", "value"], pipelineRows({ ...result })), figure(picture, "Pipeline timeline"),
+      el("p", { class: "downloads" }, download("trace.json", "", "application/json"))]));
+    const traceLink = out.querySelector(".downloads a");
+    const trace = await post("/v1/pipeline/simulate?format=trace", body);
+    traceLink.href = URL.createObjectURL(new Blob([JSON.stringify(trace)], { type: "application/json" }));
+    traceLink.textContent = "trace.json (open in Perfetto)";
+  });
+}
+const CHOICES = [
+  { who: "DeepSeek-V3", schedule: "dualpipe", chunks: 1,
+    why: "DualPipe (PP16, EP64 on 2,048 H800): overlaps forward and backward of two micro-batches to hide the expert all-to-all, at the price of two copies of each stage's parameters and gradients (DeepSeek-V3 report, Sec. 3.2)." },
+  { who: "Kimi K2", schedule: "interleaved_1f1b", chunks: 2,
+    why: "Interleaved 1F1B (PP16, v=2 here): K2 did not adopt DualPipe because doubling parameters and gradients would need more PP or EP; extra warm-up micro-batches hide the EP communication instead (Kimi K2 report, Sec. 2.4)." }];
+async function runCompare(form, out) {
+  await guarded(out, "Simulating both choices", async () => {
+    const v = values(form);
+    const columns = await Promise.all(CHOICES.map(async (c) => {
+      const body = pipelineBody(v, { schedule: c.schedule, num_chunks: c.chunks, durations: { F: perStage(v.F), B: perStage(v.B), W: perStage(v.W) }, include_timeline: true });
+      const [result, picture] = await Promise.all([post("/v1/pipeline/simulate", body), postSvg("/v1/pipeline/simulate?format=svg", body)]);
+      return el("div", { class: "choice" }, el("h3", { text: `${c.who}: ${c.schedule}` }), el("p", { text: c.why }),
+        table(["", "value"], pipelineRows(result)), figure(picture, `${c.who}'s schedule, p=${v.num_stages}, m=${v.num_micro_batches}`));
+    }));
+    show(out, labelled([el("h2", { text: `The same p=${v.num_stages}, m=${v.num_micro_batches} and op times under each choice` }),
+      el("div", { class: "side-by-side" }, columns)]));
+  });
+}
+
+// ---------- tab 5: communication / MoE ----------
+async function runCollective(form, out) {
+  await guarded(out, "Estimating", async () => {
+    const v = values(form);
+    const r = await post("/v1/collectives/estimate", drop({ collective: v.collective, num_ranks: v.num_ranks, message_bytes: v.message_bytes, bandwidth_bytes_per_s: v.bandwidth_bytes_per_s, latency_s: v.latency_s }));
+    show(out, labelled([el("h2", { text: `${r.collective} of ${gib(r.message_bytes)} over ${r.num_ranks} ranks: ${r.algorithm} on ${r.link}` }),
+      table(["", "value"], [["time (alpha + beta)", seconds(r.time_s)], ["alpha (latency)", seconds(r.alpha_s)], ["beta (bandwidth)", seconds(r.beta_s)],
+        ["bytes sent per rank", gib(r.bytes_sent_per_rank)], ["bus bandwidth", `${(r.bus_bandwidth_bytes_per_s / 1e9).toFixed(1)} GB/s`]]),
+      r.phases.length ? table(["phase", "links", "ranks", "bytes per rank", "alpha", "beta"], r.phases.map((p) => [`${p.collective} (${p.algorithm})`, p.link, String(p.num_ranks), gib(p.bytes_sent_per_rank), seconds(p.alpha_s), seconds(p.beta_s)]), "Hierarchical phases") : null]));
+  });
+}
+async function runMoe(form, out) {
+  await guarded(out, "Placing experts", async () => {
+    const v = values(form);
+    let tokens;
+    try { tokens = JSON.parse(v.tokens); } catch (e) { throw new ProblemError({ code: "invalid-request", title: "Token counts are not JSON", detail: String(e.message) }); }
+    const body = { num_experts: v.num_experts, top_k: v.top_k, tokens };
+    const [r, picture] = await Promise.all([post("/v1/moe/placement", body), postSvg("/v1/moe/placement?format=svg", body)]);
+    const imbalanced = r.no_redundancy_imbalance > 1.2;
+    show(out, labelled([el("h2", { text: `Every rank computes ${r.capacity_per_rank} tokens with ${r.num_redundant_experts} replicas` }),
+      el("p", { class: imbalanced ? "verdict-bad" : "verdict-ok", text: `Rank balance without replicas: max/mean ${r.no_redundancy_imbalance.toFixed(3)}${imbalanced ? " (imbalanced)" : ""}; after placement every rank load is ${r.capacity_per_rank}.` }),
+      table(["rank", "load after", "hosted replicas", "fewest possible"], r.rank_loads.map((load, i) => [String(i), String(load), r.redundant_experts[i].join(",") || "-", String(r.lower_bound_per_rank[i])])),
+      table(["", "value"], [["remote tokens", String(r.remote_tokens)], ["migrated tokens", String(r.migrated_tokens)], ["prefetch", gib(r.prefetch_bytes)], ["gradient reduce", gib(r.grad_reduce_bytes)]]),
+      figure(picture, "Rank loads before and after, routes")]));
+  });
+}
+
+async function runBuffers(form, out) {
+  await guarded(out, "Sizing buffers", async () => {
+    const r = await post("/v1/moe/buffers", drop(values(form)));
+    const verdicts = [];
+    if (r.budget_bytes !== null) {
+      for (const [who, fits, bytes] of [["DeepEP-style worst case", r.deepep_fits, r.deepep_worst_case_bytes], ["MoonEP fixed", r.moonep_fits, r.moonep_padded_bytes]]) {
+        verdicts.push(fits
+          ? el("p", { class: "verdict-ok", text: `${who}: ${gib(bytes)} fits the ${gib(r.budget_bytes)} budget.` })
+          : el("div", { class: "problem", role: "alert" }, el("strong", { text: "Out of memory" }),
+              el("p", { class: "detail", text: `${who}: ${gib(bytes)} does not fit the ${gib(r.budget_bytes)} budget per rank.` })));
+      }
+    }
+    show(out, labelled([el("h2", { text: `Receive buffer per rank: DeepEP worst case is ${r.ratio.toFixed(1)}x MoonEP's` }), verdicts,
+      table(["buffer", "rows", "bytes"], [["DeepEP-style worst case (S*K*R)", String(r.deepep_worst_case_rows), gib(r.deepep_worst_case_bytes)],
+        ["MoonEP (S*K)", String(r.moonep_rows), "-"], ["MoonEP padded", String(r.moonep_padded_rows), gib(r.moonep_padded_bytes)]]),
+      el("p", { class: "model-label", text: `Source: ${r.source}.` })]));
+  });
+}
+
+// ---------- presets ----------
+const PRESETS = {
+  "plan-fits": ["form-plan", { model: "llama-3.1-8b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1, time_limit_s: 20 }],
+  "plan-invalid": ["form-plan", { model: "llama-3.1-8b", hf_config: "", num_nodes: 0, gpus_per_node: 8 }],
+  "plan-oom": ["form-plan", { model: "llama-3.1-405b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1, time_limit_s: 20 }],
+  "plan-imbalance": ["form-plan", { model: "mixtral-8x7b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 2, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1.6, time_limit_s: 30 }],
+  "memory-fits": ["form-memory", { model: "llama-3.1-70b", num_nodes: 8, gpus_per_node: 8, tp: 8, pp: 4, dp: 2, zero_stage: 1, schedule: "1f1b", recompute: "selective" }],
+  "memory-invalid": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, tp: 3, pp: 1, dp: 8 }],
+  "memory-oom": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, tp: 1, pp: 1, dp: 8, zero_stage: 0 }],
+  "memory-imbalance": ["form-memory", { model: "llama-3.1-70b", num_nodes: 8, gpus_per_node: 8, global_batch_size: 512, sequence_length: 8192, tp: 8, pp: 8, dp: 1, zero_stage: 1, schedule: "1f1b" }],
+  "mesh-fits": ["form-mesh", { num_nodes: 4, gpus_per_node: 8, tp: 2, cp: 2, dp: 4, pp: 2, ep: 4, etp: 2, order: "tp-cp-ep-dp-pp", colour_by: "tp" }],
+  "mesh-invalid": ["form-mesh", { num_nodes: 2, gpus_per_node: 8, tp: 3, cp: 1, dp: 2, pp: 2, ep: 1, etp: 1, order: "tp-cp-ep-dp-pp" }],
+  "mesh-cross": ["form-mesh", { num_nodes: 2, gpus_per_node: 8, tp: 16, cp: 1, dp: 1, pp: 1, ep: 1, etp: 1, order: "tp-cp-ep-dp-pp", colour_by: "tp" }],
+  "mesh-imbalance": ["form-mesh", { num_nodes: 2, gpus_per_node: 4, tp: 1, cp: 1, dp: 8, pp: 1, ep: 8, etp: 1, order: "tp-cp-ep-dp-pp", colour_by: "ep" }],
+  "pipeline-fits": ["form-pipeline", { schedule: "zb_h1", num_stages: 4, num_micro_batches: 8, num_chunks: 1, F: "1.0", B: "1.0", W: "1.0", p2p_latency_s: 0.05, memory_limit: null }],
+  "pipeline-invalid": ["form-pipeline", { schedule: "interleaved_1f1b", num_stages: 4, num_micro_batches: 8, num_chunks: 1, memory_limit: null }],
+  "pipeline-oom": ["form-pipeline", { schedule: "1f1b", num_stages: 4, num_micro_batches: 8, num_chunks: 1, F: "1.0", B: "1.0", W: "1.0", memory_limit: 0.5 }],
+  "pipeline-imbalance": ["form-pipeline", { schedule: "1f1b", num_stages: 4, num_micro_batches: 8, num_chunks: 1, F: "1.0 1.0 1.0 2.0", B: "1.0 1.0 1.0 2.0", W: "1.0", memory_limit: null }],
+  "comm-fits": ["form-collective", { collective: "all_reduce", num_ranks: 16, message_bytes: 1073741824, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5 }],
+  "comm-invalid": ["form-collective", { collective: "all_reduce", num_ranks: 0, message_bytes: 1073741824, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5 }],
+  "comm-oom": ["form-buffers", { tokens_per_rank: 8192, top_k: 8, ep_size: 64, experts_per_rank: 4, hidden_size: 7168, bytes_per_elem: 2, token_padding: 128, budget_bytes: 8589934592 }],
+  "comm-imbalance": ["form-moe", { num_experts: 8, top_k: 2, tokens: "[[30,1,1,0,0,0,0,0],[28,2,1,1,0,0,0,0],[31,0,0,1,0,0,0,0],[29,1,1,1,0,0,0,0]]" }],
+};
+const RUNNERS = { "form-plan": runPlan, "form-memory": runMemory, "form-mesh": runMesh, "form-pipeline": runPipeline,
+  "form-collective": runCollective, "form-moe": runMoe, "form-buffers": runBuffers };
+const OUTPUTS = { "form-plan": "out-plan", "form-memory": "out-memory", "form-mesh": "out-mesh", "form-pipeline": "out-pipeline",
+  "form-collective": "out-comm", "form-moe": "out-comm", "form-buffers": "out-comm" };
+
+function submit(formId) {
+  const form = document.getElementById(formId);
+  const out = document.getElementById(OUTPUTS[formId]);
+  const done = RUNNERS[formId](form, out);
+  done.then(() => out.scrollIntoView({ behavior: reducedMotion.matches ? "auto" : "smooth", block: "nearest" }));
+  return done;
+}
+
+// ---------- tabs (WAI-ARIA tabs pattern: arrows, Home, End; automatic activation) ----------
+function selectTab(tab, focus = true) {
+  const tabs = [...document.querySelectorAll('[role="tab"]')];
+  for (const other of tabs) {
+    const selected = other === tab;
+    other.setAttribute("aria-selected", String(selected));
+    other.tabIndex = selected ? 0 : -1;
+    document.getElementById(other.getAttribute("aria-controls")).hidden = !selected;
+  }
+  if (focus) tab.focus();
+  history.replaceState(null, "", `#${tab.id.replace("tab-", "")}`);
+}
+function setUpTabs() {
+  const tabs = [...document.querySelectorAll('[role="tab"]')];
+  tabs.forEach((tab, index) => {
+    tab.addEventListener("click", () => selectTab(tab));
+    tab.addEventListener("keydown", (event) => {
+      const moves = { ArrowRight: index + 1, ArrowLeft: index - 1, Home: 0, End: tabs.length - 1 };
+      if (!(event.key in moves)) return;
+      event.preventDefault();
+      selectTab(tabs[(moves[event.key] + tabs.length) % tabs.length]);
+    });
+  });
+  const wanted = document.getElementById(`tab-${location.hash.slice(1)}`);
+  if (wanted) selectTab(wanted, false);
+}
+
+async function loadCatalog() {
+  try {
+    const [models, gpus] = await Promise.all([call("GET", "/v1/catalog/models"), call("GET", "/v1/catalog/gpus")]);
+    const ids = { models: models.models.map((m) => m.id), gpus: gpus.gpus.map((g) => g.id) };
+    for (const select of document.querySelectorAll("select[data-catalog]")) {
+      const current = select.value;
+      select.replaceChildren(...ids[select.dataset.catalog].map((id) => el("option", { value: id, text: id })));
+      select.value = current;
+    }
+  } catch { /* the built-in options stay */ }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  setUpTabs();
+  loadCatalog();
+  for (const formId of Object.keys(RUNNERS)) {
+    document.getElementById(formId).addEventListener("submit", (event) => { event.preventDefault(); submit(formId); });
+  }
+  document.getElementById("compare").addEventListener("click", () => runCompare(document.getElementById("form-pipeline"), document.getElementById("out-pipeline")));
+  for (const button of document.querySelectorAll("[data-preset]")) {
+    button.addEventListener("click", () => {
+      const [formId, preset] = PRESETS[button.dataset.preset];
+      fill(document.getElementById(formId), preset);
+      submit(formId);
+    });
+  }
+  document.body.dataset.ready = "true";
+});

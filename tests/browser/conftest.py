@@ -1,0 +1,90 @@
+"""Fixtures of the browser tests: the real service on a free local port (uvicorn in a
+thread, SQLite in a temporary directory) and headless Chromium from the system's packages,
+driven by Playwright for Python.
+
+The tests need the `browser` extra (`pip install -e '.[test,browser]'`) and a Chromium
+binary (`apt-get install chromium`; `.ci/run` installs both). Where either is missing they
+are skipped with that reason; set ATLAS_CHROMIUM to use another binary.
+"""
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from service.app import create_app
+from service.settings import Settings
+
+playwright_sync = pytest.importorskip(
+    "playwright.sync_api", reason="Playwright for Python is not installed: "
+    "pip install -e '.[test,browser]'")
+
+STARTUP_TIMEOUT_S = 30.0
+DESKTOP = {"width": 1366, "height": 900}
+MOBILE = {"width": 390, "height": 844}
+
+
+def chromium_path() -> str | None:
+    """The system Chromium (ATLAS_CHROMIUM, else chromium or chromium-browser on PATH)."""
+    given = os.environ.get("ATLAS_CHROMIUM")
+    if given:
+        return given
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The service on 127.0.0.1 (real HTTP), stopped after the session."""
+    directory: Path = tmp_path_factory.mktemp("browser-store")
+    settings = Settings(database_url=f"sqlite:///{directory / 'plans.db'}", solver_threads=2,
+                        solver_queue=8)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the service did not start"
+        time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    """Headless system Chromium."""
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("no Chromium binary: apt-get install chromium (or set ATLAS_CHROMIUM)")
+    with playwright_sync.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=executable, headless=True,
+                                          args=["--no-sandbox", "--disable-gpu",
+                                                "--disable-dev-shm-usage"])
+        try:
+            yield launched
+        finally:
+            launched.close()
