@@ -266,9 +266,13 @@ def _enqueue(problem: _Problem, sizes: list[int]) -> _Queue:
                 pruned_target += 1
                 continue
             bound = _bound(tables, c, problem.objective, problem.tokens)
+            level = _TABLE_BOUND
             if problem.objective == Objective.MIN_MEMORY:
-                bound += memory  # value = peak bytes + step time; both bounded below
-            heap.append((bound, total, _TABLE_BOUND, c))
+                # value = peak bytes + step time, both bounded below; tightening the time
+                # part cannot reorder bytes, so candidates go straight to evaluation.
+                bound += memory
+                level = _SIMULATED_BOUND
+            heap.append((bound, total, level, c))
     heapq.heapify(heap)
     return _Queue(heap=heap, total=total, pruned_memory=pruned_memory,
                   pruned_target=pruned_target)

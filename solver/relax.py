@@ -24,7 +24,8 @@ from solver.planner import SearchResult, search
 RELAXATION_TIME_LIMIT_S = 2.0
 """Search time allowed for each relaxation search (each bisection probe included)."""
 NODE_SEARCH_TIME_LIMIT_S = 6.0
-"""Search time allowed for the fewest-node search (it spans every whole-node count)."""
+"""Search time allowed for the fewest-node search (it spans every whole-node count), or half
+the request's time limit when that is longer."""
 NODE_SEARCH_MIN_S = 1.0
 """Least time worth starting the fewest-node search with: enumerating the candidates of every
 node count is not interruptible, so with less left it is reported as not tried."""
@@ -85,27 +86,38 @@ def _fewest_nodes(request: PlanRequest, clock: _Clock) -> Relaxation | None | st
     """The fewest whole nodes with a plan (a string when not tried in time)."""
     nodes = request.cluster.num_nodes
     ceiling = max(2 * nodes, 2 * nodes_for_states(request))
-    budget = clock.budget(NODE_SEARCH_TIME_LIMIT_S)
-    if budget < NODE_SEARCH_MIN_S:
-        return "more nodes"
     wide = request.model_copy(update={"cluster": request.cluster.model_copy(
         update={"num_nodes": ceiling})})
-    result = _search(wide, budget, objective=Objective.MIN_GPUS)
-    if result.best is None and result.stats.unexamined:
-        # The fewest-GPU search ran out of time: any plan on the ceiling, unproven.
-        fallback = clock.budget()
-        if fallback <= 0:
-            return "more nodes (the search ran out of time)"
-        result = _search(wide, fallback, objective=Objective.MIN_MEMORY)
-        if result.best is None:
-            return "more nodes (the search ran out of time)" if result.stats.unexamined \
-                else None
-        return _nodes_relaxation(request, result, ceiling, proven=False)
-    if result.best is None:
-        return None
-    return _nodes_relaxation(request, result, ceiling,
-                             proven=result.status.value == "optimal"
-                             and result.objective == Objective.MIN_GPUS)
+    budget = clock.budget(max(NODE_SEARCH_TIME_LIMIT_S, request.solver.time_limit_s / 2))
+    if budget >= NODE_SEARCH_MIN_S:
+        result = _search(wide, budget, objective=Objective.MIN_GPUS)
+        if result.best is not None:
+            return _nodes_relaxation(request, result, ceiling,
+                                     proven=result.status.value == "optimal")
+        if not result.stats.unexamined:
+            return None  # proven: no plan on any whole-node count up to the ceiling
+    # Too little time for the fewest-GPU search, or it ran out: any plan on the ceiling,
+    # unproven (the least-memory search finds one with the fewest evaluations).
+    fallback = clock.budget()
+    if fallback <= 0:
+        return "more nodes"
+    result = _search(_narrow(wide), fallback, objective=Objective.MIN_MEMORY)
+    if result.best is None:  # the narrowed search proves nothing about the full space
+        return "more nodes (the search ran out of time)" if result.stats.unexamined else None
+    return _nodes_relaxation(request, result, ceiling, proven=False)
+
+
+def _narrow(request: PlanRequest) -> PlanRequest:
+    """The request pinned to a few memory-frugal meshes (the widest TP within a node,
+    micro-batch 1, 1F1B), so that a short search reaches an evaluation."""
+    spec = resolve_model(request.model).spec
+    per_node = resolve_cluster(request.cluster).gpus_per_node
+    heads, kv = spec.num_attention_heads, spec.kv_heads
+    tps = [t for t in range(per_node, 0, -1)
+           if heads % t == 0 and (kv % t == 0 or t % kv == 0)]
+    pins = {"tp": tps[0] if tps else 1, "micro_batch_size": 1, "schedule": "1f1b"}
+    return request.model_copy(update={"constraints": request.constraints.model_copy(
+        update=pins)})
 
 
 def _nodes_relaxation(request: PlanRequest, result: SearchResult, ceiling: int, *,
