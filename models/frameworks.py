@@ -27,6 +27,7 @@ from api_schemas.parallel import (
 from api_schemas.training import Fp8WeightStorage, TrainingSpec
 from models.catalog import DATA_DIR
 from models.errors import InvalidSpecError
+from models.pipeline import schedule_traits
 
 RELEASED = ("megatron-lm", "torchtitan", "deepspeed")
 """Framework ids with a capability table, in the order plans list them."""
@@ -163,7 +164,9 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
     """The features of a mesh, schedule and recipe (no ZeRO stage or activation policy)."""
     out: set[str] = set()
     if pp > 1:
-        if schedule == PipelineSchedule.INTERLEAVED_1F1B and vpp == 1:
+        if schedule_traits(schedule).fixed_chunks is None and vpp == 1:
+            # A looped schedule with one chunk per rank is plain 1F1B (Megatron-LM runs it so
+            # without --num-layers-per-virtual-pipeline-stage).
             schedule = PipelineSchedule.ONE_F_ONE_B
         out |= {"pp", f"schedule:{schedule.value}"}
     if tp > 1:
