@@ -13,7 +13,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from api_schemas._base import ResultModel, SpecModel
 from api_schemas.hardware import ClusterSpec
-from api_schemas.units import Bytes, BytesPerSecond, PositiveInt, Seconds
+from api_schemas.units import Bytes, BytesPerSecond, DurationSeconds, PositiveInt
 
 
 class Collective(StrEnum):
@@ -90,7 +90,7 @@ class CollectiveEstimateRequest(SpecModel):
     bandwidth_bytes_per_s: BytesPerSecond | None = Field(
         default=None, ge=1.0, description="Explicit per-rank, per-direction bandwidth "
         "(instead of a cluster).", examples=[50e9])
-    latency_s: Seconds | None = Field(
+    latency_s: DurationSeconds | None = Field(
         default=None, description="Explicit per-step latency alpha (instead of a cluster).",
         examples=[1e-5])
     algorithm: Algorithm | None = Field(

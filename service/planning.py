@@ -2,8 +2,10 @@
 
 Owns: the normalised form of a plan request (defaults filled, `parallel` dropped, time
 limit and CP-SAT workers clamped) and its SHA-256, the store lookup before solving, the
-in-flight de-duplication key, turning an `InfeasibleError` into a stored infeasible plan, and
-building the `PlanRecord`. Must not: build HTTP responses (routes do) or commit (repo does).
+in-flight de-duplication key, turning an `InfeasibleError` into a stored infeasible plan,
+building the `PlanRecord`, checking before any store call that the request holds only what
+both backends store, and returning a search that finished while the store was down unstored
+(`stored=False`, no id). Must not: build HTTP responses (routes do) or commit (repo does).
 """
 
 import hashlib
@@ -27,9 +29,11 @@ from models.errors import InfeasibleError
 from service import limits
 from service.core import call_core
 from service.persistence import repo
+from service.persistence.gate import StoreGate
+from service.persistence.storable import check_storable
 from service.persistence.tables import PlanRecord
 from service.pool import SolverPool
-from service.problems import SolveTimeoutError
+from service.problems import SolveTimeoutError, StoreUnavailableError
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -46,11 +50,14 @@ class Planner(Protocol):
 class StoredPlan:
     """A plan as stored: its id, the served response and the diagnostics if infeasible."""
 
-    plan_id: str
+    plan_id: str | None
+    """None when the store was unavailable as the search finished."""
     response: PlanResponse
     diagnostics: dict[str, Any] | None
     created: bool
     """True when this request caused the solve; False when answered from the store."""
+    stored: bool = True
+    """False when the search finished while the store was unavailable: returned, not kept."""
 
     @property
     def infeasible(self) -> bool:
@@ -119,9 +126,18 @@ def stored_plan(record: PlanRecord, *, created: bool) -> StoredPlan:
                       diagnostics=record.diagnostics_json, created=created)
 
 
+def _save(record: PlanRecord) -> Callable[[Engine], StoredPlan]:
+    def save(engine: Engine) -> StoredPlan:
+        with Session(engine) as session:
+            saved = repo.save_plan(session=session, record=record)
+            return stored_plan(saved, created=saved.id == record.id)
+    return save
+
+
 def solve_and_store(request: PlanRequest, *, key: str, model_name: str, planner: Planner,
-                    engine: Engine) -> StoredPlan:
-    """Run the search (on a pool thread) and store its outcome, feasible or not."""
+                    store: StoreGate) -> StoredPlan:
+    """Run the search (on a pool thread) and store its outcome, feasible or not; when the
+    store is unavailable the outcome is returned unstored."""
     def progress(message: str) -> None:
         logger.info("plan %s: %s", key[:12], message)
 
@@ -138,39 +154,47 @@ def solve_and_store(request: PlanRequest, *, key: str, model_name: str, planner:
             time_limit_s=request.solver.time_limit_s, retry_after_s=1)
     record = build_record(request, response, key=key, model_name=model_name,
                           diagnostics=diagnostics)
-    with Session(engine) as session:
-        saved = repo.save_plan(session=session, record=record)
-        return stored_plan(saved, created=saved.id == record.id)
+    try:
+        return store.call_sync(_save(record), what="store the plan")
+    except StoreUnavailableError:
+        logger.warning("plan %s solved while the store was unavailable; returned unstored",
+                       key[:12])
+        return StoredPlan(plan_id=None, response=response, diagnostics=diagnostics,
+                          created=True, stored=False)
 
 
-def _find_stored(engine: Engine, key: str) -> PlanRecord | None:
-    with Session(engine) as session:
-        return repo.find_plan_by_hash(session=session, request_hash=key)
+def _find_stored(key: str) -> Callable[[Engine], PlanRecord | None]:
+    def find(engine: Engine) -> PlanRecord | None:
+        with Session(engine) as session:
+            return repo.find_plan_by_hash(session=session, request_hash=key)
+    return find
 
 
-async def create_plan(request: PlanRequest, *, settings: Settings, engine: Engine,
+async def create_plan(request: PlanRequest, *, settings: Settings, store: StoreGate,
                       pool: SolverPool, planner: Planner) -> StoredPlan:
     """Answer a plan request: from the store when an identical one was solved, otherwise by
     one search shared by every identical request in flight.
 
     Raises:
-        LimitExceededError: an input over a documented bound.
+        LimitExceededError: an input over a documented bound, or a value no backend stores.
         InvalidSpecError: the planner rejected the request.
         OverloadedError: the solver pool is full.
+        StoreUnavailableError: the store did not answer the look-up before the search.
         SolveTimeoutError: the search outlived its limit plus the grace period, or reached
             its limit without finding any plan (such outcomes are not stored).
     """
     normalised = normalise_plan_request(request, settings)
+    check_storable(normalised.model_dump(mode="python"), field="")
     model_name = await to_thread.run_sync(check_plan_bounds, normalised, settings)
     key = request_hash(normalised)
     if not pool.in_flight(key):
-        existing = await to_thread.run_sync(_find_stored, engine, key)
+        existing = await store.call(_find_stored(key), what="look up the request")
         if existing is not None:
             return stored_plan(existing, created=False)
 
     def work() -> StoredPlan:
         return solve_and_store(normalised, key=key, model_name=model_name, planner=planner,
-                               engine=engine)
+                               store=store)
 
     timeout_s = normalised.solver.time_limit_s + settings.time_limit_grace_s
     return await pool.run(work, key=key, timeout_s=timeout_s)

@@ -31,6 +31,7 @@ PROBLEM_STATUS: dict[ProblemCode, int] = {
     "plan-not-found": 404,
     "payload-too-large": 413,
     "overloaded": 503,
+    "store-unavailable": 503,
     "internal": 500,
 }
 """The only code -> HTTP status table. Routing errors (unknown path, wrong method) keep the
@@ -45,6 +46,7 @@ PROBLEM_TITLES: dict[ProblemCode, str] = {
     "plan-not-found": "No stored plan has this id",
     "payload-too-large": "The request body is larger than the service accepts",
     "overloaded": "Every solver thread is busy",
+    "store-unavailable": "The plan store does not answer",
     "internal": "Internal error",
 }
 
@@ -60,10 +62,15 @@ PROBLEM_DESCRIPTIONS: dict[ProblemCode, str] = {
     "plan-not-found": "The plan id is unknown to this store.",
     "payload-too-large": "The body exceeds the configured maximum (ATLAS_MAX_BODY_BYTES).",
     "overloaded": "The solver pool and its queue are full; retry after Retry-After seconds.",
+    "store-unavailable": "The plan database is unreachable, refuses connections, is missing or "
+    "does not answer within the store timeout; retry after Retry-After seconds. Endpoints "
+    "that need no database keep answering, and a search that finishes meanwhile is returned "
+    "with `id: null` and the header `X-Plan-Stored: false`.",
     "internal": "An unexpected failure; it is logged with the request id given here.",
 }
 
-_RETRY_CODES: frozenset[ProblemCode] = frozenset({"overloaded", "solver-time-limit"})
+_RETRY_CODES: frozenset[ProblemCode] = frozenset({"overloaded", "solver-time-limit",
+                                                  "store-unavailable"})
 
 
 def problem_type(code: ProblemCode, *, docs_base: str = "") -> str:
@@ -93,6 +100,16 @@ class OverloadedError(PlannerError):
         self.retry_after_s = retry_after_s
 
 
+class StoreUnavailableError(PlannerError):
+    """The plan store failed or did not answer within the store timeout."""
+
+    code: ProblemCode = "store-unavailable"
+
+    def __init__(self, detail: str, *, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+
 class SolveTimeoutError(PlannerError):
     """A search did not return within its time limit plus the grace period."""
 
@@ -111,11 +128,13 @@ class LimitExceededError(PlannerError):
 
 
 class InfeasiblePlanError(PlannerError):
-    """The search proved infeasibility; the infeasible plan was stored under `plan_id`."""
+    """The search proved infeasibility; the infeasible plan was stored under `plan_id` (None
+    when the store was unavailable)."""
 
     code: ProblemCode = "no-feasible-plan"
 
-    def __init__(self, detail: str, *, plan_id: str, diagnostics: dict[str, Any] | None,
+    def __init__(self, detail: str, *, plan_id: str | None,
+                 diagnostics: dict[str, Any] | None,
                  explanation: dict[str, Any]) -> None:
         super().__init__(detail, diagnostics=diagnostics)
         self.plan_id = plan_id
@@ -181,7 +200,10 @@ def _planner_error_members(exc: PlannerError) -> tuple[dict[str, Any], dict[str,
     if isinstance(exc, InfeasiblePlanError):
         members["plan_id"] = exc.plan_id
         members["explanation"] = exc.explanation
-        headers["Location"] = f"/v1/plans/{exc.plan_id}"
+        if exc.plan_id is not None:
+            headers["Location"] = f"/v1/plans/{exc.plan_id}"
+        else:
+            headers["X-Plan-Stored"] = "false"
     if isinstance(exc, SolveTimeoutError):
         members["time_limit_s"] = exc.time_limit_s
     if exc.code in _RETRY_CODES:
@@ -195,7 +217,8 @@ async def _on_planner_error(request: Request, exc: Exception) -> JSONResponse:
     if code == "internal":
         return await _on_unexpected_error(request, exc)
     members, headers = _planner_error_members(exc)
-    instance = exc.plan_id if isinstance(exc, InfeasiblePlanError) else request.url.path
+    instance = (exc.plan_id if isinstance(exc, InfeasiblePlanError) and exc.plan_id
+                else request.url.path)
     return problem_response(code, detail=exc.detail, instance=instance, headers=headers,
                             **members)
 
@@ -246,6 +269,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PlanNotFoundError",
     "SolveTimeoutError",
+    "StoreUnavailableError",
     "install_problem_handlers",
     "problem_response",
     "problem_type",

@@ -9,7 +9,6 @@ import pytest
 from service_testkit import ScriptedPlanner, plan_body, serve_in_process
 from sqlmodel import Session
 
-import service.routes.health as health_routes
 from service.app import create_app
 from service.persistence import (
     PlanRecord,
@@ -22,6 +21,9 @@ from service.persistence import (
     save_plan,
 )
 from service.settings import Settings
+
+REFUSED_URL = "postgresql+psycopg://nobody@127.0.0.1:1/none"
+"""A PostgreSQL URL whose port refuses connections (nothing listens on port 1)."""
 
 
 def record(index: int, *, status: str = "optimal", model: str = "llama-3.1-70b",
@@ -114,15 +116,16 @@ def test_plan_survives_a_restart(database_url: str) -> None:
         assert health["database"] == "ok"
 
 
-def test_health_reports_an_unreachable_database(client: Any,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_health_reports_an_unreachable_database(client: Any) -> None:
     assert client.get("/healthz").json() == {
         "status": "ok", "database": "ok", "database_backend": "sqlite", "version": "0.1.0"}
-    monkeypatch.setattr(health_routes, "check_database", lambda _engine: False)
-    response = client.get("/healthz")
-    assert response.status_code == 503
-    assert response.json()["status"] == "degraded"
-    assert response.json()["database"] == "unreachable"
+    refused = Settings(database_url=REFUSED_URL)
+    with serve_in_process(create_app(refused, planner=ScriptedPlanner())) as down:
+        response = down.get("/healthz")
+        assert response.status_code == 503
+        assert response.json()["status"] == "degraded"
+        assert response.json()["database"] == "unreachable"
+        assert response.headers["Retry-After"] == str(refused.retry_after_s)
 
 
 def test_concurrent_start_ups_create_the_schema_once(database_url: str) -> None:
