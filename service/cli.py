@@ -45,9 +45,6 @@ from service.render import (
     render_plan,
     render_problem,
 )
-from solver import evaluate, memory_report, plan
-from solver.placement.api import plan_placement
-from solver.schedule.requests import optimize_request
 
 PROGRESS_INTERVAL_S = 5.0
 """How often a waiting command reports elapsed time on stderr."""
@@ -217,6 +214,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _set(doc, ("solver", "top_k"), args.top_k)
 
     def local() -> PlanResponse:
+        from solver import plan  # the solver loads on use: `serve` workers start fast
+
         request = PlanRequest.model_validate(doc)
         sys.stderr.write(f"searching (time limit {request.solver.time_limit_s:g} s)...\n")
         return plan(request, progress=_stderr_progress(time.monotonic()))
@@ -231,6 +230,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Score one configuration (fits or not, time, bottleneck, fixes)."""
     doc = build_request(args, degrees_key="parallel")
+    from solver import evaluate
+
     return _run(args, lambda: evaluate(EvaluateRequest.model_validate(doc)),
                 lambda client: client.evaluate(doc), render_plan)
 
@@ -238,6 +239,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_memory(args: argparse.Namespace) -> int:
     """Per-stage memory ledger of one configuration."""
     doc = build_request(args, degrees_key="parallel")
+    from solver import memory_report
+
     return _run(args, lambda: memory_report(EvaluateRequest.model_validate(doc)),
                 lambda client: client.memory(doc), render_memory)
 
@@ -264,6 +267,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.no_timeline:
         doc["include_timeline"] = False
     if "memory_limit" in doc:
+        from solver.schedule.requests import optimize_request
+
         return _run(args, lambda: optimize_request(PipelineOptimizeRequest.model_validate(doc)),
                     lambda client: client.optimize_pipeline(doc), render_pipeline,
                     label="optimising the schedule")
@@ -276,6 +281,8 @@ def cmd_placement(args: argparse.Namespace) -> int:
     doc = load_document(args.file)
     _set(doc, ("planner",), args.planner)
     _set(doc, ("time_limit_s",), args.time_limit)
+    from solver.placement.api import plan_placement
+
     return _run(args, lambda: plan_placement(MoePlacementRequest.model_validate(doc)),
                 lambda client: client.moe_placement(doc), render_placement,
                 label="placing experts")
@@ -288,6 +295,16 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def server_timeouts() -> dict[str, Any]:
+    """uvicorn's keep-alive and worker health-check timeouts from the settings."""
+    from service.settings import get_settings
+
+    settings = get_settings()
+    return {"timeout_keep_alive": settings.keep_alive_timeout_s,
+            "timeout_worker_healthcheck": settings.worker_start_timeout_s,
+            "h11_max_incomplete_event_size": settings.max_header_bytes}
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the HTTP service under uvicorn (the app is built per worker by the factory)."""
     import uvicorn
@@ -298,7 +315,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ["ATLAS_SQLITE_PATH"] = args.sqlite_path
     os.environ["ATLAS_LOG_LEVEL"] = args.log_level.upper()
     uvicorn.run("service.app:create_app", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level=args.log_level, proxy_headers=True)
+                workers=args.workers, log_level=args.log_level, proxy_headers=True,
+                **server_timeouts())
     return 0
 
 

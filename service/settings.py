@@ -134,6 +134,18 @@ class Settings(BaseSettings):
         default=10.0, ge=0.1, le=3600.0,
         description="Longest wait for the next chunk of a request body before answering 408 "
         "[ATLAS_BODY_READ_TIMEOUT_S].")
+    keep_alive_timeout_s: int = Field(
+        default=5, ge=1, le=600,
+        description="Seconds an idle keep-alive connection stays open "
+        "[ATLAS_KEEP_ALIVE_TIMEOUT_S].")
+    worker_start_timeout_s: float = Field(
+        default=60.0, ge=5.0, le=600.0,
+        description="How long `serve --workers N` waits for a worker's health answer before "
+        "replacing it [ATLAS_WORKER_START_TIMEOUT_S].")
+    max_header_bytes: int = Field(
+        default=64 * 1024, ge=4096, le=2**20,
+        description="Largest request head (request line and headers) in bytes "
+        "[ATLAS_MAX_HEADER_BYTES].")
     cors_origins: str = Field(
         default="",
         description="Comma-separated origins that browsers may call the API from, e.g. "
