@@ -112,7 +112,7 @@ class Settings(BaseSettings):
         description="Largest single token count in a placement matrix "
         "[ATLAS_MAX_TOKEN_COUNT].")
     store_timeout_s: float = Field(
-        default=1.5, ge=0.1, le=60.0,
+        default=1.0, ge=0.1, le=60.0,
         description="Longest a request waits for the plan store before answering 503 "
         "store-unavailable [ATLAS_STORE_TIMEOUT_S].")
     store_connect_timeout_s: int = Field(
