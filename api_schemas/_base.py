@@ -14,6 +14,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict
 
 T = TypeVar("T")
 
+MAX_NAME_LENGTH = 200
+"""Longest model name or GPU id (the plan store's column width)."""
+
 
 class SpecModel(BaseModel):
     """Immutable input type that rejects unknown fields (so typos fail loudly) and NaN or
@@ -60,4 +63,4 @@ def reject_non_finite(value: T) -> T:
 FiniteJson = Annotated[dict[str, Any], AfterValidator(reject_non_finite)]
 """A free-form JSON object whose numbers are all finite."""
 
-__all__ = ["FiniteJson", "ResultModel", "SpecModel", "reject_non_finite"]
+__all__ = ["MAX_NAME_LENGTH", "FiniteJson", "ResultModel", "SpecModel", "reject_non_finite"]

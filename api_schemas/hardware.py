@@ -11,7 +11,7 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from api_schemas._base import SpecModel
+from api_schemas._base import MAX_NAME_LENGTH, SpecModel
 from api_schemas.dtypes import DType
 from api_schemas.units import (
     Bytes,
@@ -35,7 +35,8 @@ class IntraNodeTopology(StrEnum):
 class GpuSpec(SpecModel):
     """One accelerator type."""
 
-    id: str = Field(description="Catalog id, e.g. 'h100-sxm5-80gb'.", examples=["h100-sxm5-80gb"])
+    id: str = Field(max_length=MAX_NAME_LENGTH, description="Catalog id, e.g. "
+                    "'h100-sxm5-80gb' (at most 200 characters).", examples=["h100-sxm5-80gb"])
     name: str = Field(description="Human-readable name.", examples=["NVIDIA H100 SXM5 80GB"])
     vendor: str = Field(default="", description="Vendor name.", examples=["NVIDIA"])
     memory_bytes: Bytes = Field(
