@@ -26,6 +26,7 @@ from sqlmodel import Session
 from api_schemas.plan import Explanation, PlanResponse, PlanStatus
 from api_schemas.requests import PlanRequest
 from models.errors import InfeasibleError
+from models.resolve import resolve_cluster
 from service import limits
 from service.core import call_core
 from service.persistence import repo
@@ -33,8 +34,9 @@ from service.persistence.gate import StoreGate
 from service.persistence.storable import check_storable
 from service.persistence.tables import PlanRecord
 from service.pool import SolverPool
-from service.problems import SolveTimeoutError, StoreUnavailableError
+from service.problems import LimitExceededError, SolveTimeoutError, StoreUnavailableError
 from service.settings import Settings
+from solver.throughput_bound import peak_tokens_per_s
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +87,26 @@ def request_hash(request: BaseModel) -> str:
 
 
 def check_plan_bounds(request: PlanRequest, settings: Settings) -> str:
-    """Check the documented bounds of a plan request; return the model's name."""
+    """Check the documented bounds of a plan request, and refuse a throughput target above
+    what the cluster could reach at peak; return the model's name."""
     limits.check_cluster(request.cluster, settings)
     limits.check_training(request.training, settings)
-    return limits.check_model_input(request.model, settings).name
+    spec = limits.check_model_input(request.model, settings)
+    target = request.constraints.target_tokens_per_s
+    if target is not None:
+        cluster = call_core(resolve_cluster, request.cluster)
+        gpus = cluster.world_size
+        if request.constraints.max_gpus is not None:
+            gpus = min(gpus, request.constraints.max_gpus)
+        bound = peak_tokens_per_s(spec, cluster, sequence_length=request.training.sequence_length,
+                                  gpus=gpus)
+        if target > bound:
+            raise LimitExceededError(
+                f"constraints.target_tokens_per_s: {target:.6g} tokens/s is out of reach: even "
+                f"with all {gpus} GPUs at their highest peak FLOP/s doing only the model's "
+                f"FLOPs, this cluster trains at most {bound:.6g} tokens/s; lower the target or "
+                "add GPUs", field="constraints.target_tokens_per_s")
+    return spec.name
 
 
 def _gpu_id(request: PlanRequest) -> str:

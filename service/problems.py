@@ -224,16 +224,34 @@ async def _on_planner_error(request: Request, exc: Exception) -> JSONResponse:
                             **members)
 
 
+def _unparsable_body_reason(exc: StarletteHTTPException) -> tuple[str, str]:
+    """Why a body could not be parsed, from the parser's own error: (reason, error type)."""
+    cause = exc.__cause__
+    if isinstance(cause, RecursionError):
+        return ("the JSON is nested too deeply to parse (the limit is several hundred levels "
+                "of arrays or objects; no request of this API needs more than ten)",
+                "json_too_deep")
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        return ("an integer has more digits than the parser converts (4300); no field of "
+                "this API takes more than 20 digits", "json_integer_too_long")
+    if isinstance(cause, UnicodeDecodeError):
+        return (f"the body is not UTF-8 ({cause.reason} at byte {cause.start})",
+                "body_not_utf8")
+    return str(exc.detail), "body_unreadable"
+
+
 async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code >= 500:
         return await _on_unexpected_error(request, exc)
     if exc.status_code == 400:
-        # FastAPI answers 400 when the body cannot be decoded at all (e.g. invalid UTF-8).
+        # FastAPI answers 400 when the body cannot be decoded at all (invalid UTF-8, an
+        # integer too long to convert, nesting deeper than the parser's recursion limit).
+        reason, kind = _unparsable_body_reason(exc)
         return problem_response(
             "invalid-request", instance=request.url.path,
-            detail=f"body: {exc.detail}; send a UTF-8 JSON object matching the schema",
-            errors=[{"loc": ["body"], "msg": str(exc.detail), "type": "body_unreadable"}])
+            detail=f"body: {reason}; send a UTF-8 JSON object matching the schema",
+            errors=[{"loc": ["body"], "msg": reason, "type": kind}])
     detail = (f"{request.method} {request.url.path}: {exc.detail}; see /docs for the "
               "endpoints and their methods")
     return problem_response("invalid-request", detail=detail, instance=request.url.path,
