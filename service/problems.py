@@ -228,12 +228,13 @@ def _unparsable_body_reason(exc: StarletteHTTPException) -> tuple[str, str]:
     """Why a body could not be parsed, from the parser's own error: (reason, error type)."""
     cause = exc.__cause__
     if isinstance(cause, RecursionError):
-        return ("the JSON is nested too deeply to parse (the limit is several hundred levels "
-                "of arrays or objects; no request of this API needs more than ten)",
-                "json_too_deep")
+        too_deep = ("the JSON is nested too deeply to parse (the limit is several hundred "
+                    "levels of arrays or objects; no request of this API needs more than ten)")
+        return too_deep, "json_too_deep"
     if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
-        return ("an integer has more digits than the parser converts (4300); no field of "
-                "this API takes more than 20 digits", "json_integer_too_long")
+        too_long = ("an integer has more digits than the parser converts (4300); no field "
+                    "of this API takes more than 20 digits")
+        return too_long, "json_integer_too_long"
     if isinstance(cause, UnicodeDecodeError):
         return (f"the body is not UTF-8 ({cause.reason} at byte {cause.start})",
                 "body_not_utf8")
