@@ -215,7 +215,7 @@ async def create_plan(request: PlanRequest, *, settings: Settings, store: StoreG
                                store=store)
 
     timeout_s = normalised.solver.time_limit_s + settings.time_limit_grace_s
-    return await pool.run(work, key=key, timeout_s=timeout_s)
+    return await pool.run(work, key=key, timeout_s=timeout_s, stores_result=True)
 
 
 __all__ = [

@@ -89,6 +89,15 @@ class Settings(BaseSettings):
         default=200_000, ge=1,
         description="Largest simulated timeline (stages x micro-batches x chunks x 3 ops) "
         "[ATLAS_MAX_PIPELINE_OPS].")
+    max_timeline_ops: int = Field(
+        default=20_000, ge=1,
+        description="Most ops a response lists one by one in a pipeline timeline (about 2 MB "
+        "of JSON); larger schedules must set include_timeline false "
+        "[ATLAS_MAX_TIMELINE_OPS].")
+    compute_timeout_s: float = Field(
+        default=30.0, gt=0.0, le=3600.0,
+        description="Longest a pipeline simulation waits for its pool thread before 503 "
+        "solver-time-limit [ATLAS_COMPUTE_TIMEOUT_S].")
     max_optimize_ops: int = Field(
         default=100_000, ge=1,
         description="Largest schedule the CP-SAT optimizer takes (stages x micro-batches x "

@@ -20,7 +20,7 @@ from api_schemas.pipeline import (
 from models.pipeline.requests import simulate_request
 from service import limits
 from service.core import call_core
-from service.deps import ContextDep, SettingsDep
+from service.deps import ContextDep
 from service.openapi import problem_responses
 from service.searches import run_search, with_clamped_time_limit
 from service.settings import Settings
@@ -67,20 +67,28 @@ def check_pipeline_bounds(request: PipelineSimulateRequest | PipelineOptimizeReq
     ops = 3 * request.num_stages * request.num_micro_batches * request.num_chunks
     limits.check_bound(ops, named[ops_bound], field="num_chunks",
                        what="the ops to schedule (3 x stages x micro-batches x chunks)")
+    if request.include_timeline:
+        limits.check_bound(ops, named["timeline_ops"], field="include_timeline",
+                           what="the ops a timeline would list (3 x stages x micro-batches x "
+                           "chunks); set include_timeline to false for the summary only")
 
 
 @router.post("/v1/pipeline/simulate", summary="Timeline, bubble and in-flight activations",
-             responses=problem_responses("invalid-spec"))
-def pipeline_simulate(
+             responses=problem_responses("invalid-spec", "solver-time-limit", "overloaded"))
+async def pipeline_simulate(
     request: Annotated[PipelineSimulateRequest, Body(openapi_examples=SIMULATE_EXAMPLES)],
-    settings: SettingsDep,
+    context: ContextDep,
 ) -> PipelineSimulateResponse:
     """Generate the schedule (GPipe, 1F1B, interleaved 1F1B, ZB-H1/H2, ZB-V, DualPipe,
     DualPipeV) for p ranks, m micro-batches and v chunks, and simulate it with the given op
     times: makespan, bubble, peak in-flight activations per rank, and every op's start and
     end (a deterministic model, not a measurement)."""
+    settings = context.settings
     check_pipeline_bounds(request, settings, ops_bound="pipeline_ops")
-    response = call_core(simulate_request, request)
+    # In the admission-controlled pool: large simulations take seconds of CPU each.
+    response = await run_search(request, partial(call_core, simulate_request),
+                                kind="pipeline-simulate", pool=context.pool,
+                                timeout_s=settings.compute_timeout_s)
     limits.require_finite(response)
     return response
 

@@ -105,3 +105,15 @@ def test_origins_in_the_setting_may_call_from_a_browser(
                                   headers={**PREFLIGHT, "Origin": "https://evil.example"})
         assert stranger.status_code == 400
         assert "access-control-allow-origin" not in stranger.headers
+
+
+def test_a_timeline_over_its_bound_is_refused_and_the_summary_still_served(
+        client: httpx.Client) -> None:
+    body = {"schedule": "interleaved_1f1b", "num_stages": 32, "num_micro_batches": 128,
+            "num_chunks": 2}
+    refused = client.post("/v1/pipeline/simulate", json=body)
+    assert refused.status_code == 422
+    assert _locs(refused) == [["body", "include_timeline"]]
+    assert "ATLAS_MAX_TIMELINE_OPS" in refused.json()["detail"]
+    summary = client.post("/v1/pipeline/simulate", json={**body, "include_timeline": False})
+    assert summary.status_code == 200 and summary.json()["timeline"] == []
