@@ -48,6 +48,11 @@ _STORED = {"X-Plan-Stored": {"description": "'false' when the search finished wh
                              "store was unavailable: the plan is returned, not kept (`id` is "
                              "null); absent otherwise.", "schema": {"type": "string"}}}
 
+_READ_BACK = {"ReadPlan": {
+    "operationRef": "#/paths/~1v1~1plans~1{plan_id}/get",
+    "parameters": {"plan_id": "$response.body#/id"},
+    "description": "Read the stored plan back by its id."}}
+
 
 def _check_text(value: str | None, *, loc: tuple[str, str]) -> None:
     """Refuse a path or query value a store could not compare (422 naming it)."""
@@ -60,10 +65,12 @@ def _check_text(value: str | None, *, loc: tuple[str, str]) -> None:
 @router.post(
     "/v1/plans", status_code=201, summary="Search for the best parallel plan",
     responses={
-        201: {"description": "A new plan was searched for and stored.", "headers": _LOCATION},
+        201: {"description": "A new plan was searched for and stored.", "headers": _LOCATION,
+              "links": _READ_BACK},
         200: {"description": "An identical request was answered before; the stored plan. "
               "Or the search finished while the store was unavailable: the plan, unstored.",
-              "model": PlanResponse, "headers": {**_LOCATION, **_STORED}},
+              "model": PlanResponse, "headers": {**_LOCATION, **_STORED},
+              "links": _READ_BACK},
         **problem_responses("invalid-spec", "no-feasible-plan", "solver-time-limit",
                             "overloaded", "store-unavailable"),
     },
