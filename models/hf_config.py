@@ -209,9 +209,10 @@ def _moe_fields(reader: _Reader, model_type: str, notes: list[str]) -> MoESpec |
     )
 
 
-def _or_default(value: object, default: int) -> object:
+def _or_default(value: object, default: int) -> Any:
     """`value` unless the config leaves it out (absent or null); zero is kept, to be
-    rejected by the schema rather than silently replaced."""
+    rejected by the schema rather than silently replaced (the caller converts it, and a
+    value of the wrong kind fails there)."""
     return default if value is None else value
 
 
