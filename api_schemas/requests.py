@@ -89,12 +89,12 @@ class ClusterInput(SpecModel):
         default=None, description="Override HBM bandwidth.")
     intra_node_bandwidth_bytes_per_s: PositiveBytesPerSecond | None = Field(
         default=None, description="Override achievable scale-up bandwidth per GPU per direction.")
-    intra_node_latency_s: DurationSeconds | None = Field(default=None, description="Override scale-up "
-                                                 "latency.")
+    intra_node_latency_s: DurationSeconds | None = Field(
+        default=None, description="Override scale-up latency.")
     inter_node_bandwidth_bytes_per_s: PositiveBytesPerSecond | None = Field(
         default=None, description="Override achievable NIC bandwidth per GPU per direction.")
-    inter_node_latency_s: DurationSeconds | None = Field(default=None, description="Override scale-out "
-                                                 "latency.")
+    inter_node_latency_s: DurationSeconds | None = Field(
+        default=None, description="Override scale-out latency.")
     intra_node_topology: IntraNodeTopology | None = Field(
         default=None, description="Override 'switch' / 'full_mesh'.")
     rail_optimized: bool | None = Field(default=None, description="Override rail optimisation.")
