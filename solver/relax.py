@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from api_schemas.requests import Constraints, PlanRequest, SolverLimits
+from api_schemas.units import MIN_TIME_LIMIT_S
 from models.params import count_parameters
 from models.precision import state_bytes_per_param
 from models.resolve import resolve_cluster, resolve_model
@@ -77,7 +78,7 @@ def relaxations(request: PlanRequest, *, deadline: float | None = None) -> Relax
         budget_s = RELAXATION_TIME_LIMIT_S
         if deadline is not None:
             budget_s = min(budget_s, deadline - time.perf_counter())
-        if budget_s <= 0:
+        if budget_s < MIN_TIME_LIMIT_S:
             not_tried.append(label)
             continue
         limits = SolverLimits(time_limit_s=budget_s, top_k=0,
