@@ -35,9 +35,7 @@ Bytes = Annotated[int, Field(ge=0, description="A size in bytes (integer).")]
 Seconds = Annotated[float, Field(ge=0.0, description="A duration in seconds.")]
 Flop = Annotated[float, Field(ge=0.0, description="A count of floating-point operations.")]
 FlopPerSecond = Annotated[float, Field(ge=0.0, description="A rate in FLOP per second.")]
-BytesPerSecond = Annotated[float, Field(
-    ge=0.0, le=MAX_BANDWIDTH_BYTES_PER_S,
-    description="A bandwidth in bytes per second (at most 1e15).")]
+BytesPerSecond = Annotated[float, Field(ge=0.0, description="A bandwidth in bytes per second.")]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0, description="A fraction in [0, 1].")]
 PositiveInt = Annotated[int, Field(ge=1)]
 PositiveBytes = Annotated[int, Field(ge=1, description="A non-zero size in bytes (integer).")]
