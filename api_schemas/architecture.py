@@ -12,7 +12,7 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from api_schemas._base import SpecModel
+from api_schemas._base import MAX_NAME_LENGTH, SpecModel
 from api_schemas.units import NonNegativeInt, PositiveInt
 
 
@@ -130,7 +130,9 @@ class MoESpec(SpecModel):
 class ModelSpec(SpecModel):
     """A decoder-only transformer LLM."""
 
-    name: str = Field(default="custom", description="Display name.", examples=["llama-3.1-70b"])
+    name: str = Field(default="custom", max_length=MAX_NAME_LENGTH,
+                      description="Display name (at most 200 characters).",
+                      examples=["llama-3.1-70b"])
     num_layers: PositiveInt = Field(
         description="Transformer layers, excluding multi-token-prediction layers.", examples=[80]
     )

@@ -13,7 +13,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from api_schemas._base import ResultModel, SpecModel
 from api_schemas.hardware import ClusterSpec
-from api_schemas.units import Bytes, BytesPerSecond, PositiveInt, Seconds
+from api_schemas.units import Bytes, DurationSeconds, PositiveBytesPerSecond, PositiveInt
 
 
 class Collective(StrEnum):
@@ -87,10 +87,10 @@ class CollectiveEstimateRequest(SpecModel):
     ranks_per_node: PositiveInt | None = Field(
         default=None, description="Group members per node (node-contiguous); null = "
         "min(num_ranks, gpus_per_node).", examples=[8])
-    bandwidth_bytes_per_s: BytesPerSecond | None = Field(
-        default=None, ge=1.0, description="Explicit per-rank, per-direction bandwidth "
+    bandwidth_bytes_per_s: PositiveBytesPerSecond | None = Field(
+        default=None, description="Explicit per-rank, per-direction bandwidth "
         "(instead of a cluster).", examples=[50e9])
-    latency_s: Seconds | None = Field(
+    latency_s: DurationSeconds | None = Field(
         default=None, description="Explicit per-step latency alpha (instead of a cluster).",
         examples=[1e-5])
     algorithm: Algorithm | None = Field(

@@ -11,9 +11,16 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from api_schemas._base import SpecModel
+from api_schemas._base import MAX_NAME_LENGTH, SpecModel
 from api_schemas.dtypes import DType
-from api_schemas.units import Bytes, BytesPerSecond, Fraction, PositiveInt, Seconds
+from api_schemas.units import (
+    Bytes,
+    BytesPerSecond,
+    DurationSeconds,
+    Fraction,
+    PositiveFlopPerSecond,
+    PositiveInt,
+)
 
 
 class IntraNodeTopology(StrEnum):
@@ -28,7 +35,8 @@ class IntraNodeTopology(StrEnum):
 class GpuSpec(SpecModel):
     """One accelerator type."""
 
-    id: str = Field(description="Catalog id, e.g. 'h100-sxm5-80gb'.", examples=["h100-sxm5-80gb"])
+    id: str = Field(max_length=MAX_NAME_LENGTH, description="Catalog id, e.g. "
+                    "'h100-sxm5-80gb' (at most 200 characters).", examples=["h100-sxm5-80gb"])
     name: str = Field(description="Human-readable name.", examples=["NVIDIA H100 SXM5 80GB"])
     vendor: str = Field(default="", description="Vendor name.", examples=["NVIDIA"])
     memory_bytes: Bytes = Field(
@@ -38,11 +46,11 @@ class GpuSpec(SpecModel):
     hbm_bandwidth_bytes_per_s: BytesPerSecond = Field(
         description="Peak HBM bandwidth in bytes/s.", examples=[3.35e12]
     )
-    dense_peak_flop_per_s: dict[DType, float] = Field(
+    dense_peak_flop_per_s: dict[DType, PositiveFlopPerSecond] = Field(
         description="Dense (no 2:4 sparsity) tensor-core peak FLOP/s per input format.",
         examples=[{"bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12, "tf32": 494.7e12}],
     )
-    sparse_peak_flop_per_s: dict[DType, float] = Field(
+    sparse_peak_flop_per_s: dict[DType, PositiveFlopPerSecond] = Field(
         default_factory=dict,
         description="2:4-sparse peak FLOP/s per format, kept apart; never used for training cost.",
     )
@@ -85,7 +93,7 @@ class LinkSpec(SpecModel):
         "bidirectional aggregate).",
         examples=[160e9],
     )
-    latency_s: Seconds = Field(
+    latency_s: DurationSeconds = Field(
         description="Per-message start-up latency (the alpha term) in seconds.", examples=[5e-6]
     )
 

@@ -12,7 +12,7 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from api_schemas._base import ResultModel, SpecModel
-from api_schemas.units import Bytes, NonNegativeInt, PositiveInt, Seconds
+from api_schemas.units import Bytes, NonNegativeInt, PositiveInt, Seconds, TimeLimitSeconds
 
 
 class PlacementPlanner(StrEnum):
@@ -72,8 +72,8 @@ class MoePlacementRequest(SpecModel):
         "of the same expert: 176160768).",
         examples=[176160768],
     )
-    time_limit_s: float = Field(
-        default=10.0, gt=0.0, le=600.0,
+    time_limit_s: TimeLimitSeconds = Field(
+        default=10.0,
         description="CP-SAT time limit per phase of the exact planner (ignored otherwise).",
     )
 

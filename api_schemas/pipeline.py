@@ -17,9 +17,16 @@ from pydantic import ConfigDict, Field
 
 from api_schemas._base import ResultModel, SpecModel
 from api_schemas.parallel import PipelineSchedule
-from api_schemas.units import Bytes, Fraction, PositiveInt, Seconds
+from api_schemas.units import (
+    Bytes,
+    DurationSeconds,
+    Fraction,
+    PositiveInt,
+    Seconds,
+    TimeLimitSeconds,
+)
 
-PerStageSeconds = Seconds | tuple[Seconds, ...]
+PerStageSeconds = DurationSeconds | tuple[DurationSeconds, ...]
 PerStageBytes = Bytes | tuple[Bytes, ...]
 
 
@@ -38,7 +45,7 @@ class PipelineOpDurations(SpecModel):
     backward_weight_s: PerStageSeconds = Field(
         default=1.0, alias="W", description="Backward for the weight gradient (W).",
         examples=[1.0])
-    overlapped_pair_s: Seconds | None = Field(
+    overlapped_pair_s: DurationSeconds | None = Field(
         default=None, alias="FB", description="One overlapped F&B pair (DualPipe); null means "
         "no overlap gain, F + B + W.", examples=[None])
 
@@ -71,7 +78,7 @@ class _PipelineSpec(SpecModel):
         examples=[1])
     durations: PipelineOpDurations = Field(
         default_factory=PipelineOpDurations, description="Per-op durations of one chunk.")
-    p2p_latency_s: Seconds = Field(
+    p2p_latency_s: DurationSeconds = Field(
         default=0.0, description="Latency added to every dependency between two ranks.",
         examples=[2.0e-5])
     activation_bytes: PipelineActivationBytes | None = Field(
@@ -106,8 +113,8 @@ class PipelineOptimizeRequest(_PipelineSpec):
     memory_limit: float = Field(
         gt=0.0, description="Peak in-flight activations per rank, full-stage units (8 = the "
         "1F1B peak of the first of 8 ranks).", examples=[10])
-    time_limit_s: Seconds = Field(default=10.0, description="CP-SAT wall-time limit.",
-                                  examples=[10])
+    time_limit_s: TimeLimitSeconds = Field(
+        default=10.0, description="CP-SAT wall-time limit (0.1 s to 600 s).", examples=[10])
 
 
 class PipelineTimelineEntry(ResultModel):

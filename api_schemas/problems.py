@@ -16,6 +16,7 @@ ProblemCode = Literal[
     "plan-not-found",
     "payload-too-large",
     "overloaded",
+    "store-unavailable",
     "internal",
 ]
 

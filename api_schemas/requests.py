@@ -7,11 +7,11 @@ resolve presets (that is `models/resolve.py`).
 """
 
 from enum import StrEnum
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from api_schemas._base import SpecModel
+from api_schemas._base import FiniteJson, SpecModel, reject_non_finite
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import GpuSpec, IntraNodeTopology
@@ -23,12 +23,13 @@ from api_schemas.parallel import (
 )
 from api_schemas.training import TrainingSpec
 from api_schemas.units import (
+    DurationSeconds,
     Fraction,
     PositiveBytes,
     PositiveBytesPerSecond,
     PositiveFlopPerSecond,
     PositiveInt,
-    Seconds,
+    TimeLimitSeconds,
 )
 
 ZeroStageValue = Literal[0, 1, 2, 3]
@@ -37,6 +38,17 @@ ZeroStageValue = Literal[0, 1, 2, 3]
 FrameworkTarget = Literal["megatron-lm", "torchtitan", "deepspeed", "any"]
 """A training framework a plan must run on ('any' admits features of no released framework,
 each named with the paper or system it comes from)."""
+T = TypeVar("T")
+
+MAX_TARGET_TOKENS_PER_S = 1e12
+"""Largest throughput target a request may give (tokens/s)."""
+MIN_GPU_HOUR_PRICE = 1e-6
+"""Smallest GPU-hour price a request may give."""
+MAX_GPU_HOUR_PRICE = 1e6
+"""Largest GPU-hour price a request may give."""
+
+Allowed = Annotated[list[T], Field(min_length=1)]
+"""An allowed-value list: at least one value (an empty list would allow nothing)."""
 
 
 class ModelPreset(SpecModel):
@@ -49,7 +61,7 @@ class ModelPreset(SpecModel):
 class ModelFromHf(SpecModel):
     """A model given as its Hugging Face `config.json`."""
 
-    hf_config: dict[str, Any] = Field(description="The parsed config.json.")
+    hf_config: FiniteJson = Field(description="The parsed config.json (finite numbers).")
 
 
 ModelInput = ModelPreset | ModelFromHf | ModelSpec
@@ -80,12 +92,12 @@ class ClusterInput(SpecModel):
         default=None, description="Override HBM bandwidth.")
     intra_node_bandwidth_bytes_per_s: PositiveBytesPerSecond | None = Field(
         default=None, description="Override achievable scale-up bandwidth per GPU per direction.")
-    intra_node_latency_s: Seconds | None = Field(default=None, description="Override scale-up "
-                                                 "latency.")
+    intra_node_latency_s: DurationSeconds | None = Field(
+        default=None, description="Override scale-up latency.")
     inter_node_bandwidth_bytes_per_s: PositiveBytesPerSecond | None = Field(
         default=None, description="Override achievable NIC bandwidth per GPU per direction.")
-    inter_node_latency_s: Seconds | None = Field(default=None, description="Override scale-out "
-                                                 "latency.")
+    inter_node_latency_s: DurationSeconds | None = Field(
+        default=None, description="Override scale-out latency.")
     intra_node_topology: IntraNodeTopology | None = Field(
         default=None, description="Override 'switch' / 'full_mesh'.")
     rail_optimized: bool | None = Field(default=None, description="Override rail optimisation.")
@@ -118,30 +130,30 @@ class Objective(StrEnum):
 class Constraints(SpecModel):
     """Pins (a value), allowed sets (a list) or forbidden values for any plan dimension."""
 
-    tp: PositiveInt | list[PositiveInt] | None = Field(
+    tp: PositiveInt | Allowed[PositiveInt] | None = Field(
         default=None, description="Pin or allow tensor parallel degrees.", examples=[8])
-    pp: PositiveInt | list[PositiveInt] | None = Field(
+    pp: PositiveInt | Allowed[PositiveInt] | None = Field(
         default=None, description="Pipeline degrees.")
-    dp: PositiveInt | list[PositiveInt] | None = Field(
+    dp: PositiveInt | Allowed[PositiveInt] | None = Field(
         default=None, description="Data-parallel degrees.")
-    cp: PositiveInt | list[PositiveInt] | None = Field(
+    cp: PositiveInt | Allowed[PositiveInt] | None = Field(
         default=None, description="Context-parallel degrees.")
-    ep: PositiveInt | list[PositiveInt] | None = Field(
+    ep: PositiveInt | Allowed[PositiveInt] | None = Field(
         default=None, description="Expert-parallel degrees.")
-    etp: PositiveInt | list[PositiveInt] | None = Field(
+    etp: PositiveInt | Allowed[PositiveInt] | None = Field(
         default=None, description="Expert-TP degrees.")
-    vpp: PositiveInt | list[PositiveInt] | None = Field(
+    vpp: PositiveInt | Allowed[PositiveInt] | None = Field(
         default=None, description="Virtual chunks per rank.")
-    micro_batch_size: PositiveInt | list[PositiveInt] | None = Field(
+    micro_batch_size: PositiveInt | Allowed[PositiveInt] | None = Field(
         default=None, description="Micro-batch sizes.")
-    schedule: PipelineSchedule | list[PipelineSchedule] | None = Field(
+    schedule: PipelineSchedule | Allowed[PipelineSchedule] | None = Field(
         default=None, description="Allowed schedules.")
-    zero_stage: ZeroStageValue | list[ZeroStageValue] | None = Field(
+    zero_stage: ZeroStageValue | Allowed[ZeroStageValue] | None = Field(
         default=None, description="Allowed ZeRO stages.")
     sequence_parallel: bool | None = Field(default=None, description="Pin sequence parallel.")
-    cp_kind: ContextParallelKind | list[ContextParallelKind] | None = Field(
+    cp_kind: ContextParallelKind | Allowed[ContextParallelKind] | None = Field(
         default=None, description="Allowed context-parallel kinds.")
-    recompute: Recompute | list[Recompute] | None = Field(default=None, description="Allowed "
+    recompute: Recompute | Allowed[Recompute] | None = Field(default=None, description="Allowed "
                                                           "uniform recompute policies.")
     allow_fp8_activations: bool | None = Field(
         default=None, description="May the planner store activations in FP8 (Kimi K2 style)? "
@@ -149,7 +161,7 @@ class Constraints(SpecModel):
         "changes the numerics of the backward pass).")
     allow_offload: bool = Field(default=True, description="May the planner offload activations "
                                 "to host memory?")
-    forbid: dict[str, list[Any]] = Field(
+    forbid: Annotated[dict[str, list[Any]], AfterValidator(reject_non_finite)] = Field(
         default_factory=dict,
         description="Forbidden values per key, e.g. {'schedule': ['dualpipe'], 'tp': [16]}.")
     framework: FrameworkTarget | None = Field(
@@ -162,10 +174,13 @@ class Constraints(SpecModel):
         "rely on (features added later are not used), e.g. 'core_v0.12.0', 'v0.2.2', '0.19.2'.",
         examples=["core_v0.14.0"])
     max_gpus: PositiveInt | None = Field(default=None, description="Use at most this many GPUs.")
-    target_tokens_per_s: float | None = Field(default=None, gt=0, description="Throughput the "
-                                              "plan must reach (min_gpus objective).")
-    gpu_hour_price: float | None = Field(default=None, gt=0, description="Price of one GPU-hour "
-                                         "(cost_per_token objective).")
+    target_tokens_per_s: float | None = Field(
+        default=None, gt=0, le=MAX_TARGET_TOKENS_PER_S, description="Throughput the plan must "
+        "reach (min_gpus objective), at most 1e12 tokens/s; a target above the cluster's peak "
+        "is refused before any search.")
+    gpu_hour_price: float | None = Field(
+        default=None, ge=MIN_GPU_HOUR_PRICE, le=MAX_GPU_HOUR_PRICE, description="Price of one "
+        "GPU-hour (cost_per_token objective), 1e-6 to 1e6.")
 
 
     @model_validator(mode="after")
@@ -183,8 +198,8 @@ class Constraints(SpecModel):
 class SolverLimits(SpecModel):
     """Search limits."""
 
-    time_limit_s: float = Field(default=10.0, gt=0, le=600, description="Wall-clock limit of "
-                                "the search.", examples=[10])
+    time_limit_s: TimeLimitSeconds = Field(default=10.0, description="Wall-clock limit of "
+                                           "the search (0.1 s to 600 s).", examples=[10])
     top_k: int = Field(default=5, ge=0, le=50, description="Alternatives to report.",
                        examples=[5])
     num_workers: int = Field(default=2, ge=1, le=64, description="CP-SAT worker threads.")
@@ -245,6 +260,9 @@ EVALUATE_REQUEST_EXAMPLE: dict[str, Any] = {
 __all__ = [
     "DEFAULT_MEMORY_HEADROOM_FRAC",
     "EVALUATE_REQUEST_EXAMPLE",
+    "MAX_GPU_HOUR_PRICE",
+    "MAX_TARGET_TOKENS_PER_S",
+    "MIN_GPU_HOUR_PRICE",
     "PLAN_REQUEST_EXAMPLE",
     "ClusterInput",
     "Constraints",

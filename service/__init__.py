@@ -1,7 +1,35 @@
-"""The FastAPI service, persistence, CLI and HTTP client: the only layer with I/O."""
+"""The FastAPI service, persistence, CLI and HTTP client: the only layer with I/O.
 
-from service.app import create_app
-from service.client import ApiProblemError, AtlasClient
-from service.settings import Settings, get_settings
+Owns: the package's public names, imported on first use (`service.create_app`, ...), so
+that importing a submodule (the CLI, a server worker process) does not import the web
+framework, the database layer and the solver before they are needed. Must not: import
+anything heavy at import time.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from service.app import create_app
+    from service.client import ApiProblemError, AtlasClient
+    from service.settings import Settings, get_settings
+
+_LAZY = {
+    "create_app": "service.app",
+    "ApiProblemError": "service.client",
+    "AtlasClient": "service.client",
+    "Settings": "service.settings",
+    "get_settings": "service.settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first access."""
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'service' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module_name), name)
+
 
 __all__ = ["ApiProblemError", "AtlasClient", "Settings", "create_app", "get_settings"]

@@ -1,9 +1,10 @@
 """The FastAPI application factory.
 
 Owns: `create_app(settings)`: the routers, the lab page, the problem+json handlers, the
-request-id and body-size middleware, the OpenAPI document and its offline Swagger UI and
-ReDoc pages, logging set-up, and the lifespan that opens the
-database (creating the schema), starts the solver pool and closes both at shutdown. Must not:
+request-id, body-size, body-read-timeout and CORS middleware, the OpenAPI document and its
+offline Swagger UI and ReDoc pages, logging set-up, and the lifespan that opens the database
+behind the store gate (creating the schema when it answers; the service starts degraded when
+it does not), starts the solver pool and closes them at shutdown. Must not:
 do anything at import: `service.app:app` is built on first access, and building it does no
 I/O (the lifespan does).
 """
@@ -18,9 +19,10 @@ from fastapi_offline import FastAPIOffline
 
 import solver
 from service.deps import ServiceContext
-from service.middleware import RequestContextMiddleware
+from service.middleware import RequestContextMiddleware, install_cors
 from service.openapi import install_openapi
-from service.persistence.db import init_db, make_engine
+from service.persistence.db import StoreTimeouts, make_engine
+from service.persistence.gate import StoreGate
 from service.planning import Planner
 from service.pool import SolverPool
 from service.problems import install_problem_handlers
@@ -84,18 +86,24 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(config.resolved_database_url())
-        init_db(engine)
+        engine = make_engine(config.resolved_database_url(), StoreTimeouts(
+            connect_s=config.store_connect_timeout_s,
+            statement_s=config.store_statement_timeout_s,
+            pool_s=config.store_pool_timeout_s))
+        store = StoreGate(engine, threads=config.store_threads,
+                          timeout_s=config.store_timeout_s, retry_after_s=config.retry_after_s)
+        store.prepare()
         pool = SolverPool(threads=config.solver_threads, queue=config.solver_queue,
                           retry_after_s=config.retry_after_s)
-        app.state.context = ServiceContext(settings=config, engine=engine, pool=pool,
-                                           planner=plan_fn)
+        app.state.context = ServiceContext(settings=config, engine=engine, store=store,
+                                           pool=pool, planner=plan_fn)
         logger.info("atlas-planner %s ready (%d solver threads, queue %d)", SERVICE_VERSION,
                     config.solver_threads, config.solver_queue)
         try:
             yield
         finally:
             pool.shutdown()
+            store.shutdown()
             engine.dispose()
 
     # Swagger UI and ReDoc from the files fastapi-offline ships: /docs needs no network.
@@ -104,7 +112,9 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
                          redoc_url=None)
     reference.install_redoc(app)
     install_problem_handlers(app)
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes,
+                       body_read_timeout_s=config.body_read_timeout_s)
+    install_cors(app, config.cors_origin_list())
     app.include_router(plans.router)
     app.include_router(pictures.router)
     app.include_router(estimates.router)

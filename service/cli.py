@@ -55,10 +55,6 @@ from service.render import (
     render_problem,
 )
 from service.trace import trace_document
-from solver import evaluate, memory_report, plan
-from solver.placement.api import plan_placement
-from solver.plan_pipeline import plan_simulation_request
-from solver.schedule.requests import optimize_request
 
 PROGRESS_INTERVAL_S = 5.0
 """How often a waiting command reports elapsed time on stderr."""
@@ -252,6 +248,8 @@ def _plan_pictures(doc: dict[str, Any]) -> Pictures:
     def draw(result: BaseModel) -> tuple[str | None, dict[str, Any] | None]:
         if not isinstance(result, PlanResponse) or result.parallel is None:
             return None, None
+        from solver.plan_pipeline import plan_simulation_request
+
         request = PlanRequest.model_validate({k: v for k, v in doc.items()
                                               if k in ("model", "cluster", "training")})
         simulation = simulate_request(plan_simulation_request(request, result.parallel))
@@ -287,6 +285,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _set(doc, ("solver", "top_k"), args.top_k)
 
     def local() -> PlanResponse:
+        from solver import plan  # the solver loads on use: `serve` workers start fast
+
         request = PlanRequest.model_validate(doc)
         sys.stderr.write(f"searching (time limit {request.solver.time_limit_s:g} s)...\n")
         return plan(request, progress=_stderr_progress(time.monotonic()))
@@ -301,6 +301,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Score one configuration (fits or not, time, bottleneck, fixes)."""
     doc = build_request(args, degrees_key="parallel")
+    from solver import evaluate
+
     return _run(args, lambda: evaluate(EvaluateRequest.model_validate(doc)),
                 lambda client: client.evaluate(doc), render_plan, pictures=_plan_pictures(doc))
 
@@ -308,6 +310,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_memory(args: argparse.Namespace) -> int:
     """Per-stage memory ledger of one configuration."""
     doc = build_request(args, degrees_key="parallel")
+    from solver import memory_report
+
     return _run(args, lambda: memory_report(EvaluateRequest.model_validate(doc)),
                 lambda client: client.memory(doc), render_memory, pictures=_memory_picture)
 
@@ -336,6 +340,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.svg or args.trace:
         doc["include_timeline"] = True
     if "memory_limit" in doc:
+        from solver.schedule.requests import optimize_request
+
         return _run(args, lambda: optimize_request(PipelineOptimizeRequest.model_validate(doc)),
                     lambda client: client.optimize_pipeline(doc), render_pipeline,
                     label="optimising the schedule", pictures=_simulation_pictures)
@@ -349,6 +355,7 @@ def cmd_placement(args: argparse.Namespace) -> int:
     doc = load_document(args.file)
     _set(doc, ("planner",), args.planner)
     _set(doc, ("time_limit_s",), args.time_limit)
+
     def picture(result: BaseModel) -> tuple[str | None, dict[str, Any] | None]:
         request = MoePlacementRequest.model_validate(doc)
         expert_loads = [sum(column) for column in zip(*request.tokens, strict=True)]
@@ -356,6 +363,8 @@ def cmd_placement(args: argparse.Namespace) -> int:
         if not isinstance(result, MoePlacementResponse):
             return None, None
         return placement_svg(result, home_loads=before), None
+
+    from solver.placement.api import plan_placement
 
     return _run(args, lambda: plan_placement(MoePlacementRequest.model_validate(doc)),
                 lambda client: client.moe_placement(doc), render_placement,
@@ -369,6 +378,16 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def server_timeouts() -> dict[str, Any]:
+    """uvicorn's keep-alive and worker health-check timeouts from the settings."""
+    from service.settings import get_settings
+
+    settings = get_settings()
+    return {"timeout_keep_alive": settings.keep_alive_timeout_s,
+            "timeout_worker_healthcheck": settings.worker_start_timeout_s,
+            "h11_max_incomplete_event_size": settings.max_header_bytes}
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the HTTP service under uvicorn (the app is built per worker by the factory)."""
     import uvicorn
@@ -379,7 +398,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ["ATLAS_SQLITE_PATH"] = args.sqlite_path
     os.environ["ATLAS_LOG_LEVEL"] = args.log_level.upper()
     uvicorn.run("service.app:create_app", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level=args.log_level, proxy_headers=True)
+                workers=args.workers, log_level=args.log_level, proxy_headers=True,
+                **server_timeouts())
     return 0
 
 

@@ -1,18 +1,17 @@
 """FastAPI dependencies: the service context, a database session per request, settings.
 
-Owns: `ServiceContext` (what the lifespan builds: settings, engine, solver pool, planner)
-and the `Annotated` dependency aliases routes declare. Must not: build anything itself; the
+Owns: `ServiceContext` (what the lifespan builds: settings, engine, store gate, solver pool,
+planner) and the `Annotated` dependency aliases routes declare. Must not: build anything itself; the
 app factory's lifespan does.
 """
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy import Engine
-from sqlmodel import Session
 
+from service.persistence.gate import StoreGate
 from service.planning import Planner
 from service.pool import SolverPool
 from service.settings import Settings
@@ -24,6 +23,7 @@ class ServiceContext:
 
     settings: Settings
     engine: Engine
+    store: StoreGate
     pool: SolverPool
     planner: Planner
 
@@ -42,21 +42,12 @@ def get_settings_dep(context: ContextDep) -> Settings:
     return context.settings
 
 
-def get_session(context: ContextDep) -> Iterator[Session]:
-    """A database session that lives for one request."""
-    with Session(context.engine) as session:
-        yield session
-
-
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
-SessionDep = Annotated[Session, Depends(get_session)]
 
 __all__ = [
     "ContextDep",
     "ServiceContext",
-    "SessionDep",
     "SettingsDep",
     "get_context",
-    "get_session",
     "get_settings_dep",
 ]

@@ -58,6 +58,7 @@ def bounds(settings: Settings) -> dict[str, Bound]:
                                setting="ATLAS_MAX_MICRO_BATCHES"),
         "pipeline_ops": Bound(value=settings.max_pipeline_ops, setting="ATLAS_MAX_PIPELINE_OPS"),
         "optimize_ops": Bound(value=settings.max_optimize_ops, setting="ATLAS_MAX_OPTIMIZE_OPS"),
+        "timeline_ops": Bound(value=settings.max_timeline_ops, setting="ATLAS_MAX_TIMELINE_OPS"),
         "exact_placement_cells": Bound(value=settings.max_exact_placement_cells,
                                        setting="ATLAS_MAX_EXACT_PLACEMENT_CELLS"),
         "token_count": Bound(value=settings.max_token_count, setting="ATLAS_MAX_TOKEN_COUNT"),

@@ -1,15 +1,20 @@
-"""ASGI middleware: request ids and the request-body size limit.
+"""ASGI middleware: request ids, the request-body size limit and the body read timeout.
 
 Owns: giving every request an id (`X-Request-ID`, taken from the client when it is a sane
-token, otherwise generated) and refusing bodies over the configured size, both when the
-`Content-Length` header announces it and when a streamed body grows past it. Must not: parse
-bodies or know about routes.
+token, otherwise generated), refusing bodies over the configured size, both when the
+`Content-Length` header announces it and when a streamed body grows past it, and answering
+408 (closing the connection) when the next chunk of a body does not arrive within the read
+timeout, so a client that announces a body and never sends it cannot hold a connection.
+Must not: parse bodies or know about routes.
 """
 
+import asyncio
 import re
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+
+from starlette.middleware.cors import CORSMiddleware
 
 from service.problems import problem_response
 
@@ -31,11 +36,14 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 
 class RequestContextMiddleware:
-    """Assigns request ids and enforces `max_body_bytes` (413 payload-too-large)."""
+    """Assigns request ids, enforces `max_body_bytes` (413 payload-too-large) and
+    `body_read_timeout_s` (408)."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int,
+                 body_read_timeout_s: float = 10.0) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_read_timeout_s = body_read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -61,7 +69,11 @@ class RequestContextMiddleware:
             return
         body = bytearray()
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=self.body_read_timeout_s)
+            except TimeoutError:
+                await self._too_slow(scope, receive, send_with_id, len(body), announced)
+                return
             if message["type"] == "http.disconnect":
                 return
             body.extend(message.get("body", b""))
@@ -71,6 +83,17 @@ class RequestContextMiddleware:
             if not message.get("more_body", False):
                 break
         await self.app(scope, _replay(bytes(body), receive), send_with_id)
+
+    async def _too_slow(self, scope: Scope, receive: Receive, send: Send, received: int,
+                        announced: str | None) -> None:
+        expected = f" of the {announced} announced" if announced is not None else ""
+        detail = (f"the request body stalled: {received} bytes{expected} arrived, then "
+                  f"nothing for {self.body_read_timeout_s:g} s (ATLAS_BODY_READ_TIMEOUT_S); "
+                  "send the whole body promptly")
+        response = problem_response("invalid-request", detail=detail, status=408,
+                                    instance=str(scope.get("path", "")),
+                                    headers={"Connection": "close"})
+        await response(scope, receive, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, size: str) -> None:
         detail = (f"the request body is {size}, over the limit of {self.max_body_bytes} bytes; "
@@ -96,4 +119,17 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-__all__ = ["RequestContextMiddleware"]
+def install_cors(app: Any, origins: list[str]) -> None:
+    """Let browsers on `origins` call the API (CORS); with none, no CORS headers are sent,
+    so browsers refuse cross-origin calls and preflights get 405 like any OPTIONS."""
+    if not origins:
+        return
+    app.add_middleware(CORSMiddleware, allow_origins=origins, allow_credentials=False,
+                       allow_methods=["GET", "POST"],
+                       allow_headers=["Content-Type", "Accept", "X-Request-ID"],
+                       expose_headers=["Location", "Retry-After", "X-Request-ID",
+                                       "X-Plan-Stored"],
+                       max_age=600)
+
+
+__all__ = ["RequestContextMiddleware", "install_cors"]

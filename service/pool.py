@@ -49,13 +49,16 @@ class SolverPool:
         """Whether a search with this key is running or queued now."""
         return key in self._in_flight
 
-    async def run(self, fn: Callable[[], T], *, key: str | None, timeout_s: float) -> T:
+    async def run(self, fn: Callable[[], T], *, key: str | None, timeout_s: float,
+                  stores_result: bool = False) -> T:
         """Run `fn` on a pool thread and wait at most `timeout_s` for its result.
 
         Args:
             fn: the work; it runs to completion even if the caller stops waiting.
             key: de-duplication key; a call whose key is in flight joins that call.
             timeout_s: how long the caller waits before answering solver-time-limit.
+            stores_result: whether `fn` stores its result (plans), so that a retry finds it;
+                the timeout answer says so only then.
 
         Raises:
             OverloadedError: the pool and its queue are full.
@@ -70,11 +73,14 @@ class SolverPool:
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout=timeout_s)
         except TimeoutError:
+            kept = ("it keeps running and its result will be stored, so retry the same "
+                    "request after Retry-After seconds, or lower solver.time_limit_s"
+                    if stores_result else
+                    "its result is not kept; retry later with a smaller input or a lower "
+                    "time_limit_s")
             raise SolveTimeoutError(
-                f"the search did not finish within {timeout_s:.1f} s (its time limit plus "
-                "the grace period); it keeps running and its result will be stored, so "
-                "retry the same request after Retry-After seconds, or lower "
-                "solver.time_limit_s", time_limit_s=timeout_s,
+                f"the computation did not finish within {timeout_s:.1f} s (its time limit "
+                f"plus the grace period); {kept}", time_limit_s=timeout_s,
                 retry_after_s=self.retry_after_s) from None
 
     def _admit(self, fn: Callable[[], T], *, key: str | None) -> "asyncio.Future[T]":

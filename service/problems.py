@@ -31,6 +31,7 @@ PROBLEM_STATUS: dict[ProblemCode, int] = {
     "plan-not-found": 404,
     "payload-too-large": 413,
     "overloaded": 503,
+    "store-unavailable": 503,
     "internal": 500,
 }
 """The only code -> HTTP status table. Routing errors (unknown path, wrong method) keep the
@@ -45,6 +46,7 @@ PROBLEM_TITLES: dict[ProblemCode, str] = {
     "plan-not-found": "No stored plan has this id",
     "payload-too-large": "The request body is larger than the service accepts",
     "overloaded": "Every solver thread is busy",
+    "store-unavailable": "The plan store does not answer",
     "internal": "Internal error",
 }
 
@@ -60,10 +62,16 @@ PROBLEM_DESCRIPTIONS: dict[ProblemCode, str] = {
     "plan-not-found": "The plan id is unknown to this store.",
     "payload-too-large": "The body exceeds the configured maximum (ATLAS_MAX_BODY_BYTES).",
     "overloaded": "The solver pool and its queue are full; retry after Retry-After seconds.",
+    "store-unavailable": "The plan database is unreachable, refuses connections, is missing or "
+    "does not answer within the store timeout; retry after Retry-After seconds. Endpoints "
+    "that need no database keep answering, and a search that finishes meanwhile is returned "
+    "with `id: null` and the header `X-Plan-Stored: false` (its write may still land when "
+    "the database answers; resending the same request then returns the stored plan).",
     "internal": "An unexpected failure; it is logged with the request id given here.",
 }
 
-_RETRY_CODES: frozenset[ProblemCode] = frozenset({"overloaded", "solver-time-limit"})
+_RETRY_CODES: frozenset[ProblemCode] = frozenset({"overloaded", "solver-time-limit",
+                                                  "store-unavailable"})
 
 
 def problem_type(code: ProblemCode, *, docs_base: str = "") -> str:
@@ -93,6 +101,16 @@ class OverloadedError(PlannerError):
         self.retry_after_s = retry_after_s
 
 
+class StoreUnavailableError(PlannerError):
+    """The plan store failed or did not answer within the store timeout."""
+
+    code: ProblemCode = "store-unavailable"
+
+    def __init__(self, detail: str, *, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+
 class SolveTimeoutError(PlannerError):
     """A search did not return within its time limit plus the grace period."""
 
@@ -111,11 +129,13 @@ class LimitExceededError(PlannerError):
 
 
 class InfeasiblePlanError(PlannerError):
-    """The search proved infeasibility; the infeasible plan was stored under `plan_id`."""
+    """The search proved infeasibility; the infeasible plan was stored under `plan_id` (None
+    when the store was unavailable)."""
 
     code: ProblemCode = "no-feasible-plan"
 
-    def __init__(self, detail: str, *, plan_id: str, diagnostics: dict[str, Any] | None,
+    def __init__(self, detail: str, *, plan_id: str | None,
+                 diagnostics: dict[str, Any] | None,
                  explanation: dict[str, Any]) -> None:
         super().__init__(detail, diagnostics=diagnostics)
         self.plan_id = plan_id
@@ -181,7 +201,10 @@ def _planner_error_members(exc: PlannerError) -> tuple[dict[str, Any], dict[str,
     if isinstance(exc, InfeasiblePlanError):
         members["plan_id"] = exc.plan_id
         members["explanation"] = exc.explanation
-        headers["Location"] = f"/v1/plans/{exc.plan_id}"
+        if exc.plan_id is not None:
+            headers["Location"] = f"/v1/plans/{exc.plan_id}"
+        else:
+            headers["X-Plan-Stored"] = "false"
     if isinstance(exc, SolveTimeoutError):
         members["time_limit_s"] = exc.time_limit_s
     if exc.code in _RETRY_CODES:
@@ -195,9 +218,27 @@ async def _on_planner_error(request: Request, exc: Exception) -> JSONResponse:
     if code == "internal":
         return await _on_unexpected_error(request, exc)
     members, headers = _planner_error_members(exc)
-    instance = exc.plan_id if isinstance(exc, InfeasiblePlanError) else request.url.path
+    instance = (exc.plan_id if isinstance(exc, InfeasiblePlanError) and exc.plan_id
+                else request.url.path)
     return problem_response(code, detail=exc.detail, instance=instance, headers=headers,
                             **members)
+
+
+def _unparsable_body_reason(exc: StarletteHTTPException) -> tuple[str, str]:
+    """Why a body could not be parsed, from the parser's own error: (reason, error type)."""
+    cause = exc.__cause__
+    if isinstance(cause, RecursionError):
+        too_deep = ("the JSON is nested too deeply to parse (the limit is several hundred "
+                    "levels of arrays or objects; no request of this API needs more than ten)")
+        return too_deep, "json_too_deep"
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        too_long = ("an integer has more digits than the parser converts (4300); no field "
+                    "of this API takes more than 20 digits")
+        return too_long, "json_integer_too_long"
+    if isinstance(cause, UnicodeDecodeError):
+        return (f"the body is not UTF-8 ({cause.reason} at byte {cause.start})",
+                "body_not_utf8")
+    return str(exc.detail), "body_unreadable"
 
 
 async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -205,11 +246,13 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code >= 500:
         return await _on_unexpected_error(request, exc)
     if exc.status_code == 400:
-        # FastAPI answers 400 when the body cannot be decoded at all (e.g. invalid UTF-8).
+        # FastAPI answers 400 when the body cannot be decoded at all (invalid UTF-8, an
+        # integer too long to convert, nesting deeper than the parser's recursion limit).
+        reason, kind = _unparsable_body_reason(exc)
         return problem_response(
             "invalid-request", instance=request.url.path,
-            detail=f"body: {exc.detail}; send a UTF-8 JSON object matching the schema",
-            errors=[{"loc": ["body"], "msg": str(exc.detail), "type": "body_unreadable"}])
+            detail=f"body: {reason}; send a UTF-8 JSON object matching the schema",
+            errors=[{"loc": ["body"], "msg": reason, "type": kind}])
     detail = (f"{request.method} {request.url.path}: {exc.detail}; see /docs for the "
               "endpoints and their methods")
     return problem_response("invalid-request", detail=detail, instance=request.url.path,
@@ -246,6 +289,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PlanNotFoundError",
     "SolveTimeoutError",
+    "StoreUnavailableError",
     "install_problem_handlers",
     "problem_response",
     "problem_type",

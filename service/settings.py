@@ -89,6 +89,15 @@ class Settings(BaseSettings):
         default=200_000, ge=1,
         description="Largest simulated timeline (stages x micro-batches x chunks x 3 ops) "
         "[ATLAS_MAX_PIPELINE_OPS].")
+    max_timeline_ops: int = Field(
+        default=20_000, ge=1,
+        description="Most ops a response lists one by one in a pipeline timeline (about 2 MB "
+        "of JSON); larger schedules must set include_timeline false "
+        "[ATLAS_MAX_TIMELINE_OPS].")
+    compute_timeout_s: float = Field(
+        default=30.0, gt=0.0, le=3600.0,
+        description="Longest a pipeline simulation waits for its pool thread before 503 "
+        "solver-time-limit [ATLAS_COMPUTE_TIMEOUT_S].")
     max_optimize_ops: int = Field(
         default=100_000, ge=1,
         description="Largest schedule the CP-SAT optimizer takes (stages x micro-batches x "
@@ -111,6 +120,46 @@ class Settings(BaseSettings):
         default=2**40, ge=1,
         description="Largest single token count in a placement matrix "
         "[ATLAS_MAX_TOKEN_COUNT].")
+    store_timeout_s: float = Field(
+        default=1.0, ge=0.1, le=60.0,
+        description="Longest a request waits for the plan store before answering 503 "
+        "store-unavailable [ATLAS_STORE_TIMEOUT_S].")
+    store_connect_timeout_s: int = Field(
+        default=2, ge=1, le=60,
+        description="PostgreSQL connect timeout in whole seconds (libpq counts at least 2) "
+        "[ATLAS_STORE_CONNECT_TIMEOUT_S].")
+    store_statement_timeout_s: float = Field(
+        default=5.0, ge=0.1, le=600.0,
+        description="Server-side limit on one SQL statement (PostgreSQL statement_timeout; "
+        "SQLite busy timeout) [ATLAS_STORE_STATEMENT_TIMEOUT_S].")
+    store_pool_timeout_s: float = Field(
+        default=1.0, ge=0.01, le=60.0,
+        description="Longest wait for a free pooled connection [ATLAS_STORE_POOL_TIMEOUT_S].")
+    store_threads: int = Field(
+        default=8, ge=1, le=256,
+        description="Threads that talk to the plan store; requests beyond four times this "
+        "many waiting store calls answer 503 store-unavailable [ATLAS_STORE_THREADS].")
+    body_read_timeout_s: float = Field(
+        default=10.0, ge=0.1, le=3600.0,
+        description="Longest wait for the next chunk of a request body before answering 408 "
+        "[ATLAS_BODY_READ_TIMEOUT_S].")
+    keep_alive_timeout_s: int = Field(
+        default=5, ge=1, le=600,
+        description="Seconds an idle keep-alive connection stays open "
+        "[ATLAS_KEEP_ALIVE_TIMEOUT_S].")
+    worker_start_timeout_s: float = Field(
+        default=60.0, ge=5.0, le=600.0,
+        description="How long `serve --workers N` waits for a worker's health answer before "
+        "replacing it [ATLAS_WORKER_START_TIMEOUT_S].")
+    max_header_bytes: int = Field(
+        default=64 * 1024, ge=4096, le=2**20,
+        description="Largest request head (request line and headers) in bytes "
+        "[ATLAS_MAX_HEADER_BYTES].")
+    cors_origins: str = Field(
+        default="",
+        description="Comma-separated origins that browsers may call the API from, e.g. "
+        "'https://a.example,https://b.example'; empty (the default) allows none, so "
+        "cross-origin calls and preflights are refused [ATLAS_CORS_ORIGINS].")
     log_level: str = Field(default="INFO", description="Logging level [ATLAS_LOG_LEVEL].")
 
     @model_validator(mode="after")
@@ -121,6 +170,10 @@ class Settings(BaseSettings):
                 f"ATLAS_MAX_TIME_LIMIT_S={self.max_time_limit_s}: lower the default or raise "
                 "the cap")
         return self
+
+    def cors_origin_list(self) -> list[str]:
+        """The origins of `cors_origins`, blanks dropped."""
+        return [origin.strip() for origin in self.cors_origins.split(",") if origin.strip()]
 
     def resolved_database_url(self) -> str:
         """The SQLAlchemy URL to connect to (SQLite file when none is configured)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from api_schemas.plan import Relaxation
 from api_schemas.requests import Constraints, Objective, PlanRequest, SolverLimits
+from api_schemas.units import MIN_TIME_LIMIT_S
 from models.params import count_parameters
 from models.precision import state_bytes_per_param
 from models.resolve import resolve_cluster, resolve_model
@@ -99,7 +100,7 @@ def _fewest_nodes(request: PlanRequest, clock: _Clock) -> Relaxation | None | st
     # Too little time for the fewest-GPU search, or it ran out: any plan on the ceiling,
     # unproven (the least-memory search finds one with the fewest evaluations).
     fallback = clock.budget()
-    if fallback <= 0:
+    if fallback < MIN_TIME_LIMIT_S:
         return "more nodes"
     result = _search(_narrow(wide), fallback, objective=Objective.MIN_MEMORY)
     if result.best is None:  # the narrowed search proves nothing about the full space
@@ -147,7 +148,7 @@ def _longest_sequence(request: PlanRequest, clock: _Clock) -> Relaxation | None 
 
     def probe(k: int) -> SearchResult | None:
         budget = clock.budget()
-        if budget <= 0:
+        if budget < MIN_TIME_LIMIT_S:
             return None
         shorter = request.model_copy(update={"training": request.training.model_copy(
             update={"sequence_length": k * SEQUENCE_STEP})})
@@ -196,7 +197,7 @@ def _without_pins(request: PlanRequest, clock: _Clock) -> Relaxation | None | st
     if c == open_constraints:
         return None
     budget = clock.budget()
-    if budget <= 0:
+    if budget < MIN_TIME_LIMIT_S:
         return "drop the pins"
     result = _search(request.model_copy(update={"constraints": open_constraints}), budget)
     if result.best is None:

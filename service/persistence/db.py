@@ -1,12 +1,16 @@
 """Engines and schema: SQLite embedded by default, PostgreSQL through a URL.
 
-Owns: building an engine from a URL (SQLite file directories created, thread check off;
-PostgreSQL with pre-ping), creating the schema at start-up and the reachability probe of
+Owns: building an engine from a URL with the store timeouts (SQLite file directories
+created, thread check off, busy timeout; PostgreSQL with pre-ping, connect, statement and
+pool-checkout timeouts and TCP keepalives), creating the schema (idempotent, also when a
+database came back empty), recognising a missing schema, and the reachability probe of
 /healthz. Must not: read settings or the environment (the caller passes the URL).
 """
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
@@ -19,12 +23,46 @@ from service.persistence import tables  # noqa: F401 - registers the tables in t
 logger = logging.getLogger(__name__)
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for a SQLAlchemy URL.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreTimeouts:
+    """How long the driver may wait on the database before giving up."""
+
+    connect_s: int = 2
+    """Connect timeout (libpq `connect_timeout`, whole seconds; libpq counts at least 2)."""
+    statement_s: float = 5.0
+    """Longest statement: PostgreSQL `statement_timeout`, SQLite busy timeout."""
+    pool_s: float = 1.0
+    """Longest wait for a pooled connection to be free."""
+
+    def postgres_connect_args(self, url_options: str | None) -> dict[str, Any]:
+        """libpq parameters: connect timeout, TCP keepalives and user timeout (so a silent
+        partition breaks the socket within seconds), and the statement timeouts, appended to
+        the URL's own `options`."""
+        statement_ms = max(1, round(self.statement_s * 1000))
+        options = " ".join(part for part in (
+            url_options or "",
+            f"-c statement_timeout={statement_ms}",
+            f"-c lock_timeout={statement_ms}",
+            f"-c idle_in_transaction_session_timeout={4 * statement_ms}",
+        ) if part)
+        return {
+            "connect_timeout": self.connect_s,
+            "keepalives": 1,
+            "keepalives_idle": 2,
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+            "tcp_user_timeout": 4 * statement_ms,
+            "options": options,
+        }
+
+
+def make_engine(url: str, timeouts: StoreTimeouts | None = None) -> Engine:
+    """An engine for a SQLAlchemy URL, with the store timeouts on every connection.
 
     SQLite files get their directory created; in-memory SQLite uses one shared connection
     (`StaticPool`) so every session sees the same database.
     """
+    limits = timeouts if timeouts is not None else StoreTimeouts()
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
@@ -33,8 +71,22 @@ def make_engine(url: str) -> Engine:
             return create_engine(url, connect_args={"check_same_thread": False},
                                  poolclass=StaticPool)
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        return create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        return create_engine(url, pool_timeout=limits.pool_s, connect_args={
+            "check_same_thread": False, "timeout": limits.statement_s})
+    url_options = parsed.query.get("options")
+    given = url_options if isinstance(url_options, str) else None
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20,
+                         pool_timeout=limits.pool_s,
+                         connect_args=limits.postgres_connect_args(given))
+
+
+def is_missing_schema(error: BaseException) -> bool:
+    """Whether a database error says the plan table does not exist (a database that came
+    back empty): PostgreSQL SQLSTATE 42P01, SQLite 'no such table'."""
+    original = getattr(error, "orig", error)
+    if getattr(original, "sqlstate", None) == "42P01":
+        return True
+    return "no such table" in str(original)
 
 
 SCHEMA_LOCK_KEY = 0x61746C6173
@@ -62,15 +114,21 @@ def init_db(engine: Engine) -> None:
     logger.info("plan store ready at %s", engine.url.render_as_string(hide_password=True))
 
 
+def probe_database(engine: Engine) -> None:
+    """Read the plan table once (raises when the database or the schema is missing)."""
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1 FROM plans LIMIT 1"))
+
+
 def check_database(engine: Engine) -> bool:
-    """True when a trivial query succeeds (database reachable)."""
+    """True when a trivial query on the plan table succeeds (database and schema there)."""
     try:
-        with engine.connect() as connection:
-            connection.execute(text("SELECT 1"))
+        probe_database(engine)
     except Exception:
         logger.warning("database probe failed", exc_info=True)
         return False
     return True
 
 
-__all__ = ["check_database", "init_db", "make_engine"]
+__all__ = ["StoreTimeouts", "check_database", "init_db", "is_missing_schema", "make_engine",
+           "probe_database"]

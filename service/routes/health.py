@@ -6,14 +6,18 @@ Must not: touch plans.
 
 from typing import Annotated, get_args
 
-from anyio import to_thread
 from fastapi import APIRouter, Path, Response
 
 from api_schemas.problems import ProblemCode
 from service.deps import ContextDep
 from service.openapi import problem_responses
-from service.persistence.db import check_database
-from service.problems import PROBLEM_DESCRIPTIONS, PROBLEM_STATUS, PROBLEM_TITLES
+from service.persistence.db import probe_database
+from service.problems import (
+    PROBLEM_DESCRIPTIONS,
+    PROBLEM_STATUS,
+    PROBLEM_TITLES,
+    StoreUnavailableError,
+)
 from service.schemas import HealthReport, ProblemInfo
 
 router = APIRouter(tags=["health"])
@@ -23,13 +27,22 @@ SERVICE_VERSION = "0.1.0"
 
 @router.get(
     "/healthz", summary="Liveness and database reachability",
-    responses={503: {"description": "The database does not answer.",
-                     "model": HealthReport}, **problem_responses(params=False, body=False)},
+    responses={503: {"description": "The database does not answer (within the store "
+                     "timeout).", "model": HealthReport,
+                     "headers": {"Retry-After": {"description": "Seconds to wait before "
+                                                 "retrying.", "schema": {"type": "string"}}}},
+               **problem_responses(params=False, body=False)},
 )
 async def healthz(context: ContextDep, response: Response) -> HealthReport:
-    """200 with `status: ok` when the process runs and the database answers a trivial
-    query; 503 with `status: degraded` when the database does not answer."""
-    reachable = await to_thread.run_sync(check_database, context.engine)
+    """200 with `status: ok` when the process runs and the plan table answers a trivial
+    query (re-created first if the database came back empty); 503 with `status: degraded`
+    and Retry-After when the database does not answer within the store timeout."""
+    try:
+        await context.store.call(probe_database, what="answer the health probe")
+        reachable = True
+    except StoreUnavailableError as error:
+        reachable = False
+        response.headers["Retry-After"] = str(error.retry_after_s)
     if not reachable:
         response.status_code = 503
     return HealthReport(status="ok" if reachable else "degraded",

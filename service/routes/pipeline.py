@@ -20,7 +20,7 @@ from api_schemas.pipeline import (
 from models.pipeline.requests import simulate_request
 from service import limits
 from service.core import call_core
-from service.deps import ContextDep, SettingsDep
+from service.deps import ContextDep
 from service.media import (
     Format,
     svg_content,
@@ -77,6 +77,10 @@ def check_pipeline_bounds(request: PipelineSimulateRequest | PipelineOptimizeReq
     ops = 3 * request.num_stages * request.num_micro_batches * request.num_chunks
     limits.check_bound(ops, named[ops_bound], field="num_chunks",
                        what="the ops to schedule (3 x stages x micro-batches x chunks)")
+    if request.include_timeline:
+        limits.check_bound(ops, named["timeline_ops"], field="include_timeline",
+                           what="the ops a timeline would list (3 x stages x micro-batches x "
+                           "chunks); set include_timeline to false for the summary only")
 
 
 @router.post("/v1/pipeline/simulate", summary="Timeline, bubble and in-flight activations",
@@ -89,10 +93,10 @@ def check_pipeline_bounds(request: PipelineSimulateRequest | PipelineOptimizeReq
                                           "application/json": {"examples": {
                                               "trace": {"summary": "?format=trace (shortened)",
                                                         "value": trace_example()}}}}},
-                        **problem_responses("invalid-spec")})
-def pipeline_simulate(
+                        **problem_responses("invalid-spec", "solver-time-limit", "overloaded")})
+async def pipeline_simulate(
     request: Annotated[PipelineSimulateRequest, Body(openapi_examples=SIMULATE_EXAMPLES)],
-    settings: SettingsDep,
+    context: ContextDep,
     format: Annotated[Format | None, Query(
         description="'json' (default), 'svg' (the timeline picture) or 'trace' (Chrome "
         "Trace Event JSON for Perfetto); without it, `Accept: image/svg+xml` selects "
@@ -100,15 +104,19 @@ def pipeline_simulate(
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> PipelineSimulateResponse | Response:
     """Generate the schedule (GPipe, 1F1B, interleaved 1F1B, ZB-H1/H2, ZB-V, DualPipe,
-    DualPipeV) for p ranks, m micro-batches and v chunks, and simulate it with the given op
-    times: makespan, bubble, peak in-flight activations per rank, every op's start and end,
-    the critical path and the messages between ranks (a deterministic model, not a
+    DualPipeV, Chimera) for p ranks, m micro-batches and v chunks, and simulate it with the
+    given op times: makespan, bubble, peak in-flight activations per rank, every op's start
+    and end, the critical path and the messages between ranks (a deterministic model, not a
     measurement). As a picture or a trace, the timeline is always included."""
+    settings = context.settings
     check_pipeline_bounds(request, settings, ops_bound="pipeline_ops")
     answer = wanted_format(format, accept)
     if answer != Format.JSON:
         request = request.model_copy(update={"include_timeline": True})
-    response = call_core(simulate_request, request)
+    # In the admission-controlled pool: large simulations take seconds of CPU each.
+    response = await run_search(request, partial(call_core, simulate_request),
+                                kind="pipeline-simulate", pool=context.pool,
+                                timeout_s=settings.compute_timeout_s)
     limits.require_finite(response)
     title = (f"{request.schedule.value}, p={request.num_stages}, m={request.num_micro_batches}, "
              f"v={request.num_chunks}")

@@ -2,20 +2,28 @@
 
 Owns: POST /v1/plans (201 + Location for a new plan, 200 + Location when an identical
 request was already answered, 422 no-feasible-plan with the stored plan's id when the search
-proves infeasibility), GET /v1/plans/{plan_id} and GET /v1/plans. Must not: solve on the
-event loop or build error bodies.
+proves infeasibility; 200 with `id: null` and `X-Plan-Stored: false` when the search finished
+while the store was unavailable), GET /v1/plans/{plan_id} and GET /v1/plans, every store call
+through the store gate (503 store-unavailable when it does not answer). Must not: solve on
+the event loop, touch the database outside the gate, or build error bodies.
 """
 
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Query, Response
+from fastapi.exceptions import RequestValidationError
+from sqlalchemy import Engine
+from sqlmodel import Session
 
 from api_schemas.plan import PlanResponse, PlanStatus
 from api_schemas.requests import PLAN_REQUEST_EXAMPLE, PlanRequest
 from service import planning
-from service.deps import ContextDep, SessionDep
+from service.deps import ContextDep
 from service.openapi import problem_responses
 from service.persistence import repo
+from service.persistence.repo import PlanPage
+from service.persistence.storable import text_problem
+from service.persistence.tables import PlanRecord
 from service.problems import InfeasiblePlanError, PlanNotFoundError
 from service.schemas import PlanList, PlanSummary
 
@@ -36,16 +44,35 @@ MAX_OFFSET = 10**9
 
 _LOCATION = {"Location": {"description": "URL of the stored plan.",
                           "schema": {"type": "string"}}}
+_STORED = {"X-Plan-Stored": {"description": "'false' when the search finished while the "
+                             "store was unavailable: the plan is returned, not kept (`id` is "
+                             "null); absent otherwise.", "schema": {"type": "string"}}}
+
+_READ_BACK = {"ReadPlan": {
+    "operationRef": "#/paths/~1v1~1plans~1{plan_id}/get",
+    "parameters": {"plan_id": "$response.body#/id"},
+    "description": "Read the stored plan back by its id."}}
+
+
+def _check_text(value: str | None, *, loc: tuple[str, str]) -> None:
+    """Refuse a path or query value a store could not compare (422 naming it)."""
+    reason = text_problem(value) if value is not None else None
+    if reason is not None:
+        raise RequestValidationError([{"loc": loc, "msg": reason, "type": "value_error",
+                                       "input": value}])
 
 
 @router.post(
     "/v1/plans", status_code=201, summary="Search for the best parallel plan",
     responses={
-        201: {"description": "A new plan was searched for and stored.", "headers": _LOCATION},
-        200: {"description": "An identical request was answered before; the stored plan.",
-              "model": PlanResponse, "headers": _LOCATION},
+        201: {"description": "A new plan was searched for and stored.", "headers": _LOCATION,
+              "links": _READ_BACK},
+        200: {"description": "An identical request was answered before; the stored plan. "
+              "Or the search finished while the store was unavailable: the plan, unstored.",
+              "model": PlanResponse, "headers": {**_LOCATION, **_STORED},
+              "links": _READ_BACK},
         **problem_responses("invalid-spec", "no-feasible-plan", "solver-time-limit",
-                            "overloaded"),
+                            "overloaded", "store-unavailable"),
     },
 )
 async def create_plan(
@@ -58,16 +85,22 @@ async def create_plan(
     search. An infeasible outcome is stored too and answered with 422 no-feasible-plan whose
     `instance` is the stored plan's id."""
     stored = await planning.create_plan(request, settings=context.settings,
-                                        engine=context.engine, pool=context.pool,
+                                        store=context.store, pool=context.pool,
                                         planner=context.planner)
     if stored.infeasible:
         summary = stored.response.explanation.summary
+        where = (f"it is stored as plan {stored.plan_id}" if stored.plan_id is not None else
+                 "the store was unavailable, so it is not stored")
         raise InfeasiblePlanError(
-            f"no configuration satisfies the request: {summary}; it is stored as plan "
-            f"{stored.plan_id}; `diagnostics` and `explanation.relaxations` name what binds "
-            "and the smallest changes that make a plan exist",
+            f"no configuration satisfies the request: {summary}; {where}; `diagnostics` and "
+            "`explanation.relaxations` name what binds and the smallest changes that make a "
+            "plan exist",
             plan_id=stored.plan_id, diagnostics=stored.diagnostics,
             explanation=stored.response.explanation.model_dump(mode="json"))
+    if not stored.stored:
+        response.status_code = 200
+        response.headers["X-Plan-Stored"] = "false"
+        return stored.response
     response.headers["Location"] = f"/v1/plans/{stored.plan_id}"
     if not stored.created:
         response.status_code = 200
@@ -75,14 +108,20 @@ async def create_plan(
 
 
 @router.get("/v1/plans/{plan_id}", summary="Read a stored plan",
-            responses=problem_responses("plan-not-found", body=False))
-def read_plan(
+            responses=problem_responses("plan-not-found", "store-unavailable", body=False))
+async def read_plan(
     plan_id: Annotated[str, Path(max_length=64, description="Plan id from POST /v1/plans.",
                                  examples=["3f2b8c0d9e6a4b1c8d7e6f5a4b3c2d1e"])],
-    session: SessionDep,
+    context: ContextDep,
 ) -> PlanResponse:
     """The plan exactly as it was served when stored (infeasible plans included)."""
-    record = repo.get_plan(session=session, plan_id=plan_id)
+    _check_text(plan_id, loc=("path", "plan_id"))
+
+    def read(engine: Engine) -> PlanRecord | None:
+        with Session(engine) as session:
+            return repo.get_plan(session=session, plan_id=plan_id)
+
+    record = await context.store.call(read, what="read the plan")
     if record is None:
         raise PlanNotFoundError(
             f"no plan with id '{plan_id}' is stored here; list the stored plans with "
@@ -91,9 +130,9 @@ def read_plan(
 
 
 @router.get("/v1/plans", summary="List stored plans",
-            responses=problem_responses(body=False))
-def list_plans(
-    session: SessionDep,
+            responses=problem_responses("store-unavailable", body=False))
+async def list_plans(
+    context: ContextDep,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")] = 20,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Plans to skip.")] = 0,
     model: Annotated[str | None, Query(max_length=200, description="Only plans for this "
@@ -106,8 +145,16 @@ def list_plans(
 ) -> PlanList:
     """Stored plans, newest first, `limit` at a time from `offset`; `next_offset` is null on
     the last page."""
-    page = repo.list_plans(session=session, limit=limit, offset=offset, model_name=model,
-                           gpu=gpu, status=status.value if status is not None else None)
+    _check_text(model, loc=("query", "model"))
+    _check_text(gpu, loc=("query", "gpu"))
+
+    def read(engine: Engine) -> PlanPage:
+        with Session(engine) as session:
+            return repo.list_plans(session=session, limit=limit, offset=offset,
+                                   model_name=model, gpu=gpu,
+                                   status=status.value if status is not None else None)
+
+    page = await context.store.call(read, what="list the plans")
     items = []
     for record in page.records:
         served = planning.stored_plan(record, created=False).response

@@ -1,6 +1,7 @@
 """The plan store on SQLite and on PostgreSQL: repository functions, the unique request
 hash, filters and pagination, and reading a plan back after the service restarts."""
 
+import json
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -9,7 +10,6 @@ import pytest
 from service_testkit import ScriptedPlanner, plan_body, serve_in_process
 from sqlmodel import Session
 
-import service.routes.health as health_routes
 from service.app import create_app
 from service.persistence import (
     PlanRecord,
@@ -22,6 +22,9 @@ from service.persistence import (
     save_plan,
 )
 from service.settings import Settings
+
+REFUSED_URL = "postgresql+psycopg://nobody@127.0.0.1:1/none"
+"""A PostgreSQL URL whose port refuses connections (nothing listens on port 1)."""
 
 
 def record(index: int, *, status: str = "optimal", model: str = "llama-3.1-70b",
@@ -114,15 +117,16 @@ def test_plan_survives_a_restart(database_url: str) -> None:
         assert health["database"] == "ok"
 
 
-def test_health_reports_an_unreachable_database(client: Any,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_health_reports_an_unreachable_database(client: Any) -> None:
     assert client.get("/healthz").json() == {
         "status": "ok", "database": "ok", "database_backend": "sqlite", "version": "0.1.0"}
-    monkeypatch.setattr(health_routes, "check_database", lambda _engine: False)
-    response = client.get("/healthz")
-    assert response.status_code == 503
-    assert response.json()["status"] == "degraded"
-    assert response.json()["database"] == "unreachable"
+    refused = Settings(database_url=REFUSED_URL)
+    with serve_in_process(create_app(refused, planner=ScriptedPlanner())) as down:
+        response = down.get("/healthz")
+        assert response.status_code == 503
+        assert response.json()["status"] == "degraded"
+        assert response.json()["database"] == "unreachable"
+        assert response.headers["Retry-After"] == str(refused.retry_after_s)
 
 
 def test_concurrent_start_ups_create_the_schema_once(database_url: str) -> None:
@@ -145,3 +149,75 @@ def test_concurrent_start_ups_create_the_schema_once(database_url: str) -> None:
         assert save_plan(session=session, record=record(1)).id == f"{1:032x}"
     for engine in engines:
         engine.dispose()
+
+
+GPU_OBJECT = {"id": "g" * 5000, "name": "custom", "memory_bytes": 85899345920,
+              "hbm_bandwidth_bytes_per_s": 3.35e12, "dense_peak_flop_per_s": {"bf16": 989.4e12}}
+
+UNSTORABLE_BODIES = [
+    pytest.param(plan_body(model={"preset": "llama\u0000-3.1-70b"}),
+                 ["body", "model", "preset"], id="nul-in-preset"),
+    pytest.param(plan_body(model={"hf_config": {"model_type": "llama", "name": "x\u0000"}}),
+                 ["body", "model", "hf_config", "name"], id="nul-in-config-value"),
+    pytest.param(plan_body(model={"hf_config": {"rope_theta": float("inf")}}),
+                 ["body", "model", "ModelFromHf", "hf_config"], id="infinite-config-value"),
+    pytest.param(plan_body(constraints={"forbid": {"tp\u0000": [1]}}),
+                 ["body", "constraints", "forbid", "tp\u0000"], id="nul-in-forbid-key"),
+    pytest.param(plan_body(constraints={"forbid": {"tp": [float("nan")]}}),
+                 ["body", "constraints", "forbid"], id="nan-in-forbid"),
+    pytest.param(plan_body(objective="cost_per_token",
+                           constraints={"gpu_hour_price": float("inf")}),
+                 ["body", "constraints", "gpu_hour_price"], id="infinite-price"),
+    pytest.param(plan_body(cluster={"gpu": "h100-sxm5-80gb", "num_nodes": 1,
+                                    "inter_node_bandwidth_bytes_per_s": float("inf")}),
+                 ["body", "cluster", "inter_node_bandwidth_bytes_per_s"],
+                 id="infinite-bandwidth"),
+    pytest.param(plan_body(cluster={"gpu": GPU_OBJECT, "num_nodes": 1}),
+                 ["body", "cluster", "gpu", "function-after[_needs_a_16_bit_peak(), GpuSpec]",
+                  "id"], id="gpu-id-over-column"),
+    pytest.param(plan_body(model={"preset": "llama-3.1-70b\ud800"}),
+                 ["body", "model", "preset"], id="lone-surrogate"),
+]
+
+
+@pytest.mark.parametrize(("body", "loc"), UNSTORABLE_BODIES)
+def test_what_a_store_cannot_keep_is_refused_naming_the_field(
+        database_url: str, body: dict[str, Any], loc: list[str]) -> None:
+    """These reached the database and failed with 500 on PostgreSQL only."""
+    settings = Settings(database_url=database_url)
+    planner = ScriptedPlanner()
+    with serve_in_process(create_app(settings, planner=planner)) as client:
+        # Python's JSON writes Infinity and NaN as bare tokens, as such clients send them.
+        response = client.post("/v1/plans", content=json.dumps(body),
+                               headers={"Content-Type": "application/json"})
+        assert response.status_code == 422, response.text
+        problem = response.json()
+        assert problem["code"] == "invalid-request"
+        assert any(error["loc"][:len(loc)] == loc for error in problem["errors"]), problem
+        assert planner.calls == []
+        assert client.get("/v1/plans").json()["total"] == 0
+
+
+@pytest.mark.parametrize(("url", "loc"), [
+    ("/v1/plans?model=llama%00", ["query", "model"]),
+    ("/v1/plans?gpu=h100%00", ["query", "gpu"]),
+    ("/v1/plans/abc%00def", ["path", "plan_id"]),
+])
+def test_reads_with_unstorable_text_are_refused_naming_the_parameter(
+        database_url: str, url: str, loc: list[str]) -> None:
+    with serve_in_process(create_app(Settings(database_url=database_url))) as client:
+        response = client.get(url)
+        assert response.status_code == 422, response.text
+        assert response.json()["errors"][0]["loc"] == loc
+        assert "NUL" in response.json()["errors"][0]["msg"]
+
+
+def test_a_long_model_name_is_refused_by_its_bound(database_url: str) -> None:
+    spec = {"name": "m" * 5000, "num_layers": 2, "hidden_size": 256,
+            "num_attention_heads": 4, "vocab_size": 1000, "ffn_hidden_size": 1024}
+    with serve_in_process(create_app(Settings(database_url=database_url),
+                                     planner=ScriptedPlanner())) as client:
+        response = client.post("/v1/plans", json=plan_body(model=spec))
+        assert response.status_code == 422, response.text
+        assert any("name" in error["loc"] and "200" in error["msg"]
+                   for error in response.json()["errors"])

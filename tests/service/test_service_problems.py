@@ -176,3 +176,18 @@ def test_problem_types_resolve(client: httpx.Client, code: str) -> None:
     response = client.get(f"/problems/{code}")
     assert response.status_code == 200
     assert response.json()["status"] == PROBLEM_STATUS[code]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("body", "kind", "words"), [
+    (b'{"model": ' + b"1" * 5000 + b"}", "json_integer_too_long", "digits"),
+    (b"[" * 5000 + b"]" * 5000, "json_too_deep", "nested too deeply"),
+    (b'{"model": "\xff"}', "body_not_utf8", "not UTF-8"),
+])
+def test_unparsable_bodies_say_why(client: httpx.Client, body: bytes, kind: str,
+                                   words: str) -> None:
+    response = client.post("/v1/evaluate", content=body,
+                           headers={"Content-Type": "application/json"})
+    problem = check_problem(response, "invalid-request")
+    assert words in problem["detail"]
+    assert problem["errors"] == [{"loc": ["body"], "msg": problem["errors"][0]["msg"],
+                                  "type": kind}]

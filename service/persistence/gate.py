@@ -1,0 +1,159 @@
+"""The store gate: every database call of the service goes through it, bounded in time.
+
+Owns: the threads that talk to the database (apart from the request threads and the solver
+threads, so a database that hangs can only ever hold these), admission (at most four store
+calls per thread waiting at once; the next one is refused at once), the wait limit (a call
+whose answer does not come within `timeout_s` is answered as `StoreUnavailableError`; the
+thread is left to the driver's own timeouts), turning connection-level driver failures into
+`StoreUnavailableError`, and re-creating the schema when the database came back empty (the
+call is then retried once). Must not: know what the calls do, or build HTTP responses.
+"""
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from typing import TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+from service.persistence.db import init_db, is_missing_schema
+from service.problems import StoreUnavailableError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+QUEUE_PER_THREAD = 4
+"""Store calls admitted per store thread (running or waiting) before refusing."""
+
+_UNAVAILABLE = (OperationalError, DisconnectionError, PoolTimeoutError, OSError)
+"""Failures that mean the database cannot be reached or does not answer in time (refused,
+reset or terminated connections, a missing database, statement or pool timeouts)."""
+
+
+class StoreGate:
+    """Runs store calls on their own threads with admission and a wait limit."""
+
+    def __init__(self, engine: Engine, *, threads: int, timeout_s: float,
+                 retry_after_s: int) -> None:
+        self.engine = engine
+        self.timeout_s = timeout_s
+        self.retry_after_s = retry_after_s
+        self.capacity = threads * QUEUE_PER_THREAD
+        self._executor = ThreadPoolExecutor(max_workers=threads,
+                                            thread_name_prefix="atlas-store")
+        self._lock = threading.Lock()
+        self._admitted = 0
+        self._schema_ready = False
+
+    @property
+    def admitted(self) -> int:
+        """Store calls running or waiting now."""
+        return self._admitted
+
+    def prepare(self) -> bool:
+        """Create the schema now if the database answers (start-up); False if it does not,
+        in which case the first call that reaches the database creates it."""
+        try:
+            self._ensure_schema(force=True)
+        except _UNAVAILABLE + (DBAPIError,):
+            logger.warning("plan store unreachable at start-up; the service starts degraded "
+                           "and creates the schema when the database answers", exc_info=True)
+            return False
+        return True
+
+    def _ensure_schema(self, *, force: bool = False) -> None:
+        if force or not self._schema_ready:
+            init_db(self.engine)
+            self._schema_ready = True
+
+    def _run(self, fn: Callable[[Engine], T]) -> T:
+        """On a store thread: the call, after the schema if it is not known to exist."""
+        self._ensure_schema()
+        try:
+            return fn(self.engine)
+        except DBAPIError as error:
+            if not is_missing_schema(error):
+                raise
+            logger.warning("the plan table is missing (the database came back empty); "
+                           "creating the schema and retrying")
+            self._schema_ready = False
+            self._ensure_schema()
+            return fn(self.engine)
+
+    def _submit(self, fn: Callable[[Engine], T], what: str) -> "Future[T]":
+        with self._lock:
+            if self._admitted >= self.capacity:
+                raise self._unavailable(
+                    what, f"{self._admitted} store calls are already waiting for it")
+            self._admitted += 1
+        future = self._executor.submit(self._run, fn)
+
+        def release(_: "Future[T]") -> None:
+            with self._lock:
+                self._admitted -= 1
+
+        future.add_done_callback(release)
+        return future
+
+    def _unavailable(self, what: str, why: str) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"the plan store could not {what}: {why}; retry after {self.retry_after_s} s "
+            "(GET /healthz says when the database answers again)",
+            retry_after_s=self.retry_after_s)
+
+    def _translate(self, error: BaseException, what: str) -> BaseException:
+        if isinstance(error, _UNAVAILABLE):
+            logger.warning("plan store failed to %s: %s", what, error)
+            return self._unavailable(what, f"the database failed ({type(error).__name__})")
+        return error
+
+    async def call(self, fn: Callable[[Engine], T], *, what: str) -> T:
+        """`fn(engine)` on a store thread, waited for at most `timeout_s`.
+
+        Args:
+            fn: the store work; it receives the engine.
+            what: the action in words for the error detail ("read the plan").
+
+        Raises:
+            StoreUnavailableError: too many calls waiting, no answer in time, or a
+                connection-level failure.
+        """
+        future = self._submit(fn, what)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout=self.timeout_s)
+        except TimeoutError:
+            raise self._unavailable(
+                what, f"the database did not answer within {self.timeout_s:g} s") from None
+        except Exception as error:
+            translated = self._translate(error, what)
+            if translated is error:
+                raise
+            raise translated from error
+
+    def call_sync(self, fn: Callable[[Engine], T], *, what: str) -> T:
+        """`call` for code already on a worker thread (a search storing its result)."""
+        future = self._submit(fn, what)
+        try:
+            return future.result(timeout=self.timeout_s)
+        except FutureTimeoutError:
+            future.cancel()
+            raise self._unavailable(
+                what, f"the database did not answer within {self.timeout_s:g} s") from None
+        except Exception as error:
+            translated = self._translate(error, what)
+            if translated is error:
+                raise
+            raise translated from error
+
+    def shutdown(self) -> None:
+        """Stop the store threads (calls in progress are left to the driver's timeouts)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+__all__ = ["QUEUE_PER_THREAD", "StoreGate"]
