@@ -100,6 +100,8 @@ class Alternative(ResultModel):
     """A configuration the planner considered and ranked lower."""
 
     parallel: ParallelConfig = Field(description="The configuration.")
+    world_size: int = Field(default=0, description="GPUs it uses (tp x pp x dp x cp).",
+                            examples=[1024])
     step_time_s: Seconds | None = Field(default=None, description="Its predicted step time.")
     tokens_per_s: float | None = Field(default=None, description="Its throughput.")
     peak_bytes: Bytes | None = Field(default=None, description="Its peak memory.")
@@ -107,6 +109,18 @@ class Alternative(ResultModel):
     delta_frac: float | None = Field(default=None, description="Objective change vs the plan "
                                      "(+0.18 = 18% slower).")
     why_not: str = Field(description="Why it lost.")
+
+
+class CostEstimate(ResultModel):
+    """What the plan costs at the request's GPU-hour price."""
+
+    gpu_hour_price: float = Field(description="Price of one GPU-hour (the request's "
+                                  "constraints.gpu_hour_price).", examples=[2.5])
+    cost_per_token: float = Field(description="Price of training on one token: price x GPUs "
+                                  "/ 3600 / tokens_per_s.", examples=[1.2e-7])
+    cost_per_million_tokens: float = Field(description="cost_per_token x 10^6.",
+                                           examples=[0.12])
+    cost_per_step: float = Field(description="Price of one optimizer step.", examples=[5.0])
 
 
 class Explanation(ResultModel):
@@ -153,6 +167,8 @@ class PlanResponse(ResultModel):
     explanation: Explanation = Field(description="Why.")
     solver: SolverStats | None = Field(default=None, description="Search statistics.")
     bottleneck: str | None = Field(default=None, description="Largest time term (evaluate).")
+    cost: CostEstimate | None = Field(default=None, description="Cost per token and per step "
+                                      "when the request gives constraints.gpu_hour_price.")
     exports: dict[str, Any] = Field(default_factory=dict, description="Megatron-LM arguments, "
                                     "torchtitan TOML, DeepSpeed JSON.")
     created_at: datetime | None = Field(default=None, description="When it was stored.")
@@ -160,6 +176,7 @@ class PlanResponse(ResultModel):
 
 __all__ = [
     "Alternative",
+    "CostEstimate",
     "Explanation",
     "MemoryComponentReport",
     "MemoryReport",

@@ -22,7 +22,17 @@ from service.persistence.db import init_db, make_engine
 from service.planning import Planner
 from service.pool import SolverPool
 from service.problems import install_problem_handlers
-from service.routes import catalog, collectives, estimates, health, mesh, moe, pipeline, plans
+from service.routes import (
+    catalog,
+    collectives,
+    estimates,
+    health,
+    mesh,
+    moe,
+    pipeline,
+    plans,
+    run_level,
+)
 from service.routes.health import SERVICE_VERSION
 from service.settings import Settings, get_settings
 
@@ -89,6 +99,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes)
     app.include_router(plans.router)
     app.include_router(estimates.router)
+    app.include_router(run_level.router)
     app.include_router(collectives.router)
     app.include_router(mesh.router)
     app.include_router(pipeline.router)

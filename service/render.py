@@ -108,9 +108,17 @@ def render_plan(plan: PlanResponse) -> str:
     lines.append(f"  why         {plan.explanation.summary}")
     lines += [f"  binding     {item}" for item in plan.explanation.binding_constraints]
     lines += [f"  fix         {item}" for item in plan.explanation.relaxations]
+    if plan.cost is not None:
+        c = plan.cost
+        lines.append(f"  cost        {c.cost_per_token:.3e} per token "
+                     f"({c.cost_per_million_tokens:.4f} per million, {c.cost_per_step:.2f} per "
+                     f"step) at {c.gpu_hour_price:g} per GPU-hour")
     for alt in plan.alternatives:
         step = f"{alt.step_time_s:.3f} s" if alt.step_time_s is not None else "does not fit"
-        lines.append(f"  alternative [{step}] {alt.why_not}")
+        delta = f" {alt.delta_frac:+.1%}" if alt.delta_frac is not None else ""
+        gpus = alt.world_size or alt.parallel.world_size
+        lines.append(f"  alternative [{step}{delta}, {gpus} GPUs, v={alt.parallel.vpp}, "
+                     f"{describe_parallel(alt.parallel)}] {alt.why_not}")
     if plan.solver is not None:
         s = plan.solver
         gap = f", gap {s.gap:.2%}" if s.gap is not None else ""

@@ -14,6 +14,7 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import (
     Alternative,
+    CostEstimate,
     Explanation,
     PlanResponse,
     PlanStatus,
@@ -111,16 +112,31 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k)
     text = summary(spec, cluster, best)
     price = request.constraints.gpu_hour_price
+    cost = None
     if price is not None:
-        per_million = price * best.estimate.world_size / 3600 / best.estimate.tokens_per_s * 1e6
-        text += f" Cost: {per_million:.4f} per million tokens at {price} per GPU-hour."
+        cost = cost_estimate(price, world_size=best.estimate.world_size,
+                             tokens_per_s=best.estimate.tokens_per_s,
+                             step_time_s=best.estimate.step_time_s)
+        text += (f" Cost: {cost.cost_per_million_tokens:.4f} per million tokens at {price} per "
+                 "GPU-hour.")
     if request.objective == Objective.MIN_GPUS:
         reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
         text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
-    return _response(best, result.status, spec.name, cluster, alternatives, explanation, stats,
-                     spec=spec, training=request.training)
+    response = _response(best, result.status, spec.name, cluster, alternatives, explanation,
+                         stats, spec=spec, training=request.training)
+    return response if cost is None else response.model_copy(update={"cost": cost})
+
+
+def cost_estimate(price: float, *, world_size: int, tokens_per_s: float,
+                  step_time_s: float) -> CostEstimate:
+    """Cost per token and per step at `price` per GPU-hour: every GPU of the plan is billed
+    for the whole step."""
+    per_token = price * world_size / 3600.0 / tokens_per_s
+    return CostEstimate(gpu_hour_price=price, cost_per_token=per_token,
+                        cost_per_million_tokens=per_token * 1e6,
+                        cost_per_step=price * world_size * step_time_s / 3600.0)
 
 
 def _stats(result: SearchResult) -> SolverStats:
@@ -184,14 +200,16 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
 
 def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: SearchResult,
                   cluster: ClusterSpec, top_k: int) -> list[Alternative]:
-    out = [Alternative(parallel=other.parallel, step_time_s=other.estimate.step_time_s,
+    out = [Alternative(parallel=other.parallel, world_size=other.parallel.world_size,
+                       step_time_s=other.estimate.step_time_s,
                        tokens_per_s=other.estimate.tokens_per_s,
                        peak_bytes=other.ledger.peak_bytes, fits=True,
                        delta_frac=other.estimate.step_time_s / best.estimate.step_time_s - 1.0,
                        why_not=why_not(best, other, cluster))
            for other in runners_up]
     for rejection in [r for r in result.rejections if r.stage is not None][: min(3, top_k)]:
-        out.append(Alternative(parallel=rejection.candidate.parallel(), fits=False,
+        rejected = rejection.candidate.parallel()
+        out.append(Alternative(parallel=rejected, world_size=rejected.world_size, fits=False,
                                why_not=why_rejected(rejection)))
     return out
 
@@ -281,10 +299,11 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                         status="evaluated")
     return _response(scored, PlanStatus.FEASIBLE if ledger.fits else PlanStatus.INFEASIBLE,
                      spec.name, cluster,
-                     [Alternative(parallel=f.parallel, step_time_s=f.step_time_s,
+                     [Alternative(parallel=f.parallel, world_size=f.parallel.world_size,
+                                  step_time_s=f.step_time_s,
                                   peak_bytes=f.peak_bytes, fits=f.fits, why_not=f.text)
                       for f in fixes],
                      explanation, stats, spec=spec, training=request.training)
 
 
-__all__ = ["evaluate", "plan", "throughput", "time_breakdown"]
+__all__ = ["cost_estimate", "evaluate", "plan", "throughput", "time_breakdown"]
