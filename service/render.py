@@ -145,6 +145,9 @@ def render_pipeline(result: PipelineSimulateResponse) -> str:
              f"(span bubble {result.span_bubble_fraction:.1%})"]
     if isinstance(result, PipelineOptimizeResponse):
         baseline = result.baseline_schedule.value if result.baseline_schedule else "none"
+        lines.append("optimised op order on the requested schedule's chunk placement (the "
+                     "order is free, so it is not that schedule's own), at most "
+                     f"{result.memory_limit_chunks} micro-batch chunks in flight per rank")
         lines.append(f"{result.status}: lower bound {result.lower_bound:.4f} s, gap "
                      f"{result.gap:.2%}, method {result.method}; best handcrafted "
                      f"({baseline}) {result.baseline_makespan:.4f} s")
@@ -170,7 +173,7 @@ def render_placement(result: MoePlacementResponse) -> str:
              f"{result.capacity_per_rank} tokens; {result.num_redundant_experts} replicas "
              f"(bound E/R = {result.redundant_bound_per_rank} per rank); without replicas "
              f"max/mean load {result.no_redundancy_imbalance:.3f}"]
-    header = ["rank", "load", "hosts", "lower bound"]
+    header = ["rank", "load", "replicated expert ids", "lower bound"]
     rows = [[str(r), str(load), ",".join(map(str, hosted)) or "-", str(bound)]
             for r, (load, hosted, bound) in enumerate(zip(
                 result.rank_loads, result.redundant_experts, result.lower_bound_per_rank,
