@@ -7,11 +7,11 @@ anything.
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from pydantic import Field
 
 from api_schemas._base import ResultModel
+from api_schemas.exports import PlanExports
 from api_schemas.parallel import ParallelConfig
 from api_schemas.units import Bytes, Fraction, Seconds
 
@@ -169,8 +169,8 @@ class PlanResponse(ResultModel):
     bottleneck: str | None = Field(default=None, description="Largest time term (evaluate).")
     cost: CostEstimate | None = Field(default=None, description="Cost per token and per step "
                                       "when the request gives constraints.gpu_hour_price.")
-    exports: dict[str, Any] = Field(default_factory=dict, description="Megatron-LM arguments, "
-                                    "torchtitan TOML, DeepSpeed JSON.")
+    exports: PlanExports = Field(default_factory=PlanExports, description="Megatron-LM "
+                                 "arguments, torchtitan TOML, DeepSpeed JSON.")
     created_at: datetime | None = Field(default=None, description="When it was stored.")
 
 
