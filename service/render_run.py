@@ -48,7 +48,7 @@ def render_mesh(result: MeshResponse) -> str:
         groups = " | ".join(",".join(map(str, rank.groups.get(kind, [])))
                             for kind in ("tp", "dp", "pp"))
         lines.append(f"{rank.rank:4d}  {rank.node:4d}  {coords or '-'}  ({groups})")
-    if result.ranks_truncated or len(result.ranks) > len(shown):
+    if shown and (result.ranks_truncated or len(result.ranks) > len(shown)):
         lines.append(f"  ... {result.world_size - len(shown)} more ranks (see --json)")
     return "\n".join(lines)
 
