@@ -4,8 +4,9 @@ Owns: the time and cost to train on a token budget (one plan or one evaluation, 
 number of steps), the Pareto frontier of GPU count against step time and GPU-hours over the
 cluster sizes a request allows (one search per size), and the sensitivity of the plan to
 network bandwidth, HBM capacity and kernel efficiency (one search per changed cluster, plus
-the baseline layout scored there). Every search shares the request's `solver.time_limit_s`.
-Must not: search itself (it calls `solver.api.plan` / `evaluate`) or do I/O.
+the baseline layout scored there). The searches split the request's `solver.time_limit_s`
+equally. Must not: search itself (it calls a planner, `solver.api.plan` by default, and
+`evaluate`) or do I/O.
 
 Formulas: steps = ceil(tokens / (global_batch x sequence)); time = steps x step time;
 GPU-hours = GPUs x time / 3600; cost = GPU-hours x price. Deterministic model outputs, not
@@ -14,9 +15,10 @@ measurements.
 
 import math
 import time
+from collections.abc import Callable
 
 from api_schemas.dtypes import DType
-from api_schemas.plan import PlanResponse, PlanStatus
+from api_schemas.plan import Explanation, PlanResponse, PlanStatus
 from api_schemas.requests import ClusterInput, EvaluateRequest, PlanRequest
 from api_schemas.run_level import (
     FrontierPoint,
@@ -33,8 +35,8 @@ from models.errors import InfeasibleError
 from models.resolve import resolve_cluster
 from solver.api import evaluate, plan
 
-MIN_SEARCH_S = 0.5
-"""Shortest share of the time limit one search of a frontier or sensitivity sweep gets."""
+PlanFn = Callable[[PlanRequest], PlanResponse]
+"""A search: `solver.api.plan` unless the caller supplies another (the service its own)."""
 
 _RUN_FIELDS = {"token_budget", "num_nodes_options", "deltas", "factors"}
 
@@ -52,7 +54,7 @@ def _plan_request(request: PlanRequest, *, time_limit_s: float | None = None,
     return base.model_copy(update=updates) if updates else base
 
 
-def estimate_run(request: RunEstimateRequest) -> RunEstimateResponse:
+def estimate_run(request: RunEstimateRequest, *, planner: PlanFn = plan) -> RunEstimateResponse:
     """Time and cost to train on `token_budget` tokens with the best plan (or the given
     `parallel` configuration, scored as is).
 
@@ -64,7 +66,7 @@ def estimate_run(request: RunEstimateRequest) -> RunEstimateResponse:
         answer = evaluate(EvaluateRequest(model=base.model, cluster=base.cluster,
                                           training=base.training, parallel=request.parallel))
     else:
-        answer = plan(base)
+        answer = planner(base)
     if answer.status == PlanStatus.INFEASIBLE or answer.time is None:
         raise InfeasibleError(
             "no plan to estimate the run with: " + answer.explanation.summary,
@@ -83,25 +85,36 @@ def estimate_run(request: RunEstimateRequest) -> RunEstimateResponse:
 
 
 def _share(request: PlanRequest, searches: int) -> float:
-    return max(MIN_SEARCH_S, request.solver.time_limit_s / searches)
+    """Each search's equal share of the request's time limit."""
+    return request.solver.time_limit_s / searches
 
 
-def frontier(request: FrontierRequest) -> FrontierResponse:
+def _search(planner: PlanFn, request: PlanRequest) -> PlanResponse:
+    """One search of a sweep; a proven infeasibility is an answer, not an error."""
+    try:
+        return planner(request)
+    except InfeasibleError as error:
+        return PlanResponse(status=PlanStatus.INFEASIBLE,
+                            explanation=Explanation(summary=error.detail))
+
+
+def frontier(request: FrontierRequest, *, planner: PlanFn = plan) -> FrontierResponse:
     """The best plan on each allowed cluster size and which of them are Pareto-optimal in
     (GPUs, step time, GPU-hours per step)."""
     started = time.perf_counter()
     sizes = list(dict.fromkeys(request.num_nodes_options))
     share = _share(request, len(sizes))
-    points = [_frontier_point(request, num_nodes, share) for num_nodes in sizes]
+    points = [_frontier_point(request, num_nodes, share, planner) for num_nodes in sizes]
     marked = mark_pareto(points)
     return FrontierResponse(points=marked,
                             pareto_num_gpus=[p.num_gpus for p in marked if p.pareto],
                             wall_time_s=time.perf_counter() - started)
 
 
-def _frontier_point(request: FrontierRequest, num_nodes: int, share: float) -> FrontierPoint:
+def _frontier_point(request: FrontierRequest, num_nodes: int, share: float,
+                    planner: PlanFn) -> FrontierPoint:
     cluster = request.cluster.model_copy(update={"num_nodes": num_nodes})
-    answer = plan(_plan_request(request, time_limit_s=share, cluster=cluster))
+    answer = _search(planner, _plan_request(request, time_limit_s=share, cluster=cluster))
     num_gpus = resolve_cluster(cluster).world_size
     if answer.status == PlanStatus.INFEASIBLE or answer.time is None:
         return FrontierPoint(num_nodes=num_nodes, num_gpus=num_gpus, status=answer.status,
@@ -163,20 +176,23 @@ SENSITIVITY_NOTES = (
 )
 
 
-def sensitivity(request: SensitivityRequest) -> SensitivityResponse:
+def sensitivity(request: SensitivityRequest, *, planner: PlanFn = plan) -> SensitivityResponse:
     """The plan on the cluster as given, then with each factor changed by each delta: the
     winner at every point and how the baseline layout fares there."""
     started = time.perf_counter()
     share = _share(request, 1 + len(request.factors) * len(request.deltas))
-    base_answer = plan(_plan_request(request, time_limit_s=share))
+    base_answer = _search(planner, _plan_request(request, time_limit_s=share))
     baseline = _sensitivity_point(None, 0.0, base_answer, base_answer, base_answer)
     points = []
     for factor in request.factors:
         for delta in request.deltas:
             cluster = changed_cluster(request.cluster, factor, delta)
-            answer = plan(_plan_request(request, time_limit_s=share, cluster=cluster))
-            scored = None
-            if base_answer.parallel is not None:
+            answer = _search(planner, _plan_request(request, time_limit_s=share,
+                                                    cluster=cluster))
+            same = answer.parallel is not None and answer.parallel == base_answer.parallel
+            scored = answer if same else None
+            if scored is None and base_answer.parallel is not None:
+                # The winner moved: score the baseline layout on the changed cluster.
                 scored = evaluate(EvaluateRequest(
                     model=request.model, cluster=cluster, training=request.training,
                     parallel=base_answer.parallel))
@@ -204,8 +220,8 @@ def _sensitivity_point(factor: SensitivityFactor | None, delta: float, answer: P
 
 
 __all__ = [
-    "MIN_SEARCH_S",
     "SENSITIVITY_NOTES",
+    "PlanFn",
     "changed_cluster",
     "estimate_run",
     "frontier",

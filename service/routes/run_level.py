@@ -1,14 +1,18 @@
 """Run-level answers: time and cost to train, the GPU frontier, sensitivity.
 
 Owns: POST /v1/run/estimate, POST /v1/frontier and POST /v1/sensitivity (schema in ->
-bounds and time-limit clamping -> `solver.run_level` -> schema out, on a request thread).
-Their searches share the request's clamped `solver.time_limit_s`. Must not: search on the
-event loop, store results or build error bodies.
+bounds and time-limit clamping -> `solver.run_level` with the service's planner, in the
+solver pool -> schema out). Their searches split the request's clamped
+`solver.time_limit_s`. Must not: search on the event loop, store results or build error
+bodies.
 """
 
+from collections.abc import Callable
+from functools import partial
 from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Body
+from pydantic import BaseModel
 
 from api_schemas.requests import PlanRequest
 from api_schemas.run_level import (
@@ -21,8 +25,9 @@ from api_schemas.run_level import (
 )
 from service import limits
 from service.core import call_core
-from service.deps import SettingsDep
+from service.deps import ContextDep, ServiceContext
 from service.openapi import problem_responses
+from service.searches import run_search
 from service.settings import Settings
 from solver.run_level import estimate_run, frontier, sensitivity
 
@@ -48,6 +53,7 @@ SENSITIVITY_EXAMPLES = {"llama-3.1-8b": {
     "value": {**_SMALL_RUN, "deltas": [-0.2, 0.2]}}}
 
 RequestT = TypeVar("RequestT", bound=PlanRequest)
+ResultT = TypeVar("ResultT", bound=BaseModel)
 
 
 def _bounded(request: RequestT, settings: Settings) -> RequestT:
@@ -63,44 +69,55 @@ def _bounded(request: RequestT, settings: Settings) -> RequestT:
     return request.model_copy(update={"solver": solver})
 
 
+async def _answer(request: RequestT, fn: Callable[..., ResultT], *, kind: str,
+                  context: ServiceContext) -> ResultT:
+    """Bounds, then `fn(request, planner=...)` in the solver pool; finite figures only."""
+    bounded = _bounded(request, context.settings)
+    work = partial(call_core, partial(fn, planner=context.planner))
+    result = await run_search(bounded, work, kind=kind, pool=context.pool,
+                              timeout_s=bounded.solver.time_limit_s
+                              + context.settings.time_limit_grace_s)
+    limits.require_finite(result)
+    return result
+
+
 @router.post("/v1/run/estimate", summary="Time and cost to train on a token budget",
-             responses=problem_responses("invalid-spec", "no-feasible-plan"))
-def run_estimate(request: Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)],
-                 settings: SettingsDep) -> RunEstimateResponse:
+             responses=problem_responses("invalid-spec", "no-feasible-plan",
+                                         "solver-time-limit", "overloaded"))
+async def run_estimate(
+        request: Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)],
+        context: ContextDep) -> RunEstimateResponse:
     """Search the best plan (or score the given `parallel` configuration) and turn its
     predicted step time into the run: steps for `token_budget` tokens, wall time, GPU-hours
     and, with `constraints.gpu_hour_price`, the cost. A deterministic model, not a
     measurement."""
-    result = call_core(estimate_run, _bounded(request, settings))
-    limits.require_finite(result)
-    return result
+    return await _answer(request, estimate_run, kind="run-estimate", context=context)
 
 
 @router.post("/v1/frontier", summary="GPU count against step time and cost",
-             responses=problem_responses("invalid-spec"))
-def gpu_frontier(request: Annotated[FrontierRequest, Body(openapi_examples=FRONTIER_EXAMPLES)],
-                 settings: SettingsDep) -> FrontierResponse:
-    """One search per allowed cluster size (`num_nodes_options`), sharing the time limit,
-    and which sizes are Pareto-optimal in GPUs, step time and GPU-hours per step."""
-    bounded = _bounded(request, settings)
-    for num_nodes in bounded.num_nodes_options:
-        limits.check_cluster(bounded.cluster.model_copy(update={"num_nodes": num_nodes}),
-                             settings)
-    result = call_core(frontier, bounded)
-    limits.require_finite(result)
-    return result
+             responses=problem_responses("invalid-spec", "solver-time-limit", "overloaded"))
+async def gpu_frontier(
+        request: Annotated[FrontierRequest, Body(openapi_examples=FRONTIER_EXAMPLES)],
+        context: ContextDep) -> FrontierResponse:
+    """One search per allowed cluster size (`num_nodes_options`), each with an equal share
+    of the time limit, and which sizes are Pareto-optimal in GPUs, step time and GPU-hours
+    per step."""
+    for num_nodes in request.num_nodes_options:
+        limits.check_cluster(request.cluster.model_copy(update={"num_nodes": num_nodes}),
+                             context.settings)
+    return await _answer(request, frontier, kind="frontier", context=context)
 
 
 @router.post("/v1/sensitivity", summary="How the plan moves with bandwidth, HBM, kernels",
-             responses=problem_responses("invalid-spec"))
-def plan_sensitivity(request: Annotated[SensitivityRequest, Body(openapi_examples=SENSITIVITY_EXAMPLES)],
-                     settings: SettingsDep) -> SensitivityResponse:
+             responses=problem_responses("invalid-spec", "solver-time-limit", "overloaded"))
+async def plan_sensitivity(
+        request: Annotated[SensitivityRequest, Body(openapi_examples=SENSITIVITY_EXAMPLES)],
+        context: ContextDep) -> SensitivityResponse:
     """The plan on the cluster as given, then with network bandwidth, HBM capacity and
-    kernel efficiency each changed by every delta (default -20% and +20%): the plan that
-    wins at each point, and whether the baseline layout still fits and how fast it is."""
-    result = call_core(sensitivity, _bounded(request, settings))
-    limits.require_finite(result)
-    return result
+    kernel efficiency each changed by every delta (default -20% and +20%), each search with
+    an equal share of the time limit: the plan that wins at each point, and whether the
+    baseline layout still fits there and how fast it is."""
+    return await _answer(request, sensitivity, kind="sensitivity", context=context)
 
 
 __all__ = ["FRONTIER_EXAMPLES", "RUN_ESTIMATE_EXAMPLES", "SENSITIVITY_EXAMPLES", "router"]
