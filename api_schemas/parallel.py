@@ -68,6 +68,9 @@ class RecomputeModule(StrEnum):
     """The whole MoE block (its input kept)."""
     SHARED_EXPERTS = "shared_experts"
     """The shared experts (their input kept)."""
+    MOE_DOWN_PROJ = "moe_down_proj"
+    """The routed experts' down-projections: their outputs, kept for the gradient of the
+    probability-weighted combine, are rebuilt instead (Kimi K2 Sec. 2.4.3)."""
 
 
 DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = (RecomputeModule.CORE_ATTN,)
@@ -133,6 +136,18 @@ class ParallelConfig(SpecModel):
         description="PyTorch FSDP full shard (needs zero_stage 3): parameters are gathered "
         "one wrapped unit (layer) at a time.",
     )
+    fsdp_reshard_after_forward: bool = Field(
+        default=True,
+        description="FSDP frees each unit's gathered parameters after its forward (true) or "
+        "keeps them until the end of the step (false: Llama 3, no all-gather in backward, "
+        "the stage's whole parameters resident).",
+    )
+    optimizer_offload_frac: Fraction = Field(
+        default=0.0,
+        description="Share of this rank's optimizer states (master weights and moments) kept "
+        "in host memory and updated by a CPU optimizer (ZeRO-Offload; Kimi K2 on small "
+        "clusters).",
+    )
     gradient_host_shards: bool = Field(
         default=False,
         description="Pipeline ZeRO-2 (Kimi K3): gradient shards live in host memory and the "
@@ -178,6 +193,10 @@ class ParallelConfig(SpecModel):
         if self.fsdp and self.zero_stage != 3:
             raise ValueError(
                 f"fsdp=true needs zero_stage=3 (full shard), got zero_stage={self.zero_stage}"
+            )
+        if not self.fsdp_reshard_after_forward and not self.fsdp:
+            raise ValueError(
+                "fsdp_reshard_after_forward=false needs fsdp=true (with zero_stage=3)"
             )
         if self.cp_kind == ContextParallelKind.USP:
             u = self.ulysses_degree

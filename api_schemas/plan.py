@@ -69,7 +69,10 @@ class MemoryReport(ResultModel):
 
 
 class TimeBreakdown(ResultModel):
-    """Where one optimizer step's time goes (a deterministic model, not a measurement)."""
+    """Where one optimizer step's time goes (a deterministic model, not a measurement).
+
+    The terms add up: step_time_s = compute_s + recompute_s + bubble_s +
+    sum(exposed_comm_s) + offload_stall_s + optimizer_s + sum(overheads_s)."""
 
     step_time_s: Seconds = Field(description="Predicted time of one optimizer step.")
     compute_s: Seconds = Field(description="Forward and backward compute of the busiest "
@@ -82,7 +85,12 @@ class TimeBreakdown(ResultModel):
                                              "compute, by axis (tp, cp, ep, pp, dp).")
     offload_stall_s: Seconds = Field(default=0.0, description="Host transfers not hidden.")
     optimizer_s: Seconds = Field(default=0.0, description="Optimizer step.")
-    details: dict[str, float] = Field(default_factory=dict, description="Further terms.")
+    overheads_s: dict[str, float] = Field(default_factory=dict,
+                                          description="Per-step terms outside the pipeline "
+                                          "and the optimizer, by name (gradient-norm and loss "
+                                          "all-reduces, data loading).")
+    details: dict[str, float] = Field(default_factory=dict, description="Further figures, "
+                                      "not terms of the sum.")
 
 
 class Throughput(ResultModel):
@@ -92,8 +100,16 @@ class Throughput(ResultModel):
     tflops_per_gpu: float = Field(description="Model TFLOP/s per GPU (no recompute).")
     hardware_tflops_per_gpu: float = Field(description="Hardware TFLOP/s per GPU (with "
                                            "recompute).")
-    mfu: Fraction = Field(description="Model FLOPs utilisation.")
+    mfu: Fraction = Field(description="Model FLOPs utilisation in `flop_convention`.")
     hfu: float = Field(description="Hardware FLOPs utilisation.")
+    flop_convention: str = Field(default="causal attention as the kernels compute it",
+                                 description="How model FLOPs count attention.")
+    tflops_per_gpu_full_attention: float | None = Field(
+        default=None, description="Model TFLOP/s per GPU counting the full attention matrix "
+        "(Megatron-LM / PaLM convention).")
+    mfu_full_attention: float | None = Field(
+        default=None, description="MFU counting the full attention matrix (Megatron-LM / "
+        "PaLM convention).")
 
 
 class Alternative(ResultModel):

@@ -51,6 +51,13 @@ class ModelFromHf(SpecModel):
 ModelInput = ModelPreset | ModelFromHf | ModelSpec
 
 
+DEFAULT_MEMORY_HEADROOM_FRAC = 0.02
+"""Default share of each GPU's memory a plan leaves free: what the ledger cannot itemise
+(the HBM the driver keeps from the sold capacity, e.g. an 80 GiB H100 shows 81,559 of
+81,920 MiB to CUDA; allocator growth between steps; host-side tools such as profilers),
+so a plan at 79.9 of 80 GiB is not the default answer."""
+
+
 class ClusterInput(SpecModel):
     """A cluster as a GPU preset (or object) plus nodes, with any field overridable."""
 
@@ -83,7 +90,10 @@ class ClusterInput(SpecModel):
     pcie_bandwidth_bytes_per_s: PositiveBytesPerSecond | None = Field(
         default=None, description="Override host<->GPU bandwidth per GPU per direction.")
     memory_headroom_frac: Fraction = Field(
-        default=0.0, description="Share of GPU memory kept free (capacity = memory x (1 - this)).")
+        default=DEFAULT_MEMORY_HEADROOM_FRAC,
+        description="Share of GPU memory kept free beyond the ledger's itemised runtime "
+        "memory (capacity = memory x (1 - this)); default 0.02, e.g. 1.6 GiB of an 80 GiB "
+        "GPU. Set 0 to plan up to the whole HBM.", examples=[0.02])
 
 
 class Objective(StrEnum):
@@ -102,26 +112,35 @@ class Objective(StrEnum):
 class Constraints(SpecModel):
     """Pins (a value), allowed sets (a list) or forbidden values for any plan dimension."""
 
-    tp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Pin or allow tensor parallel "
-                                       "degrees.", examples=[8])
-    pp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Pipeline degrees.")
-    dp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Data-parallel degrees.")
-    cp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Context-parallel degrees.")
-    ep: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Expert-parallel degrees.")
-    etp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Expert-TP degrees.")
-    vpp: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Virtual chunks per rank.")
-    micro_batch_size: PositiveInt | list[PositiveInt] | None = Field(default=None, description="Micro-batch "
-                                                     "sizes.")
+    tp: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Pin or allow tensor parallel degrees.", examples=[8])
+    pp: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Pipeline degrees.")
+    dp: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Data-parallel degrees.")
+    cp: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Context-parallel degrees.")
+    ep: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Expert-parallel degrees.")
+    etp: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Expert-TP degrees.")
+    vpp: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Virtual chunks per rank.")
+    micro_batch_size: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="Micro-batch sizes.")
     schedule: PipelineSchedule | list[PipelineSchedule] | None = Field(
         default=None, description="Allowed schedules.")
-    zero_stage: ZeroStageValue | list[ZeroStageValue] | None = Field(default=None, description="Allowed ZeRO stages.")
+    zero_stage: ZeroStageValue | list[ZeroStageValue] | None = Field(
+        default=None, description="Allowed ZeRO stages.")
     sequence_parallel: bool | None = Field(default=None, description="Pin sequence parallel.")
     cp_kind: ContextParallelKind | list[ContextParallelKind] | None = Field(
         default=None, description="Allowed context-parallel kinds.")
     recompute: Recompute | list[Recompute] | None = Field(default=None, description="Allowed "
                                                           "uniform recompute policies.")
-    allow_fp8_activations: bool = Field(default=True, description="May the planner store "
-                                        "activations in FP8 (Kimi K2 style)?")
+    allow_fp8_activations: bool | None = Field(
+        default=None, description="May the planner store activations in FP8 (Kimi K2 style)? "
+        "Unset follows the recipe: allowed for FP8 training, off for 16-bit training (it "
+        "changes the numerics of the backward pass).")
     allow_offload: bool = Field(default=True, description="May the planner offload activations "
                                 "to host memory?")
     forbid: dict[str, list[Any]] = Field(
@@ -197,6 +216,7 @@ EVALUATE_REQUEST_EXAMPLE: dict[str, Any] = {
 }
 
 __all__ = [
+    "DEFAULT_MEMORY_HEADROOM_FRAC",
     "EVALUATE_REQUEST_EXAMPLE",
     "PLAN_REQUEST_EXAMPLE",
     "ClusterInput",

@@ -31,6 +31,10 @@ class Fp8WeightStorage(StrEnum):
     HIGH_PRECISION_PLUS_FP8 = "high_precision_plus_fp8"
     """Default Transformer Engine behaviour: the param_dtype weights stay and an FP8 copy
     (with its transpose) is cached beside them, so FP8 costs memory (TE #257, #1261)."""
+    ON_THE_FLY = "on_the_fly"
+    """Only the param_dtype weights are kept; each GEMM quantises its weight block-wise to
+    FP8 when it runs (DeepSeek-V3 Sec. 3.3.2, online 128x128 block quantisation), so only
+    one module's FP8 copy exists at a time."""
     FP8_ONLY = "fp8_only"
     """Megatron --fp8-param-gather / TE fp8_model_init: the compute weights are FP8 only; the
     master copy lives in the optimizer."""

@@ -44,8 +44,9 @@ def main() -> None:
               f"{100 * error:+6.1f}% {response.throughput.hardware_tflops_per_gpu:9.1f} "
               f"{response.solver.wall_time_s if response.solver else 0:7.2f} "
               f"{response.status.value:>8s}  {describe_parallel(response.parallel)}")
-    print(f"\nheld-out rows: n={len(errors)}, median |error| {100 * statistics.median(errors):.1f}%,"
-          f" max |error| {100 * max(errors):.1f}%")
+    print(f"\nheld-out rows: n={len(errors)}, "
+          f"median |error| {100 * statistics.median(errors):.1f}%, "
+          f"max |error| {100 * max(errors):.1f}%")
 
 
 if __name__ == "__main__":

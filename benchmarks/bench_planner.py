@@ -51,7 +51,8 @@ def main() -> None:
         step = f", {response.time.step_time_s:.2f} s/step, MFU {response.throughput.mfu:.1%}" \
             if response.time and response.throughput else ""
         print(f"{label:30s} {statistics.median(times):9.2f} {min(times):7.2f} {max(times):7.2f} "
-              f"{response.status.value:>9s} {(f'{100 * gap:.1f}%' if gap is not None else '-'):>6s} "
+              f"{response.status.value:>9s} "
+              f"{(f'{100 * gap:.1f}%' if gap is not None else '-'):>6s} "
               f"{response.solver.candidates:6d} {response.solver.evaluated:6d}  {layout}{step}")
 
 

@@ -218,7 +218,8 @@ def moe_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
     Deviation (MoE): the block input (norm output, 2h) and the fp32 router probabilities (E
     per token) are stored once; each token is copied to top-k experts, each copy storing the
     expert input (2h), the expert intermediates and the expert output kept for the
-    probability-weighted combine (2h, unless `moe_keep_expert_outputs` is off). Routed
+    probability-weighted combine (2h, unless `moe_keep_expert_outputs` is off, or rebuilt by
+    `moe_down_proj` recomputation as Kimi K2 Sec. 2.4.3 does). Routed
     copies per rank scale with
     top-k x s x b x etp / tp (Megatron-LM PR #6782: not /EP) and with the assumed load
     imbalance (max/mean rank load).
@@ -236,7 +237,7 @@ def moe_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
     ]
     if ctx.moe_keep_expert_outputs:
         out.append(_tensor("routed expert outputs", "mlp", copies * ACTIVATION_BYTES * h, ctx,
-                           M.MOE))
+                           M.MOE, M.MOE_DOWN_PROJ))
     out += _mlp_inner(spec, ctx, moe.expert_ffn_hidden_size, prefix="expert", copies=copies,
                       split=float(ctx.etp), whole=M.MOE, act_module=M.MOE_ACT)
     if moe.num_shared_experts:

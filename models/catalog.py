@@ -8,7 +8,6 @@ Reading its own package data is the only I/O it does.
 """
 
 import json
-import logging
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -19,8 +18,6 @@ from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec, GpuSpec, IntraNodeTopology, LinkSpec
 from api_schemas.units import GIB
 from models.errors import InvalidSpecError
-
-logger = logging.getLogger(__name__)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 """Packaged data files (hardware table with sources, Hugging Face configs)."""
@@ -72,7 +69,10 @@ class NodePreset:
 
     id: str
     gpu_id: str
+    gpu_ids: tuple[str, ...]
+    """Every GPU preset this node carries (the first is `gpu_id`)."""
     gpus_per_node: int
+    """GPUs in the scale-up domain (what the cost model calls a node)."""
     nvlink_bidirectional_bytes_per_s: float
     intra_node_topology: IntraNodeTopology
     nic_bits_per_s: float
@@ -93,86 +93,47 @@ class NodePreset:
         return self.nic_bits_per_s / 8 * NIC_ACHIEVABLE_FRAC
 
 
-NODE_PRESETS: dict[str, NodePreset] = {
-    p.id: p
-    for p in (
-        NodePreset(
-            id="dgx-a100", gpu_id="a100-sxm4-80gb", gpus_per_node=8,
-            nvlink_bidirectional_bytes_per_s=600 * GB,
-            intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=200e9,
-            host_memory_bytes=2 * 2**40, pcie_bandwidth_bytes_per_s=PCIE_GEN4_X16_BYTES_PER_S,
-            description="DGX/HGX A100 80GB: NVLink3 + NVSwitch, 8x HDR 200 Gb/s (Selene).",
-            sources=("https://docs.nvidia.com/dgx/dgxa100-user-guide/", "arXiv:2104.04473 Sec. 5"),
-        ),
-        NodePreset(
-            id="hgx-h100", gpu_id="h100-sxm5-80gb", gpus_per_node=8,
-            nvlink_bidirectional_bytes_per_s=900 * GB,
-            intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=400e9,
-            host_memory_bytes=2 * 2**40, pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
-            description="DGX/HGX H100: NVLink4 + NVSwitch, 8x ConnectX-7 NDR 400 Gb/s.",
-            sources=("https://docs.nvidia.com/dgx/dgxh100-user-guide/",),
-        ),
-        NodePreset(
-            id="hgx-h800", gpu_id="h800-sxm5-80gb", gpus_per_node=8,
-            nvlink_bidirectional_bytes_per_s=400 * GB,
-            intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=400e9,
-            host_memory_bytes=2 * 2**40, pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
-            description="HGX H800 (DeepSeek-V3 cluster): export-limited NVLink (160 GB/s "
-            "measured), 8x 400 Gb/s InfiniBand.",
-            sources=("arXiv:2412.19437 Sec. 3.1-3.2",),
-            intra_node_bandwidth_override=160 * GB,
-        ),
-        NodePreset(
-            id="hgx-h200", gpu_id="h200-sxm-141gb", gpus_per_node=8,
-            nvlink_bidirectional_bytes_per_s=900 * GB,
-            intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=400e9,
-            host_memory_bytes=2 * 2**40, pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
-            description="HGX H200: NVLink4 + NVSwitch, 8x 400 Gb/s.",
-            sources=("https://glennklockwood.com/garden/processors/h100",),
-        ),
-        NodePreset(
-            id="hgx-b200", gpu_id="b200-sxm-180gb", gpus_per_node=8,
-            nvlink_bidirectional_bytes_per_s=1800 * GB,
-            intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=400e9,
-            host_memory_bytes=4 * 2**40, pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
-            description="DGX/HGX B200: NVLink5 + NVSwitch, 8x ConnectX-7 NDR 400 Gb/s.",
-            sources=("https://glennklockwood.com/garden/processors/B200",),
-        ),
-        NodePreset(
-            id="gb200-nvl72", gpu_id="gb200-nvl72", gpus_per_node=72,
-            nvlink_bidirectional_bytes_per_s=1800 * GB,
-            intra_node_topology=IntraNodeTopology.SWITCH, nic_bits_per_s=400e9,
-            host_memory_bytes=18 * 2 * 480 * GB,
-            pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
-            description="GB200 NVL72 rack as one 72-GPU NVLink domain (a 'node' here is the "
-            "scale-up domain), 400 Gb/s per GPU.",
-            sources=("https://glennklockwood.com/garden/processors/B200",),
-        ),
-        NodePreset(
-            id="mi300x-oam", gpu_id="mi300x", gpus_per_node=8,
-            nvlink_bidirectional_bytes_per_s=896 * GB,
-            intra_node_topology=IntraNodeTopology.FULL_MESH, nic_bits_per_s=400e9,
-            host_memory_bytes=2 * 2**40, pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
-            description="AMD MI300X 8-GPU OAM platform: xGMI full mesh (7 links x 128 GB/s "
-            "bidirectional per GPU, one per peer), 8x 400 Gb/s NICs.",
-            sources=("https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",),
-        ),
-    )
-}
-"""Node presets: DGX/HGX A100, H100, H800, H200, B200, GB200 NVL72 and MI300X."""
-
-DEFAULT_NODE_FOR_GPU: dict[str, str] = {
-    "a100-sxm4-40gb": "dgx-a100", "a100-sxm4-80gb": "dgx-a100", "h100-sxm5-80gb": "hgx-h100",
-    "h800-sxm5-80gb": "hgx-h800", "h200-sxm-141gb": "hgx-h200", "b200-sxm-180gb": "hgx-b200",
-    "gb200-nvl72": "gb200-nvl72", "mi300x": "mi300x-oam", "mi325x": "mi300x-oam",
-    "mi355x": "mi300x-oam",
-}
+_PCIE_BYTES_PER_S = {"gen4": PCIE_GEN4_X16_BYTES_PER_S, "gen5": PCIE_GEN5_X16_BYTES_PER_S}
 
 
 @cache
-def _hardware_records() -> dict[str, dict[str, Any]]:
+def _hardware_json() -> dict[str, Any]:
     text = (DATA_DIR / "hardware.json").read_text(encoding="utf-8")
-    return {rec["id"]: rec for rec in json.loads(text)["accelerators"]}
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def _hardware_records() -> dict[str, dict[str, Any]]:
+    return {rec["id"]: rec for rec in _hardware_json()["accelerators"]}
+
+
+def _node_from_record(node: dict[str, Any]) -> NodePreset:
+    """A node preset: GPU count, scale-up bandwidth and NIC rate from its accelerator's
+    record (`scale_up.domain_size`, `scale_up.bandwidth_gb_s`,
+    `typical_node.nic_gbps_per_accelerator`), the rest from the node entry."""
+    gpu = _hardware_records()[node["gpu_ids"][0]]
+    measured = node.get("measured_scale_up_gb_s")
+    return NodePreset(
+        id=node["id"], gpu_id=node["gpu_ids"][0], gpu_ids=tuple(node["gpu_ids"]),
+        gpus_per_node=int(gpu["scale_up"]["domain_size"]),
+        nvlink_bidirectional_bytes_per_s=float(gpu["scale_up"]["bandwidth_gb_s"]) * GB,
+        intra_node_topology=IntraNodeTopology(node["topology"]),
+        nic_bits_per_s=float(gpu["typical_node"]["nic_gbps_per_accelerator"]) * 1e9,
+        host_memory_bytes=int(node["host_memory_bytes"]),
+        pcie_bandwidth_bytes_per_s=_PCIE_BYTES_PER_S[node["pcie"]],
+        description=node["description"], sources=tuple(node["sources"]),
+        intra_node_bandwidth_override=None if measured is None else float(measured) * GB)
+
+
+NODE_PRESETS: dict[str, NodePreset] = {
+    node["id"]: _node_from_record(node) for node in _hardware_json()["nodes"]}
+"""Node presets, read from the `nodes` of `models/data/hardware.json` (the only copy)."""
+
+DEFAULT_NODE_FOR_GPU: dict[str, str] = {
+    gpu_id: node.id for node in reversed(NODE_PRESETS.values()) for gpu_id in node.gpu_ids}
+"""The node preset of each GPU preset: the first node that lists it."""
+
+
 
 
 def _gpu_from_record(rec: dict[str, Any]) -> GpuSpec:
@@ -225,11 +186,34 @@ def node_preset(node_id: str) -> NodePreset:
     return NODE_PRESETS[node_id]
 
 
+NODE_LINK_FIELDS: tuple[str, ...] = (
+    "cluster.gpus_per_node", "cluster.intra_node_bandwidth_bytes_per_s",
+    "cluster.inter_node_bandwidth_bytes_per_s")
+"""What a cluster of a GPU with no node preset must give (or name `cluster.node`)."""
+
+
+def default_node(gpu_id: str) -> NodePreset:
+    """The node preset of a GPU preset id.
+
+    Raises:
+        InvalidSpecError: the GPU has no node preset (a custom GPU): the message names the
+            fields to give instead, never borrowing another GPU's links.
+    """
+    node_id = DEFAULT_NODE_FOR_GPU.get(gpu_id)
+    if node_id is None:
+        raise InvalidSpecError(
+            f"GPU '{gpu_id}' has no node preset, so its links are unknown: give "
+            f"{', '.join(NODE_LINK_FIELDS)}, or name a node preset in cluster.node (one of "
+            f"{', '.join(NODE_PRESETS)})", field="cluster.node",
+            diagnostics={"missing": list(NODE_LINK_FIELDS)})
+    return NODE_PRESETS[node_id]
+
+
 def cluster_preset(gpu_id: str, *, num_nodes: int, gpus_per_node: int | None = None,
                    node_id: str | None = None) -> ClusterSpec:
     """A cluster of `num_nodes` typical nodes of a GPU preset (links from the node preset)."""
     gpu = gpu_preset(gpu_id)
-    node = node_preset(node_id or DEFAULT_NODE_FOR_GPU.get(gpu_id, "hgx-h100"))
+    node = node_preset(node_id) if node_id is not None else default_node(gpu_id)
     return ClusterSpec(
         gpu=gpu, num_nodes=num_nodes, gpus_per_node=gpus_per_node or node.gpus_per_node,
         intra_node=LinkSpec(bandwidth_bytes_per_s=node.intra_node_bandwidth_bytes_per_s(),
@@ -315,10 +299,12 @@ __all__ = [
     "KORTHIKANTI_2022_TABLE3",
     "MEGATRON_2021_TABLE1",
     "NIC_ACHIEVABLE_FRAC",
+    "NODE_LINK_FIELDS",
     "NODE_PRESETS",
     "NVLINK_ACHIEVABLE_FRAC",
     "NodePreset",
     "cluster_preset",
+    "default_node",
     "gpu_ids",
     "gpu_preset",
     "hf_preset_config",

@@ -13,7 +13,7 @@ forward FLOPs (FlashAttention-2 arXiv:2307.08691 Sec. 4.1) and of a materialised
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec
@@ -175,8 +175,10 @@ def moe_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
     per_expert = routed_assignments(spec, ctx) / local_experts
     padded = local_experts * math.ceil(per_expert / GEMM_TILE) * GEMM_TILE
     out = [_Gemm(m=ctx.tokens, n=moe.num_experts, k=spec.hidden_size)]
-    out += mlp_gemms(spec, moe.expert_ffn_hidden_size, tokens=int(padded), split=ctx.etp,
-                     module=M.MOE)
+    up, down = mlp_gemms(spec, moe.expert_ffn_hidden_size, tokens=int(padded), split=ctx.etp,
+                         module=M.MOE)
+    # The down projection re-runs alone under `moe_down_proj` recomputation (Kimi K2).
+    out += [up, replace(down, module=M.MOE_DOWN_PROJ)]
     if moe.num_shared_experts:
         out += mlp_gemms(spec, moe.shared_expert_ffn_hidden_size, tokens=ctx.tokens,
                          split=ctx.tp, module=M.SHARED_EXPERTS)
@@ -251,7 +253,8 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
     module_s[M.LAYERNORM] = elementwise["norms"]
     module_s[M.MOE_ACT] = elementwise.get("moe_act", 0.0)
     module_s[M.MLP] = module_s.get(M.MLP, 0.0) + elementwise.get("mlp_act", 0.0)
-    module_s[M.MOE] = (module_s.get(M.MOE, 0.0) + elementwise.get("moe_act", 0.0)
+    module_s[M.MOE] = (module_s.get(M.MOE, 0.0) + module_s.get(M.MOE_DOWN_PROJ, 0.0)
+                       + elementwise.get("moe_act", 0.0)
                        + elementwise.get("permute", 0.0))
     module_s[M.SHARED_EXPERTS] = (module_s.get(M.SHARED_EXPERTS, 0.0)
                                   + elementwise.get("shared_act", 0.0))

@@ -327,9 +327,10 @@ def _llama4_dense_layers(reader: _Reader, layers: int) -> tuple[int, ...]:
     return tuple(i for i in range(layers) if i not in moe_layers)
 
 
-def _or_default(value: Any, default: int) -> Any:
+def _or_default(value: object, default: int) -> Any:
     """`value` unless the config leaves it out (absent or null); zero is kept, to be
-    rejected by the schema rather than silently replaced."""
+    rejected by the schema rather than silently replaced (the caller converts it, and a
+    value of the wrong kind fails there)."""
     return default if value is None else value
 
 

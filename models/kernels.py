@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from api_schemas.dtypes import DType
 from api_schemas.hardware import GpuSpec
+from models.errors import InvalidSpecError
 
 GEMM_LAUNCH_S = 5e-6
 """Fixed cost per GEMM kernel (launch, prologue, epilogue): fitted on the XLA H100 table."""
@@ -95,16 +96,30 @@ PROFILES: dict[str, KernelProfile] = {
 }
 
 
+FAMILY_PREFIXES: dict[str, tuple[str, ...]] = {
+    "ampere": ("a100",), "hopper": ("h100", "h800", "h200", "gh200"),
+    "blackwell": ("b200", "gb200", "b300"), "cdna3": ("mi3",),
+}
+"""GPU id prefixes of each kernel family (MI355X's CDNA 4 uses the uncalibrated CDNA 3
+values, flagged in its plans' notes)."""
+
+
 def profile_for(gpu: GpuSpec) -> KernelProfile:
-    """The kernel profile of a GPU by its catalog id (unknown ids: the Hopper profile)."""
+    """The kernel profile of a GPU by its catalog id prefix.
+
+    Raises:
+        InvalidSpecError: the id matches no family (never a silent Hopper profile): the
+            message names the field to give and the prefixes known.
+    """
     gid = gpu.id.lower()
-    if gid.startswith("a100"):
-        return PROFILES["ampere"]
-    if gid.startswith(("b200", "gb200", "b300")):
-        return PROFILES["blackwell"]
-    if gid.startswith("mi3"):
-        return PROFILES["cdna3"]
-    return PROFILES["hopper"]
+    for family, prefixes in FAMILY_PREFIXES.items():
+        if gid.startswith(prefixes):
+            return PROFILES[family]
+    known = ", ".join(p for prefixes in FAMILY_PREFIXES.values() for p in prefixes)
+    raise InvalidSpecError(
+        f"GPU '{gpu.id}' belongs to no kernel family with calibrated efficiencies: give "
+        f"cluster.gpu.id starting with the prefix of its architecture ({known}), or use a "
+        "catalog GPU preset", field="cluster.gpu.id")
 
 
 def _gemm_frac(profile: KernelProfile, dtype: DType) -> float:

@@ -45,15 +45,23 @@ from models.params import (
 )
 from models.pipeline.closed_forms import peak_in_flight_chunks
 from models.precision import sharded_state_bytes, state_bytes_per_param
+from models.runtime_memory import (
+    ALLOCATOR_FRAGMENTATION_FRAC,
+    CUDA_CONTEXT_BYTES,
+    NCCL_BUFFER_BYTES,
+    NCCL_CHANNELS,
+    attention_workspace_bytes,
+    communicator_count,
+    nccl_buffer_bytes,
+)
+from models.sharded_states import optimizer_offload_bytes, zero3_gather_buffers
 
-RUNTIME_RESERVE_BYTES = 2**30
-"""Memory a training process holds outside the PyTorch allocator: CUDA context and kernel
-images (about 0.5 GiB on Hopper), cuBLAS workspaces and NCCL channel buffers. A named
-reserve, counted on every rank, so the ledger never reports the whole HBM as usable."""
+RUNTIME_RESERVE_BYTES = CUDA_CONTEXT_BYTES + NCCL_CHANNELS * 2 * NCCL_BUFFER_BYTES
+"""The least runtime memory any rank holds (the CUDA context and the default group's NCCL
+buffers): a lower bound the search may use before a ledger is built."""
 
-ALLOCATOR_FRAGMENTATION_FRAC = 0.05
-"""Share of the dynamic bytes (activations and transient buffers) lost to caching-allocator
-fragmentation, counted on top so a plan near the cap is not reported as fitting."""
+FP8_BYTES = 1
+"""Bytes of an FP8 (E4M3/E5M2) element."""
 
 ComponentKind = Literal["parameters", "gradients", "optimizer", "activations", "other"]
 
@@ -252,12 +260,17 @@ def _model_state_components(training: TrainingSpec, parallel: ParallelConfig,
                             groups: RankParameters, edp: int,
                             max_chunk_params: int) -> tuple[list[MemoryComponent],
                                                             list[MemoryComponent]]:
+    """Weights, gradients and optimizer states of one rank, GPU and host.
+
+    FSDP without resharding after forward keeps every unit's parameters unsharded for the
+    whole step beside the local shard (Llama 3, arXiv:2407.21783 Sec. 3.3.2); an optimizer
+    offload share moves master weights and moments to host memory (ZeRO-Offload,
+    arXiv:2101.06840 Sec. 4.1; `models/sharded_states`)."""
     dense_shard = parallel.dp * parallel.cp
     zero = parallel.zero_stage
+    resident = zero == 3 and parallel.fsdp and not parallel.fsdp_reshard_after_forward
     gemm_bytes = state_bytes_per_param(training, is_gemm_weight=True, is_matrix=True)
     plain_bytes = state_bytes_per_param(training, is_gemm_weight=False, is_matrix=False)
-    router_like = state_bytes_per_param(training, is_gemm_weight=False, is_matrix=True)
-    del router_like  # routers are counted with the replicated vectors (AdamW under Muon)
     parts = [
         ("dense GEMM weights", groups.gemm, gemm_bytes, dense_shard),
         ("norms, biases, router", groups.vectors, plain_bytes, dense_shard),
@@ -267,14 +280,19 @@ def _model_state_components(training: TrainingSpec, parallel: ParallelConfig,
     ]
     gpu: list[MemoryComponent] = []
     host: list[MemoryComponent] = []
+    offload = parallel.optimizer_offload_frac
     for label, count, per_param, shard in parts:
         if count == 0:
             continue
         states = sharded_state_bytes(count, per_param, zero_stage=zero, shard_degree=shard)
+        weights, note = states.weights_bytes, f"{count} params"
+        if zero == 3:
+            note += f"; /{shard} under ZeRO-3"
+        if resident:
+            weights += math.ceil(count * (per_param.weights + per_param.fp8_copy))
+            note += "; plus the unsharded copy kept from forward to the end of the step"
         gpu.append(MemoryComponent(name=f"weights: {label}", kind="parameters",
-                                   bytes=states.weights_bytes,
-                                   note=f"{count} params; /{shard} under ZeRO-3" if zero == 3
-                                   else f"{count} params"))
+                                   bytes=weights, note=note))
         if parallel.gradient_host_shards:
             host.append(MemoryComponent(name=f"gradient shards: {label}", kind="gradients",
                                         bytes=math.ceil(count * per_param.gradients / shard),
@@ -282,10 +300,20 @@ def _model_state_components(training: TrainingSpec, parallel: ParallelConfig,
         else:
             gpu.append(MemoryComponent(name=f"gradients: {label}", kind="gradients",
                                        bytes=states.gradients_bytes))
+        sharded = count / shard if zero else count
+        moved = optimizer_offload_bytes(
+            sharded_params=math.ceil(sharded), optimizer_bytes_per_param=per_param.optimizer,
+            grad_bytes=per_param.gradients, param_bytes=per_param.weights,
+            offload_frac=offload)
+        on_gpu = max(0, states.optimizer_bytes - moved.host_bytes)
         gpu.append(MemoryComponent(name=f"optimizer: {label}", kind="optimizer",
-                                   bytes=states.optimizer_bytes,
+                                   bytes=on_gpu,
                                    note=f"master + moments, /{shard}" if zero else
                                    "master + moments, replicated"))
+        if moved.host_bytes:
+            host.append(MemoryComponent(name=f"optimizer in host memory: {label}",
+                                        kind="optimizer", bytes=moved.host_bytes,
+                                        note=f"{offload:.0%} of master + moments, CPU update"))
     if parallel.gradient_host_shards:
         gpu.append(MemoryComponent(
             name="gradient buffers (2 chunks)", kind="gradients",
@@ -349,7 +377,7 @@ def stage_activation_components(
     chunk_bytes: list[int] = []
     working_set = 0
     by_kind: dict[bool, LayerActivationBytes] = {}  # dense and MoE layers are alike
-    stored: dict[tuple[bool, RecomputeMode], int] = {}
+    kept: dict[tuple[bool, RecomputeMode], int] = {}
     for chunk in layout.chunks:
         total = 0
         for index in chunk:
@@ -358,9 +386,9 @@ def stage_activation_components(
                 by_kind[kind] = layer_activation_bytes(spec, index, ctx)
             layer = by_kind[kind]
             mode = _recompute_mode_of(policy.recompute, position)
-            if (kind, mode) not in stored:
-                stored[kind, mode] = layer.stored_bytes(mode, policy.recompute_modules)
-            total += stored[kind, mode]
+            if (kind, mode) not in kept:
+                kept[kind, mode] = layer.stored_bytes(mode, policy.recompute_modules)
+            total += kept[kind, mode]
             if mode == RecomputeMode.FULL:
                 # Backward rebuilds one layer; its input is already among the checkpoints.
                 working_set = max(working_set, layer.total_bytes - layer.input_bytes)
@@ -403,23 +431,51 @@ def stage_activation_components(
 
 def _other_components(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                       groups: RankParameters, dynamic_bytes: int) -> list[MemoryComponent]:
-    """Transient buffers and reserves, each a named term."""
-    out = [MemoryComponent(name="runtime reserve", kind="other", bytes=RUNTIME_RESERVE_BYTES,
-                           note="CUDA context, cuBLAS workspaces, NCCL buffers")]
+    """Runtime items and transient buffers, each a named term (`models/runtime_memory`,
+    `models/sharded_states`)."""
+    out = [MemoryComponent(name="CUDA context and library workspaces", kind="other",
+                           bytes=CUDA_CONTEXT_BYTES,
+                           note="context, kernel images, cuBLAS workspaces"),
+           MemoryComponent(name="NCCL communicator buffers", kind="other",
+                           bytes=nccl_buffer_bytes(parallel),
+                           note=f"{communicator_count(parallel)} communicators x "
+                                f"{NCCL_CHANNELS} channels x 2 x 4 MiB")]
+    fixed = len(out)
     tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
     h = spec.hidden_size
     weight_bytes = state_bytes_per_param(training).weights
     if parallel.zero_stage == 3:
-        out.append(MemoryComponent(
-            name="ZeRO-3 gathered parameters", kind="other",
-            bytes=math.ceil(2 * groups.largest_layer * weight_bytes),
-            note="current and prefetched layer, unsharded" + (" (FSDP unit)" if parallel.fsdp
-                                                               else "")))
-    if (training.compute_dtype == DType.FP8
-            and training.fp8_weight_storage == Fp8WeightStorage.FP8_ONLY):
-        out.append(MemoryComponent(name="FP8 weight transposes", kind="other",
-                                   bytes=groups.largest_layer,
-                                   note="one layer's FP8 transpose built for backward"))
+        buffers = zero3_gather_buffers(
+            largest_unit_params=groups.largest_layer,
+            largest_module_params=math.ceil(groups.largest_matrix / parallel.tp),
+            param_bytes=weight_bytes, grad_bytes=training.grad_dtype.num_bytes,
+            fsdp=parallel.fsdp, reshard_after_forward=parallel.fsdp_reshard_after_forward)
+        if buffers.gathered_parameters_bytes:
+            out.append(MemoryComponent(name="ZeRO-3 gathered parameters", kind="other",
+                                       bytes=buffers.gathered_parameters_bytes,
+                                       note=buffers.note))
+        out.append(MemoryComponent(name="unsharded gradient before reduce-scatter",
+                                   kind="other", bytes=buffers.unsharded_gradient_bytes,
+                                   note="FSDP unit" if parallel.fsdp else "reduce bucket"))
+    if training.compute_dtype == DType.FP8:
+        storage = training.fp8_weight_storage
+        if storage == Fp8WeightStorage.FP8_ONLY:
+            out.append(MemoryComponent(name="FP8 weight transposes", kind="other",
+                                       bytes=groups.largest_layer,
+                                       note="one layer's FP8 transpose built for backward"))
+        elif storage == Fp8WeightStorage.ON_THE_FLY:
+            out.append(MemoryComponent(name="FP8 weights quantised on the fly", kind="other",
+                                       bytes=math.ceil(2 * groups.largest_layer * FP8_BYTES),
+                                       note="one layer's FP8 weights and transposes"))
+    heads_per_rank = spec.num_attention_heads / parallel.tp
+    head_dim = spec.mla.v_head_dim if spec.mla is not None else spec.dim_per_head
+    out.append(MemoryComponent(
+        name="attention backward workspace", kind="other",
+        bytes=attention_workspace_bytes(
+            tokens=tokens, heads_per_rank=heads_per_rank, head_dim=head_dim,
+            seq_len_per_rank=training.sequence_length / parallel.cp,
+            flash_attention=training.flash_attention),
+        note="fp32 dQ accumulator" if training.flash_attention else "score gradients"))
     if parallel.tp > 1:
         gathered = tokens * h * ACTIVATION_BYTES * (1 if parallel.sequence_parallel else 0)
         if gathered:
@@ -442,7 +498,7 @@ def _other_components(spec: ModelSpec, training: TrainingSpec, parallel: Paralle
                                    bytes=math.ceil(groups.largest_matrix * 4),
                                    note="largest weight matrix gathered in fp32 for "
                                         "Newton-Schulz"))
-    transient = sum(c.bytes for c in out[1:])
+    transient = sum(c.bytes for c in out[fixed:])
     out.append(MemoryComponent(
         name="allocator fragmentation", kind="other",
         bytes=math.ceil(ALLOCATOR_FRAGMENTATION_FRAC * (dynamic_bytes + transient)),

@@ -84,6 +84,8 @@ def state_bytes_per_param(training: TrainingSpec, *, is_gemm_weight: bool = True
     if training.compute_dtype == DType.FP8 and is_gemm_weight:
         if training.fp8_weight_storage == Fp8WeightStorage.FP8_ONLY:
             weights = FP8_ONLY_WEIGHT_BYTES
+        elif training.fp8_weight_storage == Fp8WeightStorage.ON_THE_FLY:
+            fp8_copy = 0.0  # quantised per GEMM: a transient of one module (memory.py)
         else:
             fp8_copy = FP8_WEIGHT_COPY_BYTES
     master = training.master_dtype.num_bytes if training.master_dtype is not None else 0.0
@@ -132,6 +134,19 @@ def sharded_state_bytes(num_params: int, per_param: StateBytesPerParam, *, zero_
                              optimizer_bytes=_ceil(optimizer))
 
 
+def fp8_weight_quantisation_bytes(num_gemm_params: int, *, param_bytes: float) -> int:
+    """HBM bytes one on-the-fly FP8 quantisation of `num_gemm_params` GEMM weights moves:
+    read each weight in its stored format, write its FP8 copy and its FP8 transpose (with
+    one fp32 scale per 128 x 128 block). What `Fp8WeightStorage.ON_THE_FLY` pays per pass
+    (forward, and again in backward) instead of holding `FP8_WEIGHT_COPY_BYTES` per weight.
+
+    Source: DeepSeek-V3 arXiv:2412.19437 Sec. 3.3.2 (online 128x128 block-wise weight
+    quantisation, fp32 scaling factors).
+    Legend: N = num_gemm_params; bytes = N (param_bytes + 2 x 1 + 2 x 4 / 128^2).
+    """
+    return _ceil(num_gemm_params * (param_bytes + 2.0 + 2.0 * 4.0 / 128**2))
+
+
 def _ceil(value: float) -> int:
     whole = int(value)
     return whole if whole == value else whole + 1
@@ -143,6 +158,7 @@ __all__ = [
     "OPTIMIZER_MOMENTS",
     "ShardedStateBytes",
     "StateBytesPerParam",
+    "fp8_weight_quantisation_bytes",
     "moments_per_param",
     "sharded_state_bytes",
     "state_bytes_per_param",

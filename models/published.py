@@ -8,9 +8,12 @@ documented in each run's `assumptions`. Must not: compute anything.
 
 from dataclasses import dataclass, field
 
+from api_schemas.architecture import MlpKind, ModelSpec, NormKind
+from api_schemas.dtypes import DType
 from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode
-from api_schemas.training import OptimizerKind, TrainingSpec
-from models.catalog import MEGATRON_2021_TABLE1
+from api_schemas.parallel import RecomputeModule as M
+from api_schemas.training import EmaPlacement, Fp8WeightStorage, OptimizerKind, TrainingSpec
+from models.catalog import MEGATRON_2021_TABLE1, model_preset
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,6 +37,10 @@ class PublishedRun:
     printed_iteration_time_s: float | None = None
     printed_tokens_per_s_per_gpu: float | None = None
     assumptions: tuple[str, ...] = field(default_factory=tuple)
+    confidence: str = ""
+    """How sure the ledger is for this run, and why (the evidence behind its choices)."""
+    model: ModelSpec | None = None
+    """The architecture, for a run whose model is not a catalog preset."""
 
     @property
     def world_size(self) -> int:
@@ -71,8 +78,8 @@ def _megatron_2021_runs() -> list[PublishedRun]:
             printed_tflops_per_gpu=tflops, tflops_convention="hardware",
             assumptions=("micro-batch size not printed: the best predicted of 1, 2, 4, 8",
                          "interleaved schedule with 2 chunks where layers allow (not printed)",
-                         "no sequence parallelism, full recomputation, fp16 mixed precision, "
-                         "materialised attention, data-parallel all-reduce after the flush"),
+                         ("no sequence parallelism, full recomputation, fp16 mixed precision, "
+                         "materialised attention, data-parallel all-reduce after the flush")),
         ))
     return runs
 
@@ -99,38 +106,62 @@ def _korthikanti_runs() -> list[PublishedRun]:
     return runs
 
 
-LLAMA3_405B_16K = PublishedRun(
-    id="llama3-405b-16k", description="Llama 3 405B pre-training on 16,384 H100 (8K context)",
-    source="Llama 3 Herd of Models, arXiv:2407.21783, Table 4 and Sec. 3.3",
-    model_preset="llama-3.1-405b", gpu="h100-sxm5-80gb", num_nodes=2048, gpus_per_node=8,
-    training=TrainingSpec(global_batch_size=2048, sequence_length=8192),
-    parallel=ParallelConfig(tp=8, pp=16, dp=128, vpp=7, schedule=PipelineSchedule.INTERLEAVED_1F1B,
-                            micro_batch_size=1, zero_stage=1, sequence_parallel=True,
-                            recompute=RecomputeMode.SELECTIVE,
-                            recompute_modules=("core_attn", "layernorm"),
-                            layers_per_stage=(7,) + (8,) * 14 + (7,)),
-    printed_tflops_per_gpu=400, printed_mfu=0.41,
-    assumptions=("one layer fewer on the first and last stages (Sec. 3.3.2)",
-                 "virtual stages and micro-batch not printed: 7 chunks per rank, about one "
-                 "layer each", "FSDP in the paper modelled as ZeRO-1",
-                 "recomputation not printed: selective recomputation of the attention core "
-                 "and norms (without it the ledger finds stage 1 about 6 GiB over 80 GiB)"),
-)
+def _llama3_405b(num_gpus: int, dp: int) -> PublishedRun:
+    return PublishedRun(
+        id=f"llama3-405b-{num_gpus // 1024}k",
+        description=f"Llama 3 405B pre-training on {num_gpus:,} H100 (8K context)",
+        source="Llama 3 Herd of Models, arXiv:2407.21783, Table 4 and Sec. 3.3.2",
+        model_preset="llama-3.1-405b", gpu="h100-sxm5-80gb", num_nodes=num_gpus // 8,
+        gpus_per_node=8,
+        training=TrainingSpec(global_batch_size=2048, sequence_length=8192),
+        parallel=ParallelConfig(tp=8, pp=16, dp=dp, vpp=7,
+                                schedule=PipelineSchedule.INTERLEAVED_1F1B,
+                                micro_batch_size=1, zero_stage=3, fsdp=True,
+                                fsdp_reshard_after_forward=False, sequence_parallel=True,
+                                recompute=RecomputeMode.NONE,
+                                layers_per_stage=(7,) + (8,) * 14 + (7,)),
+        printed_tflops_per_gpu=430 if dp == 64 else 400,
+        printed_mfu=0.43 if dp == 64 else 0.41,
+        assumptions=(("stated: TP8 x PP16 x DP, 16M tokens per batch, one layer fewer on the "
+                     "first and last stages, FSDP sharding optimizer states and gradients "
+                     "without resharding parameters after forward, no activation "
+                     "checkpointing for 8K sequences (Sec. 3.3.2)"),
+                     ("not printed: the virtual stages (7 chunks of about one layer taken) "
+                     "and the micro-batch size (1 sequence taken)")),
+        confidence=("high for the states (mesh, sharding and recompute are printed); for "
+                    "activations, with 16 micro-batches on 16 stages every micro-batch is in "
+                    "flight whatever the virtual stages, while with 32 the count depends on "
+                    "Llama 3's micro-batch group N, which is not printed"),
+    )
+
+
+LLAMA3_405B_8K = _llama3_405b(8192, 64)
+LLAMA3_405B_16K = _llama3_405b(16384, 128)
 
 DEEPSEEK_V3_2048 = PublishedRun(
     id="deepseek-v3-2048", description="DeepSeek-V3 pre-training on 2,048 H800",
     source="DeepSeek-V3 Technical Report, arXiv:2412.19437, Sec. 3.1-3.3 and Table 1",
     model_preset="deepseek-v3", gpu="h800-sxm5-80gb", num_nodes=256, gpus_per_node=8,
-    training=TrainingSpec(global_batch_size=15360, sequence_length=4096, compute_dtype="fp8",
-                          optimizer=OptimizerKind.ADAMW, optimizer_state_dtype="bf16",
-                          moe_keep_expert_outputs=False),
+    training=TrainingSpec(global_batch_size=15360, sequence_length=4096, compute_dtype=DType.FP8,
+                          fp8_weight_storage=Fp8WeightStorage.ON_THE_FLY,
+                          optimizer=OptimizerKind.ADAMW, optimizer_state_dtype=DType.BF16,
+                          ema=EmaPlacement.HOST, moe_keep_expert_outputs=False),
     parallel=ParallelConfig(pp=16, dp=128, ep=64, schedule=PipelineSchedule.DUALPIPE,
                             zero_stage=1, recompute=RecomputeMode.SELECTIVE,
-                            recompute_modules=("layernorm", "mla_up_proj", "moe_act"),
+                            recompute_modules=(M.LAYERNORM, M.MLA_UP_PROJ, M.MOE_ACT),
                             fp8_activations=True),
     printed_tokens_per_s_per_gpu=1e12 / (180_000 * 3600),
-    assumptions=("throughput from 180K H800 GPU-hours per trillion tokens (a whole-run "
-                 "average)", "micro-batch of one 4K sequence"),
+    assumptions=(("stated: PP16 x EP64 x ZeRO-1 DP, no TP, DualPipe, BF16 AdamW moments, "
+                 "EMA in host memory, recompute of RMSNorm and MLA up-projections, SwiGLU "
+                 "outputs recomputed from FP8-cached inputs, FP8 GEMMs with online "
+                 "(on-the-fly) 128x128 weight quantisation (Sec. 3.2.3, 3.3)"),
+                 ("not printed: whether the routed experts' outputs are kept for the "
+                 "combine's gradient (taken: not kept, the router probabilities are "
+                 "applied inside the recomputed SwiGLU), the micro-batch (one 4K sequence)"),
+                 ("throughput from 180K H800 GPU-hours per trillion tokens (a whole-run "
+                 "average)")),
+    confidence="medium: the techniques are printed, their byte-level implementation "
+               "(HAI-LLM) is not",
 )
 
 KIMI_K2_256 = PublishedRun(
@@ -141,20 +172,107 @@ KIMI_K2_256 = PublishedRun(
                           optimizer=OptimizerKind.MUON, overlap_ep_comm=True),
     parallel=ParallelConfig(pp=16, dp=16, ep=16, vpp=2, schedule=PipelineSchedule.INTERLEAVED_1F1B,
                             zero_stage=1, recompute=RecomputeMode.SELECTIVE,
-                            recompute_modules=("layernorm", "mla_up_proj", "moe_act"),
-                            fp8_activations=True, activation_offload_frac=0.5),
-    assumptions=("global batch, virtual stages and offload share not printed",
-                 "FP8 storage of MoE up-projection / SwiGLU inputs and CPU offload as Sec. 2.4",
-                 "with EP16 x PP16 on 256 GPUs each expert has one replica, so its master "
-                 "weights and momentum cannot be sharded; the ledger finds this layout over "
-                 "80 GiB unless optimizer states leave the GPU, which it does not model"),
+                            recompute_modules=(M.LAYERNORM, M.MLA_UP_PROJ, M.MOE_ACT,
+                                               M.MOE_DOWN_PROJ),
+                            fp8_activations=True, activation_offload_frac=1.0,
+                            optimizer_offload_frac=1.0),
+    assumptions=(("stated: PP16 (virtual stages) x EP16 x ZeRO-1 DP on 32 nodes, BF16 "
+                 "parameters and FP32 gradient accumulation (about 6 TB over 256 GPUs), "
+                 "recompute of LayerNorm, SwiGLU and MLA up-projections and of the MoE "
+                 "down-projections, FP8-E4M3 storage of MoE up-projection and SwiGLU "
+                 "inputs, all remaining activations offloaded to CPU, optimizer states "
+                 "offloaded to CPU on small clusters (Sec. 2.4.3)"),
+                 ("not printed: the global batch (1024 sequences taken; it does not change "
+                 "the peak) and the virtual stages (2 taken)")),
+    confidence="medium: states are printed (about 30 GB per GPU); activation bytes depend on "
+               "the offload overlap, which is not",
+)
+
+KIMI_K2_4096 = PublishedRun(
+    id="kimi-k2-4096", description="Kimi K2: 16 units of 256 H800 replicated over DP",
+    source="Kimi K2 Technical Report, arXiv:2507.20534, Sec. 2.4",
+    model_preset="kimi-k2-instruct", gpu="h800-sxm5-80gb", num_nodes=512, gpus_per_node=8,
+    training=TrainingSpec(global_batch_size=16384, sequence_length=4096,
+                          optimizer=OptimizerKind.MUON, overlap_ep_comm=True),
+    parallel=KIMI_K2_256.parallel.model_copy(update={"dp": 256, "optimizer_offload_frac": 0.0}),
+    assumptions=(("stated: the 256-GPU model-parallel unit is replicated over data "
+                 "parallelism with ZeRO-1, so optimizer states spread over the replicas "
+                 "(Sec. 2.4.3)"), "not printed: the cluster size (16 units taken)",
+                 "global batch 67M tokens (16,384 x 4K)"),
+    confidence="medium: as kimi-k2-256",
+)
+
+GPT3_175B = PublishedRun(
+    id="gpt3-175b-1024", description="GPT-3 175B in Megatron-LM on 1,024 A100",
+    source="Narayanan et al. 2021, arXiv:2104.04473, Sec. 5.1 and Table 1 (the 175B row "
+           "is the 145.6B shape's neighbour; GPT-3's own shape from Brown et al. 2020)",
+    model_preset="gpt-175b", gpu="a100-sxm4-80gb", num_nodes=128, gpus_per_node=8,
+    training=_MEGATRON_2021.model_copy(update={"global_batch_size": 1536}),
+    parallel=ParallelConfig(tp=8, pp=8, dp=16, vpp=2, schedule=PipelineSchedule.INTERLEAVED_1F1B,
+                            micro_batch_size=1, zero_stage=0, recompute=RecomputeMode.FULL),
+    printed_tflops_per_gpu=140, tflops_convention="hardware",
+    assumptions=(("stated: 1,024 A100, batch 1536, 140 TF/s per GPU for GPT-3 175B (Sec. 1); "
+                 "fp16 mixed precision, full recomputation, TP8 within a node (Sec. 5)"),
+                 "not printed for this run: PP8 x DP16 and 2 virtual stages taken"),
+    confidence="high for states and activations (full recomputation stores one input per "
+               "layer); the mesh split is an assumption",
+)
+
+MT_NLG_530B = PublishedRun(
+    id="mt-nlg-530b", description="Megatron-Turing NLG 530B on 4,480 A100",
+    source="Smith et al. 2022, arXiv:2201.11990, Sec. 2.2-2.3 and 3",
+    model_preset="gpt-530b", gpu="a100-sxm4-80gb", num_nodes=560, gpus_per_node=8,
+    training=_MEGATRON_2021.model_copy(update={"global_batch_size": 1920}),
+    parallel=ParallelConfig(tp=8, pp=35, dp=16, schedule=PipelineSchedule.ONE_F_ONE_B,
+                            micro_batch_size=1, zero_stage=0, recompute=RecomputeMode.FULL),
+    assumptions=(("stated: 105 layers, hidden 20480, 128 heads, sequence 2048, batch 1920, "
+                 "8-way tensor x 35-way pipeline per 280-GPU replica, data parallel to 4,480 "
+                 "A100 80GB, mixed precision, gradient checkpointing (Sec. 2.3, 3)"),
+                 ("not printed: optimizer sharding (none taken: an upper bound) and the "
+                 "micro-batch (1 taken)")),
+    confidence="high: the ledger takes the larger states when a choice is not printed",
+)
+
+BLOOM_176B_MODEL = ModelSpec(
+    name="bloom-176b", num_layers=70, hidden_size=14336, num_attention_heads=112,
+    ffn_hidden_size=4 * 14336, mlp=MlpKind.GELU, norm=NormKind.LAYERNORM, linear_bias=True,
+    attention_bias=True, vocab_size=250880, tie_word_embeddings=True,
+    learned_position_embeddings=0, max_position_embeddings=2048)
+"""BLOOM 176B: 70 layers, hidden 14336, 112 heads, 250,880-token vocabulary, ALiBi (no
+position table), tied embeddings (Le Scao et al. 2022, arXiv:2211.05100, Table 3)."""
+
+BLOOM_176B = PublishedRun(
+    id="bloom-176b", description="BLOOM 176B on 384 A100",
+    source="BigScience tr11-176B-ml (README and slurm); Le Scao et al. 2022, "
+           "arXiv:2211.05100, Sec. 3.4",
+    model_preset="bloom-176b", model=BLOOM_176B_MODEL, gpu="a100-sxm4-80gb", num_nodes=48,
+    gpus_per_node=8,
+    training=TrainingSpec(global_batch_size=2048, sequence_length=2048, flash_attention=False,
+                          dropout=False, overlap_grad_reduce=False),
+    parallel=ParallelConfig(tp=4, pp=12, dp=8, schedule=PipelineSchedule.ONE_F_ONE_B,
+                            micro_batch_size=2, zero_stage=1, recompute=RecomputeMode.FULL),
+    printed_tflops_per_gpu=150, tflops_convention="hardware",
+    assumptions=(("stated: TP4 x PP12 x DP8, micro-batch 2, global batch 2048, BF16 with "
+                 "ZeRO-1-sharded optimizer states, full activation checkpointing, no "
+                 "dropout, DeepSpeed's 1F1B pipeline (tr11 slurm)"),),
+    confidence="high: every memory-relevant choice is printed",
 )
 
 
 def published_runs() -> list[PublishedRun]:
     """Every published run preset."""
-    return (_megatron_2021_runs() + _korthikanti_runs()
-            + [LLAMA3_405B_16K, DEEPSEEK_V3_2048, KIMI_K2_256])
+    return (_megatron_2021_runs() + _korthikanti_runs() + list(PUBLISHED_SYSTEMS))
+
+
+PUBLISHED_SYSTEMS: tuple[PublishedRun, ...] = (
+    LLAMA3_405B_8K, LLAMA3_405B_16K, DEEPSEEK_V3_2048, KIMI_K2_256, KIMI_K2_4096, GPT3_175B,
+    MT_NLG_530B, BLOOM_176B)
+"""The landmark systems, each with its published recipe (the acceptance set of the ledger)."""
+
+
+def run_model(run: PublishedRun) -> ModelSpec:
+    """The architecture of a run: its own, or its catalog preset."""
+    return run.model if run.model is not None else model_preset(run.model_preset)
 
 
 def published_run(run_id: str) -> PublishedRun:
@@ -168,5 +286,19 @@ def published_run(run_id: str) -> PublishedRun:
                            + ", ".join(r.id for r in published_runs()), field="preset")
 
 
-__all__ = ["DEEPSEEK_V3_2048", "KIMI_K2_256", "LLAMA3_405B_16K", "PublishedRun",
-           "published_run", "published_runs"]
+__all__ = [
+    "BLOOM_176B",
+    "BLOOM_176B_MODEL",
+    "DEEPSEEK_V3_2048",
+    "GPT3_175B",
+    "KIMI_K2_256",
+    "KIMI_K2_4096",
+    "LLAMA3_405B_8K",
+    "LLAMA3_405B_16K",
+    "MT_NLG_530B",
+    "PUBLISHED_SYSTEMS",
+    "PublishedRun",
+    "published_run",
+    "published_runs",
+    "run_model",
+]

@@ -25,8 +25,9 @@ CALIBRATION = ("megatron2021-gpt-1.7b", "megatron2021-gpt-145.6b", "megatron2021
 def observed_and_predicted(run: PublishedRun, est: StepEstimate) -> tuple[float, float]:
     """(printed, predicted) in the run's own convention."""
     if run.printed_tflops_per_gpu is not None:
-        predicted = (est.hardware_tflops_per_gpu if run.tflops_convention == "hardware"
-                     else est.tflops_per_gpu)
+        predicted = (est.hardware_tflops_per_gpu_full_attention
+                     if run.tflops_convention == "hardware"
+                     else est.tflops_per_gpu_full_attention)
         return run.printed_tflops_per_gpu, predicted
     assert run.printed_iteration_time_s is not None
     return run.printed_iteration_time_s, est.step_time_s

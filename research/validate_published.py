@@ -133,7 +133,8 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
     if measured.get("tflops_per_gpu"):
         # Megatron-LM 2021 and BLOOM count recomputation (hardware FLOPs, Eq. 3).
         hardware = row["id"].startswith(("megatron2021", "bloom"))
-        predicted = best.hardware_tflops_per_gpu if hardware else best.tflops_per_gpu
+        predicted = (best.hardware_tflops_per_gpu_full_attention if hardware
+                     else best.tflops_per_gpu_full_attention)
         return measured["tflops_per_gpu"], predicted, "TF/s/GPU"
     if measured.get("iteration_time_s"):
         return measured["iteration_time_s"], best.step_time_s, "s/iter"

@@ -188,7 +188,8 @@ def register_lab_commands(commands: Any, *, run: Runner,
     sens = commands.add_parser("sensitivity", help="the plan under changed network, HBM and "
                                "kernel efficiency")
     add_request_flags(sens, pins=True)
-    sens.add_argument("--deltas", type=float_list, help="relative changes, default -0.2,0.2 (write --deltas=-0.2,0.2)")
+    sens.add_argument("--deltas", type=float_list,
+                      help="relative changes, default -0.2,0.2 (write --deltas=-0.2,0.2)")
     sens.add_argument("--factors", type=lambda text: text.split(","),
                       help=f"comma list of {', '.join(f.value for f in SensitivityFactor)}")
     sens.set_defaults(handler=partial(cmd_sensitivity, run=run, build=build))

@@ -74,8 +74,8 @@ def cluster_world_size(cluster: ClusterInput) -> int:
     per_node = cluster.gpus_per_node
     if per_node is None:
         gpu_id = cluster.gpu if isinstance(cluster.gpu, str) else cluster.gpu.id
-        node_id = cluster.node or DEFAULT_NODE_FOR_GPU.get(gpu_id, "hgx-h100")
-        node = NODE_PRESETS.get(node_id)
+        node_id = cluster.node or DEFAULT_NODE_FOR_GPU.get(gpu_id)
+        node = NODE_PRESETS.get(node_id) if node_id is not None else None
         per_node = node.gpus_per_node if node is not None else 1
     return cluster.num_nodes * per_node
 

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
-from api_schemas.hardware import ClusterSpec
+from api_schemas.exports import PlanExports
+from api_schemas.hardware import ClusterSpec, GpuSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import (
     Alternative,
@@ -23,12 +24,15 @@ from api_schemas.plan import (
     TimeBreakdown,
 )
 from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRequest
+from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.kernels import profile_for
 from models.memory import memory_ledger
+from models.memory_evidence import ledger_evidence
 from models.mesh import validate_mesh
+from models.mfu_records import mfu_above_record
 from models.resolve import resolve_cluster, resolve_model
-from models.step_time import StepEstimate, estimate_step
+from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cpsat
 from solver.candidate_eval import ScoredPlan, evaluate_candidate, refine_policies
 from solver.explain import (
@@ -55,6 +59,7 @@ def time_breakdown(est: StepEstimate) -> TimeBreakdown:
         step_time_s=est.step_time_s, compute_s=est.compute_s, recompute_s=est.recompute_s,
         bubble_s=est.bubble_s, exposed_comm_s=dict(est.exposed_comm_s),
         offload_stall_s=est.offload_stall_s, optimizer_s=est.optimizer_s,
+        overheads_s=dict(est.overheads_s),
         details={"pipeline_makespan_s": est.pipeline_makespan_s,
                  "critical_stage": float(est.critical_stage)})
 
@@ -63,20 +68,23 @@ def throughput(est: StepEstimate) -> Throughput:
     """The public throughput figures of a step estimate."""
     return Throughput(tokens_per_s=est.tokens_per_s, tflops_per_gpu=est.tflops_per_gpu,
                       hardware_tflops_per_gpu=est.hardware_tflops_per_gpu,
-                      mfu=min(1.0, est.mfu), hfu=est.hfu)
+                      mfu=min(1.0, est.mfu), hfu=est.hfu, flop_convention=FLOP_CONVENTION,
+                      tflops_per_gpu_full_attention=est.tflops_per_gpu_full_attention,
+                      mfu_full_attention=est.mfu_full_attention)
 
 
-def _exports(spec: object, training: object, parallel: object) -> dict[str, object]:
+def _exports(spec: ModelSpec, training: TrainingSpec,
+             parallel: ParallelConfig) -> PlanExports:
     try:
         from solver.export import export_all
     except ImportError:  # the exporters are optional at this layer
-        return {}
-    return export_all(spec, training, parallel)  # type: ignore[arg-type]
+        return PlanExports()
+    return PlanExports.model_validate(export_all(spec, training, parallel))
 
 
-def _notes(resolved_notes: tuple[str, ...], gpu_id: object) -> list[str]:
+def _notes(resolved_notes: tuple[str, ...], gpu: GpuSpec) -> list[str]:
     notes = list(resolved_notes)
-    notes.append("kernel efficiencies: " + profile_for(gpu_id).calibration)  # type: ignore[arg-type]
+    notes.append("kernel efficiencies: " + profile_for(gpu).calibration)
     return notes
 
 
@@ -92,7 +100,7 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     deadline = time.perf_counter() + request.solver.time_limit_s
     resolved = resolve_model(request.model)
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
-    constraints = hardware_constraints(request.constraints, cluster)
+    constraints = hardware_constraints(request.constraints, cluster, request.training)
     result = search(spec, request.training, cluster, constraints=constraints,
                     objective=request.objective, limits=request.solver, progress=progress)
     notes = _notes(resolved.notes, cluster.gpu)
@@ -122,6 +130,11 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     if request.objective == Objective.MIN_GPUS:
         reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
         text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
+    record = mfu_above_record(cluster.gpu.id, request.training.compute_dtype,
+                              best.estimate.mfu_full_attention)
+    if record:
+        notes.append(record)
+    notes += ledger_evidence(request.training, best.parallel, is_moe=spec.moe is not None)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
     response = _response(best, result.status, spec.name, cluster, alternatives, explanation,
@@ -150,7 +163,7 @@ def _stats(result: SearchResult) -> SolverStats:
 
 def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: ClusterSpec,
               alternatives: list[Alternative], explanation: Explanation, stats: SolverStats | None,
-              *, spec: object, training: object) -> PlanResponse:
+              *, spec: ModelSpec, training: TrainingSpec) -> PlanResponse:
     est = best.estimate
     return PlanResponse(
         status=status, model_name=model_name, gpu=cluster.gpu.id,
@@ -215,7 +228,7 @@ def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: Search
 
 
 def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
-                notes: list[str], model_name: str, cluster: object,
+                notes: list[str], model_name: str, cluster: ClusterSpec,
                 deadline: float) -> PlanResponse:
     rejected = [r for r in result.rejections if r.stage is not None]
     closest = min(rejected, key=lambda r: r.over_bytes, default=None)
@@ -239,12 +252,12 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
                      + "; ".join(found.not_tried))
     verdict = ("no plan was found within the time limit" if result.stats.unexamined
                else "no plan meets the request")
-    text = (f"For {model_name} on {cluster.world_size} x "  # type: ignore[attr-defined]
-            f"{cluster.gpu.name}, {verdict}: " + binding[0] + ". "  # type: ignore[attr-defined]
+    text = (f"For {model_name} on {cluster.world_size} x "
+            f"{cluster.gpu.name}, {verdict}: " + binding[0] + ". "
             + ("Smallest changes that give a plan: " + "; ".join(relax) + "."
                if relax else "No single relaxation tried gives a plan."))
     return PlanResponse(status=PlanStatus.INFEASIBLE, model_name=model_name,
-                        gpu=cluster.gpu.id,  # type: ignore[attr-defined]
+                        gpu=cluster.gpu.id,
                         explanation=Explanation(summary=text, binding_constraints=binding,
                                                 notes=notes, relaxations=relax),
                         solver=stats)
@@ -277,14 +290,19 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     started = time.perf_counter()
     ledger = memory_ledger(spec, request.training, parallel, cluster)
     est = estimate_step(spec, request.training, parallel, cluster)
-    scored = ScoredPlan(candidate=None, parallel=parallel, estimate=est,  # type: ignore[arg-type]
-                        ledger=ledger)
+    scored = ScoredPlan(candidate=MeshCandidate.of(parallel, est.num_micro_batches),
+                        parallel=parallel, estimate=est, ledger=ledger)
     fixes = suggest_fixes(spec, request.training, cluster, scored)
     notes = _notes(resolved.notes, cluster.gpu) + [w.message for w in warnings]
     if _stores_fp8(parallel) and DType.FP8 not in cluster.gpu.dense_peak_flop_per_s:
         notes.append(f"FP8 activation storage on {cluster.gpu.name}, which has no FP8 "
                      "kernels: the memory is modelled as asked, but Transformer Engine's FP8 "
                      "path needs compute capability 8.9 or newer")
+    record = mfu_above_record(cluster.gpu.id, request.training.compute_dtype,
+                              est.mfu_full_attention)
+    if record:
+        notes.append(record)
+    notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
                if ledger.fits else
                f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "

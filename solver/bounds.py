@@ -21,12 +21,12 @@ from api_schemas.parallel import PipelineSchedule, RecomputeMode, RecomputeModul
 from api_schemas.training import TrainingSpec
 from models.activations import LayerActivationContext, layer_activation_bytes
 from models.collectives import fabric_of
-from models.compute import ComputeContext, LayerCompute, head_compute, layer_compute
+from models.compute import LayerCompute, head_compute, layer_compute
 from models.memory import RUNTIME_RESERVE_BYTES
 from models.params import count_parameters
 from models.pipeline import peak_in_flight_chunks
 from models.precision import sharded_state_bytes, state_bytes_per_param
-from models.step_time import axis_groups, layer_comm, zero3_exposed_s
+from models.step_time import axis_groups, compute_context, layer_comm, zero3_exposed_s
 from solver.space import MeshCandidate
 
 S = PipelineSchedule
@@ -58,8 +58,8 @@ class BoundTables:
         self.num_moe = spec.num_moe_layers
         self.num_dense = spec.num_layers - self.num_moe
         self.params = count_parameters(spec)
-        self._core_cache: dict[tuple, CoreTimes] = {}
-        self._input_cache: dict[tuple, int] = {}
+        self._core_cache: dict[tuple[object, ...], CoreTimes] = {}
+        self._input_cache: dict[tuple[object, ...], int] = {}
 
     def core(self, c: MeshCandidate) -> CoreTimes:
         """Layer and head times of the candidate's core (cached)."""
@@ -73,12 +73,8 @@ class BoundTables:
 
     def _compute_core(self, c: MeshCandidate) -> CoreTimes:
         spec, tr = self.spec, self.training
-        ctx = ComputeContext(gpu=self.cluster.gpu, seq_len=tr.sequence_length,
-                             micro_batch_size=c.micro_batch_size, tp=c.tp, cp=c.cp, ep=c.ep,
-                             etp=c.etp, sequence_parallel=c.sequence_parallel,
-                             compute_dtype=tr.compute_dtype, flash_attention=tr.flash_attention,
-                             dropout=tr.dropout, moe_load_imbalance=tr.moe_load_imbalance)
         parallel = c.parallel()
+        ctx = compute_context(tr, parallel, self.cluster)
         groups = axis_groups(parallel, gpus_per_node=self.cluster.gpus_per_node)
         out: dict[str, float] = {}
         layers: list[tuple[int, LayerCompute]] = []
@@ -153,8 +149,8 @@ class BoundTables:
         """Lower bound of the peak GPU bytes under the most frugal choices allowed."""
         spec, tr = self.spec, self.training
         per_param = state_bytes_per_param(tr)
-        dense_params = self.params.total + self.params.mtp_total - self.params.routed_experts_total
-        dense_params /= c.tp
+        dense_params = (self.params.total + self.params.mtp_total
+                        - self.params.routed_experts_total) / c.tp
         expert_params = self.params.routed_experts_total / (c.ep * c.etp)
         shard = c.dp * c.cp
         edp = max(1, c.tp * c.cp * c.dp // (c.ep * c.etp))

@@ -29,7 +29,13 @@ from models.layout import pipeline_layout
 from models.memory import MemoryLedger, fits_memory, memory_ledger
 from models.step_time import StepEstimate, estimate_step, pipeline_makespan_bound
 from solver import cpsat
-from solver.policy import broad_selective_modules, choose_stage_policies, policy_options
+from solver.policy import (
+    ACTIVATION_OFFLOAD_SHARE,
+    broad_selective_modules,
+    choose_stage_policies,
+    max_offload_share,
+    policy_options,
+)
 from solver.space import MeshCandidate, permitted
 
 
@@ -85,8 +91,8 @@ def _ladder(spec: ModelSpec, constraints: Constraints) -> list[dict[str, object]
                       "fp8_activations": True})
     if constraints.allow_offload:
         rungs.append({"recompute": RecomputeMode.SELECTIVE, "recompute_modules": broad,
-                      "fp8_activations": constraints.allow_fp8_activations,
-                      "activation_offload_frac": 0.5})
+                      "fp8_activations": bool(constraints.allow_fp8_activations),
+                      "activation_offload_frac": ACTIVATION_OFFLOAD_SHARE})
     return rungs
 
 
@@ -95,8 +101,8 @@ def _frugal(spec: ModelSpec, constraints: Constraints,
     recompute: object = RecomputeMode.FULL if full_layers is None else FullLayers(
         full_layers=full_layers, others="selective")
     return {"recompute": recompute, "recompute_modules": broad_selective_modules(spec),
-            "fp8_activations": constraints.allow_fp8_activations,
-            "activation_offload_frac": 0.5 if constraints.allow_offload else 0.0}
+            "fp8_activations": bool(constraints.allow_fp8_activations),
+            "activation_offload_frac": max_offload_share(constraints)}
 
 
 def _fits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,

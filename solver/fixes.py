@@ -11,14 +11,20 @@ from typing import Any
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import FullLayers, ParallelConfig, PipelineSchedule, RecomputeMode
+from api_schemas.parallel import (
+    FullLayers,
+    ParallelConfig,
+    PipelineSchedule,
+    RecomputeMode,
+    RecomputeModule,
+)
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.memory import memory_ledger
 from models.step_time import estimate_step
 from solver.candidate_eval import ScoredPlan
 from solver.explain import gib
-from solver.policy import broad_selective_modules
+from solver.policy import ACTIVATION_OFFLOAD_SHARE, broad_selective_modules
 
 MAX_FIXES = 5
 """Fixes reported per evaluation."""
@@ -45,8 +51,14 @@ def _neighbours(spec: ModelSpec, p: ParallelConfig) -> Iterator[tuple[str, dict[
     for k in sorted({max(1, per_stage // 4), max(1, per_stage // 2), per_stage}):
         yield (f"full recompute of {k} layers per stage",
                {"recompute": FullLayers(full_layers=k), "stage_policies": None})
+    if spec.moe is not None:
+        yield ("selective recompute of cheap modules and the MoE down-projections (Kimi K2)",
+               {"recompute": RecomputeMode.SELECTIVE, "stage_policies": None,
+                "recompute_modules": (*broad_selective_modules(spec),
+                                      RecomputeModule.MOE_DOWN_PROJ)})
     yield "FP8 activation storage", {"fp8_activations": True, "stage_policies": None}
-    yield "offload half the activations", {"activation_offload_frac": 0.5, "stage_policies": None}
+    yield (f"offload {ACTIVATION_OFFLOAD_SHARE:.0%} of the activations",
+           {"activation_offload_frac": ACTIVATION_OFFLOAD_SHARE, "stage_policies": None})
     if p.micro_batch_size % 2 == 0:
         half = p.micro_batch_size // 2
         yield f"micro-batch {half}", {"micro_batch_size": half}

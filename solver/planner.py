@@ -23,7 +23,6 @@ returned as feasible with the smallest unvisited bound as the proven bound.
 """
 
 import heapq
-import logging
 import math
 import time
 from collections.abc import Callable
@@ -45,9 +44,8 @@ from solver.candidate_eval import (
     evaluate_candidate,
     plain_makespan_bound,
 )
+from solver.policy import max_offload_share
 from solver.space import MeshCandidate, candidate_meshes
-
-logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 
@@ -114,13 +112,19 @@ def _bound(tables: BoundTables, c: MeshCandidate, objective: Objective, tokens: 
     return t
 
 
-def hardware_constraints(constraints: Constraints, cluster: ClusterSpec) -> Constraints:
-    """The request's constraints narrowed by what the GPU can do: FP8 activation storage
-    needs FP8 casting kernels (Transformer Engine's FP8 path requires compute capability
-    8.9 or newer), so GPUs without an FP8 peak never get it."""
-    if constraints.allow_fp8_activations and \
-            DType.FP8 not in cluster.gpu.dense_peak_flop_per_s:
-        return constraints.model_copy(update={"allow_fp8_activations": False})
+def hardware_constraints(constraints: Constraints, cluster: ClusterSpec,
+                         training: TrainingSpec | None = None) -> Constraints:
+    """The request's constraints narrowed by the recipe and by what the GPU can do: FP8
+    activation storage, when not asked for, follows the recipe's precision (on for FP8
+    training only); it needs FP8 casting kernels (Transformer Engine's FP8 path requires
+    compute capability 8.9 or newer), so GPUs without an FP8 peak never get it."""
+    allowed = constraints.allow_fp8_activations
+    if allowed is None:
+        allowed = training is not None and training.compute_dtype == DType.FP8
+    if allowed and DType.FP8 not in cluster.gpu.dense_peak_flop_per_s:
+        allowed = False
+    if allowed != constraints.allow_fp8_activations:
+        return constraints.model_copy(update={"allow_fp8_activations": allowed})
     return constraints
 
 
@@ -164,121 +168,177 @@ def _forced_zero_stage(tables: BoundTables, c: MeshCandidate, zeros: list[int],
     return 0
 
 
+@dataclass(slots=True, kw_only=True)
+class _Queue:
+    """The candidates still to visit, by bound, and what the search has learnt so far."""
+
+    heap: list[tuple[float, int, int, MeshCandidate]]
+    total: int
+    pruned_memory: int
+    best: ScoredPlan | None = None
+    best_value: float = math.inf
+    ranked: list[ScoredPlan] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    evaluated: int = 0
+    status: PlanStatus = PlanStatus.OPTIMAL
+    bound: float | None = None
+    unexamined: int = 0
+    forced_zero: dict[int, int] = field(default_factory=dict)
+    zero3_bound: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Problem:
+    """One search's fixed inputs."""
+
+    spec: ModelSpec
+    training: TrainingSpec
+    cluster: ClusterSpec
+    constraints: Constraints
+    objective: Objective
+    tables: BoundTables
+    zeros: list[int]
+    max_offload: float
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per step (the cost-per-token objective divides by it)."""
+        return self.training.tokens_per_step
+
+
 def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
            constraints: Constraints, objective: Objective, limits: SolverLimits,
            progress: Progress | None = None) -> SearchResult:
     """Find the best plan under the cost model (see the module docstring)."""
-    constraints = hardware_constraints(constraints, cluster)
+    constraints = hardware_constraints(constraints, cluster, training)
     started = time.perf_counter()
     deadline = started + limits.time_limit_s
-    tables = BoundTables(spec, training, cluster)
-    sizes = _world_sizes(cluster, constraints, objective)
     zeros = allowed_zero_stages(constraints)
-    max_offload = 0.5 if constraints.allow_offload else 0.0
+    problem = _Problem(spec=spec, training=training, cluster=cluster, constraints=constraints,
+                       objective=objective, tables=BoundTables(spec, training, cluster),
+                       zeros=zeros, max_offload=max_offload_share(constraints))
+    sizes = _world_sizes(cluster, constraints, objective)
+    queue = _enqueue(problem, sizes)
+    if progress:
+        progress(f"{queue.total} candidates, {queue.pruned_memory} pruned by the memory bound, "
+                 f"{len(queue.heap)} to order by the time bound")
+    while queue.heap:
+        lower, order, level, c = queue.heap[0]
+        if lower >= queue.best_value:
+            break
+        if deadline - time.perf_counter() <= 0:
+            if queue.best is not None:
+                queue.status, queue.bound = PlanStatus.FEASIBLE, lower
+            else:
+                queue.unexamined = len(queue.heap)
+            break
+        heapq.heappop(queue.heap)
+        if level != _SIMULATED_BOUND:
+            _tighten(problem, queue, lower, order, level, c)
+            continue
+        _visit(problem, queue, order, c, progress)
+    return _result(problem, queue, sizes, time.perf_counter() - started)
+
+
+def _enqueue(problem: _Problem, sizes: list[int]) -> _Queue:
+    """Every candidate of every allowed world size that passes the memory bound, queued by
+    its table time bound."""
+    tables, cluster = problem.tables, problem.cluster
     heap: list[tuple[float, int, int, MeshCandidate]] = []
     total = pruned_memory = 0
     for world in sizes:
-        if objective == Objective.MIN_GPUS and world * cluster.gpus_per_node == 0:
-            continue
-        for c in candidate_meshes(spec, training, world_size=world,
-                                  gpus_per_node=cluster.gpus_per_node, constraints=constraints):
+        for c in candidate_meshes(problem.spec, problem.training, world_size=world,
+                                  gpus_per_node=cluster.gpus_per_node,
+                                  constraints=problem.constraints):
             total += 1
-            if tables.memory_bound_bytes(c, max_zero=max(zeros, default=0),
-                                         max_offload=max_offload) \
+            if tables.memory_bound_bytes(c, max_zero=max(problem.zeros, default=0),
+                                         max_offload=problem.max_offload) \
                     > cluster.capacity_bytes:
                 pruned_memory += 1
                 continue
-            heap.append((_bound(tables, c, objective, training.tokens_per_step), total,
+            heap.append((_bound(tables, c, problem.objective, problem.tokens), total,
                          _TABLE_BOUND, c))
     heapq.heapify(heap)
-    if progress:
-        progress(f"{total} candidates, {pruned_memory} pruned by the memory bound, "
-                 f"{len(heap)} to order by the time bound")
-    best: ScoredPlan | None = None
-    best_value = math.inf
-    ranked: list[ScoredPlan] = []
-    rejections: list[Rejection] = []
-    evaluated = 0
-    status = PlanStatus.OPTIMAL
-    bound = None
-    refined = 0
-    unexamined = 0
-    forced_zero: dict[int, int] = {}
-    zero3_bound: dict[int, float] = {}
-    while heap:
-        lower, order, level, c = heap[0]
-        if lower >= best_value:
-            break
-        remaining_s = deadline - time.perf_counter()
-        if remaining_s <= 0:
-            if best is not None:
-                status, bound = PlanStatus.FEASIBLE, lower
-            else:
-                unexamined = len(heap)
-            break
-        heapq.heappop(heap)
-        if level == _TABLE_BOUND:
-            # Where memory rules out ZeRO 0-2, the gathers of ZeRO-3 join the table bound.
-            zero = _forced_zero_stage(tables, c, zeros, max_offload, cluster.capacity_bytes)
-            forced_zero[order] = zero
-            if zero == 3:
-                zero3_bound[order] = _zero3_bound_s(tables, c)
-                gathered = _rescale(zero3_bound[order], c, objective, training.tokens_per_step)
-                if gathered > lower:
-                    heapq.heappush(heap, (gathered, order, _ZERO3_BOUND, c))
-                    continue
-            level = _ZERO3_BOUND
-        if level == _ZERO3_BOUND:
-            # Second, tighter bound (one simulation, no policy search): re-queue by it.
-            try:
-                makespan = plain_makespan_bound(spec, training, cluster, c,
-                                                zero_stage=forced_zero[order])
-            except InvalidSpecError as exc:
-                rejections.append(Rejection(candidate=c, reason=exc.detail))
-                continue
-            refined += 1
-            tighter = _rescale(makespan, c, objective, training.tokens_per_step)
-            heapq.heappush(heap, (max(lower, tighter), order, _SIMULATED_BOUND, c))
-            continue
-        cutoff_s = _step_cutoff_s(best_value, c, objective, training.tokens_per_step)
-        if 3 in zeros and cutoff_s < math.inf and order not in zero3_bound:
-            zero3_bound[order] = _zero3_bound_s(tables, c)
-        result = evaluate_candidate(spec, training, cluster, c, constraints,
-                                    step_cutoff_s=cutoff_s,
-                                    zero3_bound_s=zero3_bound.get(order, 0.0))
-        evaluated += 1
-        if isinstance(result, Dominated):
-            continue
-        if isinstance(result, Rejection):
-            rejections.append(result)
-            continue
-        if not _meets_target(result, constraints):
-            rejections.append(Rejection(candidate=c, reason="below the target tokens/s"))
-            continue
-        ranked.append(result)
-        value = objective_value(result, objective)
-        if value < best_value:
-            best, best_value = result, value
-            if progress:
-                progress(f"incumbent {c.key}: {result.estimate.step_time_s:.3f} s/step "
-                         f"({evaluated} evaluated)")
+    return _Queue(heap=heap, total=total, pruned_memory=pruned_memory)
+
+
+def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: int,
+             c: MeshCandidate) -> None:
+    """Re-queue a candidate under its next, tighter bound: the table bound with ZeRO-3's
+    gathers where memory forces ZeRO-3, then the simulated bound."""
+    tables = problem.tables
+    if level == _TABLE_BOUND:
+        # Where memory rules out ZeRO 0-2, the gathers of ZeRO-3 join the table bound.
+        zero = _forced_zero_stage(tables, c, problem.zeros, problem.max_offload,
+                                  problem.cluster.capacity_bytes)
+        queue.forced_zero[order] = zero
+        if zero == 3:
+            queue.zero3_bound[order] = _zero3_bound_s(tables, c)
+            gathered = _rescale(queue.zero3_bound[order], c, problem.objective, problem.tokens)
+            if gathered > lower:
+                heapq.heappush(queue.heap, (gathered, order, _ZERO3_BOUND, c))
+                return
+    # Second, tighter bound (one simulation, no policy search): re-queue by it.
+    try:
+        makespan = plain_makespan_bound(problem.spec, problem.training, problem.cluster, c,
+                                        zero_stage=queue.forced_zero[order])
+    except InvalidSpecError as exc:
+        queue.rejections.append(Rejection(candidate=c, reason=exc.detail))
+        return
+    tighter = _rescale(makespan, c, problem.objective, problem.tokens)
+    heapq.heappush(queue.heap, (max(lower, tighter), order, _SIMULATED_BOUND, c))
+
+
+def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,
+           progress: Progress | None) -> None:
+    """Evaluate a candidate exactly and keep it if it beats the incumbent."""
+    cutoff_s = _step_cutoff_s(queue.best_value, c, problem.objective, problem.tokens)
+    if 3 in problem.zeros and cutoff_s < math.inf and order not in queue.zero3_bound:
+        queue.zero3_bound[order] = _zero3_bound_s(problem.tables, c)
+    result = evaluate_candidate(problem.spec, problem.training, problem.cluster, c,
+                                problem.constraints, step_cutoff_s=cutoff_s,
+                                zero3_bound_s=queue.zero3_bound.get(order, 0.0))
+    queue.evaluated += 1
+    if isinstance(result, Dominated):
+        return
+    if isinstance(result, Rejection):
+        queue.rejections.append(result)
+        return
+    if not _meets_target(result, problem.constraints):
+        queue.rejections.append(Rejection(candidate=c, reason="below the target tokens/s"))
+        return
+    queue.ranked.append(result)
+    value = objective_value(result, problem.objective)
+    if value < queue.best_value:
+        queue.best, queue.best_value = result, value
+        if progress:
+            progress(f"incumbent {c.key}: {result.estimate.step_time_s:.3f} s/step "
+                     f"({queue.evaluated} evaluated)")
+
+
+def _result(problem: _Problem, queue: _Queue, sizes: list[int], wall_s: float) -> SearchResult:
+    """The search's answer: status, proven bound and gap, ranked plans and statistics."""
+    best, best_value, status, bound = queue.best, queue.best_value, queue.status, queue.bound
     if best is None:
         status = PlanStatus.INFEASIBLE
     if status == PlanStatus.OPTIMAL:
         bound = best_value if best is not None else None
-    ranked.sort(key=lambda p: objective_value(p, objective))
+    ranked = sorted(queue.ranked, key=lambda p: objective_value(p, problem.objective))
     gap = None
     if best is not None and bound is not None:
         gap = max(0.0, (best_value - bound) / best_value) if best_value else 0.0
-    stats = SearchStats(candidates=total, pruned_memory=pruned_memory,
-                        pruned_bound=len(heap) - (1 if status == PlanStatus.FEASIBLE else 0)
-                        if best is not None else 0,
-                        evaluated=evaluated, wall_time_s=time.perf_counter() - started,
-                        best_bound=bound, gap=gap, unexamined=unexamined)
-    frontier = tuple(item[3] for item in heapq.nsmallest(200, heap))
+    pruned_bound = 0
+    if best is not None:
+        pruned_bound = len(queue.heap) - (1 if status == PlanStatus.FEASIBLE else 0)
+    stats = SearchStats(candidates=queue.total, pruned_memory=queue.pruned_memory,
+                        pruned_bound=pruned_bound, evaluated=queue.evaluated,
+                        wall_time_s=wall_s, best_bound=bound, gap=gap,
+                        unexamined=queue.unexamined)
+    frontier = tuple(item[3] for item in heapq.nsmallest(200, queue.heap))
     return SearchResult(status=status, best=best, ranked=tuple(ranked),
-                        rejections=tuple(rejections), stats=stats, objective=objective,
-                        world_sizes=tuple(sizes), frontier=frontier)
+                        rejections=tuple(queue.rejections), stats=stats,
+                        objective=problem.objective, world_sizes=tuple(sizes),
+                        frontier=frontier)
 
 
 def _rescale(time_s: float, c: MeshCandidate, objective: Objective, tokens: int) -> float:

@@ -20,8 +20,8 @@ layers recomputed. The solution is re-checked with the exact ledger and repaired
 recomputed layer on a stage that still overflows) if rounding or layer kinds disagree.
 """
 
-import logging
 from dataclasses import dataclass
+from typing import Literal
 
 from api_schemas.architecture import AttentionKind, ModelSpec
 from api_schemas.hardware import ClusterSpec
@@ -39,9 +39,14 @@ from models.layout import pipeline_layout
 from models.memory import memory_ledger, micro_batch_count
 from models.step_time import axis_groups, stage_time
 from solver import cpsat
-from solver.scaling import capacity_bytes, cost_bytes, cost_time
-
-logger = logging.getLogger(__name__)
+from solver.scaling import (
+    MAX_COEFFICIENT,
+    capacity_bytes,
+    cost_bytes,
+    cost_time,
+    saved_bytes,
+    seconds,
+)
 
 BOTTLENECK_WEIGHT = 1000
 """K: one microsecond of the slowest stage outweighs a millisecond summed over the others."""
@@ -60,7 +65,9 @@ class PolicyOption:
         """The stage policy with `full_layers` fully recomputed layers."""
         recompute: RecomputeMode | FullLayers = self.recompute
         if full_layers:
-            recompute = FullLayers(full_layers=full_layers, others=self.recompute.value)
+            others: Literal["none", "selective"] = (
+                "selective" if self.recompute == RecomputeMode.SELECTIVE else "none")
+            recompute = FullLayers(full_layers=full_layers, others=others)
         return StagePolicy(recompute=recompute, recompute_modules=self.modules or
                            (RecomputeModule.CORE_ATTN,), fp8_activations=self.fp8,
                            offload_frac=self.offload_frac)
@@ -86,11 +93,23 @@ def broad_selective_modules(spec: ModelSpec) -> tuple[RecomputeModule, ...]:
     return tuple(modules)
 
 
+ACTIVATION_OFFLOAD_SHARE = 0.5
+"""The share of a stage's stored activations moved to host memory when offload is allowed:
+the one offload setting the search, its bounds and its fixes try. A chosen setting, not a
+calibrated one: Kimi K2 (arXiv:2507.20534 Sec. 2.4) offloads activations to the CPU without
+printing the share, and `models/published.py` records that run with this value."""
+
+
+def max_offload_share(constraints: Constraints) -> float:
+    """The largest activation offload share a request allows (0 without offload)."""
+    return ACTIVATION_OFFLOAD_SHARE if constraints.allow_offload else 0.0
+
+
 def policy_options(spec: ModelSpec, constraints: Constraints) -> list[PolicyOption]:
     """The storage options the subproblem chooses from, under the request's permissions."""
     bases = [(RecomputeMode.NONE, ()), (RecomputeMode.SELECTIVE, broad_selective_modules(spec))]
     fp8s = [False, True] if constraints.allow_fp8_activations else [False]
-    offloads = [0.0, 0.5] if constraints.allow_offload else [0.0]
+    offloads = sorted({0.0, max_offload_share(constraints)})
     return [PolicyOption(recompute=mode, modules=modules, fp8=fp8, offload_frac=off)
             for mode, modules in bases for fp8 in fp8s for off in offloads]
 
@@ -128,7 +147,7 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
     cap = capacity_bytes(cluster.capacity_bytes)
     x: dict[tuple[int, int], cpsat.IntVar] = {}
     n_vars: dict[tuple[int, int], cpsat.IntVar] = {}
-    bottleneck = model.new_int_var(0, 2**40, "bottleneck")
+    bottleneck = model.new_int_var(0, MAX_COEFFICIENT, "bottleneck")
     stage_terms = []
     for s, count in enumerate(layers):
         n_s = model.new_int_var(0, count, f"full_layers[{s}]")
@@ -145,13 +164,13 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
             m0, m1, m2 = (ledger.stages[s].total_bytes for ledger in ledgers)
             saved = max(0, m1 - m2) if count >= 2 else max(0, m0 - m1)
             working = max(0, m1 - m0 + saved)
-            mem_terms += [cost_bytes(m0) * x[s, o], -(saved // 2**20) * n_vars[s, o],
+            mem_terms += [cost_bytes(m0) * x[s, o], -saved_bytes(saved) * n_vars[s, o],
                           cost_bytes(working) * z]
             t0, t1 = busy[0][s], busy[1][s]
             time_terms += [cost_time(t0) * x[s, o], cost_time(max(0.0, t1 - t0)) * n_vars[s, o]]
         model.add_exactly_one(x[s, o] for o in range(len(data)))           # C1
         model.add(sum(mem_terms) <= cap)                                    # C4
-        stage_time_var = model.new_int_var(0, 2**40, f"stage_time[{s}]")
+        stage_time_var = model.new_int_var(0, MAX_COEFFICIENT, f"stage_time[{s}]")
         model.add(stage_time_var == sum(time_terms))
         model.add(bottleneck >= stage_time_var)                             # C5
         stage_terms.append(stage_time_var)
@@ -166,11 +185,11 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
         o = next(o for o in range(len(data)) if solver.value(x[s, o]))
         policies.append(options[o].policy(int(solver.value(n_vars[s, o]))))
     chosen = parallel.model_copy(update={"stage_policies": tuple(policies)})
-    chosen = _repair(spec, training, chosen, cluster, layers)
-    if chosen is None:
+    repaired = _repair(spec, training, chosen, cluster, layers)
+    if repaired is None:
         return None
-    return PolicyResult(parallel=chosen, status=outcome.status,
-                        bottleneck_s=solver.value(bottleneck) * 1e-6)
+    return PolicyResult(parallel=repaired, status=outcome.status,
+                        bottleneck_s=seconds(solver.value(bottleneck)))
 
 
 def _repair(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -201,10 +220,12 @@ def _repair(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
 
 
 __all__ = [
+    "ACTIVATION_OFFLOAD_SHARE",
     "BOTTLENECK_WEIGHT",
     "PolicyOption",
     "PolicyResult",
     "broad_selective_modules",
     "choose_stage_policies",
+    "max_offload_share",
     "policy_options",
 ]

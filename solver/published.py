@@ -6,10 +6,10 @@ compare like with like. Must not: search other layouts (that is the planner).
 """
 
 from api_schemas.parallel import ParallelConfig
-from models.catalog import cluster_preset, model_preset
+from models.catalog import cluster_preset
 from models.errors import InvalidSpecError
 from models.memory import memory_ledger
-from models.published import PublishedRun
+from models.published import PublishedRun, run_model
 from models.step_time import StepEstimate, estimate_step
 from solver.explain import describe_policy
 
@@ -22,7 +22,7 @@ def score_published_run(run: PublishedRun, *, micro_batch_sizes: tuple[int, ...]
     """The fastest fitting estimate of the run's layout over the micro-batch sizes tried
     (the run's own when it prints an iteration time, which pins the batch split); None when
     none fits."""
-    spec = model_preset(run.model_preset)
+    spec = run_model(run)
     cluster = cluster_preset(run.gpu, num_nodes=run.num_nodes, gpus_per_node=run.gpus_per_node)
     if micro_batch_sizes is None:
         micro_batch_sizes = ((run.parallel.micro_batch_size,) if run.printed_iteration_time_s

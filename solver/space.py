@@ -2,11 +2,11 @@
 
 Owns: enumerating `MeshCandidate`s for a model, a cluster size and a recipe under the
 request's pins and forbidden values, in plain Python (no OR-Tools), with the rules that make
-a candidate legal (heads divisible by tp, experts by ep, ep x etp folding into tp x cp x dp,
-schedule shape rules, batch divisibility). Must not: evaluate costs.
+a candidate legal taken from `models.mesh.rules` (never restated here), plus the search's
+own policies (TP within a node unless pinned, sequence parallelism whenever tp > 1, expert
+TP only when pinned, CP only for long sequences). Must not: evaluate costs.
 """
 
-import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,9 +16,11 @@ from api_schemas.parallel import ContextParallelKind, ParallelConfig, PipelineSc
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
+from models.mesh.candidates import Candidate, MeshContext
+from models.mesh.layout import DEFAULT_ORDER
+from models.mesh.rules import CP_RULES, EXPERT_RULES, TP_RULES, admits, errors
+from models.mesh.rules_pipeline import pp_at_most_layers
 from models.pipeline import validate_schedule
-
-logger = logging.getLogger(__name__)
 
 S = PipelineSchedule
 MAX_MICRO_BATCH_SIZE = 8
@@ -50,6 +52,16 @@ class MeshCandidate:
     ulysses_degree: int | None = None
     """USP only: the Ulysses axis (the ring axis is cp / this)."""
 
+    @classmethod
+    def of(cls, parallel: ParallelConfig, num_micro_batches: int) -> "MeshCandidate":
+        """The mesh point of a given configuration (evaluate scores one without a search)."""
+        return cls(tp=parallel.tp, pp=parallel.pp, dp=parallel.dp, cp=parallel.cp,
+                   ep=parallel.ep, etp=parallel.etp, vpp=parallel.vpp,
+                   micro_batch_size=parallel.micro_batch_size,
+                   num_micro_batches=num_micro_batches, schedule=parallel.schedule,
+                   sequence_parallel=parallel.sequence_parallel, cp_kind=parallel.cp_kind,
+                   ulysses_degree=parallel.ulysses_degree)
+
     @property
     def world_size(self) -> int:
         """GPUs used."""
@@ -63,11 +75,11 @@ class MeshCandidate:
 
     def parallel(self, **overrides: Any) -> ParallelConfig:
         """The `ParallelConfig` of this candidate with ZeRO / policy fields set."""
-        fields: dict[str, Any] = dict(
-            tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, ep=self.ep, etp=self.etp,
-            vpp=self.vpp, micro_batch_size=self.micro_batch_size, schedule=self.schedule,
-            sequence_parallel=self.sequence_parallel, cp_kind=self.cp_kind,
-            ulysses_degree=self.ulysses_degree)
+        fields: dict[str, Any] = {
+            "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
+            "etp": self.etp, "vpp": self.vpp, "micro_batch_size": self.micro_batch_size,
+            "schedule": self.schedule, "sequence_parallel": self.sequence_parallel,
+            "cp_kind": self.cp_kind, "ulysses_degree": self.ulysses_degree}
         fields.update(overrides)
         return ParallelConfig.model_validate(fields)
 
@@ -89,40 +101,47 @@ def permitted(name: str, value: Any, constraints: Constraints) -> bool:
     return value not in forbidden and str(value) not in [str(f) for f in forbidden]
 
 
-def _tp_options(spec: ModelSpec, gpus_per_node: int, constraints: Constraints) -> list[int]:
-    heads, kv = spec.num_attention_heads, spec.kv_heads
+def mesh_context(spec: ModelSpec, training: TrainingSpec, *, world_size: int,
+                 gpus_per_node: int) -> MeshContext:
+    """The context the mesh rules check candidates of `world_size` GPUs against (a world
+    smaller than a node, or not a whole number of nodes, is one partial node)."""
+    whole = world_size % gpus_per_node == 0
+    return MeshContext(model=spec, training=training,
+                       num_nodes=world_size // gpus_per_node if whole else 1,
+                       gpus_per_node=gpus_per_node if whole else world_size)
+
+
+def _tp_options(ctx: MeshContext, constraints: Constraints) -> list[int]:
     out = []
-    for tp in divisors(heads):
-        if kv % tp and tp % kv:
-            continue
-        if tp > gpus_per_node and constraints.tp is None:
+    for tp in divisors(ctx.world_size):
+        if tp > ctx.gpus_per_node and constraints.tp is None:
             continue  # a TP group crossing nodes only when the user pins it
-        if permitted("tp", tp, constraints):
+        if permitted("tp", tp, constraints) and admits(ctx, TP_RULES, tp=tp):
             out.append(tp)
     return out
 
 
-def _cp_options(spec: ModelSpec, training: TrainingSpec, constraints: Constraints
+def _cp_options(ctx: MeshContext, tp: int, constraints: Constraints
                 ) -> list[tuple[int, ContextParallelKind, int | None]]:
-    """(cp, kind, Ulysses degree): ring for any cp; Ulysses when cp divides the heads; USP
-    (Ulysses x ring) for each proper Ulysses factor that divides the heads."""
+    """(cp, kind, Ulysses degree): ring for any cp; Ulysses and USP (Ulysses x ring, for
+    each proper Ulysses factor) where the mesh rules admit them with this TP degree."""
     out: list[tuple[int, ContextParallelKind, int | None]] = []
-    heads = spec.num_attention_heads
-    for cp in divisors(training.sequence_length):
-        too_fine = cp > 64 or (training.sequence_length // cp) < 128
+    seq = ctx.training.sequence_length if ctx.training is not None else 1
+    for cp in divisors(seq):
+        too_fine = cp > 64 or (seq // cp) < 128
         if too_fine or not permitted("cp", cp, constraints):
             continue
-        if cp > 1 and constraints.cp is None and training.sequence_length < MIN_SEQUENCE_FOR_CP:
+        if cp > 1 and constraints.cp is None and seq < MIN_SEQUENCE_FOR_CP:
             continue
         if cp == 1:
             out.append((1, ContextParallelKind.RING, None))
             continue
-        options: list[tuple[ContextParallelKind, int | None]] = [(ContextParallelKind.RING, None)]
-        if heads % cp == 0:
-            options.append((ContextParallelKind.ULYSSES, None))
-        options += [(ContextParallelKind.USP, u) for u in divisors(cp)
-                    if 1 < u < cp and heads % u == 0]
-        out += [(cp, kind, u) for kind, u in options if permitted("cp_kind", kind, constraints)]
+        options: list[tuple[ContextParallelKind, int | None]] = [
+            (ContextParallelKind.RING, None), (ContextParallelKind.ULYSSES, None)]
+        options += [(ContextParallelKind.USP, u) for u in divisors(cp) if 1 < u < cp]
+        out += [(cp, kind, u) for kind, u in options
+                if permitted("cp_kind", kind, constraints)
+                and admits(ctx, CP_RULES, tp=tp, cp=cp, cp_kind=kind, ulysses_degree=u)]
     return out
 
 
@@ -153,47 +172,56 @@ def _schedule_options(spec: ModelSpec, pp: int, m: int, constraints: Constraints
             yield schedule, vpp
 
 
-def _expert_options(spec: ModelSpec, tp: int, cp: int, dp: int,
+def _expert_options(ctx: MeshContext, tp: int, cp: int, dp: int,
                     constraints: Constraints) -> list[tuple[int, int]]:
-    if spec.moe is None:
+    moe = ctx.model.moe if ctx.model is not None else None
+    if moe is None:
         return [(1, 1)]
-    folded = tp * cp * dp
     out = []
     # Expert TP is searched only when pinned: etp = 1 is Megatron's recommendation for
     # fine-grained experts and keeps every expert GEMM whole.
     etps = sorted({1, tp}) if constraints.etp is not None else [1]
     for etp in etps:
-        for ep in divisors(spec.moe.num_experts):
-            if folded % (ep * etp) or not permitted("ep", ep, constraints):
-                continue
-            if permitted("etp", etp, constraints):
+        for ep in divisors(moe.num_experts):
+            if permitted("ep", ep, constraints) and permitted("etp", etp, constraints) and \
+                    admits(ctx, EXPERT_RULES, tp=tp, cp=cp, dp=dp, ep=ep, etp=etp):
                 out.append((ep, etp))
     return out
 
 
 def candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int,
                      gpus_per_node: int, constraints: Constraints) -> list[MeshCandidate]:
-    """Every legal mesh candidate for exactly `world_size` GPUs."""
+    """Every legal mesh candidate for exactly `world_size` GPUs.
+
+    Each axis is pruned with the `models.mesh` rules about it (`admits`), and every whole
+    candidate is kept only when `models.mesh.rules.errors` finds no error: the search, the
+    evaluation of one configuration and the mesh lab share one rule set.
+    """
+    ctx = mesh_context(spec, training, world_size=world_size, gpus_per_node=gpus_per_node)
     out: list[MeshCandidate] = []
-    batch = training.global_batch_size
-    for tp in _tp_options(spec, gpus_per_node, constraints):
-        for cp, cp_kind, ulysses in _cp_options(spec, training, constraints):
+    for tp in _tp_options(ctx, constraints):
+        for cp, cp_kind, ulysses in _cp_options(ctx, tp, constraints):
             rest = world_size // (tp * cp) if world_size % (tp * cp) == 0 else 0
             for pp in divisors(rest) if rest else []:
                 dp = rest // pp
-                if pp > spec.num_layers or not permitted("pp", pp, constraints):
+                if not permitted("pp", pp, constraints) or not permitted("dp", dp, constraints):
                     continue
-                if not permitted("dp", dp, constraints) or batch % dp:
+                if not admits(ctx, (pp_at_most_layers,), pp=pp):
                     continue
-                out += list(_meshes_for(spec, training, tp=tp, cp=cp, cp_kind=cp_kind,
-                                        ulysses=ulysses, pp=pp, dp=dp,
-                                        constraints=constraints))
+                out += [c for c in _meshes_for(ctx, tp=tp, cp=cp, cp_kind=cp_kind,
+                                               ulysses=ulysses, pp=pp, dp=dp,
+                                               constraints=constraints)
+                        if not errors(ctx, Candidate(parallel=c.parallel(), order=DEFAULT_ORDER))]
     return out
 
 
-def _meshes_for(spec: ModelSpec, training: TrainingSpec, *, tp: int, cp: int,
-                cp_kind: ContextParallelKind, ulysses: int | None, pp: int, dp: int,
+def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelKind,
+                ulysses: int | None, pp: int, dp: int,
                 constraints: Constraints) -> Iterable[MeshCandidate]:
+    spec, training = ctx.arch, ctx.training
+    assert training is not None
+    if training.global_batch_size % dp:
+        return
     per_replica = training.global_batch_size // dp
     # Sequence parallelism dominates plain TP (same collective volume, less activation
     # memory and elementwise work), so it is the only TP mode searched unless pinned off.
@@ -209,12 +237,10 @@ def _meshes_for(spec: ModelSpec, training: TrainingSpec, *, tp: int, cp: int,
             continue
         m = per_replica // mbs
         for schedule, vpp in _schedule_options(spec, pp, m, constraints):
-            for ep, etp in _expert_options(spec, tp, cp, dp, constraints):
+            for ep, etp in _expert_options(ctx, tp, cp, dp, constraints):
                 for sp in sp_options:
                     if not permitted("sequence_parallel", sp, constraints):
                         continue
-                    if spec.moe is not None and tp > 1 and not sp:
-                        continue  # MoE with TP needs sequence parallelism (Megatron)
                     yield MeshCandidate(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,
                                         micro_batch_size=mbs, num_micro_batches=m,
                                         schedule=schedule, sequence_parallel=sp,
@@ -228,5 +254,6 @@ __all__ = [
     "MeshCandidate",
     "candidate_meshes",
     "divisors",
+    "mesh_context",
     "permitted",
 ]

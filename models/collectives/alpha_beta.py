@@ -14,15 +14,12 @@ all-to-all: each rank's whole send buffer (M/n to every rank, itself included);
 broadcast: the root's tensor; p2p: the tensor sent.
 """
 
-import logging
 import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 from api_schemas.collectives import Algorithm, Collective, CountingBasis, LinkClass
 from models.errors import InvalidSpecError
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,13 +6,10 @@ of k GPUs in one node can use. Must not: pick algorithms or time collectives (th
 `models/collectives/hierarchical.py`).
 """
 
-import logging
 from dataclasses import dataclass
 
 from api_schemas import ClusterSpec, IntraNodeTopology
 from models.errors import InvalidSpecError
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

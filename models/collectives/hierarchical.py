@@ -2,8 +2,9 @@
 
 Owns: the time of a collective whose group has `ranks_per_node` members in each of
 `num_nodes` nodes, as the faster of (a) a flat algorithm whose steps cross both link
-classes, bottlenecked by the slowest, and (b) a two-level algorithm (intra-node phase,
-inter-node phase over k NICs in parallel, intra-node phase); and the all-to-all with an
+classes, bottlenecked by the slowest, and (b) for all-reduce and broadcast, a two-level
+algorithm (intra-node phase, inter-node phase over k NICs in parallel, intra-node phase);
+all-gather and reduce-scatter across nodes are the flat ring only; and the all-to-all with an
 explicit intra/inter byte split (the expert-parallel cost reuses it). Must not: decide which
 ranks form a group (that is `models/mesh`) or what a training step sends (`models/traffic`).
 
@@ -17,7 +18,6 @@ Ring and two-level traffic only ever pairs GPUs with the same local index across
 share a rail, so `rail_optimized` changes only the all-to-all (see `all_to_all_split_cost`).
 """
 
-import logging
 from collections.abc import Callable
 
 from api_schemas import ClusterSpec
@@ -33,8 +33,6 @@ from models.collectives.alpha_beta import (
 )
 from models.collectives.fabric import Fabric, fabric_of, intra_node_bandwidth
 from models.errors import InvalidSpecError
-
-logger = logging.getLogger(__name__)
 
 
 def collective_cost(collective: Collective, *, num_ranks: int, message_bytes: int,
@@ -196,20 +194,6 @@ def _two_level_all_reduce(k: int, g: int, m: int, fabric: Fabric) -> CollectiveC
     ), inter_copies=k, intra_copies=g)
 
 
-def _two_level_reduce_scatter(k: int, g: int, m: int, fabric: Fabric) -> CollectiveCost:
-    return _compose(Collective.REDUCE_SCATTER, k * g, m, (
-        _intra(Collective.REDUCE_SCATTER, k, m, fabric),
-        _inter(Collective.REDUCE_SCATTER, g, -(-m // k), fabric),
-    ), inter_copies=k, intra_copies=g)
-
-
-def _two_level_all_gather(k: int, g: int, m: int, fabric: Fabric) -> CollectiveCost:
-    return _compose(Collective.ALL_GATHER, k * g, m, (
-        _inter(Collective.ALL_GATHER, g, -(-m // k), fabric),
-        _intra(Collective.ALL_GATHER, k, m, fabric),
-    ), inter_copies=k, intra_copies=g)
-
-
 def _two_level_broadcast(k: int, g: int, m: int, fabric: Fabric) -> CollectiveCost:
     return _compose(Collective.BROADCAST, k * g, m, (
         _inter(Collective.BROADCAST, g, m, fabric),
@@ -219,10 +203,14 @@ def _two_level_broadcast(k: int, g: int, m: int, fabric: Fabric) -> CollectiveCo
 
 _TWO_LEVEL: dict[Collective, Callable[[int, int, int, Fabric], CollectiveCost]] = {
     Collective.ALL_REDUCE: _two_level_all_reduce,
-    Collective.REDUCE_SCATTER: _two_level_reduce_scatter,
-    Collective.ALL_GATHER: _two_level_all_gather,
     Collective.BROADCAST: _two_level_broadcast,
 }
+"""Collectives that also run as two levels across nodes. NCCL runs all-gather and
+reduce-scatter across nodes as one ring over all n ranks (n - 1 latency rounds; its
+hierarchical algorithms, NVLS/CollNet and tree, serve all-reduce), so ZeRO-3 / FSDP gathers
+pay a latency that grows with the data-parallel group. Source: NCCL user guide, NCCL_ALGO
+("Ring" is the algorithm of AllGather/ReduceScatter across nodes; "Tree", "CollnetDirect/
+Chain" and "NVLS" apply to AllReduce)."""
 
 
 def _compose(collective: Collective, n: int, message_bytes: int,

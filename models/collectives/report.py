@@ -4,7 +4,6 @@ Owns: choosing between the explicit-link and the cluster model from the request 
 a `CollectiveCost` into the response schema. Must not: do I/O.
 """
 
-import logging
 
 from api_schemas.collectives import (
     CollectiveEstimateRequest,
@@ -18,8 +17,6 @@ from models.collectives.alpha_beta import (
 )
 from models.collectives.fabric import fabric_of
 from models.collectives.hierarchical import collective_cost
-
-logger = logging.getLogger(__name__)
 
 
 def estimate_collective(request: CollectiveEstimateRequest) -> CollectiveEstimateResponse:

@@ -8,7 +8,6 @@ alternatives (`repair.py`).
 """
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,9 +18,6 @@ from pydantic import ValidationError
 
 from api_schemas import ModelSpec, ParallelConfig, PipelineSchedule, TrainingSpec
 from api_schemas.mesh import ProblemSeverity
-
-logger = logging.getLogger(__name__)
-
 
 Severity = ProblemSeverity
 """Whether a problem makes the mesh unusable ('error') or is worth a look ('warning')."""

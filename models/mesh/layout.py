@@ -15,9 +15,9 @@ expert generator the same order string with (tp=etp, cp=1, ep, dp=edp, pp), wher
 edp = tp * cp * dp / (etp * ep). Ranks are placed on nodes in order, `gpus_per_node` each.
 """
 
-import logging
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cache
 from math import prod
 
 import numpy as np
@@ -25,8 +25,6 @@ import numpy.typing as npt
 
 from api_schemas import ParallelConfig
 from models.errors import InvalidSpecError
-
-logger = logging.getLogger(__name__)
 
 AXIS_NAMES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
@@ -187,6 +185,13 @@ def parse_order(order: str, *, sizes: dict[str, int]) -> tuple[str, ...]:
     Raises:
         InvalidSpecError: an unknown or repeated name, or a missing axis whose size is > 1.
     """
+    return _parse_order(order, frozenset(a for a, size in sizes.items() if size > 1))
+
+
+@cache
+def _parse_order(order: str, used: frozenset[str]) -> tuple[str, ...]:
+    """`parse_order` for the set of axes whose degree is > 1 (memoised: the search checks
+    thousands of candidates against the same few orders)."""
     tokens = tuple(t.strip().lower() for t in order.split("-") if t.strip())
     unknown = [t for t in tokens if t not in AXIS_NAMES]
     if unknown:
@@ -198,7 +203,7 @@ def parse_order(order: str, *, sizes: dict[str, int]) -> tuple[str, ...]:
             f"order='{order}' repeats an axis: name each of {list(AXIS_NAMES)} at most once, "
             f"e.g. '{DEFAULT_ORDER}'", field="order")
     missing = [a for a in AXIS_NAMES if a not in tokens]
-    needed = [a for a in missing if sizes.get(a, 1) > 1]
+    needed = [a for a in missing if a in used]
     if needed:
         raise InvalidSpecError(
             f"order='{order}' leaves out {needed}, whose degree is > 1: add them, e.g. "
@@ -272,10 +277,10 @@ def pipeline_groups_agree(parallel: ParallelConfig, axes: tuple[str, ...]) -> bo
     informational.
     """
     folded = parallel.tp * parallel.cp * parallel.dp
-    if parallel.pp == 1 or folded % (parallel.etp * parallel.ep):
+    if parallel.pp == 1 or axes[-1] == "pp" or folded % (parallel.etp * parallel.ep):
         return True
     edp = folded // (parallel.etp * parallel.ep)
-    if axes[-1] != "pp" and edp != parallel.dp:
+    if edp != parallel.dp:
         return False
     dense = {"tp": parallel.tp, "cp": parallel.cp, "ep": 1, "dp": parallel.dp,
              "pp": parallel.pp}

@@ -4,7 +4,6 @@ Owns: turning the mesh layout, its placement, the per-axis collectives and the p
 the response schema. Must not: define rules or groups, or do I/O.
 """
 
-import logging
 
 from api_schemas.mesh import (
     AxisCollectiveOut,
@@ -20,8 +19,6 @@ from models.mesh.candidates import Severity
 from models.mesh.layout import GroupKind, build_mesh, expert_data_parallel_size, parse_order
 from models.mesh.validation import mesh_problems
 from models.traffic.step import axis_collectives
-
-logger = logging.getLogger(__name__)
 
 _AXIS_OF_KIND = {GroupKind.TP: "tp", GroupKind.CP: "cp", GroupKind.PP: "pp",
                  GroupKind.DP_CP: "dp", GroupKind.EP: "ep", GroupKind.EDP: "edp"}

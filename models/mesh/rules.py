@@ -1,13 +1,18 @@
 """The registry of mesh rules, in the order they are reported.
 
-Owns: the tuple of rule functions and `findings`, which runs them all on a candidate.
-Must not: build alternatives (`repair.py`) or raise (`validation.py`).
+Owns: the tuple of rule functions, `findings` (every rule on a candidate), `errors` (only
+the verdicts that make a candidate unusable) and `admits` (whether a partial configuration
+passes a chosen subset of rules), which the search space, evaluate and the mesh lab all
+call, so each rule exists once. Must not: build alternatives (`repair.py`) or raise
+(`validation.py`).
 """
 
-import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from api_schemas import ModelSpec, ParallelConfig, TrainingSpec
 from models.mesh.candidates import Candidate, Finding, MeshContext, Severity
+from models.mesh.layout import DEFAULT_ORDER
 from models.mesh.rules_pipeline import (
     batch_divisible,
     cp_divides_sequence,
@@ -15,6 +20,7 @@ from models.mesh.rules_pipeline import (
     dualpipe_even_pp,
     layers_split,
     micro_batches_vs_pp,
+    moe_tp_needs_sequence_parallel,
     pp_at_most_layers,
     schedule_needs_pp,
     sequence_parallel,
@@ -34,8 +40,6 @@ from models.mesh.rules_shape import (
     world_size,
 )
 
-logger = logging.getLogger(__name__)
-
 Rule = Callable[[MeshContext, Candidate], Finding | None]
 
 RULES: tuple[Rule, ...] = (
@@ -43,24 +47,74 @@ RULES: tuple[Rule, ...] = (
     ep_divides_experts, expert_fold, etp_divides_expert_ffn, expert_pp_order, ulysses_heads,
     pp_at_most_layers, layers_split, schedule_needs_pp, dualpipe_even_pp, batch_divisible,
     dualpipe_even_micro_batches, micro_batches_vs_pp, cp_divides_sequence, sequence_parallel,
-    tp_crosses_nodes,
+    moe_tp_needs_sequence_parallel, tp_crosses_nodes,
 )
 MODEL_RULES: frozenset[Rule] = frozenset({
     tp_divides_heads, tp_kv_heads, tp_divides_ffn, ep_needs_moe, ep_divides_experts,
     etp_divides_expert_ffn, ulysses_heads, pp_at_most_layers, layers_split,
+    moe_tp_needs_sequence_parallel,
 })
 """Rules that read the model; they are skipped when none is given."""
+WARNING_ONLY_RULES: frozenset[Rule] = frozenset({micro_batches_vs_pp, tp_crosses_nodes})
+"""Rules that only ever warn; `errors` does not run them."""
+
+TP_RULES: tuple[Rule, ...] = (tp_divides_heads, tp_kv_heads, tp_divides_ffn)
+"""What a tensor-parallel degree must satisfy on its own (heads, KV heads, FFN width)."""
+CP_RULES: tuple[Rule, ...] = (ulysses_heads, cp_divides_sequence)
+"""What a context-parallel degree and kind must satisfy with a given TP degree."""
+EXPERT_RULES: tuple[Rule, ...] = (ep_needs_moe, ep_divides_experts, expert_fold,
+                                  etp_divides_expert_ffn)
+"""What the expert mesh (ep, etp) must satisfy with the dense degrees of a stage."""
+
+
+_ERROR_RULES = tuple(r for r in RULES if r not in WARNING_ONLY_RULES)
+_ERROR_RULES_WITHOUT_MODEL = tuple(r for r in _ERROR_RULES if r not in MODEL_RULES)
 
 
 def findings(ctx: MeshContext, cand: Candidate) -> list[Finding]:
     """Every rule's finding on a candidate, errors and warnings, in registry order."""
-    rules = RULES if ctx.model is not None else tuple(r for r in RULES if r not in MODEL_RULES)
-    return [f for rule in rules if (f := rule(ctx, cand)) is not None]
+    return [f for rule in _applicable(ctx, RULES) if (f := rule(ctx, cand)) is not None]
 
 
 def errors(ctx: MeshContext, cand: Candidate) -> list[Finding]:
-    """Only the findings that make the candidate unusable."""
-    return [f for f in findings(ctx, cand) if f.severity == Severity.ERROR]
+    """Only the findings that make the candidate unusable, in registry order."""
+    rules = _ERROR_RULES if ctx.model is not None else _ERROR_RULES_WITHOUT_MODEL
+    return [f for rule in rules
+            if (f := rule(ctx, cand)) is not None and f.severity == Severity.ERROR]
 
 
-__all__ = ["MODEL_RULES", "RULES", "Rule", "errors", "findings"]
+def admits(ctx: MeshContext, rules: Iterable[Rule], **fields: Any) -> bool:
+    """True when none of `rules` finds an error in the configuration that sets `fields`
+    and leaves every other degree at 1 (how the search prunes one axis before it builds
+    whole candidates; the whole candidate is then checked by `errors`)."""
+    cand = Candidate(parallel=ParallelConfig.model_validate(fields), order=DEFAULT_ORDER)
+    return not any((f := rule(ctx, cand)) is not None and f.severity == Severity.ERROR
+                   for rule in _applicable(ctx, tuple(rules)))
+
+
+def rule_errors(parallel: ParallelConfig, *, model: ModelSpec | None, num_nodes: int,
+                gpus_per_node: int, training: TrainingSpec | None = None,
+                order: str = DEFAULT_ORDER) -> list[Finding]:
+    """`errors` of one configuration on a cluster, without building alternatives."""
+    ctx = MeshContext(model=model, num_nodes=num_nodes, gpus_per_node=gpus_per_node,
+                      training=training)
+    return errors(ctx, Candidate(parallel=parallel, order=order))
+
+
+def _applicable(ctx: MeshContext, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+    return rules if ctx.model is not None else tuple(r for r in rules if r not in MODEL_RULES)
+
+
+__all__ = [
+    "CP_RULES",
+    "EXPERT_RULES",
+    "MODEL_RULES",
+    "RULES",
+    "TP_RULES",
+    "WARNING_ONLY_RULES",
+    "Rule",
+    "admits",
+    "errors",
+    "findings",
+    "rule_errors",
+]

@@ -7,7 +7,6 @@ sequence parallelism. Rules that need the training recipe are skipped without on
 not: search for alternatives or raise (that is `validation.py`).
 """
 
-import logging
 from collections.abc import Callable
 from math import log2
 
@@ -26,8 +25,6 @@ from models.mesh.candidates import (
     rebalanced,
     with_changes,
 )
-
-logger = logging.getLogger(__name__)
 
 E, W = Severity.ERROR, Severity.WARNING
 _MULTI_CHUNK = (PipelineSchedule.INTERLEAVED_1F1B, PipelineSchedule.ZBV,
@@ -277,6 +274,24 @@ def sequence_parallel(ctx: MeshContext, cand: Candidate) -> Finding | None:
         fix=off)
 
 
+def moe_tp_needs_sequence_parallel(ctx: MeshContext, cand: Candidate) -> Finding | None:
+    """Megatron-LM runs MoE layers with TP only under sequence parallelism.
+
+    Source: Megatron-LM `megatron/training/arguments.py` asserts "When using MoE and tensor
+    parallelism, sequence parallelism must be used"; `TransformerConfig.__post_init__`
+    raises the same for ep > 1 with tp > 1.
+    """
+    p = cand.parallel
+    if ctx.model is None or ctx.model.moe is None or p.tp == 1 or p.sequence_parallel:
+        return None
+    return Finding(
+        rule="moe-tp-needs-sequence-parallel", severity=E, field="parallel.sequence_parallel",
+        message=f"tp={p.tp} on a MoE model without sequence_parallel: Megatron-LM refuses "
+        "MoE layers with tensor parallelism unless sequence parallelism is on",
+        values={"tp": p.tp, "sequence_parallel": False},
+        fix=lambda _ctx, x: with_changes(x, sequence_parallel=True))
+
+
 __all__ = [
     "batch_divisible",
     "cp_divides_sequence",
@@ -284,6 +299,7 @@ __all__ = [
     "dualpipe_even_pp",
     "layers_split",
     "micro_batches_vs_pp",
+    "moe_tp_needs_sequence_parallel",
     "pp_at_most_layers",
     "schedule_needs_pp",
     "sequence_parallel",

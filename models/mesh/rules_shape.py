@@ -6,7 +6,6 @@ this rule (the repair loop in `repair.py` makes the result valid as a whole). Mu
 search for alternatives or raise (that is `validation.py`).
 """
 
-import logging
 from collections.abc import Callable
 from math import prod
 
@@ -31,8 +30,6 @@ from models.mesh.layout import (
     parse_order,
     pipeline_groups_agree,
 )
-
-logger = logging.getLogger(__name__)
 
 E, W = Severity.ERROR, Severity.WARNING
 

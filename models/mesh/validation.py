@@ -6,7 +6,6 @@ rules (`rules_shape.py`, `rules_pipeline.py`) or build process groups (`layout.p
 """
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 
 from api_schemas import ModelSpec, ParallelConfig, TrainingSpec
@@ -15,8 +14,6 @@ from models.mesh.candidates import Candidate, MeshContext, Severity, describe_ch
 from models.mesh.layout import DEFAULT_ORDER
 from models.mesh.repair import find_alternative
 from models.mesh.rules import findings
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,7 +8,6 @@ backward, and the shared prefetch pool). Must not: plan placements (solver/place
 or turn bytes into time.
 """
 
-import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,8 +17,6 @@ import numpy as np
 import numpy.typing as npt
 
 from models.errors import InvalidSpecError
-
-logger = logging.getLogger(__name__)
 
 IntArray = npt.NDArray[np.int64]
 

@@ -8,7 +8,6 @@ traffic; it only produces count matrices `[R, E]` (row r = tokens of source rank
 to each expert; E/R contiguous home experts per rank).
 """
 
-import logging
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -17,8 +16,6 @@ import numpy as np
 import numpy.typing as npt
 
 from models.errors import InvalidSpecError
-
-logger = logging.getLogger(__name__)
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

@@ -13,15 +13,12 @@ same rows. The backward pass repeats the pair with gradients (dispatch's backwar
 combine and vice versa), which the step-time model accounts for.
 """
 
-import logging
 import math
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 
 from models.errors import InvalidSpecError
-
-logger = logging.getLogger(__name__)
 
 ROUTING_INDEX_BYTES = 4
 """int32 expert index per (token, expert) assignment (MoonEP README: `topk_experts_sk`

@@ -1,10 +1,12 @@
 """Communication of one training step, per mesh axis, with frequency, time and overlap.
 
-Owns: TP (all-reduce, or all-gather + reduce-scatter with sequence parallelism), CP (ring
-K/V P2P, Ulysses all-to-all, USP), PP (stage-boundary activations) and DP (gradients, ZeRO
-gathers, expert gradients over expert-DP) items, timed with `models.collectives` over the
-groups of `models.mesh`; gradient sizes from `models.params` counts placed by `models.layout`.
-Must not: count expert dispatch/combine (the MoE cost model owns it) or count parameters.
+Owns: what moves, how often, over which group and link: TP (all-reduce, or all-gather +
+reduce-scatter with sequence parallelism), CP (ring K/V P2P, Ulysses all-to-all, USP), EP
+(dispatch/combine), PP (stage-boundary activations) and DP (gradients, ZeRO gathers, expert
+gradients over expert-DP), per layer pass (`layer.py`, read by `models.step_time`) and per
+step (`step_traffic`), timed with `models.collectives` over the groups of `models.mesh`;
+gradient sizes from `models.params` counts placed by `models.layout`.
+Must not: decide what is exposed (the step-time model) or count parameters.
 """
 
 from models.traffic.context import activation_element_bytes, head_dims

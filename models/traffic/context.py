@@ -25,6 +25,28 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LayerTrafficContext:
+    """The inputs of the per-layer traffic rules: specs, fabric and the mesh's groups."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    parallel: ParallelConfig
+    fabric: Fabric
+    mesh: DeviceMesh
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes of one activation element on the wire (see `activation_element_bytes`)."""
+        return activation_element_bytes(self.training)
+
+    @property
+    def tokens_per_rank(self) -> int:
+        """Tokens of one micro-batch on one CP rank: b * s / cp."""
+        p = self.parallel
+        return p.micro_batch_size * self.training.sequence_length // p.cp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepContext:
     """The inputs of the traffic rules for one stage of one step."""
 
@@ -38,15 +60,20 @@ class StepContext:
     pp_scatter_gather: bool
 
     @property
+    def layer(self) -> LayerTrafficContext:
+        """The per-layer view of this context."""
+        return LayerTrafficContext(model=self.model, training=self.training,
+                                   parallel=self.parallel, fabric=self.fabric, mesh=self.mesh)
+
+    @property
     def activation_bytes(self) -> int:
-        """Bytes of one activation element on the wire (see `activation_element_bytes`)."""
-        return activation_element_bytes(self.training)
+        """Bytes of one activation element on the wire."""
+        return self.layer.activation_bytes
 
     @property
     def tokens_per_rank(self) -> int:
-        """Tokens of one micro-batch on one CP rank: b * s / cp."""
-        p = self.parallel
-        return p.micro_batch_size * self.training.sequence_length // p.cp
+        """Tokens of one micro-batch on one CP rank."""
+        return self.layer.tokens_per_rank
 
     def passes(self, layers: int) -> int:
         """Layer executions per step for `layers` held layers: each micro-batch runs every
@@ -105,4 +132,4 @@ def head_dims(model: ModelSpec, tp: int) -> HeadDims:
     return HeadDims(q_heads=q_heads, kv_heads=max(1, model.kv_heads // tp), qk_dim=d, v_dim=d)
 
 
-__all__ = ["HeadDims", "StepContext", "activation_element_bytes", "head_dims"]
+__all__ = ["HeadDims", "LayerTrafficContext", "StepContext", "activation_element_bytes", "head_dims"]

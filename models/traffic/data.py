@@ -14,6 +14,7 @@ from models.collectives import Collective
 from models.mesh import AxisPlacement, GroupKind
 from models.traffic.context import StepContext
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
+from models.traffic.layer import zero3_unit_calls
 
 logger = logging.getLogger(__name__)
 
@@ -67,19 +68,17 @@ def _zero_items(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, param
     if zero == 3:
         held = ctx.stage
         units = held.num_layers + held.num_embeddings + held.num_heads + held.num_mtp_modules
+        per_unit = -(-params // units)
+        dense, expert = (per_unit, 0) if axis == TrafficAxis.DP else (0, per_unit)
         calls = ctx.passes(units)
         hide = (units - 1) / units
-        note = "the next layer's gather/reduce overlaps this layer's compute"
-        per = Frequency.PER_LAYER_PER_MICRO_BATCH
-        return [
-            _item(ctx, axis, place, "zero3.forward.param_all_gather", Collective.ALL_GATHER,
-                  Phase.FORWARD, per, param_bytes, calls, units, hide, note),
-            _item(ctx, axis, place, "zero3.backward.param_all_gather", Collective.ALL_GATHER,
-                  Phase.BACKWARD, per, param_bytes, calls, units, hide, note),
-            _item(ctx, axis, place, "zero3.backward.grad_reduce_scatter",
-                  Collective.REDUCE_SCATTER, Phase.BACKWARD, per, grad_bytes, calls,
-                  units, hide, note),
-        ]
+        return [make_item(axis=axis, name=call.name, collective=call.collective,
+                          phase=call.phase, frequency=Frequency.PER_LAYER_PER_MICRO_BATCH,
+                          stage=ctx.stage.stage, message_bytes=call.message_bytes,
+                          calls_per_step=calls, placement=call.placement, fabric=ctx.fabric,
+                          overlap_frac=hide, overlap_note=call.overlap_note)
+                for call in zero3_unit_calls(ctx.layer, dense_params=dense,
+                                             expert_params=expert)]
     buckets = max(1, math.ceil(params / bucket_params(place.group_size)))
     hide = (buckets - 1) / buckets
     grad_note = "all buckets but the last reduce while backward continues"

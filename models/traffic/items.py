@@ -10,6 +10,7 @@ layer sends (that is `tensor.py`, `pipeline.py`, `data.py`).
 import logging
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 from models.collectives import (
     Collective,
@@ -29,7 +30,7 @@ class TrafficAxis(StrEnum):
     CP = "cp"
     PP = "pp"
     EP = "ep"
-    """Expert dispatch/combine; listed for reports, sized by the MoE cost model."""
+    """Expert dispatch/combine over the expert-parallel group."""
     DP = "dp"
     """Dense gradients and ZeRO traffic over the DP x CP group."""
     EDP = "edp"
@@ -137,18 +138,33 @@ def make_item(*, axis: TrafficAxis, name: str, collective: Collective, phase: Ph
               overlap_note: str) -> TrafficItem:
     """Time one item over its group's placement on the fabric."""
     size = 2 if collective == Collective.P2P else placement.group_size
-    per_node = _timing_ranks_per_node(placement, collective)
-    cost = collective_cost(collective, num_ranks=size, message_bytes=message_bytes,
-                           fabric=fabric, ranks_per_node=per_node)
+    per_node = timing_ranks_per_node(placement, collective)
     return TrafficItem(
         axis=axis, name=name, collective=collective, phase=phase, frequency=frequency,
         stage=stage, message_bytes=message_bytes, calls_per_step=calls_per_step,
         group_size=size, ranks_per_node=per_node,
-        nodes_spanned=1 if per_node == size else size // per_node, cost=cost,
+        nodes_spanned=1 if per_node == size else size // per_node,
+        cost=call_cost(collective, placement, message_bytes, fabric),
         overlap_frac=min(1.0, max(0.0, overlap_frac)), overlap_note=overlap_note)
 
 
-def _timing_ranks_per_node(placement: AxisPlacement, collective: Collective) -> int:
+def call_cost(collective: Collective, placement: AxisPlacement, message_bytes: int,
+              fabric: Fabric) -> CollectiveCost:
+    """Cost of one call of `collective` over a group placed as `placement` (a P2P is one hop
+    between two neighbours of the group)."""
+    size = 2 if collective == Collective.P2P else placement.group_size
+    return _cost(collective, size, max(0, int(message_bytes)),
+                 timing_ranks_per_node(placement, collective), fabric)
+
+
+@lru_cache(maxsize=65536)
+def _cost(collective: Collective, size: int, message_bytes: int, ranks_per_node: int,
+          fabric: Fabric) -> CollectiveCost:
+    return collective_cost(collective, num_ranks=size, message_bytes=message_bytes,
+                           fabric=fabric, ranks_per_node=ranks_per_node)
+
+
+def timing_ranks_per_node(placement: AxisPlacement, collective: Collective) -> int:
     """Ranks per node used for timing: a p2p between neighbours of a group spanning nodes is
     timed over the NIC (the slowest hop paces a ring or a pipeline); a group spread unevenly
     over nodes is timed as if every member were on its own node (pessimistic)."""
@@ -166,5 +182,7 @@ __all__ = [
     "StepTraffic",
     "TrafficAxis",
     "TrafficItem",
+    "call_cost",
     "make_item",
+    "timing_ranks_per_node",
 ]

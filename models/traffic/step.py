@@ -1,10 +1,10 @@
 """The communication of one training step, assembled from the per-axis rules.
 
 Owns: `step_traffic`, which checks the mesh, builds the process groups, picks the pipeline
-stage, counts micro-batches and returns every TP, CP, PP and DP item of that stage with its
-time and overlap; and `axis_collectives`, a static summary of which collectives each axis
-runs and how often (no sizes), for mesh reports. Must not: count expert dispatch/combine
-(the MoE cost model) or decide how much overlap is realised (the step-time model).
+stage, counts micro-batches and returns every TP, CP, EP, PP and DP item of that stage with
+its time and overlap; and `axis_collectives`, a static summary of which collectives each
+axis runs and how often (no sizes), for mesh reports. Must not: decide how much overlap is
+realised (the step-time model).
 """
 
 import logging
@@ -26,7 +26,7 @@ from models.traffic.context import StepContext
 from models.traffic.data import dp_items
 from models.traffic.items import Frequency, StepTraffic, TrafficAxis
 from models.traffic.pipeline import pp_items
-from models.traffic.tensor import cp_items, tp_items
+from models.traffic.tensor import cp_items, ep_items, tp_items
 from models.traffic.weights import stage_weights
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 def step_traffic(model: ModelSpec, *, training: TrainingSpec, parallel: ParallelConfig,
                  cluster: ClusterSpec, order: str = DEFAULT_ORDER, stage: int | None = None,
                  pp_scatter_gather: bool = False) -> StepTraffic:
-    """Every TP, CP, PP and DP communication of one pipeline stage in one training step.
+    """Every TP, CP, EP, PP and DP communication of one pipeline stage in one training step.
 
     Args:
         model: The LLM architecture.
@@ -73,7 +73,8 @@ def step_traffic(model: ModelSpec, *, training: TrainingSpec, parallel: Parallel
         mesh=build_mesh(parallel, num_nodes=cluster.num_nodes,
                         gpus_per_node=cluster.gpus_per_node, order=order),
         stage=stages[stage], num_micro_batches=m, pp_scatter_gather=pp_scatter_gather)
-    items = tp_items(step) + cp_items(step) + pp_items(step) + dp_items(step)
+    items = (tp_items(step) + cp_items(step) + ep_items(step) + pp_items(step)
+             + dp_items(step))
     logger.debug("stage %d: %d traffic items", stage, len(items))
     return StepTraffic(stage=stage, num_micro_batches=m, num_layers=stages[stage].num_layers,
                        items=tuple(items))
@@ -118,7 +119,7 @@ def axis_collectives(parallel: ParallelConfig) -> tuple[AxisCollective, ...]:
     if p.ep > 1:
         rows.append(AxisCollective(
             axis=TrafficAxis.EP, collective=Collective.ALL_TO_ALL, frequency=per_layer,
-            purpose="MoE dispatch and combine, per MoE layer (sized by the MoE cost model)"))
+            purpose="MoE dispatch and combine, per MoE layer"))
     if p.tp * p.cp * p.dp > p.etp * p.ep:
         rows.append(AxisCollective(axis=TrafficAxis.EDP, collective=Collective.REDUCE_SCATTER
                                    if p.zero_stage else Collective.ALL_REDUCE,

@@ -4,7 +4,6 @@ Owns: mapping `MoePlacementRequest` onto `plan_constructive` / `plan_exact` and 
 `PlacementResult` onto `MoePlacementResponse`. Must not: do I/O (the service wires it).
 """
 
-import logging
 
 import numpy as np
 
@@ -21,8 +20,6 @@ from solver.cpsat import SolverConfig, SolveStatus
 from solver.placement.constructive import plan_constructive
 from solver.placement.exact import plan_exact
 from solver.placement.problem import PlacementResult
-
-logger = logging.getLogger(__name__)
 
 
 def plan_placement(

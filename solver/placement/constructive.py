@@ -31,7 +31,6 @@ Rules (`ConstructiveRule`):
 
 import bisect
 import heapq
-import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -47,8 +46,6 @@ from solver.placement.problem import (
     build_result,
     placement_problem,
 )
-
-logger = logging.getLogger(__name__)
 
 Move = tuple[int, int, int]
 """(expert, destination rank, tokens) taken from the expert's home rank."""

@@ -10,7 +10,6 @@ Source: deepseek-ai/EPLB `eplb.py` (commit d52c72d, 2025-03-24) as described in 
 placement reference; the README example is a regression fixture (tests pin it exactly).
 """
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,8 +18,6 @@ import numpy.typing as npt
 from models.errors import InvalidSpecError
 from models.moe import imbalance_factor
 from solver.placement.problem import IntArray, placement_problem
-
-logger = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
 

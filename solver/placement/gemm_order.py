@@ -19,15 +19,12 @@ CP-SAT formulation (tile kinds k with cost c_k and multiplicity n_k, workers w):
 """
 
 import heapq
-import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from models.errors import InvalidSpecError
 from solver.cpsat import CpModel, IntVar, LinearExpr, SolverConfig, SolveStatus, solve
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_TILE_ROWS = 128
 """Rows per GEMM tile along the token dimension (MoonEP README: token_padding=128)."""

@@ -12,7 +12,6 @@ remote when its source rank differs from its destination rank (the tokens cross 
 network); a migrated token is one computed on a replica instead of the home rank.
 """
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,8 +19,6 @@ import numpy.typing as npt
 
 from models.errors import InvalidSpecError
 from models.moe import redundant_expert_traffic
-
-logger = logging.getLogger(__name__)
 
 IntArray = npt.NDArray[np.int64]
 

@@ -21,7 +21,6 @@ Formulation (all times in integer ticks; O = ops, R = ranks, rank(o), d(o) its d
   C7  T >= LB                     the analytic lower bound of `instance.py` (redundant)
 """
 
-import logging
 from dataclasses import dataclass
 
 from solver.cpsat import CpModel, IntervalVar, IntVar
@@ -33,8 +32,6 @@ from solver.schedule.instance import (
     cooldown_idle_ticks,
     warmup_chunks_before_first_b,
 )
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,14 +24,11 @@ Lower bound (all valid for the true problem, in ticks):
   makes ZB-H1 provably optimal: (p-1)B + (p-1)(F-W) = (p-1)(F+B-W).)
 """
 
-import logging
 from dataclasses import dataclass
 
 from models.pipeline.costs import OpDurations
 from models.pipeline.ops import Placement
-from solver.schedule.quantize import TimeScale
-
-logger = logging.getLogger(__name__)
+from solver.scaling import TimeScale
 
 KIND_F, KIND_B, KIND_W = 0, 1, 2
 

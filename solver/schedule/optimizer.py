@@ -40,6 +40,7 @@ from models.pipeline import OpDurations, PipelineProgram, ProgramBuilder, simula
 from models.pipeline.metrics import SimulationResult
 from models.pipeline.ops import OpKind, Placement
 from solver.cpsat import SolverConfig, SolveStatus, solve
+from solver.scaling import TimeScale, time_scale
 from solver.schedule.candidates import candidate_programs, hint_starts, placement_for
 from solver.schedule.formulation import build_cp_model
 from solver.schedule.instance import (
@@ -51,7 +52,6 @@ from solver.schedule.instance import (
     heads_and_tails,
     lower_bound_ticks,
 )
-from solver.schedule.quantize import TimeScale, time_scale
 from solver.schedule.windows import steady_state_ops
 
 logger = logging.getLogger(__name__)

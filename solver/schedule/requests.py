@@ -3,7 +3,6 @@
 Owns: `optimize_request`. Must not: know HTTP.
 """
 
-import logging
 from typing import Literal
 
 from api_schemas.pipeline import PipelineOptimizeRequest, PipelineOptimizeResponse
@@ -11,8 +10,6 @@ from models.pipeline import simulate
 from models.pipeline.requests import activation_sizes_from, op_durations_from, simulation_fields
 from solver.cpsat import SolverConfig, SolveStatus
 from solver.schedule.optimizer import optimize_schedule
-
-logger = logging.getLogger(__name__)
 
 
 def optimize_request(request: PipelineOptimizeRequest, *,

@@ -102,3 +102,21 @@ def test_head_activation_matches_KOR22_final_terms() -> None:
     s, b, h, v, t = 2048, 1, 12288, 51200, 8
     assert head_activation_bytes(spec, ctx) == pytest.approx(4 * s * b * h / t * (1 + v / h),
                                                              abs=1)
+
+
+def test_moe_down_projection_recompute_drops_the_expert_outputs_only() -> None:
+    # Kimi K2 Sec. 2.4.3: recomputing the MoE down-projections frees the expert outputs the
+    # probability-weighted combine keeps; the same bytes are absent when the outputs are not
+    # kept at all.
+    from api_schemas.parallel import RecomputeModule as M
+
+    spec = model_preset("kimi-k2-instruct")
+    ctx = LayerActivationContext(seq_len=4096, micro_batch_size=1)
+    layer = layer_activation_bytes(spec, 5, ctx)
+    base = layer.stored_bytes(RecomputeMode.SELECTIVE, (M.LAYERNORM,))
+    down = layer.stored_bytes(RecomputeMode.SELECTIVE, (M.LAYERNORM, M.MOE_DOWN_PROJ))
+    copies = spec.moe.top_k if spec.moe else 0
+    assert base - down == 4096 * copies * 2 * spec.hidden_size
+    dropped = layer_activation_bytes(spec, 5, LayerActivationContext(
+        seq_len=4096, micro_batch_size=1, moe_keep_expert_outputs=False))
+    assert dropped.stored_bytes(RecomputeMode.SELECTIVE, (M.LAYERNORM,)) == down

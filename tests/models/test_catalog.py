@@ -1,10 +1,16 @@
 """Catalog: GPU presets keep dense and sparse apart, node presets and model presets load."""
 
+import json
+from typing import Any
+
 import pytest
 
-from api_schemas import DType, IntraNodeTopology
+from api_schemas import ClusterInput, DType, GpuSpec, IntraNodeTopology
 from api_schemas.units import GIB
 from models.catalog import (
+    DATA_DIR,
+    DEFAULT_NODE_FOR_GPU,
+    NODE_LINK_FIELDS,
     NODE_PRESETS,
     cluster_preset,
     gpu_ids,
@@ -13,6 +19,8 @@ from models.catalog import (
     model_preset,
 )
 from models.errors import InvalidSpecError
+from models.kernels import profile_for
+from models.resolve import resolve_cluster
 
 
 def test_gpu_presets_keep_dense_and_sparse_apart() -> None:
@@ -57,3 +65,68 @@ def test_model_presets_include_fixtures_and_megatron_shapes() -> None:
     ids = model_ids()
     assert "deepseek-v3" in ids and "gpt-1008b" in ids and "gpt-175b" in ids
     assert model_preset("gpt-175b").num_layers == 96
+
+
+def _hardware_json() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((DATA_DIR / "hardware.json").read_text())
+    return loaded
+
+
+def test_nodes_take_their_links_from_the_accelerator_records() -> None:
+    records = {r["id"]: r for r in _hardware_json()["accelerators"]}
+    for node in NODE_PRESETS.values():
+        for gpu_id in node.gpu_ids:
+            rec = records[gpu_id]
+            assert node.gpus_per_node == rec["scale_up"]["domain_size"], node.id
+            assert node.nvlink_bidirectional_bytes_per_s == rec["scale_up"]["bandwidth_gb_s"] * 1e9
+            assert node.nic_bits_per_s == rec["typical_node"]["nic_gbps_per_accelerator"] * 1e9
+        assert DEFAULT_NODE_FOR_GPU[node.gpu_id] == node.id
+    assert set(DEFAULT_NODE_FOR_GPU) == set(gpu_ids())
+
+
+def test_gb200_node_is_the_72_gpu_nvlink_domain_not_the_4_gpu_tray() -> None:
+    # hardware.json: GB200 NVL72 scale_up.domain_size 72; a compute tray holds 4 GPUs.
+    records = {r["id"]: r for r in _hardware_json()["accelerators"]}
+    assert records["gb200-nvl72"]["typical_node"]["gpus_per_node"] == 4
+    assert NODE_PRESETS["gb200-nvl72"].gpus_per_node == 72
+    assert cluster_preset("gb200-nvl72", num_nodes=2).world_size == 144
+
+
+def test_mi355x_links_are_its_own_not_the_mi300x_ones() -> None:
+    # hardware.json: MI355X 7 links x 153.6 GB/s = 1075.2 GB/s bidirectional per GPU.
+    cluster = cluster_preset("mi355x", num_nodes=1)
+    assert cluster.intra_node.bandwidth_bytes_per_s == pytest.approx(1075.2e9 / 2 * 0.8)
+    assert cluster.intra_node_topology == IntraNodeTopology.FULL_MESH
+    assert cluster_preset("mi300x", num_nodes=1).intra_node.bandwidth_bytes_per_s == \
+        pytest.approx(896e9 / 2 * 0.8)
+
+
+_CUSTOM = GpuSpec(id="x1000", name="Custom X1000", memory_bytes=96 * GIB,
+                  hbm_bandwidth_bytes_per_s=4e12, dense_peak_flop_per_s={DType.BF16: 1e15})
+
+
+def test_a_gpu_without_a_node_preset_must_give_its_links() -> None:
+    with pytest.raises(InvalidSpecError) as err:
+        resolve_cluster(ClusterInput(gpu=_CUSTOM, num_nodes=2))
+    for field in NODE_LINK_FIELDS:
+        assert field in err.value.detail
+    assert err.value.diagnostics == {"missing": list(NODE_LINK_FIELDS)}
+    with pytest.raises(InvalidSpecError, match="inter_node_bandwidth_bytes_per_s"):
+        resolve_cluster(ClusterInput(gpu=_CUSTOM, num_nodes=2, gpus_per_node=4,
+                                     intra_node_bandwidth_bytes_per_s=300e9))
+    cluster = resolve_cluster(ClusterInput(gpu=_CUSTOM, num_nodes=2, gpus_per_node=4,
+                                           intra_node_bandwidth_bytes_per_s=300e9,
+                                           inter_node_bandwidth_bytes_per_s=40e9))
+    assert cluster.world_size == 8
+    assert cluster.intra_node.bandwidth_bytes_per_s == 300e9
+    assert cluster.inter_node.bandwidth_bytes_per_s == 40e9
+    named = resolve_cluster(ClusterInput(gpu=_CUSTOM, num_nodes=1, node="hgx-h100"))
+    assert named.gpus_per_node == 8
+
+
+def test_an_unknown_gpu_family_has_no_kernel_profile() -> None:
+    with pytest.raises(InvalidSpecError, match="cluster.gpu.id") as err:
+        profile_for(_CUSTOM)
+    assert "h100" in err.value.detail
+    assert profile_for(gpu_preset("h200-sxm-141gb")).family == "hopper"
+    assert profile_for(gpu_preset("mi355x")).family == "cdna3"

@@ -177,7 +177,8 @@ def test_recompute_never_raises_activation_bytes(pp: int, tp: int, sp: bool, ful
     spec = SMALL_MOE if moe else model_preset("llama-3.1-8b")
     base = ParallelConfig(pp=pp, tp=tp, dp=4, sequence_parallel=sp)
     none = _activation_bytes(memory_ledger(spec, TRAINING, base, CLUSTER))
-    for recompute in (RecomputeMode.SELECTIVE, RecomputeMode.FULL, FullLayers(full_layers=full_layers)):
+    for recompute in (RecomputeMode.SELECTIVE, RecomputeMode.FULL,
+                      FullLayers(full_layers=full_layers)):
         changed = base.model_copy(update={"recompute": recompute})
         assert _activation_bytes(memory_ledger(spec, TRAINING, changed, CLUSTER)) <= none
 

@@ -78,6 +78,7 @@ INVALID = [
     Case("sequence-parallel-divides-sequence", {"tp": 8, "pp": 4, "dp": 4,
                                                 "sequence_parallel": True},
          training=TrainingSpec(global_batch_size=512, sequence_length=8196)),
+    Case("moe-tp-needs-sequence-parallel", {"tp": 2, "dp": 4, "ep": 8}, model=MOE, nodes=1),
 ]
 
 

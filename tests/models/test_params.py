@@ -18,7 +18,8 @@ def test_count_parameters_matches_NAR21_eq2(name: str, layers: int, hidden: int,
                                             heads: int) -> None:
     spec = model_preset(name)
     vocab, seq = 51200, 2048
-    eq2 = 12 * layers * hidden**2 * (1 + 13 / (12 * hidden) + (vocab + seq) / (12 * layers * hidden))
+    eq2 = 12 * layers * hidden**2 * (1 + 13 / (12 * hidden)
+                                     + (vocab + seq) / (12 * layers * hidden))
     count = count_parameters(spec)
     # Eq. 2 leaves out the final LayerNorm (2h); everything else is the same matrices.
     assert count.total == round(eq2) + 2 * hidden

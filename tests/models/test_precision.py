@@ -3,7 +3,11 @@
 import pytest
 
 from api_schemas import DType, Fp8WeightStorage, OptimizerKind, TrainingSpec
-from models.precision import sharded_state_bytes, state_bytes_per_param
+from models.precision import (
+    fp8_weight_quantisation_bytes,
+    sharded_state_bytes,
+    state_bytes_per_param,
+)
 
 ZERO_RECIPE = TrainingSpec(global_batch_size=1, sequence_length=1, param_dtype=DType.FP16,
                            grad_dtype=DType.FP16, optimizer=OptimizerKind.ADAM)
@@ -54,6 +58,8 @@ def test_fp8_recipes_keep_a_copy_or_shrink_weights() -> None:
     fp8_only = default.model_copy(update={"fp8_weight_storage": Fp8WeightStorage.FP8_ONLY})
     assert state_bytes_per_param(default).total == 20  # TE default costs more than bf16
     assert state_bytes_per_param(fp8_only).total == 17
+    on_the_fly = default.model_copy(update={"fp8_weight_storage": Fp8WeightStorage.ON_THE_FLY})
+    assert state_bytes_per_param(on_the_fly).total == 18  # no cached copy (DeepSeek-V3)
     assert state_bytes_per_param(default, is_gemm_weight=False).total == 18
 
 
@@ -63,3 +69,9 @@ def test_muon_keeps_one_moment_for_matrices_and_adamw_elsewhere() -> None:
     assert state_bytes_per_param(muon, is_matrix=False).moments == 8
     sgd = muon.model_copy(update={"optimizer": OptimizerKind.SGD, "master_dtype": None})
     assert state_bytes_per_param(sgd).optimizer == 0
+
+
+def test_on_the_fly_fp8_quantisation_reads_the_weight_and_writes_two_fp8_copies() -> None:
+    # DeepSeek-V3 Sec. 3.3.2: 128 x 128 weight blocks, one fp32 scale each.
+    n = 128 * 128
+    assert fp8_weight_quantisation_bytes(n, param_bytes=2) == n * 2 + n * 2 + 2 * 4

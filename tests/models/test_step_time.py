@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from api_schemas import ParallelConfig, PipelineSchedule, TrainingSpec
+from api_schemas import ClusterSpec, ParallelConfig, PipelineSchedule, TrainingSpec
 from models.catalog import cluster_preset, model_preset
 from models.pipeline import OpDurations, simulate_makespan
 from models.step_time import compiled_schedule, estimate_step, pipeline_makespan
@@ -90,7 +90,7 @@ def test_node_limited_routing_cuts_expert_all_to_all_time() -> None:
     # model routed without the limit sends more copies over the NICs.
     from api_schemas.architecture import MoESpec
     from models.collectives import fabric_of
-    from models.step_time import AxisGroup, expert_all_to_all_s
+    from models.step_time import axis_groups, expert_all_to_all_s
 
     spec = model_preset("deepseek-v3")
     assert spec.moe is not None
@@ -100,7 +100,132 @@ def test_node_limited_routing_cuts_expert_all_to_all_time() -> None:
     cluster = cluster_preset("h800-sxm5-80gb", num_nodes=8)
     training = TrainingSpec(global_batch_size=64, sequence_length=4096)
     parallel = ParallelConfig(dp=64, ep=64)
-    group = AxisGroup(size=64, ranks_per_node=8)
-    limited_s = expert_all_to_all_s(spec, training, parallel, group, fabric_of(cluster), 4096)
-    free_s = expert_all_to_all_s(unlimited, training, parallel, group, fabric_of(cluster), 4096)
+    groups = axis_groups(parallel, gpus_per_node=8)
+    assert groups["ep"].size == 64 and groups["ep"].ranks_per_node == 8
+    limited_s = expert_all_to_all_s(spec, training, parallel, groups, fabric_of(cluster))
+    free_s = expert_all_to_all_s(unlimited, training, parallel, groups, fabric_of(cluster))
     assert limited_s < free_s
+
+
+def _free_links(cluster_name: str, num_nodes: int) -> ClusterSpec:
+    """The cluster with every link infinitely fast (1e30 B/s) and without latency."""
+    from api_schemas import LinkSpec
+
+    cluster = cluster_preset(cluster_name, num_nodes=num_nodes)
+    free = LinkSpec(bandwidth_bytes_per_s=1e30, latency_s=0.0)
+    return cluster.model_copy(update={"intra_node": free, "inter_node": free,
+                                      "pcie_bandwidth_bytes_per_s": 1e30})
+
+
+_SHAPES = [(S.GPIPE, 1), (S.ONE_F_ONE_B, 1), (S.INTERLEAVED_1F1B, 2), (S.ZB_H1, 1),
+           (S.ZB_H2, 1), (S.ZBV, 2), (S.DUALPIPE, 1), (S.DUALPIPEV, 2)]
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), _SHAPES)
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_breakdown_sums_to_the_step_for_every_schedule_and_recompute(
+        schedule: PipelineSchedule, vpp: int, recompute: str) -> None:
+    parallel = ParallelConfig(tp=2, pp=4, dp=2, vpp=vpp, schedule=schedule, zero_stage=1,
+                              sequence_parallel=True, recompute=recompute)
+    est = estimate_step(LLAMA, TRAIN, parallel, CLUSTER)
+    assert sum(est.breakdown_s.values()) == pytest.approx(est.step_time_s, rel=1e-9)
+    assert all(t >= -1e-9 * est.step_time_s for t in est.breakdown_s.values())
+    assert est.bubble_s > 0
+    if recompute == "full":
+        # Each recomputed TP collective is booked once, under TP, never inside recompute.
+        plain = estimate_step(LLAMA, TRAIN, parallel.model_copy(update={"recompute": "none"}),
+                              CLUSTER)
+        assert est.exposed_comm_s["tp"] == pytest.approx(1.5 * plain.exposed_comm_s["tp"],
+                                                         rel=1e-9)
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), _SHAPES)
+def test_with_infinite_bandwidth_nothing_is_exposed_and_idle_time_is_bubble(
+        schedule: PipelineSchedule, vpp: int) -> None:
+    spec = model_preset("mixtral-8x7b")
+    cluster = _free_links("h100-sxm5-80gb", 4)
+    parallel = ParallelConfig(tp=2, pp=4, dp=4, ep=4, vpp=vpp, schedule=schedule,
+                              zero_stage=3, sequence_parallel=True, recompute="full")
+    est = estimate_step(spec, TrainingSpec(global_batch_size=64, sequence_length=4096),
+                        parallel, cluster)
+    assert all(t == pytest.approx(0.0, abs=1e-12) for t in est.exposed_comm_s.values())
+    assert est.step_time_s == pytest.approx(est.compute_s + est.recompute_s + est.bubble_s
+                                            + est.optimizer_s + sum(est.overheads_s.values()),
+                                            rel=1e-9)
+    assert est.bubble_s > 0
+
+
+def test_mfu_counts_causal_attention_and_reports_the_full_attention_figure() -> None:
+    # At 128K context the attention core dominates: the full-matrix convention (Megatron-LM,
+    # PaLM) counts about twice the score/value FLOPs the causal kernels perform.
+    long = TrainingSpec(global_batch_size=8, sequence_length=131072)
+    est = estimate_step(LLAMA, long, ParallelConfig(tp=8, cp=2, sequence_parallel=True),
+                        CLUSTER)
+    assert est.mfu_full_attention > 1.4 * est.mfu
+    short = estimate_step(LLAMA, TRAIN, ParallelConfig(tp=2, dp=8, sequence_parallel=True),
+                          CLUSTER)
+    assert 1.0 < short.mfu_full_attention / short.mfu < 1.2
+
+
+def test_all_gather_across_nodes_pays_one_latency_round_per_rank() -> None:
+    """NCCL runs all-gather across nodes as one ring: n - 1 rounds, so a small shard's
+    gather grows with the group even though its bytes do not."""
+    from models.collectives import Collective, collective_cost, fabric_of
+
+    fabric = fabric_of(cluster_preset("h100-sxm5-80gb", num_nodes=128))
+    times = [collective_cost(Collective.ALL_GATHER, num_ranks=n, message_bytes=2**20,
+                             fabric=fabric, ranks_per_node=8).time_s for n in (64, 256, 1024)]
+    assert times[0] < times[1] < times[2]
+    assert times[2] - times[1] == pytest.approx(768 * 5e-6, rel=0.05)
+
+
+def test_zero3_throughput_falls_as_the_sharding_group_grows_at_fixed_batch() -> None:
+    """Strong scaling of FSDP (ZeRO-3 over every GPU) at a fixed global batch: per-GPU work
+    per step shrinks while each layer's gathers keep their bytes and gain latency rounds."""
+    spec = model_preset("llama-3.1-8b")
+    training = TrainingSpec(global_batch_size=1024, sequence_length=4096)
+    rates = []
+    for nodes in (8, 32, 128):
+        cluster = cluster_preset("h100-sxm5-80gb", num_nodes=nodes)
+        est = estimate_step(spec, training, ParallelConfig(dp=8 * nodes, zero_stage=3),
+                            cluster)
+        rates.append((est.tokens_per_s / cluster.world_size, est.exposed_comm_s.get("dp", 0.0)))
+    assert rates[0][0] >= rates[1][0] > 1.5 * rates[2][0]
+    assert rates[2][1] > rates[1][1]
+
+
+def test_offload_and_fp8_storage_are_never_free() -> None:
+    base = ParallelConfig(tp=2, dp=8, sequence_parallel=True, recompute="selective")
+    plain = estimate_step(LLAMA, TRAIN, base, CLUSTER)
+    fp8 = estimate_step(LLAMA, TRAIN, base.model_copy(update={"fp8_activations": True}),
+                        CLUSTER)
+    assert fp8.step_time_s > plain.step_time_s
+    assert fp8.overheads_s["fp8 activation casts"] > 0
+    slow_host = CLUSTER.model_copy(update={"pcie_bandwidth_bytes_per_s": 1e9})
+    offload = estimate_step(LLAMA, TRAIN,
+                            base.model_copy(update={"activation_offload_frac": 0.5}), slow_host)
+    assert offload.offload_stall_s > 0 and offload.step_time_s > plain.step_time_s
+
+
+def test_per_step_terms_are_named_and_add_to_the_step() -> None:
+    est = estimate_step(LLAMA, TRAIN, ParallelConfig(tp=2, pp=2, dp=4, sequence_parallel=True),
+                        CLUSTER)
+    assert {"grad-norm all-reduce", "loss all-reduce", "grad-norm and clipping"} <= set(
+        est.overheads_s)
+    assert all(t > 0 for t in est.overheads_s.values())
+    assert est.step_time_s == pytest.approx(
+        est.pipeline_makespan_s + est.optimizer_s + sum(est.overheads_s.values())
+        - est.overheads_s.get("fp8 activation casts", 0.0)
+        + est.exposed_comm_s.get("dp", 0.0), rel=1e-9)
+
+
+def test_fp8_activation_storage_follows_the_recipe_unless_asked() -> None:
+    from api_schemas import Constraints, DType
+    from solver.planner import hardware_constraints
+
+    bf16 = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    fp8 = bf16.model_copy(update={"compute_dtype": DType.FP8})
+    assert hardware_constraints(Constraints(), CLUSTER, bf16).allow_fp8_activations is False
+    assert hardware_constraints(Constraints(), CLUSTER, fp8).allow_fp8_activations is True
+    asked = Constraints(allow_fp8_activations=True)
+    assert hardware_constraints(asked, CLUSTER, bf16).allow_fp8_activations is True

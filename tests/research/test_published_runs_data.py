@@ -148,14 +148,16 @@ def _flops_per_token_bounds(dims: dict, seq_len: int) -> tuple[float, float]:
         ffn_params = mats * h * dims["ffn_hidden_size"]
     else:
         moe = dims["moe"]
-        ffn_params = mats * h * moe["expert_ffn_hidden_size"] * (moe["top_k"] + moe["num_shared_experts"])
+        active = moe["top_k"] + moe["num_shared_experts"]
+        ffn_params = mats * h * moe["expert_ffn_hidden_size"] * active
     matmul_flops = 6.0 * (layers * (attn_params + ffn_params) + h * dims["vocab_size"])
     windowed_layers = layers // 2 if dims.get("window_pattern") == "alternating" else (
         layers if dims.get("window") else 0)
     bounds = []
     for causal in (True, False):
         context = ((layers - windowed_layers) * _attended_context(seq_len, None, causal=causal)
-                   + windowed_layers * _attended_context(seq_len, dims.get("window"), causal=causal))
+                   + windowed_layers * _attended_context(seq_len, dims.get("window"),
+                                                         causal=causal))
         bounds.append(matmul_flops + 12 * q_dim * context)
     return bounds[0], bounds[1]
 
@@ -175,9 +177,9 @@ def _dims_for(run: dict) -> dict | None:
                 ffn_hidden_size=mdl["ffn_hidden_size"],
                 gated=mdl["ffn_activation"].startswith("swiglu"), vocab_size=mdl["vocab_size"],
                 window=mdl["attention_window"], window_pattern=mdl["attention_window_pattern"],
-                moe=None if moe is None else dict(top_k=moe["top_k"],
-                                                  expert_ffn_hidden_size=moe["expert_ffn_hidden_size"],
-                                                  num_shared_experts=moe["num_shared_experts"] or 0))
+                moe=None if moe is None else dict(
+                    top_k=moe["top_k"], expert_ffn_hidden_size=moe["expert_ffn_hidden_size"],
+                    num_shared_experts=moe["num_shared_experts"] or 0))
 
 
 def test_top_level_layout():
@@ -193,8 +195,8 @@ def test_top_level_layout():
 def test_coverage_spans_dense_moe_and_gpu_generations():
     gpus = {r["hardware"]["gpu"] for r in RUNS}
     assert {"a100-sxm4-80gb", "h100-sxm5-80gb", "h800-sxm5-80gb"} <= gpus
-    is_moe = [r["model"]["moe"] is not None or r["model"]["preset"] in {"deepseek-v3", "qwen3-235b-a22b"}
-              for r in RUNS]
+    is_moe = [r["model"]["moe"] is not None
+              or r["model"]["preset"] in {"deepseek-v3", "qwen3-235b-a22b"} for r in RUNS]
     assert any(is_moe) and not all(is_moe)
     verified_sources = {r["source_id"] for r in RUNS if r["verification"] == "VERIFIED"}
     assert len(verified_sources) >= 8
@@ -256,7 +258,8 @@ def test_aggregate_agrees_with_per_gpu(run):
 @pytest.mark.parametrize(
     "run",
     [r for r in RUNS
-     if r["measured"]["tokens_per_s_total"] is not None and r["measured"]["iteration_time_s"] is not None],
+     if r["measured"]["tokens_per_s_total"] is not None
+     and r["measured"]["iteration_time_s"] is not None],
     ids=_run_id,
 )
 def test_total_tokens_agree_with_batch_and_iteration_time(run):
@@ -296,13 +299,15 @@ def test_korthikanti_mfu_matches_eq7():
 
 
 def test_zero_bubble_schedules_order_as_the_paper_states():
-    """Table 4 of arXiv:2401.10241: ZB-2p beats 1F1B in every setting; more microbatches help 1F1B."""
+    """Table 4 of arXiv:2401.10241: ZB-2p beats 1F1B in every setting; more microbatches
+    help 1F1B."""
     by_key = {}
     for run in RUNS:
         if run["source_id"] != "zerobubble":
             continue
         key = (run["model"]["name"], run["parallel"]["grad_accum_steps"])
-        by_key.setdefault(key, {})[run["parallel"]["schedule"]] = run["measured"]["samples_per_s_per_gpu"]
+        by_key.setdefault(key, {})[run["parallel"]["schedule"]] = \
+            run["measured"]["samples_per_s_per_gpu"]
     assert len(by_key) == 12
     for cells in by_key.values():
         assert cells["zb-2p"] >= cells["zb-1p"] >= cells["1f1b"]

@@ -104,27 +104,21 @@ def test_a_dominated_candidate_is_proven_no_faster_than_the_cutoff() -> None:
     assert dominated, "no cutoff ever applied"
 
 
-def test_candidates_whose_groups_cannot_be_timed_do_not_break_the_search() -> None:
-    # 15 nodes: a data-parallel group of 3 spread 2 per node cannot be timed; the search
-    # must reject such candidates with their reason, not fail.
+def test_candidates_whose_groups_straddle_nodes_are_timed_and_planned() -> None:
+    # 15 nodes: a data-parallel group of 3 spreads 2 + 1 over nodes; the mesh's placement
+    # times it pessimistically (every member on its own node) rather than failing.
     from api_schemas import ClusterInput, ModelPreset, PlanRequest, PlanStatus, SolverLimits
-    from models.errors import InvalidSpecError
     from solver import plan
-    from solver.planner import _zero3_bound_s
 
     spec = model_preset("gpt-1.7b")
     cluster = cluster_preset("a100-sxm4-80gb", num_nodes=15)
     training = TrainingSpec(global_batch_size=240, sequence_length=2048)
     tables = BoundTables(spec, training, cluster)
-    untimed = []
-    for c in candidate_meshes(spec, training, world_size=cluster.world_size, gpus_per_node=8,
-                              constraints=Constraints()):
-        try:
-            tables.zero3_time_bound_s(c)
-        except InvalidSpecError:
-            untimed.append(c)
-    assert untimed
-    assert _zero3_bound_s(tables, untimed[0]) == 0.0
+    uneven = [c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
+                                          gpus_per_node=8, constraints=Constraints())
+              if c.dp == 3 and c.tp * c.cp == 4]
+    assert uneven
+    assert all(tables.zero3_time_bound_s(c) > 0 for c in uneven)
     response = plan(PlanRequest(model=ModelPreset(preset="gpt-1.7b"),
                                 cluster=ClusterInput(gpu="a100-sxm4-80gb", num_nodes=15),
                                 training=training, constraints=Constraints(zero_stage=3),

@@ -4,10 +4,10 @@ import pytest
 
 from api_schemas.parallel import PipelineSchedule as S
 from models.pipeline import OpDurations, generate_program, simulate
+from solver.scaling import time_scale
 from solver.schedule.candidates import hint_starts, placement_for
 from solver.schedule.instance import build_instance, heads_and_tails, lower_bound_ticks
 from solver.schedule.optimizer import program_from_starts
-from solver.schedule.quantize import time_scale
 
 
 def _instance(schedule: S, p: int, m: int, v: int, costs: tuple[float, float, float],

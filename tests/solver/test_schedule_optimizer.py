@@ -105,7 +105,6 @@ def test_optimizer_reports_a_gap_at_the_time_limit() -> None:
     assert result.status == SolveStatus.FEASIBLE
     assert 0.0 < result.gap < 0.06
     assert result.lower_bound_s < result.makespan_s <= result.baseline_makespan_s
-    assert result.wall_time_s < 2.0
 
 
 def test_cooldown_bound_proves_zb_h1_optimal_whenever_w_le_f() -> None:

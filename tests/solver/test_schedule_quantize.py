@@ -2,7 +2,7 @@
 
 import pytest
 
-from solver.schedule.quantize import FALLBACK_TICKS_PER_LARGEST, time_scale
+from solver.scaling import FALLBACK_TICKS_PER_LARGEST, time_scale
 
 
 @pytest.mark.parametrize(("values", "quantum"), [

@@ -1,0 +1,46 @@
+"""Step time of one configuration: per-stage F/B/W with exposed communication, the pipeline
+makespan, data-parallel synchronisation and the optimizer step.
+
+Owns, by module: `groups` (the mesh's groups as timing sees them), `exposure` (which share
+of the traffic defined once in `models.traffic` stays exposed), `stage` (one rank's
+per-micro-batch work: compute from `models.compute`, recomputation, exposure, stalls),
+`makespan` (the simulated pipeline), `assembly` (the step, its breakdown and FLOP
+conventions). Must not: search, size memory or define traffic.
+"""
+
+from models.step_time.assembly import (
+    FLOP_CONVENTION,
+    StepEstimate,
+    estimate_step,
+    pipeline_makespan_bound,
+    rank_work_s,
+)
+from models.step_time.exposure import (
+    LayerComm,
+    expert_all_to_all_s,
+    layer_comm,
+    zero3_exposed_s,
+)
+from models.step_time.groups import AxisGroup, AxisGroups, axis_groups
+from models.step_time.makespan import compiled_schedule, pipeline_makespan
+from models.step_time.stage import StageTime, compute_context, stage_time
+
+__all__ = [
+    "FLOP_CONVENTION",
+    "AxisGroup",
+    "AxisGroups",
+    "LayerComm",
+    "StageTime",
+    "StepEstimate",
+    "axis_groups",
+    "compiled_schedule",
+    "compute_context",
+    "estimate_step",
+    "expert_all_to_all_s",
+    "layer_comm",
+    "pipeline_makespan",
+    "pipeline_makespan_bound",
+    "rank_work_s",
+    "stage_time",
+    "zero3_exposed_s",
+]

@@ -1,0 +1,386 @@
+"""Assembly of one optimizer step: the pipeline makespan, the per-step terms after it, and a
+breakdown whose terms add up to the step time.
+
+Owns: `StepEstimate` (step time, breakdown, tokens/s, TFLOP/s per GPU, MFU and HFU with
+their FLOP conventions), `estimate_step`, the lower bound `pipeline_makespan_bound`, and the
+split of the makespan into busy time, bubble and exposed pipeline P2P. Breakdown identity:
+step_time = compute + recompute + sum(exposed_comm) + offload_stall + bubble + optimizer
++ sum(overheads). Must not: search, size memory, or define traffic.
+"""
+
+from dataclasses import dataclass
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode, RecomputeModule
+from api_schemas.training import TrainingSpec
+from models.collectives import Collective, Fabric, fabric_of
+from models.flops import StepFlops, step_flops
+from models.kernels import memory_bound_time_s
+from models.layout import StageLayout, pipeline_layout
+from models.memory import micro_batch_count, rank_parameters
+from models.mesh import AxisPlacement, GroupKind
+from models.pipeline import OpDurations, closed_form_makespan
+from models.step_time.exposure import sync_exposed_s
+from models.step_time.groups import AxisGroups, axis_groups
+from models.step_time.makespan import (
+    crossings_per_micro_batch,
+    pipeline_makespan,
+    schedule_chunks,
+    virtual_stage_durations,
+)
+from models.step_time.stage import StageTime, layer_mode, stage_times
+from models.traffic.context import StepContext
+from models.traffic.data import dp_items
+from models.traffic.items import Phase, TrafficAxis, call_cost
+from models.traffic.pipeline import pp_items, pp_message_bytes
+from models.traffic.weights import stage_weights
+
+S = PipelineSchedule
+
+OPTIMIZER_BYTES_PER_PARAM_FACTOR = 2.0
+"""The optimizer step reads and writes every state it touches once: HBM traffic = 2 x the
+bytes of master weights, moments and gradients of the rank's shard, plus writing the
+working weights."""
+
+FLOP_CONVENTION = ("causal attention counted as the kernels compute it (half the score and "
+                   "value matrices); the Megatron-LM / PaLM full-attention figure is "
+                   "tflops_per_gpu_full_attention / mfu_full_attention")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepEstimate:
+    """Predicted time of one optimizer step and its breakdown (a model, not a measurement).
+
+    The terms add up: step_time_s = compute_s + recompute_s + sum(exposed_comm_s) +
+    offload_stall_s + bubble_s + optimizer_s + sum(overheads_s)."""
+
+    step_time_s: float
+    pipeline_makespan_s: float
+    compute_s: float
+    recompute_s: float
+    bubble_s: float
+    exposed_comm_s: dict[str, float]
+    offload_stall_s: float
+    optimizer_s: float
+    overheads_s: dict[str, float]
+    """Per-step terms outside the pipeline and the optimizer, by name."""
+    critical_stage: int
+    num_micro_batches: int
+    model_flop: float
+    """Model FLOPs of the step, causal attention as the kernels compute it."""
+    model_flop_full_attention: float
+    """Model FLOPs with the full attention matrix (Megatron-LM / PaLM convention)."""
+    hardware_flop: float
+    """Model FLOPs plus recomputation, causal attention."""
+    hardware_flop_full_attention: float
+    """Hardware FLOPs with the full attention matrix (Megatron-LM 2021 Eq. 3 convention)."""
+    world_size: int
+    tokens_per_step: int
+    peak_flop_per_s: float
+    stages: tuple[StageTime, ...]
+
+    @property
+    def breakdown_s(self) -> dict[str, float]:
+        """Every term of the step, by name; the values add up to `step_time_s`."""
+        terms = {"compute": self.compute_s, "recompute": self.recompute_s,
+                 "pipeline bubble": self.bubble_s, "offload": self.offload_stall_s,
+                 "optimizer": self.optimizer_s}
+        terms.update({f"{axis} communication": t for axis, t in self.exposed_comm_s.items()})
+        terms.update(self.overheads_s)
+        return terms
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Training tokens per second over the cluster."""
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU (no recomputation; causal attention, `FLOP_CONVENTION`)."""
+        return self.model_flop / self.step_time_s / self.world_size / 1e12
+
+    @property
+    def tflops_per_gpu_full_attention(self) -> float:
+        """Model TFLOP/s per GPU in the Megatron-LM / PaLM convention (full attention)."""
+        return self.model_flop_full_attention / self.step_time_s / self.world_size / 1e12
+
+    @property
+    def hardware_tflops_per_gpu(self) -> float:
+        """Hardware TFLOP/s per GPU (recomputation counted)."""
+        return self.hardware_flop / self.step_time_s / self.world_size / 1e12
+
+    @property
+    def hardware_tflops_per_gpu_full_attention(self) -> float:
+        """Hardware TFLOP/s per GPU with the full attention matrix counted."""
+        return self.hardware_flop_full_attention / self.step_time_s / self.world_size / 1e12
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation against the dense peak of the compute format
+        (`FLOP_CONVENTION`)."""
+        return self.tflops_per_gpu * 1e12 / self.peak_flop_per_s
+
+    @property
+    def mfu_full_attention(self) -> float:
+        """MFU in the Megatron-LM / PaLM convention (full attention matrix counted)."""
+        return self.tflops_per_gpu_full_attention * 1e12 / self.peak_flop_per_s
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation."""
+        return self.hardware_tflops_per_gpu * 1e12 / self.peak_flop_per_s
+
+    @property
+    def bottleneck(self) -> str:
+        """The largest term of the breakdown, named for people."""
+        terms = self.breakdown_s
+        return max(terms, key=lambda k: terms[k])
+
+
+def rank_work_s(parallel: ParallelConfig, stage: StageTime, m: int) -> float:
+    """Busy time of one rank over a step: every micro-batch crosses every chunk of the rank,
+    except under DualPipe, where each micro-batch crosses one of the rank's two stages."""
+    per_micro_batch = sum(t.total_s for t in stage.chunk_times)
+    return m * crossings_per_micro_batch(parallel) * per_micro_batch
+
+
+def _step_context(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                  groups: AxisGroups, fabric: Fabric, stage: int, m: int) -> StepContext:
+    weights = stage_weights(spec, parallel)
+    return StepContext(model=spec, training=training, parallel=parallel, fabric=fabric,
+                       mesh=groups.mesh, stage=weights[stage], num_micro_batches=m,
+                       pp_scatter_gather=False)
+
+
+def p2p_latency_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                  groups: AxisGroups, fabric: Fabric, m: int) -> float:
+    """Time of one stage-boundary send (`models.traffic.pipeline.pp_message_bytes`), the
+    latency between dependent ops of neighbouring ranks in the simulator."""
+    if parallel.pp == 1:
+        return 0.0
+    ctx = _step_context(spec, training, parallel, groups, fabric, 0, m)
+    return call_cost(Collective.P2P, groups.mesh.placement(GroupKind.PP),
+                     pp_message_bytes(ctx), fabric).time_s
+
+
+def _tail(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+          cluster: ClusterSpec, groups: AxisGroups, fabric: Fabric, layout: StageLayout,
+          stage: StageTime, m: int) -> dict[str, float]:
+    """Per-step terms of one rank after its last backward: the exposed DP sync, the tied
+    embedding all-reduce and the optimizer step."""
+    ctx = _step_context(spec, training, parallel, groups, fabric, layout.rank, m)
+    items = tuple(dp_items(ctx))
+    sync = sync_exposed_s(items, overlap=training.overlap_grad_reduce, num_micro_batches=m,
+                          chunk_times=stage.chunk_times)
+    embedding = sum(i.time_per_step_s for i in pp_items(ctx)
+                    if i.axis == TrafficAxis.PP and i.phase == Phase.OPTIMIZER)
+    return {"dp": sync, "pp": embedding,
+            "optimizer": _optimizer_s(spec, training, parallel, cluster, layout)}
+
+
+GRAD_NORM_PASSES = 3
+"""HBM passes over the rank's main-gradient shard for the gradient norm and clipping: read
+for the norm, then read and write to scale."""
+
+
+def _step_overheads(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                    cluster: ClusterSpec, groups: AxisGroups, fabric: Fabric,
+                    layout: StageLayout) -> dict[str, float]:
+    """Per-step terms besides the pipeline, the DP sync and the optimizer update: the
+    gradient-norm all-reduce (over every rank: the model-parallel group, and the data-
+    parallel group holding the optimizer shards), its HBM passes over the gradient shard,
+    and the loss all-reduce over the data-parallel group; each one scalar, latency-bound.
+
+    Source: Megatron-LM `megatron/core/optimizer/clip_grads.py` (`get_grad_norm_fp32`:
+    local squared norm, all-reduce over the model-parallel group, with the distributed
+    optimizer over the data-parallel group too; `clip_grad_by_total_norm_fp32` scales every
+    gradient) and `megatron/training/training.py` (`average_losses_across_data_parallel_
+    group`, one all-reduce per step).
+    """
+    mesh = groups.mesh
+    world = call_cost(Collective.ALL_REDUCE, _world_placement(groups), 4, fabric).time_s
+    loss = call_cost(Collective.ALL_REDUCE, mesh.placement(GroupKind.DP_CP), 4, fabric).time_s
+    held = rank_parameters(spec, parallel, layout)
+    count = held.gemm + held.vectors + held.embedding + held.head + held.experts
+    shard = count / (parallel.dp * parallel.cp if parallel.zero_stage >= 1 else 1)
+    grad_bytes = (training.master_dtype or training.grad_dtype).num_bytes
+    passes = memory_bound_time_s(GRAD_NORM_PASSES * shard * grad_bytes, gpu=cluster.gpu)
+    terms = {"grad-norm all-reduce": world, "grad-norm and clipping": passes,
+             "loss all-reduce": loss}
+    return {name: t for name, t in terms.items() if t > 0}
+
+
+def _world_placement(groups: AxisGroups) -> AxisPlacement:
+    """All ranks as one group, node-contiguous."""
+    mesh = groups.mesh
+    return AxisPlacement(kind=GroupKind.DP_CP, group_size=mesh.world_size, num_groups=1,
+                         all_intra_node=mesh.num_nodes == 1,
+                         max_nodes_spanned=mesh.num_nodes,
+                         ranks_per_node=mesh.gpus_per_node)
+
+
+def _optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                 cluster: ClusterSpec, layout: StageLayout) -> float:
+    """Memory-bound optimizer step over the rank's shard of the states."""
+    held = rank_parameters(spec, parallel, layout)
+    edp = max(1, parallel.tp * parallel.cp * parallel.dp // (parallel.ep * parallel.etp))
+    sharded = parallel.zero_stage >= 1
+    params = (held.gemm + held.vectors + held.embedding + held.head) / (
+        parallel.dp * parallel.cp if sharded else 1) + held.experts / (edp if sharded else 1)
+    state = (training.master_dtype.num_bytes if training.master_dtype else 0.0)
+    state += 2 * training.optimizer_state_dtype.num_bytes + training.grad_dtype.num_bytes
+    traffic = params * (OPTIMIZER_BYTES_PER_PARAM_FACTOR * state + training.param_dtype.num_bytes)
+    return memory_bound_time_s(traffic, gpu=cluster.gpu)
+
+
+def _makespans(parallel: ParallelConfig, stages: list[StageTime], m: int,
+               p2p_s: float) -> tuple[float, float]:
+    """(makespan, makespan without P2P latency) of the pipeline."""
+    if parallel.pp == 1 and len(stages[0].chunk_times) == 1:
+        span = m * stages[0].chunk_times[0].total_s
+        return span, span
+    durations = virtual_stage_durations(parallel, [(st.stage, st.chunk_times) for st in stages])
+    chunks = schedule_chunks(parallel)
+    span = pipeline_makespan(parallel.schedule, num_stages=parallel.pp, num_micro_batches=m,
+                             num_chunks=chunks, durations=durations, p2p_latency_s=p2p_s)
+    if p2p_s <= 0:
+        return span, span
+    ideal = pipeline_makespan(parallel.schedule, num_stages=parallel.pp, num_micro_batches=m,
+                              num_chunks=chunks, durations=durations, p2p_latency_s=0.0)
+    return span, ideal
+
+
+def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                  cluster: ClusterSpec, *, layouts: tuple[StageLayout, ...] | None = None
+                  ) -> StepEstimate:
+    """The predicted step time of a configuration and its breakdown.
+
+    The pipeline makespan comes from the discrete-event simulator run on the schedule's op
+    lists with each virtual stage's own F, B and W (exposed collectives, recomputation and
+    offload stalls folded in) and the P2P time between neighbouring ranks as the latency.
+    The busiest rank's work is split into its terms; the makespan without P2P latency minus
+    that work is the bubble (DualPipe's and ZB-V's idle time included), and the latency's
+    share is the exposed PP communication. The rank with the longest per-step tail (DP sync,
+    tied-embedding all-reduce, optimizer) ends the step.
+
+    Raises:
+        InvalidSpecError: the batch does not divide, the schedule refuses the shape, or
+            layers do not fill the stages.
+    """
+    m = micro_batch_count(training, parallel)
+    layouts = layouts or pipeline_layout(spec, parallel)
+    fabric = fabric_of(cluster)
+    groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
+    p2p = p2p_latency_s(spec, training, parallel, groups, fabric, m)
+    makespan, ideal = _makespans(parallel, stages, m, p2p)
+    tails = [_tail(spec, training, parallel, cluster, groups, fabric, layout, st, m)
+             for layout, st in zip(layouts, stages, strict=True)]
+    critical = max(range(len(stages)), key=lambda i: (sum(tails[i].values()),
+                                                      stages[i].compute_s))
+    tail = tails[critical]
+    overheads = _step_overheads(spec, training, parallel, cluster, groups, fabric,
+                                layouts[critical])
+    busiest = max(stages, key=lambda st: rank_work_s(parallel, st, m))
+    busy = rank_work_s(parallel, busiest, m)
+    crossings = m * crossings_per_micro_batch(parallel)
+    exposed = {axis: crossings * t for axis, t in busiest.exposed_comm_s.items() if t > 0}
+    for axis in ("dp", "pp"):
+        extra = tail[axis] + (makespan - ideal if axis == "pp" else 0.0)
+        if extra > 0:
+            exposed[axis] = exposed.get(axis, 0.0) + extra
+    flops = _flops(spec, training, parallel, layouts)
+    return StepEstimate(
+        step_time_s=makespan + sum(tail.values()) + sum(overheads.values()),
+        pipeline_makespan_s=makespan,
+        compute_s=crossings * busiest.compute_s, recompute_s=crossings * busiest.recompute_s,
+        bubble_s=ideal - busy, exposed_comm_s=exposed,
+        offload_stall_s=crossings * busiest.offload_stall_s, optimizer_s=tail["optimizer"],
+        overheads_s={**overheads, **({"fp8 activation casts": crossings * busiest.fp8_cast_s}
+                                     if busiest.fp8_cast_s else {})},
+        critical_stage=busiest.stage, num_micro_batches=m,
+        model_flop=flops[0].model_flop, model_flop_full_attention=flops[1].model_flop,
+        hardware_flop=flops[0].hardware_flop,
+        hardware_flop_full_attention=flops[1].hardware_flop, world_size=parallel.world_size,
+        tokens_per_step=training.tokens_per_step,
+        peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype),
+        stages=tuple(stages))
+
+
+def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                            cluster: ClusterSpec) -> float:
+    """A lower bound of the pipeline makespan, exact for uniform stages without latency.
+
+    Fixed-order schedules executed as soon as possible are monotone in op durations, so the
+    closed form at the lightest virtual stage's F, B and W (no P2P latency) is a lower bound;
+    so is m times the busiest rank's work, and so is one micro-batch's dependency chain
+    (its forward on every virtual stage, then its input-gradient backward on every one),
+    which dominates when there are fewer micro-batches than stages. Where the schedule has
+    no exact closed form, the busiest rank's work bounds it, and for the linear ZB-H2 also
+    the fill (the lightest forwards of all but one stage) plus the lightest rank's work.
+    Source: the closed forms of `models.pipeline.closed_forms`.
+    """
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
+    if parallel.pp == 1:
+        p2p = p2p_latency_s(spec, training, parallel, groups, fabric, m)
+        return _makespans(parallel, stages, m, p2p)[0]
+    durations = virtual_stage_durations(parallel, [(st.stage, st.chunk_times) for st in stages])
+    busiest = max(rank_work_s(parallel, st, m) for st in stages)
+    if parallel.schedule not in (S.DUALPIPE, S.DUALPIPEV):
+        # One micro-batch's forwards through every virtual stage, then its input-gradient
+        # backwards back: a path of the dependency graph (DualPipe's paired ops excepted).
+        busiest = max(busiest, sum(durations.forward_s) + sum(durations.backward_input_s))
+    closed = _closed_form(parallel, m, durations)
+    if closed is not None:
+        return max(busiest, closed)
+    if parallel.schedule != S.ZB_H2:
+        return busiest  # V and bidirectional placements start work on every rank at once
+    # ZB-H2 (linear): the last rank cannot start before one forward has crossed every
+    # earlier stage, then it does all its own work.
+    fill = sum(sorted(durations.forward_s)[: len(durations.forward_s) - 1])
+    return max(busiest, fill + min(rank_work_s(parallel, st, m) for st in stages))
+
+
+def _closed_form(parallel: ParallelConfig, m: int, durations: OpDurations) -> float | None:
+    return closed_form_makespan(parallel.schedule, num_stages=parallel.pp,
+                                num_micro_batches=m, num_chunks=schedule_chunks(parallel),
+                                forward_s=min(durations.forward_s),
+                                backward_input_s=min(durations.backward_input_s),
+                                backward_weight_s=min(durations.backward_weight_s))
+
+
+def _flops(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+           layouts: tuple[StageLayout, ...]) -> tuple[StepFlops, StepFlops]:
+    """FLOPs of one step with causal attention and with the full attention matrix,
+    recomputation per stage policy."""
+    full: set[int] = set()
+    selective: set[int] = set()
+    for layout in layouts:
+        for position, index in enumerate(layout.layers):
+            mode = layer_mode(parallel, layout.rank, position)
+            if mode == RecomputeMode.FULL:
+                full.add(index)
+            elif mode == RecomputeMode.SELECTIVE and RecomputeModule.CORE_ATTN in \
+                    parallel.policy_of(layout.rank).recompute_modules:
+                selective.add(index)
+    # DualPipe's second copy holds the same layers: each layer is counted once.
+    causal, dense = (step_flops(spec, num_sequences=training.global_batch_size,
+                                seq_len=training.sequence_length, full_recompute_layers=full,
+                                selective_recompute_layers=selective, causal=c)
+                     for c in (True, False))
+    return causal, dense
+
+
+__all__ = [
+    "FLOP_CONVENTION",
+    "OPTIMIZER_BYTES_PER_PARAM_FACTOR",
+    "StepEstimate",
+    "estimate_step",
+    "p2p_latency_s",
+    "pipeline_makespan_bound",
+    "rank_work_s",
+]

@@ -1,0 +1,181 @@
+"""Communication exposure: how much of each layer's and each step's traffic stays on the
+critical path.
+
+Owns: the overlap rules, applied to the traffic that `models.traffic` defines once:
+- TP collectives are exposed unless `training.overlap_tp_comm` (calls the traffic marks as
+  overlapped, such as SP's weight-gradient input gather, are hidden).
+- Ring context-parallel P2P overlaps the attention core of the same layer; Ulysses
+  all-to-alls are exposed.
+- Expert all-to-alls are hidden behind the paired micro-batch's compute under DualPipe /
+  DualPipeV (DeepSeek-V3 Sec. 3.2.1), and under interleaved 1F1B with extra warm-up
+  micro-batches when `training.overlap_ep_comm` (Kimi K2 Sec. 2.4.2), each up to that
+  compute; exposed otherwise.
+- ZeRO-3 gathers and reduce-scatters overlap the layer's compute.
+- Data-parallel gradient reduction overlaps the last micro-batch's backward when
+  `training.overlap_grad_reduce`, and the ZeRO-1/2 parameter all-gather the first forward;
+  the last bucket is always exposed.
+Must not: define what moves (`models.traffic`) or compute kernel times (`models.compute`).
+"""
+
+from dataclasses import dataclass, field
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.parallel import ParallelConfig, PipelineSchedule
+from api_schemas.training import TrainingSpec
+from models.collectives import Collective, Fabric
+from models.compute import LayerCompute, OpTimes
+from models.params import layer_params
+from models.step_time.groups import AxisGroups
+from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem
+from models.traffic.layer import (
+    LayerCall,
+    cp_calls,
+    expert_calls,
+    has_tp_mlp,
+    tp_block_calls,
+    zero3_unit_calls,
+)
+
+S = PipelineSchedule
+EP_OVERLAPPED_SCHEDULES = (S.DUALPIPE, S.DUALPIPEV)
+"""Schedules that pair one micro-batch's expert all-to-all with another's compute."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerComm:
+    """Exposed communication of one layer for one micro-batch, by axis and direction."""
+
+    forward_s: dict[str, float] = field(default_factory=dict)
+    backward_s: dict[str, float] = field(default_factory=dict)
+    recompute_s: dict[str, float] = field(default_factory=dict)
+    """Forward collectives repeated when the layer is fully recomputed, by axis."""
+
+    @property
+    def recompute_forward_s(self) -> float:
+        """All forward collectives repeated by full recomputation."""
+        return sum(self.recompute_s.values())
+
+
+def ep_overlapped(parallel: ParallelConfig, training: TrainingSpec) -> bool:
+    """Whether the schedule hides expert all-to-alls behind another micro-batch's compute."""
+    return parallel.schedule in EP_OVERLAPPED_SCHEDULES or (
+        training.overlap_ep_comm and parallel.schedule == S.INTERLEAVED_1F1B)
+
+
+def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
+                parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric) -> list[LayerCall]:
+    """Every TP, CP and expert call of one layer pass (`models.traffic.layer`)."""
+    lctx = groups.layer_context(spec, training, parallel, fabric)
+    moe_layer = spec.is_moe_layer(layer_index)
+    calls = tp_block_calls(lctx, "attention")
+    if has_tp_mlp(lctx, moe_layer):
+        calls += tp_block_calls(lctx, "mlp")
+    calls += cp_calls(lctx)
+    if moe_layer:
+        calls += expert_calls(lctx)
+    return calls
+
+
+def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
+               parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric,
+               compute: LayerCompute, attention_forward_s: float) -> LayerComm:
+    """Exposed collective time of one layer for one micro-batch, by axis and phase.
+
+    Source: the traffic of `models.traffic.layer` (Megatron-LM 2021 arXiv:2104.04473
+    Sec. 3.2; Korthikanti et al. arXiv:2205.05198 Sec. 4.2.2; Ring Attention
+    arXiv:2310.01889; DeepSpeed-Ulysses arXiv:2309.14509; DeepSeek-V3 arXiv:2412.19437
+    Sec. 3.2) with the overlap rules of this module.
+    """
+    totals: dict[tuple[Phase, str, bool], float] = {}
+    for call in layer_calls(spec, layer_index, training=training, parallel=parallel,
+                            groups=groups, fabric=fabric):
+        if call.axis == TrafficAxis.TP and training.overlap_tp_comm:
+            continue
+        ring = call.axis == TrafficAxis.CP and call.collective == Collective.P2P
+        hidden_by_design = call.axis == TrafficAxis.TP and call.overlap_frac >= 1.0
+        if hidden_by_design:
+            continue
+        key = (call.phase, call.axis.value, ring)
+        totals[key] = totals.get(key, 0.0) + call.time_s
+    overlapped_ep = ep_overlapped(parallel, training)
+    out: dict[Phase, dict[str, float]] = {Phase.FORWARD: {}, Phase.BACKWARD: {},
+                                         Phase.RECOMPUTE: {}}
+    for (phase, axis, ring), t in totals.items():
+        if ring:
+            window = attention_forward_s * (2.0 if phase == Phase.BACKWARD else 1.0)
+            t = max(0.0, t - window)
+        elif axis == TrafficAxis.EP.value and overlapped_ep:
+            window = (compute.times.forward_s if phase == Phase.BACKWARD
+                      else compute.times.backward_input_s)
+            t = max(0.0, t - window)
+        out[phase][axis] = out[phase].get(axis, 0.0) + t
+    return LayerComm(forward_s=out[Phase.FORWARD], backward_s=out[Phase.BACKWARD],
+                     recompute_s=out[Phase.RECOMPUTE])
+
+
+def expert_all_to_all_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                        groups: AxisGroups, fabric: Fabric) -> float:
+    """Dispatch plus combine time of one MoE layer for one micro-batch (forward only,
+    before any overlap), from `models.traffic.layer.expert_calls`."""
+    lctx = groups.layer_context(spec, training, parallel, fabric)
+    return sum(c.time_s for c in expert_calls(lctx) if c.phase == Phase.FORWARD)
+
+
+def zero3_exposed_s(spec: ModelSpec, index: int, training: TrainingSpec,
+                    parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric,
+                    lc: LayerCompute) -> tuple[float, float]:
+    """(forward, backward) exposed ZeRO-3 traffic of one layer: the parameter all-gather
+    before forward, and the all-gather plus the gradient reduce-scatter in backward, each
+    hidden up to the layer's compute (prefetching). Source: ZeRO arXiv:1910.02054 Sec. 7
+    (3 Psi volume); the calls are `models.traffic.layer.zero3_unit_calls`."""
+    if parallel.zero_stage != 3 or parallel.dp * parallel.cp <= 1:
+        return 0.0, 0.0
+    params = layer_params(spec, index)
+    lctx = groups.layer_context(spec, training, parallel, fabric)
+    calls = zero3_unit_calls(lctx, dense_params=-(-params.dense_part // parallel.tp),
+                             expert_params=-(-params.routed_experts
+                                             // (parallel.ep * parallel.etp)))
+    forward = sum(c.time_s for c in calls if c.phase == Phase.FORWARD)
+    backward = sum(c.time_s for c in calls if c.phase == Phase.BACKWARD)
+    return (max(0.0, forward - lc.times.forward_s),
+            max(0.0, backward - lc.times.backward_input_s - lc.times.backward_weight_s))
+
+
+def sync_exposed_s(items: tuple[TrafficItem, ...], *, overlap: bool, num_micro_batches: int,
+                   chunk_times: tuple[OpTimes, ...]) -> float:
+    """Exposed time of the per-step data-parallel items (ZeRO-0/1/2 gradient reduction and
+    parameter gather) of one rank, after its last backward.
+
+    Source: Megatron-LM distributed optimizer (`--overlap-grad-reduce`,
+    `--overlap-param-gather`): buckets reduce while the last micro-batch's backward runs and
+    gather while the next forward runs; ZeRO arXiv:1910.02054 Sec. 7 for the volumes.
+    Assumes: hiding is bounded by both the item's overlappable share (the last bucket stays
+    exposed) and the compute it can run behind (one micro-batch's backward for a reduction,
+    one forward for a gather); a per-micro-batch reduction (ZeRO-2) repeats that per
+    micro-batch.
+    """
+    backward = sum(t.backward_input_s + t.backward_weight_s for t in chunk_times)
+    forward = sum(t.forward_s for t in chunk_times)
+    total = 0.0
+    for item in items:
+        if item.axis not in (TrafficAxis.DP, TrafficAxis.EDP) or "zero3" in item.name:
+            continue
+        repeats = num_micro_batches if item.frequency == Frequency.PER_MICRO_BATCH else 1
+        per = item.time_per_step_s / repeats
+        if overlap:
+            window = forward if item.phase == Phase.OPTIMIZER else backward
+            per = max(per * (1.0 - item.overlap_frac), per - window)
+        total += repeats * per
+    return total
+
+
+__all__ = [
+    "EP_OVERLAPPED_SCHEDULES",
+    "LayerComm",
+    "ep_overlapped",
+    "expert_all_to_all_s",
+    "layer_calls",
+    "layer_comm",
+    "sync_exposed_s",
+    "zero3_exposed_s",
+]

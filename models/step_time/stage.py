@@ -1,0 +1,228 @@
+"""One pipeline rank's per-micro-batch work: compute, recomputation, exposed communication
+and host-transfer stalls, folded into the F, B and W of each of its chunks.
+
+Owns: `StageTime` and `stage_time` (layer compute from `models.compute`, exposure from
+`models.step_time.exposure`), the head and MTP modules on the chunk that ends the model,
+the recompute mode of each held layer, and the offload stall. Invariant: the F + B + W of
+the chunks equals compute + recompute + exposed communication + stalls + FP8 casts, term by
+term.
+Must not: simulate the pipeline or add per-step terms (`models.step_time.assembly`).
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.dtypes import DType
+from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode, RecomputeModule
+from api_schemas.training import TrainingSpec
+from models.activations import LayerActivationContext, layer_activation_bytes
+from models.collectives import Fabric
+from models.compute import ComputeContext, LayerCompute, OpTimes, head_compute, layer_compute
+from models.kernels import memory_bound_time_s
+from models.layout import StageLayout
+from models.memory import stage_activation_components
+from models.step_time.exposure import LayerComm, layer_comm, zero3_exposed_s
+from models.step_time.groups import AxisGroups
+from models.step_time.makespan import V_SHAPED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageTime:
+    """One pipeline rank's per-micro-batch work (over all its chunks)."""
+
+    stage: int
+    chunk_times: tuple[OpTimes, ...]
+    """F, B (with recomputation and exposed collectives), W per chunk, per micro-batch."""
+    compute_s: float
+    recompute_s: float
+    exposed_comm_s: dict[str, float]
+    offload_stall_s: float
+    fp8_cast_s: float = 0.0
+    """Quantising stored activations to FP8 in forward and back in backward."""
+
+
+def layer_mode(parallel: ParallelConfig, stage: int, position: int) -> RecomputeMode:
+    """Recompute mode of the `position`-th layer held by pipeline rank `stage`."""
+    policy = parallel.policy_of(stage).recompute
+    if isinstance(policy, FullLayers):
+        if position < policy.full_layers:
+            return RecomputeMode.FULL
+        return RecomputeMode(policy.others)
+    return policy
+
+
+def compute_context(training: TrainingSpec, parallel: ParallelConfig,
+                    cluster: ClusterSpec) -> ComputeContext:
+    """The kernel-timing context of a configuration."""
+    return ComputeContext(
+        gpu=cluster.gpu, seq_len=training.sequence_length,
+        micro_batch_size=parallel.micro_batch_size, tp=parallel.tp, cp=parallel.cp,
+        ep=parallel.ep, etp=parallel.etp, sequence_parallel=parallel.sequence_parallel,
+        compute_dtype=training.compute_dtype, flash_attention=training.flash_attention,
+        dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance)
+
+
+def _add(into: dict[str, float], terms: dict[str, float]) -> None:
+    for axis, t in terms.items():
+        into[axis] = into.get(axis, 0.0) + t
+
+
+def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+               cluster: ClusterSpec, layout: StageLayout, *, num_micro_batches: int,
+               fabric: Fabric, groups: AxisGroups) -> StageTime:
+    """Per-micro-batch F/B/W of every chunk of one pipeline rank, with recomputation,
+    exposed collectives, ZeRO-3 gathers and offload stalls folded in.
+
+    Full recomputation repeats the layer's forward compute (booked as recompute) and its
+    forward collectives (booked under their axis, once per repetition)."""
+    ctx = compute_context(training, parallel, cluster)
+    policy = parallel.policy_of(layout.rank)
+    cache: dict[bool, tuple[LayerCompute, LayerComm, tuple[float, float]]] = {}
+    chunk_times: list[OpTimes] = []
+    casts: dict[tuple[bool, RecomputeMode], float] = {}
+    compute_total = recompute_total = cast_total = 0.0
+    exposed: dict[str, float] = {}
+    position = 0
+    for chunk_index, chunk in enumerate(layout.chunks):
+        chunk_op = OpTimes()
+        for index in chunk:
+            key = spec.is_moe_layer(index)
+            if key not in cache:
+                lc = layer_compute(spec, index, ctx)
+                attn_f = lc.recompute_module_s.get(RecomputeModule.CORE_ATTN, 0.0)
+                comm = layer_comm(spec, index, training=training, parallel=parallel,
+                                  groups=groups, fabric=fabric, compute=lc,
+                                  attention_forward_s=attn_f)
+                zero3 = zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc)
+                cache[key] = (lc, comm, zero3)
+            lc, comm, (zero3_f, zero3_b) = cache[key]
+            mode = layer_mode(parallel, layout.rank, position)
+            position += 1
+            cast = 0.0
+            if policy.fp8_activations:
+                if (key, mode) not in casts:
+                    casts[key, mode] = fp8_cast_s(spec, index, training, parallel, cluster,
+                                                  mode, policy.recompute_modules)
+                cast = casts[key, mode]
+            recompute = 0.0
+            recompute_comm: dict[str, float] = {}
+            if mode == RecomputeMode.FULL:
+                recompute = lc.recompute_full_s
+                recompute_comm = comm.recompute_s
+            elif mode == RecomputeMode.SELECTIVE:
+                recompute = lc.recompute_s(policy.recompute_modules)
+            chunk_op = chunk_op + lc.times + OpTimes(
+                forward_s=sum(comm.forward_s.values()) + zero3_f + cast / 2,
+                backward_input_s=(sum(comm.backward_s.values()) + recompute
+                                  + sum(recompute_comm.values()) + zero3_b + cast / 2))
+            compute_total += lc.times.total_s
+            cast_total += cast
+            recompute_total += recompute
+            _add(exposed, comm.forward_s)
+            _add(exposed, comm.backward_s)
+            _add(exposed, recompute_comm)
+            if zero3_f or zero3_b:
+                _add(exposed, {"dp": zero3_f + zero3_b})
+        if chunk_index == len(layout.chunks) - 1 or parallel.schedule in V_SHAPED:
+            extra = _head_times(spec, ctx, layout, chunk_index, parallel)
+            chunk_op = chunk_op + extra
+            compute_total += extra.total_s
+        chunk_times.append(chunk_op)
+    stall = _offload_stall(spec, training, parallel, layout, cluster, num_micro_batches,
+                           chunk_times)
+    if stall:
+        chunk_times = [t + OpTimes(backward_input_s=stall / len(chunk_times))
+                       for t in chunk_times]
+    return StageTime(stage=layout.rank, chunk_times=tuple(chunk_times), compute_s=compute_total,
+                     recompute_s=recompute_total, exposed_comm_s=exposed,
+                     offload_stall_s=stall, fp8_cast_s=cast_total)
+
+
+def fp8_cast_s(spec: ModelSpec, index: int, training: TrainingSpec, parallel: ParallelConfig,
+               cluster: ClusterSpec, mode: RecomputeMode,
+               modules: tuple[RecomputeModule, ...]) -> float:
+    """Per-micro-batch time of storing one layer's activations in FP8: a memory-bound
+    quantise (read 2 bytes, write 1 per element) in forward and dequantise (read 1, write
+    2) in backward, over the elements the FP8 storage narrows.
+
+    Source: Kimi K2 (arXiv:2507.20534) Sec. 2.4.2 stores MoE up-projection and SwiGLU
+    inputs in FP8 tiles; the casts are elementwise kernels bound by HBM bandwidth
+    (`models.kernels.memory_bound_time_s`). The narrowed elements are the bytes
+    `models.activations` saves (one byte per element from 16 to 8 bits).
+    Assumes: under FP8 compute the GEMM inputs are cast for the GEMMs anyway, so storage
+    adds no cast.
+    """
+    if training.compute_dtype == DType.FP8:
+        return 0.0
+    base = LayerActivationContext(
+        seq_len=training.sequence_length, micro_batch_size=parallel.micro_batch_size,
+        tp=parallel.tp, cp=parallel.cp, etp=parallel.etp,
+        sequence_parallel=parallel.sequence_parallel, dropout=training.dropout,
+        flash_attention=training.flash_attention,
+        moe_load_imbalance=training.moe_load_imbalance,
+        moe_keep_expert_outputs=training.moe_keep_expert_outputs)
+    wide = layer_activation_bytes(spec, index, base)
+    narrow = layer_activation_bytes(spec, index, dataclasses.replace(base, fp8_storage=True))
+    elements = max(0, wide.stored_bytes(mode, modules) - narrow.stored_bytes(mode, modules))
+    return memory_bound_time_s(2 * 3 * elements, gpu=cluster.gpu)
+
+
+def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk_index: int,
+                parallel: ParallelConfig) -> OpTimes:
+    """Output head (and MTP modules) on the chunk that ends the model on this rank."""
+    if layout.num_heads == 0:
+        return OpTimes()
+    ends_here = (parallel.schedule in V_SHAPED and chunk_index == 1) or (
+        parallel.schedule not in V_SHAPED and chunk_index == len(layout.chunks) - 1)
+    if not ends_here:
+        return OpTimes()
+    times = head_compute(spec, ctx)
+    for _ in range(layout.num_mtp_modules // max(1, layout.num_heads)):
+        mtp = layer_compute(spec, spec.num_layers - 1, ctx).times
+        times = times + mtp + head_compute(spec, ctx)
+    return times
+
+
+def _offload_stall(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                   layout: StageLayout, cluster: ClusterSpec, num_micro_batches: int,
+                   chunk_times: list[OpTimes]) -> float:
+    """Per-micro-batch PCIe time of offloaded activations not hidden behind compute."""
+    policy = parallel.policy_of(layout.rank)
+    if policy.offload_frac <= 0:
+        return 0.0
+    _, host, peak = stage_activation_components(spec, training, parallel, layout,
+                                                num_micro_batches=num_micro_batches)
+    per_micro_batch = sum(c.bytes for c in host) / max(1, peak) * len(layout.chunks)
+    transfer = 2 * per_micro_batch / cluster.pcie_bandwidth_bytes_per_s
+    hidden = sum(t.forward_s + t.backward_input_s for t in chunk_times)
+    return max(0.0, transfer - hidden)
+
+
+def stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> tuple[object, ...]:
+    """Stages with the same layer kinds per chunk, extras and policy take the same time
+    (offload stalls depend on the rank's in-flight count, so they keep the rank)."""
+    policy = parallel.policy_of(layout.rank)
+    kinds = tuple(tuple(spec.is_moe_layer(i) for i in chunk) for chunk in layout.chunks)
+    rank = layout.rank if policy.offload_frac > 0 else -1
+    return (kinds, layout.num_embeddings, layout.num_heads, layout.num_mtp_modules, policy, rank)
+
+
+def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
+                groups: AxisGroups) -> list[StageTime]:
+    """Every rank's per-micro-batch times, computed once per distinct stage (`stage_key`)."""
+    cache: dict[tuple[object, ...], StageTime] = {}
+    stages = []
+    for layout in layouts:
+        key = stage_key(spec, parallel, layout)
+        if key not in cache:
+            cache[key] = stage_time(spec, training, parallel, cluster, layout,
+                                    num_micro_batches=m, fabric=fabric, groups=groups)
+        stages.append(dataclasses.replace(cache[key], stage=layout.rank))
+    return stages
+
+
+__all__ = ["StageTime", "compute_context", "fp8_cast_s", "layer_mode", "stage_key", "stage_time",
+           "stage_times"]
