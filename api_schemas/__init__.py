@@ -70,6 +70,7 @@ from api_schemas.pipeline import (
 )
 from api_schemas.plan import (
     Alternative,
+    CostEstimate,
     Explanation,
     MemoryComponentReport,
     MemoryReport,
@@ -97,6 +98,17 @@ from api_schemas.requests import (
     Objective,
     PlanRequest,
     SolverLimits,
+)
+from api_schemas.run_level import (
+    FrontierPoint,
+    FrontierRequest,
+    FrontierResponse,
+    RunEstimateRequest,
+    RunEstimateResponse,
+    SensitivityFactor,
+    SensitivityPoint,
+    SensitivityRequest,
+    SensitivityResponse,
 )
 from api_schemas.training import (
     EmaPlacement,
@@ -127,6 +139,7 @@ __all__ = [
     "CollectivePhase",
     "Constraints",
     "ContextParallelKind",
+    "CostEstimate",
     "CountingBasis",
     "DType",
     "EmaPlacement",
@@ -134,6 +147,9 @@ __all__ = [
     "Explanation",
     "FieldError",
     "Fp8WeightStorage",
+    "FrontierPoint",
+    "FrontierRequest",
+    "FrontierResponse",
     "FullLayers",
     "GpuSpec",
     "IntraNodeTopology",
@@ -179,6 +195,12 @@ __all__ = [
     "Recompute",
     "RecomputeMode",
     "RecomputeModule",
+    "RunEstimateRequest",
+    "RunEstimateResponse",
+    "SensitivityFactor",
+    "SensitivityPoint",
+    "SensitivityRequest",
+    "SensitivityResponse",
     "SolverLimits",
     "SolverStats",
     "StageMemoryReport",

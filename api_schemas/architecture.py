@@ -30,7 +30,8 @@ class MlpKind(StrEnum):
     GELU = "gelu"
     """Two matrices: up (h x f) and down (f x h), elementwise GELU between."""
     SWIGLU = "swiglu"
-    """Three matrices: gate and up (h x f each) and down (f x h)."""
+    """Three matrices: gate and up (h x f each) and down (f x h). Any gated MLP has this
+    shape, whatever the gate's activation (SiLU in Llama, tanh-GELU in Gemma's GeGLU)."""
 
 
 class NormKind(StrEnum):
@@ -151,8 +152,18 @@ class ModelSpec(SpecModel):
     ffn_hidden_size: PositiveInt = Field(
         description="Intermediate width of the dense MLP.", examples=[28672]
     )
-    mlp: MlpKind = Field(default=MlpKind.SWIGLU, description="'gelu' (2 mats) or 'swiglu' (3).")
+    mlp: MlpKind = Field(
+        default=MlpKind.SWIGLU,
+        description="'gelu' (2 matrices) or 'swiglu' (3: any gated MLP, SiLU- or GELU-gated).",
+    )
     norm: NormKind = Field(default=NormKind.RMSNORM, description="'rmsnorm' or 'layernorm'.")
+    num_layer_norms: PositiveInt = Field(
+        default=2,
+        description="Hidden-width norms per transformer layer: 2 for pre-attention and pre-MLP "
+        "(Llama), 4 when post-norms are added (Gemma 2/3), 1 for a shared norm with a parallel "
+        "residual (Command-R).",
+        examples=[2],
+    )
     qk_norm: bool = Field(default=False, description="Per-head RMSNorm on q and k (Qwen3, OLMoE).")
     attention_bias: bool = Field(default=False, description="Bias on the q, k, v projections.")
     linear_bias: bool = Field(

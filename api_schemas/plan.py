@@ -7,11 +7,11 @@ anything.
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from pydantic import Field
 
 from api_schemas._base import ResultModel
+from api_schemas.exports import PlanExports
 from api_schemas.parallel import ParallelConfig
 from api_schemas.units import Bytes, Fraction, Seconds
 
@@ -116,6 +116,8 @@ class Alternative(ResultModel):
     """A configuration the planner considered and ranked lower."""
 
     parallel: ParallelConfig = Field(description="The configuration.")
+    world_size: int = Field(default=0, description="GPUs it uses (tp x pp x dp x cp).",
+                            examples=[1024])
     step_time_s: Seconds | None = Field(default=None, description="Its predicted step time.")
     tokens_per_s: float | None = Field(default=None, description="Its throughput.")
     peak_bytes: Bytes | None = Field(default=None, description="Its peak memory.")
@@ -125,13 +127,20 @@ class Alternative(ResultModel):
     why_not: str = Field(description="Why it lost.")
 
 
+RelaxedScalar = bool | int | float | str
+RelaxedValue = (RelaxedScalar
+                | dict[str, RelaxedScalar | list[RelaxedScalar] | dict[str, list[RelaxedScalar]]])
+"""What a relaxation changes a value from or to: a number, or the request's pins."""
+
+
 class Relaxation(ResultModel):
     """One change to an infeasible request that makes a plan exist, with that plan."""
 
     change: str = Field(description="What changes: 'num_nodes', 'sequence_length', "
                         "'global_batch_size', 'zero_stage', 'recompute' or 'constraints'.")
-    from_value: Any = Field(description="The request's value.")
-    to_value: Any = Field(description="The relaxed value.")
+    from_value: RelaxedValue = Field(description="The request's value (a number, or the pins "
+                                     "as an object for 'constraints').")
+    to_value: RelaxedValue = Field(description="The relaxed value.")
     parallel: ParallelConfig | None = Field(default=None, description="The plan it gives.")
     step_time_s: Seconds | None = Field(default=None, description="That plan's step time.")
     minimal: bool = Field(default=False, description="Proven the smallest such change under "
@@ -139,6 +148,16 @@ class Relaxation(ResultModel):
                           "has no plan).")
     proof: str = Field(default="", description="How minimality was shown, or why it was not.")
     text: str = Field(description="The change in words.")
+class CostEstimate(ResultModel):
+    """What the plan costs at the request's GPU-hour price."""
+
+    gpu_hour_price: float = Field(description="Price of one GPU-hour (the request's "
+                                  "constraints.gpu_hour_price).", examples=[2.5])
+    cost_per_token: float = Field(description="Price of training on one token: price x GPUs "
+                                  "/ 3600 / tokens_per_s.", examples=[1.2e-7])
+    cost_per_million_tokens: float = Field(description="cost_per_token x 10^6.",
+                                           examples=[0.12])
+    cost_per_step: float = Field(description="Price of one optimizer step.", examples=[5.0])
 
 
 class Explanation(ResultModel):
@@ -217,8 +236,6 @@ class PlanResponse(ResultModel):
     explanation: Explanation = Field(description="Why.")
     solver: SolverStats | None = Field(default=None, description="Search statistics.")
     bottleneck: str | None = Field(default=None, description="Largest time term (evaluate).")
-    exports: dict[str, Any] = Field(default_factory=dict, description="Megatron-LM arguments, "
-                                    "torchtitan TOML, DeepSpeed JSON.")
     framework_target: str = Field(default="released", description="The framework the plan "
                                   "was searched for ('released': any of megatron-lm, "
                                   "torchtitan, deepspeed).")
@@ -227,11 +244,16 @@ class PlanResponse(ResultModel):
                                   "adds the last feature it needs.")
     extensions: list[ExtensionUse] = Field(default_factory=list, description="Features no "
                                            "released framework provides, with their origin.")
+    cost: CostEstimate | None = Field(default=None, description="Cost per token and per step "
+                                      "when the request gives constraints.gpu_hour_price.")
+    exports: PlanExports = Field(default_factory=PlanExports, description="Megatron-LM "
+                                 "arguments, torchtitan TOML, DeepSpeed JSON.")
     created_at: datetime | None = Field(default=None, description="When it was stored.")
 
 
 __all__ = [
     "Alternative",
+    "CostEstimate",
     "Explanation",
     "ExtensionUse",
     "MemoryComponentReport",

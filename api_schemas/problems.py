@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api_schemas.plan import Explanation
+
 ProblemCode = Literal[
     "invalid-request",
     "invalid-spec",
@@ -45,6 +47,14 @@ class ProblemDetail(BaseModel):
     diagnostics: dict[str, Any] | None = Field(
         default=None, description="Solver diagnostics for no-feasible-plan."
     )
+    plan_id: str | None = Field(
+        default=None, description="no-feasible-plan from POST /v1/plans: id of the stored "
+        "infeasible plan (also in `instance` and the Location header).")
+    explanation: Explanation | None = Field(
+        default=None, description="no-feasible-plan from POST /v1/plans: the plan's "
+        "explanation (summary, binding constraints, smallest relaxations).")
+    time_limit_s: float | None = Field(
+        default=None, description="solver-time-limit: the limit the search ran under.")
 
 
 __all__ = ["FieldError", "ProblemCode", "ProblemDetail"]

@@ -1,10 +1,13 @@
 """Hugging Face `config.json` ingestion: a raw config dict to a `ModelSpec`.
 
-Owns: the field vocabularies of the Llama, Mistral, Qwen2/3 (dense and MoE), Mixtral, OLMoE,
-DeepSeek-V2/V3, Kimi K2, GPT-2 and GPT-NeoX families, their aliases, and the defaults each
-family's modelling code applies when a key is absent. An unknown `model_type` is read with
-the generic Llama vocabulary and every assumption made is reported in `notes`; a missing
-required field is an error naming it. Must not: count parameters or guess silently.
+Owns: the field vocabularies of the decoder families on the Hub (Llama, Llama 4, Mistral,
+Mixtral, Phi-3, Qwen2/2.5/3 dense and MoE, Gemma 1/2/3, DeepSeek-V2/V3, Kimi K2, GPT-OSS,
+OLMo/OLMo 2/OLMoE, Command-R, Granite, GPT-2, GPT-NeoX), their aliases, the defaults each
+family's modelling code applies when a key is absent, and where multimodal checkpoints
+nest their language model (`text_config`). An unknown `model_type` is read with the generic
+Llama vocabulary when every field it needs is there, with the assumption in `notes`;
+otherwise it is refused, naming each missing field and where it would sit. Every default
+applied is reported in `notes`. Must not: count parameters or guess silently.
 """
 
 from dataclasses import dataclass
@@ -19,16 +22,21 @@ from api_schemas.architecture import (
     NormKind,
 )
 from models.errors import InvalidSpecError
-
-LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "olmo", "olmo2"})
-MIXTRAL_LIKE = frozenset({"mixtral"})
-OLMOE_LIKE = frozenset({"olmoe"})
-QWEN_MOE = frozenset({"qwen2_moe", "qwen3_moe"})
-DEEPSEEK_LIKE = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
-GPT2_LIKE = frozenset({"gpt2"})
-NEOX_LIKE = frozenset({"gpt_neox"})
-KNOWN_MODEL_TYPES = (
-    LLAMA_LIKE | MIXTRAL_LIKE | OLMOE_LIKE | QWEN_MOE | DEEPSEEK_LIKE | GPT2_LIKE | NEOX_LIKE
+from models.hf_families import (
+    COHERE_LIKE,
+    DEEPSEEK_LIKE,
+    EXPERT_WIDTH_IS_INTERMEDIATE,
+    FAMILY_DEFAULTS,
+    GATED_GELU,
+    GPT2_LIKE,
+    KNOWN_MODEL_TYPES,
+    LLAMA4_LIKE,
+    NEOX_LIKE,
+    NESTED_TEXT_TYPES,
+    POST_NORM_LAYERS,
+    QK_NORM_FAMILIES,
+    QWEN_MOE,
+    TIED_BY_DEFAULT,
 )
 
 _GELU_ACTIVATIONS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu"})
@@ -44,23 +52,58 @@ class IngestedModel:
 
 
 class _Reader:
-    """Reads fields by alias and records which required ones are missing."""
+    """Reads fields by alias, applies family defaults, and records missing required ones.
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    `location` is where the fields sit ('' for the top level, 'text_config.' for the
+    language model of a multimodal checkpoint), so a missing field is named by its path.
+    """
+
+    def __init__(self, config: dict[str, Any], *, location: str,
+                 defaults: dict[str, Any], notes: list[str]) -> None:
         self.config = config
+        self.location = location
+        self.defaults = defaults
+        self.notes = notes
         self.missing: list[str] = []
 
     def get(self, *names: str, default: Any = None) -> Any:
         for name in names:
             if name in self.config and self.config[name] is not None:
                 return self.config[name]
+        for name in names:
+            if name in self.defaults:
+                self.notes.append(f"'{self.location}{name}' absent: the family's modelling "
+                                  f"code default {self.defaults[name]!r} applied")
+                return self.defaults[name]
         return default
 
     def need(self, *names: str) -> Any:
         value = self.get(*names)
         if value is None:
-            self.missing.append(" or ".join(f"'{n}'" for n in names))
+            self.missing.append(" or ".join(f"'{self.location}{n}'" for n in names))
         return value
+
+
+def _language_model_part(config: dict[str, Any], notes: list[str]) -> tuple[
+        dict[str, Any], str, str]:
+    """The dict holding the language model's fields, its location prefix and model type.
+
+    Multimodal checkpoints (Llama 4, Gemma 3, LLaVA-style) nest the decoder under
+    `text_config`; the vision tower is not counted and a note says so.
+    """
+    outer_type = str(config.get("model_type") or "").lower()
+    nested = config.get("text_config")
+    if not isinstance(nested, dict):
+        return config, "", NESTED_TEXT_TYPES.get(outer_type, outer_type)
+    inner_type = str(nested.get("model_type") or NESTED_TEXT_TYPES.get(outer_type, "")).lower()
+    merged = dict(nested)
+    # The tie flag may sit on the outer config (Llama 4 keeps it there).
+    if "tie_word_embeddings" not in merged and "tie_word_embeddings" in config:
+        merged["tie_word_embeddings"] = config["tie_word_embeddings"]
+    notes.append(
+        f"language model read from 'text_config' (model_type '{inner_type or '(absent)'}'); "
+        "the vision tower and projector are not counted")
+    return merged, "text_config.", inner_type or outer_type
 
 
 def spec_from_hf_config(config: dict[str, Any], *, name: str | None = None) -> IngestedModel:
@@ -74,32 +117,31 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str | None = None) -> I
         The spec, the model type, and notes naming every default or assumption applied.
 
     Raises:
-        InvalidSpecError: when required fields are missing (all are named) or inconsistent.
+        InvalidSpecError: when required fields are missing (each is named with where it
+            sits) or inconsistent.
     """
     if not isinstance(config, dict):
         raise InvalidSpecError("the Hugging Face config must be a JSON object", field="config")
-    reader = _Reader(config)
-    model_type = str(reader.get("model_type", default="")).lower()
     notes: list[str] = []
-    if model_type not in KNOWN_MODEL_TYPES:
+    fields_src, location, model_type = _language_model_part(config, notes)
+    known = model_type in KNOWN_MODEL_TYPES
+    reader = _Reader(fields_src, location=location, notes=notes,
+                     defaults=FAMILY_DEFAULTS.get(model_type, {}))
+    if not known:
         notes.append(
             f"model_type '{model_type or '(absent)'}' is not a known family; read with the "
             "generic Llama vocabulary (SwiGLU MLP, RMSNorm, RoPE, untied unless "
             "tie_word_embeddings says otherwise)"
         )
-    fields = _common_fields(reader, model_type, notes)
+    fields = _common_fields(reader, model_type)
     try:
-        moe = _moe_fields(reader, model_type, notes)
+        moe = _moe_fields(reader, model_type)
         mla = _mla_fields(reader, model_type)
     except (ValueError, TypeError) as exc:
         raise InvalidSpecError(f"inconsistent MoE or MLA fields in config: {exc}",
                                field="config") from exc
     if reader.missing:
-        raise InvalidSpecError(
-            f"cannot read a {model_type or 'transformer'} architecture from this config: missing "
-            f"{', '.join(reader.missing)}; add these fields (see the family's config.json)",
-            field="config",
-        )
+        raise InvalidSpecError(_missing_message(reader, model_type, known), field="config")
     if mla is not None:
         fields["attention"] = AttentionKind.MLA
         fields["mla"] = mla
@@ -112,24 +154,50 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str | None = None) -> I
     return IngestedModel(spec=spec, model_type=model_type, notes=tuple(notes))
 
 
-def _common_fields(reader: _Reader, model_type: str, notes: list[str]) -> dict[str, Any]:
+def _missing_message(reader: _Reader, model_type: str, known: bool) -> str:
+    where = ("under 'text_config' (where this multimodal config keeps its language model)"
+             if reader.location else
+             "at the top level of config.json (or under 'text_config' for a multimodal "
+             "checkpoint)")
+    family = (f"the {model_type} family" if known else
+              f"unknown model_type '{model_type or '(absent)'}', read with the generic Llama "
+              "vocabulary,")
+    return (f"cannot read {family}: missing {', '.join(reader.missing)}; add these fields "
+            f"{where}. Known families: {', '.join(sorted(KNOWN_MODEL_TYPES))}")
+
+
+def _gpt2_fields(reader: _Reader) -> dict[str, Any]:
+    hidden = reader.need("n_embd", "hidden_size")
+    act = str(reader.get("activation_function", default="gelu_new"))
+    return {
+        "num_layers": reader.need("n_layer", "num_hidden_layers"),
+        "hidden_size": hidden,
+        "num_attention_heads": reader.need("n_head", "num_attention_heads"),
+        "ffn_hidden_size": reader.get("n_inner") or (4 * hidden if hidden else None),
+        "mlp": MlpKind.GELU if act in _GELU_ACTIVATIONS else MlpKind.SWIGLU,
+        "norm": NormKind.LAYERNORM, "linear_bias": True,
+        "vocab_size": reader.need("vocab_size"),
+        "tie_word_embeddings": bool(reader.get("tie_word_embeddings", default=True)),
+        "learned_position_embeddings": reader.need("n_positions", "max_position_embeddings"),
+        "max_position_embeddings": reader.get("n_positions", "n_ctx"),
+    }
+
+
+def _mlp_kind(reader: _Reader, model_type: str) -> MlpKind:
+    act = str(reader.get("hidden_activation", "hidden_act", "activation_function",
+                         default="silu"))
+    if model_type in GATED_GELU:
+        reader.notes.append(f"{model_type}: gated MLP (GeGLU, activation '{act}'): three "
+                            "matrices gate/up/down, counted like SwiGLU")
+        return MlpKind.SWIGLU
+    return MlpKind.GELU if act in _GELU_ACTIVATIONS else MlpKind.SWIGLU
+
+
+def _common_fields(reader: _Reader, model_type: str) -> dict[str, Any]:
     if model_type in GPT2_LIKE:
-        hidden = reader.need("n_embd", "hidden_size")
-        act = str(reader.get("activation_function", default="gelu_new"))
-        return {
-            "num_layers": reader.need("n_layer", "num_hidden_layers"),
-            "hidden_size": hidden,
-            "num_attention_heads": reader.need("n_head", "num_attention_heads"),
-            "ffn_hidden_size": reader.get("n_inner") or (4 * hidden if hidden else None),
-            "mlp": MlpKind.GELU if act in _GELU_ACTIVATIONS else MlpKind.SWIGLU,
-            "norm": NormKind.LAYERNORM, "linear_bias": True,
-            "vocab_size": reader.need("vocab_size"),
-            "tie_word_embeddings": bool(reader.get("tie_word_embeddings", default=True)),
-            "learned_position_embeddings": reader.need("n_positions", "max_position_embeddings"),
-            "max_position_embeddings": reader.get("n_positions", "n_ctx"),
-        }
-    act = str(reader.get("hidden_act", "activation_function", default="silu"))
+        return _gpt2_fields(reader)
     heads = reader.need("num_attention_heads", "n_head", "num_heads")
+    tie_default = model_type in TIED_BY_DEFAULT
     common: dict[str, Any] = {
         "num_layers": reader.need("num_hidden_layers", "n_layer", "num_layers"),
         "hidden_size": reader.need("hidden_size", "n_embd", "d_model"),
@@ -137,9 +205,9 @@ def _common_fields(reader: _Reader, model_type: str, notes: list[str]) -> dict[s
         "num_kv_heads": reader.get("num_key_value_heads", "num_kv_heads", default=heads),
         "head_dim": reader.get("head_dim"),
         "vocab_size": reader.need("vocab_size"),
-        "tie_word_embeddings": bool(reader.get("tie_word_embeddings", default=False)),
+        "tie_word_embeddings": bool(reader.get("tie_word_embeddings", default=tie_default)),
         "max_position_embeddings": reader.get("max_position_embeddings"),
-        "mlp": MlpKind.GELU if act in _GELU_ACTIVATIONS else MlpKind.SWIGLU,
+        "mlp": _mlp_kind(reader, model_type),
     }
     if model_type in NEOX_LIKE:
         common.update(norm=NormKind.LAYERNORM, linear_bias=True,
@@ -150,9 +218,9 @@ def _common_fields(reader: _Reader, model_type: str, notes: list[str]) -> dict[s
         common["attention_bias"] = bool(reader.get("attention_bias", "qkv_bias",
                                                    default=bias_default))
         if model_type in ("qwen2", "qwen2_moe") and "attention_bias" not in reader.config:
-            notes.append("Qwen2 family: q/k/v projections carry a bias (modelling code default)")
-    if model_type in ("qwen3", "qwen3_moe", "olmoe", "olmo2"):
-        common["qk_norm"] = True
+            reader.notes.append("Qwen2 family: q/k/v projections carry a bias (modelling code "
+                                "default)")
+    _family_layout(reader, model_type, common)
     if model_type in DEEPSEEK_LIKE:
         # MLA: num_key_value_heads equals the head count and does not size a KV cache.
         common["num_kv_heads"] = common["num_attention_heads"]
@@ -160,20 +228,52 @@ def _common_fields(reader: _Reader, model_type: str, notes: list[str]) -> dict[s
     kv, heads_n = common["num_kv_heads"], common["num_attention_heads"]
     if kv is not None and heads_n is not None and kv < heads_n:
         common["attention"] = AttentionKind.GQA
-    # MoE families whose 'intermediate_size' is the per-expert width have no dense MLP.
-    if model_type in MIXTRAL_LIKE | OLMOE_LIKE:
-        common["ffn_hidden_size"] = reader.need("intermediate_size")
-    else:
-        common["ffn_hidden_size"] = reader.need("intermediate_size", "ffn_hidden_size", "n_inner")
+    common["ffn_hidden_size"] = _dense_ffn_width(reader, model_type)
     return common
 
 
-def _moe_fields(reader: _Reader, model_type: str, notes: list[str]) -> MoESpec | None:
+def _family_layout(reader: _Reader, model_type: str, common: dict[str, Any]) -> None:
+    """Norm count, q/k norms, parallel residual and the notes on what is left uncounted."""
+    if model_type in QK_NORM_FAMILIES:
+        common["qk_norm"] = True
+        if model_type in ("olmoe", "olmo2"):
+            reader.notes.append(f"{model_type}: q/k norms span all heads (not per head); "
+                                "counted per head, under 0.01% of the total")
+    if model_type in POST_NORM_LAYERS:
+        common["num_layer_norms"] = 4
+        reader.notes.append(f"{model_type}: four norms per layer (pre- and post-attention, "
+                            "pre- and post-MLP)")
+    if model_type in COHERE_LIKE:
+        common.update(parallel_residual=True, num_layer_norms=1)
+        if reader.get("use_qk_norm", default=False):
+            common["qk_norm"] = True
+        reader.notes.append("Command-R: one bias-free LayerNorm feeds attention and MLP in "
+                            "parallel (h parameters per layer)")
+    if model_type in LLAMA4_LIKE and reader.get("use_qk_norm", default=False):
+        reader.notes.append("Llama 4: use_qk_norm is a weight-free L2 norm (no parameters)")
+    if model_type == "gpt_oss":
+        reader.notes.append("GPT-OSS: o_proj bias, per-head attention sinks and expert biases "
+                            "are not counted (under 0.05% of the total)")
+    if model_type in ("gemma2", "gemma3_text") and reader.get("sliding_window"):
+        reader.notes.append(f"{model_type}: sliding-window layers "
+                            f"(window {reader.get('sliding_window')}) counted like global ones")
+
+
+def _dense_ffn_width(reader: _Reader, model_type: str) -> Any:
+    if model_type in EXPERT_WIDTH_IS_INTERMEDIATE:
+        # 'intermediate_size' is the per-expert width and there is no dense MLP.
+        return reader.need("intermediate_size")
+    if model_type in LLAMA4_LIKE:
+        return reader.need("intermediate_size_mlp")
+    return reader.need("intermediate_size", "ffn_hidden_size", "n_inner")
+
+
+def _moe_fields(reader: _Reader, model_type: str) -> MoESpec | None:
     num_experts = reader.get("n_routed_experts", "num_experts", "num_local_experts")
     if not num_experts:
         return None
-    top_k = reader.need("num_experts_per_tok", "moe_top_k", "top_k")
-    if model_type in MIXTRAL_LIKE | OLMOE_LIKE:
+    top_k = reader.need("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k")
+    if model_type in EXPERT_WIDTH_IS_INTERMEDIATE | LLAMA4_LIKE:
         expert_width = reader.need("intermediate_size")
     else:
         expert_width = reader.need("moe_intermediate_size")
@@ -184,17 +284,23 @@ def _moe_fields(reader: _Reader, model_type: str, notes: list[str]) -> MoESpec |
         shared_width = int(reader.get("shared_expert_intermediate_size", default=0) or 0)
         shared_count = 1 if shared_width else 0
         shared_gate = shared_width > 0
+    elif model_type in LLAMA4_LIKE:
+        # Llama4TextMoe: one always-on shared expert of the routed experts' width.
+        shared_count = 1
+        shared_width = int(expert_width or 0)
     elif shared_count and expert_width:
         shared_width = shared_count * int(expert_width)
     first_dense = int(reader.get("first_k_dense_replace", default=0) or 0)
     freq = int(reader.get("moe_layer_freq", "decoder_sparse_step", default=1) or 1)
     dense_indices = tuple(int(i) for i in reader.get("mlp_only_layers", default=[]) or [])
+    layers = int(reader.get("num_hidden_layers", default=0) or 0)
     if model_type in QWEN_MOE and freq > 1:
         # Qwen: layer i is sparse when (i + 1) % step == 0; express it as explicit dense layers.
-        layers = int(reader.get("num_hidden_layers", default=0) or 0)
         dense_indices += tuple(i for i in range(layers) if (i + 1) % freq)
         freq = 1
-        notes.append("decoder_sparse_step > 1 converted to explicit dense layer indices")
+        reader.notes.append("decoder_sparse_step > 1 converted to explicit dense layer indices")
+    if model_type in LLAMA4_LIKE:
+        dense_indices += _llama4_dense_layers(reader, layers)
     if top_k is None or expert_width is None:
         return None  # named in reader.missing, reported by the caller
     return MoESpec(
@@ -207,6 +313,18 @@ def _moe_fields(reader: _Reader, model_type: str, notes: list[str]) -> MoESpec |
         num_expert_groups=int(_or_default(reader.get("n_group"), 1)),
         topk_groups=int(_or_default(reader.get("topk_group"), 1)),
     )
+
+
+def _llama4_dense_layers(reader: _Reader, layers: int) -> tuple[int, ...]:
+    """Llama 4 interleaves dense and MoE layers: `moe_layers` lists the MoE ones; absent,
+    layer i is MoE when (i + 1) % interleave_moe_layer_step == 0 (modelling code)."""
+    listed = reader.config.get("moe_layers")
+    if isinstance(listed, list):
+        moe_layers = {int(i) for i in listed}
+    else:
+        step = int(reader.get("interleave_moe_layer_step", default=1) or 1)
+        moe_layers = {i for i in range(step - 1, layers, step)}
+    return tuple(i for i in range(layers) if i not in moe_layers)
 
 
 def _or_default(value: object, default: int) -> Any:

@@ -23,7 +23,7 @@ class LayerParams:
     attention: int
     """q/k/v/o projections (and MLA compressions), their biases and q/k norms."""
     norms: int
-    """The two pre-attention / pre-MLP norms."""
+    """The hidden-width norms of the layer (`num_layer_norms` of them)."""
     dense_mlp: int
     """The dense MLP (0 on an MoE layer)."""
     router: int
@@ -123,7 +123,7 @@ def mlp_params(spec: ModelSpec, width: int, *, matrices_only: bool = False) -> i
 
 def layer_params(spec: ModelSpec, layer_index: int) -> LayerParams:
     """Weights of transformer layer `layer_index` (0-based) by component."""
-    norms = 2 * norm_params(spec, spec.hidden_size)
+    norms = spec.num_layer_norms * norm_params(spec, spec.hidden_size)
     attention = attention_params(spec)
     moe = spec.moe
     if moe is None or not spec.is_moe_layer(layer_index):

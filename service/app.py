@@ -39,6 +39,7 @@ from service.routes import (
     pipeline,
     plans,
     reference,
+    run_level,
 )
 from service.routes.health import SERVICE_VERSION
 from service.settings import Settings, get_settings
@@ -118,6 +119,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app.include_router(plans.router)
     app.include_router(pictures.router)
     app.include_router(estimates.router)
+    app.include_router(run_level.router)
     app.include_router(collectives.router)
     app.include_router(mesh.router)
     app.include_router(pipeline.router)

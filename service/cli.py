@@ -1,8 +1,9 @@
 """The `atlas-planner` command line.
 
 Owns: `serve` (the HTTP service under uvicorn), the computing commands (`plan`, `evaluate`,
-`memory`, `collective`, `simulate`, `placement`) that call the library directly, or a
-running service with `--server URL`, and `catalog`. Requests come from a JSON or YAML file,
+`memory`, `collective`, `simulate`, `placement`, and from `service/cli_labs.py` `mesh`,
+`run-estimate`, `frontier`, `sensitivity`) that call the library directly, or a running
+service with `--server URL`, and `catalog`. Requests come from a JSON or YAML file,
 from preset flags (`--model llama-3.1-70b --gpu h100-sxm5-80gb --nodes 8 ...`) or both
 (flags override the file). Results print as a readable summary (GiB for people) or, with
 `--json`, as the API's JSON; `--output FILE` writes the JSON to a file; `--svg FILE` and
@@ -37,12 +38,23 @@ from api_schemas.pipeline import (
 )
 from api_schemas.plan import MemoryReport, PlanResponse, PlanStatus
 from api_schemas.problems import FieldError, ProblemDetail
-from api_schemas.requests import EvaluateRequest, Objective, PlanRequest
+from api_schemas.requests import ClusterInput, EvaluateRequest, PlanRequest
 from models.catalog import gpu_ids, model_ids
 from models.collectives.report import estimate_collective
 from models.errors import PlannerError
 from models.moe.balance import home_rank_loads
 from models.pipeline.requests import simulate_request
+from models.resolve import resolve_cluster
+from service.cli_flags import (
+    LIST_AXES,
+    add_constraint_flags,
+    add_recipe_flags,
+    apply_constraint_flags,
+    apply_recipe_flags,
+    int_or_list,
+    str_or_list,
+)
+from service.cli_labs import register_lab_commands
 from service.client import DEFAULT_BASE_URL, ApiProblemError, AtlasClient
 from service.pictures import memory_svg, placement_svg, timeline_svg
 from service.problems import PROBLEM_TITLES, problem_type
@@ -106,6 +118,7 @@ def build_request(args: argparse.Namespace, *, degrees_key: str) -> dict[str, An
     _set(doc, (degrees_key, "micro_batch_size"), args.mbs)
     if args.sp:
         _set(doc, (degrees_key, "sequence_parallel"), True)
+    apply_recipe_flags(doc, args)
     return doc
 
 
@@ -119,21 +132,26 @@ def _add_request_flags(parser: argparse.ArgumentParser, *, pins: bool = False,
     parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: preset)")
     parser.add_argument("--global-batch", type=int, help="sequences per optimizer step")
     parser.add_argument("--seq", type=int, help="tokens per sequence")
-    what = "pin the search to this" if pins else "the configuration's"
-    for axis in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp"):
-        parser.add_argument(f"--{axis}", type=int, help=f"{what} {axis} degree")
-    parser.add_argument("--mbs", type=int, help=f"{what} micro-batch size")
-    parser.add_argument("--schedule", help=f"{what} pipeline schedule, e.g. 1f1b, zb_h1")
-    parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), help=f"{what} ZeRO "
-                        "stage")
-    parser.add_argument("--recompute", choices=("none", "selective", "full"),
-                        help=f"{what} recomputation")
-    parser.add_argument("--sp", action="store_true", help="Megatron sequence parallelism")
+    what = "pin (N) or allow (N,M,...) the search's" if pins else "the configuration's"
+    number = int_or_list if pins else int
+    for axis in LIST_AXES:
+        parser.add_argument(f"--{axis}", type=number, help=f"{what} {axis} degree")
+    parser.add_argument("--mbs", type=number, help=f"{what} micro-batch size")
+    parser.add_argument("--schedule", type=str_or_list if pins else str,
+                        help=f"{what} pipeline schedule, e.g. 1f1b, zb_h1")
     if pins:
-        parser.add_argument("--objective", choices=[o.value for o in Objective],
-                            help="what to optimise (default throughput)")
-        parser.add_argument("--time-limit", type=float, help="search time limit, seconds")
-        parser.add_argument("--top-k", type=int, help="alternatives to report")
+        parser.add_argument("--zero-stage", type=int_or_list, help=f"{what} ZeRO stage")
+        parser.add_argument("--recompute", type=str_or_list, help=f"{what} recomputation "
+                            "(none, selective, full)")
+    else:
+        parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3),
+                            help=f"{what} ZeRO stage")
+        parser.add_argument("--recompute", choices=("none", "selective", "full"),
+                            help=f"{what} recomputation")
+    parser.add_argument("--sp", action="store_true", help="Megatron sequence parallelism")
+    add_recipe_flags(parser)
+    if pins:
+        add_constraint_flags(parser)
     _add_output_flags(parser, svg=svg, trace=trace)
 
 
@@ -280,9 +298,7 @@ def _stderr_progress(started: float) -> Callable[[str], None]:
 def cmd_plan(args: argparse.Namespace) -> int:
     """Search for the best plan; exit status 1 when no plan exists."""
     doc = build_request(args, degrees_key="constraints")
-    _set(doc, ("objective",), args.objective)
-    _set(doc, ("solver", "time_limit_s"), args.time_limit)
-    _set(doc, ("solver", "top_k"), args.top_k)
+    apply_constraint_flags(doc, args)
 
     def local() -> PlanResponse:
         from solver import plan  # the solver loads on use: `serve` workers start fast
@@ -322,6 +338,11 @@ def cmd_collective(args: argparse.Namespace) -> int:
     for key in ("collective", "num_ranks", "message_bytes", "ranks_per_node",
                 "bandwidth_bytes_per_s", "latency_s"):
         _set(doc, (key,), getattr(args, key))
+    if args.gpu:
+        # A GPU preset stands for the cluster whose links carry the collective.
+        preset = resolve_cluster(ClusterInput(gpu=args.gpu, num_nodes=args.nodes or 1,
+                                              gpus_per_node=args.gpus_per_node))
+        doc["cluster"] = preset.model_dump(mode="json")
     return _run(args, lambda: estimate_collective(CollectiveEstimateRequest.model_validate(doc)),
                 lambda client: client.estimate_collective(doc), render_collective)
 
@@ -441,6 +462,10 @@ def build_parser() -> argparse.ArgumentParser:
     collective.add_argument("--ranks-per-node", type=int, help="group members per node")
     collective.add_argument("--bandwidth-bytes-per-s", type=float, help="explicit bandwidth")
     collective.add_argument("--latency-s", type=float, help="explicit latency")
+    collective.add_argument("--gpu", help=f"GPU preset whose node links carry the collective, "
+                            f"one of: {', '.join(gpu_ids())}")
+    collective.add_argument("--nodes", type=int, help="nodes of that cluster (default 1)")
+    collective.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: preset)")
     _add_output_flags(collective)
     collective.set_defaults(handler=cmd_collective)
 
@@ -469,6 +494,10 @@ def build_parser() -> argparse.ArgumentParser:
     placement.add_argument("--time-limit", type=float, help="exact planner limit per phase")
     _add_output_flags(placement, svg="the loads, replicas and routes")
     placement.set_defaults(handler=cmd_placement)
+
+    register_lab_commands(commands, run=_run, add_request_flags=_add_request_flags,
+                          add_output_flags=_add_output_flags, build=build_request,
+                          load=load_document)
 
     catalog = commands.add_parser("catalog", help="list presets")
     catalog.add_argument("kind", choices=("gpus", "models"))

@@ -27,6 +27,14 @@ from api_schemas.pipeline import (
 from api_schemas.plan import MemoryReport, PlanResponse, PlanStatus
 from api_schemas.problems import ProblemDetail
 from api_schemas.requests import EvaluateRequest, PlanRequest
+from api_schemas.run_level import (
+    FrontierRequest,
+    FrontierResponse,
+    RunEstimateRequest,
+    RunEstimateResponse,
+    SensitivityRequest,
+    SensitivityResponse,
+)
 from service.problems import PROBLEM_MEDIA_TYPE
 from service.schemas import FromHfResponse, GpuCatalog, HealthReport, ModelCatalog, PlanList
 
@@ -169,6 +177,22 @@ class AtlasClient:
                       ) -> MoePlacementResponse:
         """POST /v1/moe/placement."""
         return self._send("POST", "/v1/moe/placement", MoePlacementResponse,
+                          body=_payload(request))
+
+    def run_estimate(self, request: RunEstimateRequest | Mapping[str, Any]
+                     ) -> RunEstimateResponse:
+        """POST /v1/run/estimate."""
+        return self._send("POST", "/v1/run/estimate", RunEstimateResponse,
+                          body=_payload(request))
+
+    def frontier(self, request: FrontierRequest | Mapping[str, Any]) -> FrontierResponse:
+        """POST /v1/frontier."""
+        return self._send("POST", "/v1/frontier", FrontierResponse, body=_payload(request))
+
+    def sensitivity(self, request: SensitivityRequest | Mapping[str, Any]
+                    ) -> SensitivityResponse:
+        """POST /v1/sensitivity."""
+        return self._send("POST", "/v1/sensitivity", SensitivityResponse,
                           body=_payload(request))
 
     def catalog_gpus(self) -> GpuCatalog:

@@ -162,6 +162,9 @@ def check_hf_config(config: dict[str, object], settings: Settings, *,
             count = _count_of(config.get(key))
             if count is not None:
                 check_bound(count, bound, field=f"{field}.{key}", what=what)
+    nested = config.get("text_config")
+    if isinstance(nested, dict):  # multimodal checkpoints keep the decoder here
+        check_hf_config(nested, settings, field=f"{field}.text_config")
 
 
 def _count_of(value: object) -> int | None:

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api_schemas.problems import FieldError, ProblemCode, ProblemDetail
+from service.openapi_enums import name_enums
 from service.problems import PROBLEM_MEDIA_TYPE, PROBLEM_STATUS, PROBLEM_TITLES
 from service.trace import TraceDocument
 
@@ -61,6 +62,7 @@ def install_openapi(app: FastAPI) -> None:
             for name, definition in generated.pop("$defs", {}).items():
                 components.setdefault(name, definition)
             components[model.__name__] = generated
+        schema = name_enums(schema)
         app.openapi_schema = schema
         return schema
 

@@ -108,9 +108,17 @@ def render_plan(plan: PlanResponse) -> str:
     lines.append(f"  why         {plan.explanation.summary}")
     lines += [f"  binding     {item}" for item in plan.explanation.binding_constraints]
     lines += [f"  fix         {item}" for item in plan.explanation.relaxations]
+    if plan.cost is not None:
+        c = plan.cost
+        lines.append(f"  cost        {c.cost_per_token:.3e} per token "
+                     f"({c.cost_per_million_tokens:.4f} per million, {c.cost_per_step:.2f} per "
+                     f"step) at {c.gpu_hour_price:g} per GPU-hour")
     for alt in plan.alternatives:
         step = f"{alt.step_time_s:.3f} s" if alt.step_time_s is not None else "does not fit"
-        lines.append(f"  alternative [{step}] {alt.why_not}")
+        delta = f" {alt.delta_frac:+.1%}" if alt.delta_frac is not None else ""
+        gpus = alt.world_size or alt.parallel.world_size
+        lines.append(f"  alternative [{step}{delta}, {gpus} GPUs, v={alt.parallel.vpp}, "
+                     f"{describe_parallel(alt.parallel)}] {alt.why_not}")
     if plan.solver is not None:
         s = plan.solver
         gap = f", gap {s.gap:.2%}" if s.gap is not None else ""
@@ -137,6 +145,9 @@ def render_pipeline(result: PipelineSimulateResponse) -> str:
              f"(span bubble {result.span_bubble_fraction:.1%})"]
     if isinstance(result, PipelineOptimizeResponse):
         baseline = result.baseline_schedule.value if result.baseline_schedule else "none"
+        lines.append("optimised op order on the requested schedule's chunk placement (the "
+                     "order is free, so it is not that schedule's own), at most "
+                     f"{result.memory_limit_chunks} micro-batch chunks in flight per rank")
         lines.append(f"{result.status}: lower bound {result.lower_bound:.4f} s, gap "
                      f"{result.gap:.2%}, method {result.method}; best handcrafted "
                      f"({baseline}) {result.baseline_makespan:.4f} s")
@@ -162,7 +173,7 @@ def render_placement(result: MoePlacementResponse) -> str:
              f"{result.capacity_per_rank} tokens; {result.num_redundant_experts} replicas "
              f"(bound E/R = {result.redundant_bound_per_rank} per rank); without replicas "
              f"max/mean load {result.no_redundancy_imbalance:.3f}"]
-    header = ["rank", "load", "hosts", "lower bound"]
+    header = ["rank", "load", "replicated expert ids", "lower bound"]
     rows = [[str(r), str(load), ",".join(map(str, hosted)) or "-", str(bound)]
             for r, (load, hosted, bound) in enumerate(zip(
                 result.rank_loads, result.redundant_experts, result.lower_bound_per_rank,

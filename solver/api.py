@@ -11,10 +11,12 @@ from collections.abc import Callable
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
+from api_schemas.exports import PlanExports
 from api_schemas.hardware import ClusterSpec, GpuSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import (
     Alternative,
+    CostEstimate,
     Explanation,
     ExtensionUse,
     PlanResponse,
@@ -85,12 +87,12 @@ def throughput(est: StepEstimate) -> Throughput:
 
 
 def _exports(spec: ModelSpec, training: TrainingSpec,
-             parallel: ParallelConfig) -> dict[str, object]:
+             parallel: ParallelConfig) -> PlanExports:
     try:
         from solver.export import export_all
     except ImportError:  # the exporters are optional at this layer
-        return {}
-    return export_all(spec, training, parallel)
+        return PlanExports()
+    return PlanExports.model_validate(export_all(spec, training, parallel))
 
 
 def _notes(resolved_notes: tuple[str, ...], gpu: GpuSpec) -> list[str]:
@@ -146,9 +148,13 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k)
     text = summary(spec, cluster, best)
     price = request.constraints.gpu_hour_price
+    cost = None
     if price is not None:
-        per_million = price * best.estimate.world_size / 3600 / best.estimate.tokens_per_s * 1e6
-        text += f" Cost: {per_million:.4f} per million tokens at {price} per GPU-hour."
+        cost = cost_estimate(price, world_size=best.estimate.world_size,
+                             tokens_per_s=best.estimate.tokens_per_s,
+                             step_time_s=best.estimate.step_time_s)
+        text += (f" Cost: {cost.cost_per_million_tokens:.4f} per million tokens at {price} per "
+                 "GPU-hour.")
     if request.objective == Objective.MIN_GPUS:
         reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
         text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
@@ -159,9 +165,20 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     notes += ledger_evidence(request.training, best.parallel, is_moe=spec.moe is not None)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
-    return _response(best, result.status, spec.name, cluster, alternatives, explanation, stats,
-                     spec=spec, training=request.training,
-                     target=request.constraints.framework or "released")
+    response = _response(best, result.status, spec.name, cluster, alternatives, explanation,
+                         stats, spec=spec, training=request.training,
+                         target=request.constraints.framework or "released")
+    return response if cost is None else response.model_copy(update={"cost": cost})
+
+
+def cost_estimate(price: float, *, world_size: int, tokens_per_s: float,
+                  step_time_s: float) -> CostEstimate:
+    """Cost per token and per step at `price` per GPU-hour: every GPU of the plan is billed
+    for the whole step."""
+    per_token = price * world_size / 3600.0 / tokens_per_s
+    return CostEstimate(gpu_hour_price=price, cost_per_token=per_token,
+                        cost_per_million_tokens=per_token * 1e6,
+                        cost_per_step=price * world_size * step_time_s / 3600.0)
 
 
 def _stats(result: SearchResult) -> SolverStats:
@@ -233,6 +250,7 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
 def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: SearchResult,
                   cluster: ClusterSpec, top_k: int) -> list[Alternative]:
     out = [Alternative(parallel=summarise_policies(other.parallel),
+                       world_size=other.parallel.world_size,
                        step_time_s=other.estimate.step_time_s,
                        tokens_per_s=other.estimate.tokens_per_s,
                        peak_bytes=other.ledger.peak_bytes, fits=True,
@@ -240,7 +258,8 @@ def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: Search
                        why_not=why_not(best, other, cluster))
            for other in runners_up]
     for rejection in [r for r in result.rejections if r.stage is not None][: min(3, top_k)]:
-        out.append(Alternative(parallel=rejection.candidate.parallel(), fits=False,
+        rejected = rejection.candidate.parallel()
+        out.append(Alternative(parallel=rejected, world_size=rejected.world_size, fits=False,
                                why_not=why_rejected(rejection)))
     return out
 
@@ -364,10 +383,11 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                         status="evaluated")
     return _response(scored, PlanStatus.FEASIBLE if ledger.fits else PlanStatus.INFEASIBLE,
                      spec.name, cluster,
-                     [Alternative(parallel=f.parallel, step_time_s=f.step_time_s,
+                     [Alternative(parallel=f.parallel, world_size=f.parallel.world_size,
+                                  step_time_s=f.step_time_s,
                                   peak_bytes=f.peak_bytes, fits=f.fits, why_not=f.text)
                       for f in fixes],
                      explanation, stats, spec=spec, training=request.training, target="any")
 
 
-__all__ = ["evaluate", "plan", "throughput", "time_breakdown", "used_nodes"]
+__all__ = ["cost_estimate", "evaluate", "plan", "throughput", "time_breakdown", "used_nodes"]

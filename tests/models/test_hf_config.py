@@ -9,7 +9,7 @@ from models.hf_config import spec_from_hf_config
 
 
 def test_all_fixture_configs_are_read() -> None:
-    assert len(hf_preset_ids()) == 15
+    assert len(hf_preset_ids()) == 29
     for preset in hf_preset_ids():
         ingested = spec_from_hf_config(hf_preset_config(preset), name=preset)
         assert ingested.spec.num_layers > 0
@@ -77,8 +77,66 @@ def test_unknown_family_is_read_generically_with_a_note() -> None:
 
 
 def test_unknown_family_missing_fields_is_an_error() -> None:
-    with pytest.raises(InvalidSpecError, match="missing"):
+    with pytest.raises(InvalidSpecError, match="missing") as err:
         spec_from_hf_config({"model_type": "mamba", "d_state": 16})
+    message = str(err.value)
+    assert "unknown model_type 'mamba'" in message
+    assert "'num_hidden_layers'" in message and "top level of config.json" in message
+
+
+def test_unknown_multimodal_family_names_the_nested_fields() -> None:
+    config = {"model_type": "new_vlm", "text_config": {"hidden_size": 4096}}
+    with pytest.raises(InvalidSpecError) as err:
+        spec_from_hf_config(config)
+    message = str(err.value)
+    assert "'text_config.num_hidden_layers'" in message
+    assert "'text_config.vocab_size'" in message and "under 'text_config'" in message
+
+
+def test_llama_4_nested_text_config_is_read() -> None:
+    ingested = spec_from_hf_config(hf_preset_config("llama-4-scout-17b-16e"))
+    spec = ingested.spec
+    assert ingested.model_type == "llama4_text"
+    assert spec.moe is not None and spec.moe.num_shared_experts == 1
+    assert spec.moe.shared_expert_ffn_hidden_size == spec.moe.expert_ffn_hidden_size == 8192
+    assert spec.num_moe_layers == 48 and not spec.tie_word_embeddings
+    assert any("text_config" in note for note in ingested.notes)
+
+
+def test_llama_4_read_flat_needs_no_extra_field() -> None:
+    flat = dict(hf_preset_config("llama-4-maverick-17b-128e")["text_config"])
+    spec = spec_from_hf_config(flat).spec
+    assert spec.moe is not None and spec.num_moe_layers == 24 and spec.ffn_hidden_size == 16384
+
+
+def test_llama_4_moe_layers_list_wins_over_the_step() -> None:
+    flat = dict(hf_preset_config("llama-4-scout-17b-16e")["text_config"], moe_layers=[0, 2])
+    spec = spec_from_hf_config(flat).spec
+    assert [spec.is_moe_layer(i) for i in range(4)] == [True, False, True, False]
+
+
+def test_gemma_families_are_gated_tied_and_post_normed() -> None:
+    for preset, norms in (("gemma-7b", 2), ("gemma-2-9b", 4), ("gemma-3-27b-it", 4)):
+        ingested = spec_from_hf_config(hf_preset_config(preset))
+        spec = ingested.spec
+        assert spec.mlp == MlpKind.SWIGLU and spec.tie_word_embeddings, preset
+        assert spec.num_layer_norms == norms, preset
+    gemma3 = spec_from_hf_config(hf_preset_config("gemma-3-27b-it"))
+    assert gemma3.spec.qk_norm and gemma3.spec.vocab_size == 262_208
+    assert any("'text_config.vocab_size' absent" in note for note in gemma3.notes)
+
+
+def test_command_r_is_tied_with_one_norm_and_a_parallel_residual() -> None:
+    spec = spec_from_hf_config(hf_preset_config("command-r-v01")).spec
+    assert spec.tie_word_embeddings and spec.parallel_residual and spec.num_layer_norms == 1
+
+
+def test_gpt_oss_reads_experts_from_intermediate_size() -> None:
+    ingested = spec_from_hf_config(hf_preset_config("gpt-oss-20b"))
+    moe = ingested.spec.moe
+    assert moe is not None and (moe.num_experts, moe.top_k) == (32, 4)
+    assert moe.expert_ffn_hidden_size == 2880 and ingested.spec.attention_bias
+    assert any("not counted" in note for note in ingested.notes)
 
 
 def test_inconsistent_heads_are_rejected_with_the_values() -> None:

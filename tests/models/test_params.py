@@ -65,3 +65,89 @@ def test_dense_leading_layers_of_deepseek_have_no_experts() -> None:
     assert [spec.is_moe_layer(i) for i in range(4)] == [False, False, False, True]
     assert layer_params(spec, 0).routed_experts == 0
     assert layer_params(spec, 3).num_routed_experts == 256
+
+
+# Published totals of the families added for the Hub's top decoders: (total, activated or
+# None, source). Counts come from the config through the formulas; these are the printed
+# numbers they must land within 0.5% of. "keras-hub" = keras-team/keras-hub preset
+# metadata `params` of the same checkpoint (keras_hub/src/models/<family>/*_presets.py).
+PUBLISHED_COUNTS = {
+    "gemma-7b": (8_537_680_896, None, "keras-hub gemma_7b_en"),
+    "gemma-2-9b": (9_241_705_984, None, "keras-hub gemma2_9b_en"),
+    "gemma-3-27b-it": (27_009_002_240, None, "keras-hub gemma3_27b_text (language model)"),
+    "phi-3-mini-4k-instruct": (3_821_079_552, None, "keras-hub phi3_mini_4k_instruct_en"),
+    "mistral-7b-v0.3": (7_248_023_552, None, "keras-hub mistral_0.3_7b_en"),
+    "qwen2.5-3b": (3_085_938_688, None, "keras-hub qwen2.5_3b_en"),
+    "qwen3-1.7b": (1_720_574_976, None, "keras-hub qwen3_1.7b_en"),
+    "qwen3-30b-a3b": (30_532_122_624, None, "keras-hub qwen3_moe_30b_a3b_en"),
+    "gpt-oss-20b": (20_914_757_184, None, "keras-hub gpt_oss_20b_en; model card 20.91B"),
+    "deepseek-v2": (236e9, None, "DeepSeek-V2 arXiv:2405.04434 abstract: 236B total"),
+    "llama-4-maverick-17b-128e": (400e9, None, "Llama 4 model card: 400B total"),
+    "olmo-2-1124-13b": (54_864_793_600 // 4, None,
+                        "allenai/OLMo-2-1124-13B safetensors index total_size / 4 (float32)"),
+    "command-r-v01": (35e9, None, "transformers Cohere docs: 'a 35B parameter' model"),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(PUBLISHED_COUNTS))
+def test_hub_family_counts_match_the_published_count(preset: str) -> None:
+    total, _, _ = PUBLISHED_COUNTS[preset]
+    assert count_parameters(model_preset(preset)).total == pytest.approx(total, rel=0.005)
+
+
+def test_gemma_gated_mlp_and_tied_embeddings_are_counted() -> None:
+    spec = model_preset("gemma-7b")
+    count = count_parameters(spec)
+    # Gemma paper arXiv:2403.08295 Table 2 prints 7,751,248,896 non-embedding parameters.
+    assert count.total - count.embedding == pytest.approx(7_751_248_896, rel=0.005)
+    assert count.head == 0 and layer_params(spec, 0).dense_mlp == 3 * 3072 * 24576
+
+
+def test_gemma_2_has_four_norms_per_layer() -> None:
+    layer = layer_params(model_preset("gemma-2-9b"), 0)
+    assert layer.norms == 4 * 3584
+
+
+def test_llama_4_counts_the_shared_expert_and_interleaved_dense_layers() -> None:
+    scout, maverick = model_preset("llama-4-scout-17b-16e"), model_preset(
+        "llama-4-maverick-17b-128e")
+    layer = layer_params(scout, 0)
+    assert layer.shared_experts == 3 * 5120 * 8192
+    # Model card: 17B activated for both (one routed expert + the shared one per token).
+    assert round(count_parameters(scout).activated / 1e9) == 17
+    assert round(count_parameters(maverick).activated / 1e9) == 17
+    assert [maverick.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    assert layer_params(maverick, 0).dense_mlp == 3 * 5120 * 16384
+
+
+def test_gpt_oss_activated_matches_the_model_card() -> None:
+    count = count_parameters(model_preset("gpt-oss-20b"))
+    # The card (arXiv:2508.10925 Table 1) counts the unembedding as active but not the
+    # embedding lookup: 3.61B; ours counts both.
+    assert (count.activated - count.embedding) / 1e9 == pytest.approx(3.61, rel=0.005)
+
+
+# Exact totals of every packaged config, so a reader change cannot move a count silently.
+PINNED_TOTALS = {
+    "command-r-v01": 34_980_831_232, "deepseek-v2": 235_741_434_880,
+    "deepseek-v2-lite": 15_706_484_224, "deepseek-v3": 671_026_419_200,
+    "gemma-2-9b": 9_241_705_984, "gemma-3-27b-it": 27_009_346_304,
+    "gemma-7b": 8_537_680_896, "gpt-neox-20b": 20_554_567_680,
+    "gpt-oss-20b": 20_908_050_240, "gpt2": 124_439_808, "gpt2-medium": 354_823_168,
+    "kimi-k2-instruct": 1_026_408_232_448, "llama-3.1-405b": 405_853_388_800,
+    "llama-3.1-70b": 70_553_706_496, "llama-3.1-8b": 8_030_261_248,
+    "llama-4-maverick-17b-128e": 400_711_848_960, "llama-4-scout-17b-16e": 107_769_861_120,
+    "mistral-7b-v0.3": 7_248_023_552, "mixtral-8x22b": 140_630_071_296,
+    "mixtral-8x7b": 46_702_792_704, "olmo-2-1124-13b": 13_715_799_040,
+    "olmoe-1b-7b-0924": 6_919_100_416, "phi-3-mini-4k-instruct": 3_821_079_552,
+    "qwen1.5-moe-a2.7b": 14_315_784_192, "qwen2-57b-a14b": 57_408_658_944,
+    "qwen2.5-3b": 3_085_938_688, "qwen3-1.7b": 1_720_574_976,
+    "qwen3-235b-a22b": 235_093_634_560, "qwen3-30b-a3b": 30_532_122_624,
+}
+
+
+def test_every_packaged_config_keeps_its_count() -> None:
+    from models.catalog import hf_preset_ids
+
+    assert sorted(PINNED_TOTALS) == hf_preset_ids()
+    assert {p: count_parameters(model_preset(p)).total for p in PINNED_TOTALS} == PINNED_TOTALS

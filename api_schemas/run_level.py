@@ -1,0 +1,169 @@
+"""Run-level questions: the whole training run rather than one step.
+
+Owns: the request and response types of POST /v1/run/estimate (time and cost to train on a
+token budget), POST /v1/frontier (GPU count against step time and cost over the cluster
+sizes the user allows) and POST /v1/sensitivity (how the plan moves when network bandwidth,
+HBM capacity or kernel efficiency change). Must not: compute anything.
+"""
+
+from enum import StrEnum
+from typing import Self
+
+from pydantic import ConfigDict, Field, model_validator
+
+from api_schemas._base import ResultModel
+from api_schemas.parallel import ParallelConfig
+from api_schemas.plan import PlanResponse, PlanStatus
+from api_schemas.requests import PLAN_REQUEST_EXAMPLE, PlanRequest
+from api_schemas.units import PositiveInt, Seconds
+
+MAX_FRONTIER_SIZES = 16
+"""Most cluster sizes one frontier request may list."""
+MAX_SENSITIVITY_DELTAS = 4
+"""Most relative changes per factor one sensitivity request may list."""
+
+
+class RunEstimateRequest(PlanRequest):
+    """A plan request plus the number of tokens to train on. With `parallel` given, that
+    configuration is scored instead of searched for."""
+
+    token_budget: PositiveInt = Field(description="Training tokens of the whole run.",
+                                      examples=[15_000_000_000_000])
+
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra={"examples": [
+        {**PLAN_REQUEST_EXAMPLE, "token_budget": 15_000_000_000_000}]})
+
+
+class RunEstimateResponse(ResultModel):
+    """How long and how much the run takes under the plan's predicted step time."""
+
+    status: PlanStatus = Field(description="Status of the plan the estimate rests on.")
+    token_budget: int = Field(description="Training tokens asked for.")
+    tokens_per_step: int = Field(description="global_batch_size x sequence_length.")
+    num_steps: int = Field(description="Optimizer steps: ceil(token_budget / tokens_per_step).")
+    step_time_s: Seconds = Field(description="Predicted time of one step.")
+    train_time_s: Seconds = Field(description="num_steps x step_time_s.")
+    train_days: float = Field(description="train_time_s in days of 86,400 s.")
+    world_size: int = Field(description="GPUs of the plan.")
+    gpu_hours: float = Field(description="world_size x train_time_s / 3600.")
+    gpu_hour_price: float | None = Field(default=None, description="The request's price.")
+    cost: float | None = Field(default=None, description="gpu_hours x gpu_hour_price, when a "
+                               "price is given.")
+    plan: PlanResponse = Field(description="The plan (or evaluation) the estimate uses.")
+
+
+class FrontierRequest(PlanRequest):
+    """A plan request whose cluster size varies: one search per allowed number of nodes,
+    sharing `solver.time_limit_s`."""
+
+    num_nodes_options: list[PositiveInt] = Field(
+        min_length=1, max_length=MAX_FRONTIER_SIZES,
+        description="Cluster sizes to try, in nodes of cluster.gpus_per_node GPUs; "
+        "cluster.num_nodes is ignored.", examples=[[1, 2, 4, 8]])
+
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra={"examples": [
+        {**PLAN_REQUEST_EXAMPLE, "num_nodes_options": [4, 8, 16]}]})
+
+
+class FrontierPoint(ResultModel):
+    """The best plan found on one cluster size."""
+
+    num_nodes: int = Field(description="Nodes of this point.")
+    num_gpus: int = Field(description="GPUs of the cluster at this point.")
+    status: PlanStatus = Field(description="Status of its search.")
+    world_size: int = Field(default=0, description="GPUs the plan uses (may be fewer).")
+    parallel: ParallelConfig | None = Field(default=None, description="The winning layout.")
+    step_time_s: Seconds | None = Field(default=None, description="Its step time.")
+    tokens_per_s: float | None = Field(default=None, description="Its throughput.")
+    gpu_hours_per_step: float | None = Field(default=None, description="world_size x "
+                                             "step_time_s / 3600: the cost in GPU-hours.")
+    cost_per_token: float | None = Field(default=None, description="With a gpu_hour_price.")
+    pareto: bool = Field(default=False, description="No other point uses no more GPUs with "
+                         "no longer steps and no more GPU-hours per step, one strictly less.")
+    summary: str = Field(default="", description="The plan's summary or why none exists.")
+
+
+class FrontierResponse(ResultModel):
+    """Every point and the Pareto-optimal ones."""
+
+    points: list[FrontierPoint] = Field(description="One per cluster size, in request order.")
+    pareto_num_gpus: list[int] = Field(description="GPU counts of the Pareto-optimal points.")
+    wall_time_s: Seconds = Field(description="Time the searches took together.")
+
+
+class SensitivityFactor(StrEnum):
+    """What a sensitivity point changes."""
+
+    NETWORK_BANDWIDTH = "network_bandwidth"
+    """Intra- and inter-node bandwidth together."""
+    HBM_CAPACITY = "hbm_capacity"
+    """GPU memory bytes."""
+    KERNEL_EFFICIENCY = "kernel_efficiency"
+    """Achieved FLOP/s, as a scaled peak FLOP/s of every dtype."""
+
+
+class SensitivityRequest(PlanRequest):
+    """A plan request and the relative changes to try on each factor."""
+
+    deltas: list[float] = Field(
+        default=[-0.2, 0.2], min_length=1, max_length=MAX_SENSITIVITY_DELTAS,
+        description="Relative changes, e.g. -0.2 = 20% less; each in (-1, 10].",
+        examples=[[-0.2, 0.2]])
+    factors: list[SensitivityFactor] = Field(
+        default=list(SensitivityFactor), min_length=1,
+        description="Factors to vary (default all three).")
+
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra={"examples": [
+        {**PLAN_REQUEST_EXAMPLE, "deltas": [-0.2, 0.2]}]})
+
+    @model_validator(mode="after")
+    def _check_deltas(self) -> Self:
+        for delta in self.deltas:
+            if not -1.0 < delta <= 10.0 or delta == 0.0:
+                raise ValueError(f"deltas: {delta} is outside (-1, 10] or zero; give relative "
+                                 "changes such as -0.2 or 0.2")
+        return self
+
+
+class SensitivityPoint(ResultModel):
+    """The plan that wins with one factor changed, and the baseline plan's fate there."""
+
+    factor: SensitivityFactor | None = Field(description="Null for the baseline.")
+    delta: float = Field(description="Relative change applied (0 for the baseline).")
+    status: PlanStatus = Field(description="Status of the search at this point.")
+    parallel: ParallelConfig | None = Field(default=None, description="The winning layout.")
+    step_time_s: Seconds | None = Field(default=None, description="Its step time.")
+    tokens_per_s: float | None = Field(default=None, description="Its throughput.")
+    plan_changed: bool = Field(default=False, description="The winner differs from the "
+                               "baseline's layout.")
+    baseline_step_time_s: Seconds | None = Field(
+        default=None, description="The baseline layout's step time at this point; null if it "
+        "no longer fits.")
+    baseline_fits: bool | None = Field(default=None, description="Whether the baseline "
+                                       "layout still fits here.")
+    step_time_change_frac: float | None = Field(
+        default=None, description="Winner's step time vs the baseline's, e.g. +0.07.")
+
+
+class SensitivityResponse(ResultModel):
+    """The baseline and one point per factor and change."""
+
+    baseline: SensitivityPoint = Field(description="The plan on the cluster as given.")
+    points: list[SensitivityPoint] = Field(description="Per factor, per delta.")
+    wall_time_s: Seconds = Field(description="Time the searches took together.")
+    notes: list[str] = Field(default_factory=list, description="How each factor is applied.")
+
+
+__all__ = [
+    "MAX_FRONTIER_SIZES",
+    "MAX_SENSITIVITY_DELTAS",
+    "FrontierPoint",
+    "FrontierRequest",
+    "FrontierResponse",
+    "RunEstimateRequest",
+    "RunEstimateResponse",
+    "SensitivityFactor",
+    "SensitivityPoint",
+    "SensitivityRequest",
+    "SensitivityResponse",
+]

@@ -1,0 +1,42 @@
+"""Print each packaged Hugging Face config's parameter count (read through
+`models/hf_config.py` and counted by `models/params.py`) next to its published count.
+
+Usage: python research/hf_family_counts.py. The published numbers and their sources are
+listed in research/hf_configs.md; `tests/models/test_params.py` checks the same numbers.
+"""
+
+import sys
+
+from models.catalog import model_preset
+from models.params import count_parameters
+
+PUBLISHED: dict[str, tuple[float, str]] = {
+    "gemma-7b": (8_537_680_896, "keras-hub gemma_7b_en"),
+    "gemma-2-9b": (9_241_705_984, "keras-hub gemma2_9b_en"),
+    "gemma-3-27b-it": (27_009_002_240, "keras-hub gemma3_27b_text"),
+    "llama-4-scout-17b-16e": (109e9, "model card, incl. vision encoder (not counted)"),
+    "llama-4-maverick-17b-128e": (400e9, "model card"),
+    "phi-3-mini-4k-instruct": (3_821_079_552, "keras-hub phi3_mini_4k_instruct_en"),
+    "mistral-7b-v0.3": (7_248_023_552, "keras-hub mistral_0.3_7b_en"),
+    "qwen2.5-3b": (3_085_938_688, "keras-hub qwen2.5_3b_en"),
+    "qwen3-1.7b": (1_720_574_976, "keras-hub qwen3_1.7b_en"),
+    "qwen3-30b-a3b": (30_532_122_624, "keras-hub qwen3_moe_30b_a3b_en"),
+    "deepseek-v2": (236e9, "arXiv:2405.04434"),
+    "gpt-oss-20b": (20_914_757_184, "keras-hub gpt_oss_20b_en"),
+    "olmo-2-1124-13b": (13_716_198_400, "checkpoint index total_size / 4"),
+    "command-r-v01": (35e9, "transformers Cohere docs"),
+}
+
+
+def main() -> None:
+    """Write the markdown table to stdout."""
+    out = sys.stdout
+    out.write("| config | counted | published | error | source |\n|---|---:|---:|---:|---|\n")
+    for preset, (published, source) in PUBLISHED.items():
+        total = count_parameters(model_preset(preset)).total
+        out.write(f"| {preset} | {total:,} | {published:,.0f} | "
+                  f"{total / published - 1:+.2%} | {source} |\n")
+
+
+if __name__ == "__main__":
+    main()

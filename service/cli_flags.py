@@ -1,0 +1,114 @@
+"""Command-line flags for every constraint, objective, recipe and cluster option.
+
+Owns: the flags that map one-to-one onto request fields the base request flags leave out
+(allowed sets of degrees, forbidden values, GPU and throughput limits, price, offload and
+FP8 permissions, FP8 compute, memory headroom, solver workers and seed), their parsing, and
+writing them into a request document. Must not: validate values beyond parsing (the API
+schemas do) or run anything.
+"""
+
+import argparse
+from typing import Any
+
+from api_schemas.requests import Objective
+
+LIST_AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp")
+
+
+def int_or_list(text: str) -> int | list[int]:
+    """'8' -> 8, '4,8' -> [4, 8]: a pin or an allowed set."""
+    values = [int(part) for part in text.split(",") if part.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected an integer or a comma list, got {text!r}")
+    return values[0] if len(values) == 1 else values
+
+
+def str_or_list(text: str) -> str | list[str]:
+    """'1f1b' -> '1f1b', '1f1b,zb_h1' -> ['1f1b', 'zb_h1']."""
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    return values[0] if len(values) == 1 else values
+
+
+def forbid_item(text: str) -> tuple[str, list[Any]]:
+    """'schedule=dualpipe,zbv' -> ('schedule', ['dualpipe', 'zbv']); integers stay integers."""
+    key, sep, values = text.partition("=")
+    if not sep or not key or not values:
+        raise argparse.ArgumentTypeError(f"expected KEY=V1[,V2...], got {text!r}")
+    parsed: list[Any] = [int(v) if v.strip().isdigit() else v.strip()
+                         for v in values.split(",") if v.strip()]
+    return key.strip(), parsed
+
+
+def add_recipe_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags every request command shares: FP8 compute and the memory headroom."""
+    parser.add_argument("--fp8", action="store_true",
+                        help="FP8 compute (training.compute_dtype = fp8, DeepSeek-V3 recipe)")
+    parser.add_argument("--headroom", type=float, metavar="FRAC",
+                        help="GPU memory kept free, a fraction (cluster.memory_headroom_frac)")
+
+
+def add_constraint_flags(parser: argparse.ArgumentParser) -> None:
+    """Constraint, objective and solver flags of a search (plan and the run-level answers)."""
+    parser.add_argument("--cp-kind", type=str_or_list, help="allowed context-parallel kinds "
+                        "(comma list)")
+    parser.add_argument("--allow-offload", action=argparse.BooleanOptionalAction, default=None,
+                        help="may the planner offload activations to host memory")
+    parser.add_argument("--allow-fp8-activations", action=argparse.BooleanOptionalAction,
+                        default=None, help="may the planner store activations in FP8")
+    parser.add_argument("--forbid", type=forbid_item, action="append", metavar="KEY=V1,V2",
+                        help="forbid values of a plan key, e.g. schedule=dualpipe (repeatable)")
+    parser.add_argument("--max-gpus", type=int, help="use at most this many GPUs")
+    parser.add_argument("--target-tokens-per-s", type=float,
+                        help="throughput the plan must reach (min_gpus objective)")
+    parser.add_argument("--gpu-hour-price", type=float,
+                        help="price of one GPU-hour (cost_per_token objective, cost fields)")
+    parser.add_argument("--objective", choices=[o.value for o in Objective],
+                        help="what to optimise (default throughput)")
+    parser.add_argument("--time-limit", type=float, help="search time limit, seconds")
+    parser.add_argument("--top-k", type=int, help="alternatives to report")
+    parser.add_argument("--workers", type=int, help="CP-SAT worker threads")
+    parser.add_argument("--seed", type=int, help="CP-SAT random seed")
+
+
+def _put(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    if value is None:
+        return
+    node = doc
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+
+
+def apply_recipe_flags(doc: dict[str, Any], args: argparse.Namespace) -> None:
+    """Write --fp8 and --headroom into the request document."""
+    if getattr(args, "fp8", False):
+        _put(doc, ("training", "compute_dtype"), "fp8")
+    _put(doc, ("cluster", "memory_headroom_frac"), getattr(args, "headroom", None))
+
+
+def apply_constraint_flags(doc: dict[str, Any], args: argparse.Namespace) -> None:
+    """Write the constraint, objective and solver flags into the request document."""
+    for flag, key in (("cp_kind", "cp_kind"), ("allow_offload", "allow_offload"),
+                      ("allow_fp8_activations", "allow_fp8_activations"),
+                      ("max_gpus", "max_gpus"), ("target_tokens_per_s", "target_tokens_per_s"),
+                      ("gpu_hour_price", "gpu_hour_price")):
+        _put(doc, ("constraints", key), getattr(args, flag, None))
+    for key, values in getattr(args, "forbid", None) or []:
+        forbidden = doc.setdefault("constraints", {}).setdefault("forbid", {})
+        forbidden[key] = [*forbidden.get(key, []), *values]
+    _put(doc, ("objective",), getattr(args, "objective", None))
+    for flag, key in (("time_limit", "time_limit_s"), ("top_k", "top_k"),
+                      ("workers", "num_workers"), ("seed", "random_seed")):
+        _put(doc, ("solver", key), getattr(args, flag, None))
+
+
+__all__ = [
+    "LIST_AXES",
+    "add_constraint_flags",
+    "add_recipe_flags",
+    "apply_constraint_flags",
+    "apply_recipe_flags",
+    "forbid_item",
+    "int_or_list",
+    "str_or_list",
+]

@@ -1,0 +1,207 @@
+"""The `mesh` lab and the run-level subcommands of `atlas-planner`.
+
+Owns: `mesh` (rank coordinates, groups and mesh problems, with GPU and model presets),
+`run-estimate` (time and cost to train on a token budget), `frontier` (GPU count against
+step time and cost over the cluster sizes allowed) and `sensitivity` (the plan under +-20%
+network bandwidth, HBM capacity and kernel efficiency): their flags, request documents and
+handlers. The shared machinery (request flags, running locally or against `--server`,
+output) is passed in by `service/cli.py`. Must not: compute anything itself.
+"""
+
+import argparse
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from pydantic import BaseModel
+
+from api_schemas.mesh import MeshRequest
+from api_schemas.requests import ClusterInput
+from api_schemas.run_level import (
+    FrontierRequest,
+    RunEstimateRequest,
+    SensitivityFactor,
+    SensitivityRequest,
+)
+from models.catalog import gpu_ids, model_ids, model_preset
+from models.mesh.report import mesh_report
+from models.resolve import resolve_cluster
+from service.cli_flags import LIST_AXES, apply_constraint_flags
+from service.render_run import (
+    render_frontier,
+    render_mesh,
+    render_run_estimate,
+    render_sensitivity,
+)
+from solver.run_level import estimate_run, frontier, sensitivity
+
+Runner = Callable[..., int]
+"""`service.cli._run`: (args, local, remote, render, *, label=...) -> exit status."""
+
+
+def float_list(text: str) -> list[float]:
+    """'-0.2,0.2' -> [-0.2, 0.2]."""
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas: {text!r}") \
+            from error
+
+
+def int_list(text: str) -> list[int]:
+    """'1,2,4' -> [1, 2, 4]."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas: {text!r}") \
+            from error
+
+
+def mesh_document(args: argparse.Namespace, doc: dict[str, Any]) -> dict[str, Any]:
+    """The mesh request: the file (if any) with the flags over it; a GPU preset fills in
+    the GPUs per node and a model preset is expanded to its architecture."""
+    cluster = doc.setdefault("cluster", {})
+    for flag, key in (("nodes", "num_nodes"), ("gpus_per_node", "gpus_per_node"),
+                      ("gpu", "gpu")):
+        if getattr(args, flag) is not None:
+            cluster[key] = getattr(args, flag)
+    if "gpus_per_node" not in cluster and isinstance(cluster.get("gpu"), str):
+        preset = resolve_cluster(ClusterInput(gpu=cluster["gpu"],
+                                              num_nodes=cluster.get("num_nodes", 1)))
+        cluster["gpus_per_node"] = preset.gpus_per_node
+    parallel = doc.setdefault("parallel", {})
+    for axis in LIST_AXES:
+        if getattr(args, axis) is not None:
+            parallel[axis] = getattr(args, axis)
+    for flag, key in (("mbs", "micro_batch_size"), ("schedule", "schedule"),
+                      ("zero_stage", "zero_stage")):
+        if getattr(args, flag) is not None:
+            parallel[key] = getattr(args, flag)
+    if args.sp:
+        parallel["sequence_parallel"] = True
+    if args.model:
+        doc["model"] = model_preset(args.model).model_dump(mode="json")
+    if args.global_batch is not None and args.seq is not None:
+        doc["training"] = {"global_batch_size": args.global_batch,
+                           "sequence_length": args.seq}
+    for flag, key in (("order", "order"), ("max_ranks", "max_ranks")):
+        if getattr(args, flag) is not None:
+            doc[key] = getattr(args, flag)
+    return doc
+
+
+def cmd_mesh(args: argparse.Namespace, *, run: Runner,
+             load: Callable[[str], dict[str, Any]]) -> int:
+    """Lay a configuration out on a cluster; exit status 1 when a rule reports an error."""
+    doc = mesh_document(args, load(args.file) if args.file else {})
+
+    def invalid(result: BaseModel) -> bool:
+        return not getattr(result, "valid", True)
+
+    return run(args, lambda: mesh_report(MeshRequest.model_validate(doc)),
+               lambda client: client.mesh(doc), render_mesh, failed=invalid)
+
+
+def cmd_run_estimate(args: argparse.Namespace, *, run: Runner,
+                     build: Callable[..., dict[str, Any]]) -> int:
+    """Time and cost to train on --token-budget tokens."""
+    doc = build(args, degrees_key="constraints")
+    apply_constraint_flags(doc, args)
+    if args.token_budget is not None:
+        doc["token_budget"] = args.token_budget
+    return run(args, lambda: estimate_run(RunEstimateRequest.model_validate(doc)),
+               lambda client: client.run_estimate(doc), render_run_estimate,
+               label="searching")
+
+
+def cmd_frontier(args: argparse.Namespace, *, run: Runner,
+                 build: Callable[..., dict[str, Any]]) -> int:
+    """The best plan on each of --nodes-options and the Pareto-optimal sizes."""
+    doc = build(args, degrees_key="constraints")
+    apply_constraint_flags(doc, args)
+    if args.nodes_options is not None:
+        doc["num_nodes_options"] = args.nodes_options
+    if "num_nodes" not in doc.get("cluster", {}) and doc.get("num_nodes_options"):
+        doc.setdefault("cluster", {})["num_nodes"] = max(doc["num_nodes_options"])
+    return run(args, lambda: frontier(FrontierRequest.model_validate(doc)),
+               lambda client: client.frontier(doc), render_frontier, label="searching")
+
+
+def cmd_sensitivity(args: argparse.Namespace, *, run: Runner,
+                    build: Callable[..., dict[str, Any]]) -> int:
+    """The plan with network bandwidth, HBM capacity and kernel efficiency changed."""
+    doc = build(args, degrees_key="constraints")
+    apply_constraint_flags(doc, args)
+    if args.deltas is not None:
+        doc["deltas"] = args.deltas
+    if args.factors is not None:
+        doc["factors"] = args.factors
+    return run(args, lambda: sensitivity(SensitivityRequest.model_validate(doc)),
+               lambda client: client.sensitivity(doc), render_sensitivity, label="searching")
+
+
+def _add_mesh_parser(commands: Any, *, add_output_flags: Callable[..., None]
+                     ) -> argparse.ArgumentParser:
+    mesh = commands.add_parser("mesh", help="rank coordinates, groups and mesh problems")
+    mesh.add_argument("file", nargs="?", help="request as a JSON or YAML file")
+    mesh.add_argument("--gpu", help=f"GPU preset, one of: {', '.join(gpu_ids())}")
+    mesh.add_argument("--nodes", type=int, help="number of nodes")
+    mesh.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: preset)")
+    for axis in LIST_AXES:
+        mesh.add_argument(f"--{axis}", type=int, help=f"{axis} degree")
+    mesh.add_argument("--mbs", type=int, help="micro-batch size")
+    mesh.add_argument("--schedule", help="pipeline schedule")
+    mesh.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), help="ZeRO stage")
+    mesh.add_argument("--sp", action="store_true", help="Megatron sequence parallelism")
+    mesh.add_argument("--order", help="rank order of the axes, e.g. tp-cp-ep-dp-pp")
+    mesh.add_argument("--model", help=f"check head, layer and expert rules against a model "
+                      f"preset, one of: {', '.join(model_ids())}")
+    mesh.add_argument("--global-batch", type=int, help="sequences per step (batch rules)")
+    mesh.add_argument("--seq", type=int, help="tokens per sequence (batch rules)")
+    mesh.add_argument("--max-ranks", type=int, help="list at most this many ranks")
+    add_output_flags(mesh)
+    return mesh
+
+
+def register_lab_commands(commands: Any, *, run: Runner,
+                          add_request_flags: Callable[..., None],
+                          add_output_flags: Callable[..., None],
+                          build: Callable[..., dict[str, Any]],
+                          load: Callable[[str], dict[str, Any]]) -> None:
+    """Add `mesh`, `run-estimate`, `frontier` and `sensitivity` to the subcommands."""
+    mesh = _add_mesh_parser(commands, add_output_flags=add_output_flags)
+    mesh.set_defaults(handler=partial(cmd_mesh, run=run, load=load))
+
+    estimate = commands.add_parser("run-estimate", help="time and cost to train on a token "
+                                   "budget")
+    add_request_flags(estimate, pins=True)
+    estimate.add_argument("--token-budget", type=int, help="training tokens of the run")
+    estimate.set_defaults(handler=partial(cmd_run_estimate, run=run, build=build))
+
+    front = commands.add_parser("frontier", help="GPU count against step time and cost over "
+                                "cluster sizes")
+    add_request_flags(front, pins=True)
+    front.add_argument("--nodes-options", type=int_list, help="cluster sizes to try, in "
+                       "nodes, e.g. 1,2,4,8")
+    front.set_defaults(handler=partial(cmd_frontier, run=run, build=build))
+
+    sens = commands.add_parser("sensitivity", help="the plan under changed network, HBM and "
+                               "kernel efficiency")
+    add_request_flags(sens, pins=True)
+    sens.add_argument("--deltas", type=float_list,
+                      help="relative changes, default -0.2,0.2 (write --deltas=-0.2,0.2)")
+    sens.add_argument("--factors", type=lambda text: text.split(","),
+                      help=f"comma list of {', '.join(f.value for f in SensitivityFactor)}")
+    sens.set_defaults(handler=partial(cmd_sensitivity, run=run, build=build))
+
+
+__all__ = [
+    "cmd_frontier",
+    "cmd_mesh",
+    "cmd_run_estimate",
+    "cmd_sensitivity",
+    "float_list",
+    "int_list",
+    "mesh_document",
+    "register_lab_commands",
+]

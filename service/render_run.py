@@ -1,0 +1,117 @@
+"""Human-readable text of the mesh lab and the run-level answers, for the CLI.
+
+Owns: plain-text tables of a mesh layout, a run estimate, a GPU frontier and a sensitivity
+sweep, each line naming what it shows. Must not: compute anything beyond unit conversion
+and layout; it returns strings and never prints.
+"""
+
+from api_schemas.mesh import MeshResponse
+from api_schemas.run_level import (
+    FrontierResponse,
+    RunEstimateResponse,
+    SensitivityPoint,
+    SensitivityResponse,
+)
+from service.render import describe_parallel
+
+MESH_TEXT_MAX_RANKS = 16
+"""Ranks printed one per line; the rest are in the JSON answer."""
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
+            for row in [header, *rows]]
+
+
+def render_mesh(result: MeshResponse) -> str:
+    """World size, validity, degrees, problems, group placement and the first ranks."""
+    degrees = " ".join(f"{axis}={value}" for axis, value in result.degrees.items())
+    lines = [(f"mesh of {result.world_size} GPUs, order {result.order}: "
+             f"{'valid' if result.valid else 'INVALID'} ({degrees})")]
+    for problem in result.problems:
+        fix = f" -> try {problem.alternative.change}" if problem.alternative else ""
+        lines.append(f"  {problem.severity.value} [{problem.rule}] {problem.field}: "
+                     f"{problem.message}{fix}")
+    if result.axes:
+        header = ["group", "size", "groups", "intra-node", "nodes spanned", "collectives"]
+        rows = [[axis.kind, str(axis.group_size), str(axis.num_groups),
+                 "yes" if axis.all_intra_node else "no", str(axis.max_nodes_spanned),
+                 ", ".join(f"{c.collective.value} {c.frequency}" for c in axis.collectives)
+                 or "-"] for axis in result.axes]
+        lines += _table(header, rows)
+    shown = result.ranks[:MESH_TEXT_MAX_RANKS]
+    if shown:
+        lines.append("rank  node  coordinates  (tp group | dp group | pp group)")
+    for rank in shown:
+        coords = " ".join(f"{k}{v}" for k, v in rank.coords.items() if result.degrees.get(k, 1) > 1)
+        groups = " | ".join(",".join(map(str, rank.groups.get(kind, [])))
+                            for kind in ("tp", "dp", "pp"))
+        lines.append(f"{rank.rank:4d}  {rank.node:4d}  {coords or '-'}  ({groups})")
+    if shown and (result.ranks_truncated or len(result.ranks) > len(shown)):
+        lines.append(f"  ... {result.world_size - len(shown)} more ranks (see --json)")
+    return "\n".join(lines)
+
+
+def render_run_estimate(result: RunEstimateResponse) -> str:
+    """Steps, wall time, GPU-hours and cost of the run, and the layout they rest on."""
+    layout = (describe_parallel(result.plan.parallel) if result.plan.parallel is not None
+              else "the given configuration")
+    cost = (f", cost {result.cost:,.0f} at {result.gpu_hour_price:g} per GPU-hour"
+            if result.cost is not None and result.gpu_hour_price is not None else "")
+    return "\n".join([
+        (f"train {result.token_budget:,} tokens: {result.num_steps:,} steps of "
+        f"{result.tokens_per_step:,} tokens"),
+        f"  step time   {result.step_time_s:.3f} s on {result.world_size} GPUs ({layout})",
+        f"  wall time   {result.train_days:.1f} days ({result.train_time_s:,.0f} s)",
+        f"  GPU-hours   {result.gpu_hours:,.0f}{cost}",
+        f"  plan        {result.status.value}: {result.plan.explanation.summary}",
+    ])
+
+
+def render_frontier(result: FrontierResponse) -> str:
+    """One row per cluster size; '*' marks the Pareto-optimal ones."""
+    header = ["pareto", "nodes", "GPUs", "used", "step s", "tokens/s", "GPU-h/step",
+              "cost/token", "layout"]
+    rows = []
+    for p in result.points:
+        rows.append([
+            "*" if p.pareto else "", str(p.num_nodes), str(p.num_gpus), str(p.world_size),
+            f"{p.step_time_s:.3f}" if p.step_time_s is not None else p.status.value,
+            f"{p.tokens_per_s:,.0f}" if p.tokens_per_s is not None else "-",
+            f"{p.gpu_hours_per_step:.4f}" if p.gpu_hours_per_step is not None else "-",
+            f"{p.cost_per_token:.3e}" if p.cost_per_token is not None else "-",
+            describe_parallel(p.parallel) if p.parallel is not None else "-"])
+    lines = ["GPU count against step time and cost (a deterministic model):"]
+    lines += _table(header, rows)
+    lines.append(f"Pareto-optimal GPU counts: {', '.join(map(str, result.pareto_num_gpus))} "
+                 f"({result.wall_time_s:.1f} s)")
+    return "\n".join(lines)
+
+
+def _sensitivity_row(point: SensitivityPoint) -> list[str]:
+    factor = point.factor.value if point.factor is not None else "baseline"
+    base = ("no longer fits" if point.baseline_fits is False else
+            f"{point.baseline_step_time_s:.3f}" if point.baseline_step_time_s is not None
+            else "-")
+    change = (f"{point.step_time_change_frac:+.1%}" if point.step_time_change_frac is not None
+              else "-")
+    return [factor, f"{point.delta:+.0%}",
+            f"{point.step_time_s:.3f}" if point.step_time_s is not None else point.status.value,
+            change, "yes" if point.plan_changed else "no", base,
+            describe_parallel(point.parallel) if point.parallel is not None else "-"]
+
+
+def render_sensitivity(result: SensitivityResponse) -> str:
+    """The winner at every point, its change against the baseline, and the baseline layout's
+    step time there."""
+    header = ["factor", "change", "step s", "vs baseline", "plan changed",
+              "baseline layout s", "winning layout"]
+    rows = [_sensitivity_row(result.baseline)] + [_sensitivity_row(p) for p in result.points]
+    lines = ["Sensitivity of the plan (a deterministic model):"]
+    lines += _table(header, rows)
+    lines += [f"  note: {note}" for note in result.notes]
+    return "\n".join(lines)
+
+
+__all__ = ["render_frontier", "render_mesh", "render_run_estimate", "render_sensitivity"]

@@ -1,0 +1,121 @@
+"""The `mesh`, `run-estimate`, `frontier` and `sensitivity` subcommands, GPU presets in the
+collective lab, and the flags for every constraint, objective and recipe option."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from api_schemas.mesh import MeshResponse
+from api_schemas.plan import PlanResponse
+from api_schemas.requests import PlanRequest
+from api_schemas.run_level import FrontierResponse, RunEstimateResponse, SensitivityResponse
+from service import cli
+from service.cli_flags import apply_constraint_flags
+from service.render import render_plan
+
+SMALL = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm5-80gb", "--nodes", "1",
+         "--global-batch", "64", "--seq", "4096", "--time-limit", "2", "--workers", "1"]
+
+
+def test_every_constraint_objective_and_recipe_flag_lands_in_the_request() -> None:
+    args = cli.build_parser().parse_args([
+        "plan", *SMALL, "--tp", "1,2", "--pp", "1", "--schedule", "1f1b,zb_h1",
+        "--zero-stage", "1,2", "--recompute", "none,full", "--cp-kind", "ring",
+        "--forbid", "schedule=dualpipe", "--forbid", "tp=8", "--max-gpus", "8",
+        "--target-tokens-per-s", "1e5", "--gpu-hour-price", "2.5",
+        "--objective", "cost_per_token", "--no-allow-offload", "--no-allow-fp8-activations",
+        "--fp8", "--headroom", "0.1", "--top-k", "2", "--seed", "7"])
+    doc = cli.build_request(args, degrees_key="constraints")
+    apply_constraint_flags(doc, args)
+    request = PlanRequest.model_validate(doc)
+    c = request.constraints
+    assert c.tp == [1, 2] and c.pp == 1 and c.zero_stage == [1, 2]
+    assert c.schedule == ["1f1b", "zb_h1"] and c.recompute == ["none", "full"]
+    assert c.forbid == {"schedule": ["dualpipe"], "tp": [8]}
+    assert (c.max_gpus, c.target_tokens_per_s, c.gpu_hour_price) == (8, 1e5, 2.5)
+    assert not c.allow_offload and not c.allow_fp8_activations
+    assert request.objective == "cost_per_token" and request.training.compute_dtype == "fp8"
+    assert request.cluster.memory_headroom_frac == 0.1
+    assert (request.solver.top_k, request.solver.random_seed, request.solver.num_workers) == (
+        2, 7, 1)
+
+
+def test_plan_reports_cost_as_a_field_and_alternatives_with_v_and_gpus(
+        tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    argv = ["plan", *SMALL, "--nodes", "2", "--gpu-hour-price", "2", "--objective",
+            "cost_per_token", "--top-k", "2", "-o", str(out)]
+    assert cli.main(argv) == 0
+    plan = PlanResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    assert plan.cost is not None and plan.throughput is not None
+    assert plan.cost.cost_per_token == pytest.approx(
+        2 * plan.world_size / 3600 / plan.throughput.tokens_per_s)
+    assert plan.alternatives and all(a.world_size == a.parallel.world_size
+                                     for a in plan.alternatives)
+    text = render_plan(plan)
+    assert "per token" in text and " GPUs, v=" in text
+
+
+def test_mesh_command_takes_presets_and_exits_1_on_errors(tmp_path: Path) -> None:
+    out = tmp_path / "mesh.json"
+    good = ["mesh", "--gpu", "h100-sxm5-80gb", "--nodes", "2", "--tp", "4", "--pp", "2",
+            "--dp", "2", "--model", "llama-3.1-70b", "--max-ranks", "4", "-o", str(out)]
+    assert cli.main(good) == 0
+    mesh = MeshResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    assert mesh.world_size == 16 and mesh.valid and len(mesh.ranks) == 4
+    bad = ["mesh", "--gpu", "h100-sxm5-80gb", "--nodes", "1", "--tp", "3", "--dp", "2",
+           "--model", "llama-3.1-8b", "-o", str(out)]
+    assert cli.main(bad) == 1
+    rules = {p.rule for p in MeshResponse.model_validate_json(out.read_text()).problems}
+    assert "tp-divides-heads" in rules
+
+
+def test_collective_command_takes_a_gpu_preset(tmp_path: Path) -> None:
+    out = tmp_path / "collective.json"
+    argv = ["collective", "--collective", "all_reduce", "--num-ranks", "16",
+            "--message-bytes", "268435456", "--gpu", "h100-sxm5-80gb", "--nodes", "2",
+            "--ranks-per-node", "8", "-o", str(out)]
+    assert cli.main(argv) == 0
+    answer = json.loads(out.read_text())
+    # The preset's node links: NVLink inside a node, the NIC across two nodes.
+    assert answer["link"] == "cross_node" and answer["num_ranks"] == 16
+    single = ["collective", "--collective", "all_reduce", "--num-ranks", "8",
+              "--message-bytes", "268435456", "--gpu", "h100-sxm5-80gb", "-o", str(out)]
+    assert cli.main(single) == 0
+    assert json.loads(out.read_text())["link"] != "cross_node"
+
+
+def test_run_estimate_command(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    argv = ["run-estimate", *SMALL, "--token-budget", "1000000000000", "--gpu-hour-price",
+            "2.5", "-o", str(out)]
+    assert cli.main(argv) == 0
+    run = RunEstimateResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    assert run.cost == pytest.approx(run.gpu_hours * 2.5)
+
+
+def test_frontier_command(tmp_path: Path) -> None:
+    out = tmp_path / "frontier.json"
+    argv = ["frontier", *SMALL, "--nodes-options", "1,2", "-o", str(out)]
+    assert cli.main(argv) == 0
+    result = FrontierResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    assert [p.num_nodes for p in result.points] == [1, 2]
+
+
+def test_sensitivity_command(tmp_path: Path) -> None:
+    out = tmp_path / "sensitivity.json"
+    argv = ["sensitivity", *SMALL, "--factors", "kernel_efficiency", "--deltas=-0.2,0.2",
+            "-o", str(out)]
+    assert cli.main(argv) == 0
+    result = SensitivityResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    slower, faster = result.points
+    assert slower.step_time_s is not None and faster.step_time_s is not None
+    assert slower.step_time_s > faster.step_time_s
+
+
+def test_bad_list_flags_are_usage_errors() -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["plan", *SMALL, "--forbid", "schedule"])
+    with pytest.raises(SystemExit):
+        cli.main(["frontier", *SMALL, "--nodes-options", "one"])

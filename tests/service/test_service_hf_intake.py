@@ -1,0 +1,36 @@
+"""POST /v1/models/from-hf with the families added for the Hub's top decoders: nested
+multimodal configs, their bounds, and refusals that say which fields are missing where."""
+
+import httpx
+
+from models.catalog import hf_preset_config, model_preset
+from models.params import count_parameters
+
+
+def test_nested_llama_4_config_is_read_and_counted(client: httpx.Client) -> None:
+    config = hf_preset_config("llama-4-maverick-17b-128e")
+    response = client.post("/v1/models/from-hf", json={"config": config})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["model_type"] == "llama4_text"
+    expected = count_parameters(model_preset("llama-4-maverick-17b-128e"))
+    assert body["num_parameters"] == expected.total
+    assert any("text_config" in note for note in body["notes"])
+
+
+def test_nested_layer_count_is_bounded_before_reading(client: httpx.Client) -> None:
+    config = hf_preset_config("gemma-3-27b-it")
+    nested = {**config, "text_config": {**config["text_config"], "num_hidden_layers": 10**7}}
+    response = client.post("/v1/models/from-hf", json={"config": nested})
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["loc"] == ["body", "config", "text_config",
+                                                    "num_hidden_layers"]
+
+
+def test_unknown_family_is_refused_with_the_missing_fields(client: httpx.Client) -> None:
+    config = {"model_type": "new_vlm", "text_config": {"hidden_size": 4096}}
+    response = client.post("/v1/models/from-hf", json={"config": config})
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert response.json()["code"] == "invalid-spec"
+    assert "'text_config.num_hidden_layers'" in detail and "'text_config.vocab_size'" in detail

@@ -1,0 +1,91 @@
+"""POST /v1/run/estimate, /v1/frontier and /v1/sensitivity over HTTP: with the real
+planner (the library's answer, served), and with the scripted one (problems, bounds)."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from service_testkit import ScriptedPlanner, serve_in_process
+
+from api_schemas.run_level import (
+    FrontierRequest,
+    FrontierResponse,
+    RunEstimateRequest,
+    RunEstimateResponse,
+    SensitivityResponse,
+)
+from service.app import create_app
+from service.routes.run_level import (
+    FRONTIER_EXAMPLES,
+    RUN_ESTIMATE_EXAMPLES,
+    SENSITIVITY_EXAMPLES,
+)
+from service.settings import Settings
+from solver.run_level import estimate_run, frontier
+
+
+def _example(examples: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    value: dict[str, Any] = next(iter(examples.values()))["value"]
+    return {**value, "solver": {"time_limit_s": 2, "num_workers": 1}}
+
+
+@pytest.fixture
+def real(sqlite_settings: Settings) -> Iterator[httpx.Client]:
+    with serve_in_process(create_app(sqlite_settings)) as http:
+        yield http
+
+
+def test_run_estimate_is_the_library_answer(real: httpx.Client) -> None:
+    body = _example(RUN_ESTIMATE_EXAMPLES)
+    response = real.post("/v1/run/estimate", json=body)
+    assert response.status_code == 200
+    served = RunEstimateResponse.model_validate(response.json())
+    local = estimate_run(RunEstimateRequest.model_validate(body))
+    assert served.num_steps == local.num_steps and served.cost is not None
+    assert served.step_time_s == local.step_time_s
+
+
+def test_frontier_is_the_library_answer(real: httpx.Client) -> None:
+    body = {**_example(FRONTIER_EXAMPLES), "num_nodes_options": [1, 2]}
+    response = real.post("/v1/frontier", json=body)
+    assert response.status_code == 200
+    served = FrontierResponse.model_validate(response.json())
+    local = frontier(FrontierRequest.model_validate(body))
+    assert [p.num_gpus for p in served.points] == [8, 16]
+    assert served.pareto_num_gpus == local.pareto_num_gpus
+
+
+def test_sensitivity_runs_with_the_service_planner(client: httpx.Client) -> None:
+    body = {**_example(SENSITIVITY_EXAMPLES), "factors": ["network_bandwidth"]}
+    response = client.post("/v1/sensitivity", json=body)
+    assert response.status_code == 200
+    result = SensitivityResponse.model_validate(response.json())
+    assert [p.delta for p in result.points] == [-0.2, 0.2]
+
+
+def test_run_estimate_without_a_plan_is_a_problem(sqlite_settings: Settings) -> None:
+    app = create_app(sqlite_settings, planner=ScriptedPlanner(infeasible=True))
+    with serve_in_process(app) as http:
+        response = http.post("/v1/run/estimate", json=_example(RUN_ESTIMATE_EXAMPLES))
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.json()["code"] == "no-feasible-plan"
+
+
+def test_infeasible_frontier_points_are_answers(sqlite_settings: Settings) -> None:
+    app = create_app(sqlite_settings, planner=ScriptedPlanner(infeasible=True))
+    with serve_in_process(app) as http:
+        response = http.post("/v1/frontier", json=_example(FRONTIER_EXAMPLES))
+    assert response.status_code == 200
+    result = FrontierResponse.model_validate(response.json())
+    assert {p.status for p in result.points} == {"infeasible"}
+    assert result.pareto_num_gpus == []
+
+
+def test_frontier_sizes_are_bounded(client: httpx.Client) -> None:
+    body = {**_example(FRONTIER_EXAMPLES), "num_nodes_options": [10**7]}
+    response = client.post("/v1/frontier", json=body)
+    assert response.status_code == 422
+    too_many = {**_example(FRONTIER_EXAMPLES), "num_nodes_options": list(range(1, 40))}
+    assert client.post("/v1/frontier", json=too_many).json()["code"] == "invalid-request"
