@@ -11,6 +11,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 from fastapi.responses import JSONResponse
+from sqlalchemy import Engine
+from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
 
 from api_schemas.pipeline import PipelineSimulateResponse
 from api_schemas.plan import PlanResponse
@@ -19,7 +22,7 @@ from models.errors import InvalidSpecError
 from models.pipeline.requests import simulate_request
 from service import planning
 from service.core import call_core
-from service.deps import SessionDep, SettingsDep
+from service.deps import ContextDep, ServiceContext
 from service.media import svg_content, svg_response, trace_content, trace_response
 from service.openapi import problem_responses
 from service.persistence import repo
@@ -36,11 +39,17 @@ router = APIRouter(tags=["plans"])
 PlanId = Annotated[str, Path(max_length=64, description="Plan id from POST /v1/plans.",
                              examples=["3f2b8c0d9e6a4b1c8d7e6f5a4b3c2d1e"])]
 
-_ERRORS = problem_responses("plan-not-found", "invalid-spec", body=False)
+_ERRORS = problem_responses("plan-not-found", "invalid-spec", "store-unavailable", body=False)
 
 
-def _stored(session: SessionDep, plan_id: str) -> tuple[PlanRecord, PlanResponse]:
-    record = repo.get_plan(session=session, plan_id=plan_id)
+async def _stored(context: ServiceContext, plan_id: str) -> tuple[PlanRecord, PlanResponse]:
+    """The stored record and plan, read through the store gate (503 when the store is down)."""
+
+    def read(engine: Engine) -> PlanRecord | None:
+        with Session(engine) as session:
+            return repo.get_plan(session=session, plan_id=plan_id)
+
+    record = await context.store.call(read, what="read the plan")
     if record is None:
         raise PlanNotFoundError(
             f"no plan with id '{plan_id}' is stored here; list the stored plans with "
@@ -75,12 +84,12 @@ def plan_simulation(record: PlanRecord, plan: PlanResponse,
             responses={200: {"description": "One lane per pipeline rank: F, B and W per "
                              "chunk, messages between ranks, bubbles and the critical path.",
                              "content": svg_content("The timeline picture.")}, **_ERRORS})
-def plan_timeline_svg(plan_id: PlanId, session: SessionDep, settings: SettingsDep) -> Response:
+async def plan_timeline_svg(plan_id: PlanId, context: ContextDep) -> Response:
     """The plan's pipeline iteration as the simulator runs it (the same op times
     `POST /v1/pipeline/simulate` returns for the plan's schedule, shape and per-stage F / B /
     W), drawn as SVG (a deterministic model, not a measurement)."""
-    record, plan = _stored(session, plan_id)
-    simulation = plan_simulation(record, plan, settings)
+    record, plan = await _stored(context, plan_id)
+    simulation = await run_in_threadpool(plan_simulation, record, plan, context.settings)
     return svg_response(timeline_svg(simulation, title=f"Pipeline of {_title(plan)}"),
                         filename=f"plan-{plan_id}-timeline.svg")
 
@@ -90,10 +99,10 @@ def plan_timeline_svg(plan_id: PlanId, session: SessionDep, settings: SettingsDe
             responses={200: {"description": "One stacked bar per pipeline stage, the "
                              "ledger's components as segments, the usable capacity as a line.",
                              "content": svg_content("The memory stack picture.")}, **_ERRORS})
-def plan_memory_svg(plan_id: PlanId, session: SessionDep) -> Response:
+async def plan_memory_svg(plan_id: PlanId, context: ContextDep) -> Response:
     """The plan's per-stage memory ledger (`memory` of GET /v1/plans/{plan_id}) as a
     stacked bar per stage (a deterministic model, not a measurement)."""
-    record, plan = _stored(session, plan_id)
+    record, plan = await _stored(context, plan_id)
     if plan.memory is None:
         raise InvalidSpecError(
             f"plan {record.id} is {plan.status.value}: it has no memory ledger to draw",
@@ -107,11 +116,11 @@ def plan_memory_svg(plan_id: PlanId, session: SessionDep) -> Response:
             responses={200: {"description": "Chrome Trace Event JSON: a track per rank and "
                              "per rank's outgoing messages; open it in Perfetto or "
                              "chrome://tracing.", "content": trace_content()}, **_ERRORS})
-def plan_trace(plan_id: PlanId, session: SessionDep, settings: SettingsDep) -> JSONResponse:
+async def plan_trace(plan_id: PlanId, context: ContextDep) -> JSONResponse:
     """The plan's simulated pipeline iteration in the Trace Event format (`ts` and `dur` in
     microseconds; a deterministic model, not a measurement)."""
-    record, plan = _stored(session, plan_id)
-    simulation = plan_simulation(record, plan, settings)
+    record, plan = await _stored(context, plan_id)
+    simulation = await run_in_threadpool(plan_simulation, record, plan, context.settings)
     return trace_response(trace_document(simulation, title=f"Pipeline of {_title(plan)}"),
                           filename=f"plan-{plan_id}-trace.json")
 
