@@ -17,6 +17,7 @@ from api_schemas import (
     TrainingSpec,
 )
 from api_schemas.collectives import CollectiveEstimateRequest
+from api_schemas.units import MIN_TIME_LIMIT_S
 from models.catalog import hf_preset_config
 from models.errors import InvalidSpecError
 from models.hf_config import spec_from_hf_config
@@ -61,7 +62,15 @@ def _request(preset: str, gpu: str, nodes: int, batch: int, seq: int,
     return PlanRequest(model=ModelPreset(preset=preset),
                        cluster=ClusterInput(gpu=gpu, num_nodes=nodes),
                        training=TrainingSpec(global_batch_size=batch, sequence_length=seq),
-                       solver=SolverLimits(time_limit_s=time_limit_s, top_k=5, num_workers=1))
+                       solver=_limits(time_limit_s))
+
+
+def _limits(time_limit_s: float) -> SolverLimits:
+    """Search limits; below the API's minimum (`MIN_TIME_LIMIT_S`) they are built without
+    validation, to drive the library's deadline handling where no search can finish."""
+    if time_limit_s < MIN_TIME_LIMIT_S:
+        return SolverLimits.model_construct(time_limit_s=time_limit_s, top_k=5, num_workers=1)
+    return SolverLimits(time_limit_s=time_limit_s, top_k=5, num_workers=1)
 
 
 def test_a_short_time_limit_is_kept_and_the_answer_says_what_it_proves() -> None:

@@ -104,7 +104,7 @@ def test_changed_cluster_scales_one_factor(factor: SensitivityFactor) -> None:
 
 def test_less_hbm_changes_the_winner_and_says_the_baseline_no_longer_fits() -> None:
     request = SensitivityRequest.model_validate(
-        {**SMALL, "factors": ["hbm_capacity", "kernel_efficiency"], "deltas": [-0.2]})
+        {**SMALL, "factors": ["hbm_capacity", "kernel_efficiency"], "deltas": [-0.3]})
     result = sensitivity(request)
     assert result.baseline.factor is None and result.baseline.delta == 0.0
     hbm, kernels = result.points
