@@ -53,10 +53,10 @@ def test_each_published_system_fits_under_its_own_recipe(run: PublishedRun) -> N
     assert run.confidence  # the notes say how sure the ledger is
 
 
-@pytest.mark.xfail(strict=True, reason="Llama 3's interleaving with a tunable micro-batch "
-                   "group N (arXiv:2407.21783 Sec. 3.3.2) is not yet an in-flight count the "
-                   "schedule gives the ledger (issue 10, item 1); with N = p stage 1 holds "
-                   "about 141 one-layer units and exceeds the cap")
+@pytest.mark.xfail(strict=True, reason="Llama 3 tunes its interleaving group N below the "
+                   "number of stages (arXiv:2407.21783 Sec. 3.3.2); the schedules here take "
+                   "N >= p as Megatron-LM does, and with N = p stage 1 holds about 141 "
+                   "one-layer units and exceeds the cap")
 def test_llama3_405b_on_8k_gpus_fits_under_its_own_recipe() -> None:
     assert _ledger(LLAMA3_405B_8K).fits
 
