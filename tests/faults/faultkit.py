@@ -202,7 +202,11 @@ class TcpProxy:
             if not self.forwarding.is_set():
                 time.sleep(0.05)
                 continue
-            readable, _, _ = select.select(list(peers), [], [], 0.1)
+            try:
+                readable, _, _ = select.select(list(peers), [], [], 0.1)
+            except (OSError, ValueError):
+                # close() shut a socket under us (fd -1 or EBADF): the proxy is done.
+                return
             for sock in readable:
                 try:
                     data = sock.recv(65536)
