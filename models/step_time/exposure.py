@@ -156,10 +156,34 @@ def zero3_exposed_s(spec: ModelSpec, index: int, training: TrainingSpec,
             max(0.0, backward - lc.times.backward_input_s - lc.times.backward_weight_s))
 
 
+ZERO3_EXPOSED_CALLS = ("forward.param_all_gather", "backward.grad_reduce_scatter")
+"""The ZeRO-3 calls of a step with no compute to hide behind: the first unit's gather before
+the step's first forward, and the last unit's gradient reduce-scatter after its last
+backward."""
+
+
+def zero3_fill_drain_s(item: TrafficItem) -> float:
+    """Exposed fill or drain of ZeRO-3's per-unit prefetch pipeline for one step: one call.
+
+    Source: PyTorch FSDP (Zhao et al. 2023, arXiv:2304.11277) Sec. 3.3: the next unit's
+    all-gather is issued while the current unit computes, so a step of n units costs one
+    gather plus n overlapped units (`zero3_exposed_s`); the first gather of a step waits on
+    nothing, and the optimizer step waits for the last reduce-scatter. ZeRO
+    arXiv:1910.02054 Sec. 7.2.2 for the volumes.
+    Assumes: the backward gather of the last unit follows its forward without a gap (the
+    unit is still resident), so only the forward gather and the gradient reduce-scatter
+    fill and drain; one call of each per step, not per micro-batch, since later
+    micro-batches' gathers overlap earlier compute.
+    """
+    if not item.name.endswith(ZERO3_EXPOSED_CALLS) or item.calls_per_step == 0:
+        return 0.0
+    return item.time_per_call_s
+
+
 def sync_exposed_s(items: tuple[TrafficItem, ...], *, overlap: bool, num_micro_batches: int,
                    chunk_times: tuple[OpTimes, ...]) -> float:
     """Exposed time of the per-step data-parallel items (ZeRO-0/1/2 gradient reduction and
-    parameter gather) of one rank, after its last backward.
+    parameter gather, ZeRO-3's prefetch fill and drain) of one rank, after its last backward.
 
     Source: Megatron-LM distributed optimizer (`--overlap-grad-reduce`,
     `--overlap-param-gather`): buckets reduce while the last micro-batch's backward runs and
@@ -173,7 +197,10 @@ def sync_exposed_s(items: tuple[TrafficItem, ...], *, overlap: bool, num_micro_b
     forward = sum(t.forward_s for t in chunk_times)
     total = 0.0
     for item in items:
-        if item.axis not in (TrafficAxis.DP, TrafficAxis.EDP) or "zero3" in item.name:
+        if item.axis not in (TrafficAxis.DP, TrafficAxis.EDP):
+            continue
+        if "zero3" in item.name:
+            total += zero3_fill_drain_s(item)
             continue
         repeats = num_micro_batches if item.frequency == Frequency.PER_MICRO_BATCH else 1
         per = item.time_per_step_s / repeats
@@ -195,4 +222,5 @@ __all__ = [
     "layer_comm",
     "sync_exposed_s",
     "zero3_exposed_s",
+    "zero3_fill_drain_s",
 ]

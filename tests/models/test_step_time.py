@@ -229,3 +229,28 @@ def test_fp8_activation_storage_follows_the_recipe_unless_asked() -> None:
     assert hardware_constraints(Constraints(), CLUSTER, fp8).allow_fp8_activations is True
     asked = Constraints(allow_fp8_activations=True)
     assert hardware_constraints(asked, CLUSTER, bf16).allow_fp8_activations is True
+
+
+def test_zero3_step_pays_its_prefetch_fill_and_drain_once() -> None:
+    """FSDP's first gather of a step and its last reduce-scatter have no compute to hide
+    behind (arXiv:2304.11277 Sec. 3.3): with compute hiding every per-layer call, the
+    exposed DP time of a ZeRO-3 step is one forward gather plus one reduce-scatter call."""
+    from models.step_time.exposure import zero3_fill_drain_s
+    from models.traffic import step_traffic
+
+    spec = model_preset("llama-3.1-8b")
+    training = TrainingSpec(global_batch_size=64, sequence_length=16384)
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=1)
+    parallel = ParallelConfig(dp=8, zero_stage=3)
+    zero3 = estimate_step(spec, training, parallel, cluster)
+    items = step_traffic(spec, training=training, parallel=parallel, cluster=cluster).items
+    zero3_items = [i for i in items if "zero3" in i.name]
+    fill_drain = sum(zero3_fill_drain_s(i) for i in zero3_items)
+    gather = next(i for i in zero3_items if i.name.endswith("forward.param_all_gather"))
+    scatter = next(i for i in zero3_items if i.name.endswith("grad_reduce_scatter"))
+    assert fill_drain == pytest.approx(gather.time_per_call_s + scatter.time_per_call_s)
+    assert 0 < fill_drain < sum(i.time_per_step_s for i in zero3_items) / 100
+    assert zero3.exposed_comm_s["dp"] == pytest.approx(fill_drain, rel=1e-9)
+    # Sharding parameters too never shortens the step on the same mesh.
+    zero2 = estimate_step(spec, training, ParallelConfig(dp=8, zero_stage=2), cluster)
+    assert zero3.step_time_s >= zero2.step_time_s

@@ -85,11 +85,6 @@ def test_a_plan_runs_on_its_target(problem: str, target: str | None) -> None:
         assert version_key(fit.version) == max(map(version_key, fit.features.values()))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known defect: `solver.candidate_eval` stops the ZeRO ladder at the first stage that fits "
-    "without recomputation, assuming a higher stage never shortens the step; the step model's "
-    "exposed ZeRO-2 reduce-scatter tail is longer than ZeRO-3's per-layer one on this problem, "
-    "so 'any' keeps a ZeRO-2 plan 0.6 ms (0.004%) slower than the released target's ZeRO-3 one"))
 def test_any_admits_the_seed_systems_and_names_their_origin() -> None:
     request = PlanRequest(model=ModelPreset(preset="llama-3.1-8b"),
                           cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=1),
