@@ -33,6 +33,7 @@ from models.activations import (
 from models.errors import InvalidSpecError
 from models.layout import StageLayout, pipeline_layout
 from models.ledger_items import ComponentKind, MemoryComponent, RankParameters
+from models.mesh.layout import expert_data_parallel_size
 from models.params import (
     attention_params,
     head_params,
@@ -143,24 +144,20 @@ def micro_batch_count(training: TrainingSpec, parallel: ParallelConfig) -> int:
 
 
 def expert_data_parallel_degree(spec: ModelSpec, parallel: ParallelConfig) -> int:
-    """edp = tp x cp x dp / (ep x etp): replicas of each expert shard.
+    """Replicas of each expert shard (`models.mesh.layout.expert_data_parallel_size`); a
+    dense model's are its tp x cp x dp ranks.
 
-    Source: Megatron-LM `parallel_state` expert mesh (etp x ep x edp x pp over the same ranks
-    as tp x cp x dp x pp). Raises InvalidSpecError when it is not a whole number.
+    Raises InvalidSpecError when ep x etp does not divide tp x cp x dp or ep does not divide
+    the routed experts.
     """
-    folded = parallel.tp * parallel.cp * parallel.dp
     if spec.moe is None:
-        return folded
-    if folded % (parallel.ep * parallel.etp):
-        raise InvalidSpecError(
-            f"ep x etp = {parallel.ep} x {parallel.etp} does not divide tp x cp x dp = {folded}; "
-            "expert parallelism folds into those ranks: pick ep x etp dividing it",
-            field="parallel.ep")
+        return parallel.tp * parallel.cp * parallel.dp
+    edp = expert_data_parallel_size(parallel)
     if spec.moe.num_experts % parallel.ep:
         raise InvalidSpecError(
             f"ep={parallel.ep} does not divide the {spec.moe.num_experts} routed experts; pick a "
             "divisor", field="parallel.ep")
-    return folded // (parallel.ep * parallel.etp)
+    return edp
 
 
 def _first_of_each_kind(spec: ModelSpec, layers: tuple[int, ...]) -> dict[bool, int]:

@@ -5,7 +5,6 @@ explaining and assembling the public response. Must not: do I/O (the service sto
 """
 
 import dataclasses
-import logging
 import time
 from collections.abc import Callable
 
@@ -62,7 +61,6 @@ from solver.targets import (
     target_constraints,
 )
 
-logger = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 
 

@@ -14,16 +14,12 @@ same model on the same ranks; a rank holding v chunks of L/(p v) layers counts e
 a micro-batch passes one of them, so its chunk unit is a full-stage unit.
 """
 
-import logging
 from dataclasses import dataclass
 
 from api_schemas.parallel import PipelineSchedule
 from models.errors import InvalidSpecError
 from models.pipeline.in_flight import in_flight_profile
 from models.pipeline.registry import schedule_traits, validate_schedule
-
-logger = logging.getLogger(__name__)
-
 
 
 def peak_in_flight_chunks(

@@ -8,15 +8,12 @@ A value given once applies to every virtual stage; a tuple gives one value per v
 stage in layer order (so the first and last stages can carry the embedding and the head).
 """
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from models.errors import InvalidSpecError
-
-logger = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -14,7 +14,6 @@ by another row's (componentwise) can reach it: those vectors are kept, so any ch
 sizes, even or not, get the exact peak from a few dot products.
 """
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,8 +25,6 @@ from api_schemas.parallel import PipelineSchedule
 from models.errors import InvalidSpecError
 from models.pipeline.ops import OpKind, PipelineProgram
 from models.pipeline.registry import generate_program
-
-logger = logging.getLogger(__name__)
 
 IntArray = npt.NDArray[np.int64]
 

@@ -15,7 +15,6 @@ processed before allocations at equal times. All of a rank's events sit on bound
 its own ops, so the peaks follow from the rank's order alone (not from the durations).
 """
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,8 +23,6 @@ import numpy.typing as npt
 from models.pipeline.costs import ActivationSizes, OpDurations
 from models.pipeline.ops import OpKind, PipelineProgram
 from models.pipeline.simulator import CompiledProgram, compile_program, op_durations, run
-
-logger = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -13,7 +13,6 @@ gradient), W (weight gradient), BW (B and W fused), or FB (an F and a BW of diff
 micro-batches overlapped as one unit, as DualPipe does).
 """
 
-import logging
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -21,8 +20,6 @@ import numpy as np
 import numpy.typing as npt
 
 from api_schemas.parallel import PipelineSchedule
-
-logger = logging.getLogger(__name__)
 
 IntArray = npt.NDArray[np.int64]
 

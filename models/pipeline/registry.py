@@ -10,7 +10,6 @@ closed forms (or none) and its record, add the name to `PipelineSchedule` and th
 to `SCHEDULES` below.
 """
 
-import logging
 
 from api_schemas.parallel import PipelineSchedule
 from models.errors import InvalidSpecError
@@ -20,8 +19,6 @@ from models.pipeline.generators.dualpipe import DUALPIPE, DUALPIPEV
 from models.pipeline.generators.zero_bubble import ZB_H1, ZB_H2, ZBV
 from models.pipeline.ops import PipelineProgram
 from models.pipeline.traits import ScheduleTraits, require
-
-logger = logging.getLogger(__name__)
 
 SCHEDULES: dict[PipelineSchedule, ScheduleTraits] = {
     traits.schedule: traits

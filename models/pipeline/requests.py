@@ -6,7 +6,6 @@ Owns: `simulate_request` and the conversions between the API types of
 transfers). Must not: know HTTP.
 """
 
-import logging
 from typing import Any
 
 from api_schemas.pipeline import (
@@ -22,8 +21,6 @@ from models.pipeline.critical_path import PipelineLinks, pipeline_links
 from models.pipeline.metrics import SimulationResult, simulate
 from models.pipeline.registry import generate_program
 from models.pipeline.simulator import compile_program
-
-logger = logging.getLogger(__name__)
 
 
 def _per_stage(value: float | tuple[float, ...]) -> tuple[float, ...]:

@@ -19,7 +19,6 @@ its start being infinite. A blocked rank registers on the one output it waits fo
 woken when that output is written, so each op is visited a constant number of times.
 """
 
-import logging
 import math
 from dataclasses import dataclass
 
@@ -29,8 +28,6 @@ import numpy.typing as npt
 from models.errors import InvalidSpecError
 from models.pipeline.costs import OpDurations
 from models.pipeline.ops import OpKind, PipelineProgram
-
-logger = logging.getLogger(__name__)
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

@@ -15,7 +15,6 @@ second copy of the weights (Chimera arXiv:2107.06925; DeepSeek-V3 arXiv:2412.194
 Sec. 3.2.1).
 """
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -23,8 +22,6 @@ from enum import StrEnum
 from api_schemas.parallel import PipelineSchedule
 from models.errors import InvalidSpecError
 from models.pipeline.ops import PipelineProgram
-
-logger = logging.getLogger(__name__)
 
 
 class StagePlacement(StrEnum):

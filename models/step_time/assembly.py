@@ -21,6 +21,7 @@ from models.kernels import memory_bound_time_s
 from models.layout import StageLayout, pipeline_layout
 from models.memory import micro_batch_count, rank_parameters
 from models.mesh import AxisPlacement, GroupKind
+from models.mesh.layout import expert_data_parallel_size
 from models.pipeline import OpDurations, StagePlacement, closed_form_makespan, schedule_traits
 from models.step_time.exposure import sync_exposed_s
 from models.step_time.groups import AxisGroups, axis_groups
@@ -226,7 +227,7 @@ def _optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
                  cluster: ClusterSpec, layout: StageLayout) -> float:
     """Memory-bound optimizer step over the rank's shard of the states."""
     held = rank_parameters(spec, parallel, layout)
-    edp = max(1, parallel.tp * parallel.cp * parallel.dp // (parallel.ep * parallel.etp))
+    edp = expert_data_parallel_size(parallel)
     sharded = parallel.zero_stage >= 1
     params = (held.gemm + held.vectors + held.embedding + held.head) / (
         parallel.dp * parallel.cp if sharded else 1) + held.experts / (edp if sharded else 1)

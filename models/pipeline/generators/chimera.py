@@ -18,14 +18,11 @@ merged lists are the rank's order.
 """
 
 import heapq
-import logging
 import math
 
 from api_schemas.parallel import PipelineSchedule
 from models.pipeline.ops import OpKind, PipelineProgram, ProgramBuilder, bidirectional_placement
 from models.pipeline.traits import FrameworkNames, ScheduleTraits, StagePlacement, require
-
-logger = logging.getLogger(__name__)
 
 _F, _BW = int(OpKind.F), int(OpKind.BW)
 Row = tuple[int, int, int, int, int]

@@ -5,7 +5,6 @@ forms and their records (`GPIPE`, `ONE_F_ONE_B`, `INTERLEAVED_1F1B`). Must not: 
 parameters every schedule shares (the registry does) or time anything.
 """
 
-import logging
 
 from api_schemas.parallel import PipelineSchedule
 from models.pipeline.ops import (
@@ -22,8 +21,6 @@ from models.pipeline.traits import (
     no_rule,
     require,
 )
-
-logger = logging.getLogger(__name__)
 
 _F, _BW = int(OpKind.F), int(OpKind.BW)
 

@@ -6,7 +6,6 @@ closed forms and records (`DUALPIPE`, `DUALPIPEV`). Must not: check the paramete
 schedule shares (the registry does) or time anything.
 """
 
-import logging
 from collections import deque
 from dataclasses import dataclass
 
@@ -19,8 +18,6 @@ from models.pipeline.ops import (
     v_placement,
 )
 from models.pipeline.traits import FrameworkNames, ScheduleTraits, StagePlacement, require
-
-logger = logging.getLogger(__name__)
 
 _F, _B, _W, _BW, _FB = (int(k) for k in OpKind)
 Row = tuple[int, int, int, int, int]

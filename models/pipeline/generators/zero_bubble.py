@@ -6,7 +6,6 @@ and records (`ZB_H1`, `ZB_H2`, `ZBV`). Must not: check the parameters every sche
 (the registry does) or time anything.
 """
 
-import logging
 from collections import deque
 
 from api_schemas.parallel import PipelineSchedule
@@ -18,8 +17,6 @@ from models.pipeline.ops import (
     v_placement,
 )
 from models.pipeline.traits import FrameworkNames, ScheduleTraits, StagePlacement, no_rule, require
-
-logger = logging.getLogger(__name__)
 
 _F, _B, _W = int(OpKind.F), int(OpKind.B), int(OpKind.W)
 Row = tuple[int, int, int, int, int]
