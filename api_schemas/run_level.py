@@ -1,9 +1,10 @@
 """Run-level questions: the whole training run rather than one step.
 
 Owns: the request and response types of POST /v1/run/estimate (time and cost to train on a
-token budget), POST /v1/frontier (GPU count against step time and cost over the cluster
-sizes the user allows) and POST /v1/sensitivity (how the plan moves when network bandwidth,
-HBM capacity or kernel efficiency change). Must not: compute anything.
+token budget, with checkpoints and failures), POST /v1/frontier (GPU count against step
+time and cost over the cluster sizes the user allows) and POST /v1/sensitivity (how the
+plan moves when network bandwidth, HBM capacity or kernel efficiency change). Must not:
+compute anything.
 """
 
 from enum import StrEnum
@@ -11,16 +12,87 @@ from typing import Self
 
 from pydantic import ConfigDict, Field, model_validator
 
-from api_schemas._base import ResultModel
+from api_schemas._base import ResultModel, SpecModel
 from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import PlanResponse, PlanStatus
 from api_schemas.requests import PLAN_REQUEST_EXAMPLE, PlanRequest
-from api_schemas.units import PositiveInt, Seconds
+from api_schemas.units import (
+    Bytes,
+    DurationSeconds,
+    PositiveBytesPerSecond,
+    PositiveInt,
+    Seconds,
+)
 
 MAX_FRONTIER_SIZES = 16
 """Most cluster sizes one frontier request may list."""
 MAX_SENSITIVITY_DELTAS = 4
 """Most relative changes per factor one sensitivity request may list."""
+
+
+LLAMA3_FAILURES_PER_GPU_HOUR = 419 / (54 * 24 * 16_384)
+"""Unexpected job interruptions per GPU-hour in Llama 3's pre-training: 419 in a 54-day
+snapshot on 16,384 H100 GPUs (arXiv:2407.21783 Sec. 3.3.4); about one per 50,700 GPU-hours."""
+LLAMA3_STORAGE_BANDWIDTH_BYTES_PER_S = 2e12
+"""Sustained write bandwidth of Llama 3's Tectonic store, 2 TB/s (arXiv:2407.21783
+Sec. 3.3.1)."""
+DGX_H100_STORAGE_BANDWIDTH_BYTES_PER_S = 1e11
+"""One node's storage links: a DGX H100 carries two ConnectX-7 cards for storage and
+in-band traffic at up to 400 Gb/s each, 100 GB/s in all (NVIDIA DGX H100 user guide,
+hardware overview)."""
+DEFAULT_RESTART_S = 600.0
+"""Time from a failure to training again (detect, reschedule, load the checkpoint): an
+assumption of this product, not a published figure; give your cluster's."""
+
+
+class ReliabilitySpec(SpecModel):
+    """How the cluster fails and how the run checkpoints (defaults from Llama 3's report)."""
+
+    failures_per_gpu_hour: float = Field(
+        default=LLAMA3_FAILURES_PER_GPU_HOUR, gt=0.0, le=1.0,
+        description="Job-stopping failures per GPU-hour; default from Llama 3 "
+        "(arXiv:2407.21783 Sec. 3.3.4: 419 unexpected interruptions in 54 days on 16,384 "
+        "GPUs).", examples=[1.97e-5])
+    storage_bandwidth_bytes_per_s: PositiveBytesPerSecond = Field(
+        default=LLAMA3_STORAGE_BANDWIDTH_BYTES_PER_S,
+        description="Aggregate write bandwidth of the checkpoint store; default Llama 3's "
+        "2 TB/s (Sec. 3.3.1).")
+    node_storage_bandwidth_bytes_per_s: PositiveBytesPerSecond = Field(
+        default=DGX_H100_STORAGE_BANDWIDTH_BYTES_PER_S,
+        description="One node's links to the store; default a DGX H100's two 400 Gb/s "
+        "storage NICs (100 GB/s).")
+    async_save: bool = Field(
+        default=False, description="Save asynchronously (Megatron-LM --async-save): training "
+        "stops only for the copy to host memory, and saves are at least one write apart.")
+    restart_s: DurationSeconds = Field(
+        default=DEFAULT_RESTART_S, description="Time from a failure to training again "
+        "(an assumption by default; give your cluster's).")
+    checkpoint_interval_s: DurationSeconds | None = Field(
+        default=None, description="Training time between saves to evaluate; default the "
+        "optimum (Daly 2006).")
+
+
+class ReliabilityEstimate(ResultModel):
+    """Checkpoints and failures over the run: deterministic model outputs."""
+
+    checkpoint_bytes: Bytes = Field(description="One full checkpoint: weights, master "
+                                    "weights and optimizer moments.")
+    checkpoint_bytes_per_rank: Bytes = Field(description="Each rank's share under a fully "
+                                             "parallel save.")
+    checkpoint_write_s: Seconds = Field(description="Time to write one checkpoint at the "
+                                        "storage bandwidth.")
+    checkpoint_blocking_s: Seconds = Field(description="Time training stops per save.")
+    job_mtbf_s: Seconds = Field(description="Mean time between failures of the whole job.")
+    young_interval_s: Seconds = Field(description="Young (1974): sqrt(2 x blocking x MTBF).")
+    daly_interval_s: Seconds = Field(description="Daly (2006)'s higher-order optimum.")
+    checkpoint_interval_s: Seconds = Field(description="The interval evaluated.")
+    expected_failures: float = Field(description="Failures expected over the run.")
+    wall_time_s: Seconds = Field(description="Expected wall time with saves, failures and "
+                                 "restarts (Daly 2006).")
+    wall_days: float = Field(description="wall_time_s in days of 86,400 s.")
+    goodput: float = Field(description="Failure-free training time over expected wall time.")
+    gpu_hours: float = Field(description="world_size x wall_time_s / 3600.")
+    cost: float | None = Field(default=None, description="gpu_hours x gpu_hour_price.")
 
 
 class RunEstimateRequest(PlanRequest):
@@ -29,6 +101,9 @@ class RunEstimateRequest(PlanRequest):
 
     token_budget: PositiveInt = Field(description="Training tokens of the whole run.",
                                       examples=[15_000_000_000_000])
+    reliability: ReliabilitySpec = Field(
+        default_factory=ReliabilitySpec,
+        description="Failures and checkpoints; defaults from Llama 3's report.")
 
     model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra={"examples": [
         {**PLAN_REQUEST_EXAMPLE, "token_budget": 15_000_000_000_000}]})
@@ -49,6 +124,8 @@ class RunEstimateResponse(ResultModel):
     gpu_hour_price: float | None = Field(default=None, description="The request's price.")
     cost: float | None = Field(default=None, description="gpu_hours x gpu_hour_price, when a "
                                "price is given.")
+    reliability: ReliabilityEstimate = Field(
+        description="The run with checkpoints and failures.")
     plan: PlanResponse = Field(description="The plan (or evaluation) the estimate uses.")
 
 
@@ -155,8 +232,14 @@ class SensitivityResponse(ResultModel):
 
 
 __all__ = [
+    "DEFAULT_RESTART_S",
+    "DGX_H100_STORAGE_BANDWIDTH_BYTES_PER_S",
+    "LLAMA3_FAILURES_PER_GPU_HOUR",
+    "LLAMA3_STORAGE_BANDWIDTH_BYTES_PER_S",
     "MAX_FRONTIER_SIZES",
     "MAX_SENSITIVITY_DELTAS",
+    "ReliabilityEstimate",
+    "ReliabilitySpec",
     "FrontierPoint",
     "FrontierRequest",
     "FrontierResponse",

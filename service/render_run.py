@@ -12,6 +12,7 @@ from api_schemas.run_level import (
     SensitivityPoint,
     SensitivityResponse,
 )
+from api_schemas.units import GIB
 from service.render import describe_parallel
 
 MESH_TEXT_MAX_RANKS = 16
@@ -65,8 +66,26 @@ def render_run_estimate(result: RunEstimateResponse) -> str:
         f"  step time   {result.step_time_s:.3f} s on {result.world_size} GPUs ({layout})",
         f"  wall time   {result.train_days:.1f} days ({result.train_time_s:,.0f} s)",
         f"  GPU-hours   {result.gpu_hours:,.0f}{cost}",
+        *_reliability_lines(result),
         f"  plan        {result.status.value}: {result.plan.explanation.summary}",
     ])
+
+
+def _reliability_lines(result: RunEstimateResponse) -> list[str]:
+    """Checkpoints and failures: the run's expected wall time beside the failure-free one."""
+    rel = result.reliability
+    cost = f", cost {rel.cost:,.0f}" if rel.cost is not None else ""
+    return [
+        (f"  checkpoint  {rel.checkpoint_bytes / GIB:,.0f} GiB "
+         f"({rel.checkpoint_bytes_per_rank / GIB:.2f} GiB per rank), written in "
+         f"{rel.checkpoint_write_s:.1f} s, blocks {rel.checkpoint_blocking_s:.1f} s"),
+        (f"  failures    job MTBF {rel.job_mtbf_s / 3600:.1f} h, about "
+         f"{rel.expected_failures:,.1f} over the run; save every "
+         f"{rel.checkpoint_interval_s / 60:.0f} min (Daly {rel.daly_interval_s / 60:.0f}, "
+         f"Young {rel.young_interval_s / 60:.0f})"),
+        (f"  with them   {rel.wall_days:.1f} days, goodput {rel.goodput:.1%}, "
+         f"{rel.gpu_hours:,.0f} GPU-hours{cost}"),
+    ]
 
 
 def render_frontier(result: FrontierResponse) -> str:

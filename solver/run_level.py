@@ -9,7 +9,8 @@ equally. Must not: search itself (it calls a planner, `solver.api.plan` by defau
 `evaluate`) or do I/O.
 
 Formulas: steps = ceil(tokens / (global_batch x sequence)); time = steps x step time;
-GPU-hours = GPUs x time / 3600; cost = GPU-hours x price. Deterministic model outputs, not
+GPU-hours = GPUs x time / 3600; cost = GPU-hours x price; the run with checkpoints and
+failures from `models.reliability` (Young 1974, Daly 2006). Deterministic model outputs, not
 measurements.
 """
 
@@ -24,6 +25,7 @@ from api_schemas.run_level import (
     FrontierPoint,
     FrontierRequest,
     FrontierResponse,
+    ReliabilityEstimate,
     RunEstimateRequest,
     RunEstimateResponse,
     SensitivityFactor,
@@ -32,13 +34,14 @@ from api_schemas.run_level import (
     SensitivityResponse,
 )
 from models.errors import InfeasibleError
-from models.resolve import resolve_cluster
+from models.reliability import run_reliability
+from models.resolve import resolve_cluster, resolve_model
 from solver.api import evaluate, plan
 
 PlanFn = Callable[[PlanRequest], PlanResponse]
 """A search: `solver.api.plan` unless the caller supplies another (the service its own)."""
 
-_RUN_FIELDS = {"token_budget", "num_nodes_options", "deltas", "factors"}
+_RUN_FIELDS = {"token_budget", "reliability", "num_nodes_options", "deltas", "factors"}
 
 
 def _plan_request(request: PlanRequest, *, time_limit_s: float | None = None,
@@ -81,7 +84,35 @@ def estimate_run(request: RunEstimateRequest, *, planner: PlanFn = plan) -> RunE
         tokens_per_step=tokens_per_step, num_steps=num_steps,
         step_time_s=answer.time.step_time_s, train_time_s=train_time_s,
         train_days=train_time_s / 86400.0, world_size=answer.world_size, gpu_hours=gpu_hours,
-        gpu_hour_price=price, cost=None if price is None else gpu_hours * price, plan=answer)
+        gpu_hour_price=price, cost=None if price is None else gpu_hours * price,
+        reliability=_reliability(request, answer.world_size, train_time_s), plan=answer)
+
+
+def _reliability(request: RunEstimateRequest, world_size: int,
+                 train_time_s: float) -> ReliabilityEstimate:
+    """The run's checkpoints and failures (`models.reliability`)."""
+    spec = resolve_model(request.model).spec
+    cluster = resolve_cluster(request.cluster)
+    settings = request.reliability
+    run = run_reliability(
+        spec, request.training, world_size=world_size, gpus_per_node=cluster.gpus_per_node,
+        solve_s=train_time_s, failures_per_gpu_hour=settings.failures_per_gpu_hour,
+        storage_bandwidth_bytes_per_s=settings.storage_bandwidth_bytes_per_s,
+        node_storage_bandwidth_bytes_per_s=settings.node_storage_bandwidth_bytes_per_s,
+        host_link_bytes_per_s=cluster.pcie_bandwidth_bytes_per_s,
+        async_save=settings.async_save, restart_s=settings.restart_s,
+        interval_s=settings.checkpoint_interval_s)
+    gpu_hours = world_size * run.wall_time_s / 3600.0
+    price = request.constraints.gpu_hour_price
+    return ReliabilityEstimate(
+        checkpoint_bytes=run.checkpoint.total_bytes,
+        checkpoint_bytes_per_rank=run.write.bytes_per_rank,
+        checkpoint_write_s=run.write.write_s, checkpoint_blocking_s=run.write.blocking_s,
+        job_mtbf_s=run.mtbf_s, young_interval_s=run.young_interval_s,
+        daly_interval_s=run.daly_interval_s, checkpoint_interval_s=run.interval_s,
+        expected_failures=run.expected_failures, wall_time_s=run.wall_time_s,
+        wall_days=run.wall_time_s / 86400.0, goodput=run.goodput, gpu_hours=gpu_hours,
+        cost=None if price is None else gpu_hours * price)
 
 
 def _share(request: PlanRequest, searches: int) -> float:

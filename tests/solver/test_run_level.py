@@ -43,6 +43,27 @@ def test_run_estimate_multiplies_the_plan_out() -> None:
                                                          / run.tokens_per_step, rel=1e-9)
 
 
+def test_run_estimate_counts_checkpoints_and_failures() -> None:
+    parallel = {"tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 1}
+    base = {**SMALL, "token_budget": 10**12, "parallel": parallel,
+            "constraints": {"gpu_hour_price": 2.0}}
+    run = estimate_run(RunEstimateRequest.model_validate(base))
+    rel = run.reliability
+    assert rel.checkpoint_interval_s == rel.daly_interval_s > 0
+    assert rel.wall_time_s > run.train_time_s and 0 < rel.goodput < 1
+    assert rel.goodput == pytest.approx(run.train_time_s / rel.wall_time_s)
+    assert rel.cost == pytest.approx(rel.gpu_hours * 2.0) and rel.cost > (run.cost or 0)
+    assert rel.checkpoint_bytes_per_rank == math.ceil(rel.checkpoint_bytes / run.world_size)
+    hourly = estimate_run(RunEstimateRequest.model_validate(
+        {**base, "reliability": {"checkpoint_interval_s": 3600, "async_save": True}}))
+    assert hourly.reliability.checkpoint_interval_s == 3600
+    assert hourly.reliability.checkpoint_blocking_s < rel.checkpoint_blocking_s
+    flaky = estimate_run(RunEstimateRequest.model_validate(
+        {**base, "reliability": {"failures_per_gpu_hour": 1e-3}}))
+    assert flaky.reliability.goodput < rel.goodput
+    assert flaky.reliability.daly_interval_s < rel.daly_interval_s
+
+
 def test_run_estimate_scores_a_given_configuration() -> None:
     parallel = {"tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 1}
     request = RunEstimateRequest.model_validate(
