@@ -111,6 +111,7 @@ from api_schemas.run_level import (
     SensitivityResponse,
 )
 from api_schemas.training import (
+    ElementwiseFusion,
     EmaPlacement,
     Fp8WeightStorage,
     OptimizerKind,
@@ -142,6 +143,7 @@ __all__ = [
     "CostEstimate",
     "CountingBasis",
     "DType",
+    "ElementwiseFusion",
     "EmaPlacement",
     "EvaluateRequest",
     "Explanation",
