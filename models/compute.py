@@ -324,6 +324,31 @@ def _runtime_elementwise_bytes(spec: ModelSpec, ctx: ComputeContext) -> dict[str
     return out
 
 
+def op_sac_gemms(spec: ModelSpec, ctx: ComputeContext, *, moe_layer: bool) -> list[_Gemm]:
+    """The matmuls torchtitan's per-op selective checkpointing recomputes: of a layer's
+    matmuls in call order (wq, wk, wv, wo, then w1, w3, w2 for SwiGLU or up, down for GELU)
+    the policy saves the odd ones and rebuilds every second one (K, the output projection,
+    and w3 or the down projection), rank-local shapes as `attention_gemms`.
+    Source: torchtitan parallelize_llama.py at 9dec370 (`_save_list` and the mm counter of
+    `_custom_policy`: "Saves output of all compute ops, except every second mm").
+    Assumes: MLA attention and MoE blocks are not torchtitan Llama layers; for them only the
+    attention matmuls of a plain layer are counted (none for MLA).
+    """
+    t, h, tokens = ctx.tp, spec.hidden_size, ctx.tokens
+    if spec.attention == AttentionKind.MLA:
+        attention: list[_Gemm] = []
+    else:
+        d, kv, a = spec.dim_per_head, max(spec.kv_heads // t, 1), spec.num_attention_heads
+        attention = [_Gemm(m=tokens, n=a * d // t, k=h), _Gemm(m=tokens, n=kv * d, k=h),
+                     _Gemm(m=tokens, n=kv * d, k=h), _Gemm(m=tokens, n=h, k=a * d // t)]
+    mlp: list[_Gemm] = []
+    if not moe_layer:
+        f = spec.ffn_hidden_size // t
+        up = [_Gemm(m=tokens, n=f, k=h)] * (2 if spec.mlp == MlpKind.SWIGLU else 1)
+        mlp = up + [_Gemm(m=tokens, n=h, k=f)]
+    return (attention + mlp)[1::2]
+
+
 def _attention_core(spec: ModelSpec, ctx: ComputeContext) -> tuple[float, float]:
     """(forward, backward) time of the attention core on this rank. A fused kernel skips the
     masked half of a causal score matrix; a materialised one computes all of it."""
@@ -372,6 +397,9 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
                        + elementwise.get("permute", 0.0))
     module_s[M.SHARED_EXPERTS] = (module_s.get(M.SHARED_EXPERTS, 0.0)
                                   + elementwise.get("shared_act", 0.0))
+    # torchtitan's per-op policy: every second matmul and every memory-bound op, forward.
+    module_s[M.OP_SAC] = elem_f + sum(
+        _shape_time(g, g.m, g.n, g.k, ctx) for g in op_sac_gemms(spec, ctx, moe_layer=moe_layer))
     return LayerCompute(times=times, recompute_full_s=times.forward_s,
                         recompute_module_s=module_s)
 
@@ -412,5 +440,6 @@ __all__ = [
     "layer_compute",
     "mlp_gemms",
     "moe_gemms",
+    "op_sac_gemms",
     "routed_assignments",
 ]
