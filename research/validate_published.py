@@ -33,13 +33,14 @@ from api_schemas import (
     NormKind,
     PipelineSchedule,
     RecomputeMode,
+    RecomputeModule,
     TrainingSpec,
 )
 from models import kernels
 from models.catalog import cluster_preset, model_preset
 from models.compute import clear_compute_cache
 from models.errors import InvalidSpecError
-from solver.candidate_eval import evaluate_candidate
+from solver.candidate_eval import PolicyCaps, evaluate_candidate
 from solver.space import MeshCandidate
 
 DATA = json.loads((Path(__file__).parent / "data" / "published_runs.json").read_text())
@@ -106,6 +107,9 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
             if spec.num_layers >= p["pp"] * v]
     else:
         shapes = [(PipelineSchedule.ONE_F_ONE_B, 1)]
+    # torchtitan's selective checkpointing is its per-op policy (`op_sac`).
+    caps = (PolicyCaps(selective_modules=(RecomputeModule.OP_SAC,))
+            if "per-op" in (p.get("recompute") or "") else None)
     recompute = (p.get("recompute") or "").split(" ")[0]
     pins: dict[str, Any] = {}
     if recompute in ("full", "selective", "none"):
@@ -124,7 +128,8 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
                              num_micro_batches=p["global_batch_size"] // (mbs * dp),
                              schedule=schedule, sequence_parallel=p["tp"] > 1)
         try:
-            result = evaluate_candidate(spec, training, cluster, cand, Constraints(**pins))
+            result = evaluate_candidate(spec, training, cluster, cand, Constraints(**pins),
+                                        caps=caps)
         except (InvalidSpecError, ValueError):
             continue
         if hasattr(result, "estimate") and (best is None or
