@@ -113,6 +113,7 @@ from api_schemas.run_level import (
     SensitivityResponse,
 )
 from api_schemas.training import (
+    ElementwiseFusion,
     EmaPlacement,
     Fp8WeightStorage,
     OptimizerKind,
@@ -144,6 +145,7 @@ __all__ = [
     "CostEstimate",
     "CountingBasis",
     "DType",
+    "ElementwiseFusion",
     "EmaPlacement",
     "EvaluateRequest",
     "Explanation",

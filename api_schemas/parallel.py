@@ -72,6 +72,11 @@ class RecomputeModule(StrEnum):
     MOE_DOWN_PROJ = "moe_down_proj"
     """The routed experts' down-projections: their outputs, kept for the gradient of the
     probability-weighted combine, are rebuilt instead (Kimi K2 Sec. 2.4.3)."""
+    OP_SAC = "op_sac"
+    """torchtitan's per-op selective checkpointing (`selective_ac_option = 'op'`): every
+    non-matmul op and every second matmul of a dense layer (K, output and, for SwiGLU, the
+    up projection) are rebuilt; the other matmul outputs and the attention output are kept.
+    Not a Megatron-LM module."""
 
 
 DEFAULT_RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = (RecomputeModule.CORE_ATTN,)

@@ -40,6 +40,21 @@ class Fp8WeightStorage(StrEnum):
     master copy lives in the optimizer."""
 
 
+class ElementwiseFusion(StrEnum):
+    """How the runtime launches the memory-bound ops between GEMMs (norms, activation,
+    rotary embedding, residual adds, the loss): each unfused op is one full HBM pass."""
+
+    FUSED = "fused"
+    """Hand-fused kernels (Megatron-LM / Transformer Engine): one pass per op in 16-bit."""
+    COMPILED = "compiled"
+    """torch.compile (Inductor) fuses the pointwise chains inside each compiled region; the
+    attention repeat of GQA keys/values stays a copy and the loss stays eager where it is
+    not compiled (torchtitan at the end of 2024)."""
+    EAGER = "eager"
+    """Eager PyTorch: every aten op is its own kernel, with the fp32 intermediates of the
+    model code (torchtitan RMSNorm, rotary embedding and loss) each a full pass."""
+
+
 class EmaPlacement(StrEnum):
     """Where an exponential moving average of the parameters is kept, if any."""
 
@@ -89,6 +104,12 @@ class TrainingSpec(SpecModel):
         default=True,
         description="A fused attention kernel that never stores the s x s score matrix "
         "(FlashAttention); false = the scores and softmax are materialised.",
+    )
+    elementwise_fusion: ElementwiseFusion = Field(
+        default=ElementwiseFusion.FUSED,
+        description="How the memory-bound ops between GEMMs run: 'fused' (Megatron / "
+        "Transformer Engine kernels), 'compiled' (torch.compile) or 'eager' (one PyTorch "
+        "kernel per op, fp32 intermediates); sets their HBM passes in the step time.",
     )
     moe_load_imbalance: float = Field(
         default=1.0, ge=1.0,

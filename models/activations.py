@@ -15,6 +15,7 @@ of each token; a fused (flash) attention kernel stores the log-sum-exp instead o
 s x s scores; context parallelism divides every term by cp.
 """
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -153,7 +154,8 @@ def attention_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[Stor
     act = ACTIVATION_BYTES
     gemm_in = FP8_TILE_BYTES_PER_ELEMENT if ctx.fp8_compute else act
     h, heads = spec.hidden_size, spec.num_attention_heads / t
-    out = [_tensor("qkv input (norm output)", "attention", gemm_in * h / rep, ctx, M.LAYERNORM)]
+    out = [_tensor("qkv input (norm output)", "attention", gemm_in * h / rep, ctx, M.LAYERNORM,
+                   M.OP_SAC)]
     if spec.attention == AttentionKind.MLA and spec.mla is not None:
         mla = spec.mla
         latents = 2 * (mla.q_lora_rank or 0) + 2 * mla.kv_lora_rank
@@ -164,7 +166,10 @@ def attention_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[Stor
     else:
         d = d_v = spec.dim_per_head
         kv_heads = max(spec.kv_heads / t, 1.0)
-        out.append(_tensor("Q, K, V", "attention", act * (heads + 2 * kv_heads) * d, ctx))
+        # torchtitan's per-op policy keeps the Q and V projections (1st and 3rd matmul) and
+        # rebuilds K (2nd) and the rotary / repeat copies from them.
+        out.append(_tensor("Q, V", "attention", act * (heads + kv_heads) * d, ctx))
+        out.append(_tensor("K", "attention", act * kv_heads * d, ctx, M.OP_SAC))
     out.append(_tensor("output-projection input", "attention", gemm_in * heads * d_v, ctx))
     if ctx.dropout:
         out.append(_tensor("attention dropout mask", "attention", MASK_BYTES * h / rep, ctx))
@@ -197,6 +202,24 @@ def _mlp_inner(spec: ModelSpec, ctx: LayerActivationContext, width: int, *, pref
     ]
 
 
+def _with_module(tensor: StoredTensor, module: RecomputeModule) -> StoredTensor:
+    return dataclasses.replace(tensor, dropped_by=tensor.dropped_by | {module})
+
+
+def _op_sac_split(spec: ModelSpec, up: StoredTensor) -> list[StoredTensor]:
+    """A dense MLP's up-projection output under torchtitan's per-op policy: of SwiGLU's gate
+    (w1, the 5th matmul of the layer) and up (w3, the 6th) outputs the policy saves the odd
+    one and rebuilds the other; a GELU MLP's single up output (5th) is saved.
+    Source: torchtitan parallelize_llama.py at 9dec370 (`_save_list`: save aten.mm outputs
+    except every second one; wq, wk, wv, wo, w1, w3, w2 in order)."""
+    if spec.mlp != MlpKind.SWIGLU:
+        return [up]
+    half = up.bytes // 2
+    return [dataclasses.replace(up, name=f"{up.name} (gate)", bytes=half),
+            dataclasses.replace(up, name=f"{up.name} (up)", bytes=up.bytes - half,
+                                dropped_by=up.dropped_by | {M.OP_SAC})]
+
+
 def mlp_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTensor]:
     """Tensors of a dense MLP: input (norm output) 2h, the intermediates, dropout mask h.
     Source: [KOR22] Sec. 4.1 (19 s b h for f = 4h)."""
@@ -204,9 +227,10 @@ def mlp_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
     fp8_inputs = ctx.fp8_storage or ctx.fp8_compute
     in_bytes = FP8_TILE_BYTES_PER_ELEMENT if fp8_inputs else ACTIVATION_BYTES
     out = [_tensor("MLP input (norm output)", "mlp", in_bytes * spec.hidden_size / rep, ctx,
-                   M.LAYERNORM)]
-    out += _mlp_inner(spec, ctx, spec.ffn_hidden_size, prefix="MLP", copies=1.0,
-                      split=float(ctx.tp), whole=M.MLP, act_module=M.MLP)
+                   M.LAYERNORM, M.OP_SAC)]
+    up, act = _mlp_inner(spec, ctx, spec.ffn_hidden_size, prefix="MLP", copies=1.0,
+                         split=float(ctx.tp), whole=M.MLP, act_module=M.MLP)
+    out += _op_sac_split(spec, up) + [_with_module(act, M.OP_SAC)]
     if ctx.dropout:
         out.append(_tensor("MLP dropout mask", "mlp", MASK_BYTES * spec.hidden_size / rep, ctx))
     return out
@@ -269,7 +293,7 @@ def _layer_activation_bytes(spec: ModelSpec, moe_layer: bool,
     """
     rep, h = ctx.replicated_divisor, spec.hidden_size
     norms = [_tensor("attention norm input", "norm", ACTIVATION_BYTES * h / rep, ctx),
-             _tensor("MLP norm input", "norm", ACTIVATION_BYTES * h / rep, ctx)]
+             _tensor("MLP norm input", "norm", ACTIVATION_BYTES * h / rep, ctx, M.OP_SAC)]
     block = moe_tensors(spec, ctx) if moe_layer else mlp_tensors(spec, ctx)
     tensors = tuple(norms + attention_tensors(spec, ctx) + block)
     return LayerActivationBytes(tensors=tensors,

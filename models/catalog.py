@@ -136,13 +136,42 @@ DEFAULT_NODE_FOR_GPU: dict[str, str] = {
 
 
 
+POWER_CLOCK_EXPONENT = 1.0 / 3.0
+"""Sustained tensor-core clock of a power-limited part: f / f_ref = (P / P_ref)^(1/3).
+
+Source: CMOS dynamic power P = a C V^2 f with the supply voltage scaled with the clock in
+the DVFS range (V proportional to f), so P grows as f^3 (Weste & Harris, "CMOS VLSI
+Design", chapter on power: dynamic power and voltage scaling). Checked, not fitted,
+against NVIDIA's own datasheet: the H100 NVL (same GH100 die and 132 SMs) is rated 835.5
+dense BF16 TFLOPS at 400 W against the SXM5's 989.4 at 700 W, a ratio of 0.844; the relation
+gives 0.830 (-1.7%). Assumes: the whole board limit scales with the SM clock (HBM and static
+power are not split off), which makes the derived clock slightly low.
+"""
+
+
+def power_limited_clock_ratio(power_w: float, reference_power_w: float) -> float:
+    """Sustained clock of a part held to `power_w` relative to the same die at
+    `reference_power_w` (see `POWER_CLOCK_EXPONENT`); never above 1."""
+    return float(min(1.0, (power_w / reference_power_w) ** POWER_CLOCK_EXPONENT))
+
+
 def _gpu_from_record(rec: dict[str, Any]) -> GpuSpec:
+    """A GPU preset. A record with `power_limit_of` takes the peaks of that reference part
+    times `power_limited_clock_ratio(tdp_w, reference tdp_w)` (a power-capped variant whose
+    vendor peaks are not printed)."""
+    reference = rec.get("power_limit_of")
+    scale = 1.0
+    source = rec
+    if reference is not None:
+        source = _hardware_records()[reference]
+        scale = power_limited_clock_ratio(float(rec["tdp_w"]), float(source["tdp_w"]))
+
     def peaks(kind: str) -> dict[DType, float]:
         out: dict[DType, float] = {}
         for dtype, key in _DTYPE_KEYS.items():
-            value = rec.get(key.format(kind))
+            value = source.get(key.format(kind))
             if value is not None:
-                out[dtype] = float(value) * 1e12
+                out[dtype] = float(value) * 1e12 * scale
         return out
 
     return GpuSpec(
@@ -302,6 +331,7 @@ __all__ = [
     "NODE_LINK_FIELDS",
     "NODE_PRESETS",
     "NVLINK_ACHIEVABLE_FRAC",
+    "POWER_CLOCK_EXPONENT",
     "NodePreset",
     "cluster_preset",
     "default_node",
@@ -313,4 +343,5 @@ __all__ = [
     "model_ids",
     "model_preset",
     "node_preset",
+    "power_limited_clock_ratio",
 ]

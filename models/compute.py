@@ -20,6 +20,7 @@ from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import GpuSpec
 from api_schemas.parallel import RecomputeModule
+from api_schemas.training import ElementwiseFusion
 from models.flops import attention_core_forward_flops
 from models.kernels import (
     GEMM_TILE,
@@ -61,6 +62,7 @@ class ComputeContext:
     flash_attention: bool = True
     dropout: bool = False
     moe_load_imbalance: float = 1.0
+    elementwise_fusion: ElementwiseFusion = ElementwiseFusion.FUSED
     profile: KernelProfile | None = None
 
     @property
@@ -226,6 +228,127 @@ def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
     return out
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpPasses:
+    """HBM bytes per element of one memory-bound op's tensor, forward and backward, when
+    the runtime launches it as separate kernels (each kernel reads its inputs and writes its
+    output once, at their formats: 2 bytes bf16, 4 bytes fp32)."""
+
+    forward: float
+    backward: float
+
+
+RUNTIME_PASSES: dict[ElementwiseFusion, dict[str, OpPasses]] = {
+    ElementwiseFusion.EAGER: {
+        # RMSNorm as torchtitan writes it: x.float() (r2 w4), pow(2) (r4 w4), mean (r4),
+        # x * rsqrt (r4 w4), type_as (r4 w2), * weight (r2 w2) = 36. Backward by the autograd
+        # formulas: mul by weight and its weight-gradient product and reduction (4 + 6 + 2),
+        # the two casts (6 + 6), x * r (8) with the row sum of grad * x (12 + 4), mean's
+        # expanded gradient (4), pow's self.pow(1) copy, scale and product (8 + 8 + 12), and
+        # the accumulation of x's two gradient paths (12) = 92.
+        "norm": OpPasses(forward=36.0, backward=92.0),
+        # x + f(x): r2 + r2 + w2; backward adds the two gradient paths into x (r2 r2 w2).
+        "residual": OpPasses(forward=6.0, backward=6.0),
+        # apply_rotary_emb on q and k: float() (r2 w4), complex multiply (r4 w4), type_as
+        # (r4 w2) = 20; backward the same three in reverse = 20.
+        "rope": OpPasses(forward=20.0, backward=20.0),
+        # w2(silu(w1 x) * w3 x) per element of the intermediate width: silu (r2 w2) and the
+        # product (r2 r2 w2) = 10; backward: both product gradients (6 + 6) and silu's (6).
+        "swiglu": OpPasses(forward=10.0, backward=18.0),
+        # GELU MLP: one activation kernel (r2 w2); backward r2 r2 w2.
+        "gelu": OpPasses(forward=4.0, backward=6.0),
+        # repeat_kv: expand + reshape copies K and V to the query head count (per element
+        # of the copy: w2, plus the read of the smaller source); backward sums them back.
+        "repeat_kv": OpPasses(forward=2.0, backward=2.0),
+        # Loss on the logits: .float() (r2 w4), log_softmax (r4 w4) = 14; backward: the NLL
+        # gradient (w4), log_softmax's (r4 r4 w4) and the cast back (r4 w2) = 22.
+        "loss": OpPasses(forward=14.0, backward=22.0),
+    },
+    ElementwiseFusion.COMPILED: {
+        # Inductor fuses each pointwise/reduction chain into one kernel: the norm reads x and
+        # writes its output (4); backward reads grad and x, writes grad_x (6) and reduces the
+        # weight gradient (r2 r2).
+        "norm": OpPasses(forward=4.0, backward=10.0),
+        "residual": OpPasses(forward=6.0, backward=6.0),
+        # Complex numbers are an Inductor fallback (lowering.py: view_as_complex falls back
+        # and needs a contiguous fp32 input), so the rotary embedding keeps its eager passes.
+        "rope": OpPasses(forward=20.0, backward=20.0),
+        # silu * mul in one kernel (r2 r2 w2); backward one kernel (r2 r2 r2 w2 w2).
+        "swiglu": OpPasses(forward=6.0, backward=10.0),
+        "gelu": OpPasses(forward=4.0, backward=6.0),
+        # scaled_dot_product_attention is an extern kernel: its repeated K/V inputs are
+        # materialised as in eager.
+        "repeat_kv": OpPasses(forward=2.0, backward=2.0),
+        # torchtitan compiles each TransformerBlock only; the loss stays eager (train.py at
+        # 9dec370: "compiling loss function causes CUDA errors, turning off for now").
+        "loss": OpPasses(forward=14.0, backward=22.0),
+    },
+}
+"""Bytes per element of each memory-bound op under an unfused runtime (`fused` keeps the
+Megatron / Transformer Engine counts of `_elementwise_bytes`).
+
+Sources: the op sequence of torchtitan's Llama model, norms and train.py at commit 9dec370
+(the December 2024 benchmark's release: RMSNorm in fp32, rotary embedding through complex64,
+repeat_kv by expand + reshape, cross-entropy on .float() logits, torch.compile per
+TransformerBlock); each aten op is one kernel in eager mode, and its backward follows
+PyTorch's autograd formulas (tools/autograd/derivatives.yaml); Inductor's fusion of
+pointwise and reduction ops and its complex-number fallback (torch/_inductor/lowering.py).
+"""
+
+
+def _runtime_elementwise_bytes(spec: ModelSpec, ctx: ComputeContext) -> dict[str, OpPasses]:
+    """Per-micro-batch (forward, backward) HBM bytes of a dense layer's memory-bound ops
+    under an unfused runtime, by the keys of `_elementwise_bytes`: the elements each op
+    touches per token times its `RUNTIME_PASSES` bytes. Tensors replicated across TP are
+    processed by every TP rank unless sequence parallelism splits them."""
+    table = RUNTIME_PASSES[ctx.elementwise_fusion]
+    rep = ctx.tp if ctx.sequence_parallel else 1
+    tokens, h = ctx.tokens, spec.hidden_size
+    d, kv = spec.dim_per_head, max(spec.kv_heads // ctx.tp, 1)
+    q = max(spec.num_attention_heads // ctx.tp, 1)
+    elements = {
+        "norms": {"norm": 2 * h / rep},
+        "other": {"residual": 2 * h / rep, "rope": (q + kv) * d,
+                  "repeat_kv": 2 * q * d if q > kv else 0.0},
+        "mlp_act": {("swiglu" if spec.mlp == MlpKind.SWIGLU else "gelu"):
+                    spec.ffn_hidden_size / ctx.tp},
+    }
+    out = {key: OpPasses(forward=tokens * sum(n * table[op].forward for op, n in ops.items()),
+                         backward=tokens * sum(n * table[op].backward for op, n in ops.items()))
+           for key, ops in elements.items()}
+    if ctx.dropout:  # kept at the fused count (mask write and apply), not re-derived
+        dropout = tokens * 2 * (2 * h * 2 + h) / rep
+        other = out["other"]
+        out["other"] = OpPasses(forward=other.forward + dropout,
+                                backward=other.backward + ELEMENTWISE_BACKWARD_RATIO * dropout)
+    return out
+
+
+def op_sac_gemms(spec: ModelSpec, ctx: ComputeContext, *, moe_layer: bool) -> list[_Gemm]:
+    """The matmuls torchtitan's per-op selective checkpointing recomputes: of a layer's
+    matmuls in call order (wq, wk, wv, wo, then w1, w3, w2 for SwiGLU or up, down for GELU)
+    the policy saves the odd ones and rebuilds every second one (K, the output projection,
+    and w3 or the down projection), rank-local shapes as `attention_gemms`.
+    Source: torchtitan parallelize_llama.py at 9dec370 (`_save_list` and the mm counter of
+    `_custom_policy`: "Saves output of all compute ops, except every second mm").
+    Assumes: MLA attention and MoE blocks are not torchtitan Llama layers; for them only the
+    attention matmuls of a plain layer are counted (none for MLA).
+    """
+    t, h, tokens = ctx.tp, spec.hidden_size, ctx.tokens
+    if spec.attention == AttentionKind.MLA:
+        attention: list[_Gemm] = []
+    else:
+        d, kv, a = spec.dim_per_head, max(spec.kv_heads // t, 1), spec.num_attention_heads
+        attention = [_Gemm(m=tokens, n=a * d // t, k=h), _Gemm(m=tokens, n=kv * d, k=h),
+                     _Gemm(m=tokens, n=kv * d, k=h), _Gemm(m=tokens, n=h, k=a * d // t)]
+    mlp: list[_Gemm] = []
+    if not moe_layer:
+        f = spec.ffn_hidden_size // t
+        up = [_Gemm(m=tokens, n=f, k=h)] * (2 if spec.mlp == MlpKind.SWIGLU else 1)
+        mlp = up + [_Gemm(m=tokens, n=h, k=f)]
+    return (attention + mlp)[1::2]
+
+
 def _attention_core(spec: ModelSpec, ctx: ComputeContext) -> tuple[float, float]:
     """(forward, backward) time of the attention core on this rank. A fused kernel skips the
     masked half of a causal score matrix; a materialised one computes all of it."""
@@ -256,9 +379,15 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
     attn_f, attn_b = _attention_core(spec, ctx)
     elementwise = {key: memory_bound_time_s(value, gpu=ctx.gpu)
                    for key, value in _elementwise_bytes(spec, ctx, moe_layer=moe_layer).items()}
+    elem_b = {key: ELEMENTWISE_BACKWARD_RATIO * value for key, value in elementwise.items()}
+    if ctx.elementwise_fusion != ElementwiseFusion.FUSED:
+        for key, passes in _runtime_elementwise_bytes(spec, ctx).items():
+            if key in elementwise:
+                elementwise[key] = memory_bound_time_s(passes.forward, gpu=ctx.gpu)
+                elem_b[key] = memory_bound_time_s(passes.backward, gpu=ctx.gpu)
     elem_f = sum(elementwise.values())
     times = times + OpTimes(forward_s=attn_f + elem_f,
-                            backward_input_s=attn_b + ELEMENTWISE_BACKWARD_RATIO * elem_f)
+                            backward_input_s=attn_b + sum(elem_b.values()))
     module_s[M.CORE_ATTN] = attn_f
     module_s[M.LAYERNORM] = elementwise["norms"]
     module_s[M.MOE_ACT] = elementwise.get("moe_act", 0.0)
@@ -268,6 +397,9 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
                        + elementwise.get("permute", 0.0))
     module_s[M.SHARED_EXPERTS] = (module_s.get(M.SHARED_EXPERTS, 0.0)
                                   + elementwise.get("shared_act", 0.0))
+    # torchtitan's per-op policy: every second matmul and every memory-bound op, forward.
+    module_s[M.OP_SAC] = elem_f + sum(
+        _shape_time(g, g.m, g.n, g.k, ctx) for g in op_sac_gemms(spec, ctx, moe_layer=moe_layer))
     return LayerCompute(times=times, recompute_full_s=times.forward_s,
                         recompute_module_s=module_s)
 
@@ -278,20 +410,29 @@ def clear_compute_cache() -> None:
 
 
 def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
-    """Output projection (vocabulary-parallel) and the fp32 cross-entropy on the last stage."""
+    """Output projection (vocabulary-parallel) and the fp32 cross-entropy on the last stage:
+    one fused pass set (write, softmax read/write in fp32) or, unfused, the eager loss
+    passes of `RUNTIME_PASSES` (a .float() copy, log_softmax, and their backward)."""
     gemm = [_Gemm(m=ctx.tokens, n=math.ceil(spec.vocab_size / ctx.tp), k=spec.hidden_size)]
     times, _ = _gemm_times(gemm, ctx)
-    logits_bytes = ctx.tokens * spec.vocab_size / ctx.tp * 4 * 3  # write, softmax read/write
-    loss = memory_bound_time_s(logits_bytes, gpu=ctx.gpu)
-    return times + OpTimes(forward_s=loss, backward_input_s=loss)
+    logits = ctx.tokens * spec.vocab_size / ctx.tp
+    if ctx.elementwise_fusion == ElementwiseFusion.FUSED:
+        loss = memory_bound_time_s(logits * 4 * 3, gpu=ctx.gpu)  # write, softmax read/write
+        return times + OpTimes(forward_s=loss, backward_input_s=loss)
+    passes = RUNTIME_PASSES[ctx.elementwise_fusion]["loss"]
+    return times + OpTimes(forward_s=memory_bound_time_s(logits * passes.forward, gpu=ctx.gpu),
+                           backward_input_s=memory_bound_time_s(logits * passes.backward,
+                                                                gpu=ctx.gpu))
 
 
 __all__ = [
     "ELEMENTWISE_BACKWARD_RATIO",
     "FLASH_BACKWARD_FLOP_RATIO",
     "MATERIALIZED_BACKWARD_FLOP_RATIO",
+    "RUNTIME_PASSES",
     "ComputeContext",
     "LayerCompute",
+    "OpPasses",
     "OpTimes",
     "attention_gemms",
     "clear_compute_cache",
@@ -299,5 +440,6 @@ __all__ = [
     "layer_compute",
     "mlp_gemms",
     "moe_gemms",
+    "op_sac_gemms",
     "routed_assignments",
 ]

@@ -5,7 +5,9 @@ Run: .venv/bin/python research/validate_published.py [--calibrate-h100]
 Rows come from research/data/published_runs.json. A row is predicted when its model (preset
 or shape), GPU count, tp/pp/dp and global batch are printed. Unprinted choices follow the
 planner: micro-batch the best of 1, 2, 4 that fits; recompute, FP8 storage and offload by
-the planner's ladder; interleaved 1F1B when virtual stages are printed. The comparison uses
+the planner's ladder; interleaved 1F1B when virtual stages are printed; the runtime's
+elementwise fusion (eager / torch.compile) where the row records it, else fused kernels.
+The comparison uses
 tokens/s per GPU when printed (convention-free), else TFLOP/s per GPU against the cost
 model's model-FLOPs figure (full attention matrix counted), else the iteration time.
 With --calibrate-h100 the Hopper BF16 and FP8 GEMM efficiencies are grid-fitted on the three
@@ -24,19 +26,21 @@ from typing import Any
 from api_schemas import (
     Constraints,
     DType,
+    ElementwiseFusion,
     MlpKind,
     ModelSpec,
     MoESpec,
     NormKind,
     PipelineSchedule,
     RecomputeMode,
+    RecomputeModule,
     TrainingSpec,
 )
 from models import kernels
 from models.catalog import cluster_preset, model_preset
 from models.compute import clear_compute_cache
 from models.errors import InvalidSpecError
-from solver.candidate_eval import evaluate_candidate
+from solver.candidate_eval import PolicyCaps, evaluate_candidate
 from solver.space import MeshCandidate
 
 DATA = json.loads((Path(__file__).parent / "data" / "published_runs.json").read_text())
@@ -91,7 +95,9 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
     old = row["id"].startswith(("megatron2021", "korthikanti2022", "megascale", "bloom"))
     training = TrainingSpec(global_batch_size=p["global_batch_size"], sequence_length=seq,
                             compute_dtype=DType.FP8 if "fp8" in precision else DType.BF16,
-                            flash_attention=not old, dropout=old, overlap_grad_reduce=not old)
+                            flash_attention=not old, dropout=old, overlap_grad_reduce=not old,
+                            elementwise_fusion=ElementwiseFusion(
+                                p.get("elementwise_fusion") or "fused"))
     if p.get("vpp"):
         shapes = [(PipelineSchedule.INTERLEAVED_1F1B, p["vpp"])] if p["vpp"] > 1 else [
             (PipelineSchedule.ONE_F_ONE_B, 1)]
@@ -101,6 +107,9 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
             if spec.num_layers >= p["pp"] * v]
     else:
         shapes = [(PipelineSchedule.ONE_F_ONE_B, 1)]
+    # torchtitan's selective checkpointing is its per-op policy (`op_sac`).
+    caps = (PolicyCaps(selective_modules=(RecomputeModule.OP_SAC,))
+            if "per-op" in (p.get("recompute") or "") else None)
     recompute = (p.get("recompute") or "").split(" ")[0]
     pins: dict[str, Any] = {}
     if recompute in ("full", "selective", "none"):
@@ -119,7 +128,8 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
                              num_micro_batches=p["global_batch_size"] // (mbs * dp),
                              schedule=schedule, sequence_parallel=p["tp"] > 1)
         try:
-            result = evaluate_candidate(spec, training, cluster, cand, Constraints(**pins))
+            result = evaluate_candidate(spec, training, cluster, cand, Constraints(**pins),
+                                        caps=caps)
         except (InvalidSpecError, ValueError):
             continue
         if hasattr(result, "estimate") and (best is None or

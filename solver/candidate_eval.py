@@ -22,7 +22,7 @@ from typing import Literal
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
+from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode, RecomputeModule
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
@@ -88,6 +88,9 @@ class PolicyCaps:
     """... with selective recomputation on the other layers."""
     per_stage: bool = True
     """Different policies on different pipeline ranks."""
+    selective_modules: tuple[RecomputeModule, ...] | None = None
+    """The modules the framework's selective recomputation rebuilds, when it has one fixed
+    set (torchtitan's per-op policy: `op_sac`); None = the cost model's broad set."""
 
 
 ALL_POLICIES = PolicyCaps()
@@ -108,6 +111,9 @@ def _with_policy(candidate: MeshCandidate, zero: int, policy: dict[str, object],
 
 
 def _selective(spec: ModelSpec, caps: PolicyCaps) -> dict[str, object]:
+    if caps.selective and caps.selective_modules:
+        return {"recompute": RecomputeMode.SELECTIVE,
+                "recompute_modules": caps.selective_modules}
     if caps.selective and caps.broad_modules:
         return {"recompute": RecomputeMode.SELECTIVE,
                 "recompute_modules": broad_selective_modules(spec)}
@@ -256,6 +262,8 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     tried when none does (its ledger says which stage binds). Probes only ask whether a
     configuration fits (`fits_memory`); the full ledger is built for the answer alone."""
     rungs = [{}] if pinned else _ladder(spec, constraints, caps)
+    if pinned and caps.selective_modules and constraints.recompute == RecomputeMode.SELECTIVE:
+        rungs = [{"recompute_modules": caps.selective_modules}]
     if not pinned:
         frugal = _with_policy(candidate, zero, _frugal(spec, constraints, None, caps),
                               constraints)

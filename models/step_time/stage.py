@@ -56,7 +56,8 @@ def compute_context(training: TrainingSpec, parallel: ParallelConfig,
         micro_batch_size=parallel.micro_batch_size, tp=parallel.tp, cp=parallel.cp,
         ep=parallel.ep, etp=parallel.etp, sequence_parallel=parallel.sequence_parallel,
         compute_dtype=training.compute_dtype, flash_attention=training.flash_attention,
-        dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance)
+        dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance,
+        elementwise_fusion=training.elementwise_fusion)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -373,6 +373,9 @@ def _selective_args(spec: ModelSpec, policy: StagePolicy) -> Part:
         elif module in (RecomputeModule.MOE, RecomputeModule.MOE_ACT,
                         RecomputeModule.SHARED_EXPERTS) and spec.moe is None:
             notes.append(f"recompute module '{module}' dropped: the model has no MoE")
+        elif module == RecomputeModule.OP_SAC:
+            notes.append("recompute module 'op_sac' dropped: torchtitan's per-op policy has "
+                         "no Megatron-LM module")
         else:
             kept.append(str(module))
     if not kept:

@@ -12,11 +12,13 @@ from models.catalog import (
     DEFAULT_NODE_FOR_GPU,
     NODE_LINK_FIELDS,
     NODE_PRESETS,
+    POWER_CLOCK_EXPONENT,
     cluster_preset,
     gpu_ids,
     gpu_preset,
     model_ids,
     model_preset,
+    power_limited_clock_ratio,
 )
 from models.errors import InvalidSpecError
 from models.kernels import profile_for
@@ -35,7 +37,7 @@ def test_gpu_presets_keep_dense_and_sparse_apart() -> None:
 
 def test_every_gpu_preset_loads_and_tpu_is_excluded() -> None:
     ids = gpu_ids()
-    assert "tpu-v5p" not in ids and len(ids) == 10
+    assert "tpu-v5p" not in ids and len(ids) == 12
     for gid in ids:
         assert gpu_preset(gid).peak_flop_per_s(DType.BF16) > 0
 
@@ -130,3 +132,35 @@ def test_an_unknown_gpu_family_has_no_kernel_profile() -> None:
     assert "h100" in err.value.detail
     assert profile_for(gpu_preset("h200-sxm-141gb")).family == "hopper"
     assert profile_for(gpu_preset("mi355x")).family == "cdna3"
+
+
+def test_power_limit_relation_reproduces_the_h100_nvl_datasheet_peak() -> None:
+    # NVIDIA H100 datasheet: NVL 1,671 BF16 TFLOPS (sparse) at 400 W, SXM5 1,979 at 700 W,
+    # same GH100 die and 132 SMs. The cube-root relation is checked on it, not fitted.
+    sxm, nvl = gpu_preset("h100-sxm5-80gb"), gpu_preset("h100-nvl-94gb")
+    assert nvl.dense_peak_flop_per_s[DType.BF16] == pytest.approx(835.5e12)
+    assert nvl.sparse_peak_flop_per_s[DType.BF16] == pytest.approx(1671e12)
+    assert nvl.hbm_bandwidth_bytes_per_s == pytest.approx(3.9e12)
+    datasheet = nvl.peak_flop_per_s(DType.BF16) / sxm.peak_flop_per_s(DType.BF16)
+    relation = power_limited_clock_ratio(400, 700)
+    assert relation == pytest.approx((400 / 700) ** POWER_CLOCK_EXPONENT)
+    assert relation == pytest.approx(datasheet, rel=0.02)
+    assert power_limited_clock_ratio(800, 700) == 1.0
+
+
+def test_500w_hbm2e_h100_is_the_sxm5_part_at_a_power_limited_clock() -> None:
+    # torchtitan benchmarks/llama3_h100_202412: 96GB HBM2e, 2.4 TB/s, default 500 W limit,
+    # peak "between SXM and NVL".
+    sxm, capped = gpu_preset("h100-sxm5-80gb"), gpu_preset("h100-sxm5-96gb-500w")
+    scale = (500 / 700) ** (1 / 3)
+    for dtype in (DType.BF16, DType.FP8, DType.TF32):
+        assert capped.dense_peak_flop_per_s[dtype] == pytest.approx(
+            sxm.dense_peak_flop_per_s[dtype] * scale)
+    assert 835.5e12 < capped.peak_flop_per_s(DType.BF16) < sxm.peak_flop_per_s(DType.BF16)
+    assert capped.hbm_bandwidth_bytes_per_s == pytest.approx(2.4e12)
+    assert capped.memory_bytes == 96 * GIB and capped.tdp_watts == 500
+    assert profile_for(capped).family == "hopper"
+    cluster = cluster_preset("h100-sxm5-96gb-500w", num_nodes=2)
+    assert cluster.gpus_per_node == 8
+    assert cluster.inter_node.bandwidth_bytes_per_s == pytest.approx(50e9)
+    assert cluster_preset("h100-nvl-94gb", num_nodes=4).gpus_per_node == 2

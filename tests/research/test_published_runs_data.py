@@ -22,8 +22,8 @@ import pytest
 DATA_PATH = Path(__file__).resolve().parents[2] / "research" / "data" / "published_runs.json"
 
 GPU_IDS = {
-    "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h800-sxm5-80gb",
-    "h200-sxm-141gb", "b200-sxm-180gb", "mi300x",
+    "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h100-sxm5-96gb-500w",
+    "h800-sxm5-80gb", "h200-sxm-141gb", "b200-sxm-180gb", "mi300x",
 }
 PRESETS = {
     "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "deepseek-v3", "deepseek-v2-lite",
@@ -41,7 +41,7 @@ MODEL_KEYS = {
 PARALLEL_KEYS = {
     "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",
     "grad_accum_steps", "schedule", "recompute", "optimizer_sharding", "sequence_parallel",
-    "precision", "notes",
+    "precision", "elementwise_fusion", "notes",
 }
 MEASURED_KEYS = {
     "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu", "tokens_per_s_total",
@@ -226,6 +226,7 @@ def test_run_schema(run):
     hw = run["hardware"]
     assert hw["gpu"] in GPU_IDS
     assert isinstance(hw["gpu_exact"], bool)
+    assert run["parallel"]["elementwise_fusion"] in (None, "eager", "compiled", "fused")
     assert hw["num_gpus"] is None or hw["num_gpus"] >= 1
     assert set(run["consistency_exceptions"]) <= KNOWN_EXCEPTIONS
     measured = {k: v for k, v in run["measured"].items() if v is not None}

@@ -1,0 +1,85 @@
+"""Runtime kernel fusion: eager PyTorch, torch.compile and fused kernels pay different HBM
+passes for the memory-bound ops between GEMMs (models/compute.py `RUNTIME_PASSES`)."""
+
+import pytest
+
+from api_schemas import ElementwiseFusion, ParallelConfig, TrainingSpec
+from models.catalog import cluster_preset, gpu_preset, model_preset
+from models.compute import (
+    RUNTIME_PASSES,
+    ComputeContext,
+    _elementwise_bytes,
+    _runtime_elementwise_bytes,
+    head_compute,
+    layer_compute,
+)
+from models.kernels import memory_bound_time_s
+from models.step_time import estimate_step
+
+F32, BF16 = 4, 2
+
+
+def _ctx(fusion: ElementwiseFusion) -> ComputeContext:
+    return ComputeContext(gpu=gpu_preset("h100-sxm5-80gb"), seq_len=8192, micro_batch_size=2,
+                          elementwise_fusion=fusion)
+
+
+def test_eager_rmsnorm_passes_follow_torchtitan_op_by_op() -> None:
+    # torchtitan norms.py RMSNorm: x.float(), pow(2), mean(-1), x * rsqrt(...), type_as(x),
+    # * weight; each op reads its inputs and writes its output (per-row terms negligible).
+    kernels = [(BF16, F32), (F32, F32), (F32, 0), (F32, F32), (F32, BF16), (BF16, BF16)]
+    assert RUNTIME_PASSES[ElementwiseFusion.EAGER]["norm"].forward == sum(
+        r + w for r, w in kernels)
+    # compiled: one kernel reads x and writes the output, as a fused kernel does.
+    assert RUNTIME_PASSES[ElementwiseFusion.COMPILED]["norm"].forward == BF16 + BF16
+    # SwiGLU: silu (r2 w2) and the product (r2 r2 w2).
+    assert RUNTIME_PASSES[ElementwiseFusion.EAGER]["swiglu"].forward == 4 + 6
+    # loss: .float() of bf16 logits then log_softmax in fp32.
+    assert RUNTIME_PASSES[ElementwiseFusion.EAGER]["loss"].forward == (BF16 + F32) + (F32 + F32)
+
+
+def test_fused_default_keeps_the_previous_counts() -> None:
+    default = ComputeContext(gpu=gpu_preset("h100-sxm5-80gb"), seq_len=8192, micro_batch_size=2)
+    assert default.elementwise_fusion == ElementwiseFusion.FUSED
+    spec = model_preset("llama-3.1-8b")
+    assert layer_compute(spec, 0, default) == layer_compute(spec, 0,
+                                                            _ctx(ElementwiseFusion.FUSED))
+    assert TrainingSpec(global_batch_size=8, sequence_length=4096).elementwise_fusion == \
+        ElementwiseFusion.FUSED
+
+
+def test_unfused_runtimes_add_exactly_their_extra_passes() -> None:
+    spec = model_preset("llama-3.1-8b")
+    fused, eager = _ctx(ElementwiseFusion.FUSED), _ctx(ElementwiseFusion.EAGER)
+    gpu = fused.gpu
+    fused_bytes = _elementwise_bytes(spec, fused, moe_layer=False)
+    eager_bytes = _runtime_elementwise_bytes(spec, eager)
+    # norms: 2 per layer over h elements per token, 36 bytes each in eager.
+    assert eager_bytes["norms"].forward == pytest.approx(eager.tokens * 2 * spec.hidden_size * 36)
+    delta_f = sum(memory_bound_time_s(eager_bytes[k].forward, gpu=gpu)
+                  - memory_bound_time_s(fused_bytes[k], gpu=gpu) for k in eager_bytes)
+    a, b = layer_compute(spec, 0, fused).times, layer_compute(spec, 0, eager).times
+    assert b.forward_s - a.forward_s == pytest.approx(delta_f)
+    assert b.backward_weight_s == a.backward_weight_s  # GEMMs do not move
+    compiled = layer_compute(spec, 0, _ctx(ElementwiseFusion.COMPILED)).times
+    assert a.total_s < compiled.total_s < b.total_s
+
+
+def test_unfused_loss_pays_the_fp32_copy_of_the_logits() -> None:
+    spec = model_preset("llama-3.1-8b")
+    fused, eager = _ctx(ElementwiseFusion.FUSED), _ctx(ElementwiseFusion.EAGER)
+    logits = fused.tokens * spec.vocab_size
+    extra = (head_compute(spec, eager).total_s - head_compute(spec, fused).total_s)
+    assert extra == pytest.approx(memory_bound_time_s(logits * (14 + 22 - 24), gpu=fused.gpu))
+
+
+def test_eager_step_is_slower_than_compiled_which_is_slower_than_fused() -> None:
+    spec = model_preset("llama-3.1-8b")
+    cluster = cluster_preset("h100-sxm5-96gb-500w", num_nodes=1)
+    times = []
+    for fusion in (ElementwiseFusion.FUSED, ElementwiseFusion.COMPILED, ElementwiseFusion.EAGER):
+        training = TrainingSpec(global_batch_size=8, sequence_length=4096,
+                                elementwise_fusion=fusion)
+        times.append(estimate_step(spec, training, ParallelConfig(
+            dp=8, zero_stage=3, micro_batch_size=1, recompute="full"), cluster).step_time_s)
+    assert times[0] < times[1] < times[2]
