@@ -29,6 +29,11 @@ PUBLISHED: dict[str, tuple[float, str]] = {
     "gpt-oss-20b": (20_914_757_184, "keras-hub gpt_oss_20b_en"),
     "olmo-2-1124-13b": (13_716_198_400, "checkpoint index total_size / 4"),
     "command-r-v01": (35e9, "transformers Cohere docs"),
+    "mixtral-8x7b": (46.7e9, "Mistral AI announcement"),
+    "mixtral-8x22b": (141e9, "Mistral AI announcement"),
+    "deepseek-v3": (671e9, "arXiv:2412.19437"),
+    "qwen3-235b-a22b": (235e9, "arXiv:2505.09388"),
+    "olmoe-1b-7b-0924": (6.9e9, "arXiv:2409.02060 Table 1"),
 }
 
 

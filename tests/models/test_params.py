@@ -90,6 +90,11 @@ PUBLISHED_COUNTS = {
     "olmo-2-1124-13b": (54_864_793_600 // 4, None,
                         "allenai/OLMo-2-1124-13B safetensors index total_size / 4 (float32)"),
     "command-r-v01": (35e9, None, "transformers Cohere docs: 'a 35B parameter' model"),
+    "mixtral-8x7b": (46.7e9, None, "Mistral AI, 'Mixtral of experts' (Dec 2023): 46.7B total"),
+    "mixtral-8x22b": (141e9, None, "Mistral AI, Mixtral 8x22B announcement (Apr 2024): 141B"),
+    "deepseek-v3": (671e9, None, "DeepSeek-V3 arXiv:2412.19437 abstract: 671B total"),
+    "qwen3-235b-a22b": (235e9, None, "Qwen3 technical report arXiv:2505.09388: 235B total"),
+    "olmoe-1b-7b-0924": (6.9e9, None, "OLMoE arXiv:2409.02060 Table 1: 6.9B total"),
 }
 
 
