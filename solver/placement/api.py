@@ -1,9 +1,12 @@
 """Answer a POST /v1/moe/placement request with the chosen planner.
 
-Owns: mapping `MoePlacementRequest` onto `plan_constructive` / `plan_exact` and a
-`PlacementResult` onto `MoePlacementResponse`. Must not: do I/O (the service wires it).
+Owns: mapping `MoePlacementRequest` onto `plan_constructive` / `plan_exact`, a
+`PlacementResult` onto `MoePlacementResponse`, and the expert work inside each rank that the
+placement leaves (`models.moe.expert_gemm`). Must not: do I/O (the service wires it).
 """
 
+
+from typing import Any
 
 import numpy as np
 
@@ -14,8 +17,9 @@ from api_schemas.moe import (
     PlacementPlanner,
     PlacementStatus,
 )
+from models.catalog import gpu_preset
 from models.errors import InvalidSpecError
-from models.moe import imbalance_factor
+from models.moe import imbalance_factor, padded_rows, rank_expert_gemm_s
 from solver.cpsat import SolverConfig, SolveStatus
 from solver.placement.constructive import plan_constructive
 from solver.placement.exact import plan_exact
@@ -46,7 +50,41 @@ def plan_placement(
         result = plan_constructive(request.tokens, top_k=k, weight_bytes_per_expert=weight,
                                    grad_bytes_per_expert=grad)
         proven = result.num_redundant == int(result.lower_bound_per_rank.sum())
-    return placement_response(result, planner=request.planner, proven=proven)
+    response = placement_response(result, planner=request.planner, proven=proven)
+    return response.model_copy(update=expert_work(request, result))
+
+
+def expert_work(request: MoePlacementRequest, result: PlacementResult) -> dict[str, Any]:
+    """Rank balance after placement and, apart from it, the expert work inside each rank:
+    tokens per (rank, expert) from the routes, tile-padded GEMM rows per rank, and with a
+    GPU and the expert shape each rank's sum of expert GEMM times and their maximum.
+
+    Raises:
+        InvalidSpecError: on an unknown GPU preset.
+    """
+    ranks, experts = len(request.tokens), request.num_experts
+    per_rank = np.zeros((ranks, experts), dtype=np.int64)
+    r = result.routes
+    np.add.at(per_rank, (r.destination, r.expert), r.tokens)
+    rows = [padded_rows(row.tolist(), tile_rows=request.tile_rows) for row in per_rank]
+    update: dict[str, Any] = {
+        "rank_load_imbalance": imbalance_factor(result.rank_loads),
+        "rank_expert_tokens": per_rank.tolist(), "rank_gemm_rows": rows,
+        "gemm_rows_imbalance": imbalance_factor(rows) if sum(rows) else 1.0,
+    }
+    if request.gpu is not None and request.hidden_size and request.expert_ffn_hidden_size:
+        try:
+            gpu = gpu_preset(request.gpu)
+        except InvalidSpecError as exc:
+            raise InvalidSpecError(str(exc), field="gpu") from exc
+        times = [rank_expert_gemm_s(row.tolist(), hidden_size=request.hidden_size,
+                                    expert_ffn_hidden_size=request.expert_ffn_hidden_size,
+                                    gpu=gpu, dtype=request.compute_dtype,
+                                    tile_rows=request.tile_rows) for row in per_rank]
+        mean = sum(times) / len(times)
+        update.update(rank_expert_gemm_s=times, expert_gemm_makespan_s=max(times),
+                      expert_gemm_imbalance=max(times) / mean if mean > 0 else 1.0)
+    return update
 
 
 def placement_response(
@@ -76,4 +114,4 @@ def placement_response(
     )
 
 
-__all__ = ["placement_response", "plan_placement"]
+__all__ = ["expert_work", "placement_response", "plan_placement"]
