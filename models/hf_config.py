@@ -33,6 +33,7 @@ from models.hf_families import (
     LLAMA4_LIKE,
     NEOX_LIKE,
     NESTED_TEXT_TYPES,
+    NONPARAMETRIC_NORM,
     POST_NORM_LAYERS,
     QK_NORM_FAMILIES,
     QWEN_MOE,
@@ -221,6 +222,10 @@ def _common_fields(reader: _Reader, model_type: str) -> dict[str, Any]:
                       parallel_residual=bool(reader.get("use_parallel_residual", default=True)))
     else:
         common["norm"] = NormKind.RMSNORM
+        if model_type in NONPARAMETRIC_NORM:
+            common["norm"] = NormKind.LAYERNORM_NO_AFFINE
+            reader.notes.append(f"{model_type}: LayerNorm without scale or bias (no "
+                                "parameters)")
         bias_default = model_type in ("qwen2", "qwen2_moe")
         common["attention_bias"] = bool(reader.get("attention_bias", "qkv_bias",
                                                    default=bias_default))

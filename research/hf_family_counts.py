@@ -34,6 +34,7 @@ PUBLISHED: dict[str, tuple[float, str]] = {
     "deepseek-v3": (671e9, "arXiv:2412.19437"),
     "qwen3-235b-a22b": (235e9, "arXiv:2505.09388"),
     "olmoe-1b-7b-0924": (6.9e9, "arXiv:2409.02060 Table 1"),
+    "olmo-1b-hf": (1_176_764_416, "OLMo-1B released model parameter count"),
 }
 
 

@@ -95,6 +95,8 @@ PUBLISHED_COUNTS = {
     "deepseek-v3": (671e9, None, "DeepSeek-V3 arXiv:2412.19437 abstract: 671B total"),
     "qwen3-235b-a22b": (235e9, None, "Qwen3 technical report arXiv:2505.09388: 235B total"),
     "olmoe-1b-7b-0924": (6.9e9, None, "OLMoE arXiv:2409.02060 Table 1: 6.9B total"),
+    "olmo-1b-hf": (1_176_764_416, None, "allenai/OLMo-1B parameter count of the released "
+                   "model (parameter-free LayerNorms); the paper's '1B'"),
 }
 
 
@@ -143,6 +145,14 @@ def test_gemma_gated_mlp_and_tied_embeddings_are_counted() -> None:
     assert count.head == 0 and layer_params(spec, 0).dense_mlp == 3 * 3072 * 24576
 
 
+def test_olmo_1_layer_norms_hold_no_weights() -> None:
+    spec = model_preset("olmo-1b-hf")
+    assert layer_params(spec, 0).norms == 0 and count_parameters(spec).final_norm == 0
+    # 16 layers of 4h^2 attention and 3hf SwiGLU, plus the tied V x h embedding.
+    h, f = 2048, 8192
+    assert count_parameters(spec).total == 16 * (4 * h * h + 3 * h * f) + 50304 * h
+
+
 def test_gemma_2_has_four_norms_per_layer() -> None:
     layer = layer_params(model_preset("gemma-2-9b"), 0)
     assert layer.norms == 4 * 3584
@@ -174,6 +184,7 @@ PINNED_TOTALS = {
     "gemma-2-9b": 9_241_705_984, "gemma-3-27b-it": 27_009_346_304,
     "gemma-7b": 8_537_680_896, "gpt-neox-20b": 20_554_567_680,
     "granite-3.3-8b-instruct": 8_170_864_640, "phi-4": 14_659_507_200,
+    "olmo-1b-hf": 1_176_764_416,
     "gpt-oss-20b": 20_908_050_240, "gpt2": 124_439_808, "gpt2-medium": 354_823_168,
     "kimi-k2-instruct": 1_026_408_232_448, "llama-3.1-405b": 405_853_388_800,
     "llama-3.1-70b": 70_553_706_496, "llama-3.1-8b": 8_030_261_248,
