@@ -192,17 +192,17 @@ class MoePlacementResponse(ResultModel):
         description="Planner wall time, validation and routes included.", examples=[0.0006]
     )
     rank_load_imbalance: float = Field(
-        default=1.0, ge=1.0, description="Rank balance after placement: max/mean of "
+        ge=1.0, description="Rank balance after placement: max/mean of "
         "rank_loads (1.0 = every rank computes S*K tokens).", examples=[1.0])
     rank_expert_tokens: list[list[NonNegativeInt]] = Field(
-        default_factory=list, description="Per rank, the tokens it computes for each expert "
+        description="Per rank, the tokens it computes for each expert "
         "(R rows of E counts, from the routes): the skew left inside each rank.",
         examples=[[[6, 2, 0, 0, 0, 0, 0, 0]]])
     rank_gemm_rows: list[NonNegativeInt] = Field(
-        default_factory=list, description="Per rank, GEMM rows after padding each expert's "
+        description="Per rank, GEMM rows after padding each expert's "
         "tokens to whole tiles (`tile_rows`).", examples=[[256, 384, 256, 384]])
     gemm_rows_imbalance: float = Field(
-        default=1.0, ge=1.0, description="Intra-rank expert skew in rows: max/mean of "
+        ge=1.0, description="Intra-rank expert skew in rows: max/mean of "
         "rank_gemm_rows (can exceed 1 while rank_load_imbalance is 1).", examples=[1.2])
     rank_expert_gemm_s: list[Seconds] | None = Field(
         default=None, description="Per rank, the sum of its experts' forward GEMM times "
