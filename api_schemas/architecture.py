@@ -41,6 +41,8 @@ class NormKind(StrEnum):
     """Scale and bias: 2h parameters."""
     RMSNORM = "rmsnorm"
     """Scale only: h parameters."""
+    LAYERNORM_NO_AFFINE = "layernorm_no_affine"
+    """LayerNorm without scale or bias (OLMo 1): no parameters."""
 
 
 class MLASpec(SpecModel):
@@ -156,7 +158,8 @@ class ModelSpec(SpecModel):
         default=MlpKind.SWIGLU,
         description="'gelu' (2 matrices) or 'swiglu' (3: any gated MLP, SiLU- or GELU-gated).",
     )
-    norm: NormKind = Field(default=NormKind.RMSNORM, description="'rmsnorm' or 'layernorm'.")
+    norm: NormKind = Field(default=NormKind.RMSNORM, description="'rmsnorm', 'layernorm' or "
+                           "'layernorm_no_affine' (no parameters, OLMo 1).")
     num_layer_norms: PositiveInt = Field(
         default=2,
         description="Hidden-width norms per transformer layer: 2 for pre-attention and pre-MLP "

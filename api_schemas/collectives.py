@@ -13,7 +13,13 @@ from pydantic import ConfigDict, Field, model_validator
 
 from api_schemas._base import ResultModel, SpecModel
 from api_schemas.hardware import ClusterSpec
-from api_schemas.units import Bytes, DurationSeconds, PositiveBytesPerSecond, PositiveInt
+from api_schemas.units import (
+    Bytes,
+    DurationSeconds,
+    Fraction,
+    PositiveBytesPerSecond,
+    PositiveInt,
+)
 
 
 class Collective(StrEnum):
@@ -96,6 +102,14 @@ class CollectiveEstimateRequest(SpecModel):
     algorithm: Algorithm | None = Field(
         default=None, description="Force an algorithm (explicit links only); null = the "
         "fastest, as NCCL's tuner would choose.")
+    overlap_frac: Fraction = Field(
+        default=0.0, description="Share of the collective's time that can run behind "
+        "compute (0 = nothing overlaps, e.g. a TP all-reduce on the critical path; close to "
+        "1 for a bucketed gradient reduction, whose last bucket stays exposed).",
+        examples=[0.9])
+    overlap_window_s: DurationSeconds | None = Field(
+        default=None, description="Compute time the collective can hide behind (e.g. one "
+        "micro-batch's backward); null = not bounded by compute.", examples=[0.004])
 
     model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra={"examples": [{
         "collective": "all_reduce", "num_ranks": 32, "message_bytes": 268435456,
@@ -156,6 +170,12 @@ class CollectiveEstimateResponse(ResultModel):
         "this algorithm on explicit links (null for hierarchical estimates).")
     phases: list[CollectivePhase] = Field(
         default_factory=list, description="Per-level costs of a hierarchical collective.")
+    hidden_s: float = Field(
+        default=0.0, description="Part of time_s that runs behind compute: min(time_s x "
+        "overlap_frac, overlap_window_s).", examples=[0.004])
+    exposed_s: float = Field(
+        default=0.0, description="Part of time_s left on the critical path: time_s - "
+        "hidden_s.", examples=[0.0067])
 
 
 __all__ = [

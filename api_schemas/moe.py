@@ -2,8 +2,11 @@
 
 Owns: the contract names `num_experts`, `top_k`, `tokens` in and `rank_loads`,
 `redundant_experts`, `routes` (`source`, `expert`, `destination`, `tokens`), `wall_time_s`
-out, plus the added accounting fields. Must not: plan anything; domain checks that need the
-whole matrix (E divisible by R, equal row sums) are made by `solver.placement`.
+out, plus the added accounting fields: rank balance after placement, and apart from it the
+expert work inside each rank (tokens per expert, tile-padded rows, and with a GPU and the
+expert shape the sum of its experts' GEMM times and their maximum over ranks). Must not:
+plan anything; domain checks that need the whole matrix (E divisible by R, equal row sums)
+are made by `solver.placement`.
 """
 
 from enum import StrEnum
@@ -12,6 +15,7 @@ from typing import Self
 from pydantic import Field, model_validator
 
 from api_schemas._base import ResultModel, SpecModel
+from api_schemas.dtypes import DType
 from api_schemas.units import Bytes, NonNegativeInt, PositiveInt, Seconds, TimeLimitSeconds
 
 
@@ -76,6 +80,22 @@ class MoePlacementRequest(SpecModel):
         default=10.0,
         description="CP-SAT time limit per phase of the exact planner (ignored otherwise).",
     )
+    tile_rows: PositiveInt = Field(
+        default=128, le=4096,
+        description="GEMM tile rows each expert's tokens are padded to (MoonEP "
+        "token_padding).", examples=[128])
+    gpu: str | None = Field(
+        default=None, max_length=100,
+        description="GPU preset id, to time each rank's expert GEMMs; needs hidden_size and "
+        "expert_ffn_hidden_size too. Null: rows only.", examples=["h100-sxm5-80gb"])
+    hidden_size: PositiveInt | None = Field(
+        default=None, le=1_000_000, description="Model hidden size h (expert GEMM input).",
+        examples=[7168])
+    expert_ffn_hidden_size: PositiveInt | None = Field(
+        default=None, le=1_000_000, description="Routed expert intermediate width f.",
+        examples=[2048])
+    compute_dtype: DType = Field(default=DType.BF16,
+                                 description="GEMM input format for the expert times.")
 
     @model_validator(mode="after")
     def _rows_have_num_experts(self) -> Self:
@@ -89,6 +109,10 @@ class MoePlacementRequest(SpecModel):
             raise ValueError(
                 f"top_k={self.top_k} exceeds num_experts={self.num_experts}: lower top_k"
             )
+        shape = (self.gpu, self.hidden_size, self.expert_ffn_hidden_size)
+        if any(x is not None for x in shape) and any(x is None for x in shape):
+            raise ValueError("timing the expert GEMMs needs gpu, hidden_size and "
+                             "expert_ffn_hidden_size together (or none of them)")
         return self
 
 
@@ -167,6 +191,28 @@ class MoePlacementResponse(ResultModel):
     wall_time_s: Seconds = Field(
         description="Planner wall time, validation and routes included.", examples=[0.0006]
     )
+    rank_load_imbalance: float = Field(
+        ge=1.0, description="Rank balance after placement: max/mean of "
+        "rank_loads (1.0 = every rank computes S*K tokens).", examples=[1.0])
+    rank_expert_tokens: list[list[NonNegativeInt]] = Field(
+        description="Per rank, the tokens it computes for each expert "
+        "(R rows of E counts, from the routes): the skew left inside each rank.",
+        examples=[[[6, 2, 0, 0, 0, 0, 0, 0]]])
+    rank_gemm_rows: list[NonNegativeInt] = Field(
+        description="Per rank, GEMM rows after padding each expert's "
+        "tokens to whole tiles (`tile_rows`).", examples=[[256, 384, 256, 384]])
+    gemm_rows_imbalance: float = Field(
+        ge=1.0, description="Intra-rank expert skew in rows: max/mean of "
+        "rank_gemm_rows (can exceed 1 while rank_load_imbalance is 1).", examples=[1.2])
+    rank_expert_gemm_s: list[Seconds] | None = Field(
+        default=None, description="Per rank, the sum of its experts' forward GEMM times "
+        "(gate+up and down, each expert at its padded rows); null without gpu and shapes.",
+        examples=[[0.00031, 0.00042, 0.00031, 0.00042]])
+    expert_gemm_makespan_s: Seconds | None = Field(
+        default=None, description="Max over ranks of rank_expert_gemm_s: the layer's "
+        "forward expert time, set by the slowest rank.", examples=[0.00042])
+    expert_gemm_imbalance: float | None = Field(
+        default=None, ge=1.0, description="Max/mean of rank_expert_gemm_s.", examples=[1.15])
 
 
 __all__ = [

@@ -33,11 +33,13 @@ from models.hf_families import (
     LLAMA4_LIKE,
     NEOX_LIKE,
     NESTED_TEXT_TYPES,
+    NONPARAMETRIC_NORM,
     POST_NORM_LAYERS,
     QK_NORM_FAMILIES,
     QWEN_MOE,
     TIED_BY_DEFAULT,
 )
+from models.vision import COUNTED_TOWERS
 
 _GELU_ACTIVATIONS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu"})
 
@@ -89,7 +91,8 @@ def _language_model_part(config: dict[str, Any], notes: list[str]) -> tuple[
     """The dict holding the language model's fields, its location prefix and model type.
 
     Multimodal checkpoints (Llama 4, Gemma 3, LLaVA-style) nest the decoder under
-    `text_config`; the vision tower is not counted and a note says so.
+    `text_config`; the vision tower is not planned, and a note says whether
+    `models.vision` counts its parameters apart.
     """
     outer_type = str(config.get("model_type") or "").lower()
     nested = config.get("text_config")
@@ -100,9 +103,14 @@ def _language_model_part(config: dict[str, Any], notes: list[str]) -> tuple[
     # The tie flag may sit on the outer config (Llama 4 keeps it there).
     if "tie_word_embeddings" not in merged and "tie_word_embeddings" in config:
         merged["tie_word_embeddings"] = config["tie_word_embeddings"]
-    notes.append(
-        f"language model read from 'text_config' (model_type '{inner_type or '(absent)'}'); "
-        "the vision tower and projector are not counted")
+    vision = config.get("vision_config")
+    tower = str(vision.get("model_type") or "") if isinstance(vision, dict) else ""
+    vision_note = (f"the vision tower ('{tower}') and projector are not part of the planned "
+                   "model; their parameters are counted apart (num_vision_parameters)"
+                   if tower in COUNTED_TOWERS else
+                   "the vision tower and projector are not planned and not counted")
+    notes.append(f"language model read from 'text_config' (model_type "
+                 f"'{inner_type or '(absent)'}'); {vision_note}")
     return merged, "text_config.", inner_type or outer_type
 
 
@@ -214,6 +222,10 @@ def _common_fields(reader: _Reader, model_type: str) -> dict[str, Any]:
                       parallel_residual=bool(reader.get("use_parallel_residual", default=True)))
     else:
         common["norm"] = NormKind.RMSNORM
+        if model_type in NONPARAMETRIC_NORM:
+            common["norm"] = NormKind.LAYERNORM_NO_AFFINE
+            reader.notes.append(f"{model_type}: LayerNorm without scale or bias (no "
+                                "parameters)")
         bias_default = model_type in ("qwen2", "qwen2_moe")
         common["attention_bias"] = bool(reader.get("attention_bias", "qkv_bias",
                                                    default=bias_default))

@@ -28,6 +28,8 @@ DEEPSEEK_LIKE = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
 COHERE_LIKE = frozenset({"cohere"})
 GPT2_LIKE = frozenset({"gpt2"})
 NEOX_LIKE = frozenset({"gpt_neox"})
+NONPARAMETRIC_NORM = frozenset({"olmo"})
+"""OLMo 1: LayerNorm without scale or bias (`OlmoLayerNorm`), so its norms hold no weights."""
 
 NESTED_TEXT_TYPES: dict[str, str] = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
 """Multimodal wrappers and the model type of the language model in their `text_config`
@@ -75,6 +77,7 @@ __all__ = [
     "MIXTRAL_LIKE",
     "NEOX_LIKE",
     "NESTED_TEXT_TYPES",
+    "NONPARAMETRIC_NORM",
     "OLMOE_LIKE",
     "POST_NORM_LAYERS",
     "QK_NORM_FAMILIES",

@@ -73,8 +73,10 @@ class ParameterCount:
 
 def norm_params(spec: ModelSpec, width: int) -> int:
     """Weights of one norm over `width` features: h for RMSNorm, 2h (scale, bias) for
-    LayerNorm."""
-    return width * (2 if spec.norm == NormKind.LAYERNORM else 1)
+    LayerNorm, none for a LayerNorm without affine parameters (OLMo 1: transformers
+    `OlmoLayerNorm`, OLMo arXiv:2402.00838 Sec. 2.1 'non-parametric layer norm')."""
+    per_feature = {NormKind.LAYERNORM: 2, NormKind.RMSNORM: 1, NormKind.LAYERNORM_NO_AFFINE: 0}
+    return width * per_feature[spec.norm]
 
 
 def attention_params(spec: ModelSpec, *, matrices_only: bool = False) -> int:

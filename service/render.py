@@ -128,13 +128,16 @@ def render_plan(plan: PlanResponse) -> str:
 
 
 def render_collective(result: CollectiveEstimateResponse) -> str:
-    """Algorithm, links, bytes per rank and the alpha-beta split of one collective."""
+    """Algorithm, links, bytes per rank, the alpha-beta split of one collective and its
+    exposed against hidden time."""
     lines = [f"{result.collective.value} of {gib(result.message_bytes)} over "
              f"{result.num_ranks} ranks: {result.algorithm.value} on {result.link.value}",
              f"  time {result.time_s * 1e3:.3f} ms (alpha {result.alpha_s * 1e3:.3f} ms, "
              f"beta {result.beta_s * 1e3:.3f} ms)",
              f"  sent per rank {gib(result.bytes_sent_per_rank)}; bus bandwidth "
-             f"{result.bus_bandwidth_bytes_per_s / 1e9:.1f} GB/s"]
+             f"{result.bus_bandwidth_bytes_per_s / 1e9:.1f} GB/s",
+             f"  exposed {result.exposed_s * 1e3:.3f} ms, hidden behind compute "
+             f"{result.hidden_s * 1e3:.3f} ms"]
     return "\n".join(lines)
 
 
@@ -168,17 +171,28 @@ def render_pipeline(result: PipelineSimulateResponse) -> str:
 
 
 def render_placement(result: MoePlacementResponse) -> str:
-    """Per-rank load and hosted replicas, with the traffic the placement costs."""
+    """Per-rank load and hosted replicas, with the traffic the placement costs; apart from
+    rank balance, each rank's padded expert rows and (with a GPU) its expert GEMM time."""
     lines = [f"{result.planner.value} placement ({result.status.value}): every rank computes "
              f"{result.capacity_per_rank} tokens; {result.num_redundant_experts} replicas "
              f"(bound E/R = {result.redundant_bound_per_rank} per rank); without replicas "
              f"max/mean load {result.no_redundancy_imbalance:.3f}"]
-    header = ["rank", "load", "replicated expert ids", "lower bound"]
-    rows = [[str(r), str(load), ",".join(map(str, hosted)) or "-", str(bound)]
-            for r, (load, hosted, bound) in enumerate(zip(
+    times = result.rank_expert_gemm_s
+    header = ["rank", "load", "replicated expert ids", "lower bound", "padded rows",
+              "expert GEMMs"]
+    rows = [[str(r), str(load), ",".join(map(str, hosted)) or "-", str(bound), str(padded),
+             f"{times[r] * 1e6:.2f} us" if times is not None else "-"]
+            for r, (load, hosted, bound, padded) in enumerate(zip(
                 result.rank_loads, result.redundant_experts, result.lower_bound_per_rank,
-                strict=True))]
+                result.rank_gemm_rows, strict=True))]
     lines += _table(header, rows)
+    inside = (f"slowest rank's expert GEMMs {result.expert_gemm_makespan_s * 1e6:.2f} us "
+              f"(max/mean {result.expert_gemm_imbalance:.3f})"
+              if result.expert_gemm_makespan_s is not None
+              and result.expert_gemm_imbalance is not None
+              else f"padded rows max/mean {result.gemm_rows_imbalance:.3f}")
+    lines.append(f"rank balance after placement max/mean {result.rank_load_imbalance:.3f}; "
+                 f"inside ranks: {inside}")
     lines.append(f"remote tokens {result.remote_tokens}, migrated {result.migrated_tokens}; "
                  f"prefetch {gib(result.prefetch_bytes)}, gradient reduce "
                  f"{gib(result.grad_reduce_bytes)}; {result.wall_time_s * 1e3:.2f} ms")

@@ -102,6 +102,11 @@ class ModelCatalogEntry(BaseModel):
                                 "included, MTP excluded).")
     num_activated_parameters: int = Field(description="Parameters one token touches.")
     num_mtp_parameters: int = Field(description="Multi-token-prediction parameters, apart.")
+    num_vision_parameters: int = Field(
+        default=0, description="Vision encoder, adapter and projector of a multimodal "
+        "checkpoint (Llama 4), apart: not planned, but part of the published checkpoint, "
+        "whose total is num_parameters + num_vision_parameters (+ MTP). 0 when there is "
+        "none or its kind is not modelled (the notes say so).")
 
 
 class ModelCatalog(BaseModel):
@@ -133,6 +138,11 @@ class FromHfResponse(BaseModel):
                                 "included, MTP excluded).")
     num_activated_parameters: int = Field(description="Parameters one token touches.")
     num_mtp_parameters: int = Field(description="Multi-token-prediction parameters, apart.")
+    num_vision_parameters: int = Field(
+        default=0, description="Vision encoder, adapter and projector of a multimodal "
+        "checkpoint (Llama 4), apart: not planned, but part of the published checkpoint, "
+        "whose total is num_parameters + num_vision_parameters (+ MTP). 0 when there is "
+        "none or its kind is not modelled (the notes say so).")
     notes: list[str] = Field(description="Every default or assumption applied while reading.")
 
 

@@ -1,7 +1,8 @@
 """Mixture-of-experts costs of expert parallelism (pure functions, no solver).
 
 Owns: all-to-all payload and its intra/inter-node split (`traffic`), load imbalance,
-receive buffers, capacity and redundant-expert traffic (`balance`), and the synthetic
+receive buffers, capacity and redundant-expert traffic (`balance`), the expert GEMM rows
+and time inside a rank (`expert_gemm`), and the synthetic
 routing skews used by tests and benchmarks (`skew`). Must not: import `solver` or
 OR-Tools, or compute collective times.
 """
@@ -19,6 +20,7 @@ from models.moe.balance import (
     receive_buffer_rows,
     redundant_expert_traffic,
 )
+from models.moe.expert_gemm import expert_forward_gemm_s, padded_rows, rank_expert_gemm_s
 from models.moe.skew import (
     RoutingSkew,
     SkewKind,
@@ -41,6 +43,9 @@ from models.moe.traffic import (
 )
 
 __all__ = [
+    "expert_forward_gemm_s",
+    "padded_rows",
+    "rank_expert_gemm_s",
     "AllToAllPayload",
     "CapacityOutcome",
     "CapacityPolicy",

@@ -15,12 +15,14 @@ from models.catalog import (
     NODE_PRESETS,
     gpu_ids,
     gpu_preset,
+    hf_preset_config,
     hf_preset_ids,
     model_ids,
     model_preset,
 )
 from models.hf_config import spec_from_hf_config
 from models.params import count_parameters
+from models.vision import vision_tower_params
 from service import limits
 from service.core import call_core
 from service.deps import SettingsDep
@@ -69,10 +71,14 @@ def _model_catalog() -> ModelCatalog:
     for preset_id in model_ids():
         spec = model_preset(preset_id)
         counts = count_parameters(spec)
+        vision = vision_tower_params(hf_preset_config(preset_id),
+                                     text_hidden_size=spec.hidden_size) \
+            if preset_id in hf_ids else None
         entries.append(ModelCatalogEntry(
             id=preset_id, source="hf_config" if preset_id in hf_ids else "megatron_gpt",
             spec=spec, num_parameters=counts.total, num_activated_parameters=counts.activated,
-            num_mtp_parameters=counts.mtp_total))
+            num_mtp_parameters=counts.mtp_total,
+            num_vision_parameters=vision.total if vision else 0))
     return ModelCatalog(models=entries)
 
 
@@ -100,15 +106,20 @@ def model_from_hf(
     settings: SettingsDep,
 ) -> FromHfResponse:
     """The ModelSpec of a Hugging Face `config.json`, with parameter counts (embeddings and
-    head included, MTP layers reported apart) and every assumption made while reading."""
+    head included, MTP layers and a multimodal checkpoint's vision tower reported apart) and
+    every assumption made while reading."""
     limits.check_hf_config(body.config, settings)
     ingested = call_core(partial(spec_from_hf_config, name=body.name), body.config)
     limits.check_model_spec(ingested.spec, settings)
     counts = call_core(count_parameters, ingested.spec)
+    vision = call_core(partial(vision_tower_params, text_hidden_size=ingested.spec.hidden_size),
+                       body.config)
     return FromHfResponse(spec=ingested.spec, model_type=ingested.model_type,
                           num_parameters=counts.total,
                           num_activated_parameters=counts.activated,
-                          num_mtp_parameters=counts.mtp_total, notes=list(ingested.notes))
+                          num_mtp_parameters=counts.mtp_total,
+                          num_vision_parameters=vision.total if vision else 0,
+                          notes=list(ingested.notes))
 
 
 __all__ = ["router"]

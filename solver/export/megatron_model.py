@@ -48,6 +48,9 @@ def model_args(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     if spec.mlp == MlpKind.SWIGLU:
         args.append("--swiglu")
     args += ["--normalization", "RMSNorm" if spec.norm == NormKind.RMSNORM else "LayerNorm"]
+    if spec.norm == NormKind.LAYERNORM_NO_AFFINE:
+        notes.append("norm='layernorm_no_affine' (no scale or bias) has no Megatron-LM "
+                     "core_v0.14.0 flag: its LayerNorm learns a scale and bias (2h per norm)")
     if not spec.linear_bias:
         args.append("--disable-bias-linear")
         if spec.attention_bias:

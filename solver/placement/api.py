@@ -1,9 +1,12 @@
 """Answer a POST /v1/moe/placement request with the chosen planner.
 
-Owns: mapping `MoePlacementRequest` onto `plan_constructive` / `plan_exact` and a
-`PlacementResult` onto `MoePlacementResponse`. Must not: do I/O (the service wires it).
+Owns: mapping `MoePlacementRequest` onto `plan_constructive` / `plan_exact`, a
+`PlacementResult` onto `MoePlacementResponse`, and the expert work inside each rank that the
+placement leaves (`models.moe.expert_gemm`). Must not: do I/O (the service wires it).
 """
 
+
+from typing import Any
 
 import numpy as np
 
@@ -14,12 +17,14 @@ from api_schemas.moe import (
     PlacementPlanner,
     PlacementStatus,
 )
+from models.catalog import gpu_preset
 from models.errors import InvalidSpecError
-from models.moe import imbalance_factor
+from models.moe import imbalance_factor, padded_rows, rank_expert_gemm_s
 from solver.cpsat import SolverConfig, SolveStatus
 from solver.placement.constructive import plan_constructive
 from solver.placement.exact import plan_exact
-from solver.placement.problem import PlacementResult
+from solver.placement.gemm_order import DEFAULT_TILE_ROWS
+from solver.placement.problem import IntArray, PlacementResult
 
 
 def plan_placement(
@@ -46,13 +51,51 @@ def plan_placement(
         result = plan_constructive(request.tokens, top_k=k, weight_bytes_per_expert=weight,
                                    grad_bytes_per_expert=grad)
         proven = result.num_redundant == int(result.lower_bound_per_rank.sum())
-    return placement_response(result, planner=request.planner, proven=proven)
+    response = placement_response(result, planner=request.planner, proven=proven,
+                                  tile_rows=request.tile_rows)
+    return response.model_copy(update=expert_times(request, response))
+
+
+def rank_expert_tokens(result: PlacementResult) -> IntArray:
+    """Tokens each rank computes per expert, [R, E], summed from the routes."""
+    p = result.problem
+    per_rank = np.zeros((p.num_ranks, p.num_experts), dtype=np.int64)
+    r = result.routes
+    np.add.at(per_rank, (r.destination, r.expert), r.tokens)
+    return per_rank
+
+
+def expert_times(request: MoePlacementRequest,
+                 response: MoePlacementResponse) -> dict[str, Any]:
+    """With a GPU and the expert shape: each rank's sum of expert GEMM times, their maximum
+    over ranks (the layer waits for the slowest) and max/mean; nothing otherwise.
+
+    Raises:
+        InvalidSpecError: on an unknown GPU preset (field `gpu`).
+    """
+    if request.gpu is None or not request.hidden_size or not request.expert_ffn_hidden_size:
+        return {}
+    try:
+        gpu = gpu_preset(request.gpu)
+    except InvalidSpecError as exc:
+        raise InvalidSpecError(str(exc), field="gpu") from exc
+    times = [rank_expert_gemm_s(row, hidden_size=request.hidden_size,
+                                expert_ffn_hidden_size=request.expert_ffn_hidden_size, gpu=gpu,
+                                dtype=request.compute_dtype, tile_rows=request.tile_rows)
+             for row in response.rank_expert_tokens]
+    mean = sum(times) / len(times)
+    return {"rank_expert_gemm_s": times, "expert_gemm_makespan_s": max(times),
+            "expert_gemm_imbalance": max(times) / mean if mean > 0 else 1.0}
 
 
 def placement_response(
-    result: PlacementResult, *, planner: PlacementPlanner, proven: bool
+    result: PlacementResult, *, planner: PlacementPlanner, proven: bool,
+    tile_rows: int = DEFAULT_TILE_ROWS,
 ) -> MoePlacementResponse:
-    """The API view of a placement."""
+    """The API view of a placement: rank balance after placement and, apart from it, the
+    expert work inside each rank (tokens per expert, GEMM rows padded to `tile_rows`)."""
+    per_rank = rank_expert_tokens(result)
+    rows = [padded_rows(row.tolist(), tile_rows=tile_rows) for row in per_rank]
     r = result.routes
     routes = [MoeRoute(source=s, expert=e, destination=d, tokens=t)
               for s, e, d, t in zip(r.source.tolist(), r.expert.tolist(),
@@ -73,7 +116,10 @@ def placement_response(
         grad_reduce_bytes=result.grad_reduce_bytes,
         no_redundancy_imbalance=imbalance_factor(np.asarray(p.home_loads)),
         wall_time_s=result.wall_time_s,
+        rank_load_imbalance=imbalance_factor(result.rank_loads),
+        rank_expert_tokens=per_rank.tolist(), rank_gemm_rows=rows,
+        gemm_rows_imbalance=imbalance_factor(rows) if sum(rows) else 1.0,
     )
 
 
-__all__ = ["placement_response", "plan_placement"]
+__all__ = ["expert_times", "placement_response", "plan_placement", "rank_expert_tokens"]

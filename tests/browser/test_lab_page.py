@@ -116,7 +116,6 @@ def test_every_tab_end_to_end_on_a_desktop(page_for: Any, tmp_path: Path) -> Non
     region = answer(page, "mesh")
     assert region.locator("svg.mesh g.rank").count() == 32
     assert_labelled_figure(region)
-    page.screenshot(path=str(shots / "lab-mesh.png"), full_page=True)
     page.click("[data-preset=mesh-invalid]")
     region = answer(page, "mesh")
     assert "world-size" in region.locator(".problem").first.inner_text()
@@ -150,7 +149,6 @@ def test_every_tab_end_to_end_on_a_desktop(page_for: Any, tmp_path: Path) -> Non
     assert "(imbalanced)" in region.inner_text()
     assert region.locator("svg.placement rect.load.after").count() == 4
     assert_labelled_figure(region)
-    page.screenshot(path=str(shots / "lab-comm.png"), full_page=True)
     page.click("[data-preset=comm-fits]")
     assert "alpha (latency)" in answer(page, "comm").inner_text()
     page.click("[data-preset=comm-invalid]")
@@ -160,6 +158,57 @@ def test_every_tab_end_to_end_on_a_desktop(page_for: Any, tmp_path: Path) -> Non
     problems = region.locator(".problem")
     assert problems.count() == 1 and "DeepEP-style worst case" in problems.inner_text()
     assert "MoonEP fixed" in region.locator(".verdict-ok").inner_text()
+    assert page.errors == []
+
+
+def test_mesh_oom_and_the_communication_splits_on_a_desktop(page_for: Any,
+                                                            tmp_path: Path) -> None:
+    page = page_for(DESKTOP)
+    shots = screenshot_dir(tmp_path)
+
+    # Parallel mesh: the OOM preset lays out the mesh and sizes its per-GPU memory.
+    page.click("#tab-mesh")
+    page.click("[data-preset=mesh-oom]")
+    region = answer(page, "mesh")
+    region.locator(".problem").wait_for()
+    problem = region.locator(".problem").inner_text()
+    assert "Out of memory" in problem and "Stage 0 needs" in problem
+    assert region.locator("h2").inner_text() == "8 GPUs: valid mesh"
+    assert region.locator("svg.mesh g.rank").count() == 8
+    assert_labelled_figure(region)
+    page.screenshot(path=str(shots / "lab-mesh.png"), full_page=True)
+    # Without a model the tab stays a mesh-only lab.
+    page.click("[data-preset=mesh-fits]")
+    region = answer(page, "mesh")
+    assert region.locator(".problem").count() == 0
+    assert region.locator("h3", has_text="Per-GPU memory").count() == 0
+
+    # Collective: a ring all-reduce of 1 GiB over 16 ranks takes 30 x 10 us + 2 x 15/16 GiB
+    # / 50 GB/s = 40.57 ms; 90% may overlap but only 20 ms of compute is there to hide
+    # behind, so 20 ms hide and 20.57 ms stay exposed.
+    page.click("#tab-comm")
+    page.click("[data-preset=comm-fits]")
+    region = answer(page, "comm")
+    text = region.inner_text()
+    assert "Exposed against hidden time" in text
+    rows = {row.locator("td").nth(0).inner_text(): row.locator("td").nth(1).inner_text()
+            for row in region.locator("table").nth(1).locator("tbody tr").all()}
+    assert rows["hidden behind compute"] == "20.000 ms"
+    assert rows["exposed (on the critical path)"] == "20.565 ms"
+    assert region.locator(".split .exposed").count() == 1
+
+    # MoE: exact rank balance, apart from the skew of expert GEMMs inside each rank.
+    page.click("[data-preset=comm-imbalance]")
+    region = answer(page, "comm")
+    text = region.inner_text()
+    assert "Rank balance (tokens each rank computes)" in text
+    assert "after placement max/mean 1.000" in text
+    makespan = region.locator(".expert-makespan").inner_text()
+    assert "Slowest rank's expert GEMMs" in makespan and "skewed inside ranks" in makespan
+    per_rank = region.locator("table", has=page.locator("caption", has_text="Per-rank"))
+    assert per_rank.locator("tbody tr").count() == 4
+    assert_labelled_figure(region)
+    page.screenshot(path=str(shots / "lab-comm.png"), full_page=True)
     assert page.errors == []
 
 

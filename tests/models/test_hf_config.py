@@ -9,7 +9,7 @@ from models.hf_config import spec_from_hf_config
 
 
 def test_all_fixture_configs_are_read() -> None:
-    assert len(hf_preset_ids()) == 29
+    assert len(hf_preset_ids()) == 32
     for preset in hf_preset_ids():
         ingested = spec_from_hf_config(hf_preset_config(preset), name=preset)
         assert ingested.spec.num_layers > 0
@@ -137,6 +137,30 @@ def test_gpt_oss_reads_experts_from_intermediate_size() -> None:
     assert moe is not None and (moe.num_experts, moe.top_k) == (32, 4)
     assert moe.expert_ffn_hidden_size == 2880 and ingested.spec.attention_bias
     assert any("not counted" in note for note in ingested.notes)
+
+
+def test_phi_4_is_read_as_phi3_with_grouped_query_attention() -> None:
+    ingested = spec_from_hf_config(hf_preset_config("phi-4"))
+    spec = ingested.spec
+    assert ingested.model_type == "phi3" and spec.attention == AttentionKind.GQA
+    assert (spec.num_layers, spec.hidden_size, spec.kv_heads) == (40, 5120, 10)
+    assert spec.mlp == MlpKind.SWIGLU and not spec.tie_word_embeddings
+
+
+def test_granite_keeps_its_own_tied_embeddings() -> None:
+    spec = spec_from_hf_config(hf_preset_config("granite-3.3-8b-instruct")).spec
+    assert spec.tie_word_embeddings and spec.attention == AttentionKind.GQA
+    untied = dict(hf_preset_config("granite-3.3-8b-instruct"), tie_word_embeddings=False)
+    assert not spec_from_hf_config(untied).spec.tie_word_embeddings
+
+
+def test_olmo_1_norms_have_no_parameters() -> None:
+    ingested = spec_from_hf_config(hf_preset_config("olmo-1b-hf"))
+    assert ingested.spec.norm == NormKind.LAYERNORM_NO_AFFINE
+    assert ingested.spec.tie_word_embeddings
+    assert any("without scale or bias" in note for note in ingested.notes)
+    olmo2 = spec_from_hf_config(hf_preset_config("olmo-2-1124-13b")).spec
+    assert olmo2.norm == NormKind.RMSNORM
 
 
 def test_inconsistent_heads_are_rejected_with_the_values() -> None:

@@ -2,8 +2,9 @@
 
 import pytest
 
-from models.catalog import MEGATRON_2021_TABLE1, model_preset
+from models.catalog import MEGATRON_2021_TABLE1, hf_preset_config, model_preset
 from models.params import count_parameters, layer_params
+from models.vision import vision_tower_params
 
 # Printed "Params (B)" of Megatron-LM 2021 Table 1 (arXiv:2104.04473).
 PRINTED_PARAMS_B = {
@@ -82,10 +83,20 @@ PUBLISHED_COUNTS = {
     "qwen3-30b-a3b": (30_532_122_624, None, "keras-hub qwen3_moe_30b_a3b_en"),
     "gpt-oss-20b": (20_914_757_184, None, "keras-hub gpt_oss_20b_en; model card 20.91B"),
     "deepseek-v2": (236e9, None, "DeepSeek-V2 arXiv:2405.04434 abstract: 236B total"),
-    "llama-4-maverick-17b-128e": (400e9, None, "Llama 4 model card: 400B total"),
+    "phi-4": (14_659_507_200, None, "microsoft/phi-4 checkpoint parameter count (GGUF "
+              "general.parameter_count of its conversions); model card: 14B"),
+    "granite-3.3-8b-instruct": (8_170_864_640, None, "Hugging Face Hub safetensors total of "
+                                "ibm-granite/granite-3.3-8b-instruct; model card: 8B"),
     "olmo-2-1124-13b": (54_864_793_600 // 4, None,
                         "allenai/OLMo-2-1124-13B safetensors index total_size / 4 (float32)"),
     "command-r-v01": (35e9, None, "transformers Cohere docs: 'a 35B parameter' model"),
+    "mixtral-8x7b": (46.7e9, None, "Mistral AI, 'Mixtral of experts' (Dec 2023): 46.7B total"),
+    "mixtral-8x22b": (141e9, None, "Mistral AI, Mixtral 8x22B announcement (Apr 2024): 141B"),
+    "deepseek-v3": (671e9, None, "DeepSeek-V3 arXiv:2412.19437 abstract: 671B total"),
+    "qwen3-235b-a22b": (235e9, None, "Qwen3 technical report arXiv:2505.09388: 235B total"),
+    "olmoe-1b-7b-0924": (6.9e9, None, "OLMoE arXiv:2409.02060 Table 1: 6.9B total"),
+    "olmo-1b-hf": (1_176_764_416, None, "allenai/OLMo-1B parameter count of the released "
+                   "model (parameter-free LayerNorms); the paper's '1B'"),
 }
 
 
@@ -95,12 +106,51 @@ def test_hub_family_counts_match_the_published_count(preset: str) -> None:
     assert count_parameters(model_preset(preset)).total == pytest.approx(total, rel=0.005)
 
 
+# Published totals of multimodal checkpoints: the language model the plan covers plus the
+# vision tower counted apart (models/vision.py).
+CHECKPOINT_COUNTS = {
+    "llama-4-scout-17b-16e": (109e9, "Llama 4 model card: 109B total"),
+    "llama-4-maverick-17b-128e": (400e9, "Llama 4 model card: 400B total"),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(CHECKPOINT_COUNTS))
+def test_multimodal_checkpoint_counts_match_the_model_card(preset: str) -> None:
+    spec = model_preset(preset)
+    vision = vision_tower_params(hf_preset_config(preset), text_hidden_size=spec.hidden_size)
+    assert vision is not None
+    total = count_parameters(spec).total + vision.total
+    assert total == pytest.approx(CHECKPOINT_COUNTS[preset][0], rel=0.005)
+
+
+def test_llama_4_scout_checkpoint_is_counted_exactly() -> None:
+    spec = model_preset("llama-4-scout-17b-16e")
+    vision = vision_tower_params(hf_preset_config("llama-4-scout-17b-16e"),
+                                 text_hidden_size=spec.hidden_size)
+    assert vision is not None
+    # Hugging Face Hub safetensors total of meta-llama/Llama-4-Scout-17B-16E-Instruct.
+    assert count_parameters(spec).total + vision.total == 108_641_793_536
+    # Without the vision side the text decoder alone misses the card by more than 1%.
+    assert count_parameters(spec).total / 109e9 - 1 < -0.01
+    d, f = 1408, 5632
+    assert vision.encoder_layers == 34 * (4 * (d * d + d) + 2 * d * f + f + d + 4 * d)
+    assert vision.projector == 4096 * 5120
+
+
 def test_gemma_gated_mlp_and_tied_embeddings_are_counted() -> None:
     spec = model_preset("gemma-7b")
     count = count_parameters(spec)
     # Gemma paper arXiv:2403.08295 Table 2 prints 7,751,248,896 non-embedding parameters.
     assert count.total - count.embedding == pytest.approx(7_751_248_896, rel=0.005)
     assert count.head == 0 and layer_params(spec, 0).dense_mlp == 3 * 3072 * 24576
+
+
+def test_olmo_1_layer_norms_hold_no_weights() -> None:
+    spec = model_preset("olmo-1b-hf")
+    assert layer_params(spec, 0).norms == 0 and count_parameters(spec).final_norm == 0
+    # 16 layers of 4h^2 attention and 3hf SwiGLU, plus the tied V x h embedding.
+    h, f = 2048, 8192
+    assert count_parameters(spec).total == 16 * (4 * h * h + 3 * h * f) + 50304 * h
 
 
 def test_gemma_2_has_four_norms_per_layer() -> None:
@@ -133,6 +183,8 @@ PINNED_TOTALS = {
     "deepseek-v2-lite": 15_706_484_224, "deepseek-v3": 671_026_419_200,
     "gemma-2-9b": 9_241_705_984, "gemma-3-27b-it": 27_009_346_304,
     "gemma-7b": 8_537_680_896, "gpt-neox-20b": 20_554_567_680,
+    "granite-3.3-8b-instruct": 8_170_864_640, "phi-4": 14_659_507_200,
+    "olmo-1b-hf": 1_176_764_416,
     "gpt-oss-20b": 20_908_050_240, "gpt2": 124_439_808, "gpt2-medium": 354_823_168,
     "kimi-k2-instruct": 1_026_408_232_448, "llama-3.1-405b": 405_853_388_800,
     "llama-3.1-70b": 70_553_706_496, "llama-3.1-8b": 8_030_261_248,

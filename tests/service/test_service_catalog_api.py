@@ -32,6 +32,11 @@ def test_model_catalog_carries_parameter_counts(client: httpx.Client) -> None:
     assert v3["num_mtp_parameters"] > 0
     assert models["gpt-175b"]["source"] == "megatron_gpt"
     assert models["llama-3.1-405b"]["num_parameters"] == pytest.approx(405e9, rel=0.01)
+    scout = models["llama-4-scout-17b-16e"]
+    # Llama 4 model card: 109B total for the multimodal checkpoint.
+    assert scout["num_parameters"] + scout["num_vision_parameters"] == pytest.approx(
+        109e9, rel=0.005)
+    assert models["llama-3.1-405b"]["num_vision_parameters"] == 0
 
 
 def test_from_hf_reads_a_config(client: httpx.Client) -> None:

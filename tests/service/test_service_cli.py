@@ -19,6 +19,7 @@ from service.client import AtlasClient
 from service.render import (
     describe_parallel,
     gib,
+    render_collective,
     render_memory,
     render_pipeline,
     render_placement,
@@ -84,6 +85,9 @@ def test_collective_command(tmp_path: Path) -> None:
     assert cli.main(argv) == 0
     answer = CollectiveEstimateResponse.model_validate_json(out.read_text(encoding="utf-8"))
     assert answer.bytes_sent_per_rank == 2 * 7 * 2**30 // 8
+    # Without an overlap input nothing hides: the whole time is exposed.
+    assert answer.exposed_s == answer.time_s and answer.hidden_s == 0
+    assert f"exposed {answer.time_s * 1e3:.3f} ms" in render_collective(answer)
 
 
 def test_server_mode_goes_through_the_client(client: httpx.Client, tmp_path: Path,
@@ -155,6 +159,19 @@ def test_placement_command_reads_yaml(tmp_path: Path) -> None:
     result = MoePlacementResponse.model_validate_json(out.read_text(encoding="utf-8"))
     assert result.rank_loads == [16, 16, 16, 16]
     assert "every rank computes 16 tokens" in render_placement(result)
+    assert "rank balance after placement max/mean 1.000" in render_placement(result)
+
+
+def test_placement_text_shows_the_expert_gemm_makespan_apart() -> None:
+    from api_schemas.moe import MoePlacementRequest
+    from solver.placement.api import plan_placement
+
+    body = dict(PLACEMENT_EXAMPLES["4-ranks-8-experts"]["value"], gpu="h100-sxm5-80gb",
+                hidden_size=7168, expert_ffn_hidden_size=2048)
+    result = plan_placement(MoePlacementRequest.model_validate(body))
+    assert result.expert_gemm_makespan_s is not None
+    text = render_placement(result)
+    assert f"slowest rank's expert GEMMs {result.expert_gemm_makespan_s * 1e6:.2f} us" in text
 
 
 def test_plan_command_searches_and_pins(tmp_path: Path) -> None:

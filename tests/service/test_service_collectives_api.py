@@ -54,3 +54,20 @@ def test_links_must_be_given_one_way(client: httpx.Client) -> None:
     assert response.status_code == 422
     assert response.json()["code"] == "invalid-request"
     assert "bandwidth_bytes_per_s" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(("overlap", "window", "hidden_share"), [
+    ({}, None, 0.0), ({"overlap_frac": 0.9}, None, 0.9), ({"overlap_frac": 1.0}, 1e-4, None)])
+def test_time_splits_into_hidden_and_exposed(client: httpx.Client, overlap: dict[str, float],
+                                             window: float | None,
+                                             hidden_share: float | None) -> None:
+    body = {"collective": "all_reduce", "num_ranks": 32, "message_bytes": 268435456,
+            "bandwidth_bytes_per_s": 50e9, "latency_s": 1e-5, **overlap}
+    if window is not None:
+        body["overlap_window_s"] = window
+    result = client.post("/v1/collectives/estimate", json=body).json()
+    assert result["hidden_s"] + result["exposed_s"] == pytest.approx(result["time_s"])
+    if hidden_share is None:  # bounded by the compute it hides behind
+        assert result["hidden_s"] == pytest.approx(window)
+    else:
+        assert result["hidden_s"] == pytest.approx(hidden_share * result["time_s"])

@@ -113,6 +113,17 @@ def test_placement_balances_every_rank(client: httpx.Client, name: str) -> None:
             "redundant_experts"]
 
 
+def test_placement_reports_the_expert_gemm_makespan_apart(client: httpx.Client) -> None:
+    body = {"num_experts": 8, "top_k": 2, "gpu": "h100-sxm5-80gb", "hidden_size": 4096,
+            "expert_ffn_hidden_size": 14336,
+            "tokens": [[30, 1, 1, 0, 0, 0, 0, 0], [28, 2, 1, 1, 0, 0, 0, 0],
+                       [31, 0, 0, 1, 0, 0, 0, 0], [29, 1, 1, 1, 0, 0, 0, 0]]}
+    result = client.post("/v1/moe/placement", json=body).json()
+    assert result["rank_load_imbalance"] == 1.0
+    assert result["expert_gemm_makespan_s"] == max(result["rank_expert_gemm_s"])
+    assert result["expert_gemm_imbalance"] > 1.0
+
+
 @pytest.mark.parametrize(("body", "code", "field"), [
     ({"num_experts": 3, "top_k": 1, "tokens": [[1, 2, 3], [3, 2, 1]]}, "invalid-spec",
      ["body", "tokens"]),

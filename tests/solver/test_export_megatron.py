@@ -339,3 +339,16 @@ def test_dense_model_has_no_expert_flags_and_gpt2_keeps_learned_positions() -> N
     assert "--fp16" in args and "--disable-bias-linear" not in args
     assert _value(args, "--normalization") == "LayerNorm"
 
+
+
+def test_a_norm_without_affine_parameters_is_exported_with_a_note() -> None:
+    from models.catalog import model_preset
+
+    spec = model_preset("olmo-1b-hf")
+    training = TrainingSpec(global_batch_size=8, sequence_length=2048)
+    parallel = ParallelConfig(dp=8)
+    assert _value(megatron_args(spec, training, parallel), "--normalization") == "LayerNorm"
+    notes = megatron_notes(spec, training, parallel)
+    assert any("layernorm_no_affine" in note for note in notes)
+    plain = megatron_notes(model_preset("llama-3.1-8b"), training, parallel)
+    assert not any("layernorm_no_affine" in note for note in plain)

@@ -196,16 +196,36 @@ function meshBody(v) {
   return { cluster: { num_nodes: v.num_nodes, gpus_per_node: v.gpus_per_node }, order: v.order, max_ranks: 64,
     parallel: { tp: v.tp, cp: v.cp, dp: v.dp, pp: v.pp, ep: v.ep, etp: v.etp, sequence_parallel: v.tp > 1 } };
 }
+function meshMemoryBody(v) {
+  return { model: { preset: v.model }, cluster: { gpu: v.gpu, num_nodes: v.num_nodes, gpus_per_node: v.gpus_per_node },
+    training: { global_batch_size: v.global_batch_size, sequence_length: v.sequence_length },
+    parallel: { tp: v.tp, cp: v.cp, dp: v.dp, pp: v.pp, ep: v.ep, etp: v.etp, zero_stage: Number(v.zero_stage), sequence_parallel: v.tp > 1 } };
+}
+function memoryVerdict(report) {
+  const binding = report.stages.find((s) => s.stage === report.binding_stage);
+  const largest = [...binding.components].sort((a, b) => b.bytes - a.bytes)[0];
+  return report.fits
+    ? el("p", { class: "verdict-ok", text: `Fits: peak ${gib(report.peak_bytes)} on stage ${report.binding_stage} of ${gib(report.capacity_bytes)} usable.` })
+    : el("div", { class: "problem", role: "alert" }, el("strong", { text: "Out of memory" }),
+        el("p", { class: "detail", text: `Stage ${report.binding_stage} needs ${gib(report.peak_bytes)} but ${gib(report.capacity_bytes)} are usable; its largest item is ${largest.name} (${gib(largest.bytes)}).` }));
+}
 async function runMesh(form, out) {
   await guarded(out, "Placing", async () => {
     const v = values(form);
     const body = meshBody(v);
     const [report, picture] = await Promise.all([post("/v1/mesh", body), postSvg(`/v1/mesh?format=svg&colour_by=${encodeURIComponent(v.colour_by)}`, body)]);
+    let memory = null;
+    if (v.model) {
+      try { memory = [el("h3", { text: `Per-GPU memory of ${v.model} on this mesh` }), memoryVerdict(await post("/v1/ledger/memory", meshMemoryBody(v)))]; } catch (error) {
+        if (!(error instanceof ProblemError)) throw error;
+        memory = [el("h3", { text: `Per-GPU memory of ${v.model} on this mesh` }), problemBox(error.problem)];
+      }
+    }
     const problems = report.problems.map((p) => el("div", { class: p.severity === "error" ? "problem" : "note", role: p.severity === "error" ? "alert" : null },
       el("strong", { text: `${p.severity} [${p.rule}] ${p.field}` }), el("p", { class: "detail", text: p.message }),
       p.alternative ? el("p", { text: `Nearby valid alternative: ${p.alternative.change}` }) : null));
     show(out, labelled([
-      el("h2", { text: `${report.world_size} GPUs: ${report.valid ? "valid" : "invalid"} mesh` }), problems,
+      el("h2", { text: `${report.world_size} GPUs: ${report.valid ? "valid" : "invalid"} mesh` }), problems, memory,
       el("h3", { text: "Group kinds: placement and collectives" }),
       table(["kind", "size x groups", "placement", "collectives (frequency)"], report.axes.map((a) => [a.kind, `${a.group_size} x ${a.num_groups}`,
         a.all_intra_node ? "inside a node" : `across ${a.max_nodes_spanned} nodes`,
@@ -273,10 +293,15 @@ async function runCompare(form, out) {
 async function runCollective(form, out) {
   await guarded(out, "Estimating", async () => {
     const v = values(form);
-    const r = await post("/v1/collectives/estimate", drop({ collective: v.collective, num_ranks: v.num_ranks, message_bytes: v.message_bytes, bandwidth_bytes_per_s: v.bandwidth_bytes_per_s, latency_s: v.latency_s }));
+    const r = await post("/v1/collectives/estimate", drop({ collective: v.collective, num_ranks: v.num_ranks, message_bytes: v.message_bytes, bandwidth_bytes_per_s: v.bandwidth_bytes_per_s, latency_s: v.latency_s, overlap_frac: v.overlap_frac, overlap_window_s: v.overlap_window_s }));
+    const share = r.time_s > 0 ? r.exposed_s / r.time_s : 0;
     show(out, labelled([el("h2", { text: `${r.collective} of ${gib(r.message_bytes)} over ${r.num_ranks} ranks: ${r.algorithm} on ${r.link}` }),
       table(["", "value"], [["time (alpha + beta)", seconds(r.time_s)], ["alpha (latency)", seconds(r.alpha_s)], ["beta (bandwidth)", seconds(r.beta_s)],
         ["bytes sent per rank", gib(r.bytes_sent_per_rank)], ["bus bandwidth", `${(r.bus_bandwidth_bytes_per_s / 1e9).toFixed(1)} GB/s`]]),
+      el("h3", { text: "Exposed against hidden time" }),
+      el("div", { class: "split", role: "img", "aria-label": `exposed ${pct(share)} of the collective's time` },
+        el("span", { class: "exposed", style: `width: ${(100 * share).toFixed(1)}%` }), el("span", { class: "hidden-part", style: `width: ${(100 * (1 - share)).toFixed(1)}%` })),
+      table(["", "value"], [["exposed (on the critical path)", seconds(r.exposed_s)], ["hidden behind compute", seconds(r.hidden_s)], ["exposed share", pct(share)]], "Split under the overlap input"),
       r.phases.length ? table(["phase", "links", "ranks", "bytes per rank", "alpha", "beta"], r.phases.map((p) => [`${p.collective} (${p.algorithm})`, p.link, String(p.num_ranks), gib(p.bytes_sent_per_rank), seconds(p.alpha_s), seconds(p.beta_s)]), "Hierarchical phases") : null]));
   });
 }
@@ -285,12 +310,23 @@ async function runMoe(form, out) {
     const v = values(form);
     let tokens;
     try { tokens = JSON.parse(v.tokens); } catch (e) { throw new ProblemError({ code: "invalid-request", title: "Token counts are not JSON", detail: String(e.message) }); }
-    const body = { num_experts: v.num_experts, top_k: v.top_k, tokens };
+    const body = drop({ num_experts: v.num_experts, top_k: v.top_k, tokens, tile_rows: v.tile_rows });
+    if (v.gpu) Object.assign(body, { gpu: v.gpu, hidden_size: v.hidden_size, expert_ffn_hidden_size: v.expert_ffn_hidden_size });
     const [r, picture] = await Promise.all([post("/v1/moe/placement", body), postSvg("/v1/moe/placement?format=svg", body)]);
     const imbalanced = r.no_redundancy_imbalance > 1.2;
+    const timed = r.rank_expert_gemm_s !== null;
+    const skewed = (timed ? r.expert_gemm_imbalance : r.gemm_rows_imbalance) > 1.05;
+    const experts = (row) => row.map((n, e) => (n ? `e${e}:${n}` : null)).filter(Boolean).join(" ");
     show(out, labelled([el("h2", { text: `Every rank computes ${r.capacity_per_rank} tokens with ${r.num_redundant_experts} replicas` }),
-      el("p", { class: imbalanced ? "verdict-bad" : "verdict-ok", text: `Rank balance without replicas: max/mean ${r.no_redundancy_imbalance.toFixed(3)}${imbalanced ? " (imbalanced)" : ""}; after placement every rank load is ${r.capacity_per_rank}.` }),
+      el("h3", { text: "Rank balance (tokens each rank computes)" }),
+      el("p", { class: imbalanced ? "verdict-bad" : "verdict-ok", text: `Rank balance without replicas: max/mean ${r.no_redundancy_imbalance.toFixed(3)}${imbalanced ? " (imbalanced)" : ""}; after placement max/mean ${r.rank_load_imbalance.toFixed(3)}, every rank load is ${r.capacity_per_rank}.` }),
       table(["rank", "load after", "hosted replicas", "fewest possible"], r.rank_loads.map((load, i) => [String(i), String(load), r.redundant_experts[i].join(",") || "-", String(r.lower_bound_per_rank[i])])),
+      el("h3", { text: "Inside each rank: expert GEMM makespan" }),
+      el("p", { class: skewed ? "verdict-bad expert-makespan" : "verdict-ok expert-makespan", text: timed
+        ? `Slowest rank's expert GEMMs: ${seconds(r.expert_gemm_makespan_s)} forward (max/mean ${r.expert_gemm_imbalance.toFixed(3)}${skewed ? ", skewed inside ranks" : ""}); the layer waits for this rank even when rank loads are equal.`
+        : `Tile-padded GEMM rows: max/mean ${r.gemm_rows_imbalance.toFixed(3)}${skewed ? ", skewed inside ranks" : ""}. Pick a GPU to time each rank's expert GEMMs.` }),
+      table(["rank", "tokens per expert", "padded rows", "sum of expert GEMM times"], r.rank_expert_tokens.map((row, i) => [String(i), experts(row),
+        String(r.rank_gemm_rows[i]), timed ? seconds(r.rank_expert_gemm_s[i]) : "-"]), "Per-rank expert work"),
       table(["", "value"], [["remote tokens", String(r.remote_tokens)], ["migrated tokens", String(r.migrated_tokens)], ["prefetch", gib(r.prefetch_bytes)], ["gradient reduce", gib(r.grad_reduce_bytes)]]),
       figure(picture, "Rank loads before and after, routes")]));
   });
@@ -325,18 +361,19 @@ const PRESETS = {
   "memory-invalid": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, tp: 3, pp: 1, dp: 8 }],
   "memory-oom": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, tp: 1, pp: 1, dp: 8, zero_stage: 0 }],
   "memory-imbalance": ["form-memory", { model: "llama-3.1-70b", num_nodes: 8, gpus_per_node: 8, global_batch_size: 512, sequence_length: 8192, tp: 8, pp: 8, dp: 1, zero_stage: 1, schedule: "1f1b" }],
-  "mesh-fits": ["form-mesh", { num_nodes: 4, gpus_per_node: 8, tp: 2, cp: 2, dp: 4, pp: 2, ep: 4, etp: 2, order: "tp-cp-ep-dp-pp", colour_by: "tp" }],
-  "mesh-invalid": ["form-mesh", { num_nodes: 2, gpus_per_node: 8, tp: 3, cp: 1, dp: 2, pp: 2, ep: 1, etp: 1, order: "tp-cp-ep-dp-pp" }],
-  "mesh-cross": ["form-mesh", { num_nodes: 2, gpus_per_node: 8, tp: 16, cp: 1, dp: 1, pp: 1, ep: 1, etp: 1, order: "tp-cp-ep-dp-pp", colour_by: "tp" }],
-  "mesh-imbalance": ["form-mesh", { num_nodes: 2, gpus_per_node: 4, tp: 1, cp: 1, dp: 8, pp: 1, ep: 8, etp: 1, order: "tp-cp-ep-dp-pp", colour_by: "ep" }],
+  "mesh-fits": ["form-mesh", { model: "", num_nodes: 4, gpus_per_node: 8, tp: 2, cp: 2, dp: 4, pp: 2, ep: 4, etp: 2, order: "tp-cp-ep-dp-pp", colour_by: "tp" }],
+  "mesh-invalid": ["form-mesh", { model: "", num_nodes: 2, gpus_per_node: 8, tp: 3, cp: 1, dp: 2, pp: 2, ep: 1, etp: 1, order: "tp-cp-ep-dp-pp" }],
+  "mesh-cross": ["form-mesh", { model: "", num_nodes: 2, gpus_per_node: 8, tp: 16, cp: 1, dp: 1, pp: 1, ep: 1, etp: 1, order: "tp-cp-ep-dp-pp", colour_by: "tp" }],
+  "mesh-oom": ["form-mesh", { num_nodes: 1, gpus_per_node: 8, tp: 2, cp: 1, dp: 4, pp: 1, ep: 1, etp: 1, order: "tp-cp-ep-dp-pp", colour_by: "dp", model: "llama-3.1-70b", gpu: "h100-sxm5-80gb", global_batch_size: 64, sequence_length: 4096, zero_stage: 0 }],
+  "mesh-imbalance": ["form-mesh", { model: "", num_nodes: 2, gpus_per_node: 4, tp: 1, cp: 1, dp: 8, pp: 1, ep: 8, etp: 1, order: "tp-cp-ep-dp-pp", colour_by: "ep" }],
   "pipeline-fits": ["form-pipeline", { schedule: "zb_h1", num_stages: 4, num_micro_batches: 8, num_chunks: 1, F: "1.0", B: "1.0", W: "1.0", p2p_latency_s: 0.05, memory_limit: null }],
   "pipeline-invalid": ["form-pipeline", { schedule: "interleaved_1f1b", num_stages: 4, num_micro_batches: 8, num_chunks: 1, memory_limit: null }],
   "pipeline-oom": ["form-pipeline", { schedule: "1f1b", num_stages: 4, num_micro_batches: 8, num_chunks: 1, F: "1.0", B: "1.0", W: "1.0", memory_limit: 0.5 }],
   "pipeline-imbalance": ["form-pipeline", { schedule: "1f1b", num_stages: 4, num_micro_batches: 8, num_chunks: 1, F: "1.0 1.0 1.0 2.0", B: "1.0 1.0 1.0 2.0", W: "1.0", memory_limit: null }],
-  "comm-fits": ["form-collective", { collective: "all_reduce", num_ranks: 16, message_bytes: 1073741824, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5 }],
+  "comm-fits": ["form-collective", { collective: "all_reduce", num_ranks: 16, message_bytes: 1073741824, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5, overlap_frac: 0.9, overlap_window_s: 0.02 }],
   "comm-invalid": ["form-collective", { collective: "all_reduce", num_ranks: 0, message_bytes: 1073741824, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5 }],
   "comm-oom": ["form-buffers", { tokens_per_rank: 8192, top_k: 8, ep_size: 64, experts_per_rank: 4, hidden_size: 7168, bytes_per_elem: 2, token_padding: 128, budget_bytes: 8589934592 }],
-  "comm-imbalance": ["form-moe", { num_experts: 8, top_k: 2, tokens: "[[30,1,1,0,0,0,0,0],[28,2,1,1,0,0,0,0],[31,0,0,1,0,0,0,0],[29,1,1,1,0,0,0,0]]" }],
+  "comm-imbalance": ["form-moe", { num_experts: 8, top_k: 2, tokens: "[[30,1,1,0,0,0,0,0],[28,2,1,1,0,0,0,0],[31,0,0,1,0,0,0,0],[29,1,1,1,0,0,0,0]]", gpu: "h100-sxm5-80gb", hidden_size: 7168, expert_ffn_hidden_size: 2048, tile_rows: 128 }],
 };
 const RUNNERS = { "form-plan": runPlan, "form-memory": runMemory, "form-mesh": runMesh, "form-pipeline": runPipeline,
   "form-collective": runCollective, "form-moe": runMoe, "form-buffers": runBuffers };
@@ -384,7 +421,8 @@ async function loadCatalog() {
     const ids = { models: models.models.map((m) => m.id), gpus: gpus.gpus.map((g) => g.id) };
     for (const select of document.querySelectorAll("select[data-catalog]")) {
       const current = select.value;
-      select.replaceChildren(...ids[select.dataset.catalog].map((id) => el("option", { value: id, text: id })));
+      const blank = select.dataset.blank ? [el("option", { value: "", text: select.dataset.blank })] : [];
+      select.replaceChildren(...blank, ...ids[select.dataset.catalog].map((id) => el("option", { value: id, text: id })));
       select.value = current;
     }
   } catch { /* the built-in options stay */ }

@@ -83,3 +83,34 @@ def test_plan_placement_reports_invalid_counts() -> None:
     request = MoePlacementRequest(num_experts=4, top_k=1, tokens=[[1, 1, 1, 1], [4, 0, 0, 1]])
     with pytest.raises(InvalidSpecError, match="row 1 of tokens sums to 5"):
         plan_placement(request)
+
+
+SKEWED = [[30, 1, 1, 0, 0, 0, 0, 0], [28, 2, 1, 1, 0, 0, 0, 0],
+          [31, 0, 0, 1, 0, 0, 0, 0], [29, 1, 1, 1, 0, 0, 0, 0]]
+
+
+def test_rank_balance_is_reported_apart_from_the_expert_work_inside_ranks() -> None:
+    request = MoePlacementRequest(num_experts=8, top_k=2, tokens=SKEWED, gpu="h100-sxm5-80gb",
+                                  hidden_size=7168, expert_ffn_hidden_size=2048)
+    response = plan_placement(request)
+    assert response.rank_load_imbalance == 1.0
+    per_rank = np.asarray(response.rank_expert_tokens)
+    assert per_rank.sum(axis=1).tolist() == response.rank_loads
+    assert per_rank.sum(axis=0).tolist() == np.asarray(SKEWED).sum(axis=0).tolist()
+    assert response.rank_gemm_rows == [sum(-(-n // 128) * 128 for n in row)
+                                       for row in per_rank.tolist()]
+    times = response.rank_expert_gemm_s
+    assert times is not None and response.expert_gemm_makespan_s == max(times)
+    # Balanced ranks, unbalanced expert work: ranks holding replicas run more GEMMs.
+    assert response.expert_gemm_imbalance is not None and response.expert_gemm_imbalance > 1.2
+
+
+def test_expert_times_need_the_gpu_and_both_widths() -> None:
+    rows_only = plan_placement(MoePlacementRequest(num_experts=8, top_k=2, tokens=SKEWED))
+    assert rows_only.rank_expert_gemm_s is None and rows_only.rank_gemm_rows
+    with pytest.raises(ValidationError, match="together"):
+        MoePlacementRequest(num_experts=8, top_k=2, tokens=SKEWED, gpu="h100-sxm5-80gb")
+    with pytest.raises(InvalidSpecError, match="unknown GPU") as err:
+        plan_placement(MoePlacementRequest(num_experts=8, top_k=2, tokens=SKEWED, gpu="nope",
+                                           hidden_size=64, expert_ffn_hidden_size=64))
+    assert err.value.field == "gpu"
