@@ -22,6 +22,7 @@ from api_schemas.hardware import GpuSpec
 from api_schemas.parallel import RecomputeModule
 from models.flops import attention_core_forward_flops
 from models.kernels import (
+    GEMM_LAUNCH_S,
     GEMM_TILE,
     KernelProfile,
     attention_time_s,
@@ -41,6 +42,23 @@ MATERIALIZED_BACKWARD_FLOP_RATIO = 2.0
 ELEMENTWISE_BACKWARD_RATIO = 2.0
 """Backward elementwise kernels read the saved input and the incoming gradient and write the
 outgoing gradient: about twice the forward bytes."""
+
+ROUTER_BYTES_PER_SCORE = 13
+"""HBM bytes per (token, expert) score of the fused router after the gating GEMM: read the
+fp32 logits (4), write the fp32 probabilities (4) and the boolean routing map (1), and read
+the probabilities again for the auxiliary load-balancing loss (4). Source: Megatron-Core
+`--moe-router-fusion` (README "Router Fusion": projection aside, top-k, softmax and the
+auxiliary loss in fewer kernels; `--moe-router-dtype fp32` keeps the scores in fp32)."""
+
+MOE_HOST_SYNC_KERNELS = 2
+"""GPU idle per MoE layer forward at the host synchronisation of the per-expert token
+counts, in fixed kernel costs (`models.kernels.GEMM_LAUNCH_S` each): the device-to-host copy
+of the counts, then the first kernel the host issues after it wakes (the GPU queue is empty
+until then). Source: Megatron-Core `token_dispatcher.py`, `MoEAlltoAllTokenDispatcher`:
+`input_splits`/`output_splits` and the tokens per local expert are copied to the host and
+`d2h_event.synchronize()` runs at `cuda_sync_point` (before the EP all-to-all when EP or TP
+> 1, else before the grouped GEMM, whose `m_splits` are host integers) in every forward and
+recomputed forward; dropless, no CUDA graph of the MoE layer. Backward reuses the splits."""
 
 M = RecomputeModule
 
@@ -195,6 +213,15 @@ def moe_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
     return out
 
 
+def moe_host_sync_s(spec: ModelSpec, ctx: ComputeContext) -> float:
+    """GPU idle time of one MoE layer forward at the host synchronisation of the per-expert
+    token counts (`MOE_HOST_SYNC_KERNELS` fixed kernel costs); zero for a dense model.
+    The metadata all-gather before it is EP traffic (`models.traffic.layer.expert_calls`)."""
+    if spec.moe is None:
+        return 0.0
+    return MOE_HOST_SYNC_KERNELS * GEMM_LAUNCH_S
+
+
 def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
                        moe_layer: bool) -> dict[str, float]:
     """Forward HBM bytes of memory-bound kernels per micro-batch, by recompute module.
@@ -218,6 +245,7 @@ def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
         width = spec.moe.expert_ffn_hidden_size / ctx.etp
         out["moe_act"] = copies * (act_in + 1) * width * 2
         out["permute"] = copies * h * 2 * 2 * 2
+        out["router"] = tokens / rep * spec.moe.num_experts * ROUTER_BYTES_PER_SCORE
         if spec.moe.num_shared_experts:
             shared = spec.moe.shared_expert_ffn_hidden_size / ctx.tp
             out["shared_act"] = tokens * (act_in + 1) * shared * 2
@@ -257,7 +285,8 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
     elementwise = {key: memory_bound_time_s(value, gpu=ctx.gpu)
                    for key, value in _elementwise_bytes(spec, ctx, moe_layer=moe_layer).items()}
     elem_f = sum(elementwise.values())
-    times = times + OpTimes(forward_s=attn_f + elem_f,
+    sync = moe_host_sync_s(spec, ctx) if moe_layer else 0.0
+    times = times + OpTimes(forward_s=attn_f + elem_f + sync,
                             backward_input_s=attn_b + ELEMENTWISE_BACKWARD_RATIO * elem_f)
     module_s[M.CORE_ATTN] = attn_f
     module_s[M.LAYERNORM] = elementwise["norms"]
@@ -265,7 +294,8 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
     module_s[M.MLP] = module_s.get(M.MLP, 0.0) + elementwise.get("mlp_act", 0.0)
     module_s[M.MOE] = (module_s.get(M.MOE, 0.0) + module_s.get(M.MOE_DOWN_PROJ, 0.0)
                        + elementwise.get("moe_act", 0.0)
-                       + elementwise.get("permute", 0.0))
+                       + elementwise.get("permute", 0.0)
+                       + elementwise.get("router", 0.0) + sync)
     module_s[M.SHARED_EXPERTS] = (module_s.get(M.SHARED_EXPERTS, 0.0)
                                   + elementwise.get("shared_act", 0.0))
     return LayerCompute(times=times, recompute_full_s=times.forward_s,
@@ -290,6 +320,8 @@ __all__ = [
     "ELEMENTWISE_BACKWARD_RATIO",
     "FLASH_BACKWARD_FLOP_RATIO",
     "MATERIALIZED_BACKWARD_FLOP_RATIO",
+    "MOE_HOST_SYNC_KERNELS",
+    "ROUTER_BYTES_PER_SCORE",
     "ComputeContext",
     "LayerCompute",
     "OpTimes",
@@ -299,5 +331,6 @@ __all__ = [
     "layer_compute",
     "mlp_gemms",
     "moe_gemms",
+    "moe_host_sync_s",
     "routed_assignments",
 ]
