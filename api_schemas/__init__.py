@@ -113,6 +113,7 @@ from api_schemas.run_level import (
 from api_schemas.training import (
     EmaPlacement,
     Fp8WeightStorage,
+    MoeDispatcher,
     OptimizerKind,
     TrainingSpec,
 )
@@ -143,6 +144,7 @@ __all__ = [
     "CountingBasis",
     "DType",
     "EmaPlacement",
+    "MoeDispatcher",
     "EvaluateRequest",
     "Explanation",
     "FieldError",

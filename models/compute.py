@@ -222,6 +222,25 @@ def moe_host_sync_s(spec: ModelSpec, ctx: ComputeContext) -> float:
     return MOE_HOST_SYNC_KERNELS * GEMM_LAUNCH_S
 
 
+MOE_ELEMENTWISE_KEYS = ("moe_act", "permute", "router", "shared_act")
+"""The memory-bound kernels of `_elementwise_bytes` that belong to the MoE block."""
+
+
+def moe_block_times(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
+    """F, B, W compute time of the MoE block alone (router, grouped expert GEMMs, shared
+    experts, activation, permutation, host sync) for one micro-batch: the part of an MoE
+    layer that Megatron-LM's `moe_perf` benchmark times (`MoELayer` forward and backward,
+    without the attention block and without communication)."""
+    if spec.moe is None:
+        return OpTimes()
+    times, _ = _gemm_times(moe_gemms(spec, ctx), ctx)
+    elementwise = _elementwise_bytes(spec, ctx, moe_layer=True)
+    elem_f = sum(memory_bound_time_s(elementwise.get(key, 0.0), gpu=ctx.gpu)
+                 for key in MOE_ELEMENTWISE_KEYS)
+    return times + OpTimes(forward_s=elem_f + moe_host_sync_s(spec, ctx),
+                           backward_input_s=ELEMENTWISE_BACKWARD_RATIO * elem_f)
+
+
 def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
                        moe_layer: bool) -> dict[str, float]:
     """Forward HBM bytes of memory-bound kernels per micro-batch, by recompute module.
@@ -320,6 +339,7 @@ __all__ = [
     "ELEMENTWISE_BACKWARD_RATIO",
     "FLASH_BACKWARD_FLOP_RATIO",
     "MATERIALIZED_BACKWARD_FLOP_RATIO",
+    "MOE_ELEMENTWISE_KEYS",
     "MOE_HOST_SYNC_KERNELS",
     "ROUTER_BYTES_PER_SCORE",
     "ComputeContext",
@@ -330,6 +350,7 @@ __all__ = [
     "head_compute",
     "layer_compute",
     "mlp_gemms",
+    "moe_block_times",
     "moe_gemms",
     "moe_host_sync_s",
     "routed_assignments",

@@ -88,3 +88,29 @@ def test_token_counts_are_gathered_before_each_forward_dispatch_only() -> None:
     assert all(c.message_bytes == QWEN3.moe.num_experts * 8 * 32 for c in counts)
     # 40 KiB across 4 nodes: latency-bound, at least one inter-node hop.
     assert all(c.time_s >= 5e-6 for c in counts)
+
+
+def test_alltoall_dispatcher_sends_every_assignment_over_the_nics() -> None:
+    """Megatron's alltoall dispatcher sends one row per (token, expert); DeepEP one copy per
+    destination node. Qwen3-235B (top-8) over EP 32 on 4 nodes: K (N-1)/N = 6 IB copies per
+    token against D_node (N-1)/N for the distinct nodes of 8 experts (< 3)."""
+    from models.moe import DispatchDedup, ep_dispatch_split
+
+    kw = dict(tokens_per_rank=4096, top_k=8, hidden_size=4096, bytes_per_elem=1,
+              num_experts=128, ep_size=32, ranks_per_node=8)
+    per_expert = ep_dispatch_split(**kw, dedup=DispatchDedup.PER_EXPERT)
+    per_node = ep_dispatch_split(**kw, dedup=DispatchDedup.PER_NODE)
+    assert per_expert.inter_node_copies_per_token == pytest.approx(6.0)
+    assert per_node.inter_node_copies_per_token < 3.0
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    parallel = ParallelConfig(dp=32, ep=32)
+    groups = axis_groups(parallel, gpus_per_node=8)
+    times = {}
+    for dispatcher in ("alltoall", "deepep"):
+        training = TrainingSpec(global_batch_size=64, sequence_length=4096,
+                                moe_dispatcher=dispatcher)
+        lctx = groups.layer_context(QWEN3, training, parallel, fabric_of(cluster))
+        times[dispatcher] = sum(c.time_s for c in expert_calls(lctx)
+                                if c.phase == Phase.FORWARD
+                                and c.name.endswith(("dispatch", "combine")))
+    assert times["alltoall"] > 2 * times["deepep"]
