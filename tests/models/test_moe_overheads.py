@@ -114,3 +114,28 @@ def test_alltoall_dispatcher_sends_every_assignment_over_the_nics() -> None:
                                 if c.phase == Phase.FORWARD
                                 and c.name.endswith(("dispatch", "combine")))
     assert times["alltoall"] > 2 * times["deepep"]
+
+
+def test_overlapped_all_to_all_costs_the_sms_it_holds() -> None:
+    """Under DualPipe the expert all-to-all hides behind the paired micro-batch's compute,
+    which loses 20 of 132 SMs while it runs (DeepSeek-V3 Sec. 3.2.2): with ample compute
+    the exposed EP time is that share of the all-to-all, not zero."""
+    from models.compute import LayerCompute, OpTimes
+    from models.step_time.exposure import OVERLAP_COMM_SM_SHARE, layer_calls, layer_comm
+
+    assert OVERLAP_COMM_SM_SHARE == pytest.approx(20 / 132)
+    spec = model_preset("mixtral-8x7b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    parallel = ParallelConfig(pp=4, dp=8, ep=8, schedule="dualpipe")
+    groups = axis_groups(parallel, gpus_per_node=8)
+    ample = LayerCompute(times=OpTimes(forward_s=10.0, backward_input_s=10.0),
+                         recompute_full_s=10.0)
+    comm = layer_comm(spec, 0, training=training, parallel=parallel, groups=groups,
+                      fabric=fabric_of(cluster), compute=ample, attention_forward_s=0.0)
+    ep_forward = sum(c.time_s for c in layer_calls(spec, 0, training=training,
+                                                   parallel=parallel, groups=groups,
+                                                   fabric=fabric_of(cluster))
+                     if c.phase == Phase.FORWARD and c.name.startswith("ep."))
+    assert ep_forward > 0
+    assert comm.forward_s["ep"] == pytest.approx(OVERLAP_COMM_SM_SHARE * ep_forward)
