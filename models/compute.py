@@ -50,6 +50,17 @@ the probabilities again for the auxiliary load-balancing loss (4). Source: Megat
 `--moe-router-fusion` (README "Router Fusion": projection aside, top-k, softmax and the
 auxiliary loss in fewer kernels; `--moe-router-dtype fp32` keeps the scores in fp32)."""
 
+FP8_QUANTIZE_BYTES_PER_ELEMENT = 4
+"""HBM bytes per element of an expert GEMM input quantised to FP8: read the 16-bit value (2),
+write the row-wise FP8 copy for the forward GEMM (1) and the column-wise (transposed) copy for
+the weight-gradient GEMM (1); scales neglected. Applied to both expert GEMM inputs of every
+routed assignment (h for the up projection, the expert width for the down projection); the
+backward's gradient casts follow from `ELEMENTWISE_BACKWARD_RATIO`. Source: Transformer
+Engine FP8 recipes (inputs of each FP8 GEMM cast before it, with a transposed copy kept for
+wgrad; Megatron-Core MoE README "FP8 Training": linear-layer inputs stored in FP8). Dense
+layers' casts are inside the step-calibrated eta_max; the routed experts' are explicit because
+their cast bytes per FLOP are 2 h f / (h + f) times larger (fine-grained experts)."""
+
 MOE_HOST_SYNC_KERNELS = 2
 """GPU idle per MoE layer forward at the host synchronisation of the per-expert token
 counts, in fixed kernel costs (`models.kernels.GEMM_LAUNCH_S` each): the device-to-host copy
@@ -222,7 +233,7 @@ def moe_host_sync_s(spec: ModelSpec, ctx: ComputeContext) -> float:
     return MOE_HOST_SYNC_KERNELS * GEMM_LAUNCH_S
 
 
-MOE_ELEMENTWISE_KEYS = ("moe_act", "permute", "router", "shared_act")
+MOE_ELEMENTWISE_KEYS = ("moe_act", "permute", "router", "moe_quantize", "shared_act")
 """The memory-bound kernels of `_elementwise_bytes` that belong to the MoE block."""
 
 
@@ -265,6 +276,8 @@ def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
         out["moe_act"] = copies * (act_in + 1) * width * 2
         out["permute"] = copies * h * 2 * 2 * 2
         out["router"] = tokens / rep * spec.moe.num_experts * ROUTER_BYTES_PER_SCORE
+        if ctx.compute_dtype == DType.FP8:
+            out["moe_quantize"] = copies * (h + width) * FP8_QUANTIZE_BYTES_PER_ELEMENT
         if spec.moe.num_shared_experts:
             shared = spec.moe.shared_expert_ffn_hidden_size / ctx.tp
             out["shared_act"] = tokens * (act_in + 1) * shared * 2
@@ -314,7 +327,8 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
     module_s[M.MOE] = (module_s.get(M.MOE, 0.0) + module_s.get(M.MOE_DOWN_PROJ, 0.0)
                        + elementwise.get("moe_act", 0.0)
                        + elementwise.get("permute", 0.0)
-                       + elementwise.get("router", 0.0) + sync)
+                       + elementwise.get("router", 0.0)
+                       + elementwise.get("moe_quantize", 0.0) + sync)
     module_s[M.SHARED_EXPERTS] = (module_s.get(M.SHARED_EXPERTS, 0.0)
                                   + elementwise.get("shared_act", 0.0))
     return LayerCompute(times=times, recompute_full_s=times.forward_s,
@@ -337,6 +351,7 @@ def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
 
 __all__ = [
     "ELEMENTWISE_BACKWARD_RATIO",
+    "FP8_QUANTIZE_BYTES_PER_ELEMENT",
     "FLASH_BACKWARD_FLOP_RATIO",
     "MATERIALIZED_BACKWARD_FLOP_RATIO",
     "MOE_ELEMENTWISE_KEYS",

@@ -139,3 +139,19 @@ def test_overlapped_all_to_all_costs_the_sms_it_holds() -> None:
                      if c.phase == Phase.FORWARD and c.name.startswith("ep."))
     assert ep_forward > 0
     assert comm.forward_s["ep"] == pytest.approx(OVERLAP_COMM_SM_SHARE * ep_forward)
+
+
+def test_fp8_experts_pay_their_input_casts() -> None:
+    """FP8: each routed assignment's two expert GEMM inputs (h, then the expert width) are
+    read in 16 bit and written row-wise and column-wise in FP8 (4 bytes per element)."""
+    from models.compute import FP8_QUANTIZE_BYTES_PER_ELEMENT
+
+    assert QWEN3.moe is not None
+    fp8 = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8,
+                         compute_dtype=DType.FP8)
+    bf16 = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8)
+    copies = 4096 * QWEN3.moe.top_k
+    width = QWEN3.moe.expert_ffn_hidden_size
+    assert _elementwise_bytes(QWEN3, fp8, moe_layer=True)["moe_quantize"] == \
+        copies * (QWEN3.hidden_size + width) * FP8_QUANTIZE_BYTES_PER_ELEMENT
+    assert "moe_quantize" not in _elementwise_bytes(QWEN3, bf16, moe_layer=True)
