@@ -116,6 +116,7 @@ from api_schemas.training import (
     ElementwiseFusion,
     EmaPlacement,
     Fp8WeightStorage,
+    MoeDispatcher,
     OptimizerKind,
     TrainingSpec,
 )
@@ -147,6 +148,7 @@ __all__ = [
     "DType",
     "ElementwiseFusion",
     "EmaPlacement",
+    "MoeDispatcher",
     "EvaluateRequest",
     "Explanation",
     "FieldError",

@@ -63,6 +63,17 @@ class EmaPlacement(StrEnum):
     HOST = "host"
 
 
+class MoeDispatcher(StrEnum):
+    """How MoE tokens travel to their experts and back."""
+
+    ALLTOALL = "alltoall"
+    """Megatron-Core `--moe-token-dispatcher-type alltoall` over NCCL: one row per
+    (token, expert) assignment is sent, after a host synchronisation of the token counts."""
+    DEEPEP = "deepep"
+    """DeepEP / HybridEP kernels (Megatron `flex` dispatcher, DeepSeek-V3): one copy per
+    destination node over the NICs, forwarded over NVLink to the destination ranks."""
+
+
 class TrainingSpec(SpecModel):
     """Batch, sequence and precision recipe of one training run."""
 
@@ -121,6 +132,12 @@ class TrainingSpec(SpecModel):
         description="Routed experts' outputs are kept for the gradient of the probability-"
         "weighted combine (Megatron default); false when the router probabilities are applied "
         "before the down projection or that gradient is rewritten (Kimi K3 Sec. 5.2).",
+    )
+    moe_dispatcher: MoeDispatcher = Field(
+        default=MoeDispatcher.ALLTOALL,
+        description="MoE token dispatcher: 'alltoall' (Megatron-Core's NCCL all-to-all, one "
+        "row per token-expert assignment) or 'deepep' (DeepEP/HybridEP, one copy per "
+        "destination node, as DeepSeek-V3).",
     )
     overlap_grad_reduce: bool = Field(
         default=True,

@@ -23,6 +23,7 @@ from api_schemas.parallel import RecomputeModule
 from api_schemas.training import ElementwiseFusion
 from models.flops import attention_core_forward_flops
 from models.kernels import (
+    GEMM_LAUNCH_S,
     GEMM_TILE,
     KernelProfile,
     attention_time_s,
@@ -42,6 +43,34 @@ MATERIALIZED_BACKWARD_FLOP_RATIO = 2.0
 ELEMENTWISE_BACKWARD_RATIO = 2.0
 """Backward elementwise kernels read the saved input and the incoming gradient and write the
 outgoing gradient: about twice the forward bytes."""
+
+ROUTER_BYTES_PER_SCORE = 13
+"""HBM bytes per (token, expert) score of the fused router after the gating GEMM: read the
+fp32 logits (4), write the fp32 probabilities (4) and the boolean routing map (1), and read
+the probabilities again for the auxiliary load-balancing loss (4). Source: Megatron-Core
+`--moe-router-fusion` (README "Router Fusion": projection aside, top-k, softmax and the
+auxiliary loss in fewer kernels; `--moe-router-dtype fp32` keeps the scores in fp32)."""
+
+FP8_QUANTIZE_BYTES_PER_ELEMENT = 4
+"""HBM bytes per element of an expert GEMM input quantised to FP8: read the 16-bit value (2),
+write the row-wise FP8 copy for the forward GEMM (1) and the column-wise (transposed) copy for
+the weight-gradient GEMM (1); scales neglected. Applied to both expert GEMM inputs of every
+routed assignment (h for the up projection, the expert width for the down projection); the
+backward's gradient casts follow from `ELEMENTWISE_BACKWARD_RATIO`. Source: Transformer
+Engine FP8 recipes (inputs of each FP8 GEMM cast before it, with a transposed copy kept for
+wgrad; Megatron-Core MoE README "FP8 Training": linear-layer inputs stored in FP8). Dense
+layers' casts are inside the step-calibrated eta_max; the routed experts' are explicit because
+their cast bytes per FLOP are 2 h f / (h + f) times larger (fine-grained experts)."""
+
+MOE_HOST_SYNC_KERNELS = 2
+"""GPU idle per MoE layer forward at the host synchronisation of the per-expert token
+counts, in fixed kernel costs (`models.kernels.GEMM_LAUNCH_S` each): the device-to-host copy
+of the counts, then the first kernel the host issues after it wakes (the GPU queue is empty
+until then). Source: Megatron-Core `token_dispatcher.py`, `MoEAlltoAllTokenDispatcher`:
+`input_splits`/`output_splits` and the tokens per local expert are copied to the host and
+`d2h_event.synchronize()` runs at `cuda_sync_point` (before the EP all-to-all when EP or TP
+> 1, else before the grouped GEMM, whose `m_splits` are host integers) in every forward and
+recomputed forward; dropless, no CUDA graph of the MoE layer. Backward reuses the splits."""
 
 M = RecomputeModule
 
@@ -197,6 +226,34 @@ def moe_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
     return out
 
 
+def moe_host_sync_s(spec: ModelSpec, ctx: ComputeContext) -> float:
+    """GPU idle time of one MoE layer forward at the host synchronisation of the per-expert
+    token counts (`MOE_HOST_SYNC_KERNELS` fixed kernel costs); zero for a dense model.
+    The metadata all-gather before it is EP traffic (`models.traffic.layer.expert_calls`)."""
+    if spec.moe is None:
+        return 0.0
+    return MOE_HOST_SYNC_KERNELS * GEMM_LAUNCH_S
+
+
+MOE_ELEMENTWISE_KEYS = ("moe_act", "permute", "router", "moe_quantize", "shared_act")
+"""The memory-bound kernels of `_elementwise_bytes` that belong to the MoE block."""
+
+
+def moe_block_times(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
+    """F, B, W compute time of the MoE block alone (router, grouped expert GEMMs, shared
+    experts, activation, permutation, host sync) for one micro-batch: the part of an MoE
+    layer that Megatron-LM's `moe_perf` benchmark times (`MoELayer` forward and backward,
+    without the attention block and without communication)."""
+    if spec.moe is None:
+        return OpTimes()
+    times, _ = _gemm_times(moe_gemms(spec, ctx), ctx)
+    elementwise = _elementwise_bytes(spec, ctx, moe_layer=True)
+    elem_f = sum(memory_bound_time_s(elementwise.get(key, 0.0), gpu=ctx.gpu)
+                 for key in MOE_ELEMENTWISE_KEYS)
+    return times + OpTimes(forward_s=elem_f + moe_host_sync_s(spec, ctx),
+                           backward_input_s=ELEMENTWISE_BACKWARD_RATIO * elem_f)
+
+
 def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
                        moe_layer: bool) -> dict[str, float]:
     """Forward HBM bytes of memory-bound kernels per micro-batch, by recompute module.
@@ -220,6 +277,9 @@ def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
         width = spec.moe.expert_ffn_hidden_size / ctx.etp
         out["moe_act"] = copies * (act_in + 1) * width * 2
         out["permute"] = copies * h * 2 * 2 * 2
+        out["router"] = tokens / rep * spec.moe.num_experts * ROUTER_BYTES_PER_SCORE
+        if ctx.compute_dtype == DType.FP8:
+            out["moe_quantize"] = copies * (h + width) * FP8_QUANTIZE_BYTES_PER_ELEMENT
         if spec.moe.num_shared_experts:
             shared = spec.moe.shared_expert_ffn_hidden_size / ctx.tp
             out["shared_act"] = tokens * (act_in + 1) * shared * 2
@@ -386,7 +446,8 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
                 elementwise[key] = memory_bound_time_s(passes.forward, gpu=ctx.gpu)
                 elem_b[key] = memory_bound_time_s(passes.backward, gpu=ctx.gpu)
     elem_f = sum(elementwise.values())
-    times = times + OpTimes(forward_s=attn_f + elem_f,
+    sync = moe_host_sync_s(spec, ctx) if moe_layer else 0.0
+    times = times + OpTimes(forward_s=attn_f + elem_f + sync,
                             backward_input_s=attn_b + sum(elem_b.values()))
     module_s[M.CORE_ATTN] = attn_f
     module_s[M.LAYERNORM] = elementwise["norms"]
@@ -394,7 +455,9 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
     module_s[M.MLP] = module_s.get(M.MLP, 0.0) + elementwise.get("mlp_act", 0.0)
     module_s[M.MOE] = (module_s.get(M.MOE, 0.0) + module_s.get(M.MOE_DOWN_PROJ, 0.0)
                        + elementwise.get("moe_act", 0.0)
-                       + elementwise.get("permute", 0.0))
+                       + elementwise.get("permute", 0.0)
+                       + elementwise.get("router", 0.0)
+                       + elementwise.get("moe_quantize", 0.0) + sync)
     module_s[M.SHARED_EXPERTS] = (module_s.get(M.SHARED_EXPERTS, 0.0)
                                   + elementwise.get("shared_act", 0.0))
     # torchtitan's per-op policy: every second matmul and every memory-bound op, forward.
@@ -427,8 +490,12 @@ def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
 
 __all__ = [
     "ELEMENTWISE_BACKWARD_RATIO",
+    "FP8_QUANTIZE_BYTES_PER_ELEMENT",
     "FLASH_BACKWARD_FLOP_RATIO",
     "MATERIALIZED_BACKWARD_FLOP_RATIO",
+    "MOE_ELEMENTWISE_KEYS",
+    "MOE_HOST_SYNC_KERNELS",
+    "ROUTER_BYTES_PER_SCORE",
     "RUNTIME_PASSES",
     "ComputeContext",
     "LayerCompute",
@@ -439,7 +506,9 @@ __all__ = [
     "head_compute",
     "layer_compute",
     "mlp_gemms",
+    "moe_block_times",
     "moe_gemms",
+    "moe_host_sync_s",
     "op_sac_gemms",
     "routed_assignments",
 ]

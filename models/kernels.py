@@ -150,32 +150,51 @@ def gemm_time_s(m: int, n: int, k: int, *, gpu: GpuSpec, dtype: DType,
     return GEMM_LAUNCH_S + compute + io
 
 
-def grouped_gemm_time_s(groups: int, m: int, n: int, k: int, *, gpu: GpuSpec, dtype: DType,
-                        profile: KernelProfile | None = None) -> float:
-    """Time of one grouped GEMM: `groups` independent (m x k) @ (k x n) problems in one
-    launch, as MoE layers run their local experts.
+GROUPED_GEMM_STREAMS = 4
+"""Compute streams over which Transformer Engine spreads the per-expert GEMMs of one grouped
+linear. Source: Transformer Engine `transformer_engine/common/util/multi_stream.cpp`
+(`num_compute_streams = 4`) and `gemm/cublaslt_gemm.cu` (`nvte_multi_tensor_gemm` runs one
+cuBLAS GEMM per group, group i on stream i mod 4; the CUTLASS grouped kernel is used only on
+Hopper, BF16, with NVTE_USE_CUTLASS_GROUPED_GEMM set)."""
 
-    The tiles of all groups share the waves (occupancy of groups x tiles(m, n)), but each
-    group streams its own operands: with few tokens per expert the k x n weights of every
-    expert dominate the bytes, so small per-expert shapes are bandwidth-bound.
-    Source: the GEMM model of this module applied per group; grouped kernels as in
-    Megatron-Core `--moe-grouped-gemm` (CUTLASS grouped GEMM) and MegaBlocks (Gale et al.
-    2022, arXiv:2211.15841, Sec. 5: block-sparse expert GEMMs whose efficiency falls with
-    the tokens per expert).
+
+def grouped_gemm_time_s(groups: int, m: int, n: int, k: int, *, gpu: GpuSpec, dtype: DType,
+                        profile: KernelProfile | None = None,
+                        streams: int = GROUPED_GEMM_STREAMS) -> float:
+    """Time of one grouped GEMM: `groups` independent (m x k) @ (k x n) problems, as MoE
+    layers run their local experts.
+
+    Transformer Engine's grouped linear (Megatron-Core `--moe-grouped-gemm` with TE) issues
+    one GEMM per expert, `streams` at a time (`GROUPED_GEMM_STREAMS`): the experts run in
+    ceil(groups / streams) rounds; each round pays one fixed kernel cost (the launches of
+    a round overlap) and its concurrent problems share the waves (occupancy of the round's
+    tiles together), so with few tokens per expert a round's tiles leave SMs idle (wave
+    quantisation per expert). Each group streams its own operands: with few tokens per
+    expert the k x n weights of every expert dominate the bytes (bandwidth-bound).
+    Source: the GEMM model of this module applied per group; Transformer Engine
+    `nvte_multi_tensor_gemm` (see `GROUPED_GEMM_STREAMS`); MegaBlocks (Gale et al. 2022,
+    arXiv:2211.15841, Sec. 5: expert GEMM efficiency falls with the tokens per expert).
     Legend: groups = local experts, m = tokens per expert (tile-padded), n, k = the expert
-    GEMM's output and reduction widths.
+    GEMM's output and reduction widths, streams = problems that run concurrently.
     """
     if groups <= 0 or m <= 0 or n <= 0 or k <= 0:
         return 0.0
     prof = profile or profile_for(gpu)
-    peak = gpu.peak_flop_per_s(dtype)
-    tiles = groups * math.ceil(m / GEMM_TILE) * math.ceil(n / GEMM_TILE)
-    occupancy = tiles / (math.ceil(tiles / prof.num_sms) * prof.num_sms)
-    compute = 2.0 * groups * m * n * k / (peak * _gemm_frac(prof, dtype) * occupancy)
+    peak = gpu.peak_flop_per_s(dtype) * _gemm_frac(prof, dtype)
+    per_problem_tiles = math.ceil(m / GEMM_TILE) * math.ceil(n / GEMM_TILE)
+    lanes = max(1, streams)
+    total = 0.0
+    remaining = groups
+    while remaining > 0:
+        concurrent = min(lanes, remaining)
+        tiles = concurrent * per_problem_tiles
+        occupancy = tiles / (math.ceil(tiles / prof.num_sms) * prof.num_sms)
+        total += GEMM_LAUNCH_S + 2.0 * concurrent * m * n * k / (peak * occupancy)
+        remaining -= concurrent
     element_bytes = min(dtype.num_bytes, 2.0)
     io = (GEMM_IO_FACTOR * element_bytes * groups * (m * n + m * k + k * n)
           / gpu.hbm_bandwidth_bytes_per_s)
-    return GEMM_LAUNCH_S + compute + io
+    return total + io
 
 
 def attention_time_s(flop: float, *, seq_len: int, gpu: GpuSpec, flash: bool,
@@ -203,6 +222,7 @@ __all__ = [
     "GEMM_IO_FACTOR",
     "GEMM_LAUNCH_S",
     "GEMM_TILE",
+    "GROUPED_GEMM_STREAMS",
     "HBM_ACHIEVABLE_FRAC",
     "PROFILES",
     "KernelProfile",

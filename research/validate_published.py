@@ -29,6 +29,7 @@ from api_schemas import (
     ElementwiseFusion,
     MlpKind,
     ModelSpec,
+    MoeDispatcher,
     MoESpec,
     NormKind,
     PipelineSchedule,
@@ -50,6 +51,28 @@ B200_CALIBRATION = ("bridge-25.11-dgx-b200-llama3-8b-8gpu",
                     "bridge-25.11-dgx-b200-llama31-405b-128gpu")
 CALIBRATION = H100_CALIBRATION + B200_CALIBRATION
 SKIP_SOURCES = ("zerobubble",)  # A100 RoCE cluster rows are scored by the pipeline benchmark
+
+MOE_RECIPES: dict[str, tuple[str, bool]] = {
+    "bridge-25.11-dgx-h100-qwen3-30b-a3b-16gpu": ("alltoall", True),
+    "bridge-25.11-dgx-b200-qwen3-30b-a3b-8gpu": ("alltoall", False),
+    "bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu": ("alltoall", True),
+    "bridge-25.11-dgx-b200-qwen3-235b-a22b-64gpu": ("alltoall", True),
+    "bridge-25.11-dgx-b200-deepseekv3-w-mtp-256gpu": ("alltoall", False),
+    "bridge-25.11-dgx-h100-gpt-oss-120b-64gpu": ("alltoall", False),
+    "bridge-25.11-dgx-b200-gpt-oss-120b-64gpu": ("alltoall", False),
+    "bridge-25.09-dgx-h100-deepseekv3-dropless-1024gpu": ("deepep", True),
+    "bridge-26.04.01-dgx-h100-qwen3-30b-a3b-16gpu": ("deepep", False),
+    "bridge-26.04.01-dgx-h100-qwen3-235b-a22b-256gpu": ("alltoall", True),
+    "bridge-26.04.01-dgx-h100-gpt-oss-120b-64gpu": ("alltoall", False),
+    "bridge-26.04.01-dgx-b200-deepseekv3-256gpu": ("deepep", True),
+}
+"""(token dispatcher, EP all-to-all overlap) of each Megatron-Bridge MoE row, read from the
+recipe that produced it, not from the measurement: Megatron-Bridge
+`scripts/performance/configs/<model>/workload_base_configs.py` at commit 602e88cb7
+(2025-11-25; 25.11 rows, and the 25.09 DeepSeek-V3 H100 row whose 25.09 recipe was not read)
+and `scripts/performance/configs/<family>/*_workload_base_configs.py` at tag 26.04-alpha.rc2
+(26.04.01 rows): `moe_flex_dispatcher_backend` "deepep" or "hybridep" -> deepep (per-node
+dispatch), unset -> Megatron's alltoall; `moe_a2a_overlap`."""
 
 
 def model_of(row: dict[str, Any]) -> ModelSpec | None:
@@ -93,11 +116,14 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
     precision = (p.get("precision") or "").lower()
     seq = row["model"].get("seq_len") or 4096
     old = row["id"].startswith(("megatron2021", "korthikanti2022", "megascale", "bloom"))
+    dispatcher, ep_overlap = MOE_RECIPES.get(row["id"], ("alltoall", False))
     training = TrainingSpec(global_batch_size=p["global_batch_size"], sequence_length=seq,
                             compute_dtype=DType.FP8 if "fp8" in precision else DType.BF16,
                             flash_attention=not old, dropout=old, overlap_grad_reduce=not old,
                             elementwise_fusion=ElementwiseFusion(
-                                p.get("elementwise_fusion") or "fused"))
+                                p.get("elementwise_fusion") or "fused"),
+                            moe_dispatcher=MoeDispatcher(dispatcher),
+                            overlap_ep_comm=ep_overlap)
     if p.get("vpp"):
         shapes = [(PipelineSchedule.INTERLEAVED_1F1B, p["vpp"])] if p["vpp"] > 1 else [
             (PipelineSchedule.ONE_F_ONE_B, 1)]

@@ -9,7 +9,8 @@ Owns: the overlap rules, applied to the traffic that `models.traffic` defines on
 - Expert all-to-alls are hidden behind the paired micro-batch's compute under DualPipe /
   DualPipeV (DeepSeek-V3 Sec. 3.2.1), and under interleaved 1F1B with extra warm-up
   micro-batches when `training.overlap_ep_comm` (Kimi K2 Sec. 2.4.2), each up to that
-  compute; exposed otherwise.
+  compute, which loses the SMs the communication holds meanwhile
+  (`OVERLAP_COMM_SM_SHARE`); exposed otherwise.
 - ZeRO-3 gathers and reduce-scatters overlap the layer's compute.
 - Data-parallel gradient reduction overlaps the last micro-batch's backward when
   `training.overlap_grad_reduce`, and the ZeRO-1/2 parameter all-gather the first forward;
@@ -37,7 +38,11 @@ from models.traffic.layer import (
     zero3_unit_calls,
 )
 
-"""Schedules that pair one micro-batch's expert all-to-all with another's compute."""
+OVERLAP_COMM_SM_SHARE = 20 / 132
+"""Share of the GPU's SMs the expert all-to-all kernels hold while they overlap another
+micro-batch's compute, which runs that much slower meanwhile. Source: DeepSeek-V3
+arXiv:2412.19437 Sec. 3.2.2: 20 of the H800's 132 SMs suffice for the IB and NVLink
+dispatch and combine under DualPipe's overlap (applied as the same share on every GPU)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,7 +127,7 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
         elif axis == TrafficAxis.EP.value and overlapped_ep:
             window = (compute.times.forward_s if phase == Phase.BACKWARD
                       else compute.times.backward_input_s)
-            t = max(0.0, t - window)
+            t = max(0.0, t - window) + OVERLAP_COMM_SM_SHARE * min(t, window)
         out[phase][axis] = out[phase].get(axis, 0.0) + t
     return LayerComm(forward_s=out[Phase.FORWARD], backward_s=out[Phase.BACKWARD],
                      recompute_s=out[Phase.RECOMPUTE])
@@ -215,6 +220,7 @@ def sync_exposed_s(items: tuple[TrafficItem, ...], *, overlap: bool, num_micro_b
 
 
 __all__ = [
+    "OVERLAP_COMM_SM_SHARE",
     "LayerComm",
     "ep_overlapped",
     "expert_all_to_all_s",

@@ -11,11 +11,11 @@ reduce-scatters. The step totals of `models.traffic` and the step time of
 
 from dataclasses import dataclass
 
-from api_schemas import ContextParallelKind, DType
+from api_schemas import ContextParallelKind, DType, MoeDispatcher
 from models.collectives import Collective, CollectiveCost, all_to_all_split_cost
 from models.errors import InvalidSpecError
 from models.mesh import AxisPlacement, GroupKind
-from models.moe import ep_dispatch_split
+from models.moe import DispatchDedup, ep_dispatch_split
 from models.traffic.context import LayerTrafficContext, group_placement, head_dims
 from models.traffic.items import Phase, TrafficAxis, call_cost, timing_ranks_per_node
 
@@ -23,6 +23,17 @@ TP_NOTE = "not overlapped by default (Megatron --tp-comm-overlap can hide part o
 RING_NOTE = "overlaps with the attention of the block in hand when that takes longer"
 ULYSSES_NOTE = "on the critical path: attention waits for its heads"
 EXPERT_NOTE = "hidden only where the schedule pairs it with another micro-batch's compute"
+DISPATCH_DEDUP = {MoeDispatcher.ALLTOALL: DispatchDedup.PER_EXPERT,
+                  MoeDispatcher.DEEPEP: DispatchDedup.PER_NODE}
+"""Copies each dispatcher sends per token. Megatron-Core `token_dispatcher.py`
+`MoEAlltoAllTokenDispatcher`: tokens are permuted to one row per routed expert
+(`num_out_tokens = num_tokens * topk` when dropless) and those rows go through
+`all_to_all` with per-rank splits, so a token bound for two experts of one rank or node
+travels twice. DeepEP (README, normal kernels; DeepSeek-V3 arXiv:2412.19437 Sec. 3.2.2):
+one RDMA copy per destination node, forwarded over NVLink."""
+COUNTS_NOTE = "latency-bound; the host waits for its result before the dispatch"
+TOKEN_COUNT_BYTES = 8
+"""Bytes of one per-expert token count in the dispatcher's metadata gather (torch.long)."""
 ZERO3_NOTE = "prefetched: the next unit's gather overlaps this unit's compute"
 
 
@@ -176,12 +187,20 @@ def expert_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
     recomputed forward.
 
     The bytes each rank sends are split between NVLink and the NICs by
-    `models.moe.ep_dispatch_split` (one IB copy per destination node, then NVLink forwards;
-    node-limited routing caps the nodes per token at the router's group limit), scaled by
+    `models.moe.ep_dispatch_split`: with DeepEP one IB copy per destination node, then
+    NVLink forwards (node-limited routing caps the nodes per token at the router's group
+    limit); with Megatron's alltoall dispatcher one row per (token, expert) assignment
+    (`DISPATCH_DEDUP`), whatever the nodes. Scaled by
     the assumed load imbalance, and timed by `all_to_all_split_cost`. Dispatch travels in
-    FP8 under FP8 compute, combine in 16 bit.
+    FP8 under FP8 compute, combine in 16 bit. Before each forward dispatch the ranks
+    all-gather their per-expert token counts (int64, one per expert), a latency-bound call
+    the host then waits on (`models.compute.moe_host_sync_s`); backward reuses the splits.
     Source: DeepSeek-V3 arXiv:2412.19437 Sec. 3.2.2 (FP8 dispatch, BF16 combine); GShard
-    arXiv:2006.16668 (dispatch and combine all-to-alls; backward mirrors them).
+    arXiv:2006.16668 (dispatch and combine all-to-alls; backward mirrors them); Megatron-Core
+    `token_dispatcher.py` `MoEAlltoAllTokenDispatcher.preprocess`
+    (`gather_from_sequence_parallel_region(num_local_tokens_per_expert, group=tp_ep_group)`).
+    Assumes: the counts gather is timed over the EP group (the TP x EP group when TP > 1 is
+    larger: optimistic).
     """
     moe, p = lctx.model.moe, lctx.parallel
     if moe is None or p.ep <= 1:
@@ -201,7 +220,8 @@ def expert_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
                                       hidden_size=lctx.model.hidden_size,
                                       bytes_per_elem=element_bytes,
                                       num_experts=moe.num_experts, ep_size=place.group_size,
-                                      ranks_per_node=k, max_nodes_per_token=limit)
+                                      ranks_per_node=k, max_nodes_per_token=limit,
+                                      dedup=DISPATCH_DEDUP[lctx.training.moe_dispatcher])
             cost = all_to_all_split_cost(
                 num_ranks=place.group_size, ranks_per_node=k,
                 intra_bytes_per_rank=int(split.intra_node_bytes * scale),
@@ -213,6 +233,11 @@ def expert_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
                                    collective=Collective.ALL_TO_ALL, phase=phase,
                                    message_bytes=payload, count=1, placement=place,
                                    cost=cost, overlap_frac=0.0, overlap_note=EXPERT_NOTE))
+    counts = moe.num_experts * TOKEN_COUNT_BYTES * place.group_size
+    for phase in (Phase.FORWARD, Phase.RECOMPUTE):
+        calls.append(_call(lctx, axis=TrafficAxis.EP, name=f"ep.{phase.value}.token_counts",
+                           collective=Collective.ALL_GATHER, phase=phase, message=counts,
+                           count=1, placement=place, overlap=0.0, note=COUNTS_NOTE))
     return calls
 
 

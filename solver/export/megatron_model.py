@@ -129,6 +129,10 @@ def moe_args(spec: ModelSpec, training: TrainingSpec) -> ModelArgs:
     if moe.capacity_factor is not None:
         args += ["--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"]
     args += ["--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall"]
+    if training.moe_dispatcher != "alltoall":
+        notes.append("training.moe_dispatcher=deepep was costed with DeepEP's per-node "
+                     "dispatch; the command keeps the alltoall dispatcher: switch to "
+                     "Megatron's flex dispatcher with DeepEP by hand")
     if not training.moe_keep_expert_outputs:
         notes.append("training.moe_keep_expert_outputs=false: Megatron-LM keeps the routed "
                      "experts' outputs for the gradient of the weighted combine; not keeping "

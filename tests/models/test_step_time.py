@@ -87,7 +87,9 @@ def test_dualpipe_hides_expert_all_to_all() -> None:
 
 def test_node_limited_routing_cuts_expert_all_to_all_time() -> None:
     # DeepSeek-V3 routes each token to at most 4 nodes (n_group 8, topk_group 4); the same
-    # model routed without the limit sends more copies over the NICs.
+    # model routed without the limit sends more copies over the NICs with DeepEP's
+    # per-node dispatch. Megatron's alltoall dispatcher sends one row per assignment, so
+    # the limit saves nothing there.
     from api_schemas.architecture import MoESpec
     from models.collectives import fabric_of
     from models.step_time import axis_groups, expert_all_to_all_s
@@ -98,13 +100,18 @@ def test_node_limited_routing_cuts_expert_all_to_all_time() -> None:
         update={"num_expert_groups": 1, "topk_groups": 1})})
     assert isinstance(unlimited.moe, MoESpec)
     cluster = cluster_preset("h800-sxm5-80gb", num_nodes=8)
-    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096,
+                            moe_dispatcher="deepep")
     parallel = ParallelConfig(dp=64, ep=64)
     groups = axis_groups(parallel, gpus_per_node=8)
     assert groups["ep"].size == 64 and groups["ep"].ranks_per_node == 8
     limited_s = expert_all_to_all_s(spec, training, parallel, groups, fabric_of(cluster))
     free_s = expert_all_to_all_s(unlimited, training, parallel, groups, fabric_of(cluster))
     assert limited_s < free_s
+    alltoall = training.model_copy(update={"moe_dispatcher": "alltoall"})
+    assert expert_all_to_all_s(spec, alltoall, parallel, groups, fabric_of(cluster)) == \
+        pytest.approx(expert_all_to_all_s(unlimited, alltoall, parallel, groups,
+                                          fabric_of(cluster)))
 
 
 def _free_links(cluster_name: str, num_nodes: int) -> ClusterSpec:

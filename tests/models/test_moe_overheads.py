@@ -1,0 +1,157 @@
+"""Per-MoE-layer overheads: per-expert GEMM rounds, the router's memory passes, the host
+synchronisation of token counts and the counts all-gather before each dispatch."""
+
+import math
+
+import pytest
+
+from api_schemas import DType, ParallelConfig, TrainingSpec
+from models.catalog import cluster_preset, gpu_preset, model_preset
+from models.collectives import fabric_of
+from models.compute import (
+    MOE_HOST_SYNC_KERNELS,
+    ROUTER_BYTES_PER_SCORE,
+    ComputeContext,
+    _elementwise_bytes,
+    moe_host_sync_s,
+)
+from models.kernels import (
+    GEMM_IO_FACTOR,
+    GEMM_LAUNCH_S,
+    GEMM_TILE,
+    GROUPED_GEMM_STREAMS,
+    grouped_gemm_time_s,
+    profile_for,
+)
+from models.step_time import axis_groups
+from models.traffic.items import Phase
+from models.traffic.layer import expert_calls
+
+H100 = gpu_preset("h100-sxm5-80gb")
+
+
+def _io(groups: int, m: int, n: int, k: int) -> float:
+    return GEMM_IO_FACTOR * 2 * groups * (m * n + m * k + k * n) / H100.hbm_bandwidth_bytes_per_s
+
+
+def test_transformer_engine_runs_four_experts_at_a_time() -> None:
+    """TE's grouped linear issues one cuBLAS GEMM per expert on 4 streams: 16 experts are 4
+    rounds of the 4-expert launch (io aside), not one launch of 16 problems."""
+    assert GROUPED_GEMM_STREAMS == 4
+    m, n, k = 256, 1536, 2048
+    sixteen = grouped_gemm_time_s(16, m, n, k, gpu=H100, dtype=DType.BF16) - _io(16, m, n, k)
+    four = grouped_gemm_time_s(4, m, n, k, gpu=H100, dtype=DType.BF16) - _io(4, m, n, k)
+    assert sixteen == pytest.approx(4 * four, rel=1e-12)
+    one_launch = grouped_gemm_time_s(16, m, n, k, gpu=H100, dtype=DType.BF16, streams=16)
+    assert sixteen + _io(16, m, n, k) - one_launch >= 3 * GEMM_LAUNCH_S * 0.999
+
+
+def test_wave_quantisation_is_per_round_of_experts() -> None:
+    """64 tokens per expert, n = 1536: 24 tiles per expert, 96 per round of 4 on 132 SMs:
+    the round runs at 96/132 occupancy, which a single 16-problem launch would not pay."""
+    m, n, k = GEMM_TILE, 1536, 2048
+    tiles = 4 * math.ceil(n / GEMM_TILE)
+    sms = profile_for(H100).num_sms
+    assert tiles == 96 and sms == 132
+    peak = H100.peak_flop_per_s(DType.BF16) * profile_for(H100).gemm_peak_frac[DType.BF16]
+    expected = 4 * (GEMM_LAUNCH_S + 2 * 4 * m * n * k / (peak * tiles / sms)) + _io(16, m, n, k)
+    assert grouped_gemm_time_s(16, m, n, k, gpu=H100, dtype=DType.BF16) == pytest.approx(
+        expected, rel=1e-12)
+
+
+QWEN3 = model_preset("qwen3-235b-a22b")
+
+
+def test_router_pays_its_fp32_score_passes() -> None:
+    assert QWEN3.moe is not None
+    ctx = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8)
+    moe = _elementwise_bytes(QWEN3, ctx, moe_layer=True)
+    assert moe["router"] == 4096 * QWEN3.moe.num_experts * ROUTER_BYTES_PER_SCORE
+    assert "router" not in _elementwise_bytes(QWEN3, ctx, moe_layer=False)
+
+
+def test_host_sync_costs_two_fixed_kernel_costs_per_moe_forward() -> None:
+    ctx = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8)
+    assert moe_host_sync_s(QWEN3, ctx) == MOE_HOST_SYNC_KERNELS * GEMM_LAUNCH_S == 1e-5
+    assert moe_host_sync_s(model_preset("llama-3.1-8b"), ctx) == 0.0
+
+
+def test_token_counts_are_gathered_before_each_forward_dispatch_only() -> None:
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    parallel = ParallelConfig(dp=32, ep=32)
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    groups = axis_groups(parallel, gpus_per_node=8)
+    lctx = groups.layer_context(QWEN3, training, parallel, fabric_of(cluster))
+    counts = [c for c in expert_calls(lctx) if c.name.endswith("token_counts")]
+    assert sorted(c.phase for c in counts) == sorted([Phase.FORWARD, Phase.RECOMPUTE])
+    assert QWEN3.moe is not None
+    assert all(c.message_bytes == QWEN3.moe.num_experts * 8 * 32 for c in counts)
+    # 40 KiB across 4 nodes: latency-bound, at least one inter-node hop.
+    assert all(c.time_s >= 5e-6 for c in counts)
+
+
+def test_alltoall_dispatcher_sends_every_assignment_over_the_nics() -> None:
+    """Megatron's alltoall dispatcher sends one row per (token, expert); DeepEP one copy per
+    destination node. Qwen3-235B (top-8) over EP 32 on 4 nodes: K (N-1)/N = 6 IB copies per
+    token against D_node (N-1)/N for the distinct nodes of 8 experts (< 3)."""
+    from models.moe import DispatchDedup, ep_dispatch_split
+
+    kw = dict(tokens_per_rank=4096, top_k=8, hidden_size=4096, bytes_per_elem=1,
+              num_experts=128, ep_size=32, ranks_per_node=8)
+    per_expert = ep_dispatch_split(**kw, dedup=DispatchDedup.PER_EXPERT)
+    per_node = ep_dispatch_split(**kw, dedup=DispatchDedup.PER_NODE)
+    assert per_expert.inter_node_copies_per_token == pytest.approx(6.0)
+    assert per_node.inter_node_copies_per_token < 3.0
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    parallel = ParallelConfig(dp=32, ep=32)
+    groups = axis_groups(parallel, gpus_per_node=8)
+    times = {}
+    for dispatcher in ("alltoall", "deepep"):
+        training = TrainingSpec(global_batch_size=64, sequence_length=4096,
+                                moe_dispatcher=dispatcher)
+        lctx = groups.layer_context(QWEN3, training, parallel, fabric_of(cluster))
+        times[dispatcher] = sum(c.time_s for c in expert_calls(lctx)
+                                if c.phase == Phase.FORWARD
+                                and c.name.endswith(("dispatch", "combine")))
+    assert times["alltoall"] > 2 * times["deepep"]
+
+
+def test_overlapped_all_to_all_costs_the_sms_it_holds() -> None:
+    """Under DualPipe the expert all-to-all hides behind the paired micro-batch's compute,
+    which loses 20 of 132 SMs while it runs (DeepSeek-V3 Sec. 3.2.2): with ample compute
+    the exposed EP time is that share of the all-to-all, not zero."""
+    from models.compute import LayerCompute, OpTimes
+    from models.step_time.exposure import OVERLAP_COMM_SM_SHARE, layer_calls, layer_comm
+
+    assert OVERLAP_COMM_SM_SHARE == pytest.approx(20 / 132)
+    spec = model_preset("mixtral-8x7b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    parallel = ParallelConfig(pp=4, dp=8, ep=8, schedule="dualpipe")
+    groups = axis_groups(parallel, gpus_per_node=8)
+    ample = LayerCompute(times=OpTimes(forward_s=10.0, backward_input_s=10.0),
+                         recompute_full_s=10.0)
+    comm = layer_comm(spec, 0, training=training, parallel=parallel, groups=groups,
+                      fabric=fabric_of(cluster), compute=ample, attention_forward_s=0.0)
+    ep_forward = sum(c.time_s for c in layer_calls(spec, 0, training=training,
+                                                   parallel=parallel, groups=groups,
+                                                   fabric=fabric_of(cluster))
+                     if c.phase == Phase.FORWARD and c.name.startswith("ep."))
+    assert ep_forward > 0
+    assert comm.forward_s["ep"] == pytest.approx(OVERLAP_COMM_SM_SHARE * ep_forward)
+
+
+def test_fp8_experts_pay_their_input_casts() -> None:
+    """FP8: each routed assignment's two expert GEMM inputs (h, then the expert width) are
+    read in 16 bit and written row-wise and column-wise in FP8 (4 bytes per element)."""
+    from models.compute import FP8_QUANTIZE_BYTES_PER_ELEMENT
+
+    assert QWEN3.moe is not None
+    fp8 = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8,
+                         compute_dtype=DType.FP8)
+    bf16 = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8)
+    copies = 4096 * QWEN3.moe.top_k
+    width = QWEN3.moe.expert_ffn_hidden_size
+    assert _elementwise_bytes(QWEN3, fp8, moe_layer=True)["moe_quantize"] == \
+        copies * (QWEN3.hidden_size + width) * FP8_QUANTIZE_BYTES_PER_ELEMENT
+    assert "moe_quantize" not in _elementwise_bytes(QWEN3, bf16, moe_layer=True)
