@@ -123,6 +123,11 @@ class ClusterSpec(SpecModel):
     pcie_bandwidth_bytes_per_s: BytesPerSecond = Field(
         default=25e9, description="Achievable host<->GPU bandwidth per GPU per direction."
     )
+    host_memory_bandwidth_bytes_per_s: BytesPerSecond = Field(
+        default=409.6e9,
+        description="Aggregate CPU DRAM bandwidth per node, shared by its GPUs' CPU work "
+        "(default a dual-socket, 8-channel DDR4-3200 server, 409.6 GB/s).",
+    )
     memory_headroom_frac: Fraction = Field(
         default=0.0,
         description="Fraction of each GPU's memory kept free (capacity = memory x (1 - this)).",

@@ -105,6 +105,8 @@ class ClusterInput(SpecModel):
                                                     "memory per node.")
     pcie_bandwidth_bytes_per_s: PositiveBytesPerSecond | None = Field(
         default=None, description="Override host<->GPU bandwidth per GPU per direction.")
+    host_memory_bandwidth_bytes_per_s: PositiveBytesPerSecond | None = Field(
+        default=None, description="Override the node's aggregate CPU DRAM bandwidth.")
     memory_headroom_frac: Fraction = Field(
         default=DEFAULT_MEMORY_HEADROOM_FRAC,
         description="Share of GPU memory kept free beyond the ledger's itemised runtime "

@@ -54,6 +54,12 @@ PCIE_GEN4_X16_BYTES_PER_S = 25e9
 PCIE_GEN5_X16_BYTES_PER_S = 50e9
 """Achievable host<->GPU copy bandwidth per direction on PCIe Gen5 x16 (64 GB/s nominal)."""
 
+NVLINK_C2C_BYTES_PER_S_PER_GPU = 225e9
+"""Host<->GPU bandwidth per GPU per direction on a Grace-Blackwell superchip: NVLink-C2C
+carries 900 GB/s bidirectional between one Grace and its two B200 GPUs (NVIDIA GB200 NVL72
+specifications), 450 GB/s each way shared by two GPUs. Nominal: no achieved figure is
+published here."""
+
 _DTYPE_KEYS = {
     DType.BF16: "bf16_{}_tflops",
     DType.FP16: "bf16_{}_tflops",
@@ -77,6 +83,8 @@ class NodePreset:
     intra_node_topology: IntraNodeTopology
     nic_bits_per_s: float
     host_memory_bytes: int
+    host_memory_bandwidth_bytes_per_s: float
+    """Aggregate CPU DRAM bandwidth of the node (what a CPU optimizer streams through)."""
     pcie_bandwidth_bytes_per_s: float
     description: str
     sources: tuple[str, ...]
@@ -93,7 +101,8 @@ class NodePreset:
         return self.nic_bits_per_s / 8 * NIC_ACHIEVABLE_FRAC
 
 
-_PCIE_BYTES_PER_S = {"gen4": PCIE_GEN4_X16_BYTES_PER_S, "gen5": PCIE_GEN5_X16_BYTES_PER_S}
+_PCIE_BYTES_PER_S = {"gen4": PCIE_GEN4_X16_BYTES_PER_S, "gen5": PCIE_GEN5_X16_BYTES_PER_S,
+                     "nvlink-c2c": NVLINK_C2C_BYTES_PER_S_PER_GPU}
 
 
 @cache
@@ -120,6 +129,7 @@ def _node_from_record(node: dict[str, Any]) -> NodePreset:
         intra_node_topology=IntraNodeTopology(node["topology"]),
         nic_bits_per_s=float(gpu["typical_node"]["nic_gbps_per_accelerator"]) * 1e9,
         host_memory_bytes=int(node["host_memory_bytes"]),
+        host_memory_bandwidth_bytes_per_s=float(node["host_memory_bandwidth_gb_s"]) * GB,
         pcie_bandwidth_bytes_per_s=_PCIE_BYTES_PER_S[node["pcie"]],
         description=node["description"], sources=tuple(node["sources"]),
         intra_node_bandwidth_override=None if measured is None else float(measured) * GB)
@@ -251,6 +261,7 @@ def cluster_preset(gpu_id: str, *, num_nodes: int, gpus_per_node: int | None = N
                             latency_s=INTER_NODE_LATENCY_S),
         intra_node_topology=node.intra_node_topology,
         host_memory_bytes=node.host_memory_bytes,
+        host_memory_bandwidth_bytes_per_s=node.host_memory_bandwidth_bytes_per_s,
         pcie_bandwidth_bytes_per_s=node.pcie_bandwidth_bytes_per_s,
     )
 

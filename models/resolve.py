@@ -86,6 +86,8 @@ def resolve_cluster(cluster: ClusterInput) -> ClusterSpec:
                            else links.host_memory_bytes),
         pcie_bandwidth_bytes_per_s=(cluster.pcie_bandwidth_bytes_per_s
                                     or links.pcie_bytes_per_s),
+        host_memory_bandwidth_bytes_per_s=(cluster.host_memory_bandwidth_bytes_per_s
+                                           or links.host_memory_bandwidth_bytes_per_s),
         memory_headroom_frac=cluster.memory_headroom_frac,
     )
 
@@ -100,6 +102,7 @@ class _NodeLinks:
     topology: IntraNodeTopology
     host_memory_bytes: int
     pcie_bytes_per_s: float
+    host_memory_bandwidth_bytes_per_s: float
 
 
 def _node_links(cluster: ClusterInput, gpu: GpuSpec) -> _NodeLinks:
@@ -113,7 +116,8 @@ def _node_links(cluster: ClusterInput, gpu: GpuSpec) -> _NodeLinks:
             intra_node_bytes_per_s=node.intra_node_bandwidth_bytes_per_s(),
             inter_node_bytes_per_s=node.inter_node_bandwidth_bytes_per_s(),
             topology=node.intra_node_topology, host_memory_bytes=node.host_memory_bytes,
-            pcie_bytes_per_s=node.pcie_bandwidth_bytes_per_s)
+            pcie_bytes_per_s=node.pcie_bandwidth_bytes_per_s,
+            host_memory_bandwidth_bytes_per_s=node.host_memory_bandwidth_bytes_per_s)
     if cluster.gpus_per_node is None or cluster.intra_node_bandwidth_bytes_per_s is None or \
             cluster.inter_node_bandwidth_bytes_per_s is None:
         given = (cluster.gpus_per_node, cluster.intra_node_bandwidth_bytes_per_s,
@@ -131,6 +135,7 @@ def _node_links(cluster: ClusterInput, gpu: GpuSpec) -> _NodeLinks:
         inter_node_bytes_per_s=cluster.inter_node_bandwidth_bytes_per_s,
         topology=IntraNodeTopology.SWITCH,
         host_memory_bytes=fields["host_memory_bytes"].default,
-        pcie_bytes_per_s=fields["pcie_bandwidth_bytes_per_s"].default)
+        pcie_bytes_per_s=fields["pcie_bandwidth_bytes_per_s"].default,
+        host_memory_bandwidth_bytes_per_s=fields["host_memory_bandwidth_bytes_per_s"].default)
 
 __all__ = ["ResolvedModel", "resolve_cluster", "resolve_model"]

@@ -74,6 +74,10 @@ class NodePresetInfo(BaseModel):
     inter_node_bandwidth_bytes_per_s: float = Field(description="Achievable NIC bandwidth "
                                                     "per GPU per direction.")
     host_memory_bytes: int = Field(description="Host memory per node.")
+    host_memory_bandwidth_bytes_per_s: float = Field(description="Aggregate CPU DRAM "
+                                                     "bandwidth per node.")
+    pcie_bandwidth_bytes_per_s: float = Field(description="Host<->GPU bandwidth per GPU per "
+                                              "direction (PCIe or NVLink-C2C).")
     description: str = Field(description="What the preset models.")
     sources: list[str] = Field(description="Where the figures come from.")
 

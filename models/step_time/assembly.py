@@ -23,6 +23,7 @@ from models.memory import micro_batch_count, rank_parameters
 from models.mesh import AxisPlacement, GroupKind
 from models.mesh.layout import expert_data_parallel_size
 from models.pipeline import OpDurations, StagePlacement, closed_form_makespan, schedule_traits
+from models.precision import state_bytes_per_param
 from models.step_time.exposure import sync_exposed_s
 from models.step_time.groups import AxisGroups, axis_groups
 from models.step_time.makespan import (
@@ -209,8 +210,10 @@ def _step_overheads(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
     shard = count / (parallel.dp * parallel.cp if parallel.zero_stage >= 1 else 1)
     grad_bytes = (training.master_dtype or training.grad_dtype).num_bytes
     passes = memory_bound_time_s(GRAD_NORM_PASSES * shard * grad_bytes, gpu=cluster.gpu)
+    host = host_optimizer_s(_optimizer_shard_params(spec, parallel, layout)
+                            * parallel.optimizer_offload_frac, training, cluster)
     terms = {"grad-norm all-reduce": world, "grad-norm and clipping": passes,
-             "loss all-reduce": loss}
+             "loss all-reduce": loss, "CPU optimizer (offloaded states)": host}
     return {name: t for name, t in terms.items() if t > 0}
 
 
@@ -225,16 +228,51 @@ def _world_placement(groups: AxisGroups) -> AxisPlacement:
 
 def _optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                  cluster: ClusterSpec, layout: StageLayout) -> float:
-    """Memory-bound optimizer step over the rank's shard of the states."""
-    held = rank_parameters(spec, parallel, layout)
-    edp = expert_data_parallel_size(parallel)
-    sharded = parallel.zero_stage >= 1
-    params = (held.gemm + held.vectors + held.embedding + held.head) / (
-        parallel.dp * parallel.cp if sharded else 1) + held.experts / (edp if sharded else 1)
+    """Memory-bound optimizer step over the rank's shard of the states kept on the GPU."""
+    params = _optimizer_shard_params(spec, parallel, layout) * (
+        1.0 - parallel.optimizer_offload_frac)
     state = (training.master_dtype.num_bytes if training.master_dtype else 0.0)
     state += 2 * training.optimizer_state_dtype.num_bytes + training.grad_dtype.num_bytes
     traffic = params * (OPTIMIZER_BYTES_PER_PARAM_FACTOR * state + training.param_dtype.num_bytes)
     return memory_bound_time_s(traffic, gpu=cluster.gpu)
+
+
+def _optimizer_shard_params(spec: ModelSpec, parallel: ParallelConfig,
+                            layout: StageLayout) -> float:
+    """Parameters whose optimizer states one rank updates: its ZeRO shard (dense over
+    DP x CP, experts over expert-DP), or all it holds without ZeRO."""
+    held = rank_parameters(spec, parallel, layout)
+    edp = expert_data_parallel_size(parallel)
+    sharded = parallel.zero_stage >= 1
+    return (held.gemm + held.vectors + held.embedding + held.head) / (
+        parallel.dp * parallel.cp if sharded else 1) + held.experts / (edp if sharded else 1)
+
+
+def host_optimizer_s(moved_params: float, training: TrainingSpec,
+                     cluster: ClusterSpec) -> float:
+    """Exposed time of the CPU optimizer step over the share of a rank's optimizer states
+    kept in host memory (`optimizer_offload_frac`).
+
+    Source: Ren et al. 2021, ZeRO-Offload, arXiv:2101.06840 Sec. 4.1-4.2: gradients move to
+    the host during backward, the CPU runs the Adam update after backward, and the updated
+    parameters move back to the GPU before the next forward; CPU-Adam is a streaming kernel,
+    so host DRAM bandwidth bounds it.
+    Legend: M = moved_params; per parameter the update reads and writes the master weights
+    and moments, reads the gradient and writes the working weight: 2 (master + moments) +
+    grad + param bytes of host traffic; the node's DRAM bandwidth is shared by its GPUs.
+    Time = M x that / (host bandwidth / GPUs per node) + M x param bytes / host link.
+    Assumes: the gradient copies hide behind backward (ZeRO-Offload's overlap); no one-step
+    delayed update (DPU), which would hide the CPU step at the cost of staleness; the update
+    streams at the DRAM bandwidth, a lower bound of its time where the cores bind first.
+    """
+    if moved_params <= 0:
+        return 0.0
+    per_param = state_bytes_per_param(training)
+    host_bytes = moved_params * (2.0 * per_param.optimizer + per_param.gradients
+                                 + per_param.weights)
+    host_share = cluster.host_memory_bandwidth_bytes_per_s / cluster.gpus_per_node
+    upload = moved_params * per_param.weights / cluster.pcie_bandwidth_bytes_per_s
+    return host_bytes / host_share + upload
 
 
 def _makespans(parallel: ParallelConfig, stages: list[StageTime], m: int,
@@ -439,6 +477,7 @@ __all__ = [
     "PipelineInputs",
     "StepEstimate",
     "estimate_step",
+    "host_optimizer_s",
     "p2p_latency_s",
     "pipeline_inputs",
     "pipeline_makespan_bound",

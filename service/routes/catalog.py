@@ -58,7 +58,9 @@ def _gpu_catalog() -> GpuCatalog:
         id=node.id, gpu_id=node.gpu_id, gpus_per_node=node.gpus_per_node,
         intra_node_bandwidth_bytes_per_s=node.intra_node_bandwidth_bytes_per_s(),
         inter_node_bandwidth_bytes_per_s=node.inter_node_bandwidth_bytes_per_s(),
-        host_memory_bytes=node.host_memory_bytes, description=node.description,
+        host_memory_bytes=node.host_memory_bytes,
+        host_memory_bandwidth_bytes_per_s=node.host_memory_bandwidth_bytes_per_s,
+        pcie_bandwidth_bytes_per_s=node.pcie_bandwidth_bytes_per_s, description=node.description,
         sources=list(node.sources)) for node in NODE_PRESETS.values()]
     return GpuCatalog(gpus=[gpu_preset(gid) for gid in gpu_ids()], nodes=nodes,
                       default_node=dict(DEFAULT_NODE_FOR_GPU))

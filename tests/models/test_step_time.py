@@ -261,3 +261,34 @@ def test_zero3_step_pays_its_prefetch_fill_and_drain_once() -> None:
     # Sharding parameters too never shortens the step on the same mesh.
     zero2 = estimate_step(spec, training, ParallelConfig(dp=8, zero_stage=2), cluster)
     assert zero3.step_time_s >= zero2.step_time_s
+
+
+def test_offloaded_optimizer_states_cost_a_cpu_step_and_an_upload() -> None:
+    """ZeRO-Offload (arXiv:2101.06840 Sec. 4.1): the CPU updates the offloaded share of the
+    states, bounded by the node's DRAM bandwidth shared by its GPUs, and copies the updated
+    weights back over the host link."""
+    from api_schemas.dtypes import DType
+    from models.step_time.assembly import host_optimizer_s
+
+    spec = model_preset("llama-3.1-8b")
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=1)
+    steps = [estimate_step(spec, training, ParallelConfig(dp=8, zero_stage=1,
+                                                          optimizer_offload_frac=f), cluster)
+             for f in (0.0, 0.5, 1.0)]
+    host = [e.overheads_s.get("CPU optimizer (offloaded states)", 0.0) for e in steps]
+    assert host[0] == 0.0 and host[2] == pytest.approx(2 * host[1])
+    assert steps[0].step_time_s < steps[1].step_time_s < steps[2].step_time_s
+    assert steps[2].optimizer_s == 0.0 < steps[0].optimizer_s
+    # 1e9 parameters of bf16-weight / fp32-master Adam: 2 x 12 + 4 + 2 = 30 bytes each of
+    # host traffic at 614.4 / 8 GB/s, plus 2 bytes each up at 50 GB/s.
+    fp32_grads = training.model_copy(update={"grad_dtype": DType.FP32})
+    assert host_optimizer_s(1e9, fp32_grads, cluster) == pytest.approx(
+        30e9 / (614.4e9 / 8) + 2e9 / 50e9, rel=1e-9)
+
+
+def test_grace_blackwell_reaches_host_memory_over_nvlink_c2c() -> None:
+    gb200 = cluster_preset("gb200-nvl72", num_nodes=1)
+    h100 = cluster_preset("h100-sxm5-80gb", num_nodes=1)
+    assert gb200.pcie_bandwidth_bytes_per_s == 225e9 > 4 * h100.pcie_bandwidth_bytes_per_s
+    assert gb200.host_memory_bandwidth_bytes_per_s == 18.4e12
