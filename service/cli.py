@@ -400,11 +400,14 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def server_timeouts() -> dict[str, Any]:
-    """uvicorn's keep-alive and worker health-check timeouts from the settings."""
+    """uvicorn's keep-alive, request-head and worker health-check timeouts from the
+    settings."""
+    from service.server import protocol_factory
     from service.settings import get_settings
 
     settings = get_settings()
-    return {"timeout_keep_alive": settings.keep_alive_timeout_s,
+    return {"http": protocol_factory(settings.header_read_timeout_s),
+            "timeout_keep_alive": settings.keep_alive_timeout_s,
             "timeout_worker_healthcheck": settings.worker_start_timeout_s,
             "h11_max_incomplete_event_size": settings.max_header_bytes}
 
