@@ -15,10 +15,7 @@ from pydantic import BaseModel
 
 from api_schemas.collectives import CollectiveEstimateRequest
 from api_schemas.moe import MoePlacementRequest, MoePlacementResponse
-from api_schemas.pipeline import (
-    PipelineOptimizeRequest,
-    PipelineSimulateRequest,
-)
+from api_schemas.pipeline import PipelineOptimizeRequest, PipelineSimulateRequest
 from api_schemas.plan import PlanResponse, PlanStatus
 from api_schemas.requests import ClusterInput, EvaluateRequest, PlanRequest
 from models.catalog import gpu_ids, model_ids
@@ -27,9 +24,7 @@ from models.moe.balance import home_rank_loads
 from models.pipeline.requests import simulate_request
 from models.resolve import resolve_cluster
 from service.cli.documents import build_request, load_document, set_field
-from service.cli.flags import (
-    apply_constraint_flags,
-)
+from service.cli.flags import apply_constraint_flags
 from service.cli.output import (
     memory_picture,
     plan_pictures,

@@ -12,9 +12,7 @@ from typing import Any
 
 import yaml
 
-from service.cli.flags import (
-    apply_recipe_flags,
-)
+from service.cli.flags import apply_recipe_flags
 
 
 def load_document(source: str) -> dict[str, Any]:

@@ -28,12 +28,7 @@ from models.mesh.report import mesh_report
 from models.resolve import resolve_cluster
 from service.cli import COMMAND_HELP
 from service.cli.flags import LIST_AXES, apply_constraint_flags
-from service.render_run import (
-    render_frontier,
-    render_mesh,
-    render_run_estimate,
-    render_sensitivity,
-)
+from service.render_run import render_frontier, render_mesh, render_run_estimate, render_sensitivity
 
 Runner = Callable[..., int]
 """`service.cli._run`: (args, local, remote, render, *, label=...) -> exit status."""

@@ -19,9 +19,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from api_schemas.pipeline import (
-    PipelineSimulateResponse,
-)
+from api_schemas.pipeline import PipelineSimulateResponse
 from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.problems import FieldError, ProblemDetail
 from api_schemas.requests import PlanRequest
@@ -30,9 +28,7 @@ from models.pipeline.requests import simulate_request
 from service.client import ApiProblemError, AtlasClient
 from service.pictures import memory_svg, timeline_svg
 from service.problems import PROBLEM_TITLES, problem_type
-from service.render import (
-    render_problem,
-)
+from service.render import render_problem
 from service.trace import trace_document
 
 PROGRESS_INTERVAL_S = 5.0

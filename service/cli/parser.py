@@ -19,10 +19,7 @@ from service.cli.commands import (
     cmd_simulate,
 )
 from service.cli.documents import build_request, load_document
-from service.cli.flags import (
-    add_output_flags,
-    add_request_flags,
-)
+from service.cli.flags import add_output_flags, add_request_flags
 from service.cli.labs import register_lab_commands
 from service.cli.output import run
 from service.cli.serve import cmd_serve
