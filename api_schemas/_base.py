@@ -31,18 +31,25 @@ class ResultModel(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
-def _first_non_finite(value: object, path: str) -> str | None:
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{path or 'value'} is {value}"
+def field_path(path: str, part: str | int) -> str:
+    """`path` extended by a key or a list index, in the one format every field path of the
+    project uses: dotted, indices as numbers ("constraints.forbid.tp.0")."""
+    return f"{path}.{part}" if path else str(part)
+
+
+def first_non_finite(value: object, path: str = "") -> tuple[str, float] | None:
+    """The path (`field_path` format, under `path`) and value of the first NaN or infinite
+    number inside `value`, walking dicts, lists and tuples in order; None if there is none."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value)
     if isinstance(value, dict):
-        items: list[tuple[str, object]] = [(f"{path}.{k}" if path else str(k), v)
-                                           for k, v in value.items()]
+        items: list[tuple[str | int, object]] = list(value.items())
     elif isinstance(value, list | tuple):
-        items = [(f"{path}.{i}" if path else str(i), v) for i, v in enumerate(value)]
+        items = list(enumerate(value))
     else:
         return None
-    for sub_path, sub in items:
-        found = _first_non_finite(sub, sub_path)
+    for part, sub in items:
+        found = first_non_finite(sub, field_path(path, part))
         if found is not None:
             return found
     return None
@@ -54,13 +61,23 @@ def reject_non_finite(value: T) -> T:
     Raises:
         ValueError: naming the path of the first non-finite number.
     """
-    found = _first_non_finite(value, "")
+    found = first_non_finite(value)
     if found is not None:
-        raise ValueError(f"{found}: numbers must be finite (no NaN or Infinity)")
+        where, number = found
+        raise ValueError(f"{where or 'value'} is {number}: numbers must be finite (no NaN or "
+                         "Infinity)")
     return value
 
 
 FiniteJson = Annotated[dict[str, Any], AfterValidator(reject_non_finite)]
 """A free-form JSON object whose numbers are all finite."""
 
-__all__ = ["MAX_NAME_LENGTH", "FiniteJson", "ResultModel", "SpecModel", "reject_non_finite"]
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "FiniteJson",
+    "ResultModel",
+    "SpecModel",
+    "field_path",
+    "first_non_finite",
+    "reject_non_finite",
+]

@@ -4,9 +4,12 @@ Run: .venv/bin/python benchmarks/bench_startup.py [--runs 3] [--workers 2] [--wa
 
 Prints, each as the median of `--runs` fresh interpreters:
 - `import service.cli`: what every `serve` worker process imports before it can answer
-  uvicorn's health check (a spawned worker re-imports the command's main module);
+  uvicorn's health check (a spawned worker re-imports the command's main module), with the
+  heavy packages it loads (none is the goal);
 - `import service.app`: the app module with every router (imported by the worker after its
-  health-check thread runs);
+  health-check thread runs), and `create_app()` on top of it; the solver (OR-Tools, pandas)
+  is not among them: the lifespan imports it in a thread;
+- `atlas-planner --help`: the console command's start-up (under 1 s is the goal);
 then starts `atlas-planner serve --workers N` on a free loopback port with SQLite in a
 temporary directory and reports the seconds to the first 200 from /healthz, and how many
 workers the supervisor replaced in the following `--watch` seconds (0 is the goal; every
@@ -36,14 +39,31 @@ def _free_port() -> int:
         return port
 
 
-def import_seconds(module: str, runs: int) -> float:
-    """Median wall seconds of `python -c "import <module>"` in a fresh interpreter."""
+def command_seconds(command: list[str], runs: int) -> float:
+    """Median wall seconds of `command` run `runs` times, each a fresh process."""
     times = []
     for _ in range(runs):
         start = time.monotonic()
-        subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         times.append(time.monotonic() - start)
     return statistics.median(times)
+
+
+def import_seconds(module: str, runs: int) -> float:
+    """Median wall seconds of `python -c "import <module>"` in a fresh interpreter."""
+    return command_seconds([sys.executable, "-c", f"import {module}"], runs)
+
+
+HEAVY = ("ortools", "pandas", "numpy", "sqlalchemy", "pydantic", "fastapi")
+
+
+def heavy_imports(module: str) -> list[str]:
+    """Which of the heavy packages `import <module>` loads (in a fresh interpreter)."""
+    probe = (f"import sys, {module}; "
+             f"print(' '.join(p for p in {HEAVY!r} if p in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                         text=True).stdout
+    return out.split()
 
 
 def serve_start(workers: int, watch_s: float) -> tuple[float, int]:
@@ -90,8 +110,14 @@ def main() -> None:
     args = parser.parse_args()
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     for module in ("service.cli", "service.app"):
+        loaded = ", ".join(heavy_imports(module)) or "none"
         print(f"import {module:<12} {import_seconds(module, args.runs):6.2f} s "
-              f"(median of {args.runs})")
+              f"(median of {args.runs}; loads {loaded})")
+    build = [sys.executable, "-c", "from service.app import create_app; create_app()"]
+    print(f"create_app()        {command_seconds(build, args.runs):6.2f} s "
+          f"(median of {args.runs}, import included)")
+    cli_help = command_seconds([str(ATLAS_PLANNER), "--help"], args.runs)
+    print(f"atlas-planner --help {cli_help:5.2f} s (median of {args.runs}, a fresh process)")
     ready_s, replaced = serve_start(args.workers, args.watch)
     print(f"serve --workers {args.workers}: first healthy answer after {ready_s:.1f} s; "
           f"{replaced} workers replaced in the next {args.watch:g} s")

@@ -4,12 +4,13 @@ Owns: `create_app(settings)`: the routers, the lab page, the problem+json handle
 request-id, body-size, body-read-timeout and CORS middleware, the OpenAPI document and its
 offline Swagger UI and ReDoc pages, logging set-up, and the lifespan that opens the database
 behind the store gate (creating the schema when it answers; the service starts degraded when
-it does not), starts the solver pool and closes them at shutdown. Must not:
-do anything at import: `service.app:app` is built on first access, and building it does no
-I/O (the lifespan does).
+it does not), starts the solver pool and the solver's import (`service/library.py`) and
+closes them at shutdown. Must not: do anything at import: `service.app:app` is built on
+first access, and building it does no I/O (the lifespan does); nor import the solver.
 """
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import cache
@@ -17,7 +18,7 @@ from functools import cache
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-import solver
+from service import library
 from service.deps import ServiceContext
 from service.middleware import RequestContextMiddleware, install_cors
 from service.openapi import install_openapi
@@ -79,10 +80,11 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
 
     Args:
         settings: configuration; default `get_settings()` (the environment).
-        planner: the plan function; default the library's `solver.plan`.
+        planner: the plan function; default the library's `solver.plan` (imported by the
+            lifespan in a thread of its own, so the app answers meanwhile).
     """
     config = settings if settings is not None else get_settings()
-    plan_fn: Planner = planner if planner is not None else solver.plan
+    plan_fn: Planner = planner if planner is not None else library.plan
     _configure_logging(config.log_level)
 
     @asynccontextmanager
@@ -96,6 +98,8 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
         store.prepare()
         pool = SolverPool(threads=config.solver_threads, queue=config.solver_queue,
                           retry_after_s=config.retry_after_s)
+        threading.Thread(target=library.preload, name="atlas-solver-import",
+                         daemon=True).start()
         app.state.context = ServiceContext(settings=config, engine=engine, store=store,
                                            pool=pool, planner=plan_fn)
         logger.info("atlas-planner %s ready (%d solver threads, queue %d)", SERVICE_VERSION,

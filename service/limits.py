@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from api_schemas._base import first_non_finite
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.requests import ClusterInput, ModelFromHf, ModelInput
@@ -180,33 +181,18 @@ def _count_of(value: object) -> int | None:
     return int(number) if number is not None and math.isfinite(number) else None
 
 
-def _first_non_finite(value: object, path: str) -> str | None:
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{path} = {value}"
-    if isinstance(value, dict):
-        items: list[tuple[str, object]] = [(f"{path}.{k}", v) for k, v in value.items()]
-    elif isinstance(value, list | tuple):
-        items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
-    else:
-        return None
-    for sub_path, sub in items:
-        found = _first_non_finite(sub, sub_path)
-        if found is not None:
-            return found
-    return None
-
-
 def require_finite(result: BaseModel) -> None:
     """Refuse to answer with infinite or NaN figures (JSON cannot carry them).
 
     Raises:
         InvalidSpecError: naming the first non-finite field of the result.
     """
-    found = _first_non_finite(result.model_dump(), "result")
+    found = first_non_finite(result.model_dump(), "result")
     if found is not None:
+        where, number = found
         raise InvalidSpecError(
-            f"the inputs are too extreme for a finite answer ({found}); use realistic "
-            "magnitudes (bandwidths of at least bytes per second, durations well above "
+            f"the inputs are too extreme for a finite answer ({where} is {number}); use "
+            "realistic magnitudes (bandwidths of at least bytes per second, durations well above "
             "1e-300 s, sizes below 2**60)")
 
 

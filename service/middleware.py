@@ -4,8 +4,9 @@ Owns: giving every request an id (`X-Request-ID`, taken from the client when it 
 token, otherwise generated), refusing bodies over the configured size, both when the
 `Content-Length` header announces it and when a streamed body grows past it, and answering
 408 (closing the connection) when the next chunk of a body does not arrive within the read
-timeout, so a client that announces a body and never sends it cannot hold a connection.
-Must not: parse bodies or know about routes.
+timeout, so a client that announces a body and never sends it cannot hold a connection,
+and cancelling the handling of a request whose client disconnected before its answer (a
+search it waits for then stops; see `service/pool.py`). Must not: parse bodies or know about routes.
 """
 
 import asyncio
@@ -82,7 +83,7 @@ class RequestContextMiddleware:
                 return
             if not message.get("more_body", False):
                 break
-        await self.app(scope, _replay(bytes(body), receive), send_with_id)
+        await _run_until_gone(self.app, scope, bytes(body), receive, send_with_id)
 
     async def _too_slow(self, scope: Scope, receive: Receive, send: Send, received: int,
                         announced: str | None) -> None:
@@ -105,18 +106,46 @@ class RequestContextMiddleware:
         await response(scope, receive, send)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that yields the buffered body once, then defers to the real channel."""
+async def _run_until_gone(app: ASGIApp, scope: Scope, body: bytes, receive: Receive,
+                          send: Send) -> None:
+    """Run `app` on the buffered `body` and cancel it if the client disconnects first.
+
+    Only this function reads `receive` once the body is in; the app gets the body once and
+    then waits for the disconnect, as it would on the real channel. Cancelling the app
+    cancels what it awaits: a search in the solver pool with no other waiter is stopped.
+    """
+    gone = asyncio.Event()
     sent = False
 
-    async def replay() -> Message:
+    async def app_receive() -> Message:
         nonlocal sent
         if not sent:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
+        await gone.wait()
+        return {"type": "http.disconnect"}
 
-    return replay
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    handler = asyncio.ensure_future(app(scope, app_receive, send))
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({handler, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not handler.done():
+            # The client went away: nobody will read the answer.
+            handler.cancel()
+            await asyncio.wait({handler})
+            if not handler.cancelled():
+                handler.exception()  # retrieved: whatever it was, nobody can be told
+            return
+        handler.result()  # re-raise what the app raised
+    finally:
+        watcher.cancel()
+        if not handler.done():
+            handler.cancel()
 
 
 def install_cors(app: Any, origins: list[str]) -> None:

@@ -143,6 +143,11 @@ class Settings(BaseSettings):
         default=10.0, ge=0.1, le=3600.0,
         description="Longest wait for the next chunk of a request body before answering 408 "
         "[ATLAS_BODY_READ_TIMEOUT_S].")
+    header_read_timeout_s: float = Field(
+        default=10.0, ge=0.1, le=3600.0,
+        description="Longest a connection may take to deliver a whole request head (request "
+        "line and headers), from its opening or the end of its previous response; then 408 "
+        "and the connection is closed [ATLAS_HEADER_READ_TIMEOUT_S].")
     keep_alive_timeout_s: int = Field(
         default=5, ge=1, le=600,
         description="Seconds an idle keep-alive connection stays open "

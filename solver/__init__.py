@@ -4,8 +4,21 @@ the pipeline-schedule optimizer, MoE expert placement and exporters.
 Must not: do I/O or import `service`.
 """
 
-from solver.api import evaluate, plan
-from solver.export import export_all
-from solver.memory_lab import memory_report
+from typing import Any
+
+_ENTRY_POINTS = {"evaluate": "solver.api", "plan": "solver.api",
+                 "export_all": "solver.export", "memory_report": "solver.memory_lab"}
+
+
+def __getattr__(name: str) -> Any:
+    """The entry points, imported on first use: importing a light module of this package
+    (`solver.cancel`, `solver.throughput_bound`) does not load OR-Tools."""
+    module = _ENTRY_POINTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = ["evaluate", "export_all", "memory_report", "plan"]

@@ -36,7 +36,7 @@ from models.mesh import validate_mesh
 from models.mfu_records import mfu_above_record
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
-from solver import cpsat
+from solver import cancel, cpsat
 from solver.candidate_eval import ScoredPlan, refine_policies
 from solver.explain import (
     binding_constraints,
@@ -107,6 +107,7 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
 
     Raises:
         InvalidSpecError: unknown presets or unreadable inputs.
+        Cancelled: the thread's cancellation token was set (`solver/cancel.py`).
     """
     deadline = time.perf_counter() + request.solver.time_limit_s
     resolved = resolve_model(request.model)
@@ -119,6 +120,7 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     limits = search_limits(spec, request.training, cluster, constraints, request.objective)
     notes.append(space_note(limits))
     stats = _stats(result).model_copy(update={"space": limits})
+    cancel.check()
     if result.best is None:
         return _infeasible(request, result, stats, notes, spec.name, cluster, deadline)
     remaining_s = deadline - time.perf_counter()
@@ -234,6 +236,7 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
     for candidate in result.frontier:
         if len(chosen) >= request.solver.top_k or time.perf_counter() >= stop:
             break
+        cancel.check()
         key = _shape(candidate)
         if key == _shape(best.candidate) or key in chosen:
             continue

@@ -2,8 +2,9 @@
 
 Owns: `SolverConfig` (time limit, workers, seed, gap, logging), the mapping of CP-SAT
 statuses to `SolveStatus`, and `solve()`, which runs a model under a config and returns the
-statistics every caller reports. Must not: build any domain model; formulations live in the
-modules that own their problem and receive `CpModel` from here.
+statistics every caller reports, stopped early when the thread's cancellation token is set
+(`solver/cancel.py`). Must not: build any domain model; formulations live in the modules that
+own their problem and receive `CpModel` from here.
 """
 
 import logging
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ortools.sat.python import cp_model
+
+from solver import cancel
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +89,12 @@ def solve(model: cp_model.CpModel, config: SolverConfig) -> SolveOutcome:
     """Solve `model` under `config` and return its status and statistics.
 
     The search log, when requested, goes to this module's logger.
+
+    Raises:
+        Cancelled: this thread's cancellation token was set before or during the run (the
+            run is stopped at once through CP-SAT's `stop_search`).
     """
+    cancel.check()
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.max_time_in_seconds = max(0.001, float(config.max_time_s))
@@ -100,7 +108,9 @@ def solve(model: cp_model.CpModel, config: SolverConfig) -> SolveOutcome:
         params.log_to_stdout = False  # the log goes to the logger only, once
         solver.log_callback = logger.info
     started = time.perf_counter()
-    raw_status = solver.solve(model)
+    with cancel.stopping(solver.stop_search):
+        raw_status = solver.solve(model)
+    cancel.check()
     wall = time.perf_counter() - started
     status = _STATUS.get(raw_status, SolveStatus.UNKNOWN)
     has_objective = model.has_objective() and status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)

@@ -20,7 +20,9 @@ dependency chain), and its evaluation skips simulating any ZeRO plan whose own m
 bound already reaches the incumbent. Search: candidates are visited in
 increasing bound order; the first time the next bound is not below the incumbent, the
 incumbent is proven optimal under the cost model. At the time limit the best plan so far is
-returned as feasible with the smallest unvisited bound as the proven bound.
+returned as feasible with the smallest unvisited bound as the proven bound. Between candidates
+the search checks the thread's cancellation token (`solver/cancel.py`) and stops with
+`Cancelled` once nobody waits for it.
 """
 
 import heapq
@@ -36,6 +38,7 @@ from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
+from solver import cancel
 from solver.bounds import BoundTables
 from solver.candidate_eval import (
     Dominated,
@@ -212,7 +215,11 @@ class _Problem:
 def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
            constraints: Constraints, objective: Objective, limits: SolverLimits,
            progress: Progress | None = None) -> SearchResult:
-    """Find the best plan under the cost model (see the module docstring)."""
+    """Find the best plan under the cost model (see the module docstring).
+
+    Raises:
+        Cancelled: the thread's cancellation token was set during the search.
+    """
     # The framework target narrows the space: only what an admitted framework runs.
     constraints = target_constraints(hardware_constraints(constraints, cluster, training))
     started = time.perf_counter()
@@ -227,6 +234,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         progress(f"{queue.total} candidates, {queue.pruned_memory} pruned by the memory bound, "
                  f"{len(queue.heap)} to order by the time bound")
     while queue.heap:
+        cancel.check()
         lower, order, level, c = queue.heap[0]
         if lower >= queue.best_value:
             break
@@ -251,6 +259,7 @@ def _enqueue(problem: _Problem, sizes: list[int]) -> _Queue:
     heap: list[tuple[float, int, int, MeshCandidate]] = []
     total = pruned_memory = pruned_target = 0
     for world in sizes:
+        cancel.check()
         for c in candidate_meshes(problem.spec, problem.training, world_size=world,
                                   gpus_per_node=cluster.gpus_per_node,
                                   constraints=problem.constraints):

@@ -11,7 +11,9 @@ not: enumerate or order candidates, or size anything.
 """
 
 import math
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cache
 
@@ -92,31 +94,58 @@ def _mesh_features(spec: ModelSpec, training: TrainingSpec,
                                  c.schedule, c.sequence_parallel, c.cp_kind)
 
 
-_MESH: dict[tuple[object, ...], frozenset[str]] = {}
-"""Mesh features by (spec id, training id, mesh fields), with spec and training kept alive
-beside them; candidates differing only in micro-batch share an entry."""
+MESH_CACHE_SEARCHES = 8
+"""Most (spec, training) pairs whose mesh features are kept: more than the searches that
+run at once in the service (its solver threads); the least recently used pair is dropped
+whole. Before this bound every search added its own entries (keyed by object ids, so never
+reused by a later request) and kept its spec alive until 65,536 entries had piled up."""
+
+
+class _MeshFeatureCache:
+    """Mesh features per (spec, training) pair, for the last `MESH_CACHE_SEARCHES` pairs;
+    each pair's objects are kept alive beside its table so their ids stay unique."""
+
+    def __init__(self, pairs: int) -> None:
+        self._pairs = pairs
+        self._tables: OrderedDict[tuple[int, int],
+                                  tuple[ModelSpec, TrainingSpec,
+                                        dict[tuple[object, ...], frozenset[str]]]] = \
+            OrderedDict()
+        self._lock = threading.Lock()
+
+    def table(self, spec: ModelSpec, training: TrainingSpec
+              ) -> dict[tuple[object, ...], frozenset[str]]:
+        """The (mutable) table of this pair, created empty when the pair is new."""
+        key = (id(spec), id(training))
+        with self._lock:
+            entry = self._tables.get(key)
+            if entry is None or entry[0] is not spec or entry[1] is not training:
+                entry = (spec, training, {})
+                self._tables[key] = entry
+                while len(self._tables) > self._pairs:
+                    self._tables.popitem(last=False)
+            self._tables.move_to_end(key)
+            return entry[2]
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+
+_MESH = _MeshFeatureCache(MESH_CACHE_SEARCHES)
 
 
 def _cached_mesh_features(spec: ModelSpec, training: TrainingSpec, *mesh: object
                           ) -> frozenset[str]:
-    key = (id(spec), id(training), *mesh)
-    cached = _MESH.get(key)
+    table = _MESH.table(spec, training)
+    cached = table.get(mesh)
     if cached is not None:
         return cached
     tp, pp, dp, cp, ep, etp, vpp, schedule, sp, cp_kind = mesh
     features = frozenset(mesh_features(
         spec, training, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,  # type: ignore[arg-type]
         schedule=schedule, sequence_parallel=sp, cp_kind=cp_kind))  # type: ignore[arg-type]
-    if len(_MESH) > 65536:
-        _MESH.clear()
-        _KEEP.clear()
-    _KEEP[id(spec)], _KEEP[id(training)] = spec, training
-    _MESH[key] = features
+    table[mesh] = features
     return features
-
-
-_KEEP: dict[int, object] = {}
-"""The spec and training objects whose ids key `_MESH` (kept alive so ids stay unique)."""
 
 
 @cache

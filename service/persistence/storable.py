@@ -10,6 +10,7 @@ before any session sees it. Must not: touch the database or change values.
 import math
 import re
 
+from api_schemas._base import field_path
 from service.problems import LimitExceededError
 
 _UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
@@ -28,15 +29,11 @@ def text_problem(value: str) -> str | None:
             "remove it")
 
 
-def _join(path: str, part: str | int) -> str:
-    return f"{path}.{part}" if path else str(part)
-
-
 def first_unstorable(value: object, path: str = "") -> tuple[str, str] | None:
     """The first (field path, reason) of `value` that a store would refuse, or None.
 
-    Walks dicts (keys and values), lists and tuples; paths are dotted ("constraints.forbid.
-    tp.0").
+    Walks dicts (keys and values), lists and tuples; paths are those of
+    `api_schemas._base.field_path` ("constraints.forbid.tp.0").
     """
     if isinstance(value, str):
         reason = text_problem(value)
@@ -47,7 +44,7 @@ def first_unstorable(value: object, path: str = "") -> tuple[str, str] | None:
         return (path, f"is {value}, but stored numbers must be finite; give a finite value")
     if isinstance(value, dict):
         for key, item in value.items():
-            where = _join(path, str(key))
+            where = field_path(path, str(key))
             if isinstance(key, str):
                 reason = text_problem(key)
                 if reason is not None:
@@ -58,7 +55,7 @@ def first_unstorable(value: object, path: str = "") -> tuple[str, str] | None:
         return None
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            found = first_unstorable(item, _join(path, index))
+            found = first_unstorable(item, field_path(path, index))
             if found is not None:
                 return found
     return None

@@ -14,10 +14,10 @@ from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
 from service import limits
 from service.core import call_core
 from service.deps import SettingsDep
+from service.library import evaluate, memory_report
 from service.media import Format, svg_content, svg_response, wanted_format
 from service.openapi import problem_responses
 from service.pictures import memory_svg
-from solver import evaluate, memory_report
 
 router = APIRouter(tags=["estimates"])
 

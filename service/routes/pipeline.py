@@ -21,6 +21,7 @@ from models.pipeline.requests import simulate_request
 from service import limits
 from service.core import call_core
 from service.deps import ContextDep
+from service.library import optimize_request
 from service.media import (
     Format,
     svg_content,
@@ -34,7 +35,6 @@ from service.pictures import timeline_svg
 from service.searches import run_search, with_clamped_time_limit
 from service.settings import Settings
 from service.trace import TraceDocument, trace_document
-from solver.schedule.requests import optimize_request
 
 router = APIRouter(tags=["pipeline"])
 

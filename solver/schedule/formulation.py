@@ -23,6 +23,7 @@ Formulation (all times in integer ticks; O = ops, R = ranks, rank(o), d(o) its d
 
 from dataclasses import dataclass
 
+from solver import cancel
 from solver.cpsat import CpModel, IntervalVar, IntVar
 from solver.schedule.instance import (
     KIND_B,
@@ -71,13 +72,18 @@ def build_cp_model(inst: ScheduleInstance, *, head: list[int], tail: list[int],
                                                                             strict=True)])
     makespan = model.new_int_var(lower_bound, max(lower_bound, horizon), "makespan")
     v = ScheduleVars(start=start, makespan=makespan, lifetime={}, first_b=[])
+    # Large instances take seconds to build: stop between steps once nobody waits.
+    cancel.check()
     add_precedences(model, inst, v)
+    cancel.check()
     add_rank_no_overlap(model, inst, v)
     add_memory_limit(model, inst, v, horizon=horizon)
+    cancel.check()
     add_makespan_definition(model, inst, v)
     add_warmup_cut(model, inst, v, horizon=horizon)
     model.minimize(makespan)
     if hint is not None:
+        cancel.check()
         add_complete_hint(model, inst, v, hint)
     return model, v
 

@@ -39,6 +39,7 @@ from models.errors import InfeasibleError, InvalidSpecError
 from models.pipeline import OpDurations, PipelineProgram, ProgramBuilder, simulate
 from models.pipeline.metrics import SimulationResult
 from models.pipeline.ops import OpKind, Placement
+from solver import cancel
 from solver.cpsat import SolverConfig, SolveStatus, solve
 from solver.scaling import TimeScale, time_scale
 from solver.schedule.candidates import candidate_programs, hint_starts, placement_for
@@ -117,6 +118,8 @@ def optimize_schedule(
     Raises:
         InvalidSpecError: bad parameters, or an overlapped pair duration was given.
         InfeasibleError: the limit is below what one micro-batch needs on a rank.
+        Cancelled: the thread's cancellation token was set (checked between steps; the
+            CP-SAT run stops at once).
     """
     started = time.perf_counter()
     if durations.overlapped_pair_s is not None:
@@ -131,8 +134,10 @@ def optimize_schedule(
     scale = time_scale([*fwd.tolist(), *inp.tolist(), *wgt.tolist(), p2p_latency_s])
     inst = build_instance(placement, durations, p2p_latency_s=p2p_latency_s, scale=scale,
                           memory_limit_chunks=limit)
+    cancel.check()
     head, tail = heads_and_tails(inst)
     bound = lower_bound_ticks(inst, head, tail)
+    cancel.check()
     baseline = _best_candidate(schedule, inst, durations, p2p_latency_s=p2p_latency_s,
                                unit=unit)
     program, result = baseline.program, baseline.result
@@ -142,6 +147,7 @@ def optimize_schedule(
             inst, head=head, tail=tail, bound=bound, hint=baseline.hint,
             horizon=baseline.hint_makespan_ticks,
             config=_remaining_budget(config or SolverConfig(), started=started))
+        cancel.check()
         found = program_from_starts(inst, starts, chunks_per_stage_unit=unit)
         timed = simulate(found, durations, p2p_latency_s=p2p_latency_s)
         # The live count at each F start depends only on the rank's order, so re-timing
@@ -213,6 +219,7 @@ def _best_candidate(schedule: PipelineSchedule, inst: ScheduleInstance,
     for name, program in candidate_programs(
             schedule, num_stages=place.num_ranks, num_micro_batches=place.num_micro_batches,
             chunks_per_stage_unit=unit, placement=place):
+        cancel.check()
         in_ticks = simulate(program, tick_durations, p2p_latency_s=latency_ticks)
         true = simulate(program, durations, p2p_latency_s=p2p_latency_s)
         limit = inst.memory_limit_chunks
@@ -249,6 +256,7 @@ def _solve(inst: ScheduleInstance, *, head: list[int], tail: list[int], bound: i
     """
     windowed = inst.num_ops > MAX_FULL_MODEL_OPS
     rigid = steady_state_ops(inst, window=WINDOW_MICRO_BATCHES) if windowed else None
+    cancel.check()
     model, v = build_cp_model(inst, head=head, tail=tail, horizon=horizon, lower_bound=bound,
                               hint=hint, rigid=rigid)
     outcome = solve(model, config)

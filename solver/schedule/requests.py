@@ -8,6 +8,7 @@ from typing import Literal
 from api_schemas.pipeline import PipelineOptimizeRequest, PipelineOptimizeResponse
 from models.pipeline import simulate
 from models.pipeline.requests import activation_sizes_from, op_durations_from, simulation_fields
+from solver import cancel
 from solver.cpsat import SolverConfig, SolveStatus
 from solver.schedule.optimizer import optimize_schedule
 
@@ -23,6 +24,7 @@ def optimize_request(request: PipelineOptimizeRequest, *,
     Raises:
         InvalidSpecError: bad parameters.
         InfeasibleError: the memory limit is below one micro-batch's activations.
+        Cancelled: the thread's cancellation token was set.
     """
     base = config or SolverConfig()
     solver_config = SolverConfig(max_time_s=request.time_limit_s,
@@ -38,6 +40,7 @@ def optimize_request(request: PipelineOptimizeRequest, *,
     result = best.simulation
     sizes = activation_sizes_from(request.activation_bytes)
     if sizes is not None:
+        cancel.check()
         result = simulate(best.program, durations, p2p_latency_s=request.p2p_latency_s,
                           activation_sizes=sizes)
     status: Literal["optimal", "feasible"] = (

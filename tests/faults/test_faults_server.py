@@ -1,9 +1,10 @@
-"""The server process under faults: a client that announces a body and never sends it, a
-kill -9 in the middle of searches followed by a restart, and two server processes racing
-identical requests on one store (SQLite and PostgreSQL).
+"""The server process under faults: a client that announces a body and never sends it,
+clients that send their request head a byte at a time or not at all, a kill -9 in the
+middle of searches followed by a restart, and two server processes racing identical
+requests on one store (SQLite and PostgreSQL).
 
-Time bounds here are generous: the slow-client bound is the body read timeout (1 s in
-this test) plus slack for a loaded host, far below the 75 s such a client held a
+Time bounds here are generous: the slow-client bound is the body or head read timeout (1 s
+in these tests) plus slack for a loaded host, far below the 75 s such a client held a
 connection before the timeout existed.
 """
 
@@ -80,6 +81,61 @@ def test_a_client_announcing_a_body_it_never_sends_is_cut_off(tmp_path: Path) ->
             assert took < SLOW_CLIENT_BOUND_S
         print(f"slow clients: 50 stalled bodies cut off after at most "
               f"{max(took for _, took in answers):.2f} s")
+
+
+def _trickle_head(port: int, *, send_nothing: bool) -> tuple[bytes, float]:
+    """Open a connection and send a request head one byte every 0.2 s, never finishing it
+    (or send nothing at all); (what came back, seconds until the server closed it)."""
+    head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 10_000
+    with socket.create_connection(("127.0.0.1", port), timeout=SLOW_CLIENT_BOUND_S * 3) as sock:
+        sock.settimeout(0.2)
+        start = time.monotonic()
+        received = b""
+        sent = 0
+        while time.monotonic() - start < SLOW_CLIENT_BOUND_S * 3:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                if not send_nothing:
+                    try:
+                        sock.sendall(head[sent:sent + 1])
+                    except OSError:  # reset by the server
+                        return received, time.monotonic() - start
+                    sent += 1
+                continue
+            except OSError:
+                return received, time.monotonic() - start
+            if not chunk:
+                return received, time.monotonic() - start
+            received += chunk
+        return received, time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_a_client_sending_its_head_slowly_or_not_at_all_is_cut_off(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'plans.db'}"
+    env = {"ATLAS_HEADER_READ_TIMEOUT_S": "1", "ATLAS_KEEP_ALIVE_TIMEOUT_S": "60"}
+    with running_server(url, tmp_path / "server.log", env=env) as server:
+        port = int(server.base_url.rsplit(":", 1)[1])
+        with ThreadPoolExecutor(max_workers=50) as pool:
+            trickling = [pool.submit(_trickle_head, port, send_nothing=False)
+                         for _ in range(25)]
+            silent = [pool.submit(_trickle_head, port, send_nothing=True) for _ in range(25)]
+            health = httpx.get(f"{server.base_url}/healthz", timeout=30)
+            slow_answers = [future.result() for future in trickling]
+            silent_answers = [future.result() for future in silent]
+        assert health.status_code == 200
+        for received, took in slow_answers:
+            assert received.startswith(b"HTTP/1.1 408 "), received[:200]
+            assert b"ATLAS_HEADER_READ_TIMEOUT_S" in received
+            assert took < SLOW_CLIENT_BOUND_S
+        for received, took in silent_answers:
+            assert received == b""
+            assert took < SLOW_CLIENT_BOUND_S
+        print(f"slow heads: 25 trickled heads cut off after at most "
+              f"{max(took for _, took in slow_answers):.2f} s, 25 silent connections closed "
+              f"after at most {max(took for _, took in silent_answers):.2f} s "
+              "(head timeout 1 s)")
 
 
 def _post(base_url: str, index: int) -> httpx.Response | None:

@@ -35,3 +35,18 @@ def test_settings_validation_and_urls(tmp_path: Path) -> None:
         f"sqlite:///{tmp_path / 'x.db'}"
     with pytest.raises(ValueError, match="ATLAS_DEFAULT_TIME_LIMIT_S"):
         Settings(default_time_limit_s=100, max_time_limit_s=10)
+
+
+def test_the_app_imports_without_the_solver() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    probe = ("import sys\nfrom service.app import create_app\ncreate_app()\n"
+             "print(*[p for p in ('ortools', 'pandas', 'solver.api') if p in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                         text=True, env=env, timeout=120).stdout
+    assert out.split() == []

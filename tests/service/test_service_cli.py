@@ -15,6 +15,7 @@ from api_schemas.pipeline import PipelineOptimizeResponse, PipelineSimulateRespo
 from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
 from service import cli
+from service.cli import output as cli_output
 from service.client import AtlasClient
 from service.render import (
     describe_parallel,
@@ -92,7 +93,7 @@ def test_collective_command(tmp_path: Path) -> None:
 
 def test_server_mode_goes_through_the_client(client: httpx.Client, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "AtlasClient", lambda _url: AtlasClient(http=client))
+    monkeypatch.setattr(cli_output, "AtlasClient", lambda _url: AtlasClient(http=client))
     out = tmp_path / "answer.json"
     argv = ["memory", *PRESET_FLAGS, "--tp", "8", "--pp", "4", "--dp", "2", "--server",
             "http://testserver", "-o", str(out)]
@@ -204,3 +205,46 @@ def test_evaluate_command(tmp_path: Path) -> None:
     result = PlanResponse.model_validate_json(out.read_text(encoding="utf-8"))
     assert result.memory is not None and result.memory.fits
     assert "bottleneck" in render_plan(result)
+
+
+def _fresh(code: str) -> str:
+    """stdout of `code` run by a fresh interpreter with this checkout first on the path."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                          text=True, env=env, timeout=120).stdout
+
+
+HEAVY = ("pydantic", "ortools", "pandas", "numpy", "sqlalchemy", "fastapi", "httpx", "yaml")
+
+
+def test_help_answers_from_the_command_list_alone() -> None:
+    out = _fresh("import sys\nfrom service.cli import main\n"
+                 "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+                 f"print('LOADED', *[p for p in {HEAVY!r} if p in sys.modules])")
+    loaded = out.rsplit("LOADED", 1)[1].split()
+    assert loaded == []
+    for name, text in cli.COMMAND_HELP.items():
+        assert name in out
+        assert text.split()[0] in out
+
+
+def test_the_command_list_matches_the_full_parser() -> None:
+    parser = cli.build_parser()
+    actions = [a for a in parser._actions if a.dest == "command"]
+    assert len(actions) == 1
+    full = {choice.dest: choice.help for choice in actions[0]._choices_actions}
+    assert full == cli.COMMAND_HELP
+    assert list(full) == list(cli.COMMAND_HELP)  # listed in the same order
+
+
+def test_a_mistyped_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        cli.main(["plna"])
+    assert raised.value.code == 2
+    assert "invalid choice: 'plna'" in capsys.readouterr().err

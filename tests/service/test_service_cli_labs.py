@@ -11,7 +11,7 @@ from api_schemas.plan import PlanResponse
 from api_schemas.requests import PlanRequest
 from api_schemas.run_level import FrontierResponse, RunEstimateResponse, SensitivityResponse
 from service import cli
-from service.cli_flags import apply_constraint_flags
+from service.cli.flags import apply_constraint_flags
 from service.render import render_plan
 
 SMALL = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm5-80gb", "--nodes", "1",

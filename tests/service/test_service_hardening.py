@@ -8,10 +8,15 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel
 from service_testkit import ScriptedPlanner, plan_body
 
+from api_schemas._base import first_non_finite, reject_non_finite
 from api_schemas.requests import ClusterInput, ModelPreset
+from models.errors import InvalidSpecError
 from models.resolve import resolve_cluster, resolve_model
+from service import limits
+from service.persistence.storable import first_unstorable
 from service.settings import Settings
 from solver.throughput_bound import peak_tokens_per_s
 
@@ -117,3 +122,30 @@ def test_a_timeline_over_its_bound_is_refused_and_the_summary_still_served(
     assert "ATLAS_MAX_TIMELINE_OPS" in refused.json()["detail"]
     summary = client.post("/v1/pipeline/simulate", json={**body, "include_timeline": False})
     assert summary.status_code == 200 and summary.json()["timeline"] == []
+
+
+class _Figures(BaseModel):
+    step_times_s: list[float]
+    per_stage: dict[str, list[float]]
+
+
+def test_every_non_finite_number_is_named_by_one_path_format() -> None:
+    """Request values, answers and stored values name a number inside a list the same
+    way: dotted, the index as a number."""
+    with pytest.raises(ValueError, match=r"tp\.1 is nan: numbers must be finite"):
+        reject_non_finite({"tp": [1, float("nan")]})
+    figures = _Figures(step_times_s=[1.0], per_stage={"0": [2.0, float("inf")]})
+    with pytest.raises(InvalidSpecError, match=r"\(result\.per_stage\.0\.1 is inf\)"):
+        limits.require_finite(figures)
+    assert first_unstorable({"forbid": {"tp": [1.0, float("-inf")]}}, "constraints") == (
+        "constraints.forbid.tp.1", "is -inf, but stored numbers must be finite; give a "
+        "finite value")
+    found = first_non_finite([[0.0], {"a": (1.0, float("inf"))}])
+    assert found == ("1.a.1", float("inf"))
+
+
+def test_a_nan_in_forbid_is_refused_naming_its_place(client: httpx.Client) -> None:
+    body = plan_body(constraints={"forbid": {"pp": [2, float("nan")]}})
+    response = _raw_post(client, "/v1/plans", body)
+    assert response.status_code == 422, response.text
+    assert "pp.1 is nan" in response.text

@@ -1,6 +1,8 @@
 """Command-line flags for every constraint, objective, recipe and cluster option.
 
-Owns: the flags that map one-to-one onto request fields the base request flags leave out
+Owns: the request flags every computing command shares (`add_request_flags`: the file,
+presets, degrees or pins, recipe; `add_output_flags`: `--server`, `--json`, `--output`,
+`--svg`, `--trace`), and the flags that map one-to-one onto request fields those leave out
 (allowed sets of degrees, forbidden values, GPU and throughput limits, price, offload and
 FP8 permissions, FP8 compute, memory headroom, solver workers and seed), their parsing, and
 writing them into a request document. Must not: validate values beyond parsing (the API
@@ -11,6 +13,8 @@ import argparse
 from typing import Any
 
 from api_schemas.requests import Objective
+from models.catalog import gpu_ids, model_ids
+from service.client import DEFAULT_BASE_URL
 
 LIST_AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp")
 
@@ -102,10 +106,58 @@ def apply_constraint_flags(doc: dict[str, Any], args: argparse.Namespace) -> Non
         _put(doc, ("solver", key), getattr(args, flag, None))
 
 
+def add_request_flags(parser: argparse.ArgumentParser, *, pins: bool = False,
+                       svg: str | None = None, trace: bool = False) -> None:
+    parser.add_argument("file", nargs="?", help="request as a JSON or YAML file ('-' = stdin)")
+    parser.add_argument("--model", help=f"model preset, one of: {', '.join(model_ids())}")
+    parser.add_argument("--hf-config", help="a Hugging Face config.json as the model")
+    parser.add_argument("--gpu", help=f"GPU preset, one of: {', '.join(gpu_ids())}")
+    parser.add_argument("--nodes", type=int, help="number of nodes")
+    parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: preset)")
+    parser.add_argument("--global-batch", type=int, help="sequences per optimizer step")
+    parser.add_argument("--seq", type=int, help="tokens per sequence")
+    what = "pin (N) or allow (N,M,...) the search's" if pins else "the configuration's"
+    number = int_or_list if pins else int
+    for axis in LIST_AXES:
+        parser.add_argument(f"--{axis}", type=number, help=f"{what} {axis} degree")
+    parser.add_argument("--mbs", type=number, help=f"{what} micro-batch size")
+    parser.add_argument("--schedule", type=str_or_list if pins else str,
+                        help=f"{what} pipeline schedule, e.g. 1f1b, zb_h1")
+    if pins:
+        parser.add_argument("--zero-stage", type=int_or_list, help=f"{what} ZeRO stage")
+        parser.add_argument("--recompute", type=str_or_list, help=f"{what} recomputation "
+                            "(none, selective, full)")
+    else:
+        parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3),
+                            help=f"{what} ZeRO stage")
+        parser.add_argument("--recompute", choices=("none", "selective", "full"),
+                            help=f"{what} recomputation")
+    parser.add_argument("--sp", action="store_true", help="Megatron sequence parallelism")
+    add_recipe_flags(parser)
+    if pins:
+        add_constraint_flags(parser)
+    add_output_flags(parser, svg=svg, trace=trace)
+
+
+def add_output_flags(parser: argparse.ArgumentParser, *, svg: str | None = None,
+                      trace: bool = False) -> None:
+    parser.add_argument("--server", metavar="URL", help="send to a running service instead "
+                        f"of computing here (e.g. {DEFAULT_BASE_URL})")
+    parser.add_argument("--json", action="store_true", help="print the JSON answer")
+    parser.add_argument("-o", "--output", metavar="FILE", help="also write the JSON answer")
+    if svg is not None:
+        parser.add_argument("--svg", metavar="FILE", help=f"also write {svg} as SVG")
+    if trace:
+        parser.add_argument("--trace", metavar="FILE", help="also write the pipeline "
+                            "iteration as Chrome Trace Event JSON (open it in Perfetto)")
+
+
 __all__ = [
     "LIST_AXES",
+    "add_output_flags",
     "add_constraint_flags",
     "add_recipe_flags",
+    "add_request_flags",
     "apply_constraint_flags",
     "apply_recipe_flags",
     "forbid_item",

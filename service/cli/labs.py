@@ -5,7 +5,7 @@ Owns: `mesh` (rank coordinates, groups and mesh problems, with GPU and model pre
 step time and cost over the cluster sizes allowed) and `sensitivity` (the plan under +-20%
 network bandwidth, HBM capacity and kernel efficiency): their flags, request documents and
 handlers. The shared machinery (request flags, running locally or against `--server`,
-output) is passed in by `service/cli.py`. Must not: compute anything itself.
+output) is passed in by `service/cli/parser.py`. Must not: compute anything itself.
 """
 
 import argparse
@@ -26,14 +26,9 @@ from api_schemas.run_level import (
 from models.catalog import gpu_ids, model_ids, model_preset
 from models.mesh.report import mesh_report
 from models.resolve import resolve_cluster
-from service.cli_flags import LIST_AXES, apply_constraint_flags
-from service.render_run import (
-    render_frontier,
-    render_mesh,
-    render_run_estimate,
-    render_sensitivity,
-)
-from solver.run_level import estimate_run, frontier, sensitivity
+from service.cli import COMMAND_HELP
+from service.cli.flags import LIST_AXES, apply_constraint_flags
+from service.render_run import render_frontier, render_mesh, render_run_estimate, render_sensitivity
 
 Runner = Callable[..., int]
 """`service.cli._run`: (args, local, remote, render, *, label=...) -> exit status."""
@@ -109,6 +104,8 @@ def cmd_run_estimate(args: argparse.Namespace, *, run: Runner,
     apply_constraint_flags(doc, args)
     if args.token_budget is not None:
         doc["token_budget"] = args.token_budget
+    from solver.run_level import estimate_run  # the solver loads on use
+
     return run(args, lambda: estimate_run(RunEstimateRequest.model_validate(doc)),
                lambda client: client.run_estimate(doc), render_run_estimate,
                label="searching")
@@ -123,6 +120,8 @@ def cmd_frontier(args: argparse.Namespace, *, run: Runner,
         doc["num_nodes_options"] = args.nodes_options
     if "num_nodes" not in doc.get("cluster", {}) and doc.get("num_nodes_options"):
         doc.setdefault("cluster", {})["num_nodes"] = max(doc["num_nodes_options"])
+    from solver.run_level import frontier  # the solver loads on use
+
     return run(args, lambda: frontier(FrontierRequest.model_validate(doc)),
                lambda client: client.frontier(doc), render_frontier, label="searching")
 
@@ -136,13 +135,15 @@ def cmd_sensitivity(args: argparse.Namespace, *, run: Runner,
         doc["deltas"] = args.deltas
     if args.factors is not None:
         doc["factors"] = args.factors
+    from solver.run_level import sensitivity  # the solver loads on use
+
     return run(args, lambda: sensitivity(SensitivityRequest.model_validate(doc)),
                lambda client: client.sensitivity(doc), render_sensitivity, label="searching")
 
 
 def _add_mesh_parser(commands: Any, *, add_output_flags: Callable[..., None]
                      ) -> argparse.ArgumentParser:
-    mesh = commands.add_parser("mesh", help="rank coordinates, groups and mesh problems")
+    mesh = commands.add_parser("mesh", help=COMMAND_HELP["mesh"])
     mesh.add_argument("file", nargs="?", help="request as a JSON or YAML file")
     mesh.add_argument("--gpu", help=f"GPU preset, one of: {', '.join(gpu_ids())}")
     mesh.add_argument("--nodes", type=int, help="number of nodes")
@@ -172,21 +173,18 @@ def register_lab_commands(commands: Any, *, run: Runner,
     mesh = _add_mesh_parser(commands, add_output_flags=add_output_flags)
     mesh.set_defaults(handler=partial(cmd_mesh, run=run, load=load))
 
-    estimate = commands.add_parser("run-estimate", help="time and cost to train on a token "
-                                   "budget")
+    estimate = commands.add_parser("run-estimate", help=COMMAND_HELP["run-estimate"])
     add_request_flags(estimate, pins=True)
     estimate.add_argument("--token-budget", type=int, help="training tokens of the run")
     estimate.set_defaults(handler=partial(cmd_run_estimate, run=run, build=build))
 
-    front = commands.add_parser("frontier", help="GPU count against step time and cost over "
-                                "cluster sizes")
+    front = commands.add_parser("frontier", help=COMMAND_HELP["frontier"])
     add_request_flags(front, pins=True)
     front.add_argument("--nodes-options", type=int_list, help="cluster sizes to try, in "
                        "nodes, e.g. 1,2,4,8")
     front.set_defaults(handler=partial(cmd_frontier, run=run, build=build))
 
-    sens = commands.add_parser("sensitivity", help="the plan under changed network, HBM and "
-                               "kernel efficiency")
+    sens = commands.add_parser("sensitivity", help=COMMAND_HELP["sensitivity"])
     add_request_flags(sens, pins=True)
     sens.add_argument("--deltas", type=float_list,
                       help="relative changes, default -0.2,0.2 (write --deltas=-0.2,0.2)")

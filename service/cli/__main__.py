@@ -1,0 +1,7 @@
+"""`python -m service.cli`: the `atlas-planner` command."""
+
+import sys
+
+from service.cli import main
+
+sys.exit(main())

@@ -1,0 +1,102 @@
+"""The full argument parser of `atlas-planner`: every command's flags and handler.
+
+Owns: `build_parser`. Must not: run anything (handlers live in `service/cli/commands.py`,
+`service/cli/labs.py` and `service/cli/serve.py`).
+"""
+
+import argparse
+
+from api_schemas.parallel import PipelineSchedule
+from models.catalog import gpu_ids
+from service.cli import COMMAND_HELP, DESCRIPTION
+from service.cli.commands import (
+    cmd_catalog,
+    cmd_collective,
+    cmd_evaluate,
+    cmd_memory,
+    cmd_placement,
+    cmd_plan,
+    cmd_simulate,
+)
+from service.cli.documents import build_request, load_document
+from service.cli.flags import add_output_flags, add_request_flags
+from service.cli.labs import register_lab_commands
+from service.cli.output import run
+from service.cli.serve import cmd_serve
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="atlas-planner", description=DESCRIPTION)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help=COMMAND_HELP["serve"])
+    serve.add_argument("--host", default="127.0.0.1", help="interface to bind")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port")
+    serve.add_argument("--workers", type=int, default=1, help="server processes")
+    serve.add_argument("--database-url", help="SQLAlchemy URL (default: SQLite file)")
+    serve.add_argument("--sqlite-path", help="SQLite file when no database URL is given")
+    serve.add_argument("--log-level", default="info",
+                       choices=("critical", "error", "warning", "info", "debug"))
+    serve.set_defaults(handler=cmd_serve)
+
+    plan_cmd = commands.add_parser("plan", help=COMMAND_HELP["plan"])
+    add_request_flags(plan_cmd, pins=True, svg="the pipeline timeline", trace=True)
+    plan_cmd.set_defaults(handler=cmd_plan)
+
+    evaluate_cmd = commands.add_parser("evaluate", help=COMMAND_HELP["evaluate"])
+    add_request_flags(evaluate_cmd, svg="the pipeline timeline", trace=True)
+    evaluate_cmd.set_defaults(handler=cmd_evaluate)
+
+    memory = commands.add_parser("memory", help=COMMAND_HELP["memory"])
+    add_request_flags(memory, svg="the per-stage memory stack")
+    memory.set_defaults(handler=cmd_memory)
+
+    collective = commands.add_parser("collective", help=COMMAND_HELP["collective"])
+    collective.add_argument("file", nargs="?", help="request as a JSON or YAML file")
+    collective.add_argument("--collective", help="all_reduce, reduce_scatter, all_gather, "
+                            "all_to_all, broadcast or p2p")
+    collective.add_argument("--num-ranks", type=int, help="ranks in the group")
+    collective.add_argument("--message-bytes", type=int, help="message size in bytes")
+    collective.add_argument("--ranks-per-node", type=int, help="group members per node")
+    collective.add_argument("--bandwidth-bytes-per-s", type=float, help="explicit bandwidth")
+    collective.add_argument("--latency-s", type=float, help="explicit latency")
+    collective.add_argument("--gpu", help=f"GPU preset whose node links carry the collective, "
+                            f"one of: {', '.join(gpu_ids())}")
+    collective.add_argument("--nodes", type=int, help="nodes of that cluster (default 1)")
+    collective.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: preset)")
+    add_output_flags(collective)
+    collective.set_defaults(handler=cmd_collective)
+
+    simulate = commands.add_parser("simulate", help=COMMAND_HELP["simulate"])
+    simulate.add_argument("file", nargs="?", help="request as a JSON or YAML file")
+    simulate.add_argument("--schedule", help=", ".join(PipelineSchedule))
+    simulate.add_argument("--stages", type=int, help="pipeline ranks (pp)")
+    simulate.add_argument("--micro-batches", type=int, help="micro-batches per iteration")
+    simulate.add_argument("--chunks", type=int, help="model chunks per rank")
+    for op, meaning in (("f", "forward"), ("b", "input-gradient backward"),
+                        ("w", "weight-gradient backward")):
+        simulate.add_argument(f"-{op.upper()}", dest=op, type=float,
+                              help=f"seconds of one {meaning} op on one chunk")
+    simulate.add_argument("--memory-limit", type=float, help="optimise (CP-SAT) with at most "
+                          "this many stages of activations in flight per rank")
+    simulate.add_argument("--time-limit", type=float, help="optimizer time limit, seconds")
+    simulate.add_argument("--no-timeline", action="store_true", help="omit the timeline")
+    add_output_flags(simulate, svg="the timeline", trace=True)
+    simulate.set_defaults(handler=cmd_simulate)
+
+    placement = commands.add_parser("placement", help=COMMAND_HELP["placement"])
+    placement.add_argument("file", help="JSON or YAML: num_experts, top_k, tokens (R x E)")
+    placement.add_argument("--planner", choices=("constructive", "exact"))
+    placement.add_argument("--time-limit", type=float, help="exact planner limit per phase")
+    add_output_flags(placement, svg="the loads, replicas and routes")
+    placement.set_defaults(handler=cmd_placement)
+
+    register_lab_commands(commands, run=run, add_request_flags=add_request_flags,
+                          add_output_flags=add_output_flags, build=build_request,
+                          load=load_document)
+
+    catalog = commands.add_parser("catalog", help=COMMAND_HELP["catalog"])
+    catalog.add_argument("kind", choices=("gpus", "models"))
+    catalog.set_defaults(handler=cmd_catalog)
+    return parser
