@@ -17,6 +17,8 @@ from models.published import (
     KIMI_K2_256,
     KIMI_K2_4096,
     LLAMA3_405B_8K,
+    LLAMA3_405B_16K,
+    LLAMA3_405B_VIRTUAL_STAGES,
     PUBLISHED_SYSTEMS,
     PublishedRun,
     run_model,
@@ -53,12 +55,32 @@ def test_each_published_system_fits_under_its_own_recipe(run: PublishedRun) -> N
     assert run.confidence  # the notes say how sure the ledger is
 
 
-@pytest.mark.xfail(strict=True, reason="Llama 3 tunes its interleaving group N below the "
-                   "number of stages (arXiv:2407.21783 Sec. 3.3.2); the schedules here take "
-                   "N >= p as Megatron-LM does, and with N = p stage 1 holds about 141 "
-                   "one-layer units and exceeds the cap")
+@pytest.mark.xfail(strict=True, reason=(
+    "about 1.05x the cap with the stated layout (one-layer chunks, embedding-only first and "
+    "loss-only last chunk) and N = PP = 16, the smallest group Llama 3 describes (it tunes N "
+    "between depth-first N = PP and breadth-first N = M, arXiv:2407.21783 Sec. 3.3.2; "
+    "Megatron-LM refuses N < PP and torch's flexible interleaved 1F1B takes N = M / "
+    "max(1, M // PP) = 16 for M = 32): stage 1 holds 141 one-layer units of about 0.5 GiB. "
+    "The gap (about 4 GiB) is not explained by a stated mechanism yet"))
 def test_llama3_405b_on_8k_gpus_fits_under_its_own_recipe() -> None:
     assert _ledger(LLAMA3_405B_8K).fits
+
+
+def test_llama3_405b_uses_the_stated_layout_and_the_smallest_group() -> None:
+    # Sec. 3.3.2: one layer fewer on the first and last stages leaves the first chunk of the
+    # first stage with only the embedding and the last chunk of the last stage with only the
+    # output projection and loss, so a chunk holds one layer: 126 + 2 = 16 x 8.
+    for run in (LLAMA3_405B_8K, LLAMA3_405B_16K):
+        parallel = run.parallel
+        assert parallel.pp * parallel.vpp == len(LLAMA3_405B_VIRTUAL_STAGES) == 128
+        assert parallel.layers_per_virtual_stage == LLAMA3_405B_VIRTUAL_STAGES
+        assert LLAMA3_405B_VIRTUAL_STAGES[0] == LLAMA3_405B_VIRTUAL_STAGES[-1] == 0
+        assert sum(LLAMA3_405B_VIRTUAL_STAGES) == run_model(run).num_layers == 126
+        assert parallel.microbatch_group_size is None  # N = pp, Megatron's and the minimum
+    ledger = _ledger(LLAMA3_405B_8K)
+    # 32 micro-batches on 16 ranks, N = 16: stage 1 holds 2 (16 - 2) + 7 x 16 + 1 = 141.
+    assert ledger.stages[1].in_flight_chunks == 141
+    assert 1.0 < ledger.peak_bytes / ledger.capacity_bytes < 1.08
 
 
 def test_no_published_system_relies_on_unstated_activation_offload() -> None:
