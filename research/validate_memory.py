@@ -75,19 +75,17 @@ def zero_bubble_row(row: dict[str, Any]) -> PeakRow:
     training = TrainingSpec(global_batch_size=p["global_batch_size"], sequence_length=m["seq_len"],
                             param_dtype=DType.FP16, grad_dtype=DType.FP16, dropout=True,
                             flash_attention=False, overlap_grad_reduce=False)
+    spec = megatron_gpt(name=m["name"], num_layers=layers, hidden_size=m["hidden_size"],
+                        num_heads=m["num_heads"], vocab_size=ZERO_BUBBLE_VOCAB,
+                        seq_len=m["seq_len"])
     if schedule == "interleaved_1f1b":
-        # One layer per virtual chunk; the ledger cannot yet hold an embedding-only first
-        # chunk, so that chunk carries a layer (a small over-count on stage 0).
-        spec = megatron_gpt(name=m["name"], num_layers=layers + 2, hidden_size=m["hidden_size"],
-                            num_heads=m["num_heads"], vocab_size=ZERO_BUBBLE_VOCAB,
-                            seq_len=m["seq_len"])
+        # One layer per virtual chunk; the embedding and the loss take a chunk each.
+        chunks = (0,) + (1,) * layers + (0,)
         parallel = ParallelConfig(pp=pp, vpp=slots, schedule=SCHEDULES[schedule],
-                                  micro_batch_size=p["micro_batch_size"], zero_stage=0)
-        note = "one layer per chunk; embedding-only chunk counted as a layer"
+                                  micro_batch_size=p["micro_batch_size"], zero_stage=0,
+                                  layers_per_virtual_stage=chunks)
+        note = "one layer per chunk; embedding-only first and loss-only last chunk"
     else:
-        spec = megatron_gpt(name=m["name"], num_layers=layers, hidden_size=m["hidden_size"],
-                            num_heads=m["num_heads"], vocab_size=ZERO_BUBBLE_VOCAB,
-                            seq_len=m["seq_len"])
         split = (slots - 1,) + (slots,) * (pp - 2) + (slots - 1,)
         parallel = ParallelConfig(pp=pp, schedule=SCHEDULES[schedule],
                                   micro_batch_size=p["micro_batch_size"], zero_stage=0,
