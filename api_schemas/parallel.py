@@ -146,6 +146,13 @@ class ParallelConfig(SpecModel):
         "keeps them until the end of the step (false: Llama 3, no all-gather in backward, "
         "the stage's whole parameters resident).",
     )
+    fsdp_defer_grad_sync: bool = Field(
+        default=False,
+        description="FSDP reduce-scatters gradients only after the step's last backward and "
+        "accumulates every unit's unsharded gradients in the gradient dtype until then "
+        "(torch.distributed.pipelining with FSDP2, as torchtitan runs pipeline parallelism); "
+        "false = each unit's gradient is reduce-scattered as its backward ends.",
+    )
     optimizer_offload_frac: Fraction = Field(
         default=0.0,
         description="Share of this rank's optimizer states (master weights and moments) kept "
@@ -215,6 +222,8 @@ class ParallelConfig(SpecModel):
             raise ValueError(
                 "fsdp_reshard_after_forward=false needs fsdp=true (with zero_stage=3)"
             )
+        if self.fsdp_defer_grad_sync and not self.fsdp:
+            raise ValueError("fsdp_defer_grad_sync=true needs fsdp=true (with zero_stage=3)")
         if self.cp_kind == ContextParallelKind.USP:
             u = self.ulysses_degree
             if u is None or self.cp % u:

@@ -287,6 +287,31 @@ def head_activation_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:
     return math.ceil(ctx.tokens * (2 * ACTIVATION_BYTES * h + 4.0 * vocab) / ctx.tp)
 
 
+LOSS_BACKWARD_EXTRA_BYTES_PER_LOGIT = 8
+"""Extra bytes per logit while an unfused cross entropy runs its backward: PyTorch's
+`log_softmax` backward (`_log_softmax_backward_data(grad_output, output)`) holds the saved fp32
+log-probabilities (already counted by `head_activation_bytes`), the fp32 gradient that
+`nll_loss` backward writes for them and the fp32 input gradient it returns: two fp32
+logit-sized tensors beyond the saved one. Megatron-LM's fused vocab-parallel cross entropy
+computes the gradient in place on its saved softmax (`_VocabParallelCrossEntropy.backward`),
+so it adds none."""
+
+
+def loss_backward_working_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:
+    """Transient bytes of an unfused (PyTorch) cross entropy's backward per micro-batch, beyond
+    the saved fp32 logits: 8 V bytes per token, vocabulary-parallel (/tp).
+
+    Source: PyTorch `torch.nn.functional.cross_entropy` = `log_softmax` + `nll_loss`; the
+    backward of `log_softmax` reads its fp32 output and the fp32 gradient `nll_loss` backward
+    materialises and writes an fp32 input gradient, all three live at once; torchtitan
+    (`components/loss.py: cross_entropy_loss`) applies it to `pred.float()`. Checked against
+    torchtitan's Llama 3.1 8B full-checkpointing peaks (benchmarks/llama3_h100_202412, Table
+    2; `research/validate_memory.py`).
+    Legend: V=vocab_size, t=tp.
+    """
+    return math.ceil(ctx.tokens * LOSS_BACKWARD_EXTRA_BYTES_PER_LOGIT * spec.vocab_size / ctx.tp)
+
+
 def embedding_activation_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:
     """Bytes the first stage keeps per micro-batch for the embedding dropout mask.
 
@@ -309,6 +334,7 @@ __all__ = [
     "attention_tensors",
     "embedding_activation_bytes",
     "head_activation_bytes",
+    "loss_backward_working_bytes",
     "layer_activation_bytes",
     "mlp_tensors",
     "moe_tensors",

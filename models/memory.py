@@ -29,6 +29,7 @@ from models.activations import (
     embedding_activation_bytes,
     head_activation_bytes,
     layer_activation_bytes,
+    loss_backward_working_bytes,
 )
 from models.errors import InvalidSpecError
 from models.layout import StageLayout, pipeline_layout
@@ -330,6 +331,17 @@ def stage_activation_components(
         gpu.append(MemoryComponent(name="recompute working set", kind="activations",
                                    bytes=working_set,
                                    note="one layer's full activations rebuilt in backward"))
+    if layout.num_heads and not training.fused_cross_entropy:
+        # The loss backward runs before any layer is rebuilt: only its excess over the
+        # recompute working set raises the peak.
+        loss_extra = layout.num_heads * loss_backward_working_bytes(spec, ctx)
+        if loss_extra > working_set:
+            gpu.append(MemoryComponent(
+                name="cross-entropy backward working set", kind="activations",
+                bytes=loss_extra - working_set,
+                note="unfused (PyTorch) cross entropy: fp32 log-probabilities, their "
+                     "gradient and the input gradient live at once (beyond the recompute "
+                     "working set)"))
     host = []
     if offload:
         host.append(MemoryComponent(name="offloaded activations", kind="activations",

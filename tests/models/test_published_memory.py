@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from api_schemas import ParallelConfig, TrainingSpec
+from api_schemas import ParallelConfig, PipelineSchedule, RecomputeMode, TrainingSpec
 from api_schemas.requests import DEFAULT_MEMORY_HEADROOM_FRAC, ClusterInput
 from models.catalog import cluster_preset, model_preset
 from models.memory import MemoryLedger, memory_ledger
@@ -217,3 +217,49 @@ def test_each_rung_of_the_kimi_k2_ladder_lowers_the_peak() -> None:
     peaks = [memory_ledger(run_model(run), run.training, ParallelConfig.model_validate(
         {**run.parallel.model_dump(), **rung}), cluster).peak_bytes for rung in rungs]
     assert all(later < earlier for earlier, later in zip(peaks, peaks[1:], strict=False))
+
+
+def test_an_unfused_cross_entropy_holds_two_more_fp32_logit_tensors_in_backward() -> None:
+    # PyTorch's log_softmax backward holds its fp32 output, the fp32 gradient nll_loss
+    # writes and the fp32 input gradient: 8 V bytes per token beyond the saved 4 V.
+    # Llama 3.1 8B, 32,768 tokens: 8 x 128,256 x 32,768 B = 31.3 GiB.
+    spec = model_preset("llama-3.1-8b")
+    parallel = ParallelConfig(dp=8, zero_stage=3, fsdp=True, recompute=RecomputeMode.FULL)
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=1)
+    fused = TrainingSpec(global_batch_size=8, sequence_length=32768)
+    unfused = fused.model_copy(update={"fused_cross_entropy": False})
+    stage = memory_ledger(spec, unfused, parallel, cluster).stages[0]
+    extra = sum(c.bytes for c in stage.components
+                if c.name == "cross-entropy backward working set")
+    working = sum(c.bytes for c in stage.components if c.name == "recompute working set")
+    assert extra + working == 8 * 128_256 * 32_768
+    assert round((extra + working) / GIB, 1) == 31.3
+    fused_stage = memory_ledger(spec, fused, parallel, cluster).stages[0]
+    assert fused_stage.total_bytes < stage.total_bytes
+    assert not any(c.name == "cross-entropy backward working set"
+                   for c in fused_stage.components)
+
+
+def test_deferred_fsdp_gradient_sync_keeps_the_stage_gradients_unsharded() -> None:
+    # torch pipelining runs an FSDP2 stage's backwards without gradient sync and
+    # reduce-scatters after the last one; FSDP2 accumulates the unsharded gradients in the
+    # reduce dtype (fp32): 4 bytes for every parameter of the stage.
+    spec = model_preset("llama-3.1-405b")
+    training = TrainingSpec(global_batch_size=256, sequence_length=8192)
+    base = ParallelConfig(tp=8, pp=8, dp=8, zero_stage=3, fsdp=True, sequence_parallel=True,
+                          fsdp_reshard_after_forward=False, recompute=RecomputeMode.FULL,
+                          schedule=PipelineSchedule.ONE_F_ONE_B)
+    deferred = base.model_copy(update={"fsdp_defer_grad_sync": True})
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=64)
+    before = memory_ledger(spec, training, base, cluster).stages[1]
+    after = memory_ledger(spec, training, deferred, cluster).stages[1]
+    accumulators = sum(c.bytes for c in after.components
+                       if c.name.startswith("unsharded gradient accumulators"))
+    stage_params = sum(int(c.note.split(" params")[0]) for c in before.components
+                       if c.name.startswith("weights: "))
+    assert training.grad_dtype.num_bytes == 4
+    assert accumulators == pytest.approx(4 * stage_params, abs=8)
+    assert round(accumulators / GIB, 1) == 23.8  # 6.38B parameters of stage 1 in fp32
+    assert after.total_bytes - before.total_bytes >= accumulators
+    with pytest.raises(ValueError, match="fsdp_defer_grad_sync"):
+        ParallelConfig(dp=8, fsdp_defer_grad_sync=True)
