@@ -146,6 +146,12 @@ class ParallelConfig(SpecModel):
         "keeps them until the end of the step (false: Llama 3, no all-gather in backward, "
         "the stage's whole parameters resident).",
     )
+    sequence_parallel_saves_gathered: bool = Field(
+        default=False,
+        description="With sequence parallelism, each column-parallel GEMM keeps its "
+        "all-gathered input for backward (PyTorch DTensor SequenceParallel, torchtitan); "
+        "false = it keeps its sequence shard and all-gathers again in backward (Megatron-LM).",
+    )
     fsdp_defer_grad_sync: bool = Field(
         default=False,
         description="FSDP reduce-scatters gradients only after the step's last backward and "
@@ -222,6 +228,8 @@ class ParallelConfig(SpecModel):
             raise ValueError(
                 "fsdp_reshard_after_forward=false needs fsdp=true (with zero_stage=3)"
             )
+        if self.sequence_parallel_saves_gathered and not self.sequence_parallel:
+            raise ValueError("sequence_parallel_saves_gathered=true needs sequence_parallel=true")
         if self.fsdp_defer_grad_sync and not self.fsdp:
             raise ValueError("fsdp_defer_grad_sync=true needs fsdp=true (with zero_stage=3)")
         if self.cp_kind == ContextParallelKind.USP:

@@ -59,6 +59,9 @@ class LayerActivationContext:
     """FP8 GEMMs (DeepSeek-V3): every GEMM input is cached in FP8."""
     moe_load_imbalance: float = 1.0
     moe_keep_expert_outputs: bool = True
+    gathered_inputs_saved: bool = False
+    """Sequence parallelism saves each column-parallel GEMM's all-gathered input (PyTorch
+    DTensor, torchtitan) rather than its shard (Megatron-LM re-gathers it in backward)."""
 
     @property
     def tokens(self) -> float:
@@ -69,6 +72,15 @@ class LayerActivationContext:
     def replicated_divisor(self) -> float:
         """Divisor of tensors TP replicates unless sequence parallelism shards them."""
         return float(self.tp if self.sequence_parallel else 1)
+
+    @property
+    def gemm_input_divisor(self) -> float:
+        """Divisor of the input a column-parallel GEMM saves: the sequence shard under
+        Megatron-LM's sequence parallelism ([KOR22] Sec. 4.2.2: the input is all-gathered
+        again in backward), the whole gathered input under PyTorch DTensor's
+        (`PrepareModuleInput` to `Replicate` before `ColwiseParallel`: autograd saves the
+        linear's gathered input for the weight gradient)."""
+        return 1.0 if self.gathered_inputs_saved else self.replicated_divisor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,7 +165,8 @@ def attention_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[Stor
     act = ACTIVATION_BYTES
     gemm_in = FP8_TILE_BYTES_PER_ELEMENT if ctx.fp8_compute else act
     h, heads = spec.hidden_size, spec.num_attention_heads / t
-    out = [_tensor("qkv input (norm output)", "attention", gemm_in * h / rep, ctx, M.LAYERNORM)]
+    out = [_tensor("qkv input (norm output)", "attention", gemm_in * h / ctx.gemm_input_divisor,
+                   ctx, M.LAYERNORM)]
     if spec.attention == AttentionKind.MLA and spec.mla is not None:
         mla = spec.mla
         latents = 2 * (mla.q_lora_rank or 0) + 2 * mla.kv_lora_rank
@@ -203,8 +216,8 @@ def mlp_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
     rep = ctx.replicated_divisor
     fp8_inputs = ctx.fp8_storage or ctx.fp8_compute
     in_bytes = FP8_TILE_BYTES_PER_ELEMENT if fp8_inputs else ACTIVATION_BYTES
-    out = [_tensor("MLP input (norm output)", "mlp", in_bytes * spec.hidden_size / rep, ctx,
-                   M.LAYERNORM)]
+    out = [_tensor("MLP input (norm output)", "mlp",
+                   in_bytes * spec.hidden_size / ctx.gemm_input_divisor, ctx, M.LAYERNORM)]
     out += _mlp_inner(spec, ctx, spec.ffn_hidden_size, prefix="MLP", copies=1.0,
                       split=float(ctx.tp), whole=M.MLP, act_module=M.MLP)
     if ctx.dropout:
@@ -231,7 +244,8 @@ def moe_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
     in_bytes = FP8_TILE_BYTES_PER_ELEMENT if fp8_inputs else ACTIVATION_BYTES
     copies = moe.top_k * ctx.moe_load_imbalance * ctx.etp / ctx.tp
     out = [
-        _tensor("MoE input (norm output)", "mlp", in_bytes * h / rep, ctx, M.LAYERNORM),
+        _tensor("MoE input (norm output)", "mlp", in_bytes * h / ctx.gemm_input_divisor, ctx,
+                M.LAYERNORM),
         _tensor("router probabilities", "mlp", 4.0 * moe.num_experts / rep, ctx, M.MOE),
         _tensor("routed expert inputs", "mlp", copies * in_bytes * h, ctx, M.MOE),
     ]
@@ -296,10 +310,19 @@ logit-sized tensors beyond the saved one. Megatron-LM's fused vocab-parallel cro
 computes the gradient in place on its saved softmax (`_VocabParallelCrossEntropy.backward`),
 so it adds none."""
 
+LOSS_PARALLEL_BACKWARD_EXTRA_BYTES_PER_LOGIT = 12
+"""The same under tensor parallelism with PyTorch's loss parallel (vocabulary-sharded logits,
+torchtitan's default): `torch.distributed.tensor.parallel.loss`
+`_nll_loss_and_log_softmax_backward` fuses both backwards as
+`(grad_input + torch.exp(x)) * grad_output` with `grad_input = torch.zeros_like(x)`, so the
+saved fp32 log-probabilities x, the zeros, exp(x) and their sum (then the product) are live
+at once: three fp32 logit-sized tensors beyond the saved one."""
+
 
 def loss_backward_working_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:
     """Transient bytes of an unfused (PyTorch) cross entropy's backward per micro-batch, beyond
-    the saved fp32 logits: 8 V bytes per token, vocabulary-parallel (/tp).
+    the saved fp32 logits: 8 V bytes per token, or 12 V with tensor-parallel loss parallel,
+    vocabulary-parallel (/tp).
 
     Source: PyTorch `torch.nn.functional.cross_entropy` = `log_softmax` + `nll_loss`; the
     backward of `log_softmax` reads its fp32 output and the fp32 gradient `nll_loss` backward
@@ -309,7 +332,9 @@ def loss_backward_working_bytes(spec: ModelSpec, ctx: LayerActivationContext) ->
     2; `research/validate_memory.py`).
     Legend: V=vocab_size, t=tp.
     """
-    return math.ceil(ctx.tokens * LOSS_BACKWARD_EXTRA_BYTES_PER_LOGIT * spec.vocab_size / ctx.tp)
+    per_logit = (LOSS_PARALLEL_BACKWARD_EXTRA_BYTES_PER_LOGIT if ctx.tp > 1
+                 else LOSS_BACKWARD_EXTRA_BYTES_PER_LOGIT)
+    return math.ceil(ctx.tokens * per_logit * spec.vocab_size / ctx.tp)
 
 
 def embedding_activation_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:

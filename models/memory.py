@@ -229,7 +229,8 @@ def _activation_context(training: TrainingSpec, parallel: ParallelConfig,
         flash_attention=training.flash_attention, fp8_storage=fp8_storage,
         fp8_compute=training.compute_dtype == DType.FP8,
         moe_load_imbalance=training.moe_load_imbalance,
-        moe_keep_expert_outputs=training.moe_keep_expert_outputs)
+        moe_keep_expert_outputs=training.moe_keep_expert_outputs,
+        gathered_inputs_saved=parallel.sequence_parallel_saves_gathered)
 
 
 def _recompute_mode_of(policy_recompute: RecomputeMode | FullLayers,

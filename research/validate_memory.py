@@ -31,7 +31,9 @@ fp32 AdamW moments, parameters not resharded after forward when pipelining
 (parallelize_llama: `reshard_after_forward = not pp_enabled`) and their gradients
 reduce-scattered only after the last micro-batch (torch pipelining's FSDP2 stage,
 `fsdp_defer_grad_sync=True`), tensor parallel with sequence
-parallel norms and a vocabulary-parallel loss, Float8 linears where the row says so, and the
+parallel norms whose all-gathered outputs the column-parallel linears save
+(`sequence_parallel_saves_gathered=True`: PrepareModuleInput to Replicate) and a
+vocabulary-parallel loss, Float8 linears where the row says so, and the
 loss `F.cross_entropy(pred.float(), labels)` (components/loss.py: unfused, so
 `fused_cross_entropy=False`). Pipelined rows split the local batch into pp micro-batches
 (torchtitan's default `pipeline_parallel_microbatches`) and interleave two chunks per rank.
@@ -165,8 +167,8 @@ def torchtitan_row(row: dict[str, Any]) -> PeakRow:
     else:
         extra = {"micro_batch_size": local_batch}
     parallel = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, zero_stage=3, fsdp=True,
-                              sequence_parallel=tp > 1, recompute=RecomputeMode(recompute),
-                              **extra)
+                              sequence_parallel=tp > 1, sequence_parallel_saves_gathered=tp > 1,
+                              recompute=RecomputeMode(recompute), **extra)
     gpu = hw["gpu"]
     cluster = cluster_preset(gpu, num_nodes=max(1, num_gpus // 8), gpus_per_node=min(8, num_gpus))
     if not hw["gpu_exact"] and gpu == "h100-sxm5-80gb":

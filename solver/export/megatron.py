@@ -403,6 +403,11 @@ def _unsupported_notes(training: TrainingSpec, parallel: ParallelConfig) -> Part
         notes.append("fused_cross_entropy=false: Megatron-LM's loss is its vocab-parallel "
                      "cross entropy, whose backward works in place on the saved softmax, so "
                      "the planned unfused-loss working set is not used (memory over-counted)")
+    if parallel.sequence_parallel_saves_gathered:
+        notes.append("sequence_parallel_saves_gathered=true: Megatron-LM's sequence "
+                     "parallelism saves the sequence shard and all-gathers it again in "
+                     "backward, so the planned gathered inputs are not kept (memory "
+                     "over-counted)")
     if parallel.fsdp_defer_grad_sync:
         notes.append("fsdp_defer_grad_sync=true has no Megatron-LM flag: Megatron FSDP "
                      "reduce-scatters gradient buckets during backward (memory over-counted)")

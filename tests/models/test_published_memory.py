@@ -263,3 +263,37 @@ def test_deferred_fsdp_gradient_sync_keeps_the_stage_gradients_unsharded() -> No
     assert after.total_bytes - before.total_bytes >= accumulators
     with pytest.raises(ValueError, match="fsdp_defer_grad_sync"):
         ParallelConfig(dp=8, fsdp_defer_grad_sync=True)
+
+
+def test_dtensor_sequence_parallel_keeps_the_gathered_gemm_inputs() -> None:
+    # Megatron-LM ([KOR22] Sec. 4.2.2) keeps the QKV and MLP inputs as sequence shards (2h/t
+    # each per token) and all-gathers them again in backward; PyTorch DTensor's
+    # PrepareModuleInput(Replicate) before ColwiseParallel leaves the gathered input (2h) to
+    # autograd: 2 x 2h (1 - 1/t) bytes more per token and layer.
+    spec = model_preset("llama-3.1-70b")
+    training = TrainingSpec(global_batch_size=8, sequence_length=8192)
+    megatron = ParallelConfig(tp=8, dp=8, sequence_parallel=True)
+    dtensor = megatron.model_copy(update={"sequence_parallel_saves_gathered": True})
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
+    layers = [sum(c.bytes for c in memory_ledger(spec, training, p, cluster).stages[0].components
+                  if c.name == "activations: layers") for p in (megatron, dtensor)]
+    h, t, tokens = spec.hidden_size, 8, 8192
+    assert layers[1] - layers[0] == pytest.approx(
+        spec.num_layers * tokens * 2 * 2 * h * (1 - 1 / t), rel=1e-6)
+    with pytest.raises(ValueError, match="sequence_parallel_saves_gathered"):
+        ParallelConfig(tp=8, sequence_parallel_saves_gathered=True)
+
+
+def test_loss_parallel_cross_entropy_backward_holds_three_more_fp32_shards() -> None:
+    # torch.distributed.tensor.parallel.loss fuses both backwards as
+    # (zeros_like(x) + exp(x)) * grad_output: the saved log-probabilities x, the zeros,
+    # exp(x) and the sum live at once, 12 V / t bytes per token beyond x.
+    from models.activations import LayerActivationContext, loss_backward_working_bytes
+
+    spec = model_preset("llama-3.1-70b")
+    plain = LayerActivationContext(seq_len=8192, micro_batch_size=16)
+    parallel = LayerActivationContext(seq_len=8192, micro_batch_size=16, tp=8,
+                                      sequence_parallel=True)
+    tokens = 8192 * 16
+    assert loss_backward_working_bytes(spec, plain) == 8 * spec.vocab_size * tokens
+    assert loss_backward_working_bytes(spec, parallel) == 12 * spec.vocab_size * tokens // 8

@@ -211,3 +211,13 @@ def test_notes_name_torchtitans_unfused_loss_and_deferred_fsdp_sync() -> None:
         spec, training.model_copy(update={"fused_cross_entropy": False}),
         parallel.model_copy(update={"fsdp_defer_grad_sync": True}))
     assert not any("fused_cross_entropy" in n or "fsdp_defer_grad_sync" in n for n in faithful)
+
+
+def test_notes_name_torchtitans_gathered_sequence_parallel_inputs() -> None:
+    spec, training, parallel = case("llama-3.1-8b", gbs=64, tp=4, dp=2,
+                                    sequence_parallel=True)
+    assert any("sequence_parallel_saves_gathered=true" in n
+               for n in torchtitan_notes(spec, training, parallel))
+    faithful = parallel.model_copy(update={"sequence_parallel_saves_gathered": True})
+    assert not any("sequence_parallel_saves_gathered" in n
+                   for n in torchtitan_notes(spec, training, faithful))
