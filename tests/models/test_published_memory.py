@@ -297,3 +297,24 @@ def test_loss_parallel_cross_entropy_backward_holds_three_more_fp32_shards() -> 
     tokens = 8192 * 16
     assert loss_backward_working_bytes(spec, plain) == 8 * spec.vocab_size * tokens
     assert loss_backward_working_bytes(spec, parallel) == 12 * spec.vocab_size * tokens // 8
+
+
+def test_the_fsdp_root_unit_stays_gathered_through_the_step() -> None:
+    # FSDP never reshards the root (the embedding and head no block wraps) after forward:
+    # Llama 3.1 8B, 2 x 128,256 x 4,096 bf16 parameters = 1.96 GiB on every rank.
+    from models.runtime_memory import fsdp_root_unit_bytes
+
+    spec = model_preset("llama-3.1-8b")
+    training = TrainingSpec(global_batch_size=8, sequence_length=8192)
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=1)
+    fsdp = ParallelConfig(dp=8, zero_stage=3, fsdp=True)
+    stage = memory_ledger(spec, training, fsdp, cluster).stages[0]
+    root = sum(c.bytes for c in stage.components if c.name == "FSDP root unit gathered")
+    assert root == 2 * 128_256 * 4_096 * 2
+    assert round(root / GIB, 2) == 1.96
+    resident = fsdp.model_copy(update={"fsdp_reshard_after_forward": False})
+    deepspeed = ParallelConfig(dp=8, zero_stage=3)
+    for parallel in (resident, deepspeed):
+        stage = memory_ledger(spec, training, parallel, cluster).stages[0]
+        assert not any(c.name == "FSDP root unit gathered" for c in stage.components)
+    assert fsdp_root_unit_bytes  # exported for the ledger's readers

@@ -32,9 +32,8 @@ def test_the_table_holds_every_measured_peak_of_the_data() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "torchtitan's 70B FSDP x TP row without async TP (Table 4, 0.885) and 8B long-context "
-    "rows (Table 2, 0.94) are under-counted: the mechanism is not found yet (see "
-    "research/MEMORY_PEAKS.md and research/CALIBRATION.md)"))
+    "torchtitan's 70B FSDP x TP rows (Table 4: 0.892, and 0.949 with async TP) are "
+    "under-counted: the mechanism is not found yet (see research/CALIBRATION.md)"))
 def test_every_measured_peak_is_predicted_within_the_bounds() -> None:
     script = _script()
     ratios = [row.ratio for row in script.peak_rows()]
@@ -63,10 +62,12 @@ def test_torchtitan_pipelined_405b_peaks_need_the_deferred_gradient_sync() -> No
 
 def test_torchtitan_long_context_peaks_count_the_unfused_loss_backward() -> None:
     # Table 2 (8B, FSDP x CP, 32K tokens per GPU, full checkpointing) prints about 84 GiB;
-    # without the unfused cross entropy's backward tensors the ledger says about 50 GiB.
+    # without the unfused cross entropy's backward tensors (and the FSDP root unit kept
+    # gathered) the ledger says about 50 GiB.
     script = _script()
     ratios = [r.ratio for r in script.peak_rows() if r.run_id.startswith("torchtitan-t2")]
-    assert min(ratios) >= 0.93
+    assert len(ratios) == 4
+    assert min(ratios) >= script.WORST_RATIO_FLOOR
 
 
 def test_the_zero_bubble_1f1b_peak_of_the_1_5b_model_is_reproduced() -> None:
