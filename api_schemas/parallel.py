@@ -215,7 +215,8 @@ class ParallelConfig(SpecModel):
         default=None,
         description="Interleaved schedules: micro-batches run through every chunk as one group "
         "(Megatron-LM microbatch_group_size_per_vp_stage, Llama 3's tunable N, arXiv:2407.21783 "
-        "Sec. 3.3.2); null = pp.",
+        "Sec. 3.3.2), from pp to the micro-batch count, or equal to a micro-batch count below pp "
+        "(one group, as torch's interleaved 1F1B runs it; Megatron-LM refuses that); null = pp.",
     )
 
     @model_validator(mode="after")

@@ -251,10 +251,15 @@ def in_flight_counts(parallel: ParallelConfig, num_micro_batches: int) -> InFlig
         InvalidSpecError: an unknown schedule, or parameters it refuses.
     """
     traits = schedule_traits(parallel.schedule)
-    return in_flight_profile(parallel.schedule, num_stages=parallel.pp,
-                             num_micro_batches=num_micro_batches,
-                             num_chunks=traits.num_chunks(parallel.vpp),
-                             group_size=parallel.microbatch_group_size)
+    try:
+        return in_flight_profile(parallel.schedule, num_stages=parallel.pp,
+                                 num_micro_batches=num_micro_batches,
+                                 num_chunks=traits.num_chunks(parallel.vpp),
+                                 group_size=parallel.microbatch_group_size)
+    except InvalidSpecError as error:
+        if error.field != "group_size":
+            raise
+        raise InvalidSpecError(error.detail, field="parallel.microbatch_group_size") from None
 
 
 def in_flight_bytes(profile: InFlightProfile, rank: int, chunk_bytes: list[int]) -> int:
