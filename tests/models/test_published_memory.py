@@ -193,6 +193,14 @@ def test_the_notes_say_which_ledger_mechanisms_no_measured_peak_backs() -> None:
     deepseek = ledger_evidence(DEEPSEEK_V3_2048.training, DEEPSEEK_V3_2048.parallel,
                                is_moe=True)
     assert len(deepseek) == 2 and "FP8" in deepseek[1] and "routed-expert" in deepseek[1]
+    # torchtitan's logged peaks check FSDP2 with fused attention and the PyTorch loss.
+    torchtitan_like = ledger_evidence(
+        TrainingSpec(global_batch_size=8, sequence_length=8192, fused_cross_entropy=False),
+        ParallelConfig(dp=8, zero_stage=3, fsdp=True), is_moe=False)
+    assert torchtitan_like == (CHECKED,)
+    deepspeed = ledger_evidence(TrainingSpec(global_batch_size=8, sequence_length=8192),
+                                ParallelConfig(dp=8, zero_stage=3), is_moe=False)
+    assert len(deepspeed) == 2 and "DeepSpeed" in deepspeed[1]
 
 
 def test_each_rung_of_the_kimi_k2_ladder_lowers_the_peak() -> None:
