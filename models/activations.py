@@ -296,9 +296,14 @@ def head_activation_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:
 
     Source: [KOR22] Sec. 4.2: 4 s b h / t (1 + V / h) for the final LayerNorm, the output
     projection and the fp32 logits. Assumes: the logits are vocabulary-parallel (/tp).
+    Deviation (`gathered_inputs_saved`, PyTorch DTensor sequence parallelism): the output
+    projection keeps its all-gathered input, 2h per token instead of 2h / t.
     """
     h, vocab = spec.hidden_size, spec.vocab_size
-    return math.ceil(ctx.tokens * (2 * ACTIVATION_BYTES * h + 4.0 * vocab) / ctx.tp)
+    norm_and_logits = ctx.tokens * (ACTIVATION_BYTES * h + 4.0 * vocab) / ctx.tp
+    projection_input = ctx.tokens * ACTIVATION_BYTES * h / (
+        1.0 if ctx.gathered_inputs_saved else ctx.tp)
+    return math.ceil(norm_and_logits + projection_input)
 
 
 LOSS_BACKWARD_EXTRA_BYTES_PER_LOGIT = 8

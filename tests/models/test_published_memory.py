@@ -288,6 +288,11 @@ def test_dtensor_sequence_parallel_keeps_the_gathered_gemm_inputs() -> None:
     h, t, tokens = spec.hidden_size, 8, 8192
     assert layers[1] - layers[0] == pytest.approx(
         spec.num_layers * tokens * 2 * 2 * h * (1 - 1 / t), rel=1e-6)
+    # The output projection's input too (the head's ColwiseParallel).
+    heads = [sum(c.bytes for c in memory_ledger(spec, training, p, cluster).stages[0].components
+                 if c.name == "activations: embedding, head, logits, MTP")
+             for p in (megatron, dtensor)]
+    assert heads[1] - heads[0] == pytest.approx(tokens * 2 * h * (1 - 1 / t), abs=2)
     with pytest.raises(ValueError, match="sequence_parallel_saves_gathered"):
         ParallelConfig(tp=8, sequence_parallel_saves_gathered=True)
 

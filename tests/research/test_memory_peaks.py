@@ -32,8 +32,9 @@ def test_the_table_holds_every_measured_peak_of_the_data() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "torchtitan's 70B FSDP x TP rows (Table 4: 0.892, and 0.949 with async TP) are "
-    "under-counted: the mechanism is not found yet (see research/CALIBRATION.md)"))
+    "torchtitan's 70B FSDP x TP row without async TP (Table 4, 0.918; 0.976 with async "
+    "TP, whose printed peak is 4.3 GiB lower) is under-counted: the mechanism is not found "
+    "yet (see research/CALIBRATION.md)"))
 def test_every_measured_peak_is_predicted_within_the_bounds() -> None:
     script = _script()
     ratios = [row.ratio for row in script.peak_rows()]
