@@ -151,6 +151,19 @@ class ParallelConfig(SpecModel):
         "keeps them until the end of the step (false: Llama 3, no all-gather in backward, "
         "the stage's whole parameters resident).",
     )
+    sequence_parallel_saves_gathered: bool = Field(
+        default=False,
+        description="With sequence parallelism, each column-parallel GEMM keeps its "
+        "all-gathered input for backward (PyTorch DTensor SequenceParallel, torchtitan); "
+        "false = it keeps its sequence shard and all-gathers again in backward (Megatron-LM).",
+    )
+    fsdp_defer_grad_sync: bool = Field(
+        default=False,
+        description="FSDP reduce-scatters gradients only after the step's last backward and "
+        "accumulates every unit's unsharded gradients in the gradient dtype until then "
+        "(torch.distributed.pipelining with FSDP2, as torchtitan runs pipeline parallelism); "
+        "false = each unit's gradient is reduce-scattered as its backward ends.",
+    )
     optimizer_offload_frac: Fraction = Field(
         default=0.0,
         description="Share of this rank's optimizer states (master weights and moments) kept "
@@ -207,7 +220,8 @@ class ParallelConfig(SpecModel):
         default=None,
         description="Interleaved schedules: micro-batches run through every chunk as one group "
         "(Megatron-LM microbatch_group_size_per_vp_stage, Llama 3's tunable N, arXiv:2407.21783 "
-        "Sec. 3.3.2); null = pp.",
+        "Sec. 3.3.2), from pp to the micro-batch count, or equal to a micro-batch count below pp "
+        "(one group, as torch's interleaved 1F1B runs it; Megatron-LM refuses that); null = pp.",
     )
 
     @model_validator(mode="after")
@@ -220,6 +234,10 @@ class ParallelConfig(SpecModel):
             raise ValueError(
                 "fsdp_reshard_after_forward=false needs fsdp=true (with zero_stage=3)"
             )
+        if self.sequence_parallel_saves_gathered and not self.sequence_parallel:
+            raise ValueError("sequence_parallel_saves_gathered=true needs sequence_parallel=true")
+        if self.fsdp_defer_grad_sync and not self.fsdp:
+            raise ValueError("fsdp_defer_grad_sync=true needs fsdp=true (with zero_stage=3)")
         if self.cp_kind == ContextParallelKind.USP:
             u = self.ulysses_degree
             if u is None or self.cp % u:

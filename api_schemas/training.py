@@ -122,6 +122,13 @@ class TrainingSpec(SpecModel):
         "Transformer Engine kernels), 'compiled' (torch.compile) or 'eager' (one PyTorch "
         "kernel per op, fp32 intermediates); sets their HBM passes in the step time.",
     )
+    fused_cross_entropy: bool = Field(
+        default=True,
+        description="The loss is a fused vocabulary-parallel cross entropy whose backward "
+        "rewrites the saved fp32 softmax in place (Megatron-LM); false = PyTorch's "
+        "F.cross_entropy on fp32 logits (torchtitan), whose backward holds the saved "
+        "log-probabilities, their gradient and the input gradient at once.",
+    )
     moe_load_imbalance: float = Field(
         default=1.0, ge=1.0,
         description="Assumed max/mean routed tokens per expert-parallel rank (1.0 = perfectly "

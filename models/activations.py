@@ -60,6 +60,9 @@ class LayerActivationContext:
     """FP8 GEMMs (DeepSeek-V3): every GEMM input is cached in FP8."""
     moe_load_imbalance: float = 1.0
     moe_keep_expert_outputs: bool = True
+    gathered_inputs_saved: bool = False
+    """Sequence parallelism saves each column-parallel GEMM's all-gathered input (PyTorch
+    DTensor, torchtitan) rather than its shard (Megatron-LM re-gathers it in backward)."""
 
     @property
     def tokens(self) -> float:
@@ -70,6 +73,15 @@ class LayerActivationContext:
     def replicated_divisor(self) -> float:
         """Divisor of tensors TP replicates unless sequence parallelism shards them."""
         return float(self.tp if self.sequence_parallel else 1)
+
+    @property
+    def gemm_input_divisor(self) -> float:
+        """Divisor of the input a column-parallel GEMM saves: the sequence shard under
+        Megatron-LM's sequence parallelism ([KOR22] Sec. 4.2.2: the input is all-gathered
+        again in backward), the whole gathered input under PyTorch DTensor's
+        (`PrepareModuleInput` to `Replicate` before `ColwiseParallel`: autograd saves the
+        linear's gathered input for the weight gradient)."""
+        return 1.0 if self.gathered_inputs_saved else self.replicated_divisor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +94,9 @@ class StoredTensor:
     bytes: int
     dropped_by: frozenset[RecomputeModule]
     """Selective recompute modules that rebuild it instead of storing it."""
+    kept_only_by: RecomputeModule | None = None
+    """A policy that saves it although backward does not need it (torchtitan's per-op
+    policy saves matmul outputs by position); absent from the other modes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,7 +109,8 @@ class LayerActivationBytes:
 
     def block_bytes(self, block: str) -> int:
         """Bytes of one block without recomputation."""
-        return sum(t.bytes for t in self.tensors if t.block == block)
+        return sum(t.bytes for t in self.tensors
+                   if t.block == block and t.kept_only_by is None)
 
     @property
     def attention_bytes(self) -> int:
@@ -119,7 +135,7 @@ class LayerActivationBytes:
     @property
     def total_bytes(self) -> int:
         """All stored bytes without recomputation."""
-        return sum(t.bytes for t in self.tensors)
+        return sum(t.bytes for t in self.tensors if t.kept_only_by is None)
 
     def stored_bytes(self, recompute: RecomputeMode,
                      modules: Iterable[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES) -> int:
@@ -131,7 +147,8 @@ class LayerActivationBytes:
         if recompute == RecomputeMode.NONE:
             return self.total_bytes
         chosen = frozenset(modules)
-        return sum(t.bytes for t in self.tensors if not (t.dropped_by & chosen))
+        return sum(t.bytes for t in self.tensors if not (t.dropped_by & chosen)
+                   and (t.kept_only_by is None or t.kept_only_by in chosen))
 
 
 def _tensor(name: str, block: str, per_token: float, ctx: LayerActivationContext,
@@ -154,8 +171,8 @@ def attention_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[Stor
     act = ACTIVATION_BYTES
     gemm_in = FP8_TILE_BYTES_PER_ELEMENT if ctx.fp8_compute else act
     h, heads = spec.hidden_size, spec.num_attention_heads / t
-    out = [_tensor("qkv input (norm output)", "attention", gemm_in * h / rep, ctx, M.LAYERNORM,
-                   M.OP_SAC)]
+    out = [_tensor("qkv input (norm output)", "attention", gemm_in * h / ctx.gemm_input_divisor,
+                   ctx, M.LAYERNORM, M.OP_SAC)]
     if spec.attention == AttentionKind.MLA and spec.mla is not None:
         mla = spec.mla
         latents = 2 * (mla.q_lora_rank or 0) + 2 * mla.kv_lora_rank
@@ -226,11 +243,18 @@ def mlp_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
     rep = ctx.replicated_divisor
     fp8_inputs = ctx.fp8_storage or ctx.fp8_compute
     in_bytes = FP8_TILE_BYTES_PER_ELEMENT if fp8_inputs else ACTIVATION_BYTES
-    out = [_tensor("MLP input (norm output)", "mlp", in_bytes * spec.hidden_size / rep, ctx,
-                   M.LAYERNORM, M.OP_SAC)]
+    out = [_tensor("MLP input (norm output)", "mlp",
+                   in_bytes * spec.hidden_size / ctx.gemm_input_divisor, ctx, M.LAYERNORM,
+                   M.OP_SAC)]
     up, act = _mlp_inner(spec, ctx, spec.ffn_hidden_size, prefix="MLP", copies=1.0,
                          split=float(ctx.tp), whole=M.MLP, act_module=M.MLP)
     out += _op_sac_split(spec, up) + [_with_module(act, M.OP_SAC)]
+    # The down projection (w2, the 7th matmul) is an odd one: the per-op policy saves its
+    # output, which backward does not otherwise need (torchtitan `_save_list`).
+    out.append(dataclasses.replace(
+        _tensor("MLP output (down projection)", "mlp",
+                ACTIVATION_BYTES * spec.hidden_size / ctx.replicated_divisor, ctx),
+        kept_only_by=M.OP_SAC))
     if ctx.dropout:
         out.append(_tensor("MLP dropout mask", "mlp", MASK_BYTES * spec.hidden_size / rep, ctx))
     return out
@@ -255,7 +279,8 @@ def moe_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
     in_bytes = FP8_TILE_BYTES_PER_ELEMENT if fp8_inputs else ACTIVATION_BYTES
     copies = moe.top_k * ctx.moe_load_imbalance * ctx.etp / ctx.tp
     out = [
-        _tensor("MoE input (norm output)", "mlp", in_bytes * h / rep, ctx, M.LAYERNORM),
+        _tensor("MoE input (norm output)", "mlp", in_bytes * h / ctx.gemm_input_divisor, ctx,
+                M.LAYERNORM),
         _tensor("router probabilities", "mlp", 4.0 * moe.num_experts / rep, ctx, M.MOE),
         _tensor("routed expert inputs", "mlp", copies * in_bytes * h, ctx, M.MOE),
     ]
@@ -306,9 +331,50 @@ def head_activation_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:
 
     Source: [KOR22] Sec. 4.2: 4 s b h / t (1 + V / h) for the final LayerNorm, the output
     projection and the fp32 logits. Assumes: the logits are vocabulary-parallel (/tp).
+    Deviation (`gathered_inputs_saved`, PyTorch DTensor sequence parallelism): the output
+    projection keeps its all-gathered input, 2h per token instead of 2h / t.
     """
     h, vocab = spec.hidden_size, spec.vocab_size
-    return math.ceil(ctx.tokens * (2 * ACTIVATION_BYTES * h + 4.0 * vocab) / ctx.tp)
+    norm_and_logits = ctx.tokens * (ACTIVATION_BYTES * h + 4.0 * vocab) / ctx.tp
+    projection_input = ctx.tokens * ACTIVATION_BYTES * h / (
+        1.0 if ctx.gathered_inputs_saved else ctx.tp)
+    return math.ceil(norm_and_logits + projection_input)
+
+
+LOSS_BACKWARD_EXTRA_BYTES_PER_LOGIT = 8
+"""Extra bytes per logit while an unfused cross entropy runs its backward: PyTorch's
+`log_softmax` backward (`_log_softmax_backward_data(grad_output, output)`) holds the saved fp32
+log-probabilities (already counted by `head_activation_bytes`), the fp32 gradient that
+`nll_loss` backward writes for them and the fp32 input gradient it returns: two fp32
+logit-sized tensors beyond the saved one. Megatron-LM's fused vocab-parallel cross entropy
+computes the gradient in place on its saved softmax (`_VocabParallelCrossEntropy.backward`),
+so it adds none."""
+
+LOSS_PARALLEL_BACKWARD_EXTRA_BYTES_PER_LOGIT = 12
+"""The same under tensor parallelism with PyTorch's loss parallel (vocabulary-sharded logits,
+torchtitan's default): `torch.distributed.tensor.parallel.loss`
+`_nll_loss_and_log_softmax_backward` fuses both backwards as
+`(grad_input + torch.exp(x)) * grad_output` with `grad_input = torch.zeros_like(x)`, so the
+saved fp32 log-probabilities x, the zeros, exp(x) and their sum (then the product) are live
+at once: three fp32 logit-sized tensors beyond the saved one."""
+
+
+def loss_backward_working_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:
+    """Transient bytes of an unfused (PyTorch) cross entropy's backward per micro-batch, beyond
+    the saved fp32 logits: 8 V bytes per token, or 12 V with tensor-parallel loss parallel,
+    vocabulary-parallel (/tp).
+
+    Source: PyTorch `torch.nn.functional.cross_entropy` = `log_softmax` + `nll_loss`; the
+    backward of `log_softmax` reads its fp32 output and the fp32 gradient `nll_loss` backward
+    materialises and writes an fp32 input gradient, all three live at once; torchtitan
+    (`components/loss.py: cross_entropy_loss`) applies it to `pred.float()`. Checked against
+    torchtitan's Llama 3.1 8B full-checkpointing peaks (benchmarks/llama3_h100_202412, Table
+    2; `research/validate_memory.py`).
+    Legend: V=vocab_size, t=tp.
+    """
+    per_logit = (LOSS_PARALLEL_BACKWARD_EXTRA_BYTES_PER_LOGIT if ctx.tp > 1
+                 else LOSS_BACKWARD_EXTRA_BYTES_PER_LOGIT)
+    return math.ceil(ctx.tokens * per_logit * spec.vocab_size / ctx.tp)
 
 
 def embedding_activation_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:
@@ -333,6 +399,7 @@ __all__ = [
     "attention_tensors",
     "embedding_activation_bytes",
     "head_activation_bytes",
+    "loss_backward_working_bytes",
     "layer_activation_bytes",
     "mlp_tensors",
     "moe_tensors",

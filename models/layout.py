@@ -58,11 +58,6 @@ def layout_traits(parallel: ParallelConfig) -> ScheduleTraits:
         raise InvalidSpecError(
             f"microbatch_group_size={group} only applies to interleaved schedules, got "
             f"schedule='{parallel.schedule}': drop it", field="parallel.microbatch_group_size")
-    if group is not None and group < parallel.pp:
-        raise InvalidSpecError(
-            f"microbatch_group_size={group} is below pp={parallel.pp}: a group must fill the "
-            f"pipeline (Megatron-LM get_schedule_table); use at least {parallel.pp}",
-            field="parallel.microbatch_group_size")
     return traits
 
 

@@ -29,6 +29,7 @@ from models.activations import (
     embedding_activation_bytes,
     head_activation_bytes,
     layer_activation_bytes,
+    loss_backward_working_bytes,
 )
 from models.errors import InvalidSpecError
 from models.layout import StageLayout, pipeline_layout
@@ -228,7 +229,8 @@ def _activation_context(training: TrainingSpec, parallel: ParallelConfig,
         flash_attention=training.flash_attention, fp8_storage=fp8_storage,
         fp8_compute=training.compute_dtype == DType.FP8,
         moe_load_imbalance=training.moe_load_imbalance,
-        moe_keep_expert_outputs=training.moe_keep_expert_outputs)
+        moe_keep_expert_outputs=training.moe_keep_expert_outputs,
+        gathered_inputs_saved=parallel.sequence_parallel_saves_gathered)
 
 
 def _recompute_mode_of(policy_recompute: RecomputeMode | FullLayers,
@@ -249,10 +251,15 @@ def in_flight_counts(parallel: ParallelConfig, num_micro_batches: int) -> InFlig
         InvalidSpecError: an unknown schedule, or parameters it refuses.
     """
     traits = schedule_traits(parallel.schedule)
-    return in_flight_profile(parallel.schedule, num_stages=parallel.pp,
-                             num_micro_batches=num_micro_batches,
-                             num_chunks=traits.num_chunks(parallel.vpp),
-                             group_size=parallel.microbatch_group_size)
+    try:
+        return in_flight_profile(parallel.schedule, num_stages=parallel.pp,
+                                 num_micro_batches=num_micro_batches,
+                                 num_chunks=traits.num_chunks(parallel.vpp),
+                                 group_size=parallel.microbatch_group_size)
+    except InvalidSpecError as error:
+        if error.field != "group_size":
+            raise
+        raise InvalidSpecError(error.detail, field="parallel.microbatch_group_size") from None
 
 
 def in_flight_bytes(profile: InFlightProfile, rank: int, chunk_bytes: list[int]) -> int:
@@ -330,6 +337,17 @@ def stage_activation_components(
         gpu.append(MemoryComponent(name="recompute working set", kind="activations",
                                    bytes=working_set,
                                    note="one layer's full activations rebuilt in backward"))
+    if layout.num_heads and not training.fused_cross_entropy:
+        # The loss backward runs before any layer is rebuilt: only its excess over the
+        # recompute working set raises the peak.
+        loss_extra = layout.num_heads * loss_backward_working_bytes(spec, ctx)
+        if loss_extra > working_set:
+            gpu.append(MemoryComponent(
+                name="cross-entropy backward working set", kind="activations",
+                bytes=loss_extra - working_set,
+                note="unfused (PyTorch) cross entropy: fp32 log-probabilities, their "
+                     "gradient and the input gradient live at once (beyond the recompute "
+                     "working set)"))
     host = []
     if offload:
         host.append(MemoryComponent(name="offloaded activations", kind="activations",

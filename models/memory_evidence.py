@@ -11,7 +11,8 @@ from api_schemas.training import TrainingSpec
 
 CHECKED = ("memory ledger: dense layers, pipeline in-flight activations, replicated and "
            "ZeRO-1 states and runtime items are checked against measured peaks "
-           "(research/MEMORY_PEAKS.md, materialised attention, no sharding)")
+           "(research/MEMORY_PEAKS.md: Zero Bubble, materialised attention, no sharding; "
+           "torchtitan, fused attention with FSDP2, TP, PP and CP)")
 
 
 def ledger_evidence(training: TrainingSpec, parallel: ParallelConfig, *,
@@ -19,13 +20,10 @@ def ledger_evidence(training: TrainingSpec, parallel: ParallelConfig, *,
     """One note per mechanism in use whose bytes no measured peak has checked yet."""
     notes = [CHECKED]
     thin: list[str] = []
-    if training.flash_attention:
-        thin.append("fused attention (softmax statistics and the fp32 dQ workspace)")
     if is_moe and parallel.ep > 1:
         thin.append(f"routed-expert activations at load imbalance {training.moe_load_imbalance}")
-    if parallel.zero_stage >= 2:
-        thin.append("ZeRO-2/3 and FSDP buffers (framework defaults: DeepSpeed buckets, FSDP "
-                    "units)")
+    if parallel.zero_stage == 2 or (parallel.zero_stage == 3 and not parallel.fsdp):
+        thin.append("ZeRO-2/3 buffers (framework defaults: DeepSpeed buckets)")
     if training.compute_dtype == DType.FP8 or any(
             parallel.policy_of(s).fp8_activations for s in range(parallel.pp)):
         thin.append("FP8 weights and activation tiles")

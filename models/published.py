@@ -106,6 +106,14 @@ def _korthikanti_runs() -> list[PublishedRun]:
     return runs
 
 
+LLAMA3_405B_VIRTUAL_STAGES = (0,) + (1,) * 126 + (0,)
+"""Llama 3 405B's layers per virtual stage (PP16 x 8 chunks): "we reduce one Transformer layer
+each from the first and the last stages ... the first model chunk on the first stage has only
+the embedding, and the last model chunk on the last stage has only output projection and loss
+calculation" (arXiv:2407.21783 Sec. 3.3.2). Removing one layer empties a chunk only when a
+chunk holds one layer, so 126 layers + 2 empty chunks = 128 = 16 ranks x 8 chunks."""
+
+
 def _llama3_405b(num_gpus: int, dp: int) -> PublishedRun:
     return PublishedRun(
         id=f"llama3-405b-{num_gpus // 1024}k",
@@ -114,24 +122,28 @@ def _llama3_405b(num_gpus: int, dp: int) -> PublishedRun:
         model_preset="llama-3.1-405b", gpu="h100-sxm5-80gb", num_nodes=num_gpus // 8,
         gpus_per_node=8,
         training=TrainingSpec(global_batch_size=2048, sequence_length=8192),
-        parallel=ParallelConfig(tp=8, pp=16, dp=dp, vpp=7,
+        parallel=ParallelConfig(tp=8, pp=16, dp=dp, vpp=8,
                                 schedule=PipelineSchedule.INTERLEAVED_1F1B,
                                 micro_batch_size=1, zero_stage=3, fsdp=True,
                                 fsdp_reshard_after_forward=False, sequence_parallel=True,
                                 recompute=RecomputeMode.NONE,
-                                layers_per_stage=(7,) + (8,) * 14 + (7,)),
+                                layers_per_virtual_stage=LLAMA3_405B_VIRTUAL_STAGES),
         printed_tflops_per_gpu=430 if dp == 64 else 400,
         printed_mfu=0.43 if dp == 64 else 0.41,
         assumptions=(("stated: TP8 x PP16 x DP, 16M tokens per batch, one layer fewer on the "
-                     "first and last stages, FSDP sharding optimizer states and gradients "
-                     "without resharding parameters after forward, no activation "
-                     "checkpointing for 8K sequences (Sec. 3.3.2)"),
-                     ("not printed: the virtual stages (7 chunks of about one layer taken) "
-                     "and the micro-batch size (1 sequence taken)")),
+                     "first and last stages so that the first chunk of the first stage holds "
+                     "only the embedding and the last chunk of the last stage only the output "
+                     "projection and loss (hence one layer per chunk: 126 + 2 = 16 x 8 "
+                     "virtual stages), FSDP sharding optimizer states and gradients without "
+                     "resharding parameters after forward, no activation checkpointing for "
+                     "8K sequences (Sec. 3.3.2)"),
+                     ("not printed: the micro-batch size (1 sequence taken) and the group N "
+                     "(N = pp taken: the paper tunes N between depth-first, N = PP, and "
+                     "breadth-first, N = M, and N = PP holds the fewest in flight)")),
         confidence=("high for the states (mesh, sharding and recompute are printed); for "
                     "activations, with 16 micro-batches on 16 stages every micro-batch is in "
-                    "flight whatever the virtual stages, while with 32 the count depends on "
-                    "Llama 3's micro-batch group N, which is not printed"),
+                    "flight, while with 32 the count depends on Llama 3's micro-batch group "
+                    "N, which is not printed (N = PP is the smallest the paper describes)"),
     )
 
 
@@ -296,6 +308,7 @@ __all__ = [
     "KIMI_K2_4096",
     "LLAMA3_405B_8K",
     "LLAMA3_405B_16K",
+    "LLAMA3_405B_VIRTUAL_STAGES",
     "MT_NLG_530B",
     "PUBLISHED_SYSTEMS",
     "PublishedRun",

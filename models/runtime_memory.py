@@ -85,6 +85,27 @@ def attention_workspace_bytes(*, tokens: float, heads_per_rank: float, head_dim:
     return math.ceil(2 * heads_per_rank * tokens * seq_len_per_rank)
 
 
+def fsdp_root_unit_bytes(groups: RankParameters, parallel: ParallelConfig,
+                         param_bytes: float) -> int:
+    """Gathered bytes of the FSDP root unit (the parameters no transformer block wraps: the
+    embedding and the output head) on this rank, held from the root's forward to the end of
+    its backward, when the blocks are resharded after forward (without resharding every
+    unit, the root included, is already resident in the model states).
+
+    Source: PyTorch FSDP2 `FSDPState._lazy_init` ("For the root, do not reshard after
+    forward since for training, the parameters would be freed and all-gathered
+    immediately": the root group's `post_forward_mesh_info = None`); FSDP1 likewise frees
+    only non-root handles after forward (`_post_forward_reshard`); torchtitan wraps each
+    block and leaves the embedding, final norm and output to the root (parallelize_llama
+    `apply_fsdp`). The root reduce-scatters only after the embedding's gradient, the last
+    of the step. Checked against torchtitan's 8B long-context peaks (Table 2).
+    Legend: bytes = (embedding + head parameters of the rank, TP-sharded) x param bytes.
+    """
+    if not (parallel.zero_stage == 3 and parallel.fsdp and parallel.fsdp_reshard_after_forward):
+        return 0
+    return math.ceil((groups.embedding + groups.head) * param_bytes)
+
+
 def runtime_components(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                       groups: RankParameters, dynamic_bytes: int) -> list[MemoryComponent]:
     """Runtime items and transient buffers, each a named term (`models/runtime_memory`,
@@ -115,6 +136,12 @@ def runtime_components(spec: ModelSpec, training: TrainingSpec, parallel: Parall
         out.append(MemoryComponent(name="unsharded gradient before reduce-scatter",
                                    kind="other", bytes=buffers.unsharded_gradient_bytes,
                                    note="FSDP unit" if parallel.fsdp else "reduce bucket"))
+        root = fsdp_root_unit_bytes(groups, parallel, weight_bytes)
+        if root:
+            out.append(MemoryComponent(name="FSDP root unit gathered", kind="other",
+                                       bytes=root,
+                                       note="embedding and output head: FSDP never reshards "
+                                            "the root after forward"))
     if training.compute_dtype == DType.FP8:
         storage = training.fp8_weight_storage
         if storage == Fp8WeightStorage.FP8_ONLY:
@@ -165,6 +192,7 @@ def runtime_components(spec: ModelSpec, training: TrainingSpec, parallel: Parall
 
 
 __all__ = [
+    "fsdp_root_unit_bytes",
     "ALLOCATOR_FRAGMENTATION_FRAC",
     "CUDA_CONTEXT_BYTES",
     "FLASH_DQ_ACCUMULATOR_BYTES",

@@ -145,6 +145,22 @@ def optimizer_offload_bytes(*, sharded_params: int, optimizer_bytes_per_param: f
         parameters_to_gpu_bytes_per_step=math.ceil(moved * param_bytes))
 
 
+def deferred_grad_sync_bytes(num_params: int, grad_bytes_per_param: float) -> int:
+    """Unsharded gradients FSDP holds when it defers the reduce-scatter to the step's last
+    backward: every parameter of the rank's units, in the gradient (reduce) dtype.
+
+    Source: PyTorch `torch.distributed.pipelining` `PipelineStage.backward_maybe_with_nosync`
+    (an FSDP2 stage runs each backward with `set_requires_gradient_sync(False)` and calls the
+    units' post-backward, which reduce-scatters, only after the last one); FSDP2
+    `FSDPParam.to_accumulated_grad_if_needed` keeps the unsharded gradient in `reduce_dtype`
+    (fp32 in torchtitan's default `mixed_precision_reduce`) while sync is off. Checked
+    against torchtitan's Llama 3.1 405B PP8 peaks (benchmarks/llama3_h100_202412, Tables 5
+    and 6; `research/validate_memory.py`).
+    Legend: N=num_params, g=gradient bytes per parameter; bytes = N g.
+    """
+    return math.ceil(num_params * grad_bytes_per_param)
+
+
 def model_state_components(training: TrainingSpec, parallel: ParallelConfig,
                             groups: RankParameters, edp: int,
                             max_chunk_params: int) -> tuple[list[MemoryComponent],
@@ -158,6 +174,7 @@ def model_state_components(training: TrainingSpec, parallel: ParallelConfig,
     dense_shard = parallel.dp * parallel.cp
     zero = parallel.zero_stage
     resident = zero == 3 and parallel.fsdp and not parallel.fsdp_reshard_after_forward
+    deferred = zero == 3 and parallel.fsdp and parallel.fsdp_defer_grad_sync
     gemm_bytes = state_bytes_per_param(training, is_gemm_weight=True, is_matrix=True)
     plain_bytes = state_bytes_per_param(training, is_gemm_weight=False, is_matrix=False)
     parts = [
@@ -182,6 +199,11 @@ def model_state_components(training: TrainingSpec, parallel: ParallelConfig,
             note += "; plus the unsharded copy kept from forward to the end of the step"
         gpu.append(MemoryComponent(name=f"weights: {label}", kind="parameters",
                                    bytes=weights, note=note))
+        if deferred:
+            gpu.append(MemoryComponent(
+                name=f"unsharded gradient accumulators: {label}", kind="gradients",
+                bytes=deferred_grad_sync_bytes(count, per_param.gradients),
+                note="FSDP gradient sync deferred to the last backward (torch pipelining)"))
         if parallel.gradient_host_shards:
             host.append(MemoryComponent(name=f"gradient shards: {label}", kind="gradients",
                                         bytes=math.ceil(count * per_param.gradients / shard),
@@ -224,6 +246,7 @@ def ema_components(training: TrainingSpec, parallel: ParallelConfig,
 
 
 __all__ = [
+    "deferred_grad_sync_bytes",
     "DEEPSPEED_MAX_LIVE_PARAMS",
     "DEEPSPEED_PREFETCH_BUCKET_PARAMS",
     "DEEPSPEED_REDUCE_BUCKET_PARAMS",

@@ -16,6 +16,33 @@ stage one layer short (the embedding and the loss take a layer's slot).
 Reading of the printed unit: Megatron's memory report prints MiB (2^20), so a printed "GB"
 is taken as GiB (2^30); this is the reading that makes the ledger's ratios smallest.
 
+Rows: torchtitan's benchmark notes (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md,
+Tables 1-6, torch 1963fc8 / torchtitan 9dec370; llama3-8b_h200_202506_trainy-whitefiber.md).
+What is printed: torchtitan's `DeviceMemoryMonitor.get_peak_stats` (components/metrics.py)
+reads `torch.cuda.memory_stats()["reserved_bytes.all.peak"]` and logs it in GiB (2^30): the
+caching allocator's reserved peak since the last log (10 iterations), which includes its
+fragmentation but not the CUDA context nor NCCL's own buffers (the ledger counts both, about
+1 GiB, so it over-counts reserved slightly). The Dec 2024 note takes the maximum over all
+GPUs (footnote 1); the ledger's peak is its busiest stage. Recipe, from the notes and the
+defaults of torchtitan at that commit: Llama 3.1 presets, sequence 8192 where the table does
+not print one (train_configs/llama3_*.toml `seq_len`), FSDP2 over the data-parallel (and
+context-parallel) ranks with bf16 compute, fp32 master weights, gradients reduced in fp32 and
+fp32 AdamW moments, parameters not resharded after forward when pipelining
+(parallelize_llama: `reshard_after_forward = not pp_enabled`) and their gradients
+reduce-scattered only after the last micro-batch (torch pipelining's FSDP2 stage,
+`fsdp_defer_grad_sync=True`), tensor parallel with sequence
+parallel norms whose all-gathered outputs the column-parallel linears save
+(`sequence_parallel_saves_gathered=True`: PrepareModuleInput to Replicate) and a
+vocabulary-parallel loss, Float8 linears where the row says so, and the
+loss `F.cross_entropy(pred.float(), labels)` (components/loss.py: unfused, so
+`fused_cross_entropy=False`). Pipelined rows split the local batch into pp micro-batches
+(torchtitan's default `pipeline_parallel_microbatches`) and interleave two chunks per rank.
+Not expressible (each row's note says which): torchtitan's op-level selective checkpointing
+(`selective_ac_option = 'op'`: every second matmul output recomputed) is taken as the ledger's
+selective mode (attention core only), which stores more; torch.compile's memory savings are
+not modelled. The H100 here is the 96 GB HBM2e part at 500 W: the cluster is the H100 SXM5
+preset with its memory overridden to 96 GB (the peak does not depend on the capacity).
+
 With --write the table goes to research/MEMORY_PEAKS.md.
 """
 
@@ -26,8 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from api_schemas import DType, ParallelConfig, PipelineSchedule, TrainingSpec
-from models.catalog import cluster_preset, megatron_gpt
+from api_schemas import DType, ParallelConfig, PipelineSchedule, RecomputeMode, TrainingSpec
+from api_schemas.parallel import DEFAULT_RECOMPUTE_MODULES, RecomputeModule
+from models.catalog import cluster_preset, megatron_gpt, model_preset
 from models.memory import memory_ledger
 
 ROOT = Path(__file__).resolve().parent
@@ -75,19 +103,17 @@ def zero_bubble_row(row: dict[str, Any]) -> PeakRow:
     training = TrainingSpec(global_batch_size=p["global_batch_size"], sequence_length=m["seq_len"],
                             param_dtype=DType.FP16, grad_dtype=DType.FP16, dropout=True,
                             flash_attention=False, overlap_grad_reduce=False)
+    spec = megatron_gpt(name=m["name"], num_layers=layers, hidden_size=m["hidden_size"],
+                        num_heads=m["num_heads"], vocab_size=ZERO_BUBBLE_VOCAB,
+                        seq_len=m["seq_len"])
     if schedule == "interleaved_1f1b":
-        # One layer per virtual chunk; the ledger cannot yet hold an embedding-only first
-        # chunk, so that chunk carries a layer (a small over-count on stage 0).
-        spec = megatron_gpt(name=m["name"], num_layers=layers + 2, hidden_size=m["hidden_size"],
-                            num_heads=m["num_heads"], vocab_size=ZERO_BUBBLE_VOCAB,
-                            seq_len=m["seq_len"])
+        # One layer per virtual chunk; the embedding and the loss take a chunk each.
+        chunks = (0,) + (1,) * layers + (0,)
         parallel = ParallelConfig(pp=pp, vpp=slots, schedule=SCHEDULES[schedule],
-                                  micro_batch_size=p["micro_batch_size"], zero_stage=0)
-        note = "one layer per chunk; embedding-only chunk counted as a layer"
+                                  micro_batch_size=p["micro_batch_size"], zero_stage=0,
+                                  layers_per_virtual_stage=chunks)
+        note = "one layer per chunk; embedding-only first and loss-only last chunk"
     else:
-        spec = megatron_gpt(name=m["name"], num_layers=layers, hidden_size=m["hidden_size"],
-                            num_heads=m["num_heads"], vocab_size=ZERO_BUBBLE_VOCAB,
-                            seq_len=m["seq_len"])
         split = (slots - 1,) + (slots,) * (pp - 2) + (slots - 1,)
         parallel = ParallelConfig(pp=pp, schedule=SCHEDULES[schedule],
                                   micro_batch_size=p["micro_batch_size"], zero_stage=0,
@@ -101,10 +127,75 @@ def zero_bubble_row(row: dict[str, Any]) -> PeakRow:
                    note=note)
 
 
+TORCHTITAN_SEQ_LEN = 8192
+"""torchtitan train_configs/llama3_{8b,70b,405b}.toml `seq_len` (the tables that do not print a
+sequence length ran the default configs)."""
+H100_96GB_BYTES = 96 * 10**9
+"""Grand Teton H100: 96 GB HBM2e (the note's Hardware section)."""
+
+
+def _torchtitan_measured_bytes(row: dict[str, Any]) -> int:
+    text = row["measured_as_printed"].split(", ")[1]
+    return int(float(text.split(" GiB")[0]) * 2**30)
+
+
+def torchtitan_row(row: dict[str, Any]) -> PeakRow:
+    """The ledger of one torchtitan benchmark row against its logged reserved peak."""
+    m, p, hw = row["model"], row["parallel"], row["hardware"]
+    num_gpus = hw["num_gpus"]
+    tp, pp, cp = p["tp"] or 1, p["pp"] or 1, p["cp"] or 1
+    dp = p["dp"] or num_gpus // (tp * pp * cp)
+    local_batch = p["micro_batch_size"]
+    # The default toml: selective with the op policy (`RecomputeModule.OP_SAC`).
+    recompute = (p["recompute"] or "selective (per-op)").split(" ")[0]
+    per_op = recompute == "selective" and "per-op" in (p["recompute"] or "selective (per-op)")
+    fp8 = "fp8" in (p["precision"] or "")
+    notes = []
+    if "torch.compile on" in (p["notes"] or ""):
+        notes.append("torch.compile savings not modelled")
+    training = TrainingSpec(global_batch_size=local_batch * dp,
+                            sequence_length=m["seq_len"] or TORCHTITAN_SEQ_LEN,
+                            compute_dtype=DType.FP8 if fp8 else DType.BF16,
+                            fused_cross_entropy=False)
+    schedule = p["schedule"] or "none"
+    extra: dict[str, Any] = {}
+    if pp > 1:
+        extra = {"schedule": SCHEDULES[schedule], "fsdp_reshard_after_forward": False,
+                 "fsdp_defer_grad_sync": True, "micro_batch_size": local_batch // pp}
+        if schedule == "interleaved_1f1b":
+            extra["vpp"] = 2
+            notes.append("two chunks per rank taken")
+    else:
+        extra = {"micro_batch_size": local_batch}
+    parallel = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, zero_stage=3, fsdp=True,
+                              sequence_parallel=tp > 1, sequence_parallel_saves_gathered=tp > 1,
+                              recompute=RecomputeMode(recompute),
+                              recompute_modules=((RecomputeModule.OP_SAC,) if per_op
+                                                 else DEFAULT_RECOMPUTE_MODULES), **extra)
+    gpu = hw["gpu"]
+    cluster = cluster_preset(gpu, num_nodes=max(1, num_gpus // 8), gpus_per_node=min(8, num_gpus))
+    if not hw["gpu_exact"] and gpu == "h100-sxm5-80gb":
+        cluster = cluster.model_copy(update={
+            "gpu": cluster.gpu.model_copy(update={"memory_bytes": H100_96GB_BYTES})})
+    ledger = memory_ledger(model_preset(m["preset"]), training, parallel, cluster)
+    return PeakRow(run_id=row["id"], schedule=schedule.split(" ")[0],
+                   measured_bytes=_torchtitan_measured_bytes(row),
+                   predicted_bytes=ledger.peak_bytes, binding_stage=ledger.binding_stage,
+                   note="; ".join(notes))
+
+
+def _has_peak(row: dict[str, Any]) -> bool:
+    text = row.get("measured_as_printed") or ""
+    return "peak memory" in text or "GiB" in text
+
+
 def peak_rows() -> list[PeakRow]:
     """Every measured peak of the data set with its prediction."""
-    return [zero_bubble_row(row) for row in DATA["runs"] if row["source_id"] == "zerobubble"
-            and "peak memory" in (row.get("measured_as_printed") or "")]
+    rows = [zero_bubble_row(row) for row in DATA["runs"] if row["source_id"] == "zerobubble"
+            and _has_peak(row)]
+    rows += [torchtitan_row(row) for row in DATA["runs"]
+             if row["source_id"] == "torchtitan_bench" and _has_peak(row)]
+    return rows
 
 
 def table(rows: list[PeakRow]) -> str:

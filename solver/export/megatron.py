@@ -158,7 +158,7 @@ def megatron_export(spec: ModelSpec, training: TrainingSpec,
     for part_args, part_notes in (
             _batch_args(training, parallel), _sharding_args(parallel),
             _precision_args(training, parallel), _recompute_args(spec, parallel),
-            _overlap_args(training, parallel), _unsupported_notes(parallel)):
+            _overlap_args(training, parallel), _unsupported_notes(training, parallel)):
         args += part_args
         notes += part_notes
     unknown = [token for token in args if token.startswith("--") and token not in MEGATRON_FLAGS]
@@ -400,8 +400,20 @@ def _overlap_args(training: TrainingSpec, parallel: ParallelConfig) -> Part:
     return args, notes
 
 
-def _unsupported_notes(parallel: ParallelConfig) -> Part:
+def _unsupported_notes(training: TrainingSpec, parallel: ParallelConfig) -> Part:
     notes = []
+    if not training.fused_cross_entropy:
+        notes.append("fused_cross_entropy=false: Megatron-LM's loss is its vocab-parallel "
+                     "cross entropy, whose backward works in place on the saved softmax, so "
+                     "the planned unfused-loss working set is not used (memory over-counted)")
+    if parallel.sequence_parallel_saves_gathered:
+        notes.append("sequence_parallel_saves_gathered=true: Megatron-LM's sequence "
+                     "parallelism saves the sequence shard and all-gathers it again in "
+                     "backward, so the planned gathered inputs are not kept (memory "
+                     "over-counted)")
+    if parallel.fsdp_defer_grad_sync:
+        notes.append("fsdp_defer_grad_sync=true has no Megatron-LM flag: Megatron FSDP "
+                     "reduce-scatters gradient buckets during backward (memory over-counted)")
     stages = [parallel.policy_of(stage) for stage in range(parallel.pp)]
     if any(policy.fp8_activations for policy in stages):
         notes.append("FP8 storage of MLP/expert inputs (Kimi K2 style) has no Megatron-LM "

@@ -14,6 +14,8 @@ Megatron-LM facts relied on (core_v0.14.0, `megatron/training/arguments.py`,
 - `--decoder-first/last-pipeline-num-layers` fix the first / last rank and split the rest
   evenly; with virtual stages they need `--num-virtual-stages-per-pipeline-rank`, and every
   rank's count must divide by the number of chunks;
+- `--microbatch-group-size-per-virtual-pipeline-stage` sets the interleaving group N
+  (`microbatch_group_size_per_vp_stage`, default pp; the schedule refuses N outside [pp, m]);
 - `--pipeline-model-parallel-layout` lists every virtual stage: E embedding, t decoder
   layer, m MTP layer, L loss, `|` between stages, `x*n` repeats; MTP sits with the loss.
 """
@@ -57,6 +59,16 @@ def pipeline_args(spec: ModelSpec, parallel: ParallelConfig) -> PipelineArgs:
         notes.append(traits.exports.megatron_note)
     split_args, split_notes = split_flags(sizes, pp=p, chunks=chunks,
                                           num_mtp_layers=spec.num_mtp_layers)
+    group = parallel.microbatch_group_size
+    if group is not None and traits.takes_group_size and traits.exports.megatron_native:
+        split_args += ["--microbatch-group-size-per-virtual-pipeline-stage", str(group)]
+        if group < p:
+            notes.append(
+                f"microbatch_group_size={group} < pp={p} (all micro-batches in one group, "
+                "Llama 3's schedule for fewer micro-batches than stages): Megatron-LM's "
+                "interleaved schedule refuses a group outside [PP, M] "
+                "(forward_backward_pipelining_with_interleaving); torch's "
+                "ScheduleInterleaved1F1B (torchtitan) runs it")
     return PipelineArgs(args=tuple(args + split_args), notes=tuple(notes + split_notes))
 
 

@@ -360,6 +360,19 @@ def _unsupported_notes(spec: ModelSpec, training: TrainingSpec,
         notes.append("Pipeline ZeRO-2 (gradient shards in host memory) has no torchtitan setting")
     if training.optimizer not in (OptimizerKind.ADAM, OptimizerKind.ADAMW):
         notes.append(f"optimizer='{training.optimizer}': set [optimizer] name by hand")
+    if training.fused_cross_entropy:
+        notes.append("torchtitan's loss is F.cross_entropy on fp32 logits (components/loss.py), "
+                     "not a fused one: its backward holds about 8 x vocab bytes per token more "
+                     "on the last stage than planned; plan with fused_cross_entropy=false")
+    if parallel.tp > 1 and parallel.sequence_parallel and not (
+            parallel.sequence_parallel_saves_gathered):
+        notes.append("torchtitan's tensor parallelism (DTensor PrepareModuleInput to Replicate) "
+                     "saves each column-parallel linear's all-gathered input for backward, "
+                     "not its sequence shard; plan with sequence_parallel_saves_gathered=true")
+    if parallel.pp > 1 and parallel.fsdp and not parallel.fsdp_defer_grad_sync:
+        notes.append("torchtitan's FSDP2 pipeline stages reduce-scatter gradients only after "
+                     "the last micro-batch and hold the stage's unsharded fp32 gradients until "
+                     "then (torch pipelining); plan with fsdp_defer_grad_sync=true")
     return notes
 
 

@@ -41,11 +41,16 @@ def test_op_sac_recompute_is_those_gemms_and_every_memory_bound_op() -> None:
         lc.recompute_module_s[RecomputeModule.CORE_ATTN] + 1e-12
 
 
-def test_op_sac_keeps_the_input_q_v_attention_output_and_gate() -> None:
+def test_op_sac_keeps_the_input_q_v_attention_output_gate_and_down_output() -> None:
     spec = model_preset("llama-3.1-8b")
     ctx = LayerActivationContext(seq_len=8192, micro_batch_size=1)
     stored = layer_activation_bytes(spec, 0, ctx).stored_bytes(
         RecomputeMode.SELECTIVE, (RecomputeModule.OP_SAC,))
     h, q, kv, f, heads = 4096, 4096, 1024, 14336, 32
-    per_token = 2 * h + 2 * (q + kv) + 2 * q + 4 * heads + 2 * f
+    # The layer input, Q and V, the attention output and its statistics, the SwiGLU gate
+    # (w1) and the down projection's output (w2): the odd matmuls of wq wk wv wo w1 w3 w2.
+    per_token = 2 * h + 2 * (q + kv) + 2 * q + 4 * heads + 2 * f + 2 * h
     assert stored == pytest.approx(8192 * per_token, abs=8)
+    plain = layer_activation_bytes(spec, 0, ctx)
+    assert plain.total_bytes == plain.stored_bytes(RecomputeMode.NONE)
+    assert all("down projection" not in t.name or t.kept_only_by for t in plain.tensors)

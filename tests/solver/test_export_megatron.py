@@ -10,6 +10,7 @@ from test_export_cases import CASES, case
 from api_schemas.architecture import ModelSpec, MoESpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import TrainingSpec
+from models.catalog import model_preset
 from models.errors import InvalidSpecError
 from models.layout import virtual_stage_sizes
 from solver.export import MEGATRON_FLAGS, megatron_args, megatron_notes
@@ -352,3 +353,18 @@ def test_a_norm_without_affine_parameters_is_exported_with_a_note() -> None:
     assert any("layernorm_no_affine" in note for note in notes)
     plain = megatron_notes(model_preset("llama-3.1-8b"), training, parallel)
     assert not any("layernorm_no_affine" in note for note in plain)
+
+
+def test_the_interleaving_group_is_exported_and_a_group_below_pp_is_noted() -> None:
+    from solver.export.megatron_pipeline import pipeline_args
+
+    spec = model_preset("llama-3.1-8b")
+    for group, noted in ((8, False), (2, True)):
+        parallel = ParallelConfig(pp=4, vpp=2, schedule="interleaved_1f1b",
+                                  microbatch_group_size=group)
+        out = pipeline_args(spec, parallel)
+        flag = out.args.index("--microbatch-group-size-per-virtual-pipeline-stage")
+        assert out.args[flag + 1] == str(group)
+        assert any("refuses a group outside [PP, M]" in n for n in out.notes) == noted
+    plain = pipeline_args(spec, ParallelConfig(pp=4, vpp=2, schedule="interleaved_1f1b"))
+    assert "--microbatch-group-size-per-virtual-pipeline-stage" not in plain.args

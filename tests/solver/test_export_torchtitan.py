@@ -196,3 +196,28 @@ def test_toml_writer_round_trips_any_value(text: str, items: list[str], number: 
     parsed = tomllib.loads(render_toml(header=["header"], sections={"a.b": entries}))
     assert parsed == {"a": {"b": {"text": text, "items": items, "nested": [items, [text]],
                                   "number": number, "flag": flag, "ratio": 0.5}}}
+
+
+def test_notes_name_torchtitans_unfused_loss_and_deferred_fsdp_sync() -> None:
+    # torchtitan's loss is F.cross_entropy on fp32 logits, and torch pipelining defers an
+    # FSDP2 stage's reduce-scatter to the last micro-batch: a plan that assumes otherwise
+    # is told so; a plan that already counts both is not.
+    spec, training, parallel = case("llama-3.1-8b", gbs=64, pp=4, dp=2, zero_stage=3,
+                                    fsdp=True, schedule="1f1b")
+    notes = torchtitan_notes(spec, training, parallel)
+    assert any("fused_cross_entropy=false" in n for n in notes)
+    assert any("fsdp_defer_grad_sync=true" in n for n in notes)
+    faithful = torchtitan_notes(
+        spec, training.model_copy(update={"fused_cross_entropy": False}),
+        parallel.model_copy(update={"fsdp_defer_grad_sync": True}))
+    assert not any("fused_cross_entropy" in n or "fsdp_defer_grad_sync" in n for n in faithful)
+
+
+def test_notes_name_torchtitans_gathered_sequence_parallel_inputs() -> None:
+    spec, training, parallel = case("llama-3.1-8b", gbs=64, tp=4, dp=2,
+                                    sequence_parallel=True)
+    assert any("sequence_parallel_saves_gathered=true" in n
+               for n in torchtitan_notes(spec, training, parallel))
+    faithful = parallel.model_copy(update={"sequence_parallel_saves_gathered": True})
+    assert not any("sequence_parallel_saves_gathered" in n
+                   for n in torchtitan_notes(spec, training, faithful))

@@ -124,18 +124,25 @@ def _at_least_p_micro_batches(p: int, m: int, _v: int, _n: int | None) -> None:
 
 def _interleaved_rule(p: int, m: int, v: int, group_size: int | None) -> None:
     """Megatron-LM `get_schedule_table` groups micro-batches by N (default p) and refuses
-    N < p, N > m and a last group of size 0 < m mod N < p (dependency bubbles)."""
+    N < p, N > m and a last group of size 0 < m mod N < p (dependency bubbles). One group
+    of all m < p micro-batches (N = m) is the exception: Llama 3's schedule runs "fewer
+    micro-batches than the number of stages" (arXiv:2407.21783 Sec. 3.3.2), as torch's
+    flexible `ScheduleInterleaved1F1B` does with one round (N = m // max(1, m // p) = m)."""
     require(v >= 2, "num_chunks", v,
             "schedule='interleaved_1f1b' needs num_chunks >= 2 (with one chunk use '1f1b')")
     require(p >= 2, "num_stages", p,
             "schedule='interleaved_1f1b' needs num_stages >= 2 (one rank has no pipeline)")
     n = interleaved_group_size(num_stages=p, group_size=group_size)
+    if n == m < p:
+        return
     require(n >= p, "group_size", n,
-            f"the micro-batch group must hold at least num_stages={p} micro-batches: "
-            f"use group_size >= {p}")
+            f"the micro-batch group must hold at least num_stages={p} micro-batches "
+            f"(or all of them when fewer, group_size = num_micro_batches): use group_size "
+            f">= {p}")
     require(n <= m, "num_micro_batches", m,
             f"interleaving with micro-batch group size {n} needs num_micro_batches >= {n}: "
-            f"raise num_micro_batches to a multiple of {n}")
+            f"raise num_micro_batches to a multiple of {n}"
+            + (f", or set group_size={m} to run all {m} in one group" if m < p else ""))
     tail = m % n
     require(tail == 0 or tail >= p, "num_micro_batches", m,
             f"the last micro-batch group would hold {tail} < num_stages={p} micro-batches "
@@ -149,9 +156,18 @@ def _flush_bubble(p: int, _m: int, f: float, b: float, w: float,
     return idle, idle
 
 
+def _interleaved_bubble(p: int, m: int, f: float, b: float, w: float,
+                        pair: float) -> tuple[float, float] | None:
+    """The flush bubble where a group fills the pipeline (m >= p); with one group of m < p
+    micro-batches a chunk waits for its predecessor's last rank (dependency bubbles), so
+    there is no closed form: None (the order is simulated)."""
+    return None if m < p else _flush_bubble(p, m, f, b, w, pair)
+
+
 def _interleaved_peak(p: int, m: int, v: int, d: int, n: int | None) -> int:
     """min(v m, 2(p-1-d) + (v-1) N + 1): the warm-up of `get_pp_rank_microbatches` plus the
-    first steady forward."""
+    first steady forward (also for one group of m < p micro-batches, N = m: torch
+    `_get_warmup_ops` with one round)."""
     return min(v * m, 2 * (p - 1 - d) + (v - 1) * interleaved_group_size(
         num_stages=p, group_size=n) + 1)
 
@@ -191,7 +207,7 @@ INTERLEAVED_1F1B = ScheduleTraits(
         num_stages=p, num_micro_batches=m, num_chunks=v,
         group_size=interleaved_group_size(num_stages=p, group_size=n)),
     rule=_interleaved_rule, peak_form=_interleaved_peak, peak_until_b_form=None,
-    bubble_form=_flush_bubble,
+    bubble_form=_interleaved_bubble,
     exports=FrameworkNames(megatron_native=True, megatron_note="",
                            torchtitan="Interleaved1F1B", torchtitan_note="",
                            torchtitan_fallback="", deepspeed_native=False),

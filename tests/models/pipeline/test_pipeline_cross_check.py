@@ -112,6 +112,23 @@ def test_peak_closed_forms_match_the_simulator(schedule: S) -> None:
             peak_in_flight_until_b_chunks(schedule, stage=d, **kw) for d in range(p))
 
 
+def test_one_group_of_fewer_micro_batches_than_stages_has_no_flush_closed_form() -> None:
+    # m < p in one group: chunk c + 1 of a micro-batch waits for chunk c on the last rank,
+    # so the flush bubble (p - 1)(F + B + W) is not the makespan; the order is simulated.
+    p, m, v = 8, 4, 2
+    program = generate_program(S.INTERLEAVED_1F1B, num_stages=p, num_micro_batches=m,
+                               num_chunks=v, group_size=m)
+    result = simulate(program, OpDurations.uniform(forward_s=0.5, backward_input_s=0.7,
+                                                   backward_weight_s=0.4))
+    assert closed_form(S.INTERLEAVED_1F1B, num_stages=p, num_micro_batches=m, num_chunks=v,
+                       forward_s=0.5, backward_input_s=0.7, backward_weight_s=0.4,
+                       group_size=m) is None
+    assert result.peak_in_flight_chunks == tuple(
+        peak_in_flight_chunks(S.INTERLEAVED_1F1B, num_stages=p, num_micro_batches=m,
+                              num_chunks=v, stage=d, group_size=m) for d in range(p))
+    assert result.peak_in_flight_chunks[0] == v * m  # every unit of every micro-batch
+
+
 @pytest.mark.parametrize(("p", "m", "v", "n"), [(2, 6, 2, 3), (4, 12, 3, 6), (4, 10, 2, 6),
                                                 (3, 9, 4, 3), (4, 16, 2, 8)])
 def test_interleaved_closed_forms_hold_for_other_group_sizes(p: int, m: int, v: int,

@@ -38,7 +38,8 @@ def _cases(draw: st.DrawFn) -> tuple[S, int, int, int, int | None]:
     m = draw(st.integers(1, 64))
     traits = schedule_traits(schedule)
     v = traits.fixed_chunks if traits.fixed_chunks is not None else draw(st.integers(2, 4))
-    group = draw(st.one_of(st.none(), st.integers(p, max(p, m)))) \
+    # N from p to m, or one group of all m < p micro-batches (Llama 3, torch's one round).
+    group = draw(st.one_of(st.none(), st.integers(p, max(p, m)), st.just(m))) \
         if traits.takes_group_size else None
     return schedule, p, m, v, group
 

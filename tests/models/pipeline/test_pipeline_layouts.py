@@ -85,3 +85,19 @@ def test_layout_errors_name_the_field(changes: dict[str, object], field: str) ->
 def test_per_rank_and_per_virtual_stage_counts_are_exclusive() -> None:
     with pytest.raises(ValidationError, match="layers_per_virtual_stage"):
         ParallelConfig(pp=2, layers_per_stage=(7, 7), layers_per_virtual_stage=(7, 7))
+
+
+def test_fewer_micro_batches_than_stages_run_as_one_interleaving_group() -> None:
+    # Llama 3 Sec. 3.3.2: "fewer micro-batches than the number of stages"; with N = m the
+    # ledger holds every chunk of every micro-batch on rank 0 and the step is simulated.
+    spec = SPEC.model_copy(update={"num_layers": 16})
+    training = TrainingSpec(global_batch_size=2, sequence_length=1024)
+    grouped = ParallelConfig(pp=4, vpp=2, schedule=S.INTERLEAVED_1F1B, microbatch_group_size=2)
+    ledger = memory_ledger(spec, training, grouped, CLUSTER)
+    assert ledger.num_micro_batches == 2
+    assert ledger.stages[0].in_flight_chunks == 2 * 2
+    assert estimate_step(spec, training, grouped, CLUSTER).step_time_s > 0
+    default = grouped.model_copy(update={"microbatch_group_size": None})
+    with pytest.raises(InvalidSpecError) as caught:
+        memory_ledger(spec, training, default, CLUSTER)
+    assert "group_size=2" in caught.value.detail

@@ -14,6 +14,8 @@ REFUSED = [
     (S.INTERLEAVED_1F1B, 4, 8, 1, None, "num_chunks", "num_chunks >= 2"),
     (S.INTERLEAVED_1F1B, 1, 8, 2, None, "num_stages", "num_stages >= 2"),
     (S.INTERLEAVED_1F1B, 4, 8, 2, 3, "group_size", "group_size >= 4"),
+    (S.INTERLEAVED_1F1B, 4, 3, 2, 2, "group_size", "group_size >= 4"),
+    (S.INTERLEAVED_1F1B, 4, 3, 2, None, "num_micro_batches", "set group_size=3"),
     (S.INTERLEAVED_1F1B, 4, 8, 2, 12, "num_micro_batches", "num_micro_batches >= 12"),
     (S.INTERLEAVED_1F1B, 4, 6, 2, None, "num_micro_batches", "multiple of 4"),
     (S.INTERLEAVED_1F1B, 4, 13, 2, 6, "num_micro_batches", "1 < num_stages=4"),
@@ -62,3 +64,10 @@ def test_validate_schedule_accepts_valid_parameters(
 ) -> None:
     validate_schedule(schedule, num_stages=p, num_micro_batches=m, num_chunks=v,
                       group_size=group)
+
+
+def test_one_group_of_fewer_micro_batches_than_stages_is_accepted() -> None:
+    # Llama 3 (arXiv:2407.21783 Sec. 3.3.2) runs fewer micro-batches than stages; torch's
+    # ScheduleInterleaved1F1B takes them as one round, N = m.
+    validate_schedule(S.INTERLEAVED_1F1B, num_stages=16, num_micro_batches=8, num_chunks=8,
+                      group_size=8)
