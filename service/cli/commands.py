@@ -83,7 +83,7 @@ def cmd_collective(args: argparse.Namespace) -> int:
     """Bytes and alpha-beta time of one collective."""
     doc = load_document(args.file) if args.file else {}
     for key in ("collective", "num_ranks", "message_bytes", "ranks_per_node",
-                "bandwidth_bytes_per_s", "latency_s"):
+                "bandwidth_bytes_per_s", "latency_s", "overlap_frac", "overlap_window_s"):
         set_field(doc, (key,), getattr(args, key))
     if args.gpu:
         # A GPU preset stands for the cluster whose links carry the collective.
@@ -123,6 +123,10 @@ def cmd_placement(args: argparse.Namespace) -> int:
     doc = load_document(args.file)
     set_field(doc, ("planner",), args.planner)
     set_field(doc, ("time_limit_s",), args.time_limit)
+    for key, value in (("gpu", args.placement_gpu), ("hidden_size", args.hidden_size),
+                       ("expert_ffn_hidden_size", args.expert_ffn),
+                       ("tile_rows", args.tile_rows)):
+        set_field(doc, (key,), value)
 
     def picture(result: BaseModel) -> tuple[str | None, dict[str, Any] | None]:
         request = MoePlacementRequest.model_validate(doc)

@@ -104,6 +104,15 @@ def cmd_run_estimate(args: argparse.Namespace, *, run: Runner,
     apply_constraint_flags(doc, args)
     if args.token_budget is not None:
         doc["token_budget"] = args.token_budget
+    reliability = {field: value for field, value in (
+        ("failures_per_gpu_hour", args.failures_per_gpu_hour),
+        ("storage_bandwidth_bytes_per_s", args.storage_bandwidth),
+        ("node_storage_bandwidth_bytes_per_s", args.node_storage_bandwidth),
+        ("restart_s", args.restart_s),
+        ("checkpoint_interval_s", args.checkpoint_interval_s),
+        ("async_save", True if args.async_save else None)) if value is not None}
+    if reliability:
+        doc["reliability"] = {**doc.get("reliability", {}), **reliability}
     from solver.run_level import estimate_run  # the solver loads on use
 
     return run(args, lambda: estimate_run(RunEstimateRequest.model_validate(doc)),
@@ -176,6 +185,18 @@ def register_lab_commands(commands: Any, *, run: Runner,
     estimate = commands.add_parser("run-estimate", help=COMMAND_HELP["run-estimate"])
     add_request_flags(estimate, pins=True)
     estimate.add_argument("--token-budget", type=int, help="training tokens of the run")
+    estimate.add_argument("--failures-per-gpu-hour", type=float,
+                          help="job-stopping failures per GPU-hour (default Llama 3's, 1.97e-5)")
+    estimate.add_argument("--storage-bandwidth", type=float,
+                          help="aggregate checkpoint-store write bandwidth, bytes/s (2e12)")
+    estimate.add_argument("--node-storage-bandwidth", type=float,
+                          help="one node's links to the store, bytes/s (1e11)")
+    estimate.add_argument("--restart-s", type=float,
+                          help="seconds from a failure to training again (600)")
+    estimate.add_argument("--checkpoint-interval-s", type=float,
+                          help="training seconds between saves (default: Daly's optimum)")
+    estimate.add_argument("--async-save", action="store_true",
+                          help="save asynchronously (training stops only for the host copy)")
     estimate.set_defaults(handler=partial(cmd_run_estimate, run=run, build=build))
 
     front = commands.add_parser("frontier", help=COMMAND_HELP["frontier"])

@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
                             f"one of: {', '.join(gpu_ids())}")
     collective.add_argument("--nodes", type=int, help="nodes of that cluster (default 1)")
     collective.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: preset)")
+    collective.add_argument("--overlap-frac", type=float, help="share of the time that "
+                            "may run behind compute, 0..1")
+    collective.add_argument("--overlap-window-s", type=float, help="compute available to "
+                            "hide it behind, seconds")
     add_output_flags(collective)
     collective.set_defaults(handler=cmd_collective)
 
@@ -89,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     placement.add_argument("file", help="JSON or YAML: num_experts, top_k, tokens (R x E)")
     placement.add_argument("--planner", choices=("constructive", "exact"))
     placement.add_argument("--time-limit", type=float, help="exact planner limit per phase")
+    placement.add_argument("--placement-gpu", dest="placement_gpu",
+                           help="GPU preset to time each rank's expert GEMMs")
+    placement.add_argument("--hidden-size", type=int, help="model width (expert GEMM times)")
+    placement.add_argument("--expert-ffn", type=int, help="expert intermediate width")
+    placement.add_argument("--tile-rows", type=int, help="GEMM tile rows tokens pad to")
     add_output_flags(placement, svg="the loads, replicas and routes")
     placement.set_defaults(handler=cmd_placement)
 

@@ -86,6 +86,26 @@ def test_collective_command_takes_a_gpu_preset(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["link"] != "cross_node"
 
 
+def test_collective_overlap_and_placement_timing_flags(tmp_path: Path) -> None:
+    out = tmp_path / "collective.json"
+    argv = ["collective", "--collective", "all_reduce", "--num-ranks", "8",
+            "--message-bytes", "268435456", "--gpu", "h100-sxm5-80gb",
+            "--overlap-frac", "0.5", "--overlap-window-s", "1e-4", "-o", str(out)]
+    assert cli.main(argv) == 0
+    answer = json.loads(out.read_text())
+    assert answer["hidden_s"] == pytest.approx(1e-4)
+    assert answer["exposed_s"] == pytest.approx(answer["time_s"] - 1e-4)
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"num_experts": 4, "top_k": 1,
+                                  "tokens": [[40, 8, 8, 8], [8, 40, 8, 8]]}))
+    placed = tmp_path / "placed.json"
+    assert cli.main(["placement", str(tokens), "--placement-gpu", "h100-sxm5-80gb",
+                     "--hidden-size", "4096", "--expert-ffn", "1024", "--tile-rows", "64",
+                     "-o", str(placed)]) == 0
+    result = json.loads(placed.read_text())
+    assert len(result["rank_expert_gemm_s"]) == 2 and result["expert_gemm_imbalance"] >= 1.0
+
+
 def test_run_estimate_command(tmp_path: Path) -> None:
     out = tmp_path / "run.json"
     argv = ["run-estimate", *SMALL, "--token-budget", "1000000000000", "--gpu-hour-price",
@@ -93,6 +113,21 @@ def test_run_estimate_command(tmp_path: Path) -> None:
     assert cli.main(argv) == 0
     run = RunEstimateResponse.model_validate_json(out.read_text(encoding="utf-8"))
     assert run.cost == pytest.approx(run.gpu_hours * 2.5)
+    assert run.reliability.checkpoint_interval_s == run.reliability.daly_interval_s
+
+
+def test_run_estimate_reliability_flags(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    argv = ["run-estimate", *SMALL, "--token-budget", "1000000000000",
+            "--failures-per-gpu-hour", "0.001", "--storage-bandwidth", "1e11",
+            "--node-storage-bandwidth", "5e10", "--restart-s", "300",
+            "--checkpoint-interval-s", "1800", "--async-save", "-o", str(out)]
+    assert cli.main(argv) == 0
+    rel = RunEstimateResponse.model_validate_json(out.read_text(encoding="utf-8")).reliability
+    assert rel.checkpoint_interval_s == 1800
+    assert rel.job_mtbf_s == pytest.approx(3600 / (8 * 0.001))
+    assert rel.checkpoint_write_s == pytest.approx(rel.checkpoint_bytes / 5e10)
+    assert rel.checkpoint_blocking_s < rel.checkpoint_write_s
 
 
 def test_frontier_command(tmp_path: Path) -> None:
