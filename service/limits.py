@@ -20,6 +20,7 @@ from api_schemas.requests import ClusterInput, ModelFromHf, ModelInput
 from api_schemas.training import TrainingSpec
 from models.catalog import DEFAULT_NODE_FOR_GPU, NODE_PRESETS
 from models.errors import InvalidSpecError
+from models.mesh.layout import expert_data_parallel_size
 from models.resolve import resolve_model
 from service.core import call_core
 from service.problems import LimitExceededError
@@ -114,7 +115,10 @@ def listed_group_members(parallel: ParallelConfig, *, listed_ranks: int) -> int:
     """Rank ids a mesh answer lists: each listed rank names the members of its tp, cp, pp,
     dp, dp x cp, ep, etp and expert-data-parallel groups (an upper estimate)."""
     p = parallel
-    expert_dp = max(1, (p.dp * p.cp * p.tp) // (p.ep * p.etp))
+    try:
+        expert_dp = expert_data_parallel_size(p)
+    except InvalidSpecError:
+        expert_dp = 1  # the mesh rules refuse it later, with the reason
     per_rank = p.tp + p.cp + p.pp + p.dp + p.dp * p.cp + p.ep + p.etp + expert_dp
     return listed_ranks * per_rank
 

@@ -19,6 +19,7 @@ from api_schemas import (
 )
 from models.collectives import Collective, fabric_of
 from models.errors import InvalidSpecError
+from models.memory import micro_batch_count
 from models.mesh import DEFAULT_ORDER, build_mesh, validate_mesh
 from models.mesh.candidates import Candidate, MeshContext
 from models.mesh.rules import errors
@@ -66,8 +67,7 @@ def step_traffic(model: ModelSpec, *, training: TrainingSpec, parallel: Parallel
     if not 0 <= stage < parallel.pp:
         raise InvalidSpecError(f"stage={stage} is outside 0..{parallel.pp - 1} (pp={parallel.pp})",
                                field="stage")
-    m = parallel.num_micro_batches or training.global_batch_size // (
-        parallel.micro_batch_size * parallel.dp)
+    m = micro_batch_count(training, parallel)
     step = StepContext(
         model=model, training=training, parallel=parallel, fabric=fabric_of(cluster),
         mesh=build_mesh(parallel, num_nodes=cluster.num_nodes,
