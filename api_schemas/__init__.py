@@ -117,6 +117,7 @@ from api_schemas.training import (
     EmaPlacement,
     Fp8WeightStorage,
     MoeDispatcher,
+    MuonDistribution,
     OptimizerKind,
     TrainingSpec,
 )
@@ -174,6 +175,7 @@ __all__ = [
     "ModelInput",
     "ModelPreset",
     "ModelSpec",
+    "MuonDistribution",
     "MoePlacementRequest",
     "MoePlacementResponse",
     "MoeRoute",

@@ -74,6 +74,18 @@ class MoeDispatcher(StrEnum):
     destination node over the NICs, forwarded over NVLink to the destination ranks."""
 
 
+class MuonDistribution(StrEnum):
+    """How a data-parallel job with sharded optimizer states runs Muon's Newton-Schulz
+    orthogonalisation, which needs whole matrices."""
+
+    ALL_GATHER = "all_gather"
+    """Moonlight's Distributed Muon (arXiv:2502.16982 Sec. 2.3): every data-parallel rank
+    all-gathers each full matrix and orthogonalises all of them, keeping its shard."""
+    OWNER_P2P = "owner_p2p"
+    """Kimi K3: each matrix has one owner rank, which fetches the other shards point to
+    point, orthogonalises it and sends the shards back; the work divides over the ranks."""
+
+
 class TrainingSpec(SpecModel):
     """Batch, sequence and precision recipe of one training run."""
 
@@ -140,6 +152,12 @@ class TrainingSpec(SpecModel):
         "weighted combine (Megatron default); false when the router probabilities are applied "
         "before the down projection or that gradient is rewritten (Kimi K3 Sec. 5.2).",
     )
+    muon_distribution: MuonDistribution = Field(
+        default=MuonDistribution.ALL_GATHER,
+        description="With optimizer 'muon' and sharded optimizer states: 'all_gather' "
+        "(Moonlight: every rank gathers and orthogonalises every matrix) or 'owner_p2p' "
+        "(Kimi K3: one owner per matrix, point-to-point shards).",
+    )
     moe_dispatcher: MoeDispatcher = Field(
         default=MoeDispatcher.ALLTOALL,
         description="MoE token dispatcher: 'alltoall' (Megatron-Core's NCCL all-to-all, one "
@@ -183,4 +201,5 @@ class TrainingSpec(SpecModel):
         return self.global_batch_size * self.sequence_length
 
 
-__all__ = ["EmaPlacement", "Fp8WeightStorage", "OptimizerKind", "TrainingSpec"]
+__all__ = ["ElementwiseFusion", "EmaPlacement", "Fp8WeightStorage", "MoeDispatcher",
+           "MuonDistribution", "OptimizerKind", "TrainingSpec"]

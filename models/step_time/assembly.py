@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode, RecomputeModule
-from api_schemas.training import TrainingSpec
+from api_schemas.training import MuonDistribution, OptimizerKind, TrainingSpec
 from models.collectives import Collective, Fabric, fabric_of
 from models.flops import StepFlops, step_flops
 from models.kernels import memory_bound_time_s
@@ -22,6 +22,7 @@ from models.layout import StageLayout, pipeline_layout
 from models.memory import micro_batch_count, rank_parameters
 from models.mesh import AxisPlacement, GroupKind
 from models.mesh.layout import expert_data_parallel_size
+from models.muon import newton_schulz_time_s, rank_matrices
 from models.pipeline import OpDurations, StagePlacement, closed_form_makespan, schedule_traits
 from models.precision import state_bytes_per_param
 from models.step_time.exposure import sync_exposed_s
@@ -213,8 +214,55 @@ def _step_overheads(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
     host = host_optimizer_s(_optimizer_shard_params(spec, parallel, layout)
                             * parallel.optimizer_offload_frac, training, cluster)
     terms = {"grad-norm all-reduce": world, "grad-norm and clipping": passes,
-             "loss all-reduce": loss, "CPU optimizer (offloaded states)": host}
+             "loss all-reduce": loss, "CPU optimizer (offloaded states)": host,
+             **_muon_terms(spec, training, parallel, cluster, groups, fabric, layout)}
     return {name: t for name, t in terms.items() if t > 0}
+
+
+def _muon_terms(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                cluster: ClusterSpec, groups: AxisGroups, fabric: Fabric,
+                layout: StageLayout) -> dict[str, float]:
+    """Muon's Newton-Schulz time and the gathers of whole matrices it needs when the
+    optimizer states are sharded (`models/muon.py`).
+
+    Source: Moonlight arXiv:2502.16982 Sec. 2.3 (Distributed Muon: each data-parallel rank
+    all-gathers every full matrix of its partition, one gather per matrix, orthogonalises all
+    of them and keeps its shard); Kimi K3 arXiv:2607.24653 (one owner rank per matrix fetches
+    the other shards point to point and returns the updated shards: the Newton-Schulz work
+    divides over the sharding group and each rank moves 2 x its owned bytes, in one exchange
+    per model chunk).
+    Assumes: momenta travel in `optimizer_state_dtype`; the owners' work is balanced; no
+    overlap with the next forward.
+    """
+    if training.optimizer != OptimizerKind.MUON:
+        return {}
+    sharded = parallel.zero_stage >= 1
+    shards = {False: parallel.dp * parallel.cp if sharded else 1,
+              True: expert_data_parallel_size(parallel) if sharded else 1}
+    kinds = {False: GroupKind.DP_CP, True: GroupKind.EDP}
+    owners = training.muon_distribution == MuonDistribution.OWNER_P2P
+    state_bytes = training.optimizer_state_dtype.num_bytes
+    compute = gathers = 0.0
+    owned_bytes = {False: 0.0, True: 0.0}
+    for matrix in rank_matrices(spec, parallel, layout.layers, cluster.gpu):
+        shard = shards[matrix.expert]
+        work = newton_schulz_time_s(matrix, gpu=cluster.gpu)
+        compute += work / shard if owners else work
+        if shard <= 1:
+            continue
+        if owners:
+            owned_bytes[matrix.expert] += matrix.params * state_bytes / shard
+            continue
+        place = group_placement(groups.mesh, kinds[matrix.expert])
+        gathers += matrix.count * call_cost(
+            Collective.ALL_GATHER, place, int(matrix.rows * matrix.cols * state_bytes),
+            fabric).time_s
+    for expert, moved in owned_bytes.items():
+        if moved > 0:
+            gathers += call_cost(Collective.ALL_TO_ALL,
+                                 group_placement(groups.mesh, kinds[expert]),
+                                 int(2 * moved), fabric).time_s
+    return {"Muon Newton-Schulz": compute, "Muon matrix gathers": gathers}
 
 
 def _world_placement(groups: AxisGroups) -> AxisPlacement:
