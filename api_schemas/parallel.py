@@ -39,6 +39,10 @@ class ContextParallelKind(StrEnum):
     """DeepSpeed-Ulysses: all-to-all between sequence and head shards."""
     USP = "usp"
     """Unified sequence parallel: Ulysses on one mesh axis, ring on the other."""
+    ALL_GATHER = "all_gather"
+    """All-gather of K and V before attention, reduce-scatter of their gradients after
+    (Llama 3, arXiv:2407.21783 Sec. 3.3.2; Megatron-LM `--cp-comm-type allgather`): any
+    mask works and, with few KV heads, little moves, but nothing hides it."""
 
 
 class RecomputeMode(StrEnum):

@@ -15,7 +15,7 @@ import math
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
-from api_schemas.parallel import ParallelConfig
+from api_schemas.parallel import ContextParallelKind, ParallelConfig
 from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
 from models.activations import ACTIVATION_BYTES
 from models.ledger_items import MemoryComponent, RankParameters
@@ -167,6 +167,16 @@ def runtime_components(spec: ModelSpec, training: TrainingSpec, parallel: Parall
             out.append(MemoryComponent(name="TP all-gather buffer", kind="other",
                                        bytes=math.ceil(gathered),
                                        note="sequence-parallel input gathered for one GEMM"))
+    if parallel.cp > 1 and parallel.cp_kind == ContextParallelKind.ALL_GATHER:
+        # Imported here: models.traffic reads the ledger's micro-batch count.
+        from models.traffic.context import head_dims
+
+        dims = head_dims(spec, parallel.tp)
+        out.append(MemoryComponent(
+            name="CP gathered K/V", kind="other",
+            bytes=math.ceil(tokens * parallel.cp * dims.kv_heads * (dims.qk_dim + dims.v_dim)
+                            * ACTIVATION_BYTES),
+            note="one layer's whole-sequence K and V (all-gather context parallelism)"))
     if parallel.pp > 1:
         shard = parallel.tp if parallel.sequence_parallel else 1
         out.append(MemoryComponent(name="PP send/receive buffers", kind="other",

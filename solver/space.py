@@ -153,6 +153,9 @@ def _cp_options(ctx: MeshContext, tp: int, constraints: Constraints
         options: list[tuple[ContextParallelKind, int | None]] = [
             (ContextParallelKind.RING, None), (ContextParallelKind.ULYSSES, None)]
         options += [(ContextParallelKind.USP, u) for u in divisors(cp) if 1 < u < cp]
+        if constraints.cp_kind is not None:
+            # All-gather CP is searched only when asked for: its exposed gathers rarely win.
+            options.append((ContextParallelKind.ALL_GATHER, None))
         out += [(cp, kind, u) for kind, u in options
                 if permitted("cp_kind", kind, constraints)
                 and admits(ctx, CP_RULES, tp=tp, cp=cp, cp_kind=kind, ulysses_degree=u)]

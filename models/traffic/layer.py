@@ -22,6 +22,7 @@ from models.traffic.items import Phase, TrafficAxis, call_cost, timing_ranks_per
 TP_NOTE = "not overlapped by default (Megatron --tp-comm-overlap can hide part of it)"
 RING_NOTE = "overlaps with the attention of the block in hand when that takes longer"
 ULYSSES_NOTE = "on the critical path: attention waits for its heads"
+ALL_GATHER_CP_NOTE = "on the critical path: attention waits for the whole sequence's K and V"
 EXPERT_NOTE = "hidden only where the schedule pairs it with another micro-batch's compute"
 DISPATCH_DEDUP = {MoeDispatcher.ALLTOALL: DispatchDedup.PER_EXPERT,
                   MoeDispatcher.DEEPEP: DispatchDedup.PER_NODE}
@@ -129,6 +130,8 @@ def cp_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
                            ulysses=1)
     if p.cp_kind == ContextParallelKind.ULYSSES:
         return _ulysses_calls(lctx, group_placement(lctx.mesh, GroupKind.CP), ulysses=p.cp)
+    if p.cp_kind == ContextParallelKind.ALL_GATHER:
+        return _gathered_kv_calls(lctx, group_placement(lctx.mesh, GroupKind.CP))
     u = p.ulysses_degree or 1
     inner, outer = lctx.mesh.split_placement(GroupKind.CP, u)
     calls = _ulysses_calls(lctx, inner, ulysses=u) if u > 1 else []
@@ -155,6 +158,32 @@ def _ring_calls(lctx: LayerTrafficContext, place: AxisPlacement, *, ring: int, u
     return [_call(lctx, axis=TrafficAxis.CP, name=f"cp.ring.{phase.value}.kv_p2p",
                   collective=Collective.P2P, phase=phase, message=block, count=hops,
                   placement=place, overlap=1.0, note=RING_NOTE) for phase, hops in rows]
+
+
+def _gathered_kv_calls(lctx: LayerTrafficContext, place: AxisPlacement) -> list[LayerCall]:
+    """All-gather context parallelism: the whole sequence's K and V gathered before each
+    attention pass (forward, recomputed forward, and again in backward), and the
+    reduce-scatter of dK and dV after backward; none of it overlaps.
+
+    Source: Llama 3 (arXiv:2407.21783 Sec. 3.3.2): K and V are all-gathered and attention
+    runs on the local Q chunk; the all-gather is exposed on the critical path but small, as
+    GQA makes K and V much smaller than Q; Megatron-LM `--cp-comm-type allgather`
+    (Transformer Engine's all-gather context parallelism gathers again in backward and
+    reduce-scatters the K/V gradients).
+    Legend: message = b * s * (g_local) * (d_k + d_v) * bytes, the gathered K and V of the
+    rank's KV heads over the full sequence.
+    """
+    dims = head_dims(lctx.model, lctx.parallel.tp)
+    gathered = (lctx.tokens_per_rank * lctx.parallel.cp * dims.kv_heads
+                * (dims.qk_dim + dims.v_dim) * lctx.activation_bytes)
+    rows = ((Phase.FORWARD, "kv_all_gather", Collective.ALL_GATHER),
+            (Phase.RECOMPUTE, "kv_all_gather", Collective.ALL_GATHER),
+            (Phase.BACKWARD, "kv_all_gather", Collective.ALL_GATHER),
+            (Phase.BACKWARD, "dkv_reduce_scatter", Collective.REDUCE_SCATTER))
+    return [_call(lctx, axis=TrafficAxis.CP, name=f"cp.all_gather.{phase.value}.{name}",
+                  collective=collective, phase=phase, message=int(gathered), count=1,
+                  placement=place, overlap=0.0, note=ALL_GATHER_CP_NOTE)
+            for phase, name, collective in rows]
 
 
 def _ulysses_calls(lctx: LayerTrafficContext, place: AxisPlacement, *, ulysses: int

@@ -111,6 +111,11 @@ def axis_collectives(parallel: ParallelConfig) -> tuple[AxisCollective, ...]:
         if p.cp_kind in (ContextParallelKind.RING, ContextParallelKind.USP):
             rows.append(AxisCollective(axis=TrafficAxis.CP, collective=Collective.P2P,
                                        frequency=per_layer, purpose="ring K/V blocks"))
+        if p.cp_kind == ContextParallelKind.ALL_GATHER:
+            rows += [AxisCollective(axis=TrafficAxis.CP, collective=Collective.ALL_GATHER,
+                                    frequency=per_layer, purpose="whole-sequence K/V"),
+                     AxisCollective(axis=TrafficAxis.CP, collective=Collective.REDUCE_SCATTER,
+                                    frequency=per_layer, purpose="K/V gradients")]
     if p.pp > 1:
         rows.append(AxisCollective(axis=TrafficAxis.PP, collective=Collective.P2P,
                                    frequency=per_mb, purpose="activations and their gradients"))

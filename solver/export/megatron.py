@@ -100,6 +100,7 @@ _CP_COMM_TYPE: dict[ContextParallelKind, str] = {
     ContextParallelKind.RING: "p2p",
     ContextParallelKind.ULYSSES: "a2a",
     ContextParallelKind.USP: "a2a+p2p",
+    ContextParallelKind.ALL_GATHER: "allgather",
 }
 
 Part = tuple[list[str], list[str]]

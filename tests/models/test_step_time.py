@@ -292,3 +292,29 @@ def test_grace_blackwell_reaches_host_memory_over_nvlink_c2c() -> None:
     h100 = cluster_preset("h100-sxm5-80gb", num_nodes=1)
     assert gb200.pcie_bandwidth_bytes_per_s == 225e9 > 4 * h100.pcie_bandwidth_bytes_per_s
     assert gb200.host_memory_bandwidth_bytes_per_s == 18.4e12
+
+
+def test_all_gather_context_parallelism_gathers_kv_on_the_critical_path() -> None:
+    """Llama 3 (arXiv:2407.21783 Sec. 3.3.2): K and V of the whole sequence are all-gathered
+    before attention, exposed but small under GQA; dK and dV are reduce-scattered."""
+    from models.frameworks import runs_on
+    from models.traffic import step_traffic
+    from solver.export.megatron import megatron_args
+
+    spec = model_preset("llama-3.1-8b")
+    training = TrainingSpec(global_batch_size=8, sequence_length=131072)
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    ring = ParallelConfig(tp=8, cp=4, sequence_parallel=True, recompute="full")
+    gathered = ParallelConfig(tp=8, cp=4, sequence_parallel=True, recompute="full",
+                              cp_kind="all_gather")
+    items = [i for i in step_traffic(spec, training=training, parallel=gathered,
+                                     cluster=cluster).items if i.axis.value == "cp"]
+    # Per rank: 131072 tokens x 1 KV head (8 / TP 8) x (128 + 128) x 2 bytes.
+    assert {i.message_bytes for i in items} == {131072 * 1 * 256 * 2}
+    assert {i.collective.value for i in items} == {"all_gather", "reduce_scatter"}
+    slow = estimate_step(spec, training, gathered, cluster)
+    fast = estimate_step(spec, training, ring, cluster)
+    assert slow.exposed_comm_s["cp"] > 0 and "cp" not in fast.exposed_comm_s
+    args = megatron_args(spec, training, gathered)
+    assert args[args.index("--cp-comm-type") + 1] == "allgather"
+    assert {fit.framework for fit in runs_on(spec, training, gathered)} == {"megatron-lm"}
