@@ -16,7 +16,7 @@ sizes, even or not, get the exact peak from a few dot products.
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -52,10 +52,26 @@ class InFlightProfile:
     """Per rank: its local chunks that run a pipe's first stage (where the embedding is)."""
     last_stage_chunks: tuple[tuple[int, ...], ...]
     """Per rank: its local chunks that run a pipe's last stage (the head and loss)."""
+    _arrays: dict[int, IntArray] = field(default_factory=dict, compare=False, hash=False,
+                                         repr=False)
+    """Per rank, `live_vectors` as one integer matrix (built on first use)."""
+    _dominance: dict[tuple[int, int], bool] = field(default_factory=dict, compare=False,
+                                                     hash=False, repr=False)
+    """Answers of `dominates`, memoised."""
+
+    def _matrix(self, rank: int) -> IntArray:
+        matrix = self._arrays.get(rank)
+        if matrix is None:
+            matrix = np.array(self.live_vectors[rank], dtype=np.int64).reshape(
+                len(self.live_vectors[rank]), self.num_chunks)
+            self._arrays[rank] = matrix
+        return matrix
 
     def peak_bytes(self, rank: int, chunk_bytes: Sequence[int]) -> int:
         """Peak bytes rank `rank` holds until W when chunk c of it stores chunk_bytes[c] per
-        micro-batch (exact for uneven chunks).
+        micro-batch (exact for uneven chunks): the largest dot product of a live vector with
+        the chunk sizes, as one integer matrix product (Python integers where the product
+        could leave the 63-bit range).
 
         Raises:
             InvalidSpecError: `chunk_bytes` does not give one size per local chunk.
@@ -64,8 +80,34 @@ class InFlightProfile:
             raise InvalidSpecError(
                 f"{len(chunk_bytes)} chunk sizes for a schedule with {self.num_chunks} chunks "
                 "per rank: give one per chunk", field="chunk_bytes")
-        return max((sum(n * b for n, b in zip(vec, chunk_bytes, strict=True))
-                    for vec in self.live_vectors[rank]), default=0)
+        vectors = self.live_vectors[rank]
+        if not vectors:
+            return 0
+        if len(vectors) == 1:
+            return sum(n * b for n, b in zip(vectors[0], chunk_bytes, strict=True))
+        largest = max(chunk_bytes, default=0)
+        if min(chunk_bytes, default=0) < 0 or largest * self.peak_chunks[rank] >= 2**62:
+            return max(sum(n * b for n, b in zip(vec, chunk_bytes, strict=True))
+                       for vec in vectors)
+        return int((self._matrix(rank) @ np.asarray(chunk_bytes, dtype=np.int64)).max())
+
+    def dominates(self, rank: int, other: int) -> bool:
+        """True when every live vector of `other` is at most (chunk by chunk) some live
+        vector of `rank`: for any non-negative chunk sizes, `other` then holds at most the
+        peak bytes of `rank` (`peak_bytes` is a maximum of non-negative dot products)."""
+        key = (rank, other)
+        answer = self._dominance.get(key)
+        if answer is None:
+            mine, theirs = self._matrix(rank), self._matrix(other)
+            if theirs.shape[0] == 0:
+                answer = True
+            elif mine.shape[0] == 0:
+                answer = False
+            else:
+                covered = np.all(mine[None, :, :] >= theirs[:, None, :], axis=2)
+                answer = bool(np.all(np.any(covered, axis=1)))
+            self._dominance[key] = answer
+        return answer
 
     def peak_counts(self, rank: int) -> tuple[int, ...]:
         """The per-chunk counts at the count peak of `rank` (the vector with most units)."""
