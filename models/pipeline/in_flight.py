@@ -156,7 +156,12 @@ def profile_of(program: PipelineProgram) -> InFlightProfile:
         live_b = _live_at_start(alloc, _one_hot(b_chunk[lo:hi], releases_b[lo:hi], num_chunks))
         peaks.append(int(live.sum(axis=1).max(initial=0)))
         peaks_b.append(int(live_b.sum(axis=1).max(initial=0)))
-        vectors.append(_undominated(live[has_f[lo:hi]]))
+        # An allocating row followed by another, with no release between, is dominated by
+        # that next row's vector (its live set plus one more), so only the last row of each
+        # run of allocations can be undominated.
+        allocating = has_f[lo:hi]
+        followed = np.append(allocating[1:], False) & ~releases_w[lo:hi]
+        vectors.append(_undominated(live[allocating & ~followed]))
         chunk_b.append(tuple(int(x) for x in live_b.max(axis=0, initial=0)))
     pipes = range(place.stage_rank.shape[0])
     ends = [
