@@ -116,7 +116,8 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     constraints = target_constraints(hardware_constraints(request.constraints, cluster,
                                                           request.training))
     result = search(spec, request.training, cluster, constraints=constraints,
-                    objective=request.objective, limits=request.solver, progress=progress)
+                    objective=request.objective, limits=request.solver, progress=progress,
+                    deadline=deadline)
     notes = _notes(resolved.notes, cluster.gpu)
     limits = search_limits(spec, request.training, cluster, constraints, request.objective)
     notes.append(space_note(limits))
