@@ -17,12 +17,12 @@ that cannot fit under the most frugal choices allowed. Before a candidate is eva
 re-queued under a second, simulated bound (`plain_makespan_bound`: the stage times with no
 recomputation, ZeRO-3's gathers included when LB_m rules out ZeRO 0-2, and one micro-batch's
 dependency chain), and its evaluation skips simulating any ZeRO plan whose own step-time
-bound (makespan bound plus its exact per-step tail) already reaches the incumbent. Search: candidates are visited in
-increasing bound order; the first time the next bound is not below the incumbent, the
-incumbent is proven optimal under the cost model. At the time limit the best plan so far is
-returned as feasible with the smallest unvisited bound as the proven bound. The limit is
-checked in the enumeration as well: candidates not reached by then are reported as not
-examined (no plan) or leave the bound unproven (a plan).
+bound (makespan bound plus its exact per-step tail) already reaches the incumbent.
+Search: candidates are visited in increasing bound order; the first time the next bound is
+not below the incumbent, the incumbent is proven optimal under the cost model. At the time
+limit the best plan so far is returned as feasible with the smallest unvisited bound as the
+proven bound. The limit is checked in the enumeration as well: candidates not reached by
+then are reported as not examined (no plan) or leave the bound unproven (a plan).
 """
 
 import heapq

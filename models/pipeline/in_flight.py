@@ -196,7 +196,7 @@ def _undominated(vectors: IntArray) -> tuple[tuple[int, ...], ...]:
     """The distinct vectors no other vector dominates componentwise."""
     if vectors.shape[0] == 0:
         return ()
-    unique = np.unique(vectors, axis=0)
+    unique = _unique_rows(vectors)
     if unique.shape[1] == 1:
         return ((int(unique.max()),),)
     # Only a vector with a larger total can dominate another; compare in blocks.
@@ -208,6 +208,22 @@ def _undominated(vectors: IntArray) -> tuple[tuple[int, ...], ...]:
         gt = np.any(unique[None, :, :] > block[:, None, :], axis=2)
         keep[lo:lo + 256] = ~np.any(ge & gt, axis=1)
     return tuple(tuple(int(x) for x in row) for row in unique[keep])
+
+
+def _unique_rows(vectors: IntArray) -> IntArray:
+    """`np.unique(vectors, axis=0)` (distinct rows in lexicographic order) for non-negative
+    counts, through one integer per row (the row's digits in base max + 1, the first column
+    most significant, so the integers sort as the rows do) where that integer fits in 63
+    bits."""
+    base = int(vectors.max()) + 1
+    width = vectors.shape[1]
+    if int(vectors.min()) < 0 or base ** width >= 2**63:
+        out: IntArray = np.unique(vectors, axis=0)
+        return out
+    weights = base ** np.arange(width - 1, -1, -1, dtype=np.int64)
+    _, first = np.unique(vectors @ weights, return_index=True)
+    picked: IntArray = vectors[first]
+    return picked
 
 
 __all__ = ["InFlightProfile", "in_flight_profile", "profile_of"]
