@@ -271,10 +271,12 @@ def _enqueue(problem: _Problem, sizes: list[int], deadline: float) -> _Queue:
             break
         meshes = candidate_meshes(problem.spec, problem.training, world_size=world,
                                   gpus_per_node=cluster.gpus_per_node,
-                                  constraints=problem.constraints)
+                                  constraints=problem.constraints, deadline=deadline)
+        # Past the deadline the list may be partial: one more stands for what it left out.
+        cut = 1 if time.perf_counter() >= deadline else 0
         for index, c in enumerate(meshes):
             if time.perf_counter() >= deadline:
-                unenumerated = len(meshes) - index
+                unenumerated = len(meshes) - index + cut
                 break
             if not admits_mesh(problem.spec, problem.training, c, problem.constraints):
                 continue  # no framework of the target runs this mesh
@@ -295,6 +297,7 @@ def _enqueue(problem: _Problem, sizes: list[int], deadline: float) -> _Queue:
                 bound += memory
                 level = _SIMULATED_BOUND
             heap.append((bound, total, level, c))
+        unenumerated = max(unenumerated, cut)
     heapq.heapify(heap)
     return _Queue(heap=heap, total=total + unenumerated, pruned_memory=pruned_memory,
                   pruned_target=pruned_target, unenumerated=unenumerated)
