@@ -82,6 +82,9 @@ class SearchResult:
     world_sizes: tuple[int, ...] = field(default_factory=tuple)
     frontier: tuple[MeshCandidate, ...] = field(default_factory=tuple)
     """Unevaluated candidates in bound order (for reporting more alternatives)."""
+    dominated: tuple[MeshCandidate, ...] = field(default_factory=tuple)
+    """Evaluated candidates proven no better than the incumbent without an exact step
+    time, in visit (bound) order (for reporting more alternatives)."""
 
 
 def objective_value(plan: ScoredPlan, objective: Objective) -> float:
@@ -190,6 +193,7 @@ class _Queue:
     unexamined: int = 0
     unenumerated: int = 0
     """Candidates the enumeration did not reach before the time limit."""
+    dominated: list[MeshCandidate] = field(default_factory=list)
     forced_zero: dict[int, int] = field(default_factory=dict)
     zero3_bound: dict[int, float] = field(default_factory=dict)
 
@@ -342,6 +346,7 @@ def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,
                                   least_memory=problem.objective == Objective.MIN_MEMORY)
     queue.evaluated += 1
     if isinstance(result, Dominated):
+        queue.dominated.append(c)
         return
     if isinstance(result, Rejection):
         queue.rejections.append(result)
@@ -380,7 +385,7 @@ def _result(problem: _Problem, queue: _Queue, sizes: list[int], wall_s: float) -
     return SearchResult(status=status, best=best, ranked=tuple(ranked),
                         rejections=tuple(queue.rejections), stats=stats,
                         objective=problem.objective, world_sizes=tuple(sizes),
-                        frontier=frontier)
+                        frontier=frontier, dominated=tuple(queue.dominated[:200]))
 
 
 def _rescale(time_s: float, c: MeshCandidate, objective: Objective, tokens: int) -> float:
