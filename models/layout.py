@@ -122,8 +122,29 @@ def virtual_stage_sizes(spec: ModelSpec, parallel: ParallelConfig) -> list[int]:
     return sizes
 
 
+_LAYOUTS: dict[tuple[object, ...], tuple[StageLayout, ...]] = {}
+_LAYOUT_CACHE_SIZE = 4096
+
+
 def pipeline_layout(spec: ModelSpec, parallel: ParallelConfig) -> tuple[StageLayout, ...]:
-    """The layers, embeddings, heads and MTP modules of every pipeline rank."""
+    """The layers, embeddings, heads and MTP modules of every pipeline rank.
+
+    Memoised by what the layout reads: the model's layer and MTP counts and the
+    configuration's pp, vpp, schedule, explicit layer counts and interleaving group (the
+    search asks for the same layout once per memory probe and per step-time estimate)."""
+    key = (spec.num_layers, spec.num_mtp_layers, parallel.pp, parallel.vpp, parallel.schedule,
+           parallel.layers_per_stage, parallel.layers_per_virtual_stage,
+           parallel.microbatch_group_size)
+    layouts = _LAYOUTS.get(key)
+    if layouts is None:
+        layouts = _pipeline_layout(spec, parallel)
+        if len(_LAYOUTS) >= _LAYOUT_CACHE_SIZE:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = layouts
+    return layouts
+
+
+def _pipeline_layout(spec: ModelSpec, parallel: ParallelConfig) -> tuple[StageLayout, ...]:
     sizes = virtual_stage_sizes(spec, parallel)
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     stage_layers = [tuple(range(starts[i], starts[i] + sizes[i])) for i in range(len(sizes))]

@@ -163,21 +163,34 @@ def expert_data_parallel_degree(spec: ModelSpec, parallel: ParallelConfig) -> in
 
 def _first_of_each_kind(spec: ModelSpec, layers: tuple[int, ...]) -> dict[bool, int]:
     """One layer index per kind (dense False, MoE True) among `layers`."""
+    first_dense, first_moe = _layer_mix(spec, layers)[2:]
     out: dict[bool, int] = {}
-    for index in layers:
-        out.setdefault(spec.is_moe_layer(index), index)
+    if first_dense is not None:
+        out[False] = first_dense
+    if first_moe is not None:
+        out[True] = first_moe
     return out
+
+
+@lru_cache(maxsize=16384)
+def _layer_mix(spec: ModelSpec, layers: tuple[int, ...]
+               ) -> tuple[int, int, int | None, int | None]:
+    """(dense layers, MoE layers, first dense index, first MoE index) among `layers`."""
+    counts = {False: 0, True: 0}
+    first: dict[bool, int] = {}
+    for index in layers:
+        kind = spec.is_moe_layer(index)
+        counts[kind] += 1
+        first.setdefault(kind, index)
+    return counts[False], counts[True], first.get(False), first.get(True)
 
 
 def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout
                     ) -> RankParameters:
     """Parameters one rank holds by sharding group (cached per layer mix and degrees)."""
-    counts = {False: 0, True: 0}
-    for index in layout.layers:
-        counts[spec.is_moe_layer(index)] += 1
-    first = _first_of_each_kind(spec, layout.layers)
-    return _rank_parameters(spec, parallel.tp, parallel.ep, parallel.etp, counts[False],
-                            counts[True], first.get(False), first.get(True),
+    num_dense, num_moe, first_dense, first_moe = _layer_mix(spec, layout.layers)
+    return _rank_parameters(spec, parallel.tp, parallel.ep, parallel.etp, num_dense,
+                            num_moe, first_dense, first_moe,
                             layout.num_embeddings, layout.num_heads, layout.num_mtp_modules)
 
 
@@ -233,13 +246,40 @@ def _activation_context(training: TrainingSpec, parallel: ParallelConfig,
         gathered_inputs_saved=parallel.sequence_parallel_saves_gathered)
 
 
-def _recompute_mode_of(policy_recompute: RecomputeMode | FullLayers,
-                       position: int) -> RecomputeMode:
-    if isinstance(policy_recompute, FullLayers):
-        if position < policy_recompute.full_layers:
-            return RecomputeMode.FULL
-        return RecomputeMode(policy_recompute.others)
-    return policy_recompute
+@lru_cache(maxsize=16384)
+def _chunk_kind_runs(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
+                     ) -> tuple[tuple[int, ...], ...]:
+    """Per chunk, the running count of MoE layers (entry j: MoE layers among the chunk's
+    first j layers)."""
+    out = []
+    for chunk in chunks:
+        prefix = [0]
+        for index in chunk:
+            prefix.append(prefix[-1] + spec.is_moe_layer(index))
+        out.append(tuple(prefix))
+    return tuple(out)
+
+
+def _first_index(chunk: tuple[int, ...], prefix: tuple[int, ...], moe: bool) -> int:
+    """The first layer of the chunk of the given kind (it stands for its kind)."""
+    for j, index in enumerate(chunk):
+        if (prefix[j + 1] - prefix[j] == 1) == moe:
+            return index
+    raise AssertionError("no layer of this kind in the chunk")
+
+
+def _mode_spans(policy_recompute: RecomputeMode | FullLayers, position: int,
+                size: int) -> list[tuple[RecomputeMode, int, int]]:
+    """The chunk's layers [start, stop) under each recompute mode, for a chunk whose first
+    layer is the rank's layer number `position`: under FullLayers(k) the rank's first k
+    layers are fully recomputed and the others follow `others`."""
+    if not isinstance(policy_recompute, FullLayers):
+        return [(policy_recompute, 0, size)]
+    full = min(size, max(0, policy_recompute.full_layers - position))
+    spans = [(RecomputeMode.FULL, 0, full)] if full else []
+    if full < size:
+        spans.append((RecomputeMode(policy_recompute.others), full, size))
+    return spans
 
 
 def in_flight_counts(parallel: ParallelConfig, num_micro_batches: int) -> InFlightProfile:
@@ -285,26 +325,35 @@ def stage_activation_components(
     """
     policy = parallel.policy_of(layout.rank)
     ctx = _activation_context(training, parallel, policy.fp8_activations)
-    position = 0
     chunk_bytes: list[int] = []
     working_set = 0
     by_kind: dict[bool, LayerActivationBytes] = {}  # dense and MoE layers are alike
     kept: dict[tuple[bool, RecomputeMode], int] = {}
-    for chunk in layout.chunks:
+    # Layers of one kind under one mode store the same bytes, so each chunk's total is a
+    # sum of (layers of that kind and mode) x (their bytes); the first k positions of the
+    # rank are the fully recomputed ones under FullLayers(k).
+    runs = _chunk_kind_runs(spec, layout.chunks)
+    position = 0
+    for chunk, prefix in zip(layout.chunks, runs, strict=True):
+        size = len(chunk)
         total = 0
-        for index in chunk:
-            kind = spec.is_moe_layer(index)
-            if kind not in by_kind:
-                by_kind[kind] = layer_activation_bytes(spec, index, ctx)
-            layer = by_kind[kind]
-            mode = _recompute_mode_of(policy.recompute, position)
-            if (kind, mode) not in kept:
-                kept[kind, mode] = layer.stored_bytes(mode, policy.recompute_modules)
-            total += kept[kind, mode]
-            if mode == RecomputeMode.FULL:
-                # Backward rebuilds one layer; its input is already among the checkpoints.
-                working_set = max(working_set, layer.total_bytes - layer.input_bytes)
-            position += 1
+        for mode, start, stop in _mode_spans(policy.recompute, position, size):
+            moe = prefix[stop] - prefix[start]
+            for kind, count in ((False, stop - start - moe), (True, moe)):
+                if not count:
+                    continue
+                if kind not in by_kind:
+                    by_kind[kind] = layer_activation_bytes(spec, _first_index(chunk, prefix,
+                                                                              kind), ctx)
+                layer = by_kind[kind]
+                if (kind, mode) not in kept:
+                    kept[kind, mode] = layer.stored_bytes(mode, policy.recompute_modules)
+                total += count * kept[kind, mode]
+                if mode == RecomputeMode.FULL:
+                    # Backward rebuilds one layer; its input is already among the
+                    # checkpoints.
+                    working_set = max(working_set, layer.total_bytes - layer.input_bytes)
+        position += size
         chunk_bytes.append(total)
     profile = in_flight_counts(parallel, num_micro_batches)
     rank = layout.rank
@@ -363,8 +412,11 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
     groups = rank_parameters(spec, parallel, layout)
     per_kind = {kind: math.ceil(layer_params(spec, i).total / parallel.tp)
                 for kind, i in _first_of_each_kind(spec, layout.layers).items()}
-    chunk_params = max((sum(per_kind[spec.is_moe_layer(i)] for i in chunk)
-                        for chunk in layout.chunks), default=0)
+    chunk_params = max(((len(chunk) - prefix[-1]) * per_kind.get(False, 0)
+                        + prefix[-1] * per_kind.get(True, 0)
+                        for chunk, prefix in zip(layout.chunks,
+                                                 _chunk_kind_runs(spec, layout.chunks),
+                                                 strict=True)), default=0)
     states, host_states = model_state_components(training, parallel, groups, edp, chunk_params)
     activations, host_acts, peak = stage_activation_components(
         spec, training, parallel, layout, num_micro_batches=num_micro_batches)
@@ -420,11 +472,38 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     layouts = pipeline_layout(spec, parallel)
     order = [0, len(layouts) - 1, *range(1, len(layouts) - 1)] if len(layouts) > 1 else [0]
     host_capacity = cluster.host_memory_bytes // cluster.gpus_per_node
+    profile = in_flight_counts(parallel, m) if len(layouts) > 1 else None
+    checked: dict[tuple[object, ...], list[int]] = {}
     for rank in order:
+        twin = _twin_key(spec, parallel, layouts[rank])
+        if profile is not None and twin is not None and any(
+                profile.dominates(other, rank) for other in checked.get(twin, ())):
+            continue  # holds no more than a rank already found to fit
         stage = stage_memory(spec, training, parallel, layouts[rank], num_micro_batches=m)
         if stage.total_bytes > cluster.capacity_bytes or stage.host_bytes > host_capacity:
             return False
+        if twin is not None:
+            checked.setdefault(twin, []).append(rank)
     return True
+
+
+def _twin_key(spec: ModelSpec, parallel: ParallelConfig,
+              layout: StageLayout) -> tuple[object, ...] | None:
+    """What makes two ranks' ledgers equal apart from their in-flight micro-batches, or None
+    for ranks holding an embedding, a head or MTP modules (their extra terms read other rows
+    of the profile).
+
+    Every ledger term of a rank reads its layers by kind and position (the first layer of
+    each kind stands for all of that kind), its policy, and the profile only through
+    `InFlightProfile.peak_bytes` of its chunk sizes: two ranks with the same key and a live
+    profile of one dominating the other's (`InFlightProfile.dominates`) differ only in the
+    stored activations, and every GPU and host term is non-decreasing in them (offloaded
+    and staged shares, the allocator's fragmentation share). So the dominated rank fits
+    whenever the dominating one does."""
+    if layout.num_embeddings or layout.num_heads or layout.num_mtp_modules:
+        return None
+    kinds = tuple(tuple(spec.is_moe_layer(index) for index in chunk) for chunk in layout.chunks)
+    return kinds, parallel.policy_of(layout.rank)
 
 
 __all__ = [

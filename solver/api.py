@@ -115,7 +115,8 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     constraints = target_constraints(hardware_constraints(request.constraints, cluster,
                                                           request.training))
     result = search(spec, request.training, cluster, constraints=constraints,
-                    objective=request.objective, limits=request.solver, progress=progress)
+                    objective=request.objective, limits=request.solver, progress=progress,
+                    deadline=deadline)
     notes = _notes(resolved.notes, cluster.gpu)
     limits = search_limits(spec, request.training, cluster, constraints, request.objective)
     notes.append(space_note(limits))
@@ -224,26 +225,33 @@ def _shape(c: MeshCandidate) -> tuple[object, ...]:
 def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchResult,
                 spec: ModelSpec, cluster: ClusterSpec, best: ScoredPlan,
                 deadline: float) -> list[ScoredPlan]:
-    """The best plan of each other shape among the evaluated candidates, topped up from the
-    unevaluated frontier (at most `ALTERNATIVE_BUDGET_S`, never past `deadline`) when the
-    proof came early."""
+    """The best plan of each other shape among the evaluated candidates; when they are
+    fewer than `top_k`, the missing number is looked for (at most `ALTERNATIVE_BUDGET_S`,
+    never past `deadline`, in bound order) among the candidates the search dismissed by their
+    bound without an exact step time and, as many again, in the unevaluated frontier; the
+    best `top_k` of all are kept."""
     chosen: dict[tuple[object, ...], ScoredPlan] = {}
     for other in result.ranked:
         key = _shape(other.candidate)
         if key != _shape(best.candidate) and key not in chosen:
             chosen[key] = other
     stop = min(deadline, time.perf_counter() + ALTERNATIVE_BUDGET_S)
-    for candidate in result.frontier:
-        if len(chosen) >= request.solver.top_k or time.perf_counter() >= stop:
-            break
-        cancel.check()
-        key = _shape(candidate)
-        if key == _shape(best.candidate) or key in chosen:
-            continue
-        scored = evaluate_for_targets(spec, request.training, cluster, candidate, constraints,
-                                      least_memory=request.objective == Objective.MIN_MEMORY)
-        if isinstance(scored, ScoredPlan):
-            chosen[key] = scored
+    missing = request.solver.top_k - len(chosen)
+    for source in (result.dominated, result.frontier):
+        found = 0
+        for candidate in source:
+            if found >= missing or time.perf_counter() >= stop:
+                break
+            cancel.check()
+            key = _shape(candidate)
+            if key == _shape(best.candidate) or key in chosen:
+                continue
+            scored = evaluate_for_targets(
+                spec, request.training, cluster, candidate, constraints,
+                least_memory=request.objective == Objective.MIN_MEMORY)
+            if isinstance(scored, ScoredPlan):
+                chosen[key] = scored
+                found += 1
     ranked = sorted(chosen.values(), key=lambda p: objective_value(p, request.objective))
     return ranked[: request.solver.top_k]
 

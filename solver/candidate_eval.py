@@ -29,7 +29,12 @@ from models.errors import InvalidSpecError
 from models.layout import pipeline_layout
 from models.memory import MemoryLedger, fits_memory, memory_ledger
 from models.pipeline import schedule_traits
-from models.step_time import StepEstimate, estimate_step, pipeline_makespan_bound
+from models.step_time import (
+    StepEstimate,
+    estimate_step,
+    pipeline_makespan_bound,
+    step_time_bound,
+)
 from solver import cpsat
 from solver.policy import (
     ACTIVATION_OFFLOAD_SHARE,
@@ -167,8 +172,9 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                        caps: PolicyCaps | None = None) -> ScoredPlan | Rejection | Dominated:
     """The best plan of one mesh candidate under the rule in the module docstring.
 
-    Each ZeRO stage's fitting plan is simulated in the order of its pipeline makespan bound
-    (`models.step_time.pipeline_makespan_bound`, with the plan's own policy), stopping once
+    Each ZeRO stage's fitting plan is simulated in the order of its step-time bound
+    (`models.step_time.step_time_bound`: the pipeline makespan bound with the plan's own
+    policy plus its exact per-step tail), stopping once
     the next bound exceeds the fastest simulated step or reaches `step_cutoff_s` (a step
     time the caller already has): the value is exact whenever it is below the cutoff, and
     `Dominated` says that no plan of the candidate gets below it. `zero3_bound_s`, a lower
@@ -205,14 +211,15 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                              over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
                              reason=f"does not fit even with ZeRO-{zeros[-1]} and the most "
                                     "frugal activation policy allowed")
-        order = sorted((pipeline_makespan_bound(spec, training, fit.parallel, cluster), rank)
+        order = sorted((step_time_bound(spec, training, fit.parallel, cluster), rank)
                        for rank, fit in enumerate(fits))
         best: tuple[float, int, ScoredPlan] | None = None
         for bound_s, rank in order:
             if bound_s >= step_cutoff_s or (best is not None and bound_s > best[0]):
                 break
             fit = fits[rank]
-            plan = _score(spec, training, cluster, candidate, fit.parallel, fit.ledger)
+            plan = _score(spec, training, cluster, candidate, fit.parallel,
+                          _fits(spec, training, cluster, fit.parallel))
             key = (plan.estimate.step_time_s, rank)
             if best is None or key < best[:2]:
                 best = (*key, plan)
@@ -250,8 +257,9 @@ def least_memory_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Clu
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Fit:
+    """A fitting plan of one ZeRO stage (its full ledger is built only if it is scored)."""
+
     parallel: ParallelConfig
-    ledger: MemoryLedger
     plain: bool
 
 
@@ -260,7 +268,8 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                caps: PolicyCaps = ALL_POLICIES) -> _Fit | ParallelConfig:
     """The first ladder rung that fits at this ZeRO stage, or the most frugal configuration
     tried when none does (its ledger says which stage binds). Probes only ask whether a
-    configuration fits (`fits_memory`); the full ledger is built for the answer alone."""
+    configuration fits (`fits_memory`); the full ledger is built only for a plan that is
+    scored."""
     rungs = [{}] if pinned else _ladder(spec, constraints, caps)
     if pinned and caps.selective_modules and constraints.recompute == RecomputeMode.SELECTIVE:
         rungs = [{"recompute_modules": caps.selective_modules}]
@@ -282,14 +291,13 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
             low = mid + 1
     if found is not None:
         index, parallel = found
-        return _Fit(parallel=parallel, ledger=_fits(spec, training, cluster, parallel),
-                    plain=index == 0)
+        return _Fit(parallel=parallel, plain=index == 0)
     if pinned:
         assert tried is not None
         return tried
     most = _with_policy(candidate, zero, _frugal(spec, constraints, None, caps), constraints)
     if not caps.full_layers:
-        return _Fit(parallel=most, ledger=_fits(spec, training, cluster, most), plain=False)
+        return _Fit(parallel=most, plain=False)
     # Full recomputation of the first k layers of every stage: the smallest k that fits
     # (k = all layers fits, as checked above).
     low, high = 0, max(len(layout) for layout in _stage_layer_counts(spec, most))
@@ -302,7 +310,7 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
         else:
             low = mid + 1
     chosen = _with_policy(candidate, zero, _frugal(spec, constraints, low, caps), constraints)
-    return _Fit(parallel=chosen, ledger=_fits(spec, training, cluster, chosen), plain=False)
+    return _Fit(parallel=chosen, plain=False)
 
 
 def plain_makespan_bound(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,

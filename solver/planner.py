@@ -16,13 +16,15 @@ at the lightest stage, the fastest policy); LB_m(c) from the same module prunes 
 that cannot fit under the most frugal choices allowed. Before a candidate is evaluated it is
 re-queued under a second, simulated bound (`plain_makespan_bound`: the stage times with no
 recomputation, ZeRO-3's gathers included when LB_m rules out ZeRO 0-2, and one micro-batch's
-dependency chain), and its evaluation skips simulating any ZeRO plan whose own makespan
-bound already reaches the incumbent. Search: candidates are visited in
-increasing bound order; the first time the next bound is not below the incumbent, the
-incumbent is proven optimal under the cost model. At the time limit the best plan so far is
-returned as feasible with the smallest unvisited bound as the proven bound. Between candidates
-the search checks the thread's cancellation token (`solver/cancel.py`) and stops with
-`Cancelled` once nobody waits for it.
+dependency chain), and its evaluation skips simulating any ZeRO plan whose own step-time
+bound (makespan bound plus its exact per-step tail) already reaches the incumbent.
+Search: candidates are visited in increasing bound order; the first time the next bound is
+not below the incumbent, the incumbent is proven optimal under the cost model. At the time
+limit the best plan so far is returned as feasible with the smallest unvisited bound as the
+proven bound. The limit is checked in the enumeration as well: candidates not reached by
+then are reported as not examined (no plan) or leave the bound unproven (a plan).
+Between candidates the search checks the thread's cancellation token (`solver/cancel.py`)
+and stops with `Cancelled` once nobody waits for it.
 """
 
 import heapq
@@ -83,6 +85,9 @@ class SearchResult:
     world_sizes: tuple[int, ...] = field(default_factory=tuple)
     frontier: tuple[MeshCandidate, ...] = field(default_factory=tuple)
     """Unevaluated candidates in bound order (for reporting more alternatives)."""
+    dominated: tuple[MeshCandidate, ...] = field(default_factory=tuple)
+    """Evaluated candidates proven no better than the incumbent without an exact step
+    time, in visit (bound) order (for reporting more alternatives)."""
 
 
 def objective_value(plan: ScoredPlan, objective: Objective) -> float:
@@ -189,6 +194,9 @@ class _Queue:
     status: PlanStatus = PlanStatus.OPTIMAL
     bound: float | None = None
     unexamined: int = 0
+    unenumerated: int = 0
+    """Candidates the enumeration did not reach before the time limit."""
+    dominated: list[MeshCandidate] = field(default_factory=list)
     forced_zero: dict[int, int] = field(default_factory=dict)
     zero3_bound: dict[int, float] = field(default_factory=dict)
 
@@ -214,8 +222,11 @@ class _Problem:
 
 def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
            constraints: Constraints, objective: Objective, limits: SolverLimits,
-           progress: Progress | None = None) -> SearchResult:
+           progress: Progress | None = None, deadline: float | None = None) -> SearchResult:
     """Find the best plan under the cost model (see the module docstring).
+
+    The search stops at `deadline` (a `time.perf_counter()` value; default: now plus
+    `limits.time_limit_s`), in the enumeration as well as in the visits.
 
     Raises:
         Cancelled: the thread's cancellation token was set during the search.
@@ -223,13 +234,14 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     # The framework target narrows the space: only what an admitted framework runs.
     constraints = target_constraints(hardware_constraints(constraints, cluster, training))
     started = time.perf_counter()
-    deadline = started + limits.time_limit_s
+    if deadline is None:
+        deadline = started + limits.time_limit_s
     zeros = allowed_zero_stages(constraints)
     problem = _Problem(spec=spec, training=training, cluster=cluster, constraints=constraints,
                        objective=objective, tables=BoundTables(spec, training, cluster),
                        zeros=zeros, max_offload=max_offload_share(constraints))
     sizes = _world_sizes(cluster, constraints, objective)
-    queue = _enqueue(problem, sizes)
+    queue = _enqueue(problem, sizes, deadline)
     if progress:
         progress(f"{queue.total} candidates, {queue.pruned_memory} pruned by the memory bound, "
                  f"{len(queue.heap)} to order by the time bound")
@@ -249,20 +261,36 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             _tighten(problem, queue, lower, order, level, c)
             continue
         _visit(problem, queue, order, c, progress)
+    if queue.unenumerated:
+        # The time limit fell in the enumeration: nothing is proven about the rest.
+        if queue.best is not None:
+            queue.status, queue.bound = PlanStatus.FEASIBLE, None
+        else:
+            queue.unexamined = len(queue.heap) + queue.unenumerated
     return _result(problem, queue, sizes, time.perf_counter() - started)
 
 
-def _enqueue(problem: _Problem, sizes: list[int]) -> _Queue:
+def _enqueue(problem: _Problem, sizes: list[int], deadline: float) -> _Queue:
     """Every candidate of every allowed world size that passes the memory bound, queued by
-    its table time bound."""
+    its table time bound; at `deadline` the rest of the current world size is counted as
+    not enumerated (and later world sizes are not listed)."""
     tables, cluster = problem.tables, problem.cluster
     heap: list[tuple[float, int, int, MeshCandidate]] = []
-    total = pruned_memory = pruned_target = 0
+    total = pruned_memory = pruned_target = unenumerated = 0
     for world in sizes:
         cancel.check()
-        for c in candidate_meshes(problem.spec, problem.training, world_size=world,
+        if unenumerated or time.perf_counter() >= deadline:
+            unenumerated = max(unenumerated, 1)
+            break
+        meshes = candidate_meshes(problem.spec, problem.training, world_size=world,
                                   gpus_per_node=cluster.gpus_per_node,
-                                  constraints=problem.constraints):
+                                  constraints=problem.constraints, deadline=deadline)
+        # Past the deadline the list may be partial: one more stands for what it left out.
+        cut = 1 if time.perf_counter() >= deadline else 0
+        for index, c in enumerate(meshes):
+            if time.perf_counter() >= deadline:
+                unenumerated = len(meshes) - index + cut
+                break
             if not admits_mesh(problem.spec, problem.training, c, problem.constraints):
                 continue  # no framework of the target runs this mesh
             total += 1
@@ -282,9 +310,10 @@ def _enqueue(problem: _Problem, sizes: list[int]) -> _Queue:
                 bound += memory
                 level = _SIMULATED_BOUND
             heap.append((bound, total, level, c))
+        unenumerated = max(unenumerated, cut)
     heapq.heapify(heap)
-    return _Queue(heap=heap, total=total, pruned_memory=pruned_memory,
-                  pruned_target=pruned_target)
+    return _Queue(heap=heap, total=total + unenumerated, pruned_memory=pruned_memory,
+                  pruned_target=pruned_target, unenumerated=unenumerated)
 
 
 def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: int,
@@ -326,6 +355,7 @@ def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,
                                   least_memory=problem.objective == Objective.MIN_MEMORY)
     queue.evaluated += 1
     if isinstance(result, Dominated):
+        queue.dominated.append(c)
         return
     if isinstance(result, Rejection):
         queue.rejections.append(result)
@@ -364,7 +394,7 @@ def _result(problem: _Problem, queue: _Queue, sizes: list[int], wall_s: float) -
     return SearchResult(status=status, best=best, ranked=tuple(ranked),
                         rejections=tuple(queue.rejections), stats=stats,
                         objective=problem.objective, world_sizes=tuple(sizes),
-                        frontier=frontier)
+                        frontier=frontier, dominated=tuple(queue.dominated[:200]))
 
 
 def _rescale(time_s: float, c: MeshCandidate, objective: Objective, tokens: int) -> float:

@@ -7,6 +7,7 @@ own policies (TP within a node unless pinned, sequence parallelism whenever tp >
 TP only when pinned, CP only for long sequences). Must not: evaluate costs.
 """
 
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -205,12 +206,15 @@ def _expert_options(ctx: MeshContext, tp: int, cp: int, dp: int,
 
 
 def candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int,
-                     gpus_per_node: int, constraints: Constraints) -> list[MeshCandidate]:
+                     gpus_per_node: int, constraints: Constraints,
+                     deadline: float | None = None) -> list[MeshCandidate]:
     """Every legal mesh candidate for exactly `world_size` GPUs.
 
     Each axis is pruned with the `models.mesh` rules about it (`admits`), and every whole
     candidate is kept only when `models.mesh.rules.errors` finds no error: the search, the
-    evaluation of one configuration and the mesh lab share one rule set.
+    evaluation of one configuration and the mesh lab share one rule set. Past `deadline`
+    (a `time.perf_counter()` value) the list so far is returned: the caller, which set the
+    deadline, knows it is partial.
     """
     ctx = mesh_context(spec, training, world_size=world_size, gpus_per_node=gpus_per_node)
     out: list[MeshCandidate] = []
@@ -218,6 +222,8 @@ def candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int
         for cp, cp_kind, ulysses in _cp_options(ctx, tp, constraints):
             rest = world_size // (tp * cp) if world_size % (tp * cp) == 0 else 0
             for pp in divisors(rest) if rest else []:
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return out
                 dp = rest // pp
                 if not permitted("pp", pp, constraints) or not permitted("dp", dp, constraints):
                     continue

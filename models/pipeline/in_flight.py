@@ -15,7 +15,7 @@ sizes, even or not, get the exact peak from a few dot products.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -49,10 +49,26 @@ class InFlightProfile:
     """Per rank: its local chunks that run a pipe's first stage (where the embedding is)."""
     last_stage_chunks: tuple[tuple[int, ...], ...]
     """Per rank: its local chunks that run a pipe's last stage (the head and loss)."""
+    _arrays: dict[int, IntArray] = field(default_factory=dict, compare=False, hash=False,
+                                         repr=False)
+    """Per rank, `live_vectors` as one integer matrix (built on first use)."""
+    _dominance: dict[tuple[int, int], bool] = field(default_factory=dict, compare=False,
+                                                     hash=False, repr=False)
+    """Answers of `dominates`, memoised."""
+
+    def _matrix(self, rank: int) -> IntArray:
+        matrix = self._arrays.get(rank)
+        if matrix is None:
+            matrix = np.array(self.live_vectors[rank], dtype=np.int64).reshape(
+                len(self.live_vectors[rank]), self.num_chunks)
+            self._arrays[rank] = matrix
+        return matrix
 
     def peak_bytes(self, rank: int, chunk_bytes: Sequence[int]) -> int:
         """Peak bytes rank `rank` holds until W when chunk c of it stores chunk_bytes[c] per
-        micro-batch (exact for uneven chunks).
+        micro-batch (exact for uneven chunks): the largest dot product of a live vector with
+        the chunk sizes, as one integer matrix product (Python integers where the product
+        could leave the 63-bit range).
 
         Raises:
             InvalidSpecError: `chunk_bytes` does not give one size per local chunk.
@@ -61,8 +77,34 @@ class InFlightProfile:
             raise InvalidSpecError(
                 f"{len(chunk_bytes)} chunk sizes for a schedule with {self.num_chunks} chunks "
                 "per rank: give one per chunk", field="chunk_bytes")
-        return max((sum(n * b for n, b in zip(vec, chunk_bytes, strict=True))
-                    for vec in self.live_vectors[rank]), default=0)
+        vectors = self.live_vectors[rank]
+        if not vectors:
+            return 0
+        if len(vectors) == 1:
+            return sum(n * b for n, b in zip(vectors[0], chunk_bytes, strict=True))
+        largest = max(chunk_bytes, default=0)
+        if min(chunk_bytes, default=0) < 0 or largest * self.peak_chunks[rank] >= 2**62:
+            return max(sum(n * b for n, b in zip(vec, chunk_bytes, strict=True))
+                       for vec in vectors)
+        return int((self._matrix(rank) @ np.asarray(chunk_bytes, dtype=np.int64)).max())
+
+    def dominates(self, rank: int, other: int) -> bool:
+        """True when every live vector of `other` is at most (chunk by chunk) some live
+        vector of `rank`: for any non-negative chunk sizes, `other` then holds at most the
+        peak bytes of `rank` (`peak_bytes` is a maximum of non-negative dot products)."""
+        key = (rank, other)
+        answer = self._dominance.get(key)
+        if answer is None:
+            mine, theirs = self._matrix(rank), self._matrix(other)
+            if theirs.shape[0] == 0:
+                answer = True
+            elif mine.shape[0] == 0:
+                answer = False
+            else:
+                covered = np.all(mine[None, :, :] >= theirs[:, None, :], axis=2)
+                answer = bool(np.all(np.any(covered, axis=1)))
+            self._dominance[key] = answer
+        return answer
 
     def peak_counts(self, rank: int) -> tuple[int, ...]:
         """The per-chunk counts at the count peak of `rank` (the vector with most units)."""
@@ -111,7 +153,12 @@ def profile_of(program: PipelineProgram) -> InFlightProfile:
         live_b = _live_at_start(alloc, _one_hot(b_chunk[lo:hi], releases_b[lo:hi], num_chunks))
         peaks.append(int(live.sum(axis=1).max(initial=0)))
         peaks_b.append(int(live_b.sum(axis=1).max(initial=0)))
-        vectors.append(_undominated(live[has_f[lo:hi]]))
+        # An allocating row followed by another, with no release between, is dominated by
+        # that next row's vector (its live set plus one more), so only the last row of each
+        # run of allocations can be undominated.
+        allocating = has_f[lo:hi]
+        followed = np.append(allocating[1:], False) & ~releases_w[lo:hi]
+        vectors.append(_undominated(live[allocating & ~followed]))
         chunk_b.append(tuple(int(x) for x in live_b.max(axis=0, initial=0)))
     pipes = range(place.stage_rank.shape[0])
     ends = [
@@ -146,7 +193,7 @@ def _undominated(vectors: IntArray) -> tuple[tuple[int, ...], ...]:
     """The distinct vectors no other vector dominates componentwise."""
     if vectors.shape[0] == 0:
         return ()
-    unique = np.unique(vectors, axis=0)
+    unique = _unique_rows(vectors)
     if unique.shape[1] == 1:
         return ((int(unique.max()),),)
     # Only a vector with a larger total can dominate another; compare in blocks.
@@ -158,6 +205,22 @@ def _undominated(vectors: IntArray) -> tuple[tuple[int, ...], ...]:
         gt = np.any(unique[None, :, :] > block[:, None, :], axis=2)
         keep[lo:lo + 256] = ~np.any(ge & gt, axis=1)
     return tuple(tuple(int(x) for x in row) for row in unique[keep])
+
+
+def _unique_rows(vectors: IntArray) -> IntArray:
+    """`np.unique(vectors, axis=0)` (distinct rows in lexicographic order) for non-negative
+    counts, through one integer per row (the row's digits in base max + 1, the first column
+    most significant, so the integers sort as the rows do) where that integer fits in 63
+    bits."""
+    base = int(vectors.max()) + 1
+    width = vectors.shape[1]
+    if int(vectors.min()) < 0 or base ** width >= 2**63:
+        out: IntArray = np.unique(vectors, axis=0)
+        return out
+    weights = base ** np.arange(width - 1, -1, -1, dtype=np.int64)
+    _, first = np.unique(vectors @ weights, return_index=True)
+    picked: IntArray = vectors[first]
+    return picked
 
 
 __all__ = ["InFlightProfile", "in_flight_profile", "profile_of"]

@@ -16,6 +16,7 @@ from models.step_time.assembly import (
     pipeline_inputs,
     pipeline_makespan_bound,
     rank_work_s,
+    step_time_bound,
 )
 from models.step_time.exposure import (
     LayerComm,
@@ -46,5 +47,6 @@ __all__ = [
     "pipeline_makespan_bound",
     "rank_work_s",
     "stage_time",
+    "step_time_bound",
     "zero3_exposed_s",
 ]

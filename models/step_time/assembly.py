@@ -16,6 +16,7 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode, RecomputeModule
 from api_schemas.training import MuonDistribution, OptimizerKind, TrainingSpec
 from models.collectives import Collective, Fabric, fabric_of
+from models.compute import OpTimes
 from models.flops import StepFlops, step_flops
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout, pipeline_layout
@@ -170,13 +171,15 @@ def p2p_latency_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
 
 def _tail(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
           cluster: ClusterSpec, groups: AxisGroups, fabric: Fabric, layout: StageLayout,
-          weights: StageWeights, stage: StageTime, m: int) -> dict[str, float]:
-    """Per-step terms of one rank after its last backward: the exposed DP sync, the tied
-    embedding all-reduce and the optimizer step."""
+          weights: StageWeights, chunk_times: tuple[OpTimes, ...], m: int
+          ) -> dict[str, float]:
+    """Per-step terms of one rank after its last backward: the exposed DP sync (hidden
+    behind the rank's `chunk_times`), the tied embedding all-reduce and the optimizer
+    step."""
     ctx = _step_context(spec, training, parallel, groups, fabric, weights, m)
     items = tuple(dp_items(ctx))
     sync = sync_exposed_s(items, overlap=training.overlap_grad_reduce, num_micro_batches=m,
-                          chunk_times=stage.chunk_times)
+                          chunk_times=chunk_times)
     embedding = sum(i.time_per_step_s for i in pp_items(ctx)
                     if i.axis == TrafficAxis.PP and i.phase == Phase.OPTIMIZER)
     return {"dp": sync, "pp": embedding,
@@ -379,7 +382,7 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                layout.num_heads)
         if key not in memo:
             memo[key] = _tail(spec, training, parallel, cluster, groups, fabric, layout, held,
-                              st, m)
+                              st.chunk_times, m)
         tails.append(memo[key])
     critical = max(range(len(stages)), key=lambda i: (sum(tails[i].values()),
                                                       stages[i].compute_s))
@@ -467,6 +470,40 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
     layouts = pipeline_layout(spec, parallel)
     fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
     stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
+    return _makespan_bound(spec, training, parallel, m, stages, groups, fabric)
+
+
+def step_time_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                    cluster: ClusterSpec) -> float:
+    """A lower bound of `estimate_step(...).step_time_s` for this exact configuration:
+    `pipeline_makespan_bound` plus the largest per-step tail over ranks (exposed DP sync
+    behind the rank's own chunk times, tied-embedding all-reduce, optimizer step).
+
+    The step is the makespan plus the critical rank's tail, the largest of all ranks'
+    (`estimate_step` picks it so), plus non-negative overheads; the tails here are the
+    ones `estimate_step` computes, so only the makespan is bounded rather than simulated.
+
+    Raises:
+        InvalidSpecError: as `pipeline_makespan_bound`.
+    """
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
+    span = _makespan_bound(spec, training, parallel, m, stages, groups, fabric)
+    memo: dict[tuple[object, ...], float] = {}
+    for layout, st, held in zip(layouts, stages, stage_weights(spec, parallel), strict=True):
+        key = (dataclasses.replace(held, stage=0), st.chunk_times, layout.num_embeddings,
+               layout.num_heads)
+        if key not in memo:
+            memo[key] = sum(_tail(spec, training, parallel, cluster, groups, fabric, layout,
+                                  held, st.chunk_times, m).values())
+    return span + max(memo.values(), default=0.0)
+
+
+def _makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, m: int,
+                    stages: list[StageTime], groups: AxisGroups, fabric: Fabric) -> float:
+    """`pipeline_makespan_bound` from the ranks' stage times."""
     if parallel.pp == 1:
         p2p = p2p_latency_s(spec, training, parallel, groups, fabric, m)
         return _makespans(parallel, stages, m, p2p)[0]

@@ -240,18 +240,31 @@ def stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) ->
     return (kinds, layout.num_embeddings, layout.num_heads, layout.num_mtp_modules, policy, rank)
 
 
+_STAGE_TIMES: dict[tuple[object, ...], StageTime] = {}
+_STAGE_TIMES_SIZE = 8192
+
+
 def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                 cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
                 groups: AxisGroups) -> list[StageTime]:
-    """Every rank's per-micro-batch times, computed once per distinct stage (`stage_key`)."""
-    cache: dict[tuple[object, ...], StageTime] = {}
+    """Every rank's per-micro-batch times, computed once per distinct stage (`stage_key`)
+    and memoised across calls by the inputs they are a function of (model, recipe, cluster,
+    configuration, micro-batches; fabric and groups follow from the cluster and the
+    configuration): the search asks for the same configuration's stages in its bounds and
+    again in its estimate."""
+    base = (spec, training, cluster, parallel, m)
     stages = []
     for layout in layouts:
-        key = stage_key(spec, parallel, layout)
-        if key not in cache:
-            cache[key] = stage_time(spec, training, parallel, cluster, layout,
-                                    num_micro_batches=m, fabric=fabric, groups=groups)
-        stages.append(dataclasses.replace(cache[key], stage=layout.rank))
+        key = (base, stage_key(spec, parallel, layout))
+        found = _STAGE_TIMES.get(key)
+        if found is None:
+            found = stage_time(spec, training, parallel, cluster, layout,
+                               num_micro_batches=m, fabric=fabric, groups=groups)
+            if len(_STAGE_TIMES) >= _STAGE_TIMES_SIZE:
+                _STAGE_TIMES.clear()
+            _STAGE_TIMES[key] = found
+        stages.append(found if found.stage == layout.rank
+                      else dataclasses.replace(found, stage=layout.rank))
     return stages
 
 

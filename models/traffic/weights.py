@@ -10,6 +10,7 @@ count FLOPs or memory.
 """
 
 from dataclasses import dataclass, fields
+from functools import lru_cache
 
 from api_schemas import ModelSpec, ParallelConfig
 from models.layout import StageLayout, pipeline_layout
@@ -101,9 +102,8 @@ def _dense_shard(model: ModelSpec, layer: LayerParams, tp: int) -> int:
     return -(-matrices // tp) + layer.dense_part - matrices
 
 
-def _rank_weights(model: ModelSpec, parallel: ParallelConfig, rank: StageLayout
+def _rank_weights(model: ModelSpec, tp: int, experts_split: int, rank: StageLayout
                   ) -> StageWeights:
-    tp, experts_split = parallel.tp, parallel.ep * parallel.etp
     layers = [layer_params(model, i) for i in rank.layers]
     modules = layers + [mtp_module_params(model)] * rank.num_mtp_modules
     dense = sum(_dense_shard(model, layer, tp) for layer in modules)
@@ -135,8 +135,15 @@ def stage_weights(model: ModelSpec, parallel: ParallelConfig) -> tuple[StageWeig
     Deviation: rounds each division up, so per-rank counts can exceed exact shares by < tp
     per matrix group.
     """
-    return tuple(_rank_weights(model, parallel, rank)
-                 for rank in pipeline_layout(model, parallel))
+    layouts = pipeline_layout(model, parallel)
+    return _stage_weights(model, parallel.tp, parallel.ep * parallel.etp, layouts)
+
+
+@lru_cache(maxsize=4096)
+def _stage_weights(model: ModelSpec, tp: int, experts_split: int,
+                   layouts: tuple[StageLayout, ...]) -> tuple[StageWeights, ...]:
+    """`stage_weights`, memoised by what it reads (the search asks once per estimate)."""
+    return tuple(_rank_weights(model, tp, experts_split, rank) for rank in layouts)
 
 
 __all__ = [

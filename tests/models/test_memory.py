@@ -1,7 +1,7 @@
 """The memory ledger: component placement, MoE sharding, schedules, and monotonicity."""
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from api_schemas import (
@@ -213,3 +213,72 @@ def test_zero3_buffers_never_exceed_two_unsharded_layers(tp: int, fsdp: bool) ->
     assert gathered <= 2 * 2 * layer  # two whole layers in bf16: the old upper bound
     total = sum(layer_params(SMALL_MOE, i).total for i in range(SMALL_MOE.num_layers))
     assert gathered <= 2 * total  # never more than the rank's parameters
+
+
+TWIN_MODEL = ModelSpec(
+    name="twin-moe", num_layers=16, hidden_size=1024, num_attention_heads=16, num_kv_heads=4,
+    ffn_hidden_size=4096, vocab_size=32000,
+    moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=512, first_dense_layers=3),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(schedule=st.sampled_from(list(PipelineSchedule)), pp=st.sampled_from([2, 4, 8]),
+       vpp=st.sampled_from([1, 2]), m=st.sampled_from([4, 8, 16]),
+       moe=st.booleans(),
+       recompute=st.sampled_from([RecomputeMode.NONE, RecomputeMode.SELECTIVE,
+                                  RecomputeMode.FULL, FullLayers(full_layers=1),
+                                  FullLayers(full_layers=3, others="selective")]),
+       offload=st.sampled_from([0.0, 0.5]), uneven=st.booleans())
+@example(schedule=PipelineSchedule.ZBV, pp=4, vpp=2, m=16, moe=False,
+         recompute=RecomputeMode.NONE, offload=0.0, uneven=True)
+def test_fits_memory_agrees_with_the_ledger_at_every_capacity(
+        schedule: PipelineSchedule, pp: int, vpp: int, m: int, moe: bool,
+        recompute: RecomputeMode | FullLayers, offload: float, uneven: bool) -> None:
+    """`fits_memory` skips ranks another rank dominates; at capacities between every pair of
+    stage totals (where each rank in turn binds) its verdict must stay the ledger's. Uneven
+    chunks (an embedding-only first stage so that rank 0 is light, four layers on the other
+    ranks' first chunk and one on their second) make the middle ranks' byte peaks differ
+    where their live vectors do (V shapes, interleaving)."""
+    from hypothesis import assume
+
+    from models.memory import fits_memory
+
+    spec = TWIN_MODEL if moe else TWIN_MODEL.model_copy(update={"moe": None})
+    chunks = vpp if schedule == PipelineSchedule.INTERLEAVED_1F1B else (
+        2 if schedule in (PipelineSchedule.ZBV, PipelineSchedule.DUALPIPEV) else 1)
+    split = None
+    if uneven:
+        assume(chunks == 2 and pp == 4)
+        split = (0, 4, 4, 4, 1, 1, 1, 1)
+    parallel = ParallelConfig(pp=pp, dp=2, ep=2 if moe else 1, schedule=schedule, vpp=chunks,
+                              layers_per_virtual_stage=split,
+                              recompute=recompute, activation_offload_frac=offload)
+    training = TrainingSpec(global_batch_size=2 * m, sequence_length=2048)
+    try:
+        ledger = memory_ledger(spec, training, parallel, CLUSTER)
+    except InvalidSpecError:
+        assume(False)
+        return
+    totals = sorted({s.total_bytes for s in ledger.stages})
+    memory = CLUSTER.gpu.memory_bytes
+    for low, high in zip([totals[0] // 2, *totals], [*totals, totals[-1] * 2], strict=True):
+        cluster = CLUSTER.model_copy(update={"memory_headroom_frac": 1 - (low + high) / 2 / memory})
+        expected = memory_ledger(spec, training, parallel, cluster).fits
+        assert fits_memory(spec, training, parallel, cluster) == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(chunks=st.lists(st.integers(0, 10**12), min_size=2, max_size=2))
+def test_in_flight_peak_bytes_is_the_largest_dot_product(chunks: list[int]) -> None:
+    from models.pipeline import in_flight_profile
+
+    profile = in_flight_profile(PipelineSchedule.INTERLEAVED_1F1B, num_stages=4,
+                                num_micro_batches=12, num_chunks=2)
+    for rank in range(4):
+        expected = max(sum(n * b for n, b in zip(vec, chunks, strict=True))
+                       for vec in profile.live_vectors[rank])
+        assert profile.peak_bytes(rank, chunks) == expected
+        for other in range(4):
+            if profile.dominates(rank, other):
+                assert profile.peak_bytes(other, chunks) <= profile.peak_bytes(rank, chunks)

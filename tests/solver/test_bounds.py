@@ -76,6 +76,36 @@ def test_forced_zero3_and_chain_bounds_never_exceed_the_evaluated_values(
     assert forced or chained, "the cases exercise neither bound"
 
 
+@pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq"), [
+    # DP-heavy meshes on a slow fabric: the per-step tail is a large share of the step.
+    ("gpt-7.5b", "a100-sxm4-80gb", 4, 256, 2048),
+    ("mixtral-8x7b", "h100-sxm5-80gb", 4, 64, 4096),
+])
+def test_step_time_bound_is_below_the_step_and_counts_the_tail(model: str, gpu: str,
+                                                               nodes: int, batch: int,
+                                                               seq: int) -> None:
+    """`step_time_bound` (makespan bound + the exact per-step tail) never exceeds the
+    estimated step of the same configuration, and is at least the makespan bound, strictly
+    above it wherever a tail is exposed."""
+    from models.step_time import estimate_step, pipeline_makespan_bound, step_time_bound
+
+    spec = model_preset(model)
+    cluster = cluster_preset(gpu, num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=Constraints())
+    tails = 0
+    for c in random.Random(11).sample(candidates, min(30, len(candidates))):
+        for zero in (0, 1, 3):
+            parallel = c.parallel(zero_stage=zero)
+            step = estimate_step(spec, training, parallel, cluster).step_time_s
+            bound = step_time_bound(spec, training, parallel, cluster)
+            span = pipeline_makespan_bound(spec, training, parallel, cluster)
+            assert span <= bound <= step * (1 + 1e-9), (c.key, zero)
+            tails += bound > span
+    assert tails, "no configuration had a per-step tail"
+
+
 def test_a_dominated_candidate_is_proven_no_faster_than_the_cutoff() -> None:
     from solver.candidate_eval import Dominated, ScoredPlan
 

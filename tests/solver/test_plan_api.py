@@ -137,3 +137,40 @@ def test_min_gpus_and_cost_objectives_report_their_figures() -> None:
                              gpu_hour_price=2.0).model_copy(update={"objective":
                                                                     "cost_per_token"}))
     assert "per million tokens" in cheapest.explanation.summary
+
+
+def test_runners_up_come_from_dismissed_candidates_and_the_frontier() -> None:
+    """Candidates the search dismissed by their bound are looked at for runners-up before
+    the unevaluated frontier, as many again from the frontier, and the best are kept."""
+    import dataclasses
+    import math
+
+    from models.resolve import resolve_cluster, resolve_model
+    from solver.api import _runners_up, _shape
+    from solver.planner import hardware_constraints, objective_value, search
+    from solver.targets import target_constraints
+
+    request = _request("llama-3.1-8b", "h100-sxm5-80gb", 1, 64, 4096)
+    spec = resolve_model(request.model).spec
+    cluster = resolve_cluster(request.cluster)
+    constraints = target_constraints(hardware_constraints(request.constraints, cluster,
+                                                          request.training))
+    result = search(spec, request.training, cluster, constraints=constraints,
+                    objective=request.objective, limits=request.solver)
+    assert result.best is not None
+    others, seen = [], {_shape(result.best.candidate)}
+    for c in result.frontier:
+        if _shape(c) not in seen:
+            seen.add(_shape(c))
+            others.append(c)
+    assert len(others) >= 4, "the case needs several other shapes"
+    dismissed = tuple(others[:2])
+    trimmed = dataclasses.replace(result, ranked=(), dominated=dismissed,
+                                  frontier=tuple(others[2:]))
+    got = _runners_up(request, constraints, trimmed, spec, cluster, result.best,
+                      deadline=math.inf)
+    shapes = {_shape(p.candidate) for p in got}
+    assert shapes & {_shape(c) for c in dismissed}
+    assert len(got) == min(request.solver.top_k, len(others))
+    values = [objective_value(p, request.objective) for p in got]
+    assert values == sorted(values)

@@ -157,6 +157,10 @@ def test_out_of_time_before_any_plan_is_not_called_a_proof() -> None:
     assert response.solver.unexamined > 0 and response.solver.status == "time_limit"
     assert "within the time limit" in response.explanation.summary
     assert "exceed the memory bound" not in response.explanation.summary
+    # The limit holds in the enumeration too: past it, no candidate is even bounded, and
+    # every one is reported as not examined.
+    assert response.solver.evaluated == 0
+    assert response.solver.unexamined == response.solver.candidates
     finished = plan(_request("llama-3.1-70b", "h100-sxm5-80gb", 8, 512, 8192, 30))
     assert finished.status == PlanStatus.OPTIMAL
     assert finished.solver is not None and finished.solver.unexamined == 0
