@@ -9,13 +9,14 @@ dependencies, `deepspeed==0.19.8` built from its sdist with `DS_BUILD_OPS=0` and
 reason `missing()` gives.
 
 Megatron-LM: its argument parser (`megatron/training/arguments.py`) is not on a package
-registry, so `megatron_check` reads the exported argv itself and does what Megatron-LM's
-`validate_args` / `core_transformer_config_from_args` do with it: every flag whose name
-(dashes to underscores) is a field of megatron-core's `TransformerConfig` (or
+registry, so `megatron_check` reads the exported argv itself and builds megatron-core's
+configs from it the way Megatron-LM's `core_transformer_config_from_args` does: every flag
+whose name (dashes to underscores) is a field of megatron-core's `TransformerConfig` (or
 `MLATransformerConfig`), `DistributedDataParallelConfig` or `OptimizerConfig` is passed to
 it, a few are renamed as Megatron-LM renames them (`--num-experts` -> `num_moe_experts`,
 `--decoder-first-pipeline-num-layers` -> `num_layers_in_first_pipeline_stage`, ...), and
-the dataclasses' own `__post_init__` validation runs. Then
+the dataclasses' own `__post_init__` validation runs (the rules of Megatron-LM's
+`validate_args` itself are not run). Then
 `parallel_state.initialize_model_parallel` builds every process group on a fake process
 group (torch's "fake" backend) of the plan's world size, and megatron-core's
 num-microbatches calculator splits the global batch over the data-parallel size it
@@ -23,10 +24,9 @@ derived. Flags that are neither config fields nor read by those steps are listed
 `MEGATRON_MODEL_FLAGS`; any other flag fails the check.
 
 DeepSpeed: `deepspeed_check` feeds the config to `deepspeed.runtime.config.DeepSpeedConfig`
-with DeepSpeed's own pipeline/model/data grid (`PipelineParallelGrid` over
-`PipeModelDataParallelTopology`) as the mpu, built on a fake process group of the plan's
-world size, and runs the AutoEP validation the engine runs at start-up
-(`validate_autoep_config`) with the same sizes.
+on a fake process group of the plan's world size, with the mpu DeepSpeed itself would use
+for the mesh (see the function), and runs the pipeline engine's ZeRO check and the AutoEP
+validation the engine runs at start-up (`validate_autoep_config`) with the same sizes.
 
 Transformer Engine is GPU-only: where megatron-core asks for its version (FP8 MoE checks),
 the check answers with `TE_VERSION`, the oldest release megatron-core 0.16.1's `dev` extra
