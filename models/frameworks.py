@@ -177,6 +177,8 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
         out.add("moe")
         if ep > 1:
             out.add("ep")
+            if tp > 1:
+                out.add("ep_with_tp")
         if etp > 1:
             out.add("etp")
     if training.compute_dtype == DType.FP8:

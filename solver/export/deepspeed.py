@@ -218,8 +218,11 @@ def _model_parallel(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
             notes.append(f"etp={parallel.etp}: AutoEP accepts expert_tensor_parallel_size=1 "
                          "only; experts are not tensor-parallel in this config")
         if parallel.tp > 1:
-            notes.append("AutoEP cannot yet be combined with AutoTP (autotp_size > 1) per the "
-                         "DeepSpeed docs; this combination needs a framework extension")
+            pipeline = ("; with this plan's pipeline it cannot yet be combined and needs a "
+                        "framework extension") if parallel.pp > 1 else ""
+            notes.append("AutoEP with AutoTP (autotp_size > 1) needs DeepSpeed 0.19.8's "
+                         "AutoEP+AutoTP folding, which supports pp = 1 only and not with Ulysses "
+                         f"sequence parallelism{pipeline}")
     return config
 
 

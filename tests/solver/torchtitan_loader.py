@@ -17,6 +17,11 @@ import types
 from pathlib import Path
 from typing import Any
 
+from api_schemas import ParallelConfig, TrainingSpec
+from api_schemas.parallel import RecomputeMode
+from models.catalog import model_preset
+from solver.export import TORCHTITAN_SCHEDULES, torchtitan_toml
+
 PINNED = "0.2.2"
 
 
@@ -56,3 +61,27 @@ def load_job_config(toml_text: str) -> Any:
         handle.write(toml_text)
         handle.flush()
         return manager().parse_args(["--job.config_file", handle.name])
+
+
+def check_torchtitan(spec_name: str, training: TrainingSpec, parallel: ParallelConfig) -> Any:
+    """Load a plan's torchtitan export with torchtitan's own loader and assert that it reads
+    back the plan's degrees, schedule, micro-batch and recompute mode; the `JobConfig`."""
+    spec = model_preset(spec_name)
+    config = load_job_config(torchtitan_toml(spec, training, parallel))
+    p = config.parallelism
+    assert (p.tensor_parallel_degree, p.pipeline_parallel_degree,
+            p.context_parallel_degree) == (parallel.tp, parallel.pp, parallel.cp)
+    assert p.data_parallel_replicate_degree * p.data_parallel_shard_degree == parallel.dp
+    if spec.moe is not None:
+        assert p.expert_parallel_degree == parallel.ep
+    if parallel.pp > 1:
+        schedule = parallel.schedule
+        if schedule == "interleaved_1f1b" and parallel.vpp == 1:
+            schedule = "1f1b"
+        assert p.pipeline_parallel_schedule == TORCHTITAN_SCHEDULES[schedule]
+        assert p.pipeline_parallel_microbatch_size == parallel.micro_batch_size
+    assert config.training.global_batch_size in (-1, training.global_batch_size)
+    recompute = parallel.policy_of(0).recompute
+    if recompute in (RecomputeMode.NONE, RecomputeMode.SELECTIVE, RecomputeMode.FULL):
+        assert config.activation_checkpoint.mode == str(recompute.value)
+    return config

@@ -1,0 +1,423 @@
+"""The frameworks' own validation at pinned releases, for the export tests: megatron-core
+0.16.1 for the Megatron-LM arguments and DeepSpeed 0.19.8 for the DeepSpeed config
+(torchtitan 0.2.2 has its own helper, `torchtitan_loader.py`).
+
+Both need torch. `.ci/run` installs them for CPU in a separate virtual environment
+(`.venv-frameworks`: torch 2.13.0's CPU build, `megatron-core==0.16.1` without its
+dependencies, `deepspeed==0.19.8` built from its sdist with `DS_BUILD_OPS=0` and
+`--no-build-isolation`) and runs the framework tests there; elsewhere they skip with the
+reason `missing()` gives.
+
+Megatron-LM: its argument parser (`megatron/training/arguments.py`) is not on a package
+registry, so `megatron_check` reads the exported argv itself and builds megatron-core's
+configs from it the way Megatron-LM's `core_transformer_config_from_args` does: every flag
+whose name (dashes to underscores) is a field of megatron-core's `TransformerConfig` (or
+`MLATransformerConfig`), `DistributedDataParallelConfig` or `OptimizerConfig` is passed to
+it, a few are renamed as Megatron-LM renames them (`--num-experts` -> `num_moe_experts`,
+`--decoder-first-pipeline-num-layers` -> `num_layers_in_first_pipeline_stage`, ...), and
+the dataclasses' own `__post_init__` validation runs (the rules of Megatron-LM's
+`validate_args` itself are not run). Then
+`parallel_state.initialize_model_parallel` builds every process group on a fake process
+group (torch's "fake" backend) of the plan's world size, and megatron-core's
+num-microbatches calculator splits the global batch over the data-parallel size it
+derived. Flags that are neither config fields nor read by those steps are listed in
+`MEGATRON_MODEL_FLAGS`; any other flag fails the check.
+
+DeepSpeed: `deepspeed_check` feeds the config to `deepspeed.runtime.config.DeepSpeedConfig`
+on a fake process group of the plan's world size, with the mpu DeepSpeed itself would use
+for the mesh (see the function), and runs the pipeline engine's ZeRO check and the AutoEP
+validation the engine runs at start-up (`validate_autoep_config`) with the same sizes.
+
+Transformer Engine is GPU-only: where megatron-core asks for its version (FP8 MoE checks),
+the check answers with `TE_VERSION`, the oldest release megatron-core 0.16.1's `dev` extra
+accepts.
+"""
+
+import contextlib
+import dataclasses
+import importlib.metadata
+import io
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+MEGATRON_CORE = "0.16.1"
+DEEPSPEED = "0.19.8"
+TORCH = "2.13.0"
+TE_VERSION = "2.9.0"
+"""Transformer Engine version reported to megatron-core's version checks (the lower bound of
+megatron-core 0.16.1's `transformer-engine` requirement)."""
+
+MEGATRON_RENAMES: dict[str, str] = {
+    "num_experts": "num_moe_experts",
+    "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
+    "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
+    "fp8_format": "fp8",
+    "fp8_param_gather": "fp8_param",
+    "microbatch_group_size_per_virtual_pipeline_stage": "microbatch_group_size_per_vp_stage",
+}
+"""Megatron-LM flags whose `TransformerConfig` field has another name."""
+
+MEGATRON_MODEL_FLAGS: frozenset[str] = frozenset({
+    # read by the model builder, the tokenizer or the checkpointer, not by a config class
+    "seq_length", "max_position_embeddings", "position_embedding_type", "vocab_size",
+    "make_vocab_size_divisible_by", "untie_embeddings_and_output_weights", "rotary_base",
+    "ckpt_format",
+    # turned into config fields below (swiglu, biases, GQA, virtual stages, dtypes)
+    "swiglu", "disable_bias_linear", "group_query_attention",
+    "num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+    "no_gradient_accumulation_fusion", "use_torch_fsdp2",
+    # read by the num-microbatches calculator
+    "micro_batch_size", "global_batch_size", "rampup_batch_size",
+})
+"""Megatron-LM flags that are not fields of megatron-core's config classes."""
+
+
+def installed(package: str) -> str | None:
+    """The installed version of a distribution, or None."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def missing(*pins: tuple[str, str]) -> str | None:
+    """Why the pinned packages cannot be used here (None when they all can)."""
+    wrong = [f"{name} {want} (found {installed(name)})" for name, want in pins
+             if (installed(name) or "").split("+")[0] != want]
+    if not wrong:
+        return None
+    return (f"needs {', '.join(wrong)}; .ci/run installs them for CPU in .venv-frameworks "
+            "(see tests/solver/framework_checks.py)")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The frameworks warn on import and on CPU (no Transformer Engine, no CUDA) and print
+    their process grids; none of that says anything about the export."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+@contextlib.contextmanager
+def fake_world(world_size: int) -> Iterator[None]:
+    """torch.distributed initialised on the fake backend with `world_size` ranks (this
+    process is rank 0); collectives return at once, groups are real objects."""
+    with _quiet():
+        import torch.distributed as dist
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    assert not dist.is_initialized()
+    dist.init_process_group(backend="fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def parse_argv(args: list[str]) -> dict[str, Any]:
+    """Exported argv tokens as {flag with underscores: value}: True for a bare switch, an
+    int, float or string for one value, a list for several."""
+    out: dict[str, Any] = {}
+    index = 0
+    while index < len(args):
+        flag = args[index]
+        assert flag.startswith("--"), f"value without a flag: {flag!r}"
+        values = []
+        index += 1
+        while index < len(args) and not args[index].startswith("--"):
+            values.append(_number(args[index]))
+            index += 1
+        name = flag[2:].replace("-", "_")
+        assert name not in out, f"{flag} given twice"
+        out[name] = True if not values else values[0] if len(values) == 1 else values
+    return out
+
+
+def _number(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MegatronResult:
+    """What megatron-core made of an export."""
+
+    config: Any
+    """The validated `TransformerConfig` (or `MLATransformerConfig`)."""
+    ddp: Any
+    """The validated `DistributedDataParallelConfig`."""
+    optimizer: Any
+    """The validated `OptimizerConfig` (None when the export names no optimizer)."""
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    ep: int
+    etp: int
+    dp: int
+    """Data-parallel size of `parallel_state` (without context parallelism)."""
+    micro_batch_size: int
+    num_micro_batches: int
+
+
+def _moe_layer_freq(value: Any) -> Any:
+    """Megatron-LM's `--moe-layer-freq` type: an int, or a Python list expression such as
+    '([0]*1+[1]*60)'."""
+    if isinstance(value, int):
+        return value
+    pattern = str(value)
+    assert set(pattern) <= set("[]()0123456789*+, "), pattern
+    return eval(pattern, {"__builtins__": {}})  # noqa: S307 - digits, brackets and * + only
+
+
+def _config_kwargs(flags: dict[str, Any], fields: set[str]) -> dict[str, Any]:
+    """`TransformerConfig` arguments of the parsed flags, as Megatron-LM derives them."""
+    import torch
+    import torch.nn.functional as functional
+
+    kwargs: dict[str, Any] = {}
+    for name, value in flags.items():
+        field = MEGATRON_RENAMES.get(name, name)
+        if field in fields:
+            kwargs[field] = value
+    if "recompute_modules" in kwargs and isinstance(kwargs["recompute_modules"], str):
+        kwargs["recompute_modules"] = [kwargs["recompute_modules"]]
+    if "hierarchical_context_parallel_sizes" in kwargs:
+        kwargs["hierarchical_context_parallel_sizes"] = list(
+            kwargs["hierarchical_context_parallel_sizes"])
+    if "moe_layer_freq" in kwargs:
+        kwargs["moe_layer_freq"] = _moe_layer_freq(kwargs["moe_layer_freq"])
+    if flags.get("swiglu"):
+        kwargs["gated_linear_unit"] = True
+        kwargs["activation_func"] = functional.silu
+    kwargs["add_bias_linear"] = not flags.get("disable_bias_linear", False)
+    if not flags.get("group_query_attention"):
+        kwargs.pop("num_query_groups", None)
+    kwargs["gradient_accumulation_fusion"] = not flags.get("no_gradient_accumulation_fusion")
+    dtype = (torch.bfloat16 if flags.get("bf16") else torch.float16 if flags.get("fp16")
+             else torch.float32)
+    kwargs["params_dtype"] = dtype
+    kwargs["pipeline_dtype"] = dtype
+    kwargs["deallocate_pipeline_outputs"] = True
+    kwargs["virtual_pipeline_model_parallel_size"] = _virtual_stages(flags)
+    return kwargs
+
+
+def _virtual_stages(flags: dict[str, Any]) -> int | None:
+    """Virtual stages per pipeline rank as Megatron-LM's `validate_args` derives them from
+    `--num-layers-per-virtual-pipeline-stage` (layer slots per rank / layers per virtual
+    stage, the embedding and loss counted when their account-for flags are given) or takes
+    them from `--num-virtual-stages-per-pipeline-rank`; None without either (a layout
+    string states them itself)."""
+    per_stage = flags.get("num_layers_per_virtual_pipeline_stage")
+    stages = flags.get("num_virtual_stages_per_pipeline_rank")
+    assert per_stage is None or stages is None, "both virtual-stage flags given"
+    if stages is not None:
+        return int(stages)
+    if per_stage is None:
+        return None
+    pp = int(flags.get("pipeline_model_parallel_size", 1))
+    slots = int(flags["num_layers"]) + bool(flags.get("account_for_embedding_in_pipeline_split")) \
+        + bool(flags.get("account_for_loss_in_pipeline_split"))
+    assert slots % pp == 0, f"{slots} layer slots do not split over {pp} pipeline ranks"
+    assert (slots // pp) % per_stage == 0, (
+        f"{slots // pp} layer slots per rank are not a multiple of {per_stage} per virtual stage")
+    return slots // pp // int(per_stage)
+
+
+def megatron_check(args: list[str], world_size: int) -> MegatronResult:
+    """Validate exported Megatron-LM arguments with megatron-core and a `world_size`-rank
+    fake process group (raises what megatron-core raises)."""
+    with _quiet():
+        import torch
+        from megatron.core import parallel_state
+        from megatron.core import utils as core_utils
+        from megatron.core.distributed import DistributedDataParallelConfig
+        from megatron.core.num_microbatches_calculator import (
+            destroy_num_microbatches_calculator,
+            get_num_microbatches,
+            init_num_microbatches_calculator,
+        )
+        from megatron.core.optimizer import OptimizerConfig
+        from megatron.core.transformer import TransformerConfig
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+        from packaging.version import Version
+
+    flags = parse_argv(args)
+    config_class = MLATransformerConfig if flags.get("multi_latent_attention") else \
+        TransformerConfig
+    config_fields = {f.name for f in dataclasses.fields(config_class)}
+    ddp_fields = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+    optimizer_fields = {f.name for f in dataclasses.fields(OptimizerConfig)}
+    unknown = [name for name in flags if MEGATRON_RENAMES.get(name, name) not in
+               config_fields | ddp_fields | optimizer_fields | MEGATRON_MODEL_FLAGS]
+    assert not unknown, f"flags no check reads: {unknown}"
+
+    core_utils._te_version = Version(TE_VERSION)
+    with _quiet():
+        config = config_class(**_config_kwargs(flags, config_fields))
+        ddp = DistributedDataParallelConfig(**{
+            name: value for name, value in flags.items() if name in ddp_fields})
+        optimizer = None
+        if "optimizer" in flags:
+            dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+                      "fp8": torch.uint8}
+            optimizer_kwargs = {name: dtypes.get(value, value) if name.endswith("_dtype")
+                                else value for name, value in flags.items()
+                                if name in optimizer_fields}
+            optimizer_kwargs["params_dtype"] = config.params_dtype
+            optimizer = OptimizerConfig(**optimizer_kwargs)
+
+    vpp = config.virtual_pipeline_model_parallel_size
+    with fake_world(world_size):
+        try:
+            with _quiet():
+                parallel_state.initialize_model_parallel(
+                    tensor_model_parallel_size=config.tensor_model_parallel_size,
+                    pipeline_model_parallel_size=config.pipeline_model_parallel_size,
+                    virtual_pipeline_model_parallel_size=vpp,
+                    context_parallel_size=config.context_parallel_size,
+                    hierarchical_context_parallel_sizes=config.hierarchical_context_parallel_sizes,
+                    expert_model_parallel_size=config.expert_model_parallel_size,
+                    expert_tensor_parallel_size=config.expert_tensor_parallel_size,
+                    num_distributed_optimizer_instances=ddp.num_distributed_optimizer_instances,
+                    create_gloo_process_groups=False)
+            dp = parallel_state.get_data_parallel_world_size()
+            result = dict(
+                tp=parallel_state.get_tensor_model_parallel_world_size(),
+                pp=parallel_state.get_pipeline_model_parallel_world_size(),
+                vpp=parallel_state.get_virtual_pipeline_model_parallel_world_size() or 1,
+                cp=parallel_state.get_context_parallel_world_size(),
+                ep=parallel_state.get_expert_model_parallel_world_size(),
+                etp=parallel_state.get_expert_tensor_parallel_world_size(), dp=dp)
+            init_num_microbatches_calculator(
+                rank=0, rampup_batch_size=flags.get("rampup_batch_size"),
+                global_batch_size=int(flags["global_batch_size"]),
+                micro_batch_size=int(flags["micro_batch_size"]), data_parallel_size=dp)
+            try:
+                num_micro_batches = get_num_microbatches()
+            finally:
+                destroy_num_microbatches_calculator()
+        finally:
+            parallel_state.destroy_model_parallel()
+    return MegatronResult(config=config, ddp=ddp, optimizer=optimizer,
+                          micro_batch_size=int(flags["micro_batch_size"]),
+                          num_micro_batches=num_micro_batches, **result)
+
+
+
+class DeepSpeedUnsupported(ValueError):
+    """A mesh DeepSpeed 0.19.8 has no process-group layout for (Ulysses sequence parallelism
+    together with pipeline or AutoTP ranks): there is no mpu to hand its config."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DeepSpeedResult:
+    """What DeepSpeed made of an export."""
+
+    config: Any
+    """The validated `DeepSpeedConfig`."""
+    dp: int
+    """The data-parallel size DeepSpeed's batch arithmetic used."""
+
+
+def _reset_deepspeed_groups() -> None:
+    from deepspeed.runtime.sequence_parallel import parallel_state_sp
+    from deepspeed.utils import groups
+
+    for name in ("_TENSOR_MODEL_PARALLEL_GROUP", "_MODEL_PARALLEL_GROUP", "_DATA_PARALLEL_GROUP"):
+        setattr(groups, name, None)
+    parallel_state_sp._release_sequence_parallel_groups()
+
+
+def deepspeed_check(config: dict[str, Any], world_size: int, *, pp: int, tp: int,
+                    cp: int) -> DeepSpeedResult:
+    """Validate an exported DeepSpeed config with DeepSpeed's own config classes on a
+    `world_size`-rank fake process group (raises what DeepSpeed raises).
+
+    The mpu is the one DeepSpeed itself would use for the mesh: the `PipelineParallelGrid`
+    a `PipelineModule` builds (pipeline x AutoTP x data) when pp > 1, the AutoTP groups
+    the engine builds (`groups._init_tp_mesh_device`) when only tp > 1, DeepSpeed-Ulysses'
+    sequence-parallel state when only cp > 1, none (every rank data-parallel) otherwise.
+    The pipeline engine's ZeRO check and the AutoEP start-up checks run on the same sizes.
+    """
+    with _quiet():
+        import deepspeed.comm as ds_dist
+        import deepspeed.comm.torch as ds_torch_backend
+        from deepspeed.module_inject.auto_ep_config import validate_autoep_config
+        from deepspeed.runtime.config import DeepSpeedConfig
+        from deepspeed.runtime.pipe.topology import (
+            PipelineParallelGrid,
+            PipeModelDataParallelTopology,
+        )
+        from deepspeed.runtime.sequence_parallel import parallel_state_sp
+        from deepspeed.runtime.zero.config import ZeroStageEnum
+        from deepspeed.utils import groups
+        from deepspeed.utils.bwc import bwc_tensor_model_parallel_world_size
+
+    if cp > 1 and (pp > 1 or tp > 1):
+        raise DeepSpeedUnsupported(
+            f"cp={cp} with pp={pp}, tp={tp}: DeepSpeed 0.19.8 has no grid that combines "
+            "Ulysses sequence parallelism with pipeline or AutoTP ranks")
+    with fake_world(world_size):
+        _reset_deepspeed_groups()
+        try:
+            with _quiet():
+                # The CPU accelerator's shared-memory collectives are a C++ extension that
+                # deepspeed.comm compiles on first use; reading a config never runs a
+                # collective, so none is built.
+                ds_torch_backend.build_shm_op = lambda: None
+                ds_dist.init_distributed(dist_backend="fake", verbose=False)
+                mpu: Any = None
+                user_mpu: Any = None
+                if pp > 1:
+                    mpu = user_mpu = PipelineParallelGrid(topology=PipeModelDataParallelTopology(
+                        num_pp=pp, num_mp=tp, num_dp=world_size // (pp * tp)))
+                elif tp > 1:
+                    groups._init_tp_mesh_device(tensor_model_parallel_size=tp)
+                    mpu = groups
+                elif cp > 1:
+                    parallel_state_sp.initialize_sequence_parallel(cp)
+                    mpu = parallel_state_sp
+                parsed = DeepSpeedConfig(dict(config), mpu=mpu)
+            if pp > 1:
+                # deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__
+                assert parsed.zero_optimization_stage < ZeroStageEnum.gradients, \
+                    "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+            autoep = parsed.expert_parallel_config
+            if autoep is not None and autoep.enabled:
+                # deepspeed/runtime/engine.py, DeepSpeedEngine._configure_expert_parallel
+                if bwc_tensor_model_parallel_world_size(user_mpu) != 1:
+                    raise ValueError("AutoEP does not currently support tensor model "
+                                     "parallelism from mpu")
+                validate_autoep_config(autoep, world_size, pp, tp, cp,
+                                       zero_stage=int(parsed.zero_optimization_stage),
+                                       mpu=user_mpu)
+        finally:
+            _reset_deepspeed_groups()
+    return DeepSpeedResult(config=parsed, dp=int(parsed.world_size))
+
+
+__all__ = [
+    "DEEPSPEED",
+    "DeepSpeedResult",
+    "DeepSpeedUnsupported",
+    "deepspeed_check",
+    "MEGATRON_CORE",
+    "MEGATRON_MODEL_FLAGS",
+    "MEGATRON_RENAMES",
+    "TE_VERSION",
+    "TORCH",
+    "MegatronResult",
+    "fake_world",
+    "installed",
+    "megatron_check",
+    "missing",
+    "parse_argv",
+]
