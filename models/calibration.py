@@ -33,7 +33,7 @@ GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 SCALE_TOLERANCE = 1e-6
 """Relative width at which the golden-section search over s stops."""
 
-NEGATIVE_OVERHEAD_SIGMAS = 2.0
+NEGATIVE_OVERHEAD_SIGMAS = 3.0
 """A fitted overhead below zero by more than this many standard errors is refused as
 unphysical; one within it is clamped to zero and s refitted (noise around a zero overhead)."""
 

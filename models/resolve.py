@@ -59,8 +59,9 @@ def resolve_cluster(cluster: ClusterInput) -> ClusterSpec:
     if cluster.profile is not None:
         raise InvalidSpecError(
             f"cluster.profile '{cluster.profile}' names a stored calibration profile, which "
-            "only the service can read: send the request to the service, or give the "
-            "profile's constants as cluster.calibration", field="cluster.profile")
+            "is applied by POST /v1/evaluate and POST /v1/plans of the service; elsewhere "
+            "give its constants (GET /v1/calibration/profiles/{name}) as "
+            "cluster.calibration", field="cluster.profile")
     gpu: GpuSpec = gpu_preset(cluster.gpu) if isinstance(cluster.gpu, str) else cluster.gpu
     gpu_updates: dict[str, object] = {}
     if cluster.gpu_memory_bytes is not None:
