@@ -20,6 +20,10 @@ from api_schemas.units import PositiveBytes, PositiveInt
 PROFILE_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 """Profile names: lower-case letters, digits, '.', '_' and '-', at most 64 characters."""
 
+MIN_CALIBRATION_RUNS = 4
+"""Fewest runs one calibration takes: each leave-one-out fit then has 3 runs for 2
+constants, so each has a residual degree of freedom."""
+
 MAX_CALIBRATION_RUNS = 64
 """Most measured runs one calibration takes (each is scored at every grid point)."""
 
@@ -52,10 +56,10 @@ class CalibrationRunsRequest(SpecModel):
                      examples=["h100-sxm5-80gb"])
     node: str | None = Field(default=None, max_length=200,
                              description="Node preset id (default: the GPU's typical node).")
-    runs: list[MeasuredRun] = Field(min_length=3, max_length=MAX_CALIBRATION_RUNS,
-                                    description="Measured runs (at least 3: two constants "
-                                    "are fitted and one degree of freedom is left for their "
-                                    "uncertainty).")
+    runs: list[MeasuredRun] = Field(
+        min_length=MIN_CALIBRATION_RUNS, max_length=MAX_CALIBRATION_RUNS,
+        description="Measured runs (at least 4: two constants are fitted, with a degree of "
+        "freedom left for their uncertainty in every leave-one-out fit).")
 
 
 class FittedConstant(ResultModel):
@@ -136,6 +140,7 @@ class CalibrationProfileList(ResultModel):
 
 __all__ = [
     "MAX_CALIBRATION_RUNS",
+    "MIN_CALIBRATION_RUNS",
     "PROFILE_NAME_PATTERN",
     "CalibrationFit",
     "CalibrationProfile",

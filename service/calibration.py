@@ -8,6 +8,7 @@ cost model receives constants and never reads the store. Must not: fit (solver) 
 HTTP responses (routes).
 """
 
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from sqlalchemy import Engine
@@ -39,11 +40,16 @@ def profile_record(request: CalibrationRunsRequest, *, constants: KernelCalibrat
         request_json=request.model_dump(mode="json"))
 
 
+def _utc(moment: datetime) -> datetime:
+    """A stored time in UTC (SQLite returns it without its zone)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 def profile_of(record: CalibrationProfileRecord) -> CalibrationProfile:
     """A stored version as the API serves it."""
     return CalibrationProfile(
         name=record.name, version=record.version, gpu=record.gpu, family=record.family,
-        created_at=record.created_at, constants=constants_of(record),
+        created_at=_utc(record.created_at), constants=constants_of(record),
         fit=CalibrationFit.model_validate(record.fit_json))
 
 
@@ -51,7 +57,7 @@ def summary_of(record: CalibrationProfileRecord) -> CalibrationProfileSummary:
     """A profile's newest version as the list shows it."""
     return CalibrationProfileSummary(
         name=record.name, latest_version=record.version, gpu=record.gpu, family=record.family,
-        created_at=record.created_at, gemm_efficiency_scale=record.gemm_efficiency_scale,
+        created_at=_utc(record.created_at), gemm_efficiency_scale=record.gemm_efficiency_scale,
         step_overhead_s=record.step_overhead_s,
         num_runs=int(record.fit_json.get("num_runs", 0)))
 

@@ -46,7 +46,7 @@ RUNS_EXAMPLE = {
          "parallel": {"tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 1, "zero_stage": 1,
                       "sequence_parallel": True},
          "step_time_s": t}
-        for gbs, t in ((16, 1.23), (64, 3.92), (256, 14.5))
+        for gbs, t in ((16, 1.23), (32, 2.1), (64, 3.92), (256, 14.5))
     ],
 }
 
@@ -72,7 +72,7 @@ def _check_bounds(request: CalibrationRunsRequest, context: ContextDep) -> None:
                                    "store-unavailable")})
 async def calibrate_runs(
     request: Annotated[CalibrationRunsRequest, Body(openapi_examples={
-        "three-runs": {"summary": "Three Llama 3.1 8B runs on one H100 node",
+        "four-runs": {"summary": "Four Llama 3.1 8B runs on one H100 node",
                        "value": RUNS_EXAMPLE}})],
     context: ContextDep, response: Response,
 ) -> CalibrationProfile:
