@@ -75,24 +75,26 @@ class FittedConstant(ResultModel):
 class RunResidual(ResultModel):
     """One submitted run against the uncalibrated, the fitted and the held-out model."""
 
-    label: str
-    measured_step_time_s: float
-    uncalibrated_step_time_s: float
-    fitted_step_time_s: float
+    label: str = Field(description="The run's label, or 'run <index>'.")
+    measured_step_time_s: float = Field(description="The measured step time (seconds).")
+    uncalibrated_step_time_s: float = Field(description="The model without the profile.")
+    fitted_step_time_s: float = Field(description="The model with the fitted constants.")
     leave_one_out_step_time_s: float = Field(
         description="Predicted by the constants fitted on the other runs.")
     peak_flop_bound_s: float = Field(description="Step time at 100% of the dense peak "
                                      "(model FLOPs / GPUs / peak): no run can be faster.")
-    measured_peak_memory_bytes: int | None = None
+    measured_peak_memory_bytes: int | None = Field(default=None,
+                                                   description="As submitted, if given.")
     predicted_peak_memory_bytes: int = Field(description="The memory ledger's peak.")
 
 
 class CalibrationFit(ResultModel):
     """What the fit found and how well it predicts runs it did not see."""
 
-    num_runs: int
-    gemm_efficiency_scale: FittedConstant
-    step_overhead_s: FittedConstant
+    num_runs: int = Field(description="Runs the fit was made on.")
+    gemm_efficiency_scale: FittedConstant = Field(description="Multiplier on the family's "
+                                                  "eta_max of every input format.")
+    step_overhead_s: FittedConstant = Field(description="Fixed time per step (seconds).")
     gemm_peak_frac: dict[str, float] = Field(description="The calibrated eta_max per input "
                                              "format (family value x scale).")
     uncalibrated_relative_error: float = Field(description="Mean |predicted/measured - 1| "
@@ -103,39 +105,40 @@ class CalibrationFit(ResultModel):
     fitted_relative_error: float = Field(description="Mean |predicted/measured - 1| of the "
                                          "fit on every run (in-sample).")
     log_residual_rms: float = Field(description="RMS of log(measured / fitted).")
-    runs: list[RunResidual]
-    method: str
+    runs: list[RunResidual] = Field(description="Each run: measured, uncalibrated, fitted "
+                                    "and held-out predictions.")
+    method: str = Field(description="How the constants were fitted, in words.")
 
 
 class CalibrationProfile(ResultModel):
     """A stored profile: its constants and the fit that produced them."""
 
-    name: str
-    version: int
-    gpu: str
-    family: str
-    created_at: datetime
-    constants: KernelCalibration
-    fit: CalibrationFit
+    name: str = Field(description="Profile name.")
+    version: int = Field(description="1 for the first fit of the name, then 2, 3, ...")
+    gpu: str = Field(description="GPU preset id of the runs.")
+    family: str = Field(description="Kernel family whose eta_max the scale multiplies.")
+    created_at: datetime = Field(description="When this version was stored (UTC).")
+    constants: KernelCalibration = Field(description="What `cluster.profile` applies.")
+    fit: CalibrationFit = Field(description="The fit report of this version.")
 
 
 class CalibrationProfileSummary(ResultModel):
     """One profile in the list: its newest version."""
 
-    name: str
-    latest_version: int
-    gpu: str
-    family: str
-    created_at: datetime
-    gemm_efficiency_scale: float
-    step_overhead_s: float
-    num_runs: int
+    name: str = Field(description="Profile name.")
+    latest_version: int = Field(description="Its newest version.")
+    gpu: str = Field(description="GPU preset id of the runs.")
+    family: str = Field(description="Kernel family whose eta_max the scale multiplies.")
+    created_at: datetime = Field(description="When the newest version was stored (UTC).")
+    gemm_efficiency_scale: float = Field(description="Newest fitted eta_max multiplier.")
+    step_overhead_s: float = Field(description="Newest fitted per-step overhead (s).")
+    num_runs: int = Field(description="Runs the newest version was fitted on.")
 
 
 class CalibrationProfileList(ResultModel):
     """Every stored profile name with its newest version."""
 
-    items: list[CalibrationProfileSummary]
+    items: list[CalibrationProfileSummary] = Field(description="By name.")
 
 
 __all__ = [
