@@ -98,7 +98,8 @@ def _notes(resolved_notes: tuple[str, ...], cluster: ClusterSpec) -> list[str]:
     notes.append("kernel efficiencies: " + profile_for(cluster.gpu).calibration)
     calibration = cluster.calibration
     if calibration is not None:
-        source = (f"calibration profile '{calibration.profile}' version {calibration.version}"
+        version = f" version {calibration.version}" if calibration.version else ""
+        source = (f"calibration profile '{calibration.profile}'{version}"
                   if calibration.profile is not None else "cluster.calibration")
         notes.append(f"{source}: GEMM efficiency x {calibration.gemm_efficiency_scale:.4g} "
                      f"of the values above, {calibration.step_overhead_s:.4g} s fixed "

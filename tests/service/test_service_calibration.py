@@ -120,6 +120,26 @@ def test_evaluate_and_plan_with_a_profile_use_its_constants(
     assert other_gpu.status_code == 422 and "fitted on 'h100-sxm5-80gb'" in other_gpu.text
 
 
+def test_constants_given_directly_are_checked_against_the_peak(http: httpx.Client) -> None:
+    given = {**EVALUATE, "cluster": {**EVALUATE["cluster"], "calibration": {
+        "gemm_efficiency_scale": 1.1, "step_overhead_s": 0.2}}}
+    scored = http.post("/v1/evaluate", json=given)
+    assert scored.status_code == 200, scored.text
+    assert scored.json()["time"]["overheads_s"][
+        "per-step overhead (calibration profile)"] == pytest.approx(0.2)
+    assert any(note.startswith("cluster.calibration: GEMM efficiency x 1.1")
+               for note in scored.json()["explanation"]["notes"])
+    over = http.post("/v1/evaluate", json={**EVALUATE, "cluster": {
+        **EVALUATE["cluster"], "calibration": {"gemm_efficiency_scale": 1.6}}})
+    assert over.status_code == 422
+    assert over.json()["errors"][0]["loc"] == ["body", "cluster", "calibration",
+                                               "gemm_efficiency_scale"]
+    assert "outside [10%, 100%]" in over.json()["detail"]
+    both = http.post("/v1/evaluate", json={**EVALUATE, "cluster": {
+        **EVALUATE["cluster"], "profile": "x", "calibration": {}}})
+    assert both.status_code == 422 and "not both" in both.text
+
+
 def test_an_impossible_run_is_refused_with_its_field(http: httpx.Client) -> None:
     body = fit_body("bad", 1.0, 0.0, 5)
     body["runs"][3]["step_time_s"] = 0.01
