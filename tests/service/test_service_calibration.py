@@ -198,3 +198,40 @@ def test_repository_round_trip_and_versions(database_url: str) -> None:
                 ("a", 2), ("b", 1)]
     finally:
         engine.dispose()
+
+
+def test_concurrent_fits_of_one_name_get_distinct_versions(database_url: str) -> None:
+    import threading
+
+    from sqlmodel import Session
+
+    from service.persistence import init_db, make_engine
+    from service.persistence.repo import list_profiles, save_profile_version
+    from service.persistence.tables import CalibrationProfileRecord
+
+    engine = make_engine(database_url)
+    init_db(engine)
+    versions: list[int] = []
+    start = threading.Barrier(4)
+
+    def write() -> None:
+        start.wait()
+        with Session(engine) as session:
+            saved = save_profile_version(session=session, record=CalibrationProfileRecord(
+                name="shared", version=1, gpu=GPU, family="hopper",
+                gemm_efficiency_scale=0.9, step_overhead_s=0.0, fit_json=FIT_JSON,
+                request_json={}))
+            versions.append(saved.version)
+
+    try:
+        threads = [threading.Thread(target=write) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert sorted(versions) == [1, 2, 3, 4]
+        with Session(engine) as session:
+            assert [(r.name, r.version) for r in list_profiles(session=session)] == [
+                ("shared", 4)]
+    finally:
+        engine.dispose()
