@@ -79,7 +79,8 @@ M = RecomputeModule
 
 @lru_cache(maxsize=256)
 def _scaled_family_profile(family: str, scale: float) -> KernelProfile:
-    """A family's published profile with its eta_max scaled (cached: read once per GEMM)."""
+    """A family's published profile with its eta_max scaled (cached: read once per GEMM;
+    `clear_compute_cache` forgets it when a script swaps `PROFILES`)."""
     return calibrated_profile(PROFILES[family], scale)
 
 
@@ -113,6 +114,8 @@ class ComputeContext:
     def kernel_profile(self) -> KernelProfile:
         """The calibrated profile of the GPU (its eta_max scaled by a calibration profile's
         `gemm_efficiency_scale`, `models.kernels.calibrated_profile`)."""
+        if self.gemm_efficiency_scale == 1.0:
+            return self.profile or profile_for(self.gpu)
         if self.profile is not None:
             return calibrated_profile(self.profile, self.gemm_efficiency_scale)
         return _scaled_family_profile(profile_for(self.gpu).family, self.gemm_efficiency_scale)
@@ -483,6 +486,7 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
 def clear_compute_cache() -> None:
     """Forget cached layer times (for calibration scripts that swap kernel profiles)."""
     _layer_compute.cache_clear()
+    _scaled_family_profile.cache_clear()
 
 
 def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
