@@ -98,6 +98,27 @@ class LinkSpec(SpecModel):
     )
 
 
+class KernelCalibration(SpecModel):
+    """Fitted constants applied on top of a GPU family's kernel profile (a stored
+    calibration profile, POST /v1/calibration/runs)."""
+
+    gemm_efficiency_scale: float = Field(
+        default=1.0, gt=0.0, le=10.0,
+        description="Multiplier on the GPU family's GEMM efficiency (`gemm_peak_frac` of "
+        "every input format); 1 is the uncalibrated model. The scaled efficiency must stay "
+        "at or below 100% of the dense peak.", examples=[0.93])
+    step_overhead_s: float = Field(
+        default=0.0, ge=0.0, le=3600.0,
+        description="Fixed time added to every optimizer step (data loading, logging, "
+        "synchronisation the model does not itemise), seconds.", examples=[0.05])
+    profile: str | None = Field(
+        default=None, max_length=64,
+        description="Name of the stored profile these constants come from (set by the "
+        "service when a request names `cluster.profile`).")
+    version: int | None = Field(default=None, ge=1,
+                                description="Version of that stored profile.")
+
+
 class ClusterSpec(SpecModel):
     """A homogeneous GPU cluster: nodes of GPUs joined by a scale-up and a scale-out fabric."""
 
@@ -132,6 +153,9 @@ class ClusterSpec(SpecModel):
         default=0.0,
         description="Fraction of each GPU's memory kept free (capacity = memory x (1 - this)).",
     )
+    calibration: KernelCalibration | None = Field(
+        default=None, description="Fitted kernel constants of a calibration profile (None: "
+        "the GPU family's published calibration).")
 
     @property
     def world_size(self) -> int:
@@ -144,4 +168,4 @@ class ClusterSpec(SpecModel):
         return int(self.gpu.memory_bytes * (1.0 - self.memory_headroom_frac))
 
 
-__all__ = ["ClusterSpec", "GpuSpec", "IntraNodeTopology", "LinkSpec"]
+__all__ = ["ClusterSpec", "GpuSpec", "IntraNodeTopology", "KernelCalibration", "LinkSpec"]

@@ -16,6 +16,7 @@ ProblemCode = Literal[
     "no-feasible-plan",
     "solver-time-limit",
     "plan-not-found",
+    "profile-not-found",
     "payload-too-large",
     "overloaded",
     "store-unavailable",

@@ -14,7 +14,7 @@ from pydantic import AfterValidator, Field, model_validator
 from api_schemas._base import FiniteJson, SpecModel, reject_non_finite
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
-from api_schemas.hardware import GpuSpec, IntraNodeTopology
+from api_schemas.hardware import GpuSpec, IntraNodeTopology, KernelCalibration
 from api_schemas.parallel import (
     ContextParallelKind,
     ParallelConfig,
@@ -112,6 +112,22 @@ class ClusterInput(SpecModel):
         description="Share of GPU memory kept free beyond the ledger's itemised runtime "
         "memory (capacity = memory x (1 - this)); default 0.02, e.g. 1.6 GiB of an 80 GiB "
         "GPU. Set 0 to plan up to the whole HBM.", examples=[0.02])
+    profile: str | None = Field(
+        default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
+        description="Name of a stored calibration profile (GET /v1/calibration/profiles): "
+        "its newest version's fitted GEMM efficiency and per-step overhead replace the GPU "
+        "family's published calibration. The profile's GPU must be this cluster's GPU.",
+        examples=["our-h100"])
+    calibration: KernelCalibration | None = Field(
+        default=None, description="Fitted kernel constants given directly (what "
+        "`profile` expands to); give one of `profile` and `calibration`.")
+
+    @model_validator(mode="after")
+    def _one_calibration(self) -> Self:
+        if self.profile is not None and self.calibration is not None:
+            raise ValueError("give cluster.profile (a stored profile's name) or "
+                             "cluster.calibration (its constants), not both")
+        return self
 
 
 class Objective(StrEnum):

@@ -25,8 +25,10 @@ from models.flops import attention_core_forward_flops
 from models.kernels import (
     GEMM_LAUNCH_S,
     GEMM_TILE,
+    PROFILES,
     KernelProfile,
     attention_time_s,
+    calibrated_profile,
     gemm_time_s,
     grouped_gemm_time_s,
     memory_bound_time_s,
@@ -75,6 +77,13 @@ recomputed forward; dropless, no CUDA graph of the MoE layer. Backward reuses th
 M = RecomputeModule
 
 
+@lru_cache(maxsize=256)
+def _scaled_family_profile(family: str, scale: float) -> KernelProfile:
+    """A family's published profile with its eta_max scaled (cached: read once per GEMM;
+    `clear_compute_cache` forgets it when a script swaps `PROFILES`)."""
+    return calibrated_profile(PROFILES[family], scale)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ComputeContext:
     """Everything besides the layer that sets its kernel shapes and speeds."""
@@ -93,6 +102,8 @@ class ComputeContext:
     moe_load_imbalance: float = 1.0
     elementwise_fusion: ElementwiseFusion = ElementwiseFusion.FUSED
     profile: KernelProfile | None = None
+    gemm_efficiency_scale: float = 1.0
+    """A calibration profile's multiplier on the profile's eta_max (1: as published)."""
 
     @property
     def tokens(self) -> int:
@@ -101,8 +112,13 @@ class ComputeContext:
 
     @property
     def kernel_profile(self) -> KernelProfile:
-        """The calibrated profile of the GPU."""
-        return self.profile or profile_for(self.gpu)
+        """The calibrated profile of the GPU (its eta_max scaled by a calibration profile's
+        `gemm_efficiency_scale`, `models.kernels.calibrated_profile`)."""
+        if self.gemm_efficiency_scale == 1.0:
+            return self.profile or profile_for(self.gpu)
+        if self.profile is not None:
+            return calibrated_profile(self.profile, self.gemm_efficiency_scale)
+        return _scaled_family_profile(profile_for(self.gpu).family, self.gemm_efficiency_scale)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -470,6 +486,7 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
 def clear_compute_cache() -> None:
     """Forget cached layer times (for calibration scripts that swap kernel profiles)."""
     _layer_compute.cache_clear()
+    _scaled_family_profile.cache_clear()
 
 
 def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:

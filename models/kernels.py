@@ -18,6 +18,7 @@ Attention model: FLOPs / (P * eta_attn * s / (s + s_half)), with eta_attn for fu
 kernels or materialised softmax, calibrated on the FlashAttention-2/3 repository benchmarks.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -122,6 +123,46 @@ def profile_for(gpu: GpuSpec) -> KernelProfile:
         "catalog GPU preset", field="cluster.gpu.id")
 
 
+GEMM_EFFICIENCY_FLOOR_FRAC = 0.10
+"""Lowest calibrated eta_max accepted (share of the dense tensor-core peak). Below it the
+GEMMs would run at about the CUDA-core FP32 rate (A100 19.5 of 312 TFLOP/s = 6.3%, H100 SXM
+67 of 989 = 6.8%: NVIDIA A100 and H100 datasheets), i.e. tensor cores idle: a measured step
+that slow is limited by something the GEMM constant does not model (throttling, host stalls,
+a wrong configuration), and fitting it into eta_max would mislead every other plan."""
+
+
+def calibrated_profile(profile: KernelProfile, gemm_efficiency_scale: float, *,
+                       label: str = "") -> KernelProfile:
+    """`profile` with every format's eta_max multiplied by `gemm_efficiency_scale`.
+
+    The multiplier is the GEMM efficiency level of a calibration profile (fitted on measured
+    step times, `models.calibration`); the shape model (wave quantisation, launch and I/O
+    terms) and attention are unchanged. Source: the GEMM model of this module, whose eta_max
+    is itself a step-level fit (research/CALIBRATION.md); a cluster-specific refit of that
+    level is Sec. "Cluster calibration" there.
+
+    Raises:
+        InvalidSpecError: a scaled eta_max above 1 (faster than the dense peak) or below
+            `GEMM_EFFICIENCY_FLOOR_FRAC`.
+    """
+    if gemm_efficiency_scale == 1.0:
+        return profile
+    scaled = {dtype: frac * gemm_efficiency_scale
+              for dtype, frac in profile.gemm_peak_frac.items()}
+    for dtype, frac in scaled.items():
+        if frac > 1.0 or frac < GEMM_EFFICIENCY_FLOOR_FRAC:
+            raise InvalidSpecError(
+                f"GEMM efficiency scale {gemm_efficiency_scale:g} puts {profile.family} "
+                f"{dtype.value} GEMMs at {frac:.1%} of the dense peak, outside "
+                f"[{GEMM_EFFICIENCY_FLOOR_FRAC:.0%}, 100%]; give a scale between "
+                f"{GEMM_EFFICIENCY_FLOOR_FRAC / min(profile.gemm_peak_frac.values()):.3g} and "
+                f"{1.0 / max(profile.gemm_peak_frac.values()):.3g}",
+                field="cluster.calibration.gemm_efficiency_scale")
+    note = label or f"GEMM efficiency x {gemm_efficiency_scale:.4g}"
+    return dataclasses.replace(profile, gemm_peak_frac=scaled,
+                               calibration=f"{note} over: {profile.calibration}")
+
+
 def _gemm_frac(profile: KernelProfile, dtype: DType) -> float:
     return profile.gemm_peak_frac.get(dtype) or profile.gemm_peak_frac[DType.BF16]
 
@@ -220,6 +261,7 @@ def memory_bound_time_s(num_bytes: float, *, gpu: GpuSpec) -> float:
 
 __all__ = [
     "GEMM_IO_FACTOR",
+    "GEMM_EFFICIENCY_FLOOR_FRAC",
     "GEMM_LAUNCH_S",
     "GEMM_TILE",
     "GROUPED_GEMM_STREAMS",
@@ -227,6 +269,7 @@ __all__ = [
     "PROFILES",
     "KernelProfile",
     "attention_time_s",
+    "calibrated_profile",
     "gemm_time_s",
     "grouped_gemm_time_s",
     "memory_bound_time_s",

@@ -51,9 +51,17 @@ def resolve_cluster(cluster: ClusterInput) -> ClusterSpec:
     """A `ClusterSpec` from a GPU preset (or object), a node preset and overrides.
 
     Raises:
-        InvalidSpecError: unknown GPU or node preset, or a GPU with no node preset whose
-            links the request does not give (the message names the fields).
+        InvalidSpecError: unknown GPU or node preset, a GPU with no node preset whose
+            links the request does not give (the message names the fields), or a
+            calibration profile named but not expanded (only the service's store holds
+            profiles: it replaces `cluster.profile` with `cluster.calibration`).
     """
+    if cluster.profile is not None:
+        raise InvalidSpecError(
+            f"cluster.profile '{cluster.profile}' names a stored calibration profile, which "
+            "is applied by POST /v1/evaluate and POST /v1/plans of the service; elsewhere "
+            "give its constants (GET /v1/calibration/profiles/{name}) as "
+            "cluster.calibration", field="cluster.profile")
     gpu: GpuSpec = gpu_preset(cluster.gpu) if isinstance(cluster.gpu, str) else cluster.gpu
     gpu_updates: dict[str, object] = {}
     if cluster.gpu_memory_bytes is not None:
@@ -89,6 +97,7 @@ def resolve_cluster(cluster: ClusterInput) -> ClusterSpec:
         host_memory_bandwidth_bytes_per_s=(cluster.host_memory_bandwidth_bytes_per_s
                                            or links.host_memory_bandwidth_bytes_per_s),
         memory_headroom_frac=cluster.memory_headroom_frac,
+        calibration=cluster.calibration,
     )
 
 

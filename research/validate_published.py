@@ -37,10 +37,12 @@ from api_schemas import (
     RecomputeModule,
     TrainingSpec,
 )
+from api_schemas.hardware import KernelCalibration
 from models import kernels
 from models.catalog import cluster_preset, model_preset
 from models.compute import clear_compute_cache
 from models.errors import InvalidSpecError
+from models.step_time import StepEstimate
 from solver.candidate_eval import PolicyCaps, evaluate_candidate
 from solver.space import MeshCandidate
 
@@ -102,8 +104,11 @@ def model_of(row: dict[str, Any]) -> ModelSpec | None:
                      vocab_size=m["vocab_size"], moe=moe)
 
 
-def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
-    """(observed, predicted, unit) or None when the row cannot be predicted."""
+def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = None
+                  ) -> StepEstimate | None:
+    """The planner's best configuration of a row as printed (see the module docstring), on
+    the row's cluster with `calibration` (a cluster profile's constants) if given; None
+    when the row cannot be predicted."""
     spec = model_of(row)
     p, hw = row["parallel"], row["hardware"]
     if spec is None or not hw.get("num_gpus") or not p.get("global_batch_size"):
@@ -113,6 +118,8 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
     gpus = hw["num_gpus"]
     cluster = cluster_preset(hw["gpu"], num_nodes=max(1, gpus // 8),
                              gpus_per_node=min(8, gpus))
+    if calibration is not None:
+        cluster = cluster.model_copy(update={"calibration": calibration})
     precision = (p.get("precision") or "").lower()
     seq = row["model"].get("seq_len") or 4096
     old = row["id"].startswith(("megatron2021", "korthikanti2022", "megascale", "bloom"))
@@ -161,8 +168,15 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
         if hasattr(result, "estimate") and (best is None or
                                             result.estimate.step_time_s < best.step_time_s):
             best = result.estimate
+    return best
+
+
+def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
+    """(observed, predicted, unit) or None when the row cannot be predicted."""
+    best = best_estimate(row)
     if best is None:
         return None
+    gpus = row["hardware"]["num_gpus"]
     measured = row["measured"]
     if measured.get("tokens_per_s_per_gpu"):
         return measured["tokens_per_s_per_gpu"], best.tokens_per_s / gpus, "tokens/s/GPU"

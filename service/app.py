@@ -28,6 +28,7 @@ from service.planning import Planner
 from service.pool import SolverPool
 from service.problems import install_problem_handlers
 from service.routes import (
+    calibration,
     catalog,
     collectives,
     estimates,
@@ -129,6 +130,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app.include_router(pipeline.router)
     app.include_router(moe.router)
     app.include_router(moe_buffers.router)
+    app.include_router(calibration.router)
     app.include_router(catalog.router)
     app.include_router(health.router)
     lab.install_lab(app)

@@ -9,7 +9,9 @@ it names, with its arguments).
 """
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from api_schemas.calibration import CalibrationRunsRequest
 from api_schemas.moe import MoePlacementRequest, MoePlacementResponse
 from api_schemas.parallel import ParallelConfig
 from api_schemas.pipeline import (
@@ -28,6 +30,9 @@ from api_schemas.run_level import (
     SensitivityResponse,
 )
 
+if TYPE_CHECKING:
+    from solver.calibration import CalibrationResult
+
 PlanFn = Callable[..., PlanResponse]
 
 
@@ -44,6 +49,13 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     from solver.api import evaluate as solver_evaluate
 
     return solver_evaluate(request)
+
+
+def calibrate(request: CalibrationRunsRequest) -> "CalibrationResult":
+    """`solver.calibration.calibrate`."""
+    from solver.calibration import calibrate as solver_calibrate
+
+    return solver_calibrate(request)
 
 
 def memory_report(request: EvaluateRequest) -> MemoryReport:
@@ -99,6 +111,7 @@ def sensitivity(request: SensitivityRequest, *, planner: PlanFn) -> SensitivityR
 def preload() -> None:
     """Import every solver module the functions above use."""
     import solver.api
+    import solver.calibration
     import solver.memory_lab
     import solver.placement.api
     import solver.plan_pipeline
@@ -107,6 +120,7 @@ def preload() -> None:
 
 
 __all__ = [
+    "calibrate",
     "estimate_run",
     "evaluate",
     "frontier",

@@ -29,6 +29,7 @@ PROBLEM_STATUS: dict[ProblemCode, int] = {
     "no-feasible-plan": 422,
     "solver-time-limit": 503,
     "plan-not-found": 404,
+    "profile-not-found": 404,
     "payload-too-large": 413,
     "overloaded": 503,
     "store-unavailable": 503,
@@ -44,6 +45,7 @@ PROBLEM_TITLES: dict[ProblemCode, str] = {
     "no-feasible-plan": "No plan satisfies the request",
     "solver-time-limit": "The search reached its time limit without an answer",
     "plan-not-found": "No stored plan has this id",
+    "profile-not-found": "No calibration profile has this name",
     "payload-too-large": "The request body is larger than the service accepts",
     "overloaded": "Every solver thread is busy",
     "store-unavailable": "The plan store does not answer",
@@ -60,6 +62,8 @@ PROBLEM_DESCRIPTIONS: dict[ProblemCode, str] = {
     "solver-time-limit": "The search ran out of time before finding a plan; retry later "
     "(Retry-After) or with a larger `solver.time_limit_s`.",
     "plan-not-found": "The plan id is unknown to this store.",
+    "profile-not-found": "No calibration profile of this name (or version) is stored; "
+    "GET /v1/calibration/profiles lists them, POST /v1/calibration/runs fits one.",
     "payload-too-large": "The body exceeds the configured maximum (ATLAS_MAX_BODY_BYTES).",
     "overloaded": "The solver pool and its queue are full; retry after Retry-After seconds.",
     "store-unavailable": "The plan database is unreachable, refuses connections, is missing or "
@@ -83,6 +87,12 @@ class PlanNotFoundError(PlannerError):
     """The plan id is not in the store."""
 
     code: ProblemCode = "plan-not-found"
+
+
+class ProfileNotFoundError(PlannerError):
+    """No calibration profile of the name (or version) is stored."""
+
+    code: ProblemCode = "profile-not-found"
 
 
 class PayloadTooLargeError(PlannerError):
@@ -288,6 +298,7 @@ __all__ = [
     "OverloadedError",
     "PayloadTooLargeError",
     "PlanNotFoundError",
+    "ProfileNotFoundError",
     "SolveTimeoutError",
     "StoreUnavailableError",
     "install_problem_handlers",

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.exports import PlanExports
-from api_schemas.hardware import ClusterSpec, GpuSpec
+from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import (
     Alternative,
@@ -93,9 +93,17 @@ def _exports(spec: ModelSpec, training: TrainingSpec,
     return PlanExports.model_validate(export_all(spec, training, parallel))
 
 
-def _notes(resolved_notes: tuple[str, ...], gpu: GpuSpec) -> list[str]:
+def _notes(resolved_notes: tuple[str, ...], cluster: ClusterSpec) -> list[str]:
     notes = list(resolved_notes)
-    notes.append("kernel efficiencies: " + profile_for(gpu).calibration)
+    notes.append("kernel efficiencies: " + profile_for(cluster.gpu).calibration)
+    calibration = cluster.calibration
+    if calibration is not None:
+        version = f" version {calibration.version}" if calibration.version else ""
+        source = (f"calibration profile '{calibration.profile}'{version}"
+                  if calibration.profile is not None else "cluster.calibration")
+        notes.append(f"{source}: GEMM efficiency x {calibration.gemm_efficiency_scale:.4g} "
+                     f"of the values above, {calibration.step_overhead_s:.4g} s fixed "
+                     "overhead per step")
     return notes
 
 
@@ -117,7 +125,7 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     result = search(spec, request.training, cluster, constraints=constraints,
                     objective=request.objective, limits=request.solver, progress=progress,
                     deadline=deadline)
-    notes = _notes(resolved.notes, cluster.gpu)
+    notes = _notes(resolved.notes, cluster)
     limits = search_limits(spec, request.training, cluster, constraints, request.objective)
     notes.append(space_note(limits))
     stats = _stats(result).model_copy(update={"space": limits})
@@ -365,7 +373,7 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     scored = ScoredPlan(candidate=MeshCandidate.of(parallel, est.num_micro_batches),
                         parallel=parallel, estimate=est, ledger=ledger)
     fixes = suggest_fixes(spec, request.training, cluster, scored)
-    notes = _notes(resolved.notes, cluster.gpu) + [w.message for w in warnings]
+    notes = _notes(resolved.notes, cluster) + [w.message for w in warnings]
     if parallel.world_size < cluster.world_size:
         notes.append(f"uses {parallel.world_size} of the cluster's {cluster.world_size} GPUs "
                      f"({nodes} node(s)); the others stay idle")

@@ -191,6 +191,12 @@ GRAD_NORM_PASSES = 3
 for the norm, then read and write to scale."""
 
 
+CALIBRATED_OVERHEAD = "per-step overhead (calibration profile)"
+"""Name of the fitted fixed per-step time of a calibration profile in `overheads_s`: what a
+cluster's measured steps spend beyond the modelled terms (data loading, logging, host
+synchronisation), fitted by least squares on log step time (`models.calibration`)."""
+
+
 def _step_overheads(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                     cluster: ClusterSpec, groups: AxisGroups, fabric: Fabric,
                     layout: StageLayout) -> dict[str, float]:
@@ -203,7 +209,8 @@ def _step_overheads(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
     local squared norm, all-reduce over the model-parallel group, with the distributed
     optimizer over the data-parallel group too; `clip_grad_by_total_norm_fp32` scales every
     gradient) and `megatron/training/training.py` (`average_losses_across_data_parallel_
-    group`, one all-reduce per step).
+    group`, one all-reduce per step). With a calibration profile, its fitted per-step
+    overhead (`CALIBRATED_OVERHEAD`, `models.calibration`) is one more term.
     """
     mesh = groups.mesh
     world = call_cost(Collective.ALL_REDUCE, _world_placement(groups), 4, fabric).time_s
@@ -219,6 +226,8 @@ def _step_overheads(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
     terms = {"grad-norm all-reduce": world, "grad-norm and clipping": passes,
              "loss all-reduce": loss, "CPU optimizer (offloaded states)": host,
              **_muon_terms(spec, training, parallel, cluster, groups, fabric, layout)}
+    if cluster.calibration is not None:
+        terms[CALIBRATED_OVERHEAD] = cluster.calibration.step_overhead_s
     return {name: t for name, t in terms.items() if t > 0}
 
 

@@ -50,14 +50,17 @@ def layer_mode(parallel: ParallelConfig, stage: int, position: int) -> Recompute
 
 def compute_context(training: TrainingSpec, parallel: ParallelConfig,
                     cluster: ClusterSpec) -> ComputeContext:
-    """The kernel-timing context of a configuration."""
+    """The kernel-timing context of a configuration (the cluster's calibration profile, if
+    any, scales the GEMM efficiency: `models.kernels.calibrated_profile`).."""
+    calibration = cluster.calibration
+    scale = calibration.gemm_efficiency_scale if calibration is not None else 1.0
     return ComputeContext(
         gpu=cluster.gpu, seq_len=training.sequence_length,
         micro_batch_size=parallel.micro_batch_size, tp=parallel.tp, cp=parallel.cp,
         ep=parallel.ep, etp=parallel.etp, sequence_parallel=parallel.sequence_parallel,
         compute_dtype=training.compute_dtype, flash_attention=training.flash_attention,
         dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance,
-        elementwise_fusion=training.elementwise_fusion)
+        elementwise_fusion=training.elementwise_fusion, gemm_efficiency_scale=scale)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

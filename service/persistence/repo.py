@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, func, select
 
-from service.persistence.tables import PlanRecord
+from service.persistence.tables import CalibrationProfileRecord, PlanRecord
 
 logger = logging.getLogger(__name__)
 
@@ -76,4 +76,65 @@ def list_plans(*, session: Session, limit: int, offset: int = 0, model_name: str
     return PlanPage(records=tuple(session.exec(page).all()), total=int(total))
 
 
-__all__ = ["PlanPage", "find_plan_by_hash", "get_plan", "list_plans", "save_plan"]
+PROFILE_VERSION_ATTEMPTS = 5
+"""Writes of a new profile version tried before giving up when other writers keep taking
+the next version number of the same name first."""
+
+
+def save_profile_version(*, session: Session,
+                         record: CalibrationProfileRecord) -> CalibrationProfileRecord:
+    """Store `record` as the next version of its name (1 for a new name) and return it.
+
+    The version is the highest stored one plus one; when a concurrent writer took that
+    number first (the unique (name, version) index fires) the write is retried with the
+    next one.
+    """
+    for _ in range(PROFILE_VERSION_ATTEMPTS):
+        latest = latest_profile(session=session, name=record.name)
+        row = CalibrationProfileRecord.model_validate(
+            {**record.model_dump(exclude={"id"}),
+             "version": 1 if latest is None else latest.version + 1})
+        session.add(row)
+        try:
+            session.commit()
+        except IntegrityError:
+            session.rollback()
+            logger.info("profile %s version taken concurrently; retrying", record.name)
+            continue
+        session.refresh(row)
+        return row
+    raise RuntimeError(f"could not store a new version of profile '{record.name}' after "
+                       f"{PROFILE_VERSION_ATTEMPTS} attempts")
+
+
+def latest_profile(*, session: Session, name: str) -> CalibrationProfileRecord | None:
+    """The newest version of the profile `name`, or None."""
+    statement = (select(CalibrationProfileRecord)
+                 .where(CalibrationProfileRecord.name == name)
+                 .order_by(col(CalibrationProfileRecord.version).desc()).limit(1))
+    return session.exec(statement).first()
+
+
+def get_profile(*, session: Session, name: str,
+                version: int) -> CalibrationProfileRecord | None:
+    """One version of the profile `name`, or None."""
+    statement = select(CalibrationProfileRecord).where(
+        CalibrationProfileRecord.name == name, CalibrationProfileRecord.version == version)
+    return session.exec(statement).first()
+
+
+def list_profiles(*, session: Session) -> tuple[CalibrationProfileRecord, ...]:
+    """The newest version of every profile name, by name."""
+    newest = (select(CalibrationProfileRecord.name,
+                     func.max(CalibrationProfileRecord.version).label("version"))
+              .group_by(CalibrationProfileRecord.name).subquery())
+    statement = (select(CalibrationProfileRecord)
+                 .join(newest, (col(CalibrationProfileRecord.name) == newest.c.name)
+                       & (col(CalibrationProfileRecord.version) == newest.c.version))
+                 .order_by(col(CalibrationProfileRecord.name)))
+    return tuple(session.exec(statement).all())
+
+
+__all__ = ["PROFILE_VERSION_ATTEMPTS", "PlanPage", "find_plan_by_hash", "get_plan",
+           "get_profile", "latest_profile", "list_plans", "list_profiles", "save_plan",
+           "save_profile_version"]

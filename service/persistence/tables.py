@@ -1,14 +1,15 @@
 """The database tables (the `*Record` meaning of "model").
 
 Owns: `PlanRecord`, one stored plan: the normalised request, the full response, the solver
-statistics and the columns plans are listed and filtered by. Must not: hold logic; the
-repository (`repo.py`) reads and writes rows.
+statistics and the columns plans are listed and filtered by; `CalibrationProfileRecord`, one
+version of a calibration profile: its constants, its fit report and the runs it was fitted
+on. Must not: hold logic; the repository (`repo.py`) reads and writes rows.
 """
 
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, DateTime
+from sqlalchemy import JSON, Column, DateTime, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -49,4 +50,27 @@ class PlanRecord(SQLModel, table=True):
         description="What binds, for infeasible plans.")
 
 
-__all__ = ["PlanRecord", "utc_now"]
+class CalibrationProfileRecord(SQLModel, table=True):
+    """One version of a named calibration profile (a new fit of a name adds a version)."""
+
+    __tablename__ = "calibration_profiles"
+    __table_args__ = (UniqueConstraint("name", "version", name="uq_calibration_name_version"),)
+
+    id: int | None = Field(default=None, primary_key=True, description="Row id.")
+    name: str = Field(max_length=64, index=True, description="Profile name.")
+    version: int = Field(ge=1, description="1 for the first fit of a name, then 2, 3, ...")
+    created_at: datetime = Field(
+        default_factory=utc_now,
+        sa_column=Column(DateTime(timezone=True), nullable=False),
+        description="When the version was stored (UTC).")
+    gpu: str = Field(max_length=200, description="GPU preset id the runs ran on.")
+    family: str = Field(max_length=32, description="Kernel family the constants scale.")
+    gemm_efficiency_scale: float = Field(description="Fitted multiplier on eta_max.")
+    step_overhead_s: float = Field(description="Fitted per-step overhead (seconds).")
+    fit_json: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False),
+                                     description="The CalibrationFit report as served.")
+    request_json: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False),
+                                         description="The runs the fit was made on.")
+
+
+__all__ = ["CalibrationProfileRecord", "PlanRecord", "utc_now"]

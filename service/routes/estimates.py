@@ -1,19 +1,22 @@
 """Scoring one given configuration: the evaluation and the memory lab.
 
 Owns: POST /v1/evaluate and POST /v1/ledger/memory (schema in -> `solver.evaluate` /
-`solver.memory_report` -> schema out, on a request thread: no search), with their bounds.
-Must not: search or store.
+`solver.memory_report` -> schema out, on a request thread: no search), with their bounds;
+evaluate reads a named calibration profile through the store gate. Must not: search or
+write to the store.
 """
 
 from typing import Annotated
 
+from anyio import to_thread
 from fastapi import APIRouter, Body, Header, Query, Response
 
 from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
 from service import limits
+from service.calibration import apply_profile
 from service.core import call_core
-from service.deps import SettingsDep
+from service.deps import ContextDep, SettingsDep
 from service.library import evaluate, memory_report
 from service.media import Format, svg_content, svg_response, wanted_format
 from service.openapi import problem_responses
@@ -40,16 +43,18 @@ def check_evaluate_bounds(request: EvaluateRequest, settings: SettingsDep) -> No
 
 
 @router.post("/v1/evaluate", summary="Score one configuration: memory, time, fixes",
-             responses=problem_responses("invalid-spec"))
-def evaluate_configuration(request: EvaluateBody, settings: SettingsDep) -> PlanResponse:
+             responses=problem_responses("invalid-spec", "store-unavailable"))
+async def evaluate_configuration(request: EvaluateBody, context: ContextDep) -> PlanResponse:
     """Check a configuration you already have: whether it fits (status `feasible`) or not
     (`infeasible`, still 200), the per-stage memory ledger, the step-time breakdown and its
     bottleneck, throughput and MFU, and the smallest changes that make it fit or run faster
     (as `alternatives` and `explanation.relaxations`). A broken mesh rule (tp not dividing
     the heads, degrees not matching the cluster) is 422 invalid-spec naming a valid
-    alternative."""
-    check_evaluate_bounds(request, settings)
-    response = call_core(evaluate, request)
+    alternative. `cluster.profile` applies a stored calibration profile (its newest
+    version's constants)."""
+    request = await apply_profile(request, store=context.store)
+    check_evaluate_bounds(request, context.settings)
+    response = await to_thread.run_sync(call_core, evaluate, request)
     limits.require_finite(response)
     return response
 

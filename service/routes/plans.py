@@ -18,6 +18,7 @@ from sqlmodel import Session
 from api_schemas.plan import PlanResponse, PlanStatus
 from api_schemas.requests import PLAN_REQUEST_EXAMPLE, PlanRequest
 from service import planning
+from service.calibration import apply_profile
 from service.deps import ContextDep
 from service.openapi import problem_responses
 from service.persistence import repo
@@ -83,7 +84,9 @@ async def create_plan(
     the best plan under the objective, and store it. Identical requests (after defaults and
     limit clamping) are answered from the store; identical requests in flight share one
     search. An infeasible outcome is stored too and answered with 422 no-feasible-plan whose
-    `instance` is the stored plan's id."""
+    `instance` is the stored plan's id. `cluster.profile` applies a stored calibration
+    profile (its newest version's constants, which are part of the request's hash)."""
+    request = await apply_profile(request, store=context.store)
     stored = await planning.create_plan(request, settings=context.settings,
                                         store=context.store, pool=context.pool,
                                         planner=context.planner)

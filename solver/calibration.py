@@ -1,0 +1,202 @@
+"""Calibrating a cluster profile from measured runs: each run scored by the cost model over
+the GEMM efficiency scale, checked against physics, then fitted (`models.calibration`).
+
+Owns: `calibrate(request)`: resolving each run like POST /v1/evaluate (model, the
+calibration's GPU and node, mesh rules), refusing runs no hardware could produce (a step
+faster than its model FLOPs at 100% of the dense peak, a peak memory above the GPU's
+memory), tabulating each run's model step time over the admissible scales, the fit, its
+leave-one-out check and the refusal of unphysical constants. Must not: store profiles or
+read the database (the service does).
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from api_schemas._base import field_path
+from api_schemas.calibration import (
+    CalibrationFit,
+    CalibrationRunsRequest,
+    FittedConstant,
+    MeasuredRun,
+    RunResidual,
+)
+from api_schemas.hardware import ClusterSpec, KernelCalibration
+from api_schemas.requests import ClusterInput
+from models.calibration import (
+    CalibrationRefused,
+    Fit,
+    RunCurve,
+    fit_constants,
+    leave_one_out,
+    physical_problems,
+    relative_error,
+)
+from models.errors import PlannerError
+from models.kernels import GEMM_EFFICIENCY_FLOOR_FRAC, KernelProfile, profile_for
+from models.memory import memory_ledger
+from models.mesh import validate_mesh
+from models.resolve import resolve_cluster, resolve_model
+from models.step_time import estimate_step
+from solver.api import used_nodes
+
+GRID_POINTS = 17
+"""GEMM efficiency scales (log-spaced over the admissible range) at which each run's step
+time is evaluated; the fit interpolates linearly in 1/s between them."""
+
+METHOD = ("least squares on ln(step time): t = T(s) + o, T the cost model with every eta_max "
+          "x s (tabulated at 17 scales, linear in 1/s between them), o a fixed per-step "
+          "overhead; standard errors from the Gauss-Newton covariance with RSS/(n-2); "
+          "leave-one-out: each run predicted by the fit on the others")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CalibrationResult:
+    """A fit ready to store: its constants, the report, and the GPU family it applies to."""
+
+    constants: KernelCalibration
+    fit: CalibrationFit
+    family: str
+
+
+def scale_limits(profile: KernelProfile) -> tuple[float, float]:
+    """The admissible GEMM efficiency scales of a family: no format's eta_max below
+    `GEMM_EFFICIENCY_FLOOR_FRAC` nor above 1."""
+    fracs = profile.gemm_peak_frac.values()
+    return GEMM_EFFICIENCY_FLOOR_FRAC / min(fracs), 1.0 / max(fracs)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Scored:
+    curve: RunCurve
+    uncalibrated_s: float
+    bound_s: float
+    peak_bytes: int
+    measured_peak_bytes: int | None
+    label: str
+
+
+def _with_field(error: PlannerError, prefix: str) -> PlannerError:
+    where = field_path(prefix, error.field) if error.field else prefix
+    error.field = where
+    error.detail = f"{where}: {error.detail}"
+    error.args = (error.detail,)
+    return error
+
+
+def _cluster(request: CalibrationRunsRequest, run: MeasuredRun) -> ClusterSpec:
+    return resolve_cluster(ClusterInput(gpu=request.gpu, node=request.node,
+                                        num_nodes=run.num_nodes,
+                                        gpus_per_node=run.gpus_per_node))
+
+
+def _score(request: CalibrationRunsRequest, index: int, run: MeasuredRun,
+           scales: Sequence[float]) -> _Scored:
+    where = f"runs.{index}"
+    try:
+        spec = resolve_model(run.model).spec
+        cluster = _cluster(request, run)
+        nodes, per_node = used_nodes(run.parallel.world_size, cluster)
+        validate_mesh(run.parallel, model=spec, num_nodes=nodes, gpus_per_node=per_node,
+                      training=run.training)
+        base = estimate_step(spec, run.training, run.parallel, cluster)
+        ledger = memory_ledger(spec, run.training, run.parallel, cluster)
+        times = tuple(
+            estimate_step(spec, run.training, run.parallel, cluster.model_copy(update={
+                "calibration": KernelCalibration(gemm_efficiency_scale=s)})).step_time_s
+            for s in scales)
+    except PlannerError as error:
+        raise _with_field(error, where) from error
+    bound = base.model_flop / base.world_size / base.peak_flop_per_s
+    dtype = run.training.compute_dtype.value
+    if run.step_time_s < bound:
+        raise CalibrationRefused(
+            f"{where}.step_time_s: {run.step_time_s:.4g} s is physically impossible: the "
+            f"step's model FLOPs alone take {bound:.4g} s on {base.world_size} GPUs at 100% "
+            f"of the dense {dtype} peak ({base.peak_flop_per_s / 1e12:,.0f} TFLOP/s each); "
+            "check the configuration (batch, sequence, GPU count) and the unit (seconds)",
+            field=f"{where}.step_time_s")
+    if run.peak_memory_bytes is not None and run.peak_memory_bytes > cluster.gpu.memory_bytes:
+        raise CalibrationRefused(
+            f"{where}.peak_memory_bytes: {run.peak_memory_bytes:,} bytes is more than the "
+            f"{cluster.gpu.name}'s {cluster.gpu.memory_bytes:,} bytes of memory; give the "
+            "peak per rank in bytes", field=f"{where}.peak_memory_bytes")
+    return _Scored(curve=RunCurve(measured_s=run.step_time_s, scales=tuple(scales),
+                                  model_s=times),
+                   uncalibrated_s=base.step_time_s, bound_s=bound,
+                   peak_bytes=ledger.peak_bytes,
+                   measured_peak_bytes=run.peak_memory_bytes, label=run.label or f"run {index}")
+
+
+def _constant(value: float, se: float, loo: Sequence[float]) -> FittedConstant:
+    return FittedConstant(value=value, standard_error=se if math.isfinite(se) else -1.0,
+                          leave_one_out_min=min(loo), leave_one_out_max=max(loo))
+
+
+def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
+    """Fit the GEMM efficiency scale and the per-step overhead of `request.gpu` to the runs.
+
+    Raises:
+        InvalidSpecError: a run the cost model cannot score (field `runs.<i>...`), a
+            physically impossible run, a fit whose constants leave their physical limits
+            or cannot be told apart (the message says which and why).
+    """
+    try:
+        family_profile = profile_for(_cluster(request, request.runs[0]).gpu)
+    except PlannerError as error:
+        raise _with_field(error, "gpu") from error
+    lo, hi = scale_limits(family_profile)
+    scales = [lo * (hi / lo) ** (k / (GRID_POINTS - 1)) for k in range(GRID_POINTS)]
+    scored = [_score(request, i, run, scales) for i, run in enumerate(request.runs)]
+    curves = [s.curve for s in scored]
+    fit = fit_constants(curves, scale_limits=(lo, hi))
+    reasons = (f"{family_profile.family} GEMMs at {GEMM_EFFICIENCY_FLOOR_FRAC:.0%} of the "
+               "dense peak, the documented floor", f"{family_profile.family} GEMMs at 100% "
+               "of the dense peak")
+    problems = physical_problems(fit, scale_limits=(lo, hi), limit_reasons=reasons)
+    if problems:
+        raise CalibrationRefused("the fit is refused: " + "; ".join(problems), field="runs")
+    if not math.isfinite(fit.scale_se) or not math.isfinite(fit.overhead_se):
+        raise CalibrationRefused(
+            "the fit is refused: the runs cannot tell the GEMM efficiency from the per-step "
+            "overhead apart (their model step times move together); add runs whose GEMM "
+            "share differs (other batch sizes, sequence lengths or models)", field="runs")
+    held = leave_one_out(curves, scale_limits=(lo, hi))
+    residuals = [_residual(s, fit, loo_pred) for s, (_, loo_pred) in zip(scored, held,
+                                                                         strict=True)]
+    n = len(scored)
+    fitted_pred = [s.curve.model_at(fit.scale) + fit.overhead_s for s in scored]
+    rms = math.sqrt(fit.rss / n)
+    report = CalibrationFit(
+        num_runs=n,
+        gemm_efficiency_scale=_constant(fit.scale, fit.scale_se, [f.scale for f, _ in held]),
+        step_overhead_s=_constant(fit.overhead_s, fit.overhead_se,
+                                  [f.overhead_s for f, _ in held]),
+        gemm_peak_frac={d.value: f * fit.scale
+                        for d, f in family_profile.gemm_peak_frac.items()},
+        uncalibrated_relative_error=sum(relative_error(s.uncalibrated_s, s.curve.measured_s)
+                                        for s in scored) / n,
+        leave_one_out_relative_error=sum(relative_error(p, s.curve.measured_s)
+                                         for s, (_, p) in zip(scored, held, strict=True)) / n,
+        fitted_relative_error=sum(relative_error(p, s.curve.measured_s)
+                                  for s, p in zip(scored, fitted_pred, strict=True)) / n,
+        log_residual_rms=rms, runs=residuals,
+        method=METHOD + ("; the overhead came out negative within noise and was set to 0"
+                         if fit.clamped_overhead else ""))
+    constants = KernelCalibration(gemm_efficiency_scale=fit.scale,
+                                  step_overhead_s=fit.overhead_s)
+    return CalibrationResult(constants=constants, fit=report, family=family_profile.family)
+
+
+def _residual(scored: _Scored, fit: Fit, loo_pred: float) -> RunResidual:
+    run_meas = scored.curve.measured_s
+    return RunResidual(
+        label=scored.label, measured_step_time_s=run_meas,
+        uncalibrated_step_time_s=scored.uncalibrated_s,
+        fitted_step_time_s=scored.curve.model_at(fit.scale) + fit.overhead_s,
+        leave_one_out_step_time_s=loo_pred, peak_flop_bound_s=scored.bound_s,
+        measured_peak_memory_bytes=scored.measured_peak_bytes,
+        predicted_peak_memory_bytes=scored.peak_bytes)
+
+
+__all__ = ["GRID_POINTS", "CalibrationResult", "calibrate", "scale_limits"]

@@ -1,0 +1,237 @@
+"""Calibration over HTTP on SQLite and PostgreSQL: a fit stored as versions of its name,
+listed and read back, applied to evaluate and plan requests through `cluster.profile`, and
+impossible runs refused with the field and the reason."""
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from service_testkit import ScriptedPlanner, plan_body, serve_in_process
+
+from service.app import create_app
+from service.settings import Settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "solver"))
+from test_calibration import CONFIGS, GPU, generated_runs  # noqa: E402
+
+FIT_JSON: dict[str, Any] = {"num_runs": 4, "method": "least squares", "nested": [1.5, None],
+                            "runs": [{"label": "run 0", "measured_step_time_s": 1.25}]}
+
+EVALUATE = {
+    "model": {"preset": "llama-3.1-8b"},
+    "cluster": {"gpu": GPU, "num_nodes": 1},
+    "training": {"global_batch_size": 32, "sequence_length": 4096},
+    "parallel": {"tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 1, "zero_stage": 1,
+                 "sequence_parallel": True},
+}
+
+
+@pytest.fixture
+def scripted() -> ScriptedPlanner:
+    return ScriptedPlanner()
+
+
+@pytest.fixture
+def http(database_url: str, scripted: ScriptedPlanner) -> Iterator[httpx.Client]:
+    settings = Settings(database_url=database_url, solver_threads=2, solver_queue=4)
+    with serve_in_process(create_app(settings, planner=scripted)) as client:
+        yield client
+
+
+def fit_body(name: str, scale: float, overhead: float, seed: int) -> dict[str, Any]:
+    return {"profile": name, "gpu": GPU, "runs": generated_runs(scale, overhead, 0.02, seed)}
+
+
+def test_profiles_are_stored_versioned_listed_and_read_back(http: httpx.Client) -> None:
+    first = http.post("/v1/calibration/runs", json=fit_body("our-h100", 0.85, 0.3, 1))
+    assert first.status_code == 201, first.text
+    assert first.headers["location"] == "/v1/calibration/profiles/our-h100?version=1"
+    served = first.json()
+    assert served["version"] == 1 and served["family"] == "hopper"
+    fit = served["fit"]
+    assert abs(fit["gemm_efficiency_scale"]["value"] - 0.85) <= (
+        3 * fit["gemm_efficiency_scale"]["standard_error"])
+    assert fit["leave_one_out_relative_error"] < fit["uncalibrated_relative_error"]
+    assert len(fit["runs"]) == len(CONFIGS)
+
+    second = http.post("/v1/calibration/runs", json=fit_body("our-h100", 0.95, 0.1, 2))
+    assert second.status_code == 201 and second.json()["version"] == 2
+    other = http.post("/v1/calibration/runs", json=fit_body("lab-h100", 1.0, 0.0, 3))
+    assert other.status_code == 201 and other.json()["version"] == 1
+
+    listed = http.get("/v1/calibration/profiles").json()["items"]
+    assert [(p["name"], p["latest_version"]) for p in listed] == [("lab-h100", 1),
+                                                                  ("our-h100", 2)]
+    latest = http.get("/v1/calibration/profiles/our-h100").json()
+    assert latest["version"] == 2 and latest["constants"] == second.json()["constants"]
+    old = http.get("/v1/calibration/profiles/our-h100", params={"version": 1}).json()
+    assert old == served
+    missing = http.get("/v1/calibration/profiles/nobody")
+    assert missing.status_code == 404 and missing.json()["code"] == "profile-not-found"
+    gone = http.get("/v1/calibration/profiles/our-h100", params={"version": 9})
+    assert gone.status_code == 404
+
+
+def test_evaluate_and_plan_with_a_profile_use_its_constants(
+        http: httpx.Client, scripted: ScriptedPlanner) -> None:
+    assert http.post("/v1/calibration/runs",
+                     json=fit_body("slow-h100", 0.8, 0.4, 4)).status_code == 201
+    plain = http.post("/v1/evaluate", json=EVALUATE)
+    assert plain.status_code == 200, plain.text
+    profiled_body = {**EVALUATE, "cluster": {**EVALUATE["cluster"], "profile": "slow-h100"}}
+    profiled = http.post("/v1/evaluate", json=profiled_body)
+    assert profiled.status_code == 200, profiled.text
+    base_s = plain.json()["time"]["step_time_s"]
+    calibrated_s = profiled.json()["time"]["step_time_s"]
+    assert calibrated_s > base_s * 1.1  # 80% GEMM efficiency and 0.4 s per step
+    constants = http.get("/v1/calibration/profiles/slow-h100").json()["constants"]
+    assert profiled.json()["time"]["overheads_s"][
+        "per-step overhead (calibration profile)"] == pytest.approx(
+        constants["step_overhead_s"])
+    assert any("calibration profile 'slow-h100' version 1" in note
+               for note in profiled.json()["explanation"]["notes"])
+
+    # Plans: the planner receives the newest version's constants, which are part of the
+    # request's hash (a refit is a new plan, not the one stored under the old constants).
+    planned = http.post("/v1/plans", json=plan_body(
+        cluster={"gpu": GPU, "num_nodes": 8, "profile": "slow-h100"}))
+    assert planned.status_code == 201, planned.text
+    given = scripted.calls[-1].cluster
+    assert given.profile is None and given.calibration is not None
+    assert given.calibration.model_dump(mode="json") == constants
+    assert http.post("/v1/calibration/runs",
+                     json=fit_body("slow-h100", 0.9, 0.2, 6)).status_code == 201
+    replanned = http.post("/v1/plans", json=plan_body(
+        cluster={"gpu": GPU, "num_nodes": 8, "profile": "slow-h100"}))
+    assert replanned.status_code == 201 and len(scripted.calls) == 2
+    assert scripted.calls[-1].cluster.calibration is not None
+    assert scripted.calls[-1].cluster.calibration.version == 2
+
+    unknown = http.post("/v1/evaluate", json={
+        **EVALUATE, "cluster": {**EVALUATE["cluster"], "profile": "nobody"}})
+    assert unknown.status_code == 422
+    assert unknown.json()["errors"][0]["loc"] == ["body", "cluster", "profile"]
+    other_gpu = http.post("/v1/evaluate", json={
+        **EVALUATE, "cluster": {"gpu": "a100-sxm4-80gb", "num_nodes": 1,
+                                "profile": "slow-h100"}})
+    assert other_gpu.status_code == 422 and "fitted on 'h100-sxm5-80gb'" in other_gpu.text
+
+
+def test_constants_given_directly_are_checked_against_the_peak(http: httpx.Client) -> None:
+    given = {**EVALUATE, "cluster": {**EVALUATE["cluster"], "calibration": {
+        "gemm_efficiency_scale": 1.1, "step_overhead_s": 0.2}}}
+    scored = http.post("/v1/evaluate", json=given)
+    assert scored.status_code == 200, scored.text
+    assert scored.json()["time"]["overheads_s"][
+        "per-step overhead (calibration profile)"] == pytest.approx(0.2)
+    assert any(note.startswith("cluster.calibration: GEMM efficiency x 1.1")
+               for note in scored.json()["explanation"]["notes"])
+    over = http.post("/v1/evaluate", json={**EVALUATE, "cluster": {
+        **EVALUATE["cluster"], "calibration": {"gemm_efficiency_scale": 1.6}}})
+    assert over.status_code == 422
+    assert over.json()["errors"][0]["loc"] == ["body", "cluster", "calibration",
+                                               "gemm_efficiency_scale"]
+    assert "outside [10%, 100%]" in over.json()["detail"]
+    both = http.post("/v1/evaluate", json={**EVALUATE, "cluster": {
+        **EVALUATE["cluster"], "profile": "x", "calibration": {}}})
+    assert both.status_code == 422 and "not both" in both.text
+
+
+def test_an_impossible_run_is_refused_with_its_field(http: httpx.Client) -> None:
+    body = fit_body("bad", 1.0, 0.0, 5)
+    body["runs"][3]["step_time_s"] = 0.01
+    refused = http.post("/v1/calibration/runs", json=body)
+    assert refused.status_code == 422
+    problem = refused.json()
+    assert problem["code"] == "invalid-spec"
+    assert problem["detail"].startswith("runs.3.step_time_s: ")
+    assert "physically impossible" in problem["detail"]
+    assert problem["errors"][0]["loc"] == ["body", "runs", "3", "step_time_s"]
+    body["runs"][3]["step_time_s"] = -1.0
+    negative = http.post("/v1/calibration/runs", json=body)
+    assert negative.status_code == 422 and negative.json()["code"] == "invalid-request"
+    assert negative.json()["errors"][0]["loc"] == ["body", "runs", 3, "step_time_s"]
+    assert http.get("/v1/calibration/profiles").json()["items"] == []
+
+
+def test_repository_round_trip_and_versions(database_url: str) -> None:
+    from sqlmodel import Session
+
+    from service.calibration import summary_of
+    from service.persistence import init_db, make_engine
+    from service.persistence.repo import (
+        get_profile,
+        latest_profile,
+        list_profiles,
+        save_profile_version,
+    )
+    from service.persistence.tables import CalibrationProfileRecord
+
+    engine = make_engine(database_url)
+    init_db(engine)
+    try:
+        def row(name: str, scale: float) -> CalibrationProfileRecord:
+            return CalibrationProfileRecord(
+                name=name, version=1, gpu=GPU, family="hopper", gemm_efficiency_scale=scale,
+                step_overhead_s=0.125, fit_json=FIT_JSON,
+                request_json={"profile": name})
+
+        with Session(engine) as session:
+            assert save_profile_version(session=session, record=row("a", 0.9)).version == 1
+            assert save_profile_version(session=session, record=row("a", 0.8)).version == 2
+            assert save_profile_version(session=session, record=row("b", 1.1)).version == 1
+        with Session(engine) as session:
+            latest = latest_profile(session=session, name="a")
+            assert latest is not None and latest.version == 2
+            assert latest.gemm_efficiency_scale == 0.8
+            first = get_profile(session=session, name="a", version=1)
+            assert first is not None and first.gemm_efficiency_scale == 0.9
+            assert first.fit_json == FIT_JSON
+            assert summary_of(first).created_at.tzinfo is not None
+            assert summary_of(first).num_runs == 4
+            assert get_profile(session=session, name="a", version=3) is None
+            assert latest_profile(session=session, name="c") is None
+            assert [(r.name, r.version) for r in list_profiles(session=session)] == [
+                ("a", 2), ("b", 1)]
+    finally:
+        engine.dispose()
+
+
+def test_concurrent_fits_of_one_name_get_distinct_versions(database_url: str) -> None:
+    import threading
+
+    from sqlmodel import Session
+
+    from service.persistence import init_db, make_engine
+    from service.persistence.repo import list_profiles, save_profile_version
+    from service.persistence.tables import CalibrationProfileRecord
+
+    engine = make_engine(database_url)
+    init_db(engine)
+    versions: list[int] = []
+    start = threading.Barrier(4)
+
+    def write() -> None:
+        start.wait()
+        with Session(engine) as session:
+            saved = save_profile_version(session=session, record=CalibrationProfileRecord(
+                name="shared", version=1, gpu=GPU, family="hopper",
+                gemm_efficiency_scale=0.9, step_overhead_s=0.0, fit_json=FIT_JSON,
+                request_json={}))
+            versions.append(saved.version)
+
+    try:
+        threads = [threading.Thread(target=write) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert sorted(versions) == [1, 2, 3, 4]
+        with Session(engine) as session:
+            assert [(r.name, r.version) for r in list_profiles(session=session)] == [
+                ("shared", 4)]
+    finally:
+        engine.dispose()
