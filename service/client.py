@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
+from api_schemas.calibration import CalibrationProfile, CalibrationRunsRequest
 from api_schemas.collectives import CollectiveEstimateRequest, CollectiveEstimateResponse
 from api_schemas.mesh import MeshRequest, MeshResponse
 from api_schemas.moe import MoePlacementRequest, MoePlacementResponse
@@ -177,6 +178,12 @@ class AtlasClient:
                       ) -> MoePlacementResponse:
         """POST /v1/moe/placement."""
         return self._send("POST", "/v1/moe/placement", MoePlacementResponse,
+                          body=_payload(request))
+
+    def calibrate(self, request: CalibrationRunsRequest | Mapping[str, Any]
+                  ) -> CalibrationProfile:
+        """POST /v1/calibration/runs: fit and store the next version of a profile."""
+        return self._send("POST", "/v1/calibration/runs", CalibrationProfile,
                           body=_payload(request))
 
     def run_estimate(self, request: RunEstimateRequest | Mapping[str, Any]

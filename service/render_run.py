@@ -1,10 +1,11 @@
 """Human-readable text of the mesh lab and the run-level answers, for the CLI.
 
-Owns: plain-text tables of a mesh layout, a run estimate, a GPU frontier and a sensitivity
-sweep, each line naming what it shows. Must not: compute anything beyond unit conversion
-and layout; it returns strings and never prints.
+Owns: plain-text tables of a mesh layout, a run estimate, a GPU frontier, a sensitivity
+sweep and a calibration fit, each line naming what it shows. Must not: compute anything
+beyond unit conversion and layout; it returns strings and never prints.
 """
 
+from api_schemas.calibration import CalibrationFit, CalibrationProfile
 from api_schemas.mesh import MeshResponse
 from api_schemas.run_level import (
     FrontierResponse,
@@ -133,4 +134,30 @@ def render_sensitivity(result: SensitivityResponse) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["render_frontier", "render_mesh", "render_run_estimate", "render_sensitivity"]
+def render_calibration(result: CalibrationProfile | CalibrationFit) -> str:
+    """The fitted constants with their uncertainty, the errors before and after, and each
+    run; a stored profile also names its version."""
+    fit = result.fit if isinstance(result, CalibrationProfile) else result
+    head = (f"profile {result.name} v{result.version} ({result.gpu}, {result.family} kernels)"
+            if isinstance(result, CalibrationProfile) else "fit (not stored: no --server)")
+    scale, overhead = fit.gemm_efficiency_scale, fit.step_overhead_s
+    lines = [
+        f"{head}: {fit.num_runs} runs, {fit.method}",
+        (f"  GEMM efficiency x{scale.value:.4f} +- {scale.standard_error:.4f} "
+         f"(leave-one-out {scale.leave_one_out_min:.4f}..{scale.leave_one_out_max:.4f})"),
+        (f"  step overhead   {overhead.value:.4f} s +- {overhead.standard_error:.4f} s "
+         f"(leave-one-out {overhead.leave_one_out_min:.4f}..{overhead.leave_one_out_max:.4f})"),
+        (f"  mean |error|    uncalibrated {fit.uncalibrated_relative_error:.1%}, "
+         f"leave-one-out {fit.leave_one_out_relative_error:.1%}, "
+         f"fitted {fit.fitted_relative_error:.1%}"),
+        f"  {'run':24s} {'measured s':>10s} {'uncal. s':>9s} {'fitted s':>9s} {'held-out s':>10s}",
+    ]
+    lines += [f"  {r.label[:24]:24s} {r.measured_step_time_s:10.3f} "
+              f"{r.uncalibrated_step_time_s:9.3f} {r.fitted_step_time_s:9.3f} "
+              f"{r.leave_one_out_step_time_s:10.3f}" for r in fit.runs]
+    lines.append("  (a deterministic model fitted to the runs given, not a measurement)")
+    return "\n".join(lines)
+
+
+__all__ = ["render_calibration", "render_frontier", "render_mesh", "render_run_estimate",
+           "render_sensitivity"]

@@ -41,6 +41,7 @@ COMMAND_HELP = {
     "run-estimate": "time and cost to train on a token budget",
     "frontier": "GPU count against step time and cost over cluster sizes",
     "sensitivity": "the plan under changed network, HBM and kernel efficiency",
+    "calibrate": "fit a cluster profile to measured runs",
     "catalog": "list presets",
 }
 """Every command and its one-line help, in the order `--help` lists them."""

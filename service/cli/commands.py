@@ -1,5 +1,5 @@
 """The computing commands of `atlas-planner`: `plan`, `evaluate`, `memory`, `collective`,
-`simulate`, `placement` and `catalog`.
+`simulate`, `placement`, `calibrate` and `catalog`.
 
 Owns: each command's handler: its request, its local computation (the solver is imported
 on use) and its `--server` call. Must not: parse flags (`service/cli/parser.py`) or print
@@ -40,6 +40,7 @@ from service.render import (
     render_placement,
     render_plan,
 )
+from service.render_run import render_calibration
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -141,6 +142,22 @@ def cmd_placement(args: argparse.Namespace) -> int:
     return run(args, lambda: plan_placement(MoePlacementRequest.model_validate(doc)),
                lambda client: client.moe_placement(doc), render_placement,
                label="placing experts", pictures=picture)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Fit a cluster profile to measured runs: locally (the fit only), or with --server
+    fitted and stored as the profile's next version."""
+    doc = load_document(args.file)
+    set_field(doc, ("profile",), args.profile)
+
+    def local() -> BaseModel:
+        from api_schemas.calibration import CalibrationRunsRequest
+        from solver.calibration import calibrate
+
+        return calibrate(CalibrationRunsRequest.model_validate(doc)).fit
+
+    return run(args, local, lambda client: client.calibrate(doc), render_calibration,
+               label="fitting")
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from api_schemas.parallel import PipelineSchedule
 from models.catalog import gpu_ids
 from service.cli import COMMAND_HELP, DESCRIPTION
 from service.cli.commands import (
+    cmd_calibrate,
     cmd_catalog,
     cmd_collective,
     cmd_evaluate,
@@ -104,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     register_lab_commands(commands, run=run, add_request_flags=add_request_flags,
                           add_output_flags=add_output_flags, build=build_request,
                           load=load_document)
+
+    calibrate = commands.add_parser("calibrate", help=COMMAND_HELP["calibrate"])
+    calibrate.add_argument("file", help="JSON or YAML: profile, gpu, node and runs, as POST "
+                           "/v1/calibration/runs takes them; with --server the fit is stored")
+    calibrate.add_argument("--profile", help="profile name (overrides the file's)")
+    add_output_flags(calibrate)
+    calibrate.set_defaults(handler=cmd_calibrate)
 
     catalog = commands.add_parser("catalog", help=COMMAND_HELP["catalog"])
     catalog.add_argument("kind", choices=("gpus", "models"))

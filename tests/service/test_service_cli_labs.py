@@ -154,3 +154,23 @@ def test_bad_list_flags_are_usage_errors() -> None:
         cli.main(["plan", *SMALL, "--forbid", "schedule"])
     with pytest.raises(SystemExit):
         cli.main(["frontier", *SMALL, "--nodes-options", "one"])
+
+
+def test_calibrate_fits_locally_and_prints_the_constants(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    from api_schemas.calibration import CalibrationFit
+    from service.routes.calibration import RUNS_EXAMPLE
+
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps(RUNS_EXAMPLE))
+    out = tmp_path / "fit.json"
+    assert cli.main(["calibrate", str(runs), "-o", str(out)]) == 0
+    fit = CalibrationFit.model_validate_json(out.read_text(encoding="utf-8"))
+    assert fit.num_runs == 4 and fit.gemm_efficiency_scale.value > 0
+    assert cli.main(["calibrate", str(runs)]) == 0
+    text = capsys.readouterr().out
+    assert "GEMM efficiency x" in text and "leave-one-out" in text and "not stored" in text
+    bad = dict(RUNS_EXAMPLE, runs=[dict(r, step_time_s=1e-6) for r in RUNS_EXAMPLE["runs"]])
+    runs.write_text(json.dumps(bad))
+    assert cli.main(["calibrate", str(runs)]) == 1
