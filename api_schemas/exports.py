@@ -17,6 +17,10 @@ class MegatronExport(ResultModel):
 
     args: list[str] = Field(description="pretrain_gpt.py arguments, one flag or value each.",
                             examples=[["--tensor-model-parallel-size", "8"]])
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables the launch needs, e.g. "
+        "CUDA_DEVICE_MAX_CONNECTIONS=1 where tensor- or context-parallel communication must "
+        "overlap compute.", examples=[{"CUDA_DEVICE_MAX_CONNECTIONS": "1"}])
     notes: list[str] = Field(default_factory=list, description="What the arguments cannot "
                              "express or assume.")
 

@@ -174,3 +174,17 @@ def test_runners_up_come_from_dismissed_candidates_and_the_frontier() -> None:
     assert len(got) == min(request.solver.top_k, len(others))
     values = [objective_value(p, request.objective) for p in got]
     assert values == sorted(values)
+
+
+def test_the_megatron_export_carries_its_launch_environment() -> None:
+    """The response keeps what the exporter says the launch needs: with TP, Megatron-LM
+    overlaps its collectives only under CUDA_DEVICE_MAX_CONNECTIONS=1."""
+    from api_schemas import EvaluateRequest
+
+    request = EvaluateRequest.model_validate({**EVALUATE_REQUEST_EXAMPLE})
+    answer = evaluate(request.model_copy(update={"parallel": request.parallel.model_copy(
+        update={"tp": 2, "sequence_parallel": True})}))
+    assert answer.exports is not None and answer.exports.megatron is not None
+    assert answer.exports.megatron.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    dumped = answer.model_dump(mode="json")
+    assert dumped["exports"]["megatron"]["env"] == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
