@@ -4,7 +4,7 @@ Owns: `create_app(settings)`: the routers, the lab page, the problem+json handle
 request-id, body-size, body-read-timeout and CORS middleware, the OpenAPI document and its
 offline Swagger UI and ReDoc pages, logging set-up, and the lifespan that opens the database
 behind the store gate (creating the schema when it answers; the service starts degraded when
-it does not), starts the solver pool and the solver's import (`service/library.py`) and
+it does not), starts the solver pool and the solver's import (`service/solver_calls.py`) and
 closes them at shutdown. Must not: do anything at import: `service.app:app` is built on
 first access, and building it does no I/O (the lifespan does); nor import the solver.
 """
@@ -18,7 +18,7 @@ from functools import cache
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from service import library
+from service import solver_calls
 from service.deps import ServiceContext
 from service.middleware import RequestContextMiddleware, install_cors
 from service.openapi import install_openapi
@@ -85,7 +85,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
             lifespan in a thread of its own, so the app answers meanwhile).
     """
     config = settings if settings is not None else get_settings()
-    plan_fn: Planner = planner if planner is not None else library.plan
+    plan_fn: Planner = planner if planner is not None else solver_calls.plan
     _configure_logging(config.log_level)
 
     @asynccontextmanager
@@ -99,7 +99,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
         store.prepare()
         pool = SolverPool(threads=config.solver_threads, queue=config.solver_queue,
                           retry_after_s=config.retry_after_s)
-        threading.Thread(target=library.preload, name="atlas-solver-import",
+        threading.Thread(target=solver_calls.preload, name="atlas-solver-import",
                          daemon=True).start()
         app.state.context = ServiceContext(settings=config, engine=engine, store=store,
                                            pool=pool, planner=plan_fn)

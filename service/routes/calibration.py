@@ -24,13 +24,13 @@ from service import limits
 from service.calibration import profile_of, profile_record, read_profile, save_profile, summary_of
 from service.core import call_core
 from service.deps import ContextDep
-from service.library import calibrate
 from service.openapi import problem_responses
 from service.persistence import repo
 from service.persistence.storable import check_storable
 from service.persistence.tables import CalibrationProfileRecord
 from service.planning import request_hash
 from service.problems import ProfileNotFoundError
+from service.solver_calls import calibrate
 
 router = APIRouter(tags=["calibration"])
 

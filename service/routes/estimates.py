@@ -17,10 +17,10 @@ from service import limits
 from service.calibration import apply_profile
 from service.core import call_core
 from service.deps import ContextDep, SettingsDep
-from service.library import evaluate, memory_report
 from service.media import Format, svg_content, svg_response, wanted_format
 from service.openapi import problem_responses
 from service.pictures import memory_svg
+from service.solver_calls import evaluate, memory_report
 
 router = APIRouter(tags=["estimates"])
 

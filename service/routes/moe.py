@@ -16,12 +16,12 @@ from models.moe.balance import home_rank_loads
 from service import limits
 from service.core import call_core
 from service.deps import ContextDep
-from service.library import plan_placement
 from service.media import Format, svg_content, svg_response, wanted_format
 from service.openapi import problem_responses
 from service.pictures import placement_svg
 from service.searches import run_search, with_clamped_time_limit
 from service.settings import Settings
+from service.solver_calls import plan_placement
 
 router = APIRouter(tags=["moe"])
 

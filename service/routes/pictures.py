@@ -23,7 +23,6 @@ from models.pipeline.requests import simulate_request
 from service import planning
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext
-from service.library import plan_simulation_request
 from service.media import svg_content, svg_response, trace_content, trace_response
 from service.openapi import problem_responses
 from service.persistence import repo
@@ -32,6 +31,7 @@ from service.pictures import memory_svg, timeline_svg
 from service.problems import PlanNotFoundError
 from service.routes.pipeline import check_pipeline_bounds
 from service.settings import Settings
+from service.solver_calls import plan_simulation_request
 from service.trace import trace_document
 
 router = APIRouter(tags=["plans"])

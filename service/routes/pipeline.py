@@ -21,7 +21,6 @@ from models.pipeline.requests import simulate_request
 from service import limits
 from service.core import call_core
 from service.deps import ContextDep
-from service.library import optimize_request
 from service.media import (
     Format,
     svg_content,
@@ -34,6 +33,7 @@ from service.openapi import problem_responses
 from service.pictures import timeline_svg
 from service.searches import run_search, with_clamped_time_limit
 from service.settings import Settings
+from service.solver_calls import optimize_request
 from service.trace import TraceDocument, trace_document
 
 router = APIRouter(tags=["pipeline"])

@@ -26,10 +26,10 @@ from api_schemas.run_level import (
 from service import limits
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext
-from service.library import estimate_run, frontier, sensitivity
 from service.openapi import problem_responses
 from service.searches import run_search
 from service.settings import Settings
+from service.solver_calls import estimate_run, frontier, sensitivity
 
 router = APIRouter(tags=["run"])
 

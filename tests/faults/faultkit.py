@@ -27,8 +27,10 @@ from sqlalchemy.engine import make_url
 from service.settings import normalise_database_url
 
 ATLAS_PLANNER = Path(sys.executable).parent / "atlas-planner"
-STARTUP_TIMEOUT_S = 90.0
-"""Generous: importing the app takes several seconds on a loaded 2-core host."""
+HANG_GUARD_S = 600.0
+"""How long a server process may neither answer nor exit before the test calls it hung: a
+guard against waiting forever, not a speed check (start-up takes seconds; its speed is
+measured by benchmarks/bench_startup.py)."""
 
 PG_SKIP_REASON = ("TEST_DATABASE_URL is not set: the PostgreSQL fault tests are skipped "
                   "(CI sets it when a server answers on 127.0.0.1:5432)")
@@ -92,7 +94,7 @@ def start_server(database_url: str, log_path: Path, *, workers: int = 1,
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                    env=environment, start_new_session=True)
     server = Server(process=process, base_url=f"http://127.0.0.1:{port}", log_path=log_path)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    deadline = time.monotonic() + HANG_GUARD_S
     while True:
         assert process.poll() is None, server.log()
         try:
@@ -103,7 +105,7 @@ def start_server(database_url: str, log_path: Path, *, workers: int = 1,
             pass
         if time.monotonic() > deadline:
             server.kill()
-            raise AssertionError("server did not start:\n" + server.log())
+            raise AssertionError("server neither answered nor exited (hung):\n" + server.log())
         time.sleep(0.2)
 
 
@@ -134,9 +136,8 @@ def serving_in_thread(app: Any) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "in-thread server died"
+        assert thread.is_alive(), "in-thread server died"
         time.sleep(0.05)
     try:
         yield f"http://127.0.0.1:{port}"
