@@ -97,8 +97,10 @@ several server processes starting together do not race on CREATE TABLE."""
 def init_db(engine: Engine) -> None:
     """Create the tables that do not exist yet (idempotent, safe for concurrent starts).
 
-    On PostgreSQL the creation runs under a transaction-scoped advisory lock; elsewhere a
-    creation that lost a race to another process is retried once (the table then exists).
+    On PostgreSQL the creation runs under a transaction-scoped advisory lock. Elsewhere a
+    creation that lost a race to another process is retried: each lost race means the other
+    process created at least one more table, so one try per table plus one always ends
+    (a race can be lost on every table in turn).
     """
     if engine.dialect.name == "postgresql":
         with engine.begin() as connection:
@@ -106,11 +108,16 @@ def init_db(engine: Engine) -> None:
                                {"key": SCHEMA_LOCK_KEY})
             SQLModel.metadata.create_all(connection)
     else:
-        try:
-            SQLModel.metadata.create_all(engine)
-        except DBAPIError:
-            logger.info("schema created concurrently by another process; checking again")
-            SQLModel.metadata.create_all(engine)
+        tries_left = len(SQLModel.metadata.tables) + 1
+        while True:
+            try:
+                SQLModel.metadata.create_all(engine)
+                break
+            except DBAPIError:
+                tries_left -= 1
+                if tries_left == 0:
+                    raise
+                logger.info("schema created concurrently by another process; checking again")
     logger.info("plan store ready at %s", engine.url.render_as_string(hide_password=True))
 
 
