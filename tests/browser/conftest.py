@@ -25,8 +25,14 @@ playwright_sync = pytest.importorskip(
     "playwright.sync_api", reason="Playwright for Python is not installed: "
     "pip install -e '.[test,browser]'")
 
-DESKTOP = {"width": 1366, "height": 900}
-MOBILE = {"width": 390, "height": 844}
+VIEWPORTS = {"desktop": {"width": 1366, "height": 900}, "mobile": {"width": 390, "height": 844}}
+
+
+@pytest.fixture(scope="session")
+def viewports() -> dict[str, dict[str, int]]:
+    """The screen sizes the pages are checked at, by name (a fixture, so that test modules
+    need not import this conftest by module name)."""
+    return VIEWPORTS
 
 
 def chromium_path() -> str | None:

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import DESKTOP
 
 SMALL_PLAN = {"model": {"preset": "llama-3.1-8b"},
               "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
@@ -15,9 +14,10 @@ SMALL_PLAN = {"model": {"preset": "llama-3.1-8b"},
 
 
 @pytest.fixture
-def offline_page(browser: Any, base_url: str) -> Iterator[tuple[Any, list[str]]]:
+def offline_page(browser: Any, base_url: str,
+                 viewports: dict[str, dict[str, int]]) -> Iterator[tuple[Any, list[str]]]:
     """A page whose requests to anything but the service are aborted (and recorded)."""
-    context = browser.new_context(viewport=DESKTOP)
+    context = browser.new_context(viewport=viewports["desktop"])
     blocked: list[str] = []
 
     def route(route: Any) -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DESKTOP, MOBILE
 
 LABEL = "deterministic model, not a measurement"
 TABS = ("plan", "memory", "mesh", "pipeline", "comm")
@@ -23,13 +22,14 @@ def screenshot_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def page_for(browser: Any, base_url: str) -> Iterator[Any]:
-    """`page_for(viewport, **context options)` -> a fresh page on /lab that records every
+def page_for(browser: Any, base_url: str, viewports: dict[str, dict[str, int]]) -> Iterator[Any]:
+    """`page_for(viewport name, **context options)` -> a fresh page on /lab that records every
     request leaving the service; the test fails if one does."""
     contexts: list[Any] = []
     outside: list[str] = []
 
-    def open_page(viewport: dict[str, int], **options: Any) -> Any:
+    def open_page(viewport_name: str, **options: Any) -> Any:
+        viewport = viewports[viewport_name]
         context = browser.new_context(viewport=viewport, **options)
         contexts.append(context)
         page = context.new_page()
@@ -66,7 +66,7 @@ def assert_labelled_figure(region: Any) -> None:
 
 
 def test_every_tab_end_to_end_on_a_desktop(page_for: Any, tmp_path: Path) -> None:
-    page = page_for(DESKTOP)
+    page = page_for("desktop")
     shots = screenshot_dir(tmp_path)
 
     # Plan: fill the form by hand, get the plan, see its timeline and memory stack.
@@ -163,7 +163,7 @@ def test_every_tab_end_to_end_on_a_desktop(page_for: Any, tmp_path: Path) -> Non
 
 def test_mesh_oom_and_the_communication_splits_on_a_desktop(page_for: Any,
                                                             tmp_path: Path) -> None:
-    page = page_for(DESKTOP)
+    page = page_for("desktop")
     shots = screenshot_dir(tmp_path)
 
     # Parallel mesh: the OOM preset lays out the mesh and sizes its per-GPU memory.
@@ -212,8 +212,9 @@ def test_mesh_oom_and_the_communication_splits_on_a_desktop(page_for: Any,
     assert page.errors == []
 
 
-def test_mobile_viewport_fits_the_screen(page_for: Any, tmp_path: Path) -> None:
-    page = page_for(MOBILE, is_mobile=True, has_touch=True, device_scale_factor=2)
+def test_mobile_viewport_fits_the_screen(page_for: Any, tmp_path: Path,
+                                        viewports: dict[str, dict[str, int]]) -> None:
+    page = page_for("mobile", is_mobile=True, has_touch=True, device_scale_factor=2)
     for tab in TABS:
         page.click(f"#tab-{tab}")
         assert page.locator(f"#panel-{tab}").is_visible()
@@ -224,7 +225,7 @@ def test_mobile_viewport_fits_the_screen(page_for: Any, tmp_path: Path) -> None:
     region = answer(page, "pipeline")
     assert_labelled_figure(region)
     box = region.locator("figure").first.bounding_box()
-    assert box is not None and box["x"] + box["width"] <= MOBILE["width"] + 1
+    assert box is not None and box["x"] + box["width"] <= viewports["mobile"]["width"] + 1
     assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
     page.screenshot(path=str(screenshot_dir(tmp_path) / "lab-mobile.png"), full_page=False)
 
@@ -235,7 +236,7 @@ def focused(page: Any) -> str:
 
 
 def test_keyboard_only(page_for: Any) -> None:
-    page = page_for(DESKTOP)
+    page = page_for("desktop")
     page.keyboard.press("Tab")
     assert focused(page) == "Skip to the lab"
     while focused(page) != "tab-plan":
@@ -286,7 +287,7 @@ def test_keyboard_only(page_for: Any) -> None:
 @pytest.mark.parametrize(("motion", "duration"), [("reduce", "0s"),
                                                    ("no-preference", "0.18s")])
 def test_reduced_motion(page_for: Any, motion: str, duration: str) -> None:
-    page = page_for(DESKTOP, reduced_motion=motion)
+    page = page_for("desktop", reduced_motion=motion)
     assert page.evaluate("matchMedia('(prefers-reduced-motion: reduce)').matches") == (
         motion == "reduce")
     assert page.evaluate(
