@@ -1,17 +1,25 @@
-"""Predicted vs measured peak memory for every measured peak in the published-runs data.
+"""Predicted vs measured peak memory for every measured peak in the published-runs data
+(`data/published_runs.json`) and the memory-only data (`data/measured_peaks.json`).
 
 Run: .venv/bin/python research/validate_memory.py [--write]
 
-Rows: the Zero Bubble paper's Table 4 (Qi et al. 2024, arXiv:2401.10241; setup in Table
-3), 64 cells of 4 models x 4 schedules x 3-4 micro-batch counts, each printing the peak
-memory of the busiest GPU. The recipe is the paper's code as published with it
-(sail-sg/zero-bubble-pipeline-parallelism, examples/pretrain_zbh1.sh and
-pretrain_llama_7b.sh at commits 475e0629 / ed85b11c): Megatron-LM with `--fp16` (fp16
-weights and DDP gradient buffer; fp32 master weights and Adam moments), Megatron's
-default dropout 0.1 on attention and hidden states, no `--use-flash-attn` (the attention
-scores are materialised), sequence 1024, the GPTSentencePiece tokenizer (32,000 tokens),
-tied embeddings, no recomputation, no optimizer sharding (dp = 1), and the first and last
-stage one layer short (the embedding and the loss take a layer's slot).
+Rows: the Zero Bubble paper's Table 4 (Qi et al. 2024, arXiv:2401.10241; setup in Table 3),
+48 cells of 4 models x 4 schedules x 3 micro-batch counts, each printing the peak memory of
+the busiest GPU; and the same paper's ZB-V version, Table 6 (6.2B, 14.6B, 28.3B on 16, 24
+and 32 GPUs, one pipeline stage per GPU; ZB-V, ZB-2p with half the micro-batch and twice the
+micro-batches, ZB-1p, 1F1B), Table 11 (1F1B and ZB-1p with the micro-batch doubled) and
+Table 12 (m = p micro-batches), 66 cells. ZB-V runs two one-layer chunks per rank in a V
+(rank r holds chunks r and 2p - 1 - r); the two padded chunks are the first and the last
+(the scripts' `--allow-padding-num-layers`: `ParallelTransformer.get_offset` takes one layer
+from chunk 0 and chunk 2p - 1), so rank 0 holds the embedding and the loss and no layer. The
+recipe is the paper's code as published with it (sail-sg/zero-bubble-pipeline-parallelism,
+examples/pretrain_zbh1.sh and pretrain_llama_7b.sh at commits 475e0629 / ed85b11c):
+Megatron-LM with `--fp16` (fp16 weights and DDP gradient buffer; fp32 master weights and
+Adam moments), Megatron's default dropout 0.1 on attention and hidden states, no
+`--use-flash-attn` (the attention scores are materialised), sequence 1024, the GPTSentencePiece
+tokenizer (32,000 tokens), tied embeddings, no recomputation, no optimizer sharding (dp =
+1), and the first and last stage one layer short (the embedding and the loss take a layer's
+slot).
 
 Reading of the printed unit: Megatron's memory report prints MiB (2^20), so a printed "GB"
 is taken as GiB (2^30); this is the reading that makes the ledger's ratios smallest.
@@ -60,12 +68,13 @@ from models.memory import memory_ledger
 
 ROOT = Path(__file__).resolve().parent
 DATA = json.loads((ROOT / "data" / "published_runs.json").read_text())
+MEASURED = json.loads((ROOT / "data" / "measured_peaks.json").read_text())
 OUT = ROOT / "MEMORY_PEAKS.md"
 ZERO_BUBBLE_VOCAB = 32_000
 """The GPTSentencePiece tokenizer shipped with the Zero Bubble sample dataset (a LLaMA
 SentencePiece model, 32,000 tokens); Table 3 does not print it."""
 SCHEDULES = {"zb-1p": PipelineSchedule.ZB_H1, "zb-2p": PipelineSchedule.ZB_H2,
-             "1f1b": PipelineSchedule.ONE_F_ONE_B,
+             "zb-v": PipelineSchedule.ZBV, "1f1b": PipelineSchedule.ONE_F_ONE_B,
              "interleaved_1f1b": PipelineSchedule.INTERLEAVED_1F1B}
 WORST_RATIO_FLOOR = 0.95
 MEDIAN_RATIO_CEILING = 1.15
@@ -95,7 +104,7 @@ def _measured_bytes(row: dict[str, Any]) -> int:
 
 
 def zero_bubble_row(row: dict[str, Any]) -> PeakRow:
-    """The ledger of one Table 4 cell against its printed peak."""
+    """The ledger of one Zero Bubble cell (Tables 4, 6, 11, 12) against its printed peak."""
     m, p = row["model"], row["parallel"]
     pp, layers = p["pp"], m["num_layers"]
     slots = (layers + 2) // pp  # the embedding and the loss each take one layer's slot
@@ -113,6 +122,14 @@ def zero_bubble_row(row: dict[str, Any]) -> PeakRow:
                                   micro_batch_size=p["micro_batch_size"], zero_stage=0,
                                   layers_per_virtual_stage=chunks)
         note = "one layer per chunk; embedding-only first and loss-only last chunk"
+    elif schedule == "zb-v":
+        # Two chunks per rank in a V; the first and the last chunk are one layer short.
+        per_chunk = slots // 2
+        chunks = (per_chunk - 1,) + (per_chunk,) * (2 * pp - 2) + (per_chunk - 1,)
+        parallel = ParallelConfig(pp=pp, vpp=2, schedule=SCHEDULES[schedule],
+                                  micro_batch_size=p["micro_batch_size"], zero_stage=0,
+                                  layers_per_virtual_stage=chunks)
+        note = f"V of {per_chunk}-layer chunks; rank 0: embedding and loss only"
     else:
         split = (slots - 1,) + (slots,) * (pp - 2) + (slots - 1,)
         parallel = ParallelConfig(pp=pp, schedule=SCHEDULES[schedule],
@@ -193,6 +210,8 @@ def peak_rows() -> list[PeakRow]:
     """Every measured peak of the data set with its prediction."""
     rows = [zero_bubble_row(row) for row in DATA["runs"] if row["source_id"] == "zerobubble"
             and _has_peak(row)]
+    rows += [zero_bubble_row(row) for row in MEASURED["runs"]
+             if row["source_id"] == "zerobubble_zbv"]
     rows += [torchtitan_row(row) for row in DATA["runs"]
              if row["source_id"] == "torchtitan_bench" and _has_peak(row)]
     return rows

@@ -23,12 +23,30 @@ def _script() -> ModuleType:
 
 
 def test_the_table_holds_every_measured_peak_of_the_data() -> None:
-    # Zero Bubble Table 4: 4 models x 4 schedules x 3 batch sizes; torchtitan: Tables 1-6 of
-    # the Dec 2024 note (18 rows) and the two H200 rows of the Jun 2025 note.
+    # Zero Bubble Table 4: 4 models x 4 schedules x 3 batch sizes; its ZB-V version's Table 6
+    # (3 models x 4 schedules x 3), Table 11 (4 models x 2 schedules x 3) and Table 12's m = p
+    # cells (3 models x 2 schedules); torchtitan: Tables 1-6 of the Dec 2024 note (18 rows)
+    # and the two H200 rows of the Jun 2025 note.
     rows = _script().peak_rows()
-    assert len(rows) == 68
-    assert sum(r.run_id.startswith("zerobubble") for r in rows) == 48
+    assert len(rows) == 134
+    assert sum(r.run_id.startswith("zerobubble-t4-") for r in rows) == 48
+    assert sum(r.run_id.startswith("zerobubble-t6-") for r in rows) == 36
+    assert sum(r.run_id.startswith("zerobubble-t11-") for r in rows) == 24
+    assert sum(r.run_id.startswith("zerobubble-t12-") for r in rows) == 6
     assert sum(r.run_id.startswith("torchtitan") for r in rows) == 20
+    assert len({r.run_id for r in rows}) == len(rows)
+
+
+def test_the_memory_only_data_is_a_well_formed_transcription() -> None:
+    data = _script().MEASURED
+    sources = {source["id"] for source in data["sources"]}
+    for run in data["runs"]:
+        assert run["source_id"] in sources, run["id"]
+        par = run["parallel"]
+        assert par["global_batch_size"] == par["micro_batch_size"] * par["num_micro_batches"]
+        assert par["num_micro_batches"] >= par["pp"], run["id"]
+        assert run["hardware"]["num_gpus"] == par["pp"], run["id"]
+        assert run["measured_as_printed"].startswith("peak memory ")
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -77,6 +95,17 @@ def test_the_zero_bubble_1f1b_peak_of_the_1_5b_model_is_reproduced() -> None:
     row = next(r for r in script.peak_rows() if r.run_id == "zerobubble-t4-1.5b-1f1b-m24")
     assert row.measured_bytes == 30 * 2**30
     assert 0.95 <= row.ratio <= 1.05
+
+
+def test_the_zero_bubble_v_schedule_peak_of_the_28b_model_is_reproduced() -> None:
+    # Table 6 (ZB-V version of the paper) prints 71 GB for ZB-V on the 28.3B model (32 A100,
+    # micro-batch 2, 96 micro-batches): two one-layer chunks per rank in a V.
+    script = _script()
+    row = next(r for r in script.peak_rows() if r.run_id == "zerobubble-t6-28.3b-zb-v-b2-m96")
+    assert row.measured_bytes == 71 * 2**30
+    assert 0.95 <= row.ratio <= 1.05
+    table6 = [r.ratio for r in script.peak_rows() if r.run_id.startswith("zerobubble-t6-")]
+    assert min(table6) >= script.WORST_RATIO_FLOOR
 
 
 def test_the_written_table_matches_the_script() -> None:
