@@ -24,32 +24,38 @@ slot).
 Reading of the printed unit: Megatron's memory report prints MiB (2^20), so a printed "GB"
 is taken as GiB (2^30); this is the reading that makes the ledger's ratios smallest.
 
-Rows: torchtitan's benchmark notes (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md,
-Tables 1-6, torch 1963fc8 / torchtitan 9dec370; llama3-8b_h200_202506_trainy-whitefiber.md).
-What is printed: torchtitan's `DeviceMemoryMonitor.get_peak_stats` (components/metrics.py)
-reads `torch.cuda.memory_stats()["reserved_bytes.all.peak"]` and logs it in GiB (2^30): the
-caching allocator's reserved peak since the last log (10 iterations), which includes its
-fragmentation but not the CUDA context nor NCCL's own buffers (the ledger counts both, about
-1 GiB, so it over-counts reserved slightly). The Dec 2024 note takes the maximum over all
-GPUs (footnote 1); the ledger's peak is its busiest stage. Recipe, from the notes and the
-defaults of torchtitan at that commit: Llama 3.1 presets, sequence 8192 where the table does
-not print one (train_configs/llama3_*.toml `seq_len`), FSDP2 over the data-parallel (and
-context-parallel) ranks with bf16 compute, fp32 master weights, gradients reduced in fp32 and
-fp32 AdamW moments, parameters not resharded after forward when pipelining
-(parallelize_llama: `reshard_after_forward = not pp_enabled`) and their gradients
-reduce-scattered only after the last micro-batch (torch pipelining's FSDP2 stage,
-`fsdp_defer_grad_sync=True`), tensor parallel with sequence
-parallel norms whose all-gathered outputs the column-parallel linears save
-(`sequence_parallel_saves_gathered=True`: PrepareModuleInput to Replicate) and a
-vocabulary-parallel loss, Float8 linears where the row says so, and the
-loss `F.cross_entropy(pred.float(), labels)` (components/loss.py: unfused, so
-`fused_cross_entropy=False`). Pipelined rows split the local batch into pp micro-batches
-(torchtitan's default `pipeline_parallel_microbatches`) and interleave two chunks per rank.
-Not expressible (each row's note says which): torchtitan's op-level selective checkpointing
-(`selective_ac_option = 'op'`: every second matmul output recomputed) is taken as the ledger's
-selective mode (attention core only), which stores more; torch.compile's memory savings are
-not modelled. The H100 here is the 96 GB HBM2e part at 500 W: the cluster is the H100 SXM5
-preset with its memory overridden to 96 GB (the peak does not depend on the capacity).
+Rows: torchtitan's benchmark notes (pytorch/torchtitan
+benchmarks/llama3_h100_202412_torchtitan.md, Tables 1-6, torch 1963fc8 / torchtitan 9dec370;
+llama3-8b_h200_202506_trainy-whitefiber.md). What is printed: torchtitan's
+`DeviceMemoryMonitor.get_peak_stats` (components/metrics.py) reads
+`torch.cuda.memory_stats()["reserved_bytes.all.peak"]` and logs it in GiB (2^30): the caching
+allocator's reserved peak since the last log (10 iterations), which includes its fragmentation
+but not the CUDA context nor NCCL's own buffers (the ledger counts both, about 1 GiB, so it
+over-counts reserved slightly). The Dec 2024 note takes the maximum over all GPUs (footnote
+1); the ledger's peak is its busiest stage. Recipe, from the notes and the defaults of
+torchtitan at that commit: Llama 3.1 presets, sequence 8192 where the table does not print one
+(train_configs/llama3_*.toml `seq_len`), FSDP2 over the data-parallel (and context-parallel)
+ranks with bf16 compute, fp32 master weights, gradients reduced in fp32 and fp32 AdamW
+moments, parameters not resharded after forward when pipelining (parallelize_llama:
+`reshard_after_forward = not pp_enabled`) and their gradients reduce-scattered only after the
+last micro-batch (torch pipelining's FSDP2 stage, `fsdp_defer_grad_sync=True`), tensor
+parallel with sequence parallel norms whose all-gathered outputs the column-parallel linears
+save (`sequence_parallel_saves_gathered=True`: PrepareModuleInput to Replicate) and a
+vocabulary-parallel loss, Float8 linears where the row says so, and the loss
+`F.cross_entropy(pred.float(), labels)` (train.py at 9dec370: unfused, its
+`torch.compile(loss_fn)` commented out, so `fused_cross_entropy=False`). The June 2025 H200
+note ran torchtitan e7c0cae, whose `components/loss.py: build_cross_entropy_loss` compiles the
+loss whenever `--training.compile` is set: Inductor's cross entropy keeps the bf16 logits and
+writes their bf16 gradient in one kernel (2V + 2V bytes per token, which the ledger's fused
+loss counts as its 4V fp32 logits with the gradient in place), so those rows take
+`fused_cross_entropy=True` (`LOSS_COMPILED`). Pipelined rows split the local batch into pp
+micro-batches (torchtitan's default `pipeline_parallel_microbatches`) and interleave two
+chunks per rank. Not expressible (each row's note says which): torchtitan's op-level selective
+checkpointing (`selective_ac_option = 'op'`: every second matmul output recomputed) is taken
+as the ledger's selective mode (attention core only), which stores more; torch.compile's
+memory savings are not modelled. The H100 here is the 96 GB HBM2e part at 500 W: the cluster
+is the H100 SXM5 preset with its memory overridden to 96 GB (the peak does not depend on the
+capacity).
 
 With --write the table goes to research/MEMORY_PEAKS.md.
 """
@@ -151,6 +157,13 @@ H100_96GB_BYTES = 96 * 10**9
 """Grand Teton H100: 96 GB HBM2e (the note's Hardware section)."""
 
 
+LOSS_COMPILED = {"llama3_h100_202412": False, "llama3-8b_h200_202506_trainy-whitefiber": True}
+"""Per benchmark note: whether `--training.compile` also compiled the loss at the note's
+torchtitan commit. 9dec370 (Dec 2024 note): train.py leaves `torch.compile(loss_fn)` commented
+out. e7c0cae (Jun 2025 H200 note): components/loss.py `build_cross_entropy_loss` wraps the loss in
+`torch.compile` when `training.compile` is set."""
+
+
 def _torchtitan_measured_bytes(row: dict[str, Any]) -> int:
     text = row["measured_as_printed"].split(", ")[1]
     return int(float(text.split(" GiB")[0]) * 2**30)
@@ -168,12 +181,15 @@ def torchtitan_row(row: dict[str, Any]) -> PeakRow:
     per_op = recompute == "selective" and "per-op" in (p["recompute"] or "selective (per-op)")
     fp8 = "fp8" in (p["precision"] or "")
     notes = []
-    if "torch.compile on" in (p["notes"] or ""):
-        notes.append("torch.compile savings not modelled")
+    compiled = "torch.compile on" in (p["notes"] or "")
+    loss_compiled = compiled and LOSS_COMPILED[row["location"].split(",")[0]]
+    if compiled:
+        notes.append("torch.compile savings not modelled"
+                     + ("; loss compiled (fused)" if loss_compiled else ""))
     training = TrainingSpec(global_batch_size=local_batch * dp,
                             sequence_length=m["seq_len"] or TORCHTITAN_SEQ_LEN,
                             compute_dtype=DType.FP8 if fp8 else DType.BF16,
-                            fused_cross_entropy=False)
+                            fused_cross_entropy=loss_compiled)
     schedule = p["schedule"] or "none"
     extra: dict[str, Any] = {}
     if pp > 1:
