@@ -50,9 +50,10 @@ def test_the_memory_only_data_is_a_well_formed_transcription() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "torchtitan's 70B FSDP x TP row without async TP (Table 4, 0.918; 0.976 with async "
-    "TP, whose printed peak is 4.3 GiB lower) is under-counted: the mechanism is not found "
-    "yet (see research/CALIBRATION.md)"))
+    "two torchtitan rows are under-counted: Table 4's 70B FSDP x TP row without async TP "
+    "(0.918; 0.976 with async TP, whose printed peak is 4.3 GiB lower) and Table 3's eager 8B "
+    "FSDP row on 128 GPUs (0.939; 1.015 compiled); the mechanisms are not found yet (see "
+    "research/CALIBRATION.md)"))
 def test_every_measured_peak_is_predicted_within_the_bounds() -> None:
     script = _script()
     ratios = [row.ratio for row in script.peak_rows()]
