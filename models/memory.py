@@ -423,7 +423,8 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
     total_params = groups.gemm + groups.vectors + groups.embedding + groups.head + groups.experts
     ema_gpu, ema_host = ema_components(training, parallel, total_params)
     dynamic = sum(c.bytes for c in activations)
-    others = runtime_components(spec, training, parallel, groups, dynamic)
+    others = runtime_components(spec, training, parallel, groups, dynamic,
+                                num_heads=layout.num_heads)
     return StageMemory(stage=layout.rank, num_layers=len(layout.layers),
                        components=tuple(states + ema_gpu + activations + others),
                        host_components=tuple(host_states + host_acts + ema_host),

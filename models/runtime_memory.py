@@ -106,10 +106,44 @@ def fsdp_root_unit_bytes(groups: RankParameters, parallel: ParallelConfig,
     return math.ceil((groups.embedding + groups.head) * param_bytes)
 
 
+def loss_logits_hole_bytes(spec: ModelSpec, training: TrainingSpec,
+                           parallel: ParallelConfig) -> int:
+    """Reserved but unusable bytes at the backward of an unfused (PyTorch) cross entropy on
+    a rank that computes the loss: the free block the 16-bit logits leave, per micro-batch.
+
+    The forward leaves, in allocation order, the 16-bit logits (2 V bytes per token), their
+    fp32 copy (4 V) and the fp32 log-probabilities (4 V; `_log_softmax` under loss parallel
+    also frees its fp32 `shifted` and `exp` temporaries beside them); the step frees the
+    logits (`del pred`) and the fp32 copy, leaving one free run of 2 V + k x 4 V bytes before
+    the kept log-probabilities. The backward then allocates fp32 logit-sized tensors only
+    (the gradient `nll_loss` writes, the `log_softmax` input gradient; under loss parallel
+    `zeros_like(x)`, `exp(x)`, their sum and the product): the caching allocator's best fit
+    (`get_free_block`: the smallest free block at least as large) places the first k in
+    that run, and the 2 V bytes left over can never hold a 4 V tensor, so the next one maps
+    new memory while they stay reserved. With expandable segments (torchtitan's launcher sets
+    `expandable_segments:True`) free pages stay mapped until `empty_cache`; with classic
+    segments the logits had a segment of their own, cached and as unusable. Either way the
+    reserved peak torchtitan logs (`reserved_bytes.all.peak`) counts them. It is reserved,
+    not allocated, memory: an allocation that would fail first makes the allocator release
+    cached free blocks, so on a nearly full GPU the term is a margin rather than an OOM.
+    Source: PyTorch `c10/cuda/CUDACachingAllocator.cpp` (best-fit free-block search, block
+    splitting, expandable segments, release of cached blocks before an OOM); torchtitan
+    train.py at 9dec370 (`del pred` before `loss.backward()`);
+    `torch.distributed.tensor.parallel.loss` (`_log_softmax`,
+    `_nll_loss_and_log_softmax_backward`). Checked against torchtitan's eager 8B FSDP peaks
+    (Tables 1 and 3) and the 70B FSDP x TP peak (Table 4), `research/validate_memory.py`.
+    Legend: bytes = tokens x V / t x 2 on the loss rank (vocabulary-parallel logits)."""
+    if training.fused_cross_entropy:
+        return 0
+    tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
+    return math.ceil(tokens * spec.vocab_size / parallel.tp * ACTIVATION_BYTES)
+
+
 def runtime_components(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                      groups: RankParameters, dynamic_bytes: int) -> list[MemoryComponent]:
+                      groups: RankParameters, dynamic_bytes: int, *,
+                      num_heads: int = 0) -> list[MemoryComponent]:
     """Runtime items and transient buffers, each a named term (`models/runtime_memory`,
-    `models/sharded_states`)."""
+    `models/sharded_states`); `num_heads` output heads with their loss on this rank."""
     out = [MemoryComponent(name="CUDA context and library workspaces", kind="other",
                            bytes=CUDA_CONTEXT_BYTES,
                            note="context, kernel images, cuBLAS workspaces"),
@@ -198,11 +232,19 @@ def runtime_components(spec: ModelSpec, training: TrainingSpec, parallel: Parall
         name="allocator fragmentation", kind="other",
         bytes=math.ceil(ALLOCATOR_FRAGMENTATION_FRAC * (dynamic_bytes + transient)),
         note=f"{ALLOCATOR_FRAGMENTATION_FRAC:.0%} of dynamic bytes"))
+    hole = num_heads * loss_logits_hole_bytes(spec, training, parallel)
+    if hole:
+        out.append(MemoryComponent(
+            name="allocator: freed logits block at the loss backward", kind="other",
+            bytes=hole,
+            note="the 16-bit logits' freed block, too small for the unfused loss's fp32 "
+                 "backward tensors, stays reserved"))
     return out
 
 
 __all__ = [
     "fsdp_root_unit_bytes",
+    "loss_logits_hole_bytes",
     "ALLOCATOR_FRAGMENTATION_FRAC",
     "CUDA_CONTEXT_BYTES",
     "FLASH_DQ_ACCUMULATOR_BYTES",

@@ -1,47 +1,61 @@
-"""Predicted vs measured peak memory for every measured peak in the published-runs data.
+"""Predicted vs measured peak memory for every measured peak in the published-runs data
+(`data/published_runs.json`) and the memory-only data (`data/measured_peaks.json`).
 
 Run: .venv/bin/python research/validate_memory.py [--write]
 
-Rows: the Zero Bubble paper's Table 4 (Qi et al. 2024, arXiv:2401.10241; setup in Table
-3), 64 cells of 4 models x 4 schedules x 3-4 micro-batch counts, each printing the peak
-memory of the busiest GPU. The recipe is the paper's code as published with it
-(sail-sg/zero-bubble-pipeline-parallelism, examples/pretrain_zbh1.sh and
-pretrain_llama_7b.sh at commits 475e0629 / ed85b11c): Megatron-LM with `--fp16` (fp16
-weights and DDP gradient buffer; fp32 master weights and Adam moments), Megatron's
-default dropout 0.1 on attention and hidden states, no `--use-flash-attn` (the attention
-scores are materialised), sequence 1024, the GPTSentencePiece tokenizer (32,000 tokens),
-tied embeddings, no recomputation, no optimizer sharding (dp = 1), and the first and last
-stage one layer short (the embedding and the loss take a layer's slot).
+Rows: the Zero Bubble paper's Table 4 (Qi et al. 2024, arXiv:2401.10241; setup in Table 3),
+48 cells of 4 models x 4 schedules x 3 micro-batch counts, each printing the peak memory of
+the busiest GPU; and the same paper's ZB-V version, Table 6 (6.2B, 14.6B, 28.3B on 16, 24
+and 32 GPUs, one pipeline stage per GPU; ZB-V, ZB-2p with half the micro-batch and twice the
+micro-batches, ZB-1p, 1F1B), Table 11 (1F1B and ZB-1p with the micro-batch doubled) and
+Table 12 (m = p micro-batches), 66 cells. ZB-V runs two one-layer chunks per rank in a V
+(rank r holds chunks r and 2p - 1 - r); the two padded chunks are the first and the last
+(the scripts' `--allow-padding-num-layers`: `ParallelTransformer.get_offset` takes one layer
+from chunk 0 and chunk 2p - 1), so rank 0 holds the embedding and the loss and no layer. The
+recipe is the paper's code as published with it (sail-sg/zero-bubble-pipeline-parallelism,
+examples/pretrain_zbh1.sh and pretrain_llama_7b.sh at commits 475e0629 / ed85b11c):
+Megatron-LM with `--fp16` (fp16 weights and DDP gradient buffer; fp32 master weights and
+Adam moments), Megatron's default dropout 0.1 on attention and hidden states, no
+`--use-flash-attn` (the attention scores are materialised), sequence 1024, the GPTSentencePiece
+tokenizer (32,000 tokens), tied embeddings, no recomputation, no optimizer sharding (dp =
+1), and the first and last stage one layer short (the embedding and the loss take a layer's
+slot).
 
 Reading of the printed unit: Megatron's memory report prints MiB (2^20), so a printed "GB"
 is taken as GiB (2^30); this is the reading that makes the ledger's ratios smallest.
 
-Rows: torchtitan's benchmark notes (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md,
-Tables 1-6, torch 1963fc8 / torchtitan 9dec370; llama3-8b_h200_202506_trainy-whitefiber.md).
-What is printed: torchtitan's `DeviceMemoryMonitor.get_peak_stats` (components/metrics.py)
-reads `torch.cuda.memory_stats()["reserved_bytes.all.peak"]` and logs it in GiB (2^30): the
-caching allocator's reserved peak since the last log (10 iterations), which includes its
-fragmentation but not the CUDA context nor NCCL's own buffers (the ledger counts both, about
-1 GiB, so it over-counts reserved slightly). The Dec 2024 note takes the maximum over all
-GPUs (footnote 1); the ledger's peak is its busiest stage. Recipe, from the notes and the
-defaults of torchtitan at that commit: Llama 3.1 presets, sequence 8192 where the table does
-not print one (train_configs/llama3_*.toml `seq_len`), FSDP2 over the data-parallel (and
-context-parallel) ranks with bf16 compute, fp32 master weights, gradients reduced in fp32 and
-fp32 AdamW moments, parameters not resharded after forward when pipelining
-(parallelize_llama: `reshard_after_forward = not pp_enabled`) and their gradients
-reduce-scattered only after the last micro-batch (torch pipelining's FSDP2 stage,
-`fsdp_defer_grad_sync=True`), tensor parallel with sequence
-parallel norms whose all-gathered outputs the column-parallel linears save
-(`sequence_parallel_saves_gathered=True`: PrepareModuleInput to Replicate) and a
-vocabulary-parallel loss, Float8 linears where the row says so, and the
-loss `F.cross_entropy(pred.float(), labels)` (components/loss.py: unfused, so
-`fused_cross_entropy=False`). Pipelined rows split the local batch into pp micro-batches
-(torchtitan's default `pipeline_parallel_microbatches`) and interleave two chunks per rank.
-Not expressible (each row's note says which): torchtitan's op-level selective checkpointing
-(`selective_ac_option = 'op'`: every second matmul output recomputed) is taken as the ledger's
-selective mode (attention core only), which stores more; torch.compile's memory savings are
-not modelled. The H100 here is the 96 GB HBM2e part at 500 W: the cluster is the H100 SXM5
-preset with its memory overridden to 96 GB (the peak does not depend on the capacity).
+Rows: torchtitan's benchmark notes (pytorch/torchtitan
+benchmarks/llama3_h100_202412_torchtitan.md, Tables 1-6, torch 1963fc8 / torchtitan 9dec370;
+llama3-8b_h200_202506_trainy-whitefiber.md). What is printed: torchtitan's
+`DeviceMemoryMonitor.get_peak_stats` (components/metrics.py) reads
+`torch.cuda.memory_stats()["reserved_bytes.all.peak"]` and logs it in GiB (2^30): the caching
+allocator's reserved peak since the last log (10 iterations), which includes its fragmentation
+but not the CUDA context nor NCCL's own buffers (the ledger counts both, about 1 GiB, so it
+over-counts reserved slightly). The Dec 2024 note takes the maximum over all GPUs (footnote
+1); the ledger's peak is its busiest stage. Recipe, from the notes and the defaults of
+torchtitan at that commit: Llama 3.1 presets, sequence 8192 where the table does not print one
+(train_configs/llama3_*.toml `seq_len`), FSDP2 over the data-parallel (and context-parallel)
+ranks with bf16 compute, fp32 master weights, gradients reduced in fp32 and fp32 AdamW
+moments, parameters not resharded after forward when pipelining (parallelize_llama:
+`reshard_after_forward = not pp_enabled`) and their gradients reduce-scattered only after the
+last micro-batch (torch pipelining's FSDP2 stage, `fsdp_defer_grad_sync=True`), tensor
+parallel with sequence parallel norms whose all-gathered outputs the column-parallel linears
+save (`sequence_parallel_saves_gathered=True`: PrepareModuleInput to Replicate) and a
+vocabulary-parallel loss, Float8 linears where the row says so, and the loss
+`F.cross_entropy(pred.float(), labels)` (train.py at 9dec370: unfused, its
+`torch.compile(loss_fn)` commented out, so `fused_cross_entropy=False`). The June 2025 H200
+note ran torchtitan e7c0cae, whose `components/loss.py: build_cross_entropy_loss` compiles the
+loss whenever `--training.compile` is set: Inductor's cross entropy keeps the bf16 logits and
+writes their bf16 gradient in one kernel (2V + 2V bytes per token, which the ledger's fused
+loss counts as its 4V fp32 logits with the gradient in place), so those rows take
+`fused_cross_entropy=True` (`LOSS_COMPILED`). Pipelined rows split the local batch into pp
+micro-batches (torchtitan's default `pipeline_parallel_microbatches`) and interleave two
+chunks per rank. Not expressible (each row's note says which): torchtitan's op-level selective
+checkpointing (`selective_ac_option = 'op'`: every second matmul output recomputed) is taken
+as the ledger's selective mode (attention core only), which stores more; torch.compile's
+memory savings are not modelled. The H100 here is the 96 GB HBM2e part at 500 W: the cluster
+is the H100 SXM5 preset with its memory overridden to 96 GB (the peak does not depend on the
+capacity).
 
 With --write the table goes to research/MEMORY_PEAKS.md.
 """
@@ -60,12 +74,13 @@ from models.memory import memory_ledger
 
 ROOT = Path(__file__).resolve().parent
 DATA = json.loads((ROOT / "data" / "published_runs.json").read_text())
+MEASURED = json.loads((ROOT / "data" / "measured_peaks.json").read_text())
 OUT = ROOT / "MEMORY_PEAKS.md"
 ZERO_BUBBLE_VOCAB = 32_000
 """The GPTSentencePiece tokenizer shipped with the Zero Bubble sample dataset (a LLaMA
 SentencePiece model, 32,000 tokens); Table 3 does not print it."""
 SCHEDULES = {"zb-1p": PipelineSchedule.ZB_H1, "zb-2p": PipelineSchedule.ZB_H2,
-             "1f1b": PipelineSchedule.ONE_F_ONE_B,
+             "zb-v": PipelineSchedule.ZBV, "1f1b": PipelineSchedule.ONE_F_ONE_B,
              "interleaved_1f1b": PipelineSchedule.INTERLEAVED_1F1B}
 WORST_RATIO_FLOOR = 0.95
 MEDIAN_RATIO_CEILING = 1.15
@@ -95,7 +110,7 @@ def _measured_bytes(row: dict[str, Any]) -> int:
 
 
 def zero_bubble_row(row: dict[str, Any]) -> PeakRow:
-    """The ledger of one Table 4 cell against its printed peak."""
+    """The ledger of one Zero Bubble cell (Tables 4, 6, 11, 12) against its printed peak."""
     m, p = row["model"], row["parallel"]
     pp, layers = p["pp"], m["num_layers"]
     slots = (layers + 2) // pp  # the embedding and the loss each take one layer's slot
@@ -113,6 +128,14 @@ def zero_bubble_row(row: dict[str, Any]) -> PeakRow:
                                   micro_batch_size=p["micro_batch_size"], zero_stage=0,
                                   layers_per_virtual_stage=chunks)
         note = "one layer per chunk; embedding-only first and loss-only last chunk"
+    elif schedule == "zb-v":
+        # Two chunks per rank in a V; the first and the last chunk are one layer short.
+        per_chunk = slots // 2
+        chunks = (per_chunk - 1,) + (per_chunk,) * (2 * pp - 2) + (per_chunk - 1,)
+        parallel = ParallelConfig(pp=pp, vpp=2, schedule=SCHEDULES[schedule],
+                                  micro_batch_size=p["micro_batch_size"], zero_stage=0,
+                                  layers_per_virtual_stage=chunks)
+        note = f"V of {per_chunk}-layer chunks; rank 0: embedding and loss only"
     else:
         split = (slots - 1,) + (slots,) * (pp - 2) + (slots - 1,)
         parallel = ParallelConfig(pp=pp, schedule=SCHEDULES[schedule],
@@ -134,6 +157,13 @@ H100_96GB_BYTES = 96 * 10**9
 """Grand Teton H100: 96 GB HBM2e (the note's Hardware section)."""
 
 
+LOSS_COMPILED = {"llama3_h100_202412": False, "llama3-8b_h200_202506_trainy-whitefiber": True}
+"""Per benchmark note: whether `--training.compile` also compiled the loss at the note's
+torchtitan commit. 9dec370 (Dec 2024 note): train.py leaves `torch.compile(loss_fn)` commented
+out. e7c0cae (Jun 2025 H200 note): components/loss.py `build_cross_entropy_loss` wraps the loss in
+`torch.compile` when `training.compile` is set."""
+
+
 def _torchtitan_measured_bytes(row: dict[str, Any]) -> int:
     text = row["measured_as_printed"].split(", ")[1]
     return int(float(text.split(" GiB")[0]) * 2**30)
@@ -151,12 +181,15 @@ def torchtitan_row(row: dict[str, Any]) -> PeakRow:
     per_op = recompute == "selective" and "per-op" in (p["recompute"] or "selective (per-op)")
     fp8 = "fp8" in (p["precision"] or "")
     notes = []
-    if "torch.compile on" in (p["notes"] or ""):
-        notes.append("torch.compile savings not modelled")
+    compiled = "torch.compile on" in (p["notes"] or "")
+    loss_compiled = compiled and LOSS_COMPILED[row["location"].split(",")[0]]
+    if compiled:
+        notes.append("torch.compile savings not modelled"
+                     + ("; loss compiled (fused)" if loss_compiled else ""))
     training = TrainingSpec(global_batch_size=local_batch * dp,
                             sequence_length=m["seq_len"] or TORCHTITAN_SEQ_LEN,
                             compute_dtype=DType.FP8 if fp8 else DType.BF16,
-                            fused_cross_entropy=False)
+                            fused_cross_entropy=loss_compiled)
     schedule = p["schedule"] or "none"
     extra: dict[str, Any] = {}
     if pp > 1:
@@ -193,6 +226,8 @@ def peak_rows() -> list[PeakRow]:
     """Every measured peak of the data set with its prediction."""
     rows = [zero_bubble_row(row) for row in DATA["runs"] if row["source_id"] == "zerobubble"
             and _has_peak(row)]
+    rows += [zero_bubble_row(row) for row in MEASURED["runs"]
+             if row["source_id"] == "zerobubble_zbv"]
     rows += [torchtitan_row(row) for row in DATA["runs"]
              if row["source_id"] == "torchtitan_bench" and _has_peak(row)]
     return rows

@@ -362,8 +362,9 @@ def _unsupported_notes(spec: ModelSpec, training: TrainingSpec,
         notes.append(f"optimizer='{training.optimizer}': set [optimizer] name by hand")
     if training.fused_cross_entropy:
         notes.append("torchtitan's loss is F.cross_entropy on fp32 logits (components/loss.py), "
-                     "not a fused one: its backward holds about 8 x vocab bytes per token more "
-                     "on the last stage than planned; plan with fused_cross_entropy=false")
+                     "not a fused one: its backward holds about 8 x vocab bytes per token more, "
+                     "and the allocator keeps the freed 16-bit logits (2 x vocab) reserved, on "
+                     "the last stage than planned; plan with fused_cross_entropy=false")
     if parallel.tp > 1 and parallel.sequence_parallel and not (
             parallel.sequence_parallel_saves_gathered):
         notes.append("torchtitan's tensor parallelism (DTensor PrepareModuleInput to Replicate) "

@@ -282,3 +282,24 @@ def test_in_flight_peak_bytes_is_the_largest_dot_product(chunks: list[int]) -> N
         for other in range(4):
             if profile.dominates(rank, other):
                 assert profile.peak_bytes(other, chunks) <= profile.peak_bytes(rank, chunks)
+
+
+def test_unfused_loss_keeps_the_16_bit_logits_block_reserved_on_the_loss_rank_only() -> None:
+    # torchtitan's 8B recipe (local batch 2 x 8192 tokens, vocabulary 128,256): the freed
+    # bf16 logits leave 16,384 x 128,256 x 2 bytes (3.9 GiB) that the fp32 backward tensors
+    # of PyTorch's cross entropy cannot reuse; Megatron's fused loss leaves none.
+    spec = model_preset("llama-3.1-8b")
+    name = "allocator: freed logits block at the loss backward"
+    training = TrainingSpec(global_batch_size=16, sequence_length=8192,
+                            fused_cross_entropy=False)
+    ledger = memory_ledger(spec, training, ParallelConfig(pp=2, dp=4, micro_batch_size=2),
+                           CLUSTER)
+    holes = [sum(c.bytes for c in s.components if c.name == name) for s in ledger.stages]
+    assert holes == [0, 16_384 * 128_256 * 2]
+    tp = memory_ledger(spec, training, ParallelConfig(tp=2, dp=4, micro_batch_size=2,
+                                                      sequence_parallel=True), CLUSTER)
+    assert sum(c.bytes for c in tp.stages[0].components if c.name == name) == (
+        16_384 * 128_256 * 2 // 2)
+    fused = memory_ledger(spec, training.model_copy(update={"fused_cross_entropy": True}),
+                          ParallelConfig(pp=2, dp=4, micro_batch_size=2), CLUSTER)
+    assert all(c.name != name for s in fused.stages for c in s.components)
