@@ -127,6 +127,17 @@ class RunEstimateResponse(ResultModel):
     reliability: ReliabilityEstimate = Field(
         description="The run with checkpoints and failures.")
     plan: PlanResponse = Field(description="The plan (or evaluation) the estimate uses.")
+    train_days_low: float | None = Field(
+        default=None, description="train_days at the low step time of "
+        "`plan.predicted_range` (None when it gives no range; it says what backs it).")
+    train_days_high: float | None = Field(
+        default=None, description="train_days at the high step time of the range.")
+    gpu_hours_low: float | None = Field(default=None, description="gpu_hours at the low "
+                                        "step time.")
+    gpu_hours_high: float | None = Field(default=None, description="gpu_hours at the high "
+                                         "step time.")
+    cost_low: float | None = Field(default=None, description="cost at the low step time.")
+    cost_high: float | None = Field(default=None, description="cost at the high step time.")
 
 
 class FrontierRequest(PlanRequest):

@@ -85,7 +85,25 @@ def estimate_run(request: RunEstimateRequest, *, planner: PlanFn = plan) -> RunE
         step_time_s=answer.time.step_time_s, train_time_s=train_time_s,
         train_days=train_time_s / 86400.0, world_size=answer.world_size, gpu_hours=gpu_hours,
         gpu_hour_price=price, cost=None if price is None else gpu_hours * price,
-        reliability=_reliability(request, answer.world_size, train_time_s), plan=answer)
+        reliability=_reliability(request, answer.world_size, train_time_s), plan=answer,
+        **_run_range(answer, num_steps, price))
+
+
+def _run_range(answer: PlanResponse, num_steps: int,
+               price: float | None) -> dict[str, float | None]:
+    """The run's days, GPU-hours and cost at the two ends of the plan's predicted step-time
+    range (every field None when the plan has no range)."""
+    band = answer.predicted_range
+    if band is None or band.step_time_s_low is None or band.step_time_s_high is None:
+        return {}
+    out: dict[str, float | None] = {}
+    for end, step_s in (("low", band.step_time_s_low), ("high", band.step_time_s_high)):
+        seconds = num_steps * step_s
+        hours = answer.world_size * seconds / 3600.0
+        out[f"train_days_{end}"] = seconds / 86400.0
+        out[f"gpu_hours_{end}"] = hours
+        out[f"cost_{end}"] = None if price is None else hours * price
+    return out
 
 
 def _reliability(request: RunEstimateRequest, world_size: int,
