@@ -97,10 +97,13 @@ def stale_rows(fresh: dict[str, Any], committed: dict[str, Any], *,
 def print_bands(rows: tuple[ErrorRow, ...]) -> None:
     """The band of each GPU family and regime a plan would get (CALIBRATION.md Sec. 6)."""
     cases = [("a100-sxm4-80gb", False, 8), ("a100-sxm4-80gb", False, 64),
-             ("a100-sxm4-80gb", False, 1024), ("h100-sxm5-80gb", False, 8),
-             ("h100-sxm5-80gb", False, 64), ("h100-sxm5-80gb", False, 1024),
+             ("a100-sxm4-80gb", False, 1024), ("a100-sxm4-80gb", True, 64),
+             ("h100-sxm5-80gb", False, 8), ("h100-sxm5-80gb", False, 64),
+             ("h100-sxm5-80gb", False, 1024), ("h100-sxm5-80gb", True, 8),
              ("h100-sxm5-80gb", True, 64), ("h100-sxm5-80gb", True, 1024),
-             ("b200-sxm-180gb", False, 64), ("b200-sxm-180gb", True, 64), ("mi300x", False, 64)]
+             ("b200-sxm-180gb", False, 8), ("b200-sxm-180gb", False, 64),
+             ("b200-sxm-180gb", True, 64), ("b200-sxm-180gb", True, 1024),
+             ("mi300x", False, 64), ("mi300x", True, 64)]
     for gpu, moe, gpus in cases:
         band = published_band(gpu, moe=moe, num_gpus=gpus, rows=rows)
         if band.error_low is None or band.error_high is None:
