@@ -175,7 +175,7 @@ def _frontier_point(request: FrontierRequest, num_nodes: int, share: float,
         tokens_per_s=answer.throughput.tokens_per_s if answer.throughput else None,
         gpu_hours_per_step=answer.world_size * step / 3600.0,
         cost_per_token=answer.cost.cost_per_token if answer.cost else None,
-        summary=answer.explanation.summary)
+        predicted_range=answer.predicted_range, summary=answer.explanation.summary)
 
 
 def mark_pareto(points: list[FrontierPoint]) -> list[FrontierPoint]:
@@ -261,7 +261,7 @@ def _sensitivity_point(factor: SensitivityFactor | None, delta: float, answer: P
         factor=factor, delta=delta, status=answer.status, parallel=answer.parallel,
         step_time_s=step,
         tokens_per_s=answer.throughput.tokens_per_s if answer.throughput else None,
-        plan_changed=answer.parallel != base.parallel,
+        predicted_range=answer.predicted_range, plan_changed=answer.parallel != base.parallel,
         baseline_step_time_s=(scored.time.step_time_s if fits and scored is not None
                               and scored.time is not None else None),
         baseline_fits=None if scored is None else fits,

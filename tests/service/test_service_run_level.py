@@ -61,6 +61,10 @@ def test_frontier_is_the_library_answer(real: httpx.Client) -> None:
     local = frontier(FrontierRequest.model_validate(body))
     assert [p.num_gpus for p in served.points] == [8, 16]
     assert served.pareto_num_gpus == local.pareto_num_gpus
+    # Each point's range is its plan's: the 8-GPU and the 16-GPU regimes differ.
+    regimes = [p.predicted_range.regime for p in served.points
+               if p.predicted_range is not None and p.step_time_s is not None]
+    assert regimes and all(r.endswith(("up to 8 GPUs", "9 to 256 GPUs")) for r in regimes)
 
 
 def test_sensitivity_runs_with_the_service_planner(client: httpx.Client) -> None:
