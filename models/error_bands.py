@@ -261,6 +261,15 @@ def _fmt_pct(x: float) -> str:
     return f"{100 * x:+.0f}%"
 
 
+def _fmt_s(seconds: float) -> str:
+    """Seconds with three significant digits, trailing zeros kept (88.0, 1.20, 0.0450)."""
+    rounded = float(f"{seconds:.3g}")
+    if rounded <= 0:
+        return "0"
+    digits = 2 - math.floor(math.log10(rounded))
+    return f"{rounded:.{max(0, digits)}f}"
+
+
 def predicted_range(band: ErrorBand, *, step_time_s: float, tokens_per_s: float | None = None,
                     mfu: float | None = None) -> PredictedRange:
     """The predicted ranges of step time, tokens/s and MFU under `band` (see the module
@@ -278,7 +287,7 @@ def predicted_range(band: ErrorBand, *, step_time_s: float, tokens_per_s: float 
     tokens = None if tokens_per_s is None else (tokens_per_s / hi, tokens_per_s / lo)
     util = None if mfu is None else (min(1.0, mfu / hi), min(1.0, mfu / lo))
     names = ", ".join(f"{sid} {n}" for sid, _, n in band.sources)
-    figures = f"step {step[0]:.3g}-{step[1]:.3g} s"
+    figures = f"step {_fmt_s(step[0])}-{_fmt_s(step[1])} s"
     if tokens is not None:
         figures += f", {tokens[0]:,.0f}-{tokens[1]:,.0f} tokens/s"
     if util is not None:

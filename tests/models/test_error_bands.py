@@ -67,7 +67,7 @@ def test_band_of_a_regime_with_enough_rows() -> None:
     assert rng.mfu_low == pytest.approx(0.95 / 1.26)
     assert rng.mfu_high == 1.0  # 0.95 / 0.94 would pass the peak
     assert rng.num_rows == 5 and rng.basis == "published"
-    assert "step 9.4-12.6 s" in rng.text and "paper-a 4, paper-b 1" in rng.text
+    assert "step 9.40-12.6 s" in rng.text and "paper-a 4, paper-b 1" in rng.text
 
 
 def test_calibration_rows_never_back_a_band() -> None:
