@@ -143,6 +143,10 @@ class PredictedRange(ResultModel):
     tokens_per_s_high: float | None = Field(default=None, description="High tokens/s.")
     mfu_low: float | None = Field(default=None, description="Low MFU.")
     mfu_high: float | None = Field(default=None, description="High MFU (at most 1).")
+    expected_coverage: float | None = Field(
+        default=None, description="Share of new runs like the backing ones expected inside "
+        "the range: (90 - 10)% x (n - 1) / (n + 1) for n runs (order statistics), below 80% "
+        "for few runs.")
     regime: str = Field(description="The prediction's regime: GPU kernel family, dense or "
                         "MoE, scale.", examples=["hopper dense, 9 to 256 GPUs"])
     backed_by: str = Field(description="The regime whose runs the range uses (differs from "

@@ -23,6 +23,7 @@ from typing import Any
 from models.error_bands import (
     DATA_PATH,
     ErrorRow,
+    expected_coverage,
     gpu_family,
     published_band,
     rows_from_table,
@@ -114,6 +115,27 @@ def print_bands(rows: tuple[ErrorRow, ...]) -> None:
               f"n={band.num_rows:2d} from {band.regime_used}")
 
 
+def coverage(rows: tuple[ErrorRow, ...]) -> None:
+    """Leave-one-out check of the bands: each held-out row's error against the band its own
+    regime gets from the other rows (about 80% should fall inside a 10th-90th band)."""
+    inside: dict[str, list[tuple[bool, float]]] = {}
+    for held in (r for r in rows if r.held_out):
+        others = tuple(r for r in rows if r.id != held.id)
+        band = published_band(held.gpu, moe=held.moe, num_gpus=held.num_gpus, rows=others)
+        if band.error_low is None or band.error_high is None:
+            continue
+        hit = (band.error_low <= held.error <= band.error_high,
+               expected_coverage(band.num_rows))
+        key = f"{held.family} {'MoE' if held.moe else 'dense'}"
+        inside.setdefault(key, []).append(hit)
+        inside.setdefault("all", []).append(hit)
+    for key, hits in sorted(inside.items()):
+        n_in = sum(1 for h, _ in hits if h)
+        expected = sum(e for _, e in hits) / len(hits)
+        print(f"leave-one-out coverage {key:16s} {n_in:3d} of {len(hits):3d} inside "
+              f"({100 * n_in / len(hits):.0f}%; expected {100 * expected:.0f}%)")
+
+
 def main() -> None:
     fresh = table()
     text = json.dumps(fresh, indent=1) + "\n"
@@ -128,6 +150,7 @@ def main() -> None:
     held = [r for r in fresh["rows"] if r["split"] == "held_out"]
     print(f"{len(fresh['rows'])} rows predicted, {len(held)} held out")
     print_bands(rows_from_table(fresh))
+    coverage(rows_from_table(fresh))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from models.error_bands import (
     MIN_ROWS,
     ErrorRow,
     cluster_band,
+    expected_coverage,
     percentile,
     predicted_range,
     profile_band,
@@ -67,6 +68,10 @@ def test_band_of_a_regime_with_enough_rows() -> None:
     assert rng.mfu_low == pytest.approx(0.95 / 1.26)
     assert rng.mfu_high == 1.0  # 0.95 / 0.94 would pass the peak
     assert rng.num_rows == 5 and rng.basis == "published"
+    # Five rows: F(X_(k)) has mean k / 6; P10 and P90 sit at k = 1.4 and 4.6.
+    assert rng.expected_coverage == pytest.approx((4.6 - 1.4) / 6) == expected_coverage(5)
+    assert expected_coverage(1) == 0.0 and expected_coverage(10**6) == pytest.approx(0.8, rel=1e-5)
+    assert "about 53% of new runs" in rng.text
     assert "step 9.40-12.6 s" in rng.text and "paper-a 4, paper-b 1" in rng.text
 
 
