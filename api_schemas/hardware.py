@@ -9,7 +9,7 @@ preset values (those live in `models/catalog.py` with their sources) or compute 
 from enum import StrEnum
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from api_schemas._base import MAX_NAME_LENGTH, SpecModel
 from api_schemas.dtypes import DType
@@ -117,6 +117,21 @@ class KernelCalibration(SpecModel):
         "service when a request names `cluster.profile`).")
     version: int | None = Field(default=None, ge=1,
                                 description="Version of that stored profile.")
+    leave_one_out_errors: tuple[float, ...] | None = Field(
+        default=None, max_length=64,
+        description="Step-time error (measured / predicted - 1) of each run the constants "
+        "were fitted on, predicted by the constants fitted on the other runs (set by the "
+        "service from the stored fit when a request names `cluster.profile`); predictions "
+        "on this cluster report their 10th to 90th percentile as the predicted range.")
+
+    @field_validator("leave_one_out_errors")
+    @classmethod
+    def _errors_above_minus_one(cls, value: tuple[float, ...] | None
+                                ) -> tuple[float, ...] | None:
+        if value is not None and any(e <= -1.0 for e in value):
+            raise ValueError("a step-time error measured / predicted - 1 is above -1 (a "
+                             "measured step takes some time)")
+        return value
 
 
 class ClusterSpec(SpecModel):

@@ -112,6 +112,55 @@ class Throughput(ResultModel):
         "PaLM convention).")
 
 
+class RangeSource(ResultModel):
+    """A publication (or calibration profile) whose runs back a predicted range."""
+
+    id: str = Field(description="Short name: the publication's id in "
+                    "research/data/published_runs.json, or 'profile <name> v<version>'.",
+                    examples=["megatron2021"])
+    name: str = Field(description="Title of the publication, or the profile in words.")
+    rows: int = Field(description="How many of its runs the range uses.")
+
+
+class PredictedRange(ResultModel):
+    """The range a prediction's real value is expected in: the 10th to 90th percentile of
+    the cost model's step-time error (measured / predicted - 1) on runs it was not fitted
+    on, applied to the prediction, and which runs back it."""
+
+    basis: str = Field(description="'published' (held-out published runs of the GPU family "
+                       "and regime), 'profile' (the calibration profile's leave-one-out "
+                       "errors) or 'none' (nothing backs a range; `text` says why).")
+    low_percentile: float = Field(default=10.0, description="Percentile of the low bound.")
+    high_percentile: float = Field(default=90.0, description="Percentile of the high bound.")
+    step_time_error_low: float | None = Field(
+        default=None, description="The low percentile of measured / predicted step time - 1.")
+    step_time_error_high: float | None = Field(
+        default=None, description="The high percentile of measured / predicted step time - 1.")
+    step_time_s_low: Seconds | None = Field(default=None, description="Low step time.")
+    step_time_s_high: Seconds | None = Field(default=None, description="High step time.")
+    tokens_per_s_low: float | None = Field(default=None, description="Low tokens/s (at the "
+                                           "high step time).")
+    tokens_per_s_high: float | None = Field(default=None, description="High tokens/s.")
+    mfu_low: float | None = Field(default=None, description="Low MFU.")
+    mfu_high: float | None = Field(default=None, description="High MFU (at most 1).")
+    expected_coverage: float | None = Field(
+        default=None, description="Share of new runs like the backing ones expected inside "
+        "the range: (90 - 10)% x (n - 1) / (n + 1) for n runs (order statistics), below 80% "
+        "for few runs.")
+    regime: str = Field(description="The prediction's regime: GPU kernel family, dense or "
+                        "MoE, scale.", examples=["hopper dense, 9 to 256 GPUs"])
+    backed_by: str = Field(description="The regime whose runs the range uses (differs from "
+                           "`regime` when too few runs matched and it fell back).")
+    fallback: bool = Field(default=False, description="Whether it fell back to a wider "
+                           "regime.")
+    num_rows: int = Field(default=0, description="Runs the range is computed from.")
+    sources: list[RangeSource] = Field(default_factory=list,
+                                       description="Publications or profile, with run counts.")
+    row_ids: list[str] = Field(default_factory=list, description="Ids of the published rows "
+                               "used (research/data/published_runs.json).")
+    text: str = Field(description="The range and its backing in words.")
+
+
 class Alternative(ResultModel):
     """A configuration the planner considered and ranked lower."""
 
@@ -125,6 +174,8 @@ class Alternative(ResultModel):
     delta_frac: float | None = Field(default=None, description="Objective change vs the plan "
                                      "(+0.18 = 18% slower).")
     why_not: str = Field(description="Why it lost.")
+    predicted_range: PredictedRange | None = Field(
+        default=None, description="Range of its step time and tokens/s (as the plan's).")
 
 
 RelaxedScalar = bool | int | float | str
@@ -231,6 +282,10 @@ class PlanResponse(ResultModel):
     memory: MemoryReport | None = Field(default=None, description="Per-stage memory ledger.")
     time: TimeBreakdown | None = Field(default=None, description="Step-time breakdown.")
     throughput: Throughput | None = Field(default=None, description="Throughput figures.")
+    predicted_range: PredictedRange | None = Field(
+        default=None, description="Range of the step time, tokens/s and MFU from the cost "
+        "model's held-out errors for this GPU family and regime (or the calibration "
+        "profile's leave-one-out errors), with the runs that back it.")
     alternatives: list[Alternative] = Field(default_factory=list, description="Ranked "
                                             "alternatives with why_not.")
     explanation: Explanation = Field(description="Why.")
@@ -260,6 +315,8 @@ __all__ = [
     "MemoryReport",
     "PlanResponse",
     "PlanStatus",
+    "PredictedRange",
+    "RangeSource",
     "Relaxation",
     "RunsOn",
     "SearchLimit",

@@ -14,7 +14,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from api_schemas._base import ResultModel, SpecModel
 from api_schemas.parallel import ParallelConfig
-from api_schemas.plan import PlanResponse, PlanStatus
+from api_schemas.plan import PlanResponse, PlanStatus, PredictedRange
 from api_schemas.requests import PLAN_REQUEST_EXAMPLE, PlanRequest
 from api_schemas.units import (
     Bytes,
@@ -127,6 +127,17 @@ class RunEstimateResponse(ResultModel):
     reliability: ReliabilityEstimate = Field(
         description="The run with checkpoints and failures.")
     plan: PlanResponse = Field(description="The plan (or evaluation) the estimate uses.")
+    train_days_low: float | None = Field(
+        default=None, description="train_days at the low step time of "
+        "`plan.predicted_range` (None when it gives no range; it says what backs it).")
+    train_days_high: float | None = Field(
+        default=None, description="train_days at the high step time of the range.")
+    gpu_hours_low: float | None = Field(default=None, description="gpu_hours at the low "
+                                        "step time.")
+    gpu_hours_high: float | None = Field(default=None, description="gpu_hours at the high "
+                                         "step time.")
+    cost_low: float | None = Field(default=None, description="cost at the low step time.")
+    cost_high: float | None = Field(default=None, description="cost at the high step time.")
 
 
 class FrontierRequest(PlanRequest):
@@ -155,6 +166,8 @@ class FrontierPoint(ResultModel):
     gpu_hours_per_step: float | None = Field(default=None, description="world_size x "
                                              "step_time_s / 3600: the cost in GPU-hours.")
     cost_per_token: float | None = Field(default=None, description="With a gpu_hour_price.")
+    predicted_range: PredictedRange | None = Field(
+        default=None, description="Range of its step time and tokens/s (as a plan's).")
     pareto: bool = Field(default=False, description="No other point uses no more GPUs with "
                          "no longer steps and no more GPU-hours per step, one strictly less.")
     summary: str = Field(default="", description="The plan's summary or why none exists.")
@@ -211,6 +224,8 @@ class SensitivityPoint(ResultModel):
     parallel: ParallelConfig | None = Field(default=None, description="The winning layout.")
     step_time_s: Seconds | None = Field(default=None, description="Its step time.")
     tokens_per_s: float | None = Field(default=None, description="Its throughput.")
+    predicted_range: PredictedRange | None = Field(
+        default=None, description="Range of its step time and tokens/s (as a plan's).")
     plan_changed: bool = Field(default=False, description="The winner differs from the "
                                "baseline's layout.")
     baseline_step_time_s: Seconds | None = Field(

@@ -52,6 +52,10 @@ H100_CALIBRATION = ("megatron-readme-314b", "llama3-t4-405b-16384gpu-seq8192",
 B200_CALIBRATION = ("bridge-25.11-dgx-b200-llama3-8b-8gpu",
                     "bridge-25.11-dgx-b200-llama31-405b-128gpu")
 CALIBRATION = H100_CALIBRATION + B200_CALIBRATION
+A100_CALIBRATION = ("megatron2021-t1-1.7b", "megatron2021-t1-145.6b", "megatron2021-t1-1008.0b")
+"""The Megatron-LM 2021 Table 1 rows that `research/calibrate_step.py` fits Ampere's eta_max on."""
+FITTED = CALIBRATION + A100_CALIBRATION
+"""Every row some constant was fitted on; all other predicted rows are held out."""
 SKIP_SOURCES = ("zerobubble",)  # A100 RoCE cluster rows are scored by the pipeline benchmark
 
 MOE_RECIPES: dict[str, tuple[str, bool]] = {
@@ -259,9 +263,7 @@ def main() -> None:
             continue
         obs, pred, unit = out
         err = _error(obs, pred, unit)
-        tag = "calibration" if row["id"] in CALIBRATION or row["id"] in (
-            "megatron2021-t1-1.7b", "megatron2021-t1-145.6b", "megatron2021-t1-1008.0b") \
-            else "held out"
+        tag = "calibration" if row["id"] in FITTED else "held out"
         if tag == "held out":
             by_gpu.setdefault(row["hardware"]["gpu"], []).append(abs(err))
         print(f"{row['id']:52s} {tag:11s} printed {obs:9.1f} predicted {pred:9.1f} {unit:13s} "

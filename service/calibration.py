@@ -63,10 +63,15 @@ def summary_of(record: CalibrationProfileRecord) -> CalibrationProfileSummary:
 
 
 def constants_of(record: CalibrationProfileRecord) -> KernelCalibration:
-    """The constants a request gets from this version (named with it)."""
+    """The constants a request gets from this version (named with it), with each fitted
+    run's leave-one-out step-time error (measured / held-out prediction - 1), from which
+    predictions on the profile take their range."""
+    fit = CalibrationFit.model_validate(record.fit_json)
+    errors = tuple(run.measured_step_time_s / run.leave_one_out_step_time_s - 1.0
+                   for run in fit.runs)
     return KernelCalibration(gemm_efficiency_scale=record.gemm_efficiency_scale,
                              step_overhead_s=record.step_overhead_s, profile=record.name,
-                             version=record.version)
+                             version=record.version, leave_one_out_errors=errors or None)
 
 
 async def save_profile(record: CalibrationProfileRecord, *,

@@ -99,6 +99,8 @@ def render_plan(plan: PlanResponse) -> str:
         t = plan.throughput
         lines.append(f"  throughput  {t.tokens_per_s:,.0f} tokens/s, {t.tflops_per_gpu:.0f} "
                      f"TFLOP/s per GPU, MFU {t.mfu:.1%}, HFU {t.hfu:.1%}")
+    if plan.predicted_range is not None:
+        lines.append(f"  range       {plan.predicted_range.text}")
     if plan.memory is not None:
         m = plan.memory
         lines.append(f"  memory      peak {gib(m.peak_bytes)} (stage {m.binding_stage}) of "
@@ -117,6 +119,10 @@ def render_plan(plan: PlanResponse) -> str:
         step = f"{alt.step_time_s:.3f} s" if alt.step_time_s is not None else "does not fit"
         delta = f" {alt.delta_frac:+.1%}" if alt.delta_frac is not None else ""
         gpus = alt.world_size or alt.parallel.world_size
+        band = alt.predicted_range
+        if band is not None and band.step_time_s_low is not None and \
+                band.step_time_s_high is not None:
+            step += f" (range {band.step_time_s_low:.3f}-{band.step_time_s_high:.3f} s)"
         lines.append(f"  alternative [{step}{delta}, {gpus} GPUs, v={alt.parallel.vpp}, "
                      f"{describe_parallel(alt.parallel)}] {alt.why_not}")
     if plan.solver is not None:

@@ -67,9 +67,24 @@ def render_run_estimate(result: RunEstimateResponse) -> str:
         f"  step time   {result.step_time_s:.3f} s on {result.world_size} GPUs ({layout})",
         f"  wall time   {result.train_days:.1f} days ({result.train_time_s:,.0f} s)",
         f"  GPU-hours   {result.gpu_hours:,.0f}{cost}",
+        *_range_lines(result),
         *_reliability_lines(result),
         f"  plan        {result.status.value}: {result.plan.explanation.summary}",
     ])
+
+
+def _range_lines(result: RunEstimateResponse) -> list[str]:
+    """The wall time and GPU-hours at the ends of the plan's predicted step-time range, and
+    what backs it (or why there is none)."""
+    band = result.plan.predicted_range
+    if band is None:
+        return []
+    if result.train_days_low is None or result.train_days_high is None or \
+            result.gpu_hours_low is None or result.gpu_hours_high is None:
+        return [f"  range       {band.text}"]
+    return [f"  range       {result.train_days_low:.1f}-{result.train_days_high:.1f} days, "
+            f"{result.gpu_hours_low:,.0f}-{result.gpu_hours_high:,.0f} GPU-hours; "
+            f"{band.text}"]
 
 
 def _reliability_lines(result: RunEstimateResponse) -> list[str]:

@@ -20,6 +20,7 @@ from api_schemas.plan import (
     ExtensionUse,
     PlanResponse,
     PlanStatus,
+    PredictedRange,
     RunsOn,
     SolverStats,
     Throughput,
@@ -27,6 +28,7 @@ from api_schemas.plan import (
 )
 from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRequest
 from api_schemas.training import TrainingSpec
+from models.error_bands import cluster_band, predicted_range
 from models.errors import InvalidSpecError
 from models.frameworks import extensions_used, plan_features, runs_on
 from models.kernels import profile_for
@@ -82,6 +84,13 @@ def throughput(est: StepEstimate) -> Throughput:
                       mfu=min(1.0, est.mfu), hfu=est.hfu, flop_convention=FLOP_CONVENTION,
                       tflops_per_gpu_full_attention=est.tflops_per_gpu_full_attention,
                       mfu_full_attention=est.mfu_full_attention)
+
+
+def range_of(cluster: ClusterSpec, *, moe: bool, world_size: int, step_time_s: float,
+             tokens_per_s: float | None = None, mfu: float | None = None) -> PredictedRange:
+    """The predicted range of a configuration's figures (`models.error_bands`)."""
+    band = cluster_band(cluster, moe=moe, num_gpus=world_size)
+    return predicted_range(band, step_time_s=step_time_s, tokens_per_s=tokens_per_s, mfu=mfu)
 
 
 def _exports(spec: ModelSpec, training: TrainingSpec,
@@ -154,7 +163,8 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     best = dataclasses.replace(best, estimate=estimate_step(spec, request.training,
                                                             best.parallel, cluster))
     runners_up = _runners_up(request, constraints, result, spec, cluster, best, deadline)
-    alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k)
+    alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k,
+                                 moe=spec.moe is not None)
     text = summary(spec, cluster, best)
     price = request.constraints.gpu_hour_price
     cost = None
@@ -209,7 +219,11 @@ def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: Cl
         status=status, model_name=model_name, gpu=cluster.gpu.id,
         world_size=est.world_size, parallel=parallel,
         num_micro_batches=est.num_micro_batches, memory=memory_report_from_ledger(best.ledger),
-        time=time_breakdown(est), throughput=throughput(est), alternatives=alternatives,
+        time=time_breakdown(est), throughput=throughput(est),
+        predicted_range=range_of(cluster, moe=spec.moe is not None, world_size=est.world_size,
+                                 step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s,
+                                 mfu=min(1.0, est.mfu)),
+        alternatives=alternatives,
         explanation=explanation, solver=stats, bottleneck=est.bottleneck,
         exports=_exports(spec, training, parallel), framework_target=target,
         runs_on=[RunsOn(framework=fit.framework, name=fit.name, version=fit.version,
@@ -265,14 +279,18 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
 
 
 def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: SearchResult,
-                  cluster: ClusterSpec, top_k: int) -> list[Alternative]:
+                  cluster: ClusterSpec, top_k: int, *, moe: bool) -> list[Alternative]:
     out = [Alternative(parallel=summarise_policies(other.parallel),
                        world_size=other.parallel.world_size,
                        step_time_s=other.estimate.step_time_s,
                        tokens_per_s=other.estimate.tokens_per_s,
                        peak_bytes=other.ledger.peak_bytes, fits=True,
                        delta_frac=other.estimate.step_time_s / best.estimate.step_time_s - 1.0,
-                       why_not=why_not(best, other, cluster))
+                       why_not=why_not(best, other, cluster),
+                       predicted_range=range_of(cluster, moe=moe,
+                                                world_size=other.parallel.world_size,
+                                                step_time_s=other.estimate.step_time_s,
+                                                tokens_per_s=other.estimate.tokens_per_s))
            for other in runners_up]
     for rejection in [r for r in result.rejections if r.stage is not None][: min(3, top_k)]:
         rejected = rejection.candidate.parallel()
@@ -402,9 +420,14 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                      spec.name, cluster,
                      [Alternative(parallel=f.parallel, world_size=f.parallel.world_size,
                                   step_time_s=f.step_time_s,
-                                  peak_bytes=f.peak_bytes, fits=f.fits, why_not=f.text)
+                                  peak_bytes=f.peak_bytes, fits=f.fits, why_not=f.text,
+                                  predicted_range=range_of(
+                                      cluster, moe=spec.moe is not None,
+                                      world_size=f.parallel.world_size,
+                                      step_time_s=f.step_time_s))
                       for f in fixes],
                      explanation, stats, spec=spec, training=request.training, target="any")
 
 
-__all__ = ["cost_estimate", "evaluate", "plan", "throughput", "time_breakdown", "used_nodes"]
+__all__ = ["cost_estimate", "evaluate", "plan", "range_of", "throughput", "time_breakdown",
+           "used_nodes"]

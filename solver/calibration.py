@@ -183,8 +183,10 @@ def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
         log_residual_rms=rms, runs=residuals,
         method=METHOD + ("; the overhead came out negative within noise and was set to 0"
                          if fit.clamped_overhead else ""))
-    constants = KernelCalibration(gemm_efficiency_scale=fit.scale,
-                                  step_overhead_s=fit.overhead_s)
+    constants = KernelCalibration(
+        gemm_efficiency_scale=fit.scale, step_overhead_s=fit.overhead_s,
+        leave_one_out_errors=tuple(s.curve.measured_s / p - 1.0
+                                   for s, (_, p) in zip(scored, held, strict=True)))
     return CalibrationResult(constants=constants, fit=report, family=family_profile.family)
 
 

@@ -85,7 +85,25 @@ def estimate_run(request: RunEstimateRequest, *, planner: PlanFn = plan) -> RunE
         step_time_s=answer.time.step_time_s, train_time_s=train_time_s,
         train_days=train_time_s / 86400.0, world_size=answer.world_size, gpu_hours=gpu_hours,
         gpu_hour_price=price, cost=None if price is None else gpu_hours * price,
-        reliability=_reliability(request, answer.world_size, train_time_s), plan=answer)
+        reliability=_reliability(request, answer.world_size, train_time_s), plan=answer,
+        **_run_range(answer, num_steps, price))
+
+
+def _run_range(answer: PlanResponse, num_steps: int,
+               price: float | None) -> dict[str, float | None]:
+    """The run's days, GPU-hours and cost at the two ends of the plan's predicted step-time
+    range (every field None when the plan has no range)."""
+    band = answer.predicted_range
+    if band is None or band.step_time_s_low is None or band.step_time_s_high is None:
+        return {}
+    out: dict[str, float | None] = {}
+    for end, step_s in (("low", band.step_time_s_low), ("high", band.step_time_s_high)):
+        seconds = num_steps * step_s
+        hours = answer.world_size * seconds / 3600.0
+        out[f"train_days_{end}"] = seconds / 86400.0
+        out[f"gpu_hours_{end}"] = hours
+        out[f"cost_{end}"] = None if price is None else hours * price
+    return out
 
 
 def _reliability(request: RunEstimateRequest, world_size: int,
@@ -157,7 +175,7 @@ def _frontier_point(request: FrontierRequest, num_nodes: int, share: float,
         tokens_per_s=answer.throughput.tokens_per_s if answer.throughput else None,
         gpu_hours_per_step=answer.world_size * step / 3600.0,
         cost_per_token=answer.cost.cost_per_token if answer.cost else None,
-        summary=answer.explanation.summary)
+        predicted_range=answer.predicted_range, summary=answer.explanation.summary)
 
 
 def mark_pareto(points: list[FrontierPoint]) -> list[FrontierPoint]:
@@ -243,7 +261,7 @@ def _sensitivity_point(factor: SensitivityFactor | None, delta: float, answer: P
         factor=factor, delta=delta, status=answer.status, parallel=answer.parallel,
         step_time_s=step,
         tokens_per_s=answer.throughput.tokens_per_s if answer.throughput else None,
-        plan_changed=answer.parallel != base.parallel,
+        predicted_range=answer.predicted_range, plan_changed=answer.parallel != base.parallel,
         baseline_step_time_s=(scored.time.step_time_s if fits and scored is not None
                               and scored.time is not None else None),
         baseline_fits=None if scored is None else fits,

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from service_testkit import ScriptedPlanner, plan_body, serve_in_process
 
+from models.error_bands import percentile
 from service.app import create_app
 from service.settings import Settings
 
@@ -93,6 +94,18 @@ def test_evaluate_and_plan_with_a_profile_use_its_constants(
         constants["step_overhead_s"])
     assert any("calibration profile 'slow-h100' version 1" in note
                for note in profiled.json()["explanation"]["notes"])
+    # The range comes from the profile's own leave-one-out errors, not published rows.
+    runs = http.get("/v1/calibration/profiles/slow-h100").json()["fit"]["runs"]
+    errors = [r["measured_step_time_s"] / r["leave_one_out_step_time_s"] - 1 for r in runs]
+    assert constants["leave_one_out_errors"] == pytest.approx(errors)
+    band = profiled.json()["predicted_range"]
+    assert band["basis"] == "profile" and band["num_rows"] == len(CONFIGS)
+    assert band["step_time_error_low"] == pytest.approx(percentile(errors, 10))
+    assert band["step_time_error_high"] == pytest.approx(percentile(errors, 90))
+    assert band["step_time_s_high"] == pytest.approx(
+        calibrated_s * (1 + percentile(errors, 90)))
+    assert band["sources"][0]["id"] == "profile 'slow-h100' v1"
+    assert plain.json()["predicted_range"]["basis"] == "published"
 
     # Plans: the planner receives the newest version's constants, which are part of the
     # request's hash (a refit is a new plan, not the one stored under the old constants).
@@ -129,6 +142,9 @@ def test_constants_given_directly_are_checked_against_the_peak(http: httpx.Clien
         "per-step overhead (calibration profile)"] == pytest.approx(0.2)
     assert any(note.startswith("cluster.calibration: GEMM efficiency x 1.1")
                for note in scored.json()["explanation"]["notes"])
+    # Constants without their fit's held-out errors back no range.
+    assert scored.json()["predicted_range"]["basis"] == "none"
+    assert "without their leave-one-out errors" in scored.json()["predicted_range"]["text"]
     over = http.post("/v1/evaluate", json={**EVALUATE, "cluster": {
         **EVALUATE["cluster"], "calibration": {"gemm_efficiency_scale": 1.6}}})
     assert over.status_code == 422

@@ -186,6 +186,9 @@ def test_plan_command_searches_and_pins(tmp_path: Path) -> None:
     text = render_plan(plan)
     assert text.startswith(f"{plan.status.value.upper()}: llama-3.1-8b on 8 x h100-sxm5-80gb")
     assert "TP2" in text and "GiB" in text
+    assert plan.predicted_range is not None and plan.predicted_range.step_time_s_low is not None
+    assert f"  range       {plan.predicted_range.text}" in text
+    assert "  range       step " in text and " tokens/s, MFU " in text
 
 
 def test_plan_command_exits_1_when_infeasible(tmp_path: Path) -> None:

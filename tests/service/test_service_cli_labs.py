@@ -13,6 +13,7 @@ from api_schemas.run_level import FrontierResponse, RunEstimateResponse, Sensiti
 from service import cli
 from service.cli.flags import apply_constraint_flags
 from service.render import render_plan
+from service.render_run import render_run_estimate
 
 SMALL = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm5-80gb", "--nodes", "1",
          "--global-batch", "64", "--seq", "4096", "--time-limit", "2", "--workers", "1"]
@@ -114,6 +115,10 @@ def test_run_estimate_command(tmp_path: Path) -> None:
     run = RunEstimateResponse.model_validate_json(out.read_text(encoding="utf-8"))
     assert run.cost == pytest.approx(run.gpu_hours * 2.5)
     assert run.reliability.checkpoint_interval_s == run.reliability.daly_interval_s
+    assert run.train_days_low is not None and run.train_days_high is not None
+    assert run.cost_high == pytest.approx(run.gpu_hours_high * 2.5)
+    assert (f"  range       {run.train_days_low:.1f}-{run.train_days_high:.1f} days"
+            in render_run_estimate(run))
 
 
 def test_run_estimate_reliability_flags(tmp_path: Path) -> None:

@@ -38,6 +38,18 @@ def test_a_real_plan_is_stored_and_read_back(real: httpx.Client) -> None:
     assert plan.parallel is not None and plan.world_size == 8
     assert plan.memory is not None and plan.memory.fits
     assert plan.throughput is not None and 0 < plan.throughput.mfu < 1
+    # The plan and each runner-up carry a range backed by held-out published H100 rows.
+    band = plan.predicted_range
+    assert band is not None and band.basis == "published" and band.num_rows >= 5
+    assert plan.time is not None and band.step_time_s_low is not None
+    assert band.step_time_s_high is not None and band.mfu_low is not None
+    assert band.step_time_s_low < plan.time.step_time_s < band.step_time_s_high
+    assert band.regime.startswith("hopper dense") and band.sources and band.row_ids
+    assert sum(source.rows for source in band.sources) == band.num_rows
+    fitting = [alt for alt in plan.alternatives if alt.step_time_s is not None]
+    assert fitting and all(alt.predicted_range is not None
+                           and alt.predicted_range.step_time_s_low is not None
+                           for alt in fitting)
     assert real.get(created.headers["location"]).json() == created.json()
     again = real.post("/v1/plans", json=SMALL)
     assert again.status_code == 200 and again.json()["id"] == plan.id
@@ -76,6 +88,15 @@ def test_evaluate_scores_a_configuration(real: httpx.Client) -> None:
     assert result.status == "feasible" and result.memory is not None and result.memory.fits
     assert result.time is not None and result.time.step_time_s > 0
     assert result.bottleneck
+    band = result.predicted_range
+    assert band is not None and band.regime == "hopper dense, 9 to 256 GPUs"
+    assert band.tokens_per_s_low is not None and band.tokens_per_s_high is not None
+    assert result.throughput is not None
+    assert band.tokens_per_s_low < result.throughput.tokens_per_s < band.tokens_per_s_high
+    mi300x = {**EVALUATE, "cluster": {**EVALUATE["cluster"], "gpu": "mi300x"}}
+    unbacked = real.post("/v1/evaluate", json=mi300x).json()["predicted_range"]
+    assert unbacked["basis"] == "none" and unbacked["step_time_s_low"] is None
+    assert "no published rows back this GPU" in unbacked["text"]
     ledger = real.post("/v1/ledger/memory", json=EVALUATE).json()
     assert ledger["peak_bytes"] == result.memory.peak_bytes
 

@@ -44,6 +44,13 @@ def test_run_estimate_is_the_library_answer(real: httpx.Client) -> None:
     local = estimate_run(RunEstimateRequest.model_validate(body))
     assert served.num_steps == local.num_steps and served.cost is not None
     assert served.step_time_s == local.step_time_s
+    band = served.plan.predicted_range
+    assert band is not None and band.step_time_s_low is not None
+    assert served.train_days_low is not None and served.train_days_high is not None
+    assert served.train_days_low < served.train_days < served.train_days_high
+    assert served.train_days_low == pytest.approx(
+        served.num_steps * band.step_time_s_low / 86400.0)
+    assert served.cost_low is not None and served.cost_high is not None
 
 
 def test_frontier_is_the_library_answer(real: httpx.Client) -> None:
@@ -54,6 +61,10 @@ def test_frontier_is_the_library_answer(real: httpx.Client) -> None:
     local = frontier(FrontierRequest.model_validate(body))
     assert [p.num_gpus for p in served.points] == [8, 16]
     assert served.pareto_num_gpus == local.pareto_num_gpus
+    # Each point's range is its plan's: the 8-GPU and the 16-GPU regimes differ.
+    regimes = [p.predicted_range.regime for p in served.points
+               if p.predicted_range is not None and p.step_time_s is not None]
+    assert regimes and all(r.endswith(("up to 8 GPUs", "9 to 256 GPUs")) for r in regimes)
 
 
 def test_sensitivity_runs_with_the_service_planner(client: httpx.Client) -> None:

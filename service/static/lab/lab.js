@@ -138,6 +138,7 @@ async function runPlan(form, out) {
       ["layout", `TP${p.tp} PP${p.pp} DP${p.dp} CP${p.cp} EP${p.ep}, ${p.schedule}${p.vpp > 1 ? ` v=${p.vpp}` : ""}, ZeRO-${p.zero_stage}, micro-batch ${p.micro_batch_size}, ${plan.num_micro_batches} micro-batches`],
       ["step time", seconds(plan.time.step_time_s)], ["bubble", seconds(plan.time.bubble_s)],
       ["throughput", `${Math.round(plan.throughput.tokens_per_s).toLocaleString("en")} tokens/s, MFU ${pct(plan.throughput.mfu)}`],
+      ["predicted range", plan.predicted_range ? plan.predicted_range.text : "none given"],
       ["peak memory", `${gib(plan.memory.peak_bytes)} of ${gib(plan.memory.capacity_bytes)} (stage ${plan.memory.binding_stage})`]];
     const [timeline, memory] = await Promise.all([getSvg(`/v1/plans/${plan.id}/timeline.svg`), getSvg(`/v1/plans/${plan.id}/memory.svg`)]);
     const exports = Object.entries(plan.exports || {}).map(([name, data]) => download(`${name}.json`, data));
