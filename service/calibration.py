@@ -27,7 +27,7 @@ from service.persistence import repo
 from service.persistence.gate import StoreGate
 from service.persistence.tables import CalibrationProfileRecord
 
-RequestT = TypeVar("RequestT", EvaluateRequest, PlanRequest)
+RequestT = TypeVar("RequestT", bound=EvaluateRequest | PlanRequest)
 
 
 def profile_record(request: CalibrationRunsRequest, *, constants: KernelCalibration,

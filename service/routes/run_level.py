@@ -3,7 +3,8 @@
 Owns: POST /v1/run/estimate, POST /v1/frontier and POST /v1/sensitivity (schema in ->
 bounds and time-limit clamping -> `solver.run_level` with the service's planner, in the
 solver pool -> schema out). Their searches split the request's clamped
-`solver.time_limit_s`. Must not: search on the event loop, store results or build error
+`solver.time_limit_s`. A `cluster.profile` is replaced by the stored profile's constants
+first, as in plans and evaluate. Must not: search on the event loop, store results or build error
 bodies.
 """
 
@@ -24,6 +25,7 @@ from api_schemas.run_level import (
     SensitivityResponse,
 )
 from service import limits
+from service.calibration import apply_profile
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext
 from service.openapi import problem_responses
@@ -71,7 +73,9 @@ def _bounded(request: RequestT, settings: Settings) -> RequestT:
 
 async def _answer(request: RequestT, fn: Callable[..., ResultT], *, kind: str,
                   context: ServiceContext) -> ResultT:
-    """Bounds, then `fn(request, planner=...)` in the solver pool; finite figures only."""
+    """The named profile applied, bounds, then `fn(request, planner=...)` in the solver pool;
+    finite figures only."""
+    request = await apply_profile(request, store=context.store)
     bounded = _bounded(request, context.settings)
     work = partial(call_core, partial(fn, planner=context.planner))
     result = await run_search(bounded, work, kind=kind, pool=context.pool,
@@ -83,7 +87,8 @@ async def _answer(request: RequestT, fn: Callable[..., ResultT], *, kind: str,
 
 @router.post("/v1/run/estimate", summary="Time and cost to train on a token budget",
              responses=problem_responses("invalid-spec", "no-feasible-plan",
-                                         "solver-time-limit", "overloaded"))
+                                         "solver-time-limit", "overloaded",
+                                         "store-unavailable"))
 async def run_estimate(
         request: Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)],
         context: ContextDep) -> RunEstimateResponse:
@@ -95,7 +100,8 @@ async def run_estimate(
 
 
 @router.post("/v1/frontier", summary="GPU count against step time and cost",
-             responses=problem_responses("invalid-spec", "solver-time-limit", "overloaded"))
+             responses=problem_responses("invalid-spec", "solver-time-limit", "overloaded",
+                                         "store-unavailable"))
 async def gpu_frontier(
         request: Annotated[FrontierRequest, Body(openapi_examples=FRONTIER_EXAMPLES)],
         context: ContextDep) -> FrontierResponse:
@@ -109,7 +115,8 @@ async def gpu_frontier(
 
 
 @router.post("/v1/sensitivity", summary="How the plan moves with bandwidth, HBM, kernels",
-             responses=problem_responses("invalid-spec", "solver-time-limit", "overloaded"))
+             responses=problem_responses("invalid-spec", "solver-time-limit", "overloaded",
+                                         "store-unavailable"))
 async def plan_sensitivity(
         request: Annotated[SensitivityRequest, Body(openapi_examples=SENSITIVITY_EXAMPLES)],
         context: ContextDep) -> SensitivityResponse:

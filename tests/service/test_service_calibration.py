@@ -251,3 +251,22 @@ def test_concurrent_fits_of_one_name_get_distinct_versions(database_url: str) ->
                 ("shared", 4)]
     finally:
         engine.dispose()
+
+
+def test_run_level_answers_apply_a_named_profile(http: httpx.Client,
+                                                 scripted: ScriptedPlanner) -> None:
+    assert http.post("/v1/calibration/runs",
+                     json=fit_body("slow-h100", 0.8, 0.4, 4)).status_code == 201
+    constants = http.get("/v1/calibration/profiles/slow-h100").json()["constants"]
+    body = {**plan_body(cluster={"gpu": GPU, "num_nodes": 8, "profile": "slow-h100"}),
+            "token_budget": 1e12}
+    estimated = http.post("/v1/run/estimate", json=body)
+    # The scripted planner answers "no plan"; what matters is what it was given.
+    assert estimated.json()["code"] == "no-feasible-plan", estimated.text
+    given = scripted.calls[-1].cluster
+    assert given.profile is None and given.calibration is not None
+    assert given.calibration.model_dump(mode="json") == constants
+    unknown = http.post("/v1/run/estimate", json={
+        **body, "cluster": {"gpu": GPU, "num_nodes": 8, "profile": "nobody"}})
+    assert unknown.status_code == 422
+    assert unknown.json()["errors"][0]["loc"] == ["body", "cluster", "profile"]
