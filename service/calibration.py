@@ -9,7 +9,7 @@ HTTP responses (routes).
 """
 
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from sqlalchemy import Engine
 from sqlmodel import Session
@@ -128,7 +128,8 @@ async def apply_profile(request: RequestT, *, store: StoreGate) -> RequestT:
             "or fit one with POST /v1/calibration/runs", field="cluster.profile")
     expanded = cluster.model_copy(update={"profile": None,
                                           "calibration": constants_of(record)})
-    return request.model_copy(update={"cluster": expanded})
+    # model_copy keeps the subclass (a run estimate stays a run estimate).
+    return cast(RequestT, request.model_copy(update={"cluster": expanded}))
 
 
 __all__ = ["apply_profile", "constants_of", "profile_of", "profile_record", "read_profile",
