@@ -58,6 +58,11 @@ RUNTIME_RESERVE_BYTES = CUDA_CONTEXT_BYTES + NCCL_CHANNELS * 2 * NCCL_BUFFER_BYT
 """The least runtime memory any rank holds (the CUDA context and the default group's NCCL
 buffers): a lower bound the search may use before a ledger is built."""
 
+STORED_ACTIVATIONS = "activations: layers"
+"""Name of the ledger line of the layers' activations stored for backward (the in-flight
+micro-batch x chunk units at the schedule's peak)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageMemory:
     """The ledger of one rank of a pipeline stage."""
@@ -376,7 +381,7 @@ def stage_activation_components(
     offload = policy.offload_frac
     staging = min(stored, math.ceil(2 * max(chunk_bytes, default=0))) if offload else 0
     on_gpu = math.ceil(stored * (1.0 - offload)) + (math.ceil(staging * offload) if offload else 0)
-    gpu = [MemoryComponent(name="activations: layers", kind="activations", bytes=on_gpu,
+    gpu = [MemoryComponent(name=STORED_ACTIVATIONS, kind="activations", bytes=on_gpu,
                            note=f"{peak} micro-batch x chunk units in flight x "
                                 f"{max(chunk_bytes, default=0)} bytes")]
     if extras:
@@ -509,6 +514,7 @@ def _twin_key(spec: ModelSpec, parallel: ParallelConfig,
 __all__ = [
     "ALLOCATOR_FRAGMENTATION_FRAC",
     "RUNTIME_RESERVE_BYTES",
+    "STORED_ACTIVATIONS",
     "MemoryComponent",
     "MemoryLedger",
     "RankParameters",

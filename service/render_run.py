@@ -8,6 +8,7 @@ prints.
 
 from api_schemas.calibration import CalibrationFit, CalibrationProfile
 from api_schemas.mesh import MeshResponse
+from api_schemas.remote_activations import RemoteActivationsResponse
 from api_schemas.rl_seesaw import RlSeesawResponse
 from api_schemas.run_level import (
     FrontierResponse,
@@ -26,6 +27,25 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
     return ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
             for row in [header, *rows]]
+
+
+def render_remote_activations(result: RemoteActivationsResponse) -> str:
+    """Per pipeline rank: GPU GiB before and after, sent and received, traffic per step."""
+    header = ["stage", "before", "after", "movable", "sent", "received", "in-flight",
+              "GiB/step", "s/step"]
+    rows = [[str(s.stage), f"{s.total_bytes_before / GIB:.2f}",
+             f"{s.total_bytes_after / GIB:.2f}", f"{s.movable_bytes / GIB:.2f}",
+             f"{s.sent_bytes / GIB:.2f}", f"{s.received_bytes / GIB:.2f}",
+             str(s.in_flight_units), f"{s.bytes_per_step / GIB:.1f}",
+             f"{s.seconds_per_step:.3f}"] for s in result.stages]
+    lines = ["Stored activations balanced across the pipeline ranks (GiB per GPU):"]
+    lines += _table(header, rows)
+    lines.append(f"peak {result.peak_bytes_before / GIB:.2f} -> "
+                 f"{result.peak_bytes_after / GIB:.2f} GiB of "
+                 f"{result.capacity_bytes / GIB:.2f} usable "
+                 f"({'fits' if result.fits_after else 'DOES NOT FIT'}); link: {result.link}")
+    lines += [f"assumes: {a}" for a in result.assumptions]
+    return "\n".join(lines)
 
 
 def render_rl_seesaw(result: RlSeesawResponse) -> str:
@@ -197,5 +217,5 @@ def render_calibration(result: CalibrationProfile | CalibrationFit) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["render_calibration", "render_frontier", "render_mesh", "render_rl_seesaw",
-           "render_run_estimate", "render_sensitivity"]
+__all__ = ["render_calibration", "render_frontier", "render_mesh", "render_remote_activations",
+           "render_rl_seesaw", "render_run_estimate", "render_sensitivity"]

@@ -39,6 +39,7 @@ COMMAND_HELP = {
     "placement": "MoonEP expert placement from token counts",
     "mesh": "rank coordinates, groups and mesh problems",
     "rl-seesaw": "GPU memory by phase of colocated RL training and rollout",
+    "remote-activations": "what-if: stored activations moved to other pipeline ranks",
     "run-estimate": "time and cost to train on a token budget",
     "frontier": "GPU count against step time and cost over cluster sizes",
     "sensitivity": "the plan under changed network, HBM and kernel efficiency",

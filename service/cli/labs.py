@@ -1,7 +1,9 @@
-"""The `mesh` and `rl-seesaw` labs and the run-level subcommands of `atlas-planner`.
+"""The `mesh`, `rl-seesaw` and `remote-activations` labs and the run-level subcommands of
+`atlas-planner`.
 
 Owns: `mesh` (rank coordinates, groups and mesh problems, with GPU and model presets),
 `rl-seesaw` (memory by phase and transition times of colocated RL training and rollout),
+`remote-activations` (stored activations balanced across pipeline ranks, a what-if),
 `run-estimate` (time and cost to train on a token budget), `frontier` (GPU count against
 step time and cost over the cluster sizes allowed) and `sensitivity` (the plan under +-20%
 network bandwidth, HBM capacity and kernel efficiency): their flags, request documents and
@@ -17,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from api_schemas.mesh import MeshRequest
-from api_schemas.requests import ClusterInput
+from api_schemas.requests import ClusterInput, EvaluateRequest
 from api_schemas.rl_seesaw import OffloadTier, RlSeesawRequest, RlSeesawResponse
 from api_schemas.run_level import (
     FrontierRequest,
@@ -27,6 +29,7 @@ from api_schemas.run_level import (
 )
 from models.catalog import gpu_ids, model_ids, model_preset
 from models.mesh.report import mesh_report
+from models.remote_activations_report import remote_activations_report
 from models.resolve import resolve_cluster
 from models.rl_seesaw_report import rl_seesaw_report
 from service.cli import COMMAND_HELP
@@ -35,6 +38,7 @@ from service.pictures import seesaw_svg
 from service.render_run import (
     render_frontier,
     render_mesh,
+    render_remote_activations,
     render_rl_seesaw,
     render_run_estimate,
     render_sensitivity,
@@ -138,6 +142,14 @@ def cmd_rl_seesaw(args: argparse.Namespace, *, run: Runner,
                pictures=seesaw_picture)
 
 
+def cmd_remote_activations(args: argparse.Namespace, *, run: Runner,
+                           build: Callable[..., dict[str, Any]]) -> int:
+    """Stored activations balanced across the pipeline ranks of one configuration."""
+    doc = build(args, degrees_key="parallel")
+    return run(args, lambda: remote_activations_report(EvaluateRequest.model_validate(doc)),
+               lambda client: client.remote_activations(doc), render_remote_activations)
+
+
 def cmd_run_estimate(args: argparse.Namespace, *, run: Runner,
                      build: Callable[..., dict[str, Any]]) -> int:
     """Time and cost to train on --token-budget tokens."""
@@ -219,8 +231,8 @@ def register_lab_commands(commands: Any, *, run: Runner,
                           add_output_flags: Callable[..., None],
                           build: Callable[..., dict[str, Any]],
                           load: Callable[[str], dict[str, Any]]) -> None:
-    """Add `mesh`, `rl-seesaw`, `run-estimate`, `frontier` and `sensitivity` to the
-    subcommands."""
+    """Add `mesh`, `rl-seesaw`, `remote-activations`, `run-estimate`, `frontier` and
+    `sensitivity` to the subcommands."""
     mesh = _add_mesh_parser(commands, add_output_flags=add_output_flags)
     mesh.set_defaults(handler=partial(cmd_mesh, run=run, load=load))
 
@@ -248,6 +260,11 @@ def register_lab_commands(commands: Any, *, run: Runner,
     seesaw.add_argument("--no-gradient-buffer-reuse", action="store_true",
                         help="give the reference model its own GPU copy")
     seesaw.set_defaults(handler=partial(cmd_rl_seesaw, run=run, build=build))
+
+    remote = commands.add_parser("remote-activations",
+                                 help=COMMAND_HELP["remote-activations"])
+    add_request_flags(remote)
+    remote.set_defaults(handler=partial(cmd_remote_activations, run=run, build=build))
 
     estimate = commands.add_parser("run-estimate", help=COMMAND_HELP["run-estimate"])
     add_request_flags(estimate, pins=True)
@@ -284,6 +301,7 @@ def register_lab_commands(commands: Any, *, run: Runner,
 __all__ = [
     "cmd_frontier",
     "cmd_mesh",
+    "cmd_remote_activations",
     "cmd_rl_seesaw",
     "cmd_run_estimate",
     "cmd_sensitivity",

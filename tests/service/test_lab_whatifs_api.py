@@ -1,4 +1,5 @@
-"""POST /v1/lab/rl-seesaw, its memory-by-phase picture, and the `rl-seesaw` command."""
+"""The labs' what-ifs: POST /v1/lab/rl-seesaw with its memory-by-phase picture and the
+`rl-seesaw` command; POST /v1/lab/remote-activations and the `remote-activations` command."""
 
 import json
 import xml.etree.ElementTree as ET
@@ -7,10 +8,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from api_schemas.remote_activations import RemoteActivationsResponse
+from api_schemas.requests import EvaluateRequest
 from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE, RlSeesawRequest, RlSeesawResponse
+from models.remote_activations_report import remote_activations_report
 from models.rl_seesaw_report import rl_seesaw_report
 from service import cli
 from service.pictures import MODEL_LABEL, seesaw_svg
+from service.routes.remote_activations import REMOTE_EXAMPLES
 from service.routes.rl_seesaw import SEESAW_EXAMPLES
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -84,3 +89,26 @@ def test_the_command_prints_phases_and_writes_the_picture(
     assert result.kv_cache.external_pool_bytes_per_gpu > 0
     update = next(t for t in result.transitions if t.name.startswith("checkpoint"))
     assert update.seconds == result.checkpoint_engine.pipelined_s
+
+
+REMOTE = REMOTE_EXAMPLES["llama-3.1-70b-interleaved"]["value"]
+
+
+def test_the_remote_activation_lab_answers_the_cost_model(client: httpx.Client) -> None:
+    answer = client.post("/v1/lab/remote-activations", json=REMOTE)
+    assert answer.status_code == 200, answer.text
+    body = RemoteActivationsResponse.model_validate(answer.json())
+    assert body == remote_activations_report(EvaluateRequest.model_validate(REMOTE))
+    assert body.peak_bytes_after < body.peak_bytes_before and body.assumptions
+
+
+def test_the_remote_activation_command_prints_every_rank(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm5-80gb", "--nodes", "8",
+             "--global-batch", "64", "--seq", "8192", "--tp", "8", "--pp", "8", "--dp", "1",
+             "--vpp", "2", "--schedule", "interleaved_1f1b", "--zero-stage", "1", "--sp",
+             "--recompute", "none"]
+    assert cli.main(["remote-activations", *flags]) == 0
+    printed = capsys.readouterr().out
+    assert "peak" in printed and "NIC across nodes" in printed
+    assert len([line for line in printed.splitlines() if line.strip()[:1].isdigit()]) == 8
