@@ -92,15 +92,15 @@ RL_SEESAW_EXAMPLE: dict[str, Any] = {
     "model": {"preset": "kimi-k2-instruct"},
     "cluster": {"gpu": "h800-sxm5-80gb", "num_nodes": 32, "gpus_per_node": 8},
     "training": {"global_batch_size": 256, "sequence_length": 4096, "param_dtype": "bf16",
-                 "grad_dtype": "fp32", "optimizer": "adam"},
+                 "grad_dtype": "fp32", "optimizer": "muon"},
     "parallel": {"tp": 1, "pp": 16, "dp": 16, "cp": 1, "ep": 16, "etp": 1, "vpp": 2,
                  "micro_batch_size": 1, "schedule": "interleaved_1f1b", "zero_stage": 1,
                  "recompute": "full", "gradient_host_shards": True},
     "rollout": {"tp": 16, "pp": 1, "weight_dtype": "fp8", "context_length": 131072},
 }
-"""Kimi K2 on 256 H800s (the K2 report's training layout: PP16 with virtual stages, EP16,
-ZeRO-1, here with K3's Pipeline ZeRO-2 gradient shards in host memory) with FP8 rollouts on
-16-GPU instances."""
+"""Kimi K2 on 256 H800s (the K2 report's training layout and optimizer: PP16 with virtual
+stages, EP16, ZeRO-1, Muon; here with K3's Pipeline ZeRO-2 gradient shards in host memory)
+with FP8 rollouts on 16-GPU instances."""
 
 
 class RlSeesawRequest(SpecModel):
