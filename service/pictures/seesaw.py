@@ -27,9 +27,9 @@ from service.pictures.svg import (
 LEFT = 70
 TOP = 70
 PLOT_H = 320
-BAR_W = 70
-HOST_W = 18
-STEP = 230
+BAR_W = 60
+HOST_W = 16
+STEP = 190
 LABELS = {"rollout": "rollout", "reference_forward": "reference forward", "train": "train",
           "weight_sync": "weight update"}
 
