@@ -202,7 +202,10 @@ def rl_seesaw_report(request: RlSeesawRequest) -> RlSeesawResponse:
                             bytes=buckets_on_gpu * math.ceil(
                                 inference_weight_bytes / update.num_buckets),
                             note="broadcast into a buffer shared with the inference engine")),
-            host_components=offloaded_host),
+            host_components=offloaded_host + (MemoryComponent(
+                name="checkpoint-engine weights", kind="parameters",
+                bytes=math.ceil(inference_weight_bytes / cluster.world_size),
+                note="this worker's share of the inference weights, read by the H2D stage"),)),
     )
     tier = ("host DRAM" if nvme is None else "NVMe through host DRAM")
     move_s = state_transfer_s(bytes_per_gpu=state_bytes, gpus_per_node=per_node,

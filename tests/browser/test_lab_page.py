@@ -109,6 +109,10 @@ def test_every_tab_end_to_end_on_a_desktop(page_for: Any, tmp_path: Path) -> Non
     page.click("[data-preset=memory-imbalance]")
     region = answer(page, "memory")
     assert region.locator("svg.memory g.stage").count() == 8
+    # Its what-if: the front 1F1B stages keep part of their activations on the back ones.
+    what_if = region.locator("section.what-if")
+    assert "What-if, remote offload" in what_if.locator("h3").inner_text()
+    assert what_if.locator("tbody tr").count() == 8
 
     # Parallel mesh: valid mesh picture, then the invalid preset's rule and message.
     page.click("#tab-mesh")

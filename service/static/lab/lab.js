@@ -170,8 +170,10 @@ function memoryBody(v) {
 }
 async function runMemory(form, out) {
   await guarded(out, "Sizing", async () => {
-    const body = memoryBody(values(form));
-    const [report, picture] = await Promise.all([post("/v1/ledger/memory", body), postSvg("/v1/ledger/memory?format=svg", body)]);
+    const v = values(form);
+    const body = memoryBody(v);
+    const [report, picture, remote] = await Promise.all([post("/v1/ledger/memory", body), postSvg("/v1/ledger/memory?format=svg", body),
+      v.remote_offload ? post("/v1/lab/remote-activations", body) : null]);
     const binding = report.stages.find((s) => s.stage === report.binding_stage);
     const largest = [...binding.components].sort((a, b) => b.bytes - a.bytes);
     const verdict = report.fits
@@ -187,8 +189,19 @@ async function runMemory(form, out) {
       table(["item", "kind", "bytes", "how sized"], largest.map((c) => [c.name, c.kind, gib(c.bytes), c.note])),
       report.host_peak_bytes ? el("p", { text: `Host tier: ${gib(report.host_peak_bytes)} per GPU of ${gib(report.host_capacity_per_gpu_bytes)}.` }) : null,
       figure(picture, "Per-stage memory stack"),
+      remote ? remoteSection(remote) : null,
     ]));
   });
+}
+
+function remoteSection(r) {
+  return el("section", { class: "what-if", "aria-label": "Remote activation offload what-if" },
+    el("h3", { text: `What-if, remote offload: peak ${gib(r.peak_bytes_before)} -> ${gib(r.peak_bytes_after)} (${r.fits_after ? "fits" : "does not fit"} ${gib(r.capacity_bytes)})` }),
+    table(["stage", "before", "after", "sent", "received", "moved per step", "time per step", "same bytes over the host link"],
+      r.stages.map((s) => [String(s.stage), gib(s.total_bytes_before), gib(s.total_bytes_after), gib(s.sent_bytes), gib(s.received_bytes),
+        gib(s.bytes_per_step), seconds(s.seconds_per_step), seconds(s.host_link_seconds_per_step)]), `Between pipeline ranks: ${r.link}`),
+    el("ul", { class: "plain" }, r.assumptions.map((a) => el("li", { text: `Assumes: ${a}` }))),
+    el("p", { class: "model-label", text: `Source: ${r.source}.` }));
 }
 
 // ---------- tab 3: mesh ----------
@@ -398,10 +411,10 @@ const PRESETS = {
   "plan-invalid": ["form-plan", { model: "llama-3.1-8b", hf_config: "", num_nodes: 0, gpus_per_node: 8 }],
   "plan-oom": ["form-plan", { model: "llama-3.1-405b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1, time_limit_s: 20 }],
   "plan-imbalance": ["form-plan", { model: "mixtral-8x7b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 2, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1.6, time_limit_s: 30 }],
-  "memory-fits": ["form-memory", { model: "llama-3.1-70b", num_nodes: 8, gpus_per_node: 8, tp: 8, pp: 4, dp: 2, zero_stage: 1, schedule: "1f1b", recompute: "selective" }],
-  "memory-invalid": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, tp: 3, pp: 1, dp: 8 }],
-  "memory-oom": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, tp: 1, pp: 1, dp: 8, zero_stage: 0 }],
-  "memory-imbalance": ["form-memory", { model: "llama-3.1-70b", num_nodes: 8, gpus_per_node: 8, global_batch_size: 512, sequence_length: 8192, tp: 8, pp: 8, dp: 1, zero_stage: 1, schedule: "1f1b" }],
+  "memory-fits": ["form-memory", { model: "llama-3.1-70b", num_nodes: 8, gpus_per_node: 8, tp: 8, pp: 4, dp: 2, zero_stage: 1, schedule: "1f1b", recompute: "selective", remote_offload: false }],
+  "memory-invalid": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, tp: 3, pp: 1, dp: 8, remote_offload: false }],
+  "memory-oom": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, tp: 1, pp: 1, dp: 8, zero_stage: 0, remote_offload: false }],
+  "memory-imbalance": ["form-memory", { model: "llama-3.1-70b", num_nodes: 8, gpus_per_node: 8, global_batch_size: 512, sequence_length: 8192, tp: 8, pp: 8, dp: 1, zero_stage: 1, schedule: "1f1b", remote_offload: true }],
   "mesh-fits": ["form-mesh", { model: "", num_nodes: 4, gpus_per_node: 8, tp: 2, cp: 2, dp: 4, pp: 2, ep: 4, etp: 2, order: "tp-cp-ep-dp-pp", colour_by: "tp" }],
   "mesh-invalid": ["form-mesh", { model: "", num_nodes: 2, gpus_per_node: 8, tp: 3, cp: 1, dp: 2, pp: 2, ep: 1, etp: 1, order: "tp-cp-ep-dp-pp" }],
   "mesh-cross": ["form-mesh", { model: "", num_nodes: 2, gpus_per_node: 8, tp: 16, cp: 1, dp: 1, pp: 1, ep: 1, etp: 1, order: "tp-cp-ep-dp-pp", colour_by: "tp" }],
