@@ -128,6 +128,10 @@ def cmd_rl_seesaw(args: argparse.Namespace, *, run: Runner,
                   build: Callable[..., dict[str, Any]]) -> int:
     """Memory by phase of training and rollout on the same GPUs, and the transitions."""
     doc = build(args, degrees_key="parallel")
+    if args.optimizer is not None:
+        doc.setdefault("training", {})["optimizer"] = args.optimizer
+    if args.pipeline_zero2:
+        doc.setdefault("parallel", {})["gradient_host_shards"] = True
     rollout = doc.setdefault("rollout", {})
     for flag, key in ROLLOUT_FLAGS:
         if getattr(args, flag) is not None:
@@ -238,6 +242,9 @@ def register_lab_commands(commands: Any, *, run: Runner,
 
     seesaw = commands.add_parser("rl-seesaw", help=COMMAND_HELP["rl-seesaw"])
     add_request_flags(seesaw, svg="the memory by phase")
+    seesaw.add_argument("--optimizer", help="training optimizer, e.g. adam, muon")
+    seesaw.add_argument("--pipeline-zero2", action="store_true",
+                        help="gradient shards in host memory, two chunk buffers on the GPU")
     seesaw.add_argument("--rollout-tp", type=int, help="tensor parallel of one inference "
                         "instance (default 8)")
     seesaw.add_argument("--rollout-pp", type=int, help="pipeline stages of one inference "

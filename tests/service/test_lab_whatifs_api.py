@@ -75,7 +75,7 @@ FLAGS = ["--model", "kimi-k2-instruct", "--gpu", "h800-sxm5-80gb", "--nodes", "3
          "--vpp", "2", "--schedule", "interleaved_1f1b", "--zero-stage", "1",
          "--recompute", "full", "--rollout-tp", "16", "--weight-dtype", "fp8",
          "--context-length", "1048576", "--offload-tier", "nvme", "--nvme-bandwidth", "2e10",
-         "--external-kv-pool", "--pipelined-update"]
+         "--external-kv-pool", "--pipelined-update", "--optimizer", "muon", "--pipeline-zero2"]
 
 
 def test_the_command_prints_phases_and_writes_the_picture(
@@ -87,6 +87,7 @@ def test_the_command_prints_phases_and_writes_the_picture(
     result = RlSeesawResponse.model_validate(json.loads(out.read_text(encoding="utf-8")))
     assert svg.read_text(encoding="utf-8") == seesaw_svg(result)
     assert result.kv_cache.external_pool_bytes_per_gpu > 0
+    assert result.reference.slot == "chunk" and result.fits
     update = next(t for t in result.transitions if t.name.startswith("checkpoint"))
     assert update.seconds == result.checkpoint_engine.pipelined_s
 
