@@ -156,6 +156,11 @@ class KvCacheReport(ResultModel):
     parked_contexts: int = Field(description="Idle contexts the external pool holds.")
     prefetch_s: float = Field(ge=0.0, description="Time to bring one whole context's KV "
                               "back from host memory over the GPU's host link.")
+    write_back_bytes_per_gpu: Bytes = Field(description="Host writes to fill the GPU and "
+                                            "the external pool once, write-back: only the "
+                                            "parked (evicted) contexts.")
+    write_through_bytes_per_gpu: Bytes = Field(description="The same with a write-through "
+                                               "pool: every block of every context.")
 
 
 class CheckpointEngineReport(ResultModel):

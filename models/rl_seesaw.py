@@ -76,6 +76,10 @@ class KvPool:
     external_pool_bytes_per_gpu: int
     parked_contexts: int
     prefetch_s: float
+    write_back_bytes_per_gpu: int
+    """Host writes to fill the pool once, write-back: the parked contexts only."""
+    write_through_bytes_per_gpu: int
+    """The same load written through: every block of every context as it is produced."""
 
 
 def kv_pool(*, capacity_bytes: int, gpu_memory_utilization: float, weight_bytes_per_gpu: int,
@@ -86,18 +90,24 @@ def kv_pool(*, capacity_bytes: int, gpu_memory_utilization: float, weight_bytes_
     instance holds its share of every token); active contexts = floor(tokens / context):
     a context being decoded keeps all its blocks on the GPU ([K3]). The write-back pool in
     host DRAM parks floor(external bytes / (context x KV bytes per token)) idle contexts, and
-    bringing one back costs its bytes over the host link."""
+    bringing one back costs its bytes over the host link. Write-back ([K3]) writes a block to
+    host memory only when it is evicted, so filling the GPU and the external pool once
+    writes the parked contexts' bytes; a write-through pool would also write every block of
+    the contexts that stay on the GPU: (active + parked) contexts' bytes."""
     if bytes_per_token_per_gpu <= 0 or host_link_bytes_per_s <= 0:
         raise ValueError("KV bytes per token and host-link bandwidth must be positive")
     pool = max(0, math.floor(capacity_bytes * gpu_memory_utilization)
                - weight_bytes_per_gpu - resident_bytes)
     tokens = math.floor(pool / bytes_per_token_per_gpu)
     context_bytes = context_length * bytes_per_token_per_gpu
+    active = tokens // context_length
+    parked = math.floor(external_pool_bytes_per_gpu / context_bytes)
     return KvPool(bytes_per_token_per_gpu=bytes_per_token_per_gpu, gpu_pool_bytes=pool,
-                  gpu_pool_tokens=tokens, active_contexts=tokens // context_length,
+                  gpu_pool_tokens=tokens, active_contexts=active,
                   external_pool_bytes_per_gpu=external_pool_bytes_per_gpu,
-                  parked_contexts=math.floor(external_pool_bytes_per_gpu / context_bytes),
-                  prefetch_s=context_bytes / host_link_bytes_per_s)
+                  parked_contexts=parked, prefetch_s=context_bytes / host_link_bytes_per_s,
+                  write_back_bytes_per_gpu=math.ceil(parked * context_bytes),
+                  write_through_bytes_per_gpu=math.ceil((active + parked) * context_bytes))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

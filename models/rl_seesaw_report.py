@@ -253,7 +253,9 @@ def rl_seesaw_report(request: RlSeesawRequest) -> RlSeesawResponse:
             bytes_per_token_per_gpu=per_token_gpu, gpu_pool_bytes=pool.gpu_pool_bytes,
             gpu_pool_tokens=pool.gpu_pool_tokens, active_contexts=pool.active_contexts,
             external_pool_bytes_per_gpu=pool.external_pool_bytes_per_gpu,
-            parked_contexts=pool.parked_contexts, prefetch_s=pool.prefetch_s),
+            parked_contexts=pool.parked_contexts, prefetch_s=pool.prefetch_s,
+            write_back_bytes_per_gpu=pool.write_back_bytes_per_gpu,
+            write_through_bytes_per_gpu=pool.write_through_bytes_per_gpu),
         checkpoint_engine=CheckpointEngineReport(
             weight_bytes=update.weight_bytes, num_buckets=update.num_buckets,
             h2d_s=update.h2d_s, broadcast_s=update.broadcast_s, reload_s=update.reload_s,

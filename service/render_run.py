@@ -67,7 +67,9 @@ def render_rl_seesaw(result: RlSeesawResponse) -> str:
                  f"{kv.gpu_pool_bytes / GIB:.2f} GiB = {kv.gpu_pool_tokens} tokens per instance, "
                  f"{kv.active_contexts} whole context(s) on the GPU"
                  + (f", {kv.parked_contexts} parked in {kv.external_pool_bytes_per_gpu / GIB:.0f} "
-                    f"GiB of host DRAM per GPU ({kv.prefetch_s:.2f} s to bring one back)"
+                    f"GiB of host DRAM per GPU ({kv.prefetch_s:.2f} s to bring one back; "
+                    f"{kv.write_back_bytes_per_gpu / GIB:.0f} GiB written back against "
+                    f"{kv.write_through_bytes_per_gpu / GIB:.0f} GiB written through)"
                     if kv.external_pool_bytes_per_gpu else ""))
     engine = result.checkpoint_engine
     excess = engine.received_bytes_per_gpu // max(1, engine.needed_bytes_per_gpu)

@@ -58,6 +58,9 @@ def test_kv_pool_is_the_engine_budget_less_weights_in_whole_contexts() -> None:
     assert pool.active_contexts == 31
     assert pool.parked_contexts == 100
     assert pool.prefetch_s == pytest.approx(10**9 / (50 * GB))
+    # Write-back writes only the 100 parked contexts; write-through every block of all 131.
+    assert pool.write_back_bytes_per_gpu == 100 * 10**9
+    assert pool.write_through_bytes_per_gpu == 131 * 10**9
     full = kv_pool(capacity_bytes=80 * 10**9, gpu_memory_utilization=0.9,
                    weight_bytes_per_gpu=80 * 10**9, resident_bytes=0,
                    bytes_per_token_per_gpu=1000.0, context_length=10,
@@ -186,6 +189,12 @@ def test_one_million_token_context_needs_the_external_pool_on_k2_tp16() -> None:
     assert (nvme.kv_cache.external_pool_bytes_per_gpu
             > host.kv_cache.external_pool_bytes_per_gpu)
     assert nvme.kv_cache.parked_contexts >= host.kv_cache.parked_contexts
+    # No context fits the GPU: every context is parked, so write-back and write-through
+    # write the same bytes; with room on the GPU write-back writes less.
+    assert nvme.kv_cache.write_back_bytes_per_gpu == nvme.kv_cache.write_through_bytes_per_gpu
+    short = rl_seesaw_report(_request(context_length=32_768, external_kv_pool=True))
+    assert short.kv_cache.active_contexts > 0 and short.kv_cache.parked_contexts > 0
+    assert short.kv_cache.write_back_bytes_per_gpu < short.kv_cache.write_through_bytes_per_gpu
     offload = next(t for t in nvme.transitions if t.name.startswith("offload"))
     assert "NVMe" in offload.link
     assert offload.seconds > next(t for t in host.transitions

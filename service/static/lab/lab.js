@@ -395,7 +395,7 @@ async function runSeesaw(form, out) {
       table(["", "value"], [["KV bytes per token per GPU", String(Math.round(kv.bytes_per_token_per_gpu))],
         ["GPU KV pool", `${gib(kv.gpu_pool_bytes)} (${kv.gpu_pool_tokens} tokens per instance)`],
         ["whole contexts decoding from the GPU", String(kv.active_contexts)],
-        ["external pool per GPU", kv.external_pool_bytes_per_gpu ? `${gib(kv.external_pool_bytes_per_gpu)} (${kv.parked_contexts} parked contexts, ${seconds(kv.prefetch_s)} to bring one back)` : "none"],
+        ["external pool per GPU", kv.external_pool_bytes_per_gpu ? `${gib(kv.external_pool_bytes_per_gpu)} (${kv.parked_contexts} parked contexts, ${seconds(kv.prefetch_s)} to bring one back; filling it writes ${gib(kv.write_back_bytes_per_gpu)} write-back against ${gib(kv.write_through_bytes_per_gpu)} write-through)` : "none"],
         ["weight update", `serial ${seconds(ck.serial_s)}, pipelined ${seconds(ck.pipelined_s)}; each GPU receives ${gib(ck.received_bytes_per_gpu)} for a ${gib(ck.needed_bytes_per_gpu)} shard`],
         ["reference weights", `${gib(ref.weight_bytes)} per GPU, ${ref.extra_gpu_bytes === 0 ? "held in the gradient buffers" : `${gib(ref.extra_gpu_bytes)} extra`} (per ${ref.slot})`]], "Rollout KV cache, weight update, reference model"),
       el("ul", { class: "plain" }, r.assumptions.map((a) => el("li", { text: `Assumes: ${a}` }))),
