@@ -58,6 +58,11 @@ RUNTIME_RESERVE_BYTES = CUDA_CONTEXT_BYTES + NCCL_CHANNELS * 2 * NCCL_BUFFER_BYT
 """The least runtime memory any rank holds (the CUDA context and the default group's NCCL
 buffers): a lower bound the search may use before a ledger is built."""
 
+STORED_ACTIVATIONS = "activations: layers"
+"""Name of the ledger line of the layers' activations stored for backward (the in-flight
+micro-batch x chunk units at the schedule's peak)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageMemory:
     """The ledger of one rank of a pipeline stage."""
@@ -233,6 +238,17 @@ def _rank_parameters(spec: ModelSpec, tp: int, ep: int, etp: int, num_dense: int
                         largest_matrix=largest_weight_matrix(spec))
 
 
+def _layer_shard_params(spec: ModelSpec, parallel: ParallelConfig, index: int) -> int:
+    """Parameters of layer `index` one rank holds: its GEMM weights / tp, its vectors, and
+    its routed experts / (ep x etp), as `rank_parameters` shards them (the size of one
+    layer's gradients in a Pipeline ZeRO-2 chunk buffer)."""
+    moe = spec.is_moe_layer(index)
+    one = _rank_parameters(spec, parallel.tp, parallel.ep, parallel.etp, 0 if moe else 1,
+                           1 if moe else 0, None if moe else index, index if moe else None,
+                           0, 0, 0)
+    return one.gemm + one.vectors + one.experts
+
+
 def _activation_context(training: TrainingSpec, parallel: ParallelConfig,
                         fp8_storage: bool) -> LayerActivationContext:
     return LayerActivationContext(
@@ -376,7 +392,7 @@ def stage_activation_components(
     offload = policy.offload_frac
     staging = min(stored, math.ceil(2 * max(chunk_bytes, default=0))) if offload else 0
     on_gpu = math.ceil(stored * (1.0 - offload)) + (math.ceil(staging * offload) if offload else 0)
-    gpu = [MemoryComponent(name="activations: layers", kind="activations", bytes=on_gpu,
+    gpu = [MemoryComponent(name=STORED_ACTIVATIONS, kind="activations", bytes=on_gpu,
                            note=f"{peak} micro-batch x chunk units in flight x "
                                 f"{max(chunk_bytes, default=0)} bytes")]
     if extras:
@@ -410,7 +426,7 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
     """The ledger of one rank of pipeline stage `layout.rank`."""
     edp = expert_data_parallel_degree(spec, parallel)
     groups = rank_parameters(spec, parallel, layout)
-    per_kind = {kind: math.ceil(layer_params(spec, i).total / parallel.tp)
+    per_kind = {kind: _layer_shard_params(spec, parallel, i)
                 for kind, i in _first_of_each_kind(spec, layout.layers).items()}
     chunk_params = max(((len(chunk) - prefix[-1]) * per_kind.get(False, 0)
                         + prefix[-1] * per_kind.get(True, 0)
@@ -510,6 +526,7 @@ def _twin_key(spec: ModelSpec, parallel: ParallelConfig,
 __all__ = [
     "ALLOCATOR_FRAGMENTATION_FRAC",
     "RUNTIME_RESERVE_BYTES",
+    "STORED_ACTIVATIONS",
     "MemoryComponent",
     "MemoryLedger",
     "RankParameters",

@@ -41,6 +41,8 @@ from service.routes import (
     pipeline,
     plans,
     reference,
+    remote_activations,
+    rl_seesaw,
     run_level,
 )
 from service.routes.health import SERVICE_VERSION
@@ -63,6 +65,8 @@ TAGS = [
     {"name": "estimates", "description": "Score one given configuration."},
     {"name": "pipeline", "description": "Pipeline schedules: simulate and optimise."},
     {"name": "moe", "description": "MoE expert placement."},
+    {"name": "lab", "description": "What-if labs: memory by phase of colocated RL, remote "
+                                   "activation offload across pipeline ranks."},
     {"name": "catalog", "description": "GPU, node and model presets; config ingestion."},
     {"name": "health", "description": "Liveness and problem-code documentation."},
 ]
@@ -130,6 +134,8 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app.include_router(pipeline.router)
     app.include_router(moe.router)
     app.include_router(moe_buffers.router)
+    app.include_router(rl_seesaw.router)
+    app.include_router(remote_activations.router)
     app.include_router(calibration.router)
     app.include_router(catalog.router)
     app.include_router(health.router)

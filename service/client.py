@@ -27,7 +27,9 @@ from api_schemas.pipeline import (
 )
 from api_schemas.plan import MemoryReport, PlanResponse, PlanStatus
 from api_schemas.problems import ProblemDetail
+from api_schemas.remote_activations import RemoteActivationsResponse
 from api_schemas.requests import EvaluateRequest, PlanRequest
+from api_schemas.rl_seesaw import RlSeesawRequest, RlSeesawResponse
 from api_schemas.run_level import (
     FrontierRequest,
     FrontierResponse,
@@ -151,6 +153,17 @@ class AtlasClient:
     def memory(self, request: EvaluateRequest | Mapping[str, Any]) -> MemoryReport:
         """POST /v1/ledger/memory."""
         return self._send("POST", "/v1/ledger/memory", MemoryReport, body=_payload(request))
+
+    def rl_seesaw(self, request: RlSeesawRequest | Mapping[str, Any]) -> RlSeesawResponse:
+        """POST /v1/lab/rl-seesaw."""
+        return self._send("POST", "/v1/lab/rl-seesaw", RlSeesawResponse,
+                          body=_payload(request))
+
+    def remote_activations(self, request: EvaluateRequest | Mapping[str, Any]
+                           ) -> RemoteActivationsResponse:
+        """POST /v1/lab/remote-activations."""
+        return self._send("POST", "/v1/lab/remote-activations", RemoteActivationsResponse,
+                          body=_payload(request))
 
     def mesh(self, request: MeshRequest | Mapping[str, Any]) -> MeshResponse:
         """POST /v1/mesh."""

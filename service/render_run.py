@@ -1,12 +1,15 @@
 """Human-readable text of the mesh lab and the run-level answers, for the CLI.
 
-Owns: plain-text tables of a mesh layout, a run estimate, a GPU frontier, a sensitivity
-sweep and a calibration fit, each line naming what it shows. Must not: compute anything
-beyond unit conversion and layout; it returns strings and never prints.
+Owns: plain-text tables of a mesh layout, the RL memory seesaw, a run estimate, a GPU
+frontier, a sensitivity sweep and a calibration fit, each line naming what it shows. Must
+not: compute anything beyond unit conversion and layout; it returns strings and never
+prints.
 """
 
 from api_schemas.calibration import CalibrationFit, CalibrationProfile
 from api_schemas.mesh import MeshResponse
+from api_schemas.remote_activations import RemoteActivationsResponse
+from api_schemas.rl_seesaw import RlSeesawResponse
 from api_schemas.run_level import (
     FrontierResponse,
     RunEstimateResponse,
@@ -24,6 +27,63 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
     return ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
             for row in [header, *rows]]
+
+
+def render_remote_activations(result: RemoteActivationsResponse) -> str:
+    """Per pipeline rank: GPU GiB before and after, sent and received, traffic per step."""
+    header = ["stage", "before", "after", "movable", "sent", "received", "in-flight",
+              "GiB/step", "s/step"]
+    rows = [[str(s.stage), f"{s.total_bytes_before / GIB:.2f}",
+             f"{s.total_bytes_after / GIB:.2f}", f"{s.movable_bytes / GIB:.2f}",
+             f"{s.sent_bytes / GIB:.2f}", f"{s.received_bytes / GIB:.2f}",
+             str(s.in_flight_units), f"{s.bytes_per_step / GIB:.1f}",
+             f"{s.seconds_per_step:.3f}"] for s in result.stages]
+    lines = ["Stored activations balanced across the pipeline ranks (GiB per GPU):"]
+    lines += _table(header, rows)
+    lines.append(f"peak {result.peak_bytes_before / GIB:.2f} -> "
+                 f"{result.peak_bytes_after / GIB:.2f} GiB of "
+                 f"{result.capacity_bytes / GIB:.2f} usable "
+                 f"({'fits' if result.fits_after else 'DOES NOT FIT'}); link: {result.link}")
+    lines += [f"assumes: {a}" for a in result.assumptions]
+    return "\n".join(lines)
+
+
+def render_rl_seesaw(result: RlSeesawResponse) -> str:
+    """GPU and host memory of each phase, the transitions and their seconds, the KV cache
+    and the weight update."""
+    header = ["phase", "GPU GiB", "host GiB/GPU", "fits"]
+    rows = [[p.name, f"{p.gpu_bytes / GIB:.2f}", f"{p.host_bytes_per_gpu / GIB:.2f}",
+             "yes" if p.fits_gpu else "NO"] for p in result.phases]
+    lines = [f"Colocated RL on training stage {result.binding_stage}'s GPU "
+             f"({result.capacity_bytes / GIB:.2f} GiB usable, "
+             f"{result.host_capacity_per_gpu_bytes / GIB:.0f} GiB host per GPU):"]
+    lines += _table(header, rows)
+    lines.append("transitions:")
+    lines += [f"  {t.before} -> {t.after}: {t.name}, {t.bytes_per_gpu / GIB:.2f} GiB per GPU, "
+              f"{t.seconds:.2f} s ({t.link})" for t in result.transitions]
+    lines.append(f"  total {result.transition_s:.2f} s per iteration")
+    kv = result.kv_cache
+    lines.append(f"KV cache: {kv.bytes_per_token_per_gpu:.0f} bytes per token per GPU, pool "
+                 f"{kv.gpu_pool_bytes / GIB:.2f} GiB = {kv.gpu_pool_tokens} tokens per instance, "
+                 f"{kv.active_contexts} whole context(s) on the GPU"
+                 + (f", {kv.parked_contexts} parked in {kv.external_pool_bytes_per_gpu / GIB:.0f} "
+                    f"GiB of host DRAM per GPU ({kv.prefetch_s:.2f} s to bring one back; "
+                    f"{kv.write_back_bytes_per_gpu / GIB:.0f} GiB written back against "
+                    f"{kv.write_through_bytes_per_gpu / GIB:.0f} GiB written through)"
+                    if kv.external_pool_bytes_per_gpu else ""))
+    engine = result.checkpoint_engine
+    excess = engine.received_bytes_per_gpu // max(1, engine.needed_bytes_per_gpu)
+    lines.append(f"weight update: {engine.weight_bytes / GIB:.0f} GiB in {engine.num_buckets} "
+                 f"buckets, serial {engine.serial_s:.1f} s, pipelined {engine.pipelined_s:.1f} s; "
+                 f"each GPU receives {excess}x its shard")
+    ref = result.reference
+    lines.append(f"reference model: {ref.weight_bytes / GIB:.2f} GiB per GPU, "
+                 + ("in the gradient buffers" if ref.extra_gpu_bytes == 0 else
+                    f"{ref.extra_gpu_bytes / GIB:.2f} GiB extra on the GPU")
+                 + f" (per {ref.slot}), {ref.h2d_s:.2f} s from host")
+    lines.append("fits" if result.fits else "DOES NOT FIT")
+    lines += [f"assumes: {a}" for a in result.assumptions]
+    return "\n".join(lines)
 
 
 def render_mesh(result: MeshResponse) -> str:
@@ -174,5 +234,5 @@ def render_calibration(result: CalibrationProfile | CalibrationFit) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["render_calibration", "render_frontier", "render_mesh", "render_run_estimate",
-           "render_sensitivity"]
+__all__ = ["render_calibration", "render_frontier", "render_mesh", "render_remote_activations",
+           "render_rl_seesaw", "render_run_estimate", "render_sensitivity"]

@@ -38,6 +38,8 @@ COMMAND_HELP = {
     "simulate": "simulate a pipeline schedule (or optimise it with --memory-limit)",
     "placement": "MoonEP expert placement from token counts",
     "mesh": "rank coordinates, groups and mesh problems",
+    "rl-seesaw": "GPU memory by phase of colocated RL training and rollout",
+    "remote-activations": "what-if: stored activations moved to other pipeline ranks",
     "run-estimate": "time and cost to train on a token budget",
     "frontier": "GPU count against step time and cost over cluster sizes",
     "sensitivity": "the plan under changed network, HBM and kernel efficiency",

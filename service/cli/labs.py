@@ -1,6 +1,9 @@
-"""The `mesh` lab and the run-level subcommands of `atlas-planner`.
+"""The `mesh`, `rl-seesaw` and `remote-activations` labs and the run-level subcommands of
+`atlas-planner`.
 
 Owns: `mesh` (rank coordinates, groups and mesh problems, with GPU and model presets),
+`rl-seesaw` (memory by phase and transition times of colocated RL training and rollout),
+`remote-activations` (stored activations balanced across pipeline ranks, a what-if),
 `run-estimate` (time and cost to train on a token budget), `frontier` (GPU count against
 step time and cost over the cluster sizes allowed) and `sensitivity` (the plan under +-20%
 network bandwidth, HBM capacity and kernel efficiency): their flags, request documents and
@@ -16,7 +19,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from api_schemas.mesh import MeshRequest
-from api_schemas.requests import ClusterInput
+from api_schemas.requests import ClusterInput, EvaluateRequest
+from api_schemas.rl_seesaw import OffloadTier, RlSeesawRequest, RlSeesawResponse
 from api_schemas.run_level import (
     FrontierRequest,
     RunEstimateRequest,
@@ -25,10 +29,20 @@ from api_schemas.run_level import (
 )
 from models.catalog import gpu_ids, model_ids, model_preset
 from models.mesh.report import mesh_report
+from models.remote_activations_report import remote_activations_report
 from models.resolve import resolve_cluster
+from models.rl_seesaw_report import rl_seesaw_report
 from service.cli import COMMAND_HELP
 from service.cli.flags import LIST_AXES, apply_constraint_flags
-from service.render_run import render_frontier, render_mesh, render_run_estimate, render_sensitivity
+from service.pictures import seesaw_svg
+from service.render_run import (
+    render_frontier,
+    render_mesh,
+    render_remote_activations,
+    render_rl_seesaw,
+    render_run_estimate,
+    render_sensitivity,
+)
 
 Runner = Callable[..., int]
 """`service.cli._run`: (args, local, remote, render, *, label=...) -> exit status."""
@@ -95,6 +109,49 @@ def cmd_mesh(args: argparse.Namespace, *, run: Runner,
 
     return run(args, lambda: mesh_report(MeshRequest.model_validate(doc)),
                lambda client: client.mesh(doc), render_mesh, failed=invalid)
+
+
+ROLLOUT_FLAGS = (("rollout_tp", "tp"), ("rollout_pp", "pp"), ("weight_dtype", "weight_dtype"),
+                 ("kv_dtype", "kv_dtype"), ("gpu_memory_utilization", "gpu_memory_utilization"),
+                 ("context_length", "context_length"), ("offload_tier", "offload_tier"),
+                 ("nvme_bandwidth", "nvme_bandwidth_bytes_per_s"),
+                 ("bucket_bytes", "bucket_bytes"))
+"""Flags of `rl-seesaw` and the `rollout` fields they set."""
+
+
+def seesaw_picture(result: BaseModel) -> tuple[str | None, dict[str, Any] | None]:
+    """The memory-by-phase picture of a seesaw answer."""
+    return (seesaw_svg(result), None) if isinstance(result, RlSeesawResponse) else (None, None)
+
+
+def cmd_rl_seesaw(args: argparse.Namespace, *, run: Runner,
+                  build: Callable[..., dict[str, Any]]) -> int:
+    """Memory by phase of training and rollout on the same GPUs, and the transitions."""
+    doc = build(args, degrees_key="parallel")
+    if args.optimizer is not None:
+        doc.setdefault("training", {})["optimizer"] = args.optimizer
+    if args.pipeline_zero2:
+        doc.setdefault("parallel", {})["gradient_host_shards"] = True
+    rollout = doc.setdefault("rollout", {})
+    for flag, key in ROLLOUT_FLAGS:
+        if getattr(args, flag) is not None:
+            rollout[key] = getattr(args, flag)
+    for flag, key, value in (("external_kv_pool", "external_kv_pool", True),
+                             ("pipelined_update", "pipelined_update", True),
+                             ("no_gradient_buffer_reuse", "reuse_gradient_buffer", False)):
+        if getattr(args, flag):
+            rollout[key] = value
+    return run(args, lambda: rl_seesaw_report(RlSeesawRequest.model_validate(doc)),
+               lambda client: client.rl_seesaw(doc), render_rl_seesaw,
+               pictures=seesaw_picture)
+
+
+def cmd_remote_activations(args: argparse.Namespace, *, run: Runner,
+                           build: Callable[..., dict[str, Any]]) -> int:
+    """Stored activations balanced across the pipeline ranks of one configuration."""
+    doc = build(args, degrees_key="parallel")
+    return run(args, lambda: remote_activations_report(EvaluateRequest.model_validate(doc)),
+               lambda client: client.remote_activations(doc), render_remote_activations)
 
 
 def cmd_run_estimate(args: argparse.Namespace, *, run: Runner,
@@ -178,9 +235,43 @@ def register_lab_commands(commands: Any, *, run: Runner,
                           add_output_flags: Callable[..., None],
                           build: Callable[..., dict[str, Any]],
                           load: Callable[[str], dict[str, Any]]) -> None:
-    """Add `mesh`, `run-estimate`, `frontier` and `sensitivity` to the subcommands."""
+    """Add `mesh`, `rl-seesaw`, `remote-activations`, `run-estimate`, `frontier` and
+    `sensitivity` to the subcommands."""
     mesh = _add_mesh_parser(commands, add_output_flags=add_output_flags)
     mesh.set_defaults(handler=partial(cmd_mesh, run=run, load=load))
+
+    seesaw = commands.add_parser("rl-seesaw", help=COMMAND_HELP["rl-seesaw"])
+    add_request_flags(seesaw, svg="the memory by phase")
+    seesaw.add_argument("--optimizer", help="training optimizer, e.g. adam, muon")
+    seesaw.add_argument("--pipeline-zero2", action="store_true",
+                        help="gradient shards in host memory, two chunk buffers on the GPU")
+    seesaw.add_argument("--rollout-tp", type=int, help="tensor parallel of one inference "
+                        "instance (default 8)")
+    seesaw.add_argument("--rollout-pp", type=int, help="pipeline stages of one inference "
+                        "instance (default 1)")
+    seesaw.add_argument("--weight-dtype", help="inference weight format, e.g. bf16, fp8")
+    seesaw.add_argument("--kv-dtype", help="KV-cache format, e.g. bf16, fp8")
+    seesaw.add_argument("--gpu-memory-utilization", type=float,
+                        help="share of the GPU the inference engine takes (default 0.9)")
+    seesaw.add_argument("--context-length", type=int, help="tokens of one rollout context "
+                        "(default 1048576)")
+    seesaw.add_argument("--offload-tier", choices=[t.value for t in OffloadTier],
+                        help="where training states wait during the rollout")
+    seesaw.add_argument("--nvme-bandwidth", type=float,
+                        help="one node's NVMe bandwidth, bytes/s (needed with nvme)")
+    seesaw.add_argument("--bucket-bytes", type=int, help="checkpoint-engine bucket, bytes")
+    seesaw.add_argument("--external-kv-pool", action="store_true",
+                        help="a write-back KV pool in host DRAM")
+    seesaw.add_argument("--pipelined-update", action="store_true",
+                        help="overlap the weight update's copy, broadcast and reload")
+    seesaw.add_argument("--no-gradient-buffer-reuse", action="store_true",
+                        help="give the reference model its own GPU copy")
+    seesaw.set_defaults(handler=partial(cmd_rl_seesaw, run=run, build=build))
+
+    remote = commands.add_parser("remote-activations",
+                                 help=COMMAND_HELP["remote-activations"])
+    add_request_flags(remote)
+    remote.set_defaults(handler=partial(cmd_remote_activations, run=run, build=build))
 
     estimate = commands.add_parser("run-estimate", help=COMMAND_HELP["run-estimate"])
     add_request_flags(estimate, pins=True)
@@ -217,10 +308,13 @@ def register_lab_commands(commands: Any, *, run: Runner,
 __all__ = [
     "cmd_frontier",
     "cmd_mesh",
+    "cmd_remote_activations",
+    "cmd_rl_seesaw",
     "cmd_run_estimate",
     "cmd_sensitivity",
     "float_list",
     "int_list",
     "mesh_document",
     "register_lab_commands",
+    "seesaw_picture",
 ]

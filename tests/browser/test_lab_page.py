@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 LABEL = "deterministic model, not a measurement"
-TABS = ("plan", "memory", "mesh", "pipeline", "comm")
+TABS = ("plan", "memory", "mesh", "pipeline", "comm", "rl")
 ANSWER_TIMEOUT_MS = 90_000
 """Generous: plan searches share the CI machine's cores."""
 
@@ -109,6 +109,10 @@ def test_every_tab_end_to_end_on_a_desktop(page_for: Any, tmp_path: Path) -> Non
     page.click("[data-preset=memory-imbalance]")
     region = answer(page, "memory")
     assert region.locator("svg.memory g.stage").count() == 8
+    # Its what-if: the front 1F1B stages keep part of their activations on the back ones.
+    what_if = region.locator("section.what-if")
+    assert "What-if, remote offload" in what_if.locator("h3").inner_text()
+    assert what_if.locator("tbody tr").count() == 8
 
     # Parallel mesh: valid mesh picture, then the invalid preset's rule and message.
     page.click("#tab-mesh")
@@ -158,6 +162,27 @@ def test_every_tab_end_to_end_on_a_desktop(page_for: Any, tmp_path: Path) -> Non
     problems = region.locator(".problem")
     assert problems.count() == 1 and "DeepEP-style worst case" in problems.inner_text()
     assert "MoonEP fixed" in region.locator(".verdict-ok").inner_text()
+
+    # RL memory seesaw: the phases of Kimi K2's colocated iteration, its OOM (Adam), the
+    # invalid NVMe tier and the 1M-token contexts with the external KV pool.
+    page.click("#tab-rl")
+    page.click("[data-preset=rl-fits]")
+    region = answer(page, "rl")
+    assert "Every phase fits" in region.locator(".verdict-ok").inner_text()
+    assert region.locator("svg.seesaw g.phase").count() == 4
+    assert region.locator("svg.seesaw g.transition").count() == 4
+    assert_labelled_figure(region)
+    page.screenshot(path=str(shots / "lab-rl-seesaw.png"), full_page=True)
+    page.click("[data-preset=rl-oom]")
+    region = answer(page, "rl")
+    assert "train needs" in region.locator(".problem").inner_text()
+    assert region.locator("svg.seesaw text.verdict").get_attribute("data-fits") == "false"
+    page.click("[data-preset=rl-invalid]")
+    assert "nvme_bandwidth_bytes_per_s" in answer(page, "rl").locator(".problem").inner_text()
+    page.click("[data-preset=rl-imbalance]")
+    region = answer(page, "rl")
+    assert "parked contexts" in region.inner_text()
+    assert region.locator("svg.seesaw [data-name='external KV pool (write-back)']").count() == 1
     assert page.errors == []
 
 
@@ -249,7 +274,7 @@ def test_keyboard_only(page_for: Any) -> None:
     page.keyboard.press("Home")
     assert focused(page) == "tab-plan" and page.locator("#panel-plan").is_visible()
     page.keyboard.press("End")
-    assert focused(page) == "tab-comm"
+    assert focused(page) == "tab-rl"
     # Every control of every panel is reached with Tab alone.
     for tab in TABS:
         page.locator(f"#tab-{tab}").focus()

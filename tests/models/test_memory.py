@@ -119,6 +119,26 @@ def test_pipeline_zero2_keeps_two_gradient_buffers_on_gpu() -> None:
     assert host.host_bytes == pytest.approx(gpu.bytes_of("gradients") / 8, rel=0.01)
 
 
+def test_pipeline_zero2_chunk_buffers_hold_the_rank_s_expert_shard_not_every_expert() -> None:
+    """Kimi K3's two gradient buffers hold one chunk each of what the rank owns: routed
+    experts divided by EP, like the gradients they replace. Mixtral 8x7B (32 layers) with
+    EP8, PP4 and even chunks, a middle stage: with two chunks per rank the two buffers are
+    exactly the stage's gradients, with four chunks half of them."""
+    spec = model_preset("mixtral-8x7b")
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+
+    def gradients(pp: int, vpp: int, host_shards: bool) -> int:
+        parallel = ParallelConfig(pp=pp, dp=32 // pp, ep=8, vpp=vpp,
+                                  schedule=PipelineSchedule.INTERLEAVED_1F1B,
+                                  gradient_host_shards=host_shards)
+        stage = memory_ledger(spec, training, parallel, cluster).stages[1]
+        return stage.bytes_of("gradients")
+
+    assert gradients(4, 2, True) == pytest.approx(gradients(4, 2, False), rel=0.01)
+    assert gradients(4, 4, True) == pytest.approx(gradients(4, 4, False) / 2, rel=0.01)
+
+
 def test_batch_that_does_not_divide_is_rejected_with_a_fix() -> None:
     with pytest.raises(InvalidSpecError, match="multiple of micro_batch_size x dp"):
         memory_ledger(model_preset("llama-3.1-8b"),

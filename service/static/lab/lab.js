@@ -171,8 +171,10 @@ function memoryBody(v) {
 }
 async function runMemory(form, out) {
   await guarded(out, "Sizing", async () => {
-    const body = memoryBody(values(form));
-    const [report, picture] = await Promise.all([post("/v1/ledger/memory", body), postSvg("/v1/ledger/memory?format=svg", body)]);
+    const v = values(form);
+    const body = memoryBody(v);
+    const [report, picture, remote] = await Promise.all([post("/v1/ledger/memory", body), postSvg("/v1/ledger/memory?format=svg", body),
+      v.remote_offload ? post("/v1/lab/remote-activations", body) : null]);
     const binding = report.stages.find((s) => s.stage === report.binding_stage);
     const largest = [...binding.components].sort((a, b) => b.bytes - a.bytes);
     const verdict = report.fits
@@ -188,8 +190,19 @@ async function runMemory(form, out) {
       table(["item", "kind", "bytes", "how sized"], largest.map((c) => [c.name, c.kind, gib(c.bytes), c.note])),
       report.host_peak_bytes ? el("p", { text: `Host tier: ${gib(report.host_peak_bytes)} per GPU of ${gib(report.host_capacity_per_gpu_bytes)}.` }) : null,
       figure(picture, "Per-stage memory stack"),
+      remote ? remoteSection(remote) : null,
     ]));
   });
+}
+
+function remoteSection(r) {
+  return el("section", { class: "what-if", "aria-label": "Remote activation offload what-if" },
+    el("h3", { text: `What-if, remote offload: peak ${gib(r.peak_bytes_before)} -> ${gib(r.peak_bytes_after)} (${r.fits_after ? "fits" : "does not fit"} ${gib(r.capacity_bytes)})` }),
+    table(["stage", "before", "after", "sent", "received", "moved per step", "time per step", "same bytes over the host link"],
+      r.stages.map((s) => [String(s.stage), gib(s.total_bytes_before), gib(s.total_bytes_after), gib(s.sent_bytes), gib(s.received_bytes),
+        gib(s.bytes_per_step), seconds(s.seconds_per_step), seconds(s.host_link_seconds_per_step)]), `Between pipeline ranks: ${r.link}`),
+    el("ul", { class: "plain" }, r.assumptions.map((a) => el("li", { text: `Assumes: ${a}` }))),
+    el("p", { class: "model-label", text: `Source: ${r.source}.` }));
 }
 
 // ---------- tab 3: mesh ----------
@@ -352,16 +365,57 @@ async function runBuffers(form, out) {
   });
 }
 
+// ---------- tab 6: RL memory seesaw ----------
+function seesawBody(v) {
+  return {
+    model: { preset: v.model },
+    cluster: { gpu: v.gpu, num_nodes: v.num_nodes, gpus_per_node: v.gpus_per_node },
+    training: { global_batch_size: v.global_batch_size, sequence_length: v.sequence_length, optimizer: v.optimizer },
+    parallel: { tp: v.tp, pp: v.pp, dp: v.dp, ep: v.ep, vpp: v.vpp, schedule: v.schedule, zero_stage: 1,
+      recompute: v.recompute, gradient_host_shards: v.gradient_host_shards },
+    rollout: drop({ tp: v.rollout_tp, pp: v.rollout_pp, weight_dtype: v.weight_dtype, kv_dtype: v.kv_dtype,
+      context_length: v.context_length, offload_tier: v.offload_tier, nvme_bandwidth_bytes_per_s: v.nvme_bandwidth_bytes_per_s,
+      external_kv_pool: v.external_kv_pool, pipelined_update: v.pipelined_update, reuse_gradient_buffer: v.reuse_gradient_buffer }),
+  };
+}
+async function runSeesaw(form, out) {
+  await guarded(out, "Sizing the phases", async () => {
+    const body = seesawBody(values(form));
+    const [r, picture] = await Promise.all([post("/v1/lab/rl-seesaw", body), postSvg("/v1/lab/rl-seesaw?format=svg", body)]);
+    const over = r.phases.filter((p) => !p.fits_gpu);
+    const verdict = over.length === 0
+      ? el("p", { class: "verdict-ok", text: `Every phase fits ${gib(r.capacity_bytes)} usable; transitions take ${seconds(r.transition_s)} per iteration.` })
+      : el("div", { class: "problem", role: "alert" }, el("strong", { text: "Out of memory" }),
+          el("p", { class: "detail", text: over.map((p) => `${p.name} needs ${gib(p.gpu_bytes)}`).join("; ") + ` of ${gib(r.capacity_bytes)} usable.` }));
+    const kv = r.kv_cache, ck = r.checkpoint_engine, ref = r.reference;
+    show(out, labelled([
+      el("h2", { text: `Colocated RL on training stage ${r.binding_stage}'s GPU` }), verdict,
+      table(["phase", "GPU", "host per GPU", "fits"], r.phases.map((p) => [p.name, gib(p.gpu_bytes), gib(p.host_bytes_per_gpu), p.fits_gpu ? "yes" : "no"])),
+      table(["transition", "from", "to", "bytes per GPU", "time", "bounded by"],
+        r.transitions.map((t) => [t.name, t.before, t.after, gib(t.bytes_per_gpu), seconds(t.seconds), t.link]), "Transitions"),
+      table(["", "value"], [["KV bytes per token per GPU", String(Math.round(kv.bytes_per_token_per_gpu))],
+        ["GPU KV pool", `${gib(kv.gpu_pool_bytes)} (${kv.gpu_pool_tokens} tokens per instance)`],
+        ["whole contexts decoding from the GPU", String(kv.active_contexts)],
+        ["external pool per GPU", kv.external_pool_bytes_per_gpu ? `${gib(kv.external_pool_bytes_per_gpu)} (${kv.parked_contexts} parked contexts, ${seconds(kv.prefetch_s)} to bring one back; filling it writes ${gib(kv.write_back_bytes_per_gpu)} write-back against ${gib(kv.write_through_bytes_per_gpu)} write-through)` : "none"],
+        ["weight update", `serial ${seconds(ck.serial_s)}, pipelined ${seconds(ck.pipelined_s)}; each GPU receives ${gib(ck.received_bytes_per_gpu)} for a ${gib(ck.needed_bytes_per_gpu)} shard`],
+        ["reference weights", `${gib(ref.weight_bytes)} per GPU, ${ref.extra_gpu_bytes === 0 ? "held in the gradient buffers" : `${gib(ref.extra_gpu_bytes)} extra`} (per ${ref.slot})`]], "Rollout KV cache, weight update, reference model"),
+      el("ul", { class: "plain" }, r.assumptions.map((a) => el("li", { text: `Assumes: ${a}` }))),
+      figure(picture, "GPU memory by phase"),
+      el("p", { class: "model-label", text: `Source: ${r.source}.` }),
+    ]));
+  });
+}
+
 // ---------- presets ----------
 const PRESETS = {
   "plan-fits": ["form-plan", { model: "llama-3.1-8b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1, time_limit_s: 20 }],
   "plan-invalid": ["form-plan", { model: "llama-3.1-8b", hf_config: "", num_nodes: 0, gpus_per_node: 8 }],
   "plan-oom": ["form-plan", { model: "llama-3.1-405b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1, time_limit_s: 20 }],
   "plan-imbalance": ["form-plan", { model: "mixtral-8x7b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 2, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1.6, time_limit_s: 30 }],
-  "memory-fits": ["form-memory", { model: "llama-3.1-70b", num_nodes: 8, gpus_per_node: 8, tp: 8, pp: 4, dp: 2, zero_stage: 1, schedule: "1f1b", recompute: "selective" }],
-  "memory-invalid": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, tp: 3, pp: 1, dp: 8 }],
-  "memory-oom": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, tp: 1, pp: 1, dp: 8, zero_stage: 0 }],
-  "memory-imbalance": ["form-memory", { model: "llama-3.1-70b", num_nodes: 8, gpus_per_node: 8, global_batch_size: 512, sequence_length: 8192, tp: 8, pp: 8, dp: 1, zero_stage: 1, schedule: "1f1b" }],
+  "memory-fits": ["form-memory", { model: "llama-3.1-70b", num_nodes: 8, gpus_per_node: 8, tp: 8, pp: 4, dp: 2, zero_stage: 1, schedule: "1f1b", recompute: "selective", remote_offload: false }],
+  "memory-invalid": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, tp: 3, pp: 1, dp: 8, remote_offload: false }],
+  "memory-oom": ["form-memory", { model: "llama-3.1-70b", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, tp: 1, pp: 1, dp: 8, zero_stage: 0, remote_offload: false }],
+  "memory-imbalance": ["form-memory", { model: "llama-3.1-70b", num_nodes: 8, gpus_per_node: 8, global_batch_size: 512, sequence_length: 8192, tp: 8, pp: 8, dp: 1, zero_stage: 1, schedule: "1f1b", remote_offload: true }],
   "mesh-fits": ["form-mesh", { model: "", num_nodes: 4, gpus_per_node: 8, tp: 2, cp: 2, dp: 4, pp: 2, ep: 4, etp: 2, order: "tp-cp-ep-dp-pp", colour_by: "tp" }],
   "mesh-invalid": ["form-mesh", { model: "", num_nodes: 2, gpus_per_node: 8, tp: 3, cp: 1, dp: 2, pp: 2, ep: 1, etp: 1, order: "tp-cp-ep-dp-pp" }],
   "mesh-cross": ["form-mesh", { model: "", num_nodes: 2, gpus_per_node: 8, tp: 16, cp: 1, dp: 1, pp: 1, ep: 1, etp: 1, order: "tp-cp-ep-dp-pp", colour_by: "tp" }],
@@ -374,12 +428,16 @@ const PRESETS = {
   "comm-fits": ["form-collective", { collective: "all_reduce", num_ranks: 16, message_bytes: 1073741824, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5, overlap_frac: 0.9, overlap_window_s: 0.02 }],
   "comm-invalid": ["form-collective", { collective: "all_reduce", num_ranks: 0, message_bytes: 1073741824, bandwidth_bytes_per_s: 50e9, latency_s: 1e-5 }],
   "comm-oom": ["form-buffers", { tokens_per_rank: 8192, top_k: 8, ep_size: 64, experts_per_rank: 4, hidden_size: 7168, bytes_per_elem: 2, token_padding: 128, budget_bytes: 8589934592 }],
+  "rl-fits": ["form-rl", { model: "kimi-k2-instruct", gpu: "h800-sxm5-80gb", num_nodes: 32, gpus_per_node: 8, global_batch_size: 256, sequence_length: 4096, optimizer: "muon", tp: 1, pp: 16, dp: 16, ep: 16, vpp: 2, schedule: "interleaved_1f1b", recompute: "full", gradient_host_shards: true, rollout_tp: 16, rollout_pp: 1, weight_dtype: "fp8", kv_dtype: "bf16", context_length: 131072, offload_tier: "host", nvme_bandwidth_bytes_per_s: null, external_kv_pool: false, pipelined_update: false, reuse_gradient_buffer: true }],
+  "rl-invalid": ["form-rl", { offload_tier: "nvme", nvme_bandwidth_bytes_per_s: null }],
+  "rl-oom": ["form-rl", { model: "kimi-k2-instruct", gpu: "h800-sxm5-80gb", num_nodes: 32, gpus_per_node: 8, global_batch_size: 256, sequence_length: 4096, optimizer: "adam", tp: 1, pp: 16, dp: 16, ep: 16, vpp: 2, schedule: "interleaved_1f1b", recompute: "full", gradient_host_shards: true, offload_tier: "host", nvme_bandwidth_bytes_per_s: null }],
+  "rl-imbalance": ["form-rl", { model: "kimi-k2-instruct", gpu: "h800-sxm5-80gb", num_nodes: 32, gpus_per_node: 8, global_batch_size: 256, sequence_length: 4096, optimizer: "muon", tp: 1, pp: 16, dp: 16, ep: 16, vpp: 2, schedule: "interleaved_1f1b", recompute: "full", gradient_host_shards: true, rollout_tp: 16, context_length: 1048576, offload_tier: "nvme", nvme_bandwidth_bytes_per_s: 2e10, external_kv_pool: true, pipelined_update: true }],
   "comm-imbalance": ["form-moe", { num_experts: 8, top_k: 2, tokens: "[[30,1,1,0,0,0,0,0],[28,2,1,1,0,0,0,0],[31,0,0,1,0,0,0,0],[29,1,1,1,0,0,0,0]]", gpu: "h100-sxm5-80gb", hidden_size: 7168, expert_ffn_hidden_size: 2048, tile_rows: 128 }],
 };
 const RUNNERS = { "form-plan": runPlan, "form-memory": runMemory, "form-mesh": runMesh, "form-pipeline": runPipeline,
-  "form-collective": runCollective, "form-moe": runMoe, "form-buffers": runBuffers };
+  "form-collective": runCollective, "form-moe": runMoe, "form-buffers": runBuffers, "form-rl": runSeesaw };
 const OUTPUTS = { "form-plan": "out-plan", "form-memory": "out-memory", "form-mesh": "out-mesh", "form-pipeline": "out-pipeline",
-  "form-collective": "out-comm", "form-moe": "out-comm", "form-buffers": "out-comm" };
+  "form-collective": "out-comm", "form-moe": "out-comm", "form-buffers": "out-comm", "form-rl": "out-rl" };
 
 function submit(formId) {
   const form = document.getElementById(formId);

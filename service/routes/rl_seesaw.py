@@ -1,0 +1,73 @@
+"""The RL memory seesaw lab: memory by phase of a colocated RL iteration.
+
+Owns: POST /v1/lab/rl-seesaw (schema in -> `models.rl_seesaw_report.rl_seesaw_report` ->
+schema out, or its picture with `?format=svg`), with the bounds of the training
+configuration it carries. Must not: size or time anything itself.
+"""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Header, Query, Response
+
+from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE, RlSeesawRequest, RlSeesawResponse
+from models.rl_seesaw_report import rl_seesaw_report
+from service import limits
+from service.core import call_core
+from service.deps import SettingsDep
+from service.media import Format, svg_content, svg_response, wanted_format
+from service.openapi import problem_responses
+from service.pictures import seesaw_svg
+
+router = APIRouter(tags=["lab"])
+
+SEESAW_EXAMPLES = {
+    "kimi-k2-256-h800": {
+        "summary": "Kimi K2 on 256 H800s (PP16 x EP16, Pipeline ZeRO-2), FP8 rollouts of "
+                   "128K tokens on TP16 instances",
+        "value": RL_SEESAW_EXAMPLE,
+    },
+    "kimi-k2-1m-nvme": {
+        "summary": "The same with 1M-token contexts, states on NVMe and an external KV pool",
+        "value": {**RL_SEESAW_EXAMPLE, "rollout": {
+            **RL_SEESAW_EXAMPLE["rollout"], "context_length": 1_048_576,
+            "offload_tier": "nvme", "nvme_bandwidth_bytes_per_s": 2.0e10,
+            "external_kv_pool": True}},
+    },
+}
+
+
+@router.post("/v1/lab/rl-seesaw", summary="GPU memory by phase of colocated RL, and transitions",
+             response_model=RlSeesawResponse,
+             responses={200: {"description": "The phases and transitions (JSON) or the "
+                              "picture of memory by phase (`?format=svg` or "
+                              "`Accept: image/svg+xml`).",
+                              "content": svg_content("The memory-by-phase picture.")},
+                        **problem_responses("invalid-spec")})
+def rl_seesaw(
+    request: Annotated[RlSeesawRequest, Body(openapi_examples=SEESAW_EXAMPLES)],
+    settings: SettingsDep,
+    format: Annotated[Format | None, Query(
+        description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` selects "
+        "SVG.")] = None,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> RlSeesawResponse | Response:
+    """Training and rollout taking turns on the same GPUs: for the training configuration's
+    binding stage, the GPU and host memory of the rollout (inference weights and the
+    KV-cache pool, with an optional write-back pool in host DRAM), the reference forward
+    (reference weights in the policy's gradient buffers), the training step and the
+    checkpoint engine's weight update; and the bytes and seconds of moving training states
+    to host memory or NVMe and back, materialising the reference model and broadcasting the
+    weights (a deterministic model, not a measurement; `assumptions` lists what the sources
+    do not give)."""
+    limits.check_cluster(request.cluster, settings)
+    limits.check_training(request.training, settings)
+    limits.check_parallel(request.parallel, request.training, settings)
+    limits.check_model_input(request.model, settings)
+    report = call_core(rl_seesaw_report, request)
+    limits.require_finite(report)
+    if wanted_format(format, accept) == Format.SVG:
+        return svg_response(seesaw_svg(report), filename="rl-seesaw.svg")
+    return report
+
+
+__all__ = ["SEESAW_EXAMPLES", "router"]
