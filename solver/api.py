@@ -325,7 +325,6 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
         notes.append("relaxations not tried within the time limit: "
                      + "; ".join(found.not_tried))
     verdict = ("no plan was found within the time limit" if result.stats.unexamined
-               else "no plan reaches the throughput target" if reach is not None
                else "no plan meets the request")
     text = (f"For {model_name} on {cluster.world_size} x "
             f"{cluster.gpu.name}, {verdict}: " + binding[0] + ". "
@@ -343,15 +342,15 @@ def _reach_text(target: float, reach: Reach) -> str:
     """What the space reaches, for an answer whose throughput target is out of reach."""
     plan, reached = reach.fastest, reach.tokens_per_s
     if plan is None or reached is None:
-        return (f"no plan reaches the target of {target:,.0f} tokens/s: no plan exceeds "
+        return (f"no plan reaches the target of {target:,.0f} tokens/s; no plan exceeds "
                 f"{reach.ceiling:,.0f} tokens/s under the model (the fastest-plan search found "
                 "none within the time limit)")
     where = f"{describe_parallel(plan.parallel)} on {plan.estimate.world_size} GPUs"
     if reach.proven:
-        return (f"no plan reaches the target of {target:,.0f} tokens/s: the fastest plan on any "
+        return (f"no plan reaches the target of {target:,.0f} tokens/s; the fastest plan on any "
                 f"allowed GPU count reaches {reached:,.0f} tokens/s ({where}), proven the "
                 "fastest under the model")
-    return (f"no plan reaches the target of {target:,.0f} tokens/s: the fastest plan found "
+    return (f"no plan reaches the target of {target:,.0f} tokens/s; the fastest plan found "
             f"reaches {reached:,.0f} tokens/s ({where}), and no plan exceeds "
             f"{reach.ceiling:,.0f} tokens/s under the model")
 

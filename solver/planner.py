@@ -320,6 +320,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             queue.status, queue.bound = PlanStatus.FEASIBLE, None
         else:
             queue.unexamined = len(queue.heap) + queue.unenumerated + len(pending)
+    if queue.unexamined:
+        queue.total += len(pending)  # one stands for each world size never listed
     return _result(problem, queue, sizes, time.perf_counter() - started)
 
 
@@ -340,7 +342,9 @@ def _enqueue(problem: _Problem, queue: _Queue, sizes: list[int], deadline: float
     for world in sizes:
         cancel.check()
         if queue.unenumerated or time.perf_counter() >= deadline:
-            queue.unenumerated = max(queue.unenumerated, 1)
+            if not queue.unenumerated:  # one stands for the sizes not listed
+                queue.unenumerated = 1
+                queue.total += 1
             break
         if target is not None:
             peak = peak_tokens_per_s(problem.spec, cluster,
