@@ -347,9 +347,9 @@ def _reach_text(target: float, reach: Reach) -> str:
                 "none within the time limit)")
     where = f"{describe_parallel(plan.parallel)} on {plan.estimate.world_size} GPUs"
     if reach.proven:
-        return (f"no plan reaches the target of {target:,.0f} tokens/s; the fastest plan on any "
-                f"allowed GPU count reaches {reached:,.0f} tokens/s ({where}), proven the "
-                "fastest under the model")
+        return (f"no plan reaches the target of {target:,.0f} tokens/s; the fastest plan "
+                f"reaches {reached:,.0f} tokens/s ({where}), proven the fastest under the "
+                "model")
     return (f"no plan reaches the target of {target:,.0f} tokens/s; the fastest plan found "
             f"reaches {reached:,.0f} tokens/s ({where}), and no plan exceeds "
             f"{reach.ceiling:,.0f} tokens/s under the model")

@@ -125,13 +125,11 @@ def objective_value(plan: ScoredPlan, objective: Objective) -> float:
     return est.step_time_s
 
 
-def fewest_gpus_sizes(cluster: ClusterSpec, constraints: Constraints) -> tuple[int, ...]:
-    """The GPU counts the fewest-GPUs objective searches, ascending: whole nodes up to the
-    cluster (or `max_gpus`) and the powers of two below one node."""
-    return tuple(_world_sizes(cluster, constraints, Objective.MIN_GPUS))
-
-
-def _world_sizes(cluster: ClusterSpec, constraints: Constraints, objective: Objective) -> list[int]:
+def objective_world_sizes(cluster: ClusterSpec, constraints: Constraints,
+                          objective: Objective) -> list[int]:
+    """The GPU counts an objective searches, ascending: the whole cluster (or `max_gpus`)
+    for throughput and least memory; for fewest GPUs and cost per token, whole nodes up to
+    it and the powers of two below one node."""
     limit = min(cluster.world_size, constraints.max_gpus or cluster.world_size)
     if objective in (Objective.THROUGHPUT, Objective.MIN_MEMORY):
         return [limit]
@@ -282,7 +280,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     problem = _Problem(spec=spec, training=training, cluster=cluster, constraints=constraints,
                        objective=objective, tables=BoundTables(spec, training, cluster),
                        zeros=zeros, max_offload=max_offload_share(constraints))
-    sizes = list(world_sizes) if world_sizes else _world_sizes(cluster, constraints, objective)
+    sizes = (list(world_sizes) if world_sizes
+             else objective_world_sizes(cluster, constraints, objective))
     queue = _Queue(heap=[], total=0, pruned_memory=0)
     # Fewest GPUs: world sizes are enumerated one at a time, smallest first, each only once
     # the queue holds nothing that could beat its smallest value (world size x 1e6); the
@@ -298,7 +297,11 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         if pending and (not queue.heap or queue.heap[0][0] >= _size_floor(pending[0])):
             if _size_floor(pending[0]) >= queue.best_value or queue.unenumerated:
                 break  # no larger size can beat the incumbent (or the clock ran out)
-            _enqueue(problem, queue, [pending.pop(0)], deadline)
+            world = pending.pop(0)
+            _enqueue(problem, queue, [world], deadline)
+            if progress:
+                progress(f"{world} GPUs listed: {queue.total} candidates so far, "
+                         f"{len(queue.heap)} queued")
             continue
         lower, order, level, c = queue.heap[0]
         if lower >= queue.best_value:
@@ -519,5 +522,5 @@ def _meets_target(plan: ScoredPlan, constraints: Constraints) -> bool:
     return target is None or plan.estimate.tokens_per_s >= target
 
 
-__all__ = ["MIN_GPUS_WEIGHT", "TARGET_SLACK", "SearchResult", "SearchStats", "fewest_gpus_sizes",
-           "objective_value", "search"]
+__all__ = ["MIN_GPUS_WEIGHT", "TARGET_SLACK", "SearchResult", "SearchStats", "objective_value",
+           "objective_world_sizes", "search"]

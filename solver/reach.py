@@ -1,8 +1,8 @@
 """What throughput a request can reach when its tokens/s target is proven out of reach.
 
-Owns: `highest_reachable`, which turns a finished fewest-GPUs search that found no plan
-reaching the target into the fastest plan of the same space on any allowed GPU count (the
-throughput objective over every count, within the request's deadline) with a ceiling no
+Owns: `highest_reachable`, which turns a finished search that found no plan reaching the
+target into the fastest plan of the same space (the throughput objective over the GPU
+counts the request's objective searches, within the request's deadline) with a ceiling no
 plan exceeds, and `target_relaxation`, the structured change 'lower the target to what the
 fastest plan reaches'. Must not: search anything but that one fastest-plan search, or word
 anything beyond the relaxation's own text.
@@ -20,7 +20,7 @@ from api_schemas.training import TrainingSpec
 from api_schemas.units import MAX_REQUEST_TIME_LIMIT_S, MIN_TIME_LIMIT_S
 from solver.candidate_eval import ScoredPlan
 from solver.explain import describe_parallel
-from solver.planner import SearchResult, fewest_gpus_sizes, search
+from solver.planner import SearchResult, objective_world_sizes, search
 
 CEILING_TOLERANCE = 1e-9
 """Relative slack within which the fastest plan's tokens/s counts as equal to the ceiling
@@ -51,15 +51,18 @@ class Reach:
 def highest_reachable(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                       constraints: Constraints, result: SearchResult, *,
                       num_workers: int, deadline: float) -> Reach | None:
-    """The fastest plan on any GPU count the request allows, when `result` (a finished
-    search with a throughput target) proved that no plan reaches the target; None otherwise.
+    """The fastest plan on any GPU count the request's objective searches, when `result`
+    (a finished search with a throughput target) proved that no plan reaches the target;
+    None otherwise, and for the least-memory objective (whose plans are not the fastest of
+    their candidates, so the fastest plan's throughput is no target it would meet).
 
-    The fastest plan is searched with the throughput objective over every allowed GPU count
+    The fastest plan is searched with the throughput objective over the same GPU counts
     and the request's other constraints, stopping at `deadline` (a `time.perf_counter()`
     value). The ceiling is the smaller of the target search's (`SearchResult.reach_ceiling`)
     and, when that search stopped at the deadline, tokens per step over its proven
     step-time bound; when it finished, its plan is the fastest and the ceiling its value."""
-    if result.reach_ceiling is None or constraints.target_tokens_per_s is None:
+    if (result.reach_ceiling is None or constraints.target_tokens_per_s is None
+            or result.objective == Objective.MIN_MEMORY):
         return None
     ceiling = result.reach_ceiling
     fastest = result.fastest_missed
@@ -70,7 +73,8 @@ def highest_reachable(spec: ModelSpec, training: TrainingSpec, cluster: ClusterS
     limits = SolverLimits(time_limit_s=remaining_s, top_k=0, num_workers=num_workers)
     found = search(spec, training, cluster, constraints=open_constraints,
                    objective=Objective.THROUGHPUT, limits=limits, deadline=deadline,
-                   world_sizes=fewest_gpus_sizes(cluster, open_constraints))
+                   world_sizes=tuple(objective_world_sizes(cluster, open_constraints,
+                                                           result.objective)))
     if found.best is not None:
         if fastest is None or (found.best.estimate.step_time_s
                                < fastest.estimate.step_time_s):
@@ -95,7 +99,7 @@ def target_relaxation(target: float, reach: Reach) -> Relaxation | None:
         return None
     # Round down so that the relaxed target is met by the plan it names.
     to_value = math.floor(reached)
-    proof = ("the fastest plan on every allowed GPU count was searched to completion: no plan "
+    proof = ("the fastest plan on every GPU count searched was found to completion: no plan "
              f"exceeds {reached:,.0f} tokens/s" if reach.proven else
              f"the fastest-plan search hit its time limit; no plan exceeds "
              f"{reach.ceiling:,.0f} tokens/s, so a higher target may be reachable")

@@ -19,7 +19,7 @@ from api_schemas.requests import ModelInput
 from models.catalog import cluster_preset, model_preset
 from solver import plan
 from solver.candidate_eval import Rejection
-from solver.planner import fewest_gpus_sizes, hardware_constraints, search
+from solver.planner import hardware_constraints, objective_world_sizes, search
 from solver.space import candidate_meshes
 from solver.targets import admits_mesh, evaluate_for_targets, target_constraints
 from tests.solver.test_planner_parity import TINY_DENSE
@@ -35,7 +35,7 @@ def _fastest_by_brute_force() -> float:
     constraints = target_constraints(hardware_constraints(Constraints(**TINY_PINS), cluster,
                                                           TINY_TRAINING))
     best = 0.0
-    for world in fewest_gpus_sizes(cluster, constraints):
+    for world in objective_world_sizes(cluster, constraints, Objective.MIN_GPUS):
         for c in candidate_meshes(TINY_DENSE, TINY_TRAINING, world_size=world,
                                   gpus_per_node=8, constraints=constraints):
             if not admits_mesh(TINY_DENSE, TINY_TRAINING, c, constraints):
