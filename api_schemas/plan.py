@@ -217,8 +217,9 @@ class SolverStats(ResultModel):
     best_bound: float | None = Field(default=None, description="Proven bound on the objective.")
     status: str = Field(default="", description="Search status.")
     unexamined: int = Field(default=0, description="Candidates left unexamined because the "
-                            "time limit ran out before any plan was found; when above 0 an "
-                            "infeasible answer is not a proof (raise solver.time_limit_s).")
+                            "time limit ran out before any plan was found; when above 0 the "
+                            "answer's status is 'unknown', not a proof of infeasibility "
+                            "(raise solver.time_limit_s).")
     space: list[SearchLimit] = Field(default_factory=list, description="The ranges searched: "
                                      "'optimal' means optimal over this space.")
 
