@@ -25,6 +25,10 @@ class PlanStatus(StrEnum):
     """Best found within the time limit; `solver.gap` bounds how far from optimal."""
     INFEASIBLE = "infeasible"
     """No configuration meets the request; `explanation` says what binds."""
+    UNKNOWN = "unknown"
+    """The time limit ended the search before it found a plan or proved that none exists;
+    `solver.unexamined` counts the candidates left (raise `solver.time_limit_s`). The
+    service answers this outcome with 503 solver-time-limit and does not store it."""
 
 
 class MemoryComponentReport(ResultModel):
@@ -188,7 +192,8 @@ class Relaxation(ResultModel):
     """One change to an infeasible request that makes a plan exist, with that plan."""
 
     change: str = Field(description="What changes: 'num_nodes', 'sequence_length', "
-                        "'global_batch_size', 'zero_stage', 'recompute' or 'constraints'.")
+                        "'global_batch_size', 'zero_stage', 'recompute', 'constraints' or "
+                        "'target_tokens_per_s' (lowered to what the fastest plan reaches).")
     from_value: RelaxedValue = Field(description="The request's value (a number, or the pins "
                                      "as an object for 'constraints').")
     to_value: RelaxedValue = Field(description="The relaxed value.")
@@ -263,8 +268,9 @@ class SolverStats(ResultModel):
     best_bound: float | None = Field(default=None, description="Proven bound on the objective.")
     status: str = Field(default="", description="Search status.")
     unexamined: int = Field(default=0, description="Candidates left unexamined because the "
-                            "time limit ran out before any plan was found; when above 0 an "
-                            "infeasible answer is not a proof (raise solver.time_limit_s).")
+                            "time limit ran out before any plan was found; when above 0 the "
+                            "answer's status is 'unknown', not a proof of infeasibility "
+                            "(raise solver.time_limit_s).")
     space: list[SearchLimit] = Field(default_factory=list, description="The ranges searched: "
                                      "'optimal' means optimal over this space.")
 
@@ -273,7 +279,8 @@ class PlanResponse(ResultModel):
     """A plan (POST /v1/plans) or an evaluation (POST /v1/evaluate)."""
 
     id: str | None = Field(default=None, description="Stored plan id.")
-    status: PlanStatus = Field(description="optimal | feasible | infeasible.")
+    status: PlanStatus = Field(description="optimal | feasible | infeasible | unknown (out "
+                               "of time before any plan or proof).")
     model_name: str = Field(default="", description="The LLM planned for.")
     gpu: str = Field(default="", description="GPU id.")
     world_size: int = Field(default=0, description="GPUs used.")

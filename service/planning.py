@@ -165,7 +165,8 @@ def solve_and_store(request: PlanRequest, *, key: str, model_name: str, planner:
     except InfeasibleError as error:
         diagnostics = error.diagnostics
         response = _infeasible_response(error, model_name=model_name, gpu=_gpu_id(request))
-    if response.solver is not None and response.solver.unexamined:
+    if response.status == PlanStatus.UNKNOWN or (response.solver is not None
+                                                 and response.solver.unexamined):
         # Out of time before any plan: not a proof of infeasibility, so not stored.
         raise SolveTimeoutError(
             f"{response.explanation.summary} Retry with a larger solver.time_limit_s.",

@@ -25,7 +25,8 @@ class PlanSummary(BaseModel):
     model_config = _FROZEN
 
     id: str = Field(description="Plan id; GET /v1/plans/{id} returns the full plan.")
-    status: PlanStatus = Field(description="optimal | feasible | infeasible.")
+    status: PlanStatus = Field(description="optimal | feasible | infeasible (stored plans "
+                               "are never 'unknown': that outcome is answered with 503).")
     model_name: str = Field(description="The LLM planned for (preset id or config name).")
     gpu: str = Field(description="GPU id of the cluster.")
     world_size: int = Field(description="GPUs the plan uses (0 when infeasible).")

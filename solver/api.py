@@ -51,6 +51,7 @@ from solver.explain import (
 from solver.fixes import suggest_fixes
 from solver.planner import SearchResult, hardware_constraints, objective_value, search
 from solver.policy_summary import summarise_policies
+from solver.reach import Reach, highest_reachable, target_relaxation
 from solver.relax import relaxations
 from solver.reports import memory_report_from_ledger
 from solver.search_space import search_limits, space_note
@@ -119,8 +120,9 @@ def _notes(resolved_notes: tuple[str, ...], cluster: ClusterSpec) -> list[str]:
 def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanResponse:
     """Search the best plan for a request (see `solver/planner.py`).
 
-    Returns a `PlanResponse` whose status is optimal, feasible (time limit) or infeasible
-    (with the binding constraints and the smallest relaxations that make a plan exist).
+    Returns a `PlanResponse` whose status is optimal, feasible (time limit), infeasible
+    (with the binding constraints and the smallest relaxations that make a plan exist) or
+    unknown (the time limit ended the search before any plan or proof).
 
     Raises:
         InvalidSpecError: unknown presets or unreadable inputs.
@@ -140,7 +142,8 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     stats = _stats(result).model_copy(update={"space": limits})
     cancel.check()
     if result.best is None:
-        return _infeasible(request, result, stats, notes, spec.name, cluster, deadline)
+        return _infeasible(request, result, stats, notes, spec, cluster, deadline,
+                           constraints=constraints)
     remaining_s = deadline - time.perf_counter()
     config = cpsat.SolverConfig(max_time_s=max(MIN_SUBPROBLEM_S, min(2.0, remaining_s)),
                                 num_workers=request.solver.num_workers,
@@ -235,6 +238,9 @@ def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: Cl
 ALTERNATIVE_BUDGET_S = 2.0
 """Most extra time spent evaluating runners-up when the search proved optimality early
 (never past the request's time limit)."""
+REACH_SHARE = 0.5
+"""Share of the time left after a search that proved a throughput target out of reach that
+the fastest-plan search may use (the other relaxations get the rest)."""
 MIN_SUBPROBLEM_S = 0.05
 """Floor on a CP-SAT subproblem started just before the request's time limit."""
 
@@ -300,11 +306,22 @@ def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: Search
 
 
 def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
-                notes: list[str], model_name: str, cluster: ClusterSpec,
-                deadline: float) -> PlanResponse:
+                notes: list[str], spec: ModelSpec, cluster: ClusterSpec,
+                deadline: float, *, constraints: Constraints) -> PlanResponse:
+    model_name = spec.name
     rejected = [r for r in result.rejections if r.stage is not None]
     closest = min(rejected, key=lambda r: r.over_bytes, default=None)
     binding = []
+    # Half the time left finds the fastest plan; the other relaxations keep the rest.
+    now = time.perf_counter()
+    reach = highest_reachable(spec, request.training, cluster, constraints, result,
+                              num_workers=request.solver.num_workers,
+                              deadline=now + max(0.0, deadline - now) * REACH_SHARE)
+    target_change = None
+    if reach is not None:
+        target = request.constraints.target_tokens_per_s or 0.0
+        binding.append(_reach_text(target, reach))
+        target_change = target_relaxation(target, reach)
     if result.stats.unexamined:
         binding.append(f"no plan found within the time limit of {request.solver.time_limit_s} s "
                        f"({result.stats.unexamined} of {result.stats.candidates} candidates not "
@@ -318,6 +335,9 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
         binding.append(f"all {result.stats.candidates} candidates exceed the memory bound "
                        "under the most frugal choices allowed")
     found = relaxations(request, deadline=deadline)
+    if target_change is not None:
+        found = dataclasses.replace(found, found=[target_change.text, *found.found],
+                                    details=[target_change, *found.details])
     relax = found.found
     if found.not_tried:
         notes.append("relaxations not tried within the time limit: "
@@ -328,13 +348,29 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
             f"{cluster.gpu.name}, {verdict}: " + binding[0] + ". "
             + ("Smallest changes that give a plan: " + "; ".join(relax) + "."
                if relax else "No single relaxation tried gives a plan."))
-    return PlanResponse(status=PlanStatus.INFEASIBLE, model_name=model_name,
-                        gpu=cluster.gpu.id,
+    return PlanResponse(status=result.status, model_name=model_name, gpu=cluster.gpu.id,
                         explanation=Explanation(summary=text, binding_constraints=binding,
                                                 notes=notes, relaxations=relax,
                                                 relaxation_details=found.details),
                         solver=stats,
                         framework_target=request.constraints.framework or "released")
+
+
+def _reach_text(target: float, reach: Reach) -> str:
+    """What the space reaches, for an answer whose throughput target is out of reach."""
+    plan, reached = reach.fastest, reach.tokens_per_s
+    if plan is None or reached is None:
+        return (f"no plan reaches the target of {target:,.0f} tokens/s; no plan exceeds "
+                f"{reach.ceiling:,.0f} tokens/s under the model (the fastest-plan search found "
+                "none within the time limit)")
+    where = f"{describe_parallel(plan.parallel)} on {plan.estimate.world_size} GPUs"
+    if reach.proven:
+        return (f"no plan reaches the target of {target:,.0f} tokens/s; the fastest plan "
+                f"reaches {reached:,.0f} tokens/s ({where}), proven the fastest under the "
+                "model")
+    return (f"no plan reaches the target of {target:,.0f} tokens/s; the fastest plan found "
+            f"reaches {reached:,.0f} tokens/s ({where}), and no plan exceeds "
+            f"{reach.ceiling:,.0f} tokens/s under the model")
 
 
 def _stores_fp8(parallel: ParallelConfig) -> bool:

@@ -18,6 +18,17 @@ re-queued under a second, simulated bound (`plain_makespan_bound`: the stage tim
 recomputation, ZeRO-3's gathers included when LB_m rules out ZeRO 0-2, and one micro-batch's
 dependency chain), and its evaluation skips simulating any ZeRO plan whose own step-time
 bound (makespan bound plus its exact per-step tail) already reaches the incumbent.
+Throughput target (tokens/s >= T, i.e. step time <= tokens per step / T). A world size W
+whose peak throughput (`solver/throughput_bound.py`) is below T is skipped whole; a
+candidate is dismissed as soon as any of its step-time lower bounds (table, ZeRO-3, simulated)
+exceeds tokens / T; its evaluation simulates no ZeRO plan whose own bound exceeds it. Every
+dismissal is a proof that the candidate has no plan reaching T, so the search stays exact.
+Fewest GPUs: world sizes are enumerated lazily in increasing order (a size is listed only
+when nothing queued could beat W x 1e6), so the first size with a plan reaching the target
+ends the search once its candidates are settled, and larger sizes are never enumerated; the
+proof that no smaller size has one is that each of their candidates was dismissed or
+evaluated. When no size has one, the largest tokens/s that any dismissal left possible is
+returned as a ceiling on what the space reaches.
 Search: candidates are visited in increasing bound order; the first time the next bound is
 not below the incumbent, the incumbent is proven optimal under the cost model. At the time
 limit the best plan so far is returned as feasible with the smallest unvisited bound as the
@@ -52,6 +63,7 @@ from solver.candidate_eval import (
 from solver.policy import max_offload_share
 from solver.space import MeshCandidate, candidate_meshes
 from solver.targets import admits_mesh, evaluate_for_targets, target_constraints
+from solver.throughput_bound import peak_tokens_per_s
 
 Progress = Callable[[str], None]
 
@@ -88,6 +100,17 @@ class SearchResult:
     dominated: tuple[MeshCandidate, ...] = field(default_factory=tuple)
     """Evaluated candidates proven no better than the incumbent without an exact step
     time, in visit (bound) order (for reporting more alternatives)."""
+    fastest_missed: ScoredPlan | None = None
+    """With a throughput target: the fastest exactly evaluated plan that missed it."""
+    reach_ceiling: float | None = None
+    """With a throughput target that the finished search proved out of reach: tokens/s no
+    plan of the space exceeds (the largest of the bounds that dismissed candidates and the
+    exact values of the plans that missed the target)."""
+
+
+MIN_GPUS_WEIGHT = 1e6
+"""Seconds one GPU weighs in the fewest-GPUs objective (GPUs x this + step time): larger
+than any step time, so fewer GPUs always win and step time breaks ties."""
 
 
 def objective_value(plan: ScoredPlan, objective: Objective) -> float:
@@ -96,13 +119,17 @@ def objective_value(plan: ScoredPlan, objective: Objective) -> float:
     if objective == Objective.COST_PER_TOKEN:
         return est.world_size * est.step_time_s / est.tokens_per_step
     if objective == Objective.MIN_GPUS:
-        return est.world_size * 1e6 + est.step_time_s
+        return est.world_size * MIN_GPUS_WEIGHT + est.step_time_s
     if objective == Objective.MIN_MEMORY:
         return plan.ledger.peak_bytes + est.step_time_s
     return est.step_time_s
 
 
-def _world_sizes(cluster: ClusterSpec, constraints: Constraints, objective: Objective) -> list[int]:
+def objective_world_sizes(cluster: ClusterSpec, constraints: Constraints,
+                          objective: Objective) -> list[int]:
+    """The GPU counts an objective searches, ascending: the whole cluster (or `max_gpus`)
+    for throughput and least memory; for fewest GPUs and cost per token, whole nodes up to
+    it and the powers of two below one node."""
     limit = min(cluster.world_size, constraints.max_gpus or cluster.world_size)
     if objective in (Objective.THROUGHPUT, Objective.MIN_MEMORY):
         return [limit]
@@ -110,15 +137,6 @@ def _world_sizes(cluster: ClusterSpec, constraints: Constraints, objective: Obje
     sizes = {step * n for n in range(1, limit // step + 1)} | {
         g for g in (1, 2, 4) if g < step and g <= limit}
     return sorted(sizes)
-
-
-def _bound(tables: BoundTables, c: MeshCandidate, objective: Objective, tokens: int) -> float:
-    t = tables.time_bound_s(c)
-    if objective == Objective.COST_PER_TOKEN:
-        return c.world_size * t / tokens
-    if objective == Objective.MIN_GPUS:
-        return c.world_size * 1e6 + t
-    return t
 
 
 def hardware_constraints(constraints: Constraints, cluster: ClusterSpec,
@@ -137,6 +155,10 @@ def hardware_constraints(constraints: Constraints, cluster: ClusterSpec,
     return constraints
 
 
+TARGET_SLACK = 1e-9
+"""Relative widening of the target's step-time cutoff: bounds prune only candidates that
+miss the target by more than rounding."""
+
 _TABLE_BOUND, _ZERO3_BOUND, _SIMULATED_BOUND = 0, 1, 2
 """How far a queued candidate's bound has been tightened: the closed-form table bound, the
 table bound with forced ZeRO-3 gathers, the simulated bound (then it is evaluated)."""
@@ -153,7 +175,7 @@ def _step_cutoff_s(best_value: float, c: MeshCandidate, objective: Objective,
     if objective == Objective.COST_PER_TOKEN:
         return best_value * tokens / c.world_size
     if objective == Objective.MIN_GPUS:
-        return best_value - c.world_size * 1e6
+        return best_value - c.world_size * MIN_GPUS_WEIGHT
     return math.inf
 
 
@@ -199,6 +221,11 @@ class _Queue:
     dominated: list[MeshCandidate] = field(default_factory=list)
     forced_zero: dict[int, int] = field(default_factory=dict)
     zero3_bound: dict[int, float] = field(default_factory=dict)
+    reach_bound: float = 0.0
+    """Largest tokens/s any plan missing the target could reach, from the bounds that
+    dismissed candidates and the exact values of plans that missed it."""
+    fastest_missed: ScoredPlan | None = None
+    """The fastest exactly evaluated plan that missed the target."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,14 +246,27 @@ class _Problem:
         """Tokens per step (the cost-per-token objective divides by it)."""
         return self.training.tokens_per_step
 
+    @property
+    def target_cutoff_s(self) -> float:
+        """The step time a plan must not exceed to reach the throughput target (tokens per
+        step / target), widened by `TARGET_SLACK` so that rounding never prunes a plan that
+        meets it; infinite without a target."""
+        target = self.constraints.target_tokens_per_s
+        if target is None:
+            return math.inf
+        return self.tokens / target * (1.0 + TARGET_SLACK)
+
 
 def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
            constraints: Constraints, objective: Objective, limits: SolverLimits,
-           progress: Progress | None = None, deadline: float | None = None) -> SearchResult:
+           progress: Progress | None = None, deadline: float | None = None,
+           world_sizes: tuple[int, ...] | None = None) -> SearchResult:
     """Find the best plan under the cost model (see the module docstring).
 
     The search stops at `deadline` (a `time.perf_counter()` value; default: now plus
-    `limits.time_limit_s`), in the enumeration as well as in the visits.
+    `limits.time_limit_s`), in the enumeration as well as in the visits. `world_sizes`
+    replaces the objective's own set of GPU counts (the fastest plan on any count is the
+    throughput objective over every count).
 
     Raises:
         Cancelled: the thread's cancellation token was set during the search.
@@ -240,13 +280,29 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     problem = _Problem(spec=spec, training=training, cluster=cluster, constraints=constraints,
                        objective=objective, tables=BoundTables(spec, training, cluster),
                        zeros=zeros, max_offload=max_offload_share(constraints))
-    sizes = _world_sizes(cluster, constraints, objective)
-    queue = _enqueue(problem, sizes, deadline)
-    if progress:
-        progress(f"{queue.total} candidates, {queue.pruned_memory} pruned by the memory bound, "
-                 f"{len(queue.heap)} to order by the time bound")
-    while queue.heap:
+    sizes = (list(world_sizes) if world_sizes
+             else objective_world_sizes(cluster, constraints, objective))
+    queue = _Queue(heap=[], total=0, pruned_memory=0)
+    # Fewest GPUs: world sizes are enumerated one at a time, smallest first, each only once
+    # the queue holds nothing that could beat its smallest value (world size x 1e6); the
+    # other objectives order candidates of every size against each other, so all are queued.
+    pending = list(sizes) if objective == Objective.MIN_GPUS else []
+    if not pending:
+        _enqueue(problem, queue, sizes, deadline)
+        if progress:
+            progress(f"{queue.total} candidates, {queue.pruned_memory} pruned by the memory "
+                     f"bound, {len(queue.heap)} to order by the time bound")
+    while queue.heap or pending:
         cancel.check()
+        if pending and (not queue.heap or queue.heap[0][0] >= _size_floor(pending[0])):
+            if _size_floor(pending[0]) >= queue.best_value or queue.unenumerated:
+                break  # no larger size can beat the incumbent (or the clock ran out)
+            world = pending.pop(0)
+            _enqueue(problem, queue, [world], deadline)
+            if progress:
+                progress(f"{world} GPUs listed: {queue.total} candidates so far, "
+                         f"{len(queue.heap)} queued")
+            continue
         lower, order, level, c = queue.heap[0]
         if lower >= queue.best_value:
             break
@@ -254,7 +310,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             if queue.best is not None:
                 queue.status, queue.bound = PlanStatus.FEASIBLE, lower
             else:
-                queue.unexamined = len(queue.heap)
+                queue.unexamined = len(queue.heap) + len(pending)
             break
         heapq.heappop(queue.heap)
         if level != _SIMULATED_BOUND:
@@ -266,22 +322,40 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         if queue.best is not None:
             queue.status, queue.bound = PlanStatus.FEASIBLE, None
         else:
-            queue.unexamined = len(queue.heap) + queue.unenumerated
+            queue.unexamined = len(queue.heap) + queue.unenumerated + len(pending)
+    if queue.unexamined:
+        queue.total += len(pending)  # one stands for each world size never listed
     return _result(problem, queue, sizes, time.perf_counter() - started)
 
 
-def _enqueue(problem: _Problem, sizes: list[int], deadline: float) -> _Queue:
-    """Every candidate of every allowed world size that passes the memory bound, queued by
-    its table time bound; at `deadline` the rest of the current world size is counted as
-    not enumerated (and later world sizes are not listed)."""
+def _size_floor(world: int) -> float:
+    """The smallest fewest-GPUs objective value of any plan on `world` GPUs."""
+    return world * MIN_GPUS_WEIGHT
+
+
+def _enqueue(problem: _Problem, queue: _Queue, sizes: list[int], deadline: float) -> None:
+    """Queue every candidate of the given world sizes that passes the memory bound and the
+    throughput target's bounds, by its table time bound; at `deadline` the rest of the
+    current world size is counted as not enumerated (and later world sizes are not listed).
+
+    A world size whose peak throughput (`solver.throughput_bound.peak_tokens_per_s`) is
+    below the target is skipped whole: no plan on it can reach the target."""
     tables, cluster = problem.tables, problem.cluster
-    heap: list[tuple[float, int, int, MeshCandidate]] = []
-    total = pruned_memory = pruned_target = unenumerated = 0
+    target = problem.constraints.target_tokens_per_s
     for world in sizes:
         cancel.check()
-        if unenumerated or time.perf_counter() >= deadline:
-            unenumerated = max(unenumerated, 1)
+        if queue.unenumerated or time.perf_counter() >= deadline:
+            if not queue.unenumerated:  # one stands for the sizes not listed
+                queue.unenumerated = 1
+                queue.total += 1
             break
+        if target is not None:
+            peak = peak_tokens_per_s(problem.spec, cluster,
+                                     sequence_length=problem.training.sequence_length,
+                                     gpus=world)
+            if peak < target:
+                queue.reach_bound = max(queue.reach_bound, peak)
+                continue
         meshes = candidate_meshes(problem.spec, problem.training, world_size=world,
                                   gpus_per_node=cluster.gpus_per_node,
                                   constraints=problem.constraints, deadline=deadline)
@@ -289,31 +363,47 @@ def _enqueue(problem: _Problem, sizes: list[int], deadline: float) -> _Queue:
         cut = 1 if time.perf_counter() >= deadline else 0
         for index, c in enumerate(meshes):
             if time.perf_counter() >= deadline:
-                unenumerated = len(meshes) - index + cut
+                queue.unenumerated = len(meshes) - index + cut
+                queue.total += queue.unenumerated
                 break
             if not admits_mesh(problem.spec, problem.training, c, problem.constraints):
                 continue  # no framework of the target runs this mesh
-            total += 1
+            queue.total += 1
             memory = tables.memory_bound_bytes(c, max_zero=max(problem.zeros, default=0),
                                                max_offload=problem.max_offload)
             if memory > cluster.capacity_bytes:
-                pruned_memory += 1
+                queue.pruned_memory += 1
                 continue
-            if _below_target(tables, c, problem.constraints, problem.tokens):
-                pruned_target += 1
+            time_s = tables.time_bound_s(c)
+            if _misses_target(problem, queue, time_s):
                 continue
-            bound = _bound(tables, c, problem.objective, problem.tokens)
+            bound = _rescale(time_s, c, problem.objective, problem.tokens)
             level = _TABLE_BOUND
             if problem.objective == Objective.MIN_MEMORY:
                 # value = peak bytes + step time, both bounded below; tightening the time
                 # part cannot reorder bytes, so candidates go straight to evaluation.
                 bound += memory
                 level = _SIMULATED_BOUND
-            heap.append((bound, total, level, c))
-        unenumerated = max(unenumerated, cut)
-    heapq.heapify(heap)
-    return _Queue(heap=heap, total=total + unenumerated, pruned_memory=pruned_memory,
-                  pruned_target=pruned_target, unenumerated=unenumerated)
+            heapq.heappush(queue.heap, (bound, queue.total, level, c))
+        if cut and not queue.unenumerated:
+            queue.unenumerated = cut
+            queue.total += cut
+
+
+def _misses_target(problem: _Problem, queue: _Queue, time_s: float) -> bool:
+    """True (and counted) when `time_s`, a lower bound of every plan's step time of a
+    candidate, already misses the throughput target; the bound's throughput joins the
+    proven ceiling on what any plan reaches."""
+    if time_s <= problem.target_cutoff_s:
+        return False
+    queue.pruned_target += 1
+    queue.reach_bound = max(queue.reach_bound, _tokens_per_s_at(problem.tokens, time_s))
+    return True
+
+
+def _tokens_per_s_at(tokens: int, time_s: float) -> float:
+    """Tokens per second of a step lasting `time_s` (infinite for no time)."""
+    return tokens / time_s if time_s > 0 else math.inf
 
 
 def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: int,
@@ -328,6 +418,8 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
         queue.forced_zero[order] = zero
         if zero == 3:
             queue.zero3_bound[order] = _zero3_bound_s(tables, c)
+            if _misses_target(problem, queue, queue.zero3_bound[order]):
+                return
             gathered = _rescale(queue.zero3_bound[order], c, problem.objective, problem.tokens)
             if gathered > lower:
                 heapq.heappush(queue.heap, (gathered, order, _ZERO3_BOUND, c))
@@ -339,14 +431,18 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
     except InvalidSpecError as exc:
         queue.rejections.append(Rejection(candidate=c, reason=exc.detail))
         return
+    if _misses_target(problem, queue, makespan):
+        return
     tighter = _rescale(makespan, c, problem.objective, problem.tokens)
     heapq.heappush(queue.heap, (max(lower, tighter), order, _SIMULATED_BOUND, c))
 
 
 def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,
            progress: Progress | None) -> None:
-    """Evaluate a candidate exactly and keep it if it beats the incumbent."""
-    cutoff_s = _step_cutoff_s(queue.best_value, c, problem.objective, problem.tokens)
+    """Evaluate a candidate exactly and keep it if it beats the incumbent and reaches the
+    throughput target; ZeRO plans whose step-time bound misses either are not simulated."""
+    incumbent_s = _step_cutoff_s(queue.best_value, c, problem.objective, problem.tokens)
+    cutoff_s = min(incumbent_s, problem.target_cutoff_s)
     if 3 in problem.zeros and cutoff_s < math.inf and order not in queue.zero3_bound:
         queue.zero3_bound[order] = _zero3_bound_s(problem.tables, c)
     result = evaluate_for_targets(problem.spec, problem.training, problem.cluster, c,
@@ -355,13 +451,24 @@ def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,
                                   least_memory=problem.objective == Objective.MIN_MEMORY)
     queue.evaluated += 1
     if isinstance(result, Dominated):
-        queue.dominated.append(c)
+        if problem.target_cutoff_s <= incumbent_s:
+            # Every plan's bound misses the target (the tighter of the two cutoffs).
+            queue.reach_bound = max(queue.reach_bound,
+                                    _tokens_per_s_at(problem.tokens, result.bound_s))
+            queue.rejections.append(Rejection(candidate=c, reason="every plan's step-time "
+                                              "bound misses the target tokens/s"))
+        else:
+            queue.dominated.append(c)
         return
     if isinstance(result, Rejection):
         queue.rejections.append(result)
         return
     if not _meets_target(result, problem.constraints):
         queue.rejections.append(Rejection(candidate=c, reason="below the target tokens/s"))
+        queue.reach_bound = max(queue.reach_bound, result.estimate.tokens_per_s)
+        if (queue.fastest_missed is None or result.estimate.step_time_s
+                < queue.fastest_missed.estimate.step_time_s):
+            queue.fastest_missed = result
         return
     queue.ranked.append(result)
     value = objective_value(result, problem.objective)
@@ -376,7 +483,8 @@ def _result(problem: _Problem, queue: _Queue, sizes: list[int], wall_s: float) -
     """The search's answer: status, proven bound and gap, ranked plans and statistics."""
     best, best_value, status, bound = queue.best, queue.best_value, queue.status, queue.bound
     if best is None:
-        status = PlanStatus.INFEASIBLE
+        # Infeasible only when the search finished; out of time it proves nothing.
+        status = PlanStatus.UNKNOWN if queue.unexamined else PlanStatus.INFEASIBLE
     if status == PlanStatus.OPTIMAL:
         bound = best_value if best is not None else None
     ranked = sorted(queue.ranked, key=lambda p: objective_value(p, problem.objective))
@@ -391,26 +499,22 @@ def _result(problem: _Problem, queue: _Queue, sizes: list[int], wall_s: float) -
                         wall_time_s=wall_s, best_bound=bound, gap=gap,
                         unexamined=queue.unexamined)
     frontier = tuple(item[3] for item in heapq.nsmallest(200, queue.heap))
+    ceiling = None
+    if status == PlanStatus.INFEASIBLE and queue.reach_bound > 0:
+        ceiling = queue.reach_bound
     return SearchResult(status=status, best=best, ranked=tuple(ranked),
                         rejections=tuple(queue.rejections), stats=stats,
                         objective=problem.objective, world_sizes=tuple(sizes),
-                        frontier=frontier, dominated=tuple(queue.dominated[:200]))
+                        frontier=frontier, dominated=tuple(queue.dominated[:200]),
+                        fastest_missed=queue.fastest_missed, reach_ceiling=ceiling)
 
 
 def _rescale(time_s: float, c: MeshCandidate, objective: Objective, tokens: int) -> float:
     if objective == Objective.COST_PER_TOKEN:
         return c.world_size * time_s / tokens
     if objective == Objective.MIN_GPUS:
-        return c.world_size * 1e6 + time_s
+        return c.world_size * MIN_GPUS_WEIGHT + time_s
     return time_s
-
-
-def _below_target(tables: BoundTables, c: MeshCandidate, constraints: Constraints,
-                  tokens: int) -> bool:
-    """True when even the candidate's step-time lower bound misses the throughput target
-    (tokens/s <= tokens per step / LB_t), so no plan of it can reach the target."""
-    target = constraints.target_tokens_per_s
-    return target is not None and tokens / tables.time_bound_s(c) < target
 
 
 def _meets_target(plan: ScoredPlan, constraints: Constraints) -> bool:
@@ -418,4 +522,5 @@ def _meets_target(plan: ScoredPlan, constraints: Constraints) -> bool:
     return target is None or plan.estimate.tokens_per_s >= target
 
 
-__all__ = ["SearchResult", "SearchStats", "objective_value", "search"]
+__all__ = ["MIN_GPUS_WEIGHT", "TARGET_SLACK", "SearchResult", "SearchStats", "objective_value",
+           "objective_world_sizes", "search"]

@@ -276,8 +276,11 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
             if best is None or _key(result, least_memory) < _key(best, least_memory):
                 best = result
                 cutoff = min(cutoff, result.estimate.step_time_s)
-        elif other is None or isinstance(result, Dominated):
-            other = result  # a fitting variant (Dominated) outranks a rejection
+        elif other is None or (isinstance(result, Dominated) and (
+                not isinstance(other, Dominated) or result.bound_s < other.bound_s)):
+            # A fitting variant (Dominated) outranks a rejection; of two, the lower bound
+            # holds for both.
+            other = result
     if best is not None:
         return best
     assert other is not None

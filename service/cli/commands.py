@@ -56,7 +56,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return plan(request, progress=stderr_progress(time.monotonic()))
 
     def infeasible(result: BaseModel) -> bool:
-        return isinstance(result, PlanResponse) and result.status == PlanStatus.INFEASIBLE
+        return isinstance(result, PlanResponse) and result.status in (
+            PlanStatus.INFEASIBLE, PlanStatus.UNKNOWN)
 
     return run(args, local, lambda client: client.plan(doc), render_plan, label="searching",
                failed=infeasible, pictures=plan_pictures(doc))

@@ -114,7 +114,7 @@ class ScriptedPlanner:
                     "relaxations": ["use 2x the GPUs", "allow full recompute"]})
         if self.out_of_time:
             return PlanResponse(
-                status=PlanStatus.INFEASIBLE, model_name="scripted", gpu="h100-sxm5-80gb",
+                status=PlanStatus.UNKNOWN, model_name="scripted", gpu="h100-sxm5-80gb",
                 explanation=Explanation(summary="no plan was found within the time limit"),
                 solver=SolverStats(wall_time_s=request.solver.time_limit_s, candidates=40,
                                    evaluated=2, status="time_limit", unexamined=38))

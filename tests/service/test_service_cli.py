@@ -200,6 +200,19 @@ def test_plan_command_exits_1_when_infeasible(tmp_path: Path) -> None:
         "infeasible"
 
 
+def test_plan_command_exits_1_when_out_of_time_before_any_plan(tmp_path: Path) -> None:
+    # Proving the fewest GPUs that reach this target takes seconds (every count below 288
+    # is searched first); at 0.1 s the answer is unknown, not infeasible.
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm5-80gb", "--nodes", "64",
+            "--global-batch", "2048", "--seq", "8192", "--objective", "min_gpus",
+            "--target-tokens-per-s", "296993", "--time-limit", "0.1", "-o", str(out)]
+    assert cli.main(argv) == 1
+    plan = PlanResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    assert plan.status == "unknown"
+    assert plan.solver is not None and plan.solver.unexamined > 0
+
+
 def test_evaluate_command(tmp_path: Path) -> None:
     out = tmp_path / "evaluation.json"
     argv = ["evaluate", *PRESET_FLAGS, "--tp", "8", "--pp", "4", "--dp", "2", "--sp",

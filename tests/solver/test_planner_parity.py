@@ -68,6 +68,14 @@ PROBLEMS = [
      {"framework": "deepspeed", "tp": [1, 2], "pp": [1, 2]}),
     ("mixtral-8x7b", "h100-sxm5-80gb", 4, 8, 64, 4096, Objective.THROUGHPUT,
      {"framework": "torchtitan", "tp": [2, 4], "pp": [2, 4], "ep": [2, 4, 8]}),
+    # Fewest GPUs reaching a tokens/s target (about half the fastest plan's throughput, so
+    # the answer is neither the smallest count nor the whole cluster).
+    (TINY_DENSE, "h100-sxm5-80gb", 2, 8, 64, 2048, Objective.MIN_GPUS,
+     {"micro_batch_size": [1, 2], "pp": [1, 2], "target_tokens_per_s": 2.5e6}),
+    (TINY_MOE, "h100-sxm5-80gb", 2, 8, 64, 2048, Objective.MIN_GPUS,
+     {"micro_batch_size": [1, 2], "target_tokens_per_s": 2.0e6}),
+    ("llama-3.1-8b", "h100-sxm5-80gb", 4, 8, 64, 8192, Objective.MIN_GPUS,
+     {"tp": [1, 2], "pp": [1, 2], "target_tokens_per_s": 1.5e5}),
 ]
 
 
@@ -83,6 +91,9 @@ def _brute_force(spec: ModelSpec, training: TrainingSpec, cluster, constraints: 
             result = evaluate_for_targets(spec, training, cluster, c, constraints,
                                           least_memory=objective == Objective.MIN_MEMORY)
             if isinstance(result, Rejection):
+                continue
+            target = constraints.target_tokens_per_s
+            if target is not None and result.estimate.tokens_per_s < target:
                 continue
             best = min(best, objective_value(result, objective))
     return best

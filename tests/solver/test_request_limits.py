@@ -83,9 +83,10 @@ def test_a_short_time_limit_is_kept_and_the_answer_says_what_it_proves() -> None
     assert response.solver is not None
     if response.status == PlanStatus.FEASIBLE:
         assert response.solver.gap is not None
-    elif response.status == PlanStatus.INFEASIBLE:
+    elif response.status != PlanStatus.OPTIMAL:
         # A slow machine may spend the half second before the first evaluation: then the
         # answer must say so rather than claim infeasibility.
+        assert response.status == PlanStatus.UNKNOWN
         assert response.solver.unexamined > 0
 
 
@@ -152,7 +153,7 @@ def test_gpus_without_fp8_never_get_fp8_activation_storage() -> None:
 
 def test_out_of_time_before_any_plan_is_not_called_a_proof() -> None:
     response = plan(_request("llama-3.1-70b", "h100-sxm5-80gb", 8, 512, 8192, 1e-6))
-    assert response.status == PlanStatus.INFEASIBLE
+    assert response.status == PlanStatus.UNKNOWN
     assert response.solver is not None
     assert response.solver.unexamined > 0 and response.solver.status == "time_limit"
     assert "within the time limit" in response.explanation.summary
