@@ -63,10 +63,15 @@ def summary_of(record: CalibrationProfileRecord) -> CalibrationProfileSummary:
 
 
 def constants_of(record: CalibrationProfileRecord) -> KernelCalibration:
-    """The constants a request gets from this version (named with it)."""
-    return KernelCalibration(gemm_efficiency_scale=record.gemm_efficiency_scale,
-                             step_overhead_s=record.step_overhead_s, profile=record.name,
-                             version=record.version)
+    """The constants a request gets from this version (named with it): the fitted GEMM scale
+    and overhead, and the microbenchmarks' link, attention and host-link constants, which
+    the fit report keeps (`fit.microbenchmarks.applied`)."""
+    fit = CalibrationFit.model_validate(record.fit_json)
+    applied = (fit.microbenchmarks.applied if fit.microbenchmarks is not None
+               else KernelCalibration())
+    return applied.model_copy(update={"gemm_efficiency_scale": record.gemm_efficiency_scale,
+                                      "step_overhead_s": record.step_overhead_s,
+                                      "profile": record.name, "version": record.version})
 
 
 async def save_profile(record: CalibrationProfileRecord, *,
