@@ -30,6 +30,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from api_schemas.collectives import Collective
 from api_schemas.dtypes import DType
@@ -351,6 +352,14 @@ def check_collectives(entries: Sequence[CollectiveMeasurement], cluster: Cluster
                 "the group's span", field=f"{where}.bus_bandwidth_bytes_per_s")
 
 
+def _intra_model(e: CollectiveMeasurement, fabric: Fabric, x: float) -> float:
+    return _collective_time(e, _scaled(fabric, intra=x))
+
+
+def _inter_model(e: CollectiveMeasurement, fabric: Fabric, intra: float, x: float) -> float:
+    return _collective_time(e, _scaled(fabric, intra=intra, inter=x))
+
+
 def fit_links(entries: Sequence[CollectiveMeasurement], cluster: ClusterSpec
               ) -> tuple[ScaleFit | None, ScaleFit | None]:
     """(scale-up fit from single-node groups, scale-out fit from multi-node groups)."""
@@ -361,14 +370,13 @@ def fit_links(entries: Sequence[CollectiveMeasurement], cluster: ClusterSpec
     intra_fit = None
     if intra:
         intra_fit = fit_scale(
-            [lambda x, e=e: _collective_time(e, _scaled(fabric, intra=x)) for e in intra],
+            [partial(_intra_model, e, fabric) for e in intra],
             [_measured_time(e) for e in intra], upper=intra_max)
     held = intra_fit.value if intra_fit is not None else 1.0
     inter_fit = None
     if inter:
         inter_fit = fit_scale(
-            [lambda x, e=e: _collective_time(e, _scaled(fabric, intra=held, inter=x))
-             for e in inter],
+            [partial(_inter_model, e, fabric, held) for e in inter],
             [_measured_time(e) for e in inter],
             upper=IN_NETWORK_REDUCTION_FACTOR / NIC_ACHIEVABLE_FRAC)
     return intra_fit, inter_fit
@@ -379,6 +387,12 @@ def _attention_tflops(e: AttentionMeasurement, cluster: ClusterSpec, profile: Ke
     frac = profile.flash_attention_frac if e.fused else profile.materialized_attention_frac
     saturation = e.seq_len / (e.seq_len + profile.attention_seq_half)
     return cluster.gpu.peak_flop_per_s(DType.BF16) * frac * scale * saturation / 1e12
+
+
+def _attention_time(e: AttentionMeasurement, cluster: ClusterSpec, profile: KernelProfile,
+                    x: float) -> float:
+    """Seconds per TFLOP of the attention model at scale x (a time, for `fit_scale`)."""
+    return 1.0 / _attention_tflops(e, cluster, profile, x)
 
 
 def check_attention(entries: Sequence[AttentionMeasurement], cluster: ClusterSpec) -> None:
@@ -506,8 +520,7 @@ def fit_microbenchmarks(bench: Microbenchmarks, cluster: ClusterSpec) -> Microbe
         applied["inter_node_bandwidth_scale"] = inter_fit.value
     if bench.attention:
         fit = fit_scale(
-            [lambda x, e=e: 1.0 / _attention_tflops(e, cluster, profile, x)
-             for e in bench.attention],
+            [partial(_attention_time, e, cluster, profile) for e in bench.attention],
             [1.0 / e.tflops for e in bench.attention],
             upper=1.0 / profile.flash_attention_frac)
         _refuse_unbounded(fit, "the attention efficiency scale", "microbenchmarks.attention",
