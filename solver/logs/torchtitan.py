@@ -109,6 +109,25 @@ def _degree(section: dict[str, Any], name: str) -> int:
     return 1 if value is None else int(value)
 
 
+def _recompute(config: dict[str, Any]) -> RecomputeMode:
+    """The activation-checkpointing mode: 0.2.x names it (`mode`: none, selective, full,
+    memory_budget); later releases print the chosen class's fields, where only selective
+    (`force_recompute_mm_shapes_by_fqns`) and memory-budget (`memory_budget`) checkpointing
+    add fields to the base ones (torchtitan/distributed/activation_checkpoint.py)."""
+    if "activation_checkpoint" in config and config["activation_checkpoint"] is None:
+        return RecomputeMode.NONE
+    section = _section(config, "activation_checkpoint")
+    if not section:
+        return RecomputeMode.NONE
+    mode = section.get("mode")
+    if mode is not None:
+        return {"full": RecomputeMode.FULL, "none": RecomputeMode.NONE}.get(
+            str(mode), RecomputeMode.SELECTIVE)
+    if "force_recompute_mm_shapes_by_fqns" in section or "memory_budget" in section:
+        return RecomputeMode.SELECTIVE
+    return RecomputeMode.FULL
+
+
 def torchtitan_configuration(log: TorchtitanLog, *, world_size: int, where: str
                              ) -> tuple[TrainingSpec, ParallelConfig, list[TimedStep]]:
     """The training recipe, parallel configuration and timed steps of a torchtitan log.
@@ -148,9 +167,10 @@ def torchtitan_configuration(log: TorchtitanLog, *, world_size: int, where: str
                          "line gives the batch size and sequence length", field=where)
     converters = _section(log.config, "model").get("converters") or []
     fp8 = any("float8" in str(c) for c in converters)
-    mode = str(_section(log.config, "activation_checkpoint").get("mode", "selective"))
-    recompute = {"full": RecomputeMode.FULL, "none": RecomputeMode.NONE}.get(
-        mode, RecomputeMode.SELECTIVE)
+    recompute = _recompute(log.config)
+    per_micro = train.get("num_tokens_per_microbatch_per_dp_rank")
+    if per_micro is not None:
+        local = max(1, int(per_micro) // int(seq))
     micro = (int(par.get("pipeline_parallel_microbatch_size", 1)) if pp > 1
              else int(local) if local is not None else max(1, int(gbs) // dp))
     ep = _degree(par, "expert_parallel_degree")
