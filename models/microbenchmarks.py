@@ -90,6 +90,11 @@ SCALE_SEARCH_LO = 0.02
 """Lowest link or attention multiplier searched (a link at 2% of its rating is broken, not
 calibrated)."""
 
+MIN_SENSITIVITY = 0.1
+"""Least share of some entry's model time that must depend on a fitted multiplier
+(|d ln t / d ln x|): below it every entry is bound by something else (start-up latency for
+small messages) and the multiplier is refused as undetermined."""
+
 SEARCH_TOLERANCE = 1e-7
 """Width in ln(scale) at which the golden-section search stops."""
 
@@ -263,6 +268,8 @@ class ScaleFit:
     uncalibrated_error: float
     fitted_error: float
     at_upper_limit: bool
+    sensitivity: float
+    """Largest |d ln model_i / d ln x| over the entries."""
 
 
 def fit_scale(models: Sequence[Callable[[float], float]], measured: Sequence[float], *,
@@ -289,7 +296,8 @@ def fit_scale(models: Sequence[Callable[[float], float]], measured: Sequence[flo
     fitted = sum(abs(m(x) / y - 1) for m, y in zip(models, measured, strict=True)) / n
     return ScaleFit(value=x, standard_error=se, rss=rss, num_entries=n,
                     uncalibrated_error=unc, fitted_error=fitted,
-                    at_upper_limit=x >= upper * (1 - 1e-4))
+                    at_upper_limit=x >= upper * (1 - 1e-4),
+                    sensitivity=max(abs(j) for j in jac))
 
 
 def _collective_time(e: CollectiveMeasurement, fabric: Fabric) -> float:
@@ -431,15 +439,15 @@ def _constant(name: str, fit: ScaleFit) -> MicrobenchmarkConstant:
 
 
 def _refuse_unbounded(fit: ScaleFit, name: str, field: str, limit_reason: str) -> None:
-    if fit.at_upper_limit:
-        raise MicrobenchmarkRefused(
-            f"{field}: the fit puts {name} at its physical limit ({limit_reason}): the "
-            "measurements are faster than the model allows there", field=field)
-    if not math.isfinite(fit.standard_error):
+    if not math.isfinite(fit.standard_error) or fit.sensitivity < MIN_SENSITIVITY:
         raise MicrobenchmarkRefused(
             f"{field}: the entries cannot determine {name}: their model times do not depend "
             "on it (messages too small, latency-bound); add entries of 64 MiB and more",
             field=field)
+    if fit.at_upper_limit:
+        raise MicrobenchmarkRefused(
+            f"{field}: the fit puts {name} at its physical limit ({limit_reason}): the "
+            "measurements are faster than the model allows there", field=field)
 
 
 def fit_microbenchmarks(bench: Microbenchmarks, cluster: ClusterSpec) -> MicrobenchmarkResult:
@@ -559,6 +567,7 @@ __all__ = [
     "HOST_LINK_NOMINAL_OVER_ACHIEVABLE",
     "IN_NETWORK_REDUCTION_FACTOR",
     "KERNEL_TABLE_LEVEL",
+    "MIN_SENSITIVITY",
     "GemmLevel",
     "MicrobenchmarkRefused",
     "MicrobenchmarkResult",

@@ -47,6 +47,8 @@ class TorchtitanLog:
     global_batch_size: int | None
     sequence_length: int | None
     tokens_per_step: int | None
+    data_parallel: int | None
+    """Data-parallel degree implied by the start-up line (global over per-rank batch)."""
     steps_raw: list[tuple[int, int, float, int]]
     """(step, tps, tflops, peak reserved bytes) of each step line."""
 
@@ -85,18 +87,22 @@ def read_torchtitan_log(text: str, *, where: str) -> TorchtitanLog:
             f"{where}: the log prints no job configuration, so its parallelism is unknown: "
             "run torchtitan with --job.print_args (0.2.x) or --debug.print_config, which log "
             "'Running with args: ...' at start-up", field=where)
-    gbs = seq = tokens = None
+    gbs = seq = tokens = dp = None
     match = INIT_LOCAL.search(clean)
     if match:
         gbs, seq = int(match.group(2)), int(match.group(4))
+        per_rank = int(match.group(1)) * int(match.group(3))
+        dp = gbs // per_rank if per_rank and gbs % per_rank == 0 else None
     match = INIT_TOKENS.search(clean)
     if match:
         tokens, seq = int(match.group(2)), int(match.group(4))
+        per_rank = int(match.group(1))
+        dp = tokens // per_rank if per_rank and tokens % per_rank == 0 else None
     steps = [(int(m.group(1)), int(m.group(3).replace(",", "")),
               float(m.group(4).replace(",", "")), int(float(m.group(2)) * GIB))
              for m in STEP.finditer(clean)]
     return TorchtitanLog(config=config, global_batch_size=gbs, sequence_length=seq,
-                         tokens_per_step=tokens, steps_raw=steps)
+                         tokens_per_step=tokens, data_parallel=dp, steps_raw=steps)
 
 
 def _section(config: dict[str, Any], name: str) -> dict[str, Any]:
@@ -153,6 +159,12 @@ def torchtitan_configuration(log: TorchtitanLog, *, world_size: int, where: str
             f"{tp} x pp {pp} x cp {cp}) do not fill the request's {world_size} GPUs; give the "
             "nodes it ran on", field=where)
     dp = replicate * shard
+    if log.data_parallel is not None and log.data_parallel != dp:
+        raise LogRefused(
+            f"{where}: the log's start-up line implies {log.data_parallel} data-parallel ranks "
+            f"({log.data_parallel * tp * pp * cp} GPUs with tp {tp} x pp {pp} x cp {cp}), but "
+            f"the request's cluster has {world_size} GPUs; give the nodes it ran on",
+            field=where)
     seq = log.sequence_length or train.get("seq_len") or train.get("max_context_length")
     local = train.get("local_batch_size")
     gbs = log.global_batch_size
