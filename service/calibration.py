@@ -21,6 +21,7 @@ from api_schemas.calibration import (
     CalibrationRunsRequest,
 )
 from api_schemas.hardware import KernelCalibration
+from api_schemas.microbenchmarks import MicrobenchmarkFit
 from api_schemas.requests import ClusterInput, EvaluateRequest, PlanRequest
 from models.errors import InvalidSpecError
 from service.persistence import repo
@@ -66,8 +67,8 @@ def constants_of(record: CalibrationProfileRecord) -> KernelCalibration:
     """The constants a request gets from this version (named with it): the fitted GEMM scale
     and overhead, and the microbenchmarks' link, attention and host-link constants, which
     the fit report keeps (`fit.microbenchmarks.applied`)."""
-    fit = CalibrationFit.model_validate(record.fit_json)
-    applied = (fit.microbenchmarks.applied if fit.microbenchmarks is not None
+    micro = record.fit_json.get("microbenchmarks")
+    applied = (MicrobenchmarkFit.model_validate(micro).applied if isinstance(micro, dict)
                else KernelCalibration())
     return applied.model_copy(update={"gemm_efficiency_scale": record.gemm_efficiency_scale,
                                       "step_overhead_s": record.step_overhead_s,

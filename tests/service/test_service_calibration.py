@@ -235,3 +235,33 @@ def test_concurrent_fits_of_one_name_get_distinct_versions(database_url: str) ->
                 ("shared", 4)]
     finally:
         engine.dispose()
+
+
+def test_logs_and_microbenchmarks_over_http_store_every_constant(http: httpx.Client) -> None:
+    """Recorded-format training logs become the runs; the microbenchmarks' link and
+    attention constants are stored with the profile and applied by `cluster.profile`."""
+    from microbenchmark_data import generated_microbenchmarks
+    from test_calibration_inputs import logs
+
+    bench, truth = generated_microbenchmarks(seed=2, sigma=0.01)
+    body = {"profile": "from-logs", "gpu": GPU, "logs": logs(),
+            "microbenchmarks": bench.model_dump(mode="json")}
+    made = http.post("/v1/calibration/runs", json=body)
+    assert made.status_code == 201, made.text
+    served = made.json()
+    assert [p["steps_used"][0] for p in served["fit"]["logs"]] == [10, 10, 10, 5]
+    constants = served["constants"]
+    assert constants["inter_node_bandwidth_scale"] == pytest.approx(
+        truth["inter_node_bandwidth_scale"], rel=0.05)
+    assert constants["attention_efficiency_scale"] == pytest.approx(
+        truth["attention_efficiency_scale"], rel=0.05)
+    assert http.get("/v1/calibration/profiles/from-logs").json()["constants"] == constants
+    evaluated = http.post("/v1/evaluate", json={
+        **EVALUATE, "cluster": {**EVALUATE["cluster"], "profile": "from-logs"}})
+    assert evaluated.status_code == 200, evaluated.text
+
+    bad = {**body, "logs": [{**log, "text": "no arguments here\n"} for log in logs()]}
+    refused = http.post("/v1/calibration/runs", json=bad)
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["loc"] == ["body", "logs", "0", "text"]
+    assert "arguments" in refused.json()["detail"]
