@@ -78,14 +78,19 @@ class HostLinkMeasurement(SpecModel):
 class Microbenchmarks(SpecModel):
     """Microbenchmark results of one cluster (the `calibration` kit writes this object)."""
 
-    gemm: list[GemmMeasurement] = Field(default_factory=list,
-                                        max_length=MAX_MICROBENCHMARK_ENTRIES)
-    collectives: list[CollectiveMeasurement] = Field(default_factory=list,
-                                                     max_length=MAX_MICROBENCHMARK_ENTRIES)
-    attention: list[AttentionMeasurement] = Field(default_factory=list,
-                                                  max_length=MAX_MICROBENCHMARK_ENTRIES)
-    host_link: list[HostLinkMeasurement] = Field(default_factory=list,
-                                                 max_length=MAX_MICROBENCHMARK_ENTRIES)
+    gemm: list[GemmMeasurement] = Field(
+        default_factory=list, max_length=MAX_MICROBENCHMARK_ENTRIES,
+        description="GEMM throughput by shape and format (set the GEMM kernel level).")
+    collectives: list[CollectiveMeasurement] = Field(
+        default_factory=list, max_length=MAX_MICROBENCHMARK_ENTRIES,
+        description="Bus bandwidth by collective, size and group span (single-node groups "
+        "set the scale-up bandwidth scale, multi-node groups the scale-out one).")
+    attention: list[AttentionMeasurement] = Field(
+        default_factory=list, max_length=MAX_MICROBENCHMARK_ENTRIES,
+        description="Attention kernel throughput (sets the attention efficiency scale).")
+    host_link: list[HostLinkMeasurement] = Field(
+        default_factory=list, max_length=MAX_MICROBENCHMARK_ENTRIES,
+        description="Pinned host<->GPU copies (set the host-link bandwidth).")
     device_name: str | None = Field(default=None, max_length=200,
                                     description="What the GPU called itself, if recorded.")
     source: str | None = Field(default=None, max_length=500,
