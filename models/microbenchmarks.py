@@ -95,6 +95,12 @@ MIN_SENSITIVITY = 0.1
 (|d ln t / d ln x|): below it every entry is bound by something else (start-up latency for
 small messages) and the multiplier is refused as undetermined."""
 
+BANDWIDTH_BOUND_SHARE = 0.5
+"""Least share of a collective's model time (links at their achievable rate) that must be
+the bandwidth term for the entry to count toward a bandwidth scale: smaller messages are
+timed by start-up latency and the per-hop constants (`models.catalog` INTRA/INTER latency),
+which a bandwidth multiplier must not absorb."""
+
 SEARCH_TOLERANCE = 1e-7
 """Width in ln(scale) at which the golden-section search stops."""
 
@@ -370,11 +376,16 @@ def _inter_model(e: CollectiveMeasurement, fabric: Fabric, intra: float, x: floa
 
 def fit_links(entries: Sequence[CollectiveMeasurement], cluster: ClusterSpec
               ) -> tuple[ScaleFit | None, ScaleFit | None]:
-    """(scale-up fit from single-node groups, scale-out fit from multi-node groups)."""
+    """(scale-up fit from single-node groups, scale-out fit from multi-node groups), each on
+    the entries whose model time is at least `BANDWIDTH_BOUND_SHARE` bandwidth (None when a
+    tier has no such entry)."""
     fabric = fabric_of(cluster.model_copy(update={"calibration": None}))
     intra_max, _ = link_limits(cluster)
-    intra = [e for e in entries if e.num_ranks == e.ranks_per_node]
-    inter = [e for e in entries if e.num_ranks > e.ranks_per_node]
+    no_latency = _scaled(fabric, latency=False)
+    bound = [e for e in entries if _collective_time(e, no_latency)
+             >= BANDWIDTH_BOUND_SHARE * _collective_time(e, fabric)]
+    intra = [e for e in bound if e.num_ranks == e.ranks_per_node]
+    inter = [e for e in bound if e.num_ranks > e.ranks_per_node]
     intra_fit = None
     if intra:
         intra_fit = fit_scale(
@@ -512,7 +523,21 @@ def fit_microbenchmarks(bench: Microbenchmarks, cluster: ClusterSpec) -> Microbe
                      "against (inverse-variance mean over formats); the launch cost is "
                      "reported, the model keeps its own")
     intra_max, _ = link_limits(cluster)
-    intra_fit, inter_fit = fit_links(bench.collectives, cluster)
+    if bench.collectives:
+        intra_fit, inter_fit = fit_links(bench.collectives, cluster)
+        used = sum(f.num_entries for f in (intra_fit, inter_fit) if f is not None)
+        if used < len(bench.collectives):
+            notes.append(f"collectives: {len(bench.collectives) - used} of "
+                         f"{len(bench.collectives)} entries are latency-bound (bandwidth under "
+                         f"{BANDWIDTH_BOUND_SHARE:.0%} of their model time) and set no link "
+                         "scale")
+        if intra_fit is None and inter_fit is None:
+            raise MicrobenchmarkRefused(
+                "microbenchmarks.collectives: every entry is latency-bound, so none can set "
+                "a link bandwidth; add messages of 64 MiB and more",
+                field="microbenchmarks.collectives")
+    else:
+        intra_fit = inter_fit = None
     if intra_fit is not None:
         _refuse_unbounded(intra_fit, "the scale-up bandwidth scale",
                           "microbenchmarks.collectives",
@@ -565,6 +590,7 @@ def fit_microbenchmarks(bench: Microbenchmarks, cluster: ClusterSpec) -> Microbe
 __all__ = [
     "HOST_LINK_MIN_BYTES",
     "HOST_LINK_NOMINAL_OVER_ACHIEVABLE",
+    "BANDWIDTH_BOUND_SHARE",
     "IN_NETWORK_REDUCTION_FACTOR",
     "KERNEL_TABLE_LEVEL",
     "MIN_SENSITIVITY",

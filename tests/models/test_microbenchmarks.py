@@ -164,7 +164,7 @@ def test_latency_bound_collectives_cannot_set_a_bandwidth() -> None:
                                      bus_bandwidth_bytes_per_s=1e6)] * 3
     error = _refused(Microbenchmarks(collectives=entries))
     assert error.field == "microbenchmarks.collectives"
-    assert "cannot determine the scale-up bandwidth scale" in error.detail
+    assert "every entry is latency-bound" in error.detail
 
 
 def _step(cluster: ClusterSpec, **degrees: int) -> float:
