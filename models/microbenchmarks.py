@@ -525,9 +525,9 @@ def fit_microbenchmarks(bench: Microbenchmarks, cluster: ClusterSpec) -> Microbe
     intra_max, _ = link_limits(cluster)
     if bench.collectives:
         intra_fit, inter_fit = fit_links(bench.collectives, cluster)
-        used = sum(f.num_entries for f in (intra_fit, inter_fit) if f is not None)
-        if used < len(bench.collectives):
-            notes.append(f"collectives: {len(bench.collectives) - used} of "
+        fitted = sum(f.num_entries for f in (intra_fit, inter_fit) if f is not None)
+        if fitted < len(bench.collectives):
+            notes.append(f"collectives: {len(bench.collectives) - fitted} of "
                          f"{len(bench.collectives)} entries are latency-bound (bandwidth under "
                          f"{BANDWIDTH_BOUND_SHARE:.0%} of their model time) and set no link "
                          "scale")
