@@ -259,6 +259,10 @@ def test_logs_and_microbenchmarks_over_http_store_every_constant(http: httpx.Cli
     evaluated = http.post("/v1/evaluate", json={
         **EVALUATE, "cluster": {**EVALUATE["cluster"], "profile": "from-logs"}})
     assert evaluated.status_code == 200, evaluated.text
+    note = next(n for n in evaluated.json()["explanation"]["notes"]
+                if "calibration profile 'from-logs'" in n)
+    assert "from microbenchmarks: attention efficiency x 1.1" in note
+    assert "scale-out bandwidth x 0.8" in note
 
     bad = {**body, "logs": [{**log, "text": "no arguments here\n"} for log in logs()]}
     refused = http.post("/v1/calibration/runs", json=bad)
