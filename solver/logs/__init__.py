@@ -13,10 +13,16 @@ from solver.logs.common import (
     TimedStep,
     check_architecture,
     median_step_time,
+    single_run,
     steady_steps,
 )
-from solver.logs.megatron import megatron_architecture, megatron_configuration, read_megatron_log
-from solver.logs.torchtitan import read_torchtitan_log, torchtitan_configuration
+from solver.logs.megatron import (
+    ARGS_START,
+    megatron_architecture,
+    megatron_configuration,
+    read_megatron_log,
+)
+from solver.logs.torchtitan import CONFIG_START, read_torchtitan_log, torchtitan_configuration
 
 
 def parse_training_log(log: TrainingLog, *, spec: ModelSpec, gpus_per_node: int,
@@ -37,17 +43,23 @@ def parse_training_log(log: TrainingLog, *, spec: ModelSpec, gpus_per_node: int,
     text_field = f"{where}.text"
     world = log.num_nodes * gpus_per_node
     if log.framework == LogFramework.MEGATRON_LM:
+        single_run(log.text, ARGS_START, where=text_field)
         mlog = read_megatron_log(log.text, where=text_field)
         check_architecture(spec, megatron_architecture(mlog), where=text_field)
         training, parallel = megatron_configuration(mlog, world_size=world, where=text_field)
         steps: list[TimedStep] = mlog.steps
         memory_kind = "max allocated (Megatron-LM memory report)"
+        hint = (" ('iteration N/ T | ... elapsed time per iteration (ms)'): Megatron-LM prints "
+                "them on the last rank, which with pipeline parallelism is not rank 0; give "
+                "that rank's output")
     else:
+        single_run(log.text, CONFIG_START, where=text_field)
         tlog = read_torchtitan_log(log.text, where=text_field)
         training, parallel, steps = torchtitan_configuration(tlog, world_size=world,
                                                              where=text_field)
         memory_kind = "max reserved (torchtitan step line)"
-    used, dropped = steady_steps(steps, skip_steps=log.skip_steps, where=text_field)
+        hint = " ('step: N  loss: ...  tps: ...  tflops: ...')"
+    used, dropped = steady_steps(steps, skip_steps=log.skip_steps, where=text_field, hint=hint)
     step_time = median_step_time(used)
     peaks = [s.peak_memory_bytes for s in steps if s.peak_memory_bytes is not None]
     tflops = sorted(s.tflops_per_gpu for s in used if s.tflops_per_gpu is not None)

@@ -39,20 +39,25 @@ class TimedStep:
     peak_memory_bytes: int | None = None
 
 
-def steady_steps(steps: Sequence[TimedStep], *, skip_steps: int | None, where: str
-                 ) -> tuple[list[TimedStep], list[TimedStep]]:
+def steady_steps(steps: Sequence[TimedStep], *, skip_steps: int | None, where: str,
+                 hint: str = "") -> tuple[list[TimedStep], list[TimedStep]]:
     """(used, dropped as warm-up): drop the first logged line and every line at or before
     `skip_steps` (default `WARMUP_ITERATIONS`).
 
     Raises:
-        LogRefused: no timing line, or none left after the warm-up.
+        LogRefused: no timing line (`hint` says where the framework prints them), the same
+            step logged twice (a restarted run), or none left after the warm-up.
     """
     if not steps:
-        raise LogRefused(f"{where}: the log has no per-step timing lines", field=where)
+        raise LogRefused(f"{where}: the log has no per-step timing lines{hint}", field=where)
+    iterations = [s.iteration for s in steps]
+    if len(set(iterations)) != len(iterations):
+        raise LogRefused(f"{where}: some steps are logged more than once (a restarted run?): "
+                         "give the log of one uninterrupted run", field=where)
     limit = WARMUP_ITERATIONS if skip_steps is None else skip_steps
     ordered = sorted(steps, key=lambda s: s.iteration)
     dropped = [s for k, s in enumerate(ordered) if k == 0 or s.iteration <= limit]
-    used = [s for s in ordered if s not in dropped]
+    used = [s for k, s in enumerate(ordered) if not (k == 0 or s.iteration <= limit)]
     if not used:
         raise LogRefused(
             f"{where}: every timing line ({len(ordered)}, up to iteration "
@@ -60,6 +65,15 @@ def steady_steps(steps: Sequence[TimedStep], *, skip_steps: int | None, where: s
             f"iterations up to {limit}); give a log that runs past the warm-up, or lower "
             "skip_steps", field=where)
     return used, dropped
+
+
+def single_run(text: str, marker: re.Pattern[str], *, where: str) -> None:
+    """Refuse a log that printed its configuration (`marker`) more than once (several runs,
+    or a restart whose configuration may differ)."""
+    count = len(marker.findall(text))
+    if count > 1:
+        raise LogRefused(f"{where}: the log prints its configuration {count} times (several "
+                         "runs or a restart): give the log of one run", field=where)
 
 
 def median_step_time(steps: Sequence[TimedStep]) -> float:
@@ -85,4 +99,4 @@ def check_architecture(spec: ModelSpec, printed: Mapping[str, int | None], *, wh
 
 
 __all__ = ["ANSI_ESCAPE", "WARMUP_ITERATIONS", "LogRefused", "TimedStep",
-           "check_architecture", "median_step_time", "steady_steps"]
+           "check_architecture", "median_step_time", "single_run", "steady_steps"]

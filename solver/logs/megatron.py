@@ -186,5 +186,5 @@ def megatron_architecture(log: MegatronLog) -> dict[str, int | None]:
     return out
 
 
-__all__ = ["MegatronLog", "megatron_architecture", "megatron_configuration",
+__all__ = ["ARGS_START", "MegatronLog", "megatron_architecture", "megatron_configuration",
            "read_megatron_log"]

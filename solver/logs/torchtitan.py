@@ -29,6 +29,7 @@ from api_schemas.training import TrainingSpec
 from solver.logs.common import ANSI_ESCAPE, LogRefused, TimedStep
 
 ARGS_MARKERS = ("Running with args: ", "Running with configs: ")
+CONFIG_START = re.compile(r"Running with (?:args|configs): ")
 STEP = re.compile(r"(?<!validate )step:\s*(\d+)\s+loss:.*?memory:\s*([0-9.]+)GiB.*?"
                   r"tps:\s*([0-9,]+)\s+tflops:\s*([0-9,.]+)")
 INIT_LOCAL = re.compile(r"Trainer is initialized with local batch size (\d+), global batch "
@@ -205,5 +206,5 @@ def torchtitan_architecture(log: TorchtitanLog) -> dict[str, int | None]:
     return {}
 
 
-__all__ = ["TorchtitanLog", "read_torchtitan_log", "torchtitan_architecture",
+__all__ = ["CONFIG_START", "TorchtitanLog", "read_torchtitan_log", "torchtitan_architecture",
            "torchtitan_configuration"]

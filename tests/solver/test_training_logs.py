@@ -126,3 +126,20 @@ def test_a_megatron_log_missing_the_batch_is_refused_naming_it() -> None:
                      .splitlines() if "global_batch_size ..." not in line)
     with pytest.raises(LogRefused, match="lacks global_batch_size"):
         parse("", "megatron-lm", 1, text=text)
+
+
+def test_a_log_of_two_runs_is_refused() -> None:
+    text = (LOGS / "megatron_llama3-8b_tp2_dp4.log").read_text()
+    with pytest.raises(LogRefused, match="prints its configuration 2 times"):
+        parse("", "megatron-lm", 1, text=text + text)
+    titan = (LOGS / "torchtitan_llama3-8b_fsdp8.log").read_text()
+    steps = "\n".join(line for line in titan.splitlines() if "step:" in line)
+    with pytest.raises(LogRefused, match="logged more than once"):
+        parse("", "torchtitan", 1, text=titan + steps + "\n")
+
+
+def test_no_timing_lines_says_where_megatron_prints_them() -> None:
+    text = (LOGS / "megatron_llama3-8b_tp2_dp4.log").read_text()
+    head = text.split(" [2026", 1)[0]
+    with pytest.raises(LogRefused, match="on the last rank"):
+        parse("", "megatron-lm", 1, text=head)
