@@ -46,6 +46,13 @@ def parse_training_log(log: TrainingLog, *, spec: ModelSpec, gpus_per_node: int,
         single_run(log.text, ARGS_START, where=text_field)
         mlog = read_megatron_log(log.text, where=text_field)
         check_architecture(spec, megatron_architecture(mlog), where=text_field)
+        experts = mlog.args.get("num_experts")
+        expected = spec.moe.num_experts if spec.moe is not None else None
+        if experts != expected:
+            raise LogRefused(
+                f"{text_field}: the log's num_experts is {experts} but the model "
+                f"'{spec.name}' has {expected}: the log is of another model; give the model "
+                "that ran", field=text_field)
         training, parallel = megatron_configuration(mlog, world_size=world, where=text_field)
         steps: list[TimedStep] = mlog.steps
         memory_kind = "max allocated (Megatron-LM memory report)"

@@ -264,6 +264,19 @@ def test_logs_and_microbenchmarks_over_http_store_every_constant(http: httpx.Cli
     assert "from microbenchmarks: attention efficiency x 1.1" in note
     assert "scale-out bandwidth x 0.8" in note
 
+    corrupt = bench.model_dump(mode="json")
+    corrupt["gemm"][0]["tflops"] = -3.0
+    negative = http.post("/v1/calibration/runs", json={**body, "microbenchmarks": corrupt})
+    assert negative.status_code == 422
+    assert negative.json()["errors"][0]["loc"] == ["body", "microbenchmarks", "gemm", 0,
+                                                   "tflops"]
+    corrupt["gemm"][0]["tflops"] = 2500.0
+    impossible = http.post("/v1/calibration/runs", json={**body, "microbenchmarks": corrupt})
+    assert impossible.status_code == 422
+    assert impossible.json()["errors"][0]["loc"] == ["body", "microbenchmarks", "gemm", "0",
+                                                     "tflops"]
+    assert "physically impossible" in impossible.json()["detail"]
+
     bad = {**body, "logs": [{**log, "text": "no arguments here\n"} for log in logs()]}
     refused = http.post("/v1/calibration/runs", json=bad)
     assert refused.status_code == 422

@@ -143,3 +143,11 @@ def test_no_timing_lines_says_where_megatron_prints_them() -> None:
     head = text.split(" [2026", 1)[0]
     with pytest.raises(LogRefused, match="on the last rank"):
         parse("", "megatron-lm", 1, text=head)
+
+
+def test_a_megatron_log_of_a_moe_model_is_refused_for_a_dense_one() -> None:
+    text = (LOGS / "megatron_llama3-8b_tp2_dp4.log").read_text().replace(
+        "num_experts ..................................... None",
+        "num_experts ..................................... 8")
+    with pytest.raises(LogRefused, match="num_experts is 8"):
+        parse("", "megatron-lm", 1, text=text)
