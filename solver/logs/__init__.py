@@ -8,6 +8,7 @@ or fit runs (`solver/calibration.py`) or read files (the CLI reads them).
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.calibration import LogFramework, MeasuredRun, ParsedLog, TrainingLog
+from models.errors import PlannerError
 from solver.logs.common import (
     LogRefused,
     TimedStep,
@@ -23,6 +24,12 @@ from solver.logs.megatron import (
     read_megatron_log,
 )
 from solver.logs.torchtitan import CONFIG_START, read_torchtitan_log, torchtitan_configuration
+
+
+def _unreadable(where: str, error: Exception) -> LogRefused:
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return LogRefused(f"{where}: the printed configuration is not one a run can have "
+                      f"({first}); check that the log is complete and unedited", field=where)
 
 
 def parse_training_log(log: TrainingLog, *, spec: ModelSpec, gpus_per_node: int,
@@ -53,7 +60,13 @@ def parse_training_log(log: TrainingLog, *, spec: ModelSpec, gpus_per_node: int,
                 f"{text_field}: the log's num_experts is {experts} but the model "
                 f"'{spec.name}' has {expected}: the log is of another model; give the model "
                 "that ran", field=text_field)
-        training, parallel = megatron_configuration(mlog, world_size=world, where=text_field)
+        try:
+            training, parallel = megatron_configuration(mlog, world_size=world,
+                                                        where=text_field)
+        except (ValueError, TypeError) as error:
+            if isinstance(error, PlannerError):
+                raise
+            raise _unreadable(text_field, error) from error
         steps: list[TimedStep] = mlog.steps
         memory_kind = "max allocated (Megatron-LM memory report)"
         hint = (" ('iteration N/ T | ... elapsed time per iteration (ms)'): Megatron-LM prints "
@@ -62,8 +75,13 @@ def parse_training_log(log: TrainingLog, *, spec: ModelSpec, gpus_per_node: int,
     else:
         single_run(log.text, CONFIG_START, where=text_field)
         tlog = read_torchtitan_log(log.text, where=text_field)
-        training, parallel, steps = torchtitan_configuration(tlog, world_size=world,
-                                                             where=text_field)
+        try:
+            training, parallel, steps = torchtitan_configuration(tlog, world_size=world,
+                                                                 where=text_field)
+        except (ValueError, TypeError) as error:
+            if isinstance(error, PlannerError):
+                raise
+            raise _unreadable(text_field, error) from error
         memory_kind = "max reserved (torchtitan step line)"
         hint = " ('step: N  loss: ...  tps: ...  tflops: ...')"
     used, dropped = steady_steps(steps, skip_steps=log.skip_steps, where=text_field, hint=hint)

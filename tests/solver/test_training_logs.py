@@ -151,3 +151,18 @@ def test_a_megatron_log_of_a_moe_model_is_refused_for_a_dense_one() -> None:
         "num_experts ..................................... 8")
     with pytest.raises(LogRefused, match="num_experts is 8"):
         parse("", "megatron-lm", 1, text=text)
+
+
+def test_a_garbled_argument_is_refused_not_crashed() -> None:
+    text = (LOGS / "megatron_llama3-8b_tp2_dp4.log").read_text()
+    for old, new in (("tensor_model_parallel_size ...................... 2",
+                      "tensor_model_parallel_size ...................... two"),
+                     ("micro_batch_size ................................ 1",
+                      "micro_batch_size ................................ 0")):
+        assert old in text
+        with pytest.raises(LogRefused, match="not one a run can have"):
+            parse("", "megatron-lm", 1, text=text.replace(old, new))
+    titan = (LOGS / "torchtitan_llama3-8b_fsdp8.log").read_text().replace(
+        "'tensor_parallel_degree': 1", "'tensor_parallel_degree': 'x'")
+    with pytest.raises(LogRefused, match="not one a run can have"):
+        parse("", "torchtitan", 1, text=titan)
