@@ -7,15 +7,18 @@ answers with. Must not: fit or store (`models/calibration.py`, `solver/calibrati
 """
 
 from datetime import datetime
+from enum import StrEnum
+from typing import Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from api_schemas._base import ResultModel, SpecModel
 from api_schemas.hardware import KernelCalibration
+from api_schemas.microbenchmarks import MicrobenchmarkFit, Microbenchmarks
 from api_schemas.parallel import ParallelConfig
 from api_schemas.requests import ModelInput
 from api_schemas.training import TrainingSpec
-from api_schemas.units import PositiveBytes, PositiveInt
+from api_schemas.units import NonNegativeInt, PositiveBytes, PositiveInt
 
 PROFILE_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 """Profile names: lower-case letters, digits, '.', '_' and '-', at most 64 characters."""
@@ -26,6 +29,19 @@ constants, so each has a residual degree of freedom."""
 
 MAX_CALIBRATION_RUNS = 64
 """Most measured runs one calibration takes (each is scored at every grid point)."""
+
+MAX_TRAINING_LOGS = 16
+"""Most training logs one calibration takes (each becomes one run)."""
+
+MAX_LOG_CHARS = 4_000_000
+"""Longest training log text accepted (characters)."""
+
+
+class LogFramework(StrEnum):
+    """Training frameworks whose logs the calibration parses."""
+
+    MEGATRON_LM = "megatron-lm"
+    TORCHTITAN = "torchtitan"
 
 
 class MeasuredRun(SpecModel):
@@ -47,6 +63,25 @@ class MeasuredRun(SpecModel):
                               description="A name for the run in the report.")
 
 
+class TrainingLog(SpecModel):
+    """A training log as the framework printed it: parsed into one measured run (the
+    configuration from its printed arguments, the step time from its per-step lines)."""
+
+    framework: LogFramework = Field(description="'megatron-lm' or 'torchtitan'.")
+    text: str = Field(min_length=1, max_length=MAX_LOG_CHARS,
+                      description="The log text (rank 0's, or the rank that prints timings).")
+    model: ModelInput = Field(description="The model that ran; the log's printed architecture "
+                              "(layers, hidden size, heads) is checked against it.")
+    num_nodes: PositiveInt = Field(description="Nodes of the run's cluster.", examples=[2])
+    gpus_per_node: PositiveInt | None = Field(
+        default=None, description="GPUs per node; default from the GPU's node preset.")
+    skip_steps: NonNegativeInt | None = Field(
+        default=None, description="Drop logged steps at or before this iteration as warm-up "
+        "(default: the first logged interval and iterations 1-2).")
+    label: str | None = Field(default=None, max_length=200,
+                              description="A name for the run in the report.")
+
+
 class CalibrationRunsRequest(SpecModel):
     """Body of POST /v1/calibration/runs."""
 
@@ -57,9 +92,49 @@ class CalibrationRunsRequest(SpecModel):
     node: str | None = Field(default=None, max_length=200,
                              description="Node preset id (default: the GPU's typical node).")
     runs: list[MeasuredRun] = Field(
-        min_length=MIN_CALIBRATION_RUNS, max_length=MAX_CALIBRATION_RUNS,
-        description="Measured runs (at least 4: two constants are fitted, with a degree of "
-        "freedom left for their uncertainty in every leave-one-out fit).")
+        default_factory=list, max_length=MAX_CALIBRATION_RUNS,
+        description="Measured runs (with `logs`, at least 4: two constants are fitted, with a "
+        "degree of freedom left for their uncertainty in every leave-one-out fit).")
+    logs: list[TrainingLog] = Field(
+        default_factory=list, max_length=MAX_TRAINING_LOGS,
+        description="Megatron-LM or torchtitan training logs, each parsed into one run.")
+    microbenchmarks: Microbenchmarks | None = Field(
+        default=None, description="Kernel and link microbenchmark results (the "
+        "`calibration` kit's output): they set the attention, link and host-link constants "
+        "and, with GEMM entries, the GEMM efficiency level.")
+
+    @model_validator(mode="after")
+    def _enough_runs(self) -> Self:
+        total = len(self.runs) + len(self.logs)
+        if total < MIN_CALIBRATION_RUNS:
+            raise ValueError(
+                f"runs: a calibration needs at least {MIN_CALIBRATION_RUNS} runs (runs and "
+                f"logs together), got {total}: two constants are fitted with a degree of "
+                "freedom left in every leave-one-out fit")
+        if total > MAX_CALIBRATION_RUNS:
+            raise ValueError(f"runs: at most {MAX_CALIBRATION_RUNS} runs and logs together, "
+                             f"got {total}")
+        return self
+
+
+class ParsedLog(ResultModel):
+    """What one training log gave: the run it became and the steps that timed it."""
+
+    label: str = Field(description="The run's label in `runs` of the fit.")
+    framework: LogFramework = Field(description="Framework whose format was parsed.")
+    steps_logged: list[int] = Field(description="Iterations of every timing line found.")
+    steps_used: list[int] = Field(description="Iterations whose timings were used.")
+    warmup_skipped: list[int] = Field(description="Iterations dropped as warm-up.")
+    step_time_s: float = Field(description="Median step time of the used lines (seconds).")
+    step_time_min_s: float = Field(description="Fastest used line.")
+    step_time_max_s: float = Field(description="Slowest used line.")
+    logged_tflops_per_gpu: float | None = Field(
+        default=None, description="Median TFLOP/s per GPU the framework printed (its own "
+        "FLOP count), if printed.")
+    peak_memory_bytes: int | None = Field(default=None, description="Largest peak memory "
+                                          "per rank the log printed (bytes), if any.")
+    peak_memory_kind: str | None = Field(default=None, description="Which figure that is.")
+    run: MeasuredRun = Field(description="The configuration and timing the log became.")
 
 
 class FittedConstant(ResultModel):
@@ -108,6 +183,10 @@ class CalibrationFit(ResultModel):
     runs: list[RunResidual] = Field(description="Each run: measured, uncalibrated, fitted "
                                     "and held-out predictions.")
     method: str = Field(description="How the constants were fitted, in words.")
+    logs: list[ParsedLog] = Field(default_factory=list,
+                                  description="Each training log and what it was parsed into.")
+    microbenchmarks: MicrobenchmarkFit | None = Field(
+        default=None, description="Constants set from microbenchmarks, if any were given.")
 
 
 class CalibrationProfile(ResultModel):
@@ -149,8 +228,13 @@ __all__ = [
     "CalibrationProfile",
     "CalibrationProfileList",
     "CalibrationProfileSummary",
+    "MAX_LOG_CHARS",
+    "MAX_TRAINING_LOGS",
     "CalibrationRunsRequest",
     "FittedConstant",
+    "LogFramework",
     "MeasuredRun",
+    "ParsedLog",
+    "TrainingLog",
     "RunResidual",
 ]

@@ -111,6 +111,23 @@ class KernelCalibration(SpecModel):
         default=0.0, ge=0.0, le=3600.0,
         description="Fixed time added to every optimizer step (data loading, logging, "
         "synchronisation the model does not itemise), seconds.", examples=[0.05])
+    attention_efficiency_scale: float = Field(
+        default=1.0, gt=0.0, le=10.0,
+        description="Multiplier on the GPU family's attention-kernel efficiency (fused and "
+        "unfused), fitted on attention microbenchmarks; the scaled efficiency must stay at "
+        "or below 100% of the dense 16-bit peak.", examples=[1.1])
+    intra_node_bandwidth_scale: float = Field(
+        default=1.0, gt=0.0, le=10.0,
+        description="Multiplier on the achievable scale-up (NVLink/xGMI) bandwidth, fitted on "
+        "single-node collective microbenchmarks.", examples=[0.95])
+    inter_node_bandwidth_scale: float = Field(
+        default=1.0, gt=0.0, le=10.0,
+        description="Multiplier on the achievable scale-out (NIC) bandwidth, fitted on "
+        "multi-node collective microbenchmarks.", examples=[0.9])
+    host_link_bandwidth_bytes_per_s: float | None = Field(
+        default=None, gt=0.0, le=1e13,
+        description="Measured host<->GPU copy bandwidth per GPU per direction (bytes/s), "
+        "replacing the node's PCIe figure; null keeps it.", examples=[52e9])
     profile: str | None = Field(
         default=None, max_length=64,
         description="Name of the stored profile these constants come from (set by the "

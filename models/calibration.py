@@ -210,6 +210,30 @@ def fit_constants(curves: Sequence[RunCurve], *, scale_limits: tuple[float, floa
                rss=rss, clamped_overhead=clamped)
 
 
+def fit_overhead(curves: Sequence[RunCurve], *, scale: float, scale_se: float) -> Fit:
+    """The per-step overhead alone, least squares on log step time with the GEMM efficiency
+    scale held at `scale` (set elsewhere, e.g. by GEMM microbenchmarks, with standard error
+    `scale_se`); the overhead's standard error is the one-parameter Gauss-Newton one with
+    sigma^2 = RSS / (n - 1). A negative overhead within `NEGATIVE_OVERHEAD_SIGMAS` standard
+    errors of zero is clamped to zero.
+
+    Raises:
+        InvalidSpecError: fewer than two runs.
+    """
+    if len(curves) < 2:
+        raise InvalidSpecError("an overhead fit needs at least 2 runs", field="runs")
+    overhead = best_overhead(curves, scale)
+    rss = _objective(curves, scale, overhead)
+    jo2 = sum(1.0 / (c.model_at(scale) + overhead) ** 2 for c in curves)
+    overhead_se = math.sqrt(rss / (len(curves) - 1) / jo2) if jo2 > 0 else math.inf
+    clamped = overhead < 0 and overhead >= -NEGATIVE_OVERHEAD_SIGMAS * overhead_se
+    if clamped:
+        overhead = 0.0
+        rss = _objective(curves, scale, 0.0)
+    return Fit(scale=scale, overhead_s=overhead, scale_se=scale_se, overhead_se=overhead_se,
+               rss=rss, clamped_overhead=clamped)
+
+
 def physical_problems(fit: Fit, *, scale_limits: tuple[float, float],
                       limit_reasons: tuple[str, str]) -> list[str]:
     """Why a fit's constants are unphysical (empty when they are not).
@@ -241,13 +265,15 @@ def relative_error(predicted: float, measured: float) -> float:
     return abs(predicted / measured - 1.0)
 
 
-def leave_one_out(curves: Sequence[RunCurve], *, scale_limits: tuple[float, float]
-                  ) -> list[tuple[Fit, float]]:
-    """For each run, the fit on the other runs and its prediction of the held-out run."""
+def leave_one_out(curves: Sequence[RunCurve], *, scale_limits: tuple[float, float],
+                  fixed_scale: tuple[float, float] | None = None) -> list[tuple[Fit, float]]:
+    """For each run, the fit on the other runs and its prediction of the held-out run
+    (`fixed_scale`: (scale, standard error) held, only the overhead refitted)."""
     out = []
     for i, held in enumerate(curves):
         rest = [c for j, c in enumerate(curves) if j != i]
-        fit = fit_constants(rest, scale_limits=scale_limits)
+        fit = (fit_constants(rest, scale_limits=scale_limits) if fixed_scale is None else
+               fit_overhead(rest, scale=fixed_scale[0], scale_se=fixed_scale[1]))
         out.append((fit, held.model_at(fit.scale) + fit.overhead_s))
     return out
 
@@ -260,6 +286,7 @@ __all__ = [
     "RunCurve",
     "best_overhead",
     "fit_constants",
+    "fit_overhead",
     "leave_one_out",
     "physical_problems",
     "relative_error",

@@ -78,10 +78,12 @@ M = RecomputeModule
 
 
 @lru_cache(maxsize=256)
-def _scaled_family_profile(family: str, scale: float) -> KernelProfile:
-    """A family's published profile with its eta_max scaled (cached: read once per GEMM;
-    `clear_compute_cache` forgets it when a script swaps `PROFILES`)."""
-    return calibrated_profile(PROFILES[family], scale)
+def _scaled_family_profile(family: str, scale: float, attention_scale: float = 1.0
+                           ) -> KernelProfile:
+    """A family's published profile with its eta_max and attention efficiency scaled (cached:
+    read once per GEMM; `clear_compute_cache` forgets it when a script swaps `PROFILES`)."""
+    return calibrated_profile(PROFILES[family], scale,
+                              attention_efficiency_scale=attention_scale)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +106,8 @@ class ComputeContext:
     profile: KernelProfile | None = None
     gemm_efficiency_scale: float = 1.0
     """A calibration profile's multiplier on the profile's eta_max (1: as published)."""
+    attention_efficiency_scale: float = 1.0
+    """A calibration profile's multiplier on the attention efficiencies (1: as published)."""
 
     @property
     def tokens(self) -> int:
@@ -114,11 +118,13 @@ class ComputeContext:
     def kernel_profile(self) -> KernelProfile:
         """The calibrated profile of the GPU (its eta_max scaled by a calibration profile's
         `gemm_efficiency_scale`, `models.kernels.calibrated_profile`)."""
-        if self.gemm_efficiency_scale == 1.0:
+        if self.gemm_efficiency_scale == 1.0 and self.attention_efficiency_scale == 1.0:
             return self.profile or profile_for(self.gpu)
         if self.profile is not None:
-            return calibrated_profile(self.profile, self.gemm_efficiency_scale)
-        return _scaled_family_profile(profile_for(self.gpu).family, self.gemm_efficiency_scale)
+            return calibrated_profile(self.profile, self.gemm_efficiency_scale,
+                                      attention_efficiency_scale=self.attention_efficiency_scale)
+        return _scaled_family_profile(profile_for(self.gpu).family, self.gemm_efficiency_scale,
+                                      self.attention_efficiency_scale)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -132,20 +132,24 @@ a wrong configuration), and fitting it into eta_max would mislead every other pl
 
 
 def calibrated_profile(profile: KernelProfile, gemm_efficiency_scale: float, *,
-                       label: str = "") -> KernelProfile:
-    """`profile` with every format's eta_max multiplied by `gemm_efficiency_scale`.
+                       label: str = "", attention_efficiency_scale: float = 1.0
+                       ) -> KernelProfile:
+    """`profile` with every format's eta_max multiplied by `gemm_efficiency_scale` and both
+    attention efficiencies by `attention_efficiency_scale`.
 
-    The multiplier is the GEMM efficiency level of a calibration profile (fitted on measured
-    step times, `models.calibration`); the shape model (wave quantisation, launch and I/O
-    terms) and attention are unchanged. Source: the GEMM model of this module, whose eta_max
-    is itself a step-level fit (research/CALIBRATION.md); a cluster-specific refit of that
-    level is Sec. "Cluster calibration" there.
+    The GEMM multiplier is the GEMM efficiency level of a calibration profile (fitted on
+    measured step times, `models.calibration`, or on GEMM microbenchmarks,
+    `models.microbenchmarks`); the attention multiplier is fitted on attention-kernel
+    microbenchmarks. The shape model (wave quantisation, launch and I/O terms) and the
+    attention saturation length are unchanged. Source: the GEMM and attention models of this
+    module, whose levels are themselves fits (research/CALIBRATION.md); a cluster-specific
+    refit of those levels is Sec. "Cluster calibration" there.
 
     Raises:
         InvalidSpecError: a scaled eta_max above 1 (faster than the dense peak) or below
-            `GEMM_EFFICIENCY_FLOOR_FRAC`.
+            `GEMM_EFFICIENCY_FLOOR_FRAC`, or a scaled attention efficiency above 1.
     """
-    if gemm_efficiency_scale == 1.0:
+    if gemm_efficiency_scale == 1.0 and attention_efficiency_scale == 1.0:
         return profile
     scaled = {dtype: frac * gemm_efficiency_scale
               for dtype, frac in profile.gemm_peak_frac.items()}
@@ -158,9 +162,21 @@ def calibrated_profile(profile: KernelProfile, gemm_efficiency_scale: float, *,
                 f"{GEMM_EFFICIENCY_FLOOR_FRAC / min(profile.gemm_peak_frac.values()):.3g} and "
                 f"{1.0 / max(profile.gemm_peak_frac.values()):.3g}",
                 field="cluster.calibration.gemm_efficiency_scale")
-    note = label or f"GEMM efficiency x {gemm_efficiency_scale:.4g}"
-    return dataclasses.replace(profile, gemm_peak_frac=scaled,
-                               calibration=f"{note} over: {profile.calibration}")
+    flash = profile.flash_attention_frac * attention_efficiency_scale
+    if flash > 1.0:
+        raise InvalidSpecError(
+            f"attention efficiency scale {attention_efficiency_scale:g} puts {profile.family} "
+            f"fused attention at {flash:.1%} of the dense 16-bit peak, above 100%; give a "
+            f"scale at most {1.0 / profile.flash_attention_frac:.3g}",
+            field="cluster.calibration.attention_efficiency_scale")
+    note = label or (f"GEMM efficiency x {gemm_efficiency_scale:.4g}"
+                     + (f", attention x {attention_efficiency_scale:.4g}"
+                        if attention_efficiency_scale != 1.0 else ""))
+    return dataclasses.replace(
+        profile, gemm_peak_frac=scaled, flash_attention_frac=flash,
+        materialized_attention_frac=profile.materialized_attention_frac
+        * attention_efficiency_scale,
+        calibration=f"{note} over: {profile.calibration}")
 
 
 def _gemm_frac(profile: KernelProfile, dtype: DType) -> float:

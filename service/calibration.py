@@ -21,6 +21,7 @@ from api_schemas.calibration import (
     CalibrationRunsRequest,
 )
 from api_schemas.hardware import KernelCalibration
+from api_schemas.microbenchmarks import MicrobenchmarkFit
 from api_schemas.requests import ClusterInput, EvaluateRequest, PlanRequest
 from models.errors import InvalidSpecError
 from service.persistence import repo
@@ -63,15 +64,21 @@ def summary_of(record: CalibrationProfileRecord) -> CalibrationProfileSummary:
 
 
 def constants_of(record: CalibrationProfileRecord) -> KernelCalibration:
-    """The constants a request gets from this version (named with it), with each fitted
-    run's leave-one-out step-time error (measured / held-out prediction - 1), from which
-    predictions on the profile take their range."""
+    """The constants a request gets from this version (named with it): the fitted GEMM scale
+    and overhead, the microbenchmarks' link, attention and host-link constants, which the fit
+    report keeps (`fit.microbenchmarks.applied`), and each fitted run's leave-one-out
+    step-time error (measured / held-out prediction - 1), from which predictions on the
+    profile take their range."""
     fit = CalibrationFit.model_validate(record.fit_json)
     errors = tuple(run.measured_step_time_s / run.leave_one_out_step_time_s - 1.0
                    for run in fit.runs)
-    return KernelCalibration(gemm_efficiency_scale=record.gemm_efficiency_scale,
-                             step_overhead_s=record.step_overhead_s, profile=record.name,
-                             version=record.version, leave_one_out_errors=errors or None)
+    micro = record.fit_json.get("microbenchmarks")
+    applied = (MicrobenchmarkFit.model_validate(micro).applied if isinstance(micro, dict)
+               else KernelCalibration())
+    return applied.model_copy(update={"gemm_efficiency_scale": record.gemm_efficiency_scale,
+                                      "step_overhead_s": record.step_overhead_s,
+                                      "profile": record.name, "version": record.version,
+                                      "leave_one_out_errors": errors or None})
 
 
 async def save_profile(record: CalibrationProfileRecord, *,

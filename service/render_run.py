@@ -230,6 +230,18 @@ def render_calibration(result: CalibrationProfile | CalibrationFit) -> str:
     lines += [f"  {r.label[:24]:24s} {r.measured_step_time_s:10.3f} "
               f"{r.uncalibrated_step_time_s:9.3f} {r.fitted_step_time_s:9.3f} "
               f"{r.leave_one_out_step_time_s:10.3f}" for r in fit.runs]
+    for parsed in fit.logs:
+        lines.append(f"  log {parsed.label}: {parsed.framework.value}, steps "
+                     f"{parsed.steps_used[0]}..{parsed.steps_used[-1]} used "
+                     f"({len(parsed.steps_used)} lines, warm-up {parsed.warmup_skipped} "
+                     f"skipped), median {parsed.step_time_s:.3f} s")
+    if fit.microbenchmarks is not None:
+        for c in fit.microbenchmarks.constants:
+            lines.append(f"  microbenchmark {c.name}: {c.value:.4g} +- {c.standard_error:.2g} "
+                         f"({c.num_entries} entries; mean |error| uncalibrated "
+                         f"{c.uncalibrated_relative_error:.1%}, fitted "
+                         f"{c.fitted_relative_error:.1%})")
+        lines += [f"  note: {note}" for note in fit.microbenchmarks.notes]
     lines.append("  (a deterministic model fitted to the runs given, not a measurement)")
     return "\n".join(lines)
 

@@ -111,9 +111,17 @@ def _notes(resolved_notes: tuple[str, ...], cluster: ClusterSpec) -> list[str]:
         version = f" version {calibration.version}" if calibration.version else ""
         source = (f"calibration profile '{calibration.profile}'{version}"
                   if calibration.profile is not None else "cluster.calibration")
+        measured = [f"{label} x {value:.4g}" for label, value in (
+            ("attention efficiency", calibration.attention_efficiency_scale),
+            ("scale-up bandwidth", calibration.intra_node_bandwidth_scale),
+            ("scale-out bandwidth", calibration.inter_node_bandwidth_scale)) if value != 1.0]
+        if calibration.host_link_bandwidth_bytes_per_s is not None:
+            measured.append(f"host link {calibration.host_link_bandwidth_bytes_per_s / 1e9:.4g} "
+                            "GB/s per GPU")
         notes.append(f"{source}: GEMM efficiency x {calibration.gemm_efficiency_scale:.4g} "
                      f"of the values above, {calibration.step_overhead_s:.4g} s fixed "
-                     "overhead per step")
+                     "overhead per step" + (f"; from microbenchmarks: {', '.join(measured)}"
+                                            if measured else ""))
     return notes
 
 

@@ -1,12 +1,14 @@
 """Calibrating a cluster profile from measured runs: each run scored by the cost model over
 the GEMM efficiency scale, checked against physics, then fitted (`models.calibration`).
 
-Owns: `calibrate(request)`: resolving each run like POST /v1/evaluate (model, the
-calibration's GPU and node, mesh rules), refusing runs no hardware could produce (a step
-faster than its model FLOPs at 100% of the dense peak, a peak memory above the GPU's
-memory), tabulating each run's model step time over the admissible scales, the fit, its
-leave-one-out check and the refusal of unphysical constants. Must not: store profiles or
-read the database (the service does).
+Owns: `calibrate(request)`: parsing the training logs into runs (`solver.logs`), fitting
+the microbenchmarks' constants (`models.microbenchmarks`) and applying them to every run,
+resolving each run like POST /v1/evaluate (model, the calibration's GPU and node, mesh
+rules), refusing runs no hardware could produce (a step faster than its model FLOPs at 100%
+of the dense peak, a peak memory above the GPU's memory), tabulating each run's model step
+time over the admissible scales, the fit (both constants, or the overhead alone when GEMM
+microbenchmarks set the GEMM level), its leave-one-out check and the refusal of unphysical
+constants. Must not: store profiles or read the database (the service does).
 """
 
 import math
@@ -19,6 +21,7 @@ from api_schemas.calibration import (
     CalibrationRunsRequest,
     FittedConstant,
     MeasuredRun,
+    ParsedLog,
     RunResidual,
 )
 from api_schemas.hardware import ClusterSpec, KernelCalibration
@@ -28,6 +31,7 @@ from models.calibration import (
     Fit,
     RunCurve,
     fit_constants,
+    fit_overhead,
     leave_one_out,
     physical_problems,
     relative_error,
@@ -36,9 +40,11 @@ from models.errors import PlannerError
 from models.kernels import GEMM_EFFICIENCY_FLOOR_FRAC, KernelProfile, profile_for
 from models.memory import memory_ledger
 from models.mesh import validate_mesh
+from models.microbenchmarks import MicrobenchmarkResult, fit_microbenchmarks
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import estimate_step
 from solver.api import used_nodes
+from solver.logs import parse_training_log
 
 GRID_POINTS = 17
 """GEMM efficiency scales (log-spaced over the admissible range) at which each run's step
@@ -48,6 +54,12 @@ METHOD = ("least squares on ln(step time): t = T(s) + o, T the cost model with e
           "x s (tabulated at 17 scales, linear in 1/s between them), o a fixed per-step "
           "overhead; standard errors from the Gauss-Newton covariance with RSS/(n-2); "
           "leave-one-out: each run predicted by the fit on the others")
+
+METHOD_FIXED = ("least squares on ln(step time): t = T(s) + o with s, the GEMM efficiency "
+                "scale, set by the GEMM microbenchmarks (fitted kernel level over the family's "
+                "kernel table) and o, a fixed per-step overhead, fitted; its standard error "
+                "from the one-parameter Gauss-Newton covariance with RSS/(n-1); leave-one-out: "
+                "each run predicted by the overhead fitted on the others")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,9 +102,8 @@ def _cluster(request: CalibrationRunsRequest, run: MeasuredRun) -> ClusterSpec:
                                         gpus_per_node=run.gpus_per_node))
 
 
-def _score(request: CalibrationRunsRequest, index: int, run: MeasuredRun,
-           scales: Sequence[float]) -> _Scored:
-    where = f"runs.{index}"
+def _score(request: CalibrationRunsRequest, where: str, run: MeasuredRun,
+           scales: Sequence[float], applied: KernelCalibration) -> _Scored:
     try:
         spec = resolve_model(run.model).spec
         cluster = _cluster(request, run)
@@ -103,7 +114,9 @@ def _score(request: CalibrationRunsRequest, index: int, run: MeasuredRun,
         ledger = memory_ledger(spec, run.training, run.parallel, cluster)
         times = tuple(
             estimate_step(spec, run.training, run.parallel, cluster.model_copy(update={
-                "calibration": KernelCalibration(gemm_efficiency_scale=s)})).step_time_s
+                "calibration": applied.model_copy(update={"gemm_efficiency_scale": s,
+                                                          "step_overhead_s": 0.0})
+            })).step_time_s
             for s in scales)
     except PlannerError as error:
         raise _with_field(error, where) from error
@@ -125,7 +138,8 @@ def _score(request: CalibrationRunsRequest, index: int, run: MeasuredRun,
                                   model_s=times),
                    uncalibrated_s=base.step_time_s, bound_s=bound,
                    peak_bytes=ledger.peak_bytes,
-                   measured_peak_bytes=run.peak_memory_bytes, label=run.label or f"run {index}")
+                   measured_peak_bytes=run.peak_memory_bytes,
+                   label=run.label or f"run {where.split('.')[-1]}")
 
 
 def _constant(value: float, se: float, loo: Sequence[float]) -> FittedConstant:
@@ -133,27 +147,72 @@ def _constant(value: float, se: float, loo: Sequence[float]) -> FittedConstant:
                           leave_one_out_min=min(loo), leave_one_out_max=max(loo))
 
 
+def _runs(request: CalibrationRunsRequest) -> tuple[list[tuple[str, MeasuredRun]],
+                                                     list[ParsedLog]]:
+    """Every run with its field path: the measured runs, then each log parsed."""
+    runs = [(f"runs.{i}", run) for i, run in enumerate(request.runs)]
+    parsed = []
+    for i, log in enumerate(request.logs):
+        where = f"logs.{i}"
+        try:
+            spec = resolve_model(log.model).spec
+            cluster = resolve_cluster(ClusterInput(gpu=request.gpu, node=request.node,
+                                                   num_nodes=log.num_nodes,
+                                                   gpus_per_node=log.gpus_per_node))
+            result = parse_training_log(log, spec=spec, gpus_per_node=cluster.gpus_per_node,
+                                        where=where)
+        except PlannerError as error:
+            if error.field and error.field.startswith(where):
+                raise
+            raise _with_field(error, where) from error
+        parsed.append(result)
+        runs.append((where, result.run))
+    return runs, parsed
+
+
+def _microbenchmarks(request: CalibrationRunsRequest, first: MeasuredRun
+                     ) -> MicrobenchmarkResult | None:
+    if request.microbenchmarks is None:
+        return None
+    return fit_microbenchmarks(request.microbenchmarks, _cluster(request, first))
+
+
 def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
-    """Fit the GEMM efficiency scale and the per-step overhead of `request.gpu` to the runs.
+    """Fit the GEMM efficiency scale and the per-step overhead of `request.gpu` to the runs
+    and logs, after the microbenchmarks (if any) set the link, attention and host-link
+    constants (and, with GEMM entries, the GEMM efficiency scale: then only the overhead is
+    fitted to the runs).
 
     Raises:
-        InvalidSpecError: a run the cost model cannot score (field `runs.<i>...`), a
-            physically impossible run, a fit whose constants leave their physical limits
-            or cannot be told apart (the message says which and why).
+        InvalidSpecError: a run or log the cost model cannot score or parse (field
+            `runs.<i>...` / `logs.<i>.text`), a physically impossible run or microbenchmark,
+            a fit whose constants leave their physical limits or cannot be told apart (the
+            message says which and why).
     """
+    runs, parsed = _runs(request)
+    first = runs[0][1]
     try:
-        family_profile = profile_for(_cluster(request, request.runs[0]).gpu)
+        family_profile = profile_for(_cluster(request, first).gpu)
     except PlannerError as error:
         raise _with_field(error, "gpu") from error
+    micro = _microbenchmarks(request, first)
+    applied = micro.report.applied if micro is not None else KernelCalibration()
+    fixed = ((micro.gemm_scale, micro.gemm_scale_se)
+             if micro is not None and micro.gemm_scale is not None else None)
     lo, hi = scale_limits(family_profile)
     scales = [lo * (hi / lo) ** (k / (GRID_POINTS - 1)) for k in range(GRID_POINTS)]
-    scored = [_score(request, i, run, scales) for i, run in enumerate(request.runs)]
+    scored = [_score(request, where, run, scales, applied) for where, run in runs]
     curves = [s.curve for s in scored]
-    fit = fit_constants(curves, scale_limits=(lo, hi))
+    if fixed is None:
+        fit = fit_constants(curves, scale_limits=(lo, hi))
+    else:
+        fit = fit_overhead(curves, scale=fixed[0], scale_se=fixed[1])
     reasons = (f"{family_profile.family} GEMMs at {GEMM_EFFICIENCY_FLOOR_FRAC:.0%} of the "
                "dense peak, the documented floor", f"{family_profile.family} GEMMs at 100% "
                "of the dense peak")
     problems = physical_problems(fit, scale_limits=(lo, hi), limit_reasons=reasons)
+    if fixed is not None:
+        problems = [p for p in problems if "GEMM efficiency scale" not in p]
     if problems:
         raise CalibrationRefused("the fit is refused: " + "; ".join(problems), field="runs")
     if not math.isfinite(fit.scale_se) or not math.isfinite(fit.overhead_se):
@@ -161,12 +220,16 @@ def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
             "the fit is refused: the runs cannot tell the GEMM efficiency from the per-step "
             "overhead apart (their model step times move together); add runs whose GEMM "
             "share differs (other batch sizes, sequence lengths or models)", field="runs")
-    held = leave_one_out(curves, scale_limits=(lo, hi))
+    held = leave_one_out(curves, scale_limits=(lo, hi), fixed_scale=fixed)
     residuals = [_residual(s, fit, loo_pred) for s, (_, loo_pred) in zip(scored, held,
                                                                          strict=True)]
     n = len(scored)
     fitted_pred = [s.curve.model_at(fit.scale) + fit.overhead_s for s in scored]
     rms = math.sqrt(fit.rss / n)
+    method = METHOD if fixed is None else METHOD_FIXED
+    if micro is not None:
+        method += ("; the microbenchmarks' link, attention and host-link constants are "
+                   "applied to every run before the fit")
     report = CalibrationFit(
         num_runs=n,
         gemm_efficiency_scale=_constant(fit.scale, fit.scale_se, [f.scale for f, _ in held]),
@@ -181,12 +244,13 @@ def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
         fitted_relative_error=sum(relative_error(p, s.curve.measured_s)
                                   for s, p in zip(scored, fitted_pred, strict=True)) / n,
         log_residual_rms=rms, runs=residuals,
-        method=METHOD + ("; the overhead came out negative within noise and was set to 0"
-                         if fit.clamped_overhead else ""))
-    constants = KernelCalibration(
-        gemm_efficiency_scale=fit.scale, step_overhead_s=fit.overhead_s,
-        leave_one_out_errors=tuple(s.curve.measured_s / p - 1.0
-                                   for s, (_, p) in zip(scored, held, strict=True)))
+        method=method + ("; the overhead came out negative within noise and was set to 0"
+                         if fit.clamped_overhead else ""),
+        logs=parsed, microbenchmarks=micro.report if micro is not None else None)
+    constants = applied.model_copy(update={
+        "gemm_efficiency_scale": fit.scale, "step_overhead_s": fit.overhead_s,
+        "leave_one_out_errors": tuple(s.curve.measured_s / p - 1.0
+                                      for s, (_, p) in zip(scored, held, strict=True))})
     return CalibrationResult(constants=constants, fit=report, family=family_profile.family)
 
 

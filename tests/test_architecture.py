@@ -15,6 +15,7 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"api_schemas", "models"},
     "solver": {"api_schemas", "models", "solver"},
     "service": {"api_schemas", "models", "solver", "service"},
+    "calibration": {"api_schemas", "calibration"},
 }
 OURS = set(ALLOWED) | {"research", "tests", "benchmarks"}
 

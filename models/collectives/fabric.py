@@ -40,12 +40,17 @@ class Fabric:
 
 
 def fabric_of(cluster: ClusterSpec) -> Fabric:
-    """The fabric of a cluster description."""
+    """The fabric of a cluster description, its link bandwidths scaled by the cluster's
+    calibration profile (`intra_node_bandwidth_scale`, `inter_node_bandwidth_scale`, fitted
+    on collective microbenchmarks: `models.microbenchmarks`)."""
+    calibration = cluster.calibration
+    intra_scale = calibration.intra_node_bandwidth_scale if calibration is not None else 1.0
+    inter_scale = calibration.inter_node_bandwidth_scale if calibration is not None else 1.0
     return Fabric(
         gpus_per_node=cluster.gpus_per_node,
-        intra_bandwidth_bytes_per_s=cluster.intra_node.bandwidth_bytes_per_s,
+        intra_bandwidth_bytes_per_s=cluster.intra_node.bandwidth_bytes_per_s * intra_scale,
         intra_latency_s=cluster.intra_node.latency_s,
-        inter_bandwidth_bytes_per_s=cluster.inter_node.bandwidth_bytes_per_s,
+        inter_bandwidth_bytes_per_s=cluster.inter_node.bandwidth_bytes_per_s * inter_scale,
         inter_latency_s=cluster.inter_node.latency_s,
         topology=cluster.intra_node_topology,
         rail_optimized=cluster.rail_optimized,
@@ -90,4 +95,15 @@ def intra_node_bandwidth(fabric: Fabric, *, ranks_in_node: int, point_to_point: 
     return link * max(1, ranks_in_node - 1)
 
 
-__all__ = ["Fabric", "fabric_of", "full_mesh_link_bandwidth", "intra_node_bandwidth"]
+def host_link_bandwidth(cluster: ClusterSpec) -> float:
+    """Host<->GPU bandwidth per GPU per direction: the calibration profile's measured value
+    (`host_link_bandwidth_bytes_per_s`, from host-link microbenchmarks) or the node's PCIe
+    figure."""
+    calibration = cluster.calibration
+    if calibration is not None and calibration.host_link_bandwidth_bytes_per_s is not None:
+        return calibration.host_link_bandwidth_bytes_per_s
+    return cluster.pcie_bandwidth_bytes_per_s
+
+
+__all__ = ["Fabric", "fabric_of", "full_mesh_link_bandwidth", "host_link_bandwidth",
+           "intra_node_bandwidth"]

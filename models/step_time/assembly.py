@@ -16,6 +16,7 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode, RecomputeModule
 from api_schemas.training import MuonDistribution, OptimizerKind, TrainingSpec
 from models.collectives import Collective, Fabric, fabric_of
+from models.collectives.fabric import host_link_bandwidth
 from models.compute import OpTimes
 from models.flops import StepFlops, step_flops
 from models.kernels import memory_bound_time_s
@@ -331,7 +332,7 @@ def host_optimizer_s(moved_params: float, training: TrainingSpec,
     host_bytes = moved_params * (2.0 * per_param.optimizer + per_param.gradients
                                  + per_param.weights)
     host_share = cluster.host_memory_bandwidth_bytes_per_s / cluster.gpus_per_node
-    upload = moved_params * per_param.weights / cluster.pcie_bandwidth_bytes_per_s
+    upload = moved_params * per_param.weights / host_link_bandwidth(cluster)
     return host_bytes / host_share + upload
 
 

@@ -19,6 +19,7 @@ from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode, Reco
 from api_schemas.training import TrainingSpec
 from models.activations import LayerActivationContext, layer_activation_bytes
 from models.collectives import Fabric
+from models.collectives.fabric import host_link_bandwidth
 from models.compute import ComputeContext, LayerCompute, OpTimes, head_compute, layer_compute
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout
@@ -54,13 +55,15 @@ def compute_context(training: TrainingSpec, parallel: ParallelConfig,
     any, scales the GEMM efficiency: `models.kernels.calibrated_profile`).."""
     calibration = cluster.calibration
     scale = calibration.gemm_efficiency_scale if calibration is not None else 1.0
+    attention = calibration.attention_efficiency_scale if calibration is not None else 1.0
     return ComputeContext(
         gpu=cluster.gpu, seq_len=training.sequence_length,
         micro_batch_size=parallel.micro_batch_size, tp=parallel.tp, cp=parallel.cp,
         ep=parallel.ep, etp=parallel.etp, sequence_parallel=parallel.sequence_parallel,
         compute_dtype=training.compute_dtype, flash_attention=training.flash_attention,
         dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance,
-        elementwise_fusion=training.elementwise_fusion, gemm_efficiency_scale=scale)
+        elementwise_fusion=training.elementwise_fusion, gemm_efficiency_scale=scale,
+        attention_efficiency_scale=attention)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -229,7 +232,7 @@ def _offload_stall(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCo
     _, host, peak = stage_activation_components(spec, training, parallel, layout,
                                                 num_micro_batches=num_micro_batches)
     per_micro_batch = sum(c.bytes for c in host) / max(1, peak) * len(layout.chunks)
-    transfer = 2 * per_micro_batch / cluster.pcie_bandwidth_bytes_per_s
+    transfer = 2 * per_micro_batch / host_link_bandwidth(cluster)
     hidden = sum(t.forward_s + t.backward_input_s for t in chunk_times)
     return max(0.0, transfer - hidden)
 

@@ -9,6 +9,7 @@ on use) and its `--server` call. Must not: parse flags (`service/cli/parser.py`)
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -150,6 +151,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     fitted and stored as the profile's next version."""
     doc = load_document(args.file)
     set_field(doc, ("profile",), args.profile)
+    base = Path(args.file).resolve().parent if args.file != "-" else Path.cwd()
+    for index, log in enumerate(doc.get("logs") or []):
+        if isinstance(log, dict) and "text_file" in log:
+            path = base / str(log.pop("text_file"))
+            try:
+                log["text"] = path.read_text(encoding="utf-8", errors="replace")
+            except OSError as error:
+                raise SystemExit(f"atlas-planner: logs.{index}.text_file: cannot read {path}: "
+                                 f"{error.strerror}") from error
+    if args.microbenchmarks is not None:
+        doc["microbenchmarks"] = load_document(args.microbenchmarks)
 
     def local() -> BaseModel:
         from api_schemas.calibration import CalibrationRunsRequest

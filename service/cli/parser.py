@@ -107,9 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
                           load=load_document)
 
     calibrate = commands.add_parser("calibrate", help=COMMAND_HELP["calibrate"])
-    calibrate.add_argument("file", help="JSON or YAML: profile, gpu, node and runs, as POST "
-                           "/v1/calibration/runs takes them; with --server the fit is stored")
+    calibrate.add_argument("file", help="JSON or YAML: profile, gpu, node, runs and logs, as "
+                           "POST /v1/calibration/runs takes them (a log may name its file as "
+                           "text_file, relative to this file); with --server the fit is stored")
     calibrate.add_argument("--profile", help="profile name (overrides the file's)")
+    calibrate.add_argument("--microbenchmarks", metavar="FILE",
+                           help="the calibration kit's JSON (GEMM, collective, attention and "
+                           "host-link results) to fit with the runs")
     add_output_flags(calibrate)
     calibrate.set_defaults(handler=cmd_calibrate)
 

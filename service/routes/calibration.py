@@ -60,6 +60,11 @@ def _check_bounds(request: CalibrationRunsRequest, context: ContextDep) -> None:
         limits.check_training(run.training, settings)
         limits.check_parallel(run.parallel, run.training, settings)
         limits.check_model_input(run.model, settings)
+    for log in request.logs:
+        limits.check_cluster(ClusterInput(gpu=request.gpu, node=request.node,
+                                          num_nodes=log.num_nodes,
+                                          gpus_per_node=log.gpus_per_node), settings)
+        limits.check_model_input(log.model, settings)
 
 
 @router.post(
@@ -79,12 +84,19 @@ async def calibrate_runs(
     """Fit the GPU family's GEMM efficiency level (a multiplier on its eta_max) and a fixed
     per-step overhead to measured step times, by least squares on log step time. Each run
     is the configuration POST /v1/evaluate takes (the cluster given by `gpu`, `node` and
-    the run's `num_nodes`) and its measured step time. A run faster than its model FLOPs at
-    100% of the dense peak, or a peak memory above the GPU's, is refused (422 naming the
-    field), as is a fit that puts a constant outside its physical limits. The answer gives
-    each constant with its standard error and leave-one-out range, and the leave-one-out
-    relative error next to the uncalibrated model's; the profile is stored as the next
-    version of its name (`cluster.profile` in evaluate and plan requests applies it)."""
+    the run's `num_nodes`) and its measured step time; `logs` gives Megatron-LM or
+    torchtitan training logs instead, each parsed into its configuration and median
+    steady-state step time (the first logged interval and iterations 1-2 are warm-up).
+    `microbenchmarks` (the `calibration` kit's JSON) set the scale-up and scale-out
+    bandwidth, attention efficiency and host-link constants before the fit, and with GEMM
+    entries the GEMM level too (the runs then fit only the overhead). A run faster than its
+    model FLOPs at 100% of the dense peak, a peak memory above the GPU's, a microbenchmark
+    above the peak FLOP/s or link rate, or a log lacking its configuration or timings is
+    refused (422 naming the field and the reason), as is a fit that puts a constant outside
+    its physical limits. The answer gives each constant with its standard error and
+    leave-one-out range, and the leave-one-out relative error next to the uncalibrated
+    model's; the profile is stored as the next version of its name (`cluster.profile` in
+    evaluate and plan requests applies it)."""
     check_storable(request.model_dump(mode="python"), field="")
     _check_bounds(request, context)
     result = await context.pool.run(partial(call_core, calibrate, request),

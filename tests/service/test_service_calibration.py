@@ -270,3 +270,50 @@ def test_run_level_answers_apply_a_named_profile(http: httpx.Client,
         **body, "cluster": {"gpu": GPU, "num_nodes": 8, "profile": "nobody"}})
     assert unknown.status_code == 422
     assert unknown.json()["errors"][0]["loc"] == ["body", "cluster", "profile"]
+
+
+def test_logs_and_microbenchmarks_over_http_store_every_constant(http: httpx.Client) -> None:
+    """Recorded-format training logs become the runs; the microbenchmarks' link and
+    attention constants are stored with the profile and applied by `cluster.profile`."""
+    from microbenchmark_data import generated_microbenchmarks
+    from test_calibration_inputs import logs
+
+    bench, truth = generated_microbenchmarks(seed=2, sigma=0.01)
+    body = {"profile": "from-logs", "gpu": GPU, "logs": logs(),
+            "microbenchmarks": bench.model_dump(mode="json")}
+    made = http.post("/v1/calibration/runs", json=body)
+    assert made.status_code == 201, made.text
+    served = made.json()
+    assert [p["steps_used"][0] for p in served["fit"]["logs"]] == [10, 10, 10, 5]
+    constants = served["constants"]
+    assert constants["inter_node_bandwidth_scale"] == pytest.approx(
+        truth["inter_node_bandwidth_scale"], rel=0.05)
+    assert constants["attention_efficiency_scale"] == pytest.approx(
+        truth["attention_efficiency_scale"], rel=0.05)
+    assert http.get("/v1/calibration/profiles/from-logs").json()["constants"] == constants
+    evaluated = http.post("/v1/evaluate", json={
+        **EVALUATE, "cluster": {**EVALUATE["cluster"], "profile": "from-logs"}})
+    assert evaluated.status_code == 200, evaluated.text
+    note = next(n for n in evaluated.json()["explanation"]["notes"]
+                if "calibration profile 'from-logs'" in n)
+    assert "from microbenchmarks: attention efficiency x 1.1" in note
+    assert "scale-out bandwidth x 0.8" in note
+
+    corrupt = bench.model_dump(mode="json")
+    corrupt["gemm"][0]["tflops"] = -3.0
+    negative = http.post("/v1/calibration/runs", json={**body, "microbenchmarks": corrupt})
+    assert negative.status_code == 422
+    assert negative.json()["errors"][0]["loc"] == ["body", "microbenchmarks", "gemm", 0,
+                                                   "tflops"]
+    corrupt["gemm"][0]["tflops"] = 2500.0
+    impossible = http.post("/v1/calibration/runs", json={**body, "microbenchmarks": corrupt})
+    assert impossible.status_code == 422
+    assert impossible.json()["errors"][0]["loc"] == ["body", "microbenchmarks", "gemm", "0",
+                                                     "tflops"]
+    assert "physically impossible" in impossible.json()["detail"]
+
+    bad = {**body, "logs": [{**log, "text": "no arguments here\n"} for log in logs()]}
+    refused = http.post("/v1/calibration/runs", json=bad)
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["loc"] == ["body", "logs", "0", "text"]
+    assert "arguments" in refused.json()["detail"]

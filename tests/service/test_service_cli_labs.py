@@ -179,3 +179,44 @@ def test_calibrate_fits_locally_and_prints_the_constants(tmp_path: Path,
     bad = dict(RUNS_EXAMPLE, runs=[dict(r, step_time_s=1e-6) for r in RUNS_EXAMPLE["runs"]])
     runs.write_text(json.dumps(bad))
     assert cli.main(["calibrate", str(runs)]) == 1
+
+
+def test_calibrate_reads_log_files_and_microbenchmarks(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    """Logs named by file next to the request and the kit's JSON go into one fit."""
+    import shutil
+
+    from api_schemas.calibration import CalibrationFit
+
+    logs = Path(__file__).resolve().parents[1] / "solver" / "training_logs"
+    entries = []
+    for name, framework, nodes in (("megatron_llama3-8b_tp2_dp4.log", "megatron-lm", 1),
+                                   ("megatron_llama3-8b_tp2_dp8_2nodes.log", "megatron-lm", 2),
+                                   ("torchtitan_llama3-8b_fsdp8.log", "torchtitan", 1),
+                                   ("torchtitan_llama3-8b_fsdp16_2nodes.log", "torchtitan", 2)):
+        shutil.copy(logs / name, tmp_path / name)
+        entries.append({"framework": framework, "text_file": name,
+                        "model": {"preset": "llama-3.1-8b"}, "num_nodes": nodes})
+    request = tmp_path / "calibration.yaml"
+    request.write_text(json.dumps({"profile": "lab", "gpu": "h100-sxm5-80gb",
+                                   "logs": entries}))
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"host_link": [
+        {"direction": "h2d", "message_bytes": 2**28, "bandwidth_bytes_per_s": 52e9},
+        {"direction": "d2h", "message_bytes": 2**28, "bandwidth_bytes_per_s": 50e9}]}))
+    out = tmp_path / "fit.json"
+    assert cli.main(["calibrate", str(request), "--microbenchmarks", str(bench),
+                     "-o", str(out)]) == 0
+    fit = CalibrationFit.model_validate_json(out.read_text(encoding="utf-8"))
+    assert len(fit.logs) == 4 and fit.microbenchmarks is not None
+    assert fit.microbenchmarks.applied.host_link_bandwidth_bytes_per_s == pytest.approx(
+        (52e9 * 50e9) ** 0.5)
+    assert cli.main(["calibrate", str(request)]) == 0
+    text = capsys.readouterr().out
+    assert "log megatron-lm log 0: megatron-lm, steps 10..40 used" in text
+    entries[0]["text_file"] = "missing.log"
+    request.write_text(json.dumps({"profile": "lab", "gpu": "h100-sxm5-80gb",
+                                   "logs": entries}))
+    with pytest.raises(SystemExit, match="logs.0.text_file"):
+        cli.main(["calibrate", str(request)])
