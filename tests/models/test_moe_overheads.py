@@ -5,14 +5,20 @@ import math
 
 import pytest
 
-from api_schemas import DType, ParallelConfig, TrainingSpec
+from api_schemas import DType, MoeDispatcher, ParallelConfig, RecomputeModule, TrainingSpec
 from models.catalog import cluster_preset, gpu_preset, model_preset
 from models.collectives import fabric_of
 from models.compute import (
+    ALLTOALL_LOCAL_SORT_PASSES,
+    MOE_HOST_ISSUE_S,
     MOE_HOST_SYNC_KERNELS,
+    MOE_PERMUTE_PASSES,
     ROUTER_BYTES_PER_SCORE,
     ComputeContext,
     _elementwise_bytes,
+    layer_compute,
+    moe_block_times,
+    moe_host_issue_s,
     moe_host_sync_s,
 )
 from models.kernels import (
@@ -74,6 +80,59 @@ def test_host_sync_costs_two_fixed_kernel_costs_per_moe_forward() -> None:
     ctx = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8)
     assert moe_host_sync_s(QWEN3, ctx) == MOE_HOST_SYNC_KERNELS * GEMM_LAUNCH_S == 1e-5
     assert moe_host_sync_s(model_preset("llama-3.1-8b"), ctx) == 0.0
+
+
+def test_alltoall_dispatcher_sorts_received_tokens_by_local_expert_both_ways() -> None:
+    """Megatron's alltoall dispatcher re-sorts the received tokens by local expert after the
+    dispatch and back before the combine when a rank holds several experts: two more
+    read-and-write passes over every assignment's hidden vector than DeepEP's permute and
+    un-permute; none when each rank holds one expert."""
+    assert QWEN3.moe is not None
+    h, copies = QWEN3.hidden_size, 4096 * QWEN3.moe.top_k
+    permute = {}
+    for dispatcher in MoeDispatcher:
+        ctx = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8,
+                             moe_dispatcher=dispatcher)
+        permute[dispatcher] = _elementwise_bytes(QWEN3, ctx, moe_layer=True)["permute"]
+    assert permute[MoeDispatcher.DEEPEP] == copies * h * 2 * 2 * MOE_PERMUTE_PASSES
+    assert permute[MoeDispatcher.ALLTOALL] == copies * h * 2 * 2 * (
+        MOE_PERMUTE_PASSES + ALLTOALL_LOCAL_SORT_PASSES)
+    one_each = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1,
+                              ep=QWEN3.moe.num_experts)
+    assert _elementwise_bytes(QWEN3, one_each, moe_layer=True)["permute"] == (
+        copies * h * 2 * 2 * MOE_PERMUTE_PASSES)
+
+
+def test_host_issue_idles_each_moe_layer_forward_by_the_same_time_on_every_gpu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU idle while the host issues an MoE layer's work after the token-count
+    synchronisation: one constant per MoE layer forward (and recomputed forward), on H100
+    and B200 alike, never in a dense layer, and not in the MoE-layer benchmark's block time
+    (the benchmark hides host time)."""
+    import models.compute as compute
+
+    dense = model_preset("llama-3.1-8b")
+    moe_index = next(i for i in range(QWEN3.num_layers) if QWEN3.is_moe_layer(i))
+    for gpu in (H100, gpu_preset("b200-sxm-180gb")):
+        ctx = ComputeContext(gpu=gpu, seq_len=4096, micro_batch_size=1, ep=8)
+        assert moe_host_issue_s(QWEN3, ctx) == MOE_HOST_ISSUE_S > 0
+        assert moe_host_issue_s(dense, ctx) == 0.0
+        with_issue = layer_compute(QWEN3, moe_index, ctx)
+        block = moe_block_times(QWEN3, ctx)
+        monkeypatch.setattr(compute, "MOE_HOST_ISSUE_S", 0.0)
+        compute.clear_compute_cache()
+        without = layer_compute(QWEN3, moe_index, ctx)
+        assert with_issue.times.forward_s - without.times.forward_s == pytest.approx(
+            MOE_HOST_ISSUE_S)
+        assert with_issue.times.backward_input_s == without.times.backward_input_s
+        assert with_issue.recompute_full_s - without.recompute_full_s == pytest.approx(
+            MOE_HOST_ISSUE_S)
+        assert (with_issue.recompute_module_s[RecomputeModule.MOE]
+                - without.recompute_module_s[RecomputeModule.MOE]) == pytest.approx(
+            MOE_HOST_ISSUE_S)
+        assert moe_block_times(QWEN3, ctx) == block
+        monkeypatch.setattr(compute, "MOE_HOST_ISSUE_S", MOE_HOST_ISSUE_S)
+        compute.clear_compute_cache()
 
 
 def test_token_counts_are_gathered_before_each_forward_dispatch_only() -> None:
