@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from api_schemas import (
+    ContextParallelKind,
     Constraints,
     DType,
     ElementwiseFusion,
@@ -80,6 +81,15 @@ recipe that produced it, not from the measurement: Megatron-Bridge
 and `scripts/performance/configs/<family>/*_workload_base_configs.py` at tag 26.04-alpha.rc2
 (26.04.01 rows): `moe_flex_dispatcher_backend` "deepep" or "hybridep" -> deepep (per-node
 dispatch), unset -> Megatron's alltoall; `moe_a2a_overlap`."""
+
+
+CP_RECIPES: dict[str, ContextParallelKind] = {
+    "llama3-t4-405b-16384gpu-seq131072": ContextParallelKind.ALL_GATHER,
+}
+"""Context-parallel method of each row whose source states it (every other CP row: the
+planner's ring): Llama 3 all-gathers K and V before attention and reduce-scatters their
+gradients, exposed on the critical path (arXiv:2407.21783 Sec. 3.3.2, "Context
+parallelism")."""
 
 
 def model_of(row: dict[str, Any]) -> ModelSpec | None:
@@ -164,7 +174,8 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
         cand = MeshCandidate(tp=p["tp"], pp=p["pp"], dp=dp, cp=cp, ep=p.get("ep") or 1, etp=1,
                              vpp=vpp, micro_batch_size=mbs,
                              num_micro_batches=p["global_batch_size"] // (mbs * dp),
-                             schedule=schedule, sequence_parallel=p["tp"] > 1)
+                             schedule=schedule, sequence_parallel=p["tp"] > 1,
+                             cp_kind=CP_RECIPES.get(row["id"], ContextParallelKind.RING))
         try:
             result = evaluate_candidate(spec, training, cluster, cand, Constraints(**pins),
                                         caps=caps)
