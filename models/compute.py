@@ -88,9 +88,9 @@ expert after the dispatch, and sorted back before the combine. Source: Megatron-
 Sort tokens by local expert", `sort_chunks_by_idxs` when `num_local_experts > 1`) and
 `combine_preprocess` ("Unpermutation 2"), commit d98e8a64."""
 
-MOE_HOST_ISSUE_S = 6.0e-3
-"""GPU idle per MoE layer forward while the host issues the layer's work after the host
-synchronisation of the token counts (`moe_host_issue_s`). Calibrated: grid-fitted (0.1 ms
+MOE_HOST_ISSUE_S = 8.0e-3
+"""Host time to issue one MoE layer forward between two token-count synchronisations; the
+GPU idles for what exceeds the layer's forward GPU time (`moe_host_idle_s`). Calibrated: grid-fitted (0.1 ms
 steps) on one row, `bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu` (the H100 MoE calibration
 row named in research/published_runs.md), by `research/validate_published.py
 --calibrate-moe`; every other MoE row, and every B200 row, is held out
@@ -278,24 +278,33 @@ def moe_host_sync_s(spec: ModelSpec, ctx: ComputeContext) -> float:
 
 
 def moe_host_issue_s(spec: ModelSpec, ctx: ComputeContext) -> float:
-    """GPU idle time of one MoE layer forward while the host issues the work after the
-    token-count synchronisation (`MOE_HOST_ISSUE_S`); zero for a dense model.
+    """Host time to issue one MoE layer's forward, from one token-count synchronisation to
+    the next (`MOE_HOST_ISSUE_S`); zero for a dense model."""
+    return MOE_HOST_ISSUE_S if spec.moe is not None else 0.0
+
+
+def moe_host_idle_s(spec: ModelSpec, ctx: ComputeContext, gpu_forward_s: float) -> float:
+    """GPU idle of one MoE layer forward while the host issues it: the host's issue time
+    (`moe_host_issue_s`) beyond the layer's forward GPU time `gpu_forward_s`.
 
     Mechanism: the dropless dispatchers copy the per-expert token counts to the host and
-    wait for them in every forward (`moe_host_sync_s`), so the GPU queue is empty when the
-    host resumes; the rest of the layer (all-to-all with host-side split sizes, local sorts,
-    one grouped-GEMM launch per local expert, FP8 casts, activation, combine) is many small
-    kernels that the host issues more slowly than the GPU runs them, so the GPU waits on the
-    host rather than the host on the GPU. Source: Megatron-Core MoE README, "CPU Overhead
-    Bottleneck" (gaps between GPU kernels because the CPU cannot launch them fast enough;
-    remedies: CUDA graphs of the router and dispatcher preprocessing, a larger micro-batch,
-    a smaller TP), and `token_dispatcher.py` (`_maybe_dtoh_and_synchronize`).
-    Assumes: one value per MoE layer forward, independent of the GPU and of the tokens in
-    the micro-batch (host work depends on the op count, not on the tensor sizes); backward
-    reuses the host-side splits and is not host-bound; no CUDA graph of the MoE layer.
-    Not part of `moe_block_times`: Megatron's MoE-layer benchmark hides host launch time.
+    wait for them in every forward (`moe_host_sync_s`), so the host cannot run ahead of the
+    GPU past one MoE layer: the GPU queue is empty when the host resumes, and the layer's
+    forward takes the longer of the host's issue of its kernels (all-to-all with host-side
+    split sizes, local sorts, one GEMM launch per local expert, FP8 casts, activation,
+    combine, the next attention block) and the GPU's execution of them. Source: Megatron-Core
+    MoE README, "CPU Overhead Bottleneck" (gaps between GPU kernels because the CPU cannot
+    launch them fast enough; remedies: CUDA graphs of the router and the dispatcher
+    preprocessing, a larger micro-batch, a smaller TP), and `token_dispatcher.py`
+    (`_maybe_dtoh_and_synchronize`).
+    Assumes: one host issue time per MoE layer forward, independent of the GPU and of the
+    tokens in the micro-batch (host work follows the op count, not the tensor sizes);
+    `gpu_forward_s` is the layer's forward compute (its all-to-all time is not counted, a
+    lower bound on the GPU's work); backward reuses the host-side splits and the host runs
+    ahead of it; no CUDA graph of the MoE layer. Not part of `moe_block_times`: Megatron's
+    MoE-layer benchmark hides host launch time.
     """
-    return MOE_HOST_ISSUE_S if spec.moe is not None else 0.0
+    return max(0.0, moe_host_issue_s(spec, ctx) - gpu_forward_s)
 
 
 MOE_ELEMENTWISE_KEYS = ("moe_act", "permute", "router", "moe_quantize", "shared_act")
@@ -518,7 +527,9 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
                 elementwise[key] = memory_bound_time_s(passes.forward, gpu=ctx.gpu)
                 elem_b[key] = memory_bound_time_s(passes.backward, gpu=ctx.gpu)
     elem_f = sum(elementwise.values())
-    sync = moe_host_sync_s(spec, ctx) + moe_host_issue_s(spec, ctx) if moe_layer else 0.0
+    sync = moe_host_sync_s(spec, ctx) if moe_layer else 0.0
+    if moe_layer:
+        sync += moe_host_idle_s(spec, ctx, times.forward_s + attn_f + elem_f + sync)
     times = times + OpTimes(forward_s=attn_f + elem_f + sync,
                             backward_input_s=attn_b + sum(elem_b.values()))
     module_s[M.CORE_ATTN] = attn_f
@@ -584,6 +595,7 @@ __all__ = [
     "mlp_gemms",
     "moe_block_times",
     "moe_gemms",
+    "moe_host_idle_s",
     "moe_host_issue_s",
     "moe_host_sync_s",
     "op_sac_gemms",

@@ -5,7 +5,14 @@ import math
 
 import pytest
 
-from api_schemas import DType, MoeDispatcher, ParallelConfig, RecomputeModule, TrainingSpec
+from api_schemas import (
+    Constraints,
+    DType,
+    MoeDispatcher,
+    ParallelConfig,
+    RecomputeModule,
+    TrainingSpec,
+)
 from models.catalog import cluster_preset, gpu_preset, model_preset
 from models.collectives import fabric_of
 from models.compute import (
@@ -18,6 +25,7 @@ from models.compute import (
     _elementwise_bytes,
     layer_compute,
     moe_block_times,
+    moe_host_idle_s,
     moe_host_issue_s,
     moe_host_sync_s,
 )
@@ -103,36 +111,64 @@ def test_alltoall_dispatcher_sorts_received_tokens_by_local_expert_both_ways() -
         copies * h * 2 * 2 * MOE_PERMUTE_PASSES)
 
 
-def test_host_issue_idles_each_moe_layer_forward_by_the_same_time_on_every_gpu(
+def test_an_moe_layer_forward_takes_the_longer_of_host_issue_and_gpu_time(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The GPU idle while the host issues an MoE layer's work after the token-count
-    synchronisation: one constant per MoE layer forward (and recomputed forward), on H100
-    and B200 alike, never in a dense layer, and not in the MoE-layer benchmark's block time
-    (the benchmark hides host time)."""
+    """After the token-count synchronisation the host issues the MoE layer's kernels while
+    the GPU runs them: the layer's forward takes the longer of the host's issue time (one
+    constant, the same on every GPU) and its GPU time. A short micro-batch is host-bound; a
+    long one hides the host. Backward and dense layers never pay it, and the MoE-layer
+    benchmark's block time (which hides host time) does not include it."""
     import models.compute as compute
 
     dense = model_preset("llama-3.1-8b")
     moe_index = next(i for i in range(QWEN3.num_layers) if QWEN3.is_moe_layer(i))
     for gpu in (H100, gpu_preset("b200-sxm-180gb")):
-        ctx = ComputeContext(gpu=gpu, seq_len=4096, micro_batch_size=1, ep=8)
-        assert moe_host_issue_s(QWEN3, ctx) == MOE_HOST_ISSUE_S > 0
-        assert moe_host_issue_s(dense, ctx) == 0.0
-        with_issue = layer_compute(QWEN3, moe_index, ctx)
-        block = moe_block_times(QWEN3, ctx)
-        monkeypatch.setattr(compute, "MOE_HOST_ISSUE_S", 0.0)
-        compute.clear_compute_cache()
-        without = layer_compute(QWEN3, moe_index, ctx)
-        assert with_issue.times.forward_s - without.times.forward_s == pytest.approx(
-            MOE_HOST_ISSUE_S)
-        assert with_issue.times.backward_input_s == without.times.backward_input_s
-        assert with_issue.recompute_full_s - without.recompute_full_s == pytest.approx(
-            MOE_HOST_ISSUE_S)
-        assert (with_issue.recompute_module_s[RecomputeModule.MOE]
-                - without.recompute_module_s[RecomputeModule.MOE]) == pytest.approx(
-            MOE_HOST_ISSUE_S)
-        assert moe_block_times(QWEN3, ctx) == block
-        monkeypatch.setattr(compute, "MOE_HOST_ISSUE_S", MOE_HOST_ISSUE_S)
-        compute.clear_compute_cache()
+        for seq, host_bound in ((4096, True), (65536, False)):
+            ctx = ComputeContext(gpu=gpu, seq_len=seq, micro_batch_size=1, ep=8)
+            assert moe_host_issue_s(QWEN3, ctx) == MOE_HOST_ISSUE_S > 0
+            assert moe_host_issue_s(dense, ctx) == 0.0
+            with_issue = layer_compute(QWEN3, moe_index, ctx)
+            block = moe_block_times(QWEN3, ctx)
+            monkeypatch.setattr(compute, "MOE_HOST_ISSUE_S", 0.0)
+            compute.clear_compute_cache()
+            gpu_only = layer_compute(QWEN3, moe_index, ctx)
+            monkeypatch.setattr(compute, "MOE_HOST_ISSUE_S", MOE_HOST_ISSUE_S)
+            compute.clear_compute_cache()
+            assert (gpu_only.times.forward_s < MOE_HOST_ISSUE_S) == host_bound
+            assert with_issue.times.forward_s == pytest.approx(
+                max(gpu_only.times.forward_s, MOE_HOST_ISSUE_S))
+            idle = with_issue.times.forward_s - gpu_only.times.forward_s
+            assert idle == pytest.approx(
+                moe_host_idle_s(QWEN3, ctx, gpu_only.times.forward_s))
+            assert with_issue.times.backward_input_s == gpu_only.times.backward_input_s
+            assert with_issue.recompute_full_s == with_issue.times.forward_s
+            assert (with_issue.recompute_module_s[RecomputeModule.MOE]
+                    - gpu_only.recompute_module_s[RecomputeModule.MOE]) == pytest.approx(idle)
+            assert moe_block_times(QWEN3, ctx) == block
+
+
+def test_mixtral_at_the_megatron_reference_mapping_reaches_the_published_tflops() -> None:
+    """Megatron-Core's MoE README: Mixtral 8x7B (dropless, all-to-all, BF16) at 438 TFLOPS
+    per H100 with MCore v0.8 and 468 with v0.9, at the reference mapping of its table (64
+    H100, sequence 4096, TP 1, EP 8, PP 4, VP 8, micro-batch 1, global batch 256). Held out:
+    coarse experts (one per rank) run long enough per layer to hide the host's issue time,
+    so the model stays within 10% of the two figures (an additive host idle per layer
+    would put it at about 370)."""
+    from api_schemas import PipelineSchedule
+    from solver.candidate_eval import evaluate_candidate
+    from solver.space import MeshCandidate
+
+    spec = model_preset("mixtral-8x7b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
+    training = TrainingSpec(global_batch_size=256, sequence_length=4096)
+    candidate = MeshCandidate(tp=1, pp=4, dp=16, cp=1, ep=8, etp=1, vpp=8, micro_batch_size=1,
+                              num_micro_batches=16,
+                              schedule=PipelineSchedule.INTERLEAVED_1F1B,
+                              sequence_parallel=False)
+    result = evaluate_candidate(spec, training, cluster, candidate, Constraints(zero_stage=[1]))
+    assert hasattr(result, "estimate")
+    tflops = result.estimate.tflops_per_gpu_full_attention
+    assert 0.9 * 438 <= tflops <= 1.1 * 468
 
 
 def test_token_counts_are_gathered_before_each_forward_dispatch_only() -> None:
