@@ -90,14 +90,14 @@ Sort tokens by local expert", `sort_chunks_by_idxs` when `num_local_experts > 1`
 
 MOE_HOST_ISSUE_S = 8.0e-3
 """Host time to issue one MoE layer forward between two token-count synchronisations; the
-GPU idles for what exceeds the layer's forward GPU time (`moe_host_idle_s`). Calibrated: grid-fitted (0.1 ms
-steps) on one row, `bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu` (the H100 MoE calibration
-row named in research/published_runs.md), by `research/validate_published.py
---calibrate-moe`; every other MoE row, and every B200 row, is held out
-(`research/CALIBRATION.md` Sec. 4). Why a per-layer constant: the measured time per MoE
-layer pass of the same model is nearly the same on H100 and B200 (Qwen3-30B-A3B 9.5 and
-9.2 ms, Qwen3-235B-A22B 13.8 and 13.3 ms) while their compute differs about 2x, so the
-missing time is neither FLOPs nor HBM bytes."""
+GPU idles for what exceeds the layer's forward GPU time (`moe_host_idle_s`).
+Calibrated: grid-fitted (0.1 ms steps) on one row,
+`bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu` (the H100 MoE calibration row named in
+research/published_runs.md), by `research/validate_published.py --calibrate-moe`; every
+other MoE row, and every B200 row, is held out (`research/CALIBRATION.md` Sec. 4). Why one
+value per layer: the measured time per MoE layer pass of the same model is nearly the same
+on H100 and B200 (Qwen3-30B-A3B 9.5 and 9.2 ms, Qwen3-235B-A22B 13.8 and 13.3 ms) while
+their compute differs about 2x, so the missing time is neither FLOPs nor HBM bytes."""
 
 M = RecomputeModule
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from api_schemas import (
-    ContextParallelKind,
     Constraints,
+    ContextParallelKind,
     DType,
     ElementwiseFusion,
     MlpKind,
