@@ -74,8 +74,8 @@ def model_ms(name: str, dispatcher: str, precision: str) -> tuple[float, float]:
 @pytest.mark.parametrize("case", sorted(MEASURED_MS))
 def test_moe_layer_forward_plus_backward_within_40_percent(case: tuple[str, str, str]) -> None:
     """Forward + backward of each benchmark case within 40% of the measured time. Today
-    (research/CALIBRATION.md Sec. 4): BF16 +21..36% (the Hopper step-level eta of 0.66
-    is below what an isolated MoE layer's GEMMs reach), FP8 -6..+10%."""
+    (research/CALIBRATION.md Sec. 4): BF16 +31..36% (the Hopper step-level eta of 0.66
+    is below what an isolated MoE layer's GEMMs reach), FP8 +6..+10%."""
     f, b = model_ms(*case)
     measured = sum(MEASURED_MS[case])
     assert abs((f + b) / measured - 1) <= 0.40
