@@ -20,7 +20,7 @@ from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import GpuSpec
 from api_schemas.parallel import RecomputeModule
-from api_schemas.training import ElementwiseFusion
+from api_schemas.training import ElementwiseFusion, MoeDispatcher
 from models.flops import attention_core_forward_flops
 from models.kernels import (
     GEMM_LAUNCH_S,
@@ -74,6 +74,31 @@ until then). Source: Megatron-Core `token_dispatcher.py`, `MoEAlltoAllTokenDispa
 > 1, else before the grouped GEMM, whose `m_splits` are host integers) in every forward and
 recomputed forward; dropless, no CUDA graph of the MoE layer. Backward reuses the splits."""
 
+MOE_PERMUTE_PASSES = 2
+"""Read-and-write passes over every routed assignment's hidden vector (16-bit) that each
+dispatcher makes in a forward: the permutation into expert order and the un-permutation
+back (Megatron-Core `moe_utils.permute` / `unpermute`; the flex dispatcher's DeepEP and
+HybridEP paths make the same two, after the dispatch and before the combine)."""
+
+ALLTOALL_LOCAL_SORT_PASSES = 2
+"""Extra passes of the `alltoall` dispatcher when a rank holds more than one expert: the
+tokens received from every EP rank arrive grouped by source rank and are re-sorted by local
+expert after the dispatch, and sorted back before the combine. Source: Megatron-Core
+`token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.dispatch_postprocess` ("Permutation 2:
+Sort tokens by local expert", `sort_chunks_by_idxs` when `num_local_experts > 1`) and
+`combine_preprocess` ("Unpermutation 2"), commit d98e8a64."""
+
+MOE_HOST_ISSUE_S = 8.0e-3
+"""Host time to issue one MoE layer forward between two token-count synchronisations; the
+GPU idles for what exceeds the layer's forward GPU time (`moe_host_idle_s`).
+Calibrated: grid-fitted (0.1 ms steps) on one row,
+`bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu` (the H100 MoE calibration row named in
+research/published_runs.md), by `research/validate_published.py --calibrate-moe`; every
+other MoE row, and every B200 row, is held out (`research/CALIBRATION.md` Sec. 4). Why one
+value per layer: the measured time per MoE layer pass of the same model is nearly the same
+on H100 and B200 (Qwen3-30B-A3B 9.5 and 9.2 ms, Qwen3-235B-A22B 13.8 and 13.3 ms) while
+their compute differs about 2x, so the missing time is neither FLOPs nor HBM bytes."""
+
 M = RecomputeModule
 
 
@@ -102,6 +127,7 @@ class ComputeContext:
     flash_attention: bool = True
     dropout: bool = False
     moe_load_imbalance: float = 1.0
+    moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
     elementwise_fusion: ElementwiseFusion = ElementwiseFusion.FUSED
     profile: KernelProfile | None = None
     gemm_efficiency_scale: float = 1.0
@@ -257,6 +283,36 @@ def moe_host_sync_s(spec: ModelSpec, ctx: ComputeContext) -> float:
     return MOE_HOST_SYNC_KERNELS * GEMM_LAUNCH_S
 
 
+def moe_host_issue_s(spec: ModelSpec, ctx: ComputeContext) -> float:
+    """Host time to issue one MoE layer's forward, from one token-count synchronisation to
+    the next (`MOE_HOST_ISSUE_S`); zero for a dense model."""
+    return MOE_HOST_ISSUE_S if spec.moe is not None else 0.0
+
+
+def moe_host_idle_s(spec: ModelSpec, ctx: ComputeContext, gpu_forward_s: float) -> float:
+    """GPU idle of one MoE layer forward while the host issues it: the host's issue time
+    (`moe_host_issue_s`) beyond the layer's forward GPU time `gpu_forward_s`.
+
+    Mechanism: the dropless dispatchers copy the per-expert token counts to the host and
+    wait for them in every forward (`moe_host_sync_s`), so the host cannot run ahead of the
+    GPU past one MoE layer: the GPU queue is empty when the host resumes, and the layer's
+    forward takes the longer of the host's issue of its kernels (all-to-all with host-side
+    split sizes, local sorts, one GEMM launch per local expert, FP8 casts, activation,
+    combine, the next attention block) and the GPU's execution of them. Source: Megatron-Core
+    MoE README, "CPU Overhead Bottleneck" (gaps between GPU kernels because the CPU cannot
+    launch them fast enough; remedies: CUDA graphs of the router and the dispatcher
+    preprocessing, a larger micro-batch, a smaller TP), and `token_dispatcher.py`
+    (`_maybe_dtoh_and_synchronize`).
+    Assumes: one host issue time per MoE layer forward, independent of the GPU and of the
+    tokens in the micro-batch (host work follows the op count, not the tensor sizes);
+    `gpu_forward_s` is the layer's forward compute (its all-to-all time is not counted, a
+    lower bound on the GPU's work); backward reuses the host-side splits and the host runs
+    ahead of it; no CUDA graph of the MoE layer. Not part of `moe_block_times`: Megatron's
+    MoE-layer benchmark hides host launch time.
+    """
+    return max(0.0, moe_host_issue_s(spec, ctx) - gpu_forward_s)
+
+
 MOE_ELEMENTWISE_KEYS = ("moe_act", "permute", "router", "moe_quantize", "shared_act")
 """The memory-bound kernels of `_elementwise_bytes` that belong to the MoE block."""
 
@@ -298,7 +354,11 @@ def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
         copies = routed_assignments(spec, ctx)
         width = spec.moe.expert_ffn_hidden_size / ctx.etp
         out["moe_act"] = copies * (act_in + 1) * width * 2
-        out["permute"] = copies * h * 2 * 2 * 2
+        local_experts = max(1, spec.moe.num_experts // ctx.ep)
+        passes = MOE_PERMUTE_PASSES + (
+            ALLTOALL_LOCAL_SORT_PASSES
+            if ctx.moe_dispatcher == MoeDispatcher.ALLTOALL and local_experts > 1 else 0)
+        out["permute"] = copies * h * 2 * 2 * passes
         out["router"] = tokens / rep * spec.moe.num_experts * ROUTER_BYTES_PER_SCORE
         if ctx.compute_dtype == DType.FP8:
             out["moe_quantize"] = copies * (h + width) * FP8_QUANTIZE_BYTES_PER_ELEMENT
@@ -433,13 +493,18 @@ def op_sac_gemms(spec: ModelSpec, ctx: ComputeContext, *, moe_layer: bool) -> li
 
 def _attention_core(spec: ModelSpec, ctx: ComputeContext) -> tuple[float, float]:
     """(forward, backward) time of the attention core on this rank. A fused kernel skips the
-    masked half of a causal score matrix; a materialised one computes all of it."""
+    masked half of a causal score matrix; a materialised one computes all of it. A runtime
+    that leaves the elementwise ops to PyTorch (eager or torch.compile, as torchtitan) calls
+    attention through `scaled_dot_product_attention` (torchtitan `model.py` at 9dec370:
+    `F.scaled_dot_product_attention(xq, xk, xv, is_causal=True)`), whose default backend is
+    FlashAttention-2 (`models.kernels.KernelProfile.sdpa_attention_frac`)."""
     flop = (attention_core_forward_flops(spec, seq_len=ctx.seq_len, causal=ctx.flash_attention)
             * ctx.micro_batch_size / ctx.tp / ctx.cp)
     ratio = FLASH_BACKWARD_FLOP_RATIO if ctx.flash_attention else MATERIALIZED_BACKWARD_FLOP_RATIO
     kernel_seq = max(1, ctx.seq_len // ctx.cp)
     forward = attention_time_s(flop, seq_len=kernel_seq, gpu=ctx.gpu, flash=ctx.flash_attention,
-                               profile=ctx.kernel_profile)
+                               profile=ctx.kernel_profile,
+                               sdpa=ctx.elementwise_fusion != ElementwiseFusion.FUSED)
     return forward, forward * ratio
 
 
@@ -469,6 +534,8 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
                 elem_b[key] = memory_bound_time_s(passes.backward, gpu=ctx.gpu)
     elem_f = sum(elementwise.values())
     sync = moe_host_sync_s(spec, ctx) if moe_layer else 0.0
+    if moe_layer:
+        sync += moe_host_idle_s(spec, ctx, times.forward_s + attn_f + elem_f + sync)
     times = times + OpTimes(forward_s=attn_f + elem_f + sync,
                             backward_input_s=attn_b + sum(elem_b.values()))
     module_s[M.CORE_ATTN] = attn_f
@@ -517,7 +584,10 @@ __all__ = [
     "FLASH_BACKWARD_FLOP_RATIO",
     "MATERIALIZED_BACKWARD_FLOP_RATIO",
     "MOE_ELEMENTWISE_KEYS",
+    "ALLTOALL_LOCAL_SORT_PASSES",
+    "MOE_HOST_ISSUE_S",
     "MOE_HOST_SYNC_KERNELS",
+    "MOE_PERMUTE_PASSES",
     "ROUTER_BYTES_PER_SCORE",
     "RUNTIME_PASSES",
     "ComputeContext",
@@ -531,6 +601,8 @@ __all__ = [
     "mlp_gemms",
     "moe_block_times",
     "moe_gemms",
+    "moe_host_idle_s",
+    "moe_host_issue_s",
     "moe_host_sync_s",
     "op_sac_gemms",
     "routed_assignments",

@@ -56,6 +56,12 @@ class KernelProfile:
     attention_seq_half: int
     """Sequence length at which attention reaches half its asymptotic efficiency."""
     calibration: str
+    sdpa_attention_frac: float | None = None
+    """Fused attention share of the 16-bit peak when PyTorch's `scaled_dot_product_attention`
+    picks the kernel (a runtime without Megatron / Transformer Engine attention): its default
+    backend order puts FlashAttention-2 first and cuDNN last (`sdp_utils.cpp` default_order,
+    quoted in pytorch/pytorch issue #138907, 2024-10-25). None: no FlashAttention-2
+    measurement on this family, the fused level is used."""
 
 
 PROFILES: dict[str, KernelProfile] = {
@@ -67,7 +73,9 @@ PROFILES: dict[str, KernelProfile] = {
                     "145.6B, 1008B; research/calibrate_step.py; the kernel tables alone give "
                     "0.89 from MAMF's best A100 shape); "
                     "attention from FlashAttention-2 A100 fwd+bwd d=128 (203 TFLOP/s at 16k; "
-                    "PyTorch unfused 86 TFLOP/s at 8k)"),
+                    "PyTorch unfused 86 TFLOP/s at 8k; PyTorch SDPA runs the same "
+                    "FlashAttention-2 kernels)",
+        sdpa_attention_frac=0.66),
     "hopper": KernelProfile(
         family="hopper", num_sms=132,
         gemm_peak_frac={DType.BF16: 0.66, DType.FP16: 0.66, DType.FP8: 0.50, DType.TF32: 0.6},
@@ -78,7 +86,10 @@ PROFILES: dict[str, KernelProfile] = {
                     "give 0.90 BF16 (XLA H100) and 0.77 FP8 (DeepGEMM H800); attention: "
                     "cuDNN/FlashAttention-3 forward "
                     "648 TFLOP/s at d=128 (0.65) with backward assumed at 0.75x forward "
-                    "throughput (FlashAttention-2 alone measures 0.34 fwd+bwd)"),
+                    "throughput (FlashAttention-2 alone measures 0.34 fwd+bwd); PyTorch SDPA "
+                    "attention: FlashAttention-2 repository H100 fwd+bwd d=128, 338 TFLOP/s at "
+                    "16k over the 16k saturation 0.987 = 0.35",
+        sdpa_attention_frac=0.35),
     "blackwell": KernelProfile(
         family="blackwell", num_sms=148,
         gemm_peak_frac={DType.BF16: 0.51, DType.FP16: 0.51, DType.FP8: 0.54, DType.TF32: 0.45},
@@ -134,8 +145,9 @@ a wrong configuration), and fitting it into eta_max would mislead every other pl
 def calibrated_profile(profile: KernelProfile, gemm_efficiency_scale: float, *,
                        label: str = "", attention_efficiency_scale: float = 1.0
                        ) -> KernelProfile:
-    """`profile` with every format's eta_max multiplied by `gemm_efficiency_scale` and both
-    attention efficiencies by `attention_efficiency_scale`.
+    """`profile` with every format's eta_max multiplied by `gemm_efficiency_scale` and the
+    attention efficiencies (fused, materialised, PyTorch SDPA) by
+    `attention_efficiency_scale`.
 
     The GEMM multiplier is the GEMM efficiency level of a calibration profile (fitted on
     measured step times, `models.calibration`, or on GEMM microbenchmarks,
@@ -176,6 +188,9 @@ def calibrated_profile(profile: KernelProfile, gemm_efficiency_scale: float, *,
         profile, gemm_peak_frac=scaled, flash_attention_frac=flash,
         materialized_attention_frac=profile.materialized_attention_frac
         * attention_efficiency_scale,
+        sdpa_attention_frac=(None if profile.sdpa_attention_frac is None
+                             else min(1.0, profile.sdpa_attention_frac
+                                      * attention_efficiency_scale)),
         calibration=f"{note} over: {profile.calibration}")
 
 
@@ -255,17 +270,21 @@ def grouped_gemm_time_s(groups: int, m: int, n: int, k: int, *, gpu: GpuSpec, dt
 
 
 def attention_time_s(flop: float, *, seq_len: int, gpu: GpuSpec, flash: bool,
-                     profile: KernelProfile | None = None) -> float:
+                     profile: KernelProfile | None = None, sdpa: bool = False) -> float:
     """Time of `flop` attention-core FLOPs (forward or backward) at sequence length `seq_len`.
 
     Source: FlashAttention-2 arXiv:2307.08691 Sec. 4.1 and the FlashAttention-2/3 repository
     benchmarks (efficiency rises with sequence length and saturates); materialised attention
-    (separate softmax kernels over an s x s matrix in HBM) reaches far less.
+    (separate softmax kernels over an s x s matrix in HBM) reaches far less. `sdpa`: the
+    fused kernel is the one PyTorch's `scaled_dot_product_attention` picks
+    (`KernelProfile.sdpa_attention_frac`: FlashAttention-2).
     """
     if flop <= 0:
         return 0.0
     prof = profile or profile_for(gpu)
-    frac = prof.flash_attention_frac if flash else prof.materialized_attention_frac
+    fused = (prof.sdpa_attention_frac if sdpa and prof.sdpa_attention_frac is not None
+             else prof.flash_attention_frac)
+    frac = fused if flash else prof.materialized_attention_frac
     saturation = seq_len / (seq_len + prof.attention_seq_half)
     return flop / (gpu.peak_flop_per_s(DType.BF16) * frac * saturation)
 

@@ -14,9 +14,8 @@ import statistics
 
 from api_schemas import DType
 from models import kernels
-from models.compute import clear_compute_cache
 from models.published import PublishedRun, published_runs
-from models.step_time import StepEstimate
+from models.step_time import StepEstimate, clear_step_time_cache
 from solver.published import score_published_run
 
 CALIBRATION = ("megatron2021-gpt-1.7b", "megatron2021-gpt-145.6b", "megatron2021-gpt-1008b")
@@ -38,7 +37,7 @@ def set_eta(eta: float) -> None:
     profile = kernels.PROFILES["ampere"]
     fracs = dict(profile.gemm_peak_frac, **{DType.BF16: eta, DType.FP16: eta})
     kernels.PROFILES["ampere"] = dataclasses.replace(profile, gemm_peak_frac=fracs)
-    clear_compute_cache()
+    clear_step_time_cache()
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """Predict every published run that states enough of its configuration, and compare.
 
-Run: .venv/bin/python research/validate_published.py [--calibrate-h100]
+Run: .venv/bin/python research/validate_published.py [--calibrate-h100] [--calibrate-b200]
+[--calibrate-moe] [--moe-residuals]
 
 Rows come from research/data/published_runs.json. A row is predicted when its model (preset
 or shape), GPU count, tp/pp/dp and global batch are printed. Unprinted choices follow the
@@ -11,7 +12,9 @@ The comparison uses
 tokens/s per GPU when printed (convention-free), else TFLOP/s per GPU against the cost
 model's model-FLOPs figure (full attention matrix counted), else the iteration time.
 With --calibrate-h100 the Hopper BF16 and FP8 GEMM efficiencies are grid-fitted on the three
-calibration rows named below and every other Hopper row is held out.
+calibration rows named below and every other Hopper row is held out; with --calibrate-moe
+the MoE host-issue time is grid-fitted on `MOE_CALIBRATION`; --moe-residuals prints the
+measured and predicted time per MoE layer pass of every MoE row.
 """
 
 import dataclasses
@@ -25,6 +28,7 @@ from typing import Any
 
 from api_schemas import (
     Constraints,
+    ContextParallelKind,
     DType,
     ElementwiseFusion,
     MlpKind,
@@ -40,9 +44,8 @@ from api_schemas import (
 from api_schemas.hardware import KernelCalibration
 from models import kernels
 from models.catalog import cluster_preset, model_preset
-from models.compute import clear_compute_cache
 from models.errors import InvalidSpecError
-from models.step_time import StepEstimate
+from models.step_time import StepEstimate, clear_step_time_cache
 from solver.candidate_eval import PolicyCaps, evaluate_candidate
 from solver.space import MeshCandidate
 
@@ -51,7 +54,10 @@ H100_CALIBRATION = ("megatron-readme-314b", "llama3-t4-405b-16384gpu-seq8192",
                     "nemo2407-gpt3-175b-512gpu")
 B200_CALIBRATION = ("bridge-25.11-dgx-b200-llama3-8b-8gpu",
                     "bridge-25.11-dgx-b200-llama31-405b-128gpu")
-CALIBRATION = H100_CALIBRATION + B200_CALIBRATION
+MOE_CALIBRATION = ("bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu",)
+"""The one row `models.compute.MOE_HOST_ISSUE_S` is fitted on (`--calibrate-moe`): the H100
+MoE calibration row named in research/published_runs.md; every other MoE row is held out."""
+CALIBRATION = H100_CALIBRATION + B200_CALIBRATION + MOE_CALIBRATION
 A100_CALIBRATION = ("megatron2021-t1-1.7b", "megatron2021-t1-145.6b", "megatron2021-t1-1008.0b")
 """The Megatron-LM 2021 Table 1 rows that `research/calibrate_step.py` fits Ampere's eta_max on."""
 FITTED = CALIBRATION + A100_CALIBRATION
@@ -79,6 +85,15 @@ recipe that produced it, not from the measurement: Megatron-Bridge
 and `scripts/performance/configs/<family>/*_workload_base_configs.py` at tag 26.04-alpha.rc2
 (26.04.01 rows): `moe_flex_dispatcher_backend` "deepep" or "hybridep" -> deepep (per-node
 dispatch), unset -> Megatron's alltoall; `moe_a2a_overlap`."""
+
+
+CP_RECIPES: dict[str, ContextParallelKind] = {
+    "llama3-t4-405b-16384gpu-seq131072": ContextParallelKind.ALL_GATHER,
+}
+"""Context-parallel method of each row whose source states it (every other CP row: the
+planner's ring): Llama 3 all-gathers K and V before attention and reduce-scatters their
+gradients, exposed on the critical path (arXiv:2407.21783 Sec. 3.3.2, "Context
+parallelism")."""
 
 
 def model_of(row: dict[str, Any]) -> ModelSpec | None:
@@ -163,7 +178,8 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
         cand = MeshCandidate(tp=p["tp"], pp=p["pp"], dp=dp, cp=cp, ep=p.get("ep") or 1, etp=1,
                              vpp=vpp, micro_batch_size=mbs,
                              num_micro_batches=p["global_batch_size"] // (mbs * dp),
-                             schedule=schedule, sequence_parallel=p["tp"] > 1)
+                             schedule=schedule, sequence_parallel=p["tp"] > 1,
+                             cp_kind=CP_RECIPES.get(row["id"], ContextParallelKind.RING))
         try:
             result = evaluate_candidate(spec, training, cluster, cand, Constraints(**pins),
                                         caps=caps)
@@ -199,7 +215,7 @@ def set_family(family: str, bf16: float, fp8: float) -> None:
     prof = kernels.PROFILES[family]
     fracs = dict(prof.gemm_peak_frac, **{DType.BF16: bf16, DType.FP16: bf16, DType.FP8: fp8})
     kernels.PROFILES[family] = dataclasses.replace(prof, gemm_peak_frac=fracs)
-    clear_compute_cache()
+    clear_step_time_cache()
 
 
 def _calibrate(rows: list[dict[str, Any]], family: str, ids: tuple[str, ...],
@@ -223,6 +239,51 @@ def _calibrate(rows: list[dict[str, Any]], family: str, ids: tuple[str, ...],
 
 def _error(obs: float, pred: float, unit: str) -> float:
     return (obs / pred - 1) if unit == "s/iter" else (pred / obs - 1)
+
+
+def calibrate_moe_host_issue(rows: list[dict[str, Any]]) -> float:
+    """Grid-fit `models.compute.MOE_HOST_ISSUE_S` (0 to 12 ms in 0.1 ms steps) on the
+    `MOE_CALIBRATION` rows, minimising the mean |log(predicted / measured)|; prints the
+    fit and leaves the fitted value set."""
+    from models import compute
+
+    calib = [r for r in rows if r["id"] in MOE_CALIBRATION]
+    best: tuple[float, float] | None = None
+    for tenths in range(0, 121):
+        compute.MOE_HOST_ISSUE_S = tenths * 1e-4
+        clear_step_time_cache()
+        errs = [abs(math.log(1 + _error(*out))) for r in calib if (out := predict(r))]
+        score = statistics.mean(errs)
+        if best is None or score < best[0]:
+            best = (score, compute.MOE_HOST_ISSUE_S)
+    assert best is not None
+    compute.MOE_HOST_ISSUE_S = best[1]
+    clear_step_time_cache()
+    print(f"MoE host issue per layer forward: {1e3 * best[1]:.1f} ms "
+          f"(mean |log err| {best[0]:.3f} on {len(calib)} row)")
+    return best[1]
+
+
+def moe_residuals(rows: list[dict[str, Any]]) -> None:
+    """Per MoE layer pass (one micro-batch through one MoE layer of the busiest stage,
+    forward and backward), the measured and predicted step time divided by the passes, and
+    the residual per pass: the check that the missing MoE time follows the layer pass and
+    not the GPU's FLOP rate or HBM bandwidth."""
+    for row in rows:
+        if row["id"] not in MOE_RECIPES:
+            continue
+        est, out = best_estimate(row), predict(row)
+        if est is None or out is None:
+            continue
+        obs, pred, unit = out
+        measured = est.step_time_s * (obs / pred if unit == "s/iter" else pred / obs)
+        spec = model_of(row)
+        assert spec is not None
+        passes = est.num_micro_batches * spec.num_layers / row["parallel"]["pp"]
+        print(f"moe residual {row['id']:50s} {row['hardware']['gpu']:15s} "
+              f"ms per layer pass: measured {1e3 * measured / passes:6.2f} "
+              f"predicted {1e3 * est.step_time_s / passes:6.2f} "
+              f"residual {1e3 * (measured - est.step_time_s) / passes:+6.2f}")
 
 
 def zero3_scaling() -> None:
@@ -256,6 +317,10 @@ def main() -> None:
     if "--calibrate-b200" in sys.argv:
         # Only FP8 rows are printed for B200: BF16 keeps the kernel table's BF16/FP8 ratio.
         _calibrate(rows, "blackwell", B200_CALIBRATION, bf16_grid=None)
+    if "--calibrate-moe" in sys.argv:
+        calibrate_moe_host_issue(rows)
+    if "--moe-residuals" in sys.argv:
+        moe_residuals(rows)
     by_gpu: dict[str, list[float]] = {}
     for row in rows:
         out = predict(row)

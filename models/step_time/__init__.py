@@ -26,7 +26,7 @@ from models.step_time.exposure import (
 )
 from models.step_time.groups import AxisGroup, AxisGroups, axis_groups
 from models.step_time.makespan import compiled_schedule, pipeline_makespan
-from models.step_time.stage import StageTime, compute_context, stage_time
+from models.step_time.stage import StageTime, clear_step_time_cache, compute_context, stage_time
 
 __all__ = [
     "FLOP_CONVENTION",
@@ -37,6 +37,7 @@ __all__ = [
     "StageTime",
     "StepEstimate",
     "axis_groups",
+    "clear_step_time_cache",
     "compiled_schedule",
     "compute_context",
     "estimate_step",

@@ -20,7 +20,14 @@ from api_schemas.training import TrainingSpec
 from models.activations import LayerActivationContext, layer_activation_bytes
 from models.collectives import Fabric
 from models.collectives.fabric import host_link_bandwidth
-from models.compute import ComputeContext, LayerCompute, OpTimes, head_compute, layer_compute
+from models.compute import (
+    ComputeContext,
+    LayerCompute,
+    OpTimes,
+    clear_compute_cache,
+    head_compute,
+    layer_compute,
+)
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout
 from models.memory import stage_activation_components
@@ -62,6 +69,7 @@ def compute_context(training: TrainingSpec, parallel: ParallelConfig,
         ep=parallel.ep, etp=parallel.etp, sequence_parallel=parallel.sequence_parallel,
         compute_dtype=training.compute_dtype, flash_attention=training.flash_attention,
         dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance,
+        moe_dispatcher=training.moe_dispatcher,
         elementwise_fusion=training.elementwise_fusion, gemm_efficiency_scale=scale,
         attention_efficiency_scale=attention)
 
@@ -250,6 +258,14 @@ _STAGE_TIMES: dict[tuple[object, ...], StageTime] = {}
 _STAGE_TIMES_SIZE = 8192
 
 
+def clear_step_time_cache() -> None:
+    """Forget memoised stage times and cached layer times, for scripts that change a kernel
+    profile or a calibrated constant between estimates (the memo's key holds the inputs of
+    an estimate, not the module constants it reads)."""
+    _STAGE_TIMES.clear()
+    clear_compute_cache()
+
+
 def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                 cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
                 groups: AxisGroups) -> list[StageTime]:
@@ -274,5 +290,5 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return stages
 
 
-__all__ = ["StageTime", "compute_context", "fp8_cast_s", "layer_mode", "stage_key", "stage_time",
-           "stage_times"]
+__all__ = ["StageTime", "clear_step_time_cache", "compute_context", "fp8_cast_s", "layer_mode",
+           "stage_key", "stage_time", "stage_times"]

@@ -12,7 +12,16 @@ dispatcher with DeepEP.
 
 import pytest
 
-from api_schemas import DType, MlpKind, ModelSpec, MoESpec, NormKind, ParallelConfig, TrainingSpec
+from api_schemas import (
+    DType,
+    MlpKind,
+    ModelSpec,
+    MoeDispatcher,
+    MoESpec,
+    NormKind,
+    ParallelConfig,
+    TrainingSpec,
+)
 from models.catalog import cluster_preset
 from models.collectives import fabric_of
 from models.compute import ComputeContext, moe_block_times
@@ -48,7 +57,7 @@ def model_ms(name: str, dispatcher: str, precision: str) -> tuple[float, float]:
     spec = _proxy(name)
     dtype = DType.FP8 if precision == "fp8" else DType.BF16
     ctx = ComputeContext(gpu=CLUSTER.gpu, seq_len=4096, micro_batch_size=1, ep=8,
-                         compute_dtype=dtype)
+                         compute_dtype=dtype, moe_dispatcher=MoeDispatcher(dispatcher))
     block = moe_block_times(spec, ctx)
     training = TrainingSpec(global_batch_size=8, sequence_length=4096, compute_dtype=dtype,
                             moe_dispatcher=dispatcher)
@@ -65,8 +74,8 @@ def model_ms(name: str, dispatcher: str, precision: str) -> tuple[float, float]:
 @pytest.mark.parametrize("case", sorted(MEASURED_MS))
 def test_moe_layer_forward_plus_backward_within_40_percent(case: tuple[str, str, str]) -> None:
     """Forward + backward of each benchmark case within 40% of the measured time. Today
-    (research/CALIBRATION.md Sec. 4): BF16 +21..36% (the Hopper step-level eta of 0.66
-    is below what an isolated MoE layer's GEMMs reach), FP8 -6..+10%."""
+    (research/CALIBRATION.md Sec. 4): BF16 +31..36% (the Hopper step-level eta of 0.66
+    is below what an isolated MoE layer's GEMMs reach), FP8 +6..+10%."""
     f, b = model_ms(*case)
     measured = sum(MEASURED_MS[case])
     assert abs((f + b) / measured - 1) <= 0.40
@@ -80,3 +89,16 @@ def test_deepep_beats_alltoall_as_measured(precision: str) -> None:
     modelled = {d: sum(model_ms("deepseek", d, precision)) for d in ("alltoall", "deepep")}
     assert measured["deepep"] < measured["alltoall"]
     assert modelled["deepep"] < modelled["alltoall"]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_alltoall_costs_over_deepep_what_the_benchmark_measures(precision: str) -> None:
+    """The DeepSeek proxy's alltoall layer is measured 2.9 ms (BF16) and 3.1 ms (FP8) slower
+    than its DeepEP layer (forward + backward). The model's difference (NCCL all-to-all of
+    every assignment, and the alltoall dispatcher's two extra sorts by local expert) is
+    within 25% of it: 3.4 and 3.1 ms; without the sorts it was 1.4 and 1.0 ms."""
+    measured = (sum(MEASURED_MS[("deepseek", "alltoall", precision)])
+                - sum(MEASURED_MS[("deepseek", "deepep", precision)]))
+    model = (sum(model_ms("deepseek", "alltoall", precision))
+             - sum(model_ms("deepseek", "deepep", precision)))
+    assert model == pytest.approx(measured, rel=0.25)
