@@ -110,3 +110,20 @@ def test_pytorch_sdpa_attention_runs_at_the_flashattention2_h100_rate() -> None:
     core = {f: t[RecomputeModule.CORE_ATTN] for f, t in times.items()}
     assert core[ElementwiseFusion.EAGER] == core[ElementwiseFusion.COMPILED]
     assert core[ElementwiseFusion.EAGER] > 1.3 * core[ElementwiseFusion.FUSED]
+
+
+def test_an_attention_calibration_scales_sdpa_attention_as_well() -> None:
+    """A cluster profile's `attention_efficiency_scale` (fitted on attention microbenchmarks)
+    applies to every attention path, the PyTorch SDPA one included."""
+    from models.kernels import attention_time_s, calibrated_profile, profile_for
+
+    h100 = gpu_preset("h100-sxm5-80gb")
+    profile = profile_for(h100)
+    slower = calibrated_profile(profile, 1.0, attention_efficiency_scale=0.8)
+    flop = 1e15
+    for sdpa in (False, True):
+        base = attention_time_s(flop, seq_len=16384, gpu=h100, flash=True, sdpa=sdpa,
+                                profile=profile)
+        scaled = attention_time_s(flop, seq_len=16384, gpu=h100, flash=True, sdpa=sdpa,
+                                  profile=slower)
+        assert scaled == pytest.approx(base / 0.8, rel=0.02)
