@@ -53,6 +53,7 @@ from models.runtime_memory import (
     runtime_components,
 )
 from models.sharded_states import ema_components, model_state_components
+from models.vision_pipeline import vision_memory_components
 
 RUNTIME_RESERVE_BYTES = CUDA_CONTEXT_BYTES + NCCL_CHANNELS * 2 * NCCL_BUFFER_BYTES
 """The least runtime memory any rank holds (the CUDA context and the default group's NCCL
@@ -441,8 +442,11 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
     dynamic = sum(c.bytes for c in activations)
     others = runtime_components(spec, training, parallel, groups, dynamic,
                                 num_heads=layout.num_heads)
+    vision = vision_memory_components(spec, training, parallel, stage=layout.rank,
+                                      in_flight=min(peak, num_micro_batches),
+                                      num_micro_batches=num_micro_batches)
     return StageMemory(stage=layout.rank, num_layers=len(layout.layers),
-                       components=tuple(states + ema_gpu + activations + others),
+                       components=tuple(states + ema_gpu + activations + vision + others),
                        host_components=tuple(host_states + host_acts + ema_host),
                        in_flight_chunks=peak)
 

@@ -42,6 +42,8 @@ def dp_items(ctx: StepContext) -> list[TrafficItem]:
     gradients, 3 Psi. Megatron folds CP into the gradient group (`dp-cp`), and expert
     gradients reduce over the expert data-parallel group.
     Legend: Psi = parameters of the rank's model partition.
+    With Pipeline ZeRO-2 (`gradient_host_shards`) the gradient reduce-scatters are not
+    here: they follow the chunk buffers (`models.step_time.host_gradients`).
     Assumes: gradients travel in grad_dtype, gathered parameters in param_dtype; ZeRO-2 and
     ZeRO-3 reduce-scatter every micro-batch (they keep no full gradient buffer); ZeRO-3
     gathers and reduces one layer (plus embedding, head, MTP module) at a time.
@@ -85,14 +87,16 @@ def _zero_items(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, param
                       grad_note)]
     rs_calls, rs_freq = (buckets * m, Frequency.PER_MICRO_BATCH) if zero == 2 else (
         buckets, Frequency.PER_STEP)
-    return [
-        _item(ctx, axis, place, "grad_reduce_scatter", Collective.REDUCE_SCATTER,
-              Phase.BACKWARD, rs_freq, grad_bytes, rs_calls,
-              buckets, hide, grad_note),
-        _item(ctx, axis, place, "param_all_gather", Collective.ALL_GATHER, Phase.OPTIMIZER,
+    gather = [_item(ctx, axis, place, "param_all_gather", Collective.ALL_GATHER, Phase.OPTIMIZER,
               Frequency.PER_STEP, param_bytes, buckets, buckets, hide,
-              "all buckets but the first gather while the next forward runs"),
-    ]
+              "all buckets but the first gather while the next forward runs")]
+    if ctx.parallel.gradient_host_shards:
+        # Pipeline ZeRO-2 reduces each chunk as it leaves the GPU buffers, not once per
+        # step: `models.step_time.host_gradients` owns that traffic and its time.
+        return gather
+    return [_item(ctx, axis, place, "grad_reduce_scatter", Collective.REDUCE_SCATTER,
+                  Phase.BACKWARD, rs_freq, grad_bytes, rs_calls, buckets, hide, grad_note),
+            *gather]
 
 
 def _item(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, name: str,
