@@ -179,6 +179,10 @@ class Constraints(SpecModel):
         "changes the numerics of the backward pass).")
     allow_offload: bool = Field(default=True, description="May the planner offload activations "
                                 "to host memory?")
+    gradient_host_shards: bool = Field(
+        default=False, description="Give every candidate Pipeline ZeRO-2 (Kimi K3: gradient "
+        "shards in host memory, two chunk-sized gradient buffers on the GPU); the search does "
+        "not choose it on its own.")
     forbid: Annotated[dict[str, list[Any]], AfterValidator(reject_non_finite)] = Field(
         default_factory=dict,
         description="Forbidden values per key, e.g. {'schedule': ['dualpipe'], 'tp': [16]}.")
