@@ -191,8 +191,7 @@ def _tail(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                     if i.axis == TrafficAxis.PP and i.phase == Phase.OPTIMIZER)
     terms = {"dp": sync, "pp": embedding,
              "optimizer": _optimizer_s(spec, training, parallel, cluster, layout)}
-    host = host_gradient_cost(training, parallel, cluster, fabric, groups.mesh, weights,
-                              chunk_times, m)
+    host = host_gradient_cost(training, parallel, cluster, weights, items, chunk_times, m)
     if host is not None:
         terms[HOST_GRADIENTS] = host.exposed_s
     return terms

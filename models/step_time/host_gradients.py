@@ -1,10 +1,10 @@
 """Step-time cost of Pipeline ZeRO-2: gradient shards accumulated in host memory.
 
-Owns: how many times per step a rank's model chunk leaves its two on-GPU gradient buffers
-(`chunk_evictions`), the bytes each eviction moves (a data-parallel reduce-scatter of the
-chunk's gradients, the copy of the rank's shard to the host, its accumulation into the host
-shard) and the upload of the accumulated shard for the optimizer step, and the exposed time
-of all of it (`host_gradient_cost`). The memory side (two chunk buffers on the GPU, shards in
+Owns: the time of each eviction of a chunk from the two on-GPU gradient buffers (its
+data-parallel reduce-scatter, defined with the eviction count in `models.traffic.data`; the
+copy of the rank's shard to the host; its accumulation into the host shard), the upload of
+the accumulated shard for the optimizer step, and the exposed time of all of it
+(`host_gradient_cost`). The memory side (two chunk buffers on the GPU, shards in
 host memory) is `models.sharded_states`. Must not: size memory, search, or define the
 ZeRO-1/2 traffic of ordinary data parallelism (`models.traffic.data`).
 """
@@ -15,47 +15,16 @@ from dataclasses import dataclass
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import TrainingSpec
-from models.collectives import Collective, Fabric
 from models.compute import OpTimes
-from models.mesh import DeviceMesh, GroupKind
 from models.mesh.layout import expert_data_parallel_size
 from models.pipeline import schedule_traits
-from models.traffic.context import group_placement
-from models.traffic.data import bucket_params
-from models.traffic.items import call_cost
+from models.traffic.data import CHUNK_REDUCE, GRADIENT_BUFFER_SLOTS, chunk_evictions
+from models.traffic.items import TrafficItem
 from models.traffic.weights import StageWeights
-
-GRADIENT_BUFFER_SLOTS = 2
-"""Chunk-sized gradient buffers a rank keeps on the GPU under Pipeline ZeRO-2: one slot
-accumulates the chunk now in backward, the other drains (reduces and copies to the host) or
-is filled ahead. Source: Kimi K3 arXiv:2607.24653, as the research ledger (Sec. 9.5, 9.8)
-summarises it."""
 
 HOST_ACCUMULATE_PASSES = 3
 """Host DRAM passes of one accumulation: read the arriving shard, read the host shard, write
 the sum (a streaming add, as ZeRO-Offload's CPU-side gradient handling)."""
-
-
-def chunk_evictions(parallel: ParallelConfig, num_micro_batches: int) -> int:
-    """How many times per step a rank's chunks leave the GPU gradient buffers: each is one
-    reduce-scatter and host accumulation of that chunk's gradients.
-
-    Source: Megatron-LM interleaved 1F1B (Narayanan et al. 2021, arXiv:2104.04473 Sec. 2.2;
-    `megatron/core/pipeline_parallel/schedules.py`, `get_model_chunk_id`): a rank runs a
-    group of `microbatch_group_size` (default: the pipeline size) micro-batches on one chunk
-    before moving to the next, so backward visits each of its v chunks ceil(m / group)
-    times; Kimi K3 (ledger Sec. 9.5, 9.8) keeps `GRADIENT_BUFFER_SLOTS` chunk buffers, so
-    with v <= 2 every chunk keeps its buffer for the whole step and is reduced once at the
-    end, while with v > 2 every visit ends in an eviction.
-    Legend: v = chunks per rank (`schedule_traits(...).num_chunks`), m = micro-batches.
-    Assumes: chunk visits of a group are contiguous in backward (the interleaved order); a
-    schedule with one or two chunks (1F1B, V shapes) never evicts before the step ends.
-    """
-    v = schedule_traits(parallel.schedule).num_chunks(parallel.vpp)
-    if v <= GRADIENT_BUFFER_SLOTS:
-        return v
-    group = parallel.microbatch_group_size or parallel.pp
-    return v * math.ceil(num_micro_batches / group)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,7 +56,7 @@ class HostGradientCost:
 
 
 def host_gradient_cost(training: TrainingSpec, parallel: ParallelConfig, cluster: ClusterSpec,
-                       fabric: Fabric, mesh: DeviceMesh, weights: StageWeights,
+                       weights: StageWeights, dp_traffic: tuple[TrafficItem, ...],
                        chunk_times: tuple[OpTimes, ...], num_micro_batches: int
                        ) -> HostGradientCost | None:
     """Pipeline ZeRO-2's exposed step time on one rank (None when it is off).
@@ -119,22 +88,9 @@ def host_gradient_cost(training: TrainingSpec, parallel: ParallelConfig, cluster
     chunks = schedule_traits(parallel.schedule).num_chunks(parallel.vpp)
     visits = evictions / chunks
     g = training.grad_dtype.num_bytes
-    reduce_s = 0.0
-    shard_bytes = 0.0
-    for kind, params, size in (
-            (GroupKind.DP_CP, weights.dense_params, parallel.dp * parallel.cp),
-            (GroupKind.EDP, weights.expert_params, expert_data_parallel_size(parallel))):
-        if params == 0:
-            continue
-        shard_bytes += params * g / size
-        if size <= 1:
-            continue
-        place = group_placement(mesh, kind)
-        chunk_params = params / chunks
-        buckets = max(1, math.ceil(chunk_params / bucket_params(size)))
-        per_call = call_cost(Collective.REDUCE_SCATTER, place,
-                             math.ceil(chunk_params * g / buckets), fabric).time_s
-        reduce_s += evictions * buckets * per_call
+    shard_bytes = (weights.dense_params * g / (parallel.dp * parallel.cp)
+                   + weights.expert_params * g / expert_data_parallel_size(parallel))
+    reduce_s = sum(i.time_per_step_s for i in dp_traffic if i.name.endswith(CHUNK_REDUCE))
     moved = shard_bytes * visits
     d2h_s = moved / cluster.pcie_bandwidth_bytes_per_s
     host_share = cluster.host_memory_bandwidth_bytes_per_s / cluster.gpus_per_node
@@ -161,5 +117,4 @@ def _drain_window_s(chunk_times: tuple[OpTimes, ...], m: int, evictions: int,
     return sum(t.backward_input_s + t.backward_weight_s for t in chunk_times)
 
 
-__all__ = ["GRADIENT_BUFFER_SLOTS", "HOST_ACCUMULATE_PASSES", "HostGradientCost",
-           "chunk_evictions", "host_gradient_cost"]
+__all__ = ["HOST_ACCUMULATE_PASSES", "HostGradientCost", "host_gradient_cost"]

@@ -7,7 +7,7 @@ from models.catalog import cluster_preset, model_preset
 from models.pipeline import OpKind, generate_program
 from models.step_time import estimate_step
 from models.step_time.assembly import HOST_GRADIENTS
-from models.step_time.host_gradients import GRADIENT_BUFFER_SLOTS, chunk_evictions
+from models.traffic.data import GRADIENT_BUFFER_SLOTS, chunk_evictions
 
 S = PipelineSchedule
 
@@ -74,19 +74,30 @@ def test_a_slower_host_link_costs_more_and_overlap_is_bounded_by_the_drains() ->
     from models.step_time import axis_groups
     from models.step_time.host_gradients import host_gradient_cost
     from models.step_time.stage import stage_times
+    from models.traffic.context import StepContext
+    from models.traffic.data import CHUNK_REDUCE, dp_items
     from models.traffic.weights import stage_weights
 
     parallel = ParallelConfig(pp=4, dp=16, ep=8, vpp=4, schedule=S.INTERLEAVED_1F1B,
                               gradient_host_shards=True)
     m = micro_batch_count(TRAIN, parallel)
     groups = axis_groups(parallel, gpus_per_node=CLUSTER.gpus_per_node)
+    held = stage_weights(MIXTRAL, parallel)[1]
 
     def cost(cluster):  # type: ignore[no-untyped-def]
         fabric = fabric_of(cluster)
         layouts = pipeline_layout(MIXTRAL, parallel)
         st = stage_times(MIXTRAL, TRAIN, parallel, cluster, layouts, m, fabric, groups)[1]
-        return host_gradient_cost(TRAIN, parallel, cluster, fabric, groups.mesh,
-                                  stage_weights(MIXTRAL, parallel)[1], st.chunk_times, m)
+        ctx = StepContext(model=MIXTRAL, training=TRAIN, parallel=parallel, fabric=fabric,
+                          mesh=groups.mesh, stage=held, num_micro_batches=m,
+                          pp_scatter_gather=False)
+        items = tuple(dp_items(ctx))
+        reduces = [i for i in items if i.name.endswith(CHUNK_REDUCE)]
+        # Dense gradients over DP x CP, expert gradients over expert-DP; one call per bucket
+        # per eviction; no once-per-step gradient reduce-scatter beside them.
+        assert len(reduces) == 2 and all(i.calls_per_step % 16 == 0 for i in reduces)
+        assert not any(i.name.endswith("grad_reduce_scatter") for i in items)
+        return host_gradient_cost(TRAIN, parallel, cluster, held, items, st.chunk_times, m)
 
     fast = cost(CLUSTER)
     slow = cost(CLUSTER.model_copy(update={
