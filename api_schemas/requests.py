@@ -54,8 +54,9 @@ Allowed = Annotated[list[T], Field(min_length=1)]
 class ModelPreset(SpecModel):
     """A model from the catalog."""
 
-    preset: str = Field(description="Catalog id: a Hugging Face config stem or a Megatron GPT "
-                        "shape.", examples=["llama-3.1-405b"])
+    preset: str = Field(description="Catalog id: a Hugging Face config stem, a Megatron GPT "
+                        "shape, or an assumed shape (kimi-k3-scale-2.8t).",
+                        examples=["llama-3.1-405b"])
 
 
 class ModelFromHf(SpecModel):

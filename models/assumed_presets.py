@@ -46,6 +46,9 @@ def k3_scale_config(k2_config: dict[str, Any]) -> dict[str, Any]:
 ASSUMED_PRESETS = {K3_SCALE_ID: ("kimi-k2-instruct", k3_scale_config)}
 """Assumed preset id -> (the published preset it derives from, the derivation)."""
 
+PRESET_ASSUMPTIONS = {K3_SCALE_ID: K3_SCALE_ASSUMPTIONS}
+"""Assumed preset id -> what it assumes."""
+
 
 __all__ = ["ASSUMED_PRESETS", "K3_SCALE_ASSUMPTIONS", "K3_SCALE_ID", "K3_SCALE_OVERRIDES",
-           "k3_scale_config"]
+           "PRESET_ASSUMPTIONS", "k3_scale_config"]

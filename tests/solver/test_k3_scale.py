@@ -75,3 +75,4 @@ def test_evaluate_reports_the_vision_encoder_placement_in_its_explanation() -> N
     assert any(n.startswith("vision encoder ('bubbles')") for n in notes)
     placement = next(n for n in notes if n.startswith("vision encoder placement"))
     assert "without" in placement
+
