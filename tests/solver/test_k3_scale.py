@@ -3,7 +3,7 @@ naming the mechanisms the plan leans on."""
 
 import pytest
 
-from api_schemas import PlanRequest
+from api_schemas import OptimizerKind, PlanRequest
 from models.assumed_presets import K3_SCALE_ASSUMPTIONS, K3_SCALE_ID
 from models.catalog import model_ids, model_preset
 from models.params import count_parameters
@@ -46,6 +46,20 @@ def test_the_planner_fits_k3_scale_on_1024_h800s_and_says_what_made_it_fit() -> 
     muon = next(n for n in notes if n.startswith("Muon"))
     assert "would not fit" in muon and "makes this plan fit" in muon
     assert any(n.startswith("Pipeline ZeRO-2") for n in notes)
+
+
+def test_with_adamw_pipeline_zero2_is_what_fits_k3_scale_on_pp8_with_four_chunks() -> None:
+    """AdamW keeps two moments; at PP8 with four chunks per rank the two chunk buffers hold
+    half a stage's gradients, and that is the difference between fitting and not."""
+    request = _request(128)
+    request = request.model_copy(update={
+        "training": request.training.model_copy(update={"optimizer": OptimizerKind.ADAMW}),
+        "constraints": request.constraints.model_copy(update={"pp": 8, "vpp": 4})})
+    response = plan(request)
+    assert response.status in ("optimal", "feasible")
+    assert response.parallel is not None and response.parallel.vpp == 4
+    zero2 = next(n for n in response.explanation.notes if n.startswith("Pipeline ZeRO-2"))
+    assert "would not fit" in zero2 and "makes this plan fit" in zero2
 
 
 def test_half_that_cluster_does_not_fit_even_with_pipeline_zero2() -> None:
