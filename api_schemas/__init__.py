@@ -122,6 +122,8 @@ from api_schemas.training import (
     MuonDistribution,
     OptimizerKind,
     TrainingSpec,
+    VisionPlacement,
+    VisionWorkload,
 )
 from api_schemas.units import (
     GIB,
@@ -178,6 +180,8 @@ __all__ = [
     "ModelPreset",
     "ModelSpec",
     "MuonDistribution",
+    "VisionPlacement",
+    "VisionWorkload",
     "MoePlacementRequest",
     "MoePlacementResponse",
     "MoeRoute",

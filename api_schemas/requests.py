@@ -54,8 +54,9 @@ Allowed = Annotated[list[T], Field(min_length=1)]
 class ModelPreset(SpecModel):
     """A model from the catalog."""
 
-    preset: str = Field(description="Catalog id: a Hugging Face config stem or a Megatron GPT "
-                        "shape.", examples=["llama-3.1-405b"])
+    preset: str = Field(description="Catalog id: a Hugging Face config stem, a Megatron GPT "
+                        "shape, or an assumed shape (kimi-k3-scale-2.8t).",
+                        examples=["llama-3.1-405b"])
 
 
 class ModelFromHf(SpecModel):
@@ -179,6 +180,10 @@ class Constraints(SpecModel):
         "changes the numerics of the backward pass).")
     allow_offload: bool = Field(default=True, description="May the planner offload activations "
                                 "to host memory?")
+    gradient_host_shards: bool = Field(
+        default=False, description="Give every candidate Pipeline ZeRO-2 (Kimi K3: gradient "
+        "shards in host memory, two chunk-sized gradient buffers on the GPU); the search does "
+        "not choose it on its own.")
     forbid: Annotated[dict[str, list[Any]], AfterValidator(reject_non_finite)] = Field(
         default_factory=dict,
         description="Forbidden values per key, e.g. {'schedule': ['dualpipe'], 'tp': [16]}.")

@@ -86,6 +86,38 @@ class MuonDistribution(StrEnum):
     point, orthogonalises it and sends the shards back; the work divides over the ranks."""
 
 
+class VisionPlacement(StrEnum):
+    """Where a multimodal job runs its vision encoder relative to the text pipeline."""
+
+    STAGE0 = "stage0"
+    """On the first pipeline stage, inside each micro-batch's forward and backward."""
+    DEP = "dep"
+    """Kimi K2.5's decoupled encoder process: every GPU runs a share of the step's images
+    before the text pipeline (outputs kept, activations dropped) and recomputes its forward
+    and runs its backward after it."""
+    BUBBLES = "bubbles"
+    """Kimi K3: the decoupled encoder work placed into the text pipeline's bubbles, the
+    first micro-batch's forward run up front."""
+
+
+class VisionWorkload(SpecModel):
+    """The image side of a multimodal training step: which encoder, how many images, where
+    it runs."""
+
+    encoder_preset: str = Field(
+        default="llama-4-scout-17b-16e",
+        description="Model preset whose Hugging Face vision_config gives the encoder's shape.",
+    )
+    images_per_sequence: float = Field(
+        gt=0, description="Images per training sequence, on average.", examples=[1.0])
+    placement: VisionPlacement = Field(
+        default=VisionPlacement.STAGE0,
+        description="'stage0' (inside the first pipeline stage), 'dep' (Kimi K2.5: spread "
+        "over every GPU before and after the text pipeline) or 'bubbles' (Kimi K3: the same "
+        "work placed into pipeline bubbles).",
+    )
+
+
 class TrainingSpec(SpecModel):
     """Batch, sequence and precision recipe of one training run."""
 
@@ -185,6 +217,11 @@ class TrainingSpec(SpecModel):
         default=EmaPlacement.NONE,
         description="Parameter EMA: none, on the GPU, or in host memory (DeepSeek-V3).",
     )
+    vision: VisionWorkload | None = Field(
+        default=None,
+        description="A vision encoder beside the language model (multimodal training); "
+        "none = text only.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -202,4 +239,5 @@ class TrainingSpec(SpecModel):
 
 
 __all__ = ["ElementwiseFusion", "EmaPlacement", "Fp8WeightStorage", "MoeDispatcher",
-           "MuonDistribution", "OptimizerKind", "TrainingSpec"]
+           "MuonDistribution", "OptimizerKind", "TrainingSpec", "VisionPlacement",
+           "VisionWorkload"]

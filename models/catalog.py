@@ -17,6 +17,7 @@ from api_schemas.architecture import MlpKind, ModelSpec, NormKind
 from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec, GpuSpec, IntraNodeTopology, LinkSpec
 from api_schemas.units import GIB
+from models.assumed_presets import ASSUMED_PRESETS
 from models.errors import InvalidSpecError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -318,17 +319,21 @@ def hf_preset_config(preset_id: str) -> dict[str, Any]:
 def model_ids() -> list[str]:
     """Every model preset id: the Hugging Face configs and the Megatron GPT shapes."""
     gpt = [row[0] for row in MEGATRON_2021_TABLE1 + KORTHIKANTI_2022_TABLE3]
-    return hf_preset_ids() + sorted(set(gpt))
+    return hf_preset_ids() + sorted(set(gpt)) + sorted(ASSUMED_PRESETS)
 
 
 @cache
 def model_preset(preset_id: str) -> ModelSpec:
-    """The `ModelSpec` of a preset id (Hugging Face stem or Megatron GPT name)."""
+    """The `ModelSpec` of a preset id (Hugging Face stem, Megatron GPT name, or an assumed
+    preset of `models.assumed_presets`)."""
     for name, layers, hidden, heads in MEGATRON_2021_TABLE1 + KORTHIKANTI_2022_TABLE3:
         if name == preset_id:
             return megatron_gpt(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads)
     from models.hf_config import spec_from_hf_config
 
+    if preset_id in ASSUMED_PRESETS:
+        base, derive = ASSUMED_PRESETS[preset_id]
+        return spec_from_hf_config(derive(hf_preset_config(base)), name=preset_id).spec
     return spec_from_hf_config(hf_preset_config(preset_id), name=preset_id).spec
 
 

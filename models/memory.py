@@ -53,6 +53,7 @@ from models.runtime_memory import (
     runtime_components,
 )
 from models.sharded_states import ema_components, model_state_components
+from models.vision_pipeline import vision_memory_components
 
 RUNTIME_RESERVE_BYTES = CUDA_CONTEXT_BYTES + NCCL_CHANNELS * 2 * NCCL_BUFFER_BYTES
 """The least runtime memory any rank holds (the CUDA context and the default group's NCCL
@@ -421,6 +422,16 @@ def stage_activation_components(
     return gpu, host, peak
 
 
+def _first_stage_in_flight(parallel: ParallelConfig, layout: StageLayout, m: int) -> int:
+    """Micro-batches the rank's first-stage chunks hold until their backward at once (where
+    an encoder on stage 0 keeps its activations); 1 without a pipeline."""
+    if parallel.pp == 1:
+        return 1
+    profile = in_flight_counts(parallel, m)
+    peaks = profile.chunk_peaks_until_b[layout.rank]
+    return max((peaks[c] for c in profile.first_stage_chunks[layout.rank]), default=0)
+
+
 def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                  layout: StageLayout, *, num_micro_batches: int) -> StageMemory:
     """The ledger of one rank of pipeline stage `layout.rank`."""
@@ -441,8 +452,12 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
     dynamic = sum(c.bytes for c in activations)
     others = runtime_components(spec, training, parallel, groups, dynamic,
                                 num_heads=layout.num_heads)
+    vision = vision_memory_components(
+        spec, training, parallel, stage=layout.rank,
+        in_flight=_first_stage_in_flight(parallel, layout, num_micro_batches),
+        num_micro_batches=num_micro_batches) if training.vision is not None else []
     return StageMemory(stage=layout.rank, num_layers=len(layout.layers),
-                       components=tuple(states + ema_gpu + activations + others),
+                       components=tuple(states + ema_gpu + activations + vision + others),
                        host_components=tuple(host_states + host_acts + ema_host),
                        in_flight_chunks=peak)
 

@@ -100,8 +100,9 @@ class ModelCatalogEntry(BaseModel):
     model_config = _FROZEN
 
     id: str = Field(description="Preset id, usable as {'preset': id}.")
-    source: Literal["hf_config", "megatron_gpt"] = Field(
-        description="A packaged Hugging Face config or a published Megatron GPT shape.")
+    source: Literal["hf_config", "megatron_gpt", "assumed"] = Field(
+        description="A packaged Hugging Face config, a published Megatron GPT shape, or a "
+        "shape assumed where the report gives only totals (see assumptions).")
     spec: ModelSpec = Field(description="The architecture.")
     num_parameters: int = Field(description="Total parameters (embeddings and head "
                                 "included, MTP excluded).")
@@ -112,6 +113,9 @@ class ModelCatalogEntry(BaseModel):
         "checkpoint (Llama 4), apart: not planned, but part of the published checkpoint, "
         "whose total is num_parameters + num_vision_parameters (+ MTP). 0 when there is "
         "none or its kind is not modelled (the notes say so).")
+    assumptions: list[str] = Field(
+        default_factory=list, description="For an assumed preset, every figure it assumes "
+        "where its source gives none.")
 
 
 class ModelCatalog(BaseModel):

@@ -49,6 +49,7 @@ from solver.explain import (
     why_rejected,
 )
 from solver.fixes import suggest_fixes
+from solver.mechanisms import mechanism_notes
 from solver.planner import SearchResult, hardware_constraints, objective_value, search
 from solver.policy_summary import summarise_policies
 from solver.reach import Reach, highest_reachable, target_relaxation
@@ -193,6 +194,8 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     if record:
         notes.append(record)
     notes += ledger_evidence(request.training, best.parallel, is_moe=spec.moe is not None)
+    notes += mechanism_notes(spec, request.training, best.parallel, cluster, best.estimate,
+                             best.ledger)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
     response = _response(best, result.status, spec.name, cluster, alternatives, explanation,
@@ -448,6 +451,7 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     if record:
         notes.append(record)
     notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
+    notes += mechanism_notes(spec, request.training, parallel, cluster, est, ledger)
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
                if ledger.fits else
                f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "

@@ -12,6 +12,7 @@ once and reused, and the two bounds the search prunes and orders with:
 Must not: decide anything; the planner does.
 """
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -54,8 +55,12 @@ class CoreTimes:
 class BoundTables:
     """Caches of core times for one request (spec, recipe and cluster fixed)."""
 
-    def __init__(self, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec) -> None:
+    def __init__(self, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
+                 host_gradients: bool = False) -> None:
         self.spec = spec
+        self.host_gradients = host_gradients
+        """Pipeline ZeRO-2 on every candidate: gradients leave the GPU bound (its two chunk
+        buffers are not counted, which keeps the bound below the ledger)."""
         self.training = training
         self.cluster = cluster
         self.fabric = fabric_of(cluster)
@@ -154,6 +159,8 @@ class BoundTables:
         """Lower bound of the peak GPU bytes under the most frugal choices allowed."""
         spec, tr = self.spec, self.training
         per_param = state_bytes_per_param(tr)
+        if self.host_gradients:
+            per_param = dataclasses.replace(per_param, gradients=0.0)
         dense_params = (self.params.total + self.params.mtp_total
                         - self.params.routed_experts_total) / c.tp
         expert_params = self.params.routed_experts_total / (c.ep * c.etp)

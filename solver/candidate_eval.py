@@ -110,6 +110,8 @@ def allowed_zero_stages(constraints: Constraints) -> list[int]:
 def _with_policy(candidate: MeshCandidate, zero: int, policy: dict[str, object],
                  constraints: Constraints) -> ParallelConfig:
     fields: dict[str, object] = {"zero_stage": zero, **policy}
+    if constraints.gradient_host_shards:
+        fields["gradient_host_shards"] = True
     if constraints.recompute is not None and not isinstance(constraints.recompute, list):
         fields["recompute"] = constraints.recompute
     return candidate.parallel(**fields)

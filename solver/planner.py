@@ -278,7 +278,9 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         deadline = started + limits.time_limit_s
     zeros = allowed_zero_stages(constraints)
     problem = _Problem(spec=spec, training=training, cluster=cluster, constraints=constraints,
-                       objective=objective, tables=BoundTables(spec, training, cluster),
+                       objective=objective, tables=BoundTables(
+                           spec, training, cluster,
+                           host_gradients=constraints.gradient_host_shards),
                        zeros=zeros, max_offload=max_offload_share(constraints))
     sizes = (list(world_sizes) if world_sizes
              else objective_world_sizes(cluster, constraints, objective))

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode, RecomputeModule
-from api_schemas.training import MuonDistribution, OptimizerKind, TrainingSpec
+from api_schemas.training import (
+    MuonDistribution,
+    OptimizerKind,
+    TrainingSpec,
+    VisionPlacement,
+)
 from models.collectives import Collective, Fabric, fabric_of
 from models.collectives.fabric import host_link_bandwidth
 from models.compute import OpTimes
@@ -29,6 +34,7 @@ from models.pipeline import OpDurations, StagePlacement, closed_form_makespan, s
 from models.precision import state_bytes_per_param
 from models.step_time.exposure import sync_exposed_s
 from models.step_time.groups import AxisGroups, axis_groups
+from models.step_time.host_gradients import host_gradient_cost
 from models.step_time.makespan import (
     crossings_per_micro_batch,
     pipeline_makespan,
@@ -41,6 +47,7 @@ from models.traffic.data import dp_items
 from models.traffic.items import Phase, TrafficAxis, call_cost
 from models.traffic.pipeline import pp_items, pp_message_bytes
 from models.traffic.weights import StageWeights, stage_weights
+from models.vision_pipeline import stage0_vision_times, vision_encoder, vision_step_cost
 
 OPTIMIZER_BYTES_PER_PARAM_FACTOR = 2.0
 """The optimizer step reads and writes every state it touches once: HBM traffic = 2 x the
@@ -175,16 +182,25 @@ def _tail(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
           weights: StageWeights, chunk_times: tuple[OpTimes, ...], m: int
           ) -> dict[str, float]:
     """Per-step terms of one rank after its last backward: the exposed DP sync (hidden
-    behind the rank's `chunk_times`), the tied embedding all-reduce and the optimizer
-    step."""
+    behind the rank's `chunk_times`), the tied embedding all-reduce, the optimizer step and,
+    with Pipeline ZeRO-2, its exposed gradient offload (`HOST_GRADIENTS`)."""
     ctx = _step_context(spec, training, parallel, groups, fabric, weights, m)
     items = tuple(dp_items(ctx))
     sync = sync_exposed_s(items, overlap=training.overlap_grad_reduce, num_micro_batches=m,
                           chunk_times=chunk_times)
     embedding = sum(i.time_per_step_s for i in pp_items(ctx)
                     if i.axis == TrafficAxis.PP and i.phase == Phase.OPTIMIZER)
-    return {"dp": sync, "pp": embedding,
-            "optimizer": _optimizer_s(spec, training, parallel, cluster, layout)}
+    terms = {"dp": sync, "pp": embedding,
+             "optimizer": _optimizer_s(spec, training, parallel, cluster, layout)}
+    host = host_gradient_cost(training, parallel, cluster, weights, items, chunk_times, m)
+    if host is not None:
+        terms[HOST_GRADIENTS] = host.exposed_s
+    return terms
+
+
+HOST_GRADIENTS = "Pipeline ZeRO-2 gradient offload"
+"""Name, in `overheads_s`, of Pipeline ZeRO-2's exposed chunk reduce-scatters, host copies,
+host accumulation and shard upload (`models.step_time.host_gradients`)."""
 
 
 GRAD_NORM_PASSES = 3
@@ -407,6 +423,9 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         extra = tail[axis] + (makespan - ideal if axis == "pp" else 0.0)
         if extra > 0:
             exposed[axis] = exposed.get(axis, 0.0) + extra
+    if training.vision is not None:
+        overheads = {**overheads, **_vision_terms(spec, training, parallel, cluster, stages, m,
+                                                  p2p, makespan, ideal)}
     flops = _flops(spec, training, parallel, layouts)
     return StepEstimate(
         step_time_s=makespan + sum(tail.values()) + sum(overheads.values()),
@@ -414,7 +433,10 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         compute_s=crossings * busiest.compute_s, recompute_s=crossings * busiest.recompute_s,
         bubble_s=ideal - busy, exposed_comm_s=exposed,
         offload_stall_s=crossings * busiest.offload_stall_s, optimizer_s=tail["optimizer"],
-        overheads_s={**overheads, **({"fp8 activation casts": crossings * busiest.fp8_cast_s}
+        overheads_s={**overheads,
+                     **{k: t for k, t in tail.items()
+                        if k not in ("dp", "pp", "optimizer") and t > 0},
+                     **({"fp8 activation casts": crossings * busiest.fp8_cast_s}
                                      if busiest.fp8_cast_s else {})},
         critical_stage=busiest.stage, num_micro_batches=m,
         model_flop=flops[0].model_flop, model_flop_full_attention=flops[1].model_flop,
@@ -423,6 +445,35 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         tokens_per_step=training.tokens_per_step,
         peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype),
         stages=tuple(stages))
+
+
+VISION_ENCODER = "vision encoder"
+"""Name, in `overheads_s`, of the step time a vision encoder adds under its placement
+(`models.vision_pipeline`)."""
+
+
+def _vision_terms(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                  cluster: ClusterSpec, stages: list[StageTime], m: int, p2p: float,
+                  makespan: float, ideal: float) -> dict[str, float]:
+    """The encoder's exposed time (`models.vision_pipeline.vision_step_cost`): under
+    'stage0' the pipeline is simulated again with stage 0's first chunk lengthened by the
+    encoder's forward and backward of each micro-batch; under 'bubbles' each rank's idle
+    time is the makespan without P2P latency less its own work."""
+    assert training.vision is not None
+    encoder = vision_encoder(training.vision, spec)
+    with_stage0 = makespan
+    if training.vision.placement == VisionPlacement.STAGE0:
+        forward, backward = stage0_vision_times(encoder, training, parallel, cluster.gpu)
+        first = stages[0]
+        times = list(first.chunk_times)
+        times[0] = times[0] + OpTimes(forward_s=forward, backward_input_s=backward)
+        longer = [dataclasses.replace(first, chunk_times=tuple(times)), *stages[1:]]
+        with_stage0 = _makespans(parallel, longer, m, p2p, split=False)[0]
+    idle = tuple(ideal - rank_work_s(parallel, st, m) for st in stages)
+    cost = vision_step_cost(encoder, training, parallel, cluster.gpu, num_micro_batches=m,
+                            makespan_s=makespan, makespan_with_stage0_s=with_stage0,
+                            rank_idle_s=idle)
+    return {VISION_ENCODER: cost.exposed_s}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -568,6 +619,8 @@ def _flops(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
 
 __all__ = [
     "FLOP_CONVENTION",
+    "HOST_GRADIENTS",
+    "VISION_ENCODER",
     "OPTIMIZER_BYTES_PER_PARAM_FACTOR",
     "PipelineInputs",
     "StepEstimate",

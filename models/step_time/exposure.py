@@ -28,6 +28,7 @@ from models.compute import LayerCompute, OpTimes
 from models.params import layer_params
 from models.pipeline import StagePlacement, schedule_traits
 from models.step_time.groups import AxisGroups
+from models.traffic.data import CHUNK_REDUCE
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem
 from models.traffic.layer import (
     LayerCall,
@@ -204,6 +205,8 @@ def sync_exposed_s(items: tuple[TrafficItem, ...], *, overlap: bool, num_micro_b
     for item in items:
         if item.axis not in (TrafficAxis.DP, TrafficAxis.EDP):
             continue
+        if item.name.endswith(CHUNK_REDUCE):
+            continue  # Pipeline ZeRO-2: `models.step_time.host_gradients`
         if "zero3" in item.name:
             total += zero3_fill_drain_s(item)
             continue

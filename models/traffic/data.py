@@ -9,8 +9,10 @@ the bucketing and the part that overlaps backward. Must not: count memory.
 
 import math
 
+from api_schemas.parallel import ParallelConfig
 from models.collectives import Collective
 from models.mesh import AxisPlacement, GroupKind
+from models.pipeline import schedule_traits
 from models.traffic.context import StepContext, group_placement
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
 from models.traffic.layer import zero3_unit_calls
@@ -42,6 +44,9 @@ def dp_items(ctx: StepContext) -> list[TrafficItem]:
     gradients, 3 Psi. Megatron folds CP into the gradient group (`dp-cp`), and expert
     gradients reduce over the expert data-parallel group.
     Legend: Psi = parameters of the rank's model partition.
+    With Pipeline ZeRO-2 (`gradient_host_shards`) the gradient reduce-scatter follows the
+    chunk buffers instead: one per eviction (`chunk_evictions`), timed and exposed by
+    `models.step_time.host_gradients`.
     Assumes: gradients travel in grad_dtype, gathered parameters in param_dtype; ZeRO-2 and
     ZeRO-3 reduce-scatter every micro-batch (they keep no full gradient buffer); ZeRO-3
     gathers and reduces one layer (plus embedding, head, MTP module) at a time.
@@ -85,14 +90,61 @@ def _zero_items(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, param
                       grad_note)]
     rs_calls, rs_freq = (buckets * m, Frequency.PER_MICRO_BATCH) if zero == 2 else (
         buckets, Frequency.PER_STEP)
-    return [
-        _item(ctx, axis, place, "grad_reduce_scatter", Collective.REDUCE_SCATTER,
-              Phase.BACKWARD, rs_freq, grad_bytes, rs_calls,
-              buckets, hide, grad_note),
-        _item(ctx, axis, place, "param_all_gather", Collective.ALL_GATHER, Phase.OPTIMIZER,
+    gather = [_item(ctx, axis, place, "param_all_gather", Collective.ALL_GATHER, Phase.OPTIMIZER,
               Frequency.PER_STEP, param_bytes, buckets, buckets, hide,
-              "all buckets but the first gather while the next forward runs"),
-    ]
+              "all buckets but the first gather while the next forward runs")]
+    if ctx.parallel.gradient_host_shards:
+        return [_chunk_reduce_item(ctx, axis, place, params), *gather]
+    return [_item(ctx, axis, place, "grad_reduce_scatter", Collective.REDUCE_SCATTER,
+                  Phase.BACKWARD, rs_freq, grad_bytes, rs_calls, buckets, hide, grad_note),
+            *gather]
+
+
+GRADIENT_BUFFER_SLOTS = 2
+"""Chunk-sized gradient buffers a rank keeps on the GPU under Pipeline ZeRO-2: one slot
+accumulates the chunk now in backward, the other drains (reduces and copies to the host) or
+is filled ahead. Source: Kimi K3 arXiv:2607.24653, as the research ledger (Sec. 9.5, 9.8)
+summarises it."""
+
+CHUNK_REDUCE = "grad_reduce_scatter_chunk"
+"""Name (after the axis) of Pipeline ZeRO-2's per-chunk gradient reduce-scatter, whose
+exposure `models.step_time.host_gradients` owns."""
+
+
+def chunk_evictions(parallel: ParallelConfig, num_micro_batches: int) -> int:
+    """How many times per step a rank's chunks leave the GPU gradient buffers under Pipeline
+    ZeRO-2: each is one reduce-scatter and host accumulation of that chunk's gradients.
+
+    Source: Megatron-LM interleaved 1F1B (Narayanan et al. 2021, arXiv:2104.04473 Sec. 2.2;
+    `megatron/core/pipeline_parallel/schedules.py`, `get_model_chunk_id`): a rank runs a
+    group of `microbatch_group_size` (default: the pipeline size) micro-batches on one chunk
+    before moving to the next, so backward visits each of its v chunks ceil(m / group)
+    times; Kimi K3 (ledger Sec. 9.5, 9.8) keeps `GRADIENT_BUFFER_SLOTS` chunk buffers, so
+    with v <= 2 every chunk keeps its buffer for the whole step and is reduced once at the
+    end, while with v > 2 every visit ends in an eviction.
+    Legend: v = chunks per rank (`schedule_traits(...).num_chunks`), m = micro-batches.
+    Assumes: chunk visits of a group are contiguous in backward (the interleaved order); a
+    schedule with one or two chunks (1F1B, V shapes) never evicts before the step ends.
+    """
+    v = schedule_traits(parallel.schedule).num_chunks(parallel.vpp)
+    if v <= GRADIENT_BUFFER_SLOTS:
+        return v
+    group = parallel.microbatch_group_size or parallel.pp
+    return v * math.ceil(num_micro_batches / group)
+
+
+def _chunk_reduce_item(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement,
+                       params: int) -> TrafficItem:
+    """Pipeline ZeRO-2: every eviction reduce-scatters one chunk's gradients (the rank's
+    parameters / v) in Megatron-size buckets, instead of one reduce-scatter per step.
+    Source: Kimi K3 (ledger Sec. 9.5); ZeRO arXiv:1910.02054 Sec. 7.2 for the volume."""
+    chunks = schedule_traits(ctx.parallel.schedule).num_chunks(ctx.parallel.vpp)
+    chunk_bytes = math.ceil(params / chunks) * int(ctx.training.grad_dtype.num_bytes)
+    buckets = max(1, math.ceil(params / chunks / bucket_params(place.group_size)))
+    calls = buckets * chunk_evictions(ctx.parallel, ctx.num_micro_batches)
+    return _item(ctx, axis, place, CHUNK_REDUCE, Collective.REDUCE_SCATTER, Phase.BACKWARD,
+                 Frequency.PER_STEP, chunk_bytes, calls, buckets, 0.0,
+                 "drains while the rank computes its next chunk visit (Pipeline ZeRO-2)")
 
 
 def _item(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, name: str,
@@ -106,5 +158,5 @@ def _item(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, name: str,
                      overlap_note=note)
 
 
-__all__ = ["MEGATRON_BUCKET_PARAMS_PER_DP_RANK", "MEGATRON_MIN_BUCKET_PARAMS", "bucket_params",
-           "dp_items"]
+__all__ = ["CHUNK_REDUCE", "GRADIENT_BUFFER_SLOTS", "MEGATRON_BUCKET_PARAMS_PER_DP_RANK",
+           "MEGATRON_MIN_BUCKET_PARAMS", "bucket_params", "chunk_evictions", "dp_items"]

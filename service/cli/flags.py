@@ -13,6 +13,7 @@ import argparse
 from typing import Any
 
 from api_schemas.requests import Objective
+from api_schemas.training import VisionPlacement
 from models.catalog import gpu_ids, model_ids
 from service.client import DEFAULT_BASE_URL
 
@@ -49,6 +50,12 @@ def add_recipe_flags(parser: argparse.ArgumentParser) -> None:
                         help="FP8 compute (training.compute_dtype = fp8, DeepSeek-V3 recipe)")
     parser.add_argument("--headroom", type=float, metavar="FRAC",
                         help="GPU memory kept free, a fraction (cluster.memory_headroom_frac)")
+    parser.add_argument("--vision-images", type=float, metavar="N",
+                        help="images per sequence of a vision encoder beside the model "
+                        "(training.vision.images_per_sequence)")
+    parser.add_argument("--vision-placement", choices=[p.value for p in VisionPlacement],
+                        help="where the vision encoder runs: stage0, dep (Kimi K2.5) or "
+                        "bubbles (Kimi K3); needs --vision-images")
 
 
 def add_constraint_flags(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +66,9 @@ def add_constraint_flags(parser: argparse.ArgumentParser) -> None:
                         help="may the planner offload activations to host memory")
     parser.add_argument("--allow-fp8-activations", action=argparse.BooleanOptionalAction,
                         default=None, help="may the planner store activations in FP8")
+    parser.add_argument("--gradient-host-shards", action="store_true", default=None,
+                        help="give every candidate Pipeline ZeRO-2 (Kimi K3: gradient shards "
+                        "in host memory, two GPU chunk buffers)")
     parser.add_argument("--forbid", type=forbid_item, action="append", metavar="KEY=V1,V2",
                         help="forbid values of a plan key, e.g. schedule=dualpipe (repeatable)")
     parser.add_argument("--max-gpus", type=int, help="use at most this many GPUs")
@@ -88,12 +98,17 @@ def apply_recipe_flags(doc: dict[str, Any], args: argparse.Namespace) -> None:
     if getattr(args, "fp8", False):
         _put(doc, ("training", "compute_dtype"), "fp8")
     _put(doc, ("cluster", "memory_headroom_frac"), getattr(args, "headroom", None))
+    images = getattr(args, "vision_images", None)
+    if images is not None:
+        _put(doc, ("training", "vision", "images_per_sequence"), images)
+        _put(doc, ("training", "vision", "placement"), getattr(args, "vision_placement", None))
 
 
 def apply_constraint_flags(doc: dict[str, Any], args: argparse.Namespace) -> None:
     """Write the constraint, objective and solver flags into the request document."""
     for flag, key in (("cp_kind", "cp_kind"), ("allow_offload", "allow_offload"),
                       ("allow_fp8_activations", "allow_fp8_activations"),
+                      ("gradient_host_shards", "gradient_host_shards"),
                       ("max_gpus", "max_gpus"), ("target_tokens_per_s", "target_tokens_per_s"),
                       ("gpu_hour_price", "gpu_hour_price")):
         _put(doc, ("constraints", key), getattr(args, flag, None))

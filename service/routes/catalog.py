@@ -6,10 +6,11 @@ read configs itself (`models/hf_config.py` does).
 """
 
 from functools import cache, partial
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body
 
+from models.assumed_presets import PRESET_ASSUMPTIONS as ASSUMPTIONS
 from models.catalog import (
     DEFAULT_NODE_FOR_GPU,
     NODE_PRESETS,
@@ -76,8 +77,12 @@ def _model_catalog() -> ModelCatalog:
         vision = vision_tower_params(hf_preset_config(preset_id),
                                      text_hidden_size=spec.hidden_size) \
             if preset_id in hf_ids else None
+        assumed = ASSUMPTIONS.get(preset_id)
+        source: Literal["hf_config", "megatron_gpt", "assumed"] = (
+            "hf_config" if preset_id in hf_ids
+            else "assumed" if assumed is not None else "megatron_gpt")
         entries.append(ModelCatalogEntry(
-            id=preset_id, source="hf_config" if preset_id in hf_ids else "megatron_gpt",
+            id=preset_id, source=source, assumptions=list(assumed or ()),
             spec=spec, num_parameters=counts.total, num_activated_parameters=counts.activated,
             num_mtp_parameters=counts.mtp_total,
             num_vision_parameters=vision.total if vision else 0))

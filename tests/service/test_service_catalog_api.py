@@ -22,6 +22,19 @@ def test_gpu_catalog_lists_every_preset_and_node(client: httpx.Client) -> None:
     assert h800_node["intra_node_bandwidth_bytes_per_s"] == pytest.approx(160e9)
 
 
+def test_the_k3_scale_preset_is_listed_as_assumed_with_its_assumptions(
+        client: httpx.Client) -> None:
+    from models.assumed_presets import K3_SCALE_ASSUMPTIONS, K3_SCALE_ID
+
+    models = {entry["id"]: entry for entry in client.get("/v1/catalog/models").json()["models"]}
+    entry = models[K3_SCALE_ID]
+    assert entry["source"] == "assumed"
+    assert entry["assumptions"] == list(K3_SCALE_ASSUMPTIONS)
+    # Kimi K3: 2.8T total parameters (research ledger Sec. 11).
+    assert entry["num_parameters"] == pytest.approx(2.8e12, rel=0.01)
+    assert models["gpt3-175b" if "gpt3-175b" in models else "llama-3.1-8b"]["assumptions"] == []
+
+
 def test_model_catalog_carries_parameter_counts(client: httpx.Client) -> None:
     models = {entry["id"]: entry for entry in client.get("/v1/catalog/models").json()["models"]}
     assert sorted(models) == sorted(model_ids())

@@ -46,6 +46,24 @@ def test_flags_build_an_evaluate_request() -> None:
     assert request.parallel.micro_batch_size == 2
 
 
+def test_vision_and_pipeline_zero2_flags_reach_the_requests() -> None:
+    from api_schemas import PlanRequest
+    from service.cli.flags import apply_constraint_flags
+
+    args = cli.build_parser().parse_args(
+        ["evaluate", *PRESET_FLAGS, "--pp", "4", "--dp", "16", "--vision-images", "2",
+         "--vision-placement", "bubbles"])
+    request = EvaluateRequest.model_validate(cli.build_request(args, degrees_key="parallel"))
+    assert request.training.vision is not None
+    assert request.training.vision.images_per_sequence == 2
+    assert request.training.vision.placement == "bubbles"
+    args = cli.build_parser().parse_args(["plan", *PRESET_FLAGS, "--gradient-host-shards"])
+    doc = cli.build_request(args, degrees_key="constraints")
+    apply_constraint_flags(doc, args)
+    plan = PlanRequest.model_validate(doc)
+    assert plan.constraints.gradient_host_shards and plan.training.vision is None
+
+
 def test_flags_override_a_yaml_file(tmp_path: Path) -> None:
     path = tmp_path / "request.yaml"
     path.write_text(yaml.safe_dump(EVALUATE_REQUEST_EXAMPLE), encoding="utf-8")

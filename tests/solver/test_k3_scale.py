@@ -1,0 +1,92 @@
+"""A K3-scale preset (2.8T parameters) planned on a large cluster, with the explanation
+naming the mechanisms the plan leans on."""
+
+import pytest
+
+from api_schemas import OptimizerKind, PlanRequest
+from models.assumed_presets import K3_SCALE_ASSUMPTIONS, K3_SCALE_ID
+from models.catalog import model_ids, model_preset
+from models.params import count_parameters
+from solver.api import plan
+
+
+def test_the_k3_scale_preset_has_the_reported_total_and_states_its_assumptions() -> None:
+    """Kimi K3 (arXiv:2607.24653, research ledger Sec. 11): 2.8T total parameters."""
+    assert K3_SCALE_ID in model_ids()
+    counted = count_parameters(model_preset(K3_SCALE_ID))
+    assert counted.total == pytest.approx(2.8e12, rel=0.01)
+    k2 = count_parameters(model_preset("kimi-k2-instruct"))
+    # More experts at K2's expert shape and sparsity: the activated count barely moves.
+    assert counted.activated == pytest.approx(k2.activated, rel=0.05)
+    assert any("KDA" in line for line in K3_SCALE_ASSUMPTIONS)
+
+
+def _request(num_nodes: int) -> PlanRequest:
+    """K2's layout family (PP16 with virtual stages, EP, ZeRO-1, no TP) on H800 nodes, with
+    K3's Muon point-to-point orthogonalisation and Pipeline ZeRO-2."""
+    return PlanRequest.model_validate({
+        "model": {"preset": K3_SCALE_ID},
+        "cluster": {"gpu": "h800-sxm5-80gb", "num_nodes": num_nodes},
+        "training": {"global_batch_size": 8192, "sequence_length": 4096, "optimizer": "muon",
+                     "muon_distribution": "owner_p2p", "moe_keep_expert_outputs": False},
+        "constraints": {"tp": 1, "pp": 16, "zero_stage": 1, "allow_fp8_activations": True,
+                        "gradient_host_shards": True},
+        "solver": {"time_limit_s": 60, "top_k": 1}})
+
+
+def test_the_planner_fits_k3_scale_on_1024_h800s_and_says_what_made_it_fit() -> None:
+    response = plan(_request(128))
+    assert response.status in ("optimal", "feasible")
+    best = response.parallel
+    assert best is not None
+    assert best.gradient_host_shards and best.pp == 16 and best.world_size == 1024
+    assert response.time is not None
+    assert response.time.overheads_s["Pipeline ZeRO-2 gradient offload"] > 0
+    notes = response.explanation.notes
+    muon = next(n for n in notes if n.startswith("Muon"))
+    assert "would not fit" in muon and "makes this plan fit" in muon
+    assert any(n.startswith("Pipeline ZeRO-2") for n in notes)
+
+
+def test_with_adamw_pipeline_zero2_is_what_fits_k3_scale_on_pp8_with_four_chunks() -> None:
+    """AdamW keeps two moments; at PP8 with four chunks per rank the two chunk buffers hold
+    half a stage's gradients, and that is the difference between fitting and not."""
+    request = _request(128)
+    request = request.model_copy(update={
+        "training": request.training.model_copy(update={"optimizer": OptimizerKind.ADAMW}),
+        "constraints": request.constraints.model_copy(update={"pp": 8, "vpp": 4})})
+    response = plan(request)
+    assert response.status in ("optimal", "feasible")
+    assert response.parallel is not None and response.parallel.vpp == 4
+    zero2 = next(n for n in response.explanation.notes if n.startswith("Pipeline ZeRO-2"))
+    assert "would not fit" in zero2 and "makes this plan fit" in zero2
+
+
+def test_half_that_cluster_does_not_fit_even_with_pipeline_zero2() -> None:
+    response = plan(_request(64))
+    assert response.status == "infeasible"
+
+
+def test_evaluate_reports_the_vision_encoder_placement_in_its_explanation() -> None:
+    """K3 places the encoder's work into pipeline bubbles (ledger Sec. 9.6): evaluate shows
+    stage 0's encoder bytes and the step time it adds, and what stage 0 would need with the
+    encoder inside it."""
+    from api_schemas import EvaluateRequest
+    from solver.api import evaluate
+
+    response = evaluate(EvaluateRequest.model_validate({
+        "model": {"preset": K3_SCALE_ID},
+        "cluster": {"gpu": "h800-sxm5-80gb", "num_nodes": 128},
+        "training": {"global_batch_size": 8192, "sequence_length": 4096, "optimizer": "muon",
+                     "muon_distribution": "owner_p2p", "moe_keep_expert_outputs": False,
+                     "vision": {"images_per_sequence": 1, "placement": "bubbles"}},
+        "parallel": {"pp": 16, "dp": 64, "ep": 64, "vpp": 3, "zero_stage": 1,
+                     "schedule": "interleaved_1f1b", "recompute": {"full_layers": 3},
+                     "gradient_host_shards": True}}))
+    assert response.time is not None
+    assert response.time.overheads_s["vision encoder"] >= 0
+    notes = response.explanation.notes
+    assert any(n.startswith("vision encoder ('bubbles')") for n in notes)
+    placement = next(n for n in notes if n.startswith("vision encoder placement"))
+    assert "without" in placement
+
