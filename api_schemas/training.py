@@ -179,10 +179,12 @@ class TrainingSpec(SpecModel):
         "balanced, as MoonEP guarantees).",
     )
     moe_keep_expert_outputs: bool = Field(
-        default=True,
-        description="Routed experts' outputs are kept for the gradient of the probability-"
-        "weighted combine (Megatron default); false when the router probabilities are applied "
-        "before the down projection or that gradient is rewritten (Kimi K3 Sec. 5.2).",
+        default=False,
+        description="Routed experts' outputs are kept for the gradient of a probability-"
+        "weighted combine (Megatron-Core before 0.13, frameworks that weight in the combine); "
+        "false (default) when the router probabilities are applied inside the expert "
+        "activation, before the down projection (Megatron-Core 0.13 and later), or that "
+        "gradient is rewritten (Kimi K3 Sec. 5.2).",
     )
     muon_distribution: MuonDistribution = Field(
         default=MuonDistribution.ALL_GATHER,

@@ -59,7 +59,9 @@ class LayerActivationContext:
     fp8_compute: bool = False
     """FP8 GEMMs (DeepSeek-V3): every GEMM input is cached in FP8."""
     moe_load_imbalance: float = 1.0
-    moe_keep_expert_outputs: bool = True
+    moe_keep_expert_outputs: bool = False
+    """Keep each routed copy's expert output for the gradient of a probability-weighted
+    combine (see `moe_tensors`)."""
     gathered_inputs_saved: bool = False
     """Sequence parallelism saves each column-parallel GEMM's all-gathered input (PyTorch
     DTensor, torchtitan) rather than its shard (Megatron-LM re-gathers it in backward)."""
@@ -265,12 +267,17 @@ def moe_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
 
     Deviation (MoE): the block input (norm output, 2h) and the fp32 router probabilities (E
     per token) are stored once; each token is copied to top-k experts, each copy storing the
-    expert input (2h), the expert intermediates and the expert output kept for the
-    probability-weighted combine (2h, unless `moe_keep_expert_outputs` is off, or rebuilt by
-    `moe_down_proj` recomputation as Kimi K2 Sec. 2.4.3 does). Routed
-    copies per rank scale with
-    top-k x s x b x etp / tp (Megatron-LM PR #6782: not /EP) and with the assumed load
-    imbalance (max/mean rank load).
+    expert input (2h) and the expert intermediates. The expert output (2h per copy) is kept
+    only with `moe_keep_expert_outputs` (a combine that weights the outputs by the router
+    probabilities needs them for the probabilities' gradient; rebuilt by `moe_down_proj`
+    recomputation as Kimi K2 Sec. 2.4.3 does). Megatron-Core keeps none since 0.13 (MR !2668
+    "Memory efficient token permutation", commit 2659630721): `TEGroupedMLP.forward` applies
+    the permuted probabilities inside the activation (`weighted_bias_swiglu_impl`, which saves
+    the fc1 output already counted here) and the dispatchers' `combine_postprocess` calls
+    `unpermute` without probabilities, whose backward needs only the index map
+    (`moe/experts.py`, `moe/token_dispatcher.py` at commit 0d8e0714cd, the Megatron-Core of
+    Megatron-Bridge 25.11). Routed copies per rank scale with top-k x s x b x etp / tp
+    (Megatron-LM PR #6782: not /EP) and with the assumed load imbalance (max/mean rank load).
     """
     moe = spec.moe
     assert moe is not None

@@ -181,7 +181,8 @@ KIMI_K2_256 = PublishedRun(
     source="Kimi K2 Technical Report, arXiv:2507.20534, Sec. 2.4",
     model_preset="kimi-k2-instruct", gpu="h800-sxm5-80gb", num_nodes=32, gpus_per_node=8,
     training=TrainingSpec(global_batch_size=1024, sequence_length=4096,
-                          optimizer=OptimizerKind.MUON, overlap_ep_comm=True),
+                          optimizer=OptimizerKind.MUON, overlap_ep_comm=True,
+                          moe_keep_expert_outputs=True),
     parallel=ParallelConfig(pp=16, dp=16, ep=16, vpp=2, schedule=PipelineSchedule.INTERLEAVED_1F1B,
                             zero_stage=1, recompute=RecomputeMode.SELECTIVE,
                             recompute_modules=(M.LAYERNORM, M.MLA_UP_PROJ, M.MOE_ACT,
@@ -194,6 +195,9 @@ KIMI_K2_256 = PublishedRun(
                  "down-projections, FP8-E4M3 storage of MoE up-projection and SwiGLU "
                  "inputs, all remaining activations offloaded to CPU, optimizer states "
                  "offloaded to CPU on small clusters (Sec. 2.4.3)"),
+                 ("implied: the MoE down-projection recompute is a memory saving, so the "
+                 "framework keeps the routed experts' outputs for the weighted combine "
+                 "(moe_keep_expert_outputs)"),
                  ("not printed: the global batch (1024 sequences taken; it does not change "
                  "the peak) and the virtual stages (2 taken)")),
     confidence="medium: states are printed (about 30 GB per GPU); activation bytes depend on "
@@ -205,7 +209,8 @@ KIMI_K2_4096 = PublishedRun(
     source="Kimi K2 Technical Report, arXiv:2507.20534, Sec. 2.4",
     model_preset="kimi-k2-instruct", gpu="h800-sxm5-80gb", num_nodes=512, gpus_per_node=8,
     training=TrainingSpec(global_batch_size=16384, sequence_length=4096,
-                          optimizer=OptimizerKind.MUON, overlap_ep_comm=True),
+                          optimizer=OptimizerKind.MUON, overlap_ep_comm=True,
+                          moe_keep_expert_outputs=True),
     parallel=KIMI_K2_256.parallel.model_copy(update={"dp": 256, "optimizer_offload_frac": 0.0}),
     assumptions=(("stated: the 256-GPU model-parallel unit is replicated over data "
                  "parallelism with ZeRO-1, so optimizer states spread over the replicas "

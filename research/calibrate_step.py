@@ -4,8 +4,10 @@ Run: .venv/bin/python research/calibrate_step.py
 
 Scans eta_max of the Ampere kernel profile, scores each value on the calibration rows
 (mean |log error| of hardware TFLOP/s per GPU), and prints the errors of the chosen value on
-every held-out row: the other Megatron-LM 2021 Table 1 rows and Korthikanti et al. Table 5.
-The unknown micro-batch size of each row is the best predicted of 1, 2, 4, 8 that fits.
+every held-out A100 row that prints a throughput: the other Megatron-LM 2021 Table 1 rows,
+Korthikanti et al. Table 5, GPT-3 175B and BLOOM 176B (MT-NLG 530B prints no throughput and is
+listed as such). The unknown micro-batch size of each row is the best predicted of 1, 2, 4, 8
+that fits.
 """
 
 import dataclasses
@@ -21,14 +23,16 @@ from solver.published import score_published_run
 CALIBRATION = ("megatron2021-gpt-1.7b", "megatron2021-gpt-145.6b", "megatron2021-gpt-1008b")
 
 
-def observed_and_predicted(run: PublishedRun, est: StepEstimate) -> tuple[float, float]:
-    """(printed, predicted) in the run's own convention."""
+def observed_and_predicted(run: PublishedRun, est: StepEstimate) -> tuple[float, float] | None:
+    """(printed, predicted) in the run's own convention; None when the run prints neither a
+    TFLOP/s figure nor an iteration time (a memory-only preset such as MT-NLG 530B)."""
     if run.printed_tflops_per_gpu is not None:
         predicted = (est.hardware_tflops_per_gpu_full_attention
                      if run.tflops_convention == "hardware"
                      else est.tflops_per_gpu_full_attention)
         return run.printed_tflops_per_gpu, predicted
-    assert run.printed_iteration_time_s is not None
+    if run.printed_iteration_time_s is None:
+        return None
     return run.printed_iteration_time_s, est.step_time_s
 
 
@@ -50,8 +54,9 @@ def main() -> None:
         errs = []
         for run in calib:
             est = score_published_run(run)
-            if est is not None:
-                obs, pred = observed_and_predicted(run, est)
+            pair = observed_and_predicted(run, est) if est is not None else None
+            if pair is not None:
+                obs, pred = pair
                 errs.append(abs(math.log(pred / obs)))
         scores.append((statistics.mean(errs), eta))
         print(f"eta {eta:.2f}: calibration mean |log err| {statistics.mean(errs):.3f}")
@@ -60,11 +65,16 @@ def main() -> None:
     print(f"\nchosen eta_max (Ampere, 16-bit) = {best_eta:.2f}\n")
     held = []
     for run in runs:
+        if run.printed_tflops_per_gpu is None and run.printed_iteration_time_s is None:
+            print(f"{run.id:32s} prints no throughput (memory-only preset)")
+            continue
         est = score_published_run(run)
         if est is None:
             print(f"{run.id:32s} no fitting micro-batch")
             continue
-        obs, pred = observed_and_predicted(run, est)
+        pair = observed_and_predicted(run, est)
+        assert pair is not None  # runs without a printed figure were skipped above
+        obs, pred = pair
         rel = pred / obs - 1
         tag = "calibration" if run.id in CALIBRATION else "held out"
         if run.id not in CALIBRATION:

@@ -41,7 +41,7 @@ from api_schemas import (
     RecomputeModule,
     TrainingSpec,
 )
-from api_schemas.hardware import KernelCalibration
+from api_schemas.hardware import ClusterSpec, KernelCalibration
 from models import kernels
 from models.catalog import cluster_preset, model_preset
 from models.errors import InvalidSpecError
@@ -87,6 +87,16 @@ and `scripts/performance/configs/<family>/*_workload_base_configs.py` at tag 26.
 dispatch), unset -> Megatron's alltoall; `moe_a2a_overlap`."""
 
 
+BRIDGE_GRAD_DTYPE = DType.BF16
+"""Gradient buffer and reduction dtype of every Megatron-Bridge row (`bridge-*`): each
+model's performance recipe sets `cfg.mixed_precision.grad_reduce_in_fp32 = False` and
+`cfg.ddp.grad_reduce_in_fp32 = False` (Megatron-Bridge `scripts/performance/configs/*/
+*_llm_pretrain.py` at tag v0.2.0, the 25.11 release, and at 26.04-alpha.rc2), so Megatron-Core's
+DDP keeps the gradient buffer in the parameters' BF16 instead of FP32 main grads and reduces in
+BF16. Other rows keep the planner's FP32 default (Megatron-LM forces FP32 gradient
+accumulation with --bf16)."""
+
+
 CP_RECIPES: dict[str, ContextParallelKind] = {
     "llama3-t4-405b-16384gpu-seq131072": ContextParallelKind.ALL_GATHER,
 }
@@ -123,6 +133,34 @@ def model_of(row: dict[str, Any]) -> ModelSpec | None:
                      vocab_size=m["vocab_size"], moe=moe)
 
 
+def row_cluster(row: dict[str, Any]) -> ClusterSpec:
+    """The row's GPUs as the cluster preset of its GPU (8 per node)."""
+    gpus = row["hardware"]["num_gpus"]
+    return cluster_preset(row["hardware"]["gpu"], num_nodes=max(1, gpus // 8),
+                          gpus_per_node=min(8, gpus))
+
+
+def row_training(row: dict[str, Any]) -> TrainingSpec:
+    """The training recipe of a row: what it prints (batch, sequence, precision, fusion) and
+    what its framework's recipe states (`MOE_RECIPES`, `BRIDGE_GRAD_DTYPE`); the era's
+    defaults (dropout, materialised attention, no gradient-reduction overlap) for the
+    2019-2022 rows."""
+    p = row["parallel"]
+    precision = (p.get("precision") or "").lower()
+    seq = row["model"].get("seq_len") or 4096
+    old = row["id"].startswith(("megatron2021", "korthikanti2022", "megascale", "bloom"))
+    dispatcher, ep_overlap = MOE_RECIPES.get(row["id"], ("alltoall", False))
+    return TrainingSpec(global_batch_size=p["global_batch_size"], sequence_length=seq,
+                        compute_dtype=DType.FP8 if "fp8" in precision else DType.BF16,
+                        flash_attention=not old, dropout=old, overlap_grad_reduce=not old,
+                        elementwise_fusion=ElementwiseFusion(
+                            p.get("elementwise_fusion") or "fused"),
+                        moe_dispatcher=MoeDispatcher(dispatcher),
+                        overlap_ep_comm=ep_overlap,
+                        grad_dtype=(BRIDGE_GRAD_DTYPE if row["id"].startswith("bridge-")
+                                    else DType.FP32))
+
+
 def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = None
                   ) -> StepEstimate | None:
     """The planner's best configuration of a row as printed (see the module docstring), on
@@ -134,22 +172,10 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
         return None
     if any(p.get(k) is None for k in ("tp", "pp", "dp")):
         return None
-    gpus = hw["num_gpus"]
-    cluster = cluster_preset(hw["gpu"], num_nodes=max(1, gpus // 8),
-                             gpus_per_node=min(8, gpus))
+    cluster = row_cluster(row)
     if calibration is not None:
         cluster = cluster.model_copy(update={"calibration": calibration})
-    precision = (p.get("precision") or "").lower()
-    seq = row["model"].get("seq_len") or 4096
-    old = row["id"].startswith(("megatron2021", "korthikanti2022", "megascale", "bloom"))
-    dispatcher, ep_overlap = MOE_RECIPES.get(row["id"], ("alltoall", False))
-    training = TrainingSpec(global_batch_size=p["global_batch_size"], sequence_length=seq,
-                            compute_dtype=DType.FP8 if "fp8" in precision else DType.BF16,
-                            flash_attention=not old, dropout=old, overlap_grad_reduce=not old,
-                            elementwise_fusion=ElementwiseFusion(
-                                p.get("elementwise_fusion") or "fused"),
-                            moe_dispatcher=MoeDispatcher(dispatcher),
-                            overlap_ep_comm=ep_overlap)
+    training = row_training(row)
     if p.get("vpp"):
         shapes = [(PipelineSchedule.INTERLEAVED_1F1B, p["vpp"])] if p["vpp"] > 1 else [
             (PipelineSchedule.ONE_F_ONE_B, 1)]

@@ -1,5 +1,7 @@
 """Activation bytes: Korthikanti et al. 2022 Table 2 and the stated adaptations."""
 
+import dataclasses
+
 import pytest
 
 from api_schemas.parallel import RecomputeMode
@@ -80,12 +82,16 @@ def test_moe_routed_tokens_scale_with_top_k_over_tp_not_ep() -> None:
     balanced = layer_activation_bytes(spec, 0, base).mlp_bytes
     skewed = layer_activation_bytes(spec, 0, skew).mlp_bytes
     # Per token of the sequence: shared input 2h/t and fp32 router probabilities 4E/t, then
-    # top-k x etp / tp routed copies, each with input 2h, output 2h and SwiGLU 6f.
+    # top-k x etp / tp routed copies, each with input 2h and SwiGLU 6f (the expert output is
+    # not kept: Megatron-Core applies the probabilities inside the activation).
     s, h, f, k, e, t = 4096, 4096, 14336, 2, 8, 2
     copies = k * 1 / t
-    expected = s * ((2 * h + 4 * e) / t + copies * (4 * h + 6 * f))
+    expected = s * ((2 * h + 4 * e) / t + copies * (2 * h + 6 * f))
     assert balanced == pytest.approx(expected, rel=1e-9)
-    assert skewed - balanced == pytest.approx(s * copies * (4 * h + 6 * f), rel=1e-9)
+    assert skewed - balanced == pytest.approx(s * copies * (2 * h + 6 * f), rel=1e-9)
+    kept = layer_activation_bytes(spec, 0, dataclasses.replace(
+        base, moe_keep_expert_outputs=True)).mlp_bytes
+    assert kept - balanced == pytest.approx(s * copies * 2 * h, rel=1e-9)
 
 
 def test_fp8_storage_shrinks_mlp_inputs() -> None:
@@ -111,7 +117,7 @@ def test_moe_down_projection_recompute_drops_the_expert_outputs_only() -> None:
     from api_schemas.parallel import RecomputeModule as M
 
     spec = model_preset("kimi-k2-instruct")
-    ctx = LayerActivationContext(seq_len=4096, micro_batch_size=1)
+    ctx = LayerActivationContext(seq_len=4096, micro_batch_size=1, moe_keep_expert_outputs=True)
     layer = layer_activation_bytes(spec, 5, ctx)
     base = layer.stored_bytes(RecomputeMode.SELECTIVE, (M.LAYERNORM,))
     down = layer.stored_bytes(RecomputeMode.SELECTIVE, (M.LAYERNORM, M.MOE_DOWN_PROJ))
