@@ -15,6 +15,7 @@ which can only add collectives. The per-stage CP-SAT policy of `solver/policy.py
 refines the chosen plan (`refine_policies`).
 """
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -360,14 +361,20 @@ def refine_policies(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
     """The integer sub-problems of a chosen mesh: the layer split (even, or lighter first
     and last ranks) and, for each, the per-stage policies from the CP-SAT subproblem. The
     result replaces the plan only if the exact ledger fits and the simulated step is faster.
-    Splits not started by `deadline` (a `time.perf_counter()` value) are skipped."""
+    Splits not started by `deadline` (a `time.perf_counter()` value) are skipped, and each
+    CP-SAT subproblem gets at most the time left before it."""
     if plan.parallel.pp == 1 or (constraints.recompute is not None
                                  and not isinstance(constraints.recompute, list)):
         return plan
     best = plan
     for split in layer_split_options(spec, plan.parallel):
-        if deadline is not None and time.perf_counter() >= deadline:
-            break
+        split_config = config
+        if deadline is not None:
+            left_s = deadline - time.perf_counter()
+            if left_s <= 0:
+                break
+            if left_s < config.max_time_s:
+                split_config = dataclasses.replace(config, max_time_s=left_s)
         base = plan.parallel.model_copy(update={"stage_policies": None,
                                                 "recompute": RecomputeMode.NONE,
                                                 "fp8_activations": False,
@@ -375,7 +382,7 @@ def refine_policies(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
                                                 "layers_per_stage": split})
         try:
             chosen = choose_stage_policies(spec, training, base, cluster,
-                                           policy_options(spec, constraints), config)
+                                           policy_options(spec, constraints), split_config)
         except InvalidSpecError:
             continue
         if chosen is None:
