@@ -145,6 +145,9 @@ class LedgerMemo:
     training: TrainingSpec
     states: dict[tuple[object, ...], _StateParts] = field(default_factory=dict)
     activations: dict[tuple[object, ...], _ActivationParts] = field(default_factory=dict)
+    kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[bool, ...], ...]] = field(
+        default_factory=dict)
+    """Layer kinds (MoE or not) of each chunk tuple."""
 
     def serves(self, spec: ModelSpec, training: TrainingSpec) -> bool:
         """Whether this memo was made for exactly these inputs (identity, not equality)."""
@@ -543,6 +546,8 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     Raises:
         InvalidSpecError: as `memory_ledger`.
     """
+    if memo is not None and not memo.serves(spec, training):
+        memo = None
     m = micro_batch_count(training, parallel)
     layouts = pipeline_layout(spec, parallel)
     order = [0, len(layouts) - 1, *range(1, len(layouts) - 1)] if len(layouts) > 1 else [0]
@@ -550,7 +555,7 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     profile = in_flight_counts(parallel, m) if len(layouts) > 1 else None
     checked: dict[tuple[object, ...], list[int]] = {}
     for rank in order:
-        twin = _twin_key(spec, parallel, layouts[rank])
+        twin = _twin_key(spec, parallel, layouts[rank], memo)
         if profile is not None and twin is not None and any(
                 profile.dominates(other, rank) for other in checked.get(twin, ())):
             continue  # holds no more than a rank already found to fit
@@ -563,8 +568,8 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return True
 
 
-def _twin_key(spec: ModelSpec, parallel: ParallelConfig,
-              layout: StageLayout) -> tuple[object, ...] | None:
+def _twin_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
+              memo: LedgerMemo | None = None) -> tuple[object, ...] | None:
     """What makes two ranks' ledgers equal apart from their in-flight micro-batches, or None
     for ranks holding an embedding, a head or MTP modules (their extra terms read other rows
     of the profile).
@@ -578,7 +583,12 @@ def _twin_key(spec: ModelSpec, parallel: ParallelConfig,
     whenever the dominating one does."""
     if layout.num_embeddings or layout.num_heads or layout.num_mtp_modules:
         return None
-    kinds = tuple(tuple(spec.is_moe_layer(index) for index in chunk) for chunk in layout.chunks)
+    kinds = memo.kinds.get(layout.chunks) if memo is not None else None
+    if kinds is None:
+        kinds = tuple(tuple(spec.is_moe_layer(index) for index in chunk)
+                      for chunk in layout.chunks)
+        if memo is not None:
+            memo.kinds[layout.chunks] = kinds
     return kinds, parallel.policy_of(layout.rank)
 
 
