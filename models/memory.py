@@ -50,7 +50,10 @@ from models.runtime_memory import (
     CUDA_CONTEXT_BYTES,
     NCCL_BUFFER_BYTES,
     NCCL_CHANNELS,
+    fragmentation_component,
     runtime_components,
+    runtime_items,
+    runtime_items_key,
 )
 from models.sharded_states import ema_components, model_state_components
 
@@ -138,8 +141,9 @@ class LedgerMemo:
 
     The model states of a rank depend on its layers and its ZeRO and offload settings, not
     on the activation policy; its activations depend on its policy and layers, not on the
-    ZeRO stage. Each piece is kept under a key holding every configuration field it reads,
-    so a memo hit returns the very components a fresh computation would."""
+    ZeRO stage; its runtime items, the allocator's share of the activations aside, depend
+    on neither policy. Each piece is kept under a key holding every configuration field it
+    reads, so a memo hit returns the very components a fresh computation would."""
 
     spec: ModelSpec
     training: TrainingSpec
@@ -148,6 +152,9 @@ class LedgerMemo:
     kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[bool, ...], ...]] = field(
         default_factory=dict)
     """Layer kinds (MoE or not) of each chunk tuple."""
+    runtime: dict[tuple[object, ...], tuple[list[MemoryComponent], int]] = field(
+        default_factory=dict)
+    """Runtime items but the fragmentation share, by `runtime_items_key`."""
 
     def serves(self, spec: ModelSpec, training: TrainingSpec) -> bool:
         """Whether this memo was made for exactly these inputs (identity, not equality)."""
@@ -497,7 +504,14 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
                 spec, training, parallel, layout, num_micro_batches=num_micro_batches)
         activations, host_acts, peak = acts
     dynamic = sum(c.bytes for c in activations)
-    others = runtime_components(spec, training, parallel, groups, dynamic)
+    if memo is None:
+        others = runtime_components(spec, training, parallel, groups, dynamic)
+    else:
+        key = runtime_items_key(parallel, groups)
+        items = memo.runtime.get(key)
+        if items is None:
+            items = memo.runtime[key] = runtime_items(spec, training, parallel, groups)
+        others = [*items[0], fragmentation_component(dynamic, items[1])]
     return StageMemory(stage=layout.rank, num_layers=len(layout.layers),
                        components=tuple(states + ema_gpu + activations + others),
                        host_components=tuple(host_states + host_acts + ema_host),
