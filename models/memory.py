@@ -15,7 +15,7 @@ edp = tp x cp x dp / (ep x etp) (Megatron-LM PR #4687: never by tp).
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from api_schemas.architecture import ModelSpec
@@ -50,7 +50,11 @@ from models.runtime_memory import (
     CUDA_CONTEXT_BYTES,
     NCCL_BUFFER_BYTES,
     NCCL_CHANNELS,
+    fragmentation_component,
+    loss_hole_components,
     runtime_components,
+    runtime_items,
+    runtime_items_key,
 )
 from models.sharded_states import ema_components, model_state_components
 from models.vision_pipeline import vision_memory_components
@@ -127,6 +131,41 @@ class MemoryLedger:
     def fits(self) -> bool:
         """Both GPU and host memory suffice."""
         return self.fits_gpu and self.fits_host
+
+
+_StateParts = tuple[RankParameters, list[MemoryComponent], list[MemoryComponent],
+                    list[MemoryComponent], list[MemoryComponent]]
+"""A rank's parameter groups, model states (GPU, host) and EMA (GPU, host)."""
+_ActivationParts = tuple[list[MemoryComponent], list[MemoryComponent], int]
+"""A rank's activation components (GPU, host) and its peak in-flight chunks."""
+
+
+@dataclass(slots=True)
+class LedgerMemo:
+    """Rank-ledger pieces shared by the configurations of one mesh that a caller probes one
+    after another (the ZeRO stages and activation policies of one candidate), for one model
+    and recipe (`spec`, `training`: a memo given with others is ignored).
+
+    The model states of a rank depend on its layers and its ZeRO and offload settings, not
+    on the activation policy; its activations depend on its policy and layers, not on the
+    ZeRO stage; its runtime items, the allocator's share of the activations aside, depend
+    on neither policy. Each piece is kept under a key holding every configuration field it
+    reads, so a memo hit returns the very components a fresh computation would."""
+
+    spec: ModelSpec
+    training: TrainingSpec
+    states: dict[tuple[object, ...], _StateParts] = field(default_factory=dict)
+    activations: dict[tuple[object, ...], _ActivationParts] = field(default_factory=dict)
+    kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[bool, ...], ...]] = field(
+        default_factory=dict)
+    """Layer kinds (MoE or not) of each chunk tuple."""
+    runtime: dict[tuple[object, ...], tuple[list[MemoryComponent], int]] = field(
+        default_factory=dict)
+    """Runtime items but the fragmentation share, by `runtime_items_key`."""
+
+    def serves(self, spec: ModelSpec, training: TrainingSpec) -> bool:
+        """Whether this memo was made for exactly these inputs (identity, not equality)."""
+        return self.spec is spec and self.training is training
 
 
 def micro_batch_count(training: TrainingSpec, parallel: ParallelConfig) -> int:
@@ -432,9 +471,9 @@ def _first_stage_in_flight(parallel: ParallelConfig, layout: StageLayout, m: int
     return max((peaks[c] for c in profile.first_stage_chunks[layout.rank]), default=0)
 
 
-def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                 layout: StageLayout, *, num_micro_batches: int) -> StageMemory:
-    """The ledger of one rank of pipeline stage `layout.rank`."""
+def _state_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                 layout: StageLayout) -> _StateParts:
+    """A rank's parameter groups, model states (GPU, host) and EMA (GPU, host)."""
     edp = expert_data_parallel_degree(spec, parallel)
     groups = rank_parameters(spec, parallel, layout)
     per_kind = {kind: _layer_shard_params(spec, parallel, i)
@@ -445,13 +484,64 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
                                                  _chunk_kind_runs(spec, layout.chunks),
                                                  strict=True)), default=0)
     states, host_states = model_state_components(training, parallel, groups, edp, chunk_params)
-    activations, host_acts, peak = stage_activation_components(
-        spec, training, parallel, layout, num_micro_batches=num_micro_batches)
     total_params = groups.gemm + groups.vectors + groups.embedding + groups.head + groups.experts
     ema_gpu, ema_host = ema_components(training, parallel, total_params)
+    return groups, states, host_states, ema_gpu, ema_host
+
+
+def _states_key(parallel: ParallelConfig, layout: StageLayout) -> tuple[object, ...]:
+    """Every configuration field `_state_parts` reads (spec and recipe aside)."""
+    return (layout, parallel.tp, parallel.cp, parallel.dp, parallel.ep, parallel.etp,
+            parallel.zero_stage, parallel.fsdp, parallel.fsdp_reshard_after_forward,
+            parallel.fsdp_defer_grad_sync, parallel.optimizer_offload_frac,
+            parallel.gradient_host_shards)
+
+
+def _activations_key(parallel: ParallelConfig, layout: StageLayout,
+                     num_micro_batches: int) -> tuple[object, ...]:
+    """Every configuration field `stage_activation_components` reads (spec and recipe
+    aside): the rank's policy, the activation context's degrees, the schedule's shape."""
+    return (layout, num_micro_batches, parallel.policy_of(layout.rank),
+            parallel.micro_batch_size, parallel.tp, parallel.cp, parallel.etp,
+            parallel.sequence_parallel, parallel.sequence_parallel_saves_gathered,
+            parallel.schedule, parallel.pp, parallel.vpp, parallel.microbatch_group_size)
+
+
+def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                 layout: StageLayout, *, num_micro_batches: int,
+                 memo: LedgerMemo | None = None) -> StageMemory:
+    """The ledger of one rank of pipeline stage `layout.rank` (`memo`: pieces shared with
+    earlier configurations of the same mesh, `LedgerMemo`)."""
+    if memo is not None and not memo.serves(spec, training):
+        memo = None
+    if memo is None:
+        groups, states, host_states, ema_gpu, ema_host = _state_parts(spec, training,
+                                                                      parallel, layout)
+        activations, host_acts, peak = stage_activation_components(
+            spec, training, parallel, layout, num_micro_batches=num_micro_batches)
+    else:
+        key = _states_key(parallel, layout)
+        parts = memo.states.get(key)
+        if parts is None:
+            parts = memo.states[key] = _state_parts(spec, training, parallel, layout)
+        groups, states, host_states, ema_gpu, ema_host = parts
+        key = _activations_key(parallel, layout, num_micro_batches)
+        acts = memo.activations.get(key)
+        if acts is None:
+            acts = memo.activations[key] = stage_activation_components(
+                spec, training, parallel, layout, num_micro_batches=num_micro_batches)
+        activations, host_acts, peak = acts
     dynamic = sum(c.bytes for c in activations)
-    others = runtime_components(spec, training, parallel, groups, dynamic,
-                                num_heads=layout.num_heads)
+    if memo is None:
+        others = runtime_components(spec, training, parallel, groups, dynamic,
+                                    num_heads=layout.num_heads)
+    else:
+        key = runtime_items_key(parallel, groups)
+        items = memo.runtime.get(key)
+        if items is None:
+            items = memo.runtime[key] = runtime_items(spec, training, parallel, groups)
+        others = [*items[0], fragmentation_component(dynamic, items[1]),
+                  *loss_hole_components(spec, training, parallel, num_heads=layout.num_heads)]
     vision = vision_memory_components(
         spec, training, parallel, stage=layout.rank,
         in_flight=_first_stage_in_flight(parallel, layout, num_micro_batches),
@@ -463,8 +553,8 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
 
 
 def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                  cluster: ClusterSpec, *, stages: Sequence[StageLayout] | None = None
-                  ) -> MemoryLedger:
+                  cluster: ClusterSpec, *, stages: Sequence[StageLayout] | None = None,
+                  memo: LedgerMemo | None = None) -> MemoryLedger:
     """The per-stage memory ledger of a configuration and its verdict.
 
     Args:
@@ -473,6 +563,8 @@ def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         parallel: the configuration.
         cluster: capacity (after headroom) and host memory per node.
         stages: a precomputed layout (default: `pipeline_layout(spec, parallel)`).
+        memo: rank-ledger pieces shared with other configurations of the same mesh
+            (`LedgerMemo`); the ledger is the same with or without it.
 
     Raises:
         InvalidSpecError: the batch does not divide, experts do not shard, the schedule
@@ -480,7 +572,8 @@ def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     """
     m = micro_batch_count(training, parallel)
     layouts = stages if stages is not None else pipeline_layout(spec, parallel)
-    ledgers = tuple(stage_memory(spec, training, parallel, layout, num_micro_batches=m)
+    ledgers = tuple(stage_memory(spec, training, parallel, layout, num_micro_batches=m,
+                                 memo=memo)
                     for layout in layouts)
     return MemoryLedger(stages=ledgers, capacity_bytes=cluster.capacity_bytes,
                         host_capacity_per_gpu_bytes=cluster.host_memory_bytes
@@ -489,8 +582,9 @@ def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
 
 
 def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                cluster: ClusterSpec) -> bool:
-    """`memory_ledger(...).fits`, stopping at the first rank that overflows.
+                cluster: ClusterSpec, *, memo: LedgerMemo | None = None) -> bool:
+    """`memory_ledger(...).fits`, stopping at the first rank that overflows (`memo` as in
+    `memory_ledger`).
 
     Ranks are checked first stage first, then last, then the middle ones (the first and
     last carry the embedding, the head and, under most schedules, the most in-flight
@@ -500,6 +594,8 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     Raises:
         InvalidSpecError: as `memory_ledger`.
     """
+    if memo is not None and not memo.serves(spec, training):
+        memo = None
     m = micro_batch_count(training, parallel)
     layouts = pipeline_layout(spec, parallel)
     order = [0, len(layouts) - 1, *range(1, len(layouts) - 1)] if len(layouts) > 1 else [0]
@@ -507,11 +603,12 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     profile = in_flight_counts(parallel, m) if len(layouts) > 1 else None
     checked: dict[tuple[object, ...], list[int]] = {}
     for rank in order:
-        twin = _twin_key(spec, parallel, layouts[rank])
+        twin = _twin_key(spec, parallel, layouts[rank], memo)
         if profile is not None and twin is not None and any(
                 profile.dominates(other, rank) for other in checked.get(twin, ())):
             continue  # holds no more than a rank already found to fit
-        stage = stage_memory(spec, training, parallel, layouts[rank], num_micro_batches=m)
+        stage = stage_memory(spec, training, parallel, layouts[rank], num_micro_batches=m,
+                             memo=memo)
         if stage.total_bytes > cluster.capacity_bytes or stage.host_bytes > host_capacity:
             return False
         if twin is not None:
@@ -519,8 +616,8 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return True
 
 
-def _twin_key(spec: ModelSpec, parallel: ParallelConfig,
-              layout: StageLayout) -> tuple[object, ...] | None:
+def _twin_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
+              memo: LedgerMemo | None = None) -> tuple[object, ...] | None:
     """What makes two ranks' ledgers equal apart from their in-flight micro-batches, or None
     for ranks holding an embedding, a head or MTP modules (their extra terms read other rows
     of the profile).
@@ -534,7 +631,12 @@ def _twin_key(spec: ModelSpec, parallel: ParallelConfig,
     whenever the dominating one does."""
     if layout.num_embeddings or layout.num_heads or layout.num_mtp_modules:
         return None
-    kinds = tuple(tuple(spec.is_moe_layer(index) for index in chunk) for chunk in layout.chunks)
+    kinds = memo.kinds.get(layout.chunks) if memo is not None else None
+    if kinds is None:
+        kinds = tuple(tuple(spec.is_moe_layer(index) for index in chunk)
+                      for chunk in layout.chunks)
+        if memo is not None:
+            memo.kinds[layout.chunks] = kinds
     return kinds, parallel.policy_of(layout.rank)
 
 
@@ -542,6 +644,7 @@ __all__ = [
     "ALLOCATOR_FRAGMENTATION_FRAC",
     "RUNTIME_RESERVE_BYTES",
     "STORED_ACTIVATIONS",
+    "LedgerMemo",
     "MemoryComponent",
     "MemoryLedger",
     "RankParameters",

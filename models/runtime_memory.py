@@ -144,6 +144,45 @@ def runtime_components(spec: ModelSpec, training: TrainingSpec, parallel: Parall
                       num_heads: int = 0) -> list[MemoryComponent]:
     """Runtime items and transient buffers, each a named term (`models/runtime_memory`,
     `models/sharded_states`); `num_heads` output heads with their loss on this rank."""
+    items, transient = runtime_items(spec, training, parallel, groups)
+    return [*items, fragmentation_component(dynamic_bytes, transient),
+            *loss_hole_components(spec, training, parallel, num_heads=num_heads)]
+
+
+def loss_hole_components(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                         *, num_heads: int) -> list[MemoryComponent]:
+    """The reserved block the unfused loss's backward leaves (`loss_logits_hole_bytes`) on a
+    rank with `num_heads` output heads; none elsewhere or with a fused loss."""
+    hole = num_heads * loss_logits_hole_bytes(spec, training, parallel)
+    if not hole:
+        return []
+    return [MemoryComponent(
+        name="allocator: freed logits block at the loss backward", kind="other", bytes=hole,
+        note="the 16-bit logits' freed block, too small for the unfused loss's fp32 "
+             "backward tensors, stays reserved")]
+
+
+def runtime_items_key(parallel: ParallelConfig, groups: RankParameters) -> tuple[object, ...]:
+    """Every configuration field `runtime_items` reads, with the rank's parameter groups
+    (model and recipe aside): ranks and configurations with equal keys get equal items."""
+    return (groups, parallel.tp, parallel.cp, parallel.dp, parallel.ep, parallel.etp,
+            parallel.pp, parallel.zero_stage, parallel.fsdp, parallel.fsdp_reshard_after_forward,
+            parallel.micro_batch_size, parallel.sequence_parallel, parallel.cp_kind)
+
+
+def fragmentation_component(dynamic_bytes: int, transient_bytes: int) -> MemoryComponent:
+    """The caching allocator's fragmentation share of the dynamic (activation) and transient
+    bytes (`ALLOCATOR_FRAGMENTATION_FRAC`)."""
+    return MemoryComponent(
+        name="allocator fragmentation", kind="other",
+        bytes=math.ceil(ALLOCATOR_FRAGMENTATION_FRAC * (dynamic_bytes + transient_bytes)),
+        note=f"{ALLOCATOR_FRAGMENTATION_FRAC:.0%} of dynamic bytes")
+
+
+def runtime_items(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                  groups: RankParameters) -> tuple[list[MemoryComponent], int]:
+    """`runtime_components` but the allocator fragmentation (which reads the rank's
+    activations), and the transient bytes among them (what fragmentation adds to)."""
     out = [MemoryComponent(name="CUDA context and library workspaces", kind="other",
                            bytes=CUDA_CONTEXT_BYTES,
                            note="context, kernel images, cuBLAS workspaces"),
@@ -227,23 +266,12 @@ def runtime_components(spec: ModelSpec, training: TrainingSpec, parallel: Parall
                                    bytes=math.ceil(groups.largest_matrix * 4),
                                    note="largest weight matrix gathered in fp32 for "
                                         "Newton-Schulz"))
-    transient = sum(c.bytes for c in out[fixed:])
-    out.append(MemoryComponent(
-        name="allocator fragmentation", kind="other",
-        bytes=math.ceil(ALLOCATOR_FRAGMENTATION_FRAC * (dynamic_bytes + transient)),
-        note=f"{ALLOCATOR_FRAGMENTATION_FRAC:.0%} of dynamic bytes"))
-    hole = num_heads * loss_logits_hole_bytes(spec, training, parallel)
-    if hole:
-        out.append(MemoryComponent(
-            name="allocator: freed logits block at the loss backward", kind="other",
-            bytes=hole,
-            note="the 16-bit logits' freed block, too small for the unfused loss's fp32 "
-                 "backward tensors, stays reserved"))
-    return out
+    return out, sum(c.bytes for c in out[fixed:])
 
 
 __all__ = [
     "fsdp_root_unit_bytes",
+    "loss_hole_components",
     "loss_logits_hole_bytes",
     "ALLOCATOR_FRAGMENTATION_FRAC",
     "CUDA_CONTEXT_BYTES",
@@ -252,6 +280,9 @@ __all__ = [
     "NCCL_CHANNELS",
     "attention_workspace_bytes",
     "communicator_count",
+    "fragmentation_component",
     "nccl_buffer_bytes",
     "runtime_components",
+    "runtime_items",
+    "runtime_items_key",
 ]

@@ -52,8 +52,28 @@ class CoreTimes:
     """The first layer of each kind with its compute (for ZeRO-3 exposure)."""
 
 
+_SHARED_CACHES: dict[tuple[ModelSpec, TrainingSpec, ClusterSpec],
+                     tuple[dict[tuple[object, ...], CoreTimes], dict[tuple[object, ...], int]]] = {}
+_SHARED_CACHES_SIZE = 32
+"""Requests (model, recipe, cluster) whose core times are kept for the next search."""
+
+
+def _shared_caches(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec
+                   ) -> tuple[dict[tuple[object, ...], CoreTimes], dict[tuple[object, ...], int]]:
+    """The core-time and layer-input caches of one (model, recipe, cluster): core times are
+    functions of these and the core, so a later search of the same inputs reuses them."""
+    key = (spec, training, cluster)
+    caches = _SHARED_CACHES.get(key)
+    if caches is None:
+        if len(_SHARED_CACHES) >= _SHARED_CACHES_SIZE:
+            _SHARED_CACHES.clear()
+        caches = _SHARED_CACHES[key] = ({}, {})
+    return caches
+
+
 class BoundTables:
-    """Caches of core times for one request (spec, recipe and cluster fixed)."""
+    """Caches of core times for one request (spec, recipe and cluster fixed), shared with
+    earlier requests of the same inputs."""
 
     def __init__(self, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                  host_gradients: bool = False) -> None:
@@ -67,8 +87,7 @@ class BoundTables:
         self.num_moe = spec.num_moe_layers
         self.num_dense = spec.num_layers - self.num_moe
         self.params = count_parameters(spec)
-        self._core_cache: dict[tuple[object, ...], CoreTimes] = {}
-        self._input_cache: dict[tuple[object, ...], int] = {}
+        self._core_cache, self._input_cache = _shared_caches(spec, training, cluster)
 
     def core(self, c: MeshCandidate) -> CoreTimes:
         """Layer and head times of the candidate's core (cached)."""

@@ -15,6 +15,7 @@ which can only add collectives. The per-stage CP-SAT policy of `solver/policy.py
 refines the chosen plan (`refine_policies`).
 """
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.layout import pipeline_layout
-from models.memory import MemoryLedger, fits_memory, memory_ledger
+from models.memory import LedgerMemo, MemoryLedger, fits_memory, memory_ledger
 from models.pipeline import schedule_traits
 from models.step_time import (
     StepEstimate,
@@ -163,8 +164,8 @@ def _frugal(spec: ModelSpec, constraints: Constraints, full_layers: int | None,
 
 
 def _fits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
-          parallel: ParallelConfig) -> MemoryLedger:
-    return memory_ledger(spec, training, parallel, cluster)
+          parallel: ParallelConfig, memo: LedgerMemo | None = None) -> MemoryLedger:
+    return memory_ledger(spec, training, parallel, cluster, memo=memo)
 
 
 def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
@@ -190,6 +191,8 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     fits: list[_Fit] = []
     unfit: ParallelConfig | None = None
     pinned = constraints.recompute is not None and not isinstance(constraints.recompute, list)
+    # The probes of every ZeRO stage and rung share their ranks' states and activations.
+    memo = LedgerMemo(spec=spec, training=training)
     try:
         skipped_zero3 = False
         for zero in zeros:
@@ -197,7 +200,7 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                 skipped_zero3 = True
                 continue
             found = _first_fit(spec, training, cluster, candidate, zero, constraints, pinned,
-                               caps)
+                               caps, memo)
             if not isinstance(found, _Fit):
                 unfit = found
                 continue
@@ -208,7 +211,7 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
             return Dominated(candidate=candidate, bound_s=zero3_bound_s)
         if not fits:
             assert unfit is not None
-            ledger = _fits(spec, training, cluster, unfit)
+            ledger = _fits(spec, training, cluster, unfit, memo)
             return Rejection(candidate=candidate, stage=ledger.binding_stage,
                              over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
                              reason=f"does not fit even with ZeRO-{zeros[-1]} and the most "
@@ -221,7 +224,7 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                 break
             fit = fits[rank]
             plan = _score(spec, training, cluster, candidate, fit.parallel,
-                          _fits(spec, training, cluster, fit.parallel))
+                          _fits(spec, training, cluster, fit.parallel, memo))
             key = (plan.estimate.step_time_s, rank)
             if best is None or key < best[:2]:
                 best = (*key, plan)
@@ -267,7 +270,8 @@ class _Fit:
 
 def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                candidate: MeshCandidate, zero: int, constraints: Constraints, pinned: bool,
-               caps: PolicyCaps = ALL_POLICIES) -> _Fit | ParallelConfig:
+               caps: PolicyCaps = ALL_POLICIES, memo: LedgerMemo | None = None
+               ) -> _Fit | ParallelConfig:
     """The first ladder rung that fits at this ZeRO stage, or the most frugal configuration
     tried when none does (its ledger says which stage binds). Probes only ask whether a
     configuration fits (`fits_memory`); the full ledger is built only for a plan that is
@@ -278,7 +282,7 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     if not pinned:
         frugal = _with_policy(candidate, zero, _frugal(spec, constraints, None, caps),
                               constraints)
-        if not fits_memory(spec, training, frugal, cluster):
+        if not fits_memory(spec, training, frugal, cluster, memo=memo):
             return frugal
     # Rungs save memory in order, so the first fitting rung is found by bisection.
     low, high = 0, len(rungs) - 1
@@ -287,7 +291,7 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     while low <= high:
         mid = (low + high) // 2
         tried = _with_policy(candidate, zero, rungs[mid], constraints)
-        if fits_memory(spec, training, tried, cluster):
+        if fits_memory(spec, training, tried, cluster, memo=memo):
             found, high = (mid, tried), mid - 1
         else:
             low = mid + 1
@@ -307,7 +311,7 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
         mid = (low + high) // 2
         trial = _with_policy(candidate, zero, _frugal(spec, constraints, mid, caps),
                              constraints)
-        if fits_memory(spec, training, trial, cluster):
+        if fits_memory(spec, training, trial, cluster, memo=memo):
             high = mid
         else:
             low = mid + 1
@@ -359,14 +363,20 @@ def refine_policies(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
     """The integer sub-problems of a chosen mesh: the layer split (even, or lighter first
     and last ranks) and, for each, the per-stage policies from the CP-SAT subproblem. The
     result replaces the plan only if the exact ledger fits and the simulated step is faster.
-    Splits not started by `deadline` (a `time.perf_counter()` value) are skipped."""
+    Splits not started by `deadline` (a `time.perf_counter()` value) are skipped, and each
+    CP-SAT subproblem gets at most the time left before it."""
     if plan.parallel.pp == 1 or (constraints.recompute is not None
                                  and not isinstance(constraints.recompute, list)):
         return plan
     best = plan
     for split in layer_split_options(spec, plan.parallel):
-        if deadline is not None and time.perf_counter() >= deadline:
-            break
+        split_config = config
+        if deadline is not None:
+            left_s = deadline - time.perf_counter()
+            if left_s <= 0:
+                break
+            if left_s < config.max_time_s:
+                split_config = dataclasses.replace(config, max_time_s=left_s)
         base = plan.parallel.model_copy(update={"stage_policies": None,
                                                 "recompute": RecomputeMode.NONE,
                                                 "fp8_activations": False,
@@ -374,7 +384,7 @@ def refine_policies(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
                                                 "layers_per_stage": split})
         try:
             chosen = choose_stage_policies(spec, training, base, cluster,
-                                           policy_options(spec, constraints), config)
+                                           policy_options(spec, constraints), split_config)
         except InvalidSpecError:
             continue
         if chosen is None:

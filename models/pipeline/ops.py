@@ -150,6 +150,32 @@ class ProgramBuilder:
         self._rows: list[list[tuple[int, int, int, int, int]]] = [
             [] for _ in range(placement.num_ranks)
         ]
+        self._columns: dict[int, tuple[IntArray, IntArray, IntArray]] = {}
+
+    def set_rank_columns(self, rank: int, kind: IntArray, micro_batch: IntArray,
+                         stage: IntArray) -> None:
+        """Give rank `rank`'s whole list as columns (kind, micro-batch, stage) of unpaired
+        ops (pairs hold -1): a generator that builds its order with array operations sets
+        every rank this way instead of appending rows."""
+        self._columns[rank] = (kind, micro_batch, stage)
+
+    def _build_columns(self, *, schedule: PipelineSchedule | None,
+                       chunks_per_stage_unit: int) -> PipelineProgram:
+        ranks = range(self._placement.num_ranks)
+        if sorted(self._columns) != list(ranks) or any(self._rows):
+            raise ValueError("set every rank's columns, and append no rows beside them")
+        counts = [self._columns[r][0].shape[0] for r in ranks]
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        kind, micro_batch, stage = (
+            np.ascontiguousarray(np.concatenate([self._columns[r][i] for r in ranks]),
+                                 dtype=np.int64) for i in range(3))
+        unpaired = np.full(kind.shape[0], -1, dtype=np.int64)
+        return PipelineProgram(
+            schedule=schedule, placement=self._placement,
+            chunks_per_stage_unit=chunks_per_stage_unit, rank_offsets=offsets,
+            kind=kind, micro_batch=micro_batch, stage=stage,
+            pair_micro_batch=unpaired, pair_stage=unpaired.copy())
 
     def rank(self, rank: int) -> list[tuple[int, int, int, int, int]]:
         """The mutable row list of one rank: (kind, micro_batch, stage, pair_mb, pair_stage)."""
@@ -158,6 +184,9 @@ class ProgramBuilder:
     def build(self, *, schedule: PipelineSchedule | None,
               chunks_per_stage_unit: int) -> PipelineProgram:
         """Freeze the lists (rows are copied into integer columns)."""
+        if self._columns:
+            return self._build_columns(schedule=schedule,
+                                       chunks_per_stage_unit=chunks_per_stage_unit)
         counts = [len(rows) for rows in self._rows]
         offsets = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])

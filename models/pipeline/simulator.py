@@ -164,16 +164,21 @@ def _event_loop(c: CompiledProgram, dur: list[float], lat_prev: list[float],
         r = stack.pop()
         u, stop, t_free = heads[r], offsets[r + 1], free[r]
         while u < stop:
+            # `if x > t: t = x` is max(t, x) (the first of equals is kept, NaN never wins
+            # over a number already held), without a call.
             t = ready[d_prev[u]] + lat_prev[u]
             x = ready[d_next[u]] + lat_next[u]
-            t = max(t, x)
+            if x > t:
+                t = x
             x = ready[d_local[u]]
-            t = max(t, x)
+            if x > t:
+                t = x
             if t == inf:
                 blocker = next(i for i in (d_prev[u], d_next[u], d_local[u]) if ready[i] == inf)
                 waiting.setdefault(blocker, []).append(r)
                 break
-            t = max(t, t_free)
+            if t_free > t:
+                t = t_free
             start[u] = t
             t_free = t + dur[u]
             a, b = out_a[u], out_b[u]

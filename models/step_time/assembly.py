@@ -177,6 +177,14 @@ def p2p_latency_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                      pp_message_bytes(ctx), fabric).time_s
 
 
+_WEIGHT_FIELDS = tuple(f.name for f in dataclasses.fields(StageWeights) if f.name != "stage")
+
+
+def _weights_key(held: StageWeights) -> tuple[object, ...]:
+    """What a rank holds, its stage number aside (ranks holding the same end alike)."""
+    return tuple(getattr(held, name) for name in _WEIGHT_FIELDS)
+
+
 def _tail(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
           cluster: ClusterSpec, groups: AxisGroups, fabric: Fabric, layout: StageLayout,
           weights: StageWeights, chunk_times: tuple[OpTimes, ...], m: int
@@ -404,7 +412,7 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     tails = []
     for layout, st, held in zip(layouts, stages, weights, strict=True):
         # Ranks holding the same weights and work end alike (the tied embedding aside).
-        key = (dataclasses.replace(held, stage=0), st.chunk_times, layout.num_embeddings,
+        key = (_weights_key(held), st.chunk_times, layout.num_embeddings,
                layout.num_heads)
         if key not in memo:
             memo[key] = _tail(spec, training, parallel, cluster, groups, fabric, layout, held,
@@ -554,7 +562,7 @@ def step_time_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
     span = _makespan_bound(spec, training, parallel, m, stages, groups, fabric)
     memo: dict[tuple[object, ...], float] = {}
     for layout, st, held in zip(layouts, stages, stage_weights(spec, parallel), strict=True):
-        key = (dataclasses.replace(held, stage=0), st.chunk_times, layout.num_embeddings,
+        key = (_weights_key(held), st.chunk_times, layout.num_embeddings,
                layout.num_heads)
         if key not in memo:
             memo[key] = sum(_tail(spec, training, parallel, cluster, groups, fabric, layout,

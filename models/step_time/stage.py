@@ -248,14 +248,30 @@ def _offload_stall(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCo
 def stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> tuple[object, ...]:
     """Stages with the same layer kinds per chunk, extras and policy take the same time
     (offload stalls depend on the rank's in-flight count, so they keep the rank)."""
-    policy = parallel.policy_of(layout.rank)
     kinds = tuple(tuple(spec.is_moe_layer(i) for i in chunk) for chunk in layout.chunks)
+    return _stage_key(kinds, parallel, layout)
+
+
+def _stage_key(kinds: tuple[tuple[bool, ...], ...], parallel: ParallelConfig,
+               layout: StageLayout) -> tuple[object, ...]:
+    policy = parallel.policy_of(layout.rank)
     rank = layout.rank if policy.offload_frac > 0 else -1
     return (kinds, layout.num_embeddings, layout.num_heads, layout.num_mtp_modules, policy, rank)
 
 
-_STAGE_TIMES: dict[tuple[object, ...], StageTime] = {}
-_STAGE_TIMES_SIZE = 8192
+@dataclass(slots=True)
+class _Bucket:
+    """The memoised stages of one (model, recipe, cluster, configuration, micro-batches)."""
+
+    kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[bool, ...], ...]]
+    """Layer kinds of each chunk tuple (the model is fixed in a bucket)."""
+    stages: dict[tuple[object, ...], StageTime]
+    """By `stage_key`, with the rank's own stage number: per (key, rank)."""
+
+
+_STAGE_TIMES: dict[tuple[object, ...], _Bucket] = {}
+_STAGE_TIMES_SIZE = 2048
+"""Configurations kept (each with its distinct stages)."""
 
 
 def clear_step_time_cache() -> None:
@@ -275,18 +291,29 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     configuration): the search asks for the same configuration's stages in its bounds and
     again in its estimate."""
     base = (spec, training, cluster, parallel, m)
+    bucket = _STAGE_TIMES.get(base)
+    if bucket is None:
+        if len(_STAGE_TIMES) >= _STAGE_TIMES_SIZE:
+            _STAGE_TIMES.clear()
+        bucket = _STAGE_TIMES[base] = _Bucket(kinds={}, stages={})
     stages = []
     for layout in layouts:
-        key = (base, stage_key(spec, parallel, layout))
-        found = _STAGE_TIMES.get(key)
+        kinds = bucket.kinds.get(layout.chunks)
+        if kinds is None:
+            kinds = bucket.kinds[layout.chunks] = tuple(
+                tuple(spec.is_moe_layer(i) for i in chunk) for chunk in layout.chunks)
+        key = _stage_key(kinds, parallel, layout)
+        found = bucket.stages.get((key, layout.rank))
         if found is None:
-            found = stage_time(spec, training, parallel, cluster, layout,
-                               num_micro_batches=m, fabric=fabric, groups=groups)
-            if len(_STAGE_TIMES) >= _STAGE_TIMES_SIZE:
-                _STAGE_TIMES.clear()
-            _STAGE_TIMES[key] = found
-        stages.append(found if found.stage == layout.rank
-                      else dataclasses.replace(found, stage=layout.rank))
+            shared = bucket.stages.get((key, None))
+            if shared is None:
+                shared = bucket.stages[key, None] = stage_time(
+                    spec, training, parallel, cluster, layout, num_micro_batches=m,
+                    fabric=fabric, groups=groups)
+            found = (shared if shared.stage == layout.rank
+                     else dataclasses.replace(shared, stage=layout.rank))
+            bucket.stages[key, layout.rank] = found
+        stages.append(found)
     return stages
 
 

@@ -104,17 +104,25 @@ def _dense_shard(model: ModelSpec, layer: LayerParams, tp: int) -> int:
 
 def _rank_weights(model: ModelSpec, tp: int, experts_split: int, rank: StageLayout
                   ) -> StageWeights:
-    layers = [layer_params(model, i) for i in rank.layers]
-    modules = layers + [mtp_module_params(model)] * rank.num_mtp_modules
-    dense = sum(_dense_shard(model, layer, tp) for layer in modules)
-    expert = sum(-(-layer.routed_experts // experts_split) for layer in modules)
+    # A layer's parameters depend only on its kind (dense or MoE): one of each, counted.
+    kinds: dict[bool, tuple[LayerParams, int]] = {}
+    for index in rank.layers:
+        moe = model.is_moe_layer(index)
+        known = kinds.get(moe)
+        kinds[moe] = (known[0], known[1] + 1) if known else (layer_params(model, index), 1)
+    groups = list(kinds.values())
+    if rank.num_mtp_modules:
+        groups.append((mtp_module_params(model), rank.num_mtp_modules))
+    dense = sum(count * _dense_shard(model, layer, tp) for layer, count in groups)
+    expert = sum(count * -(-layer.routed_experts // experts_split) for layer, count in groups)
     h = model.hidden_size
     vocab_shard = -(-model.vocab_size // tp) * h
     dense += rank.num_embeddings * (vocab_shard + model.learned_position_embeddings * h)
     own_head = not model.tie_word_embeddings or rank.num_embeddings == 0
     dense += rank.num_heads * ((vocab_shard if own_head else 0) + norm_params(model, h))
-    return StageWeights(stage=rank.rank, num_layers=len(layers),
-                        num_moe_layers=sum(layer.routed_experts > 0 for layer in layers),
+    return StageWeights(stage=rank.rank, num_layers=len(rank.layers),
+                        num_moe_layers=sum(count for layer, count in kinds.values()
+                                           if layer.routed_experts > 0),
                         num_embeddings=rank.num_embeddings, num_heads=rank.num_heads,
                         num_mtp_modules=rank.num_mtp_modules, dense_params=dense,
                         expert_params=expert)

@@ -16,7 +16,7 @@ from api_schemas import (
 )
 from models.catalog import cluster_preset, model_preset
 from models.errors import InvalidSpecError
-from models.memory import MemoryLedger, memory_ledger
+from models.memory import LedgerMemo, MemoryLedger, fits_memory, memory_ledger
 from models.params import layer_params
 
 CLUSTER = cluster_preset("h100-sxm5-80gb", num_nodes=64)
@@ -323,3 +323,44 @@ def test_unfused_loss_keeps_the_16_bit_logits_block_reserved_on_the_loss_rank_on
     fused = memory_ledger(spec, training.model_copy(update={"fused_cross_entropy": True}),
                           ParallelConfig(pp=2, dp=4, micro_batch_size=2), CLUSTER)
     assert all(c.name != name for s in fused.stages for c in s.components)
+    # The memo the planner shares across a candidate's policies keeps the term.
+    memo = LedgerMemo(spec=spec, training=training)
+    parallel = ParallelConfig(pp=2, dp=4, micro_batch_size=2)
+    assert memory_ledger(spec, training, parallel, CLUSTER, memo=memo) == memory_ledger(
+        spec, training, parallel, CLUSTER)
+
+
+def test_a_memo_shared_across_zero_stages_and_policies_gives_the_same_ledgers() -> None:
+    # One memo serves every ZeRO stage and activation policy of one mesh, in any order;
+    # each ledger equals the one built without it, component by component.
+    spec = model_preset("deepseek-v3")
+    training = TrainingSpec(global_batch_size=1024, sequence_length=4096)
+    cluster = cluster_preset("h800-sxm5-80gb", num_nodes=32)
+    base = ParallelConfig(pp=16, dp=16, ep=16, schedule=PipelineSchedule.INTERLEAVED_1F1B,
+                          vpp=2)
+    memo = LedgerMemo(spec=spec, training=training)
+    policies: list[dict[str, object]] = [
+        {}, {"recompute": RecomputeMode.SELECTIVE},
+        {"recompute": FullLayers(full_layers=1), "activation_offload_frac": 0.5},
+        {"recompute": RecomputeMode.FULL, "fp8_activations": True}]
+    for zero in (3, 0, 1, 2):
+        for policy in policies:
+            parallel = base.model_copy(update={"zero_stage": zero, **policy})
+            fresh = memory_ledger(spec, training, parallel, cluster)
+            assert memory_ledger(spec, training, parallel, cluster, memo=memo) == fresh
+            assert fits_memory(spec, training, parallel, cluster, memo=memo) == fresh.fits
+    assert memo.states and memo.activations
+    assert len(memo.states) < 4 * len(policies) * 16  # the policies shared the states
+
+
+def test_a_memo_made_for_another_recipe_is_not_used() -> None:
+    spec = model_preset("deepseek-v3")
+    training = TrainingSpec(global_batch_size=1024, sequence_length=4096)
+    longer = TrainingSpec(global_batch_size=1024, sequence_length=8192)
+    cluster = cluster_preset("h800-sxm5-80gb", num_nodes=32)
+    parallel = ParallelConfig(pp=16, dp=16, ep=16, schedule=PipelineSchedule.INTERLEAVED_1F1B,
+                              vpp=2)
+    memo = LedgerMemo(spec=spec, training=training)
+    memory_ledger(spec, training, parallel, cluster, memo=memo)
+    assert memory_ledger(spec, longer, parallel, cluster, memo=memo) == \
+        memory_ledger(spec, longer, parallel, cluster)

@@ -5,6 +5,7 @@ forms and their records (`GPIPE`, `ONE_F_ONE_B`, `INTERLEAVED_1F1B`). Must not: 
 parameters every schedule shares (the registry does) or time anything.
 """
 
+import numpy as np
 
 from api_schemas.parallel import PipelineSchedule
 from models.pipeline.ops import (
@@ -93,20 +94,26 @@ def interleaved(*, num_stages: int, num_micro_batches: int, num_chunks: int,
     p, m, v = num_stages, num_micro_batches, num_chunks
     placement = looped_placement(num_ranks=p, num_chunks=v, num_micro_batches=m)
     builder = ProgramBuilder(placement)
-    table = interleaved_order(num_micro_batches=m, num_chunks=v, group_size=group_size)
+    table = np.array(interleaved_order(num_micro_batches=m, num_chunks=v,
+                                       group_size=group_size), dtype=np.int64).reshape(-1, 2)
+    batches, chunks = table[:, 0], table[:, 1]
     total = v * m
     for d in range(p):
-        fwd = [(_F, j, c * p + d, -1, -1) for j, c in table]
-        bwd = [(_BW, j, (v - 1 - c) * p + d, -1, -1) for j, c in table]
+        # Columns of the list: warm-up forwards, then F and BW alternating, then the drain.
         warmup = min(2 * (p - 1 - d) + (v - 1) * group_size, total)
-        rows = builder.rank(d)
-        rows.extend(fwd[:warmup])
         steady = total - warmup
-        paired = fwd[warmup:] + bwd[:steady]  # the right length; interleave F and BW below
-        paired[0::2] = fwd[warmup:]
-        paired[1::2] = bwd[:steady]
-        rows.extend(paired)
-        rows.extend(bwd[steady:])
+        forward_stage, backward_stage = chunks * p + d, (v - 1 - chunks) * p + d
+        kind = np.concatenate([np.full(warmup, _F), np.tile([_F, _BW], steady),
+                               np.full(warmup, _BW)])
+        micro_batch = np.concatenate([
+            batches[:warmup],
+            np.stack([batches[warmup:], batches[:steady]], axis=1).reshape(-1),
+            batches[steady:]])
+        stage = np.concatenate([
+            forward_stage[:warmup],
+            np.stack([forward_stage[warmup:], backward_stage[:steady]], axis=1).reshape(-1),
+            backward_stage[steady:]])
+        builder.set_rank_columns(d, kind, micro_batch, stage)
     return builder.build(schedule=PipelineSchedule.INTERLEAVED_1F1B, chunks_per_stage_unit=v)
 
 

@@ -1,0 +1,131 @@
+"""`solver.time_limit_s` bounds the whole of `plan`: search, refinement, runners-up and
+relaxations start no work past the request's deadline, and a CP-SAT subproblem is never
+given more time than is left. The clock is injected (each solver module's `time` is replaced
+by a fake one that moves only when the test says work was done), so the checks hold on any
+machine, loaded or not."""
+
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from api_schemas import (
+    ClusterInput,
+    Constraints,
+    ModelPreset,
+    PlanRequest,
+    PlanStatus,
+    SolverLimits,
+    TrainingSpec,
+)
+from solver import api, candidate_eval, cpsat, planner, relax, space, targets
+
+TIMED_MODULES = (api, planner, candidate_eval, targets, space, relax, cpsat)
+EVALUATION_S = 0.05
+"""Fake seconds one exact candidate evaluation takes."""
+CPSAT_SHARE = 0.6
+"""Share of its time limit a CP-SAT subproblem uses on the fake clock (it stops early)."""
+START = 1000.0
+
+
+@dataclass
+class FakeClock:
+    """A `time.perf_counter` that moves only when work is booked, and a log of what started
+    when (with the time limit it was given, for CP-SAT)."""
+
+    now: float = START
+    started: list[tuple[str, float, float]] = field(default_factory=list)
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def book(self, what: str, seconds: float, limit_s: float = 0.0) -> None:
+        self.started.append((what, self.now, limit_s))
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
+    fake = FakeClock()
+    for module in TIMED_MODULES:
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(perf_counter=fake.perf_counter))
+
+    def timed_evaluation(name: str, real: object) -> object:
+        def run(*args: object, **kwargs: object) -> object:
+            fake.book(name, EVALUATION_S)
+            return real(*args, **kwargs)  # type: ignore[operator]
+        return run
+
+    monkeypatch.setattr(planner, "evaluate_for_targets",
+                        timed_evaluation("evaluation", planner.evaluate_for_targets))
+    monkeypatch.setattr(api, "evaluate_for_targets",
+                        timed_evaluation("runner-up", api.evaluate_for_targets))
+    real_solve = cpsat.solve
+
+    def timed_solve(model: cpsat.CpModel, config: cpsat.SolverConfig) -> cpsat.SolveOutcome:
+        fake.book("cp-sat", CPSAT_SHARE * config.max_time_s, config.max_time_s)
+        return real_solve(model, config)
+
+    monkeypatch.setattr(cpsat, "solve", timed_solve)
+    yield fake
+
+
+def _request(time_limit_s: float) -> PlanRequest:
+    # Llama 3.1 70B on 8 nodes with PP4 pinned: a small search whose plan is refined by the
+    # per-stage CP-SAT model, once per layer split (even, and lighter end ranks).
+    return PlanRequest(model=ModelPreset(preset="llama-3.1-70b"),
+                       cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=8),
+                       training=TrainingSpec(global_batch_size=256, sequence_length=8192),
+                       constraints=Constraints(pp=4, tp=8, framework="any"),
+                       solver=SolverLimits(time_limit_s=time_limit_s, top_k=3, num_workers=1))
+
+
+def test_cp_sat_refinements_share_the_time_left_and_none_runs_past_the_limit(
+        clock: FakeClock) -> None:
+    limit = 3.0  # the search takes about 1.5 s of it on the fake clock
+    response = plan_with(clock, _request(limit))
+    deadline = START + limit
+    solves = [(at, given) for what, at, given in clock.started if what == "cp-sat"]
+    assert len(solves) == 2, clock.started  # both layer splits were refined
+    for at, given in solves:
+        assert at < deadline
+        assert at + given <= deadline + 1e-9, (at - START, given)
+    assert response.status == PlanStatus.OPTIMAL
+
+
+def test_no_work_starts_past_the_limit_and_the_answer_keeps_the_best_plan(
+        clock: FakeClock) -> None:
+    # So short a limit that the search is cut: every evaluation, refinement and runner-up
+    # starts before the deadline, and the answer is the best plan so far with its gap.
+    limit = 3 * EVALUATION_S
+    response = plan_with(clock, _request(limit))
+    deadline = START + limit
+    assert clock.started
+    assert all(at < deadline for _, at, _ in clock.started), clock.started
+    assert clock.now <= deadline + EVALUATION_S + 1e-9
+    assert response.status in (PlanStatus.FEASIBLE, PlanStatus.OPTIMAL)
+    assert response.solver is not None
+    if response.status == PlanStatus.FEASIBLE:
+        assert response.solver.gap is None or response.solver.gap >= 0
+
+
+def plan_with(clock: FakeClock, request: PlanRequest) -> api.PlanResponse:
+    del clock  # installed by the fixture
+    return api.plan(request)
+
+
+def test_relaxations_of_an_infeasible_request_stop_at_the_limit(clock: FakeClock) -> None:
+    # Llama 3.1 405B cannot fit on one node: the answer's relaxation searches (more nodes,
+    # a shorter sequence) share what is left of the limit and start nothing after it.
+    limit = 2.0
+    request = PlanRequest(model=ModelPreset(preset="llama-3.1-405b"),
+                          cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=1),
+                          training=TrainingSpec(global_batch_size=64, sequence_length=8192),
+                          solver=SolverLimits(time_limit_s=limit, top_k=3, num_workers=1))
+    response = api.plan(request)
+    deadline = START + limit
+    assert response.status == PlanStatus.INFEASIBLE
+    assert len(clock.started) > 1
+    assert all(at < deadline for _, at, _ in clock.started), clock.started
+    assert clock.now <= deadline + EVALUATION_S + 1e-9
