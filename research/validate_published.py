@@ -87,6 +87,24 @@ and `scripts/performance/configs/<family>/*_workload_base_configs.py` at tag 26.
 dispatch), unset -> Megatron's alltoall; `moe_a2a_overlap`."""
 
 
+TP_OVERLAP_RECIPES = (
+    "bridge-25.11-dgx-h100-llama3-70b-64gpu",
+    "bridge-25.11-dgx-h100-llama31-405b-1024gpu",
+    "bridge-25.11-dgx-b200-llama31-405b-128gpu",
+    "bridge-26.04.01-dgx-h100-llama3-70b-64gpu",
+    "bridge-26.04.01-dgx-h100-llama31-405b-1024gpu",
+)
+"""Rows whose recipe overlaps TP communication with the GEMMs (Transformer Engine userbuffers,
+`overlap_tp_comm`), read from the recipe, not the measurement: Megatron-Bridge
+`scripts/performance/configs/llama/llama3_llm_pretrain.py` and `llama31_llm_pretrain.py`
+set `comm_overlap.tp_comm_overlap_cfg` to `userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192`,
+`userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192` and
+`userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192` on recipes whose `CommOverlapConfig`
+has `tp_comm_overlap=True` (`src/megatron/bridge/recipes/llama/llama3.py`, "SP=True with
+CommOverlap"). The Llama 3 8B rows run TP 1 (nothing to overlap); the MoE rows' recipes were
+not read for this field and keep the exposed default."""
+
+
 CP_RECIPES: dict[str, ContextParallelKind] = {
     "llama3-t4-405b-16384gpu-seq131072": ContextParallelKind.ALL_GATHER,
 }
@@ -149,7 +167,8 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
                             elementwise_fusion=ElementwiseFusion(
                                 p.get("elementwise_fusion") or "fused"),
                             moe_dispatcher=MoeDispatcher(dispatcher),
-                            overlap_ep_comm=ep_overlap)
+                            overlap_ep_comm=ep_overlap,
+                            overlap_tp_comm=row["id"] in TP_OVERLAP_RECIPES)
     if p.get("vpp"):
         shapes = [(PipelineSchedule.INTERLEAVED_1F1B, p["vpp"])] if p["vpp"] > 1 else [
             (PipelineSchedule.ONE_F_ONE_B, 1)]
