@@ -93,16 +93,26 @@ TP_OVERLAP_RECIPES = (
     "bridge-25.11-dgx-b200-llama31-405b-128gpu",
     "bridge-26.04.01-dgx-h100-llama3-70b-64gpu",
     "bridge-26.04.01-dgx-h100-llama31-405b-1024gpu",
+    "megascale-t2-megascale-",
 )
-"""Rows whose recipe overlaps TP communication with the GEMMs (Transformer Engine userbuffers,
-`overlap_tp_comm`), read from the recipe, not the measurement: Megatron-Bridge
-`scripts/performance/configs/llama/llama3_llm_pretrain.py` and `llama31_llm_pretrain.py`
-set `comm_overlap.tp_comm_overlap_cfg` to `userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192`,
-`userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192` and
-`userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192` on recipes whose `CommOverlapConfig`
-has `tp_comm_overlap=True` (`src/megatron/bridge/recipes/llama/llama3.py`, "SP=True with
-CommOverlap"). The Llama 3 8B rows run TP 1 (nothing to overlap); the MoE rows' recipes were
-not read for this field and keep the exposed default."""
+"""Rows (ids, or id prefixes ending in "-") whose recipe overlaps TP communication with the
+GEMMs (`overlap_tp_comm`), read from the recipe or paper, not from the measurement:
+- Megatron-Bridge `scripts/performance/configs/llama/llama3_llm_pretrain.py` and
+  `llama31_llm_pretrain.py` set `comm_overlap.tp_comm_overlap_cfg` to
+  `userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192`,
+  `userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192` and
+  `userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192` on recipes whose `CommOverlapConfig`
+  has `tp_comm_overlap=True` (`src/megatron/bridge/recipes/llama/llama3.py`, "SP=True with
+  CommOverlap"). The Llama 3 8B rows run TP 1; the MoE rows' recipes were not read for this
+  field and keep the exposed default.
+- MegaScale (arXiv:2402.15627 Sec. 3.3): its own rows overlap the TP/SP all-gather and
+  reduce-scatter with the adjacent GEMMs; its Megatron-LM baseline rows do not."""
+
+
+def tp_overlapped(row_id: str) -> bool:
+    """Whether the row's recipe overlaps TP communication (`TP_OVERLAP_RECIPES`)."""
+    return any(row_id == k or (k.endswith("-") and row_id.startswith(k))
+               for k in TP_OVERLAP_RECIPES)
 
 
 CP_RECIPES: dict[str, ContextParallelKind] = {
@@ -122,7 +132,10 @@ def model_of(row: dict[str, Any]) -> ModelSpec | None:
             and m.get("vocab_size")):
         return None
     h = m["hidden_size"]
-    gelu = (m.get("ffn_activation") or "gelu") == "gelu"
+    # Gated MLPs (SwiGLU and its variants) have three matrices; GELU and squared ReLU
+    # (Nemotron-4, arXiv:2402.16819 Sec. 2) two, with LayerNorm.
+    activation = m.get("ffn_activation") or "gelu"
+    gelu = not ("glu" in activation or "gated" in activation)
     moe = None
     if m.get("moe"):
         e = m["moe"]
@@ -168,7 +181,7 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
                                 p.get("elementwise_fusion") or "fused"),
                             moe_dispatcher=MoeDispatcher(dispatcher),
                             overlap_ep_comm=ep_overlap,
-                            overlap_tp_comm=row["id"] in TP_OVERLAP_RECIPES)
+                            overlap_tp_comm=tp_overlapped(row["id"]))
     if p.get("vpp"):
         shapes = [(PipelineSchedule.INTERLEAVED_1F1B, p["vpp"])] if p["vpp"] > 1 else [
             (PipelineSchedule.ONE_F_ONE_B, 1)]
