@@ -93,6 +93,8 @@ TP_OVERLAP_RECIPES = (
     "bridge-25.11-dgx-b200-llama31-405b-128gpu",
     "bridge-26.04.01-dgx-h100-llama3-70b-64gpu",
     "bridge-26.04.01-dgx-h100-llama31-405b-1024gpu",
+    "megatron-llama-fp8-70b",
+    "megatron-llama-fp8-405b",
     "megascale-t2-megascale-",
 )
 """Rows (ids, or id prefixes ending in "-") whose recipe overlaps TP communication with the
@@ -105,6 +107,11 @@ GEMMs (`overlap_tp_comm`), read from the recipe or paper, not from the measureme
   has `tp_comm_overlap=True` (`src/megatron/bridge/recipes/llama/llama3.py`, "SP=True with
   CommOverlap"). The Llama 3 8B rows run TP 1; the MoE rows' recipes were not read for this
   field and keep the exposed default.
+- Megatron-LM `examples/llama/README.md` (FP8 Performance): its configuration "follows those
+  defined in NeMo Framework's performance scripts", and NeMo
+  `scripts/performance/llm/pretrain_llama3_70b.py` / `pretrain_llama31_405b.py` set the same
+  userbuffers configurations on a `MegatronCommOverlapCallback` ("Required for
+  performance"); the table's TP / PP / CP / VP match the Bridge rows.
 - MegaScale (arXiv:2402.15627 Sec. 3.3): its own rows overlap the TP/SP all-gather and
   reduce-scatter with the adjacent GEMMs; its Megatron-LM baseline rows do not."""
 
