@@ -112,8 +112,10 @@ GEMMs (`overlap_tp_comm`), read from the recipe or paper, not from the measureme
   `scripts/performance/llm/pretrain_llama3_70b.py` / `pretrain_llama31_405b.py` set the same
   userbuffers configurations on a `MegatronCommOverlapCallback` ("Required for
   performance"); the table's TP / PP / CP / VP match the Bridge rows.
-- MegaScale (arXiv:2402.15627 Sec. 3.3): its own rows overlap the TP/SP all-gather and
-  reduce-scatter with the adjacent GEMMs; its Megatron-LM baseline rows do not."""
+- MegaScale (arXiv:2402.15627 Sec. 3, "Communication overlapping in 3D parallelism",
+  tensor/sequence parallelism): its own rows fuse the TP/SP all-gather and reduce-scatter
+  with the adjacent GEMMs; its Megatron-LM baseline rows do not. Its parallel transformer
+  block and sliding-window attention are not modelled (no `ModelSpec` field)."""
 
 
 def tp_overlapped(row_id: str) -> bool:

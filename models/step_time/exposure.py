@@ -186,8 +186,8 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     for phase, calls in tp_overlapped.items():
         t = tp_overlap_exposed_s(calls, tp=parallel.tp, window_s=windows[phase])
         if t > 0.0:
-            key = TrafficAxis.TP.value
-            out[phase][key] = out[phase].get(key, 0.0) + t
+            tp_axis = TrafficAxis.TP.value
+            out[phase][tp_axis] = out[phase].get(tp_axis, 0.0) + t
     return LayerComm(forward_s=out[Phase.FORWARD], backward_s=out[Phase.BACKWARD],
                      recompute_s=out[Phase.RECOMPUTE])
 
