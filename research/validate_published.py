@@ -96,6 +96,8 @@ TP_OVERLAP_RECIPES = (
     "megatron-llama-fp8-70b",
     "megatron-llama-fp8-405b",
     "megascale-t2-megascale-",
+    "nemo2407-nemotron-340b-128gpu",
+    "nemotron4-340b-ngc-128gpu-bf16",
 )
 """Rows (ids, or id prefixes ending in "-") whose recipe overlaps TP communication with the
 GEMMs (`overlap_tp_comm`), read from the recipe or paper, not from the measurement:
@@ -112,6 +114,12 @@ GEMMs (`overlap_tp_comm`), read from the recipe or paper, not from the measureme
   `scripts/performance/llm/pretrain_llama3_70b.py` / `pretrain_llama31_405b.py` set the same
   userbuffers configurations on a `MegatronCommOverlapCallback` ("Required for
   performance"); the table's TP / PP / CP / VP match the Bridge rows.
+- NVIDIA's Nemotron-4 340B rows (NeMo 24.07 FP8, NGC BF16; both TP 8, PP 8, VP 12,
+  micro-batch 1): NeMo-Framework-Launcher
+  `launcher_scripts/conf/training/nemotron/nemotron_340b.yaml`, the same layout, sets
+  `ub_tp_comm_overlap: True` with `sequence_parallel: true` (and no activation
+  checkpointing); NeMo 2.0's `nemotron4_340b` performance recipe likewise sets
+  `MegatronCommOverlapCallback(tp_comm_overlap=True)`.
 - MegaScale (arXiv:2402.15627 Sec. 3, "Communication overlapping in 3D parallelism",
   tensor/sequence parallelism): its own rows fuse the TP/SP all-gather and reduce-scatter
   with the adjacent GEMMs; its Megatron-LM baseline rows do not. Its parallel transformer
