@@ -123,7 +123,11 @@ GEMMs (`overlap_tp_comm`), read from the recipe or paper, not from the measureme
 - MegaScale (arXiv:2402.15627 Sec. 3, "Communication overlapping in 3D parallelism",
   tensor/sequence parallelism): its own rows fuse the TP/SP all-gather and reduce-scatter
   with the adjacent GEMMs; its Megatron-LM baseline rows do not. Its parallel transformer
-  block and sliding-window attention are not modelled (no `ModelSpec` field)."""
+  block and sliding-window attention are not modelled (no `ModelSpec` field).
+Not listed although their source states it: the Megatron-LM README rows ("DP/TP/PP
+communication overlap enabled"). One of them calibrates Hopper's BF16 eta_max with its TP
+traffic exposed, so passing their overlap needs that constant refitted (0.58 instead of 0.66;
+research/CALIBRATION.md Sec. 2, "Recipe fields passed through")."""
 
 
 def tp_overlapped(row_id: str) -> bool:
