@@ -207,7 +207,9 @@ class TrainingSpec(SpecModel):
     overlap_tp_comm: bool = Field(
         default=False,
         description="Tensor-parallel collectives overlap the GEMMs (Transformer Engine "
-        "userbuffers); false = exposed, as in Megatron-LM 2021.",
+        "userbuffers, Megatron --tp-comm-overlap; needs sequence parallelism): each "
+        "reduce-scatter's last ring step, the SMs a bulk-overlapped one holds and what outlasts "
+        "the GEMMs stay exposed; false = exposed, as in Megatron-LM 2021.",
     )
     overlap_ep_comm: bool = Field(
         default=False,

@@ -97,6 +97,55 @@ BF16. Other rows keep the planner's FP32 default (Megatron-LM forces FP32 gradie
 accumulation with --bf16)."""
 
 
+TP_OVERLAP_RECIPES = (
+    "bridge-25.11-dgx-h100-llama3-70b-64gpu",
+    "bridge-25.11-dgx-h100-llama31-405b-1024gpu",
+    "bridge-25.11-dgx-b200-llama31-405b-128gpu",
+    "bridge-26.04.01-dgx-h100-llama3-70b-64gpu",
+    "bridge-26.04.01-dgx-h100-llama31-405b-1024gpu",
+    "megatron-llama-fp8-70b",
+    "megatron-llama-fp8-405b",
+    "megascale-t2-megascale-",
+    "nemo2407-nemotron-340b-128gpu",
+    "nemotron4-340b-ngc-128gpu-bf16",
+)
+"""Rows (ids, or id prefixes ending in "-") whose recipe overlaps TP communication with the
+GEMMs (`overlap_tp_comm`), read from the recipe or paper, not from the measurement:
+- Megatron-Bridge `scripts/performance/configs/llama/llama3_llm_pretrain.py` and
+  `llama31_llm_pretrain.py` set `comm_overlap.tp_comm_overlap_cfg` to
+  `userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192`,
+  `userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192` and
+  `userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192` on recipes whose `CommOverlapConfig`
+  has `tp_comm_overlap=True` (`src/megatron/bridge/recipes/llama/llama3.py`, "SP=True with
+  CommOverlap"). The Llama 3 8B rows run TP 1; the MoE rows' recipes were not read for this
+  field and keep the exposed default.
+- Megatron-LM `examples/llama/README.md` (FP8 Performance): its configuration "follows those
+  defined in NeMo Framework's performance scripts", and NeMo
+  `scripts/performance/llm/pretrain_llama3_70b.py` / `pretrain_llama31_405b.py` set the same
+  userbuffers configurations on a `MegatronCommOverlapCallback` ("Required for
+  performance"); the table's TP / PP / CP / VP match the Bridge rows.
+- NVIDIA's Nemotron-4 340B rows (NeMo 24.07 FP8, NGC BF16; both TP 8, PP 8, VP 12,
+  micro-batch 1): NeMo-Framework-Launcher
+  `launcher_scripts/conf/training/nemotron/nemotron_340b.yaml`, the same layout, sets
+  `ub_tp_comm_overlap: True` with `sequence_parallel: true` (and no activation
+  checkpointing); NeMo 2.0's `nemotron4_340b` performance recipe likewise sets
+  `MegatronCommOverlapCallback(tp_comm_overlap=True)`.
+- MegaScale (arXiv:2402.15627 Sec. 3, "Communication overlapping in 3D parallelism",
+  tensor/sequence parallelism): its own rows fuse the TP/SP all-gather and reduce-scatter
+  with the adjacent GEMMs; its Megatron-LM baseline rows do not. Its parallel transformer
+  block and sliding-window attention are not modelled (no `ModelSpec` field).
+Not listed although their source states it: the Megatron-LM README rows ("DP/TP/PP
+communication overlap enabled"). One of them calibrates Hopper's BF16 eta_max with its TP
+traffic exposed, so passing their overlap needs that constant refitted (0.58 instead of 0.66;
+research/CALIBRATION.md Sec. 2, "Recipe fields passed through")."""
+
+
+def tp_overlapped(row_id: str) -> bool:
+    """Whether the row's recipe overlaps TP communication (`TP_OVERLAP_RECIPES`)."""
+    return any(row_id == k or (k.endswith("-") and row_id.startswith(k))
+               for k in TP_OVERLAP_RECIPES)
+
+
 CP_RECIPES: dict[str, ContextParallelKind] = {
     "llama3-t4-405b-16384gpu-seq131072": ContextParallelKind.ALL_GATHER,
 }
@@ -114,7 +163,10 @@ def model_of(row: dict[str, Any]) -> ModelSpec | None:
             and m.get("vocab_size")):
         return None
     h = m["hidden_size"]
-    gelu = (m.get("ffn_activation") or "gelu") == "gelu"
+    # Gated MLPs (SwiGLU and its variants) have three matrices; GELU and squared ReLU
+    # (Nemotron-4, arXiv:2402.16819 Sec. 2) two, with LayerNorm.
+    activation = m.get("ffn_activation") or "gelu"
+    gelu = not ("glu" in activation or "gated" in activation)
     moe = None
     if m.get("moe"):
         e = m["moe"]
@@ -142,7 +194,8 @@ def row_cluster(row: dict[str, Any]) -> ClusterSpec:
 
 def row_training(row: dict[str, Any]) -> TrainingSpec:
     """The training recipe of a row: what it prints (batch, sequence, precision, fusion) and
-    what its framework's recipe states (`MOE_RECIPES`, `BRIDGE_GRAD_DTYPE`); the era's
+    what its framework's recipe states (`MOE_RECIPES`, `BRIDGE_GRAD_DTYPE`,
+    `TP_OVERLAP_RECIPES`); the era's
     defaults (dropout, materialised attention, no gradient-reduction overlap) for the
     2019-2022 rows."""
     p = row["parallel"]
@@ -157,6 +210,7 @@ def row_training(row: dict[str, Any]) -> TrainingSpec:
                             p.get("elementwise_fusion") or "fused"),
                         moe_dispatcher=MoeDispatcher(dispatcher),
                         overlap_ep_comm=ep_overlap,
+                        overlap_tp_comm=tp_overlapped(row["id"]),
                         grad_dtype=(BRIDGE_GRAD_DTYPE if row["id"].startswith("bridge-")
                                     else DType.FP32))
 

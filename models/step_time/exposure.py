@@ -2,8 +2,11 @@
 critical path.
 
 Owns: the overlap rules, applied to the traffic that `models.traffic` defines once:
-- TP collectives are exposed unless `training.overlap_tp_comm` (calls the traffic marks as
-  overlapped, such as SP's weight-gradient input gather, are hidden).
+- TP collectives are exposed unless `training.overlap_tp_comm` with sequence parallelism
+  (Transformer Engine userbuffers), which leaves each reduce-scatter's last ring step, the
+  SMs a bulk-overlapped reduce-scatter holds, and whatever outlasts the phase's compute
+  (`tp_overlap_exposed_s`); calls the traffic marks as overlapped, such as SP's
+  weight-gradient input gather, are hidden.
 - Ring context-parallel P2P overlaps the attention core of the same layer; Ulysses
   all-to-alls are exposed.
 - Expert all-to-alls are hidden behind the paired micro-batch's compute under DualPipe /
@@ -44,6 +47,51 @@ OVERLAP_COMM_SM_SHARE = 20 / 132
 micro-batch's compute, which runs that much slower meanwhile. Source: DeepSeek-V3
 arXiv:2412.19437 Sec. 3.2.2: 20 of the H800's 132 SMs suffice for the IB and NVLink
 dispatch and combine under DualPipe's overlap (applied as the same share on every GPU)."""
+
+
+H100_SMS = 132
+"""Streaming multiprocessors of an H100 SXM5, the GPU the userbuffers SM counts below were
+tuned for (NVIDIA H100 Tensor Core GPU architecture whitepaper, Table 3)."""
+
+TP_OVERLAP_BULK_RS_SMS = {"attention": 24, "mlp": 4}
+"""SMs the bulk-overlapped backward reduce-scatter of each TP block holds while the weight-
+gradient GEMM runs beside it, which runs that much slower meanwhile. Source: Megatron-Bridge
+`src/megatron/bridge/training/comm_overlap.py`, `userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192`
+(the Llama 3 70B H100 FP8 recipe): `qkv_wgrad=BulkOverlapCfg(num_sm=24)`,
+`fc1_wgrad=BulkOverlapCfg(num_sm=4)` (the 405B TP 8 configuration holds 24 and 2). Applied
+as the same share of the SMs on every GPU."""
+
+
+def tp_overlap_exposed_s(calls: list[LayerCall], *, tp: int, window_s: float) -> float:
+    """Exposed time of one phase's TP collectives under Transformer Engine's userbuffers
+    overlap (Megatron `--tp-comm-overlap`, which requires sequence parallelism).
+
+    Source: Transformer Engine `CommOverlap` / `CommOverlapP2P` as configured by
+    Megatron-Bridge `comm_overlap.py` (`TransformerLayerTPOverlapCfg`): forward all-gathers
+    and reduce-scatters and the backward all-gather of the row-parallel input gradient run as
+    ring exchanges (`RingExchangeOverlapCfg`, copy-engine peer transfers, one SM) in `tp`
+    chunks interleaved with the GEMM; the backward reduce-scatter of the column-parallel input
+    gradient runs in bulk beside the weight-gradient GEMM (`BulkOverlapCfg`).
+    Assumes: an all-gather's first hop hides behind the local chunk's GEMM, so it exposes
+    nothing; a ring-exchange reduce-scatter exposes its last step (1/tp of the call) after
+    the last GEMM chunk; a bulk reduce-scatter costs the GEMM its SMs
+    (`TP_OVERLAP_BULK_RS_SMS`) for as long as it runs; the phase's collectives together hide
+    only up to the phase's compute (`window_s`), the rest is exposed.
+    """
+    if not calls:
+        return 0.0
+    total = sum(c.time_s for c in calls)
+    exposed = max(0.0, total - window_s)
+    for call in calls:
+        hidden = min(call.time_s, window_s)
+        if call.collective != Collective.REDUCE_SCATTER:
+            continue
+        if call.phase == Phase.BACKWARD:
+            block = call.name.split(".")[1]
+            exposed += TP_OVERLAP_BULK_RS_SMS.get(block, 0) / H100_SMS * hidden
+        else:
+            exposed += hidden / tp
+    return exposed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,13 +156,16 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     Sec. 3.2) with the overlap rules of this module.
     """
     totals: dict[tuple[Phase, str, bool], float] = {}
+    tp_overlapped: dict[Phase, list[LayerCall]] = {}
     for call in layer_calls(spec, layer_index, training=training, parallel=parallel,
                             groups=groups, fabric=fabric):
-        if call.axis == TrafficAxis.TP and training.overlap_tp_comm:
-            continue
         ring = call.axis == TrafficAxis.CP and call.collective == Collective.P2P
         hidden_by_design = call.axis == TrafficAxis.TP and call.overlap_frac >= 1.0
         if hidden_by_design:
+            continue
+        if (call.axis == TrafficAxis.TP and training.overlap_tp_comm
+                and parallel.sequence_parallel):
+            tp_overlapped.setdefault(call.phase, []).append(call)
             continue
         key = (call.phase, call.axis.value, ring)
         totals[key] = totals.get(key, 0.0) + call.time_s
@@ -130,6 +181,14 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
                       else compute.times.backward_input_s)
             t = max(0.0, t - window) + OVERLAP_COMM_SM_SHARE * min(t, window)
         out[phase][axis] = out[phase].get(axis, 0.0) + t
+    windows = {Phase.FORWARD: compute.times.forward_s,
+               Phase.BACKWARD: compute.times.backward_input_s + compute.times.backward_weight_s,
+               Phase.RECOMPUTE: compute.recompute_full_s}
+    for phase, calls in tp_overlapped.items():
+        t = tp_overlap_exposed_s(calls, tp=parallel.tp, window_s=windows[phase])
+        if t > 0.0:
+            tp_axis = TrafficAxis.TP.value
+            out[phase][tp_axis] = out[phase].get(tp_axis, 0.0) + t
     return LayerComm(forward_s=out[Phase.FORWARD], backward_s=out[Phase.BACKWARD],
                      recompute_s=out[Phase.RECOMPUTE])
 
@@ -225,11 +284,14 @@ def sync_exposed_s(items: tuple[TrafficItem, ...], *, overlap: bool, num_micro_b
 __all__ = [
     "OVERLAP_COMM_SM_SHARE",
     "LayerComm",
+    "H100_SMS",
+    "TP_OVERLAP_BULK_RS_SMS",
     "ep_overlapped",
     "expert_all_to_all_s",
     "layer_calls",
     "layer_comm",
     "sync_exposed_s",
+    "tp_overlap_exposed_s",
     "zero3_exposed_s",
     "zero3_fill_drain_s",
 ]
