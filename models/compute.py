@@ -184,7 +184,9 @@ class LayerCompute:
 
     def recompute_s(self, modules: tuple[RecomputeModule, ...]) -> float:
         """Extra time of selective recomputation of `modules`."""
-        return sum(self.recompute_module_s.get(module, 0.0) for module in set(modules))
+        # dict.fromkeys: each module once, in the given order (a set would sum in an order
+        # that depends on the hash seed, moving the last bit between processes).
+        return sum(self.recompute_module_s.get(module, 0.0) for module in dict.fromkeys(modules))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
