@@ -268,9 +268,10 @@ def _error(obs: float, pred: float, unit: str) -> float:
 
 
 def calibrate_moe_host_issue(rows: list[dict[str, Any]]) -> float:
-    """Grid-fit `models.compute.MOE_HOST_ISSUE_S` (0 to 12 ms in 0.1 ms steps) on the
-    `MOE_CALIBRATION` rows, minimising the mean |log(predicted / measured)|; prints the
-    fit and leaves the fitted value set."""
+    """Grid-fit `models.compute.MOE_HOST_ISSUE_S`, the fixed part of the MoE host issue time
+    (0 to 12 ms in 0.1 ms steps; the per-expert launches, `moe_expert_launches`, are counted
+    beside it), on the `MOE_CALIBRATION` rows, minimising the mean |log(predicted /
+    measured)|; prints the fit and leaves the fitted value set."""
     from models import compute
 
     calib = [r for r in rows if r["id"] in MOE_CALIBRATION]
@@ -285,7 +286,7 @@ def calibrate_moe_host_issue(rows: list[dict[str, Any]]) -> float:
     assert best is not None
     compute.MOE_HOST_ISSUE_S = best[1]
     clear_step_time_cache()
-    print(f"MoE host issue per layer forward: {1e3 * best[1]:.1f} ms "
+    print(f"MoE host issue per layer forward, fixed part: {1e3 * best[1]:.1f} ms "
           f"(mean |log err| {best[0]:.3f} on {len(calib)} row)")
     return best[1]
 
