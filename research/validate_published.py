@@ -1,7 +1,7 @@
 """Predict every published run that states enough of its configuration, and compare.
 
 Run: .venv/bin/python research/validate_published.py [--calibrate-h100] [--calibrate-b200]
-[--calibrate-moe] [--moe-residuals]
+[--calibrate-moe] [--moe-residuals] [--moe-host-need]
 
 Rows come from research/data/published_runs.json. A row is predicted when its model (preset
 or shape), GPU count, tp/pp/dp and global batch are printed. Unprinted choices follow the
@@ -14,7 +14,8 @@ model's model-FLOPs figure (full attention matrix counted), else the iteration t
 With --calibrate-h100 the Hopper BF16 and FP8 GEMM efficiencies are grid-fitted on the three
 calibration rows named below and every other Hopper row is held out; with --calibrate-moe
 the MoE host-issue time is grid-fitted on `MOE_CALIBRATION`; --moe-residuals prints the
-measured and predicted time per MoE layer pass of every MoE row.
+measured and predicted time per MoE layer pass of every MoE row, and --moe-host-need the host
+issue time each MoE row would need.
 """
 
 import dataclasses
@@ -313,6 +314,38 @@ def moe_residuals(rows: list[dict[str, Any]]) -> None:
               f"residual {1e3 * (measured - est.step_time_s) / passes:+6.2f}")
 
 
+def moe_host_need(rows: list[dict[str, Any]]) -> None:
+    """Per MoE row, the host issue time per MoE layer forward that would make the prediction
+    match the measurement (bisection on `models.compute.MOE_HOST_ISSUE_S` over 0-80 ms, the
+    per-expert launch term off), beside the row's local experts, micro-batch and precision:
+    the check of whether the missing MoE time follows the local experts (a host cost) or the
+    tokens per micro-batch (a GPU cost). Restores both constants."""
+    from models import compute
+
+    issue, launch = compute.MOE_HOST_ISSUE_S, compute.MOE_HOST_LAUNCH_S
+    compute.MOE_HOST_LAUNCH_S = 0.0
+    try:
+        for row in rows:
+            if row["id"] not in MOE_RECIPES:
+                continue
+            spec = model_of(row)
+            assert spec is not None and spec.moe is not None
+            p = row["parallel"]
+            lo, hi = 0.0, 0.08
+            for _ in range(14):
+                compute.MOE_HOST_ISSUE_S = (lo + hi) / 2
+                clear_step_time_cache()
+                out = predict(row)
+                assert out is not None
+                lo, hi = ((lo + hi) / 2, hi) if _error(*out) > 0 else (lo, (lo + hi) / 2)
+            print(f"moe host need {row['id']:50s} local experts "
+                  f"{spec.moe.num_experts // p['ep']:3d} micro-batch {p['micro_batch_size']} "
+                  f"{p['precision'].split(' (')[0]:6s} needed host issue {1e3 * lo:6.2f} ms")
+    finally:
+        compute.MOE_HOST_ISSUE_S, compute.MOE_HOST_LAUNCH_S = issue, launch
+        clear_step_time_cache()
+
+
 def zero3_scaling() -> None:
     """Per-GPU throughput of FSDP (ZeRO-3 over every GPU) as the sharding group grows, at a
     fixed local batch: a mechanism check of the ZeRO-3 model (gathers over the real DP links,
@@ -348,6 +381,8 @@ def main() -> None:
         calibrate_moe_host_issue(rows)
     if "--moe-residuals" in sys.argv:
         moe_residuals(rows)
+    if "--moe-host-need" in sys.argv:
+        moe_host_need(rows)
     by_gpu: dict[str, list[float]] = {}
     for row in rows:
         out = predict(row)
