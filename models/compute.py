@@ -316,8 +316,9 @@ def expert_quantize_launches(ctx: ComputeContext) -> int:
     """Kernels per local expert that quantise one expert GEMM input in a forward: none in
     16-bit; under FP8, one MXFP8 cast on GPUs with block-scaled formats (an FP4 peak:
     Blackwell, the Megatron-Bridge `mxfp8` recipes) and the three kernels of per-tensor
-    current scaling elsewhere (the Bridge Hopper recipes, `fp8_cs`). Delayed scaling, whose
-    casts of all experts run as one fused kernel, is not modelled."""
+    current scaling elsewhere (the Bridge Hopper recipes, `fp8_cs`). FP4 compute is counted
+    like MXFP8 (one cast per expert). Delayed scaling, whose casts of all experts run as one
+    fused kernel, is not modelled."""
     if ctx.compute_dtype not in (DType.FP8, DType.FP4):
         return 0
     if DType.FP4 in ctx.gpu.dense_peak_flop_per_s:
