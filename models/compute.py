@@ -88,16 +88,45 @@ expert after the dispatch, and sorted back before the combine. Source: Megatron-
 Sort tokens by local expert", `sort_chunks_by_idxs` when `num_local_experts > 1`) and
 `combine_preprocess` ("Unpermutation 2"), commit d98e8a64."""
 
-MOE_HOST_ISSUE_S = 8.0e-3
-"""Host time to issue one MoE layer forward between two token-count synchronisations; the
-GPU idles for what exceeds the layer's forward GPU time (`moe_host_idle_s`).
+MOE_HOST_ISSUE_S = 7.9e-3
+"""Host time to issue one MoE layer forward between two token-count synchronisations, apart
+from the per-local-expert launches of the grouped expert GEMMs (`moe_expert_launches`, which
+`moe_host_issue_s` adds); the GPU idles for what exceeds the layer's forward GPU time
+(`moe_host_idle_s`).
 Calibrated: grid-fitted (0.1 ms steps) on one row,
 `bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu` (the H100 MoE calibration row named in
-research/published_runs.md), by `research/validate_published.py --calibrate-moe`; every
-other MoE row, and every B200 row, is held out (`research/CALIBRATION.md` Sec. 4). Why one
-value per layer: the measured time per MoE layer pass of the same model is nearly the same
-on H100 and B200 (Qwen3-30B-A3B 9.5 and 9.2 ms, Qwen3-235B-A22B 13.8 and 13.3 ms) while
-their compute differs about 2x, so the missing time is neither FLOPs nor HBM bytes."""
+research/published_runs.md), by `research/validate_published.py --calibrate-moe`, with the
+per-expert launches of that row (4 local experts) counted; every other MoE row, and every
+B200 row, is held out (`research/CALIBRATION.md` Sec. 4). Why one value per layer: the
+measured time per MoE layer pass of the same model is nearly the same on H100 and B200
+(Qwen3-30B-A3B 9.5 and 9.2 ms, Qwen3-235B-A22B 13.8 and 13.3 ms) while their compute differs
+about 2x, so the missing time is neither FLOPs nor HBM bytes."""
+
+MOE_HOST_LAUNCH_S = 3.8e-6
+"""Host time per kernel launch when launches are issued back to back. Source: NVIDIA
+Technical Blog, "Getting Started with CUDA Graphs" (A. Gray, 2019): 20 back-to-back launches
+of a 2.9 us kernel take 3.8 us each (9.6 us with a synchronisation after each, 3.4 us as one
+graph), so the host issues one launch per 3.8 us. A lower bound for Transformer Engine's
+per-expert GEMM, which builds cuBLASLt descriptors and queries the cuBLASLt heuristic before
+each `cublasLtMatmul` (`common/gemm/cublaslt_gemm.cu`, v2.9)."""
+
+EXPERT_GEMMS_PER_FORWARD = 2
+"""Grouped linears of an expert MLP in a forward: fc1 (gate and up) and fc2, each built by
+Megatron-Core's `TEGroupedMLP` with `num_gemms = num_local_experts`
+(`megatron/core/transformer/moe/experts.py` at 0d8e0714cd)."""
+
+CURRENT_SCALING_QUANTIZE_LAUNCHES = 3
+"""Kernels that quantise one FP8 GEMM input of one expert under per-tensor current scaling:
+amax, scale from amax, cast. Source: Transformer Engine v2.9 and v2.14
+`pytorch/csrc/quantizer.cpp` (`Float8CurrentScalingQuantizer::quantize`:
+`nvte_compute_amax_with_config`, `nvte_compute_scale_from_amax`, `nvte_quantize_v2`) and
+`pytorch/csrc/extensions/cast.cpp` (`split_quantize` runs the quantizer of each split in turn;
+its fused multi-tensor kernel serves delayed scaling only)."""
+
+BLOCK_SCALED_QUANTIZE_LAUNCHES = 1
+"""Kernels that quantise one FP8 GEMM input of one expert to MXFP8 (block scales computed in
+the cast kernel): one `nvte_quantize_v2` per split (same files as
+`CURRENT_SCALING_QUANTIZE_LAUNCHES`)."""
 
 M = RecomputeModule
 
@@ -285,10 +314,49 @@ def moe_host_sync_s(spec: ModelSpec, ctx: ComputeContext) -> float:
     return MOE_HOST_SYNC_KERNELS * GEMM_LAUNCH_S
 
 
+def expert_quantize_launches(ctx: ComputeContext) -> int:
+    """Kernels per local expert that quantise one expert GEMM input in a forward: none in
+    16-bit; under FP8, one MXFP8 cast on GPUs with block-scaled formats (an FP4 peak:
+    Blackwell, the Megatron-Bridge `mxfp8` recipes) and the three kernels of per-tensor
+    current scaling elsewhere (the Bridge Hopper recipes, `fp8_cs`). FP4 compute is counted
+    like MXFP8 (one cast per expert). Delayed scaling, whose casts of all experts run as one
+    fused kernel, is not modelled."""
+    if ctx.compute_dtype not in (DType.FP8, DType.FP4):
+        return 0
+    if DType.FP4 in ctx.gpu.dense_peak_flop_per_s:
+        return BLOCK_SCALED_QUANTIZE_LAUNCHES
+    return CURRENT_SCALING_QUANTIZE_LAUNCHES
+
+
+def moe_expert_launches(spec: ModelSpec, ctx: ComputeContext) -> int:
+    """Kernel launches the host issues per MoE layer forward for the local experts one at a
+    time: local experts x grouped linears x (one cuBLAS GEMM + the expert's input casts).
+
+    Source: Transformer Engine v2.9 (Megatron-Bridge 25.11 pins `release_v2.9`) and v2.14
+    (the 26.04 recipes' pin f031cf87): `GroupedLinear` quantises its input per expert
+    (`tex.split_quantize` over `m_splits`) and `general_grouped_gemm` ->
+    `nvte_multi_tensor_gemm` -> `multi_stream_cublas_gemm` loops over the experts, one
+    `cublasLtMatmul` each (the CUTLASS grouped kernel only on Hopper, 16-bit, with
+    `NVTE_USE_CUTLASS_GROUPED_GEMM`); Megatron-Core `TEGroupedMLP` builds fc1 and fc2 with one
+    GEMM per local expert. FP8 weight casts are cached after a step's first micro-batch
+    (`is_first_microbatch`) and not counted.
+    Legend: E / ep local experts (at least 1), 2 grouped linears
+    (`EXPERT_GEMMS_PER_FORWARD`), q input casts per expert (`expert_quantize_launches`)."""
+    moe = spec.moe
+    if moe is None:
+        return 0
+    local_experts = max(1, moe.num_experts // ctx.ep)
+    return local_experts * EXPERT_GEMMS_PER_FORWARD * (1 + expert_quantize_launches(ctx))
+
+
 def moe_host_issue_s(spec: ModelSpec, ctx: ComputeContext) -> float:
     """Host time to issue one MoE layer's forward, from one token-count synchronisation to
-    the next (`MOE_HOST_ISSUE_S`); zero for a dense model."""
-    return MOE_HOST_ISSUE_S if spec.moe is not None else 0.0
+    the next: the layer's fixed issue time (`MOE_HOST_ISSUE_S`) plus one back-to-back launch
+    (`MOE_HOST_LAUNCH_S`) for each per-expert kernel (`moe_expert_launches`); zero for a
+    dense model."""
+    if spec.moe is None:
+        return 0.0
+    return MOE_HOST_ISSUE_S + moe_expert_launches(spec, ctx) * MOE_HOST_LAUNCH_S
 
 
 def moe_host_idle_s(spec: ModelSpec, ctx: ComputeContext, gpu_forward_s: float) -> float:
@@ -305,8 +373,8 @@ def moe_host_idle_s(spec: ModelSpec, ctx: ComputeContext, gpu_forward_s: float) 
     launch them fast enough; remedies: CUDA graphs of the router and the dispatcher
     preprocessing, a larger micro-batch, a smaller TP), and `token_dispatcher.py`
     (`_maybe_dtoh_and_synchronize`).
-    Assumes: one host issue time per MoE layer forward, independent of the GPU and of the
-    tokens in the micro-batch (host work follows the op count, not the tensor sizes);
+    Assumes: the host issue time follows the op count (a fixed part plus the per-expert
+    launches), not the GPU or the tokens in the micro-batch;
     `gpu_forward_s` is the layer's forward compute (its all-to-all time is not counted, a
     lower bound on the GPU's work); backward reuses the host-side splits and the host runs
     ahead of it; no CUDA graph of the MoE layer. Not part of `moe_block_times`: Megatron's
@@ -587,7 +655,11 @@ __all__ = [
     "MATERIALIZED_BACKWARD_FLOP_RATIO",
     "MOE_ELEMENTWISE_KEYS",
     "ALLTOALL_LOCAL_SORT_PASSES",
+    "BLOCK_SCALED_QUANTIZE_LAUNCHES",
+    "CURRENT_SCALING_QUANTIZE_LAUNCHES",
+    "EXPERT_GEMMS_PER_FORWARD",
     "MOE_HOST_ISSUE_S",
+    "MOE_HOST_LAUNCH_S",
     "MOE_HOST_SYNC_KERNELS",
     "MOE_PERMUTE_PASSES",
     "ROUTER_BYTES_PER_SCORE",
@@ -603,6 +675,8 @@ __all__ = [
     "mlp_gemms",
     "moe_block_times",
     "moe_gemms",
+    "expert_quantize_launches",
+    "moe_expert_launches",
     "moe_host_idle_s",
     "moe_host_issue_s",
     "moe_host_sync_s",

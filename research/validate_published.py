@@ -1,7 +1,7 @@
 """Predict every published run that states enough of its configuration, and compare.
 
 Run: .venv/bin/python research/validate_published.py [--calibrate-h100] [--calibrate-b200]
-[--calibrate-moe] [--moe-residuals]
+[--calibrate-moe] [--moe-residuals] [--moe-host-need]
 
 Rows come from research/data/published_runs.json. A row is predicted when its model (preset
 or shape), GPU count, tp/pp/dp and global batch are printed. Unprinted choices follow the
@@ -14,7 +14,8 @@ model's model-FLOPs figure (full attention matrix counted), else the iteration t
 With --calibrate-h100 the Hopper BF16 and FP8 GEMM efficiencies are grid-fitted on the three
 calibration rows named below and every other Hopper row is held out; with --calibrate-moe
 the MoE host-issue time is grid-fitted on `MOE_CALIBRATION`; --moe-residuals prints the
-measured and predicted time per MoE layer pass of every MoE row.
+measured and predicted time per MoE layer pass of every MoE row, and --moe-host-need the host
+issue time each MoE row would need.
 """
 
 import dataclasses
@@ -322,9 +323,10 @@ def _error(obs: float, pred: float, unit: str) -> float:
 
 
 def calibrate_moe_host_issue(rows: list[dict[str, Any]]) -> float:
-    """Grid-fit `models.compute.MOE_HOST_ISSUE_S` (0 to 12 ms in 0.1 ms steps) on the
-    `MOE_CALIBRATION` rows, minimising the mean |log(predicted / measured)|; prints the
-    fit and leaves the fitted value set."""
+    """Grid-fit `models.compute.MOE_HOST_ISSUE_S`, the fixed part of the MoE host issue time
+    (0 to 12 ms in 0.1 ms steps; the per-expert launches, `moe_expert_launches`, are counted
+    beside it), on the `MOE_CALIBRATION` rows, minimising the mean |log(predicted /
+    measured)|; prints the fit and leaves the fitted value set."""
     from models import compute
 
     calib = [r for r in rows if r["id"] in MOE_CALIBRATION]
@@ -339,7 +341,7 @@ def calibrate_moe_host_issue(rows: list[dict[str, Any]]) -> float:
     assert best is not None
     compute.MOE_HOST_ISSUE_S = best[1]
     clear_step_time_cache()
-    print(f"MoE host issue per layer forward: {1e3 * best[1]:.1f} ms "
+    print(f"MoE host issue per layer forward, fixed part: {1e3 * best[1]:.1f} ms "
           f"(mean |log err| {best[0]:.3f} on {len(calib)} row)")
     return best[1]
 
@@ -364,6 +366,38 @@ def moe_residuals(rows: list[dict[str, Any]]) -> None:
               f"ms per layer pass: measured {1e3 * measured / passes:6.2f} "
               f"predicted {1e3 * est.step_time_s / passes:6.2f} "
               f"residual {1e3 * (measured - est.step_time_s) / passes:+6.2f}")
+
+
+def moe_host_need(rows: list[dict[str, Any]]) -> None:
+    """Per MoE row, the host issue time per MoE layer forward that would make the prediction
+    match the measurement (bisection on `models.compute.MOE_HOST_ISSUE_S` over 0-80 ms, the
+    per-expert launch term off), beside the row's local experts, micro-batch and precision:
+    the check of whether the missing MoE time follows the local experts (a host cost) or the
+    tokens per micro-batch (a GPU cost). Restores both constants."""
+    from models import compute
+
+    issue, launch = compute.MOE_HOST_ISSUE_S, compute.MOE_HOST_LAUNCH_S
+    compute.MOE_HOST_LAUNCH_S = 0.0
+    try:
+        for row in rows:
+            if row["id"] not in MOE_RECIPES:
+                continue
+            spec = model_of(row)
+            assert spec is not None and spec.moe is not None
+            p = row["parallel"]
+            lo, hi = 0.0, 0.08
+            for _ in range(14):
+                compute.MOE_HOST_ISSUE_S = (lo + hi) / 2
+                clear_step_time_cache()
+                out = predict(row)
+                assert out is not None
+                lo, hi = ((lo + hi) / 2, hi) if _error(*out) > 0 else (lo, (lo + hi) / 2)
+            print(f"moe host need {row['id']:50s} local experts "
+                  f"{spec.moe.num_experts // p['ep']:3d} micro-batch {p['micro_batch_size']} "
+                  f"{p['precision'].split(' (')[0]:6s} needed host issue {1e3 * lo:6.2f} ms")
+    finally:
+        compute.MOE_HOST_ISSUE_S, compute.MOE_HOST_LAUNCH_S = issue, launch
+        clear_step_time_cache()
 
 
 def zero3_scaling() -> None:
@@ -401,6 +435,8 @@ def main() -> None:
         calibrate_moe_host_issue(rows)
     if "--moe-residuals" in sys.argv:
         moe_residuals(rows)
+    if "--moe-host-need" in sys.argv:
+        moe_host_need(rows)
     by_gpu: dict[str, list[float]] = {}
     for row in rows:
         out = predict(row)

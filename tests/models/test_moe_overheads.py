@@ -17,14 +17,20 @@ from models.catalog import cluster_preset, gpu_preset, model_preset
 from models.collectives import fabric_of
 from models.compute import (
     ALLTOALL_LOCAL_SORT_PASSES,
+    BLOCK_SCALED_QUANTIZE_LAUNCHES,
+    CURRENT_SCALING_QUANTIZE_LAUNCHES,
+    EXPERT_GEMMS_PER_FORWARD,
     MOE_HOST_ISSUE_S,
+    MOE_HOST_LAUNCH_S,
     MOE_HOST_SYNC_KERNELS,
     MOE_PERMUTE_PASSES,
     ROUTER_BYTES_PER_SCORE,
     ComputeContext,
     _elementwise_bytes,
+    expert_quantize_launches,
     layer_compute,
     moe_block_times,
+    moe_expert_launches,
     moe_host_idle_s,
     moe_host_issue_s,
     moe_host_sync_s,
@@ -114,10 +120,11 @@ def test_alltoall_dispatcher_sorts_received_tokens_by_local_expert_both_ways() -
 def test_an_moe_layer_forward_takes_the_longer_of_host_issue_and_gpu_time(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """After the token-count synchronisation the host issues the MoE layer's kernels while
-    the GPU runs them: the layer's forward takes the longer of the host's issue time (one
-    constant, the same on every GPU) and its GPU time. A short micro-batch is host-bound; a
-    long one hides the host. Backward and dense layers never pay it, and the MoE-layer
-    benchmark's block time (which hides host time) does not include it."""
+    the GPU runs them: the layer's forward takes the longer of the host's issue time (a fixed
+    part plus the per-expert launches, the same on every GPU for one recipe) and its GPU time.
+    A short micro-batch is host-bound; a long one hides the host. Backward and dense layers
+    never pay it, and the MoE-layer benchmark's block time (which hides host time) does not
+    include it."""
     import models.compute as compute
 
     dense = model_preset("llama-3.1-8b")
@@ -125,18 +132,22 @@ def test_an_moe_layer_forward_takes_the_longer_of_host_issue_and_gpu_time(
     for gpu in (H100, gpu_preset("b200-sxm-180gb")):
         for seq, host_bound in ((4096, True), (65536, False)):
             ctx = ComputeContext(gpu=gpu, seq_len=seq, micro_batch_size=1, ep=8)
-            assert moe_host_issue_s(QWEN3, ctx) == MOE_HOST_ISSUE_S > 0
+            issue = moe_host_issue_s(QWEN3, ctx)
+            assert issue == pytest.approx(
+                MOE_HOST_ISSUE_S + 16 * EXPERT_GEMMS_PER_FORWARD * MOE_HOST_LAUNCH_S)
             assert moe_host_issue_s(dense, ctx) == 0.0
             with_issue = layer_compute(QWEN3, moe_index, ctx)
             block = moe_block_times(QWEN3, ctx)
             monkeypatch.setattr(compute, "MOE_HOST_ISSUE_S", 0.0)
+            monkeypatch.setattr(compute, "MOE_HOST_LAUNCH_S", 0.0)
             compute.clear_compute_cache()
             gpu_only = layer_compute(QWEN3, moe_index, ctx)
             monkeypatch.setattr(compute, "MOE_HOST_ISSUE_S", MOE_HOST_ISSUE_S)
+            monkeypatch.setattr(compute, "MOE_HOST_LAUNCH_S", MOE_HOST_LAUNCH_S)
             compute.clear_compute_cache()
-            assert (gpu_only.times.forward_s < MOE_HOST_ISSUE_S) == host_bound
+            assert (gpu_only.times.forward_s < issue) == host_bound
             assert with_issue.times.forward_s == pytest.approx(
-                max(gpu_only.times.forward_s, MOE_HOST_ISSUE_S))
+                max(gpu_only.times.forward_s, issue))
             idle = with_issue.times.forward_s - gpu_only.times.forward_s
             assert idle == pytest.approx(
                 moe_host_idle_s(QWEN3, ctx, gpu_only.times.forward_s))
@@ -145,6 +156,38 @@ def test_an_moe_layer_forward_takes_the_longer_of_host_issue_and_gpu_time(
             assert (with_issue.recompute_module_s[RecomputeModule.MOE]
                     - gpu_only.recompute_module_s[RecomputeModule.MOE]) == pytest.approx(idle)
             assert moe_block_times(QWEN3, ctx) == block
+
+
+def test_transformer_engine_launches_one_gemm_and_its_casts_per_local_expert() -> None:
+    """TE's grouped linear issues one cuBLAS GEMM per local expert for fc1 and fc2 and
+    quantises each expert's input on its own: per-tensor current scaling is three kernels
+    (amax, scale, cast), MXFP8 one. The calibration row's layout (Qwen3-235B-A22B, 128
+    experts over EP 32, FP8 current scaling on H100) launches 4 x 2 x (1 + 3) = 32 kernels per
+    MoE forward for its experts; EP 8 launches four times as many, and the host time grows by
+    one back-to-back launch each (3.8 us, the CUDA Graphs blog's launch-bound rate)."""
+    assert MOE_HOST_LAUNCH_S == pytest.approx(3.8e-6)
+    b200 = gpu_preset("b200-sxm-180gb")
+    fp8_h100 = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=32,
+                              compute_dtype=DType.FP8)
+    assert expert_quantize_launches(fp8_h100) == CURRENT_SCALING_QUANTIZE_LAUNCHES == 3
+    assert moe_expert_launches(QWEN3, fp8_h100) == 32
+    fp8_b200 = ComputeContext(gpu=b200, seq_len=4096, micro_batch_size=1, ep=32,
+                              compute_dtype=DType.FP8)
+    assert expert_quantize_launches(fp8_b200) == BLOCK_SCALED_QUANTIZE_LAUNCHES == 1
+    assert moe_expert_launches(QWEN3, fp8_b200) == 16
+    bf16 = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=32)
+    assert expert_quantize_launches(bf16) == 0
+    assert moe_expert_launches(QWEN3, bf16) == 8
+    ep8 = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8,
+                         compute_dtype=DType.FP8)
+    assert moe_expert_launches(QWEN3, ep8) == 4 * moe_expert_launches(QWEN3, fp8_h100)
+    assert moe_host_issue_s(QWEN3, ep8) - moe_host_issue_s(QWEN3, fp8_h100) == pytest.approx(
+        (128 - 32) * MOE_HOST_LAUNCH_S)
+    # One expert per rank (Mixtral at EP 8) still launches its two GEMMs.
+    mixtral = model_preset("mixtral-8x7b")
+    one_each = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8)
+    assert moe_expert_launches(mixtral, one_each) == 2
+    assert moe_expert_launches(model_preset("llama-3.1-8b"), one_each) == 0
 
 
 def test_mixtral_at_the_megatron_reference_mapping_reaches_the_published_tflops() -> None:
