@@ -189,8 +189,9 @@ def _sensitivity_row(point: SensitivityPoint) -> list[str]:
     base = ("no longer fits" if point.baseline_fits is False else
             f"{point.baseline_step_time_s:.3f}" if point.baseline_step_time_s is not None
             else "-")
-    change = (f"{point.step_time_change_frac:+.1%}" if point.step_time_change_frac is not None
-              else "-")
+    # 0.0 for a change that rounds to zero, so that -0.00004 does not print as "-0.0%".
+    change = (f"{round(point.step_time_change_frac, 3) + 0.0:+.1%}"
+              if point.step_time_change_frac is not None else "-")
     return [factor, f"{point.delta:+.0%}",
             f"{point.step_time_s:.3f}" if point.step_time_s is not None else point.status.value,
             change, "yes" if point.plan_changed else "no", base,

@@ -282,3 +282,20 @@ def test_a_mistyped_command_is_a_usage_error(capsys: pytest.CaptureFixture[str])
         cli.main(["plna"])
     assert raised.value.code == 2
     assert "invalid choice: 'plna'" in capsys.readouterr().err
+
+
+def test_text_without_a_configuration_names_no_gpu_count_and_no_negative_zero() -> None:
+    from api_schemas.plan import Explanation, PlanStatus
+    from api_schemas.run_level import SensitivityFactor, SensitivityPoint
+    from service.render_run import _sensitivity_row
+
+    header = render_plan(PlanResponse(
+        status=PlanStatus.INFEASIBLE, model_name="llama-3.1-405b", gpu="h100-sxm5-80gb",
+        explanation=Explanation(summary="no plan fits"))).splitlines()[0]
+    assert header == "INFEASIBLE: llama-3.1-405b on h100-sxm5-80gb"
+    point = SensitivityPoint(factor=SensitivityFactor.NETWORK_BANDWIDTH, delta=0.2,
+                             status=PlanStatus.OPTIMAL, step_time_s=2.9259,
+                             step_time_change_frac=-4e-5)
+    assert _sensitivity_row(point)[3] == "+0.0%"
+    slower = point.model_copy(update={"step_time_change_frac": -0.0006})
+    assert _sensitivity_row(slower)[3] == "-0.1%"
