@@ -83,9 +83,9 @@ def _describe_policy(policy: StagePolicy) -> str:
 def render_plan(plan: PlanResponse) -> str:
     """Status, configuration, step time, throughput, memory, explanation, alternatives."""
     # No configuration (infeasible, or out of time): name the GPU without a count of 0.
-    gpus = (f"{plan.world_size} x {plan.gpu or 'GPU'}" if plan.world_size
-            else plan.gpu or "GPU")
-    lines = [f"{plan.status.value.upper()}: {plan.model_name or 'model'} on {gpus}"
+    on = (f"{plan.world_size} x {plan.gpu or 'GPU'}" if plan.world_size
+          else plan.gpu or "GPU")
+    lines = [f"{plan.status.value.upper()}: {plan.model_name or 'model'} on {on}"
              + (f"  (plan {plan.id})" if plan.id else "")]
     if plan.parallel is not None:
         lines.append(f"  layout      {describe_parallel(plan.parallel)}, "
