@@ -45,6 +45,7 @@ from solver.placement.problem import (
     PlacementResult,
     build_result,
     placement_problem,
+    shape_index,
 )
 
 Move = tuple[int, int, int]
@@ -101,51 +102,41 @@ def _reference_moves(problem: PlacementProblem) -> list[Move]:
 
 
 class _CoverState:
-    """Balances, remaining expert loads and the donor heap of the COVER rule."""
+    """Balances, remaining expert loads and the donor heap of the COVER rule.
+
+    Per-step state lives in Python lists and heaps (a step touches a handful of entries);
+    moves are kept as three parallel columns (expert, destination rank, tokens).
+    """
 
     def __init__(self, problem: PlacementProblem, ranks: Sequence[int] | None = None) -> None:
         self.p = problem
         self.m = problem.experts_per_rank
-        self.home_of = np.arange(problem.num_experts) // self.m
-        self.bal = (problem.home_loads - problem.capacity).tolist()
+        self.home_of = shape_index(problem.num_ranks, problem.num_experts).home_of
+        self.bal: list[int] = (problem.home_loads - problem.capacity).tolist()
         if ranks is not None:  # balance only this zero-sum group of ranks
             inside = set(ranks)
             self.bal = [b if d in inside else 0 for d, b in enumerate(self.bal)]
-        self.rem = problem.expert_tokens.tolist()
+        self.rem: list[int] = problem.expert_tokens.tolist()
         self.donors = [(-b, h) for h, b in enumerate(self.bal) if b > 0]
         heapq.heapify(self.donors)
         self.receivers = [(b, u) for u, b in enumerate(self.bal) if b < 0]
         heapq.heapify(self.receivers)
-        self.moves: list[Move] = []
+        self.moved_expert: list[int] = []
+        self.moved_to: list[int] = []
+        self.moved_tokens: list[int] = []
 
     def take(self, e: int, u: int, tokens: int) -> None:
         h = e // self.m
         self.rem[e] -= tokens
-        before = self.bal[h]
-        self.bal[h] = before - tokens
-        self.moves.append((e, u, tokens))
-        if self.bal[h] > 0:
-            heapq.heappush(self.donors, (-self.bal[h], h))
-        elif self.bal[h] < 0:
-            heapq.heappush(self.receivers, (self.bal[h], h))
-
-    def top_donor(self) -> int:
-        while -self.donors[0][0] != self.bal[self.donors[0][1]]:
-            heapq.heappop(self.donors)
-        return self.donors[0][1]
-
-    def fill(self, u: int, q: int) -> None:
-        h = self.top_donor()
-        own = self.p.counts[u]
-        base = h * self.m
-        # most tokens kept on u's own source first, then the tightest cover
-        covering = [(-min(int(own[e]), q), self.rem[e], e) for e in range(base, base + self.m)
-                    if self.rem[e] >= q]
-        if covering:
-            self.take(min(covering)[2], u, q)
-        else:
-            self._fill_many(u, q)
-        self.bal[u] = 0
+        left = self.bal[h] - tokens
+        self.bal[h] = left
+        self.moved_expert.append(e)
+        self.moved_to.append(u)
+        self.moved_tokens.append(tokens)
+        if left > 0:
+            heapq.heappush(self.donors, (-left, h))
+        elif left < 0:
+            heapq.heappush(self.receivers, (left, h))
 
     def _fill_many(self, u: int, q: int) -> None:
         """Whole experts, largest first over all donors, then the tightest safe cover."""
@@ -176,13 +167,67 @@ class _CoverState:
             self.take(e, u, self.rem[e])
             i += 1
 
-    def run(self) -> list[Move]:
-        while self.receivers:
-            b, u = heapq.heappop(self.receivers)
-            if b != self.bal[u] or b >= 0:
+    def run(self) -> "_CoverState":
+        """Fill the most underloaded rank u with its deficit q until no rank is underloaded.
+
+        If an expert of the most overloaded donor covers q, u takes q from the covering
+        expert with most tokens of u's own source (they then stay on u), the tightest cover
+        on ties; otherwise `_fill_many`. The loop is written out with local names: it is
+        the planner's only per-step Python work.
+        """
+        receivers, donors, bal, rem, m = self.receivers, self.donors, self.bal, self.rem, self.m
+        counts = memoryview(self.p.counts.reshape(-1))  # plain ints, read in place
+        row = self.p.num_experts
+        heappop, heappush = heapq.heappop, heapq.heappush
+        scale = int(self.p.expert_tokens.sum()) + 1  # > any remaining load
+        moved_expert, moved_to, moved_tokens = self.moved_expert, self.moved_to, self.moved_tokens
+        while receivers:
+            b, u = heappop(receivers)
+            if b != bal[u] or b >= 0:
                 continue
-            self.fill(u, -b)
-        return self.moves
+            q = -b
+            while -donors[0][0] != bal[donors[0][1]]:
+                heappop(donors)
+            h = donors[0][1]
+            # score = min(own, q) * scale - left orders by own tokens, then tightest
+            best_e, best_score = -1, 0
+            for e in range(h * m, h * m + m):
+                left = rem[e]
+                if left >= q:
+                    score = min(counts[u * row + e], q) * scale - left
+                    if best_e < 0 or score > best_score:
+                        best_e, best_score = e, score
+            if best_e < 0:
+                self._fill_many(u, q)
+            else:
+                rem[best_e] -= q
+                excess = bal[h] - q
+                bal[h] = excess
+                moved_expert.append(best_e)
+                moved_to.append(u)
+                moved_tokens.append(q)
+                if excess > 0:
+                    heappush(donors, (-excess, h))
+                elif excess < 0:
+                    heappush(receivers, (excess, h))
+            bal[u] = 0
+        return self
+
+
+def _allocation(problem: PlacementProblem, expert: list[int], to: list[int],
+                tokens: list[int]) -> IntArray:
+    """[E, R] allocation: every expert on its home rank, less the moved tokens."""
+    p = problem
+    index = shape_index(p.num_ranks, p.num_experts)
+    alloc = np.zeros((p.num_experts, p.num_ranks), dtype=np.int64)
+    home = p.expert_tokens.copy()
+    if expert:
+        e = np.asarray(expert, dtype=np.int64)
+        t = np.asarray(tokens, dtype=np.int64)
+        np.subtract.at(home, e, t)
+        np.add.at(alloc, (e, np.asarray(to, dtype=np.int64)), t)
+    alloc[index.experts, index.home_of] = home
+    return alloc
 
 
 def constructive_allocation(
@@ -197,27 +242,27 @@ def constructive_allocation(
     p = problem
     if rule == ConstructiveRule.REFERENCE:
         moves = _reference_moves(p)
-    elif rank_groups is None:
-        moves = _CoverState(p).run()
-    else:
-        balance = p.home_loads - p.capacity
-        moves = []
-        for group in rank_groups:
-            if int(balance[list(group)].sum()) != 0:
-                raise InvalidSpecError(
-                    f"rank_groups: ranks {list(group)} have total balance "
-                    f"{int(balance[list(group)].sum())}; each group must sum to zero",
-                    field="rank_groups",
-                )
-            moves.extend(_CoverState(p, group).run())
-    alloc = np.zeros((p.num_experts, p.num_ranks), dtype=np.int64)
-    home_of = np.arange(p.num_experts) // p.experts_per_rank
-    alloc[np.arange(p.num_experts), home_of] = p.expert_tokens
-    if moves:
-        e, u, t = (np.asarray(col, dtype=np.int64) for col in zip(*moves, strict=True))
-        np.add.at(alloc, (e, u), t)
-        np.add.at(alloc, (e, home_of[e]), -t)
-    return alloc
+        return _allocation(p, [x[0] for x in moves], [x[1] for x in moves],
+                           [x[2] for x in moves])
+    if rank_groups is None:
+        state = _CoverState(p).run()
+        return _allocation(p, state.moved_expert, state.moved_to, state.moved_tokens)
+    balance = p.home_loads - p.capacity
+    expert: list[int] = []
+    to: list[int] = []
+    tokens: list[int] = []
+    for group in rank_groups:
+        if int(balance[list(group)].sum()) != 0:
+            raise InvalidSpecError(
+                f"rank_groups: ranks {list(group)} have total balance "
+                f"{int(balance[list(group)].sum())}; each group must sum to zero",
+                field="rank_groups",
+            )
+        state = _CoverState(p, group).run()
+        expert += state.moved_expert
+        to += state.moved_to
+        tokens += state.moved_tokens
+    return _allocation(p, expert, to, tokens)
 
 
 def plan_constructive(
