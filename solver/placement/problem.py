@@ -188,6 +188,14 @@ def _validated(
                       capacity=capacity, problems=problems)
 
 
+def layer_slice(batch: LayerBatch, start: int, stop: int) -> LayerBatch:
+    """Layers start .. stop-1 of a batch (views)."""
+    return LayerBatch(counts=batch.counts[start:stop],
+                      expert_tokens=batch.expert_tokens[start:stop],
+                      home_loads=batch.home_loads[start:stop], capacity=batch.capacity[start:stop],
+                      problems=batch.problems[start:stop])
+
+
 def single_layer(problem: PlacementProblem) -> LayerBatch:
     """A batch of one layer on views of the problem's arrays."""
     p = problem
@@ -528,6 +536,7 @@ __all__ = [
     "placement_layers",
     "placement_problem",
     "layer_lower_bounds",
+    "layer_slice",
     "redundancy_lower_bounds",
     "routes_from_allocation",
     "shape_index",
