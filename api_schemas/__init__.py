@@ -42,6 +42,7 @@ from api_schemas.mesh import (
     RankOut,
 )
 from api_schemas.moe import (
+    MoePlacementLayersResponse,
     MoePlacementRequest,
     MoePlacementResponse,
     MoeRoute,
@@ -176,6 +177,7 @@ __all__ = [
     "ModelPreset",
     "ModelSpec",
     "MuonDistribution",
+    "MoePlacementLayersResponse",
     "MoePlacementRequest",
     "MoePlacementResponse",
     "MoeRoute",

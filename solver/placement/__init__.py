@@ -7,7 +7,7 @@ of POST /v1/moe/placement (`api`). Must not: do I/O, or import OR-Tools except t
 `solver.cpsat`.
 """
 
-from solver.placement.api import placement_response, plan_placement
+from solver.placement.api import placement_response, plan_placement, plan_placement_layers
 from solver.placement.constructive import (
     ConstructiveRule,
     constructive_allocation,
@@ -73,6 +73,7 @@ __all__ = [
     "plan_constructive_layers",
     "plan_exact",
     "plan_placement",
+    "plan_placement_layers",
     "rebalance_experts",
     "redundancy_lower_bounds",
     "routes_from_allocation",

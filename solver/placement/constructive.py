@@ -181,7 +181,7 @@ class _CoverState:
         the planner's only per-step Python work.
         """
         receivers, donors, bal, rem, m = self.receivers, self.donors, self.bal, self.rem, self.m
-        counts = memoryview(self.p.counts.reshape(-1))  # plain ints, read in place
+        counts = self.p.counts.reshape(-1).data  # a memoryview: plain ints, read in place
         row = self.p.num_experts
         heappop, heappush = heapq.heappop, heapq.heappush
         scale = int(self.p.expert_tokens.sum()) + 1  # > any remaining load
@@ -284,7 +284,8 @@ def constructive_allocation(
     balance; each group is then balanced on its own, so tokens never cross groups.
     """
     moves = _moves(problem, rule, rank_groups)
-    return _allocations(single_layer(problem), [moves])[0]
+    alloc: IntArray = _allocations(single_layer(problem), [moves])[0]
+    return alloc
 
 
 def plan_constructive(

@@ -14,6 +14,7 @@ network); a migrated token is one computed on a replica instead of the home rank
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -126,7 +127,7 @@ def placement_layers(
 
 
 def _validated(
-    arr: npt.NDArray[np.generic], *, top_k: int, weight_bytes_per_expert: int,
+    raw: npt.NDArray[Any], *, top_k: int, weight_bytes_per_expert: int,
     grad_bytes_per_expert: int, field: str,
 ) -> LayerBatch:
     """Checks of `placement_problem` on [L, R, E] at once; a single matrix (field `tokens`)
@@ -135,9 +136,9 @@ def _validated(
     def name(layer: int) -> str:
         return field if field == "tokens" else f"{field}[{layer}]"
 
-    if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(arr == np.round(arr))):
+    if raw.dtype.kind not in "iu" and not (raw.dtype.kind == "f" and np.all(raw == np.round(raw))):
         raise InvalidSpecError(f"{field} must hold integers", field=field)
-    arr = arr.astype(np.int64)
+    arr: IntArray = raw.astype(np.int64)
     layers, r, e = (int(x) for x in arr.shape)
     if int(arr.min()) < 0:
         layer, src, exp = np.argwhere(arr < 0)[0]
@@ -407,7 +408,7 @@ def _north_west(
     order = np.argsort(both, kind="stable")  # two sorted runs; supply first on ties
     cuts = both[order]
     is_demand = order >= cum_s.size
-    demand_before = np.cumsum(is_demand) - is_demand
+    demand_before: IntArray = np.cumsum(is_demand) - is_demand
     keep = ~is_demand
     keep[:1] = True
     keep[1:] |= cuts[1:] != cuts[:-1]  # a demand cut equal to a supply cut adds no piece
