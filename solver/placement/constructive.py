@@ -46,11 +46,11 @@ from solver.placement.problem import (
     PlacementProblem,
     PlacementResult,
     build_results,
-    layer_slice,
-    placement_layers,
+    layers_array,
     placement_problem,
     shape_index,
     single_layer,
+    validated_layers,
 )
 
 Move = tuple[int, int, int]
@@ -183,7 +183,7 @@ class _CoverState:
         receivers, donors, bal, rem, m = self.receivers, self.donors, self.bal, self.rem, self.m
         counts = self.p.counts.reshape(-1).data  # a memoryview: plain ints, read in place
         row = self.p.num_experts
-        heappop, heappush = heapq.heappop, heapq.heappush
+        heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
         scale = int(self.p.expert_tokens.sum()) + 1  # > any remaining load
         moved_expert, moved_to, moved_tokens = self.moved_expert, self.moved_to, self.moved_tokens
         while receivers:
@@ -211,10 +211,13 @@ class _CoverState:
                 moved_expert.append(best_e)
                 moved_to.append(u)
                 moved_tokens.append(q)
+                # h's entry is the heap's top: replace or drop it rather than leave it stale
                 if excess > 0:
-                    heappush(donors, (-excess, h))
-                elif excess < 0:
-                    heappush(receivers, (excess, h))
+                    heapreplace(donors, (-excess, h))
+                else:
+                    heappop(donors)
+                    if excess < 0:
+                        heappush(receivers, (excess, h))
             bal[u] = 0
         return self
 
@@ -222,8 +225,8 @@ class _CoverState:
 LAYERS_PER_CHUNK = 4
 """Layers whose allocation, routes and bounds go through numpy together. Larger chunks save
 per-call overhead but their arrays (R x E counts and routes per layer) leave the CPU caches:
-at E=256, R=64 over 61 layers, chunks of 1, 4 and all 61 layers took 1.46, 1.18 and 1.64 ms
-per layer (medians, same conditions, `benchmarks/bench_moe_placement.py` data)."""
+at E=256, R=64, uniform routing over 61 layers, chunks of 1, 4 and all 61 layers took 1.46,
+1.18 and 1.64 ms per layer (medians of six interleaved runs on a loaded 2-core machine)."""
 
 Moves = tuple[list[int], list[int], list[int]]
 """Moved tokens as columns: expert, destination rank, tokens (taken from the home rank)."""
@@ -326,8 +329,9 @@ def plan_constructive_layers(
     """Plan every MoE layer of a model (or micro-batch) in one call.
 
     Each layer is planned exactly as `plan_constructive` plans it alone (same moves, routes
-    and accounting). Validation runs once over all layers; allocation, routes and bounds
-    run once per chunk of `LAYERS_PER_CHUNK` layers.
+    and accounting). Validation, allocation, routes and bounds run once per chunk of
+    `LAYERS_PER_CHUNK` layers (a chunk's arrays stay in the CPU caches from its validation
+    to its routes). A malformed layer raises before any result is returned.
 
     Args:
         counts: [L, R, E] tokens per layer, source rank and expert (one shape for all layers;
@@ -341,12 +345,12 @@ def plan_constructive_layers(
         InvalidSpecError: on malformed counts (see `placement_layers`, field `layers`).
     """
     started = time.perf_counter()
-    batch = placement_layers(counts, top_k=top_k,
-                             weight_bytes_per_expert=weight_bytes_per_expert,
-                             grad_bytes_per_expert=grad_bytes_per_expert)
+    arr = layers_array(counts)
     results: list[PlacementResult] = []
-    for start in range(0, len(batch.problems), LAYERS_PER_CHUNK):
-        chunk = layer_slice(batch, start, start + LAYERS_PER_CHUNK)
+    for start in range(0, arr.shape[0], LAYERS_PER_CHUNK):
+        chunk = validated_layers(arr[start:start + LAYERS_PER_CHUNK], top_k=top_k,
+                                 weight_bytes_per_expert=weight_bytes_per_expert,
+                                 grad_bytes_per_expert=grad_bytes_per_expert, first_layer=start)
         alloc = _allocations(chunk, [_moves(p, rule) for p in chunk.problems])
         results += build_results(chunk, alloc, planner=f"constructive-{rule.value}",
                                  wall_time_s=0.0)

@@ -110,6 +110,17 @@ def placement_layers(
     Raises:
         InvalidSpecError: naming the field `layers`, the layer, the value and the fix.
     """
+    return validated_layers(layers_array(counts), top_k=top_k,
+                            weight_bytes_per_expert=weight_bytes_per_expert,
+                            grad_bytes_per_expert=grad_bytes_per_expert)
+
+
+def layers_array(counts: object) -> npt.NDArray[Any]:
+    """The [L, R, E] array of a batch's counts, before the checks of `validated_layers`.
+
+    Raises:
+        InvalidSpecError: on ragged or non-3-D counts (field `layers`).
+    """
     try:
         arr = np.asarray(counts)
     except ValueError as exc:
@@ -122,19 +133,29 @@ def placement_layers(
             f"layers has shape {arr.shape}; expected L layers of R rows of E counts each",
             field="layers",
         )
+    return arr
+
+
+def validated_layers(
+    arr: npt.NDArray[Any], *, top_k: int, weight_bytes_per_expert: int = 0,
+    grad_bytes_per_expert: int = 0, first_layer: int = 0,
+) -> LayerBatch:
+    """`placement_layers` on layers first_layer .. of a `layers_array` (errors name the
+    layer by its index in the whole batch)."""
     return _validated(arr, top_k=top_k, weight_bytes_per_expert=weight_bytes_per_expert,
-                      grad_bytes_per_expert=grad_bytes_per_expert, field="layers")
+                      grad_bytes_per_expert=grad_bytes_per_expert, field="layers",
+                      first_layer=first_layer)
 
 
 def _validated(
     raw: npt.NDArray[Any], *, top_k: int, weight_bytes_per_expert: int,
-    grad_bytes_per_expert: int, field: str,
+    grad_bytes_per_expert: int, field: str, first_layer: int = 0,
 ) -> LayerBatch:
     """Checks of `placement_problem` on [L, R, E] at once; a single matrix (field `tokens`)
-    is named `tokens`, layer l of a batch `layers[l]`."""
+    is named `tokens`, layer l of a batch `layers[first_layer + l]`."""
 
     def name(layer: int) -> str:
-        return field if field == "tokens" else f"{field}[{layer}]"
+        return field if field == "tokens" else f"{field}[{first_layer + layer}]"
 
     if raw.dtype.kind not in "iu" and not (raw.dtype.kind == "f" and np.all(raw == np.round(raw))):
         raise InvalidSpecError(f"{field} must hold integers", field=field)
@@ -538,8 +559,10 @@ __all__ = [
     "placement_problem",
     "layer_lower_bounds",
     "layer_slice",
+    "layers_array",
     "redundancy_lower_bounds",
     "routes_from_allocation",
     "shape_index",
     "single_layer",
+    "validated_layers",
 ]
