@@ -4,7 +4,9 @@ Owns: validation of a token-count matrix [R, E] into a `PlacementProblem` (S fol
 the counts), the per-rank lower bound on redundant experts, turning an allocation
 alloc[e, d] (tokens of expert e computed on rank d) into token routes (source, expert,
 destination, tokens) with the most source-local routing that allocation admits, and the
-`PlacementResult` every planner returns. Must not: choose an allocation (the planners do).
+`PlacementResult` every planner returns; all of it also for a `LayerBatch` of L layers of
+one shape at once (`placement_layers`, `build_results`), with index arrays cached per shape.
+Must not: choose an allocation (the planners do).
 
 Vocabulary. Rank r's home experts are r*m .. r*m+m-1 with m = E/R. A redundant expert (a
 replica) is an expert with tokens computed on a rank other than its home. A route is
