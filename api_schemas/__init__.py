@@ -42,6 +42,7 @@ from api_schemas.mesh import (
     RankOut,
 )
 from api_schemas.moe import (
+    MoePlacementLayersResponse,
     MoePlacementRequest,
     MoePlacementResponse,
     MoeRoute,
@@ -182,6 +183,7 @@ __all__ = [
     "MuonDistribution",
     "VisionPlacement",
     "VisionWorkload",
+    "MoePlacementLayersResponse",
     "MoePlacementRequest",
     "MoePlacementResponse",
     "MoeRoute",

@@ -4,7 +4,8 @@ Owns: the contract names `num_experts`, `top_k`, `tokens` in and `rank_loads`,
 `redundant_experts`, `routes` (`source`, `expert`, `destination`, `tokens`), `wall_time_s`
 out, plus the added accounting fields: rank balance after placement, and apart from it the
 expert work inside each rank (tokens per expert, tile-padded rows, and with a GPU and the
-expert shape the sum of its experts' GEMM times and their maximum over ranks). Must not:
+expert shape the sum of its experts' GEMM times and their maximum over ranks); and the
+batch form, `layers` in (one matrix per MoE layer) and one placement per layer out. Must not:
 plan anything; domain checks that need the whole matrix (E divisible by R, equal row sums)
 are made by `solver.placement`.
 """
@@ -47,18 +48,28 @@ _EXAMPLE_TOKENS = [
 
 
 class MoePlacementRequest(SpecModel):
-    """Token counts of one MoE layer and micro-batch, as the router produced them."""
+    """Token counts of one MoE layer and micro-batch (or of several layers), as the router
+    produced them."""
 
     num_experts: PositiveInt = Field(
         description="Routed experts E; rank r homes experts r*E/R .. (r+1)*E/R - 1.",
         examples=[8],
     )
     top_k: PositiveInt = Field(description="Experts per token K.", examples=[2])
-    tokens: list[list[NonNegativeInt]] = Field(
-        min_length=1,
+    tokens: list[list[NonNegativeInt]] | None = Field(
+        default=None, min_length=1,
         description="R rows of E counts: tokens[r][e] = tokens on source rank r routed to "
-        "expert e. Every row sums to S*K (S tokens per rank).",
+        "expert e. Every row sums to S*K (S tokens per rank). Give `tokens` (one layer) or "
+        "`layers` (several).",
         examples=[_EXAMPLE_TOKENS],
+    )
+    layers: list[list[list[NonNegativeInt]]] | None = Field(
+        default=None, min_length=1,
+        description="Instead of `tokens`: one matrix per MoE layer of a model, each shaped "
+        "like `tokens` (the same R rows of E counts; within a layer every row sums to that "
+        "layer's S*K). The answer is then `{\"layers\": [one placement per layer], "
+        "\"wall_time_s\"}`. Constructive planner only.",
+        examples=[[_EXAMPLE_TOKENS, _EXAMPLE_TOKENS]],
     )
     planner: PlacementPlanner = Field(
         default=PlacementPlanner.CONSTRUCTIVE,
@@ -99,12 +110,24 @@ class MoePlacementRequest(SpecModel):
 
     @model_validator(mode="after")
     def _rows_have_num_experts(self) -> Self:
-        for r, row in enumerate(self.tokens):
-            if len(row) != self.num_experts:
-                raise ValueError(
-                    f"tokens[{r}] has {len(row)} counts but num_experts={self.num_experts}: "
-                    "give one count per expert in every row"
-                )
+        if (self.tokens is None) == (self.layers is None):
+            raise ValueError("give the token counts either as `tokens` (one layer) or as "
+                             "`layers` (several), not both and not neither")
+        matrices = [("tokens", self.tokens)] if self.tokens is not None else \
+            [(f"layers[{i}]", x) for i, x in enumerate(self.layers or [])]
+        for name, matrix in matrices:
+            if len(matrix) != len(matrices[0][1]):
+                raise ValueError(f"{name} has {len(matrix)} rows but layers[0] has "
+                                 f"{len(matrices[0][1])}: every layer needs one row per rank")
+            for r, row in enumerate(matrix):
+                if len(row) != self.num_experts:
+                    raise ValueError(
+                        f"{name}[{r}] has {len(row)} counts but num_experts={self.num_experts}: "
+                        "give one count per expert in every row"
+                    )
+        if self.layers is not None and self.planner == PlacementPlanner.EXACT:
+            raise ValueError("the exact planner takes one layer per request (`tokens`); "
+                             "`layers` are planned by the constructive planner")
         if self.top_k > self.num_experts:
             raise ValueError(
                 f"top_k={self.top_k} exceeds num_experts={self.num_experts}: lower top_k"
@@ -215,7 +238,19 @@ class MoePlacementResponse(ResultModel):
         default=None, ge=1.0, description="Max/mean of rank_expert_gemm_s.", examples=[1.15])
 
 
+class MoePlacementLayersResponse(ResultModel):
+    """Placements of several layers, answered together (request with `layers`)."""
+
+    layers: list[MoePlacementResponse] = Field(
+        description="One placement per layer, in request order; each layer's `wall_time_s` "
+        "is its share (the call's planning time over the layers).")
+    wall_time_s: Seconds = Field(
+        description="Planner wall time of all layers together, validation and routes "
+        "included.", examples=[0.02])
+
+
 __all__ = [
+    "MoePlacementLayersResponse",
     "MoePlacementRequest",
     "MoePlacementResponse",
     "MoeRoute",

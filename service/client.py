@@ -18,7 +18,11 @@ from pydantic import BaseModel
 from api_schemas.calibration import CalibrationProfile, CalibrationRunsRequest
 from api_schemas.collectives import CollectiveEstimateRequest, CollectiveEstimateResponse
 from api_schemas.mesh import MeshRequest, MeshResponse
-from api_schemas.moe import MoePlacementRequest, MoePlacementResponse
+from api_schemas.moe import (
+    MoePlacementLayersResponse,
+    MoePlacementRequest,
+    MoePlacementResponse,
+)
 from api_schemas.pipeline import (
     PipelineOptimizeRequest,
     PipelineOptimizeResponse,
@@ -191,6 +195,12 @@ class AtlasClient:
                       ) -> MoePlacementResponse:
         """POST /v1/moe/placement."""
         return self._send("POST", "/v1/moe/placement", MoePlacementResponse,
+                          body=_payload(request))
+
+    def moe_placement_layers(self, request: MoePlacementRequest | Mapping[str, Any]
+                             ) -> MoePlacementLayersResponse:
+        """POST /v1/moe/placement with `layers`: one placement per layer."""
+        return self._send("POST", "/v1/moe/placement", MoePlacementLayersResponse,
                           body=_payload(request))
 
     def calibrate(self, request: CalibrationRunsRequest | Mapping[str, Any]

@@ -6,7 +6,7 @@ conversion and layout; it returns strings and never prints.
 """
 
 from api_schemas.collectives import CollectiveEstimateResponse
-from api_schemas.moe import MoePlacementResponse
+from api_schemas.moe import MoePlacementLayersResponse, MoePlacementResponse
 from api_schemas.parallel import ParallelConfig, StagePolicy
 from api_schemas.pipeline import PipelineOptimizeResponse, PipelineSimulateResponse
 from api_schemas.plan import MemoryReport, PlanResponse
@@ -207,6 +207,22 @@ def render_placement(result: MoePlacementResponse) -> str:
     return "\n".join(lines)
 
 
+def render_placement_layers(result: MoePlacementLayersResponse) -> str:
+    """One line per layer: status, replicas against the bound and the lower bound, traffic;
+    then the planning time of all layers."""
+    header = ["layer", "status", "replicas", "lower bound", "max/rank", "bound E/R",
+              "remote tokens", "migrated", "max/mean before"]
+    rows = [[str(i), x.status.value, str(x.num_redundant_experts),
+             str(sum(x.lower_bound_per_rank)), str(x.max_redundant_per_rank),
+             str(x.redundant_bound_per_rank), str(x.remote_tokens), str(x.migrated_tokens),
+             f"{x.no_redundancy_imbalance:.3f}"] for i, x in enumerate(result.layers)]
+    lines = [f"{len(result.layers)} layers placed; every rank of every layer computes "
+             "exactly S*K tokens"]
+    lines += _table(header, rows)
+    lines.append(f"{result.wall_time_s * 1e3:.2f} ms for all layers "
+                 f"({result.wall_time_s / len(result.layers) * 1e3:.3f} ms per layer)")
+    return "\n".join(lines)
+
 def render_problem(problem: ProblemDetail) -> str:
     """'error [code]: detail' plus field errors, one per line."""
     lines = [f"error [{problem.code}]: {problem.detail}"]
@@ -222,6 +238,7 @@ __all__ = [
     "render_memory",
     "render_pipeline",
     "render_placement",
+    "render_placement_layers",
     "render_plan",
     "render_problem",
 ]

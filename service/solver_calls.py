@@ -12,7 +12,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from api_schemas.calibration import CalibrationRunsRequest
-from api_schemas.moe import MoePlacementRequest, MoePlacementResponse
+from api_schemas.moe import (
+    MoePlacementLayersResponse,
+    MoePlacementRequest,
+    MoePlacementResponse,
+)
 from api_schemas.parallel import ParallelConfig
 from api_schemas.pipeline import (
     PipelineOptimizeRequest,
@@ -72,6 +76,13 @@ def plan_placement(request: MoePlacementRequest) -> MoePlacementResponse:
     return solver_plan_placement(request)
 
 
+def plan_placement_layers(request: MoePlacementRequest) -> MoePlacementLayersResponse:
+    """`solver.placement.api.plan_placement_layers`."""
+    from solver.placement.api import plan_placement_layers as solver_plan_layers
+
+    return solver_plan_layers(request)
+
+
 def plan_simulation_request(request: PlanRequest | EvaluateRequest,
                             parallel: ParallelConfig) -> PipelineSimulateRequest:
     """`solver.plan_pipeline.plan_simulation_request`."""
@@ -128,6 +139,7 @@ __all__ = [
     "optimize_request",
     "plan",
     "plan_placement",
+    "plan_placement_layers",
     "plan_simulation_request",
     "preload",
     "sensitivity",

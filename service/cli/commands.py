@@ -39,6 +39,7 @@ from service.render import (
     render_memory,
     render_pipeline,
     render_placement,
+    render_placement_layers,
     render_plan,
 )
 from service.render_run import render_calibration
@@ -122,7 +123,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_placement(args: argparse.Namespace) -> int:
-    """MoonEP redundant-expert placement from a token-count matrix."""
+    """MoonEP redundant-expert placement from a token-count matrix, or from one matrix per
+    layer (`layers`), every layer in one call."""
     doc = load_document(args.file)
     set_field(doc, ("planner",), args.planner)
     set_field(doc, ("time_limit_s",), args.time_limit)
@@ -133,14 +135,18 @@ def cmd_placement(args: argparse.Namespace) -> int:
 
     def picture(result: BaseModel) -> tuple[str | None, dict[str, Any] | None]:
         request = MoePlacementRequest.model_validate(doc)
+        if not isinstance(result, MoePlacementResponse) or request.tokens is None:
+            return None, None
         expert_loads = [sum(column) for column in zip(*request.tokens, strict=True)]
         before = home_rank_loads(expert_loads, num_ranks=len(request.tokens)).tolist()
-        if not isinstance(result, MoePlacementResponse):
-            return None, None
         return placement_svg(result, home_loads=before), None
 
-    from solver.placement.api import plan_placement
+    from solver.placement.api import plan_placement, plan_placement_layers
 
+    if doc.get("layers") is not None:
+        return run(args, lambda: plan_placement_layers(MoePlacementRequest.model_validate(doc)),
+                   lambda client: client.moe_placement_layers(doc), render_placement_layers,
+                   label="placing experts of every layer")
     return run(args, lambda: plan_placement(MoePlacementRequest.model_validate(doc)),
                lambda client: client.moe_placement(doc), render_placement,
                label="placing experts", pictures=picture)

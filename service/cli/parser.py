@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.set_defaults(handler=cmd_simulate)
 
     placement = commands.add_parser("placement", help=COMMAND_HELP["placement"])
-    placement.add_argument("file", help="JSON or YAML: num_experts, top_k, tokens (R x E)")
+    placement.add_argument("file", help="JSON or YAML: num_experts, top_k, tokens (R x E), "
+                           "or layers (L x R x E) for every layer in one call")
     placement.add_argument("--planner", choices=("constructive", "exact"))
     placement.add_argument("--time-limit", type=float, help="exact planner limit per phase")
     placement.add_argument("--placement-gpu", dest="placement_gpu",

@@ -1,8 +1,9 @@
 """MoE expert placement (MoonEP): redundant experts that balance every rank exactly.
 
-Owns: POST /v1/moe/placement (schema in -> `solver.placement.api.plan_placement` -> schema
-out): the constructive planner on a request thread, the exact CP-SAT planner in the solver
-pool with its time limit clamped; the bounds on the token matrix. Must not: place experts.
+Owns: POST /v1/moe/placement (schema in -> `solver.placement.api.plan_placement`, or
+`plan_placement_layers` for a request with `layers` -> schema out): the constructive planner
+on a request thread, the exact CP-SAT planner in the solver pool with its time limit
+clamped; the bounds on the token matrices. Must not: place experts.
 """
 
 from functools import partial
@@ -11,7 +12,13 @@ from typing import Annotated
 from anyio import to_thread
 from fastapi import APIRouter, Body, Header, Query, Response
 
-from api_schemas.moe import MoePlacementRequest, MoePlacementResponse, PlacementPlanner
+from api_schemas.moe import (
+    MoePlacementLayersResponse,
+    MoePlacementRequest,
+    MoePlacementResponse,
+    PlacementPlanner,
+)
+from models.errors import InvalidSpecError
 from models.moe.balance import home_rank_loads
 from service import limits
 from service.core import call_core
@@ -21,7 +28,7 @@ from service.openapi import problem_responses
 from service.pictures import placement_svg
 from service.searches import run_search, with_clamped_time_limit
 from service.settings import Settings
-from service.solver_calls import plan_placement
+from service.solver_calls import plan_placement, plan_placement_layers
 
 router = APIRouter(tags=["moe"])
 
@@ -32,6 +39,14 @@ PLACEMENT_EXAMPLES = {
                   "tokens": [[6, 2, 1, 1, 2, 1, 2, 1], [5, 3, 2, 0, 1, 2, 1, 2],
                              [4, 4, 1, 1, 2, 0, 2, 2], [6, 3, 0, 2, 1, 1, 2, 1]],
                   "expert_weight_bytes": 88080384, "expert_grad_bytes": 176160768},
+    },
+    "all-layers": {
+        "summary": "Two layers of one model in one call (`layers`): one placement per layer",
+        "value": {"num_experts": 8, "top_k": 2,
+                  "layers": [[[6, 2, 1, 1, 2, 1, 2, 1], [5, 3, 2, 0, 1, 2, 1, 2],
+                              [4, 4, 1, 1, 2, 0, 2, 2], [6, 3, 0, 2, 1, 1, 2, 1]],
+                             [[1, 2, 6, 1, 2, 1, 2, 1], [2, 3, 5, 0, 1, 2, 1, 2],
+                              [1, 4, 4, 1, 2, 0, 2, 2], [0, 3, 6, 2, 1, 1, 2, 1]]]},
     },
     "exact-reference": {
         "summary": "The same layer with the exact CP-SAT reference planner",
@@ -47,25 +62,35 @@ phase with the request's time limit."""
 
 
 def check_placement_bounds(request: MoePlacementRequest, settings: Settings) -> None:
-    """Ranks, experts, matrix size and counts within the documented bounds."""
+    """Ranks, experts, layers, matrix size and counts within the documented bounds.
+
+    With `layers`, the cells of all layers together count against the placement bound.
+    """
     named = limits.bounds(settings)
-    ranks, experts = len(request.tokens), request.num_experts
+    matrices = [request.tokens] if request.tokens is not None else request.layers or []
+    ranks, experts = len(matrices[0]), request.num_experts
     limits.check_bound(experts, named["experts"], field="num_experts", what="the experts")
-    limits.check_bound(ranks, named["world_size"], field="tokens", what="the rows (ranks)")
+    field = "tokens" if request.tokens is not None else "layers"
+    limits.check_bound(ranks, named["world_size"], field=field, what="the rows (ranks)")
+    if request.layers is not None:
+        limits.check_bound(len(request.layers), named["layers"], field="layers",
+                           what="the layers")
     cells = "exact_placement_cells" if request.planner == PlacementPlanner.EXACT \
         else "placement_cells"
-    limits.check_bound(ranks * experts, named[cells], field="tokens",
-                       what=f"the token matrix (ranks x experts) for the {request.planner} "
-                       "planner")
-    largest = max(max(row) for row in request.tokens)
-    limits.check_bound(largest, named["token_count"], field="tokens", what="the largest count")
+    limits.check_bound(len(matrices) * ranks * experts, named[cells], field=field,
+                       what=f"the token matrix (layers x ranks x experts) for the "
+                       f"{request.planner} planner" if request.layers is not None else
+                       f"the token matrix (ranks x experts) for the {request.planner} planner")
+    largest = max(max(row) for matrix in matrices for row in matrix)
+    limits.check_bound(largest, named["token_count"], field=field, what="the largest count")
 
 
 @router.post("/v1/moe/placement", summary="Redundant-expert placement with exact balance",
-             response_model=MoePlacementResponse,
+             response_model=MoePlacementResponse | MoePlacementLayersResponse,
              responses={200: {"description": "The placement (JSON) or its picture "
                               "(`?format=svg` or `Accept: image/svg+xml`): rank loads before "
-                              "and after, replicas and routes.",
+                              "and after, replicas and routes. With `layers`: one placement "
+                              "per layer (JSON only).",
                               "content": svg_content("The placement picture.")},
                         **problem_responses("invalid-spec", "solver-time-limit",
                                             "overloaded")})
@@ -76,13 +101,22 @@ async def moe_placement(
         description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` selects "
         "SVG.")] = None,
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
-) -> MoePlacementResponse | Response:
+) -> MoePlacementResponse | MoePlacementLayersResponse | Response:
     """From the router's token counts (row r: tokens on source rank r per expert), the
     foreign experts each rank hosts (at most E/R) and every token route, so that every rank
     computes exactly S*K tokens; with prefetch and gradient-reduce bytes. `constructive` is
-    the online planner; `exact` is the CP-SAT reference for small instances."""
+    the online planner; `exact` is the CP-SAT reference for small instances. With `layers`
+    instead of `tokens`, every layer of a model is placed in one call, one placement per
+    layer."""
     settings = context.settings
     check_placement_bounds(request, settings)
+    if request.layers is not None:
+        if wanted_format(format, accept) == Format.SVG:
+            raise InvalidSpecError("the placement picture shows one layer: send it as "
+                                   "`tokens`, or ask for JSON", field="format")
+        layers = await to_thread.run_sync(call_core, plan_placement_layers, request)
+        limits.require_finite(layers)
+        return layers
     if request.planner != PlacementPlanner.EXACT:
         response = await to_thread.run_sync(call_core, plan_placement, request)
     else:
@@ -93,7 +127,7 @@ async def moe_placement(
                                     kind="moe-placement",
                                     pool=context.pool, timeout_s=timeout_s)
     limits.require_finite(response)
-    if wanted_format(format, accept) == Format.SVG:
+    if wanted_format(format, accept) == Format.SVG and request.tokens is not None:
         expert_loads = [sum(column) for column in zip(*request.tokens, strict=True)]
         before = call_core(partial(home_rank_loads, num_ranks=len(request.tokens)),
                            expert_loads)

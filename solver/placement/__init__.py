@@ -7,12 +7,13 @@ of POST /v1/moe/placement (`api`). Must not: do I/O, or import OR-Tools except t
 `solver.cpsat`.
 """
 
-from solver.placement.api import placement_response, plan_placement
+from solver.placement.api import placement_response, plan_placement, plan_placement_layers
 from solver.placement.constructive import (
     ConstructiveRule,
     constructive_allocation,
     pair_balances,
     plan_constructive,
+    plan_constructive_layers,
 )
 from solver.placement.eplb import (
     BaselineLoads,
@@ -32,10 +33,13 @@ from solver.placement.gemm_order import (
     schedule_lpt,
 )
 from solver.placement.problem import (
+    LayerBatch,
     PlacementProblem,
     PlacementResult,
     Routes,
     build_result,
+    build_results,
+    placement_layers,
     placement_problem,
     redundancy_lower_bounds,
     routes_from_allocation,
@@ -49,22 +53,27 @@ __all__ = [
     "ExactPlacement",
     "GemmSchedule",
     "GemmTile",
+    "LayerBatch",
     "PlacementProblem",
     "PlacementResult",
     "Routes",
     "build_cp_model",
     "build_result",
+    "build_results",
     "constructive_allocation",
     "eplb_loads",
     "eplb_rank_loads",
     "gemm_tiles",
     "no_redundancy_loads",
     "pair_balances",
+    "placement_layers",
     "placement_problem",
     "placement_response",
     "plan_constructive",
+    "plan_constructive_layers",
     "plan_exact",
     "plan_placement",
+    "plan_placement_layers",
     "rebalance_experts",
     "redundancy_lower_bounds",
     "routes_from_allocation",

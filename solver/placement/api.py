@@ -1,8 +1,9 @@
 """Answer a POST /v1/moe/placement request with the chosen planner.
 
-Owns: mapping `MoePlacementRequest` onto `plan_constructive` / `plan_exact`, a
-`PlacementResult` onto `MoePlacementResponse`, and the expert work inside each rank that the
-placement leaves (`models.moe.expert_gemm`). Must not: do I/O (the service wires it).
+Owns: mapping `MoePlacementRequest` onto `plan_constructive` / `plan_exact` (one layer,
+`tokens`) or `plan_constructive_layers` (several, `layers`), a `PlacementResult` onto
+`MoePlacementResponse`, and the expert work inside each rank that the placement leaves
+(`models.moe.expert_gemm`). Must not: do I/O (the service wires it).
 """
 
 
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from api_schemas.moe import (
+    MoePlacementLayersResponse,
     MoePlacementRequest,
     MoePlacementResponse,
     MoeRoute,
@@ -21,7 +23,7 @@ from models.catalog import gpu_preset
 from models.errors import InvalidSpecError
 from models.moe import imbalance_factor, padded_rows, rank_expert_gemm_s
 from solver.cpsat import SolverConfig, SolveStatus
-from solver.placement.constructive import plan_constructive
+from solver.placement.constructive import plan_constructive, plan_constructive_layers
 from solver.placement.exact import plan_exact
 from solver.placement.gemm_order import DEFAULT_TILE_ROWS
 from solver.placement.problem import IntArray, PlacementResult
@@ -33,8 +35,13 @@ def plan_placement(
     """Plan one layer's placement as the request asks.
 
     Raises:
-        InvalidSpecError: on counts the planners cannot accept (field `tokens`).
+        InvalidSpecError: on counts the planners cannot accept (field `tokens`), or on a
+            request with `layers` (answered by `plan_placement_layers`).
     """
+    if request.tokens is None:
+        raise InvalidSpecError("this request gives `layers`: plan it with "
+                               "plan_placement_layers, or give one layer as `tokens`",
+                               field="tokens")
     if any(len(row) != request.num_experts for row in request.tokens):
         raise InvalidSpecError(
             f"every row of tokens needs num_experts={request.num_experts} counts",
@@ -54,6 +61,42 @@ def plan_placement(
     response = placement_response(result, planner=request.planner, proven=proven,
                                   tile_rows=request.tile_rows)
     return response.model_copy(update=expert_times(request, response))
+
+
+def plan_placement_layers(request: MoePlacementRequest) -> MoePlacementLayersResponse:
+    """Plan every layer of a request with `layers` in one call (constructive planner).
+
+    Each layer's placement equals the one `plan_placement` returns for that layer alone,
+    apart from `wall_time_s` (the call's planning time over the layers).
+
+    Raises:
+        InvalidSpecError: without `layers` (field `layers`), or on counts the planner cannot
+            accept (field `layers`, naming the layer).
+    """
+    if request.layers is None:
+        raise InvalidSpecError("this request gives one layer as `tokens`: plan it with "
+                               "plan_placement", field="layers")
+    if request.planner != PlacementPlanner.CONSTRUCTIVE:
+        raise InvalidSpecError("`layers` are planned by the constructive planner only",
+                               field="planner")
+    if any(len(row) != request.num_experts for layer in request.layers for row in layer):
+        raise InvalidSpecError(
+            f"every row of every layer needs num_experts={request.num_experts} counts",
+            field="layers",
+        )
+    results = plan_constructive_layers(
+        request.layers, top_k=request.top_k,
+        weight_bytes_per_expert=request.expert_weight_bytes,
+        grad_bytes_per_expert=request.expert_grad_bytes)
+    layers = []
+    for result in results:
+        response = placement_response(
+            result, planner=PlacementPlanner.CONSTRUCTIVE,
+            proven=result.num_redundant == int(result.lower_bound_per_rank.sum()),
+            tile_rows=request.tile_rows)
+        layers.append(response.model_copy(update=expert_times(request, response)))
+    return MoePlacementLayersResponse(
+        layers=layers, wall_time_s=sum(x.wall_time_s for x in results))
 
 
 def rank_expert_tokens(result: PlacementResult) -> IntArray:
@@ -122,4 +165,10 @@ def placement_response(
     )
 
 
-__all__ = ["expert_times", "placement_response", "plan_placement", "rank_expert_tokens"]
+__all__ = [
+    "expert_times",
+    "placement_response",
+    "plan_placement",
+    "plan_placement_layers",
+    "rank_expert_tokens",
+]

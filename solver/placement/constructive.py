@@ -3,7 +3,8 @@
 Owns: the online planner. Ranks have balances b_d = G_d - S*K (G_d = load of d's home
 experts); each step takes the most underloaded rank u, fills its whole deficit q = -b_u
 with tokens of experts homed on currently overloaded ranks, and never touches u again.
-Routes, traffic and the bound check come from `problem.build_result`. Must not: import
+Routes, traffic and the bound check come from `problem.build_results`; all layers of a model
+can be planned in one call (`plan_constructive_layers`). Must not: import
 OR-Tools (the exact reference is `exact.py`).
 
 Why the E/R bound holds (Kimi K3, arXiv:2607.24653, Appendix E, as recorded in seed ledger
@@ -41,10 +42,15 @@ import numpy as np
 from models.errors import InvalidSpecError
 from solver.placement.problem import (
     IntArray,
+    LayerBatch,
     PlacementProblem,
     PlacementResult,
-    build_result,
+    build_results,
+    layers_array,
     placement_problem,
+    shape_index,
+    single_layer,
+    validated_layers,
 )
 
 Move = tuple[int, int, int]
@@ -101,51 +107,41 @@ def _reference_moves(problem: PlacementProblem) -> list[Move]:
 
 
 class _CoverState:
-    """Balances, remaining expert loads and the donor heap of the COVER rule."""
+    """Balances, remaining expert loads and the donor heap of the COVER rule.
+
+    Per-step state lives in Python lists and heaps (a step touches a handful of entries);
+    moves are kept as three parallel columns (expert, destination rank, tokens).
+    """
 
     def __init__(self, problem: PlacementProblem, ranks: Sequence[int] | None = None) -> None:
         self.p = problem
         self.m = problem.experts_per_rank
-        self.home_of = np.arange(problem.num_experts) // self.m
-        self.bal = (problem.home_loads - problem.capacity).tolist()
+        self.home_of = shape_index(problem.num_ranks, problem.num_experts).home_of
+        self.bal: list[int] = (problem.home_loads - problem.capacity).tolist()
         if ranks is not None:  # balance only this zero-sum group of ranks
             inside = set(ranks)
             self.bal = [b if d in inside else 0 for d, b in enumerate(self.bal)]
-        self.rem = problem.expert_tokens.tolist()
+        self.rem: list[int] = problem.expert_tokens.tolist()
         self.donors = [(-b, h) for h, b in enumerate(self.bal) if b > 0]
         heapq.heapify(self.donors)
         self.receivers = [(b, u) for u, b in enumerate(self.bal) if b < 0]
         heapq.heapify(self.receivers)
-        self.moves: list[Move] = []
+        self.moved_expert: list[int] = []
+        self.moved_to: list[int] = []
+        self.moved_tokens: list[int] = []
 
     def take(self, e: int, u: int, tokens: int) -> None:
         h = e // self.m
         self.rem[e] -= tokens
-        before = self.bal[h]
-        self.bal[h] = before - tokens
-        self.moves.append((e, u, tokens))
-        if self.bal[h] > 0:
-            heapq.heappush(self.donors, (-self.bal[h], h))
-        elif self.bal[h] < 0:
-            heapq.heappush(self.receivers, (self.bal[h], h))
-
-    def top_donor(self) -> int:
-        while -self.donors[0][0] != self.bal[self.donors[0][1]]:
-            heapq.heappop(self.donors)
-        return self.donors[0][1]
-
-    def fill(self, u: int, q: int) -> None:
-        h = self.top_donor()
-        own = self.p.counts[u]
-        base = h * self.m
-        # most tokens kept on u's own source first, then the tightest cover
-        covering = [(-min(int(own[e]), q), self.rem[e], e) for e in range(base, base + self.m)
-                    if self.rem[e] >= q]
-        if covering:
-            self.take(min(covering)[2], u, q)
-        else:
-            self._fill_many(u, q)
-        self.bal[u] = 0
+        left = self.bal[h] - tokens
+        self.bal[h] = left
+        self.moved_expert.append(e)
+        self.moved_to.append(u)
+        self.moved_tokens.append(tokens)
+        if left > 0:
+            heapq.heappush(self.donors, (-left, h))
+        elif left < 0:
+            heapq.heappush(self.receivers, (left, h))
 
     def _fill_many(self, u: int, q: int) -> None:
         """Whole experts, largest first over all donors, then the tightest safe cover."""
@@ -176,13 +172,109 @@ class _CoverState:
             self.take(e, u, self.rem[e])
             i += 1
 
-    def run(self) -> list[Move]:
-        while self.receivers:
-            b, u = heapq.heappop(self.receivers)
-            if b != self.bal[u] or b >= 0:
+    def run(self) -> "_CoverState":
+        """Fill the most underloaded rank u with its deficit q until no rank is underloaded.
+
+        If an expert of the most overloaded donor covers q, u takes q from the covering
+        expert with most tokens of u's own source (they then stay on u), the tightest cover
+        on ties; otherwise `_fill_many`. The loop is written out with local names: it is
+        the planner's only per-step Python work.
+        """
+        receivers, donors, bal, rem, m = self.receivers, self.donors, self.bal, self.rem, self.m
+        counts = self.p.counts.reshape(-1).data  # a memoryview: plain ints, read in place
+        row = self.p.num_experts
+        heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
+        scale = int(self.p.expert_tokens.sum()) + 1  # > any remaining load
+        moved_expert, moved_to, moved_tokens = self.moved_expert, self.moved_to, self.moved_tokens
+        while receivers:
+            b, u = heappop(receivers)
+            if b != bal[u] or b >= 0:
                 continue
-            self.fill(u, -b)
-        return self.moves
+            q = -b
+            while -donors[0][0] != bal[donors[0][1]]:
+                heappop(donors)
+            h = donors[0][1]
+            # score = min(own, q) * scale - left orders by own tokens, then tightest
+            best_e, best_score = -1, 0
+            for e in range(h * m, h * m + m):
+                left = rem[e]
+                if left >= q:
+                    score = min(counts[u * row + e], q) * scale - left
+                    if best_e < 0 or score > best_score:
+                        best_e, best_score = e, score
+            if best_e < 0:
+                self._fill_many(u, q)
+            else:
+                rem[best_e] -= q
+                excess = bal[h] - q
+                bal[h] = excess
+                moved_expert.append(best_e)
+                moved_to.append(u)
+                moved_tokens.append(q)
+                # h's entry is the heap's top: replace or drop it rather than leave it stale
+                if excess > 0:
+                    heapreplace(donors, (-excess, h))
+                else:
+                    heappop(donors)
+                    if excess < 0:
+                        heappush(receivers, (excess, h))
+            bal[u] = 0
+        return self
+
+
+LAYERS_PER_CHUNK = 4
+"""Layers whose allocation, routes and bounds go through numpy together. Larger chunks save
+per-call overhead but their arrays (R x E counts and routes per layer) leave the CPU caches:
+at E=256, R=64, uniform routing over 61 layers, chunks of 1, 4 and all 61 layers took 1.46,
+1.18 and 1.64 ms per layer (medians of six interleaved runs on a loaded 2-core machine)."""
+
+Moves = tuple[list[int], list[int], list[int]]
+"""Moved tokens as columns: expert, destination rank, tokens (taken from the home rank)."""
+
+
+def _allocations(batch: LayerBatch, moves: Sequence[Moves]) -> IntArray:
+    """[L, E, R] allocations: every expert on its home rank, less the moved tokens."""
+    layers, r, e = batch.counts.shape
+    index = shape_index(r, e)
+    alloc = np.zeros((layers, e, r), dtype=np.int64)
+    home = batch.expert_tokens.copy()
+    sizes = [len(x[0]) for x in moves]
+    if sum(sizes):
+        layer = np.repeat(np.arange(layers, dtype=np.int64), sizes)
+        expert, to, tokens = (np.asarray([v for x in moves for v in x[i]], dtype=np.int64)
+                              for i in range(3))
+        np.subtract.at(home, (layer, expert), tokens)
+        np.add.at(alloc, (layer, expert, to), tokens)
+    alloc[:, index.experts, index.home_of] = home
+    return alloc
+
+
+def _moves(problem: PlacementProblem, rule: ConstructiveRule,
+           rank_groups: Sequence[Sequence[int]] | None = None) -> Moves:
+    """The moves of the constructive planner on one layer."""
+    p = problem
+    if rule == ConstructiveRule.REFERENCE:
+        moves = _reference_moves(p)
+        return [x[0] for x in moves], [x[1] for x in moves], [x[2] for x in moves]
+    if rank_groups is None:
+        state = _CoverState(p).run()
+        return state.moved_expert, state.moved_to, state.moved_tokens
+    balance = p.home_loads - p.capacity
+    expert: list[int] = []
+    to: list[int] = []
+    tokens: list[int] = []
+    for group in rank_groups:
+        if int(balance[list(group)].sum()) != 0:
+            raise InvalidSpecError(
+                f"rank_groups: ranks {list(group)} have total balance "
+                f"{int(balance[list(group)].sum())}; each group must sum to zero",
+                field="rank_groups",
+            )
+        state = _CoverState(p, group).run()
+        expert += state.moved_expert
+        to += state.moved_to
+        tokens += state.moved_tokens
+    return expert, to, tokens
 
 
 def constructive_allocation(
@@ -194,29 +286,8 @@ def constructive_allocation(
     `rank_groups` (COVER only) partitions the unbalanced ranks into groups of zero total
     balance; each group is then balanced on its own, so tokens never cross groups.
     """
-    p = problem
-    if rule == ConstructiveRule.REFERENCE:
-        moves = _reference_moves(p)
-    elif rank_groups is None:
-        moves = _CoverState(p).run()
-    else:
-        balance = p.home_loads - p.capacity
-        moves = []
-        for group in rank_groups:
-            if int(balance[list(group)].sum()) != 0:
-                raise InvalidSpecError(
-                    f"rank_groups: ranks {list(group)} have total balance "
-                    f"{int(balance[list(group)].sum())}; each group must sum to zero",
-                    field="rank_groups",
-                )
-            moves.extend(_CoverState(p, group).run())
-    alloc = np.zeros((p.num_experts, p.num_ranks), dtype=np.int64)
-    home_of = np.arange(p.num_experts) // p.experts_per_rank
-    alloc[np.arange(p.num_experts), home_of] = p.expert_tokens
-    if moves:
-        e, u, t = (np.asarray(col, dtype=np.int64) for col in zip(*moves, strict=True))
-        np.add.at(alloc, (e, u), t)
-        np.add.at(alloc, (e, home_of[e]), -t)
+    moves = _moves(problem, rule, rank_groups)
+    alloc: IntArray = _allocations(single_layer(problem), [moves])[0]
     return alloc
 
 
@@ -244,9 +315,47 @@ def plan_constructive(
     problem = placement_problem(counts, top_k=top_k,
                                 weight_bytes_per_expert=weight_bytes_per_expert,
                                 grad_bytes_per_expert=grad_bytes_per_expert)
-    alloc = constructive_allocation(problem, rule=rule)
-    result = build_result(problem, alloc, planner=f"constructive-{rule.value}", wall_time_s=0.0)
+    batch = single_layer(problem)
+    alloc = _allocations(batch, [_moves(problem, rule)])
+    result = build_results(batch, alloc, planner=f"constructive-{rule.value}",
+                           wall_time_s=0.0)[0]
     return replace(result, wall_time_s=time.perf_counter() - started)
+
+
+def plan_constructive_layers(
+    counts: object, *, top_k: int, weight_bytes_per_expert: int = 0,
+    grad_bytes_per_expert: int = 0, rule: ConstructiveRule = ConstructiveRule.COVER,
+) -> list[PlacementResult]:
+    """Plan every MoE layer of a model (or micro-batch) in one call.
+
+    Each layer is planned exactly as `plan_constructive` plans it alone (same moves, routes
+    and accounting). Validation, allocation, routes and bounds run once per chunk of
+    `LAYERS_PER_CHUNK` layers (a chunk's arrays stay in the CPU caches from its validation
+    to its routes). A malformed layer raises before any result is returned.
+
+    Args:
+        counts: [L, R, E] tokens per layer, source rank and expert (one shape for all layers;
+            within a layer every row sums to that layer's S*K).
+        top_k, weight_bytes_per_expert, grad_bytes_per_expert, rule: as `plan_constructive`.
+
+    Returns:
+        One placement per layer; each `wall_time_s` is the whole call's wall time over L.
+
+    Raises:
+        InvalidSpecError: on malformed counts (see `placement_layers`, field `layers`).
+    """
+    started = time.perf_counter()
+    arr = layers_array(counts)
+    results: list[PlacementResult] = []
+    for start in range(0, arr.shape[0], LAYERS_PER_CHUNK):
+        chunk = validated_layers(arr[start:start + LAYERS_PER_CHUNK], top_k=top_k,
+                                 weight_bytes_per_expert=weight_bytes_per_expert,
+                                 grad_bytes_per_expert=grad_bytes_per_expert, first_layer=start)
+        alloc = _allocations(chunk, [_moves(p, rule) for p in chunk.problems])
+        results += build_results(chunk, alloc, planner=f"constructive-{rule.value}",
+                                 wall_time_s=0.0)
+    per_layer = (time.perf_counter() - started) / len(results)
+    return [replace(x, wall_time_s=per_layer) for x in results]
 
 
 __all__ = [
@@ -254,4 +363,5 @@ __all__ = [
     "constructive_allocation",
     "pair_balances",
     "plan_constructive",
+    "plan_constructive_layers",
 ]

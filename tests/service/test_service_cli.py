@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from api_schemas.collectives import CollectiveEstimateResponse
-from api_schemas.moe import MoePlacementResponse
+from api_schemas.moe import MoePlacementLayersResponse, MoePlacementResponse
 from api_schemas.pipeline import PipelineOptimizeResponse, PipelineSimulateResponse
 from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
@@ -24,6 +24,7 @@ from service.render import (
     render_memory,
     render_pipeline,
     render_placement,
+    render_placement_layers,
     render_plan,
     render_problem,
 )
@@ -179,6 +180,27 @@ def test_placement_command_reads_yaml(tmp_path: Path) -> None:
     assert result.rank_loads == [16, 16, 16, 16]
     assert "every rank computes 16 tokens" in render_placement(result)
     assert "rank balance after placement max/mean 1.000" in render_placement(result)
+
+
+def test_placement_command_places_every_layer_in_one_call(tmp_path: Path) -> None:
+    body = PLACEMENT_EXAMPLES["all-layers"]["value"]
+    path = tmp_path / "layers.json"
+    path.write_text(json.dumps(body), encoding="utf-8")
+    out = tmp_path / "answer.json"
+    assert cli.main(["placement", str(path), "-o", str(out)]) == 0
+    result = MoePlacementLayersResponse.model_validate_json(out.read_text(encoding="utf-8"))
+    assert [x.rank_loads for x in result.layers] == [[16, 16, 16, 16]] * 2
+    single = tmp_path / "first.json"
+    single.write_text(json.dumps({"num_experts": 8, "top_k": 2, "tokens": body["layers"][0]}),
+                      encoding="utf-8")
+    first = tmp_path / "first-answer.json"
+    assert cli.main(["placement", str(single), "-o", str(first)]) == 0
+    alone = MoePlacementResponse.model_validate_json(first.read_text(encoding="utf-8"))
+    assert result.layers[0].redundant_experts == alone.redundant_experts
+    assert result.layers[0].routes == alone.routes
+    text = render_placement_layers(result)
+    assert text.startswith("2 layers placed")
+    assert f"{alone.num_redundant_experts}" in text.splitlines()[2]
 
 
 def test_placement_text_shows_the_expert_gemm_makespan_apart() -> None:

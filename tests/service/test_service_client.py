@@ -51,6 +51,9 @@ def test_every_read_endpoint(atlas: AtlasClient) -> None:
     assert optimized.lower_bound <= optimized.makespan + 1e-9
     placed = atlas.moe_placement(PLACEMENT_EXAMPLES["4-ranks-8-experts"]["value"])
     assert placed.rank_loads == [16, 16, 16, 16]
+    layers = atlas.moe_placement_layers(PLACEMENT_EXAMPLES["all-layers"]["value"])
+    assert layers.layers[0].redundant_experts == placed.redundant_experts
+    assert len(layers.layers) == 2
 
 
 def test_problems_become_typed_errors(atlas: AtlasClient) -> None:

@@ -97,7 +97,8 @@ def test_optimize_infeasible_memory_limit(client: httpx.Client) -> None:
     assert problem["instance"] == "/v1/pipeline/optimize"
 
 
-@pytest.mark.parametrize("name", sorted(PLACEMENT_EXAMPLES))
+@pytest.mark.parametrize("name", sorted(x for x in PLACEMENT_EXAMPLES
+                                         if "tokens" in PLACEMENT_EXAMPLES[x]["value"]))
 def test_placement_balances_every_rank(client: httpx.Client, name: str) -> None:
     body = PLACEMENT_EXAMPLES[name]["value"]
     response = client.post("/v1/moe/placement", json=body)
@@ -111,6 +112,46 @@ def test_placement_balances_every_rank(client: httpx.Client, name: str) -> None:
     if body.get("planner") != "exact":  # CP-SAT may pick another optimum: compare objectives
         assert result["redundant_experts"] == expected.model_dump(mode="json")[
             "redundant_experts"]
+
+
+def test_placement_of_all_layers_in_one_call_equals_each_layer_alone(
+        client: httpx.Client) -> None:
+    body = PLACEMENT_EXAMPLES["all-layers"]["value"]
+    response = client.post("/v1/moe/placement", json=body)
+    assert response.status_code == 200
+    result = response.json()
+    assert len(result["layers"]) == len(body["layers"]) == 2
+    assert result["wall_time_s"] > 0
+    volatile = {"wall_time_s"}
+    for layer, tokens in zip(result["layers"], body["layers"], strict=True):
+        alone = {k: v for k, v in body.items() if k != "layers"} | {"tokens": tokens}
+        single = client.post("/v1/moe/placement", json=alone).json()
+        assert {k: v for k, v in layer.items() if k not in volatile} == \
+            {k: v for k, v in single.items() if k not in volatile}
+        assert layer["rank_loads"] == [16, 16, 16, 16] and layer["bound_holds"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"tokens": [[16, 0, 0, 0, 0, 0, 0, 0]]}, "not both"),
+    ({"planner": "exact"}, "exact planner takes one layer"),
+    ({"layers": [[[16, 0, 0, 0, 0, 0, 0, 0]], [[8, 8, 0, 0, 0, 0, 0, 0]] * 2]},
+     "layers[1] has 2 rows"),
+])
+def test_placement_layers_are_checked(client: httpx.Client, change: dict[str, object],
+                                      message: str) -> None:
+    body = PLACEMENT_EXAMPLES["all-layers"]["value"] | change
+    response = client.post("/v1/moe/placement", json=body)
+    assert response.status_code == 422
+    assert message in response.text
+
+
+def test_placement_layers_name_the_bad_layer(client: httpx.Client) -> None:
+    layers = PLACEMENT_EXAMPLES["all-layers"]["value"]["layers"]
+    bad = [layers[0], [[*layers[1][0][:-1], layers[1][0][-1] + 1], *layers[1][1:]]]
+    response = client.post("/v1/moe/placement", json={"num_experts": 8, "top_k": 2,
+                                                       "layers": bad})
+    assert response.status_code == 422
+    assert "row 1 of layers[1] sums to 16 but row 0 sums to 17" in response.text
 
 
 def test_placement_reports_the_expert_gemm_makespan_apart(client: httpx.Client) -> None:

@@ -1,7 +1,9 @@
 """Property tests of the constructive planner: exact balance, the E/R bound, conservation.
 
 Hypothesis draws >= 600 instances per rule: random Dirichlet rows, sparse rows, every
-routing skew of the generator, and the tight construction of Kimi K3 Appendix E.
+routing skew of the generator, and the tight construction of Kimi K3 Appendix E. Batches of
+layers planned in one call must equal each layer planned alone; the per-rank lower bounds
+(one layer, and all layers at once) must equal a brute-force count.
 """
 
 import numpy as np
@@ -18,7 +20,14 @@ from models.moe import (
     tight_routing_counts,
     tight_tokens_per_rank,
 )
-from solver.placement import ConstructiveRule, plan_constructive
+from solver.placement import (
+    ConstructiveRule,
+    placement_layers,
+    plan_constructive,
+    plan_constructive_layers,
+    redundancy_lower_bounds,
+)
+from solver.placement.problem import layer_lower_bounds
 
 WEIGHT_BYTES, GRAD_BYTES = 1000, 2000
 
@@ -99,3 +108,85 @@ def test_cover_rule_beats_reference_on_the_tight_construction() -> None:
     cover = plan_constructive(counts, top_k=4, rule=ConstructiveRule.COVER)
     assert (ref.num_redundant, cover.num_redundant) == (16, 7)
     assert cover.migrated_tokens < ref.migrated_tokens
+
+
+@st.composite
+def layer_batches(draw: st.DrawFn) -> tuple[np.ndarray, int]:
+    """(counts [L, R, E], top_k): layers of one shape with their own S and skew."""
+    r = draw(st.integers(1, 6))
+    e = r * draw(st.integers(1, 5))
+    k = draw(st.integers(1, min(e, 6)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    layers = []
+    for _ in range(draw(st.integers(1, 9))):  # more than one chunk of layers
+        s = draw(st.integers(1, 48))
+        probs = rng.dirichlet(np.full(e, draw(st.sampled_from([0.05, 0.5, 5.0]))), size=r)
+        layers.append(np.stack([rng.multinomial(s * k, p) for p in probs]))
+    return np.stack(layers).astype(np.int64), k
+
+
+@pytest.mark.parametrize("rule", list(ConstructiveRule))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=layer_batches())
+def test_all_layers_in_one_call_equal_each_layer_alone(
+        rule: ConstructiveRule, case: tuple[np.ndarray, int]) -> None:
+    counts, k = case
+    results = plan_constructive_layers(counts, top_k=k, weight_bytes_per_expert=WEIGHT_BYTES,
+                                       grad_bytes_per_expert=GRAD_BYTES, rule=rule)
+    assert len(results) == counts.shape[0]
+    for layer, res in zip(counts, results, strict=True):
+        check_placement(res, layer)
+        alone = plan_constructive(layer, top_k=k, weight_bytes_per_expert=WEIGHT_BYTES,
+                                  grad_bytes_per_expert=GRAD_BYTES, rule=rule)
+        assert np.array_equal(res.allocation, alone.allocation)
+        for column in ("source", "expert", "destination", "tokens"):
+            assert np.array_equal(getattr(res.routes, column), getattr(alone.routes, column))
+        assert np.array_equal(res.lower_bound_per_rank, alone.lower_bound_per_rank)
+        assert (res.redundant_experts, res.remote_tokens, res.migrated_tokens) == \
+            (alone.redundant_experts, alone.remote_tokens, alone.migrated_tokens)
+
+
+def _brute_force_bounds(counts: np.ndarray, k: int) -> list[int]:
+    """Fewest foreign experts, largest first, covering each rank's deficit, one by one."""
+    r, e = counts.shape
+    m = e // r
+    totals = counts.sum(axis=0)
+    capacity = int(counts[0].sum())
+    out = []
+    for d in range(r):
+        deficit = capacity - int(totals[d * m:(d + 1) * m].sum())
+        foreign = sorted((int(t) for x, t in enumerate(totals) if x // m != d), reverse=True)
+        n = 0
+        while deficit > 0:
+            deficit -= foreign[n]
+            n += 1
+        out.append(n)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=layer_batches())
+def test_lower_bounds_of_one_and_of_all_layers_match_brute_force(
+        case: tuple[np.ndarray, int]) -> None:
+    counts, k = case
+    batch = placement_layers(counts, top_k=k)
+    together = layer_lower_bounds(batch.expert_tokens, batch.home_loads, batch.capacity,
+                                  counts.shape[2] // counts.shape[1])
+    for layer, problem, bounds in zip(counts, batch.problems, together, strict=True):
+        expected = _brute_force_bounds(layer, k)
+        assert redundancy_lower_bounds(problem).tolist() == expected
+        assert bounds.tolist() == expected
+
+
+def test_tight_layers_keep_the_tight_bound_in_one_call() -> None:
+    """The tight construction of Kimi K3 Appendix E, as every layer of a batch."""
+    s = tight_tokens_per_rank(num_experts=256, num_ranks=64, top_k=8, at_least=512)
+    tight = tight_routing_counts(num_experts=256, num_ranks=64, top_k=8, tokens_per_rank=s)
+    uniform = routing_counts(RoutingSkew(kind=SkewKind.UNIFORM), num_experts=256, num_ranks=64,
+                             top_k=8, tokens_per_rank=s, seed=1)
+    results = plan_constructive_layers(np.stack([tight, uniform, tight]), top_k=8)
+    bound = tight_redundancy_bound(num_experts=256, num_ranks=64)
+    for layer, res in zip((tight, uniform, tight), results, strict=True):
+        check_placement(res, layer)
+    for res in (results[0], results[2]):
+        assert res.lower_bound_per_rank[0] == bound <= len(res.redundant_experts[0]) <= 4
