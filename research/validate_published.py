@@ -206,7 +206,14 @@ def model_of(row: dict[str, Any]) -> ModelSpec | None:
                       num_shared_experts=e.get("num_shared_experts") or (1 if shared else 0),
                       shared_expert_ffn_hidden_size=shared,
                       first_dense_layers=e.get("num_dense_layers") or 0)
+    # Alternating windows start with the first layer: Megatron-Core `is_layer_window_attention`
+    # (1-based layer % window_attn_skip_freq != 0, GPT-OSS's provider sets 2), as the Hugging
+    # Face config's `layer_types` ('sliding_attention' first).
+    window = m.get("attention_window")
+    window_layers = (tuple(range(0, m["num_layers"], 2))
+                     if window and m.get("attention_window_pattern") == "alternating" else None)
     return ModelSpec(name=m.get("name") or row["id"], num_layers=m["num_layers"], hidden_size=h,
+                     sliding_window=window, sliding_window_layers=window_layers,
                      num_attention_heads=m["num_heads"], num_kv_heads=m.get("num_kv_heads"),
                      head_dim=m.get("head_dim"),
                      ffn_hidden_size=m.get("ffn_hidden_size") or 4 * h,
