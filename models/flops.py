@@ -54,8 +54,8 @@ def attention_core_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool 
     A sliding window of w keys (Mistral 7B arXiv:2310.06825 Sec. 2; GPT-OSS model card
     arXiv:2508.10925, Architecture: banded windows of 128 tokens on alternating layers)
     leaves each query at most w keys, w s - w^2 / 2 query-key pairs of a causal sequence
-    (s^2 / 2 at w = s). The window enters the causal count only: the full-attention convention counts the whole s x s
-    matrix whatever the mask, as Megatron-LM and PaLM count it.
+    (s^2 / 2 at w = s). The window enters the causal count only: the full-attention
+    convention counts the whole s x s matrix whatever the mask, as Megatron-LM and PaLM do.
     Legend: s=seq_len, a=num_attention_heads, d_qk/d_v from `attention_head_dims`, w=window.
     """
     d_qk, d_v = attention_head_dims(spec)
