@@ -195,6 +195,12 @@ class ModelSpec(SpecModel):
         description="0-based layers that attend through the sliding window (Hugging Face "
         "'layer_types' entries 'sliding_attention'; GPT-OSS: the even layers); null with "
         "sliding_window set = every layer.", examples=[[0, 2, 4]])
+    attention_sinks: bool = Field(
+        default=False,
+        description="A learnable per-head offset in the attention softmax denominator "
+        "(GPT-OSS 'sinks'): no FlashAttention kernel takes it in Transformer Engine 2.8-2.14 "
+        "(cuDNN's fused kernel from 9.13.1 does), and under context parallelism only the "
+        "all-to-all (Ulysses) split runs it there.")
     moe: MoESpec | None = Field(default=None, description="Mixture-of-experts block, if any.")
     num_mtp_layers: NonNegativeInt = Field(
         default=0, description="Multi-token-prediction modules (DeepSeek-V3: 1)."

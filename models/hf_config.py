@@ -264,6 +264,8 @@ def _family_layout(reader: _Reader, model_type: str, common: dict[str, Any]) -> 
     if model_type in LLAMA4_LIKE and reader.get("use_qk_norm", default=False):
         reader.notes.append("Llama 4: use_qk_norm is a weight-free L2 norm (no parameters)")
     if model_type == "gpt_oss":
+        # transformers' GptOssAttention holds one learnable sink per head in every layer.
+        common["attention_sinks"] = True
         reader.notes.append("GPT-OSS: o_proj bias, per-head attention sinks and expert biases "
                             "are not counted (under 0.05% of the total)")
     _sliding_window_layers(reader, model_type, common)

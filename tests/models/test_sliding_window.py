@@ -1,6 +1,7 @@
 """Sliding-window attention: the spec's window and its layers, the causal FLOPs inside the
 window, and the fused kernel's work over the key tiles the window touches (Mistral 7B
-arXiv:2310.06825 Sec. 2; GPT-OSS's alternating 128-token windows)."""
+arXiv:2310.06825 Sec. 2; GPT-OSS's alternating 128-token windows); GPT-OSS's attention sinks
+as read from its config."""
 
 import pytest
 
@@ -95,3 +96,8 @@ def test_a_window_is_read_only_with_per_layer_types() -> None:
     assert any("sliding window of 128" in note for note in gpt_oss.notes)
     # Qwen2.5 carries 'sliding_window' but leaves it off (use_sliding_window false).
     assert spec_from_hf_config(hf_preset_config("qwen2.5-3b")).spec.sliding_window is None
+
+
+def test_gpt_oss_declares_its_attention_sinks() -> None:
+    assert spec_from_hf_config(hf_preset_config("gpt-oss-20b")).spec.attention_sinks
+    assert not model_preset("llama-3.1-8b").attention_sinks
