@@ -185,6 +185,22 @@ class ModelSpec(SpecModel):
     parallel_residual: bool = Field(
         default=False, description="Attention and MLP read the same input (GPT-NeoX, GPT-J)."
     )
+    sliding_window: PositiveInt | None = Field(
+        default=None,
+        description="Keys each query attends to in a sliding-window attention layer, itself "
+        "included (GPT-OSS: 128; Hugging Face 'sliding_window'); null = full causal attention "
+        "in every layer.", examples=[128])
+    sliding_window_layers: tuple[NonNegativeInt, ...] | None = Field(
+        default=None,
+        description="0-based layers that attend through the sliding window (Hugging Face "
+        "'layer_types' entries 'sliding_attention'; GPT-OSS: the even layers); null with "
+        "sliding_window set = every layer.", examples=[[0, 2, 4]])
+    attention_sinks: bool = Field(
+        default=False,
+        description="A learnable per-head offset in the attention softmax denominator "
+        "(GPT-OSS 'sinks'): no FlashAttention kernel takes it in Transformer Engine 2.8-2.14 "
+        "(cuDNN's fused kernel from 9.13.1 does), and under context parallelism only the "
+        "all-to-all (Ulysses) split runs it there.")
     moe: MoESpec | None = Field(default=None, description="Mixture-of-experts block, if any.")
     num_mtp_layers: NonNegativeInt = Field(
         default=0, description="Multi-token-prediction modules (DeepSeek-V3: 1)."
@@ -203,6 +219,12 @@ class ModelSpec(SpecModel):
         if self.attention != AttentionKind.MLA and self.mla is not None:
             raise ValueError(f"'mla' dimensions given but attention='{self.attention}': set "
                              "attention='mla' or drop 'mla'")
+        if self.sliding_window_layers is not None:
+            if self.sliding_window is None:
+                raise ValueError("sliding_window_layers given without sliding_window")
+            if any(i >= self.num_layers for i in self.sliding_window_layers):
+                raise ValueError(f"sliding_window_layers name a layer beyond num_layers="
+                                 f"{self.num_layers} (0-based)")
         if self.head_dim is None and self.hidden_size % heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={heads}"
@@ -219,6 +241,15 @@ class ModelSpec(SpecModel):
     def dim_per_head(self) -> int:
         """Per-head dimension of q/k/v for MHA/GQA."""
         return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    def attention_window(self, layer_index: int) -> int | None:
+        """Keys a query of layer `layer_index` (0-based) may see; None = the whole causal
+        prefix."""
+        if self.sliding_window is None:
+            return None
+        if self.sliding_window_layers is None or layer_index in self.sliding_window_layers:
+            return self.sliding_window
+        return None
 
     def is_moe_layer(self, layer_index: int) -> bool:
         """True when the layer's MLP is the MoE block (0-based layer index)."""

@@ -561,9 +561,39 @@ def op_sac_gemms(spec: ModelSpec, ctx: ComputeContext, *, moe_layer: bool) -> li
     return (attention + mlp)[1::2]
 
 
-def _attention_core(spec: ModelSpec, ctx: ComputeContext) -> tuple[float, float]:
+ATTENTION_KEY_TILE = 128
+"""Keys of a key tile of the fused attention kernel (and rows of its query tile) at head dim
+64, GPT-OSS's: FlashAttention-2 `csrc/flash_attn/src/flash_fwd_launch_template.h`
+(`run_mha_fwd_hdim64`: kBlockM = kBlockN = 128); FlashAttention-3 `hopper/
+flash_fwd_launch_template.h` (`run_mha_fwd_hdim64`: kBlockN = 128). A sliding-window layer
+computes whole key tiles: the tiles its window touches."""
+
+
+def window_kernel_keys(window: int, *, seq_len: int) -> float:
+    """Keys per query a fused kernel computes in a sliding-window layer: every key tile the
+    window of a query tile touches, T ceil((T + w - 1) / T), at most the causal mean s / 2.
+
+    Source: FlashAttention-2 (`flash_fwd_kernel.h`: a query tile's key-block loop runs from
+    `n_block_min`, set by `window_size_left`, to its diagonal block, skipping the blocks the
+    window masks entirely; "sliding window local attention", flash-attn 2.3); Transformer
+    Engine runs GPT-OSS's window (left 128, right 0) on cuDNN's fused kernel
+    (`dot_product_attention/utils.py: get_attention_backend`, v2.9: FusedAttention keeps
+    windows (left, 0) with a causal mask, cuDNN 9.2+; `fused_attn.cpp`). cuDNN's tile sizes
+    are not published; the FlashAttention tile `ATTENTION_KEY_TILE` is assumed for both.
+    Legend: T = ATTENTION_KEY_TILE, w = window, s = seq_len.
+    """
+    tile = ATTENTION_KEY_TILE
+    return min(seq_len / 2.0, float(tile * math.ceil((tile + window - 1) / tile)))
+
+
+def _attention_core(spec: ModelSpec, ctx: ComputeContext,
+                    window: int | None = None) -> tuple[float, float]:
     """(forward, backward) time of the attention core on this rank. A fused kernel skips the
-    masked half of a causal score matrix; a materialised one computes all of it. A runtime
+    masked half of a causal score matrix, and in a sliding-window layer every key tile outside
+    the window (`window_kernel_keys`; its work per query tile is that of a causal sequence of
+    twice those keys, which sets the kernel's length saturation); a materialised one computes
+    all of the s x s matrix whatever the mask (Transformer Engine's unfused path turns a
+    window into an arbitrary mask over it). A runtime
     that leaves the elementwise ops to PyTorch (eager or torch.compile, as torchtitan) calls
     attention through `scaled_dot_product_attention` (torchtitan `model.py` at 9dec370:
     `F.scaled_dot_product_attention(xq, xk, xv, is_causal=True)`), whose default backend is
@@ -572,6 +602,10 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext) -> tuple[float, float]
             * ctx.micro_batch_size / ctx.tp / ctx.cp)
     ratio = FLASH_BACKWARD_FLOP_RATIO if ctx.flash_attention else MATERIALIZED_BACKWARD_FLOP_RATIO
     kernel_seq = max(1, ctx.seq_len // ctx.cp)
+    if ctx.flash_attention and window is not None and window < ctx.seq_len:
+        keys = window_kernel_keys(window, seq_len=ctx.seq_len)
+        flop *= keys / (ctx.seq_len / 2.0)
+        kernel_seq = max(1, min(kernel_seq, int(2 * keys)))
     forward = attention_time_s(flop, seq_len=kernel_seq, gpu=ctx.gpu, flash=ctx.flash_attention,
                                profile=ctx.kernel_profile,
                                sdpa=ctx.elementwise_fusion != ElementwiseFusion.FUSED)
@@ -580,12 +614,15 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext) -> tuple[float, float]
 
 def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> LayerCompute:
     """F, B, W compute time of one layer for one micro-batch on one rank, and what each
-    recomputation would add to its backward (layers of one kind are alike: cached)."""
-    return _layer_compute(spec, spec.is_moe_layer(layer_index), ctx)
+    recomputation would add to its backward (layers of one kind, MoE or dense and with the
+    same attention window, are alike: cached)."""
+    return _layer_compute(spec, spec.is_moe_layer(layer_index), ctx,
+                          spec.attention_window(layer_index))
 
 
 @lru_cache(maxsize=4096)
-def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> LayerCompute:
+def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext,
+                   window: int | None = None) -> LayerCompute:
     gemms = attention_gemms(spec, ctx)
     if moe_layer:
         gemms += moe_gemms(spec, ctx)
@@ -593,7 +630,7 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext) -> Lay
         gemms += mlp_gemms(spec, spec.ffn_hidden_size, tokens=ctx.tokens, split=ctx.tp,
                            module=M.MLP)
     times, module_s = _gemm_times(gemms, ctx)
-    attn_f, attn_b = _attention_core(spec, ctx)
+    attn_f, attn_b = _attention_core(spec, ctx, window)
     elementwise = {key: memory_bound_time_s(value, gpu=ctx.gpu)
                    for key, value in _elementwise_bytes(spec, ctx, moe_layer=moe_layer).items()}
     elem_b = {key: ELEMENTWISE_BACKWARD_RATIO * value for key, value in elementwise.items()}
@@ -651,6 +688,7 @@ def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
 __all__ = [
     "ELEMENTWISE_BACKWARD_RATIO",
     "FP8_QUANTIZE_BYTES_PER_ELEMENT",
+    "ATTENTION_KEY_TILE",
     "FLASH_BACKWARD_FLOP_RATIO",
     "MATERIALIZED_BACKWARD_FLOP_RATIO",
     "MOE_ELEMENTWISE_KEYS",
@@ -682,4 +720,5 @@ __all__ = [
     "moe_host_sync_s",
     "op_sac_gemms",
     "routed_assignments",
+    "window_kernel_keys",
 ]

@@ -45,16 +45,27 @@ def attention_head_dims(spec: ModelSpec) -> tuple[int, int]:
     return spec.dim_per_head, spec.dim_per_head
 
 
-def attention_core_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False) -> float:
+def attention_core_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False,
+                                 window: int | None = None) -> float:
     """Forward FLOPs of the attention core for one sequence.
 
     Source: [KOR22] arXiv:2205.05198 App. A: Q K^T and the attention-over-values each cost
     2 b s^2 h; generalised to 2 s^2 a d_qk + 2 s^2 a d_v (GQA shares K/V but not the work).
-    Legend: s=seq_len, a=num_attention_heads, d_qk/d_v from `attention_head_dims`.
+    A sliding window of w keys (Mistral 7B arXiv:2310.06825 Sec. 2; GPT-OSS model card
+    arXiv:2508.10925, Architecture: banded windows of 128 tokens on alternating layers)
+    leaves each query at most w keys, w s - w^2 / 2 query-key pairs of a causal sequence
+    (s^2 / 2 at w = s). The window enters the causal count only: the full-attention
+    convention counts the whole s x s matrix whatever the mask, as Megatron-LM and PaLM do.
+    Legend: s=seq_len, a=num_attention_heads, d_qk/d_v from `attention_head_dims`, w=window.
     """
     d_qk, d_v = attention_head_dims(spec)
     flop = 2.0 * seq_len * seq_len * spec.num_attention_heads * (d_qk + d_v)
-    return flop / 2.0 if causal else flop
+    if not causal:
+        return flop
+    if window is None or window >= seq_len:
+        return flop / 2.0
+    pairs = window * seq_len - window * window / 2.0
+    return 2.0 * pairs * spec.num_attention_heads * (d_qk + d_v)
 
 
 def layer_forward_flops(spec: ModelSpec, layer_index: int, *, seq_len: int,
@@ -78,7 +89,8 @@ def layer_forward_flops(spec: ModelSpec, layer_index: int, *, seq_len: int,
         weights += moe.top_k * mlp_params(spec, moe.expert_ffn_hidden_size, matrices_only=True)
     return LayerForwardFlops(
         gemm_flop=2.0 * seq_len * weights,
-        attention_flop=attention_core_forward_flops(spec, seq_len=seq_len, causal=causal),
+        attention_flop=attention_core_forward_flops(spec, seq_len=seq_len, causal=causal,
+                                                    window=spec.attention_window(layer_index)),
     )
 
 
@@ -103,11 +115,12 @@ def mtp_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False) ->
 def model_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False) -> float:
     """Forward FLOPs of the whole model (layers, logits, MTP) for one sequence."""
     layers = 0.0
-    for moe in (False, True):
-        indices = [i for i in range(spec.num_layers) if spec.is_moe_layer(i) == moe]
-        if indices:
-            per_layer = layer_forward_flops(spec, indices[0], seq_len=seq_len, causal=causal)
-            layers += len(indices) * per_layer.total_flop
+    kinds: dict[tuple[bool, int | None], list[int]] = {}
+    for i in range(spec.num_layers):
+        kinds.setdefault((spec.is_moe_layer(i), spec.attention_window(i)), []).append(i)
+    for indices in kinds.values():
+        per_layer = layer_forward_flops(spec, indices[0], seq_len=seq_len, causal=causal)
+        layers += len(indices) * per_layer.total_flop
     return (layers + logits_forward_flops(spec, seq_len=seq_len)
             + mtp_forward_flops(spec, seq_len=seq_len, causal=causal))
 
@@ -146,15 +159,16 @@ def recompute_forward_flops(spec: ModelSpec, *, seq_len: int, full_layers: Itera
     recomputation performs, so our HFU with selective recompute is lower than their Table 5.
     """
     extra = 0.0
-    per_kind: dict[bool, float] = {}
+    per_kind: dict[tuple[bool, int | None], float] = {}
     for index in full_layers:
-        kind = spec.is_moe_layer(index)
+        kind = (spec.is_moe_layer(index), spec.attention_window(index))
         if kind not in per_kind:
             per_kind[kind] = layer_forward_flops(spec, index, seq_len=seq_len,
                                                  causal=causal).total_flop
         extra += per_kind[kind]
-    for _ in selective_layers:
-        extra += attention_core_forward_flops(spec, seq_len=seq_len, causal=causal)
+    for index in selective_layers:
+        extra += attention_core_forward_flops(spec, seq_len=seq_len, causal=causal,
+                                              window=spec.attention_window(index))
     return extra
 
 

@@ -189,6 +189,8 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
         out.add("mesh:multi_dim")
     if spec.name.lower().startswith("qwen3"):
         out.add("model:qwen3")
+    if spec.attention_sinks:
+        out.add("model:attention_sinks")
     return out
 
 

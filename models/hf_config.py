@@ -264,11 +264,33 @@ def _family_layout(reader: _Reader, model_type: str, common: dict[str, Any]) -> 
     if model_type in LLAMA4_LIKE and reader.get("use_qk_norm", default=False):
         reader.notes.append("Llama 4: use_qk_norm is a weight-free L2 norm (no parameters)")
     if model_type == "gpt_oss":
+        # transformers' GptOssAttention holds one learnable sink per head in every layer.
+        common["attention_sinks"] = True
         reader.notes.append("GPT-OSS: o_proj bias, per-head attention sinks and expert biases "
                             "are not counted (under 0.05% of the total)")
-    if model_type in ("gemma2", "gemma3_text") and reader.get("sliding_window"):
+    _sliding_window_layers(reader, model_type, common)
+
+
+def _sliding_window_layers(reader: _Reader, model_type: str, common: dict[str, Any]) -> None:
+    """The window and its layers from `sliding_window` and the per-layer `layer_types`
+    ('sliding_attention' / 'full_attention', transformers' `layer_types` config field, which
+    GPT-OSS's config lists). Without `layer_types` the window is not read: Qwen2 and Mistral
+    configs carry a `sliding_window` that `use_sliding_window` or the checkpoint leaves off,
+    and Gemma 2/3 derive their pattern in modelling code."""
+    window = reader.get("sliding_window")
+    layer_types = reader.get("layer_types")
+    if window and isinstance(layer_types, list):
+        sliding = tuple(i for i, kind in enumerate(layer_types) if kind == "sliding_attention")
+        if sliding:
+            common["sliding_window"] = int(window)
+            common["sliding_window_layers"] = sliding
+            reader.notes.append(f"{model_type}: {len(sliding)} of {len(layer_types)} layers "
+                                f"attend through a sliding window of {int(window)} keys "
+                                "('layer_types')")
+            return
+    if model_type in ("gemma2", "gemma3_text") and window:
         reader.notes.append(f"{model_type}: sliding-window layers "
-                            f"(window {reader.get('sliding_window')}) counted like global ones")
+                            f"(window {window}) counted like global ones")
 
 
 def _dense_ffn_width(reader: _Reader, model_type: str) -> Any:

@@ -88,6 +88,35 @@ and `scripts/performance/configs/<family>/*_workload_base_configs.py` at tag 26.
 dispatch), unset -> Megatron's alltoall; `moe_a2a_overlap`."""
 
 
+RECIPE_LAYOUTS: dict[str, dict[str, int]] = {
+    "bridge-25.11-dgx-h100-gpt-oss-120b-64gpu": {"micro_batch_size": 1},
+    "bridge-25.11-dgx-b200-gpt-oss-120b-64gpu": {"ep": 64},
+}
+"""Layout fields taken from the performance recipe of the row's release where the printed
+table row contradicts it, read from the recipe and the tables, not from the measurement:
+Megatron-Bridge `scripts/performance/configs/gpt_oss/workload_base_configs.py` at tag v0.2.0
+(the 25.11 release; the same at commit 602e88cb7).
+- H100: `GPT_OSS_120B_H100_BF16_BASE_CONFIG` sets PP 4 and keeps the base
+  `micro_batch_size=1`. The 25.11 table prints MBS 4 with GA 2, but its GA column is GBS /
+  (MBS x DP) in every other row (H100 Llama 3 70B 128 / (1 x 2) = 64, Qwen3-30B 512 / (2 x 8)
+  = 32, Qwen3-235B 2048 / (1 x 16) = 128), and 512 / (4 x 16) = 8, not 2: the GPT-OSS H100
+  row carries the B200 row's MBS 4 and GA 2 (512 / (4 x 64)). At MBS 4 the first stage's
+  layer activations (4 micro-batches x 9 layers x 16,384 tokens: 73.8 GiB in the ledger)
+  and its 37.0 GiB of model states need 117 GiB of 80, and still 97 GiB with the recipe's
+  `layernorm` and `moe_act` recomputed; at MBS 1 the ledger holds 57.9 GiB. The 26.04
+  table prints MBS 1 for the same recipe.
+- B200: `GPT_OSS_120B_B200_BF16_BASE_CONFIG` sets `expert_model_parallel_size=64` and
+  `micro_batch_size=4`; the 25.11 table prints EP 8. The 26.02 table (same file) prints the
+  B200 BF16 run at EP 64 and MBS 4 with 8,047 tokens/s per GPU (25.11: 8,213), and the 26.04
+  recipe moved the B200 run to EP 8 with HybridEP (`GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2`
+  at tag 26.04-alpha.rc2), where the table prints 13,045."""
+
+
+def row_parallel(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's printed parallel layout with the recipe's fields of `RECIPE_LAYOUTS`."""
+    return {**row["parallel"], **RECIPE_LAYOUTS.get(row["id"], {})}
+
+
 BRIDGE_GRAD_DTYPE = DType.BF16
 """Gradient buffer and reduction dtype of every Megatron-Bridge row (`bridge-*`): each
 model's performance recipe sets `cfg.mixed_precision.grad_reduce_in_fp32 = False` and
@@ -177,7 +206,14 @@ def model_of(row: dict[str, Any]) -> ModelSpec | None:
                       num_shared_experts=e.get("num_shared_experts") or (1 if shared else 0),
                       shared_expert_ffn_hidden_size=shared,
                       first_dense_layers=e.get("num_dense_layers") or 0)
+    # Alternating windows start with the first layer: Megatron-Core `is_layer_window_attention`
+    # (1-based layer % window_attn_skip_freq != 0, GPT-OSS's provider sets 2), as the Hugging
+    # Face config's `layer_types` ('sliding_attention' first).
+    window = m.get("attention_window")
+    window_layers = (tuple(range(0, m["num_layers"], 2))
+                     if window and m.get("attention_window_pattern") == "alternating" else None)
     return ModelSpec(name=m.get("name") or row["id"], num_layers=m["num_layers"], hidden_size=h,
+                     sliding_window=window, sliding_window_layers=window_layers,
                      num_attention_heads=m["num_heads"], num_kv_heads=m.get("num_kv_heads"),
                      head_dim=m.get("head_dim"),
                      ffn_hidden_size=m.get("ffn_hidden_size") or 4 * h,
@@ -222,7 +258,7 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
     the row's cluster with `calibration` (a cluster profile's constants) if given; None
     when the row cannot be predicted."""
     spec = model_of(row)
-    p, hw = row["parallel"], row["hardware"]
+    p, hw = row_parallel(row), row["hardware"]
     if spec is None or not hw.get("num_gpus") or not p.get("global_batch_size"):
         return None
     if any(p.get(k) is None for k in ("tp", "pp", "dp")):
@@ -361,7 +397,7 @@ def moe_residuals(rows: list[dict[str, Any]]) -> None:
         measured = est.step_time_s * (obs / pred if unit == "s/iter" else pred / obs)
         spec = model_of(row)
         assert spec is not None
-        passes = est.num_micro_batches * spec.num_layers / row["parallel"]["pp"]
+        passes = est.num_micro_batches * spec.num_layers / row_parallel(row)["pp"]
         print(f"moe residual {row['id']:50s} {row['hardware']['gpu']:15s} "
               f"ms per layer pass: measured {1e3 * measured / passes:6.2f} "
               f"predicted {1e3 * est.step_time_s / passes:6.2f} "
@@ -384,7 +420,7 @@ def moe_host_need(rows: list[dict[str, Any]]) -> None:
                 continue
             spec = model_of(row)
             assert spec is not None and spec.moe is not None
-            p = row["parallel"]
+            p = row_parallel(row)
             lo, hi = 0.0, 0.08
             for _ in range(14):
                 compute.MOE_HOST_ISSUE_S = (lo + hi) / 2

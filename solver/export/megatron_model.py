@@ -62,8 +62,30 @@ def model_args(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
                      "Megatron-LM core_v0.14.0 GPT flag; it needs a custom layer spec")
     if spec.num_mtp_layers:
         args += ["--mtp-num-layers", str(spec.num_mtp_layers)]
+    if spec.sliding_window is not None:
+        notes.append(_window_note(spec))
     moe = moe_args(spec, training)
     return ModelArgs(args=(*args, *moe.args), notes=(*notes, *moe.notes))
+
+
+def _window_note(spec: ModelSpec) -> str:
+    """Sliding-window attention has no core_v0.14.0 command-line flag (its TransformerConfig
+    has `window_size` only); core_v0.15.0 `arguments.py` adds `--window-size` (a tuple) and
+    `--window-attn-skip-freq` (an int N: N - 1 window layers then one full layer, or a list
+    expression with 1 for a window layer). The window is passed as (w, 0), as Megatron-Bridge's
+    GPT-OSS provider maps the Hugging Face `sliding_window` of 128 (`window_size=(128, 0)`,
+    `window_attn_skip_freq=2`)."""
+    layers = spec.sliding_window_layers
+    pattern = ("every layer" if layers is None else
+               "a list of layers" if set(layers) != set(range(0, spec.num_layers, 2)) else
+               "every other layer, from the first")
+    freq = ("" if layers is None else
+            " --window-attn-skip-freq 2" if pattern.startswith("every other") else
+            ' --window-attn-skip-freq "[' + ",".join(
+                "1" if i in layers else "0" for i in range(spec.num_layers)) + ']"')
+    return (f"sliding-window attention ({spec.sliding_window} keys, {pattern}) has no "
+            f"Megatron-LM core_v0.14.0 flag; core_v0.15.0 and later take --window-size "
+            f"{spec.sliding_window},0{freq}")
 
 
 def _attention_args(spec: ModelSpec) -> list[str]:

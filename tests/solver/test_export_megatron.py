@@ -368,3 +368,19 @@ def test_the_interleaving_group_is_exported_and_a_group_below_pp_is_noted() -> N
         assert any("refuses a group outside [PP, M]" in n for n in out.notes) == noted
     plain = pipeline_args(spec, ParallelConfig(pp=4, vpp=2, schedule="interleaved_1f1b"))
     assert "--microbatch-group-size-per-virtual-pipeline-stage" not in plain.args
+
+
+def test_a_sliding_window_is_named_in_the_notes_not_exported_as_flags() -> None:
+    # core_v0.14.0 has no window flag; core_v0.15.0 adds --window-size and
+    # --window-attn-skip-freq, which Megatron-Bridge's GPT-OSS provider sets to (128, 0) and 2.
+    spec = model_preset("gpt-oss-20b")
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    parallel = ParallelConfig(dp=8, ep=8)
+    notes = megatron_notes(spec, training, parallel)
+    assert any("--window-size 128,0 --window-attn-skip-freq 2" in note for note in notes)
+    assert not any(flag.startswith("--window") for flag in megatron_args(spec, training, parallel))
+    plain = spec.model_copy(update={"sliding_window": None, "sliding_window_layers": None})
+    assert not any("sliding-window" in note for note in megatron_notes(plain, training, parallel))
+    listed = spec.model_copy(update={"sliding_window_layers": (0, 1, 2)})
+    assert any('--window-attn-skip-freq "[1,1,1,0,' in note
+               for note in megatron_notes(listed, training, parallel))

@@ -9,7 +9,9 @@ import pytest
 from api_schemas import (
     ClusterInput,
     Constraints,
+    ContextParallelKind,
     ModelPreset,
+    ModelSpec,
     ParallelConfig,
     PlanRequest,
     PlanResponse,
@@ -157,3 +159,23 @@ def test_a_version_needs_a_named_framework() -> None:
 def test_megatron_launch_sets_cuda_device_max_connections(parallel: ParallelConfig,
                                                           value: str | None) -> None:
     assert megatron_env(parallel).get("CUDA_DEVICE_MAX_CONNECTIONS") == value
+
+
+def test_attention_sinks_under_context_parallelism_need_the_all_to_all_split() -> None:
+    # Transformer Engine 2.9 / 2.14 get_attention_backend: a learnable softmax offset runs on
+    # the fused cuDNN kernel only, and under context parallelism only with cp_comm_type a2a.
+    spec = model_preset("gpt-oss-20b")
+    assert spec.attention_sinks
+    training = TrainingSpec(global_batch_size=16, sequence_length=32768)
+    megatron = frameworks()["megatron-lm"]
+
+    def megatron_blocks(model: ModelSpec, kind: ContextParallelKind) -> list[str]:
+        parallel = ParallelConfig(dp=2, cp=4, ep=2, cp_kind=kind)
+        return blockers(megatron, plan_features(model, training, parallel))
+
+    assert any("attention sinks" in b for b in megatron_blocks(spec, ContextParallelKind.RING))
+    assert any("attention sinks" in b
+               for b in megatron_blocks(spec, ContextParallelKind.ALL_GATHER))
+    assert megatron_blocks(spec, ContextParallelKind.ULYSSES) == []
+    plain = spec.model_copy(update={"attention_sinks": False})
+    assert megatron_blocks(plain, ContextParallelKind.RING) == []

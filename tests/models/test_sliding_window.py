@@ -1,0 +1,103 @@
+"""Sliding-window attention: the spec's window and its layers, the causal FLOPs inside the
+window, and the fused kernel's work over the key tiles the window touches (Mistral 7B
+arXiv:2310.06825 Sec. 2; GPT-OSS's alternating 128-token windows); GPT-OSS's attention sinks
+as read from its config."""
+
+import pytest
+
+from api_schemas import ModelSpec, RecomputeModule
+from models.catalog import cluster_preset, hf_preset_config, model_preset
+from models.compute import (
+    ATTENTION_KEY_TILE,
+    ComputeContext,
+    layer_compute,
+    window_kernel_keys,
+)
+from models.flops import attention_core_forward_flops, layer_forward_flops, model_forward_flops
+from models.hf_config import spec_from_hf_config
+
+H100 = cluster_preset("h100-sxm5-80gb", num_nodes=1).gpu
+
+
+def _without_window(spec: ModelSpec) -> ModelSpec:
+    return spec.model_copy(update={"sliding_window": None, "sliding_window_layers": None})
+
+
+def test_gpt_oss_windows_the_even_layers_only() -> None:
+    spec = model_preset("gpt-oss-20b")
+    assert spec.sliding_window == 128
+    assert [spec.attention_window(i) for i in range(4)] == [128, None, 128, None]
+
+
+def test_causal_count_keeps_the_pairs_inside_the_window() -> None:
+    spec = model_preset("gpt-oss-20b")
+    s, w, a, d = 4096, 128, 64, 64
+    windowed = layer_forward_flops(spec, 0, seq_len=s, causal=True)
+    dense = layer_forward_flops(spec, 1, seq_len=s, causal=True)
+    assert windowed.attention_flop == 2 * (w * s - w * w / 2) * a * (d + d)
+    assert dense.attention_flop == 2 * s * s * a * (d + d) / 2
+    assert windowed.gemm_flop == dense.gemm_flop
+    # The full-attention convention (Megatron-LM, PaLM) counts the whole matrix anyway.
+    assert (layer_forward_flops(spec, 0, seq_len=s).attention_flop
+            == layer_forward_flops(spec, 1, seq_len=s).attention_flop)
+    # A window as long as the sequence is plain causal attention.
+    assert attention_core_forward_flops(spec, seq_len=s, causal=True, window=s) == \
+        dense.attention_flop
+
+
+def test_model_flops_drop_only_under_the_causal_count() -> None:
+    spec = model_preset("gpt-oss-20b")
+    plain = _without_window(spec)
+    assert model_forward_flops(spec, seq_len=4096, causal=True) < \
+        model_forward_flops(plain, seq_len=4096, causal=True)
+    assert model_forward_flops(spec, seq_len=4096) == model_forward_flops(plain, seq_len=4096)
+
+
+def test_window_of_4096_at_16k_is_the_two_fold_speed_mistral_prints() -> None:
+    # Mistral 7B Sec. 2: sequence 16K, W = 4096, FlashAttention / xFormers "2x speed
+    # improvement" over a vanilla (causal) baseline.
+    keys = window_kernel_keys(4096, seq_len=16384)
+    assert keys == ATTENTION_KEY_TILE * 33
+    assert (16384 / 2) / keys == pytest.approx(2.0, abs=0.1)
+
+
+def test_a_128_key_window_computes_two_key_tiles_per_query_tile() -> None:
+    assert window_kernel_keys(128, seq_len=4096) == 2 * ATTENTION_KEY_TILE
+    assert window_kernel_keys(128, seq_len=256) == 128  # never above the causal mean
+
+
+def test_fused_kernel_time_follows_the_window_and_a_materialised_one_does_not() -> None:
+    spec = model_preset("gpt-oss-20b")
+    fused = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8)
+    windowed, dense = layer_compute(spec, 0, fused), layer_compute(spec, 1, fused)
+    core = RecomputeModule.CORE_ATTN
+    # Two key tiles of 128 against a causal mean of 2048 keys: an eighth of the work, run at
+    # the lower efficiency of a short key loop.
+    ratio = windowed.recompute_module_s[core] / dense.recompute_module_s[core]
+    assert 1 / 8 < ratio < 1 / 2
+    assert windowed.times.backward_input_s < dense.times.backward_input_s
+    unfused = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8,
+                             flash_attention=False)
+    assert (layer_compute(spec, 0, unfused).times.total_s
+            == pytest.approx(layer_compute(spec, 1, unfused).times.total_s))
+
+
+def test_window_layers_need_a_window_inside_the_model() -> None:
+    base = model_preset("gpt-oss-20b")
+    with pytest.raises(ValueError, match="without sliding_window"):
+        ModelSpec(**{**base.model_dump(), "sliding_window": None})
+    with pytest.raises(ValueError, match="beyond num_layers"):
+        ModelSpec(**{**base.model_dump(), "sliding_window_layers": (0, 24)})
+
+
+def test_a_window_is_read_only_with_per_layer_types() -> None:
+    gpt_oss = spec_from_hf_config(hf_preset_config("gpt-oss-20b"))
+    assert gpt_oss.spec.sliding_window_layers == tuple(range(0, 24, 2))
+    assert any("sliding window of 128" in note for note in gpt_oss.notes)
+    # Qwen2.5 carries 'sliding_window' but leaves it off (use_sliding_window false).
+    assert spec_from_hf_config(hf_preset_config("qwen2.5-3b")).spec.sliding_window is None
+
+
+def test_gpt_oss_declares_its_attention_sinks() -> None:
+    assert spec_from_hf_config(hf_preset_config("gpt-oss-20b")).spec.attention_sinks
+    assert not model_preset("llama-3.1-8b").attention_sinks

@@ -1,0 +1,70 @@
+"""The two GPT-OSS 25.11 rows run the layout of their release's performance recipe
+(`validate_published.RECIPE_LAYOUTS`): the checks that the printed H100 row contradicts
+itself and the memory it would need, and that no other row's layout is touched."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "research"))
+import validate_published  # noqa: E402 - the research folder is not a package
+
+from api_schemas import (  # noqa: E402
+    ParallelConfig,
+    PipelineSchedule,
+    RecomputeMode,
+    RecomputeModule,
+)
+from models.memory import memory_ledger  # noqa: E402
+
+BY_ID = {row["id"]: row for row in validate_published.DATA["runs"]}
+H100_ROW = "bridge-25.11-dgx-h100-gpt-oss-120b-64gpu"
+B200_ROW = "bridge-25.11-dgx-b200-gpt-oss-120b-64gpu"
+
+
+def test_the_printed_gradient_accumulation_contradicts_only_the_gpt_oss_h100_row() -> None:
+    off = []
+    for row in validate_published.DATA["runs"]:
+        p = row["parallel"]
+        if not row["id"].startswith("bridge-25.11-") or not p.get("grad_accum_steps"):
+            continue
+        if p["global_batch_size"] != p["grad_accum_steps"] * p["micro_batch_size"] * p["dp"]:
+            off.append(row["id"])
+    assert off == [H100_ROW]
+    # Its GA 2 is the B200 row's: 512 / (4 x 64).
+    b200 = BY_ID[B200_ROW]["parallel"]
+    assert b200["global_batch_size"] == 2 * 4 * b200["dp"]
+
+
+def _h100_ledger(micro_batch: int, recompute: RecomputeMode,
+                 modules: tuple[RecomputeModule, ...] | None = None) -> bool:
+    row = BY_ID[H100_ROW]
+    spec = validate_published.model_of(row)
+    assert spec is not None
+    extra = {"recompute_modules": modules} if modules else {}
+    parallel = ParallelConfig(tp=1, pp=4, dp=16, ep=8, micro_batch_size=micro_batch,
+                              schedule=PipelineSchedule.ONE_F_ONE_B, recompute=recompute,
+                              **extra)
+    return memory_ledger(spec, validate_published.row_training(row), parallel,
+                         validate_published.row_cluster(row)).fits
+
+
+def test_the_printed_micro_batch_does_not_fit_and_the_recipes_does() -> None:
+    assert not _h100_ledger(4, RecomputeMode.NONE)
+    assert not _h100_ledger(4, RecomputeMode.SELECTIVE,
+                            (RecomputeModule.LAYERNORM, RecomputeModule.MOE_ACT))
+    assert _h100_ledger(1, RecomputeMode.NONE)
+
+
+def test_only_the_two_gpt_oss_rows_take_recipe_fields() -> None:
+    changed = [row["id"] for row in validate_published.DATA["runs"]
+               if validate_published.row_parallel(row) != row["parallel"]]
+    assert sorted(changed) == sorted([H100_ROW, B200_ROW])
+    assert validate_published.row_parallel(BY_ID[H100_ROW])["micro_batch_size"] == 1
+    assert validate_published.row_parallel(BY_ID[B200_ROW])["ep"] == 64
+
+
+def test_the_recipe_layouts_run_without_recompute_or_offload() -> None:
+    for row_id in (H100_ROW, B200_ROW):
+        estimate = validate_published.best_estimate(BY_ID[row_id])
+        assert estimate is not None
+        assert estimate.recompute_s == 0.0 and estimate.offload_stall_s == 0.0
