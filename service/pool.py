@@ -63,6 +63,11 @@ class SolverPool:
         """Whether a search with this key is running or queued now, and not cancelled."""
         return key in self._in_flight
 
+    def waiting(self, key: str) -> int:
+        """Requests waiting now for the search with this key (0 when none is in flight)."""
+        job = self._in_flight.get(key)
+        return job.waiters if job is not None else 0
+
     async def run(self, fn: Callable[[], T], *, key: str | None, timeout_s: float,
                   stores_result: bool = False) -> T:
         """Run `fn` on a pool thread and wait at most `timeout_s` for its result.

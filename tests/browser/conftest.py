@@ -54,8 +54,12 @@ def free_port() -> int:
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The service on 127.0.0.1 (real HTTP), stopped after the session."""
     directory: Path = tmp_path_factory.mktemp("browser-store")
+    # Store wait, search grace and simulation wait are generous (1 s, 10 s and 30 s by
+    # default): these tests are about the pages, and a loaded host would otherwise answer a
+    # (documented) 503 that the page shows instead of the answer the test waits for.
     settings = Settings(database_url=f"sqlite:///{directory / 'plans.db'}", solver_threads=2,
-                        solver_queue=8)
+                        solver_queue=8, store_timeout_s=30.0, time_limit_grace_s=60.0,
+                        compute_timeout_s=300.0)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))

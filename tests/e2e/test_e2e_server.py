@@ -19,6 +19,9 @@ from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
 from solver import memory_report
 
 ATLAS_PLANNER = Path(sys.executable).parent / "atlas-planner"
+LOAD_TOLERANT_ENV = {"ATLAS_STORE_TIMEOUT_S": "30", "ATLAS_TIME_LIMIT_GRACE_S": "60"}
+"""Generous store wait and search grace (1 s and 10 s by default): this test is about
+serving and restarting, and a loaded host would otherwise answer a (documented) 503."""
 HANG_GUARD_S = 600.0
 """How long the server may neither answer nor exit before the test calls it hung: a guard
 against waiting forever, not a speed check (benchmarks/bench_startup.py measures start-up)."""
@@ -38,6 +41,7 @@ def running_server(database_url: str, log_path: Path) -> Iterator[str]:
     command = [str(ATLAS_PLANNER), "serve", "--host", "127.0.0.1", "--port", str(port),
                "--database-url", database_url, "--log-level", "warning"]
     env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    env.update(LOAD_TOLERANT_ENV)
     with log_path.open("ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     base_url = f"http://127.0.0.1:{port}"
@@ -62,7 +66,9 @@ def running_server(database_url: str, log_path: Path) -> Iterator[str]:
 PLAN = {"model": {"preset": "llama-3.1-8b"},
         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
         "training": {"global_batch_size": 64, "sequence_length": 4096},
-        "solver": {"time_limit_s": 2, "top_k": 2, "num_workers": 1}}
+        "solver": {"time_limit_s": 60, "top_k": 2, "num_workers": 1}}
+"""Proved optimal in well under a second on an idle host; the limit is generous so that a
+loaded host does not end the search before any plan (a 503)."""
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from faultkit import (
+    LOAD_TOLERANT_ENV,
     plan_body,
     postgres_base_url,
     running_server,
@@ -150,7 +151,7 @@ def test_kill_9_during_searches_loses_and_duplicates_nothing(store_url: str,
                                                             tmp_path: Path) -> None:
     requests = 8
     server = start_server(store_url, tmp_path / "server.log",
-                          env={"ATLAS_SOLVER_THREADS": "2"})
+                          env={**LOAD_TOLERANT_ENV, "ATLAS_SOLVER_THREADS": "2"})
     try:
         with ThreadPoolExecutor(max_workers=requests) as pool:
             futures = [pool.submit(_post, server.base_url, i) for i in range(requests)]
@@ -166,7 +167,7 @@ def test_kill_9_during_searches_loses_and_duplicates_nothing(store_url: str,
                 if r is not None and r.status_code == 201}
     assert answered, "no plan was answered before the kill"
     assert len(answered) < requests, "the kill came after every search had finished"
-    with running_server(store_url, tmp_path / "server2.log") as restarted:
+    with running_server(store_url, tmp_path / "server2.log", env=LOAD_TOLERANT_ENV) as restarted:
         for index in range(requests):
             again = httpx.post(f"{restarted.base_url}/v1/plans", json=plan_body(index),
                                timeout=120)
@@ -181,8 +182,8 @@ def test_kill_9_during_searches_loses_and_duplicates_nothing(store_url: str,
 def test_two_servers_racing_identical_requests_store_each_once(store_url: str,
                                                                tmp_path: Path) -> None:
     distinct, copies = 3, 4
-    with running_server(store_url, tmp_path / "a.log") as first, \
-            running_server(store_url, tmp_path / "b.log") as second:
+    with running_server(store_url, tmp_path / "a.log", env=LOAD_TOLERANT_ENV) as first, \
+            running_server(store_url, tmp_path / "b.log", env=LOAD_TOLERANT_ENV) as second:
         bases = [first.base_url, second.base_url]
         jobs = [(bases[copy % 2], index) for index in range(distinct) for copy in range(copies)]
         with ThreadPoolExecutor(max_workers=len(jobs)) as pool:

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from service_testkit import ScriptedPlanner, serve_in_process
+from service_testkit import ScriptedPlanner, load_tolerant_settings, serve_in_process
 from sqlalchemy import create_engine, text
 
 from service.app import create_app
@@ -31,8 +31,9 @@ def sqlite_url(directory: Path) -> str:
 
 @pytest.fixture
 def sqlite_settings(tmp_path: Path) -> Settings:
-    """Settings on a fresh SQLite file."""
-    return Settings(database_url=sqlite_url(tmp_path), solver_threads=2, solver_queue=4)
+    """Settings on a fresh SQLite file (store wait and time-limit grace generous, see
+    `load_tolerant_settings`)."""
+    return load_tolerant_settings(sqlite_url(tmp_path), solver_threads=2, solver_queue=4)
 
 
 @pytest.fixture

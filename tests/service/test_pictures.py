@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from service_testkit import serve_in_process
+from service_testkit import load_tolerant_settings, serve_in_process
 
 from api_schemas.pipeline import PipelineSimulateRequest, PipelineSimulateResponse
 from api_schemas.plan import PlanResponse
@@ -17,14 +17,13 @@ from api_schemas.requests import PlanRequest
 from models.pipeline.requests import simulate_request
 from service.app import create_app
 from service.pictures import MODEL_LABEL
-from service.settings import Settings
 from solver.plan_pipeline import plan_simulation_request
 
 SVG = "{http://www.w3.org/2000/svg}"
 TWO_STAGES = {"model": {"preset": "llama-3.1-70b"},
               "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2, "gpus_per_node": 8},
               "training": {"global_batch_size": 32, "sequence_length": 4096},
-              "solver": {"time_limit_s": 20, "top_k": 2, "num_workers": 1}}
+              "solver": {"time_limit_s": 60, "top_k": 2, "num_workers": 1}}
 SIMULATE = {"schedule": "zb_h1", "num_stages": 4, "num_micro_batches": 8,
             "durations": {"F": 1.0, "B": 1.2, "W": 0.8}, "p2p_latency_s": 0.05}
 TRACE_PHASES = set("BEXiIbneCMsftPOND") | {"(", ")"}
@@ -34,8 +33,8 @@ TRACE_PHASES = set("BEXiIbneCMsftPOND") | {"(", ")"}
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     directory = tmp_path_factory.mktemp("pictures")
-    settings = Settings(database_url=f"sqlite:///{directory / 'plans.db'}", solver_threads=2,
-                        solver_queue=4)
+    settings = load_tolerant_settings(f"sqlite:///{directory / 'plans.db'}", solver_threads=2,
+                                      solver_queue=4)
     with serve_in_process(create_app(settings)) as client:
         yield client
 

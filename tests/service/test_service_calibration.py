@@ -9,11 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
-from service_testkit import ScriptedPlanner, plan_body, serve_in_process
+from service_testkit import ScriptedPlanner, load_tolerant_settings, plan_body, serve_in_process
 
 from models.error_bands import percentile
 from service.app import create_app
-from service.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "solver"))
 from test_calibration import CONFIGS, GPU, generated_runs  # noqa: E402
@@ -37,7 +36,7 @@ def scripted() -> ScriptedPlanner:
 
 @pytest.fixture
 def http(database_url: str, scripted: ScriptedPlanner) -> Iterator[httpx.Client]:
-    settings = Settings(database_url=database_url, solver_threads=2, solver_queue=4)
+    settings = load_tolerant_settings(database_url, solver_threads=2, solver_queue=4)
     with serve_in_process(create_app(settings, planner=scripted)) as client:
         yield client
 

@@ -86,11 +86,11 @@ def test_overloaded_carries_retry_after(make_client: Callable[..., Any],
         atlas = AtlasClient(http=http)
         worker = threading.Thread(target=lambda: atlas.plan(plan_body()))
         worker.start()
-        assert held.started.wait(timeout=10)
+        assert held.started.wait(timeout=60)
         with pytest.raises(ApiProblemError) as raised:
             atlas.plan(plan_body(constraints={"tp": 2}))
         gate.set()
-        worker.join(timeout=10)
+        worker.join(timeout=60)
     assert raised.value.code == "overloaded" and raised.value.retry_after_s == 7
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from service_testkit import ScriptedPlanner, plan_body, serve_in_process
+from service_testkit import ScriptedPlanner, load_tolerant_settings, plan_body, serve_in_process
 from sqlmodel import Session
 
 from service.app import create_app
@@ -98,7 +98,7 @@ def test_unreachable_database_is_reported() -> None:
 
 
 def test_plan_survives_a_restart(database_url: str) -> None:
-    settings = Settings(database_url=database_url)
+    settings = load_tolerant_settings(database_url)
     with serve_in_process(create_app(settings, planner=ScriptedPlanner())) as client:
         created = client.post("/v1/plans", json=plan_body())
         assert created.status_code == 201
@@ -188,7 +188,7 @@ UNSTORABLE_BODIES = [
 def test_what_a_store_cannot_keep_is_refused_naming_the_field(
         database_url: str, body: dict[str, Any], loc: list[str]) -> None:
     """These reached the database and failed with 500 on PostgreSQL only."""
-    settings = Settings(database_url=database_url)
+    settings = load_tolerant_settings(database_url)
     planner = ScriptedPlanner()
     with serve_in_process(create_app(settings, planner=planner)) as client:
         # Python's JSON writes Infinity and NaN as bare tokens, as such clients send them.
@@ -209,7 +209,7 @@ def test_what_a_store_cannot_keep_is_refused_naming_the_field(
 ])
 def test_reads_with_unstorable_text_are_refused_naming_the_parameter(
         database_url: str, url: str, loc: list[str]) -> None:
-    with serve_in_process(create_app(Settings(database_url=database_url))) as client:
+    with serve_in_process(create_app(load_tolerant_settings(database_url))) as client:
         response = client.get(url)
         assert response.status_code == 422, response.text
         assert response.json()["errors"][0]["loc"] == loc
@@ -219,7 +219,7 @@ def test_reads_with_unstorable_text_are_refused_naming_the_parameter(
 def test_a_long_model_name_is_refused_by_its_bound(database_url: str) -> None:
     spec = {"name": "m" * 5000, "num_layers": 2, "hidden_size": 256,
             "num_attention_heads": 4, "vocab_size": 1000, "ffn_hidden_size": 1024}
-    with serve_in_process(create_app(Settings(database_url=database_url),
+    with serve_in_process(create_app(load_tolerant_settings(database_url),
                                      planner=ScriptedPlanner())) as client:
         response = client.post("/v1/plans", json=plan_body(model=spec))
         assert response.status_code == 422, response.text

@@ -8,9 +8,12 @@ from typing import Any
 
 import httpx
 import pytest
-from service_testkit import ScriptedPlanner, plan_body
+from service_testkit import ScriptedPlanner, plan_body, serve_in_process
 
 from api_schemas.plan import PlanResponse
+from api_schemas.requests import PlanRequest
+from service.app import create_app
+from service.planning import normalise_plan_request, request_hash
 from service.settings import Settings
 
 
@@ -55,20 +58,28 @@ def test_time_limit_defaults_and_caps(make_client: Callable[..., Any],
     assert planner.calls[1].solver.num_workers == 2
 
 
-def test_identical_concurrent_requests_are_solved_once(make_client: Callable[..., Any]) -> None:
+def test_identical_concurrent_requests_are_solved_once(sqlite_settings: Settings) -> None:
     gate = threading.Event()
     planner = ScriptedPlanner(gate=gate)
-    with make_client(planner=planner) as client:
+    app = create_app(sqlite_settings, planner=planner)
+    key = request_hash(normalise_plan_request(PlanRequest.model_validate(plan_body()),
+                                              sqlite_settings))
+    with serve_in_process(app) as client:
         responses: list[httpx.Response] = []
         threads = [threading.Thread(target=lambda: responses.append(
             client.post("/v1/plans", json=plan_body()))) for _ in range(4)]
         for thread in threads:
             thread.start()
-        assert planner.started.wait(timeout=10)
-        time.sleep(0.5)  # the other three reach the service and join the search in flight
+        assert planner.started.wait(timeout=60)
+        # Held until all four wait for the one search in flight, however slow the host.
+        pool = app.state.context.pool
+        waited = time.monotonic()
+        while pool.waiting(key) < 4:
+            assert time.monotonic() - waited < 60, f"{pool.waiting(key)} of 4 joined the search"
+            time.sleep(0.01)
         gate.set()
         for thread in threads:
-            thread.join(timeout=10)
+            thread.join(timeout=60)
     assert len(planner.calls) == 1
     assert len({r.json()["id"] for r in responses}) == 1
     assert [r.status_code for r in responses] == [201] * 4

@@ -140,12 +140,12 @@ def test_overloaded_has_retry_after(make_client: Callable[..., Any],
         first = threading.Thread(target=lambda: results.append(
             client.post("/v1/plans", json=plan_body())))
         first.start()
-        assert held.started.wait(timeout=10)
+        assert held.started.wait(timeout=60)
         other = plan_body(constraints={"tp": 4})
         body = check_problem(client.post("/v1/plans", json=other), "overloaded")
         assert "1 solver threads" in body["detail"]
         gate.set()
-        first.join(timeout=10)
+        first.join(timeout=60)
         assert results[0].status_code == 201
         assert client.post("/v1/plans", json=other).status_code == 201
 

@@ -20,7 +20,10 @@ from api_schemas.requests import Objective
 from models.published import published_run
 from solver import plan
 
-LIMITS = SolverLimits(time_limit_s=8, top_k=2, num_workers=1)
+LIMITS = SolverLimits(time_limit_s=60, top_k=2, num_workers=1)
+"""Each problem's search completes on its own (Kimi K2, the longest, in about 8 s on an idle
+2-core host); the limit is generous so that a loaded host does not stop one short, with a
+merely feasible plan or none."""
 
 
 def _request(model: str, gpu: str, nodes: int, training: TrainingSpec, *,

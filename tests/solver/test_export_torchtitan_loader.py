@@ -41,7 +41,7 @@ def _target_plan(name: str) -> tuple[str, TrainingSpec, ParallelConfig]:
     response = plan(PlanRequest(model=ModelPreset(preset=model),
                                 cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=nodes),
                                 training=training, constraints=Constraints(framework="torchtitan"),
-                                solver=SolverLimits(time_limit_s=6, top_k=0, num_workers=1)))
+                                solver=SolverLimits(time_limit_s=60, top_k=0, num_workers=1)))
     assert response.parallel is not None
     return model, training, response.parallel
 

@@ -2,6 +2,7 @@
 fixes, and published presets."""
 
 import pytest
+from relaxation_budgets import generous_relaxation_budgets
 
 from api_schemas import (
     ClusterInput,
@@ -54,8 +55,11 @@ def test_why_not_names_a_node_crossing_tp_group() -> None:
     assert "crosses the node" in crossing[0].why_not
 
 
-def test_infeasible_request_names_the_gap_and_relaxations() -> None:
+def test_infeasible_request_names_the_gap_and_relaxations(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # 405B on one node cannot fit: the answer says by how much and what would make it fit.
+    # The relaxation searches get generous budgets: what they find is the subject here.
+    generous_relaxation_budgets(monkeypatch)
     response = plan(_request("llama-3.1-405b", "h100-sxm5-80gb", 1, 16, 4096))
     assert response.status == PlanStatus.INFEASIBLE
     assert response.parallel is None

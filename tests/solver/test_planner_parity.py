@@ -72,8 +72,10 @@ PROBLEMS = [
     # the answer is neither the smallest count nor the whole cluster).
     (TINY_DENSE, "h100-sxm5-80gb", 2, 8, 64, 2048, Objective.MIN_GPUS,
      {"micro_batch_size": [1, 2], "pp": [1, 2], "target_tokens_per_s": 2.5e6}),
+    # (The fastest tiny-MoE plan on 16 GPUs trains about 0.95e6 tokens/s with the host-bound
+    # MoE forward; the fewest GPUs reaching 4.5e5 is 8.)
     (TINY_MOE, "h100-sxm5-80gb", 2, 8, 64, 2048, Objective.MIN_GPUS,
-     {"micro_batch_size": [1, 2], "target_tokens_per_s": 2.0e6}),
+     {"micro_batch_size": [1, 2], "target_tokens_per_s": 4.5e5}),
     ("llama-3.1-8b", "h100-sxm5-80gb", 4, 8, 64, 8192, Objective.MIN_GPUS,
      {"tp": [1, 2], "pp": [1, 2], "target_tokens_per_s": 1.5e5}),
 ]

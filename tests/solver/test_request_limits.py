@@ -4,6 +4,7 @@ invalid-spec."""
 
 import pytest
 from pydantic import ValidationError
+from relaxation_budgets import generous_relaxation_budgets
 
 from api_schemas import (
     ClusterInput,
@@ -90,25 +91,23 @@ def test_a_short_time_limit_is_kept_and_the_answer_says_what_it_proves() -> None
         assert response.solver.unexamined > 0
 
 
-def _generous_relaxation_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Give every relaxation search 20 s (still never past the request's deadline)."""
-    from solver import relax
-
-    monkeypatch.setattr(relax, "NODE_SEARCH_TIME_LIMIT_S", 20.0)
-    monkeypatch.setattr(relax._Clock.budget, "__defaults__", (20.0,))
-
-
 def test_relaxations_of_an_infeasible_request_keep_the_time_limit(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # DeepSeek-V3 cannot fit on 64 H800s; with a generous limit the relaxation searches take
     # about 2 s in all, with 0.5 s they must share the remaining time.
     request = _request("deepseek-v3", "h800-sxm5-80gb", 8, 1024, 4096, 0.5)
     response = plan(request)
-    assert response.status == PlanStatus.INFEASIBLE
+    # Within 0.5 s a loaded host may not examine every candidate: the answer is then unknown,
+    # never a plan; either way the relaxations run on what is left of the limit.
+    assert response.status == PlanStatus.INFEASIBLE or (
+        response.status == PlanStatus.UNKNOWN and response.solver is not None
+        and response.solver.unexamined > 0), response.status
+    assert response.parallel is None
     # Each relaxation's own search limit is raised too, so that the generous answer does not
     # depend on the machine's speed.
-    _generous_relaxation_budgets(monkeypatch)
+    generous_relaxation_budgets(monkeypatch)
     generous = plan(_request("deepseek-v3", "h800-sxm5-80gb", 8, 1024, 4096, 120))
+    assert generous.status == PlanStatus.INFEASIBLE
     assert generous.explanation.relaxations
     assert not any("not tried within the time limit" in n for n in generous.explanation.notes)
     tried = len(response.explanation.relaxations) + sum(
@@ -162,6 +161,7 @@ def test_out_of_time_before_any_plan_is_not_called_a_proof() -> None:
     # every one is reported as not examined.
     assert response.solver.evaluated == 0
     assert response.solver.unexamined == response.solver.candidates
-    finished = plan(_request("llama-3.1-70b", "h100-sxm5-80gb", 8, 512, 8192, 30))
+    # The same search completes in about 2 s on an idle host; its limit is generous.
+    finished = plan(_request("llama-3.1-70b", "h100-sxm5-80gb", 8, 512, 8192, 120))
     assert finished.status == PlanStatus.OPTIMAL
     assert finished.solver is not None and finished.solver.unexamined == 0
