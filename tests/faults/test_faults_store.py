@@ -202,14 +202,20 @@ def test_a_database_dropped_and_recreated_empty_recovers_without_restart(
 
 
 class LockingPlanner:
-    """The real planner, which makes the store stall as its search finishes (`stall`)."""
+    """The real planner, which makes the store stall as its first search finishes (`stall`).
+
+    Only the first: the request sent again after the outage may find the late write not
+    landed yet and search again, and that search must not start a second outage."""
 
     def __init__(self, stall: Any) -> None:
         self.stall = stall
+        self.stalled = False
 
     def __call__(self, request: PlanRequest, *, progress: Any = None) -> PlanResponse:
         response = solver_plan(request, progress=progress)
-        self.stall()
+        if not self.stalled:
+            self.stalled = True
+            self.stall()
         return response
 
 
