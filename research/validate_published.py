@@ -109,7 +109,17 @@ Megatron-Bridge `scripts/performance/configs/gpt_oss/workload_base_configs.py` a
   `micro_batch_size=4`; the 25.11 table prints EP 8. The 26.02 table (same file) prints the
   B200 BF16 run at EP 64 and MBS 4 with 8,047 tokens/s per GPU (25.11: 8,213), and the 26.04
   recipe moved the B200 run to EP 8 with HybridEP (`GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2`
-  at tag 26.04-alpha.rc2), where the table prints 13,045."""
+  at tag 26.04-alpha.rc2), where the table prints 13,045.
+Read and left to the planner: the Nemotron-4 15B rows (`nemotron4-15b-t2-*`). Their paper
+(arXiv:2402.16819 Sec. 2, "Pre-training", and Table 2) states TP 8 with data parallelism
+96 / 192 / 288, a distributed optimizer, BF16, sequence length 4096 and batch 384 / 768 /
+1,152 (four sequences per data-parallel replica in every stage), and nothing on the
+micro-batch, recomputation, sequence parallelism or TP overlap. The public NeMo recipes for
+the model run other layouts (NeMo-Framework-Launcher
+`launcher_scripts/conf/training/nemotron/nemotron_15b.yaml`: TP 2, micro-batch 1 when added
+on 2024-02-09, TP 4, micro-batch 2, global batch 32 since; NeMo 2.0
+`nemo/collections/llm/recipes/nemotron4_15b.py`: TP 4, micro-batch 2; the DGXC benchmark
+tables: TP 2, micro-batch 2), so none of their fields is passed to the TP 8 rows."""
 
 
 def row_parallel(row: dict[str, Any]) -> dict[str, Any]:
@@ -460,6 +470,49 @@ def zero3_scaling() -> None:
               + f" (2048 vs 128: {100 * (rates[2] / rates[0] - 1):+.1f}%)")
 
 
+FSDP_DP_SERIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("torchtitan 8B FSDP, 8 -> 128 GPUs", ("torchtitan-t1-8b-8gpu-fsdp",
+                                            "torchtitan-t3-8b-128gpu-fsdp")),
+    ("torchtitan 8B FSDP + compile, 8 -> 128 GPUs", ("torchtitan-t1-8b-8gpu-fsdp-compile",
+                                                      "torchtitan-t3-8b-128gpu-fsdp-compile")),
+    ("torchtitan 8B FSDP + compile + Float8, 8 -> 128 GPUs",
+     ("torchtitan-t1-8b-8gpu-fsdp-compile-float8", "torchtitan-t3-8b-128gpu-fsdp-compile-float8")),
+    ("Llama 3 405B FSDP, DP 64 -> 128", ("llama3-t4-405b-8192gpu-seq8192",
+                                          "llama3-t4-405b-16384gpu-seq8192")),
+)
+"""Published rows that differ only in the size of a fully sharded (ZeRO-3 / FSDP) data-parallel
+group, in growing order: torchtitan `benchmarks/llama3_h100_202412_torchtitan.md` Tables 1
+and 3 (Llama 3.1 8B, FSDP2 over every GPU, local batch 2, sequence 8192, the same recipe on 8
+and 128 H100 96 GB 500 W GPUs) and Llama 3
+arXiv:2407.21783 Table 4 (405B, TP 8 / PP 16, DP 64 and 128 with the data-parallel dimension
+sharded as FSDP, global batch 16M tokens on both). The H200 torchtitan pair (32 and 64 GPUs) is
+not predicted: its parallel degrees and batch are not restated."""
+
+
+def rate_change(first: tuple[float, float, str], last: tuple[float, float, str]
+                ) -> tuple[float, float]:
+    """(published, predicted) relative change of the per-GPU rate from the `first` to the
+    `last` (observed, predicted, unit) of a series; iteration times turn into rates."""
+    def rate(value: float, unit: str) -> float:
+        return 1 / value if unit == "s/iter" else value
+    published = rate(last[0], last[2]) / rate(first[0], first[2]) - 1
+    predicted = rate(last[1], last[2]) / rate(first[1], first[2]) - 1
+    return published, predicted
+
+
+def fsdp_series(predictions: dict[str, tuple[float, float, str]]) -> None:
+    """Print each `FSDP_DP_SERIES`: the published and predicted change of the per-GPU rate
+    and each row's error (calibration rows included, marked)."""
+    for label, ids in FSDP_DP_SERIES:
+        if not all(i in predictions for i in ids):
+            continue
+        published, predicted = rate_change(predictions[ids[0]], predictions[ids[-1]])
+        errors = " / ".join(f"{100 * _error(*predictions[i]):+.1f}%"
+                            + (" (cal.)" if i in FITTED else "") for i in ids)
+        print(f"zero3 published series {label}: per-GPU rate published {100 * published:+.1f}% "
+              f"predicted {100 * predicted:+.1f}%; row errors {errors}")
+
+
 def main() -> None:
     rows = [r for r in DATA["runs"] if not r["id"].startswith(SKIP_SOURCES)]
     if "--calibrate-h100" in sys.argv:
@@ -474,10 +527,12 @@ def main() -> None:
     if "--moe-host-need" in sys.argv:
         moe_host_need(rows)
     by_gpu: dict[str, list[float]] = {}
+    predictions: dict[str, tuple[float, float, str]] = {}
     for row in rows:
         out = predict(row)
         if out is None:
             continue
+        predictions[row["id"]] = out
         obs, pred, unit = out
         err = _error(obs, pred, unit)
         tag = "calibration" if row["id"] in FITTED else "held out"
@@ -487,7 +542,7 @@ def main() -> None:
               f"{100 * err:+6.1f}%")
     by_source: dict[str, list[float]] = {}
     for row in rows:
-        out = predict(row)
+        out = predictions.get(row["id"])
         if out is not None and row["id"] not in CALIBRATION:
             source = row["id"].split("-")[0]
             by_source.setdefault(source, []).append(abs(_error(*out)))
@@ -501,6 +556,7 @@ def main() -> None:
     for gpu, errs in sorted(by_gpu.items()):
         print(f"held out {gpu:16s} n={len(errs):3d} median |error| "
               f"{100 * statistics.median(errs):5.1f}%  max {100 * max(errs):5.1f}%")
+    fsdp_series(predictions)
     zero3_scaling()
 
 
