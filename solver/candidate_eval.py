@@ -18,6 +18,7 @@ refines the chosen plan (`refine_policies`).
 import dataclasses
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -172,6 +173,7 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                        candidate: MeshCandidate, constraints: Constraints, *,
                        step_cutoff_s: float = math.inf,
                        zero3_bound_s: float = 0.0,
+                       zero_floors_s: Mapping[int, float] | None = None,
                        caps: PolicyCaps | None = None) -> ScoredPlan | Rejection | Dominated:
     """The best plan of one mesh candidate under the rule in the module docstring.
 
@@ -182,7 +184,11 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     time the caller already has): the value is exact whenever it is below the cutoff, and
     `Dominated` says that no plan of the candidate gets below it. `zero3_bound_s`, a lower
     bound of any ZeRO-3 plan's step time (`solver.bounds.BoundTables.zero3_time_bound_s`),
-    spares the ZeRO-3 ladder when it already reaches the cutoff. `caps` limits the
+    spares the ZeRO-3 ladder when it already reaches the cutoff; so does `zero_floors_s`
+    (per ZeRO stage, a lower bound of the step time of any of its plans: the planner's
+    makespan bound plus `models.step_time.step_tail_floor_s`) for any stage, whose ladder
+    is then replaced by one probe of its first rung (a plain fit there still ends the
+    ladder, so the stages considered stay those of the rule). `caps` limits the
     activation policies to what a framework target expresses (`solver/targets.py`)."""
     zeros = allowed_zero_stages(constraints)
     caps = caps or ALL_POLICIES
@@ -194,10 +200,18 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     # The probes of every ZeRO stage and rung share their ranks' states and activations.
     memo = LedgerMemo(spec=spec, training=training)
     try:
-        skipped_zero3 = False
+        skipped: list[float] = []
         for zero in zeros:
             if zero == 3 and zero3_bound_s >= step_cutoff_s:
-                skipped_zero3 = True
+                skipped.append(zero3_bound_s)
+                continue
+            floor = zero_floors_s.get(zero, 0.0) if zero_floors_s else 0.0
+            if floor >= step_cutoff_s:
+                skipped.append(floor)
+                plain = _with_policy(candidate, zero, _rungs(spec, constraints, pinned, caps)[0],
+                                     constraints)
+                if fits_memory(spec, training, plain, cluster, memo=memo):
+                    break  # a plain fit ends the ladder
                 continue
             found = _first_fit(spec, training, cluster, candidate, zero, constraints, pinned,
                                caps, memo)
@@ -207,8 +221,8 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
             fits.append(found)
             if found.plain:
                 break
-        if not fits and skipped_zero3:
-            return Dominated(candidate=candidate, bound_s=zero3_bound_s)
+        if not fits and skipped:
+            return Dominated(candidate=candidate, bound_s=min(skipped))
         if not fits:
             assert unfit is not None
             ledger = _fits(spec, training, cluster, unfit, memo)
@@ -231,8 +245,8 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     except InvalidSpecError as exc:
         return Rejection(candidate=candidate, reason=exc.detail)
     if best is None:
-        # A skipped ZeRO-3 plan is bounded by its own bound, which may be the lower one.
-        bound = min(order[0][0], zero3_bound_s) if skipped_zero3 else order[0][0]
+        # A skipped stage's plans are bounded by its own bound, which may be the lower one.
+        bound = min([order[0][0], *skipped])
         return Dominated(candidate=candidate, bound_s=bound)
     return best[2]
 
@@ -268,6 +282,14 @@ class _Fit:
     plain: bool
 
 
+def _rungs(spec: ModelSpec, constraints: Constraints, pinned: bool,
+           caps: PolicyCaps) -> list[dict[str, object]]:
+    """The policies tried at one ZeRO stage, cheapest first (a pinned policy: itself)."""
+    if pinned and caps.selective_modules and constraints.recompute == RecomputeMode.SELECTIVE:
+        return [{"recompute_modules": caps.selective_modules}]
+    return [{}] if pinned else _ladder(spec, constraints, caps)
+
+
 def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                candidate: MeshCandidate, zero: int, constraints: Constraints, pinned: bool,
                caps: PolicyCaps = ALL_POLICIES, memo: LedgerMemo | None = None
@@ -276,9 +298,7 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     tried when none does (its ledger says which stage binds). Probes only ask whether a
     configuration fits (`fits_memory`); the full ledger is built only for a plan that is
     scored."""
-    rungs = [{}] if pinned else _ladder(spec, constraints, caps)
-    if pinned and caps.selective_modules and constraints.recompute == RecomputeMode.SELECTIVE:
-        rungs = [{"recompute_modules": caps.selective_modules}]
+    rungs = _rungs(spec, constraints, pinned, caps)
     if not pinned:
         frugal = _with_policy(candidate, zero, _frugal(spec, constraints, None, caps),
                               constraints)

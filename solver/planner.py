@@ -47,10 +47,12 @@ from dataclasses import dataclass, field
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
+from models.step_time import step_time_floor_s
 from solver import cancel
 from solver.bounds import BoundTables
 from solver.candidate_eval import (
@@ -159,7 +161,7 @@ TARGET_SLACK = 1e-9
 """Relative widening of the target's step-time cutoff: bounds prune only candidates that
 miss the target by more than rounding."""
 
-_TABLE_BOUND, _ZERO3_BOUND, _SIMULATED_BOUND = 0, 1, 2
+_TABLE_BOUND, _ZERO3_BOUND, _SIMULATED_BOUND, _FLOOR_BOUND = 0, 1, 2, 3
 """How far a queued candidate's bound has been tightened: the closed-form table bound, the
 table bound with forced ZeRO-3 gathers, the simulated bound (then it is evaluated)."""
 
@@ -221,6 +223,10 @@ class _Queue:
     dominated: list[MeshCandidate] = field(default_factory=list)
     forced_zero: dict[int, int] = field(default_factory=dict)
     zero3_bound: dict[int, float] = field(default_factory=dict)
+    makespan: dict[int, float] = field(default_factory=dict)
+    """The simulated makespan bound of each candidate that reached it."""
+    zero_floors: dict[int, dict[int, float]] = field(default_factory=dict)
+    """Per candidate, per allowed ZeRO stage: a lower bound of every plan's step time."""
     reach_bound: float = 0.0
     """Largest tokens/s any plan missing the target could reach, from the bounds that
     dismissed candidates and the exact values of plans that missed it."""
@@ -315,8 +321,10 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                 queue.unexamined = len(queue.heap) + len(pending)
             break
         heapq.heappop(queue.heap)
-        if level != _SIMULATED_BOUND:
+        if level < _SIMULATED_BOUND:
             _tighten(problem, queue, lower, order, level, c)
+            continue
+        if level == _SIMULATED_BOUND and _add_tail_floor(problem, queue, lower, order, c):
             continue
         _visit(problem, queue, order, c, progress)
     if queue.unenumerated:
@@ -435,8 +443,56 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
         return
     if _misses_target(problem, queue, makespan):
         return
+    queue.makespan[order] = makespan
     tighter = _rescale(makespan, c, problem.objective, problem.tokens)
     heapq.heappush(queue.heap, (max(lower, tighter), order, _SIMULATED_BOUND, c))
+
+
+def _add_tail_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
+                    c: MeshCandidate) -> bool:
+    """Before its evaluation, bound each allowed ZeRO stage's plans by the makespan bound plus
+    the stage's per-step tail (`models.step_time.step_time_floor_s`, over every activation
+    policy the request allows; ZeRO-3 from the larger of the makespan bound and its own),
+    and re-queue the candidate under the smallest of them over the stages its memory bound
+    leaves (True; also when the target dismisses it). False: go on to evaluate."""
+    if problem.objective == Objective.MIN_MEMORY or order not in queue.makespan:
+        return False
+    tables, makespan = problem.tables, queue.makespan[order]
+    floors: dict[int, float] = {}
+    possible: list[float] = []
+    forced = queue.forced_zero.get(order, 0)
+    for zero in problem.zeros:
+        if forced == 3 and zero < 3:
+            continue  # its makespan bound holds for ZeRO-3 plans only
+        span = max(makespan, queue.zero3_bound.get(order, 0.0)) if zero == 3 else makespan
+        try:
+            floors[zero] = step_time_floor_s(problem.spec, problem.training,
+                                             _floor_parallel(problem, c, zero),
+                                             problem.cluster, makespan_bound_s=span,
+                                             max_offload=problem.max_offload)
+        except InvalidSpecError:
+            return False  # the evaluation rejects it with the reason
+        if tables.memory_bound_bytes(c, max_zero=zero, max_offload=problem.max_offload) \
+                <= problem.cluster.capacity_bytes:
+            possible.append(floors[zero])
+    queue.zero_floors[order] = floors
+    if not possible:
+        return False
+    floor = min(possible)
+    if _misses_target(problem, queue, floor):
+        return True
+    tighter = _rescale(floor, c, problem.objective, problem.tokens)
+    if tighter <= lower:
+        return False
+    heapq.heappush(queue.heap, (tighter, order, _FLOOR_BOUND, c))
+    return True
+
+
+def _floor_parallel(problem: _Problem, c: MeshCandidate, zero: int) -> ParallelConfig:
+    """The candidate at one ZeRO stage as its plans have it, without an activation policy."""
+    if problem.constraints.gradient_host_shards:
+        return c.parallel(zero_stage=zero, gradient_host_shards=True)
+    return c.parallel(zero_stage=zero)
 
 
 def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,
@@ -450,6 +506,7 @@ def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,
     result = evaluate_for_targets(problem.spec, problem.training, problem.cluster, c,
                                   problem.constraints, step_cutoff_s=cutoff_s,
                                   zero3_bound_s=queue.zero3_bound.get(order, 0.0),
+                                  zero_floors_s=queue.zero_floors.get(order),
                                   least_memory=problem.objective == Objective.MIN_MEMORY)
     queue.evaluated += 1
     if isinstance(result, Dominated):

@@ -17,6 +17,7 @@ from models.step_time.assembly import (
     pipeline_makespan_bound,
     rank_work_s,
     step_time_bound,
+    step_time_floor_s,
 )
 from models.step_time.exposure import (
     LayerComm,
@@ -49,5 +50,6 @@ __all__ = [
     "rank_work_s",
     "stage_time",
     "step_time_bound",
+    "step_time_floor_s",
     "zero3_exposed_s",
 ]

@@ -9,6 +9,7 @@ step_time = compute + recompute + sum(exposed_comm) + offload_stall + bubble + o
 """
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
@@ -41,10 +42,10 @@ from models.step_time.makespan import (
     schedule_chunks,
     virtual_stage_durations,
 )
-from models.step_time.stage import StageTime, layer_mode, stage_times
+from models.step_time.stage import StageTime, layer_mode, stage_times, window_caps_s
 from models.traffic.context import StepContext, group_placement
 from models.traffic.data import dp_items
-from models.traffic.items import Phase, TrafficAxis, call_cost
+from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, call_cost
 from models.traffic.pipeline import pp_items, pp_message_bytes
 from models.traffic.weights import StageWeights, stage_weights
 from models.vision_pipeline import stage0_vision_times, vision_encoder, vision_step_cost
@@ -570,6 +571,93 @@ def step_time_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
     return span + max(memo.values(), default=0.0)
 
 
+STALL_SEARCH_STEPS = 80
+"""Ternary-search steps of `step_time_floor_s` over a rank's offload stall."""
+
+
+def step_time_floor_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                      cluster: ClusterSpec, *, makespan_bound_s: float,
+                      max_offload: float = 1.0) -> float:
+    """A lower bound of `estimate_step(...).step_time_s` for every activation policy on
+    `parallel`'s mesh and ZeRO stage that offloads at most `max_offload` of the stored
+    activations (`parallel` itself carries none), given `makespan_bound_s`, a lower bound of
+    the pipeline makespan of every such policy (`pipeline_makespan_bound` without one).
+
+    The step is the makespan, plus the critical rank's tail, the largest of all ranks'
+    (`_tail`: exposed DP sync, tied-embedding all-reduce, optimizer step; `estimate_step`
+    picks it so), plus that rank's overheads (`_step_overheads`, which read no policy; the
+    smallest over ranks is taken). A policy changes a rank's DP exposure only through the
+    windows it hides behind, and only shrinks it as they grow: the windows are at most the
+    rank's plain ones plus the largest recomputation and FP8 casts
+    (`models.step_time.stage.window_caps_s`) plus its offload stall s. The stall also
+    lengthens the rank's busy time, which the makespan is at least, by s per micro-batch
+    crossing. So for each rank, makespan + tail >= the minimum over s in [0, the largest
+    transfer] of max(makespan bound, busy time + crossings x s) + tail at windows (caps +
+    s); the function is convex in s (a maximum of linear terms plus the exposure, a sum of
+    convex non-increasing pieces), minimised by ternary search and lowered by the width of
+    the last interval times the steepest descent the exposure can have (one window length
+    per hidden repetition). Under ZeRO-3, whose gathers lengthen the ops, the windows are
+    unbounded. Pipeline ZeRO-2's offload and a vision encoder only add non-negative terms
+    and are left out.
+
+    Raises:
+        InvalidSpecError: as `pipeline_makespan_bound`.
+        ValueError: `parallel` carries an activation policy.
+    """
+    if (parallel.stage_policies is not None or parallel.recompute != RecomputeMode.NONE
+            or parallel.fp8_activations or parallel.activation_offload_frac > 0):
+        raise ValueError("the step floor is taken over policies; pass the mesh without one")
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    unbounded = parallel.zero_stage == 3
+    # ZeRO-0, 1 and 2 give the same op durations: their stage times are shared.
+    timed = parallel if unbounded else parallel.model_copy(update={"zero_stage": 0})
+    stages = stage_times(spec, training, timed, cluster, layouts, m, fabric, groups)
+    crossings = m * crossings_per_micro_batch(parallel)
+    spans: dict[tuple[object, ...], float] = {}
+    overheads = math.inf
+    for layout, st, held in zip(layouts, stages, stage_weights(spec, parallel), strict=True):
+        key = (_weights_key(held), st.chunk_times, layout.num_embeddings, layout.num_heads)
+        if key in spans:
+            continue
+        # Ranks holding the same weights have the same overheads.
+        overheads = min(overheads, sum(_step_overheads(spec, training, parallel, cluster,
+                                                       groups, fabric, layout).values()))
+        ctx = _step_context(spec, training, parallel, groups, fabric, held, m)
+        items = tuple(dp_items(ctx))
+        fixed = sum(i.time_per_step_s for i in pp_items(ctx)
+                    if i.axis == TrafficAxis.PP and i.phase == Phase.OPTIMIZER)
+        fixed += _optimizer_s(spec, training, parallel, cluster, layout)
+        busy = rank_work_s(parallel, st, m)
+        if unbounded:
+            forward = backward = math.inf
+            transfer = 0.0
+        else:
+            forward, backward, transfer = window_caps_s(
+                spec, training, timed, cluster, layout, st, fabric=fabric, groups=groups,
+                max_offload=max_offload)
+
+        def span(stall: float, items: tuple[TrafficItem, ...] = items, busy: float = busy,
+                 forward: float = forward, backward: float = backward) -> float:
+            windows = (OpTimes(forward_s=forward, backward_input_s=backward + stall),)
+            return (max(makespan_bound_s, busy + crossings * stall)
+                    + sync_exposed_s(items, overlap=training.overlap_grad_reduce,
+                                     num_micro_batches=m, chunk_times=windows))
+
+        low, high = 0.0, transfer
+        for _ in range(STALL_SEARCH_STEPS if high > 0 else 0):
+            left, right = low + (high - low) / 3, high - (high - low) / 3
+            if span(left) <= span(right):
+                high = right
+            else:
+                low = left
+        steepest = sum(m if i.frequency == Frequency.PER_MICRO_BATCH else 1 for i in items)
+        spans[key] = fixed + min(span(low), span(high)) - (high - low) * steepest
+    return max(spans.values(), default=makespan_bound_s) + (
+        0.0 if overheads == math.inf else overheads)
+
+
 def _makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, m: int,
                     stages: list[StageTime], groups: AxisGroups, fabric: Fabric) -> float:
     """`pipeline_makespan_bound` from the ranks' stage times."""
@@ -638,4 +726,5 @@ __all__ = [
     "pipeline_inputs",
     "pipeline_makespan_bound",
     "rank_work_s",
+    "step_time_floor_s",
 ]
