@@ -35,6 +35,7 @@ from models.step_time import (
     StepEstimate,
     estimate_step,
     pipeline_makespan_bound,
+    policy_work_bound_s,
     step_time_bound,
 )
 from solver import cpsat
@@ -230,7 +231,8 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                              over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
                              reason=f"does not fit even with ZeRO-{zeros[-1]} and the most "
                                     "frugal activation policy allowed")
-        order = sorted((step_time_bound(spec, training, fit.parallel, cluster), rank)
+        order = sorted(_fit_bound(spec, training, cluster, candidate, constraints, fit,
+                                  step_cutoff_s, zero_floors_s, pinned, rank)
                        for rank, fit in enumerate(fits))
         best: tuple[float, int, ScoredPlan] | None = None
         for bound_s, rank in order:
@@ -249,6 +251,25 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
         bound = min([order[0][0], *skipped])
         return Dominated(candidate=candidate, bound_s=bound)
     return best[2]
+
+
+def _fit_bound(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+               candidate: MeshCandidate, constraints: Constraints, fit: "_Fit", cutoff_s: float,
+               zero_floors_s: Mapping[int, float] | None, pinned: bool,
+               rank: int) -> tuple[float, int]:
+    """A lower bound of a fitting plan's step time, with its rank among the fits: first the
+    cheap ones (its ZeRO stage's floor, and the busiest rank's work without a policy plus
+    the recomputation the plan's policy adds, `models.step_time.policy_work_bound_s`);
+    where they stay below `cutoff_s`, the plan's own `step_time_bound`."""
+    zero = fit.parallel.zero_stage
+    cheap = zero_floors_s.get(zero, 0.0) if zero_floors_s else 0.0
+    if not pinned and cheap < cutoff_s:
+        # ZeRO-0, 1 and 2 time their ops alike: the ZeRO-0 stage times stand for them.
+        plain = _with_policy(candidate, 3 if zero == 3 else 0, {}, constraints)
+        cheap = max(cheap, policy_work_bound_s(spec, training, fit.parallel, cluster, plain))
+    if cheap >= cutoff_s:
+        return cheap, rank
+    return step_time_bound(spec, training, fit.parallel, cluster), rank
 
 
 def least_memory_candidate(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,

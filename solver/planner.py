@@ -52,7 +52,7 @@ from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
-from models.step_time import step_time_floor_s
+from models.step_time import step_time_floors_s
 from solver import cancel
 from solver.bounds import BoundTables
 from solver.candidate_eval import (
@@ -162,6 +162,13 @@ TARGET_SLACK = 1e-9
 miss the target by more than rounding."""
 
 _TABLE_BOUND, _ZERO3_BOUND, _SIMULATED_BOUND, _FLOOR_BOUND = 0, 1, 2, 3
+
+FLOOR_FROM_ZERO_STAGE = 2
+"""The per-step tail floor is computed for a candidate only when its memory bound rules out
+every ZeRO stage below this one: under ZeRO-0 and 1 the gradients reduce once per step
+behind the last backward and the floor seldom lifts the bound by more than it costs (on the
+benchmark problems, fewer evaluations saved than the floors took), while ZeRO-2 reduces
+every micro-batch and ZeRO-3 gathers every layer."""
 """How far a queued candidate's bound has been tightened: the closed-form table bound, the
 table bound with forced ZeRO-3 gathers, the simulated bound (then it is evaluated)."""
 
@@ -451,34 +458,33 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
 def _add_tail_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
                     c: MeshCandidate) -> bool:
     """Before its evaluation, bound each allowed ZeRO stage's plans by the makespan bound plus
-    the stage's per-step tail (`models.step_time.step_time_floor_s`, over every activation
-    policy the request allows; ZeRO-3 from the larger of the makespan bound and its own),
-    and re-queue the candidate under the smallest of them over the stages its memory bound
-    leaves (True; also when the target dismisses it). False: go on to evaluate."""
+    the stage's per-step tail (`models.step_time.step_time_floors_s`, over every activation
+    policy the request allows; ZeRO-3 from the larger of the makespan bound and its own), for
+    the stages the memory bound leaves (where none is below `FLOOR_FROM_ZERO_STAGE`), and
+    re-queue the candidate under the smallest (True; also when the target dismisses it).
+    False: go on to evaluate."""
     if problem.objective == Objective.MIN_MEMORY or order not in queue.makespan:
         return False
     tables, makespan = problem.tables, queue.makespan[order]
-    floors: dict[int, float] = {}
-    possible: list[float] = []
     forced = queue.forced_zero.get(order, 0)
-    for zero in problem.zeros:
-        if forced == 3 and zero < 3:
-            continue  # its makespan bound holds for ZeRO-3 plans only
-        span = max(makespan, queue.zero3_bound.get(order, 0.0)) if zero == 3 else makespan
-        try:
-            floors[zero] = step_time_floor_s(problem.spec, problem.training,
-                                             _floor_parallel(problem, c, zero),
-                                             problem.cluster, makespan_bound_s=span,
-                                             max_offload=problem.max_offload)
-        except InvalidSpecError:
-            return False  # the evaluation rejects it with the reason
-        if tables.memory_bound_bytes(c, max_zero=zero, max_offload=problem.max_offload) \
-                <= problem.cluster.capacity_bytes:
-            possible.append(floors[zero])
-    queue.zero_floors[order] = floors
-    if not possible:
+    # Under a forced ZeRO-3 the makespan bound holds for ZeRO-3 plans only; stages the
+    # memory bound rules out have no plan.
+    spans = {zero: (max(makespan, queue.zero3_bound.get(order, 0.0)) if zero == 3
+                    else makespan)
+             for zero in problem.zeros
+             if (forced != 3 or zero == 3) and tables.memory_bound_bytes(
+                 c, max_zero=zero, max_offload=problem.max_offload)
+             <= problem.cluster.capacity_bytes}
+    if not spans or min(spans) < FLOOR_FROM_ZERO_STAGE:
         return False
-    floor = min(possible)
+    try:
+        floors = step_time_floors_s(problem.spec, problem.training, _floor_parallel(problem, c),
+                                    problem.cluster, makespan_bounds_s=spans,
+                                    max_offload=problem.max_offload)
+    except InvalidSpecError:
+        return False  # the evaluation rejects it with the reason
+    queue.zero_floors[order] = floors
+    floor = min(floors.values())
     if _misses_target(problem, queue, floor):
         return True
     tighter = _rescale(floor, c, problem.objective, problem.tokens)
@@ -488,11 +494,11 @@ def _add_tail_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
     return True
 
 
-def _floor_parallel(problem: _Problem, c: MeshCandidate, zero: int) -> ParallelConfig:
-    """The candidate at one ZeRO stage as its plans have it, without an activation policy."""
+def _floor_parallel(problem: _Problem, c: MeshCandidate) -> ParallelConfig:
+    """The candidate as its plans have it, without an activation policy."""
     if problem.constraints.gradient_host_shards:
-        return c.parallel(zero_stage=zero, gradient_host_shards=True)
-    return c.parallel(zero_stage=zero)
+        return c.parallel(gradient_host_shards=True)
+    return c.parallel()
 
 
 def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,

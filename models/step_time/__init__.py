@@ -15,9 +15,10 @@ from models.step_time.assembly import (
     estimate_step,
     pipeline_inputs,
     pipeline_makespan_bound,
+    policy_work_bound_s,
     rank_work_s,
     step_time_bound,
-    step_time_floor_s,
+    step_time_floors_s,
 )
 from models.step_time.exposure import (
     LayerComm,
@@ -47,9 +48,10 @@ __all__ = [
     "pipeline_inputs",
     "pipeline_makespan",
     "pipeline_makespan_bound",
+    "policy_work_bound_s",
     "rank_work_s",
     "stage_time",
     "step_time_bound",
-    "step_time_floor_s",
+    "step_time_floors_s",
     "zero3_exposed_s",
 ]

@@ -234,7 +234,9 @@ def _fp8_cast_cap_s(spec: ModelSpec, index: int, training: TrainingSpec,
 def window_caps_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                   cluster: ClusterSpec, layout: StageLayout, plain: StageTime, *,
                   fabric: Fabric, groups: AxisGroups,
-                  max_offload: float = 1.0) -> tuple[float, float, float]:
+                  max_offload: float = 1.0,
+                  layer_caps: dict[bool, tuple[float, float, int]] | None = None
+                  ) -> tuple[float, float, float]:
     """Upper bounds of one rank's per-micro-batch forward time, backward (input and weight)
     time without the offload stall, and offload stall, summed over its chunks, under any
     activation policy on this mesh and ZeRO stage that offloads at most `max_offload`, from
@@ -245,13 +247,14 @@ def window_caps_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     modules, at most all of them), the FP8 casts (`_fp8_cast_cap_s`, half in forward, half
     in backward) and the offload stall, at most the whole host transfer of a micro-batch
     (`_offload_stall`: stored bytes over the peak in-flight units are at most the largest
-    chunk's bytes, `models.memory.layer_stored_bytes_cap` per layer)."""
+    chunk's bytes, `models.memory.layer_stored_bytes_cap` per layer). `layer_caps` keeps
+    the per-layer-kind caps for other ranks of the same configuration."""
     if plain.recompute_s or plain.offload_stall_s or plain.fp8_cast_s:
         raise ValueError("window caps start from a rank's times without a policy")
     ctx = compute_context(training, parallel, cluster)
     forward = sum(t.forward_s for t in plain.chunk_times)
     backward = sum(t.backward_input_s + t.backward_weight_s for t in plain.chunk_times)
-    extra: dict[bool, tuple[float, float, int]] = {}
+    extra = {} if layer_caps is None else layer_caps
     largest_chunk = 0
     for chunk in layout.chunks:
         chunk_bytes = 0
@@ -277,6 +280,39 @@ def window_caps_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         return forward, backward, 0.0
     offloaded = largest_chunk * min(1.0, max_offload) + 1  # the ledger rounds bytes up
     return forward, backward, 2 * offloaded * len(layout.chunks) / host_link_bandwidth(cluster)
+
+
+def rank_recompute_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                     cluster: ClusterSpec, layouts: tuple[StageLayout, ...], *, fabric: Fabric,
+                     groups: AxisGroups) -> list[float]:
+    """Per rank, the recomputation its policy adds per micro-batch over all its chunks, as
+    `stage_time` books it into the backward (full: the forward and its forward collectives
+    again; selective: the listed modules)."""
+    ctx = compute_context(training, parallel, cluster)
+    per_kind: dict[bool, tuple[LayerCompute, LayerComm]] = {}
+    out = []
+    for layout in layouts:
+        policy = parallel.policy_of(layout.rank)
+        total = 0.0
+        for position, index in enumerate(layout.layers):
+            mode = _mode(policy.recompute, position)
+            if mode == RecomputeMode.NONE:
+                continue
+            kind = spec.is_moe_layer(index)
+            if kind not in per_kind:
+                lc = layer_compute(spec, index, ctx)
+                per_kind[kind] = (lc, layer_comm(
+                    spec, index, training=training, parallel=parallel, groups=groups,
+                    fabric=fabric, compute=lc,
+                    attention_forward_s=lc.recompute_module_s.get(RecomputeModule.CORE_ATTN,
+                                                                  0.0)))
+            lc, comm = per_kind[kind]
+            if mode == RecomputeMode.FULL:
+                total += lc.recompute_full_s + sum(comm.recompute_s.values())
+            else:
+                total += lc.recompute_s(policy.recompute_modules)
+        out.append(total)
+    return out
 
 
 def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk_index: int,
@@ -383,4 +419,4 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
 
 
 __all__ = ["StageTime", "clear_step_time_cache", "compute_context", "fp8_cast_s", "layer_mode",
-           "stage_key", "stage_time", "stage_times", "window_caps_s"]
+           "rank_recompute_s", "stage_key", "stage_time", "stage_times", "window_caps_s"]
