@@ -631,7 +631,8 @@ def step_time_floors_s(spec: ModelSpec, training: TrainingSpec, parallel: Parall
         gathers = _zero3_layer_s(spec, training, parallel.model_copy(update={"zero_stage": 3}),
                                  cluster, fabric, groups)
         busy3 = [work + crossings * sum(gathers[moe] * count
-                                        for moe, count in _kind_counts(spec, layout).items())
+                                        for moe, count in _kind_counts(spec, layout).items()
+                                        if count)
                  for work, layout in zip(busy, layouts, strict=True)]
     windows: dict[int, tuple[float, float, float]] = {}
     floors: dict[int, float] = {}
