@@ -16,8 +16,12 @@ at the lightest stage, the fastest policy); LB_m(c) from the same module prunes 
 that cannot fit under the most frugal choices allowed. Before a candidate is evaluated it is
 re-queued under a second, simulated bound (`plain_makespan_bound`: the stage times with no
 recomputation, ZeRO-3's gathers included when LB_m rules out ZeRO 0-2, and one micro-batch's
-dependency chain), and its evaluation skips simulating any ZeRO plan whose own step-time
-bound (makespan bound plus its exact per-step tail) already reaches the incumbent.
+dependency chain); where the memory bound rules out ZeRO-0 and 1, once more under the
+smallest step-time floor of the ZeRO stages left (`models.step_time.step_time_floors_s`:
+the makespan bound plus the per-step tail at the best overlap any activation policy gives).
+Its evaluation skips probing any ZeRO stage whose floor reaches the incumbent, and
+simulating any plan whose own step-time bound (its recomputation on the busiest rank's work,
+then the makespan bound plus its exact per-step tail) already reaches it.
 Throughput target (tokens/s >= T, i.e. step time <= tokens per step / T). A world size W
 whose peak throughput (`solver/throughput_bound.py`) is below T is skipped whole; a
 candidate is dismissed as soon as any of its step-time lower bounds (table, ZeRO-3, simulated)
