@@ -18,7 +18,7 @@ refines the chosen plan (`refine_policies`).
 import dataclasses
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,10 +33,11 @@ from models.memory import LedgerMemo, MemoryLedger, fits_memory, memory_ledger
 from models.pipeline import schedule_traits
 from models.step_time import (
     StepEstimate,
+    WorkTable,
     estimate_step,
     pipeline_makespan_bound,
-    policy_work_bound_s,
     step_time_bound,
+    work_table,
 )
 from solver import cpsat
 from solver.policy import (
@@ -200,6 +201,7 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     pinned = constraints.recompute is not None and not isinstance(constraints.recompute, list)
     # The probes of every ZeRO stage and rung share their ranks' states and activations.
     memo = LedgerMemo(spec=spec, training=training)
+    work = _WorkTables(spec, training, cluster, candidate, constraints)
     try:
         skipped: list[float] = []
         for zero in zeros:
@@ -215,7 +217,12 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                     break  # a plain fit ends the ladder
                 continue
             found = _first_fit(spec, training, cluster, candidate, zero, constraints, pinned,
-                               caps, memo)
+                               caps, memo, cutoff_s=step_cutoff_s,
+                               plan_bound=None if pinned or step_cutoff_s == math.inf
+                               else _plan_bound(work, floor))
+            if isinstance(found, _Bounded):
+                skipped.append(found.bound_s)
+                continue
             if not isinstance(found, _Fit):
                 unfit = found
                 continue
@@ -231,8 +238,8 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                              over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
                              reason=f"does not fit even with ZeRO-{zeros[-1]} and the most "
                                     "frugal activation policy allowed")
-        order = sorted(_fit_bound(spec, training, cluster, candidate, constraints, fit,
-                                  step_cutoff_s, zero_floors_s, pinned, rank)
+        order = sorted(_fit_bound(spec, training, cluster, work, fit, step_cutoff_s,
+                                  zero_floors_s, pinned, rank)
                        for rank, fit in enumerate(fits))
         best: tuple[float, int, ScoredPlan] | None = None
         for bound_s, rank in order:
@@ -253,8 +260,39 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     return best[2]
 
 
+class _WorkTables:
+    """The `models.step_time.WorkTable` of one candidate per timing ZeRO stage (0 stands for
+    0-2, whose ops time alike; 3), built when first asked for."""
+
+    def __init__(self, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                 candidate: MeshCandidate, constraints: Constraints) -> None:
+        self._args = (spec, training, cluster, candidate, constraints)
+        self._tables: dict[int, WorkTable] = {}
+
+    def bound_s(self, parallel: ParallelConfig, *, more_full_layers: bool = False) -> float:
+        """`models.step_time.policy_work_bound_s` of a plan of the candidate."""
+        timing = 3 if parallel.zero_stage == 3 else 0
+        if timing not in self._tables:
+            spec, training, cluster, candidate, constraints = self._args
+            self._tables[timing] = work_table(
+                spec, training, _with_policy(candidate, timing, {}, constraints), cluster)
+        return self._tables[timing].bound_s(parallel, more_full_layers=more_full_layers)
+
+
+def _plan_bound(work: _WorkTables, floor_s: float) -> Callable[[ParallelConfig], float]:
+    """A lower bound of the step time of a plan at one ZeRO stage from its policy: the
+    stage's floor, and the busiest rank's work plus the policy's recomputation, counted so
+    that it holds for more fully recomputed first layers too
+    (`models.step_time.policy_work_bound_s`)."""
+
+    def bound(parallel: ParallelConfig) -> float:
+        return max(floor_s, work.bound_s(parallel, more_full_layers=True))
+
+    return bound
+
+
 def _fit_bound(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
-               candidate: MeshCandidate, constraints: Constraints, fit: "_Fit", cutoff_s: float,
+               work: _WorkTables, fit: "_Fit", cutoff_s: float,
                zero_floors_s: Mapping[int, float] | None, pinned: bool,
                rank: int) -> tuple[float, int]:
     """A lower bound of a fitting plan's step time, with its rank among the fits: first the
@@ -264,9 +302,7 @@ def _fit_bound(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     zero = fit.parallel.zero_stage
     cheap = zero_floors_s.get(zero, 0.0) if zero_floors_s else 0.0
     if not pinned and cheap < cutoff_s:
-        # ZeRO-0, 1 and 2 time their ops alike: the ZeRO-0 stage times stand for them.
-        plain = _with_policy(candidate, 3 if zero == 3 else 0, {}, constraints)
-        cheap = max(cheap, policy_work_bound_s(spec, training, fit.parallel, cluster, plain))
+        cheap = max(cheap, work.bound_s(fit.parallel))
     if cheap >= cutoff_s:
         return cheap, rank
     return step_time_bound(spec, training, fit.parallel, cluster), rank
@@ -296,6 +332,14 @@ def least_memory_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Clu
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class _Bounded:
+    """A ZeRO stage whose plan (not a plain fit) is proven no faster than `bound_s`, found
+    before its policy was (`_first_fit`)."""
+
+    bound_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Fit:
     """A fitting plan of one ZeRO stage (its full ledger is built only if it is scored)."""
 
@@ -313,12 +357,22 @@ def _rungs(spec: ModelSpec, constraints: Constraints, pinned: bool,
 
 def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                candidate: MeshCandidate, zero: int, constraints: Constraints, pinned: bool,
-               caps: PolicyCaps = ALL_POLICIES, memo: LedgerMemo | None = None
-               ) -> _Fit | ParallelConfig:
+               caps: PolicyCaps = ALL_POLICIES, memo: LedgerMemo | None = None, *,
+               cutoff_s: float = math.inf,
+               plan_bound: Callable[[ParallelConfig], float] | None = None
+               ) -> _Fit | _Bounded | ParallelConfig:
     """The first ladder rung that fits at this ZeRO stage, or the most frugal configuration
     tried when none does (its ledger says which stage binds). Probes only ask whether a
     configuration fits (`fits_memory`); the full ledger is built only for a plan that is
-    scored."""
+    scored.
+
+    With `plan_bound` (a lower bound of the step time of a policy, and of the same policy
+    with more first layers fully recomputed), the probing stops once the policies still
+    possible are all bounded at `cutoff_s` or above (`_Bounded`): after a rung with
+    recomputation is found not to fit, every later rung and every k of full recomputation
+    of the first k layers recompute at least the smaller of full and selective on each
+    layer (the frugal policy with k = 0, bounded with more layers); after k is found not to
+    fit, every larger k."""
     rungs = _rungs(spec, constraints, pinned, caps)
     if not pinned:
         frugal = _with_policy(candidate, zero, _frugal(spec, constraints, None, caps),
@@ -336,6 +390,11 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
             found, high = (mid, tried), mid - 1
         else:
             low = mid + 1
+            if found is None and plan_bound is not None and not pinned and caps.full_layers:
+                bound = plan_bound(_with_policy(candidate, zero, _frugal(spec, constraints, 0,
+                                                                         caps), constraints))
+                if bound >= cutoff_s:
+                    return _Bounded(bound_s=bound)
     if found is not None:
         index, parallel = found
         return _Fit(parallel=parallel, plain=index == 0)
@@ -356,6 +415,12 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
             high = mid
         else:
             low = mid + 1
+            if plan_bound is not None:
+                bound = plan_bound(_with_policy(candidate, zero,
+                                                _frugal(spec, constraints, low, caps),
+                                                constraints))
+                if bound >= cutoff_s:
+                    return _Bounded(bound_s=bound)
     chosen = _with_policy(candidate, zero, _frugal(spec, constraints, low, caps), constraints)
     return _Fit(parallel=chosen, plain=False)
 

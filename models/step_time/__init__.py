@@ -12,6 +12,7 @@ from models.step_time.assembly import (
     FLOP_CONVENTION,
     PipelineInputs,
     StepEstimate,
+    WorkTable,
     estimate_step,
     pipeline_inputs,
     pipeline_makespan_bound,
@@ -19,6 +20,7 @@ from models.step_time.assembly import (
     rank_work_s,
     step_time_bound,
     step_time_floors_s,
+    work_table,
 )
 from models.step_time.exposure import (
     LayerComm,
@@ -38,6 +40,7 @@ __all__ = [
     "PipelineInputs",
     "StageTime",
     "StepEstimate",
+    "WorkTable",
     "axis_groups",
     "clear_step_time_cache",
     "compiled_schedule",
@@ -53,5 +56,6 @@ __all__ = [
     "stage_time",
     "step_time_bound",
     "step_time_floors_s",
+    "work_table",
     "zero3_exposed_s",
 ]

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode, RecomputeModule
+from api_schemas.parallel import (
+    FullLayers,
+    ParallelConfig,
+    PipelineSchedule,
+    RecomputeMode,
+    RecomputeModule,
+)
 from api_schemas.training import (
     MuonDistribution,
     OptimizerKind,
@@ -24,7 +30,7 @@ from api_schemas.training import (
 )
 from models.collectives import Collective, Fabric, fabric_of
 from models.collectives.fabric import host_link_bandwidth
-from models.compute import OpTimes, layer_compute
+from models.compute import LayerCompute, OpTimes, layer_compute
 from models.flops import StepFlops, step_flops
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout, pipeline_layout
@@ -34,7 +40,7 @@ from models.mesh.layout import expert_data_parallel_size
 from models.muon import newton_schulz_time_s, rank_matrices
 from models.pipeline import OpDurations, StagePlacement, closed_form_makespan, schedule_traits
 from models.precision import state_bytes_per_param
-from models.step_time.exposure import sync_exposed_s, zero3_exposed_s
+from models.step_time.exposure import layer_comm, sync_exposed_s, zero3_exposed_s
 from models.step_time.groups import AxisGroups, axis_groups
 from models.step_time.host_gradients import host_gradient_cost
 from models.step_time.makespan import (
@@ -47,7 +53,6 @@ from models.step_time.stage import (
     StageTime,
     compute_context,
     layer_mode,
-    rank_recompute_s,
     stage_times,
     window_caps_s,
 )
@@ -661,30 +666,106 @@ def step_time_floors_s(spec: ModelSpec, training: TrainingSpec, parallel: Parall
     return floors
 
 
-def policy_work_bound_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                        cluster: ClusterSpec, plain: ParallelConfig) -> float:
-    """A lower bound of the pipeline makespan (so of the step) of `parallel`, whose
-    activation policy `plain` lacks (`plain`: the same mesh and ZeRO stage without one; its
-    stage times are usually memoised by the search's bounds): the busiest rank's work
-    without the policy plus the recomputation the policy adds to it, every micro-batch.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkTable:
+    """What `policy_work_bound_s` needs of one mesh and ZeRO stage without a policy, kept to
+    bound many policies of it: each rank's work, the micro-batch crossings, each rank's
+    running count of MoE layers by position, and each layer kind's recomputation times."""
 
-    A policy adds to a rank's ops its recomputation (full: the layer's forward and its
-    forward collectives again; selective: the listed modules), FP8 casts and offload
-    stalls, all non-negative (`models.step_time.stage.stage_time`); every rank does all its
-    work within the makespan (`rank_work_s`).
+    busy_s: tuple[float, ...]
+    crossings: float
+    moe_prefix: tuple[tuple[int, ...], ...]
+    """Per rank: entry j is the number of MoE layers among its first j layers."""
+    full_s: dict[bool, float]
+    """Per layer kind (MoE or not): full recomputation, the forward and its collectives."""
+    layers: dict[bool, LayerCompute]
+
+    def bound_s(self, parallel: ParallelConfig, *, more_full_layers: bool = False) -> float:
+        """`policy_work_bound_s` of `parallel` (this table's mesh with a policy)."""
+        best = 0.0
+        for rank, (busy, prefix) in enumerate(zip(self.busy_s, self.moe_prefix, strict=True)):
+            policy = parallel.policy_of(rank)
+            size = len(prefix) - 1
+            counts = {True: prefix[-1], False: size - prefix[-1]}
+            selective = {kind: lc.recompute_s(policy.recompute_modules)
+                         for kind, lc in self.layers.items()}
+            recompute = policy.recompute
+            if isinstance(recompute, FullLayers):
+                k = min(size, recompute.full_layers)
+                head = {True: prefix[k], False: k - prefix[k]}
+                others = (selective if recompute.others == RecomputeMode.SELECTIVE.value
+                          else dict.fromkeys(self.layers, 0.0))
+                added = 0.0
+                for kind in self.layers:
+                    rest = others[kind]
+                    if more_full_layers:
+                        rest = min(rest, self.full_s[kind])
+                    added += (head[kind] * self.full_s[kind]
+                              + (counts[kind] - head[kind]) * rest)
+            elif recompute == RecomputeMode.FULL:
+                added = sum(counts[kind] * self.full_s[kind] for kind in self.layers)
+            elif recompute == RecomputeMode.SELECTIVE:
+                added = sum(counts[kind] * selective[kind] for kind in self.layers)
+            else:
+                added = 0.0
+            best = max(best, busy + self.crossings * added)
+        return best
+
+
+def work_table(spec: ModelSpec, training: TrainingSpec, plain: ParallelConfig,
+               cluster: ClusterSpec) -> WorkTable:
+    """The `WorkTable` of a configuration without a policy (`plain`).
 
     Raises:
         InvalidSpecError: as `pipeline_makespan_bound`.
     """
-    m = micro_batch_count(training, parallel)
-    layouts = pipeline_layout(spec, parallel)
-    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    m = micro_batch_count(training, plain)
+    layouts = pipeline_layout(spec, plain)
+    fabric, groups = fabric_of(cluster), axis_groups(plain, gpus_per_node=cluster.gpus_per_node)
     stages = stage_times(spec, training, plain, cluster, layouts, m, fabric, groups)
-    extra = rank_recompute_s(spec, training, parallel, cluster, layouts, fabric=fabric,
-                             groups=groups)
-    crossings = m * crossings_per_micro_batch(parallel)
-    return max(rank_work_s(plain, st, m) + crossings * added
-               for st, added in zip(stages, extra, strict=True))
+    ctx = compute_context(training, plain, cluster)
+    layers: dict[bool, LayerCompute] = {}
+    full: dict[bool, float] = {}
+    prefixes = []
+    for layout in layouts:
+        prefix = [0]
+        for index in layout.layers:
+            moe = spec.is_moe_layer(index)
+            prefix.append(prefix[-1] + moe)
+            if moe not in layers:
+                lc = layer_compute(spec, index, ctx)
+                comm = layer_comm(spec, index, training=training, parallel=plain,
+                                  groups=groups, fabric=fabric, compute=lc,
+                                  attention_forward_s=lc.recompute_module_s.get(
+                                      RecomputeModule.CORE_ATTN, 0.0))
+                layers[moe] = lc
+                full[moe] = lc.recompute_full_s + sum(comm.recompute_s.values())
+        prefixes.append(tuple(prefix))
+    return WorkTable(busy_s=tuple(rank_work_s(plain, st, m) for st in stages),
+                     crossings=m * crossings_per_micro_batch(plain),
+                     moe_prefix=tuple(prefixes), full_s=full, layers=layers)
+
+
+def policy_work_bound_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                        cluster: ClusterSpec, plain: ParallelConfig, *,
+                        more_full_layers: bool = False) -> float:
+    """A lower bound of the pipeline makespan (so of the step) of `parallel`, whose
+    activation policy `plain` lacks (`plain`: the same mesh and ZeRO stage without one, or
+    with ZeRO-0 for ZeRO-1 and 2, whose ops time alike): the busiest rank's work without the
+    policy plus the recomputation the policy adds to it, every micro-batch crossing.
+
+    A policy adds to a rank's ops its recomputation (full: the layer's forward and its
+    forward collectives again; selective: the listed modules), FP8 casts and offload
+    stalls, all non-negative (`models.step_time.stage.stage_time`); every rank does all its
+    work within the makespan (`rank_work_s`). With `more_full_layers` the bound holds for
+    the same policy with full recomputation of more first layers too: each layer past the
+    first k counts the smaller of its full and its other recomputation.
+
+    Raises:
+        InvalidSpecError: as `pipeline_makespan_bound`.
+    """
+    return work_table(spec, training, plain, cluster).bound_s(
+        parallel, more_full_layers=more_full_layers)
 
 
 def _kind_counts(spec: ModelSpec, layout: StageLayout) -> dict[bool, int]:
@@ -796,6 +877,7 @@ __all__ = [
     "VISION_ENCODER",
     "OPTIMIZER_BYTES_PER_PARAM_FACTOR",
     "PipelineInputs",
+    "WorkTable",
     "StepEstimate",
     "estimate_step",
     "host_optimizer_s",
@@ -805,4 +887,5 @@ __all__ = [
     "policy_work_bound_s",
     "rank_work_s",
     "step_time_floors_s",
+    "work_table",
 ]

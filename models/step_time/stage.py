@@ -282,39 +282,6 @@ def window_caps_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     return forward, backward, 2 * offloaded * len(layout.chunks) / host_link_bandwidth(cluster)
 
 
-def rank_recompute_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                     cluster: ClusterSpec, layouts: tuple[StageLayout, ...], *, fabric: Fabric,
-                     groups: AxisGroups) -> list[float]:
-    """Per rank, the recomputation its policy adds per micro-batch over all its chunks, as
-    `stage_time` books it into the backward (full: the forward and its forward collectives
-    again; selective: the listed modules)."""
-    ctx = compute_context(training, parallel, cluster)
-    per_kind: dict[bool, tuple[LayerCompute, LayerComm]] = {}
-    out = []
-    for layout in layouts:
-        policy = parallel.policy_of(layout.rank)
-        total = 0.0
-        for position, index in enumerate(layout.layers):
-            mode = _mode(policy.recompute, position)
-            if mode == RecomputeMode.NONE:
-                continue
-            kind = spec.is_moe_layer(index)
-            if kind not in per_kind:
-                lc = layer_compute(spec, index, ctx)
-                per_kind[kind] = (lc, layer_comm(
-                    spec, index, training=training, parallel=parallel, groups=groups,
-                    fabric=fabric, compute=lc,
-                    attention_forward_s=lc.recompute_module_s.get(RecomputeModule.CORE_ATTN,
-                                                                  0.0)))
-            lc, comm = per_kind[kind]
-            if mode == RecomputeMode.FULL:
-                total += lc.recompute_full_s + sum(comm.recompute_s.values())
-            else:
-                total += lc.recompute_s(policy.recompute_modules)
-        out.append(total)
-    return out
-
-
 def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk_index: int,
                 parallel: ParallelConfig) -> OpTimes:
     """Output head (and MTP modules) on the chunk that ends the model on this rank."""
@@ -419,4 +386,4 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
 
 
 __all__ = ["StageTime", "clear_step_time_cache", "compute_context", "fp8_cast_s", "layer_mode",
-           "rank_recompute_s", "stage_key", "stage_time", "stage_times", "window_caps_s"]
+           "stage_key", "stage_time", "stage_times", "window_caps_s"]

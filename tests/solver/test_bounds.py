@@ -281,3 +281,43 @@ def test_zero_stage_floors_leave_the_value_below_the_cutoff_unchanged(
                 assert isinstance(cut, ScoredPlan), c.key
                 assert cut.estimate.step_time_s == value and cut.parallel == exact.parallel
     assert skipped, "no floor ever reached a cutoff"
+
+
+@pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq", "dtype"), FLOOR_CASES)
+def test_recompute_bound_holds_for_the_policy_and_more_full_layers(
+        model: str, gpu: str, nodes: int, batch: int, seq: int, dtype: str) -> None:
+    """`policy_work_bound_s` never exceeds the step of the plan it bounds, and with
+    `more_full_layers` not the step of the same policy with more first layers fully
+    recomputed either."""
+    from models.step_time import estimate_step, policy_work_bound_s, work_table
+    from solver.candidate_eval import broad_selective_modules
+
+    spec = model_preset(model)
+    cluster = cluster_preset(gpu, num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq, compute_dtype=dtype)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=Constraints())
+    modules = broad_selective_modules(spec)
+    checked = 0
+    for c in random.Random(23).sample(candidates, min(10, len(candidates))):
+        for zero in (1, 3):
+            table = work_table(spec, training, c.parallel(zero_stage=0 if zero < 3 else 3),
+                               cluster)
+            for k in (0, 1, 2):
+                policy = {"recompute": {"full_layers": k, "others": "selective"},
+                          "recompute_modules": modules, "activation_offload_frac": 0.5}
+                bound = table.bound_s(c.parallel(zero_stage=zero, **policy),
+                                      more_full_layers=True)
+                assert bound == policy_work_bound_s(
+                    spec, training, c.parallel(zero_stage=zero, **policy), cluster,
+                    c.parallel(zero_stage=0 if zero < 3 else 3), more_full_layers=True)
+                for more in (k, k + 1, k + 3):
+                    wider = {**policy, "recompute": {"full_layers": more, "others": "selective"}}
+                    step = estimate_step(spec, training, c.parallel(zero_stage=zero, **wider),
+                                         cluster).step_time_s
+                    assert bound <= step * (1 + 1e-9), (c.key, zero, k, more)
+                    checked += 1
+            full = c.parallel(zero_stage=zero, recompute="full", recompute_modules=modules)
+            assert table.bound_s(full) <= estimate_step(spec, training, full,
+                                                        cluster).step_time_s * (1 + 1e-9)
+    assert checked
