@@ -302,6 +302,19 @@ def _activation_context(training: TrainingSpec, parallel: ParallelConfig,
         gathered_inputs_saved=parallel.sequence_parallel_saves_gathered)
 
 
+def layer_stored_bytes_cap(spec: ModelSpec, index: int, training: TrainingSpec,
+                           parallel: ParallelConfig) -> int:
+    """The most bytes layer `index` can store per micro-batch on a rank under any activation
+    policy of `parallel`'s mesh: every tensor it could keep (those only a per-op policy
+    keeps included), or its input alone (full recomputation), in 16-bit or FP8 storage,
+    whichever is larger. `stage_activation_components` never stores more per layer."""
+    caps = []
+    for fp8 in (False, True):
+        layer = layer_activation_bytes(spec, index, _activation_context(training, parallel, fp8))
+        caps.append(max(sum(t.bytes for t in layer.tensors), layer.input_bytes))
+    return max(caps)
+
+
 @lru_cache(maxsize=16384)
 def _chunk_kind_runs(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
                      ) -> tuple[tuple[int, ...], ...]:
@@ -653,6 +666,7 @@ __all__ = [
     "fits_memory",
     "in_flight_bytes",
     "in_flight_counts",
+    "layer_stored_bytes_cap",
     "memory_ledger",
     "micro_batch_count",
     "rank_parameters",

@@ -25,7 +25,7 @@ from models.collectives import fabric_of
 from models.compute import LayerCompute, head_compute, layer_compute
 from models.errors import InvalidSpecError
 from models.memory import RUNTIME_RESERVE_BYTES
-from models.params import count_parameters
+from models.params import count_parameters, mtp_module_params
 from models.pipeline import (
     StagePlacement,
     closed_form_makespan,
@@ -87,6 +87,8 @@ class BoundTables:
         self.num_moe = spec.num_moe_layers
         self.num_dense = spec.num_layers - self.num_moe
         self.params = count_parameters(spec)
+        self.mtp_experts = (spec.num_mtp_layers * mtp_module_params(spec).routed_experts
+                            if spec.num_mtp_layers else 0)
         self._core_cache, self._input_cache = _shared_caches(spec, training, cluster)
 
     def core(self, c: MeshCandidate) -> CoreTimes:
@@ -180,9 +182,10 @@ class BoundTables:
         per_param = state_bytes_per_param(tr)
         if self.host_gradients:
             per_param = dataclasses.replace(per_param, gradients=0.0)
-        dense_params = (self.params.total + self.params.mtp_total
-                        - self.params.routed_experts_total) / c.tp
-        expert_params = self.params.routed_experts_total / (c.ep * c.etp)
+        # An MTP module's routed experts shard over EP like the layers' (`rank_parameters`).
+        experts = self.params.routed_experts_total + self.mtp_experts
+        dense_params = (self.params.total + self.params.mtp_total - experts) / c.tp
+        expert_params = experts / (c.ep * c.etp)
         shard = c.dp * c.cp
         edp = max(1, c.tp * c.cp * c.dp // (c.ep * c.etp))
         states = float(sum(

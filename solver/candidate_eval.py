@@ -18,6 +18,7 @@ refines the chosen plan (`refine_policies`).
 import dataclasses
 import math
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,9 +33,11 @@ from models.memory import LedgerMemo, MemoryLedger, fits_memory, memory_ledger
 from models.pipeline import schedule_traits
 from models.step_time import (
     StepEstimate,
+    WorkTable,
     estimate_step,
     pipeline_makespan_bound,
     step_time_bound,
+    work_table,
 )
 from solver import cpsat
 from solver.policy import (
@@ -172,6 +175,7 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                        candidate: MeshCandidate, constraints: Constraints, *,
                        step_cutoff_s: float = math.inf,
                        zero3_bound_s: float = 0.0,
+                       zero_floors_s: Mapping[int, float] | None = None,
                        caps: PolicyCaps | None = None) -> ScoredPlan | Rejection | Dominated:
     """The best plan of one mesh candidate under the rule in the module docstring.
 
@@ -182,7 +186,11 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     time the caller already has): the value is exact whenever it is below the cutoff, and
     `Dominated` says that no plan of the candidate gets below it. `zero3_bound_s`, a lower
     bound of any ZeRO-3 plan's step time (`solver.bounds.BoundTables.zero3_time_bound_s`),
-    spares the ZeRO-3 ladder when it already reaches the cutoff. `caps` limits the
+    spares the ZeRO-3 ladder when it already reaches the cutoff; so does `zero_floors_s`
+    (per ZeRO stage, a lower bound of the step time of any of its plans: the planner's
+    makespan bound plus `models.step_time.step_tail_floor_s`) for any stage, whose ladder
+    is then replaced by one probe of its first rung (a plain fit there still ends the
+    ladder, so the stages considered stay those of the rule). `caps` limits the
     activation policies to what a framework target expresses (`solver/targets.py`)."""
     zeros = allowed_zero_stages(constraints)
     caps = caps or ALL_POLICIES
@@ -193,22 +201,36 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     pinned = constraints.recompute is not None and not isinstance(constraints.recompute, list)
     # The probes of every ZeRO stage and rung share their ranks' states and activations.
     memo = LedgerMemo(spec=spec, training=training)
+    work = _WorkTables(spec, training, cluster, candidate, constraints)
     try:
-        skipped_zero3 = False
+        skipped: list[float] = []
         for zero in zeros:
             if zero == 3 and zero3_bound_s >= step_cutoff_s:
-                skipped_zero3 = True
+                skipped.append(zero3_bound_s)
+                continue
+            floor = zero_floors_s.get(zero, 0.0) if zero_floors_s else 0.0
+            if floor >= step_cutoff_s:
+                skipped.append(floor)
+                plain = _with_policy(candidate, zero, _rungs(spec, constraints, pinned, caps)[0],
+                                     constraints)
+                if fits_memory(spec, training, plain, cluster, memo=memo):
+                    break  # a plain fit ends the ladder
                 continue
             found = _first_fit(spec, training, cluster, candidate, zero, constraints, pinned,
-                               caps, memo)
+                               caps, memo, cutoff_s=step_cutoff_s,
+                               plan_bound=None if pinned or step_cutoff_s == math.inf
+                               else _plan_bound(work, floor))
+            if isinstance(found, _Bounded):
+                skipped.append(found.bound_s)
+                continue
             if not isinstance(found, _Fit):
                 unfit = found
                 continue
             fits.append(found)
             if found.plain:
                 break
-        if not fits and skipped_zero3:
-            return Dominated(candidate=candidate, bound_s=zero3_bound_s)
+        if not fits and skipped:
+            return Dominated(candidate=candidate, bound_s=min(skipped))
         if not fits:
             assert unfit is not None
             ledger = _fits(spec, training, cluster, unfit, memo)
@@ -216,7 +238,8 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                              over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
                              reason=f"does not fit even with ZeRO-{zeros[-1]} and the most "
                                     "frugal activation policy allowed")
-        order = sorted((step_time_bound(spec, training, fit.parallel, cluster), rank)
+        order = sorted(_fit_bound(spec, training, cluster, work, fit, step_cutoff_s,
+                                  zero_floors_s, pinned, rank)
                        for rank, fit in enumerate(fits))
         best: tuple[float, int, ScoredPlan] | None = None
         for bound_s, rank in order:
@@ -231,10 +254,58 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     except InvalidSpecError as exc:
         return Rejection(candidate=candidate, reason=exc.detail)
     if best is None:
-        # A skipped ZeRO-3 plan is bounded by its own bound, which may be the lower one.
-        bound = min(order[0][0], zero3_bound_s) if skipped_zero3 else order[0][0]
+        # A skipped stage's plans are bounded by its own bound, which may be the lower one.
+        bound = min([order[0][0], *skipped])
         return Dominated(candidate=candidate, bound_s=bound)
     return best[2]
+
+
+class _WorkTables:
+    """The `models.step_time.WorkTable` of one candidate per timing ZeRO stage (0 stands for
+    0-2, whose ops time alike; 3), built when first asked for."""
+
+    def __init__(self, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                 candidate: MeshCandidate, constraints: Constraints) -> None:
+        self._args = (spec, training, cluster, candidate, constraints)
+        self._tables: dict[int, WorkTable] = {}
+
+    def bound_s(self, parallel: ParallelConfig, *, more_full_layers: bool = False) -> float:
+        """`models.step_time.policy_work_bound_s` of a plan of the candidate."""
+        timing = 3 if parallel.zero_stage == 3 else 0
+        if timing not in self._tables:
+            spec, training, cluster, candidate, constraints = self._args
+            self._tables[timing] = work_table(
+                spec, training, _with_policy(candidate, timing, {}, constraints), cluster)
+        return self._tables[timing].bound_s(parallel, more_full_layers=more_full_layers)
+
+
+def _plan_bound(work: _WorkTables, floor_s: float) -> Callable[[ParallelConfig], float]:
+    """A lower bound of the step time of a plan at one ZeRO stage from its policy: the
+    stage's floor, and the busiest rank's work plus the policy's recomputation, counted so
+    that it holds for more fully recomputed first layers too
+    (`models.step_time.policy_work_bound_s`)."""
+
+    def bound(parallel: ParallelConfig) -> float:
+        return max(floor_s, work.bound_s(parallel, more_full_layers=True))
+
+    return bound
+
+
+def _fit_bound(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+               work: _WorkTables, fit: "_Fit", cutoff_s: float,
+               zero_floors_s: Mapping[int, float] | None, pinned: bool,
+               rank: int) -> tuple[float, int]:
+    """A lower bound of a fitting plan's step time, with its rank among the fits: first the
+    cheap ones (its ZeRO stage's floor, and the busiest rank's work without a policy plus
+    the recomputation the plan's policy adds, `models.step_time.policy_work_bound_s`);
+    where they stay below `cutoff_s`, the plan's own `step_time_bound`."""
+    zero = fit.parallel.zero_stage
+    cheap = zero_floors_s.get(zero, 0.0) if zero_floors_s else 0.0
+    if not pinned and cheap < cutoff_s:
+        cheap = max(cheap, work.bound_s(fit.parallel))
+    if cheap >= cutoff_s:
+        return cheap, rank
+    return step_time_bound(spec, training, fit.parallel, cluster), rank
 
 
 def least_memory_candidate(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
@@ -261,6 +332,14 @@ def least_memory_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Clu
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class _Bounded:
+    """A ZeRO stage whose plan (not a plain fit) is proven no faster than `bound_s`, found
+    before its policy was (`_first_fit`)."""
+
+    bound_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Fit:
     """A fitting plan of one ZeRO stage (its full ledger is built only if it is scored)."""
 
@@ -268,17 +347,33 @@ class _Fit:
     plain: bool
 
 
+def _rungs(spec: ModelSpec, constraints: Constraints, pinned: bool,
+           caps: PolicyCaps) -> list[dict[str, object]]:
+    """The policies tried at one ZeRO stage, cheapest first (a pinned policy: itself)."""
+    if pinned and caps.selective_modules and constraints.recompute == RecomputeMode.SELECTIVE:
+        return [{"recompute_modules": caps.selective_modules}]
+    return [{}] if pinned else _ladder(spec, constraints, caps)
+
+
 def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                candidate: MeshCandidate, zero: int, constraints: Constraints, pinned: bool,
-               caps: PolicyCaps = ALL_POLICIES, memo: LedgerMemo | None = None
-               ) -> _Fit | ParallelConfig:
+               caps: PolicyCaps = ALL_POLICIES, memo: LedgerMemo | None = None, *,
+               cutoff_s: float = math.inf,
+               plan_bound: Callable[[ParallelConfig], float] | None = None
+               ) -> _Fit | _Bounded | ParallelConfig:
     """The first ladder rung that fits at this ZeRO stage, or the most frugal configuration
     tried when none does (its ledger says which stage binds). Probes only ask whether a
     configuration fits (`fits_memory`); the full ledger is built only for a plan that is
-    scored."""
-    rungs = [{}] if pinned else _ladder(spec, constraints, caps)
-    if pinned and caps.selective_modules and constraints.recompute == RecomputeMode.SELECTIVE:
-        rungs = [{"recompute_modules": caps.selective_modules}]
+    scored.
+
+    With `plan_bound` (a lower bound of the step time of a policy, and of the same policy
+    with more first layers fully recomputed), the probing stops once the policies still
+    possible are all bounded at `cutoff_s` or above (`_Bounded`): after a rung with
+    recomputation is found not to fit, every later rung and every k of full recomputation
+    of the first k layers recompute at least the smaller of full and selective on each
+    layer (the frugal policy with k = 0, bounded with more layers); after k is found not to
+    fit, every larger k."""
+    rungs = _rungs(spec, constraints, pinned, caps)
     if not pinned:
         frugal = _with_policy(candidate, zero, _frugal(spec, constraints, None, caps),
                               constraints)
@@ -295,6 +390,11 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
             found, high = (mid, tried), mid - 1
         else:
             low = mid + 1
+            if found is None and plan_bound is not None and not pinned and caps.full_layers:
+                bound = plan_bound(_with_policy(candidate, zero, _frugal(spec, constraints, 0,
+                                                                         caps), constraints))
+                if bound >= cutoff_s:
+                    return _Bounded(bound_s=bound)
     if found is not None:
         index, parallel = found
         return _Fit(parallel=parallel, plain=index == 0)
@@ -315,6 +415,12 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
             high = mid
         else:
             low = mid + 1
+            if plan_bound is not None:
+                bound = plan_bound(_with_policy(candidate, zero,
+                                                _frugal(spec, constraints, low, caps),
+                                                constraints))
+                if bound >= cutoff_s:
+                    return _Bounded(bound_s=bound)
     chosen = _with_policy(candidate, zero, _frugal(spec, constraints, low, caps), constraints)
     return _Fit(parallel=chosen, plain=False)
 

@@ -16,8 +16,12 @@ at the lightest stage, the fastest policy); LB_m(c) from the same module prunes 
 that cannot fit under the most frugal choices allowed. Before a candidate is evaluated it is
 re-queued under a second, simulated bound (`plain_makespan_bound`: the stage times with no
 recomputation, ZeRO-3's gathers included when LB_m rules out ZeRO 0-2, and one micro-batch's
-dependency chain), and its evaluation skips simulating any ZeRO plan whose own step-time
-bound (makespan bound plus its exact per-step tail) already reaches the incumbent.
+dependency chain); where the memory bound rules out ZeRO-0 and 1, once more under the
+smallest step-time floor of the ZeRO stages left (`models.step_time.step_time_floors_s`:
+the makespan bound plus the per-step tail at the best overlap any activation policy gives).
+Its evaluation skips probing any ZeRO stage whose floor reaches the incumbent, and
+simulating any plan whose own step-time bound (its recomputation on the busiest rank's work,
+then the makespan bound plus its exact per-step tail) already reaches it.
 Throughput target (tokens/s >= T, i.e. step time <= tokens per step / T). A world size W
 whose peak throughput (`solver/throughput_bound.py`) is below T is skipped whole; a
 candidate is dismissed as soon as any of its step-time lower bounds (table, ZeRO-3, simulated)
@@ -47,10 +51,12 @@ from dataclasses import dataclass, field
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
+from models.step_time import step_time_floors_s
 from solver import cancel
 from solver.bounds import BoundTables
 from solver.candidate_eval import (
@@ -159,7 +165,14 @@ TARGET_SLACK = 1e-9
 """Relative widening of the target's step-time cutoff: bounds prune only candidates that
 miss the target by more than rounding."""
 
-_TABLE_BOUND, _ZERO3_BOUND, _SIMULATED_BOUND = 0, 1, 2
+_TABLE_BOUND, _ZERO3_BOUND, _SIMULATED_BOUND, _FLOOR_BOUND = 0, 1, 2, 3
+
+FLOOR_FROM_ZERO_STAGE = 2
+"""The per-step tail floor is computed for a candidate only when its memory bound rules out
+every ZeRO stage below this one: under ZeRO-0 and 1 the gradients reduce once per step
+behind the last backward and the floor seldom lifts the bound by more than it costs (on the
+benchmark problems, fewer evaluations saved than the floors took), while ZeRO-2 reduces
+every micro-batch and ZeRO-3 gathers every layer."""
 """How far a queued candidate's bound has been tightened: the closed-form table bound, the
 table bound with forced ZeRO-3 gathers, the simulated bound (then it is evaluated)."""
 
@@ -221,6 +234,10 @@ class _Queue:
     dominated: list[MeshCandidate] = field(default_factory=list)
     forced_zero: dict[int, int] = field(default_factory=dict)
     zero3_bound: dict[int, float] = field(default_factory=dict)
+    makespan: dict[int, float] = field(default_factory=dict)
+    """The simulated makespan bound of each candidate that reached it."""
+    zero_floors: dict[int, dict[int, float]] = field(default_factory=dict)
+    """Per candidate, per allowed ZeRO stage: a lower bound of every plan's step time."""
     reach_bound: float = 0.0
     """Largest tokens/s any plan missing the target could reach, from the bounds that
     dismissed candidates and the exact values of plans that missed it."""
@@ -315,8 +332,10 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                 queue.unexamined = len(queue.heap) + len(pending)
             break
         heapq.heappop(queue.heap)
-        if level != _SIMULATED_BOUND:
+        if level < _SIMULATED_BOUND:
             _tighten(problem, queue, lower, order, level, c)
+            continue
+        if level == _SIMULATED_BOUND and _add_tail_floor(problem, queue, lower, order, c):
             continue
         _visit(problem, queue, order, c, progress)
     if queue.unenumerated:
@@ -435,8 +454,55 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
         return
     if _misses_target(problem, queue, makespan):
         return
+    queue.makespan[order] = makespan
     tighter = _rescale(makespan, c, problem.objective, problem.tokens)
     heapq.heappush(queue.heap, (max(lower, tighter), order, _SIMULATED_BOUND, c))
+
+
+def _add_tail_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
+                    c: MeshCandidate) -> bool:
+    """Before its evaluation, bound each allowed ZeRO stage's plans by the makespan bound plus
+    the stage's per-step tail (`models.step_time.step_time_floors_s`, over every activation
+    policy the request allows; ZeRO-3 from the larger of the makespan bound and its own), for
+    the stages the memory bound leaves (where none is below `FLOOR_FROM_ZERO_STAGE`), and
+    re-queue the candidate under the smallest (True; also when the target dismisses it).
+    False: go on to evaluate."""
+    if problem.objective == Objective.MIN_MEMORY or order not in queue.makespan:
+        return False
+    tables, makespan = problem.tables, queue.makespan[order]
+    forced = queue.forced_zero.get(order, 0)
+    # Under a forced ZeRO-3 the makespan bound holds for ZeRO-3 plans only; stages the
+    # memory bound rules out have no plan.
+    spans = {zero: (max(makespan, queue.zero3_bound.get(order, 0.0)) if zero == 3
+                    else makespan)
+             for zero in problem.zeros
+             if (forced != 3 or zero == 3) and tables.memory_bound_bytes(
+                 c, max_zero=zero, max_offload=problem.max_offload)
+             <= problem.cluster.capacity_bytes}
+    if not spans or min(spans) < FLOOR_FROM_ZERO_STAGE:
+        return False
+    try:
+        floors = step_time_floors_s(problem.spec, problem.training, _floor_parallel(problem, c),
+                                    problem.cluster, makespan_bounds_s=spans,
+                                    max_offload=problem.max_offload)
+    except InvalidSpecError:
+        return False  # the evaluation rejects it with the reason
+    queue.zero_floors[order] = floors
+    floor = min(floors.values())
+    if _misses_target(problem, queue, floor):
+        return True
+    tighter = _rescale(floor, c, problem.objective, problem.tokens)
+    if tighter <= lower:
+        return False
+    heapq.heappush(queue.heap, (tighter, order, _FLOOR_BOUND, c))
+    return True
+
+
+def _floor_parallel(problem: _Problem, c: MeshCandidate) -> ParallelConfig:
+    """The candidate as its plans have it, without an activation policy."""
+    if problem.constraints.gradient_host_shards:
+        return c.parallel(gradient_host_shards=True)
+    return c.parallel()
 
 
 def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,
@@ -450,6 +516,7 @@ def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,
     result = evaluate_for_targets(problem.spec, problem.training, problem.cluster, c,
                                   problem.constraints, step_cutoff_s=cutoff_s,
                                   zero3_bound_s=queue.zero3_bound.get(order, 0.0),
+                                  zero_floors_s=queue.zero_floors.get(order),
                                   least_memory=problem.objective == Objective.MIN_MEMORY)
     queue.evaluated += 1
     if isinstance(result, Dominated):

@@ -14,6 +14,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
@@ -252,6 +253,7 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
                          candidate: MeshCandidate, constraints: Constraints, *,
                          step_cutoff_s: float = math.inf,
                          zero3_bound_s: float = 0.0,
+                         zero_floors_s: Mapping[int, float] | None = None,
                          least_memory: bool = False) -> ScoredPlan | Rejection | Dominated:
     """The candidate's best plan over its framework variants (`evaluate_candidate` under
     each, or `least_memory_candidate` for the min_memory objective); a rejection when no
@@ -271,7 +273,8 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
         else:
             result = evaluate_candidate(spec, training, cluster, candidate,
                                         variant.constraints, step_cutoff_s=cutoff,
-                                        zero3_bound_s=zero3_bound_s, caps=variant.caps)
+                                        zero3_bound_s=zero3_bound_s,
+                                        zero_floors_s=zero_floors_s, caps=variant.caps)
         if isinstance(result, ScoredPlan):
             if best is None or _key(result, least_memory) < _key(best, least_memory):
                 best = result

@@ -9,11 +9,19 @@ step_time = compute + recompute + sum(exposed_comm) + offload_stall + bubble + o
 """
 
 import dataclasses
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode, RecomputeModule
+from api_schemas.parallel import (
+    FullLayers,
+    ParallelConfig,
+    PipelineSchedule,
+    RecomputeMode,
+    RecomputeModule,
+)
 from api_schemas.training import (
     MuonDistribution,
     OptimizerKind,
@@ -22,7 +30,7 @@ from api_schemas.training import (
 )
 from models.collectives import Collective, Fabric, fabric_of
 from models.collectives.fabric import host_link_bandwidth
-from models.compute import OpTimes
+from models.compute import LayerCompute, OpTimes, layer_compute
 from models.flops import StepFlops, step_flops
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout, pipeline_layout
@@ -32,7 +40,7 @@ from models.mesh.layout import expert_data_parallel_size
 from models.muon import newton_schulz_time_s, rank_matrices
 from models.pipeline import OpDurations, StagePlacement, closed_form_makespan, schedule_traits
 from models.precision import state_bytes_per_param
-from models.step_time.exposure import sync_exposed_s
+from models.step_time.exposure import layer_comm, sync_exposed_s, zero3_exposed_s
 from models.step_time.groups import AxisGroups, axis_groups
 from models.step_time.host_gradients import host_gradient_cost
 from models.step_time.makespan import (
@@ -41,10 +49,16 @@ from models.step_time.makespan import (
     schedule_chunks,
     virtual_stage_durations,
 )
-from models.step_time.stage import StageTime, layer_mode, stage_times
+from models.step_time.stage import (
+    StageTime,
+    compute_context,
+    layer_mode,
+    stage_times,
+    window_caps_s,
+)
 from models.traffic.context import StepContext, group_placement
 from models.traffic.data import dp_items
-from models.traffic.items import Phase, TrafficAxis, call_cost
+from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, call_cost
 from models.traffic.pipeline import pp_items, pp_message_bytes
 from models.traffic.weights import StageWeights, stage_weights
 from models.vision_pipeline import stage0_vision_times, vision_encoder, vision_step_cost
@@ -570,6 +584,238 @@ def step_time_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
     return span + max(memo.values(), default=0.0)
 
 
+STALL_SEARCH_STEPS = 80
+"""Ternary-search steps of `step_time_floor_s` over a rank's offload stall."""
+
+
+def step_time_floors_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                       cluster: ClusterSpec, *, makespan_bounds_s: Mapping[int, float],
+                       max_offload: float = 1.0) -> dict[int, float]:
+    """Per ZeRO stage z of `makespan_bounds_s`, a lower bound of `estimate_step(...).
+    step_time_s` for every activation policy on `parallel`'s mesh at stage z that offloads
+    at most `max_offload` of the stored activations (`parallel` itself carries none; its
+    own ZeRO stage is not read), given `makespan_bounds_s[z]`, a lower bound of the
+    pipeline makespan of every such plan (`pipeline_makespan_bound` without a policy).
+
+    The step is the makespan plus the critical rank's tail, the largest of all ranks'
+    (`_tail`: exposed DP sync, tied-embedding all-reduce, optimizer step; `estimate_step`
+    picks it so), plus non-negative overheads; so it is at least the makespan plus the tail
+    of the busiest rank without a policy (one rank, to keep the bound cheap). A policy
+    changes that rank's DP exposure only through the windows it hides behind, and only
+    shrinks it as they grow: the windows are at most the rank's plain ones plus the largest
+    recomputation and FP8 casts (`models.step_time.stage.window_caps_s`) plus its offload
+    stall s. The stall also lengthens the rank's busy time, which the makespan is at least,
+    by s per micro-batch crossing. So makespan + tail >= the minimum over s in [0, the
+    largest transfer] of max(makespan bound, busy time + crossings x s) + tail at windows
+    (caps + s); the function is convex in s (a maximum of linear terms plus the exposure, a
+    sum of convex non-increasing pieces), minimised by ternary search and lowered by the
+    width of the last interval times the steepest descent the exposure can have (one window
+    length per hidden repetition). Under ZeRO-3, whose gathers lengthen the ops
+    (`zero3_exposed_s` per layer, as `stage_time` adds them), the windows are unbounded.
+    Pipeline ZeRO-2's offload only adds a non-negative term and is left out.
+
+    Raises:
+        InvalidSpecError: as `pipeline_makespan_bound`.
+        ValueError: `parallel` carries an activation policy.
+    """
+    if (parallel.stage_policies is not None or parallel.recompute != RecomputeMode.NONE
+            or parallel.fp8_activations or parallel.activation_offload_frac > 0):
+        raise ValueError("the step floor is taken over policies; pass the mesh without one")
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    # ZeRO-0, 1 and 2 give the same op durations: their stage times and windows are shared;
+    # ZeRO-3's ops add each layer's exposed gathers and reduce-scatters to them.
+    timed = parallel.model_copy(update={"zero_stage": 0})
+    stages = stage_times(spec, training, timed, cluster, layouts, m, fabric, groups)
+    weights = stage_weights(spec, parallel)
+    crossings = m * crossings_per_micro_batch(parallel)
+    busy = [rank_work_s(parallel, st, m) for st in stages]
+    busy3 = busy
+    if 3 in makespan_bounds_s:
+        gathers = _zero3_layer_s(spec, training, parallel.model_copy(update={"zero_stage": 3}),
+                                 cluster, fabric, groups)
+        busy3 = [work + crossings * sum(gathers[moe] * count
+                                        for moe, count in _kind_counts(spec, layout).items()
+                                        if count)
+                 for work, layout in zip(busy, layouts, strict=True)]
+    windows: dict[int, tuple[float, float, float]] = {}
+    floors: dict[int, float] = {}
+    for zero, makespan in makespan_bounds_s.items():
+        at_zero = parallel.model_copy(update={"zero_stage": zero})
+        work = busy3 if zero == 3 else busy
+        # The busiest rank's tail stands for all (the critical rank's is no smaller).
+        rank = max(range(len(layouts)), key=work.__getitem__)
+        layout, held, st = layouts[rank], weights[rank], stages[rank]
+        ctx = _step_context(spec, training, at_zero, groups, fabric, held, m)
+        fixed = sum(i.time_per_step_s for i in pp_items(ctx)
+                    if i.axis == TrafficAxis.PP and i.phase == Phase.OPTIMIZER)
+        fixed += _optimizer_s(spec, training, at_zero, cluster, layout)
+        if zero == 3:
+            forward = backward = math.inf
+            transfer = 0.0
+        else:
+            if rank not in windows:
+                windows[rank] = window_caps_s(spec, training, timed, cluster, layout, st,
+                                              fabric=fabric, groups=groups,
+                                              max_offload=max_offload)
+            forward, backward, transfer = windows[rank]
+        floors[zero] = fixed + _least_span(
+            tuple(dp_items(ctx)), training.overlap_grad_reduce, m, makespan, work[rank],
+            crossings, forward, backward, transfer)
+    return floors
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkTable:
+    """What `policy_work_bound_s` needs of one mesh and ZeRO stage without a policy, kept to
+    bound many policies of it: each rank's work, the micro-batch crossings, each rank's
+    running count of MoE layers by position, and each layer kind's recomputation times."""
+
+    busy_s: tuple[float, ...]
+    crossings: float
+    moe_prefix: tuple[tuple[int, ...], ...]
+    """Per rank: entry j is the number of MoE layers among its first j layers."""
+    full_s: dict[bool, float]
+    """Per layer kind (MoE or not): full recomputation, the forward and its collectives."""
+    layers: dict[bool, LayerCompute]
+
+    def bound_s(self, parallel: ParallelConfig, *, more_full_layers: bool = False) -> float:
+        """`policy_work_bound_s` of `parallel` (this table's mesh with a policy)."""
+        best = 0.0
+        for rank, (busy, prefix) in enumerate(zip(self.busy_s, self.moe_prefix, strict=True)):
+            policy = parallel.policy_of(rank)
+            size = len(prefix) - 1
+            counts = {True: prefix[-1], False: size - prefix[-1]}
+            selective = {kind: lc.recompute_s(policy.recompute_modules)
+                         for kind, lc in self.layers.items()}
+            recompute = policy.recompute
+            if isinstance(recompute, FullLayers):
+                k = min(size, recompute.full_layers)
+                head = {True: prefix[k], False: k - prefix[k]}
+                others = (selective if recompute.others == RecomputeMode.SELECTIVE.value
+                          else dict.fromkeys(self.layers, 0.0))
+                added = 0.0
+                for kind in self.layers:
+                    rest = others[kind]
+                    if more_full_layers:
+                        rest = min(rest, self.full_s[kind])
+                    added += (head[kind] * self.full_s[kind]
+                              + (counts[kind] - head[kind]) * rest)
+            elif recompute == RecomputeMode.FULL:
+                added = sum(counts[kind] * self.full_s[kind] for kind in self.layers)
+            elif recompute == RecomputeMode.SELECTIVE:
+                added = sum(counts[kind] * selective[kind] for kind in self.layers)
+            else:
+                added = 0.0
+            best = max(best, busy + self.crossings * added)
+        return best
+
+
+def work_table(spec: ModelSpec, training: TrainingSpec, plain: ParallelConfig,
+               cluster: ClusterSpec) -> WorkTable:
+    """The `WorkTable` of a configuration without a policy (`plain`).
+
+    Raises:
+        InvalidSpecError: as `pipeline_makespan_bound`.
+    """
+    m = micro_batch_count(training, plain)
+    layouts = pipeline_layout(spec, plain)
+    fabric, groups = fabric_of(cluster), axis_groups(plain, gpus_per_node=cluster.gpus_per_node)
+    stages = stage_times(spec, training, plain, cluster, layouts, m, fabric, groups)
+    ctx = compute_context(training, plain, cluster)
+    layers: dict[bool, LayerCompute] = {}
+    full: dict[bool, float] = {}
+    prefixes = []
+    for layout in layouts:
+        prefix = [0]
+        for index in layout.layers:
+            moe = spec.is_moe_layer(index)
+            prefix.append(prefix[-1] + moe)
+            if moe not in layers:
+                lc = layer_compute(spec, index, ctx)
+                comm = layer_comm(spec, index, training=training, parallel=plain,
+                                  groups=groups, fabric=fabric, compute=lc,
+                                  attention_forward_s=lc.recompute_module_s.get(
+                                      RecomputeModule.CORE_ATTN, 0.0))
+                layers[moe] = lc
+                full[moe] = lc.recompute_full_s + sum(comm.recompute_s.values())
+        prefixes.append(tuple(prefix))
+    return WorkTable(busy_s=tuple(rank_work_s(plain, st, m) for st in stages),
+                     crossings=m * crossings_per_micro_batch(plain),
+                     moe_prefix=tuple(prefixes), full_s=full, layers=layers)
+
+
+def policy_work_bound_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                        cluster: ClusterSpec, plain: ParallelConfig, *,
+                        more_full_layers: bool = False) -> float:
+    """A lower bound of the pipeline makespan (so of the step) of `parallel`, whose
+    activation policy `plain` lacks (`plain`: the same mesh and ZeRO stage without one, or
+    with ZeRO-0 for ZeRO-1 and 2, whose ops time alike): the busiest rank's work without the
+    policy plus the recomputation the policy adds to it, every micro-batch crossing.
+
+    A policy adds to a rank's ops its recomputation (full: the layer's forward and its
+    forward collectives again; selective: the listed modules), FP8 casts and offload
+    stalls, all non-negative (`models.step_time.stage.stage_time`); every rank does all its
+    work within the makespan (`rank_work_s`). With `more_full_layers` the bound holds for
+    the same policy with full recomputation of more first layers too: each layer past the
+    first k counts the smaller of its full and its other recomputation.
+
+    Raises:
+        InvalidSpecError: as `pipeline_makespan_bound`.
+    """
+    return work_table(spec, training, plain, cluster).bound_s(
+        parallel, more_full_layers=more_full_layers)
+
+
+def _kind_counts(spec: ModelSpec, layout: StageLayout) -> dict[bool, int]:
+    """Layers of each kind (MoE or not) a rank holds."""
+    layers = layout.layers
+    if spec.moe is None:
+        return {False: len(layers)}
+    moe = sum(1 for index in layers if spec.is_moe_layer(index))
+    return {False: len(layers) - moe, True: moe}
+
+
+def _zero3_layer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                   cluster: ClusterSpec, fabric: Fabric, groups: AxisGroups) -> dict[bool, float]:
+    """Per layer kind (MoE or not), the exposed ZeRO-3 gathers and reduce-scatters one layer
+    adds to its forward and backward per micro-batch (`zero3_exposed_s`, as `stage_time`
+    adds them)."""
+    ctx = compute_context(training, parallel, cluster)
+    out = {}
+    for moe in (False, True):
+        index = next((i for i in range(spec.num_layers) if spec.is_moe_layer(i) == moe), None)
+        if index is None:
+            continue
+        lc = layer_compute(spec, index, ctx)
+        out[moe] = sum(zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc))
+    return out
+
+
+def _least_span(items: tuple[TrafficItem, ...], overlap: bool, m: int, makespan: float,
+                busy: float, crossings: float, forward: float, backward: float,
+                transfer: float) -> float:
+    """min over the stall s in [0, transfer] of max(makespan, busy + crossings x s) + the
+    DP exposure behind windows (forward, backward + s), from below (`step_time_floors_s`)."""
+
+    def span(stall: float) -> float:
+        windows = (OpTimes(forward_s=forward, backward_input_s=backward + stall),)
+        return (max(makespan, busy + crossings * stall)
+                + sync_exposed_s(items, overlap=overlap, num_micro_batches=m,
+                                 chunk_times=windows))
+
+    low, high = 0.0, transfer
+    for _ in range(STALL_SEARCH_STEPS if high > 0 else 0):
+        left, right = low + (high - low) / 3, high - (high - low) / 3
+        if span(left) <= span(right):
+            high = right
+        else:
+            low = left
+    steepest = sum(m if i.frequency == Frequency.PER_MICRO_BATCH else 1 for i in items)
+    return min(span(low), span(high)) - (high - low) * steepest
+
+
 def _makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, m: int,
                     stages: list[StageTime], groups: AxisGroups, fabric: Fabric) -> float:
     """`pipeline_makespan_bound` from the ranks' stage times."""
@@ -631,11 +877,15 @@ __all__ = [
     "VISION_ENCODER",
     "OPTIMIZER_BYTES_PER_PARAM_FACTOR",
     "PipelineInputs",
+    "WorkTable",
     "StepEstimate",
     "estimate_step",
     "host_optimizer_s",
     "p2p_latency_s",
     "pipeline_inputs",
     "pipeline_makespan_bound",
+    "policy_work_bound_s",
     "rank_work_s",
+    "step_time_floors_s",
+    "work_table",
 ]

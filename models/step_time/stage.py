@@ -30,7 +30,7 @@ from models.compute import (
 )
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout
-from models.memory import stage_activation_components
+from models.memory import layer_stored_bytes_cap, stage_activation_components
 from models.pipeline import StagePlacement, schedule_traits
 from models.step_time.exposure import LayerComm, layer_comm, zero3_exposed_s
 from models.step_time.groups import AxisGroups
@@ -201,17 +201,85 @@ def fp8_cast_s(spec: ModelSpec, index: int, training: TrainingSpec, parallel: Pa
     """
     if training.compute_dtype == DType.FP8:
         return 0.0
-    base = LayerActivationContext(
+    base = _cast_context(training, parallel)
+    wide = layer_activation_bytes(spec, index, base)
+    narrow = layer_activation_bytes(spec, index, dataclasses.replace(base, fp8_storage=True))
+    elements = max(0, wide.stored_bytes(mode, modules) - narrow.stored_bytes(mode, modules))
+    return memory_bound_time_s(2 * 3 * elements, gpu=cluster.gpu)
+
+
+def _cast_context(training: TrainingSpec, parallel: ParallelConfig) -> LayerActivationContext:
+    """The 16-bit activation context `fp8_cast_s` narrows."""
+    return LayerActivationContext(
         seq_len=training.sequence_length, micro_batch_size=parallel.micro_batch_size,
         tp=parallel.tp, cp=parallel.cp, etp=parallel.etp,
         sequence_parallel=parallel.sequence_parallel, dropout=training.dropout,
         flash_attention=training.flash_attention,
         moe_load_imbalance=training.moe_load_imbalance,
         moe_keep_expert_outputs=training.moe_keep_expert_outputs)
-    wide = layer_activation_bytes(spec, index, base)
-    narrow = layer_activation_bytes(spec, index, dataclasses.replace(base, fp8_storage=True))
-    elements = max(0, wide.stored_bytes(mode, modules) - narrow.stored_bytes(mode, modules))
+
+
+def _fp8_cast_cap_s(spec: ModelSpec, index: int, training: TrainingSpec,
+                    parallel: ParallelConfig, cluster: ClusterSpec) -> float:
+    """An upper bound of `fp8_cast_s` of layer `index` under any mode and module set: the
+    narrowed elements are at most the bytes the 16-bit layer could store (every tensor, or
+    its input alone)."""
+    if training.compute_dtype == DType.FP8:
+        return 0.0
+    wide = layer_activation_bytes(spec, index, _cast_context(training, parallel))
+    elements = max(sum(t.bytes for t in wide.tensors), wide.input_bytes)
     return memory_bound_time_s(2 * 3 * elements, gpu=cluster.gpu)
+
+
+def window_caps_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                  cluster: ClusterSpec, layout: StageLayout, plain: StageTime, *,
+                  fabric: Fabric, groups: AxisGroups,
+                  max_offload: float = 1.0,
+                  layer_caps: dict[bool, tuple[float, float, int]] | None = None
+                  ) -> tuple[float, float, float]:
+    """Upper bounds of one rank's per-micro-batch forward time, backward (input and weight)
+    time without the offload stall, and offload stall, summed over its chunks, under any
+    activation policy on this mesh and ZeRO stage that offloads at most `max_offload`, from
+    its times without one (`plain`: no recomputation, FP8 storage or offload).
+
+    Only three terms of `stage_time` depend on the policy, each bounded per layer: the
+    recomputation (full: the forward and its collectives again; selective: a subset of the
+    modules, at most all of them), the FP8 casts (`_fp8_cast_cap_s`, half in forward, half
+    in backward) and the offload stall, at most the whole host transfer of a micro-batch
+    (`_offload_stall`: stored bytes over the peak in-flight units are at most the largest
+    chunk's bytes, `models.memory.layer_stored_bytes_cap` per layer). `layer_caps` keeps
+    the per-layer-kind caps for other ranks of the same configuration."""
+    if plain.recompute_s or plain.offload_stall_s or plain.fp8_cast_s:
+        raise ValueError("window caps start from a rank's times without a policy")
+    ctx = compute_context(training, parallel, cluster)
+    forward = sum(t.forward_s for t in plain.chunk_times)
+    backward = sum(t.backward_input_s + t.backward_weight_s for t in plain.chunk_times)
+    extra = {} if layer_caps is None else layer_caps
+    largest_chunk = 0
+    for chunk in layout.chunks:
+        chunk_bytes = 0
+        for index in chunk:
+            kind = spec.is_moe_layer(index)
+            if kind not in extra:
+                lc = layer_compute(spec, index, ctx)
+                comm = layer_comm(spec, index, training=training, parallel=parallel,
+                                  groups=groups, fabric=fabric, compute=lc,
+                                  attention_forward_s=lc.recompute_module_s.get(
+                                      RecomputeModule.CORE_ATTN, 0.0))
+                recompute = max(lc.recompute_full_s + sum(comm.recompute_s.values()),
+                                sum(lc.recompute_module_s.values()))
+                extra[kind] = (recompute,
+                               _fp8_cast_cap_s(spec, index, training, parallel, cluster),
+                               layer_stored_bytes_cap(spec, index, training, parallel))
+            recompute, cast, stored = extra[kind]
+            forward += cast / 2
+            backward += recompute + cast / 2
+            chunk_bytes += stored
+        largest_chunk = max(largest_chunk, chunk_bytes)
+    if max_offload <= 0:
+        return forward, backward, 0.0
+    offloaded = largest_chunk * min(1.0, max_offload) + 1  # the ledger rounds bytes up
+    return forward, backward, 2 * offloaded * len(layout.chunks) / host_link_bandwidth(cluster)
 
 
 def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk_index: int,
@@ -318,4 +386,4 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
 
 
 __all__ = ["StageTime", "clear_step_time_cache", "compute_context", "fp8_cast_s", "layer_mode",
-           "stage_key", "stage_time", "stage_times"]
+           "stage_key", "stage_time", "stage_times", "window_caps_s"]

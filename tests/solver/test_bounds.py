@@ -154,3 +154,170 @@ def test_candidates_whose_groups_straddle_nodes_are_timed_and_planned() -> None:
                                 training=training, constraints=Constraints(zero_stage=3),
                                 solver=SolverLimits(time_limit_s=20, top_k=2, num_workers=1)))
     assert response.status == PlanStatus.OPTIMAL
+
+
+FLOOR_CASES = [
+    # Dense, 16-bit compute (FP8 storage adds casts), DP-heavy on a slow fabric.
+    ("gpt-7.5b", "a100-sxm4-80gb", 4, 256, 2048, "bf16"),
+    # MoE with expert data parallelism: two per-step reductions.
+    ("mixtral-8x7b", "h100-sxm5-80gb", 4, 64, 4096, "bf16"),
+    # MoE with the host-bound expert layer, FP8 compute and an MTP module.
+    ("deepseek-v3", "h800-sxm5-80gb", 32, 1024, 4096, "fp8"),
+]
+
+FLOOR_POLICIES = [
+    {},
+    {"recompute": "selective"},
+    {"recompute": "selective", "fp8_activations": True, "activation_offload_frac": 0.5},
+    {"recompute": {"full_layers": 1, "others": "selective"}, "fp8_activations": True,
+     "activation_offload_frac": 0.5},
+    {"recompute": "full", "activation_offload_frac": 0.5},
+    {"recompute": "full", "fp8_activations": True},
+]
+
+
+@pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq", "dtype"), FLOOR_CASES)
+def test_step_time_floor_is_below_the_step_of_every_policy(model: str, gpu: str, nodes: int,
+                                                           batch: int, seq: int,
+                                                           dtype: str) -> None:
+    """`step_time_floors_s` (the makespan bound plus the per-step tail at its best overlap)
+    never exceeds the estimated step of any activation policy on the mesh and ZeRO stage,
+    offload at the share it is given; and it rises above the makespan bound somewhere."""
+    from models.step_time import estimate_step, pipeline_makespan_bound, step_time_floors_s
+    from solver.candidate_eval import broad_selective_modules
+
+    spec = model_preset(model)
+    cluster = cluster_preset(gpu, num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq, compute_dtype=dtype)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=Constraints())
+    modules = broad_selective_modules(spec)
+    above = checked = 0
+    for c in random.Random(13).sample(candidates, min(12, len(candidates))):
+        plain, zero3 = (pipeline_makespan_bound(spec, training, c.parallel(zero_stage=zero),
+                                                cluster) for zero in (0, 3))
+        spans = {0: plain, 1: plain, 2: plain, 3: zero3}
+        floors = step_time_floors_s(spec, training, c.parallel(), cluster,
+                                    makespan_bounds_s=spans, max_offload=0.5)
+        for zero in (0, 1, 2, 3):
+            floor = floors[zero]
+            above += floor > spans[zero] * (1 + 1e-6)
+            for policy in FLOOR_POLICIES:
+                fields = dict(policy)
+                if fields.get("recompute", "none") != "none":
+                    fields["recompute_modules"] = modules
+                step = estimate_step(spec, training, c.parallel(zero_stage=zero, **fields),
+                                     cluster).step_time_s
+                assert floor <= step * (1 + 1e-9), (c.key, zero, policy)
+                checked += 1
+    assert checked and above, "the floor never rose above the makespan bound"
+
+
+def test_step_time_floor_refuses_a_configuration_with_a_policy() -> None:
+    from models.step_time import step_time_floors_s
+
+    spec = model_preset("llama-3.1-8b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    c = candidate_meshes(spec, training, world_size=16, gpus_per_node=8,
+                         constraints=Constraints())[0]
+    with pytest.raises(ValueError, match="without one"):
+        step_time_floors_s(spec, training, c.parallel(recompute="full"), cluster,
+                           makespan_bounds_s={0: 1.0})
+
+
+def test_memory_bound_holds_per_zero_stage_with_an_mtp_module() -> None:
+    """The memory bound at each ZeRO stage stays below the most frugal plan's ledger for a
+    model whose MTP module has routed experts (they shard over EP, not only TP)."""
+    from models.memory import memory_ledger
+    from solver.candidate_eval import ALL_POLICIES, _frugal, _with_policy
+
+    spec = model_preset("deepseek-v3")
+    cluster = cluster_preset("h800-sxm5-80gb", num_nodes=64)
+    training = TrainingSpec(global_batch_size=2048, sequence_length=4096, compute_dtype="fp8")
+    tables = BoundTables(spec, training, cluster)
+    constraints = Constraints()
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=constraints)
+    for c in random.Random(17).sample(candidates, min(15, len(candidates))):
+        for zero in (0, 1, 2, 3):
+            frugal = _with_policy(c, zero, _frugal(spec, constraints, None, ALL_POLICIES),
+                                  constraints)
+            ledger = memory_ledger(spec, training, frugal, cluster)
+            assert tables.memory_bound_bytes(c, max_zero=zero, max_offload=0.5) \
+                <= ledger.peak_bytes, (c.key, zero)
+
+
+@pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq", "dtype"), FLOOR_CASES[:2])
+def test_zero_stage_floors_leave_the_value_below_the_cutoff_unchanged(
+        model: str, gpu: str, nodes: int, batch: int, seq: int, dtype: str) -> None:
+    """With per-ZeRO-stage floors, an evaluation returns the same plan whenever its value is
+    below the cutoff, and otherwise a Dominated bound no higher than the value."""
+    from models.step_time import pipeline_makespan_bound, step_time_floors_s
+    from solver.candidate_eval import Dominated, ScoredPlan
+
+    spec = model_preset(model)
+    cluster = cluster_preset(gpu, num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq, compute_dtype=dtype)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=Constraints())
+    skipped = 0
+    for c in random.Random(19).sample(candidates, min(15, len(candidates))):
+        exact = evaluate_candidate(spec, training, cluster, c, Constraints())
+        if not isinstance(exact, ScoredPlan):
+            continue
+        span = pipeline_makespan_bound(spec, training, c.parallel(), cluster)
+        floors = step_time_floors_s(spec, training, c.parallel(), cluster,
+                                    makespan_bounds_s=dict.fromkeys((0, 1, 2, 3), span),
+                                    max_offload=0.5)
+        value = exact.estimate.step_time_s
+        for cutoff in sorted({*floors.values(), value * 0.95, value, value * 1.05}):
+            cut = evaluate_candidate(spec, training, cluster, c, Constraints(),
+                                     step_cutoff_s=cutoff, zero_floors_s=floors)
+            skipped += any(f >= cutoff for f in floors.values())
+            if isinstance(cut, Dominated):
+                assert value >= cutoff and cut.bound_s <= value * (1 + 1e-9), c.key
+            else:
+                assert isinstance(cut, ScoredPlan), c.key
+                assert cut.estimate.step_time_s == value and cut.parallel == exact.parallel
+    assert skipped, "no floor ever reached a cutoff"
+
+
+@pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq", "dtype"), FLOOR_CASES)
+def test_recompute_bound_holds_for_the_policy_and_more_full_layers(
+        model: str, gpu: str, nodes: int, batch: int, seq: int, dtype: str) -> None:
+    """`policy_work_bound_s` never exceeds the step of the plan it bounds, and with
+    `more_full_layers` not the step of the same policy with more first layers fully
+    recomputed either."""
+    from models.step_time import estimate_step, policy_work_bound_s, work_table
+    from solver.candidate_eval import broad_selective_modules
+
+    spec = model_preset(model)
+    cluster = cluster_preset(gpu, num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq, compute_dtype=dtype)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=Constraints())
+    modules = broad_selective_modules(spec)
+    checked = 0
+    for c in random.Random(23).sample(candidates, min(10, len(candidates))):
+        for zero in (1, 3):
+            table = work_table(spec, training, c.parallel(zero_stage=0 if zero < 3 else 3),
+                               cluster)
+            for k in (0, 1, 2):
+                policy = {"recompute": {"full_layers": k, "others": "selective"},
+                          "recompute_modules": modules, "activation_offload_frac": 0.5}
+                bound = table.bound_s(c.parallel(zero_stage=zero, **policy),
+                                      more_full_layers=True)
+                assert bound == policy_work_bound_s(
+                    spec, training, c.parallel(zero_stage=zero, **policy), cluster,
+                    c.parallel(zero_stage=0 if zero < 3 else 3), more_full_layers=True)
+                for more in (k, k + 1, k + 3):
+                    wider = {**policy, "recompute": {"full_layers": more, "others": "selective"}}
+                    step = estimate_step(spec, training, c.parallel(zero_stage=zero, **wider),
+                                         cluster).step_time_s
+                    assert bound <= step * (1 + 1e-9), (c.key, zero, k, more)
+                    checked += 1
+            full = c.parallel(zero_stage=zero, recompute="full", recompute_modules=modules)
+            assert table.bound_s(full) <= estimate_step(spec, training, full,
+                                                        cluster).step_time_s * (1 + 1e-9)
+    assert checked
