@@ -8,12 +8,12 @@ components as a second, thinner bar. Every segment carries its bytes as a data a
 exactly as the ledger gives them. Must not: size anything or change a byte count.
 """
 
-from api_schemas.plan import MemoryComponentReport, MemoryReport, StageMemoryReport
+from api_schemas.plan import MemoryReport
 from api_schemas.units import GIB
+from service.pictures.stacks import gib_text, memory_legend, memory_segments
 from service.pictures.svg import (
     CRITICAL_STROKE,
     INK,
-    MEMORY_COLOURS,
     MUTED,
     document,
     element,
@@ -31,45 +31,6 @@ STAGE_GAP = 26
 MAX_PLOT_W = 1080
 
 
-def _gib(num_bytes: float) -> str:
-    return f"{num_bytes / GIB:.2f} GiB"
-
-
-def _segments(stage: StageMemoryReport, components: list[MemoryComponentReport], *, x: float,
-              width: float, scale: float, base_y: float, tier: str) -> str:
-    parts, cursor = [], base_y
-    for index, component in enumerate(components):
-        height = component.bytes * scale
-        cursor -= height
-        note = f" ({component.note})" if component.note else ""
-        parts.append(element(
-            "rect", tooltip(f"stage {stage.stage} {tier}: {component.name} "
-                            f"{_gib(component.bytes)}{note}"),
-            x=f"{x:.2f}", y=f"{cursor:.2f}", width=f"{width:.2f}", height=f"{height:.2f}",
-            fill=MEMORY_COLOURS.get(component.kind, MEMORY_COLOURS["other"]),
-            fill_opacity="1" if tier == "gpu" else "0.6", stroke="#ffffff", stroke_width=0.4,
-            class_=f"segment {tier}", data_stage=stage.stage, data_tier=tier,
-            data_kind=component.kind, data_name=component.name, data_bytes=component.bytes,
-            data_index=index))
-    return "".join(parts)
-
-
-def _legend(y: float) -> str:
-    parts, cursor = [], float(LEFT)
-    for kind, colour in MEMORY_COLOURS.items():
-        parts.append(element("rect", x=f"{cursor:.0f}", y=f"{y - 10:.0f}", width=12, height=12,
-                             fill=colour))
-        parts.append(text(kind, x=f"{cursor + 16:.0f}", y=f"{y:.0f}", font_size=11, fill=INK))
-        cursor += 30 + 7 * len(kind)
-    parts.append(element("line", x1=f"{cursor:.0f}", y1=f"{y - 4:.0f}", x2=f"{cursor + 20:.0f}",
-                         y2=f"{y - 4:.0f}", stroke=CRITICAL_STROKE, stroke_width=2))
-    parts.append(text("usable capacity", x=f"{cursor + 24:.0f}", y=f"{y:.0f}", font_size=11,
-                      fill=INK))
-    parts.append(text("thin bar: host memory", x=f"{cursor + 140:.0f}", y=f"{y:.0f}",
-                      font_size=11, fill=MUTED))
-    return "".join(parts)
-
-
 def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
     """The memory stack of every stage of `report` as an SVG document."""
     stages = report.stages
@@ -84,12 +45,12 @@ def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
     width = max(width, 760.0)
     verdict = ("fits" if report.fits else
                f"OUT OF MEMORY on stage {report.binding_stage}")
-    heading = (f"{title}: peak {_gib(report.peak_bytes)} on stage {report.binding_stage} of "
-               f"{_gib(report.capacity_bytes)} usable: {verdict}")
+    heading = (f"{title}: peak {gib_text(report.peak_bytes)} on stage {report.binding_stage} of "
+               f"{gib_text(report.capacity_bytes)} usable: {verdict}")
     parts = [text(heading, x=LEFT, y=22, font_size=15, font_weight="600",
                   fill=INK if report.fits else CRITICAL_STROKE, class_="verdict",
                   data_fits=str(report.fits).lower()),
-             _legend(46)]
+             memory_legend(46, left=LEFT, host_note="thin bar: host memory")]
     for tick in nice_ticks(tallest / GIB, count=6):
         y = base_y - tick * GIB * scale
         parts.append(element("line", x1=LEFT - 4, y1=f"{y:.2f}", x2=f"{width - 40:.2f}",
@@ -99,10 +60,12 @@ def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
     for index, stage in enumerate(stages):
         x = LEFT + 10 + index * step
         parts.append(element(
-            "g", _segments(stage, stage.components, x=x, width=bar_w, scale=scale,
-                           base_y=base_y, tier="gpu")
-            + _segments(stage, stage.host_components, x=x + bar_w + 1, width=host_w,
-                        scale=scale, base_y=base_y, tier="host"),
+            "g", memory_segments(stage.components, label=f"stage {stage.stage}", x=x,
+                                 width=bar_w, scale=scale, base_y=base_y, tier="gpu",
+                                 where={"data_stage": stage.stage})
+            + memory_segments(stage.host_components, label=f"stage {stage.stage}",
+                              x=x + bar_w + 1, width=host_w, scale=scale, base_y=base_y,
+                              tier="host", where={"data_stage": stage.stage}),
             class_="stage" + (" binding" if stage.stage == report.binding_stage else ""),
             data_stage=stage.stage, data_total_bytes=stage.total_bytes,
             data_host_bytes=stage.host_bytes))
@@ -115,7 +78,7 @@ def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
             parts.append(text("peak", x=f"{x + bar_w / 2:.2f}", y=f"{top - 6:.2f}",
                               font_size=10, fill=INK, text_anchor="middle"))
     capacity_y = base_y - report.capacity_bytes * scale
-    parts.append(element("line", tooltip(f"usable capacity {_gib(report.capacity_bytes)}"),
+    parts.append(element("line", tooltip(f"usable capacity {gib_text(report.capacity_bytes)}"),
                          x1=LEFT, y1=f"{capacity_y:.2f}", x2=f"{width - 40:.2f}",
                          y2=f"{capacity_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=2,
                          class_="capacity", data_bytes=report.capacity_bytes))

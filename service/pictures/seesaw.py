@@ -8,13 +8,12 @@ last arrow wraps around to the rollout). Every segment carries its bytes as a da
 attribute, exactly as the report gives them. Must not: size or time anything.
 """
 
-from api_schemas.plan import MemoryComponentReport
-from api_schemas.rl_seesaw import RlSeesawResponse, SeesawPhaseReport
+from api_schemas.rl_seesaw import RlSeesawResponse
 from api_schemas.units import GIB
+from service.pictures.stacks import gib_text, memory_legend, memory_segments
 from service.pictures.svg import (
     CRITICAL_STROKE,
     INK,
-    MEMORY_COLOURS,
     MUTED,
     document,
     element,
@@ -32,45 +31,6 @@ HOST_W = 16
 STEP = 190
 LABELS = {"rollout": "rollout", "reference_forward": "reference forward", "train": "train",
           "weight_sync": "weight update"}
-
-
-def _gib(num_bytes: float) -> str:
-    return f"{num_bytes / GIB:.2f} GiB"
-
-
-def _segments(phase: SeesawPhaseReport, components: list[MemoryComponentReport], *, x: float,
-              width: float, scale: float, base_y: float, tier: str) -> str:
-    parts, cursor = [], base_y
-    for index, component in enumerate(components):
-        height = component.bytes * scale
-        cursor -= height
-        note = f" ({component.note})" if component.note else ""
-        parts.append(element(
-            "rect", tooltip(f"{LABELS.get(phase.name, phase.name)} {tier}: {component.name} "
-                            f"{_gib(component.bytes)}{note}"),
-            x=f"{x:.2f}", y=f"{cursor:.2f}", width=f"{width:.2f}", height=f"{height:.2f}",
-            fill=MEMORY_COLOURS.get(component.kind, MEMORY_COLOURS["other"]),
-            fill_opacity="1" if tier == "gpu" else "0.6", stroke="#ffffff", stroke_width=0.4,
-            class_=f"segment {tier}", data_phase=phase.name, data_tier=tier,
-            data_kind=component.kind, data_name=component.name, data_bytes=component.bytes,
-            data_index=index))
-    return "".join(parts)
-
-
-def _legend(y: float) -> str:
-    parts, cursor = [], float(LEFT)
-    for kind, colour in MEMORY_COLOURS.items():
-        parts.append(element("rect", x=f"{cursor:.0f}", y=f"{y - 10:.0f}", width=12, height=12,
-                             fill=colour))
-        parts.append(text(kind, x=f"{cursor + 16:.0f}", y=f"{y:.0f}", font_size=11, fill=INK))
-        cursor += 30 + 7 * len(kind)
-    parts.append(element("line", x1=f"{cursor:.0f}", y1=f"{y - 4:.0f}", x2=f"{cursor + 20:.0f}",
-                         y2=f"{y - 4:.0f}", stroke=CRITICAL_STROKE, stroke_width=2))
-    parts.append(text("usable capacity", x=f"{cursor + 24:.0f}", y=f"{y:.0f}", font_size=11,
-                      fill=INK))
-    parts.append(text("thin bar: host memory per GPU", x=f"{cursor + 140:.0f}", y=f"{y:.0f}",
-                      font_size=11, fill=MUTED))
-    return "".join(parts)
 
 
 def _arrow(report: RlSeesawResponse, index: int, *, x1: float, x2: float, y: float) -> str:
@@ -103,13 +63,13 @@ def seesaw_svg(report: RlSeesawResponse, *, title: str = "RL memory seesaw") -> 
     width = max(760.0, LEFT + STEP * len(phases) + 40)
     worst = max(phases, key=lambda p: p.gpu_bytes)
     verdict = "fits" if report.fits else "DOES NOT FIT"
-    heading = (f"{title}: peak {_gib(worst.gpu_bytes)} in {LABELS.get(worst.name, worst.name)} "
-               f"of {_gib(report.capacity_bytes)} usable; transitions "
+    heading = (f"{title}: peak {gib_text(worst.gpu_bytes)} in {LABELS.get(worst.name, worst.name)} "
+               f"of {gib_text(report.capacity_bytes)} usable; transitions "
                f"{fmt_seconds(report.transition_s)}: {verdict}")
     parts = [text(heading, x=LEFT, y=22, font_size=15, font_weight="600",
                   fill=INK if report.fits else CRITICAL_STROKE, class_="verdict",
                   data_fits=str(report.fits).lower()),
-             _legend(46)]
+             memory_legend(46, left=LEFT, host_note="thin bar: host memory per GPU")]
     for tick in nice_ticks(tallest / GIB, count=6):
         y = base_y - tick * GIB * scale
         parts.append(element("line", x1=LEFT - 4, y1=f"{y:.2f}", x2=f"{width - 30:.2f}",
@@ -119,15 +79,17 @@ def seesaw_svg(report: RlSeesawResponse, *, title: str = "RL memory seesaw") -> 
     for index, phase in enumerate(phases):
         x = LEFT + 20 + index * STEP
         parts.append(element(
-            "g", _segments(phase, phase.components, x=x, width=BAR_W, scale=scale,
-                           base_y=base_y, tier="gpu")
-            + _segments(phase, phase.host_components, x=x + BAR_W + 2, width=HOST_W,
-                        scale=scale, base_y=base_y, tier="host"),
+            "g", memory_segments(phase.components, label=LABELS.get(phase.name, phase.name),
+                                 x=x, width=BAR_W, scale=scale, base_y=base_y, tier="gpu",
+                                 where={"data_phase": phase.name})
+            + memory_segments(phase.host_components, label=LABELS.get(phase.name, phase.name),
+                              x=x + BAR_W + 2, width=HOST_W, scale=scale, base_y=base_y,
+                              tier="host", where={"data_phase": phase.name}),
             class_="phase" + ("" if phase.fits_gpu else " over"), data_phase=phase.name,
             data_gpu_bytes=phase.gpu_bytes, data_host_bytes=phase.host_bytes_per_gpu))
         parts.append(text(LABELS.get(phase.name, phase.name), x=f"{x + BAR_W / 2:.2f}",
                           y=f"{base_y + 16:.2f}", font_size=11, fill=INK, text_anchor="middle"))
-        parts.append(text(_gib(phase.gpu_bytes), x=f"{x + BAR_W / 2:.2f}",
+        parts.append(text(gib_text(phase.gpu_bytes), x=f"{x + BAR_W / 2:.2f}",
                           y=f"{base_y - phase.gpu_bytes * scale - 6:.2f}", font_size=10,
                           fill=INK if phase.fits_gpu else CRITICAL_STROKE,
                           text_anchor="middle"))
@@ -139,7 +101,7 @@ def seesaw_svg(report: RlSeesawResponse, *, title: str = "RL memory seesaw") -> 
             parts.append(text("to rollout", x=f"{width - 34:.2f}", y=f"{TOP + 24:.2f}",
                               font_size=10, fill=MUTED, text_anchor="end"))
     capacity_y = base_y - report.capacity_bytes * scale
-    parts.append(element("line", tooltip(f"usable capacity {_gib(report.capacity_bytes)}"),
+    parts.append(element("line", tooltip(f"usable capacity {gib_text(report.capacity_bytes)}"),
                          x1=LEFT, y1=f"{capacity_y:.2f}", x2=f"{width - 30:.2f}",
                          y2=f"{capacity_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=2,
                          class_="capacity", data_bytes=report.capacity_bytes))
