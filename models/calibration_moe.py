@@ -17,9 +17,10 @@ maxima) and in 1/s as in `models.calibration`. For each h, (s, o) are fitted as 
 (`fit_constants`, or `fit_overhead` with s held by GEMM microbenchmarks); h minimises the
 profiled residual, by a scan over the table and golden-section search between the best
 point's neighbours. Standard errors: the Gauss-Newton covariance sigma^2 (J^T J)^-1 over the
-free parameters, sigma^2 = RSS / (n - p). Source: profiled (concentrated) least squares and
-its covariance, Seber and Wild, "Nonlinear Regression" (Wiley 1989), Sec. 2.1-2.2 and
-14.7; leave-one-out, Stone (1974) J. R. Stat. Soc. B 36(2):111-147.
+free parameters, sigma^2 = RSS / (n - p). Minimising over (s, o) for each h and then over
+h reaches the joint least-squares minimum. Source: nonlinear least squares and its
+covariance, Seber and Wild, "Nonlinear Regression" (Wiley 1989), Sec. 2.1-2.2;
+leave-one-out, Stone (1974) J. R. Stat. Soc. B 36(2):111-147.
 
 Identification: h moves a run's step only while an MoE layer forward is host-bound
 (dT/dh > 0); a dense run or a GPU-bound MoE run says nothing about it. h is fitted only when
