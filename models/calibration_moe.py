@@ -47,11 +47,16 @@ h (at least one MoE layer forward per step waits on the host)."""
 ISSUE_GRID_LOW_S = 2.5e-4
 """Smallest non-zero h of the table (0.25 ms, 1/30 of the published 7.9 ms)."""
 
-ISSUE_GRID_RATIO = 1.35
+ISSUE_GRID_RATIO = 1.5
 """Ratio between consecutive non-zero h of the table (log-spaced up to the physical limit)."""
 
-ISSUE_TOLERANCE_S = 1e-6
-"""Width (seconds) at which the golden-section search over h stops."""
+ISSUE_TOLERANCE_S = 1e-5
+"""Width (seconds) at which the golden-section search over h stops (0.01 ms, a tenth of the
+smallest standard error the recovery check states)."""
+
+LOO_BRACKET_STEPS = 2
+"""Table steps either side of the full fit's h that a leave-one-out fit scans (one run moves
+h by a fraction of its standard error, far less than a step of 50%)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,11 +167,15 @@ def _issue_se(surfaces: Sequence[RunSurface], fit: Fit, issue: float, *,
 
 
 def fit_with_issue(surfaces: Sequence[RunSurface], *,
-                   fit_at: Callable[[Sequence[RunCurve]], Fit], free_scale: bool) -> IssueFit:
+                   fit_at: Callable[[Sequence[RunCurve]], Fit], free_scale: bool,
+                   near: float | None = None) -> IssueFit:
     """Least-squares (h, s, o) (see the module docstring): `fit_at` fits (s, o), or o alone
     (`free_scale` False), to the runs' curves at one h; h is searched over [0, the tables'
-    largest h]."""
+    largest h], or within `LOO_BRACKET_STEPS` table steps of `near` (a warm start)."""
     grid = max((s.issues for s in surfaces), key=len)
+    if near is not None:
+        at = min(range(len(grid)), key=lambda k: abs(grid[k] - near))
+        grid = grid[max(0, at - LOO_BRACKET_STEPS):at + LOO_BRACKET_STEPS + 1]
 
     def cost(issue: float) -> float:
         return fit_at([s.curve_at(issue) for s in surfaces]).rss
@@ -216,12 +225,13 @@ def issue_problems(result: IssueFit, surfaces: Sequence[RunSurface], *,
 
 def issue_leave_one_out(surfaces: Sequence[RunSurface], *,
                         fit_at: Callable[[Sequence[RunCurve]], Fit],
-                        free_scale: bool) -> list[tuple[IssueFit, float]]:
-    """For each run, the joint fit on the other runs and its prediction of the held-out run."""
+                        free_scale: bool, near: float) -> list[tuple[IssueFit, float]]:
+    """For each run, the joint fit on the other runs (h searched near the full fit's `near`,
+    `LOO_BRACKET_STEPS`) and its prediction of the held-out run."""
     out = []
     for i, held in enumerate(surfaces):
         rest = [s for j, s in enumerate(surfaces) if j != i]
-        result = fit_with_issue(rest, fit_at=fit_at, free_scale=free_scale)
+        result = fit_with_issue(rest, fit_at=fit_at, free_scale=free_scale, near=near)
         out.append((result, held.model_at(result.fit.scale, result.issue_s)
                     + result.fit.overhead_s))
     return out
@@ -231,6 +241,8 @@ __all__ = [
     "HOST_BOUND_MIN_SLOPE",
     "ISSUE_GRID_LOW_S",
     "ISSUE_GRID_RATIO",
+    "ISSUE_TOLERANCE_S",
+    "LOO_BRACKET_STEPS",
     "MIN_HOST_BOUND_MOE_RUNS",
     "IssueFit",
     "RunSurface",

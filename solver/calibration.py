@@ -64,6 +64,11 @@ GRID_POINTS = 17
 """GEMM efficiency scales (log-spaced over the admissible range) at which each run's step
 time is evaluated; the fit interpolates linearly in 1/s between them."""
 
+ISSUE_SCALE_STRIDE = 2
+"""An MoE run's rows over the host issue time are tabulated at every second GEMM scale of the
+grid (9 of 17; T stays linear in 1/s between them), to keep a fit of many large MoE runs
+within the endpoint's time limit."""
+
 METHOD = ("least squares on ln(step time): t = T(s) + o, T the cost model with every eta_max "
           "x s (tabulated at 17 scales, linear in 1/s between them), o a fixed per-step "
           "overhead; standard errors from the Gauss-Newton covariance with RSS/(n-2); "
@@ -174,6 +179,7 @@ def _surface(scored: _Scored, scales: Sequence[float], issues: Sequence[float],
     if scored.moe_forwards == 0:
         return RunSurface(measured_s=scored.curve.measured_s, issues=(0.0,),
                           rows=(scored.curve,), moe_forwards=0)
+    scales = scales[::ISSUE_SCALE_STRIDE]
     rows = tuple(
         RunCurve(measured_s=scored.curve.measured_s, scales=tuple(scales), model_s=tuple(
             estimate_step(scored.spec, scored.training, scored.parallel,
@@ -317,7 +323,8 @@ def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
             "overhead apart (their model step times move together); add runs whose GEMM "
             "share differs (other batch sizes, sequence lengths or models)", field="runs")
     held_issue = (issue_leave_one_out(outcome.surfaces, fit_at=fit_at,
-                                      free_scale=fixed is None) if joint is not None else None)
+                                      free_scale=fixed is None, near=joint.issue_s)
+                  if joint is not None else None)
     held = (leave_one_out(curves, scale_limits=(lo, hi), fixed_scale=fixed)
             if held_issue is None else [(r.fit, pred) for r, pred in held_issue])
     residuals = [_residual(s, fit, loo_pred) for s, (_, loo_pred) in zip(scored, held,
