@@ -14,6 +14,7 @@ from api_schemas.requests import EvaluateRequest
 from models.calibration_moe import MIN_HOST_BOUND_MOE_RUNS
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import estimate_step
+from service.render_run import render_calibration
 from solver.calibration import calibrate
 
 GPU = "h100-sxm5-80gb"
@@ -83,6 +84,9 @@ def test_generated_moe_runs_give_the_host_issue_time_back_within_its_uncertainty
     assert fit.uncalibrated_relative_error > 0.2
     assert fit.leave_one_out_relative_error < 0.05
     assert fit.fitted_relative_error <= fit.leave_one_out_relative_error
+    shown = render_calibration(fit)
+    assert f"MoE host issue  {issue.value * 1e3:.3f} ms +- " in shown
+    assert "note: MoE layer host issue time fitted on 4" in shown
 
 
 def test_noise_free_moe_runs_give_the_host_issue_time_back_closely() -> None:
