@@ -11,6 +11,7 @@ import pytest
 from api_schemas.calibration import CalibrationRunsRequest
 from api_schemas.hardware import KernelCalibration
 from api_schemas.requests import EvaluateRequest
+from models.calibration import CalibrationRefused
 from models.calibration_moe import MIN_HOST_BOUND_MOE_RUNS
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import estimate_step
@@ -119,3 +120,14 @@ def test_gpu_bound_moe_runs_leave_it_unset() -> None:
     result = calibrate(body(generated_runs(truth, 0.01, seed=5)))
     assert result.fit.moe_host_issue_s is None
     assert "host-bound at the best value" in result.fit.moe_host_issue_note
+
+
+def test_a_host_time_past_its_limit_refuses_the_whole_fit_with_the_reason(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs that need a 12 ms host time, against a limit lowered to 5 ms: the fit runs into
+    the limit and is refused (nothing is stored), naming the field and the reason."""
+    monkeypatch.setattr("solver.calibration.issue_limit", lambda surfaces: 0.005)
+    with pytest.raises(CalibrationRefused) as refused:
+        calibrate(body(generated_runs(TRUTH, 0.02, seed=1)))
+    assert refused.value.field == "runs"
+    assert "runs into its upper limit 5 ms" in str(refused.value)
