@@ -187,6 +187,13 @@ class CalibrationFit(ResultModel):
                                   description="Each training log and what it was parsed into.")
     microbenchmarks: MicrobenchmarkFit | None = Field(
         default=None, description="Constants set from microbenchmarks, if any were given.")
+    moe_host_issue_s: FittedConstant | None = Field(
+        default=None, description="Fixed host time to issue one MoE layer forward (seconds), "
+        "fitted with the other constants when at least 3 submitted MoE runs are host-bound "
+        "(their step grows with it); null when the runs do not identify it "
+        "(`moe_host_issue_note` says why) and the published value stays.")
+    moe_host_issue_note: str = Field(default="", description="Whether the MoE layer host "
+                                     "issue time was fitted, on how many runs, or why not.")
 
 
 class CalibrationProfile(ResultModel):

@@ -128,6 +128,12 @@ class KernelCalibration(SpecModel):
         default=None, gt=0.0, le=1e13,
         description="Measured host<->GPU copy bandwidth per GPU per direction (bytes/s), "
         "replacing the node's PCIe figure; null keeps it.", examples=[52e9])
+    moe_host_issue_s: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="Fixed host time to issue one MoE layer forward (seconds), fitted on "
+        "host-bound MoE runs; replaces the published 7.9 ms (the per-expert launches are "
+        "added to it). An MoE layer forward takes the longer of this host time and its GPU "
+        "time. Null keeps the published value.", examples=[0.0065])
     profile: str | None = Field(
         default=None, max_length=64,
         description="Name of the stored profile these constants come from (set by the "

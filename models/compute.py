@@ -163,6 +163,9 @@ class ComputeContext:
     """A calibration profile's multiplier on the profile's eta_max (1: as published)."""
     attention_efficiency_scale: float = 1.0
     """A calibration profile's multiplier on the attention efficiencies (1: as published)."""
+    moe_host_issue_s: float | None = None
+    """A calibration profile's fitted fixed host issue time of one MoE layer forward
+    (seconds), in place of `MOE_HOST_ISSUE_S` (None: the published constant)."""
 
     @property
     def tokens(self) -> int:
@@ -351,12 +354,13 @@ def moe_expert_launches(spec: ModelSpec, ctx: ComputeContext) -> int:
 
 def moe_host_issue_s(spec: ModelSpec, ctx: ComputeContext) -> float:
     """Host time to issue one MoE layer's forward, from one token-count synchronisation to
-    the next: the layer's fixed issue time (`MOE_HOST_ISSUE_S`) plus one back-to-back launch
-    (`MOE_HOST_LAUNCH_S`) for each per-expert kernel (`moe_expert_launches`); zero for a
-    dense model."""
+    the next: the layer's fixed issue time (`MOE_HOST_ISSUE_S`, or a calibration profile's
+    fitted value, `ctx.moe_host_issue_s`) plus one back-to-back launch (`MOE_HOST_LAUNCH_S`)
+    for each per-expert kernel (`moe_expert_launches`); zero for a dense model."""
     if spec.moe is None:
         return 0.0
-    return MOE_HOST_ISSUE_S + moe_expert_launches(spec, ctx) * MOE_HOST_LAUNCH_S
+    fixed = MOE_HOST_ISSUE_S if ctx.moe_host_issue_s is None else ctx.moe_host_issue_s
+    return fixed + moe_expert_launches(spec, ctx) * MOE_HOST_LAUNCH_S
 
 
 def moe_host_idle_s(spec: ModelSpec, ctx: ComputeContext, gpu_forward_s: float) -> float:

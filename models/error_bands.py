@@ -256,7 +256,8 @@ def cluster_band(cluster: ClusterSpec, *, moe: bool, num_gpus: int) -> ErrorBand
     gpu = cluster.gpu.id
     if calibration is None or (calibration.leave_one_out_errors is None
                                and calibration.gemm_efficiency_scale == 1.0
-                               and calibration.step_overhead_s == 0.0):
+                               and calibration.step_overhead_s == 0.0
+                               and calibration.moe_host_issue_s is None):
         return published_band(gpu, moe=moe, num_gpus=num_gpus)
     regime = f"{gpu_family(gpu) or gpu} {_kind(moe)}, {scale_regime(num_gpus)}"
     label = (f"'{calibration.profile}'" + (f" v{calibration.version}" if calibration.version

@@ -65,8 +65,10 @@ def summary_of(record: CalibrationProfileRecord) -> CalibrationProfileSummary:
 
 def constants_of(record: CalibrationProfileRecord) -> KernelCalibration:
     """The constants a request gets from this version (named with it): the fitted GEMM scale
-    and overhead, the microbenchmarks' link, attention and host-link constants, which the fit
-    report keeps (`fit.microbenchmarks.applied`), and each fitted run's leave-one-out
+    and overhead, the fitted MoE layer host issue time if the fit set one (kept in the
+    fit report, `fit.moe_host_issue_s`), the microbenchmarks' link, attention and host-link
+    constants, which the fit report keeps (`fit.microbenchmarks.applied`), and each fitted
+    run's leave-one-out
     step-time error (measured / held-out prediction - 1), from which predictions on the
     profile take their range."""
     fit = CalibrationFit.model_validate(record.fit_json)
@@ -75,8 +77,10 @@ def constants_of(record: CalibrationProfileRecord) -> KernelCalibration:
     micro = record.fit_json.get("microbenchmarks")
     applied = (MicrobenchmarkFit.model_validate(micro).applied if isinstance(micro, dict)
                else KernelCalibration())
+    issue = fit.moe_host_issue_s.value if fit.moe_host_issue_s is not None else None
     return applied.model_copy(update={"gemm_efficiency_scale": record.gemm_efficiency_scale,
                                       "step_overhead_s": record.step_overhead_s,
+                                      "moe_host_issue_s": issue,
                                       "profile": record.name, "version": record.version,
                                       "leave_one_out_errors": errors or None})
 

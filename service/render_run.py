@@ -223,6 +223,10 @@ def render_calibration(result: CalibrationProfile | CalibrationFit) -> str:
          f"(leave-one-out {scale.leave_one_out_min:.4f}..{scale.leave_one_out_max:.4f})"),
         (f"  step overhead   {overhead.value:.4f} s +- {overhead.standard_error:.4f} s "
          f"(leave-one-out {overhead.leave_one_out_min:.4f}..{overhead.leave_one_out_max:.4f})"),
+        *([f"  MoE host issue  {issue.value * 1e3:.3f} ms +- {issue.standard_error * 1e3:.3f} ms "
+           f"(leave-one-out {issue.leave_one_out_min * 1e3:.3f}.."
+           f"{issue.leave_one_out_max * 1e3:.3f})"] if (issue := fit.moe_host_issue_s) else []),
+        *([f"  note: {fit.moe_host_issue_note}"] if fit.moe_host_issue_note else []),
         (f"  mean |error|    uncalibrated {fit.uncalibrated_relative_error:.1%}, "
          f"leave-one-out {fit.leave_one_out_relative_error:.1%}, "
          f"fitted {fit.fitted_relative_error:.1%}"),

@@ -121,8 +121,10 @@ def _notes(resolved_notes: tuple[str, ...], cluster: ClusterSpec) -> list[str]:
                             "GB/s per GPU")
         notes.append(f"{source}: GEMM efficiency x {calibration.gemm_efficiency_scale:.4g} "
                      f"of the values above, {calibration.step_overhead_s:.4g} s fixed "
-                     "overhead per step" + (f"; from microbenchmarks: {', '.join(measured)}"
-                                            if measured else ""))
+                     "overhead per step"
+                     + (f", MoE layer host issue {calibration.moe_host_issue_s * 1e3:.4g} ms"
+                        if calibration.moe_host_issue_s is not None else "")
+                     + (f"; from microbenchmarks: {', '.join(measured)}" if measured else ""))
     return notes
 
 

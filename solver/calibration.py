@@ -12,10 +12,11 @@ constants. Must not: store profiles or read the database (the service does).
 """
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from api_schemas._base import field_path
+from api_schemas.architecture import ModelSpec
 from api_schemas.calibration import (
     CalibrationFit,
     CalibrationRunsRequest,
@@ -25,7 +26,9 @@ from api_schemas.calibration import (
     RunResidual,
 )
 from api_schemas.hardware import ClusterSpec, KernelCalibration
+from api_schemas.parallel import ParallelConfig
 from api_schemas.requests import ClusterInput
+from api_schemas.training import TrainingSpec
 from models.calibration import (
     CalibrationRefused,
     Fit,
@@ -36,6 +39,17 @@ from models.calibration import (
     physical_problems,
     relative_error,
 )
+from models.calibration_moe import (
+    MIN_HOST_BOUND_MOE_RUNS,
+    IssueFit,
+    RunSurface,
+    fit_with_issue,
+    issue_grid,
+    issue_leave_one_out,
+    issue_limit,
+    issue_problems,
+)
+from models.compute import MOE_HOST_ISSUE_S
 from models.errors import PlannerError
 from models.kernels import GEMM_EFFICIENCY_FLOOR_FRAC, KernelProfile, profile_for
 from models.memory import memory_ledger
@@ -49,6 +63,11 @@ from solver.logs import parse_training_log
 GRID_POINTS = 17
 """GEMM efficiency scales (log-spaced over the admissible range) at which each run's step
 time is evaluated; the fit interpolates linearly in 1/s between them."""
+
+ISSUE_SCALE_STRIDE = 2
+"""An MoE run's rows over the host issue time are tabulated at every second GEMM scale of the
+grid (9 of 17; T stays linear in 1/s between them), to keep a fit of many large MoE runs
+within the endpoint's time limit."""
 
 METHOD = ("least squares on ln(step time): t = T(s) + o, T the cost model with every eta_max "
           "x s (tabulated at 17 scales, linear in 1/s between them), o a fixed per-step "
@@ -86,6 +105,13 @@ class _Scored:
     peak_bytes: int
     measured_peak_bytes: int | None
     label: str
+    moe_forwards: int
+    """MoE layer forwards per step on the busiest pipeline rank (at least): MoE layers per
+    rank (rounded up) x micro-batches; 0 for a dense model."""
+    spec: ModelSpec
+    training: TrainingSpec
+    parallel: ParallelConfig
+    cluster: ClusterSpec
 
 
 def _with_field(error: PlannerError, prefix: str) -> PlannerError:
@@ -134,12 +160,83 @@ def _score(request: CalibrationRunsRequest, where: str, run: MeasuredRun,
             f"{where}.peak_memory_bytes: {run.peak_memory_bytes:,} bytes is more than the "
             f"{cluster.gpu.name}'s {cluster.gpu.memory_bytes:,} bytes of memory; give the "
             "peak per rank in bytes", field=f"{where}.peak_memory_bytes")
+    moe_forwards = (-(-spec.num_moe_layers // run.parallel.pp) * base.num_micro_batches
+                    if spec.moe is not None else 0)
     return _Scored(curve=RunCurve(measured_s=run.step_time_s, scales=tuple(scales),
                                   model_s=times),
                    uncalibrated_s=base.step_time_s, bound_s=bound,
                    peak_bytes=ledger.peak_bytes,
                    measured_peak_bytes=run.peak_memory_bytes,
-                   label=run.label or f"run {where.split('.')[-1]}")
+                   label=run.label or f"run {where.split('.')[-1]}",
+                   moe_forwards=moe_forwards, spec=spec, training=run.training,
+                   parallel=run.parallel, cluster=cluster)
+
+
+def _surface(scored: _Scored, scales: Sequence[float], issues: Sequence[float],
+             applied: KernelCalibration) -> RunSurface:
+    """A scored run's model step time over (h, s): one row per h for an MoE run, its
+    published-h curve alone for a dense run (h does not move it)."""
+    if scored.moe_forwards == 0:
+        return RunSurface(measured_s=scored.curve.measured_s, issues=(0.0,),
+                          rows=(scored.curve,), moe_forwards=0)
+    scales = scales[::ISSUE_SCALE_STRIDE]
+    rows = tuple(
+        RunCurve(measured_s=scored.curve.measured_s, scales=tuple(scales), model_s=tuple(
+            estimate_step(scored.spec, scored.training, scored.parallel,
+                          scored.cluster.model_copy(update={"calibration": applied.model_copy(
+                              update={"gemm_efficiency_scale": s, "step_overhead_s": 0.0,
+                                      "moe_host_issue_s": h})})).step_time_s
+            for s in scales))
+        for h in issues)
+    return RunSurface(measured_s=scored.curve.measured_s, issues=tuple(issues), rows=rows,
+                      moe_forwards=scored.moe_forwards)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _IssueOutcome:
+    fit: IssueFit | None
+    """The joint fit with h, when the runs identify h."""
+    surfaces: tuple[RunSurface, ...]
+    note: str
+
+
+def _fit_issue(scored: Sequence[_Scored], scales: Sequence[float], applied: KernelCalibration,
+               fit_at: Callable[[Sequence[RunCurve]], Fit], *, free_scale: bool
+               ) -> _IssueOutcome:
+    """Fit the MoE layer's host issue time with the other constants when the runs identify
+    it; otherwise say why it is left at the published value.
+
+    Raises:
+        CalibrationRefused: the fitted h leaves its physical limits.
+    """
+    published = f"the published {MOE_HOST_ISSUE_S * 1e3:.3g} ms is kept"
+    moe = sum(s.moe_forwards > 0 for s in scored)
+    if moe < MIN_HOST_BOUND_MOE_RUNS:
+        return _IssueOutcome(fit=None, surfaces=(), note=(
+            f"MoE layer host issue time not fitted: {moe} of the {len(scored)} runs are MoE "
+            f"runs and {MIN_HOST_BOUND_MOE_RUNS} host-bound MoE runs are needed; {published}"))
+    surfaces = [RunSurface(measured_s=s.curve.measured_s, issues=(0.0,), rows=(s.curve,),
+                           moe_forwards=s.moe_forwards) for s in scored]
+    limit = issue_limit(surfaces)
+    issues = issue_grid(limit)
+    surfaces = [_surface(s, scales, issues, applied) for s in scored]
+    joint = fit_with_issue(surfaces, fit_at=fit_at, free_scale=free_scale)
+    problems = issue_problems(joint, surfaces, limit=limit)
+    if problems:
+        raise CalibrationRefused("the fit is refused: " + "; ".join(problems),
+                                 field="runs")
+    if joint.host_bound_runs < MIN_HOST_BOUND_MOE_RUNS or not math.isfinite(joint.issue_se):
+        why = (f"only {joint.host_bound_runs} of the {moe} MoE runs are host-bound at the "
+               f"best value ({joint.issue_s * 1e3:.3g} ms; a host-bound run's step grows with "
+               f"it) and {MIN_HOST_BOUND_MOE_RUNS} are needed"
+               if joint.host_bound_runs < MIN_HOST_BOUND_MOE_RUNS else
+               "the runs cannot tell it from the GEMM efficiency and the per-step overhead")
+        return _IssueOutcome(fit=None, surfaces=tuple(surfaces), note=(
+            f"MoE layer host issue time not fitted: {why}; {published}"))
+    return _IssueOutcome(fit=joint, surfaces=tuple(surfaces), note=(
+        f"MoE layer host issue time fitted on {joint.host_bound_runs} host-bound MoE runs "
+        f"(of {moe}): {joint.issue_s * 1e3:.4g} ms, standard error "
+        f"{joint.issue_se * 1e3:.2g} ms (published {MOE_HOST_ISSUE_S * 1e3:.3g} ms)"))
 
 
 def _constant(value: float, se: float, loo: Sequence[float]) -> FittedConstant:
@@ -202,11 +299,16 @@ def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
     lo, hi = scale_limits(family_profile)
     scales = [lo * (hi / lo) ** (k / (GRID_POINTS - 1)) for k in range(GRID_POINTS)]
     scored = [_score(request, where, run, scales, applied) for where, run in runs]
+    fit_at: Callable[[Sequence[RunCurve]], Fit] = (
+        (lambda cs: fit_constants(cs, scale_limits=(lo, hi))) if fixed is None else
+        (lambda cs: fit_overhead(cs, scale=fixed[0], scale_se=fixed[1])))
+    outcome = _fit_issue(scored, scales, applied, fit_at, free_scale=fixed is None)
+    joint = outcome.fit
+    if joint is not None:
+        scored = [replace(s, curve=surface.curve_at(joint.issue_s))
+                  for s, surface in zip(scored, outcome.surfaces, strict=True)]
     curves = [s.curve for s in scored]
-    if fixed is None:
-        fit = fit_constants(curves, scale_limits=(lo, hi))
-    else:
-        fit = fit_overhead(curves, scale=fixed[0], scale_se=fixed[1])
+    fit = joint.fit if joint is not None else fit_at(curves)
     reasons = (f"{family_profile.family} GEMMs at {GEMM_EFFICIENCY_FLOOR_FRAC:.0%} of the "
                "dense peak, the documented floor", f"{family_profile.family} GEMMs at 100% "
                "of the dense peak")
@@ -220,7 +322,11 @@ def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
             "the fit is refused: the runs cannot tell the GEMM efficiency from the per-step "
             "overhead apart (their model step times move together); add runs whose GEMM "
             "share differs (other batch sizes, sequence lengths or models)", field="runs")
-    held = leave_one_out(curves, scale_limits=(lo, hi), fixed_scale=fixed)
+    held_issue = (issue_leave_one_out(outcome.surfaces, fit_at=fit_at,
+                                      free_scale=fixed is None, near=joint.issue_s)
+                  if joint is not None else None)
+    held = (leave_one_out(curves, scale_limits=(lo, hi), fixed_scale=fixed)
+            if held_issue is None else [(r.fit, pred) for r, pred in held_issue])
     residuals = [_residual(s, fit, loo_pred) for s, (_, loo_pred) in zip(scored, held,
                                                                          strict=True)]
     n = len(scored)
@@ -246,9 +352,14 @@ def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
         log_residual_rms=rms, runs=residuals,
         method=method + ("; the overhead came out negative within noise and was set to 0"
                          if fit.clamped_overhead else ""),
-        logs=parsed, microbenchmarks=micro.report if micro is not None else None)
+        logs=parsed, microbenchmarks=micro.report if micro is not None else None,
+        moe_host_issue_s=(_constant(joint.issue_s, joint.issue_se,
+                                    [r.issue_s for r, _ in held_issue])
+                          if joint is not None and held_issue is not None else None),
+        moe_host_issue_note=outcome.note)
     constants = applied.model_copy(update={
         "gemm_efficiency_scale": fit.scale, "step_overhead_s": fit.overhead_s,
+        "moe_host_issue_s": joint.issue_s if joint is not None else None,
         "leave_one_out_errors": tuple(s.curve.measured_s / p - 1.0
                                       for s, (_, p) in zip(scored, held, strict=True))})
     return CalibrationResult(constants=constants, fit=report, family=family_profile.family)

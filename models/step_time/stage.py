@@ -59,7 +59,8 @@ def layer_mode(parallel: ParallelConfig, stage: int, position: int) -> Recompute
 def compute_context(training: TrainingSpec, parallel: ParallelConfig,
                     cluster: ClusterSpec) -> ComputeContext:
     """The kernel-timing context of a configuration (the cluster's calibration profile, if
-    any, scales the GEMM efficiency: `models.kernels.calibrated_profile`).."""
+    any, scales the GEMM efficiency, `models.kernels.calibrated_profile`, and may set the
+    MoE layer's fixed host issue time, `models.compute.moe_host_issue_s`)."""
     calibration = cluster.calibration
     scale = calibration.gemm_efficiency_scale if calibration is not None else 1.0
     attention = calibration.attention_efficiency_scale if calibration is not None else 1.0
@@ -71,7 +72,8 @@ def compute_context(training: TrainingSpec, parallel: ParallelConfig,
         dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance,
         moe_dispatcher=training.moe_dispatcher,
         elementwise_fusion=training.elementwise_fusion, gemm_efficiency_scale=scale,
-        attention_efficiency_scale=attention)
+        attention_efficiency_scale=attention,
+        moe_host_issue_s=calibration.moe_host_issue_s if calibration is not None else None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

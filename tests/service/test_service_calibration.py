@@ -316,3 +316,43 @@ def test_logs_and_microbenchmarks_over_http_store_every_constant(http: httpx.Cli
     assert refused.status_code == 422
     assert refused.json()["errors"][0]["loc"] == ["body", "logs", "0", "text"]
     assert "arguments" in refused.json()["detail"]
+
+
+def test_a_fitted_moe_host_time_is_stored_and_applied_through_the_profile(
+        http: httpx.Client) -> None:
+    """The MoE layer's fitted host issue time travels with the profile: stored in the fit,
+    served in the constants, and applied by `cluster.profile` exactly as the same constants
+    given directly."""
+    from test_calibration_moe import TRUTH
+    from test_calibration_moe import generated_runs as moe_runs
+
+    made = http.post("/v1/calibration/runs", json={
+        "profile": "moe-h100", "gpu": GPU, "runs": moe_runs(TRUTH, 0.02, seed=1)})
+    assert made.status_code == 201, made.text
+    served = made.json()
+    issue = served["fit"]["moe_host_issue_s"]
+    assert abs(issue["value"] - 0.012) <= 3 * issue["standard_error"]
+    assert served["constants"]["moe_host_issue_s"] == issue["value"]
+    assert http.get("/v1/calibration/profiles/moe-h100").json()["constants"] == (
+        served["constants"])
+    moe = {"model": {"preset": "qwen3-30b-a3b"}, "cluster": {"gpu": GPU, "num_nodes": 1},
+           "training": {"global_batch_size": 32, "sequence_length": 4096},
+           "parallel": {"tp": 1, "pp": 1, "dp": 8, "ep": 8, "micro_batch_size": 1}}
+    profiled = http.post("/v1/evaluate", json={
+        **moe, "cluster": {**moe["cluster"], "profile": "moe-h100"}})
+    assert profiled.status_code == 200, profiled.text
+    constants = {k: served["constants"][k] for k in (
+        "gemm_efficiency_scale", "step_overhead_s", "moe_host_issue_s")}
+    direct = http.post("/v1/evaluate", json={
+        **moe, "cluster": {**moe["cluster"], "calibration": constants}})
+    without = http.post("/v1/evaluate", json={**moe, "cluster": {**moe["cluster"], "calibration": {
+        **constants, "moe_host_issue_s": None}}})
+    step = profiled.json()["time"]["step_time_s"]
+    assert step == pytest.approx(direct.json()["time"]["step_time_s"])
+    assert step > without.json()["time"]["step_time_s"] * 1.1  # 12 ms against 7.9 ms
+    assert any("MoE layer host issue 12" in note
+               for note in profiled.json()["explanation"]["notes"])
+    dense = http.post("/v1/calibration/runs", json=fit_body("dense-h100", 0.9, 0.1, 7))
+    assert dense.json()["fit"]["moe_host_issue_s"] is None
+    assert dense.json()["constants"]["moe_host_issue_s"] is None
+    assert "0 of the 7 runs are MoE runs" in dense.json()["fit"]["moe_host_issue_note"]
