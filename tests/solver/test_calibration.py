@@ -32,10 +32,11 @@ CONFIGS: tuple[tuple[str, int, int, int, dict[str, int]], ...] = (
 efficiency and the fixed overhead can be told apart."""
 
 
-def generated_runs(scale: float, overhead_s: float, sigma: float, seed: int,
+def runs_made_with(calibration: KernelCalibration, sigma: float, seed: int,
                    configs: tuple[tuple[str, int, int, int, dict[str, int]], ...] = CONFIGS
                    ) -> list[dict[str, Any]]:
-    """Measured runs made by the cost model with known constants, times log-normal noise."""
+    """Measured runs made by the cost model with every constant of `calibration`, times
+    log-normal noise of `sigma`."""
     rng = random.Random(seed)
     runs = []
     for model, nodes, batch, seq, degrees in configs:
@@ -45,8 +46,7 @@ def generated_runs(scale: float, overhead_s: float, sigma: float, seed: int,
             "parallel": {**degrees, "micro_batch_size": 1, "schedule": "1f1b",
                          "zero_stage": 1, "sequence_parallel": degrees["tp"] > 1}})
         cluster = resolve_cluster(request.cluster).model_copy(update={
-            "calibration": KernelCalibration(gemm_efficiency_scale=scale,
-                                             step_overhead_s=overhead_s)})
+            "calibration": calibration})
         true_s = estimate_step(resolve_model(request.model).spec, request.training,
                                request.parallel, cluster).step_time_s
         runs.append({"model": {"preset": model}, "num_nodes": nodes,
@@ -55,6 +55,14 @@ def generated_runs(scale: float, overhead_s: float, sigma: float, seed: int,
                      "step_time_s": true_s * rng.lognormvariate(0.0, sigma),
                      "label": f"{model} gbs {batch} seq {seq}"})
     return runs
+
+
+def generated_runs(scale: float, overhead_s: float, sigma: float, seed: int,
+                   configs: tuple[tuple[str, int, int, int, dict[str, int]], ...] = CONFIGS
+                   ) -> list[dict[str, Any]]:
+    """Measured runs made by the cost model with a known GEMM scale and per-step overhead."""
+    return runs_made_with(KernelCalibration(gemm_efficiency_scale=scale,
+                                            step_overhead_s=overhead_s), sigma, seed, configs)
 
 
 def body(runs: list[dict[str, Any]]) -> CalibrationRunsRequest:

@@ -3,20 +3,16 @@ logs become runs of the fit; microbenchmarks generated with known constants set 
 attention and GEMM constants, and the runs' overhead is then fitted back within its stated
 uncertainty; a broken log or microbenchmark names its field."""
 
-import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 from microbenchmark_data import generated_microbenchmarks
-from test_calibration import CONFIGS, GPU
+from test_calibration import GPU, runs_made_with
 
 from api_schemas.calibration import CalibrationRunsRequest
 from api_schemas.hardware import KernelCalibration
-from api_schemas.requests import EvaluateRequest
 from models.errors import InvalidSpecError
-from models.resolve import resolve_cluster, resolve_model
-from models.step_time import estimate_step
 from solver.calibration import calibrate
 
 LOGS = Path(__file__).resolve().parent / "training_logs"
@@ -60,24 +56,6 @@ def test_logs_and_runs_count_together_and_a_broken_log_names_its_field() -> None
     assert "16 GPUs" in refused.value.detail and "24 GPUs" in refused.value.detail
 
 
-def runs_with(applied: KernelCalibration, sigma: float, seed: int) -> list[dict[str, Any]]:
-    """Runs made by the cost model with every constant of `applied`, times log-normal noise."""
-    rng = random.Random(seed)
-    out = []
-    for model, nodes, batch, seq, degrees in CONFIGS:
-        request = EvaluateRequest.model_validate({
-            "model": {"preset": model}, "cluster": {"gpu": GPU, "num_nodes": nodes},
-            "training": {"global_batch_size": batch, "sequence_length": seq},
-            "parallel": {**degrees, "micro_batch_size": 1, "schedule": "1f1b",
-                         "zero_stage": 1, "sequence_parallel": degrees["tp"] > 1}})
-        cluster = resolve_cluster(request.cluster).model_copy(update={"calibration": applied})
-        true_s = estimate_step(resolve_model(request.model).spec, request.training,
-                               request.parallel, cluster).step_time_s
-        out.append({"model": {"preset": model}, "num_nodes": nodes,
-                    "training": request.training.model_dump(mode="json"),
-                    "parallel": request.parallel.model_dump(mode="json"),
-                    "step_time_s": true_s * rng.lognormvariate(0.0, sigma)})
-    return out
 
 
 def test_microbenchmarks_set_the_constants_and_the_runs_fit_the_overhead_back() -> None:
@@ -88,7 +66,7 @@ def test_microbenchmarks_set_the_constants_and_the_runs_fit_the_overhead_back() 
                                 inter_node_bandwidth_scale=truth["inter_node_bandwidth_scale"],
                                 attention_efficiency_scale=truth["attention_efficiency_scale"])
     result = calibrate(CalibrationRunsRequest.model_validate({
-        "profile": "bench", "gpu": GPU, "runs": runs_with(applied, 0.01, seed=5),
+        "profile": "bench", "gpu": GPU, "runs": runs_made_with(applied, 0.01, seed=5),
         "microbenchmarks": bench.model_dump(mode="json")}))
     fit, constants = result.fit, result.constants
     assert fit.microbenchmarks is not None and fit.microbenchmarks.gemm_sets_level
@@ -110,6 +88,6 @@ def test_an_impossible_microbenchmark_refuses_the_calibration() -> None:
     data["gemm"][0]["tflops"] = 5000.0
     with pytest.raises(InvalidSpecError) as refused:
         calibrate(CalibrationRunsRequest.model_validate({
-            "profile": "bad", "gpu": GPU, "runs": runs_with(KernelCalibration(), 0.0, 0)[:4],
+            "profile": "bad", "gpu": GPU, "runs": runs_made_with(KernelCalibration(), 0.0, 0)[:4],
             "microbenchmarks": data}))
     assert refused.value.field == "microbenchmarks.gemm.0.tflops"

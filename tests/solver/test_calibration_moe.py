@@ -3,18 +3,15 @@ generated with a known host issue time plus noise are fitted back within the sta
 uncertainty; a set without enough host-bound MoE runs leaves it at the published value and
 says why."""
 
-import random
 from typing import Any
 
 import pytest
+from test_calibration import runs_made_with
 
 from api_schemas.calibration import CalibrationRunsRequest
 from api_schemas.hardware import KernelCalibration
-from api_schemas.requests import EvaluateRequest
 from models.calibration import CalibrationRefused
 from models.calibration_moe import MIN_HOST_BOUND_MOE_RUNS
-from models.resolve import resolve_cluster, resolve_model
-from models.step_time import estimate_step
 from service.render_run import render_calibration
 from solver.calibration import calibrate
 
@@ -40,25 +37,9 @@ MOE: tuple[Config, ...] = (
 
 def generated_runs(calibration: KernelCalibration, sigma: float, seed: int,
                    configs: tuple[Config, ...] = DENSE + MOE) -> list[dict[str, Any]]:
-    """Measured runs made by the cost model with known constants, times log-normal noise."""
-    rng = random.Random(seed)
-    runs = []
-    for model, nodes, batch, seq, degrees in configs:
-        request = EvaluateRequest.model_validate({
-            "model": {"preset": model}, "cluster": {"gpu": GPU, "num_nodes": nodes},
-            "training": {"global_batch_size": batch, "sequence_length": seq},
-            "parallel": {**degrees, "micro_batch_size": 1, "schedule": "1f1b",
-                         "zero_stage": 1, "sequence_parallel": degrees["tp"] > 1}})
-        cluster = resolve_cluster(request.cluster).model_copy(
-            update={"calibration": calibration})
-        true_s = estimate_step(resolve_model(request.model).spec, request.training,
-                               request.parallel, cluster).step_time_s
-        runs.append({"model": {"preset": model}, "num_nodes": nodes,
-                     "training": request.training.model_dump(mode="json"),
-                     "parallel": request.parallel.model_dump(mode="json"),
-                     "step_time_s": true_s * rng.lognormvariate(0.0, sigma),
-                     "label": f"{model} gbs {batch} seq {seq}"})
-    return runs
+    """Measured runs made by the cost model with known constants, times log-normal noise
+    (`test_calibration.runs_made_with`), of the dense and MoE configurations above."""
+    return runs_made_with(calibration, sigma, seed, configs)
 
 
 def body(runs: list[dict[str, Any]]) -> CalibrationRunsRequest:
