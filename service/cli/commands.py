@@ -16,7 +16,11 @@ from pydantic import BaseModel
 
 from api_schemas.collectives import CollectiveEstimateRequest
 from api_schemas.moe import MoePlacementRequest, MoePlacementResponse
-from api_schemas.pipeline import PipelineOptimizeRequest, PipelineSimulateRequest
+from api_schemas.pipeline import (
+    PipelineOptimizeRequest,
+    PipelineSimulateRequest,
+    PipelineSimulateResponse,
+)
 from api_schemas.plan import PlanResponse, PlanStatus
 from api_schemas.requests import ClusterInput, EvaluateRequest, PlanRequest
 from models.catalog import gpu_ids, model_ids
@@ -109,16 +113,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         set_field(doc, ("durations", op), getattr(args, op.lower()))
     if args.no_timeline:
         doc["include_timeline"] = False
+    render = render_pipeline
     if args.svg or args.trace:
+        # The pictures need the timeline; --no-timeline then keeps it out of the text only.
         doc["include_timeline"] = True
+        if args.no_timeline:
+            def render(result: PipelineSimulateResponse) -> str:
+                return render_pipeline(result.model_copy(update={"timeline": []}))
     if "memory_limit" in doc:
         from solver.schedule.requests import optimize_request
 
         return run(args, lambda: optimize_request(PipelineOptimizeRequest.model_validate(doc)),
-                   lambda client: client.optimize_pipeline(doc), render_pipeline,
+                   lambda client: client.optimize_pipeline(doc), render,
                    label="optimising the schedule", pictures=simulation_pictures)
     return run(args, lambda: simulate_request(PipelineSimulateRequest.model_validate(doc)),
-               lambda client: client.simulate_pipeline(doc), render_pipeline,
+               lambda client: client.simulate_pipeline(doc), render,
                pictures=simulation_pictures)
 
 

@@ -33,7 +33,10 @@ def test_simulate_writes_the_timeline_and_the_trace(tmp_path: Path,
     assert svg.read_text(encoding="utf-8") == timeline_svg(result)
     assert json.loads(trace.read_text(encoding="utf-8")) == json.loads(
         json.dumps(trace_document(result)))
-    assert f"wrote picture to {svg}" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert f"wrote picture to {svg}" in captured.err
+    # The pictures keep the timeline; --no-timeline keeps it out of the text.
+    assert "op order per rank" not in captured.out and "makespan 27.0000 s" in captured.out
 
 
 def test_evaluate_writes_the_plan_timeline(tmp_path: Path) -> None:
