@@ -19,6 +19,7 @@ import httpx
 import pytest
 from faultkit import (
     LOAD_TOLERANT_ENV,
+    hang_guard,
     plan_body,
     postgres_base_url,
     running_server,
@@ -26,6 +27,8 @@ from faultkit import (
     start_server,
 )
 from sqlalchemy import create_engine, text
+
+pytestmark = hang_guard
 
 SLOW_CLIENT_BOUND_S = 10.0
 

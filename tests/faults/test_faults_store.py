@@ -22,6 +22,7 @@ from faultkit import (
     TcpProxy,
     admin_engine,
     free_port,
+    hang_guard,
     plan_body,
     postgres_base_url,
     running_server,
@@ -38,6 +39,8 @@ from api_schemas.requests import PlanRequest
 from service.app import create_app
 from service.settings import Settings
 from solver import plan as solver_plan
+
+pytestmark = hang_guard
 
 OUTAGE_BOUND_S = 2.0
 """Acceptance: an outage or partition answers 503 within 2 s."""
