@@ -9,15 +9,13 @@ exactly as the ledger gives them. Must not: size anything or change a byte count
 """
 
 from api_schemas.plan import MemoryReport
-from api_schemas.units import GIB
-from service.pictures.stacks import gib_text, memory_legend, memory_segments
+from service.pictures.stacks import gib_grid, gib_text, memory_legend, memory_segments
 from service.pictures.svg import (
     CRITICAL_STROKE,
     INK,
     MUTED,
     document,
     element,
-    nice_ticks,
     text,
     tooltip,
 )
@@ -51,12 +49,7 @@ def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
                   fill=INK if report.fits else CRITICAL_STROKE, class_="verdict",
                   data_fits=str(report.fits).lower()),
              memory_legend(46, left=LEFT, host_note="thin bar: host memory")]
-    for tick in nice_ticks(tallest / GIB, count=6):
-        y = base_y - tick * GIB * scale
-        parts.append(element("line", x1=LEFT - 4, y1=f"{y:.2f}", x2=f"{width - 40:.2f}",
-                             y2=f"{y:.2f}", stroke="#f3f4f6"))
-        parts.append(text(f"{tick:g} GiB", x=LEFT - 8, y=f"{y + 4:.2f}", font_size=10,
-                          fill=MUTED, text_anchor="end"))
+    parts.append(gib_grid(tallest, left=LEFT, right=width - 40, base_y=base_y, scale=scale))
     for index, stage in enumerate(stages):
         x = LEFT + 10 + index * step
         parts.append(element(

@@ -9,8 +9,7 @@ attribute, exactly as the report gives them. Must not: size or time anything.
 """
 
 from api_schemas.rl_seesaw import RlSeesawResponse
-from api_schemas.units import GIB
-from service.pictures.stacks import gib_text, memory_legend, memory_segments
+from service.pictures.stacks import gib_grid, gib_text, memory_legend, memory_segments
 from service.pictures.svg import (
     CRITICAL_STROKE,
     INK,
@@ -18,7 +17,6 @@ from service.pictures.svg import (
     document,
     element,
     fmt_seconds,
-    nice_ticks,
     text,
     tooltip,
 )
@@ -70,12 +68,7 @@ def seesaw_svg(report: RlSeesawResponse, *, title: str = "RL memory seesaw") -> 
                   fill=INK if report.fits else CRITICAL_STROKE, class_="verdict",
                   data_fits=str(report.fits).lower()),
              memory_legend(46, left=LEFT, host_note="thin bar: host memory per GPU")]
-    for tick in nice_ticks(tallest / GIB, count=6):
-        y = base_y - tick * GIB * scale
-        parts.append(element("line", x1=LEFT - 4, y1=f"{y:.2f}", x2=f"{width - 30:.2f}",
-                             y2=f"{y:.2f}", stroke="#f3f4f6"))
-        parts.append(text(f"{tick:g} GiB", x=LEFT - 8, y=f"{y + 4:.2f}", font_size=10,
-                          fill=MUTED, text_anchor="end"))
+    parts.append(gib_grid(tallest, left=LEFT, right=width - 30, base_y=base_y, scale=scale))
     for index, phase in enumerate(phases):
         x = LEFT + 20 + index * STEP
         parts.append(element(

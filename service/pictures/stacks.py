@@ -1,9 +1,10 @@
 """Stacked memory bars shared by the memory pictures (per pipeline stage, per RL phase).
 
 Owns: `memory_segments` (one bar's component segments, bottom up, each with its bytes and a
-tooltip) and `memory_legend` (the component kinds' colours, the capacity line and what the
-thin host bar means). Must not: size anything or change a byte count; where a bar stands and
-what it is called are the caller's.
+tooltip), `memory_legend` (the component kinds' colours, the capacity line and what the
+thin host bar means) and `gib_grid` (the horizontal GiB lines and their labels). Must not:
+size anything or change a byte count; where a bar stands and what it is called are the
+caller's.
 """
 
 from api_schemas.plan import MemoryComponentReport
@@ -14,6 +15,7 @@ from service.pictures.svg import (
     MEMORY_COLOURS,
     MUTED,
     element,
+    nice_ticks,
     text,
     tooltip,
 )
@@ -64,4 +66,18 @@ def memory_legend(y: float, *, left: float, host_note: str) -> str:
     return "".join(parts)
 
 
-__all__ = ["gib_text", "memory_legend", "memory_segments"]
+def gib_grid(tallest_bytes: float, *, left: float, right: float, base_y: float,
+             scale: float) -> str:
+    """A grid line and a "N GiB" label at each round value up to `tallest_bytes`, from
+    `left` to `right` (`scale` pixels per byte above `base_y`)."""
+    parts = []
+    for tick in nice_ticks(tallest_bytes / GIB, count=6):
+        y = base_y - tick * GIB * scale
+        parts.append(element("line", x1=left - 4, y1=f"{y:.2f}", x2=f"{right:.2f}",
+                             y2=f"{y:.2f}", stroke="#f3f4f6"))
+        parts.append(text(f"{tick:g} GiB", x=left - 8, y=f"{y + 4:.2f}", font_size=10,
+                          fill=MUTED, text_anchor="end"))
+    return "".join(parts)
+
+
+__all__ = ["gib_grid", "gib_text", "memory_legend", "memory_segments"]
