@@ -53,20 +53,20 @@ CONFIGS: tuple[tuple[str, int, int, int, dict[str, int]], ...] = (
 )
 
 
-def generated_runs(scale: float, overhead_s: float, sigma: float, seed: int
+def runs_made_with(calibration: KernelCalibration, sigma: float, seed: int,
+                   configs: tuple[tuple[str, int, int, int, dict[str, int]], ...] = CONFIGS
                    ) -> list[dict[str, Any]]:
-    """Runs timed by the cost model with the given constants, times log-normal noise."""
+    """Runs timed by the cost model with every constant of `calibration`, times log-normal
+    noise of `sigma`."""
     rng = random.Random(seed)
     runs = []
-    for model, nodes, batch, seq, degrees in CONFIGS:
+    for model, nodes, batch, seq, degrees in configs:
         request = EvaluateRequest.model_validate({
             "model": {"preset": model}, "cluster": {"gpu": GPU, "num_nodes": nodes},
             "training": {"global_batch_size": batch, "sequence_length": seq},
             "parallel": {**degrees, "micro_batch_size": 1, "schedule": "1f1b",
                          "zero_stage": 1, "sequence_parallel": degrees["tp"] > 1}})
-        cluster = resolve_cluster(request.cluster).model_copy(update={
-            "calibration": KernelCalibration(gemm_efficiency_scale=scale,
-                                             step_overhead_s=overhead_s)})
+        cluster = resolve_cluster(request.cluster).model_copy(update={"calibration": calibration})
         true_s = estimate_step(resolve_model(request.model).spec, request.training,
                                request.parallel, cluster).step_time_s
         runs.append({"model": {"preset": model}, "num_nodes": nodes,
@@ -75,6 +75,13 @@ def generated_runs(scale: float, overhead_s: float, sigma: float, seed: int
                      "step_time_s": true_s * rng.lognormvariate(0.0, sigma),
                      "label": f"{model} {nodes}n gbs {batch} s {seq}"})
     return runs
+
+
+def generated_runs(scale: float, overhead_s: float, sigma: float, seed: int
+                   ) -> list[dict[str, Any]]:
+    """`CONFIGS` timed with a known GEMM scale and per-step overhead."""
+    return runs_made_with(KernelCalibration(gemm_efficiency_scale=scale,
+                                            step_overhead_s=overhead_s), sigma, seed)
 
 
 def coverage(draws: int = 200) -> dict[str, float]:
@@ -174,23 +181,7 @@ MOE_TRUTH = KernelCalibration(gemm_efficiency_scale=0.85, step_overhead_s=0.30,
 
 def moe_runs(sigma: float, seed: int) -> list[dict[str, Any]]:
     """`MOE_CONFIGS` generated with `MOE_TRUTH`, times log-normal noise."""
-    rng = random.Random(seed)
-    runs = []
-    for model, nodes, batch, seq, degrees in MOE_CONFIGS:
-        request = EvaluateRequest.model_validate({
-            "model": {"preset": model}, "cluster": {"gpu": GPU, "num_nodes": nodes},
-            "training": {"global_batch_size": batch, "sequence_length": seq},
-            "parallel": {**degrees, "micro_batch_size": 1, "schedule": "1f1b",
-                         "zero_stage": 1, "sequence_parallel": degrees["tp"] > 1}})
-        cluster = resolve_cluster(request.cluster).model_copy(update={"calibration": MOE_TRUTH})
-        true_s = estimate_step(resolve_model(request.model).spec, request.training,
-                               request.parallel, cluster).step_time_s
-        runs.append({"model": {"preset": model}, "num_nodes": nodes,
-                     "training": request.training.model_dump(mode="json"),
-                     "parallel": request.parallel.model_dump(mode="json"),
-                     "step_time_s": true_s * rng.lognormvariate(0.0, sigma),
-                     "label": f"{model} gbs {batch} seq {seq}"})
-    return runs
+    return runs_made_with(MOE_TRUTH, sigma, seed, MOE_CONFIGS)
 
 
 def moe_benchmark(draws: int = 40) -> None:
