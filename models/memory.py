@@ -50,8 +50,6 @@ from models.runtime_memory import (
     CUDA_CONTEXT_BYTES,
     NCCL_BUFFER_BYTES,
     NCCL_CHANNELS,
-    fragmentation_component,
-    loss_hole_components,
     runtime_components,
     runtime_items,
     runtime_items_key,
@@ -545,16 +543,14 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
                 spec, training, parallel, layout, num_micro_batches=num_micro_batches)
         activations, host_acts, peak = acts
     dynamic = sum(c.bytes for c in activations)
-    if memo is None:
-        others = runtime_components(spec, training, parallel, groups, dynamic,
-                                    num_heads=layout.num_heads)
-    else:
+    items = None
+    if memo is not None:
         key = runtime_items_key(parallel, groups)
         items = memo.runtime.get(key)
         if items is None:
             items = memo.runtime[key] = runtime_items(spec, training, parallel, groups)
-        others = [*items[0], fragmentation_component(dynamic, items[1]),
-                  *loss_hole_components(spec, training, parallel, num_heads=layout.num_heads)]
+    others = runtime_components(spec, training, parallel, groups, dynamic,
+                                num_heads=layout.num_heads, items=items)
     vision = vision_memory_components(
         spec, training, parallel, stage=layout.rank,
         in_flight=_first_stage_in_flight(parallel, layout, num_micro_batches),

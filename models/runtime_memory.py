@@ -140,12 +140,14 @@ def loss_logits_hole_bytes(spec: ModelSpec, training: TrainingSpec,
 
 
 def runtime_components(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                      groups: RankParameters, dynamic_bytes: int, *,
-                      num_heads: int = 0) -> list[MemoryComponent]:
+                      groups: RankParameters, dynamic_bytes: int, *, num_heads: int = 0,
+                      items: tuple[list[MemoryComponent], int] | None = None
+                      ) -> list[MemoryComponent]:
     """Runtime items and transient buffers, each a named term (`models/runtime_memory`,
-    `models/sharded_states`); `num_heads` output heads with their loss on this rank."""
-    items, transient = runtime_items(spec, training, parallel, groups)
-    return [*items, fragmentation_component(dynamic_bytes, transient),
+    `models/sharded_states`); `num_heads` output heads with their loss on this rank; `items`:
+    `runtime_items` of these inputs when the caller already has them (a memo)."""
+    listed, transient = items or runtime_items(spec, training, parallel, groups)
+    return [*listed, fragmentation_component(dynamic_bytes, transient),
             *loss_hole_components(spec, training, parallel, num_heads=num_heads)]
 
 

@@ -21,7 +21,6 @@ from api_schemas.calibration import (
     CalibrationRunsRequest,
 )
 from api_schemas.hardware import KernelCalibration
-from api_schemas.microbenchmarks import MicrobenchmarkFit
 from api_schemas.requests import ClusterInput, EvaluateRequest, PlanRequest
 from models.errors import InvalidSpecError
 from service.persistence import repo
@@ -74,8 +73,7 @@ def constants_of(record: CalibrationProfileRecord) -> KernelCalibration:
     fit = CalibrationFit.model_validate(record.fit_json)
     errors = tuple(run.measured_step_time_s / run.leave_one_out_step_time_s - 1.0
                    for run in fit.runs)
-    micro = record.fit_json.get("microbenchmarks")
-    applied = (MicrobenchmarkFit.model_validate(micro).applied if isinstance(micro, dict)
+    applied = (fit.microbenchmarks.applied if fit.microbenchmarks is not None
                else KernelCalibration())
     issue = fit.moe_host_issue_s.value if fit.moe_host_issue_s is not None else None
     return applied.model_copy(update={"gemm_efficiency_scale": record.gemm_efficiency_scale,

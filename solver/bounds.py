@@ -52,23 +52,13 @@ class CoreTimes:
     """The first layer of each kind with its compute (for ZeRO-3 exposure)."""
 
 
-_SHARED_CACHES: dict[tuple[ModelSpec, TrainingSpec, ClusterSpec],
-                     tuple[dict[tuple[object, ...], CoreTimes], dict[tuple[object, ...], int]]] = {}
-_SHARED_CACHES_SIZE = 32
-"""Requests (model, recipe, cluster) whose core times are kept for the next search."""
-
-
+@lru_cache(maxsize=32)
 def _shared_caches(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec
                    ) -> tuple[dict[tuple[object, ...], CoreTimes], dict[tuple[object, ...], int]]:
-    """The core-time and layer-input caches of one (model, recipe, cluster): core times are
-    functions of these and the core, so a later search of the same inputs reuses them."""
-    key = (spec, training, cluster)
-    caches = _SHARED_CACHES.get(key)
-    if caches is None:
-        if len(_SHARED_CACHES) >= _SHARED_CACHES_SIZE:
-            _SHARED_CACHES.clear()
-        caches = _SHARED_CACHES[key] = ({}, {})
-    return caches
+    """The core-time and layer-input caches of one (model, recipe, cluster), kept for the 32
+    most recent: core times are functions of these and the core, so a later search of the
+    same inputs reuses them."""
+    return {}, {}
 
 
 class BoundTables:

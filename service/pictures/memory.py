@@ -9,7 +9,7 @@ exactly as the ledger gives them. Must not: size anything or change a byte count
 """
 
 from api_schemas.plan import MemoryReport
-from service.pictures.stacks import gib_grid, gib_text, memory_legend, memory_segments
+from service.pictures.stacks import gib_grid, memory_legend, memory_segments
 from service.pictures.svg import (
     CRITICAL_STROKE,
     INK,
@@ -19,6 +19,7 @@ from service.pictures.svg import (
     text,
     tooltip,
 )
+from service.render import gib
 
 LEFT = 70
 TOP = 70
@@ -43,8 +44,8 @@ def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
     width = max(width, 760.0)
     verdict = ("fits" if report.fits else
                f"OUT OF MEMORY on stage {report.binding_stage}")
-    heading = (f"{title}: peak {gib_text(report.peak_bytes)} on stage {report.binding_stage} of "
-               f"{gib_text(report.capacity_bytes)} usable: {verdict}")
+    heading = (f"{title}: peak {gib(report.peak_bytes)} on stage {report.binding_stage} of "
+               f"{gib(report.capacity_bytes)} usable: {verdict}")
     parts = [text(heading, x=LEFT, y=22, font_size=15, font_weight="600",
                   fill=INK if report.fits else CRITICAL_STROKE, class_="verdict",
                   data_fits=str(report.fits).lower()),
@@ -71,7 +72,7 @@ def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
             parts.append(text("peak", x=f"{x + bar_w / 2:.2f}", y=f"{top - 6:.2f}",
                               font_size=10, fill=INK, text_anchor="middle"))
     capacity_y = base_y - report.capacity_bytes * scale
-    parts.append(element("line", tooltip(f"usable capacity {gib_text(report.capacity_bytes)}"),
+    parts.append(element("line", tooltip(f"usable capacity {gib(report.capacity_bytes)}"),
                          x1=LEFT, y1=f"{capacity_y:.2f}", x2=f"{width - 40:.2f}",
                          y2=f"{capacity_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=2,
                          class_="capacity", data_bytes=report.capacity_bytes))

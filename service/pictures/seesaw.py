@@ -9,7 +9,7 @@ attribute, exactly as the report gives them. Must not: size or time anything.
 """
 
 from api_schemas.rl_seesaw import RlSeesawResponse
-from service.pictures.stacks import gib_grid, gib_text, memory_legend, memory_segments
+from service.pictures.stacks import gib_grid, memory_legend, memory_segments
 from service.pictures.svg import (
     CRITICAL_STROKE,
     INK,
@@ -20,6 +20,7 @@ from service.pictures.svg import (
     text,
     tooltip,
 )
+from service.render import gib
 
 LEFT = 70
 TOP = 70
@@ -61,8 +62,8 @@ def seesaw_svg(report: RlSeesawResponse, *, title: str = "RL memory seesaw") -> 
     width = max(760.0, LEFT + STEP * len(phases) + 40)
     worst = max(phases, key=lambda p: p.gpu_bytes)
     verdict = "fits" if report.fits else "DOES NOT FIT"
-    heading = (f"{title}: peak {gib_text(worst.gpu_bytes)} in {LABELS.get(worst.name, worst.name)} "
-               f"of {gib_text(report.capacity_bytes)} usable; transitions "
+    heading = (f"{title}: peak {gib(worst.gpu_bytes)} in {LABELS.get(worst.name, worst.name)} "
+               f"of {gib(report.capacity_bytes)} usable; transitions "
                f"{fmt_seconds(report.transition_s)}: {verdict}")
     parts = [text(heading, x=LEFT, y=22, font_size=15, font_weight="600",
                   fill=INK if report.fits else CRITICAL_STROKE, class_="verdict",
@@ -82,7 +83,7 @@ def seesaw_svg(report: RlSeesawResponse, *, title: str = "RL memory seesaw") -> 
             data_gpu_bytes=phase.gpu_bytes, data_host_bytes=phase.host_bytes_per_gpu))
         parts.append(text(LABELS.get(phase.name, phase.name), x=f"{x + BAR_W / 2:.2f}",
                           y=f"{base_y + 16:.2f}", font_size=11, fill=INK, text_anchor="middle"))
-        parts.append(text(gib_text(phase.gpu_bytes), x=f"{x + BAR_W / 2:.2f}",
+        parts.append(text(gib(phase.gpu_bytes), x=f"{x + BAR_W / 2:.2f}",
                           y=f"{base_y - phase.gpu_bytes * scale - 6:.2f}", font_size=10,
                           fill=INK if phase.fits_gpu else CRITICAL_STROKE,
                           text_anchor="middle"))
@@ -94,7 +95,7 @@ def seesaw_svg(report: RlSeesawResponse, *, title: str = "RL memory seesaw") -> 
             parts.append(text("to rollout", x=f"{width - 34:.2f}", y=f"{TOP + 24:.2f}",
                               font_size=10, fill=MUTED, text_anchor="end"))
     capacity_y = base_y - report.capacity_bytes * scale
-    parts.append(element("line", tooltip(f"usable capacity {gib_text(report.capacity_bytes)}"),
+    parts.append(element("line", tooltip(f"usable capacity {gib(report.capacity_bytes)}"),
                          x1=LEFT, y1=f"{capacity_y:.2f}", x2=f"{width - 30:.2f}",
                          y2=f"{capacity_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=2,
                          class_="capacity", data_bytes=report.capacity_bytes))

@@ -19,11 +19,7 @@ from service.pictures.svg import (
     text,
     tooltip,
 )
-
-
-def gib_text(num_bytes: float) -> str:
-    """Bytes as GiB with two decimals, for labels and tooltips."""
-    return f"{num_bytes / GIB:.2f} GiB"
+from service.render import gib
 
 
 def memory_segments(components: list[MemoryComponentReport], *, label: str, x: float,
@@ -40,7 +36,7 @@ def memory_segments(components: list[MemoryComponentReport], *, label: str, x: f
         note = f" ({component.note})" if component.note else ""
         parts.append(element(
             "rect", tooltip(f"{label} {tier}: {component.name} "
-                            f"{gib_text(component.bytes)}{note}"),
+                            f"{gib(component.bytes)}{note}"),
             x=f"{x:.2f}", y=f"{cursor:.2f}", width=f"{width:.2f}", height=f"{height:.2f}",
             fill=MEMORY_COLOURS.get(component.kind, MEMORY_COLOURS["other"]),
             fill_opacity="1" if tier == "gpu" else "0.6", stroke="#ffffff", stroke_width=0.4,
@@ -80,4 +76,4 @@ def gib_grid(tallest_bytes: float, *, left: float, right: float, base_y: float,
     return "".join(parts)
 
 
-__all__ = ["gib_grid", "gib_text", "memory_legend", "memory_segments"]
+__all__ = ["gib_grid", "memory_legend", "memory_segments"]

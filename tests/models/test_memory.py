@@ -323,9 +323,16 @@ def test_unfused_loss_keeps_the_16_bit_logits_block_reserved_on_the_loss_rank_on
     fused = memory_ledger(spec, training.model_copy(update={"fused_cross_entropy": True}),
                           ParallelConfig(pp=2, dp=4, micro_batch_size=2), CLUSTER)
     assert all(c.name != name for s in fused.stages for c in s.components)
-    # The memo the planner shares across a candidate's policies keeps the term.
+    # The memo the planner shares across a candidate's policies keeps the term: filled by
+    # another ZeRO stage and policy of the mesh first, so that the ledger compared is built
+    # from the memo's pieces.
     memo = LedgerMemo(spec=spec, training=training)
     parallel = ParallelConfig(pp=2, dp=4, micro_batch_size=2)
+    memory_ledger(spec, training, parallel.model_copy(
+        update={"zero_stage": 3, "recompute": RecomputeMode.FULL}), CLUSTER, memo=memo)
+    assert memo.runtime and memo.states and memo.activations
+    memory_ledger(spec, training, parallel.model_copy(update={"zero_stage": 3}), CLUSTER,
+                  memo=memo)
     assert memory_ledger(spec, training, parallel, CLUSTER, memo=memo) == memory_ledger(
         spec, training, parallel, CLUSTER)
 

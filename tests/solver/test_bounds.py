@@ -289,7 +289,7 @@ def test_recompute_bound_holds_for_the_policy_and_more_full_layers(
     """`policy_work_bound_s` never exceeds the step of the plan it bounds, and with
     `more_full_layers` not the step of the same policy with more first layers fully
     recomputed either."""
-    from models.step_time import estimate_step, policy_work_bound_s, work_table
+    from models.step_time import estimate_step, work_table
     from solver.candidate_eval import broad_selective_modules
 
     spec = model_preset(model)
@@ -308,9 +308,6 @@ def test_recompute_bound_holds_for_the_policy_and_more_full_layers(
                           "recompute_modules": modules, "activation_offload_frac": 0.5}
                 bound = table.bound_s(c.parallel(zero_stage=zero, **policy),
                                       more_full_layers=True)
-                assert bound == policy_work_bound_s(
-                    spec, training, c.parallel(zero_stage=zero, **policy), cluster,
-                    c.parallel(zero_stage=0 if zero < 3 else 3), more_full_layers=True)
                 for more in (k, k + 1, k + 3):
                     wider = {**policy, "recompute": {"full_layers": more, "others": "selective"}}
                     step = estimate_step(spec, training, c.parallel(zero_stage=zero, **wider),

@@ -84,7 +84,7 @@ def _request(time_limit_s: float) -> PlanRequest:
 def test_cp_sat_refinements_share_the_time_left_and_none_runs_past_the_limit(
         clock: FakeClock) -> None:
     limit = 3.0  # the search takes about 1.5 s of it on the fake clock
-    response = plan_with(clock, _request(limit))
+    response = api.plan(_request(limit))
     deadline = START + limit
     solves = [(at, given) for what, at, given in clock.started if what == "cp-sat"]
     assert len(solves) == 2, clock.started  # both layer splits were refined
@@ -99,7 +99,7 @@ def test_no_work_starts_past_the_limit_and_the_answer_keeps_the_best_plan(
     # So short a limit that the search is cut: every evaluation, refinement and runner-up
     # starts before the deadline, and the answer is the best plan so far with its gap.
     limit = 3 * EVALUATION_S
-    response = plan_with(clock, _request(limit))
+    response = api.plan(_request(limit))
     deadline = START + limit
     assert clock.started
     assert all(at < deadline for _, at, _ in clock.started), clock.started
@@ -108,11 +108,6 @@ def test_no_work_starts_past_the_limit_and_the_answer_keeps_the_best_plan(
     assert response.solver is not None
     if response.status == PlanStatus.FEASIBLE:
         assert response.solver.gap is None or response.solver.gap >= 0
-
-
-def plan_with(clock: FakeClock, request: PlanRequest) -> api.PlanResponse:
-    del clock  # installed by the fixture
-    return api.plan(request)
 
 
 def test_relaxations_of_an_infeasible_request_stop_at_the_limit(clock: FakeClock) -> None:
