@@ -262,6 +262,20 @@ def row_training(row: dict[str, Any]) -> TrainingSpec:
                                     else DType.FP32))
 
 
+def zero_stages(parallel: dict[str, Any]) -> list[int]:
+    """ZeRO stages a row's printed sharding allows: FSDP is ZeRO-2 (SHARD_GRAD_OP) or ZeRO-3
+    (FULL_SHARD), the distributed optimizer ZeRO-1. torchtitan's FSDP2 without pipeline
+    parallelism is ZeRO-3: `apply_fsdp` in `torchtitan/parallelisms/parallelize_llama.py` at
+    9dec370 (the commit of the December 2024 benchmark note) wraps every transformer block and
+    then the whole model with `fully_shard`, resharding after forward every block but the
+    last and the root unless pipeline parallelism is on (at b5bcd76c the policy "default" of
+    `torchtitan/distributed/fsdp.py` still reshards whenever pipeline parallelism is off)."""
+    sharding = (parallel.get("optimizer_sharding") or "").lower()
+    if sharding == "fsdp2" and parallel["pp"] == 1:
+        return [3]
+    return [2, 3] if "fsdp" in sharding and "fsdp=0" not in sharding else [1]
+
+
 def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = None
                   ) -> StepEstimate | None:
     """The planner's best configuration of a row as printed (see the module docstring), on
@@ -293,9 +307,7 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
     pins: dict[str, Any] = {}
     if recompute in ("full", "selective", "none"):
         pins["recompute"] = RecomputeMode(recompute)
-    sharding = (p.get("optimizer_sharding") or "").lower()
-    # FSDP is ZeRO-2 (SHARD_GRAD_OP) or ZeRO-3 (FULL_SHARD); the distributed optimizer ZeRO-1.
-    pins["zero_stage"] = [2, 3] if "fsdp" in sharding and "fsdp=0" not in sharding else [1]
+    pins["zero_stage"] = zero_stages(p)
     best = None
     for (schedule, vpp), mbs in itertools.product(
             shapes, [p["micro_batch_size"]] if p.get("micro_batch_size") else [1, 2, 4]):

@@ -789,7 +789,8 @@ def _zero3_layer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCo
         if index is None:
             continue
         lc = layer_compute(spec, index, ctx)
-        out[moe] = sum(zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc))
+        out[moe] = sum(zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc,
+                                       gpu=cluster.gpu))
     return out
 
 

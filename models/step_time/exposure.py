@@ -24,10 +24,12 @@ Must not: define what moves (`models.traffic`) or compute kernel times (`models.
 from dataclasses import dataclass, field
 
 from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import GpuSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import TrainingSpec
 from models.collectives import Collective, Fabric
 from models.compute import LayerCompute, OpTimes
+from models.kernels import memory_bound_time_s
 from models.params import layer_params
 from models.pipeline import StagePlacement, schedule_traits
 from models.step_time.groups import AxisGroups
@@ -203,22 +205,55 @@ def expert_all_to_all_s(spec: ModelSpec, training: TrainingSpec, parallel: Paral
 
 def zero3_exposed_s(spec: ModelSpec, index: int, training: TrainingSpec,
                     parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric,
-                    lc: LayerCompute) -> tuple[float, float]:
-    """(forward, backward) exposed ZeRO-3 traffic of one layer: the parameter all-gather
+                    lc: LayerCompute, *, gpu: GpuSpec) -> tuple[float, float]:
+    """(forward, backward) exposed ZeRO-3 time of one layer: the parameter all-gather
     before forward, and the all-gather plus the gradient reduce-scatter in backward, each
-    hidden up to the layer's compute (prefetching). Source: ZeRO arXiv:1910.02054 Sec. 7
-    (3 Psi volume); the calls are `models.traffic.layer.zero3_unit_calls`."""
+    hidden up to the layer's compute (prefetching), plus the unit's copy kernels that run
+    on the compute stream of the `gpu` (`zero3_copy_s`). Source: ZeRO
+    arXiv:1910.02054 Sec. 7 (3 Psi volume); the calls are
+    `models.traffic.layer.zero3_unit_calls`."""
     if parallel.zero_stage != 3 or parallel.dp * parallel.cp <= 1:
         return 0.0, 0.0
     params = layer_params(spec, index)
+    dense = -(-params.dense_part // parallel.tp)
+    expert = -(-params.routed_experts // (parallel.ep * parallel.etp))
     lctx = groups.layer_context(spec, training, parallel, fabric)
-    calls = zero3_unit_calls(lctx, dense_params=-(-params.dense_part // parallel.tp),
-                             expert_params=-(-params.routed_experts
-                                             // (parallel.ep * parallel.etp)))
+    calls = zero3_unit_calls(lctx, dense_params=dense, expert_params=expert)
     forward = sum(c.time_s for c in calls if c.phase == Phase.FORWARD)
     backward = sum(c.time_s for c in calls if c.phase == Phase.BACKWARD)
-    return (max(0.0, forward - lc.times.forward_s),
-            max(0.0, backward - lc.times.backward_input_s - lc.times.backward_weight_s))
+    copy_f, copy_b = zero3_copy_s(dense + expert, training, parallel, gpu)
+    return (max(0.0, forward - lc.times.forward_s) + copy_f,
+            max(0.0, backward - lc.times.backward_input_s - lc.times.backward_weight_s)
+            + copy_b)
+
+
+def zero3_copy_s(unit_params: int, training: TrainingSpec, parallel: ParallelConfig,
+                 gpu: GpuSpec) -> tuple[float, float]:
+    """(forward, backward) time of the memory-bound copies FSDP2 runs on the compute stream
+    around one unit's collectives, per micro-batch pass.
+
+    Source: PyTorch FSDP2 `torch/distributed/_composable/fsdp/_fsdp_collectives.py` (torch
+    of December 2024, the build torchtitan's benchmark note names):
+    `foreach_all_gather_copy_out` waits for the all-gather on the current (compute) stream
+    and copies the gathered flat buffer into the per-parameter unsharded tensors
+    (`split_with_sizes_copy`); `foreach_reduce` copies the unsharded gradients into the
+    reduce-scatter input in the reduce dtype (`foreach_reduce_scatter_copy_in`) and makes the
+    compute stream wait for that copy before it frees the gradients. The all-gather's copy-in
+    (the rank's shard, on its own stream) is left out.
+    Legend: P = the unit's parameters on the rank before sharding; copy-out moves 2 x P x
+    param bytes (read the gathered buffer, write the parameters), once per all-gather;
+    copy-in reads P gradients in the param dtype and writes P in the reduce dtype
+    (`grad_dtype`).
+    Assumes: every ZeRO-3 plan is sharded per parameter as FSDP2 does (the planner's ZeRO-3
+    exports to torchtitan's FSDP2); the backward all-gather (and its copy-out) happens only
+    when the unit is resharded after forward (`fsdp_reshard_after_forward`).
+    """
+    param_bytes = training.param_dtype.num_bytes
+    copy_out = memory_bound_time_s(2 * unit_params * param_bytes, gpu=gpu)
+    copy_in = memory_bound_time_s(
+        unit_params * (param_bytes + training.grad_dtype.num_bytes), gpu=gpu)
+    backward_gather = copy_out if parallel.fsdp_reshard_after_forward else 0.0
+    return copy_out, backward_gather + copy_in
 
 
 ZERO3_EXPOSED_CALLS = ("forward.param_all_gather", "backward.grad_reduce_scatter")
@@ -292,6 +327,7 @@ __all__ = [
     "layer_comm",
     "sync_exposed_s",
     "tp_overlap_exposed_s",
+    "zero3_copy_s",
     "zero3_exposed_s",
     "zero3_fill_drain_s",
 ]

@@ -155,7 +155,8 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
                 comm = layer_comm(spec, index, training=training, parallel=parallel,
                                   groups=groups, fabric=fabric, compute=lc,
                                   attention_forward_s=attn_f)
-                zero3 = zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc)
+                zero3 = zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc,
+                                        gpu=cluster.gpu)
                 cache[kind] = (lc, comm, zero3)
             if (kind, mode) not in terms:
                 cast = (fp8_cast_s(spec, first[kind], training, parallel, cluster, mode,
