@@ -159,7 +159,7 @@ class BoundTables:
         exposed = 0.0
         for index, lc in core.layers:
             forward, backward = zero3_exposed_s(self.spec, index, self.training, parallel,
-                                                groups, self.fabric, lc, gpu=self.cluster.gpu)
+                                                groups, self.fabric, lc)
             count = self.num_moe if self.spec.is_moe_layer(index) else self.num_dense
             exposed += count * (forward + backward)
         work = (self.num_dense * (core.dense_f + core.dense_b + core.dense_w)

@@ -220,6 +220,11 @@ def _tail(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
     return terms
 
 
+ZERO3_COPIES = "ZeRO-3 copy kernels"
+"""Name, in `overheads_s`, of FSDP2's all-gather copy-out and reduce-scatter copy-in on the
+compute stream (`models.step_time.exposure.zero3_copy_s`), part of the pipeline makespan."""
+
+
 HOST_GRADIENTS = "Pipeline ZeRO-2 gradient offload"
 """Name, in `overheads_s`, of Pipeline ZeRO-2's exposed chunk reduce-scatters, host copies,
 host accumulation and shard upload (`models.step_time.host_gradients`)."""
@@ -459,7 +464,9 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                      **{k: t for k, t in tail.items()
                         if k not in ("dp", "pp", "optimizer") and t > 0},
                      **({"fp8 activation casts": crossings * busiest.fp8_cast_s}
-                                     if busiest.fp8_cast_s else {})},
+                                     if busiest.fp8_cast_s else {}),
+                     **({ZERO3_COPIES: crossings * busiest.zero3_copy_s}
+                        if busiest.zero3_copy_s else {})},
         critical_stage=busiest.stage, num_micro_batches=m,
         model_flop=flops[0].model_flop, model_flop_full_attention=flops[1].model_flop,
         hardware_flop=flops[0].hardware_flop,
@@ -789,8 +796,7 @@ def _zero3_layer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCo
         if index is None:
             continue
         lc = layer_compute(spec, index, ctx)
-        out[moe] = sum(zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc,
-                                       gpu=cluster.gpu))
+        out[moe] = sum(zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc))
     return out
 
 

@@ -205,11 +205,11 @@ def expert_all_to_all_s(spec: ModelSpec, training: TrainingSpec, parallel: Paral
 
 def zero3_exposed_s(spec: ModelSpec, index: int, training: TrainingSpec,
                     parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric,
-                    lc: LayerCompute, *, gpu: GpuSpec) -> tuple[float, float]:
+                    lc: LayerCompute) -> tuple[float, float]:
     """(forward, backward) exposed ZeRO-3 time of one layer: the parameter all-gather
     before forward, and the all-gather plus the gradient reduce-scatter in backward, each
-    hidden up to the layer's compute (prefetching), plus the unit's copy kernels that run
-    on the compute stream of the `gpu` (`zero3_copy_s`). Source: ZeRO
+    hidden up to the layer's compute (prefetching); the copy kernels around them are
+    `zero3_copy_s`. Source: ZeRO
     arXiv:1910.02054 Sec. 7 (3 Psi volume); the calls are
     `models.traffic.layer.zero3_unit_calls`."""
     if parallel.zero_stage != 3 or parallel.dp * parallel.cp <= 1:
@@ -221,16 +221,27 @@ def zero3_exposed_s(spec: ModelSpec, index: int, training: TrainingSpec,
     calls = zero3_unit_calls(lctx, dense_params=dense, expert_params=expert)
     forward = sum(c.time_s for c in calls if c.phase == Phase.FORWARD)
     backward = sum(c.time_s for c in calls if c.phase == Phase.BACKWARD)
-    copy_f, copy_b = zero3_copy_s(dense + expert, training, parallel, gpu)
-    return (max(0.0, forward - lc.times.forward_s) + copy_f,
-            max(0.0, backward - lc.times.backward_input_s - lc.times.backward_weight_s)
-            + copy_b)
+    return (max(0.0, forward - lc.times.forward_s),
+            max(0.0, backward - lc.times.backward_input_s - lc.times.backward_weight_s))
+
+
+def zero3_layer_copy_s(spec: ModelSpec, index: int, training: TrainingSpec,
+                       parallel: ParallelConfig, gpu: GpuSpec) -> tuple[float, float]:
+    """`zero3_copy_s` of layer `index` as a ZeRO-3 unit (its weights after TP and EP x
+    ETP); none without ZeRO-3 sharding."""
+    if parallel.zero_stage != 3 or parallel.dp * parallel.cp <= 1:
+        return 0.0, 0.0
+    params = layer_params(spec, index)
+    unit = (-(-params.dense_part // parallel.tp)
+            + -(-params.routed_experts // (parallel.ep * parallel.etp)))
+    return zero3_copy_s(unit, training, parallel, gpu)
 
 
 def zero3_copy_s(unit_params: int, training: TrainingSpec, parallel: ParallelConfig,
                  gpu: GpuSpec) -> tuple[float, float]:
     """(forward, backward) time of the memory-bound copies FSDP2 runs on the compute stream
-    around one unit's collectives, per micro-batch pass.
+    around one unit's collectives, per micro-batch pass (booked as their own step term, not
+    as communication).
 
     Source: PyTorch FSDP2 `torch/distributed/_composable/fsdp/_fsdp_collectives.py` (torch
     of December 2024, the build torchtitan's benchmark note names):
@@ -328,6 +339,7 @@ __all__ = [
     "sync_exposed_s",
     "tp_overlap_exposed_s",
     "zero3_copy_s",
+    "zero3_layer_copy_s",
     "zero3_exposed_s",
     "zero3_fill_drain_s",
 ]

@@ -32,7 +32,12 @@ from models.kernels import memory_bound_time_s
 from models.layout import StageLayout
 from models.memory import layer_stored_bytes_cap, stage_activation_components
 from models.pipeline import StagePlacement, schedule_traits
-from models.step_time.exposure import LayerComm, layer_comm, zero3_exposed_s
+from models.step_time.exposure import (
+    LayerComm,
+    layer_comm,
+    zero3_exposed_s,
+    zero3_layer_copy_s,
+)
 from models.step_time.groups import AxisGroups
 
 
@@ -49,6 +54,9 @@ class StageTime:
     offload_stall_s: float
     fp8_cast_s: float = 0.0
     """Quantising stored activations to FP8 in forward and back in backward."""
+    zero3_copy_s: float = 0.0
+    """FSDP2's copy kernels around each ZeRO-3 unit's collectives
+    (`models.step_time.exposure.zero3_copy_s`)."""
 
 
 def layer_mode(parallel: ParallelConfig, stage: int, position: int) -> RecomputeMode:
@@ -84,6 +92,7 @@ class _LayerTerms:
     compute_s: float
     recompute_s: float
     cast_s: float
+    copy_s: float
     exposed_s: dict[str, float]
 
 
@@ -94,13 +103,15 @@ def _mode(policy: RecomputeMode | FullLayers, position: int) -> RecomputeMode:
     return policy
 
 
-def _layer_terms(lc: LayerCompute, comm: LayerComm, zero3: tuple[float, float], *,
-                 mode: RecomputeMode, cast: float,
+def _layer_terms(lc: LayerCompute, comm: LayerComm, zero3: tuple[float, float],
+                 copies: tuple[float, float], *, mode: RecomputeMode, cast: float,
                  modules: tuple[RecomputeModule, ...]) -> _LayerTerms:
     """F/B/W and the booked terms of one layer: full recomputation repeats its forward
     compute (recompute) and forward collectives (under their axis); FP8 casts split
-    between forward (quantise) and backward (dequantise)."""
+    between forward (quantise) and backward (dequantise); ZeRO-3 copy kernels on the
+    forward and backward of the unit."""
     zero3_f, zero3_b = zero3
+    copy_f, copy_b = copies
     recompute = 0.0
     recompute_comm: dict[str, float] = {}
     if mode == RecomputeMode.FULL:
@@ -114,11 +125,11 @@ def _layer_terms(lc: LayerCompute, comm: LayerComm, zero3: tuple[float, float], 
     if zero3_f or zero3_b:
         exposed["dp"] = exposed.get("dp", 0.0) + zero3_f + zero3_b
     op = lc.times + OpTimes(
-        forward_s=sum(comm.forward_s.values()) + zero3_f + cast / 2,
+        forward_s=sum(comm.forward_s.values()) + zero3_f + cast / 2 + copy_f,
         backward_input_s=(sum(comm.backward_s.values()) + recompute
-                          + sum(recompute_comm.values()) + zero3_b + cast / 2))
+                          + sum(recompute_comm.values()) + zero3_b + cast / 2 + copy_b))
     return _LayerTerms(op=op, compute_s=lc.times.total_s, recompute_s=recompute, cast_s=cast,
-                       exposed_s=exposed)
+                       copy_s=copy_f + copy_b, exposed_s=exposed)
 
 
 def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -131,10 +142,11 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     forward collectives (booked under their axis, once per repetition)."""
     ctx = compute_context(training, parallel, cluster)
     policy = parallel.policy_of(layout.rank)
-    cache: dict[bool, tuple[LayerCompute, LayerComm, tuple[float, float]]] = {}
+    cache: dict[bool, tuple[LayerCompute, LayerComm, tuple[float, float],
+                            tuple[float, float]]] = {}
     terms: dict[tuple[bool, RecomputeMode], _LayerTerms] = {}
     chunk_times: list[OpTimes] = []
-    compute_total = recompute_total = cast_total = 0.0
+    compute_total = recompute_total = cast_total = copy_total = 0.0
     exposed: dict[str, float] = {}
     position = 0
     for chunk_index, chunk in enumerate(layout.chunks):
@@ -155,9 +167,9 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
                 comm = layer_comm(spec, index, training=training, parallel=parallel,
                                   groups=groups, fabric=fabric, compute=lc,
                                   attention_forward_s=attn_f)
-                zero3 = zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc,
-                                        gpu=cluster.gpu)
-                cache[kind] = (lc, comm, zero3)
+                zero3 = zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc)
+                copies = zero3_layer_copy_s(spec, index, training, parallel, cluster.gpu)
+                cache[kind] = (lc, comm, zero3, copies)
             if (kind, mode) not in terms:
                 cast = (fp8_cast_s(spec, first[kind], training, parallel, cluster, mode,
                                    policy.recompute_modules) if policy.fp8_activations else 0.0)
@@ -170,6 +182,7 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
             compute_total += count * t.compute_s
             recompute_total += count * t.recompute_s
             cast_total += count * t.cast_s
+            copy_total += count * t.copy_s
             for axis, value in t.exposed_s.items():
                 exposed[axis] = exposed.get(axis, 0.0) + count * value
         if chunk_index == len(layout.chunks) - 1 or schedule_traits(
@@ -185,7 +198,8 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
                        for t in chunk_times]
     return StageTime(stage=layout.rank, chunk_times=tuple(chunk_times), compute_s=compute_total,
                      recompute_s=recompute_total, exposed_comm_s=exposed,
-                     offload_stall_s=stall, fp8_cast_s=cast_total)
+                     offload_stall_s=stall, fp8_cast_s=cast_total,
+                     zero3_copy_s=copy_total)
 
 
 def fp8_cast_s(spec: ModelSpec, index: int, training: TrainingSpec, parallel: ParallelConfig,
