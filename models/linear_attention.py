@@ -79,6 +79,21 @@ def cp_kinds_for_layer(spec: ModelSpec, layer_index: int) -> frozenset[str]:
     return frozenset(kind.value for kind in FULL_ATTENTION_CP_KINDS)
 
 
+def cp_layer_note(spec: ModelSpec, *, cp: int, cp_kind: ContextParallelKind) -> str | None:
+    """For a hybrid model under context parallelism, which layers use which CP kind
+    (`cp_kinds_for_layer`); None when the model has no linear-attention layers or cp = 1."""
+    linear = spec.linear_attention
+    if linear is None or cp <= 1:
+        return None
+    count = sum(spec.is_linear_attention_layer(i) for i in range(spec.num_layers))
+    full = spec.num_layers - count
+    rest = (f"; the {full} full-attention layers use {cp_kind.value} context parallelism"
+            if full else "")
+    return (f"context parallelism x{cp}: the {count} linear-attention layers pass recurrent "
+            f"state (per layer pass one all-gather of {kcp_fragment_bytes(spec) * cp} bytes "
+            f"of fp32 fragments over all heads, whatever the sequence length){rest}")
+
+
 def _linear(spec: ModelSpec) -> LinearAttentionSpec:
     linear = spec.linear_attention
     if linear is None:
@@ -276,6 +291,7 @@ __all__ = [
     "chunkwise_forward_flops_per_token_head",
     "conv_halo_bytes",
     "cp_kinds_for_layer",
+    "cp_layer_note",
     "kcp_extra_forward_flops",
     "kcp_fragment_bytes",
     "linear_attention_core_forward_flops",

@@ -1,8 +1,10 @@
 """A hybrid KDA + MLA model (Kimi Linear) through `evaluate` and the planner's CP choices."""
 
+from api_schemas import ParallelConfig, TrainingSpec
 from api_schemas.requests import EvaluateRequest, PlanRequest
 from models.catalog import hf_preset_config, model_preset
 from solver.api import evaluate, plan
+from solver.export.megatron_model import model_args
 
 KIMI_LINEAR = "kimi-linear-48b-a3b-instruct"
 
@@ -57,3 +59,16 @@ def test_the_planner_picks_a_cp_degree_for_the_hybrid_model_at_long_context() ->
     chosen = response["parallel"]["cp"]
     assert chosen > 1
     assert {alt["parallel"]["cp"] for alt in response["alternatives"]} - {chosen}
+
+
+def test_the_megatron_export_says_it_does_not_express_the_kda_layers() -> None:
+    notes = model_args(model_preset(KIMI_LINEAR),
+                       TrainingSpec(global_batch_size=32, sequence_length=32_768),
+                       ParallelConfig(tp=1, pp=1, dp=8, ep=8)).notes
+    assert any("20 of 27 layers use linear attention" in note for note in notes)
+
+
+def test_the_explanation_names_the_cp_kind_of_each_layer_type() -> None:
+    notes = _evaluate({"preset": KIMI_LINEAR}, 32_768, 4)["explanation"]["notes"]
+    assert any("the 20 linear-attention layers pass recurrent state" in note
+               and "the 7 full-attention layers use ring" in note for note in notes)
