@@ -6,6 +6,8 @@ import any other package of this project, or compute anything beyond validation.
 
 from api_schemas.architecture import (
     AttentionKind,
+    LinearAttentionKind,
+    LinearAttentionSpec,
     MLASpec,
     MlpKind,
     ModelSpec,
@@ -167,6 +169,8 @@ __all__ = [
     "IntraNodeTopology",
     "LinkClass",
     "LinkSpec",
+    "LinearAttentionKind",
+    "LinearAttentionSpec",
     "MLASpec",
     "MemoryComponentReport",
     "MemoryReport",

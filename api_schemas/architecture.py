@@ -8,6 +8,7 @@ is `models/params.py`, `models/flops.py`).
 """
 
 from enum import StrEnum
+from functools import lru_cache
 from typing import Self
 
 from pydantic import Field, model_validator
@@ -61,6 +62,44 @@ class MLASpec(SpecModel):
         description="Decoupled RoPE dimension d_h^R (shared key part).", examples=[64]
     )
     v_head_dim: PositiveInt = Field(description="Per-head value dimension.", examples=[128])
+
+
+class LinearAttentionKind(StrEnum):
+    """Linear-attention (recurrent-state) token mixers."""
+
+    KDA = "kda"
+    """Kimi Delta Attention (Kimi Linear, arXiv:2510.26692 Sec. 3): the gated delta rule with
+    a per-channel decay, short convolutions on q/k/v, a low-rank decay gate and a low-rank
+    output gate."""
+    GATED_DELTA = "gated_delta"
+    """Gated DeltaNet (arXiv:2412.06464): the delta rule with one scalar decay per head."""
+
+
+class LinearAttentionSpec(SpecModel):
+    """The linear-attention layers of a hybrid model (Kimi Linear: 3 KDA to 1 MLA) and their
+    dimensions. The other layers keep the model's full attention (`attention`)."""
+
+    kind: LinearAttentionKind = Field(default=LinearAttentionKind.KDA,
+                                      description="'kda' or 'gated_delta'.")
+    num_heads: PositiveInt = Field(description="Recurrent heads H.", examples=[32])
+    head_dim: PositiveInt = Field(description="Key (and query) width per head d_k.",
+                                  examples=[128])
+    value_head_dim: PositiveInt | None = Field(
+        default=None, description="Value width per head d_v; null = head_dim.")
+    short_conv_kernel_size: NonNegativeInt = Field(
+        default=4, description="Taps of the depthwise causal convolutions on q, k and v "
+        "(0 = none).", examples=[4])
+    chunk_size: PositiveInt = Field(
+        default=64, description="Tokens per chunk of the chunkwise-parallel kernel (the "
+        "flash-linear-attention KDA kernel: 64).", examples=[64])
+    layers: tuple[NonNegativeInt, ...] = Field(
+        description="0-based layers that use linear attention (Hugging Face Kimi Linear "
+        "'linear_attn_config.kda_layers' are 1-based).", examples=[[0, 1, 2, 4]])
+
+    @property
+    def dim_v(self) -> int:
+        """Value width per head."""
+        return self.value_head_dim or self.head_dim
 
 
 class MoESpec(SpecModel):
@@ -202,6 +241,9 @@ class ModelSpec(SpecModel):
         "(cuDNN's fused kernel from 9.13.1 does), and under context parallelism only the "
         "all-to-all (Ulysses) split runs it there.")
     moe: MoESpec | None = Field(default=None, description="Mixture-of-experts block, if any.")
+    linear_attention: LinearAttentionSpec | None = Field(
+        default=None, description="Linear-attention (KDA / gated delta rule) layers of a hybrid "
+        "model; null = every layer uses `attention`.")
     num_mtp_layers: NonNegativeInt = Field(
         default=0, description="Multi-token-prediction modules (DeepSeek-V3: 1)."
     )
@@ -225,6 +267,10 @@ class ModelSpec(SpecModel):
             if any(i >= self.num_layers for i in self.sliding_window_layers):
                 raise ValueError(f"sliding_window_layers name a layer beyond num_layers="
                                  f"{self.num_layers} (0-based)")
+        if self.linear_attention is not None and any(
+                i >= self.num_layers for i in self.linear_attention.layers):
+            raise ValueError(f"linear_attention.layers name a layer beyond num_layers="
+                             f"{self.num_layers} (0-based)")
         if self.head_dim is None and self.hidden_size % heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={heads}"
@@ -251,6 +297,18 @@ class ModelSpec(SpecModel):
             return self.sliding_window
         return None
 
+    def is_linear_attention_layer(self, layer_index: int) -> bool:
+        """True when the layer mixes tokens with linear attention (0-based layer index)."""
+        linear = self.linear_attention
+        return linear is not None and layer_index in linear.layers
+
+    def linear_attention_share(self, moe: bool) -> float:
+        """Fraction of the layers with (`moe`) or without an MoE block that use linear
+        attention (0 when the model has none)."""
+        if self.linear_attention is None:
+            return 0.0
+        return _linear_attention_share(self, moe)
+
     def is_moe_layer(self, layer_index: int) -> bool:
         """True when the layer's MLP is the MoE block (0-based layer index)."""
         moe = self.moe
@@ -266,4 +324,14 @@ class ModelSpec(SpecModel):
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
 
 
-__all__ = ["AttentionKind", "MLASpec", "MlpKind", "MoESpec", "ModelSpec", "NormKind"]
+@lru_cache(maxsize=256)
+def _linear_attention_share(spec: ModelSpec, moe: bool) -> float:
+    kind = [i for i in range(spec.num_layers) if spec.is_moe_layer(i) == moe]
+    if not kind:
+        return 0.0
+    linear = frozenset(spec.linear_attention.layers) if spec.linear_attention else frozenset()
+    return sum(i in linear for i in kind) / len(kind)
+
+
+__all__ = ["AttentionKind", "LinearAttentionKind", "LinearAttentionSpec", "MLASpec", "MlpKind",
+           "MoESpec", "ModelSpec", "NormKind"]

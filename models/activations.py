@@ -23,6 +23,7 @@ from functools import lru_cache
 
 from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec
 from api_schemas.parallel import DEFAULT_RECOMPUTE_MODULES, RecomputeMode, RecomputeModule
+from models.linear_attention import linear_attention_stored_terms
 
 ACTIVATION_BYTES = 2
 """Bytes of a stored 16-bit activation element. Source: [KOR22] Sec. 4 (2 bytes)."""
@@ -202,6 +203,26 @@ def attention_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[Stor
     return out
 
 
+def linear_attention_tensors(spec: ModelSpec, ctx: LayerActivationContext
+                             ) -> list[StoredTensor]:
+    """Tensors of a linear-attention (KDA / gated delta rule) block: the projections' input
+    and what `models.linear_attention.linear_attention_stored_terms` lists (q/k/v before and
+    after the short convolutions, gates, the intra-chunk matrices, the fp32 recurrent state
+    at every chunk boundary, the output path). Recomputing the attention core
+    (`core_attn`) rebuilds the kernel inputs, the intra-chunk matrices and the states.
+    Source: Kimi Linear arXiv:2510.26692 (the released `KimiDeltaAttention` forward);
+    flash-linear-attention `chunk_kda` (states rebuilt in backward under recomputation).
+    Assumes: every per-token term divides by cp (each rank keeps its own chunk's states)."""
+    gemm_in = FP8_TILE_BYTES_PER_ELEMENT if ctx.fp8_compute else ACTIVATION_BYTES
+    out = [_tensor("linear-attention projections input (norm output)", "attention",
+                   gemm_in * spec.hidden_size / ctx.gemm_input_divisor, ctx, M.LAYERNORM,
+                   M.OP_SAC)]
+    for term in linear_attention_stored_terms(spec, tp=ctx.tp, activation_bytes=ACTIVATION_BYTES):
+        dropped = (M.CORE_ATTN,) if term.core_recomputable else ()
+        out.append(_tensor(term.name, "attention", term.bytes_per_token, ctx, *dropped))
+    return out
+
+
 def _mlp_inner(spec: ModelSpec, ctx: LayerActivationContext, width: int, *, prefix: str,
                copies: float, split: float, whole: RecomputeModule,
                act_module: RecomputeModule) -> list[StoredTensor]:
@@ -309,12 +330,23 @@ def layer_activation_bytes(spec: ModelSpec, layer_index: int,
                            ctx: LayerActivationContext) -> LayerActivationBytes:
     """Stored activation tensors of one layer for one micro-batch (layers of one kind are
     alike, so the result is cached per kind). See `_layer_activation_bytes`."""
-    return _layer_activation_bytes(spec, spec.is_moe_layer(layer_index), ctx)
+    moe = spec.is_moe_layer(layer_index)
+    share = spec.linear_attention_share(moe)
+    if share <= 0.0:
+        return _layer_activation_bytes(spec, moe, ctx)
+    linear = _layer_activation_bytes(spec, moe, ctx, linear=True)
+    if share >= 1.0:
+        return linear
+    full = _layer_activation_bytes(spec, moe, ctx)
+    # Layers are grouped by MoE kind: a kind mixing both token mixers is booked at the
+    # larger of the two, so no stage's peak is understated.
+    return linear if linear.total_bytes >= full.total_bytes else full
 
 
 @lru_cache(maxsize=8192)
 def _layer_activation_bytes(spec: ModelSpec, moe_layer: bool,
-                            ctx: LayerActivationContext) -> LayerActivationBytes:
+                            ctx: LayerActivationContext,
+                            linear: bool = False) -> LayerActivationBytes:
     """Stored activation tensors of one layer for one micro-batch.
 
     Source: [KOR22] arXiv:2205.05198 Eq. 1, 2, 4 (s b h (34 + 5 a s / h), with TP
@@ -327,7 +359,8 @@ def _layer_activation_bytes(spec: ModelSpec, moe_layer: bool,
     norms = [_tensor("attention norm input", "norm", ACTIVATION_BYTES * h / rep, ctx),
              _tensor("MLP norm input", "norm", ACTIVATION_BYTES * h / rep, ctx, M.OP_SAC)]
     block = moe_tensors(spec, ctx) if moe_layer else mlp_tensors(spec, ctx)
-    tensors = tuple(norms + attention_tensors(spec, ctx) + block)
+    mixer = linear_attention_tensors(spec, ctx) if linear else attention_tensors(spec, ctx)
+    tensors = tuple(norms + mixer + block)
     return LayerActivationBytes(tensors=tensors,
                                 input_bytes=math.ceil(ctx.tokens * ACTIVATION_BYTES * h / rep))
 
@@ -404,6 +437,7 @@ __all__ = [
     "LayerActivationContext",
     "StoredTensor",
     "attention_tensors",
+    "linear_attention_tensors",
     "embedding_activation_bytes",
     "head_activation_bytes",
     "loss_backward_working_bytes",

@@ -1,9 +1,11 @@
 """Model presets whose shapes are not published, built from a published neighbour and stated
 assumptions.
 
-Owns: the `kimi-k3-scale-2.8t` preset, a Hugging Face-style config derived from Kimi K2's
-published `config.json` (`models/data/hf_configs/kimi-k2-instruct.json`) with the fields the
-Kimi K3 report's total does not fix set by assumption, each named in `K3_SCALE_ASSUMPTIONS`.
+Owns: the `kimi-k3-scale-2.8t` preset (and `kimi-k3-scale-2.8t-kda`, the same shape with
+KDA linear-attention layers in Kimi Linear's 3:1 pattern), a Hugging Face-style config
+derived from Kimi K2's published `config.json` (`models/data/hf_configs/kimi-k2-instruct.json`)
+with the fields the Kimi K3 report's total does not fix set by assumption, each named in
+`K3_SCALE_ASSUMPTIONS`.
 Must not: claim to be K3's published architecture; plan or time anything.
 
 What the source gives: Kimi K3 arXiv:2607.24653, as the research ledger summarises it
@@ -31,8 +33,9 @@ K3_SCALE_ASSUMPTIONS: tuple[str, ...] = (
     "63 layers (K2: 61), the first dense as in K2",
     "1024 routed experts of width 2048 (K2: 384), one shared expert, top-8 routing: the "
     "extra parameters go to more experts at K2's expert shape and sparsity",
-    "every layer is MLA attention: K3's KDA linear-attention layers are not modelled, so "
-    "attention memory and FLOPs are MLA's on every layer",
+    "every layer is MLA attention: K3's KDA linear-attention layers are left out of this "
+    "preset (kimi-k3-scale-2.8t-kda has them), so attention memory and FLOPs are MLA's on "
+    "every layer",
     "no multi-token-prediction module, no vision encoder in the preset (add one per request)",
 )
 """What the preset assumes where the ledger gives no figure."""
@@ -43,12 +46,43 @@ def k3_scale_config(k2_config: dict[str, Any]) -> dict[str, Any]:
     return {**k2_config, **K3_SCALE_OVERRIDES, "model_type": "kimi_k2"}
 
 
-ASSUMED_PRESETS = {K3_SCALE_ID: ("kimi-k2-instruct", k3_scale_config)}
+K3_SCALE_KDA_ID = "kimi-k3-scale-2.8t-kda"
+
+K3_SCALE_KDA_LINEAR: dict[str, Any] = {
+    "num_heads": 64,
+    "head_dim": 128,
+    "short_conv_kernel_size": 4,
+    "full_attn_layers": [*range(4, 63, 4), 63],
+}
+"""The `linear_attn_config` the hybrid K3-scale preset adds (1-based layer numbers): KDA in
+every layer but every fourth and the last, Kimi Linear's pattern (arXiv:2510.26692 Sec. 4:
+3 KDA to 1 MLA; its 48B config ends on a full-attention layer)."""
+
+K3_SCALE_KDA_ASSUMPTIONS: tuple[str, ...] = (
+    *(a for a in K3_SCALE_ASSUMPTIONS if not a.startswith("every layer is MLA")),
+    "KDA (Kimi Delta Attention) in 47 of the 63 layers, MLA in every fourth and the last: "
+    "Kimi Linear's 3:1 pattern (arXiv:2510.26692); K3's own ratio and KDA shapes are not in "
+    "the ledger",
+    "64 KDA heads of 128 (the MLA head count, Kimi Linear's KDA head width), 4 convolution "
+    "taps, chunk 64",
+)
+"""What the hybrid K3-scale preset assumes: the K3-scale shape with KDA layers."""
+
+
+def k3_scale_kda_config(k2_config: dict[str, Any]) -> dict[str, Any]:
+    """The K3-scale config with KDA layers (`K3_SCALE_KDA_LINEAR`)."""
+    return {**k3_scale_config(k2_config), "linear_attn_config": dict(K3_SCALE_KDA_LINEAR)}
+
+
+ASSUMED_PRESETS = {K3_SCALE_ID: ("kimi-k2-instruct", k3_scale_config),
+                   K3_SCALE_KDA_ID: ("kimi-k2-instruct", k3_scale_kda_config)}
 """Assumed preset id -> (the published preset it derives from, the derivation)."""
 
-PRESET_ASSUMPTIONS = {K3_SCALE_ID: K3_SCALE_ASSUMPTIONS}
+PRESET_ASSUMPTIONS = {K3_SCALE_ID: K3_SCALE_ASSUMPTIONS,
+                      K3_SCALE_KDA_ID: K3_SCALE_KDA_ASSUMPTIONS}
 """Assumed preset id -> what it assumes."""
 
 
-__all__ = ["ASSUMED_PRESETS", "K3_SCALE_ASSUMPTIONS", "K3_SCALE_ID", "K3_SCALE_OVERRIDES",
-           "PRESET_ASSUMPTIONS", "k3_scale_config"]
+__all__ = ["ASSUMED_PRESETS", "K3_SCALE_ASSUMPTIONS", "K3_SCALE_ID", "K3_SCALE_KDA_ASSUMPTIONS",
+           "K3_SCALE_KDA_ID", "K3_SCALE_KDA_LINEAR", "K3_SCALE_OVERRIDES", "PRESET_ASSUMPTIONS",
+           "k3_scale_config", "k3_scale_kda_config"]

@@ -34,6 +34,13 @@ from models.kernels import (
     memory_bound_time_s,
     profile_for,
 )
+from models.linear_attention import (
+    LINEAR_ATTENTION_BACKWARD_FLOP_RATIO,
+    kcp_extra_forward_flops,
+    linear_attention_core_forward_flops,
+    linear_attention_core_time_s,
+    linear_attention_gemm_shapes,
+)
 
 FLASH_BACKWARD_FLOP_RATIO = 2.5
 """Backward / forward FLOPs of a fused attention kernel (it recomputes the scores).
@@ -619,22 +626,78 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext,
 def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> LayerCompute:
     """F, B, W compute time of one layer for one micro-batch on one rank, and what each
     recomputation would add to its backward (layers of one kind, MoE or dense and with the
-    same attention window, are alike: cached)."""
-    return _layer_compute(spec, spec.is_moe_layer(layer_index), ctx,
-                          spec.attention_window(layer_index))
+    same attention window, are alike: cached).
+
+    In a hybrid model (linear-attention layers beside full-attention ones) the step-time
+    and memory machinery groups layers by MoE kind only, and takes one layer per kind as
+    its representative, so the time returned for a kind is the mix of its layers: the
+    linear-attention times weighted by the share of that kind's layers that use linear
+    attention (`ModelSpec.linear_attention_share`), the full-attention times by the rest.
+    Assumes: a stage holds its kind's model-wide mix (exact over the whole model; off by at
+    most the difference of one layer's token mixer on a stage that does not)."""
+    moe = spec.is_moe_layer(layer_index)
+    window = spec.attention_window(layer_index)
+    share = spec.linear_attention_share(moe)
+    if share <= 0.0:
+        return _layer_compute(spec, moe, ctx, window)
+    linear = _layer_compute(spec, moe, ctx, window, linear=True)
+    if share >= 1.0:
+        return linear
+    return _blend(_layer_compute(spec, moe, ctx, window), linear, share)
+
+
+def _blend(full: LayerCompute, linear: LayerCompute, share: float) -> LayerCompute:
+    """`share` of `linear` plus the rest of `full`, term by term."""
+    def mix(a: float, b: float) -> float:
+        return (1.0 - share) * a + share * b
+    modules = {key: mix(full.recompute_module_s.get(key, 0.0),
+                        linear.recompute_module_s.get(key, 0.0))
+               for key in dict.fromkeys([*full.recompute_module_s, *linear.recompute_module_s])}
+    times = OpTimes(forward_s=mix(full.times.forward_s, linear.times.forward_s),
+                    backward_input_s=mix(full.times.backward_input_s,
+                                         linear.times.backward_input_s),
+                    backward_weight_s=mix(full.times.backward_weight_s,
+                                          linear.times.backward_weight_s))
+    return LayerCompute(times=times,
+                        recompute_full_s=mix(full.recompute_full_s, linear.recompute_full_s),
+                        recompute_module_s=modules)
+
+
+def linear_attention_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
+    """Rank-local GEMMs of a linear-attention block
+    (`models.linear_attention.linear_attention_gemm_shapes`)."""
+    return [_Gemm(m=m, n=n, k=k)
+            for m, n, k in linear_attention_gemm_shapes(spec, tokens=ctx.tokens, tp=ctx.tp)]
+
+
+def _linear_attention_core(spec: ModelSpec, ctx: ComputeContext) -> tuple[float, float]:
+    """(forward, backward) time of the chunkwise linear-attention kernel on this rank: the
+    rank's s / cp tokens (state passing keeps the local work, seed ledger Sec. 7.5), plus
+    the transition building and merge of state-passing CP
+    (`models.linear_attention.kcp_extra_forward_flops`), at the kind's
+    `LINEAR_ATTENTION_KERNEL_EFFICIENCY`."""
+    local_seq = max(1, ctx.seq_len // ctx.cp)
+    flop = (linear_attention_core_forward_flops(spec, seq_len=local_seq)
+            * ctx.micro_batch_size / ctx.tp)
+    flop += ctx.micro_batch_size * kcp_extra_forward_flops(spec, tokens=local_seq, cp=ctx.cp,
+                                                           tp=ctx.tp)
+    forward = linear_attention_core_time_s(spec, flop, peak_flop_per_s=ctx.gpu.peak_flop_per_s(
+        DType.BF16), efficiency_scale=ctx.attention_efficiency_scale)
+    return forward, forward * LINEAR_ATTENTION_BACKWARD_FLOP_RATIO
 
 
 @lru_cache(maxsize=4096)
 def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext,
-                   window: int | None = None) -> LayerCompute:
-    gemms = attention_gemms(spec, ctx)
+                   window: int | None = None, linear: bool = False) -> LayerCompute:
+    gemms = linear_attention_gemms(spec, ctx) if linear else attention_gemms(spec, ctx)
     if moe_layer:
         gemms += moe_gemms(spec, ctx)
     else:
         gemms += mlp_gemms(spec, spec.ffn_hidden_size, tokens=ctx.tokens, split=ctx.tp,
                            module=M.MLP)
     times, module_s = _gemm_times(gemms, ctx)
-    attn_f, attn_b = _attention_core(spec, ctx, window)
+    attn_f, attn_b = (_linear_attention_core(spec, ctx) if linear
+                      else _attention_core(spec, ctx, window))
     elementwise = {key: memory_bound_time_s(value, gpu=ctx.gpu)
                    for key, value in _elementwise_bytes(spec, ctx, moe_layer=moe_layer).items()}
     elem_b = {key: ELEMENTWISE_BACKWARD_RATIO * value for key, value in elementwise.items()}
@@ -714,6 +777,7 @@ __all__ = [
     "clear_compute_cache",
     "head_compute",
     "layer_compute",
+    "linear_attention_gemms",
     "mlp_gemms",
     "moe_block_times",
     "moe_gemms",

@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from api_schemas.architecture import AttentionKind, ModelSpec
-from models.params import attention_params, layer_params, mlp_params
+from models.linear_attention import linear_attention_core_forward_flops
+from models.params import layer_attention_params, layer_params, mlp_params
 
 BACKWARD_TO_FORWARD_RATIO = 2.0
 """Backward costs two forwards (input and weight gradients).
@@ -77,7 +78,7 @@ def layer_forward_flops(spec: ModelSpec, layer_index: int, *, seq_len: int,
     experts per token.
     """
     layer = layer_params(spec, layer_index)
-    weights = attention_params(spec, matrices_only=True)
+    weights = layer_attention_params(spec, layer_index, matrices_only=True)
     if layer.num_routed_experts == 0:
         weights += mlp_params(spec, spec.ffn_hidden_size, matrices_only=True)
     else:
@@ -87,11 +88,30 @@ def layer_forward_flops(spec: ModelSpec, layer_index: int, *, seq_len: int,
         if moe.num_shared_experts:
             weights += mlp_params(spec, moe.shared_expert_ffn_hidden_size, matrices_only=True)
         weights += moe.top_k * mlp_params(spec, moe.expert_ffn_hidden_size, matrices_only=True)
-    return LayerForwardFlops(
-        gemm_flop=2.0 * seq_len * weights,
-        attention_flop=attention_core_forward_flops(spec, seq_len=seq_len, causal=causal,
-                                                    window=spec.attention_window(layer_index)),
-    )
+    return LayerForwardFlops(gemm_flop=2.0 * seq_len * weights,
+                             attention_flop=layer_core_forward_flops(spec, layer_index,
+                                                                     seq_len=seq_len,
+                                                                     causal=causal))
+
+
+def layer_core_forward_flops(spec: ModelSpec, layer_index: int, *, seq_len: int,
+                             causal: bool = False) -> float:
+    """Forward FLOPs of layer `layer_index`'s token-mixing core for one sequence: the
+    chunkwise linear-attention kernel in a hybrid model's linear layers (linear in s, the
+    same under both conventions: it has no score matrix;
+    `models.linear_attention.linear_attention_core_forward_flops`, Kimi Linear
+    arXiv:2510.26692, Yang et al. arXiv:2406.06484 Sec. 3), else the softmax core
+    (`attention_core_forward_flops`, quadratic in s)."""
+    if spec.is_linear_attention_layer(layer_index):
+        return linear_attention_core_forward_flops(spec, seq_len=seq_len)
+    return attention_core_forward_flops(spec, seq_len=seq_len, causal=causal,
+                                        window=spec.attention_window(layer_index))
+
+
+def _layer_kind(spec: ModelSpec, index: int) -> tuple[bool, int | None, bool]:
+    """Layers alike in FLOPs: MoE or not, attention window, linear attention or not."""
+    return (spec.is_moe_layer(index), spec.attention_window(index),
+            spec.is_linear_attention_layer(index))
 
 
 def logits_forward_flops(spec: ModelSpec, *, seq_len: int) -> float:
@@ -115,9 +135,9 @@ def mtp_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False) ->
 def model_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False) -> float:
     """Forward FLOPs of the whole model (layers, logits, MTP) for one sequence."""
     layers = 0.0
-    kinds: dict[tuple[bool, int | None], list[int]] = {}
+    kinds: dict[tuple[bool, int | None, bool], list[int]] = {}
     for i in range(spec.num_layers):
-        kinds.setdefault((spec.is_moe_layer(i), spec.attention_window(i)), []).append(i)
+        kinds.setdefault(_layer_kind(spec, i), []).append(i)
     for indices in kinds.values():
         per_layer = layer_forward_flops(spec, indices[0], seq_len=seq_len, causal=causal)
         layers += len(indices) * per_layer.total_flop
@@ -159,16 +179,15 @@ def recompute_forward_flops(spec: ModelSpec, *, seq_len: int, full_layers: Itera
     recomputation performs, so our HFU with selective recompute is lower than their Table 5.
     """
     extra = 0.0
-    per_kind: dict[tuple[bool, int | None], float] = {}
+    per_kind: dict[tuple[bool, int | None, bool], float] = {}
     for index in full_layers:
-        kind = (spec.is_moe_layer(index), spec.attention_window(index))
+        kind = _layer_kind(spec, index)
         if kind not in per_kind:
             per_kind[kind] = layer_forward_flops(spec, index, seq_len=seq_len,
                                                  causal=causal).total_flop
         extra += per_kind[kind]
     for index in selective_layers:
-        extra += attention_core_forward_flops(spec, seq_len=seq_len, causal=causal,
-                                              window=spec.attention_window(index))
+        extra += layer_core_forward_flops(spec, index, seq_len=seq_len, causal=causal)
     return extra
 
 
@@ -200,6 +219,7 @@ __all__ = [
     "StepFlops",
     "attention_core_forward_flops",
     "attention_head_dims",
+    "layer_core_forward_flops",
     "layer_forward_flops",
     "logits_forward_flops",
     "model_forward_flops",

@@ -15,6 +15,8 @@ from typing import Any
 
 from api_schemas.architecture import (
     AttentionKind,
+    LinearAttentionKind,
+    LinearAttentionSpec,
     MLASpec,
     MlpKind,
     ModelSpec,
@@ -30,6 +32,7 @@ from models.hf_families import (
     GATED_GELU,
     GPT2_LIKE,
     KNOWN_MODEL_TYPES,
+    LINEAR_ATTENTION_FAMILIES,
     LLAMA4_LIKE,
     NEOX_LIKE,
     NESTED_TEXT_TYPES,
@@ -145,6 +148,7 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str | None = None) -> I
     try:
         moe = _moe_fields(reader, model_type)
         mla = _mla_fields(reader, model_type)
+        linear = _linear_attention_fields(reader, model_type)
     except (ValueError, TypeError) as exc:
         raise InvalidSpecError(f"inconsistent MoE or MLA fields in config: {exc}",
                                field="config") from exc
@@ -154,6 +158,7 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str | None = None) -> I
         fields["attention"] = AttentionKind.MLA
         fields["mla"] = mla
     fields["moe"] = moe
+    fields["linear_attention"] = linear
     display = name or str(config.get("_name_or_path") or model_type or "custom")
     try:
         spec = ModelSpec(name=display, **fields)
@@ -306,12 +311,13 @@ def _moe_fields(reader: _Reader, model_type: str) -> MoESpec | None:
     num_experts = reader.get("n_routed_experts", "num_experts", "num_local_experts")
     if not num_experts:
         return None
-    top_k = reader.need("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k")
+    top_k = reader.need("num_experts_per_tok", "num_experts_per_token", "experts_per_token",
+                        "moe_top_k", "top_k")
     if model_type in EXPERT_WIDTH_IS_INTERMEDIATE | LLAMA4_LIKE:
         expert_width = reader.need("intermediate_size")
     else:
         expert_width = reader.need("moe_intermediate_size")
-    shared_count = int(reader.get("n_shared_experts", default=0) or 0)
+    shared_count = int(reader.get("n_shared_experts", "num_shared_experts", default=0) or 0)
     shared_width = 0
     shared_gate = False
     if model_type in QWEN_MOE:
@@ -341,10 +347,12 @@ def _moe_fields(reader: _Reader, model_type: str) -> MoESpec | None:
         num_experts=int(num_experts), top_k=int(top_k), expert_ffn_hidden_size=int(expert_width),
         num_shared_experts=shared_count, shared_expert_ffn_hidden_size=shared_width,
         shared_expert_gate=shared_gate,
-        router_bias=str(reader.get("topk_method", default="")) == "noaux_tc",
+        # Kimi Linear's gate always holds the correction bias (`e_score_correction_bias`).
+        router_bias=(str(reader.get("topk_method", default="")) == "noaux_tc"
+                     or model_type in LINEAR_ATTENTION_FAMILIES),
         first_dense_layers=first_dense, layer_freq=freq,
         dense_layer_indices=tuple(sorted(set(dense_indices))),
-        num_expert_groups=int(_or_default(reader.get("n_group"), 1)),
+        num_expert_groups=int(_or_default(reader.get("n_group", "num_expert_group"), 1)),
         topk_groups=int(_or_default(reader.get("topk_group"), 1)),
     )
 
@@ -366,6 +374,42 @@ def _or_default(value: object, default: int) -> Any:
     rejected by the schema rather than silently replaced (the caller converts it, and a
     value of the wrong kind fails there)."""
     return default if value is None else value
+
+
+def _linear_attention_fields(reader: _Reader, model_type: str) -> LinearAttentionSpec | None:
+    """The KDA layers of a Kimi Linear config: `linear_attn_config` gives the heads, head
+    width, convolution taps and the 1-based 'kda_layers' (or, absent, every layer not in
+    'full_attn_layers'); converted to 0-based layer indices (Kimi Linear arXiv:2510.26692,
+    `configuration_kimi.py` of moonshotai/Kimi-Linear-48B-A3B-Instruct)."""
+    block = reader.get("linear_attn_config")
+    if not isinstance(block, dict):
+        if model_type in LINEAR_ATTENTION_FAMILIES:
+            reader.missing.append(f"'{reader.location}linear_attn_config'")
+        return None
+    layers = int(reader.get("num_hidden_layers", default=0) or 0)
+    kda = block.get("kda_layers")
+    full = block.get("full_attn_layers") or []
+    if isinstance(kda, list):
+        indices = tuple(sorted(int(i) - 1 for i in kda))
+    else:
+        indices = tuple(i for i in range(layers) if i + 1 not in {int(j) for j in full})
+    heads, dim = block.get("num_heads"), block.get("head_dim")
+    if heads is None or dim is None:
+        reader.missing.append(f"'{reader.location}linear_attn_config.num_heads' and "
+                              "'.head_dim'")
+        return None
+    reader.notes.append(f"{model_type}: {len(indices)} of {layers} layers use Kimi Delta "
+                        f"Attention ({heads} heads of {dim}; 'linear_attn_config', 1-based "
+                        "layer numbers read as 0-based indices); the others use the "
+                        "model's full attention")
+    if reader.get("mla_use_nope", default=False):
+        reader.notes.append(f"{model_type}: MLA layers apply no rotary embedding "
+                            "('mla_use_nope'); the rope-width projections are still counted")
+    return LinearAttentionSpec(kind=LinearAttentionKind.KDA, num_heads=int(heads),
+                               head_dim=int(dim),
+                               short_conv_kernel_size=int(block.get("short_conv_kernel_size",
+                                                                    4)),
+                               layers=indices)
 
 
 def _mla_fields(reader: _Reader, model_type: str) -> MLASpec | None:

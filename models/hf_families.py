@@ -24,7 +24,13 @@ MIXTRAL_LIKE = frozenset({"mixtral"})
 OLMOE_LIKE = frozenset({"olmoe"})
 GPT_OSS_LIKE = frozenset({"gpt_oss"})
 QWEN_MOE = frozenset({"qwen2_moe", "qwen3_moe"})
-DEEPSEEK_LIKE = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+DEEPSEEK_LIKE = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_linear"})
+"""MLA with DeepSeek-V3-style MoE. Kimi Linear (`KimiLinearConfig`) shares the MLA and MoE
+fields under its own names (num_experts_per_token, num_shared_experts, num_expert_group)
+and adds `linear_attn_config` (its KDA layers, `LINEAR_ATTENTION_FAMILIES`)."""
+LINEAR_ATTENTION_FAMILIES = frozenset({"kimi_linear"})
+"""Families with linear-attention (KDA) layers listed in `linear_attn_config`: 'kda_layers'
+and 'full_attn_layers' are 1-based (Kimi Linear 48B: full attention at 4, 8, ..., 24, 27)."""
 COHERE_LIKE = frozenset({"cohere"})
 GPT2_LIKE = frozenset({"gpt2"})
 NEOX_LIKE = frozenset({"gpt_neox"})
@@ -73,6 +79,7 @@ __all__ = [
     "GPT_OSS_LIKE",
     "KNOWN_MODEL_TYPES",
     "LLAMA4_LIKE",
+    "LINEAR_ATTENTION_FAMILIES",
     "LLAMA_LIKE",
     "MIXTRAL_LIKE",
     "NEOX_LIKE",

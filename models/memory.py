@@ -36,9 +36,9 @@ from models.layout import StageLayout, pipeline_layout
 from models.ledger_items import ComponentKind, MemoryComponent, RankParameters
 from models.mesh.layout import expert_data_parallel_size
 from models.params import (
-    attention_params,
     head_params,
     largest_weight_matrix,
+    layer_attention_params,
     layer_params,
     mlp_params,
     mtp_module_params,
@@ -228,26 +228,38 @@ def _layer_mix(spec: ModelSpec, layers: tuple[int, ...]
     return counts[False], counts[True], first.get(False), first.get(True)
 
 
+@lru_cache(maxsize=16384)
+def _weight_mix(spec: ModelSpec, layers: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """(a layer index, how many) per weight kind among `layers`: MoE or dense MLP, and
+    linear or full attention (a hybrid model's token mixers differ in weights)."""
+    counts: dict[tuple[bool, bool], int] = {}
+    first: dict[tuple[bool, bool], int] = {}
+    for index in layers:
+        kind = (spec.is_moe_layer(index), spec.is_linear_attention_layer(index))
+        counts[kind] = counts.get(kind, 0) + 1
+        first.setdefault(kind, index)
+    return tuple((first[kind], counts[kind]) for kind in first)
+
+
 def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout
                     ) -> RankParameters:
     """Parameters one rank holds by sharding group (cached per layer mix and degrees)."""
-    num_dense, num_moe, first_dense, first_moe = _layer_mix(spec, layout.layers)
-    return _rank_parameters(spec, parallel.tp, parallel.ep, parallel.etp, num_dense,
-                            num_moe, first_dense, first_moe,
+    return _rank_parameters(spec, parallel.tp, parallel.ep, parallel.etp,
+                            _weight_mix(spec, layout.layers),
                             layout.num_embeddings, layout.num_heads, layout.num_mtp_modules)
 
 
 @lru_cache(maxsize=16384)
-def _rank_parameters(spec: ModelSpec, tp: int, ep: int, etp: int, num_dense: int,
-                     num_moe: int, dense_index: int | None, moe_index: int | None,
+def _rank_parameters(spec: ModelSpec, tp: int, ep: int, etp: int,
+                     mix: tuple[tuple[int, int], ...],
                      num_embeddings: int, num_heads: int, num_mtp: int) -> RankParameters:
     gemm = vectors = experts = largest_layer = 0
-    kinds = [(layer_params(spec, i), count) for i, count in
-             ((dense_index, num_dense), (moe_index, num_moe)) if i is not None and count]
+    kinds = [(layer_params(spec, i), count, layer_attention_params(spec, i, matrices_only=True))
+             for i, count in mix if count]
     if num_mtp:
-        kinds.append((mtp_module_params(spec), num_mtp))
-    attn_matrices = attention_params(spec, matrices_only=True)
-    for layer, count in kinds:
+        kinds.append((mtp_module_params(spec), num_mtp,
+                      layer_attention_params(spec, spec.num_layers - 1, matrices_only=True)))
+    for layer, count, attn_matrices in kinds:
         layer_gemm = attn_matrices
         if layer.dense_mlp:
             layer_gemm += mlp_params(spec, spec.ffn_hidden_size, matrices_only=True)
@@ -280,10 +292,7 @@ def _layer_shard_params(spec: ModelSpec, parallel: ParallelConfig, index: int) -
     """Parameters of layer `index` one rank holds: its GEMM weights / tp, its vectors, and
     its routed experts / (ep x etp), as `rank_parameters` shards them (the size of one
     layer's gradients in a Pipeline ZeRO-2 chunk buffer)."""
-    moe = spec.is_moe_layer(index)
-    one = _rank_parameters(spec, parallel.tp, parallel.ep, parallel.etp, 0 if moe else 1,
-                           1 if moe else 0, None if moe else index, index if moe else None,
-                           0, 0, 0)
+    one = _rank_parameters(spec, parallel.tp, parallel.ep, parallel.etp, ((index, 1),), 0, 0, 0)
     return one.gemm + one.vectors + one.experts
 
 

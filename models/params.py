@@ -14,6 +14,7 @@ kv_b/o, norms).
 from dataclasses import dataclass
 
 from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec, NormKind
+from models.linear_attention import linear_attention_weights
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +115,17 @@ def attention_params(spec: ModelSpec, *, matrices_only: bool = False) -> int:
     return weights + biases + qk_norms
 
 
+def layer_attention_params(spec: ModelSpec, layer_index: int, *,
+                           matrices_only: bool = False) -> int:
+    """Weights of layer `layer_index`'s token mixer: its linear-attention block in a hybrid
+    model's linear layers (`models.linear_attention.linear_attention_weights`; Kimi Linear
+    arXiv:2510.26692), else the model's attention (`attention_params`)."""
+    if spec.is_linear_attention_layer(layer_index):
+        weights = linear_attention_weights(spec)
+        return weights.matrices if matrices_only else weights.total
+    return attention_params(spec, matrices_only=matrices_only)
+
+
 def mlp_params(spec: ModelSpec, width: int, *, matrices_only: bool = False) -> int:
     """Weights of one MLP of intermediate `width`: 2hf for GELU, 3hf for SwiGLU; biases
     (f + h) when `linear_bias` and not `matrices_only`."""
@@ -126,7 +138,7 @@ def mlp_params(spec: ModelSpec, width: int, *, matrices_only: bool = False) -> i
 def layer_params(spec: ModelSpec, layer_index: int) -> LayerParams:
     """Weights of transformer layer `layer_index` (0-based) by component."""
     norms = spec.num_layer_norms * norm_params(spec, spec.hidden_size)
-    attention = attention_params(spec)
+    attention = layer_attention_params(spec, layer_index)
     moe = spec.moe
     if moe is None or not spec.is_moe_layer(layer_index):
         return LayerParams(attention=attention, norms=norms,
@@ -210,6 +222,7 @@ __all__ = [
     "embedding_params",
     "head_params",
     "largest_weight_matrix",
+    "layer_attention_params",
     "layer_params",
     "mlp_params",
     "mtp_module_params",

@@ -19,6 +19,7 @@ from api_schemas.parallel import ContextParallelKind, ParallelConfig
 from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
 from models.activations import ACTIVATION_BYTES
 from models.ledger_items import MemoryComponent, RankParameters
+from models.linear_attention import kcp_fragment_bytes
 from models.precision import state_bytes_per_param
 from models.sharded_states import zero3_gather_buffers
 
@@ -252,6 +253,12 @@ def runtime_items(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
             bytes=math.ceil(tokens * parallel.cp * dims.kv_heads * (dims.qk_dim + dims.v_dim)
                             * ACTIVATION_BYTES),
             note="one layer's whole-sequence K and V (all-gather context parallelism)"))
+    if parallel.cp > 1 and spec.linear_attention is not None:
+        out.append(MemoryComponent(
+            name="CP gathered state fragments", kind="other",
+            bytes=parallel.cp * kcp_fragment_bytes(spec, tp=parallel.tp),
+            note="one linear-attention layer's all-gathered fp32 states and transitions "
+                 "(state-passing context parallelism), whatever the sequence length"))
     if parallel.pp > 1:
         shard = parallel.tp if parallel.sequence_parallel else 1
         out.append(MemoryComponent(name="PP send/receive buffers", kind="other",

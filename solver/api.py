@@ -32,6 +32,7 @@ from models.error_bands import cluster_band, predicted_range
 from models.errors import InvalidSpecError
 from models.frameworks import extensions_used, plan_features, runs_on
 from models.kernels import profile_for
+from models.linear_attention import cp_layer_note
 from models.memory import memory_ledger
 from models.memory_evidence import ledger_evidence
 from models.mesh import validate_mesh
@@ -102,6 +103,12 @@ def _exports(spec: ModelSpec, training: TrainingSpec,
     except ImportError:  # the exporters are optional at this layer
         return PlanExports()
     return PlanExports.model_validate(export_all(spec, training, parallel))
+
+
+def _cp_layer_notes(spec: ModelSpec, parallel: ParallelConfig) -> list[str]:
+    """Which CP kind each layer type of a hybrid model uses (none for other models)."""
+    note = cp_layer_note(spec, cp=parallel.cp, cp_kind=parallel.cp_kind)
+    return [note] if note else []
 
 
 def _notes(resolved_notes: tuple[str, ...], cluster: ClusterSpec) -> list[str]:
@@ -196,6 +203,7 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     if record:
         notes.append(record)
     notes += ledger_evidence(request.training, best.parallel, is_moe=spec.moe is not None)
+    notes += _cp_layer_notes(spec, best.parallel)
     notes += mechanism_notes(spec, request.training, best.parallel, cluster, best.estimate,
                              best.ledger)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
@@ -453,6 +461,7 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     if record:
         notes.append(record)
     notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
+    notes += _cp_layer_notes(spec, parallel)
     notes += mechanism_notes(spec, request.training, parallel, cluster, est, ledger)
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
                if ledger.fits else

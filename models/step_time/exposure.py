@@ -138,7 +138,7 @@ def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     calls = tp_block_calls(lctx, "attention")
     if has_tp_mlp(lctx, moe_layer):
         calls += tp_block_calls(lctx, "mlp")
-    calls += cp_calls(lctx)
+    calls += cp_calls(lctx, spec.linear_attention_share(moe_layer))
     if moe_layer:
         calls += expert_calls(lctx)
     if len(_CALLS) >= _CALLS_MAX:

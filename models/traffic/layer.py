@@ -9,11 +9,12 @@ reduce-scatters. The step totals of `models.traffic` and the step time of
 (`models.step_time` applies the overlap rules) or count parameters (`models.params`).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from api_schemas import ContextParallelKind, DType, MoeDispatcher
 from models.collectives import Collective, CollectiveCost, all_to_all_split_cost
 from models.errors import InvalidSpecError
+from models.linear_attention import conv_halo_bytes, kcp_fragment_bytes
 from models.mesh import AxisPlacement, GroupKind
 from models.moe import DispatchDedup, ep_dispatch_split
 from models.traffic.context import LayerTrafficContext, group_placement, head_dims
@@ -55,11 +56,15 @@ class LayerCall:
     overlap_frac: float
     """Fraction that can hide behind compute (an upper bound, see `TrafficItem`)."""
     overlap_note: str
+    share: float = 1.0
+    """Fraction of the layers of its kind that issue it: a hybrid model's CP calls are
+    split between its full-attention layers and its linear-attention layers, which layers
+    grouped by MoE kind mix (`cp_calls`)."""
 
     @property
     def time_s(self) -> float:
-        """Time of all `count` calls of one layer pass."""
-        return self.cost.time_s * self.count
+        """Time of all `count` calls of one layer pass (weighted by `share`)."""
+        return self.cost.time_s * self.count * self.share
 
 
 def _call(lctx: LayerTrafficContext, *, axis: TrafficAxis, name: str, collective: Collective,
@@ -119,12 +124,67 @@ def has_tp_mlp(lctx: LayerTrafficContext, moe_layer: bool) -> bool:
     return not moe_layer or (moe is not None and moe.num_shared_experts > 0)
 
 
-def cp_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
+def cp_calls(lctx: LayerTrafficContext, linear_share: float = 0.0) -> list[LayerCall]:
     """Context-parallel collectives of one layer pass: ring hops, Ulysses all-to-alls, or
-    both (USP: Ulysses inside the first `ulysses_degree` ranks, ring across)."""
+    both (USP: Ulysses inside the first `ulysses_degree` ranks, ring across) for a
+    full-attention layer; the state all-gather of a linear-attention layer
+    (`state_passing_calls`), whatever `cp_kind` says (`models.linear_attention.
+    cp_kinds_for_layer`). `linear_share`: the fraction of the layers these calls stand for
+    that use linear attention (each call carries its fraction as `share`)."""
     p = lctx.parallel
     if p.cp == 1:
         return []
+    if linear_share >= 1.0:
+        return state_passing_calls(lctx)
+    full = _kv_exchange_calls(lctx)
+    if linear_share <= 0.0:
+        return full
+    return ([replace(call, share=1.0 - linear_share) for call in full]
+            + [replace(call, share=linear_share) for call in state_passing_calls(lctx)])
+
+
+STATE_NOTE = ("on the critical path: a rank's inter-chunk pass waits for the states of the "
+              "ranks before it")
+
+
+def state_passing_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
+    """State-passing context parallelism of one linear-attention layer pass: one
+    all-gather of every rank's fixed-size state fragment (per local head the final state
+    h, d_k x d_v, and the transition M, d_k x d_k, fp32) in forward, again in a recomputed
+    forward, and one of the gradient fragments in backward (the state gradient flows from
+    later ranks to earlier ones through the same affine maps); plus the short
+    convolutions' halo, the previous rank's last W - 1 tokens of q, k, v, by P2P each way.
+    Nothing here grows with the sequence length: the K/V of softmax attention do.
+    Source: flash-linear-attention `fla/ops/cp` (`chunk_delta_h.py`: the [H, K, K + V]
+    fp32 buffer, `all_gather_into_tensor`; `causal_conv1d` with `conv1d_kernel_size`);
+    seed ledger Sec. 7.5 (K3: one all-gather of fixed-size fragments, prefix-combined);
+    Kimi Linear arXiv:2510.26692 Sec. 3 (the state recurrence).
+    Assumes: the backward exchanges gradient fragments of the forward's size; the merge
+    runs after the gather (not overlapped).
+    Legend: message = H_t d_k (d_k + d_v) 4 bytes (`kcp_fragment_bytes`), per rank.
+    """
+    p = lctx.parallel
+    place = group_placement(lctx.mesh, GroupKind.CP)
+    fragment = kcp_fragment_bytes(lctx.model, tp=p.tp)
+    gathered = fragment * p.cp
+    rows = ((Phase.FORWARD, "state_all_gather"), (Phase.RECOMPUTE, "state_all_gather"),
+            (Phase.BACKWARD, "state_grad_all_gather"))
+    calls = [_call(lctx, axis=TrafficAxis.CP, name=f"cp.state.{phase.value}.{name}",
+                   collective=Collective.ALL_GATHER, phase=phase, message=gathered, count=1,
+                   placement=place, overlap=0.0, note=STATE_NOTE) for phase, name in rows]
+    halo = conv_halo_bytes(lctx.model, micro_batch_size=p.micro_batch_size, tp=p.tp,
+                           activation_bytes=lctx.activation_bytes)
+    if halo:
+        calls += [_call(lctx, axis=TrafficAxis.CP, name=f"cp.state.{phase.value}.conv_halo_p2p",
+                        collective=Collective.P2P, phase=phase, message=halo, count=1,
+                        placement=place, overlap=0.0, note=STATE_NOTE)
+                  for phase in (Phase.FORWARD, Phase.BACKWARD, Phase.RECOMPUTE)]
+    return calls
+
+
+def _kv_exchange_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
+    """The CP calls of a full-attention layer under the configured `cp_kind`."""
+    p = lctx.parallel
     if p.cp_kind == ContextParallelKind.RING:
         return _ring_calls(lctx, group_placement(lctx.mesh, GroupKind.CP), ring=p.cp,
                            ulysses=1)
@@ -306,5 +366,6 @@ def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_par
     return calls
 
 
-__all__ = ["LayerCall", "cp_calls", "expert_calls", "has_tp_mlp", "tp_block_calls",
+__all__ = ["LayerCall", "cp_calls", "expert_calls", "has_tp_mlp", "state_passing_calls",
+           "tp_block_calls",
            "zero3_unit_calls"]

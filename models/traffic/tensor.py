@@ -11,7 +11,14 @@ from models.collectives import Collective
 from models.mesh import AxisPlacement, GroupKind
 from models.traffic.context import StepContext, group_placement
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
-from models.traffic.layer import LayerCall, cp_calls, expert_calls, has_tp_mlp, tp_block_calls
+from models.traffic.layer import (
+    LayerCall,
+    cp_calls,
+    expert_calls,
+    has_tp_mlp,
+    state_passing_calls,
+    tp_block_calls,
+)
 
 _TP_NOTE = "not overlapped by default (Megatron --tp-comm-overlap can hide part of it)"
 
@@ -94,10 +101,15 @@ def ep_items(ctx: StepContext) -> list[TrafficItem]:
 
 
 def cp_items(ctx: StepContext) -> list[TrafficItem]:
-    """Context-parallel traffic of one stage per step (`layer.cp_calls` per layer)."""
+    """Context-parallel traffic of one stage per step: `layer.cp_calls` per full-attention
+    layer, `layer.state_passing_calls` per linear-attention layer."""
     if ctx.parallel.cp == 1:
         return []
-    return step_items(ctx, cp_calls(ctx.layer), layers=ctx.stage.num_layers)
+    linear = ctx.stage.num_linear_attention_layers
+    items = step_items(ctx, cp_calls(ctx.layer), layers=ctx.stage.num_layers - linear)
+    if linear:
+        items += step_items(ctx, state_passing_calls(ctx.layer), layers=linear)
+    return items
 
 
 __all__ = ["cp_items", "ep_items", "step_items", "tp_items"]

@@ -16,8 +16,8 @@ from api_schemas import ModelSpec, ParallelConfig
 from models.layout import StageLayout, pipeline_layout
 from models.params import (
     LayerParams,
-    attention_params,
     count_parameters,
+    layer_attention_params,
     layer_params,
     mlp_params,
     mtp_module_params,
@@ -45,6 +45,8 @@ class StageWeights:
     num_layers: int
     """Transformer layers whose weights the rank holds (both copies under DualPipe)."""
     num_moe_layers: int
+    num_linear_attention_layers: int = 0
+    """Held layers whose token mixer is linear attention (state-passing CP)."""
     num_embeddings: int
     """Input embeddings held (`models.layout.StageLayout.num_embeddings`)."""
     num_heads: int
@@ -91,9 +93,10 @@ def word_embedding_ranks(model: ModelSpec, parallel: ParallelConfig) -> tuple[in
                  if rank.num_embeddings or (tied and rank.num_heads))
 
 
-def _dense_shard(model: ModelSpec, layer: LayerParams, tp: int) -> int:
-    """Non-expert weights of one layer on one TP rank: GEMM matrices split, the rest whole."""
-    matrices = attention_params(model, matrices_only=True)
+def _dense_shard(model: ModelSpec, layer: LayerParams, tp: int, index: int) -> int:
+    """Non-expert weights of layer `index` (of params `layer`) on one TP rank: GEMM matrices
+    split, the rest whole."""
+    matrices = layer_attention_params(model, index, matrices_only=True)
     if layer.dense_mlp:
         matrices += mlp_params(model, model.ffn_hidden_size, matrices_only=True)
     moe = model.moe
@@ -104,25 +107,30 @@ def _dense_shard(model: ModelSpec, layer: LayerParams, tp: int) -> int:
 
 def _rank_weights(model: ModelSpec, tp: int, experts_split: int, rank: StageLayout
                   ) -> StageWeights:
-    # A layer's parameters depend only on its kind (dense or MoE): one of each, counted.
-    kinds: dict[bool, tuple[LayerParams, int]] = {}
+    # A layer's parameters depend only on its kind (dense or MoE, linear or full
+    # attention): one of each, counted.
+    kinds: dict[tuple[bool, bool], tuple[LayerParams, int, int]] = {}
     for index in rank.layers:
-        moe = model.is_moe_layer(index)
-        known = kinds.get(moe)
-        kinds[moe] = (known[0], known[1] + 1) if known else (layer_params(model, index), 1)
+        kind = (model.is_moe_layer(index), model.is_linear_attention_layer(index))
+        known = kinds.get(kind)
+        kinds[kind] = ((known[0], known[1] + 1, known[2]) if known
+                       else (layer_params(model, index), 1, index))
     groups = list(kinds.values())
     if rank.num_mtp_modules:
-        groups.append((mtp_module_params(model), rank.num_mtp_modules))
-    dense = sum(count * _dense_shard(model, layer, tp) for layer, count in groups)
-    expert = sum(count * -(-layer.routed_experts // experts_split) for layer, count in groups)
+        groups.append((mtp_module_params(model), rank.num_mtp_modules, model.num_layers - 1))
+    dense = sum(count * _dense_shard(model, layer, tp, index) for layer, count, index in groups)
+    expert = sum(count * -(-layer.routed_experts // experts_split)
+                 for layer, count, _ in groups)
     h = model.hidden_size
     vocab_shard = -(-model.vocab_size // tp) * h
     dense += rank.num_embeddings * (vocab_shard + model.learned_position_embeddings * h)
     own_head = not model.tie_word_embeddings or rank.num_embeddings == 0
     dense += rank.num_heads * ((vocab_shard if own_head else 0) + norm_params(model, h))
     return StageWeights(stage=rank.rank, num_layers=len(rank.layers),
-                        num_moe_layers=sum(count for layer, count in kinds.values()
+                        num_moe_layers=sum(count for layer, count, _ in kinds.values()
                                            if layer.routed_experts > 0),
+                        num_linear_attention_layers=sum(
+                            model.is_linear_attention_layer(i) for i in rank.layers),
                         num_embeddings=rank.num_embeddings, num_heads=rank.num_heads,
                         num_mtp_modules=rank.num_mtp_modules, dense_params=dense,
                         expert_params=expert)

@@ -64,6 +64,13 @@ def model_args(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
         args += ["--mtp-num-layers", str(spec.num_mtp_layers)]
     if spec.sliding_window is not None:
         notes.append(_window_note(spec))
+    if spec.linear_attention is not None:
+        linear = spec.linear_attention
+        notes.append(f"{len(linear.layers)} of {spec.num_layers} layers use linear attention "
+                     f"({linear.kind.value}, {linear.num_heads} heads of {linear.head_dim}); "
+                     "these GPT arguments describe the full-attention layers only: the "
+                     "linear-attention layers and their state-passing context parallelism "
+                     "need the model's own layer spec and kernels (flash-linear-attention)")
     moe = moe_args(spec, training)
     return ModelArgs(args=(*args, *moe.args), notes=(*notes, *moe.notes))
 

@@ -9,7 +9,7 @@ from models.hf_config import spec_from_hf_config
 
 
 def test_all_fixture_configs_are_read() -> None:
-    assert len(hf_preset_ids()) == 32
+    assert len(hf_preset_ids()) == 33
     for preset in hf_preset_ids():
         ingested = spec_from_hf_config(hf_preset_config(preset), name=preset)
         assert ingested.spec.num_layers > 0

@@ -15,6 +15,8 @@ from solver.space import candidate_meshes
     ("llama-3.1-8b", "h100-sxm5-80gb", 2, 64, 4096),
     ("mixtral-8x7b", "h100-sxm5-80gb", 4, 64, 4096),
     ("gpt-7.5b", "a100-sxm4-80gb", 4, 256, 2048),
+    # A hybrid of KDA and MLA layers at long context (state-passing and ring CP).
+    ("kimi-linear-48b-a3b-instruct", "h100-sxm5-80gb", 4, 32, 32768),
 ])
 def test_time_and_memory_bounds_never_exceed_the_evaluated_values(model: str, gpu: str,
                                                                   nodes: int, batch: int,

@@ -90,3 +90,34 @@ def test_evaluate_reports_the_vision_encoder_placement_in_its_explanation() -> N
     placement = next(n for n in notes if n.startswith("vision encoder placement"))
     assert "without" in placement
 
+
+
+def test_the_kda_variant_models_k3s_state_passing_cp_at_128k_tokens() -> None:
+    """K3 runs KDA (a linear-attention branch) beside MLA and gives KDA its own context
+    parallelism (research ledger Sec. 7.5): with the KDA layers of the hybrid preset, a
+    128K-token step passes fixed-size states in 47 layers and is shorter than the all-MLA
+    preset's on the same mesh."""
+    from api_schemas import EvaluateRequest
+    from models.assumed_presets import K3_SCALE_KDA_ASSUMPTIONS, K3_SCALE_KDA_ID
+    from solver.api import evaluate
+
+    assert count_parameters(model_preset(K3_SCALE_KDA_ID)).total == pytest.approx(2.8e12,
+                                                                                   rel=0.01)
+    assert any("KDA (Kimi Delta Attention) in 47 of the 63 layers" in line
+               for line in K3_SCALE_KDA_ASSUMPTIONS)
+    steps = {}
+    for preset in (K3_SCALE_ID, K3_SCALE_KDA_ID):
+        response = evaluate(EvaluateRequest.model_validate({
+            "model": {"preset": preset},
+            "cluster": {"gpu": "h800-sxm5-80gb", "num_nodes": 128},
+            "training": {"global_batch_size": 512, "sequence_length": 131_072,
+                         "optimizer": "muon", "muon_distribution": "owner_p2p",
+                         "moe_keep_expert_outputs": False},
+            "parallel": {"pp": 16, "dp": 8, "cp": 8, "ep": 64, "vpp": 3, "zero_stage": 1,
+                         "schedule": "interleaved_1f1b", "recompute": "full",
+                         "gradient_host_shards": True}}))
+        assert response.time is not None
+        steps[preset] = response.time.step_time_s
+        notes = [n for n in response.explanation.notes if "context parallelism x8" in n]
+        assert bool(notes) == (preset == K3_SCALE_KDA_ID)
+    assert steps[K3_SCALE_KDA_ID] < steps[K3_SCALE_ID]
