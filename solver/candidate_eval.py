@@ -523,8 +523,8 @@ def refine_policies(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
                                  and not isinstance(constraints.recompute, list)):
         return plan
     best = plan
-    # The subproblem bounds every stage by the capacity on its own: a plan leaning on remote
-    # offload is compared with the per-stage policies that fit without it.
+    # The subproblem's option ledgers are each stage's own (no remote offload); where the
+    # request allows it, the subproblem chooses the bytes each stage keeps elsewhere.
     for split in layer_split_options(spec, plan.parallel):
         split_config = config
         if deadline is not None:
@@ -541,7 +541,8 @@ def refine_policies(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
                                                 "layers_per_stage": split})
         try:
             chosen = choose_stage_policies(spec, training, base, cluster,
-                                           policy_options(spec, constraints), split_config)
+                                           policy_options(spec, constraints), split_config,
+                                           remote=constraints.allow_remote_offload)
         except InvalidSpecError:
             continue
         if chosen is None:

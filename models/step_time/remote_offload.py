@@ -117,4 +117,55 @@ def remote_offload_cost(spec: ModelSpec, training: TrainingSpec, parallel: Paral
                              window_s=tuple(window), hbm_s=tuple(hbm), exposed_s=exposed)
 
 
-__all__ = ["REMOTE_ACTIVATIONS", "RemoteOffloadCost", "remote_offload_cost"]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteOffloadRates:
+    """Per pipeline rank and micro-batch crossing, what remote activation offload costs per
+    byte, for a solver that chooses the bytes (`remote_offload_cost` times a given
+    balance): the same terms divided by the m x crossings a step has."""
+
+    send_link_s: tuple[float, ...]
+    """Link seconds per byte the rank keeps elsewhere: 2 chunks / (u_i B)."""
+    receive_link_s: tuple[float, ...]
+    """Link seconds per byte the rank holds for others, at the highest rate of the ranks
+    that may send: an upper bound of its share of their traffic."""
+    hbm_send_s: tuple[float, ...]
+    """HBM seconds per byte kept elsewhere (never hidden)."""
+    hbm_receive_s: tuple[float, ...]
+    window_s: tuple[float, ...]
+    """Forward and input-backward time per crossing less the link's other traffic."""
+
+
+def remote_offload_rates(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                         cluster: ClusterSpec, in_flight: list[int], stages: list[StageTime],
+                         groups: AxisGroups, num_micro_batches: int,
+                         senders: list[bool] | None = None) -> RemoteOffloadRates:
+    """`remote_offload_cost`'s terms per byte and per micro-batch crossing (same source,
+    legend and assumptions), with `in_flight` the ranks' units in flight at their peaks.
+    A receiver carries its share of the senders' traffic: it is charged at the highest rate
+    of the ranks that may send (`senders`, default every rank)."""
+    intra = groups.mesh.placement(GroupKind.PP).all_intra_node
+    bandwidth = (cluster.intra_node.bandwidth_bytes_per_s if intra
+                 else cluster.inter_node.bandwidth_bytes_per_s)
+    hbm = memory_bound_time_s(1.0, gpu=cluster.gpu)
+    crossings = num_micro_batches * crossings_per_micro_batch(parallel)
+    per_byte = [2 * len(st.chunk_times) / max(1, u)
+                for st, u in zip(stages, in_flight, strict=True)]
+    top = max(b for i, b in enumerate(per_byte) if senders is None or senders[i]) if (
+        senders is None or any(senders)) else max(per_byte)
+    window = []
+    for rank, st in enumerate(stages):
+        traffic = step_traffic(spec, training=training, parallel=parallel, cluster=cluster,
+                               stage=rank)
+        busy = sum(i.time_per_step_s for i in traffic.items
+                   if (i.nodes_spanned == 1) == intra)
+        hidden = sum(t.forward_s + t.backward_input_s for t in st.chunk_times)
+        window.append(max(0.0, hidden - busy / crossings))
+    return RemoteOffloadRates(
+        send_link_s=tuple(b / bandwidth for b in per_byte),
+        receive_link_s=(top / bandwidth,) * len(stages),
+        hbm_send_s=tuple(b * hbm for b in per_byte), hbm_receive_s=(top * hbm,) * len(stages),
+        window_s=tuple(window))
+
+
+__all__ = ["REMOTE_ACTIVATIONS", "RemoteOffloadCost", "RemoteOffloadRates",
+           "remote_offload_cost", "remote_offload_rates"]
