@@ -49,6 +49,8 @@ def test_the_search_chooses_remote_offload_where_it_beats_recomputation() -> Non
     assert any(c.name == "activations: held for other pipeline ranks"
                for stage in allowed.memory.stages for c in stage.components)
     assert any("remote activation offload" in n for n in allowed.exports.megatron.notes)
+    assert any("no measured peak yet" in n and "remote activation offload" in n
+               for n in allowed.explanation.notes)
 
 
 def test_no_released_framework_runs_remote_offload_so_the_default_target_never_picks_it(
