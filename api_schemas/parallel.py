@@ -179,6 +179,13 @@ class ParallelConfig(SpecModel):
         description="Pipeline ZeRO-2 (Kimi K3): gradient shards live in host memory and the "
         "GPU keeps two chunk-sized gradient buffers.",
     )
+    remote_activation_offload: bool = Field(
+        default=False,
+        description="Remote activation offload (Kimi K3): pipeline ranks over the GPU "
+        "capacity send part of their stored activations to the spare memory of other ranks "
+        "of their pipeline group (each receiver kept within the capacity at its own peak), "
+        "out after forward and back before backward over the link the pipeline group uses.",
+    )
     sequence_parallel: bool = Field(
         default=False, description="Megatron sequence parallelism inside the TP group."
     )

@@ -183,7 +183,18 @@ class Constraints(SpecModel):
     gradient_host_shards: bool = Field(
         default=False, description="Give every candidate Pipeline ZeRO-2 (Kimi K3: gradient "
         "shards in host memory, two chunk-sized gradient buffers on the GPU); the search does "
-        "not choose it on its own.")
+        "not choose it on its own (see allow_gradient_host_shards).")
+    allow_gradient_host_shards: bool = Field(
+        default=False, description="May the search choose Pipeline ZeRO-2 (gradient shards in "
+        "host memory, with ZeRO-1) where it makes a plan fit or is faster? Its host-link "
+        "copies, host accumulation and shard upload are charged to the step. A feature of no "
+        "released framework: it needs constraints.framework 'any'.")
+    allow_remote_offload: bool = Field(
+        default=False, description="May the search choose remote activation offload (Kimi "
+        "K3: stored activations of the fullest pipeline ranks held in other pipeline ranks' "
+        "spare memory) where it makes a plan fit or is faster? The transfers over the "
+        "pipeline group's link are charged to the step. A feature of no released framework: "
+        "it needs constraints.framework 'any'.")
     forbid: Annotated[dict[str, list[Any]], AfterValidator(reject_non_finite)] = Field(
         default_factory=dict,
         description="Forbidden values per key, e.g. {'schedule': ['dualpipe'], 'tp': [16]}.")

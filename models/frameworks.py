@@ -207,6 +207,8 @@ def plan_features(spec: ModelSpec, training: TrainingSpec,
         out.add("fsdp")
     if parallel.gradient_host_shards:
         out.add("gradient_host_shards")
+    if parallel.remote_activation_offload:
+        out.add("remote_activation_offload")
     policies = [parallel.policy_of(stage) for stage in range(parallel.pp)]
     for policy in policies:
         out |= _policy_features(policy)

@@ -15,7 +15,7 @@ edp = tp x cp x dp / (ep x etp) (Megatron-LM PR #4687: never by tp).
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from api_schemas.architecture import ModelSpec
@@ -45,6 +45,7 @@ from models.params import (
     norm_params,
 )
 from models.pipeline import InFlightProfile, in_flight_profile, schedule_traits
+from models.remote_activations import balance_remote_activations
 from models.runtime_memory import (
     ALLOCATOR_FRAGMENTATION_FRAC,
     CUDA_CONTEXT_BYTES,
@@ -75,6 +76,11 @@ class StageMemory:
     components: tuple[MemoryComponent, ...]
     host_components: tuple[MemoryComponent, ...]
     in_flight_chunks: int
+    remote_sent_bytes: int = 0
+    """Stored activations this rank keeps in other pipeline ranks' memory at its peak
+    (remote activation offload, `apply_remote_offload`)."""
+    remote_received_bytes: int = 0
+    """Other pipeline ranks' stored activations this rank holds."""
 
     def bytes_of(self, kind: ComponentKind) -> int:
         """Sum of the GPU components of one kind."""
@@ -593,10 +599,59 @@ def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     ledgers = tuple(stage_memory(spec, training, parallel, layout, num_micro_batches=m,
                                  memo=memo)
                     for layout in layouts)
+    if parallel.remote_activation_offload and len(ledgers) > 1:
+        ledgers = apply_remote_offload(ledgers, cluster.capacity_bytes)
     return MemoryLedger(stages=ledgers, capacity_bytes=cluster.capacity_bytes,
                         host_capacity_per_gpu_bytes=cluster.host_memory_bytes
                         // cluster.gpus_per_node,
                         num_micro_batches=m)
+
+
+REMOTE_RECEIVED = "activations: held for other pipeline ranks"
+"""Name of the ledger line of the stored activations a rank holds for other ranks of its
+pipeline group under remote activation offload."""
+
+
+def apply_remote_offload(stages: tuple[StageMemory, ...], capacity_bytes: int
+                         ) -> tuple[StageMemory, ...]:
+    """The pipeline's rank ledgers with remote activation offload: the ranks over the GPU
+    capacity send the excess of their stored layer activations (`STORED_ACTIVATIONS`, what
+    is left on the GPU after any host offload) to ranks with spare memory, each receiver
+    kept within the capacity at its own ledger peak
+    (`models.remote_activations.balance_remote_activations` with the capacity as the least
+    level: only the bytes over it move). Source and assumptions: Kimi K3 arXiv:2607.24653
+    (seed ledger Sec. 9.4-9.5), as `models.remote_activations` states them; the moved bytes
+    keep their share of the allocator's fragmentation on the sender (the receiver holds
+    them in one registered buffer). Ranks already within the capacity are unchanged, and a
+    pipeline whose excess does not fit the room keeps the lowest level reachable (still
+    over the capacity: the verdict says it does not fit)."""
+    totals = [s.total_bytes for s in stages]
+    if max(totals) <= capacity_bytes:
+        return stages
+    movable = [sum(c.bytes for c in s.components if c.name == STORED_ACTIVATIONS)
+               for s in stages]
+    balance = balance_remote_activations(totals=totals, movable=movable,
+                                         capacity=capacity_bytes, least_level=capacity_bytes)
+    out = []
+    for stage, sent, received in zip(stages, balance.sent, balance.received, strict=True):
+        if not sent and not received:
+            out.append(stage)
+            continue
+        parts = []
+        for c in stage.components:
+            if c.name == STORED_ACTIVATIONS and sent:
+                c = MemoryComponent(name=c.name, kind=c.kind, bytes=c.bytes - sent,
+                                    note=f"{c.note}; {sent} bytes held by other pipeline "
+                                         "ranks (remote offload)")
+            parts.append(c)
+        if received:
+            parts.append(MemoryComponent(
+                name=REMOTE_RECEIVED, kind="activations", bytes=received,
+                note="remote activation offload (Kimi K3): other ranks' stored activations "
+                     "in this rank's spare memory"))
+        out.append(replace(stage, components=tuple(parts), remote_sent_bytes=sent,
+                           remote_received_bytes=received))
+    return tuple(out)
 
 
 def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -614,6 +669,9 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     """
     if memo is not None and not memo.serves(spec, training):
         memo = None
+    if parallel.remote_activation_offload and parallel.pp > 1:
+        # Whether a rank fits depends on the others' room: every rank is needed.
+        return memory_ledger(spec, training, parallel, cluster, memo=memo).fits
     m = micro_batch_count(training, parallel)
     layouts = pipeline_layout(spec, parallel)
     order = [0, len(layouts) - 1, *range(1, len(layouts) - 1)] if len(layouts) > 1 else [0]
@@ -660,6 +718,7 @@ def _twin_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
 
 __all__ = [
     "ALLOCATOR_FRAGMENTATION_FRAC",
+    "REMOTE_RECEIVED",
     "RUNTIME_RESERVE_BYTES",
     "STORED_ACTIVATIONS",
     "LedgerMemo",
@@ -667,6 +726,7 @@ __all__ = [
     "MemoryLedger",
     "RankParameters",
     "StageMemory",
+    "apply_remote_offload",
     "expert_data_parallel_degree",
     "fits_memory",
     "in_flight_bytes",

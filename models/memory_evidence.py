@@ -31,6 +31,9 @@ def ledger_evidence(training: TrainingSpec, parallel: ParallelConfig, *,
         thin.append("activation offload (two chunks staged on the GPU, the copy keeping up)")
     if parallel.optimizer_offload_frac or parallel.gradient_host_shards:
         thin.append("host-memory optimizer states and gradient shards")
+    if parallel.remote_activation_offload:
+        thin.append("remote activation offload (receivers kept within the capacity at their "
+                    "own peaks)")
     if thin:
         notes.append("memory ledger, from formulas and framework defaults only (no measured "
                      "peak yet): " + "; ".join(thin))

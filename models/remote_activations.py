@@ -54,19 +54,25 @@ def _need_and_room(totals: list[int], level: int, capacity: int) -> tuple[int, i
     return need, room
 
 
-def balance_remote_activations(*, totals: list[int], movable: list[int], capacity: int
-                               ) -> RemoteBalance:
+def balance_remote_activations(*, totals: list[int], movable: list[int], capacity: int,
+                               least_level: int = 0) -> RemoteBalance:
     """The lowest level L every rank can be brought down to: rank i sends max(0, t_i - L)
     (at most its movable bytes m_i, so L >= max(t_i - m_i)) and rank j takes up to
     min(L, capacity) - t_j; L is the least value where what must be sent fits in the room
     (binary search: the need falls and the room grows as L rises). Receivers fill from the
-    emptiest rank up, so the most room is used first.
+    emptiest rank up, so the most room is used first. `least_level` keeps L from going
+    lower (a plan passes its capacity: only the bytes over it move, the least traffic that
+    fits); 0 brings the peak as low as it goes (the memory lab's what-if).
     """
     if not totals or len(totals) != len(movable):
         raise ValueError("one total and one movable amount per rank")
     if min(movable) < 0 or any(m > t for m, t in zip(movable, totals, strict=True)):
         raise ValueError("movable bytes must be between 0 and the rank's total")
-    low = max(t - m for t, m in zip(totals, movable, strict=True))
+    low = max(least_level, *(t - m for t, m in zip(totals, movable, strict=True)))
+    if low >= max(totals):
+        return RemoteBalance(totals_before=tuple(totals), totals_after=tuple(totals),
+                             sent=(0,) * len(totals), received=(0,) * len(totals),
+                             level=max(totals))
     high = max(totals)
     while low < high:
         middle = (low + high) // 2

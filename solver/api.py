@@ -41,6 +41,7 @@ from models.resolve import resolve_cluster, resolve_model
 from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cancel, cpsat
 from solver.candidate_eval import ScoredPlan, refine_policies
+from solver.chosen_mechanisms import chosen_mechanism_notes
 from solver.explain import (
     binding_constraints,
     describe_parallel,
@@ -206,6 +207,8 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
     notes += _cp_layer_notes(spec, best.parallel)
     notes += mechanism_notes(spec, request.training, best.parallel, cluster, best.estimate,
                              best.ledger)
+    notes += chosen_mechanism_notes(spec, request.training, cluster, best, constraints, config,
+                                    deadline=deadline)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
     response = _response(best, result.status, spec.name, cluster, alternatives, explanation,

@@ -111,11 +111,36 @@ def allowed_zero_stages(constraints: Constraints) -> list[int]:
     return [z for z in (0, 1, 2, 3) if permitted("zero_stage", z, constraints)]
 
 
-def _with_policy(candidate: MeshCandidate, zero: int, policy: dict[str, object],
+@dataclass(frozen=True, slots=True)
+class Storage:
+    """Where a plan keeps what its activation policy does not decide: the ZeRO stage,
+    Pipeline ZeRO-2 (gradient shards in host memory) and remote activation offload (stored
+    activations in other pipeline ranks' spare memory)."""
+
+    zero: int
+    host_gradients: bool = False
+    remote: bool = False
+
+
+def storage_options(zero: int, constraints: Constraints, pp: int) -> list[Storage]:
+    """The settings tried at one ZeRO stage before remote offload, cheapest first: the
+    request's (Pipeline ZeRO-2 when pinned), then Pipeline ZeRO-2 where the request allows
+    the search to choose it (with ZeRO-1, as Kimi K3 pairs them, and a pipeline)."""
+    pinned = constraints.gradient_host_shards
+    out = [Storage(zero=zero, host_gradients=pinned)]
+    if not pinned and constraints.allow_gradient_host_shards and zero == 1 and pp > 1:
+        out.append(Storage(zero=zero, host_gradients=True))
+    return out
+
+
+def _with_policy(candidate: MeshCandidate, zero: int | Storage, policy: dict[str, object],
                  constraints: Constraints) -> ParallelConfig:
-    fields: dict[str, object] = {"zero_stage": zero, **policy}
-    if constraints.gradient_host_shards:
+    storage = zero if isinstance(zero, Storage) else Storage(zero=zero)
+    fields: dict[str, object] = {"zero_stage": storage.zero, **policy}
+    if constraints.gradient_host_shards or storage.host_gradients:
         fields["gradient_host_shards"] = True
+    if storage.remote:
+        fields["remote_activation_offload"] = True
     if constraints.recompute is not None and not isinstance(constraints.recompute, list):
         fields["recompute"] = constraints.recompute
     return candidate.parallel(**fields)
@@ -216,18 +241,33 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                 if fits_memory(spec, training, plain, cluster, memo=memo):
                     break  # a plain fit ends the ladder
                 continue
-            found = _first_fit(spec, training, cluster, candidate, zero, constraints, pinned,
-                               caps, memo, cutoff_s=step_cutoff_s,
-                               plan_bound=None if pinned or step_cutoff_s == math.inf
-                               else _plan_bound(work, floor))
-            if isinstance(found, _Bounded):
-                skipped.append(found.bound_s)
-                continue
-            if not isinstance(found, _Fit):
-                unfit = found
-                continue
-            fits.append(found)
-            if found.plain:
+            policy_bound = (None if pinned or step_cutoff_s == math.inf
+                     else _plan_bound(work, floor))
+            ends = False
+            for storage in storage_options(zero, constraints, candidate.pp):
+                found = _first_fit(spec, training, cluster, candidate, storage, constraints,
+                                   pinned, caps, memo, cutoff_s=step_cutoff_s,
+                                   plan_bound=policy_bound)
+                plain_fit = isinstance(found, _Fit) and found.plain
+                results = [found]
+                if not plain_fit and constraints.allow_remote_offload and candidate.pp > 1:
+                    # Remote offload is tried only where the plan needs more than the
+                    # cheapest rung: with it the front ranks may fit a cheaper policy.
+                    results.append(_first_fit(
+                        spec, training, cluster, candidate,
+                        dataclasses.replace(storage, remote=True), constraints, pinned, caps,
+                        memo, cutoff_s=step_cutoff_s, plan_bound=policy_bound))
+                for result in results:
+                    if isinstance(result, _Bounded):
+                        skipped.append(result.bound_s)
+                    elif isinstance(result, _Fit):
+                        fits.append(result)
+                    else:
+                        unfit = result
+                if plain_fit and not storage.host_gradients:
+                    ends = True  # a plain fit ends the ladder
+                    break
+            if ends:
                 break
         if not fits and skipped:
             return Dominated(candidate=candidate, bound_s=min(skipped))
@@ -318,9 +358,17 @@ def least_memory_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Clu
         return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")
     pinned = constraints.recompute is not None and not isinstance(constraints.recompute, list)
     policy = {} if pinned else _frugal(spec, constraints, None, caps or ALL_POLICIES)
-    parallel = _with_policy(candidate, zeros[-1], policy, constraints)
+    storages = [Storage(zero=zeros[-1])]
+    if 1 in zeros:
+        storages += storage_options(1, constraints, candidate.pp)[1:]
+    if constraints.allow_remote_offload and candidate.pp > 1:
+        storages += [dataclasses.replace(s, remote=True) for s in storages]
     try:
-        ledger = _fits(spec, training, cluster, parallel)
+        options = [(_with_policy(candidate, storage, policy, constraints), rank)
+                   for rank, storage in enumerate(storages)]
+        ledgers = [(_fits(spec, training, cluster, parallel), rank, parallel)
+                   for parallel, rank in options]
+        ledger, _, parallel = min(ledgers, key=lambda x: (not x[0].fits, x[0].peak_bytes, x[1]))
         if not ledger.fits:
             return Rejection(candidate=candidate, stage=ledger.binding_stage,
                              over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
@@ -356,7 +404,7 @@ def _rungs(spec: ModelSpec, constraints: Constraints, pinned: bool,
 
 
 def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
-               candidate: MeshCandidate, zero: int, constraints: Constraints, pinned: bool,
+               candidate: MeshCandidate, zero: Storage, constraints: Constraints, pinned: bool,
                caps: PolicyCaps = ALL_POLICIES, memo: LedgerMemo | None = None, *,
                cutoff_s: float = math.inf,
                plan_bound: Callable[[ParallelConfig], float] | None = None
@@ -475,6 +523,8 @@ def refine_policies(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
                                  and not isinstance(constraints.recompute, list)):
         return plan
     best = plan
+    # The subproblem's option ledgers are each stage's own (no remote offload); where the
+    # request allows it, the subproblem chooses the bytes each stage keeps elsewhere.
     for split in layer_split_options(spec, plan.parallel):
         split_config = config
         if deadline is not None:
@@ -487,10 +537,12 @@ def refine_policies(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
                                                 "recompute": RecomputeMode.NONE,
                                                 "fp8_activations": False,
                                                 "activation_offload_frac": 0.0,
+                                                "remote_activation_offload": False,
                                                 "layers_per_stage": split})
         try:
             chosen = choose_stage_policies(spec, training, base, cluster,
-                                           policy_options(spec, constraints), split_config)
+                                           policy_options(spec, constraints), split_config,
+                                           remote=constraints.allow_remote_offload)
         except InvalidSpecError:
             continue
         if chosen is None:
@@ -517,10 +569,12 @@ __all__ = [
     "PolicyCaps",
     "Rejection",
     "ScoredPlan",
+    "Storage",
     "allowed_zero_stages",
     "evaluate_candidate",
     "layer_split_options",
     "least_memory_candidate",
     "plain_makespan_bound",
     "refine_policies",
+    "storage_options",
 ]

@@ -2,10 +2,11 @@
 it off would do.
 
 Owns: the counterfactuals of a scored configuration for the mechanisms that trade time or
-host memory for GPU memory (Pipeline ZeRO-2 gradient shards, optimizer offload, activation
-offload, FP8 activation storage, FP8-only weights, Muon in place of AdamW, the vision
-encoder's placement): the peak GPU memory of the same configuration without each one, and
-the step-time term it costs. Must not: search, or change the configuration it explains.
+host memory for GPU memory (Pipeline ZeRO-2 gradient shards, optimizer offload, remote
+activation offload to other pipeline ranks, activation offload, FP8 activation storage,
+FP8-only weights, Muon in place of AdamW, the vision encoder's placement): the peak GPU
+memory of the same configuration without each one, and the step-time term it costs. Must
+not: search, or change the configuration it explains.
 """
 
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from models.errors import InvalidSpecError
 from models.memory import MemoryLedger, memory_ledger
 from models.step_time import StepEstimate
 from models.step_time.assembly import HOST_GRADIENTS, VISION_ENCODER
+from models.step_time.remote_offload import REMOTE_ACTIVATIONS
 from solver.explain import gib
 
 Variant = tuple[TrainingSpec, ParallelConfig]
@@ -51,6 +53,11 @@ def _without(training: TrainingSpec, parallel: ParallelConfig
         out.append((f"optimizer offload ({parallel.optimizer_offload_frac:.0%})",
                     (training, parallel.model_copy(update={"optimizer_offload_frac": 0.0})),
                     "CPU optimizer (offloaded states)"))
+    if parallel.remote_activation_offload:
+        out.append(("remote activation offload (stored activations in other pipeline ranks' "
+                    "spare memory)",
+                    (training, parallel.model_copy(update={"remote_activation_offload": False})),
+                    REMOTE_ACTIVATIONS))
     if _uses_policy(parallel, lambda p: p.offload_frac > 0):
         out.append(("activation offload to host memory",
                     (training, _policies(parallel, lambda p: p.model_copy(

@@ -65,6 +65,7 @@ from solver.candidate_eval import (
     ScoredPlan,
     allowed_zero_stages,
     plain_makespan_bound,
+    storage_options,
 )
 from solver.policy import max_offload_share
 from solver.space import MeshCandidate, candidate_meshes
@@ -297,7 +298,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     problem = _Problem(spec=spec, training=training, cluster=cluster, constraints=constraints,
                        objective=objective, tables=BoundTables(
                            spec, training, cluster,
-                           host_gradients=constraints.gradient_host_shards),
+                           host_gradients=constraints.gradient_host_shards
+                           or constraints.allow_gradient_host_shards),
                        zeros=zeros, max_offload=max_offload_share(constraints))
     sizes = (list(world_sizes) if world_sizes
              else objective_world_sizes(cluster, constraints, objective))
@@ -485,6 +487,14 @@ def _add_tail_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
         floors = step_time_floors_s(problem.spec, problem.training, _floor_parallel(problem, c),
                                     problem.cluster, makespan_bounds_s=spans,
                                     max_offload=problem.max_offload)
+        if 1 in spans and len(storage_options(1, problem.constraints, c.pp)) > 1:
+            # ZeRO-1's plans with and without Pipeline ZeRO-2 end differently: the floor
+            # of the stage is the lower of the two.
+            other = step_time_floors_s(problem.spec, problem.training,
+                                       c.parallel(gradient_host_shards=True), problem.cluster,
+                                       makespan_bounds_s={1: spans[1]},
+                                       max_offload=problem.max_offload)
+            floors[1] = min(floors[1], other[1])
     except InvalidSpecError:
         return False  # the evaluation rejects it with the reason
     queue.zero_floors[order] = floors

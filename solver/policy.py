@@ -1,8 +1,10 @@
 """Per-stage activation policy under the memory cap: a small CP-SAT model per candidate.
 
 Owns: choosing, for every pipeline stage, one storage option (recompute none or selective,
-FP8 storage or not, an offload share) and how many of its layers are fully recomputed, so
-that every stage fits and the slowest stage is as fast as possible. Must not: choose the
+FP8 storage or not, an offload share) and how many of its layers are fully recomputed, and,
+where the request allows it, how many stored bytes it keeps in (or holds for) other
+pipeline ranks (remote offload), so that every stage fits and the slowest stage is as fast
+as possible. Must not: choose the
 mesh (see `solver/planner.py`).
 
 Formulation (s = stage, o = option):
@@ -10,16 +12,26 @@ Formulation (s = stage, o = option):
     n[s] in [0, L_s]     layers of s fully recomputed
     N[s,o] = n[s] x[s,o] (linearised)                                                   (C2)
     z[s,o] in {0,1}      N[s,o] > 0 (a layer is rebuilt: its working set is held)       (C3)
-    sum_o M0[s,o] x[s,o] - d[s,o] N[s,o] + ws[s,o] z[s,o] <= capacity                   (C4)
-    T >= sum_o T0[s,o] x[s,o] + r[s,o] N[s,o]                                           (C5)
+    sum_o M0[s,o] x[s,o] - d[s,o] N[s,o] + ws[s,o] z[s,o] - S[s] + H[s] <= capacity     (C4)
+    T >= sum_o T0[s,o] x[s,o] + r[s,o] N[s,o] + E[s] + h_s S[s] + h'_s H[s]             (C5)
+    with remote activation offload allowed (else S = H = E = 0):
+    S[s], H[s] >= 0      bytes stage s keeps in / holds for other pipeline ranks
+    sum_s S[s] = sum_s H[s]                                                             (C6)
+    S[s] <= sum_o A0[s,o] x[s,o] - a[s,o] N[s,o]   (its stored layer activations)      (C7)
+    E[s] >= l_s S[s] + l'_s H[s] - W_s,  E[s] >= 0  (link time beyond the window)       (C8)
     minimise  K T + sum_s (stage times)     (K large: the bottleneck first)
 M0, T0 come from the exact ledger and stage timing with the option applied uniformly and no
 layer fully recomputed; d (bytes saved per fully recomputed layer), ws (the rebuilt layer's
 working set) and r (time per fully recomputed layer) from the same functions with one and two
 layers recomputed. The solution is re-checked with the exact ledger and repaired (one more
 recomputed layer on a stage that still overflows) if rounding or layer kinds disagree.
+Remote offload's per-byte rates l, l' (link), h, h' (HBM) and window W per micro-batch
+crossing come from `models.step_time.remote_offload.remote_offload_rates` on the plain
+option (A0 and a from the same ledgers as M0 and d); the chosen configuration carries the
+flag when some S[s] > 0, and its exact ledger balances only the bytes over the capacity.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,11 +48,20 @@ from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.collectives import fabric_of
 from models.layout import pipeline_layout
-from models.memory import memory_ledger, micro_batch_count
-from models.step_time import axis_groups, stage_time
+from models.memory import (
+    STORED_ACTIVATIONS,
+    MemoryLedger,
+    StageMemory,
+    memory_ledger,
+    micro_batch_count,
+)
+from models.step_time import StageTime, axis_groups, stage_time
+from models.step_time.remote_offload import RemoteOffloadRates, remote_offload_rates
 from solver import cpsat
 from solver.scaling import (
     MAX_COEFFICIENT,
+    MEMORY_QUANTUM_BYTES,
+    TIME_QUANTUM_S,
     capacity_bytes,
     cost_bytes,
     cost_time,
@@ -120,20 +141,40 @@ def _uniform(parallel: ParallelConfig, option: PolicyOption, full: int) -> Paral
 
 def _stage_busy(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                 cluster: ClusterSpec) -> list[float]:
+    return [sum(t.total_s for t in st.chunk_times)
+            for st in _stage_times(spec, training, parallel, cluster)]
+
+
+def _stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                 cluster: ClusterSpec) -> list[StageTime]:
     m = micro_batch_count(training, parallel)
     fabric = fabric_of(cluster)
     groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
-    return [sum(t.total_s for t in stage_time(spec, training, parallel, cluster, layout,
-                                              num_micro_batches=m, fabric=fabric,
-                                              groups=groups).chunk_times)
+    return [stage_time(spec, training, parallel, cluster, layout, num_micro_batches=m,
+                       fabric=fabric, groups=groups)
             for layout in pipeline_layout(spec, parallel)]
+
+
+def _remote_rates(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                  cluster: ClusterSpec, ledger: MemoryLedger) -> RemoteOffloadRates:
+    """Remote offload's per-byte costs on the plain option's stage times (C6-C8); the ranks
+    over the capacity without a policy are the ones that may send."""
+    return remote_offload_rates(spec, training, parallel, cluster,
+                                [s.in_flight_chunks for s in ledger.stages],
+                                _stage_times(spec, training, parallel, cluster),
+                                axis_groups(parallel, gpus_per_node=cluster.gpus_per_node),
+                                micro_batch_count(training, parallel),
+                                senders=[s.total_bytes > ledger.capacity_bytes
+                                         for s in ledger.stages])
 
 
 def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                           cluster: ClusterSpec, options: list[PolicyOption],
-                          config: cpsat.SolverConfig) -> PolicyResult | None:
+                          config: cpsat.SolverConfig, *, remote: bool = False
+                          ) -> PolicyResult | None:
     """Per-stage policies that fit every stage with the fastest bottleneck, or None when no
-    combination fits (C1-C5 above)."""
+    combination fits (C1-C5 above; with `remote`, remote activation offload too, C6-C8).
+    `parallel` carries no remote offload: the option ledgers are each stage's own."""
     layouts = pipeline_layout(spec, parallel)
     layers = [len(layout.layers) for layout in layouts]
     data = []
@@ -149,9 +190,16 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
     n_vars: dict[tuple[int, int], cpsat.IntVar] = {}
     bottleneck = model.new_int_var(0, MAX_COEFFICIENT, "bottleneck")
     stage_terms = []
+    remote = remote and len(layers) > 1
+    rates = _remote_rates(spec, training, _uniform(parallel, options[0], 0), cluster,
+                          data[0][0][0]) if remote else None
+    sent = [model.new_int_var(0, cap, f"sent[{s}]") for s in range(len(layers))] if remote else []
+    held = [model.new_int_var(0, cap, f"held[{s}]") for s in range(len(layers))] if remote else []
+    if remote:
+        model.add(sum(sent) == sum(held))                                   # C6
     for s, count in enumerate(layers):
         n_s = model.new_int_var(0, count, f"full_layers[{s}]")
-        mem_terms, time_terms = [], []
+        mem_terms, time_terms, movable = [], [], []
         for o, (ledgers, busy) in enumerate(data):
             x[s, o] = model.new_bool_var(f"use[{s},{o}]")
             n_vars[s, o] = model.new_int_var(0, count, f"full[{s},{o}]")
@@ -166,11 +214,25 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
             working = max(0, m1 - m0 + saved)
             mem_terms += [cost_bytes(m0) * x[s, o], -saved_bytes(saved) * n_vars[s, o],
                           cost_bytes(working) * z]
+            if remote:
+                s0, s1 = (_stored(ledger.stages[s]) for ledger in ledgers[:2])
+                movable.append(saved_bytes(s0) * x[s, o]
+                               - cost_bytes(max(0, s0 - s1)) * n_vars[s, o])
             t0, t1 = busy[0][s], busy[1][s]
             time_terms += [cost_time(t0) * x[s, o], cost_time(max(0.0, t1 - t0)) * n_vars[s, o]]
         model.add_exactly_one(x[s, o] for o in range(len(data)))           # C1
+        if remote:
+            mem_terms += [-sent[s], held[s]]
         model.add(sum(mem_terms) <= cap)                                    # C4
         stage_time_var = model.new_int_var(0, MAX_COEFFICIENT, f"stage_time[{s}]")
+        if rates is not None:
+            model.add(sent[s] <= sum(movable))                              # C7
+            exposed = model.new_int_var(0, MAX_COEFFICIENT, f"remote_exposed[{s}]")
+            link = (_per_quantum(rates.send_link_s[s]) * sent[s]
+                    + _per_quantum(rates.receive_link_s[s]) * held[s])
+            model.add(exposed >= link - int(rates.window_s[s] / TIME_QUANTUM_S))  # C8
+            time_terms += [exposed, _per_quantum(rates.hbm_send_s[s]) * sent[s],
+                           _per_quantum(rates.hbm_receive_s[s]) * held[s]]
         model.add(stage_time_var == sum(time_terms))
         model.add(bottleneck >= stage_time_var)                             # C5
         stage_terms.append(stage_time_var)
@@ -184,12 +246,23 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
     for s, _ in enumerate(layers):
         o = next(o for o in range(len(data)) if solver.value(x[s, o]))
         policies.append(options[o].policy(int(solver.value(n_vars[s, o]))))
-    chosen = parallel.model_copy(update={"stage_policies": tuple(policies)})
+    moved = any(solver.value(v) > 0 for v in sent)
+    chosen = parallel.model_copy(update={"stage_policies": tuple(policies),
+                                         "remote_activation_offload": moved})
     repaired = _repair(spec, training, chosen, cluster, layers)
     if repaired is None:
         return None
     return PolicyResult(parallel=repaired, status=outcome.status,
                         bottleneck_s=seconds(solver.value(bottleneck)))
+
+
+def _stored(stage: StageMemory) -> int:
+    return sum(c.bytes for c in stage.components if c.name == STORED_ACTIVATIONS)
+
+
+def _per_quantum(seconds_per_byte: float) -> int:
+    """Time quanta per memory quantum, rounded up (a cost is never understated)."""
+    return math.ceil(seconds_per_byte * MEMORY_QUANTUM_BYTES / TIME_QUANTUM_S)
 
 
 def _repair(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,

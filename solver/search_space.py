@@ -75,11 +75,17 @@ def search_limits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     out.append(SearchLimit(
         name="sequence_parallel", searched="on whenever tp > 1 (it dominates plain TP under "
         "the model) unless pinned", complete=constraints.sequence_parallel is not None))
+    extra = [name for name, allowed in (
+        ("Pipeline ZeRO-2 (with ZeRO-1)", constraints.allow_gradient_host_shards
+         and not constraints.gradient_host_shards),
+        ("remote activation offload (where the cheapest rung does not fit)",
+         constraints.allow_remote_offload)) if allowed]
     out.append(SearchLimit(
         name="activation_policy", searched="per ZeRO stage, the first fitting rung of the "
         "ladder none < selective < +FP8 storage < +offload < full recompute of the first k "
-        "layers < full (what the target expresses); per-stage policies refined on the chosen "
-        "mesh only", complete=False))
+        "layers < full (what the target expresses)"
+        + (f", also with {' and with '.join(extra)}" if extra else "")
+        + "; per-stage policies refined on the chosen mesh only", complete=False))
     out.append(SearchLimit(
         name="layers_per_stage", searched="even split during the search; lighter first and "
         "last ranks tried on the chosen mesh only", complete=False))

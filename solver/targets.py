@@ -61,7 +61,9 @@ def target_frameworks(constraints: Constraints) -> tuple[Framework, ...] | None:
 
 def target_constraints(constraints: Constraints) -> Constraints:
     """The request narrowed to what at least one admitted framework can run: schedules,
-    FP8 activation storage and activation offload nobody runs are removed."""
+    FP8 activation storage, activation offload, Pipeline ZeRO-2 and remote activation
+    offload nobody runs are removed (from what the search may choose; a pinned Pipeline
+    ZeRO-2 stays)."""
     targets = target_frameworks(constraints)
     if targets is None:
         return constraints
@@ -75,7 +77,11 @@ def target_constraints(constraints: Constraints) -> Constraints:
         "forbid": forbid,
         "allow_fp8_activations": constraints.allow_fp8_activations
         if "fp8_activation_storage" in runnable else False,
-        "allow_offload": constraints.allow_offload and "activation_offload" in runnable})
+        "allow_offload": constraints.allow_offload and "activation_offload" in runnable,
+        "allow_gradient_host_shards": constraints.allow_gradient_host_shards
+        and "gradient_host_shards" in runnable,
+        "allow_remote_offload": constraints.allow_remote_offload
+        and "remote_activation_offload" in runnable})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,7 +34,7 @@ from models.compute import LayerCompute, OpTimes, layer_compute
 from models.flops import StepFlops, step_flops
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout, pipeline_layout
-from models.memory import micro_batch_count, rank_parameters
+from models.memory import memory_ledger, micro_batch_count, rank_parameters
 from models.mesh import AxisPlacement, GroupKind
 from models.mesh.layout import expert_data_parallel_size
 from models.muon import newton_schulz_time_s, rank_matrices
@@ -49,6 +49,7 @@ from models.step_time.makespan import (
     schedule_chunks,
     virtual_stage_durations,
 )
+from models.step_time.remote_offload import REMOTE_ACTIVATIONS, remote_offload_cost
 from models.step_time.stage import (
     StageTime,
     compute_context,
@@ -453,6 +454,12 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     if training.vision is not None:
         overheads = {**overheads, **_vision_terms(spec, training, parallel, cluster, stages, m,
                                                   p2p, makespan, ideal)}
+    if parallel.remote_activation_offload and parallel.pp > 1:
+        ledger = memory_ledger(spec, training, parallel, cluster, stages=layouts)
+        remote = remote_offload_cost(spec, training, parallel, cluster, ledger, stages, groups,
+                                     m)
+        if remote is not None and remote.exposed_s > 0:
+            overheads = {**overheads, REMOTE_ACTIVATIONS: remote.exposed_s}
     flops = _flops(spec, training, parallel, layouts)
     return StepEstimate(
         step_time_s=makespan + sum(tail.values()) + sum(overheads.values()),

@@ -69,6 +69,14 @@ def add_constraint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gradient-host-shards", action="store_true", default=None,
                         help="give every candidate Pipeline ZeRO-2 (Kimi K3: gradient shards "
                         "in host memory, two GPU chunk buffers)")
+    parser.add_argument("--allow-gradient-host-shards", action="store_true", default=None,
+                        help="may the search choose Pipeline ZeRO-2 (needs --framework any)")
+    parser.add_argument("--allow-remote-offload", action="store_true", default=None,
+                        help="may the search choose remote activation offload to other "
+                        "pipeline ranks (Kimi K3; needs --framework any)")
+    parser.add_argument("--framework", choices=["megatron-lm", "torchtitan", "deepspeed", "any"],
+                        help="framework the plan must run on ('any': also features of no "
+                        "released framework)")
     parser.add_argument("--forbid", type=forbid_item, action="append", metavar="KEY=V1,V2",
                         help="forbid values of a plan key, e.g. schedule=dualpipe (repeatable)")
     parser.add_argument("--max-gpus", type=int, help="use at most this many GPUs")
@@ -109,6 +117,9 @@ def apply_constraint_flags(doc: dict[str, Any], args: argparse.Namespace) -> Non
     for flag, key in (("cp_kind", "cp_kind"), ("allow_offload", "allow_offload"),
                       ("allow_fp8_activations", "allow_fp8_activations"),
                       ("gradient_host_shards", "gradient_host_shards"),
+                      ("allow_gradient_host_shards", "allow_gradient_host_shards"),
+                      ("allow_remote_offload", "allow_remote_offload"),
+                      ("framework", "framework"),
                       ("max_gpus", "max_gpus"), ("target_tokens_per_s", "target_tokens_per_s"),
                       ("gpu_hour_price", "gpu_hour_price")):
         _put(doc, ("constraints", key), getattr(args, flag, None))

@@ -148,6 +148,9 @@ def _zero(training: TrainingSpec, parallel: ParallelConfig, notes: list[str]) ->
         notes.append("Pipeline ZeRO-2 (gradient shards in host memory, two GPU buffers) has no "
                      "DeepSpeed key; offload_optimizer moves optimizer states, which is a "
                      "different plan, so it is not written")
+    if parallel.remote_activation_offload:
+        notes.append("remote activation offload (stored activations in other pipeline ranks' "
+                     "memory; Kimi K3) has no DeepSpeed key; it needs an extension")
     return zero
 
 

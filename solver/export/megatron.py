@@ -428,6 +428,10 @@ def _unsupported_notes(training: TrainingSpec, parallel: ParallelConfig) -> Part
     if parallel.gradient_host_shards:
         notes.append("Pipeline ZeRO-2 (gradient shards in host memory, two GPU gradient "
                      "buffers; Kimi K3) has no Megatron-LM flag; it needs a framework extension")
+    if parallel.remote_activation_offload:
+        notes.append("remote activation offload (stored activations in other pipeline ranks' "
+                     "memory; Kimi K3) has no Megatron-LM flag; it needs a framework extension, "
+                     "and without it the fullest ranks do not fit")
     if parallel.fsdp and parallel.zero_stage == 3:
         notes.append("fsdp=true is exported as Megatron FSDP with optim_grads_params; PyTorch "
                      "FSDP2 (--use-torch-fsdp2) is the alternative but rejects pipeline and "

@@ -358,6 +358,9 @@ def _unsupported_notes(spec: ModelSpec, training: TrainingSpec,
                      "fraction of activations; it needs an extension")
     if parallel.gradient_host_shards:
         notes.append("Pipeline ZeRO-2 (gradient shards in host memory) has no torchtitan setting")
+    if parallel.remote_activation_offload:
+        notes.append("remote activation offload (stored activations in other pipeline ranks' "
+                     "memory; Kimi K3) has no torchtitan setting; it needs an extension")
     if training.optimizer not in (OptimizerKind.ADAM, OptimizerKind.ADAMW):
         notes.append(f"optimizer='{training.optimizer}': set [optimizer] name by hand")
     if training.fused_cross_entropy:

@@ -7,10 +7,16 @@ from typing import Any
 import pytest
 
 from api_schemas.requests import EvaluateRequest
-from models.memory import STORED_ACTIVATIONS, memory_ledger
+from models.collectives import fabric_of
+from models.kernels import HBM_ACHIEVABLE_FRAC
+from models.layout import pipeline_layout
+from models.memory import REMOTE_RECEIVED, STORED_ACTIVATIONS, fits_memory, memory_ledger
 from models.remote_activations import balance_remote_activations, remote_offload_bytes_per_step
 from models.remote_activations_report import remote_activations_report
 from models.resolve import resolve_cluster, resolve_model
+from models.step_time import axis_groups, estimate_step
+from models.step_time.remote_offload import REMOTE_ACTIVATIONS, remote_offload_cost
+from models.step_time.stage import stage_times
 
 
 def test_balance_water_fills_senders_down_to_receivers_room() -> None:
@@ -90,3 +96,98 @@ def test_remote_offload_makes_an_oversized_front_rank_fit() -> None:
               for s in ledger.stages}
     assert [s.movable_bytes for s in report.stages] == [stored[s.stage] for s in report.stages]
     assert report.peak_bytes_before == ledger.peak_bytes
+
+
+def test_a_plan_moves_only_the_bytes_over_the_capacity() -> None:
+    # With the capacity as the least level only rank 0's 1 byte over 9 moves, to the
+    # emptiest rank; the what-if (no least level) would bring every rank down to 6.
+    balance = balance_remote_activations(totals=[10, 8, 4, 2], movable=[6, 5, 3, 1],
+                                         capacity=9, least_level=9)
+    assert balance.level == 9
+    assert balance.sent == (1, 0, 0, 0) and balance.received == (0, 0, 0, 1)
+    # Nothing over the capacity: nothing moves.
+    idle = balance_remote_activations(totals=[8, 2], movable=[8, 2], capacity=9,
+                                      least_level=9)
+    assert idle.sent == (0, 0) and idle.totals_after == (8, 2)
+
+
+def _specs(doc: dict[str, Any], **parallel: Any) -> tuple[Any, ...]:
+    request = EvaluateRequest.model_validate(doc)
+    return (resolve_model(request.model).spec, request.training,
+            request.parallel.model_copy(update=parallel), resolve_cluster(request.cluster))
+
+
+def test_the_ledger_with_remote_offload_holds_the_excess_on_the_emptiest_ranks() -> None:
+    """Interleaved 1F1B at 16K tokens: rank 0 is over the capacity without remote offload;
+    with it rank 0 sends exactly its excess and the last rank (the fewest units in flight)
+    holds it, within the capacity, and no byte is created or lost."""
+    spec, training, parallel, cluster = _specs(_doc(16384))
+    before = memory_ledger(spec, training, parallel, cluster)
+    after = memory_ledger(spec, training,
+                          parallel.model_copy(update={"remote_activation_offload": True}),
+                          cluster)
+    capacity = before.capacity_bytes
+    assert before.stages[0].total_bytes > capacity and not before.fits
+    assert after.fits and after.peak_bytes == capacity
+    sent = [s.remote_sent_bytes for s in after.stages]
+    received = [s.remote_received_bytes for s in after.stages]
+    assert sent[0] == before.stages[0].total_bytes - capacity and sum(sent[1:]) == 0
+    assert received[-1] == sent[0] and sum(received[:-1]) == 0
+    assert sum(s.total_bytes for s in after.stages) == sum(s.total_bytes for s in before.stages)
+    held = [c for c in after.stages[-1].components if c.name == REMOTE_RECEIVED]
+    assert [c.bytes for c in held] == [sent[0]]
+    for b, a in zip(before.stages[1:-1], after.stages[1:-1], strict=True):
+        assert a == b  # ranks within the capacity that receive nothing are unchanged
+    assert fits_memory(spec, training, parallel.model_copy(
+        update={"remote_activation_offload": True}), cluster)
+
+
+def test_remote_offload_cannot_beat_the_pipelines_mean() -> None:
+    """At 32K tokens the pipeline's mean exceeds the capacity: no balance fits, and the
+    verdict says so (remote offload only moves bytes, never removes them)."""
+    spec, training, parallel, cluster = _specs(_doc(32768), remote_activation_offload=True)
+    ledger = memory_ledger(spec, training, parallel, cluster)
+    mean = sum(s.total_bytes for s in ledger.stages) / len(ledger.stages)
+    assert mean > ledger.capacity_bytes
+    assert not ledger.fits and not fits_memory(spec, training, parallel, cluster)
+
+
+def test_remote_offload_is_charged_to_the_step_and_grows_as_the_link_narrows() -> None:
+    """Sender traffic is 2 x sent x (m v) / (units in flight at its peak) over the pipeline
+    group's link (the NIC here: ranks eight GPUs apart); the receiver carries the same bytes.
+    Exposed = the largest rank's transfer beyond its window plus the HBM time of its bytes,
+    so the term is positive even when the link hides the transfer, and it follows
+    transfer - window once the link is slow enough."""
+    spec, training, parallel, cluster = _specs(_doc(16384), remote_activation_offload=True)
+    ledger = memory_ledger(spec, training, parallel, cluster)
+    m = ledger.num_micro_batches
+    layouts = pipeline_layout(spec, parallel)
+    groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric_of(cluster),
+                         groups)
+    cost = remote_offload_cost(spec, training, parallel, cluster, ledger, stages, groups, m)
+    assert cost is not None and not cost.intra_node
+    sender = ledger.stages[0]
+    expected = math.ceil(2 * sender.remote_sent_bytes * m * 2 / sender.in_flight_chunks)
+    assert cost.bytes_per_step[0] == expected and cost.bytes_per_step[-1] == expected
+    assert cost.transfer_s[0] == pytest.approx(expected / 50e9)
+    hbm = expected / (cluster.gpu.hbm_bandwidth_bytes_per_s * HBM_ACHIEVABLE_FRAC)
+    assert cost.exposed_s == pytest.approx(hbm)  # hidden behind the window but for HBM
+    estimate = estimate_step(spec, training, parallel, cluster)
+    assert estimate.overheads_s[REMOTE_ACTIVATIONS] == pytest.approx(cost.exposed_s)
+    plain = estimate_step(spec, training, parallel.model_copy(
+        update={"remote_activation_offload": False}), cluster)
+    assert estimate.step_time_s == pytest.approx(plain.step_time_s + cost.exposed_s)
+    # A 1 GB/s NIC: the transfer no longer hides.
+    slow = cluster.model_copy(update={"inter_node": cluster.inter_node.model_copy(
+        update={"bandwidth_bytes_per_s": 1e9})})
+    slow_ledger = memory_ledger(spec, training, parallel, slow)
+    slow_stages = stage_times(spec, training, parallel, slow, layouts, m, fabric_of(slow),
+                              groups)
+    slow_cost = remote_offload_cost(spec, training, parallel, slow, slow_ledger, slow_stages,
+                                    groups, m)
+    assert slow_cost is not None
+    worst = max(max(0.0, t - w) + h for t, w, h in zip(
+        slow_cost.transfer_s, slow_cost.window_s, slow_cost.hbm_s, strict=True))
+    assert slow_cost.transfer_s[0] > slow_cost.window_s[0]
+    assert slow_cost.exposed_s == pytest.approx(worst) and slow_cost.exposed_s > 1.0

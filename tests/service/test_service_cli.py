@@ -63,6 +63,14 @@ def test_vision_and_pipeline_zero2_flags_reach_the_requests() -> None:
     apply_constraint_flags(doc, args)
     plan = PlanRequest.model_validate(doc)
     assert plan.constraints.gradient_host_shards and plan.training.vision is None
+    args = cli.build_parser().parse_args(["plan", *PRESET_FLAGS, "--framework", "any",
+                                          "--allow-gradient-host-shards",
+                                          "--allow-remote-offload"])
+    doc = cli.build_request(args, degrees_key="constraints")
+    apply_constraint_flags(doc, args)
+    chosen = PlanRequest.model_validate(doc).constraints
+    assert chosen.framework == "any" and not chosen.gradient_host_shards
+    assert chosen.allow_gradient_host_shards and chosen.allow_remote_offload
 
 
 def test_flags_override_a_yaml_file(tmp_path: Path) -> None:

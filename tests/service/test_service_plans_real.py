@@ -108,3 +108,28 @@ def test_evaluate_names_a_broken_mesh_rule(real: httpx.Client) -> None:
     assert response.status_code == 422
     assert response.json()["code"] == "invalid-spec"
     assert response.json()["errors"][0]["loc"] == ["body", "parallel", "dp"]
+
+
+REMOTE = {"model": {"preset": "llama-3.1-70b"},
+          "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 8, "gpus_per_node": 8},
+          "training": {"global_batch_size": 64, "sequence_length": 16384},
+          "constraints": {"tp": 8, "pp": 8, "vpp": 2, "schedule": "interleaved_1f1b",
+                          "allow_offload": False, "framework": "any",
+                          "allow_remote_offload": True},
+          "solver": {"time_limit_s": 60, "top_k": 1, "num_workers": 1}}
+"""Stage 0 of interleaved 1F1B is over the capacity at 16K tokens; remote offload to the
+last stage beats recomputing a layer there."""
+
+
+def test_a_plan_that_leans_on_remote_offload_says_so_over_http(real: httpx.Client) -> None:
+    created = real.post("/v1/plans", json=REMOTE)
+    assert created.status_code == 201, created.text
+    body = created.json()
+    assert body["parallel"]["remote_activation_offload"] is True
+    assert body["time"]["overheads_s"]["remote activation offload"] > 0
+    notes = body["explanation"]["notes"]
+    assert any(n.startswith("remote activation offload chosen by the search") for n in notes)
+    refused = real.post("/v1/plans", json={**REMOTE, "constraints": {
+        **REMOTE["constraints"], "allow_remote_offload": False}})
+    assert refused.status_code == 201, refused.text
+    assert refused.json()["parallel"]["remote_activation_offload"] is False

@@ -121,3 +121,45 @@ def test_the_kda_variant_models_k3s_state_passing_cp_at_128k_tokens() -> None:
         notes = [n for n in response.explanation.notes if "context parallelism x8" in n]
         assert bool(notes) == (preset == K3_SCALE_KDA_ID)
     assert steps[K3_SCALE_KDA_ID] < steps[K3_SCALE_ID]
+
+
+def _chosen_request(**allowed: bool) -> PlanRequest:
+    """K3 scale with AdamW on PP8 with four chunks per rank (1024 H800s), target 'any' so
+    the search may use what no released framework runs, Pipeline ZeRO-2 not pinned."""
+    request = _request(128)
+    constraints = request.constraints.model_copy(update={
+        "pp": 8, "vpp": 4, "gradient_host_shards": False, "framework": "any", **allowed})
+    return request.model_copy(update={
+        "training": request.training.model_copy(update={"optimizer": OptimizerKind.ADAMW}),
+        "constraints": constraints})
+
+
+def test_the_search_chooses_pipeline_zero2_for_k3_scale_and_says_why() -> None:
+    """Allowed but not pinned, Pipeline ZeRO-2 wins: without it the mesh's plans recompute
+    more to fit, and the explanation names the mechanism, what it costs and what it saves."""
+    chosen = plan(_chosen_request(allow_gradient_host_shards=True))
+    refused = plan(_chosen_request())
+    assert chosen.parallel is not None and refused.parallel is not None
+    assert chosen.time is not None and refused.time is not None
+    assert chosen.parallel.gradient_host_shards and not refused.parallel.gradient_host_shards
+    assert chosen.time.overheads_s["Pipeline ZeRO-2 gradient offload"] > 0
+    assert chosen.time.step_time_s < refused.time.step_time_s
+    notes = chosen.explanation.notes
+    held = next(n for n in notes if n.startswith("Pipeline ZeRO-2 (gradient shards"))
+    assert "would not fit" in held and "costs" in held
+    why = next(n for n in notes if n.startswith("Pipeline ZeRO-2 chosen by the search"))
+    assert "allow_gradient_host_shards" in why and "it saves" in why
+    assert f"{refused.time.step_time_s:.3f} s" in why
+
+
+def test_with_both_allowed_the_search_takes_the_faster_of_the_k3_mechanisms() -> None:
+    """Remote activation offload moves the last rank's excess into the middle ranks' spare
+    memory for less than Pipeline ZeRO-2's host traffic costs here: the search takes it, and
+    the plan is no slower than the Pipeline ZeRO-2 one."""
+    both = plan(_chosen_request(allow_gradient_host_shards=True, allow_remote_offload=True))
+    zero2 = plan(_chosen_request(allow_gradient_host_shards=True))
+    assert both.parallel is not None and both.time is not None and zero2.time is not None
+    assert both.parallel.remote_activation_offload
+    assert both.time.step_time_s <= zero2.time.step_time_s
+    assert any(n.startswith("remote activation offload chosen by the search")
+               for n in both.explanation.notes)

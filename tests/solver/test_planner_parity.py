@@ -68,6 +68,14 @@ PROBLEMS = [
      {"framework": "deepspeed", "tp": [1, 2], "pp": [1, 2]}),
     ("mixtral-8x7b", "h100-sxm5-80gb", 4, 8, 64, 4096, Objective.THROUGHPUT,
      {"framework": "torchtitan", "tp": [2, 4], "pp": [2, 4], "ep": [2, 4, 8]}),
+    # Mechanisms the search may choose (target 'any'): remote activation offload is in the
+    # optimum of the first, Pipeline ZeRO-2 (with eight chunks per rank) of the second.
+    ("llama-3.1-8b", "a100-sxm4-40gb", 1, 8, 32, 16384, Objective.THROUGHPUT,
+     {"framework": "any", "tp": 2, "pp": 4, "zero_stage": 1, "allow_offload": False,
+      "allow_remote_offload": True, "allow_gradient_host_shards": True}),
+    ("llama-3.1-8b", "a100-sxm4-40gb", 1, 8, 32, 16384, Objective.THROUGHPUT,
+     {"framework": "any", "tp": 2, "pp": 4, "zero_stage": 1, "allow_offload": False,
+      "allow_gradient_host_shards": True}),
     # Fewest GPUs reaching a tokens/s target (about half the fastest plan's throughput, so
     # the answer is neither the smallest count nor the whole cluster).
     (TINY_DENSE, "h100-sxm5-80gb", 2, 8, 64, 2048, Objective.MIN_GPUS,
@@ -115,3 +123,7 @@ def test_planner_optimum_equals_brute_force(problem: tuple) -> None:
     assert result.best is not None and math.isfinite(expected)
     assert objective_value(result.best, objective) == pytest.approx(expected, rel=1e-12)
     assert result.stats.evaluated <= result.stats.candidates
+    if pins.get("allow_gradient_host_shards"):
+        chosen = result.best.parallel
+        assert (chosen.remote_activation_offload if pins.get("allow_remote_offload")
+                else chosen.gradient_host_shards)

@@ -5,6 +5,7 @@ from api_schemas import Constraints, FullLayers, ParallelConfig, RecomputeMode, 
 from models.catalog import cluster_preset, model_preset
 from models.memory import memory_ledger
 from models.step_time import estimate_step
+from solver.candidate_eval import layer_split_options
 from solver.cpsat import SolverConfig, SolveStatus
 from solver.policy import choose_stage_policies, policy_options
 
@@ -90,3 +91,62 @@ def test_refinement_never_returns_a_slower_or_overflowing_plan() -> None:
     refined = refine_policies(SPEC, TRAIN, cluster, plan, Constraints(), CONFIG)
     assert refined.ledger.fits
     assert refined.estimate.step_time_s <= plan.estimate.step_time_s
+
+
+def _remote_setting() -> tuple[object, TrainingSpec, ParallelConfig, object]:
+    """Llama 3.1 70B at 16K tokens, TP8 x PP8, two interleaved chunks: stage 0 holds 23
+    micro-batch x chunk units in flight and is over the capacity without a saving policy."""
+    spec = model_preset("llama-3.1-70b")
+    training = TrainingSpec(global_batch_size=64, sequence_length=16384)
+    parallel = ParallelConfig(tp=8, pp=8, dp=1, vpp=2, schedule="interleaved_1f1b",
+                              sequence_parallel=True, zero_stage=1)
+    return spec, training, parallel, cluster_preset("h100-sxm5-80gb", num_nodes=8,
+                                                    gpus_per_node=8)
+
+
+def test_with_remote_offload_the_subproblem_moves_bytes_instead_of_recomputing() -> None:
+    """C6-C8: with lighter first and last ranks (the refinement's second split) stages 1-2
+    are over the capacity; they keep part of their stored activations in the other stages'
+    spare memory rather than recomputing; the exact ledger of the chosen plan fits with the
+    flag on and not without it, and its step carries the remote term and is faster. On
+    either split the subproblem's own optimum is never worse with remote offload allowed
+    (its solutions without any moved byte are still there)."""
+    spec, training, parallel, cluster = _remote_setting()
+    options = policy_options(spec, Constraints(allow_offload=False))
+    config = SolverConfig(max_time_s=30, num_workers=1)
+    splits = layer_split_options(spec, parallel)
+    assert splits[1] == (9, 11, 11, 10, 10, 10, 10, 9)
+    for split in splits:
+        base = parallel.model_copy(update={"layers_per_stage": split})
+        local = choose_stage_policies(spec, training, base, cluster, options, config)
+        moved = choose_stage_policies(spec, training, base, cluster, options, config,
+                                      remote=True)
+        assert local is not None and moved is not None
+        assert local.bottleneck_s is not None and moved.bottleneck_s is not None
+        assert moved.bottleneck_s <= local.bottleneck_s
+        assert not local.parallel.remote_activation_offload
+        assert any(local.parallel.policy_of(r).recompute != RecomputeMode.NONE
+                   for r in range(8))
+    assert moved.parallel.remote_activation_offload
+    assert all(moved.parallel.policy_of(r).recompute == RecomputeMode.NONE for r in range(8))
+    ledger = memory_ledger(spec, training, moved.parallel, cluster)
+    assert ledger.fits and sum(s.remote_sent_bytes for s in ledger.stages) > 0
+    without = memory_ledger(spec, training, moved.parallel.model_copy(
+        update={"remote_activation_offload": False}), cluster)
+    assert not without.fits
+    step = estimate_step(spec, training, moved.parallel, cluster)
+    assert step.overheads_s["remote activation offload"] > 0
+    assert step.step_time_s < estimate_step(spec, training, local.parallel, cluster).step_time_s
+
+
+def test_remote_offload_costs_the_subproblem_time_on_a_slow_link() -> None:
+    """On a 0.1 GB/s NIC the moved bytes cannot hide: on the split where a fast link moves
+    them (above), the subproblem recomputes instead."""
+    spec, training, parallel, cluster = _remote_setting()
+    parallel = parallel.model_copy(update={"layers_per_stage": (9, 11, 11, 10, 10, 10, 10, 9)})
+    slow = cluster.model_copy(update={"inter_node": cluster.inter_node.model_copy(
+        update={"bandwidth_bytes_per_s": 1e8})})
+    options = policy_options(spec, Constraints(allow_offload=False))
+    chosen = choose_stage_policies(spec, training, parallel, slow, options,
+                                   SolverConfig(max_time_s=30, num_workers=1), remote=True)
+    assert chosen is not None and not chosen.parallel.remote_activation_offload

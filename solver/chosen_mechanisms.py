@@ -1,0 +1,70 @@
+"""Why the search chose a mechanism the request only allowed: the same mesh's best plan
+without it.
+
+Owns: for Pipeline ZeRO-2 and remote activation offload chosen by the search (allowed by
+`constraints.allow_gradient_host_shards` / `allow_remote_offload`, not pinned), one note
+per mechanism saying whether the chosen mesh has any plan without it, and if so how much
+slower its best one is. Must not: change the plan it explains, or say what a mechanism
+costs (`solver/mechanisms.py` does).
+"""
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import ClusterSpec
+from api_schemas.requests import Constraints
+from api_schemas.training import TrainingSpec
+from models.errors import InvalidSpecError
+from solver import cpsat
+from solver.candidate_eval import Rejection, ScoredPlan, refine_policies
+from solver.explain import gib
+from solver.targets import allows_per_stage_policies, evaluate_for_targets
+
+
+def _chosen(plan: ScoredPlan, constraints: Constraints) -> list[tuple[str, str]]:
+    """(mechanism name, the permission to withdraw) of each mechanism the search chose."""
+    parallel = plan.parallel
+    out = []
+    if (parallel.gradient_host_shards and not constraints.gradient_host_shards
+            and constraints.allow_gradient_host_shards):
+        out.append(("Pipeline ZeRO-2", "allow_gradient_host_shards"))
+    if parallel.remote_activation_offload and constraints.allow_remote_offload:
+        out.append(("remote activation offload", "allow_remote_offload"))
+    return out
+
+
+def chosen_mechanism_notes(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                           plan: ScoredPlan, constraints: Constraints,
+                           config: cpsat.SolverConfig, *, deadline: float | None = None
+                           ) -> list[str]:
+    """One note per mechanism the search chose: the chosen mesh re-evaluated with the
+    permission withdrawn (the same ladder, then the per-stage policy subproblem where the
+    target allows it), either 'no plan fits without it' or its best step time beside this
+    plan's."""
+    notes = []
+    step = plan.estimate.step_time_s
+    for name, permission in _chosen(plan, constraints):
+        without = constraints.model_copy(update={permission: False})
+        try:
+            other = evaluate_for_targets(spec, training, cluster, plan.candidate, without)
+            if isinstance(other, ScoredPlan) and allows_per_stage_policies(without):
+                other = refine_policies(spec, training, cluster, other, without, config,
+                                        deadline=deadline)
+        except InvalidSpecError:
+            continue
+        head = f"{name} chosen by the search (constraints.{permission})"
+        if isinstance(other, Rejection):
+            detail = (f", stage {other.stage} over by {gib(other.over_bytes)}"
+                      if other.stage is not None and other.over_bytes > 0 else "")
+            notes.append(f"{head}: without it no plan of this mesh fits{detail}")
+            continue
+        if not isinstance(other, ScoredPlan):
+            continue
+        other_step = other.estimate.step_time_s
+        saved = other_step - step
+        verdict = (f"it saves {saved:.3f} s ({saved / other_step:.1%})" if saved > 0
+                   else "it is no faster")
+        notes.append(f"{head}: without it this mesh's best plan takes {other_step:.3f} s per "
+                     f"step against {step:.3f} s with it; {verdict}")
+    return notes
+
+
+__all__ = ["chosen_mechanism_notes"]
