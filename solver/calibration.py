@@ -297,7 +297,10 @@ def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
     fixed = ((micro.gemm_scale, micro.gemm_scale_se)
              if micro is not None and micro.gemm_scale is not None else None)
     lo, hi = scale_limits(family_profile)
-    scales = [lo * (hi / lo) ** (k / (GRID_POINTS - 1)) for k in range(GRID_POINTS)]
+    # Geometric grid from lo to hi; the end points are set exactly (the power can round
+    # past hi, which would put the largest eta_max a hair above the dense peak).
+    scales = [lo] + [lo * (hi / lo) ** (k / (GRID_POINTS - 1))
+                     for k in range(1, GRID_POINTS - 1)] + [hi]
     scored = [_score(request, where, run, scales, applied) for where, run in runs]
     fit_at: Callable[[Sequence[RunCurve]], Fit] = (
         (lambda cs: fit_constants(cs, scale_limits=(lo, hi))) if fixed is None else

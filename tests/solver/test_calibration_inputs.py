@@ -37,9 +37,11 @@ def test_four_recorded_logs_are_a_calibration() -> None:
     assert [r.measured_step_time_s for r in fit.runs] == [p.step_time_s for p in fit.logs]
     assert fit.runs[0].measured_step_time_s == pytest.approx(7.1054)
     assert fit.runs[0].label == "megatron-lm log 0"
-    # The samples run 8-11% slower than the uncalibrated model: the fit lowers the GEMM level.
-    assert fit.gemm_efficiency_scale.value < 1.0
-    assert fit.leave_one_out_relative_error < fit.uncalibrated_relative_error
+    # The samples' timings (written, not measured) sit within 1% of the uncalibrated H100
+    # model: the fit keeps the GEMM level near 1 and predicts each left-out log within 5%.
+    assert fit.gemm_efficiency_scale.value == pytest.approx(1.0, abs=0.05)
+    assert fit.uncalibrated_relative_error < 0.02
+    assert fit.leave_one_out_relative_error < 0.05
     assert fit.microbenchmarks is None
 
 
