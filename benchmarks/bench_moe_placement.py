@@ -15,11 +15,22 @@ Run: .venv/bin/python benchmarks/bench_moe_placement.py [--batches 3] [--repeats
      [--layers 58] [--skip-gemm]
 The machine's load average is printed before and after: time on a quiet machine.
 All numbers come from a deterministic model on synthetic routings, not from a cluster.
+
+Figures at E=256, R=64, K=8 (`--skip-gemm --repeats 20`, the previous and the current
+planner back to back on the shared 2-core machine under a load average of 3.6-5.3, so about
+2-3 times the quiet figures): median single call, uniform 1.45 -> 1.27 ms, over the seven
+skews 1.45-1.97 -> 1.03-1.83 ms; all 58 layers in one call 1.60-2.95 -> 1.73-3.05 ms per
+layer. Load-independent: Python-level function calls per layer 1,167 -> 622 (single call)
+and 1,016 -> 454 (all layers in one call), by cProfile; minor page faults per kept layer
+about 210 in both (0.8 MB of new memory: the count copy, the allocation and the routes),
+which is why the in-turn and all-layers columns exceed the single-call median. EPLB's plan
+alone (global policy, +1 slot per rank) took 5.8-9.3 ms per layer in the same run.
 """
 
 import argparse
 import os
 import platform
+import resource
 import time
 from dataclasses import dataclass
 
@@ -38,6 +49,7 @@ from solver.placement import (
     no_redundancy_loads,
     plan_constructive,
     plan_constructive_layers,
+    rebalance_experts,
     schedule_exact,
     schedule_fixed_order,
     schedule_lpt,
@@ -68,8 +80,10 @@ class Row:
 
     times_ms: list[float]
     batch_ms: list[float]
+    batch_faults: list[float]
     seq_ms: list[float]
     ref_times_ms: list[float]
+    eplb_ms: list[float]
     redundant: list[int]
     ref_redundant: list[int]
     max_per_rank: list[int]
@@ -100,33 +114,48 @@ def timed(counts: np.ndarray, k: int, rule: ConstructiveRule, repeats: int) -> t
     return times, res
 
 
+def timed_eplb(history: np.ndarray, r: int, repeats: int) -> list[float]:
+    """ms of one EPLB plan (global policy, one extra slot per rank) from [E] history."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        rebalance_experts(history[None], num_replicas=history.size + r, num_groups=1,
+                          num_nodes=1, num_gpus=r)
+        times.append((time.perf_counter() - started) * 1e3)
+    return times
+
+
 def timed_layers(data: list[np.ndarray], k: int, layers: int,
-                 repeats: int) -> tuple[list[float], list[float]]:
+                 repeats: int) -> tuple[list[float], list[float], list[float]]:
     """Per-layer ms of one call placing `layers` layers (the batches cycled), and of one
     single-layer call per layer over the same layers, in turn (same conditions; the results
-    are kept in both, as a caller placing a whole model keeps them)."""
+    are kept in both, as a caller placing a whole model keeps them), and the minor page faults
+    per layer of the one call."""
     stack = np.stack([data[i % len(data)] for i in range(layers)])
-    together, one_by_one = [], []
+    together, one_by_one, faults = [], [], []
     for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         started = time.perf_counter()
         plan_constructive_layers(stack, top_k=k)
         together.append((time.perf_counter() - started) * 1e3 / layers)
+        faults.append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / layers)
         started = time.perf_counter()
         kept = [plan_constructive(layer, top_k=k) for layer in stack]
         one_by_one.append((time.perf_counter() - started) * 1e3 / layers)
         del kept
-    return together, one_by_one
+    return together, one_by_one, faults
 
 
 def measure(e: int, r: int, k: int, s: int, skew: RoutingSkew, n: int, repeats: int,
             layers: int) -> Row:
     data = batches(skew, e, r, k, s, n)
-    row = Row(*([] for _ in range(13)))
+    row = Row(*([] for _ in range(15)))
     for i, counts in enumerate(data):
         history = sum(d.sum(axis=0) for j, d in enumerate(data) if j != i) if n > 1 else \
             counts.sum(axis=0)
         times, res = timed(counts, k, ConstructiveRule.COVER, repeats)
         ref_times, ref = timed(counts, k, ConstructiveRule.REFERENCE, max(5, repeats // 5))
+        row.eplb_ms += timed_eplb(history, r, max(3, repeats // 10))
         total = int(counts.sum())
         row.times_ms += times
         row.ref_times_ms += ref_times
@@ -141,13 +170,13 @@ def measure(e: int, r: int, k: int, s: int, skew: RoutingSkew, n: int, repeats: 
                                         redundant_per_rank=1).imbalance)
         row.eplb_full_imb.append(eplb_loads(counts, top_k=k, history=history,
                                             redundant_per_rank=e // r).imbalance)
-    row.batch_ms, row.seq_ms = timed_layers(data, k, layers, max(3, repeats // 5))
+    row.batch_ms, row.seq_ms, row.batch_faults = timed_layers(data, k, layers, max(3, repeats // 5))
     return row
 
 
 def placement_table(n: int, repeats: int, layers: int) -> None:
     head = (f"{'config':<22}{'skew':<20}{'med ms':>7}{'p90 ms':>7}{'seq ms':>7}{'all ms':>7}"
-            f"{'ref ms':>7}"
+            f"{'ref ms':>7}{'eplb ms':>8}{'flt':>5}"
             f"{'repl':>6}{'ref':>5}{'lb':>5}{'max/r':>6}{'remote':>8}{'migr':>7}"
             f"{'none':>7}{'eplb+1':>8}{'eplb+m':>8}")
     print(head)
@@ -162,6 +191,7 @@ def placement_table(n: int, repeats: int, layers: int) -> None:
                 targets.append((med, seq, batch))
             print(f"{f'E={e} R={r} K={k} S={s}':<22}{skew.label:<20}{med:>7.3f}{p90:>7.3f}"
                   f"{seq:>7.3f}{batch:>7.3f}{np.median(row.ref_times_ms):>7.3f}"
+                  f"{np.median(row.eplb_ms):>8.3f}{np.median(row.batch_faults):>5.0f}"
                   f"{np.mean(row.redundant):>6.1f}"
                   f"{np.mean(row.ref_redundant):>5.0f}{np.mean(row.lower_bound):>5.0f}"
                   f"{max(row.max_per_rank):>6d}{np.mean(row.remote_frac):>8.3f}"
@@ -171,7 +201,10 @@ def placement_table(n: int, repeats: int, layers: int) -> None:
     print("columns: med/p90 ms = constructive (cover rule) wall time of a single-layer call,")
     print(f"repeated on one batch; seq ms = per layer, single-layer calls over {layers} layers in")
     print(f"turn; all ms = per layer, one call placing the same {layers} layers; ref ms = MoonEP")
-    print("reference rule; repl/ref = redundant experts (cover/reference); lb = sum of per-rank")
+    print("reference rule; eplb ms = one EPLB plan (global policy, +1 slot per rank) from the")
+    print("other batches' history; flt = minor page faults per layer of the all-layers call (new")
+    print("memory the kept results take; each costs about a microsecond, more under load);")
+    print("repl/ref = redundant experts (cover/reference); lb = sum of per-rank")
     print("lower bounds; max/r = most replicas on one rank (bound E/R); remote = tokens leaving")
     print("their source rank / all tokens; migr = tokens computed on a replica / all tokens;")
     print("none, eplb+1, eplb+m = max/mean rank load without redundancy, with EPLB and 1 or E/R")

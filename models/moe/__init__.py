@@ -20,7 +20,12 @@ from models.moe.balance import (
     receive_buffer_rows,
     redundant_expert_traffic,
 )
-from models.moe.expert_gemm import expert_forward_gemm_s, padded_rows, rank_expert_gemm_s
+from models.moe.expert_gemm import (
+    DEFAULT_TILE_ROWS,
+    expert_forward_gemm_s,
+    padded_rows,
+    rank_expert_gemm_s,
+)
 from models.moe.skew import (
     RoutingSkew,
     SkewKind,
@@ -43,6 +48,7 @@ from models.moe.traffic import (
 )
 
 __all__ = [
+    "DEFAULT_TILE_ROWS",
     "expert_forward_gemm_s",
     "padded_rows",
     "rank_expert_gemm_s",

@@ -19,6 +19,9 @@ from api_schemas.hardware import GpuSpec
 from models.errors import InvalidSpecError
 from models.kernels import gemm_time_s
 
+DEFAULT_TILE_ROWS = 128
+"""Rows per GEMM tile along the token dimension (MoonEP README: token_padding=128)."""
+
 
 def _check(tile_rows: int, expert_tokens: Sequence[int]) -> None:
     if tile_rows < 1:
@@ -75,4 +78,4 @@ def rank_expert_gemm_s(expert_tokens: Sequence[int], *, hidden_size: int,
                for n in expert_tokens)
 
 
-__all__ = ["expert_forward_gemm_s", "padded_rows", "rank_expert_gemm_s"]
+__all__ = ["DEFAULT_TILE_ROWS", "expert_forward_gemm_s", "padded_rows", "rank_expert_gemm_s"]

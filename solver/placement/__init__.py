@@ -3,47 +3,98 @@
 Owns: the placement problem and its accounting (`problem`), the online constructive planner
 (`constructive`), the exact CP-SAT reference (`exact`), the EPLB-style and no-redundancy
 baselines (`eplb`), the expert-GEMM tile schedules (`gemm_order`) and the request handler
-of POST /v1/moe/placement (`api`). Must not: do I/O, or import OR-Tools except through
-`solver.cpsat`.
+of POST /v1/moe/placement (`api`); the public names below, each imported with its module on
+first use, so that the constructive planner loads neither OR-Tools nor the API schemas.
+Must not: do I/O, or import OR-Tools except through `solver.cpsat`.
 """
 
-from solver.placement.api import placement_response, plan_placement, plan_placement_layers
-from solver.placement.constructive import (
-    ConstructiveRule,
-    constructive_allocation,
-    pair_balances,
-    plan_constructive,
-    plan_constructive_layers,
-)
-from solver.placement.eplb import (
-    BaselineLoads,
-    EplbPlan,
-    eplb_loads,
-    eplb_rank_loads,
-    no_redundancy_loads,
-    rebalance_experts,
-)
-from solver.placement.exact import ExactObjective, ExactPlacement, build_cp_model, plan_exact
-from solver.placement.gemm_order import (
-    GemmSchedule,
-    GemmTile,
-    gemm_tiles,
-    schedule_exact,
-    schedule_fixed_order,
-    schedule_lpt,
-)
-from solver.placement.problem import (
-    LayerBatch,
-    PlacementProblem,
-    PlacementResult,
-    Routes,
-    build_result,
-    build_results,
-    placement_layers,
-    placement_problem,
-    redundancy_lower_bounds,
-    routes_from_allocation,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from solver.placement.api import placement_response, plan_placement, plan_placement_layers
+    from solver.placement.constructive import (
+        ConstructiveRule,
+        constructive_allocation,
+        pair_balances,
+        plan_constructive,
+        plan_constructive_layers,
+    )
+    from solver.placement.eplb import (
+        BaselineLoads,
+        EplbPlan,
+        eplb_loads,
+        eplb_rank_loads,
+        no_redundancy_loads,
+        rebalance_experts,
+    )
+    from solver.placement.exact import ExactObjective, ExactPlacement, build_cp_model, plan_exact
+    from solver.placement.gemm_order import (
+        GemmSchedule,
+        GemmTile,
+        gemm_tiles,
+        schedule_exact,
+        schedule_fixed_order,
+        schedule_lpt,
+    )
+    from solver.placement.problem import (
+        LayerBatch,
+        PlacementProblem,
+        PlacementResult,
+        Routes,
+        build_result,
+        build_results,
+        placement_layers,
+        placement_problem,
+        redundancy_lower_bounds,
+        routes_from_allocation,
+    )
+
+_LAZY = {
+    "BaselineLoads": "solver.placement.eplb",
+    "ConstructiveRule": "solver.placement.constructive",
+    "EplbPlan": "solver.placement.eplb",
+    "ExactObjective": "solver.placement.exact",
+    "ExactPlacement": "solver.placement.exact",
+    "GemmSchedule": "solver.placement.gemm_order",
+    "GemmTile": "solver.placement.gemm_order",
+    "LayerBatch": "solver.placement.problem",
+    "PlacementProblem": "solver.placement.problem",
+    "PlacementResult": "solver.placement.problem",
+    "Routes": "solver.placement.problem",
+    "build_cp_model": "solver.placement.exact",
+    "build_result": "solver.placement.problem",
+    "build_results": "solver.placement.problem",
+    "constructive_allocation": "solver.placement.constructive",
+    "eplb_loads": "solver.placement.eplb",
+    "eplb_rank_loads": "solver.placement.eplb",
+    "gemm_tiles": "solver.placement.gemm_order",
+    "no_redundancy_loads": "solver.placement.eplb",
+    "pair_balances": "solver.placement.constructive",
+    "placement_layers": "solver.placement.problem",
+    "placement_problem": "solver.placement.problem",
+    "placement_response": "solver.placement.api",
+    "plan_constructive": "solver.placement.constructive",
+    "plan_constructive_layers": "solver.placement.constructive",
+    "plan_exact": "solver.placement.exact",
+    "plan_placement": "solver.placement.api",
+    "plan_placement_layers": "solver.placement.api",
+    "rebalance_experts": "solver.placement.eplb",
+    "redundancy_lower_bounds": "solver.placement.problem",
+    "routes_from_allocation": "solver.placement.problem",
+    "schedule_exact": "solver.placement.gemm_order",
+    "schedule_fixed_order": "solver.placement.gemm_order",
+    "schedule_lpt": "solver.placement.gemm_order",
+}
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first access."""
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module_name), name)
+
 
 __all__ = [
     "BaselineLoads",

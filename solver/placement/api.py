@@ -3,11 +3,11 @@
 Owns: mapping `MoePlacementRequest` onto `plan_constructive` / `plan_exact` (one layer,
 `tokens`) or `plan_constructive_layers` (several, `layers`), a `PlacementResult` onto
 `MoePlacementResponse`, and the expert work inside each rank that the placement leaves
-(`models.moe.expert_gemm`). Must not: do I/O (the service wires it).
+(`models.moe.expert_gemm`). The exact planner and OR-Tools load only when a request asks
+for them. Must not: do I/O (the service wires it).
 """
 
-
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,16 +21,16 @@ from api_schemas.moe import (
 )
 from models.catalog import gpu_preset
 from models.errors import InvalidSpecError
-from models.moe import imbalance_factor, padded_rows, rank_expert_gemm_s
-from solver.cpsat import SolverConfig, SolveStatus
+from models.moe import DEFAULT_TILE_ROWS, imbalance_factor, padded_rows, rank_expert_gemm_s
 from solver.placement.constructive import plan_constructive, plan_constructive_layers
-from solver.placement.exact import plan_exact
-from solver.placement.gemm_order import DEFAULT_TILE_ROWS
 from solver.placement.problem import IntArray, PlacementResult
+
+if TYPE_CHECKING:
+    from solver.cpsat import SolverConfig
 
 
 def plan_placement(
-    request: MoePlacementRequest, *, config: SolverConfig | None = None
+    request: MoePlacementRequest, *, config: "SolverConfig | None" = None
 ) -> MoePlacementResponse:
     """Plan one layer's placement as the request asks.
 
@@ -49,6 +49,9 @@ def plan_placement(
         )
     k, weight, grad = request.top_k, request.expert_weight_bytes, request.expert_grad_bytes
     if request.planner == PlacementPlanner.EXACT:
+        from solver.cpsat import SolverConfig, SolveStatus
+        from solver.placement.exact import plan_exact
+
         cfg = config or SolverConfig(max_time_s=request.time_limit_s)
         exact = plan_exact(request.tokens, top_k=k, weight_bytes_per_expert=weight,
                            grad_bytes_per_expert=grad, config=cfg)

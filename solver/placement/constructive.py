@@ -3,7 +3,7 @@
 Owns: the online planner. Ranks have balances b_d = G_d - S*K (G_d = load of d's home
 experts); each step takes the most underloaded rank u, fills its whole deficit q = -b_u
 with tokens of experts homed on currently overloaded ranks, and never touches u again.
-Routes, traffic and the bound check come from `problem.build_results`; all layers of a model
+Routes, traffic and the bound check come from `problem.layer_accounts`; all layers of a model
 can be planned in one call (`plan_constructive_layers`). Must not: import
 OR-Tools (the exact reference is `exact.py`).
 
@@ -34,8 +34,8 @@ import bisect
 import heapq
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
@@ -45,9 +45,9 @@ from solver.placement.problem import (
     LayerBatch,
     PlacementProblem,
     PlacementResult,
-    build_results,
+    layer_accounts,
     layers_array,
-    placement_problem,
+    matrix_batch,
     shape_index,
     single_layer,
     validated_layers,
@@ -195,11 +195,12 @@ class _CoverState:
                 heappop(donors)
             h = donors[0][1]
             # score = min(own, q) * scale - left orders by own tokens, then tightest
-            best_e, best_score = -1, 0
+            best_e, best_score, at = -1, 0, u * row
             for e in range(h * m, h * m + m):
                 left = rem[e]
                 if left >= q:
-                    score = min(counts[u * row + e], q) * scale - left
+                    own = counts[at + e]
+                    score = (own if own < q else q) * scale - left
                     if best_e < 0 or score > best_score:
                         best_e, best_score = e, score
             if best_e < 0:
@@ -238,11 +239,14 @@ def _allocations(batch: LayerBatch, moves: Sequence[Moves]) -> IntArray:
     index = shape_index(r, e)
     alloc = np.zeros((layers, e, r), dtype=np.int64)
     home = batch.expert_tokens.copy()
-    sizes = [len(x[0]) for x in moves]
-    if sum(sizes):
-        layer = np.repeat(np.arange(layers, dtype=np.int64), sizes)
+    if layers == 1:
+        expert, to, tokens = (np.asarray(x, dtype=np.int64) for x in moves[0])
+        layer = np.zeros_like(expert)
+    else:
+        layer = np.repeat(np.arange(layers, dtype=np.int64), [len(x[0]) for x in moves])
         expert, to, tokens = (np.asarray([v for x in moves for v in x[i]], dtype=np.int64)
                               for i in range(3))
+    if expert.size:
         np.subtract.at(home, (layer, expert), tokens)
         np.add.at(alloc, (layer, expert, to), tokens)
     alloc[:, index.experts, index.home_of] = home
@@ -312,14 +316,12 @@ def plan_constructive(
         InvalidSpecError: on a malformed count matrix (see `placement_problem`).
     """
     started = time.perf_counter()
-    problem = placement_problem(counts, top_k=top_k,
-                                weight_bytes_per_expert=weight_bytes_per_expert,
-                                grad_bytes_per_expert=grad_bytes_per_expert)
-    batch = single_layer(problem)
-    alloc = _allocations(batch, [_moves(problem, rule)])
-    result = build_results(batch, alloc, planner=f"constructive-{rule.value}",
-                           wall_time_s=0.0)[0]
-    return replace(result, wall_time_s=time.perf_counter() - started)
+    batch = matrix_batch(counts, top_k=top_k, weight_bytes_per_expert=weight_bytes_per_expert,
+                         grad_bytes_per_expert=grad_bytes_per_expert)
+    alloc = _allocations(batch, [_moves(batch.problems[0], rule)])
+    fields = layer_accounts(batch, alloc)[0]
+    return PlacementResult(planner=f"constructive-{rule.value}",
+                           wall_time_s=time.perf_counter() - started, **fields)
 
 
 def plan_constructive_layers(
@@ -346,16 +348,16 @@ def plan_constructive_layers(
     """
     started = time.perf_counter()
     arr = layers_array(counts)
-    results: list[PlacementResult] = []
+    accounts: list[dict[str, Any]] = []
     for start in range(0, arr.shape[0], LAYERS_PER_CHUNK):
         chunk = validated_layers(arr[start:start + LAYERS_PER_CHUNK], top_k=top_k,
                                  weight_bytes_per_expert=weight_bytes_per_expert,
                                  grad_bytes_per_expert=grad_bytes_per_expert, first_layer=start)
         alloc = _allocations(chunk, [_moves(p, rule) for p in chunk.problems])
-        results += build_results(chunk, alloc, planner=f"constructive-{rule.value}",
-                                 wall_time_s=0.0)
-    per_layer = (time.perf_counter() - started) / len(results)
-    return [replace(x, wall_time_s=per_layer) for x in results]
+        accounts += layer_accounts(chunk, alloc)
+    planner = f"constructive-{rule.value}"
+    per_layer = (time.perf_counter() - started) / len(accounts)
+    return [PlacementResult(planner=planner, wall_time_s=per_layer, **x) for x in accounts]
 
 
 __all__ = [

@@ -24,10 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from models.errors import InvalidSpecError
+from models.moe import DEFAULT_TILE_ROWS
 from solver.cpsat import CpModel, IntVar, LinearExpr, SolverConfig, SolveStatus, solve
-
-DEFAULT_TILE_ROWS = 128
-"""Rows per GEMM tile along the token dimension (MoonEP README: token_padding=128)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

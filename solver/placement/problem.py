@@ -65,6 +65,15 @@ def placement_problem(
     Raises:
         InvalidSpecError: naming the field, the value and the fix.
     """
+    return matrix_batch(counts, top_k=top_k, weight_bytes_per_expert=weight_bytes_per_expert,
+                        grad_bytes_per_expert=grad_bytes_per_expert).problems[0]
+
+
+def matrix_batch(
+    counts: object, *, top_k: int, weight_bytes_per_expert: int = 0,
+    grad_bytes_per_expert: int = 0,
+) -> "LayerBatch":
+    """`placement_problem` as a batch of one layer (errors name the field `tokens`)."""
     try:
         arr = np.asarray(counts)
     except ValueError as exc:
@@ -76,7 +85,7 @@ def placement_problem(
             f"tokens has shape {arr.shape}; expected R rows of E counts each", field="tokens"
         )
     return _validated(arr[None], top_k=top_k, weight_bytes_per_expert=weight_bytes_per_expert,
-                      grad_bytes_per_expert=grad_bytes_per_expert, field="tokens").problems[0]
+                      grad_bytes_per_expert=grad_bytes_per_expert, field="tokens")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -253,7 +262,7 @@ def redundancy_lower_bounds(problem: PlacementProblem) -> IntArray:
 
 
 def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: IntArray,
-                  m: int) -> IntArray:
+                       m: int) -> IntArray:
     """`redundancy_lower_bounds` of L layers at once: tokens [L, E], home loads [L, R],
     capacities [L] and m home experts per rank give [L, R].
 
@@ -265,34 +274,53 @@ def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: 
     """
     layers, e = expert_tokens.shape
     r = home_loads.shape[1]
-    base = np.arange(layers, dtype=np.int64)[:, None]
-    order = np.argsort(-expert_tokens, axis=1, kind="stable") + base * e
-    # per layer the running totals, shifted so that all layers form one sorted array
-    shift = base * (int(expert_tokens.sum(axis=1).max()) + 1)
-    cum = np.cumsum(expert_tokens.ravel()[order], axis=1) + shift
+    deficit = np.maximum(capacity[:, None] - home_loads, 0)
+    # the usual case first: the largest foreign expert covers every deficit (bound 0 or 1);
+    # it is the largest expert, or for that expert's own rank the largest of another rank
+    per_rank = expert_tokens.reshape(layers, r, m).max(axis=2)
+    top = per_rank.argmax(axis=1)
+    rows = np.arange(layers)
+    largest = per_rank[rows, top]
+    per_rank[rows, top] = -1
+    largest_foreign = np.broadcast_to(largest[:, None], (layers, r)).copy()
+    largest_foreign[rows, top] = per_rank.max(axis=1) if r > 1 else 0
+    if np.all(deficit <= largest_foreign):
+        covered: IntArray = (deficit > 0).astype(np.int64)
+        return covered
+    # all layers as one sequence: layer l's experts sorted by load at l*e .. l*e+e-1
+    order = np.argsort(-expert_tokens, axis=1, kind="stable")
+    if layers > 1:
+        order += np.arange(0, layers * e, e, dtype=np.int64)[:, None]
+    order = order.ravel()
+    sorted_tokens = expert_tokens.ravel()[order]
+    cum = np.cumsum(sorted_tokens.reshape(layers, e), axis=1)
     position = np.empty(layers * e, dtype=np.int64)
-    position[order.ravel()] = np.tile(np.arange(e, dtype=np.int64), layers)
+    position[order] = np.arange(layers * e, dtype=np.int64)  # index in the whole sequence
     own_pos = np.sort(position.reshape(layers, r, m), axis=2)
     # own experts in position order are own experts by load, largest first
-    own_cum = np.cumsum(-np.sort(-expert_tokens.reshape(layers, r, m), axis=2), axis=2)
-    deficit = np.maximum(capacity[:, None] - home_loads, 0)
     need = np.empty((layers, r, m + 1), dtype=np.int64)
     need[:, :, 0] = deficit
-    need[:, :, 1:] = own_cum + deficit[:, :, None]
-    need += shift[:, :, None]
-    shortest = np.searchsorted(cum.ravel(), need.ravel()).reshape(need.shape) + 1
-    shortest -= (base * e)[:, :, None]
+    np.cumsum(sorted_tokens[own_pos], axis=2, out=need[:, :, 1:])
+    need[:, :, 1:] += deficit[:, :, None]
+    if layers > 1:  # shift each layer's totals past the previous layer's
+        shift = np.arange(layers, dtype=np.int64)[:, None] * (int(cum[:, -1].max()) + 1)
+        cum += shift
+        need += shift[:, :, None]
+    prefix = np.searchsorted(cum.ravel(), need)  # shortest prefix - 1, in the sequence
+    prefix += 1
     lo = np.empty_like(need)
-    lo[:, :, 0] = 0
-    lo[:, :, 1:] = own_pos + 1
+    lo[:, :, 0] = np.arange(0, layers * e, e, dtype=np.int64)[:, None]
+    np.add(own_pos, 1, out=lo[:, :, 1:])
+    np.maximum(prefix, lo, out=prefix)
     hi = np.empty_like(need)
     hi[:, :, :m] = own_pos
-    hi[:, :, m] = e
-    prefix = np.maximum(shortest, lo)
-    valid = prefix <= hi
-    first = np.argmax(valid, axis=2)
-    bounds = np.take_along_axis(prefix, first[:, :, None], axis=2)[:, :, 0] - first
-    return np.where(deficit > 0, bounds, 0)
+    hi[:, :, m] = lo[:, :, 0] + e
+    first = np.argmax(prefix <= hi, axis=2)
+    bounds = np.take_along_axis(prefix, first[:, :, None], axis=2)[:, :, 0]
+    bounds -= first
+    bounds -= lo[:, :, 0]
+    bounds[deficit == 0] = 0
+    return bounds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -345,105 +373,136 @@ def routes_from_allocation(problem: PlacementProblem, alloc: IntArray) -> Routes
     `alloc` must be non-negative with row e summing to T_e.
     """
     batch, allocs = single_layer(problem), alloc[None]
-    layer, shared = _shared_experts(batch, allocs)
-    return _layer_routes(batch, allocs, layer, shared)[0][0]
+    return _layer_routes(batch, _shared_cells(batch, allocs))[0][0]
 
 
-def _shared_experts(batch: LayerBatch, alloc: IntArray) -> tuple[IntArray, IntArray]:
-    """(layer, expert) pairs, in order, with tokens computed off the expert's home rank."""
+@dataclass(frozen=True, slots=True)
+class _SharedCells:
+    """The allocation rows of shared experts (tokens computed off the expert's home rank),
+    one row per (layer, expert) in that order, and their positive cells row-major."""
+
+    layer: IntArray
+    """[n] layer of each shared row."""
+    expert: IntArray
+    """[n] expert of each shared row."""
+    row: IntArray
+    """[c] shared row of each positive cell."""
+    rank: IntArray
+    """[c] rank computing the cell's tokens."""
+    tokens: IntArray
+    """[c] tokens of the cell."""
+
+
+def _shared_cells(batch: LayerBatch, alloc: IntArray) -> _SharedCells:
+    """The positive allocation cells of every shared expert of every layer."""
     _, r, e = batch.counts.shape
     index = shape_index(r, e)
     on_home = alloc[:, index.experts, index.home_of]
     layer, expert = np.nonzero(on_home != batch.expert_tokens)
-    return layer, expert
+    rows = alloc[layer, expert, :]
+    row, rank = np.nonzero(rows)
+    return _SharedCells(layer, expert, row, rank, rows[row, rank])
 
 
-def _layer_routes(batch: LayerBatch, alloc: IntArray, layer: IntArray, shared: IntArray
-                  ) -> tuple[list[Routes], IntArray]:
+def _layer_bounds(keys: IntArray, layers: int) -> list[int]:
+    """Start offsets (and the end) of each layer's run in a sequence sorted by layer."""
+    if layers == 1:
+        return [0, int(keys.size)]
+    return [int(x) for x in np.searchsorted(keys, np.arange(layers + 1))]
+
+
+def _layer_routes(batch: LayerBatch, shared: _SharedCells) -> tuple[list[Routes], IntArray]:
     """`routes_from_allocation` of every layer, and [L] tokens that stay on their source.
 
     All layers go through each numpy step together (the north-west matching works per
-    expert row, so rows of different layers never mix). Local tokens are the home rank's
-    own counts of unshared experts plus the local-first amounts of shared ones: the
-    matching never pairs a rank with itself, since after the local step a rank has residual
-    supply or residual demand, not both.
+    shared row, so rows of different layers never mix); each layer's routes are then
+    written into one [4, n] array whose rows are the route columns. Local tokens are the
+    home rank's own counts of unshared experts plus the local-first amounts of shared ones:
+    the matching never pairs a rank with itself, since after the local step a rank has
+    residual supply or residual demand, not both.
     """
     layers, r, e = batch.counts.shape
     index = shape_index(r, e)
-    flat = batch.counts.reshape(layers, r * e)
+    size = r * e
+    flat = batch.counts.reshape(layers, size)
     mask = flat > 0
-    mask.reshape(layers, r, e)[layer, :, shared] = False
+    kept = flat[:, index.diagonal].sum(axis=1)
+    lay, exp = shared.layer, shared.expert
+    cell_row, cell_rank = shared.row, shared.rank
+    # local first: each allocation cell keeps min(own count, cell tokens) on its own rank
+    supply = batch.counts[lay, :, exp]  # [n, R], a copy
+    own = supply[cell_row, cell_rank]
+    local = np.minimum(own, shared.tokens)
+    supply[cell_row, cell_rank] = own - local
+    on = np.flatnonzero(local)
+    local_row, local_rank, local_tokens = cell_row[on], cell_rank[on], local[on]
+    if exp.size:
+        mask.reshape(layers, r, e)[lay, :, exp] = False
+        home_counts = flat[lay, index.diagonal[exp]]
+        if layers == 1:
+            kept += int(local_tokens.sum()) - int(home_counts.sum())
+        else:
+            np.add.at(kept, lay[local_row], local_tokens)
+            np.subtract.at(kept, lay, home_counts)
+    left = shared.tokens - local
+    wanted = np.flatnonzero(left)
+    nw_row, nw_source, nw_dest, nw_tokens = _north_west(
+        supply, cell_row[wanted], cell_rank[wanted], left[wanted])
     picked = np.flatnonzero(mask)
-    head_ends = np.cumsum(np.count_nonzero(mask, axis=1)) if layers > 1 else [picked.size]
-    cell = picked if layers == 1 else \
-        picked - np.repeat(np.arange(layers) * (r * e), np.diff(head_ends, prepend=0))
-    head = np.empty((4, picked.size), dtype=np.int64)
-    np.take(index.cells, cell, axis=1, out=head[:3], mode="clip")
-    np.take(flat, picked, out=head[3], mode="clip")
-    diagonal = flat[:, index.diagonal]
-    kept = diagonal.sum(axis=1)
-    if shared.size == 0:
-        parts = [head[:, a:b] for a, b in zip([0, *head_ends[:-1]], head_ends, strict=True)]
-        return [Routes(source=x[0], expert=x[1], destination=x[2], tokens=x[3])
-                for x in parts], kept
-    supply = batch.counts[layer, :, shared]
-    demand = alloc[layer, shared, :]
-    local = np.minimum(supply, demand)
-    xs, ds = np.nonzero(local)
-    local_tokens = local[xs, ds]
-    nw_row, nw = _north_west(supply - local, demand - local)
-    np.subtract.at(kept, layer, diagonal[layer, shared])
-    np.add.at(kept, layer[xs], local_tokens)
-    kept_block = np.stack((ds, shared[xs], ds, local_tokens))
-    matched_block = np.stack((nw[0], shared[nw_row], nw[1], nw[2]))
-    if layers == 1:
-        cols = np.concatenate((head, kept_block, matched_block), axis=1)
-        return [Routes(source=cols[0], expert=cols[1], destination=cols[2],
-                       tokens=cols[3])], kept
-    bounds = np.arange(layers + 1)
-    kept_ends = np.searchsorted(layer[xs], bounds)
-    matched_ends = np.searchsorted(layer[nw_row], bounds)
-    head_bounds = [0, *np.asarray(head_ends).tolist()]
+    head_at = [0, picked.size] if layers == 1 else \
+        [int(x) for x in np.searchsorted(picked, np.arange(layers + 1) * size)]
+    local_at = _layer_bounds(lay[local_row], layers)
+    nw_at = _layer_bounds(lay[nw_row], layers)
     routes = []
     for x in range(layers):
-        cols = np.concatenate((head[:, head_bounds[x]:head_bounds[x + 1]],
-                               kept_block[:, kept_ends[x]:kept_ends[x + 1]],
-                               matched_block[:, matched_ends[x]:matched_ends[x + 1]]), axis=1)
+        cells = picked[head_at[x]:head_at[x + 1]]
+        if x:
+            cells = cells - x * size
+        n_head, a, b = cells.size, local_at[x], local_at[x + 1]
+        c, d = nw_at[x], nw_at[x + 1]
+        n_local = b - a
+        cols = np.empty((4, n_head + n_local + d - c), dtype=np.int64)
+        for i in range(3):
+            np.take(index.cells[i], cells, out=cols[i, :n_head], mode="clip")
+        np.take(flat[x], cells, out=cols[3, :n_head], mode="clip")
+        tail = cols[:, n_head:]
+        tail[0, :n_local] = tail[2, :n_local] = local_rank[a:b]
+        tail[1, :n_local] = exp[local_row[a:b]]
+        tail[3, :n_local] = local_tokens[a:b]
+        tail = tail[:, n_local:]
+        tail[0] = nw_source[c:d]
+        tail[1] = exp[nw_row[c:d]]
+        tail[2] = nw_dest[c:d]
+        tail[3] = nw_tokens[c:d]
         routes.append(Routes(source=cols[0], expert=cols[1], destination=cols[2],
                              tokens=cols[3]))
     return routes, kept
 
 
-def _north_west(
-    supply: IntArray, demand: IntArray
-) -> tuple[IntArray, tuple[IntArray, IntArray, IntArray]]:
-    """Match per-expert supply [n, R] and demand [n, R] (equal row sums) in rank order:
-    (row, (source rank, destination rank, tokens)) per piece.
+def _north_west(supply: IntArray, d_row: IntArray, d_rank: IntArray, d_tokens: IntArray
+                ) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+    """Match per-row supply [n, R] with positive demand cells (row, rank, tokens; row-major,
+    equal row sums) in rank order: (row, source rank, destination rank, tokens) per piece.
 
-    Laid end to end, the positive supply cells and the positive demand cells each tile
-    [0, total); every piece between consecutive cut points of the two tilings is one route,
-    in the first supply cell and the first demand cell whose running totals reach its end.
+    Laid end to end, the positive supply cells and the demand cells each tile [0, total);
+    every piece between consecutive cut points of the two tilings is one route. Each
+    supply cell is one piece, cut further where a demand cell ends strictly inside it; a
+    piece belongs to the first demand cell whose running total reaches its end.
     """
-    s_row, s_rank = np.nonzero(supply)
-    d_row, d_rank = np.nonzero(demand)
-    cum_s = np.cumsum(supply[s_row, s_rank])
-    both = np.concatenate((cum_s, np.cumsum(demand[d_row, d_rank])))
-    order = np.argsort(both, kind="stable")  # two sorted runs; supply first on ties
-    cuts = both[order]
-    is_demand = order >= cum_s.size
-    demand_before: IntArray = np.cumsum(is_demand) - is_demand
-    keep = ~is_demand
-    keep[:1] = True
-    keep[1:] |= cuts[1:] != cuts[:-1]  # a demand cut equal to a supply cut adds no piece
-    demand_before = demand_before[keep]
-    supply_before = np.flatnonzero(keep) - demand_before
-    cuts = cuts[keep]
-    lengths = cuts.copy()
-    lengths[1:] -= cuts[:-1]
-    row = s_row[supply_before]
-    assert np.array_equal(row, d_row[demand_before]), \
-        "supply and demand rows must balance per expert"
-    return row, (s_rank[supply_before], d_rank[demand_before], lengths)
+    s_cell = np.flatnonzero(supply)
+    cum_s = np.cumsum(supply.ravel()[s_cell])
+    cum_d = np.cumsum(d_tokens)
+    at = np.searchsorted(cum_s, cum_d)  # the supply cell each demand cut falls in
+    inner = np.flatnonzero(cum_s[at] != cum_d)
+    pieces = np.bincount(at[inner], minlength=cum_s.size)
+    pieces += 1
+    cuts = np.repeat(cum_s, pieces)  # a cell's last piece ends where the cell ends
+    cuts[at[inner] + np.arange(inner.size)] = cum_d[inner]
+    lengths = np.empty_like(cuts)
+    lengths[:1] = cuts[:1]
+    np.subtract(cuts[1:], cuts[:-1], out=lengths[1:])
+    row, source = np.divmod(np.repeat(s_cell, pieces), supply.shape[1])
+    return row, source, d_rank[np.searchsorted(cum_d, cuts)], lengths
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -508,45 +567,57 @@ def build_results(
 
     Each layer's result carries `wall_time_s` as given.
     """
+    return [PlacementResult(planner=planner, wall_time_s=wall_time_s, **fields)
+            for fields in layer_accounts(batch, alloc, lower_bounds)]
+
+
+def layer_accounts(batch: LayerBatch, alloc: IntArray, lower_bounds: IntArray | None = None
+                   ) -> list[dict[str, Any]]:
+    """The fields of each layer's `PlacementResult` but `planner` and `wall_time_s`
+    (a planner that times itself adds them once the accounting is done)."""
     layers, r, e = batch.counts.shape
     m = e // r
     index = shape_index(r, e)
-    layer, shared = _shared_experts(batch, alloc)
-    hosted_rows = alloc[layer, shared, :] > 0
-    hosted_rows[np.arange(shared.size), index.home_of[shared]] = False
-    row, dest = np.nonzero(hosted_rows)
-    lay, exp = layer[row], shared[row]
-    order = np.lexsort((exp, dest, lay))
+    shared = _shared_cells(batch, alloc)
+    # cells come row-major over (layer, expert, rank): each rank's list is sorted
+    foreign = np.flatnonzero(shared.rank != index.home_of[shared.expert[shared.row]])
     hosted: list[list[list[int]]] = [[[] for _ in range(r)] for _ in range(layers)]
-    for x, d, y in zip(lay[order].tolist(), dest[order].tolist(), exp[order].tolist(),
-                       strict=True):
+    row = shared.row[foreign]
+    for x, d, y in zip(shared.layer[row].tolist(), shared.rank[foreign].tolist(),
+                       shared.expert[row].tolist(), strict=True):
         hosted[x][d].append(y)
-    migrated = np.zeros(layers, dtype=np.int64)
-    np.add.at(migrated, lay, alloc[lay, exp, dest])
-    routes, kept = _layer_routes(batch, alloc, layer, shared)
+    moved = shared.tokens[foreign]
+    if layers == 1:
+        migrated = [int(moved.sum())]
+    else:
+        per_layer = np.zeros(layers, dtype=np.int64)
+        np.add.at(per_layer, shared.layer[row], moved)
+        migrated = per_layer.tolist()
+    routes, kept = _layer_routes(batch, shared)
     rank_loads = alloc.sum(axis=1)
-    remote = batch.expert_tokens.sum(axis=1) - kept
+    remote = (batch.expert_tokens.sum(axis=1) - kept).tolist()
     if lower_bounds is None:
-        lower_bounds = redundancy_lower_bounds(batch.problems[0])[None] if layers == 1 else \
-            layer_lower_bounds(batch.expert_tokens, batch.home_loads, batch.capacity, m)
-    results = []
+        lower_bounds = layer_lower_bounds(batch.expert_tokens, batch.home_loads, batch.capacity,
+                                          m)
+    accounts = []
     for x, p in enumerate(batch.problems):
-        per_rank = tuple(tuple(y) for y in hosted[x])
-        num_redundant = sum(len(y) for y in per_rank)
+        per_rank = tuple(map(tuple, hosted[x]))
+        num_redundant = sum(map(len, per_rank))
         traffic = redundant_expert_traffic(
             num_redundant=num_redundant, experts_per_rank=m,
             weight_bytes_per_expert=p.weight_bytes_per_expert,
             grad_bytes_per_expert=p.grad_bytes_per_expert,
         )
-        results.append(PlacementResult(
-            planner=planner, problem=p, allocation=alloc[x], rank_loads=rank_loads[x],
-            redundant_experts=per_rank, routes=routes[x], num_redundant=num_redundant,
-            max_redundant_per_rank=max(len(y) for y in per_rank), redundant_bound_per_rank=m,
-            lower_bound_per_rank=lower_bounds[x], migrated_tokens=int(migrated[x]),
-            remote_tokens=int(remote[x]), prefetch_bytes=traffic.prefetch_bytes,
-            grad_reduce_bytes=traffic.grad_reduce_bytes, wall_time_s=wall_time_s,
-        ))
-    return results
+        accounts.append({
+            "problem": p, "allocation": alloc[x], "rank_loads": rank_loads[x],
+            "redundant_experts": per_rank, "routes": routes[x], "num_redundant": num_redundant,
+            "max_redundant_per_rank": max(map(len, per_rank)),
+            "redundant_bound_per_rank": m, "lower_bound_per_rank": lower_bounds[x],
+            "migrated_tokens": migrated[x], "remote_tokens": remote[x],
+            "prefetch_bytes": traffic.prefetch_bytes,
+            "grad_reduce_bytes": traffic.grad_reduce_bytes,
+        })
+    return accounts
 
 
 __all__ = [
@@ -559,9 +630,11 @@ __all__ = [
     "build_results",
     "placement_layers",
     "placement_problem",
+    "layer_accounts",
     "layer_lower_bounds",
     "layer_slice",
     "layers_array",
+    "matrix_batch",
     "redundancy_lower_bounds",
     "routes_from_allocation",
     "shape_index",
