@@ -32,7 +32,7 @@ from models.kernels import memory_bound_time_s
 from models.layout import StageLayout
 from models.memory import layer_stored_bytes_cap, stage_activation_components
 from models.pipeline import StagePlacement, schedule_traits
-from models.step_time.exposure import LayerComm, layer_comm, zero3_exposed_s
+from models.step_time.exposure import LayerComm, ep_overlapped, layer_comm, zero3_exposed_s
 from models.step_time.groups import AxisGroups
 
 
@@ -124,12 +124,15 @@ def _layer_terms(lc: LayerCompute, comm: LayerComm, zero3: tuple[float, float], 
 _LayerParts = tuple[LayerCompute, LayerComm, tuple[float, float]]
 """One layer's compute, exposed collectives and exposed ZeRO-3 traffic (no policy)."""
 
-_POLICY_FIELDS = frozenset({"recompute", "recompute_modules", "fp8_activations",
+_UNREAD_FIELDS = frozenset({"recompute", "recompute_modules", "fp8_activations",
                             "activation_offload_frac", "stage_policies", "layers_per_stage",
-                            "layers_per_virtual_stage"})
-_MESH_FIELDS = tuple(name for name in ParallelConfig.model_fields if name not in _POLICY_FIELDS)
-"""The configuration fields a layer's parts may read: all but the activation policy and the
-layer split (the parts are computed per layer, without a policy)."""
+                            "layers_per_virtual_stage", "vpp", "microbatch_group_size",
+                            "num_micro_batches", "schedule"})
+_MESH_FIELDS = tuple(name for name in ParallelConfig.model_fields if name not in _UNREAD_FIELDS)
+"""The configuration fields a layer's parts may read: all but the activation policy, the
+layer split and the schedule's shape (the parts are computed per layer and micro-batch,
+without a policy); of the schedule, only whether it hides expert all-to-alls
+(`ep_overlapped`)."""
 
 _LAYER_PARTS: dict[tuple[object, ...], dict[tuple[object, ...], _LayerParts]] = {}
 _LAYER_PARTS_SIZE = 64
@@ -162,6 +165,7 @@ def layer_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     key: tuple[object, ...] | None = None
     if memo is not None:
         key = (spec.is_moe_layer(index), spec.attention_window(index),
+               ep_overlapped(parallel, training),
                *(getattr(parallel, name) for name in _MESH_FIELDS))
         found = memo.get(key)
         if found is not None:

@@ -1,8 +1,17 @@
 """The memos the search shares across candidates, ranks and policies change no value."""
 
 import random
+from typing import Any
 
-from api_schemas import Constraints, FullLayers, ParallelConfig, PipelineSchedule, TrainingSpec
+from api_schemas import (
+    ClusterSpec,
+    Constraints,
+    FullLayers,
+    ModelSpec,
+    ParallelConfig,
+    PipelineSchedule,
+    TrainingSpec,
+)
 from api_schemas.parallel import RecomputeMode, StagePolicy
 from models.catalog import cluster_preset, model_preset
 from models.collectives import fabric_of
@@ -46,14 +55,26 @@ def test_a_ledger_memo_shared_by_every_candidate_leaves_each_evaluation_unchange
 
 
 def test_layer_parts_kept_across_ranks_and_policies_give_the_same_stage_times() -> None:
-    # The per-layer compute, exposure and ZeRO-3 terms are kept per layer kind and the
-    # configuration's non-policy fields: every rank's times under any policy equal those
-    # computed afresh, after the memo was filled by other policies and ZeRO stages.
+    # The per-layer compute, exposure and ZeRO-3 terms are kept per layer kind, whether the
+    # schedule hides expert all-to-alls and the configuration's other non-policy fields:
+    # every rank's times under any policy and schedule equal those computed afresh, after
+    # the memo was filled by other policies, schedules and ZeRO stages.
     spec = model_preset("deepseek-v3")
     cluster = cluster_preset("h800-sxm5-80gb", num_nodes=32)
     training = TrainingSpec(global_batch_size=1024, sequence_length=4096)
-    base = ParallelConfig(pp=8, dp=32, ep=16, schedule=PipelineSchedule.INTERLEAVED_1F1B, vpp=2)
     memo = layer_parts_memo(spec, training, cluster)
+    for schedule, vpp in ((PipelineSchedule.INTERLEAVED_1F1B, 2), (PipelineSchedule.DUALPIPEV, 2),
+                          (PipelineSchedule.ONE_F_ONE_B, 1)):
+        base = ParallelConfig(pp=8, dp=32, ep=16, schedule=schedule, vpp=vpp)
+        _check_stage_times(spec, training, cluster, base, memo)
+    # Dense and MoE layers under two ZeRO timings (3 and 0-2), expert all-to-alls hidden
+    # (DualPipeV) or not.
+    assert len(memo) >= 8
+
+
+def _check_stage_times(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                       base: ParallelConfig,
+                       memo: dict[tuple[object, ...], Any]) -> None:
     policies: list[dict[str, object]] = [
         {}, {"recompute": RecomputeMode.SELECTIVE},
         {"recompute": FullLayers(full_layers=2, others="selective"), "fp8_activations": True},
@@ -71,9 +92,7 @@ def test_layer_parts_kept_across_ranks_and_policies_give_the_same_stage_times() 
                                   layer_memo=memo)
                 fresh = stage_time(spec, training, parallel, cluster, layout,
                                    num_micro_batches=m, fabric=fabric, groups=groups)
-                assert kept == fresh, (zero, policy, layout.rank)
-    # Dense and MoE layers under two ZeRO timings (3 and 0-2).
-    assert len(memo) >= 4
+                assert kept == fresh, (base.schedule, zero, policy, layout.rank)
 
 
 def _reference_bound(table: WorkTable, parallel: ParallelConfig, more: bool) -> float:
