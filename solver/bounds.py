@@ -18,11 +18,11 @@ from functools import lru_cache
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import PipelineSchedule, RecomputeMode, RecomputeModule
+from api_schemas.parallel import PipelineSchedule, RecomputeMode
 from api_schemas.training import TrainingSpec
 from models.activations import LayerActivationContext, layer_activation_bytes
 from models.collectives import fabric_of
-from models.compute import LayerCompute, head_compute, layer_compute
+from models.compute import LayerCompute, head_compute
 from models.errors import InvalidSpecError
 from models.memory import RUNTIME_RESERVE_BYTES
 from models.params import count_parameters, mtp_module_params
@@ -33,7 +33,13 @@ from models.pipeline import (
     schedule_traits,
 )
 from models.precision import sharded_state_bytes, state_bytes_per_param
-from models.step_time import axis_groups, compute_context, layer_comm, zero3_exposed_s
+from models.step_time import (
+    axis_groups,
+    compute_context,
+    layer_parts,
+    layer_parts_memo,
+    zero3_exposed_s,
+)
 from solver.space import MeshCandidate
 
 
@@ -99,16 +105,15 @@ class BoundTables:
         groups = axis_groups(parallel, gpus_per_node=self.cluster.gpus_per_node)
         out: dict[str, float] = {}
         layers: list[tuple[int, LayerCompute]] = []
+        # The parts the stage times of candidates of this mesh read too (kept).
+        memo = layer_parts_memo(spec, tr, self.cluster)
         for kind, index in (("dense", self._first(False)), ("moe", self._first(True))):
             if index is None:
                 out.update({f"{kind}_f": 0.0, f"{kind}_b": 0.0, f"{kind}_w": 0.0})
                 continue
-            lc = layer_compute(spec, index, ctx)
+            lc, comm, _ = layer_parts(spec, tr, parallel, self.cluster, index,
+                                      fabric=self.fabric, groups=groups, memo=memo)
             layers.append((index, lc))
-            comm = layer_comm(spec, index, training=tr, parallel=parallel, groups=groups,
-                              fabric=self.fabric, compute=lc,
-                              attention_forward_s=lc.recompute_module_s.get(
-                                  RecomputeModule.CORE_ATTN, 0.0))
             out[f"{kind}_f"] = lc.times.forward_s + sum(comm.forward_s.values())
             out[f"{kind}_b"] = lc.times.backward_input_s + sum(comm.backward_s.values())
             out[f"{kind}_w"] = lc.times.backward_weight_s
