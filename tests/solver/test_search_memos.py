@@ -170,3 +170,24 @@ def test_memory_probes_sum_the_same_bytes_as_the_ledger_lines() -> None:
                 assert _rank_bytes(spec, training, parallel, layout, m, memo) == (
                     stage.total_bytes, stage.host_bytes), (fused, zero, layout.rank)
                 assert (stage.host_bytes > 0) == ("activation_offload_frac" in policy)
+
+
+def test_candidate_lists_are_kept_only_when_complete_and_per_constraints() -> None:
+    from solver import space
+
+    spec = model_preset("llama-3.1-8b")
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    space._MESHES.clear()
+    cut = space.candidate_meshes(spec, training, world_size=16, gpus_per_node=8,
+                                 constraints=Constraints(), deadline=0.0)
+    assert cut == [] and not space._MESHES  # past the deadline: partial, not kept
+    full = space.candidate_meshes(spec, training, world_size=16, gpus_per_node=8,
+                                  constraints=Constraints())
+    assert full and len(space._MESHES) == 1
+    again = space.candidate_meshes(spec, training, world_size=16, gpus_per_node=8,
+                                   constraints=Constraints(), deadline=0.0)
+    assert again == full and again is not full
+    pinned = space.candidate_meshes(spec, training, world_size=16, gpus_per_node=8,
+                                    constraints=Constraints(tp=2))
+    assert pinned and all(c.tp == 2 for c in pinned) and len(pinned) < len(full)
+    assert len(space._MESHES) == 2
