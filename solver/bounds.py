@@ -86,14 +86,19 @@ class BoundTables:
         self.mtp_experts = (spec.num_mtp_layers * mtp_module_params(spec).routed_experts
                             if spec.num_mtp_layers else 0)
         self._core_cache, self._input_cache = _shared_caches(spec, training, cluster)
+        self._zero3_cache: dict[tuple[object, ...], float] = {}
+        """Per core and data and pipeline degrees, the exposed ZeRO-3 traffic of all layers."""
+
+    def _core_key(self, c: MeshCandidate) -> tuple[object, ...]:
+        return (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
+                c.sequence_parallel,
+                schedule_traits(c.schedule).overlapped_pairs
+                or (schedule_traits(c.schedule).placement == StagePlacement.LOOPED
+                    and self.training.overlap_ep_comm))
 
     def core(self, c: MeshCandidate) -> CoreTimes:
         """Layer and head times of the candidate's core (cached)."""
-        key = (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
-               c.sequence_parallel,
-               schedule_traits(c.schedule).overlapped_pairs
-               or (schedule_traits(c.schedule).placement == StagePlacement.LOOPED
-                   and self.training.overlap_ep_comm))
+        key = self._core_key(c)
         if key not in self._core_cache:
             self._core_cache[key] = self._compute_core(c)
         return self._core_cache[key]
@@ -159,14 +164,19 @@ class BoundTables:
         measured against the layer's compute without recomputation, which recomputation
         can only lengthen), times the micro-batches."""
         core = self.core(c)
-        parallel = c.parallel(zero_stage=3)
-        groups = axis_groups(parallel, gpus_per_node=self.cluster.gpus_per_node)
-        exposed = 0.0
-        for index, lc in core.layers:
-            forward, backward = zero3_exposed_s(self.spec, index, self.training, parallel,
-                                                groups, self.fabric, lc)
-            count = self.num_moe if self.spec.is_moe_layer(index) else self.num_dense
-            exposed += count * (forward + backward)
+        # The exposure reads the core's layers and the ZeRO-3 groups (the mesh's degrees).
+        key = (self._core_key(c), c.dp, c.pp)
+        exposed = self._zero3_cache.get(key)
+        if exposed is None:
+            parallel = c.parallel(zero_stage=3)
+            groups = axis_groups(parallel, gpus_per_node=self.cluster.gpus_per_node)
+            exposed = 0.0
+            for index, lc in core.layers:
+                forward, backward = zero3_exposed_s(self.spec, index, self.training, parallel,
+                                                    groups, self.fabric, lc)
+                count = self.num_moe if self.spec.is_moe_layer(index) else self.num_dense
+                exposed += count * (forward + backward)
+            self._zero3_cache[key] = exposed
         work = (self.num_dense * (core.dense_f + core.dense_b + core.dense_w)
                 + self.num_moe * (core.moe_f + core.moe_b + core.moe_w) + core.head_s)
         return c.num_micro_batches * (work + exposed) / c.pp

@@ -191,3 +191,19 @@ def test_candidate_lists_are_kept_only_when_complete_and_per_constraints() -> No
                                     constraints=Constraints(tp=2))
     assert pinned and all(c.tp == 2 for c in pinned) and len(pinned) < len(full)
     assert len(space._MESHES) == 2
+
+
+def test_zero3_bound_kept_per_core_and_degrees_equals_a_fresh_one() -> None:
+    from solver.bounds import BoundTables
+
+    spec = model_preset("deepseek-v3")
+    cluster = cluster_preset("h800-sxm5-80gb", num_nodes=32)
+    training = TrainingSpec(global_batch_size=1024, sequence_length=4096)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=Constraints())
+    shared = BoundTables(spec, training, cluster)
+    sample = random.Random(9).sample(candidates, 40)
+    kept = [shared.zero3_time_bound_s(c) for c in sample]
+    assert [BoundTables(spec, training, cluster).zero3_time_bound_s(c)
+            for c in sample] == kept
+    assert len(shared._zero3_cache) < len(sample)  # candidates shared a core and degrees
