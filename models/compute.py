@@ -733,13 +733,20 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext,
 def clear_compute_cache() -> None:
     """Forget cached layer times (for calibration scripts that swap kernel profiles)."""
     _layer_compute.cache_clear()
+    _head_compute.cache_clear()
     _scaled_family_profile.cache_clear()
 
 
 def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
     """Output projection (vocabulary-parallel) and the fp32 cross-entropy on the last stage:
     one fused pass set (write, softmax read/write in fp32) or, unfused, the eager loss
-    passes of `RUNTIME_PASSES` (a .float() copy, log_softmax, and their backward)."""
+    passes of `RUNTIME_PASSES` (a .float() copy, log_softmax, and their backward); cached
+    per model and context, as `layer_compute`."""
+    return _head_compute(spec, ctx)
+
+
+@lru_cache(maxsize=4096)
+def _head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
     gemm = [_Gemm(m=ctx.tokens, n=math.ceil(spec.vocab_size / ctx.tp), k=spec.hidden_size)]
     times, _ = _gemm_times(gemm, ctx)
     logits = ctx.tokens * spec.vocab_size / ctx.tp

@@ -51,6 +51,8 @@ from models.runtime_memory import (
     CUDA_CONTEXT_BYTES,
     NCCL_BUFFER_BYTES,
     NCCL_CHANNELS,
+    fragmentation_bytes,
+    loss_hole_components,
     runtime_components,
     runtime_items,
     runtime_items_key,
@@ -212,7 +214,7 @@ def expert_data_parallel_degree(spec: ModelSpec, parallel: ParallelConfig) -> in
 
 def _first_of_each_kind(spec: ModelSpec, layers: tuple[int, ...]) -> dict[bool, int]:
     """One layer index per kind (dense False, MoE True) among `layers`."""
-    first_dense, first_moe = _layer_mix(spec, layers)[2:]
+    first_dense, first_moe = layer_mix(spec, layers)[2:]
     out: dict[bool, int] = {}
     if first_dense is not None:
         out[False] = first_dense
@@ -222,8 +224,8 @@ def _first_of_each_kind(spec: ModelSpec, layers: tuple[int, ...]) -> dict[bool, 
 
 
 @lru_cache(maxsize=16384)
-def _layer_mix(spec: ModelSpec, layers: tuple[int, ...]
-               ) -> tuple[int, int, int | None, int | None]:
+def layer_mix(spec: ModelSpec, layers: tuple[int, ...]
+              ) -> tuple[int, int, int | None, int | None]:
     """(dense layers, MoE layers, first dense index, first MoE index) among `layers`."""
     counts = {False: 0, True: 0}
     first: dict[bool, int] = {}
@@ -533,6 +535,32 @@ def _activations_key(parallel: ParallelConfig, layout: StageLayout,
             parallel.schedule, parallel.pp, parallel.vpp, parallel.microbatch_group_size)
 
 
+def _rank_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                layout: StageLayout, num_micro_batches: int, memo: LedgerMemo | None
+                ) -> tuple[_StateParts, _ActivationParts,
+                           tuple[list[MemoryComponent], int] | None]:
+    """A rank's model states, activations and (with a memo) runtime items but the
+    allocator's share, from `memo` where it has them (it must serve these inputs)."""
+    if memo is None:
+        return (_state_parts(spec, training, parallel, layout),
+                stage_activation_components(spec, training, parallel, layout,
+                                            num_micro_batches=num_micro_batches), None)
+    key = _states_key(parallel, layout)
+    parts = memo.states.get(key)
+    if parts is None:
+        parts = memo.states[key] = _state_parts(spec, training, parallel, layout)
+    key = _activations_key(parallel, layout, num_micro_batches)
+    acts = memo.activations.get(key)
+    if acts is None:
+        acts = memo.activations[key] = stage_activation_components(
+            spec, training, parallel, layout, num_micro_batches=num_micro_batches)
+    key = runtime_items_key(parallel, parts[0])
+    items = memo.runtime.get(key)
+    if items is None:
+        items = memo.runtime[key] = runtime_items(spec, training, parallel, parts[0])
+    return parts, acts, items
+
+
 def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                  layout: StageLayout, *, num_micro_batches: int,
                  memo: LedgerMemo | None = None) -> StageMemory:
@@ -540,30 +568,10 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
     earlier configurations of the same mesh, `LedgerMemo`)."""
     if memo is not None and not memo.serves(spec, training):
         memo = None
-    if memo is None:
-        groups, states, host_states, ema_gpu, ema_host = _state_parts(spec, training,
-                                                                      parallel, layout)
-        activations, host_acts, peak = stage_activation_components(
-            spec, training, parallel, layout, num_micro_batches=num_micro_batches)
-    else:
-        key = _states_key(parallel, layout)
-        parts = memo.states.get(key)
-        if parts is None:
-            parts = memo.states[key] = _state_parts(spec, training, parallel, layout)
-        groups, states, host_states, ema_gpu, ema_host = parts
-        key = _activations_key(parallel, layout, num_micro_batches)
-        acts = memo.activations.get(key)
-        if acts is None:
-            acts = memo.activations[key] = stage_activation_components(
-                spec, training, parallel, layout, num_micro_batches=num_micro_batches)
-        activations, host_acts, peak = acts
+    parts, acts, items = _rank_parts(spec, training, parallel, layout, num_micro_batches, memo)
+    groups, states, host_states, ema_gpu, ema_host = parts
+    activations, host_acts, peak = acts
     dynamic = sum(c.bytes for c in activations)
-    items = None
-    if memo is not None:
-        key = runtime_items_key(parallel, groups)
-        items = memo.runtime.get(key)
-        if items is None:
-            items = memo.runtime[key] = runtime_items(spec, training, parallel, groups)
     others = runtime_components(spec, training, parallel, groups, dynamic,
                                 num_heads=layout.num_heads, items=items)
     vision = vision_memory_components(
@@ -574,6 +582,30 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
                        components=tuple(states + ema_gpu + activations + vision + others),
                        host_components=tuple(host_states + host_acts + ema_host),
                        in_flight_chunks=peak)
+
+
+def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                layout: StageLayout, num_micro_batches: int,
+                memo: LedgerMemo | None) -> tuple[int, int]:
+    """(`total_bytes`, `host_bytes`) of `stage_memory`'s ledger, summed from its parts
+    without building the ledger lines where a memo holds the runtime items."""
+    if memo is None or training.vision is not None:
+        stage = stage_memory(spec, training, parallel, layout,
+                             num_micro_batches=num_micro_batches, memo=memo)
+        return stage.total_bytes, stage.host_bytes
+    parts, acts, items = _rank_parts(spec, training, parallel, layout, num_micro_batches, memo)
+    assert items is not None
+    _, states, host_states, ema_gpu, ema_host = parts
+    activations, host_acts, _ = acts
+    listed, transient = items
+    dynamic = sum(c.bytes for c in activations)
+    hole = sum(c.bytes for c in loss_hole_components(spec, training, parallel,
+                                                     num_heads=layout.num_heads))
+    gpu = (sum(c.bytes for c in states) + sum(c.bytes for c in ema_gpu) + dynamic
+           + sum(c.bytes for c in listed) + fragmentation_bytes(dynamic, transient) + hole)
+    host = (sum(c.bytes for c in host_states) + sum(c.bytes for c in host_acts)
+            + sum(c.bytes for c in ema_host))
+    return gpu, host
 
 
 def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -678,14 +710,14 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     host_capacity = cluster.host_memory_bytes // cluster.gpus_per_node
     profile = in_flight_counts(parallel, m) if len(layouts) > 1 else None
     checked: dict[tuple[object, ...], list[int]] = {}
+    uniform = parallel.stage_policies is None
     for rank in order:
-        twin = _twin_key(spec, parallel, layouts[rank], memo)
+        twin = _twin_key(spec, parallel, layouts[rank], memo, uniform=uniform)
         if profile is not None and twin is not None and any(
                 profile.dominates(other, rank) for other in checked.get(twin, ())):
             continue  # holds no more than a rank already found to fit
-        stage = stage_memory(spec, training, parallel, layouts[rank], num_micro_batches=m,
-                             memo=memo)
-        if stage.total_bytes > cluster.capacity_bytes or stage.host_bytes > host_capacity:
+        gpu, host = _rank_bytes(spec, training, parallel, layouts[rank], m, memo)
+        if gpu > cluster.capacity_bytes or host > host_capacity:
             return False
         if twin is not None:
             checked.setdefault(twin, []).append(rank)
@@ -693,7 +725,8 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
 
 
 def _twin_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
-              memo: LedgerMemo | None = None) -> tuple[object, ...] | None:
+              memo: LedgerMemo | None = None, *,
+              uniform: bool = False) -> tuple[object, ...] | None:
     """What makes two ranks' ledgers equal apart from their in-flight micro-batches, or None
     for ranks holding an embedding, a head or MTP modules (their extra terms read other rows
     of the profile).
@@ -713,7 +746,8 @@ def _twin_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
                       for chunk in layout.chunks)
         if memo is not None:
             memo.kinds[layout.chunks] = kinds
-    return kinds, parallel.policy_of(layout.rank)
+    # Under one policy for every rank (`uniform`) the policy cannot tell ranks apart.
+    return kinds, None if uniform else parallel.policy_of(layout.rank)
 
 
 __all__ = [
@@ -731,6 +765,7 @@ __all__ = [
     "fits_memory",
     "in_flight_bytes",
     "in_flight_counts",
+    "layer_mix",
     "layer_stored_bytes_cap",
     "memory_ledger",
     "micro_batch_count",

@@ -173,12 +173,17 @@ def runtime_items_key(parallel: ParallelConfig, groups: RankParameters) -> tuple
             parallel.micro_batch_size, parallel.sequence_parallel, parallel.cp_kind)
 
 
-def fragmentation_component(dynamic_bytes: int, transient_bytes: int) -> MemoryComponent:
+def fragmentation_bytes(dynamic_bytes: int, transient_bytes: int) -> int:
     """The caching allocator's fragmentation share of the dynamic (activation) and transient
     bytes (`ALLOCATOR_FRAGMENTATION_FRAC`)."""
+    return math.ceil(ALLOCATOR_FRAGMENTATION_FRAC * (dynamic_bytes + transient_bytes))
+
+
+def fragmentation_component(dynamic_bytes: int, transient_bytes: int) -> MemoryComponent:
+    """`fragmentation_bytes` as a ledger line."""
     return MemoryComponent(
         name="allocator fragmentation", kind="other",
-        bytes=math.ceil(ALLOCATOR_FRAGMENTATION_FRAC * (dynamic_bytes + transient_bytes)),
+        bytes=fragmentation_bytes(dynamic_bytes, transient_bytes),
         note=f"{ALLOCATOR_FRAGMENTATION_FRAC:.0%} of dynamic bytes")
 
 
@@ -289,6 +294,7 @@ __all__ = [
     "NCCL_CHANNELS",
     "attention_workspace_bytes",
     "communicator_count",
+    "fragmentation_bytes",
     "fragmentation_component",
     "nccl_buffer_bytes",
     "runtime_components",

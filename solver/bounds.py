@@ -18,11 +18,11 @@ from functools import lru_cache
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import PipelineSchedule, RecomputeMode, RecomputeModule
+from api_schemas.parallel import PipelineSchedule, RecomputeMode
 from api_schemas.training import TrainingSpec
 from models.activations import LayerActivationContext, layer_activation_bytes
 from models.collectives import fabric_of
-from models.compute import LayerCompute, head_compute, layer_compute
+from models.compute import LayerCompute, head_compute
 from models.errors import InvalidSpecError
 from models.memory import RUNTIME_RESERVE_BYTES
 from models.params import count_parameters, mtp_module_params
@@ -33,7 +33,13 @@ from models.pipeline import (
     schedule_traits,
 )
 from models.precision import sharded_state_bytes, state_bytes_per_param
-from models.step_time import axis_groups, compute_context, layer_comm, zero3_exposed_s
+from models.step_time import (
+    axis_groups,
+    compute_context,
+    layer_parts,
+    layer_parts_memo,
+    zero3_exposed_s,
+)
 from solver.space import MeshCandidate
 
 
@@ -80,14 +86,19 @@ class BoundTables:
         self.mtp_experts = (spec.num_mtp_layers * mtp_module_params(spec).routed_experts
                             if spec.num_mtp_layers else 0)
         self._core_cache, self._input_cache = _shared_caches(spec, training, cluster)
+        self._zero3_cache: dict[tuple[object, ...], float] = {}
+        """Per core and data and pipeline degrees, the exposed ZeRO-3 traffic of all layers."""
+
+    def _core_key(self, c: MeshCandidate) -> tuple[object, ...]:
+        return (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
+                c.sequence_parallel,
+                schedule_traits(c.schedule).overlapped_pairs
+                or (schedule_traits(c.schedule).placement == StagePlacement.LOOPED
+                    and self.training.overlap_ep_comm))
 
     def core(self, c: MeshCandidate) -> CoreTimes:
         """Layer and head times of the candidate's core (cached)."""
-        key = (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
-               c.sequence_parallel,
-               schedule_traits(c.schedule).overlapped_pairs
-               or (schedule_traits(c.schedule).placement == StagePlacement.LOOPED
-                   and self.training.overlap_ep_comm))
+        key = self._core_key(c)
         if key not in self._core_cache:
             self._core_cache[key] = self._compute_core(c)
         return self._core_cache[key]
@@ -99,16 +110,15 @@ class BoundTables:
         groups = axis_groups(parallel, gpus_per_node=self.cluster.gpus_per_node)
         out: dict[str, float] = {}
         layers: list[tuple[int, LayerCompute]] = []
+        # The parts the stage times of candidates of this mesh read too (kept).
+        memo = layer_parts_memo(spec, tr, self.cluster)
         for kind, index in (("dense", self._first(False)), ("moe", self._first(True))):
             if index is None:
                 out.update({f"{kind}_f": 0.0, f"{kind}_b": 0.0, f"{kind}_w": 0.0})
                 continue
-            lc = layer_compute(spec, index, ctx)
+            lc, comm, _, _ = layer_parts(spec, tr, parallel, self.cluster, index,
+                                         fabric=self.fabric, groups=groups, memo=memo)
             layers.append((index, lc))
-            comm = layer_comm(spec, index, training=tr, parallel=parallel, groups=groups,
-                              fabric=self.fabric, compute=lc,
-                              attention_forward_s=lc.recompute_module_s.get(
-                                  RecomputeModule.CORE_ATTN, 0.0))
             out[f"{kind}_f"] = lc.times.forward_s + sum(comm.forward_s.values())
             out[f"{kind}_b"] = lc.times.backward_input_s + sum(comm.backward_s.values())
             out[f"{kind}_w"] = lc.times.backward_weight_s
@@ -154,14 +164,19 @@ class BoundTables:
         measured against the layer's compute without recomputation, which recomputation
         can only lengthen), times the micro-batches."""
         core = self.core(c)
-        parallel = c.parallel(zero_stage=3)
-        groups = axis_groups(parallel, gpus_per_node=self.cluster.gpus_per_node)
-        exposed = 0.0
-        for index, lc in core.layers:
-            forward, backward = zero3_exposed_s(self.spec, index, self.training, parallel,
-                                                groups, self.fabric, lc)
-            count = self.num_moe if self.spec.is_moe_layer(index) else self.num_dense
-            exposed += count * (forward + backward)
+        # The exposure reads the core's layers and the ZeRO-3 groups (the mesh's degrees).
+        key = (self._core_key(c), c.dp, c.pp)
+        exposed = self._zero3_cache.get(key)
+        if exposed is None:
+            parallel = c.parallel(zero_stage=3)
+            groups = axis_groups(parallel, gpus_per_node=self.cluster.gpus_per_node)
+            exposed = 0.0
+            for index, lc in core.layers:
+                forward, backward = zero3_exposed_s(self.spec, index, self.training, parallel,
+                                                    groups, self.fabric, lc)
+                count = self.num_moe if self.spec.is_moe_layer(index) else self.num_dense
+                exposed += count * (forward + backward)
+            self._zero3_cache[key] = exposed
         work = (self.num_dense * (core.dense_f + core.dense_b + core.dense_w)
                 + self.num_moe * (core.moe_f + core.moe_b + core.moe_w) + core.head_s)
         return c.num_micro_batches * (work + exposed) / c.pp

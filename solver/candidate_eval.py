@@ -201,7 +201,8 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                        step_cutoff_s: float = math.inf,
                        zero3_bound_s: float = 0.0,
                        zero_floors_s: Mapping[int, float] | None = None,
-                       caps: PolicyCaps | None = None) -> ScoredPlan | Rejection | Dominated:
+                       caps: PolicyCaps | None = None,
+                       memo: LedgerMemo | None = None) -> ScoredPlan | Rejection | Dominated:
     """The best plan of one mesh candidate under the rule in the module docstring.
 
     Each ZeRO stage's fitting plan is simulated in the order of its step-time bound
@@ -216,7 +217,10 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     makespan bound plus `models.step_time.step_tail_floor_s`) for any stage, whose ladder
     is then replaced by one probe of its first rung (a plain fit there still ends the
     ladder, so the stages considered stay those of the rule). `caps` limits the
-    activation policies to what a framework target expresses (`solver/targets.py`)."""
+    activation policies to what a framework target expresses (`solver/targets.py`). `memo`:
+    rank-ledger pieces shared with other candidates of the same model and recipe
+    (`models.memory.LedgerMemo`, whose keys hold every field a piece reads; a search
+    passes one for all its candidates), the value being the same with or without it."""
     zeros = allowed_zero_stages(constraints)
     caps = caps or ALL_POLICIES
     if not zeros:
@@ -225,7 +229,8 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     unfit: ParallelConfig | None = None
     pinned = constraints.recompute is not None and not isinstance(constraints.recompute, list)
     # The probes of every ZeRO stage and rung share their ranks' states and activations.
-    memo = LedgerMemo(spec=spec, training=training)
+    if memo is None or not memo.serves(spec, training):
+        memo = LedgerMemo(spec=spec, training=training)
     work = _WorkTables(spec, training, cluster, candidate, constraints)
     try:
         skipped: list[float] = []
@@ -242,7 +247,7 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                     break  # a plain fit ends the ladder
                 continue
             policy_bound = (None if pinned or step_cutoff_s == math.inf
-                     else _plan_bound(work, floor))
+                            else _plan_bound(work, floor, zero, caps))
             ends = False
             for storage in storage_options(zero, constraints, candidate.pp):
                 found = _first_fit(spec, training, cluster, candidate, storage, constraints,
@@ -302,12 +307,15 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
 
 class _WorkTables:
     """The `models.step_time.WorkTable` of one candidate per timing ZeRO stage (0 stands for
-    0-2, whose ops time alike; 3), built when first asked for."""
+    0-2, whose ops time alike; 3), built when first asked for, and the bounds of the most
+    frugal policies asked for (they read only the policy and the timing stage, so the ZeRO
+    stages of one timing share them)."""
 
     def __init__(self, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                  candidate: MeshCandidate, constraints: Constraints) -> None:
         self._args = (spec, training, cluster, candidate, constraints)
         self._tables: dict[int, WorkTable] = {}
+        self._frugal: dict[tuple[int, int], float] = {}
 
     def bound_s(self, parallel: ParallelConfig, *, more_full_layers: bool = False) -> float:
         """`models.step_time.policy_work_bound_s` of a plan of the candidate."""
@@ -318,15 +326,29 @@ class _WorkTables:
                 spec, training, _with_policy(candidate, timing, {}, constraints), cluster)
         return self._tables[timing].bound_s(parallel, more_full_layers=more_full_layers)
 
+    def frugal_bound_s(self, zero: int, full_layers: int, caps: PolicyCaps) -> float:
+        """`bound_s(..., more_full_layers=True)` of the candidate at ZeRO stage `zero` under
+        the most frugal policy with full recomputation of the first `full_layers` layers
+        (`_frugal`; the caps are one evaluation's, fixed)."""
+        key = (3 if zero == 3 else 0, full_layers)
+        found = self._frugal.get(key)
+        if found is None:
+            spec, _, _, candidate, constraints = self._args
+            found = self._frugal[key] = self.bound_s(
+                _with_policy(candidate, zero, _frugal(spec, constraints, full_layers, caps),
+                             constraints), more_full_layers=True)
+        return found
 
-def _plan_bound(work: _WorkTables, floor_s: float) -> Callable[[ParallelConfig], float]:
-    """A lower bound of the step time of a plan at one ZeRO stage from its policy: the
-    stage's floor, and the busiest rank's work plus the policy's recomputation, counted so
-    that it holds for more fully recomputed first layers too
-    (`models.step_time.policy_work_bound_s`)."""
 
-    def bound(parallel: ParallelConfig) -> float:
-        return max(floor_s, work.bound_s(parallel, more_full_layers=True))
+def _plan_bound(work: _WorkTables, floor_s: float, zero: int,
+                caps: PolicyCaps) -> Callable[[int], float]:
+    """A lower bound of the step time of a plan at one ZeRO stage under the most frugal
+    policy with full recomputation of the first k layers, by k: the stage's floor, and the
+    busiest rank's work plus the policy's recomputation, counted so that it holds for more
+    fully recomputed first layers too (`models.step_time.policy_work_bound_s`)."""
+
+    def bound(full_layers: int) -> float:
+        return max(floor_s, work.frugal_bound_s(zero, full_layers, caps))
 
     return bound
 
@@ -407,15 +429,16 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                candidate: MeshCandidate, zero: Storage, constraints: Constraints, pinned: bool,
                caps: PolicyCaps = ALL_POLICIES, memo: LedgerMemo | None = None, *,
                cutoff_s: float = math.inf,
-               plan_bound: Callable[[ParallelConfig], float] | None = None
+               plan_bound: Callable[[int], float] | None = None
                ) -> _Fit | _Bounded | ParallelConfig:
     """The first ladder rung that fits at this ZeRO stage, or the most frugal configuration
     tried when none does (its ledger says which stage binds). Probes only ask whether a
     configuration fits (`fits_memory`); the full ledger is built only for a plan that is
     scored.
 
-    With `plan_bound` (a lower bound of the step time of a policy, and of the same policy
-    with more first layers fully recomputed), the probing stops once the policies still
+    With `plan_bound` (by k, a lower bound of the step time of the most frugal policy with
+    full recomputation of the first k layers, and of the same policy with more first layers
+    fully recomputed), the probing stops once the policies still
     possible are all bounded at `cutoff_s` or above (`_Bounded`): after a rung with
     recomputation is found not to fit, every later rung and every k of full recomputation
     of the first k layers recompute at least the smaller of full and selective on each
@@ -439,8 +462,7 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
         else:
             low = mid + 1
             if found is None and plan_bound is not None and not pinned and caps.full_layers:
-                bound = plan_bound(_with_policy(candidate, zero, _frugal(spec, constraints, 0,
-                                                                         caps), constraints))
+                bound = plan_bound(0)
                 if bound >= cutoff_s:
                     return _Bounded(bound_s=bound)
     if found is not None:
@@ -464,9 +486,7 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
         else:
             low = mid + 1
             if plan_bound is not None:
-                bound = plan_bound(_with_policy(candidate, zero,
-                                                _frugal(spec, constraints, low, caps),
-                                                constraints))
+                bound = plan_bound(low)
                 if bound >= cutoff_s:
                     return _Bounded(bound_s=bound)
     chosen = _with_policy(candidate, zero, _frugal(spec, constraints, low, caps), constraints)

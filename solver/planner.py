@@ -56,6 +56,7 @@ from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
+from models.memory import LedgerMemo
 from models.step_time import step_time_floors_s
 from solver import cancel
 from solver.bounds import BoundTables
@@ -258,6 +259,8 @@ class _Problem:
     tables: BoundTables
     zeros: list[int]
     max_offload: float
+    memo: LedgerMemo
+    """Rank-ledger pieces every candidate's memory probes share (one model and recipe)."""
 
     @property
     def tokens(self) -> int:
@@ -300,7 +303,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                            spec, training, cluster,
                            host_gradients=constraints.gradient_host_shards
                            or constraints.allow_gradient_host_shards),
-                       zeros=zeros, max_offload=max_offload_share(constraints))
+                       zeros=zeros, max_offload=max_offload_share(constraints),
+                       memo=LedgerMemo(spec=spec, training=training))
     sizes = (list(world_sizes) if world_sizes
              else objective_world_sizes(cluster, constraints, objective))
     queue = _Queue(heap=[], total=0, pruned_memory=0)
@@ -527,7 +531,8 @@ def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,
                                   problem.constraints, step_cutoff_s=cutoff_s,
                                   zero3_bound_s=queue.zero3_bound.get(order, 0.0),
                                   zero_floors_s=queue.zero_floors.get(order),
-                                  least_memory=problem.objective == Objective.MIN_MEMORY)
+                                  least_memory=problem.objective == Objective.MIN_MEMORY,
+                                  memo=problem.memo)
     queue.evaluated += 1
     if isinstance(result, Dominated):
         if problem.target_cutoff_s <= incumbent_s:

@@ -7,7 +7,9 @@ own policies (TP within a node unless pinned, sequence parallelism whenever tp >
 TP only when pinned, CP only for long sequences). Must not: evaluate costs.
 """
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -205,6 +207,12 @@ def _expert_options(ctx: MeshContext, tp: int, cp: int, dp: int,
     return out
 
 
+_MESHES: OrderedDict[tuple[object, ...], tuple[MeshCandidate, ...]] = OrderedDict()
+MESH_LISTS_KEPT = 16
+"""Complete candidate lists kept (the most recently used): a later search of the same model,
+recipe, cluster size and constraints lists the same candidates."""
+
+
 def candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int,
                      gpus_per_node: int, constraints: Constraints,
                      deadline: float | None = None) -> list[MeshCandidate]:
@@ -214,8 +222,33 @@ def candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int
     candidate is kept only when `models.mesh.rules.errors` finds no error: the search, the
     evaluation of one configuration and the mesh lab share one rule set. Past `deadline`
     (a `time.perf_counter()` value) the list so far is returned: the caller, which set the
-    deadline, knows it is partial.
+    deadline, knows it is partial. Complete lists are kept for `MESH_LISTS_KEPT` inputs.
     """
+    key = (spec, training, world_size, gpus_per_node, constraints.model_dump_json())
+    with _MESHES_LOCK:
+        kept = _MESHES.get(key)
+        if kept is not None:
+            _MESHES.move_to_end(key)
+            return list(kept)
+    complete, out = _candidate_meshes(spec, training, world_size=world_size,
+                                      gpus_per_node=gpus_per_node, constraints=constraints,
+                                      deadline=deadline)
+    if complete:
+        with _MESHES_LOCK:
+            _MESHES[key] = tuple(out)
+            while len(_MESHES) > MESH_LISTS_KEPT:
+                _MESHES.popitem(last=False)
+    return out
+
+
+_MESHES_LOCK = threading.Lock()
+
+
+def _candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int,
+                      gpus_per_node: int, constraints: Constraints,
+                      deadline: float | None) -> tuple[bool, list[MeshCandidate]]:
+    """`candidate_meshes` uncached, and whether the list is complete (not cut by
+    `deadline`)."""
     ctx = mesh_context(spec, training, world_size=world_size, gpus_per_node=gpus_per_node)
     out: list[MeshCandidate] = []
     for tp in _tp_options(ctx, constraints):
@@ -223,7 +256,7 @@ def candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int
             rest = world_size // (tp * cp) if world_size % (tp * cp) == 0 else 0
             for pp in divisors(rest) if rest else []:
                 if deadline is not None and time.perf_counter() >= deadline:
-                    return out
+                    return False, out
                 dp = rest // pp
                 if not permitted("pp", pp, constraints) or not permitted("dp", dp, constraints):
                     continue
@@ -233,7 +266,7 @@ def candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int
                                                ulysses=ulysses, pp=pp, dp=dp,
                                                constraints=constraints)
                         if not errors(ctx, c.mesh())]
-    return out
+    return True, out
 
 
 def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelKind,
@@ -272,6 +305,7 @@ def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelK
 __all__ = [
     "MAX_MICRO_BATCH_SIZE",
     "MAX_VPP",
+    "MESH_LISTS_KEPT",
     "MIN_SEQUENCE_FOR_CP",
     "MeshCandidate",
     "candidate_meshes",

@@ -32,7 +32,7 @@ from models.frameworks import (
     mesh_features,
     plan_features,
 )
-from models.memory import memory_ledger
+from models.memory import LedgerMemo, memory_ledger
 from models.step_time import estimate_step
 from solver.candidate_eval import (
     Dominated,
@@ -260,10 +260,11 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
                          step_cutoff_s: float = math.inf,
                          zero3_bound_s: float = 0.0,
                          zero_floors_s: Mapping[int, float] | None = None,
-                         least_memory: bool = False) -> ScoredPlan | Rejection | Dominated:
+                         least_memory: bool = False,
+                         memo: LedgerMemo | None = None) -> ScoredPlan | Rejection | Dominated:
     """The candidate's best plan over its framework variants (`evaluate_candidate` under
     each, or `least_memory_candidate` for the min_memory objective); a rejection when no
-    framework runs it or none fits."""
+    framework runs it or none fits. `memo`: as `evaluate_candidate`'s."""
     variants = candidate_variants(spec, training, candidate, constraints)
     if not variants:
         return Rejection(candidate=candidate, reason="no framework of the target runs this "
@@ -280,7 +281,8 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
             result = evaluate_candidate(spec, training, cluster, candidate,
                                         variant.constraints, step_cutoff_s=cutoff,
                                         zero3_bound_s=zero3_bound_s,
-                                        zero_floors_s=zero_floors_s, caps=variant.caps)
+                                        zero_floors_s=zero_floors_s, caps=variant.caps,
+                                        memo=memo)
         if isinstance(result, ScoredPlan):
             if best is None or _key(result, least_memory) < _key(best, least_memory):
                 best = result

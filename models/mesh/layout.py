@@ -134,7 +134,7 @@ class DeviceMesh:
 
     def placement(self, kind: GroupKind) -> AxisPlacement:
         """Where the groups of one kind sit; the group spanning most nodes decides."""
-        return self._placement_of(kind, self._members[kind])
+        return _placement(kind, self._members[kind], self._spans[kind], self._per_node[kind])
 
     def split_placement(self, kind: GroupKind, inner: int
                         ) -> tuple[AxisPlacement, AxisPlacement]:
@@ -156,13 +156,8 @@ class DeviceMesh:
         return (self._placement_of(kind, inner_groups), self._placement_of(kind, outer_groups))
 
     def _placement_of(self, kind: GroupKind, members: IntArray) -> AxisPlacement:
-        spans = _nodes_spanned(members, self.gpus_per_node)
-        worst = int(np.argmax(spans))
-        per_node = _max_ranks_per_node(members, self.gpus_per_node)
-        return AxisPlacement(
-            kind=kind, group_size=int(members.shape[1]), num_groups=int(members.shape[0]),
-            all_intra_node=bool(spans.max() == 1), max_nodes_spanned=int(spans[worst]),
-            ranks_per_node=int(per_node[worst]))
+        return _placement(kind, members, _nodes_spanned(members, self.gpus_per_node),
+                          _max_ranks_per_node(members, self.gpus_per_node))
 
     def _group(self, kind: GroupKind, index: int) -> RankGroup:
         return RankGroup(
@@ -259,8 +254,9 @@ def build_mesh(parallel: ParallelConfig, *, num_nodes: int, gpus_per_node: int,
             members[kind] = masked_rank_groups([sizes[a] for a in axes],
                                                [a in names for a in axes])
     group_of_rank = {k: _inverse(m, world) for k, m in members.items()}
-    spans = {k: _nodes_spanned(m, gpus_per_node) for k, m in members.items()}
-    per_node = {k: _max_ranks_per_node(m, gpus_per_node) for k, m in members.items()}
+    nodes = {k: np.sort(m // gpus_per_node, axis=1) for k, m in members.items()}
+    spans = {k: _spans_of(n) for k, n in nodes.items()}
+    per_node = {k: _longest_runs(n) for k, n in nodes.items()}
     return DeviceMesh(
         world_size=world, num_nodes=num_nodes, gpus_per_node=gpus_per_node, order=axes,
         dense_sizes=dense, expert_sizes=expert, _members=members,
@@ -324,15 +320,34 @@ def _inverse(members: IntArray, world: int) -> IntArray:
     return owner
 
 
+def _placement(kind: GroupKind, members: IntArray, spans: IntArray,
+               per_node: IntArray) -> AxisPlacement:
+    """The placement of groups `members` whose nodes spanned and most ranks per node are
+    `spans` and `per_node` (`_nodes_spanned`, `_max_ranks_per_node`)."""
+    worst = int(np.argmax(spans))
+    return AxisPlacement(
+        kind=kind, group_size=int(members.shape[1]), num_groups=int(members.shape[0]),
+        all_intra_node=bool(spans.max() == 1), max_nodes_spanned=int(spans[worst]),
+        ranks_per_node=int(per_node[worst]))
+
+
 def _nodes_spanned(members: IntArray, gpus_per_node: int) -> IntArray:
-    nodes = np.sort(members // gpus_per_node, axis=1)
+    return _spans_of(np.sort(members // gpus_per_node, axis=1))
+
+
+def _spans_of(nodes: IntArray) -> IntArray:
+    """Distinct nodes per row of sorted node ids."""
     changes = np.count_nonzero(np.diff(nodes, axis=1), axis=1)
     spans: IntArray = (changes + 1).astype(np.int64)
     return spans
 
 
 def _max_ranks_per_node(members: IntArray, gpus_per_node: int) -> IntArray:
-    nodes = np.sort(members // gpus_per_node, axis=1)
+    return _longest_runs(np.sort(members // gpus_per_node, axis=1))
+
+
+def _longest_runs(nodes: IntArray) -> IntArray:
+    """Members on the fullest node, per row of sorted node ids."""
     rows, width = nodes.shape
     # A run of equal node ids is the group's members on one node; find the longest run.
     edges = np.ones((rows, width + 1), dtype=bool)

@@ -30,7 +30,14 @@ from models.step_time.exposure import (
 )
 from models.step_time.groups import AxisGroup, AxisGroups, axis_groups
 from models.step_time.makespan import compiled_schedule, pipeline_makespan
-from models.step_time.stage import StageTime, clear_step_time_cache, compute_context, stage_time
+from models.step_time.stage import (
+    StageTime,
+    clear_step_time_cache,
+    compute_context,
+    layer_parts,
+    layer_parts_memo,
+    stage_time,
+)
 
 __all__ = [
     "FLOP_CONVENTION",
@@ -48,6 +55,8 @@ __all__ = [
     "estimate_step",
     "expert_all_to_all_s",
     "layer_comm",
+    "layer_parts",
+    "layer_parts_memo",
     "pipeline_inputs",
     "pipeline_makespan",
     "pipeline_makespan_bound",

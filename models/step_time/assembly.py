@@ -21,6 +21,7 @@ from api_schemas.parallel import (
     PipelineSchedule,
     RecomputeMode,
     RecomputeModule,
+    StagePolicy,
 )
 from api_schemas.training import (
     MuonDistribution,
@@ -34,13 +35,13 @@ from models.compute import LayerCompute, OpTimes, layer_compute
 from models.flops import StepFlops, step_flops
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout, pipeline_layout
-from models.memory import memory_ledger, micro_batch_count, rank_parameters
+from models.memory import layer_mix, memory_ledger, micro_batch_count, rank_parameters
 from models.mesh import AxisPlacement, GroupKind
 from models.mesh.layout import expert_data_parallel_size
 from models.muon import newton_schulz_time_s, rank_matrices
 from models.pipeline import OpDurations, StagePlacement, closed_form_makespan, schedule_traits
 from models.precision import state_bytes_per_param
-from models.step_time.exposure import layer_comm, sync_exposed_s, zero3_exposed_s
+from models.step_time.exposure import sync_exposed_s, zero3_exposed_s
 from models.step_time.groups import AxisGroups, axis_groups
 from models.step_time.host_gradients import host_gradient_cost
 from models.step_time.makespan import (
@@ -54,6 +55,8 @@ from models.step_time.stage import (
     StageTime,
     compute_context,
     layer_mode,
+    layer_parts,
+    layer_parts_memo,
     stage_times,
     window_caps_s,
 )
@@ -697,33 +700,51 @@ class WorkTable:
     def bound_s(self, parallel: ParallelConfig, *, more_full_layers: bool = False) -> float:
         """`policy_work_bound_s` of `parallel` (this table's mesh with a policy)."""
         best = 0.0
+        uniform = parallel.stage_policies is None
+        policy = parallel.policy_of(0)
+        # A rank's added recomputation reads only its policy, its size and its MoE counts.
+        added_of: dict[tuple[object, ...], float] = {}
         for rank, (busy, prefix) in enumerate(zip(self.busy_s, self.moe_prefix, strict=True)):
-            policy = parallel.policy_of(rank)
-            size = len(prefix) - 1
-            counts = {True: prefix[-1], False: size - prefix[-1]}
-            selective = {kind: lc.recompute_s(policy.recompute_modules)
-                         for kind, lc in self.layers.items()}
+            if not uniform:
+                policy = parallel.policy_of(rank)
             recompute = policy.recompute
-            if isinstance(recompute, FullLayers):
-                k = min(size, recompute.full_layers)
-                head = {True: prefix[k], False: k - prefix[k]}
-                others = (selective if recompute.others == RecomputeMode.SELECTIVE.value
-                          else dict.fromkeys(self.layers, 0.0))
-                added = 0.0
-                for kind in self.layers:
-                    rest = others[kind]
-                    if more_full_layers:
-                        rest = min(rest, self.full_s[kind])
-                    added += (head[kind] * self.full_s[kind]
-                              + (counts[kind] - head[kind]) * rest)
-            elif recompute == RecomputeMode.FULL:
-                added = sum(counts[kind] * self.full_s[kind] for kind in self.layers)
-            elif recompute == RecomputeMode.SELECTIVE:
-                added = sum(counts[kind] * selective[kind] for kind in self.layers)
-            else:
-                added = 0.0
+            size = len(prefix) - 1
+            k = min(size, recompute.full_layers) if isinstance(recompute, FullLayers) else 0
+            key = (policy if not uniform else None, size, prefix[-1], prefix[k])
+            added = added_of.get(key)
+            if added is None:
+                added = added_of[key] = self._added_s(policy, prefix, more_full_layers)
             best = max(best, busy + self.crossings * added)
         return best
+
+    def _added_s(self, policy: StagePolicy, prefix: tuple[int, ...],
+                 more_full_layers: bool) -> float:
+        """The recomputation `policy` adds to one micro-batch of a rank whose running MoE
+        count is `prefix`."""
+        size = len(prefix) - 1
+        counts = {True: prefix[-1], False: size - prefix[-1]}
+        recompute = policy.recompute
+        if isinstance(recompute, FullLayers):
+            selective = {kind: lc.recompute_s(policy.recompute_modules)
+                         for kind, lc in self.layers.items()}
+            k = min(size, recompute.full_layers)
+            head = {True: prefix[k], False: k - prefix[k]}
+            others = (selective if recompute.others == RecomputeMode.SELECTIVE.value
+                      else dict.fromkeys(self.layers, 0.0))
+            added = 0.0
+            for kind in self.layers:
+                rest = others[kind]
+                if more_full_layers:
+                    rest = min(rest, self.full_s[kind])
+                added += (head[kind] * self.full_s[kind]
+                          + (counts[kind] - head[kind]) * rest)
+            return added
+        if recompute == RecomputeMode.FULL:
+            return sum(counts[kind] * self.full_s[kind] for kind in self.layers)
+        if recompute == RecomputeMode.SELECTIVE:
+            return sum(counts[kind] * layer.recompute_s(policy.recompute_modules)
+                       for kind, layer in self.layers.items())
+        return 0.0
 
 
 def work_table(spec: ModelSpec, training: TrainingSpec, plain: ParallelConfig,
@@ -737,7 +758,7 @@ def work_table(spec: ModelSpec, training: TrainingSpec, plain: ParallelConfig,
     layouts = pipeline_layout(spec, plain)
     fabric, groups = fabric_of(cluster), axis_groups(plain, gpus_per_node=cluster.gpus_per_node)
     stages = stage_times(spec, training, plain, cluster, layouts, m, fabric, groups)
-    ctx = compute_context(training, plain, cluster)
+    memo = layer_parts_memo(spec, training, cluster)
     layers: dict[bool, LayerCompute] = {}
     full: dict[bool, float] = {}
     prefixes = []
@@ -747,11 +768,8 @@ def work_table(spec: ModelSpec, training: TrainingSpec, plain: ParallelConfig,
             moe = spec.is_moe_layer(index)
             prefix.append(prefix[-1] + moe)
             if moe not in layers:
-                lc = layer_compute(spec, index, ctx)
-                comm = layer_comm(spec, index, training=training, parallel=plain,
-                                  groups=groups, fabric=fabric, compute=lc,
-                                  attention_forward_s=lc.recompute_module_s.get(
-                                      RecomputeModule.CORE_ATTN, 0.0))
+                lc, comm, _, _ = layer_parts(spec, training, plain, cluster, index,
+                                             fabric=fabric, groups=groups, memo=memo)
                 layers[moe] = lc
                 full[moe] = lc.recompute_full_s + sum(comm.recompute_s.values())
         prefixes.append(tuple(prefix))
@@ -783,12 +801,12 @@ def policy_work_bound_s(spec: ModelSpec, training: TrainingSpec, parallel: Paral
 
 
 def _kind_counts(spec: ModelSpec, layout: StageLayout) -> dict[bool, int]:
-    """Layers of each kind (MoE or not) a rank holds."""
+    """Layers of each kind (MoE or not) a rank holds (`models.memory.layer_mix`)."""
     layers = layout.layers
     if spec.moe is None:
         return {False: len(layers)}
-    moe = sum(1 for index in layers if spec.is_moe_layer(index))
-    return {False: len(layers) - moe, True: moe}
+    num_dense, num_moe = layer_mix(spec, layers)[:2]
+    return {False: num_dense, True: num_moe}
 
 
 def _zero3_layer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,

@@ -34,6 +34,7 @@ from models.memory import layer_stored_bytes_cap, stage_activation_components
 from models.pipeline import StagePlacement, schedule_traits
 from models.step_time.exposure import (
     LayerComm,
+    ep_overlapped,
     layer_comm,
     zero3_exposed_s,
     zero3_layer_copy_s,
@@ -132,11 +133,81 @@ def _layer_terms(lc: LayerCompute, comm: LayerComm, zero3: tuple[float, float],
                        copy_s=copy_f + copy_b, exposed_s=exposed)
 
 
+_LayerParts = tuple[LayerCompute, LayerComm, tuple[float, float], tuple[float, float]]
+"""One layer's compute, exposed collectives, exposed ZeRO-3 traffic and ZeRO-3 copy kernels
+(forward, backward; no policy)."""
+
+_UNREAD_FIELDS = frozenset({"recompute", "recompute_modules", "fp8_activations",
+                            "activation_offload_frac", "stage_policies", "layers_per_stage",
+                            "layers_per_virtual_stage", "vpp", "microbatch_group_size",
+                            "num_micro_batches", "schedule"})
+_MESH_FIELDS = tuple(name for name in ParallelConfig.model_fields if name not in _UNREAD_FIELDS)
+"""The configuration fields a layer's parts may read: all but the activation policy, the
+layer split and the schedule's shape (the parts are computed per layer and micro-batch,
+without a policy); of the schedule, only whether it hides expert all-to-alls
+(`ep_overlapped`)."""
+
+_LAYER_PARTS: dict[tuple[object, ...], dict[tuple[object, ...], _LayerParts]] = {}
+_LAYER_PARTS_SIZE = 64
+"""(model, recipe, cluster) triples whose layer parts are kept."""
+_LAYER_PARTS_ENTRIES = 65536
+"""Layer parts kept per triple before its memo starts over."""
+
+
+def layer_parts_memo(spec: ModelSpec, training: TrainingSpec,
+                     cluster: ClusterSpec) -> dict[tuple[object, ...], _LayerParts]:
+    """The memo of `layer_parts` for one model, recipe and cluster (created on first use)."""
+    key = (spec, training, cluster)
+    memo = _LAYER_PARTS.get(key)
+    if memo is None:
+        if len(_LAYER_PARTS) >= _LAYER_PARTS_SIZE:
+            _LAYER_PARTS.clear()
+        memo = _LAYER_PARTS[key] = {}
+    return memo
+
+
+def layer_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                cluster: ClusterSpec, index: int, *, fabric: Fabric, groups: AxisGroups,
+                memo: dict[tuple[object, ...], _LayerParts] | None = None) -> _LayerParts:
+    """Layer `index`'s compute (`models.compute.layer_compute`), exposed collectives
+    (`layer_comm`), exposed ZeRO-3 traffic (`zero3_exposed_s`) and ZeRO-3 copy kernels
+    (`zero3_layer_copy_s`) under `parallel`, none of which reads the activation policy or the
+    layer split; `fabric` and `groups` are the cluster's and the configuration's. With `memo`
+    (`layer_parts_memo` of these inputs) the parts are computed once per layer kind (MoE or
+    not, linear or full attention: the layer's weights differ), attention window and the
+    configuration's other fields, the inputs they are functions of."""
+    key: tuple[object, ...] | None = None
+    if memo is not None:
+        key = (spec.is_moe_layer(index), spec.is_linear_attention_layer(index),
+               spec.attention_window(index),
+               ep_overlapped(parallel, training),
+               *(getattr(parallel, name) for name in _MESH_FIELDS))
+        found = memo.get(key)
+        if found is not None:
+            return found
+    ctx = compute_context(training, parallel, cluster)
+    lc = layer_compute(spec, index, ctx)
+    comm = layer_comm(spec, index, training=training, parallel=parallel, groups=groups,
+                      fabric=fabric, compute=lc,
+                      attention_forward_s=lc.recompute_module_s.get(RecomputeModule.CORE_ATTN,
+                                                                    0.0))
+    zero3 = zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc)
+    copies = zero3_layer_copy_s(spec, index, training, parallel, cluster.gpu)
+    parts = (lc, comm, zero3, copies)
+    if memo is not None and key is not None:
+        if len(memo) >= _LAYER_PARTS_ENTRIES:
+            memo.clear()
+        memo[key] = parts
+    return parts
+
+
 def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                cluster: ClusterSpec, layout: StageLayout, *, num_micro_batches: int,
-               fabric: Fabric, groups: AxisGroups) -> StageTime:
+               fabric: Fabric, groups: AxisGroups,
+               layer_memo: dict[tuple[object, ...], _LayerParts] | None = None) -> StageTime:
     """Per-micro-batch F/B/W of every chunk of one pipeline rank, with recomputation,
-    exposed collectives, ZeRO-3 gathers and offload stalls folded in.
+    exposed collectives, ZeRO-3 gathers and offload stalls folded in (`layer_memo`: as
+    `layer_parts`').
 
     Full recomputation repeats the layer's forward compute (booked as recompute) and its
     forward collectives (booked under their axis, once per repetition)."""
@@ -161,15 +232,8 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
         chunk_op = OpTimes()
         for (kind, mode), count in counts.items():
             if kind not in cache:
-                index = first[kind]
-                lc = layer_compute(spec, index, ctx)
-                attn_f = lc.recompute_module_s.get(RecomputeModule.CORE_ATTN, 0.0)
-                comm = layer_comm(spec, index, training=training, parallel=parallel,
-                                  groups=groups, fabric=fabric, compute=lc,
-                                  attention_forward_s=attn_f)
-                zero3 = zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc)
-                copies = zero3_layer_copy_s(spec, index, training, parallel, cluster.gpu)
-                cache[kind] = (lc, comm, zero3, copies)
+                cache[kind] = layer_parts(spec, training, parallel, cluster, first[kind],
+                                          fabric=fabric, groups=groups, memo=layer_memo)
             if (kind, mode) not in terms:
                 cast = (fp8_cast_s(spec, first[kind], training, parallel, cluster, mode,
                                    policy.recompute_modules) if policy.fp8_activations else 0.0)
@@ -268,7 +332,6 @@ def window_caps_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     the per-layer-kind caps for other ranks of the same configuration."""
     if plain.recompute_s or plain.offload_stall_s or plain.fp8_cast_s:
         raise ValueError("window caps start from a rank's times without a policy")
-    ctx = compute_context(training, parallel, cluster)
     forward = sum(t.forward_s for t in plain.chunk_times)
     backward = sum(t.backward_input_s + t.backward_weight_s for t in plain.chunk_times)
     extra = {} if layer_caps is None else layer_caps
@@ -278,11 +341,9 @@ def window_caps_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         for index in chunk:
             kind = spec.is_moe_layer(index)
             if kind not in extra:
-                lc = layer_compute(spec, index, ctx)
-                comm = layer_comm(spec, index, training=training, parallel=parallel,
-                                  groups=groups, fabric=fabric, compute=lc,
-                                  attention_forward_s=lc.recompute_module_s.get(
-                                      RecomputeModule.CORE_ATTN, 0.0))
+                lc, comm, _, _ = layer_parts(spec, training, parallel, cluster, index,
+                                             fabric=fabric, groups=groups,
+                                             memo=layer_parts_memo(spec, training, cluster))
                 recompute = max(lc.recompute_full_s + sum(comm.recompute_s.values()),
                                 sum(lc.recompute_module_s.values()))
                 extra[kind] = (recompute,
@@ -364,6 +425,7 @@ def clear_step_time_cache() -> None:
     profile or a calibrated constant between estimates (the memo's key holds the inputs of
     an estimate, not the module constants it reads)."""
     _STAGE_TIMES.clear()
+    _LAYER_PARTS.clear()
     clear_compute_cache()
 
 
@@ -381,6 +443,7 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         if len(_STAGE_TIMES) >= _STAGE_TIMES_SIZE:
             _STAGE_TIMES.clear()
         bucket = _STAGE_TIMES[base] = _Bucket(kinds={}, stages={})
+    layer_memo: dict[tuple[object, ...], _LayerParts] | None = None
     stages = []
     for layout in layouts:
         kinds = bucket.kinds.get(layout.chunks)
@@ -392,9 +455,11 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         if found is None:
             shared = bucket.stages.get((key, None))
             if shared is None:
+                if layer_memo is None:
+                    layer_memo = layer_parts_memo(spec, training, cluster)
                 shared = bucket.stages[key, None] = stage_time(
                     spec, training, parallel, cluster, layout, num_micro_batches=m,
-                    fabric=fabric, groups=groups)
+                    fabric=fabric, groups=groups, layer_memo=layer_memo)
             found = (shared if shared.stage == layout.rank
                      else dataclasses.replace(shared, stage=layout.rank))
             bucket.stages[key, layout.rank] = found
@@ -403,4 +468,5 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
 
 
 __all__ = ["StageTime", "clear_step_time_cache", "compute_context", "fp8_cast_s", "layer_mode",
-           "stage_key", "stage_time", "stage_times", "window_caps_s"]
+           "layer_parts", "layer_parts_memo", "stage_key", "stage_time", "stage_times",
+           "window_caps_s"]
