@@ -13,6 +13,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from api_schemas.parallel import PipelineSchedule
 from api_schemas.plan import Relaxation
 from api_schemas.requests import Constraints, Objective, PlanRequest, SolverLimits
 from api_schemas.units import MIN_TIME_LIMIT_S
@@ -116,9 +117,12 @@ def _narrow(request: PlanRequest) -> PlanRequest:
     heads, kv = spec.num_attention_heads, spec.kv_heads
     tps = [t for t in range(per_node, 0, -1)
            if heads % t == 0 and (kv % t == 0 or t % kv == 0)]
-    pins = {"tp": tps[0] if tps else 1, "micro_batch_size": 1, "schedule": "1f1b"}
-    return request.model_copy(update={"constraints": request.constraints.model_copy(
-        update=pins)})
+    pins = {"tp": tps[0] if tps else 1, "micro_batch_size": 1,
+            "schedule": PipelineSchedule.ONE_F_ONE_B}
+    # Validated rather than copied, so that the pinned fields hold their declared types.
+    narrowed = type(request.constraints).model_validate(
+        {**request.constraints.model_dump(), **pins})
+    return request.model_copy(update={"constraints": narrowed})
 
 
 def _nodes_relaxation(request: PlanRequest, result: SearchResult, ceiling: int, *,

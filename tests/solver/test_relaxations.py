@@ -46,3 +46,19 @@ def test_405b_on_16_gpus_needs_exactly_12_nodes_and_says_why(
         update={"num_nodes": 11})}))
     assert eleven.status == PlanStatus.INFEASIBLE and eleven.solver is not None
     assert eleven.solver.unexamined == 0
+
+
+def test_the_narrowed_request_holds_its_declared_types() -> None:
+    # The short search of a relaxation pins TP, micro-batch and schedule; the pinned request
+    # must serialise without warnings (the mesh cache keys on its JSON).
+    import warnings
+
+    from api_schemas import PipelineSchedule
+    from solver.relax import _narrow
+
+    narrowed = _narrow(REQUEST).constraints
+    assert narrowed.schedule is PipelineSchedule.ONE_F_ONE_B
+    assert (narrowed.tp, narrowed.micro_batch_size) == (8, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        narrowed.model_dump_json()
