@@ -155,6 +155,14 @@ class ParallelConfig(SpecModel):
         "keeps them until the end of the step (false: Llama 3, no all-gather in backward, "
         "the stage's whole parameters resident).",
     )
+    norm_saves_output: bool = Field(
+        default=False,
+        description="Memory-efficient norms: each RMSNorm / LayerNorm keeps its output and "
+        "inverse RMS for backward instead of its input (Apex FusedRMSNorm memory_efficient, "
+        "Megatron-LM --memory-efficient-layer-norm), so a norm input the next GEMM's saved "
+        "16-bit input already covers is not stored, and a stage's input is freed once its "
+        "first layer has run (Llama 3); false = each norm keeps its input.",
+    )
     sequence_parallel_saves_gathered: bool = Field(
         default=False,
         description="With sequence parallelism, each column-parallel GEMM keeps its "

@@ -63,6 +63,9 @@ class LayerActivationContext:
     moe_keep_expert_outputs: bool = False
     """Keep each routed copy's expert output for the gradient of a probability-weighted
     combine (see `moe_tensors`)."""
+    norm_saves_output: bool = False
+    """Each norm keeps its output and inverse RMS for backward instead of its input (the
+    memory-efficient norm, see `_norm_tensors`)."""
     gathered_inputs_saved: bool = False
     """Sequence parallelism saves each column-parallel GEMM's all-gathered input (PyTorch
     DTensor, torchtitan) rather than its shard (Megatron-LM re-gathers it in backward)."""
@@ -97,9 +100,11 @@ class StoredTensor:
     bytes: int
     dropped_by: frozenset[RecomputeModule]
     """Selective recompute modules that rebuild it instead of storing it."""
-    kept_only_by: RecomputeModule | None = None
-    """A policy that saves it although backward does not need it (torchtitan's per-op
-    policy saves matmul outputs by position); absent from the other modes."""
+    kept_only_by: frozenset[RecomputeModule] | None = None
+    """Stored only when one of these selective modules is chosen, absent from the other
+    modes: a per-op policy that saves it although backward does not need it (torchtitan's
+    per-op policy saves matmul outputs by position), or a memory-efficient norm's input,
+    which only the recomputation of the norm output needs."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,7 +156,7 @@ class LayerActivationBytes:
             return self.total_bytes
         chosen = frozenset(modules)
         return sum(t.bytes for t in self.tensors if not (t.dropped_by & chosen)
-                   and (t.kept_only_by is None or t.kept_only_by in chosen))
+                   and (t.kept_only_by is None or t.kept_only_by & chosen))
 
 
 def _tensor(name: str, block: str, per_token: float, ctx: LayerActivationContext,
@@ -277,7 +282,7 @@ def mlp_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
     out.append(dataclasses.replace(
         _tensor("MLP output (down projection)", "mlp",
                 ACTIVATION_BYTES * spec.hidden_size / ctx.replicated_divisor, ctx),
-        kept_only_by=M.OP_SAC))
+        kept_only_by=frozenset({M.OP_SAC})))
     if ctx.dropout:
         out.append(_tensor("MLP dropout mask", "mlp", MASK_BYTES * spec.hidden_size / rep, ctx))
     return out
@@ -355,14 +360,39 @@ def _layer_activation_bytes(spec: ModelSpec, moe_layer: bool,
     Assumes: every per-token term and the score rows divide by cp (each rank holds s/cp
     queries and their score rows).
     """
-    rep, h = ctx.replicated_divisor, spec.hidden_size
-    norms = [_tensor("attention norm input", "norm", ACTIVATION_BYTES * h / rep, ctx),
-             _tensor("MLP norm input", "norm", ACTIVATION_BYTES * h / rep, ctx, M.OP_SAC)]
+    h = spec.hidden_size
     block = moe_tensors(spec, ctx) if moe_layer else mlp_tensors(spec, ctx)
     mixer = linear_attention_tensors(spec, ctx) if linear else attention_tensors(spec, ctx)
-    tensors = tuple(norms + mixer + block)
-    return LayerActivationBytes(tensors=tensors,
-                                input_bytes=math.ceil(ctx.tokens * ACTIVATION_BYTES * h / rep))
+    tensors = tuple(_norm_tensors(spec, ctx, mixer[0], block[0]) + mixer + block)
+    return LayerActivationBytes(tensors=tensors, input_bytes=math.ceil(
+        ctx.tokens * ACTIVATION_BYTES * h / ctx.replicated_divisor))
+
+
+def _norm_tensors(spec: ModelSpec, ctx: LayerActivationContext, mixer_input: StoredTensor,
+                  block_input: StoredTensor) -> list[StoredTensor]:
+    """The inputs of the layer's two norms (2h each, [KOR22] Sec. 4.1).
+
+    Deviation (memory-efficient norm, `ctx.norm_saves_output`): an RMSNorm or LayerNorm
+    backward can be computed from its output and the saved inverse RMS instead of its input
+    (x_hat = y / gamma; Apex `FusedRMSNorm(memory_efficient=True)`, which Megatron-LM exposes
+    as `--memory-efficient-layer-norm`). Where the following GEMM already keeps that output
+    in 16 bits at the input's shard (`mixer_input`, `block_input`: not FP8, not a gathered
+    sequence), the norm input is kept only when the norm output is itself recomputed (the
+    modules that drop the GEMM input), so a stage's input can be freed once its first layer
+    has run, as Llama 3 states it does (arXiv:2407.21783 Sec. 3.3.2).
+    """
+    per_token = ACTIVATION_BYTES * spec.hidden_size / ctx.replicated_divisor
+    out = []
+    for name, consumer, dropped in (("attention norm input", mixer_input, ()),
+                                    ("MLP norm input", block_input, (M.OP_SAC,))):
+        tensor = _tensor(name, "norm", per_token, ctx, *dropped)
+        shared = (ctx.norm_saves_output and "norm output" in consumer.name
+                  and consumer.bytes == tensor.bytes
+                  and consumer.dropped_by)
+        if shared:
+            tensor = dataclasses.replace(tensor, kept_only_by=consumer.dropped_by)
+        out.append(tensor)
+    return out
 
 
 def head_activation_bytes(spec: ModelSpec, ctx: LayerActivationContext) -> int:

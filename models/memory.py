@@ -314,6 +314,7 @@ def _activation_context(training: TrainingSpec, parallel: ParallelConfig,
         fp8_compute=training.compute_dtype == DType.FP8,
         moe_load_imbalance=training.moe_load_imbalance,
         moe_keep_expert_outputs=training.moe_keep_expert_outputs,
+        norm_saves_output=parallel.norm_saves_output,
         gathered_inputs_saved=parallel.sequence_parallel_saves_gathered)
 
 

@@ -126,7 +126,7 @@ def _llama3_405b(num_gpus: int, dp: int) -> PublishedRun:
                                 schedule=PipelineSchedule.INTERLEAVED_1F1B,
                                 micro_batch_size=1, zero_stage=3, fsdp=True,
                                 fsdp_reshard_after_forward=False, sequence_parallel=True,
-                                recompute=RecomputeMode.NONE,
+                                recompute=RecomputeMode.NONE, norm_saves_output=True,
                                 layers_per_virtual_stage=LLAMA3_405B_VIRTUAL_STAGES),
         printed_tflops_per_gpu=430 if dp == 64 else 400,
         printed_mfu=0.43 if dp == 64 else 0.41,
@@ -137,6 +137,12 @@ def _llama3_405b(num_gpus: int, dp: int) -> PublishedRun:
                      "virtual stages), FSDP sharding optimizer states and gradients without "
                      "resharding parameters after forward, no activation checkpointing for "
                      "8K sequences (Sec. 3.3.2)"),
+                     ("inferred: memory-efficient norms (each norm keeps its output, not its "
+                     "input). Sec. 3.3.2 deallocates 'the input and output tensors of each "
+                     "pipeline stage that will not be used for future computation'; with one "
+                     "layer per chunk a stage's input is the input of its attention norm, "
+                     "which backward reads unless the norm keeps its output, as Apex's "
+                     "memory-efficient FusedRMSNorm does for every norm of a layer"),
                      ("not printed: the micro-batch size (1 sequence taken) and the group N "
                      "(N = pp taken: the paper tunes N between depth-first, N = PP, and "
                      "breadth-first, N = M, and N = PP holds the fewest in flight)")),

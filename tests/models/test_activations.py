@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from api_schemas.parallel import RecomputeMode
+from api_schemas.parallel import RecomputeMode, RecomputeModule
 from models.activations import (
     LayerActivationContext,
     head_activation_bytes,
@@ -126,3 +126,30 @@ def test_moe_down_projection_recompute_drops_the_expert_outputs_only() -> None:
     dropped = layer_activation_bytes(spec, 5, LayerActivationContext(
         seq_len=4096, micro_batch_size=1, moe_keep_expert_outputs=False))
     assert dropped.stored_bytes(RecomputeMode.SELECTIVE, (M.LAYERNORM,)) == down
+
+
+def test_memory_efficient_norms_keep_their_outputs_not_their_inputs() -> None:
+    # A norm that keeps its output (Apex FusedRMSNorm(memory_efficient=True)) drops its input
+    # where the next GEMM keeps that output in 16 bits at the same shard: 2 x 2h / t per token.
+    spec = model_preset("llama-3.1-70b")
+    base = LayerActivationContext(seq_len=4096, micro_batch_size=1, tp=8,
+                                  sequence_parallel=True)
+    plain = layer_activation_bytes(spec, 0, base)
+    lean = layer_activation_bytes(spec, 0, dataclasses.replace(base, norm_saves_output=True))
+    norm_inputs = 2 * 4096 * 2 * spec.hidden_size // 8
+    assert plain.total_bytes - lean.total_bytes == norm_inputs
+    assert lean.norm_bytes == 0
+    # Recomputing the norm output (selective 'layernorm') needs the input again.
+    modules = (RecomputeModule.LAYERNORM,)
+    assert lean.stored_bytes(RecomputeMode.SELECTIVE, modules) == \
+        plain.stored_bytes(RecomputeMode.SELECTIVE, modules)
+    # Full recomputation keeps the layer input either way.
+    assert lean.stored_bytes(RecomputeMode.FULL) == plain.stored_bytes(RecomputeMode.FULL)
+    # FP8 GEMM inputs (or a gathered sequence) are not the norm's 16-bit output: kept.
+    fp8 = dataclasses.replace(base, fp8_compute=True)
+    assert layer_activation_bytes(spec, 0, dataclasses.replace(fp8, norm_saves_output=True)) \
+        .total_bytes == layer_activation_bytes(spec, 0, fp8).total_bytes
+    gathered = dataclasses.replace(base, gathered_inputs_saved=True)
+    assert layer_activation_bytes(
+        spec, 0, dataclasses.replace(gathered, norm_saves_output=True)).norm_bytes == \
+        layer_activation_bytes(spec, 0, gathered).norm_bytes

@@ -221,3 +221,16 @@ def test_notes_name_torchtitans_gathered_sequence_parallel_inputs() -> None:
     faithful = parallel.model_copy(update={"sequence_parallel_saves_gathered": True})
     assert not any("sequence_parallel_saves_gathered" in n
                    for n in torchtitan_notes(spec, training, faithful))
+
+
+def test_every_export_names_a_planned_memory_efficient_norm() -> None:
+    # No framework's config enables a norm that keeps its output: each export says so.
+    from solver.export import export_all
+
+    spec, training, parallel = case("llama-3.1-8b", gbs=64, tp=4, dp=2,
+                                    sequence_parallel=True)
+    lean = parallel.model_copy(update={"norm_saves_output": True})
+    for name, exported in export_all(spec, training, lean).items():
+        assert any("norm_saves_output=true" in n for n in exported["notes"]), name
+    for name, exported in export_all(spec, training, parallel).items():
+        assert not any("norm_saves_output" in n for n in exported["notes"]), name
