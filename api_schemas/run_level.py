@@ -72,6 +72,14 @@ class ReliabilitySpec(SpecModel):
         "optimum (Daly 2006).")
 
 
+class IntervalGoodput(ResultModel):
+    """Goodput of the run at one checkpoint interval."""
+
+    interval_s: Seconds = Field(description="Training time between saves.")
+    goodput: float = Field(description="Failure-free training time over expected wall time "
+                           "at this interval (Daly 2006).")
+
+
 class ReliabilityEstimate(ResultModel):
     """Checkpoints and failures over the run: deterministic model outputs."""
 
@@ -93,6 +101,10 @@ class ReliabilityEstimate(ResultModel):
     goodput: float = Field(description="Failure-free training time over expected wall time.")
     gpu_hours: float = Field(description="world_size x wall_time_s / 3600.")
     cost: float | None = Field(default=None, description="gpu_hours x gpu_hour_price.")
+    goodput_by_interval: list[IntervalGoodput] = Field(
+        default_factory=list, description="Goodput at intervals spaced evenly in log scale "
+        "from a tenth of Daly's optimum to ten times it: what a shorter or longer interval "
+        "costs (an asynchronous save's intervals start at its write time).")
 
 
 class RunEstimateRequest(PlanRequest):
@@ -253,6 +265,7 @@ __all__ = [
     "LLAMA3_STORAGE_BANDWIDTH_BYTES_PER_S",
     "MAX_FRONTIER_SIZES",
     "MAX_SENSITIVITY_DELTAS",
+    "IntervalGoodput",
     "ReliabilityEstimate",
     "ReliabilitySpec",
     "FrontierPoint",

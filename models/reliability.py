@@ -37,6 +37,10 @@ from models.params import count_parameters
 from models.precision import moments_per_param
 
 SECONDS_PER_HOUR = 3600.0
+GOODPUT_CURVE_POINTS = 41
+"""Intervals at which `RunReliability.goodput_curve` evaluates goodput."""
+GOODPUT_CURVE_SPAN = 10.0
+"""The curve runs from Daly's optimum / span to Daly's optimum x span."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointSize:
@@ -180,11 +184,35 @@ class RunReliability:
     """wall_time_s / mtbf_s."""
     solve_s: float
     """Failure-free training time of the run."""
+    restart_s: float
+    """Time from a failure to training again."""
+    interval_floor_s: float
+    """The shortest interval allowed: an asynchronous save's write, else 0."""
 
     @property
     def goodput(self) -> float:
         """Useful training time over expected wall time."""
         return self.solve_s / self.wall_time_s if self.wall_time_s > 0 else 1.0
+
+    def goodput_at(self, interval_s: float) -> float:
+        """Goodput of the same run checkpointed every `interval_s` seconds of work
+        ([DALY06]'s cost function; the run's length cancels out)."""
+        return 1.0 / expected_wall_time_s(solve_s=1.0, interval_s=interval_s,
+                                          checkpoint_s=self.write.blocking_s,
+                                          restart_s=self.restart_s, mtbf_s=self.mtbf_s)
+
+    def goodput_curve(self, *, points: int = GOODPUT_CURVE_POINTS,
+                      span: float = GOODPUT_CURVE_SPAN) -> tuple[tuple[float, float], ...]:
+        """(interval, goodput) at `points` intervals spaced evenly in log scale from Daly's
+        optimum / `span` to Daly's optimum x `span`: how much a shorter or longer interval
+        costs. Intervals below an asynchronous save's floor are left out."""
+        low, high = self.daly_interval_s / span, self.daly_interval_s * span
+        out = []
+        for index in range(points):
+            interval = low * (high / low) ** (index / (points - 1))
+            if interval >= self.interval_floor_s and interval > 0:
+                out.append((interval, self.goodput_at(interval)))
+        return tuple(out)
 
 
 def run_reliability(spec: ModelSpec, training: TrainingSpec, *, world_size: int,
@@ -213,7 +241,8 @@ def run_reliability(spec: ModelSpec, training: TrainingSpec, *, world_size: int,
                                 mtbf_s=mtbf) if solve_s > 0 else 0.0
     return RunReliability(checkpoint=size, write=write, mtbf_s=mtbf, young_interval_s=young,
                           daly_interval_s=daly, interval_s=chosen, wall_time_s=wall,
-                          expected_failures=wall / mtbf, solve_s=solve_s)
+                          expected_failures=wall / mtbf, solve_s=solve_s,
+                          restart_s=restart_s, interval_floor_s=floor)
 
 
 __all__ = [

@@ -25,6 +25,7 @@ from api_schemas.run_level import (
     FrontierPoint,
     FrontierRequest,
     FrontierResponse,
+    IntervalGoodput,
     ReliabilityEstimate,
     RunEstimateRequest,
     RunEstimateResponse,
@@ -130,7 +131,9 @@ def _reliability(request: RunEstimateRequest, world_size: int,
         daly_interval_s=run.daly_interval_s, checkpoint_interval_s=run.interval_s,
         expected_failures=run.expected_failures, wall_time_s=run.wall_time_s,
         wall_days=run.wall_time_s / 86400.0, goodput=run.goodput, gpu_hours=gpu_hours,
-        cost=None if price is None else gpu_hours * price)
+        cost=None if price is None else gpu_hours * price,
+        goodput_by_interval=[IntervalGoodput(interval_s=interval, goodput=goodput)
+                             for interval, goodput in run.goodput_curve()])
 
 
 def _share(request: PlanRequest, searches: int) -> float:

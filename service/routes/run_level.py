@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Annotated, TypeVar
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Header, Query, Response
 from pydantic import BaseModel
 
 from api_schemas.requests import PlanRequest
@@ -28,7 +28,9 @@ from service import limits
 from service.calibration import apply_profile
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext
+from service.media import Format, svg_content, svg_response, wanted_format
 from service.openapi import problem_responses
+from service.pictures import checkpoint_svg
 from service.searches import run_search
 from service.settings import Settings
 from service.solver_calls import estimate_run, frontier, sensitivity
@@ -86,17 +88,32 @@ async def _answer(request: RequestT, fn: Callable[..., ResultT], *, kind: str,
 
 
 @router.post("/v1/run/estimate", summary="Time and cost to train on a token budget",
-             responses=problem_responses("invalid-spec", "no-feasible-plan",
-                                         "solver-time-limit", "overloaded",
-                                         "store-unavailable"))
+             response_model=RunEstimateResponse,
+             responses={200: {"description": "The run estimate (JSON) or the picture of "
+                              "goodput against checkpoint interval (`?format=svg` or "
+                              "`Accept: image/svg+xml`).",
+                              "content": svg_content("The checkpoint-interval picture.")},
+                        **problem_responses("invalid-spec", "no-feasible-plan",
+                                            "solver-time-limit", "overloaded",
+                                            "store-unavailable")})
 async def run_estimate(
         request: Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)],
-        context: ContextDep) -> RunEstimateResponse:
+        context: ContextDep,
+        format: Annotated[Format | None, Query(
+            description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` "
+            "selects SVG.")] = None,
+        accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> RunEstimateResponse | Response:
     """Search the best plan (or score the given `parallel` configuration) and turn its
     predicted step time into the run: steps for `token_budget` tokens, wall time, GPU-hours
-    and, with `constraints.gpu_hour_price`, the cost. A deterministic model, not a
-    measurement."""
-    return await _answer(request, estimate_run, kind="run-estimate", context=context)
+    and, with `constraints.gpu_hour_price`, the cost; with checkpoints and failures, the
+    checkpoint size and save time, Young's and Daly's optimal intervals and the goodput at
+    intervals around them (`reliability`). A deterministic model, not a measurement."""
+    estimate = await _answer(request, estimate_run, kind="run-estimate", context=context)
+    if wanted_format(format, accept) == Format.SVG:
+        return svg_response(checkpoint_svg(estimate.reliability),
+                            filename="checkpoint-interval.svg")
+    return estimate
 
 
 @router.post("/v1/frontier", summary="GPU count against step time and cost",

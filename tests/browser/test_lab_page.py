@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 LABEL = "deterministic model, not a measurement"
-TABS = ("plan", "memory", "mesh", "pipeline", "comm", "rl")
+TABS = ("plan", "memory", "mesh", "pipeline", "comm", "rl", "run")
 ANSWER_TIMEOUT_MS = 90_000
 """Generous: plan searches share the CI machine's cores."""
 
@@ -186,6 +186,49 @@ def test_every_tab_end_to_end_on_a_desktop(page_for: Any, tmp_path: Path) -> Non
     assert page.errors == []
 
 
+def test_checkpoint_interval_and_its_problems_on_a_desktop(page_for: Any,
+                                                           tmp_path: Path) -> None:
+    # Checkpoints: the run's goodput against the interval with Young's and Daly's optima,
+    # the invalid budget, the configuration that does not fit, and a failure-prone cluster.
+    page = page_for("desktop")
+    page.click("#tab-run")
+    page.click("[data-preset=run-fits]")
+    region = answer(page, "run")
+    assert "Goodput 99." in region.locator(".verdict-ok").inner_text()
+    assert region.locator("svg.checkpoints circle.point").count() == 41
+    assert region.locator("svg.checkpoints g.mark[data-mark=daly]").count() == 1
+    assert_labelled_figure(region)
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "lab-checkpoints.png"), full_page=True)
+    fitted = float(region.locator("svg.checkpoints g.mark[data-mark=daly]")
+                   .get_attribute("data-interval-s"))
+    fitted_goodput = _goodput(region)
+    page.click("[data-preset=run-invalid]")
+    assert "token_budget" in answer(page, "run").locator(".problem").inner_text()
+    page.click("[data-preset=run-oom]")
+    assert "does NOT fit" in answer(page, "run").locator(".problem").inner_text()
+    page.click("[data-preset=run-imbalance]")
+    region = answer(page, "run")
+    region.locator("svg.checkpoints").wait_for()
+    # Ten times the failures and a store 40 times slower: each save stops training 40 times
+    # longer, so the optimum moves out (sqrt(2 x 40 / 10) = 2x Daly's first-order interval)
+    # and goodput falls.
+    daly = float(region.locator("svg.checkpoints g.mark[data-mark=daly]")
+                 .get_attribute("data-interval-s"))
+    assert 1.8 < daly / fitted < 2.2
+    assert _goodput(region) < fitted_goodput - 0.02
+    assert page.errors == []
+
+
+def _goodput(region: Any) -> float:
+    """The goodput the verdict prints, as a fraction."""
+    import re
+
+    verdict = region.locator(".verdict-ok").inner_text()
+    found = re.search(r"Goodput ([0-9.]+)%", verdict)
+    assert found, verdict
+    return float(found.group(1)) / 100
+
+
 def test_mesh_oom_and_the_communication_splits_on_a_desktop(page_for: Any,
                                                             tmp_path: Path) -> None:
     page = page_for("desktop")
@@ -274,7 +317,7 @@ def test_keyboard_only(page_for: Any) -> None:
     page.keyboard.press("Home")
     assert focused(page) == "tab-plan" and page.locator("#panel-plan").is_visible()
     page.keyboard.press("End")
-    assert focused(page) == "tab-rl"
+    assert focused(page) == f"tab-{TABS[-1]}"
     # Every control of every panel is reached with Tab alone.
     for tab in TABS:
         page.locator(f"#tab-{tab}").focus()

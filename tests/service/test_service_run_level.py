@@ -103,3 +103,30 @@ def test_frontier_sizes_are_bounded(client: httpx.Client) -> None:
     assert response.status_code == 422
     too_many = {**_example(FRONTIER_EXAMPLES), "num_nodes_options": list(range(1, 40))}
     assert client.post("/v1/frontier", json=too_many).json()["code"] == "invalid-request"
+
+
+def test_run_estimate_draws_goodput_against_the_checkpoint_interval(
+        real: httpx.Client) -> None:
+    # Llama 3.1 70B on 1,024 H100s (TP8 x PP4 x DP32), 15T tokens, Llama 3's failure
+    # rate: the evaluated configuration, no search.
+    body = {"model": {"preset": "llama-3.1-70b"},
+            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 128},
+            "training": {"global_batch_size": 1024, "sequence_length": 8192},
+            "parallel": {"tp": 8, "pp": 4, "dp": 32, "recompute": "selective"},
+            "token_budget": 15_000_000_000_000}
+    answer = RunEstimateResponse.model_validate(real.post("/v1/run/estimate", json=body).json())
+    reliability = answer.reliability
+    curve = reliability.goodput_by_interval
+    assert len(curve) == 41
+    # Daly's optimum is the curve's best point (within the grid's spacing).
+    best = max(curve, key=lambda p: p.goodput)
+    assert best.interval_s == pytest.approx(reliability.daly_interval_s, rel=0.13)
+    assert best.goodput == pytest.approx(reliability.goodput, rel=1e-3)
+    assert curve[0].goodput < best.goodput and curve[-1].goodput < best.goodput
+    picture = real.post("/v1/run/estimate?format=svg", json=body)
+    assert picture.status_code == 200
+    assert picture.headers["content-type"].startswith("image/svg+xml")
+    svg = picture.text
+    assert svg.count('class="point"') == 41
+    assert 'data-mark="daly"' in svg and 'data-mark="young"' in svg
+    assert "deterministic model, not a measurement" in svg

@@ -406,6 +406,41 @@ async function runSeesaw(form, out) {
   });
 }
 
+// ---------- tab 7: checkpoints and failures ----------
+function runBody(v) {
+  return {
+    model: { preset: v.model },
+    cluster: { gpu: v.gpu, num_nodes: v.num_nodes, gpus_per_node: v.gpus_per_node },
+    training: { global_batch_size: v.global_batch_size, sequence_length: v.sequence_length },
+    parallel: { tp: v.tp, pp: v.pp, dp: v.dp, zero_stage: Number(v.zero_stage), recompute: v.recompute },
+    token_budget: v.token_budget,
+    reliability: drop({ failures_per_gpu_hour: v.failures_per_gpu_hour, storage_bandwidth_bytes_per_s: v.storage_bandwidth_bytes_per_s,
+      node_storage_bandwidth_bytes_per_s: v.node_storage_bandwidth_bytes_per_s, restart_s: v.restart_s,
+      checkpoint_interval_s: v.checkpoint_interval_s, async_save: v.async_save }),
+  };
+}
+const hours = (s) => s >= 3600 ? `${(s / 3600).toPrecision(3)} h` : s >= 60 ? `${(s / 60).toPrecision(3)} min` : seconds(s);
+async function runRun(form, out) {
+  await guarded(out, "Estimating the run", async () => {
+    const body = runBody(values(form));
+    const [r, picture] = await Promise.all([post("/v1/run/estimate", body), postSvg("/v1/run/estimate?format=svg", body)]);
+    const c = r.reliability;
+    // A configuration that does not fit is answered as a no-feasible-plan problem.
+    const verdict = el("p", { class: "verdict-ok", text: `Goodput ${(100 * c.goodput).toFixed(1)}% saving every ${hours(c.checkpoint_interval_s)}: ${c.wall_days.toFixed(1)} days of wall time for ${r.train_days.toFixed(1)} days of training.` });
+    show(out, labelled([
+      el("h2", { text: `${r.world_size} GPUs, ${r.num_steps.toLocaleString("en")} steps of ${seconds(r.step_time_s)}` }), verdict,
+      table(["", "value"], [["checkpoint", `${gib(c.checkpoint_bytes)} (${gib(c.checkpoint_bytes_per_rank)} per rank)`],
+        ["write / training stopped per save", `${seconds(c.checkpoint_write_s)} / ${seconds(c.checkpoint_blocking_s)}`],
+        ["job mean time between failures", hours(c.job_mtbf_s)],
+        ["Young / Daly optimum", `${hours(c.young_interval_s)} / ${hours(c.daly_interval_s)}`],
+        ["interval evaluated", hours(c.checkpoint_interval_s)],
+        ["failures expected", c.expected_failures.toFixed(0)],
+        ["wall time with failures", `${c.wall_days.toFixed(1)} days (${Math.round(c.gpu_hours).toLocaleString("en")} GPU-hours)`]], "Checkpoints and failures"),
+      figure(picture, "Goodput against checkpoint interval"),
+    ]));
+  });
+}
+
 // ---------- presets ----------
 const PRESETS = {
   "plan-fits": ["form-plan", { model: "llama-3.1-8b", hf_config: "", gpu: "h100-sxm5-80gb", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, moe_load_imbalance: 1, time_limit_s: 20 }],
@@ -432,12 +467,16 @@ const PRESETS = {
   "rl-invalid": ["form-rl", { offload_tier: "nvme", nvme_bandwidth_bytes_per_s: null }],
   "rl-oom": ["form-rl", { model: "kimi-k2-instruct", gpu: "h800-sxm5-80gb", num_nodes: 32, gpus_per_node: 8, global_batch_size: 256, sequence_length: 4096, optimizer: "adam", tp: 1, pp: 16, dp: 16, ep: 16, vpp: 2, schedule: "interleaved_1f1b", recompute: "full", gradient_host_shards: true, offload_tier: "host", nvme_bandwidth_bytes_per_s: null }],
   "rl-imbalance": ["form-rl", { model: "kimi-k2-instruct", gpu: "h800-sxm5-80gb", num_nodes: 32, gpus_per_node: 8, global_batch_size: 256, sequence_length: 4096, optimizer: "muon", tp: 1, pp: 16, dp: 16, ep: 16, vpp: 2, schedule: "interleaved_1f1b", recompute: "full", gradient_host_shards: true, rollout_tp: 16, context_length: 1048576, offload_tier: "nvme", nvme_bandwidth_bytes_per_s: 2e10, external_kv_pool: true, pipelined_update: true }],
+  "run-fits": ["form-run", { model: "llama-3.1-70b", gpu: "h100-sxm5-80gb", num_nodes: 128, gpus_per_node: 8, global_batch_size: 1024, sequence_length: 8192, token_budget: 15e12, tp: 8, pp: 4, dp: 32, zero_stage: 1, recompute: "selective", failures_per_gpu_hour: 1.97e-5, storage_bandwidth_bytes_per_s: 2e12, node_storage_bandwidth_bytes_per_s: 1e11, restart_s: 600, checkpoint_interval_s: null, async_save: false }],
+  "run-invalid": ["form-run", { token_budget: 0 }],
+  "run-oom": ["form-run", { model: "llama-3.1-70b", gpu: "h100-sxm5-80gb", num_nodes: 1, gpus_per_node: 8, global_batch_size: 64, sequence_length: 4096, token_budget: 1e12, tp: 1, pp: 1, dp: 8, zero_stage: 0, recompute: "selective", checkpoint_interval_s: null }],
+  "run-imbalance": ["form-run", { model: "llama-3.1-70b", gpu: "h100-sxm5-80gb", num_nodes: 128, gpus_per_node: 8, global_batch_size: 1024, sequence_length: 8192, token_budget: 15e12, tp: 8, pp: 4, dp: 32, zero_stage: 1, recompute: "selective", failures_per_gpu_hour: 1.97e-4, storage_bandwidth_bytes_per_s: 5e10, node_storage_bandwidth_bytes_per_s: 1e11, restart_s: 600, checkpoint_interval_s: null, async_save: false }],
   "comm-imbalance": ["form-moe", { num_experts: 8, top_k: 2, tokens: "[[30,1,1,0,0,0,0,0],[28,2,1,1,0,0,0,0],[31,0,0,1,0,0,0,0],[29,1,1,1,0,0,0,0]]", gpu: "h100-sxm5-80gb", hidden_size: 7168, expert_ffn_hidden_size: 2048, tile_rows: 128 }],
 };
 const RUNNERS = { "form-plan": runPlan, "form-memory": runMemory, "form-mesh": runMesh, "form-pipeline": runPipeline,
-  "form-collective": runCollective, "form-moe": runMoe, "form-buffers": runBuffers, "form-rl": runSeesaw };
+  "form-collective": runCollective, "form-moe": runMoe, "form-buffers": runBuffers, "form-rl": runSeesaw, "form-run": runRun };
 const OUTPUTS = { "form-plan": "out-plan", "form-memory": "out-memory", "form-mesh": "out-mesh", "form-pipeline": "out-pipeline",
-  "form-collective": "out-comm", "form-moe": "out-comm", "form-buffers": "out-comm", "form-rl": "out-rl" };
+  "form-collective": "out-comm", "form-moe": "out-comm", "form-buffers": "out-comm", "form-rl": "out-rl", "form-run": "out-run" };
 
 function submit(formId) {
   const form = document.getElementById(formId);
