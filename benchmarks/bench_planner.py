@@ -1,7 +1,7 @@
 """Planner solve time on published-scale problems (a benchmark, not a test).
 
 Run: .venv/bin/python benchmarks/bench_planner.py [--repeats 3] [--time-limit 10]
-     [--busy 2] [--save runs.json] [--compare runs.json]
+     [--busy 2] [--open] [--save runs.json] [--compare runs.json]
 
 For each problem: median, min and max wall time of `solver.plan` over the repeats, the
 median CPU time of this process during the call (steadier than wall time on a shared
@@ -11,7 +11,10 @@ plus `LIMIT_SLACK_S`), the status, the proven gap, candidates and evaluations, a
 chosen plan. `--busy N` runs the problems beside N processes that keep a core busy each (a
 loaded machine). `--save` writes the figures to a JSON file; `--compare` prints a saved
 run's median and status beside this one's and whether the chosen plan and its step time are
-the same.
+the same. `--open` adds each problem again with every optional mechanism the search may
+choose allowed (`OPEN_CONSTRAINTS`: framework 'any', FP8 activation storage, activation
+offload, Pipeline ZeRO-2 host gradient shards, remote activation offload), labelled
+"+ open".
 """
 
 import argparse
@@ -22,7 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from api_schemas import ClusterInput, ModelPreset, PlanRequest, SolverLimits, TrainingSpec
+from api_schemas import (
+    ClusterInput,
+    Constraints,
+    ModelPreset,
+    PlanRequest,
+    SolverLimits,
+    TrainingSpec,
+)
 from solver import plan
 from solver.explain import describe_parallel
 
@@ -39,6 +49,10 @@ PROBLEMS = [
      TrainingSpec(global_batch_size=512, sequence_length=8192)),
 ]
 
+OPEN_CONSTRAINTS = Constraints(framework="any", allow_fp8_activations=True, allow_offload=True,
+                               allow_gradient_host_shards=True, allow_remote_offload=True)
+"""Every optional mechanism the search may choose, allowed (`--open`)."""
+
 LIMIT_SLACK_S = 0.5
 """How far past the time limit an answer may come (start-up of the call aside)."""
 
@@ -52,13 +66,19 @@ def _spin(stop: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    print(f"{'problem':30s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'cpu s':>6s} "
+    print(f"{'problem':37s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'cpu s':>6s} "
           f"{'limit':>6s} "
           f"{'status':>9s} {'gap':>6s} {'cands':>6s} {'evals':>6s}  plan")
     figures: dict[str, dict[str, Any]] = {}
-    for label, model, gpu, nodes, training in PROBLEMS:
+    cases = [(label, model, gpu, nodes, training, Constraints())
+             for label, model, gpu, nodes, training in PROBLEMS]
+    if args.open:
+        cases += [(f"{label} + open", model, gpu, nodes, training, OPEN_CONSTRAINTS)
+                  for label, model, gpu, nodes, training in PROBLEMS]
+    for label, model, gpu, nodes, training, constraints in cases:
         request = PlanRequest(model=ModelPreset(preset=model),
                               cluster=ClusterInput(gpu=gpu, num_nodes=nodes), training=training,
+                              constraints=constraints,
                               solver=SolverLimits(time_limit_s=args.time_limit, top_k=3))
         times, cpu = [], []
         response = None
@@ -74,7 +94,7 @@ def _run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             if response.time and response.throughput else ""
         over = max(times) > args.time_limit + LIMIT_SLACK_S
         limit = "over" if over else "ok"
-        print(f"{label:30s} {statistics.median(times):9.2f} {min(times):7.2f} {max(times):7.2f} "
+        print(f"{label:37s} {statistics.median(times):9.2f} {min(times):7.2f} {max(times):7.2f} "
               f"{statistics.median(cpu):6.2f} {limit:>6s} {response.status.value:>9s} "
               f"{(f'{100 * gap:.1f}%' if gap is not None else '-'):>6s} "
               f"{response.solver.candidates:6d} {response.solver.evaluated:6d}  {layout}{step}")
@@ -91,16 +111,16 @@ def _run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def _compare(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> None:
-    print(f"\n{'problem':30s} {'before s':>9s} {'cpu s':>6s} {'status':>9s} {'after s':>9s} "
+    print(f"\n{'problem':37s} {'before s':>9s} {'cpu s':>6s} {'status':>9s} {'after s':>9s} "
           f"{'cpu s':>6s} {'status':>9s} {'cpu speed-up':>12s}  same plan and step time")
     for label, now in after.items():
         then = before.get(label)
         if then is None:
-            print(f"{label:30s} {'-':>9s}")
+            print(f"{label:37s} {'-':>9s}")
             continue
         same = (then["parallel"] == now["parallel"]
                 and then["step_time_s"] == now["step_time_s"])
-        print(f"{label:30s} {then['median_s']:9.2f} {then['cpu_s']:6.2f} {then['status']:>9s} "
+        print(f"{label:37s} {then['median_s']:9.2f} {then['cpu_s']:6.2f} {then['status']:>9s} "
               f"{now['median_s']:9.2f} {now['cpu_s']:6.2f} {now['status']:>9s} "
               f"{then['cpu_s'] / now['cpu_s']:11.1f}x  {'yes' if same else 'NO'}")
 
@@ -111,6 +131,8 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=10.0)
     parser.add_argument("--busy", type=int, default=0,
                         help="background processes keeping a core busy each")
+    parser.add_argument("--open", action="store_true",
+                        help="also run each problem with every optional mechanism allowed")
     parser.add_argument("--save", type=Path, help="write the figures to this JSON file")
     parser.add_argument("--compare", type=Path, help="a JSON file written by --save")
     args = parser.parse_args()

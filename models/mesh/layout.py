@@ -17,7 +17,7 @@ edp = tp * cp * dp / (etp * ep). Ranks are placed on nodes in order, `gpus_per_n
 
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cache
+from functools import cache, lru_cache
 from math import prod
 
 import numpy as np
@@ -225,14 +225,30 @@ def expert_data_parallel_size(parallel: ParallelConfig) -> int:
     return folded // (parallel.etp * parallel.ep)
 
 
+MESHES_KEPT = 64
+"""Meshes `build_mesh` keeps, by degrees, cluster shape and order (a 16,384-GPU mesh takes
+about 10 ms to build; the search asks for the same one for every activation policy)."""
+
+
 def build_mesh(parallel: ParallelConfig, *, num_nodes: int, gpus_per_node: int,
                order: str = DEFAULT_ORDER) -> DeviceMesh:
     """Coordinates and groups of every rank for a parallel configuration on a cluster.
+
+    Only the degrees (tp, cp, dp, pp, ep, etp) decide the mesh, so meshes are kept by them
+    (`MESHES_KEPT`); their group arrays are read-only.
 
     Raises:
         InvalidSpecError: the degrees do not multiply to num_nodes * gpus_per_node, the
             expert mesh does not fold into the dense one, or the order is malformed.
     """
+    return _mesh_of_degrees(parallel.tp, parallel.cp, parallel.dp, parallel.pp, parallel.ep,
+                            parallel.etp, num_nodes, gpus_per_node, order)
+
+
+@lru_cache(maxsize=MESHES_KEPT)
+def _mesh_of_degrees(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, num_nodes: int,
+                     gpus_per_node: int, order: str) -> DeviceMesh:
+    parallel = ParallelConfig.model_construct(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, etp=etp)
     world = num_nodes * gpus_per_node
     if parallel.world_size != world:
         raise InvalidSpecError(
@@ -257,6 +273,10 @@ def build_mesh(parallel: ParallelConfig, *, num_nodes: int, gpus_per_node: int,
     nodes = {k: np.sort(m // gpus_per_node, axis=1) for k, m in members.items()}
     spans = {k: _spans_of(n) for k, n in nodes.items()}
     per_node = {k: _longest_runs(n) for k, n in nodes.items()}
+    for table in (members, group_of_rank, spans, per_node):
+        for array in table.values():
+            if isinstance(array, np.ndarray):
+                array.flags.writeable = False
     return DeviceMesh(
         world_size=world, num_nodes=num_nodes, gpus_per_node=gpus_per_node, order=axes,
         dense_sizes=dense, expert_sizes=expert, _members=members,
