@@ -118,7 +118,11 @@ def _compare(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]
         if then is None:
             print(f"{label:37s} {'-':>9s}")
             continue
-        same = (then["parallel"] == now["parallel"]
+        # Fields a newer ParallelConfig adds (at their defaults) are not a change of plan.
+        before_plan, after_plan = then["parallel"] or {}, now["parallel"] or {}
+        shared = before_plan.keys() & after_plan.keys()
+        same = ((then["parallel"] is None) == (now["parallel"] is None)
+                and all(before_plan[k] == after_plan[k] for k in shared)
                 and then["step_time_s"] == now["step_time_s"])
         print(f"{label:37s} {then['median_s']:9.2f} {then['cpu_s']:6.2f} {then['status']:>9s} "
               f"{now['median_s']:9.2f} {now['cpu_s']:6.2f} {now['status']:>9s} "

@@ -386,10 +386,9 @@ def _norm_tensors(spec: ModelSpec, ctx: LayerActivationContext, mixer_input: Sto
     for name, consumer, dropped in (("attention norm input", mixer_input, ()),
                                     ("MLP norm input", block_input, (M.OP_SAC,))):
         tensor = _tensor(name, "norm", per_token, ctx, *dropped)
-        shared = (ctx.norm_saves_output and "norm output" in consumer.name
-                  and consumer.bytes == tensor.bytes
-                  and consumer.dropped_by)
-        if shared:
+        output_kept = ("norm output" in consumer.name and consumer.bytes == tensor.bytes
+                       and bool(consumer.dropped_by))
+        if ctx.norm_saves_output and output_kept:
             tensor = dataclasses.replace(tensor, kept_only_by=consumer.dropped_by)
         out.append(tensor)
     return out

@@ -3,6 +3,7 @@ out), the OOM, invalid and imbalance presets, desktop and mobile viewports, keyb
 operation, reduced motion, and no request outside the service."""
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -221,8 +222,6 @@ def test_checkpoint_interval_and_its_problems_on_a_desktop(page_for: Any,
 
 def _goodput(region: Any) -> float:
     """The goodput the verdict prints, as a fraction."""
-    import re
-
     verdict = region.locator(".verdict-ok").inner_text()
     found = re.search(r"Goodput ([0-9.]+)%", verdict)
     assert found, verdict
