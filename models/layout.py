@@ -12,7 +12,7 @@ DeepSeek-V3 arXiv:2412.19437 Sec. 3.2.1 (DualPipe: rank r holds stage r of one d
 stage PP - 1 - r of the other; embedding and head on the same rank, shared with MTP).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig
@@ -33,11 +33,14 @@ class StageLayout:
     num_heads: int
     """Output heads (with final norm) held; DualPipe's end ranks hold one per direction."""
     num_mtp_modules: int
+    layers: tuple[int, ...] = field(init=False, compare=False, repr=False)
+    """All layer indices whose weights live on this rank (duplicates across copies kept),
+    from `chunks` (layouts are memoised, so the search reads it far more often than it is
+    built)."""
 
-    @property
-    def layers(self) -> tuple[int, ...]:
-        """All layer indices whose weights live on this rank (duplicates across copies kept)."""
-        return tuple(index for chunk in self.chunks for index in chunk)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers",
+                           tuple(index for chunk in self.chunks for index in chunk))
 
 
 def layout_traits(parallel: ParallelConfig) -> ScheduleTraits:
