@@ -45,7 +45,7 @@ from models.params import (
     norm_params,
 )
 from models.pipeline import InFlightProfile, in_flight_profile, schedule_traits
-from models.remote_activations import balance_remote_activations
+from models.remote_activations import balance_remote_activations, fits_after_remote_offload
 from models.runtime_memory import (
     ALLOCATOR_FRAGMENTATION_FRAC,
     CUDA_CONTEXT_BYTES,
@@ -588,13 +588,15 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
 
 def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                 layout: StageLayout, num_micro_batches: int,
-                memo: LedgerMemo | None) -> tuple[int, int]:
-    """(`total_bytes`, `host_bytes`) of `stage_memory`'s ledger, summed from its parts
-    without building the ledger lines where a memo holds the runtime items."""
+                memo: LedgerMemo | None) -> tuple[int, int, int]:
+    """(`total_bytes`, `host_bytes`, the `STORED_ACTIVATIONS` line's bytes) of
+    `stage_memory`'s ledger, summed from its parts without building the ledger lines where
+    a memo holds the runtime items."""
     if memo is None or training.vision is not None:
         stage = stage_memory(spec, training, parallel, layout,
                              num_micro_batches=num_micro_batches, memo=memo)
-        return stage.total_bytes, stage.host_bytes
+        stored = sum(c.bytes for c in stage.components if c.name == STORED_ACTIVATIONS)
+        return stage.total_bytes, stage.host_bytes, stored
     parts, acts, items = _rank_parts(spec, training, parallel, layout, num_micro_batches, memo)
     assert items is not None
     _, states, host_states, ema_gpu, ema_host = parts
@@ -607,7 +609,8 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
            + sum(c.bytes for c in listed) + fragmentation_bytes(dynamic, transient) + hole)
     host = (sum(c.bytes for c in host_states) + sum(c.bytes for c in host_acts)
             + sum(c.bytes for c in ema_host))
-    return gpu, host
+    stored = sum(c.bytes for c in activations if c.name == STORED_ACTIVATIONS)
+    return gpu, host, stored
 
 
 def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -703,13 +706,22 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     """
     if memo is not None and not memo.serves(spec, training):
         memo = None
-    if parallel.remote_activation_offload and parallel.pp > 1:
-        # Whether a rank fits depends on the others' room: every rank is needed.
-        return memory_ledger(spec, training, parallel, cluster, memo=memo).fits
     m = micro_batch_count(training, parallel)
     layouts = pipeline_layout(spec, parallel)
-    order = [0, len(layouts) - 1, *range(1, len(layouts) - 1)] if len(layouts) > 1 else [0]
     host_capacity = cluster.host_memory_bytes // cluster.gpus_per_node
+    if parallel.remote_activation_offload and len(layouts) > 1:
+        # Whether a rank fits depends on the others' room: every rank is needed, and the
+        # verdict of `apply_remote_offload`'s balance is its closed form.
+        totals, movable = [], []
+        for layout in layouts:
+            gpu, host, stored = _rank_bytes(spec, training, parallel, layout, m, memo)
+            if host > host_capacity:
+                return False
+            totals.append(gpu)
+            movable.append(stored)
+        return fits_after_remote_offload(totals=totals, movable=movable,
+                                         capacity=cluster.capacity_bytes)
+    order = [0, len(layouts) - 1, *range(1, len(layouts) - 1)] if len(layouts) > 1 else [0]
     profile = in_flight_counts(parallel, m) if len(layouts) > 1 else None
     checked: dict[tuple[object, ...], list[int]] = {}
     uniform = parallel.stage_policies is None
@@ -718,7 +730,7 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         if profile is not None and twin is not None and any(
                 profile.dominates(other, rank) for other in checked.get(twin, ())):
             continue  # holds no more than a rank already found to fit
-        gpu, host = _rank_bytes(spec, training, parallel, layouts[rank], m, memo)
+        gpu, host, _ = _rank_bytes(spec, training, parallel, layouts[rank], m, memo)
         if gpu > cluster.capacity_bytes or host > host_capacity:
             return False
         if twin is not None:

@@ -96,6 +96,26 @@ def balance_remote_activations(*, totals: list[int], movable: list[int], capacit
                          received=tuple(received), level=level)
 
 
+def fits_after_remote_offload(*, totals: list[int], movable: list[int], capacity: int) -> bool:
+    """Whether `balance_remote_activations(..., least_level=capacity)` brings every rank
+    within `capacity`, without the search: the balance reaches the level L = capacity
+    exactly when no rank's unmovable bytes exceed it (L >= max(t_i - m_i)) and what the
+    ranks over it must send fits in the room the others have under it
+    (sum max(0, t_i - C) <= sum max(0, C - t_i)); any level the search settles on above C
+    leaves a rank over the capacity. Same sources and assumptions as the balance."""
+    if len(totals) != len(movable):
+        raise ValueError("one total and one movable amount per rank")
+    need = room = 0
+    for total, moved in zip(totals, movable, strict=True):
+        if total - moved > capacity:
+            return False
+        if total > capacity:
+            need += total - capacity
+        else:
+            room += capacity - total
+    return need <= room
+
+
 def remote_offload_bytes_per_step(*, moved_bytes: int, in_flight_units: int,
                                   units_per_step: int) -> int:
     """Bytes a sender moves per step: its moved share f = moved / in-flight bytes of every
@@ -106,4 +126,5 @@ def remote_offload_bytes_per_step(*, moved_bytes: int, in_flight_units: int,
     return math.ceil(2 * moved_bytes * units_per_step / in_flight_units)
 
 
-__all__ = ["RemoteBalance", "balance_remote_activations", "remote_offload_bytes_per_step"]
+__all__ = ["RemoteBalance", "balance_remote_activations", "fits_after_remote_offload",
+           "remote_offload_bytes_per_step"]

@@ -371,3 +371,42 @@ def test_a_memo_made_for_another_recipe_is_not_used() -> None:
     memory_ledger(spec, training, parallel, cluster, memo=memo)
     assert memory_ledger(spec, longer, parallel, cluster, memo=memo) == \
         memory_ledger(spec, longer, parallel, cluster)
+
+
+@settings(max_examples=25, deadline=None)
+@given(schedule=st.sampled_from([PipelineSchedule.ONE_F_ONE_B,
+                                 PipelineSchedule.INTERLEAVED_1F1B, PipelineSchedule.ZBV]),
+       pp=st.sampled_from([2, 4, 8]), m=st.sampled_from([8, 16]),
+       recompute=st.sampled_from([RecomputeMode.NONE, RecomputeMode.SELECTIVE,
+                                  FullLayers(full_layers=1)]),
+       offload=st.sampled_from([0.0, 0.5]), use_memo=st.booleans())
+def test_fits_memory_with_remote_offload_agrees_with_the_balanced_ledger(
+        schedule: PipelineSchedule, pp: int, m: int, recompute: RecomputeMode | FullLayers,
+        offload: float, use_memo: bool) -> None:
+    """Under remote activation offload `fits_memory` decides from every rank's totals and
+    movable bytes in closed form; at capacities around each rank total and the pipeline's
+    mean (where the balance starts and stops to fit) it must give the balanced ledger's
+    verdict, with or without a memo."""
+    from hypothesis import assume
+
+    chunks = 2 if schedule != PipelineSchedule.ONE_F_ONE_B else 1
+    parallel = ParallelConfig(pp=pp, dp=2, schedule=schedule, vpp=chunks, recompute=recompute,
+                              activation_offload_frac=offload, remote_activation_offload=True)
+    training = TrainingSpec(global_batch_size=2 * m, sequence_length=4096)
+    try:
+        plain = memory_ledger(TWIN_MODEL, training, parallel.model_copy(
+            update={"remote_activation_offload": False}), CLUSTER)
+    except InvalidSpecError:
+        assume(False)
+        return
+    totals = sorted({s.total_bytes for s in plain.stages})
+    mean = sum(s.total_bytes for s in plain.stages) // len(plain.stages)
+    memory = CLUSTER.gpu.memory_bytes
+    memo = LedgerMemo(spec=TWIN_MODEL, training=training) if use_memo else None
+    verdicts = set()
+    for capacity in {*totals, mean - 1, mean, mean + 1, totals[0] - 1, totals[-1] + 1}:
+        cluster = CLUSTER.model_copy(update={"memory_headroom_frac": 1 - capacity / memory})
+        expected = memory_ledger(TWIN_MODEL, training, parallel, cluster).fits
+        verdicts.add(expected)
+        assert fits_memory(TWIN_MODEL, training, parallel, cluster, memo=memo) == expected
+    assert verdicts == {True, False}

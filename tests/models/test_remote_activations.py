@@ -5,13 +5,19 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from api_schemas.requests import EvaluateRequest
 from models.collectives import fabric_of
 from models.kernels import HBM_ACHIEVABLE_FRAC
 from models.layout import pipeline_layout
 from models.memory import REMOTE_RECEIVED, STORED_ACTIVATIONS, fits_memory, memory_ledger
-from models.remote_activations import balance_remote_activations, remote_offload_bytes_per_step
+from models.remote_activations import (
+    balance_remote_activations,
+    fits_after_remote_offload,
+    remote_offload_bytes_per_step,
+)
 from models.remote_activations_report import remote_activations_report
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import axis_groups, estimate_step
@@ -191,3 +197,17 @@ def test_remote_offload_is_charged_to_the_step_and_grows_as_the_link_narrows() -
         slow_cost.transfer_s, slow_cost.window_s, slow_cost.hbm_s, strict=True))
     assert slow_cost.transfer_s[0] > slow_cost.window_s[0]
     assert slow_cost.exposed_s == pytest.approx(worst) and slow_cost.exposed_s > 1.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranks=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 200)), min_size=1,
+                      max_size=12),
+       capacity=st.integers(0, 250))
+def test_the_closed_form_verdict_is_the_balances(ranks: list[tuple[int, int]],
+                                                 capacity: int) -> None:
+    totals = [t for t, _ in ranks]
+    movable = [min(t, m) for t, m in ranks]
+    balance = balance_remote_activations(totals=totals, movable=movable, capacity=capacity,
+                                         least_level=capacity)
+    assert fits_after_remote_offload(totals=totals, movable=movable, capacity=capacity) == (
+        balance.peak_after <= capacity)

@@ -151,9 +151,10 @@ def test_work_bound_computes_each_rank_shape_once_with_the_same_value() -> None:
 
 def test_memory_probes_sum_the_same_bytes_as_the_ledger_lines() -> None:
     # A probe with a memo sums a rank's parts without building its ledger lines: GPU and
-    # host totals must be the ledger's to the byte, with offloaded activations (host bytes),
-    # an unfused loss (the reserved logits block) and ZeRO-3 buffers among the terms.
-    from models.memory import _rank_bytes, stage_memory
+    # host totals and the stored layer activations (what remote offload may move) must be
+    # the ledger's to the byte, with offloaded activations (host bytes), an unfused loss
+    # (the reserved logits block) and ZeRO-3 buffers among the terms.
+    from models.memory import STORED_ACTIVATIONS, _rank_bytes, stage_memory
 
     spec = model_preset("llama-3.1-8b")
     for fused in (True, False):
@@ -167,8 +168,10 @@ def test_memory_probes_sum_the_same_bytes_as_the_ledger_lines() -> None:
             m = micro_batch_count(training, parallel)
             for layout in pipeline_layout(spec, parallel):
                 stage = stage_memory(spec, training, parallel, layout, num_micro_batches=m)
+                stored = sum(c.bytes for c in stage.components if c.name == STORED_ACTIVATIONS)
+                assert stored > 0
                 assert _rank_bytes(spec, training, parallel, layout, m, memo) == (
-                    stage.total_bytes, stage.host_bytes), (fused, zero, layout.rank)
+                    stage.total_bytes, stage.host_bytes, stored), (fused, zero, layout.rank)
                 assert (stage.host_bytes > 0) == ("activation_offload_frac" in policy)
 
 
