@@ -237,7 +237,6 @@ def layer_mix(spec: ModelSpec, layers: tuple[int, ...]
 
 
 @lru_cache(maxsize=16384)
-@lru_cache(maxsize=4096)
 def _weight_mix(spec: ModelSpec, layers: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     """(a layer index, how many) per weight kind among `layers`: MoE or dense MLP, and
     linear or full attention (a hybrid model's token mixers differ in weights)."""
