@@ -20,10 +20,10 @@ woken when that output is written, so each op is visited a constant number of ti
 
 Replay. Whether a head is blocked depends only on which outputs have been written, never on
 the durations, so the order in which the event loop runs the ops is a property of the
-program. The first run records it (`VisitOrder`); later makespans of the same program replay
-that order as one flat pass with no blocking checks (`simulate_makespan`), about three times
-faster on a 16-stage interleaved program, with the same comparisons in the same order and so
-the same floats.
+program. The first makespan of a program records it (as stretches of one rank's ops); later
+makespans of the same program replay that order as one flat pass with no blocking checks
+(`VisitOrder`, `simulate_makespan`), three to six times faster, with the same comparisons in
+the same order and so the same floats.
 """
 
 import math
@@ -68,8 +68,12 @@ class CompiledProgram:
     """Virtual stage of the op's B part (B, BW, FB backward), -1 if none."""
     weight_stage: IntArray
     """Virtual stage of the op's W part (W, BW, FB backward), -1 if none."""
+    segments: list[list[tuple[int, int, int]]] = field(default_factory=list)
+    """The event loop's op order as (rank, first row, stop row) stretches, kept by the first
+    recording run that completes (empty before)."""
     visit: list["VisitOrder"] = field(default_factory=list)
-    """The event loop's op order, recorded by the first run that completes (empty before)."""
+    """That order as flat columns, built when a second makespan is asked for (a program
+    simulated once never pays for it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -88,7 +92,11 @@ class VisitOrder:
 
 def _visit_order(c: "CompiledProgram", segments: list[tuple[int, int, int]]) -> VisitOrder:
     """The flat op order of `segments` ((rank, first row, stop row) as the loop ran them)."""
-    index = np.concatenate([np.arange(lo, hi, dtype=np.int64) for _, lo, hi in segments])
+    bounds = np.asarray(segments, dtype=np.int64).reshape(-1, 3)
+    lengths = bounds[:, 2] - bounds[:, 1]
+    # Row k of the order is segment i's first row plus k's offset within that segment.
+    shift = bounds[:, 1] - (np.cumsum(lengths) - lengths)
+    index = np.repeat(shift, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
     rank_of_row = np.repeat(np.arange(len(c.offsets) - 1), np.diff(c.offsets))
     columns = [np.asarray(col, dtype=np.int64)[index].tolist() for col in (
         rank_of_row, c.dep_prev, c.dep_next, c.dep_local, c.out_a, c.out_b)]
@@ -159,8 +167,9 @@ def op_durations(compiled: CompiledProgram, durations: OpDurations) -> FloatArra
 
 
 def run(compiled: CompiledProgram, durations: FloatArray, *,
-        p2p_latency_s: float = 0.0) -> tuple[list[float], list[float]]:
-    """Start time of every row and the finish time of every rank.
+        p2p_latency_s: float = 0.0, record: bool = False) -> tuple[list[float], list[float]]:
+    """Start time of every row and the finish time of every rank; with `record`, a run that
+    completes also keeps its op order in `compiled.segments` (for `simulate_makespan`).
 
     Raises:
         ScheduleDeadlockError: some rank's head op can never start; lists the stuck ops.
@@ -183,8 +192,8 @@ def run(compiled: CompiledProgram, durations: FloatArray, *,
     stuck = [r for r in range(num_ranks) if heads[r] < offsets[r + 1]]
     if stuck:
         raise _deadlock(compiled, stuck, heads)
-    if not compiled.visit:
-        compiled.visit.append(_visit_order(compiled, segments))
+    if record and not compiled.segments:
+        compiled.segments.append(segments)
     return start, free
 
 
@@ -271,11 +280,13 @@ def simulate_makespan(compiled: CompiledProgram, durations: OpDurations, *,
         ScheduleDeadlockError: the lists cannot all run.
     """
     dur = op_durations(compiled, durations)
-    if compiled.visit and math.isfinite(p2p_latency_s) and p2p_latency_s >= 0.0:
+    if compiled.segments and math.isfinite(p2p_latency_s) and p2p_latency_s >= 0.0:
+        if not compiled.visit:
+            compiled.visit.append(_visit_order(compiled, compiled.segments[0]))
         free = _replay(compiled.visit[0], dur, p2p_latency_s, compiled.num_slots,
                        len(compiled.offsets) - 1)
     else:
-        _, free = run(compiled, dur, p2p_latency_s=p2p_latency_s)
+        _, free = run(compiled, dur, p2p_latency_s=p2p_latency_s, record=True)
     return max(free) if free else 0.0
 
 

@@ -289,7 +289,7 @@ def test_replayed_order_gives_the_event_loops_makespan_to_the_bit(schedule: S, p
     program = generate_program(schedule, num_stages=p, num_micro_batches=m, num_chunks=v)
     compiled = compile_program(program)
     stages = program.placement.num_stages
-    assert not compiled.visit
+    assert not compiled.segments and not compiled.visit
     for trial in range(4):
         durations = OpDurations(forward_s=tuple(rng.uniform(0.5, 2.0, stages)),
                                 backward_input_s=tuple(rng.uniform(0.5, 3.0, stages)),
@@ -297,9 +297,9 @@ def test_replayed_order_gives_the_event_loops_makespan_to_the_bit(schedule: S, p
         latency = [0.0, 0.05, 0.3, 1.7][trial]
         fresh = compile_program(program)  # no recorded order: the event loop itself
         expected = simulate_makespan(fresh, durations, p2p_latency_s=latency)
-        assert fresh.visit, "a completed run records its order"
+        assert fresh.segments and not fresh.visit, "a completed run records its order"
         assert simulate_makespan(compiled, durations, p2p_latency_s=latency) == expected
-        assert compiled.visit
+        assert compiled.segments and bool(compiled.visit) == (trial > 0)
 
 
 def test_a_deadlocked_program_records_no_order_and_still_reports() -> None:
@@ -309,4 +309,4 @@ def test_a_deadlocked_program_records_no_order_and_still_reports() -> None:
     for _ in range(2):
         with pytest.raises(ScheduleDeadlockError):
             simulate_makespan(compiled, UNIT)
-    assert not compiled.visit
+    assert not compiled.segments and not compiled.visit
