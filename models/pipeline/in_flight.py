@@ -55,6 +55,9 @@ class InFlightProfile:
     _dominance: dict[tuple[int, int], bool] = field(default_factory=dict, compare=False,
                                                      hash=False, repr=False)
     """Answers of `dominates`, memoised."""
+    _largest_counts: dict[int, int] = field(default_factory=dict, compare=False, hash=False,
+                                            repr=False)
+    """Per rank, the largest total of one live vector (built on first use)."""
 
     def _matrix(self, rank: int) -> IntArray:
         matrix = self._arrays.get(rank)
@@ -80,9 +83,16 @@ class InFlightProfile:
         vectors = self.live_vectors[rank]
         if not vectors:
             return 0
+        largest = max(chunk_bytes, default=0)
+        if largest >= 0 and min(chunk_bytes, default=0) == largest:
+            # Every chunk stores the same bytes: the largest dot product is those bytes
+            # times the largest live vector's total.
+            count = self._largest_counts.get(rank)
+            if count is None:
+                count = self._largest_counts[rank] = max(sum(vec) for vec in vectors)
+            return largest * count
         if len(vectors) == 1:
             return sum(n * b for n, b in zip(vectors[0], chunk_bytes, strict=True))
-        largest = max(chunk_bytes, default=0)
         if min(chunk_bytes, default=0) < 0 or largest * self.peak_chunks[rank] >= 2**62:
             return max(sum(n * b for n, b in zip(vec, chunk_bytes, strict=True))
                        for vec in vectors)

@@ -289,7 +289,10 @@ def test_fits_memory_agrees_with_the_ledger_at_every_capacity(
 
 
 @settings(max_examples=40, deadline=None)
-@given(chunks=st.lists(st.integers(0, 10**12), min_size=2, max_size=2))
+@given(chunks=st.one_of(st.lists(st.integers(0, 10**12), min_size=2, max_size=2),
+                        st.integers(0, 10**12).map(lambda b: [b, b])))
+@example(chunks=[0, 0])
+@example(chunks=[3 * 2**40, 3 * 2**40])
 def test_in_flight_peak_bytes_is_the_largest_dot_product(chunks: list[int]) -> None:
     from models.pipeline import in_flight_profile
 
