@@ -14,7 +14,7 @@ edp = tp x cp x dp / (ep x etp) (Megatron-LM PR #4687: never by tp).
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -67,6 +67,12 @@ buffers): a lower bound the search may use before a ledger is built."""
 STORED_ACTIVATIONS = "activations: layers"
 """Name of the ledger line of the layers' activations stored for backward (the in-flight
 micro-batch x chunk units at the schedule's peak)."""
+
+
+def stored_activation_bytes(components: Iterable[MemoryComponent]) -> int:
+    """Bytes of the `STORED_ACTIVATIONS` line among a rank's components (what remote
+    activation offload may move and per-stage policies trade)."""
+    return sum(c.bytes for c in components if c.name == STORED_ACTIVATIONS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -594,8 +600,7 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     if memo is None or training.vision is not None:
         stage = stage_memory(spec, training, parallel, layout,
                              num_micro_batches=num_micro_batches, memo=memo)
-        stored = sum(c.bytes for c in stage.components if c.name == STORED_ACTIVATIONS)
-        return stage.total_bytes, stage.host_bytes, stored
+        return stage.total_bytes, stage.host_bytes, stored_activation_bytes(stage.components)
     parts, acts, items = _rank_parts(spec, training, parallel, layout, num_micro_batches, memo)
     assert items is not None
     _, states, host_states, ema_gpu, ema_host = parts
@@ -608,8 +613,7 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
            + sum(c.bytes for c in listed) + fragmentation_bytes(dynamic, transient) + hole)
     host = (sum(c.bytes for c in host_states) + sum(c.bytes for c in host_acts)
             + sum(c.bytes for c in ema_host))
-    stored = sum(c.bytes for c in activations if c.name == STORED_ACTIVATIONS)
-    return gpu, host, stored
+    return gpu, host, stored_activation_bytes(activations)
 
 
 def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -664,8 +668,7 @@ def apply_remote_offload(stages: tuple[StageMemory, ...], capacity_bytes: int
     totals = [s.total_bytes for s in stages]
     if max(totals) <= capacity_bytes:
         return stages
-    movable = [sum(c.bytes for c in s.components if c.name == STORED_ACTIVATIONS)
-               for s in stages]
+    movable = [stored_activation_bytes(s.components) for s in stages]
     balance = balance_remote_activations(totals=totals, movable=movable,
                                          capacity=capacity_bytes, least_level=capacity_bytes)
     out = []
@@ -785,4 +788,5 @@ __all__ = [
     "rank_parameters",
     "stage_activation_components",
     "stage_memory",
+    "stored_activation_bytes",
 ]

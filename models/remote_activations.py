@@ -105,14 +105,9 @@ def fits_after_remote_offload(*, totals: list[int], movable: list[int], capacity
     leaves a rank over the capacity. Same sources and assumptions as the balance."""
     if len(totals) != len(movable):
         raise ValueError("one total and one movable amount per rank")
-    need = room = 0
-    for total, moved in zip(totals, movable, strict=True):
-        if total - moved > capacity:
-            return False
-        if total > capacity:
-            need += total - capacity
-        else:
-            room += capacity - total
+    if any(total - moved > capacity for total, moved in zip(totals, movable, strict=True)):
+        return False
+    need, room = _need_and_room(totals, capacity, capacity)
     return need <= room
 
 

@@ -11,7 +11,7 @@ over the link its pipeline group uses (scale-up inside a node, the NIC across no
 from api_schemas.remote_activations import RemoteActivationsResponse, StageRemoteReport
 from api_schemas.requests import EvaluateRequest
 from models.layout import pipeline_layout
-from models.memory import STORED_ACTIVATIONS, memory_ledger
+from models.memory import memory_ledger, stored_activation_bytes
 from models.mesh import validate_mesh
 from models.mesh.layout import GroupKind, build_mesh
 from models.remote_activations import balance_remote_activations, remote_offload_bytes_per_step
@@ -51,8 +51,7 @@ def remote_activations_report(request: EvaluateRequest) -> RemoteActivationsResp
     ledger = memory_ledger(spec, request.training, parallel, cluster, stages=layouts)
     stages = sorted(ledger.stages, key=lambda s: s.stage)
     totals = [s.total_bytes for s in stages]
-    movable = [sum(c.bytes for c in s.components if c.name == STORED_ACTIVATIONS)
-               for s in stages]
+    movable = [stored_activation_bytes(s.components) for s in stages]
     balance = balance_remote_activations(totals=totals, movable=movable,
                                          capacity=ledger.capacity_bytes)
     mesh = build_mesh(parallel, num_nodes=cluster.num_nodes,

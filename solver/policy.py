@@ -49,11 +49,10 @@ from api_schemas.training import TrainingSpec
 from models.collectives import fabric_of
 from models.layout import pipeline_layout
 from models.memory import (
-    STORED_ACTIVATIONS,
     MemoryLedger,
-    StageMemory,
     memory_ledger,
     micro_batch_count,
+    stored_activation_bytes,
 )
 from models.step_time import StageTime, axis_groups, stage_time
 from models.step_time.remote_offload import RemoteOffloadRates, remote_offload_rates
@@ -215,7 +214,8 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
             mem_terms += [cost_bytes(m0) * x[s, o], -saved_bytes(saved) * n_vars[s, o],
                           cost_bytes(working) * z]
             if remote:
-                s0, s1 = (_stored(ledger.stages[s]) for ledger in ledgers[:2])
+                s0, s1 = (stored_activation_bytes(ledger.stages[s].components)
+                          for ledger in ledgers[:2])
                 movable.append(saved_bytes(s0) * x[s, o]
                                - cost_bytes(max(0, s0 - s1)) * n_vars[s, o])
             t0, t1 = busy[0][s], busy[1][s]
@@ -255,9 +255,6 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
     return PolicyResult(parallel=repaired, status=outcome.status,
                         bottleneck_s=seconds(solver.value(bottleneck)))
 
-
-def _stored(stage: StageMemory) -> int:
-    return sum(c.bytes for c in stage.components if c.name == STORED_ACTIVATIONS)
 
 
 def _per_quantum(seconds_per_byte: float) -> int:
