@@ -84,6 +84,7 @@ class Row:
     seq_ms: list[float]
     ref_times_ms: list[float]
     eplb_ms: list[float]
+    columns_ms: list[float]
     redundant: list[int]
     ref_redundant: list[int]
     max_per_rank: list[int]
@@ -112,6 +113,18 @@ def timed(counts: np.ndarray, k: int, rule: ConstructiveRule, repeats: int) -> t
         res = plan_constructive(counts, top_k=k, rule=rule)
         times.append((time.perf_counter() - started) * 1e3)
     return times, res
+
+
+def timed_columns(counts: np.ndarray, k: int, repeats: int) -> list[float]:
+    """ms to turn a fresh placement's routes into columns (done on the first read of a
+    column, outside the planner's wall time)."""
+    times = []
+    for _ in range(repeats):
+        routes = plan_constructive(counts, top_k=k).routes
+        started = time.perf_counter()
+        _ = routes.tokens
+        times.append((time.perf_counter() - started) * 1e3)
+    return times
 
 
 def timed_eplb(history: np.ndarray, r: int, repeats: int) -> list[float]:
@@ -149,13 +162,14 @@ def timed_layers(data: list[np.ndarray], k: int, layers: int,
 def measure(e: int, r: int, k: int, s: int, skew: RoutingSkew, n: int, repeats: int,
             layers: int) -> Row:
     data = batches(skew, e, r, k, s, n)
-    row = Row(*([] for _ in range(15)))
+    row = Row(*([] for _ in range(16)))
     for i, counts in enumerate(data):
         history = sum(d.sum(axis=0) for j, d in enumerate(data) if j != i) if n > 1 else \
             counts.sum(axis=0)
         times, res = timed(counts, k, ConstructiveRule.COVER, repeats)
         ref_times, ref = timed(counts, k, ConstructiveRule.REFERENCE, max(5, repeats // 5))
         row.eplb_ms += timed_eplb(history, r, max(3, repeats // 10))
+        row.columns_ms += timed_columns(counts, k, max(5, repeats // 5))
         total = int(counts.sum())
         row.times_ms += times
         row.ref_times_ms += ref_times
@@ -176,7 +190,7 @@ def measure(e: int, r: int, k: int, s: int, skew: RoutingSkew, n: int, repeats: 
 
 def placement_table(n: int, repeats: int, layers: int) -> None:
     head = (f"{'config':<22}{'skew':<20}{'med ms':>7}{'p90 ms':>7}{'seq ms':>7}{'all ms':>7}"
-            f"{'ref ms':>7}{'eplb ms':>8}{'flt':>5}"
+            f"{'ref ms':>7}{'eplb ms':>8}{'cols':>6}{'flt':>5}"
             f"{'repl':>6}{'ref':>5}{'lb':>5}{'max/r':>6}{'remote':>8}{'migr':>7}"
             f"{'none':>7}{'eplb+1':>8}{'eplb+m':>8}")
     print(head)
@@ -191,7 +205,8 @@ def placement_table(n: int, repeats: int, layers: int) -> None:
                 targets.append((med, seq, batch))
             print(f"{f'E={e} R={r} K={k} S={s}':<22}{skew.label:<20}{med:>7.3f}{p90:>7.3f}"
                   f"{seq:>7.3f}{batch:>7.3f}{np.median(row.ref_times_ms):>7.3f}"
-                  f"{np.median(row.eplb_ms):>8.3f}{np.median(row.batch_faults):>5.0f}"
+                  f"{np.median(row.eplb_ms):>8.3f}{np.median(row.columns_ms):>6.3f}"
+                  f"{np.median(row.batch_faults):>5.0f}"
                   f"{np.mean(row.redundant):>6.1f}"
                   f"{np.mean(row.ref_redundant):>5.0f}{np.mean(row.lower_bound):>5.0f}"
                   f"{max(row.max_per_rank):>6d}{np.mean(row.remote_frac):>8.3f}"
@@ -202,8 +217,11 @@ def placement_table(n: int, repeats: int, layers: int) -> None:
     print(f"repeated on one batch; seq ms = per layer, single-layer calls over {layers} layers in")
     print(f"turn; all ms = per layer, one call placing the same {layers} layers; ref ms = MoonEP")
     print("reference rule; eplb ms = one EPLB plan (global policy, +1 slot per rank) from the")
-    print("other batches' history; flt = minor page faults per layer of the all-layers call (new")
-    print("memory the kept results take; each costs about a microsecond, more under load);")
+    print("other batches' history; cols = ms to expand one layer's routes into columns on")
+    print("the first read of a column (the rows of experts without replicas are kept as the")
+    print("count matrix until then; not in the planner's time); flt = minor page faults per")
+    print("layer of the all-layers call (new memory the kept results take; each costs about a")
+    print("microsecond, more under load);")
     print("repl/ref = redundant experts (cover/reference); lb = sum of per-rank")
     print("lower bounds; max/r = most replicas on one rank (bound E/R); remote = tokens leaving")
     print("their source rank / all tokens; migr = tokens computed on a replica / all tokens;")

@@ -323,14 +323,72 @@ def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: 
     return bounds
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Routes:
-    """Token routes as parallel columns (one row per positive (source, expert, dest))."""
+    """Token routes as parallel columns (one row per positive (source, expert, destination)).
 
-    source: IntArray
-    expert: IntArray
-    destination: IntArray
-    tokens: IntArray
+    Rows of experts without replicas come first, row-major over (source, expert), then the
+    local and the matched rows of shared experts. The first kind is every positive count
+    of the matrix outside the shared experts' columns, sent to the expert's home rank: it
+    is kept as that count matrix and turned into columns on the first read of a column
+    (a dispatcher needs only the shared experts' splits; the columns are a view for
+    people and checks). The shared experts' rows are computed with the placement.
+    """
+
+    __slots__ = ("_counts", "_shared_experts", "_shared_rows", "_columns")
+
+    def __init__(self, counts: IntArray, shared_experts: IntArray, shared_rows: IntArray) -> None:
+        """counts: [R, E] (read-only); shared_experts: the experts with replicas;
+        shared_rows: [4, n] source, expert, destination and tokens of their routes."""
+        self._counts = counts
+        self._shared_experts = shared_experts
+        self._shared_rows = shared_rows
+        self._columns: IntArray | None = None
+
+    @property
+    def shared_rows(self) -> IntArray:
+        """[4, n] source, expert, destination and tokens of the shared experts' routes."""
+        return self._shared_rows
+
+    def _expanded(self) -> IntArray:
+        if self._columns is None:
+            r, e = self._counts.shape
+            index = shape_index(r, e)
+            mask = self._counts > 0
+            mask[:, self._shared_experts] = False
+            cells = np.flatnonzero(mask)
+            n_head = cells.size
+            cols = np.empty((4, n_head + self._shared_rows.shape[1]), dtype=np.int64)
+            for i in range(3):
+                np.take(index.cells[i], cells, out=cols[i, :n_head], mode="clip")
+            np.take(self._counts, cells, out=cols[3, :n_head], mode="clip")
+            cols[:, n_head:] = self._shared_rows
+            cols.setflags(write=False)
+            self._columns = cols
+        return self._columns
+
+    @property
+    def source(self) -> IntArray:
+        """[n] source rank of each route."""
+        return self._expanded()[0]
+
+    @property
+    def expert(self) -> IntArray:
+        """[n] expert of each route."""
+        return self._expanded()[1]
+
+    @property
+    def destination(self) -> IntArray:
+        """[n] rank computing each route's tokens."""
+        return self._expanded()[2]
+
+    @property
+    def tokens(self) -> IntArray:
+        """[n] tokens of each route (all positive)."""
+        return self._expanded()[3]
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(self._counts)) - int(
+            np.count_nonzero(self._counts[:, self._shared_experts])) + self._shared_rows.shape[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,17 +473,15 @@ def _layer_routes(batch: LayerBatch, shared: _SharedCells) -> tuple[list[Routes]
     """`routes_from_allocation` of every layer, and [L] tokens that stay on their source.
 
     All layers go through each numpy step together (the north-west matching works per
-    shared row, so rows of different layers never mix); each layer's routes are then
-    written into one [4, n] array whose rows are the route columns. Local tokens are the
-    home rank's own counts of unshared experts plus the local-first amounts of shared ones:
-    the matching never pairs a rank with itself, since after the local step a rank has
-    residual supply or residual demand, not both.
+    shared row, so rows of different layers never mix); each layer's shared-expert routes
+    are then written into one [4, n] array whose rows are the route columns. Local tokens
+    are the home rank's own counts of unshared experts plus the local-first amounts of
+    shared ones: the matching never pairs a rank with itself, since after the local step a
+    rank has residual supply or residual demand, not both.
     """
     layers, r, e = batch.counts.shape
     index = shape_index(r, e)
-    size = r * e
-    flat = batch.counts.reshape(layers, size)
-    mask = flat > 0
+    flat = batch.counts.reshape(layers, r * e)
     kept = flat[:, index.diagonal].sum(axis=1)
     lay, exp = shared.layer, shared.expert
     cell_row, cell_rank = shared.row, shared.rank
@@ -437,7 +493,6 @@ def _layer_routes(batch: LayerBatch, shared: _SharedCells) -> tuple[list[Routes]
     on = np.flatnonzero(local)
     local_row, local_rank, local_tokens = cell_row[on], cell_rank[on], local[on]
     if exp.size:
-        mask.reshape(layers, r, e)[lay, :, exp] = False
         home_counts = flat[lay, index.diagonal[exp]]
         if layers == 1:
             kept += int(local_tokens.sum()) - int(home_counts.sum())
@@ -448,34 +503,25 @@ def _layer_routes(batch: LayerBatch, shared: _SharedCells) -> tuple[list[Routes]
     wanted = np.flatnonzero(left)
     nw_row, nw_source, nw_dest, nw_tokens = _north_west(
         supply, cell_row[wanted], cell_rank[wanted], left[wanted])
-    picked = np.flatnonzero(mask)
-    head_at = [0, picked.size] if layers == 1 else \
-        [int(x) for x in np.searchsorted(picked, np.arange(layers + 1) * size)]
+    shared_at = _layer_bounds(lay, layers)
     local_at = _layer_bounds(lay[local_row], layers)
     nw_at = _layer_bounds(lay[nw_row], layers)
     routes = []
     for x in range(layers):
-        cells = picked[head_at[x]:head_at[x + 1]]
-        if x:
-            cells = cells - x * size
-        n_head, a, b = cells.size, local_at[x], local_at[x + 1]
+        a, b = local_at[x], local_at[x + 1]
         c, d = nw_at[x], nw_at[x + 1]
         n_local = b - a
-        cols = np.empty((4, n_head + n_local + d - c), dtype=np.int64)
-        for i in range(3):
-            np.take(index.cells[i], cells, out=cols[i, :n_head], mode="clip")
-        np.take(flat[x], cells, out=cols[3, :n_head], mode="clip")
-        tail = cols[:, n_head:]
-        tail[0, :n_local] = tail[2, :n_local] = local_rank[a:b]
-        tail[1, :n_local] = exp[local_row[a:b]]
-        tail[3, :n_local] = local_tokens[a:b]
-        tail = tail[:, n_local:]
+        cols = np.empty((4, n_local + d - c), dtype=np.int64)
+        cols[0, :n_local] = cols[2, :n_local] = local_rank[a:b]
+        cols[1, :n_local] = exp[local_row[a:b]]
+        cols[3, :n_local] = local_tokens[a:b]
+        tail = cols[:, n_local:]
         tail[0] = nw_source[c:d]
         tail[1] = exp[nw_row[c:d]]
         tail[2] = nw_dest[c:d]
         tail[3] = nw_tokens[c:d]
-        routes.append(Routes(source=cols[0], expert=cols[1], destination=cols[2],
-                             tokens=cols[3]))
+        cols.setflags(write=False)
+        routes.append(Routes(batch.counts[x], exp[shared_at[x]:shared_at[x + 1]], cols))
     return routes, kept
 
 
@@ -487,13 +533,18 @@ def _north_west(supply: IntArray, d_row: IntArray, d_rank: IntArray, d_tokens: I
     Laid end to end, the positive supply cells and the demand cells each tile [0, total);
     every piece between consecutive cut points of the two tilings is one route. Each
     supply cell is one piece, cut further where a demand cell ends strictly inside it; a
-    piece belongs to the first demand cell whose running total reaches its end.
+    piece belongs to the first demand cell whose running total reaches its end. Demand
+    cell k ends at piece at[k] + (inner cuts before k), where at[k] is the supply cell its
+    end falls in (a demand end that meets a supply cell's end is that cell's last piece,
+    and no later inner cut lies in the same cell), so the pieces of demand k are the run
+    between the previous demand's end and its own.
     """
     s_cell = np.flatnonzero(supply)
     cum_s = np.cumsum(supply.ravel()[s_cell])
     cum_d = np.cumsum(d_tokens)
     at = np.searchsorted(cum_s, cum_d)  # the supply cell each demand cut falls in
-    inner = np.flatnonzero(cum_s[at] != cum_d)
+    is_inner = cum_s[at] != cum_d
+    inner = np.flatnonzero(is_inner)
     pieces = np.bincount(at[inner], minlength=cum_s.size)
     pieces += 1
     cuts = np.repeat(cum_s, pieces)  # a cell's last piece ends where the cell ends
@@ -501,8 +552,14 @@ def _north_west(supply: IntArray, d_row: IntArray, d_rank: IntArray, d_tokens: I
     lengths = np.empty_like(cuts)
     lengths[:1] = cuts[:1]
     np.subtract(cuts[1:], cuts[:-1], out=lengths[1:])
+    end = np.cumsum(is_inner)  # inner cuts up to and including k
+    end -= is_inner
+    end += at  # the piece where demand k ends
+    per_demand = np.empty_like(end)
+    per_demand[:1] = end[:1] + 1
+    np.subtract(end[1:], end[:-1], out=per_demand[1:])
     row, source = np.divmod(np.repeat(s_cell, pieces), supply.shape[1])
-    return row, source, d_rank[np.searchsorted(cum_d, cuts)], lengths
+    return row, source, np.repeat(d_rank, per_demand), lengths
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,6 +17,13 @@ def check_placement(res: PlacementResult, counts: np.ndarray) -> None:
     assert res.bound_holds and res.balanced
     routes = res.routes
     assert np.all(routes.tokens > 0)
+    assert len(routes) == routes.tokens.size
+    shared = routes.shared_rows  # the trailing rows: every route of an expert with replicas
+    assert np.array_equal(np.stack((routes.source, routes.expert, routes.destination,
+                                    routes.tokens))[:, routes.tokens.size - shared.shape[1]:],
+                          shared)
+    with_replicas = {x for xs in res.redundant_experts for x in xs}
+    assert set(shared[1].tolist()) == with_replicas
     by_source = np.zeros((r, e), dtype=np.int64)
     np.add.at(by_source, (routes.source, routes.expert), routes.tokens)
     assert np.array_equal(by_source, counts), "tokens conserved per (source, expert)"
