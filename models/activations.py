@@ -335,7 +335,12 @@ def layer_activation_bytes(spec: ModelSpec, layer_index: int,
                            ctx: LayerActivationContext) -> LayerActivationBytes:
     """Stored activation tensors of one layer for one micro-batch (layers of one kind are
     alike, so the result is cached per kind). See `_layer_activation_bytes`."""
-    moe = spec.is_moe_layer(layer_index)
+    return kind_activation_bytes(spec, spec.is_moe_layer(layer_index), ctx)
+
+
+def kind_activation_bytes(spec: ModelSpec, moe: bool,
+                          ctx: LayerActivationContext) -> LayerActivationBytes:
+    """`layer_activation_bytes` of any MoE (`moe`) or dense layer of the model."""
     share = spec.linear_attention_share(moe)
     if share <= 0.0:
         return _layer_activation_bytes(spec, moe, ctx)
@@ -470,6 +475,7 @@ __all__ = [
     "embedding_activation_bytes",
     "head_activation_bytes",
     "loss_backward_working_bytes",
+    "kind_activation_bytes",
     "layer_activation_bytes",
     "mlp_tensors",
     "moe_tensors",

@@ -21,13 +21,13 @@ from functools import lru_cache
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
+from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode, RecomputeModule
 from api_schemas.training import TrainingSpec
 from models.activations import (
-    LayerActivationBytes,
     LayerActivationContext,
     embedding_activation_bytes,
     head_activation_bytes,
+    kind_activation_bytes,
     layer_activation_bytes,
     loss_backward_working_bytes,
 )
@@ -171,9 +171,22 @@ class LedgerMemo:
     kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[bool, ...], ...]] = field(
         default_factory=dict)
     """Layer kinds (MoE or not) of each chunk tuple."""
+    weight_kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[tuple[bool, bool], ...], ...]] = (
+        field(default_factory=dict))
+    """Layer weight kinds (`_chunk_weight_kinds`) of each chunk tuple (no hash of the spec)."""
     runtime: dict[tuple[object, ...], tuple[list[MemoryComponent], int]] = field(
         default_factory=dict)
     """Runtime items but the fragmentation share, by `runtime_items_key`."""
+    state_sums: dict[tuple[object, ...], tuple[RankParameters, int, int]] = field(
+        default_factory=dict)
+    """Parameter groups and the GPU and host bytes of the model states and EMA, by the
+    `states` key (what a memory probe reads of them)."""
+    activation_sums: dict[tuple[object, ...], tuple[int, int, int]] = field(
+        default_factory=dict)
+    """GPU and host activation bytes and the `STORED_ACTIVATIONS` line, by the
+    `activations` key."""
+    runtime_sums: dict[tuple[object, ...], tuple[int, int]] = field(default_factory=dict)
+    """The listed runtime items' bytes and the transient bytes, by `runtime_items_key`."""
 
     def serves(self, spec: ModelSpec, training: TrainingSpec) -> bool:
         """Whether this memo was made for exactly these inputs (identity, not equality)."""
@@ -351,14 +364,6 @@ def _chunk_kind_runs(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
     return tuple(out)
 
 
-def _first_index(chunk: tuple[int, ...], prefix: tuple[int, ...], moe: bool) -> int:
-    """The first layer of the chunk of the given kind (it stands for its kind)."""
-    for j, index in enumerate(chunk):
-        if (prefix[j + 1] - prefix[j] == 1) == moe:
-            return index
-    raise AssertionError("no layer of this kind in the chunk")
-
-
 def _mode_spans(policy_recompute: RecomputeMode | FullLayers, position: int,
                 size: int) -> list[tuple[RecomputeMode, int, int]]:
     """The chunk's layers [start, stop) under each recompute mode, for a chunk whose first
@@ -393,7 +398,7 @@ def in_flight_counts(parallel: ParallelConfig, num_micro_batches: int) -> InFlig
         raise InvalidSpecError(error.detail, field="parallel.microbatch_group_size") from None
 
 
-def in_flight_bytes(profile: InFlightProfile, rank: int, chunk_bytes: list[int]) -> int:
+def in_flight_bytes(profile: InFlightProfile, rank: int, chunk_bytes: Sequence[int]) -> int:
     """Peak bytes of the activations rank `rank` keeps until W, when each micro-batch on its
     local chunk c stores chunk_bytes[c]: the largest dot product of a live vector of the
     simulated order with the chunk sizes, exact for uneven chunks (an embedding-only first
@@ -402,6 +407,51 @@ def in_flight_bytes(profile: InFlightProfile, rank: int, chunk_bytes: list[int])
     Source: the op orders of `models.pipeline` (reference Sec. 1.3 event counting).
     """
     return profile.peak_bytes(rank, chunk_bytes)
+
+
+@lru_cache(maxsize=16384)
+def _chunk_moe_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
+                     ) -> tuple[tuple[bool, ...], ...]:
+    """Per chunk, whether each of its layers is a MoE layer."""
+    return tuple(tuple(spec.is_moe_layer(index) for index in chunk) for chunk in chunks)
+
+
+@lru_cache(maxsize=65536)
+def _chunk_stored_bytes(spec: ModelSpec, kinds: tuple[tuple[bool, ...], ...],
+                        recompute: RecomputeMode | FullLayers,
+                        modules: tuple[RecomputeModule, ...], ctx: LayerActivationContext
+                        ) -> tuple[tuple[int, ...], int]:
+    """Bytes each chunk of a rank stores per micro-batch, and the recompute working set,
+    for chunks whose layers are of the given kinds (MoE or dense) in rank order.
+
+    Layers of one kind under one mode store the same bytes (`kind_activation_bytes`), so
+    each chunk's total is a sum of (layers of that kind and mode) x (their bytes); the
+    first k positions of the rank are the fully recomputed ones under FullLayers(k). The
+    result depends on the ranks' layers only through their kinds, so ranks with the same
+    kinds share it."""
+    chunk_bytes: list[int] = []
+    working_set = 0
+    kept: dict[tuple[bool, RecomputeMode], int] = {}
+    position = 0
+    for chunk in kinds:
+        size = len(chunk)
+        total = 0
+        for mode, start, stop in _mode_spans(recompute, position, size):
+            moe = sum(chunk[start:stop])
+            for kind, count in ((False, stop - start - moe), (True, moe)):
+                if not count:
+                    continue
+                layer = kind_activation_bytes(spec, kind, ctx)
+                if (kind, mode) not in kept:
+                    kept[kind, mode] = layer.stored_bytes(mode, modules)
+                total += count * kept[kind, mode]
+                if mode == RecomputeMode.FULL:
+                    # Backward rebuilds one layer; its input is already among the
+                    # checkpoints.
+                    working_set = max(working_set, layer.total_bytes - layer.input_bytes)
+        position += size
+        chunk_bytes.append(total)
+    return tuple(chunk_bytes), working_set
 
 
 def stage_activation_components(
@@ -416,36 +466,9 @@ def stage_activation_components(
     """
     policy = parallel.policy_of(layout.rank)
     ctx = _activation_context(training, parallel, policy.fp8_activations)
-    chunk_bytes: list[int] = []
-    working_set = 0
-    by_kind: dict[bool, LayerActivationBytes] = {}  # dense and MoE layers are alike
-    kept: dict[tuple[bool, RecomputeMode], int] = {}
-    # Layers of one kind under one mode store the same bytes, so each chunk's total is a
-    # sum of (layers of that kind and mode) x (their bytes); the first k positions of the
-    # rank are the fully recomputed ones under FullLayers(k).
-    runs = _chunk_kind_runs(spec, layout.chunks)
-    position = 0
-    for chunk, prefix in zip(layout.chunks, runs, strict=True):
-        size = len(chunk)
-        total = 0
-        for mode, start, stop in _mode_spans(policy.recompute, position, size):
-            moe = prefix[stop] - prefix[start]
-            for kind, count in ((False, stop - start - moe), (True, moe)):
-                if not count:
-                    continue
-                if kind not in by_kind:
-                    by_kind[kind] = layer_activation_bytes(spec, _first_index(chunk, prefix,
-                                                                              kind), ctx)
-                layer = by_kind[kind]
-                if (kind, mode) not in kept:
-                    kept[kind, mode] = layer.stored_bytes(mode, policy.recompute_modules)
-                total += count * kept[kind, mode]
-                if mode == RecomputeMode.FULL:
-                    # Backward rebuilds one layer; its input is already among the
-                    # checkpoints.
-                    working_set = max(working_set, layer.total_bytes - layer.input_bytes)
-        position += size
-        chunk_bytes.append(total)
+    chunk_bytes, working_set = _chunk_stored_bytes(
+        spec, _chunk_moe_kinds(spec, layout.chunks), policy.recompute,
+        policy.recompute_modules, ctx)
     profile = in_flight_counts(parallel, num_micro_batches)
     rank = layout.rank
     peak = profile.peak_chunks[rank]
@@ -524,9 +547,29 @@ def _state_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
     return groups, states, host_states, ema_gpu, ema_host
 
 
-def _states_key(parallel: ParallelConfig, layout: StageLayout) -> tuple[object, ...]:
-    """Every configuration field `_state_parts` reads (spec and recipe aside)."""
-    return (layout, parallel.tp, parallel.cp, parallel.dp, parallel.ep, parallel.etp,
+@lru_cache(maxsize=16384)
+def _chunk_weight_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
+                        ) -> tuple[tuple[tuple[bool, bool], ...], ...]:
+    """Per chunk, each layer's weight kind: (MoE block, linear-attention mixer)."""
+    return tuple(tuple((spec.is_moe_layer(i), spec.is_linear_attention_layer(i)) for i in chunk)
+                 for chunk in chunks)
+
+
+def _states_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
+                memo: LedgerMemo | None = None) -> tuple[object, ...]:
+    """Every configuration field `_state_parts` reads (spec and recipe aside). The layout
+    enters by its layers' weight kinds per chunk and its embeddings, heads and MTP modules,
+    not by its rank or layer indices: every term reads a layer through the first layer of
+    its kind (`_weight_mix`, `_first_of_each_kind`), and layers of one weight kind hold the
+    same parameters, so ranks alike in these share their states."""
+    kinds = memo.weight_kinds.get(layout.chunks) if memo is not None else None
+    if kinds is None:
+        kinds = _chunk_weight_kinds(spec, layout.chunks)
+        if memo is not None:
+            memo.weight_kinds[layout.chunks] = kinds
+    return (kinds, layout.num_embeddings, layout.num_heads,
+            layout.num_mtp_modules, parallel.tp, parallel.cp, parallel.dp, parallel.ep,
+            parallel.etp,
             parallel.zero_stage, parallel.fsdp, parallel.fsdp_reshard_after_forward,
             parallel.fsdp_defer_grad_sync, parallel.optimizer_offload_frac,
             parallel.gradient_host_shards)
@@ -552,7 +595,7 @@ def _rank_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         return (_state_parts(spec, training, parallel, layout),
                 stage_activation_components(spec, training, parallel, layout,
                                             num_micro_batches=num_micro_batches), None)
-    key = _states_key(parallel, layout)
+    key = _states_key(spec, parallel, layout, memo)
     parts = memo.states.get(key)
     if parts is None:
         parts = memo.states[key] = _state_parts(spec, training, parallel, layout)
@@ -601,19 +644,41 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         stage = stage_memory(spec, training, parallel, layout,
                              num_micro_batches=num_micro_batches, memo=memo)
         return stage.total_bytes, stage.host_bytes, stored_activation_bytes(stage.components)
-    parts, acts, items = _rank_parts(spec, training, parallel, layout, num_micro_batches, memo)
-    assert items is not None
-    _, states, host_states, ema_gpu, ema_host = parts
-    activations, host_acts, _ = acts
-    listed, transient = items
-    dynamic = sum(c.bytes for c in activations)
+    key = _states_key(spec, parallel, layout, memo)
+    state = memo.state_sums.get(key)
+    if state is None:
+        parts = memo.states.get(key)
+        if parts is None:
+            parts = memo.states[key] = _state_parts(spec, training, parallel, layout)
+        groups, states, host_states, ema_gpu, ema_host = parts
+        state = memo.state_sums[key] = (
+            groups, sum(c.bytes for c in states) + sum(c.bytes for c in ema_gpu),
+            sum(c.bytes for c in host_states) + sum(c.bytes for c in ema_host))
+    groups, states_gpu, states_host = state
+    key = _activations_key(parallel, layout, num_micro_batches)
+    sums = memo.activation_sums.get(key)
+    if sums is None:
+        acts = memo.activations.get(key)
+        if acts is None:
+            acts = memo.activations[key] = stage_activation_components(
+                spec, training, parallel, layout, num_micro_batches=num_micro_batches)
+        activations, host_acts, _ = acts
+        sums = memo.activation_sums[key] = (sum(c.bytes for c in activations),
+                                            sum(c.bytes for c in host_acts),
+                                            stored_activation_bytes(activations))
+    dynamic, acts_host, stored = sums
+    key = runtime_items_key(parallel, groups)
+    runtime = memo.runtime_sums.get(key)
+    if runtime is None:
+        items = memo.runtime.get(key)
+        if items is None:
+            items = memo.runtime[key] = runtime_items(spec, training, parallel, groups)
+        runtime = memo.runtime_sums[key] = (sum(c.bytes for c in items[0]), items[1])
+    listed, transient = runtime
     hole = sum(c.bytes for c in loss_hole_components(spec, training, parallel,
                                                      num_heads=layout.num_heads))
-    gpu = (sum(c.bytes for c in states) + sum(c.bytes for c in ema_gpu) + dynamic
-           + sum(c.bytes for c in listed) + fragmentation_bytes(dynamic, transient) + hole)
-    host = (sum(c.bytes for c in host_states) + sum(c.bytes for c in host_acts)
-            + sum(c.bytes for c in ema_host))
-    return gpu, host, stored_activation_bytes(activations)
+    gpu = states_gpu + dynamic + listed + fragmentation_bytes(dynamic, transient) + hole
+    return gpu, states_host + acts_host, stored
 
 
 def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,

@@ -14,10 +14,21 @@ from api_schemas import (
     RecomputeMode,
     TrainingSpec,
 )
-from models.catalog import cluster_preset, model_preset
+from models.catalog import cluster_preset, model_ids, model_preset
 from models.errors import InvalidSpecError
-from models.memory import LedgerMemo, MemoryLedger, fits_memory, memory_ledger
-from models.params import layer_params
+from models.layout import pipeline_layout
+from models.memory import (
+    LedgerMemo,
+    MemoryLedger,
+    _chunk_weight_kinds,
+    _rank_bytes,
+    fits_memory,
+    memory_ledger,
+    micro_batch_count,
+    stage_memory,
+    stored_activation_bytes,
+)
+from models.params import layer_attention_params, layer_params
 
 CLUSTER = cluster_preset("h100-sxm5-80gb", num_nodes=64)
 
@@ -361,6 +372,46 @@ def test_a_memo_shared_across_zero_stages_and_policies_gives_the_same_ledgers() 
             assert fits_memory(spec, training, parallel, cluster, memo=memo) == fresh.fits
     assert memo.states and memo.activations
     assert len(memo.states) < 4 * len(policies) * 16  # the policies shared the states
+
+
+@pytest.mark.parametrize("preset", model_ids())
+def test_layers_of_one_weight_kind_hold_the_same_parameters(preset: str) -> None:
+    # The ledger reads a rank's layers through the first layer of each weight kind (MoE
+    # block, linear-attention mixer), and the memo shares model states between ranks whose
+    # layers are alike in kind: both rest on this.
+    spec = model_preset(preset)
+    seen: dict[tuple[bool, bool], tuple[object, int]] = {}
+    for index in range(spec.num_layers):
+        kind = (spec.is_moe_layer(index), spec.is_linear_attention_layer(index))
+        params = (layer_params(spec, index),
+                  layer_attention_params(spec, index, matrices_only=True))
+        assert seen.setdefault(kind, params) == params, (preset, index, kind)
+
+
+@pytest.mark.parametrize("preset,pp,vpp", [("kimi-linear-48b-a3b-instruct", 9, 1),
+                                           ("deepseek-v3", 16, 1), ("gpt-1008b", 8, 4)])
+def test_ranks_alike_in_layer_kinds_share_states_and_probe_totals_match_the_ledger(
+        preset: str, pp: int, vpp: int) -> None:
+    # The memo keys a rank's model states by its layers' kinds, not its rank: middle ranks
+    # alike share one entry, and every rank's probe totals (states, activations, runtime
+    # items, from the memo's sums) equal its ledger built without a memo.
+    spec = model_preset(preset)
+    training = TrainingSpec(global_batch_size=256, sequence_length=4096)
+    schedule = PipelineSchedule.INTERLEAVED_1F1B if vpp > 1 else PipelineSchedule.ONE_F_ONE_B
+    ep = 8 if spec.moe is not None else 1
+    parallel = ParallelConfig(tp=2, pp=pp, dp=8, ep=ep, schedule=schedule, vpp=vpp,
+                              zero_stage=1, recompute=FullLayers(full_layers=1))
+    memo = LedgerMemo(spec=spec, training=training)
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    for layout in layouts:
+        fresh = stage_memory(spec, training, parallel, layout, num_micro_batches=m)
+        probe = _rank_bytes(spec, training, parallel, layout, m, memo)
+        assert probe == (fresh.total_bytes, fresh.host_bytes,
+                         stored_activation_bytes(fresh.components))
+    kinds = {_chunk_weight_kinds(spec, x.chunks) + (x.num_embeddings, x.num_heads,
+                                                   x.num_mtp_modules) for x in layouts}
+    assert len(memo.states) == len(kinds) < len(layouts)
 
 
 def test_a_memo_made_for_another_recipe_is_not_used() -> None:
