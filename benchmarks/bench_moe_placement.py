@@ -25,6 +25,12 @@ and 1,016 -> 454 (all layers in one call), by cProfile; minor page faults per ke
 about 210 in both (0.8 MB of new memory: the count copy, the allocation and the routes),
 which is why the in-turn and all-layers columns exceed the single-call median. EPLB's plan
 alone (global policy, +1 slot per rank) took 5.8-9.3 ms per layer in the same run.
+
+Routes kept as the count matrix until a column is read (`--skip-gemm`, quiet, load average
+0.6-0.9, two runs of each): median single call at E=256, R=64, uniform 0.74-0.76 -> 0.32-0.48
+ms, over the seven skews 0.38-1.10 -> 0.31-0.89 ms; the expansion into columns, timed apart
+(`cols`), 0.07-0.14 ms. Best of five timeit batches of 300 uniform calls, the two releases
+alternated three times: 0.44-0.50 -> 0.31-0.38 ms.
 """
 
 import argparse
