@@ -18,7 +18,7 @@ s x s scores; context parallelism divides every term by cp.
 import dataclasses
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec
@@ -114,6 +114,12 @@ class LayerActivationBytes:
     tensors: tuple[StoredTensor, ...]
     input_bytes: int
     """The layer input alone: what full recomputation keeps ([KOR22] Table 2: 2 s b h)."""
+    total_bytes: int = field(init=False, repr=False, compare=False)
+    """All stored bytes without recomputation (summed once: the ledger reads it per rank)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total_bytes",
+                           sum(t.bytes for t in self.tensors if t.kept_only_by is None))
 
     def block_bytes(self, block: str) -> int:
         """Bytes of one block without recomputation."""
@@ -139,11 +145,6 @@ class LayerActivationBytes:
     def norm_bytes(self) -> int:
         """The two norm inputs."""
         return self.block_bytes("norm")
-
-    @property
-    def total_bytes(self) -> int:
-        """All stored bytes without recomputation."""
-        return sum(t.bytes for t in self.tensors if t.kept_only_by is None)
 
     def stored_bytes(self, recompute: RecomputeMode,
                      modules: Iterable[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES) -> int:

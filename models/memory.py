@@ -778,11 +778,13 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     host_capacity = cluster.host_memory_bytes // cluster.gpus_per_node
     if parallel.remote_activation_offload and len(layouts) > 1:
         # Whether a rank fits depends on the others' room: every rank is needed, and the
-        # verdict of `apply_remote_offload`'s balance is its closed form.
+        # verdict of `apply_remote_offload`'s balance is its closed form. A rank whose bytes
+        # that cannot move exceed the capacity refutes it at once (the closed form's first
+        # condition); the end ranks, which hold the most, are read first.
         totals, movable = [], []
-        for layout in layouts:
-            gpu, host, stored = _rank_bytes(spec, training, parallel, layout, m, memo)
-            if host > host_capacity:
+        for rank in [0, len(layouts) - 1, *range(1, len(layouts) - 1)]:
+            gpu, host, stored = _rank_bytes(spec, training, parallel, layouts[rank], m, memo)
+            if host > host_capacity or gpu - stored > cluster.capacity_bytes:
                 return False
             totals.append(gpu)
             movable.append(stored)
