@@ -261,7 +261,8 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                     results.append(_first_fit(
                         spec, training, cluster, candidate,
                         dataclasses.replace(storage, remote=True), constraints, pinned, caps,
-                        memo, cutoff_s=step_cutoff_s, plan_bound=policy_bound))
+                        memo, cutoff_s=step_cutoff_s, plan_bound=policy_bound,
+                        known_fit=found.rung if isinstance(found, _Fit) else None))
                 for result in results:
                     if isinstance(result, _Bounded):
                         skipped.append(result.bound_s)
@@ -415,6 +416,8 @@ class _Fit:
 
     parallel: ParallelConfig
     plain: bool
+    rung: int | None = None
+    """The ladder rung that fits first (None: full recomputation of the first k layers)."""
 
 
 def _rungs(spec: ModelSpec, constraints: Constraints, pinned: bool,
@@ -429,7 +432,8 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                candidate: MeshCandidate, zero: Storage, constraints: Constraints, pinned: bool,
                caps: PolicyCaps = ALL_POLICIES, memo: LedgerMemo | None = None, *,
                cutoff_s: float = math.inf,
-               plan_bound: Callable[[int], float] | None = None
+               plan_bound: Callable[[int], float] | None = None,
+               known_fit: int | None = None
                ) -> _Fit | _Bounded | ParallelConfig:
     """The first ladder rung that fits at this ZeRO stage, or the most frugal configuration
     tried when none does (its ledger says which stage binds). Probes only ask whether a
@@ -443,16 +447,22 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     recomputation is found not to fit, every later rung and every k of full recomputation
     of the first k layers recompute at least the smaller of full and selective on each
     layer (the frugal policy with k = 0, bounded with more layers); after k is found not to
-    fit, every larger k."""
+    fit, every larger k.
+
+    `known_fit`: a rung already known to fit at this storage (remote activation offload
+    fits wherever the same plan without it does: it only moves bytes off ranks over the
+    capacity), so only the rungs before it are probed."""
     rungs = _rungs(spec, constraints, pinned, caps)
-    if not pinned:
+    found: tuple[int, ParallelConfig] | None = None
+    if known_fit is not None:
+        found = (known_fit, _with_policy(candidate, zero, rungs[known_fit], constraints))
+    elif not pinned:
         frugal = _with_policy(candidate, zero, _frugal(spec, constraints, None, caps),
                               constraints)
         if not fits_memory(spec, training, frugal, cluster, memo=memo):
             return frugal
     # Rungs save memory in order, so the first fitting rung is found by bisection.
-    low, high = 0, len(rungs) - 1
-    found: tuple[int, ParallelConfig] | None = None
+    low, high = 0, len(rungs) - 1 if known_fit is None else known_fit - 1
     tried: ParallelConfig | None = None
     while low <= high:
         mid = (low + high) // 2
@@ -467,7 +477,7 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                     return _Bounded(bound_s=bound)
     if found is not None:
         index, parallel = found
-        return _Fit(parallel=parallel, plain=index == 0)
+        return _Fit(parallel=parallel, plain=index == 0, rung=index)
     if pinned:
         assert tried is not None
         return tried

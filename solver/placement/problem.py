@@ -369,26 +369,31 @@ class Routes:
     @property
     def source(self) -> IntArray:
         """[n] source rank of each route."""
-        return self._expanded()[0]
+        column: IntArray = self._expanded()[0]
+        return column
 
     @property
     def expert(self) -> IntArray:
         """[n] expert of each route."""
-        return self._expanded()[1]
+        column: IntArray = self._expanded()[1]
+        return column
 
     @property
     def destination(self) -> IntArray:
         """[n] rank computing each route's tokens."""
-        return self._expanded()[2]
+        column: IntArray = self._expanded()[2]
+        return column
 
     @property
     def tokens(self) -> IntArray:
         """[n] tokens of each route (all positive)."""
-        return self._expanded()[3]
+        column: IntArray = self._expanded()[3]
+        return column
 
     def __len__(self) -> int:
+        shared: int = self._shared_rows.shape[1]
         return int(np.count_nonzero(self._counts)) - int(
-            np.count_nonzero(self._counts[:, self._shared_experts])) + self._shared_rows.shape[1]
+            np.count_nonzero(self._counts[:, self._shared_experts])) + shared
 
 
 @dataclass(frozen=True, slots=True)

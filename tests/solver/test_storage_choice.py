@@ -57,3 +57,39 @@ def test_no_released_framework_runs_remote_offload_so_the_default_target_never_p
         ) -> None:
     response = plan(_request(allow_remote_offload=True))
     assert response.parallel is not None and not response.parallel.remote_activation_offload
+
+
+def test_the_remote_ladder_probed_below_a_known_fit_finds_the_same_rung() -> None:
+    # Remote offload fits wherever the plan without it fits, so the search probes the
+    # remote ladder only below the rung the plain storage fits first; the rung found equals
+    # the one a full probe of the ladder finds, for every ZeRO stage of this candidate.
+    import dataclasses
+
+    from api_schemas import ParallelConfig, PipelineSchedule
+    from models.catalog import cluster_preset, model_preset
+    from solver.candidate_eval import Storage, _first_fit, _Fit
+    from solver.space import MeshCandidate
+
+    spec = model_preset("llama-3.1-70b")
+    request = _request(framework="any", allow_remote_offload=True)
+    training, constraints = request.training, request.constraints
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
+    candidate = MeshCandidate.of(ParallelConfig(tp=8, pp=8, vpp=2,
+                                                schedule=PipelineSchedule.INTERLEAVED_1F1B,
+                                                sequence_parallel=True), 64)
+    checked = cheaper = 0
+    for zero in (0, 1, 2, 3):
+        plain = _first_fit(spec, training, cluster, candidate, Storage(zero=zero),
+                           constraints, False)
+        if not isinstance(plain, _Fit) or plain.rung is None or plain.plain:
+            continue
+        remote = dataclasses.replace(Storage(zero=zero), remote=True)
+        full = _first_fit(spec, training, cluster, candidate, remote, constraints, False)
+        hinted = _first_fit(spec, training, cluster, candidate, remote, constraints, False,
+                            known_fit=plain.rung)
+        assert isinstance(full, _Fit) and isinstance(hinted, _Fit)
+        assert hinted.rung == full.rung and hinted.parallel == full.parallel
+        assert full.rung is not None and full.rung <= plain.rung
+        checked += 1
+        cheaper += full.rung < plain.rung
+    assert checked and cheaper  # remote offload lets some stage fit an earlier rung
