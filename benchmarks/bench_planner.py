@@ -15,6 +15,10 @@ the same. `--open` adds each problem again with every optional mechanism the sea
 choose allowed (`OPEN_CONSTRAINTS`: framework 'any', FP8 activation storage, activation
 offload, Pipeline ZeRO-2 host gradient shards, remote activation offload), labelled
 "+ open".
+
+To measure another release for `--compare`, run this script from that release's checkout
+with `PYTHONPATH` set to that checkout: the virtual environment's editable install
+otherwise imports this checkout's packages whatever the working directory.
 """
 
 import argparse
