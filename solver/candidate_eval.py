@@ -417,7 +417,8 @@ class _Fit:
     parallel: ParallelConfig
     plain: bool
     rung: int | None = None
-    """The ladder rung that fits first (None: full recomputation of the first k layers)."""
+    """The ladder rung that fits first (None: no rung fits, the fit is the most frugal
+    policy or full recomputation of the first k layers)."""
 
 
 def _rungs(spec: ModelSpec, constraints: Constraints, pinned: bool,
@@ -449,9 +450,10 @@ def _first_fit(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     layer (the frugal policy with k = 0, bounded with more layers); after k is found not to
     fit, every larger k.
 
-    `known_fit`: a rung already known to fit at this storage (remote activation offload
-    fits wherever the same plan without it does: it only moves bytes off ranks over the
-    capacity), so only the rungs before it are probed."""
+    `known_fit`: the first rung at which this storage without remote activation offload
+    fits, given for its remote variant: remote offload fits wherever the same plan without
+    it does (it only moves bytes off ranks over the capacity), so that rung fits here too and
+    only the rungs before it are probed."""
     rungs = _rungs(spec, constraints, pinned, caps)
     found: tuple[int, ParallelConfig] | None = None
     if known_fit is not None:

@@ -337,8 +337,9 @@ class Routes:
     __slots__ = ("_counts", "_shared_experts", "_shared_rows", "_columns")
 
     def __init__(self, counts: IntArray, shared_experts: IntArray, shared_rows: IntArray) -> None:
-        """counts: [R, E] (read-only); shared_experts: the experts with replicas;
-        shared_rows: [4, n] source, expert, destination and tokens of their routes."""
+        """counts: [R, E] (read-only); shared_experts: the experts with tokens computed off
+        their home rank; shared_rows: [4, n] source, expert, destination and tokens of their
+        routes."""
         self._counts = counts
         self._shared_experts = shared_experts
         self._shared_rows = shared_rows
