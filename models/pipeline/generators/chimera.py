@@ -17,7 +17,6 @@ first; at a tie, the op on the deeper stage of its own pipe (the one nearer its 
 merged lists are the rank's order.
 """
 
-import heapq
 import math
 
 from api_schemas.parallel import PipelineSchedule
@@ -72,78 +71,51 @@ def chimera(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
 
 def _merge(lists: list[tuple[list[Row], list[Row]]], *, num_stages: int,
            half: int) -> list[list[Row]]:
-    """List-schedule each rank's two pipe lists on unit slots; returns the merged lists."""
-    d_count = num_stages
-    f_end: dict[tuple[int, int], float] = {}
-    b_end: dict[tuple[int, int], float] = {}
-    heads = [[0, 0] for _ in range(d_count)]
-    free = [0.0] * d_count
-    merged: list[list[Row]] = [[] for _ in range(d_count)]
+    """List-schedule each rank's two pipe lists on unit slots; returns the merged lists.
 
-    def ready(row: Row) -> float:
-        kind, j, s = row[0], row[1], row[2]
-        if kind == _F:
-            return 0.0 if s == 0 else f_end.get((j, s - 1), math.inf)
-        own = f_end.get((j, s), math.inf)
-        return own if s == num_stages - 1 else max(own, b_end.get((j, s + 1), math.inf))
-
-    def choice(r: int) -> tuple[float, int, int] | None:
-        """(start, tie key, pipe) of the head rank r runs next, or None if both wait."""
-        best: tuple[float, int, int] | None = None
-        for pipe in (0, 1):
-            queue = lists[r][pipe]
-            if heads[r][pipe] >= len(queue):
-                continue
-            row = queue[heads[r][pipe]]
-            t = ready(row)
-            if t == math.inf:
-                continue
-            key = (max(t, free[r]), -row[2], pipe)
-            if best is None or key < (best[0], best[1], best[2]):
-                best = key
-        if best is None:
-            return None
-        return max(best[0], free[r]), best[1], best[2]
-
-    events: list[tuple[float, int]] = [(0.0, r) for r in range(d_count)]
-    queued = set(events)
-
-    def wake(t: float, rank: int) -> None:
-        if (t, rank) not in queued:
-            queued.add((t, rank))
-            heapq.heappush(events, (t, rank))
-
+    Every op takes one slot, so the schedule is a sequence of rounds: in round t every rank
+    runs one of its two head ops that is ready by t (its dependencies placed in earlier
+    rounds), the one on the deeper stage of its own pipe first, then the down pipe's. An op
+    placed in round t ends at t + 1, so it readies nothing in its own round and the ranks
+    of a round may be taken in any order. A rank with no ready head idles that round.
+    """
+    del half  # each row carries its own stage; the pipe follows from the list it is in
+    assert MERGE_FORWARD_SLOTS == MERGE_BACKWARD_SLOTS == 1.0, "rounds need unit slots"
+    last = num_stages - 1
+    f_end: dict[tuple[int, int], int] = {}
+    b_end: dict[tuple[int, int], int] = {}
+    heads = [[0, 0] for _ in range(num_stages)]
+    merged: list[list[Row]] = [[] for _ in range(num_stages)]
+    never = math.inf
     total = sum(len(a) + len(b) for a, b in lists)
-    done = 0
-    while done < total and events:
-        now, r = heapq.heappop(events)
-        queued.discard((now, r))
-        if now < free[r]:
-            continue  # stale: the rank was busy then and woke itself at its next free time
-        picked = choice(r)
-        if picked is None:
-            continue  # woken again when a dependency of one of its heads is placed
-        start, _, pipe = picked
-        if start > now:
-            wake(start, r)  # a head placed meanwhile may be ready sooner
-            continue
-        row = lists[r][pipe][heads[r][pipe]]
-        heads[r][pipe] += 1
-        end = start + (MERGE_FORWARD_SLOTS if row[0] == _F else MERGE_BACKWARD_SLOTS)
-        free[r] = end
-        j, s = row[1], row[2]
-        (f_end if row[0] == _F else b_end)[(j, s)] = end
-        merged[r].append(row)
-        done += 1
-        # This rank, and the ranks of the neighbouring stages of the op's pipe, look again
-        # at `end`: their heads may have been waiting on it.
-        woken = {r}
-        for target in (s - 1, s + 1):
-            if 0 <= target < num_stages:
-                woken.add(target if j < half else num_stages - 1 - target)
-        for other in woken:
-            wake(max(end, free[other]), other)
-    assert done == total, "the two 1F1B lists of a Chimera rank cannot deadlock"
+    done = t = 0
+    while done < total:
+        placed: list[tuple[int, int, Row]] = []
+        for r in range(num_stages):
+            best: tuple[int, int, Row] | None = None
+            for pipe in (0, 1):
+                queue = lists[r][pipe]
+                head = heads[r][pipe]
+                if head >= len(queue):
+                    continue
+                row = queue[head]
+                j, s = row[1], row[2]
+                if row[0] == _F:
+                    ready = s == 0 or f_end.get((j, s - 1), never) <= t
+                else:
+                    ready = f_end.get((j, s), never) <= t and (
+                        s == last or b_end.get((j, s + 1), never) <= t)
+                if ready and (best is None or s > best[0]):
+                    best = (s, pipe, row)
+            if best is not None:
+                placed.append((r, best[1], best[2]))
+        assert placed, "the two 1F1B lists of a Chimera rank cannot deadlock"
+        t += 1
+        for r, pipe, row in placed:
+            heads[r][pipe] += 1
+            (f_end if row[0] == _F else b_end)[(row[1], row[2])] = t
+            merged[r].append(row)
+        done += len(placed)
     return merged
 
 
