@@ -14,9 +14,10 @@ edp = tp x cp x dp / (ep x etp) (Megatron-LM PR #4687: never by tp).
 """
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import TypeVar
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
@@ -145,6 +146,8 @@ class MemoryLedger:
         return self.fits_gpu and self.fits_host
 
 
+_Key = TypeVar("_Key")
+_Value = TypeVar("_Value")
 _StateParts = tuple[RankParameters, list[MemoryComponent], list[MemoryComponent],
                     list[MemoryComponent], list[MemoryComponent]]
 """A rank's parameter groups, model states (GPU, host) and EMA (GPU, host)."""
@@ -585,29 +588,35 @@ def _activations_key(parallel: ParallelConfig, layout: StageLayout,
             parallel.schedule, parallel.pp, parallel.vpp, parallel.microbatch_group_size)
 
 
+def _memoised(table: dict[_Key, _Value], key: _Key, make: Callable[[], _Value]) -> _Value:
+    """`table[key]`, made and kept on the first ask."""
+    value = table.get(key)
+    if value is None:
+        value = table[key] = make()
+    return value
+
+
 def _rank_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                 layout: StageLayout, num_micro_batches: int, memo: LedgerMemo | None
                 ) -> tuple[_StateParts, _ActivationParts,
                            tuple[list[MemoryComponent], int] | None]:
     """A rank's model states, activations and (with a memo) runtime items but the
     allocator's share, from `memo` where it has them (it must serve these inputs)."""
+    def states() -> _StateParts:
+        return _state_parts(spec, training, parallel, layout)
+
+    def activations() -> _ActivationParts:
+        return stage_activation_components(spec, training, parallel, layout,
+                                           num_micro_batches=num_micro_batches)
+
     if memo is None:
-        return (_state_parts(spec, training, parallel, layout),
-                stage_activation_components(spec, training, parallel, layout,
-                                            num_micro_batches=num_micro_batches), None)
-    key = _states_key(spec, parallel, layout, memo)
-    parts = memo.states.get(key)
-    if parts is None:
-        parts = memo.states[key] = _state_parts(spec, training, parallel, layout)
-    key = _activations_key(parallel, layout, num_micro_batches)
-    acts = memo.activations.get(key)
-    if acts is None:
-        acts = memo.activations[key] = stage_activation_components(
-            spec, training, parallel, layout, num_micro_batches=num_micro_batches)
-    key = runtime_items_key(parallel, parts[0])
-    items = memo.runtime.get(key)
-    if items is None:
-        items = memo.runtime[key] = runtime_items(spec, training, parallel, parts[0])
+        return states(), activations(), None
+    parts = _memoised(memo.states, _states_key(spec, parallel, layout, memo), states)
+    acts = _memoised(memo.activations, _activations_key(parallel, layout, num_micro_batches),
+                     activations)
+    groups = parts[0]
+    items = _memoised(memo.runtime, runtime_items_key(parallel, groups),
+                      lambda: runtime_items(spec, training, parallel, groups))
     return parts, acts, items
 
 
@@ -645,36 +654,32 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
                              num_micro_batches=num_micro_batches, memo=memo)
         return stage.total_bytes, stage.host_bytes, stored_activation_bytes(stage.components)
     key = _states_key(spec, parallel, layout, memo)
-    state = memo.state_sums.get(key)
-    if state is None:
-        parts = memo.states.get(key)
-        if parts is None:
-            parts = memo.states[key] = _state_parts(spec, training, parallel, layout)
-        groups, states, host_states, ema_gpu, ema_host = parts
-        state = memo.state_sums[key] = (
-            groups, sum(c.bytes for c in states) + sum(c.bytes for c in ema_gpu),
-            sum(c.bytes for c in host_states) + sum(c.bytes for c in ema_host))
-    groups, states_gpu, states_host = state
-    key = _activations_key(parallel, layout, num_micro_batches)
-    sums = memo.activation_sums.get(key)
-    if sums is None:
-        acts = memo.activations.get(key)
-        if acts is None:
-            acts = memo.activations[key] = stage_activation_components(
-                spec, training, parallel, layout, num_micro_batches=num_micro_batches)
-        activations, host_acts, _ = acts
-        sums = memo.activation_sums[key] = (sum(c.bytes for c in activations),
-                                            sum(c.bytes for c in host_acts),
-                                            stored_activation_bytes(activations))
-    dynamic, acts_host, stored = sums
-    key = runtime_items_key(parallel, groups)
-    runtime = memo.runtime_sums.get(key)
-    if runtime is None:
-        items = memo.runtime.get(key)
-        if items is None:
-            items = memo.runtime[key] = runtime_items(spec, training, parallel, groups)
-        runtime = memo.runtime_sums[key] = (sum(c.bytes for c in items[0]), items[1])
-    listed, transient = runtime
+
+    def state_sums() -> tuple[RankParameters, int, int]:
+        groups, states, host_states, ema_gpu, ema_host = _memoised(
+            memo.states, key, lambda: _state_parts(spec, training, parallel, layout))
+        return (groups, sum(c.bytes for c in states) + sum(c.bytes for c in ema_gpu),
+                sum(c.bytes for c in host_states) + sum(c.bytes for c in ema_host))
+
+    groups, states_gpu, states_host = _memoised(memo.state_sums, key, state_sums)
+    acts_key = _activations_key(parallel, layout, num_micro_batches)
+
+    def activation_sums() -> tuple[int, int, int]:
+        activations, host_acts, _ = _memoised(
+            memo.activations, acts_key, lambda: stage_activation_components(
+                spec, training, parallel, layout, num_micro_batches=num_micro_batches))
+        return (sum(c.bytes for c in activations), sum(c.bytes for c in host_acts),
+                stored_activation_bytes(activations))
+
+    dynamic, acts_host, stored = _memoised(memo.activation_sums, acts_key, activation_sums)
+    items_key = runtime_items_key(parallel, groups)
+
+    def runtime_sums() -> tuple[int, int]:
+        listed, transient = _memoised(memo.runtime, items_key,
+                                      lambda: runtime_items(spec, training, parallel, groups))
+        return sum(c.bytes for c in listed), transient
+
+    listed, transient = _memoised(memo.runtime_sums, items_key, runtime_sums)
     hole = sum(c.bytes for c in loss_hole_components(spec, training, parallel,
                                                      num_heads=layout.num_heads))
     gpu = states_gpu + dynamic + listed + fragmentation_bytes(dynamic, transient) + hole
@@ -776,13 +781,16 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     m = micro_batch_count(training, parallel)
     layouts = pipeline_layout(spec, parallel)
     host_capacity = cluster.host_memory_bytes // cluster.gpus_per_node
+    # The end ranks first: they hold the embedding, the head and, under most schedules,
+    # the most in-flight micro-batches.
+    order = [0, len(layouts) - 1, *range(1, len(layouts) - 1)] if len(layouts) > 1 else [0]
     if parallel.remote_activation_offload and len(layouts) > 1:
         # Whether a rank fits depends on the others' room: every rank is needed, and the
         # verdict of `apply_remote_offload`'s balance is its closed form. A rank whose bytes
         # that cannot move exceed the capacity refutes it at once (the closed form's first
-        # condition); the end ranks, which hold the most, are read first.
+        # condition).
         totals, movable = [], []
-        for rank in [0, len(layouts) - 1, *range(1, len(layouts) - 1)]:
+        for rank in order:
             gpu, host, stored = _rank_bytes(spec, training, parallel, layouts[rank], m, memo)
             if host > host_capacity or gpu - stored > cluster.capacity_bytes:
                 return False
@@ -790,7 +798,6 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
             movable.append(stored)
         return fits_after_remote_offload(totals=totals, movable=movable,
                                          capacity=cluster.capacity_bytes)
-    order = [0, len(layouts) - 1, *range(1, len(layouts) - 1)] if len(layouts) > 1 else [0]
     profile = in_flight_counts(parallel, m) if len(layouts) > 1 else None
     checked: dict[tuple[object, ...], list[int]] = {}
     uniform = parallel.stage_policies is None

@@ -256,7 +256,6 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
                         bottleneck_s=seconds(solver.value(bottleneck)))
 
 
-
 def _per_quantum(seconds_per_byte: float) -> int:
     """Time quanta per memory quantum, rounded up (a cost is never understated)."""
     return math.ceil(seconds_per_byte * MEMORY_QUANTUM_BYTES / TIME_QUANTUM_S)

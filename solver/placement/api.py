@@ -103,11 +103,9 @@ def plan_placement_layers(request: MoePlacementRequest) -> MoePlacementLayersRes
 
 
 def rank_expert_tokens(result: PlacementResult) -> IntArray:
-    """Tokens each rank computes per expert, [R, E], summed from the routes."""
-    p = result.problem
-    per_rank = np.zeros((p.num_ranks, p.num_experts), dtype=np.int64)
-    r = result.routes
-    np.add.at(per_rank, (r.destination, r.expert), r.tokens)
+    """Tokens each rank computes per expert, [R, E]: the allocation's transpose (the routes
+    into rank d for expert e add up to allocation[e, d])."""
+    per_rank: IntArray = result.allocation.T.copy()
     return per_rank
 
 

@@ -392,6 +392,9 @@ class Routes:
         return column
 
     def __len__(self) -> int:
+        if self._columns is not None:
+            expanded: int = self._columns.shape[1]
+            return expanded
         shared: int = self._shared_rows.shape[1]
         return int(np.count_nonzero(self._counts)) - int(
             np.count_nonzero(self._counts[:, self._shared_experts])) + shared
