@@ -95,7 +95,7 @@ expert after the dispatch, and sorted back before the combine. Source: Megatron-
 Sort tokens by local expert", `sort_chunks_by_idxs` when `num_local_experts > 1`) and
 `combine_preprocess` ("Unpermutation 2"), commit d98e8a64."""
 
-MOE_HOST_ISSUE_S = 7.9e-3
+MOE_HOST_ISSUE_S = 7.4e-3
 """Host time to issue one MoE layer forward between two token-count synchronisations, apart
 from the per-local-expert launches of the grouped expert GEMMs (`moe_expert_launches`, which
 `moe_host_issue_s` adds); the GPU idles for what exceeds the layer's forward GPU time
@@ -103,7 +103,8 @@ from the per-local-expert launches of the grouped expert GEMMs (`moe_expert_laun
 Calibrated: grid-fitted (0.1 ms steps) on one row,
 `bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu` (the H100 MoE calibration row named in
 research/published_runs.md), by `research/validate_published.py --calibrate-moe`, with the
-per-expert launches of that row (4 local experts) counted; every other MoE row, and every
+per-expert launches of that row (4 local experts) and the wait for the slowest GPU counted
+(7.9 ms before that wait); every other MoE row, and every
 B200 row, is held out (`research/CALIBRATION.md` Sec. 4). Why one value per layer: the
 measured time per MoE layer pass of the same model is nearly the same on H100 and B200
 (Qwen3-30B-A3B 9.5 and 9.2 ms, Qwen3-235B-A22B 13.8 and 13.3 ms) while their compute differs

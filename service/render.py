@@ -93,10 +93,15 @@ def render_plan(plan: PlanResponse) -> str:
     if plan.time is not None:
         exposed = ", ".join(f"{axis} {seconds:.3f} s"
                             for axis, seconds in plan.time.exposed_comm_s.items() if seconds)
+        # Every other term of 1 ms or more, so the printed parts add up to the step time.
+        others = {"offload": plan.time.offload_stall_s, "optimizer": plan.time.optimizer_s,
+                  **plan.time.overheads_s}
+        rest = "".join(f", {name} {seconds:.3f} s" for name, seconds in others.items()
+                       if seconds >= 5e-4)
         lines.append(f"  step time   {plan.time.step_time_s:.3f} s (compute "
                      f"{plan.time.compute_s:.3f} s, recompute {plan.time.recompute_s:.3f} s, "
                      f"bubble {plan.time.bubble_s:.3f} s"
-                     + (f", exposed comm {exposed}" if exposed else "") + ")")
+                     + (f", exposed comm {exposed}" if exposed else "") + rest + ")")
     if plan.throughput is not None:
         t = plan.throughput
         lines.append(f"  throughput  {t.tokens_per_s:,.0f} tokens/s, {t.tflops_per_gpu:.0f} "

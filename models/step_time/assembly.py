@@ -5,7 +5,8 @@ Owns: `StepEstimate` (step time, breakdown, tokens/s, TFLOP/s per GPU, MFU and H
 their FLOP conventions), `estimate_step`, the lower bound `pipeline_makespan_bound`, and the
 split of the makespan into busy time, bubble and exposed pipeline P2P. Breakdown identity:
 step_time = compute + recompute + sum(exposed_comm) + offload_stall + bubble + optimizer
-+ sum(overheads). Must not: search, size memory, or define traffic.
++ sum(overheads), the wait for the slowest GPU among the overheads. Must not: search, size
+memory, or define traffic.
 """
 
 import dataclasses
@@ -60,6 +61,7 @@ from models.step_time.stage import (
     stage_times,
     window_caps_s,
 )
+from models.step_time.variability import slowest_gpu_share
 from models.traffic.context import StepContext, group_placement
 from models.traffic.data import dp_items
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, call_cost
@@ -227,6 +229,14 @@ def _tail(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
 ZERO3_COPIES = "ZeRO-3 copy kernels"
 """Name, in `overheads_s`, of FSDP2's all-gather copy-out and reduce-scatter copy-in on the
 compute stream (`models.step_time.exposure.zero3_copy_s`), part of the pipeline makespan."""
+
+
+SLOWEST_GPU = "wait for the slowest GPU"
+"""Name, in `overheads_s`, of the time every rank waits for the slowest of the job's GPUs at
+the step's synchronous collectives: `slowest_gpu_share(world_size)` x (compute + recompute +
+the makespan's idle time: bubble and exposed P2P), the part of the step set by the pace of the
+GPUs (`models.step_time.variability`). Read from the makespan, not the bubble alone, so it is
+the same whether or not the estimate splits the idle time."""
 
 
 HOST_GRADIENTS = "Pipeline ZeRO-2 gradient offload"
@@ -464,10 +474,15 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         if remote is not None and remote.exposed_s > 0:
             overheads = {**overheads, REMOTE_ACTIVATIONS: remote.exposed_s}
     flops = _flops(spec, training, parallel, layouts)
+    compute_s = crossings * busiest.compute_s
+    recompute_s = crossings * busiest.recompute_s
+    wait = slowest_gpu_share(parallel.world_size) * (compute_s + recompute_s + makespan - busy)
+    if wait > 0:
+        overheads = {**overheads, SLOWEST_GPU: wait}
     return StepEstimate(
         step_time_s=makespan + sum(tail.values()) + sum(overheads.values()),
         pipeline_makespan_s=makespan,
-        compute_s=crossings * busiest.compute_s, recompute_s=crossings * busiest.recompute_s,
+        compute_s=compute_s, recompute_s=recompute_s,
         bubble_s=ideal - busy, exposed_comm_s=exposed,
         offload_stall_s=crossings * busiest.offload_stall_s, optimizer_s=tail["optimizer"],
         overheads_s={**overheads,

@@ -82,12 +82,13 @@ def test_zero3_steps_pay_the_copies_on_the_critical_path() -> None:
     assert est.step_time_s > plain.step_time_s + spec.num_layers * per_layer * 0.99
 
 
-@pytest.mark.xfail(strict=True, reason="the published fall (-1.8 to -2.7% per GPU from 8 to "
-                   "128 GPUs) is not modelled: at 128 GPUs the ring over 16 nodes runs at the "
-                   "NVLink rate and hides behind each layer's compute, and no source sizes a "
-                   "growing cost for this cluster (research/CALIBRATION.md, torchtitan)")
 @pytest.mark.parametrize("series", TORCHTITAN_8B, ids=lambda s: s[0])
 def test_torchtitan_8b_per_gpu_rate_falls_from_8_to_128_gpus(series: tuple[str, str]) -> None:
+    """Published: -2.7, -2.3, -1.8% per GPU from 8 to 128 GPUs. The FSDP rings stay hidden
+    behind each layer's compute at both sizes (the 16-node ring runs near the NVLink rate
+    over eight 400 Gb/s NICs per node), and the smaller optimizer shard alone would raise the
+    rate; what falls is the pace of the slowest of 128 GPUs against the slowest of 8
+    (`models.step_time.variability`: 1.48% x (2.59 - 1.42) = 1.7% of the compute)."""
     first, last = (validate_published.predict(BY_ID[i]) for i in series)
     assert first is not None and last is not None
     assert last[1] < first[1]

@@ -354,7 +354,7 @@ def test_a_fitted_moe_host_time_is_stored_and_applied_through_the_profile(
         **constants, "moe_host_issue_s": None}}})
     step = profiled.json()["time"]["step_time_s"]
     assert step == pytest.approx(direct.json()["time"]["step_time_s"])
-    assert step > without.json()["time"]["step_time_s"] * 1.1  # 12 ms against 7.9 ms
+    assert step > without.json()["time"]["step_time_s"] * 1.1  # 12 ms against 7.4 ms
     assert any("MoE layer host issue 12" in note
                for note in profiled.json()["explanation"]["notes"])
     dense = http.post("/v1/calibration/runs", json=fit_body("dense-h100", 0.9, 0.1, 7))
