@@ -179,7 +179,7 @@ GEMMs (`overlap_tp_comm`), read from the recipe or paper, not from the measureme
   above the table states "DP/TP/PP communication overlap enabled" (`published_runs.json`,
   source `megatron_readme`). One of these rows, `megatron-readme-314b`, calibrates Hopper's
   BF16 eta_max; refitted with the overlap passed (`--calibrate-h100`, BF16 grid in 0.01
-  steps) it was 0.58, 0.62 since the wait for the slowest GPU, and both Hopper calibration rows
+  steps) it was 0.58, 0.61 since the wait for the slowest GPU, and both Hopper calibration rows
   come closer (research/CALIBRATION.md Sec. 2, "The Megatron-LM README's stated TP overlap,
   and Hopper's BF16 eta_max refitted", "The wait for the slowest GPU").
   The Nemotron-4 15B rows print no overlap and keep the exposed default."""

@@ -5,7 +5,8 @@ once and reused, and the two bounds the search prunes and orders with:
 - time: max(m x average stage busy time, the schedule's closed-form makespan at the
   lightest stage's op costs) with the fastest activation policy; both are lower bounds of
   the simulated makespan (every rank does its work; fixed-order schedules are monotone in
-  op durations);
+  op durations); the queue adds the wait for the slowest GPU of the layers' compute
+  (`wait_bound_s`), which every plan's step carries beside its makespan;
 - memory: the stage-averaged model states at the strongest ZeRO stage allowed plus the
   averaged activations under the most frugal policy (full recomputation, FP8 storage and
   the largest offload allowed), which no stage can beat on average.
@@ -40,6 +41,7 @@ from models.step_time import (
     layer_parts_memo,
     zero3_exposed_s,
 )
+from models.step_time.variability import slowest_gpu_share
 from solver.space import MeshCandidate
 
 
@@ -156,6 +158,18 @@ class BoundTables:
             f, b, w = layer_f * lightest, layer_b * lightest, layer_w * lightest
             bound = max(bound, _closed_form_bound(c.schedule, c.pp, m, chunks, f, b, w))
         return bound
+
+    def wait_bound_s(self, c: MeshCandidate) -> float:
+        """Lower bound of the wait for the slowest GPU of any plan of the candidate: the share
+        of its world size times each rank's mean layer compute over the step
+        (`models.step_time.assembly._slowest_gpu_wait_s`, which adds the heads and the
+        policy's recomputation to the same mean). Added to the makespan bounds the queue
+        orders by; the makespan bounds themselves stay without it."""
+        core = self.core(c)
+        compute = sum((self.num_moe if self.spec.is_moe_layer(index) else self.num_dense)
+                      * lc.times.total_s for index, lc in core.layers)
+        share = slowest_gpu_share(c.tp * c.pp * c.dp * c.cp)
+        return share * c.num_micro_batches * compute / c.pp
 
     def zero3_time_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the pipeline makespan of any ZeRO-3 plan of the candidate: every

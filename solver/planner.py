@@ -401,7 +401,7 @@ def _enqueue(problem: _Problem, queue: _Queue, sizes: list[int], deadline: float
             if memory > cluster.capacity_bytes:
                 queue.pruned_memory += 1
                 continue
-            time_s = tables.time_bound_s(c)
+            time_s = tables.time_bound_s(c) + tables.wait_bound_s(c)
             if _misses_target(problem, queue, time_s):
                 continue
             bound = _rescale(time_s, c, problem.objective, problem.tokens)
@@ -445,9 +445,10 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
         queue.forced_zero[order] = zero
         if zero == 3:
             queue.zero3_bound[order] = _zero3_bound_s(tables, c)
-            if _misses_target(problem, queue, queue.zero3_bound[order]):
+            step_s = queue.zero3_bound[order] + tables.wait_bound_s(c)
+            if _misses_target(problem, queue, step_s):
                 return
-            gathered = _rescale(queue.zero3_bound[order], c, problem.objective, problem.tokens)
+            gathered = _rescale(step_s, c, problem.objective, problem.tokens)
             if gathered > lower:
                 heapq.heappush(queue.heap, (gathered, order, _ZERO3_BOUND, c))
                 return
@@ -458,10 +459,12 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
     except InvalidSpecError as exc:
         queue.rejections.append(Rejection(candidate=c, reason=exc.detail))
         return
-    if _misses_target(problem, queue, makespan):
+    # The step is at least the makespan plus the wait for the slowest GPU.
+    step_s = makespan + tables.wait_bound_s(c)
+    if _misses_target(problem, queue, step_s):
         return
     queue.makespan[order] = makespan
-    tighter = _rescale(makespan, c, problem.objective, problem.tokens)
+    tighter = _rescale(step_s, c, problem.objective, problem.tokens)
     heapq.heappush(queue.heap, (max(lower, tighter), order, _SIMULATED_BOUND, c))
 
 

@@ -233,10 +233,20 @@ compute stream (`models.step_time.exposure.zero3_copy_s`), part of the pipeline 
 
 SLOWEST_GPU = "wait for the slowest GPU"
 """Name, in `overheads_s`, of the time every rank waits for the slowest of the job's GPUs at
-the step's synchronous collectives: `slowest_gpu_share(world_size)` x (compute + recompute +
-the makespan's idle time: bubble and exposed P2P), the part of the step set by the pace of the
-GPUs (`models.step_time.variability`). Read from the makespan, not the bubble alone, so it is
-the same whether or not the estimate splits the idle time."""
+the step's synchronous collectives (`_slowest_gpu_wait_s`, `models.step_time.variability`)."""
+
+
+def _slowest_gpu_wait_s(parallel: ParallelConfig, stages: list[StageTime], m: int, *,
+                        recompute: bool = True) -> float:
+    """The wait for the slowest GPU: `slowest_gpu_share(world_size)` x a rank's mean compute
+    (and recomputation) over the step, its kernels being that much slower on the slowest GPU
+    while its communication moves at the links' pace. The mean over pipeline ranks, not the
+    busiest rank's, makes it the same for every split of the layers over the stages (the
+    layers' total is fixed), so the search's bounds hold it exactly; without `recompute` it
+    bounds the wait of every activation policy on the mesh, which only adds recomputation."""
+    busy = sum(st.compute_s + (st.recompute_s if recompute else 0.0) for st in stages)
+    return slowest_gpu_share(parallel.world_size) * m * crossings_per_micro_batch(parallel) \
+        * busy / len(stages)
 
 
 HOST_GRADIENTS = "Pipeline ZeRO-2 gradient offload"
@@ -474,15 +484,13 @@ def estimate_step(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         if remote is not None and remote.exposed_s > 0:
             overheads = {**overheads, REMOTE_ACTIVATIONS: remote.exposed_s}
     flops = _flops(spec, training, parallel, layouts)
-    compute_s = crossings * busiest.compute_s
-    recompute_s = crossings * busiest.recompute_s
-    wait = slowest_gpu_share(parallel.world_size) * (compute_s + recompute_s + makespan - busy)
+    wait = _slowest_gpu_wait_s(parallel, stages, m)
     if wait > 0:
         overheads = {**overheads, SLOWEST_GPU: wait}
     return StepEstimate(
         step_time_s=makespan + sum(tail.values()) + sum(overheads.values()),
         pipeline_makespan_s=makespan,
-        compute_s=compute_s, recompute_s=recompute_s,
+        compute_s=crossings * busiest.compute_s, recompute_s=crossings * busiest.recompute_s,
         bubble_s=ideal - busy, exposed_comm_s=exposed,
         offload_stall_s=crossings * busiest.offload_stall_s, optimizer_s=tail["optimizer"],
         overheads_s={**overheads,
@@ -613,7 +621,9 @@ def step_time_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
         if key not in memo:
             memo[key] = sum(_tail(spec, training, parallel, cluster, groups, fabric, layout,
                                   held, st.chunk_times, m).values())
-    return span + max(memo.values(), default=0.0)
+    # Policies and layer splits of the mesh keep the layers' compute: its wait bounds theirs.
+    return span + max(memo.values(), default=0.0) + _slowest_gpu_wait_s(parallel, stages, m,
+                                                                        recompute=False)
 
 
 STALL_SEARCH_STEPS = 80
@@ -673,6 +683,7 @@ def step_time_floors_s(spec: ModelSpec, training: TrainingSpec, parallel: Parall
                  for work, layout in zip(busy, layouts, strict=True)]
     windows: dict[int, tuple[float, float, float]] = {}
     floors: dict[int, float] = {}
+    wait = _slowest_gpu_wait_s(parallel, stages, m, recompute=False)
     for zero, makespan in makespan_bounds_s.items():
         at_zero = parallel.model_copy(update={"zero_stage": zero})
         work = busy3 if zero == 3 else busy
@@ -694,7 +705,7 @@ def step_time_floors_s(spec: ModelSpec, training: TrainingSpec, parallel: Parall
             forward, backward, transfer = windows[rank]
         floors[zero] = fixed + _least_span(
             tuple(dp_items(ctx)), training.overlap_grad_reduce, m, makespan, work[rank],
-            crossings, forward, backward, transfer)
+            crossings, forward, backward, transfer) + wait
     return floors
 
 

@@ -108,12 +108,12 @@ def test_generated_microbenchmarks_are_fitted_back_within_their_stated_uncertain
 
 def test_gemms_at_the_xla_h100_table_level_keep_the_published_eta_max() -> None:
     """The XLA H100 BF16 table's level (0.90, research/CALIBRATION.md Sec. 2) is what the
-    Hopper eta_max of 0.62 was set against: a cluster measuring it gets scale 1."""
+    Hopper eta_max of 0.61 was set against: a cluster measuring it gets scale 1."""
     bench = Microbenchmarks(gemm=gemms({DType.BF16: 0.90}, 0.0, random.Random(0)))
     result = fit_microbenchmarks(bench, CLUSTER)
     assert result.gemm_scale == pytest.approx(1.0, abs=1e-6)
     assert PROFILES["hopper"].gemm_peak_frac[DType.BF16] * result.gemm_scale == \
-        pytest.approx(0.62)
+        pytest.approx(0.61)
 
 
 def _refused(bench: Microbenchmarks) -> MicrobenchmarkRefused:

@@ -74,7 +74,7 @@ def model_ms(name: str, dispatcher: str, precision: str) -> tuple[float, float]:
 @pytest.mark.parametrize("case", sorted(MEASURED_MS))
 def test_moe_layer_forward_plus_backward_within_50_percent(case: tuple[str, str, str]) -> None:
     """Forward + backward of each benchmark case within 50% of the measured time. Today
-    (research/CALIBRATION.md Sec. 4): BF16 +38..42% (the Hopper step-level eta of 0.62,
+    (research/CALIBRATION.md Sec. 4): BF16 +39..43% (the Hopper step-level eta of 0.61,
     refitted with the Megatron-LM README's stated TP overlap and the wait for the slowest GPU,
     is further below what an isolated MoE layer's GEMMs reach than the former 0.66, which gave
     +31..36%), FP8 +6..+10%."""

@@ -2,7 +2,7 @@
 
 The README introduces its weak-scaling table with "DP/TP/PP communication overlap enabled"
 (`published_runs.json`, source `megatron_readme`); one of its rows calibrates Hopper's BF16
-eta_max. With the overlap passed, the refit on the calibration rows is 0.62
+eta_max. With the overlap passed, the refit on the calibration rows is 0.61
 (research/CALIBRATION.md Sec. 2, "The Megatron-LM README's stated TP overlap")."""
 
 import math
@@ -38,8 +38,8 @@ def test_the_readme_states_the_overlap_and_its_rows_carry_it() -> None:
 
 
 def test_the_coded_eta_is_the_refit_value() -> None:
-    assert kernels.PROFILES["hopper"].gemm_peak_frac[DType.BF16] == 0.62
-    assert kernels.PROFILES["hopper"].gemm_peak_frac[DType.FP16] == 0.62
+    assert kernels.PROFILES["hopper"].gemm_peak_frac[DType.BF16] == 0.61
+    assert kernels.PROFILES["hopper"].gemm_peak_frac[DType.FP16] == 0.61
 
 
 def _mean_log_error(bf16: float) -> tuple[float, dict[str, float]]:
@@ -58,12 +58,12 @@ def _mean_log_error(bf16: float) -> tuple[float, dict[str, float]]:
 
 
 @pytest.mark.slow
-def test_with_the_overlap_passed_the_calibration_rows_agree_at_062() -> None:
-    """At 0.62 (the wait for the slowest GPU booked) both predicted calibration rows are within
-    3.5% (314B +1.2%, Llama 3 -3.1%), and their mean |log error| is below that at 0.61, 0.63,
+def test_with_the_overlap_passed_the_calibration_rows_agree_at_061() -> None:
+    """At 0.61 (the wait for the slowest GPU booked) both predicted calibration rows are within
+    3.5% (314B +0.3%, Llama 3 -3.2%), and their mean |log error| is below that at 0.60, 0.62,
     the 0.58 fitted before that wait and the former 0.66."""
-    score, errors = _mean_log_error(0.62)
+    score, errors = _mean_log_error(0.61)
     assert all(abs(e) < 0.035 for e in errors.values()), errors
-    for other in (0.58, 0.61, 0.63, 0.66):
+    for other in (0.58, 0.60, 0.62, 0.66):
         assert _mean_log_error(other)[0] > score
     assert _mean_log_error(0.66)[0] > 1.5 * score

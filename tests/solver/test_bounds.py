@@ -320,3 +320,24 @@ def test_recompute_bound_holds_for_the_policy_and_more_full_layers(
             assert table.bound_s(full) <= estimate_step(spec, training, full,
                                                         cluster).step_time_s * (1 + 1e-9)
     assert checked
+
+
+def test_the_wait_bound_holds_for_every_plan_of_a_candidate() -> None:
+    from models.step_time.assembly import SLOWEST_GPU
+    from solver.candidate_eval import ScoredPlan
+
+    spec = model_preset("mixtral-8x7b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    training = TrainingSpec(global_batch_size=128, sequence_length=4096)
+    tables = BoundTables(spec, training, cluster)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=Constraints())
+    checked = 0
+    for c in random.Random(3).sample(candidates, min(30, len(candidates))):
+        scored = evaluate_candidate(spec, training, cluster, c, Constraints(allow_offload=True))
+        if not isinstance(scored, ScoredPlan):
+            continue
+        wait = scored.estimate.overheads_s[SLOWEST_GPU]
+        assert 0 < tables.wait_bound_s(c) <= wait * (1 + 1e-9), c.key
+        checked += 1
+    assert checked >= 5
