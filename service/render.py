@@ -93,7 +93,8 @@ def render_plan(plan: PlanResponse) -> str:
     if plan.time is not None:
         exposed = ", ".join(f"{axis} {seconds:.3f} s"
                             for axis, seconds in plan.time.exposed_comm_s.items() if seconds)
-        # Every other term of 1 ms or more, so the printed parts add up to the step time.
+        # Every other term that prints as at least a millisecond, so the printed parts add
+        # up to the step time.
         others = {"offload": plan.time.offload_stall_s, "optimizer": plan.time.optimizer_s,
                   **plan.time.overheads_s}
         rest = "".join(f", {name} {seconds:.3f} s" for name, seconds in others.items()

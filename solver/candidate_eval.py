@@ -288,12 +288,8 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                                   zero_floors_s, pinned, rank)
                        for rank, fit in enumerate(fits))
         best: tuple[float, int, ScoredPlan] | None = None
-        unscored = math.inf  # the least bound of the fits left unscored at the cutoff
         for bound_s, rank in order:
-            if bound_s >= step_cutoff_s:
-                unscored = bound_s
-                break
-            if best is not None and bound_s > best[0]:
+            if bound_s >= step_cutoff_s or (best is not None and bound_s > best[0]):
                 break
             fit = fits[rank]
             plan = _score(spec, training, cluster, candidate, fit.parallel,
@@ -307,10 +303,6 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
         # A skipped stage's plans are bounded by its own bound, which may be the lower one.
         bound = min([order[0][0], *skipped])
         return Dominated(candidate=candidate, bound_s=bound)
-    if best[0] >= step_cutoff_s and unscored < math.inf:
-        # Every plan scored reaches the cutoff and the rest are bounded past it: the best
-        # scored need not be the candidate's best, so only the bound is answered.
-        return Dominated(candidate=candidate, bound_s=min([best[0], unscored, *skipped]))
     return best[2]
 
 

@@ -80,6 +80,7 @@ def _terms(est: StepEstimate) -> dict[str, float]:
              "offload stalls": est.offload_stall_s}
     for axis, t in est.exposed_comm_s.items():
         terms[f"exposed {axis.upper()} communication"] = t
+    terms.update(est.overheads_s)  # per-step terms by name, the wait for the slowest GPU too
     return terms
 
 

@@ -61,6 +61,9 @@ def difference_text(published: ParallelConfig, published_est: StepEstimate,
     for axis in set(published_est.exposed_comm_s) | set(planned_est.exposed_comm_s):
         terms[f"exposed {axis.upper()} communication"] = (
             published_est.exposed_comm_s.get(axis, 0.0), planned_est.exposed_comm_s.get(axis, 0.0))
+    for name in set(published_est.overheads_s) | set(planned_est.overheads_s):
+        terms[name] = (published_est.overheads_s.get(name, 0.0),
+                       planned_est.overheads_s.get(name, 0.0))
     moves = sorted(((after - before, name) for name, (before, after) in terms.items()),
                    key=lambda item: item[0])
     saved = [f"{name} {delta:+.2f} s" for delta, name in moves if delta < -1e-3][:3]

@@ -16,7 +16,7 @@ FSDP gather, each tensor-parallel reduction, the gradient synchronisation at the
 step) waits for the slowest participant, so a step of n GPUs runs at the pace of the
 slowest of n draws. For speeds spread normally with coefficient of variation cv, that GPU
 needs (1 + cv * E[max of n standard normals]) times the median GPU's compute time; the
-expectation grows like sqrt(2 ln n): 1.42 at 8 GPUs, 2.58 at 128, 3.85 at 16,384.
+expectation grows like sqrt(2 ln n): 1.42 at 8 GPUs, 2.59 at 128, 3.97 at 16,384.
 """
 
 import math
