@@ -168,7 +168,7 @@ class BoundTables:
         core = self.core(c)
         compute = sum((self.num_moe if self.spec.is_moe_layer(index) else self.num_dense)
                       * lc.times.total_s for index, lc in core.layers)
-        share = slowest_gpu_share(c.tp * c.pp * c.dp * c.cp)
+        share = slowest_gpu_share(c.world_size)
         return share * c.num_micro_batches * compute / c.pp
 
     def zero3_time_bound_s(self, c: MeshCandidate) -> float:

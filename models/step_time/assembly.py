@@ -621,9 +621,8 @@ def step_time_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
         if key not in memo:
             memo[key] = sum(_tail(spec, training, parallel, cluster, groups, fabric, layout,
                                   held, st.chunk_times, m).values())
-    # Policies and layer splits of the mesh keep the layers' compute: its wait bounds theirs.
-    return span + max(memo.values(), default=0.0) + _slowest_gpu_wait_s(parallel, stages, m,
-                                                                        recompute=False)
+    # The plan's own stages: its wait exactly, as `estimate_step` books it.
+    return span + max(memo.values(), default=0.0) + _slowest_gpu_wait_s(parallel, stages, m)
 
 
 STALL_SEARCH_STEPS = 80
