@@ -319,13 +319,16 @@ class _WorkTables:
         self._frugal: dict[tuple[int, int], float] = {}
 
     def bound_s(self, parallel: ParallelConfig, *, more_full_layers: bool = False) -> float:
-        """`models.step_time.policy_work_bound_s` of a plan of the candidate."""
+        """A lower bound of the step time of a plan of the candidate: its
+        `models.step_time.policy_work_bound_s` (a makespan bound) plus the wait for the
+        slowest GPU every policy of the mesh pays beside the makespan (`WorkTable.wait_s`)."""
         timing = 3 if parallel.zero_stage == 3 else 0
         if timing not in self._tables:
             spec, training, cluster, candidate, constraints = self._args
             self._tables[timing] = work_table(
                 spec, training, _with_policy(candidate, timing, {}, constraints), cluster)
-        return self._tables[timing].bound_s(parallel, more_full_layers=more_full_layers)
+        table = self._tables[timing]
+        return table.bound_s(parallel, more_full_layers=more_full_layers) + table.wait_s
 
     def frugal_bound_s(self, zero: int, full_layers: int, caps: PolicyCaps) -> float:
         """`bound_s(..., more_full_layers=True)` of the candidate at ZeRO stage `zero` under

@@ -721,6 +721,9 @@ class WorkTable:
     full_s: dict[bool, float]
     """Per layer kind (MoE or not): full recomputation, the forward and its collectives."""
     layers: dict[bool, LayerCompute]
+    wait_s: float
+    """The wait for the slowest GPU without a policy (`_slowest_gpu_wait_s` without
+    recomputation): every policy's step carries at least this beside its makespan."""
 
     def bound_s(self, parallel: ParallelConfig, *, more_full_layers: bool = False) -> float:
         """`policy_work_bound_s` of `parallel` (this table's mesh with a policy)."""
@@ -800,7 +803,8 @@ def work_table(spec: ModelSpec, training: TrainingSpec, plain: ParallelConfig,
         prefixes.append(tuple(prefix))
     return WorkTable(busy_s=tuple(rank_work_s(plain, st, m) for st in stages),
                      crossings=m * crossings_per_micro_batch(plain),
-                     moe_prefix=tuple(prefixes), full_s=full, layers=layers)
+                     moe_prefix=tuple(prefixes), full_s=full, layers=layers,
+                     wait_s=_slowest_gpu_wait_s(plain, stages, m, recompute=False))
 
 
 def policy_work_bound_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
