@@ -328,16 +328,29 @@ def _layer_shard_params(spec: ModelSpec, parallel: ParallelConfig, index: int) -
 
 def _activation_context(training: TrainingSpec, parallel: ParallelConfig,
                         fp8_storage: bool) -> LayerActivationContext:
+    return _shared_context(
+        training.sequence_length, parallel.micro_batch_size, parallel.tp, parallel.cp,
+        parallel.etp, parallel.sequence_parallel, training.dropout, training.flash_attention,
+        fp8_storage, training.compute_dtype == DType.FP8, training.moe_load_imbalance,
+        training.moe_keep_expert_outputs, parallel.norm_saves_output,
+        parallel.sequence_parallel_saves_gathered)
+
+
+@lru_cache(maxsize=4096)
+def _shared_context(seq_len: int, micro_batch_size: int, tp: int, cp: int, etp: int,
+                    sequence_parallel: bool, dropout: bool, flash_attention: bool,
+                    fp8_storage: bool, fp8_compute: bool, moe_load_imbalance: float,
+                    moe_keep_expert_outputs: bool, norm_saves_output: bool,
+                    gathered_inputs_saved: bool) -> LayerActivationContext:
+    """One shared (immutable) context per setting: every rank of every probed plan asks for
+    one, and building the dataclass each time was a visible share of a memory probe."""
     return LayerActivationContext(
-        seq_len=training.sequence_length, micro_batch_size=parallel.micro_batch_size,
-        tp=parallel.tp, cp=parallel.cp, etp=parallel.etp,
-        sequence_parallel=parallel.sequence_parallel, dropout=training.dropout,
-        flash_attention=training.flash_attention, fp8_storage=fp8_storage,
-        fp8_compute=training.compute_dtype == DType.FP8,
-        moe_load_imbalance=training.moe_load_imbalance,
-        moe_keep_expert_outputs=training.moe_keep_expert_outputs,
-        norm_saves_output=parallel.norm_saves_output,
-        gathered_inputs_saved=parallel.sequence_parallel_saves_gathered)
+        seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp, etp=etp,
+        sequence_parallel=sequence_parallel, dropout=dropout,
+        flash_attention=flash_attention, fp8_storage=fp8_storage, fp8_compute=fp8_compute,
+        moe_load_imbalance=moe_load_imbalance,
+        moe_keep_expert_outputs=moe_keep_expert_outputs,
+        norm_saves_output=norm_saves_output, gathered_inputs_saved=gathered_inputs_saved)
 
 
 def layer_stored_bytes_cap(spec: ModelSpec, index: int, training: TrainingSpec,

@@ -26,6 +26,9 @@ SCHEDULES: dict[PipelineSchedule, ScheduleTraits] = {
                    DUALPIPEV, CHIMERA)
 }
 
+_BY_VALUE: dict[str, ScheduleTraits] = {str(name): traits for name, traits in SCHEDULES.items()}
+"""`SCHEDULES` by the schedules' string values (a member looks itself up by its value)."""
+
 _CHUNK_WORDS = {1: "one chunk", 2: "two chunks"}
 
 
@@ -35,6 +38,11 @@ def schedule_traits(schedule: PipelineSchedule | str) -> ScheduleTraits:
     Raises:
         InvalidSpecError: the name is not a registered schedule (the message lists them).
     """
+    # A member (or its string value: the enum is a str enum, so both hash alike) is found
+    # without converting the name, which the cost model does for every rank and layer.
+    found = _BY_VALUE.get(schedule) if isinstance(schedule, str) else None
+    if found is not None:
+        return found
     try:
         return SCHEDULES[PipelineSchedule(schedule)]
     except (ValueError, KeyError):

@@ -75,6 +75,14 @@ class CompiledProgram:
     visit: list["VisitOrder"] = field(default_factory=list)
     """That order as flat columns, built when a second makespan is asked for (a program
     simulated once never pays for it)."""
+    makespans: dict[tuple[OpDurations, float], float] = field(default_factory=dict)
+    """Makespans already replayed, by (durations, P2P latency): the planner scores plans
+    whose ops last alike (ZeRO stages 0-2, a storage choice that moves no op) more than
+    once. Emptied when it reaches `MAKESPAN_MEMO_SIZE` entries."""
+
+
+MAKESPAN_MEMO_SIZE = 1024
+"""Makespans one compiled program keeps (`CompiledProgram.makespans`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -280,6 +288,10 @@ def simulate_makespan(compiled: CompiledProgram, durations: OpDurations, *,
     Raises:
         ScheduleDeadlockError: the lists cannot all run.
     """
+    key = (durations, p2p_latency_s)
+    known = compiled.makespans.get(key)
+    if known is not None:
+        return known
     dur = op_durations(compiled, durations)
     if compiled.segments and math.isfinite(p2p_latency_s) and p2p_latency_s >= 0.0:
         if not compiled.visit:
@@ -288,7 +300,11 @@ def simulate_makespan(compiled: CompiledProgram, durations: OpDurations, *,
                        len(compiled.offsets) - 1)
     else:
         _, free = run(compiled, dur, p2p_latency_s=p2p_latency_s, record=True)
-    return max(free) if free else 0.0
+    makespan = max(free) if free else 0.0
+    if len(compiled.makespans) >= MAKESPAN_MEMO_SIZE:
+        compiled.makespans.clear()  # one call, safe beside other threads' lookups
+    compiled.makespans[key] = makespan
+    return makespan
 
 
 def _deadlock(c: CompiledProgram, stuck: list[int], heads: list[int]) -> ScheduleDeadlockError:
@@ -340,6 +356,7 @@ def _check_counts(program: PipelineProgram, *, has_f: BoolArray, has_b: BoolArra
 
 
 __all__ = [
+    "MAKESPAN_MEMO_SIZE",
     "CompiledProgram",
     "ScheduleDeadlockError",
     "VisitOrder",
