@@ -17,6 +17,7 @@ from models.pipeline import (
     generate_program,
     simulate,
     simulate_makespan,
+    simulator,
 )
 from models.pipeline.ops import linear_placement
 
@@ -300,6 +301,31 @@ def test_replayed_order_gives_the_event_loops_makespan_to_the_bit(schedule: S, p
         assert fresh.segments and not fresh.visit, "a completed run records its order"
         assert simulate_makespan(compiled, durations, p2p_latency_s=latency) == expected
         assert compiled.segments and bool(compiled.visit) == (trial > 0)
+
+
+def test_a_repeated_makespan_is_answered_from_the_memo_and_the_memo_is_bounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second ask of the same durations and latency replays nothing; another latency
+    is its own entry; a full memo is emptied before it grows past its size."""
+    compiled = compile_program(generate_program(S.ONE_F_ONE_B, num_stages=4,
+                                                num_micro_batches=8))
+    assert simulate_makespan(compiled, UNIT) == 33.0
+    replays: list[int] = []
+    original = simulator._replay
+
+    def counted(*args: object, **kwargs: object) -> list[float]:
+        replays.append(1)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(simulator, "_replay", counted)
+    assert simulate_makespan(compiled, UNIT) == 33.0
+    assert not replays
+    assert simulate_makespan(compiled, UNIT, p2p_latency_s=0.1) == pytest.approx(33 + 16 * 0.1)
+    assert len(replays) == 1 and len(compiled.makespans) == 2
+    monkeypatch.setattr(simulator, "MAKESPAN_MEMO_SIZE", 2)
+    slow = OpDurations.uniform(forward_s=2.0, backward_input_s=2.0, backward_weight_s=2.0)
+    assert simulate_makespan(compiled, slow) == 66.0
+    assert list(compiled.makespans.values()) == [66.0]
 
 
 def test_a_deadlocked_program_records_no_order_and_still_reports() -> None:
