@@ -535,6 +535,30 @@ def stage_activation_components(
     return gpu, host, peak
 
 
+def stored_activation_floor_bytes(spec: ModelSpec, training: TrainingSpec,
+                                  parallel: ParallelConfig) -> tuple[int, ...]:
+    """Per pipeline rank, a floor of the GPU bytes of its `STORED_ACTIVATIONS` line under
+    the rank's activation policy: the layers' stored tensors per micro-batch at the
+    schedule's in-flight peak (`stage_activation_components`' per-chunk sums and profile),
+    less the offloaded share, without the offload staging buffers. A rank's other
+    activation lines (embedding, head, working sets) only add to it.
+
+    Raises:
+        InvalidSpecError: as `memory_ledger`.
+    """
+    m = micro_batch_count(training, parallel)
+    profile = in_flight_counts(parallel, m)
+    out = []
+    for layout in pipeline_layout(spec, parallel):
+        policy = parallel.policy_of(layout.rank)
+        ctx = _activation_context(training, parallel, policy.fp8_activations)
+        chunk_bytes, _ = _chunk_stored_bytes(spec, _chunk_moe_kinds(spec, layout.chunks),
+                                             policy.recompute, policy.recompute_modules, ctx)
+        stored = in_flight_bytes(profile, layout.rank, chunk_bytes)
+        out.append(math.floor(stored * (1.0 - policy.offload_frac)))
+    return tuple(out)
+
+
 def _first_stage_in_flight(parallel: ParallelConfig, layout: StageLayout, m: int) -> int:
     """Micro-batches the rank's first-stage chunks hold until their backward at once (where
     an encoder on stage 0 keeps its activations); 1 without a pipeline."""
@@ -876,4 +900,5 @@ __all__ = [
     "stage_activation_components",
     "stage_memory",
     "stored_activation_bytes",
+    "stored_activation_floor_bytes",
 ]

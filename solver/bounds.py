@@ -19,13 +19,13 @@ from functools import lru_cache
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import PipelineSchedule, RecomputeMode
+from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode
 from api_schemas.training import TrainingSpec
 from models.activations import LayerActivationContext, layer_activation_bytes
 from models.collectives import fabric_of
 from models.compute import LayerCompute, head_compute
 from models.errors import InvalidSpecError
-from models.memory import RUNTIME_RESERVE_BYTES
+from models.memory import RUNTIME_RESERVE_BYTES, stored_activation_floor_bytes
 from models.params import count_parameters, mtp_module_params
 from models.pipeline import (
     StagePlacement,
@@ -197,7 +197,34 @@ class BoundTables:
 
     def memory_bound_bytes(self, c: MeshCandidate, *, max_zero: int, max_offload: float) -> int:
         """Lower bound of the peak GPU bytes under the most frugal choices allowed."""
-        spec, tr = self.spec, self.training
+        spec = self.spec
+        states = self._mean_states_bytes(c, max_zero)
+        layer_input = self._layer_input_bytes(c)
+        chunks = schedule_traits(c.schedule).num_chunks(c.vpp)
+        in_flight = _mean_in_flight(c.schedule, c.pp, c.num_micro_batches, chunks)
+        layers_per_chunk = spec.num_layers / (c.pp * chunks)
+        activations = in_flight * layers_per_chunk * layer_input * (1.0 - max_offload)
+        return int(states + activations) + RUNTIME_RESERVE_BYTES
+
+    def policy_memory_bound_bytes(self, parallel: ParallelConfig, c: MeshCandidate, *,
+                                  max_zero: int) -> int:
+        """Lower bound of the mean over pipeline ranks of the peak GPU bytes of the
+        candidate's plans with `parallel`'s activation policy (the candidate's mesh), at
+        ZeRO stage `max_zero` or below: the averaged model states of `memory_bound_bytes`
+        plus the ranks' mean stored layer activations under the policy
+        (`models.memory.stored_activation_floor_bytes`). Above the capacity, no such plan
+        fits: not on the busiest rank (at least the mean), nor with remote activation
+        offload, which only moves bytes between the ranks (its verdict needs the mean
+        within the capacity, `models.remote_activations.fits_after_remote_offload`)."""
+        stored = stored_activation_floor_bytes(self.spec, self.training, parallel)
+        mean_stored = sum(stored) / len(stored) if stored else 0.0
+        return int(self._mean_states_bytes(c, max_zero) + mean_stored) + RUNTIME_RESERVE_BYTES
+
+    def _mean_states_bytes(self, c: MeshCandidate, max_zero: int) -> float:
+        """The model states of the candidate at ZeRO stage `max_zero`, averaged over its
+        pipeline ranks (each parameter's states sit on some rank; a schedule holding two
+        copies of the weights doubles them)."""
+        tr = self.training
         per_param = state_bytes_per_param(tr)
         if self.host_gradients:
             per_param = dataclasses.replace(per_param, gradients=0.0)
@@ -212,13 +239,7 @@ class BoundTables:
                                 shard_degree=group).total_bytes
             for count, group in ((dense_params, shard), (expert_params, edp))))
         copies = schedule_traits(c.schedule).weight_copies
-        states = states * copies / c.pp
-        layer_input = self._layer_input_bytes(c)
-        chunks = schedule_traits(c.schedule).num_chunks(c.vpp)
-        in_flight = _mean_in_flight(c.schedule, c.pp, c.num_micro_batches, chunks)
-        layers_per_chunk = spec.num_layers / (c.pp * chunks)
-        activations = in_flight * layers_per_chunk * layer_input * (1.0 - max_offload)
-        return int(states + activations) + RUNTIME_RESERVE_BYTES
+        return states * copies / c.pp
 
 
 

@@ -18,7 +18,7 @@ refines the chosen plan (`refine_policies`).
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -344,6 +344,47 @@ class _WorkTables:
         return found
 
 
+def policy_floors_s(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                    candidate: MeshCandidate, constraints: Constraints, zeros: Iterable[int],
+                    caps: PolicyCaps | None, may_fit: Callable[[ParallelConfig], bool]
+                    ) -> dict[int, float]:
+    """Per ZeRO stage in `zeros`, a lower bound of the step time of every plan of the
+    candidate under `evaluate_candidate`'s rule, for a candidate none of whose plans with
+    the plain activation policy (the first rung of `_ladder`) fits. `may_fit(parallel)` is
+    False only where no plan with `parallel`'s policy fits at any of these stages (a memory
+    lower bound; the frugal policies differ only in their policy).
+
+    Every other plan recomputes: the rungs after the first and the most frugal policy with
+    full recomputation of the first k layers (k = 0 stores the least of the rungs), which
+    `_first_fit` bounds by `_plan_bound` at k, holding for more fully recomputed first
+    layers too. So the bound is `_plan_bound` at the smallest k whose most frugal policy
+    `may_fit` (found by bisection: a policy with more fully recomputed layers stores less),
+    or at the largest k where none does. Meaningless for a pinned policy (no ladder).
+
+    Raises:
+        InvalidSpecError: as `models.step_time.work_table` or the memory bound.
+    """
+    caps = caps or ALL_POLICIES
+    work = _WorkTables(spec, training, cluster, candidate, constraints)
+    if caps.full_layers:
+        def frugal(k: int) -> ParallelConfig:
+            return _with_policy(candidate, 0, _frugal(spec, constraints, k, caps), constraints)
+
+        least = frugal(0)
+        if may_fit(least):
+            # No full layer is needed: the other policies' bound is the frugal one's at k = 0.
+            return {zero: work.frugal_bound_s(zero, 0, caps) for zero in zeros}
+        low, high = 1, max(len(layout) for layout in _stage_layer_counts(spec, least))
+        while low < high:
+            mid = (low + high) // 2
+            if may_fit(frugal(mid)):
+                high = mid
+            else:
+                low = mid + 1
+        return {zero: work.frugal_bound_s(zero, low, caps) for zero in zeros}
+    return {zero: work.frugal_bound_s(zero, 0, caps) for zero in zeros}
+
+
 def _plan_bound(work: _WorkTables, floor_s: float, zero: int,
                 caps: PolicyCaps) -> Callable[[int], float]:
     """A lower bound of the step time of a plan at one ZeRO stage under the most frugal
@@ -610,6 +651,7 @@ __all__ = [
     "layer_split_options",
     "least_memory_candidate",
     "plain_makespan_bound",
+    "policy_floors_s",
     "refine_policies",
     "storage_options",
 ]

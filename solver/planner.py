@@ -66,11 +66,17 @@ from solver.candidate_eval import (
     ScoredPlan,
     allowed_zero_stages,
     plain_makespan_bound,
+    policy_floors_s,
     storage_options,
 )
 from solver.policy import max_offload_share
 from solver.space import MeshCandidate, candidate_meshes
-from solver.targets import admits_mesh, evaluate_for_targets, target_constraints
+from solver.targets import (
+    admits_mesh,
+    candidate_variants,
+    evaluate_for_targets,
+    target_constraints,
+)
 from solver.throughput_bound import peak_tokens_per_s
 
 Progress = Callable[[str], None]
@@ -502,6 +508,7 @@ def _add_tail_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
                                        makespan_bounds_s={1: spans[1]},
                                        max_offload=problem.max_offload)
             floors[1] = min(floors[1], other[1])
+        floors = _policy_floors(problem, c, floors)
     except InvalidSpecError:
         return False  # the evaluation rejects it with the reason
     queue.zero_floors[order] = floors
@@ -513,6 +520,41 @@ def _add_tail_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
         return False
     heapq.heappush(queue.heap, (tighter, order, _FLOOR_BOUND, c))
     return True
+
+
+def _policy_floors(problem: _Problem, c: MeshCandidate,
+                   floors: dict[int, float]) -> dict[int, float]:
+    """`floors` (per ZeRO stage, a lower bound of every plan's step time) raised, where no
+    plan with the plain activation policy fits, to the smallest bound any framework
+    variant's rule puts on its other policies (`solver.candidate_eval.policy_floors_s`,
+    with `BoundTables.policy_memory_bound_bytes` at the strongest stage left as the memory
+    test): every plan then recomputes, at least as many layers as memory demands, and the
+    search orders the candidate by that before evaluating it. Unchanged for a pinned
+    policy."""
+    constraints = problem.constraints
+    if constraints.recompute is not None and not isinstance(constraints.recompute, list):
+        return floors
+    tables, capacity, strongest = problem.tables, problem.cluster.capacity_bytes, max(floors)
+
+    def may_fit(parallel: ParallelConfig) -> bool:
+        return tables.policy_memory_bound_bytes(parallel, c, max_zero=strongest) <= capacity
+
+    if may_fit(c.parallel()):
+        return floors
+    variants = candidate_variants(problem.spec, problem.training, c, constraints)
+    if not variants or any(v.constraints.recompute is not None
+                           and not isinstance(v.constraints.recompute, list)
+                           for v in variants):
+        return floors
+    raised = dict.fromkeys(floors, math.inf)
+    for v in variants:
+        zeros = [zero for zero in floors if zero in allowed_zero_stages(v.constraints)]
+        bounds = policy_floors_s(problem.spec, problem.training, problem.cluster, c,
+                                 v.constraints, zeros, v.caps, may_fit)
+        for zero, bound in bounds.items():
+            raised[zero] = min(raised[zero], bound)
+    return {zero: max(floor, raised[zero]) if raised[zero] < math.inf else floor
+            for zero, floor in floors.items()}
 
 
 def _floor_parallel(problem: _Problem, c: MeshCandidate) -> ParallelConfig:

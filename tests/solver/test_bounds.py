@@ -341,3 +341,53 @@ def test_the_wait_bound_holds_for_every_plan_of_a_candidate() -> None:
         assert 0 < tables.wait_bound_s(c) <= wait * (1 + 1e-9), c.key
         checked += 1
     assert checked >= 5
+
+
+@pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq", "dtype"), [
+    ("llama-3.1-70b", "h100-sxm5-80gb", 8, 512, 8192, "bf16"),
+    ("deepseek-v3", "h800-sxm5-80gb", 32, 1024, 4096, "fp8"),
+])
+@pytest.mark.parametrize("open_storage", [False, True], ids=["plain", "fp8-offload"])
+def test_policy_floors_hold_where_no_plain_plan_fits(model: str, gpu: str, nodes: int,
+                                                    batch: int, seq: int, dtype: str,
+                                                    open_storage: bool) -> None:
+    """Where the memory bound rules out every plan with the plain policy, the floors of
+    `policy_floors_s` (recomputation of at least the layers memory demands) stay at or
+    below the best plan of each ZeRO stage, and the mean-rank memory bound of that plan's
+    own policy below its ledger's mean; some floors rise above the bound without fully
+    recomputed layers."""
+    from solver.candidate_eval import ScoredPlan, policy_floors_s
+
+    spec = model_preset(model)
+    cluster = cluster_preset(gpu, num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq, compute_dtype=dtype)
+    constraints = Constraints(allow_fp8_activations=open_storage, allow_offload=open_storage)
+    tables = BoundTables(spec, training, cluster)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=constraints)
+    checked = raised = 0
+    for c in random.Random(29).sample(candidates, min(40, len(candidates))):
+        def may_fit(parallel: object, c: object = c) -> bool:
+            return tables.policy_memory_bound_bytes(parallel, c, max_zero=3) \
+                <= cluster.capacity_bytes  # type: ignore[arg-type]
+
+        if may_fit(c.parallel()):
+            continue
+        floors = policy_floors_s(spec, training, cluster, c, constraints, (0, 1, 2, 3), None,
+                                 may_fit)
+        no_full_layers = policy_floors_s(spec, training, cluster, c, constraints,
+                                         (0, 1, 2, 3), None, lambda _: True)
+        for zero, floor in floors.items():
+            best = evaluate_candidate(spec, training, cluster, c,
+                                      constraints.model_copy(update={"zero_stage": zero}))
+            if not isinstance(best, ScoredPlan):
+                continue
+            assert floor <= best.estimate.step_time_s * (1 + 1e-9), (c.key, zero)
+            stages = best.ledger.stages
+            mean = sum(s.total_bytes for s in stages) / len(stages)
+            assert tables.policy_memory_bound_bytes(best.parallel, c, max_zero=zero) <= mean
+            checked += 1
+            raised += floor > no_full_layers[zero] * (1 + 1e-9)
+        if checked >= 12:
+            break
+    assert checked >= 4 and raised, (checked, raised)
