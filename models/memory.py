@@ -680,6 +680,63 @@ def stage_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
                        in_flight_chunks=peak)
 
 
+def _state_sums(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                layout: StageLayout, memo: LedgerMemo) -> tuple[RankParameters, int, int]:
+    """A rank's parameter groups and its model states' GPU and host bytes (EMA included),
+    from `memo` where it has them."""
+    key = _states_key(spec, parallel, layout, memo)
+
+    def state_sums() -> tuple[RankParameters, int, int]:
+        groups, states, host_states, ema_gpu, ema_host = _memoised(
+            memo.states, key, lambda: _state_parts(spec, training, parallel, layout))
+        return (groups, sum(c.bytes for c in states) + sum(c.bytes for c in ema_gpu),
+                sum(c.bytes for c in host_states) + sum(c.bytes for c in ema_host))
+
+    return _memoised(memo.state_sums, key, state_sums)
+
+
+def _runtime_sums(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                  groups: RankParameters, memo: LedgerMemo) -> tuple[int, int]:
+    """A rank's listed runtime bytes and its transient bytes, from `memo` where it has
+    them."""
+    items_key = runtime_items_key(parallel, groups)
+
+    def runtime_sums() -> tuple[int, int]:
+        listed, transient = _memoised(memo.runtime, items_key,
+                                      lambda: runtime_items(spec, training, parallel, groups))
+        return sum(c.bytes for c in listed), transient
+
+    return _memoised(memo.runtime_sums, items_key, runtime_sums)
+
+
+def _pipeline_exceeds(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                      layouts: Sequence[StageLayout], profile: InFlightProfile,
+                      memo: LedgerMemo, limit_bytes: int) -> bool:
+    """True when the sum over the pipeline's ranks of a floor of `_rank_bytes`' GPU bytes
+    exceeds `limit_bytes` (stopping as soon as a partial sum does). A rank's floor is read
+    from the memo's shared pieces and its stored layer activations alone
+    (`stored_activation_floor_bytes`' term): every other activation line, the staging
+    buffers, the loss hole and their fragmentation share only add to it."""
+    uniform = parallel.stage_policies is None
+    policy = parallel.policy_of(0)
+    ctx = _activation_context(training, parallel, policy.fp8_activations)
+    total = 0
+    for layout in layouts:
+        if not uniform:
+            policy = parallel.policy_of(layout.rank)
+            ctx = _activation_context(training, parallel, policy.fp8_activations)
+        groups, states_gpu, _ = _state_sums(spec, training, parallel, layout, memo)
+        listed, transient = _runtime_sums(spec, training, parallel, groups, memo)
+        chunk_bytes, _ = _chunk_stored_bytes(spec, _chunk_moe_kinds(spec, layout.chunks),
+                                             policy.recompute, policy.recompute_modules, ctx)
+        stored = math.floor(in_flight_bytes(profile, layout.rank, chunk_bytes)
+                            * (1.0 - policy.offload_frac))
+        total += states_gpu + stored + listed + fragmentation_bytes(stored, transient)
+        if total > limit_bytes:
+            return True
+    return False
+
+
 def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                 layout: StageLayout, num_micro_batches: int,
                 memo: LedgerMemo | None) -> tuple[int, int, int]:
@@ -690,15 +747,7 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         stage = stage_memory(spec, training, parallel, layout,
                              num_micro_batches=num_micro_batches, memo=memo)
         return stage.total_bytes, stage.host_bytes, stored_activation_bytes(stage.components)
-    key = _states_key(spec, parallel, layout, memo)
-
-    def state_sums() -> tuple[RankParameters, int, int]:
-        groups, states, host_states, ema_gpu, ema_host = _memoised(
-            memo.states, key, lambda: _state_parts(spec, training, parallel, layout))
-        return (groups, sum(c.bytes for c in states) + sum(c.bytes for c in ema_gpu),
-                sum(c.bytes for c in host_states) + sum(c.bytes for c in ema_host))
-
-    groups, states_gpu, states_host = _memoised(memo.state_sums, key, state_sums)
+    groups, states_gpu, states_host = _state_sums(spec, training, parallel, layout, memo)
     acts_key = _activations_key(parallel, layout, num_micro_batches)
 
     def activation_sums() -> tuple[int, int, int]:
@@ -709,14 +758,7 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
                 stored_activation_bytes(activations))
 
     dynamic, acts_host, stored = _memoised(memo.activation_sums, acts_key, activation_sums)
-    items_key = runtime_items_key(parallel, groups)
-
-    def runtime_sums() -> tuple[int, int]:
-        listed, transient = _memoised(memo.runtime, items_key,
-                                      lambda: runtime_items(spec, training, parallel, groups))
-        return sum(c.bytes for c in listed), transient
-
-    listed, transient = _memoised(memo.runtime_sums, items_key, runtime_sums)
+    listed, transient = _runtime_sums(spec, training, parallel, groups, memo)
     hole = sum(c.bytes for c in loss_hole_components(spec, training, parallel,
                                                      num_heads=layout.num_heads))
     gpu = states_gpu + dynamic + listed + fragmentation_bytes(dynamic, transient) + hole
@@ -826,6 +868,13 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         # verdict of `apply_remote_offload`'s balance is its closed form. A rank whose bytes
         # that cannot move exceed the capacity refutes it at once (the closed form's first
         # condition).
+        if memo is not None and training.vision is None:
+            # The sum of the ranks' floors over the pipeline's capacity refutes the closed
+            # form's second condition before any rank's full ledger is summed.
+            if _pipeline_exceeds(spec, training, parallel, [layouts[rank] for rank in order],
+                                 in_flight_counts(parallel, m), memo,
+                                 cluster.capacity_bytes * len(layouts)):
+                return False
         totals, movable = [], []
         for rank in order:
             gpu, host, stored = _rank_bytes(spec, training, parallel, layouts[rank], m, memo)
