@@ -292,11 +292,15 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
             if bound_s >= step_cutoff_s or (best is not None and bound_s > best[0]):
                 break
             fit = fits[rank]
-            plan = _score(spec, training, cluster, candidate, fit.parallel,
-                          _fits(spec, training, cluster, fit.parallel, memo))
-            key = (plan.estimate.step_time_s, rank)
+            estimate = estimate_step(spec, training, fit.parallel, cluster,
+                                     split_pipeline_idle=False)
+            key = (estimate.step_time_s, rank)
             if best is None or key < best[:2]:
-                best = (*key, plan)
+                # Only a plan that leads gets its full ledger (the probes said it fits).
+                best = (*key, ScoredPlan(candidate=candidate, parallel=fit.parallel,
+                                         estimate=estimate,
+                                         ledger=_fits(spec, training, cluster, fit.parallel,
+                                                      memo)))
     except InvalidSpecError as exc:
         return Rejection(candidate=candidate, reason=exc.detail)
     if best is None:
@@ -354,19 +358,26 @@ def policy_floors_s(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
     False only where no plan with `parallel`'s policy fits at any of these stages (a memory
     lower bound; the frugal policies differ only in their policy).
 
-    Every other plan recomputes: the rungs after the first and the most frugal policy with
-    full recomputation of the first k layers (k = 0 stores the least of the rungs), which
-    `_first_fit` bounds by `_plan_bound` at k, holding for more fully recomputed first
-    layers too. So the bound is `_plan_bound` at the smallest k whose most frugal policy
+    Every other plan is a later rung or the most frugal policy with full recomputation of
+    the first k layers, which `_first_fit` bounds by `_plan_bound` at k (holding for more
+    fully recomputed first layers too), and the rungs by `_plan_bound` at 0. Where no later
+    rung `may_fit`, the bound is `_plan_bound` at the smallest k whose most frugal policy
     `may_fit` (found by bisection: a policy with more fully recomputed layers stores less),
-    or at the largest k where none does. Meaningless for a pinned policy (no ladder).
+    or at the largest k where none does; otherwise at 0. Meaningless for a pinned policy
+    (no ladder).
 
     Raises:
         InvalidSpecError: as `models.step_time.work_table` or the memory bound.
     """
     caps = caps or ALL_POLICIES
     work = _WorkTables(spec, training, cluster, candidate, constraints)
-    if caps.full_layers:
+    later_rungs = [_with_policy(candidate, 0, rung, constraints)
+                   for rung in _rungs(spec, constraints, False, caps)[1:]]
+    # A later rung that may fit, or a ladder without full layers, keeps the bound `_first_fit`
+    # stops at after the plain rung (k = 0). The rungs need not store more than the frugal
+    # policy at k = 0: where the target's full-layer recomputation leaves the other layers
+    # without selective recomputation (Megatron-LM), the selective rung stores less.
+    if caps.full_layers and not any(may_fit(rung) for rung in later_rungs):
         def frugal(k: int) -> ParallelConfig:
             return _with_policy(candidate, 0, _frugal(spec, constraints, k, caps), constraints)
 

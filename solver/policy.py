@@ -49,6 +49,7 @@ from api_schemas.training import TrainingSpec
 from models.collectives import fabric_of
 from models.layout import pipeline_layout
 from models.memory import (
+    LedgerMemo,
     MemoryLedger,
     memory_ledger,
     micro_batch_count,
@@ -176,9 +177,12 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
     `parallel` carries no remote offload: the option ledgers are each stage's own."""
     layouts = pipeline_layout(spec, parallel)
     layers = [len(layout.layers) for layout in layouts]
+    # The options' ledgers share their ranks' states (one mesh) and many activations.
+    memo = LedgerMemo(spec=spec, training=training)
     data = []
     for option in options:
-        ledgers = [memory_ledger(spec, training, _uniform(parallel, option, k), cluster)
+        ledgers = [memory_ledger(spec, training, _uniform(parallel, option, k), cluster,
+                                 memo=memo)
                    for k in (0, 1, 2)]
         busy = [_stage_busy(spec, training, _uniform(parallel, option, k), cluster)
                 for k in (0, 1)]
@@ -249,7 +253,7 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
     moved = any(solver.value(v) > 0 for v in sent)
     chosen = parallel.model_copy(update={"stage_policies": tuple(policies),
                                          "remote_activation_offload": moved})
-    repaired = _repair(spec, training, chosen, cluster, layers)
+    repaired = _repair(spec, training, chosen, cluster, layers, memo)
     if repaired is None:
         return None
     return PolicyResult(parallel=repaired, status=outcome.status,
@@ -262,10 +266,11 @@ def _per_quantum(seconds_per_byte: float) -> int:
 
 
 def _repair(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-            cluster: ClusterSpec, layers: list[int]) -> ParallelConfig | None:
+            cluster: ClusterSpec, layers: list[int],
+            memo: LedgerMemo | None = None) -> ParallelConfig | None:
     """Add fully recomputed layers on stages the exact ledger still finds over capacity."""
     for _ in range(sum(layers) + 1):
-        ledger = memory_ledger(spec, training, parallel, cluster)
+        ledger = memory_ledger(spec, training, parallel, cluster, memo=memo)
         over = [s.stage for s in ledger.stages if s.total_bytes > ledger.capacity_bytes]
         if not over:
             return parallel

@@ -4,11 +4,11 @@ import random
 
 import pytest
 
-from api_schemas import Constraints, TrainingSpec
+from api_schemas import ClusterSpec, Constraints, ModelSpec, ParallelConfig, TrainingSpec
 from models.catalog import cluster_preset, model_preset
 from solver.bounds import BoundTables
 from solver.candidate_eval import Rejection, evaluate_candidate, plain_makespan_bound
-from solver.space import candidate_meshes
+from solver.space import MeshCandidate, candidate_meshes
 
 
 @pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq"), [
@@ -343,51 +343,86 @@ def test_the_wait_bound_holds_for_every_plan_of_a_candidate() -> None:
     assert checked >= 5
 
 
+def _check_policy_floors(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                         constraints: Constraints, candidates: list[MeshCandidate]
+                         ) -> tuple[int, int]:
+    """For each candidate none of whose plain plans may fit: per framework variant (its
+    narrowed constraints and policy caps, as the planner evaluates it) and ZeRO stage, the
+    floor of `policy_floors_s` stays at or below the best plan's step time, and the
+    mean-rank memory bound of that plan's own policy below its ledger's mean. Returns
+    (plans checked, floors raised above the bound without fully recomputed layers)."""
+    from solver.candidate_eval import ScoredPlan, allowed_zero_stages, policy_floors_s
+    from solver.targets import candidate_variants
+
+    tables = BoundTables(spec, training, cluster)
+    checked = raised = 0
+    for c in candidates:
+        def may_fit(parallel: ParallelConfig, c: MeshCandidate = c) -> bool:
+            return tables.policy_memory_bound_bytes(parallel, c, max_zero=3) \
+                <= cluster.capacity_bytes
+
+        if may_fit(c.parallel()):
+            continue
+        for variant in candidate_variants(spec, training, c, constraints):
+            zeros = allowed_zero_stages(variant.constraints)
+            floors = policy_floors_s(spec, training, cluster, c, variant.constraints, zeros,
+                                     variant.caps, may_fit)
+            no_full_layers = policy_floors_s(spec, training, cluster, c, variant.constraints,
+                                             zeros, variant.caps, lambda _: True)
+            for zero, floor in floors.items():
+                best = evaluate_candidate(
+                    spec, training, cluster, c,
+                    variant.constraints.model_copy(update={"zero_stage": zero}),
+                    caps=variant.caps)
+                if not isinstance(best, ScoredPlan):
+                    continue
+                assert floor <= best.estimate.step_time_s * (1 + 1e-9), \
+                    (c.key, variant.framework, zero, floor, best.estimate.step_time_s)
+                stages = best.ledger.stages
+                mean = sum(s.total_bytes for s in stages) / len(stages)
+                assert tables.policy_memory_bound_bytes(best.parallel, c, max_zero=zero) <= mean
+                checked += 1
+                raised += floor > no_full_layers[zero] * (1 + 1e-9)
+    return checked, raised
+
+
 @pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq", "dtype"), [
     ("llama-3.1-70b", "h100-sxm5-80gb", 8, 512, 8192, "bf16"),
     ("deepseek-v3", "h800-sxm5-80gb", 32, 1024, 4096, "fp8"),
 ])
-@pytest.mark.parametrize("open_storage", [False, True], ids=["plain", "fp8-offload"])
+@pytest.mark.parametrize("constraints", [
+    Constraints(framework="any"),
+    Constraints(framework="any", allow_fp8_activations=True, allow_offload=True),
+    Constraints()], ids=["any", "any-fp8-offload", "released-frameworks"])
 def test_policy_floors_hold_where_no_plain_plan_fits(model: str, gpu: str, nodes: int,
                                                     batch: int, seq: int, dtype: str,
-                                                    open_storage: bool) -> None:
+                                                    constraints: Constraints) -> None:
     """Where the memory bound rules out every plan with the plain policy, the floors of
-    `policy_floors_s` (recomputation of at least the layers memory demands) stay at or
-    below the best plan of each ZeRO stage, and the mean-rank memory bound of that plan's
-    own policy below its ledger's mean; some floors rise above the bound without fully
-    recomputed layers."""
-    from solver.candidate_eval import ScoredPlan, policy_floors_s
-
+    `policy_floors_s` (recomputation of at least the layers memory demands) hold for every
+    framework variant (`_check_policy_floors`), and some rise above the bound without
+    fully recomputed layers."""
     spec = model_preset(model)
     cluster = cluster_preset(gpu, num_nodes=nodes)
     training = TrainingSpec(global_batch_size=batch, sequence_length=seq, compute_dtype=dtype)
-    constraints = Constraints(allow_fp8_activations=open_storage, allow_offload=open_storage)
-    tables = BoundTables(spec, training, cluster)
     candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
                                   gpus_per_node=8, constraints=constraints)
-    checked = raised = 0
-    for c in random.Random(29).sample(candidates, min(40, len(candidates))):
-        def may_fit(parallel: object, c: object = c) -> bool:
-            return tables.policy_memory_bound_bytes(parallel, c, max_zero=3) \
-                <= cluster.capacity_bytes  # type: ignore[arg-type]
-
-        if may_fit(c.parallel()):
-            continue
-        floors = policy_floors_s(spec, training, cluster, c, constraints, (0, 1, 2, 3), None,
-                                 may_fit)
-        no_full_layers = policy_floors_s(spec, training, cluster, c, constraints,
-                                         (0, 1, 2, 3), None, lambda _: True)
-        for zero, floor in floors.items():
-            best = evaluate_candidate(spec, training, cluster, c,
-                                      constraints.model_copy(update={"zero_stage": zero}))
-            if not isinstance(best, ScoredPlan):
-                continue
-            assert floor <= best.estimate.step_time_s * (1 + 1e-9), (c.key, zero)
-            stages = best.ledger.stages
-            mean = sum(s.total_bytes for s in stages) / len(stages)
-            assert tables.policy_memory_bound_bytes(best.parallel, c, max_zero=zero) <= mean
-            checked += 1
-            raised += floor > no_full_layers[zero] * (1 + 1e-9)
-        if checked >= 12:
-            break
+    sample = random.Random(29).sample(candidates, min(60, len(candidates)))
+    checked, raised = _check_policy_floors(spec, training, cluster, constraints, sample)
     assert checked >= 4 and raised, (checked, raised)
+
+
+def test_policy_floors_leave_the_selective_rung_of_megatron_lm_below_them() -> None:
+    """Megatron-LM recomputes full layers without selective recomputation on the others, so
+    its most frugal policy at k = 0 stores more than its selective rung: where that rung may
+    fit, the floor stays at the k = 0 bound (here the ZeRO-3 plan is the selective rung at
+    18.14 s, below the 19.34 s the full-layer bisection would claim)."""
+    spec = model_preset("deepseek-v3")
+    cluster = cluster_preset("h800-sxm5-80gb", num_nodes=32)
+    training = TrainingSpec(global_batch_size=1024, sequence_length=4096, compute_dtype="fp8")
+    constraints = Constraints()
+    key = "tp2-pp2-dp64-cp1-ep128-etp1-v5-mbs1-interleaved_1f1b"
+    candidate = next(c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
+                                                 gpus_per_node=8, constraints=constraints)
+                     if c.key == key)
+    checked, _ = _check_policy_floors(spec, training, cluster, constraints, [candidate])
+    assert checked >= 2
