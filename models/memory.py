@@ -470,6 +470,76 @@ def _chunk_stored_bytes(spec: ModelSpec, kinds: tuple[tuple[bool, ...], ...],
     return tuple(chunk_bytes), working_set
 
 
+@dataclass(frozen=True, slots=True)
+class _ActivationBytes:
+    """The numbers behind a rank's activation lines (`stage_activation_components`)."""
+
+    stored_on_gpu: int
+    """The `STORED_ACTIVATIONS` line: stored layer activations less the offloaded share,
+    plus the offload staging buffers."""
+    extras: int
+    """Embedding output, head, logits and MTP activations."""
+    working_set: int
+    """One fully recomputed layer's activations rebuilt in backward."""
+    loss_extra: int
+    """The unfused cross entropy's backward working set beyond `working_set`."""
+    offloaded: int
+    """Stored activations in host memory (0 without offload)."""
+    peak: int
+    """Peak in-flight micro-batch x chunk units."""
+    largest_chunk: int
+    """Bytes the rank's largest chunk stores per micro-batch."""
+
+    @property
+    def gpu_bytes(self) -> int:
+        """The rank's GPU activation bytes (every line but the host one)."""
+        return self.stored_on_gpu + self.extras + self.working_set + self.loss_extra
+
+
+def _activation_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                      layout: StageLayout, num_micro_batches: int) -> _ActivationBytes:
+    """`stage_activation_components`' numbers, without building its lines."""
+    policy = parallel.policy_of(layout.rank)
+    ctx = _activation_context(training, parallel, policy.fp8_activations)
+    chunk_bytes, working_set = _chunk_stored_bytes(
+        spec, _chunk_moe_kinds(spec, layout.chunks), policy.recompute,
+        policy.recompute_modules, ctx)
+    profile = in_flight_counts(parallel, num_micro_batches)
+    rank = layout.rank
+    stored = in_flight_bytes(profile, rank, chunk_bytes)
+    # The embedding output is held with its chunk's layers (until W), so it joins that
+    # chunk's bytes; the logits (and MTP) live until the last stage's B.
+    extras = 0
+    if layout.num_embeddings:
+        embedding = embedding_activation_bytes(spec, ctx)
+        with_embedding = list(chunk_bytes)
+        for local in profile.first_stage_chunks[rank]:
+            with_embedding[local] += embedding
+        extras = in_flight_bytes(profile, rank, with_embedding) - stored
+    if layout.num_heads or layout.num_mtp_modules:
+        head_in_flight = max((profile.chunk_peaks_until_b[rank][c]
+                              for c in profile.last_stage_chunks[rank]), default=1)
+        extras += layout.num_heads * head_activation_bytes(spec, ctx) * head_in_flight
+        if layout.num_mtp_modules:
+            mtp = layer_activation_bytes(spec, spec.num_layers - 1, ctx).total_bytes
+            mtp += head_activation_bytes(spec, ctx)
+            extras += layout.num_mtp_modules * mtp * head_in_flight
+    offload = policy.offload_frac
+    largest = max(chunk_bytes, default=0)
+    staging = min(stored, math.ceil(2 * largest)) if offload else 0
+    on_gpu = math.ceil(stored * (1.0 - offload)) + (math.ceil(staging * offload) if offload else 0)
+    loss_extra = 0
+    if layout.num_heads and not training.fused_cross_entropy:
+        # The loss backward runs before any layer is rebuilt: only its excess over the
+        # recompute working set raises the peak.
+        loss_extra = max(0, layout.num_heads * loss_backward_working_bytes(spec, ctx)
+                         - working_set)
+    return _ActivationBytes(stored_on_gpu=on_gpu, extras=extras, working_set=working_set,
+                            loss_extra=loss_extra,
+                            offloaded=math.ceil(stored * offload) if offload else 0,
+                            peak=profile.peak_chunks[rank], largest_chunk=largest)
+
+
 def stage_activation_components(
     spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, layout: StageLayout,
     *, num_micro_batches: int,
@@ -480,59 +550,32 @@ def stage_activation_components(
     local chunk holds times that chunk's bytes (`in_flight_counts`, `in_flight_bytes`), so
     uneven chunks are counted exactly, neither under nor over.
     """
-    policy = parallel.policy_of(layout.rank)
-    ctx = _activation_context(training, parallel, policy.fp8_activations)
-    chunk_bytes, working_set = _chunk_stored_bytes(
-        spec, _chunk_moe_kinds(spec, layout.chunks), policy.recompute,
-        policy.recompute_modules, ctx)
-    profile = in_flight_counts(parallel, num_micro_batches)
-    rank = layout.rank
-    peak = profile.peak_chunks[rank]
-    stored = in_flight_bytes(profile, rank, chunk_bytes)
-    # The embedding output is held with its chunk's layers (until W), so it joins that
-    # chunk's bytes; the logits (and MTP) live until the last stage's B.
-    embedding = embedding_activation_bytes(spec, ctx) if layout.num_embeddings else 0
-    with_embedding = list(chunk_bytes)
-    for local in profile.first_stage_chunks[rank]:
-        with_embedding[local] += embedding
-    extras = in_flight_bytes(profile, rank, with_embedding) - stored
-    head_in_flight = max((profile.chunk_peaks_until_b[rank][c]
-                          for c in profile.last_stage_chunks[rank]), default=1)
-    extras += layout.num_heads * head_activation_bytes(spec, ctx) * head_in_flight
-    if layout.num_mtp_modules:
-        mtp = layer_activation_bytes(spec, spec.num_layers - 1, ctx).total_bytes
-        mtp += head_activation_bytes(spec, ctx)
-        extras += layout.num_mtp_modules * mtp * head_in_flight
-    offload = policy.offload_frac
-    staging = min(stored, math.ceil(2 * max(chunk_bytes, default=0))) if offload else 0
-    on_gpu = math.ceil(stored * (1.0 - offload)) + (math.ceil(staging * offload) if offload else 0)
-    gpu = [MemoryComponent(name=STORED_ACTIVATIONS, kind="activations", bytes=on_gpu,
-                           note=f"{peak} micro-batch x chunk units in flight x "
-                                f"{max(chunk_bytes, default=0)} bytes")]
-    if extras:
+    numbers = _activation_bytes(spec, training, parallel, layout, num_micro_batches)
+    gpu = [MemoryComponent(name=STORED_ACTIVATIONS, kind="activations",
+                           bytes=numbers.stored_on_gpu,
+                           note=f"{numbers.peak} micro-batch x chunk units in flight x "
+                                f"{numbers.largest_chunk} bytes")]
+    if numbers.extras:
         gpu.append(MemoryComponent(name="activations: embedding, head, logits, MTP",
-                                   kind="activations", bytes=extras))
-    if working_set:
+                                   kind="activations", bytes=numbers.extras))
+    if numbers.working_set:
         gpu.append(MemoryComponent(name="recompute working set", kind="activations",
-                                   bytes=working_set,
+                                   bytes=numbers.working_set,
                                    note="one layer's full activations rebuilt in backward"))
-    if layout.num_heads and not training.fused_cross_entropy:
-        # The loss backward runs before any layer is rebuilt: only its excess over the
-        # recompute working set raises the peak.
-        loss_extra = layout.num_heads * loss_backward_working_bytes(spec, ctx)
-        if loss_extra > working_set:
-            gpu.append(MemoryComponent(
-                name="cross-entropy backward working set", kind="activations",
-                bytes=loss_extra - working_set,
-                note="unfused (PyTorch) cross entropy: fp32 log-probabilities, their "
-                     "gradient and the input gradient live at once (beyond the recompute "
-                     "working set)"))
+    if numbers.loss_extra:
+        gpu.append(MemoryComponent(
+            name="cross-entropy backward working set", kind="activations",
+            bytes=numbers.loss_extra,
+            note="unfused (PyTorch) cross entropy: fp32 log-probabilities, their "
+                 "gradient and the input gradient live at once (beyond the recompute "
+                 "working set)"))
     host = []
+    offload = parallel.policy_of(layout.rank).offload_frac
     if offload:
         host.append(MemoryComponent(name="offloaded activations", kind="activations",
-                                    bytes=math.ceil(stored * offload),
+                                    bytes=numbers.offloaded,
                                     note=f"{offload:.0%} of stored activations in host memory"))
-    return gpu, host, peak
+    return gpu, host, numbers.peak
 
 
 def stored_activation_floor_bytes(spec: ModelSpec, training: TrainingSpec,
@@ -751,11 +794,13 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     acts_key = _activations_key(parallel, layout, num_micro_batches)
 
     def activation_sums() -> tuple[int, int, int]:
-        activations, host_acts, _ = _memoised(
-            memo.activations, acts_key, lambda: stage_activation_components(
-                spec, training, parallel, layout, num_micro_batches=num_micro_batches))
-        return (sum(c.bytes for c in activations), sum(c.bytes for c in host_acts),
-                stored_activation_bytes(activations))
+        known = memo.activations.get(acts_key)
+        if known is not None:
+            activations, host_acts, _ = known
+            return (sum(c.bytes for c in activations), sum(c.bytes for c in host_acts),
+                    stored_activation_bytes(activations))
+        numbers = _activation_bytes(spec, training, parallel, layout, num_micro_batches)
+        return numbers.gpu_bytes, numbers.offloaded, numbers.stored_on_gpu
 
     dynamic, acts_host, stored = _memoised(memo.activation_sums, acts_key, activation_sums)
     listed, transient = _runtime_sums(spec, training, parallel, groups, memo)
