@@ -8,6 +8,8 @@ slower its best one is. Must not: change the plan it explains, or say what a mec
 costs (`solver/mechanisms.py` does).
 """
 
+import time
+
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.requests import Constraints
@@ -38,10 +40,15 @@ def chosen_mechanism_notes(spec: ModelSpec, training: TrainingSpec, cluster: Clu
     """One note per mechanism the search chose: the chosen mesh re-evaluated with the
     permission withdrawn (the same ladder, then the per-stage policy subproblem where the
     target allows it), either 'no plan fits without it' or its best step time beside this
-    plan's."""
+    plan's. Past `deadline` (a `time.perf_counter()` value) a mechanism's note says that
+    the limit ended first."""
     notes = []
     step = plan.estimate.step_time_s
     for name, permission in _chosen(plan, constraints):
+        if deadline is not None and time.perf_counter() >= deadline:
+            notes.append(f"{name} chosen by the search (constraints.{permission}): the time "
+                         "limit ended before the mesh was re-evaluated without it")
+            continue
         without = constraints.model_copy(update={permission: False})
         try:
             other = evaluate_for_targets(spec, training, cluster, plan.candidate, without)

@@ -163,3 +163,19 @@ def test_with_both_allowed_the_search_takes_the_faster_of_the_k3_mechanisms() ->
     assert both.time.step_time_s <= zero2.time.step_time_s
     assert any(n.startswith("remote activation offload chosen by the search")
                for n in both.explanation.notes)
+
+
+def test_past_the_time_limit_the_chosen_mechanism_note_says_the_limit_ended_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The note that re-evaluates the mesh without a chosen mechanism runs within the time
+    limit: past the deadline it says so instead of evaluating."""
+    from solver import api, chosen_mechanisms
+
+    def late(*args: object, deadline: float | None = None, **kwargs: object) -> list[str]:
+        return original(*args, deadline=0.0, **kwargs)  # type: ignore[arg-type]
+
+    original = chosen_mechanisms.chosen_mechanism_notes
+    monkeypatch.setattr(api, "chosen_mechanism_notes", late)
+    notes = plan(_chosen_request(allow_gradient_host_shards=True)).explanation.notes
+    why = next(n for n in notes if n.startswith("Pipeline ZeRO-2 chosen by the search"))
+    assert "the time limit ended before the mesh was re-evaluated without it" in why
