@@ -589,17 +589,20 @@ def stored_activation_floor_bytes(spec: ModelSpec, training: TrainingSpec,
     Raises:
         InvalidSpecError: as `memory_ledger`.
     """
-    m = micro_batch_count(training, parallel)
-    profile = in_flight_counts(parallel, m)
-    out = []
-    for layout in pipeline_layout(spec, parallel):
-        policy = parallel.policy_of(layout.rank)
-        ctx = _activation_context(training, parallel, policy.fp8_activations)
-        chunk_bytes, _ = _chunk_stored_bytes(spec, _chunk_moe_kinds(spec, layout.chunks),
-                                             policy.recompute, policy.recompute_modules, ctx)
-        stored = in_flight_bytes(profile, layout.rank, chunk_bytes)
-        out.append(math.floor(stored * (1.0 - policy.offload_frac)))
-    return tuple(out)
+    profile = in_flight_counts(parallel, micro_batch_count(training, parallel))
+    return tuple(_stored_floor(spec, training, parallel, layout, profile)
+                 for layout in pipeline_layout(spec, parallel))
+
+
+def _stored_floor(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                  layout: StageLayout, profile: InFlightProfile) -> int:
+    """One rank's term of `stored_activation_floor_bytes`."""
+    policy = parallel.policy_of(layout.rank)
+    ctx = _activation_context(training, parallel, policy.fp8_activations)
+    chunk_bytes, _ = _chunk_stored_bytes(spec, _chunk_moe_kinds(spec, layout.chunks),
+                                         policy.recompute, policy.recompute_modules, ctx)
+    stored = in_flight_bytes(profile, layout.rank, chunk_bytes)
+    return math.floor(stored * (1.0 - policy.offload_frac))
 
 
 def _first_stage_in_flight(parallel: ParallelConfig, layout: StageLayout, m: int) -> int:
@@ -760,20 +763,11 @@ def _pipeline_exceeds(spec: ModelSpec, training: TrainingSpec, parallel: Paralle
     from the memo's shared pieces and its stored layer activations alone
     (`stored_activation_floor_bytes`' term): every other activation line, the staging
     buffers, the loss hole and their fragmentation share only add to it."""
-    uniform = parallel.stage_policies is None
-    policy = parallel.policy_of(0)
-    ctx = _activation_context(training, parallel, policy.fp8_activations)
     total = 0
     for layout in layouts:
-        if not uniform:
-            policy = parallel.policy_of(layout.rank)
-            ctx = _activation_context(training, parallel, policy.fp8_activations)
         groups, states_gpu, _ = _state_sums(spec, training, parallel, layout, memo)
         listed, transient = _runtime_sums(spec, training, parallel, groups, memo)
-        chunk_bytes, _ = _chunk_stored_bytes(spec, _chunk_moe_kinds(spec, layout.chunks),
-                                             policy.recompute, policy.recompute_modules, ctx)
-        stored = math.floor(in_flight_bytes(profile, layout.rank, chunk_bytes)
-                            * (1.0 - policy.offload_frac))
+        stored = _stored_floor(spec, training, parallel, layout, profile)
         total += states_gpu + stored + listed + fragmentation_bytes(stored, transient)
         if total > limit_bytes:
             return True
