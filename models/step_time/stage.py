@@ -398,7 +398,19 @@ def stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) ->
     return _stage_key(kinds, parallel, layout)
 
 
-def _stage_key(kinds: tuple[tuple[bool, ...], ...], parallel: ParallelConfig,
+def _timing_kind(spec: ModelSpec, index: int) -> tuple[bool, bool, int | None]:
+    """What sets layer `index`'s times apart from another's of the same model (MoE or not,
+    linear or full attention, attention window; `layer_parts` keys its memo on the same):
+    ranks whose chunks hold the same sequence of these share their stage times. MoE-ness
+    alone is not enough: `stage_time` times each MoE kind by its first layer in the chunk,
+    so two chunks with the same MoE pattern but differently placed sliding-window or linear
+    attention layers (gpt-oss, Gemma 2, Kimi Linear) are timed differently, and sharing
+    would give a rank another's times, depending on which rank was timed first."""
+    return (spec.is_moe_layer(index), spec.is_linear_attention_layer(index),
+            spec.attention_window(index))
+
+
+def _stage_key(kinds: tuple[tuple[object, ...], ...], parallel: ParallelConfig,
                layout: StageLayout) -> tuple[object, ...]:
     policy = parallel.policy_of(layout.rank)
     rank = layout.rank if policy.offload_frac > 0 else -1
@@ -409,8 +421,9 @@ def _stage_key(kinds: tuple[tuple[bool, ...], ...], parallel: ParallelConfig,
 class _Bucket:
     """The memoised stages of one (model, recipe, cluster, configuration, micro-batches)."""
 
-    kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[bool, ...], ...]]
-    """Layer kinds of each chunk tuple (the model is fixed in a bucket)."""
+    kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[object, ...], ...]]
+    """Layer timing kinds (`_timing_kind`) of each chunk tuple (the model is fixed in a
+    bucket)."""
     stages: dict[tuple[object, ...], StageTime]
     """By `stage_key`, with the rank's own stage number: per (key, rank)."""
 
@@ -449,7 +462,7 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         kinds = bucket.kinds.get(layout.chunks)
         if kinds is None:
             kinds = bucket.kinds[layout.chunks] = tuple(
-                tuple(spec.is_moe_layer(i) for i in chunk) for chunk in layout.chunks)
+                tuple(_timing_kind(spec, i) for i in chunk) for chunk in layout.chunks)
         key = _stage_key(kinds, parallel, layout)
         found = bucket.stages.get((key, layout.rank))
         if found is None:

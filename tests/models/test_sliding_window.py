@@ -101,3 +101,30 @@ def test_a_window_is_read_only_with_per_layer_types() -> None:
 def test_gpt_oss_declares_its_attention_sinks() -> None:
     assert spec_from_hf_config(hf_preset_config("gpt-oss-20b")).spec.attention_sinks
     assert not model_preset("llama-3.1-8b").attention_sinks
+
+
+def test_ranks_with_differently_placed_sliding_layers_keep_their_own_stage_times() -> None:
+    # gpt-oss alternates sliding-window and full attention. On a V-shaped pipeline of 4
+    # ranks with 3 layers per chunk, ranks 1 and 2 hold the same MoE pattern but start
+    # their chunks on different attention kinds; each must be timed from its own layers,
+    # whichever rank the memo met first.
+    from api_schemas import ParallelConfig, TrainingSpec
+    from models.layout import pipeline_layout
+    from models.memory import micro_batch_count
+    from models.step_time import axis_groups, clear_step_time_cache, stage_time
+    from models.step_time.assembly import fabric_of, stage_times
+
+    spec = model_preset("gpt-oss-20b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    training = TrainingSpec(global_batch_size=256, sequence_length=4096)
+    parallel = ParallelConfig(tp=4, pp=4, dp=2, vpp=2, schedule="dualpipev",
+                              micro_batch_size=2)
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=8)
+    clear_step_time_cache()
+    shared = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
+    alone = [stage_time(spec, training, parallel, cluster, layout, num_micro_batches=m,
+                        fabric=fabric, groups=groups) for layout in layouts]
+    assert [st.chunk_times for st in shared] == [st.chunk_times for st in alone]
+    assert shared[1].chunk_times != shared[2].chunk_times
