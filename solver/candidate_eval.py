@@ -36,6 +36,7 @@ from models.step_time import (
     WorkTable,
     estimate_step,
     pipeline_makespan_bound,
+    simulated_makespan_bound,
     step_time_bound,
     work_table,
 )
@@ -574,6 +575,16 @@ def plain_makespan_bound(spec: ModelSpec, training: TrainingSpec, cluster: Clust
                                    candidate.parallel(zero_stage=zero_stage), cluster)
 
 
+def plain_run_makespan(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                       candidate: MeshCandidate, *, zero_stage: int = 0) -> float:
+    """`plain_makespan_bound`'s lower bound with the closed form replaced by a simulated run
+    of the same stage times without P2P latency (`models.step_time.simulated_makespan_bound`):
+    at least as tight, at the price of one simulation (memoised per shape and durations).
+    `zero_stage` as in `plain_makespan_bound`."""
+    return simulated_makespan_bound(spec, training, candidate.parallel(zero_stage=zero_stage),
+                                    cluster)
+
+
 def _stage_layer_counts(spec: ModelSpec, parallel: ParallelConfig) -> list[tuple[int, ...]]:
     return [layout.layers for layout in pipeline_layout(spec, parallel)]
 
@@ -662,6 +673,7 @@ __all__ = [
     "layer_split_options",
     "least_memory_candidate",
     "plain_makespan_bound",
+    "plain_run_makespan",
     "policy_floors_s",
     "refine_policies",
     "storage_options",

@@ -31,6 +31,7 @@ from models.pipeline.registry import (
     SCHEDULES,
     generate_program,
     schedule_traits,
+    shared_program,
     validate_schedule,
 )
 from models.pipeline.simulator import (
@@ -71,6 +72,7 @@ __all__ = [
     "peak_in_flight_until_b_chunks",
     "schedule_traits",
     "simulate",
+    "shared_program",
     "simulate_makespan",
     "validate_schedule",
 ]

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from api_schemas.parallel import PipelineSchedule
 from models.errors import InvalidSpecError
 from models.pipeline.ops import OpKind, PipelineProgram
-from models.pipeline.registry import generate_program
+from models.pipeline.registry import shared_program
 
 IntArray = npt.NDArray[np.int64]
 
@@ -134,10 +134,8 @@ def in_flight_profile(schedule: PipelineSchedule, *, num_stages: int, num_micro_
     Raises:
         InvalidSpecError: the schedule refuses these parameters.
     """
-    program = generate_program(schedule, num_stages=num_stages,
-                               num_micro_batches=num_micro_batches, num_chunks=num_chunks,
-                               group_size=group_size)
-    return profile_of(program)
+    return profile_of(shared_program(schedule, num_stages, num_micro_batches, num_chunks,
+                                     group_size))
 
 
 def profile_of(program: PipelineProgram) -> InFlightProfile:

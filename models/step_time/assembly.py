@@ -50,6 +50,7 @@ from models.step_time.makespan import (
     crossings_per_micro_batch,
     pipeline_makespan,
     schedule_chunks,
+    simulated_units,
     virtual_stage_durations,
 )
 from models.step_time.remote_offload import REMOTE_ACTIVATIONS, remote_offload_cost
@@ -595,6 +596,43 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
     fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
     stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
     return _makespan_bound(spec, training, parallel, m, stages, groups, fabric)
+
+
+def simulation_units(training: TrainingSpec, parallel: ParallelConfig) -> int:
+    """`models.step_time.makespan.simulated_units` of this configuration's pipeline: the size
+    of the first simulation of its shape (micro-batch x chunk x rank units)."""
+    return simulated_units(parallel.schedule, num_stages=parallel.pp,
+                           num_micro_batches=micro_batch_count(training, parallel),
+                           num_chunks=schedule_chunks(parallel),
+                           group_size=parallel.microbatch_group_size)
+
+
+def simulated_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                             cluster: ClusterSpec) -> float:
+    """A lower bound of the pipeline makespan of every plan that differs from `parallel` only
+    in its activation policy, FP8 storage, offload or where it keeps gradient shards: the
+    simulated makespan of `parallel`'s own op durations without P2P latency. Pass the mesh
+    without a policy; tighter than `pipeline_makespan_bound` wherever the stages are uneven
+    or the schedule has no exact closed form, at the price of one simulation.
+
+    Why it holds: a fixed-order schedule run as soon as possible starts every op at a
+    maximum of sums of op durations and latencies along dependency paths (a max-plus
+    system), so its makespan never decreases when any duration or latency grows; and every
+    policy choice only adds to op durations (recomputation, FP8 casts, offload stalls,
+    ZeRO-3 gathers under the same ZeRO timing) or to the tail after the flush (remote
+    offload, Pipeline ZeRO-2). The long-pipeline extrapolation of `pipeline_makespan` is
+    used as it is for the plans themselves (exact where the steady state is affine).
+    Source: the simulator of `models.pipeline` (reference Sec. 1.3, as-soon-as-possible
+    execution of fixed op lists).
+
+    Raises:
+        InvalidSpecError: as `pipeline_makespan_bound`.
+    """
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
+    return _makespans(parallel, stages, m, 0.0, split=False)[0]
 
 
 def step_time_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,

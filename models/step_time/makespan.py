@@ -18,8 +18,8 @@ from models.pipeline import (
     OpDurations,
     StagePlacement,
     compile_program,
-    generate_program,
     schedule_traits,
+    shared_program,
     simulate_makespan,
     validate_schedule,
 )
@@ -33,10 +33,14 @@ EXTRAPOLATION_MIN_ROUNDS = 12
 def compiled_schedule(schedule: PipelineSchedule, num_stages: int, num_micro_batches: int,
                       num_chunks: int, group_size: int | None = None) -> CompiledProgram:
     """The schedule's op lists compiled once per shape (reused across durations)."""
-    program = generate_program(schedule, num_stages=num_stages,
-                               num_micro_batches=num_micro_batches, num_chunks=num_chunks,
-                               group_size=group_size)
-    return compile_program(program)
+    return compile_program(shared_program(schedule, num_stages, num_micro_batches, num_chunks,
+                                          group_size))
+
+
+SIMULATED_SHAPES_SIZE = 4096
+"""Shapes `pipeline_makespan` remembers having simulated (emptied when full)."""
+
+_SIMULATED_SHAPES: set[tuple[object, ...]] = set()
 
 
 def pipeline_makespan(schedule: PipelineSchedule, *, num_stages: int, num_micro_batches: int,
@@ -56,6 +60,9 @@ def pipeline_makespan(schedule: PipelineSchedule, *, num_stages: int, num_micro_
     with a heavier last stage and 128 micro-batches: line 6.543 s, rank 0's work 6.588 s).
     """
     p, m = num_stages, num_micro_batches
+    if len(_SIMULATED_SHAPES) >= SIMULATED_SHAPES_SIZE:
+        _SIMULATED_SHAPES.clear()
+    _SIMULATED_SHAPES.add((schedule, p, m, num_chunks, group_size))
     period = group_size or p  # interleaved groups repeat every N micro-batches
     if m <= EXTRAPOLATION_MIN_ROUNDS * period:
         compiled = compiled_schedule(schedule, p, m, num_chunks, group_size)
@@ -89,6 +96,22 @@ def _busiest_rank_work_s(compiled: CompiledProgram, durations: OpDurations) -> f
     totals = np.concatenate(([0.0], np.cumsum(op_durations(compiled, durations))))
     offsets = np.asarray(compiled.offsets)
     return float((totals[offsets[1:]] - totals[offsets[:-1]]).max(initial=0.0))
+
+
+def simulated_units(schedule: PipelineSchedule, *, num_stages: int, num_micro_batches: int,
+                    num_chunks: int, group_size: int | None = None) -> int:
+    """Micro-batch x chunk x rank units the first simulation of `pipeline_makespan` runs for
+    this shape (the longest of the three extrapolation lengths where it extrapolates), or 0
+    where `pipeline_makespan` has simulated the shape recently (its op order is recorded
+    and a new simulation replays it): for callers that weigh a simulation against other
+    work."""
+    if (schedule, num_stages, num_micro_batches, num_chunks, group_size) in _SIMULATED_SHAPES:
+        return 0
+    period = group_size or num_stages
+    m = num_micro_batches
+    if m > EXTRAPOLATION_MIN_ROUNDS * period:
+        m = 8 * period + m % period
+    return m * num_chunks * num_stages
 
 
 def schedule_chunks(parallel: ParallelConfig) -> int:
@@ -134,5 +157,6 @@ __all__ = [
     "crossings_per_micro_batch",
     "pipeline_makespan",
     "schedule_chunks",
+    "simulated_units",
     "virtual_stage_durations",
 ]

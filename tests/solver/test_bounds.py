@@ -6,6 +6,7 @@ import pytest
 
 from api_schemas import ClusterSpec, Constraints, ModelSpec, ParallelConfig, TrainingSpec
 from models.catalog import cluster_preset, model_preset
+from models.errors import InvalidSpecError
 from solver.bounds import BoundTables
 from solver.candidate_eval import Rejection, evaluate_candidate, plain_makespan_bound
 from solver.space import MeshCandidate, candidate_meshes
@@ -426,3 +427,73 @@ def test_policy_floors_leave_the_selective_rung_of_megatron_lm_below_them() -> N
                      if c.key == key)
     checked, _ = _check_policy_floors(spec, training, cluster, constraints, [candidate])
     assert checked >= 2
+
+
+@pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq"), [
+    # Uneven chunks (the head on the last stage) under every schedule family.
+    ("mixtral-8x7b", "h100-sxm5-80gb", 8, 256, 4096),
+    ("gpt-7.5b", "a100-sxm4-80gb", 4, 256, 2048),
+    ("llama-3.1-70b", "h100-sxm5-80gb", 4, 64, 4096),
+])
+def test_plain_run_bound_lies_between_the_closed_form_and_every_plan(
+        model: str, gpu: str, nodes: int, batch: int, seq: int) -> None:
+    from models.step_time import estimate_step
+    from solver.candidate_eval import plain_run_makespan
+
+    spec = model_preset(model)
+    cluster = cluster_preset(gpu, num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    constraints = Constraints(framework="any")
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=constraints)
+    policies: list[dict[str, object]] = [
+        {}, {"recompute": "selective"}, {"recompute": "full"}, {"fp8_activations": True},
+        {"activation_offload_frac": 0.5}, {"remote_activation_offload": True}]
+    tighter = checked = 0
+    schedules = set()
+    for c in random.Random(11).sample(candidates, min(40, len(candidates))):
+        run = {zero: plain_run_makespan(spec, training, cluster, c, zero_stage=zero)
+               for zero in (0, 3)}
+        closed = plain_makespan_bound(spec, training, cluster, c)
+        assert closed <= run[0] * (1 + 1e-9), c.key
+        tighter += run[0] > closed * (1 + 1e-6)
+        schedules.add(c.schedule)
+        for zero in (1, 3):
+            for policy in policies:
+                try:
+                    est = estimate_step(spec, training, c.parallel(zero_stage=zero, **policy),
+                                        cluster)
+                except (InvalidSpecError, ValueError):
+                    continue
+                checked += 1
+                assert run[0] <= est.pipeline_makespan_s * (1 + 1e-9), (c.key, zero, policy)
+                if zero == 3:
+                    assert run[3] <= est.pipeline_makespan_s * (1 + 1e-9), (c.key, policy)
+    assert checked > 100 and tighter > 5 and len(schedules) >= 4, (checked, tighter, schedules)
+
+
+def test_the_plain_run_bound_spares_evaluations_and_keeps_the_optimum(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from api_schemas import Objective, SolverLimits
+    from solver import planner
+
+    spec = model_preset("llama-3.1-70b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
+    training = TrainingSpec(global_batch_size=512, sequence_length=8192)
+    constraints = Constraints(framework="any", allow_fp8_activations=True, allow_offload=True)
+
+    def run() -> planner.SearchResult:
+        return planner.search(spec, training, cluster, constraints=constraints,
+                              objective=Objective.THROUGHPUT,
+                              limits=SolverLimits(time_limit_s=120))
+
+    with_run = run()
+    monkeypatch.setattr(planner, "_add_run_floor", lambda *args: False)
+    without = run()
+    assert with_run.status == without.status == "optimal"
+    assert with_run.best is not None and without.best is not None
+    assert with_run.best.parallel == without.best.parallel
+    assert with_run.best.estimate.step_time_s == without.best.estimate.step_time_s
+    print("evaluations", with_run.stats.evaluated, without.stats.evaluated)
+    assert with_run.stats.evaluated < 0.8 * without.stats.evaluated, (
+        with_run.stats.evaluated, without.stats.evaluated)

@@ -129,3 +129,20 @@ def test_the_ledger_stores_the_simulated_peak_bytes(
         assert layers.bytes == result.peak_activation_bytes[layout.rank]
         assert stage.in_flight_chunks == result.peak_in_flight_chunks[layout.rank]
         assert math.isclose(profile.peak_chunks[layout.rank], stage.in_flight_chunks)
+
+def test_the_memory_profile_and_the_simulator_share_one_read_only_program() -> None:
+    from models.pipeline import shared_program
+    from models.pipeline.in_flight import profile_of
+    from models.step_time import compiled_schedule
+
+    schedule = S.ZBV
+    for cache in (shared_program, compiled_schedule, in_flight_profile):
+        cache.cache_clear()
+    profile = in_flight_profile(schedule, num_stages=6, num_micro_batches=24, num_chunks=2)
+    program = shared_program(schedule, 6, 24, 2, None)
+    compiled = compiled_schedule(schedule, 6, 24, 2, None)
+    assert compiled.program is program
+    assert shared_program.cache_info().misses == 1
+    assert profile == profile_of(program)
+    with pytest.raises(ValueError):
+        program.kind[0] = 0
