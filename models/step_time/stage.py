@@ -11,6 +11,7 @@ Must not: simulate the pipeline or add per-step terms (`models.step_time.assembl
 
 import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
@@ -410,6 +411,14 @@ def _timing_kind(spec: ModelSpec, index: int) -> tuple[bool, bool, int | None]:
             spec.attention_window(index))
 
 
+@lru_cache(maxsize=16384)
+def _chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
+                        ) -> tuple[tuple[tuple[bool, bool, int | None], ...], ...]:
+    """`_timing_kind` of every layer of each chunk (shared by the configurations that place
+    the same layers on a rank)."""
+    return tuple(tuple(_timing_kind(spec, i) for i in chunk) for chunk in chunks)
+
+
 def _stage_key(kinds: tuple[tuple[object, ...], ...], parallel: ParallelConfig,
                layout: StageLayout) -> tuple[object, ...]:
     policy = parallel.policy_of(layout.rank)
@@ -461,8 +470,7 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     for layout in layouts:
         kinds = bucket.kinds.get(layout.chunks)
         if kinds is None:
-            kinds = bucket.kinds[layout.chunks] = tuple(
-                tuple(_timing_kind(spec, i) for i in chunk) for chunk in layout.chunks)
+            kinds = bucket.kinds[layout.chunks] = _chunk_timing_kinds(spec, layout.chunks)
         key = _stage_key(kinds, parallel, layout)
         found = bucket.stages.get((key, layout.rank))
         if found is None:
