@@ -134,6 +134,15 @@ def storage_options(zero: int, constraints: Constraints, pp: int) -> list[Storag
     return out
 
 
+def probe_options(spec: ModelSpec, constraints: Constraints, pp: int) -> int:
+    """How many (storage, activation policy) settings an evaluation may probe at one ZeRO
+    stage of a candidate with `pp` pipeline ranks: the ladder's rungs times the storages
+    (`storage_options`), twice where remote offload may be added. A measure of what an
+    evaluation costs, for callers weighing other work against it."""
+    remote = 2 if constraints.allow_remote_offload and pp > 1 else 1
+    return len(_ladder(spec, constraints)) * len(storage_options(1, constraints, pp)) * remote
+
+
 def _with_policy(candidate: MeshCandidate, zero: int | Storage, policy: dict[str, object],
                  constraints: Constraints) -> ParallelConfig:
     storage = zero if isinstance(zero, Storage) else Storage(zero=zero)
@@ -674,6 +683,7 @@ __all__ = [
     "least_memory_candidate",
     "plain_makespan_bound",
     "plain_run_makespan",
+    "probe_options",
     "policy_floors_s",
     "refine_policies",
     "storage_options",

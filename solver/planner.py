@@ -76,6 +76,7 @@ from solver.candidate_eval import (
     plain_makespan_bound,
     plain_run_makespan,
     policy_floors_s,
+    probe_options,
     storage_options,
 )
 from solver.policy import max_offload_share
@@ -195,16 +196,18 @@ behind the last backward and the floor seldom lifts the bound by more than it co
 benchmark problems, fewer evaluations saved than the floors took), while ZeRO-2 reduces
 every micro-batch and ZeRO-3 gathers every layer."""
 
-
-
-RUN_BOUND_MAX_UNITS = 12_000
+RUN_BOUND_UNITS_PER_OPTION = 4_000
 """The largest first simulation (micro-batch x chunk x rank units,
-`models.step_time.simulation_units`) the search runs for a candidate's plain run bound; a
-shape simulated before replays its recorded order and always qualifies. A first run costs
-about 1 us per op in the event loop, a plain evaluation a few ms: without a limit the cold
-plain GPT 1T search (`benchmarks/bench_planner.py`, one search in a fresh process) took
-6.5 s against 4.2 s without the run bound, with the limit 3.6 s; at 4,000 the cold open
-GPT 1T search lost most of its gain (7.4 s against 5.6 s, 11.1 s without the run bound)."""
+`models.step_time.simulation_units`) the search runs for a candidate's plain run bound, per
+(storage, policy) setting its evaluation may probe (`solver.candidate_eval.probe_options`:
+2 for the benchmark's plain problems, 12 to 16 with every mechanism allowed); a shape
+simulated before replays its recorded order and always qualifies. A first run costs about
+1 us per op in the event loop; an evaluation costs more the more settings it probes. Chosen
+on `benchmarks/bench_planner.py` (GPT 1T, plain and open, three calls in one process):
+without a limit the plain search made 14.1 M Python calls (10.1 M in the first call, against
+6.7 M with runs only for shapes already simulated), the open one 12.1 M; at 4,000 per
+setting 11.9 M and 13.0 M. CPU time between 2,000 and 6,000 per setting differed by less
+than its run-to-run spread on this 2-core machine."""
 
 
 def _step_cutoff_s(best_value: float, c: MeshCandidate, objective: Objective,
@@ -561,7 +564,8 @@ def _add_run_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
     """Just before its evaluation, replace the candidate's closed-form makespan bound by the
     simulated run of its stage times without a policy (`plain_run_makespan`, at the ZeRO
     timing memory forces; only where its first simulation is at most
-    `RUN_BOUND_MAX_UNITS`) where that is larger, raise its step floors with it, and re-queue
+    `RUN_BOUND_UNITS_PER_OPTION` per setting the evaluation may probe) where that is
+    larger, raise its step floors with it, and re-queue
     it under the new bound when that is above `lower` (True; also when the target
     dismisses it). False: go on to evaluate.
 
@@ -569,8 +573,10 @@ def _add_run_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
     floors of `_policy_floors` do not read the makespan)."""
     if problem.objective == Objective.MIN_MEMORY or order not in queue.makespan:
         return False
-    if simulation_units(problem.training, c.parallel()) > RUN_BOUND_MAX_UNITS:
-        return False  # a first simulation this large costs more than it spares
+    limit = RUN_BOUND_UNITS_PER_OPTION * probe_options(problem.spec, problem.constraints,
+                                                      c.pp)
+    if simulation_units(problem.training, c.parallel()) > limit:
+        return False  # a first simulation this large costs more than it may spare
     forced = queue.forced_zero.get(order, 0)
     try:
         run_s = plain_run_makespan(problem.spec, problem.training, problem.cluster, c,
