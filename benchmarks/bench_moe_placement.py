@@ -31,6 +31,23 @@ Routes kept as the count matrix until a column is read (`--skip-gemm`, quiet, lo
 ms, over the seven skews 0.38-1.10 -> 0.31-0.89 ms; the expansion into columns, timed apart
 (`cols`), 0.07-0.14 ms. Best of five timeit batches of 300 uniform calls, the two releases
 alternated three times: 0.44-0.50 -> 0.31-0.38 ms.
+
+One buffer per call for the counts copy and the allocations, chunks of 16 layers, leaner
+accounting (`--skip-gemm --repeats 20`, the previous and this release back to back, load
+average 0.77-0.94 and 0.95-1.07, the host's speed swinging: EPLB's plan took 2.1-3.8 ms in
+both runs). Medians at E=256, R=64, K=8, single call / in turn / all layers in one call:
+uniform 0.367/0.574/0.424 -> 0.539/0.508/0.359 ms, zipf 0.445/0.548/0.367 ->
+0.441/0.512/0.319, lognormal(1) 0.633/0.445/0.374 -> 0.306/0.551/0.350, lognormal(2)
+0.563/0.704/0.497 -> 0.427/0.585/0.398, hot expert 0.516/0.543/0.382 -> 0.363/0.290/0.183,
+hot rank 0.542/0.553/0.400 -> 0.407/0.412/0.221, tight 0.958/0.809/0.710 ->
+0.641/0.613/0.391. Load-independent: Python-level function calls per layer (cProfile)
+598-646 -> 443-488 single and 436-484 -> 326-366 in one call over the six random skews,
+805 -> 665 and 601 -> 472 on the tight construction. Page faults per layer of the uniform
+case in this benchmark's loop (in turn / one call, process CPU time per layer alongside,
+two runs each): 76/89 at 0.56-0.63/0.52-0.53 ms -> 0/0 at 0.38-0.46/0.26-0.28 ms. Whether
+the previous release faulted depended on the allocator's state (the earlier skews of a run
+often had none); with one buffer per call it raises glibc's dynamic mmap threshold on the
+first free and the memory is reused from then on.
 """
 
 import argparse

@@ -35,6 +35,7 @@ import heapq
 import time
 from collections.abc import Sequence
 from enum import StrEnum
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,7 @@ from solver.placement.problem import (
     PlacementResult,
     layer_accounts,
     layers_array,
-    matrix_batch,
+    matrix_array,
     shape_index,
     single_layer,
     validated_layers,
@@ -184,7 +185,7 @@ class _CoverState:
         counts = self.p.counts.reshape(-1).data  # a memoryview: plain ints, read in place
         row = self.p.num_experts
         heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        scale = int(self.p.expert_tokens.sum()) + 1  # > any remaining load
+        scale = self.p.num_ranks * self.p.capacity + 1  # all tokens + 1: > any remaining load
         moved_expert, moved_to, moved_tokens = self.moved_expert, self.moved_to, self.moved_tokens
         while receivers:
             b, u = heappop(receivers)
@@ -223,34 +224,82 @@ class _CoverState:
         return self
 
 
-LAYERS_PER_CHUNK = 4
-"""Layers whose allocation, routes and bounds go through numpy together. Larger chunks save
-per-call overhead but their arrays (R x E counts and routes per layer) leave the CPU caches:
-at E=256, R=64, uniform routing over 61 layers, chunks of 1, 4 and all 61 layers took 1.46,
-1.18 and 1.64 ms per layer (medians of six interleaved runs on a loaded 2-core machine)."""
+LAYERS_PER_CHUNK = 16
+"""Layers whose validation, allocation, routes and bounds go through numpy together. Larger
+chunks save per-call overhead until their temporaries (R x E counts and routes per layer)
+outgrow the CPU caches and the allocator's reuse: at E=256, R=64 over 58 layers (wall time
+per layer, best of 21 rounds interleaved with the previous release, on a 2-core machine
+whose speed varied), chunks of 2, 4, 8, 16 and 32 layers took 294, 271, 241, 218-235 and
+237 us (uniform routing); one chunk of all 58 took 225 us uniform but 562 us on the tight
+construction, whose temporaries were then new memory on every call (3,964 page faults)."""
 
 Moves = tuple[list[int], list[int], list[int]]
 """Moved tokens as columns: expert, destination rank, tokens (taken from the home rank)."""
 
 
-def _allocations(batch: LayerBatch, moves: Sequence[Moves]) -> IntArray:
-    """[L, E, R] allocations: every expert on its home rank, less the moved tokens."""
+def _batch_buffers(layers: int, r: int, e: int) -> tuple[IntArray, IntArray]:
+    """Uninitialised arrays for what a batch's results keep, in one allocation: the int64
+    copy of the counts [L, R, E] and the allocations [L, E, R] (each C-contiguous).
+
+    One buffer per call rather than two arrays per chunk of layers: the results keep this
+    memory, and glibc, once such a buffer is freed, raises its mmap and trim thresholds
+    above it, so later calls reuse the memory instead of faulting new pages in (76-89
+    page faults per layer before, 0 after, in the benchmark's loop at E=256, R=64).
+    """
+    buffer = np.empty(2 * layers * r * e, dtype=np.int64)
+    counts: IntArray = buffer[:layers * r * e].reshape(layers, r, e)
+    alloc: IntArray = buffer[layers * r * e:].reshape(layers, e, r)
+    return counts, alloc
+
+
+def _allocate(batch: LayerBatch, moves: Sequence[Moves], alloc: IntArray) -> None:
+    """Write the allocations of the batch's moves into the C-contiguous [L, E, R] `alloc`:
+    every expert on its home rank, less the moved tokens, which go to their destinations."""
     layers, r, e = batch.counts.shape
     index = shape_index(r, e)
-    alloc = np.zeros((layers, e, r), dtype=np.int64)
+    alloc[...] = 0
     home = batch.expert_tokens.copy()
     if layers == 1:
         expert, to, tokens = (np.asarray(x, dtype=np.int64) for x in moves[0])
-        layer = np.zeros_like(expert)
     else:
-        layer = np.repeat(np.arange(layers, dtype=np.int64), [len(x[0]) for x in moves])
-        expert, to, tokens = (np.asarray([v for x in moves for v in x[i]], dtype=np.int64)
+        expert, to, tokens = (np.fromiter(chain.from_iterable(x[i] for x in moves), np.int64)
                               for i in range(3))
-    if expert.size:
-        np.subtract.at(home, (layer, expert), tokens)
-        np.add.at(alloc, (layer, expert, to), tokens)
-    alloc[:, index.experts, index.home_of] = home
+        expert += np.repeat(np.arange(0, layers * e, e), [len(x[0]) for x in moves])
+    # flat indices: one-dimensional ufunc.at is numpy's fast path
+    np.subtract.at(home.reshape(-1), expert, tokens)
+    # A C-contiguous array reshapes to a view, so the writes land in `alloc` (numpy >= 1.26
+    # has no reshape(copy=False) to say so).
+    assert alloc.flags.c_contiguous, "allocations are written through a flat view"
+    np.add.at(alloc.reshape(-1), expert * r + to, tokens)
+    alloc.reshape(layers, e * r)[:, index.allocation_home] = home
+
+
+def _allocations(batch: LayerBatch, moves: Sequence[Moves]) -> IntArray:
+    """[L, E, R] allocations of the batch's moves in a new array."""
+    layers, r, e = batch.counts.shape
+    alloc = np.empty((layers, e, r), dtype=np.int64)
+    _allocate(batch, moves, alloc)
     return alloc
+
+
+def _plan_layers(arr: Any, *, field: str, top_k: int, weight_bytes_per_expert: int,
+                 grad_bytes_per_expert: int, rule: ConstructiveRule) -> list[dict[str, Any]]:
+    """The result fields of every layer of [L, R, E] `arr` (a `layers_array`, or a
+    `matrix_array` with field `tokens`), validated, planned and accounted chunk by chunk of
+    `LAYERS_PER_CHUNK` layers (a chunk's arrays stay in the CPU caches from its validation
+    to its routes) into the buffers of `_batch_buffers`."""
+    layers, r, e = arr.shape
+    counts, alloc = _batch_buffers(layers, r, e)
+    accounts: list[dict[str, Any]] = []
+    for start in range(0, layers, LAYERS_PER_CHUNK):
+        stop = start + LAYERS_PER_CHUNK
+        chunk = validated_layers(arr[start:stop], top_k=top_k,
+                                 weight_bytes_per_expert=weight_bytes_per_expert,
+                                 grad_bytes_per_expert=grad_bytes_per_expert,
+                                 first_layer=start, field=field, out=counts[start:stop])
+        _allocate(chunk, [_moves(p, rule) for p in chunk.problems], alloc[start:stop])
+        accounts += layer_accounts(chunk, alloc[start:stop])
+    return accounts
 
 
 def _moves(problem: PlacementProblem, rule: ConstructiveRule,
@@ -316,10 +365,9 @@ def plan_constructive(
         InvalidSpecError: on a malformed count matrix (see `placement_problem`).
     """
     started = time.perf_counter()
-    batch = matrix_batch(counts, top_k=top_k, weight_bytes_per_expert=weight_bytes_per_expert,
-                         grad_bytes_per_expert=grad_bytes_per_expert)
-    alloc = _allocations(batch, [_moves(batch.problems[0], rule)])
-    fields = layer_accounts(batch, alloc)[0]
+    fields = _plan_layers(matrix_array(counts), field="tokens", top_k=top_k,
+                          weight_bytes_per_expert=weight_bytes_per_expert,
+                          grad_bytes_per_expert=grad_bytes_per_expert, rule=rule)[0]
     return PlacementResult(planner=f"constructive-{rule.value}",
                            wall_time_s=time.perf_counter() - started, **fields)
 
@@ -347,14 +395,9 @@ def plan_constructive_layers(
         InvalidSpecError: on malformed counts (see `placement_layers`, field `layers`).
     """
     started = time.perf_counter()
-    arr = layers_array(counts)
-    accounts: list[dict[str, Any]] = []
-    for start in range(0, arr.shape[0], LAYERS_PER_CHUNK):
-        chunk = validated_layers(arr[start:start + LAYERS_PER_CHUNK], top_k=top_k,
-                                 weight_bytes_per_expert=weight_bytes_per_expert,
-                                 grad_bytes_per_expert=grad_bytes_per_expert, first_layer=start)
-        alloc = _allocations(chunk, [_moves(p, rule) for p in chunk.problems])
-        accounts += layer_accounts(chunk, alloc)
+    accounts = _plan_layers(layers_array(counts), field="layers", top_k=top_k,
+                            weight_bytes_per_expert=weight_bytes_per_expert,
+                            grad_bytes_per_expert=grad_bytes_per_expert, rule=rule)
     planner = f"constructive-{rule.value}"
     per_layer = (time.perf_counter() - started) / len(accounts)
     return [PlacementResult(planner=planner, wall_time_s=per_layer, **x) for x in accounts]

@@ -74,6 +74,17 @@ def matrix_batch(
     grad_bytes_per_expert: int = 0,
 ) -> "LayerBatch":
     """`placement_problem` as a batch of one layer (errors name the field `tokens`)."""
+    return validated_layers(matrix_array(counts), top_k=top_k,
+                            weight_bytes_per_expert=weight_bytes_per_expert,
+                            grad_bytes_per_expert=grad_bytes_per_expert, field="tokens")
+
+
+def matrix_array(counts: object) -> npt.NDArray[Any]:
+    """A single count matrix as a [1, R, E] array, before the checks of `validated_layers`.
+
+    Raises:
+        InvalidSpecError: on a ragged or non-2-D matrix (field `tokens`).
+    """
     try:
         arr = np.asarray(counts)
     except ValueError as exc:
@@ -84,8 +95,7 @@ def matrix_batch(
         raise InvalidSpecError(
             f"tokens has shape {arr.shape}; expected R rows of E counts each", field="tokens"
         )
-    return _validated(arr[None], top_k=top_k, weight_bytes_per_expert=weight_bytes_per_expert,
-                      grad_bytes_per_expert=grad_bytes_per_expert, field="tokens")
+    return arr[None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,18 +159,23 @@ def layers_array(counts: object) -> npt.NDArray[Any]:
 
 def validated_layers(
     arr: npt.NDArray[Any], *, top_k: int, weight_bytes_per_expert: int = 0,
-    grad_bytes_per_expert: int = 0, first_layer: int = 0,
+    grad_bytes_per_expert: int = 0, first_layer: int = 0, field: str = "layers",
+    out: IntArray | None = None,
 ) -> LayerBatch:
     """`placement_layers` on layers first_layer .. of a `layers_array` (errors name the
-    layer by its index in the whole batch)."""
+    layer by its index in the whole batch), or on a `matrix_array` with field `tokens`.
+
+    The batch holds a read-only int64 copy of the counts: a new array, or `out` ([L, R, E],
+    written in place) when given.
+    """
     return _validated(arr, top_k=top_k, weight_bytes_per_expert=weight_bytes_per_expert,
-                      grad_bytes_per_expert=grad_bytes_per_expert, field="layers",
-                      first_layer=first_layer)
+                      grad_bytes_per_expert=grad_bytes_per_expert, field=field,
+                      first_layer=first_layer, out=out)
 
 
 def _validated(
     raw: npt.NDArray[Any], *, top_k: int, weight_bytes_per_expert: int,
-    grad_bytes_per_expert: int, field: str, first_layer: int = 0,
+    grad_bytes_per_expert: int, field: str, first_layer: int = 0, out: IntArray | None = None,
 ) -> LayerBatch:
     """Checks of `placement_problem` on [L, R, E] at once; a single matrix (field `tokens`)
     is named `tokens`, layer l of a batch `layers[first_layer + l]`."""
@@ -170,7 +185,11 @@ def _validated(
 
     if raw.dtype.kind not in "iu" and not (raw.dtype.kind == "f" and np.all(raw == np.round(raw))):
         raise InvalidSpecError(f"{field} must hold integers", field=field)
-    arr: IntArray = raw.astype(np.int64)
+    if out is None:
+        arr: IntArray = raw.astype(np.int64)
+    else:
+        np.copyto(out, raw, casting="unsafe")  # as astype: floats are whole here
+        arr = out
     layers, r, e = (int(x) for x in arr.shape)
     if int(arr.min()) < 0:
         layer, src, exp = np.argwhere(arr < 0)[0]
@@ -278,6 +297,11 @@ def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: 
     # the usual case first: the largest foreign expert covers every deficit (bound 0 or 1);
     # it is the largest expert, or for that expert's own rank the largest of another rank
     per_rank = expert_tokens.reshape(layers, r, m).max(axis=2)
+    if r > 1:  # quicker sufficient test: every rank has a foreign expert >= the 2nd largest
+        second = np.partition(per_rank, r - 2, axis=1)[:, r - 2:r - 1]
+        if np.all(deficit <= second):
+            quick: IntArray = (deficit > 0).astype(np.int64)
+            return quick
     top = per_rank.argmax(axis=1)
     rows = np.arange(layers)
     largest = per_rank[rows, top]
@@ -412,6 +436,8 @@ class ShapeIndex:
     """[3, R*E] per cell of the row-major count matrix: source rank, expert, home rank."""
     diagonal: IntArray
     """[E] flat index of cell (home_of[e], e): the tokens an expert's home rank sends itself."""
+    allocation_home: IntArray
+    """[E] flat index of cell (e, home_of[e]) of an [E, R] allocation: what stays at home."""
 
 
 @lru_cache(maxsize=16)
@@ -422,7 +448,8 @@ def shape_index(num_ranks: int, num_experts: int) -> ShapeIndex:
     home_of = experts // m
     source, expert = np.divmod(np.arange(num_ranks * num_experts, dtype=np.int64), num_experts)
     cells = np.stack((source, expert, expert // m))
-    arrays = (experts, home_of, cells, home_of * num_experts + experts)
+    arrays = (experts, home_of, cells, home_of * num_experts + experts,
+              experts * num_ranks + home_of)
     for arr in arrays:
         arr.setflags(write=False)
     return ShapeIndex(*arrays)
@@ -462,13 +489,14 @@ class _SharedCells:
 
 def _shared_cells(batch: LayerBatch, alloc: IntArray) -> _SharedCells:
     """The positive allocation cells of every shared expert of every layer."""
-    _, r, e = batch.counts.shape
+    layers, r, e = batch.counts.shape
     index = shape_index(r, e)
-    on_home = alloc[:, index.experts, index.home_of]
-    layer, expert = np.nonzero(on_home != batch.expert_tokens)
+    on_home = alloc.reshape(layers, e * r)[:, index.allocation_home]
+    layer, expert = (on_home != batch.expert_tokens).nonzero()
     rows = alloc[layer, expert, :]
-    row, rank = np.nonzero(rows)
-    return _SharedCells(layer, expert, row, rank, rows[row, rank])
+    cells = (rows > 0).ravel().nonzero()[0]  # quicker than a 2-D nonzero; alloc >= 0
+    row, rank = np.divmod(cells, r)
+    return _SharedCells(layer, expert, row, rank, rows.ravel()[cells])
 
 
 def _layer_bounds(keys: IntArray, layers: int) -> list[int]:
@@ -499,7 +527,7 @@ def _layer_routes(batch: LayerBatch, shared: _SharedCells) -> tuple[list[Routes]
     own = supply[cell_row, cell_rank]
     local = np.minimum(own, shared.tokens)
     supply[cell_row, cell_rank] = own - local
-    on = np.flatnonzero(local)
+    on = local.nonzero()[0]
     local_row, local_rank, local_tokens = cell_row[on], cell_rank[on], local[on]
     if exp.size:
         home_counts = flat[lay, index.diagonal[exp]]
@@ -509,7 +537,7 @@ def _layer_routes(batch: LayerBatch, shared: _SharedCells) -> tuple[list[Routes]
             np.add.at(kept, lay[local_row], local_tokens)
             np.subtract.at(kept, lay, home_counts)
     left = shared.tokens - local
-    wanted = np.flatnonzero(left)
+    wanted = left.nonzero()[0]
     nw_row, nw_source, nw_dest, nw_tokens = _north_west(
         supply, cell_row[wanted], cell_rank[wanted], left[wanted])
     shared_at = _layer_bounds(lay, layers)
@@ -548,27 +576,27 @@ def _north_west(supply: IntArray, d_row: IntArray, d_rank: IntArray, d_tokens: I
     and no later inner cut lies in the same cell), so the pieces of demand k are the run
     between the previous demand's end and its own.
     """
-    s_cell = np.flatnonzero(supply)
-    cum_s = np.cumsum(supply.ravel()[s_cell])
-    cum_d = np.cumsum(d_tokens)
-    at = np.searchsorted(cum_s, cum_d)  # the supply cell each demand cut falls in
+    s_cell = (supply > 0).ravel().nonzero()[0]  # supply is >= 0
+    cum_s = supply.ravel()[s_cell].cumsum()
+    cum_d = d_tokens.cumsum()
+    at = cum_s.searchsorted(cum_d)  # the supply cell each demand cut falls in
     is_inner = cum_s[at] != cum_d
-    inner = np.flatnonzero(is_inner)
+    inner = is_inner.nonzero()[0]
     pieces = np.bincount(at[inner], minlength=cum_s.size)
     pieces += 1
-    cuts = np.repeat(cum_s, pieces)  # a cell's last piece ends where the cell ends
+    cuts = cum_s.repeat(pieces)  # a cell's last piece ends where the cell ends
     cuts[at[inner] + np.arange(inner.size)] = cum_d[inner]
     lengths = np.empty_like(cuts)
     lengths[:1] = cuts[:1]
     np.subtract(cuts[1:], cuts[:-1], out=lengths[1:])
-    end = np.cumsum(is_inner)  # inner cuts up to and including k
+    end = is_inner.cumsum()  # inner cuts up to and including k
     end -= is_inner
     end += at  # the piece where demand k ends
     per_demand = np.empty_like(end)
     per_demand[:1] = end[:1] + 1
     np.subtract(end[1:], end[:-1], out=per_demand[1:])
-    row, source = np.divmod(np.repeat(s_cell, pieces), supply.shape[1])
-    return row, source, np.repeat(d_rank, per_demand), lengths
+    row, source = np.divmod(s_cell.repeat(pieces), supply.shape[1])
+    return row, source, d_rank.repeat(per_demand), lengths
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -637,6 +665,25 @@ def build_results(
             for fields in layer_accounts(batch, alloc, lower_bounds)]
 
 
+def _replicas(shared: _SharedCells, home_of: IntArray, layers: int, r: int
+              ) -> tuple[list[list[tuple[int, ...]]], list[int]]:
+    """Per layer and rank the foreign experts the rank hosts (sorted), and per layer the
+    tokens computed on them (migrated), from the shared experts' cells."""
+    foreign = (shared.rank != home_of[shared.expert[shared.row]]).nonzero()[0]
+    row = shared.row[foreign]
+    hosted: list[list[tuple[int, ...]]] = [[()] * r for _ in range(layers)]
+    # cells come row-major over (layer, expert, rank): each rank's experts come sorted
+    for x, d, y in zip(shared.layer[row].tolist(), shared.rank[foreign].tolist(),
+                       shared.expert[row].tolist(), strict=True):
+        hosted[x][d] += (y,)
+    moved = shared.tokens[foreign]
+    if layers == 1:
+        return hosted, [int(moved.sum())]
+    per_layer = np.zeros(layers, dtype=np.int64)
+    np.add.at(per_layer, shared.layer[row], moved)
+    return hosted, per_layer.tolist()
+
+
 def layer_accounts(batch: LayerBatch, alloc: IntArray, lower_bounds: IntArray | None = None
                    ) -> list[dict[str, Any]]:
     """The fields of each layer's `PlacementResult` but `planner` and `wall_time_s`
@@ -645,29 +692,16 @@ def layer_accounts(batch: LayerBatch, alloc: IntArray, lower_bounds: IntArray | 
     m = e // r
     index = shape_index(r, e)
     shared = _shared_cells(batch, alloc)
-    # cells come row-major over (layer, expert, rank): each rank's list is sorted
-    foreign = np.flatnonzero(shared.rank != index.home_of[shared.expert[shared.row]])
-    hosted: list[list[list[int]]] = [[[] for _ in range(r)] for _ in range(layers)]
-    row = shared.row[foreign]
-    for x, d, y in zip(shared.layer[row].tolist(), shared.rank[foreign].tolist(),
-                       shared.expert[row].tolist(), strict=True):
-        hosted[x][d].append(y)
-    moved = shared.tokens[foreign]
-    if layers == 1:
-        migrated = [int(moved.sum())]
-    else:
-        per_layer = np.zeros(layers, dtype=np.int64)
-        np.add.at(per_layer, shared.layer[row], moved)
-        migrated = per_layer.tolist()
+    hosted, migrated = _replicas(shared, index.home_of, layers, r)
     routes, kept = _layer_routes(batch, shared)
     rank_loads = alloc.sum(axis=1)
-    remote = (batch.expert_tokens.sum(axis=1) - kept).tolist()
+    remote = (batch.capacity * r - kept).tolist()  # every layer routes R*S*K tokens
     if lower_bounds is None:
         lower_bounds = layer_lower_bounds(batch.expert_tokens, batch.home_loads, batch.capacity,
                                           m)
     accounts = []
     for x, p in enumerate(batch.problems):
-        per_rank = tuple(map(tuple, hosted[x]))
+        per_rank = tuple(hosted[x])
         num_redundant = sum(map(len, per_rank))
         traffic = redundant_expert_traffic(
             num_redundant=num_redundant, experts_per_rank=m,
@@ -700,6 +734,7 @@ __all__ = [
     "layer_lower_bounds",
     "layer_slice",
     "layers_array",
+    "matrix_array",
     "matrix_batch",
     "redundancy_lower_bounds",
     "routes_from_allocation",

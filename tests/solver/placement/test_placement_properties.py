@@ -2,8 +2,9 @@
 
 Hypothesis draws >= 600 instances per rule: random Dirichlet rows, sparse rows, every
 routing skew of the generator, and the tight construction of Kimi K3 Appendix E. Batches of
-layers planned in one call must equal each layer planned alone; the per-rank lower bounds
-(one layer, and all layers at once) must equal a brute-force count.
+layers planned in one call must equal each layer planned alone (also every skew at the
+benchmark's E=256, R=64 over more than one chunk of layers, field by field); the per-rank
+lower bounds (one layer, and all layers at once) must equal a brute-force count.
 """
 
 import numpy as np
@@ -22,11 +23,13 @@ from models.moe import (
 )
 from solver.placement import (
     ConstructiveRule,
+    PlacementResult,
     placement_layers,
     plan_constructive,
     plan_constructive_layers,
     redundancy_lower_bounds,
 )
+from solver.placement.constructive import LAYERS_PER_CHUNK
 from solver.placement.problem import layer_lower_bounds
 
 WEIGHT_BYTES, GRAD_BYTES = 1000, 2000
@@ -190,3 +193,55 @@ def test_tight_layers_keep_the_tight_bound_in_one_call() -> None:
         check_placement(res, layer)
     for res in (results[0], results[2]):
         assert res.lower_bound_per_rank[0] == bound <= len(res.redundant_experts[0]) <= 4
+
+
+def _same_placement(got: PlacementResult, alone: PlacementResult) -> None:
+    """Every field of two placements is equal, arrays with their dtype and shape."""
+    def same_array(x: np.ndarray, y: np.ndarray) -> None:
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+
+    for name in ("counts", "expert_tokens", "home_loads"):
+        same_array(getattr(got.problem, name), getattr(alone.problem, name))
+    for name in ("top_k", "num_ranks", "num_experts", "experts_per_rank", "tokens_per_rank",
+                 "capacity", "weight_bytes_per_expert", "grad_bytes_per_expert"):
+        assert getattr(got.problem, name) == getattr(alone.problem, name)
+    for name in ("allocation", "rank_loads", "lower_bound_per_rank"):
+        same_array(getattr(got, name), getattr(alone, name))
+    same_array(got.routes.shared_rows, alone.routes.shared_rows)
+    for column in ("source", "expert", "destination", "tokens"):
+        same_array(getattr(got.routes, column), getattr(alone.routes, column))
+    for name in ("planner", "redundant_experts", "num_redundant", "max_redundant_per_rank",
+                 "redundant_bound_per_rank", "migrated_tokens", "remote_tokens",
+                 "prefetch_bytes", "grad_reduce_bytes"):
+        assert getattr(got, name) == getattr(alone, name), name
+
+
+@pytest.fixture(scope="module")
+def skewed_layers() -> list[np.ndarray]:
+    """Every skew at the benchmark's E=256, R=64, K=8 (the tight construction first),
+    cycled to more layers than one chunk holds."""
+    e, r, k = 256, 64, 8
+    skews = [RoutingSkew(kind=SkewKind.UNIFORM), RoutingSkew(kind=SkewKind.ZIPF),
+             RoutingSkew(kind=SkewKind.LOGNORMAL, sigma=1.0),
+             RoutingSkew(kind=SkewKind.LOGNORMAL, sigma=2.0),
+             RoutingSkew(kind=SkewKind.HOT_EXPERT), RoutingSkew(kind=SkewKind.HOT_RANK)]
+    s = tight_tokens_per_rank(num_experts=e, num_ranks=r, top_k=k, at_least=256)
+    kinds = [tight_routing_counts(num_experts=e, num_ranks=r, top_k=k, tokens_per_rank=s)] + [
+        routing_counts(skew, num_experts=e, num_ranks=r, top_k=k, tokens_per_rank=256, seed=i)
+        for i, skew in enumerate(skews)]
+    return [kinds[i % len(kinds)] for i in range(LAYERS_PER_CHUNK + 3)]
+
+
+@pytest.mark.parametrize("rule", list(ConstructiveRule))
+def test_every_skew_over_several_chunks_equals_each_layer_alone(
+        rule: ConstructiveRule, skewed_layers: list[np.ndarray]) -> None:
+    """One call over more than one chunk of layers equals each layer planned alone."""
+    results = plan_constructive_layers(np.stack(skewed_layers), top_k=8,
+                                       weight_bytes_per_expert=WEIGHT_BYTES,
+                                       grad_bytes_per_expert=GRAD_BYTES, rule=rule)
+    assert len(results) == len(skewed_layers) > LAYERS_PER_CHUNK
+    for layer, res in zip(skewed_layers, results, strict=True):
+        alone = plan_constructive(layer, top_k=8, weight_bytes_per_expert=WEIGHT_BYTES,
+                                  grad_bytes_per_expert=GRAD_BYTES, rule=rule)
+        check_placement(res, layer)
+        _same_placement(res, alone)
