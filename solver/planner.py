@@ -25,8 +25,8 @@ op durations, and policies only lengthen ops), which replaces the closed-form ma
 both bounds where it is larger: the closed form is taken at the lightest virtual stage and
 does not see uneven chunks, and schedules without an exact closed form (Chimera, the V
 shapes) were bounded by the busiest rank's work alone. On the problems of
-`benchmarks/bench_planner.py` it cut the evaluations from 334 to 44 (open GPT 1T), 252 to 36
-(open DeepSeek-V3) and 297 to 71 (GPT 1T) with the same plans.
+`benchmarks/bench_planner.py` it cut the evaluations from 334 to 30 (open GPT 1T), 252 to 36
+(open DeepSeek-V3) and 297 to 77 (GPT 1T) with the same plans.
 Its evaluation skips probing any ZeRO stage whose floor reaches the incumbent, and
 simulating any plan whose own step-time bound (its recomputation on the busiest rank's work,
 then the makespan bound plus its exact per-step tail) already reaches it.
