@@ -528,13 +528,20 @@ def _add_tail_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
     except InvalidSpecError:
         return False  # the evaluation rejects it with the reason
     queue.zero_floors[order] = floors
-    floor = min(floors.values())
-    if _misses_target(problem, queue, floor):
+    return _requeue(problem, queue, min(floors.values()), lower, order, _FLOOR_BOUND, c)
+
+
+def _requeue(problem: _Problem, queue: _Queue, step_s: float, lower: float, order: int,
+             level: int, c: MeshCandidate) -> bool:
+    """Re-queue a candidate at `level` under `step_s`, a new lower bound of its step time,
+    where that is above its current bound `lower` (True; also when it misses the throughput
+    target, which dismisses it). False: the bound is no tighter, go on."""
+    if _misses_target(problem, queue, step_s):
         return True
-    tighter = _rescale(floor, c, problem.objective, problem.tokens)
+    tighter = _rescale(step_s, c, problem.objective, problem.tokens)
     if tighter <= lower:
         return False
-    heapq.heappush(queue.heap, (tighter, order, _FLOOR_BOUND, c))
+    heapq.heappush(queue.heap, (tighter, order, level, c))
     return True
 
 
@@ -595,13 +602,7 @@ def _add_run_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
             step_s = max(step_s, min(floors.values()))
     except InvalidSpecError:
         return False  # the evaluation rejects it with the reason
-    if _misses_target(problem, queue, step_s):
-        return True
-    tighter = _rescale(step_s, c, problem.objective, problem.tokens)
-    if tighter <= lower:
-        return False
-    heapq.heappush(queue.heap, (tighter, order, _RUN_BOUND, c))
-    return True
+    return _requeue(problem, queue, step_s, lower, order, _RUN_BOUND, c)
 
 
 def _policy_floors(problem: _Problem, c: MeshCandidate,
