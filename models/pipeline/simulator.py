@@ -75,6 +75,9 @@ class CompiledProgram:
     visit: list["VisitOrder"] = field(default_factory=list)
     """That order as flat columns, built when a second makespan is asked for (a program
     simulated once never pays for it)."""
+    stage_counts: list[FloatArray] = field(default_factory=list)
+    """Per rank and virtual stage, how many F, B and W parts its ops run: a [3, ranks,
+    stages] array, built on first use (`rank_work_s`)."""
     makespans: dict[tuple[OpDurations, float], float] = field(default_factory=dict)
     """Makespans already replayed, by (durations, P2P latency): the planner scores plans
     whose ops last alike (ZeRO stages 0-2, a storage choice that moves no op) more than
@@ -173,6 +176,30 @@ def op_durations(compiled: CompiledProgram, durations: OpDurations) -> FloatArra
     if durations.overlapped_pair_s is not None:
         dur = np.where(compiled.program.kind == OpKind.FB, durations.overlapped_pair_s, dur)
     return dur
+
+
+def rank_work_s(compiled: CompiledProgram, durations: OpDurations) -> FloatArray:
+    """Each rank's total op time (the sum of its ops' durations, `op_durations`), from
+    per-rank counts of F, B and W parts on each virtual stage kept on the program, so that
+    asking for it again costs a product of small arrays rather than a pass over every op."""
+    num_s = compiled.program.placement.num_stages
+    if durations.overlapped_pair_s is not None:
+        # Paired ops take their own duration: sum the rows.
+        totals = np.concatenate(([0.0], np.cumsum(op_durations(compiled, durations))))
+        offsets = np.asarray(compiled.offsets)
+        return np.asarray(totals[offsets[1:]] - totals[offsets[:-1]], dtype=np.float64)
+    if not compiled.stage_counts:
+        ranks = len(compiled.offsets) - 1
+        rank_of_row = np.repeat(np.arange(ranks), np.diff(compiled.offsets))
+        counts = np.zeros((3, ranks, num_s))
+        for part, stage in enumerate((compiled.forward_stage, compiled.input_grad_stage,
+                                      compiled.weight_stage)):
+            has = stage >= 0
+            np.add.at(counts[part], (rank_of_row[has], stage[has]), 1.0)
+        compiled.stage_counts.append(counts)
+    counts = compiled.stage_counts[0]
+    fwd, inp, wgt = durations.per_stage(num_s)
+    return np.asarray(counts[0] @ fwd + counts[1] @ inp + counts[2] @ wgt, dtype=np.float64)
 
 
 def run(compiled: CompiledProgram, durations: FloatArray, *,
@@ -362,6 +389,7 @@ __all__ = [
     "VisitOrder",
     "compile_program",
     "op_durations",
+    "rank_work_s",
     "run",
     "simulate_makespan",
 ]

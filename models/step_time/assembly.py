@@ -48,9 +48,9 @@ from models.step_time.groups import AxisGroups, axis_groups
 from models.step_time.host_gradients import host_gradient_cost
 from models.step_time.makespan import (
     crossings_per_micro_batch,
+    first_run_units,
     pipeline_makespan,
     schedule_chunks,
-    simulated_units,
     virtual_stage_durations,
 )
 from models.step_time.remote_offload import REMOTE_ACTIVATIONS, remote_offload_cost
@@ -578,6 +578,18 @@ def pipeline_inputs(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
         group_size=parallel.microbatch_group_size)
 
 
+def _staged(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+            cluster: ClusterSpec
+            ) -> tuple[int, tuple[StageLayout, ...], Fabric, AxisGroups, list[StageTime]]:
+    """(micro-batches, layouts, fabric, groups, every rank's stage times) of a
+    configuration: what the bounds below read."""
+    m = micro_batch_count(training, parallel)
+    layouts = pipeline_layout(spec, parallel)
+    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    return m, layouts, fabric, groups, stage_times(spec, training, parallel, cluster, layouts,
+                                                   m, fabric, groups)
+
+
 def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                             cluster: ClusterSpec) -> float:
     """A lower bound of the pipeline makespan, exact for uniform stages without latency.
@@ -591,17 +603,14 @@ def pipeline_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: P
     the fill (the lightest forwards of all but one stage) plus the lightest rank's work.
     Source: the closed forms of `models.pipeline.closed_forms`.
     """
-    m = micro_batch_count(training, parallel)
-    layouts = pipeline_layout(spec, parallel)
-    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
-    stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
+    m, _, fabric, groups, stages = _staged(spec, training, parallel, cluster)
     return _makespan_bound(spec, training, parallel, m, stages, groups, fabric)
 
 
 def simulation_units(training: TrainingSpec, parallel: ParallelConfig) -> int:
-    """`models.step_time.makespan.simulated_units` of this configuration's pipeline: the size
+    """`models.step_time.makespan.first_run_units` of this configuration's pipeline: the size
     of the first simulation of its shape (micro-batch x chunk x rank units)."""
-    return simulated_units(parallel.schedule, num_stages=parallel.pp,
+    return first_run_units(parallel.schedule, num_stages=parallel.pp,
                            num_micro_batches=micro_batch_count(training, parallel),
                            num_chunks=schedule_chunks(parallel),
                            group_size=parallel.microbatch_group_size)
@@ -628,10 +637,7 @@ def simulated_makespan_bound(spec: ModelSpec, training: TrainingSpec, parallel: 
     Raises:
         InvalidSpecError: as `pipeline_makespan_bound`.
     """
-    m = micro_batch_count(training, parallel)
-    layouts = pipeline_layout(spec, parallel)
-    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
-    stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
+    m, _, _, _, stages = _staged(spec, training, parallel, cluster)
     return _makespans(parallel, stages, m, 0.0, split=False)[0]
 
 
@@ -648,10 +654,7 @@ def step_time_bound(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
     Raises:
         InvalidSpecError: as `pipeline_makespan_bound`.
     """
-    m = micro_batch_count(training, parallel)
-    layouts = pipeline_layout(spec, parallel)
-    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
-    stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric, groups)
+    m, layouts, fabric, groups, stages = _staged(spec, training, parallel, cluster)
     span = _makespan_bound(spec, training, parallel, m, stages, groups, fabric)
     memo: dict[tuple[object, ...], float] = {}
     for layout, st, held in zip(layouts, stages, stage_weights(spec, parallel), strict=True):

@@ -8,8 +8,6 @@ each rank's chunks onto the simulator's virtual stages. Must not: compute op dur
 
 from functools import lru_cache
 
-import numpy as np
-
 from api_schemas.parallel import ParallelConfig, PipelineSchedule
 from models.compute import OpTimes
 from models.errors import InvalidSpecError
@@ -23,7 +21,7 @@ from models.pipeline import (
     simulate_makespan,
     validate_schedule,
 )
-from models.pipeline.simulator import CompiledProgram, op_durations
+from models.pipeline.simulator import CompiledProgram, rank_work_s
 
 EXTRAPOLATION_MIN_ROUNDS = 12
 """Above this many micro-batches per pipeline rank, the makespan is extrapolated."""
@@ -84,21 +82,14 @@ def pipeline_makespan(schedule: PipelineSchedule, *, num_stages: int, num_micro_
         if abs(first - second) <= 1e-9 * max(1.0, spans[2]):
             line = spans[2] + (m - lengths[2]) * second / (lengths[2] - lengths[1])
             longest = compiled_schedule(schedule, p, lengths[2], num_chunks, group_size)
-            if line >= _busiest_rank_work_s(longest, durations) * m / lengths[2] * (1 - 1e-9):
+            busiest = float(rank_work_s(longest, durations).max(initial=0.0))
+            if line >= busiest * m / lengths[2] * (1 - 1e-9):
                 return line
     compiled = compiled_schedule(schedule, p, m, num_chunks, group_size)
     return simulate_makespan(compiled, durations, p2p_latency_s=p2p_latency_s)
 
 
-def _busiest_rank_work_s(compiled: CompiledProgram, durations: OpDurations) -> float:
-    """The largest sum of one rank's op durations in `compiled` (work grows in proportion to
-    the micro-batches, each crossing every rank's chunks alike)."""
-    totals = np.concatenate(([0.0], np.cumsum(op_durations(compiled, durations))))
-    offsets = np.asarray(compiled.offsets)
-    return float((totals[offsets[1:]] - totals[offsets[:-1]]).max(initial=0.0))
-
-
-def simulated_units(schedule: PipelineSchedule, *, num_stages: int, num_micro_batches: int,
+def first_run_units(schedule: PipelineSchedule, *, num_stages: int, num_micro_batches: int,
                     num_chunks: int, group_size: int | None = None) -> int:
     """Micro-batch x chunk x rank units the first simulation of `pipeline_makespan` runs for
     this shape (the longest of the three extrapolation lengths where it extrapolates), or 0
@@ -155,8 +146,8 @@ __all__ = [
     "EXTRAPOLATION_MIN_ROUNDS",
     "compiled_schedule",
     "crossings_per_micro_batch",
+    "first_run_units",
     "pipeline_makespan",
     "schedule_chunks",
-    "simulated_units",
     "virtual_stage_durations",
 ]

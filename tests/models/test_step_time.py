@@ -30,6 +30,27 @@ def test_extrapolated_makespan_equals_the_full_simulation(schedule: PipelineSche
     assert fast == pytest.approx(full, rel=1e-9)
 
 
+@pytest.mark.parametrize(("schedule", "p", "v"), [
+    (S.ONE_F_ONE_B, 4, 1), (S.INTERLEAVED_1F1B, 4, 3), (S.ZB_H2, 4, 1), (S.DUALPIPE, 4, 1),
+    (S.DUALPIPEV, 4, 2), (S.ZBV, 4, 2), (S.CHIMERA, 4, 1)])
+def test_rank_work_is_the_sum_of_each_ranks_op_durations(schedule: PipelineSchedule, p: int,
+                                                         v: int) -> None:
+    from models.pipeline.simulator import op_durations, rank_work_s
+
+    rng = random.Random(3)
+    stages = {S.DUALPIPE: p, S.ZBV: 2 * p, S.DUALPIPEV: 2 * p, S.CHIMERA: p}.get(schedule,
+                                                                                p * v)
+    durations = OpDurations(forward_s=tuple(rng.uniform(0.5, 1.5) for _ in range(stages)),
+                            backward_input_s=tuple(rng.uniform(0.5, 2) for _ in range(stages)),
+                            backward_weight_s=tuple(rng.uniform(0.2, 1) for _ in range(stages)))
+    compiled = compiled_schedule(schedule, p, 4 * p, v)
+    rows = op_durations(compiled, durations)
+    offsets = compiled.offsets
+    by_rows = [float(rows[offsets[r]:offsets[r + 1]].sum()) for r in range(p)]
+    for _ in range(2):  # built, then read from the program
+        assert rank_work_s(compiled, durations).tolist() == pytest.approx(by_rows, rel=1e-12)
+
+
 def test_a_bubble_still_shrinking_at_the_sampled_lengths_is_simulated_in_full() -> None:
     # Mixtral 8x7B's ZB-V stage times on 8 ranks (TP8, two micro-batches per step of
     # 256 x 4096 tokens, 128 micro-batches): the last virtual stage, on rank 0, carries the

@@ -494,6 +494,5 @@ def test_the_plain_run_bound_spares_evaluations_and_keeps_the_optimum(
     assert with_run.best is not None and without.best is not None
     assert with_run.best.parallel == without.best.parallel
     assert with_run.best.estimate.step_time_s == without.best.estimate.step_time_s
-    print("evaluations", with_run.stats.evaluated, without.stats.evaluated)
     assert with_run.stats.evaluated < 0.8 * without.stats.evaluated, (
         with_run.stats.evaluated, without.stats.evaluated)
