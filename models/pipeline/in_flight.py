@@ -27,6 +27,7 @@ from models.pipeline.ops import OpKind, PipelineProgram
 from models.pipeline.registry import shared_program
 
 IntArray = npt.NDArray[np.int64]
+CountArray = npt.NDArray[np.int32]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,28 +154,30 @@ def profile_of(program: PipelineProgram) -> InFlightProfile:
     releases_b = (kind == OpKind.B) | (kind == OpKind.BW) | is_fb
     num_chunks = int(place.stage_chunk.max()) + 1
     offsets = program.rank_offsets
-    peaks, peaks_b, vectors, chunk_b = [], [], [], []
-    for r in range(program.num_ranks):
-        lo, hi = int(offsets[r]), int(offsets[r + 1])
-        alloc = _one_hot(f_chunk[lo:hi], has_f[lo:hi], num_chunks)
-        live = _live_at_start(alloc, _one_hot(w_chunk[lo:hi], releases_w[lo:hi], num_chunks))
-        live_b = _live_at_start(alloc, _one_hot(b_chunk[lo:hi], releases_b[lo:hi], num_chunks))
-        peaks.append(int(live.sum(axis=1).max(initial=0)))
-        peaks_b.append(int(live_b.sum(axis=1).max(initial=0)))
-        # An allocating row followed by another, with no release between, is dominated by
-        # that next row's vector (its live set plus one more), so only the last row of each
-        # run of allocations can be undominated.
-        allocating = has_f[lo:hi]
-        followed = np.append(allocating[1:], False) & ~releases_w[lo:hi]
-        vectors.append(_undominated(live[allocating & ~followed]))
-        chunk_b.append(tuple(int(x) for x in live_b.max(axis=0, initial=0)))
+    ranks = program.num_ranks
+    # Every rank at once, chunk-major (one row per chunk, so the prefix sums run along
+    # contiguous memory): live counts are prefix sums restarted at each rank's first row.
+    alloc = _one_hot(f_chunk, has_f, num_chunks)
+    live = _live_at_start(alloc, _one_hot(w_chunk, releases_w, num_chunks), offsets)
+    live_b = _live_at_start(alloc, _one_hot(b_chunk, releases_b, num_chunks), offsets)
+    peaks = _rank_max(live.sum(axis=0), offsets).tolist()
+    peaks_b = _rank_max(live_b.sum(axis=0), offsets).tolist()
+    chunk_b = [tuple(row) for row in _rank_max(live_b, offsets).T.tolist()]
+    # An allocating row followed on its rank by another, with no release between, is
+    # dominated by that next row's vector (its live set plus one more), so only the last
+    # row of each run of allocations can be undominated.
+    followed = np.append(has_f[1:], False) & ~releases_w
+    followed[offsets[1:][offsets[1:] > offsets[:-1]] - 1] = False
+    candidates = np.flatnonzero(has_f & ~followed)
+    candidate_live = live[:, candidates].T
+    cuts = np.searchsorted(candidates, offsets)
+    vectors = [_undominated(candidate_live[cuts[r]:cuts[r + 1]]) for r in range(ranks)]
     pipes = range(place.stage_rank.shape[0])
     ends = [
         tuple(sorted({int(place.stage_chunk[pipe, s]) for pipe in pipes
                       if int(place.stage_rank[pipe, s]) == r}))
         for s in (0, place.num_stages - 1) for r in range(program.num_ranks)
     ]
-    ranks = program.num_ranks
     return InFlightProfile(num_chunks=num_chunks, peak_chunks=tuple(peaks),
                            peak_until_b_chunks=tuple(peaks_b), live_vectors=tuple(vectors),
                            chunk_peaks_until_b=tuple(chunk_b),
@@ -182,22 +185,38 @@ def profile_of(program: PipelineProgram) -> InFlightProfile:
                            last_stage_chunks=tuple(ends[ranks:]))
 
 
-def _one_hot(chunk: IntArray, mask: npt.NDArray[np.bool_], num_chunks: int) -> IntArray:
-    out = np.zeros((chunk.shape[0], num_chunks), dtype=np.int64)
+def _one_hot(chunk: IntArray, mask: npt.NDArray[np.bool_], num_chunks: int) -> CountArray:
+    """[chunks, rows]: 1 where a masked row touches that chunk (32-bit counts: half the
+    memory traffic of the prefix sums over long lists)."""
+    out = np.zeros((num_chunks, chunk.shape[0]), dtype=np.int32)
     rows = np.flatnonzero(mask)
-    out[rows, chunk[rows]] = 1
+    out[chunk[rows], rows] = 1
     return out
 
 
-def _live_at_start(alloc: IntArray, release: IntArray) -> IntArray:
-    """Per-chunk live counts when each row starts: the prefix before it plus its own
-    allocation (its release happens at its end)."""
+def _live_at_start(alloc: CountArray, release: CountArray, offsets: IntArray) -> CountArray:
+    """[chunks, rows] live counts when each row starts: its rank's list prefix before it
+    plus its own allocation (its release happens at its end)."""
     net = alloc - release
-    live: IntArray = np.cumsum(net, axis=0) - net + alloc
+    prefix = np.zeros((net.shape[0], net.shape[1] + 1), dtype=np.int32)
+    np.cumsum(net, axis=1, out=prefix[:, 1:])
+    live: CountArray = prefix[:, :-1] + alloc
+    live -= np.repeat(prefix[:, offsets[:-1]], np.diff(offsets), axis=1)
     return live
 
 
-def _undominated(vectors: IntArray) -> tuple[tuple[int, ...], ...]:
+def _rank_max(values: CountArray, offsets: IntArray) -> IntArray:
+    """Per rank (the last axis), the largest of its rows' values (0 where it holds none,
+    or all are below 0)."""
+    out = np.zeros((*values.shape[:-1], offsets.shape[0] - 1), dtype=np.int64)
+    nonempty = offsets[1:] > offsets[:-1]
+    if values.shape[-1]:
+        out[..., nonempty] = np.maximum.reduceat(values, offsets[:-1][nonempty], axis=-1)
+    maxed: IntArray = np.maximum(out, 0)
+    return maxed
+
+
+def _undominated(vectors: CountArray) -> tuple[tuple[int, ...], ...]:
     """The distinct vectors no other vector dominates componentwise."""
     if vectors.shape[0] == 0:
         return ()
@@ -215,7 +234,7 @@ def _undominated(vectors: IntArray) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(int(x) for x in row) for row in unique[keep])
 
 
-def _unique_rows(vectors: IntArray) -> IntArray:
+def _unique_rows(vectors: CountArray) -> CountArray:
     """`np.unique(vectors, axis=0)` (distinct rows in lexicographic order) for non-negative
     counts, through one integer per row (the row's digits in base max + 1, the first column
     most significant, so the integers sort as the rows do) where that integer fits in 63
@@ -223,11 +242,11 @@ def _unique_rows(vectors: IntArray) -> IntArray:
     base = int(vectors.max()) + 1
     width = vectors.shape[1]
     if int(vectors.min()) < 0 or base ** width >= 2**63:
-        out: IntArray = np.unique(vectors, axis=0)
+        out: CountArray = np.unique(vectors, axis=0)
         return out
     weights = base ** np.arange(width - 1, -1, -1, dtype=np.int64)
     _, first = np.unique(vectors @ weights, return_index=True)
-    picked: IntArray = vectors[first]
+    picked: CountArray = vectors[first]
     return picked
 
 

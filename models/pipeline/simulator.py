@@ -259,7 +259,12 @@ def _event_loop(c: CompiledProgram, dur: list[float], lat_prev: list[float],
             if x > t:
                 t = x
             if t == inf:
-                blocker = next(i for i in (d_prev[u], d_next[u], d_local[u]) if ready[i] == inf)
+                # Register on the first unwritten input (a latency is finite, so one is).
+                blocker = d_prev[u]
+                if ready[blocker] != inf:
+                    blocker = d_next[u]
+                    if ready[blocker] != inf:
+                        blocker = d_local[u]
                 waiting.setdefault(blocker, []).append(r)
                 break
             if t_free > t:

@@ -8,8 +8,11 @@ and records (`ZB_H1`, `ZB_H2`, `ZBV`). Must not: check the parameters every sche
 
 from collections import deque
 
+import numpy as np
+
 from api_schemas.parallel import PipelineSchedule
 from models.pipeline.ops import (
+    IntArray,
     OpKind,
     PipelineProgram,
     ProgramBuilder,
@@ -102,49 +105,57 @@ def zbv(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
     p, m = num_stages, num_micro_batches
     builder = ProgramBuilder(v_placement(num_ranks=p, num_micro_batches=m))
     for d in range(p):
-        rows = builder.rank(d)
-        rows.extend(row for row in _zbv_rank(p=p, d=d, n=max(2 * p - 1, m)) if row[1] < m)
+        kind, micro_batch, stage = _zbv_rank(p=p, d=d, n=max(2 * p - 1, m))
+        kept = micro_batch < m
+        builder.set_rank_columns(d, kind[kept], micro_batch[kept], stage[kept])
     return builder.build(schedule=PipelineSchedule.ZBV, chunks_per_stage_unit=2)
 
 
-def _zbv_rank(*, p: int, d: int, n: int) -> list[Row]:
-    s0, s1 = d, 2 * p - 1 - d
-    count = {(_F, 0): 0, (_F, 1): 0, (_B, 0): 0, (_B, 1): 0, (_W, 0): 0, (_W, 1): 0}
-    rows: list[Row] = []
+# The six op streams of a ZB-V rank: (kind, chunk), chunk 0 on stage d, chunk 1 on 2P-1-d.
+_F0, _F1, _B0, _B1, _W0, _W1 = range(6)
+_STREAM_KIND = np.array([_F, _F, _B, _B, _W, _W], dtype=np.int64)
 
-    def emit(kind: int, chunk: int) -> None:
-        j = count[(kind, chunk)]
-        count[(kind, chunk)] = j + 1
-        rows.append((kind, j, s1 if chunk else s0, -1, -1))
 
-    for _ in range(2 * (p - d) - 1):
-        emit(_F, 0)
-    for _ in range(d):
-        emit(_F, 1)
-        emit(_F, 0)
-    for _ in range(p - d):
-        emit(_F, 1)
-        emit(_B, 1)
-        emit(_W, 1)
-    while count[(_F, 1)] < count[(_F, 0)] or count[(_F, 0)] < n:
-        if count[(_F, 0)] < n:
-            emit(_F, 0)
-        emit(_B, 0)
-        emit(_W, 0)
-        emit(_F, 1)
-        emit(_B, 1)
-        emit(_W, 1)
-    for _ in range(d):
-        emit(_B, 0)
-        emit(_B, 1)
-    for _ in range(p - d):
-        emit(_B, 0)
-        emit(_W, 0)
-    while count[(_W, 1)] < count[(_B, 1)]:
-        emit(_W, 1)
-    while count[(_W, 0)] < count[(_B, 0)]:
-        emit(_W, 0)
-    return rows
+def _zbv_rank(*, p: int, d: int, n: int) -> tuple[IntArray, IntArray, IntArray]:
+    """Rank d's order for n micro-batches as columns (kind, micro-batch, stage).
+
+    The torch order is a sequence of phases, each a short pattern of streams repeated a
+    known number of times (each op of a stream takes its next micro-batch): 2(P-d)-1
+    forwards of chunk 0; d x (F1, F0); P-d x (F1, B1, W1); the steady state
+    (F0, B0, W0, F1, B1, W1) until n chunk-0 forwards are issued, then (B0, W0, F1, B1, W1)
+    until chunk 1 has as many; d x (B0, B1); P-d x (B0, W0); the weight gradients left on
+    chunk 1, then on chunk 0."""
+    issued = [0] * 6
+    phases: list[tuple[tuple[int, ...], int]] = []
+
+    def phase(streams: tuple[int, ...], times: int) -> None:
+        times = max(times, 0)
+        phases.append((streams, times))
+        for stream in streams:
+            issued[stream] += times
+
+    phase((_F0,), 2 * (p - d) - 1)
+    phase((_F1, _F0), d)
+    phase((_F1, _B1, _W1), p - d)
+    phase((_F0, _B0, _W0, _F1, _B1, _W1), n - issued[_F0])
+    phase((_B0, _W0, _F1, _B1, _W1), issued[_F0] - issued[_F1])
+    phase((_B0, _B1), d)
+    phase((_B0, _W0), p - d)
+    phase((_W1,), issued[_B1] - issued[_W1])
+    phase((_W0,), issued[_B0] - issued[_W0])
+    streams, micro_batch = [], []
+    before = np.zeros(6, dtype=np.int64)
+    for pattern, times in phases:
+        if times == 0:
+            continue
+        ids = np.asarray(pattern, dtype=np.int64)
+        streams.append(np.tile(ids, times))
+        micro_batch.append(np.tile(before[ids], times)
+                           + np.repeat(np.arange(times, dtype=np.int64), len(pattern)))
+        before[ids] += times
+    stream = np.concatenate(streams)
+    stage = np.where(stream % 2 == 1, 2 * p - 1 - d, d)
+    return _STREAM_KIND[stream], np.concatenate(micro_batch), stage
 
 
 def _zb_h1_rule(p: int, m: int, _v: int, _n: int | None) -> None:
