@@ -37,6 +37,7 @@ from models.precision import sharded_state_bytes, state_bytes_per_param
 from models.step_time import (
     axis_groups,
     compute_context,
+    kind_layers,
     layer_parts,
     layer_parts_memo,
     zero3_exposed_s,
@@ -46,18 +47,47 @@ from solver.space import MeshCandidate
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CoreTimes:
-    """Per-micro-batch time of each layer kind for one core, fastest policy."""
+class KindTimes:
+    """One layer timing kind of the model (`models.step_time.timing_kind`: MoE or not,
+    linear or full attention, attention window) under a core, fastest policy: its first
+    layer, how many layers of the model share it, and one layer's per-micro-batch times
+    with its exposed collectives."""
 
-    dense_f: float
-    dense_b: float
-    dense_w: float
-    moe_f: float
-    moe_b: float
-    moe_w: float
+    index: int
+    count: int
+    forward_s: float
+    backward_s: float
+    weight_s: float
+    compute: LayerCompute
+    """The layer's compute (for ZeRO-3 exposure and the slowest-GPU wait)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoreTimes:
+    """Per-micro-batch time of every layer timing kind for one core, fastest policy.
+
+    Each kind is timed by its own first layer and counted by its own layers, as
+    `stage_time` times them: a model whose layers of one MoE kind differ in attention
+    (gpt-oss alternates sliding-window and full attention) is summed exactly rather than
+    as copies of one layer, which would overstate the work where that layer is the
+    costlier one and so not bound it."""
+
+    kinds: tuple[KindTimes, ...]
     head_s: float
-    layers: tuple[tuple[int, LayerCompute], ...] = ()
-    """The first layer of each kind with its compute (for ZeRO-3 exposure)."""
+    layer_f: float
+    """Forward time of every layer of the model."""
+    layer_b: float
+    """Input-gradient backward time of every layer of the model."""
+    layer_w: float
+    """Weight-gradient backward time of every layer of the model."""
+
+    @classmethod
+    def of(cls, kinds: tuple[KindTimes, ...], head_s: float) -> "CoreTimes":
+        """The core's times from its kinds (the totals count each kind's layers)."""
+        return cls(kinds=kinds, head_s=head_s,
+                   layer_f=sum(k.count * k.forward_s for k in kinds),
+                   layer_b=sum(k.count * k.backward_s for k in kinds),
+                   layer_w=sum(k.count * k.weight_s for k in kinds))
 
 
 @lru_cache(maxsize=32)
@@ -82,8 +112,8 @@ class BoundTables:
         self.training = training
         self.cluster = cluster
         self.fabric = fabric_of(cluster)
-        self.num_moe = spec.num_moe_layers
-        self.num_dense = spec.num_layers - self.num_moe
+        self.kind_layers = kind_layers(spec)
+        """Each layer timing kind's first layer and number of layers."""
         self.params = count_parameters(spec)
         self.mtp_experts = (spec.num_mtp_layers * mtp_module_params(spec).routed_experts
                             if spec.num_mtp_layers else 0)
@@ -110,22 +140,18 @@ class BoundTables:
         parallel = c.parallel()
         ctx = compute_context(tr, parallel, self.cluster)
         groups = axis_groups(parallel, gpus_per_node=self.cluster.gpus_per_node)
-        out: dict[str, float] = {}
-        layers: list[tuple[int, LayerCompute]] = []
         # The parts the stage times of candidates of this mesh read too (kept).
         memo = layer_parts_memo(spec, tr, self.cluster)
-        for kind, index in (("dense", self._first(False)), ("moe", self._first(True))):
-            if index is None:
-                out.update({f"{kind}_f": 0.0, f"{kind}_b": 0.0, f"{kind}_w": 0.0})
-                continue
+        kinds = []
+        for index, count in self.kind_layers:
             lc, comm, _, _ = layer_parts(spec, tr, parallel, self.cluster, index,
                                          fabric=self.fabric, groups=groups, memo=memo)
-            layers.append((index, lc))
-            out[f"{kind}_f"] = lc.times.forward_s + sum(comm.forward_s.values())
-            out[f"{kind}_b"] = lc.times.backward_input_s + sum(comm.backward_s.values())
-            out[f"{kind}_w"] = lc.times.backward_weight_s
-        head = head_compute(spec, ctx).total_s
-        return CoreTimes(head_s=head, layers=tuple(layers), **out)
+            kinds.append(KindTimes(
+                index=index, count=count,
+                forward_s=lc.times.forward_s + sum(comm.forward_s.values()),
+                backward_s=lc.times.backward_input_s + sum(comm.backward_s.values()),
+                weight_s=lc.times.backward_weight_s, compute=lc))
+        return CoreTimes.of(tuple(kinds), head_compute(spec, ctx).total_s)
 
     def _layer_input_bytes(self, c: MeshCandidate) -> int:
         key = (c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
@@ -137,19 +163,11 @@ class BoundTables:
             self._input_cache[key] = layer.stored_bytes(RecomputeMode.FULL)
         return self._input_cache[key]
 
-    def _first(self, moe: bool) -> int | None:
-        for i in range(self.spec.num_layers):
-            if self.spec.is_moe_layer(i) == moe:
-                return i
-        return None
-
     def time_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the pipeline makespan with the fastest policy."""
         core = self.core(c)
         m = c.num_micro_batches
-        layer_f = self.num_dense * core.dense_f + self.num_moe * core.moe_f
-        layer_b = self.num_dense * core.dense_b + self.num_moe * core.moe_b
-        layer_w = self.num_dense * core.dense_w + self.num_moe * core.moe_w
+        layer_f, layer_b, layer_w = core.layer_f, core.layer_b, core.layer_w
         avg_busy = (layer_f + layer_b + layer_w + core.head_s) / c.pp
         bound = m * avg_busy
         if c.pp > 1:
@@ -166,8 +184,7 @@ class BoundTables:
         policy's recomputation to the same mean). Added to the makespan bounds the queue
         orders by; the makespan bounds themselves stay without it."""
         core = self.core(c)
-        compute = sum((self.num_moe if self.spec.is_moe_layer(index) else self.num_dense)
-                      * lc.times.total_s for index, lc in core.layers)
+        compute = sum(k.count * k.compute.times.total_s for k in core.kinds)
         share = slowest_gpu_share(c.world_size)
         return share * c.num_micro_batches * compute / c.pp
 
@@ -185,14 +202,12 @@ class BoundTables:
             parallel = c.parallel(zero_stage=3)
             groups = axis_groups(parallel, gpus_per_node=self.cluster.gpus_per_node)
             exposed = 0.0
-            for index, lc in core.layers:
-                forward, backward = zero3_exposed_s(self.spec, index, self.training, parallel,
-                                                    groups, self.fabric, lc)
-                count = self.num_moe if self.spec.is_moe_layer(index) else self.num_dense
-                exposed += count * (forward + backward)
+            for k in core.kinds:
+                forward, backward = zero3_exposed_s(self.spec, k.index, self.training, parallel,
+                                                    groups, self.fabric, k.compute)
+                exposed += k.count * (forward + backward)
             self._zero3_cache[key] = exposed
-        work = (self.num_dense * (core.dense_f + core.dense_b + core.dense_w)
-                + self.num_moe * (core.moe_f + core.moe_b + core.moe_w) + core.head_s)
+        work = core.layer_f + core.layer_b + core.layer_w + core.head_s
         return c.num_micro_batches * (work + exposed) / c.pp
 
     def memory_bound_bytes(self, c: MeshCandidate, *, max_zero: int, max_offload: float) -> int:

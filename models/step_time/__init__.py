@@ -34,11 +34,14 @@ from models.step_time.groups import AxisGroup, AxisGroups, axis_groups
 from models.step_time.makespan import compiled_schedule, pipeline_makespan
 from models.step_time.stage import (
     StageTime,
+    TimingKind,
     clear_step_time_cache,
     compute_context,
+    kind_layers,
     layer_parts,
     layer_parts_memo,
     stage_time,
+    timing_kind,
 )
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "PipelineInputs",
     "StageTime",
     "StepEstimate",
+    "TimingKind",
     "WorkTable",
     "axis_groups",
     "clear_step_time_cache",
@@ -56,6 +60,7 @@ __all__ = [
     "compute_context",
     "estimate_step",
     "expert_all_to_all_s",
+    "kind_layers",
     "layer_comm",
     "layer_parts",
     "layer_parts_memo",
@@ -69,6 +74,7 @@ __all__ = [
     "stage_time",
     "step_time_bound",
     "step_time_floors_s",
+    "timing_kind",
     "work_table",
     "zero3_exposed_s",
 ]

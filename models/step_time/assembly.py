@@ -10,6 +10,7 @@ memory, or define traffic.
 """
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from models.compute import LayerCompute, OpTimes, layer_compute
 from models.flops import StepFlops, step_flops
 from models.kernels import memory_bound_time_s
 from models.layout import StageLayout, pipeline_layout
-from models.memory import layer_mix, memory_ledger, micro_batch_count, rank_parameters
+from models.memory import memory_ledger, micro_batch_count, rank_parameters
 from models.mesh import AxisPlacement, GroupKind
 from models.mesh.layout import expert_data_parallel_size
 from models.muon import newton_schulz_time_s, rank_matrices
@@ -56,11 +57,14 @@ from models.step_time.makespan import (
 from models.step_time.remote_offload import REMOTE_ACTIVATIONS, remote_offload_cost
 from models.step_time.stage import (
     StageTime,
+    TimingKind,
+    chunk_timing_kinds,
     compute_context,
     layer_mode,
     layer_parts,
     layer_parts_memo,
     stage_times,
+    timing_kind,
     window_caps_s,
 )
 from models.step_time.variability import slowest_gpu_share
@@ -716,11 +720,9 @@ def step_time_floors_s(spec: ModelSpec, training: TrainingSpec, parallel: Parall
     busy = [rank_work_s(parallel, st, m) for st in stages]
     busy3 = busy
     if 3 in makespan_bounds_s:
-        gathers = _zero3_layer_s(spec, training, parallel.model_copy(update={"zero_stage": 3}),
-                                 cluster, fabric, groups)
-        busy3 = [work + crossings * sum(gathers[moe] * count
-                                        for moe, count in _kind_counts(spec, layout).items()
-                                        if count)
+        sharded = parallel.model_copy(update={"zero_stage": 3})
+        busy3 = [work + crossings * _zero3_layers_s(spec, training, sharded, cluster, fabric,
+                                                    groups, layout)
                  for work, layout in zip(busy, layouts, strict=True)]
     windows: dict[int, tuple[float, float, float]] = {}
     floors: dict[int, float] = {}
@@ -754,15 +756,22 @@ def step_time_floors_s(spec: ModelSpec, training: TrainingSpec, parallel: Parall
 class WorkTable:
     """What `policy_work_bound_s` needs of one mesh and ZeRO stage without a policy, kept to
     bound many policies of it: each rank's work, the micro-batch crossings, each rank's
-    running count of MoE layers by position, and each layer kind's recomputation times."""
+    running count of each layer timing kind by position, and each kind's recomputation
+    times. Kinds are `models.step_time.stage.timing_kind` (MoE or not, linear or full
+    attention, attention window), as `stage_time` times them: a sliding-window layer
+    recomputes less than a full-attention one of the same MoE kind, so counting a rank's
+    layers as copies of one of them would not bound the rank whose first layer is the
+    costlier."""
 
     busy_s: tuple[float, ...]
     crossings: float
-    moe_prefix: tuple[tuple[int, ...], ...]
-    """Per rank: entry j is the number of MoE layers among its first j layers."""
-    full_s: dict[bool, float]
-    """Per layer kind (MoE or not): full recomputation, the forward and its collectives."""
-    layers: dict[bool, LayerCompute]
+    kind_prefix: tuple[tuple[tuple[int, ...], ...], ...]
+    """Per rank and kind (in the order of `layers`): entry j is the number of the rank's
+    first j layers of that kind."""
+    full_s: tuple[float, ...]
+    """Per kind: full recomputation of one layer, the forward and its collectives."""
+    layers: tuple[LayerCompute, ...]
+    """Per kind: one layer's compute (its selective recomputation by module)."""
     wait_s: float
     """The wait for the slowest GPU without a policy (`_slowest_gpu_wait_s` without
     recomputation): every policy's step carries at least this beside its makespan."""
@@ -772,48 +781,46 @@ class WorkTable:
         best = 0.0
         uniform = parallel.stage_policies is None
         policy = parallel.policy_of(0)
-        # A rank's added recomputation reads only its policy, its size and its MoE counts.
+        # A rank's added recomputation reads only its policy, its size and its kind counts
+        # overall and among its first k layers.
         added_of: dict[tuple[object, ...], float] = {}
-        for rank, (busy, prefix) in enumerate(zip(self.busy_s, self.moe_prefix, strict=True)):
+        for rank, (busy, prefixes) in enumerate(zip(self.busy_s, self.kind_prefix,
+                                                    strict=True)):
             if not uniform:
                 policy = parallel.policy_of(rank)
             recompute = policy.recompute
-            size = len(prefix) - 1
+            size = len(prefixes[0]) - 1
             k = min(size, recompute.full_layers) if isinstance(recompute, FullLayers) else 0
-            key = (policy if not uniform else None, size, prefix[-1], prefix[k])
+            counts = tuple(prefix[-1] for prefix in prefixes)
+            head = tuple(prefix[k] for prefix in prefixes)
+            key = (policy if not uniform else None, counts, head)
             added = added_of.get(key)
             if added is None:
-                added = added_of[key] = self._added_s(policy, prefix, more_full_layers)
+                added = added_of[key] = self._added_s(policy, counts, head, more_full_layers)
             best = max(best, busy + self.crossings * added)
         return best
 
-    def _added_s(self, policy: StagePolicy, prefix: tuple[int, ...],
+    def _added_s(self, policy: StagePolicy, counts: tuple[int, ...], head: tuple[int, ...],
                  more_full_layers: bool) -> float:
-        """The recomputation `policy` adds to one micro-batch of a rank whose running MoE
-        count is `prefix`."""
-        size = len(prefix) - 1
-        counts = {True: prefix[-1], False: size - prefix[-1]}
+        """The recomputation `policy` adds to one micro-batch of a rank holding `counts`
+        layers of each kind, `head` of them among its first k (k: the policy's fully
+        recomputed first layers)."""
         recompute = policy.recompute
         if isinstance(recompute, FullLayers):
-            selective = {kind: lc.recompute_s(policy.recompute_modules)
-                         for kind, lc in self.layers.items()}
-            k = min(size, recompute.full_layers)
-            head = {True: prefix[k], False: k - prefix[k]}
-            others = (selective if recompute.others == RecomputeMode.SELECTIVE.value
-                      else dict.fromkeys(self.layers, 0.0))
             added = 0.0
-            for kind in self.layers:
-                rest = others[kind]
+            for count, first, full, layer in zip(counts, head, self.full_s, self.layers,
+                                                 strict=True):
+                rest = (layer.recompute_s(policy.recompute_modules)
+                        if recompute.others == RecomputeMode.SELECTIVE.value else 0.0)
                 if more_full_layers:
-                    rest = min(rest, self.full_s[kind])
-                added += (head[kind] * self.full_s[kind]
-                          + (counts[kind] - head[kind]) * rest)
+                    rest = min(rest, full)
+                added += first * full + (count - first) * rest
             return added
         if recompute == RecomputeMode.FULL:
-            return sum(counts[kind] * self.full_s[kind] for kind in self.layers)
+            return sum(count * full for count, full in zip(counts, self.full_s, strict=True))
         if recompute == RecomputeMode.SELECTIVE:
-            return sum(counts[kind] * layer.recompute_s(policy.recompute_modules)
-                       for kind, layer in self.layers.items())
+            return sum(count * layer.recompute_s(policy.recompute_modules)
+                       for count, layer in zip(counts, self.layers, strict=True))
         return 0.0
 
 
@@ -832,23 +839,29 @@ def work_table(spec: ModelSpec, training: TrainingSpec, plain: ParallelConfig,
     fabric, groups = fabric_of(cluster), axis_groups(plain, gpus_per_node=cluster.gpus_per_node)
     stages = stage_times(spec, training, plain, cluster, layouts, m, fabric, groups)
     memo = layer_parts_memo(spec, training, cluster)
-    layers: dict[bool, LayerCompute] = {}
-    full: dict[bool, float] = {}
-    prefixes = []
+    position: dict[TimingKind, int] = {}
+    layers: list[LayerCompute] = []
+    full: list[float] = []
+    sequences = []
     for layout in layouts:
-        prefix = [0]
+        sequence = []
         for index in layout.layers:
-            moe = spec.is_moe_layer(index)
-            prefix.append(prefix[-1] + moe)
-            if moe not in layers:
+            kind = timing_kind(spec, index)
+            if kind not in position:
+                position[kind] = len(layers)
                 lc, comm, _, _ = layer_parts(spec, training, plain, cluster, index,
                                              fabric=fabric, groups=groups, memo=memo)
-                layers[moe] = lc
-                full[moe] = lc.recompute_full_s + sum(comm.recompute_s.values())
-        prefixes.append(tuple(prefix))
+                layers.append(lc)
+                full.append(lc.recompute_full_s + sum(comm.recompute_s.values()))
+            sequence.append(position[kind])
+        sequences.append(sequence)
+    prefixes = tuple(
+        tuple(tuple(itertools.accumulate((int(x == kind) for x in sequence), initial=0))
+              for kind in range(len(layers)))
+        for sequence in sequences)
     return WorkTable(busy_s=tuple(rank_work_s(plain, st, m) for st in stages),
                      crossings=m * crossings_per_micro_batch(plain),
-                     moe_prefix=tuple(prefixes), full_s=full, layers=layers,
+                     kind_prefix=prefixes, full_s=tuple(full), layers=tuple(layers),
                      wait_s=_slowest_gpu_wait_s(plain, stages, m, recompute=False))
 
 
@@ -874,29 +887,28 @@ def policy_work_bound_s(spec: ModelSpec, training: TrainingSpec, parallel: Paral
         parallel, more_full_layers=more_full_layers)
 
 
-def _kind_counts(spec: ModelSpec, layout: StageLayout) -> dict[bool, int]:
-    """Layers of each kind (MoE or not) a rank holds (`models.memory.layer_mix`)."""
-    layers = layout.layers
-    if spec.moe is None:
-        return {False: len(layers)}
-    num_dense, num_moe = layer_mix(spec, layers)[:2]
-    return {False: num_dense, True: num_moe}
-
-
-def _zero3_layer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                   cluster: ClusterSpec, fabric: Fabric, groups: AxisGroups) -> dict[bool, float]:
-    """Per layer kind (MoE or not), the exposed ZeRO-3 gathers and reduce-scatters one layer
-    adds to its forward and backward per micro-batch (`zero3_exposed_s`, as `stage_time`
-    adds them)."""
+def _zero3_layers_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                    cluster: ClusterSpec, fabric: Fabric, groups: AxisGroups,
+                    layout: StageLayout) -> float:
+    """The exposed ZeRO-3 gathers and reduce-scatters a rank's layers add to its forward and
+    backward per micro-batch (`zero3_exposed_s` of each layer, as `stage_time` adds them),
+    computed once per layer timing kind (`timing_kind`). The exposure is what a layer's
+    compute does not hide, so it is larger for a cheaper layer (a sliding-window one) than
+    for a costlier one of the same MoE kind: one layer per MoE kind would overstate it on
+    the others."""
     ctx = compute_context(training, parallel, cluster)
-    out = {}
-    for moe in (False, True):
-        index = next((i for i in range(spec.num_layers) if spec.is_moe_layer(i) == moe), None)
-        if index is None:
-            continue
-        lc = layer_compute(spec, index, ctx)
-        out[moe] = sum(zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc))
-    return out
+    exposed: dict[TimingKind, float] = {}
+    total = 0.0
+    for chunk, kinds in zip(layout.chunks, chunk_timing_kinds(spec, layout.chunks),
+                            strict=True):
+        for index, kind in zip(chunk, kinds, strict=True):
+            per_layer = exposed.get(kind)
+            if per_layer is None:
+                lc = layer_compute(spec, index, ctx)
+                per_layer = exposed[kind] = sum(zero3_exposed_s(spec, index, training,
+                                                                parallel, groups, fabric, lc))
+            total += per_layer
+    return total
 
 
 def _least_span(items: tuple[TrafficItem, ...], overlap: bool, m: int, makespan: float,

@@ -148,6 +148,36 @@ layer split and the schedule's shape (the parts are computed per layer and micro
 without a policy); of the schedule, only whether it hides expert all-to-alls
 (`ep_overlapped`)."""
 
+TimingKind = tuple[bool, bool, int | None]
+"""What sets a layer's times apart from another's of the same model (`timing_kind`)."""
+
+
+def timing_kind(spec: ModelSpec, index: int) -> TimingKind:
+    """Layer `index`'s MoE-ness, linear or full attention, and attention window: two layers
+    of a model that agree on these take the same compute, collectives and ZeRO-3 traffic
+    under one configuration (their weights and attention cost are alike), so `stage_time`
+    times each such kind once per rank, `layer_parts` keys its memo on it, and ranks whose
+    chunks hold the same sequence of kinds share their stage times. MoE-ness alone is not
+    enough: gpt-oss and Gemma 2 alternate sliding-window and full attention, Kimi Linear
+    interleaves linear and full attention, within one MoE kind."""
+    return (spec.is_moe_layer(index), spec.is_linear_attention_layer(index),
+            spec.attention_window(index))
+
+
+@lru_cache(maxsize=256)
+def kind_layers(spec: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """Each timing kind of the model's layers (`timing_kind`) as (its first layer, how many
+    layers share it), in the order of first appearance: what a bound that times one layer
+    per kind multiplies it by."""
+    first: dict[TimingKind, int] = {}
+    count: dict[TimingKind, int] = {}
+    for index in range(spec.num_layers):
+        kind = timing_kind(spec, index)
+        first.setdefault(kind, index)
+        count[kind] = count.get(kind, 0) + 1
+    return tuple((first[kind], count[kind]) for kind in first)
+
+
 _LAYER_PARTS: dict[tuple[object, ...], dict[tuple[object, ...], _LayerParts]] = {}
 _LAYER_PARTS_SIZE = 64
 """(model, recipe, cluster) triples whose layer parts are kept."""
@@ -179,9 +209,7 @@ def layer_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     configuration's other fields, the inputs they are functions of."""
     key: tuple[object, ...] | None = None
     if memo is not None:
-        key = (spec.is_moe_layer(index), spec.is_linear_attention_layer(index),
-               spec.attention_window(index),
-               ep_overlapped(parallel, training),
+        key = (timing_kind(spec, index), ep_overlapped(parallel, training),
                *(getattr(parallel, name) for name in _MESH_FIELDS))
         found = memo.get(key)
         if found is not None:
@@ -214,18 +242,20 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     forward collectives (booked under their axis, once per repetition)."""
     ctx = compute_context(training, parallel, cluster)
     policy = parallel.policy_of(layout.rank)
-    cache: dict[bool, tuple[LayerCompute, LayerComm, tuple[float, float],
-                            tuple[float, float]]] = {}
-    terms: dict[tuple[bool, RecomputeMode], _LayerTerms] = {}
+    # Layers of one timing kind (MoE or not, linear or full attention, attention window)
+    # take the same time: each kind is timed once, by the first layer of it the rank holds.
+    cache: dict[TimingKind, tuple[LayerCompute, LayerComm, tuple[float, float],
+                                  tuple[float, float]]] = {}
+    terms: dict[tuple[TimingKind, RecomputeMode], _LayerTerms] = {}
     chunk_times: list[OpTimes] = []
     compute_total = recompute_total = cast_total = copy_total = 0.0
     exposed: dict[str, float] = {}
     position = 0
     for chunk_index, chunk in enumerate(layout.chunks):
-        counts: dict[tuple[bool, RecomputeMode], int] = {}
-        first: dict[bool, int] = {}
+        counts: dict[tuple[TimingKind, RecomputeMode], int] = {}
+        first: dict[TimingKind, int] = {}
         for index in chunk:
-            kind = spec.is_moe_layer(index)
+            kind = timing_kind(spec, index)
             first.setdefault(kind, index)
             mode = _mode(policy.recompute, position)
             position += 1
@@ -317,7 +347,7 @@ def window_caps_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                   cluster: ClusterSpec, layout: StageLayout, plain: StageTime, *,
                   fabric: Fabric, groups: AxisGroups,
                   max_offload: float = 1.0,
-                  layer_caps: dict[bool, tuple[float, float, int]] | None = None
+                  layer_caps: dict[TimingKind, tuple[float, float, int]] | None = None
                   ) -> tuple[float, float, float]:
     """Upper bounds of one rank's per-micro-batch forward time, backward (input and weight)
     time without the offload stall, and offload stall, summed over its chunks, under any
@@ -340,7 +370,7 @@ def window_caps_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     for chunk in layout.chunks:
         chunk_bytes = 0
         for index in chunk:
-            kind = spec.is_moe_layer(index)
+            kind = timing_kind(spec, index)
             if kind not in extra:
                 lc, comm, _, _ = layer_parts(spec, training, parallel, cluster, index,
                                              fabric=fabric, groups=groups,
@@ -395,28 +425,15 @@ def _offload_stall(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCo
 def stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> tuple[object, ...]:
     """Stages with the same layer kinds per chunk, extras and policy take the same time
     (offload stalls depend on the rank's in-flight count, so they keep the rank)."""
-    kinds = tuple(tuple(spec.is_moe_layer(i) for i in chunk) for chunk in layout.chunks)
-    return _stage_key(kinds, parallel, layout)
-
-
-def _timing_kind(spec: ModelSpec, index: int) -> tuple[bool, bool, int | None]:
-    """What sets layer `index`'s times apart from another's of the same model (MoE or not,
-    linear or full attention, attention window; `layer_parts` keys its memo on the same):
-    ranks whose chunks hold the same sequence of these share their stage times. MoE-ness
-    alone is not enough: `stage_time` times each MoE kind by its first layer in the chunk,
-    so two chunks with the same MoE pattern but differently placed sliding-window or linear
-    attention layers (gpt-oss, Gemma 2, Kimi Linear) are timed differently, and sharing
-    would give a rank another's times, depending on which rank was timed first."""
-    return (spec.is_moe_layer(index), spec.is_linear_attention_layer(index),
-            spec.attention_window(index))
+    return _stage_key(chunk_timing_kinds(spec, layout.chunks), parallel, layout)
 
 
 @lru_cache(maxsize=16384)
-def _chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
-                        ) -> tuple[tuple[tuple[bool, bool, int | None], ...], ...]:
-    """`_timing_kind` of every layer of each chunk (shared by the configurations that place
+def chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
+                        ) -> tuple[tuple[TimingKind, ...], ...]:
+    """`timing_kind` of every layer of each chunk (shared by the configurations that place
     the same layers on a rank)."""
-    return tuple(tuple(_timing_kind(spec, i) for i in chunk) for chunk in chunks)
+    return tuple(tuple(timing_kind(spec, i) for i in chunk) for chunk in chunks)
 
 
 def _stage_key(kinds: tuple[tuple[object, ...], ...], parallel: ParallelConfig,
@@ -431,7 +448,7 @@ class _Bucket:
     """The memoised stages of one (model, recipe, cluster, configuration, micro-batches)."""
 
     kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[object, ...], ...]]
-    """Layer timing kinds (`_timing_kind`) of each chunk tuple (the model is fixed in a
+    """Layer timing kinds (`timing_kind`) of each chunk tuple (the model is fixed in a
     bucket)."""
     stages: dict[tuple[object, ...], StageTime]
     """By `stage_key`, with the rank's own stage number: per (key, rank)."""
@@ -470,7 +487,7 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     for layout in layouts:
         kinds = bucket.kinds.get(layout.chunks)
         if kinds is None:
-            kinds = bucket.kinds[layout.chunks] = _chunk_timing_kinds(spec, layout.chunks)
+            kinds = bucket.kinds[layout.chunks] = chunk_timing_kinds(spec, layout.chunks)
         key = _stage_key(kinds, parallel, layout)
         found = bucket.stages.get((key, layout.rank))
         if found is None:
@@ -490,4 +507,4 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
 
 __all__ = ["StageTime", "clear_step_time_cache", "compute_context", "fp8_cast_s", "layer_mode",
            "layer_parts", "layer_parts_memo", "stage_key", "stage_time", "stage_times",
-           "window_caps_s"]
+           "TimingKind", "chunk_timing_kinds", "kind_layers", "timing_kind", "window_caps_s"]

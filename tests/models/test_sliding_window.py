@@ -128,3 +128,34 @@ def test_ranks_with_differently_placed_sliding_layers_keep_their_own_stage_times
                         fabric=fabric, groups=groups) for layout in layouts]
     assert [st.chunk_times for st in shared] == [st.chunk_times for st in alone]
     assert shared[1].chunk_times != shared[2].chunk_times
+
+
+def test_a_chunk_takes_each_layers_own_time_whichever_attention_kind_comes_first() -> None:
+    # Two middle ranks of gpt-oss holding two sliding-window and two full-attention layers
+    # each, one starting on a sliding layer and one on a full one, take the same time, and
+    # that time is the sum of the layers' times alone: a rank is not timed as copies of its
+    # first layer (at 32k tokens a full-attention layer costs several window layers).
+    from api_schemas import ParallelConfig, TrainingSpec
+    from models.layout import StageLayout
+    from models.step_time import axis_groups, stage_time
+    from models.step_time.assembly import fabric_of
+
+    spec = model_preset("gpt-oss-20b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    training = TrainingSpec(global_batch_size=64, sequence_length=32768)
+    parallel = ParallelConfig(tp=1, pp=4, dp=8, ep=8, micro_batch_size=1)
+    fabric, groups = fabric_of(cluster), axis_groups(parallel, gpus_per_node=8)
+
+    def chunk_time(*layers: int) -> tuple[float, float, float]:
+        layout = StageLayout(rank=1, chunks=(layers,), num_embeddings=0, num_heads=0,
+                             num_mtp_modules=0)
+        times = stage_time(spec, training, parallel, cluster, layout, num_micro_batches=8,
+                           fabric=fabric, groups=groups).chunk_times[0]
+        return times.forward_s, times.backward_input_s, times.backward_weight_s
+
+    sliding_first, full_first = chunk_time(2, 3, 4, 5), chunk_time(3, 4, 5, 6)
+    assert sliding_first == pytest.approx(full_first, rel=1e-12)
+    alone = [chunk_time(i) for i in (2, 3, 4, 5)]
+    assert sliding_first == pytest.approx(tuple(map(sum, zip(*alone, strict=True))), rel=1e-12)
+    # The kinds do differ: a full-attention layer's forward is well above a window one's.
+    assert chunk_time(3)[0] > 1.5 * chunk_time(2)[0]

@@ -496,3 +496,61 @@ def test_the_plain_run_bound_spares_evaluations_and_keeps_the_optimum(
     assert with_run.best.estimate.step_time_s == without.best.estimate.step_time_s
     assert with_run.stats.evaluated < 0.8 * without.stats.evaluated, (
         with_run.stats.evaluated, without.stats.evaluated)
+
+
+@pytest.mark.parametrize("seq", [32768, 2048])
+def test_every_bound_holds_where_ranks_start_on_a_full_attention_layer(seq: int) -> None:
+    """gpt-oss alternates 128-token windows and full attention within one MoE kind. At 32k
+    tokens the full layers cost several window layers, so a bound that timed a rank's
+    layers as copies of its first layer of a kind would exceed the step on ranks whose
+    first layer is a full one; at 2k the ZeRO-3 gathers are only partly hidden, and a
+    window layer hides less of them than a full one. Each bound sums layer timing kinds
+    as `stage_time` does."""
+    from models.layout import pipeline_layout
+    from models.step_time import (
+        estimate_step,
+        pipeline_makespan_bound,
+        step_time_floors_s,
+        work_table,
+    )
+    from solver.candidate_eval import broad_selective_modules, plain_run_makespan
+
+    spec = model_preset("gpt-oss-20b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    training = TrainingSpec(global_batch_size=64, sequence_length=seq)
+    tables = BoundTables(spec, training, cluster)
+    modules = broad_selective_modules(spec)
+    candidates = [
+        c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
+                                    gpus_per_node=8, constraints=Constraints(framework="any"))
+        if c.pp > 1 and any(chunk[0] % 2 == 1 for layout in pipeline_layout(spec, c.parallel())
+                            for chunk in layout.chunks)]
+    policies: list[dict[str, object]] = [
+        {}, {"recompute": "selective", "recompute_modules": modules},
+        {"recompute": {"full_layers": 1, "others": "selective"}, "recompute_modules": modules},
+        {"recompute": "full", "recompute_modules": modules}]
+    checked = 0
+    for c in random.Random(17).sample(candidates, min(14, len(candidates))):
+        spans = {zero: pipeline_makespan_bound(spec, training, c.parallel(zero_stage=zero),
+                                               cluster) for zero in (0, 3)}
+        floors = step_time_floors_s(spec, training, c.parallel(), cluster,
+                                    makespan_bounds_s={0: spans[0], 1: spans[0], 3: spans[3]})
+        runs = {zero: plain_run_makespan(spec, training, cluster, c, zero_stage=zero)
+                for zero in (0, 3)}
+        for zero in (1, 3):
+            table = work_table(spec, training, c.parallel(zero_stage=0 if zero < 3 else 3),
+                               cluster)
+            for policy in policies:
+                parallel = c.parallel(zero_stage=zero, **policy)
+                estimate = estimate_step(spec, training, parallel, cluster)
+                step, span = estimate.step_time_s, estimate.pipeline_makespan_s
+                assert tables.time_bound_s(c) <= span * (1 + 1e-9), (c.key, zero, policy)
+                assert spans[0 if zero < 3 else 3] <= span * (1 + 1e-9), (c.key, zero, policy)
+                assert runs[0] <= span * (1 + 1e-9), (c.key, zero, policy)
+                assert floors[zero] <= step * (1 + 1e-9), (c.key, zero, policy)
+                assert table.bound_s(parallel) <= span * (1 + 1e-9), (c.key, zero, policy)
+                if zero == 3:
+                    assert runs[3] <= span * (1 + 1e-9), (c.key, policy)
+                    assert tables.zero3_time_bound_s(c) <= span * (1 + 1e-9), (c.key, policy)
+                checked += 1
+    assert checked >= 40, checked

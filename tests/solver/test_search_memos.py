@@ -96,28 +96,26 @@ def _check_stage_times(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
 
 
 def _reference_bound(table: WorkTable, parallel: ParallelConfig, more: bool) -> float:
-    """`WorkTable.bound_s` spelt out rank by rank, each rank's policy on its own."""
+    """`WorkTable.bound_s` spelt out rank by rank and layer kind by layer kind, each rank's
+    policy on its own."""
     best = 0.0
-    for rank, (busy, prefix) in enumerate(zip(table.busy_s, table.moe_prefix, strict=True)):
+    for rank, (busy, prefixes) in enumerate(zip(table.busy_s, table.kind_prefix, strict=True)):
         policy = parallel.policy_of(rank)
-        size = len(prefix) - 1
-        counts = {True: prefix[-1], False: size - prefix[-1]}
-        layers, full = table.layers, table.full_s
-        selective = {kind: lc.recompute_s(policy.recompute_modules)
-                     for kind, lc in layers.items()}
+        size = len(prefixes[0]) - 1
         added = 0.0
-        if isinstance(policy.recompute, FullLayers):
-            k = min(size, policy.recompute.full_layers)
-            head = {True: prefix[k], False: k - prefix[k]}
-            for kind in layers:
-                rest = selective[kind] if policy.recompute.others == "selective" else 0.0
+        for prefix, full, layer in zip(prefixes, table.full_s, table.layers, strict=True):
+            count = prefix[-1]
+            selective = layer.recompute_s(policy.recompute_modules)
+            if isinstance(policy.recompute, FullLayers):
+                head = prefix[min(size, policy.recompute.full_layers)]
+                rest = selective if policy.recompute.others == "selective" else 0.0
                 if more:
-                    rest = min(rest, full[kind])
-                added += head[kind] * full[kind] + (counts[kind] - head[kind]) * rest
-        elif policy.recompute == RecomputeMode.FULL:
-            added = sum(counts[kind] * full[kind] for kind in layers)
-        elif policy.recompute == RecomputeMode.SELECTIVE:
-            added = sum(counts[kind] * selective[kind] for kind in layers)
+                    rest = min(rest, full)
+                added += head * full + (count - head) * rest
+            elif policy.recompute == RecomputeMode.FULL:
+                added += count * full
+            elif policy.recompute == RecomputeMode.SELECTIVE:
+                added += count * selective
         best = max(best, busy + table.crossings * added)
     return best
 
