@@ -276,26 +276,40 @@ def _family_layout(reader: _Reader, model_type: str, common: dict[str, Any]) -> 
     _sliding_window_layers(reader, model_type, common)
 
 
+GEMMA_WINDOW_EVERY = {"gemma2": 2, "gemma3_text": 6}
+"""Gemma's default window pattern: every N-th layer (1-based) attends globally, the others
+through the sliding window (transformers `modeling_gemma2.py` Gemma2Attention: layer i is
+windowed when i is even; `configuration_gemma3.py` `sliding_window_pattern` default 6 and
+`modeling_gemma3.py`: layer i is windowed when (i + 1) % 6 != 0). Gemma 2 tech report
+arXiv:2408.00118 Sec. 2 (local and global attention in every other layer); Gemma 3 tech
+report arXiv:2503.19786 Sec. 2 (5 local layers for every global one, a local layer first)."""
+
+
 def _sliding_window_layers(reader: _Reader, model_type: str, common: dict[str, Any]) -> None:
     """The window and its layers from `sliding_window` and the per-layer `layer_types`
     ('sliding_attention' / 'full_attention', transformers' `layer_types` config field, which
-    GPT-OSS's config lists). Without `layer_types` the window is not read: Qwen2 and Mistral
-    configs carry a `sliding_window` that `use_sliding_window` or the checkpoint leaves off,
-    and Gemma 2/3 derive their pattern in modelling code."""
+    GPT-OSS's config lists), or, for Gemma 2 and 3 configs without `layer_types`, from the
+    pattern their modelling code derives (`GEMMA_WINDOW_EVERY`, Gemma 3's
+    `sliding_window_pattern` where given). Otherwise the window is not read: Qwen2 and
+    Mistral configs carry a `sliding_window` that `use_sliding_window` or the checkpoint
+    leaves off."""
     window = reader.get("sliding_window")
     layer_types = reader.get("layer_types")
+    num_layers = common.get("num_layers")
+    sliding: tuple[int, ...] = ()
+    source = "'layer_types'"
     if window and isinstance(layer_types, list):
         sliding = tuple(i for i, kind in enumerate(layer_types) if kind == "sliding_attention")
-        if sliding:
-            common["sliding_window"] = int(window)
-            common["sliding_window_layers"] = sliding
-            reader.notes.append(f"{model_type}: {len(sliding)} of {len(layer_types)} layers "
-                                f"attend through a sliding window of {int(window)} keys "
-                                "('layer_types')")
-            return
-    if model_type in ("gemma2", "gemma3_text") and window:
-        reader.notes.append(f"{model_type}: sliding-window layers "
-                            f"(window {window}) counted like global ones")
+        num_layers = len(layer_types)
+    elif window and model_type in GEMMA_WINDOW_EVERY and isinstance(num_layers, int):
+        every = int(reader.get("sliding_window_pattern", default=GEMMA_WINDOW_EVERY[model_type]))
+        sliding = tuple(i for i in range(num_layers) if (i + 1) % every != 0)
+        source = f"the {model_type} modelling code's pattern: one layer in {every} global"
+    if sliding:
+        common["sliding_window"] = int(window)
+        common["sliding_window_layers"] = sliding
+        reader.notes.append(f"{model_type}: {len(sliding)} of {num_layers} layers attend "
+                            f"through a sliding window of {int(window)} keys ({source})")
 
 
 def _dense_ffn_width(reader: _Reader, model_type: str) -> Any:
