@@ -626,42 +626,15 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext,
 
 def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> LayerCompute:
     """F, B, W compute time of one layer for one micro-batch on one rank, and what each
-    recomputation would add to its backward (layers of one kind, MoE or dense and with the
-    same attention window, are alike: cached).
+    recomputation would add to its backward (layers of one timing kind, MoE or dense, with
+    the same attention window, linear or softmax attention, are alike: cached).
 
-    In a hybrid model (linear-attention layers beside full-attention ones) the step-time
-    and memory machinery groups layers by MoE kind only, and takes one layer per kind as
-    its representative, so the time returned for a kind is the mix of its layers: the
-    linear-attention times weighted by the share of that kind's layers that use linear
-    attention (`ModelSpec.linear_attention_share`), the full-attention times by the rest.
-    Assumes: a stage holds its kind's model-wide mix (exact over the whole model; off by at
-    most the difference of one layer's token mixer on a stage that does not)."""
-    moe = spec.is_moe_layer(layer_index)
-    window = spec.attention_window(layer_index)
-    share = spec.linear_attention_share(moe)
-    if share <= 0.0:
-        return _layer_compute(spec, moe, ctx, window)
-    linear = _layer_compute(spec, moe, ctx, window, linear=True)
-    if share >= 1.0:
-        return linear
-    return _blend(_layer_compute(spec, moe, ctx, window), linear, share)
-
-
-def _blend(full: LayerCompute, linear: LayerCompute, share: float) -> LayerCompute:
-    """`share` of `linear` plus the rest of `full`, term by term."""
-    def mix(a: float, b: float) -> float:
-        return (1.0 - share) * a + share * b
-    modules = {key: mix(full.recompute_module_s.get(key, 0.0),
-                        linear.recompute_module_s.get(key, 0.0))
-               for key in dict.fromkeys([*full.recompute_module_s, *linear.recompute_module_s])}
-    times = OpTimes(forward_s=mix(full.times.forward_s, linear.times.forward_s),
-                    backward_input_s=mix(full.times.backward_input_s,
-                                         linear.times.backward_input_s),
-                    backward_weight_s=mix(full.times.backward_weight_s,
-                                          linear.times.backward_weight_s))
-    return LayerCompute(times=times,
-                        recompute_full_s=mix(full.recompute_full_s, linear.recompute_full_s),
-                        recompute_module_s=modules)
+    In a hybrid model (linear-attention layers beside full-attention ones) each layer is
+    timed with its own token mixer: the step-time machinery times each kind of layer a
+    rank holds on its own (`models.step_time.stage.timing_kind`)."""
+    return _layer_compute(spec, spec.is_moe_layer(layer_index), ctx,
+                          spec.attention_window(layer_index),
+                          linear=spec.is_linear_attention_layer(layer_index))
 
 
 def linear_attention_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:

@@ -128,9 +128,10 @@ def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     """Every TP, CP and expert call of one layer pass (`models.traffic.layer`), computed once
     per layer kind and the parallel fields they read."""
     moe_layer = spec.is_moe_layer(layer_index)
+    linear = spec.is_linear_attention_layer(layer_index)
     p = parallel
     key = (spec, training, p.tp, p.cp, p.cp_kind, p.ulysses_degree, p.sequence_parallel,
-           p.micro_batch_size, p.ep, p.etp, groups.mesh, fabric, moe_layer)
+           p.micro_batch_size, p.ep, p.etp, groups.mesh, fabric, moe_layer, linear)
     cached = _CALLS.get(key)
     if cached is not None:
         return cached
@@ -138,7 +139,7 @@ def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     calls = tp_block_calls(lctx, "attention")
     if has_tp_mlp(lctx, moe_layer):
         calls += tp_block_calls(lctx, "mlp")
-    calls += cp_calls(lctx, spec.linear_attention_share(moe_layer))
+    calls += cp_calls(lctx, 1.0 if linear else 0.0)
     if moe_layer:
         calls += expert_calls(lctx)
     if len(_CALLS) >= _CALLS_MAX:

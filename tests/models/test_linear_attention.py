@@ -192,3 +192,30 @@ def test_kernel_time_grows_linearly_where_softmax_attention_grows_quadratically(
                              seq_len=s, gpu=gpu, flash=True) for s in (8192, 32_768)]
     assert kda[1] / kda[0] == pytest.approx(181.341 / 45.179, rel=0.01)
     assert soft[1] / soft[0] == pytest.approx(1433.073 / 90.129, rel=0.05)
+
+
+def test_each_layer_of_a_hybrid_stage_is_timed_with_its_own_token_mixer() -> None:
+    """A rank of Kimi Linear holding KDA and MLA layers takes the sum of its layers' own
+    times: at 128K tokens a rank with two MLA layers among four is slower than one with one,
+    where a per-kind mix of the model's layers (19 of 26 MoE layers KDA) timed both alike."""
+    from models.layout import StageLayout
+    from models.step_time import stage_time
+    from models.step_time.assembly import fabric_of as step_fabric
+
+    spec = model_preset(KIMI_LINEAR)
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    training = TrainingSpec(global_batch_size=32, sequence_length=131_072)
+    parallel = ParallelConfig(tp=1, cp=4, pp=4, dp=2, ep=8, micro_batch_size=1)
+    fabric, groups = step_fabric(cluster), axis_groups(parallel, gpus_per_node=8)
+
+    def forward_s(*layers: int) -> float:
+        layout = StageLayout(rank=1, chunks=(layers,), num_embeddings=0, num_heads=0,
+                             num_mtp_modules=0)
+        return stage_time(spec, training, parallel, cluster, layout, num_micro_batches=8,
+                          fabric=fabric, groups=groups).chunk_times[0].forward_s
+
+    one_mla, two_mla = forward_s(4, 5, 6, 7), forward_s(5, 6, 7, 11)
+    assert [spec.is_linear_attention_layer(i) for i in (4, 5, 6, 7, 11)] == [
+        True, True, True, False, False]
+    assert two_mla > one_mla * 1.05
+    assert one_mla == pytest.approx(sum(forward_s(i) for i in (4, 5, 6, 7)), rel=1e-12)
