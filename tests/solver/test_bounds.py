@@ -498,32 +498,42 @@ def test_the_plain_run_bound_spares_evaluations_and_keeps_the_optimum(
         with_run.stats.evaluated, without.stats.evaluated)
 
 
-@pytest.mark.parametrize("seq", [32768, 2048])
-def test_every_bound_holds_where_ranks_start_on_a_full_attention_layer(seq: int) -> None:
-    """gpt-oss alternates 128-token windows and full attention within one MoE kind. At 32k
-    tokens the full layers cost several window layers, so a bound that timed a rank's
-    layers as copies of its first layer of a kind would exceed the step on ranks whose
-    first layer is a full one; at 2k the ZeRO-3 gathers are only partly hidden, and a
-    window layer hides less of them than a full one. Each bound sums layer timing kinds
-    as `stage_time` does."""
+@pytest.mark.parametrize(("model", "seq"), [("gpt-oss-20b", 32768), ("gpt-oss-20b", 2048),
+                                          ("kimi-linear-48b-a3b-instruct", 32768)])
+def test_every_bound_holds_where_ranks_start_on_a_full_attention_layer(model: str,
+                                                                       seq: int) -> None:
+    """gpt-oss alternates 128-token windows and full attention within one MoE kind, Kimi
+    Linear three KDA layers and one MLA. At 32k tokens the full layers cost several window
+    or KDA layers, so a bound that timed a rank's layers as copies of its first layer of a
+    kind would exceed the step on ranks whose first layer is a full one; at 2k the ZeRO-3
+    gathers are only partly hidden, and a window layer hides less of them than a full
+    one. Each bound sums layer timing kinds as `stage_time` does."""
     from models.layout import pipeline_layout
     from models.step_time import (
         estimate_step,
         pipeline_makespan_bound,
         step_time_floors_s,
+        timing_kind,
         work_table,
     )
     from solver.candidate_eval import broad_selective_modules, plain_run_makespan
 
-    spec = model_preset("gpt-oss-20b")
+    spec = model_preset(model)
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
     training = TrainingSpec(global_batch_size=64, sequence_length=seq)
     tables = BoundTables(spec, training, cluster)
     modules = broad_selective_modules(spec)
+    first_of_moe_kind = {spec.is_moe_layer(i): timing_kind(spec, i)
+                         for i in reversed(range(spec.num_layers))}
+
+    def starts_off_kind(chunk: tuple[int, ...]) -> bool:
+        return timing_kind(spec, chunk[0]) != first_of_moe_kind[spec.is_moe_layer(chunk[0])]
+
     candidates = [
         c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
                                     gpus_per_node=8, constraints=Constraints(framework="any"))
-        if c.pp > 1 and any(chunk[0] % 2 == 1 for layout in pipeline_layout(spec, c.parallel())
+        if c.pp > 1 and any(starts_off_kind(chunk)
+                            for layout in pipeline_layout(spec, c.parallel())
                             for chunk in layout.chunks)]
     policies: list[dict[str, object]] = [
         {}, {"recompute": "selective", "recompute_modules": modules},
