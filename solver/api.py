@@ -42,6 +42,7 @@ from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cancel, cpsat
 from solver.candidate_eval import ScoredPlan, refine_policies
 from solver.chosen_mechanisms import chosen_mechanism_notes
+from solver.collector import collector_paused
 from solver.explain import (
     binding_constraints,
     describe_parallel,
@@ -141,13 +142,19 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
 
     Returns a `PlanResponse` whose status is optimal, feasible (time limit), infeasible
     (with the binding constraints and the smallest relaxations that make a plan exist) or
-    unknown (the time limit ended the search before any plan or proof).
+    unknown (the time limit ended the search before any plan or proof). The cyclic garbage
+    collector is paused for the call (`solver.collector`).
 
     Raises:
         InvalidSpecError: unknown presets or unreadable inputs.
         Cancelled: the thread's cancellation token was set (`solver/cancel.py`).
     """
     deadline = time.perf_counter() + request.solver.time_limit_s
+    with collector_paused():
+        return _plan(request, progress, deadline)
+
+
+def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> PlanResponse:
     resolved = resolve_model(request.model)
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
     constraints = target_constraints(hardware_constraints(request.constraints, cluster,

@@ -69,6 +69,9 @@ class CompiledProgram:
     """Virtual stage of the op's B part (B, BW, FB backward), -1 if none."""
     weight_stage: IntArray
     """Virtual stage of the op's W part (W, BW, FB backward), -1 if none."""
+    columns: IntArray
+    """[6, ops]: each row's rank, `dep_prev`, `dep_next`, `dep_local`, `out_a` and `out_b`
+    as one array (`_visit_order` permutes it into the replay order in one step)."""
     segments: list[list[tuple[int, int, int]]] = field(default_factory=list)
     """The event loop's op order as (rank, first row, stop row) stretches, kept by the first
     recording run that completes (empty before)."""
@@ -97,7 +100,7 @@ class VisitOrder:
     row (to permute durations and latencies)."""
 
     op_index: IntArray
-    rows: list[tuple[int, int, int, int, int, int]]
+    rows: list[tuple[int, ...]]
     cross_prev: BoolArray
     cross_next: BoolArray
 
@@ -109,10 +112,10 @@ def _visit_order(c: "CompiledProgram", segments: list[tuple[int, int, int]]) -> 
     # Row k of the order is segment i's first row plus k's offset within that segment.
     shift = bounds[:, 1] - (np.cumsum(lengths) - lengths)
     index = np.repeat(shift, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
-    rank_of_row = np.repeat(np.arange(len(c.offsets) - 1), np.diff(c.offsets))
-    columns = [np.asarray(col, dtype=np.int64)[index].tolist() for col in (
-        rank_of_row, c.dep_prev, c.dep_next, c.dep_local, c.out_a, c.out_b)]
-    return VisitOrder(op_index=index, rows=list(zip(*columns, strict=True)),
+    # One gather of the kept integer columns, then tuples (which the garbage collector stops
+    # tracking, unlike lists of ints).
+    rows = list(zip(*c.columns[:, index].tolist(), strict=True))
+    return VisitOrder(op_index=index, rows=rows,
                       cross_prev=c.cross_prev[index], cross_next=c.cross_next[index])
 
 
@@ -153,8 +156,10 @@ def compile_program(program: PipelineProgram) -> CompiledProgram:
                      np.where(kind == OpKind.W, trash, atoms + bj * num_s + bs))
     out_b = np.where(is_fb, atoms + bj * num_s + bs, trash)
     has_w = (kind == OpKind.W) | (kind == OpKind.BW) | is_fb
+    columns = np.stack([rank_of_row, dep_prev, dep_next, dep_local, out_a, out_b]).astype(
+        np.int64, copy=False)
     return CompiledProgram(
-        program=program, offsets=program.rank_offsets.tolist(),
+        program=program, offsets=program.rank_offsets.tolist(), columns=columns,
         dep_prev=dep_prev.tolist(), dep_local=dep_local.tolist(), dep_next=dep_next.tolist(),
         cross_prev=prev_ok & (prev_rank != rank_of_row),
         cross_next=next_ok & (next_rank != rank_of_row),

@@ -1,0 +1,70 @@
+"""The cyclic garbage collector is off while a search runs and back to its state after."""
+
+import gc
+import threading
+from typing import Any
+
+import pytest
+
+from solver.collector import collector_paused
+
+
+def test_the_collector_is_off_inside_and_restored_after_nested_and_concurrent_pauses() -> None:
+    assert gc.isenabled()
+    entered, leave = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with collector_paused():
+            entered.set()
+            leave.wait(5)
+
+    worker = threading.Thread(target=other)
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+        worker.start()
+        entered.wait(5)
+    # The other thread still searches: the collector stays off until it leaves too.
+    assert not gc.isenabled()
+    leave.set()
+    worker.join(5)
+    assert gc.isenabled()
+
+
+def test_a_collector_turned_off_by_the_caller_stays_off() -> None:
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_collector_comes_back_when_the_body_raises() -> None:
+    try:
+        with collector_paused():
+            raise ValueError("search failed")
+    except ValueError:
+        pass
+    assert gc.isenabled()
+
+
+def test_a_plan_runs_with_the_collector_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from api_schemas import ClusterInput, ModelPreset, PlanRequest, SolverLimits, TrainingSpec
+    from solver import api, planner
+
+    seen: list[bool] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return planner.search(*args, **kwargs)
+
+    monkeypatch.setattr(api, "search", spy)
+    api.plan(PlanRequest(model=ModelPreset(preset="llama-3.1-8b"),
+                         cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=1),
+                         training=TrainingSpec(global_batch_size=64, sequence_length=4096),
+                         solver=SolverLimits(time_limit_s=10)))
+    assert seen == [False] and gc.isenabled()
