@@ -60,6 +60,7 @@ from models.step_time.stage import (
     TimingKind,
     chunk_timing_kinds,
     compute_context,
+    kind_layers,
     layer_mode,
     layer_parts,
     layer_parts_memo,
@@ -720,9 +721,12 @@ def step_time_floors_s(spec: ModelSpec, training: TrainingSpec, parallel: Parall
     busy = [rank_work_s(parallel, st, m) for st in stages]
     busy3 = busy
     if 3 in makespan_bounds_s:
-        sharded = parallel.model_copy(update={"zero_stage": 3})
-        busy3 = [work + crossings * _zero3_layers_s(spec, training, sharded, cluster, fabric,
-                                                    groups, layout)
+        exposure = _zero3_kind_exposure_s(spec, training,
+                                          parallel.model_copy(update={"zero_stage": 3}),
+                                          cluster, fabric, groups)
+        busy3 = [work + crossings * sum(exposure[kind]
+                                        for kinds in chunk_timing_kinds(spec, layout.chunks)
+                                        for kind in kinds)
                  for work, layout in zip(busy, layouts, strict=True)]
     windows: dict[int, tuple[float, float, float]] = {}
     floors: dict[int, float] = {}
@@ -887,28 +891,21 @@ def policy_work_bound_s(spec: ModelSpec, training: TrainingSpec, parallel: Paral
         parallel, more_full_layers=more_full_layers)
 
 
-def _zero3_layers_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                    cluster: ClusterSpec, fabric: Fabric, groups: AxisGroups,
-                    layout: StageLayout) -> float:
-    """The exposed ZeRO-3 gathers and reduce-scatters a rank's layers add to its forward and
-    backward per micro-batch (`zero3_exposed_s` of each layer, as `stage_time` adds them),
-    computed once per layer timing kind (`timing_kind`). The exposure is what a layer's
-    compute does not hide, so it is larger for a cheaper layer (a sliding-window one) than
-    for a costlier one of the same MoE kind: one layer per MoE kind would overstate it on
-    the others."""
+def _zero3_kind_exposure_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                           cluster: ClusterSpec, fabric: Fabric, groups: AxisGroups
+                           ) -> dict[TimingKind, float]:
+    """Per layer timing kind (`timing_kind`), the exposed ZeRO-3 gathers and reduce-scatters
+    one layer of it adds to its forward and backward per micro-batch (`zero3_exposed_s`, as
+    `stage_time` adds them). The exposure is what a layer's compute does not hide, so it is
+    larger for a cheaper layer (a sliding-window one) than for a costlier one of the same
+    MoE kind: one layer per MoE kind would overstate it on the others."""
     ctx = compute_context(training, parallel, cluster)
-    exposed: dict[TimingKind, float] = {}
-    total = 0.0
-    for chunk, kinds in zip(layout.chunks, chunk_timing_kinds(spec, layout.chunks),
-                            strict=True):
-        for index, kind in zip(chunk, kinds, strict=True):
-            per_layer = exposed.get(kind)
-            if per_layer is None:
-                lc = layer_compute(spec, index, ctx)
-                per_layer = exposed[kind] = sum(zero3_exposed_s(spec, index, training,
-                                                                parallel, groups, fabric, lc))
-            total += per_layer
-    return total
+    exposed = {}
+    for index, _ in kind_layers(spec):
+        lc = layer_compute(spec, index, ctx)
+        exposed[timing_kind(spec, index)] = sum(zero3_exposed_s(spec, index, training, parallel,
+                                                                groups, fabric, lc))
+    return exposed
 
 
 def _least_span(items: tuple[TrafficItem, ...], overlap: bool, m: int, makespan: float,
