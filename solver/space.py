@@ -12,6 +12,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from api_schemas.architecture import ModelSpec
@@ -77,8 +78,13 @@ class MeshCandidate:
                 f"-v{self.vpp}-mbs{self.micro_batch_size}-{self.schedule}")
 
     def parallel(self, **overrides: Any) -> ParallelConfig:
-        """The `ParallelConfig` of this candidate with ZeRO / policy fields set."""
-        return ParallelConfig.model_validate(self._fields(overrides))
+        """The `ParallelConfig` of this candidate with ZeRO / policy fields set (validated
+        once per candidate and hashable overrides, and shared: configurations are
+        immutable, and the search asks for the same few of each candidate many times)."""
+        try:
+            return _parallel_of(self, tuple(sorted(overrides.items())))
+        except TypeError:  # an unhashable override (a dict or a list): validate afresh
+            return ParallelConfig.model_validate(self._fields(overrides))
 
     def mesh(self) -> Candidate:
         """This candidate as the mesh rules see it (default rank order). Built without
@@ -95,6 +101,13 @@ class MeshCandidate:
             "cp_kind": self.cp_kind, "ulysses_degree": self.ulysses_degree}
         fields.update(overrides)
         return fields
+
+
+@lru_cache(maxsize=65536)
+def _parallel_of(candidate: MeshCandidate, overrides: tuple[tuple[str, Any], ...]
+                 ) -> ParallelConfig:
+    """`MeshCandidate.parallel` for hashable overrides."""
+    return ParallelConfig.model_validate(candidate._fields(dict(overrides)))
 
 
 _DEFAULT_PARALLEL = ParallelConfig()
