@@ -234,6 +234,18 @@ class ModelSpec(SpecModel):
         description="0-based layers that attend through the sliding window (Hugging Face "
         "'layer_types' entries 'sliding_attention'; GPT-OSS: the even layers); null with "
         "sliding_window set = every layer.", examples=[[0, 2, 4]])
+    attention_chunk_size: PositiveInt | None = Field(
+        default=None,
+        description="Chunked attention: a query attends only to the keys of its own block of "
+        "this many tokens (causally), as if the sequence were cut into independent sequences "
+        "of this length (Llama 4: 8192 on its RoPE layers; Hugging Face "
+        "'attention_chunk_size'); null = no chunking.", examples=[8192])
+    chunked_attention_layers: tuple[NonNegativeInt, ...] | None = Field(
+        default=None,
+        description="0-based layers that attend in chunks (Llama 4: every layer but each "
+        "fourth, the NoPE layers, which attend globally; Hugging Face 'no_rope_layers' "
+        "entries 1); null with attention_chunk_size set = every layer.",
+        examples=[[0, 1, 2, 4]])
     attention_sinks: bool = Field(
         default=False,
         description="A learnable per-head offset in the attention softmax denominator "
@@ -267,6 +279,12 @@ class ModelSpec(SpecModel):
             if any(i >= self.num_layers for i in self.sliding_window_layers):
                 raise ValueError(f"sliding_window_layers name a layer beyond num_layers="
                                  f"{self.num_layers} (0-based)")
+        if self.chunked_attention_layers is not None:
+            if self.attention_chunk_size is None:
+                raise ValueError("chunked_attention_layers given without attention_chunk_size")
+            if any(i >= self.num_layers for i in self.chunked_attention_layers):
+                raise ValueError(f"chunked_attention_layers name a layer beyond num_layers="
+                                 f"{self.num_layers} (0-based)")
         if self.linear_attention is not None and any(
                 i >= self.num_layers for i in self.linear_attention.layers):
             raise ValueError(f"linear_attention.layers name a layer beyond num_layers="
@@ -295,6 +313,16 @@ class ModelSpec(SpecModel):
             return None
         if self.sliding_window_layers is None or layer_index in self.sliding_window_layers:
             return self.sliding_window
+        return None
+
+    def attention_chunk(self, layer_index: int) -> int | None:
+        """Tokens of the block a query of layer `layer_index` (0-based) attends within;
+        None = no chunking."""
+        if self.attention_chunk_size is None:
+            return None
+        if (self.chunked_attention_layers is None
+                or layer_index in self.chunked_attention_layers):
+            return self.attention_chunk_size
         return None
 
     def is_linear_attention_layer(self, layer_index: int) -> bool:

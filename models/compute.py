@@ -598,12 +598,15 @@ def window_kernel_keys(window: int, *, seq_len: int) -> float:
     return min(seq_len / 2.0, float(tile * math.ceil((tile + window - 1) / tile)))
 
 
-def _attention_core(spec: ModelSpec, ctx: ComputeContext,
-                    window: int | None = None) -> tuple[float, float]:
+def _attention_core(spec: ModelSpec, ctx: ComputeContext, window: int | None = None,
+                    chunk: int | None = None) -> tuple[float, float]:
     """(forward, backward) time of the attention core on this rank. A fused kernel skips the
     masked half of a causal score matrix, and in a sliding-window layer every key tile outside
     the window (`window_kernel_keys`; its work per query tile is that of a causal sequence of
-    twice those keys, which sets the kernel's length saturation); a materialised one computes
+    twice those keys, which sets the kernel's length saturation); in a chunked layer every
+    tile outside the query's own chunk (its work that of s / C causal sequences of C tokens,
+    `attention_core_forward_flops` with `chunk`, at the saturation of sequences of C: C is a
+    multiple of the key tile, so no tile straddles two chunks); a materialised one computes
     all of the s x s matrix whatever the mask (Transformer Engine's unfused path turns a
     window into an arbitrary mask over it). A runtime
     that leaves the elementwise ops to PyTorch (eager or torch.compile, as torchtitan) calls
@@ -614,7 +617,12 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext,
             * ctx.micro_batch_size / ctx.tp / ctx.cp)
     ratio = FLASH_BACKWARD_FLOP_RATIO if ctx.flash_attention else MATERIALIZED_BACKWARD_FLOP_RATIO
     kernel_seq = max(1, ctx.seq_len // ctx.cp)
-    if ctx.flash_attention and window is not None and window < ctx.seq_len:
+    if ctx.flash_attention and chunk is not None and chunk < ctx.seq_len:
+        flop = (attention_core_forward_flops(spec, seq_len=ctx.seq_len, causal=True,
+                                             chunk=chunk)
+                * ctx.micro_batch_size / ctx.tp / ctx.cp)
+        kernel_seq = max(1, min(kernel_seq, chunk))
+    elif ctx.flash_attention and window is not None and window < ctx.seq_len:
         keys = window_kernel_keys(window, seq_len=ctx.seq_len)
         flop *= keys / (ctx.seq_len / 2.0)
         kernel_seq = max(1, min(kernel_seq, int(2 * keys)))
@@ -634,7 +642,8 @@ def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> Lay
     rank holds on its own (`models.step_time.stage.timing_kind`)."""
     return _layer_compute(spec, spec.is_moe_layer(layer_index), ctx,
                           spec.attention_window(layer_index),
-                          linear=spec.is_linear_attention_layer(layer_index))
+                          linear=spec.is_linear_attention_layer(layer_index),
+                          chunk=spec.attention_chunk(layer_index))
 
 
 def linear_attention_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
@@ -662,7 +671,8 @@ def _linear_attention_core(spec: ModelSpec, ctx: ComputeContext) -> tuple[float,
 
 @lru_cache(maxsize=4096)
 def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext,
-                   window: int | None = None, linear: bool = False) -> LayerCompute:
+                   window: int | None = None, linear: bool = False,
+                   chunk: int | None = None) -> LayerCompute:
     gemms = linear_attention_gemms(spec, ctx) if linear else attention_gemms(spec, ctx)
     if moe_layer:
         gemms += moe_gemms(spec, ctx)
@@ -671,7 +681,7 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext,
                            module=M.MLP)
     times, module_s = _gemm_times(gemms, ctx)
     attn_f, attn_b = (_linear_attention_core(spec, ctx) if linear
-                      else _attention_core(spec, ctx, window))
+                      else _attention_core(spec, ctx, window, chunk))
     elementwise = {key: memory_bound_time_s(value, gpu=ctx.gpu)
                    for key, value in _elementwise_bytes(spec, ctx, moe_layer=moe_layer).items()}
     elem_b = {key: ELEMENTWISE_BACKWARD_RATIO * value for key, value in elementwise.items()}

@@ -47,7 +47,7 @@ def attention_head_dims(spec: ModelSpec) -> tuple[int, int]:
 
 
 def attention_core_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False,
-                                 window: int | None = None) -> float:
+                                 window: int | None = None, chunk: int | None = None) -> float:
     """Forward FLOPs of the attention core for one sequence.
 
     Source: [KOR22] arXiv:2205.05198 App. A: Q K^T and the attention-over-values each cost
@@ -55,18 +55,31 @@ def attention_core_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool 
     A sliding window of w keys (Mistral 7B arXiv:2310.06825 Sec. 2; GPT-OSS model card
     arXiv:2508.10925, Architecture: banded windows of 128 tokens on alternating layers)
     leaves each query at most w keys, w s - w^2 / 2 query-key pairs of a causal sequence
-    (s^2 / 2 at w = s). The window enters the causal count only: the full-attention
-    convention counts the whole s x s matrix whatever the mask, as Megatron-LM and PaLM do.
-    Legend: s=seq_len, a=num_attention_heads, d_qk/d_v from `attention_head_dims`, w=window.
+    (s^2 / 2 at w = s). Chunked attention of C tokens (Llama 4's RoPE layers, C = 8192:
+    transformers `Llama4TextConfig.attention_chunk_size`, its chunked causal mask) attends
+    causally within each block of C tokens only, as floor(s / C) sequences of C tokens and
+    one of the rest: floor(s/C) C^2 / 2 + (s mod C)^2 / 2 pairs. The window and the chunks
+    enter the causal count only: the full-attention convention counts the whole s x s
+    matrix whatever the mask, as Megatron-LM and PaLM do.
+    Legend: s=seq_len, a=num_attention_heads, d_qk/d_v from `attention_head_dims`, w=window,
+    C=chunk.
     """
     d_qk, d_v = attention_head_dims(spec)
-    flop = 2.0 * seq_len * seq_len * spec.num_attention_heads * (d_qk + d_v)
+    per_pair = 2.0 * spec.num_attention_heads * (d_qk + d_v)
     if not causal:
-        return flop
-    if window is None or window >= seq_len:
-        return flop / 2.0
-    pairs = window * seq_len - window * window / 2.0
-    return 2.0 * pairs * spec.num_attention_heads * (d_qk + d_v)
+        return per_pair * seq_len * seq_len
+    if chunk is None or chunk >= seq_len:
+        return per_pair * _causal_pairs(seq_len, window)
+    full, rest = divmod(seq_len, chunk)
+    return per_pair * (full * _causal_pairs(chunk, window) + _causal_pairs(rest, window))
+
+
+def _causal_pairs(length: int, window: int | None) -> float:
+    """Query-key pairs of a causal sequence of `length` tokens, each query seeing at most
+    `window` keys (all of its prefix without one)."""
+    if window is None or window >= length:
+        return length * length / 2.0
+    return window * length - window * window / 2.0
 
 
 def layer_forward_flops(spec: ModelSpec, layer_index: int, *, seq_len: int,
@@ -105,12 +118,14 @@ def layer_core_forward_flops(spec: ModelSpec, layer_index: int, *, seq_len: int,
     if spec.is_linear_attention_layer(layer_index):
         return linear_attention_core_forward_flops(spec, seq_len=seq_len)
     return attention_core_forward_flops(spec, seq_len=seq_len, causal=causal,
-                                        window=spec.attention_window(layer_index))
+                                        window=spec.attention_window(layer_index),
+                                        chunk=spec.attention_chunk(layer_index))
 
 
-def _layer_kind(spec: ModelSpec, index: int) -> tuple[bool, int | None, bool]:
-    """Layers alike in FLOPs: MoE or not, attention window, linear attention or not."""
-    return (spec.is_moe_layer(index), spec.attention_window(index),
+def _layer_kind(spec: ModelSpec, index: int) -> tuple[bool, int | None, int | None, bool]:
+    """Layers alike in FLOPs: MoE or not, attention window and chunk, linear attention or
+    not."""
+    return (spec.is_moe_layer(index), spec.attention_window(index), spec.attention_chunk(index),
             spec.is_linear_attention_layer(index))
 
 
@@ -135,7 +150,7 @@ def mtp_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False) ->
 def model_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False) -> float:
     """Forward FLOPs of the whole model (layers, logits, MTP) for one sequence."""
     layers = 0.0
-    kinds: dict[tuple[bool, int | None, bool], list[int]] = {}
+    kinds: dict[tuple[bool, int | None, int | None, bool], list[int]] = {}
     for i in range(spec.num_layers):
         kinds.setdefault(_layer_kind(spec, i), []).append(i)
     for indices in kinds.values():
@@ -179,7 +194,7 @@ def recompute_forward_flops(spec: ModelSpec, *, seq_len: int, full_layers: Itera
     recomputation performs, so our HFU with selective recompute is lower than their Table 5.
     """
     extra = 0.0
-    per_kind: dict[tuple[bool, int | None, bool], float] = {}
+    per_kind: dict[tuple[bool, int | None, int | None, bool], float] = {}
     for index in full_layers:
         kind = _layer_kind(spec, index)
         if kind not in per_kind:

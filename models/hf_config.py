@@ -274,6 +274,41 @@ def _family_layout(reader: _Reader, model_type: str, common: dict[str, Any]) -> 
         reader.notes.append("GPT-OSS: o_proj bias, per-head attention sinks and expert biases "
                             "are not counted (under 0.05% of the total)")
     _sliding_window_layers(reader, model_type, common)
+    if model_type in LLAMA4_LIKE:
+        _chunked_attention_layers(reader, model_type, common)
+
+
+LLAMA4_NOPE_EVERY = 4
+"""Llama 4's default NoPE interval: absent `no_rope_layers`, layer i uses RoPE unless
+(i + 1) % `no_rope_layer_interval` == 0 (transformers `Llama4TextConfig`, default 4)."""
+
+
+def _chunked_attention_layers(reader: _Reader, model_type: str,
+                              common: dict[str, Any]) -> None:
+    """Llama 4's chunked attention: its RoPE layers attend within blocks of
+    `attention_chunk_size` tokens, its NoPE layers globally (transformers
+    `Llama4TextConfig`: `no_rope_layers` entry 1 = a RoPE layer, else every
+    `no_rope_layer_interval`-th layer is NoPE; the chunked causal mask on the RoPE
+    layers; Llama 4 model card: interleaved attention layers without positional
+    embeddings, "iRoPE")."""
+    chunk = reader.get("attention_chunk_size")
+    num_layers = common.get("num_layers")
+    if not chunk or not isinstance(num_layers, int):
+        return
+    listed = reader.get("no_rope_layers")
+    if isinstance(listed, list) and len(listed) >= num_layers:
+        chunked = tuple(i for i in range(num_layers) if listed[i])
+        source = "'no_rope_layers'"
+    else:
+        every = int(reader.get("no_rope_layer_interval", default=LLAMA4_NOPE_EVERY)
+                    or LLAMA4_NOPE_EVERY)
+        chunked = tuple(i for i in range(num_layers) if (i + 1) % every != 0)
+        source = f"one NoPE layer in {every}, global"
+    if chunked:
+        common["attention_chunk_size"] = int(chunk)
+        common["chunked_attention_layers"] = chunked
+        reader.notes.append(f"{model_type}: {len(chunked)} of {num_layers} layers attend "
+                            f"within chunks of {int(chunk)} tokens ({source})")
 
 
 GEMMA_WINDOW_EVERY = {"gemma2": 2, "gemma3_text": 6}

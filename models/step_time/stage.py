@@ -148,20 +148,21 @@ layer split and the schedule's shape (the parts are computed per layer and micro
 without a policy); of the schedule, only whether it hides expert all-to-alls
 (`ep_overlapped`)."""
 
-TimingKind = tuple[bool, bool, int | None]
+TimingKind = tuple[bool, bool, int | None, int | None]
 """What sets a layer's times apart from another's of the same model (`timing_kind`)."""
 
 
 def timing_kind(spec: ModelSpec, index: int) -> TimingKind:
-    """Layer `index`'s MoE-ness, linear or full attention, and attention window: two layers
-    of a model that agree on these take the same compute, collectives and ZeRO-3 traffic
-    under one configuration (their weights and attention cost are alike), so `stage_time`
-    times each such kind once per rank, `layer_parts` keys its memo on it, and ranks whose
-    chunks hold the same sequence of kinds share their stage times. MoE-ness alone is not
-    enough: gpt-oss and Gemma 2 alternate sliding-window and full attention, Kimi Linear
-    interleaves linear and full attention, within one MoE kind."""
+    """Layer `index`'s MoE-ness, linear or full attention, attention window and attention
+    chunk: two layers of a model that agree on these take the same compute, collectives and
+    ZeRO-3 traffic under one configuration (their weights and attention cost are alike), so
+    `stage_time` times each such kind once per rank, `layer_parts` keys its memo on it, and
+    ranks whose chunks hold the same sequence of kinds share their stage times. MoE-ness
+    alone is not enough: gpt-oss and Gemma 2 alternate sliding-window and full attention,
+    Kimi Linear interleaves linear and full attention, Llama 4 chunked and global
+    attention, within one MoE kind."""
     return (spec.is_moe_layer(index), spec.is_linear_attention_layer(index),
-            spec.attention_window(index))
+            spec.attention_window(index), spec.attention_chunk(index))
 
 
 @lru_cache(maxsize=256)

@@ -64,6 +64,14 @@ def model_args(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
         args += ["--mtp-num-layers", str(spec.num_mtp_layers)]
     if spec.sliding_window is not None:
         notes.append(_window_note(spec))
+    if spec.attention_chunk_size is not None:
+        chunked = spec.chunked_attention_layers
+        count = spec.num_layers if chunked is None else len(chunked)
+        notes.append(f"chunked attention ({spec.attention_chunk_size} tokens on {count} of "
+                     f"{spec.num_layers} layers, the others global) is timed in the plan but "
+                     "set by none of these GPT arguments: the model's own layer definition "
+                     "must apply it, or attention runs globally on every layer (slower at "
+                     f"sequences above {spec.attention_chunk_size} tokens than planned)")
     if spec.linear_attention is not None:
         linear = spec.linear_attention
         notes.append(f"{len(linear.layers)} of {spec.num_layers} layers use linear attention "

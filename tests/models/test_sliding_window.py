@@ -190,3 +190,49 @@ def test_a_chunk_takes_each_layers_own_time_whichever_attention_kind_comes_first
     assert sliding_first == pytest.approx(tuple(map(sum, zip(*alone, strict=True))), rel=1e-12)
     # The kinds do differ: a full-attention layer's forward is well above a window one's.
     assert chunk_time(3)[0] > 1.5 * chunk_time(2)[0]
+
+
+def test_chunked_attention_counts_each_chunk_as_its_own_causal_sequence() -> None:
+    spec = model_preset("llama-4-scout-17b-16e")
+    whole = attention_core_forward_flops(spec, seq_len=8192, causal=True)
+    assert attention_core_forward_flops(spec, seq_len=32768, causal=True, chunk=8192) \
+        == pytest.approx(4 * whole)
+    assert attention_core_forward_flops(spec, seq_len=20000, causal=True, chunk=8192) \
+        == pytest.approx(2 * whole + attention_core_forward_flops(spec, seq_len=3616,
+                                                                  causal=True))
+    # A sequence no longer than a chunk, and the full-matrix convention, are unchanged.
+    assert attention_core_forward_flops(spec, seq_len=8192, causal=True, chunk=8192) == whole
+    assert attention_core_forward_flops(spec, seq_len=32768, chunk=8192) \
+        == attention_core_forward_flops(spec, seq_len=32768)
+
+
+def test_llama_4_attends_in_chunks_on_its_rope_layers_and_globally_on_every_fourth() -> None:
+    ingested = spec_from_hf_config(hf_preset_config("llama-4-scout-17b-16e"))
+    spec = ingested.spec
+    assert spec.attention_chunk_size == 8192
+    assert [spec.attention_chunk(i) for i in range(8)] == [8192, 8192, 8192, None] * 2
+    assert any("36 of 48 layers attend within chunks of 8192" in n for n in ingested.notes)
+    # An explicit 'no_rope_layers' list wins over the interval.
+    config = {**hf_preset_config("llama-4-scout-17b-16e")}
+    config["text_config"] = {**config["text_config"], "no_rope_layers": [1, 0] * 24}
+    assert spec_from_hf_config(config).spec.chunked_attention_layers == tuple(range(0, 48, 2))
+    with pytest.raises(ValueError, match="without attention_chunk_size"):
+        ModelSpec(**{**spec.model_dump(), "attention_chunk_size": None})
+
+
+def test_llama_4_at_32k_trains_faster_with_its_chunks_and_alike_within_one_chunk() -> None:
+    from api_schemas import ParallelConfig, TrainingSpec
+    from models.step_time import estimate_step
+
+    spec = model_preset("llama-4-scout-17b-16e")
+    global_everywhere = spec.model_copy(update={"attention_chunk_size": None,
+                                                "chunked_attention_layers": None})
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
+    parallel = ParallelConfig(tp=8, pp=2, dp=4, ep=8, micro_batch_size=1)
+    steps = {}
+    for seq in (8192, 32768):
+        training = TrainingSpec(global_batch_size=64, sequence_length=seq)
+        steps[seq] = [estimate_step(s, training, parallel, cluster).step_time_s
+                      for s in (spec, global_everywhere)]
+    assert steps[8192][0] == pytest.approx(steps[8192][1], rel=1e-12)
+    assert steps[32768][0] < 0.9 * steps[32768][1], steps

@@ -499,11 +499,13 @@ def test_the_plain_run_bound_spares_evaluations_and_keeps_the_optimum(
 
 
 @pytest.mark.parametrize(("model", "seq"), [("gpt-oss-20b", 32768), ("gpt-oss-20b", 2048),
-                                          ("kimi-linear-48b-a3b-instruct", 32768)])
+                                          ("kimi-linear-48b-a3b-instruct", 32768),
+                                          ("llama-4-scout-17b-16e", 32768)])
 def test_every_bound_holds_where_ranks_start_on_a_full_attention_layer(model: str,
                                                                        seq: int) -> None:
     """gpt-oss alternates 128-token windows and full attention within one MoE kind, Kimi
-    Linear three KDA layers and one MLA. At 32k tokens the full layers cost several window
+    Linear three KDA layers and one MLA, Llama 4 three layers chunked to 8192 tokens and one
+    global. At 32k tokens the full layers cost several window
     or KDA layers, so a bound that timed a rank's layers as copies of its first layer of a
     kind would exceed the step on ranks whose first layer is a full one; at 2k the ZeRO-3
     gathers are only partly hidden, and a window layer hides less of them than a full
