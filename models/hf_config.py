@@ -302,13 +302,19 @@ def _chunked_attention_layers(reader: _Reader, model_type: str,
     else:
         every = int(reader.get("no_rope_layer_interval", default=LLAMA4_NOPE_EVERY)
                     or LLAMA4_NOPE_EVERY)
-        chunked = tuple(i for i in range(num_layers) if (i + 1) % every != 0)
+        chunked = _all_but_every(num_layers, every)
         source = f"one NoPE layer in {every}, global"
     if chunked:
         common["attention_chunk_size"] = int(chunk)
         common["chunked_attention_layers"] = chunked
         reader.notes.append(f"{model_type}: {len(chunked)} of {num_layers} layers attend "
                             f"within chunks of {int(chunk)} tokens ({source})")
+
+
+def _all_but_every(num_layers: int, every: int) -> tuple[int, ...]:
+    """0-based layers but each `every`-th (1-based): the local layers of a pattern that
+    attends globally once in `every` layers, the last of each group (Gemma, Llama 4)."""
+    return tuple(i for i in range(num_layers) if (i + 1) % every != 0)
 
 
 GEMMA_WINDOW_EVERY = {"gemma2": 2, "gemma3_text": 6}
@@ -338,7 +344,7 @@ def _sliding_window_layers(reader: _Reader, model_type: str, common: dict[str, A
         num_layers = len(layer_types)
     elif window and model_type in GEMMA_WINDOW_EVERY and isinstance(num_layers, int):
         every = int(reader.get("sliding_window_pattern", default=GEMMA_WINDOW_EVERY[model_type]))
-        sliding = tuple(i for i in range(num_layers) if (i + 1) % every != 0)
+        sliding = _all_but_every(num_layers, every)
         source = f"the {model_type} modelling code's pattern: one layer in {every} global"
     if sliding:
         common["sliding_window"] = int(window)
