@@ -618,8 +618,9 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext, window: int | None = N
     ratio = FLASH_BACKWARD_FLOP_RATIO if ctx.flash_attention else MATERIALIZED_BACKWARD_FLOP_RATIO
     kernel_seq = max(1, ctx.seq_len // ctx.cp)
     if ctx.flash_attention and chunk is not None and chunk < ctx.seq_len:
+        # A window inside the chunks (no known model has both) trims each chunk's pairs.
         flop = (attention_core_forward_flops(spec, seq_len=ctx.seq_len, causal=True,
-                                             chunk=chunk)
+                                             window=window, chunk=chunk)
                 * ctx.micro_batch_size / ctx.tp / ctx.cp)
         kernel_seq = max(1, min(kernel_seq, chunk))
     elif ctx.flash_attention and window is not None and window < ctx.seq_len:

@@ -927,7 +927,7 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     checked: dict[tuple[object, ...], list[int]] = {}
     uniform = parallel.stage_policies is None
     for rank in order:
-        twin = _twin_key(spec, parallel, layouts[rank], memo, uniform=uniform)
+        twin = _twin_key(spec, parallel, layouts[rank], uniform=uniform)
         if profile is not None and twin is not None and any(
                 profile.dominates(other, rank) for other in checked.get(twin, ())):
             continue  # holds no more than a rank already found to fit
@@ -939,8 +939,7 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return True
 
 
-def _twin_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
-              memo: LedgerMemo | None = None, *,
+def _twin_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout, *,
               uniform: bool = False) -> tuple[object, ...] | None:
     """What makes two ranks' ledgers equal apart from their in-flight micro-batches, or None
     for ranks holding an embedding, a head or MTP modules (their extra terms read other rows
@@ -955,12 +954,10 @@ def _twin_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
     whenever the dominating one does."""
     if layout.num_embeddings or layout.num_heads or layout.num_mtp_modules:
         return None
-    kinds = memo.kinds.get(layout.chunks) if memo is not None else None
-    if kinds is None:
-        kinds = tuple(tuple(spec.is_moe_layer(index) for index in chunk)
-                      for chunk in layout.chunks)
-        if memo is not None:
-            memo.kinds[layout.chunks] = kinds
+    # The layers' weight kinds (MoE block, linear-attention mixer), not their MoE kinds
+    # alone: a Kimi Linear rank with more KDA layers than another of the same MoE pattern
+    # holds more parameters (a KDA mixer's weights exceed an MLA one's), so it is no twin.
+    kinds = _chunk_weight_kinds(spec, layout.chunks)
     # Under one policy for every rank (`uniform`) the policy cannot tell ranks apart.
     return kinds, None if uniform else parallel.policy_of(layout.rank)
 

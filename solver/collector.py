@@ -2,7 +2,8 @@
 
 Owns: `collector_paused`, a context manager that turns the cyclic collector off for as long
 as any thread is inside one, and back on when the last one leaves (if it was on when the
-first entered), collecting the young generations then. Must not: hold anything itself.
+first entered), collecting the young generations then, and a full collection at least
+every `LONGEST_PAUSE_S` while searches keep overlapping. Must not: hold anything itself.
 
 Why: a search builds many small objects it keeps in its memos (op orders, ledgers, stage
 times), and CPython's cyclic collector walks every tracked object of the process on each
@@ -18,6 +19,7 @@ so that the cost is counted where it arises rather than moved to the caller.
 
 import gc
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -26,19 +28,27 @@ YOUNG_GENERATIONS = 1
 since the last collection and the survivors of one): 0.06-0.11 s after a first search of
 the benchmark problems, under 0.01 s after a later one."""
 
+LONGEST_PAUSE_S = 10.0
+"""Longest the collector stays off while searches keep overlapping (a busy service, where
+the count of searches in progress may never return to 0): a search that ends past it runs
+a full collection, even with others still running, and the pause starts over. It bounds the
+cyclic garbage other threads (the web framework, the database layer) can leave meanwhile."""
+
 _lock = threading.Lock()
 _holders = 0
 _restore = False
+_paused_at = 0.0
 
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """Run the body with the cyclic garbage collector off (nested and concurrent uses
     share one pause; the collector is turned back on only if it was on before)."""
-    global _holders, _restore
+    global _holders, _restore, _paused_at
     with _lock:
         if _holders == 0:
             _restore = gc.isenabled()
+            _paused_at = time.monotonic()
             gc.disable()
         _holders += 1
     try:
@@ -49,10 +59,16 @@ def collector_paused() -> Iterator[None]:
             resumed = _holders == 0 and _restore
             if resumed:
                 gc.enable()
+            overdue = not resumed and _restore and (
+                time.monotonic() - _paused_at > LONGEST_PAUSE_S)
+            if overdue:
+                _paused_at = time.monotonic()
         if resumed:
             # The objects the search left are young: examine them now, in the call, rather
             # than leave the collection to whatever allocates next.
             gc.collect(YOUNG_GENERATIONS)
+        elif overdue:
+            gc.collect()
 
 
 __all__ = ["collector_paused"]

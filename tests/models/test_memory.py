@@ -464,3 +464,30 @@ def test_fits_memory_with_remote_offload_agrees_with_the_balanced_ledger(
         verdicts.add(expected)
         assert fits_memory(TWIN_MODEL, training, parallel, cluster, memo=memo) == expected
     assert verdicts == {True, False}
+
+
+def test_fits_memory_tells_apart_ranks_alike_in_moe_layers_but_not_in_mixers() -> None:
+    """A Kimi Linear variant (MLA on layers 3 and 24-26 only, a 1,024-token vocabulary so
+    that the head rank is light) under GPipe, where every rank holds every micro-batch: rank
+    1 (one MLA, two KDA layers) is checked before ranks 2-7 (three KDA layers each, whose
+    weights are larger) and holds as many micro-batches, so a twin test by MoE pattern alone
+    let it stand for them and called a capacity between the two totals enough (a false
+    "fits"). At capacities between every pair of stage totals `fits_memory` must give the
+    ledger's verdict."""
+    from models.memory import fits_memory
+
+    base = model_preset("kimi-linear-48b-a3b-instruct")
+    assert base.linear_attention is not None
+    mixers = base.linear_attention.model_copy(update={
+        "layers": tuple(i for i in range(27) if i not in (3, 24, 25, 26))})
+    spec = base.model_copy(update={"vocab_size": 1024, "linear_attention": mixers})
+    parallel = ParallelConfig(pp=9, dp=8, ep=8, schedule=PipelineSchedule.GPIPE)
+    training = TrainingSpec(global_batch_size=144, sequence_length=256)
+    ledger = memory_ledger(spec, training, parallel, CLUSTER)
+    totals = sorted({s.total_bytes for s in ledger.stages})
+    assert ledger.stages[1].total_bytes < ledger.stages[4].total_bytes
+    memory = CLUSTER.gpu.memory_bytes
+    for low, high in zip([totals[0] // 2, *totals], [*totals, totals[-1] * 2], strict=True):
+        cluster = CLUSTER.model_copy(update={"memory_headroom_frac": 1 - (low + high) / 2 / memory})
+        expected = memory_ledger(spec, training, parallel, cluster).fits
+        assert fits_memory(spec, training, parallel, cluster) == expected, (low, high)

@@ -236,3 +236,22 @@ def test_llama_4_at_32k_trains_faster_with_its_chunks_and_alike_within_one_chunk
                       for s in (spec, global_everywhere)]
     assert steps[8192][0] == pytest.approx(steps[8192][1], rel=1e-12)
     assert steps[32768][0] < 0.9 * steps[32768][1], steps
+
+
+def test_a_window_inside_the_chunks_trims_both_the_count_and_the_kernel_time() -> None:
+    from api_schemas import ParallelConfig, TrainingSpec
+    from models.step_time import compute_context
+
+    base = model_preset("llama-3.1-8b")
+    chunked = base.model_copy(update={"attention_chunk_size": 8192})
+    both = chunked.model_copy(update={"sliding_window": 1024})
+    assert attention_core_forward_flops(both, seq_len=65536, causal=True, window=1024,
+                                        chunk=8192) \
+        == pytest.approx(8 * attention_core_forward_flops(base, seq_len=8192, causal=True,
+                                                          window=1024))
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=1)
+    ctx = compute_context(TrainingSpec(global_batch_size=8, sequence_length=65536),
+                          ParallelConfig(dp=8), cluster)
+    attention = {name: layer_compute(spec, 0, ctx).recompute_module_s[RecomputeModule.CORE_ATTN]
+                 for name, spec in (("chunks", chunked), ("both", both))}
+    assert attention["both"] < 0.5 * attention["chunks"]

@@ -68,3 +68,22 @@ def test_a_plan_runs_with_the_collector_off(monkeypatch: pytest.MonkeyPatch) -> 
                          training=TrainingSpec(global_batch_size=64, sequence_length=4096),
                          solver=SolverLimits(time_limit_s=10)))
     assert seen == [False] and gc.isenabled()
+
+
+def test_overlapping_searches_still_collect_once_the_pause_runs_long(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from solver import collector
+
+    collected: list[int] = []
+    monkeypatch.setattr(collector.gc, "collect",
+                        lambda generation=2: collected.append(generation) or 0)
+    clock = [100.0]
+    monkeypatch.setattr(collector.time, "monotonic", lambda: clock[0])
+    with collector_paused():
+        with collector_paused():  # another search, begun while the first runs
+            clock[0] += collector.LONGEST_PAUSE_S / 2
+        assert collected == []  # within the longest pause: nothing yet
+        with collector_paused():
+            clock[0] += collector.LONGEST_PAUSE_S
+        assert collected == [2] and not gc.isenabled()  # overdue: a full collection
+    assert collected == [2, collector.YOUNG_GENERATIONS] and gc.isenabled()
