@@ -171,9 +171,6 @@ class LedgerMemo:
     training: TrainingSpec
     states: dict[tuple[object, ...], _StateParts] = field(default_factory=dict)
     activations: dict[tuple[object, ...], _ActivationParts] = field(default_factory=dict)
-    kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[bool, ...], ...]] = field(
-        default_factory=dict)
-    """Layer kinds (MoE or not) of each chunk tuple."""
     weight_kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[tuple[bool, bool], ...], ...]] = (
         field(default_factory=dict))
     """Layer weight kinds (`_chunk_weight_kinds`) of each chunk tuple (no hash of the spec)."""
@@ -641,6 +638,18 @@ def _chunk_weight_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
                  for chunk in chunks)
 
 
+def _layout_weight_kinds(spec: ModelSpec, layout: StageLayout, memo: LedgerMemo | None
+                         ) -> tuple[tuple[tuple[bool, bool], ...], ...]:
+    """`_chunk_weight_kinds` of a rank's chunks, read from `memo` where given (no hash of
+    the spec)."""
+    kinds = memo.weight_kinds.get(layout.chunks) if memo is not None else None
+    if kinds is None:
+        kinds = _chunk_weight_kinds(spec, layout.chunks)
+        if memo is not None:
+            memo.weight_kinds[layout.chunks] = kinds
+    return kinds
+
+
 def _states_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
                 memo: LedgerMemo | None = None) -> tuple[object, ...]:
     """Every configuration field `_state_parts` reads (spec and recipe aside). The layout
@@ -648,12 +657,7 @@ def _states_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
     not by its rank or layer indices: every term reads a layer through the first layer of
     its kind (`_weight_mix`, `_first_of_each_kind`), and layers of one weight kind hold the
     same parameters, so ranks alike in these share their states."""
-    kinds = memo.weight_kinds.get(layout.chunks) if memo is not None else None
-    if kinds is None:
-        kinds = _chunk_weight_kinds(spec, layout.chunks)
-        if memo is not None:
-            memo.weight_kinds[layout.chunks] = kinds
-    return (kinds, layout.num_embeddings, layout.num_heads,
+    return (_layout_weight_kinds(spec, layout, memo), layout.num_embeddings, layout.num_heads,
             layout.num_mtp_modules, parallel.tp, parallel.cp, parallel.dp, parallel.ep,
             parallel.etp,
             parallel.zero_stage, parallel.fsdp, parallel.fsdp_reshard_after_forward,
@@ -927,7 +931,7 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     checked: dict[tuple[object, ...], list[int]] = {}
     uniform = parallel.stage_policies is None
     for rank in order:
-        twin = _twin_key(spec, parallel, layouts[rank], uniform=uniform)
+        twin = _twin_key(spec, parallel, layouts[rank], memo, uniform=uniform)
         if profile is not None and twin is not None and any(
                 profile.dominates(other, rank) for other in checked.get(twin, ())):
             continue  # holds no more than a rank already found to fit
@@ -939,7 +943,8 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return True
 
 
-def _twin_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout, *,
+def _twin_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
+              memo: LedgerMemo | None = None, *,
               uniform: bool = False) -> tuple[object, ...] | None:
     """What makes two ranks' ledgers equal apart from their in-flight micro-batches, or None
     for ranks holding an embedding, a head or MTP modules (their extra terms read other rows
@@ -957,7 +962,7 @@ def _twin_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout, *,
     # The layers' weight kinds (MoE block, linear-attention mixer), not their MoE kinds
     # alone: a Kimi Linear rank with more KDA layers than another of the same MoE pattern
     # holds more parameters (a KDA mixer's weights exceed an MLA one's), so it is no twin.
-    kinds = _chunk_weight_kinds(spec, layout.chunks)
+    kinds = _layout_weight_kinds(spec, layout, memo)
     # Under one policy for every rank (`uniform`) the policy cannot tell ranks apart.
     return kinds, None if uniform else parallel.policy_of(layout.rank)
 

@@ -143,7 +143,7 @@ class BoundTables:
         # The parts the stage times of candidates of this mesh read too (kept).
         memo = layer_parts_memo(spec, tr, self.cluster)
         kinds = []
-        for index, count in self.kind_layers:
+        for _, index, count in self.kind_layers:
             lc, comm, _, _ = layer_parts(spec, tr, parallel, self.cluster, index,
                                          fabric=self.fabric, groups=groups, memo=memo)
             kinds.append(KindTimes(

@@ -19,12 +19,13 @@ so that the cost is counted where it arises rather than moved to the caller.
 
 import gc
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from gc import collect
+from time import monotonic
 
 YOUNG_GENERATIONS = 1
-"""The generation `gc.collect` is given when the last pause ends (0 and 1: the objects made
+"""The generation `collect` is given when the last pause ends (0 and 1: the objects made
 since the last collection and the survivors of one): 0.06-0.11 s after a first search of
 the benchmark problems, under 0.01 s after a later one."""
 
@@ -48,7 +49,7 @@ def collector_paused() -> Iterator[None]:
     with _lock:
         if _holders == 0:
             _restore = gc.isenabled()
-            _paused_at = time.monotonic()
+            _paused_at = monotonic()
             gc.disable()
         _holders += 1
     try:
@@ -60,15 +61,15 @@ def collector_paused() -> Iterator[None]:
             if resumed:
                 gc.enable()
             overdue = not resumed and _restore and (
-                time.monotonic() - _paused_at > LONGEST_PAUSE_S)
+                monotonic() - _paused_at > LONGEST_PAUSE_S)
             if overdue:
-                _paused_at = time.monotonic()
+                _paused_at = monotonic()
         if resumed:
             # The objects the search left are young: examine them now, in the call, rather
             # than leave the collection to whatever allocates next.
-            gc.collect(YOUNG_GENERATIONS)
+            collect(YOUNG_GENERATIONS)
         elif overdue:
-            gc.collect()
+            collect()
 
 
 __all__ = ["collector_paused"]

@@ -762,7 +762,7 @@ class WorkTable:
     bound many policies of it: each rank's work, the micro-batch crossings, each rank's
     running count of each layer timing kind by position, and each kind's recomputation
     times. Kinds are `models.step_time.stage.timing_kind` (MoE or not, linear or full
-    attention, attention window), as `stage_time` times them: a sliding-window layer
+    attention, attention window and chunk), as `stage_time` times them: a sliding-window layer
     recomputes less than a full-attention one of the same MoE kind, so counting a rank's
     layers as copies of one of them would not bound the rank whose first layer is the
     costlier."""
@@ -901,10 +901,10 @@ def _zero3_kind_exposure_s(spec: ModelSpec, training: TrainingSpec, parallel: Pa
     MoE kind: one layer per MoE kind would overstate it on the others."""
     ctx = compute_context(training, parallel, cluster)
     exposed = {}
-    for index, _ in kind_layers(spec):
+    for kind, index, _ in kind_layers(spec):
         lc = layer_compute(spec, index, ctx)
-        exposed[timing_kind(spec, index)] = sum(zero3_exposed_s(spec, index, training, parallel,
-                                                                groups, fabric, lc))
+        exposed[kind] = sum(zero3_exposed_s(spec, index, training, parallel, groups, fabric,
+                                            lc))
     return exposed
 
 

@@ -166,17 +166,17 @@ def timing_kind(spec: ModelSpec, index: int) -> TimingKind:
 
 
 @lru_cache(maxsize=256)
-def kind_layers(spec: ModelSpec) -> tuple[tuple[int, int], ...]:
-    """Each timing kind of the model's layers (`timing_kind`) as (its first layer, how many
-    layers share it), in the order of first appearance: what a bound that times one layer
-    per kind multiplies it by."""
+def kind_layers(spec: ModelSpec) -> tuple[tuple[TimingKind, int, int], ...]:
+    """Each timing kind of the model's layers (`timing_kind`) with its first layer and how
+    many layers share it, in the order of first appearance: what a bound that times one
+    layer per kind multiplies it by."""
     first: dict[TimingKind, int] = {}
     count: dict[TimingKind, int] = {}
     for index in range(spec.num_layers):
         kind = timing_kind(spec, index)
         first.setdefault(kind, index)
         count[kind] = count.get(kind, 0) + 1
-    return tuple((first[kind], count[kind]) for kind in first)
+    return tuple((kind, first[kind], count[kind]) for kind in first)
 
 
 _LAYER_PARTS: dict[tuple[object, ...], dict[tuple[object, ...], _LayerParts]] = {}
@@ -243,8 +243,8 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     forward collectives (booked under their axis, once per repetition)."""
     ctx = compute_context(training, parallel, cluster)
     policy = parallel.policy_of(layout.rank)
-    # Layers of one timing kind (MoE or not, linear or full attention, attention window)
-    # take the same time: each kind is timed once, by the first layer of it the rank holds.
+    # Layers of one timing kind (`timing_kind`) take the same time: each kind is timed
+    # once, by the first layer of it the rank holds.
     cache: dict[TimingKind, tuple[LayerCompute, LayerComm, tuple[float, float],
                                   tuple[float, float]]] = {}
     terms: dict[tuple[TimingKind, RecomputeMode], _LayerTerms] = {}
