@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from api_schemas.architecture import ModelSpec
+from api_schemas.architecture import AttentionKind, ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.parallel import (
     DEFAULT_RECOMPUTE_MODULES,
@@ -191,6 +191,21 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
         out.add("model:qwen3")
     if spec.attention_sinks:
         out.add("model:attention_sinks")
+    out |= _attention_features(spec)
+    return out
+
+
+def _attention_features(spec: ModelSpec) -> set[str]:
+    """The attention shapes that decide which context-parallel kernels can run a model: MLA
+    (query-key heads wider than value heads), sliding windows and attention chunks (masks
+    other than plain causal), each present in at least one layer."""
+    out: set[str] = set()
+    if spec.attention == AttentionKind.MLA:
+        out.add("model:mla")
+    if spec.sliding_window is not None and spec.sliding_window_layers != ():
+        out.add("model:sliding_window")
+    if spec.attention_chunk_size is not None and spec.chunked_attention_layers != ():
+        out.add("model:chunked_attention")
     return out
 
 

@@ -179,5 +179,51 @@ def test_attention_sinks_under_context_parallelism_need_the_all_to_all_split() -
     assert any("attention sinks" in b
                for b in megatron_blocks(spec, ContextParallelKind.ALL_GATHER))
     assert megatron_blocks(spec, ContextParallelKind.ULYSSES) == []
-    plain = spec.model_copy(update={"attention_sinks": False})
+    plain = spec.model_copy(update={"attention_sinks": False, "sliding_window": None,
+                                    "sliding_window_layers": None})
     assert megatron_blocks(plain, ContextParallelKind.RING) == []
+
+
+def _cp_blockers(framework: str, model: ModelSpec, kind: ContextParallelKind) -> list[str]:
+    training = TrainingSpec(global_batch_size=16, sequence_length=32768)
+    parallel = ParallelConfig(dp=2, cp=4, ep=2 if model.moe else 1, cp_kind=kind,
+                              ulysses_degree=2 if kind == ContextParallelKind.USP else None)
+    return blockers(frameworks()[framework], plan_features(model, training, parallel))
+
+
+def test_sliding_windows_under_megatron_context_parallelism_need_a2a_or_all_gather() -> None:
+    # Transformer Engine 2.9 / 2.14 attn_forward_func_with_cp asserts that a window runs only
+    # with cp_comm_type a2a or all_gather.
+    spec = model_preset("gemma-2-9b")
+    assert spec.sliding_window is not None and not spec.attention_sinks
+    for kind in (ContextParallelKind.RING, ContextParallelKind.USP):
+        assert any("sliding-window" in b for b in _cp_blockers("megatron-lm", spec, kind)), kind
+    for kind in (ContextParallelKind.ULYSSES, ContextParallelKind.ALL_GATHER):
+        assert _cp_blockers("megatron-lm", spec, kind) == [], kind
+    unwindowed = spec.model_copy(update={"sliding_window": None, "sliding_window_layers": None})
+    assert _cp_blockers("megatron-lm", unwindowed, ContextParallelKind.RING) == []
+
+
+def test_mla_under_megatron_context_parallelism_needs_the_ring() -> None:
+    # The same function asserts that query-key heads wider than value heads (MLA) run only
+    # with cp_comm_type p2p or a2a+p2p.
+    spec = model_preset("deepseek-v2-lite")
+    for kind in (ContextParallelKind.ULYSSES, ContextParallelKind.ALL_GATHER):
+        assert any("MLA" in b for b in _cp_blockers("megatron-lm", spec, kind)), kind
+    for kind in (ContextParallelKind.RING, ContextParallelKind.USP):
+        assert not any("MLA" in b for b in _cp_blockers("megatron-lm", spec, kind)), kind
+    assert not any("MLA" in b for b in _cp_blockers(
+        "megatron-lm", model_preset("llama-3.1-8b"), ContextParallelKind.ULYSSES))
+
+
+@pytest.mark.parametrize(("preset", "words"), [
+    ("gemma-2-9b", "sliding-window"), ("llama-4-scout-17b-16e", "chunked attention")])
+def test_torchtitan_context_parallelism_refuses_window_and_chunk_masks(preset: str,
+                                                                       words: str) -> None:
+    # torchtitan v0.2.2 runs context parallelism on SDPA only; windows and chunks are
+    # FlexAttention masks there.
+    spec = model_preset(preset)
+    assert any(words in b for b in _cp_blockers("torchtitan", spec, ContextParallelKind.RING))
+    plain = model_preset("llama-3.1-8b")
+    assert not any("context parallelism" in b
+                   for b in _cp_blockers("torchtitan", plain, ContextParallelKind.RING))
