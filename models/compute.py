@@ -582,28 +582,44 @@ computes whole key tiles: the tiles its window touches."""
 
 
 def window_kernel_keys(window: int, *, seq_len: int) -> float:
-    """Keys per query a fused kernel computes in a sliding-window layer: every key tile the
-    window of a query tile touches, T ceil((T + w - 1) / T), at most the causal mean s / 2.
+    """Mean keys per query a fused kernel computes in a sliding-window layer: query tile i
+    (0-based) runs its key-block loop from the first tile its window reaches to its diagonal
+    tile, min(i + 1, K) tiles with K = ceil((T + w - 1) / T), so the first K - 1 query tiles
+    touch fewer (the causal ramp), the rest K each. At most the causal mean s / 2.
 
     Source: FlashAttention-2 (`flash_fwd_kernel.h`: a query tile's key-block loop runs from
-    `n_block_min`, set by `window_size_left`, to its diagonal block, skipping the blocks the
-    window masks entirely; "sliding window local attention", flash-attn 2.3); Transformer
-    Engine runs GPT-OSS's window (left 128, right 0) on cuDNN's fused kernel
-    (`dot_product_attention/utils.py: get_attention_backend`, v2.9: FusedAttention keeps
-    windows (left, 0) with a causal mask, cuDNN 9.2+; `fused_attn.cpp`). cuDNN's tile sizes
-    are not published; the FlashAttention tile `ATTENTION_KEY_TILE` is assumed for both.
-    Legend: T = ATTENTION_KEY_TILE, w = window, s = seq_len.
+    `n_block_min`, set by `window_size_left` and never below 0, to its diagonal block,
+    skipping the blocks the window masks entirely; "sliding window local attention",
+    flash-attn 2.3); Transformer Engine runs GPT-OSS's window (left 128, right 0) on cuDNN's
+    fused kernel (`dot_product_attention/utils.py: get_attention_backend`, v2.9:
+    FusedAttention keeps windows (left, 0) with a causal mask, cuDNN 9.2+; `fused_attn.cpp`).
+    cuDNN's tile sizes are not published; the FlashAttention tile `ATTENTION_KEY_TILE` is
+    assumed for both.
+    Legend: T = ATTENTION_KEY_TILE, w = window, s = seq_len, n = ceil(s / T) query tiles.
     """
     tile = ATTENTION_KEY_TILE
-    return min(seq_len / 2.0, float(tile * math.ceil((tile + window - 1) / tile)))
+    reach = math.ceil((tile + window - 1) / tile)
+    tiles = math.ceil(seq_len / tile)
+    ramp = min(tiles, reach)
+    touched = ramp * (ramp + 1) / 2 + max(0, tiles - reach) * reach
+    return min(seq_len / 2.0, tile * touched / tiles)
+
+
+def window_loop_keys(window: int, *, seq_len: int) -> int:
+    """Keys of the longest key-block loop of a sliding-window layer, T ceil((T + w - 1) / T)
+    (at most the sequence): the loop length that sets the kernel's saturation
+    (`window_kernel_keys` for the sources)."""
+    tile = ATTENTION_KEY_TILE
+    return min(seq_len, tile * math.ceil((tile + window - 1) / tile))
 
 
 def _attention_core(spec: ModelSpec, ctx: ComputeContext, window: int | None = None,
                     chunk: int | None = None) -> tuple[float, float]:
     """(forward, backward) time of the attention core on this rank. A fused kernel skips the
     masked half of a causal score matrix, and in a sliding-window layer every key tile outside
-    the window (`window_kernel_keys`; its work per query tile is that of a causal sequence of
-    twice those keys, which sets the kernel's length saturation); in a chunked layer every
+    the window (`window_kernel_keys`, the causal ramp of the first query tiles included; the
+    kernel's length saturation is that of a causal sequence of twice its longest key loop,
+    `window_loop_keys`); in a chunked layer every
     tile outside the query's own chunk (its work that of s / C causal sequences of C tokens,
     `attention_core_forward_flops` with `chunk`, at the saturation of sequences of C: C is a
     multiple of the key tile, so no tile straddles two chunks); a materialised one computes
@@ -624,9 +640,8 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext, window: int | None = N
                 * ctx.micro_batch_size / ctx.tp / ctx.cp)
         kernel_seq = max(1, min(kernel_seq, chunk))
     elif ctx.flash_attention and window is not None and window < ctx.seq_len:
-        keys = window_kernel_keys(window, seq_len=ctx.seq_len)
-        flop *= keys / (ctx.seq_len / 2.0)
-        kernel_seq = max(1, min(kernel_seq, int(2 * keys)))
+        flop *= window_kernel_keys(window, seq_len=ctx.seq_len) / (ctx.seq_len / 2.0)
+        kernel_seq = max(1, min(kernel_seq, 2 * window_loop_keys(window, seq_len=ctx.seq_len)))
     forward = attention_time_s(flop, seq_len=kernel_seq, gpu=ctx.gpu, flash=ctx.flash_attention,
                                profile=ctx.kernel_profile,
                                sdpa=ctx.elementwise_fusion != ElementwiseFusion.FUSED)
@@ -781,4 +796,5 @@ __all__ = [
     "op_sac_gemms",
     "routed_assignments",
     "window_kernel_keys",
+    "window_loop_keys",
 ]

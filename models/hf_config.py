@@ -326,14 +326,23 @@ arXiv:2408.00118 Sec. 2 (local and global attention in every other layer); Gemma
 report arXiv:2503.19786 Sec. 2 (5 local layers for every global one, a local layer first)."""
 
 
+WINDOW_IN_EVERY_LAYER = frozenset({"mistral", "mixtral", "phi3"})
+"""Model types whose modelling code windows every layer whenever the config sets
+`sliding_window` (transformers `modeling_mistral.py`, `modeling_mixtral.py`,
+`modeling_phi3.py`: the model builds `create_sliding_window_causal_mask` unless
+`config.sliding_window` is None, and each attention call passes the window). Phi-3-mini-4k
+sets 2047; Mistral 7B v0.1 set 4096 (Jiang et al. 2023, arXiv:2310.06825, Sec. 2); v0.3
+and Mixtral 8x7B set null."""
+
+
 def _sliding_window_layers(reader: _Reader, model_type: str, common: dict[str, Any]) -> None:
     """The window and its layers from `sliding_window` and the per-layer `layer_types`
     ('sliding_attention' / 'full_attention', transformers' `layer_types` config field, which
     GPT-OSS's config lists), or, for Gemma 2 and 3 configs without `layer_types`, from the
     pattern their modelling code derives (`GEMMA_WINDOW_EVERY`, Gemma 3's
-    `sliding_window_pattern` where given). Otherwise the window is not read: Qwen2 and
-    Mistral configs carry a `sliding_window` that `use_sliding_window` or the checkpoint
-    leaves off."""
+    `sliding_window_pattern` where given), or every layer for the model types of
+    `WINDOW_IN_EVERY_LAYER`. Otherwise the window is not read: Qwen2 configs carry a
+    `sliding_window` that `use_sliding_window` leaves off."""
     window = reader.get("sliding_window")
     layer_types = reader.get("layer_types")
     num_layers = common.get("num_layers")
@@ -346,6 +355,9 @@ def _sliding_window_layers(reader: _Reader, model_type: str, common: dict[str, A
         every = int(reader.get("sliding_window_pattern", default=GEMMA_WINDOW_EVERY[model_type]))
         sliding = _all_but_every(num_layers, every)
         source = f"the {model_type} modelling code's pattern: one layer in {every} global"
+    elif window and model_type in WINDOW_IN_EVERY_LAYER and isinstance(num_layers, int):
+        sliding = tuple(range(num_layers))
+        source = f"the {model_type} modelling code windows every layer"
     if sliding:
         common["sliding_window"] = int(window)
         common["sliding_window_layers"] = sliding

@@ -12,6 +12,7 @@ from models.compute import (
     ComputeContext,
     layer_compute,
     window_kernel_keys,
+    window_loop_keys,
 )
 from models.flops import attention_core_forward_flops, layer_forward_flops, model_forward_flops
 from models.hf_config import spec_from_hf_config
@@ -55,15 +56,36 @@ def test_model_flops_drop_only_under_the_causal_count() -> None:
 
 def test_window_of_4096_at_16k_is_the_two_fold_speed_mistral_prints() -> None:
     # Mistral 7B Sec. 2: sequence 16K, W = 4096, FlashAttention / xFormers "2x speed
-    # improvement" over a vanilla (causal) baseline.
+    # improvement" over a vanilla (causal) baseline. 128 query tiles: the first 33 touch
+    # 1 .. 33 key tiles, the other 95 touch 33 each.
     keys = window_kernel_keys(4096, seq_len=16384)
-    assert keys == ATTENTION_KEY_TILE * 33
-    assert (16384 / 2) / keys == pytest.approx(2.0, abs=0.1)
+    assert keys == ATTENTION_KEY_TILE * (33 * 34 / 2 + 95 * 33) / 128
+    assert window_loop_keys(4096, seq_len=16384) == 33 * ATTENTION_KEY_TILE
+    spec = model_preset("mistral-7b-v0.3")
+    ctx = ComputeContext(gpu=H100, seq_len=16384, micro_batch_size=1)
+    causal = layer_compute(spec, 0, ctx).recompute_module_s[RecomputeModule.CORE_ATTN]
+    windowed = layer_compute(spec.model_copy(update={"sliding_window": 4096}), 0, ctx)
+    speed_up = causal / windowed.recompute_module_s[RecomputeModule.CORE_ATTN]
+    assert speed_up == pytest.approx(2.0, abs=0.25)  # 2.18 when this was written
 
 
 def test_a_128_key_window_computes_two_key_tiles_per_query_tile() -> None:
-    assert window_kernel_keys(128, seq_len=4096) == 2 * ATTENTION_KEY_TILE
+    # Every query tile but the first touches two key tiles: (1 + 2 * 31) / 32 tiles.
+    assert window_kernel_keys(128, seq_len=4096) == ATTENTION_KEY_TILE * 63 / 32
+    assert window_loop_keys(128, seq_len=4096) == 2 * ATTENTION_KEY_TILE
     assert window_kernel_keys(128, seq_len=256) == 128  # never above the causal mean
+
+
+def test_a_window_near_half_the_sequence_saves_through_the_causal_ramp() -> None:
+    # Phi-3-mini-4k: a 2047-key window at 4096 tokens. Each query tile reaches 17 key tiles
+    # once it is past the 17th; the first 16 reach fewer. The mean, 12.75 tiles, is below
+    # the causal mean of 16 tiles although 17 is above it.
+    assert window_kernel_keys(2047, seq_len=4096) == ATTENTION_KEY_TILE * 12.75
+    spec = model_preset("phi-3-mini-4k-instruct")
+    ctx = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1)
+    core = RecomputeModule.CORE_ATTN
+    assert (layer_compute(spec, 0, ctx).recompute_module_s[core]
+            < 0.85 * layer_compute(_without_window(spec), 0, ctx).recompute_module_s[core])
 
 
 def test_fused_kernel_time_follows_the_window_and_a_materialised_one_does_not() -> None:
@@ -114,6 +136,20 @@ def test_gemma_windows_follow_the_pattern_of_their_modelling_code() -> None:
     config = {**hf_preset_config("gemma-3-27b-it")}
     config["text_config"] = {**config["text_config"], "sliding_window_pattern": 2}
     assert spec_from_hf_config(config).spec.sliding_window_layers == tuple(range(0, 62, 2))
+
+
+def test_mistral_family_and_phi3_window_every_layer_when_the_config_sets_a_window() -> None:
+    # transformers modeling_phi3.py / modeling_mixtral.py: the model builds a sliding-window
+    # causal mask for every layer unless config.sliding_window is None.
+    phi3 = spec_from_hf_config(hf_preset_config("phi-3-mini-4k-instruct"))
+    assert phi3.spec.sliding_window == 2047
+    assert phi3.spec.sliding_window_layers == tuple(range(32))
+    assert any("windows every layer" in note for note in phi3.notes)
+    # Mixtral 8x7B and Mistral 7B v0.3 set it to null: full causal attention.
+    assert spec_from_hf_config(hf_preset_config("mixtral-8x7b")).spec.sliding_window is None
+    mistral_v01 = {**hf_preset_config("mistral-7b-v0.3"), "sliding_window": 4096}
+    spec = spec_from_hf_config(mistral_v01).spec
+    assert spec.sliding_window == 4096 and spec.sliding_window_layers == tuple(range(32))
 
 
 def test_gemma_3_at_32k_trains_faster_with_its_windows_than_all_global() -> None:
