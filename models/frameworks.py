@@ -160,7 +160,8 @@ def _layer_split_features(parallel: ParallelConfig) -> set[str]:
 
 def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, dp: int,
                   cp: int, ep: int, etp: int, vpp: int, schedule: PipelineSchedule,
-                  sequence_parallel: bool, cp_kind: ContextParallelKind) -> set[str]:
+                  sequence_parallel: bool, cp_kind: ContextParallelKind,
+                  ulysses_degree: int | None = None) -> set[str]:
     """The features of a mesh, schedule and recipe (no ZeRO stage or activation policy)."""
     out: set[str] = set()
     if pp > 1:
@@ -172,7 +173,10 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
     if tp > 1:
         out |= {"tp", "sequence_parallel" if sequence_parallel else "tp_without_sp"}
     if cp > 1:
-        out.add(f"cp:{cp_kind.value}")
+        kind = effective_cp_kind(cp, cp_kind, ulysses_degree)
+        out.add(f"cp:{kind.value}")
+        if _ulysses_replicates_kv(spec, tp, cp, kind, ulysses_degree):
+            out.add("mesh:ulysses_kv_replicated")
     if spec.moe is not None:
         out.add("moe")
         if ep > 1:
@@ -195,6 +199,37 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
     return out
 
 
+def effective_cp_kind(cp: int, cp_kind: ContextParallelKind,
+                      ulysses_degree: int | None) -> ContextParallelKind:
+    """The context-parallel kind that runs: USP whose Ulysses group is all of CP is Ulysses,
+    USP with a Ulysses degree of 1 is the ring (Transformer Engine v2.9 and v2.14
+    `context_parallel.py: attn_forward_func_with_cp` switches a2a+p2p to a2a or p2p when one
+    of its two groups has one rank, and checks that type)."""
+    if cp_kind != ContextParallelKind.USP:
+        return cp_kind
+    if ulysses_degree is None or ulysses_degree <= 1:
+        return ContextParallelKind.RING
+    if ulysses_degree >= cp:
+        return ContextParallelKind.ULYSSES
+    return cp_kind
+
+
+def _ulysses_replicates_kv(spec: ModelSpec, tp: int, cp: int, kind: ContextParallelKind,
+                           ulysses_degree: int | None) -> bool:
+    """Whether the Ulysses all-to-all would need copies of KV heads: the KV heads of a TP
+    rank (every query head's own under MLA) are not a multiple of the Ulysses degree
+    (`models.mesh.rules_shape.ulysses_heads` warns; Transformer Engine refuses it)."""
+    if kind == ContextParallelKind.ULYSSES:
+        degree = cp
+    elif kind == ContextParallelKind.USP and ulysses_degree is not None:
+        degree = ulysses_degree
+    else:
+        return False
+    q_local = max(1, spec.num_attention_heads // tp)
+    kv_local = q_local if spec.attention == AttentionKind.MLA else max(1, spec.kv_heads // tp)
+    return kv_local % degree != 0
+
+
 def _attention_features(spec: ModelSpec) -> set[str]:
     """The attention shapes that decide which context-parallel kernels can run a model: MLA
     (query-key heads wider than value heads), sliding windows and attention chunks (masks
@@ -215,7 +250,8 @@ def plan_features(spec: ModelSpec, training: TrainingSpec,
     p = parallel
     out = mesh_features(spec, training, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep,
                         etp=p.etp, vpp=p.vpp, schedule=p.schedule,
-                        sequence_parallel=p.sequence_parallel, cp_kind=p.cp_kind)
+                        sequence_parallel=p.sequence_parallel, cp_kind=p.cp_kind,
+                        ulysses_degree=p.ulysses_degree)
     out |= _layer_split_features(parallel)
     out.add(f"zero:{parallel.zero_stage}")
     if parallel.fsdp:

@@ -98,7 +98,7 @@ def _mesh_features(spec: ModelSpec, training: TrainingSpec,
                    candidate: MeshCandidate) -> frozenset[str]:
     c = candidate
     return _cached_mesh_features(spec, training, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp, c.vpp,
-                                 c.schedule, c.sequence_parallel, c.cp_kind)
+                                 c.schedule, c.sequence_parallel, c.cp_kind, c.ulysses_degree)
 
 
 MESH_CACHE_SEARCHES = 8
@@ -147,10 +147,11 @@ def _cached_mesh_features(spec: ModelSpec, training: TrainingSpec, *mesh: object
     cached = table.get(mesh)
     if cached is not None:
         return cached
-    tp, pp, dp, cp, ep, etp, vpp, schedule, sp, cp_kind = mesh
+    tp, pp, dp, cp, ep, etp, vpp, schedule, sp, cp_kind, ulysses = mesh
     features = frozenset(mesh_features(
         spec, training, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,  # type: ignore[arg-type]
-        schedule=schedule, sequence_parallel=sp, cp_kind=cp_kind))  # type: ignore[arg-type]
+        schedule=schedule, sequence_parallel=sp, cp_kind=cp_kind,  # type: ignore[arg-type]
+        ulysses_degree=ulysses))  # type: ignore[arg-type]
     table[mesh] = features
     return features
 

@@ -100,7 +100,7 @@ _CP_COMM_TYPE: dict[ContextParallelKind, str] = {
     ContextParallelKind.RING: "p2p",
     ContextParallelKind.ULYSSES: "a2a",
     ContextParallelKind.USP: "a2a+p2p",
-    ContextParallelKind.ALL_GATHER: "allgather",
+    ContextParallelKind.ALL_GATHER: "all_gather",
 }
 
 Part = tuple[list[str], list[str]]

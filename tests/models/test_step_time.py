@@ -356,5 +356,5 @@ def test_all_gather_context_parallelism_gathers_kv_on_the_critical_path() -> Non
     fast = estimate_step(spec, training, ring, cluster)
     assert slow.exposed_comm_s["cp"] > 0 and "cp" not in fast.exposed_comm_s
     args = megatron_args(spec, training, gathered)
-    assert args[args.index("--cp-comm-type") + 1] == "allgather"
+    assert args[args.index("--cp-comm-type") + 1] == "all_gather"
     assert {fit.framework for fit in runs_on(spec, training, gathered)} == {"megatron-lm"}

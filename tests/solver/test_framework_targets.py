@@ -220,10 +220,43 @@ def test_mla_under_megatron_context_parallelism_needs_the_ring() -> None:
     ("gemma-2-9b", "sliding-window"), ("llama-4-scout-17b-16e", "chunked attention")])
 def test_torchtitan_context_parallelism_refuses_window_and_chunk_masks(preset: str,
                                                                        words: str) -> None:
-    # torchtitan v0.2.2 runs context parallelism on SDPA only; windows and chunks are
-    # FlexAttention masks there.
+    # torchtitan v0.2.2: gpt-oss (its only windowed model) refuses context parallelism, and
+    # Llama 4's chunked flavours run FlexAttention, which its arguments refuse under CP.
     spec = model_preset(preset)
     assert any(words in b for b in _cp_blockers("torchtitan", spec, ContextParallelKind.RING))
     plain = model_preset("llama-3.1-8b")
     assert not any("context parallelism" in b
                    for b in _cp_blockers("torchtitan", plain, ContextParallelKind.RING))
+
+
+def test_usp_with_a_trivial_group_is_judged_as_the_kind_that_runs() -> None:
+    # Transformer Engine switches a2a+p2p to a2a (ring group of one rank) or p2p (Ulysses
+    # group of one rank) and checks that type.
+    mla, windowed = model_preset("deepseek-v2-lite"), model_preset("gemma-2-9b")
+    training = TrainingSpec(global_batch_size=16, sequence_length=32768)
+
+    def megatron_blocks(model: ModelSpec, ulysses: int) -> list[str]:
+        parallel = ParallelConfig(dp=2, cp=4, ep=2 if model.moe else 1,
+                                  cp_kind=ContextParallelKind.USP, ulysses_degree=ulysses)
+        return blockers(frameworks()["megatron-lm"], plan_features(model, training, parallel))
+
+    assert any("MLA" in b for b in megatron_blocks(mla, 4))
+    assert not any("MLA" in b for b in megatron_blocks(mla, 2))
+    assert not any("sliding-window" in b for b in megatron_blocks(windowed, 4))
+    assert any("sliding-window" in b for b in megatron_blocks(windowed, 2))
+
+
+def test_megatron_ulysses_needs_kv_heads_per_tp_rank_divisible_by_its_degree() -> None:
+    # Llama 3.1 8B: 8 KV heads. TP 8 leaves one per rank, which a Ulysses degree of 2 cannot
+    # split (Transformer Engine asserts; the mesh rules only warn, since DeepSpeed-Ulysses
+    # and the cost model can replicate them).
+    spec = model_preset("llama-3.1-8b")
+    training = TrainingSpec(global_batch_size=16, sequence_length=32768)
+
+    def megatron_blocks(tp: int, cp: int) -> list[str]:
+        parallel = ParallelConfig(tp=tp, cp=cp, dp=1, cp_kind=ContextParallelKind.ULYSSES,
+                                  sequence_parallel=tp > 1)
+        return blockers(frameworks()["megatron-lm"], plan_features(spec, training, parallel))
+
+    assert any("KV heads" in b for b in megatron_blocks(8, 2))
+    assert megatron_blocks(4, 2) == []
