@@ -585,7 +585,8 @@ def window_kernel_keys(window: int, *, seq_len: int) -> float:
     """Mean keys per query a fused kernel computes in a sliding-window layer: query tile i
     (0-based) runs its key-block loop from the first tile its window reaches to its diagonal
     tile, min(i + 1, K) tiles with K = ceil((T + w - 1) / T), so the first K - 1 query tiles
-    touch fewer (the causal ramp), the rest K each. At most the causal mean s / 2.
+    touch fewer (the causal ramp), the rest K each. A window as long as the sequence gives
+    the causal kernel's own mean, T (n + 1) / 2.
 
     Source: FlashAttention-2 (`flash_fwd_kernel.h`: a query tile's key-block loop runs from
     `n_block_min`, set by `window_size_left` and never below 0, to its diagonal block,
@@ -602,7 +603,15 @@ def window_kernel_keys(window: int, *, seq_len: int) -> float:
     tiles = math.ceil(seq_len / tile)
     ramp = min(tiles, reach)
     touched = ramp * (ramp + 1) / 2 + max(0, tiles - reach) * reach
-    return min(seq_len / 2.0, tile * touched / tiles)
+    return tile * touched / tiles
+
+
+def window_work_fraction(window: int, *, seq_len: int) -> float:
+    """The share of a causal fused kernel's key tiles a sliding-window kernel computes, both
+    counted in tiles (`window_kernel_keys` of the window over that of a window covering the
+    sequence): 1 when the window spans the sequence."""
+    return window_kernel_keys(window, seq_len=seq_len) / window_kernel_keys(seq_len,
+                                                                             seq_len=seq_len)
 
 
 def window_loop_keys(window: int, *, seq_len: int) -> int:
@@ -640,7 +649,7 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext, window: int | None = N
                 * ctx.micro_batch_size / ctx.tp / ctx.cp)
         kernel_seq = max(1, min(kernel_seq, chunk))
     elif ctx.flash_attention and window is not None and window < ctx.seq_len:
-        flop *= window_kernel_keys(window, seq_len=ctx.seq_len) / (ctx.seq_len / 2.0)
+        flop *= window_work_fraction(window, seq_len=ctx.seq_len)
         kernel_seq = max(1, min(kernel_seq, 2 * window_loop_keys(window, seq_len=ctx.seq_len)))
     forward = attention_time_s(flop, seq_len=kernel_seq, gpu=ctx.gpu, flash=ctx.flash_attention,
                                profile=ctx.kernel_profile,
@@ -797,4 +806,5 @@ __all__ = [
     "routed_assignments",
     "window_kernel_keys",
     "window_loop_keys",
+    "window_work_fraction",
 ]
