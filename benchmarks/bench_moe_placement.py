@@ -251,10 +251,14 @@ def placement_table(n: int, repeats: int, layers: int) -> None:
     print("none, eplb+1, eplb+m = max/mean rank load without redundancy, with EPLB and 1 or E/R")
     print("extra slots per rank (MoonEP: 1.000 by construction).")
     for single, seq, batch in targets:
-        verdict = "met" if max(single, seq, batch) < TARGET_MS else "missed"
-        print(f"target {verdict} at E=256 R=64 K=8 uniform (per layer < {TARGET_MS} ms): "
-              f"single call {single:.3f} ms, in turn {seq:.3f} ms, all layers in one call "
-              f"{batch:.3f} ms")
+        print(f"target at E=256 R=64 K=8 uniform, median per layer < {TARGET_MS} ms: single "
+              f"call {_judged(single)}, all layers in one call {_judged(batch)}; in turn, "
+              f"every result kept {_judged(seq)} (a caller's own loop: the kept results' new "
+              "memory is cache-cold)")
+
+
+def _judged(ms: float) -> str:
+    return f"{ms:.3f} ms ({'under' if ms < TARGET_MS else 'OVER'})"
 
 
 GEMM_SETTINGS = [(128, 32, GEMM_WORKERS), (1024, 64, 16)]

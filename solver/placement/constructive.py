@@ -260,7 +260,7 @@ def _allocate(batch: LayerBatch, moves: Sequence[Moves], alloc: IntArray) -> Non
     alloc[...] = 0
     home = batch.expert_tokens.copy()
     if layers == 1:
-        expert, to, tokens = (np.asarray(x, dtype=np.int64) for x in moves[0])
+        expert, to, tokens = np.array(moves[0], dtype=np.int64).reshape(3, -1)
     else:
         expert, to, tokens = (np.fromiter(chain.from_iterable(x[i] for x in moves), np.int64)
                               for i in range(3))

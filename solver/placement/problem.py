@@ -190,7 +190,7 @@ def _validated(
     else:
         np.copyto(out, raw, casting="unsafe")  # as astype: floats are whole here
         arr = out
-    layers, r, e = (int(x) for x in arr.shape)
+    layers, r, e = arr.shape
     if int(arr.min()) < 0:
         layer, src, exp = np.argwhere(arr < 0)[0]
         raise InvalidSpecError(
@@ -216,9 +216,10 @@ def _validated(
             "rows must sum to S*K", field=field,
         )
     capacity = rows[:, 0]
-    wrong = (capacity == 0) | (capacity % top_k != 0)
-    if wrong.any():
-        layer = int(np.argmax(wrong))
+    capacities = capacity.tolist()
+    wrong = [cap == 0 or cap % top_k != 0 for cap in capacities]
+    if any(wrong):
+        layer = wrong.index(True)
         raise InvalidSpecError(
             f"each row{'' if field == 'tokens' else f' of {name(layer)}'} sums to "
             f"{int(capacity[layer])}, which must be a positive multiple of top_k={top_k} "
@@ -235,7 +236,7 @@ def _validated(
             tokens_per_rank=cap // top_k, capacity=cap, expert_tokens=expert_tokens[layer],
             home_loads=home[layer], weight_bytes_per_expert=weight_bytes_per_expert,
             grad_bytes_per_expert=grad_bytes_per_expert,
-        ) for layer, cap in enumerate(capacity.tolist()))
+        ) for layer, cap in enumerate(capacities))
     return LayerBatch(counts=arr, expert_tokens=expert_tokens, home_loads=home,
                       capacity=capacity, problems=problems)
 
@@ -299,7 +300,7 @@ def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: 
     per_rank = expert_tokens.reshape(layers, r, m).max(axis=2)
     if r > 1:  # quicker sufficient test: every rank has a foreign expert >= the 2nd largest
         second = np.partition(per_rank, r - 2, axis=1)[:, r - 2:r - 1]
-        if np.all(deficit <= second):
+        if (deficit <= second).all():
             quick: IntArray = (deficit > 0).astype(np.int64)
             return quick
     top = per_rank.argmax(axis=1)
@@ -308,7 +309,7 @@ def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: 
     per_rank[rows, top] = -1
     largest_foreign = np.broadcast_to(largest[:, None], (layers, r)).copy()
     largest_foreign[rows, top] = per_rank.max(axis=1) if r > 1 else 0
-    if np.all(deficit <= largest_foreign):
+    if (deficit <= largest_foreign).all():
         covered: IntArray = (deficit > 0).astype(np.int64)
         return covered
     # all layers as one sequence: layer l's experts sorted by load at l*e .. l*e+e-1
