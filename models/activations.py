@@ -334,24 +334,18 @@ def moe_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
 
 def layer_activation_bytes(spec: ModelSpec, layer_index: int,
                            ctx: LayerActivationContext) -> LayerActivationBytes:
-    """Stored activation tensors of one layer for one micro-batch (layers of one kind are
-    alike, so the result is cached per kind). See `_layer_activation_bytes`."""
-    return kind_activation_bytes(spec, spec.is_moe_layer(layer_index), ctx)
+    """Stored activation tensors of one layer for one micro-batch, with its own MLP (MoE or
+    dense) and token mixer (linear or softmax attention); layers of one such weight kind are
+    alike, so the result is cached per kind. See `_layer_activation_bytes`."""
+    return kind_activation_bytes(spec, spec.is_moe_layer(layer_index), ctx,
+                                 linear=spec.is_linear_attention_layer(layer_index))
 
 
-def kind_activation_bytes(spec: ModelSpec, moe: bool,
-                          ctx: LayerActivationContext) -> LayerActivationBytes:
-    """`layer_activation_bytes` of any MoE (`moe`) or dense layer of the model."""
-    share = spec.linear_attention_share(moe)
-    if share <= 0.0:
-        return _layer_activation_bytes(spec, moe, ctx)
-    linear = _layer_activation_bytes(spec, moe, ctx, linear=True)
-    if share >= 1.0:
-        return linear
-    full = _layer_activation_bytes(spec, moe, ctx)
-    # Layers are grouped by MoE kind: a kind mixing both token mixers is booked at the
-    # larger of the two, so no stage's peak is understated.
-    return linear if linear.total_bytes >= full.total_bytes else full
+def kind_activation_bytes(spec: ModelSpec, moe: bool, ctx: LayerActivationContext, *,
+                          linear: bool = False) -> LayerActivationBytes:
+    """`layer_activation_bytes` of any layer of the model with this MLP (MoE or dense) and
+    token mixer (linear attention or not)."""
+    return _layer_activation_bytes(spec, moe, ctx, linear=linear)
 
 
 @lru_cache(maxsize=8192)

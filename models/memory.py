@@ -14,6 +14,7 @@ edp = tp x cp x dp / (ep x etp) (Megatron-LM PR #4687: never by tp).
 """
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -422,20 +423,14 @@ def in_flight_bytes(profile: InFlightProfile, rank: int, chunk_bytes: Sequence[i
     return profile.peak_bytes(rank, chunk_bytes)
 
 
-@lru_cache(maxsize=16384)
-def _chunk_moe_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
-                     ) -> tuple[tuple[bool, ...], ...]:
-    """Per chunk, whether each of its layers is a MoE layer."""
-    return tuple(tuple(spec.is_moe_layer(index) for index in chunk) for chunk in chunks)
-
-
 @lru_cache(maxsize=65536)
-def _chunk_stored_bytes(spec: ModelSpec, kinds: tuple[tuple[bool, ...], ...],
+def _chunk_stored_bytes(spec: ModelSpec, kinds: tuple[tuple[tuple[bool, bool], ...], ...],
                         recompute: RecomputeMode | FullLayers,
                         modules: tuple[RecomputeModule, ...], ctx: LayerActivationContext
                         ) -> tuple[tuple[int, ...], int]:
     """Bytes each chunk of a rank stores per micro-batch, and the recompute working set,
-    for chunks whose layers are of the given kinds (MoE or dense) in rank order.
+    for chunks whose layers are of the given weight kinds ((MoE block, linear-attention
+    mixer), `_chunk_weight_kinds`) in rank order.
 
     Layers of one kind under one mode store the same bytes (`kind_activation_bytes`), so
     each chunk's total is a sum of (layers of that kind and mode) x (their bytes); the
@@ -444,17 +439,15 @@ def _chunk_stored_bytes(spec: ModelSpec, kinds: tuple[tuple[bool, ...], ...],
     kinds share it."""
     chunk_bytes: list[int] = []
     working_set = 0
-    kept: dict[tuple[bool, RecomputeMode], int] = {}
+    kept: dict[tuple[tuple[bool, bool], RecomputeMode], int] = {}
     position = 0
     for chunk in kinds:
         size = len(chunk)
         total = 0
         for mode, start, stop in _mode_spans(recompute, position, size):
-            moe = sum(chunk[start:stop])
-            for kind, count in ((False, stop - start - moe), (True, moe)):
-                if not count:
-                    continue
-                layer = kind_activation_bytes(spec, kind, ctx)
+            for kind, count in Counter(chunk[start:stop]).items():
+                moe, linear = kind
+                layer = kind_activation_bytes(spec, moe, ctx, linear=linear)
                 if (kind, mode) not in kept:
                     kept[kind, mode] = layer.stored_bytes(mode, modules)
                 total += count * kept[kind, mode]
@@ -499,7 +492,7 @@ def _activation_bytes(spec: ModelSpec, training: TrainingSpec, parallel: Paralle
     policy = parallel.policy_of(layout.rank)
     ctx = _activation_context(training, parallel, policy.fp8_activations)
     chunk_bytes, working_set = _chunk_stored_bytes(
-        spec, _chunk_moe_kinds(spec, layout.chunks), policy.recompute,
+        spec, _chunk_weight_kinds(spec, layout.chunks), policy.recompute,
         policy.recompute_modules, ctx)
     profile = in_flight_counts(parallel, num_micro_batches)
     rank = layout.rank
@@ -596,7 +589,7 @@ def _stored_floor(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     """One rank's term of `stored_activation_floor_bytes`."""
     policy = parallel.policy_of(layout.rank)
     ctx = _activation_context(training, parallel, policy.fp8_activations)
-    chunk_bytes, _ = _chunk_stored_bytes(spec, _chunk_moe_kinds(spec, layout.chunks),
+    chunk_bytes, _ = _chunk_stored_bytes(spec, _chunk_weight_kinds(spec, layout.chunks),
                                          policy.recompute, policy.recompute_modules, ctx)
     stored = in_flight_bytes(profile, layout.rank, chunk_bytes)
     return math.floor(stored * (1.0 - policy.offload_frac))

@@ -219,3 +219,29 @@ def test_each_layer_of_a_hybrid_stage_is_timed_with_its_own_token_mixer() -> Non
         True, True, True, False, False]
     assert two_mla > one_mla * 1.05
     assert one_mla == pytest.approx(sum(forward_s(i) for i in (4, 5, 6, 7)), rel=1e-12)
+
+
+def test_each_layer_of_a_hybrid_stage_stores_its_own_token_mixers_activations() -> None:
+    """A Kimi Linear rank stores the sum of its layers' own activations: a KDA layer and an
+    MLA layer with the same MoE block store different bytes, and a chunk of three KDA layers
+    and one MLA layer is booked as such, not as four of the larger kind."""
+    from models.layout import StageLayout
+    from models.memory import _activation_context, stage_activation_components
+
+    spec = model_preset(KIMI_LINEAR)
+    training = TrainingSpec(global_batch_size=8, sequence_length=8192)
+    parallel = ParallelConfig(dp=8, ep=8, micro_batch_size=1)
+    ctx = _activation_context(training, parallel, False)
+    layers = (4, 5, 6, 7)
+    assert [spec.is_linear_attention_layer(i) for i in layers] == [True, True, True, False]
+    assert all(spec.is_moe_layer(i) for i in layers)
+    policy = parallel.policy_of(0)
+    own = [layer_activation_bytes(spec, i, ctx).stored_bytes(policy.recompute,
+                                                             policy.recompute_modules)
+           for i in layers]
+    assert own[0] != own[3]
+    layout = StageLayout(rank=0, chunks=(layers,), num_embeddings=0, num_heads=0,
+                         num_mtp_modules=0)
+    gpu, _, _ = stage_activation_components(spec, training, parallel, layout,
+                                            num_micro_batches=1)
+    assert gpu[0].bytes == sum(own)
