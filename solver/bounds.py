@@ -21,7 +21,11 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode
 from api_schemas.training import TrainingSpec
-from models.activations import LayerActivationContext, layer_activation_bytes
+from models.activations import (
+    LayerActivationContext,
+    head_activation_bytes,
+    layer_activation_bytes,
+)
 from models.collectives import fabric_of
 from models.compute import LayerCompute, head_compute
 from models.errors import InvalidSpecError
@@ -153,15 +157,30 @@ class BoundTables:
                 weight_s=lc.times.backward_weight_s, compute=lc))
         return CoreTimes.of(tuple(kinds), head_compute(spec, ctx).total_s)
 
+    def _activation_context(self, c: MeshCandidate) -> LayerActivationContext:
+        return LayerActivationContext(seq_len=self.training.sequence_length,
+                                      micro_batch_size=c.micro_batch_size, tp=c.tp, cp=c.cp,
+                                      etp=c.etp, sequence_parallel=c.sequence_parallel)
+
     def _layer_input_bytes(self, c: MeshCandidate) -> int:
         key = (c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
         if key not in self._input_cache:
-            ctx = LayerActivationContext(seq_len=self.training.sequence_length,
-                                         micro_batch_size=c.micro_batch_size, tp=c.tp, cp=c.cp,
-                                         etp=c.etp, sequence_parallel=c.sequence_parallel)
-            layer = layer_activation_bytes(self.spec, 0, ctx)
+            layer = layer_activation_bytes(self.spec, 0, self._activation_context(c))
             self._input_cache[key] = layer.stored_bytes(RecomputeMode.FULL)
         return self._input_cache[key]
+
+    def _head_share_bytes(self, c: MeshCandidate) -> float:
+        """The output head's activations of one micro-batch (final norm and projection
+        inputs, fp32 logits: `models.activations.head_activation_bytes`, with the projection
+        input sharded, its smaller form) over the pipeline ranks: the rank holding the head
+        keeps them for at least one micro-batch beside its own layers' (the ledger's
+        `activations: embedding, head, logits, MTP` line), so the mean over ranks of the
+        peaks holds at least this share. At a vocabulary of 202,048 (Llama 4) and 32k
+        tokens the logits alone are 26 GB on one GPU."""
+        key = ("head", c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
+        if key not in self._input_cache:
+            self._input_cache[key] = head_activation_bytes(self.spec, self._activation_context(c))
+        return self._input_cache[key] / c.pp
 
     def time_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the pipeline makespan with the fastest policy."""
@@ -219,7 +238,7 @@ class BoundTables:
         in_flight = _mean_in_flight(c.schedule, c.pp, c.num_micro_batches, chunks)
         layers_per_chunk = spec.num_layers / (c.pp * chunks)
         activations = in_flight * layers_per_chunk * layer_input * (1.0 - max_offload)
-        return int(states + activations) + RUNTIME_RESERVE_BYTES
+        return int(states + activations + self._head_share_bytes(c)) + RUNTIME_RESERVE_BYTES
 
     def policy_memory_bound_bytes(self, parallel: ParallelConfig, c: MeshCandidate, *,
                                   max_zero: int) -> int:
@@ -227,13 +246,15 @@ class BoundTables:
         candidate's plans with `parallel`'s activation policy (the candidate's mesh), at
         ZeRO stage `max_zero` or below: the averaged model states of `memory_bound_bytes`
         plus the ranks' mean stored layer activations under the policy
-        (`models.memory.stored_activation_floor_bytes`). Above the capacity, no such plan
+        (`models.memory.stored_activation_floor_bytes`) and the head's share of the
+        activations (`_head_share_bytes`). Above the capacity, no such plan
         fits: not on the busiest rank (at least the mean), nor with remote activation
         offload, which only moves bytes between the ranks (its verdict needs the mean
         within the capacity, `models.remote_activations.fits_after_remote_offload`)."""
         stored = stored_activation_floor_bytes(self.spec, self.training, parallel)
         mean_stored = sum(stored) / len(stored) if stored else 0.0
-        return int(self._mean_states_bytes(c, max_zero) + mean_stored) + RUNTIME_RESERVE_BYTES
+        return int(self._mean_states_bytes(c, max_zero) + mean_stored
+                   + self._head_share_bytes(c)) + RUNTIME_RESERVE_BYTES
 
     def _mean_states_bytes(self, c: MeshCandidate, max_zero: int) -> float:
         """The model states of the candidate at ZeRO stage `max_zero`, averaged over its

@@ -231,18 +231,49 @@ def layer_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return parts
 
 
+KindCount = tuple[TimingKind, RecomputeMode, int, int]
+"""A timing kind, the recompute mode of some of a chunk's layers of that kind, how many they
+are, and the first layer of that kind the rank holds (the one it is timed by)."""
+
+
+@lru_cache(maxsize=16384)
+def _chunk_kind_counts(chunks: tuple[tuple[int, ...], ...],
+                       kinds: tuple[tuple[TimingKind, ...], ...],
+                       recompute: RecomputeMode | FullLayers) -> tuple[tuple[KindCount, ...], ...]:
+    """Per chunk of a rank, its layers counted by (timing kind, recompute mode) in order of
+    first appearance, each with the rank's first layer of that kind: what `stage_time`
+    multiplies each kind's times by. The first k layers of the rank are the fully
+    recomputed ones under FullLayers(k)."""
+    first: dict[TimingKind, int] = {}
+    out = []
+    position = 0
+    for chunk, chunk_kinds in zip(chunks, kinds, strict=True):
+        counts: dict[tuple[TimingKind, RecomputeMode], int] = {}
+        for index, kind in zip(chunk, chunk_kinds, strict=True):
+            first.setdefault(kind, index)
+            mode = _mode(recompute, position)
+            position += 1
+            counts[kind, mode] = counts.get((kind, mode), 0) + 1
+        out.append(tuple((kind, mode, count, first[kind])
+                         for (kind, mode), count in counts.items()))
+    return tuple(out)
+
+
 def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                cluster: ClusterSpec, layout: StageLayout, *, num_micro_batches: int,
                fabric: Fabric, groups: AxisGroups,
-               layer_memo: dict[tuple[object, ...], _LayerParts] | None = None) -> StageTime:
+               layer_memo: dict[tuple[object, ...], _LayerParts] | None = None,
+               kinds: tuple[tuple[TimingKind, ...], ...] | None = None) -> StageTime:
     """Per-micro-batch F/B/W of every chunk of one pipeline rank, with recomputation,
     exposed collectives, ZeRO-3 gathers and offload stalls folded in (`layer_memo`: as
-    `layer_parts`').
+    `layer_parts`'; `kinds`: the layout's `chunk_timing_kinds`, computed when not given).
 
     Full recomputation repeats the layer's forward compute (booked as recompute) and its
     forward collectives (booked under their axis, once per repetition)."""
     ctx = compute_context(training, parallel, cluster)
     policy = parallel.policy_of(layout.rank)
+    if kinds is None:
+        kinds = chunk_timing_kinds(spec, layout.chunks)
     # Layers of one timing kind (`timing_kind`) take the same time: each kind is timed
     # once, by the first layer of it the rank holds.
     cache: dict[TimingKind, tuple[LayerCompute, LayerComm, tuple[float, float],
@@ -251,23 +282,15 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     chunk_times: list[OpTimes] = []
     compute_total = recompute_total = cast_total = copy_total = 0.0
     exposed: dict[str, float] = {}
-    position = 0
-    for chunk_index, chunk in enumerate(layout.chunks):
-        counts: dict[tuple[TimingKind, RecomputeMode], int] = {}
-        first: dict[TimingKind, int] = {}
-        for index in chunk:
-            kind = timing_kind(spec, index)
-            first.setdefault(kind, index)
-            mode = _mode(policy.recompute, position)
-            position += 1
-            counts[kind, mode] = counts.get((kind, mode), 0) + 1
+    chunk_counts = _chunk_kind_counts(layout.chunks, kinds, policy.recompute)
+    for chunk_index, counts in enumerate(chunk_counts):
         chunk_op = OpTimes()
-        for (kind, mode), count in counts.items():
+        for kind, mode, count, first in counts:
             if kind not in cache:
-                cache[kind] = layer_parts(spec, training, parallel, cluster, first[kind],
+                cache[kind] = layer_parts(spec, training, parallel, cluster, first,
                                           fabric=fabric, groups=groups, memo=layer_memo)
             if (kind, mode) not in terms:
-                cast = (fp8_cast_s(spec, first[kind], training, parallel, cluster, mode,
+                cast = (fp8_cast_s(spec, first, training, parallel, cluster, mode,
                                    policy.recompute_modules) if policy.fp8_activations else 0.0)
                 terms[kind, mode] = _layer_terms(*cache[kind], mode=mode, cast=cast,
                                                  modules=policy.recompute_modules)
@@ -498,7 +521,7 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
                     layer_memo = layer_parts_memo(spec, training, cluster)
                 shared = bucket.stages[key, None] = stage_time(
                     spec, training, parallel, cluster, layout, num_micro_batches=m,
-                    fabric=fabric, groups=groups, layer_memo=layer_memo)
+                    fabric=fabric, groups=groups, layer_memo=layer_memo, kinds=kinds)
             found = (shared if shared.stage == layout.rank
                      else dataclasses.replace(shared, stage=layout.rank))
             bucket.stages[key, layout.rank] = found

@@ -251,6 +251,39 @@ def test_memory_bound_holds_per_zero_stage_with_an_mtp_module() -> None:
                 <= ledger.peak_bytes, (c.key, zero)
 
 
+@pytest.mark.parametrize(("model", "seq"), [("llama-4-scout-17b-16e", 32768),
+                                            ("gemma-3-27b-it", 16384),
+                                            ("qwen3-30b-a3b", 8192),
+                                            ("llama-3.1-8b", 8192)])
+def test_memory_bounds_count_the_head_share_and_stay_below_the_most_frugal_ledger(
+        model: str, seq: int) -> None:
+    """With the output head's activations (fp32 logits over a large vocabulary) in the
+    bound, the memory bound and the per-policy bound stay below the most frugal plan's
+    ledger at every ZeRO stage, and below the mean over its ranks; the head share is what
+    tells apart a pipeline-less Llama 4 Scout at 32k tokens (26 GB of logits) from the
+    capacity."""
+    from models.memory import memory_ledger
+    from solver.candidate_eval import ALL_POLICIES, _frugal, _with_policy
+
+    spec = model_preset(model)
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    training = TrainingSpec(global_batch_size=64, sequence_length=seq)
+    tables = BoundTables(spec, training, cluster)
+    constraints = Constraints()
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=constraints)
+    for c in random.Random(29).sample(candidates, min(12, len(candidates))):
+        for zero in (1, 3):
+            frugal = _with_policy(c, zero, _frugal(spec, constraints, None, ALL_POLICIES),
+                                  constraints)
+            ledger = memory_ledger(spec, training, frugal, cluster)
+            mean = sum(stage.total_bytes for stage in ledger.stages) / len(ledger.stages)
+            assert tables.memory_bound_bytes(c, max_zero=zero, max_offload=0.0) \
+                <= ledger.peak_bytes, (c.key, zero)
+            assert tables.policy_memory_bound_bytes(frugal, c, max_zero=zero) <= mean, \
+                (c.key, zero)
+
+
 @pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq", "dtype"), FLOOR_CASES[:2])
 def test_zero_stage_floors_leave_the_value_below_the_cutoff_unchanged(
         model: str, gpu: str, nodes: int, batch: int, seq: int, dtype: str) -> None:
