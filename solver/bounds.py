@@ -29,7 +29,11 @@ from models.activations import (
 from models.collectives import fabric_of
 from models.compute import LayerCompute, head_compute
 from models.errors import InvalidSpecError
-from models.memory import RUNTIME_RESERVE_BYTES, stored_activation_floor_bytes
+from models.memory import (
+    RUNTIME_RESERVE_BYTES,
+    in_flight_counts,
+    stored_activation_floor_bytes,
+)
 from models.params import count_parameters, mtp_module_params
 from models.pipeline import (
     StagePlacement,
@@ -170,17 +174,29 @@ class BoundTables:
         return self._input_cache[key]
 
     def _head_share_bytes(self, c: MeshCandidate) -> float:
-        """The output head's activations of one micro-batch (final norm and projection
-        inputs, fp32 logits: `models.activations.head_activation_bytes`, with the projection
-        input sharded, its smaller form) over the pipeline ranks: the rank holding the head
-        keeps them for at least one micro-batch beside its own layers' (the ledger's
-        `activations: embedding, head, logits, MTP` line), so the mean over ranks of the
-        peaks holds at least this share. At a vocabulary of 202,048 (Llama 4) and 32k
-        tokens the logits alone are 26 GB on one GPU."""
+        """The output head's activations (final norm and projection inputs, fp32 logits:
+        `models.activations.head_activation_bytes`, with the projection input sharded, its
+        smaller form) for as many micro-batches as the schedule keeps in flight on the
+        head's chunk, over the pipeline ranks: the rank holding the head keeps them beside
+        its own layers' (the ledger's `activations: embedding, head, logits, MTP` line, with
+        the same in-flight count, which the schedule fixes whatever the layer split), so
+        the mean over ranks of the peaks holds at least this share. At a vocabulary of
+        202,048 (Llama 4) and 32k tokens the logits of one micro-batch are 26 GB; GPipe keeps
+        every micro-batch's."""
         key = ("head", c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
         if key not in self._input_cache:
             self._input_cache[key] = head_activation_bytes(self.spec, self._activation_context(c))
-        return self._input_cache[key] / c.pp
+        return self._input_cache[key] * self._head_in_flight(c) / c.pp
+
+    def _head_in_flight(self, c: MeshCandidate) -> int:
+        """Micro-batches the schedule keeps in flight on the chunk holding the head (the
+        most over the ranks holding one; 1 without a pipeline)."""
+        if c.pp == 1:
+            return 1
+        profile = in_flight_counts(c.parallel(), c.num_micro_batches)
+        return max((profile.chunk_peaks_until_b[rank][chunk]
+                    for rank in range(c.pp) for chunk in profile.last_stage_chunks[rank]),
+                   default=1)
 
     def time_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the pipeline makespan with the fastest policy."""
