@@ -40,11 +40,10 @@ from pathlib import Path
 from typing import Any
 
 import solver.targets as targets
-from api_schemas import ClusterInput, Constraints, ModelPreset, PlanRequest, SolverLimits
 from solver import plan
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_planner import OPEN_CONSTRAINTS, PROBLEMS  # noqa: E402
+from bench_planner import problem_requests  # noqa: E402
 
 EVAL_SHARE_LIMIT_S = 120.0
 """The search's time limit here: long enough that the pickling done inside the search never
@@ -114,16 +113,8 @@ def main() -> None:
           f"{'evals':>6s} {'status':>8s} {'args kB':>8s} {'pickle s':>9s} {'lean kB':>8s} "
           f"{'lean s':>7s} "
           f"{'best 2-way s':>13s}")
-    cases = [(label, model, gpu, nodes, training, Constraints())
-             for label, model, gpu, nodes, training in PROBLEMS]
-    if args.open:
-        cases += [(f"{label} + open", model, gpu, nodes, training, OPEN_CONSTRAINTS)
-                  for label, model, gpu, nodes, training in PROBLEMS]
-    for label, model, gpu, nodes, training, constraints in cases:
-        request = PlanRequest(model=ModelPreset(preset=model),
-                              cluster=ClusterInput(gpu=gpu, num_nodes=nodes), training=training,
-                              constraints=constraints,
-                              solver=SolverLimits(time_limit_s=EVAL_SHARE_LIMIT_S, top_k=3))
+    for label, request in problem_requests(with_open=args.open,
+                                           time_limit_s=EVAL_SHARE_LIMIT_S):
         for call in range(args.repeats):
             with tallied() as tally:
                 started = time.perf_counter()

@@ -61,6 +61,21 @@ LIMIT_SLACK_S = 0.5
 """How far past the time limit an answer may come (start-up of the call aside)."""
 
 
+def problem_requests(*, with_open: bool, time_limit_s: float) -> list[tuple[str, PlanRequest]]:
+    """Each benchmark problem as a labelled plan request, then (`with_open`) each again with
+    `OPEN_CONSTRAINTS`, labelled "+ open"."""
+    cases = [(label, model, gpu, nodes, training, Constraints())
+             for label, model, gpu, nodes, training in PROBLEMS]
+    if with_open:
+        cases += [(f"{label} + open", model, gpu, nodes, training, OPEN_CONSTRAINTS)
+                  for label, model, gpu, nodes, training in PROBLEMS]
+    return [(label, PlanRequest(model=ModelPreset(preset=model),
+                                cluster=ClusterInput(gpu=gpu, num_nodes=nodes),
+                                training=training, constraints=constraints,
+                                solver=SolverLimits(time_limit_s=time_limit_s, top_k=3)))
+            for label, model, gpu, nodes, training, constraints in cases]
+
+
 def _spin(stop: Any) -> None:
     """Keep one core busy until `stop` is set (a background load)."""
     x = 0
@@ -74,16 +89,7 @@ def _run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
           f"{'limit':>6s} "
           f"{'status':>9s} {'gap':>6s} {'cands':>6s} {'evals':>6s}  plan")
     figures: dict[str, dict[str, Any]] = {}
-    cases = [(label, model, gpu, nodes, training, Constraints())
-             for label, model, gpu, nodes, training in PROBLEMS]
-    if args.open:
-        cases += [(f"{label} + open", model, gpu, nodes, training, OPEN_CONSTRAINTS)
-                  for label, model, gpu, nodes, training in PROBLEMS]
-    for label, model, gpu, nodes, training, constraints in cases:
-        request = PlanRequest(model=ModelPreset(preset=model),
-                              cluster=ClusterInput(gpu=gpu, num_nodes=nodes), training=training,
-                              constraints=constraints,
-                              solver=SolverLimits(time_limit_s=args.time_limit, top_k=3))
+    for label, request in problem_requests(with_open=args.open, time_limit_s=args.time_limit):
         times, cpu = [], []
         response = None
         for _ in range(args.repeats):
