@@ -460,7 +460,7 @@ def chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
     return tuple(tuple(timing_kind(spec, i) for i in chunk) for chunk in chunks)
 
 
-def _stage_key(kinds: tuple[tuple[object, ...], ...], parallel: ParallelConfig,
+def _stage_key(kinds: tuple[tuple[TimingKind, ...], ...], parallel: ParallelConfig,
                layout: StageLayout) -> tuple[object, ...]:
     policy = parallel.policy_of(layout.rank)
     rank = layout.rank if policy.offload_frac > 0 else -1
@@ -471,7 +471,7 @@ def _stage_key(kinds: tuple[tuple[object, ...], ...], parallel: ParallelConfig,
 class _Bucket:
     """The memoised stages of one (model, recipe, cluster, configuration, micro-batches)."""
 
-    kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[object, ...], ...]]
+    kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[TimingKind, ...], ...]]
     """Layer timing kinds (`timing_kind`) of each chunk tuple (the model is fixed in a
     bucket)."""
     stages: dict[tuple[object, ...], StageTime]
