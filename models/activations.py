@@ -336,23 +336,17 @@ def layer_activation_bytes(spec: ModelSpec, layer_index: int,
                            ctx: LayerActivationContext) -> LayerActivationBytes:
     """Stored activation tensors of one layer for one micro-batch, with its own MLP (MoE or
     dense) and token mixer (linear or softmax attention); layers of one such weight kind are
-    alike, so the result is cached per kind. See `_layer_activation_bytes`."""
+    alike, so the result is cached per kind. See `kind_activation_bytes`."""
     return kind_activation_bytes(spec, spec.is_moe_layer(layer_index), ctx,
                                  linear=spec.is_linear_attention_layer(layer_index))
 
 
-def kind_activation_bytes(spec: ModelSpec, moe: bool, ctx: LayerActivationContext, *,
-                          linear: bool = False) -> LayerActivationBytes:
-    """`layer_activation_bytes` of any layer of the model with this MLP (MoE or dense) and
-    token mixer (linear attention or not)."""
-    return _layer_activation_bytes(spec, moe, ctx, linear=linear)
-
-
 @lru_cache(maxsize=8192)
-def _layer_activation_bytes(spec: ModelSpec, moe_layer: bool,
-                            ctx: LayerActivationContext,
-                            linear: bool = False) -> LayerActivationBytes:
-    """Stored activation tensors of one layer for one micro-batch.
+def kind_activation_bytes(spec: ModelSpec, moe_layer: bool,
+                          ctx: LayerActivationContext,
+                          linear: bool = False) -> LayerActivationBytes:
+    """Stored activation tensors of one layer for one micro-batch, for any layer of the model
+    with this MLP (MoE or dense) and token mixer (linear attention or not).
 
     Source: [KOR22] arXiv:2205.05198 Eq. 1, 2, 4 (s b h (34 + 5 a s / h), with TP
     s b h (10 + 24/t + 5 a s/(h t)), with TP + SP s b h (34 + 5 a s / h) / t).

@@ -28,6 +28,7 @@ from api_schemas.training import Fp8WeightStorage, TrainingSpec
 from models.catalog import DATA_DIR
 from models.errors import InvalidSpecError
 from models.pipeline import schedule_traits
+from models.traffic.context import head_dims
 
 RELEASED = ("megatron-lm", "torchtitan", "deepspeed")
 """Framework ids with a capability table, in the order plans list them."""
@@ -217,7 +218,8 @@ def effective_cp_kind(cp: int, cp_kind: ContextParallelKind,
 def _ulysses_replicates_kv(spec: ModelSpec, tp: int, cp: int, kind: ContextParallelKind,
                            ulysses_degree: int | None) -> bool:
     """Whether the Ulysses all-to-all would need copies of KV heads: the KV heads of a TP
-    rank (every query head's own under MLA) are not a multiple of the Ulysses degree
+    rank (`models.traffic.context.head_dims`: every query head's own under MLA) are not a
+    multiple of the Ulysses degree
     (`models.mesh.rules_shape.ulysses_heads` warns; Transformer Engine refuses it)."""
     if kind == ContextParallelKind.ULYSSES:
         degree = cp
@@ -225,9 +227,7 @@ def _ulysses_replicates_kv(spec: ModelSpec, tp: int, cp: int, kind: ContextParal
         degree = ulysses_degree
     else:
         return False
-    q_local = max(1, spec.num_attention_heads // tp)
-    kv_local = q_local if spec.attention == AttentionKind.MLA else max(1, spec.kv_heads // tp)
-    return kv_local % degree != 0
+    return head_dims(spec, tp).kv_heads % degree != 0
 
 
 def _attention_features(spec: ModelSpec) -> set[str]:

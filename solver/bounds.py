@@ -127,6 +127,8 @@ class BoundTables:
                             if spec.num_mtp_layers else 0)
         self._core_cache, self._input_cache = _shared_caches(spec, training, cluster)
         self._zero3_cache: dict[tuple[object, ...], float] = {}
+        self._head_in_flight_cache: dict[tuple[object, ...], int] = {}
+        """Per schedule shape, the micro-batches in flight on the head's chunk."""
         """Per core and data and pipeline degrees, the exposed ZeRO-3 traffic of all layers."""
 
     def _core_key(self, c: MeshCandidate) -> tuple[object, ...]:
@@ -193,10 +195,15 @@ class BoundTables:
         most over the ranks holding one; 1 without a pipeline)."""
         if c.pp == 1:
             return 1
-        profile = in_flight_counts(c.parallel(), c.num_micro_batches)
-        return max((profile.chunk_peaks_until_b[rank][chunk]
-                    for rank in range(c.pp) for chunk in profile.last_stage_chunks[rank]),
-                   default=1)
+        key = (c.schedule, c.pp, c.vpp, c.num_micro_batches)
+        count = self._head_in_flight_cache.get(key)
+        if count is None:
+            profile = in_flight_counts(c.parallel(), c.num_micro_batches)
+            count = self._head_in_flight_cache[key] = max(
+                (profile.chunk_peaks_until_b[rank][chunk]
+                 for rank in range(c.pp) for chunk in profile.last_stage_chunks[rank]),
+                default=1)
+        return count
 
     def time_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the pipeline makespan with the fastest policy."""
