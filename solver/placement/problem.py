@@ -191,7 +191,7 @@ def _validated(
         np.copyto(out, raw, casting="unsafe")  # as astype: floats are whole here
         arr = out
     layers, r, e = arr.shape
-    if int(arr.min()) < 0:
+    if int(np.minimum.reduce(arr, axis=None)) < 0:
         layer, src, exp = np.argwhere(arr < 0)[0]
         raise InvalidSpecError(
             f"{name(layer)}[{src}][{exp}]={int(arr[layer, src, exp])} is negative: counts "
@@ -206,7 +206,7 @@ def _validated(
         raise InvalidSpecError(f"top_k={top_k} must lie in [1, {e}]", field="top_k")
     if weight_bytes_per_expert < 0 or grad_bytes_per_expert < 0:
         raise InvalidSpecError("expert byte sizes must be >= 0", field="expert_weight_bytes")
-    rows = arr.sum(axis=2)
+    rows = np.add.reduce(arr, axis=2)  # ufunc reductions skip the ndarray.sum wrapper
     uneven = rows != rows[:, :1]
     if uneven.any():
         layer, bad = (int(x) for x in np.argwhere(uneven)[0])
@@ -226,8 +226,8 @@ def _validated(
             "(S tokens x K experts)", field=field,
         )
     m = e // r
-    expert_tokens = arr.sum(axis=1)
-    home = expert_tokens.reshape(layers, r, m).sum(axis=2)
+    expert_tokens = np.add.reduce(arr, axis=1)
+    home = np.add.reduce(expert_tokens.reshape(layers, r, m), axis=2)
     for x in (arr, expert_tokens, home, capacity):
         x.setflags(write=False)
     problems = tuple(
@@ -456,6 +456,23 @@ def shape_index(num_ranks: int, num_experts: int) -> ShapeIndex:
     return ShapeIndex(*arrays)
 
 
+@lru_cache(maxsize=16)
+def _row_major_split(columns: int, rows: int) -> tuple[IntArray, IntArray]:
+    """Row and column of every flat index into a row-major [rows, columns] array (read-only,
+    cached): a lookup in these is several times quicker than an integer divmod."""
+    row, column = np.divmod(np.arange(rows * columns, dtype=np.int64), columns)
+    row.setflags(write=False)
+    column.setflags(write=False)
+    return row, column
+
+
+def _split_cells(cells: IntArray, rows: int, columns: int) -> tuple[IntArray, IntArray]:
+    """(row, column) of flat indices `cells` into a row-major [rows, columns] array; the
+    lookup tables are cached for the next power of two of `rows`."""
+    row, column = _row_major_split(columns, 1 << max(rows - 1, 0).bit_length())
+    return row.take(cells), column.take(cells)
+
+
 def routes_from_allocation(problem: PlacementProblem, alloc: IntArray) -> Routes:
     """Split each expert's tokens over its destinations, keeping tokens local first.
 
@@ -480,6 +497,8 @@ class _SharedCells:
     """[n] layer of each shared row."""
     expert: IntArray
     """[n] expert of each shared row."""
+    cell: IntArray
+    """[c] flat index of each positive cell in the [n, R] shared rows."""
     row: IntArray
     """[c] shared row of each positive cell."""
     rank: IntArray
@@ -494,16 +513,14 @@ def _shared_cells(batch: LayerBatch, alloc: IntArray) -> _SharedCells:
     index = shape_index(r, e)
     on_home = alloc.reshape(layers, e * r)[:, index.allocation_home]
     layer, expert = (on_home != batch.expert_tokens).nonzero()
-    rows = alloc[layer, expert, :]
-    cells = (rows > 0).ravel().nonzero()[0]  # quicker than a 2-D nonzero; alloc >= 0
-    row, rank = np.divmod(cells, r)
-    return _SharedCells(layer, expert, row, rank, rows.ravel()[cells])
+    rows = alloc[layer, expert, :].ravel()
+    cells = (rows > 0).nonzero()[0]  # quicker than a 2-D nonzero; alloc >= 0
+    row, rank = _split_cells(cells, expert.size, r)
+    return _SharedCells(layer, expert, cells, row, rank, rows.take(cells))
 
 
 def _layer_bounds(keys: IntArray, layers: int) -> list[int]:
     """Start offsets (and the end) of each layer's run in a sequence sorted by layer."""
-    if layers == 1:
-        return [0, int(keys.size)]
     return [int(x) for x in np.searchsorted(keys, np.arange(layers + 1))]
 
 
@@ -520,20 +537,21 @@ def _layer_routes(batch: LayerBatch, shared: _SharedCells) -> tuple[list[Routes]
     layers, r, e = batch.counts.shape
     index = shape_index(r, e)
     flat = batch.counts.reshape(layers, r * e)
-    kept = flat[:, index.diagonal].sum(axis=1)
+    kept = np.add.reduce(flat[:, index.diagonal], axis=1)
     lay, exp = shared.layer, shared.expert
     cell_row, cell_rank = shared.row, shared.rank
     # local first: each allocation cell keeps min(own count, cell tokens) on its own rank
     supply = batch.counts[lay, :, exp]  # [n, R], a copy
-    own = supply[cell_row, cell_rank]
+    flat_supply = supply.reshape(-1)  # a view: the copy is C-contiguous
+    own = flat_supply.take(shared.cell)
     local = np.minimum(own, shared.tokens)
-    supply[cell_row, cell_rank] = own - local
+    flat_supply[shared.cell] = own - local
     on = local.nonzero()[0]
     local_row, local_rank, local_tokens = cell_row[on], cell_rank[on], local[on]
     if exp.size:
         home_counts = flat[lay, index.diagonal[exp]]
         if layers == 1:
-            kept += int(local_tokens.sum()) - int(home_counts.sum())
+            kept += int(np.add.reduce(local_tokens)) - int(np.add.reduce(home_counts))
         else:
             np.add.at(kept, lay[local_row], local_tokens)
             np.subtract.at(kept, lay, home_counts)
@@ -541,9 +559,12 @@ def _layer_routes(batch: LayerBatch, shared: _SharedCells) -> tuple[list[Routes]
     wanted = left.nonzero()[0]
     nw_row, nw_source, nw_dest, nw_tokens = _north_west(
         supply, cell_row[wanted], cell_rank[wanted], left[wanted])
-    shared_at = _layer_bounds(lay, layers)
-    local_at = _layer_bounds(lay[local_row], layers)
-    nw_at = _layer_bounds(lay[nw_row], layers)
+    if layers == 1:
+        shared_at, local_at, nw_at = [0, exp.size], [0, on.size], [0, nw_row.size]
+    else:
+        shared_at = _layer_bounds(lay, layers)
+        local_at = _layer_bounds(lay[local_row], layers)
+        nw_at = _layer_bounds(lay[nw_row], layers)
     routes = []
     for x in range(layers):
         a, b = local_at[x], local_at[x + 1]
@@ -578,7 +599,7 @@ def _north_west(supply: IntArray, d_row: IntArray, d_rank: IntArray, d_tokens: I
     between the previous demand's end and its own.
     """
     s_cell = (supply > 0).ravel().nonzero()[0]  # supply is >= 0
-    cum_s = supply.ravel()[s_cell].cumsum()
+    cum_s = supply.ravel().take(s_cell).cumsum()
     cum_d = d_tokens.cumsum()
     at = cum_s.searchsorted(cum_d)  # the supply cell each demand cut falls in
     is_inner = cum_s[at] != cum_d
@@ -596,7 +617,7 @@ def _north_west(supply: IntArray, d_row: IntArray, d_rank: IntArray, d_tokens: I
     per_demand = np.empty_like(end)
     per_demand[:1] = end[:1] + 1
     np.subtract(end[1:], end[:-1], out=per_demand[1:])
-    row, source = np.divmod(s_cell.repeat(pieces), supply.shape[1])
+    row, source = _split_cells(s_cell.repeat(pieces), *supply.shape)
     return row, source, d_rank.repeat(per_demand), lengths
 
 
@@ -679,7 +700,7 @@ def _replicas(shared: _SharedCells, home_of: IntArray, layers: int, r: int
         hosted[x][d] += (y,)
     moved = shared.tokens[foreign]
     if layers == 1:
-        return hosted, [int(moved.sum())]
+        return hosted, [int(np.add.reduce(moved))]
     per_layer = np.zeros(layers, dtype=np.int64)
     np.add.at(per_layer, shared.layer[row], moved)
     return hosted, per_layer.tolist()
@@ -695,7 +716,7 @@ def layer_accounts(batch: LayerBatch, alloc: IntArray, lower_bounds: IntArray | 
     shared = _shared_cells(batch, alloc)
     hosted, migrated = _replicas(shared, index.home_of, layers, r)
     routes, kept = _layer_routes(batch, shared)
-    rank_loads = alloc.sum(axis=1)
+    rank_loads = np.add.reduce(alloc, axis=1)
     remote = (batch.capacity * r - kept).tolist()  # every layer routes R*S*K tokens
     if lower_bounds is None:
         lower_bounds = layer_lower_bounds(batch.expert_tokens, batch.home_loads, batch.capacity,
