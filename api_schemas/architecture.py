@@ -8,7 +8,6 @@ is `models/params.py`, `models/flops.py`).
 """
 
 from enum import StrEnum
-from functools import lru_cache
 from typing import Self
 
 from pydantic import Field, model_validator
@@ -330,13 +329,6 @@ class ModelSpec(SpecModel):
         linear = self.linear_attention
         return linear is not None and layer_index in linear.layers
 
-    def linear_attention_share(self, moe: bool) -> float:
-        """Fraction of the layers with (`moe`) or without an MoE block that use linear
-        attention (0 when the model has none)."""
-        if self.linear_attention is None:
-            return 0.0
-        return _linear_attention_share(self, moe)
-
     def is_moe_layer(self, layer_index: int) -> bool:
         """True when the layer's MLP is the MoE block (0-based layer index)."""
         moe = self.moe
@@ -350,15 +342,6 @@ class ModelSpec(SpecModel):
     def num_moe_layers(self) -> int:
         """Number of transformer layers carrying the MoE block (MTP layers excluded)."""
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
-
-
-@lru_cache(maxsize=256)
-def _linear_attention_share(spec: ModelSpec, moe: bool) -> float:
-    kind = [i for i in range(spec.num_layers) if spec.is_moe_layer(i) == moe]
-    if not kind:
-        return 0.0
-    linear = frozenset(spec.linear_attention.layers) if spec.linear_attention else frozenset()
-    return sum(i in linear for i in kind) / len(kind)
 
 
 __all__ = ["AttentionKind", "LinearAttentionKind", "LinearAttentionSpec", "MLASpec", "MlpKind",

@@ -139,7 +139,7 @@ def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     calls = tp_block_calls(lctx, "attention")
     if has_tp_mlp(lctx, moe_layer):
         calls += tp_block_calls(lctx, "mlp")
-    calls += cp_calls(lctx, 1.0 if linear else 0.0)
+    calls += cp_calls(lctx, linear)
     if moe_layer:
         calls += expert_calls(lctx)
     if len(_CALLS) >= _CALLS_MAX:

@@ -9,7 +9,7 @@ reduce-scatters. The step totals of `models.traffic` and the step time of
 (`models.step_time` applies the overlap rules) or count parameters (`models.params`).
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from api_schemas import ContextParallelKind, DType, MoeDispatcher
 from models.collectives import Collective, CollectiveCost, all_to_all_split_cost
@@ -124,23 +124,15 @@ def has_tp_mlp(lctx: LayerTrafficContext, moe_layer: bool) -> bool:
     return not moe_layer or (moe is not None and moe.num_shared_experts > 0)
 
 
-def cp_calls(lctx: LayerTrafficContext, linear_share: float = 0.0) -> list[LayerCall]:
+def cp_calls(lctx: LayerTrafficContext, linear: bool = False) -> list[LayerCall]:
     """Context-parallel collectives of one layer pass: ring hops, Ulysses all-to-alls, or
     both (USP: Ulysses inside the first `ulysses_degree` ranks, ring across) for a
-    full-attention layer; the state all-gather of a linear-attention layer
-    (`state_passing_calls`), whatever `cp_kind` says (`models.linear_attention.
-    cp_kinds_for_layer`). `linear_share`: the fraction of the layers these calls stand for
-    that use linear attention (each call carries its fraction as `share`)."""
-    p = lctx.parallel
-    if p.cp == 1:
+    full-attention layer; the state all-gather of a linear-attention layer (`linear`:
+    `state_passing_calls`), whatever `cp_kind` says (`models.linear_attention.
+    cp_kinds_for_layer`)."""
+    if lctx.parallel.cp == 1:
         return []
-    if linear_share >= 1.0:
-        return state_passing_calls(lctx)
-    full = _kv_exchange_calls(lctx)
-    if linear_share <= 0.0:
-        return full
-    return ([replace(call, share=1.0 - linear_share) for call in full]
-            + [replace(call, share=linear_share) for call in state_passing_calls(lctx)])
+    return state_passing_calls(lctx) if linear else _kv_exchange_calls(lctx)
 
 
 STATE_NOTE = ("on the critical path: a rank's inter-chunk pass waits for the states of the "

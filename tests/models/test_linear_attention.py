@@ -135,14 +135,14 @@ def test_state_passing_traffic_is_independent_of_sequence_length() -> None:
     assert ring[131_072][0].message_bytes == 4 * ring[32_768][0].message_bytes
 
 
-def test_hybrid_kinds_mix_state_passing_and_kv_exchange_by_their_share() -> None:
+def test_a_linear_layer_passes_states_and_a_full_layer_exchanges_kv() -> None:
+    """In a hybrid model each layer pays its own mixer's CP traffic, whole (share 1)."""
     lctx = _lctx(32_768, 4)[0]
-    spec = lctx.model
-    share = spec.linear_attention_share(True)
-    assert share == pytest.approx(19 / 26)  # MoE layers 1..26: all KDA but 7 MLA
-    calls = cp_calls(lctx, share)
-    assert {c.share for c in calls if c.name.startswith("cp.state.")} == {share}
-    assert {c.share for c in calls if c.name.startswith("cp.ring.")} == {1 - share}
+    linear, full = cp_calls(lctx, linear=True), cp_calls(lctx)
+    assert linear == state_passing_calls(lctx)
+    assert all(c.name.startswith("cp.state.") for c in linear)
+    assert full and all(c.name.startswith("cp.ring.") for c in full)
+    assert {c.share for c in linear + full} == {1.0}
 
 
 def test_kda_layers_shorten_the_step_at_long_context() -> None:
