@@ -75,13 +75,12 @@ def binding_constraints(ledger: MemoryLedger) -> list[str]:
 
 
 def _terms(est: StepEstimate) -> dict[str, float]:
-    terms = {"compute": est.compute_s, "recompute": est.recompute_s,
-             "pipeline bubble": est.bubble_s, "optimizer": est.optimizer_s,
-             "offload stalls": est.offload_stall_s}
-    for axis, t in est.exposed_comm_s.items():
-        terms[f"exposed {axis.upper()} communication"] = t
-    terms.update(est.overheads_s)  # per-step terms by name, the wait for the slowest GPU too
-    return terms
+    """`StepEstimate.breakdown_s` under the names the runner-up texts use (offload stalls;
+    exposed communication by its upper-case axis)."""
+    exposed = {f"{axis} communication": f"exposed {axis.upper()} communication"
+               for axis in est.exposed_comm_s}
+    return {exposed.get(name, "offload stalls" if name == "offload" else name): value
+            for name, value in est.breakdown_s.items()}
 
 
 def why_not(best: ScoredPlan, other: ScoredPlan, cluster: ClusterSpec) -> str:

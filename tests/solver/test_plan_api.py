@@ -192,3 +192,20 @@ def test_the_megatron_export_carries_its_launch_environment() -> None:
     assert answer.exports.megatron.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     dumped = answer.model_dump(mode="json")
     assert dumped["exports"]["megatron"]["env"] == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+
+def test_why_not_terms_are_the_step_breakdown_under_their_reader_names() -> None:
+    """The runner-up texts compare the same terms the step breakdown adds up, named for
+    people: exposed communication by its upper-case axis, offload as stalls."""
+    from solver.explain import _terms
+
+    estimate = estimate_step(model_preset("llama-3.1-8b"),
+                             TrainingSpec(global_batch_size=64, sequence_length=4096),
+                             ParallelConfig(tp=2, pp=1, dp=8, micro_batch_size=1),
+                             cluster_preset("h100-sxm5-80gb", num_nodes=2))
+    terms = _terms(estimate)
+    assert sum(terms.values()) == pytest.approx(estimate.step_time_s)
+    assert "offload stalls" in terms and "offload" not in terms
+    assert {f"exposed {axis.upper()} communication" for axis in estimate.exposed_comm_s} \
+        <= set(terms)
+    assert terms["pipeline bubble"] == estimate.bubble_s
