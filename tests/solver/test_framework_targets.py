@@ -248,8 +248,8 @@ def test_usp_with_a_trivial_group_is_judged_as_the_kind_that_runs() -> None:
 
 def test_megatron_ulysses_needs_kv_heads_per_tp_rank_divisible_by_its_degree() -> None:
     # Llama 3.1 8B: 8 KV heads. TP 8 leaves one per rank, which a Ulysses degree of 2 cannot
-    # split (Transformer Engine asserts; the mesh rules only warn, since DeepSpeed-Ulysses
-    # and the cost model can replicate them).
+    # split (Transformer Engine asserts; the mesh rules only warn, since the cost model can
+    # charge replicated heads).
     spec = model_preset("llama-3.1-8b")
     training = TrainingSpec(global_batch_size=16, sequence_length=32768)
 
@@ -260,3 +260,17 @@ def test_megatron_ulysses_needs_kv_heads_per_tp_rank_divisible_by_its_degree() -
 
     assert any("KV heads" in b for b in megatron_blocks(8, 2))
     assert megatron_blocks(4, 2) == []
+
+
+def test_deepspeed_ulysses_needs_at_least_as_many_kv_heads_as_its_degree() -> None:
+    # DeepSpeed 0.19.8 asserts on fewer KV heads than the Ulysses degree (no replication);
+    # Llama 3.1 8B's 8 KV heads split over a degree of 8 but not 16.
+    spec = model_preset("llama-3.1-8b")
+    training = TrainingSpec(global_batch_size=16, sequence_length=65536)
+
+    def deepspeed_blocks(cp: int) -> list[str]:
+        parallel = ParallelConfig(cp=cp, dp=1, cp_kind=ContextParallelKind.ULYSSES)
+        return blockers(frameworks()["deepspeed"], plan_features(spec, training, parallel))
+
+    assert any("KV heads" in b for b in deepspeed_blocks(16))
+    assert deepspeed_blocks(8) == []
