@@ -216,6 +216,11 @@ class Constraints(SpecModel):
         default=None, ge=MIN_GPU_HOUR_PRICE, le=MAX_GPU_HOUR_PRICE, description="Price of one "
         "GPU-hour (cost_per_token objective), 1e-6 to 1e6.")
 
+    @property
+    def pinned_recompute(self) -> Recompute | None:
+        """The one recompute policy the request pins; None when it allows a list of them or
+        leaves the choice to the planner."""
+        return None if isinstance(self.recompute, list) else self.recompute
 
     @model_validator(mode="after")
     def _version_needs_framework(self) -> Self:

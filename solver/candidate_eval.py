@@ -151,8 +151,8 @@ def _with_policy(candidate: MeshCandidate, zero: int | Storage, policy: dict[str
         fields["gradient_host_shards"] = True
     if storage.remote:
         fields["remote_activation_offload"] = True
-    if constraints.recompute is not None and not isinstance(constraints.recompute, list):
-        fields["recompute"] = constraints.recompute
+    if constraints.pinned_recompute is not None:
+        fields["recompute"] = constraints.pinned_recompute
     return candidate.parallel(**fields)
 
 
@@ -237,7 +237,7 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
         return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")
     fits: list[_Fit] = []
     unfit: ParallelConfig | None = None
-    pinned = constraints.recompute is not None and not isinstance(constraints.recompute, list)
+    pinned = constraints.pinned_recompute is not None
     # The probes of every ZeRO stage and rung share their ranks' states and activations.
     if memo is None or not memo.serves(spec, training):
         memo = LedgerMemo(spec=spec, training=training)
@@ -444,7 +444,7 @@ def least_memory_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Clu
     zeros = allowed_zero_stages(constraints)
     if not zeros:
         return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")
-    pinned = constraints.recompute is not None and not isinstance(constraints.recompute, list)
+    pinned = constraints.pinned_recompute is not None
     policy = {} if pinned else _frugal(spec, constraints, None, caps or ALL_POLICIES)
     storages = [Storage(zero=zeros[-1])]
     if 1 in zeros:

@@ -615,7 +615,7 @@ def _policy_floors(problem: _Problem, c: MeshCandidate,
     search orders the candidate by that before evaluating it. Unchanged for a pinned
     policy."""
     constraints = problem.constraints
-    if constraints.recompute is not None and not isinstance(constraints.recompute, list):
+    if constraints.pinned_recompute is not None:
         return floors
     tables, capacity, strongest = problem.tables, problem.cluster.capacity_bytes, max(floors)
 

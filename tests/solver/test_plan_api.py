@@ -77,6 +77,13 @@ def test_pins_are_honoured() -> None:
     assert response.parallel.schedule not in ("zbv", "zb_h2", "dualpipev")
 
 
+def test_a_pinned_recompute_policy_is_the_plans_own() -> None:
+    assert Constraints(recompute=["full", "selective"]).pinned_recompute is None
+    assert Constraints().pinned_recompute is None
+    response = plan(_request("llama-3.1-8b", "h100-sxm5-80gb", 1, 64, 4096, recompute="full"))
+    assert response.parallel is not None and response.parallel.recompute == "full"
+
+
 def test_evaluate_reports_oom_and_the_smallest_fixes() -> None:
     response = evaluate(EvaluateRequest.model_validate(EVALUATE_REQUEST_EXAMPLE))
     assert response.memory is not None and not response.memory.fits
