@@ -31,7 +31,6 @@ from models.compute import LayerCompute, head_compute
 from models.errors import InvalidSpecError
 from models.memory import (
     RUNTIME_RESERVE_BYTES,
-    in_flight_counts,
     stored_activation_floor_bytes,
 )
 from models.params import count_parameters, mtp_module_params
@@ -127,8 +126,6 @@ class BoundTables:
                             if spec.num_mtp_layers else 0)
         self._core_cache, self._input_cache = _shared_caches(spec, training, cluster)
         self._zero3_cache: dict[tuple[object, ...], float] = {}
-        self._head_in_flight_cache: dict[tuple[object, ...], int] = {}
-        """Per schedule shape, the micro-batches in flight on the head's chunk."""
         """Per core and data and pipeline degrees, the exposed ZeRO-3 traffic of all layers."""
 
     def _core_key(self, c: MeshCandidate) -> tuple[object, ...]:
@@ -190,20 +187,18 @@ class BoundTables:
             self._input_cache[key] = head_activation_bytes(self.spec, self._activation_context(c))
         return self._input_cache[key] * self._head_in_flight(c) / c.pp
 
-    def _head_in_flight(self, c: MeshCandidate) -> int:
-        """Micro-batches the schedule keeps in flight on the chunk holding the head (the
-        most over the ranks holding one; 1 without a pipeline)."""
-        if c.pp == 1:
-            return 1
-        key = (c.schedule, c.pp, c.vpp, c.num_micro_batches)
-        count = self._head_in_flight_cache.get(key)
-        if count is None:
-            profile = in_flight_counts(c.parallel(), c.num_micro_batches)
-            count = self._head_in_flight_cache[key] = max(
-                (profile.chunk_peaks_until_b[rank][chunk]
-                 for rank in range(c.pp) for chunk in profile.last_stage_chunks[rank]),
-                default=1)
-        return count
+    @staticmethod
+    def _head_in_flight(c: MeshCandidate) -> int:
+        """A lower bound of the micro-batches the schedule keeps in flight on the chunk
+        holding the head: all of them where every stage runs its forwards before its
+        backwards (GPipe), one elsewhere (the micro-batch whose backward follows its
+        forward; `models.memory.in_flight_counts` simulates the exact count, which the
+        tests compare with this). Read from the schedule's traits rather than simulated:
+        generating the programs of every schedule shape a search enqueues (thousands, Chimera's
+        at about 0.15 s each) cost a fresh process tens of seconds."""
+        if c.pp > 1 and schedule_traits(c.schedule).forwards_before_backwards:
+            return c.num_micro_batches
+        return 1
 
     def time_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the pipeline makespan with the fastest policy."""

@@ -91,6 +91,11 @@ class ScheduleTraits:
     """Exact (idle, span bubble) with uniform costs and zero latency, or None."""
     exports: FrameworkNames
     source: str
+    forwards_before_backwards: bool = False
+    """Every stage runs all its forwards before its first backward (GPipe's flush), so the
+    head's chunk holds every micro-batch's activations at once. Elsewhere the last virtual
+    stage may start a micro-batch's backward right after its forward, and a lower bound
+    counts one micro-batch in flight there (`solver.bounds`)."""
 
     @property
     def num_pipes(self) -> int:

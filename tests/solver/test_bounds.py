@@ -311,6 +311,30 @@ def test_memory_bounds_count_the_head_share_and_stay_below_the_most_frugal_ledge
                 (c.key, zero)
 
 
+def test_head_in_flight_bound_is_the_simulated_count_or_below() -> None:
+    """The head's in-flight count the memory bounds use (from the schedule's traits) never
+    exceeds the count the simulated program keeps on the head's chunk, and equals it for
+    every schedule on these shapes: all micro-batches under GPipe, one elsewhere."""
+    from models.memory import in_flight_counts
+    from models.pipeline.registry import SCHEDULES
+
+    checked = set()
+    for traits in SCHEDULES.values():
+        for pp, vpp, m in [(2, 2, 4), (4, 2, 8), (4, 1, 12), (4, 3, 16), (8, 2, 8)]:
+            try:
+                c = MeshCandidate(tp=1, pp=pp, dp=1, cp=1, ep=1, etp=1, vpp=vpp,
+                                  micro_batch_size=1, num_micro_batches=m,
+                                  schedule=traits.schedule, sequence_parallel=False)
+                profile = in_flight_counts(c.parallel(), m)
+            except (InvalidSpecError, ValueError):
+                continue
+            simulated = max(profile.chunk_peaks_until_b[rank][chunk] for rank in range(pp)
+                            for chunk in profile.last_stage_chunks[rank])
+            assert BoundTables._head_in_flight(c) == simulated, (traits.schedule, pp, vpp, m)
+            checked.add(traits.schedule)
+    assert checked == set(SCHEDULES)
+
+
 @pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq", "dtype"), FLOOR_CASES[:2])
 def test_zero_stage_floors_leave_the_value_below_the_cutoff_unchanged(
         model: str, gpu: str, nodes: int, batch: int, seq: int, dtype: str) -> None:

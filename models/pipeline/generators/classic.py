@@ -193,7 +193,8 @@ GPIPE = ScheduleTraits(
     exports=FrameworkNames(megatron_native=False, megatron_note=_GPIPE_MEGATRON,
                            torchtitan="GPipe", torchtitan_note="", torchtitan_fallback="",
                            deepspeed_native=False),
-    source="GPipe arXiv:1811.06965 Sec. 2.2 (all m micro-batches stored)")
+    source="GPipe arXiv:1811.06965 Sec. 2.2 (all m micro-batches stored)",
+    forwards_before_backwards=True)
 
 ONE_F_ONE_B = ScheduleTraits(
     schedule=PipelineSchedule.ONE_F_ONE_B, placement=StagePlacement.LINEAR, fixed_chunks=1,
