@@ -456,7 +456,12 @@ def shape_index(num_ranks: int, num_experts: int) -> ShapeIndex:
     return ShapeIndex(*arrays)
 
 
-@lru_cache(maxsize=16)
+SPLIT_TABLE_CELLS = 1 << 18
+"""Largest [rows, columns] shape whose flat-index lookup tables `_split_cells` keeps (two
+int64 tables, 4 MiB): 16 layers' shared experts at E = 256, R = 64; larger batches divide."""
+
+
+@lru_cache(maxsize=8)
 def _row_major_split(columns: int, rows: int) -> tuple[IntArray, IntArray]:
     """Row and column of every flat index into a row-major [rows, columns] array (read-only,
     cached): a lookup in these is several times quicker than an integer divmod."""
@@ -468,8 +473,13 @@ def _row_major_split(columns: int, rows: int) -> tuple[IntArray, IntArray]:
 
 def _split_cells(cells: IntArray, rows: int, columns: int) -> tuple[IntArray, IntArray]:
     """(row, column) of flat indices `cells` into a row-major [rows, columns] array; the
-    lookup tables are cached for the next power of two of `rows`."""
-    row, column = _row_major_split(columns, 1 << max(rows - 1, 0).bit_length())
+    lookup tables are cached for the next power of two of `rows`, up to
+    `SPLIT_TABLE_CELLS`."""
+    table_rows = 1 << max(rows - 1, 0).bit_length()
+    if table_rows * columns > SPLIT_TABLE_CELLS:
+        split: tuple[IntArray, IntArray] = np.divmod(cells, columns)
+        return split
+    row, column = _row_major_split(columns, table_rows)
     return row.take(cells), column.take(cells)
 
 

@@ -163,3 +163,14 @@ def test_constructive_layers_match_the_reference(case: tuple[np.ndarray, np.ndar
         res = plan_constructive_layers(np.stack([counts, counts[::-1]]), top_k=k, rule=rule)
         for layer, x in zip((counts, counts[::-1]), res, strict=True):
             check_against_reference(layer, x.allocation, x)
+
+
+def test_flat_cell_split_matches_divmod_with_and_without_its_tables() -> None:
+    from solver.placement.problem import SPLIT_TABLE_CELLS, _split_cells
+
+    rng = np.random.default_rng(5)
+    for rows, columns in [(1, 1), (3, 64), (33, 64), (4096, 64), (SPLIT_TABLE_CELLS, 2)]:
+        cells = rng.integers(0, rows * columns, size=500)
+        row, column = _split_cells(cells, rows, columns)
+        expected_row, expected_column = np.divmod(cells, columns)
+        assert np.array_equal(row, expected_row) and np.array_equal(column, expected_column)
