@@ -60,10 +60,10 @@ OPEN_CONSTRAINTS = Constraints(framework="any", allow_fp8_activations=True, allo
 """Every optional mechanism the search may choose, allowed (`--open`)."""
 
 LIMIT_SLACK_S = 0.5
+"""How far past the time limit an answer may come (start-up of the call aside)."""
 STATUS_ORDER = (PlanStatus.OPTIMAL, PlanStatus.FEASIBLE, PlanStatus.INFEASIBLE,
                 PlanStatus.UNKNOWN)
 """Statuses from best to worst: the table reports the worst of a problem's repeats."""
-"""How far past the time limit an answer may come (start-up of the call aside)."""
 
 
 def problem_requests(*, with_open: bool, time_limit_s: float) -> list[tuple[str, PlanRequest]]:

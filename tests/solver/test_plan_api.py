@@ -80,6 +80,7 @@ def test_pins_are_honoured() -> None:
 def test_a_pinned_recompute_policy_is_the_plans_own() -> None:
     assert Constraints(recompute=["full", "selective"]).pinned_recompute is None
     assert Constraints().pinned_recompute is None
+    assert Constraints(recompute="full").pinned_recompute == "full"
     response = plan(_request("llama-3.1-8b", "h100-sxm5-80gb", 1, 64, 4096, recompute="full"))
     assert response.parallel is not None and response.parallel.recompute == "full"
 
