@@ -475,6 +475,9 @@ class _ActivationBytes:
     """The unfused cross entropy's backward working set beyond `working_set`."""
     offloaded: int
     """Stored activations in host memory (0 without offload)."""
+    stored_floor: int
+    """The stored layer activations less the offloaded share, without the staging buffers
+    (`stored_activation_floor_bytes`' term)."""
     peak: int
     """Peak in-flight micro-batch x chunk units."""
     largest_chunk: int
@@ -527,6 +530,7 @@ def _activation_bytes(spec: ModelSpec, training: TrainingSpec, parallel: Paralle
     return _ActivationBytes(stored_on_gpu=on_gpu, extras=extras, working_set=working_set,
                             loss_extra=loss_extra,
                             offloaded=math.ceil(stored * offload) if offload else 0,
+                            stored_floor=math.floor(stored * (1.0 - offload)),
                             peak=profile.peak_chunks[rank], largest_chunk=largest)
 
 
@@ -801,6 +805,61 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return gpu, states_host + acts_host, stored
 
 
+def peak_floor_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, *,
+                     memo: LedgerMemo, pooled: bool = False,
+                     limit_bytes: int | None = None) -> int:
+    """A lower bound of the ledger peak (`MemoryLedger.peak_bytes`) of `parallel` and of
+    every configuration of its mesh and layer split that shards the model states no further
+    and stores at least its activations: `parallel` at the strongest ZeRO stage with full
+    recomputation, FP8 storage and the largest offload share a request allows bounds every
+    plan of a search candidate.
+
+    It reads the pipeline's end ranks only, those holding the embedding or an output head
+    (the first rank also keeps the most micro-batches in flight under the 1F1B family): the
+    peak is at least each rank's total, so a subset of the ranks still bounds it, at a cost
+    that does not grow with the pipeline's depth. A rank's floor is the sum of the ledger
+    lines that no such configuration lowers: its model states; its stored layer activations
+    at the in-flight peak less the offloaded share (`stored_activation_floor_bytes`' term:
+    full recomputation keeps only each layer's input, which every other policy keeps too);
+    its embedding, head, logits and MTP activations (they read no recomputation or offload
+    setting); the runtime items that every ZeRO stage holds (`runtime_items` at ZeRO 0: the
+    ZeRO-3 gather buffers and the optimizer's full-matrix buffer only add to them); the
+    allocator's fragmentation share of those activations and transients; and the unfused
+    loss's freed-logits block. The recompute working set is left out: a selective policy
+    has none, and its stored bytes are not below full recomputation's by a known margin.
+    `pooled` (remote activation offload may move stored activations between the pipeline's
+    ranks): the stored layer activations are left out too. `limit_bytes`: the first rank
+    whose floor exceeds it is returned at once (still a lower bound of the peak, and above
+    the limit exactly when the whole floor is); ranks holding an output head come first.
+
+    Where the output head's rank carries the logits of a long sequence, this is far above
+    the mean over ranks that `solver.bounds.BoundTables.memory_bound_bytes` takes: DeepSeek-V3
+    at 32k tokens with micro-batch 4 over cp 4 keeps 47 GiB of head, logits and MTP
+    activations on that rank.
+
+    Raises:
+        InvalidSpecError: as `memory_ledger`.
+    """
+    m = micro_batch_count(training, parallel)
+    bare = parallel.model_copy(update={"zero_stage": 0}) if parallel.zero_stage else parallel
+    peak = 0
+    ends = [layout for layout in pipeline_layout(spec, parallel)
+            if layout.num_heads]
+    for layout in sorted(ends, key=lambda layout: not layout.num_heads):
+        groups, states_gpu, _ = _state_sums(spec, training, parallel, layout, memo)
+        listed, transient = _runtime_sums(spec, training, bare, groups, memo)
+        numbers = _activation_bytes(spec, training, parallel, layout, m)
+        dynamic = numbers.extras + (0 if pooled else numbers.stored_floor)
+        hole = sum(c.bytes for c in loss_hole_components(spec, training, parallel,
+                                                         num_heads=layout.num_heads))
+        floor = (states_gpu + dynamic + listed + hole
+                 + fragmentation_bytes(dynamic, transient))
+        if limit_bytes is not None and floor > limit_bytes:
+            return floor
+        peak = max(peak, floor)
+    return peak
+
+
 def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                   cluster: ClusterSpec, *, stages: Sequence[StageLayout] | None = None,
                   memo: LedgerMemo | None = None) -> MemoryLedger:
@@ -979,6 +1038,7 @@ __all__ = [
     "layer_stored_bytes_cap",
     "memory_ledger",
     "micro_batch_count",
+    "peak_floor_bytes",
     "rank_parameters",
     "stage_activation_components",
     "stage_memory",

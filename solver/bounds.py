@@ -14,12 +14,14 @@ Must not: decide anything; the planner does.
 """
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode
+from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.activations import (
     LayerActivationContext,
@@ -31,6 +33,8 @@ from models.compute import LayerCompute, head_compute
 from models.errors import InvalidSpecError
 from models.memory import (
     RUNTIME_RESERVE_BYTES,
+    LedgerMemo,
+    peak_floor_bytes,
     stored_activation_floor_bytes,
 )
 from models.params import count_parameters, mtp_module_params
@@ -257,6 +261,46 @@ class BoundTables:
         layers_per_chunk = spec.num_layers / (c.pp * chunks)
         activations = in_flight * layers_per_chunk * layer_input * (1.0 - max_offload)
         return int(states + activations + self._head_share_bytes(c)) + RUNTIME_RESERVE_BYTES
+
+    def rank_memory_bound_bytes(self, c: MeshCandidate, constraints: Constraints, *,
+                                zeros: list[int], policy: Mapping[str, object],
+                                memo: LedgerMemo, limit_bytes: int | None = None) -> int:
+        """Lower bound of the peak GPU bytes of every plan of the candidate that the exact
+        evaluation probes (`solver.candidate_eval.evaluate_candidate`: the even layer
+        split, one policy on every rank, the ZeRO stages `zeros` with Pipeline ZeRO-2 where
+        the request allows it, remote activation offload where it does) whose activation
+        policy stores no fewer bytes than `policy` (ParallelConfig policy fields; the
+        least-storing one, `solver.candidate_eval.least_stored_policy`, bounds them all):
+        the smallest over those storages of `models.memory.peak_floor_bytes` at the
+        strongest ZeRO stage. It reads each rank's own ledger pieces, so unlike
+        `memory_bound_bytes` (a mean over ranks, cheap enough for every candidate of the
+        enumeration) it sees the rank that carries the output head's logits; it costs
+        a few hundred microseconds. `limit_bytes` (a capacity): the work stops once the
+        bound's side of it is known, the value returned then being above it exactly when
+        the whole bound is. 0 (no information) where no ZeRO stage is allowed or the ledger
+        refuses the mesh: the evaluation then rejects it with the reason."""
+        if not zeros:
+            return 0
+        fields: dict[str, object] = {**policy, "zero_stage": max(zeros)}
+        if constraints.gradient_host_shards:
+            fields["gradient_host_shards"] = True
+        options = [c.parallel(**fields)]
+        if (not constraints.gradient_host_shards and constraints.allow_gradient_host_shards
+                and 1 in zeros and c.pp > 1):
+            options.append(c.parallel(**{**fields, "zero_stage": 1,
+                                         "gradient_host_shards": True}))
+        pooled = bool(constraints.allow_remote_offload) and c.pp > 1
+        least = None
+        try:
+            for parallel in options:
+                floor = peak_floor_bytes(self.spec, self.training, parallel, memo=memo,
+                                         pooled=pooled, limit_bytes=limit_bytes)
+                least = floor if least is None else min(least, floor)
+                if limit_bytes is not None and floor <= limit_bytes:
+                    break  # one storage may fit: the bound is within the limit
+        except InvalidSpecError:
+            return 0
+        return least or 0
 
     def policy_memory_bound_bytes(self, parallel: ParallelConfig, c: MeshCandidate, *,
                                   max_zero: int) -> int:

@@ -201,6 +201,22 @@ def _frugal(spec: ModelSpec, constraints: Constraints, full_layers: int | None,
     return {**selective, **saving}
 
 
+def least_stored_policy(spec: ModelSpec, constraints: Constraints,
+                        caps: PolicyCaps | None = None) -> dict[str, object]:
+    """The activation policy fields of the plans under `caps` that store the fewest bytes:
+    full recomputation where the caps allow it whole or for the first k layers (k as large
+    as a rank's layers stores the same), or a pinned policy (full recomputation stores no
+    more than any), else `_frugal`'s; with FP8 storage and the largest offload share the
+    request allows. A memory bound taken under it holds for every plan the evaluation
+    probes under these caps."""
+    caps = caps or ALL_POLICIES
+    if constraints.pinned_recompute is not None or caps.full or caps.full_layers:
+        return {"recompute": RecomputeMode.FULL,
+                "fp8_activations": bool(constraints.allow_fp8_activations),
+                "activation_offload_frac": max_offload_share(constraints)}
+    return _frugal(spec, constraints, None, caps)
+
+
 def _fits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
           parallel: ParallelConfig, memo: LedgerMemo | None = None) -> MemoryLedger:
     return memory_ledger(spec, training, parallel, cluster, memo=memo)
@@ -681,6 +697,7 @@ __all__ = [
     "evaluate_candidate",
     "layer_split_options",
     "least_memory_candidate",
+    "least_stored_policy",
     "plain_makespan_bound",
     "plain_run_makespan",
     "probe_options",

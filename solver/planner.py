@@ -27,6 +27,10 @@ does not see uneven chunks, and schedules without an exact closed form (Chimera,
 shapes) were bounded by the busiest rank's work alone. On the problems of
 `benchmarks/bench_planner.py` it cut the evaluations from 334 to 30 (open GPT 1T), 252 to 36
 (open DeepSeek-V3) and 297 to 77 (GPT 1T) with the same plans.
+Before the step floors, a candidate is dropped when the rank holding the output head overflows
+under every framework variant's least-storing policy (`BoundTables.rank_memory_bound_bytes`,
+from that rank's own ledger pieces: the mean-rank bound of the enumeration spreads the head's
+logits over the pipeline, which at long sequences hides an overflow).
 Its evaluation skips probing any ZeRO stage whose floor reaches the incumbent, and
 simulating any plan whose own step-time bound (its recomputation on the busiest rank's work,
 then the makespan bound plus its exact per-step tail) already reaches it.
@@ -59,7 +63,7 @@ from dataclasses import dataclass, field
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import ParallelConfig
+from api_schemas.parallel import ParallelConfig, RecomputeMode
 from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
@@ -73,6 +77,7 @@ from solver.candidate_eval import (
     Rejection,
     ScoredPlan,
     allowed_zero_stages,
+    least_stored_policy,
     plain_makespan_bound,
     plain_run_makespan,
     policy_floors_s,
@@ -372,8 +377,12 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         if level < _SIMULATED_BOUND:
             _tighten(problem, queue, lower, order, level, c)
             continue
-        if level == _SIMULATED_BOUND and _add_tail_floor(problem, queue, lower, order, c):
-            continue
+        if level == _SIMULATED_BOUND:
+            if _rank_memory_rules_out(problem, c):
+                queue.pruned_memory += 1  # the head's rank overflows under every plan
+                continue
+            if _add_tail_floor(problem, queue, lower, order, c):
+                continue
         if level < _RUN_BOUND and _add_run_floor(problem, queue, lower, order, c):
             continue
         _visit(problem, queue, order, c, progress)
@@ -499,6 +508,34 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
     queue.makespan[order] = makespan
     tighter = _rescale(step_s, c, problem.objective, problem.tokens)
     heapq.heappush(queue.heap, (max(lower, tighter), order, _SIMULATED_BOUND, c))
+
+
+def _rank_memory_rules_out(problem: _Problem, c: MeshCandidate) -> bool:
+    """True when, under every framework variant that runs the candidate, the rank holding
+    the output head overflows the GPU with the variant's least-storing policy at its
+    strongest ZeRO stage (`solver.bounds.BoundTables.rank_memory_bound_bytes`): the
+    evaluation would find no plan that fits. Variants alike in what the bound reads are
+    bounded once, the most frugal first (where any may fit, it is usually that one)."""
+    capacity = problem.cluster.capacity_bytes
+    checks: list[tuple[tuple[bool, bool, float, int], Constraints, list[int],
+                       dict[str, object]]] = []
+    seen: set[tuple[object, ...]] = set()
+    for v in candidate_variants(problem.spec, problem.training, c, problem.constraints):
+        zeros = allowed_zero_stages(v.constraints)
+        policy = least_stored_policy(problem.spec, v.constraints, v.caps)
+        key = (tuple(zeros), tuple(sorted(policy.items())), v.constraints.gradient_host_shards,
+               v.constraints.allow_gradient_host_shards, v.constraints.allow_remote_offload)
+        if not zeros or key in seen:
+            continue
+        seen.add(key)
+        frugality = (policy.get("recompute") == RecomputeMode.FULL,
+                     bool(v.constraints.allow_fp8_activations),
+                     max_offload_share(v.constraints), max(zeros))
+        checks.append((frugality, v.constraints, zeros, policy))
+    checks.sort(key=lambda check: check[0], reverse=True)
+    return not any(problem.tables.rank_memory_bound_bytes(
+        c, constraints, zeros=zeros, policy=policy, memo=problem.memo,
+        limit_bytes=capacity) <= capacity for _, constraints, zeros, policy in checks)
 
 
 def _add_tail_floor(problem: _Problem, queue: _Queue, lower: float, order: int,

@@ -5,6 +5,7 @@ import random
 import pytest
 
 from api_schemas import ClusterSpec, Constraints, ModelSpec, ParallelConfig, TrainingSpec
+from api_schemas.parallel import PipelineSchedule
 from models.catalog import cluster_preset, model_preset
 from models.errors import InvalidSpecError
 from solver.bounds import BoundTables
@@ -651,3 +652,162 @@ def test_every_bound_holds_where_ranks_start_on_a_full_attention_layer(model: st
                     assert tables.zero3_time_bound_s(c) <= span * (1 + 1e-9), (c.key, policy)
                 checked += 1
     assert checked >= 40, checked
+
+
+OPEN_STORAGE = Constraints(framework="any", allow_offload=True, allow_fp8_activations=True,
+                           allow_remote_offload=True, allow_gradient_host_shards=True)
+
+
+@pytest.mark.parametrize(("model", "nodes", "batch", "seq", "constraints"), [
+    ("deepseek-v2-lite", 2, 64, 32768, Constraints()),
+    ("deepseek-v2-lite", 2, 64, 32768, OPEN_STORAGE),  # offload, FP8, remote, Pipeline ZeRO-2
+    ("gpt-oss-20b", 2, 64, 32768, Constraints()),
+    ("llama-3.1-70b", 4, 64, 4096, OPEN_STORAGE),
+    ("kimi-linear-48b-a3b-instruct", 4, 32, 32768, Constraints()),
+])
+def test_rank_memory_bound_stays_below_every_probed_plan(model: str, nodes: int, batch: int,
+                                                         seq: int,
+                                                         constraints: Constraints) -> None:
+    """The head rank's floor under the least-storing policy stays at or below the peak of
+    the candidate's least-memory plan (or, where none fits, of its most frugal ledger) and
+    of its best plan, for every framework variant; with the capacity as its limit it lands
+    on the same side of it; and on long sequences it rises above the mean-rank bound."""
+    from models.memory import LedgerMemo
+    from solver.candidate_eval import (
+        allowed_zero_stages,
+        least_memory_candidate,
+        least_stored_policy,
+    )
+    from solver.targets import candidate_variants
+
+    spec = model_preset(model)
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    tables = BoundTables(spec, training, cluster)
+    memo = LedgerMemo(spec=spec, training=training)
+    capacity = cluster.capacity_bytes
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=constraints)
+    checked = above_mean = 0
+    for c in random.Random(17).sample(candidates, min(30, len(candidates))):
+        for v in candidate_variants(spec, training, c, constraints):
+            zeros = allowed_zero_stages(v.constraints)
+            policy = least_stored_policy(spec, v.constraints, v.caps)
+            bound = tables.rank_memory_bound_bytes(c, v.constraints, zeros=zeros,
+                                                   policy=policy, memo=memo)
+            limited = tables.rank_memory_bound_bytes(c, v.constraints, zeros=zeros,
+                                                     policy=policy, memo=memo,
+                                                     limit_bytes=capacity)
+            assert (limited > capacity) == (bound > capacity), c.key
+            least = least_memory_candidate(spec, training, cluster, c, v.constraints,
+                                           caps=v.caps)
+            if isinstance(least, Rejection):
+                if not least.over_bytes:
+                    continue  # refused by a rule, not by memory
+                assert bound <= capacity + least.over_bytes, c.key
+            else:
+                assert bound <= least.ledger.peak_bytes, c.key
+                best = evaluate_candidate(spec, training, cluster, c, v.constraints,
+                                          caps=v.caps)
+                assert not isinstance(best, Rejection)
+                assert bound <= best.ledger.peak_bytes, c.key
+            checked += 1
+            mean = tables.memory_bound_bytes(c, max_zero=max(zeros), max_offload=0.5)
+            above_mean += bound > mean
+    assert checked >= 12 and above_mean >= 5, (checked, above_mean)
+
+
+def test_the_head_rank_refutes_a_mesh_the_mean_bound_admits() -> None:
+    """DeepSeek-V3 at 32k tokens, PP 4 x CP 4 with micro-batch 4: the mean over ranks of the
+    most frugal plan's memory is under the 80 GB capacity, but the rank with the output head
+    keeps one micro-batch's fp32 logits and the MTP module's (129,280 x 32,768 tokens / cp x
+    4 bytes each) beside a quarter of the model's states, so no plan fits."""
+    from models.memory import LedgerMemo, memory_ledger
+    from solver.candidate_eval import (
+        ALL_POLICIES,
+        _frugal,
+        _with_policy,
+        least_stored_policy,
+    )
+    from solver.space import MeshCandidate
+
+    spec = model_preset("deepseek-v3")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=32)
+    training = TrainingSpec(global_batch_size=1024, sequence_length=32768)
+    constraints = Constraints(framework="any")
+    c = MeshCandidate(tp=1, pp=4, dp=16, cp=4, ep=4, etp=1, vpp=4, micro_batch_size=4,
+                      num_micro_batches=16, schedule=PipelineSchedule.INTERLEAVED_1F1B,
+                      sequence_parallel=False)
+    tables = BoundTables(spec, training, cluster)
+    capacity = cluster.capacity_bytes
+    mean = tables.memory_bound_bytes(c, max_zero=3, max_offload=0.0)
+    head = tables.rank_memory_bound_bytes(
+        c, constraints, zeros=[0, 1, 2, 3], policy=least_stored_policy(spec, constraints),
+        memo=LedgerMemo(spec=spec, training=training))
+    frugal = memory_ledger(spec, training, _with_policy(
+        c, 3, _frugal(spec, constraints, None, ALL_POLICIES), constraints), cluster)
+    logits = 2 * spec.vocab_size * 32768 // 4 * 4 * 4  # head and MTP, one micro-batch each
+    assert mean < capacity < head <= frugal.peak_bytes
+    assert head - mean > logits
+    result = evaluate_candidate(spec, training, cluster, c, constraints)
+    assert isinstance(result, Rejection) and result.over_bytes > 0
+
+
+def test_the_rank_memory_bound_spares_evaluations_and_keeps_the_optimum(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from api_schemas import Objective, SolverLimits
+    from solver import planner
+
+    spec = model_preset("deepseek-v2-lite")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
+    training = TrainingSpec(global_batch_size=64, sequence_length=32768)
+
+    def run() -> planner.SearchResult:
+        return planner.search(spec, training, cluster, constraints=Constraints(),
+                              objective=Objective.THROUGHPUT,
+                              limits=SolverLimits(time_limit_s=120))
+
+    with_rank = run()
+    monkeypatch.setattr(planner, "_rank_memory_rules_out", lambda *args: False)
+    without = run()
+    assert with_rank.status == without.status == "optimal"
+    assert with_rank.best is not None and without.best is not None
+    assert with_rank.best.parallel == without.best.parallel
+    assert with_rank.best.estimate.step_time_s == without.best.estimate.step_time_s
+    assert with_rank.stats.evaluated < without.stats.evaluated
+    assert with_rank.stats.pruned_memory > without.stats.pruned_memory
+
+
+def test_the_rank_memory_bound_reads_each_frameworks_own_least_storing_policy() -> None:
+    """DeepSeek-V2-Lite at 32k tokens on DualPipeV: of the released frameworks only
+    torchtitan runs that schedule, and its table gives the schedule no activation
+    recomputation, so its least-storing plan keeps every layer's activations and no plan
+    fits; full recomputation, which it cannot run, would fit under the same bound."""
+    from api_schemas import RecomputeMode
+    from models.memory import LedgerMemo
+    from solver.candidate_eval import allowed_zero_stages, least_stored_policy
+    from solver.space import MeshCandidate
+    from solver.targets import candidate_variants, evaluate_for_targets
+
+    spec = model_preset("deepseek-v2-lite")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
+    training = TrainingSpec(global_batch_size=64, sequence_length=32768)
+    constraints = Constraints()
+    c = MeshCandidate(tp=1, pp=2, dp=8, cp=1, ep=2, etp=1, vpp=2, micro_batch_size=1,
+                      num_micro_batches=8, schedule=PipelineSchedule.DUALPIPEV,
+                      sequence_parallel=False)
+    (variant,) = candidate_variants(spec, training, c, constraints)
+    assert variant.framework == "torchtitan"
+    policy = least_stored_policy(spec, variant.constraints, variant.caps)
+    assert policy.get("recompute", RecomputeMode.NONE) == RecomputeMode.NONE
+    tables = BoundTables(spec, training, cluster)
+    memo = LedgerMemo(spec=spec, training=training)
+    zeros = allowed_zero_stages(variant.constraints)
+    own = tables.rank_memory_bound_bytes(c, variant.constraints, zeros=zeros, policy=policy,
+                                         memo=memo)
+    full = tables.rank_memory_bound_bytes(c, variant.constraints, zeros=zeros,
+                                          policy={**policy, "recompute": RecomputeMode.FULL},
+                                          memo=memo)
+    assert full < cluster.capacity_bytes < own
+    result = evaluate_for_targets(spec, training, cluster, c, constraints)
+    assert isinstance(result, Rejection) and result.over_bytes > 0
