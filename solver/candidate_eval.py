@@ -389,8 +389,9 @@ def policy_floors_s(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
     fully recomputed first layers too), and the rungs by `_plan_bound` at 0. Where no later
     rung `may_fit`, the bound is `_plan_bound` at the smallest k whose most frugal policy
     `may_fit` (found by bisection: a policy with more fully recomputed layers stores less),
-    or at the largest k where none does; otherwise at 0. Meaningless for a pinned policy
-    (no ladder).
+    or at the largest k where none does; for caps without full recomputation of the first
+    k layers (torchtitan's), the bound of the most frugal policy itself, the only plan
+    `_first_fit` has left; otherwise at 0. Meaningless for a pinned policy (no ladder).
 
     Raises:
         InvalidSpecError: as `models.step_time.work_table` or the memory bound.
@@ -403,7 +404,13 @@ def policy_floors_s(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
     # stops at after the plain rung (k = 0). The rungs need not store more than the frugal
     # policy at k = 0: where the target's full-layer recomputation leaves the other layers
     # without selective recomputation (Megatron-LM), the selective rung stores less.
-    if caps.full_layers and not any(may_fit(rung) for rung in later_rungs):
+    if not any(may_fit(rung) for rung in later_rungs):
+        if not caps.full_layers:
+            # No rung fits: `_first_fit` falls back to the most frugal policy itself.
+            return {zero: work.bound_s(_with_policy(candidate, zero,
+                                                    _frugal(spec, constraints, None, caps),
+                                                    constraints)) for zero in zeros}
+
         def frugal(k: int) -> ParallelConfig:
             return _with_policy(candidate, 0, _frugal(spec, constraints, k, caps), constraints)
 

@@ -27,10 +27,12 @@ does not see uneven chunks, and schedules without an exact closed form (Chimera,
 shapes) were bounded by the busiest rank's work alone. On the problems of
 `benchmarks/bench_planner.py` it cut the evaluations from 334 to 30 (open GPT 1T), 252 to 36
 (open DeepSeek-V3) and 297 to 77 (GPT 1T) with the same plans.
-Before the step floors, a candidate is dropped when the rank holding the output head overflows
+Before that simulation, a candidate is dropped when the rank holding the output head overflows
 under every framework variant's least-storing policy (`BoundTables.rank_memory_bound_bytes`,
 from that rank's own ledger pieces: the mean-rank bound of the enumeration spreads the head's
-logits over the pipeline, which at long sequences hides an overflow).
+logits over the pipeline, which at long sequences hides an overflow); the step floors cover
+only the ZeRO stages some variant allows, and their memory test for a policy reads that rank
+too.
 Its evaluation skips probing any ZeRO stage whose floor reaches the incumbent, and
 simulating any plan whose own step-time bound (its recomputation on the busiest rank's work,
 then the makespan bound plus its exact per-step tail) already reaches it.
@@ -46,7 +48,9 @@ proof that no smaller size has one is that each of their candidates was dismisse
 evaluated. When no size has one, the largest tokens/s that any dismissal left possible is
 returned as a ceiling on what the space reaches.
 Search: candidates are visited in increasing bound order; the first time the next bound is
-not below the incumbent, the incumbent is proven optimal under the cost model. At the time
+not below the incumbent, the incumbent is proven optimal under the cost model. While no plan is
+known past `NO_PLAN_DIVE_SHARE` of the time limit, candidates are evaluated as they come off
+the queue, without their tighter bounds. At the time
 limit the best plan so far is returned as feasible with the smallest unvisited bound as the
 proven bound. The limit is checked in the enumeration as well: candidates not reached by
 then are reported as not examined (no plan) or leave the bound unproven (a plan).
@@ -87,6 +91,7 @@ from solver.candidate_eval import (
 from solver.policy import max_offload_share
 from solver.space import MeshCandidate, candidate_meshes
 from solver.targets import (
+    Variant,
     admits_mesh,
     candidate_variants,
     evaluate_for_targets,
@@ -215,6 +220,15 @@ setting 11.9 M and 13.0 M. CPU time between 2,000 and 6,000 per setting differed
 than its run-to-run spread on this 2-core machine."""
 
 
+NO_PLAN_DIVE_SHARE = 0.5
+"""Share of the time left at the start after which, while no plan is known, each candidate
+is evaluated as soon as it is taken from the queue, in table-bound order, without its tighter
+bounds: those bounds only order and prune, so the search stays exact, and a plan with a
+proven gap is worth more than none when the limit falls. On DeepSeek-V3 at 32k tokens on 256
+H100 (51,052 candidates, about 7 s to list and bound on this 2-core machine) the tighter
+bounds of the first candidates had used up a 10 s limit before any evaluation."""
+
+
 def _step_cutoff_s(best_value: float, c: MeshCandidate, objective: Objective,
                    tokens: int) -> float:
     """The step time at which candidate `c` would only tie the incumbent's objective value
@@ -333,6 +347,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     started = time.perf_counter()
     if deadline is None:
         deadline = started + limits.time_limit_s
+    dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE
     zeros = allowed_zero_stages(constraints)
     problem = _Problem(spec=spec, training=training, cluster=cluster, constraints=constraints,
                        objective=objective, tables=BoundTables(
@@ -374,15 +389,17 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                 queue.unexamined = len(queue.heap) + len(pending)
             break
         heapq.heappop(queue.heap)
+        if queue.best is None and level < _RUN_BOUND and time.perf_counter() >= dive_from:
+            # No plan yet and half the time gone: evaluate in bound order at once.
+            _visit(problem, queue, order, c, progress)
+            continue
         if level < _SIMULATED_BOUND:
             _tighten(problem, queue, lower, order, level, c)
             continue
-        if level == _SIMULATED_BOUND:
-            if _rank_memory_rules_out(problem, c):
-                queue.pruned_memory += 1  # the head's rank overflows under every plan
-                continue
-            if _add_tail_floor(problem, queue, lower, order, c):
-                continue
+        if level == _SIMULATED_BOUND and _add_tail_floor(
+                problem, queue, lower, order, c,
+                candidate_variants(problem.spec, problem.training, c, problem.constraints)):
+            continue
         if level < _RUN_BOUND and _add_run_floor(problem, queue, lower, order, c):
             continue
         _visit(problem, queue, order, c, progress)
@@ -494,6 +511,11 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
             if gathered > lower:
                 heapq.heappush(queue.heap, (gathered, order, _ZERO3_BOUND, c))
                 return
+    # Before the simulation: the head's rank overflowing under every plan ends the candidate.
+    if _rank_memory_rules_out(problem, c, candidate_variants(problem.spec, problem.training, c,
+                                                             problem.constraints)):
+        queue.pruned_memory += 1
+        return
     # Second, tighter bound (one simulation, no policy search): re-queue by it.
     try:
         makespan = plain_makespan_bound(problem.spec, problem.training, problem.cluster, c,
@@ -510,8 +532,10 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
     heapq.heappush(queue.heap, (max(lower, tighter), order, _SIMULATED_BOUND, c))
 
 
-def _rank_memory_rules_out(problem: _Problem, c: MeshCandidate) -> bool:
-    """True when, under every framework variant that runs the candidate, the rank holding
+def _rank_memory_rules_out(problem: _Problem, c: MeshCandidate,
+                           variants: list[Variant]) -> bool:
+    """True when, under every framework variant that runs the candidate (`variants`,
+    `solver.targets.candidate_variants`), the rank holding
     the output head overflows the GPU with the variant's least-storing policy at its
     strongest ZeRO stage (`solver.bounds.BoundTables.rank_memory_bound_bytes`): the
     evaluation would find no plan that fits. Variants alike in what the bound reads are
@@ -520,7 +544,7 @@ def _rank_memory_rules_out(problem: _Problem, c: MeshCandidate) -> bool:
     checks: list[tuple[tuple[bool, bool, float, int], Constraints, list[int],
                        dict[str, object]]] = []
     seen: set[tuple[object, ...]] = set()
-    for v in candidate_variants(problem.spec, problem.training, c, problem.constraints):
+    for v in variants:
         zeros = allowed_zero_stages(v.constraints)
         policy = least_stored_policy(problem.spec, v.constraints, v.caps)
         key = (tuple(zeros), tuple(sorted(policy.items())), v.constraints.gradient_host_shards,
@@ -539,29 +563,33 @@ def _rank_memory_rules_out(problem: _Problem, c: MeshCandidate) -> bool:
 
 
 def _add_tail_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
-                    c: MeshCandidate) -> bool:
-    """Before its evaluation, bound each allowed ZeRO stage's plans by the makespan bound plus
-    the stage's per-step tail (`models.step_time.step_time_floors_s`, over every activation
+                    c: MeshCandidate, variants: list[Variant]) -> bool:
+    """Before its evaluation, bound each ZeRO stage's plans by the makespan bound plus the
+    stage's per-step tail (`models.step_time.step_time_floors_s`, over every activation
     policy the request allows; ZeRO-3 from the larger of the makespan bound and its own), for
-    the stages the memory bound leaves (where none is below `FLOOR_FROM_ZERO_STAGE`), and
-    re-queue the candidate under the smallest (True; also when the target dismisses it).
-    False: go on to evaluate."""
+    the stages some framework variant of the candidate (`variants`) allows and the memory
+    bound leaves (where none is below `FLOOR_FROM_ZERO_STAGE`), and re-queue the candidate
+    under the smallest (True; also when the target dismisses it). False: go on to
+    evaluate."""
     if problem.objective == Objective.MIN_MEMORY or order not in queue.makespan:
         return False
     tables, makespan = problem.tables, queue.makespan[order]
     forced = queue.forced_zero.get(order, 0)
+    # Only the stages a framework running the mesh allows have plans (torchtitan's V
+    # schedules, for one, only ZeRO-3: FSDP).
+    allowed = {zero for v in variants for zero in allowed_zero_stages(v.constraints)}
     # Under a forced ZeRO-3 the makespan bound holds for ZeRO-3 plans only; stages the
     # memory bound rules out have no plan.
     spans = {zero: (max(makespan, queue.zero3_bound.get(order, 0.0)) if zero == 3
                     else makespan)
              for zero in problem.zeros
-             if (forced != 3 or zero == 3) and tables.memory_bound_bytes(
+             if zero in allowed and (forced != 3 or zero == 3) and tables.memory_bound_bytes(
                  c, max_zero=zero, max_offload=problem.max_offload)
              <= problem.cluster.capacity_bytes}
     if not spans or min(spans) < FLOOR_FROM_ZERO_STAGE:
         return False
     try:
-        floors = _policy_floors(problem, c, _tail_floors(problem, c, spans))
+        floors = _policy_floors(problem, c, _tail_floors(problem, c, spans), variants)
     except InvalidSpecError:
         return False  # the evaluation rejects it with the reason
     queue.zero_floors[order] = floors
@@ -642,8 +670,8 @@ def _add_run_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
     return _requeue(problem, queue, step_s, lower, order, _RUN_BOUND, c)
 
 
-def _policy_floors(problem: _Problem, c: MeshCandidate,
-                   floors: dict[int, float]) -> dict[int, float]:
+def _policy_floors(problem: _Problem, c: MeshCandidate, floors: dict[int, float],
+                   variants: list[Variant]) -> dict[int, float]:
     """`floors` (per ZeRO stage, a lower bound of every plan's step time) raised, where no
     plan with the plain activation policy fits, to the smallest bound any framework
     variant's rule puts on its other policies (`solver.candidate_eval.policy_floors_s`,
@@ -657,11 +685,15 @@ def _policy_floors(problem: _Problem, c: MeshCandidate,
     tables, capacity, strongest = problem.tables, problem.cluster.capacity_bytes, max(floors)
 
     def may_fit(parallel: ParallelConfig) -> bool:
-        return tables.policy_memory_bound_bytes(parallel, c, max_zero=strongest) <= capacity
+        if tables.policy_memory_bound_bytes(parallel, c, max_zero=strongest) > capacity:
+            return False
+        policy = {name: getattr(parallel, name) for name in POLICY_FIELDS}
+        return tables.rank_memory_bound_bytes(
+            c, constraints, zeros=[zero for zero in problem.zeros if zero <= strongest],
+            policy=policy, memo=problem.memo, limit_bytes=capacity) <= capacity
 
     if may_fit(c.parallel()):
         return floors
-    variants = candidate_variants(problem.spec, problem.training, c, constraints)
     if not variants or any(v.constraints.recompute is not None
                            and not isinstance(v.constraints.recompute, list)
                            for v in variants):
@@ -675,6 +707,10 @@ def _policy_floors(problem: _Problem, c: MeshCandidate,
             raised[zero] = min(raised[zero], bound)
     return {zero: max(floor, raised[zero]) if raised[zero] < math.inf else floor
             for zero, floor in floors.items()}
+
+
+POLICY_FIELDS = ("recompute", "recompute_modules", "fp8_activations", "activation_offload_frac")
+"""The `ParallelConfig` fields of a uniform activation policy."""
 
 
 def _floor_parallel(problem: _Problem, c: MeshCandidate) -> ParallelConfig:

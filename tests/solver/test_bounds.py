@@ -811,3 +811,37 @@ def test_the_rank_memory_bound_reads_each_frameworks_own_least_storing_policy() 
     assert full < cluster.capacity_bytes < own
     result = evaluate_for_targets(spec, training, cluster, c, constraints)
     assert isinstance(result, Rejection) and result.over_bytes > 0
+
+
+def test_policy_floor_without_full_layer_recomputation_is_the_most_frugal_policys() -> None:
+    """Under caps with full recomputation of every layer but not of the first k (torchtitan's
+    activation checkpointing), a candidate none of whose rungs fits has one plan left, the
+    most frugal policy: its floor is that policy's bound, above the selective rung's (k = 0)
+    and below the plan's simulated step."""
+    from models.step_time import estimate_step
+    from solver.candidate_eval import (
+        PolicyCaps,
+        _frugal,
+        _with_policy,
+        _WorkTables,
+        policy_floors_s,
+    )
+
+    spec = model_preset("llama-3.1-8b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=1)
+    training = TrainingSpec(global_batch_size=16, sequence_length=16384)
+    constraints = Constraints(framework="any")
+    caps = PolicyCaps(selective=True, broad_modules=False, full=True, full_layers=False,
+                      full_layers_selective=False, per_stage=False)
+    c = next(c for c in candidate_meshes(spec, training, world_size=8, gpus_per_node=8,
+                                         constraints=constraints)
+             if c.pp == 2 and c.tp == 2 and c.cp == 1 and c.schedule == "1f1b")
+    floors = policy_floors_s(spec, training, cluster, c, constraints, [1, 3], caps,
+                             lambda parallel: False)
+    work = _WorkTables(spec, training, cluster, c, constraints)
+    for zero in (1, 3):
+        most = _with_policy(c, zero, _frugal(spec, constraints, None, caps), constraints)
+        assert most.recompute == "full"
+        assert floors[zero] > work.frugal_bound_s(zero, 0, caps), zero
+        step = estimate_step(spec, training, most, cluster, split_pipeline_idle=False)
+        assert floors[zero] <= step.step_time_s * (1 + 1e-9), zero

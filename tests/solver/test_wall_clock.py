@@ -124,3 +124,36 @@ def test_relaxations_of_an_infeasible_request_stop_at_the_limit(clock: FakeClock
     assert len(clock.started) > 1
     assert all(at < deadline for _, at, _ in clock.started), clock.started
     assert clock.now <= deadline + EVALUATION_S + 1e-9
+
+
+TIGHTEN_S = 0.05
+"""Fake seconds one tightening of a candidate's bound takes."""
+
+
+@pytest.mark.parametrize("dive_share", [planner.NO_PLAN_DIVE_SHARE, 1.0])
+def test_a_search_without_a_plan_at_half_its_limit_evaluates_at_once(
+        clock: FakeClock, monkeypatch: pytest.MonkeyPatch, dive_share: float) -> None:
+    # Tightening bounds costs fake time here, and the limit is shorter than the tightenings
+    # ahead of the first evaluation (at least seven): past half the limit the search
+    # evaluates candidates in table-bound order and answers with a plan and its gap; never
+    # diving (share 1), it has evaluated nothing when the limit falls.
+    real_tighten = planner._tighten
+
+    def timed_tighten(*args: object) -> None:
+        clock.book("tighten", TIGHTEN_S)
+        real_tighten(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner, "_tighten", timed_tighten)
+    monkeypatch.setattr(planner, "NO_PLAN_DIVE_SHARE", dive_share)
+    limit = 0.3
+    response = api.plan(_request(limit))
+    evaluations = [at for what, at, _ in clock.started if what == "evaluation"]
+    tightenings = [at for what, at, _ in clock.started if what == "tighten"]
+    assert tightenings and tightenings[0] < START + limit / 2
+    if dive_share < 1.0:
+        assert evaluations and min(evaluations) >= START + limit * dive_share - 1e-9
+        assert response.status in (PlanStatus.FEASIBLE, PlanStatus.OPTIMAL)
+        assert response.parallel is not None
+    else:
+        assert not evaluations
+        assert response.status == PlanStatus.UNKNOWN
