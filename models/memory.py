@@ -46,7 +46,12 @@ from models.params import (
     mtp_module_params,
     norm_params,
 )
-from models.pipeline import InFlightProfile, in_flight_profile, schedule_traits
+from models.pipeline import (
+    InFlightProfile,
+    in_flight_profile,
+    peak_in_flight_chunks,
+    schedule_traits,
+)
 from models.remote_activations import balance_remote_activations, fits_after_remote_offload
 from models.runtime_memory import (
     ALLOCATOR_FRAGMENTATION_FRAC,
@@ -475,9 +480,6 @@ class _ActivationBytes:
     """The unfused cross entropy's backward working set beyond `working_set`."""
     offloaded: int
     """Stored activations in host memory (0 without offload)."""
-    stored_floor: int
-    """The stored layer activations less the offloaded share, without the staging buffers
-    (`stored_activation_floor_bytes`' term)."""
     peak: int
     """Peak in-flight micro-batch x chunk units."""
     largest_chunk: int
@@ -530,7 +532,6 @@ def _activation_bytes(spec: ModelSpec, training: TrainingSpec, parallel: Paralle
     return _ActivationBytes(stored_on_gpu=on_gpu, extras=extras, working_set=working_set,
                             loss_extra=loss_extra,
                             offloaded=math.ceil(stored * offload) if offload else 0,
-                            stored_floor=math.floor(stored * (1.0 - offload)),
                             peak=profile.peak_chunks[rank], largest_chunk=largest)
 
 
@@ -805,6 +806,31 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return gpu, states_host + acts_host, stored
 
 
+def head_in_flight_floor(parallel: ParallelConfig, num_micro_batches: int) -> int:
+    """A lower bound of the micro-batches the schedule keeps in flight on the chunk holding
+    the output head (the ledger's count is the generated order's, `in_flight_counts`): all
+    of them where every stage runs its forwards before its backwards (GPipe), one elsewhere
+    (the micro-batch whose backward follows its forward). Read from the schedule's traits
+    rather than its generated order, which costs a first call of a new shape up to 0.15 s
+    (Chimera)."""
+    if parallel.pp > 1 and schedule_traits(parallel.schedule).forwards_before_backwards:
+        return num_micro_batches
+    return 1
+
+
+def _peak_chunks_floor(parallel: ParallelConfig, num_micro_batches: int, rank: int) -> int:
+    """A lower bound of the micro-batch x chunk units rank `rank` holds at its peak: the
+    schedule's closed form where its record has one (`peak_in_flight_chunks`, pinned to the
+    generated order by the tests), else one. No op order is generated."""
+    traits = schedule_traits(parallel.schedule)
+    if traits.peak_form is None:
+        return 1
+    return peak_in_flight_chunks(parallel.schedule, num_stages=parallel.pp,
+                                 num_micro_batches=num_micro_batches,
+                                 num_chunks=traits.num_chunks(parallel.vpp), stage=rank,
+                                 group_size=parallel.microbatch_group_size)
+
+
 def peak_floor_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, *,
                      memo: LedgerMemo, pooled: bool = False,
                      limit_bytes: int | None = None) -> int:
@@ -814,23 +840,24 @@ def peak_floor_bytes(spec: ModelSpec, training: TrainingSpec, parallel: Parallel
     recomputation, FP8 storage and the largest offload share a request allows bounds every
     plan of a search candidate.
 
-    It reads the pipeline's end ranks only, those holding the embedding or an output head
-    (the first rank also keeps the most micro-batches in flight under the 1F1B family): the
-    peak is at least each rank's total, so a subset of the ranks still bounds it, at a cost
-    that does not grow with the pipeline's depth. A rank's floor is the sum of the ledger
-    lines that no such configuration lowers: its model states; its stored layer activations
-    at the in-flight peak less the offloaded share (`stored_activation_floor_bytes`' term:
-    full recomputation keeps only each layer's input, which every other policy keeps too);
-    its embedding, head, logits and MTP activations (they read no recomputation or offload
-    setting); the runtime items that every ZeRO stage holds (`runtime_items` at ZeRO 0: the
-    ZeRO-3 gather buffers and the optimizer's full-matrix buffer only add to them); the
-    allocator's fragmentation share of those activations and transients; and the unfused
-    loss's freed-logits block. The recompute working set is left out: a selective policy
-    has none, and its stored bytes are not below full recomputation's by a known margin.
-    `pooled` (remote activation offload may move stored activations between the pipeline's
-    ranks): the stored layer activations are left out too. `limit_bytes`: the first rank
-    whose floor exceeds it is returned at once (still a lower bound of the peak, and above
-    the limit exactly when the whole floor is); ranks holding an output head come first.
+    It reads the ranks holding an output head only: the peak is at least each rank's
+    total, so one rank bounds it, at a cost that does not grow with the pipeline's depth,
+    and without generating the schedule's op order (a search asks it of thousands of
+    shapes). A rank's floor is the sum of ledger lines that no such configuration lowers, or
+    lower bounds of them: its model states; its head, logits and MTP activations for the
+    micro-batches in flight on the head's chunk (`head_in_flight_floor`); its stored layer
+    activations, at least its smallest chunk's per micro-batch times the schedule's peak
+    in-flight units (`_peak_chunks_floor`), less the offloaded share (full recomputation
+    keeps only each layer's input, which every other policy keeps too); the runtime items
+    that every ZeRO stage holds (`runtime_items` at ZeRO 0: the ZeRO-3 gather buffers and
+    the optimizer's full-matrix buffer only add to them); the allocator's fragmentation
+    share of those activations and transients; and the unfused loss's freed-logits block.
+    The recompute working set is left out: a selective plan has none, and its stored bytes
+    are not below full recomputation's by a known margin. `pooled` (remote activation
+    offload may move stored activations between the pipeline's ranks): the stored layer
+    activations are left out too. `limit_bytes`: the first rank whose floor exceeds it is
+    returned at once (still a lower bound of the peak, above the limit exactly when the
+    whole floor is).
 
     Where the output head's rank carries the logits of a long sequence, this is far above
     the mean over ranks that `solver.bounds.BoundTables.memory_bound_bytes` takes: DeepSeek-V3
@@ -843,13 +870,25 @@ def peak_floor_bytes(spec: ModelSpec, training: TrainingSpec, parallel: Parallel
     m = micro_batch_count(training, parallel)
     bare = parallel.model_copy(update={"zero_stage": 0}) if parallel.zero_stage else parallel
     peak = 0
-    ends = [layout for layout in pipeline_layout(spec, parallel)
-            if layout.num_heads]
-    for layout in sorted(ends, key=lambda layout: not layout.num_heads):
+    for layout in pipeline_layout(spec, parallel):
+        if not layout.num_heads:
+            continue
         groups, states_gpu, _ = _state_sums(spec, training, parallel, layout, memo)
         listed, transient = _runtime_sums(spec, training, bare, groups, memo)
-        numbers = _activation_bytes(spec, training, parallel, layout, m)
-        dynamic = numbers.extras + (0 if pooled else numbers.stored_floor)
+        policy = parallel.policy_of(layout.rank)
+        ctx = _activation_context(training, parallel, policy.fp8_activations)
+        head = head_activation_bytes(spec, ctx)
+        extras = layout.num_heads * head
+        if layout.num_mtp_modules:
+            extras += layout.num_mtp_modules * (
+                layer_activation_bytes(spec, spec.num_layers - 1, ctx).total_bytes + head)
+        dynamic = extras * head_in_flight_floor(parallel, m)
+        if not pooled:
+            chunk_bytes, _ = _chunk_stored_bytes(
+                spec, _chunk_weight_kinds(spec, layout.chunks), policy.recompute,
+                policy.recompute_modules, ctx)
+            dynamic += math.floor(_peak_chunks_floor(parallel, m, layout.rank)
+                                  * min(chunk_bytes, default=0) * (1.0 - policy.offload_frac))
         hole = sum(c.bytes for c in loss_hole_components(spec, training, parallel,
                                                          num_heads=layout.num_heads))
         floor = (states_gpu + dynamic + listed + hole
@@ -1037,6 +1076,7 @@ __all__ = [
     "layer_mix",
     "layer_stored_bytes_cap",
     "memory_ledger",
+    "head_in_flight_floor",
     "micro_batch_count",
     "peak_floor_bytes",
     "rank_parameters",

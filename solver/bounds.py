@@ -34,6 +34,7 @@ from models.errors import InvalidSpecError
 from models.memory import (
     RUNTIME_RESERVE_BYTES,
     LedgerMemo,
+    head_in_flight_floor,
     peak_floor_bytes,
     stored_activation_floor_bytes,
 )
@@ -183,26 +184,14 @@ class BoundTables:
         head's chunk, over the pipeline ranks: the rank holding the head keeps them beside
         its own layers' (the ledger's `activations: embedding, head, logits, MTP` line, with
         the same in-flight count, which the schedule fixes whatever the layer split), so
-        the mean over ranks of the peaks holds at least this share. At a vocabulary of
-        202,048 (Llama 4) and 32k tokens the logits of one micro-batch are 26 GB; GPipe keeps
-        every micro-batch's."""
+        the mean over ranks of the peaks holds at least this share (the in-flight count:
+        `models.memory.head_in_flight_floor`). At a vocabulary of 202,048 (Llama 4) and 32k
+        tokens the logits of one micro-batch are 26 GB; GPipe keeps every micro-batch's."""
         key = ("head", c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
         if key not in self._input_cache:
             self._input_cache[key] = head_activation_bytes(self.spec, self._activation_context(c))
-        return self._input_cache[key] * self._head_in_flight(c) / c.pp
-
-    @staticmethod
-    def _head_in_flight(c: MeshCandidate) -> int:
-        """A lower bound of the micro-batches the schedule keeps in flight on the chunk
-        holding the head: all of them where every stage runs its forwards before its
-        backwards (GPipe), one elsewhere (the micro-batch whose backward follows its
-        forward; `models.memory.in_flight_counts` simulates the exact count, which the
-        tests compare with this). Read from the schedule's traits rather than simulated:
-        generating the programs of every schedule shape a search enqueues (thousands, Chimera's
-        at about 0.15 s each) cost a fresh process tens of seconds."""
-        if c.pp > 1 and schedule_traits(c.schedule).forwards_before_backwards:
-            return c.num_micro_batches
-        return 1
+        return self._input_cache[key] * head_in_flight_floor(c.parallel(),
+                                                             c.num_micro_batches) / c.pp
 
     def time_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the pipeline makespan with the fastest policy."""
@@ -284,11 +273,13 @@ class BoundTables:
         fields: dict[str, object] = {**policy, "zero_stage": max(zeros)}
         if constraints.gradient_host_shards:
             fields["gradient_host_shards"] = True
-        options = [c.parallel(**fields)]
+        # Copies of the candidate's validated configuration: the fields set are well formed.
+        mesh = c.parallel()
+        options = [mesh.model_copy(update=fields)]
         if (not constraints.gradient_host_shards and constraints.allow_gradient_host_shards
                 and 1 in zeros and c.pp > 1):
-            options.append(c.parallel(**{**fields, "zero_stage": 1,
-                                         "gradient_host_shards": True}))
+            options.append(mesh.model_copy(update={**fields, "zero_stage": 1,
+                                                   "gradient_host_shards": True}))
         pooled = bool(constraints.allow_remote_offload) and c.pp > 1
         least = None
         try:

@@ -31,8 +31,7 @@ Before that simulation, a candidate is dropped when the rank holding the output 
 under every framework variant's least-storing policy (`BoundTables.rank_memory_bound_bytes`,
 from that rank's own ledger pieces: the mean-rank bound of the enumeration spreads the head's
 logits over the pipeline, which at long sequences hides an overflow); the step floors cover
-only the ZeRO stages some variant allows, and their memory test for a policy reads that rank
-too.
+only the ZeRO stages some variant allows.
 Its evaluation skips probing any ZeRO stage whose floor reaches the incumbent, and
 simulating any plan whose own step-time bound (its recomputation on the busiest rank's work,
 then the makespan bound plus its exact per-step tail) already reaches it.
@@ -685,12 +684,7 @@ def _policy_floors(problem: _Problem, c: MeshCandidate, floors: dict[int, float]
     tables, capacity, strongest = problem.tables, problem.cluster.capacity_bytes, max(floors)
 
     def may_fit(parallel: ParallelConfig) -> bool:
-        if tables.policy_memory_bound_bytes(parallel, c, max_zero=strongest) > capacity:
-            return False
-        policy = {name: getattr(parallel, name) for name in POLICY_FIELDS}
-        return tables.rank_memory_bound_bytes(
-            c, constraints, zeros=[zero for zero in problem.zeros if zero <= strongest],
-            policy=policy, memo=problem.memo, limit_bytes=capacity) <= capacity
+        return tables.policy_memory_bound_bytes(parallel, c, max_zero=strongest) <= capacity
 
     if may_fit(c.parallel()):
         return floors
@@ -707,10 +701,6 @@ def _policy_floors(problem: _Problem, c: MeshCandidate, floors: dict[int, float]
             raised[zero] = min(raised[zero], bound)
     return {zero: max(floor, raised[zero]) if raised[zero] < math.inf else floor
             for zero, floor in floors.items()}
-
-
-POLICY_FIELDS = ("recompute", "recompute_modules", "fp8_activations", "activation_offload_frac")
-"""The `ParallelConfig` fields of a uniform activation policy."""
 
 
 def _floor_parallel(problem: _Problem, c: MeshCandidate) -> ParallelConfig:

@@ -317,7 +317,7 @@ def test_head_in_flight_bound_equals_the_simulated_count() -> None:
     count the simulated program keeps on the head's chunk, for every schedule on these
     shapes: all micro-batches under GPipe, one elsewhere. (A lower bound would do; equality
     shows the traits lose nothing.)"""
-    from models.memory import in_flight_counts
+    from models.memory import head_in_flight_floor, in_flight_counts
     from models.pipeline.registry import SCHEDULES
 
     checked = set()
@@ -332,7 +332,8 @@ def test_head_in_flight_bound_equals_the_simulated_count() -> None:
                 continue
             simulated = max(profile.chunk_peaks_until_b[rank][chunk] for rank in range(pp)
                             for chunk in profile.last_stage_chunks[rank])
-            assert BoundTables._head_in_flight(c) == simulated, (traits.schedule, pp, vpp, m)
+            assert head_in_flight_floor(c.parallel(), m) == simulated, (traits.schedule, pp,
+                                                                        vpp, m)
             checked.add(traits.schedule)
     assert checked == set(SCHEDULES)
 
