@@ -23,7 +23,13 @@ from typing import TypeVar
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode, RecomputeModule
+from api_schemas.parallel import (
+    FullLayers,
+    ParallelConfig,
+    PipelineSchedule,
+    RecomputeMode,
+    RecomputeModule,
+)
 from api_schemas.training import TrainingSpec
 from models.activations import (
     LayerActivationContext,
@@ -806,14 +812,14 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return gpu, states_host + acts_host, stored
 
 
-def head_in_flight_floor(parallel: ParallelConfig, num_micro_batches: int) -> int:
+def head_in_flight_floor(schedule: PipelineSchedule, pp: int, num_micro_batches: int) -> int:
     """A lower bound of the micro-batches the schedule keeps in flight on the chunk holding
     the output head (the ledger's count is the generated order's, `in_flight_counts`): all
     of them where every stage runs its forwards before its backwards (GPipe), one elsewhere
     (the micro-batch whose backward follows its forward). Read from the schedule's traits
     rather than its generated order, which costs a first call of a new shape up to 0.15 s
     (Chimera)."""
-    if parallel.pp > 1 and schedule_traits(parallel.schedule).forwards_before_backwards:
+    if pp > 1 and schedule_traits(schedule).forwards_before_backwards:
         return num_micro_batches
     return 1
 
@@ -882,7 +888,7 @@ def peak_floor_bytes(spec: ModelSpec, training: TrainingSpec, parallel: Parallel
         if layout.num_mtp_modules:
             extras += layout.num_mtp_modules * (
                 layer_activation_bytes(spec, spec.num_layers - 1, ctx).total_bytes + head)
-        dynamic = extras * head_in_flight_floor(parallel, m)
+        dynamic = extras * head_in_flight_floor(parallel.schedule, parallel.pp, m)
         if not pooled:
             chunk_bytes, _ = _chunk_stored_bytes(
                 spec, _chunk_weight_kinds(spec, layout.chunks), policy.recompute,
@@ -1071,12 +1077,12 @@ __all__ = [
     "apply_remote_offload",
     "expert_data_parallel_degree",
     "fits_memory",
+    "head_in_flight_floor",
     "in_flight_bytes",
     "in_flight_counts",
     "layer_mix",
     "layer_stored_bytes_cap",
     "memory_ledger",
-    "head_in_flight_floor",
     "micro_batch_count",
     "peak_floor_bytes",
     "rank_parameters",

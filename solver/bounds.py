@@ -190,8 +190,8 @@ class BoundTables:
         key = ("head", c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
         if key not in self._input_cache:
             self._input_cache[key] = head_activation_bytes(self.spec, self._activation_context(c))
-        return self._input_cache[key] * head_in_flight_floor(c.parallel(),
-                                                             c.num_micro_batches) / c.pp
+        in_flight = head_in_flight_floor(c.schedule, c.pp, c.num_micro_batches)
+        return self._input_cache[key] * in_flight / c.pp
 
     def time_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the pipeline makespan with the fastest policy."""
@@ -261,10 +261,10 @@ class BoundTables:
         policy stores no fewer bytes than `policy` (ParallelConfig policy fields; the
         least-storing one, `solver.candidate_eval.least_stored_policy`, bounds them all):
         the smallest over those storages of `models.memory.peak_floor_bytes` at the
-        strongest ZeRO stage. It reads each rank's own ledger pieces, so unlike
+        strongest ZeRO stage. It reads the head's rank's own ledger pieces, so unlike
         `memory_bound_bytes` (a mean over ranks, cheap enough for every candidate of the
-        enumeration) it sees the rank that carries the output head's logits; it costs
-        a few hundred microseconds. `limit_bytes` (a capacity): the work stops once the
+        enumeration) it sees that rank's logits; it costs tens to a few hundred
+        microseconds. `limit_bytes` (a capacity): the work stops once the
         bound's side of it is known, the value returned then being above it exactly when
         the whole bound is. 0 (no information) where no ZeRO stage is allowed or the ledger
         refuses the mesh: the evaluation then rejects it with the reason."""

@@ -332,8 +332,8 @@ def test_head_in_flight_bound_equals_the_simulated_count() -> None:
                 continue
             simulated = max(profile.chunk_peaks_until_b[rank][chunk] for rank in range(pp)
                             for chunk in profile.last_stage_chunks[rank])
-            assert head_in_flight_floor(c.parallel(), m) == simulated, (traits.schedule, pp,
-                                                                        vpp, m)
+            assert head_in_flight_floor(c.schedule, pp, m) == simulated, (traits.schedule, pp,
+                                                                          vpp, m)
             checked.add(traits.schedule)
     assert checked == set(SCHEDULES)
 
