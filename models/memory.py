@@ -497,6 +497,19 @@ class _ActivationBytes:
         return self.stored_on_gpu + self.extras + self.working_set + self.loss_extra
 
 
+def _head_and_mtp_bytes(spec: ModelSpec, layout: StageLayout,
+                        ctx: LayerActivationContext) -> int:
+    """Bytes a rank keeps per micro-batch for its output heads (`head_activation_bytes`)
+    and MTP modules (one layer's activations and their own head each), until the last
+    stage's B."""
+    head = head_activation_bytes(spec, ctx)
+    extras = layout.num_heads * head
+    if layout.num_mtp_modules:
+        mtp = layer_activation_bytes(spec, spec.num_layers - 1, ctx).total_bytes + head
+        extras += layout.num_mtp_modules * mtp
+    return extras
+
+
 def _activation_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                       layout: StageLayout, num_micro_batches: int) -> _ActivationBytes:
     """`stage_activation_components`' numbers, without building its lines."""
@@ -520,11 +533,7 @@ def _activation_bytes(spec: ModelSpec, training: TrainingSpec, parallel: Paralle
     if layout.num_heads or layout.num_mtp_modules:
         head_in_flight = max((profile.chunk_peaks_until_b[rank][c]
                               for c in profile.last_stage_chunks[rank]), default=1)
-        extras += layout.num_heads * head_activation_bytes(spec, ctx) * head_in_flight
-        if layout.num_mtp_modules:
-            mtp = layer_activation_bytes(spec, spec.num_layers - 1, ctx).total_bytes
-            mtp += head_activation_bytes(spec, ctx)
-            extras += layout.num_mtp_modules * mtp * head_in_flight
+        extras += _head_and_mtp_bytes(spec, layout, ctx) * head_in_flight
     offload = policy.offload_frac
     largest = max(chunk_bytes, default=0)
     staging = min(stored, math.ceil(2 * largest)) if offload else 0
@@ -883,12 +892,8 @@ def peak_floor_bytes(spec: ModelSpec, training: TrainingSpec, parallel: Parallel
         listed, transient = _runtime_sums(spec, training, bare, groups, memo)
         policy = parallel.policy_of(layout.rank)
         ctx = _activation_context(training, parallel, policy.fp8_activations)
-        head = head_activation_bytes(spec, ctx)
-        extras = layout.num_heads * head
-        if layout.num_mtp_modules:
-            extras += layout.num_mtp_modules * (
-                layer_activation_bytes(spec, spec.num_layers - 1, ctx).total_bytes + head)
-        dynamic = extras * head_in_flight_floor(parallel.schedule, parallel.pp, m)
+        dynamic = (_head_and_mtp_bytes(spec, layout, ctx)
+                   * head_in_flight_floor(parallel.schedule, parallel.pp, m))
         if not pooled:
             chunk_bytes, _ = _chunk_stored_bytes(
                 spec, _chunk_weight_kinds(spec, layout.chunks), policy.recompute,

@@ -747,7 +747,8 @@ def test_the_head_rank_refutes_a_mesh_the_mean_bound_admits() -> None:
         memo=LedgerMemo(spec=spec, training=training))
     frugal = memory_ledger(spec, training, _with_policy(
         c, 3, _frugal(spec, constraints, None, ALL_POLICIES), constraints), cluster)
-    logits = 2 * spec.vocab_size * 32768 // 4 * 4 * 4  # head and MTP, one micro-batch each
+    tokens = 32768 * 4 // 4  # sequence x micro-batch / cp
+    logits = 2 * spec.vocab_size * tokens * 4  # fp32, the head's and the MTP module's
     assert mean < capacity < head <= frugal.peak_bytes
     assert head - mean > logits
     result = evaluate_candidate(spec, training, cluster, c, constraints)
