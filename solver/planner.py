@@ -389,7 +389,13 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             break
         heapq.heappop(queue.heap)
         if queue.best is None and level < _RUN_BOUND and time.perf_counter() >= dive_from:
-            # No plan yet and half the time gone: evaluate in bound order at once.
+            # No plan yet and half the time gone: evaluate in bound order at once, past the
+            # head rank's memory floor (a candidate it rules out has no plan that fits).
+            if level < _SIMULATED_BOUND and _rank_memory_rules_out(
+                    problem, c, candidate_variants(problem.spec, problem.training, c,
+                                                   problem.constraints)):
+                queue.pruned_memory += 1
+                continue
             _visit(problem, queue, order, c, progress)
             continue
         if level < _SIMULATED_BOUND:

@@ -21,8 +21,10 @@ Owns: the overlap rules, applied to the traffic that `models.traffic` defines on
 Must not: define what moves (`models.traffic`) or compute kernel times (`models.compute`).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from api_schemas import ContextParallelKind
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import GpuSpec
 from api_schemas.parallel import ParallelConfig
@@ -30,9 +32,11 @@ from api_schemas.training import TrainingSpec
 from models.collectives import Collective, Fabric
 from models.compute import LayerCompute, OpTimes
 from models.kernels import memory_bound_time_s
+from models.mesh import GroupKind
 from models.params import layer_params
 from models.pipeline import StagePlacement, schedule_traits
 from models.step_time.groups import AxisGroups
+from models.traffic.context import group_placement, split_group_placement
 from models.traffic.data import CHUNK_REDUCE
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem
 from models.traffic.layer import (
@@ -120,13 +124,32 @@ def ep_overlapped(parallel: ParallelConfig, training: TrainingSpec) -> bool:
 
 _CALLS: dict[tuple[object, ...], tuple[LayerCall, ...]] = {}
 _CALLS_MAX = 4096
+_FAMILIES: dict[tuple[object, ...], tuple[LayerCall, ...]] = {}
+_FAMILIES_MAX = 8192
+
+
+def _family(key: tuple[object, ...], make: Callable[[], list[LayerCall]]
+            ) -> tuple[LayerCall, ...]:
+    """The calls of one family (TP block, CP exchange, expert all-to-alls) under `key`, which
+    holds every input the family's rule reads, computed once."""
+    cached = _FAMILIES.get(key)
+    if cached is None:
+        if len(_FAMILIES) >= _FAMILIES_MAX:
+            _FAMILIES.clear()
+        cached = _FAMILIES[key] = tuple(make())
+    return cached
 
 
 def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
                 parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric
                 ) -> tuple[LayerCall, ...]:
     """Every TP, CP and expert call of one layer pass (`models.traffic.layer`), computed once
-    per layer kind and the parallel fields they read."""
+    per layer kind and the parallel fields they read.
+
+    Each family is also kept apart under the inputs its rule reads (degrees, tokens per rank
+    and the placement of its own groups), so configurations that differ only in another
+    axis (the expert degree for the TP and CP calls, the CP kind for the expert calls) share
+    it: the search's bound tables build thousands of such configurations."""
     moe_layer = spec.is_moe_layer(layer_index)
     linear = spec.is_linear_attention_layer(layer_index)
     p = parallel
@@ -136,12 +159,23 @@ def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     if cached is not None:
         return cached
     lctx = groups.layer_context(spec, training, parallel, fabric)
-    calls = tp_block_calls(lctx, "attention")
+    mesh, tokens = groups.mesh, lctx.tokens_per_rank
+    shared = (spec, training, fabric, p.tp, tokens)
+    tp_key = (*shared, p.sequence_parallel, group_placement(mesh, GroupKind.TP))
+    calls = list(_family(("tp", "attention", *tp_key),
+                         lambda: tp_block_calls(lctx, "attention")))
     if has_tp_mlp(lctx, moe_layer):
-        calls += tp_block_calls(lctx, "mlp")
-    calls += cp_calls(lctx, linear)
+        calls += _family(("tp", "mlp", *tp_key), lambda: tp_block_calls(lctx, "mlp"))
+    if p.cp > 1:
+        # USP's two sub-axes sit on the nodes as the mesh's CP groups split, not as a whole.
+        split = (split_group_placement(mesh, GroupKind.CP, p.ulysses_degree or 1)
+                 if p.cp_kind == ContextParallelKind.USP else None)
+        calls += _family(("cp", linear, *shared, p.cp, p.cp_kind, p.ulysses_degree,
+                          p.micro_batch_size, group_placement(mesh, GroupKind.CP), split),
+                         lambda: cp_calls(lctx, linear))
     if moe_layer:
-        calls += expert_calls(lctx)
+        calls += _family(("ep", *shared, p.ep, p.etp, group_placement(mesh, GroupKind.EP)),
+                         lambda: expert_calls(lctx))
     if len(_CALLS) >= _CALLS_MAX:
         _CALLS.clear()
     _CALLS[key] = tuple(calls)

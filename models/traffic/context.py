@@ -93,6 +93,13 @@ def group_placement(mesh: DeviceMesh, kind: GroupKind) -> AxisPlacement:
     return mesh.placement(kind)
 
 
+@lru_cache(maxsize=4096)
+def split_group_placement(mesh: DeviceMesh, kind: GroupKind, inner: int
+                          ) -> tuple[AxisPlacement, AxisPlacement]:
+    """`mesh.split_placement(kind, inner)` computed once per mesh and split."""
+    return mesh.split_placement(kind, inner)
+
+
 def activation_element_bytes(training: TrainingSpec) -> int:
     """Bytes per activation element exchanged between ranks.
 
@@ -137,4 +144,4 @@ def head_dims(model: ModelSpec, tp: int) -> HeadDims:
 
 
 __all__ = ["HeadDims", "LayerTrafficContext", "StepContext", "activation_element_bytes",
-           "group_placement", "head_dims"]
+           "group_placement", "head_dims", "split_group_placement"]

@@ -17,7 +17,12 @@ from models.errors import InvalidSpecError
 from models.linear_attention import conv_halo_bytes, kcp_fragment_bytes
 from models.mesh import AxisPlacement, GroupKind
 from models.moe import DispatchDedup, ep_dispatch_split
-from models.traffic.context import LayerTrafficContext, group_placement, head_dims
+from models.traffic.context import (
+    LayerTrafficContext,
+    group_placement,
+    head_dims,
+    split_group_placement,
+)
 from models.traffic.items import Phase, TrafficAxis, call_cost, timing_ranks_per_node
 
 TP_NOTE = "not overlapped by default (Megatron --tp-comm-overlap can hide part of it)"
@@ -185,7 +190,7 @@ def _kv_exchange_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
     if p.cp_kind == ContextParallelKind.ALL_GATHER:
         return _gathered_kv_calls(lctx, group_placement(lctx.mesh, GroupKind.CP))
     u = p.ulysses_degree or 1
-    inner, outer = lctx.mesh.split_placement(GroupKind.CP, u)
+    inner, outer = split_group_placement(lctx.mesh, GroupKind.CP, u)
     calls = _ulysses_calls(lctx, inner, ulysses=u) if u > 1 else []
     return calls + (_ring_calls(lctx, outer, ring=p.cp // u, ulysses=u) if p.cp > u else [])
 

@@ -340,3 +340,51 @@ def test_v_shape_and_dualpipe_placements() -> None:
     assert attention.calls_per_step == 8 * 16 // 2  # each micro-batch runs one copy
     sends = {i.phase: i.calls_per_step for i in middle.of_axis(TrafficAxis.PP)}
     assert sends == {Phase.FORWARD: 16, Phase.BACKWARD: 16}
+
+
+def test_layer_calls_kept_per_family_equal_the_rules_on_every_mesh() -> None:
+    """`layer_calls` keeps the TP, CP and expert calls apart under the inputs each family
+    reads, so meshes differing in another axis share them. Over a sweep in which
+    consecutive meshes differ in one axis at a time (tp, cp and its kind, Ulysses degree,
+    ep, micro-batch, dp against pp, nodes), every layer's calls equal the traffic rules run
+    afresh on that mesh: a key missing an input would hand a later mesh an earlier one's."""
+    import itertools
+
+    from api_schemas import ContextParallelKind as K
+    from models.catalog import cluster_preset, model_preset
+    from models.collectives import fabric_of
+    from models.step_time import axis_groups
+    from models.step_time.exposure import layer_calls
+    from models.traffic.layer import cp_calls, expert_calls, has_tp_mlp, tp_block_calls
+
+    spec = model_preset("deepseek-v2-lite")
+    training = TrainingSpec(global_batch_size=64, sequence_length=16384)
+    meshes = 0
+    for nodes, tp, (cp, kind, ulysses), ep, mbs, (dp, pp) in itertools.product(
+            (2, 4), (1, 2), ((1, K.RING, None), (4, K.RING, None), (4, K.ULYSSES, None),
+                             (4, K.USP, 2), (8, K.USP, 2), (8, K.USP, 4)),
+            (1, 2, 8), (1, 2), ((2, 1), (1, 2))):
+        world = nodes * 8
+        if world % (tp * cp * dp * pp):
+            continue
+        dp *= world // (tp * cp * dp * pp)
+        cluster = cluster_preset("h100-sxm5-80gb", num_nodes=nodes)
+        parallel = ParallelConfig(tp=tp, cp=cp, cp_kind=kind, ulysses_degree=ulysses, ep=ep,
+                                  dp=dp, pp=pp, micro_batch_size=mbs,
+                                  sequence_parallel=tp > 1)
+        groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+        fabric = fabric_of(cluster)
+        for index in (0, spec.num_layers - 1):  # a dense layer, then a MoE layer
+            kept = layer_calls(spec, index, training=training, parallel=parallel,
+                               groups=groups, fabric=fabric)
+            lctx = groups.layer_context(spec, training, parallel, fabric)
+            moe_layer = spec.is_moe_layer(index)
+            fresh = tp_block_calls(lctx, "attention")
+            if has_tp_mlp(lctx, moe_layer):
+                fresh += tp_block_calls(lctx, "mlp")
+            fresh += cp_calls(lctx, spec.is_linear_attention_layer(index))
+            if moe_layer:
+                fresh += expert_calls(lctx)
+            assert list(kept) == fresh, (parallel, index)
+        meshes += 1
+    assert meshes >= 80

@@ -780,6 +780,58 @@ def test_the_rank_memory_bound_spares_evaluations_and_keeps_the_optimum(
     assert with_rank.stats.pruned_memory > without.stats.pruned_memory
 
 
+def test_a_search_diving_for_its_first_plan_skips_what_the_head_rank_refutes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Diving from the start (no plan yet past a share 0 of the limit), the search evaluates
+    candidates in table-bound order but still passes each through the head rank's memory
+    floor first: at 32k tokens the fastest table bounds belong to meshes whose head rank
+    overflows. No evaluated candidate is one the floor refutes, some are refuted before
+    the first evaluation, and the optimum is the one found without diving."""
+    from api_schemas import Objective, SolverLimits
+    from solver import planner
+
+    spec = model_preset("llama-3.1-8b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
+    training = TrainingSpec(global_batch_size=64, sequence_length=32768)
+    rule = planner._rank_memory_rules_out
+    seen: list[planner._Problem] = []
+    events: list[tuple[str, str]] = []
+
+    def recorded_rule(problem: planner._Problem, c: MeshCandidate, variants: list) -> bool:
+        seen[:] = [problem]
+        refuted = rule(problem, c, variants)
+        if refuted:
+            events.append(("refuted", c.key))
+        return refuted
+
+    evaluate = planner.evaluate_for_targets
+
+    def recorded_evaluation(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                            c: MeshCandidate, *args: object, **kwargs: object) -> object:
+        events.append(("evaluated", c.key))
+        assert not seen or not rule(seen[0], c, planner.candidate_variants(
+            spec, training, c, seen[0].constraints)), c.key
+        return evaluate(spec, training, cluster, c, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner, "_rank_memory_rules_out", recorded_rule)
+    monkeypatch.setattr(planner, "evaluate_for_targets", recorded_evaluation)
+
+    def run(share: float) -> planner.SearchResult:
+        monkeypatch.setattr(planner, "NO_PLAN_DIVE_SHARE", share)
+        events.clear()
+        return planner.search(spec, training, cluster, constraints=Constraints(),
+                              objective=Objective.THROUGHPUT,
+                              limits=SolverLimits(time_limit_s=120))
+
+    diving = run(0.0)
+    first = [what for what, _ in events].index("evaluated")
+    assert ("refuted" in [what for what, _ in events[:first]]), events[:5]
+    calm = run(1.0)
+    assert diving.status == calm.status == "optimal"
+    assert diving.best is not None and calm.best is not None
+    assert diving.best.estimate.step_time_s == calm.best.estimate.step_time_s
+
+
 def test_the_rank_memory_bound_reads_each_frameworks_own_least_storing_policy() -> None:
     """DeepSeek-V2-Lite at 32k tokens on DualPipeV: of the released frameworks only
     torchtitan runs that schedule, and its table gives the schedule no activation
