@@ -124,19 +124,32 @@ def ep_overlapped(parallel: ParallelConfig, training: TrainingSpec) -> bool:
 
 _CALLS: dict[tuple[object, ...], tuple[LayerCall, ...]] = {}
 _CALLS_MAX = 4096
-_FAMILIES: dict[tuple[object, ...], tuple[LayerCall, ...]] = {}
+_FAMILIES: dict[tuple[object, ...], dict[tuple[object, ...], tuple[LayerCall, ...]]] = {}
+"""Per (model, recipe, fabric), each family's calls under the inputs its rule reads."""
+_FAMILY_INPUTS_KEPT = 16
 _FAMILIES_MAX = 8192
 
 
-def _family(key: tuple[object, ...], make: Callable[[], list[LayerCall]]
-            ) -> tuple[LayerCall, ...]:
-    """The calls of one family (TP block, CP exchange, expert all-to-alls) under `key`, which
-    holds every input the family's rule reads, computed once."""
-    cached = _FAMILIES.get(key)
-    if cached is None:
-        if len(_FAMILIES) >= _FAMILIES_MAX:
+def _families(spec: ModelSpec, training: TrainingSpec, fabric: Fabric
+              ) -> dict[tuple[object, ...], tuple[LayerCall, ...]]:
+    """The family calls kept for one (model, recipe, fabric): the specs are hashed once per
+    layer, not once per family."""
+    inputs = (spec, training, fabric)
+    kept = _FAMILIES.get(inputs)
+    if kept is None or len(kept) >= _FAMILIES_MAX:
+        if kept is None and len(_FAMILIES) >= _FAMILY_INPUTS_KEPT:
             _FAMILIES.clear()
-        cached = _FAMILIES[key] = tuple(make())
+        kept = _FAMILIES[inputs] = {}
+    return kept
+
+
+def _family(kept: dict[tuple[object, ...], tuple[LayerCall, ...]], key: tuple[object, ...],
+            make: Callable[[], list[LayerCall]]) -> tuple[LayerCall, ...]:
+    """The calls of one family (TP block, CP exchange, expert all-to-alls) under `key`, which
+    holds every input the family's rule reads besides the specs, computed once."""
+    cached = kept.get(key)
+    if cached is None:
+        cached = kept[key] = tuple(make())
     return cached
 
 
@@ -160,21 +173,22 @@ def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
         return cached
     lctx = groups.layer_context(spec, training, parallel, fabric)
     mesh, tokens = groups.mesh, lctx.tokens_per_rank
-    shared = (spec, training, fabric, p.tp, tokens)
-    tp_key = (*shared, p.sequence_parallel, group_placement(mesh, GroupKind.TP))
-    calls = list(_family(("tp", "attention", *tp_key),
+    kept = _families(spec, training, fabric)
+    tp_key = (p.tp, tokens, p.sequence_parallel, group_placement(mesh, GroupKind.TP))
+    calls = list(_family(kept, ("tp", "attention", *tp_key),
                          lambda: tp_block_calls(lctx, "attention")))
     if has_tp_mlp(lctx, moe_layer):
-        calls += _family(("tp", "mlp", *tp_key), lambda: tp_block_calls(lctx, "mlp"))
+        calls += _family(kept, ("tp", "mlp", *tp_key), lambda: tp_block_calls(lctx, "mlp"))
     if p.cp > 1:
         # USP's two sub-axes sit on the nodes as the mesh's CP groups split, not as a whole.
         split = (split_group_placement(mesh, GroupKind.CP, p.ulysses_degree or 1)
                  if p.cp_kind == ContextParallelKind.USP else None)
-        calls += _family(("cp", linear, *shared, p.cp, p.cp_kind, p.ulysses_degree,
-                          p.micro_batch_size, group_placement(mesh, GroupKind.CP), split),
+        calls += _family(kept, ("cp", linear, p.tp, tokens, p.cp, p.cp_kind, p.ulysses_degree,
+                                p.micro_batch_size, group_placement(mesh, GroupKind.CP), split),
                          lambda: cp_calls(lctx, linear))
     if moe_layer:
-        calls += _family(("ep", *shared, p.ep, p.etp, group_placement(mesh, GroupKind.EP)),
+        calls += _family(kept, ("ep", p.tp, tokens, p.ep, p.etp,
+                                group_placement(mesh, GroupKind.EP)),
                          lambda: expert_calls(lctx))
     if len(_CALLS) >= _CALLS_MAX:
         _CALLS.clear()

@@ -347,7 +347,8 @@ def test_layer_calls_kept_per_family_equal_the_rules_on_every_mesh() -> None:
     reads, so meshes differing in another axis share them. Over a sweep in which
     consecutive meshes differ in one axis at a time (tp, cp and its kind, Ulysses degree,
     ep, micro-batch, dp against pp, nodes), every layer's calls equal the traffic rules run
-    afresh on that mesh: a key missing an input would hand a later mesh an earlier one's."""
+    afresh on that mesh, for two models in turn: a key missing an input would hand a later
+    mesh (or the other model) an earlier one's."""
     import itertools
 
     from api_schemas import ContextParallelKind as K
@@ -357,7 +358,7 @@ def test_layer_calls_kept_per_family_equal_the_rules_on_every_mesh() -> None:
     from models.step_time.exposure import layer_calls
     from models.traffic.layer import cp_calls, expert_calls, has_tp_mlp, tp_block_calls
 
-    spec = model_preset("deepseek-v2-lite")
+    specs = (model_preset("deepseek-v2-lite"), model_preset("qwen3-30b-a3b"))
     training = TrainingSpec(global_batch_size=64, sequence_length=16384)
     meshes = 0
     for nodes, tp, (cp, kind, ulysses), ep, mbs, (dp, pp) in itertools.product(
@@ -374,7 +375,8 @@ def test_layer_calls_kept_per_family_equal_the_rules_on_every_mesh() -> None:
                                   sequence_parallel=tp > 1)
         groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
         fabric = fabric_of(cluster)
-        for index in (0, spec.num_layers - 1):  # a dense layer, then a MoE layer
+        spec = specs[meshes % 2]
+        for index in (0, spec.num_layers - 1):  # DeepSeek-V2-Lite: dense, then MoE
             kept = layer_calls(spec, index, training=training, parallel=parallel,
                                groups=groups, fabric=fabric)
             lctx = groups.layer_context(spec, training, parallel, fabric)
