@@ -22,7 +22,17 @@ from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
 from models.mesh.candidates import Candidate, MeshContext
 from models.mesh.layout import DEFAULT_ORDER
-from models.mesh.rules import CP_RULES, EXPERT_RULES, TP_RULES, admits, errors
+from models.mesh.rules import (
+    CP_RULES,
+    EXPERT_RULES,
+    PIPELINE_FIELDS,
+    PIPELINE_RULES,
+    SHAPE_FIELDS,
+    SHAPE_RULES,
+    TP_RULES,
+    Rule,
+    admits,
+)
 from models.mesh.rules_pipeline import pp_at_most_layers
 from models.pipeline import schedule_traits, validate_schedule
 
@@ -92,6 +102,12 @@ class MeshCandidate:
         validated `parallel()` of every candidate is checked by the tests."""
         return Candidate(parallel=_DEFAULT_PARALLEL.model_copy(update=self._fields({})),
                          order=DEFAULT_ORDER)
+
+    def fields(self, names: Iterable[str]) -> dict[str, Any]:
+        """The named fields of this candidate as the mesh rules see it (`mesh`); those it
+        leaves unset (`layers_per_stage`, `num_micro_batches`) are left out."""
+        own = self._fields({})
+        return {name: own[name] for name in names if name in own}
 
     def _fields(self, overrides: dict[str, Any]) -> dict[str, Any]:
         fields: dict[str, Any] = {
@@ -232,7 +248,9 @@ def candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int
     """Every legal mesh candidate for exactly `world_size` GPUs.
 
     Each axis is pruned with the `models.mesh` rules about it (`admits`), and every whole
-    candidate is kept only when `models.mesh.rules.errors` finds no error: the search, the
+    candidate is kept only when `models.mesh.rules.errors` finds no error (checked as its
+    two rule groups, `SHAPE_RULES` and `PIPELINE_RULES`, each once per distinct value of the
+    fields it reads, which is the same verdict): the search, the
     evaluation of one configuration and the mesh lab share one rule set. Past `deadline`
     (a `time.perf_counter()` value) the list so far is returned: the caller, which set the
     deadline, knows it is partial. Complete lists are kept for `MESH_LISTS_KEPT` inputs.
@@ -264,6 +282,15 @@ def _candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: in
     `deadline`)."""
     ctx = mesh_context(spec, training, world_size=world_size, gpus_per_node=gpus_per_node)
     out: list[MeshCandidate] = []
+    verdicts: dict[tuple[object, ...], bool] = {}
+
+    def admitted(rules: tuple[Rule, ...], fields: dict[str, Any]) -> bool:
+        key = (rules is PIPELINE_RULES, *fields.values())
+        verdict = verdicts.get(key)
+        if verdict is None:
+            verdict = verdicts[key] = admits(ctx, rules, **fields)
+        return verdict
+
     for tp in _tp_options(ctx, constraints):
         for cp, cp_kind, ulysses in _cp_options(ctx, tp, constraints):
             rest = world_size // (tp * cp) if world_size % (tp * cp) == 0 else 0
@@ -278,7 +305,8 @@ def _candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: in
                 out += [c for c in _meshes_for(ctx, tp=tp, cp=cp, cp_kind=cp_kind,
                                                ulysses=ulysses, pp=pp, dp=dp,
                                                constraints=constraints)
-                        if not errors(ctx, c.mesh())]
+                        if admitted(SHAPE_RULES, c.fields(SHAPE_FIELDS))
+                        and admitted(PIPELINE_RULES, c.fields(PIPELINE_FIELDS))]
     return True, out
 
 

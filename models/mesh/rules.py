@@ -66,10 +66,23 @@ EXPERT_RULES: tuple[Rule, ...] = (ep_needs_moe, ep_divides_experts, expert_fold,
                                   etp_divides_expert_ffn)
 """What the expert mesh (ep, etp) must satisfy with the dense degrees of a stage."""
 
+PIPELINE_RULES: tuple[Rule, ...] = (layers_split, schedule_needs_pp, dualpipe_even_pp,
+                                    batch_divisible, dualpipe_even_micro_batches)
+"""The error rules that read only `PIPELINE_FIELDS` of a configuration (and the context)."""
+PIPELINE_FIELDS: tuple[str, ...] = ("pp", "vpp", "schedule", "layers_per_stage",
+                                    "micro_batch_size", "dp", "num_micro_batches")
+SHAPE_FIELDS: tuple[str, ...] = ("tp", "cp", "cp_kind", "ulysses_degree", "pp", "dp", "ep",
+                                 "etp", "sequence_parallel")
+"""What every other error rule (`SHAPE_RULES`) reads of a configuration in the default rank
+order. A configuration has no error exactly when `admits` passes it under both groups with
+each group's fields alone; the search checks each group once per distinct value of its
+fields (tests/models/test_mesh_validation.py checks the field sets rule by rule)."""
 
 _DEFAULT_PARALLEL = ParallelConfig()
 _ERROR_RULES = tuple(r for r in RULES if r not in WARNING_ONLY_RULES)
 _ERROR_RULES_WITHOUT_MODEL = tuple(r for r in _ERROR_RULES if r not in MODEL_RULES)
+SHAPE_RULES: tuple[Rule, ...] = tuple(r for r in _ERROR_RULES if r not in PIPELINE_RULES)
+"""The error rules besides `PIPELINE_RULES`; they read only `SHAPE_FIELDS` and the order."""
 
 
 def findings(ctx: MeshContext, cand: Candidate) -> list[Finding]:
@@ -111,7 +124,11 @@ __all__ = [
     "CP_RULES",
     "EXPERT_RULES",
     "MODEL_RULES",
+    "PIPELINE_FIELDS",
+    "PIPELINE_RULES",
     "RULES",
+    "SHAPE_FIELDS",
+    "SHAPE_RULES",
     "TP_RULES",
     "WARNING_ONLY_RULES",
     "Rule",

@@ -213,3 +213,68 @@ def test_mla_skips_kv_head_rules() -> None:
     problems = mesh_problems(ParallelConfig(tp=8, cp=2, dp=8, cp_kind="ulysses"), model=MLA,
                              num_nodes=16, gpus_per_node=8, training=TRAIN)
     assert problems == ()
+
+
+def test_each_rule_group_reads_only_its_declared_fields() -> None:
+    """The search checks `PIPELINE_RULES` and `SHAPE_RULES` once per distinct value of the
+    fields each group declares (`solver.space`), which equals `errors` on the whole
+    candidate only if every rule's verdict is a function of its group's fields. Over random
+    configurations (in the default order, the way the search builds them, right and wrong
+    world sizes alike) on several models and recipes, each rule's verdict on the whole
+    configuration equals its verdict on the configuration cut to its group's fields, the
+    rest at their defaults; and every rule of both groups finds an error somewhere."""
+    import random
+
+    from api_schemas import ContextParallelKind, PipelineSchedule
+    from models.mesh.candidates import Candidate, MeshContext
+    from models.mesh.layout import DEFAULT_ORDER
+    from models.mesh.rules import (
+        PIPELINE_FIELDS,
+        PIPELINE_RULES,
+        SHAPE_FIELDS,
+        SHAPE_RULES,
+    )
+
+    rng = random.Random(7)
+    default = ParallelConfig()
+    contexts = [MeshContext(model=model, training=training, num_nodes=nodes, gpus_per_node=8)
+                for model in (LLAMA70, KV12, ODD_FFN, TINY, MOE, MLA)
+                for training in (TRAIN, TrainingSpec(global_batch_size=96,
+                                                     sequence_length=12288))
+                for nodes in (1, 4)]
+    flagged: set[str] = set()
+    for _ in range(6000):
+        ctx = rng.choice(contexts)
+        degrees = {axis: rng.choice((1, 2, 3, 4, 8)) for axis in ("tp", "cp")}
+        degrees["pp"] = rng.choice((1, 2, 3, 4, 8, 16))
+        inner = degrees["tp"] * degrees["cp"] * degrees["pp"]
+        dp = ctx.world_size // inner if ctx.world_size % inner == 0 and rng.random() < 0.8 \
+            else rng.choice((1, 2, 3, 6))
+        kind = rng.choice(list(ContextParallelKind))
+        pp = degrees["pp"]
+        fields: dict[str, object] = {**degrees, "dp": dp, "cp_kind": kind,
+                  "ulysses_degree": rng.choice((2, 4)) if kind == ContextParallelKind.USP
+                  else None,
+                  "ep": rng.choice((1, 2, 4, 8, 3)), "etp": rng.choice((1, 1, 2, 3)),
+                  "sequence_parallel": rng.random() < 0.5,
+                  "vpp": rng.choice((1, 2, 3, 5)), "schedule": rng.choice(list(PipelineSchedule)),
+                  "micro_batch_size": rng.choice((1, 2, 3, 4, 8))}
+        if rng.random() < 0.2:  # an explicit split, adding up or not
+            share = ctx.arch.num_layers // pp + rng.choice((0, 0, 1))
+            fields["layers_per_stage"] = [share] * pp
+        whole = Candidate(parallel=default.model_copy(update=fields), order=DEFAULT_ORDER)
+        for rules, names in ((SHAPE_RULES, SHAPE_FIELDS), (PIPELINE_RULES, PIPELINE_FIELDS)):
+            cut = Candidate(parallel=default.model_copy(
+                update={k: v for k, v in fields.items() if k in names}), order=DEFAULT_ORDER)
+            for rule in rules:
+                found = rule(ctx, whole)
+                error = found is not None and found.severity == Severity.ERROR
+                cut_found = rule(ctx, cut)
+                assert error == (cut_found is not None
+                                 and cut_found.severity == Severity.ERROR), (rule, fields)
+                if error:
+                    flagged.add(rule.__name__)
+    rule_names = {rule.__name__ for rule in SHAPE_RULES + PIPELINE_RULES}
+    assert not set(PIPELINE_RULES) & set(SHAPE_RULES)
+    # Only an order other than the default (which the search never builds) breaks these two.
+    assert flagged == rule_names - {"order_names", "expert_pp_order"}, rule_names - flagged

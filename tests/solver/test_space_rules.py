@@ -63,7 +63,12 @@ def test_space_evaluate_and_mesh_lab_apply_the_same_ffn_rule() -> None:
     # 28676 = 4 x 7169: TP4 splits the MLP evenly, TP8 cannot.
     spec = model_preset("llama-3.1-70b").model_copy(update={"ffn_hidden_size": 28676})
     assert tp_divides_ffn in mesh_rules.TP_RULES and tp_divides_ffn in mesh_rules.RULES
-    assert space.errors is mesh_rules.errors and space.admits is mesh_rules.admits
+    # The search checks the registry's error rules, in two groups that together are all.
+    assert space.admits is mesh_rules.admits
+    assert (space.SHAPE_RULES, space.PIPELINE_RULES) == (mesh_rules.SHAPE_RULES,
+                                                         mesh_rules.PIPELINE_RULES)
+    assert set(mesh_rules.SHAPE_RULES) | set(mesh_rules.PIPELINE_RULES) == (
+        set(mesh_rules.RULES) - mesh_rules.WARNING_ONLY_RULES)
     tps = {c.tp for c in candidate_meshes(spec, TRAIN, world_size=16, gpus_per_node=8,
                                           constraints=Constraints())}
     assert 4 in tps and 8 not in tps
