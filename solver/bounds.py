@@ -132,6 +132,8 @@ class BoundTables:
         self._core_cache, self._input_cache = _shared_caches(spec, training, cluster)
         self._zero3_cache: dict[tuple[object, ...], float] = {}
         """Per core and data and pipeline degrees, the exposed ZeRO-3 traffic of all layers."""
+        self._states_cache: dict[tuple[object, ...], float] = {}
+        """`_mean_states_bytes` per degrees, weight copies and ZeRO stage (all it reads)."""
 
     def _core_key(self, c: MeshCandidate) -> tuple[object, ...]:
         return (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
@@ -313,6 +315,16 @@ class BoundTables:
         """The model states of the candidate at ZeRO stage `max_zero`, averaged over its
         pipeline ranks (each parameter's states sit on some rank; a schedule holding two
         copies of the weights doubles them)."""
+        copies = schedule_traits(c.schedule).weight_copies
+        key = (c.tp, c.cp, c.dp, c.pp, c.ep, c.etp, copies, max_zero)
+        cached = self._states_cache.get(key)
+        if cached is None:
+            cached = self._states_cache[key] = self._compute_mean_states_bytes(c, max_zero,
+                                                                              copies)
+        return cached
+
+    def _compute_mean_states_bytes(self, c: MeshCandidate, max_zero: int, copies: int
+                                   ) -> float:
         tr = self.training
         per_param = state_bytes_per_param(tr)
         if self.host_gradients:
@@ -327,7 +339,6 @@ class BoundTables:
             sharded_state_bytes(int(count), per_param, zero_stage=max_zero,
                                 shard_degree=group).total_bytes
             for count, group in ((dense_params, shard), (expert_params, edp))))
-        copies = schedule_traits(c.schedule).weight_copies
         return states * copies / c.pp
 
 

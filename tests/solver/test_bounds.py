@@ -899,3 +899,24 @@ def test_policy_floor_without_full_layer_recomputation_is_the_most_frugal_policy
         assert floors[zero] > work.frugal_bound_s(zero, 0, caps), zero
         step = estimate_step(spec, training, most, cluster, split_pipeline_idle=False)
         assert floors[zero] <= step.step_time_s * (1 + 1e-9), zero
+
+
+def test_mean_state_bounds_kept_per_degrees_equal_a_fresh_tables() -> None:
+    """`BoundTables` keeps each candidate's averaged model states under its degrees, weight
+    copies and ZeRO stage. Over every candidate of a MoE model (DualPipe's two weight copies
+    among them), in turn, at every ZeRO stage, one shared table's memory bound equals a
+    fresh table's: a key missing an input would hand a candidate another's states."""
+    spec = model_preset("deepseek-v2-lite")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    candidates = candidate_meshes(spec, training, world_size=16, gpus_per_node=8,
+                                  constraints=Constraints())
+    assert {c.schedule for c in candidates} >= {PipelineSchedule.DUALPIPE,
+                                                PipelineSchedule.ONE_F_ONE_B}
+    shared = BoundTables(spec, training, cluster)
+    rng = random.Random(3)
+    for c in rng.sample(candidates, min(400, len(candidates))):
+        for zero in (3, 0, 2, 1):
+            fresh = BoundTables(spec, training, cluster)
+            assert shared.memory_bound_bytes(c, max_zero=zero, max_offload=0.0) == \
+                fresh.memory_bound_bytes(c, max_zero=zero, max_offload=0.0), (c.key, zero)
