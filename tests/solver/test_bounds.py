@@ -901,7 +901,7 @@ def test_policy_floor_without_full_layer_recomputation_is_the_most_frugal_policy
         assert floors[zero] <= step.step_time_s * (1 + 1e-9), zero
 
 
-def test_mean_state_bounds_kept_per_degrees_equal_a_fresh_tables() -> None:
+def test_mean_state_bounds_kept_per_degrees_equal_those_of_a_fresh_table() -> None:
     """`BoundTables` keeps each candidate's averaged model states under its degrees, weight
     copies and ZeRO stage. Over every candidate of a MoE model (DualPipe's two weight copies
     among them), in turn, at every ZeRO stage, one shared table's memory bound equals a
