@@ -390,13 +390,9 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         heapq.heappop(queue.heap)
         if queue.best is None and level < _RUN_BOUND and time.perf_counter() >= dive_from:
             # No plan yet and half the time gone: evaluate in bound order at once, past the
-            # head rank's memory floor (a candidate it rules out has no plan that fits).
-            if level < _SIMULATED_BOUND and _rank_memory_rules_out(
-                    problem, c, candidate_variants(problem.spec, problem.training, c,
-                                                   problem.constraints)):
-                queue.pruned_memory += 1
-                continue
-            _visit(problem, queue, order, c, progress)
+            # head rank's memory floor (below the simulated level it is not yet applied).
+            if level >= _SIMULATED_BOUND or not _pruned_by_head_rank(problem, queue, c):
+                _visit(problem, queue, order, c, progress)
             continue
         if level < _SIMULATED_BOUND:
             _tighten(problem, queue, lower, order, level, c)
@@ -517,9 +513,7 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
                 heapq.heappush(queue.heap, (gathered, order, _ZERO3_BOUND, c))
                 return
     # Before the simulation: the head's rank overflowing under every plan ends the candidate.
-    if _rank_memory_rules_out(problem, c, candidate_variants(problem.spec, problem.training, c,
-                                                             problem.constraints)):
-        queue.pruned_memory += 1
+    if _pruned_by_head_rank(problem, queue, c):
         return
     # Second, tighter bound (one simulation, no policy search): re-queue by it.
     try:
@@ -535,6 +529,16 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
     queue.makespan[order] = makespan
     tighter = _rescale(step_s, c, problem.objective, problem.tokens)
     heapq.heappush(queue.heap, (max(lower, tighter), order, _SIMULATED_BOUND, c))
+
+
+def _pruned_by_head_rank(problem: _Problem, queue: _Queue, c: MeshCandidate) -> bool:
+    """`_rank_memory_rules_out` over the candidate's framework variants, counted as a memory
+    prune where it holds."""
+    variants = candidate_variants(problem.spec, problem.training, c, problem.constraints)
+    if not _rank_memory_rules_out(problem, c, variants):
+        return False
+    queue.pruned_memory += 1
+    return True
 
 
 def _rank_memory_rules_out(problem: _Problem, c: MeshCandidate,

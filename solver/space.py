@@ -103,12 +103,6 @@ class MeshCandidate:
         return Candidate(parallel=_DEFAULT_PARALLEL.model_copy(update=self._fields({})),
                          order=DEFAULT_ORDER)
 
-    def fields(self, names: Iterable[str]) -> dict[str, Any]:
-        """The named fields of this candidate as the mesh rules see it (`mesh`); those it
-        leaves unset (`layers_per_stage`, `num_micro_batches`) are left out."""
-        own = self._fields({})
-        return {name: own[name] for name in names if name in own}
-
     def _fields(self, overrides: dict[str, Any]) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
@@ -284,12 +278,21 @@ def _candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: in
     out: list[MeshCandidate] = []
     verdicts: dict[tuple[object, ...], bool] = {}
 
-    def admitted(rules: tuple[Rule, ...], fields: dict[str, Any]) -> bool:
+    def admitted(rules: tuple[Rule, ...], names: tuple[str, ...], own: dict[str, Any]) -> bool:
+        """Whether `rules` pass the candidate's fields `names` (`own`: its fields as `mesh`
+        sets them; those it leaves unset, such as `layers_per_stage`, stay unset), checked
+        once per distinct value."""
+        fields = {name: own[name] for name in names if name in own}
         key = (rules is PIPELINE_RULES, *fields.values())
         verdict = verdicts.get(key)
         if verdict is None:
             verdict = verdicts[key] = admits(ctx, rules, **fields)
         return verdict
+
+    def legal(c: MeshCandidate) -> bool:
+        own = c._fields({})
+        return (admitted(SHAPE_RULES, SHAPE_FIELDS, own)
+                and admitted(PIPELINE_RULES, PIPELINE_FIELDS, own))
 
     for tp in _tp_options(ctx, constraints):
         for cp, cp_kind, ulysses in _cp_options(ctx, tp, constraints):
@@ -304,9 +307,7 @@ def _candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: in
                     continue
                 out += [c for c in _meshes_for(ctx, tp=tp, cp=cp, cp_kind=cp_kind,
                                                ulysses=ulysses, pp=pp, dp=dp,
-                                               constraints=constraints)
-                        if admitted(SHAPE_RULES, c.fields(SHAPE_FIELDS))
-                        and admitted(PIPELINE_RULES, c.fields(PIPELINE_FIELDS))]
+                                               constraints=constraints) if legal(c)]
     return True, out
 
 
