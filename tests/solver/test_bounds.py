@@ -809,7 +809,7 @@ def test_a_search_diving_for_its_first_plan_skips_what_the_head_rank_refutes(
     def recorded_evaluation(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                             c: MeshCandidate, *args: object, **kwargs: object) -> object:
         events.append(("evaluated", c.key))
-        assert not seen or not rule(seen[0], c, planner.candidate_variants(
+        assert seen and not rule(seen[0], c, planner.candidate_variants(
             spec, training, c, seen[0].constraints)), c.key
         return evaluate(spec, training, cluster, c, *args, **kwargs)  # type: ignore[arg-type]
 
