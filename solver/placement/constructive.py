@@ -107,6 +107,11 @@ def _reference_moves(problem: PlacementProblem) -> list[Move]:
     return moves
 
 
+SMALL_CANDIDATES = 64
+"""Most candidate experts (donors x E/R) that `_CoverState._candidates` sorts in plain
+Python; above it numpy's fixed cost of about 30 us per call is the smaller."""
+
+
 class _CoverState:
     """Balances, remaining expert loads and the donor heap of the COVER rule.
 
@@ -144,33 +149,58 @@ class _CoverState:
         elif left < 0:
             heapq.heappush(self.receivers, (left, h))
 
-    def _fill_many(self, u: int, q: int) -> None:
-        """Whole experts, largest first over all donors, then the tightest safe cover."""
-        bal = np.asarray(self.bal, dtype=np.int64)
-        rem = np.asarray(self.rem, dtype=np.int64)
-        cand = np.flatnonzero((bal[self.home_of] > 0) & (rem > 0))
-        r_c, donor = rem[cand], self.home_of[cand]
-        by_donor = np.lexsort((-r_c, donor))
+    def _candidates(self) -> tuple[list[int], list[int]]:
+        """The experts with tokens left on ranks with excess, in the order `_fill_many`
+        takes them, and their tokens negated (ascending).
+
+        Order: tokens (largest first), then the expert's place among its donor's experts
+        by tokens (so a donor's second-largest comes after every donor's largest of equal
+        size), then the donor's excess (largest first), then the expert index. Sorted in
+        plain Python while the donors hold few experts (numpy's per-call cost would
+        dominate), with numpy above `SMALL_CANDIDATES`; both give the same order.
+        """
+        bal, rem, m = self.bal, self.rem, self.m
+        donors = [h for h, excess in enumerate(bal) if excess > 0]
+        if len(donors) * m <= SMALL_CANDIDATES:
+            keyed: list[tuple[int, int, int, int]] = []
+            for h in donors:
+                mine = sorted([(-rem[e], e) for e in range(h * m, h * m + m) if rem[e] > 0])
+                keyed += [(neg, place, -bal[h], e) for place, (neg, e) in enumerate(mine)]
+            keyed.sort()
+            return [k[3] for k in keyed], [k[0] for k in keyed]
+        bal_arr = np.asarray(bal, dtype=np.int64)
+        rem_arr = np.asarray(rem, dtype=np.int64)
+        cand = np.flatnonzero((bal_arr[self.home_of] > 0) & (rem_arr > 0))
+        tokens, donor = rem_arr[cand], self.home_of[cand]
+        by_donor = np.lexsort((-tokens, donor))
         sorted_donor = donor[by_donor]
-        rank_in_donor = np.empty_like(by_donor)
-        rank_in_donor[by_donor] = np.arange(cand.size) - np.searchsorted(sorted_donor,
-                                                                          sorted_donor)
-        order = np.lexsort((-bal[donor], rank_in_donor, -r_c))
-        cand, r_c = cand[order], r_c[order]
+        place = np.empty_like(by_donor)
+        place[by_donor] = np.arange(cand.size) - np.searchsorted(sorted_donor, sorted_donor)
+        order = np.lexsort((-bal_arr[donor], place, -tokens))
+        ordered: list[int] = cand[order].tolist()
+        negated: list[int] = (-tokens[order]).tolist()
+        return ordered, negated
+
+    def _fill_many(self, u: int, q: int) -> None:
+        """Whole experts in `_candidates` order until one covers the rest; that last piece
+        comes from the tightest safe cover (least donor excess left, >= 0; the last-listed,
+        fewest tokens, on ties), else from the last-listed cover."""
+        bal, rem, m = self.bal, self.rem, self.m
+        ordered, negated = self._candidates()
         i = 0
         while q > 0:
-            n_cover = int(np.searchsorted(-r_c[i:], -q, side="right"))
-            if n_cover:
-                window = cand[i:i + n_cover]
-                slack = np.asarray([self.bal[int(e) // self.m] for e in window]) - q
-                safe = np.flatnonzero(slack >= 0)
-                # tightest donor excess first, then the tightest (last-listed) expert
-                pick = safe[slack[safe] == slack[safe].min()][-1] if safe.size else n_cover - 1
-                self.take(int(window[pick]), u, q)
+            end = bisect.bisect_right(negated, -q, lo=i)  # candidates i .. end-1 cover q
+            if end > i:
+                pick, least = ordered[end - 1], -1
+                for e in ordered[i:end]:
+                    slack = bal[e // m] - q
+                    if slack >= 0 and (least < 0 or slack <= least):
+                        pick, least = e, slack
+                self.take(pick, u, q)
                 return
-            e = int(cand[i])
-            q -= self.rem[e]
-            self.take(e, u, self.rem[e])
+            e = ordered[i]
+            q -= rem[e]
+            self.take(e, u, rem[e])
             i += 1
 
     def run(self) -> "_CoverState":

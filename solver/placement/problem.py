@@ -307,7 +307,8 @@ def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: 
     rows = np.arange(layers)
     largest = per_rank[rows, top]
     per_rank[rows, top] = -1
-    largest_foreign = np.broadcast_to(largest[:, None], (layers, r)).copy()
+    largest_foreign = np.empty((layers, r), dtype=np.int64)
+    largest_foreign[...] = largest[:, None]
     largest_foreign[rows, top] = per_rank.max(axis=1) if r > 1 else 0
     if (deficit <= largest_foreign).all():
         covered: IntArray = (deficit > 0).astype(np.int64)
@@ -341,7 +342,10 @@ def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: 
     hi[:, :, :m] = own_pos
     hi[:, :, m] = lo[:, :, 0] + e
     first = np.argmax(prefix <= hi, axis=2)
-    bounds = np.take_along_axis(prefix, first[:, :, None], axis=2)[:, :, 0]
+    # prefix[l, d, first[l, d]] through the flat array (take_along_axis costs more here)
+    at = np.arange(0, layers * r * (m + 1), m + 1, dtype=np.int64).reshape(layers, r)
+    at += first
+    bounds = prefix.ravel().take(at)
     bounds -= first
     bounds -= lo[:, :, 0]
     bounds[deficit == 0] = 0

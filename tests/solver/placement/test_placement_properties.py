@@ -4,8 +4,12 @@ Hypothesis draws >= 600 instances per rule: random Dirichlet rows, sparse rows, 
 routing skew of the generator, and the tight construction of Kimi K3 Appendix E. Batches of
 layers planned in one call must equal each layer planned alone (also every skew at the
 benchmark's E=256, R=64 over more than one chunk of layers, field by field); the per-rank
-lower bounds (one layer, and all layers at once) must equal a brute-force count.
+lower bounds (one layer, and all layers at once) must equal a brute-force count. The
+cover rule's two ways of ordering candidate experts (plain Python for few, numpy for many)
+must give the same moves.
 """
+
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -24,7 +28,9 @@ from models.moe import (
 from solver.placement import (
     ConstructiveRule,
     PlacementResult,
+    constructive,
     placement_layers,
+    placement_problem,
     plan_constructive,
     plan_constructive_layers,
     redundancy_lower_bounds,
@@ -245,3 +251,48 @@ def test_every_skew_over_several_chunks_equals_each_layer_alone(
                                   grad_bytes_per_expert=GRAD_BYTES, rule=rule)
         check_placement(res, layer)
         _same_placement(res, alone)
+
+
+def _cover_moves(counts: np.ndarray, top_k: int, small: int) -> tuple[tuple[list[int], ...], int]:
+    """The cover rule's moves with `SMALL_CANDIDATES` set to `small`, and how many times the
+    candidates were ordered."""
+    problem = placement_problem(counts, top_k=top_k)
+    calls = []
+    ordered = constructive._CoverState._candidates
+
+    def counted(state: object) -> tuple[list[int], list[int]]:
+        calls.append(1)
+        return ordered(state)  # type: ignore[arg-type]
+
+    with mock.patch.object(constructive, "SMALL_CANDIDATES", small), \
+            mock.patch.object(constructive._CoverState, "_candidates", counted):
+        state = constructive._CoverState(problem).run()
+    return (state.moved_expert, state.moved_to, state.moved_tokens), len(calls)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=instances())
+def test_python_and_numpy_candidate_orders_give_the_same_moves(
+        case: tuple[str, np.ndarray, int]) -> None:
+    """`_candidates` sorts few candidates in Python and many with numpy: forced either way,
+    the planner makes the same moves (ties included: tight and one-expert instances)."""
+    _, counts, k = case
+    assert _cover_moves(counts, k, small=10**9)[0] == _cover_moves(counts, k, small=-1)[0]
+
+
+@pytest.mark.parametrize(("e", "r", "skew"), [
+    (256, 64, SkewKind.TIGHT), (384, 16, SkewKind.TIGHT), (384, 16, SkewKind.HOT_RANK)])
+def test_candidate_orders_agree_where_the_benchmark_needs_them(
+        e: int, r: int, skew: SkewKind) -> None:
+    """At the benchmark's sizes, on the routings that need several whole experts per
+    receiver, both orders give the same moves, and the candidates are in fact ordered."""
+    if skew == SkewKind.TIGHT:
+        s = tight_tokens_per_rank(num_experts=e, num_ranks=r, top_k=8, at_least=512)
+        counts = tight_routing_counts(num_experts=e, num_ranks=r, top_k=8, tokens_per_rank=s)
+    else:
+        counts = routing_counts(RoutingSkew(kind=skew, hot_factor=32.0), num_experts=e,
+                                num_ranks=r, top_k=8, tokens_per_rank=1024, seed=3)
+    by_python, calls = _cover_moves(counts, 8, small=10**9)
+    by_numpy, _ = _cover_moves(counts, 8, small=-1)
+    assert calls > 0
+    assert by_python == by_numpy
