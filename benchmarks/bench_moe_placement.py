@@ -50,7 +50,8 @@ often had none); with one buffer per call it raises glibc's dynamic mmap thresho
 first free and the memory is reused from then on.
 
 The cover rule's candidate experts sorted in plain Python when the donors hold at most 64
-(`SMALL_CANDIDATES`), with numpy above; the full lower bound without `broadcast_to` and
+(`SMALL_CANDIDATES`, since set to 32: no row of this table sorts between 33 and 64),
+with numpy above; the full lower bound without `broadcast_to` and
 `take_along_axis` (`--skip-gemm --repeats 20`, the previous and this release back to back,
 load average 0.80-1.00, medians single call / all layers in one call). Unchanged where no
 receiver needs more than one expert: the six random skews at E=256, R=64 took 0.224-0.268 /
