@@ -6,7 +6,8 @@ layers planned in one call must equal each layer planned alone (also every skew 
 benchmark's E=256, R=64 over more than one chunk of layers, field by field); the per-rank
 lower bounds (one layer, and all layers at once) must equal a brute-force count. The
 cover rule's two ways of ordering candidate experts (plain Python for few, numpy for many)
-must give the same moves.
+must give the same moves, and either takes the tightest cover when several experts cover a
+receiver.
 """
 
 from unittest import mock
@@ -296,3 +297,23 @@ def test_candidate_orders_agree_where_the_benchmark_needs_them(
     by_numpy, _ = _cover_moves(counts, 8, small=-1)
     assert calls > 0
     assert by_python == by_numpy
+
+
+@pytest.mark.parametrize("small", [10**9, -1])
+@pytest.mark.parametrize(("donor_excess", "expected"), [
+    (20, (4, 0, 10)),  # both covers leave 10 on donor 2: the last-listed (fewest tokens)
+    (5, (4, 0, 10)),   # no safe cover (5 < 10): the last-listed cover all the same
+])
+def test_fill_many_takes_the_tightest_cover(small: int, donor_excess: int,
+                                            expected: tuple[int, int, int]) -> None:
+    """A receiver short of 10 tokens whose top donor's experts (2 and 1 tokens left) cannot
+    cover it: experts 5 (15 left) and 4 (12 left) of donor 2 can, and the tightest is taken,
+    in either candidate order."""
+    counts = np.full((3, 6), 4, dtype=np.int64)
+    state = constructive._CoverState(placement_problem(counts, top_k=1))
+    state.bal = [-10, 30, donor_excess]
+    state.rem = [0, 0, 2, 1, 12, 15]
+    with mock.patch.object(constructive, "SMALL_CANDIDATES", small):
+        state._fill_many(0, 10)
+    assert (state.moved_expert, state.moved_to, state.moved_tokens) == (
+        [expected[0]], [expected[1]], [expected[2]])
