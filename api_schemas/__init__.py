@@ -50,6 +50,7 @@ from api_schemas.moe import (
     MoeRoute,
     PlacementPlanner,
     PlacementStatus,
+    RouteListing,
 )
 from api_schemas.parallel import (
     DEFAULT_RECOMPUTE_MODULES,
@@ -221,6 +222,7 @@ __all__ = [
     "IntervalGoodput",
     "ReliabilityEstimate",
     "ReliabilitySpec",
+    "RouteListing",
     "RunEstimateRequest",
     "RunEstimateResponse",
     "SensitivityFactor",

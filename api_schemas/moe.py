@@ -30,6 +30,18 @@ class PlacementPlanner(StrEnum):
     For small instances (E <= 32, R <= 8); larger ones may stop at the time limit."""
 
 
+class RouteListing(StrEnum):
+    """Which token routes a placement response lists."""
+
+    ALL = "all"
+    """Every route: one per positive (source, expert, destination)."""
+    SHARED = "shared"
+    """Only the routes of experts with tokens computed off their home rank (the splits a
+    dispatcher needs); every other token goes to its expert's home rank, as the counts say."""
+    NONE = "none"
+    """No routes (loads, replicas and traffic only)."""
+
+
 class PlacementStatus(StrEnum):
     """How good the returned placement is known to be."""
 
@@ -74,6 +86,14 @@ class MoePlacementRequest(SpecModel):
     planner: PlacementPlanner = Field(
         default=PlacementPlanner.CONSTRUCTIVE,
         description="'constructive' (online) or 'exact' (CP-SAT reference).",
+    )
+    routes: RouteListing = Field(
+        default=RouteListing.ALL,
+        description="Which routes the answer lists: 'all' (default, every positive (source, "
+        "expert, destination)), 'shared' (only experts with replicas: every other token goes "
+        "to its expert's home rank; at E=256, R=64 about an eighth of the routes) or 'none'. "
+        "The listing, not the planning, dominates a large answer's time and size.",
+        examples=["shared"],
     )
     expert_weight_bytes: Bytes = Field(
         default=0,
@@ -172,10 +192,16 @@ class MoePlacementResponse(ResultModel):
         examples=[[[], [0], [1], [1]]],
     )
     routes: list[MoeRoute] = Field(
-        description="Every positive (source, expert, destination) token flow; per (source, "
-        "expert) the tokens sum to the request's count.",
+        description="Every positive (source, expert, destination) token flow the request's "
+        "`routes` listing asks for (all of them by default); per listed (source, expert) the "
+        "tokens sum to the request's count.",
         examples=[[{"source": 0, "expert": 0, "destination": 0, "tokens": 6},
                    {"source": 1, "expert": 0, "destination": 1, "tokens": 5}]],
+    )
+    routes_listed: RouteListing = Field(
+        default=RouteListing.ALL,
+        description="Which routes `routes` holds: 'all', 'shared' (experts with replicas "
+        "only) or 'none'.",
     )
     num_redundant_experts: NonNegativeInt = Field(
         description="Replicas over all ranks.", examples=[3]
@@ -256,4 +282,5 @@ __all__ = [
     "MoeRoute",
     "PlacementPlanner",
     "PlacementStatus",
+    "RouteListing",
 ]

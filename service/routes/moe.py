@@ -17,6 +17,7 @@ from api_schemas.moe import (
     MoePlacementRequest,
     MoePlacementResponse,
     PlacementPlanner,
+    RouteListing,
 )
 from models.errors import InvalidSpecError
 from models.moe.balance import home_rank_loads
@@ -117,6 +118,10 @@ async def moe_placement(
         layers = await to_thread.run_sync(call_core, plan_placement_layers, request)
         limits.require_finite(layers)
         return layers
+    if wanted_format(format, accept) == Format.SVG and request.routes != RouteListing.ALL:
+        raise InvalidSpecError(f"the placement picture draws every route: drop "
+                               f"routes={request.routes.value!r}, or ask for JSON",
+                               field="routes")
     if request.planner != PlacementPlanner.EXACT:
         response = await to_thread.run_sync(call_core, plan_placement, request)
     else:

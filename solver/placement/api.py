@@ -18,6 +18,7 @@ from api_schemas.moe import (
     MoeRoute,
     PlacementPlanner,
     PlacementStatus,
+    RouteListing,
 )
 from models.catalog import gpu_preset
 from models.errors import InvalidSpecError
@@ -62,7 +63,7 @@ def plan_placement(
                                    grad_bytes_per_expert=grad)
         proven = result.num_redundant == int(result.lower_bound_per_rank.sum())
     response = placement_response(result, planner=request.planner, proven=proven,
-                                  tile_rows=request.tile_rows)
+                                  tile_rows=request.tile_rows, routes=request.routes)
     return response.model_copy(update=expert_times(request, response))
 
 
@@ -96,7 +97,7 @@ def plan_placement_layers(request: MoePlacementRequest) -> MoePlacementLayersRes
         response = placement_response(
             result, planner=PlacementPlanner.CONSTRUCTIVE,
             proven=result.num_redundant == int(result.lower_bound_per_rank.sum()),
-            tile_rows=request.tile_rows)
+            tile_rows=request.tile_rows, routes=request.routes)
         layers.append(response.model_copy(update=expert_times(request, response)))
     return MoePlacementLayersResponse(
         layers=layers, wall_time_s=sum(x.wall_time_s for x in results))
@@ -132,25 +133,35 @@ def expert_times(request: MoePlacementRequest,
             "expert_gemm_imbalance": max(times) / mean if mean > 0 else 1.0}
 
 
+def listed_routes(result: PlacementResult, listing: RouteListing) -> list[MoeRoute]:
+    """The routes of `result` that `listing` asks for: all of them, only the shared experts'
+    (`Routes.shared_rows`, which leaves the count matrix unexpanded), or none."""
+    if listing == RouteListing.NONE:
+        return []
+    r = result.routes
+    columns = r.shared_rows if listing == RouteListing.SHARED else (
+        r.source, r.expert, r.destination, r.tokens)
+    return [MoeRoute(source=s, expert=e, destination=d, tokens=t)
+            for s, e, d, t in zip(*(c.tolist() for c in columns), strict=True)]
+
+
 def placement_response(
     result: PlacementResult, *, planner: PlacementPlanner, proven: bool,
-    tile_rows: int = DEFAULT_TILE_ROWS,
+    tile_rows: int = DEFAULT_TILE_ROWS, routes: RouteListing = RouteListing.ALL,
 ) -> MoePlacementResponse:
-    """The API view of a placement: rank balance after placement and, apart from it, the
-    expert work inside each rank (tokens per expert, GEMM rows padded to `tile_rows`)."""
+    """The API view of a placement: rank balance after placement, the routes `routes` asks
+    for and, apart from them, the expert work inside each rank (tokens per expert, GEMM rows
+    padded to `tile_rows`)."""
     per_rank = rank_expert_tokens(result)
     rows = [padded_rows(row.tolist(), tile_rows=tile_rows) for row in per_rank]
-    r = result.routes
-    routes = [MoeRoute(source=s, expert=e, destination=d, tokens=t)
-              for s, e, d, t in zip(r.source.tolist(), r.expert.tolist(),
-                                    r.destination.tolist(), r.tokens.tolist(), strict=True)]
     p = result.problem
     return MoePlacementResponse(
         planner=planner,
         status=PlacementStatus.OPTIMAL if proven else PlacementStatus.FEASIBLE,
         tokens_per_rank=p.tokens_per_rank, capacity_per_rank=p.capacity,
         rank_loads=result.rank_loads.tolist(),
-        redundant_experts=[list(x) for x in result.redundant_experts], routes=routes,
+        redundant_experts=[list(x) for x in result.redundant_experts],
+        routes=listed_routes(result, routes), routes_listed=routes,
         num_redundant_experts=result.num_redundant,
         max_redundant_per_rank=result.max_redundant_per_rank,
         redundant_bound_per_rank=result.redundant_bound_per_rank,
@@ -168,6 +179,7 @@ def placement_response(
 
 __all__ = [
     "expert_times",
+    "listed_routes",
     "placement_response",
     "plan_placement",
     "plan_placement_layers",

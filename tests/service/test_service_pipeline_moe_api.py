@@ -4,6 +4,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 import service.routes.pipeline as pipeline_routes
@@ -179,3 +180,44 @@ def test_placement_errors(client: httpx.Client, body: dict[str, Any], code: str,
     assert response.status_code == 422
     assert response.json()["code"] == code
     assert response.json()["errors"][0]["loc"] == field
+
+
+def _routing(seed: int) -> list[list[int]]:
+    """A skewed [8, 32] routing (top-2 of 64 tokens per rank) whose placement shares experts."""
+    rng = np.random.default_rng(seed)
+    probs = rng.dirichlet(np.full(32, 0.3), size=8)
+    return [rng.multinomial(128, p).tolist() for p in probs]
+
+
+@pytest.mark.parametrize("listing", ["shared", "none"])
+def test_placement_lists_only_the_routes_asked_for(client: httpx.Client, listing: str) -> None:
+    """`routes: shared` keeps exactly the routes of experts computed off their home rank,
+    `none` keeps none; everything else equals the full answer, for one layer and for all."""
+    tokens = _routing(1)
+    full = client.post("/v1/moe/placement",
+                       json={"num_experts": 32, "top_k": 2, "tokens": tokens}).json()
+    part = client.post("/v1/moe/placement", json={"num_experts": 32, "top_k": 2,
+                                                  "tokens": tokens, "routes": listing}).json()
+    home = [e // 4 for e in range(32)]
+    shared = {x["expert"] for x in full["routes"] if x["destination"] != home[x["expert"]]}
+    assert shared and full["routes_listed"] == "all" and part["routes_listed"] == listing
+    expected = [x for x in full["routes"] if x["expert"] in shared] if listing == "shared" else []
+    assert sorted(map(tuple, map(dict.values, part["routes"]))) == sorted(
+        map(tuple, map(dict.values, expected)))
+    assert len(part["routes"]) < len(full["routes"])
+    volatile = {"routes", "routes_listed", "wall_time_s"}
+    assert {k: v for k, v in part.items() if k not in volatile} == {
+        k: v for k, v in full.items() if k not in volatile}
+    layers = client.post("/v1/moe/placement", json={
+        "num_experts": 32, "top_k": 2, "layers": [tokens, _routing(2)], "routes": listing,
+    }).json()["layers"]
+    assert layers[0]["routes"] == part["routes"]
+    assert all(x["routes_listed"] == listing for x in layers)
+
+
+def test_placement_picture_needs_every_route(client: httpx.Client) -> None:
+    response = client.post("/v1/moe/placement?format=svg", json={
+        "num_experts": 32, "top_k": 2, "tokens": _routing(1), "routes": "shared"})
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid-spec"
+    assert "every route" in response.json()["detail"]
