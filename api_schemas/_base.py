@@ -8,6 +8,7 @@ anything beyond validation.
 """
 
 import math
+from collections.abc import Iterable
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
@@ -39,18 +40,35 @@ def field_path(path: str, part: str | int) -> str:
 
 def first_non_finite(value: object, path: str = "") -> tuple[str, float] | None:
     """The path (`field_path` format, under `path`) and value of the first NaN or infinite
-    number inside `value`, walking dicts, lists and tuples in order; None if there is none."""
+    number inside `value`, walking dicts, lists and tuples in order; None if there is none.
+
+    The path is built only once a number is found: a large answer (a million token routes)
+    is mostly integers, which the walk passes over without a call each."""
+    found = _non_finite_at(value)
+    if found is None:
+        return None
+    parts, number = found
+    for part in reversed(parts):  # collected from the number outwards
+        path = field_path(path, part)
+    return path, number
+
+
+def _non_finite_at(value: object) -> tuple[list[str | int], float] | None:
+    """`first_non_finite` with the path as its parts, innermost first."""
     if isinstance(value, float):
-        return None if math.isfinite(value) else (path, value)
+        return None if math.isfinite(value) else ([], value)
     if isinstance(value, dict):
-        items: list[tuple[str | int, object]] = list(value.items())
+        items: Iterable[tuple[str | int, object]] = value.items()
     elif isinstance(value, list | tuple):
-        items = list(enumerate(value))
+        items = enumerate(value)
     else:
         return None
     for part, sub in items:
-        found = first_non_finite(sub, field_path(path, part))
+        if isinstance(sub, int | str | None):  # nothing non-finite inside (bool is an int)
+            continue
+        found = _non_finite_at(sub)
         if found is not None:
+            found[0].append(part)
             return found
     return None
 

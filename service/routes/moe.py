@@ -24,7 +24,7 @@ from models.moe.balance import home_rank_loads
 from service import limits
 from service.core import call_core
 from service.deps import ContextDep
-from service.media import Format, svg_content, svg_response, wanted_format
+from service.media import Format, model_response, svg_content, svg_response, wanted_format
 from service.openapi import problem_responses
 from service.pictures import placement_svg
 from service.searches import run_search, with_clamped_time_limit
@@ -102,7 +102,7 @@ async def moe_placement(
         description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` selects "
         "SVG.")] = None,
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
-) -> MoePlacementResponse | MoePlacementLayersResponse | Response:
+) -> Response:
     """From the router's token counts (row r: tokens on source rank r per expert), the
     foreign experts each rank hosts (at most E/R) and every token route, so that every rank
     computes exactly S*K tokens; with prefetch and gradient-reduce bytes. `constructive` is
@@ -117,7 +117,7 @@ async def moe_placement(
                                    "`tokens`, or ask for JSON", field="format")
         layers = await to_thread.run_sync(call_core, plan_placement_layers, request)
         limits.require_finite(layers)
-        return layers
+        return model_response(layers)
     if wanted_format(format, accept) == Format.SVG and request.routes != RouteListing.ALL:
         raise InvalidSpecError(f"the placement picture draws every route: drop "
                                f"routes={request.routes.value!r}, or ask for JSON",
@@ -138,7 +138,7 @@ async def moe_placement(
                            expert_loads)
         return svg_response(placement_svg(response, home_loads=before.tolist()),
                             filename="placement.svg")
-    return response
+    return model_response(response)
 
 
 __all__ = ["check_placement_bounds", "router"]
