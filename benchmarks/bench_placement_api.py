@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from bench_service_load import _start_server
+from bench_service_load import start_server
 
 from models.moe import RoutingSkew, SkewKind, routing_counts
 
@@ -46,7 +46,7 @@ def main() -> None:
     layers = [_layer(b % 3) for b in range(args.layers)]
     bodies = {"one layer": {"tokens": layers[0]}, f"{args.layers} layers": {"layers": layers}}
     with tempfile.TemporaryDirectory() as directory:
-        process, base_url = _start_server(Path(directory), 1, settings={
+        process, base_url = start_server(Path(directory), 1, settings={
             "ATLAS_MAX_BODY_BYTES": str(64 << 20)})
         try:
             print(f"{'request':<12}{'routes':>8}{'median s':>10}{'MB':>8}{'routes':>10}"

@@ -108,8 +108,10 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def _start_server(directory: Path, workers: int, *,
+def start_server(directory: Path, workers: int, *,
                   settings: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """`atlas-planner serve` on a free port with SQLite in `directory` and `settings` in its
+    environment: the process and its base URL, once /healthz answers."""
     port = _free_port()
     command = [str(ATLAS_PLANNER), "serve", "--port", str(port), "--workers", str(workers),
                "--database-url", f"sqlite:///{directory / 'plans.db'}", "--log-level",
@@ -141,7 +143,7 @@ def main() -> None:
         ("ATLAS_SOLVER_THREADS", args.solver_threads), ("ATLAS_SOLVER_QUEUE", args.solver_queue))
         if value is not None}
     with tempfile.TemporaryDirectory() as tmp:
-        process, base_url = _start_server(Path(tmp), args.workers, settings=settings)
+        process, base_url = start_server(Path(tmp), args.workers, settings=settings)
         try:
             paths = httpx.get(f"{base_url}/openapi.json").json()["paths"]
             # (name, path, body of request i in row r, requests per row)

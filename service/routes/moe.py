@@ -111,14 +111,15 @@ async def moe_placement(
     layer."""
     settings = context.settings
     check_placement_bounds(request, settings)
+    as_svg = wanted_format(format, accept) == Format.SVG
     if request.layers is not None:
-        if wanted_format(format, accept) == Format.SVG:
+        if as_svg:
             raise InvalidSpecError("the placement picture shows one layer: send it as "
                                    "`tokens`, or ask for JSON", field="format")
         layers = await to_thread.run_sync(call_core, plan_placement_layers, request)
         limits.require_finite(layers)
         return model_response(layers)
-    if wanted_format(format, accept) == Format.SVG and request.routes != RouteListing.ALL:
+    if as_svg and request.routes != RouteListing.ALL:
         raise InvalidSpecError(f"the placement picture draws every route: drop "
                                f"routes={request.routes.value!r}, or ask for JSON",
                                field="routes")
@@ -132,7 +133,7 @@ async def moe_placement(
                                     kind="moe-placement",
                                     pool=context.pool, timeout_s=timeout_s)
     limits.require_finite(response)
-    if wanted_format(format, accept) == Format.SVG and request.tokens is not None:
+    if as_svg and request.tokens is not None:
         expert_loads = [sum(column) for column in zip(*request.tokens, strict=True)]
         before = call_core(partial(home_rank_loads, num_ranks=len(request.tokens)),
                            expert_loads)

@@ -261,9 +261,9 @@ def _cover_moves(counts: np.ndarray, top_k: int, small: int) -> tuple[tuple[list
     calls = []
     ordered = constructive._CoverState._candidates
 
-    def counted(state: object) -> tuple[list[int], list[int]]:
+    def counted(state: constructive._CoverState) -> tuple[list[int], list[int]]:
         calls.append(1)
-        return ordered(state)  # type: ignore[arg-type]
+        return ordered(state)
 
     with mock.patch.object(constructive, "SMALL_CANDIDATES", small), \
             mock.patch.object(constructive._CoverState, "_candidates", counted):
