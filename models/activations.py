@@ -69,6 +69,10 @@ class LayerActivationContext:
     gathered_inputs_saved: bool = False
     """Sequence parallelism saves each column-parallel GEMM's all-gathered input (PyTorch
     DTensor, torchtitan) rather than its shard (Megatron-LM re-gathers it in backward)."""
+    eager_elementwise: bool = False
+    """The memory-bound ops run as separate eager PyTorch ops (`ElementwiseFusion.EAGER`),
+    each saving what its own backward needs: SwiGLU's product saves the SiLU output beside
+    the up output (see `_eager_silu_output`)."""
 
     @property
     def tokens(self) -> float:
@@ -245,7 +249,28 @@ def _mlp_inner(spec: ModelSpec, ctx: LayerActivationContext, width: int, *, pref
                 ctx, whole),
         _tensor(f"{prefix} activation output", "mlp", copies * down_in * width / split, ctx,
                 whole, act_module),
-    ]
+    ] + _eager_silu_output(spec, ctx, width, prefix=prefix, copies=copies, split=split,
+                           whole=whole, act_module=act_module)
+
+
+def _eager_silu_output(spec: ModelSpec, ctx: LayerActivationContext, width: int, *,
+                       prefix: str, copies: float, split: float, whole: RecomputeModule,
+                       act_module: RecomputeModule) -> list[StoredTensor]:
+    """The SiLU output an eager SwiGLU keeps for its product's backward (2f bytes per token).
+
+    A fused SwiGLU kernel (Megatron-LM `bias_swiglu_impl`, Transformer Engine) saves the gate
+    and up outputs and recomputes SiLU in backward; eager PyTorch (`silu(w1 x) * (w3 x)`, as
+    torchtitan's Llama writes it) runs SiLU and the product as two autograd ops: SiLU saves
+    its input (the gate output) and the product saves both its inputs, the SiLU output and
+    the up output. Source: measured on one H200 (research/data/measured/h200.json, PyTorch
+    2.11): an eager Llama 3.1 8B layer keeps 41.03 s h bytes per token, the fused layer's
+    34.03 s h plus this tensor's 2 x 3.5 h (validation data, nothing fitted).
+    """
+    if not ctx.eager_elementwise or spec.mlp != MlpKind.SWIGLU:
+        return []
+    return [_tensor(f"{prefix} SiLU output (eager product input)", "mlp",
+                    copies * ACTIVATION_BYTES * width / split, ctx, whole, act_module,
+                    M.OP_SAC)]
 
 
 def _with_module(tensor: StoredTensor, module: RecomputeModule) -> StoredTensor:
@@ -275,9 +300,9 @@ def mlp_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[StoredTens
     out = [_tensor("MLP input (norm output)", "mlp",
                    in_bytes * spec.hidden_size / ctx.gemm_input_divisor, ctx, M.LAYERNORM,
                    M.OP_SAC)]
-    up, act = _mlp_inner(spec, ctx, spec.ffn_hidden_size, prefix="MLP", copies=1.0,
-                         split=float(ctx.tp), whole=M.MLP, act_module=M.MLP)
-    out += _op_sac_split(spec, up) + [_with_module(act, M.OP_SAC)]
+    up, act, *eager = _mlp_inner(spec, ctx, spec.ffn_hidden_size, prefix="MLP", copies=1.0,
+                                 split=float(ctx.tp), whole=M.MLP, act_module=M.MLP)
+    out += _op_sac_split(spec, up) + [_with_module(act, M.OP_SAC)] + eager
     # The down projection (w2, the 7th matmul) is an odd one: the per-op policy saves its
     # output, which backward does not otherwise need (torchtitan `_save_list`).
     out.append(dataclasses.replace(

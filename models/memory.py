@@ -30,7 +30,7 @@ from api_schemas.parallel import (
     RecomputeMode,
     RecomputeModule,
 )
-from api_schemas.training import TrainingSpec
+from api_schemas.training import ElementwiseFusion, TrainingSpec
 from models.activations import (
     LayerActivationContext,
     embedding_activation_bytes,
@@ -342,7 +342,8 @@ def _activation_context(training: TrainingSpec, parallel: ParallelConfig,
         parallel.etp, parallel.sequence_parallel, training.dropout, training.flash_attention,
         fp8_storage, training.compute_dtype == DType.FP8, training.moe_load_imbalance,
         training.moe_keep_expert_outputs, parallel.norm_saves_output,
-        parallel.sequence_parallel_saves_gathered)
+        parallel.sequence_parallel_saves_gathered,
+        training.elementwise_fusion == ElementwiseFusion.EAGER)
 
 
 @lru_cache(maxsize=4096)
@@ -350,7 +351,8 @@ def _shared_context(seq_len: int, micro_batch_size: int, tp: int, cp: int, etp: 
                     sequence_parallel: bool, dropout: bool, flash_attention: bool,
                     fp8_storage: bool, fp8_compute: bool, moe_load_imbalance: float,
                     moe_keep_expert_outputs: bool, norm_saves_output: bool,
-                    gathered_inputs_saved: bool) -> LayerActivationContext:
+                    gathered_inputs_saved: bool,
+                    eager_elementwise: bool = False) -> LayerActivationContext:
     """One shared (immutable) context per setting: every rank of every probed plan asks for
     one, and building the dataclass each time was a visible share of a memory probe."""
     return LayerActivationContext(
@@ -359,7 +361,8 @@ def _shared_context(seq_len: int, micro_batch_size: int, tp: int, cp: int, etp: 
         flash_attention=flash_attention, fp8_storage=fp8_storage, fp8_compute=fp8_compute,
         moe_load_imbalance=moe_load_imbalance,
         moe_keep_expert_outputs=moe_keep_expert_outputs,
-        norm_saves_output=norm_saves_output, gathered_inputs_saved=gathered_inputs_saved)
+        norm_saves_output=norm_saves_output, gathered_inputs_saved=gathered_inputs_saved,
+        eager_elementwise=eager_elementwise)
 
 
 def layer_stored_bytes_cap(spec: ModelSpec, index: int, training: TrainingSpec,

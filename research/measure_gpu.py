@@ -1,0 +1,231 @@
+"""Measure, on one GPU, what the cost model predicts: GEMM and fused-attention speed, and the
+bytes and time of a real eager transformer layer.
+
+    python research/measure_gpu.py --out research/data/measured/<gpu>.json
+
+Owns: the measurement of one GPU (PyTorch with CUDA, imported only here) and the JSON it
+writes. The comparison with the model is `research/compare_measured.py`, and the test that
+holds the model to the committed measurement is `tests/research/test_measured_gpu.py`.
+Must not: fit or change any constant (the committed JSON is validation data, never
+calibration data, unless CALIBRATION.md says otherwise).
+
+What is measured (CUDA events after warm-up, the mean of the timed iterations):
+- GEMMs `C[M,N] = A[M,K] B[K,N]` in BF16 (`torch.matmul`) and FP8-E4M3 with per-tensor
+  scales (`torch._scaled_mm`, BF16 output), on square sizes and on the shapes of a Llama 3.1
+  8B layer at 8,192 tokens;
+- causal fused attention forward + backward (`scaled_dot_product_attention`, the FlashAttention
+  backend forced, and the cuDNN backend where PyTorch offers it), 32 query heads of 128 on
+  16,384 tokens per call;
+- one Llama-style decoder layer written the way an eager PyTorch runtime (torchtitan) writes
+  it: RMSNorm, Q/K/V projections with grouped KV heads, rotary embedding, fused causal
+  attention, output projection, RMSNorm, SwiGLU MLP, residual adds; BF16 weights, no
+  dropout. Stored bytes per layer are the growth of allocated memory between a forward
+  through one layer and a forward through two (so the input, the output and the weights
+  cancel out), and time is forward + backward of one layer.
+"""
+
+import argparse
+import json
+import platform
+import sys
+from collections.abc import Callable
+from typing import Any
+
+LLAMA_8B = {"hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "ffn": 14336}
+"""Llama 3.1 8B's layer shape (its Hugging Face config.json)."""
+
+
+def _timed(torch: Any, fn: Callable[[], object], warmup: int = 3, iterations: int = 10) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iterations):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end)) / 1000.0 / iterations
+
+
+def _gemm_shapes(tokens: int) -> list[tuple[str, int, int, int]]:
+    h, d, ffn = LLAMA_8B["hidden"], LLAMA_8B["head_dim"], LLAMA_8B["ffn"]
+    qkv = (LLAMA_8B["heads"] + 2 * LLAMA_8B["kv_heads"]) * d
+    shapes = [(f"square {n}", n, n, n) for n in (1024, 2048, 4096, 8192, 16384)]
+    shapes += [("llama8b qkv", tokens, qkv, h), ("llama8b out", tokens, h, h),
+               ("llama8b gate+up", tokens, 2 * ffn, h), ("llama8b down", tokens, h, ffn)]
+    return shapes
+
+
+def gemms(torch: Any, tokens: int) -> list[dict[str, Any]]:
+    """BF16 and FP8 GEMM times on square and Llama 3.1 8B shapes."""
+    out = []
+    one = torch.tensor(1.0, device="cuda", dtype=torch.float32)
+    for name, m, n, k in _gemm_shapes(tokens):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        seconds = _timed(torch, lambda a=a, b=b: torch.matmul(a, b))
+        out.append({"name": name, "dtype": "bf16", "m": m, "n": n, "k": k, "seconds": seconds})
+        a8 = a.to(torch.float8_e4m3fn)
+        b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm needs
+        try:
+            seconds = _timed(torch, lambda a8=a8, b8=b8: torch._scaled_mm(
+                a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+        except (RuntimeError, TypeError) as error:  # an FP8 path this torch lacks
+            out.append({"name": name, "dtype": "fp8", "m": m, "n": n, "k": k,
+                        "error": str(error)[:200]})
+            continue
+        out.append({"name": name, "dtype": "fp8", "m": m, "n": n, "k": k, "seconds": seconds})
+        del a, b, a8, b8
+    return out
+
+
+def attention(torch: Any) -> list[dict[str, Any]]:
+    """Causal fused attention forward + backward, per backend and sequence length."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    functional = torch.nn.functional
+    heads, dim, tokens = 32, 128, 16384
+    out = []
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    for seq in (2048, 4096, 8192, 16384):
+        batch = tokens // seq
+        shape = (batch, heads, seq, dim)
+        q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        grad = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        for label, backend in backends:
+            def step(q: Any = q, k: Any = k, v: Any = v, grad: Any = grad,
+                     backend: Any = backend) -> None:
+                with sdpa_kernel([backend]):
+                    o = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+                o.backward(grad)
+            try:
+                seconds = _timed(torch, step)
+                forward = _timed(torch, lambda q=q, k=k, v=v, backend=backend: _forward(
+                    torch, functional, sdpa_kernel, backend, q, k, v))
+            except RuntimeError as error:
+                out.append({"backend": label, "seq": seq, "error": str(error)[:200]})
+                continue
+            out.append({"backend": label, "batch": batch, "heads": heads, "seq": seq,
+                        "head_dim": dim, "causal": True, "seconds_fwd_bwd": seconds,
+                        "seconds_fwd": forward})
+    return out
+
+
+def _forward(torch: Any, functional: Any, sdpa_kernel: Any, backend: Any,
+             q: Any, k: Any, v: Any) -> None:
+    with torch.no_grad(), sdpa_kernel([backend]):
+        functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _layer_class(torch: Any) -> Any:
+    nn, functional = torch.nn, torch.nn.functional
+
+    class DecoderLayer(nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                     ffn: int) -> None:
+            super().__init__()
+            self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+            self.attention_norm = nn.RMSNorm(hidden, eps=1e-5)
+            self.wq = nn.Linear(hidden, heads * head_dim, bias=False)
+            self.wk = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+            self.wv = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+            self.wo = nn.Linear(heads * head_dim, hidden, bias=False)
+            self.ffn_norm = nn.RMSNorm(hidden, eps=1e-5)
+            self.w1 = nn.Linear(hidden, ffn, bias=False)
+            self.w3 = nn.Linear(hidden, ffn, bias=False)
+            self.w2 = nn.Linear(ffn, hidden, bias=False)
+
+        @staticmethod
+        def _rope(x: Any, cos: Any, sin: Any) -> Any:
+            half = x.shape[-1] // 2
+            rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+            return x * cos + rotated * sin
+
+        def forward(self, x: Any, cos: Any, sin: Any) -> Any:
+            batch, seq, _ = x.shape
+            h = self.attention_norm(x)
+            q = self.wq(h).view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
+            k = self.wk(h).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = self.wv(h).view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            o = functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                        enable_gqa=True)
+            x = x + self.wo(o.transpose(1, 2).reshape(batch, seq, -1))
+            h = self.ffn_norm(x)
+            return x + self.w2(functional.silu(self.w1(h)) * self.w3(h))
+
+    return DecoderLayer
+
+
+def layer(torch: Any, seq: int, micro_batch: int) -> dict[str, Any]:
+    """Stored bytes and forward+backward time of one eager Llama 3.1 8B layer."""
+    shape = LLAMA_8B
+    cls = _layer_class(torch)
+    layers = [cls(shape["hidden"], shape["heads"], shape["kv_heads"], shape["head_dim"],
+                  shape["ffn"]).to(device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    position = torch.arange(seq, device="cuda", dtype=torch.float32)
+    inv = 1.0 / (500000.0 ** (torch.arange(0, shape["head_dim"], 2, device="cuda",
+                                           dtype=torch.float32) / shape["head_dim"]))
+    angles = torch.outer(position, inv)
+    cos = torch.cat((angles.cos(), angles.cos()), dim=-1).to(torch.bfloat16)
+    sin = torch.cat((angles.sin(), angles.sin()), dim=-1).to(torch.bfloat16)
+
+    def stored(count: int) -> int:
+        x = torch.randn(micro_batch, seq, shape["hidden"], device="cuda",
+                        dtype=torch.bfloat16, requires_grad=True)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        y = x
+        for module in layers[:count]:
+            y = module(y, cos, sin)
+        torch.cuda.synchronize()
+        grown = torch.cuda.memory_allocated() - before
+        del y, x
+        return int(grown)
+
+    one, two = stored(1), stored(2)
+    x = torch.randn(micro_batch, seq, shape["hidden"], device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    grad = torch.randn_like(x)
+
+    def step() -> None:
+        layers[0](x, cos, sin).backward(grad)
+
+    def forward() -> None:
+        with torch.no_grad():
+            layers[0](x, cos, sin)
+
+    return {"model": "llama-3.1-8b layer (eager PyTorch)", "seq": seq,
+            "micro_batch": micro_batch, "stored_bytes_one_layer": one,
+            "stored_bytes_two_layers": two, "stored_bytes_per_layer": two - one,
+            "seconds_fwd_bwd": _timed(torch, step), "seconds_fwd": _timed(torch, forward)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("measure_gpu: no CUDA GPU visible; nothing measured", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    result = {
+        "device_name": torch.cuda.get_device_name(),
+        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
+        "gemm": gemms(torch, tokens=8192),
+        "attention": attention(torch),
+        "layer": [layer(torch, seq, 1) for seq in (4096, 8192)],
+    }
+    with open(args.out, "w") as handle:
+        json.dump(result, handle, indent=1)
+    print(json.dumps({k: v for k, v in result.items() if k != "gemm"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
