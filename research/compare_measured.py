@@ -101,9 +101,34 @@ def layer_comparisons(data: dict[str, Any]) -> list[Comparison]:
     return out
 
 
+def compiled_layer_comparisons(data: dict[str, Any]) -> list[Comparison]:
+    """The `torch.compile`d layer's stored bytes beside the ledger's fused layer (a compiled
+    runtime, `ElementwiseFusion.COMPILED`, stores what the hand-fused one does)."""
+    spec = model_preset("llama-3.1-8b")
+    out = []
+    for row in data.get("compiled_layer", []):
+        act = LayerActivationContext(seq_len=row["seq"], micro_batch_size=row["micro_batch"])
+        out.append(Comparison(what=f"compiled layer stored bytes s={row['seq']}",
+                              measured=row["stored_bytes_per_layer"],
+                              predicted=layer_activation_bytes(spec, 0, act).total_bytes))
+    return out
+
+
+def allocator_reserve(data: dict[str, Any]) -> dict[str, float]:
+    """Peak reserved / peak allocated bytes of the measured training steps, by
+    PYTORCH_CUDA_ALLOC_CONF ('' for the default allocator): the caching allocator's reserve
+    beyond the bytes tensors hold, once the run has reached its steady state (last step)."""
+    out = {}
+    for run in data.get("allocator", []):
+        last = run["steps"][-1]
+        out[run["alloc_conf"]] = last["max_reserved"] / last["max_allocated"]
+    return out
+
+
 def comparisons(data: dict[str, Any]) -> list[Comparison]:
     """Every comparison of one measurement file."""
-    return gemm_comparisons(data) + attention_comparisons(data) + layer_comparisons(data)
+    return (gemm_comparisons(data) + attention_comparisons(data) + layer_comparisons(data)
+            + compiled_layer_comparisons(data))
 
 
 def main(argv: list[str]) -> int:
@@ -112,6 +137,8 @@ def main(argv: list[str]) -> int:
     print(f"{'quantity':<52} {'measured':>12} {'model':>12} {'model/meas':>10}")
     for row in comparisons(data):
         print(f"{row.what:<52} {row.measured:>12.6g} {row.predicted:>12.6g} {row.ratio:>10.3f}")
+    for conf, ratio in allocator_reserve(data).items():
+        print(f"allocator reserve ({conf or 'default'}): peak reserved / allocated {ratio:.4f}")
     return 0
 
 

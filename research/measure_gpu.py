@@ -203,9 +203,104 @@ def layer(torch: Any, seq: int, micro_batch: int) -> dict[str, Any]:
             "seconds_fwd_bwd": _timed(torch, step), "seconds_fwd": _timed(torch, forward)}
 
 
+def compiled_layer(torch: Any, seq: int) -> dict[str, Any]:
+    """Stored bytes of the same layer under `torch.compile` (Inductor's partitioner decides
+    what the fused graph saves)."""
+    shape = LLAMA_8B
+    cls = _layer_class(torch)
+    layers = [torch.compile(cls(shape["hidden"], shape["heads"], shape["kv_heads"],
+                                shape["head_dim"], shape["ffn"]).to(device="cuda",
+                                                                    dtype=torch.bfloat16))
+              for _ in range(2)]
+    position = torch.arange(seq, device="cuda", dtype=torch.float32)
+    inv = 1.0 / (500000.0 ** (torch.arange(0, shape["head_dim"], 2, device="cuda",
+                                           dtype=torch.float32) / shape["head_dim"]))
+    angles = torch.outer(position, inv)
+    cos = torch.cat((angles.cos(), angles.cos()), dim=-1).to(torch.bfloat16)
+    sin = torch.cat((angles.sin(), angles.sin()), dim=-1).to(torch.bfloat16)
+
+    def stored(count: int) -> int:
+        x = torch.randn(1, seq, shape["hidden"], device="cuda", dtype=torch.bfloat16,
+                        requires_grad=True)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        y = x
+        for module in layers[:count]:
+            y = module(y, cos, sin)
+        torch.cuda.synchronize()
+        grown = torch.cuda.memory_allocated() - before
+        y.sum().backward()
+        del y, x
+        return int(grown)
+
+    stored(2)  # compile both (forward and backward graphs) before measuring
+    one, two = stored(1), stored(2)
+    return {"model": "llama-3.1-8b layer (torch.compile)", "seq": seq, "micro_batch": 1,
+            "stored_bytes_one_layer": one, "stored_bytes_two_layers": two,
+            "stored_bytes_per_layer": two - one}
+
+
+def training_step_memory(torch: Any, layers: int, seq: int, steps: int) -> dict[str, Any]:
+    """Peak allocated and reserved bytes of a few training steps of a truncated Llama 3.1 8B
+    (fp32 weights, BF16 autocast, fused AdamW, no recomputation): the caching allocator's
+    reserve beyond what tensors hold, under the PYTORCH_CUDA_ALLOC_CONF this process has."""
+    import os
+
+    shape, vocab = LLAMA_8B, 128256
+    cls = _layer_class(torch)
+    nn = torch.nn
+
+    class Model(nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(vocab, shape["hidden"])
+            self.layers = nn.ModuleList(cls(shape["hidden"], shape["heads"], shape["kv_heads"],
+                                            shape["head_dim"], shape["ffn"])
+                                        for _ in range(layers))
+            self.norm = nn.RMSNorm(shape["hidden"], eps=1e-5)
+            self.head = nn.Linear(shape["hidden"], vocab, bias=False)
+
+        def forward(self, tokens: Any, cos: Any, sin: Any) -> Any:
+            x = self.embed(tokens)
+            for layer in self.layers:
+                x = layer(x, cos, sin)
+            return self.head(self.norm(x))
+
+    model = Model().cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    position = torch.arange(seq, device="cuda", dtype=torch.float32)
+    inv = 1.0 / (500000.0 ** (torch.arange(0, shape["head_dim"], 2, device="cuda",
+                                           dtype=torch.float32) / shape["head_dim"]))
+    angles = torch.outer(position, inv)
+    cos = torch.cat((angles.cos(), angles.cos()), dim=-1).to(torch.bfloat16)
+    sin = torch.cat((angles.sin(), angles.sin()), dim=-1).to(torch.bfloat16)
+    per_step = []
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(steps):
+        tokens = torch.randint(0, vocab, (1, seq), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tokens, cos, sin)
+        loss = torch.nn.functional.cross_entropy(logits.float().view(-1, vocab),
+                                                 tokens.view(-1))
+        del logits
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        per_step.append({"max_allocated": torch.cuda.max_memory_allocated(),
+                         "max_reserved": torch.cuda.max_memory_reserved()})
+    stats = torch.cuda.memory_stats()
+    return {"alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "layers": layers,
+            "seq": seq, "params": sum(p.numel() for p in model.parameters()),
+            "steps": per_step, "num_alloc_retries": stats.get("num_alloc_retries", 0)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
+    parser.add_argument("--only", choices=("kernels", "compiled", "allocator"),
+                        default="kernels", help="kernels and the eager layer (default), the "
+                        "compiled layer, or a short training run's allocator reserve")
     args = parser.parse_args(argv)
     import torch
 
@@ -213,6 +308,15 @@ def main(argv: list[str] | None = None) -> int:
         print("measure_gpu: no CUDA GPU visible; nothing measured", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
+    if args.only != "kernels":
+        part = (compiled_layer(torch, 4096) if args.only == "compiled"
+                else training_step_memory(torch, layers=4, seq=8192, steps=4))
+        extra = {"device_name": torch.cuda.get_device_name(), "torch": torch.__version__,
+                 args.only: part}
+        with open(args.out, "w") as handle:
+            json.dump(extra, handle, indent=1)
+        print(json.dumps(extra, indent=1))
+        return 0
     result = {
         "device_name": torch.cuda.get_device_name(),
         "torch": torch.__version__, "cuda": torch.version.cuda,

@@ -10,7 +10,13 @@ import pytest
 
 from models.activations import LayerActivationContext, layer_activation_bytes
 from models.catalog import model_preset
-from research.compare_measured import gemm_comparisons, layer_comparisons, load
+from research.compare_measured import (
+    allocator_reserve,
+    compiled_layer_comparisons,
+    gemm_comparisons,
+    layer_comparisons,
+    load,
+)
 
 MEASURED = load(Path(__file__).resolve().parents[2] / "research/data/measured/h200.json")
 LLAMA_8B = model_preset("llama-3.1-8b")
@@ -58,3 +64,20 @@ def test_hopper_gemm_model_is_not_faster_than_the_measured_h200() -> None:
     assert len(rows) == 4
     for row in rows:
         assert 1.0 <= row.ratio <= 1.2, row
+
+
+def test_compiled_layer_stores_what_the_fused_ledger_counts() -> None:
+    """torch.compile's partitioner keeps 570,983,424 bytes of the same layer at 4,096 tokens
+    (34.03 s h), the fused ledger's tensors within 0.01%: compiled and hand-fused runtimes
+    share one activation count."""
+    (row,) = compiled_layer_comparisons(MEASURED)
+    assert row.measured == 570_983_424
+    assert row.ratio == pytest.approx(1.0, abs=1e-4)
+
+
+def test_allocator_reserve_is_smaller_with_expandable_segments() -> None:
+    """A short training run's caching-allocator reserve at its steady peak: 8.2% of the
+    allocated bytes by default, 5.3% with expandable segments (measured, 45.6 GB allocated)."""
+    reserve = allocator_reserve(MEASURED)
+    assert reserve[""] == pytest.approx(1.0818, abs=1e-4)
+    assert reserve["expandable_segments:True"] == pytest.approx(1.0527, abs=1e-4)
