@@ -448,6 +448,10 @@ def _enqueue(problem: _Problem, queue: _Queue, sizes: list[int], deadline: float
                                   constraints=problem.constraints, deadline=deadline)
         # Past the deadline the list may be partial: one more stands for what it left out.
         cut = 1 if time.perf_counter() >= deadline else 0
+        too_large: dict[tuple[object, ...], int] = {}
+        """Per mesh apart from its micro-batch: the smallest micro-batch whose memory bound
+        exceeds the capacity (the bound never falls as the micro-batch grows, so every
+        larger one is pruned without computing it)."""
         for index, c in enumerate(meshes):
             if time.perf_counter() >= deadline:
                 queue.unenumerated = len(meshes) - index + cut
@@ -456,10 +460,16 @@ def _enqueue(problem: _Problem, queue: _Queue, sizes: list[int], deadline: float
             if not admits_mesh(problem.spec, problem.training, c, problem.constraints):
                 continue  # no framework of the target runs this mesh
             queue.total += 1
+            shape = _micro_batch_free_key(c)
+            if c.micro_batch_size > too_large.get(shape, c.micro_batch_size):
+                queue.pruned_memory += 1
+                continue
             memory = tables.memory_bound_bytes(c, max_zero=max(problem.zeros, default=0),
                                                max_offload=problem.max_offload)
             if memory > cluster.capacity_bytes:
                 queue.pruned_memory += 1
+                too_large[shape] = min(too_large.get(shape, c.micro_batch_size),
+                                       c.micro_batch_size)
                 continue
             time_s = tables.time_bound_s(c) + tables.wait_bound_s(c)
             if _misses_target(problem, queue, time_s):
@@ -475,6 +485,13 @@ def _enqueue(problem: _Problem, queue: _Queue, sizes: list[int], deadline: float
         if cut and not queue.unenumerated:
             queue.unenumerated = cut
             queue.total += cut
+
+
+def _micro_batch_free_key(c: MeshCandidate) -> tuple[object, ...]:
+    """Every field of a candidate but its micro-batch size and count: the candidates that
+    differ only in how a replica's batch is split into micro-batches."""
+    return (c.tp, c.pp, c.dp, c.cp, c.ep, c.etp, c.vpp, c.schedule, c.sequence_parallel,
+            c.cp_kind, c.ulysses_degree)
 
 
 def _misses_target(problem: _Problem, queue: _Queue, time_s: float) -> bool:

@@ -12,20 +12,15 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.plan import SearchLimit
 from api_schemas.requests import Constraints, Objective
 from api_schemas.training import TrainingSpec
-from solver.space import MAX_MICRO_BATCH_SIZE, MAX_VPP, MIN_SEQUENCE_FOR_CP, divisors
+from solver.space import MAX_VPP, MIN_SEQUENCE_FOR_CP, divisors
 
 
-def _micro_batch(training: TrainingSpec, constraints: Constraints) -> SearchLimit:
-    larger = [d for d in divisors(training.global_batch_size) if d > MAX_MICRO_BATCH_SIZE]
+def _micro_batch(constraints: Constraints) -> SearchLimit:
     pinned = constraints.micro_batch_size is not None
     searched = ("the pinned values" if pinned else
-                f"divisors of global_batch / dp up to {MAX_MICRO_BATCH_SIZE}")
-    if larger and not pinned:
-        searched += (f"; not searched: {', '.join(map(str, larger[:6]))}"
-                     f"{' ...' if len(larger) > 6 else ''} (pin constraints.micro_batch_size "
-                     "to search them)")
-    return SearchLimit(name="micro_batch_size", searched=searched,
-                       complete=pinned or not larger)
+                "every divisor of global_batch / dp (a mesh's larger micro-batches are "
+                "pruned once its memory bound exceeds the capacity)")
+    return SearchLimit(name="micro_batch_size", searched=searched, complete=True)
 
 
 def _vpp(spec: ModelSpec, constraints: Constraints) -> SearchLimit:
@@ -64,7 +59,7 @@ def _cp(training: TrainingSpec, constraints: Constraints) -> SearchLimit:
 def search_limits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                   constraints: Constraints, objective: Objective) -> list[SearchLimit]:
     """Every limited range of the search for this request, with whether it was complete."""
-    out = [_micro_batch(training, constraints),
+    out = [_micro_batch(constraints),
            SearchLimit(name="num_micro_batches", searched="global_batch / (micro_batch_size x "
                        "dp): implied by the micro-batch size, nothing left out", complete=True),
            _vpp(spec, constraints), _tp(spec, cluster, constraints), _cp(training, constraints)]

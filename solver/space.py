@@ -37,9 +37,6 @@ from models.mesh.rules_pipeline import pp_at_most_layers
 from models.pipeline import schedule_traits, validate_schedule
 
 S = PipelineSchedule
-MAX_MICRO_BATCH_SIZE = 8
-"""Largest micro-batch the search tries unless pinned (beyond it m shrinks and the GEMMs are
-already saturated)."""
 MIN_SEQUENCE_FOR_CP = 16384
 """Context parallelism is searched only for sequences this long or longer (or when pinned):
 below it a 4K-8K sequence fits without splitting and splitting only adds communication."""
@@ -329,8 +326,9 @@ def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelK
         sp_options = [constraints.sequence_parallel]
     experts = _expert_options(ctx, tp, cp, dp, constraints)
     for mbs in divisors(per_replica):
-        if (mbs > MAX_MICRO_BATCH_SIZE and constraints.micro_batch_size is None) or \
-                not permitted("micro_batch_size", mbs, constraints):
+        # Every divisor: the planner prunes a mesh's larger micro-batches once its memory
+        # bound exceeds the capacity (the bound never falls as the micro-batch grows).
+        if not permitted("micro_batch_size", mbs, constraints):
             continue
         m = per_replica // mbs
         for schedule, vpp in _schedule_options(spec, pp, m, constraints):
@@ -345,7 +343,6 @@ def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelK
 
 
 __all__ = [
-    "MAX_MICRO_BATCH_SIZE",
     "MAX_VPP",
     "MESH_LISTS_KEPT",
     "MIN_SEQUENCE_FOR_CP",

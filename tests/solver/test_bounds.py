@@ -920,3 +920,35 @@ def test_mean_state_bounds_kept_per_degrees_equal_those_of_a_fresh_table() -> No
             fresh = BoundTables(spec, training, cluster)
             assert shared.memory_bound_bytes(c, max_zero=zero, max_offload=0.0) == \
                 fresh.memory_bound_bytes(c, max_zero=zero, max_offload=0.0), (c.key, zero)
+
+
+@pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq"), [
+    ("llama-3.1-8b", "h100-sxm5-80gb", 2, 256, 4096),
+    ("mixtral-8x7b", "h100-sxm5-80gb", 4, 256, 4096),
+    ("gpt-7.5b", "a100-sxm4-80gb", 4, 512, 2048),
+])
+def test_memory_bound_never_falls_as_the_micro_batch_grows(model: str, gpu: str, nodes: int,
+                                                           batch: int, seq: int) -> None:
+    """The search prunes every larger micro-batch of a mesh once one exceeds the capacity
+    (`solver.planner._enqueue`): that needs the memory bound non-decreasing in the
+    micro-batch when every other field of the candidate is the same."""
+    from solver.planner import _micro_batch_free_key
+
+    spec = model_preset(model)
+    cluster = cluster_preset(gpu, num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    tables = BoundTables(spec, training, cluster)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=Constraints())
+    by_mesh: dict[tuple[object, ...], list[MeshCandidate]] = {}
+    for c in candidates:
+        by_mesh.setdefault(_micro_batch_free_key(c), []).append(c)
+    compared = 0
+    for group in by_mesh.values():
+        group.sort(key=lambda c: c.micro_batch_size)
+        for zero, offload in ((0, 0.0), (3, 0.5)):
+            bounds = [tables.memory_bound_bytes(c, max_zero=zero, max_offload=offload)
+                      for c in group]
+            assert bounds == sorted(bounds), [c.key for c in group]
+            compared += len(group) - 1
+    assert compared > 50
