@@ -15,12 +15,12 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
-from api_schemas.pipeline import PipelineSimulateResponse
+from api_schemas.pipeline import PipelineSimulateRequest, PipelineSimulateResponse
 from api_schemas.plan import PlanResponse
 from api_schemas.requests import PlanRequest
 from models.errors import InvalidSpecError
 from models.pipeline.requests import simulate_request
-from service import planning
+from service import limits, planning
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext
 from service.media import svg_content, svg_response, trace_content, trace_response
@@ -28,8 +28,7 @@ from service.openapi import problem_responses
 from service.persistence import repo
 from service.persistence.tables import PlanRecord
 from service.pictures import memory_svg, timeline_svg
-from service.problems import PlanNotFoundError
-from service.routes.pipeline import check_pipeline_bounds
+from service.problems import LimitExceededError, PlanNotFoundError
 from service.settings import Settings
 from service.solver_calls import plan_simulation_request
 from service.trace import trace_document
@@ -72,11 +71,34 @@ def plan_simulation(record: PlanRecord, plan: PlanResponse,
     if plan.parallel is None:
         raise InvalidSpecError(
             f"plan {record.id} is {plan.status.value}: it has no configuration to simulate; "
-            "its explanation names what binds", field="plan_id")
+            "its explanation names what binds", field="path.plan_id")
     request = PlanRequest.model_validate(record.request_json)
     simulation = call_core(partial(plan_simulation_request, parallel=plan.parallel), request)
-    check_pipeline_bounds(simulation, settings, ops_bound="pipeline_ops")
+    _check_timeline_bound(record.id, simulation, settings)
     return call_core(simulate_request, simulation)
+
+
+def _check_timeline_bound(plan_id: str, simulation: PipelineSimulateRequest,
+                          settings: Settings) -> None:
+    """The plan's pipeline within the simulator's bounds, and its ops within
+    ATLAS_MAX_TIMELINE_OPS, since the timeline and the trace draw every op; named against the
+    GET's own `plan_id` (the request has no body)."""
+    named = limits.bounds(settings)
+    p, m, v = simulation.num_stages, simulation.num_micro_batches, simulation.num_chunks
+    shape = f"3 x {p} stages x {m} micro-batches x {v} chunks"
+    checks = ((p, "pipeline_stages", f"{p} pipeline stages"),
+              (m, "micro_batches", f"{m} micro-batches"),
+              (3 * p * m * v, "pipeline_ops", f"{3 * p * m * v:,} ops to simulate ({shape})"),
+              (3 * p * m * v, "timeline_ops", f"{3 * p * m * v:,} ops to draw one by one "
+               f"({shape})"))
+    for value, name, what in checks:
+        bound = named[name]
+        if value > bound.value:
+            raise LimitExceededError(
+                f"plan_id: plan {plan_id}'s pipeline iteration has {what}, over this "
+                f"service's bound of {bound.value:,} ({bound.setting}); GET "
+                f"/v1/plans/{plan_id} has its makespan and bubble, and its memory.svg its "
+                "memory stack", field="path.plan_id")
 
 
 @router.get("/v1/plans/{plan_id}/timeline.svg", summary="A plan's pipeline timeline (SVG)",
@@ -106,7 +128,7 @@ async def plan_memory_svg(plan_id: PlanId, context: ContextDep) -> Response:
     if plan.memory is None:
         raise InvalidSpecError(
             f"plan {record.id} is {plan.status.value}: it has no memory ledger to draw",
-            field="plan_id")
+            field="path.plan_id")
     return svg_response(memory_svg(plan.memory, title=f"Memory of {_title(plan)}"),
                         filename=f"plan-{plan_id}-memory.svg")
 

@@ -31,10 +31,13 @@ TRACE_PHASES = set("BEXiIbneCMsftPOND") | {"(", ")"}
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    directory = tmp_path_factory.mktemp("pictures")
-    settings = load_tolerant_settings(f"sqlite:///{directory / 'plans.db'}", solver_threads=2,
-                                      solver_queue=4)
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('pictures') / 'plans.db'}"
+
+
+@pytest.fixture(scope="module")
+def real(database_url: str) -> Iterator[httpx.Client]:
+    settings = load_tolerant_settings(database_url, solver_threads=2, solver_queue=4)
     with serve_in_process(create_app(settings)) as client:
         yield client
 
@@ -175,6 +178,33 @@ def test_plan_pictures_of_unknown_or_infeasible_plans_are_problems(real: httpx.C
     assert infeasible.status_code == 422
     answer = real.get(f"/v1/plans/{infeasible.json()['instance']}/timeline.svg")
     assert answer.status_code == 422 and "no configuration" in answer.json()["detail"]
+    assert answer.json()["errors"][0]["loc"] == ["path", "plan_id"]
+
+
+def test_plan_pictures_over_the_timeline_bound_name_the_plan_not_a_body(
+        database_url: str, stored_plan: PlanResponse) -> None:
+    """A stored plan whose iteration has more ops than ATLAS_MAX_TIMELINE_OPS: its timeline
+    and trace are refused naming the GET's own path parameter and the bound; its memory
+    stack is still drawn."""
+    assert stored_plan.parallel is not None
+    simulation = plan_simulation_request(PlanRequest.model_validate(TWO_STAGES),
+                                         stored_plan.parallel)
+    ops = 3 * simulation.num_stages * simulation.num_micro_batches * simulation.num_chunks
+    settings = load_tolerant_settings(database_url, max_timeline_ops=ops - 1)
+    with serve_in_process(create_app(settings)) as small:
+        for suffix in ("timeline.svg", "trace"):
+            answer = small.get(f"/v1/plans/{stored_plan.id}/{suffix}")
+            assert answer.status_code == 422, answer.text
+            problem = answer.json()
+            assert problem["code"] == "invalid-request"
+            assert problem["errors"][0]["loc"] == ["path", "plan_id"]
+            assert f"{ops:,} ops to draw" in problem["detail"]
+            assert "ATLAS_MAX_TIMELINE_OPS" in problem["detail"]
+            assert "include_timeline" not in answer.text
+        assert small.get(f"/v1/plans/{stored_plan.id}/memory.svg").status_code == 200
+    settings = load_tolerant_settings(database_url, max_timeline_ops=ops)
+    with serve_in_process(create_app(settings)) as exact:
+        parse_svg(exact.get(f"/v1/plans/{stored_plan.id}/timeline.svg"))
 
 
 @pytest.mark.parametrize("how", [{"params": {"format": "svg"}},
