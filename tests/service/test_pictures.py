@@ -17,6 +17,7 @@ from api_schemas.requests import PlanRequest
 from models.pipeline.requests import simulate_request
 from service.app import create_app
 from service.pictures import MODEL_LABEL
+from service.pictures.svg import EM_PER_CHARACTER, document, text, text_right_edge
 from solver.plan_pipeline import plan_simulation_request
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -308,3 +309,20 @@ def test_openapi_lists_pictures_and_traces_with_examples(real: httpx.Client) -> 
     assert "image/svg+xml" in content and "trace" in content["application/json"]["examples"]
     for path in ("/v1/mesh", "/v1/moe/placement"):
         assert "image/svg+xml" in paths[path]["post"]["responses"]["200"]["content"]
+
+
+def test_a_picture_is_widened_to_hold_its_longest_line() -> None:
+    heading = text("Memory of a model with a long name: peak 70.77 GiB of 78.40 GiB", x=60,
+                   y=22, font_size=15, font_weight="600")
+    right = 60 + 63 * 15 * EM_PER_CHARACTER["bold"]
+    assert text_right_edge(heading) == pytest.approx(right)
+    assert text_right_edge(text("a & b", x=500, font_size=10, text_anchor="end")) == 500
+    assert text_right_edge(text("abcd", x=100, font_size=10, text_anchor="middle")) == \
+        pytest.approx(100 + 2 * 10 * EM_PER_CHARACTER["normal"])
+    root = ET.fromstring(document(heading, width=400, height=100, title="t", description="d",
+                                  kind="memory").split("\n", 1)[1])
+    assert float(root.get("width") or 0) >= right
+    assert root.get("viewBox") == f"0 0 {root.get('width')} 100"
+    narrow = ET.fromstring(document(text("ok", x=8, font_size=11), width=900, height=100,
+                                    title="t", description="d", kind="memory").split("\n", 1)[1])
+    assert narrow.get("width") == "900"
