@@ -77,6 +77,17 @@ def console_steps(block: str) -> list[Step]:
     return steps
 
 
+def test_the_readme_is_short_and_its_links_resolve() -> None:
+    """At most 200 lines; every relative link names a file of the repository (the manual's
+    own links are checked by `mkdocs build --strict`)."""
+    readme = README.read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    local = [target for target in targets if not target.startswith(("http://", "https://"))]
+    assert "docs/lab.md" in local and "docs/limitations.md" in local
+    assert [target for target in local if not (ROOT / target).exists()] == []
+
+
 def test_console_steps_split_continued_and_quoted_commands() -> None:
     block = "$ echo a \\\n  b\na b\n$ python3 -c '\nprint(1)'\n1\n$ true\n"
     assert console_steps(block) == [Step("echo a \\\n  b", ("a b",)),
