@@ -182,30 +182,43 @@ def test_plan_pictures_of_unknown_or_infeasible_plans_are_problems(real: httpx.C
     assert answer.json()["errors"][0]["loc"] == ["path", "plan_id"]
 
 
-def test_plan_pictures_over_the_timeline_bound_name_the_plan_not_a_body(
-        database_url: str, stored_plan: PlanResponse) -> None:
+def test_plan_pictures_over_the_timeline_bound(database_url: str,
+                                               stored_plan: PlanResponse) -> None:
     """A stored plan whose iteration has more ops than ATLAS_MAX_TIMELINE_OPS: its timeline
-    and trace are refused naming the GET's own path parameter and the bound; its memory
-    stack is still drawn."""
+    picture shows each rank's busy spans (their op durations summing to the rank's busy
+    time), its trace is refused naming the GET's own path parameter and the bound."""
     assert stored_plan.parallel is not None
     simulation = plan_simulation_request(PlanRequest.model_validate(TWO_STAGES),
                                          stored_plan.parallel)
+    expected = simulate_request(simulation)
     ops = 3 * simulation.num_stages * simulation.num_micro_batches * simulation.num_chunks
     settings = load_tolerant_settings(database_url, max_timeline_ops=ops - 1)
     with serve_in_process(create_app(settings)) as small:
-        for suffix in ("timeline.svg", "trace"):
-            answer = small.get(f"/v1/plans/{stored_plan.id}/{suffix}")
-            assert answer.status_code == 422, answer.text
-            problem = answer.json()
-            assert problem["code"] == "invalid-request"
-            assert problem["errors"][0]["loc"] == ["path", "plan_id"]
-            assert f"{ops:,} ops to draw" in problem["detail"]
-            assert "ATLAS_MAX_TIMELINE_OPS" in problem["detail"]
-            assert "include_timeline" not in answer.text
+        root = parse_svg(small.get(f"/v1/plans/{stored_plan.id}/timeline.svg"))
+        assert "timeline-summary" in (root.get("class") or "")
+        spans = [r for r in root.iter(f"{SVG}rect") if r.get("class") == "busy"]
+        assert 0 < len(spans) < ops
+        for rank, busy_s in enumerate(expected.busy_s):
+            mine = [r for r in spans if r.get("data-stage") == str(rank)]
+            assert sum(float(r.get("data-busy-s") or 0) for r in mine) == \
+                pytest.approx(busy_s, rel=1e-9)
+            assert sum(int(r.get("data-ops") or 0) for r in mine) == \
+                sum(1 for entry in expected.timeline if entry.stage == rank)
+            assert max(float(r.get("data-end") or 0) for r in mine) <= expected.makespan
+        answer = small.get(f"/v1/plans/{stored_plan.id}/trace")
+        assert answer.status_code == 422, answer.text
+        problem = answer.json()
+        assert problem["code"] == "invalid-request"
+        assert problem["errors"][0]["loc"] == ["path", "plan_id"]
+        assert f"{ops:,} ops to list one by one" in problem["detail"]
+        assert "ATLAS_MAX_TIMELINE_OPS" in problem["detail"]
+        assert "include_timeline" not in answer.text
         assert small.get(f"/v1/plans/{stored_plan.id}/memory.svg").status_code == 200
     settings = load_tolerant_settings(database_url, max_timeline_ops=ops)
     with serve_in_process(create_app(settings)) as exact:
-        parse_svg(exact.get(f"/v1/plans/{stored_plan.id}/timeline.svg"))
+        root = parse_svg(exact.get(f"/v1/plans/{stored_plan.id}/timeline.svg"))
+        assert "timeline-summary" not in (root.get("class") or "")
+        assert exact.get(f"/v1/plans/{stored_plan.id}/trace").status_code == 200
 
 
 @pytest.mark.parametrize("how", [{"params": {"format": "svg"}},
