@@ -3,7 +3,8 @@
 Each tab runs a preset that draws its picture (the pipeline tab, DeepSeek-V3 against Kimi K2
 side by side) and one more, and after each the page is measured: a non-scrolling element
 whose content is wider than it, a picture wider than its box, or a line of a picture's text
-that runs past the picture's edge (where the browser would clip it) fails the test, as does
+that runs past the picture's edge (where the browser would clip it) or out of a mesh rank's
+cell fails the test, as does
 any console error (a blocked style, a missing resource) or uncaught exception from loading
 the page on.
 """
@@ -46,6 +47,15 @@ OVERFLOW = """(panel) => {
         found.push(`${svg.getAttribute("class")}: text ${box.x.toFixed(0)}-` +
                    `${(box.x + box.width).toFixed(0)} px past its ${view.width} px picture: ` +
                    line.textContent.slice(0, 60));
+      }
+    }
+    for (const cell of svg.querySelectorAll("g.rank")) {
+      const box = cell.querySelector("rect").getBBox();
+      for (const line of cell.querySelectorAll("text")) {
+        const inner = line.getBBox();
+        if (inner.x < box.x - 1 || inner.x + inner.width > box.x + box.width + 1) {
+          found.push(`${svg.getAttribute("class")}: text past its cell: ${line.textContent}`);
+        }
       }
     }
     const holder = svg.parentElement.getBoundingClientRect();
