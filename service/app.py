@@ -1,12 +1,13 @@
 """The FastAPI application factory.
 
-Owns: `create_app(settings)`: the routers, the lab page, the problem+json handlers, the
-request-id, body-size, body-read-timeout and CORS middleware, the OpenAPI document and its
-offline Swagger UI and ReDoc pages, logging set-up, and the lifespan that opens the database
-behind the store gate (creating the schema when it answers; the service starts degraded when
-it does not), starts the solver pool and the solver's import (`service/solver_calls.py`) and
-closes them at shutdown. Must not: do anything at import: `service.app:app` is built on
-first access, and building it does no I/O (the lifespan does); nor import the solver.
+Owns: `create_app(settings)`: the routers, the lab page (`GET /` redirects to it), the
+problem+json handlers, the request-id, body-size, body-read-timeout and CORS middleware, the
+OpenAPI document and its offline Swagger UI and ReDoc pages, logging set-up, and the
+lifespan that opens the database behind the store gate (creating the schema when it answers;
+the service starts degraded when it does not), starts the solver pool and the solver's
+import (`service/solver_calls.py`) and closes them at shutdown. Must not: do anything at
+import: `service.app:app` is built on first access, and building it does no I/O (the
+lifespan does); nor import the solver.
 """
 
 import logging
@@ -16,6 +17,7 @@ from contextlib import asynccontextmanager
 from functools import cache
 
 from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
 from fastapi_offline import FastAPIOffline
 
 from service import solver_calls
@@ -140,6 +142,12 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app.include_router(catalog.router)
     app.include_router(health.router)
     lab.install_lab(app)
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        """The service's front page is the lab (`GET /lab`)."""
+        return RedirectResponse("/lab", status_code=307)
+
     install_openapi(app)
     return app
 

@@ -45,7 +45,7 @@ def check_bound(value: int, bound: Bound, *, field: str, what: str) -> None:
 
 
 def bounds(settings: Settings) -> dict[str, Bound]:
-    """The bounds of a configured service by name (also listed in the README)."""
+    """The bounds of a configured service by name (also listed in docs/configuration.md)."""
     return {
         "world_size": Bound(value=settings.max_world_size, setting="ATLAS_MAX_WORLD_SIZE"),
         "layers": Bound(value=settings.max_layers, setting="ATLAS_MAX_LAYERS"),

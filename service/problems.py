@@ -202,11 +202,17 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
                             errors=errors)
 
 
+_LOCATIONS = ("path", "query", "header")
+"""First parts of a `PlannerError.field` that are a request location, not a body field."""
+
+
 def _planner_error_members(exc: PlannerError) -> tuple[dict[str, Any], dict[str, str]]:
     members: dict[str, Any] = {"diagnostics": exc.diagnostics}
     headers: dict[str, str] = {}
     if exc.field:
-        loc: list[str | int] = ["body", *exc.field.split(".")]
+        # A field is a body path unless it names where else it is ("path.plan_id").
+        parts: list[str | int] = list(exc.field.split("."))
+        loc = parts if parts[0] in _LOCATIONS else ["body", *parts]
         members["errors"] = [{"loc": loc, "msg": exc.detail, "type": exc.code}]
     if isinstance(exc, InfeasiblePlanError):
         members["plan_id"] = exc.plan_id

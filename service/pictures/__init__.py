@@ -13,6 +13,7 @@ from service.pictures.placement import placement_svg
 from service.pictures.seesaw import seesaw_svg
 from service.pictures.svg import MODEL_LABEL
 from service.pictures.timeline import timeline_svg
+from service.pictures.timeline_summary import timeline_summary_svg
 
 __all__ = ["MODEL_LABEL", "checkpoint_svg", "memory_svg", "mesh_svg", "placement_svg", "seesaw_svg",
-           "timeline_svg"]
+           "timeline_summary_svg", "timeline_svg"]

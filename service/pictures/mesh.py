@@ -11,6 +11,7 @@ report the API returns).
 from api_schemas.mesh import MeshResponse, RankOut
 from service.pictures.svg import (
     CRITICAL_STROKE,
+    EM_PER_CHARACTER,
     INK,
     MUTED,
     PALETTE,
@@ -24,6 +25,8 @@ LEFT = 24
 TOP = 70
 CELL_W = 74
 CELL_H = 44
+COORDS_FONT = 8
+"""Font size of a cell's coordinate line."""
 NODE_GAP = 12
 NODE_LABEL_W = 64
 FREQUENT = ("per_layer_per_micro_batch", "per_micro_batch")
@@ -47,7 +50,14 @@ def _coords(rank: RankOut, degrees: dict[str, int]) -> str:
                     if axis in ("tp", "cp", "dp", "pp", "ep") and degrees.get(axis, 1) > 1)
 
 
-def _cells(report: MeshResponse, colour_by: str, per_node: int) -> tuple[str, int]:
+def _cell_width(report: MeshResponse) -> float:
+    """CELL_W, or wider where a rank's coordinate line (8 px text) would not fit in it."""
+    longest = max((len(_coords(rank, report.degrees)) for rank in report.ranks), default=0)
+    return max(float(CELL_W), longest * COORDS_FONT * EM_PER_CHARACTER["normal"] + 12)
+
+
+def _cells(report: MeshResponse, colour_by: str, per_node: int,
+           cell_w: float) -> tuple[str, int]:
     colours = _group_colours(report.ranks, colour_by)
     nodes = sorted({rank.node for rank in report.ranks})
     parts = []
@@ -56,11 +66,11 @@ def _cells(report: MeshResponse, colour_by: str, per_node: int) -> tuple[str, in
         parts.append(text(f"node {node}", x=LEFT, y=f"{y + CELL_H / 2 + 4:.0f}", font_size=12,
                           fill=INK))
         parts.append(element("rect", x=LEFT + NODE_LABEL_W - 4, y=y - 4,
-                             width=per_node * CELL_W + 8, height=CELL_H + 8, rx=6,
+                             width=f"{per_node * cell_w + 8:.0f}", height=CELL_H + 8, rx=6,
                              fill="none", stroke="#9ca3af", class_="node"))
     row_of = {node: row for row, node in enumerate(nodes)}
     for rank in report.ranks:
-        x = LEFT + NODE_LABEL_W + rank.local_rank * CELL_W
+        x = LEFT + NODE_LABEL_W + rank.local_rank * cell_w
         y = TOP + row_of[rank.node] * (CELL_H + NODE_GAP)
         members = rank.groups.get(colour_by, [])
         groups = "; ".join(f"{kind} {members_}" for kind, members_ in rank.groups.items())
@@ -68,11 +78,13 @@ def _cells(report: MeshResponse, colour_by: str, per_node: int) -> tuple[str, in
             "g",
             tooltip(f"rank {rank.rank} on node {rank.node} GPU {rank.local_rank}: "
                     f"{_coords(rank, report.degrees)}; groups {groups}")
-            + element("rect", x=x + 2, y=y, width=CELL_W - 4, height=CELL_H, rx=4,
+            + element("rect", x=f"{x + 2:.1f}", y=y, width=f"{cell_w - 4:.1f}", height=CELL_H,
+                      rx=4,
                       fill=colours[rank.rank], fill_opacity="0.85")
-            + text(f"rank {rank.rank}", x=x + CELL_W / 2, y=y + 17, font_size=11,
+            + text(f"rank {rank.rank}", x=f"{x + cell_w / 2:.1f}", y=y + 17, font_size=11,
                    fill="#ffffff", font_weight="600", text_anchor="middle")
-            + text(_coords(rank, report.degrees), x=x + CELL_W / 2, y=y + 33, font_size=8,
+            + text(_coords(rank, report.degrees), x=f"{x + cell_w / 2:.1f}", y=y + 33,
+                   font_size=COORDS_FONT,
                    fill="#ffffff",
                    text_anchor="middle"),
             class_="rank", data_rank=rank.rank, data_node=rank.node,
@@ -119,7 +131,8 @@ def mesh_svg(report: MeshResponse, *, colour_by: str = "tp",
     verdict = "valid" if report.valid else "INVALID"
     heading = (f"{title}: {report.world_size} GPUs, {degrees}, order {report.order}: "
                f"{verdict}; colour = {colour_by} group")
-    cells, num_nodes = _cells(report, colour_by, per_node)
+    cell_w = _cell_width(report)
+    cells, num_nodes = _cells(report, colour_by, per_node, cell_w)
     y = float(TOP + num_nodes * (CELL_H + NODE_GAP) + 16)
     if report.ranks_truncated:
         parts_note = text(f"first {len(report.ranks)} of {report.world_size} ranks shown",
@@ -135,7 +148,7 @@ def mesh_svg(report: MeshResponse, *, colour_by: str = "tp",
             + text("cells: rank, then its coordinates; red rows: frequent collectives that "
                    "leave a node", x=LEFT, y=46, font_size=11, fill=MUTED)
             + cells + parts_note + axes + problems)
-    width = max(LEFT + NODE_LABEL_W + per_node * CELL_W + 24, 900)
+    width = max(LEFT + NODE_LABEL_W + per_node * cell_w + 24, 900)
     description = (f"{len(report.ranks)} ranks on {num_nodes} nodes, {len(report.axes)} "
                    f"group kinds, {len(report.problems)} problems")
     return document(body, width=width, height=y + 40, title=title, description=description,

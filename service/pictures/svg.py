@@ -1,12 +1,14 @@
 """The SVG vocabulary shared by every picture: escaping, elements, colours and the label.
 
 Owns: `element()` and `text()` (escaped SVG markup), `document()` (the root element with an
-accessible title and description and the "deterministic model, not a measurement" footer),
+accessible title and description and the "deterministic model, not a measurement" footer,
+widened so that no line of text runs past its edge),
 number formats for axes, and the colour of each op, memory kind and group. Must not: know
 any API result or compute anything beyond layout.
 """
 
-from html import escape
+import re
+from html import escape, unescape
 
 MODEL_LABEL = "deterministic model, not a measurement"
 """Carried by every figure the service draws."""
@@ -92,12 +94,39 @@ def _floor_log10(value: float) -> int:
     return exponent
 
 
+EM_PER_CHARACTER = {"normal": 0.62, "bold": 0.68}
+"""Width of one character in em, a little over the average of the sans-serif fonts a browser
+falls back to (DejaVu Sans, the widest common one, averages about 0.6 em on text like the
+headings here; bold is wider), so that an estimated line is never shorter than drawn."""
+
+_TEXT = re.compile(r"<text([^>]*)>([^<]*)</text>")
+_ATTRIBUTE = re.compile(r' ([a-z-]+)="([^"]*)"')
+
+
+def text_right_edge(markup: str) -> float:
+    """The rightmost x any <text> of `markup` (as `text()` writes it, outside any transform)
+    is estimated to reach: its anchor x plus its estimated width, or half of it when
+    centred, nothing past x when end-anchored."""
+    right = 0.0
+    for match in _TEXT.finditer(markup):
+        values = dict(_ATTRIBUTE.findall(match.group(1)))
+        size = float(values.get("font-size", 16))
+        weight = "bold" if values.get("font-weight", "normal") in ("600", "700", "bold") \
+            else "normal"
+        extent = len(unescape(match.group(2))) * size * EM_PER_CHARACTER[weight]
+        share = {"end": 0.0, "middle": 0.5}.get(values.get("text-anchor", "start"), 1.0)
+        right = max(right, float(values.get("x", 0)) + share * extent)
+    return right
+
+
 def document(body: str, *, width: float, height: float, title: str, description: str,
              kind: str) -> str:
     """The root <svg>: title and description for assistive technology, a white background,
-    the body, and the model label in the bottom-left corner."""
+    the body, and the model label in the bottom-left corner. The picture is widened where a
+    line of its text would otherwise run past its right edge."""
     footer = text(f"{title}: {MODEL_LABEL}", x=8, y=height - 8, font_size=11, fill=MUTED,
                   class_="model-label")
+    width = max(width, text_right_edge(body + footer) + 8)
     return (
         '<?xml version="1.0" encoding="UTF-8"?>\n'
         + element("svg",
@@ -118,6 +147,7 @@ def document(body: str, *, width: float, height: float, title: str, description:
 __all__ = [
     "BUBBLE_FILL",
     "CRITICAL_STROKE",
+    "EM_PER_CHARACTER",
     "INK",
     "MEMORY_COLOURS",
     "MODEL_LABEL",
@@ -130,5 +160,6 @@ __all__ = [
     "fmt_seconds",
     "nice_ticks",
     "text",
+    "text_right_edge",
     "tooltip",
 ]

@@ -42,7 +42,7 @@ def _op_name(entry: PipelineTimelineEntry) -> str:
     return name
 
 
-def _bars(result: PipelineSimulateResponse, x: "_Scale", lane_y: dict[int, float]) -> str:
+def _bars(result: PipelineSimulateResponse, x: "Scale", lane_y: dict[int, float]) -> str:
     critical = set(result.critical_path)
     parts = []
     for index, entry in enumerate(result.timeline):
@@ -68,7 +68,7 @@ def _bars(result: PipelineSimulateResponse, x: "_Scale", lane_y: dict[int, float
     return "".join(parts)
 
 
-def _bubbles(result: PipelineSimulateResponse, x: "_Scale", lane_y: dict[int, float]) -> str:
+def _bubbles(result: PipelineSimulateResponse, x: "Scale", lane_y: dict[int, float]) -> str:
     by_rank: dict[int, list[PipelineTimelineEntry]] = {}
     for entry in result.timeline:
         by_rank.setdefault(entry.stage, []).append(entry)
@@ -84,14 +84,14 @@ def _bubbles(result: PipelineSimulateResponse, x: "_Scale", lane_y: dict[int, fl
     return "".join(parts)
 
 
-def _bubble(rank: int, start: float, end: float, x: "_Scale", y: float) -> str:
+def _bubble(rank: int, start: float, end: float, x: "Scale", y: float) -> str:
     return element("rect", tooltip(f"rank {rank} idle {fmt_seconds(end - start)}"),
                    x=f"{x(start):.2f}", y=f"{y:.2f}", width=f"{max(x(end) - x(start), 0.5):.2f}",
                    height=LANE_H, fill=BUBBLE_FILL, class_="bubble", data_stage=rank,
                    data_start=repr(start), data_end=repr(end))
 
 
-def _transfers(result: PipelineSimulateResponse, x: "_Scale", lane_y: dict[int, float]) -> str:
+def _transfers(result: PipelineSimulateResponse, x: "Scale", lane_y: dict[int, float]) -> str:
     parts = []
     for t in result.transfers:
         y = lane_y[t.src_stage] + LANE_H + 1
@@ -107,7 +107,7 @@ def _transfers(result: PipelineSimulateResponse, x: "_Scale", lane_y: dict[int, 
     return "".join(parts)
 
 
-def _critical_line(result: PipelineSimulateResponse, x: "_Scale",
+def _critical_line(result: PipelineSimulateResponse, x: "Scale",
                    lane_y: dict[int, float]) -> str:
     if len(result.critical_path) < 2:
         return ""
@@ -121,7 +121,7 @@ def _critical_line(result: PipelineSimulateResponse, x: "_Scale",
                    pointer_events="none")
 
 
-class _Scale:
+class Scale:
     """Seconds -> pixels over the plot area."""
 
     def __init__(self, makespan: float) -> None:
@@ -131,11 +131,12 @@ class _Scale:
         return LEFT + value_s * self.per_s
 
 
-def _axis(result: PipelineSimulateResponse, x: _Scale, bottom: float) -> str:
+def axis(makespan: float, x: Scale, bottom: float) -> str:
+    """The time axis under the lanes, ticked in seconds up to `makespan`."""
     parts = [element("line", x1=LEFT, y1=f"{bottom:.2f}", x2=LEFT + PLOT_W, y2=f"{bottom:.2f}",
                      stroke=MUTED)]
-    for tick in nice_ticks(result.makespan):
-        if tick > result.makespan:
+    for tick in nice_ticks(makespan):
+        if tick > makespan:
             break
         parts.append(element("line", x1=f"{x(tick):.2f}", y1=f"{bottom:.2f}",
                              x2=f"{x(tick):.2f}", y2=f"{bottom + 5:.2f}", stroke=MUTED))
@@ -172,7 +173,7 @@ def timeline_svg(result: PipelineSimulateResponse, *, title: str = "Pipeline tim
     bottom = TOP + ranks * (LANE_H + COMM_H + LANE_GAP)
     height = bottom + 70
     width = LEFT + PLOT_W + RIGHT
-    x = _Scale(result.makespan)
+    x = Scale(result.makespan)
     heading = (f"{title}: makespan {fmt_seconds(result.makespan)}, bubble "
                f"{result.bubble_fraction:.1%}, peak in-flight "
                f"{max(result.peak_in_flight, default=0.0):g} stage(s)")
@@ -183,11 +184,12 @@ def timeline_svg(result: PipelineSimulateResponse, *, title: str = "Pipeline tim
     body = (text(heading, x=LEFT, y=22, font_size=15, font_weight="600", fill=INK)
             + _legend(46) + lanes + _bubbles(result, x, lane_y) + _transfers(result, x, lane_y)
             + _bars(result, x, lane_y) + _critical_line(result, x, lane_y)
-            + _axis(result, x, bottom))
+            + axis(result.makespan, x, bottom))
     description = (f"{ranks} pipeline ranks, {len(result.timeline)} ops, "
                    f"{len(result.transfers)} transfers; bars are op start to end in seconds")
     return document(body, width=width, height=height, title=title, description=description,
                     kind="timeline")
 
 
-__all__ = ["timeline_svg"]
+__all__ = ["LANE_GAP", "LANE_H", "LEFT", "PLOT_W", "RIGHT", "TOP", "Scale", "axis",
+           "timeline_svg"]

@@ -2,8 +2,9 @@
 
 Owns: GET /v1/plans/{plan_id}/timeline.svg, GET /v1/plans/{plan_id}/memory.svg and GET
 /v1/plans/{plan_id}/trace. The timeline and the trace are the public pipeline simulator run
-on the simulation the cost model ran for the plan (`solver.plan_pipeline`); the memory stack
-is the plan's stored ledger. Must not: simulate, size or render anything itself.
+on the simulation the cost model ran for the plan (`solver.plan_pipeline`), drawn op by op up
+to ATLAS_MAX_TIMELINE_OPS ops and as each rank's busy spans beyond it; the memory stack is
+the plan's stored ledger. Must not: simulate, size or render anything itself.
 """
 
 from functools import partial
@@ -15,21 +16,20 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 from starlette.concurrency import run_in_threadpool
 
-from api_schemas.pipeline import PipelineSimulateResponse
+from api_schemas.pipeline import PipelineSimulateRequest, PipelineSimulateResponse
 from api_schemas.plan import PlanResponse
 from api_schemas.requests import PlanRequest
 from models.errors import InvalidSpecError
 from models.pipeline.requests import simulate_request
-from service import planning
+from service import limits, planning
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext
 from service.media import svg_content, svg_response, trace_content, trace_response
 from service.openapi import problem_responses
 from service.persistence import repo
 from service.persistence.tables import PlanRecord
-from service.pictures import memory_svg, timeline_svg
-from service.problems import PlanNotFoundError
-from service.routes.pipeline import check_pipeline_bounds
+from service.pictures import memory_svg, timeline_summary_svg, timeline_svg
+from service.problems import LimitExceededError, PlanNotFoundError
 from service.settings import Settings
 from service.solver_calls import plan_simulation_request
 from service.trace import trace_document
@@ -61,37 +61,89 @@ def _title(plan: PlanResponse) -> str:
     return f"{plan.model_name or 'model'} on {plan.world_size} x {plan.gpu or 'GPU'}"
 
 
-def plan_simulation(record: PlanRecord, plan: PlanResponse,
-                    settings: Settings) -> PipelineSimulateResponse:
-    """The plan's pipeline iteration, simulated with its timeline.
+def _plan_pipeline(record: PlanRecord, plan: PlanResponse,
+                   settings: Settings) -> PipelineSimulateRequest:
+    """The simulate request of the plan's pipeline, within the simulator's bounds.
 
     Raises:
         InvalidSpecError: the plan is infeasible (it has no configuration).
-        LimitExceededError: the timeline is larger than the documented bound.
+        LimitExceededError: the pipeline is over a simulator bound.
     """
     if plan.parallel is None:
         raise InvalidSpecError(
             f"plan {record.id} is {plan.status.value}: it has no configuration to simulate; "
-            "its explanation names what binds", field="plan_id")
+            "its explanation names what binds", field="path.plan_id")
     request = PlanRequest.model_validate(record.request_json)
     simulation = call_core(partial(plan_simulation_request, parallel=plan.parallel), request)
-    check_pipeline_bounds(simulation, settings, ops_bound="pipeline_ops")
+    p, m = simulation.num_stages, simulation.num_micro_batches
+    _check(record.id, settings, p, "pipeline_stages", f"{p} pipeline stages")
+    _check(record.id, settings, m, "micro_batches", f"{m} micro-batches")
+    _check(record.id, settings, _ops(simulation), "pipeline_ops",
+           f"{_ops(simulation):,} ops to simulate ({_shape(simulation)})")
+    return simulation
+
+
+def _ops(simulation: PipelineSimulateRequest) -> int:
+    return 3 * simulation.num_stages * simulation.num_micro_batches * simulation.num_chunks
+
+
+def _shape(simulation: PipelineSimulateRequest) -> str:
+    return (f"3 x {simulation.num_stages} stages x {simulation.num_micro_batches} "
+            f"micro-batches x {simulation.num_chunks} chunks")
+
+
+def _check(plan_id: str, settings: Settings, value: int, name: str, what: str) -> None:
+    """`value` within the bound `name`, named against the GET's own `plan_id` (the request
+    has no body)."""
+    bound = limits.bounds(settings)[name]
+    if value > bound.value:
+        raise LimitExceededError(
+            f"plan_id: plan {plan_id}'s pipeline iteration has {what}, over this service's "
+            f"bound of {bound.value:,} ({bound.setting}); GET /v1/plans/{plan_id} has its "
+            "makespan and bubble, its timeline.svg a summary and its memory.svg its memory "
+            "stack", field="path.plan_id")
+
+
+def plan_simulation(record: PlanRecord, plan: PlanResponse,
+                    settings: Settings) -> PipelineSimulateResponse:
+    """The plan's pipeline iteration, simulated with its timeline, for a trace that lists
+    every op (at most ATLAS_MAX_TIMELINE_OPS of them).
+
+    Raises:
+        InvalidSpecError: the plan is infeasible (it has no configuration).
+        LimitExceededError: the pipeline or its timeline is over a documented bound.
+    """
+    simulation = _plan_pipeline(record, plan, settings)
+    _check(record.id, settings, _ops(simulation), "timeline_ops",
+           f"{_ops(simulation):,} ops to list one by one ({_shape(simulation)})")
     return call_core(simulate_request, simulation)
+
+
+def plan_timeline_picture(record: PlanRecord, plan: PlanResponse, settings: Settings) -> str:
+    """The plan's timeline picture: op by op up to ATLAS_MAX_TIMELINE_OPS ops, beyond it
+    (up to the simulator's own bound) each rank's busy spans at the picture's resolution."""
+    simulation = _plan_pipeline(record, plan, settings)
+    result = call_core(simulate_request, simulation)
+    title = f"Pipeline of {_title(plan)}"
+    if _ops(simulation) > settings.max_timeline_ops:
+        return timeline_summary_svg(result, title=title)
+    return timeline_svg(result, title=title)
 
 
 @router.get("/v1/plans/{plan_id}/timeline.svg", summary="A plan's pipeline timeline (SVG)",
             response_class=Response,
             responses={200: {"description": "One lane per pipeline rank: F, B and W per "
-                             "chunk, messages between ranks, bubbles and the critical path.",
+                             "chunk, messages between ranks, bubbles and the critical path; "
+                             "past ATLAS_MAX_TIMELINE_OPS ops, each rank's busy spans and "
+                             "bubbles at the picture's resolution.",
                              "content": svg_content("The timeline picture.")}, **_ERRORS})
 async def plan_timeline_svg(plan_id: PlanId, context: ContextDep) -> Response:
     """The plan's pipeline iteration as the simulator runs it (the same op times
     `POST /v1/pipeline/simulate` returns for the plan's schedule, shape and per-stage F / B /
     W), drawn as SVG (a deterministic model, not a measurement)."""
     record, plan = await _stored(context, plan_id)
-    simulation = await run_in_threadpool(plan_simulation, record, plan, context.settings)
-    return svg_response(timeline_svg(simulation, title=f"Pipeline of {_title(plan)}"),
-                        filename=f"plan-{plan_id}-timeline.svg")
+    picture = await run_in_threadpool(plan_timeline_picture, record, plan, context.settings)
+    return svg_response(picture, filename=f"plan-{plan_id}-timeline.svg")
 
 
 @router.get("/v1/plans/{plan_id}/memory.svg", summary="A plan's per-stage memory (SVG)",
@@ -106,7 +158,7 @@ async def plan_memory_svg(plan_id: PlanId, context: ContextDep) -> Response:
     if plan.memory is None:
         raise InvalidSpecError(
             f"plan {record.id} is {plan.status.value}: it has no memory ledger to draw",
-            field="plan_id")
+            field="path.plan_id")
     return svg_response(memory_svg(plan.memory, title=f"Memory of {_title(plan)}"),
                         filename=f"plan-{plan_id}-memory.svg")
 
@@ -125,4 +177,4 @@ async def plan_trace(plan_id: PlanId, context: ContextDep) -> JSONResponse:
                           filename=f"plan-{plan_id}-trace.json")
 
 
-__all__ = ["plan_simulation", "router"]
+__all__ = ["plan_simulation", "plan_timeline_picture", "router"]

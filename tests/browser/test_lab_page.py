@@ -17,7 +17,7 @@ ANSWER_TIMEOUT_MS = 90_000
 
 
 def screenshot_dir(tmp_path: Path) -> Path:
-    """Where tab screenshots go: ATLAS_SCREENSHOT_DIR (the README's docs/) or tmp_path."""
+    """Where tab screenshots go: ATLAS_SCREENSHOT_DIR (docs/, shown by the lab page) or tmp_path."""
     given = os.environ.get("ATLAS_SCREENSHOT_DIR")
     return Path(given) if given else tmp_path
 

@@ -17,6 +17,7 @@ from api_schemas.requests import PlanRequest
 from models.pipeline.requests import simulate_request
 from service.app import create_app
 from service.pictures import MODEL_LABEL
+from service.pictures.svg import EM_PER_CHARACTER, document, text, text_right_edge
 from solver.plan_pipeline import plan_simulation_request
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -31,10 +32,13 @@ TRACE_PHASES = set("BEXiIbneCMsftPOND") | {"(", ")"}
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    directory = tmp_path_factory.mktemp("pictures")
-    settings = load_tolerant_settings(f"sqlite:///{directory / 'plans.db'}", solver_threads=2,
-                                      solver_queue=4)
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('pictures') / 'plans.db'}"
+
+
+@pytest.fixture(scope="module")
+def real(database_url: str) -> Iterator[httpx.Client]:
+    settings = load_tolerant_settings(database_url, solver_threads=2, solver_queue=4)
     with serve_in_process(create_app(settings)) as client:
         yield client
 
@@ -175,6 +179,46 @@ def test_plan_pictures_of_unknown_or_infeasible_plans_are_problems(real: httpx.C
     assert infeasible.status_code == 422
     answer = real.get(f"/v1/plans/{infeasible.json()['instance']}/timeline.svg")
     assert answer.status_code == 422 and "no configuration" in answer.json()["detail"]
+    assert answer.json()["errors"][0]["loc"] == ["path", "plan_id"]
+
+
+def test_plan_pictures_over_the_timeline_bound(database_url: str,
+                                               stored_plan: PlanResponse) -> None:
+    """A stored plan whose iteration has more ops than ATLAS_MAX_TIMELINE_OPS: its timeline
+    picture shows each rank's busy spans (their op durations summing to the rank's busy
+    time), its trace is refused naming the GET's own path parameter and the bound."""
+    assert stored_plan.parallel is not None
+    simulation = plan_simulation_request(PlanRequest.model_validate(TWO_STAGES),
+                                         stored_plan.parallel)
+    expected = simulate_request(simulation)
+    ops = 3 * simulation.num_stages * simulation.num_micro_batches * simulation.num_chunks
+    settings = load_tolerant_settings(database_url, max_timeline_ops=ops - 1)
+    with serve_in_process(create_app(settings)) as small:
+        root = parse_svg(small.get(f"/v1/plans/{stored_plan.id}/timeline.svg"))
+        assert "timeline-summary" in (root.get("class") or "")
+        spans = [r for r in root.iter(f"{SVG}rect") if r.get("class") == "busy"]
+        assert 0 < len(spans) < ops
+        for rank, busy_s in enumerate(expected.busy_s):
+            mine = [r for r in spans if r.get("data-stage") == str(rank)]
+            assert sum(float(r.get("data-busy-s") or 0) for r in mine) == \
+                pytest.approx(busy_s, rel=1e-9)
+            assert sum(int(r.get("data-ops") or 0) for r in mine) == \
+                sum(1 for entry in expected.timeline if entry.stage == rank)
+            assert max(float(r.get("data-end") or 0) for r in mine) <= expected.makespan
+        answer = small.get(f"/v1/plans/{stored_plan.id}/trace")
+        assert answer.status_code == 422, answer.text
+        problem = answer.json()
+        assert problem["code"] == "invalid-request"
+        assert problem["errors"][0]["loc"] == ["path", "plan_id"]
+        assert f"{ops:,} ops to list one by one" in problem["detail"]
+        assert "ATLAS_MAX_TIMELINE_OPS" in problem["detail"]
+        assert "include_timeline" not in answer.text
+        assert small.get(f"/v1/plans/{stored_plan.id}/memory.svg").status_code == 200
+    settings = load_tolerant_settings(database_url, max_timeline_ops=ops)
+    with serve_in_process(create_app(settings)) as exact:
+        root = parse_svg(exact.get(f"/v1/plans/{stored_plan.id}/timeline.svg"))
+        assert "timeline-summary" not in (root.get("class") or "")
+        assert exact.get(f"/v1/plans/{stored_plan.id}/trace").status_code == 200
 
 
 @pytest.mark.parametrize("how", [{"params": {"format": "svg"}},
@@ -278,3 +322,20 @@ def test_openapi_lists_pictures_and_traces_with_examples(real: httpx.Client) -> 
     assert "image/svg+xml" in content and "trace" in content["application/json"]["examples"]
     for path in ("/v1/mesh", "/v1/moe/placement"):
         assert "image/svg+xml" in paths[path]["post"]["responses"]["200"]["content"]
+
+
+def test_a_picture_is_widened_to_hold_its_longest_line() -> None:
+    heading = text("Memory of a model with a long name: peak 70.77 GiB of 78.40 GiB", x=60,
+                   y=22, font_size=15, font_weight="600")
+    right = 60 + 63 * 15 * EM_PER_CHARACTER["bold"]
+    assert text_right_edge(heading) == pytest.approx(right)
+    assert text_right_edge(text("a & b", x=500, font_size=10, text_anchor="end")) == 500
+    assert text_right_edge(text("abcd", x=100, font_size=10, text_anchor="middle")) == \
+        pytest.approx(100 + 2 * 10 * EM_PER_CHARACTER["normal"])
+    root = ET.fromstring(document(heading, width=400, height=100, title="t", description="d",
+                                  kind="memory").split("\n", 1)[1])
+    assert float(root.get("width") or 0) >= right
+    assert root.get("viewBox") == f"0 0 {root.get('width')} 100"
+    narrow = ET.fromstring(document(text("ok", x=8, font_size=11), width=900, height=100,
+                                    title="t", description="d", kind="memory").split("\n", 1)[1])
+    assert narrow.get("width") == "900"

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi import FastAPI
 
@@ -50,3 +51,12 @@ def test_the_app_imports_without_the_solver() -> None:
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
                          text=True, env=env, timeout=120).stdout
     assert out.split() == []
+
+
+def test_the_front_page_redirects_to_the_lab(client: httpx.Client) -> None:
+    answer = client.get("/", follow_redirects=False)
+    assert answer.status_code == 307
+    assert answer.headers["location"] == "/lab"
+    page = client.get("/", follow_redirects=True)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "<title>atlas-planner Training Systems Lab</title>" in page.text

@@ -13,7 +13,10 @@ function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) {
     if (value === undefined || value === null || value === false) continue;
-    if (key === "text") node.textContent = value; else node.setAttribute(key, value === true ? "" : value);
+    // Widths go through the CSSOM: the page's CSP (style-src 'self') refuses style attributes.
+    if (key === "text") node.textContent = value;
+    else if (key === "width") node.style.width = value;
+    else node.setAttribute(key, value === true ? "" : value);
   }
   for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
@@ -289,17 +292,31 @@ const CHOICES = [
     why: "DualPipe (PP16, EP64 on 2,048 H800): overlaps forward and backward of two micro-batches to hide the expert all-to-all, at the price of two copies of each stage's parameters and gradients (DeepSeek-V3 report, Sec. 3.2)." },
   { who: "Kimi K2", schedule: "interleaved_1f1b", chunks: 2,
     why: "Interleaved 1F1B (PP16, v=2 here): K2 did not adopt DualPipe because doubling parameters and gradients would need more PP or EP; extra warm-up micro-batches hide the EP communication instead (Kimi K2 report, Sec. 2.4)." }];
+// Each rank's op times split evenly over its `chunks` chunks (one value per virtual stage in
+// layer order, virtual stage s on rank s mod p), so that every choice does the same work.
+function perChunk(times, stages, chunks) {
+  if (chunks === 1) return times;
+  if (typeof times === "number") return times / chunks;
+  if (times.length !== stages) return times;  // already one per virtual stage: as given
+  return Array.from({ length: stages * chunks }, (_, s) => times[s % stages] / chunks);
+}
 async function runCompare(form, out) {
   await guarded(out, "Simulating both choices", async () => {
     const v = values(form);
-    const columns = await Promise.all(CHOICES.map(async (c) => {
-      const body = pipelineBody(v, { schedule: c.schedule, num_chunks: c.chunks, durations: { F: perStage(v.F), B: perStage(v.B), W: perStage(v.W) }, include_timeline: true });
+    const p = v.num_stages;
+    const runs = await Promise.all(CHOICES.map(async (c) => {
+      const durations = { F: perChunk(perStage(v.F), p, c.chunks), B: perChunk(perStage(v.B), p, c.chunks), W: perChunk(perStage(v.W), p, c.chunks) };
+      const body = pipelineBody(v, { schedule: c.schedule, num_chunks: c.chunks, durations, include_timeline: true });
       const [result, picture] = await Promise.all([post("/v1/pipeline/simulate", body), postSvg("/v1/pipeline/simulate?format=svg", body)]);
-      return el("div", { class: "choice" }, el("h3", { text: `${c.who}: ${c.schedule}` }), el("p", { text: c.why }),
-        table(["", "value"], pipelineRows(result)), figure(picture, `${c.who}'s schedule, p=${v.num_stages}, m=${v.num_micro_batches}`));
+      return { c, result, picture };
     }));
-    show(out, labelled([el("h2", { text: `The same p=${v.num_stages}, m=${v.num_micro_batches} and op times under each choice` }),
-      el("div", { class: "side-by-side" }, columns)]));
+    const columns = runs.map(({ c, result }) => el("div", { class: "choice" }, el("h3", { text: `${c.who}: ${c.schedule}` }), el("p", { text: c.why }),
+      table(["", "value"], pipelineRows(result))));
+    const pictures = runs.map(({ c, picture }) => figure(picture, `${c.who}'s ${c.schedule}, p=${p}, m=${v.num_micro_batches}, v=${c.chunks}`));
+    const split = CHOICES.filter((c) => c.chunks > 1).map((c) => `${c.who}'s ${c.schedule} runs them as v=${c.chunks} chunks of 1/${c.chunks} the time each`);
+    show(out, labelled([el("h2", { text: `The same p=${p}, m=${v.num_micro_batches} and work per rank under each choice` }),
+      el("p", { class: "what-differs", text: `Each rank's F / B / W from the form is its whole share of the model; ${split.join("; ")}. DualPipe holds two stages per rank (one per direction), which doubles their parameters, not their work.` }),
+      el("div", { class: "side-by-side" }, columns), ...pictures]));
   });
 }
 
@@ -314,7 +331,7 @@ async function runCollective(form, out) {
         ["bytes sent per rank", gib(r.bytes_sent_per_rank)], ["bus bandwidth", `${(r.bus_bandwidth_bytes_per_s / 1e9).toFixed(1)} GB/s`]]),
       el("h3", { text: "Exposed against hidden time" }),
       el("div", { class: "split", role: "img", "aria-label": `exposed ${pct(share)} of the collective's time` },
-        el("span", { class: "exposed", style: `width: ${(100 * share).toFixed(1)}%` }), el("span", { class: "hidden-part", style: `width: ${(100 * (1 - share)).toFixed(1)}%` })),
+        el("span", { class: "exposed", width: `${(100 * share).toFixed(1)}%` }), el("span", { class: "hidden-part", width: `${(100 * (1 - share)).toFixed(1)}%` })),
       table(["", "value"], [["exposed (on the critical path)", seconds(r.exposed_s)], ["hidden behind compute", seconds(r.hidden_s)], ["exposed share", pct(share)]], "Split under the overlap input"),
       r.phases.length ? table(["phase", "links", "ranks", "bytes per rank", "alpha", "beta"], r.phases.map((p) => [`${p.collective} (${p.algorithm})`, p.link, String(p.num_ranks), gib(p.bytes_sent_per_rank), seconds(p.alpha_s), seconds(p.beta_s)]), "Hierarchical phases") : null]));
   });
