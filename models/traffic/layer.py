@@ -340,10 +340,23 @@ def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_par
     one unit at a time, the next unit's gather issued while the current unit computes.
     Legend: `dense_params`, `expert_params` = the unit's parameters on one rank after TP
     and EP x ETP (before ZeRO sharding).
+    Two FSDP settings drop a call from the pass. Without resharding after forward
+    (`fsdp_reshard_after_forward` false: FSDP's SHARD_GRAD_OP, FSDP2
+    `reshard_after_forward=False`, Llama 3 arXiv:2407.21783 Sec. 3.3.2 "we do not reshard
+    after forward computation") the unit stays gathered until its backward, so there is no
+    backward all-gather. With the gradient sync deferred to the step's last backward
+    (`fsdp_defer_grad_sync`: FSDP2 `set_requires_gradient_sync(False)` on all micro-batches
+    but the last, as torch.distributed.pipelining runs FSDP2) the reduce-scatter is not
+    per pass: `models.traffic.data.dp_items` books it once per step.
     """
     p, tr = lctx.parallel, lctx.training
     if p.zero_stage != 3:
         return []
+    skipped = set()
+    if not p.fsdp_reshard_after_forward:
+        skipped.add("backward.param_all_gather")
+    if p.fsdp_defer_grad_sync:
+        skipped.add("backward.grad_reduce_scatter")
     calls: list[LayerCall] = []
     for axis, kind, count in ((TrafficAxis.DP, GroupKind.DP_CP, dense_params),
                               (TrafficAxis.EDP, GroupKind.EDP, expert_params)):
@@ -357,6 +370,8 @@ def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_par
                 ("backward.param_all_gather", Collective.ALL_GATHER, Phase.BACKWARD, gather),
                 ("backward.grad_reduce_scatter", Collective.REDUCE_SCATTER, Phase.BACKWARD,
                  scatter)):
+            if name in skipped:
+                continue
             calls.append(_call(lctx, axis=axis, name=f"{axis.value}.zero3.{name}",
                                collective=collective, phase=phase, message=message, count=1,
                                placement=place, overlap=1.0, note=ZERO3_NOTE))
