@@ -284,14 +284,15 @@ def row_training(row: dict[str, Any]) -> TrainingSpec:
 
 def zero_stages(parallel: dict[str, Any]) -> list[int]:
     """ZeRO stages a row's printed sharding allows: FSDP is ZeRO-2 (SHARD_GRAD_OP) or ZeRO-3
-    (FULL_SHARD), the distributed optimizer ZeRO-1. torchtitan's FSDP2 without pipeline
-    parallelism is ZeRO-3: `apply_fsdp` in `torchtitan/parallelisms/parallelize_llama.py` at
-    9dec370 (the commit of the December 2024 benchmark note) wraps every transformer block and
+    (FULL_SHARD), the distributed optimizer ZeRO-1; a printed "zero-3" is ZeRO-3, and so is
+    torchtitan's FSDP2 without pipeline parallelism: `apply_fsdp` in
+    `torchtitan/parallelisms/parallelize_llama.py` at 9dec370 (the commit of the December
+    2024 benchmark note) wraps every transformer block and
     then the whole model with `fully_shard`, resharding after forward every block but the
     last and the root unless pipeline parallelism is on (at b5bcd76c the policy "default" of
     `torchtitan/distributed/fsdp.py` still reshards whenever pipeline parallelism is off)."""
     sharding = (parallel.get("optimizer_sharding") or "").lower()
-    if sharding == "fsdp2" and parallel["pp"] == 1:
+    if (sharding == "fsdp2" and parallel["pp"] == 1) or sharding.startswith("zero-3"):
         return [3]
     return [2, 3] if "fsdp" in sharding and "fsdp=0" not in sharding else [1]
 
@@ -378,9 +379,10 @@ def as_published_config(row: dict[str, Any]) -> tuple[ParallelConfig, TrainingSp
         return None
     p = row_parallel(row)
     training = row_training(row)
-    if "overlap_grad_reduce" in settings:
-        training = training.model_copy(
-            update={"overlap_grad_reduce": settings["overlap_grad_reduce"][0]})
+    recipe = {k: settings[k][0] for k in ("overlap_grad_reduce", "zero3_collectives")
+              if k in settings}
+    if recipe:
+        training = training.model_copy(update=recipe)
     cp_kind = CP_RECIPES.get(row["id"], ContextParallelKind.RING)
     if settings.get("preset", (None, ""))[0] == "llama3-405b":
         return LLAMA3_405B_8K.parallel.model_copy(update={

@@ -88,7 +88,8 @@ def _zero_items(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, param
         return deferred + [make_item(axis=axis, name=call.name, collective=call.collective,
                           phase=call.phase, frequency=Frequency.PER_LAYER_PER_MICRO_BATCH,
                           stage=ctx.stage.stage, message_bytes=call.message_bytes,
-                          calls_per_step=calls, placement=call.placement, fabric=ctx.fabric,
+                          calls_per_step=calls * call.count, placement=call.placement,
+                          fabric=ctx.fabric,
                           overlap_frac=hide, overlap_note=call.overlap_note)
                 for call in zero3_unit_calls(ctx.layer, dense_params=dense,
                                              expert_params=expert)]
