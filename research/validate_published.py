@@ -268,7 +268,8 @@ def row_training(row: dict[str, Any]) -> TrainingSpec:
     p = row["parallel"]
     precision = (p.get("precision") or "").lower()
     seq = row["model"].get("seq_len") or 4096
-    old = row["id"].startswith(("megatron2021", "korthikanti2022", "megascale", "bloom"))
+    old = row["id"].startswith(("megatron2021", "korthikanti2022", "megascale", "mtnlg",
+                                "bloom"))
     dispatcher, ep_overlap = MOE_RECIPES.get(row["id"], ("alltoall", False))
     return TrainingSpec(global_batch_size=p["global_batch_size"], sequence_length=seq,
                         compute_dtype=DType.FP8 if "fp8" in precision else DType.BF16,
@@ -445,8 +446,8 @@ def predict(row: dict[str, Any], protocol: str = "planner") -> tuple[float, floa
     if measured.get("tokens_per_s_per_gpu"):
         return measured["tokens_per_s_per_gpu"], best.tokens_per_s / gpus, "tokens/s/GPU"
     if measured.get("tflops_per_gpu"):
-        # Megatron-LM 2021 and BLOOM count recomputation (hardware FLOPs, Eq. 3).
-        hardware = row["id"].startswith(("megatron2021", "bloom"))
+        # Megatron-LM 2021, MT-NLG and BLOOM count recomputation (hardware FLOPs, Eq. 3).
+        hardware = row["id"].startswith(("megatron2021", "mtnlg", "bloom"))
         predicted = (best.hardware_tflops_per_gpu_full_attention if hardware
                      else best.tflops_per_gpu_full_attention)
         return measured["tflops_per_gpu"], predicted, "TF/s/GPU"
