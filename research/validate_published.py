@@ -1,13 +1,21 @@
 """Predict every published run that states enough of its configuration, and compare.
 
-Run: .venv/bin/python research/validate_published.py [--calibrate-h100] [--calibrate-b200]
-[--calibrate-moe] [--moe-residuals] [--moe-host-need]
+Run: .venv/bin/python research/validate_published.py [--settings] [--calibrate-h100]
+[--calibrate-b200] [--calibrate-moe] [--moe-residuals] [--moe-host-need]
 
-Rows come from research/data/published_runs.json. A row is predicted when its model (preset
-or shape), GPU count, tp/pp/dp and global batch are printed. Unprinted choices follow the
-planner: micro-batch the best of 1, 2, 4 that fits; recompute, FP8 storage and offload by
-the planner's ladder; interleaved 1F1B when virtual stages are printed; the runtime's
-elementwise fusion (eager / torch.compile) where the row records it, else fused kernels.
+Rows come from research/data/published_runs.json. Two protocols are reported, in order:
+- "as published" (the headline): each row listed in research/data/as_published.json is
+  evaluated once, with exactly the configuration it prints and, for every setting it does
+  not print, the documented default or recipe of the framework and version it ran, written
+  per row with its source there (`--settings` prints them); nothing is chosen by the planner
+  and the memory is not a gate. The cost model scores it directly (`estimate_step`).
+- "planner" (second table): a row is predicted when its model (preset or shape), GPU count,
+  tp/pp/dp and global batch are printed; unprinted choices follow the planner: micro-batch
+  the best of 1, 2, 4 that fits; recompute, FP8 storage and offload by the planner's ladder;
+  interleaved 1F1B when virtual stages are printed.
+Both use the runtime's elementwise fusion (eager / torch.compile) where the row records it,
+else fused kernels, and the recipe fields read below. Each headline counts validation-only
+rows (`role`; research/provenance.py shows which rows each constant was fitted on).
 The comparison uses
 tokens/s per GPU when printed (convention-free), else TFLOP/s per GPU against the cost
 model's model-FLOPs figure (full attention matrix counted), else the iteration time.
@@ -15,7 +23,7 @@ With --calibrate-h100 the Hopper BF16 and FP8 GEMM efficiencies are grid-fitted 
 calibration rows named below and every other Hopper row is held out; with --calibrate-moe
 the MoE host-issue time is grid-fitted on `MOE_CALIBRATION`; --moe-residuals prints the
 measured and predicted time per MoE layer pass of every MoE row, and --moe-host-need the host
-issue time each MoE row would need.
+issue time each MoE row would need. The fits use the planner protocol.
 """
 
 import dataclasses
