@@ -86,3 +86,15 @@ def test_llama3_rows_are_the_presets_one_configuration() -> None:
     out = vp.predict(row, vp.AS_PUBLISHED_PROTOCOL)
     assert out is not None and out[0] == 430
     assert 300 < out[1] < 430
+
+
+def test_every_predictable_row_is_listed_for_the_protocol() -> None:
+    """A row the validator can build (model, GPUs, tp/pp/dp, batch printed) is either
+    evaluated as published or skipped there with a reason: none is left out silently."""
+    import provenance
+
+    for row in vp.DATA["runs"]:
+        if row["id"].startswith(vp.SKIP_SOURCES) or not provenance.predictable(row["id"]):
+            continue
+        assert row["id"] in vp.AS_PUBLISHED["rows"], (
+            f"{row['id']}: add it to research/data/as_published.json")
