@@ -129,6 +129,7 @@ from api_schemas.training import (
     TrainingSpec,
     VisionPlacement,
     VisionWorkload,
+    Zero3Collectives,
 )
 from api_schemas.units import (
     GIB,
@@ -157,6 +158,7 @@ __all__ = [
     "CountingBasis",
     "DType",
     "ElementwiseFusion",
+    "Zero3Collectives",
     "EmaPlacement",
     "MoeDispatcher",
     "EvaluateRequest",

@@ -74,6 +74,20 @@ class MoeDispatcher(StrEnum):
     destination node over the NICs, forwarded over NVLink to the destination ranks."""
 
 
+class Zero3Collectives(StrEnum):
+    """How a ZeRO-3 runtime without FSDP units (DeepSpeed) issues its parameter all-gathers
+    and gradient reduce-scatters."""
+
+    COALESCED = "coalesced"
+    """One call per unit (layer) of its parameters together: DeepSpeed since v0.5.5 (all-gather,
+    `_allgather_params_coalesced`) and v0.6.0 (reduce-scatter, `reduce_scatter_coalesced`)."""
+    PER_PARAMETER = "per_parameter"
+    """One call per parameter tensor: DeepSpeed v0.3.13 to v0.5.x (2021; `_allgather_param`
+    and `_reduce_scatter_gradient` per parameter in
+    `deepspeed/runtime/zero/partition_parameters.py`), the ZeRO-3 Megatron-LM 2021 compared
+    with (arXiv:2104.04473 Table 2)."""
+
+
 class MuonDistribution(StrEnum):
     """How a data-parallel job with sharded optimizer states runs Muon's Newton-Schulz
     orthogonalisation, which needs whole matrices."""
@@ -197,6 +211,12 @@ class TrainingSpec(SpecModel):
         description="MoE token dispatcher: 'alltoall' (Megatron-Core's NCCL all-to-all, one "
         "row per token-expert assignment) or 'deepep' (DeepEP/HybridEP, one copy per "
         "destination node, as DeepSeek-V3).",
+    )
+    zero3_collectives: Zero3Collectives = Field(
+        default=Zero3Collectives.COALESCED,
+        description="ZeRO-3 without FSDP (DeepSpeed): 'coalesced' (one all-gather and one "
+        "reduce-scatter per layer, DeepSpeed >= 0.6) or 'per_parameter' (one per parameter "
+        "tensor, DeepSpeed 0.3.13-0.5.x of 2021).",
     )
     overlap_grad_reduce: bool = Field(
         default=True,

@@ -100,7 +100,8 @@ MOE_HOST_ISSUE_S = 7.4e-3
 from the per-local-expert launches of the grouped expert GEMMs (`moe_expert_launches`, which
 `moe_host_issue_s` adds); the GPU idles for what exceeds the layer's forward GPU time
 (`moe_host_idle_s`).
-Calibrated: grid-fitted (0.1 ms steps) on one row,
+Calibrated on fewer than three rows (the predicted range of every MoE plan is widened for
+it, `models.error_bands.THIN_FITS`): grid-fitted (0.1 ms steps) on one row,
 `bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu` (the H100 MoE calibration row named in
 research/published_runs.md), by `research/validate_published.py --calibrate-moe`, with the
 per-expert launches of that row (4 local experts) and the wait for the slowest GPU counted

@@ -81,7 +81,11 @@ PROFILES: dict[str, KernelProfile] = {
         family="hopper", num_sms=132,
         gemm_peak_frac={DType.BF16: 0.61, DType.FP16: 0.61, DType.FP8: 0.50, DType.TF32: 0.6},
         flash_attention_frac=0.50, materialized_attention_frac=0.17, attention_seq_half=220,
-        calibration="eta_max: step-level fit on three H100 rows (Megatron-LM README 314B, "
+        calibration="eta_max: step-level fit on fewer than three rows per dtype: BF16 on "
+                    "two predicted H100 rows, FP8 on none (the named FP8 row, NeMo 24.07 "
+                    "GPT-3 175B on 512 GPUs, prints no vocabulary and is not predicted, so "
+                    "the grid's first FP8 point wins the tie), so Hopper bands are widened "
+                    "(models/error_bands.py THIN_FITS); rows named: Megatron-LM README 314B, "
                     "Llama 3 405B on 16K GPUs, NeMo 24.07 GPT-3 175B FP8 on 512 GPUs; the "
                     "README row with its stated TP overlap passed and the wait for the slowest "
                     "GPU booked; research/validate_published.py --calibrate-h100); the kernel "
@@ -97,7 +101,9 @@ PROFILES: dict[str, KernelProfile] = {
         family="blackwell", num_sms=148,
         gemm_peak_frac={DType.BF16: 0.453, DType.FP16: 0.453, DType.FP8: 0.48, DType.TF32: 0.45},
         flash_attention_frac=0.45, materialized_attention_frac=0.12, attention_seq_half=220,
-        calibration="eta_max: step-level fit on two Megatron-Bridge 25.11 B200 FP8 rows "
+        calibration="eta_max: step-level fit on two (fewer than three) Megatron-Bridge "
+                    "25.11 B200 FP8 rows, so B200 bands are widened (models/error_bands.py "
+                    "THIN_FITS): "
                     "(Llama 3 8B on 8 GPUs, Llama 3.1 405B on 128 GPUs, with the recipes' "
                     "BF16 gradient buffers, TP communication overlap and the wait for the "
                     "slowest GPU; "

@@ -45,8 +45,9 @@ LINEAR_ATTENTION_KERNEL_EFFICIENCY: dict[LinearAttentionKind, float] = {
 }
 """Fraction of the GPU's dense BF16 peak the chunkwise kernels reach, counted with
 `chunkwise_forward_flops_per_token_head` (C = 64). Fitted on one published forward row
-each: flash-linear-attention `chunk_kda` and `chunk_gdn` on an H800, B = 1, T = 8192,
-H = 96, d = 128: 3.268 ms and 2.033 ms (PaddlePaddle/flash-attention PR #133, the
+each (fewer than three; no published step row of a hybrid model checks them):
+flash-linear-attention `chunk_kda` and `chunk_gdn` on an H800, B = 1, T = 8192, H = 96,
+d = 128: 3.268 ms and 2.033 ms (PaddlePaddle/flash-attention PR #133, the
 `FLA_BENCHMARK` table); held out: B = 2, T = 16384, H = 16: 2.299 ms and 1.342 ms
 (predicted 2.187 and 1.355, -4.9% and +1.0%; research/CALIBRATION.md). Far below the
 softmax kernels' fraction: the chunkwise kernels are bound by memory traffic and launches

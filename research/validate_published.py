@@ -1,13 +1,21 @@
 """Predict every published run that states enough of its configuration, and compare.
 
-Run: .venv/bin/python research/validate_published.py [--calibrate-h100] [--calibrate-b200]
-[--calibrate-moe] [--moe-residuals] [--moe-host-need]
+Run: .venv/bin/python research/validate_published.py [--settings] [--calibrate-h100]
+[--calibrate-b200] [--calibrate-moe] [--moe-residuals] [--moe-host-need]
 
-Rows come from research/data/published_runs.json. A row is predicted when its model (preset
-or shape), GPU count, tp/pp/dp and global batch are printed. Unprinted choices follow the
-planner: micro-batch the best of 1, 2, 4 that fits; recompute, FP8 storage and offload by
-the planner's ladder; interleaved 1F1B when virtual stages are printed; the runtime's
-elementwise fusion (eager / torch.compile) where the row records it, else fused kernels.
+Rows come from research/data/published_runs.json. Two protocols are reported, in order:
+- "as published" (the headline): each row listed in research/data/as_published.json is
+  evaluated once, with exactly the configuration it prints and, for every setting it does
+  not print, the documented default or recipe of the framework and version it ran, written
+  per row with its source there (`--settings` prints them); nothing is chosen by the planner
+  and the memory is not a gate. The cost model scores it directly (`estimate_step`).
+- "planner" (second table): a row is predicted when its model (preset or shape), GPU count,
+  tp/pp/dp and global batch are printed; unprinted choices follow the planner: micro-batch
+  the best of 1, 2, 4 that fits; recompute, FP8 storage and offload by the planner's ladder;
+  interleaved 1F1B when virtual stages are printed.
+Both use the runtime's elementwise fusion (eager / torch.compile) where the row records it,
+else fused kernels, and the recipe fields read below. Each headline counts validation-only
+rows (`role`; research/provenance.py shows which rows each constant was fitted on).
 The comparison uses
 tokens/s per GPU when printed (convention-free), else TFLOP/s per GPU against the cost
 model's model-FLOPs figure (full attention matrix counted), else the iteration time.
@@ -15,7 +23,7 @@ With --calibrate-h100 the Hopper BF16 and FP8 GEMM efficiencies are grid-fitted 
 calibration rows named below and every other Hopper row is held out; with --calibrate-moe
 the MoE host-issue time is grid-fitted on `MOE_CALIBRATION`; --moe-residuals prints the
 measured and predicted time per MoE layer pass of every MoE row, and --moe-host-need the host
-issue time each MoE row would need.
+issue time each MoE row would need. The fits use the planner protocol.
 """
 
 import dataclasses
@@ -43,14 +51,20 @@ from api_schemas import (
     TrainingSpec,
 )
 from api_schemas.hardware import ClusterSpec, KernelCalibration
+from api_schemas.parallel import ParallelConfig
 from models import kernels
 from models.catalog import cluster_preset, model_preset
 from models.errors import InvalidSpecError
-from models.step_time import StepEstimate, clear_step_time_cache
+from models.published import LLAMA3_405B_8K
+from models.step_time import StepEstimate, clear_step_time_cache, estimate_step
 from solver.candidate_eval import PolicyCaps, evaluate_candidate
 from solver.space import MeshCandidate
 
 DATA = json.loads((Path(__file__).parent / "data" / "published_runs.json").read_text())
+AS_PUBLISHED = json.loads((Path(__file__).parent / "data" / "as_published.json").read_text())
+"""Per row, the settings its source does not print, each with the documented default or
+recipe of the framework and version the run used and where it is written (the protocol
+"as published", `as_published_estimate`)."""
 H100_CALIBRATION = ("megatron-readme-314b", "llama3-t4-405b-16384gpu-seq8192",
                     "nemo2407-gpt3-175b-512gpu")
 B200_CALIBRATION = ("bridge-25.11-dgx-b200-llama3-8b-8gpu",
@@ -63,6 +77,15 @@ A100_CALIBRATION = ("megatron2021-t1-1.7b", "megatron2021-t1-145.6b", "megatron2
 """The Megatron-LM 2021 Table 1 rows that `research/calibrate_step.py` fits Ampere's eta_max on."""
 FITTED = CALIBRATION + A100_CALIBRATION
 """Every row some constant was fitted on; all other predicted rows are held out."""
+PRESET_DEFINING: dict[str, str] = {
+    "llama3-t4-405b-8192gpu-seq8192": (
+        "`models/published.py` LLAMA3_405B_8K: its inferred `norm_saves_output` was chosen "
+        "so that this run fits in memory (0.936 of the cap with it, 1.054 without)"),
+}
+"""Rows on which a preset's unprinted choice was made (the choice holds this run's memory or
+time), with why: not fitted, but not held out either, so not in the headline."""
+AS_PUBLISHED_PROTOCOL = "as published"
+"""The protocol name of `predict` that evaluates each row's one published configuration."""
 SKIP_SOURCES = ("zerobubble",)  # A100 RoCE cluster rows are scored by the pipeline benchmark
 
 MOE_RECIPES: dict[str, tuple[str, bool]] = {
@@ -253,7 +276,8 @@ def row_training(row: dict[str, Any]) -> TrainingSpec:
     p = row["parallel"]
     precision = (p.get("precision") or "").lower()
     seq = row["model"].get("seq_len") or 4096
-    old = row["id"].startswith(("megatron2021", "korthikanti2022", "megascale", "bloom"))
+    old = row["id"].startswith(("megatron2021", "korthikanti2022", "megascale", "mtnlg",
+                                "bloom"))
     dispatcher, ep_overlap = MOE_RECIPES.get(row["id"], ("alltoall", False))
     return TrainingSpec(global_batch_size=p["global_batch_size"], sequence_length=seq,
                         compute_dtype=DType.FP8 if "fp8" in precision else DType.BF16,
@@ -269,14 +293,15 @@ def row_training(row: dict[str, Any]) -> TrainingSpec:
 
 def zero_stages(parallel: dict[str, Any]) -> list[int]:
     """ZeRO stages a row's printed sharding allows: FSDP is ZeRO-2 (SHARD_GRAD_OP) or ZeRO-3
-    (FULL_SHARD), the distributed optimizer ZeRO-1. torchtitan's FSDP2 without pipeline
-    parallelism is ZeRO-3: `apply_fsdp` in `torchtitan/parallelisms/parallelize_llama.py` at
-    9dec370 (the commit of the December 2024 benchmark note) wraps every transformer block and
+    (FULL_SHARD), the distributed optimizer ZeRO-1; a printed "zero-3" is ZeRO-3, and so is
+    torchtitan's FSDP2 without pipeline parallelism: `apply_fsdp` in
+    `torchtitan/parallelisms/parallelize_llama.py` at 9dec370 (the commit of the December
+    2024 benchmark note) wraps every transformer block and
     then the whole model with `fully_shard`, resharding after forward every block but the
     last and the root unless pipeline parallelism is on (at b5bcd76c the policy "default" of
     `torchtitan/distributed/fsdp.py` still reshards whenever pipeline parallelism is off)."""
     sharding = (parallel.get("optimizer_sharding") or "").lower()
-    if sharding == "fsdp2" and parallel["pp"] == 1:
+    if (sharding == "fsdp2" and parallel["pp"] == 1) or sharding.startswith("zero-3"):
         return [3]
     return [2, 3] if "fsdp" in sharding and "fsdp=0" not in sharding else [1]
 
@@ -335,9 +360,93 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
     return best
 
 
-def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
-    """(observed, predicted, unit) or None when the row cannot be predicted."""
-    best = best_estimate(row)
+Setting = tuple[Any, str]
+"""A setting's value and where the value is written."""
+
+
+def as_published_settings(row: dict[str, Any]) -> dict[str, Setting] | None:
+    """The unprinted settings of a row under the protocol "as published": its blocks of
+    `AS_PUBLISHED` (by id prefix) overridden by its own entry; None for a row the file does
+    not list (the protocol evaluates exactly the rows it lists)."""
+    own = AS_PUBLISHED["rows"].get(row["id"])
+    if own is None:
+        return None
+    out: dict[str, Setting] = {}
+    for block in AS_PUBLISHED["blocks"]:
+        if row["id"].startswith(tuple(block["prefixes"])):
+            out.update({k: (v["value"], v["source"]) for k, v in block["settings"].items()})
+    out.update({k: (v["value"], v["source"]) for k, v in own.items()})
+    return out
+
+
+def as_published_config(row: dict[str, Any]) -> tuple[ParallelConfig, TrainingSpec] | None:
+    """The one configuration a row ran, as printed, with every unprinted setting from
+    `as_published_settings` (a printed value wins over a framework default); None when the
+    row is not evaluated as published. Nothing is chosen by the planner."""
+    settings = as_published_settings(row)
+    if settings is None or settings.get("skip", (False, ""))[0]:
+        return None
+    p = row_parallel(row)
+    training = row_training(row)
+    recipe = {k: settings[k][0] for k in ("overlap_grad_reduce", "zero3_collectives")
+              if k in settings}
+    if recipe:
+        training = training.model_copy(update=recipe)
+    cp_kind = CP_RECIPES.get(row["id"], ContextParallelKind.RING)
+    if settings.get("preset", (None, ""))[0] == "llama3-405b":
+        return LLAMA3_405B_8K.parallel.model_copy(update={
+            "dp": p["dp"], "cp": p.get("cp") or 1, "cp_kind": cp_kind}), training
+
+    def pick(name: str, printed: Any, fallback: Any) -> Any:
+        if printed is not None:
+            return printed
+        return settings[name][0] if name in settings else fallback
+
+    vpp = pick("vpp", p.get("vpp"), 1)
+    recompute_word = (p.get("recompute") or "").split(" ")[0] or None
+    recompute = RecomputeMode(pick("recompute", recompute_word, "none"))
+    modules = ((RecomputeModule.OP_SAC,) if "per-op" in (p.get("recompute") or "")
+               else None)
+    if "zero_stage" not in settings:
+        raise ValueError(f"{row['id']}: as_published.json gives no ZeRO stage")
+    sp = bool(pick("sequence_parallel", p.get("sequence_parallel"), False)) and p["tp"] > 1
+    fields: dict[str, Any] = {
+        "tp": p["tp"], "pp": p["pp"], "dp": p["dp"], "cp": p.get("cp") or 1,
+        "ep": p.get("ep") or 1, "vpp": vpp,
+        "micro_batch_size": pick("micro_batch_size", p.get("micro_batch_size"), None),
+        "schedule": (PipelineSchedule.INTERLEAVED_1F1B if vpp > 1
+                     else PipelineSchedule.ONE_F_ONE_B),
+        "zero_stage": settings["zero_stage"][0], "recompute": recompute,
+        "sequence_parallel": sp, "cp_kind": cp_kind,
+        "sequence_parallel_saves_gathered": sp and bool(
+            settings.get("sequence_parallel_saves_gathered", (False, ""))[0])}
+    for name in ("fsdp", "fsdp_reshard_after_forward", "fsdp_defer_grad_sync"):
+        if name in settings:
+            fields[name] = settings[name][0]
+    if modules is not None:
+        fields["recompute_modules"] = modules
+    if fields["micro_batch_size"] is None:
+        raise ValueError(f"{row['id']}: as_published.json gives no micro-batch size")
+    return ParallelConfig(**fields), training
+
+
+def as_published_estimate(row: dict[str, Any]) -> StepEstimate | None:
+    """The cost model's estimate of the row's one configuration as published
+    (`as_published_config`) on the row's cluster; None when the row is not evaluated so."""
+    spec = model_of(row)
+    config = as_published_config(row)
+    if spec is None or config is None:
+        return None
+    parallel, training = config
+    return estimate_step(spec, training, parallel, row_cluster(row))
+
+
+def predict(row: dict[str, Any], protocol: str = "planner") -> tuple[float, float, str] | None:
+    """(observed, predicted, unit) or None when the row cannot be predicted; `protocol`
+    "planner" scores the planner's best configuration (`best_estimate`), "as published"
+    the row's one configuration (`as_published_estimate`)."""
+    best = as_published_estimate(row) if protocol == AS_PUBLISHED_PROTOCOL else (
+        best_estimate(row))
     if best is None:
         return None
     gpus = row["hardware"]["num_gpus"]
@@ -345,8 +454,8 @@ def predict(row: dict[str, Any]) -> tuple[float, float, str] | None:
     if measured.get("tokens_per_s_per_gpu"):
         return measured["tokens_per_s_per_gpu"], best.tokens_per_s / gpus, "tokens/s/GPU"
     if measured.get("tflops_per_gpu"):
-        # Megatron-LM 2021 and BLOOM count recomputation (hardware FLOPs, Eq. 3).
-        hardware = row["id"].startswith(("megatron2021", "bloom"))
+        # Megatron-LM 2021, MT-NLG and BLOOM count recomputation (hardware FLOPs, Eq. 3).
+        hardware = row["id"].startswith(("megatron2021", "mtnlg", "bloom"))
         predicted = (best.hardware_tflops_per_gpu_full_attention if hardware
                      else best.tflops_per_gpu_full_attention)
         return measured["tflops_per_gpu"], predicted, "TF/s/GPU"
@@ -530,6 +639,55 @@ def fsdp_series(predictions: dict[str, tuple[float, float, str]]) -> None:
               f"predicted {100 * predicted:+.1f}%; row errors {errors}")
 
 
+def role(row_id: str) -> str:
+    """'fitting', 'preset-defining' or 'validation-only' (research/provenance.py shows why)."""
+    if row_id in FITTED:
+        return "fitting"
+    return "preset-defining" if row_id in PRESET_DEFINING else "validation-only"
+
+
+def _summary(label: str, errs: list[float]) -> str:
+    return (f"{label:34s} n={len(errs):3d} median |error| {100 * statistics.median(errs):5.1f}%"
+            f"  max {100 * max(errs):5.1f}%")
+
+
+def headline(predictions: dict[str, tuple[float, float, str]]) -> list[str]:
+    """Median and max |error| of the validation-only rows of `predictions`: overall, by
+    source and by GPU kernel family (and by GPU where a family holds several)."""
+    from models.error_bands import gpu_family
+
+    rows = {r["id"]: r for r in DATA["runs"]}
+    groups: dict[str, list[float]] = {}
+    for rid, out in predictions.items():
+        if role(rid) != "validation-only":
+            continue
+        err = abs(_error(*out))
+        gpu = rows[rid]["hardware"]["gpu"]
+        for key in ("overall", f"source {rows[rid]['source_id']}",
+                    f"family {gpu_family(gpu)}", f"gpu {gpu}"):
+            groups.setdefault(key, []).append(err)
+    order = sorted(groups, key=lambda k: (k != "overall", not k.startswith("source"),
+                                          not k.startswith("family"), k))
+    return [_summary(k, groups[k]) for k in order]
+
+
+def report(rows: list[dict[str, Any]], protocol: str) -> dict[str, tuple[float, float, str]]:
+    """Print every row's prediction under `protocol`, then the validation-only headline."""
+    predictions: dict[str, tuple[float, float, str]] = {}
+    for row in rows:
+        out = predict(row, protocol)
+        if out is None:
+            continue
+        predictions[row["id"]] = out
+        obs, pred, unit = out
+        print(f"{row['id']:52s} {role(row['id']):15s} printed {obs:9.1f} predicted {pred:9.1f} "
+              f"{unit:13s} {100 * _error(obs, pred, unit):+6.1f}%")
+    print(f"-- {protocol}: validation-only rows (fitting and preset-defining rows left out)")
+    for line in headline(predictions):
+        print(f"{protocol}: {line}")
+    return predictions
+
+
 def main() -> None:
     rows = [r for r in DATA["runs"] if not r["id"].startswith(SKIP_SOURCES)]
     if "--calibrate-h100" in sys.argv:
@@ -543,36 +701,17 @@ def main() -> None:
         moe_residuals(rows)
     if "--moe-host-need" in sys.argv:
         moe_host_need(rows)
-    by_gpu: dict[str, list[float]] = {}
-    predictions: dict[str, tuple[float, float, str]] = {}
-    for row in rows:
-        out = predict(row)
-        if out is None:
-            continue
-        predictions[row["id"]] = out
-        obs, pred, unit = out
-        err = _error(obs, pred, unit)
-        tag = "calibration" if row["id"] in FITTED else "held out"
-        if tag == "held out":
-            by_gpu.setdefault(row["hardware"]["gpu"], []).append(abs(err))
-        print(f"{row['id']:52s} {tag:11s} printed {obs:9.1f} predicted {pred:9.1f} {unit:13s} "
-              f"{100 * err:+6.1f}%")
-    by_source: dict[str, list[float]] = {}
-    for row in rows:
-        out = predictions.get(row["id"])
-        if out is not None and row["id"] not in CALIBRATION:
-            source = row["id"].split("-")[0]
-            by_source.setdefault(source, []).append(abs(_error(*out)))
-    for source, errs in sorted(by_source.items()):
-        print(f"held out source {source:16s} n={len(errs):3d} median |error| "
-              f"{100 * statistics.median(errs):5.1f}%  max {100 * max(errs):5.1f}%")
-    held = [e for errs in by_gpu.values() for e in errs]
-    if held:
-        print(f"held out overall         n={len(held):3d} median |error| "
-              f"{100 * statistics.median(held):5.1f}%  max {100 * max(held):5.1f}%")
-    for gpu, errs in sorted(by_gpu.items()):
-        print(f"held out {gpu:16s} n={len(errs):3d} median |error| "
-              f"{100 * statistics.median(errs):5.1f}%  max {100 * max(errs):5.1f}%")
+    if "--settings" in sys.argv:
+        for row in rows:
+            settings = as_published_settings(row)
+            for name, (value, source) in (settings or {}).items():
+                print(f"setting {row['id']:48s} {name}={value}: {source}")
+    print("== protocol 'as published': each row's one configuration as printed, unprinted "
+          "settings from research/data/as_published.json")
+    report(rows, AS_PUBLISHED_PROTOCOL)
+    print("== protocol 'planner' (second table): the planner picks what the row does not print "
+          "(micro-batch, interleaving, recompute, ZeRO stage) and the best is kept")
+    predictions = report(rows, "planner")
     fsdp_series(predictions)
     zero3_scaling()
 

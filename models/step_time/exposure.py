@@ -35,11 +35,13 @@ from models.kernels import memory_bound_time_s
 from models.mesh import GroupKind
 from models.params import layer_params
 from models.pipeline import StagePlacement, schedule_traits
+from models.sharded_states import DEEPSPEED_PREFETCH_BUCKET_PARAMS
 from models.step_time.groups import AxisGroups
 from models.traffic.context import group_placement, split_group_placement
 from models.traffic.data import CHUNK_REDUCE
 from models.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem
 from models.traffic.layer import (
+    DEEPSPEED_MODULES_PER_LAYER,
     LayerCall,
     cp_calls,
     expert_calls,
@@ -270,8 +272,42 @@ def zero3_exposed_s(spec: ModelSpec, index: int, training: TrainingSpec,
     calls = zero3_unit_calls(lctx, dense_params=dense, expert_params=expert)
     forward = sum(c.time_s for c in calls if c.phase == Phase.FORWARD)
     backward = sum(c.time_s for c in calls if c.phase == Phase.BACKWARD)
-    return (max(0.0, forward - lc.times.forward_s),
-            max(0.0, backward - lc.times.backward_input_s - lc.times.backward_weight_s))
+    window_f = lc.times.forward_s
+    window_b = lc.times.backward_input_s + lc.times.backward_weight_s
+    if parallel.fsdp:
+        return max(0.0, forward - window_f), max(0.0, backward - window_b)
+    # DeepSpeed ZeRO-3: a gather hides only as far as the prefetch reaches.
+    share = deepspeed_prefetch_share(dense + expert)
+    gather_b = sum(c.time_s for c in calls
+                   if c.phase == Phase.BACKWARD and c.collective == Collective.ALL_GATHER)
+    hidden_f = min(window_f, forward * share)
+    hidden_gather_b = min(window_b, gather_b * share)
+    hidden_rest_b = min(window_b - hidden_gather_b, backward - gather_b)
+    return forward - hidden_f, backward - hidden_gather_b - hidden_rest_b
+
+
+def deepspeed_prefetch_share(unit_params: int) -> float:
+    """Share of a layer's ZeRO-3 all-gathers DeepSpeed can issue ahead of use (and so hide
+    behind compute): each of the layer's `DEEPSPEED_MODULES_PER_LAYER` modules is prefetched
+    by at most `stage3_prefetch_bucket_size` elements while the module before it computes.
+
+    Source: DeepSpeed v0.3.13 (the March 2021 ZeRO-3 release)
+    `deepspeed/runtime/zero/stage3.py`: `prefetch_next_sub_modules` gathers, only when no
+    prefetch is in flight, the parameters of the next sub-modules in trace order until
+    `get_params_to_prefetch` reaches `numel` = the prefetch bucket; the rest of a module is
+    gathered when the module runs (`fetch_sub_module`, synchronous).
+    `deepspeed/runtime/zero/constants.py`: `ZERO_OPTIMIZATION_PREFETCH_BUCKET_SIZE_DEFAULT` =
+    50,000,000 (`models.sharded_states.DEEPSPEED_PREFETCH_BUCKET_PARAMS`), the same at v0.4.0
+    and v0.5.0; `ZERO3_OPTIMIZATION_OVERLAP_COMM_DEFAULT` = True, so the gradient
+    reduce-scatter overlaps backward as FSDP's does.
+    Legend: unit_params = the layer's parameters on the rank before ZeRO sharding.
+    Assumes: the layer's parameters split evenly over its modules; a module at most the
+    bucket is prefetched whole.
+    """
+    if unit_params <= 0:
+        return 1.0
+    module = unit_params / DEEPSPEED_MODULES_PER_LAYER
+    return min(1.0, DEEPSPEED_PREFETCH_BUCKET_PARAMS / module)
 
 
 def zero3_layer_copy_s(spec: ModelSpec, index: int, training: TrainingSpec,

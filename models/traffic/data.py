@@ -49,7 +49,12 @@ def dp_items(ctx: StepContext) -> list[TrafficItem]:
     `models.step_time.host_gradients`.
     Assumes: gradients travel in grad_dtype, gathered parameters in param_dtype; ZeRO-2 and
     ZeRO-3 reduce-scatter every micro-batch (they keep no full gradient buffer); ZeRO-3
-    gathers and reduces one layer (plus embedding, head, MTP module) at a time.
+    gathers and reduces one layer (plus embedding, head, MTP module) at a time. An FSDP
+    plan that defers its gradient sync (`fsdp_defer_grad_sync`) instead keeps each unit's
+    unsharded gradients for the whole step and reduce-scatters every unit once, after the
+    last micro-batch's backward, overlapped with it (torch.distributed.pipelining with FSDP2;
+    the same once-per-step reduction MegaScale arXiv:2402.15627 Sec. 3.2 and Megatron-LM's
+    distributed optimizer run, which the ZeRO-1 items express).
     """
     items: list[TrafficItem] = []
     groups = ((TrafficAxis.DP, GroupKind.DP_CP, ctx.stage.dense_params),
@@ -74,10 +79,17 @@ def _zero_items(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, param
         dense, expert = (per_unit, 0) if axis == TrafficAxis.DP else (0, per_unit)
         calls = ctx.passes(units)
         hide = (units - 1) / units
-        return [make_item(axis=axis, name=call.name, collective=call.collective,
+        deferred = ([_item(ctx, axis, place, "zero3.deferred_grad_reduce_scatter",
+                           Collective.REDUCE_SCATTER, Phase.BACKWARD, Frequency.PER_STEP,
+                           params * int(ctx.training.grad_dtype.num_bytes), units, units, hide,
+                           "one per unit after the step's last backward; all but the last "
+                           "unit's reduce while that backward continues")]
+                    if ctx.parallel.fsdp_defer_grad_sync else [])
+        return deferred + [make_item(axis=axis, name=call.name, collective=call.collective,
                           phase=call.phase, frequency=Frequency.PER_LAYER_PER_MICRO_BATCH,
                           stage=ctx.stage.stage, message_bytes=call.message_bytes,
-                          calls_per_step=calls, placement=call.placement, fabric=ctx.fabric,
+                          calls_per_step=calls * call.count, placement=call.placement,
+                          fabric=ctx.fabric,
                           overlap_frac=hide, overlap_note=call.overlap_note)
                 for call in zero3_unit_calls(ctx.layer, dense_params=dense,
                                              expert_params=expert)]

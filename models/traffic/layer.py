@@ -11,7 +11,14 @@ reduce-scatters. The step totals of `models.traffic` and the step time of
 
 from dataclasses import dataclass
 
-from api_schemas import ContextParallelKind, DType, MoeDispatcher
+from api_schemas import (
+    ContextParallelKind,
+    DType,
+    ModelSpec,
+    MoeDispatcher,
+    NormKind,
+    Zero3Collectives,
+)
 from models.collectives import Collective, CollectiveCost, all_to_all_split_cost
 from models.errors import InvalidSpecError
 from models.linear_attention import conv_halo_bytes, kcp_fragment_bytes
@@ -327,6 +334,26 @@ def expert_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
     return calls
 
 
+DEEPSPEED_MODULES_PER_LAYER = 4
+"""Linear modules of a transformer layer that DeepSpeed ZeRO-3 gathers one at a time, in
+order (its hooks fire per `nn.Module` with parameters): the QKV and output projections and
+the two MLP projections of Megatron-DeepSpeed's `ParallelTransformerLayer`
+(`query_key_value`, `dense`, `dense_h_to_4h`, `dense_4h_to_h`); the norms' parameters are
+negligible."""
+
+
+
+
+def deepspeed_parameter_tensors(spec: ModelSpec) -> int:
+    """Parameter tensors of one transformer layer as DeepSpeed ZeRO-3 partitions them (one
+    `ds_tensor` each): the `DEEPSPEED_MODULES_PER_LAYER` weights, their biases where the
+    model has linear biases, and the two norms' scale (and bias for LayerNorm).
+    Source: DeepSpeed v0.3.13 `deepspeed/runtime/zero/partition_parameters.py` (`Init`
+    converts every `nn.Parameter` of a module into its own partitioned tensor)."""
+    per_norm = {NormKind.LAYERNORM: 2, NormKind.RMSNORM: 1}.get(spec.norm, 0)
+    return DEEPSPEED_MODULES_PER_LAYER * (2 if spec.linear_bias else 1) + 2 * per_norm
+
+
 def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_params: int
                      ) -> list[LayerCall]:
     """ZeRO-3 traffic of one unit (layer, embedding, head) per micro-batch pass: the
@@ -340,10 +367,26 @@ def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_par
     one unit at a time, the next unit's gather issued while the current unit computes.
     Legend: `dense_params`, `expert_params` = the unit's parameters on one rank after TP
     and EP x ETP (before ZeRO sharding).
+    Two FSDP settings drop a call from the pass. Without resharding after forward
+    (`fsdp_reshard_after_forward` false: FSDP's SHARD_GRAD_OP, FSDP2
+    `reshard_after_forward=False`, Llama 3 arXiv:2407.21783 Sec. 3.3.2 "we do not reshard
+    after forward computation") the unit stays gathered until its backward, so there is no
+    backward all-gather. With the gradient sync deferred to the step's last backward
+    (`fsdp_defer_grad_sync`: FSDP2 `set_requires_gradient_sync(False)` on all micro-batches
+    but the last, as torch.distributed.pipelining runs FSDP2) the reduce-scatter is not
+    per pass: `models.traffic.data.dp_items` books it once per step.
     """
     p, tr = lctx.parallel, lctx.training
     if p.zero_stage != 3:
         return []
+    skipped = set()
+    if not p.fsdp_reshard_after_forward:
+        skipped.add("backward.param_all_gather")
+    if p.fsdp_defer_grad_sync:
+        skipped.add("backward.grad_reduce_scatter")
+    # DeepSpeed of 2021 (no FSDP units) issues one call per parameter tensor.
+    tensors = (deepspeed_parameter_tensors(lctx.model)
+               if tr.zero3_collectives == Zero3Collectives.PER_PARAMETER and not p.fsdp else 1)
     calls: list[LayerCall] = []
     for axis, kind, count in ((TrafficAxis.DP, GroupKind.DP_CP, dense_params),
                               (TrafficAxis.EDP, GroupKind.EDP, expert_params)):
@@ -357,8 +400,11 @@ def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_par
                 ("backward.param_all_gather", Collective.ALL_GATHER, Phase.BACKWARD, gather),
                 ("backward.grad_reduce_scatter", Collective.REDUCE_SCATTER, Phase.BACKWARD,
                  scatter)):
+            if name in skipped:
+                continue
             calls.append(_call(lctx, axis=axis, name=f"{axis.value}.zero3.{name}",
-                               collective=collective, phase=phase, message=message, count=1,
+                               collective=collective, phase=phase,
+                               message=-(-message // tensors), count=tensors,
                                placement=place, overlap=1.0, note=ZERO3_NOTE))
     return calls
 

@@ -288,7 +288,7 @@ def test_zero3_step_pays_its_prefetch_fill_and_drain_once() -> None:
     spec = model_preset("llama-3.1-8b")
     training = TrainingSpec(global_batch_size=64, sequence_length=16384)
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=1)
-    parallel = ParallelConfig(dp=8, zero_stage=3)
+    parallel = ParallelConfig(dp=8, zero_stage=3, fsdp=True)
     zero3 = estimate_step(spec, training, parallel, cluster)
     items = step_traffic(spec, training=training, parallel=parallel, cluster=cluster).items
     zero3_items = [i for i in items if "zero3" in i.name]

@@ -1,0 +1,62 @@
+"""FSDP's two implementation settings change its per-step traffic as their sources print:
+no backward all-gather without resharding after forward, and one gradient reduce-scatter
+per step (not per micro-batch) when the gradient sync is deferred to the last backward."""
+
+import pytest
+
+from api_schemas import ClusterSpec, DType, ModelSpec, ParallelConfig, TrainingSpec
+from models.catalog import cluster_preset
+from models.collectives import Collective
+from models.traffic import TrafficAxis, stage_weights, step_traffic
+
+
+def _model_7b_fp16() -> tuple[ModelSpec, TrainingSpec]:
+    # 7.5B, the ZeRO paper's running example size (arXiv:1910.02054 Sec. 7).
+    model = ModelSpec(num_layers=36, hidden_size=4096, num_attention_heads=32,
+                      ffn_hidden_size=4 * 4096, vocab_size=51200, mlp="gelu")
+    training = TrainingSpec(global_batch_size=256, sequence_length=2048,
+                            param_dtype=DType.FP16, grad_dtype=DType.FP16,
+                            compute_dtype=DType.FP16)
+    return model, training
+
+
+def _cluster() -> ClusterSpec:
+    return cluster_preset("a100-sxm4-80gb", num_nodes=8)
+
+
+def _dp_volume(parallel: ParallelConfig) -> tuple[float, int]:
+    model, training = _model_7b_fp16()
+    traffic = step_traffic(model, training=training, parallel=parallel, cluster=_cluster())
+    psi = stage_weights(model, parallel)[0].dense_params
+    volume = sum(i.paper_volume_bytes_per_step for i in traffic.of_axis(TrafficAxis.DP))
+    return volume / (2 * psi), traffic.num_micro_batches
+
+
+def test_zero3_without_reshard_moves_the_data_parallel_2_psi_not_3_psi() -> None:
+    """ZeRO Sec. 7.2.2 prints 3 Psi per step for P_os+g+p, 1.5x data parallelism's 2 Psi:
+    the extra Psi is the backward re-gather, which a unit kept gathered after forward
+    (FSDP SHARD_GRAD_OP, Llama 3 Sec. 3.3.2) does not need."""
+    resharded, m = _dp_volume(ParallelConfig(dp=64, zero_stage=3, fsdp=True))
+    kept, _ = _dp_volume(ParallelConfig(dp=64, zero_stage=3, fsdp=True,
+                                        fsdp_reshard_after_forward=False))
+    assert m == 4
+    assert resharded == pytest.approx(3 * m, rel=1e-6)
+    assert kept == pytest.approx(2 * m, rel=1e-6)
+    assert resharded / kept == pytest.approx(1.5)
+
+
+def test_deferred_gradient_sync_reduce_scatters_once_per_step() -> None:
+    """With the sync deferred, each unit's gradients are reduce-scattered once after the
+    last micro-batch: Psi per step instead of m x Psi, one call per unit."""
+    model, training = _model_7b_fp16()
+    p = ParallelConfig(dp=64, zero_stage=3, fsdp=True, fsdp_reshard_after_forward=False,
+                       fsdp_defer_grad_sync=True)
+    traffic = step_traffic(model, training=training, parallel=p, cluster=_cluster())
+    m = traffic.num_micro_batches
+    psi = stage_weights(model, p)[0].dense_params
+    reduce = [i for i in traffic.of_axis(TrafficAxis.DP)
+              if i.collective == Collective.REDUCE_SCATTER]
+    assert len(reduce) == 1 and reduce[0].calls_per_step == 36 + 2
+    assert reduce[0].paper_volume_bytes_per_step == pytest.approx(2 * psi, rel=1e-3)
+    volume, _ = _dp_volume(p)
+    assert volume == pytest.approx(m + 1, rel=1e-3)  # m forward gathers + one reduce-scatter
