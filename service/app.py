@@ -21,7 +21,7 @@ from fastapi_offline import FastAPIOffline
 from service import solver_calls
 from service.deps import ServiceContext
 from service.middleware import RequestContextMiddleware, install_cors
-from service.openapi import install_openapi
+from service.openapi import install_openapi, operation_id
 from service.persistence.db import StoreTimeouts, make_engine
 from service.persistence.gate import StoreGate
 from service.planning import Planner
@@ -119,7 +119,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     # Swagger UI and ReDoc from the files fastapi-offline ships: /docs needs no network.
     app = FastAPIOffline(title="atlas-planner", version=SERVICE_VERSION,
                          description=DESCRIPTION, openapi_tags=TAGS, lifespan=lifespan,
-                         redoc_url=None)
+                         redoc_url=None, generate_unique_id_function=operation_id)
     reference.install_redoc(app)
     install_problem_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes,

@@ -40,7 +40,7 @@ def test_swagger_ui_works_offline_and_tries_post_plans(
     page.goto(f"{base_url}/docs")
     page.wait_for_selector(".swagger-ui .information-container")
     assert "atlas-planner" in page.locator(".swagger-ui .title").inner_text()
-    operation = page.locator("#operations-plans-create_plan_v1_plans_post")
+    operation = page.locator("#operations-plans-create_plan")
     operation.locator(".opblock-summary").click()
     operation.locator("button.try-out__btn").click()
     body = operation.locator("textarea.body-param__text")
