@@ -5,7 +5,8 @@ request-id, body-size, body-read-timeout and CORS middleware, the OpenAPI docume
 offline Swagger UI and ReDoc pages, logging set-up, and the lifespan that opens the database
 behind the store gate (creating the schema when it answers; the service starts degraded when
 it does not), starts the solver pool and the solver's import (`service/solver_calls.py`) and
-closes them at shutdown. Must not: do anything at import: `service.app:app` is built on
+closes them at shutdown. It also installs what the observability modules own (security
+headers, metrics, JSON logs). Must not: do anything at import: `service.app:app` is built on
 first access, and building it does no I/O (the lifespan does); nor import the solver.
 """
 
@@ -46,6 +47,7 @@ from service.routes import (
     run_level,
 )
 from service.routes.health import SERVICE_VERSION
+from service.security_headers import install_security_headers
 from service.settings import Settings, get_settings
 
 logger = logging.getLogger(__name__)
@@ -125,6 +127,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes,
                        body_read_timeout_s=config.body_read_timeout_s)
     install_cors(app, config.cors_origin_list())
+    install_security_headers(app)
     app.include_router(plans.router)
     app.include_router(pictures.router)
     app.include_router(estimates.router)
