@@ -21,6 +21,7 @@ from fastapi_offline import FastAPIOffline
 
 from service import solver_calls
 from service.deps import ServiceContext
+from service.metrics import install_metrics
 from service.middleware import RequestContextMiddleware, install_cors
 from service.openapi import install_openapi, operation_id
 from service.persistence.db import StoreTimeouts, make_engine
@@ -127,6 +128,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes,
                        body_read_timeout_s=config.body_read_timeout_s)
     install_cors(app, config.cors_origin_list())
+    install_metrics(app)
     install_security_headers(app)
     app.include_router(plans.router)
     app.include_router(pictures.router)
