@@ -21,6 +21,7 @@ from fastapi_offline import FastAPIOffline
 
 from service import solver_calls
 from service.deps import ServiceContext
+from service.logging_json import install_json_logging
 from service.metrics import install_metrics
 from service.middleware import RequestContextMiddleware, install_cors
 from service.openapi import install_openapi, operation_id
@@ -75,14 +76,6 @@ TAGS = [
 ]
 
 
-def _configure_logging(level: str) -> None:
-    """Send log records to stderr unless the host (uvicorn, pytest) already set handlers."""
-    root = logging.getLogger()
-    if not root.handlers:
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("service").setLevel(level.upper())
-
-
 def create_app(settings: Settings | None = None, *, planner: Planner | None = None) -> FastAPI:
     """Build the app (cheap: no I/O until the lifespan starts).
 
@@ -93,7 +86,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     """
     config = settings if settings is not None else get_settings()
     plan_fn: Planner = planner if planner is not None else solver_calls.plan
-    _configure_logging(config.log_level)
+    install_json_logging(config.log_level)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

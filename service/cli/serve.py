@@ -27,6 +27,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Run the HTTP service under uvicorn (the app is built per worker by the factory)."""
     import uvicorn
 
+    from service.logging_json import uvicorn_log_config
+
     if args.database_url:
         os.environ["DATABASE_URL"] = args.database_url
     if args.sqlite_path:
@@ -34,5 +36,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os.environ["ATLAS_LOG_LEVEL"] = args.log_level.upper()
     uvicorn.run("service.app:create_app", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level, proxy_headers=True,
+                log_config=uvicorn_log_config(args.log_level),
                 **server_timeouts())
     return 0
