@@ -3,22 +3,27 @@
 Owns: one registry per app (`install_metrics(app)`), the middleware that counts every
 answer by method, route template and status and times it, the problem codes answered
 (read from the `code` member of problem+json bodies), the answers the store failed (a 503
-`store-unavailable`, or a plan answered unstored with `X-Plan-Stored: false`), and a
-collector that reads the solver pool and the store gate when scraped (searches running,
-queued, capacity; store calls admitted). Jobs by state are not exported: the service has
-no job queue. Each process counts for itself (under `serve --workers N` a scrape reaches
-one worker). Must not: change answers, or label by raw path (an unrouted path is labelled
-`unrouted`, so random URLs cannot grow the series without bound).
+`store-unavailable`, or a plan answered unstored with `X-Plan-Stored: false`), and the
+solver pool's and store gate's occupancy (searches running, queued, capacity; store calls
+admitted). Jobs by state are not exported: the service has no job queue. In one process
+the occupancy is read when scraped. Under `serve --workers N` (prometheus_client's
+multiprocess mode, on when `PROMETHEUS_MULTIPROC_DIR` is set: `service/cli/serve.py` sets
+it) each worker writes its series to files there, any worker's scrape sums them all, and
+the occupancy gauges are each worker's value at its last request or scrape, summed over
+the live workers. Must not: change answers, or label by raw path (an unrouted path is
+labelled `unrouted`, so random URLs cannot grow the series without bound).
 """
 
 import json
+import os
 import time
 from collections.abc import Iterator
 
 from fastapi import FastAPI, Response
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 from starlette.datastructures import Headers
 from starlette.routing import Mount
@@ -41,10 +46,54 @@ UNROUTED = "unrouted"
 """The route label of a request no route matched (404s, refusals before routing)."""
 
 
-class ServiceMetrics:
-    """The app's registry and the series its middleware and collector feed."""
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client's variable: the folder the worker processes write their series to."""
 
-    def __init__(self) -> None:
+OCCUPANCY = {
+    "atlas_solver_searches_running": "Searches on a solver thread now.",
+    "atlas_solver_searches_queued": "Admitted searches waiting for a solver thread.",
+    "atlas_solver_capacity": "Searches admitted at most (threads + queue); the next is "
+                             "refused 503 overloaded.",
+    "atlas_store_calls_admitted": "Store calls running or waiting now.",
+    "atlas_store_capacity": "Store calls admitted at most.",
+}
+"""The occupancy gauges and their help texts."""
+
+
+def occupancy(app: FastAPI) -> dict[str, float] | None:
+    """The `OCCUPANCY` values of the app's pool and store now; None before its lifespan
+    started them."""
+    context = getattr(app.state, "context", None)
+    if context is None:
+        return None
+    pool, store = context.pool, context.store
+    admitted = pool.admitted
+    running = min(admitted, pool.threads)
+    return {"atlas_solver_searches_running": running,
+            "atlas_solver_searches_queued": admitted - running,
+            "atlas_solver_capacity": pool.capacity,
+            "atlas_store_calls_admitted": store.admitted,
+            "atlas_store_capacity": store.capacity}
+
+
+class _OccupancyCollector(Collector):
+    """The occupancy, read when scraped (one process)."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        values = occupancy(self.app)
+        for name, value in (values or {}).items():
+            yield GaugeMetricFamily(name, OCCUPANCY[name], value=value)
+
+
+class ServiceMetrics:
+    """The app's registry and the series its middleware and occupancy feed."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self.multiprocess = bool(os.environ.get(MULTIPROCESS_DIR_ENV))
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("atlas_http_requests", "HTTP answers by method, route "
                                 "template and status.", ["method", "route", "status"],
@@ -59,31 +108,34 @@ class ServiceMetrics:
                                       "'unavailable' (503 store-unavailable) or 'plan_not_"
                                       "stored' (a plan answered with X-Plan-Stored: false).",
                                       ["outcome"], registry=self.registry)
+        self._gauges: dict[str, Gauge] = {}
+        if self.multiprocess:
+            self._gauges = {name: Gauge(name, text, multiprocess_mode="livesum",
+                                        registry=self.registry)
+                            for name, text in OCCUPANCY.items()}
+        else:
+            self.registry.register(_OccupancyCollector(app))
 
+    def note_occupancy(self) -> None:
+        """Write this worker's occupancy to its gauges (multiprocess mode only: in one
+        process the collector reads it when scraped)."""
+        values = occupancy(self.app) if self.multiprocess else None
+        for name, value in (values or {}).items():
+            self._gauges[name].set(value)
 
-class _PoolCollector(Collector):
-    """The solver pool's and store gate's occupancy, read when scraped."""
+    def exposition(self) -> bytes:
+        """The text of GET /metrics: this process's registry, or every worker's series."""
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        self.note_occupancy()
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged)
+        return generate_latest(merged)
 
-    def __init__(self, app: FastAPI) -> None:
-        self.app = app
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        context = getattr(self.app.state, "context", None)
-        if context is None:  # not started (or stopped): nothing to report
-            return
-        pool, store = context.pool, context.store
-        running = min(pool.admitted, pool.threads)
-        yield GaugeMetricFamily("atlas_solver_searches_running", "Searches on a solver "
-                                "thread now.", value=running)
-        yield GaugeMetricFamily("atlas_solver_searches_queued", "Admitted searches waiting "
-                                "for a solver thread.", value=pool.admitted - running)
-        yield GaugeMetricFamily("atlas_solver_capacity", "Searches admitted at most (threads "
-                                "+ queue); the next is refused 503 overloaded.",
-                                value=pool.capacity)
-        yield GaugeMetricFamily("atlas_store_calls_admitted", "Store calls running or "
-                                "waiting now.", value=store.admitted)
-        yield GaugeMetricFamily("atlas_store_capacity", "Store calls admitted at most.",
-                                value=store.capacity)
+    def process_ended(self) -> None:
+        """Drop this worker's occupancy from the sums (multiprocess mode)."""
+        if self.multiprocess:
+            mark_process_dead(os.getpid())
 
 
 def route_label(scope: Scope, root_path: str = "") -> str:
@@ -118,9 +170,13 @@ class MetricsMiddleware:
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._watch_lifespan(send))
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        self.metrics.note_occupancy()
         start = time.perf_counter()
         root_path = str(scope.get("root_path", ""))
         status = CLIENT_GONE  # until an answer starts: the client left before one
@@ -149,6 +205,20 @@ class MetricsMiddleware:
         finally:
             self._record(scope, route_label(scope, root_path), status, problem,
                          time.perf_counter() - start)
+            self.metrics.note_occupancy()
+
+    def _watch_lifespan(self, send: Send) -> Send:
+        """`send`, noting the occupancy once the app has started (its capacity counts from
+        then on) and dropping it once the app has stopped."""
+
+        async def watched(message: Message) -> None:
+            await send(message)
+            if message["type"] == "lifespan.startup.complete":
+                self.metrics.note_occupancy()
+            elif message["type"] == "lifespan.shutdown.complete":
+                self.metrics.process_ended()
+
+        return watched
 
     def _record(self, scope: Scope, route: str, status: int, problem: bytearray | None,
                 seconds: float) -> None:
@@ -166,16 +236,15 @@ def install_metrics(app: FastAPI) -> ServiceMetrics:
     """Add the middleware (call it after the request-id middleware, so refusals made there
     are counted) and GET /metrics (left out of the OpenAPI document: it is for Prometheus,
     not for API clients)."""
-    metrics = ServiceMetrics()
-    metrics.registry.register(_PoolCollector(app))
+    metrics = ServiceMetrics(app)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics_page() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     return metrics
 
 
-__all__ = ["CLIENT_GONE", "LATENCY_BUCKETS_S", "UNROUTED", "MetricsMiddleware", "ServiceMetrics",
-           "install_metrics", "route_label"]
+__all__ = ["CLIENT_GONE", "LATENCY_BUCKETS_S", "MULTIPROCESS_DIR_ENV", "OCCUPANCY", "UNROUTED",
+           "MetricsMiddleware", "ServiceMetrics", "install_metrics", "occupancy", "route_label"]

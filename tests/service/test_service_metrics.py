@@ -3,22 +3,45 @@ and latency histograms by route template and status that move with each answer, 
 codes, store failures and the solver pool's occupancy."""
 
 import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+from fastapi import FastAPI
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.app import create_app
-from service.metrics import LATENCY_BUCKETS_S, UNROUTED, MetricsMiddleware, ServiceMetrics
+from service.cli.serve import metrics_folder
+from service.metrics import (
+    LATENCY_BUCKETS_S,
+    MULTIPROCESS_DIR_ENV,
+    UNROUTED,
+    MetricsMiddleware,
+    ServiceMetrics,
+)
 from service.settings import Settings
 from tests.service.service_testkit import ScriptedPlanner, plan_body, serve_in_process
 
 REFUSED_URL = "postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1"
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def scrape(client: httpx.Client) -> Samples:
@@ -106,7 +129,7 @@ def test_store_failures_are_counted() -> None:
 def test_plans_answered_unstored_are_counted() -> None:
     """A search that ends while the store is down is answered 200 with X-Plan-Stored: false
     (`service/routes/plans.py`); the middleware counts it from that header."""
-    metrics = ServiceMetrics()
+    metrics = ServiceMetrics(FastAPI())
 
     async def answer_unstored(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200,
@@ -150,3 +173,64 @@ def test_a_search_in_progress_shows_as_running(sqlite_settings: Settings) -> Non
     assert value(during, "atlas_solver_searches_running") == 1
     assert value(during, "atlas_solver_searches_queued") == 0
     assert value(after, "atlas_solver_searches_running") == 0
+
+
+def _scrape_url(base: str) -> Samples:
+    """One scrape on a fresh connection (which worker answers is the kernel's choice)."""
+    with httpx.Client(base_url=base, timeout=30) as fresh:
+        return scrape(fresh)
+
+
+@pytest.mark.slow
+def test_two_workers_are_summed_in_every_scrape(tmp_path: Path) -> None:
+    """`serve --workers 2`: each worker's series go to the multiprocess folder `serve` sets,
+    and a scrape, whichever worker answers it, sums both: the capacity is twice one
+    worker's, and requests spread over fresh connections all count."""
+    port = _free_port()
+    root = Path(__file__).resolve().parents[2]
+    env = {key: value for key, value in os.environ.items() if key != MULTIPROCESS_DIR_ENV}
+    env.update(PYTHONPATH=str(root), ATLAS_SOLVER_THREADS="2", ATLAS_SOLVER_QUEUE="3")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--workers", "2",
+         "--sqlite-path", str(tmp_path / "plans.db"), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # both workers up: each adds its capacity of 2 + 3
+            try:
+                if value(_scrape_url(base), "atlas_solver_capacity") == 10:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "two workers did not start"
+            time.sleep(0.3)
+        before = _scrape_url(base)
+        for _ in range(12):
+            with httpx.Client(base_url=base, timeout=30) as fresh:
+                assert fresh.get("/healthz").status_code == 200
+        scrapes = [_scrape_url(base) for _ in range(6)]
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
+    healthz = {"method": "GET", "route": "/healthz", "status": "200"}
+    for after in scrapes:
+        assert value(after, "atlas_solver_capacity") == 10
+        assert value(after, "atlas_http_requests_total", **healthz) - \
+            value(before, "atlas_http_requests_total", **healthz) == 12
+
+
+def test_the_metrics_folder_of_serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(MULTIPROCESS_DIR_ENV, raising=False)
+    assert metrics_folder(1) is None and MULTIPROCESS_DIR_ENV not in os.environ
+    fresh = metrics_folder(2)
+    assert fresh is not None and os.environ[MULTIPROCESS_DIR_ENV] == fresh
+    assert Path(fresh).is_dir() and not any(Path(fresh).iterdir())
+    Path(fresh).rmdir()
+    named = tmp_path / "metrics"
+    named.mkdir()
+    (named / "counter_123.db").write_bytes(b"stale")
+    (named / "keep.txt").write_text("not a series")
+    monkeypatch.setenv(MULTIPROCESS_DIR_ENV, str(named))
+    assert metrics_folder(1) == str(named)
+    assert sorted(p.name for p in named.iterdir()) == ["keep.txt"]
