@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.app import create_app
 from service.cli.serve import metrics_folder
 from service.metrics import (
+    CLIENT_GONE,
     LATENCY_BUCKETS_S,
     MULTIPROCESS_DIR_ENV,
     UNROUTED,
@@ -129,26 +130,13 @@ def test_store_failures_are_counted() -> None:
 def test_plans_answered_unstored_are_counted() -> None:
     """A search that ends while the store is down is answered 200 with X-Plan-Stored: false
     (`service/routes/plans.py`); the middleware counts it from that header."""
-    metrics = ServiceMetrics(FastAPI())
-
     async def answer_unstored(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"x-plan-stored", b"false")]})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: Any) -> None:
-        pass
-
-    middleware = MetricsMiddleware(answer_unstored, metrics=metrics)
-    scope = {"type": "http", "method": "POST", "path": "/v1/plans", "root_path": ""}
-    asyncio.run(middleware(scope, receive, send))
-    text = generate_latest(metrics.registry).decode()
-    samples = {(s.name, frozenset(s.labels.items())): s.value
-               for family in text_string_to_metric_families(text) for s in family.samples}
+    samples = _run_bare(answer_unstored)
     assert value(samples, "atlas_store_failures_total", outcome="plan_not_stored") == 1
     assert value(samples, "atlas_http_requests_total", method="POST", route=UNROUTED,
                  status="200") == 1
@@ -234,3 +222,36 @@ def test_the_metrics_folder_of_serve(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(MULTIPROCESS_DIR_ENV, str(named))
     assert metrics_folder(1) == str(named)
     assert sorted(p.name for p in named.iterdir()) == ["keep.txt"]
+
+
+def _run_bare(app: Any) -> Samples:
+    """One POST /v1/plans through the metrics middleware around `app`; the samples after."""
+    metrics = ServiceMetrics(FastAPI())
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        pass
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/plans", "root_path": ""}
+    try:
+        asyncio.run(MetricsMiddleware(app, metrics=metrics)(scope, receive, send))
+    except RuntimeError:
+        pass
+    text = generate_latest(metrics.registry).decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_a_client_gone_and_a_crash_are_labelled_apart() -> None:
+    async def gone(scope: Any, receive: Any, send: Any) -> None:
+        return  # the client disconnected: the handling was cancelled, nothing was sent
+
+    async def crash(scope: Any, receive: Any, send: Any) -> None:
+        raise RuntimeError("bug")
+
+    labels = {"method": "POST", "route": UNROUTED}
+    assert value(_run_bare(gone), "atlas_http_requests_total", **labels,
+                 status=str(CLIENT_GONE)) == 1
+    assert value(_run_bare(crash), "atlas_http_requests_total", **labels, status="500") == 1
