@@ -21,15 +21,21 @@ MAX_NAME_LENGTH = 200
 
 class SpecModel(BaseModel):
     """Immutable input type that rejects unknown fields (so typos fail loudly) and NaN or
-    infinite floats (no physical quantity of the API is infinite)."""
+    infinite floats (no physical quantity of the API is infinite).
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    Where one is also returned (a plan's `parallel`), its answer always holds every field,
+    defaulted or not: the OpenAPI document marks them required on the output side
+    (`json_schema_serialization_defaults_required`), so typed clients need no casts."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False,
+                              json_schema_serialization_defaults_required=True)
 
 
 class ResultModel(BaseModel):
-    """Response type: immutable, extra fields allowed only where declared."""
+    """Response type: immutable, extra fields allowed only where declared; every field is
+    always serialised, so every field is required in the OpenAPI document."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, json_schema_serialization_defaults_required=True)
 
 
 def field_path(path: str, part: str | int) -> str:

@@ -5,7 +5,8 @@ problem+json handlers, the request-id, body-size, body-read-timeout and CORS mid
 OpenAPI document and its offline Swagger UI and ReDoc pages, logging set-up, and the
 lifespan that opens the database behind the store gate (creating the schema when it answers;
 the service starts degraded when it does not), starts the solver pool and the solver's
-import (`service/solver_calls.py`) and closes them at shutdown. Must not: do anything at
+import (`service/solver_calls.py`) and closes them at shutdown. It also installs what the
+observability modules own (security headers, metrics, JSON logs). Must not: do anything at
 import: `service.app:app` is built on first access, and building it does no I/O (the
 lifespan does); nor import the solver.
 """
@@ -22,8 +23,10 @@ from fastapi_offline import FastAPIOffline
 
 from service import solver_calls
 from service.deps import ServiceContext
+from service.logging_json import install_json_logging
+from service.metrics import install_metrics
 from service.middleware import RequestContextMiddleware, install_cors
-from service.openapi import install_openapi
+from service.openapi import install_openapi, operation_id
 from service.persistence.db import StoreTimeouts, make_engine
 from service.persistence.gate import StoreGate
 from service.planning import Planner
@@ -48,6 +51,7 @@ from service.routes import (
     run_level,
 )
 from service.routes.health import SERVICE_VERSION
+from service.security_headers import install_security_headers
 from service.settings import Settings, get_settings
 
 logger = logging.getLogger(__name__)
@@ -74,14 +78,6 @@ TAGS = [
 ]
 
 
-def _configure_logging(level: str) -> None:
-    """Send log records to stderr unless the host (uvicorn, pytest) already set handlers."""
-    root = logging.getLogger()
-    if not root.handlers:
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("service").setLevel(level.upper())
-
-
 def create_app(settings: Settings | None = None, *, planner: Planner | None = None) -> FastAPI:
     """Build the app (cheap: no I/O until the lifespan starts).
 
@@ -92,7 +88,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     """
     config = settings if settings is not None else get_settings()
     plan_fn: Planner = planner if planner is not None else solver_calls.plan
-    _configure_logging(config.log_level)
+    install_json_logging(config.log_level)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -121,12 +117,14 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     # Swagger UI and ReDoc from the files fastapi-offline ships: /docs needs no network.
     app = FastAPIOffline(title="atlas-planner", version=SERVICE_VERSION,
                          description=DESCRIPTION, openapi_tags=TAGS, lifespan=lifespan,
-                         redoc_url=None)
+                         redoc_url=None, generate_unique_id_function=operation_id)
     reference.install_redoc(app)
     install_problem_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes,
                        body_read_timeout_s=config.body_read_timeout_s)
     install_cors(app, config.cors_origin_list())
+    install_metrics(app)
+    install_security_headers(app)
     app.include_router(plans.router)
     app.include_router(pictures.router)
     app.include_router(estimates.router)

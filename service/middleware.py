@@ -17,6 +17,7 @@ from typing import Any
 
 from starlette.middleware.cors import CORSMiddleware
 
+from service.logging_json import REQUEST_ID
 from service.problems import problem_response
 
 Scope = MutableMapping[str, Any]
@@ -53,6 +54,7 @@ class RequestContextMiddleware:
         given = _header(scope, b"x-request-id")
         request_id = given if given and _SANE_REQUEST_ID.match(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        REQUEST_ID.set(request_id)  # on every log line written for this request
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -1,8 +1,10 @@
 """The OpenAPI document: problem+json error responses and their shared schema.
 
 Owns: `problem_responses(...)`, the `responses=` entry each route declares for the problem
-codes it can answer, and `install_openapi(app)`, which adds the `ProblemDetail` and
-`FieldError` schemas (and the `TraceDocument` of the trace answers) to the components.
+codes it can answer, `operation_id(route)` (each operation's stable name: its handler's
+name, so generated clients get `create_plan`, not one derived from the path), and
+`install_openapi(app)`, which adds the `ProblemDetail` and `FieldError` schemas (and the
+`TraceDocument` of the trace answers) to the components and refuses a repeated operation id.
 Must not: change routes or request schemas.
 """
 
@@ -10,6 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 
 from api_schemas.problems import FieldError, ProblemCode, ProblemDetail
 from service.openapi_enums import name_enums
@@ -46,8 +49,39 @@ def problem_responses(*codes: ProblemCode, params: bool = True,
     return responses
 
 
+def operation_id(route: APIRoute) -> str:
+    """The route's OpenAPI `operationId`: its handler's name (`create_plan`), which generated
+    clients turn into their function names; renaming a handler renames the operation."""
+    return route.name
+
+
+def _check_unique_operation_ids(schema: dict[str, Any]) -> None:
+    seen: dict[str, str] = {}
+    for path, item in schema.get("paths", {}).items():
+        for method, operation in item.items():
+            name = operation.get("operationId")
+            if name in seen:
+                raise ValueError(f"operationId {name!r} of {method.upper()} {path} is also "
+                                 f"{seen[name]}'s: give the handler another name")
+            seen[name] = f"{method.upper()} {path}"
+
+
+def _title_split_models(schema: dict[str, Any]) -> None:
+    """Give the two halves of a model that is both read and returned distinct titles.
+
+    Such a model (a `ParallelConfig` given to /v1/evaluate and returned in every plan) has a
+    `-Input` component, whose defaulted fields are optional, and an `-Output` one, where
+    every field is required (the answer always holds them). Both keep the model's title,
+    and generators that name classes by title would then make one class of the two."""
+    for name, component in schema.get("components", {}).get("schemas", {}).items():
+        for suffix in ("-Input", "-Output"):
+            if name.endswith(suffix):
+                component["title"] = name.removesuffix(suffix) + suffix[1:]
+
+
 def install_openapi(app: FastAPI) -> None:
-    """Generate the schema once, with the problem schemas in its components."""
+    """Generate the schema once, with the problem schemas in its components (the app is built
+    with `generate_unique_id_function=operation_id`)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
@@ -63,10 +97,12 @@ def install_openapi(app: FastAPI) -> None:
                 components.setdefault(name, definition)
             components[model.__name__] = generated
         schema = name_enums(schema)
+        _title_split_models(schema)
+        _check_unique_operation_ids(schema)
         app.openapi_schema = schema
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-__all__ = ["install_openapi", "problem_responses"]
+__all__ = ["install_openapi", "operation_id", "problem_responses"]

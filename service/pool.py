@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -141,7 +142,9 @@ class SolverPool:
                 return fn()
 
         loop = asyncio.get_running_loop()
-        job = _Job(future=loop.run_in_executor(self._executor, under_token), token=token)
+        # The caller's context (its request id, for the log lines the search writes).
+        job = _Job(future=loop.run_in_executor(self._executor, copy_context().run,
+                                               under_token), token=token)
         self._admitted += 1
         if key is not None:
             self._in_flight[key] = job

@@ -16,7 +16,7 @@ from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import PlanStatus
 from api_schemas.problems import ProblemCode
 
-_FROZEN = ConfigDict(frozen=True)
+_FROZEN = ConfigDict(frozen=True, json_schema_serialization_defaults_required=True)
 
 
 class PlanSummary(BaseModel):

@@ -1,13 +1,39 @@
 """`atlas-planner serve`: the HTTP service under uvicorn.
 
 Owns: the uvicorn options taken from the settings (keep-alive, request-head and worker
-health-check timeouts, the largest head) and starting uvicorn with the app factory, so each
-worker builds its app. Must not: import the app (workers do).
+health-check timeouts, the largest head), the JSON log configuration, the folder where
+several workers' metrics meet (`metrics_folder`), and starting uvicorn with the app
+factory, so each worker builds its app. Must not: import the app or prometheus_client
+(workers do, after the folder is set in their environment).
 """
 
 import argparse
 import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
+
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client's multiprocess folder variable (`service/metrics.py`)."""
+
+
+def metrics_folder(workers: int) -> str | None:
+    """Where the workers' metrics meet, set in the environment they inherit: the folder
+    already named there, emptied of an earlier run's series (prometheus_client's rule), or
+    with several workers a fresh temporary one; None with one worker and none named."""
+    named = os.environ.get(METRICS_DIR_ENV)
+    if named:
+        folder = Path(named)
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.db"):
+            stale.unlink()
+        return named
+    if workers <= 1:
+        return None
+    fresh = tempfile.mkdtemp(prefix="atlas-metrics-")
+    os.environ[METRICS_DIR_ENV] = fresh
+    return fresh
 
 
 def server_timeouts() -> dict[str, Any]:
@@ -27,12 +53,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Run the HTTP service under uvicorn (the app is built per worker by the factory)."""
     import uvicorn
 
+    from service.logging_json import uvicorn_log_config
+
     if args.database_url:
         os.environ["DATABASE_URL"] = args.database_url
     if args.sqlite_path:
         os.environ["ATLAS_SQLITE_PATH"] = args.sqlite_path
     os.environ["ATLAS_LOG_LEVEL"] = args.log_level.upper()
-    uvicorn.run("service.app:create_app", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level=args.log_level, proxy_headers=True,
-                **server_timeouts())
+    named = os.environ.get(METRICS_DIR_ENV)
+    folder = metrics_folder(args.workers)
+    try:
+        uvicorn.run("service.app:create_app", factory=True, host=args.host, port=args.port,
+                    workers=args.workers, log_level=args.log_level, proxy_headers=True,
+                    log_config=uvicorn_log_config(args.log_level),
+                    **server_timeouts())
+    finally:
+        if folder is not None and not named:  # the temporary folder made for this run
+            shutil.rmtree(folder, ignore_errors=True)
     return 0

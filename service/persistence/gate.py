@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
+from contextvars import copy_context
 from typing import TypeVar
 
 from sqlalchemy import Engine
@@ -92,7 +93,7 @@ class StoreGate:
                 raise self._unavailable(
                     what, f"{self._admitted} store calls are already waiting for it")
             self._admitted += 1
-        future = self._executor.submit(self._run, fn)
+        future = self._executor.submit(copy_context().run, self._run, fn)  # request id too
 
         def release(_: "Future[T]") -> None:
             with self._lock:

@@ -4,7 +4,8 @@ Owns: GET /v1/plans/{plan_id}/timeline.svg, GET /v1/plans/{plan_id}/memory.svg a
 /v1/plans/{plan_id}/trace. The timeline and the trace are the public pipeline simulator run
 on the simulation the cost model ran for the plan (`solver.plan_pipeline`), drawn op by op up
 to ATLAS_MAX_TIMELINE_OPS ops and as each rank's busy spans beyond it; the memory stack is
-the plan's stored ledger. Must not: simulate, size or render anything itself.
+the plan's stored ledger. Each answer carries a strong ETag (`service/etags.py`). Must not:
+simulate, size or render anything itself.
 """
 
 from functools import partial
@@ -24,6 +25,7 @@ from models.pipeline.requests import simulate_request
 from service import limits, planning
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext
+from service.etags import ETAG_HEADER, NOT_MODIFIED, IfNoneMatch, tagged
 from service.media import svg_content, svg_response, trace_content, trace_response
 from service.openapi import problem_responses
 from service.persistence import repo
@@ -39,7 +41,9 @@ router = APIRouter(tags=["plans"])
 PlanId = Annotated[str, Path(max_length=64, description="Plan id from POST /v1/plans.",
                              examples=["3f2b8c0d9e6a4b1c8d7e6f5a4b3c2d1e"])]
 
-_ERRORS = problem_responses("plan-not-found", "invalid-spec", "store-unavailable", body=False)
+_ERRORS = {**NOT_MODIFIED,
+           **problem_responses("plan-not-found", "invalid-spec", "store-unavailable",
+                               body=False)}
 
 
 async def _stored(context: ServiceContext, plan_id: str) -> tuple[PlanRecord, PlanResponse]:
@@ -136,22 +140,27 @@ def plan_timeline_picture(record: PlanRecord, plan: PlanResponse, settings: Sett
                              "chunk, messages between ranks, bubbles and the critical path; "
                              "past ATLAS_MAX_TIMELINE_OPS ops, each rank's busy spans and "
                              "bubbles at the picture's resolution.",
-                             "content": svg_content("The timeline picture.")}, **_ERRORS})
-async def plan_timeline_svg(plan_id: PlanId, context: ContextDep) -> Response:
+                             "content": svg_content("The timeline picture."),
+                             "headers": ETAG_HEADER}, **_ERRORS})
+async def plan_timeline_svg(plan_id: PlanId, context: ContextDep,
+                            if_none_match: IfNoneMatch = None) -> Response:
     """The plan's pipeline iteration as the simulator runs it (the same op times
     `POST /v1/pipeline/simulate` returns for the plan's schedule, shape and per-stage F / B /
     W), drawn as SVG (a deterministic model, not a measurement)."""
     record, plan = await _stored(context, plan_id)
     picture = await run_in_threadpool(plan_timeline_picture, record, plan, context.settings)
-    return svg_response(picture, filename=f"plan-{plan_id}-timeline.svg")
+    return tagged(svg_response(picture, filename=f"plan-{plan_id}-timeline.svg"),
+                  if_none_match)
 
 
 @router.get("/v1/plans/{plan_id}/memory.svg", summary="A plan's per-stage memory (SVG)",
             response_class=Response,
             responses={200: {"description": "One stacked bar per pipeline stage, the "
                              "ledger's components as segments, the usable capacity as a line.",
-                             "content": svg_content("The memory stack picture.")}, **_ERRORS})
-async def plan_memory_svg(plan_id: PlanId, context: ContextDep) -> Response:
+                             "content": svg_content("The memory stack picture."),
+                             "headers": ETAG_HEADER}, **_ERRORS})
+async def plan_memory_svg(plan_id: PlanId, context: ContextDep,
+                          if_none_match: IfNoneMatch = None) -> Response:
     """The plan's per-stage memory ledger (`memory` of GET /v1/plans/{plan_id}) as a
     stacked bar per stage (a deterministic model, not a measurement)."""
     record, plan = await _stored(context, plan_id)
@@ -159,22 +168,25 @@ async def plan_memory_svg(plan_id: PlanId, context: ContextDep) -> Response:
         raise InvalidSpecError(
             f"plan {record.id} is {plan.status.value}: it has no memory ledger to draw",
             field="path.plan_id")
-    return svg_response(memory_svg(plan.memory, title=f"Memory of {_title(plan)}"),
-                        filename=f"plan-{plan_id}-memory.svg")
+    return tagged(svg_response(memory_svg(plan.memory, title=f"Memory of {_title(plan)}"),
+                               filename=f"plan-{plan_id}-memory.svg"), if_none_match)
 
 
 @router.get("/v1/plans/{plan_id}/trace", summary="A plan's pipeline iteration as a trace",
             response_class=JSONResponse,
             responses={200: {"description": "Chrome Trace Event JSON: a track per rank and "
                              "per rank's outgoing messages; open it in Perfetto or "
-                             "chrome://tracing.", "content": trace_content()}, **_ERRORS})
-async def plan_trace(plan_id: PlanId, context: ContextDep) -> JSONResponse:
+                             "chrome://tracing.", "content": trace_content(),
+                             "headers": ETAG_HEADER}, **_ERRORS})
+async def plan_trace(plan_id: PlanId, context: ContextDep,
+                     if_none_match: IfNoneMatch = None) -> Response:
     """The plan's simulated pipeline iteration in the Trace Event format (`ts` and `dur` in
     microseconds; a deterministic model, not a measurement)."""
     record, plan = await _stored(context, plan_id)
     simulation = await run_in_threadpool(plan_simulation, record, plan, context.settings)
-    return trace_response(trace_document(simulation, title=f"Pipeline of {_title(plan)}"),
-                          filename=f"plan-{plan_id}-trace.json")
+    return tagged(trace_response(trace_document(simulation,
+                                                title=f"Pipeline of {_title(plan)}"),
+                                 filename=f"plan-{plan_id}-trace.json"), if_none_match)
 
 
 __all__ = ["plan_simulation", "plan_timeline_picture", "router"]

@@ -4,7 +4,8 @@ Owns: POST /v1/plans (201 + Location for a new plan, 200 + Location when an iden
 request was already answered, 422 no-feasible-plan with the stored plan's id when the search
 proves infeasibility; 200 with `id: null` and `X-Plan-Stored: false` when the search finished
 while the store was unavailable), GET /v1/plans/{plan_id} and GET /v1/plans, every store call
-through the store gate (503 store-unavailable when it does not answer). Must not: solve on
+through the store gate (503 store-unavailable when it does not answer); a stored plan is
+answered with its ETag (`service/etags.py`). Must not: solve on
 the event loop, touch the database outside the gate, or build error bodies.
 """
 
@@ -20,6 +21,8 @@ from api_schemas.requests import PLAN_REQUEST_EXAMPLE, PlanRequest
 from service import planning
 from service.calibration import apply_profile
 from service.deps import ContextDep
+from service.etags import ETAG_HEADER, NOT_MODIFIED, IfNoneMatch, tagged
+from service.media import model_response
 from service.openapi import problem_responses
 from service.persistence import repo
 from service.persistence.repo import PlanPage
@@ -110,14 +113,17 @@ async def create_plan(
     return stored.response
 
 
-@router.get("/v1/plans/{plan_id}", summary="Read a stored plan",
-            responses=problem_responses("plan-not-found", "store-unavailable", body=False))
+@router.get("/v1/plans/{plan_id}", summary="Read a stored plan", response_model=PlanResponse,
+            responses={200: {"description": "The stored plan.", "headers": ETAG_HEADER},
+                       **NOT_MODIFIED,
+                       **problem_responses("plan-not-found", "store-unavailable", body=False)})
 async def read_plan(
     plan_id: Annotated[str, Path(max_length=64, description="Plan id from POST /v1/plans.",
                                  examples=["3f2b8c0d9e6a4b1c8d7e6f5a4b3c2d1e"])],
-    context: ContextDep,
-) -> PlanResponse:
-    """The plan exactly as it was served when stored (infeasible plans included)."""
+    context: ContextDep, if_none_match: IfNoneMatch = None,
+) -> Response:
+    """The plan exactly as it was served when stored (infeasible plans included), with a
+    strong ETag: 304 with no body when `If-None-Match` names it."""
     _check_text(plan_id, loc=("path", "plan_id"))
 
     def read(engine: Engine) -> PlanRecord | None:
@@ -129,7 +135,8 @@ async def read_plan(
         raise PlanNotFoundError(
             f"no plan with id '{plan_id}' is stored here; list the stored plans with "
             "GET /v1/plans or create one with POST /v1/plans")
-    return planning.stored_plan(record, created=False).response
+    plan = planning.stored_plan(record, created=False).response
+    return tagged(model_response(plan), if_none_match)
 
 
 @router.get("/v1/plans", summary="List stored plans",

@@ -15,7 +15,7 @@ STATIC_URL = "/static-offline-docs"
 
 REDOC_POLICY = ("default-src 'self'; img-src 'self' data: blob:; connect-src 'self'; "
                 "script-src 'self' 'unsafe-inline' blob:; style-src 'self' 'unsafe-inline'; "
-                "worker-src 'self' blob:; font-src 'self' data:")
+                "worker-src 'self' blob:; font-src 'self' data:; frame-ancestors 'none'")
 """ReDoc's bundle needs inline styles and a blob worker; nothing leaves the origin."""
 
 

@@ -25,9 +25,11 @@ def screenshot_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def page_for(browser: Any, base_url: str, viewports: dict[str, dict[str, int]]) -> Iterator[Any]:
     """`page_for(viewport name, **context options)` -> a fresh page on /lab that records every
-    request leaving the service; the test fails if one does."""
+    request leaving the service and every breach of its Content-Security-Policy; the test
+    fails if there is one."""
     contexts: list[Any] = []
     outside: list[str] = []
+    refused: list[str] = []
 
     def open_page(viewport_name: str, **options: Any) -> Any:
         viewport = viewports[viewport_name]
@@ -39,6 +41,8 @@ def page_for(browser: Any, base_url: str, viewports: dict[str, dict[str, int]]) 
             (base_url, "blob:", "data:")) else outside.append(request.url))
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on("console", lambda message: refused.append(message.text)
+                if "Content Security Policy" in message.text else None)
         page.goto(f"{base_url}/lab")
         page.wait_for_selector("body[data-ready=true]")
         page.errors = errors
@@ -48,6 +52,7 @@ def page_for(browser: Any, base_url: str, viewports: dict[str, dict[str, int]]) 
     for context in contexts:
         context.close()
     assert outside == [], f"requests outside the service: {outside}"
+    assert refused == [], f"refused by the page's Content-Security-Policy: {refused}"
 
 
 def answer(page: Any, tab: str) -> Any:

@@ -70,3 +70,67 @@ def test_plans_document_location_and_retry_after(openapi: dict[str, Any]) -> Non
     post = openapi["paths"]["/v1/plans"]["post"]["responses"]
     assert "Location" in post["201"]["headers"] and "Location" in post["200"]["headers"]
     assert "Retry-After" in post["503"]["headers"]
+
+
+def test_operation_ids_are_named_after_their_handlers(openapi: dict[str, Any]) -> None:
+    ids = [op["operationId"] for _, _, op in _operations(openapi)]
+    assert len(ids) == len(set(ids))
+    assert all(name.isidentifier() and "_v1_" not in name for name in ids), ids
+    by_route = {(path, method): op["operationId"] for path, method, op in _operations(openapi)}
+    assert by_route[("/v1/plans", "post")] == "create_plan"
+    assert by_route[("/v1/plans/{plan_id}", "get")] == "read_plan"
+    assert by_route[("/v1/plans/{plan_id}/timeline.svg", "get")] == "plan_timeline_svg"
+    assert by_route[("/v1/evaluate", "post")] == "evaluate_configuration"
+
+
+def _refs(node: Any) -> set[str]:
+    if isinstance(node, dict):
+        found = {node["$ref"].rsplit("/", 1)[-1]} if "$ref" in node else set()
+        return found.union(*(_refs(value) for value in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_refs(item) for item in node))
+    return set()
+
+
+def _closure(names: set[str], components: dict[str, Any]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(_refs(components[name]) - seen)
+    return seen
+
+
+def test_fields_every_answer_holds_are_required(openapi: dict[str, Any]) -> None:
+    """Answers are serialised whole (defaults and nulls included), so every property of a
+    model that only answers carries is required; trace events (free-form Trace Event
+    objects) and problems (optional members absent) are the documented exceptions."""
+    components = openapi["components"]["schemas"]
+    answered: set[str] = set()
+    for _, _, op in _operations(openapi):
+        for status, response in op["responses"].items():
+            if status.startswith("2"):
+                answered |= _refs(response)
+    requested = _closure({name for _, _, op in _operations(openapi)
+                          for name in _refs(op.get("requestBody", {}))}, components)
+    answer_only = _closure(answered, components) - requested - {"TraceDocument", "TraceEvent"}
+    assert {"PlanResponse", "ParallelConfig-Output", "PlanList", "MemoryReport"} <= answer_only
+    for name in sorted(answer_only):
+        component = components[name]
+        missing = set(component.get("properties", {})) - set(component.get("required", []))
+        assert not missing, (name, sorted(missing))
+    plan = components["PlanResponse"]
+    assert set(plan["required"]) == set(plan["properties"]) and len(plan["required"]) >= 21
+    assert components["ParallelConfig-Output"]["title"] == "ParallelConfigOutput"
+
+
+def test_svg_answers_are_strings_of_image_svg(openapi: dict[str, Any]) -> None:
+    pictures = [(path, op) for path, method, op in _operations(openapi)
+                if "image/svg+xml" in op["responses"].get("200", {}).get("content", {})]
+    assert {path for path, _ in pictures} >= {"/v1/plans/{plan_id}/timeline.svg",
+                                              "/v1/plans/{plan_id}/memory.svg", "/v1/mesh"}
+    for path, op in pictures:
+        assert op["responses"]["200"]["content"]["image/svg+xml"]["schema"]["type"] == \
+            "string", path

@@ -13,9 +13,9 @@ function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) {
     if (value === undefined || value === null || value === false) continue;
-    // Widths go through the CSSOM: the page's CSP (style-src 'self') refuses style attributes.
     if (key === "text") node.textContent = value;
-    else if (key === "width") node.style.width = value;
+    // Styles through the CSSOM: the page's Content-Security-Policy refuses style attributes.
+    else if (key === "style") Object.assign(node.style, value);
     else node.setAttribute(key, value === true ? "" : value);
   }
   for (const child of children.flat(Infinity)) {
@@ -331,7 +331,7 @@ async function runCollective(form, out) {
         ["bytes sent per rank", gib(r.bytes_sent_per_rank)], ["bus bandwidth", `${(r.bus_bandwidth_bytes_per_s / 1e9).toFixed(1)} GB/s`]]),
       el("h3", { text: "Exposed against hidden time" }),
       el("div", { class: "split", role: "img", "aria-label": `exposed ${pct(share)} of the collective's time` },
-        el("span", { class: "exposed", width: `${(100 * share).toFixed(1)}%` }), el("span", { class: "hidden-part", width: `${(100 * (1 - share)).toFixed(1)}%` })),
+        el("span", { class: "exposed", style: { width: `${(100 * share).toFixed(1)}%` } }), el("span", { class: "hidden-part", style: { width: `${(100 * (1 - share)).toFixed(1)}%` } })),
       table(["", "value"], [["exposed (on the critical path)", seconds(r.exposed_s)], ["hidden behind compute", seconds(r.hidden_s)], ["exposed share", pct(share)]], "Split under the overlap input"),
       r.phases.length ? table(["phase", "links", "ranks", "bytes per rank", "alpha", "beta"], r.phases.map((p) => [`${p.collective} (${p.algorithm})`, p.link, String(p.num_ranks), gib(p.bytes_sent_per_rank), seconds(p.alpha_s), seconds(p.beta_s)]), "Hierarchical phases") : null]));
   });
