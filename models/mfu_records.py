@@ -1,8 +1,8 @@
 """Published training records per GPU family, format and kind, and the plausibility note
 every plan carries.
 
-Owns: the table of published step-level records (each a row of
-research/data/published_runs.json: its GPU, compute format, dense or MoE, model, cluster
+Owns: the table of published step-level records (rows of research/data/published_runs.json,
+and one README figure named by its file: its GPU, compute format, dense or MoE, model, cluster
 size, MFU and tokens/s per GPU as printed, source), the choice of the closest record for a
 plan, and the note that compares the plan with it. Must not: predict anything, or read the
 error table itself (the caller passes the band's upper error, `models.error_bands`).
@@ -26,8 +26,9 @@ from models.kernels import FAMILY_PREFIXES
 class PublishedRecord:
     """One published training measurement a plan of its kind is compared with."""
 
-    run: str
-    """The run's id in research/data/published_runs.json."""
+    run: str | None
+    """The run's id in research/data/published_runs.json; None for a figure that file does
+    not hold (its `source` then names the repository file it is printed in)."""
     gpu: str
     """Catalog GPU id the run maps to."""
     dtype: DType
@@ -87,6 +88,12 @@ RECORDS: tuple[PublishedRecord, ...] = (
         moe=False, model="Llama 3.1 8B", preset="llama-3.1-8b", num_gpus=32, mfu=None,
         tokens_per_s_per_gpu=10938,
         source="torchtitan benchmarks: 10,938 tokens/s per H200 (float8 linears) on 32 GPUs"),
+    PublishedRecord(
+        run=None, gpu="h100-sxm5-80gb", dtype=DType.BF16, moe=True, model="Mixtral 8x7B",
+        preset="mixtral-8x7b", num_gpus=64, mfu=468 / 989.4, tokens_per_s_per_gpu=None,
+        source="Megatron-LM megatron/core/transformer/moe/README.md (MCore v0.9): Mixtral 8x7B "
+               "BF16 at 468 TFLOP/s per H100, at its reference mapping on 64 GPUs (TP1 EP8 "
+               "PP4 VP8, sequence 4096)"),
     PublishedRecord(
         run="bridge-26.04.01-dgx-h100-gpt-oss-120b-64gpu", gpu="h100-sxm5-80gb",
         dtype=DType.BF16, moe=True, model="GPT-OSS-120B", preset=None, num_gpus=64,
