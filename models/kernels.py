@@ -160,14 +160,22 @@ PROFILES: dict[str, KernelProfile] = {
                     "(research/CALIBRATION.md, CDNA3)",
         sdpa_attention_frac=CDNA3_SDPA_ATTENTION_FRAC),
 }
+PROFILES["cdna4"] = dataclasses.replace(
+    PROFILES["cdna3"], family="cdna4", num_sms=256,
+    calibration="no CDNA 4 (MI355X) GEMM, attention or training measurement was read: the "
+                "CDNA 3 levels on its own 256 compute units (models/data/hardware.json), which "
+                "are themselves " + PROFILES["cdna3"].calibration)
+"""CDNA 4 borrows the CDNA 3 efficiencies (shares of its own, doubled peaks) with its own
+compute-unit count for wave quantisation; nothing measured on it backs them."""
 
 
 FAMILY_PREFIXES: dict[str, tuple[str, ...]] = {
     "ampere": ("a100",), "hopper": ("h100", "h800", "h200", "gh200"),
-    "blackwell": ("b200", "gb200", "b300"), "cdna3": ("mi3",),
+    "blackwell": ("b200", "gb200", "b300"), "cdna3": ("mi300", "mi325"), "cdna4": ("mi35",),
 }
-"""GPU id prefixes of each kernel family (MI355X's CDNA 4 uses the CDNA 3 values, transferred
-from Hopper by kernel tables; no CDNA 4 measurement is read, and its plans say so)."""
+"""GPU id prefixes of each kernel family. CDNA 3 (MI300X, MI325X: one compute die) and
+CDNA 4 (MI350X, MI355X) are kept apart so that a plan names its own family, even though
+CDNA 4 borrows the CDNA 3 levels."""
 
 
 def profile_for(gpu: GpuSpec) -> KernelProfile:

@@ -108,3 +108,5 @@ def test_a_family_without_a_record_says_so_and_never_calls_itself_conservative()
     note = _note(gpu_id="mi300x", gpu_name="AMD Instinct MI300X", moe=True, band_high=None)
     assert "no published record for AMD Instinct MI300X (cdna3 BF16 MoE)" in note
     assert "conservative" not in note
+    cdna4 = _note(gpu_id="mi355x", gpu_name="AMD Instinct MI355X", moe=False, band_high=None)
+    assert "no published record for AMD Instinct MI355X (cdna4 BF16 dense)" in cdna4
