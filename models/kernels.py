@@ -155,8 +155,8 @@ PROFILES: dict[str, KernelProfile] = {
                     "cuBLASLt FP8 GEMM best large shape 1159.5 of 2614.9 vs 1366.3 of 1978.9 "
                     "TFLOP/s, ratio 0.642; FlashAttention-2 328.6 of 1307.4 vs 329.3 of 989.4, "
                     "ratio 0.755): eta_max FP8 0.32, BF16 0.39 (the FP8 ratio assumed for "
-                    "BF16: no BF16 table read); no MI300X training step measured with its "
-                    "layout calibrates it, so no predicted range is given "
+                    "BF16: no BF16 table read); nothing fitted on an MI300X training step: "
+                    "the predicted range is Hopper's widened by the held-out MI300X checks "
                     "(research/CALIBRATION.md, CDNA3)",
         sdpa_attention_frac=CDNA3_SDPA_ATTENTION_FRAC),
 }
