@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from api_schemas.dtypes import DType
+from models.catalog import gpu_preset
 from models.kernels import FAMILY_PREFIXES
 
 
@@ -170,17 +171,29 @@ def records_for(gpu_id: str, dtype: DType, *, moe: bool) -> tuple[PublishedRecor
 
 def closest_record(gpu_id: str, dtype: DType, *, moe: bool, preset: str | None,
                    num_gpus: int) -> PublishedRecord | None:
-    """The record a plan is compared with: among its family, format and kind, one of the same
-    model when published (its tokens/s compare), else one with an MFU; then the same GPU,
-    then the nearest cluster size (ratio of GPU counts), then the higher MFU."""
+    """The record a plan is compared with, among its family, format and kind: the best one
+    of the same model when one is published (highest MFU, then tokens/s per GPU: the check
+    is against a ceiling, so a slower run of the same model is not the one to beat); else,
+    of those with an MFU, the same GPU first, then the nearest cluster size (ratio of GPU
+    counts), then the higher MFU."""
     pool = records_for(gpu_id, dtype, moe=moe)
     same_model = [r for r in pool if preset is not None and r.preset == preset]
-    candidates = same_model or [r for r in pool if r.mfu is not None] or list(pool)
+    if same_model:
+        return max(same_model, key=lambda r: (r.mfu or 0.0, r.tokens_per_s_per_gpu or 0.0))
+    candidates = [r for r in pool if r.mfu is not None] or list(pool)
     if not candidates:
         return None
     return min(candidates, key=lambda r: (r.gpu != gpu_id,
                                           abs(math.log(r.num_gpus / max(1, num_gpus))),
                                           -(r.mfu or 0.0)))
+
+
+def _same_peak(record: PublishedRecord, dtype: DType, peak_flop_per_s: float) -> bool:
+    """Whether the record's GPU has the plan's dense peak in the format (H100, H800, H200
+    and GH200 do), so that tokens/s per GPU of one model compare directly."""
+    peaks = gpu_preset(record.gpu).dense_peak_flop_per_s
+    record_peak = peaks.get(_format(dtype))
+    return record_peak is not None and math.isclose(record_peak, peak_flop_per_s, rel_tol=0.01)
 
 
 def _kind(moe: bool) -> str:
@@ -189,15 +202,17 @@ def _kind(moe: bool) -> str:
 
 def plausibility_note(*, gpu_id: str, gpu_name: str, dtype: DType, moe: bool,
                       preset: str | None, num_gpus: int, mfu_full_attention: float,
-                      tokens_per_s_per_gpu: float, band_high: float | None) -> str:
+                      tokens_per_s_per_gpu: float, band_high: float | None,
+                      peak_flop_per_s: float) -> str:
     """The note comparing a plan with its closest published record (`closest_record`).
 
     The plan exceeds the record by more than the error band when its figure divided by
     (1 + e_90) is still above the record's, e_90 being the band's upper step-time error
     (`models.error_bands`; tokens/s and MFU are inversely proportional to the step time),
     floored at 0; without a band any excess counts. MFU is compared when the record prints
-    one; tokens/s per GPU only for the same model. Without a record the note says none is
-    published for the family, format and kind."""
+    one; tokens/s per GPU only for the same model on a GPU of the same dense peak in the
+    format (`peak_flop_per_s`, the plan's). Without a record the note says none is published
+    for the family, format and kind."""
     family = _family(gpu_id) or gpu_id
     label = f"{family} {_format(dtype).value.upper()} {_kind(moe)}"
     figures = (f"predicted MFU {mfu_full_attention:.1%} (full-attention convention), "
@@ -217,7 +232,8 @@ def plausibility_note(*, gpu_id: str, gpu_name: str, dtype: DType, moe: bool,
     excess: list[str] = []
     if record.mfu is not None and mfu_full_attention / (1.0 + tolerance) > record.mfu:
         excess.append(f"MFU by {mfu_full_attention / record.mfu - 1.0:.0%}")
-    same_model = preset is not None and record.preset == preset
+    same_model = (preset is not None and record.preset == preset
+                  and _same_peak(record, dtype, peak_flop_per_s))
     if (same_model and record.tokens_per_s_per_gpu is not None
             and tokens_per_s_per_gpu / (1.0 + tolerance) > record.tokens_per_s_per_gpu):
         excess.append(f"tokens/s per GPU by "
@@ -232,7 +248,8 @@ def plausibility_note(*, gpu_id: str, gpu_name: str, dtype: DType, moe: bool,
            else []))
     return (f"plausibility: {figures}; closest published record for {label}: {named}; "
             + (f"{compared} within the record plus {band}" if compared else
-               "a different model without a printed MFU: nothing compared"))
+               "no MFU printed and no tokens/s of this model on a GPU of this peak: "
+               "nothing compared"))
 
 
 __all__ = ["RECORDS", "PublishedRecord", "closest_record", "plausibility_note",

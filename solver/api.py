@@ -110,7 +110,8 @@ def plausibility(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                              num_gpus=est.world_size,
                              mfu_full_attention=est.mfu_full_attention,
                              tokens_per_s_per_gpu=est.tokens_per_s / est.world_size,
-                             band_high=band.error_high)
+                             band_high=band.error_high,
+                             peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype))
 
 
 def _exports(spec: ModelSpec, training: TrainingSpec,

@@ -62,6 +62,22 @@ def test_records_are_kept_apart_by_family_format_and_kind() -> None:
     assert records_for("b200-sxm-180gb", DType.BF16, moe=False) == ()
 
 
+def test_the_same_models_best_record_is_the_ceiling_on_any_gpu_of_the_same_peak() -> None:
+    # Llama 3 8B FP8 on Hopper: Megatron-LM on 8 H100 (13,812 tokens/s, 40.4% MFU) is the
+    # ceiling for an H200 plan too (same dense peak), not torchtitan's slower H200 run.
+    best = closest_record("h200-sxm-141gb", DType.FP8, moe=False, preset="llama-3.1-8b",
+                          num_gpus=8)
+    assert best is not None and best.run == "megatron-llama-fp8-8b"
+    args = {"gpu_id": "h200-sxm-141gb", "gpu_name": "NVIDIA H200", "dtype": DType.FP8,
+            "moe": False, "preset": "llama-3.1-8b", "num_gpus": 8,
+            "mfu_full_attention": 0.40, "band_high": 0.05}
+    same_peak = _note(**args, tokens_per_s_per_gpu=15000.0, peak_flop_per_s=1978.9e12)
+    assert "tokens/s per GPU by 9%" in same_peak
+    # On another peak tokens/s are not compared, only MFU.
+    other_peak = _note(**args, tokens_per_s_per_gpu=15000.0, peak_flop_per_s=2500e12)
+    assert other_peak.startswith("plausibility:") and "MFU within" in other_peak
+
+
 def test_the_closest_record_prefers_the_same_model_then_the_same_gpu_then_the_scale() -> None:
     same_model = closest_record("h800-sxm5-80gb", DType.FP8, moe=True, preset="deepseek-v3",
                                 num_gpus=2048)
@@ -79,7 +95,7 @@ def _note(**overrides: object) -> str:
     args: dict[str, object] = {
         "gpu_id": "a100-sxm4-80gb", "gpu_name": "NVIDIA A100 SXM4 80GB", "dtype": DType.BF16,
         "moe": True, "preset": "mixtral-8x7b", "num_gpus": 64, "mfu_full_attention": 0.66,
-        "tokens_per_s_per_gpu": 2482.0, "band_high": 0.15}
+        "tokens_per_s_per_gpu": 2482.0, "band_high": 0.15, "peak_flop_per_s": 312e12}
     args.update(overrides)
     return plausibility_note(**args)  # type: ignore[arg-type]
 
@@ -97,7 +113,8 @@ def test_a_plan_above_its_record_by_more_than_the_band_is_warned_and_the_record_
 
 def test_tokens_per_gpu_are_compared_for_the_same_model_only() -> None:
     args = {"gpu_id": "h800-sxm5-80gb", "gpu_name": "NVIDIA H800", "dtype": DType.FP8,
-            "num_gpus": 2048, "mfu_full_attention": 0.30, "band_high": 0.10}
+            "num_gpus": 2048, "mfu_full_attention": 0.30, "band_high": 0.10,
+            "peak_flop_per_s": 1978.9e12}
     above = _note(**args, preset="deepseek-v3", tokens_per_s_per_gpu=1800.0)
     assert "plausibility warning" in above and "tokens/s per GPU by 17%" in above
     within = _note(**args, preset="deepseek-v3", tokens_per_s_per_gpu=1600.0)
