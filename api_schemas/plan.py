@@ -133,7 +133,10 @@ class PredictedRange(ResultModel):
 
     basis: str = Field(description="'published' (held-out published runs of the GPU family "
                        "and regime), 'profile' (the calibration profile's leave-one-out "
-                       "errors) or 'none' (nothing backs a range; `text` says why).")
+                       "errors), 'transferred' (a family without published runs whose "
+                       "kernel levels were carried over from another: that family's range "
+                       "widened by the transfer's held-out checks) or 'none' (nothing backs "
+                       "a range; `text` says why).")
     low_percentile: float = Field(default=10.0, description="Percentile of the low bound.")
     high_percentile: float = Field(default=90.0, description="Percentile of the high bound.")
     step_time_error_low: float | None = Field(

@@ -41,6 +41,45 @@ adds, activations). Source: STREAM-like copy kernels reach about 80-90% of HBM p
 A100/H100 (NVIDIA and vendor microbenchmarks); the lower end is used."""
 
 
+CDNA3_GEMM_TABLE_RATIO = (1159.5 / 2614.9) / (1366.3 / 1978.9)
+"""Share of its dense FP8 peak an MI300X reaches on its best large GEMM over the share an H200
+reaches, both measured by one harness (Azure AI benchmarking guide, `Azure_Results/`
+ND_MI300X_v5_results.md and ND_H200_v5_results.md, hipBLASLt / cuBLASLt FP8, random
+initialisation, 10,000 warm-up iterations: MI300X 1159.5 TFLOP/s at 6144x12288x12288, H200
+1366.3 TFLOP/s at 16384^3; dense peaks 2614.9 and 1978.9 TFLOP/s from
+models/data/hardware.json): 0.642."""
+
+CDNA3_ATTENTION_TABLE_RATIO = (328.6 / 1307.4) / (329.3 / 989.4)
+"""The same ratio for FlashAttention-2 (same guide: MI300X 328.6 TFLOP/s at head dim 64, H200
+329.3 TFLOP/s at head dim 128, batch 2, sequence 8192, over the 16-bit dense peaks): 0.755.
+The MI300X row's smaller head dimension makes it a lower bound on the ratio."""
+
+CDNA3_MATERIALIZED_TABLE_RATIO = (145.9 / 1307.4) / (161.5 / 989.4)
+"""The same ratio for unfused PyTorch attention (same guide: 145.9 vs 161.5 TFLOP/s): 0.684."""
+
+CDNA3_GEMM_FRAC_FP8 = 0.50 * CDNA3_GEMM_TABLE_RATIO
+"""CDNA3 FP8 eta_max: the Hopper step-level FP8 level (0.50, `PROFILES['hopper']`) times
+`CDNA3_GEMM_TABLE_RATIO`, i.e. the step-to-kernel gap of Hopper carried over and the kernel
+gap between the two GPUs measured: 0.321."""
+
+CDNA3_GEMM_FRAC_BF16 = 0.61 * CDNA3_GEMM_TABLE_RATIO
+"""CDNA3 BF16 eta_max: the Hopper step-level BF16 level (0.61) times the FP8 kernel ratio (no
+same-harness BF16 table was read, the FP8 ratio is assumed): 0.392. Held out: an 8 x MI300X
+Llama 3.1 8B run (research/CALIBRATION.md, CDNA3)."""
+
+CDNA3_FLASH_ATTENTION_FRAC = 0.50 * CDNA3_ATTENTION_TABLE_RATIO
+"""Fused attention on CDNA3 (Transformer Engine's ROCm backend: CK FlashAttention): the
+Hopper fused level 0.50 times `CDNA3_ATTENTION_TABLE_RATIO`: 0.378."""
+
+CDNA3_SDPA_ATTENTION_FRAC = 0.35 * CDNA3_ATTENTION_TABLE_RATIO
+"""PyTorch SDPA attention on CDNA3: the Hopper FlashAttention-2 level 0.35 times
+`CDNA3_ATTENTION_TABLE_RATIO` (both rows of that ratio are FlashAttention-2): 0.264."""
+
+CDNA3_MATERIALIZED_ATTENTION_FRAC = 0.17 * CDNA3_MATERIALIZED_TABLE_RATIO
+"""Unfused attention on CDNA3: the Hopper level 0.17 times `CDNA3_MATERIALIZED_TABLE_RATIO`:
+0.116."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KernelProfile:
     """Calibrated kernel efficiencies of one GPU family."""
@@ -113,19 +152,36 @@ PROFILES: dict[str, KernelProfile] = {
                     "scaled down (no public B200 attention benchmark read)"),
     "cdna3": KernelProfile(
         family="cdna3", num_sms=304,
-        gemm_peak_frac={DType.BF16: 0.70, DType.FP16: 0.70, DType.FP8: 0.60, DType.TF32: 0.6},
-        flash_attention_frac=0.35, materialized_attention_frac=0.12, attention_seq_half=256,
-        calibration="uncalibrated: no public MI300X GEMM table was read; conservative values, "
-                    "flagged in every plan's notes"),
+        gemm_peak_frac={DType.BF16: CDNA3_GEMM_FRAC_BF16, DType.FP16: CDNA3_GEMM_FRAC_BF16,
+                        DType.FP8: CDNA3_GEMM_FRAC_FP8, DType.TF32: CDNA3_GEMM_FRAC_BF16},
+        flash_attention_frac=CDNA3_FLASH_ATTENTION_FRAC,
+        materialized_attention_frac=CDNA3_MATERIALIZED_ATTENTION_FRAC, attention_seq_half=256,
+        calibration="transferred from the Hopper step-level fit by same-harness kernel tables "
+                    "(Azure AI benchmarking guide, ND MI300X v5 vs ND H200 v5: hipBLASLt / "
+                    "cuBLASLt FP8 GEMM best large shape 1159.5 of 2614.9 vs 1366.3 of 1978.9 "
+                    "TFLOP/s, ratio 0.642; FlashAttention-2 328.6 of 1307.4 vs 329.3 of 989.4, "
+                    "ratio 0.755): eta_max FP8 0.32, BF16 0.39 (the FP8 ratio assumed for "
+                    "BF16: no BF16 table read); nothing fitted on an MI300X training step: "
+                    "the predicted range is Hopper's widened by the held-out MI300X checks "
+                    "(research/CALIBRATION.md, CDNA3)",
+        sdpa_attention_frac=CDNA3_SDPA_ATTENTION_FRAC),
 }
+PROFILES["cdna4"] = dataclasses.replace(
+    PROFILES["cdna3"], family="cdna4", num_sms=256,
+    calibration="no CDNA 4 (MI355X) GEMM, attention or training measurement was read: the "
+                "CDNA 3 levels on its own 256 compute units (models/data/hardware.json), which "
+                "are themselves " + PROFILES["cdna3"].calibration)
+"""CDNA 4 borrows the CDNA 3 efficiencies (shares of its own, doubled peaks) with its own
+compute-unit count for wave quantisation; nothing measured on it backs them."""
 
 
 FAMILY_PREFIXES: dict[str, tuple[str, ...]] = {
     "ampere": ("a100",), "hopper": ("h100", "h800", "h200", "gh200"),
-    "blackwell": ("b200", "gb200", "b300"), "cdna3": ("mi3",),
+    "blackwell": ("b200", "gb200", "b300"), "cdna3": ("mi300", "mi325"), "cdna4": ("mi35",),
 }
-"""GPU id prefixes of each kernel family (MI355X's CDNA 4 uses the uncalibrated CDNA 3
-values, flagged in its plans' notes)."""
+"""GPU id prefixes of each kernel family. CDNA 3 (MI300X, MI325X: one compute die) and
+CDNA 4 (MI350X, MI355X) are kept apart so that a plan names its own family, even though
+CDNA 4 borrows the CDNA 3 levels."""
 
 
 def profile_for(gpu: GpuSpec) -> KernelProfile:
@@ -312,6 +368,10 @@ __all__ = [
     "GEMM_LAUNCH_S",
     "GEMM_TILE",
     "GROUPED_GEMM_STREAMS",
+    "CDNA3_ATTENTION_TABLE_RATIO",
+    "CDNA3_GEMM_FRAC_BF16",
+    "CDNA3_GEMM_FRAC_FP8",
+    "CDNA3_GEMM_TABLE_RATIO",
     "HBM_ACHIEVABLE_FRAC",
     "PROFILES",
     "KernelProfile",

@@ -36,7 +36,7 @@ from models.linear_attention import cp_layer_note
 from models.memory import memory_ledger
 from models.memory_evidence import ledger_evidence
 from models.mesh import validate_mesh
-from models.mfu_records import mfu_above_record
+from models.mfu_records import plausibility_note
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cancel, cpsat
@@ -96,6 +96,22 @@ def range_of(cluster: ClusterSpec, *, moe: bool, world_size: int, step_time_s: f
     """The predicted range of a configuration's figures (`models.error_bands`)."""
     band = cluster_band(cluster, moe=moe, num_gpus=world_size)
     return predicted_range(band, step_time_s=step_time_s, tokens_per_s=tokens_per_s, mfu=mfu)
+
+
+def plausibility(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                 est: StepEstimate) -> str:
+    """The plan's plausibility note: its MFU and tokens/s per GPU against the closest
+    published record of its GPU family, format and kind, with the upper error of the band its
+    predicted range uses (`models.mfu_records.plausibility_note`)."""
+    moe = spec.moe is not None
+    band = cluster_band(cluster, moe=moe, num_gpus=est.world_size)
+    return plausibility_note(gpu_id=cluster.gpu.id, gpu_name=cluster.gpu.name,
+                             dtype=training.compute_dtype, moe=moe, preset=spec.name,
+                             num_gpus=est.world_size,
+                             mfu_full_attention=est.mfu_full_attention,
+                             tokens_per_s_per_gpu=est.tokens_per_s / est.world_size,
+                             band_high=band.error_high,
+                             peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype))
 
 
 def _exports(spec: ModelSpec, training: TrainingSpec,
@@ -210,10 +226,7 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     if request.objective == Objective.MIN_GPUS:
         reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
         text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
-    record = mfu_above_record(cluster.gpu.id, request.training.compute_dtype,
-                              best.estimate.mfu_full_attention)
-    if record:
-        notes.append(record)
+    notes.append(plausibility(spec, request.training, cluster, best.estimate))
     notes += ledger_evidence(request.training, best.parallel, is_moe=spec.moe is not None)
     notes += _cp_layer_notes(spec, best.parallel)
     notes += mechanism_notes(spec, request.training, best.parallel, cluster, best.estimate,
@@ -477,10 +490,7 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
         notes.append(f"FP8 activation storage on {cluster.gpu.name}, which has no FP8 "
                      "kernels: the memory is modelled as asked, but Transformer Engine's FP8 "
                      "path needs compute capability 8.9 or newer")
-    record = mfu_above_record(cluster.gpu.id, request.training.compute_dtype,
-                              est.mfu_full_attention)
-    if record:
-        notes.append(record)
+    notes.append(plausibility(spec, request.training, cluster, est))
     notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
     notes += _cp_layer_notes(spec, parallel)
     notes += mechanism_notes(spec, request.training, parallel, cluster, est, ledger)
@@ -509,5 +519,5 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                      explanation, stats, spec=spec, training=request.training, target="any")
 
 
-__all__ = ["cost_estimate", "evaluate", "plan", "range_of", "throughput", "time_breakdown",
-           "used_nodes"]
+__all__ = ["cost_estimate", "evaluate", "plan", "plausibility", "range_of", "throughput",
+           "time_breakdown", "used_nodes"]

@@ -131,7 +131,9 @@ def test_an_unknown_gpu_family_has_no_kernel_profile() -> None:
         profile_for(_CUSTOM)
     assert "h100" in err.value.detail
     assert profile_for(gpu_preset("h200-sxm-141gb")).family == "hopper"
-    assert profile_for(gpu_preset("mi355x")).family == "cdna3"
+    assert profile_for(gpu_preset("mi355x")).family == "cdna4"
+    assert profile_for(gpu_preset("mi355x")).num_sms == 256
+    assert profile_for(gpu_preset("mi325x")).family == "cdna3"
 
 
 def test_power_limit_relation_reproduces_the_h100_nvl_datasheet_peak() -> None:

@@ -11,6 +11,7 @@ from api_schemas.hardware import KernelCalibration
 from models.catalog import cluster_preset
 from models.error_bands import (
     MIN_ROWS,
+    TRANSFERRED_FAMILIES,
     ErrorRow,
     cluster_band,
     expected_coverage,
@@ -110,12 +111,46 @@ def test_regime_falls_back_to_every_scale_then_every_family() -> None:
     assert predicted_range(few, step_time_s=1.0).step_time_s_low is None
 
 
-def test_a_gpu_without_published_rows_gets_no_band() -> None:
-    band = published_band("mi300x", moe=False, num_gpus=64, rows=FIVE)
+def test_a_gpu_without_published_rows_or_a_transfer_gets_no_band() -> None:
+    band = published_band("mi355x", moe=False, num_gpus=64, rows=FIVE)
     assert band.basis == "none" and band.error_low is None
     rng = predicted_range(band, step_time_s=3.0, tokens_per_s=1.0, mfu=0.4)
     assert rng.step_time_s_low is None and rng.tokens_per_s_high is None
     assert "no published rows back this GPU" in rng.text
+
+
+def test_a_transferred_family_gets_its_source_band_widened_by_the_transfer_checks() -> None:
+    # CDNA3 levels are Hopper's carried over: Hopper's -6%..+26% on FIVE, composed with the
+    # checks' worst errors (+2.4% and +23.9%: none negative, so the low end stays).
+    _, checks = TRANSFERRED_FAMILIES["cdna3"]
+    worst = max(c.error for c in checks)
+    assert worst == pytest.approx(1.40 / 1.13 - 1.0)
+    band = published_band("mi300x", moe=False, num_gpus=64, rows=FIVE)
+    assert band.basis == "transferred" and band.fallback
+    assert band.error_low == pytest.approx(-0.06)
+    assert band.error_high == pytest.approx(1.26 * (1.0 + worst) - 1.0)
+    assert band.regime == "cdna3 dense, 9 to 256 GPUs"
+    assert band.regime_used == "hopper dense, 9 to 256 GPUs, widened for cdna3"
+    assert {c.id for c in checks} <= set(band.row_ids)
+    rng = predicted_range(band, step_time_s=3.0, tokens_per_s=1.0, mfu=0.4)
+    assert rng.step_time_s_high == pytest.approx(3.0 * (1.0 + band.error_high))
+    assert "widened by the transfer's held-out checks" in rng.text
+    # Without a source band there is none to widen.
+    assert published_band("mi300x", moe=True, num_gpus=64, rows=FIVE).basis == "none"
+
+
+def test_the_primus_check_is_the_current_models_error_on_that_run() -> None:
+    from api_schemas import ClusterInput, EvaluateRequest, ModelPreset, ParallelConfig
+    from api_schemas.training import TrainingSpec
+    from solver import evaluate
+
+    response = evaluate(EvaluateRequest(
+        model=ModelPreset(preset="llama-3.1-8b"), cluster=ClusterInput(gpu="mi300x", num_nodes=1),
+        training=TrainingSpec(global_batch_size=128, sequence_length=8192),
+        parallel=ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=2)))
+    assert response.time is not None
+    (primus,) = [c for c in TRANSFERRED_FAMILIES["cdna3"][1] if c.id.startswith("primus")]
+    assert 15.22 / response.time.step_time_s - 1.0 == pytest.approx(primus.error, abs=0.005)
 
 
 def test_profile_path_uses_the_leave_one_out_errors() -> None:
@@ -153,5 +188,6 @@ def test_packaged_table_backs_the_documented_bands() -> None:
     assert h100.error_low < 0 < h100.error_high
     b200 = published_band("b200-sxm-180gb", moe=False, num_gpus=64)
     assert b200.fallback and b200.regime_used == "every GPU family, dense"
-    assert published_band("mi300x", moe=False, num_gpus=64).basis == "none"
+    assert published_band("mi300x", moe=False, num_gpus=64).basis == "transferred"
+    assert published_band("mi355x", moe=False, num_gpus=64).basis == "none"
     assert scale_regime(8) == "up to 8 GPUs" and scale_regime(257) == "over 256 GPUs"

@@ -94,10 +94,13 @@ def test_evaluate_scores_a_configuration(real: httpx.Client) -> None:
     assert band.tokens_per_s_low is not None and band.tokens_per_s_high is not None
     assert result.throughput is not None
     assert band.tokens_per_s_low < result.throughput.tokens_per_s < band.tokens_per_s_high
-    mi300x = {**EVALUATE, "cluster": {**EVALUATE["cluster"], "gpu": "mi300x"}}
-    unbacked = real.post("/v1/evaluate", json=mi300x).json()["predicted_range"]
+    mi355x = {**EVALUATE, "cluster": {**EVALUATE["cluster"], "gpu": "mi355x"}}
+    unbacked = real.post("/v1/evaluate", json=mi355x).json()["predicted_range"]
     assert unbacked["basis"] == "none" and unbacked["step_time_s_low"] is None
     assert "no published rows back this GPU" in unbacked["text"]
+    mi300x = {**EVALUATE, "cluster": {**EVALUATE["cluster"], "gpu": "mi300x"}}
+    carried = real.post("/v1/evaluate", json=mi300x).json()["predicted_range"]
+    assert carried["basis"] == "transferred" and carried["step_time_s_low"] is not None
     ledger = real.post("/v1/ledger/memory", json=EVALUATE).json()
     assert ledger["peak_bytes"] == result.memory.peak_bytes
 
