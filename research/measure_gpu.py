@@ -295,10 +295,46 @@ def training_step_memory(torch: Any, layers: int, seq: int, steps: int) -> dict[
             "steps": per_step, "num_alloc_retries": stats.get("num_alloc_retries", 0)}
 
 
+DEEPSEEK_V3_EXPERT = {"hidden": 7168, "ffn": 2048}
+"""DeepSeek-V3's routed expert (its Hugging Face config.json: hidden_size,
+moe_intermediate_size)."""
+
+
+def grouped_gemms(torch: Any) -> list[dict[str, Any]]:
+    """The routed experts' GEMMs of one MoE layer on one rank, BF16: `groups` local experts
+    with `m` tokens each, as a loop of one GEMM per expert (`torch.matmul`) and as one
+    grouped GEMM (`torch._grouped_mm`, the kernel torchtitan's MoE calls)."""
+    h, f = DEEPSEEK_V3_EXPERT["hidden"], DEEPSEEK_V3_EXPERT["ffn"]
+    out = []
+    for groups in (8, 32):
+        for m in (128, 512, 2048, 8192):
+            for name, k, n in (("gate+up", h, 2 * f), ("down", f, h)):
+                a = torch.randn(groups * m, k, device="cuda", dtype=torch.bfloat16)
+                w = torch.randn(groups, n, k, device="cuda", dtype=torch.bfloat16)
+                parts = a.split(m)
+
+                def loop(parts: Any = parts, w: Any = w) -> None:
+                    for e, x in enumerate(parts):
+                        torch.matmul(x, w[e].t())
+
+                row = {"name": f"deepseek-v3 expert {name}", "groups": groups, "m": m,
+                       "n": n, "k": k, "dtype": "bf16", "seconds_loop": _timed(torch, loop)}
+                offsets = torch.arange(m, groups * m + 1, m, device="cuda", dtype=torch.int32)
+                try:
+                    row["seconds_grouped"] = _timed(torch, lambda a=a, w=w, o=offsets:
+                                                    torch._grouped_mm(a, w.transpose(-2, -1),
+                                                                      offs=o))
+                except (RuntimeError, TypeError, AttributeError) as error:
+                    row["grouped_error"] = str(error)[:200]
+                out.append(row)
+                del a, w
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--only", choices=("kernels", "compiled", "allocator"),
+    parser.add_argument("--only", choices=("kernels", "compiled", "allocator", "grouped"),
                         default="kernels", help="kernels and the eager layer (default), the "
                         "compiled layer, or a short training run's allocator reserve")
     args = parser.parse_args(argv)
@@ -309,8 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
     if args.only != "kernels":
-        part = (compiled_layer(torch, 4096) if args.only == "compiled"
-                else training_step_memory(torch, layers=4, seq=8192, steps=4))
+        parts = {"compiled": lambda: compiled_layer(torch, 4096),
+                 "grouped": lambda: grouped_gemms(torch),
+                 "allocator": lambda: training_step_memory(torch, layers=4, seq=8192,
+                                                           steps=4)}
+        part = parts[args.only]()
         extra = {"device_name": torch.cuda.get_device_name(), "torch": torch.__version__,
                  args.only: part}
         with open(args.out, "w") as handle:
