@@ -6,6 +6,7 @@ import pytest
 
 from api_schemas import ClusterSpec, Constraints, ModelSpec, ParallelConfig, TrainingSpec
 from api_schemas.parallel import PipelineSchedule
+from api_schemas.requests import DEFAULT_MEMORY_MARGIN_FRAC
 from models.catalog import cluster_preset, model_preset
 from models.errors import InvalidSpecError
 from solver.bounds import BoundTables
@@ -659,20 +660,25 @@ OPEN_STORAGE = Constraints(framework="any", allow_offload=True, allow_fp8_activa
                            allow_remote_offload=True, allow_gradient_host_shards=True)
 
 
-@pytest.mark.parametrize(("model", "nodes", "batch", "seq", "constraints"), [
-    ("deepseek-v2-lite", 2, 64, 32768, Constraints()),
-    ("deepseek-v2-lite", 2, 64, 32768, OPEN_STORAGE),  # offload, FP8, remote, Pipeline ZeRO-2
-    ("gpt-oss-20b", 2, 64, 32768, Constraints()),
-    ("llama-3.1-70b", 4, 64, 4096, OPEN_STORAGE),
-    ("kimi-linear-48b-a3b-instruct", 4, 32, 32768, Constraints()),
+@pytest.mark.parametrize(("model", "nodes", "batch", "seq", "constraints", "margin"), [
+    ("deepseek-v2-lite", 2, 64, 32768, Constraints(), 0.0),
+    # offload, FP8, remote, Pipeline ZeRO-2
+    ("deepseek-v2-lite", 2, 64, 32768, OPEN_STORAGE, 0.0),
+    ("gpt-oss-20b", 2, 64, 32768, Constraints(), 0.0),
+    ("llama-3.1-70b", 4, 64, 4096, OPEN_STORAGE, 0.0),
+    # The request's default safety margin: the capacity every check reads is the usable
+    # memory less the margin, and the bounds compare with that same capacity.
+    ("llama-3.1-70b", 4, 64, 4096, OPEN_STORAGE, DEFAULT_MEMORY_MARGIN_FRAC),
+    ("kimi-linear-48b-a3b-instruct", 4, 32, 32768, Constraints(), 0.0),
 ])
 def test_rank_memory_bound_stays_below_every_probed_plan(model: str, nodes: int, batch: int,
-                                                         seq: int,
-                                                         constraints: Constraints) -> None:
+                                                         seq: int, constraints: Constraints,
+                                                         margin: float) -> None:
     """The head rank's floor under the least-storing policy stays at or below the peak of
     the candidate's least-memory plan (or, where none fits, of its most frugal ledger) and
-    of its best plan, for every framework variant; with the capacity as its limit it lands
-    on the same side of it; and on long sequences it rises above the mean-rank bound."""
+    of its best plan, for every framework variant; with the capacity (after the safety
+    margin) as its limit it lands on the same side of it; and on long sequences it rises
+    above the mean-rank bound."""
     from models.memory import LedgerMemo
     from solver.candidate_eval import (
         allowed_zero_stages,
@@ -682,7 +688,9 @@ def test_rank_memory_bound_stays_below_every_probed_plan(model: str, nodes: int,
     from solver.targets import candidate_variants
 
     spec = model_preset(model)
-    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=nodes)
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=nodes).model_copy(
+        update={"memory_margin_frac": margin})
+    assert cluster.capacity_bytes == cluster.usable_bytes - cluster.memory_margin_bytes
     training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
     tables = BoundTables(spec, training, cluster)
     memo = LedgerMemo(spec=spec, training=training)
