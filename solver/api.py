@@ -47,6 +47,7 @@ from solver.explain import (
     binding_constraints,
     describe_parallel,
     gib,
+    limit_text,
     summary,
     why_not,
     why_rejected,
@@ -98,13 +99,15 @@ def range_of(cluster: ClusterSpec, *, moe: bool, world_size: int, step_time_s: f
     return predicted_range(band, step_time_s=step_time_s, tokens_per_s=tokens_per_s, mfu=mfu)
 
 
-def _exports(spec: ModelSpec, training: TrainingSpec,
-             parallel: ParallelConfig) -> PlanExports:
+def _exports(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+             cluster: ClusterSpec) -> PlanExports:
     try:
         from solver.export import export_all
     except ImportError:  # the exporters are optional at this layer
         return PlanExports()
-    return PlanExports.model_validate(export_all(spec, training, parallel))
+    return PlanExports.model_validate(export_all(
+        spec, training, parallel, gpus_per_node=cluster.gpus_per_node,
+        rail_optimized=cluster.rail_optimized))
 
 
 def _cp_layer_notes(spec: ModelSpec, parallel: ParallelConfig) -> list[str]:
@@ -263,7 +266,7 @@ def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: Cl
                                  mfu=min(1.0, est.mfu)),
         alternatives=alternatives,
         explanation=explanation, solver=stats, bottleneck=est.bottleneck,
-        exports=_exports(spec, training, parallel), framework_target=target,
+        exports=_exports(spec, training, parallel, cluster), framework_target=target,
         runs_on=[RunsOn(framework=fit.framework, name=fit.name, version=fit.version,
                         features=fit.features) for fit in runs_on(spec, training, parallel)],
         extensions=[ExtensionUse(feature=feature, origin=origin)
@@ -484,10 +487,10 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
     notes += _cp_layer_notes(spec, parallel)
     notes += mechanism_notes(spec, request.training, parallel, cluster, est, ledger)
-    verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
+    verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {limit_text(ledger)}"
                if ledger.fits else
                f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "
-               f"{gib(ledger.capacity_bytes)}")
+               f"{limit_text(ledger)}")
     text = (f"{describe_parallel(parallel)} for {spec.name} on {cluster.world_size} x "
             f"{cluster.gpu.name} {verdict}. Predicted {est.step_time_s:.2f} s per step, "
             f"{est.tokens_per_s:,.0f} tokens/s, MFU {est.mfu:.1%}; largest time term: "
