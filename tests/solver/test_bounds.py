@@ -497,24 +497,28 @@ def test_policy_floors_hold_where_no_plain_plan_fits(model: str, gpu: str, nodes
                                   gpus_per_node=8, constraints=constraints)
     sample = random.Random(29).sample(candidates, min(60, len(candidates)))
     checked, raised = _check_policy_floors(spec, training, cluster, constraints, sample)
-    assert checked >= 4 and raised, (checked, raised)
+    # The released frameworks run DeepSeek-V3's pipelined meshes with ZeRO-0/1 only (Megatron-LM
+    # has no ZeRO-2/3 with a pipeline, torchtitan no FP8 MoE with one): fewer plans to check.
+    least = 2 if (model, constraints.framework) == ("deepseek-v3", None) else 4
+    assert checked >= least and raised, (checked, raised)
 
 
 def test_policy_floors_leave_the_selective_rung_of_megatron_lm_below_them() -> None:
     """Megatron-LM recomputes full layers without selective recomputation on the others, so
     its most frugal policy at k = 0 stores more than its selective rung: where that rung may
-    fit, the floor stays at the k = 0 bound (here the ZeRO-3 plan is the selective rung at
-    18.14 s, below the 19.34 s the full-layer bisection would claim)."""
+    fit, the floor stays at or below the plan it gives (here the ZeRO-1 plan of a PP4 mesh,
+    the only stage Megatron-LM runs with a pipeline, recomputing 11 full layers with the
+    selective rung on the others at 22.75 s)."""
     spec = model_preset("deepseek-v3")
     cluster = cluster_preset("h800-sxm5-80gb", num_nodes=32)
     training = TrainingSpec(global_batch_size=1024, sequence_length=4096, compute_dtype="fp8")
-    constraints = Constraints()
-    key = "tp2-pp2-dp64-cp1-ep128-etp1-v5-mbs1-interleaved_1f1b"
+    constraints = Constraints(framework="megatron-lm")
+    key = "tp2-pp4-dp32-cp1-ep64-etp1-v6-mbs1-interleaved_1f1b"
     candidate = next(c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
                                                  gpus_per_node=8, constraints=constraints)
                      if c.key == key)
     checked, _ = _check_policy_floors(spec, training, cluster, constraints, [candidate])
-    assert checked >= 2
+    assert checked >= 1
 
 
 @pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq"), [
