@@ -40,6 +40,7 @@ from models.mfu_records import mfu_above_record
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cancel, cpsat
+from solver.binding_pins import Binding, binding_texts, find_binding
 from solver.candidate_eval import ScoredPlan, refine_policies
 from solver.chosen_mechanisms import chosen_mechanism_notes
 from solver.collector import collector_paused
@@ -57,7 +58,7 @@ from solver.mechanisms import mechanism_notes
 from solver.planner import SearchResult, hardware_constraints, objective_value, search
 from solver.policy_summary import summarise_policies
 from solver.reach import Reach, highest_reachable, target_relaxation
-from solver.relax import relaxations
+from solver.relax import binding_relaxations, relaxations
 from solver.reports import memory_report_from_ledger
 from solver.search_space import search_limits, space_note
 from solver.space import MeshCandidate
@@ -357,6 +358,7 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
     rejected = [r for r in result.rejections if r.stage is not None]
     closest = min(rejected, key=lambda r: r.over_bytes, default=None)
     binding = []
+    what_binds: Binding | None = None
     # Half the time left finds the fastest plan; the other relaxations keep the rest.
     now = time.perf_counter()
     reach = highest_reachable(spec, request.training, cluster, constraints, result,
@@ -374,12 +376,19 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
     if closest is not None:
         binding.append(f"the closest configuration, {why_rejected(closest)}")
     elif result.stats.candidates == 0:
-        binding.append("no mesh satisfies the divisibility rules and pins for this cluster "
-                       "and batch (heads, layers, experts, global batch)")
+        what_binds = find_binding(spec, request.training, cluster, request.constraints,
+                                  deadline=deadline)
+        named = binding_texts(what_binds, request.constraints)
+        binding += named or ["no mesh satisfies the divisibility rules and pins for this "
+                             "cluster and batch (heads, layers, experts, global batch)"]
     elif not result.stats.unexamined:
         binding.append(f"all {result.stats.candidates} candidates exceed the memory bound "
                        "under the most frugal choices allowed")
     found = relaxations(request, deadline=deadline)
+    if what_binds is not None:
+        bound = binding_relaxations(request, what_binds, deadline=deadline)
+        found = dataclasses.replace(found, found=[r.text for r in bound] + found.found,
+                                    details=[*bound, *found.details])
     if target_change is not None:
         found = dataclasses.replace(found, found=[target_change.text, *found.found],
                                     details=[target_change, *found.details])

@@ -1,0 +1,66 @@
+"""A pinned request that leaves no mesh names what binds (the framework target and each pin
+whose release alone gives meshes), not divisibility, and its relaxations are those single
+changes with their plans (`solver/binding_pins.py`, `solver/relax.py`)."""
+
+import functools
+
+from api_schemas import (
+    ClusterInput,
+    Constraints,
+    ModelPreset,
+    PlanRequest,
+    PlanResponse,
+    PlanStatus,
+    SolverLimits,
+)
+from models.published import published_run
+from solver import plan
+
+RUN = published_run("deepseek-v3-2048")
+
+
+def _request(framework: str | None) -> PlanRequest:
+    """DeepSeek-V3's published pins (arXiv:2412.19437 Sec. 3.1-3.3: PP16, EP64, no TP,
+    DualPipe, ZeRO-1) on its 2,048 H800."""
+    p = RUN.parallel
+    return PlanRequest(model=ModelPreset(preset=RUN.model_preset),
+                       cluster=ClusterInput(gpu=RUN.gpu, num_nodes=RUN.num_nodes,
+                                            gpus_per_node=RUN.gpus_per_node),
+                       training=RUN.training,
+                       constraints=Constraints(tp=1, pp=p.pp, ep=p.ep, schedule=p.schedule,
+                                               zero_stage=p.zero_stage, framework=framework),
+                       solver=SolverLimits(time_limit_s=60, top_k=0, num_workers=1))
+
+
+@functools.cache
+def _planned(framework: str | None) -> PlanResponse:
+    return plan(_request(framework))
+
+
+def test_published_pins_on_megatron_lm_name_dualpipe_and_the_framework_not_divisibility(
+        ) -> None:
+    response = _planned("megatron-lm")
+    assert response.status == PlanStatus.INFEASIBLE
+    binding = response.explanation.binding_constraints
+    assert not any("divisibility" in text for text in binding), binding
+    assert "the framework target binds: megatron-lm" in binding[0]
+    assert "has no 'schedule:dualpipe'" in binding[0]
+    assert any(text.startswith("the pin schedule=dualpipe binds") for text in binding)
+    assert response.explanation.summary.count("framework target binds") == 1
+    changes = {r.change: r for r in response.explanation.relaxation_details}
+    framework = changes["framework"]
+    assert (framework.from_value, framework.to_value) == ("megatron-lm", "any")
+    assert framework.parallel is not None and framework.parallel.schedule == "dualpipe"
+    assert framework.minimal
+    released = changes["constraints"]
+    assert released.from_value == {"schedule": "dualpipe"} and released.to_value == {}
+    assert released.parallel is not None and released.parallel.schedule != "dualpipe"
+
+
+def test_published_pins_with_framework_any_get_their_plan() -> None:
+    response = _planned("any")
+    assert response.status in (PlanStatus.OPTIMAL, PlanStatus.FEASIBLE)
+    p = response.parallel
+    assert p is not None
+    assert (p.tp, p.pp, p.ep, p.schedule, p.zero_stage) == (1, 16, 64, "dualpipe", 1)
+    assert any(e.feature == "schedule:dualpipe" for e in response.extensions)
