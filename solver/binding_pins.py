@@ -73,8 +73,10 @@ def find_binding(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
             first = candidate_meshes(spec, training, world_size=cluster.world_size,
                                      gpus_per_node=cluster.gpus_per_node,
                                      constraints=narrowed, deadline=deadline)[0]
-            rules = tuple(dict.fromkeys(target_blockers(spec, training, first.parallel(),
-                                                        constraints)))
+            zero = constraints.zero_stage
+            pinned = {"zero_stage": zero} if isinstance(zero, int) else {}
+            rules = tuple(dict.fromkeys(target_blockers(
+                spec, training, first.parallel(**pinned), constraints)))
     pins: dict[str, Any] = {}
     counts: dict[str, int] = {}
     for field, value in _pinned(constraints).items():

@@ -4,6 +4,8 @@ changes with their plans (`solver/binding_pins.py`, `solver/relax.py`)."""
 
 import functools
 
+import pytest
+
 from api_schemas import (
     ClusterInput,
     Constraints,
@@ -12,6 +14,7 @@ from api_schemas import (
     PlanResponse,
     PlanStatus,
     SolverLimits,
+    TrainingSpec,
 )
 from models.published import published_run
 from solver import plan
@@ -64,3 +67,26 @@ def test_published_pins_with_framework_any_get_their_plan() -> None:
     assert p is not None
     assert (p.tp, p.pp, p.ep, p.schedule, p.zero_stage) == (1, 16, 64, "dualpipe", 1)
     assert any(e.feature == "schedule:dualpipe" for e in response.extensions)
+
+
+@pytest.mark.parametrize(("pins", "nodes", "rule", "pin"), [
+    ({"zero_stage": 2, "framework": "torchtitan"}, 1, "has no 'zero:2'", "zero_stage=2"),
+    ({"cp": 2, "cp_kind": "ring", "framework": "deepspeed"}, 2, "has no 'cp:ring'",
+     "cp_kind=ring"),
+])
+def test_a_framework_rule_that_binds_is_named_with_the_feature(
+        pins: dict[str, object], nodes: int, rule: str, pin: str) -> None:
+    """torchtitan v0.2.2 has no ZeRO-2 (FSDP2 or DDP only); DeepSpeed 0.19.8 has no ring
+    context parallelism (Ulysses only): each pinned request names that rule and the pin."""
+    response = plan(PlanRequest(
+        model=ModelPreset(preset="llama-3.1-8b"),
+        cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=nodes),
+        training=TrainingSpec(global_batch_size=64, sequence_length=4096),
+        constraints=Constraints.model_validate(pins),
+        solver=SolverLimits(time_limit_s=60, top_k=0, num_workers=1)))
+    assert response.status == PlanStatus.INFEASIBLE
+    binding = response.explanation.binding_constraints
+    assert rule in binding[0] and "the framework target binds" in binding[0]
+    assert any(text.startswith(f"the pin {pin} binds") for text in binding)
+    assert any(r.change == "framework" and r.parallel is not None
+               for r in response.explanation.relaxation_details)
