@@ -50,13 +50,13 @@ def test_published_pins_on_megatron_lm_name_dualpipe_and_the_framework_not_divis
     assert "has no 'schedule:dualpipe'" in binding[0]
     assert any(text.startswith("the pin schedule=dualpipe binds") for text in binding)
     assert response.explanation.summary.count("framework target binds") == 1
-    changes = {r.change: r for r in response.explanation.relaxation_details}
-    framework = changes["framework"]
+    details = response.explanation.relaxation_details
+    framework = next(r for r in details if r.change == "framework")
     assert (framework.from_value, framework.to_value) == ("megatron-lm", "any")
     assert framework.parallel is not None and framework.parallel.schedule == "dualpipe"
     assert framework.minimal
-    released = changes["constraints"]
-    assert released.from_value == {"schedule": "dualpipe"} and released.to_value == {}
+    released = next(r for r in details if r.from_value == {"schedule": "dualpipe"})
+    assert released.change == "constraints" and released.to_value == {} and released.minimal
     assert released.parallel is not None and released.parallel.schedule != "dualpipe"
 
 
