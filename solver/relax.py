@@ -238,7 +238,8 @@ def binding_relaxations(request: PlanRequest, binding: Binding, *,
                         c.model_copy(update={field: None})))
     out = []
     for change, before, after, what, constraints in changes:
-        budget = clock.budget()
+        # The change that binds is the answer's main advice: up to a quarter of the limit.
+        budget = clock.budget(max(RELAXATION_TIME_LIMIT_S, request.solver.time_limit_s / 4))
         if budget < MIN_TIME_LIMIT_S:
             break
         result = _search(request.model_copy(update={"constraints": constraints}), budget)
