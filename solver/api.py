@@ -384,9 +384,11 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
     elif not result.stats.unexamined:
         binding.append(f"all {result.stats.candidates} candidates exceed the memory bound "
                        "under the most frugal choices allowed")
+    # The change that binds is searched first: it is the answer's main advice.
+    bound = ([] if what_binds is None
+             else binding_relaxations(request, what_binds, deadline=deadline))
     found = relaxations(request, deadline=deadline)
-    if what_binds is not None:
-        bound = binding_relaxations(request, what_binds, deadline=deadline)
+    if bound:
         found = dataclasses.replace(found, found=[r.text for r in bound] + found.found,
                                     details=[*bound, *found.details])
     if target_change is not None:
