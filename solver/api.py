@@ -387,7 +387,7 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
     # The change that binds is searched first: it is the answer's main advice.
     bound = ([] if what_binds is None
              else binding_relaxations(request, what_binds, deadline=deadline))
-    found = relaxations(request, deadline=deadline)
+    found = relaxations(request, deadline=deadline, single_pins=what_binds is None)
     if bound:
         found = dataclasses.replace(found, found=[r.text for r in bound] + found.found,
                                     details=[*bound, *found.details])

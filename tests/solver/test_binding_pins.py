@@ -90,3 +90,26 @@ def test_a_framework_rule_that_binds_is_named_with_the_feature(
     assert any(text.startswith(f"the pin {pin} binds") for text in binding)
     assert any(r.change == "framework" and r.parallel is not None
                for r in response.explanation.relaxation_details)
+
+
+def test_a_memory_bound_pinned_request_names_each_pin_whose_release_gives_a_plan() -> None:
+    """Llama 3.1 70B on 32 H100 pinned to TP8, PP1, ZeRO-0: every mesh exceeds the memory.
+    Releasing PP alone or ZeRO alone gives a plan that keeps the other pins; the answer offers
+    those single releases, not "drop every pin"."""
+    pins = {"tp": 8, "pp": 1, "zero_stage": 0}
+    response = plan(PlanRequest(
+        model=ModelPreset(preset="llama-3.1-70b"),
+        cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=4),
+        training=TrainingSpec(global_batch_size=64, sequence_length=4096),
+        constraints=Constraints.model_validate(pins),
+        solver=SolverLimits(time_limit_s=60, top_k=0, num_workers=1)))
+    assert response.status == PlanStatus.INFEASIBLE
+    released = {next(iter(r.from_value)): r for r in response.explanation.relaxation_details
+                if r.change == "constraints" and isinstance(r.from_value, dict)}
+    assert set(released) == {"pp", "zero_stage"}
+    for field, relaxation in released.items():
+        assert relaxation.to_value == {} and relaxation.parallel is not None
+        kept = {k: v for k, v in pins.items() if k != field}
+        assert {k: getattr(relaxation.parallel, k) for k in kept} == kept, field
+        assert getattr(relaxation.parallel, field) != pins[field]
+    assert not any(text.startswith("drop the pins") for text in response.explanation.relaxations)
