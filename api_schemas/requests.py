@@ -82,7 +82,7 @@ the Zero Bubble row zerobubble-t12-6.2b-zb-2p-b3-m8, 42.3 predicted vs 44.0 GiB 
 rounded up. A predicted peak within usable x (1 - this) stays within the usable memory
 even when the real peak is that much above the prediction. The rows that measure reserved
 memory ran with PyTorch's expandable segments, so the margin assumes them (each export's
-launch environment sets `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`). Data and
+launch environment sets `PYTORCH_ALLOC_CONF=expandable_segments:True`). Data and
 reasoning: research/CALIBRATION.md, 'Memory safety margin'."""
 
 

@@ -29,15 +29,15 @@ ALLOCATOR_PREFIX = "allocator"
 """Ledger lines whose names start with this are the caching allocator's reserves
 (`models.runtime_memory`: fragmentation share, the freed logits block of an unfused loss)."""
 
-EXPANDABLE_SEGMENTS_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+EXPANDABLE_SEGMENTS_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                           "PYTORCH_ALLOC_CONF": "expandable_segments:True"}
 """The allocator setting the margin assumes, as the validation rows that measure reserved
-memory ran it (torchtitan's `run_train.sh` launches with expandable_segments:True); every
-export's launch environment sets it (`PYTORCH_CUDA_ALLOC_CONF`, which PyTorch 2.9's
-`PYTORCH_ALLOC_CONF` spelling keeps reading).
-PyTorch `torch/csrc/cuda/CUDAAllocatorConfig` (documented in the "CUDA semantics" notes,
-"Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF"): segments grow by mapping pages
-instead of new cudaMalloc blocks, so freed blocks of one size serve later requests of
-another."""
+memory ran it (torchtitan v0.2.2's `run_train.sh` launches with
+`PYTORCH_ALLOC_CONF="expandable_segments:True"`); every export's launch environment sets it,
+under both names: `PYTORCH_ALLOC_CONF` from PyTorch 2.9 on, `PYTORCH_CUDA_ALLOC_CONF` before
+(PyTorch "CUDA semantics" notes, "Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF"):
+segments grow by mapping pages instead of new cudaMalloc blocks, so freed blocks of one size
+serve later requests of another."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,7 +72,7 @@ def margin_parts(ledger: MemoryLedger) -> tuple[MarginPart, ...]:
         MarginPart(name="caching allocator", bytes=allocator, in_peak=True,
                    basis="the binding stage's allocator lines (fragmentation share of the "
                    "dynamic bytes, freed loss blocks), counted in the peak; with "
-                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which each export's "
+                   "PYTORCH_ALLOC_CONF=expandable_segments:True, which each export's "
                    "launch environment sets"),
     )
 

@@ -148,7 +148,8 @@ def launch_env(framework: str, parallel: ParallelConfig, *, nnodes: int,
                rail_optimized: bool, megatron_env: dict[str, str]) -> dict[str, str]:
     """The environment a plan relies on.
 
-    `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`: the memory margin is sized on
+    `PYTORCH_ALLOC_CONF` (and `PYTORCH_CUDA_ALLOC_CONF`, its name before PyTorch 2.9)
+    `=expandable_segments:True`: the memory margin is sized on
     measured peaks that ran with it (`models.memory_margin.EXPANDABLE_SEGMENTS_ENV`).
     `NCCL_BUFFSIZE=4194304`: NCCL's default, which the ledger's communicator buffers assume
     (`models.runtime_memory.NCCL_BUFFER_BYTES`); pinned so a site default does not change

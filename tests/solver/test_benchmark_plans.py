@@ -103,6 +103,7 @@ def test_every_export_has_a_launch_for_the_plans_gpus(label: str) -> None:
             launch.nnodes, launch.nproc_per_node)
         inner = shlex.split(launch.srun)
         assert inner[:3] == ["srun", "--nodes", value["--nnodes"]]
+        assert launch.env["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"
         assert launch.env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
         assert launch.checked_against
     assert response.exports.megatron is not None and response.exports.megatron.launch
