@@ -1,7 +1,8 @@
 """The exports of a plan, one typed object per training framework.
 
 Owns: the wire shapes of the Megatron-LM arguments, the torchtitan job config and the
-DeepSpeed config a plan carries, each with the notes on what the framework cannot express.
+DeepSpeed config a plan carries, each with the notes on what the framework cannot express
+and its launch (launcher lines, environment, the releases it was checked against).
 Must not: build them (`solver/export/` does).
 """
 
@@ -10,6 +11,34 @@ from typing import Any
 from pydantic import Field
 
 from api_schemas._base import ResultModel
+
+
+class LaunchCommand(ResultModel):
+    """How to start an export on the plan's GPUs: launcher lines, environment, releases."""
+
+    nnodes: int = Field(description="Nodes to start (nnodes x nproc_per_node = the plan's "
+                        "GPUs).", examples=[8])
+    nproc_per_node: int = Field(description="Processes (GPUs) per node.", examples=[8])
+    torchrun: str = Field(description="One node's torchrun command (static rendezvous): run "
+                          "it on every node with NODE_RANK set and MASTER_ADDR the first "
+                          "node's address, after exporting `env`.",
+                          examples=['torchrun --nnodes 8 --nproc-per-node 8 --node-rank '
+                                    '"${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" '
+                                    '--master-port 29500 pretrain_gpt.py ...'])
+    srun: str = Field(description="The Slurm form: one srun that exports `env` and starts "
+                      "torchrun once per node, node rank from SLURM_NODEID and the master "
+                      "from the job's first host.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables "
+                                "the plan relies on (allocator, NCCL, CUDA settings).",
+                                examples=[{"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}])
+    checked_against: dict[str, str] = Field(
+        default_factory=dict, description="Package -> the exact release the export is "
+        "checked against (the framework's own parsing and validation).",
+        examples=[{"megatron-core": "0.16.1"}])
+    requires: dict[str, str] = Field(
+        default_factory=dict, description="Further packages the launch needs -> the releases "
+        "that have what it uses.", examples=[{"torchao": ">=0.12.0,<=0.16.0"}])
+    notes: list[str] = Field(default_factory=list, description="What to do by hand.")
 
 
 class MegatronExport(ResultModel):
@@ -23,6 +52,8 @@ class MegatronExport(ResultModel):
         "overlap compute.", examples=[{"CUDA_DEVICE_MAX_CONNECTIONS": "1"}])
     notes: list[str] = Field(default_factory=list, description="What the arguments cannot "
                              "express or assume.")
+    launch: LaunchCommand | None = Field(default=None, description="How to launch it "
+                                         "(absent when exported without a cluster).")
 
 
 class TorchtitanExport(ResultModel):
@@ -32,6 +63,15 @@ class TorchtitanExport(ResultModel):
                       examples=["[parallelism]\ntensor_parallel_degree = 8\n"])
     notes: list[str] = Field(default_factory=list, description="What the config cannot "
                              "express or assume.")
+    model_name: str | None = Field(default=None, description="torchtitan's model name "
+                                   "(--model.name) when a registered flavour has the model's "
+                                   "sizes.", examples=["llama3"])
+    model_flavor: str | None = Field(default=None, description="Its flavour "
+                                     "(--model.flavor).", examples=["70B"])
+    model_args: dict[str, Any] = Field(default_factory=dict, description="Otherwise the "
+                                       "model arguments a new flavour needs.")
+    launch: LaunchCommand | None = Field(default=None, description="How to launch it "
+                                         "(absent when exported without a cluster).")
 
 
 class DeepSpeedExport(ResultModel):
@@ -41,6 +81,8 @@ class DeepSpeedExport(ResultModel):
                                    "schema).", examples=[{"zero_optimization": {"stage": 1}}])
     notes: list[str] = Field(default_factory=list, description="What the config cannot "
                              "express or assume.")
+    launch: LaunchCommand | None = Field(default=None, description="How to launch it "
+                                         "(absent when exported without a cluster).")
 
 
 class PlanExports(ResultModel):
@@ -51,4 +93,5 @@ class PlanExports(ResultModel):
     deepspeed: DeepSpeedExport | None = Field(default=None, description="DeepSpeed JSON.")
 
 
-__all__ = ["DeepSpeedExport", "MegatronExport", "PlanExports", "TorchtitanExport"]
+__all__ = ["DeepSpeedExport", "LaunchCommand", "MegatronExport", "PlanExports",
+           "TorchtitanExport"]

@@ -6,6 +6,7 @@ bandwidth), of a link (achievable bandwidth per GPU and direction, latency) and 
 preset values (those live in `models/catalog.py` with their sources) or compute times.
 """
 
+import math
 from enum import StrEnum
 from typing import Self
 
@@ -189,7 +190,13 @@ class ClusterSpec(SpecModel):
     )
     memory_headroom_frac: Fraction = Field(
         default=0.0,
-        description="Fraction of each GPU's memory kept free (capacity = memory x (1 - this)).",
+        description="Fraction of each GPU's memory kept free (usable = memory x (1 - this)).",
+    )
+    memory_margin_frac: Fraction = Field(
+        default=0.0,
+        description="Fraction of the usable memory a plan keeps free for the memory model's "
+        "own error (capacity = usable - ceil(usable x this)); the request default is "
+        "`api_schemas.requests.DEFAULT_MEMORY_MARGIN_FRAC`.",
     )
     calibration: KernelCalibration | None = Field(
         default=None, description="Fitted kernel constants of a calibration profile (None: "
@@ -201,9 +208,21 @@ class ClusterSpec(SpecModel):
         return self.num_nodes * self.gpus_per_node
 
     @property
-    def capacity_bytes(self) -> int:
-        """Per-GPU memory a plan may use after the configured headroom (rounded down)."""
+    def usable_bytes(self) -> int:
+        """Per-GPU memory after the configured headroom (rounded down)."""
         return int(self.gpu.memory_bytes * (1.0 - self.memory_headroom_frac))
+
+    @property
+    def memory_margin_bytes(self) -> int:
+        """Per-GPU bytes a plan keeps free under the usable memory (`memory_margin_frac`,
+        rounded up)."""
+        return math.ceil(self.usable_bytes * self.memory_margin_frac)
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Per-GPU memory a plan may use: the usable memory less the safety margin (every
+        memory check, bound and verdict compares a predicted peak with this)."""
+        return self.usable_bytes - self.memory_margin_bytes
 
 
 __all__ = ["ClusterSpec", "GpuSpec", "IntraNodeTopology", "KernelCalibration", "LinkSpec"]

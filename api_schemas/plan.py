@@ -60,12 +60,33 @@ class StageMemoryReport(ResultModel):
                                                          description="Host-memory items.")
 
 
+class MemoryMarginPart(ResultModel):
+    """One part of the memory a plan holds in reserve."""
+
+    name: str = Field(description="What the part covers.")
+    bytes: Bytes = Field(description="Size in bytes.")
+    in_peak: bool = Field(description="True: peak_bytes already counts these bytes (a ledger "
+                          "line); false: they are kept free under capacity_bytes (the margin).")
+    basis: str = Field(description="Where the size comes from.")
+
+
 class MemoryReport(ResultModel):
     """Per-GPU memory by stage and kind, the capacity and the binding stage."""
 
     capacity_bytes: Bytes = Field(description="Usable GPU memory after headroom.")
     peak_bytes: Bytes = Field(description="Largest stage total.")
-    fits: bool = Field(description="peak_bytes <= capacity_bytes and host memory suffices.")
+    fits: bool = Field(description="peak_bytes <= capacity_bytes - margin_bytes and host "
+                       "memory suffices.")
+    margin_bytes: Bytes = Field(default=0, description="Safety margin kept free under "
+                                "capacity_bytes for the memory model's validated error "
+                                "(cluster.memory_margin_frac of it).")
+    margin_frac: float = Field(default=0.0, description="The margin as a share of "
+                               "capacity_bytes.")
+    limit_bytes: Bytes = Field(default=0, description="capacity_bytes - margin_bytes: the most "
+                               "a rank's predicted peak may reach.")
+    margin_parts: list[MemoryMarginPart] = Field(
+        default_factory=list, description="What the reserve is made of: the margin itself "
+        "and the allocator reserves the peak already counts.")
     binding_stage: int = Field(description="Stage with the largest total.")
     host_capacity_per_gpu_bytes: Bytes = Field(default=0, description="Host memory per GPU.")
     host_peak_bytes: Bytes = Field(default=0, description="Largest host use of one rank.")
@@ -322,6 +343,7 @@ __all__ = [
     "Explanation",
     "ExtensionUse",
     "MemoryComponentReport",
+    "MemoryMarginPart",
     "MemoryReport",
     "PlanResponse",
     "PlanStatus",

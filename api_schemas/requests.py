@@ -74,6 +74,17 @@ DEFAULT_MEMORY_HEADROOM_FRAC = 0.02
 81,920 MiB to CUDA; allocator growth between steps; host-side tools such as profilers),
 so a plan at 79.9 of 80 GiB is not the default answer."""
 
+DEFAULT_MEMORY_MARGIN_FRAC = 0.0384
+"""Default share of the usable GPU memory (after the headroom) a plan keeps free for the
+memory ledger's own error: 1 - 0.9616, where 0.9616 is the lowest predicted / measured peak
+over the 134 measured peaks of `research/MEMORY_PEAKS.md` (`research/validate_memory.py`;
+the Zero Bubble row zerobubble-t12-6.2b-zb-2p-b3-m8, 42.3 predicted vs 44.0 GiB measured),
+rounded up. A predicted peak within usable x (1 - this) stays within the usable memory
+even when the real peak is that much above the prediction. The rows that measure reserved
+memory ran with PyTorch's expandable segments, so the margin assumes them (each export's
+launch environment sets `PYTORCH_ALLOC_CONF=expandable_segments:True`). Data and
+reasoning: research/CALIBRATION.md, 'Memory safety margin'."""
+
 
 class ClusterInput(SpecModel):
     """A cluster as a GPU preset (or object) plus nodes, with any field overridable."""
@@ -113,6 +124,15 @@ class ClusterInput(SpecModel):
         description="Share of GPU memory kept free beyond the ledger's itemised runtime "
         "memory (capacity = memory x (1 - this)); default 0.02, e.g. 1.6 GiB of an 80 GiB "
         "GPU. Set 0 to plan up to the whole HBM.", examples=[0.02])
+    memory_margin_frac: Fraction = Field(
+        default=DEFAULT_MEMORY_MARGIN_FRAC,
+        description="Safety margin: the share of the usable GPU memory (after "
+        "memory_headroom_frac) a plan keeps free for the memory model's own error, so that "
+        "a plan fits when its predicted peak <= usable - margin. Default 0.0384, the "
+        "ledger's worst under-prediction over 134 measured peaks (predicted / measured "
+        "0.9616), e.g. 3.0 GiB of 78.4 GiB; it assumes PyTorch's expandable segments, which "
+        "each export's launch environment sets. Set 0 to plan up to the usable memory.",
+        examples=[0.0384])
     profile: str | None = Field(
         default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
         description="Name of a stored calibration profile (GET /v1/calibration/profiles): "
@@ -298,6 +318,7 @@ EVALUATE_REQUEST_EXAMPLE: dict[str, Any] = {
 
 __all__ = [
     "DEFAULT_MEMORY_HEADROOM_FRAC",
+    "DEFAULT_MEMORY_MARGIN_FRAC",
     "EVALUATE_REQUEST_EXAMPLE",
     "MAX_GPU_HOUR_PRICE",
     "MAX_TARGET_TOKENS_PER_S",

@@ -124,8 +124,14 @@ class MemoryLedger:
 
     stages: tuple[StageMemory, ...]
     capacity_bytes: int
+    """What a rank may use: the usable memory less the safety margin."""
     host_capacity_per_gpu_bytes: int
     num_micro_batches: int
+    margin_bytes: int = 0
+    """The safety margin kept free under the usable memory (`ClusterSpec.memory_margin_bytes`);
+    the usable memory is capacity_bytes + margin_bytes."""
+    margin_frac: float = 0.0
+    """The margin as a share of the usable memory (`ClusterSpec.memory_margin_frac`)."""
 
     @property
     def peak_bytes(self) -> int:
@@ -922,7 +928,7 @@ def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         spec: the LLM architecture.
         training: batch, sequence and precision recipe.
         parallel: the configuration.
-        cluster: capacity (after headroom) and host memory per node.
+        cluster: capacity (after headroom and safety margin) and host memory per node.
         stages: a precomputed layout (default: `pipeline_layout(spec, parallel)`).
         memo: rank-ledger pieces shared with other configurations of the same mesh
             (`LedgerMemo`); the ledger is the same with or without it.
@@ -941,7 +947,8 @@ def memory_ledger(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     return MemoryLedger(stages=ledgers, capacity_bytes=cluster.capacity_bytes,
                         host_capacity_per_gpu_bytes=cluster.host_memory_bytes
                         // cluster.gpus_per_node,
-                        num_micro_batches=m)
+                        num_micro_batches=m, margin_bytes=cluster.memory_margin_bytes,
+                        margin_frac=cluster.memory_margin_frac)
 
 
 REMOTE_RECEIVED = "activations: held for other pipeline ranks"

@@ -97,6 +97,7 @@ def resolve_cluster(cluster: ClusterInput) -> ClusterSpec:
         host_memory_bandwidth_bytes_per_s=(cluster.host_memory_bandwidth_bytes_per_s
                                            or links.host_memory_bandwidth_bytes_per_s),
         memory_headroom_frac=cluster.memory_headroom_frac,
+        memory_margin_frac=cluster.memory_margin_frac,
         calibration=cluster.calibration,
     )
 

@@ -48,6 +48,12 @@ def render_memory(report: MemoryReport) -> str:
     lines += _table(header, rows)
     lines.append(f"peak {gib(report.peak_bytes)} on stage {report.binding_stage} of "
                  f"{gib(report.capacity_bytes)} usable: {verdict}")
+    if report.margin_bytes:
+        lines.append(f"safety margin: {gib(report.margin_bytes)} kept free (limit "
+                     f"{gib(report.limit_bytes)}); "
+                     + "; ".join(f"{p.name} {gib(p.bytes)}"
+                                 f"{' (in the peak)' if p.in_peak else ''}"
+                                 for p in report.margin_parts))
     if report.host_peak_bytes:
         lines.append(f"host memory: {gib(report.host_peak_bytes)} per GPU of "
                      f"{gib(report.host_capacity_per_gpu_bytes)}")
@@ -111,8 +117,9 @@ def render_plan(plan: PlanResponse) -> str:
         lines.append(f"  range       {plan.predicted_range.text}")
     if plan.memory is not None:
         m = plan.memory
+        margin = (f" less a {gib(m.margin_bytes)} safety margin" if m.margin_bytes else "")
         lines.append(f"  memory      peak {gib(m.peak_bytes)} (stage {m.binding_stage}) of "
-                     f"{gib(m.capacity_bytes)}: {'fits' if m.fits else 'DOES NOT FIT'}")
+                     f"{gib(m.capacity_bytes)}{margin}: {'fits' if m.fits else 'DOES NOT FIT'}")
     if plan.bottleneck:
         lines.append(f"  bottleneck  {plan.bottleneck}")
     lines.append(f"  why         {plan.explanation.summary}")

@@ -40,6 +40,7 @@ from models.mfu_records import plausibility_note
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cancel, cpsat
+from solver.binding_pins import Binding, binding_texts, find_binding
 from solver.candidate_eval import ScoredPlan, refine_policies
 from solver.chosen_mechanisms import chosen_mechanism_notes
 from solver.collector import collector_paused
@@ -47,6 +48,7 @@ from solver.explain import (
     binding_constraints,
     describe_parallel,
     gib,
+    limit_text,
     summary,
     why_not,
     why_rejected,
@@ -56,7 +58,7 @@ from solver.mechanisms import mechanism_notes
 from solver.planner import SearchResult, hardware_constraints, objective_value, search
 from solver.policy_summary import summarise_policies
 from solver.reach import Reach, highest_reachable, target_relaxation
-from solver.relax import relaxations
+from solver.relax import binding_relaxations, relaxations
 from solver.reports import memory_report_from_ledger
 from solver.search_space import search_limits, space_note
 from solver.space import MeshCandidate
@@ -114,13 +116,15 @@ def plausibility(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                              peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype))
 
 
-def _exports(spec: ModelSpec, training: TrainingSpec,
-             parallel: ParallelConfig) -> PlanExports:
+def _exports(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+             cluster: ClusterSpec) -> PlanExports:
     try:
         from solver.export import export_all
     except ImportError:  # the exporters are optional at this layer
         return PlanExports()
-    return PlanExports.model_validate(export_all(spec, training, parallel))
+    return PlanExports.model_validate(export_all(
+        spec, training, parallel, gpus_per_node=cluster.gpus_per_node,
+        rail_optimized=cluster.rail_optimized))
 
 
 def _cp_layer_notes(spec: ModelSpec, parallel: ParallelConfig) -> list[str]:
@@ -276,7 +280,7 @@ def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: Cl
                                  mfu=min(1.0, est.mfu)),
         alternatives=alternatives,
         explanation=explanation, solver=stats, bottleneck=est.bottleneck,
-        exports=_exports(spec, training, parallel), framework_target=target,
+        exports=_exports(spec, training, parallel, cluster), framework_target=target,
         runs_on=[RunsOn(framework=fit.framework, name=fit.name, version=fit.version,
                         features=fit.features) for fit in runs_on(spec, training, parallel)],
         extensions=[ExtensionUse(feature=feature, origin=origin)
@@ -367,6 +371,7 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
     rejected = [r for r in result.rejections if r.stage is not None]
     closest = min(rejected, key=lambda r: r.over_bytes, default=None)
     binding = []
+    what_binds: Binding | None = None
     # Half the time left finds the fastest plan; the other relaxations keep the rest.
     now = time.perf_counter()
     reach = highest_reachable(spec, request.training, cluster, constraints, result,
@@ -384,12 +389,21 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
     if closest is not None:
         binding.append(f"the closest configuration, {why_rejected(closest)}")
     elif result.stats.candidates == 0:
-        binding.append("no mesh satisfies the divisibility rules and pins for this cluster "
-                       "and batch (heads, layers, experts, global batch)")
+        what_binds = find_binding(spec, request.training, cluster, request.constraints,
+                                  deadline=deadline)
+        named = binding_texts(what_binds, request.constraints)
+        binding += named or ["no mesh satisfies the divisibility rules and pins for this "
+                             "cluster and batch (heads, layers, experts, global batch)"]
     elif not result.stats.unexamined:
         binding.append(f"all {result.stats.candidates} candidates exceed the memory bound "
                        "under the most frugal choices allowed")
-    found = relaxations(request, deadline=deadline)
+    # The change that binds is searched first: it is the answer's main advice.
+    bound = ([] if what_binds is None
+             else binding_relaxations(request, what_binds, deadline=deadline))
+    found = relaxations(request, deadline=deadline, single_pins=what_binds is None)
+    if bound:
+        found = dataclasses.replace(found, found=[r.text for r in bound] + found.found,
+                                    details=[*bound, *found.details])
     if target_change is not None:
         found = dataclasses.replace(found, found=[target_change.text, *found.found],
                                     details=[target_change, *found.details])
@@ -494,10 +508,10 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
     notes += _cp_layer_notes(spec, parallel)
     notes += mechanism_notes(spec, request.training, parallel, cluster, est, ledger)
-    verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
+    verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {limit_text(ledger)}"
                if ledger.fits else
                f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "
-               f"{gib(ledger.capacity_bytes)}")
+               f"{limit_text(ledger)}")
     text = (f"{describe_parallel(parallel)} for {spec.name} on {cluster.world_size} x "
             f"{cluster.gpu.name} {verdict}. Predicted {est.step_time_s:.2f} s per step, "
             f"{est.tokens_per_s:,.0f} tokens/s, MFU {est.mfu:.1%}; largest time term: "

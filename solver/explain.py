@@ -59,6 +59,14 @@ def describe_policy(p: ParallelConfig) -> str:
     return "; ".join(f"stage {s}: {t}" for s, t in enumerate(texts))
 
 
+def limit_text(ledger: MemoryLedger) -> str:
+    """The per-rank limit in words, naming the safety margin when there is one."""
+    if not ledger.margin_bytes:
+        return gib(ledger.capacity_bytes)
+    return (f"{gib(ledger.capacity_bytes)} ({gib(ledger.capacity_bytes + ledger.margin_bytes)} "
+            f"less a {gib(ledger.margin_bytes)} safety margin)")
+
+
 def binding_constraints(ledger: MemoryLedger) -> list[str]:
     """The stage closest to the cap and what fills it."""
     stage = ledger.stages[ledger.binding_stage]
@@ -66,7 +74,7 @@ def binding_constraints(ledger: MemoryLedger) -> list[str]:
     top = sorted(stage.components, key=lambda c: -c.bytes)[:3]
     fill = ", ".join(f"{c.name} {gib(c.bytes)}" for c in top)
     lines = [f"stage {stage.stage} is the fullest: {gib(stage.total_bytes)} of "
-             f"{gib(ledger.capacity_bytes)} ({gib(abs(slack))} "
+             f"{limit_text(ledger)} ({gib(abs(slack))} "
              f"{'free' if slack >= 0 else 'over'}); largest items: {fill}"]
     if ledger.host_peak_bytes:
         lines.append(f"host memory: {gib(ledger.host_peak_bytes)} per GPU of "
@@ -122,10 +130,10 @@ def summary(spec: ModelSpec, cluster: ClusterSpec, plan: ScoredPlan) -> str:
         f" {describe_policy(plan.parallel)}. Predicted {est.step_time_s:.2f} s per step "
         f"({est.num_micro_batches} micro-batches), {est.tokens_per_s:,.0f} tokens/s, "
         f"{est.tflops_per_gpu:.0f} model TFLOP/s per GPU (MFU {est.mfu:.1%}). Peak memory "
-        f"{gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)} on stage "
+        f"{gib(ledger.peak_bytes)} of {limit_text(ledger)} on stage "
         f"{ledger.binding_stage}. Largest time term: {est.bottleneck}. This is a deterministic "
         "cost model, not a measurement.")
 
 
-__all__ = ["binding_constraints", "describe_parallel", "describe_policy", "gib", "summary",
-           "why_not", "why_rejected"]
+__all__ = ["binding_constraints", "describe_parallel", "describe_policy", "gib", "limit_text",
+           "summary", "why_not", "why_rejected"]

@@ -6,7 +6,10 @@ on a cluster large enough to hold the model states fully sharded; when it comple
 smaller whole-node count has a plan. Sequence length: bisection over multiples of
 `SEQUENCE_STEP` below the request's; the shortest change is the longest sequence that has a
 plan, given that a shorter sequence never needs more memory under the model. Pins: the
-request without its pins and forbidden values. Must not: change the request it was given.
+request with one pin released (each that gives a plan), else without its pins and forbidden
+values; and, for a request that leaves no mesh at all, the single change that binds
+(framework 'any', or one pin released; found by `solver.binding_pins`). Must not: change
+the request it was given.
 """
 
 import math
@@ -14,12 +17,13 @@ import time
 from dataclasses import dataclass
 
 from api_schemas.parallel import PipelineSchedule
-from api_schemas.plan import Relaxation
+from api_schemas.plan import Relaxation, RelaxedValue
 from api_schemas.requests import Constraints, Objective, PlanRequest, SolverLimits
 from api_schemas.units import MIN_TIME_LIMIT_S
 from models.params import count_parameters
 from models.precision import state_bytes_per_param
 from models.resolve import resolve_cluster, resolve_model
+from solver.binding_pins import MESH_PINS, Binding
 from solver.explain import describe_parallel
 from solver.planner import SearchResult, search
 
@@ -192,6 +196,33 @@ def _longest_sequence(request: PlanRequest, clock: _Clock) -> Relaxation | None 
                       minimal=complete, proof=proof, text=text)
 
 
+def _single_pins(request: PlanRequest, clock: _Clock) -> list[Relaxation] | str:
+    """Each single mesh pin whose release alone gives a plan (with two or more pins; with
+    one, dropping the pins is that change). A string when time ran out before any."""
+    c = request.constraints
+    given = c.model_dump(mode="json", exclude_defaults=True)
+    pinned = {field: given[field] for field in MESH_PINS if field in given}
+    out: list[Relaxation] = []
+    if len(pinned) < 2:
+        return out
+    for field, value in pinned.items():
+        budget = clock.budget()
+        if budget < MIN_TIME_LIMIT_S:
+            return out or "release one pin"
+        result = _search(request.model_copy(update={"constraints": c.model_copy(
+            update={field: None})}), budget)
+        if result.best is None:
+            continue
+        out.append(Relaxation(
+            change="constraints", from_value={field: value}, to_value={},
+            parallel=result.best.parallel, step_time_s=result.best.estimate.step_time_s,
+            minimal=False, proof="one pin released, the others kept: no smaller set of pins "
+            "to release exists when the request as given has no plan",
+            text=f"release the pin {field}={value}: {describe_parallel(result.best.parallel)} "
+                 f"at {result.best.estimate.step_time_s:.2f} s per step"))
+    return out
+
+
 def _without_pins(request: PlanRequest, clock: _Clock) -> Relaxation | None | str:
     c = request.constraints
     open_constraints = Constraints(allow_fp8_activations=True, allow_offload=True,
@@ -218,15 +249,61 @@ def _without_pins(request: PlanRequest, clock: _Clock) -> Relaxation | None | st
                       proof="one change tried: every pin removed at once", text=text)
 
 
-def relaxations(request: PlanRequest, *, deadline: float | None = None) -> Relaxations:
-    """The smallest node count, the longest shorter sequence and the request without pins
-    that give a plan, each with that plan (see the module docstring). Each search gets at
-    most `RELAXATION_TIME_LIMIT_S` and none starts after `deadline` (a
-    `time.perf_counter()` value)."""
+def binding_relaxations(request: PlanRequest, binding: Binding, *,
+                        deadline: float | None = None) -> list[Relaxation]:
+    """For a request that leaves no mesh: the plan with framework 'any' when the framework
+    target binds, and the plan with each single binding pin released (`solver.binding_pins`),
+    each a one-field change and so the smallest (the request as given has no mesh at all)."""
+    clock = _Clock(deadline)
+    c = request.constraints
+    changes: list[tuple[str, RelaxedValue, RelaxedValue, str, Constraints]] = []
+    if binding.framework_meshes:
+        target = c.framework or "released"
+        changes.append(("framework", target, "any", f"framework 'any' instead of {target}",
+                        c.model_copy(update={"framework": "any", "framework_version": None})))
+    for field, value in binding.pins.items():
+        changes.append(("constraints", {field: value}, {}, f"release the pin {field}={value}",
+                        c.model_copy(update={field: None})))
+    out = []
+    for change, before, after, what, constraints in changes:
+        # The change that binds is the answer's main advice: up to a quarter of the limit.
+        budget = clock.budget(max(RELAXATION_TIME_LIMIT_S, request.solver.time_limit_s / 4))
+        if budget < MIN_TIME_LIMIT_S:
+            break
+        result = _search(request.model_copy(update={"constraints": constraints}), budget)
+        if result.best is None:
+            continue
+        out.append(Relaxation(
+            change=change, from_value=before, to_value=after, parallel=result.best.parallel,
+            step_time_s=result.best.estimate.step_time_s, minimal=True,
+            proof="the request as given leaves no mesh; this one change leaves meshes and a "
+            "plan",
+            text=f"{what}: {describe_parallel(result.best.parallel)} at "
+                 f"{result.best.estimate.step_time_s:.2f} s per step"))
+    return out
+
+
+def relaxations(request: PlanRequest, *, deadline: float | None = None,
+                single_pins: bool = True) -> Relaxations:
+    """The smallest node count, each single pin whose release gives a plan (or, when none
+    does, the request without pins), and the longest shorter sequence, each with its plan
+    (see the module docstring). Each search gets at most `RELAXATION_TIME_LIMIT_S` and none
+    starts after `deadline` (a `time.perf_counter()` value). `single_pins=False` skips the
+    single-pin releases (the caller found them already, `binding_relaxations`)."""
     clock = _Clock(deadline)
     found: list[Relaxation] = []
     not_tried: list[str] = []
-    for finder in (_fewest_nodes, _without_pins, _longest_sequence):
+    outcome = _fewest_nodes(request, clock)
+    if isinstance(outcome, str):
+        not_tried.append(outcome)
+    elif outcome is not None:
+        found.append(outcome)
+    released = _single_pins(request, clock) if single_pins else []
+    if isinstance(released, str):
+        not_tried.append(released)
+    else:
+        found += released
+    for finder in (() if released else (_without_pins,)) + (_longest_sequence,):
         outcome = finder(request, clock)
         if isinstance(outcome, str):
             not_tried.append(outcome)
@@ -241,6 +318,7 @@ __all__ = [
     "RELAXATION_TIME_LIMIT_S",
     "SEQUENCE_STEP",
     "Relaxations",
+    "binding_relaxations",
     "nodes_for_states",
     "relaxations",
 ]

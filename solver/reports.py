@@ -1,10 +1,17 @@
 """Conversion of cost-model value objects into the public response types.
 
-Owns: building `MemoryReport` from a `MemoryLedger`. Must not: compute costs.
+Owns: building `MemoryReport` from a `MemoryLedger` (capacity before the safety margin, the
+margin and its parts, the limit a peak is checked against). Must not: compute costs.
 """
 
-from api_schemas.plan import MemoryComponentReport, MemoryReport, StageMemoryReport
+from api_schemas.plan import (
+    MemoryComponentReport,
+    MemoryMarginPart,
+    MemoryReport,
+    StageMemoryReport,
+)
 from models.memory import MemoryComponent, MemoryLedger
+from models.memory_margin import margin_parts
 
 
 def _components(items: tuple[MemoryComponent, ...]) -> list[MemoryComponentReport]:
@@ -24,8 +31,13 @@ def memory_report_from_ledger(ledger: MemoryLedger) -> MemoryReport:
             host_components=_components(s.host_components))
         for s in ledger.stages
     ]
-    return MemoryReport(capacity_bytes=ledger.capacity_bytes, peak_bytes=ledger.peak_bytes,
-                        fits=ledger.fits, binding_stage=ledger.binding_stage,
+    parts = [MemoryMarginPart(name=p.name, bytes=p.bytes, in_peak=p.in_peak, basis=p.basis)
+             for p in margin_parts(ledger)]
+    return MemoryReport(capacity_bytes=ledger.capacity_bytes + ledger.margin_bytes,
+                        peak_bytes=ledger.peak_bytes, fits=ledger.fits,
+                        margin_bytes=ledger.margin_bytes, margin_frac=ledger.margin_frac,
+                        limit_bytes=ledger.capacity_bytes, margin_parts=parts,
+                        binding_stage=ledger.binding_stage,
                         host_capacity_per_gpu_bytes=ledger.host_capacity_per_gpu_bytes,
                         host_peak_bytes=ledger.host_peak_bytes, stages=stages)
 

@@ -45,11 +45,16 @@ def forbid_item(text: str) -> tuple[str, list[Any]]:
 
 
 def add_recipe_flags(parser: argparse.ArgumentParser) -> None:
-    """Flags every request command shares: FP8 compute and the memory headroom."""
+    """Flags every request command shares: FP8 compute, the memory headroom and the safety
+    margin."""
     parser.add_argument("--fp8", action="store_true",
                         help="FP8 compute (training.compute_dtype = fp8, DeepSeek-V3 recipe)")
     parser.add_argument("--headroom", type=float, metavar="FRAC",
                         help="GPU memory kept free, a fraction (cluster.memory_headroom_frac)")
+    parser.add_argument("--margin", type=float, metavar="FRAC",
+                        help="safety margin for the memory model's error, a fraction of the "
+                        "usable memory (cluster.memory_margin_frac; default 0.0384, 0 plans "
+                        "up to the usable memory)")
     parser.add_argument("--vision-images", type=float, metavar="N",
                         help="images per sequence of a vision encoder beside the model "
                         "(training.vision.images_per_sequence)")
@@ -102,10 +107,11 @@ def _put(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 
 
 def apply_recipe_flags(doc: dict[str, Any], args: argparse.Namespace) -> None:
-    """Write --fp8 and --headroom into the request document."""
+    """Write --fp8, --headroom and --margin into the request document."""
     if getattr(args, "fp8", False):
         _put(doc, ("training", "compute_dtype"), "fp8")
     _put(doc, ("cluster", "memory_headroom_frac"), getattr(args, "headroom", None))
+    _put(doc, ("cluster", "memory_margin_frac"), getattr(args, "margin", None))
     images = getattr(args, "vision_images", None)
     if images is not None:
         _put(doc, ("training", "vision", "images_per_sequence"), images)

@@ -44,8 +44,9 @@ def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
     width = max(width, 760.0)
     verdict = ("fits" if report.fits else
                f"OUT OF MEMORY on stage {report.binding_stage}")
+    margin = f" less a {gib(report.margin_bytes)} margin" if report.margin_bytes else ""
     heading = (f"{title}: peak {gib(report.peak_bytes)} on stage {report.binding_stage} of "
-               f"{gib(report.capacity_bytes)} usable: {verdict}")
+               f"{gib(report.capacity_bytes)} usable{margin}: {verdict}")
     parts = [text(heading, x=LEFT, y=22, font_size=15, font_weight="600",
                   fill=INK if report.fits else CRITICAL_STROKE, class_="verdict",
                   data_fits=str(report.fits).lower()),
@@ -76,6 +77,14 @@ def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
                          x1=LEFT, y1=f"{capacity_y:.2f}", x2=f"{width - 40:.2f}",
                          y2=f"{capacity_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=2,
                          class_="capacity", data_bytes=report.capacity_bytes))
+    if report.margin_bytes:
+        limit_y = base_y - report.limit_bytes * scale
+        parts.append(element("line", tooltip(f"limit after the {gib(report.margin_bytes)} "
+                                             f"safety margin {gib(report.limit_bytes)}"),
+                             x1=LEFT, y1=f"{limit_y:.2f}", x2=f"{width - 40:.2f}",
+                             y2=f"{limit_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=1,
+                             stroke_dasharray="6 4", class_="margin-limit",
+                             data_bytes=report.limit_bytes))
     parts.append(text("pipeline stage", x=LEFT, y=f"{base_y + 34:.2f}", font_size=11,
                       fill=MUTED))
     description = (f"{len(stages)} stages; stacked bars are the ledger's components in bytes; "

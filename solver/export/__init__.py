@@ -17,6 +17,7 @@ from solver.export.deepspeed import (
     deepspeed_export,
     deepspeed_notes,
 )
+from solver.export.launch import Launch, build_launch
 from solver.export.megatron import (
     MEGATRON_FLAGS,
     MEGATRON_VERSION,
@@ -36,14 +37,27 @@ from solver.export.torchtitan import (
 )
 
 
-def export_all(spec: ModelSpec, training: TrainingSpec,
-               parallel: ParallelConfig) -> dict[str, Any]:
+def launch_json(launch: Launch) -> dict[str, Any]:
+    """A launch as the wire shape of `api_schemas.exports.LaunchCommand`."""
+    return {"nnodes": launch.nnodes, "nproc_per_node": launch.nproc_per_node,
+            "torchrun": launch.torchrun, "srun": launch.srun, "env": dict(launch.env),
+            "checked_against": dict(launch.checked_against), "requires": dict(launch.requires),
+            "notes": list(launch.notes)}
+
+
+def export_all(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, *,
+               gpus_per_node: int | None = None,
+               rail_optimized: bool = True) -> dict[str, Any]:
     """All three exports of a plan, as the JSON the API returns.
 
     Args:
         spec: the LLM architecture.
         training: batch, sequence and precision recipe.
         parallel: the plan's parallel configuration.
+        gpus_per_node: the cluster's GPUs per node; with it each export carries its launch
+            (`solver.export.launch`), without it none.
+        rail_optimized: whether the cluster's fabric is rail-optimised (the launch's NCCL
+            settings).
 
     Returns:
         {"megatron": {"args": [...], "env": {...}, "notes": [...]},
@@ -58,12 +72,23 @@ def export_all(spec: ModelSpec, training: TrainingSpec,
     megatron = megatron_export(spec, training, parallel)
     torchtitan = torchtitan_export(spec, training, parallel)
     deepspeed = deepspeed_export(spec, training, parallel)
-    return {
+    out: dict[str, Any] = {
         "megatron": {"args": list(megatron.args), "env": dict(megatron.env),
                      "notes": list(megatron.notes)},
         "torchtitan": {"toml": torchtitan.toml, "notes": list(torchtitan.notes)},
         "deepspeed": {"config": deepspeed.config, "notes": list(deepspeed.notes)},
     }
+    if gpus_per_node is not None:
+        for name in out:
+            launch = build_launch(name, spec, training, parallel, gpus_per_node=gpus_per_node,
+                                  rail_optimized=rail_optimized, args=list(megatron.args),
+                                  megatron_env=dict(megatron.env))
+            out[name]["launch"] = launch_json(launch)
+            if name == "torchtitan":
+                out[name] |= {"model_name": launch.model.get("name"),
+                              "model_flavor": launch.model.get("flavour"),
+                              "model_args": launch.model.get("args", {})}
+    return out
 
 
 __all__ = [
@@ -80,6 +105,7 @@ __all__ = [
     "deepspeed_export",
     "deepspeed_notes",
     "export_all",
+    "launch_json",
     "megatron_args",
     "megatron_export",
     "megatron_notes",

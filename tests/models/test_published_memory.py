@@ -6,7 +6,11 @@ import math
 import pytest
 
 from api_schemas import ParallelConfig, PipelineSchedule, RecomputeMode, TrainingSpec
-from api_schemas.requests import DEFAULT_MEMORY_HEADROOM_FRAC, ClusterInput
+from api_schemas.requests import (
+    DEFAULT_MEMORY_HEADROOM_FRAC,
+    DEFAULT_MEMORY_MARGIN_FRAC,
+    ClusterInput,
+)
 from models.activations import LayerActivationContext, layer_activation_bytes
 from models.catalog import cluster_preset, model_preset
 from models.memory import MemoryLedger, memory_ledger
@@ -357,3 +361,16 @@ def test_the_fsdp_root_unit_stays_gathered_through_the_step() -> None:
         stage = memory_ledger(spec, training, parallel, cluster).stages[0]
         assert not any(c.name == "FSDP root unit gathered" for c in stage.components)
     assert fsdp_root_unit_bytes  # exported for the ledger's readers
+
+
+@pytest.mark.parametrize("run", PUBLISHED_SYSTEMS, ids=[run.id for run in PUBLISHED_SYSTEMS])
+def test_the_default_safety_margin_keeps_every_published_system(run: PublishedRun) -> None:
+    """The request's default margin (the ledger's worst under-prediction of a measured peak)
+    does not refuse a layout that ran: every published system's own recipe stays within the
+    usable memory less the margin (the largest, Llama 3 405B on 8K GPUs, at 73.4 of 75.4 GiB)."""
+    cluster = cluster_preset(run.gpu, num_nodes=run.num_nodes, gpus_per_node=run.gpus_per_node)
+    cluster = cluster.model_copy(update={"memory_headroom_frac": DEFAULT_MEMORY_HEADROOM_FRAC,
+                                         "memory_margin_frac": DEFAULT_MEMORY_MARGIN_FRAC})
+    ledger = memory_ledger(run_model(run), run.training, run.parallel, cluster)
+    assert ledger.margin_bytes == cluster.memory_margin_bytes > 0
+    assert ledger.fits, (run.id, ledger.peak_bytes / GIB, ledger.capacity_bytes / GIB)

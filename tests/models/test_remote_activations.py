@@ -64,7 +64,10 @@ def test_traffic_is_the_moved_share_of_every_unit_out_and_back() -> None:
 
 def _doc(sequence_length: int) -> dict[str, Any]:
     return {"model": {"preset": "llama-3.1-70b"},
-            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 8, "gpus_per_node": 8},
+            # Balanced against the usable memory (no safety margin), the capacity these
+            # scenarios are laid out for.
+            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 8, "gpus_per_node": 8,
+                        "memory_margin_frac": 0},
             "training": {"global_batch_size": 64, "sequence_length": sequence_length},
             "parallel": {"tp": 8, "pp": 8, "dp": 1, "vpp": 2, "micro_batch_size": 1,
                          "schedule": "interleaved_1f1b", "zero_stage": 1,

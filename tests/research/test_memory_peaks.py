@@ -131,3 +131,20 @@ def test_the_zero_bubble_v_schedule_peak_of_the_28b_model_is_reproduced() -> Non
 def test_the_written_table_matches_the_script() -> None:
     script = _script()
     assert script.OUT.read_text() == script.table(script.peak_rows())
+
+
+def test_the_default_margin_covers_the_worst_measured_peak() -> None:
+    """The request's default safety margin is 1 - the ledger's lowest predicted / measured
+    peak, rounded up at the fourth decimal: a plan within usable x (1 - margin) fits the
+    usable memory even when its real peak is as far above the prediction as the worst row."""
+    import math
+
+    from api_schemas.requests import DEFAULT_MEMORY_MARGIN_FRAC
+    from models.memory_margin import MEASURED_PEAKS, WORST_PREDICTED_OVER_MEASURED, WORST_ROW
+
+    rows = _script().peak_rows()
+    worst = min(rows, key=lambda r: r.ratio)
+    assert len(rows) == MEASURED_PEAKS and worst.run_id == WORST_ROW
+    assert round(worst.ratio, 4) == WORST_PREDICTED_OVER_MEASURED
+    assert DEFAULT_MEMORY_MARGIN_FRAC == math.ceil((1 - worst.ratio) * 1e4) / 1e4
+    assert (1 - DEFAULT_MEMORY_MARGIN_FRAC) <= worst.ratio  # the worst row still fits

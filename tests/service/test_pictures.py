@@ -22,7 +22,10 @@ from solver.plan_pipeline import plan_simulation_request
 
 SVG = "{http://www.w3.org/2000/svg}"
 TWO_STAGES = {"model": {"preset": "llama-3.1-70b"},
-              "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2, "gpus_per_node": 8},
+              # Up to the usable memory (no safety margin): with the default margin 70B on
+              # two nodes has no plan.
+              "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2, "gpus_per_node": 8,
+                          "memory_margin_frac": 0},
               "training": {"global_batch_size": 32, "sequence_length": 4096},
               "solver": {"time_limit_s": 60, "top_k": 2, "num_workers": 1}}
 SIMULATE = {"schedule": "zb_h1", "num_stages": 4, "num_micro_batches": 8,

@@ -141,7 +141,9 @@ def test_summaries_are_in_gib() -> None:
     text = render_memory(report)
     assert gib(report.peak_bytes) in text
     assert gib(80 * 2**30) == "80.00 GiB"
-    assert len(text.splitlines()) == len(report.stages) + 3
+    # header, column names, one row per stage, the verdict and the safety margin's line
+    assert len(text.splitlines()) == len(report.stages) + 4
+    assert f"safety margin: {gib(report.margin_bytes)} kept free" in text
     parallel = EvaluateRequest.model_validate(EVALUATE_REQUEST_EXAMPLE).parallel
     assert describe_parallel(parallel).startswith("TP8 PP16 DP128 | 1f1b, mbs 1, ZeRO-1")
 

@@ -28,7 +28,7 @@ def test_every_constraint_objective_and_recipe_flag_lands_in_the_request() -> No
         "--forbid", "schedule=dualpipe", "--forbid", "tp=8", "--max-gpus", "8",
         "--target-tokens-per-s", "1e5", "--gpu-hour-price", "2.5",
         "--objective", "cost_per_token", "--no-allow-offload", "--no-allow-fp8-activations",
-        "--fp8", "--headroom", "0.1", "--top-k", "2", "--seed", "7"])
+        "--fp8", "--headroom", "0.1", "--margin", "0", "--top-k", "2", "--seed", "7"])
     doc = cli.build_request(args, degrees_key="constraints")
     apply_constraint_flags(doc, args)
     request = PlanRequest.model_validate(doc)
@@ -40,6 +40,7 @@ def test_every_constraint_objective_and_recipe_flag_lands_in_the_request() -> No
     assert not c.allow_offload and not c.allow_fp8_activations
     assert request.objective == "cost_per_token" and request.training.compute_dtype == "fp8"
     assert request.cluster.memory_headroom_frac == 0.1
+    assert request.cluster.memory_margin_frac == 0.0
     assert (request.solver.top_k, request.solver.random_seed, request.solver.num_workers) == (
         2, 7, 1)
 

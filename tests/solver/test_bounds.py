@@ -6,6 +6,7 @@ import pytest
 
 from api_schemas import ClusterSpec, Constraints, ModelSpec, ParallelConfig, TrainingSpec
 from api_schemas.parallel import PipelineSchedule
+from api_schemas.requests import DEFAULT_MEMORY_MARGIN_FRAC
 from models.catalog import cluster_preset, model_preset
 from models.errors import InvalidSpecError
 from solver.bounds import BoundTables
@@ -496,24 +497,28 @@ def test_policy_floors_hold_where_no_plain_plan_fits(model: str, gpu: str, nodes
                                   gpus_per_node=8, constraints=constraints)
     sample = random.Random(29).sample(candidates, min(60, len(candidates)))
     checked, raised = _check_policy_floors(spec, training, cluster, constraints, sample)
-    assert checked >= 4 and raised, (checked, raised)
+    # The released frameworks run DeepSeek-V3's pipelined meshes with ZeRO-0/1 only (Megatron-LM
+    # has no ZeRO-2/3 with a pipeline, torchtitan no FP8 MoE with one): fewer plans to check.
+    least = 2 if (model, constraints.framework) == ("deepseek-v3", None) else 4
+    assert checked >= least and raised, (checked, raised)
 
 
 def test_policy_floors_leave_the_selective_rung_of_megatron_lm_below_them() -> None:
     """Megatron-LM recomputes full layers without selective recomputation on the others, so
     its most frugal policy at k = 0 stores more than its selective rung: where that rung may
-    fit, the floor stays at the k = 0 bound (here the ZeRO-3 plan is the selective rung at
-    18.14 s, below the 19.34 s the full-layer bisection would claim)."""
+    fit, the floor stays at or below the plan it gives (here the ZeRO-1 plan of a PP4 mesh,
+    the only stage Megatron-LM runs with a pipeline, recomputing 11 full layers with the
+    selective rung on the others at 22.75 s)."""
     spec = model_preset("deepseek-v3")
     cluster = cluster_preset("h800-sxm5-80gb", num_nodes=32)
     training = TrainingSpec(global_batch_size=1024, sequence_length=4096, compute_dtype="fp8")
-    constraints = Constraints()
-    key = "tp2-pp2-dp64-cp1-ep128-etp1-v5-mbs1-interleaved_1f1b"
+    constraints = Constraints(framework="megatron-lm")
+    key = "tp2-pp4-dp32-cp1-ep64-etp1-v6-mbs1-interleaved_1f1b"
     candidate = next(c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
                                                  gpus_per_node=8, constraints=constraints)
                      if c.key == key)
     checked, _ = _check_policy_floors(spec, training, cluster, constraints, [candidate])
-    assert checked >= 2
+    assert checked >= 1
 
 
 @pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq"), [
@@ -659,20 +664,25 @@ OPEN_STORAGE = Constraints(framework="any", allow_offload=True, allow_fp8_activa
                            allow_remote_offload=True, allow_gradient_host_shards=True)
 
 
-@pytest.mark.parametrize(("model", "nodes", "batch", "seq", "constraints"), [
-    ("deepseek-v2-lite", 2, 64, 32768, Constraints()),
-    ("deepseek-v2-lite", 2, 64, 32768, OPEN_STORAGE),  # offload, FP8, remote, Pipeline ZeRO-2
-    ("gpt-oss-20b", 2, 64, 32768, Constraints()),
-    ("llama-3.1-70b", 4, 64, 4096, OPEN_STORAGE),
-    ("kimi-linear-48b-a3b-instruct", 4, 32, 32768, Constraints()),
+@pytest.mark.parametrize(("model", "nodes", "batch", "seq", "constraints", "margin"), [
+    ("deepseek-v2-lite", 2, 64, 32768, Constraints(), 0.0),
+    # offload, FP8, remote, Pipeline ZeRO-2
+    ("deepseek-v2-lite", 2, 64, 32768, OPEN_STORAGE, 0.0),
+    ("gpt-oss-20b", 2, 64, 32768, Constraints(), 0.0),
+    ("llama-3.1-70b", 4, 64, 4096, OPEN_STORAGE, 0.0),
+    # The request's default safety margin: the capacity every check reads is the usable
+    # memory less the margin, and the bounds compare with that same capacity.
+    ("llama-3.1-70b", 4, 64, 4096, OPEN_STORAGE, DEFAULT_MEMORY_MARGIN_FRAC),
+    ("kimi-linear-48b-a3b-instruct", 4, 32, 32768, Constraints(), 0.0),
 ])
 def test_rank_memory_bound_stays_below_every_probed_plan(model: str, nodes: int, batch: int,
-                                                         seq: int,
-                                                         constraints: Constraints) -> None:
+                                                         seq: int, constraints: Constraints,
+                                                         margin: float) -> None:
     """The head rank's floor under the least-storing policy stays at or below the peak of
     the candidate's least-memory plan (or, where none fits, of its most frugal ledger) and
-    of its best plan, for every framework variant; with the capacity as its limit it lands
-    on the same side of it; and on long sequences it rises above the mean-rank bound."""
+    of its best plan, for every framework variant; with the capacity (after the safety
+    margin) as its limit it lands on the same side of it; and on long sequences it rises
+    above the mean-rank bound."""
     from models.memory import LedgerMemo
     from solver.candidate_eval import (
         allowed_zero_stages,
@@ -682,7 +692,9 @@ def test_rank_memory_bound_stays_below_every_probed_plan(model: str, nodes: int,
     from solver.targets import candidate_variants
 
     spec = model_preset(model)
-    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=nodes)
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=nodes).model_copy(
+        update={"memory_margin_frac": margin})
+    assert cluster.capacity_bytes == cluster.usable_bytes - cluster.memory_margin_bytes
     training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
     tables = BoundTables(spec, training, cluster)
     memo = LedgerMemo(spec=spec, training=training)

@@ -125,9 +125,28 @@ def test_deepspeed_pipelines_keep_zero_at_most_1_and_torchtitan_has_no_zero_1() 
     training = TrainingSpec(global_batch_size=64, sequence_length=4096)
     piped = {fit.framework for fit in runs_on(spec, training, ParallelConfig(pp=2, dp=4,
                                                                            zero_stage=2))}
-    assert "deepspeed" not in piped and "megatron-lm" in piped
+    assert "deepspeed" not in piped
+    piped_zero1 = {fit.framework for fit in runs_on(spec, training, ParallelConfig(
+        pp=2, dp=4, zero_stage=1))}
+    assert piped_zero1 == {"megatron-lm", "deepspeed"}
     flat = {fit.framework for fit in runs_on(spec, training, ParallelConfig(dp=8, zero_stage=1))}
     assert flat == {"megatron-lm", "deepspeed"}
+
+
+def test_megatron_fsdp_is_never_offered_with_a_pipeline() -> None:
+    """Megatron-LM shards gradients or weights only through Megatron FSDP, which its
+    standard path runs without pipeline parallelism (Megatron-LM PR #6081): ZeRO-2 and
+    ZeRO-3 with PP > 1 are not Megatron-LM plans; ZeRO-1 (distributed optimizer) with PP,
+    and ZeRO-2/3 without PP, are."""
+    spec = model_preset("llama-3.1-8b")
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    megatron = frameworks()["megatron-lm"]
+    for zero, fsdp in ((2, False), (3, False), (3, True)):
+        piped = plan_features(spec, training, ParallelConfig(pp=2, dp=4, zero_stage=zero,
+                                                             fsdp=fsdp))
+        assert any("mutually exclusive" in b for b in blockers(megatron, piped)), (zero, fsdp)
+        flat = plan_features(spec, training, ParallelConfig(dp=8, zero_stage=zero, fsdp=fsdp))
+        assert not blockers(megatron, flat), (zero, fsdp)
 
 
 def test_a_version_bound_excludes_later_features() -> None:

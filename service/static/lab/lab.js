@@ -25,6 +25,10 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 const gib = (bytes) => `${(bytes / GIB).toFixed(2)} GiB`;
+// The limit a memory report checks its peak against, naming the safety margin when it has one.
+const limitText = (report) => report.margin_bytes
+  ? `${gib(report.limit_bytes)} (${gib(report.capacity_bytes)} usable less a ${gib(report.margin_bytes)} safety margin)`
+  : `${gib(report.capacity_bytes)} usable`;
 function seconds(s) {
   if (s === 0) return "0 s";
   if (Math.abs(s) >= 1) return `${s.toFixed(3)} s`;
@@ -142,7 +146,7 @@ async function runPlan(form, out) {
       ["step time", seconds(plan.time.step_time_s)], ["bubble", seconds(plan.time.bubble_s)],
       ["throughput", `${Math.round(plan.throughput.tokens_per_s).toLocaleString("en")} tokens/s, MFU ${pct(plan.throughput.mfu)}`],
       ["predicted range", plan.predicted_range ? plan.predicted_range.text : "none given"],
-      ["peak memory", `${gib(plan.memory.peak_bytes)} of ${gib(plan.memory.capacity_bytes)} (stage ${plan.memory.binding_stage})`]];
+      ["peak memory", `${gib(plan.memory.peak_bytes)} of ${limitText(plan.memory)} (stage ${plan.memory.binding_stage})`]];
     const [timeline, memory] = await Promise.all([getSvg(`/v1/plans/${plan.id}/timeline.svg`), getSvg(`/v1/plans/${plan.id}/memory.svg`)]);
     const exports = Object.entries(plan.exports || {}).map(([name, data]) => download(`${name}.json`, data));
     show(out, labelled([
@@ -181,9 +185,9 @@ async function runMemory(form, out) {
     const binding = report.stages.find((s) => s.stage === report.binding_stage);
     const largest = [...binding.components].sort((a, b) => b.bytes - a.bytes);
     const verdict = report.fits
-      ? el("p", { class: "verdict-ok", text: `Fits: peak ${gib(report.peak_bytes)} on stage ${report.binding_stage} of ${gib(report.capacity_bytes)} usable.` })
+      ? el("p", { class: "verdict-ok", text: `Fits: peak ${gib(report.peak_bytes)} on stage ${report.binding_stage} of ${limitText(report)}.` })
       : el("div", { class: "problem", role: "alert" }, el("strong", { text: "Out of memory" }),
-          el("p", { class: "detail", text: `Stage ${report.binding_stage} needs ${gib(report.peak_bytes)} but ${gib(report.capacity_bytes)} are usable; its largest item is ${largest[0].name} (${gib(largest[0].bytes)}).` }));
+          el("p", { class: "detail", text: `Stage ${report.binding_stage} needs ${gib(report.peak_bytes)} but the limit is ${limitText(report)}; its largest item is ${largest[0].name} (${gib(largest[0].bytes)}).` }));
     show(out, labelled([
       el("h2", { text: "Per-GPU memory ledger" }), verdict,
       table(["stage", "layers", "states (params+grads+optim)", "activations", "buffers/other", "host", "total", "in flight"],
@@ -222,9 +226,9 @@ function memoryVerdict(report) {
   const binding = report.stages.find((s) => s.stage === report.binding_stage);
   const largest = [...binding.components].sort((a, b) => b.bytes - a.bytes)[0];
   return report.fits
-    ? el("p", { class: "verdict-ok", text: `Fits: peak ${gib(report.peak_bytes)} on stage ${report.binding_stage} of ${gib(report.capacity_bytes)} usable.` })
+    ? el("p", { class: "verdict-ok", text: `Fits: peak ${gib(report.peak_bytes)} on stage ${report.binding_stage} of ${limitText(report)}.` })
     : el("div", { class: "problem", role: "alert" }, el("strong", { text: "Out of memory" }),
-        el("p", { class: "detail", text: `Stage ${report.binding_stage} needs ${gib(report.peak_bytes)} but ${gib(report.capacity_bytes)} are usable; its largest item is ${largest.name} (${gib(largest.bytes)}).` }));
+        el("p", { class: "detail", text: `Stage ${report.binding_stage} needs ${gib(report.peak_bytes)} but the limit is ${limitText(report)}; its largest item is ${largest.name} (${gib(largest.bytes)}).` }));
 }
 async function runMesh(form, out) {
   await guarded(out, "Placing", async () => {
