@@ -493,8 +493,11 @@ def test_policy_floors_hold_where_no_plain_plan_fits(model: str, gpu: str, nodes
     spec = model_preset(model)
     cluster = cluster_preset(gpu, num_nodes=nodes)
     training = TrainingSpec(global_batch_size=batch, sequence_length=seq, compute_dtype=dtype)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=constraints)
+    # Micro-batches up to 8: the larger ones the search also enumerates hold no plan of
+    # these models at this scale, and sampling them would leave few plans to check.
+    candidates = [c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
+                                              gpus_per_node=8, constraints=constraints)
+                  if c.micro_batch_size <= 8]
     sample = random.Random(29).sample(candidates, min(60, len(candidates)))
     checked, raised = _check_policy_floors(spec, training, cluster, constraints, sample)
     # The released frameworks run DeepSeek-V3's pipelined meshes with ZeRO-0/1 only (Megatron-LM
