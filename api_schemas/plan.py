@@ -250,6 +250,23 @@ class RunsOn(ResultModel):
                                      "plan uses -> the release that provides it.")
 
 
+class RuntimeFeatureUse(ResultModel):
+    """A runtime feature of the plan (an overlap or the MoE dispatcher): on or off, who
+    decided it, and the flag that sets it in each framework that runs the plan."""
+
+    feature: str = Field(description="'overlap_grad_reduce', 'overlap_tp_comm', "
+                         "'moe_dispatcher:deepep' or 'overlap_ep_comm'.")
+    on: bool = Field(description="Whether the plan uses it.")
+    decided_by: str = Field(description="'request' (the recipe fixed it) or 'planner'.")
+    flags: dict[str, str] = Field(default_factory=dict, description="Framework id -> the "
+                                  "argument or key that sets it, for the frameworks in "
+                                  "runs_on that offer it.")
+    why_not: str = Field(default="", description="When off: why (its prerequisites, the "
+                         "frameworks that lack it, or the plan it gives).")
+    source: str = Field(default="", description="Where the feature and its prerequisites "
+                        "are stated.")
+
+
 class ExtensionUse(ResultModel):
     """A feature of the plan that no released framework provides."""
 
@@ -304,6 +321,9 @@ class PlanResponse(ResultModel):
     runs_on: list[RunsOn] = Field(default_factory=list, description="Released frameworks that "
                                   "run the configuration as given, each from the release that "
                                   "adds the last feature it needs.")
+    runtime_features: list[RuntimeFeatureUse] = Field(
+        default_factory=list, description="The runtime features (overlaps, MoE dispatcher) "
+        "the plan turns on or leaves off, each with its flag and why it is off.")
     extensions: list[ExtensionUse] = Field(default_factory=list, description="Features no "
                                            "released framework provides, with their origin.")
     cost: CostEstimate | None = Field(default=None, description="Cost per token and per step "
@@ -326,6 +346,7 @@ __all__ = [
     "RangeSource",
     "Relaxation",
     "RunsOn",
+    "RuntimeFeatureUse",
     "SearchLimit",
     "SolverStats",
     "StageMemoryReport",

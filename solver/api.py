@@ -30,7 +30,7 @@ from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRe
 from api_schemas.training import TrainingSpec
 from models.error_bands import cluster_band, predicted_range
 from models.errors import InvalidSpecError
-from models.frameworks import extensions_used, plan_features, runs_on
+from models.frameworks import RELEASED, extensions_used, plan_features, runs_on
 from models.kernels import profile_for
 from models.linear_attention import cp_layer_note
 from models.memory import memory_ledger
@@ -58,6 +58,7 @@ from solver.policy_summary import summarise_policies
 from solver.reach import Reach, highest_reachable, target_relaxation
 from solver.relax import relaxations
 from solver.reports import memory_report_from_ledger
+from solver.runtime_choice import runtime_feature_uses
 from solver.search_space import search_limits, space_note
 from solver.space import MeshCandidate
 from solver.targets import (
@@ -174,6 +175,9 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     if result.best is None:
         return _infeasible(request, result, stats, notes, spec, cluster, deadline,
                            constraints=constraints)
+    # The recipe the winner was scored under: the request's with the runtime features the
+    # search decided (`solver.runtime_choice`).
+    training = result.best.training or request.training
     remaining_s = deadline - time.perf_counter()
     config = cpsat.SolverConfig(max_time_s=max(MIN_SUBPROBLEM_S, min(2.0, remaining_s)),
                                 num_workers=request.solver.num_workers,
@@ -181,19 +185,19 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     if request.objective == Objective.MIN_MEMORY:
         best = result.best  # refinement trades memory for speed
     elif allows_per_stage_policies(constraints):
-        best = refine_policies(spec, request.training, cluster, result.best, constraints,
+        best = refine_policies(spec, training, cluster, result.best, constraints,
                                config, deadline=deadline)
-        if target_blockers(spec, request.training, best.parallel, constraints):
+        if target_blockers(spec, training, best.parallel, constraints):
             best = result.best
     else:
-        best = refine_layer_split(spec, request.training, cluster, result.best, constraints,
+        best = refine_layer_split(spec, training, cluster, result.best, constraints,
                                   deadline=deadline)
     if best is not result.best:
         notes.append("per-stage policies refined by the CP-SAT subproblem: "
                      f"{result.best.estimate.step_time_s:.3f} -> {best.estimate.step_time_s:.3f} s")
     # The search times plans without splitting pipeline idle time from P2P latency; the
     # chosen plan's breakdown gets the split (same step time).
-    best = dataclasses.replace(best, estimate=estimate_step(spec, request.training,
+    best = dataclasses.replace(best, estimate=estimate_step(spec, training,
                                                             best.parallel, cluster))
     runners_up = _runners_up(request, constraints, result, spec, cluster, best, deadline)
     alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k,
@@ -210,21 +214,22 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     if request.objective == Objective.MIN_GPUS:
         reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
         text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
-    record = mfu_above_record(cluster.gpu.id, request.training.compute_dtype,
+    record = mfu_above_record(cluster.gpu.id, training.compute_dtype,
                               best.estimate.mfu_full_attention)
     if record:
         notes.append(record)
-    notes += ledger_evidence(request.training, best.parallel, is_moe=spec.moe is not None)
+    notes += ledger_evidence(training, best.parallel, is_moe=spec.moe is not None)
     notes += _cp_layer_notes(spec, best.parallel)
-    notes += mechanism_notes(spec, request.training, best.parallel, cluster, best.estimate,
+    notes += mechanism_notes(spec, training, best.parallel, cluster, best.estimate,
                              best.ledger)
-    notes += chosen_mechanism_notes(spec, request.training, cluster, best, constraints, config,
+    notes += chosen_mechanism_notes(spec, training, cluster, best, constraints, config,
                                     deadline=deadline)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
     response = _response(best, result.status, spec.name, cluster, alternatives, explanation,
-                         stats, spec=spec, training=request.training,
-                         target=request.constraints.framework or "released")
+                         stats, spec=spec, training=training,
+                         target=request.constraints.framework or "released",
+                         request_training=request.training)
     return response if cost is None else response.model_copy(update={"cost": cost})
 
 
@@ -249,10 +254,14 @@ def _stats(result: SearchResult) -> SolverStats:
 
 def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: ClusterSpec,
               alternatives: list[Alternative], explanation: Explanation, stats: SolverStats | None,
-              *, spec: ModelSpec, training: TrainingSpec, target: str) -> PlanResponse:
+              *, spec: ModelSpec, training: TrainingSpec, target: str,
+              request_training: TrainingSpec | None = None) -> PlanResponse:
     est = best.estimate
     parallel = summarise_policies(best.parallel)
     features = plan_features(spec, training, parallel)
+    fits = runs_on(spec, training, parallel)
+    uses = runtime_feature_uses(spec, request_training or training, training, best.candidate,
+                                [fit.framework for fit in fits] or list(RELEASED))
     return PlanResponse(
         status=status, model_name=model_name, gpu=cluster.gpu.id,
         world_size=est.world_size, parallel=parallel,
@@ -265,7 +274,8 @@ def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: Cl
         explanation=explanation, solver=stats, bottleneck=est.bottleneck,
         exports=_exports(spec, training, parallel), framework_target=target,
         runs_on=[RunsOn(framework=fit.framework, name=fit.name, version=fit.version,
-                        features=fit.features) for fit in runs_on(spec, training, parallel)],
+                        features=fit.features) for fit in fits],
+        runtime_features=uses,
         extensions=[ExtensionUse(feature=feature, origin=origin)
                     for feature, origin in extensions_used(features).items()])
 

@@ -40,12 +40,12 @@ from models.memory import (
 )
 from models.params import count_parameters, mtp_module_params
 from models.pipeline import (
-    StagePlacement,
     closed_form_makespan,
     peak_in_flight_chunks,
     schedule_traits,
 )
 from models.precision import sharded_state_bytes, state_bytes_per_param
+from models.runtime_features import ep_overlap_active
 from models.step_time import (
     axis_groups,
     compute_context,
@@ -139,8 +139,8 @@ class BoundTables:
         return (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
                 c.sequence_parallel,
                 schedule_traits(c.schedule).overlapped_pairs
-                or (schedule_traits(c.schedule).placement == StagePlacement.LOOPED
-                    and self.training.overlap_ep_comm))
+                or ep_overlap_active(self.training, c.schedule, pp=c.pp, ep=c.ep,
+                                     num_micro_batches=c.num_micro_batches))
 
     def core(self, c: MeshCandidate) -> CoreTimes:
         """Layer and head times of the candidate's core (cached)."""

@@ -1,0 +1,161 @@
+"""Runtime features as choices of the search: which recipes a candidate is tried with, per
+target framework.
+
+Owns: the recipes (`TrainingSpec` with every runtime feature the request left unset decided)
+a candidate is scored under for one framework (`runtime_options`): the features that only
+lower the step time (`models.runtime_features.RUNTIME_FEATURES`, `costs_memory=False`) are
+taken whenever the framework offers them and the mesh meets their prerequisites, so they
+need no branch; a feature that costs memory (`overlap_ep_comm`) is tried on and off. Also
+the recipe the search's lower bounds read (`optimistic_training`: every unset feature any
+target offers, on) and the plan's account of its features (`runtime_feature_uses`). The
+capability tables are `models/frameworks.py`'s. Must not: enumerate candidates or size
+anything.
+"""
+
+from collections.abc import Iterable
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.plan import RuntimeFeatureUse
+from api_schemas.training import MoeDispatcher, TrainingSpec
+from models.frameworks import Framework, frameworks
+from models.runtime_features import (
+    DEEPEP,
+    OVERLAP_EP_COMM,
+    OVERLAP_GRAD_REDUCE,
+    OVERLAP_TP_COMM,
+    RUNTIME_FEATURES,
+    effective_features,
+    ep_overlap_mesh,
+    with_features,
+)
+from solver.space import MeshCandidate
+
+RUNTIME_NAMES = frozenset(feature.name for feature in RUNTIME_FEATURES)
+"""The capability names of the runtime features."""
+
+_RESOLVED: dict[tuple[int, frozenset[str]], tuple[TrainingSpec, TrainingSpec]] = {}
+"""Decided recipes by (id of the request's recipe, features on), with the request's recipe
+kept alive beside each so an id is never reused while cached: every candidate that takes the
+same features shares one recipe object, which the cost model's caches key on."""
+_RESOLVED_MAX = 512
+
+
+def resolved(training: TrainingSpec, on: frozenset[str]) -> TrainingSpec:
+    """`training` with its unset runtime features decided: those in `on` on, the others
+    off (one object per recipe and set)."""
+    key = (id(training), on)
+    cached = _RESOLVED.get(key)
+    if cached is not None and cached[0] is training:
+        return cached[1]
+    update = with_features(training, on)
+    out = training.model_copy(update=update) if update else training
+    if len(_RESOLVED) >= _RESOLVED_MAX:
+        _RESOLVED.clear()
+    _RESOLVED[key] = (training, out)
+    return out
+
+
+def _unset(training: TrainingSpec) -> frozenset[str]:
+    return frozenset(f.name for f in RUNTIME_FEATURES if getattr(training, f.field) is None)
+
+
+def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
+    """Whether the mesh meets a feature's prerequisites (`RuntimeFeature.needs`); a
+    framework's own refusals (EP overlap with full recomputation, or with PP > 1 and no
+    interleaving) are its forbidden rules, checked by the caller."""
+    moe = spec.moe is not None
+    if name == OVERLAP_GRAD_REDUCE:
+        return c.dp > 1
+    if name == OVERLAP_TP_COMM:
+        return c.tp > 1 and c.sequence_parallel
+    if name == DEEPEP:
+        return moe and c.ep > 1
+    if name == OVERLAP_EP_COMM:
+        return moe and c.ep > 1 and ep_overlap_mesh(c.schedule, pp=c.pp,
+                                                    num_micro_batches=c.num_micro_batches)
+    raise ValueError(f"unknown runtime feature '{name}'")
+
+
+def runtime_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
+                    framework: Framework | None) -> tuple[TrainingSpec, ...]:
+    """The recipes to score `candidate` under for `framework` (None: target 'any', every
+    feature the cost model knows): the time-only features on where offered and met, and
+    each memory-trading one both on (first) and off."""
+    unset = _unset(training)
+    if not unset:
+        return (training,)
+    offered = RUNTIME_NAMES if framework is None else RUNTIME_NAMES & framework.features.keys()
+    usable = frozenset(name for name in unset & offered
+                       if _prerequisites_met(name, spec, candidate))
+    by_name = {f.name: f for f in RUNTIME_FEATURES}
+    base = frozenset(name for name in usable if not by_name[name].costs_memory)
+    options = [base]
+    for name in sorted(usable - base):
+        options = [option | {name} for option in options] + options
+    return tuple(resolved(training, option) for option in options)
+
+
+def runtime_feature_set(spec: ModelSpec, training: TrainingSpec,
+                        candidate: MeshCandidate) -> frozenset[str]:
+    """The runtime features a decided recipe turns on for the candidate (capability
+    names)."""
+    return frozenset(effective_features(training, moe=spec.moe is not None, tp=candidate.tp,
+                                        dp=candidate.dp, ep=candidate.ep,
+                                        sequence_parallel=candidate.sequence_parallel))
+
+
+def optimistic_training(training: TrainingSpec,
+                        targets: Iterable[Framework] | None) -> TrainingSpec:
+    """The recipe the search's lower bounds read: every unset runtime feature that some
+    target offers, on (each only lowers a step's time in the cost model; the memory the EP
+    overlap costs is not in the memory floors)."""
+    offered = (RUNTIME_NAMES if targets is None
+               else RUNTIME_NAMES & set().union(*(fw.features.keys() for fw in targets)))
+    return resolved(training, frozenset(offered & _unset(training)))
+
+
+def runtime_feature_uses(spec: ModelSpec, request: TrainingSpec, chosen: TrainingSpec,
+                         candidate: MeshCandidate, framework_ids: list[str],
+                         why_off: dict[str, str] | None = None) -> list[RuntimeFeatureUse]:
+    """Each runtime feature of a plan: on or off, who decided it, the flag of each framework
+    that runs the plan, and why it is off (prerequisites, the frameworks that lack it, or
+    `why_off` from the search)."""
+    on = runtime_feature_set(spec, chosen, candidate)
+    tables = frameworks()
+    out = []
+    for feature in RUNTIME_FEATURES:
+        pinned = getattr(request, feature.field) is not None
+        is_on = feature.name in on
+        flags = {fid: tables[fid].features[feature.name].how for fid in framework_ids
+                 if fid in tables and feature.name in tables[fid].features}
+        reason = ""
+        if not is_on:
+            value = getattr(request, feature.field)
+            if pinned and value not in (False, MoeDispatcher.ALLTOALL):
+                reason = ("fixed on by the request, but the plan lacks what it needs: "
+                          f"{feature.needs}")
+            elif pinned:
+                reason = "fixed off by the request"
+            elif not _prerequisites_met(feature.name, spec, candidate):
+                reason = f"needs {feature.needs}"
+            elif why_off and feature.name in why_off:
+                reason = why_off[feature.name]
+            else:
+                lacking = [tables[fid].name for fid in framework_ids
+                           if fid in tables and feature.name not in tables[fid].features]
+                reason = (f"not offered by {', '.join(lacking)}" if lacking
+                          else "the plan is faster or only fits without it")
+        out.append(RuntimeFeatureUse(feature=feature.name, on=is_on,
+                                     decided_by="request" if pinned else "planner",
+                                     flags=flags, why_not=reason, source=feature.source))
+    return out
+
+
+__all__ = [
+    "RUNTIME_NAMES",
+    "optimistic_training",
+    "resolved",
+    "runtime_feature_set",
+    "runtime_feature_uses",
+    "runtime_options",
+]
