@@ -222,7 +222,7 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     notes += _cp_layer_notes(spec, best.parallel)
     notes += mechanism_notes(spec, training, best.parallel, cluster, best.estimate,
                              best.ledger)
-    notes += chosen_mechanism_notes(spec, training, cluster, best, constraints, config,
+    notes += chosen_mechanism_notes(spec, request.training, cluster, best, constraints, config,
                                     deadline=deadline)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)

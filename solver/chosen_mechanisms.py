@@ -40,7 +40,8 @@ def chosen_mechanism_notes(spec: ModelSpec, training: TrainingSpec, cluster: Clu
     """One note per mechanism the search chose: the chosen mesh re-evaluated with the
     permission withdrawn (the same ladder, then the per-stage policy subproblem where the
     target allows it), either 'no plan fits without it' or its best step time beside this
-    plan's. Past `deadline` (a `time.perf_counter()` value) a mechanism's note says that
+    plan's. `training` is the request's recipe: the runtime features it leaves open are
+    decided again without the mechanism (`solver.runtime_choice`). Past `deadline` (a `time.perf_counter()` value) a mechanism's note says that
     the limit ended first."""
     notes = []
     step = plan.estimate.step_time_s
@@ -53,8 +54,8 @@ def chosen_mechanism_notes(spec: ModelSpec, training: TrainingSpec, cluster: Clu
         try:
             other = evaluate_for_targets(spec, training, cluster, plan.candidate, without)
             if isinstance(other, ScoredPlan) and allows_per_stage_policies(without):
-                other = refine_policies(spec, training, cluster, other, without, config,
-                                        deadline=deadline)
+                other = refine_policies(spec, other.training or training, cluster, other,
+                                        without, config, deadline=deadline)
         except InvalidSpecError:
             continue
         head = f"{name} chosen by the search (constraints.{permission})"

@@ -28,7 +28,10 @@ def _request(num_nodes: int) -> PlanRequest:
         "model": {"preset": K3_SCALE_ID},
         "cluster": {"gpu": "h800-sxm5-80gb", "num_nodes": num_nodes},
         "training": {"global_batch_size": 8192, "sequence_length": 4096, "optimizer": "muon",
-                     "muon_distribution": "owner_p2p", "moe_keep_expert_outputs": False},
+                     "muon_distribution": "owner_p2p", "moe_keep_expert_outputs": False,
+                     # K2's NCCL all-to-all dispatch, fixed (with DeepEP, the planner's
+                     # choice, the plan moves to EP 32 with 8 GiB to spare).
+                     "moe_dispatcher": "alltoall"},
         "constraints": {"tp": 1, "pp": 16, "zero_stage": 1, "allow_fp8_activations": True,
                         "gradient_host_shards": True},
         "solver": {"time_limit_s": 60, "top_k": 1}})
