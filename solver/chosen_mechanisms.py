@@ -41,8 +41,8 @@ def chosen_mechanism_notes(spec: ModelSpec, training: TrainingSpec, cluster: Clu
     permission withdrawn (the same ladder, then the per-stage policy subproblem where the
     target allows it), either 'no plan fits without it' or its best step time beside this
     plan's. `training` is the request's recipe: the runtime features it leaves open are
-    decided again without the mechanism (`solver.runtime_choice`). Past `deadline` (a `time.perf_counter()` value) a mechanism's note says that
-    the limit ended first."""
+    decided again without the mechanism (`solver.runtime_choice`). Past `deadline` (a
+    `time.perf_counter()` value) a mechanism's note says that the limit ended first."""
     notes = []
     step = plan.estimate.step_time_s
     for name, permission in _chosen(plan, constraints):
