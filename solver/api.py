@@ -41,7 +41,7 @@ from models.resolve import resolve_cluster, resolve_model
 from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cancel, cpsat
 from solver.candidate_eval import ScoredPlan, refine_policies
-from solver.chosen_mechanisms import chosen_mechanism_notes
+from solver.chosen_mechanisms import chosen_mechanism_notes, runtime_why_off
 from solver.collector import collector_paused
 from solver.explain import (
     binding_constraints,
@@ -226,10 +226,13 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
                                     deadline=deadline)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
+    why_off = runtime_why_off(spec, request.training, cluster,
+                              dataclasses.replace(best, training=training), constraints,
+                              deadline=deadline)
     response = _response(best, result.status, spec.name, cluster, alternatives, explanation,
                          stats, spec=spec, training=training,
                          target=request.constraints.framework or "released",
-                         request_training=request.training)
+                         request_training=request.training, why_off=why_off)
     return response if cost is None else response.model_copy(update={"cost": cost})
 
 
@@ -255,13 +258,14 @@ def _stats(result: SearchResult) -> SolverStats:
 def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: ClusterSpec,
               alternatives: list[Alternative], explanation: Explanation, stats: SolverStats | None,
               *, spec: ModelSpec, training: TrainingSpec, target: str,
-              request_training: TrainingSpec | None = None) -> PlanResponse:
+              request_training: TrainingSpec | None = None,
+              why_off: dict[str, str] | None = None) -> PlanResponse:
     est = best.estimate
     parallel = summarise_policies(best.parallel)
     features = plan_features(spec, training, parallel)
     fits = runs_on(spec, training, parallel)
     uses = runtime_feature_uses(spec, request_training or training, training, best.candidate,
-                                [fit.framework for fit in fits] or list(RELEASED))
+                                [fit.framework for fit in fits] or list(RELEASED), why_off)
     return PlanResponse(
         status=status, model_name=model_name, gpu=cluster.gpu.id,
         world_size=est.world_size, parallel=parallel,
