@@ -43,6 +43,7 @@ from solver import cancel, cpsat
 from solver.candidate_eval import ScoredPlan, refine_policies
 from solver.chosen_mechanisms import chosen_mechanism_notes, runtime_why_off
 from solver.collector import collector_paused
+from solver.expert_parallel import best_with_expert_parallelism, compare
 from solver.explain import (
     binding_constraints,
     describe_parallel,
@@ -226,6 +227,13 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
                                     deadline=deadline)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
+    expert = None
+    if spec.moe is not None and best.parallel.ep == 1 and constraints.ep not in (1, [1]):
+        other = best_with_expert_parallelism(
+            spec, request.training, cluster, constraints, request.objective, request.solver,
+            result, deadline=deadline - EP_RESPONSE_MARGIN_S)
+        expert = compare(spec, training, cluster, dataclasses.replace(best, training=training),
+                         other)
     why_off = runtime_why_off(spec, request.training, cluster,
                               dataclasses.replace(best, training=training), constraints,
                               deadline=deadline)
@@ -233,6 +241,8 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
                          stats, spec=spec, training=training,
                          target=request.constraints.framework or "released",
                          request_training=request.training, why_off=why_off)
+    if expert is not None:
+        response = response.model_copy(update={"expert_parallel": expert})
     return response if cost is None else response.model_copy(update={"cost": cost})
 
 
@@ -297,6 +307,9 @@ ALTERNATIVE_BUDGET_S = 2.0
 REACH_SHARE = 0.5
 """Share of the time left after a search that proved a throughput target out of reach that
 the fastest-plan search may use (the other relaxations get the rest)."""
+EP_RESPONSE_MARGIN_S = 0.25
+"""Time the EP > 1 comparison search leaves before the request's limit for building the
+answer."""
 MIN_SUBPROBLEM_S = 0.05
 """Floor on a CP-SAT subproblem started just before the request's time limit."""
 
