@@ -269,8 +269,10 @@ def zero3_exposed_s(spec: ModelSpec, index: int, training: TrainingSpec,
     hidden up to the layer's compute (prefetching); the copy kernels around them are
     `zero3_copy_s`. Source: ZeRO
     arXiv:1910.02054 Sec. 7 (3 Psi volume); the calls are
-    `models.traffic.layer.zero3_unit_calls`."""
-    if parallel.zero_stage != 3 or parallel.dp * parallel.cp <= 1:
+    `models.traffic.layer.zero3_unit_calls`. The routed experts are sharded over the
+    expert-DP group, which spans TP ranks too (edp = tp x cp x dp / (ep x etp)), so a mesh
+    without data parallelism still gathers them when edp > 1."""
+    if parallel.zero_stage != 3 or not _zero3_sharded(spec, index, parallel):
         return 0.0, 0.0
     params = layer_params(spec, index)
     dense = -(-params.dense_part // parallel.tp)
@@ -287,12 +289,28 @@ def zero3_layer_copy_s(spec: ModelSpec, index: int, training: TrainingSpec,
                        parallel: ParallelConfig, gpu: GpuSpec) -> tuple[float, float]:
     """`zero3_copy_s` of layer `index` as a ZeRO-3 unit (its weights after TP and EP x
     ETP); none without ZeRO-3 sharding."""
-    if parallel.zero_stage != 3 or parallel.dp * parallel.cp <= 1:
+    if parallel.zero_stage != 3 or not _zero3_sharded(spec, index, parallel):
         return 0.0, 0.0
     params = layer_params(spec, index)
-    unit = (-(-params.dense_part // parallel.tp)
-            + -(-params.routed_experts // (parallel.ep * parallel.etp)))
-    return zero3_copy_s(unit, training, parallel, gpu)
+    dense = -(-params.dense_part // parallel.tp) if parallel.dp * parallel.cp > 1 else 0
+    experts = (-(-params.routed_experts // (parallel.ep * parallel.etp))
+               if _expert_replicas(parallel) > 1 else 0)
+    return zero3_copy_s(dense + experts, training, parallel, gpu)
+
+
+def _expert_replicas(parallel: ParallelConfig) -> int:
+    """edp = tp x cp x dp / (ep x etp) (`models.mesh.layout.expert_data_parallel_size`), 1
+    where ep x etp does not divide it (the mesh rules refuse such meshes)."""
+    folded = parallel.tp * parallel.cp * parallel.dp
+    return max(1, folded // (parallel.ep * parallel.etp))
+
+
+def _zero3_sharded(spec: ModelSpec, index: int, parallel: ParallelConfig) -> bool:
+    """Whether ZeRO-3 shards any of a layer's weights: the dense ones over DP x CP, the
+    routed experts of an MoE layer over expert-DP."""
+    if parallel.dp * parallel.cp > 1:
+        return True
+    return spec.is_moe_layer(index) and _expert_replicas(parallel) > 1
 
 
 def zero3_copy_s(unit_params: int, training: TrainingSpec, parallel: ParallelConfig,
