@@ -209,3 +209,19 @@ def test_every_benchmark_plan_runs_only_where_its_export_needs_no_extension() ->
         assert response.parallel is not None, label
         assert response.runs_on, label
         _check_runs_on_agrees_with_notes(response)
+
+
+def test_ep_overlap_pairs_micro_batches_without_a_pipeline() -> None:
+    """Megatron-LM core_v0.14.0 `forward_backward_no_pipelining` with the EP overlap runs
+    combined 1F1B (micro-batch i+1's forward beside i's backward): credited at PP 1 with two
+    or more micro-batches, not with one, and not on plain 1F1B with PP > 1."""
+    from models.step_time.exposure import ep_overlapped
+
+    on = TrainingSpec(global_batch_size=64, sequence_length=4096, overlap_ep_comm=True)
+    assert ep_overlapped(ParallelConfig(dp=8, ep=8), on)
+    assert not ep_overlapped(ParallelConfig(dp=8, ep=8, micro_batch_size=8), on)
+    assert not ep_overlapped(ParallelConfig(dp=8, ep=8),
+                             on.model_copy(update={"overlap_ep_comm": False}))
+    assert not ep_overlapped(ParallelConfig(pp=2, dp=4, ep=4), on)
+    assert ep_overlapped(ParallelConfig(pp=2, dp=4, ep=4, vpp=2,
+                                        schedule=PipelineSchedule.INTERLEAVED_1F1B), on)
