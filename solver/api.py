@@ -59,7 +59,7 @@ from solver.policy_summary import summarise_policies
 from solver.reach import Reach, highest_reachable, target_relaxation
 from solver.relax import relaxations
 from solver.reports import memory_report_from_ledger
-from solver.runtime_choice import runtime_feature_uses
+from solver.runtime_choice import decided_for, runtime_feature_uses
 from solver.search_space import search_limits, space_note
 from solver.space import MeshCandidate
 from solver.targets import (
@@ -491,11 +491,14 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     warnings = validate_mesh(parallel, model=spec, num_nodes=nodes, gpus_per_node=per_node,
                              training=request.training)
     started = time.perf_counter()
-    ledger = memory_ledger(spec, request.training, parallel, cluster)
-    est = estimate_step(spec, request.training, parallel, cluster)
+    # Runtime features the request leaves unset are decided as the search would for this
+    # configuration (`solver.runtime_choice.decided_for`).
+    training = decided_for(spec, request.training, parallel, cluster)
+    ledger = memory_ledger(spec, training, parallel, cluster)
+    est = estimate_step(spec, training, parallel, cluster)
     scored = ScoredPlan(candidate=MeshCandidate.of(parallel, est.num_micro_batches),
-                        parallel=parallel, estimate=est, ledger=ledger)
-    fixes = suggest_fixes(spec, request.training, cluster, scored)
+                        parallel=parallel, estimate=est, ledger=ledger, training=training)
+    fixes = suggest_fixes(spec, training, cluster, scored)
     notes = _notes(resolved.notes, cluster) + [w.message for w in warnings]
     if parallel.world_size < cluster.world_size:
         notes.append(f"uses {parallel.world_size} of the cluster's {cluster.world_size} GPUs "
@@ -504,13 +507,13 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
         notes.append(f"FP8 activation storage on {cluster.gpu.name}, which has no FP8 "
                      "kernels: the memory is modelled as asked, but Transformer Engine's FP8 "
                      "path needs compute capability 8.9 or newer")
-    record = mfu_above_record(cluster.gpu.id, request.training.compute_dtype,
+    record = mfu_above_record(cluster.gpu.id, training.compute_dtype,
                               est.mfu_full_attention)
     if record:
         notes.append(record)
-    notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
+    notes += ledger_evidence(training, parallel, is_moe=spec.moe is not None)
     notes += _cp_layer_notes(spec, parallel)
-    notes += mechanism_notes(spec, request.training, parallel, cluster, est, ledger)
+    notes += mechanism_notes(spec, training, parallel, cluster, est, ledger)
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {gib(ledger.capacity_bytes)}"
                if ledger.fits else
                f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "
@@ -533,7 +536,8 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                                       world_size=f.parallel.world_size,
                                       step_time_s=f.step_time_s))
                       for f in fixes],
-                     explanation, stats, spec=spec, training=request.training, target="any")
+                     explanation, stats, spec=spec, training=training, target="any",
+                     request_training=request.training)
 
 
 __all__ = ["cost_estimate", "evaluate", "plan", "range_of", "throughput", "time_breakdown",

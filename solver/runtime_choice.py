@@ -7,7 +7,8 @@ lower the step time (`models.runtime_features.RUNTIME_FEATURES`, `costs_memory=F
 taken whenever the framework offers them and the mesh meets their prerequisites, so they
 need no branch; a feature that costs memory (`overlap_ep_comm`) is tried on and off. Also
 the recipe the search's lower bounds read (`optimistic_training`: every unset feature any
-target offers, on) and the plan's account of its features (`runtime_feature_uses`). The
+target offers, on), the recipe a given configuration is evaluated under (`decided_for`) and
+the plan's account of its features (`runtime_feature_uses`). The
 capability tables are `models/frameworks.py`'s. Must not: enumerate candidates or size
 anything.
 """
@@ -15,9 +16,13 @@ anything.
 from collections.abc import Iterable
 
 from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import RuntimeFeatureUse
 from api_schemas.training import MoeDispatcher, TrainingSpec
-from models.frameworks import Framework, frameworks
+from models.errors import InvalidSpecError
+from models.frameworks import Framework, blockers, frameworks, plan_features
+from models.memory import memory_ledger
 from models.runtime_features import (
     DEEPEP,
     OVERLAP_EP_COMM,
@@ -28,6 +33,7 @@ from models.runtime_features import (
     ep_overlap_mesh,
     with_features,
 )
+from models.step_time import estimate_step
 from solver.space import MeshCandidate
 
 RUNTIME_NAMES = frozenset(feature.name for feature in RUNTIME_FEATURES)
@@ -114,6 +120,38 @@ def optimistic_training(training: TrainingSpec,
     return resolved(training, frozenset(offered & _unset(training)))
 
 
+def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                cluster: ClusterSpec) -> TrainingSpec:
+    """The recipe a given configuration is scored under when its request leaves runtime
+    features unset (`POST /v1/evaluate`): as the search decides them for that configuration,
+    each released framework that runs it offering its options (`runtime_options`), the
+    fitting option with the shortest step kept (the first option when none fits or none
+    runs; every feature the cost model knows when no released framework runs it)."""
+    if not _unset(training):
+        return training
+    m = training.global_batch_size // (parallel.micro_batch_size * parallel.dp)
+    candidate = MeshCandidate.of(parallel, max(1, m))
+    options: list[TrainingSpec] = []
+    for framework in frameworks().values():
+        for option in runtime_options(spec, training, candidate, framework):
+            if option not in options and not blockers(
+                    framework, plan_features(spec, option, parallel)):
+                options.append(option)
+    if not options:
+        options = list(runtime_options(spec, training, candidate, None))
+    if len(options) == 1:
+        return options[0]
+
+    def key(option: TrainingSpec) -> tuple[bool, float]:
+        try:
+            fits = memory_ledger(spec, option, parallel, cluster).fits
+            return (not fits, estimate_step(spec, option, parallel, cluster).step_time_s)
+        except InvalidSpecError:
+            return (True, float("inf"))
+
+    return min(options, key=key)
+
+
 def runtime_feature_uses(spec: ModelSpec, request: TrainingSpec, chosen: TrainingSpec,
                          candidate: MeshCandidate, framework_ids: list[str],
                          why_off: dict[str, str] | None = None) -> list[RuntimeFeatureUse]:
@@ -153,6 +191,7 @@ def runtime_feature_uses(spec: ModelSpec, request: TrainingSpec, chosen: Trainin
 
 __all__ = [
     "RUNTIME_NAMES",
+    "decided_for",
     "optimistic_training",
     "resolved",
     "runtime_feature_set",
