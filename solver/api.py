@@ -59,7 +59,7 @@ from solver.policy_summary import summarise_policies
 from solver.reach import Reach, highest_reachable, target_relaxation
 from solver.relax import relaxations
 from solver.reports import memory_report_from_ledger
-from solver.runtime_choice import decided_for, runtime_feature_uses
+from solver.runtime_choice import decided_for, runtime_feature_uses, with_rules
 from solver.search_space import search_limits, space_note
 from solver.space import MeshCandidate
 from solver.targets import (
@@ -157,6 +157,10 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
 
 
 def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> PlanResponse:
+    # `constraints.runtime_features` fix the recipe fields they rule on (the same as fixing
+    # them in the recipe).
+    request = request.model_copy(update={"training": with_rules(
+        request.training, request.constraints.runtime_features)})
     resolved = resolve_model(request.model)
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
     constraints = target_constraints(hardware_constraints(request.constraints, cluster,

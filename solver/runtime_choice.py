@@ -13,12 +13,13 @@ capability tables are `models/frameworks.py`'s. Must not: enumerate candidates o
 anything.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import RuntimeFeatureUse
+from api_schemas.requests import RuntimeFeatureName, RuntimeFeatureRule
 from api_schemas.training import MoeDispatcher, TrainingSpec
 from models.errors import InvalidSpecError
 from models.frameworks import Framework, blockers, frameworks, plan_features
@@ -59,6 +60,30 @@ def resolved(training: TrainingSpec, on: frozenset[str]) -> TrainingSpec:
         _RESOLVED.clear()
     _RESOLVED[key] = (training, out)
     return out
+
+
+def with_rules(training: TrainingSpec,
+               rules: Mapping[RuntimeFeatureName, RuntimeFeatureRule]) -> TrainingSpec:
+    """The recipe with `constraints.runtime_features` applied: 'required' and 'forbidden'
+    fix the field of that name (for `moe_dispatcher`: DeepEP or the NCCL all-to-all),
+    'allowed' leaves it to the planner.
+
+    Raises:
+        InvalidSpecError: a rule contradicts a value the recipe fixes."""
+    update: dict[str, object] = {}
+    for name, rule in rules.items():
+        if rule == "allowed":
+            continue
+        on = rule == "required"
+        value: object = ((MoeDispatcher.DEEPEP if on else MoeDispatcher.ALLTOALL)
+                         if name == "moe_dispatcher" else on)
+        fixed = getattr(training, name)
+        if fixed is not None and fixed != value:
+            raise InvalidSpecError(
+                f"constraints.runtime_features.{name}='{rule}' contradicts training.{name}="
+                f"{fixed}; drop one of the two", field="constraints.runtime_features")
+        update[name] = value
+    return training.model_copy(update=update) if update else training
 
 
 def _unset(training: TrainingSpec) -> frozenset[str]:
@@ -197,4 +222,5 @@ __all__ = [
     "runtime_feature_set",
     "runtime_feature_uses",
     "runtime_options",
+    "with_rules",
 ]

@@ -225,3 +225,26 @@ def test_ep_overlap_pairs_micro_batches_without_a_pipeline() -> None:
     assert not ep_overlapped(ParallelConfig(pp=2, dp=4, ep=4), on)
     assert ep_overlapped(ParallelConfig(pp=2, dp=4, ep=4, vpp=2,
                                         schedule=PipelineSchedule.INTERLEAVED_1F1B), on)
+
+
+def test_constraints_rule_on_runtime_features_as_the_recipe_fields_do() -> None:
+    """`constraints.runtime_features` (the API contract's allowed / required / forbidden):
+    forbidden keeps a feature off where the planner would take it, required fixes it on,
+    and a rule that contradicts a fixed recipe field is refused."""
+    from models.errors import InvalidSpecError
+    from solver.runtime_choice import with_rules
+
+    free = _planned("mixtral", "megatron-lm")
+    assert _uses(free)[DEEPEP]
+    ruled = plan(MIXTRAL.model_copy(update={"constraints": Constraints(
+        framework="megatron-lm", runtime_features={"moe_dispatcher": "forbidden"})}))
+    uses = {u.feature: u for u in ruled.runtime_features}
+    assert not uses[DEEPEP].on and uses[DEEPEP].decided_by == "request"
+    assert ruled.exports.megatron is not None
+    assert "--moe-enable-deepep" not in ruled.exports.megatron.args
+    required = with_rules(TrainingSpec(global_batch_size=8, sequence_length=8),
+                          {"overlap_ep_comm": "required", "overlap_tp_comm": "allowed"})
+    assert required.overlap_ep_comm is True and required.overlap_tp_comm is None
+    with pytest.raises(InvalidSpecError, match="contradicts"):
+        with_rules(TrainingSpec(global_batch_size=8, sequence_length=8, overlap_ep_comm=False),
+                   {"overlap_ep_comm": "required"})
