@@ -24,6 +24,7 @@ from api_schemas.training import MoeDispatcher, TrainingSpec
 from models.errors import InvalidSpecError
 from models.frameworks import Framework, blockers, frameworks, plan_features
 from models.memory import memory_ledger
+from models.pipeline import schedule_traits
 from models.runtime_features import (
     DEEPEP,
     OVERLAP_EP_COMM,
@@ -199,6 +200,10 @@ def runtime_feature_uses(spec: ModelSpec, request: TrainingSpec, chosen: Trainin
                           f"{feature.needs}")
             elif pinned:
                 reason = "fixed off by the request"
+            elif (feature.name == OVERLAP_EP_COMM
+                  and schedule_traits(candidate.schedule).overlapped_pairs):
+                reason = (f"the {candidate.schedule.value} schedule already overlaps the expert "
+                          "all-to-alls with the paired micro-batch")
             elif not _prerequisites_met(feature.name, spec, candidate):
                 reason = f"needs {feature.needs}"
             elif why_off and feature.name in why_off:

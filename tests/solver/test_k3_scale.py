@@ -49,6 +49,11 @@ def test_the_planner_fits_k3_scale_on_1024_h800s_and_says_what_made_it_fit() -> 
     muon = next(n for n in notes if n.startswith("Muon"))
     assert "would not fit" in muon and "makes this plan fit" in muon
     assert any(n.startswith("Pipeline ZeRO-2") for n in notes)
+    # Why not overlap_ep_comm: this mesh tried with it fixed on (one more micro-batch of a
+    # chunk stored, no full recomputation under Megatron-LM) fits nowhere.
+    ep_overlap = next(u for u in response.runtime_features if u.feature == "overlap_ep_comm")
+    assert not ep_overlap.on and ep_overlap.decided_by == "planner"
+    assert ep_overlap.why_not.startswith("with it no plan of this mesh fits"), ep_overlap
 
 
 def test_with_adamw_pipeline_zero2_is_what_fits_k3_scale_on_pp8_with_four_chunks() -> None:

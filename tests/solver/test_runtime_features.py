@@ -107,6 +107,10 @@ def test_a_feature_the_target_lacks_is_never_chosen(framework: str) -> None:
         if use.feature not in table:
             assert not use.on, use
     assert not _uses(response)[OVERLAP_EP_COMM]
+    if framework == "deepspeed":
+        # Why not overlap_ep_comm: DeepSpeed has no such feature.
+        use = {u.feature: u for u in response.runtime_features}[OVERLAP_EP_COMM]
+        assert use.why_not == "not offered by DeepSpeed"
 
 
 def test_runtime_options_branch_only_on_the_feature_that_costs_memory() -> None:
