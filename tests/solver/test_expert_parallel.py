@@ -65,3 +65,25 @@ def test_with_no_time_left_the_first_search_plans_are_compared() -> None:
     assert first.best is not None
     alone = compare(SPEC, TRAINING, CLUSTER, first.best, None)
     assert alone.best_ep is None and alone.summary.startswith("EP = 1: no plan with EP > 1")
+
+
+def test_a_plan_with_ep1_answers_with_the_best_ep_plan_beside_it() -> None:
+    """OLMoE on 8 H100 with the NCCL all-to-all and no overlaps fixed: EP 1 wins, and the
+    answer shows the best EP > 1 plan with the terms that separate them."""
+    from api_schemas import ClusterInput, ModelPreset, PlanRequest
+    from solver import plan
+
+    fixed = TRAINING.model_copy(update={"moe_dispatcher": "alltoall", "overlap_ep_comm": False,
+                                        "overlap_tp_comm": False})
+    response = plan(PlanRequest(model=ModelPreset(preset="olmoe-1b-7b-0924"),
+                                cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=1),
+                                training=fixed, solver=LIMITS))
+    assert response.parallel is not None and response.parallel.ep == 1
+    side = response.expert_parallel
+    assert side is not None and side.best_ep is not None and side.best_ep_parallel is not None
+    assert side.best_ep.ep == side.best_ep_parallel.ep > 1
+    assert response.time is not None
+    assert side.chosen.step_time_s == response.time.step_time_s
+    assert side.best_ep.step_time_s >= side.chosen.step_time_s
+    assert side.best_ep.exposed_expert_all_to_all_s > side.chosen.exposed_expert_all_to_all_s
+    assert side.summary.startswith("EP = 1 chosen: the best EP ")

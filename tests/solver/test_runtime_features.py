@@ -76,6 +76,8 @@ def test_deepseek_v3_on_2048_h800_reaches_the_published_rate_with_the_features_i
     # Megatron's prerequisites: a virtual pipeline when PP > 1, no full recomputation.
     assert response.parallel.pp == 1 or response.parallel.vpp > 1
     assert response.parallel.recompute != RecomputeMode.FULL
+    # EP > 1 already: no EP comparison is attached.
+    assert response.parallel.ep > 1 and response.expert_parallel is None
     if uses[DEEPEP].on:
         assert args[args.index("--moe-token-dispatcher-type") + 1] == "flex"
         assert "--moe-enable-deepep" in args
