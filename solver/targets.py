@@ -313,7 +313,7 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
 _MEMOS: dict[tuple[int, int], tuple[LedgerMemo, TrainingSpec, LedgerMemo]] = {}
 """Per (search memo, decided recipe), the memo serving that recipe (the search's memo and
 the recipe kept alive beside it so the ids stay unique)."""
-_MEMOS_MAX = 64
+_MEMOS_MAX = 16
 
 
 def _memo_for(memo: LedgerMemo | None, spec: ModelSpec,
