@@ -197,8 +197,9 @@ class TrainingSpec(SpecModel):
         description="MoE token dispatcher: 'alltoall' (Megatron-Core's NCCL all-to-all, one "
         "row per token-expert assignment) or 'deepep' (DeepEP/HybridEP, one copy per "
         "destination node, as DeepSeek-V3); null (default) = the planner chooses per target "
-        "framework (DeepEP where the framework offers it and the plan has EP > 1). A value "
-        "fixes it.",
+        "framework (DeepEP where the framework offers it, the EP size is one DeepEP "
+        "supports, and the plan is faster with it; its buffers cost memory). A value fixes "
+        "it.",
     )
     overlap_grad_reduce: bool | None = Field(
         default=None,

@@ -5,8 +5,9 @@ Owns: the recipe fields that name them (`TrainingSpec.overlap_grad_reduce`,
 `overlap_tp_comm`, `overlap_ep_comm`, `moe_dispatcher`), how the cost model reads a field the
 request left to the planner (None) when nothing chose it, the mesh conditions under which
 each takes effect (`effective_features`, in the capability vocabulary of
-`models/data/frameworks.json`), and which of them cost memory (`RUNTIME_FEATURES`: the search
-branches on those and takes the others whenever they are available). Must not: read the
+`models/data/frameworks.json`), which of them cost memory (`RUNTIME_FEATURES`: the search
+branches on those and takes the others whenever they are available), and the bytes of the
+DeepEP buffer (`deepep_buffer_bytes`). Must not: read the
 frameworks' capability tables (`models/frameworks.py`), search or size anything.
 """
 
@@ -20,6 +21,65 @@ OVERLAP_GRAD_REDUCE = "overlap_grad_reduce"
 OVERLAP_TP_COMM = "overlap_tp_comm"
 OVERLAP_EP_COMM = "overlap_ep_comm"
 DEEPEP = "moe_dispatcher:deepep"
+
+
+DEEPEP_NUM_SMS = 20
+"""SMs DeepEP's normal kernels run on: Megatron-LM core_v0.14.0 `--moe-deepep-num-sms`
+default 20 (`arguments.py`), DeepEP `Buffer.num_sms` default 20 (`deep_ep/buffers/legacy.py`);
+the buffers hold num_sms / 2 channels."""
+DEEPEP_NVL_PEERS = 8
+"""GPUs one NVLink domain of DeepEP's legacy kernels spans (`LEGACY_NUM_MAX_NVL_PEERS`)."""
+DEEPEP_NVL_RECV_TOKENS = {2: 256, 4: 256, 8: 256, 16: 288, 24: 288, 32: 288, 48: 288,
+                          64: 288, 96: 480, 128: 560, 144: 720, 160: 720}
+"""Tokens each NVLink channel's receive buffer holds, per EP size: the third field of DeepEP's
+recommended dispatch and combine configurations (`Buffer.get_dispatch_config`,
+`get_combine_config` in `deep_ep/buffers/legacy.py`; both maps agree on it). DeepEP refuses
+any other EP size ('Unsupported number of EP ranks')."""
+DEEPEP_RDMA_RECV_TOKENS = 128
+"""Tokens each RDMA channel's receive buffer holds (the fifth field of every configuration
+of the same maps)."""
+DEEPEP_TOKEN_META_BYTES = 8 + 128 * 8 + 128 * 4 + 128 * 4
+"""Bytes DeepEP reserves beside each buffered token: its source metadata (two int32,
+`internode::SourceMeta`), 128 top-k indices (int64 `topk_idx_t`), 128 top-k weights and
+128 FP8 scales (fp32), `kNumMaxTopK` = `kNumMaxScales` = 128 in `csrc/legacy/config.hpp`."""
+
+
+def deepep_buffer_bytes(hidden_size: int, ep: int) -> int:
+    """GPU bytes of the DeepEP buffer Megatron-LM allocates for an EP group: the NVLink
+    buffer plus, across nodes, the RDMA buffer, each rounded up to 128 bytes.
+
+    Source: Megatron-LM core_v0.14.0 `megatron/core/transformer/moe/fused_a2a.py: get_buffer`
+    (the larger of the dispatch and combine size hints, hidden bytes = hidden x max(element
+    size, 2)); DeepEP `csrc/legacy/config.hpp: get_nvl_buffer_size_hint`,
+    `get_rdma_buffer_size_hint`. Legend: ch = num_sms / 2 channels, nvl = min(ep, 8),
+    rdma = max(ep / 8, 1), hb = 2 x hidden; NVL = ch x nvl x ((2 rdma + 3) x 4 +
+    R_nvl x (hb + meta)); RDMA (ep > 8) = ch x rdma x ((8 x 2 + 2) x 2 x 4 + R_rdma x 2 x
+    (hb + meta + 16)).
+    Assumes: an EP size outside DeepEP's table takes the next larger entry's receive size
+    (the largest beyond it); DeepEP itself refuses such sizes, so the planner never chooses
+    DeepEP for them (`DEEPEP_NVL_RECV_TOKENS`).
+    """
+    if ep <= 1:
+        return 0
+    sizes = sorted(DEEPEP_NVL_RECV_TOKENS)
+    key = next((size for size in sizes if size >= ep), sizes[-1])
+    channels = DEEPEP_NUM_SMS // 2
+    nvl = min(ep, DEEPEP_NVL_PEERS)
+    rdma = max(ep // DEEPEP_NVL_PEERS, 1)
+    hidden_bytes = 2 * hidden_size
+    nvl_bytes = channels * nvl * ((2 * rdma + 3) * 4 + DEEPEP_NVL_RECV_TOKENS[key]
+                                  * (hidden_bytes + DEEPEP_TOKEN_META_BYTES))
+    rdma_bytes = 0
+    if ep > DEEPEP_NVL_PEERS:
+        rdma_bytes = channels * rdma * ((DEEPEP_NVL_PEERS * 2 + 2) * 2 * 4
+                                        + DEEPEP_RDMA_RECV_TOKENS * 2
+                                        * (hidden_bytes + DEEPEP_TOKEN_META_BYTES + 16))
+    return -(-nvl_bytes // 128) * 128 + -(-rdma_bytes // 128) * 128
+
+
+def deepep_supports(ep: int) -> bool:
+    """Whether DeepEP has a configuration for this EP size (`DEEPEP_NVL_RECV_TOKENS`)."""
+    return ep in DEEPEP_NVL_RECV_TOKENS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,8 +112,8 @@ RUNTIME_FEATURES = (
         source="Megatron-LM core_v0.14.0 --tp-comm-overlap (Transformer Engine userbuffers); "
                "torchtitan v0.2.2 parallelism.enable_async_tensor_parallel"),
     RuntimeFeature(
-        name=DEEPEP, field="moe_dispatcher", costs_memory=False,
-        needs="an MoE model with EP > 1",
+        name=DEEPEP, field="moe_dispatcher", costs_memory=True,
+        needs="an MoE model with an EP size in DeepEP's configuration table (2 to 160)",
         source="Megatron-LM core_v0.12.0+ --moe-token-dispatcher-type flex --moe-enable-deepep; "
                "torchtitan v0.2.2 parallelism.expert_parallel_comm_backend = 'deepep'"),
     RuntimeFeature(
@@ -141,6 +201,10 @@ __all__ = [
     "OVERLAP_TP_COMM",
     "RUNTIME_FEATURES",
     "RuntimeFeature",
+    "DEEPEP_NUM_SMS",
+    "DEEPEP_NVL_RECV_TOKENS",
+    "deepep_buffer_bytes",
+    "deepep_supports",
     "dispatcher",
     "effective_features",
     "ep_overlap_active",

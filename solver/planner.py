@@ -358,7 +358,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     problem = _Problem(spec=spec, training=training, cluster=cluster, constraints=constraints,
                        objective=objective, bound_training=bound_training,
                        tables=BoundTables(
-                           spec, bound_training, cluster,
+                           spec, bound_training, cluster, memory_training=training,
                            host_gradients=constraints.gradient_host_shards
                            or constraints.allow_gradient_host_shards),
                        zeros=zeros, max_offload=max_offload_share(constraints),

@@ -3,9 +3,10 @@ target framework.
 
 Owns: the recipes (`TrainingSpec` with every runtime feature the request left unset decided)
 a candidate is scored under for one framework (`runtime_options`): the features that only
-lower the step time (`models.runtime_features.RUNTIME_FEATURES`, `costs_memory=False`) are
-taken whenever the framework offers them and the mesh meets their prerequisites, so they
-need no branch; a feature that costs memory (`overlap_ep_comm`) is tried on and off. Also
+lower the step time (`models.runtime_features.RUNTIME_FEATURES`, `costs_memory=False`:
+the gradient-reduce and TP overlaps) are taken whenever the framework offers them and the
+mesh meets their prerequisites, so they need no branch; a feature that costs memory (DeepEP's
+buffers, the EP overlap's extra micro-batch) is tried on and off. Also
 the recipe the search's lower bounds read (`optimistic_training`: every unset feature any
 target offers, on), the recipe a given configuration is evaluated under (`decided_for`) and
 the plan's account of its features (`runtime_feature_uses`). The
@@ -31,6 +32,7 @@ from models.runtime_features import (
     OVERLAP_GRAD_REDUCE,
     OVERLAP_TP_COMM,
     RUNTIME_FEATURES,
+    deepep_supports,
     effective_features,
     ep_overlap_mesh,
     with_features,
@@ -101,7 +103,7 @@ def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
     if name == OVERLAP_TP_COMM:
         return c.tp > 1 and c.sequence_parallel
     if name == DEEPEP:
-        return moe and c.ep > 1
+        return moe and c.ep > 1 and deepep_supports(c.ep)
     if name == OVERLAP_EP_COMM:
         return moe and c.ep > 1 and ep_overlap_mesh(c.schedule, pp=c.pp,
                                                     num_micro_batches=c.num_micro_batches)

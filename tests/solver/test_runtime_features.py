@@ -22,7 +22,12 @@ from api_schemas.parallel import RecomputeMode
 from models.catalog import cluster_preset, model_preset
 from models.frameworks import frameworks
 from models.memory import STORED_ACTIVATIONS, memory_ledger, micro_batch_count
-from models.runtime_features import DEEPEP, OVERLAP_EP_COMM, OVERLAP_TP_COMM
+from models.runtime_features import (
+    DEEPEP,
+    OVERLAP_EP_COMM,
+    OVERLAP_TP_COMM,
+    deepep_buffer_bytes,
+)
 from solver import plan
 from solver.runtime_choice import runtime_options
 from solver.space import MeshCandidate
@@ -115,9 +120,10 @@ def test_a_feature_the_target_lacks_is_never_chosen(framework: str) -> None:
         assert use.why_not == "not offered by DeepSpeed"
 
 
-def test_runtime_options_branch_only_on_the_feature_that_costs_memory() -> None:
-    """Time-only features need no branch; the EP overlap is tried on and off, and only where
-    the framework offers it and the mesh meets its prerequisites."""
+def test_runtime_options_branch_only_on_the_features_that_cost_memory() -> None:
+    """Time-only features (gradient-reduce and TP overlap) need no branch; DeepEP (its
+    buffers) and the EP overlap (one more micro-batch stored) are tried on and off, and only
+    where the framework offers them and the mesh meets their prerequisites."""
     spec = model_preset("mixtral-8x7b")
     training = TrainingSpec(global_batch_size=512, sequence_length=4096)
     mesh = MeshCandidate(tp=2, pp=2, dp=4, cp=1, ep=4, etp=1, vpp=2, micro_batch_size=1,
@@ -125,8 +131,16 @@ def test_runtime_options_branch_only_on_the_feature_that_costs_memory() -> None:
                          sequence_parallel=True)
     megatron, deepspeed = frameworks()["megatron-lm"], frameworks()["deepspeed"]
     options = runtime_options(spec, training, mesh, megatron)
-    assert [o.overlap_ep_comm for o in options] == [True, False]
-    assert all(o.overlap_tp_comm and o.moe_dispatcher == "deepep" for o in options)
+    assert [(o.overlap_ep_comm, o.moe_dispatcher) for o in options] == [
+        (True, "deepep"), (True, "alltoall"), (False, "deepep"), (False, "alltoall")]
+    assert all(o.overlap_tp_comm and o.overlap_grad_reduce for o in options)
+    # DeepEP has no configuration for 256 ranks: only the EP overlap branches there.
+    wide = MeshCandidate(tp=1, pp=1, dp=256, cp=1, ep=256, etp=1, vpp=1, micro_batch_size=1,
+                         num_micro_batches=2, schedule=PipelineSchedule.ONE_F_ONE_B,
+                         sequence_parallel=False)
+    deepseek = model_preset("deepseek-v3")
+    assert [o.moe_dispatcher for o in runtime_options(deepseek, training, wide, megatron)] == [
+        "alltoall", "alltoall"]
     (only,) = runtime_options(spec, training, mesh, deepspeed)
     assert not only.overlap_ep_comm and not only.overlap_tp_comm
     assert only.moe_dispatcher == "alltoall"
@@ -134,7 +148,8 @@ def test_runtime_options_branch_only_on_the_feature_that_costs_memory() -> None:
     plain = MeshCandidate(tp=2, pp=2, dp=4, cp=1, ep=4, etp=1, vpp=1, micro_batch_size=1,
                           num_micro_batches=128, schedule=PipelineSchedule.ONE_F_ONE_B,
                           sequence_parallel=True)
-    assert len(runtime_options(spec, training, plain, megatron)) == 1
+    assert [o.overlap_ep_comm for o in runtime_options(spec, training, plain, megatron)] == [
+        False, False]
     # A request that fixes every feature is scored as given.
     fixed = training.model_copy(update={"overlap_ep_comm": False, "overlap_tp_comm": True,
                                         "moe_dispatcher": "alltoall",
@@ -241,16 +256,44 @@ def test_constraints_rule_on_runtime_features_as_the_recipe_fields_do() -> None:
     from solver.runtime_choice import with_rules
 
     free = _planned("mixtral", "megatron-lm")
-    assert _uses(free)[DEEPEP]
+    taken = [u.feature for u in free.runtime_features
+             if u.on and u.feature != "overlap_grad_reduce"]
+    assert taken, "the case needs a feature the planner takes"
+    feature = taken[0]
+    flag = {DEEPEP: "--moe-enable-deepep", OVERLAP_TP_COMM: "--tp-comm-overlap",
+            OVERLAP_EP_COMM: "--overlap-moe-expert-parallel-comm"}[feature]
+    assert free.exports.megatron is not None and flag in free.exports.megatron.args
+    name = "moe_dispatcher" if feature == DEEPEP else feature
     ruled = plan(MIXTRAL.model_copy(update={"constraints": Constraints(
-        framework="megatron-lm", runtime_features={"moe_dispatcher": "forbidden"})}))
+        framework="megatron-lm", runtime_features={name: "forbidden"})}))
     uses = {u.feature: u for u in ruled.runtime_features}
-    assert not uses[DEEPEP].on and uses[DEEPEP].decided_by == "request"
+    assert not uses[feature].on and uses[feature].decided_by == "request"
     assert ruled.exports.megatron is not None
-    assert "--moe-enable-deepep" not in ruled.exports.megatron.args
+    assert flag not in ruled.exports.megatron.args
     required = with_rules(TrainingSpec(global_batch_size=8, sequence_length=8),
                           {"overlap_ep_comm": "required", "overlap_tp_comm": "allowed"})
     assert required.overlap_ep_comm is True and required.overlap_tp_comm is None
     with pytest.raises(InvalidSpecError, match="contradicts"):
         with_rules(TrainingSpec(global_batch_size=8, sequence_length=8, overlap_ep_comm=False),
                    {"overlap_ep_comm": "required"})
+
+
+def test_deepep_buffers_are_the_size_megatron_asks_deepep_for() -> None:
+    """Megatron-LM core_v0.14.0 `fused_a2a.get_buffer` with DeepEP's legacy size hints: at
+    EP 8 and hidden 4,096 (hidden bytes 8,192), 10 channels x 8 NVLink ranks x (5 int32 +
+    256 tokens x (8,192 + 2,056) bytes), rounded up to 128 = 209,880,704 bytes; across nodes
+    an RDMA buffer is added, and the ledger carries the line when the plan uses DeepEP."""
+    assert deepep_buffer_bytes(4096, 8) == 209_880_704
+    assert deepep_buffer_bytes(4096, 1) == 0
+    assert deepep_buffer_bytes(7168, 64) > deepep_buffer_bytes(7168, 8)
+    spec = model_preset("mixtral-8x7b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
+    parallel = ParallelConfig(tp=1, pp=1, dp=32, ep=8, recompute=RecomputeMode.SELECTIVE)
+    deepep = TrainingSpec(global_batch_size=512, sequence_length=4096, moe_dispatcher="deepep")
+    nccl = deepep.model_copy(update={"moe_dispatcher": "alltoall"})
+
+    def line(training: TrainingSpec) -> int:
+        ledger = memory_ledger(spec, training, parallel, cluster)
+        return sum(c.bytes for c in ledger.stages[0].components if c.name == "DeepEP buffers")
+
+    assert line(deepep) == deepep_buffer_bytes(spec.hidden_size, 8) and line(nccl) == 0
