@@ -123,9 +123,9 @@ def render_plan(plan: PlanResponse) -> str:
         lines.append(f"  cost        {c.cost_per_token:.3e} per token "
                      f"({c.cost_per_million_tokens:.4f} per million, {c.cost_per_step:.2f} per "
                      f"step) at {c.gpu_hour_price:g} per GPU-hour")
-    on = [use.feature for use in plan.runtime_features if use.on]
+    taken = [use.feature for use in plan.runtime_features if use.on]
     if plan.runtime_features:
-        lines.append(f"  runtime     {', '.join(on) if on else 'none'}")
+        lines.append(f"  runtime     {', '.join(taken) if taken else 'none'}")
     lines += [f"  runtime off {use.feature}: {use.why_not}" for use in plan.runtime_features
               if not use.on and use.decided_by == "planner" and use.why_not]
     if plan.expert_parallel is not None:
