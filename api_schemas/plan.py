@@ -274,6 +274,60 @@ class RunsOn(ResultModel):
                                      "plan uses -> the release that provides it.")
 
 
+class RuntimeFeatureUse(ResultModel):
+    """A runtime feature of the plan (an overlap or the MoE dispatcher): on or off, who
+    decided it, and the flag that sets it in each framework that runs the plan."""
+
+    feature: str = Field(description="'overlap_grad_reduce', 'overlap_tp_comm', "
+                         "'moe_dispatcher:deepep' or 'overlap_ep_comm'.")
+    on: bool = Field(description="Whether the plan uses it.")
+    decided_by: str = Field(description="'request' (the recipe fixed it) or 'planner'.")
+    flags: dict[str, str] = Field(default_factory=dict, description="Framework id -> the "
+                                  "argument or key that sets it, for the frameworks in "
+                                  "runs_on that offer it.")
+    why_not: str = Field(default="", description="When off: why (its prerequisites, the "
+                         "frameworks that lack it, or the plan it gives).")
+    source: str = Field(default="", description="Where the feature and its prerequisites "
+                        "are stated.")
+
+
+class ExpertParallelFigures(ResultModel):
+    """The expert-side figures of one plan (`models.expert_terms`)."""
+
+    ep: int = Field(description="Expert-parallel degree.")
+    step_time_s: float = Field(description="Predicted step time.")
+    tokens_per_s: float = Field(description="Predicted tokens per second (whole job).")
+    peak_bytes: int = Field(description="Peak GPU memory of the plan's busiest stage.")
+    local_experts: int = Field(description="Routed experts each rank holds.")
+    tokens_per_expert: float = Field(description="Token-expert assignments each local "
+                                     "expert computes per micro-batch.")
+    grouped_gemm_efficiency: float = Field(description="Achieved share of the GPU's peak in "
+                                           "the experts' up projection at that token count.")
+    zero3_expert_gather_bytes_per_pass: int = Field(
+        description="Routed-expert weight bytes one rank receives to gather one MoE layer for "
+        "one pass under ZeRO-3 / FSDP (0 without ZeRO-3).")
+    zero3_expert_gather_bytes_per_step: int = Field(
+        description="The same over the step (forward and backward of every micro-batch on "
+        "every MoE layer of the rank).")
+    exposed_expert_all_to_all_s: float = Field(description="Exposed dispatch and combine "
+                                               "time per step ('ep' communication).")
+    exposed_expert_gradient_s: float = Field(description="Exposed expert-DP time per step "
+                                             "(ZeRO-3 gathers, gradient reductions: 'edp').")
+
+
+class ExpertParallelComparison(ResultModel):
+    """For an MoE plan with EP = 1: the best plan with EP > 1 beside it, and the terms that
+    separate them."""
+
+    chosen: ExpertParallelFigures = Field(description="The plan's own figures.")
+    best_ep: ExpertParallelFigures | None = Field(
+        default=None, description="The best plan with EP > 1 (none when none fits or the "
+        "time limit ended first).")
+    best_ep_parallel: ParallelConfig | None = Field(default=None, description="Its "
+                                                    "configuration.")
+    summary: str = Field(description="Why the chosen plan's expert parallelism wins, in words.")
+
+
 class ExtensionUse(ResultModel):
     """A feature of the plan that no released framework provides."""
 
@@ -328,6 +382,12 @@ class PlanResponse(ResultModel):
     runs_on: list[RunsOn] = Field(default_factory=list, description="Released frameworks that "
                                   "run the configuration as given, each from the release that "
                                   "adds the last feature it needs.")
+    expert_parallel: ExpertParallelComparison | None = Field(
+        default=None, description="MoE plans with EP = 1: the best plan with EP > 1 beside it "
+        "with the terms that separate them.")
+    runtime_features: list[RuntimeFeatureUse] = Field(
+        default_factory=list, description="The runtime features (overlaps, MoE dispatcher) "
+        "the plan turns on or leaves off, each with its flag and why it is off.")
     extensions: list[ExtensionUse] = Field(default_factory=list, description="Features no "
                                            "released framework provides, with their origin.")
     cost: CostEstimate | None = Field(default=None, description="Cost per token and per step "
@@ -340,6 +400,8 @@ class PlanResponse(ResultModel):
 __all__ = [
     "Alternative",
     "CostEstimate",
+    "ExpertParallelComparison",
+    "ExpertParallelFigures",
     "Explanation",
     "ExtensionUse",
     "MemoryComponentReport",
@@ -351,6 +413,7 @@ __all__ = [
     "RangeSource",
     "Relaxation",
     "RunsOn",
+    "RuntimeFeatureUse",
     "SearchLimit",
     "SolverStats",
     "StageMemoryReport",

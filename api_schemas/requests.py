@@ -36,6 +36,10 @@ ZeroStageValue = Literal[0, 1, 2, 3]
 """A ZeRO stage a constraint may name."""
 
 FrameworkTarget = Literal["megatron-lm", "torchtitan", "deepspeed", "any"]
+RuntimeFeatureName = Literal["overlap_grad_reduce", "overlap_tp_comm", "moe_dispatcher",
+                             "overlap_ep_comm"]
+"""Runtime features a request may rule on (`constraints.runtime_features`)."""
+RuntimeFeatureRule = Literal["allowed", "required", "forbidden"]
 """A training framework a plan must run on ('any' admits features of no released framework,
 each named with the paper or system it comes from)."""
 T = TypeVar("T")
@@ -215,6 +219,14 @@ class Constraints(SpecModel):
         "spare memory) where it makes a plan fit or is faster? The transfers over the "
         "pipeline group's link are charged to the step. A feature of no released framework: "
         "it needs constraints.framework 'any'.")
+    runtime_features: dict[RuntimeFeatureName, RuntimeFeatureRule] = Field(
+        default_factory=dict,
+        description="Per runtime feature: 'allowed' (default: the planner turns it on where "
+        "the target framework offers it, the plan meets its prerequisites and the plan is "
+        "faster), 'required' (fixed on; for moe_dispatcher: DeepEP) or 'forbidden' (fixed "
+        "off; for moe_dispatcher: the NCCL all-to-all). The same as fixing the training field "
+        "of that name; a rule that contradicts a fixed training field is refused.",
+        examples=[{"overlap_ep_comm": "required", "overlap_tp_comm": "forbidden"}])
     forbid: Annotated[dict[str, list[Any]], AfterValidator(reject_non_finite)] = Field(
         default_factory=dict,
         description="Forbidden values per key, e.g. {'schedule': ['dualpipe'], 'tp': [16]}.")

@@ -206,11 +206,14 @@ class TrainingSpec(SpecModel):
         "(Moonlight: every rank gathers and orthogonalises every matrix) or 'owner_p2p' "
         "(Kimi K3: one owner per matrix, point-to-point shards).",
     )
-    moe_dispatcher: MoeDispatcher = Field(
-        default=MoeDispatcher.ALLTOALL,
+    moe_dispatcher: MoeDispatcher | None = Field(
+        default=None,
         description="MoE token dispatcher: 'alltoall' (Megatron-Core's NCCL all-to-all, one "
         "row per token-expert assignment) or 'deepep' (DeepEP/HybridEP, one copy per "
-        "destination node, as DeepSeek-V3).",
+        "destination node, as DeepSeek-V3); null (default) = the planner chooses per target "
+        "framework (DeepEP where the framework offers it, the EP size is one DeepEP "
+        "supports, and the plan is faster with it; its buffers cost memory). A value fixes "
+        "it.",
     )
     zero3_collectives: Zero3Collectives = Field(
         default=Zero3Collectives.COALESCED,
@@ -218,24 +221,33 @@ class TrainingSpec(SpecModel):
         "reduce-scatter per layer, DeepSpeed >= 0.6) or 'per_parameter' (one per parameter "
         "tensor, DeepSpeed 0.3.13-0.5.x of 2021).",
     )
-    overlap_grad_reduce: bool = Field(
-        default=True,
+    overlap_grad_reduce: bool | None = Field(
+        default=None,
         description="Data-parallel gradient reduction overlaps the last micro-batch's "
-        "backward (Megatron --overlap-grad-reduce); false = it runs after the pipeline "
-        "flush, as in Megatron-LM 2021 and Korthikanti et al. 2022.",
+        "backward (Megatron --overlap-grad-reduce with --overlap-param-gather); false = it "
+        "runs after the pipeline flush, as in Megatron-LM 2021 and Korthikanti et al. 2022; "
+        "null (default) = the planner chooses (on wherever the target framework offers it). "
+        "A cost model evaluated without a choice reads null as on.",
     )
-    overlap_tp_comm: bool = Field(
-        default=False,
+    overlap_tp_comm: bool | None = Field(
+        default=None,
         description="Tensor-parallel collectives overlap the GEMMs (Transformer Engine "
         "userbuffers, Megatron --tp-comm-overlap; needs sequence parallelism): each "
         "reduce-scatter's last ring step, the SMs a bulk-overlapped one holds and what outlasts "
-        "the GEMMs stay exposed; false = exposed, as in Megatron-LM 2021.",
+        "the GEMMs stay exposed; false = exposed, as in Megatron-LM 2021; null (default) = the "
+        "planner chooses (on wherever the target framework offers it and the plan has TP > 1 "
+        "with sequence parallelism). A cost model evaluated without a choice reads null as "
+        "off.",
     )
-    overlap_ep_comm: bool = Field(
-        default=False,
-        description="Expert all-to-alls overlap another micro-batch's compute under "
-        "interleaved 1F1B (Megatron --overlap-moe-expert-parallel-comm, the Kimi K2 recipe); "
-        "DualPipe and DualPipeV always overlap them.",
+    overlap_ep_comm: bool | None = Field(
+        default=None,
+        description="Expert all-to-alls overlap another micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm: needs EP > 1, interleaving when PP > 1, no full "
+        "recomputation; it runs one more micro-batch forward before the steady state, so it "
+        "costs one micro-batch of a model chunk's stored activations); DualPipe and DualPipeV "
+        "always overlap them. Null (default) = the planner tries it where the target framework "
+        "offers it and keeps it when the plan is faster; a value fixes it. A cost model "
+        "evaluated without a choice reads null as off.",
     )
     ema: EmaPlacement = Field(
         default=EmaPlacement.NONE,

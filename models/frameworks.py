@@ -28,6 +28,7 @@ from api_schemas.training import Fp8WeightStorage, TrainingSpec
 from models.catalog import DATA_DIR
 from models.errors import InvalidSpecError
 from models.pipeline import schedule_traits
+from models.runtime_features import effective_features
 from models.traffic.context import head_dims
 
 RELEASED = ("megatron-lm", "torchtitan", "deepspeed")
@@ -163,7 +164,8 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
                   cp: int, ep: int, etp: int, vpp: int, schedule: PipelineSchedule,
                   sequence_parallel: bool, cp_kind: ContextParallelKind,
                   ulysses_degree: int | None = None) -> set[str]:
-    """The features of a mesh, schedule and recipe (no ZeRO stage or activation policy)."""
+    """The features of a mesh, schedule and recipe (no ZeRO stage or activation policy),
+    with the runtime features the recipe turns on (`models.runtime_features`)."""
     out: set[str] = set()
     if pp > 1:
         if schedule_traits(schedule).fixed_chunks is None and vpp == 1:
@@ -190,6 +192,8 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
         out.add("fp8_compute")
         if training.fp8_weight_storage == Fp8WeightStorage.FP8_ONLY:
             out.add("fp8_weight_storage")
+    out |= effective_features(training, moe=spec.moe is not None, tp=tp, dp=dp, ep=ep,
+                              sequence_parallel=sequence_parallel)
     if sum(d > 1 for d in (dp, tp, pp, cp)) > 1:
         out.add("mesh:multi_dim")
     if spec.name.lower().startswith("qwen3"):

@@ -59,6 +59,7 @@ from models.pipeline import (
     schedule_traits,
 )
 from models.remote_activations import balance_remote_activations, fits_after_remote_offload
+from models.runtime_features import ep_overlap_active
 from models.runtime_memory import (
     ALLOCATOR_FRAGMENTATION_FRAC,
     CUDA_CONTEXT_BYTES,
@@ -506,6 +507,27 @@ class _ActivationBytes:
         return self.stored_on_gpu + self.extras + self.working_set + self.loss_extra
 
 
+def ep_overlap_extra_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                           num_micro_batches: int, chunk_bytes: Sequence[int]) -> int:
+    """Stored bytes the batch-level EP overlap adds on a rank: one more micro-batch of its
+    largest chunk in flight.
+
+    Source: Megatron-LM core_v0.14.0 `megatron/core/pipeline_parallel/schedules.py`
+    (`get_pp_rank_microbatches`: with `overlap_moe_expert_parallel_comm` the interleaved
+    schedule runs one extra warm-up forward "to ensure the forward and backward computations
+    are independent in all 1f1b steps"; without a pipeline,
+    `combined_1f1b_schedule_for_no_pipelining` runs micro-batch i+1's forward beside micro-batch
+    i's backward, so two micro-batches' activations are live). DualPipe-style schedules
+    already count their paired micro-batches in their op order (nothing added).
+    """
+    if spec.moe is None or schedule_traits(parallel.schedule).overlapped_pairs:
+        return 0
+    if not ep_overlap_active(training, parallel.schedule, pp=parallel.pp, ep=parallel.ep,
+                             num_micro_batches=num_micro_batches):
+        return 0
+    return max(chunk_bytes, default=0)
+
+
 def _head_and_mtp_bytes(spec: ModelSpec, layout: StageLayout,
                         ctx: LayerActivationContext) -> int:
     """Bytes a rank keeps per micro-batch for its output heads (`head_activation_bytes`)
@@ -543,6 +565,7 @@ def _activation_bytes(spec: ModelSpec, training: TrainingSpec, parallel: Paralle
         head_in_flight = max((profile.chunk_peaks_until_b[rank][c]
                               for c in profile.last_stage_chunks[rank]), default=1)
         extras += _head_and_mtp_bytes(spec, layout, ctx) * head_in_flight
+    stored += ep_overlap_extra_bytes(spec, training, parallel, num_micro_batches, chunk_bytes)
     offload = policy.offload_frac
     largest = max(chunk_bytes, default=0)
     staging = min(stored, math.ceil(2 * largest)) if offload else 0

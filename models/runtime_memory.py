@@ -16,11 +16,12 @@ import math
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.parallel import ContextParallelKind, ParallelConfig
-from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
+from api_schemas.training import Fp8WeightStorage, MoeDispatcher, OptimizerKind, TrainingSpec
 from models.activations import ACTIVATION_BYTES
 from models.ledger_items import MemoryComponent, RankParameters
 from models.linear_attention import kcp_fragment_bytes
 from models.precision import state_bytes_per_param
+from models.runtime_features import deepep_buffer_bytes, dispatcher
 from models.sharded_states import zero3_gather_buffers
 
 FP8_BYTES = 1
@@ -275,6 +276,11 @@ def runtime_items(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         out.append(MemoryComponent(name="EP dispatch/combine buffers", kind="other",
                                    bytes=math.ceil(2 * assignments * h * ACTIVATION_BYTES),
                                    note="received tokens and combine output, S x K scale"))
+    if spec.moe is not None and parallel.ep > 1 and dispatcher(training) == MoeDispatcher.DEEPEP:
+        out.append(MemoryComponent(name="DeepEP buffers", kind="other",
+                                   bytes=deepep_buffer_bytes(h, parallel.ep),
+                                   note="NVLink and RDMA receive buffers of DeepEP's normal "
+                                        "kernels (Megatron flex dispatcher)"))
     if training.optimizer == OptimizerKind.MUON and parallel.zero_stage >= 1:
         out.append(MemoryComponent(name="Muon full-matrix buffer", kind="other",
                                    bytes=math.ceil(groups.largest_matrix * 4),

@@ -130,6 +130,13 @@ def render_plan(plan: PlanResponse) -> str:
         lines.append(f"  cost        {c.cost_per_token:.3e} per token "
                      f"({c.cost_per_million_tokens:.4f} per million, {c.cost_per_step:.2f} per "
                      f"step) at {c.gpu_hour_price:g} per GPU-hour")
+    taken = [use.feature for use in plan.runtime_features if use.on]
+    if plan.runtime_features:
+        lines.append(f"  runtime     {', '.join(taken) if taken else 'none'}")
+    lines += [f"  runtime off {use.feature}: {use.why_not}" for use in plan.runtime_features
+              if not use.on and use.decided_by == "planner" and use.why_not]
+    if plan.expert_parallel is not None:
+        lines.append(f"  experts     {plan.expert_parallel.summary}")
     for alt in plan.alternatives:
         step = f"{alt.step_time_s:.3f} s" if alt.step_time_s is not None else "does not fit"
         delta = f" {alt.delta_frac:+.1%}" if alt.delta_frac is not None else ""

@@ -30,7 +30,7 @@ from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRe
 from api_schemas.training import TrainingSpec
 from models.error_bands import cluster_band, predicted_range
 from models.errors import InvalidSpecError
-from models.frameworks import extensions_used, plan_features, runs_on
+from models.frameworks import RELEASED, extensions_used, plan_features, runs_on
 from models.kernels import profile_for
 from models.linear_attention import cp_layer_note
 from models.memory import memory_ledger
@@ -42,8 +42,9 @@ from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cancel, cpsat
 from solver.binding_pins import Binding, binding_texts, find_binding
 from solver.candidate_eval import ScoredPlan, refine_policies
-from solver.chosen_mechanisms import chosen_mechanism_notes
+from solver.chosen_mechanisms import chosen_mechanism_notes, runtime_why_off
 from solver.collector import collector_paused
+from solver.expert_parallel import best_with_expert_parallelism, compare
 from solver.explain import (
     binding_constraints,
     describe_parallel,
@@ -60,6 +61,7 @@ from solver.policy_summary import summarise_policies
 from solver.reach import Reach, highest_reachable, target_relaxation
 from solver.relax import binding_relaxations, relaxations
 from solver.reports import memory_report_from_ledger
+from solver.runtime_choice import decided_for, runtime_feature_uses, with_rules
 from solver.search_space import search_limits, space_note
 from solver.space import MeshCandidate
 from solver.targets import (
@@ -175,6 +177,10 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
 
 
 def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> PlanResponse:
+    # `constraints.runtime_features` fix the recipe fields they rule on (the same as fixing
+    # them in the recipe).
+    request = request.model_copy(update={"training": with_rules(
+        request.training, request.constraints.runtime_features)})
     resolved = resolve_model(request.model)
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
     constraints = target_constraints(hardware_constraints(request.constraints, cluster,
@@ -194,6 +200,9 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     if result.best is None:
         return _infeasible(request, result, stats, notes, spec, cluster, deadline,
                            constraints=constraints)
+    # The recipe the winner was scored under: the request's with the runtime features the
+    # search decided (`solver.runtime_choice`).
+    training = result.best.training or request.training
     remaining_s = deadline - time.perf_counter()
     config = cpsat.SolverConfig(max_time_s=max(MIN_SUBPROBLEM_S, min(2.0, remaining_s)),
                                 num_workers=request.solver.num_workers,
@@ -201,19 +210,19 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     if request.objective == Objective.MIN_MEMORY:
         best = result.best  # refinement trades memory for speed
     elif allows_per_stage_policies(constraints):
-        best = refine_policies(spec, request.training, cluster, result.best, constraints,
+        best = refine_policies(spec, training, cluster, result.best, constraints,
                                config, deadline=deadline)
-        if target_blockers(spec, request.training, best.parallel, constraints):
+        if target_blockers(spec, training, best.parallel, constraints):
             best = result.best
     else:
-        best = refine_layer_split(spec, request.training, cluster, result.best, constraints,
+        best = refine_layer_split(spec, training, cluster, result.best, constraints,
                                   deadline=deadline)
     if best is not result.best:
         notes.append("per-stage policies refined by the CP-SAT subproblem: "
                      f"{result.best.estimate.step_time_s:.3f} -> {best.estimate.step_time_s:.3f} s")
     # The search times plans without splitting pipeline idle time from P2P latency; the
     # chosen plan's breakdown gets the split (same step time).
-    best = dataclasses.replace(best, estimate=estimate_step(spec, request.training,
+    best = dataclasses.replace(best, estimate=estimate_step(spec, training,
                                                             best.parallel, cluster))
     runners_up = _runners_up(request, constraints, result, spec, cluster, best, deadline)
     alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k,
@@ -230,18 +239,31 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     if request.objective == Objective.MIN_GPUS:
         reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
         text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
-    notes.append(plausibility(spec, request.training, cluster, best.estimate))
-    notes += ledger_evidence(request.training, best.parallel, is_moe=spec.moe is not None)
+    notes.append(plausibility(spec, training, cluster, best.estimate))
+    notes += ledger_evidence(training, best.parallel, is_moe=spec.moe is not None)
     notes += _cp_layer_notes(spec, best.parallel)
-    notes += mechanism_notes(spec, request.training, best.parallel, cluster, best.estimate,
+    notes += mechanism_notes(spec, training, best.parallel, cluster, best.estimate,
                              best.ledger)
     notes += chosen_mechanism_notes(spec, request.training, cluster, best, constraints, config,
                                     deadline=deadline)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
+    expert = None
+    if spec.moe is not None and best.parallel.ep == 1 and constraints.ep not in (1, [1]):
+        other = best_with_expert_parallelism(
+            spec, request.training, cluster, constraints, request.objective, request.solver,
+            result, deadline=deadline - EP_RESPONSE_MARGIN_S)
+        expert = compare(spec, training, cluster, dataclasses.replace(best, training=training),
+                         other)
+    why_off = runtime_why_off(spec, request.training, cluster,
+                              dataclasses.replace(best, training=training), constraints,
+                              deadline=deadline)
     response = _response(best, result.status, spec.name, cluster, alternatives, explanation,
-                         stats, spec=spec, training=request.training,
-                         target=request.constraints.framework or "released")
+                         stats, spec=spec, training=training,
+                         target=request.constraints.framework or "released",
+                         request_training=request.training, why_off=why_off)
+    if expert is not None:
+        response = response.model_copy(update={"expert_parallel": expert})
     return response if cost is None else response.model_copy(update={"cost": cost})
 
 
@@ -266,10 +288,15 @@ def _stats(result: SearchResult) -> SolverStats:
 
 def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: ClusterSpec,
               alternatives: list[Alternative], explanation: Explanation, stats: SolverStats | None,
-              *, spec: ModelSpec, training: TrainingSpec, target: str) -> PlanResponse:
+              *, spec: ModelSpec, training: TrainingSpec, target: str,
+              request_training: TrainingSpec | None = None,
+              why_off: dict[str, str] | None = None) -> PlanResponse:
     est = best.estimate
     parallel = summarise_policies(best.parallel)
     features = plan_features(spec, training, parallel)
+    fits = runs_on(spec, training, parallel)
+    uses = runtime_feature_uses(spec, request_training or training, training, best.candidate,
+                                [fit.framework for fit in fits] or list(RELEASED), why_off)
     return PlanResponse(
         status=status, model_name=model_name, gpu=cluster.gpu.id,
         world_size=est.world_size, parallel=parallel,
@@ -282,7 +309,8 @@ def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: Cl
         explanation=explanation, solver=stats, bottleneck=est.bottleneck,
         exports=_exports(spec, training, parallel, cluster), framework_target=target,
         runs_on=[RunsOn(framework=fit.framework, name=fit.name, version=fit.version,
-                        features=fit.features) for fit in runs_on(spec, training, parallel)],
+                        features=fit.features) for fit in fits],
+        runtime_features=uses,
         extensions=[ExtensionUse(feature=feature, origin=origin)
                     for feature, origin in extensions_used(features).items()])
 
@@ -300,6 +328,9 @@ ALTERNATIVE_BUDGET_S = 2.0
 REACH_SHARE = 0.5
 """Share of the time left after a search that proved a throughput target out of reach that
 the fastest-plan search may use (the other relaxations get the rest)."""
+EP_RESPONSE_MARGIN_S = 0.25
+"""Time the EP > 1 comparison search leaves before the request's limit for building the
+answer."""
 MIN_SUBPROBLEM_S = 0.05
 """Floor on a CP-SAT subproblem started just before the request's time limit."""
 
@@ -491,11 +522,14 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     warnings = validate_mesh(parallel, model=spec, num_nodes=nodes, gpus_per_node=per_node,
                              training=request.training)
     started = time.perf_counter()
-    ledger = memory_ledger(spec, request.training, parallel, cluster)
-    est = estimate_step(spec, request.training, parallel, cluster)
+    # Runtime features the request leaves unset are decided as the search would for this
+    # configuration (`solver.runtime_choice.decided_for`).
+    training = decided_for(spec, request.training, parallel, cluster)
+    ledger = memory_ledger(spec, training, parallel, cluster)
+    est = estimate_step(spec, training, parallel, cluster)
     scored = ScoredPlan(candidate=MeshCandidate.of(parallel, est.num_micro_batches),
-                        parallel=parallel, estimate=est, ledger=ledger)
-    fixes = suggest_fixes(spec, request.training, cluster, scored)
+                        parallel=parallel, estimate=est, ledger=ledger, training=training)
+    fixes = suggest_fixes(spec, training, cluster, scored)
     notes = _notes(resolved.notes, cluster) + [w.message for w in warnings]
     if parallel.world_size < cluster.world_size:
         notes.append(f"uses {parallel.world_size} of the cluster's {cluster.world_size} GPUs "
@@ -504,10 +538,10 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
         notes.append(f"FP8 activation storage on {cluster.gpu.name}, which has no FP8 "
                      "kernels: the memory is modelled as asked, but Transformer Engine's FP8 "
                      "path needs compute capability 8.9 or newer")
-    notes.append(plausibility(spec, request.training, cluster, est))
-    notes += ledger_evidence(request.training, parallel, is_moe=spec.moe is not None)
+    notes.append(plausibility(spec, training, cluster, est))
+    notes += ledger_evidence(training, parallel, is_moe=spec.moe is not None)
     notes += _cp_layer_notes(spec, parallel)
-    notes += mechanism_notes(spec, request.training, parallel, cluster, est, ledger)
+    notes += mechanism_notes(spec, training, parallel, cluster, est, ledger)
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {limit_text(ledger)}"
                if ledger.fits else
                f"does NOT fit: stage {ledger.binding_stage} needs {gib(ledger.peak_bytes)} of "
@@ -530,7 +564,8 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                                       world_size=f.parallel.world_size,
                                       step_time_s=f.step_time_s))
                       for f in fixes],
-                     explanation, stats, spec=spec, training=request.training, target="any")
+                     explanation, stats, spec=spec, training=training, target="any",
+                     request_training=request.training)
 
 
 __all__ = ["cost_estimate", "evaluate", "plan", "plausibility", "range_of", "throughput",

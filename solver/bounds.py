@@ -40,12 +40,12 @@ from models.memory import (
 )
 from models.params import count_parameters, mtp_module_params
 from models.pipeline import (
-    StagePlacement,
     closed_form_makespan,
     peak_in_flight_chunks,
     schedule_traits,
 )
 from models.precision import sharded_state_bytes, state_bytes_per_param
+from models.runtime_features import ep_overlap_active
 from models.step_time import (
     axis_groups,
     compute_context,
@@ -116,8 +116,14 @@ class BoundTables:
     earlier requests of the same inputs."""
 
     def __init__(self, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
-                 host_gradients: bool = False) -> None:
+                 host_gradients: bool = False,
+                 memory_training: TrainingSpec | None = None) -> None:
         self.spec = spec
+        self.memory_training = memory_training or training
+        """The recipe the memory floors read: the request's own, whose unset runtime features
+        the cost model reads as off (no DeepEP buffers, no extra EP-overlap micro-batch), the
+        least memory of any runtime choice; `training` (the time bounds') may turn them
+        on."""
         self.host_gradients = host_gradients
         """Pipeline ZeRO-2 on every candidate: gradients leave the GPU bound (its two chunk
         buffers are not counted, which keeps the bound below the ledger)."""
@@ -139,8 +145,8 @@ class BoundTables:
         return (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
                 c.sequence_parallel,
                 schedule_traits(c.schedule).overlapped_pairs
-                or (schedule_traits(c.schedule).placement == StagePlacement.LOOPED
-                    and self.training.overlap_ep_comm))
+                or ep_overlap_active(self.training, c.schedule, pp=c.pp, ep=c.ep,
+                                     num_micro_batches=c.num_micro_batches))
 
     def core(self, c: MeshCandidate) -> CoreTimes:
         """Layer and head times of the candidate's core (cached)."""
@@ -286,7 +292,7 @@ class BoundTables:
         least = None
         try:
             for parallel in options:
-                floor = peak_floor_bytes(self.spec, self.training, parallel, memo=memo,
+                floor = peak_floor_bytes(self.spec, self.memory_training, parallel, memo=memo,
                                          pooled=pooled, limit_bytes=limit_bytes)
                 least = floor if least is None else min(least, floor)
                 if limit_bytes is not None and floor <= limit_bytes:
@@ -306,7 +312,7 @@ class BoundTables:
         fits: not on the busiest rank (at least the mean), nor with remote activation
         offload, which only moves bytes between the ranks (its verdict needs the mean
         within the capacity, `models.remote_activations.fits_after_remote_offload`)."""
-        stored = stored_activation_floor_bytes(self.spec, self.training, parallel)
+        stored = stored_activation_floor_bytes(self.spec, self.memory_training, parallel)
         mean_stored = sum(stored) / len(stored) if stored else 0.0
         return int(self._mean_states_bytes(c, max_zero) + mean_stored
                    + self._head_share_bytes(c)) + RUNTIME_RESERVE_BYTES

@@ -59,6 +59,9 @@ class ScoredPlan:
     parallel: ParallelConfig
     estimate: StepEstimate
     ledger: MemoryLedger
+    training: TrainingSpec | None = None
+    """The recipe it was scored under, with the runtime features the search decided
+    (`solver.runtime_choice`); None: the request's own."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,11 +1,12 @@
-"""Why the search chose a mechanism the request only allowed: the same mesh's best plan
-without it.
+"""Why the search chose a mechanism the request only allowed (the same mesh's best plan
+without it), and why it left a runtime feature off (the same mesh's best plan with it).
 
 Owns: for Pipeline ZeRO-2 and remote activation offload chosen by the search (allowed by
 `constraints.allow_gradient_host_shards` / `allow_remote_offload`, not pinned), one note
 per mechanism saying whether the chosen mesh has any plan without it, and if so how much
-slower its best one is. Must not: change the plan it explains, or say what a mechanism
-costs (`solver/mechanisms.py` does).
+slower its best one is; for each runtime feature the search could have turned on and left
+off (`runtime_why_off`), the mesh's best plan with it fixed on. Must not: change the plan it
+explains, or say what a mechanism costs (`solver/mechanisms.py` does).
 """
 
 import time
@@ -13,12 +14,14 @@ import time
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.requests import Constraints
-from api_schemas.training import TrainingSpec
+from api_schemas.training import MoeDispatcher, TrainingSpec
 from models.errors import InvalidSpecError
+from models.runtime_features import DEEPEP, RUNTIME_FEATURES
 from solver import cpsat
 from solver.candidate_eval import Rejection, ScoredPlan, refine_policies
 from solver.explain import gib
-from solver.targets import allows_per_stage_policies, evaluate_for_targets
+from solver.runtime_choice import RUNTIME_NAMES, runtime_feature_set
+from solver.targets import allows_per_stage_policies, evaluate_for_targets, target_frameworks
 
 
 def _chosen(plan: ScoredPlan, constraints: Constraints) -> list[tuple[str, str]]:
@@ -40,8 +43,9 @@ def chosen_mechanism_notes(spec: ModelSpec, training: TrainingSpec, cluster: Clu
     """One note per mechanism the search chose: the chosen mesh re-evaluated with the
     permission withdrawn (the same ladder, then the per-stage policy subproblem where the
     target allows it), either 'no plan fits without it' or its best step time beside this
-    plan's. Past `deadline` (a `time.perf_counter()` value) a mechanism's note says that
-    the limit ended first."""
+    plan's. `training` is the request's recipe: the runtime features it leaves open are
+    decided again without the mechanism (`solver.runtime_choice`). Past `deadline` (a
+    `time.perf_counter()` value) a mechanism's note says that the limit ended first."""
     notes = []
     step = plan.estimate.step_time_s
     for name, permission in _chosen(plan, constraints):
@@ -53,8 +57,8 @@ def chosen_mechanism_notes(spec: ModelSpec, training: TrainingSpec, cluster: Clu
         try:
             other = evaluate_for_targets(spec, training, cluster, plan.candidate, without)
             if isinstance(other, ScoredPlan) and allows_per_stage_policies(without):
-                other = refine_policies(spec, training, cluster, other, without, config,
-                                        deadline=deadline)
+                other = refine_policies(spec, other.training or training, cluster, other,
+                                        without, config, deadline=deadline)
         except InvalidSpecError:
             continue
         head = f"{name} chosen by the search (constraints.{permission})"
@@ -74,4 +78,48 @@ def chosen_mechanism_notes(spec: ModelSpec, training: TrainingSpec, cluster: Clu
     return notes
 
 
-__all__ = ["chosen_mechanism_notes"]
+def runtime_why_off(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                    plan: ScoredPlan, constraints: Constraints, *,
+                    deadline: float | None = None) -> dict[str, str]:
+    """For each runtime feature the request left open, a target offers and the plan leaves
+    off, why: the chosen mesh re-evaluated with the feature fixed on (its best plan's step
+    time beside this plan's, or why none fits or runs). Features whose prerequisites the
+    mesh lacks are answered by `solver.runtime_choice.runtime_feature_uses` itself."""
+    chosen = plan.training or training
+    on = runtime_feature_set(spec, chosen, plan.candidate)
+    targets = target_frameworks(constraints)
+    offered = (RUNTIME_NAMES if targets is None
+               else RUNTIME_NAMES & set().union(*(fw.features.keys() for fw in targets)))
+    step = plan.estimate.step_time_s
+    out: dict[str, str] = {}
+    for feature in RUNTIME_FEATURES:
+        if (feature.name in on or feature.name not in offered
+                or getattr(training, feature.field) is not None):
+            continue
+        if deadline is not None and time.perf_counter() >= deadline:
+            out[feature.name] = "the time limit ended before the mesh was tried with it"
+            continue
+        value: object = MoeDispatcher.DEEPEP if feature.name == DEEPEP else True
+        pinned = training.model_copy(update={feature.field: value})
+        if feature.name not in runtime_feature_set(spec, pinned, plan.candidate):
+            continue  # prerequisites unmet: said by runtime_feature_uses
+        try:
+            other = evaluate_for_targets(spec, pinned, cluster, plan.candidate, constraints)
+        except InvalidSpecError as error:
+            out[feature.name] = f"with it this mesh is refused: {error.detail}"
+            continue
+        if isinstance(other, ScoredPlan):
+            other_step = other.estimate.step_time_s
+            out[feature.name] = (f"with it this mesh's best plan takes {other_step:.3f} s per "
+                                 f"step against {step:.3f} s without"
+                                 + (" (it costs memory, so the plan recomputes more)"
+                                    if feature.costs_memory and other_step > step else ""))
+        elif isinstance(other, Rejection):
+            detail = (f": stage {other.stage} over by {gib(other.over_bytes)}"
+                      if other.stage is not None and other.over_bytes > 0
+                      else f": {other.reason}")
+            out[feature.name] = f"with it no plan of this mesh fits or runs{detail}"
+    return out
+
+
+__all__ = ["chosen_mechanism_notes", "runtime_why_off"]

@@ -12,6 +12,7 @@ from api_schemas.pipeline import PipelineOpDurations, PipelineSimulateRequest
 from api_schemas.requests import EvaluateRequest, PlanRequest
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import pipeline_inputs
+from solver.runtime_choice import decided_for, with_rules
 
 
 def _values(values: tuple[float, ...]) -> float | tuple[float, ...]:
@@ -28,7 +29,13 @@ def plan_simulation_request(request: PlanRequest | EvaluateRequest,
     """
     spec = resolve_model(request.model).spec
     cluster = resolve_cluster(request.cluster)
-    inputs = pipeline_inputs(spec, request.training, parallel, cluster)
+    # The runtime features the request leaves unset, decided as the plan decided them
+    # (`solver.runtime_choice.decided_for`).
+    training = request.training
+    if isinstance(request, PlanRequest):
+        training = with_rules(training, request.constraints.runtime_features)
+    training = decided_for(spec, training, parallel, cluster)
+    inputs = pipeline_inputs(spec, training, parallel, cluster)
     durations = PipelineOpDurations(
         F=_values(inputs.durations.forward_s), B=_values(inputs.durations.backward_input_s),
         W=_values(inputs.durations.backward_weight_s))

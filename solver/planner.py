@@ -88,6 +88,7 @@ from solver.candidate_eval import (
     storage_options,
 )
 from solver.policy import max_offload_share
+from solver.runtime_choice import optimistic_training
 from solver.space import MeshCandidate, candidate_meshes
 from solver.targets import (
     Variant,
@@ -95,6 +96,7 @@ from solver.targets import (
     candidate_variants,
     evaluate_for_targets,
     target_constraints,
+    target_frameworks,
 )
 from solver.throughput_bound import peak_tokens_per_s
 
@@ -310,6 +312,10 @@ class _Problem:
     max_offload: float
     memo: LedgerMemo
     """Rank-ledger pieces every candidate's memory probes share (one model and recipe)."""
+    bound_training: TrainingSpec
+    """The recipe the time bounds read: every runtime feature the request leaves to the
+    search and a target offers, on (`solver.runtime_choice.optimistic_training`), so the
+    bounds stay below the plans of every runtime choice."""
 
     @property
     def tokens(self) -> int:
@@ -348,9 +354,11 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         deadline = started + limits.time_limit_s
     dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE
     zeros = allowed_zero_stages(constraints)
+    bound_training = optimistic_training(training, target_frameworks(constraints))
     problem = _Problem(spec=spec, training=training, cluster=cluster, constraints=constraints,
-                       objective=objective, tables=BoundTables(
-                           spec, training, cluster,
+                       objective=objective, bound_training=bound_training,
+                       tables=BoundTables(
+                           spec, bound_training, cluster, memory_training=training,
                            host_gradients=constraints.gradient_host_shards
                            or constraints.allow_gradient_host_shards),
                        zeros=zeros, max_offload=max_offload_share(constraints),
@@ -534,7 +542,7 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
         return
     # Second, tighter bound (one simulation, no policy search): re-queue by it.
     try:
-        makespan = plain_makespan_bound(problem.spec, problem.training, problem.cluster, c,
+        makespan = plain_makespan_bound(problem.spec, problem.bound_training, problem.cluster, c,
                                         zero_stage=queue.forced_zero[order])
     except InvalidSpecError as exc:
         queue.rejections.append(Rejection(candidate=c, reason=exc.detail))
@@ -645,11 +653,11 @@ def _tail_floors(problem: _Problem, c: MeshCandidate,
     Raises:
         InvalidSpecError: as `step_time_floors_s`.
     """
-    floors = step_time_floors_s(problem.spec, problem.training, _floor_parallel(problem, c),
+    floors = step_time_floors_s(problem.spec, problem.bound_training, _floor_parallel(problem, c),
                                 problem.cluster, makespan_bounds_s=spans,
                                 max_offload=problem.max_offload)
     if 1 in spans and len(storage_options(1, problem.constraints, c.pp)) > 1:
-        other = step_time_floors_s(problem.spec, problem.training,
+        other = step_time_floors_s(problem.spec, problem.bound_training,
                                    c.parallel(gradient_host_shards=True), problem.cluster,
                                    makespan_bounds_s={1: spans[1]},
                                    max_offload=problem.max_offload)
@@ -677,7 +685,7 @@ def _add_run_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
         return False  # a first simulation this large costs more than it may spare
     forced = queue.forced_zero.get(order, 0)
     try:
-        run_s = plain_run_makespan(problem.spec, problem.training, problem.cluster, c,
+        run_s = plain_run_makespan(problem.spec, problem.bound_training, problem.cluster, c,
                                    zero_stage=forced)
         if run_s <= queue.makespan[order]:
             return False
@@ -722,7 +730,7 @@ def _policy_floors(problem: _Problem, c: MeshCandidate, floors: dict[int, float]
     raised = dict.fromkeys(floors, math.inf)
     for v in variants:
         zeros = [zero for zero in floors if zero in allowed_zero_stages(v.constraints)]
-        bounds = policy_floors_s(problem.spec, problem.training, problem.cluster, c,
+        bounds = policy_floors_s(problem.spec, problem.bound_training, problem.cluster, c,
                                  v.constraints, zeros, v.caps, may_fit)
         for zero, bound in bounds.items():
             raised[zero] = min(raised[zero], bound)

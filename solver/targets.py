@@ -10,6 +10,7 @@ policies: `candidate_variants`), the candidate's best plan over those variants
 not: enumerate or order candidates, or size anything.
 """
 
+import dataclasses
 import math
 import threading
 import time
@@ -43,6 +44,7 @@ from solver.candidate_eval import (
     layer_split_options,
     least_memory_candidate,
 )
+from solver.runtime_choice import RUNTIME_NAMES, runtime_feature_set, runtime_options
 from solver.space import MeshCandidate, permitted
 
 ANY = "any"
@@ -92,6 +94,8 @@ class Variant:
     framework: str
     constraints: Constraints
     caps: PolicyCaps | None
+    training: TrainingSpec
+    """The recipe with the runtime features this variant decides (`solver.runtime_choice`)."""
 
 
 def _mesh_features(spec: ModelSpec, training: TrainingSpec,
@@ -228,18 +232,21 @@ def candidate_variants(spec: ModelSpec, training: TrainingSpec, candidate: MeshC
     recipe; empty when none does. Target 'any' gives the request itself."""
     targets = target_frameworks(constraints)
     if targets is None:
-        return [Variant(framework=ANY, constraints=constraints, caps=None)]
-    mesh = _mesh_features(spec, training, candidate)
+        return [Variant(framework=ANY, constraints=constraints, caps=None, training=option)
+                for option in runtime_options(spec, training, candidate, None)]
+    mesh = _mesh_features(spec, training, candidate) - RUNTIME_NAMES
     zeros = _permitted_zeros(constraints)
     out = []
     for fw in targets:
-        view = _view(fw.id, mesh, constraints.framework_version, zeros,
-                     bool(constraints.allow_fp8_activations), constraints.allow_offload)
-        if view is None:
-            continue
-        allowed, fp8, offload, caps = view
-        out.append(Variant(framework=fw.id, caps=caps,
-                           constraints=_narrowed(constraints, allowed, fp8, offload)))
+        for option in runtime_options(spec, training, candidate, fw):
+            view = _view(fw.id, mesh | runtime_feature_set(spec, option, candidate),
+                         constraints.framework_version, zeros,
+                         bool(constraints.allow_fp8_activations), constraints.allow_offload)
+            if view is None:
+                continue
+            allowed, fp8, offload, caps = view
+            out.append(Variant(framework=fw.id, caps=caps, training=option,
+                               constraints=_narrowed(constraints, allowed, fp8, offload)))
     return out
 
 
@@ -265,7 +272,9 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
                          memo: LedgerMemo | None = None) -> ScoredPlan | Rejection | Dominated:
     """The candidate's best plan over its framework variants (`evaluate_candidate` under
     each, or `least_memory_candidate` for the min_memory objective); a rejection when no
-    framework runs it or none fits. `memo`: as `evaluate_candidate`'s."""
+    framework runs it or none fits. `memo`: as `evaluate_candidate`'s (one per recipe: a
+    variant whose runtime features differ from the request's gets its own). The plan keeps
+    the recipe it was scored under (`ScoredPlan.training`)."""
     variants = candidate_variants(spec, training, candidate, constraints)
     if not variants:
         return Rejection(candidate=candidate, reason="no framework of the target runs this "
@@ -275,16 +284,18 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
     cutoff = step_cutoff_s
     for variant in variants:
         result: ScoredPlan | Rejection | Dominated
+        recipe = variant.training
         if least_memory:
-            result = least_memory_candidate(spec, training, cluster, candidate,
+            result = least_memory_candidate(spec, recipe, cluster, candidate,
                                             variant.constraints, caps=variant.caps)
         else:
-            result = evaluate_candidate(spec, training, cluster, candidate,
+            result = evaluate_candidate(spec, recipe, cluster, candidate,
                                         variant.constraints, step_cutoff_s=cutoff,
                                         zero3_bound_s=zero3_bound_s,
                                         zero_floors_s=zero_floors_s, caps=variant.caps,
-                                        memo=memo)
+                                        memo=_memo_for(memo, spec, recipe))
         if isinstance(result, ScoredPlan):
+            result = dataclasses.replace(result, training=recipe)
             if best is None or _key(result, least_memory) < _key(best, least_memory):
                 best = result
                 cutoff = min(cutoff, result.estimate.step_time_s)
@@ -297,6 +308,28 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
         return best
     assert other is not None
     return other
+
+
+_MEMOS: dict[tuple[int, int], tuple[LedgerMemo, TrainingSpec, LedgerMemo]] = {}
+"""Per (search memo, decided recipe), the memo serving that recipe (the search's memo and
+the recipe kept alive beside it so the ids stay unique)."""
+_MEMOS_MAX = 16
+
+
+def _memo_for(memo: LedgerMemo | None, spec: ModelSpec,
+              training: TrainingSpec) -> LedgerMemo | None:
+    """The search's memo when it serves `training`, else one kept for that recipe."""
+    if memo is None or memo.serves(spec, training):
+        return memo
+    key = (id(memo), id(training))
+    kept = _MEMOS.get(key)
+    if kept is not None and kept[0] is memo and kept[1] is training:
+        return kept[2]
+    if len(_MEMOS) >= _MEMOS_MAX:
+        _MEMOS.clear()
+    own = LedgerMemo(spec=spec, training=training)
+    _MEMOS[key] = (memo, training, own)
+    return own
 
 
 def _key(plan: ScoredPlan, least_memory: bool) -> tuple[float, float]:

@@ -44,6 +44,7 @@ from models.mesh.layout import expert_data_parallel_size
 from models.muon import newton_schulz_time_s, rank_matrices
 from models.pipeline import OpDurations, StagePlacement, closed_form_makespan, schedule_traits
 from models.precision import state_bytes_per_param
+from models.runtime_features import grad_reduce_overlapped
 from models.step_time.exposure import sync_exposed_s, zero3_exposed_s
 from models.step_time.groups import AxisGroups, axis_groups
 from models.step_time.host_gradients import host_gradient_cost
@@ -221,7 +222,7 @@ def _tail(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
     with Pipeline ZeRO-2, its exposed gradient offload (`HOST_GRADIENTS`)."""
     ctx = _step_context(spec, training, parallel, groups, fabric, weights, m)
     items = tuple(dp_items(ctx))
-    sync = sync_exposed_s(items, overlap=training.overlap_grad_reduce, num_micro_batches=m,
+    sync = sync_exposed_s(items, overlap=grad_reduce_overlapped(training), num_micro_batches=m,
                           chunk_times=chunk_times)
     embedding = sum(i.time_per_step_s for i in pp_items(ctx)
                     if i.axis == TrafficAxis.PP and i.phase == Phase.OPTIMIZER)
@@ -751,7 +752,7 @@ def step_time_floors_s(spec: ModelSpec, training: TrainingSpec, parallel: Parall
                                               max_offload=max_offload)
             forward, backward, transfer = windows[rank]
         floors[zero] = fixed + _least_span(
-            tuple(dp_items(ctx)), training.overlap_grad_reduce, m, makespan, work[rank],
+            tuple(dp_items(ctx)), grad_reduce_overlapped(training), m, makespan, work[rank],
             crossings, forward, backward, transfer) + wait
     return floors
 

@@ -11,7 +11,8 @@ Owns: the overlap rules, applied to the traffic that `models.traffic` defines on
   all-to-alls are exposed.
 - Expert all-to-alls are hidden behind the paired micro-batch's compute under DualPipe /
   DualPipeV (DeepSeek-V3 Sec. 3.2.1), and under interleaved 1F1B with extra warm-up
-  micro-batches when `training.overlap_ep_comm` (Kimi K2 Sec. 2.4.2), each up to that
+  micro-batches (and without a pipeline, Megatron's combined 1F1B) when
+  `training.overlap_ep_comm` (Kimi K2 Sec. 2.4.2), each up to that
   compute, which loses the SMs the communication holds meanwhile
   (`OVERLAP_COMM_SM_SHARE`); exposed otherwise.
 - ZeRO-3 gathers and reduce-scatters overlap the layer's compute.
@@ -34,7 +35,8 @@ from models.compute import LayerCompute, OpTimes
 from models.kernels import memory_bound_time_s
 from models.mesh import GroupKind
 from models.params import layer_params
-from models.pipeline import StagePlacement, schedule_traits
+from models.pipeline import schedule_traits
+from models.runtime_features import ep_overlap_active
 from models.sharded_states import DEEPSPEED_PREFETCH_BUCKET_PARAMS
 from models.step_time.groups import AxisGroups
 from models.traffic.context import group_placement, split_group_placement
@@ -84,7 +86,9 @@ def tp_overlap_exposed_s(calls: list[LayerCall], *, tp: int, window_s: float) ->
     nothing; a ring-exchange reduce-scatter exposes its last step (1/tp of the call) after
     the last GEMM chunk; a bulk reduce-scatter costs the GEMM its SMs
     (`TP_OVERLAP_BULK_RS_SMS`) for as long as it runs; the phase's collectives together hide
-    only up to the phase's compute (`window_s`), the rest is exposed.
+    only up to the phase's compute (`window_s`), the rest is exposed; never more than the
+    collectives take unoverlapped (the overlap is a runtime choice the planner takes where
+    available, `models.runtime_features`, so it must not make a step slower).
     """
     if not calls:
         return 0.0
@@ -99,7 +103,7 @@ def tp_overlap_exposed_s(calls: list[LayerCall], *, tp: int, window_s: float) ->
             exposed += TP_OVERLAP_BULK_RS_SMS.get(block, 0) / H100_SMS * hidden
         else:
             exposed += hidden / tp
-    return exposed
+    return min(exposed, total)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,10 +122,15 @@ class LayerComm:
 
 
 def ep_overlapped(parallel: ParallelConfig, training: TrainingSpec) -> bool:
-    """Whether the schedule hides expert all-to-alls behind another micro-batch's compute."""
-    traits = schedule_traits(parallel.schedule)
-    return traits.overlapped_pairs or (
-        training.overlap_ep_comm and traits.placement == StagePlacement.LOOPED)
+    """Whether the schedule hides expert all-to-alls behind another micro-batch's compute:
+    DualPipe-style pairs always, else `overlap_ep_comm` where the mesh admits it
+    (`models.runtime_features.ep_overlap_active`: interleaved 1F1B, or no pipeline with
+    Megatron-LM's combined 1F1B)."""
+    if schedule_traits(parallel.schedule).overlapped_pairs:
+        return True
+    m = training.global_batch_size // max(1, parallel.micro_batch_size * parallel.dp)
+    return ep_overlap_active(training, parallel.schedule, pp=parallel.pp, ep=parallel.ep,
+                             num_micro_batches=m)
 
 
 _CALLS: dict[tuple[object, ...], tuple[LayerCall, ...]] = {}
@@ -262,8 +271,10 @@ def zero3_exposed_s(spec: ModelSpec, index: int, training: TrainingSpec,
     hidden up to the layer's compute (prefetching); the copy kernels around them are
     `zero3_copy_s`. Source: ZeRO
     arXiv:1910.02054 Sec. 7 (3 Psi volume); the calls are
-    `models.traffic.layer.zero3_unit_calls`."""
-    if parallel.zero_stage != 3 or parallel.dp * parallel.cp <= 1:
+    `models.traffic.layer.zero3_unit_calls`. The routed experts are sharded over the
+    expert-DP group, which spans TP ranks too (edp = tp x cp x dp / (ep x etp)), so a mesh
+    without data parallelism still gathers them when edp > 1."""
+    if parallel.zero_stage != 3 or not _zero3_sharded(spec, index, parallel):
         return 0.0, 0.0
     params = layer_params(spec, index)
     dense = -(-params.dense_part // parallel.tp)
@@ -314,12 +325,28 @@ def zero3_layer_copy_s(spec: ModelSpec, index: int, training: TrainingSpec,
                        parallel: ParallelConfig, gpu: GpuSpec) -> tuple[float, float]:
     """`zero3_copy_s` of layer `index` as a ZeRO-3 unit (its weights after TP and EP x
     ETP); none without ZeRO-3 sharding."""
-    if parallel.zero_stage != 3 or parallel.dp * parallel.cp <= 1:
+    if parallel.zero_stage != 3 or not _zero3_sharded(spec, index, parallel):
         return 0.0, 0.0
     params = layer_params(spec, index)
-    unit = (-(-params.dense_part // parallel.tp)
-            + -(-params.routed_experts // (parallel.ep * parallel.etp)))
-    return zero3_copy_s(unit, training, parallel, gpu)
+    dense = -(-params.dense_part // parallel.tp) if parallel.dp * parallel.cp > 1 else 0
+    experts = (-(-params.routed_experts // (parallel.ep * parallel.etp))
+               if _expert_replicas(parallel) > 1 else 0)
+    return zero3_copy_s(dense + experts, training, parallel, gpu)
+
+
+def _expert_replicas(parallel: ParallelConfig) -> int:
+    """edp = tp x cp x dp / (ep x etp) (`models.mesh.layout.expert_data_parallel_size`), 1
+    where ep x etp does not divide it (the mesh rules refuse such meshes)."""
+    folded = parallel.tp * parallel.cp * parallel.dp
+    return max(1, folded // (parallel.ep * parallel.etp))
+
+
+def _zero3_sharded(spec: ModelSpec, index: int, parallel: ParallelConfig) -> bool:
+    """Whether ZeRO-3 shards any of a layer's weights: the dense ones over DP x CP, the
+    routed experts of an MoE layer over expert-DP."""
+    if parallel.dp * parallel.cp > 1:
+        return True
+    return spec.is_moe_layer(index) and _expert_replicas(parallel) > 1
 
 
 def zero3_copy_s(unit_params: int, training: TrainingSpec, parallel: ParallelConfig,

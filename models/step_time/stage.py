@@ -33,6 +33,7 @@ from models.kernels import memory_bound_time_s
 from models.layout import StageLayout
 from models.memory import layer_stored_bytes_cap, stage_activation_components
 from models.pipeline import StagePlacement, schedule_traits
+from models.runtime_features import dispatcher
 from models.step_time.exposure import (
     LayerComm,
     ep_overlapped,
@@ -80,7 +81,7 @@ def compute_context(training: TrainingSpec, parallel: ParallelConfig,
         ep=parallel.ep, etp=parallel.etp, sequence_parallel=parallel.sequence_parallel,
         compute_dtype=training.compute_dtype, flash_attention=training.flash_attention,
         dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance,
-        moe_dispatcher=training.moe_dispatcher,
+        moe_dispatcher=dispatcher(training),
         elementwise_fusion=training.elementwise_fusion, gemm_efficiency_scale=scale,
         attention_efficiency_scale=attention,
         moe_host_issue_s=calibration.moe_host_issue_s if calibration is not None else None)

@@ -24,6 +24,7 @@ from models.errors import InvalidSpecError
 from models.linear_attention import conv_halo_bytes, kcp_fragment_bytes
 from models.mesh import AxisPlacement, GroupKind
 from models.moe import DispatchDedup, ep_dispatch_split
+from models.runtime_features import dispatcher
 from models.traffic.context import (
     LayerTrafficContext,
     group_placement,
@@ -314,7 +315,7 @@ def expert_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
                                       bytes_per_elem=element_bytes,
                                       num_experts=moe.num_experts, ep_size=place.group_size,
                                       ranks_per_node=k, max_nodes_per_token=limit,
-                                      dedup=DISPATCH_DEDUP[lctx.training.moe_dispatcher])
+                                      dedup=DISPATCH_DEDUP[dispatcher(lctx.training)])
             cost = all_to_all_split_cost(
                 num_ranks=place.group_size, ranks_per_node=k,
                 intra_bytes_per_rank=int(split.intra_node_bytes * scale),

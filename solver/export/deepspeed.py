@@ -19,6 +19,7 @@ from api_schemas.dtypes import DType
 from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
 from api_schemas.training import OptimizerKind, TrainingSpec
 from models.pipeline import schedule_traits
+from models.runtime_features import grad_reduce_overlapped
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy
 
 logger = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ def _precision(training: TrainingSpec, parallel: ParallelConfig,
 
 def _zero(training: TrainingSpec, parallel: ParallelConfig, notes: list[str]) -> dict[str, Any]:
     zero: dict[str, Any] = {"stage": parallel.zero_stage,
-                            "overlap_comm": training.overlap_grad_reduce}
+                            "overlap_comm": grad_reduce_overlapped(training)}
     if parallel.zero_stage >= 2:
         zero["contiguous_gradients"] = True
     if parallel.pp > 1 and parallel.zero_stage >= 2:

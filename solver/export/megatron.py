@@ -27,6 +27,7 @@ from api_schemas.parallel import (
 from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
 from models.layout import pipeline_layout
 from models.pipeline import schedule_traits
+from models.runtime_features import grad_reduce_overlapped
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy
 from solver.export.megatron_model import model_args
 from solver.export.megatron_pipeline import pipeline_args
@@ -81,11 +82,12 @@ MEGATRON_SUPPLEMENT_FLAGS: frozenset[str] = frozenset({
     "--moe-router-enable-expert-bias", "--moe-expert-capacity-factor", "--ckpt-format",
     "--no-gradient-accumulation-fusion", "--optimizer", "--use-precision-aware-optimizer",
     "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype",
+    "--moe-enable-deepep", "--overlap-moe-expert-parallel-comm",
 })
 """Further core_v0.14.0 flags the plan needs to be stated faithfully (RoPE vs learned
 positions, biases, QK norm, expert-bias routing, capacity factor, Megatron FSDP's checkpoint
-format and gradient-fusion switch, optimizer and its state precisions), each checked against
-the same `arguments.py`."""
+format and gradient-fusion switch, optimizer and its state precisions, the DeepEP dispatcher
+and the batch-level EP overlap), each checked against the same `arguments.py`."""
 
 MEGATRON_FLAGS: frozenset[str] = MEGATRON_REFERENCE_FLAGS | MEGATRON_SUPPLEMENT_FLAGS
 """Every flag this exporter may emit."""
@@ -159,7 +161,7 @@ def megatron_export(spec: ModelSpec, training: TrainingSpec,
     for part_args, part_notes in (
             _batch_args(training, parallel), _sharding_args(parallel),
             _precision_args(training, parallel), _recompute_args(spec, parallel),
-            _overlap_args(training, parallel), _unsupported_notes(training, parallel)):
+            _overlap_args(spec, training, parallel), _unsupported_notes(training, parallel)):
         args += part_args
         notes += part_notes
     unknown = [token for token in args if token.startswith("--") and token not in MEGATRON_FLAGS]
@@ -384,10 +386,17 @@ def _selective_args(spec: ModelSpec, policy: StagePolicy) -> Part:
     return ["--recompute-granularity", "selective", "--recompute-modules", *kept], notes
 
 
-def _overlap_args(training: TrainingSpec, parallel: ParallelConfig) -> Part:
+def _overlap_args(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig) -> Part:
     args: list[str] = []
     notes: list[str] = []
-    if training.overlap_grad_reduce:
+    if spec.moe is not None and parallel.ep > 1 and training.overlap_ep_comm:
+        if parallel.pp > 1 and parallel.vpp == 1:
+            notes.append("overlap_ep_comm=true needs interleaving in Megatron-LM when PP > 1 "
+                         "(--overlap-moe-expert-parallel-comm asserts a virtual pipeline "
+                         "size); not exported, so expert all-to-alls stay exposed")
+        else:
+            args.append("--overlap-moe-expert-parallel-comm")
+    if grad_reduce_overlapped(training):
         args.append("--overlap-grad-reduce")
         if parallel.zero_stage >= 1:
             args.append("--overlap-param-gather")

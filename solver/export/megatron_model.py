@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec, NormKind
 from api_schemas.parallel import ParallelConfig
-from api_schemas.training import TrainingSpec
+from api_schemas.training import MoeDispatcher, TrainingSpec
+from models.runtime_features import dispatcher
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
 """Megatron-LM's default `--make-vocab-size-divisible-by` (core_v0.14.0 arguments.py); the
@@ -165,15 +166,18 @@ def moe_args(spec: ModelSpec, training: TrainingSpec) -> ModelArgs:
         args += ["--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"]
     if moe.capacity_factor is not None:
         args += ["--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"]
-    args += ["--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall"]
-    if training.moe_dispatcher != "alltoall":
-        notes.append("training.moe_dispatcher=deepep was costed with DeepEP's per-node "
-                     "dispatch; the command keeps the alltoall dispatcher: switch to "
-                     "Megatron's flex dispatcher with DeepEP by hand")
-    if not training.moe_keep_expert_outputs:
-        notes.append("training.moe_keep_expert_outputs=false: Megatron-LM keeps the routed "
-                     "experts' outputs for the gradient of the weighted combine; not keeping "
-                     "them needs a framework extension")
+    args.append("--moe-grouped-gemm")
+    if dispatcher(training) == MoeDispatcher.DEEPEP:
+        args += ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]
+    else:
+        args += ["--moe-token-dispatcher-type", "alltoall"]
+    if training.moe_keep_expert_outputs:
+        # core_v0.13.0 and later multiply the router probabilities inside the expert
+        # activation (megatron/core/transformer/moe/experts.py: activation_func_with_probs,
+        # weighted_bias_swiglu_impl), so the combine is unweighted and keeps no output.
+        notes.append("training.moe_keep_expert_outputs=true: Megatron-LM core_v0.13.0 and "
+                     "later apply the router probabilities inside the expert activation and "
+                     "keep no routed-expert outputs for the combine (memory over-counted)")
     return ModelArgs(args=tuple(args), notes=tuple(notes))
 
 

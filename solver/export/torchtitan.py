@@ -26,9 +26,10 @@ from api_schemas.parallel import (
     PipelineSchedule,
     RecomputeMode,
 )
-from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
+from api_schemas.training import Fp8WeightStorage, MoeDispatcher, OptimizerKind, TrainingSpec
 from models.layout import virtual_stage_sizes
 from models.pipeline import SCHEDULES, schedule_traits
+from models.runtime_features import dispatcher
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy
 from solver.export.toml_text import Entry, render_toml
 
@@ -55,6 +56,7 @@ TORCHTITAN_KEYS: frozenset[str] = frozenset({
     "parallelism.pipeline_parallel_expert_parallel_overlap",
     "parallelism.context_parallel_degree", "parallelism.context_parallel_rotate_method",
     "parallelism.expert_parallel_degree", "parallelism.expert_tensor_parallel_degree",
+    "parallelism.expert_parallel_comm_backend",
     "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option",
     "compile.enable", "compile.components",
     "quantize.linear.float8.recipe_name", "quantize.linear.float8.enable_fsdp_float8_all_gather",
@@ -187,7 +189,8 @@ def _parallelism_entries(spec: ModelSpec, training: TrainingSpec, parallel: Para
     entries = _data_parallel_entries(spec, parallel, notes)
     entries += [Entry(key="tensor_parallel_degree", value=parallel.tp)]
     if parallel.tp > 1:
-        entries.append(Entry(key="enable_async_tensor_parallel", value=training.overlap_tp_comm))
+        entries.append(Entry(key="enable_async_tensor_parallel",
+                             value=bool(training.overlap_tp_comm)))
         if not parallel.sequence_parallel:
             notes.append("sequence_parallel=false: torchtitan's tensor parallelism always shards "
                          "norms and dropout along the sequence (Megatron-style SP), so "
@@ -204,6 +207,9 @@ def _parallelism_entries(spec: ModelSpec, training: TrainingSpec, parallel: Para
     if spec.moe is not None:
         entries += [Entry(key="expert_parallel_degree", value=parallel.ep),
                     Entry(key="expert_tensor_parallel_degree", value=parallel.etp)]
+        if parallel.ep > 1 and dispatcher(training) == MoeDispatcher.DEEPEP:
+            entries.append(Entry(key="expert_parallel_comm_backend", value="deepep",
+                                 comment="DeepEP kernels (DeepEP installed)"))
         if parallel.ep > 1 and parallel.etp not in (1, parallel.tp):
             notes.append(f"etp={parallel.etp}: torchtitan supports expert tensor parallelism "
                          f"equal to 1 or to tp={parallel.tp} only")

@@ -83,3 +83,17 @@ def test_tp_overlap_needs_sequence_parallelism() -> None:
     asked = estimate_step(LLAMA_70B, TRAIN.model_copy(update={"overlap_tp_comm": True}), no_sp,
                           CLUSTER)
     assert asked.exposed_comm_s["tp"] == pytest.approx(plain.exposed_comm_s["tp"], rel=1e-12)
+
+
+def test_tp_overlap_never_exposes_more_than_the_collectives_take() -> None:
+    """The planner takes the overlap wherever a framework offers it, so it must never make
+    a phase slower: three forward reduce-scatters each longer than the phase's compute would
+    add 3 x window / 2 beside the 2 x ms - window that outlasts it; the figure stops at the
+    plain 3 x ms."""
+    ms = 1e-3
+    calls = [_call(f"tp.attention.forward.reduce_scatter{i}", Collective.REDUCE_SCATTER,
+                   Phase.FORWARD, ms) for i in range(3)]
+    window = ms
+    uncapped = (3 * ms - window) + 3 * window / 2
+    assert uncapped > 3 * ms
+    assert tp_overlap_exposed_s(calls, tp=2, window_s=window) == pytest.approx(3 * ms)

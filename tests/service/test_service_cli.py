@@ -239,6 +239,10 @@ def test_plan_command_searches_and_pins(tmp_path: Path) -> None:
     assert plan.predicted_range is not None and plan.predicted_range.step_time_s_low is not None
     assert f"  range       {plan.predicted_range.text}" in text
     assert "  range       step " in text and " tokens/s, MFU " in text
+    # TP 2 with sequence parallelism: the planner took the TP overlap and says so.
+    on = [use.feature for use in plan.runtime_features if use.on]
+    assert "overlap_tp_comm" in on or not plan.parallel.sequence_parallel
+    assert f"  runtime     {', '.join(on) if on else 'none'}" in text
 
 
 def test_plan_command_exits_1_when_infeasible(tmp_path: Path) -> None:

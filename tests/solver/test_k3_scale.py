@@ -28,7 +28,10 @@ def _request(num_nodes: int) -> PlanRequest:
         "model": {"preset": K3_SCALE_ID},
         "cluster": {"gpu": "h800-sxm5-80gb", "num_nodes": num_nodes},
         "training": {"global_batch_size": 8192, "sequence_length": 4096, "optimizer": "muon",
-                     "muon_distribution": "owner_p2p", "moe_keep_expert_outputs": False},
+                     "muon_distribution": "owner_p2p", "moe_keep_expert_outputs": False,
+                     # K2's NCCL all-to-all dispatch, fixed (with DeepEP, the planner's
+                     # choice, the plan moves to EP 32 with 8 GiB to spare).
+                     "moe_dispatcher": "alltoall"},
         "constraints": {"tp": 1, "pp": 16, "zero_stage": 1, "allow_fp8_activations": True,
                         "gradient_host_shards": True},
         "solver": {"time_limit_s": 60, "top_k": 1}})
@@ -46,6 +49,11 @@ def test_the_planner_fits_k3_scale_on_1024_h800s_and_says_what_made_it_fit() -> 
     muon = next(n for n in notes if n.startswith("Muon"))
     assert "would not fit" in muon and "makes this plan fit" in muon
     assert any(n.startswith("Pipeline ZeRO-2") for n in notes)
+    # Why not overlap_ep_comm: this mesh tried with it fixed on (one more micro-batch of a
+    # chunk stored, no full recomputation under Megatron-LM) fits nowhere.
+    ep_overlap = next(u for u in response.runtime_features if u.feature == "overlap_ep_comm")
+    assert not ep_overlap.on and ep_overlap.decided_by == "planner"
+    assert ep_overlap.why_not.startswith("with it no plan of this mesh fits"), ep_overlap
 
 
 def test_with_adamw_pipeline_zero2_is_what_fits_k3_scale_on_pp8_with_four_chunks() -> None:
@@ -129,8 +137,12 @@ def _chosen_request(**allowed: bool) -> PlanRequest:
     request = _request(128)
     constraints = request.constraints.model_copy(update={
         "pp": 8, "vpp": 4, "gradient_host_shards": False, "framework": "any", **allowed})
+    # The EP overlap fixed off: these cases weigh the K3 memory mechanisms against each
+    # other, and under target 'any' the overlap (one more micro-batch stored) would be one
+    # more way to spend the memory they free.
     return request.model_copy(update={
-        "training": request.training.model_copy(update={"optimizer": OptimizerKind.ADAMW}),
+        "training": request.training.model_copy(update={"optimizer": OptimizerKind.ADAMW,
+                                                        "overlap_ep_comm": False}),
         "constraints": constraints})
 
 

@@ -1,0 +1,233 @@
+"""Runtime features as choices of the search: which recipes a candidate is tried with, per
+target framework.
+
+Owns: the recipes (`TrainingSpec` with every runtime feature the request left unset decided)
+a candidate is scored under for one framework (`runtime_options`): the features that only
+lower the step time (`models.runtime_features.RUNTIME_FEATURES`, `costs_memory=False`:
+the gradient-reduce and TP overlaps) are taken whenever the framework offers them and the
+mesh meets their prerequisites, so they need no branch; a feature that costs memory (DeepEP's
+buffers, the EP overlap's extra micro-batch) is tried on and off. Also
+the recipe the search's lower bounds read (`optimistic_training`: every unset feature any
+target offers, on), the recipe a given configuration is evaluated under (`decided_for`) and
+the plan's account of its features (`runtime_feature_uses`). The
+capability tables are `models/frameworks.py`'s. Must not: enumerate candidates or size
+anything.
+"""
+
+from collections.abc import Iterable, Mapping
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import ParallelConfig
+from api_schemas.plan import RuntimeFeatureUse
+from api_schemas.requests import RuntimeFeatureName, RuntimeFeatureRule
+from api_schemas.training import MoeDispatcher, TrainingSpec
+from models.errors import InvalidSpecError
+from models.frameworks import Framework, blockers, frameworks, plan_features
+from models.memory import memory_ledger
+from models.pipeline import schedule_traits
+from models.runtime_features import (
+    DEEPEP,
+    OVERLAP_EP_COMM,
+    OVERLAP_GRAD_REDUCE,
+    OVERLAP_TP_COMM,
+    RUNTIME_FEATURES,
+    deepep_supports,
+    effective_features,
+    ep_overlap_mesh,
+    with_features,
+)
+from models.step_time import estimate_step
+from solver.space import MeshCandidate
+
+RUNTIME_NAMES = frozenset(feature.name for feature in RUNTIME_FEATURES)
+"""The capability names of the runtime features."""
+
+_RESOLVED: dict[tuple[int, frozenset[str]], tuple[TrainingSpec, TrainingSpec]] = {}
+"""Decided recipes by (id of the request's recipe, features on), with the request's recipe
+kept alive beside each so an id is never reused while cached: every candidate that takes the
+same features shares one recipe object, which the cost model's caches key on."""
+_RESOLVED_MAX = 512
+
+
+def resolved(training: TrainingSpec, on: frozenset[str]) -> TrainingSpec:
+    """`training` with its unset runtime features decided: those in `on` on, the others
+    off (one object per recipe and set)."""
+    key = (id(training), on)
+    cached = _RESOLVED.get(key)
+    if cached is not None and cached[0] is training:
+        return cached[1]
+    update = with_features(training, on)
+    out = training.model_copy(update=update) if update else training
+    if len(_RESOLVED) >= _RESOLVED_MAX:
+        _RESOLVED.clear()
+    _RESOLVED[key] = (training, out)
+    return out
+
+
+def with_rules(training: TrainingSpec,
+               rules: Mapping[RuntimeFeatureName, RuntimeFeatureRule]) -> TrainingSpec:
+    """The recipe with `constraints.runtime_features` applied: 'required' and 'forbidden'
+    fix the field of that name (for `moe_dispatcher`: DeepEP or the NCCL all-to-all),
+    'allowed' leaves it to the planner.
+
+    Raises:
+        InvalidSpecError: a rule contradicts a value the recipe fixes."""
+    update: dict[str, object] = {}
+    for name, rule in rules.items():
+        if rule == "allowed":
+            continue
+        on = rule == "required"
+        value: object = ((MoeDispatcher.DEEPEP if on else MoeDispatcher.ALLTOALL)
+                         if name == "moe_dispatcher" else on)
+        fixed = getattr(training, name)
+        if fixed is not None and fixed != value:
+            raise InvalidSpecError(
+                f"constraints.runtime_features.{name}='{rule}' contradicts training.{name}="
+                f"{fixed}; drop one of the two", field="constraints.runtime_features")
+        update[name] = value
+    return training.model_copy(update=update) if update else training
+
+
+def _unset(training: TrainingSpec) -> frozenset[str]:
+    return frozenset(f.name for f in RUNTIME_FEATURES if getattr(training, f.field) is None)
+
+
+def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
+    """Whether the mesh meets a feature's prerequisites (`RuntimeFeature.needs`); a
+    framework's own refusals (EP overlap with full recomputation, or with PP > 1 and no
+    interleaving) are its forbidden rules, checked by the caller."""
+    moe = spec.moe is not None
+    if name == OVERLAP_GRAD_REDUCE:
+        return c.dp > 1
+    if name == OVERLAP_TP_COMM:
+        return c.tp > 1 and c.sequence_parallel
+    if name == DEEPEP:
+        return moe and c.ep > 1 and deepep_supports(c.ep)
+    if name == OVERLAP_EP_COMM:
+        return moe and c.ep > 1 and ep_overlap_mesh(c.schedule, pp=c.pp,
+                                                    num_micro_batches=c.num_micro_batches)
+    raise ValueError(f"unknown runtime feature '{name}'")
+
+
+def runtime_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
+                    framework: Framework | None) -> tuple[TrainingSpec, ...]:
+    """The recipes to score `candidate` under for `framework` (None: target 'any', every
+    feature the cost model knows): the time-only features on where offered and met, and
+    each memory-trading one both on (first) and off."""
+    unset = _unset(training)
+    if not unset:
+        return (training,)
+    offered = RUNTIME_NAMES if framework is None else RUNTIME_NAMES & framework.features.keys()
+    usable = frozenset(name for name in unset & offered
+                       if _prerequisites_met(name, spec, candidate))
+    by_name = {f.name: f for f in RUNTIME_FEATURES}
+    base = frozenset(name for name in usable if not by_name[name].costs_memory)
+    options = [base]
+    for name in sorted(usable - base):
+        options = [option | {name} for option in options] + options
+    return tuple(resolved(training, option) for option in options)
+
+
+def runtime_feature_set(spec: ModelSpec, training: TrainingSpec,
+                        candidate: MeshCandidate) -> frozenset[str]:
+    """The runtime features a decided recipe turns on for the candidate (capability
+    names)."""
+    return frozenset(effective_features(training, moe=spec.moe is not None, tp=candidate.tp,
+                                        dp=candidate.dp, ep=candidate.ep,
+                                        sequence_parallel=candidate.sequence_parallel))
+
+
+def optimistic_training(training: TrainingSpec,
+                        targets: Iterable[Framework] | None) -> TrainingSpec:
+    """The recipe the search's lower bounds read: every unset runtime feature that some
+    target offers, on (each only lowers a step's time in the cost model; the memory the EP
+    overlap costs is not in the memory floors)."""
+    offered = (RUNTIME_NAMES if targets is None
+               else RUNTIME_NAMES & set().union(*(fw.features.keys() for fw in targets)))
+    return resolved(training, frozenset(offered & _unset(training)))
+
+
+def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                cluster: ClusterSpec) -> TrainingSpec:
+    """The recipe a given configuration is scored under when its request leaves runtime
+    features unset (`POST /v1/evaluate`): as the search decides them for that configuration,
+    each released framework that runs it offering its options (`runtime_options`), the
+    fitting option with the shortest step kept (the first option when none fits or none
+    runs; every feature the cost model knows when no released framework runs it)."""
+    if not _unset(training):
+        return training
+    m = training.global_batch_size // (parallel.micro_batch_size * parallel.dp)
+    candidate = MeshCandidate.of(parallel, max(1, m))
+    options: list[TrainingSpec] = []
+    for framework in frameworks().values():
+        for option in runtime_options(spec, training, candidate, framework):
+            if option not in options and not blockers(
+                    framework, plan_features(spec, option, parallel)):
+                options.append(option)
+    if not options:
+        options = list(runtime_options(spec, training, candidate, None))
+    if len(options) == 1:
+        return options[0]
+
+    def key(option: TrainingSpec) -> tuple[bool, float]:
+        try:
+            fits = memory_ledger(spec, option, parallel, cluster).fits
+            return (not fits, estimate_step(spec, option, parallel, cluster).step_time_s)
+        except InvalidSpecError:
+            return (True, float("inf"))
+
+    return min(options, key=key)
+
+
+def runtime_feature_uses(spec: ModelSpec, request: TrainingSpec, chosen: TrainingSpec,
+                         candidate: MeshCandidate, framework_ids: list[str],
+                         why_off: dict[str, str] | None = None) -> list[RuntimeFeatureUse]:
+    """Each runtime feature of a plan: on or off, who decided it, the flag of each framework
+    that runs the plan, and why it is off (prerequisites, the frameworks that lack it, or
+    `why_off` from the search)."""
+    on = runtime_feature_set(spec, chosen, candidate)
+    tables = frameworks()
+    out = []
+    for feature in RUNTIME_FEATURES:
+        pinned = getattr(request, feature.field) is not None
+        is_on = feature.name in on
+        flags = {fid: tables[fid].features[feature.name].how for fid in framework_ids
+                 if fid in tables and feature.name in tables[fid].features}
+        reason = ""
+        if not is_on:
+            value = getattr(request, feature.field)
+            if pinned and value not in (False, MoeDispatcher.ALLTOALL):
+                reason = ("fixed on by the request, but the plan lacks what it needs: "
+                          f"{feature.needs}")
+            elif pinned:
+                reason = "fixed off by the request"
+            elif (feature.name == OVERLAP_EP_COMM
+                  and schedule_traits(candidate.schedule).overlapped_pairs):
+                reason = (f"the {candidate.schedule.value} schedule already overlaps the expert "
+                          "all-to-alls with the paired micro-batch")
+            elif not _prerequisites_met(feature.name, spec, candidate):
+                reason = f"needs {feature.needs}"
+            elif why_off and feature.name in why_off:
+                reason = why_off[feature.name]
+            else:
+                lacking = [tables[fid].name for fid in framework_ids
+                           if fid in tables and feature.name not in tables[fid].features]
+                reason = (f"not offered by {', '.join(lacking)}" if lacking
+                          else "the plan is faster or only fits without it")
+        out.append(RuntimeFeatureUse(feature=feature.name, on=is_on,
+                                     decided_by="request" if pinned else "planner",
+                                     flags=flags, why_not=reason, source=feature.source))
+    return out
+
+
+__all__ = [
+    "RUNTIME_NAMES",
+    "decided_for",
+    "optimistic_training",
+    "resolved",
+    "runtime_feature_set",
+    "runtime_feature_uses",
+    "runtime_options",
+    "with_rules",
+]
