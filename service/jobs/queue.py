@@ -1,0 +1,126 @@
+"""The distributed job queue: procrastinate on the service's PostgreSQL.
+
+Owns: the procrastinate app (a psycopg pool on the store's database), its schema (applied
+by `apply_queue_schema` when absent, under an advisory lock so concurrent starts do not
+race), the one task (`atlas.run_job`: run a job row by id on a thread, taking over a run
+whose worker died), `ProcrastinateJobQueue` (what the service defers jobs to), and
+`retry_stalled` (jobs of workers whose heartbeat stopped, re-queued through procrastinate's
+own stalled-job API). Must not: decide what a job computes (`service/jobs/execute.py`).
+"""
+
+import asyncio
+import logging
+from typing import Any
+
+import procrastinate
+from procrastinate.schema import SchemaManager
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
+
+from service.jobs.execute import JobServices, run_job
+
+logger = logging.getLogger(__name__)
+
+TASK_NAME = "atlas.run_job"
+QUEUE_NAME = "atlas-jobs"
+QUEUE_SCHEMA_LOCK_KEY = 0x61746C6171
+"""Advisory-lock key held while applying procrastinate's schema ('atlaq' in ASCII)."""
+
+OPEN_TIMEOUT_S = 5.0
+"""Longest wait for the queue's first database connection."""
+
+
+def conninfo(database_url: str) -> str:
+    """The libpq URL of a SQLAlchemy PostgreSQL URL (driver name dropped)."""
+    return make_url(database_url).set(drivername="postgresql").render_as_string(
+        hide_password=False)
+
+
+def is_postgres(database_url: str) -> bool:
+    """Whether the URL names a PostgreSQL database."""
+    return make_url(database_url).get_backend_name() == "postgresql"
+
+
+def apply_queue_schema(engine: Engine) -> bool:
+    """Create procrastinate's tables and functions unless they exist; True when created."""
+    with engine.begin() as connection:
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                           {"key": QUEUE_SCHEMA_LOCK_KEY})
+        if connection.execute(text("SELECT to_regclass('procrastinate_jobs')")).scalar():
+            return False
+        driver: Any = connection.connection.driver_connection
+        driver.execute(SchemaManager.get_schema())  # no parameters: sent as written
+    logger.info("procrastinate schema applied")
+    return True
+
+
+def make_app(database_url: str) -> procrastinate.App:
+    """A procrastinate app on the store's database (not opened)."""
+    connector = procrastinate.PsycopgConnector(conninfo=conninfo(database_url), min_size=1,
+                                               max_size=4, timeout=OPEN_TIMEOUT_S)
+    return procrastinate.App(connector=connector)
+
+
+def register_task(app: procrastinate.App, services: JobServices) -> None:
+    """Give the app its task: run the job on a thread (a job whose run was interrupted by
+    a dead worker and re-queued is taken over)."""
+    async def run_job_task(job_id: str) -> None:
+        await asyncio.to_thread(run_job, job_id, services, take_running=True)
+
+    app.task(name=TASK_NAME, queue=QUEUE_NAME)(run_job_task)
+
+
+async def retry_stalled(app: procrastinate.App, *, stalled_after_s: float,
+                        every_s: float) -> None:
+    """Forever: re-queue the jobs whose worker has sent no heartbeat for `stalled_after_s`
+    (killed, frozen or cut off), checking every `every_s`."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            stalled = await app.job_manager.get_stalled_jobs(
+                task_name=TASK_NAME, seconds_since_heartbeat=stalled_after_s)
+            for job in stalled:
+                logger.warning("re-queuing job %s (queue job %s): its worker stopped",
+                               job.task_kwargs.get("job_id"), job.id)
+                await app.job_manager.retry_job(job)
+        except Exception:
+            logger.warning("stalled jobs not checked", exc_info=True)
+
+
+class ProcrastinateJobQueue:
+    """The service's side of the queue: defers each job for a worker to take."""
+
+    name = "procrastinate"
+
+    def __init__(self, database_url: str) -> None:
+        self._app = make_app(database_url)
+        self._open = False
+
+    async def _ensure_open(self) -> None:
+        if not self._open:
+            await self._app.open_async()
+            self._open = True
+
+    async def start(self) -> None:
+        """Open the queue's connection pool (later, on the first job, when the database
+        does not answer now)."""
+        try:
+            await self._ensure_open()
+        except Exception:
+            logger.warning("job queue not reachable at start-up; opened on the first job",
+                           exc_info=True)
+
+    async def enqueue(self, job_id: str) -> None:
+        """Defer the job's run to the workers."""
+        await self._ensure_open()
+        await self._app.configure_task(TASK_NAME, queue=QUEUE_NAME).defer_async(job_id=job_id)
+
+    async def stop(self) -> None:
+        """Close the pool."""
+        if self._open:
+            await self._app.close_async()
+            self._open = False
+
+
+__all__ = ["QUEUE_NAME", "TASK_NAME", "ProcrastinateJobQueue", "apply_queue_schema",
+           "conninfo", "is_postgres", "make_app", "register_task", "retry_stalled"]
