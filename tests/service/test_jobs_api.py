@@ -1,0 +1,92 @@
+"""The job API on the embedded default: SQLite, jobs on threads of the service process,
+real searches (Llama 3.1 8B answers within about a second).
+
+The same checks run against PostgreSQL with worker processes in
+`tests/service/test_jobs_queue.py`.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from jobs_suite import (
+    check_cancellation,
+    check_in_order,
+    check_plan_done,
+    check_problems,
+    events,
+    final,
+    frontier_job,
+    long_job,
+    plan_job,
+    submit,
+)
+from service_testkit import load_tolerant_settings, serve_in_process
+
+from service.app import create_app
+
+
+@pytest.fixture
+def jobs_client(tmp_path: Path) -> Iterator[httpx.Client]:
+    """A client of the service on a fresh SQLite file with the real planner."""
+    settings = load_tolerant_settings(f"sqlite:///{tmp_path / 'jobs.db'}", solver_threads=2)
+    with serve_in_process(create_app(settings)) as client:
+        yield client
+
+
+def test_plan_job_is_searched_stored_and_merged(jobs_client: httpx.Client) -> None:
+    job = submit(jobs_client, plan_job())
+    assert job["kind"] == "plan" and job["events_url"] == f"/v1/jobs/{job['id']}/events"
+    done = final(jobs_client, job["id"])
+    check_plan_done(jobs_client, done)
+    assert done["attempts"] == 1 and done["progress"]["evaluated"] >= 1
+    stream = events(jobs_client, job["id"])
+    check_in_order(stream)
+    assert [e["state"] for e in stream if e["type"] == "state"] == ["queued", "running", "done"]
+    last = [e for e in stream if e["type"] == "progress"][-1]["progress"]
+    assert last["gap"] == 0.0 and last["incumbent"] == last["bound"]
+    resumed = events(jobs_client, job["id"], after=2)
+    assert resumed == stream[2:]
+    again = jobs_client.post("/v1/jobs", json=plan_job())
+    assert again.status_code == 200 and again.json()["id"] == job["id"]
+    assert jobs_client.get("/v1/plans").json()["total"] == 1
+
+
+def test_plan_job_answered_from_the_plan_store(jobs_client: httpx.Client) -> None:
+    body = plan_job(batch=128)
+    stored = jobs_client.post("/v1/plans", json=body["request"])
+    assert stored.status_code == 201
+    done = final(jobs_client, submit(jobs_client, body)["id"])
+    assert done["plan_id"] == stored.json()["id"]
+    assert jobs_client.get("/v1/plans").json()["total"] == 1
+
+
+def test_frontier_job_keeps_its_answer(jobs_client: httpx.Client) -> None:
+    done = final(jobs_client, submit(jobs_client, frontier_job())["id"])
+    assert done["state"] == "done" and done["plan_id"] is None
+    assert [p["num_nodes"] for p in done["result"]["points"]] == [1, 2]
+    searches = {e["progress"]["search"] for e in events(jobs_client, done["id"])
+                if e["type"] == "progress"}
+    assert searches == {1, 2}
+
+
+def test_job_problems(jobs_client: httpx.Client) -> None:
+    check_problems(jobs_client)
+
+
+def test_out_of_bounds_job_is_refused(jobs_client: httpx.Client) -> None:
+    body = plan_job(nodes=100_000)
+    refused = jobs_client.post("/v1/jobs", json=body)
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["content-type"].startswith("application/problem+json")
+
+
+def test_cancelling_a_running_search_stops_it(jobs_client: httpx.Client) -> None:
+    outcome = check_cancellation(jobs_client)
+    job_id = outcome["cancelled"]["id"]
+    requeued = jobs_client.post("/v1/jobs", json=long_job())
+    assert requeued.status_code == 202 and requeued.json()["id"] == job_id
+    assert requeued.json()["state"] in ("queued", "running")
+    assert jobs_client.delete(f"/v1/jobs/{job_id}").status_code in (200, 202)
+    assert final(jobs_client, job_id, timeout_s=30)["state"] == "cancelled"
