@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from functools import partial
 from typing import Annotated, Any
 
@@ -73,6 +74,13 @@ def _latest_progress(engine: Engine, job_id: str) -> JobProgress | None:
     return None
 
 
+def _utc(moment: datetime | None) -> datetime | None:
+    """A stored time as UTC (SQLite gives it back without its zone)."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
 def _response(engine: Engine, record: JobRecord) -> JobResponse:
     """The job as served; a done plan job carries its stored plan."""
     result = record.result_json
@@ -83,9 +91,9 @@ def _response(engine: Engine, record: JobRecord) -> JobResponse:
     return JobResponse(
         id=record.id, kind=JobKind(record.kind), state=JobState(record.state),
         request_hash=record.request_hash,
-        attempts=record.attempts, created_at=record.created_at, started_at=record.started_at,
-        finished_at=record.finished_at, cancel_requested=record.cancel_requested,
-        plan_id=record.plan_id,
+        attempts=record.attempts, created_at=_utc(record.created_at),
+        started_at=_utc(record.started_at), finished_at=_utc(record.finished_at),
+        cancel_requested=record.cancel_requested, plan_id=record.plan_id,
         plan_url=f"/v1/plans/{record.plan_id}" if record.plan_id is not None else None,
         events_url=f"/v1/jobs/{record.id}/events", result=result, problem=record.error_json,
         progress=_latest_progress(engine, record.id))
