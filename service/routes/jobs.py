@@ -74,11 +74,9 @@ def _latest_progress(engine: Engine, job_id: str) -> JobProgress | None:
     return None
 
 
-def _utc(moment: datetime | None) -> datetime | None:
+def _utc(moment: datetime) -> datetime:
     """A stored time as UTC (SQLite gives it back without its zone)."""
-    if moment is None or moment.tzinfo is not None:
-        return moment
-    return moment.replace(tzinfo=UTC)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _response(engine: Engine, record: JobRecord) -> JobResponse:
@@ -92,7 +90,8 @@ def _response(engine: Engine, record: JobRecord) -> JobResponse:
         id=record.id, kind=JobKind(record.kind), state=JobState(record.state),
         request_hash=record.request_hash,
         attempts=record.attempts, created_at=_utc(record.created_at),
-        started_at=_utc(record.started_at), finished_at=_utc(record.finished_at),
+        started_at=_utc(record.started_at) if record.started_at is not None else None,
+        finished_at=_utc(record.finished_at) if record.finished_at is not None else None,
         cancel_requested=record.cancel_requested, plan_id=record.plan_id,
         plan_url=f"/v1/plans/{record.plan_id}" if record.plan_id is not None else None,
         events_url=f"/v1/jobs/{record.id}/events", result=result, problem=record.error_json,
