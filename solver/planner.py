@@ -366,7 +366,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     pending = list(sizes) if objective == Objective.MIN_GPUS else []
     if not pending:
         _enqueue(problem, queue, sizes, deadline)
-        if queue.heap:
+        if watch is not None and queue.heap:
             _report(watch, queue, queue.heap[0][0])
         if progress:
             progress(f"{queue.total} candidates, {queue.pruned_memory} pruned by the memory "
@@ -397,7 +397,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             # head rank's memory floor (below the simulated level it is not yet applied).
             if level >= _SIMULATED_BOUND or not _pruned_by_head_rank(problem, queue, c):
                 _visit(problem, queue, order, c, progress)
-                _report(watch, queue, lower)
+                if watch is not None:
+                    _report(watch, queue, lower)
             continue
         if level < _SIMULATED_BOUND:
             _tighten(problem, queue, lower, order, level, c)
@@ -409,7 +410,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         if level < _RUN_BOUND and _add_run_floor(problem, queue, lower, order, c):
             continue
         _visit(problem, queue, order, c, progress)
-        _report(watch, queue, lower)
+        if watch is not None:
+            _report(watch, queue, lower)
     if queue.unenumerated:
         # The time limit fell in the enumeration: nothing is proven about the rest.
         if queue.best is not None:
@@ -430,13 +432,13 @@ def _finite(value: float) -> float | None:
     return value if value < math.inf else None
 
 
-def _report(watch: Reporter | None, queue: "_Queue", lower: float) -> None:
-    """Tell the listener, if any, where the search stands after a visit (`lower`: the
-    visited candidate's bound, the least of the queue's since it is visited in bound
-    order)."""
-    if watch is not None:
-        watch.report(candidates=queue.total, evaluated=queue.evaluated,
-                     incumbent=_finite(queue.best_value), bound=lower)
+def _report(watch: Reporter, queue: "_Queue", lower: float) -> None:
+    """Tell the listener where the search stands (`lower`: the bound of the candidate just
+    visited, or of the queue's head, the least of the queue's since candidates are visited in
+    bound order). Called only when someone listens, so a search without a listener makes
+    no call."""
+    watch.report(candidates=queue.total, evaluated=queue.evaluated,
+                 incumbent=_finite(queue.best_value), bound=lower)
 
 
 def _size_floor(world: int) -> float:
