@@ -39,6 +39,9 @@ from solver.progress import SearchProgress, listening
 
 logger = logging.getLogger(__name__)
 
+STOPPING = "the job runner is stopping"
+"""Why a run stopped when its runner shut down (the job is queued again)."""
+
 WATCH_INTERVAL_S = 0.5
 """How often a running job reads its cancellation flag."""
 
@@ -130,10 +133,14 @@ class _Progress:
             logger.warning("job %s: progress event not written", self._record.id, exc_info=True)
 
 
-def _watch(engine: Engine, record: JobRecord, token: CancelToken, done: threading.Event
-           ) -> None:
-    """Until `done`, stop the run when the job is flagged or no longer this run's."""
+def _watch(engine: Engine, record: JobRecord, token: CancelToken, done: threading.Event,
+           stopping: threading.Event | None) -> None:
+    """Until `done`, stop the run when the job is flagged or no longer this run's, or the
+    runner is stopping."""
     while not done.wait(WATCH_INTERVAL_S):
+        if stopping is not None and stopping.is_set():
+            token.cancel(STOPPING)
+            return
         try:
             going_on = store.still_runs(engine, record.id, attempt=record.attempts)
         except Exception:
@@ -144,9 +151,11 @@ def _watch(engine: Engine, record: JobRecord, token: CancelToken, done: threadin
             return
 
 
-def run_job(job_id: str, services: JobServices, *, take_running: bool) -> JobState | None:
+def run_job(job_id: str, services: JobServices, *, take_running: bool,
+            stopping: threading.Event | None = None) -> JobState | None:
     """Run the job if this caller gets it (see `store.claim`); the state it ended in, or
-    None when it was not this caller's to run."""
+    None when it was not this caller's to run. When `stopping` is set (the runner shuts
+    down) the search stops and the job is queued again for the next runner."""
     record = store.claim(services.engine, job_id, take_running=take_running)
     if record is None:
         logger.info("job %s not claimed (taken, final or cancelled)", job_id)
@@ -154,7 +163,8 @@ def run_job(job_id: str, services: JobServices, *, take_running: bool) -> JobSta
     started = time.perf_counter()
     token = CancelToken()
     done = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(services.engine, record, token, done),
+    watcher = threading.Thread(target=_watch,
+                               args=(services.engine, record, token, done, stopping),
                                name=f"atlas-job-watch-{job_id[:8]}", daemon=True)
     watcher.start()
     logger.info("job %s (%s) running, attempt %d", job_id, record.kind, record.attempts)
@@ -173,6 +183,10 @@ def run_job(job_id: str, services: JobServices, *, take_running: bool) -> JobSta
                    "status": 500, "detail": detail, "code": "internal"}
     finally:
         done.set()
+    if state == JobState.CANCELLED and token.reason == STOPPING:
+        store.requeue(services.engine, job_id, attempt=record.attempts)
+        logger.info("job %s queued again: %s", job_id, STOPPING)
+        return JobState.QUEUED
     kept = store.finish(services.engine, job_id, attempt=record.attempts, state=state,
                         elapsed_s=time.perf_counter() - started, plan_id=outcome.plan_id,
                         result=outcome.result, problem=problem, detail=detail)
@@ -181,4 +195,5 @@ def run_job(job_id: str, services: JobServices, *, take_running: bool) -> JobSta
     return state if kept else None
 
 
-__all__ = ["COMPUTE", "WATCH_INTERVAL_S", "JobServices", "Outcome", "problem_of", "run_job"]
+__all__ = ["COMPUTE", "STOPPING", "WATCH_INTERVAL_S", "JobServices", "Outcome", "problem_of",
+           "run_job"]

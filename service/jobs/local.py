@@ -2,7 +2,8 @@
 
 Owns: `LocalJobQueue`, the default where the store is SQLite (or `ATLAS_JOB_QUEUE=inprocess`):
 a queued job is handed to one of `solver_threads` threads at once, and the jobs still
-queued when the process starts (submitted before a restart) are handed over at start-up.
+queued when the process starts (submitted before a restart, or stopped by a shutdown) are
+handed over at start-up.
 Cancellation, progress and outcomes go through the job rows as with the distributed queue
 (`service/jobs/execute.py`). Must not: run jobs of another process's queue (a job is claimed
 from `queued` only, so two server processes never both run one).
@@ -10,6 +11,7 @@ from `queued` only, so two server processes never both run one).
 
 import asyncio
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from service.jobs import store
@@ -26,10 +28,11 @@ class LocalJobQueue:
     def __init__(self, services: JobServices, *, threads: int) -> None:
         self._services = services
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="atlas-job")
+        self._stopping = threading.Event()
 
     def _run(self, job_id: str) -> None:
         try:
-            run_job(job_id, self._services, take_running=False)
+            run_job(job_id, self._services, take_running=False, stopping=self._stopping)
         except Exception:
             logger.exception("job %s: the run could not be recorded", job_id)
 
@@ -51,7 +54,9 @@ class LocalJobQueue:
             logger.info("%d queued jobs handed to the in-process runner", len(left))
 
     async def stop(self) -> None:
-        """Take no more jobs; queued ones stay queued in the store for the next start."""
+        """Take no more jobs: queued ones stay queued in the store, running ones stop within
+        about a second and are queued again, for the next start."""
+        self._stopping.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 

@@ -3,9 +3,10 @@
 Owns: the procrastinate app (a psycopg pool on the store's database), its schema (applied
 by `apply_queue_schema` when absent, under an advisory lock so concurrent starts do not
 race), the one task (`atlas.run_job`: run a job row by id on a thread, taking over a run
-whose worker died), `ProcrastinateJobQueue` (what the service defers jobs to), and
-`retry_stalled` (jobs of workers whose heartbeat stopped, re-queued through procrastinate's
-own stalled-job API). Must not: decide what a job computes (`service/jobs/execute.py`).
+whose worker died), `ProcrastinateJobQueue` (what the service defers jobs to; it opens on
+the first job), and `retry_stalled` (jobs of workers whose heartbeat stopped, re-queued
+through procrastinate's own stalled-job API). Must not: decide what a job computes
+(`service/jobs/execute.py`).
 """
 
 import asyncio
@@ -92,26 +93,26 @@ class ProcrastinateJobQueue:
 
     name = "procrastinate"
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, engine: Engine) -> None:
         self._app = make_app(database_url)
+        self._engine = engine
         self._open = False
+        self._lock = asyncio.Lock()
 
     async def _ensure_open(self) -> None:
-        if not self._open:
-            await self._app.open_async()
-            self._open = True
+        async with self._lock:
+            if not self._open:
+                await asyncio.to_thread(apply_queue_schema, self._engine)
+                await self._app.open_async()
+                self._open = True
 
     async def start(self) -> None:
-        """Open the queue's connection pool (later, on the first job, when the database
-        does not answer now)."""
-        try:
-            await self._ensure_open()
-        except Exception:
-            logger.warning("job queue not reachable at start-up; opened on the first job",
-                           exc_info=True)
+        """Nothing yet: the schema is checked and the pool opened on the first job, so a
+        start with the database away is not delayed."""
 
     async def enqueue(self, job_id: str) -> None:
-        """Defer the job's run to the workers."""
+        """Defer the job's run to the workers (the queue's schema applied and its pool
+        opened first, on the first job)."""
         await self._ensure_open()
         await self._app.configure_task(TASK_NAME, queue=QUEUE_NAME).defer_async(job_id=job_id)
 

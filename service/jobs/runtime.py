@@ -1,11 +1,10 @@
 """Which job queue the service uses, started and stopped with it.
 
-Owns: `start_job_queue` (from `ATLAS_JOB_QUEUE`: procrastinate on PostgreSQL, where the
-queue's schema is applied at start-up, else the in-process runner) and `stop_job_queue`.
+Owns: `start_job_queue` (from `ATLAS_JOB_QUEUE`: procrastinate on PostgreSQL, whose
+schema is applied on the first job, else the in-process runner) and `stop_job_queue`.
 Must not: run jobs itself.
 """
 
-import asyncio
 import logging
 from typing import Protocol
 
@@ -13,7 +12,7 @@ from sqlalchemy import Engine
 
 from service.jobs.execute import JobServices
 from service.jobs.local import LocalJobQueue
-from service.jobs.queue import ProcrastinateJobQueue, apply_queue_schema, is_postgres
+from service.jobs.queue import ProcrastinateJobQueue, is_postgres
 from service.persistence.gate import StoreGate
 from service.planning import Planner
 from service.settings import Settings
@@ -48,12 +47,7 @@ async def start_job_queue(settings: Settings, *, engine: Engine, store: StoreGat
     if choice == "procrastinate":
         if not is_postgres(url):
             raise ValueError("ATLAS_JOB_QUEUE=procrastinate needs a PostgreSQL DATABASE_URL")
-        try:
-            await asyncio.to_thread(apply_queue_schema, engine)
-        except Exception:
-            logger.warning("job queue schema not checked (database unreachable); workers "
-                           "apply it when they start", exc_info=True)
-        queue = ProcrastinateJobQueue(url)
+        queue = ProcrastinateJobQueue(url, engine)
     else:
         services = JobServices(engine=engine, store=store, settings=settings, planner=planner)
         queue = LocalJobQueue(services, threads=settings.solver_threads)

@@ -175,6 +175,24 @@ def finish(engine: Engine, job_id: str, *, attempt: int, state: JobState, elapse
         return True
 
 
+def requeue(engine: Engine, job_id: str, *, attempt: int) -> bool:
+    """Put the run `attempt` back in the queue (its runner stopped); False when the job is
+    no longer that run's."""
+    with Session(engine) as session:
+        queued = session.execute(
+            update(JobRecord)
+            .where(col(JobRecord.id) == job_id, col(JobRecord.state) == JobState.RUNNING.value,
+                   col(JobRecord.attempts) == attempt)
+            .values(state=JobState.QUEUED.value, started_at=None))
+        if queued.rowcount != 1:  # type: ignore[attr-defined]
+            session.rollback()
+            return False
+        _append(session, job_id, state_event(JobState.QUEUED, attempt=attempt,
+                                             detail="its runner stopped; queued again"))
+        session.commit()
+        return True
+
+
 def still_runs(engine: Engine, job_id: str, *, attempt: int) -> bool:
     """Whether the run `attempt` should go on: the job is still that run's and no DELETE
     asked it to stop."""
@@ -245,4 +263,4 @@ def queued_ids(engine: Engine) -> Sequence[str]:
 
 
 __all__ = ["abandon", "add_event", "claim", "create_or_join", "events_after", "finish", "get_job",
-           "queued_ids", "request_cancel", "state_event", "still_runs"]
+           "queued_ids", "request_cancel", "requeue", "state_event", "still_runs"]

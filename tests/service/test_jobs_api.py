@@ -5,6 +5,7 @@ The same checks run against PostgreSQL with worker processes in
 `tests/service/test_jobs_queue.py`.
 """
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,10 +22,13 @@ from jobs_suite import (
     long_job,
     plan_job,
     submit,
+    wait_for,
 )
 from service_testkit import load_tolerant_settings, serve_in_process
+from sqlalchemy import create_engine
 
 from service.app import create_app
+from service.jobs import store
 
 
 @pytest.fixture
@@ -90,3 +94,25 @@ def test_cancelling_a_running_search_stops_it(jobs_client: httpx.Client) -> None
     assert requeued.json()["state"] in ("queued", "running")
     assert jobs_client.delete(f"/v1/jobs/{job_id}").status_code in (200, 202)
     assert final(jobs_client, job_id, timeout_s=30)["state"] == "cancelled"
+
+
+def test_a_stopped_server_queues_its_running_job_again(tmp_path: Path) -> None:
+    settings = load_tolerant_settings(f"sqlite:///{tmp_path / 'jobs.db'}", solver_threads=2)
+    with serve_in_process(create_app(settings)) as client:
+        job = submit(client, long_job())
+        wait_for(client, job["id"], lambda j: j["state"] == "running", timeout_s=120)
+    engine = create_engine(f"sqlite:///{tmp_path / 'jobs.db'}")
+    deadline = time.monotonic() + 30
+    while (record := store.get_job(engine, job["id"])) is None or record.state != "queued":
+        assert time.monotonic() < deadline, record
+        time.sleep(0.2)
+    engine.dispose()
+    with serve_in_process(create_app(settings)) as client:
+        again = wait_for(client, job["id"], lambda j: j["state"] == "running", timeout_s=120)
+        assert again["attempts"] == 2
+        assert client.delete(f"/v1/jobs/{job['id']}").status_code in (200, 202)
+        assert final(client, job["id"], timeout_s=30)["state"] == "cancelled"
+        states = [(e["state"], e["attempt"]) for e in events(client, job["id"])
+                  if e["type"] == "state"]
+    assert states == [("queued", 0), ("running", 1), ("queued", 1), ("running", 2),
+                      ("cancelled", 2)]
