@@ -1,7 +1,8 @@
 """Wire types of planning jobs: what `POST /v1/jobs` takes and what `GET /v1/jobs/{id}`
 and its event stream answer.
 
-Owns: `JobRequest` (a kind and the request of that kind: a plan or a GPU frontier), the job
+Owns: `JobRequest` (a kind and the request of that kind: a plan, a GPU frontier or a
+pipeline schedule optimisation), the job
 states, `JobResponse` and `JobEvent` (one progress report of a running job). Must not:
 compute anything beyond validation.
 """
@@ -13,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 
 from api_schemas._base import ResultModel, SpecModel
+from api_schemas.pipeline import PipelineOptimizeRequest
 from api_schemas.requests import PLAN_REQUEST_EXAMPLE, PlanRequest
 from api_schemas.run_level import FrontierRequest
 
@@ -25,6 +27,9 @@ class JobKind(StrEnum):
     FRONTIER = "frontier"
     """A GPU frontier over cluster sizes (`POST /v1/frontier`); the answer is kept with the
     job."""
+    SCHEDULE = "schedule"
+    """A pipeline schedule optimisation (`POST /v1/pipeline/optimize`); the answer is kept
+    with the job."""
 
 
 class JobState(StrEnum):
@@ -56,7 +61,16 @@ class FrontierJobRequest(SpecModel):
     request: FrontierRequest = Field(description="The request `POST /v1/frontier` takes.")
 
 
-JobRequest = Annotated[PlanJobRequest | FrontierJobRequest, Field(discriminator="kind")]
+class ScheduleJobRequest(SpecModel):
+    """A pipeline schedule optimisation as a job."""
+
+    kind: Literal[JobKind.SCHEDULE] = Field(description="'schedule'.")
+    request: PipelineOptimizeRequest = Field(description="The request "
+                                             "`POST /v1/pipeline/optimize` takes.")
+
+
+JobRequest = Annotated[PlanJobRequest | FrontierJobRequest | ScheduleJobRequest,
+                       Field(discriminator="kind")]
 """A job to run: its kind and the request of that kind."""
 
 JOB_REQUEST_EXAMPLE: dict[str, Any] = {"kind": "plan", "request": PLAN_REQUEST_EXAMPLE}
@@ -117,11 +131,13 @@ class JobResponse(ResultModel):
     events_url: str = Field(description="The job's server-sent progress events.")
     result: dict[str, Any] | None = Field(description="Once done: the answer, as the "
                                           "synchronous endpoint of the kind gives it "
-                                          "(PlanResponse, FrontierResponse).")
+                                          "(PlanResponse, FrontierResponse, "
+                                          "PipelineOptimizeResponse).")
     problem: dict[str, Any] | None = Field(description="Once failed: the problem+json the "
                                            "synchronous endpoint would have answered.")
     progress: JobProgress | None = Field(description="The latest search report.")
 
 
 __all__ = ["FINAL_STATES", "JOB_REQUEST_EXAMPLE", "FrontierJobRequest", "JobEvent", "JobKind",
-           "JobProgress", "JobRequest", "JobResponse", "JobState", "PlanJobRequest"]
+           "JobProgress", "JobRequest", "JobResponse", "JobState", "PlanJobRequest",
+           "ScheduleJobRequest"]

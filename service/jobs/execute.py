@@ -6,8 +6,8 @@ search when a DELETE flags the job or the job is no longer this run's (every
 `WATCH_INTERVAL_S`, through `solver.cancel`), the progress events (`solver.progress`
 reports, numbered searches), and what each kind computes and keeps: a plan is answered from
 the plan store or searched and stored there (one stored plan per request hash), a frontier's
-answer is kept with the job. Failures become the problem+json the synchronous endpoint would
-answer. Must not: know which queue delivered the job, or answer HTTP.
+or a schedule optimisation's answer is kept with the job. Failures become the problem+json
+the synchronous endpoint would answer. Must not: know which queue delivered the job, or answer HTTP.
 """
 
 import logging
@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from api_schemas.jobs import JobKind, JobState
+from api_schemas.pipeline import PipelineOptimizeRequest
 from api_schemas.requests import PlanRequest
 from api_schemas.run_level import FrontierRequest
 from models.errors import PlannerError
@@ -99,9 +100,19 @@ def _frontier(record: JobRecord, services: JobServices) -> Outcome:
     return Outcome(result=result.model_dump(mode="json"))
 
 
+def _schedule(record: JobRecord, services: JobServices) -> Outcome:
+    from service.solver_calls import optimize_request
+
+    request = PipelineOptimizeRequest.model_validate(record.request_json)
+    result = call_core(optimize_request, request)
+    limits.require_finite(result)
+    return Outcome(result=result.model_dump(mode="json"))
+
+
 COMPUTE: dict[str, Callable[[JobRecord, JobServices], Outcome]] = {
     JobKind.PLAN.value: _plan,
     JobKind.FRONTIER.value: _frontier,
+    JobKind.SCHEDULE.value: _schedule,
 }
 """What each kind runs."""
 

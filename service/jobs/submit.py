@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from anyio import to_thread
 
-from api_schemas.jobs import FrontierJobRequest, JobKind, PlanJobRequest
+from api_schemas.jobs import FrontierJobRequest, JobKind, PlanJobRequest, ScheduleJobRequest
 from service import limits
 from service.calibration import apply_profile
 from service.jobs import store
@@ -22,7 +22,9 @@ from service.persistence.gate import StoreGate
 from service.persistence.storable import check_storable
 from service.planning import check_plan_bounds, normalise_plan_request, request_hash
 from service.problems import StoreUnavailableError
+from service.routes.pipeline import check_pipeline_bounds
 from service.routes.run_level import _bounded as bounded_run_request
+from service.searches import with_clamped_time_limit
 from service.settings import Settings
 
 
@@ -45,8 +47,8 @@ class Submission:
     request_json: dict[str, Any]
 
 
-async def prepare(job: PlanJobRequest | FrontierJobRequest, *, settings: Settings,
-                  gate: StoreGate) -> Submission:
+async def prepare(job: PlanJobRequest | FrontierJobRequest | ScheduleJobRequest, *,
+                  settings: Settings, gate: StoreGate) -> Submission:
     """Normalise, check and hash the job's request.
 
     Raises:
@@ -62,6 +64,13 @@ async def prepare(job: PlanJobRequest | FrontierJobRequest, *, settings: Setting
         digest = request_hash(normalised)
         return Submission(kind=JobKind.PLAN, key=f"plan:{digest}", request_hash=digest,
                           request_json=normalised.model_dump(mode="json"))
+    if isinstance(job, ScheduleJobRequest):
+        check_pipeline_bounds(job.request, settings, ops_bound="optimize_ops")
+        clamped = with_clamped_time_limit(job.request, requested_s=job.request.time_limit_s,
+                                          settings=settings)
+        digest = request_hash(clamped)
+        return Submission(kind=JobKind.SCHEDULE, key=f"schedule:{digest}",
+                          request_hash=digest, request_json=clamped.model_dump(mode="json"))
     frontier = await apply_profile(job.request, store=gate)
     for num_nodes in frontier.num_nodes_options:
         limits.check_cluster(frontier.cluster.model_copy(update={"num_nodes": num_nodes}),

@@ -37,6 +37,14 @@ def frontier_job() -> dict[str, Any]:
     return {"kind": "frontier", "request": {**body["request"], "num_nodes_options": [1, 2]}}
 
 
+def schedule_job() -> dict[str, Any]:
+    """A pipeline schedule optimisation job (ZB-H1 on 4 ranks, 8 micro-batches)."""
+    return {"kind": "schedule", "request": {
+        "schedule": "zb_h1", "num_stages": 4, "num_micro_batches": 8,
+        "durations": {"F": 1.0, "B": 1.0, "W": 1.0}, "memory_limit": 4, "time_limit_s": 10,
+        "include_timeline": False}}
+
+
 def submit(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     """POST /v1/jobs; checks 202/200 and the Location."""
     response = client.post("/v1/jobs", json=body)
@@ -215,4 +223,4 @@ def check_twenty(client: httpx.Client, *, during: Callable[[list[dict[str, Any]]
 
 __all__ = ["check_cancellation", "check_in_order", "check_plan_done", "check_problems",
            "check_twenty", "events", "final", "frontier_job", "long_job", "plan_job", "read",
-           "submit", "twenty_jobs", "wait_for"]
+           "schedule_job", "submit", "twenty_jobs", "wait_for"]

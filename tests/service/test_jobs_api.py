@@ -21,6 +21,7 @@ from jobs_suite import (
     frontier_job,
     long_job,
     plan_job,
+    schedule_job,
     submit,
     wait_for,
 )
@@ -73,6 +74,16 @@ def test_frontier_job_keeps_its_answer(jobs_client: httpx.Client) -> None:
     searches = {e["progress"]["search"] for e in events(jobs_client, done["id"])
                 if e["type"] == "progress"}
     assert searches == {1, 2}
+
+
+def test_schedule_job_answers_as_the_optimizer_endpoint(jobs_client: httpx.Client) -> None:
+    body = schedule_job()
+    done = final(jobs_client, submit(jobs_client, body)["id"])
+    assert done["state"] == "done", done
+    direct = jobs_client.post("/v1/pipeline/optimize", json=body["request"])
+    assert direct.status_code == 200
+    assert done["result"]["makespan"] == direct.json()["makespan"]
+    assert done["result"]["status"] == direct.json()["status"]
 
 
 def test_job_problems(jobs_client: httpx.Client) -> None:
