@@ -1,22 +1,23 @@
 """Wire types of planning jobs: what `POST /v1/jobs` takes and what `GET /v1/jobs/{id}`
 and its event stream answer.
 
-Owns: `JobRequest` (a kind and the request of that kind: a plan, a GPU frontier or a
-pipeline schedule optimisation), the job
+Owns: `JobRequest` (a kind and the request of that kind: a plan, a GPU frontier, a
+pipeline schedule optimisation or a sweep over a grid, `SweepRequest`), the job
 states, `JobResponse` and `JobEvent` (one progress report of a running job). Must not:
 compute anything beyond validation.
 """
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, PositiveInt, model_validator
 
 from api_schemas._base import ResultModel, SpecModel
 from api_schemas.pipeline import PipelineOptimizeRequest
-from api_schemas.requests import PLAN_REQUEST_EXAMPLE, PlanRequest
-from api_schemas.run_level import FrontierRequest
+from api_schemas.requests import PLAN_REQUEST_EXAMPLE, ModelInput, PlanRequest
+from api_schemas.run_level import FrontierPoint, FrontierRequest
+from api_schemas.training import TrainingSpec
 
 
 class JobKind(StrEnum):
@@ -30,6 +31,9 @@ class JobKind(StrEnum):
     SCHEDULE = "schedule"
     """A pipeline schedule optimisation (`POST /v1/pipeline/optimize`); the answer is kept
     with the job."""
+    SWEEP = "sweep"
+    """A grid of plans (model x cluster size x recipe), each a plan job of its own, gathered
+    into a frontier per model and recipe once every one is final."""
 
 
 class JobState(StrEnum):
@@ -69,8 +73,66 @@ class ScheduleJobRequest(SpecModel):
                                              "`POST /v1/pipeline/optimize` takes.")
 
 
-JobRequest = Annotated[PlanJobRequest | FrontierJobRequest | ScheduleJobRequest,
-                       Field(discriminator="kind")]
+MAX_SWEEP_POINTS = 64
+"""Most plans one sweep fans out (models x cluster sizes x recipes)."""
+
+
+class SweepRequest(SpecModel):
+    """A grid of plan searches: every model on every cluster size with every recipe; the
+    rest (GPU, constraints, objective, solver limits) from `base`."""
+
+    base: PlanRequest = Field(description="The plan request each point varies; its model, "
+                              "cluster.num_nodes and training are replaced by the grid's.")
+    models: list[ModelInput] = Field(min_length=1, max_length=8,
+                                     description="The models (presets, configs or fields).")
+    num_nodes_options: list[PositiveInt] = Field(min_length=1, max_length=16,
+                                                 description="Cluster sizes in nodes.")
+    recipes: list[TrainingSpec] = Field(min_length=1, max_length=8,
+                                        description="The training recipes.")
+
+    @model_validator(mode="after")
+    def _small_enough(self) -> Self:
+        points = len(self.models) * len(self.num_nodes_options) * len(self.recipes)
+        if points > MAX_SWEEP_POINTS:
+            raise ValueError(f"the grid has {points} points (models x num_nodes_options x "
+                             f"recipes); at most {MAX_SWEEP_POINTS}: split the sweep")
+        return self
+
+
+class SweepJobRequest(SpecModel):
+    """A sweep as a job: its plan jobs run on the queue like any other."""
+
+    kind: Literal[JobKind.SWEEP] = Field(description="'sweep'.")
+    request: SweepRequest = Field(description="The grid.")
+
+
+class SweepPoint(ResultModel):
+    """One plan of a sweep."""
+
+    job_id: str = Field(description="Its plan job.")
+    plan_id: str | None = Field(description="Its stored plan (None if the job did not end "
+                                "done).")
+    point: FrontierPoint = Field(description="The plan on this cluster size (as a frontier "
+                                 "point; `pareto` within its model and recipe).")
+
+
+class SweepFrontier(ResultModel):
+    """The points of one model and recipe over the cluster sizes."""
+
+    model_index: int = Field(description="Index into `models`.")
+    recipe_index: int = Field(description="Index into `recipes`.")
+    points: list[SweepPoint] = Field(description="One per cluster size, in request order.")
+    pareto_num_gpus: list[int] = Field(description="GPU counts of the Pareto-optimal points.")
+
+
+class SweepResponse(ResultModel):
+    """A finished sweep: a frontier per model and recipe."""
+
+    frontiers: list[SweepFrontier] = Field(description="Model-major, then recipe.")
+
+
+JobRequest = Annotated[PlanJobRequest | FrontierJobRequest | ScheduleJobRequest
+                       | SweepJobRequest, Field(discriminator="kind")]
 """A job to run: its kind and the request of that kind."""
 
 JOB_REQUEST_EXAMPLE: dict[str, Any] = {"kind": "plan", "request": PLAN_REQUEST_EXAMPLE}
@@ -132,7 +194,7 @@ class JobResponse(ResultModel):
     result: dict[str, Any] | None = Field(description="Once done: the answer, as the "
                                           "synchronous endpoint of the kind gives it "
                                           "(PlanResponse, FrontierResponse, "
-                                          "PipelineOptimizeResponse).")
+                                          "PipelineOptimizeResponse, SweepResponse).")
     problem: dict[str, Any] | None = Field(description="Once failed: the problem+json the "
                                            "synchronous endpoint would have answered.")
     progress: JobProgress | None = Field(description="The latest search report.")
@@ -140,4 +202,5 @@ class JobResponse(ResultModel):
 
 __all__ = ["FINAL_STATES", "JOB_REQUEST_EXAMPLE", "FrontierJobRequest", "JobEvent", "JobKind",
            "JobProgress", "JobRequest", "JobResponse", "JobState", "PlanJobRequest",
-           "ScheduleJobRequest"]
+           "MAX_SWEEP_POINTS", "ScheduleJobRequest", "SweepFrontier", "SweepJobRequest",
+           "SweepPoint", "SweepRequest", "SweepResponse"]

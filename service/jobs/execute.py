@@ -28,7 +28,7 @@ from api_schemas.run_level import FrontierRequest
 from models.errors import PlannerError
 from service import limits
 from service.core import call_core
-from service.jobs import store
+from service.jobs import store, sweep
 from service.jobs.tables import JobRecord
 from service.persistence import repo
 from service.persistence.gate import StoreGate
@@ -203,6 +203,11 @@ def run_job(job_id: str, services: JobServices, *, take_running: bool,
                         result=outcome.result, problem=problem, detail=detail)
     logger.info("job %s %s after %.2f s%s", job_id, state.value, time.perf_counter() - started,
                 "" if kept else " (no longer this run's: outcome dropped)")
+    if kept:
+        try:
+            sweep.gather_parents(services.engine, job_id)
+        except Exception:  # a read of the sweep gathers it again
+            logger.warning("job %s: its sweeps not gathered", job_id, exc_info=True)
     return state if kept else None
 
 

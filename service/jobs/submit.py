@@ -2,20 +2,29 @@
 endpoint does, then one job per distinct request.
 
 Owns: `prepare` (calibration profile applied, bounds checked, time limit clamped, the
-request hash the plan store uses, the job key `<kind>:<hash>`) and `submit` (create the
-job or join the identical one, and queue it when it is new or re-queued). Must not: run
+request hash the plan store uses, the job key `<kind>:<hash>`), `submit` (create the
+job or join the identical one, and queue it when it is new or re-queued) and
+`submit_sweep` (a sweep's job, keyed by its plan jobs' keys, and its plan jobs). Must not: run
 searches or answer HTTP.
 """
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from anyio import to_thread
 
-from api_schemas.jobs import FrontierJobRequest, JobKind, PlanJobRequest, ScheduleJobRequest
+from api_schemas.jobs import (
+    FrontierJobRequest,
+    JobKind,
+    PlanJobRequest,
+    ScheduleJobRequest,
+    SweepJobRequest,
+)
 from service import limits
 from service.calibration import apply_profile
-from service.jobs import store
+from service.jobs import store, sweep
 from service.jobs.execute import problem_of
 from service.jobs.tables import JobRecord
 from service.persistence.gate import StoreGate
@@ -109,4 +118,35 @@ async def submit(submission: Submission, *, gate: StoreGate, queue: JobQueue
     return record, queued
 
 
-__all__ = ["JobQueue", "Submission", "prepare", "submit"]
+async def submit_sweep(job: SweepJobRequest, *, settings: Settings, gate: StoreGate,
+                       queue: JobQueue) -> JobRecord:
+    """The sweep's job: new (its plan jobs submitted, each merged with an identical one),
+    the identical sweep's, or that one re-run when it had failed or been cancelled.
+
+    Raises:
+        LimitExceededError, InvalidSpecError: a grid point is out of bounds or invalid.
+        StoreUnavailableError: the store or the queue did not answer.
+    """
+    children = [await prepare(child, settings=settings, gate=gate)
+                for child in sweep.grid(job.request)]
+    digest = hashlib.sha256(json.dumps([c.key for c in children]).encode()).hexdigest()
+
+    def create(engine: Any) -> tuple[JobRecord, bool]:
+        record, fresh = store.create_or_join(
+            engine, key=f"sweep:{digest}", kind=JobKind.SWEEP.value, request_hash=digest,
+            request_json=job.request.model_dump(mode="json"))
+        if fresh:
+            store.claim(engine, record.id, take_running=False)
+        return record, fresh
+
+    record, fresh = await gate.call(create, what="store the sweep")
+    if not fresh:
+        return record
+    child_ids = [(await submit(child, gate=gate, queue=queue))[0].id for child in children]
+    await gate.call(lambda engine: sweep.link(engine, record.id, child_ids),
+                    what="link the sweep's plans")
+    await gate.call(lambda engine: sweep.gather(engine, record.id), what="gather the sweep")
+    return record
+
+
+__all__ = ["JobQueue", "Submission", "prepare", "submit", "submit_sweep"]

@@ -1,8 +1,9 @@
 """The job tables.
 
 Owns: `JobRecord` (one job: its kind, unique key, state, normalised request, outcome and
-cancellation flag) and `JobEventRecord` (its events in order, numbered from 1 without
-gaps). Must not: hold logic; `service/jobs/store.py` reads and writes the rows.
+cancellation flag), `JobEventRecord` (its events in order, numbered from 1 without
+gaps) and `JobLinkRecord` (a sweep's plan jobs by grid position). Must not: hold logic;
+`service/jobs/store.py` and `service/jobs/sweep.py` read and write the rows.
 """
 
 from datetime import datetime
@@ -59,4 +60,18 @@ class JobEventRecord(SQLModel, table=True):
                                          description="The event as served (JobEvent).")
 
 
-__all__ = ["JobEventRecord", "JobRecord"]
+
+
+class JobLinkRecord(SQLModel, table=True):
+    """A sweep's plan job at one grid position (a plan job may serve several sweeps)."""
+
+    __tablename__ = "job_links"
+    __table_args__ = (UniqueConstraint("parent_id", "position", name="uq_job_link_position"),)
+
+    id: int | None = Field(default=None, primary_key=True, description="Row id.")
+    parent_id: str = Field(max_length=32, index=True, description="The sweep job.")
+    child_id: str = Field(max_length=32, index=True, description="The plan job.")
+    position: int = Field(ge=0, description="Grid position (model, recipe, then size).")
+
+
+__all__ = ["JobEventRecord", "JobLinkRecord", "JobRecord"]

@@ -30,11 +30,12 @@ from api_schemas.jobs import (
     JobRequest,
     JobResponse,
     JobState,
+    SweepJobRequest,
 )
 from service.deps import ContextDep
-from service.jobs import store
+from service.jobs import store, sweep
 from service.jobs.runtime import RunningQueue
-from service.jobs.submit import prepare, submit
+from service.jobs.submit import prepare, submit, submit_sweep
 from service.jobs.tables import JobRecord
 from service.openapi import problem_responses
 from service.persistence import repo
@@ -101,6 +102,8 @@ def _response(engine: Engine, record: JobRecord) -> JobResponse:
 def _read(job_id: str) -> Callable[[Engine], JobResponse | None]:
     def read(engine: Engine) -> JobResponse | None:
         record = store.get_job(engine, job_id)
+        if record is not None and record.kind == JobKind.SWEEP and sweep.gather(engine, job_id):
+            record = store.get_job(engine, job_id)
         return _response(engine, record) if record is not None else None
     return read
 
@@ -124,8 +127,12 @@ async def create_job(
     synchronous endpoint does it; identical requests are one job (on every server and
     worker sharing the store), and a failed or cancelled one is queued again. Poll the
     `Location`, or follow `events_url` for progress."""
-    submission = await prepare(job, settings=context.settings, gate=context.store)
-    record, _ = await submit(submission, gate=context.store, queue=_queue(request))
+    if isinstance(job, SweepJobRequest):
+        record = await submit_sweep(job, settings=context.settings, gate=context.store,
+                                    queue=_queue(request))
+    else:
+        submission = await prepare(job, settings=context.settings, gate=context.store)
+        record, _ = await submit(submission, gate=context.store, queue=_queue(request))
     served = await context.store.call(_read(record.id), what="read the job")
     assert served is not None
     response.headers["Location"] = f"/v1/jobs/{record.id}"
@@ -155,6 +162,13 @@ async def cancel_job(job_id: Annotated[str, _JOB_ID], context: ContextDep,
     """Cancel a queued job at once, or stop a running search at its next check."""
     def cancel(engine: Engine) -> JobResponse | None:
         record = store.request_cancel(engine, job_id)
+        if record is None:
+            return None
+        if record.kind == JobKind.SWEEP:
+            sweep.cancel_children(engine, job_id)
+        else:
+            sweep.gather_parents(engine, job_id)
+        record = store.get_job(engine, job_id)
         return _response(engine, record) if record is not None else None
 
     served = await context.store.call(cancel, what="cancel the job")

@@ -45,6 +45,16 @@ def schedule_job() -> dict[str, Any]:
         "include_timeline": False}}
 
 
+def sweep_job(model: str = "llama-3.1-8b", *, nodes: tuple[int, ...] = (1, 2),
+              batches: tuple[int, ...] = (64, 128), time_limit_s: float = 20
+              ) -> dict[str, Any]:
+    """A sweep: one model over cluster sizes and recipes (global batch sizes)."""
+    base = plan_job(model, time_limit_s=time_limit_s)["request"]
+    return {"kind": "sweep", "request": {
+        "base": base, "models": [base["model"]], "num_nodes_options": list(nodes),
+        "recipes": [{**base["training"], "global_batch_size": batch} for batch in batches]}}
+
+
 def submit(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     """POST /v1/jobs; checks 202/200 and the Location."""
     response = client.post("/v1/jobs", json=body)
@@ -223,4 +233,4 @@ def check_twenty(client: httpx.Client, *, during: Callable[[list[dict[str, Any]]
 
 __all__ = ["check_cancellation", "check_in_order", "check_plan_done", "check_problems",
            "check_twenty", "events", "final", "frontier_job", "long_job", "plan_job", "read",
-           "schedule_job", "submit", "twenty_jobs", "wait_for"]
+           "schedule_job", "submit", "sweep_job", "twenty_jobs", "wait_for"]

@@ -21,8 +21,10 @@ from jobs_suite import (
     frontier_job,
     long_job,
     plan_job,
+    read,
     schedule_job,
     submit,
+    sweep_job,
     wait_for,
 )
 from service_testkit import load_tolerant_settings, serve_in_process
@@ -84,6 +86,49 @@ def test_schedule_job_answers_as_the_optimizer_endpoint(jobs_client: httpx.Clien
     assert direct.status_code == 200
     assert done["result"]["makespan"] == direct.json()["makespan"]
     assert done["result"]["status"] == direct.json()["status"]
+
+
+def test_sweep_fans_out_plan_jobs_and_gathers_frontiers(jobs_client: httpx.Client) -> None:
+    single = submit(jobs_client, plan_job(nodes=2, batch=128))
+    body = sweep_job()
+    job = submit(jobs_client, body)
+    assert job["kind"] == "sweep"
+    done = final(jobs_client, job["id"])
+    assert done["state"] == "done", done
+    frontiers = done["result"]["frontiers"]
+    assert [(f["model_index"], f["recipe_index"]) for f in frontiers] == [(0, 0), (0, 1)]
+    points = [p for f in frontiers for p in f["points"]]
+    assert [p["point"]["num_nodes"] for p in points] == [1, 2, 1, 2]
+    assert points[3]["job_id"] == single["id"]  # the identical plan job, merged
+    for point in points:
+        plan_job_done = read(jobs_client, point["job_id"])
+        assert plan_job_done["state"] == "done" and plan_job_done["plan_id"] == point["plan_id"]
+        assert point["point"]["step_time_s"] > 0
+    for frontier in frontiers:
+        assert frontier["pareto_num_gpus"]
+        assert set(frontier["pareto_num_gpus"]) <= {8, 16}
+    assert jobs_client.get("/v1/plans").json()["total"] == 4
+    again = jobs_client.post("/v1/jobs", json=body)
+    assert again.status_code == 200 and again.json()["id"] == job["id"]
+
+
+def test_cancelling_a_sweep_cancels_its_plans(jobs_client: httpx.Client) -> None:
+    job = submit(jobs_client, sweep_job("deepseek-v3", nodes=(32, 48), batches=(2048,),
+                                        time_limit_s=60))
+    cancelled = jobs_client.delete(f"/v1/jobs/{job['id']}")
+    assert cancelled.status_code in (200, 202)
+    ended = final(jobs_client, job["id"], timeout_s=30)
+    assert ended["state"] == "cancelled"
+    for frontier in ended["result"]["frontiers"]:
+        for point in frontier["points"]:
+            assert read(jobs_client, point["job_id"])["state"] == "cancelled"
+            assert point["plan_id"] is None and point["point"]["status"] == "unknown"
+
+
+def test_sweep_grid_is_bounded(jobs_client: httpx.Client) -> None:
+    body = sweep_job(nodes=tuple(range(1, 17)), batches=(64, 128, 256, 512, 1024))
+    refused = jobs_client.post("/v1/jobs", json=body)
+    assert refused.status_code == 422 and "at most 64" in refused.text
 
 
 def test_job_problems(jobs_client: httpx.Client) -> None:
