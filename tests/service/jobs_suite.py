@@ -185,6 +185,26 @@ def check_problems(client: httpx.Client) -> None:
     assert finished.status_code == 409 and finished.json()["code"] == "job-finished"
 
 
+def check_sweep(client: httpx.Client) -> dict[str, Any]:
+    """A sweep of Llama 3.1 8B over 1 and 2 nodes and two recipes ends done with a frontier
+    per recipe whose points are its plan jobs' stored plans."""
+    job = submit(client, sweep_job())
+    done = final(client, job["id"])
+    assert done["state"] == "done", done
+    frontiers = done["result"]["frontiers"]
+    assert [(f["model_index"], f["recipe_index"]) for f in frontiers] == [(0, 0), (0, 1)]
+    points = [p for f in frontiers for p in f["points"]]
+    assert [p["point"]["num_nodes"] for p in points] == [1, 2, 1, 2]
+    for point in points:
+        plan = read(client, point["job_id"])
+        assert plan["state"] == "done" and plan["plan_id"] == point["plan_id"]
+        assert point["point"]["step_time_s"] > 0
+    for frontier in frontiers:
+        assert frontier["pareto_num_gpus"]
+        assert set(frontier["pareto_num_gpus"]) <= {8, 16}
+    return done
+
+
 def twenty_jobs() -> list[dict[str, Any]]:
     """20 job bodies, 15 distinct: 6 searches of Llama 3.1 70B on 8 nodes (seconds each),
     8 of Llama 3.1 8B, one frontier, and 5 repeats."""
@@ -232,5 +252,5 @@ def check_twenty(client: httpx.Client, *, during: Callable[[list[dict[str, Any]]
 
 
 __all__ = ["check_cancellation", "check_in_order", "check_plan_done", "check_problems",
-           "check_twenty", "events", "final", "frontier_job", "long_job", "plan_job", "read",
-           "schedule_job", "submit", "sweep_job", "twenty_jobs", "wait_for"]
+           "check_sweep", "check_twenty", "events", "final", "frontier_job", "long_job",
+           "plan_job", "read", "schedule_job", "submit", "sweep_job", "twenty_jobs", "wait_for"]

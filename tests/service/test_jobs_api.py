@@ -16,6 +16,7 @@ from jobs_suite import (
     check_in_order,
     check_plan_done,
     check_problems,
+    check_sweep,
     events,
     final,
     frontier_job,
@@ -90,26 +91,12 @@ def test_schedule_job_answers_as_the_optimizer_endpoint(jobs_client: httpx.Clien
 
 def test_sweep_fans_out_plan_jobs_and_gathers_frontiers(jobs_client: httpx.Client) -> None:
     single = submit(jobs_client, plan_job(nodes=2, batch=128))
-    body = sweep_job()
-    job = submit(jobs_client, body)
-    assert job["kind"] == "sweep"
-    done = final(jobs_client, job["id"])
-    assert done["state"] == "done", done
-    frontiers = done["result"]["frontiers"]
-    assert [(f["model_index"], f["recipe_index"]) for f in frontiers] == [(0, 0), (0, 1)]
-    points = [p for f in frontiers for p in f["points"]]
-    assert [p["point"]["num_nodes"] for p in points] == [1, 2, 1, 2]
+    done = check_sweep(jobs_client)
+    points = [p for f in done["result"]["frontiers"] for p in f["points"]]
     assert points[3]["job_id"] == single["id"]  # the identical plan job, merged
-    for point in points:
-        plan_job_done = read(jobs_client, point["job_id"])
-        assert plan_job_done["state"] == "done" and plan_job_done["plan_id"] == point["plan_id"]
-        assert point["point"]["step_time_s"] > 0
-    for frontier in frontiers:
-        assert frontier["pareto_num_gpus"]
-        assert set(frontier["pareto_num_gpus"]) <= {8, 16}
     assert jobs_client.get("/v1/plans").json()["total"] == 4
-    again = jobs_client.post("/v1/jobs", json=body)
-    assert again.status_code == 200 and again.json()["id"] == job["id"]
+    again = jobs_client.post("/v1/jobs", json=sweep_job())
+    assert again.status_code == 200 and again.json()["id"] == done["id"]
 
 
 def test_cancelling_a_sweep_cancels_its_plans(jobs_client: httpx.Client) -> None:

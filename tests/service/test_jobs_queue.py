@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from jobs_suite import check_cancellation, check_problems, check_twenty
+from jobs_suite import check_cancellation, check_problems, check_sweep, check_twenty
 from sqlalchemy import Engine, create_engine, text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,9 +159,10 @@ def test_twenty_jobs_survive_a_killed_worker(queue_service: dict[str, Any]) -> N
           f"attempts {attempts}")
 
 
-def test_cancellation_on_workers(queue_service: dict[str, Any]) -> None:
+def test_cancellation_and_sweep_on_workers(queue_service: dict[str, Any]) -> None:
     outcome = check_cancellation(queue_service["client"])
     check_problems(queue_service["client"])
+    check_sweep(queue_service["client"])
     print(f"\ncancelled search stopped {outcome['stopped_s']:.2f} s after DELETE")
 
 
@@ -182,7 +183,9 @@ def test_twenty_jobs_on_the_embedded_default(embedded_service: httpx.Client) -> 
     print(f"\n20 jobs (15 distinct) in-process on SQLite: {outcome['wall_s']:.1f} s")
 
 
-def test_cancellation_on_the_embedded_default(embedded_service: httpx.Client) -> None:
+def test_cancellation_and_sweep_on_the_embedded_default(embedded_service: httpx.Client
+                                                        ) -> None:
     outcome = check_cancellation(embedded_service)
     check_problems(embedded_service)
+    check_sweep(embedded_service)
     print(f"\ncancelled search stopped {outcome['stopped_s']:.2f} s after DELETE")
