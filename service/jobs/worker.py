@@ -89,7 +89,8 @@ async def _work(app: procrastinate.App, options: WorkerOptions) -> None:
             await app.run_worker_async(
                 queues=[QUEUE_NAME], name=name, concurrency=options.concurrency,
                 update_heartbeat_interval=options.heartbeat_s,
-                stalled_worker_timeout=options.stalled_after_s)
+                stalled_worker_timeout=options.stalled_after_s,
+                delete_jobs="successful")  # the job row keeps the outcome
         finally:
             checker.cancel()
 

@@ -159,3 +159,10 @@ def test_a_stopped_server_queues_its_running_job_again(tmp_path: Path) -> None:
                   if e["type"] == "state"]
     assert states == [("queued", 0), ("running", 1), ("queued", 1), ("running", 2),
                       ("cancelled", 2)]
+
+
+def test_worker_needs_postgres(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from service.cli import main
+
+    assert main(["worker", "--database-url", f"sqlite:///{tmp_path / 'x.db'}"]) == 1
+    assert "PostgreSQL" in caplog.text
