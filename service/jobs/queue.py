@@ -37,11 +37,6 @@ def conninfo(database_url: str) -> str:
         hide_password=False)
 
 
-def is_postgres(database_url: str) -> bool:
-    """Whether the URL names a PostgreSQL database."""
-    return make_url(database_url).get_backend_name() == "postgresql"
-
-
 def apply_queue_schema(engine: Engine) -> bool:
     """Create procrastinate's tables and functions unless they exist; True when created."""
     with engine.begin() as connection:
@@ -124,4 +119,4 @@ class ProcrastinateJobQueue:
 
 
 __all__ = ["QUEUE_NAME", "TASK_NAME", "ProcrastinateJobQueue", "apply_queue_schema",
-           "conninfo", "is_postgres", "make_app", "register_task", "retry_stalled"]
+           "conninfo", "make_app", "register_task", "retry_stalled"]

@@ -9,10 +9,10 @@ import logging
 from typing import Protocol
 
 from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
 
 from service.jobs.execute import JobServices
 from service.jobs.local import LocalJobQueue
-from service.jobs.queue import ProcrastinateJobQueue, is_postgres
 from service.persistence.gate import StoreGate
 from service.planning import Planner
 from service.settings import Settings
@@ -32,6 +32,11 @@ class RunningQueue(Protocol):
     async def stop(self) -> None: ...
 
 
+def is_postgres(database_url: str) -> bool:
+    """Whether the URL names a PostgreSQL database."""
+    return make_url(database_url).get_backend_name() == "postgresql"
+
+
 async def start_job_queue(settings: Settings, *, engine: Engine, store: StoreGate,
                           planner: Planner) -> RunningQueue:
     """The configured queue, started.
@@ -47,6 +52,8 @@ async def start_job_queue(settings: Settings, *, engine: Engine, store: StoreGat
     if choice == "procrastinate":
         if not is_postgres(url):
             raise ValueError("ATLAS_JOB_QUEUE=procrastinate needs a PostgreSQL DATABASE_URL")
+        from service.jobs.queue import ProcrastinateJobQueue  # procrastinate, when used
+
         queue = ProcrastinateJobQueue(url, engine)
     else:
         services = JobServices(engine=engine, store=store, settings=settings, planner=planner)
@@ -61,4 +68,4 @@ async def stop_job_queue(queue: RunningQueue) -> None:
     await queue.stop()
 
 
-__all__ = ["RunningQueue", "start_job_queue", "stop_job_queue"]
+__all__ = ["RunningQueue", "is_postgres", "start_job_queue", "stop_job_queue"]

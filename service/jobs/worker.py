@@ -18,11 +18,11 @@ from service.jobs.execute import JobServices
 from service.jobs.queue import (
     QUEUE_NAME,
     apply_queue_schema,
-    is_postgres,
     make_app,
     register_task,
     retry_stalled,
 )
+from service.jobs.runtime import is_postgres
 from service.persistence.db import StoreTimeouts, make_engine
 from service.persistence.gate import StoreGate
 from service.settings import Settings
