@@ -206,10 +206,12 @@ def check_sweep(client: httpx.Client) -> dict[str, Any]:
 
 
 def twenty_jobs() -> list[dict[str, Any]]:
-    """20 job bodies, 15 distinct: 6 searches of Llama 3.1 70B on 8 nodes (seconds each),
-    8 of Llama 3.1 8B, one frontier, and 5 repeats."""
-    distinct = [plan_job("llama-3.1-70b", nodes=8, batch=batch)
-                for batch in (256, 512, 768, 1024, 1536, 2048)]
+    """20 job bodies, 15 distinct: the long search first (DeepSeek-V3, many seconds), 5
+    searches of Llama 3.1 70B on 8 nodes (about a second each), 8 of Llama 3.1 8B, one
+    frontier, and 5 repeats."""
+    distinct = [long_job()]
+    distinct += [plan_job("llama-3.1-70b", nodes=8, batch=batch)
+                 for batch in (256, 512, 768, 1024, 1536)]
     distinct += [plan_job(nodes=nodes, batch=batch) for nodes in (1, 2)
                  for batch in (64, 128, 256, 512)]
     distinct.append(frontier_job())

@@ -103,19 +103,19 @@ def _start_worker(env: dict[str, str], url: str, log: Path, engine: Engine,
 
 @pytest.fixture
 def queue_service(postgres_url: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """The service on PostgreSQL and two workers (the first one's worker id given)."""
+    """The service on PostgreSQL and two workers (by their queue worker ids)."""
     env = _environment(tmp_path)
     log = tmp_path / "processes.log"
     engine = create_engine(postgres_url)
     server, client = _serve(["--database-url", postgres_url], env, log)
     processes = [server]
+    workers: dict[int, subprocess.Popen[bytes]] = {}
     try:
-        first, first_id = _start_worker(env, postgres_url, log, engine, 0)
-        processes.append(first)
-        second, _ = _start_worker(env, postgres_url, log, engine, 1)
-        processes.append(second)
-        yield {"client": client, "engine": engine, "victim": first, "victim_id": first_id,
-               "log": log}
+        for known in range(2):
+            worker, worker_id = _start_worker(env, postgres_url, log, engine, known)
+            processes.append(worker)
+            workers[worker_id] = worker
+        yield {"client": client, "engine": engine, "workers": workers, "log": log}
     finally:
         client.close()
         for process in processes:
@@ -123,35 +123,36 @@ def queue_service(postgres_url: str, tmp_path: Path) -> Iterator[dict[str, Any]]
         engine.dispose()
 
 
-def _kill_mid_search(service: dict[str, Any]) -> dict[str, Any]:
-    """Wait until the first worker runs a job whose search has reported progress, then
-    SIGKILL it; the job it was running."""
+def _kill_mid_search(service: dict[str, Any], job_id: str) -> dict[str, Any]:
+    """Wait until a worker runs the job and its search has reported progress, then SIGKILL
+    that worker; the job as it was."""
     engine: Engine = service["engine"]
     client: httpx.Client = service["client"]
     deadline = time.monotonic() + 240
     while True:
         with engine.connect() as connection:
             row = connection.execute(text(
-                "SELECT args->>'job_id' FROM procrastinate_jobs WHERE status = 'doing' "
-                "AND worker_id = :worker"), {"worker": service["victim_id"]}).first()
-        if row is not None:
-            job = client.get(f"/v1/jobs/{row[0]}").json()
+                "SELECT worker_id FROM procrastinate_jobs WHERE status = 'doing' "
+                "AND args->>'job_id' = :job"), {"job": job_id}).first()
+        if row is not None and row[0] in service["workers"]:
+            job = client.get(f"/v1/jobs/{job_id}").json()
             if job["state"] == "running" and job["progress"] is not None:
-                service["victim"].send_signal(signal.SIGKILL)
-                service["victim"].wait(timeout=10)
-                return {"job_id": row[0], "attempts": job["attempts"]}
-        assert time.monotonic() < deadline, "the first worker never ran a job"
+                victim = service["workers"][row[0]]
+                victim.send_signal(signal.SIGKILL)
+                victim.wait(timeout=10)
+                return job
+        assert time.monotonic() < deadline, f"job {job_id} never ran with progress"
         time.sleep(0.1)
 
 
 def test_twenty_jobs_survive_a_killed_worker(queue_service: dict[str, Any]) -> None:
     killed: dict[str, Any] = {}
 
-    def kill(_: list[dict[str, Any]]) -> None:
-        killed.update(_kill_mid_search(queue_service))
+    def kill(submitted: list[dict[str, Any]]) -> None:
+        killed.update(_kill_mid_search(queue_service, submitted[0]["id"]))  # the long one
 
     outcome = check_twenty(queue_service["client"], during=kill)
-    victim = outcome["jobs"][killed["job_id"]]
+    victim = outcome["jobs"][killed["id"]]
     assert victim["state"] == "done"
     assert victim["attempts"] == killed["attempts"] + 1, victim
     attempts = sorted(job["attempts"] for job in outcome["jobs"].values())
