@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 import procrastinate
+from procrastinate.exceptions import AlreadyEnqueued
 from procrastinate.schema import SchemaManager
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
@@ -107,9 +108,14 @@ class ProcrastinateJobQueue:
 
     async def enqueue(self, job_id: str) -> None:
         """Defer the job's run to the workers (the queue's schema applied and its pool
-        opened first, on the first job)."""
+        opened first, on the first job); a job already waiting in the queue is not added
+        twice (its id is the queueing lock)."""
         await self._ensure_open()
-        await self._app.configure_task(TASK_NAME, queue=QUEUE_NAME).defer_async(job_id=job_id)
+        try:
+            await self._app.configure_task(TASK_NAME, queue=QUEUE_NAME,
+                                           queueing_lock=job_id).defer_async(job_id=job_id)
+        except AlreadyEnqueued:
+            logger.info("job %s is already waiting in the queue", job_id)
 
     async def stop(self) -> None:
         """Close the pool."""

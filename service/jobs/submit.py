@@ -18,6 +18,7 @@ from anyio import to_thread
 from api_schemas.jobs import (
     FrontierJobRequest,
     JobKind,
+    JobState,
     PlanJobRequest,
     ScheduleJobRequest,
     SweepJobRequest,
@@ -104,7 +105,10 @@ async def submit(submission: Submission, *, gate: StoreGate, queue: JobQueue
                                     request_json=submission.request_json)
 
     record, queued = await gate.call(create, what="store the job")
-    if queued:
+    if queued or record.state == JobState.QUEUED:
+        # A queued job joined is handed over again: if the process that created it stopped
+        # before queuing it, this queues it; otherwise the queue refuses the duplicate (or
+        # the second run finds the job taken).
         try:
             await queue.enqueue(record.id)
         except Exception as error:

@@ -7,8 +7,10 @@ The same checks run against PostgreSQL with worker processes in
 
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from jobs_suite import (
@@ -31,8 +33,11 @@ from jobs_suite import (
 from service_testkit import load_tolerant_settings, serve_in_process
 from sqlalchemy import create_engine
 
+from api_schemas.jobs import PlanJobRequest
 from service.app import create_app
 from service.jobs import store
+from service.jobs.submit import prepare
+from service.persistence.gate import StoreGate
 
 
 @pytest.fixture
@@ -166,3 +171,24 @@ def test_worker_needs_postgres(tmp_path: Path, caplog: pytest.LogCaptureFixture)
 
     assert main(["worker", "--database-url", f"sqlite:///{tmp_path / 'x.db'}"]) == 1
     assert "PostgreSQL" in caplog.text
+
+
+def test_a_job_left_unqueued_is_queued_by_the_next_identical_request(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    settings = load_tolerant_settings(url, solver_threads=2)
+    with serve_in_process(create_app(settings)) as client:
+        engine = create_engine(url)
+        gate = StoreGate(engine, threads=1, timeout_s=30, retry_after_s=1)
+        body = plan_job(batch=256)
+        submission = anyio.run(partial(prepare, PlanJobRequest.model_validate(body),
+                                       settings=settings, gate=gate))
+        orphan, _ = store.create_or_join(  # stored, then its server stopped: never queued
+            engine, key=submission.key, kind="plan", request_hash=submission.request_hash,
+            request_json=submission.request_json)
+        time.sleep(1.0)
+        assert store.get_job(engine, orphan.id).state == "queued"  # type: ignore[union-attr]
+        joined = submit(client, body)
+        assert joined["id"] == orphan.id
+        assert final(client, orphan.id)["state"] == "done"
+        gate.shutdown()
+        engine.dispose()
