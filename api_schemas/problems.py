@@ -20,6 +20,8 @@ ProblemCode = Literal[
     "payload-too-large",
     "overloaded",
     "store-unavailable",
+    "job-not-found",
+    "job-finished",
     "internal",
 ]
 

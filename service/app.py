@@ -23,6 +23,7 @@ from fastapi_offline import FastAPIOffline
 
 from service import solver_calls
 from service.deps import ServiceContext
+from service.jobs.runtime import start_job_queue, stop_job_queue
 from service.logging_json import install_json_logging
 from service.metrics import install_metrics
 from service.middleware import RequestContextMiddleware, install_cors
@@ -38,6 +39,7 @@ from service.routes import (
     collectives,
     estimates,
     health,
+    jobs,
     lab,
     mesh,
     moe,
@@ -68,6 +70,7 @@ model, not a measurement. Errors are RFC 9457 `application/problem+json` with a 
 
 TAGS = [
     {"name": "plans", "description": "Search for a plan, store it, read it back."},
+    {"name": "jobs", "description": "Searches as jobs: submit, watch progress, cancel."},
     {"name": "estimates", "description": "Score one given configuration."},
     {"name": "pipeline", "description": "Pipeline schedules: simulate and optimise."},
     {"name": "moe", "description": "MoE expert placement."},
@@ -105,11 +108,14 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
                          daemon=True).start()
         app.state.context = ServiceContext(settings=config, engine=engine, store=store,
                                            pool=pool, planner=plan_fn)
+        app.state.job_queue = await start_job_queue(config, engine=engine, store=store,
+                                                    planner=plan_fn)
         logger.info("atlas-planner %s ready (%d solver threads, queue %d)", SERVICE_VERSION,
                     config.solver_threads, config.solver_queue)
         try:
             yield
         finally:
+            await stop_job_queue(app.state.job_queue)
             pool.shutdown()
             store.shutdown()
             engine.dispose()
@@ -126,6 +132,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     install_metrics(app)
     install_security_headers(app)
     app.include_router(plans.router)
+    app.include_router(jobs.router)
     app.include_router(pictures.router)
     app.include_router(estimates.router)
     app.include_router(run_level.router)

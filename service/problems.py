@@ -33,6 +33,8 @@ PROBLEM_STATUS: dict[ProblemCode, int] = {
     "payload-too-large": 413,
     "overloaded": 503,
     "store-unavailable": 503,
+    "job-not-found": 404,
+    "job-finished": 409,
     "internal": 500,
 }
 """The only code -> HTTP status table. Routing errors (unknown path, wrong method) keep the
@@ -49,6 +51,8 @@ PROBLEM_TITLES: dict[ProblemCode, str] = {
     "payload-too-large": "The request body is larger than the service accepts",
     "overloaded": "Every solver thread is busy",
     "store-unavailable": "The plan store does not answer",
+    "job-not-found": "No job has this id",
+    "job-finished": "The job has already finished",
     "internal": "Internal error",
 }
 
@@ -71,6 +75,9 @@ PROBLEM_DESCRIPTIONS: dict[ProblemCode, str] = {
     "that need no database keep answering, and a search that finishes meanwhile is returned "
     "with `id: null` and the header `X-Plan-Stored: false` (its write may still land when "
     "the database answers; resending the same request then returns the stored plan).",
+    "job-not-found": "The job id is unknown to this store (POST /v1/jobs submits one).",
+    "job-finished": "The job is done or failed, so there is nothing to cancel; its result "
+    "or problem stays readable with GET /v1/jobs/{id}.",
     "internal": "An unexpected failure; it is logged with the request id given here.",
 }
 
@@ -93,6 +100,18 @@ class ProfileNotFoundError(PlannerError):
     """No calibration profile of the name (or version) is stored."""
 
     code: ProblemCode = "profile-not-found"
+
+
+class JobNotFoundError(PlannerError):
+    """The job id is not in the store."""
+
+    code: ProblemCode = "job-not-found"
+
+
+class JobFinishedError(PlannerError):
+    """The job to cancel is already done or failed."""
+
+    code: ProblemCode = "job-finished"
 
 
 class PayloadTooLargeError(PlannerError):
@@ -300,6 +319,8 @@ __all__ = [
     "PROBLEM_STATUS",
     "PROBLEM_TITLES",
     "InfeasiblePlanError",
+    "JobFinishedError",
+    "JobNotFoundError",
     "LimitExceededError",
     "OverloadedError",
     "PayloadTooLargeError",

@@ -11,6 +11,7 @@ from the conventional `DATABASE_URL`.
 import os
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -165,6 +166,12 @@ class Settings(BaseSettings):
         description="Comma-separated origins that browsers may call the API from, e.g. "
         "'https://a.example,https://b.example'; empty (the default) allows none, so "
         "cross-origin calls and preflights are refused [ATLAS_CORS_ORIGINS].")
+    job_queue: Literal["auto", "inprocess", "procrastinate"] = Field(
+        default="auto",
+        description="Where POST /v1/jobs puts jobs: 'inprocess' runs them on solver_threads "
+        "threads of the server process (no broker), 'procrastinate' queues them on the "
+        "PostgreSQL store for `atlas-planner worker` processes; 'auto' (the default) picks "
+        "procrastinate on PostgreSQL and in-process on SQLite [ATLAS_JOB_QUEUE].")
     log_level: str = Field(default="INFO", description="Logging level [ATLAS_LOG_LEVEL].")
 
     @model_validator(mode="after")

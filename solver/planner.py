@@ -88,6 +88,7 @@ from solver.candidate_eval import (
     storage_options,
 )
 from solver.policy import max_offload_share
+from solver.progress import Reporter, reporter
 from solver.runtime_choice import optimistic_training
 from solver.space import MeshCandidate, candidate_meshes
 from solver.targets import (
@@ -350,6 +351,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     # The framework target narrows the space: only what an admitted framework runs.
     constraints = target_constraints(hardware_constraints(constraints, cluster, training))
     started = time.perf_counter()
+    watch = reporter(objective=objective.value)
     if deadline is None:
         deadline = started + limits.time_limit_s
     dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE
@@ -372,6 +374,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     pending = list(sizes) if objective == Objective.MIN_GPUS else []
     if not pending:
         _enqueue(problem, queue, sizes, deadline)
+        if watch is not None and queue.heap:
+            _report(watch, queue, queue.heap[0][0])
         if progress:
             progress(f"{queue.total} candidates, {queue.pruned_memory} pruned by the memory "
                      f"bound, {len(queue.heap)} to order by the time bound")
@@ -401,6 +405,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             # head rank's memory floor (below the simulated level it is not yet applied).
             if level >= _SIMULATED_BOUND or not _pruned_by_head_rank(problem, queue, c):
                 _visit(problem, queue, order, c, progress)
+                if watch is not None:
+                    _report(watch, queue, lower)
             continue
         if level < _SIMULATED_BOUND:
             _tighten(problem, queue, lower, order, level, c)
@@ -412,6 +418,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         if level < _RUN_BOUND and _add_run_floor(problem, queue, lower, order, c):
             continue
         _visit(problem, queue, order, c, progress)
+        if watch is not None:
+            _report(watch, queue, lower)
     if queue.unenumerated:
         # The time limit fell in the enumeration: nothing is proven about the rest.
         if queue.best is not None:
@@ -420,7 +428,25 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             queue.unexamined = len(queue.heap) + queue.unenumerated + len(pending)
     if queue.unexamined:
         queue.total += len(pending)  # one stands for each world size never listed
-    return _result(problem, queue, sizes, time.perf_counter() - started)
+    result = _result(problem, queue, sizes, time.perf_counter() - started)
+    if watch is not None:
+        watch.report(candidates=result.stats.candidates, evaluated=result.stats.evaluated,
+                     incumbent=_finite(queue.best_value), bound=result.stats.best_bound,
+                     final=True)
+    return result
+
+
+def _finite(value: float) -> float | None:
+    return value if value < math.inf else None
+
+
+def _report(watch: Reporter, queue: "_Queue", lower: float) -> None:
+    """Tell the listener where the search stands (`lower`: the bound of the candidate just
+    visited, or of the queue's head, the least of the queue's since candidates are visited in
+    bound order). Called only when someone listens, so a search without a listener makes
+    no call."""
+    watch.report(candidates=queue.total, evaluated=queue.evaluated,
+                 incumbent=_finite(queue.best_value), bound=lower)
 
 
 def _size_floor(world: int) -> float:

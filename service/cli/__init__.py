@@ -1,7 +1,8 @@
 """The `atlas-planner` command line.
 
 Owns: the list of commands and `main`. The commands are `serve` (the HTTP service under
-uvicorn, `service/cli/serve.py`), the computing commands (`plan`, `evaluate`, `memory`,
+uvicorn, `service/cli/serve.py`), `worker` (runs jobs from the PostgreSQL queue,
+`service/cli/worker.py`), the computing commands (`plan`, `evaluate`, `memory`,
 `collective`, `simulate`, `placement`, `catalog` in `service/cli/commands.py`; `mesh`,
 `run-estimate`, `frontier`, `sensitivity` in `service/cli/labs.py`) that call the library
 directly, or a running service with `--server URL`. Requests come from a JSON or YAML file,
@@ -31,6 +32,7 @@ DESCRIPTION = ("Plan parallel LLM training: mesh, schedule, ZeRO, activation pol
 
 COMMAND_HELP = {
     "serve": "run the HTTP API",
+    "worker": "run queued jobs (PostgreSQL store)",
     "plan": "search for the best parallel plan",
     "evaluate": "score one configuration",
     "memory": "per-GPU memory ledger of one configuration",

@@ -24,6 +24,7 @@ from service.cli.flags import add_output_flags, add_request_flags
 from service.cli.labs import register_lab_commands
 from service.cli.output import run
 from service.cli.serve import cmd_serve
+from service.cli.worker import cmd_worker
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +41,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info",
                        choices=("critical", "error", "warning", "info", "debug"))
     serve.set_defaults(handler=cmd_serve)
+
+    worker = commands.add_parser("worker", help=COMMAND_HELP["worker"])
+    worker.add_argument("--database-url", help="the service's PostgreSQL (default: "
+                        "DATABASE_URL)")
+    worker.add_argument("--concurrency", type=int, help="jobs at once (default: "
+                        "ATLAS_SOLVER_THREADS)")
+    worker.add_argument("--heartbeat", type=float, default=10.0,
+                        help="seconds between the worker's heartbeats")
+    worker.add_argument("--stalled-after", type=float, default=30.0,
+                        help="seconds without a heartbeat after which a worker's jobs are "
+                        "re-queued")
+    worker.add_argument("--log-level", default="info",
+                        choices=("critical", "error", "warning", "info", "debug"))
+    worker.set_defaults(handler=cmd_worker)
 
     plan_cmd = commands.add_parser("plan", help=COMMAND_HELP["plan"])
     add_request_flags(plan_cmd, pins=True, svg="the pipeline timeline", trace=True)

@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 from sqlmodel import SQLModel
 
+from service.jobs import tables as job_tables  # noqa: F401 - registers the job tables
 from service.persistence import tables  # noqa: F401 - registers the tables in the metadata
 
 logger = logging.getLogger(__name__)

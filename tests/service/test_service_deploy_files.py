@@ -20,7 +20,7 @@ def _compose() -> dict[str, Any]:
 
 def test_compose_runs_the_api_on_postgres_with_health_checks() -> None:
     services = _compose()["services"]
-    assert set(services) == {"api", "db"}
+    assert set(services) == {"api", "db", "worker"}
     api, db = services["api"], services["db"]
     assert "pg_isready" in " ".join(db["healthcheck"]["test"])
     assert "/healthz" in " ".join(api["healthcheck"]["test"])
@@ -33,6 +33,15 @@ def test_compose_runs_the_api_on_postgres_with_health_checks() -> None:
     assert settings.solver_threads == 4
     args = build_parser().parse_args(api["command"][1:])
     assert (args.command, args.host, args.port) == ("serve", "0.0.0.0", 8000)
+
+
+def test_compose_runs_a_job_worker_on_the_api_database() -> None:
+    services = _compose()["services"]
+    api, worker = services["api"], services["worker"]
+    assert worker["environment"]["DATABASE_URL"] == api["environment"]["DATABASE_URL"]
+    assert worker["depends_on"]["db"]["condition"] == "service_healthy"
+    args = build_parser().parse_args(worker["command"][1:])
+    assert (args.command, args.concurrency) == ("worker", 2)
 
 
 def test_dockerfile_serves_with_the_cli() -> None:

@@ -1,0 +1,266 @@
+"""Reads and writes of job rows and their events: the only code that touches them.
+
+Owns: creating a job or joining the identical one (the unique key; a failed or cancelled
+one is re-queued), the state changes, each a conditional update so that exactly one party
+wins a race (a worker claiming, a DELETE cancelling, a run finishing), the cancellation
+flag, and the events, numbered per job from 1 without gaps. Every function takes the engine
+and opens its own short transaction. Must not: run searches, decide HTTP statuses beyond
+raising the job problems, or build responses.
+"""
+
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, func, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from api_schemas.jobs import FINAL_STATES, JobState
+from service.jobs.tables import JobEventRecord, JobRecord
+from service.problems import JobFinishedError
+
+logger = logging.getLogger(__name__)
+
+EVENT_WRITE_TRIES = 5
+"""Tries to append an event when another writer takes the same number first."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def state_event(state: JobState, *, attempt: int, elapsed_s: float = 0.0,
+                detail: str | None = None) -> dict[str, Any]:
+    """The payload of a state-change event."""
+    return {"type": "state", "state": state.value, "attempt": attempt,
+            "elapsed_s": elapsed_s, "at": _now().isoformat(), "progress": None,
+            "detail": detail}
+
+
+def _append(session: Session, job_id: str, payload: dict[str, Any]) -> None:
+    """Add the next event of `job_id` to the session's transaction (not committed)."""
+    last = session.exec(select(func.max(JobEventRecord.seq))
+                        .where(JobEventRecord.job_id == job_id)).one()
+    session.add(JobEventRecord(job_id=job_id, seq=(last or 0) + 1, payload_json=payload))
+
+
+def add_event(engine: Engine, job_id: str, payload: dict[str, Any]) -> None:
+    """Append an event to the job's events (retried when a concurrent writer took the
+    number)."""
+    for _ in range(EVENT_WRITE_TRIES):
+        with Session(engine) as session:
+            _append(session, job_id, payload)
+            try:
+                session.commit()
+                return
+            except IntegrityError:
+                session.rollback()
+    raise RuntimeError(f"could not append an event to job {job_id} after "
+                       f"{EVENT_WRITE_TRIES} tries")
+
+
+def events_after(engine: Engine, job_id: str, seq: int, *, limit: int = 500
+                 ) -> list[dict[str, Any]]:
+    """The job's events numbered above `seq`, in order, each with its `seq`."""
+    with Session(engine) as session:
+        rows = session.exec(select(JobEventRecord)
+                            .where(JobEventRecord.job_id == job_id, JobEventRecord.seq > seq)
+                            .order_by(col(JobEventRecord.seq)).limit(limit)).all()
+        return [{"seq": row.seq, **row.payload_json} for row in rows]
+
+
+def get_job(engine: Engine, job_id: str) -> JobRecord | None:
+    """The job with this id, or None."""
+    with Session(engine) as session:
+        return session.get(JobRecord, job_id)
+
+
+def _by_key(session: Session, key: str) -> JobRecord | None:
+    return session.exec(select(JobRecord).where(JobRecord.key == key)).first()
+
+
+def create_or_join(engine: Engine, *, key: str, kind: str, request_hash: str,
+                   request_json: dict[str, Any]) -> tuple[JobRecord, bool]:
+    """The job of `key`: a new one, the identical one already there, or that one re-queued
+    when it had failed or been cancelled. Returns the row and whether it must be queued
+    (new or re-queued)."""
+    with Session(engine) as session:
+        record = JobRecord(id=uuid.uuid4().hex, key=key, kind=kind, request_hash=request_hash,
+                           state=JobState.QUEUED.value, request_json=request_json)
+        session.add(record)
+        session.add(JobEventRecord(job_id=record.id, seq=1,
+                                   payload_json=state_event(JobState.QUEUED, attempt=0)))
+        try:
+            session.commit()
+            session.refresh(record)
+            return record, True
+        except IntegrityError:
+            session.rollback()
+    with Session(engine) as session:
+        existing = _by_key(session, key)
+        if existing is None:
+            raise RuntimeError(f"job key {key[:24]} clashed but no job holds it")
+        if existing.state not in (JobState.FAILED.value, JobState.CANCELLED.value):
+            return existing, False
+        requeued = session.execute(
+            update(JobRecord)
+            .where(col(JobRecord.id) == existing.id, col(JobRecord.state) == existing.state)
+            .values(state=JobState.QUEUED.value, cancel_requested=False, finished_at=None,
+                    started_at=None, result_json=None, error_json=None, plan_id=None))
+        if requeued.rowcount == 1:  # type: ignore[attr-defined]
+            _append(session, existing.id,
+                    state_event(JobState.QUEUED, attempt=existing.attempts))
+        session.commit()
+        current = session.get(JobRecord, existing.id, populate_existing=True)
+        assert current is not None
+        return current, requeued.rowcount == 1  # type: ignore[attr-defined]
+
+
+def claim(engine: Engine, job_id: str, *, take_running: bool) -> JobRecord | None:
+    """Mark the job running as its next attempt, if it is queued (or, with `take_running`,
+    running: its previous worker died, the queue gave it to this one) and not asked to
+    stop; None when another party has it or it is final. A job asked to stop before it
+    started is marked cancelled here."""
+    states = [JobState.QUEUED.value]
+    if take_running:
+        states.append(JobState.RUNNING.value)
+    with Session(engine) as session:
+        taken = session.execute(
+            update(JobRecord)
+            .where(col(JobRecord.id) == job_id, col(JobRecord.state).in_(states),
+                   col(JobRecord.cancel_requested).is_(False))
+            .values(state=JobState.RUNNING.value, attempts=JobRecord.attempts + 1,
+                    started_at=_now()))
+        if taken.rowcount != 1:  # type: ignore[attr-defined]
+            session.rollback()
+            stopped = session.execute(
+                update(JobRecord)
+                .where(col(JobRecord.id) == job_id, col(JobRecord.state).in_(states),
+                       col(JobRecord.cancel_requested).is_(True))
+                .values(state=JobState.CANCELLED.value, finished_at=_now()))
+            if stopped.rowcount == 1:  # type: ignore[attr-defined]
+                _append(session, job_id, state_event(JobState.CANCELLED, attempt=0,
+                                                     detail="cancelled before it ran again"))
+            session.commit()
+            return None
+        record = session.get(JobRecord, job_id)
+        assert record is not None
+        _append(session, job_id, state_event(JobState.RUNNING, attempt=record.attempts))
+        session.commit()
+        session.refresh(record)
+        return record
+
+
+def finish(engine: Engine, job_id: str, *, attempt: int, state: JobState, elapsed_s: float,
+           plan_id: str | None = None, result: dict[str, Any] | None = None,
+           problem: dict[str, Any] | None = None, detail: str | None = None) -> bool:
+    """Record the outcome of the run `attempt` (done, failed or cancelled); False when the
+    job is no longer that run's (re-queued elsewhere), in which case nothing changes."""
+    with Session(engine) as session:
+        ended = session.execute(
+            update(JobRecord)
+            .where(col(JobRecord.id) == job_id, col(JobRecord.state) == JobState.RUNNING.value,
+                   col(JobRecord.attempts) == attempt)
+            .values(state=state.value, finished_at=_now(), plan_id=plan_id,
+                    result_json=result, error_json=problem))
+        if ended.rowcount != 1:  # type: ignore[attr-defined]
+            session.rollback()
+            return False
+        _append(session, job_id, state_event(state, attempt=attempt, elapsed_s=elapsed_s,
+                                             detail=detail))
+        session.commit()
+        return True
+
+
+def requeue(engine: Engine, job_id: str, *, attempt: int) -> bool:
+    """Put the run `attempt` back in the queue (its runner stopped); False when the job is
+    no longer that run's."""
+    with Session(engine) as session:
+        queued = session.execute(
+            update(JobRecord)
+            .where(col(JobRecord.id) == job_id, col(JobRecord.state) == JobState.RUNNING.value,
+                   col(JobRecord.attempts) == attempt)
+            .values(state=JobState.QUEUED.value, started_at=None))
+        if queued.rowcount != 1:  # type: ignore[attr-defined]
+            session.rollback()
+            return False
+        _append(session, job_id, state_event(JobState.QUEUED, attempt=attempt,
+                                             detail="its runner stopped; queued again"))
+        session.commit()
+        return True
+
+
+def still_runs(engine: Engine, job_id: str, *, attempt: int) -> bool:
+    """Whether the run `attempt` should go on: the job is still that run's and no DELETE
+    asked it to stop."""
+    with Session(engine) as session:
+        record = session.get(JobRecord, job_id)
+        return (record is not None and record.state == JobState.RUNNING.value
+                and record.attempts == attempt and not record.cancel_requested)
+
+
+def request_cancel(engine: Engine, job_id: str) -> JobRecord | None:
+    """Ask the job to stop: a queued one is cancelled at once, a running one is flagged
+    (its run stops at its next check and records `cancelled`). None when there is no such
+    job.
+
+    Raises:
+        JobFinishedError: the job is done or failed.
+    """
+    with Session(engine) as session:
+        record = session.get(JobRecord, job_id)
+        if record is None:
+            return None
+        if record.state in (JobState.DONE.value, JobState.FAILED.value):
+            raise JobFinishedError(
+                f"job {job_id} is already {record.state}: there is nothing to cancel; its "
+                "outcome stays readable with GET /v1/jobs/" + job_id)
+        if record.state == JobState.QUEUED.value:
+            cancelled = session.execute(
+                update(JobRecord)
+                .where(col(JobRecord.id) == job_id,
+                       col(JobRecord.state) == JobState.QUEUED.value)
+                .values(state=JobState.CANCELLED.value, cancel_requested=True,
+                        finished_at=_now()))
+            if cancelled.rowcount == 1:  # type: ignore[attr-defined]
+                _append(session, job_id, state_event(JobState.CANCELLED,
+                                                     attempt=record.attempts,
+                                                     detail="cancelled while queued"))
+                session.commit()
+                return session.get(JobRecord, job_id, populate_existing=True)
+            session.rollback()  # a worker took it meanwhile: flag it below
+        session.execute(update(JobRecord)
+                        .where(col(JobRecord.id) == job_id,
+                               col(JobRecord.state).not_in([s.value for s in FINAL_STATES]))
+                        .values(cancel_requested=True))
+        session.commit()
+        return session.get(JobRecord, job_id, populate_existing=True)
+
+
+def abandon(engine: Engine, job_id: str, *, problem: dict[str, Any]) -> None:
+    """Mark a queued job failed (its queue could not take it), so that the same request
+    submitted again queues it again."""
+    with Session(engine) as session:
+        failed = session.execute(
+            update(JobRecord)
+            .where(col(JobRecord.id) == job_id, col(JobRecord.state) == JobState.QUEUED.value)
+            .values(state=JobState.FAILED.value, finished_at=_now(), error_json=problem))
+        if failed.rowcount == 1:  # type: ignore[attr-defined]
+            _append(session, job_id, state_event(JobState.FAILED, attempt=0,
+                                                 detail=str(problem.get("detail"))))
+        session.commit()
+
+
+def queued_ids(engine: Engine) -> Sequence[str]:
+    """Ids of the queued jobs, oldest first."""
+    with Session(engine) as session:
+        return session.exec(select(JobRecord.id)
+                            .where(JobRecord.state == JobState.QUEUED.value)
+                            .order_by(col(JobRecord.created_at))).all()
+
+
+__all__ = ["abandon", "add_event", "claim", "create_or_join", "events_after", "finish", "get_job",
+           "queued_ids", "request_cancel", "requeue", "state_event", "still_runs"]
