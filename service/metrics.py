@@ -5,8 +5,9 @@ answer by method, route template and status and times it, the problem codes answ
 (read from the `code` member of problem+json bodies), the answers the store failed (a 503
 `store-unavailable`, or a plan answered unstored with `X-Plan-Stored: false`), and the
 solver pool's and store gate's occupancy (searches running, queued, capacity; store calls
-admitted). Jobs by state are not exported: the service has no job queue. In one process
-the occupancy is read when scraped. Under `serve --workers N` (prometheus_client's
+admitted), and the jobs in each state (read from the store when scraped: jobs are shared by
+every replica and worker, so each scrape reports the same totals). In one process the
+occupancy is read when scraped. Under `serve --workers N` (prometheus_client's
 multiprocess mode, on when `PROMETHEUS_MULTIPROC_DIR` is set: `service/cli/serve.py` sets
 it) each worker writes its series to files there, any worker's scrape sums them all, and
 the occupancy gauges are each worker's value at its last request or scrape, summed over
@@ -88,6 +89,34 @@ class _OccupancyCollector(Collector):
             yield GaugeMetricFamily(name, OCCUPANCY[name], value=value)
 
 
+JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
+"""The states `atlas_jobs` reports (0 where no job is in one)."""
+
+
+class _JobsCollector(Collector):
+    """Jobs by state, counted in the store when scraped; nothing when the store does not
+    answer (its failure is counted by the requests that meet it)."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        context = getattr(self.app.state, "context", None)
+        if context is None:
+            return
+        from service.jobs.store import counts_by_state
+
+        try:
+            counts = context.store.call_sync(counts_by_state, what="count the jobs")
+        except Exception:  # noqa: BLE001 - a scrape must not fail on the store
+            return
+        family = GaugeMetricFamily("atlas_jobs", "Jobs in each state now (all replicas).",
+                                   labels=["state"])
+        for state in JOB_STATES:
+            family.add_metric([state], counts.get(state, 0))
+        yield family
+
+
 class ServiceMetrics:
     """The app's registry and the series its middleware and occupancy feed."""
 
@@ -115,6 +144,7 @@ class ServiceMetrics:
                             for name, text in OCCUPANCY.items()}
         else:
             self.registry.register(_OccupancyCollector(app))
+            self.registry.register(_JobsCollector(app))
 
     def note_occupancy(self) -> None:
         """Write this worker's occupancy to its gauges (multiprocess mode only: in one
@@ -130,6 +160,7 @@ class ServiceMetrics:
         self.note_occupancy()
         merged = CollectorRegistry()
         MultiProcessCollector(merged)
+        merged.register(_JobsCollector(self.app))
         return generate_latest(merged)
 
     def process_ended(self) -> None:

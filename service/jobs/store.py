@@ -254,6 +254,14 @@ def abandon(engine: Engine, job_id: str, *, problem: dict[str, Any]) -> None:
         session.commit()
 
 
+def counts_by_state(engine: Engine) -> dict[str, int]:
+    """How many jobs are in each state now (states with no job are left out)."""
+    with Session(engine) as session:
+        rows = session.exec(select(JobRecord.state, func.count())
+                            .group_by(JobRecord.state)).all()
+    return {str(state): int(count) for state, count in rows}
+
+
 def queued_ids(engine: Engine) -> Sequence[str]:
     """Ids of the queued jobs, oldest first."""
     with Session(engine) as session:

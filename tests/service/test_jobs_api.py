@@ -192,3 +192,23 @@ def test_a_job_left_unqueued_is_queued_by_the_next_identical_request(tmp_path: P
         assert final(client, orphan.id)["state"] == "done"
         gate.shutdown()
         engine.dispose()
+
+
+def test_metrics_count_jobs_by_state(jobs_client: httpx.Client) -> None:
+    """GET /metrics reports the jobs in each state, read from the store when scraped."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def jobs_by_state() -> dict[str, float]:
+        page = jobs_client.get("/metrics")
+        assert page.status_code == 200
+        return {sample.labels["state"]: sample.value
+                for family in text_string_to_metric_families(page.text)
+                for sample in family.samples if sample.name == "atlas_jobs"}
+
+    before = jobs_by_state()
+    assert set(before) == {"queued", "running", "done", "failed", "cancelled"}
+    job = submit(jobs_client, plan_job())
+    final(jobs_client, job["id"])
+    after = jobs_by_state()
+    assert after["done"] == before["done"] + 1
+    assert after["queued"] == after["running"] == 0
