@@ -70,6 +70,8 @@ def bounds(settings: Settings) -> dict[str, Bound]:
                               setting="ATLAS_MAX_MESH_MEMBERS"),
         "placement_cells": Bound(value=settings.max_placement_cells,
                                  setting="ATLAS_MAX_PLACEMENT_CELLS"),
+        "answer_bytes": Bound(value=settings.max_answer_bytes,
+                              setting="ATLAS_MAX_ANSWER_BYTES"),
     }
 
 

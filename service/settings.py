@@ -120,6 +120,11 @@ class Settings(BaseSettings):
         default=2**40, ge=1,
         description="Largest single token count in a placement matrix "
         "[ATLAS_MAX_TOKEN_COUNT].")
+    max_answer_bytes: int = Field(
+        default=64 * 2**20, ge=2**20, le=2**32,
+        description="Largest JSON answer the service builds for one request, in bytes; a "
+        "larger one (a many-layer MoE placement with every route) is refused with "
+        "invalid-request naming this setting [ATLAS_MAX_ANSWER_BYTES].")
     store_timeout_s: float = Field(
         default=1.0, ge=0.1, le=60.0,
         description="Longest a request waits for the plan store before answering 503 "
