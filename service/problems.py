@@ -68,9 +68,9 @@ PROBLEM_DESCRIPTIONS: dict[ProblemCode, str] = {
     "overloaded": "The solver pool and its queue are full; retry after Retry-After seconds.",
     "store-unavailable": "The plan database is unreachable, refuses connections, is missing or "
     "does not answer within the store timeout; retry after Retry-After seconds. Endpoints "
-    "that need no database keep answering, and a search that finishes meanwhile is returned "
-    "with `id: null` and the header `X-Plan-Stored: false` (its write may still land when "
-    "the database answers; resending the same request then returns the stored plan).",
+    "that need no database keep answering; a plan search that finishes meanwhile is answered "
+    "with this problem too (its write may still land when the database answers; resending "
+    "the same request then returns the stored plan).",
     "internal": "An unexpected failure; it is logged with the request id given here.",
 }
 
