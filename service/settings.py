@@ -127,8 +127,14 @@ class Settings(BaseSettings):
         "invalid-request naming this setting [ATLAS_MAX_ANSWER_BYTES].")
     store_timeout_s: float = Field(
         default=1.0, ge=0.1, le=60.0,
-        description="Longest a request waits for the plan store before answering 503 "
-        "store-unavailable [ATLAS_STORE_TIMEOUT_S].")
+        description="Longest a read of the plan store (look-up, read, list, health probe) "
+        "is waited for before answering 503 store-unavailable [ATLAS_STORE_TIMEOUT_S].")
+    store_write_timeout_s: float | None = Field(
+        default=None, ge=0.1, le=900.0,
+        description="Longest a write of the plan store (a plan, a calibration profile) is "
+        "waited for; default: the driver's own bounds (connect + pool + statement timeouts) "
+        "plus 1 s, so that no write the database still completes is reported unstored "
+        "[ATLAS_STORE_WRITE_TIMEOUT_S].")
     store_connect_timeout_s: int = Field(
         default=2, ge=1, le=60,
         description="PostgreSQL connect timeout in whole seconds (libpq counts at least 2) "
@@ -180,6 +186,14 @@ class Settings(BaseSettings):
                 f"ATLAS_MAX_TIME_LIMIT_S={self.max_time_limit_s}: lower the default or raise "
                 "the cap")
         return self
+
+    def write_timeout_s(self) -> float:
+        """The store's write wait: `store_write_timeout_s`, or the driver's bounds on one
+        write (connection, pooled connection, statement or SQLite busy wait) plus 1 s."""
+        if self.store_write_timeout_s is not None:
+            return self.store_write_timeout_s
+        return (self.store_connect_timeout_s + self.store_pool_timeout_s
+                + self.store_statement_timeout_s + 1.0)
 
     def cors_origin_list(self) -> list[str]:
         """The origins of `cors_origins`, blanks dropped."""

@@ -2,11 +2,12 @@
 
 Owns: the threads that talk to the database (apart from the request threads and the solver
 threads, so a database that hangs can only ever hold these), admission (at most four store
-calls per thread waiting at once; the next one is refused at once), the wait limit (a call
-whose answer does not come within `timeout_s` is answered as `StoreUnavailableError`; the
-thread is left to the driver's own timeouts), turning connection-level driver failures into
-`StoreUnavailableError`, re-creating the schema when the database came back empty (the
-call is then retried once), and for a SQLite file: refusing calls while the file is gone
+calls per thread waiting at once; the next one is refused at once), the wait limits (a read
+whose answer does not come within `timeout_s`, or a write within `write_timeout_s`, is
+answered as `StoreUnavailableError`; the thread is left to the driver's own timeouts),
+turning connection-level driver failures into `StoreUnavailableError`, re-creating the
+schema when the database came back empty (the call is then retried once), and for a SQLite
+file: refusing calls while the file is gone
 (connecting would create an empty one) and dropping the pooled connections after a failure,
 so the store recovers without a restart once the file is usable again. Must not: know what
 the calls do, or build HTTP responses.
@@ -44,9 +45,10 @@ class StoreGate:
     """Runs store calls on their own threads with admission and a wait limit."""
 
     def __init__(self, engine: Engine, *, threads: int, timeout_s: float,
-                 retry_after_s: int) -> None:
+                 retry_after_s: int, write_timeout_s: float | None = None) -> None:
         self.engine = engine
         self.timeout_s = timeout_s
+        self.write_timeout_s = write_timeout_s if write_timeout_s is not None else timeout_s
         self.retry_after_s = retry_after_s
         self.capacity = threads * QUEUE_PER_THREAD
         self._executor = ThreadPoolExecutor(max_workers=threads,
@@ -147,38 +149,43 @@ class StoreGate:
             return self._unavailable(what, f"the database failed ({type(error).__name__})")
         return error
 
-    async def call(self, fn: Callable[[Engine], T], *, what: str) -> T:
-        """`fn(engine)` on a store thread, waited for at most `timeout_s`.
+    async def call(self, fn: Callable[[Engine], T], *, what: str, write: bool = False) -> T:
+        """`fn(engine)` on a store thread, waited for at most `timeout_s` (a read) or
+        `write_timeout_s` (a write, which must not be abandoned while the database may
+        still complete it: the caller would report unstored what is stored).
 
         Args:
             fn: the store work; it receives the engine.
             what: the action in words for the error detail ("read the plan").
+            write: whether `fn` writes.
 
         Raises:
             StoreUnavailableError: too many calls waiting, no answer in time, or a
                 connection-level failure.
         """
         future = self._submit(fn, what)
+        limit = self.write_timeout_s if write else self.timeout_s
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout=self.timeout_s)
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout=limit)
         except TimeoutError:
             raise self._unavailable(
-                what, f"the database did not answer within {self.timeout_s:g} s") from None
+                what, f"the database did not answer within {limit:g} s") from None
         except Exception as error:
             translated = self._translate(error, what)
             if translated is error:
                 raise
             raise translated from error
 
-    def call_sync(self, fn: Callable[[Engine], T], *, what: str) -> T:
+    def call_sync(self, fn: Callable[[Engine], T], *, what: str, write: bool = False) -> T:
         """`call` for code already on a worker thread (a search storing its result)."""
         future = self._submit(fn, what)
+        limit = self.write_timeout_s if write else self.timeout_s
         try:
-            return future.result(timeout=self.timeout_s)
+            return future.result(timeout=limit)
         except FutureTimeoutError:
             future.cancel()
             raise self._unavailable(
-                what, f"the database did not answer within {self.timeout_s:g} s") from None
+                what, f"the database did not answer within {limit:g} s") from None
         except Exception as error:
             translated = self._translate(error, what)
             if translated is error:
