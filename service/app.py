@@ -99,7 +99,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
             statement_s=config.store_statement_timeout_s,
             pool_s=config.store_pool_timeout_s))
         store = StoreGate(engine, threads=config.store_threads,
-                          timeout_s=config.store_timeout_s,
+                          timeout_s=config.read_timeout_s(),
                           write_timeout_s=config.write_timeout_s(),
                           retry_after_s=config.retry_after_s)
         store.prepare()

@@ -128,7 +128,9 @@ class Settings(BaseSettings):
     store_timeout_s: float = Field(
         default=1.0, ge=0.1, le=60.0,
         description="Longest a read of the plan store (look-up, read, list, health probe) "
-        "is waited for before answering 503 store-unavailable [ATLAS_STORE_TIMEOUT_S].")
+        "is waited for before answering 503 store-unavailable; unset, a SQLite store waits "
+        "its busy timeout plus 1 s instead (a SQLite read queues behind another process's "
+        "write lock; PostgreSQL reads never wait for writers) [ATLAS_STORE_TIMEOUT_S].")
     store_write_timeout_s: float | None = Field(
         default=None, ge=0.1, le=900.0,
         description="Longest a write of the plan store (a plan, a calibration profile) is "
@@ -186,6 +188,16 @@ class Settings(BaseSettings):
                 f"ATLAS_MAX_TIME_LIMIT_S={self.max_time_limit_s}: lower the default or raise "
                 "the cap")
         return self
+
+    def read_timeout_s(self) -> float:
+        """The store's read wait: `store_timeout_s` when set or on PostgreSQL (whose reads
+        do not wait for writers, MVCC), else SQLite's busy timeout plus 1 s (a reader waits
+        for a writer's lock up to the busy timeout: SQLite "File Locking And Concurrency in
+        SQLite Version 3", section 3, PENDING and EXCLUSIVE locks)."""
+        sqlite = self.resolved_database_url().startswith("sqlite")
+        if "store_timeout_s" in self.model_fields_set or not sqlite:
+            return self.store_timeout_s
+        return self.store_statement_timeout_s + 1.0
 
     def write_timeout_s(self) -> float:
         """The store's write wait: `store_write_timeout_s`, or the driver's bounds on one
