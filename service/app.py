@@ -20,6 +20,7 @@ from fastapi_offline import FastAPIOffline
 
 from service import solver_calls
 from service.deps import ServiceContext
+from service.header_limit import HeaderLimitMiddleware
 from service.middleware import RequestContextMiddleware, install_cors
 from service.openapi import install_openapi
 from service.persistence.db import StoreTimeouts, make_engine
@@ -127,6 +128,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes,
                        body_read_timeout_s=config.body_read_timeout_s)
     install_cors(app, config.cors_origin_list())
+    app.add_middleware(HeaderLimitMiddleware, max_header_bytes=config.max_header_bytes)
     app.include_router(plans.router)
     app.include_router(pictures.router)
     app.include_router(estimates.router)
