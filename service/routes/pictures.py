@@ -6,6 +6,7 @@ on the simulation the cost model ran for the plan (`solver.plan_pipeline`); the 
 is the plan's stored ledger. Must not: simulate, size or render anything itself.
 """
 
+import json
 from functools import partial
 from typing import Annotated
 
@@ -13,7 +14,6 @@ from fastapi import APIRouter, Path, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
 from sqlmodel import Session
-from starlette.concurrency import run_in_threadpool
 
 from api_schemas.pipeline import PipelineSimulateResponse
 from api_schemas.plan import PlanResponse
@@ -23,7 +23,7 @@ from models.pipeline.requests import simulate_request
 from service import planning
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext
-from service.media import svg_content, svg_response, trace_content, trace_response
+from service.media import svg_content, svg_response, trace_content
 from service.openapi import problem_responses
 from service.persistence import repo
 from service.persistence.tables import PlanRecord
@@ -89,9 +89,14 @@ async def plan_timeline_svg(plan_id: PlanId, context: ContextDep) -> Response:
     `POST /v1/pipeline/simulate` returns for the plan's schedule, shape and per-stage F / B /
     W), drawn as SVG (a deterministic model, not a measurement)."""
     record, plan = await _stored(context, plan_id)
-    simulation = await run_in_threadpool(plan_simulation, record, plan, context.settings)
-    return svg_response(timeline_svg(simulation, title=f"Pipeline of {_title(plan)}"),
-                        filename=f"plan-{plan_id}-timeline.svg")
+
+    def draw() -> str:
+        simulation = plan_simulation(record, plan, context.settings)
+        return timeline_svg(simulation, title=f"Pipeline of {_title(plan)}")
+
+    # Simulated and drawn in the admission-controlled pool, off the event loop.
+    svg = await context.pool.run(draw, key=None, timeout_s=context.settings.compute_timeout_s)
+    return svg_response(svg, filename=f"plan-{plan_id}-timeline.svg")
 
 
 @router.get("/v1/plans/{plan_id}/memory.svg", summary="A plan's per-stage memory (SVG)",
@@ -116,13 +121,22 @@ async def plan_memory_svg(plan_id: PlanId, context: ContextDep) -> Response:
             responses={200: {"description": "Chrome Trace Event JSON: a track per rank and "
                              "per rank's outgoing messages; open it in Perfetto or "
                              "chrome://tracing.", "content": trace_content()}, **_ERRORS})
-async def plan_trace(plan_id: PlanId, context: ContextDep) -> JSONResponse:
+async def plan_trace(plan_id: PlanId, context: ContextDep) -> Response:
     """The plan's simulated pipeline iteration in the Trace Event format (`ts` and `dur` in
     microseconds; a deterministic model, not a measurement)."""
     record, plan = await _stored(context, plan_id)
-    simulation = await run_in_threadpool(plan_simulation, record, plan, context.settings)
-    return trace_response(trace_document(simulation, title=f"Pipeline of {_title(plan)}"),
-                          filename=f"plan-{plan_id}-trace.json")
+
+    def trace() -> bytes:
+        simulation = plan_simulation(record, plan, context.settings)
+        document = trace_document(simulation, title=f"Pipeline of {_title(plan)}")
+        return json.dumps(document, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
+
+    # Simulated and written in the admission-controlled pool, off the event loop.
+    body = await context.pool.run(trace, key=None,
+                                  timeout_s=context.settings.compute_timeout_s)
+    return Response(content=body, media_type="application/json", headers={
+        "Content-Disposition": f'attachment; filename="plan-{plan_id}-trace.json"'})
 
 
 __all__ = ["plan_simulation", "router"]

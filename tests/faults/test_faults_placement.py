@@ -117,3 +117,27 @@ def test_an_answer_over_the_size_bound_is_refused_naming_it(tmp_path: Path) -> N
         shared = _post(server.base_url, _body(4, routes="shared"))
         assert shared.status_code == 200 and len(shared.json()["layers"]) == 4
         assert httpx.get(f"{server.base_url}/healthz", timeout=5).status_code == 200
+
+
+LARGEST_TIMELINE = {"schedule": "zb_h1", "num_stages": 16, "num_micro_batches": 416,
+                    "durations": {"F": 1.0, "B": 1.0, "W": 1.0}, "include_timeline": True}
+"""3 x 16 x 416 = 19,968 ops: the largest timeline the default bound (20,000 ops) allows."""
+
+
+def test_healthz_answers_within_a_second_while_the_largest_timeline_is_drawn(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'plans.db'}"
+    with running_server(url, tmp_path / "server.log", env=LOAD_TOLERANT_ENV) as server:
+        with _HealthWatch(server.base_url) as health:
+            answers = {fmt: httpx.post(f"{server.base_url}/v1/pipeline/simulate",
+                                       params={"format": fmt}, json=LARGEST_TIMELINE,
+                                       timeout=300)
+                       for fmt in ("json", "svg", "trace")}
+        for fmt, answer in answers.items():
+            assert answer.status_code == 200, (fmt, answer.text[:300])
+        assert b"<svg" in answers["svg"].content[:200] and len(answers["svg"].content) > 5e6
+        assert len(answers["json"].json()["timeline"]) == 19_968
+        assert health.answers > 5 and not health.failures
+        assert health.slowest_s < 1.0, health.slowest_s
+        print(f"largest timeline: /healthz slowest {health.slowest_s:.2f} s over "
+              f"{health.answers} answers")
