@@ -18,7 +18,7 @@ from functools import cache
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from service import solver_calls
+from service import search_caches, solver_calls
 from service.deps import ServiceContext
 from service.header_limit import HeaderLimitMiddleware
 from service.middleware import RequestContextMiddleware, install_cors
@@ -105,7 +105,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
                           retry_after_s=config.retry_after_s)
         store.prepare()
         pool = SolverPool(threads=config.solver_threads, queue=config.solver_queue,
-                          retry_after_s=config.retry_after_s)
+                          retry_after_s=config.retry_after_s, on_idle=search_caches.release)
         threading.Thread(target=solver_calls.preload, name="atlas-solver-import",
                          daemon=True).start()
         app.state.context = ServiceContext(settings=config, engine=engine, store=store,
