@@ -21,6 +21,7 @@ from fastapi_offline import FastAPIOffline
 from service import search_caches, solver_calls
 from service.deps import ServiceContext
 from service.header_limit import HeaderLimitMiddleware
+from service.large_bodies import LargeBodyGate
 from service.middleware import RequestContextMiddleware, install_cors
 from service.openapi import install_openapi
 from service.persistence.db import StoreTimeouts, make_engine
@@ -129,6 +130,8 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
                        body_read_timeout_s=config.body_read_timeout_s)
     install_cors(app, config.cors_origin_list())
     app.add_middleware(HeaderLimitMiddleware, max_header_bytes=config.max_header_bytes)
+    app.add_middleware(LargeBodyGate, threshold_bytes=config.large_body_bytes,
+                       slots=config.large_body_slots, retry_after_s=config.retry_after_s)
     app.include_router(plans.router)
     app.include_router(pictures.router)
     app.include_router(estimates.router)

@@ -120,6 +120,14 @@ class Settings(BaseSettings):
         default=2**40, ge=1,
         description="Largest single token count in a placement matrix "
         "[ATLAS_MAX_TOKEN_COUNT].")
+    large_body_bytes: int = Field(
+        default=2**20, ge=1024,
+        description="Bodies larger than this are admitted at most ATLAS_LARGE_BODY_SLOTS at "
+        "a time before they are parsed [ATLAS_LARGE_BODY_BYTES].")
+    large_body_slots: int = Field(
+        default=1, ge=1, le=64,
+        description="Requests with bodies over ATLAS_LARGE_BODY_BYTES served at once; the "
+        "next is answered 503 overloaded with Retry-After [ATLAS_LARGE_BODY_SLOTS].")
     max_answer_bytes: int = Field(
         default=64 * 2**20, ge=2**20, le=2**32,
         description="Largest JSON answer the service builds for one request, in bytes; a "
