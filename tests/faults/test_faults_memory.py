@@ -39,6 +39,28 @@ def degenerate_frontier(gpu_memory_bytes: int) -> dict[str, Any]:
             "num_nodes_options": [4, 8, 16]}
 
 
+SIBLINGS: list[tuple[str, dict[str, Any]]] = [
+    ("/v1/frontier", {
+        "model": {"preset": "llama-3.1-8b"},
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 16, "profile": "our-h100",
+                    "intra_node_bandwidth_bytes_per_s": 1, "pcie_bandwidth_bytes_per_s": 1000.0,
+                    "host_memory_bandwidth_bytes_per_s": 1, "gpu_memory_bytes": 2**34,
+                    "host_memory_bytes": 2**62, "memory_headroom_frac": 0},
+        "training": {"global_batch_size": 2**20, "sequence_length": 4096},
+        "solver": {"time_limit_s": 3}, "objective": "min_memory",
+        "num_nodes_options": [1, 8192, 4]}),
+    ("/v1/run/estimate", {
+        "model": {"preset": "llama-3.1-8b"},
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "profile": "our-h100",
+                    "hbm_bandwidth_bytes_per_s": 1000.0, "intra_node_bandwidth_bytes_per_s": 1,
+                    "inter_node_bandwidth_bytes_per_s": 1, "pcie_bandwidth_bytes_per_s": 1,
+                    "host_memory_bandwidth_bytes_per_s": 1000.0},
+        "training": {"global_batch_size": 2**20, "sequence_length": 2**22},
+        "solver": {"time_limit_s": 3}, "token_budget": 10**18}),
+]
+"""Requests that answered 500 (MemoryError in a generated pipeline schedule) under the cap."""
+
+
 def _post(base_url: str, path: str, body: dict[str, Any]) -> tuple[httpx.Response, float]:
     start = time.monotonic()
     answer = httpx.post(f"{base_url}{path}", json=body, timeout=ANSWER_BOUND_S * 2)
@@ -70,6 +92,14 @@ def test_degenerate_frontier_is_refused_or_bounded_under_an_address_space_cap(
         assert all(p["status"] == "infeasible" and "no plan" in p["summary"]
                    for p in points)
         assert took < ANSWER_BOUND_S
+
+        # Siblings found by exploring degenerate numbers on every run-level endpoint: a
+        # global batch of 2**20 sequences let the search try pipelines with ~1e6
+        # micro-batches, whose schedules it generated op by op (MemoryError, 500).
+        for path, body in SIBLINGS:
+            answer, took = _post(server.base_url, path, body)
+            assert answer.status_code < 500, (path, answer.text[:300])
+            assert took < ANSWER_BOUND_S * 2, (path, took)
 
         assert server.process.poll() is None
         assert httpx.get(f"{server.base_url}/healthz", timeout=5).status_code == 200
