@@ -9,9 +9,10 @@ anything beyond validation.
 
 import math
 from collections.abc import Iterable
-from typing import Annotated, Any, TypeVar
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 
 T = TypeVar("T")
 
@@ -20,8 +21,9 @@ MAX_NAME_LENGTH = 200
 
 
 class SpecModel(BaseModel):
-    """Immutable input type that rejects unknown fields (so typos fail loudly) and NaN or
-    infinite floats (no physical quantity of the API is infinite).
+    """Immutable input type that rejects unknown fields (so typos fail loudly), NaN or
+    infinite floats (no physical quantity of the API is infinite) and true/false given for
+    a number (pydantic reads `"tp": true` as 1).
 
     Where one is also returned (a plan's `parallel`), its answer always holds every field,
     defaulted or not: the OpenAPI document marks them required on the output side
@@ -29,6 +31,41 @@ class SpecModel(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False,
                               json_schema_serialization_defaults_required=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            numeric = _numeric_fields(cls)
+            for key, value in data.items():
+                if isinstance(value, bool) and key in numeric:
+                    raise ValueError(f"{key}: give a number, not {str(value).lower()}")
+        return data
+
+
+_NUMERIC_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def _numeric_fields(model: type[BaseModel]) -> frozenset[str]:
+    """Fields of `model` that take an int or a float directly but not a bool."""
+    found = _NUMERIC_FIELDS.get(model)
+    if found is None:
+        found = frozenset(name for name, info in model.model_fields.items()
+                          if _scalars(info.annotation) & {int, float}
+                          and bool not in _scalars(info.annotation))
+        _NUMERIC_FIELDS[model] = found
+    return found
+
+
+def _scalars(annotation: Any) -> set[Any]:
+    """The plain types a field annotation accepts at its top level (through unions and
+    `Annotated`, not into lists or models)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _scalars(get_args(annotation)[0])
+    if origin in (Union, UnionType):
+        return set().union(*(_scalars(arg) for arg in get_args(annotation)))
+    return {annotation} if annotation in (int, float, bool) else set()
 
 
 class ResultModel(BaseModel):

@@ -13,6 +13,8 @@ applied is reported in `notes`. Must not: count parameters or guess silently.
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from api_schemas.architecture import (
     AttentionKind,
     LinearAttentionKind,
@@ -162,6 +164,12 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str | None = None) -> I
     display = name or str(config.get("_name_or_path") or model_type or "custom")
     try:
         spec = ModelSpec(name=display, **fields)
+    except ValidationError as exc:
+        # The field errors only: the exception's own text ends in a documentation link that
+        # names the installed pydantic version.
+        reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}"
+                            for e in exc.errors())
+        raise InvalidSpecError(f"inconsistent config: {reasons}", field="config") from exc
     except ValueError as exc:
         raise InvalidSpecError(f"inconsistent config: {exc}", field="config") from exc
     return IngestedModel(spec=spec, model_type=model_type, notes=tuple(notes))

@@ -21,9 +21,11 @@ from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 from fastapi_offline import FastAPIOffline
 
-from service import solver_calls
+from service import search_caches, solver_calls
 from service.deps import ServiceContext
+from service.header_limit import HeaderLimitMiddleware
 from service.jobs.runtime import start_job_queue, stop_job_queue
+from service.large_bodies import LargeBodyGate
 from service.logging_json import install_json_logging
 from service.metrics import install_metrics
 from service.middleware import RequestContextMiddleware, install_cors
@@ -100,10 +102,12 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
             statement_s=config.store_statement_timeout_s,
             pool_s=config.store_pool_timeout_s))
         store = StoreGate(engine, threads=config.store_threads,
-                          timeout_s=config.store_timeout_s, retry_after_s=config.retry_after_s)
+                          timeout_s=config.read_timeout_s(),
+                          write_timeout_s=config.write_timeout_s(),
+                          retry_after_s=config.retry_after_s)
         store.prepare()
         pool = SolverPool(threads=config.solver_threads, queue=config.solver_queue,
-                          retry_after_s=config.retry_after_s)
+                          retry_after_s=config.retry_after_s, on_idle=search_caches.release)
         threading.Thread(target=solver_calls.preload, name="atlas-solver-import",
                          daemon=True).start()
         app.state.context = ServiceContext(settings=config, engine=engine, store=store,
@@ -129,6 +133,9 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
     app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes,
                        body_read_timeout_s=config.body_read_timeout_s)
     install_cors(app, config.cors_origin_list())
+    app.add_middleware(HeaderLimitMiddleware, max_header_bytes=config.max_header_bytes)
+    app.add_middleware(LargeBodyGate, threshold_bytes=config.large_body_bytes,
+                       slots=config.large_body_slots, retry_after_s=config.retry_after_s)
     install_metrics(app)
     install_security_headers(app)
     app.include_router(plans.router)

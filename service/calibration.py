@@ -92,7 +92,7 @@ async def save_profile(record: CalibrationProfileRecord, *,
             session.expunge(saved)
             return saved
 
-    return await store.call(save, what="store the calibration profile")
+    return await store.call(save, what="store the calibration profile", write=True)
 
 
 async def read_profile(name: str, version: int | None, *,

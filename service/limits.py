@@ -22,6 +22,7 @@ from models.catalog import DEFAULT_NODE_FOR_GPU, NODE_PRESETS
 from models.errors import InvalidSpecError
 from models.mesh.layout import expert_data_parallel_size
 from models.resolve import resolve_model
+from models.runtime_memory import CUDA_CONTEXT_BYTES
 from service.core import call_core
 from service.problems import LimitExceededError
 from service.settings import Settings
@@ -69,6 +70,8 @@ def bounds(settings: Settings) -> dict[str, Bound]:
                               setting="ATLAS_MAX_MESH_MEMBERS"),
         "placement_cells": Bound(value=settings.max_placement_cells,
                                  setting="ATLAS_MAX_PLACEMENT_CELLS"),
+        "answer_bytes": Bound(value=settings.max_answer_bytes,
+                              setting="ATLAS_MAX_ANSWER_BYTES"),
     }
 
 
@@ -84,9 +87,35 @@ def cluster_world_size(cluster: ClusterInput) -> int:
 
 
 def check_cluster(cluster: ClusterInput, settings: Settings) -> None:
-    """World size of the cluster within bounds."""
+    """World size of the cluster within bounds, and GPU memory above its physical floor."""
     check_bound(cluster_world_size(cluster), bounds(settings)["world_size"],
                 field="cluster.num_nodes", what="the cluster's GPU count (nodes x GPUs/node)")
+    check_gpu_memory(cluster)
+
+
+def check_gpu_memory(cluster: ClusterInput) -> None:
+    """Refuse a GPU whose plannable memory (memory x (1 - headroom)) does not exceed the CUDA
+    context every rank holds before any model state (`models.runtime_memory.
+    CUDA_CONTEXT_BYTES`, 512 MiB): no plan can fit such a GPU, and the searches that look
+    for the cluster a plan would need divide the model states by that capacity.
+
+    Raises:
+        InvalidSpecError: naming the memory field and the floor.
+    """
+    if cluster.gpu_memory_bytes is not None:
+        memory, field = cluster.gpu_memory_bytes, "cluster.gpu_memory_bytes"
+    elif not isinstance(cluster.gpu, str):
+        memory, field = cluster.gpu.memory_bytes, "cluster.gpu.memory_bytes"
+    else:
+        return  # a preset's memory (tens of GB) is far above the floor
+    capacity = int(memory * (1.0 - cluster.memory_headroom_frac))
+    if capacity <= CUDA_CONTEXT_BYTES:
+        raise InvalidSpecError(
+            f"{field}: {memory} bytes with memory_headroom_frac "
+            f"{cluster.memory_headroom_frac} leaves {capacity} bytes per GPU, not more than "
+            f"the {CUDA_CONTEXT_BYTES} bytes (512 MiB) of the CUDA context every rank holds "
+            "before any model state; give the GPU's real memory in bytes (e.g. 85899345920 "
+            "for 80 GiB)", field=field)
 
 
 def check_training(training: TrainingSpec, settings: Settings) -> None:
@@ -212,6 +241,7 @@ __all__ = [
     "bounds",
     "check_bound",
     "check_cluster",
+    "check_gpu_memory",
     "check_hf_config",
     "check_model_input",
     "check_model_spec",

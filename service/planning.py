@@ -174,7 +174,7 @@ def solve_and_store(request: PlanRequest, *, key: str, model_name: str, planner:
     record = build_record(request, response, key=key, model_name=model_name,
                           diagnostics=diagnostics)
     try:
-        return store.call_sync(_save(record), what="store the plan")
+        return store.call_sync(_save(record), what="store the plan", write=True)
     except StoreUnavailableError:
         logger.warning("plan %s solved while the store was unavailable; returned unstored",
                        key[:12])

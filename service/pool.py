@@ -7,7 +7,9 @@ solving again), the wall-clock guard (a search that outlives its limit plus a gr
 answers 503 solver-time-limit) and cancellation: each admitted computation runs under a
 `solver.cancel.CancelToken`, set when its last waiter stops waiting (timed out, or its
 request was cancelled because the client went away), so the search stops at its next check
-(between candidates, and CP-SAT at once) instead of running on unseen; nothing of it is kept.
+(between candidates, and CP-SAT at once) instead of running on unseen; nothing of it is kept;
+and an idle hook, run on a pool thread whenever the last admitted computation ends (the
+service releases the search caches there).
 
 Why threads and not processes: the long part of a search is CP-SAT, which runs in C++ and
 releases the GIL, so threads overlap it; threads share the catalog caches and need no
@@ -46,8 +48,10 @@ class SolverPool:
     """Threads for searches, with admission control, de-duplication by key and
     cancellation of computations nobody waits for."""
 
-    def __init__(self, *, threads: int, queue: int, retry_after_s: int) -> None:
+    def __init__(self, *, threads: int, queue: int, retry_after_s: int,
+                 on_idle: Callable[[], object] | None = None) -> None:
         self.threads = threads
+        self._on_idle = on_idle
         self.capacity = threads + queue
         self.retry_after_s = retry_after_s
         self._executor = ThreadPoolExecutor(max_workers=threads,
@@ -151,6 +155,8 @@ class SolverPool:
 
         def release(done: "asyncio.Future[T]") -> None:
             self._admitted -= 1
+            if self._admitted == 0 and self._on_idle is not None:
+                self._idle()
             if key is not None and self._in_flight.get(key) is job:
                 del self._in_flight[key]
             if not done.cancelled() and done.exception() is not None:
@@ -159,6 +165,20 @@ class SolverPool:
 
         job.future.add_done_callback(release)
         return job
+
+    def _idle(self) -> None:
+        """Run `on_idle` on a pool thread (not the event loop); its failure is logged."""
+        def run() -> None:
+            try:
+                assert self._on_idle is not None
+                self._on_idle()
+            except Exception:
+                logger.warning("the idle hook failed", exc_info=True)
+
+        try:
+            self._executor.submit(run)
+        except RuntimeError:  # shut down
+            pass
 
     def shutdown(self) -> None:
         """Stop accepting work; running searches finish, queued ones are dropped."""

@@ -8,6 +8,7 @@ unexpected error reach a client; routes never build error bodies themselves.
 """
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from api_schemas.problems import ProblemCode
 from models.errors import PlannerError
@@ -72,9 +74,9 @@ PROBLEM_DESCRIPTIONS: dict[ProblemCode, str] = {
     "overloaded": "The solver pool and its queue are full; retry after Retry-After seconds.",
     "store-unavailable": "The plan database is unreachable, refuses connections, is missing or "
     "does not answer within the store timeout; retry after Retry-After seconds. Endpoints "
-    "that need no database keep answering, and a search that finishes meanwhile is returned "
-    "with `id: null` and the header `X-Plan-Stored: false` (its write may still land when "
-    "the database answers; resending the same request then returns the stored plan).",
+    "that need no database keep answering; a plan search that finishes meanwhile is answered "
+    "with this problem too (its write may still land when the database answers; resending "
+    "the same request then returns the stored plan).",
     "job-not-found": "The job id is unknown to this store (POST /v1/jobs submits one).",
     "job-finished": "The job is done or failed, so there is nothing to cancel; its result "
     "or problem stays readable with GET /v1/jobs/{id}.",
@@ -199,11 +201,21 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_LIBRARY_LINK = re.compile(r"\s*For further information visit https://errors\.pydantic\.dev/\S*")
+"""The line pydantic appends to a nested validation error's text: it names the installed
+pydantic version, which an answer must not disclose."""
+
+
+def without_library_links(message: str) -> str:
+    """`message` without pydantic's documentation links (and the version inside them)."""
+    return _LIBRARY_LINK.sub("", message)
+
+
 def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     errors = []
     for err in exc.errors():
         loc = [part if isinstance(part, int) else str(part) for part in err.get("loc", ())]
-        msg = str(err.get("msg", "invalid value"))
+        msg = without_library_links(str(err.get("msg", "invalid value")))
         if "input" in err and err.get("type") != "missing":
             msg = f"{msg} (got {_short(err['input'])})"
         errors.append({"loc": loc, "msg": msg, "type": str(err.get("type", "value_error"))})
@@ -288,10 +300,28 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
             "invalid-request", instance=request.url.path,
             detail=f"body: {reason}; send a UTF-8 JSON object matching the schema",
             errors=[{"loc": ["body"], "msg": reason, "type": kind}])
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
     detail = (f"{request.method} {request.url.path}: {exc.detail}; see /docs for the "
               "endpoints and their methods")
+    if exc.status_code == 405:
+        detail = (f"{request.method} {request.url.path}: {exc.detail}; this path takes "
+                  f"{headers['Allow']}")
     return problem_response("invalid-request", detail=detail, instance=request.url.path,
-                            status=exc.status_code, headers=exc.headers)
+                            status=exc.status_code, headers=headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app answers on this request's path (the router's own
+    405 names only the first route whose path matched, e.g. POST for /v1/plans although GET
+    lists the plans there)."""
+    return [method for method in _METHODS if any(
+        route.matches({**request.scope, "method": method})[0] == Match.FULL
+        for route in request.app.router.routes)]
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 async def _on_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
@@ -328,6 +358,8 @@ __all__ = [
     "ProfileNotFoundError",
     "SolveTimeoutError",
     "StoreUnavailableError",
+    "allowed_methods",
+    "without_library_links",
     "install_problem_handlers",
     "problem_response",
     "problem_type",

@@ -121,10 +121,31 @@ class Settings(BaseSettings):
         default=2**40, ge=1,
         description="Largest single token count in a placement matrix "
         "[ATLAS_MAX_TOKEN_COUNT].")
+    large_body_bytes: int = Field(
+        default=2**20, ge=1024,
+        description="Bodies larger than this are admitted at most ATLAS_LARGE_BODY_SLOTS at "
+        "a time before they are parsed [ATLAS_LARGE_BODY_BYTES].")
+    large_body_slots: int = Field(
+        default=1, ge=1, le=64,
+        description="Requests with bodies over ATLAS_LARGE_BODY_BYTES served at once; the "
+        "next is answered 503 overloaded with Retry-After [ATLAS_LARGE_BODY_SLOTS].")
+    max_answer_bytes: int = Field(
+        default=64 * 2**20, ge=2**20, le=2**32,
+        description="Largest JSON answer the service builds for one request, in bytes; a "
+        "larger one (a many-layer MoE placement with every route) is refused with "
+        "invalid-request naming this setting [ATLAS_MAX_ANSWER_BYTES].")
     store_timeout_s: float = Field(
         default=1.0, ge=0.1, le=60.0,
-        description="Longest a request waits for the plan store before answering 503 "
-        "store-unavailable [ATLAS_STORE_TIMEOUT_S].")
+        description="Longest a read of the plan store (look-up, read, list, health probe) "
+        "is waited for before answering 503 store-unavailable; unset, a SQLite store waits "
+        "its busy timeout plus 1 s instead (a SQLite read queues behind another process's "
+        "write lock; PostgreSQL reads never wait for writers) [ATLAS_STORE_TIMEOUT_S].")
+    store_write_timeout_s: float | None = Field(
+        default=None, ge=0.1, le=900.0,
+        description="Longest a write of the plan store (a plan, a calibration profile) is "
+        "waited for; default: the driver's own bounds (connect + pool + statement timeouts) "
+        "plus 1 s, so that no write the database still completes is reported unstored "
+        "[ATLAS_STORE_WRITE_TIMEOUT_S].")
     store_connect_timeout_s: int = Field(
         default=2, ge=1, le=60,
         description="PostgreSQL connect timeout in whole seconds (libpq counts at least 2) "
@@ -182,6 +203,24 @@ class Settings(BaseSettings):
                 f"ATLAS_MAX_TIME_LIMIT_S={self.max_time_limit_s}: lower the default or raise "
                 "the cap")
         return self
+
+    def read_timeout_s(self) -> float:
+        """The store's read wait: `store_timeout_s` when set or on PostgreSQL (whose reads
+        do not wait for writers, MVCC), else SQLite's busy timeout plus 1 s (a reader waits
+        for a writer's lock up to the busy timeout: SQLite "File Locking And Concurrency in
+        SQLite Version 3", section 3, PENDING and EXCLUSIVE locks)."""
+        sqlite = self.resolved_database_url().startswith("sqlite")
+        if "store_timeout_s" in self.model_fields_set or not sqlite:
+            return self.store_timeout_s
+        return self.store_statement_timeout_s + 1.0
+
+    def write_timeout_s(self) -> float:
+        """The store's write wait: `store_write_timeout_s`, or the driver's bounds on one
+        write (connection, pooled connection, statement or SQLite busy wait) plus 1 s."""
+        if self.store_write_timeout_s is not None:
+            return self.store_write_timeout_s
+        return (self.store_connect_timeout_s + self.store_pool_timeout_s
+                + self.store_statement_timeout_s + 1.0)
 
     def cors_origin_list(self) -> list[str]:
         """The origins of `cors_origins`, blanks dropped."""

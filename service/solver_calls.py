@@ -8,7 +8,7 @@ worker's start no longer pay. Must not: add behaviour (each function is the entr
 it names, with its arguments).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from api_schemas.calibration import CalibrationRunsRequest
@@ -83,6 +83,14 @@ def plan_placement_layers(request: MoePlacementRequest) -> MoePlacementLayersRes
     return solver_plan_layers(request)
 
 
+def placement_layers(
+        request: MoePlacementRequest) -> tuple[float, Iterator[MoePlacementResponse]]:
+    """`solver.placement.api.placement_layers`."""
+    from solver.placement.api import placement_layers as solver_placement_layers
+
+    return solver_placement_layers(request)
+
+
 def plan_simulation_request(request: PlanRequest | EvaluateRequest,
                             parallel: ParallelConfig) -> PipelineSimulateRequest:
     """`solver.plan_pipeline.plan_simulation_request`."""
@@ -138,6 +146,7 @@ __all__ = [
     "memory_report",
     "optimize_request",
     "plan",
+    "placement_layers",
     "plan_placement",
     "plan_placement_layers",
     "plan_simulation_request",

@@ -37,17 +37,32 @@ NODE_SEARCH_MIN_S = 1.0
 node count is not interruptible, so with less left it is reported as not tried."""
 SEQUENCE_STEP = 256
 """Granularity of the sequence-length bisection."""
+MAX_RELAXATION_GPUS = 2**17
+"""Largest cluster the fewest-node relaxation searches: 131,072 GPUs, eight times the
+16,384 H100s of the largest run the Llama 3 paper reports (arXiv:2407.21783, Sec. 3.3) and
+twice the service's default world-size bound. The search lists every whole-node count up to
+its ceiling, so an unbounded ceiling (model states over a near-zero GPU capacity) grows the
+list, and the process, without limit; when the states need more GPUs than this, the
+relaxation reports that no whole-node count up to it can hold them."""
 
 
-def nodes_for_states(request: PlanRequest) -> int:
-    """Fewest nodes whose GPUs can hold the model states fully sharded (ZeRO-3): a lower
-    bound on the cluster any plan needs, rounded up to a power of two."""
+def gpus_for_states(request: PlanRequest) -> int:
+    """Fewest GPUs that can hold the model states fully sharded (ZeRO-3): model states
+    (`models.precision.state_bytes_per_param` per parameter) over one GPU's capacity, a
+    lower bound on the GPUs any plan needs (ZeRO, arXiv:1910.02054, Sec. 5.3: stage 3
+    divides all model states by the data-parallel degree)."""
     spec = resolve_model(request.model).spec
     cluster = resolve_cluster(request.cluster)
     counts = count_parameters(spec)
     states = (counts.total + counts.mtp_total) * state_bytes_per_param(request.training).total
-    gpus = math.ceil(states / cluster.capacity_bytes)
-    nodes = max(1, math.ceil(gpus / cluster.gpus_per_node))
+    return math.ceil(states / max(cluster.capacity_bytes, 1))
+
+
+def nodes_for_states(request: PlanRequest) -> int:
+    """Fewest nodes whose GPUs can hold the model states fully sharded (`gpus_for_states`),
+    rounded up to a power of two."""
+    per_node = resolve_cluster(request.cluster).gpus_per_node
+    nodes = max(1, math.ceil(gpus_for_states(request) / per_node))
     return 1 << (nodes - 1).bit_length()
 
 
@@ -89,9 +104,14 @@ def _complete(result: SearchResult) -> bool:
 
 
 def _fewest_nodes(request: PlanRequest, clock: _Clock) -> Relaxation | None | str:
-    """The fewest whole nodes with a plan (a string when not tried in time)."""
+    """The fewest whole nodes with a plan (a string when not tried in time); None when
+    none exists up to `MAX_RELAXATION_GPUS` (proven when the states alone need more)."""
     nodes = request.cluster.num_nodes
-    ceiling = max(2 * nodes, 2 * nodes_for_states(request))
+    per_node = resolve_cluster(request.cluster).gpus_per_node
+    most_nodes = max(nodes, MAX_RELAXATION_GPUS // per_node)
+    if gpus_for_states(request) > most_nodes * per_node:
+        return None  # proven: the states alone need more GPUs than any searched count
+    ceiling = min(max(2 * nodes, 2 * nodes_for_states(request)), most_nodes)
     wide = request.model_copy(update={"cluster": request.cluster.model_copy(
         update={"num_nodes": ceiling})})
     budget = clock.budget(max(NODE_SEARCH_TIME_LIMIT_S, request.solver.time_limit_s / 2))
@@ -313,12 +333,14 @@ def relaxations(request: PlanRequest, *, deadline: float | None = None,
 
 
 __all__ = [
+    "MAX_RELAXATION_GPUS",
     "NODE_SEARCH_MIN_S",
     "NODE_SEARCH_TIME_LIMIT_S",
     "RELAXATION_TIME_LIMIT_S",
     "SEQUENCE_STEP",
     "Relaxations",
     "binding_relaxations",
+    "gpus_for_states",
     "nodes_for_states",
     "relaxations",
 ]

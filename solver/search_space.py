@@ -12,7 +12,12 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.plan import SearchLimit
 from api_schemas.requests import Constraints, Objective
 from api_schemas.training import TrainingSpec
-from solver.space import MAX_VPP, MIN_SEQUENCE_FOR_CP, divisors
+from solver.space import (
+    MAX_PIPELINED_MICRO_BATCHES,
+    MAX_VPP,
+    MIN_SEQUENCE_FOR_CP,
+    divisors,
+)
 
 
 def _micro_batch(constraints: Constraints) -> SearchLimit:
@@ -61,7 +66,9 @@ def search_limits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     """Every limited range of the search for this request, with whether it was complete."""
     out = [_micro_batch(constraints),
            SearchLimit(name="num_micro_batches", searched="global_batch / (micro_batch_size x "
-                       "dp): implied by the micro-batch size, nothing left out", complete=True),
+                       f"dp), implied by the micro-batch size; on a pipeline (pp > 1) at most "
+                       f"{MAX_PIPELINED_MICRO_BATCHES}",
+                       complete=training.global_batch_size <= MAX_PIPELINED_MICRO_BATCHES),
            _vpp(spec, constraints), _tp(spec, cluster, constraints), _cp(training, constraints)]
     if spec.moe is not None:
         out.append(SearchLimit(name="etp", searched="1 (pin constraints.etp to search 1 and "

@@ -37,6 +37,13 @@ from models.mesh.rules_pipeline import pp_at_most_layers
 from models.pipeline import schedule_traits, validate_schedule
 
 S = PipelineSchedule
+MAX_PIPELINED_MICRO_BATCHES = 8_192
+"""Most micro-batches per step the search tries on a pipeline (pp > 1): each candidate's
+schedule is generated and simulated op by op (pp x vpp x m x 2-3 ops), so an unbounded m
+(a global batch of 2**20 sequences on one data-parallel replica) grew one candidate's
+program past gigabytes. 8,192 is the service's default bound on the micro-batches of a
+configuration it scores (ATLAS_MAX_MICRO_BATCHES), and 4x the 2,048 sequences of Llama 3's
+largest global batch (arXiv:2407.21783, Table 4: 16M tokens of 8,192)."""
 MIN_SEQUENCE_FOR_CP = 16384
 """Context parallelism is searched only for sequences this long or longer (or when pinned):
 below it a 4K-8K sequence fits without splitting and splitting only adds communication."""
@@ -331,6 +338,8 @@ def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelK
         if not permitted("micro_batch_size", mbs, constraints):
             continue
         m = per_replica // mbs
+        if pp > 1 and m > MAX_PIPELINED_MICRO_BATCHES:
+            continue
         for schedule, vpp in _schedule_options(spec, pp, m, constraints):
             for ep, etp in experts:
                 for sp in sp_options:
@@ -343,6 +352,7 @@ def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelK
 
 
 __all__ = [
+    "MAX_PIPELINED_MICRO_BATCHES",
     "MAX_VPP",
     "MESH_LISTS_KEPT",
     "MIN_SEQUENCE_FOR_CP",

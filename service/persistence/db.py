@@ -4,7 +4,8 @@ Owns: building an engine from a URL with the store timeouts (SQLite file directo
 created, thread check off, busy timeout; PostgreSQL with pre-ping, connect, statement and
 pool-checkout timeouts and TCP keepalives), creating the schema (idempotent, also when a
 database came back empty), recognising a missing schema, and the reachability probe of
-/healthz. Must not: read settings or the environment (the caller passes the URL).
+/healthz (a read, and for a SQLite file a write on a new connection and the file's
+presence). Must not: read settings or the environment (the caller passes the URL).
 """
 
 import logging
@@ -14,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import StaticPool
 from sqlmodel import SQLModel
 
@@ -122,10 +123,55 @@ def init_db(engine: Engine) -> None:
     logger.info("plan store ready at %s", engine.url.render_as_string(hide_password=True))
 
 
+def sqlite_file(engine: Engine) -> Path | None:
+    """The file of a SQLite file engine (None for in-memory SQLite and other backends)."""
+    if engine.dialect.name != "sqlite":
+        return None
+    database = engine.url.database or ""
+    if database in ("", ":memory:") or database.startswith("file::memory:"):
+        return None
+    return Path(database).expanduser()
+
+
+class StoreFileGone(OSError):
+    """The SQLite file the store was created in is no longer at its path."""
+
+
+def check_sqlite_file(path: Path) -> None:
+    """Raise `StoreFileGone` when the store's SQLite file is missing: connecting would
+    silently create an empty one (and pooled connections keep writing the deleted one)."""
+    if not path.exists():
+        raise StoreFileGone(f"the SQLite file {path} is gone; restore it (or create an empty "
+                            "file there, and the schema is created again)")
+
+
 def probe_database(engine: Engine) -> None:
-    """Read the plan table once (raises when the database or the schema is missing)."""
+    """Read the plan table once (raises when the database or the schema is missing); for
+    a SQLite file, also write it once on a new connection (raises when the file is gone,
+    read-only, moved or on a full disk: faults a read on a pooled connection misses)."""
     with engine.connect() as connection:
         connection.execute(text("SELECT 1 FROM plans LIMIT 1"))
+    path = sqlite_file(engine)
+    if path is not None:
+        check_sqlite_file(path)
+        _write_probe(engine)
+
+
+def _write_probe(engine: Engine) -> None:
+    """Rewrite the SQLite header's user_version with its own value, committed, on a DBAPI
+    connection outside the pool: a write transaction with a journal and a sync, so it fails
+    as a plan's write would."""
+    cargs, cparams = engine.dialect.create_connect_args(engine.url)
+    raw = engine.dialect.dbapi.connect(*cargs, **cparams)  # type: ignore[union-attr]
+    try:
+        version = int(raw.execute("PRAGMA user_version").fetchone()[0])
+        raw.execute("BEGIN IMMEDIATE")
+        raw.execute(f"PRAGMA user_version = {version}")
+        raw.commit()
+    except Exception as error:
+        raise OperationalError("PRAGMA user_version (write probe)", None, error) from error
+    finally:
+        raw.close()
 
 
 def check_database(engine: Engine) -> bool:
@@ -138,5 +184,5 @@ def check_database(engine: Engine) -> bool:
     return True
 
 
-__all__ = ["StoreTimeouts", "check_database", "init_db", "is_missing_schema", "make_engine",
-           "probe_database"]
+__all__ = ["StoreFileGone", "StoreTimeouts", "check_database", "check_sqlite_file", "init_db",
+           "is_missing_schema", "make_engine", "probe_database", "sqlite_file"]

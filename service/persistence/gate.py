@@ -2,11 +2,15 @@
 
 Owns: the threads that talk to the database (apart from the request threads and the solver
 threads, so a database that hangs can only ever hold these), admission (at most four store
-calls per thread waiting at once; the next one is refused at once), the wait limit (a call
-whose answer does not come within `timeout_s` is answered as `StoreUnavailableError`; the
-thread is left to the driver's own timeouts), turning connection-level driver failures into
-`StoreUnavailableError`, and re-creating the schema when the database came back empty (the
-call is then retried once). Must not: know what the calls do, or build HTTP responses.
+calls per thread waiting at once; the next one is refused at once), the wait limits (a read
+whose answer does not come within `timeout_s`, or a write within `write_timeout_s`, is
+answered as `StoreUnavailableError`; the thread is left to the driver's own timeouts),
+turning connection-level driver failures into `StoreUnavailableError`, re-creating the
+schema when the database came back empty (the call is then retried once), and for a SQLite
+file: refusing calls while the file is gone
+(connecting would create an empty one) and dropping the pooled connections after a failure,
+so the store recovers without a restart once the file is usable again. Must not: know what
+the calls do, or build HTTP responses.
 """
 
 import asyncio
@@ -16,13 +20,14 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from contextvars import copy_context
+from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from service.persistence.db import init_db, is_missing_schema
+from service.persistence.db import check_sqlite_file, init_db, is_missing_schema, sqlite_file
 from service.problems import StoreUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -41,9 +46,10 @@ class StoreGate:
     """Runs store calls on their own threads with admission and a wait limit."""
 
     def __init__(self, engine: Engine, *, threads: int, timeout_s: float,
-                 retry_after_s: int) -> None:
+                 retry_after_s: int, write_timeout_s: float | None = None) -> None:
         self.engine = engine
         self.timeout_s = timeout_s
+        self.write_timeout_s = write_timeout_s if write_timeout_s is not None else timeout_s
         self.retry_after_s = retry_after_s
         self.capacity = threads * QUEUE_PER_THREAD
         self._executor = ThreadPoolExecutor(max_workers=threads,
@@ -51,6 +57,8 @@ class StoreGate:
         self._lock = threading.Lock()
         self._admitted = 0
         self._schema_ready = False
+        self._sqlite_file = sqlite_file(engine)
+        self._file_id: tuple[int, int] | None = None
 
     @property
     def admitted(self) -> int:
@@ -62,6 +70,8 @@ class StoreGate:
         in which case the first call that reaches the database creates it."""
         try:
             self._ensure_schema(force=True)
+            if self._sqlite_file is not None:
+                self._check_file(self._sqlite_file)
         except _UNAVAILABLE + (DBAPIError,):
             logger.warning("plan store unreachable at start-up; the service starts degraded "
                            "and creates the schema when the database answers", exc_info=True)
@@ -74,10 +84,19 @@ class StoreGate:
             self._schema_ready = True
 
     def _run(self, fn: Callable[[Engine], T]) -> T:
-        """On a store thread: the call, after the schema if it is not known to exist."""
-        self._ensure_schema()
+        """On a store thread: the call, after the schema if it is not known to exist. A
+        SQLite file must still be at its path once created; after a connection-level
+        failure on one, the pooled connections are dropped, so that the next call opens the
+        file as it is then (restored, writable again, or with space again)."""
+        if self._sqlite_file is not None:
+            self._check_file(self._sqlite_file)
         try:
+            self._ensure_schema()
             return fn(self.engine)
+        except _UNAVAILABLE:
+            if self._sqlite_file is not None:
+                self.engine.dispose()
+            raise
         except DBAPIError as error:
             if not is_missing_schema(error):
                 raise
@@ -86,6 +105,23 @@ class StoreGate:
             self._schema_ready = False
             self._ensure_schema()
             return fn(self.engine)
+
+    def _check_file(self, path: Path) -> None:
+        """Once the file exists: refuse while it is gone, and drop the pooled connections
+        when another file took its place (restored from a copy), which they do not see."""
+        try:
+            found = path.stat()
+        except FileNotFoundError:
+            if self._file_id is None:
+                return  # not created yet: the schema step creates it
+            self.engine.dispose()
+            check_sqlite_file(path)
+            raise
+        identity = (found.st_dev, found.st_ino)
+        if self._file_id is not None and identity != self._file_id:
+            logger.warning("the SQLite file %s was replaced; reopening it", path)
+            self.engine.dispose()
+        self._file_id = identity
 
     def _submit(self, fn: Callable[[Engine], T], what: str) -> "Future[T]":
         with self._lock:
@@ -114,38 +150,43 @@ class StoreGate:
             return self._unavailable(what, f"the database failed ({type(error).__name__})")
         return error
 
-    async def call(self, fn: Callable[[Engine], T], *, what: str) -> T:
-        """`fn(engine)` on a store thread, waited for at most `timeout_s`.
+    async def call(self, fn: Callable[[Engine], T], *, what: str, write: bool = False) -> T:
+        """`fn(engine)` on a store thread, waited for at most `timeout_s` (a read) or
+        `write_timeout_s` (a write, which must not be abandoned while the database may
+        still complete it: the caller would report unstored what is stored).
 
         Args:
             fn: the store work; it receives the engine.
             what: the action in words for the error detail ("read the plan").
+            write: whether `fn` writes.
 
         Raises:
             StoreUnavailableError: too many calls waiting, no answer in time, or a
                 connection-level failure.
         """
         future = self._submit(fn, what)
+        limit = self.write_timeout_s if write else self.timeout_s
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout=self.timeout_s)
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout=limit)
         except TimeoutError:
             raise self._unavailable(
-                what, f"the database did not answer within {self.timeout_s:g} s") from None
+                what, f"the database did not answer within {limit:g} s") from None
         except Exception as error:
             translated = self._translate(error, what)
             if translated is error:
                 raise
             raise translated from error
 
-    def call_sync(self, fn: Callable[[Engine], T], *, what: str) -> T:
+    def call_sync(self, fn: Callable[[Engine], T], *, what: str, write: bool = False) -> T:
         """`call` for code already on a worker thread (a search storing its result)."""
         future = self._submit(fn, what)
+        limit = self.write_timeout_s if write else self.timeout_s
         try:
-            return future.result(timeout=self.timeout_s)
+            return future.result(timeout=limit)
         except FutureTimeoutError:
             future.cancel()
             raise self._unavailable(
-                what, f"the database did not answer within {self.timeout_s:g} s") from None
+                what, f"the database did not answer within {limit:g} s") from None
         except Exception as error:
             translated = self._translate(error, what)
             if translated is error:

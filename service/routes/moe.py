@@ -1,15 +1,17 @@
 """MoE expert placement (MoonEP): redundant experts that balance every rank exactly.
 
-Owns: POST /v1/moe/placement (schema in -> `solver.placement.api.plan_placement`, or
-`plan_placement_layers` for a request with `layers` -> schema out): the constructive planner
-on a request thread, the exact CP-SAT planner in the solver pool with its time limit
-clamped; the bounds on the token matrices. Must not: place experts.
+Owns: POST /v1/moe/placement (schema in -> bounds -> `service.placement_answer` in the
+solver pool -> bytes out): the bounds on the token matrices, the exact planner's clamped
+time limit, and the wait for each planner (the exact one's two phases plus grace; the
+constructive one the search cap plus grace). Every planner runs under the pool's admission
+control (503 overloaded with Retry-After when full), and the answer is checked and
+serialised there, not on the event loop. Must not: place experts or serialise answers.
 """
 
+from collections.abc import Callable
 from functools import partial
 from typing import Annotated
 
-from anyio import to_thread
 from fastapi import APIRouter, Body, Header, Query, Response
 
 from api_schemas.moe import (
@@ -20,16 +22,14 @@ from api_schemas.moe import (
     RouteListing,
 )
 from models.errors import InvalidSpecError
-from models.moe.balance import home_rank_loads
 from service import limits
 from service.core import call_core
 from service.deps import ContextDep
-from service.media import Format, model_response, svg_content, svg_response, wanted_format
+from service.media import Format, svg_content, svg_response, wanted_format
 from service.openapi import problem_responses
-from service.pictures import placement_svg
-from service.searches import run_search, with_clamped_time_limit
+from service.placement_answer import layer_json, layer_svg, layers_json, placement_key
+from service.searches import with_clamped_time_limit
 from service.settings import Settings
-from service.solver_calls import plan_placement, plan_placement_layers
 
 router = APIRouter(tags=["moe"])
 
@@ -112,34 +112,32 @@ async def moe_placement(
     settings = context.settings
     check_placement_bounds(request, settings)
     as_svg = wanted_format(format, accept) == Format.SVG
-    if request.layers is not None:
-        if as_svg:
-            raise InvalidSpecError("the placement picture shows one layer: send it as "
-                                   "`tokens`, or ask for JSON", field="format")
-        layers = await to_thread.run_sync(call_core, plan_placement_layers, request)
-        limits.require_finite(layers)
-        return model_response(layers)
+    if request.layers is not None and as_svg:
+        raise InvalidSpecError("the placement picture shows one layer: send it as "
+                               "`tokens`, or ask for JSON", field="format")
     if as_svg and request.routes != RouteListing.ALL:
         raise InvalidSpecError(f"the placement picture draws every route: drop "
                                f"routes={request.routes.value!r}, or ask for JSON",
                                field="routes")
-    if request.planner != PlacementPlanner.EXACT:
-        response = await to_thread.run_sync(call_core, plan_placement, request)
-    else:
-        clamped = with_clamped_time_limit(request, requested_s=request.time_limit_s,
+    timeout_s = settings.max_time_limit_s + settings.time_limit_grace_s
+    if request.planner == PlacementPlanner.EXACT:
+        request = with_clamped_time_limit(request, requested_s=request.time_limit_s,
                                           settings=settings)
-        timeout_s = EXACT_PHASES * clamped.time_limit_s + settings.time_limit_grace_s
-        response = await run_search(clamped, partial(call_core, plan_placement),
-                                    kind="moe-placement",
-                                    pool=context.pool, timeout_s=timeout_s)
-    limits.require_finite(response)
-    if as_svg and request.tokens is not None:
-        expert_loads = [sum(column) for column in zip(*request.tokens, strict=True)]
-        before = call_core(partial(home_rank_loads, num_ranks=len(request.tokens)),
-                           expert_loads)
-        return svg_response(placement_svg(response, home_loads=before.tolist()),
-                            filename="placement.svg")
-    return model_response(response)
+        timeout_s = EXACT_PHASES * request.time_limit_s + settings.time_limit_grace_s
+    # Planning, the finiteness check and serialisation all run in the solver pool.
+    work: Callable[[MoePlacementRequest], bytes | str]
+    if as_svg:
+        work = layer_svg
+    elif request.layers is not None:
+        work = partial(layers_json, settings=settings)
+    else:
+        work = partial(layer_json, settings=settings)
+    key = f"{placement_key(request)}:{'svg' if as_svg else 'json'}"
+    answer = await context.pool.run(partial(call_core, work, request), key=key,
+                                    timeout_s=timeout_s)
+    if isinstance(answer, str):
+        return svg_response(answer, filename="placement.svg")
+    return Response(content=answer, media_type="application/json")
 
 
 __all__ = ["check_placement_bounds", "router"]

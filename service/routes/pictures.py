@@ -8,6 +8,7 @@ the plan's stored ledger. Each answer carries a strong ETag (`service/etags.py`)
 simulate, size or render anything itself.
 """
 
+import json
 from functools import partial
 from typing import Annotated
 
@@ -15,7 +16,6 @@ from fastapi import APIRouter, Path, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
 from sqlmodel import Session
-from starlette.concurrency import run_in_threadpool
 
 from api_schemas.pipeline import PipelineSimulateRequest, PipelineSimulateResponse
 from api_schemas.plan import PlanResponse
@@ -26,7 +26,7 @@ from service import limits, planning
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext
 from service.etags import ETAG_HEADER, NOT_MODIFIED, IfNoneMatch, tagged
-from service.media import svg_content, svg_response, trace_content, trace_response
+from service.media import svg_content, svg_response, trace_content
 from service.openapi import problem_responses
 from service.persistence import repo
 from service.persistence.tables import PlanRecord
@@ -148,9 +148,13 @@ async def plan_timeline_svg(plan_id: PlanId, context: ContextDep,
     `POST /v1/pipeline/simulate` returns for the plan's schedule, shape and per-stage F / B /
     W), drawn as SVG (a deterministic model, not a measurement)."""
     record, plan = await _stored(context, plan_id)
-    picture = await run_in_threadpool(plan_timeline_picture, record, plan, context.settings)
-    return tagged(svg_response(picture, filename=f"plan-{plan_id}-timeline.svg"),
-                  if_none_match)
+
+    def draw() -> str:
+        return plan_timeline_picture(record, plan, context.settings)
+
+    # Simulated and drawn in the admission-controlled pool, off the event loop.
+    svg = await context.pool.run(draw, key=None, timeout_s=context.settings.compute_timeout_s)
+    return tagged(svg_response(svg, filename=f"plan-{plan_id}-timeline.svg"), if_none_match)
 
 
 @router.get("/v1/plans/{plan_id}/memory.svg", summary="A plan's per-stage memory (SVG)",
@@ -183,10 +187,19 @@ async def plan_trace(plan_id: PlanId, context: ContextDep,
     """The plan's simulated pipeline iteration in the Trace Event format (`ts` and `dur` in
     microseconds; a deterministic model, not a measurement)."""
     record, plan = await _stored(context, plan_id)
-    simulation = await run_in_threadpool(plan_simulation, record, plan, context.settings)
-    return tagged(trace_response(trace_document(simulation,
-                                                title=f"Pipeline of {_title(plan)}"),
-                                 filename=f"plan-{plan_id}-trace.json"), if_none_match)
+
+    def trace() -> bytes:
+        simulation = plan_simulation(record, plan, context.settings)
+        document = trace_document(simulation, title=f"Pipeline of {_title(plan)}")
+        return json.dumps(document, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
+
+    # Simulated and written in the admission-controlled pool, off the event loop.
+    body = await context.pool.run(trace, key=None,
+                                  timeout_s=context.settings.compute_timeout_s)
+    return tagged(Response(content=body, media_type="application/json", headers={
+        "Content-Disposition": f'attachment; filename="plan-{plan_id}-trace.json"'}),
+        if_none_match)
 
 
 __all__ = ["plan_simulation", "plan_timeline_picture", "router"]

@@ -17,7 +17,6 @@ from api_schemas.pipeline import (
     PipelineSimulateRequest,
     PipelineSimulateResponse,
 )
-from models.pipeline.requests import simulate_request
 from service import limits
 from service.core import call_core
 from service.deps import ContextDep
@@ -26,15 +25,14 @@ from service.media import (
     svg_content,
     svg_response,
     trace_example,
-    trace_response,
     wanted_format,
 )
 from service.openapi import problem_responses
-from service.pictures import timeline_svg
+from service.pipeline_answer import simulate_answer
 from service.searches import run_search, with_clamped_time_limit
 from service.settings import Settings
 from service.solver_calls import optimize_request
-from service.trace import TraceDocument, trace_document
+from service.trace import TraceDocument
 
 router = APIRouter(tags=["pipeline"])
 
@@ -113,18 +111,19 @@ async def pipeline_simulate(
     answer = wanted_format(format, accept)
     if answer != Format.JSON:
         request = request.model_copy(update={"include_timeline": True})
-    # In the admission-controlled pool: large simulations take seconds of CPU each.
-    response = await run_search(request, partial(call_core, simulate_request),
-                                kind="pipeline-simulate", pool=context.pool,
-                                timeout_s=settings.compute_timeout_s)
-    limits.require_finite(response)
     title = (f"{request.schedule.value}, p={request.num_stages}, m={request.num_micro_batches}, "
              f"v={request.num_chunks}")
+    # In the admission-controlled pool: large simulations take seconds of CPU each, and
+    # writing a 20,000-op timeline out takes about as long again, so that happens there too.
+    body = await run_search(request, partial(call_core, partial(
+        simulate_answer, answer=answer, title=title)), kind=f"pipeline-simulate-{answer.value}",
+        pool=context.pool, timeout_s=settings.compute_timeout_s)
     if answer == Format.SVG:
-        return svg_response(timeline_svg(response, title=title), filename="timeline.svg")
+        return svg_response(body.decode("utf-8"), filename="timeline.svg")
     if answer == Format.TRACE:
-        return trace_response(trace_document(response, title=title), filename="trace.json")
-    return response
+        return Response(content=body, media_type="application/json",
+                        headers={"Content-Disposition": 'attachment; filename="trace.json"'})
+    return Response(content=body, media_type="application/json")
 
 
 @router.post("/v1/pipeline/optimize", summary="Best schedule under a memory limit (CP-SAT)",

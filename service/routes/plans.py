@@ -2,10 +2,10 @@
 
 Owns: POST /v1/plans (201 + Location for a new plan, 200 + Location when an identical
 request was already answered, 422 no-feasible-plan with the stored plan's id when the search
-proves infeasibility; 200 with `id: null` and `X-Plan-Stored: false` when the search finished
-while the store was unavailable), GET /v1/plans/{plan_id} and GET /v1/plans, every store call
-through the store gate (503 store-unavailable when it does not answer); a stored plan is
-answered with its ETag (`service/etags.py`). Must not: solve on
+proves infeasibility; 503 store-unavailable with Retry-After when the search finished but its
+plan could not be stored, never a 200 without an id), GET /v1/plans/{plan_id} and GET
+/v1/plans, every store call through the store gate (503 store-unavailable when it does not
+answer); a stored plan is answered with its ETag (`service/etags.py`). Must not: solve on
 the event loop, touch the database outside the gate, or build error bodies.
 """
 
@@ -28,7 +28,7 @@ from service.persistence import repo
 from service.persistence.repo import PlanPage
 from service.persistence.storable import text_problem
 from service.persistence.tables import PlanRecord
-from service.problems import InfeasiblePlanError, PlanNotFoundError
+from service.problems import InfeasiblePlanError, PlanNotFoundError, StoreUnavailableError
 from service.schemas import PlanList, PlanSummary
 
 router = APIRouter(tags=["plans"])
@@ -48,9 +48,6 @@ MAX_OFFSET = 10**9
 
 _LOCATION = {"Location": {"description": "URL of the stored plan.",
                           "schema": {"type": "string"}}}
-_STORED = {"X-Plan-Stored": {"description": "'false' when the search finished while the "
-                             "store was unavailable: the plan is returned, not kept (`id` is "
-                             "null); absent otherwise.", "schema": {"type": "string"}}}
 
 _READ_BACK = {"ReadPlan": {
     "operationRef": "#/paths/~1v1~1plans~1{plan_id}/get",
@@ -71,9 +68,8 @@ def _check_text(value: str | None, *, loc: tuple[str, str]) -> None:
     responses={
         201: {"description": "A new plan was searched for and stored.", "headers": _LOCATION,
               "links": _READ_BACK},
-        200: {"description": "An identical request was answered before; the stored plan. "
-              "Or the search finished while the store was unavailable: the plan, unstored.",
-              "model": PlanResponse, "headers": {**_LOCATION, **_STORED},
+        200: {"description": "An identical request was answered before; the stored plan.",
+              "model": PlanResponse, "headers": _LOCATION,
               "links": _READ_BACK},
         **problem_responses("invalid-spec", "no-feasible-plan", "solver-time-limit",
                             "overloaded", "store-unavailable"),
@@ -104,9 +100,13 @@ async def create_plan(
             plan_id=stored.plan_id, diagnostics=stored.diagnostics,
             explanation=stored.response.explanation.model_dump(mode="json"))
     if not stored.stored:
-        response.status_code = 200
-        response.headers["X-Plan-Stored"] = "false"
-        return stored.response
+        # A plan without an id cannot be read back, listed or shared: answered as the store
+        # fault it is. Its write may still land; the same request then reads it back.
+        raise StoreUnavailableError(
+            "the search finished but the plan store could not store its plan; retry the same "
+            f"request after {context.settings.retry_after_s} s (if the write landed late, it "
+            "is answered from the store; GET /healthz says when the store is writable again)",
+            retry_after_s=context.settings.retry_after_s)
     response.headers["Location"] = f"/v1/plans/{stored.plan_id}"
     if not stored.created:
         response.status_code = 200

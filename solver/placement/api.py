@@ -7,6 +7,7 @@ Owns: mapping `MoePlacementRequest` onto `plan_constructive` / `plan_exact` (one
 for them. Must not: do I/O (the service wires it).
 """
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from api_schemas.moe import (
 from models.catalog import gpu_preset
 from models.errors import InvalidSpecError
 from models.moe import DEFAULT_TILE_ROWS, imbalance_factor, padded_rows, rank_expert_gemm_s
+from solver import cancel
 from solver.placement.constructive import plan_constructive, plan_constructive_layers
 from solver.placement.problem import IntArray, PlacementResult
 
@@ -77,6 +79,20 @@ def plan_placement_layers(request: MoePlacementRequest) -> MoePlacementLayersRes
         InvalidSpecError: without `layers` (field `layers`), or on counts the planner cannot
             accept (field `layers`, naming the layer).
     """
+    wall_time_s, layers = placement_layers(request)
+    return MoePlacementLayersResponse(layers=list(layers), wall_time_s=wall_time_s)
+
+
+def placement_layers(
+        request: MoePlacementRequest) -> tuple[float, Iterator[MoePlacementResponse]]:
+    """`plan_placement_layers` one layer at a time: the planning time of all layers, and
+    each layer's placement built only when the iterator reaches it (a caller that writes
+    each layer out before taking the next holds one layer's routes, not every layer's).
+    The iterator checks the thread's cancellation token before each layer.
+
+    Raises:
+        InvalidSpecError: as `plan_placement_layers` (before anything is planned).
+    """
     if request.layers is None:
         raise InvalidSpecError("this request gives one layer as `tokens`: plan it with "
                                "plan_placement", field="layers")
@@ -92,15 +108,17 @@ def plan_placement_layers(request: MoePlacementRequest) -> MoePlacementLayersRes
         request.layers, top_k=request.top_k,
         weight_bytes_per_expert=request.expert_weight_bytes,
         grad_bytes_per_expert=request.expert_grad_bytes)
-    layers = []
-    for result in results:
-        response = placement_response(
-            result, planner=PlacementPlanner.CONSTRUCTIVE,
-            proven=result.num_redundant == int(result.lower_bound_per_rank.sum()),
-            tile_rows=request.tile_rows, routes=request.routes)
-        layers.append(response.model_copy(update=expert_times(request, response)))
-    return MoePlacementLayersResponse(
-        layers=layers, wall_time_s=sum(x.wall_time_s for x in results))
+
+    def each() -> Iterator[MoePlacementResponse]:
+        for result in results:
+            cancel.check()
+            response = placement_response(
+                result, planner=PlacementPlanner.CONSTRUCTIVE,
+                proven=result.num_redundant == int(result.lower_bound_per_rank.sum()),
+                tile_rows=request.tile_rows, routes=request.routes)
+            yield response.model_copy(update=expert_times(request, response))
+
+    return sum(x.wall_time_s for x in results), each()
 
 
 def rank_expert_tokens(result: PlacementResult) -> IntArray:
@@ -180,6 +198,7 @@ def placement_response(
 __all__ = [
     "expert_times",
     "listed_routes",
+    "placement_layers",
     "placement_response",
     "plan_placement",
     "plan_placement_layers",

@@ -93,10 +93,23 @@ class Server:
         self.process.wait(timeout=30)
 
 
+def _address_space_cap(limit_bytes: int) -> Any:
+    """A preexec function capping the child's address space (RLIMIT_AS) at `limit_bytes`:
+    past it an allocation fails with MemoryError instead of the kernel killing the host."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    return cap
+
+
 def start_server(database_url: str, log_path: Path, *, workers: int = 1,
                  port: int | None = None, env: dict[str, str] | None = None,
-                 wait_healthy: bool = True) -> Server:
-    """Start the README's serve command on a free loopback port; wait until it answers."""
+                 wait_healthy: bool = True,
+                 address_space_bytes: int | None = None) -> Server:
+    """Start the README's serve command on a free loopback port; wait until it answers.
+    `address_space_bytes` caps the server's address space (`ulimit -v`)."""
     port = port if port is not None else free_port()
     command = [str(ATLAS_PLANNER), "serve", "--host", "127.0.0.1", "--port", str(port),
                "--database-url", database_url, "--log-level", "warning",
@@ -104,8 +117,11 @@ def start_server(database_url: str, log_path: Path, *, workers: int = 1,
     environment = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
     environment.update(env or {})
     with log_path.open("ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   env=environment, start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=environment,
+            start_new_session=True,
+            preexec_fn=(None if address_space_bytes is None
+                        else _address_space_cap(address_space_bytes)))
     server = Server(process=process, base_url=f"http://127.0.0.1:{port}", log_path=log_path)
     try:
         # Until it answers or exits; a server that does neither is stopped by `hang_guard`.

@@ -79,10 +79,19 @@ def test_a_client_announcing_a_body_it_never_sends_is_cut_off(tmp_path: Path) ->
             health = httpx.get(f"{server.base_url}/healthz", timeout=30)
             answers = [future.result() for future in stalled]
         assert health.status_code == 200
+        # Each is cut off: 408 once its body stalls past the read timeout, or, while another
+        # announced large body is in the service, 503 at once before its body is read
+        # (ATLAS_LARGE_BODY_SLOTS); at least one really waited for the timeout.
+        timed_out = 0
         for received, took in answers:
-            assert received.startswith(b"HTTP/1.1 408 "), received[:200]
-            assert b"ATLAS_BODY_READ_TIMEOUT_S" in received
+            if received.startswith(b"HTTP/1.1 408 "):
+                assert b"ATLAS_BODY_READ_TIMEOUT_S" in received
+                timed_out += 1
+            else:
+                assert received.startswith(b"HTTP/1.1 503 "), received[:200]
+                assert b"ATLAS_LARGE_BODY_SLOTS" in received
             assert took < SLOW_CLIENT_BOUND_S
+        assert timed_out >= 1
         print(f"slow clients: 50 stalled bodies cut off after at most "
               f"{max(took for _, took in answers):.2f} s")
 

@@ -13,6 +13,7 @@ from api_schemas import (
     SolverLimits,
     TrainingSpec,
 )
+from api_schemas.hardware import ClusterSpec
 from solver import evaluate, plan
 
 REQUEST = PlanRequest(model=ModelPreset(preset="llama-3.1-405b"),
@@ -63,3 +64,44 @@ def test_the_narrowed_request_holds_its_declared_types() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         narrowed.model_dump_json()
+
+
+class _SearchedCluster(Exception):
+    """Raised by a stand-in search with the cluster size it was asked to search."""
+
+    def __init__(self, world_size: int) -> None:
+        super().__init__(world_size)
+        self.world_size = world_size
+
+
+def test_the_fewest_node_search_never_spans_more_than_its_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Near-zero GPU memory puts the ZeRO-3 state bound at ~1e12 GPUs; the fewest-GPU search
+    # listed every whole-node count up to twice that and the process grew to tens of GB.
+    # Now the relaxation proves at once that no count up to the cap holds the states.
+    from solver import relax
+
+    def no_search(*args: object, **kwargs: object) -> None:
+        raise AssertionError("searched although the states cannot fit")
+
+    monkeypatch.setattr(relax, "search", no_search)
+    tiny = REQUEST.model_copy(update={"cluster": REQUEST.cluster.model_copy(
+        update={"gpu_memory_bytes": 1, "memory_headroom_frac": 0.0})})
+    states_bytes = relax.gpus_for_states(tiny)  # over a capacity of one byte
+    assert states_bytes > 10**12
+    assert relax._fewest_nodes(tiny, relax._Clock(None)) is None
+
+    # States that fit below the cap, but whose doubled ceiling would pass it: the search
+    # spans at most the cap's whole nodes.
+    def record(spec: object, training: object, cluster: ClusterSpec, **kwargs: object) -> None:
+        raise _SearchedCluster(cluster.world_size)
+
+    monkeypatch.setattr(relax, "search", record)
+    per_gpu = states_bytes // 100_000  # the states over ~100,000 GPUs
+    near = REQUEST.model_copy(update={"cluster": REQUEST.cluster.model_copy(
+        update={"gpu_memory_bytes": per_gpu, "memory_headroom_frac": 0.0})})
+    needed = relax.gpus_for_states(near)
+    assert relax.MAX_RELAXATION_GPUS // 2 < needed <= relax.MAX_RELAXATION_GPUS
+    with pytest.raises(_SearchedCluster) as searched:
+        relax._fewest_nodes(near, relax._Clock(None))
+    assert searched.value.world_size == relax.MAX_RELAXATION_GPUS
