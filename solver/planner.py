@@ -351,7 +351,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     # The framework target narrows the space: only what an admitted framework runs.
     constraints = target_constraints(hardware_constraints(constraints, cluster, training))
     started = time.perf_counter()
-    watch = reporter(objective=objective.value)
+    watch = reporter(objective=Objective(objective).value)
     if deadline is None:
         deadline = started + limits.time_limit_s
     dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE

@@ -68,6 +68,13 @@ class _HealthWatch:
         self._thread.join(timeout=60)
 
 
+def _pool_busy(base_url: str) -> bool:
+    """Whether the server's solver pool admits a computation now (GET /metrics)."""
+    page = httpx.get(f"{base_url}/metrics", timeout=60).text
+    return any(line.startswith("atlas_solver_searches_running ")
+               and float(line.split()[1]) >= 1 for line in page.splitlines())
+
+
 def _post(base_url: str, body: bytes) -> httpx.Response:
     return httpx.post(f"{base_url}/v1/moe/placement", content=body, timeout=600,
                       headers={"content-type": "application/json"})
@@ -83,7 +90,11 @@ def test_a_58_layer_placement_leaves_healthz_answering_and_is_admitted_or_refuse
         with _HealthWatch(server.base_url) as health, ThreadPoolExecutor(4) as pool:
             first = pool.submit(_post, server.base_url, body)
             # A different placement while the first holds the only thread: refused at once.
-            while not first.done() and health.answers < 10:  # the first is in the pool
+            # The server's own gauge says when the first holds it (its body takes a while
+            # to arrive and be read on a loaded host).
+            deadline = time.monotonic() + 300
+            while not first.done() and not _pool_busy(server.base_url):
+                assert time.monotonic() < deadline, "the first placement never started"
                 time.sleep(0.05)
             other = _post(server.base_url, _body(2, batch_offset=1))
             copies = [pool.submit(_post, server.base_url, body) for _ in range(3)]

@@ -112,9 +112,9 @@ def test_every_export_has_a_launch_for_the_plans_gpus(label: str) -> None:
 
 def test_a_margin_of_zero_plans_up_to_the_usable_memory() -> None:
     """`memory_margin_frac: 0` restores planning up to the usable memory: no margin, the
-    limit is the capacity, and the DeepSeek-V3 plan then uses memory the default margin
-    keeps free (its peak lies in the last 3.84% of the usable memory)."""
-    label = "DeepSeek-V3, 2,048 H800"
+    limit is the capacity, and the GPT 1T plan then uses memory the default margin keeps
+    free (its peak lies in the last 3.84% of the usable memory)."""
+    label = "GPT 1T, 3,072 A100"
     request = REQUESTS[label]
     zero = request.model_copy(update={"cluster": request.cluster.model_copy(
         update={"memory_margin_frac": 0.0})})
