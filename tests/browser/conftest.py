@@ -77,9 +77,11 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         thread.join(timeout=15)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """Headless system Chromium."""
+    """Headless system Chromium, one per test module: Playwright's sync API keeps an asyncio
+    event loop running on the main thread while it is open, so a session-wide one would
+    make every later test that starts its own loop (asyncio.run, anyio.run) fail."""
     executable = chromium_path()
     if executable is None:
         pytest.skip("no Chromium binary: apt-get install chromium (or set ATLAS_CHROMIUM)")
