@@ -36,7 +36,7 @@ class Plan:
     iterations: int = 20
 
 
-def _timed(torch: Any, fn: Callable[[], object], *, warmup: int, iterations: int) -> float:
+def timed_s(torch: Any, fn: Callable[[], object], *, warmup: int, iterations: int) -> float:
     """Mean seconds per call of `fn` on the current stream (CUDA events)."""
     for _ in range(warmup):
         fn()
@@ -58,7 +58,7 @@ def _gemms(torch: Any, plan: Plan) -> list[Any]:
             for dtype, torch_dtype in formats:
                 a = torch.randn(m, k, device="cuda", dtype=torch_dtype)
                 b = torch.randn(k, n, device="cuda", dtype=torch_dtype)
-                seconds = _timed(torch, partial(torch.matmul, a, b), warmup=plan.warmup,
+                seconds = timed_s(torch, partial(torch.matmul, a, b), warmup=plan.warmup,
                                  iterations=plan.iterations)
                 out.append(results.gemm_entry(m, n, k, dtype, seconds))
     return out
@@ -78,7 +78,7 @@ def _attention(torch: Any, plan: Plan) -> list[Any]:
             o = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
             o.backward(grad)
 
-        seconds = _timed(torch, step, warmup=plan.warmup, iterations=plan.iterations)
+        seconds = timed_s(torch, step, warmup=plan.warmup, iterations=plan.iterations)
         out.append(results.attention_entry(batch, plan.attention_heads, seq, plan.head_dim,
                                            causal=True, fused=True, seconds=seconds))
     return out
@@ -89,9 +89,9 @@ def _host_link(torch: Any, plan: Plan) -> list[Any]:
     for size in plan.host_bytes:
         host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
         device = torch.empty(size, dtype=torch.uint8, device="cuda")
-        h2d = _timed(torch, partial(device.copy_, host, non_blocking=True),
+        h2d = timed_s(torch, partial(device.copy_, host, non_blocking=True),
                      warmup=plan.warmup, iterations=plan.iterations)
-        d2h = _timed(torch, partial(host.copy_, device, non_blocking=True),
+        d2h = timed_s(torch, partial(host.copy_, device, non_blocking=True),
                      warmup=plan.warmup, iterations=plan.iterations)
         out += [results.host_link_entry("h2d", size, h2d),
                 results.host_link_entry("d2h", size, d2h)]
@@ -118,7 +118,7 @@ def _collectives(torch: Any, plan: Plan, group: Any, size: int, per_node: int) -
             Collective.ALL_TO_ALL: partial(dist.all_to_all_single, receive, full, group=group),
         }
         for collective, call in calls.items():
-            seconds = _timed(torch, call, warmup=plan.warmup, iterations=plan.iterations)
+            seconds = timed_s(torch, call, warmup=plan.warmup, iterations=plan.iterations)
             slowest = torch.tensor([seconds], device="cuda")
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
             out.append(results.collective_entry(collective, nbytes, size, per_node,
@@ -165,4 +165,4 @@ def run(plan: Plan) -> Microbenchmarks | None:
                                     "collectives": collectives})
 
 
-__all__ = ["Plan", "run"]
+__all__ = ["Plan", "run", "timed_s"]

@@ -31,21 +31,15 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from calibration.bench import timed_s
+
 LLAMA_8B = {"hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "ffn": 14336}
 """Llama 3.1 8B's layer shape (its Hugging Face config.json)."""
 
 
-def _timed(torch: Any, fn: Callable[[], object], warmup: int = 3, iterations: int = 10) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iterations):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return float(start.elapsed_time(end)) / 1000.0 / iterations
+def _timed(torch: Any, fn: Callable[[], object]) -> float:
+    """Mean seconds per call after warm-up (`calibration.bench.timed_s`, the kit's timer)."""
+    return timed_s(torch, fn, warmup=3, iterations=10)
 
 
 def _gemm_shapes(tokens: int) -> list[tuple[str, int, int, int]]:
