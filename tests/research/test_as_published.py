@@ -98,3 +98,35 @@ def test_every_predictable_row_is_listed_for_the_protocol() -> None:
             continue
         assert row["id"] in vp.AS_PUBLISHED["rows"], (
             f"{row['id']}: add it to research/data/as_published.json")
+
+
+def _moe_predictions() -> dict[str, tuple[float, float, str]]:
+    out = {}
+    for rid in vp.AS_PUBLISHED["rows"]:
+        if rid.startswith("bridge-") and vp.is_moe_row(ROWS[rid]):
+            pred = vp.predict(ROWS[rid], vp.AS_PUBLISHED_PROTOCOL)
+            if pred is not None:
+                out[rid] = pred
+    return out
+
+
+def test_moe_rows_beyond_the_limit_are_named_with_their_cause() -> None:
+    """Issue 34's MoE group: every validation-only MoE row (evaluated as published) beyond
+    25% names its cause in `MOE_OUTLIER_CAUSES`, and no named row has come back within the
+    limit (the list cannot go stale). The Bridge MoE rows are all of the group's rows."""
+    predictions = _moe_predictions()
+    ids, beyond = vp.moe_group(predictions)
+    assert len(ids) >= 14
+    assert {rid for rid, _ in beyond} == set(vp.MOE_OUTLIER_CAUSES)
+    assert all(vp.role(rid) == "validation-only" for rid in vp.MOE_OUTLIER_CAUSES)
+
+
+def test_moe_group_counts_only_validation_only_moe_rows() -> None:
+    """The calibration row of the MoE host issue and the dense rows stay out of the group."""
+    fake = {rid: (100.0, 200.0, "tokens/s/GPU") for rid in (
+        "bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu",   # fitting (MOE_CALIBRATION)
+        "bridge-26.04.01-dgx-h100-llama3-70b-64gpu",      # dense
+        "bridge-26.02-dgx-h100-qwen3-30b-a3b-16gpu")}     # MoE, validation-only
+    ids, beyond = vp.moe_group(fake)
+    assert ids == ["bridge-26.02-dgx-h100-qwen3-30b-a3b-16gpu"]
+    assert beyond == [("bridge-26.02-dgx-h100-qwen3-30b-a3b-16gpu", 1.0)]
