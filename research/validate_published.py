@@ -23,7 +23,8 @@ With --calibrate-h100 the Hopper BF16 and FP8 GEMM efficiencies are grid-fitted 
 calibration rows named below and every other Hopper row is held out; with --calibrate-moe
 the MoE host-issue time is grid-fitted on `MOE_CALIBRATION`; --moe-residuals prints the
 measured and predicted time per MoE layer pass of every MoE row, and --moe-host-need the host
-issue time each MoE row would need. The fits use the planner protocol.
+issue time each MoE row would need as published, beside its runtime. The fits use the planner
+protocol.
 """
 
 import dataclasses
@@ -116,6 +117,23 @@ recipe that produced it, not from the measurement: Megatron-Bridge
 and `scripts/performance/configs/<family>/*_workload_base_configs.py` at tag 26.04-alpha.rc2
 (26.04.01 rows): `moe_flex_dispatcher_backend` "deepep" or "hybridep" -> deepep (per-node
 dispatch), unset -> Megatron's alltoall; `moe_a2a_overlap`."""
+
+MOE_CUDA_GRAPH_SCOPES: dict[str, tuple[str, ...]] = {
+    "bridge-25.11-dgx-b200-qwen3-30b-a3b-8gpu": ("moe_router", "moe_preprocess"),
+    "bridge-26.04.01-dgx-b200-deepseekv3-256gpu": ("attn", "moe_router", "moe_preprocess"),
+    "bridge-26.04.01-dgx-b200-qwen3-30b-a3b-8gpu": ("attn", "moe_router", "moe_preprocess"),
+}
+"""The per-layer CUDA graph scopes (`cuda_graph_impl="transformer_engine"`,
+`cuda_graph_scope`) of the `MOE_RECIPES` rows whose performance recipe sets them; every other
+MoE row's recipe leaves CUDA graphs unset. Read from the same recipes as `MOE_RECIPES`:
+Megatron-Bridge commit 602e88cb7 `scripts/performance/configs/qwen3/workload_base_configs.py`
+(`QWEN3_30B_A3B_B200_FP8_CS_BASE_CONFIG`; the H100 Qwen3-30B graphs are on its BF16 config
+only, and no H100 DeepSeek-V3, GPT-OSS or Qwen3-235B config sets them) and tag
+26.04-alpha.rc2 `deepseek_workload_base_configs.py` (`DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2`)
+and `qwen3_workload_base_configs.py` (`QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1`, which the
+FP8_MX config aliases; `QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1` sets none). The cost
+model has no input for them yet: `--moe-host-need` prints them beside the host issue time
+each row would need, the evidence for modelling the host side per runtime (issue 34 item 3)."""
 
 
 RECIPE_LAYOUTS: dict[str, dict[str, int]] = {
@@ -414,6 +432,9 @@ def as_published_config(row: dict[str, Any]) -> tuple[ParallelConfig, TrainingSp
     recompute = RecomputeMode(pick("recompute", recompute_word, "none"))
     modules = ((RecomputeModule.OP_SAC,) if "per-op" in (p.get("recompute") or "")
                else None)
+    if modules is None and "recompute_modules" in settings:
+        # A recipe's Megatron `recompute_modules` (selective recomputation of those modules).
+        modules = tuple(RecomputeModule(m) for m in settings["recompute_modules"][0])
     if "zero_stage" not in settings:
         raise ValueError(f"{row['id']}: as_published.json gives no ZeRO stage")
     sp = bool(pick("sequence_parallel", p.get("sequence_parallel"), False)) and p["tp"] > 1
@@ -547,12 +568,14 @@ def moe_residuals(rows: list[dict[str, Any]]) -> None:
               f"residual {1e3 * (measured - est.step_time_s) / passes:+6.2f}")
 
 
-def moe_host_need(rows: list[dict[str, Any]]) -> None:
+def moe_host_need(rows: list[dict[str, Any]], protocol: str = AS_PUBLISHED_PROTOCOL) -> None:
     """Per MoE row, the host issue time per MoE layer forward that would make the prediction
-    match the measurement (bisection on `models.compute.MOE_HOST_ISSUE_S` over 0-80 ms, the
-    per-expert launch term off), beside the row's local experts, micro-batch and precision:
-    the check of whether the missing MoE time follows the local experts (a host cost) or the
-    tokens per micro-batch (a GPU cost). Restores both constants."""
+    under `protocol` match the measurement (bisection on `models.compute.MOE_HOST_ISSUE_S`
+    over 0-80 ms, the per-expert launch term off), beside the row's local experts,
+    micro-batch, precision and runtime (dispatcher, EP all-to-all overlap, CUDA graph scopes:
+    `MOE_RECIPES`, `MOE_CUDA_GRAPH_SCOPES`): the check of whether the missing MoE time follows
+    the local experts (a host cost), the tokens per micro-batch (a GPU cost) or the runtime.
+    Restores both constants."""
     from models import compute
 
     issue, launch = compute.MOE_HOST_ISSUE_S, compute.MOE_HOST_LAUNCH_S
@@ -565,15 +588,23 @@ def moe_host_need(rows: list[dict[str, Any]]) -> None:
             assert spec is not None and spec.moe is not None
             p = row_parallel(row)
             lo, hi = 0.0, 0.08
+            out: tuple[float, float, str] | None = None
             for _ in range(14):
                 compute.MOE_HOST_ISSUE_S = (lo + hi) / 2
                 clear_step_time_cache()
-                out = predict(row)
-                assert out is not None
+                out = predict(row, protocol)
+                if out is None:
+                    break
                 lo, hi = ((lo + hi) / 2, hi) if _error(*out) > 0 else (lo, (lo + hi) / 2)
+            if out is None:
+                continue
+            dispatcher, overlap = MOE_RECIPES[row["id"]]
+            graphs = "+".join(MOE_CUDA_GRAPH_SCOPES.get(row["id"], ())) or "none"
             print(f"moe host need {row['id']:50s} local experts "
                   f"{spec.moe.num_experts // p['ep']:3d} micro-batch {p['micro_batch_size']} "
-                  f"{p['precision'].split(' (')[0]:6s} needed host issue {1e3 * lo:6.2f} ms")
+                  f"{p['precision'].split(' (')[0]:6s} {dispatcher:8s} "
+                  f"a2a overlap {'on ' if overlap else 'off'} graphs {graphs:28s} "
+                  f"needed host issue {1e3 * lo:6.2f} ms")
     finally:
         compute.MOE_HOST_ISSUE_S, compute.MOE_HOST_LAUNCH_S = issue, launch
         clear_step_time_cache()
@@ -659,23 +690,25 @@ MOE_OUTLIER_LIMIT = 0.25
 
 MOE_OUTLIER_CAUSES: dict[str, str] = {
     "bridge-25.11-dgx-h100-qwen3-30b-a3b-16gpu": (
-        "host-bound recipe: the same H100 recipe (alltoall dispatcher with EP all-to-all "
-        "overlap, PP 2 with 1-2 layers per virtual stage) printed 5,275 tokens/s at micro-batch "
-        "2 (25.11) and 5,113 at micro-batch 1 (26.02): doubling the GPU work per layer pass "
-        "left the rate unchanged, so the time per layer pass is host time, about 23 ms per "
-        "MoE layer forward against the 7.4 ms constant fitted on the Qwen3-235B row; the "
-        "26.02.01 patch container printed 9,058 for the 26.02 layout. The host work of that "
-        "runtime (combined forward/backward issue under EP overlap, no CUDA graphs) is not "
-        "modelled (issue 34 item 3)"),
+        "not explained, runtime of one recipe: the H100 FP8 recipe with the alltoall "
+        "dispatcher, EP all-to-all overlap and PP 2 with 1-2 layers per virtual stage printed "
+        "5,275 tokens/s at micro-batch 2 (25.11) and 5,113 at micro-batch 1 (26.02), where the "
+        "model's rate rises 1.5x with the micro-batch. The host issue per MoE layer forward "
+        "each row would need is 23.5 and 12.2 ms (`--moe-host-need`), growing with the tokens, "
+        "so the missing time is per token, not the fixed host cost (7.4 ms, fitted on the "
+        "Qwen3-235B row of the same recipe family). The 26.02.01 patch container printed "
+        "9,058 tokens/s for the same printed layout (x1.77): a software change the model has "
+        "no input for"),
     "bridge-26.02-dgx-h100-qwen3-30b-a3b-16gpu": (
-        "same recipe and cause as bridge-25.11-dgx-h100-qwen3-30b-a3b-16gpu (host-bound; "
-        "the 26.02.01 patch container printed 9,058 tokens/s, x1.77, for this layout)"),
+        "same recipe and cause as bridge-25.11-dgx-h100-qwen3-30b-a3b-16gpu (needs 12.2 ms of "
+        "host issue per MoE layer forward at micro-batch 1 against 23.5 ms at 2; the "
+        "26.02.01 patch container printed 9,058 tokens/s, x1.77, for this layout)"),
     "bridge-26.04.01-dgx-b200-gpt-oss-120b-64gpu": (
-        "not explained: predicted 40% fast while the 25.11 B200 run of the same model "
-        "(EP 64, alltoall) is within 15%; the recipe's selective recomputation of layernorm "
-        "and moe_act (GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V1 at 26.04-alpha.rc2) is not "
-        "passed (no MoE recipe's recompute modules are), and GPT-OSS's attention sinks are "
-        "modelled as plain attention"),
+        "not explained: predicted 39% fast while the 25.11 B200 run of the same model "
+        "(EP 64, alltoall) is within 15%; the model's rate doubles from EP 64 across nodes to "
+        "EP 8 inside a node while the printed rate grows 1.65x. Candidates: GPT-OSS's "
+        "learnable attention sinks are modelled as plain flash attention, and the HybridEP "
+        "runtime's host work is the one fitted constant (issue 34 item 3)"),
 }
 """Why each validation-only MoE row beyond `MOE_OUTLIER_LIMIT` (as published) is there: a
 named mechanism the cost model lacks, or "not explained" with the candidates. A test checks

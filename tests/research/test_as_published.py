@@ -130,3 +130,16 @@ def test_moe_group_counts_only_validation_only_moe_rows() -> None:
     ids, beyond = vp.moe_group(fake)
     assert ids == ["bridge-26.02-dgx-h100-qwen3-30b-a3b-16gpu"]
     assert beyond == [("bridge-26.02-dgx-h100-qwen3-30b-a3b-16gpu", 1.0)]
+
+
+def test_moe_recipes_recompute_modules_are_passed_as_published() -> None:
+    """Megatron-Bridge's DeepSeek-V3 B200 MXFP8 recipe at 26.04-alpha.rc2 recomputes the MLA
+    up-projections and the dense MLPs (selective); the Qwen3 recipes recompute nothing."""
+    parallel, _ = vp.as_published_config(ROWS["bridge-26.04.01-dgx-b200-deepseekv3-256gpu"]) or (
+        None, None)
+    assert parallel is not None
+    assert parallel.recompute == "selective"
+    assert {m.value for m in parallel.recompute_modules} == {"mla_up_proj", "mlp"}
+    qwen, _ = vp.as_published_config(ROWS["bridge-26.04.01-dgx-b200-qwen3-30b-a3b-8gpu"]) or (
+        None, None)
+    assert qwen is not None and qwen.recompute == "none"
