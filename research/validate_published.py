@@ -696,13 +696,13 @@ MOE_OUTLIER_CAUSES: dict[str, str] = {
         "model's rate rises 1.5x with the micro-batch. The host issue per MoE layer forward "
         "each row would need is 23.5 and 12.2 ms (`--moe-host-need`), growing with the tokens, "
         "so the missing time is per token, not the fixed host cost (7.4 ms, fitted on the "
-        "Qwen3-235B row of the same recipe family). The 26.02.01 patch container printed "
-        "9,058 tokens/s for the same printed layout (x1.77): a software change the model has "
-        "no input for"),
+        "Qwen3-235B row of the same recipe family). The 26.02.01 patch table prints 9,058 "
+        "tokens/s (x1.77) under the same layout columns, but the recipe had moved to EP 16 "
+        "with HybridEP and no PP on 2026-02-23 (commit 4a6450755; the 26.04 EP 16 row prints "
+        "8,960), so that figure likely belongs to the new recipe"),
     "bridge-26.02-dgx-h100-qwen3-30b-a3b-16gpu": (
         "same recipe and cause as bridge-25.11-dgx-h100-qwen3-30b-a3b-16gpu (needs 12.2 ms of "
-        "host issue per MoE layer forward at micro-batch 1 against 23.5 ms at 2; the "
-        "26.02.01 patch container printed 9,058 tokens/s, x1.77, for this layout)"),
+        "host issue per MoE layer forward at micro-batch 1 against 23.5 ms at 2)"),
     "bridge-26.04.01-dgx-b200-gpt-oss-120b-64gpu": (
         "not explained: predicted 39% fast while the 25.11 B200 run of the same model "
         "(EP 64, alltoall) is within 15%; the model's rate doubles from EP 64 across nodes to "
