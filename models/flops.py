@@ -15,7 +15,8 @@ and PaLM do, unless `causal=True`, which counts the half a causal kernel actuall
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from api_schemas.architecture import AttentionKind, ModelSpec
+from api_schemas.architecture import ModelSpec
+from models.layer_kinds import attention_kind
 from models.linear_attention import linear_attention_core_forward_flops
 from models.params import layer_attention_params, layer_params, mlp_params
 
@@ -41,9 +42,7 @@ class LayerForwardFlops:
 
 def attention_head_dims(spec: ModelSpec) -> tuple[int, int]:
     """(d_qk, d_v) per head: MLA uses d_nope + d_rope for q/k and v_head_dim for v."""
-    if spec.attention == AttentionKind.MLA and spec.mla is not None:
-        return spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim, spec.mla.v_head_dim
-    return spec.dim_per_head, spec.dim_per_head
+    return attention_kind(spec).head_dims(spec)
 
 
 def attention_core_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False,

@@ -13,7 +13,8 @@ kv_b/o, norms).
 
 from dataclasses import dataclass
 
-from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec, NormKind
+from api_schemas.architecture import ModelSpec
+from models.layer_kinds import attention_kind, mlp_kind, norm_kind
 from models.linear_attention import linear_attention_weights
 
 
@@ -75,9 +76,9 @@ class ParameterCount:
 def norm_params(spec: ModelSpec, width: int) -> int:
     """Weights of one norm over `width` features: h for RMSNorm, 2h (scale, bias) for
     LayerNorm, none for a LayerNorm without affine parameters (OLMo 1: transformers
-    `OlmoLayerNorm`, OLMo arXiv:2402.00838 Sec. 2.1 'non-parametric layer norm')."""
-    per_feature = {NormKind.LAYERNORM: 2, NormKind.RMSNORM: 1, NormKind.LAYERNORM_NO_AFFINE: 0}
-    return width * per_feature[spec.norm]
+    `OlmoLayerNorm`, OLMo arXiv:2402.00838 Sec. 2.1 'non-parametric layer norm'); the
+    norm kind's record (`models.layer_kinds.norm`) holds the weights per feature."""
+    return width * norm_kind(spec).params_per_feature
 
 
 def attention_params(spec: ModelSpec, *, matrices_only: bool = False) -> int:
@@ -87,32 +88,10 @@ def attention_params(spec: ModelSpec, *, matrices_only: bool = False) -> int:
     `attention_bias`, all four when `linear_bias`; per-head q and k norms when `qk_norm`.
     MLA (DeepSeek-V2 arXiv:2405.04434 Sec. 2.1): q_a (h x d'_c) + norm + q_b
     (d'_c x a*(d_nope + d_rope)) or a full-rank q; kv_a (h x (d_c + d_rope)) + norm; kv_b
-    (d_c x a*(d_nope + d_v)); o (a*d_v x h).
+    (d_c x a*(d_nope + d_v)); o (a*d_v x h). Counted by the kind's record
+    (`models.layer_kinds`).
     """
-    h, a = spec.hidden_size, spec.num_attention_heads
-    if spec.attention == AttentionKind.MLA and spec.mla is not None:
-        mla = spec.mla
-        qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        norms = 0 if matrices_only else mla.kv_lora_rank + (mla.q_lora_rank or 0)
-        if mla.q_lora_rank:
-            q = h * mla.q_lora_rank + mla.q_lora_rank * a * qk_dim
-        else:
-            q = h * a * qk_dim
-        kv = (h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
-              + mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim))
-        return q + kv + a * mla.v_head_dim * h + norms
-    d, kv_heads = spec.dim_per_head, spec.kv_heads
-    q_out, kv_out = a * d, kv_heads * d
-    weights = h * q_out + 2 * h * kv_out + q_out * h
-    if matrices_only:
-        return weights
-    biases = 0
-    if spec.attention_bias or spec.linear_bias:
-        biases += q_out + 2 * kv_out
-    if spec.linear_bias:
-        biases += h
-    qk_norms = 2 * d if spec.qk_norm else 0
-    return weights + biases + qk_norms
+    return attention_kind(spec).params(spec, matrices_only=matrices_only)
 
 
 def layer_attention_params(spec: ModelSpec, layer_index: int, *,
@@ -130,7 +109,7 @@ def mlp_params(spec: ModelSpec, width: int, *, matrices_only: bool = False) -> i
     """Weights of one MLP of intermediate `width`: 2hf for GELU, 3hf for SwiGLU; biases
     (f + h) when `linear_bias` and not `matrices_only`."""
     h = spec.hidden_size
-    matrices = 3 if spec.mlp == MlpKind.SWIGLU else 2
+    matrices = mlp_kind(spec).matrices
     biases = (width + h) if spec.linear_bias and not matrices_only else 0
     return matrices * h * width + biases
 
@@ -186,10 +165,7 @@ def largest_weight_matrix(spec: ModelSpec) -> int:
     buffer an optimizer that needs whole matrices (Muon) must gather."""
     h = spec.hidden_size
     sizes = [h * spec.num_attention_heads * spec.dim_per_head, h * spec.ffn_hidden_size]
-    if spec.mla is not None:
-        mla = spec.mla
-        sizes.append(mla.kv_lora_rank * spec.num_attention_heads
-                     * (mla.qk_nope_head_dim + mla.v_head_dim))
+    sizes += attention_kind(spec).extra_matrix_sizes(spec)
     if spec.moe is not None:
         sizes.append(h * max(spec.moe.expert_ffn_hidden_size,
                              spec.moe.shared_expert_ffn_hidden_size))
