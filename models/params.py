@@ -14,7 +14,7 @@ kv_b/o, norms).
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
-from models.layer_kinds import attention_kind, mlp_kind, norm_kind
+from models.layer_kinds import attention_kind, mlp_block, mlp_kind, norm_kind
 from models.linear_attention import linear_attention_weights
 
 
@@ -108,31 +108,19 @@ def layer_attention_params(spec: ModelSpec, layer_index: int, *,
 def mlp_params(spec: ModelSpec, width: int, *, matrices_only: bool = False) -> int:
     """Weights of one MLP of intermediate `width`: 2hf for GELU, 3hf for SwiGLU; biases
     (f + h) when `linear_bias` and not `matrices_only`."""
-    h = spec.hidden_size
-    matrices = mlp_kind(spec).matrices
-    biases = (width + h) if spec.linear_bias and not matrices_only else 0
-    return matrices * h * width + biases
+    return mlp_kind(spec).params(spec, width, matrices_only=matrices_only)
 
 
 def layer_params(spec: ModelSpec, layer_index: int) -> LayerParams:
-    """Weights of transformer layer `layer_index` (0-based) by component."""
+    """Weights of transformer layer `layer_index` (0-based) by component: the MLP block's are
+    its record's (`models.layer_kinds.moe`: dense MLP or MoE block)."""
     norms = spec.num_layer_norms * norm_params(spec, spec.hidden_size)
     attention = layer_attention_params(spec, layer_index)
-    moe = spec.moe
-    if moe is None or not spec.is_moe_layer(layer_index):
-        return LayerParams(attention=attention, norms=norms,
-                           dense_mlp=mlp_params(spec, spec.ffn_hidden_size), router=0,
-                           shared_experts=0, routed_expert_each=0, num_routed_experts=0,
-                           top_k=0)
-    h = spec.hidden_size
-    router = h * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
-    shared = mlp_params(spec, moe.shared_expert_ffn_hidden_size) if moe.num_shared_experts else 0
-    if moe.shared_expert_gate:
-        shared += h
-    return LayerParams(attention=attention, norms=norms, dense_mlp=0, router=router,
-                       shared_experts=shared,
-                       routed_expert_each=mlp_params(spec, moe.expert_ffn_hidden_size),
-                       num_routed_experts=moe.num_experts, top_k=moe.top_k)
+    block = mlp_block(spec, layer_index).params(spec, mlp_kind(spec))
+    return LayerParams(attention=attention, norms=norms, dense_mlp=block.dense_mlp,
+                       router=block.router, shared_experts=block.shared_experts,
+                       routed_expert_each=block.routed_expert_each,
+                       num_routed_experts=block.num_routed_experts, top_k=block.top_k)
 
 
 def embedding_params(spec: ModelSpec) -> int:
@@ -166,9 +154,7 @@ def largest_weight_matrix(spec: ModelSpec) -> int:
     h = spec.hidden_size
     sizes = [h * spec.num_attention_heads * spec.dim_per_head, h * spec.ffn_hidden_size]
     sizes += attention_kind(spec).extra_matrix_sizes(spec)
-    if spec.moe is not None:
-        sizes.append(h * max(spec.moe.expert_ffn_hidden_size,
-                             spec.moe.shared_expert_ffn_hidden_size))
+    sizes += {mlp_block(spec, i).largest_matrix(spec) for i in range(spec.num_layers)}
     return max(sizes)
 
 

@@ -139,6 +139,44 @@ class MlpRecord:
         """All matrices of one MLP: the up side plus the down projection."""
         return self.up_matrices + 1
 
+    def params(self, spec: ModelSpec, width: int, *, matrices_only: bool) -> int:
+        """Weights of one MLP of intermediate `width`: `matrices` x h f; biases (f + h)
+        when `linear_bias` and not `matrices_only`."""
+        h = spec.hidden_size
+        biases = (width + h) if spec.linear_bias and not matrices_only else 0
+        return self.matrices * h * width + biases
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MlpBlockParams:
+    """Weights of one layer's MLP block by component (`models.params.LayerParams` adds the
+    token mixer and the norms)."""
+
+    dense_mlp: int
+    router: int
+    shared_experts: int
+    routed_expert_each: int
+    num_routed_experts: int
+    top_k: int
+
+
+class MlpBlockRecord(Protocol):
+    """A layer's MLP block (a dense MLP or the mixture of experts) built from the model's
+    MLP kind."""
+
+    def params(self, spec: ModelSpec, mlp: MlpRecord) -> MlpBlockParams:
+        """Weights of the block by component."""
+        ...
+
+    def forward_matrix_weights(self, spec: ModelSpec, mlp: MlpRecord) -> int:
+        """GEMM weights one token passes through in a forward (router and activated experts
+        only, for MoE)."""
+        ...
+
+    def largest_matrix(self, spec: ModelSpec) -> int:
+        """Elements of the block's largest 2-D weight."""
+        ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NormRecord:
@@ -152,5 +190,5 @@ class NormRecord:
     """Why the Megatron-LM layer differs from this one, when it does."""
 
 
-__all__ = ["AttentionRecord", "GemmShape", "LinearAttentionRecord", "MlpRecord", "NormRecord",
-           "StoredTerm"]
+__all__ = ["AttentionRecord", "GemmShape", "LinearAttentionRecord", "MlpBlockParams",
+           "MlpBlockRecord", "MlpRecord", "NormRecord", "StoredTerm"]

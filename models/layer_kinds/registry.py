@@ -21,11 +21,18 @@ from api_schemas.architecture import (
     NormKind,
 )
 from models.errors import InvalidSpecError
-from models.layer_kinds.base import AttentionRecord, LinearAttentionRecord, MlpRecord, NormRecord
+from models.layer_kinds.base import (
+    AttentionRecord,
+    LinearAttentionRecord,
+    MlpBlockRecord,
+    MlpRecord,
+    NormRecord,
+)
 from models.layer_kinds.dense_attention import DENSE_ATTENTION
 from models.layer_kinds.linear_attention import GATED_DELTA, KDA
 from models.layer_kinds.mla import MLA
 from models.layer_kinds.mlp import GELU, SWIGLU
+from models.layer_kinds.moe import DENSE_MLP_BLOCK, MOE_BLOCK
 from models.layer_kinds.norm import LAYERNORM, LAYERNORM_NO_AFFINE, RMSNORM
 
 ATTENTION_KINDS: dict[str, AttentionRecord] = {
@@ -72,10 +79,16 @@ def mlp_kind(spec: ModelSpec) -> MlpRecord:
     return _lookup(MLP_KINDS, spec.mlp, "mlp")
 
 
+def mlp_block(spec: ModelSpec, layer_index: int) -> MlpBlockRecord:
+    """The record of layer `layer_index`'s MLP block: the MoE block where the model routes
+    (`ModelSpec.is_moe_layer`), else a dense MLP."""
+    return MOE_BLOCK if spec.is_moe_layer(layer_index) else DENSE_MLP_BLOCK
+
+
 def norm_kind(spec: ModelSpec) -> NormRecord:
     """The record of the model's norms."""
     return _lookup(NORM_KINDS, spec.norm, "norm")
 
 
 __all__ = ["ATTENTION_KINDS", "LINEAR_ATTENTION_KINDS", "MLP_KINDS", "NORM_KINDS",
-           "attention_kind", "linear_attention_kind", "mlp_kind", "norm_kind"]
+           "attention_kind", "linear_attention_kind", "mlp_block", "mlp_kind", "norm_kind"]
