@@ -137,7 +137,8 @@ fields = {"mlp": MlpKind.GELU if act == "gelu" else MlpKind.SWIGLU}
 
 
 def test_no_module_outside_the_records_branches_on_a_layer_kind() -> None:
-    offenders, presence = [], {}
+    offenders: list[str] = []
+    presence: dict[str, int] = {}
     for path in _product_modules():
         rel = path.relative_to(ROOT).as_posix()
         for line, what in _branches(ast.parse(path.read_text(encoding="utf-8"))):
