@@ -27,7 +27,7 @@ from api_schemas.parallel import (
 from api_schemas.training import Fp8WeightStorage, TrainingSpec
 from models.catalog import DATA_DIR
 from models.errors import InvalidSpecError
-from models.layer_kinds import attention_kind
+from models.layer_kinds import attention_kind, has_routed_experts
 from models.pipeline import schedule_traits
 from models.runtime_features import effective_features
 from models.traffic.context import head_dims
@@ -181,7 +181,7 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
         out.add(f"cp:{kind.value}")
         if _ulysses_replicates_kv(spec, tp, cp, kind, ulysses_degree):
             out.add("mesh:ulysses_kv_replicated")
-    if spec.moe is not None:
+    if has_routed_experts(spec):
         out.add("moe")
         if ep > 1:
             out.add("ep")
@@ -193,7 +193,7 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
         out.add("fp8_compute")
         if training.fp8_weight_storage == Fp8WeightStorage.FP8_ONLY:
             out.add("fp8_weight_storage")
-    out |= effective_features(training, moe=spec.moe is not None, tp=tp, dp=dp, ep=ep,
+    out |= effective_features(training, moe=has_routed_experts(spec), tp=tp, dp=dp, ep=ep,
                               sequence_parallel=sequence_parallel)
     if sum(d > 1 for d in (dp, tp, pp, cp)) > 1:
         out.add("mesh:multi_dim")

@@ -47,7 +47,7 @@ from api_schemas.parallel import (
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.collectives import fabric_of
-from models.layer_kinds import attention_kind
+from models.layer_kinds import kind_recompute_modules
 from models.layout import pipeline_layout
 from models.memory import (
     LedgerMemo,
@@ -108,9 +108,7 @@ def broad_selective_modules(spec: ModelSpec) -> tuple[RecomputeModule, ...]:
     """Cheap-to-rebuild modules (Kimi K2 Sec. 2.4 / DeepSeek-V3 Sec. 3.3): norms, the
     attention core, MLA up-projections and the expert activation."""
     modules = [RecomputeModule.CORE_ATTN, RecomputeModule.LAYERNORM]
-    modules += attention_kind(spec).recompute_modules
-    if spec.moe is not None:
-        modules.append(RecomputeModule.MOE_ACT)
+    modules += kind_recompute_modules(spec, cheap_only=True)
     return tuple(modules)
 
 

@@ -8,12 +8,16 @@ Owns: those records and the registry. Must not: import the cost model (`models.p
 the records never ask them), or let a caller branch on a kind name instead of asking.
 """
 
+from models.layer_kinds.moe import has_routed_experts
 from models.layer_kinds.registry import (
     attention_kind,
+    kind_recompute_modules,
     linear_attention_kind,
     mlp_block,
+    mlp_blocks,
     mlp_kind,
     norm_kind,
 )
 
-__all__ = ["attention_kind", "linear_attention_kind", "mlp_block", "mlp_kind", "norm_kind"]
+__all__ = ["attention_kind", "has_routed_experts", "kind_recompute_modules",
+           "linear_attention_kind", "mlp_block", "mlp_blocks", "mlp_kind", "norm_kind"]

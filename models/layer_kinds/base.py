@@ -164,6 +164,17 @@ class MlpBlockRecord(Protocol):
     """A layer's MLP block (a dense MLP or the mixture of experts) built from the model's
     MLP kind."""
 
+    @property
+    def recompute_modules(self) -> tuple[RecomputeModule, ...]:
+        """Recompute modules only this block has (MoE: the experts, their activation, the
+        shared experts)."""
+        ...
+
+    @property
+    def cheap_recompute_modules(self) -> tuple[RecomputeModule, ...]:
+        """Of those, the ones cheap to rebuild (Kimi K2 Sec. 2.4: the expert activation)."""
+        ...
+
     def params(self, spec: ModelSpec, mlp: MlpRecord) -> MlpBlockParams:
         """Weights of the block by component."""
         ...

@@ -9,7 +9,17 @@ MoE (`ModelSpec.is_moe_layer`), or time the experts (`models.compute`, `models.m
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec, MoESpec
+from api_schemas.parallel import RecomputeModule
 from models.layer_kinds.base import MlpBlockParams, MlpRecord
+
+M = RecomputeModule
+
+
+def has_routed_experts(spec: ModelSpec) -> bool:
+    """True when the model carries the MoE block: an expert-parallel axis exists, and the
+    expert settings, features and evidence of an MoE model apply. The one place the
+    presence of `ModelSpec.moe` is read for that question."""
+    return spec.moe is not None
 
 
 def _moe(spec: ModelSpec) -> MoESpec:
@@ -21,6 +31,9 @@ def _moe(spec: ModelSpec) -> MoESpec:
 @dataclass(frozen=True, slots=True)
 class DenseMlpBlock:
     """One MLP of `ffn_hidden_size`."""
+
+    recompute_modules: tuple[RecomputeModule, ...] = ()
+    cheap_recompute_modules: tuple[RecomputeModule, ...] = ()
 
     def params(self, spec: ModelSpec, mlp: MlpRecord) -> MlpBlockParams:
         """The dense MLP's weights, nothing routed."""
@@ -43,6 +56,9 @@ class MoeBlock:
     """Router (h x E, plus a per-expert bias when `router_bias`), shared experts of total
     width `shared_expert_ffn_hidden_size` (plus an h-wide gate when `shared_expert_gate`),
     E routed experts of `expert_ffn_hidden_size`, top-k of them per token."""
+
+    recompute_modules: tuple[RecomputeModule, ...] = (M.MOE, M.MOE_ACT, M.SHARED_EXPERTS)
+    cheap_recompute_modules: tuple[RecomputeModule, ...] = (M.MOE_ACT,)
 
     def params(self, spec: ModelSpec, mlp: MlpRecord) -> MlpBlockParams:
         """Router, shared experts and one routed expert's weights."""
@@ -76,4 +92,4 @@ class MoeBlock:
 DENSE_MLP_BLOCK = DenseMlpBlock()
 MOE_BLOCK = MoeBlock()
 
-__all__ = ["DENSE_MLP_BLOCK", "MOE_BLOCK", "DenseMlpBlock", "MoeBlock"]
+__all__ = ["DENSE_MLP_BLOCK", "MOE_BLOCK", "DenseMlpBlock", "MoeBlock", "has_routed_experts"]

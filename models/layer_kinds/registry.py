@@ -20,6 +20,7 @@ from api_schemas.architecture import (
     ModelSpec,
     NormKind,
 )
+from api_schemas.parallel import RecomputeModule
 from models.errors import InvalidSpecError
 from models.layer_kinds.base import (
     AttentionRecord,
@@ -85,10 +86,26 @@ def mlp_block(spec: ModelSpec, layer_index: int) -> MlpBlockRecord:
     return MOE_BLOCK if spec.is_moe_layer(layer_index) else DENSE_MLP_BLOCK
 
 
+def mlp_blocks(spec: ModelSpec) -> tuple[MlpBlockRecord, ...]:
+    """The distinct MLP blocks of the model's layers, in layer order."""
+    return tuple(dict.fromkeys(mlp_block(spec, i) for i in range(spec.num_layers)))
+
+
+def kind_recompute_modules(spec: ModelSpec, *, cheap_only: bool = False
+                           ) -> tuple[RecomputeModule, ...]:
+    """Recompute modules the model's layer kinds add to the common ones (attention core,
+    norms): MLA's up-projections, the MoE block's; `cheap_only`: those cheap to rebuild."""
+    out = list(attention_kind(spec).recompute_modules)
+    for block in mlp_blocks(spec):
+        out += block.cheap_recompute_modules if cheap_only else block.recompute_modules
+    return tuple(out)
+
+
 def norm_kind(spec: ModelSpec) -> NormRecord:
     """The record of the model's norms."""
     return _lookup(NORM_KINDS, spec.norm, "norm")
 
 
 __all__ = ["ATTENTION_KINDS", "LINEAR_ATTENTION_KINDS", "MLP_KINDS", "NORM_KINDS",
-           "attention_kind", "linear_attention_kind", "mlp_block", "mlp_kind", "norm_kind"]
+           "attention_kind", "kind_recompute_modules", "linear_attention_kind", "mlp_block",
+           "mlp_blocks", "mlp_kind", "norm_kind"]

@@ -11,7 +11,7 @@ from math import prod
 
 from api_schemas import ContextParallelKind, ParallelConfig
 from models.errors import InvalidSpecError
-from models.layer_kinds import attention_kind
+from models.layer_kinds import attention_kind, has_routed_experts
 from models.mesh.candidates import (
     Candidate,
     Finding,
@@ -159,7 +159,7 @@ def _shrink_tp(ctx: MeshContext, cand: Candidate, accept: Callable[[int], bool]
 def ep_needs_moe(ctx: MeshContext, cand: Candidate) -> Finding | None:
     """Expert parallelism only exists for a model with routed experts."""
     p = cand.parallel
-    if ctx.arch.moe is not None or (p.ep == 1 and p.etp == 1):
+    if has_routed_experts(ctx.arch) or (p.ep == 1 and p.etp == 1):
         return None
     return Finding(
         rule="ep-needs-moe", severity=E, field="parallel.ep",
