@@ -43,9 +43,12 @@ released Kimi Linear code keeps A_log, dt_bias and the gate in fp32)."""
 
 LINEAR_ATTENTION_KERNEL_EFFICIENCY: dict[str, float] = {
     kind: record.kernel_efficiency for kind, record in LINEAR_ATTENTION_KINDS.items()}
-"""Fraction of the GPU's dense BF16 peak each kind's chunkwise kernel reaches, as its record
-(`models.layer_kinds.linear_attention`) declares it: KDA 0.044, gated delta 0.071, fitted on
-one published forward row each (research/CALIBRATION.md)."""
+"""Fraction of the GPU's dense BF16 peak the chunkwise kernels reach, counted with
+`chunkwise_forward_flops_per_token_head` (C = 64), as each kind's record
+(`models.layer_kinds.linear_attention`) declares it: KDA 0.044, gated delta 0.071. Fitted on
+one published forward row each (fewer than three; no published step row of a hybrid model
+checks them): flash-linear-attention `chunk_kda` and `chunk_gdn` on an H800, B = 1,
+T = 8192, H = 96, d = 128 (PaddlePaddle/flash-attention PR #133; research/CALIBRATION.md)."""
 
 LINEAR_ATTENTION_BACKWARD_FLOP_RATIO = 3.0
 """Backward / forward FLOPs of the chunkwise kernel. Assumption: the gradient matmuls cost
