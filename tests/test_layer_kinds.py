@@ -3,7 +3,8 @@
 Two checks: an AST scan of the product packages that fails on code outside the records that
 branches on a layer kind (compares or matches a kind name, keys a table by one, or asks
 whether a kind's sub-spec is present), and a toy layer kind, registered here and nowhere
-else, that flows through the parameter count, the FLOPs and the memory ledger.
+else, that flows through the parameter count, the FLOPs, the memory ledger and the step
+time.
 """
 
 import ast
@@ -23,6 +24,7 @@ from models.layer_kinds.base import MlpRecord, StoredTerm
 from models.layer_kinds.dense_attention import DenseAttention
 from models.memory import memory_ledger
 from models.params import count_parameters
+from models.step_time import estimate_step
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("models", "solver", "service")
@@ -195,7 +197,7 @@ CLUSTER = cluster_preset("h100-sxm5-80gb", num_nodes=8)
 
 
 @pytest.mark.usefixtures("toy_kinds")
-def test_a_toy_mlp_kind_flows_through_params_flops_and_memory() -> None:
+def test_a_toy_mlp_kind_flows_through_params_flops_memory_and_step_time() -> None:
     toy = BASE.model_copy(update={"mlp": "toy_mlp"})
     h, f, layers, seq = BASE.hidden_size, BASE.ffn_hidden_size, BASE.num_layers, 4096
     # One more h x f matrix per layer than SwiGLU's three.
@@ -212,6 +214,9 @@ def test_a_toy_mlp_kind_flows_through_params_flops_and_memory() -> None:
     toy_ledger = memory_ledger(toy, TRAINING, PARALLEL, CLUSTER)
     base_ledger = memory_ledger(BASE, TRAINING, PARALLEL, CLUSTER)
     assert toy_ledger.peak_bytes > base_ledger.peak_bytes
+    # And a step: a third more MLP work per layer takes longer.
+    toy_step = estimate_step(toy, TRAINING, PARALLEL, CLUSTER)
+    assert toy_step.step_time_s > estimate_step(BASE, TRAINING, PARALLEL, CLUSTER).step_time_s
 
 
 @pytest.mark.usefixtures("toy_kinds")
