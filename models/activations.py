@@ -21,8 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec
+from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import DEFAULT_RECOMPUTE_MODULES, RecomputeMode, RecomputeModule
+from models.layer_kinds import attention_kind, mlp_kind
 from models.linear_attention import linear_attention_stored_terms
 
 ACTIVATION_BYTES = 2
@@ -179,6 +180,7 @@ def attention_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[Stor
     Deviation (MLA): the q/kv latents and their norm outputs (2 d'_c + 2 d_c each), then
     per-head Q/K (d_nope + d_rope) and V (d_v), rebuilt by `mla_up_proj` recomputation.
     Deviation (flash): no scores; the fp32 log-sum-exp (4 bytes per head) instead.
+    The projection tensors are the attention kind's record's (`models.layer_kinds`).
     """
     t, rep = float(ctx.tp), ctx.replicated_divisor
     act = ACTIVATION_BYTES
@@ -186,20 +188,10 @@ def attention_tensors(spec: ModelSpec, ctx: LayerActivationContext) -> list[Stor
     h, heads = spec.hidden_size, spec.num_attention_heads / t
     out = [_tensor("qkv input (norm output)", "attention", gemm_in * h / ctx.gemm_input_divisor,
                    ctx, M.LAYERNORM, M.OP_SAC)]
-    if spec.attention == AttentionKind.MLA and spec.mla is not None:
-        mla = spec.mla
-        latents = 2 * (mla.q_lora_rank or 0) + 2 * mla.kv_lora_rank
-        out.append(_tensor("MLA latents", "attention", act * latents / rep, ctx))
-        d_qk, d_v = mla.qk_nope_head_dim + mla.qk_rope_head_dim, mla.v_head_dim
-        out.append(_tensor("per-head Q, K, V", "attention", act * heads * (2 * d_qk + d_v), ctx,
-                           M.MLA_UP_PROJ))
-    else:
-        d = d_v = spec.dim_per_head
-        kv_heads = max(spec.kv_heads / t, 1.0)
-        # torchtitan's per-op policy keeps the Q and V projections (1st and 3rd matmul) and
-        # rebuilds K (2nd) and the rotary / repeat copies from them.
-        out.append(_tensor("Q, V", "attention", act * (heads + kv_heads) * d, ctx))
-        out.append(_tensor("K", "attention", act * kv_heads * d, ctx, M.OP_SAC))
+    record = attention_kind(spec)
+    for term in record.stored_terms(spec, tp=t, replicated_divisor=rep, activation_bytes=act):
+        out.append(_tensor(term.name, "attention", term.bytes_per_token, ctx, *term.dropped_by))
+    d_v = record.head_dims(spec)[1]
     out.append(_tensor("output-projection input", "attention", gemm_in * heads * d_v, ctx))
     if ctx.dropout:
         out.append(_tensor("attention dropout mask", "attention", MASK_BYTES * h / rep, ctx))
@@ -243,7 +235,7 @@ def _mlp_inner(spec: ModelSpec, ctx: LayerActivationContext, width: int, *, pref
     """
     up_bytes = FP8_TILE_BYTES_PER_ELEMENT if ctx.fp8_storage else ACTIVATION_BYTES
     down_in = FP8_TILE_BYTES_PER_ELEMENT if ctx.fp8_compute else ACTIVATION_BYTES
-    up_width = 2 * width if spec.mlp == MlpKind.SWIGLU else width
+    up_width = mlp_kind(spec).up_matrices * width
     return [
         _tensor(f"{prefix} up-projection output", "mlp", copies * up_bytes * up_width / split,
                 ctx, whole),
@@ -266,7 +258,7 @@ def _eager_silu_output(spec: ModelSpec, ctx: LayerActivationContext, width: int,
     2.11): an eager Llama 3.1 8B layer keeps 41.03 s h bytes per token, the fused layer's
     34.03 s h plus this tensor's 2 x 3.5 h (validation data, nothing fitted).
     """
-    if not ctx.eager_elementwise or spec.mlp != MlpKind.SWIGLU:
+    if not ctx.eager_elementwise or not mlp_kind(spec).eager_product:
         return []
     return [_tensor(f"{prefix} SiLU output (eager product input)", "mlp",
                     copies * ACTIVATION_BYTES * width / split, ctx, whole, act_module,
@@ -283,7 +275,7 @@ def _op_sac_split(spec: ModelSpec, up: StoredTensor) -> list[StoredTensor]:
     one and rebuilds the other; a GELU MLP's single up output (5th) is saved.
     Source: torchtitan parallelize_llama.py at 9dec370 (`_save_list`: save aten.mm outputs
     except every second one; wq, wk, wv, wo, w1, w3, w2 in order)."""
-    if spec.mlp != MlpKind.SWIGLU:
+    if mlp_kind(spec).up_matrices == 1:
         return [up]
     half = up.bytes // 2
     return [dataclasses.replace(up, name=f"{up.name} (gate)", bytes=half),

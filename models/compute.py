@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec
+from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import GpuSpec
 from api_schemas.parallel import RecomputeModule
@@ -34,6 +34,7 @@ from models.kernels import (
     memory_bound_time_s,
     profile_for,
 )
+from models.layer_kinds import attention_kind, mlp_kind
 from models.linear_attention import (
     LINEAR_ATTENTION_BACKWARD_FLOP_RATIO,
     kcp_extra_forward_flops,
@@ -262,29 +263,14 @@ def _gemm_times(gemms: list[_Gemm], ctx: ComputeContext) -> tuple[OpTimes, dict[
 
 def attention_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
     """Rank-local GEMMs of the attention block (Megatron column/row parallel split)."""
-    t, h, tokens, a = ctx.tp, spec.hidden_size, ctx.tokens, spec.num_attention_heads
-    if spec.attention == AttentionKind.MLA and spec.mla is not None:
-        mla = spec.mla
-        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        out = []
-        if mla.q_lora_rank:
-            out += [_Gemm(m=tokens, n=mla.q_lora_rank, k=h),
-                    _Gemm(m=tokens, n=a * qk // t, k=mla.q_lora_rank, module=M.MLA_UP_PROJ)]
-        else:
-            out.append(_Gemm(m=tokens, n=a * qk // t, k=h))
-        out += [_Gemm(m=tokens, n=mla.kv_lora_rank + mla.qk_rope_head_dim, k=h),
-                _Gemm(m=tokens, n=a * (mla.qk_nope_head_dim + mla.v_head_dim) // t,
-                      k=mla.kv_lora_rank, module=M.MLA_UP_PROJ),
-                _Gemm(m=tokens, n=h, k=a * mla.v_head_dim // t)]
-        return out
-    d, kv = spec.dim_per_head, max(spec.kv_heads // t, 1)
-    return [_Gemm(m=tokens, n=(a // t + 2 * kv) * d, k=h), _Gemm(m=tokens, n=h, k=a * d // t)]
+    shapes = attention_kind(spec).gemm_shapes(spec, tokens=ctx.tokens, tp=ctx.tp)
+    return [_Gemm(m=g.m, n=g.n, k=g.k, module=g.module) for g in shapes]
 
 
 def mlp_gemms(spec: ModelSpec, width: int, *, tokens: int, split: int,
               module: RecomputeModule) -> list[_Gemm]:
     """Up (gate+up for SwiGLU) and down projections of an MLP of intermediate `width`."""
-    up = (2 if spec.mlp == MlpKind.SWIGLU else 1) * width // split
+    up = mlp_kind(spec).up_matrices * width // split
     return [_Gemm(m=tokens, n=up, k=spec.hidden_size, module=module),
             _Gemm(m=tokens, n=spec.hidden_size, k=width // split, module=module)]
 
@@ -426,7 +412,7 @@ def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
     """
     rep = ctx.tp if ctx.sequence_parallel else 1
     tokens, h = ctx.tokens, spec.hidden_size
-    act_in = 2 if spec.mlp == MlpKind.SWIGLU else 1
+    act_in = mlp_kind(spec).up_matrices
     norms = tokens * 2 * (2 * h * 2) / rep
     residual = tokens * 2 * (3 * h * 2) / rep
     dropout = tokens * 2 * (2 * h * 2 + h) / rep if ctx.dropout else 0.0
@@ -535,8 +521,7 @@ def _runtime_elementwise_bytes(spec: ModelSpec, ctx: ComputeContext) -> dict[str
         "norms": {"norm": 2 * h / rep},
         "other": {"residual": 2 * h / rep, "rope": (q + kv) * d,
                   "repeat_kv": 2 * q * d if q > kv else 0.0},
-        "mlp_act": {("swiglu" if spec.mlp == MlpKind.SWIGLU else "gelu"):
-                    spec.ffn_hidden_size / ctx.tp},
+        "mlp_act": {mlp_kind(spec).name: spec.ffn_hidden_size / ctx.tp},
     }
     out = {key: OpPasses(forward=tokens * sum(n * table[op].forward for op, n in ops.items()),
                          backward=tokens * sum(n * table[op].backward for op, n in ops.items()))
@@ -560,16 +545,12 @@ def op_sac_gemms(spec: ModelSpec, ctx: ComputeContext, *, moe_layer: bool) -> li
     attention matmuls of a plain layer are counted (none for MLA).
     """
     t, h, tokens = ctx.tp, spec.hidden_size, ctx.tokens
-    if spec.attention == AttentionKind.MLA:
-        attention: list[_Gemm] = []
-    else:
-        d, kv, a = spec.dim_per_head, max(spec.kv_heads // t, 1), spec.num_attention_heads
-        attention = [_Gemm(m=tokens, n=a * d // t, k=h), _Gemm(m=tokens, n=kv * d, k=h),
-                     _Gemm(m=tokens, n=kv * d, k=h), _Gemm(m=tokens, n=h, k=a * d // t)]
+    attention = [_Gemm(m=g.m, n=g.n, k=g.k, module=g.module)
+                 for g in attention_kind(spec).op_sac_gemm_shapes(spec, tokens=tokens, tp=t)]
     mlp: list[_Gemm] = []
     if not moe_layer:
         f = spec.ffn_hidden_size // t
-        up = [_Gemm(m=tokens, n=f, k=h)] * (2 if spec.mlp == MlpKind.SWIGLU else 1)
+        up = [_Gemm(m=tokens, n=f, k=h)] * mlp_kind(spec).up_matrices
         mlp = up + [_Gemm(m=tokens, n=h, k=f)]
     return (attention + mlp)[1::2]
 

@@ -11,12 +11,13 @@ between plans (`solver/expert_parallel.py` compares two).
 import math
 from dataclasses import dataclass
 
-from api_schemas.architecture import MlpKind, ModelSpec
+from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import TrainingSpec
 from models.compute import routed_assignments
 from models.kernels import GEMM_TILE, grouped_gemm_time_s, profile_for
+from models.layer_kinds import mlp_kind
 from models.mesh.layout import expert_data_parallel_size
 from models.params import layer_params
 from models.step_time.stage import compute_context
@@ -61,7 +62,7 @@ def expert_terms(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
     local = max(1, moe.num_experts // parallel.ep)
     per_expert = routed_assignments(spec, ctx) / local
     padded = math.ceil(per_expert / GEMM_TILE) * GEMM_TILE
-    n = (2 if spec.mlp == MlpKind.SWIGLU else 1) * moe.expert_ffn_hidden_size // parallel.etp
+    n = mlp_kind(spec).up_matrices * moe.expert_ffn_hidden_size // parallel.etp
     k = spec.hidden_size
     dtype = training.compute_dtype
     seconds = grouped_gemm_time_s(local, int(padded), n, k, gpu=cluster.gpu, dtype=dtype,

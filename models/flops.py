@@ -15,9 +15,10 @@ and PaLM do, unless `causal=True`, which counts the half a causal kernel actuall
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from api_schemas.architecture import AttentionKind, ModelSpec
+from api_schemas.architecture import ModelSpec
+from models.layer_kinds import attention_kind, mlp_block, mlp_kind
 from models.linear_attention import linear_attention_core_forward_flops
-from models.params import layer_attention_params, layer_params, mlp_params
+from models.params import layer_attention_params
 
 BACKWARD_TO_FORWARD_RATIO = 2.0
 """Backward costs two forwards (input and weight gradients).
@@ -41,9 +42,7 @@ class LayerForwardFlops:
 
 def attention_head_dims(spec: ModelSpec) -> tuple[int, int]:
     """(d_qk, d_v) per head: MLA uses d_nope + d_rope for q/k and v_head_dim for v."""
-    if spec.attention == AttentionKind.MLA and spec.mla is not None:
-        return spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim, spec.mla.v_head_dim
-    return spec.dim_per_head, spec.dim_per_head
+    return attention_kind(spec).head_dims(spec)
 
 
 def attention_core_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False,
@@ -90,17 +89,8 @@ def layer_forward_flops(spec: ModelSpec, layer_index: int, *, seq_len: int,
     weight per token); MoE layers count the router, the shared experts and top-k routed
     experts per token.
     """
-    layer = layer_params(spec, layer_index)
     weights = layer_attention_params(spec, layer_index, matrices_only=True)
-    if layer.num_routed_experts == 0:
-        weights += mlp_params(spec, spec.ffn_hidden_size, matrices_only=True)
-    else:
-        moe = spec.moe
-        assert moe is not None
-        weights += spec.hidden_size * moe.num_experts
-        if moe.num_shared_experts:
-            weights += mlp_params(spec, moe.shared_expert_ffn_hidden_size, matrices_only=True)
-        weights += moe.top_k * mlp_params(spec, moe.expert_ffn_hidden_size, matrices_only=True)
+    weights += mlp_block(spec, layer_index).forward_matrix_weights(spec, mlp_kind(spec))
     return LayerForwardFlops(gemm_flop=2.0 * seq_len * weights,
                              attention_flop=layer_core_forward_flops(spec, layer_index,
                                                                      seq_len=seq_len,

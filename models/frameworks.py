@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from api_schemas.architecture import AttentionKind, ModelSpec
+from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.parallel import (
     DEFAULT_RECOMPUTE_MODULES,
@@ -27,6 +27,7 @@ from api_schemas.parallel import (
 from api_schemas.training import Fp8WeightStorage, TrainingSpec
 from models.catalog import DATA_DIR
 from models.errors import InvalidSpecError
+from models.layer_kinds import attention_kind, has_routed_experts
 from models.pipeline import schedule_traits
 from models.runtime_features import effective_features
 from models.traffic.context import head_dims
@@ -180,7 +181,7 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
         out.add(f"cp:{kind.value}")
         if _ulysses_replicates_kv(spec, tp, cp, kind, ulysses_degree):
             out.add("mesh:ulysses_kv_replicated")
-    if spec.moe is not None:
+    if has_routed_experts(spec):
         out.add("moe")
         if ep > 1:
             out.add("ep")
@@ -192,7 +193,7 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
         out.add("fp8_compute")
         if training.fp8_weight_storage == Fp8WeightStorage.FP8_ONLY:
             out.add("fp8_weight_storage")
-    out |= effective_features(training, moe=spec.moe is not None, tp=tp, dp=dp, ep=ep,
+    out |= effective_features(training, moe=has_routed_experts(spec), tp=tp, dp=dp, ep=ep,
                               sequence_parallel=sequence_parallel)
     if sum(d > 1 for d in (dp, tp, pp, cp)) > 1:
         out.add("mesh:multi_dim")
@@ -238,9 +239,7 @@ def _attention_features(spec: ModelSpec) -> set[str]:
     """The attention shapes that decide which context-parallel kernels can run a model: MLA
     (query-key heads wider than value heads), sliding windows and attention chunks (masks
     other than plain causal), each present in at least one layer."""
-    out: set[str] = set()
-    if spec.attention == AttentionKind.MLA:
-        out.add("model:mla")
+    out: set[str] = set(attention_kind(spec).framework_features)
     if spec.sliding_window is not None and spec.sliding_window_layers != ():
         out.add("model:sliding_window")
     if spec.attention_chunk_size is not None and spec.chunked_attention_layers != ():

@@ -29,7 +29,9 @@ Sources:
 from dataclasses import dataclass
 
 from api_schemas import ContextParallelKind
-from api_schemas.architecture import LinearAttentionKind, LinearAttentionSpec, ModelSpec
+from api_schemas.architecture import LinearAttentionSpec, ModelSpec
+from models.layer_kinds import linear_attention_kind
+from models.layer_kinds.registry import LINEAR_ATTENTION_KINDS
 
 STATE_BYTES = 4
 """Bytes of one recurrent-state element: the state and the KCP fragments are fp32 ([KCP]
@@ -39,20 +41,14 @@ GATE_BYTES = 4
 """Bytes of one stored decay-gate element (the per-channel log decay is kept in fp32: the
 released Kimi Linear code keeps A_log, dt_bias and the gate in fp32)."""
 
-LINEAR_ATTENTION_KERNEL_EFFICIENCY: dict[LinearAttentionKind, float] = {
-    LinearAttentionKind.KDA: 0.044,
-    LinearAttentionKind.GATED_DELTA: 0.071,
-}
+LINEAR_ATTENTION_KERNEL_EFFICIENCY: dict[str, float] = {
+    kind: record.kernel_efficiency for kind, record in LINEAR_ATTENTION_KINDS.items()}
 """Fraction of the GPU's dense BF16 peak the chunkwise kernels reach, counted with
-`chunkwise_forward_flops_per_token_head` (C = 64). Fitted on one published forward row
-each (fewer than three; no published step row of a hybrid model checks them):
-flash-linear-attention `chunk_kda` and `chunk_gdn` on an H800, B = 1, T = 8192, H = 96,
-d = 128: 3.268 ms and 2.033 ms (PaddlePaddle/flash-attention PR #133, the
-`FLA_BENCHMARK` table); held out: B = 2, T = 16384, H = 16: 2.299 ms and 1.342 ms
-(predicted 2.187 and 1.355, -4.9% and +1.0%; research/CALIBRATION.md). Far below the
-softmax kernels' fraction: the chunkwise kernels are bound by memory traffic and launches
-(the gate, WY and state passes are separate kernels). Assumes: the same fraction on other
-GPU generations and shapes."""
+`chunkwise_forward_flops_per_token_head` (C = 64), as each kind's record
+(`models.layer_kinds.linear_attention`) declares it: KDA 0.044, gated delta 0.071. Fitted on
+one published forward row each (fewer than three; no published step row of a hybrid model
+checks them): flash-linear-attention `chunk_kda` and `chunk_gdn` on an H800, B = 1,
+T = 8192, H = 96, d = 128 (PaddlePaddle/flash-attention PR #133; research/CALIBRATION.md)."""
 
 LINEAR_ATTENTION_BACKWARD_FLOP_RATIO = 3.0
 """Backward / forward FLOPs of the chunkwise kernel. Assumption: the gradient matmuls cost
@@ -126,17 +122,15 @@ def linear_attention_weights(spec: ModelSpec) -> LinearAttentionWeights:
     output gate (h x H d_v), a_proj and b_proj (h x H each); vectors: convolutions, A_log and
     dt_bias (H each), the norm (d_v).
     Legend: h = hidden_size, H = num_heads, d_k = head_dim, d_v = value width, W = taps.
+    The gates (and the vectors beyond the convolutions) are counted by the kind's record
+    (`models.layer_kinds.linear_attention`).
     """
     la = _linear(spec)
     h, heads, dk, dv = spec.hidden_size, la.num_heads, la.head_dim, la.dim_v
     qkvo = 2 * h * heads * dk + 2 * h * heads * dv
     conv = (2 * heads * dk + heads * dv) * la.short_conv_kernel_size
-    if la.kind == LinearAttentionKind.KDA:
-        gates = h * dk + dk * heads * dk + h * heads + h * dk + dk * heads * dv
-        return LinearAttentionWeights(matrices=qkvo + gates,
-                                      vectors=conv + heads + heads * dk + dv)
-    gates = h * heads * dv + 2 * h * heads
-    return LinearAttentionWeights(matrices=qkvo + gates, vectors=conv + 2 * heads + dv)
+    gates, vectors = linear_attention_kind(la).gate_weights(spec, la)
+    return LinearAttentionWeights(matrices=qkvo + gates, vectors=conv + vectors)
 
 
 def linear_attention_gemm_shapes(spec: ModelSpec, *, tokens: int, tp: int
@@ -147,12 +141,8 @@ def linear_attention_gemm_shapes(spec: ModelSpec, *, tokens: int, tp: int
     h, dk, dv = spec.hidden_size, la.head_dim, la.dim_v
     heads = max(1, la.num_heads // tp)
     shapes = [(tokens, heads * (2 * dk + dv), h), (tokens, h, heads * dv)]
-    if la.kind == LinearAttentionKind.KDA:
-        shapes += [(tokens, 2 * dk, h), (tokens, heads * dk, dk), (tokens, heads * dv, dk),
-                   (tokens, heads, h)]
-    else:
-        shapes += [(tokens, heads * dv + 2 * heads, h)]
-    return shapes
+    return shapes + linear_attention_kind(la).gate_gemm_shapes(spec, la, tokens=tokens,
+                                                              heads=heads)
 
 
 def chunkwise_forward_flops_per_token_head(la: LinearAttentionSpec) -> float:
@@ -203,7 +193,7 @@ def linear_attention_core_time_s(spec: ModelSpec, flop: float, *, peak_flop_per_
     scales the attention kernels)."""
     if flop <= 0:
         return 0.0
-    efficiency = LINEAR_ATTENTION_KERNEL_EFFICIENCY[_linear(spec).kind]
+    efficiency = linear_attention_kind(_linear(spec)).kernel_efficiency
     return flop / (peak_flop_per_s * efficiency * efficiency_scale)
 
 
@@ -274,9 +264,10 @@ def linear_attention_stored_terms(spec: ModelSpec, *, tp: int, activation_bytes:
         LinearStoredTerm(name="output gate, kernel output, o_proj input",
                          bytes_per_token=act * 3 * heads * dv, core_recomputable=False),
     ]
-    if la.kind == LinearAttentionKind.KDA:
-        terms.append(LinearStoredTerm(name="low-rank gate latents (f_a, g_a outputs)",
-                                      bytes_per_token=act * 2 * dk, core_recomputable=False))
+    terms += [LinearStoredTerm(name=term.name, bytes_per_token=term.bytes_per_token,
+                               core_recomputable=False)
+              for term in linear_attention_kind(la).extra_stored_terms(
+                  la, activation_bytes=act)]
     return terms
 
 

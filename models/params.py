@@ -13,7 +13,8 @@ kv_b/o, norms).
 
 from dataclasses import dataclass
 
-from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec, NormKind
+from api_schemas.architecture import ModelSpec
+from models.layer_kinds import attention_kind, mlp_block, mlp_kind, norm_kind
 from models.linear_attention import linear_attention_weights
 
 
@@ -75,9 +76,9 @@ class ParameterCount:
 def norm_params(spec: ModelSpec, width: int) -> int:
     """Weights of one norm over `width` features: h for RMSNorm, 2h (scale, bias) for
     LayerNorm, none for a LayerNorm without affine parameters (OLMo 1: transformers
-    `OlmoLayerNorm`, OLMo arXiv:2402.00838 Sec. 2.1 'non-parametric layer norm')."""
-    per_feature = {NormKind.LAYERNORM: 2, NormKind.RMSNORM: 1, NormKind.LAYERNORM_NO_AFFINE: 0}
-    return width * per_feature[spec.norm]
+    `OlmoLayerNorm`, OLMo arXiv:2402.00838 Sec. 2.1 'non-parametric layer norm'); the
+    norm kind's record (`models.layer_kinds.norm`) holds the weights per feature."""
+    return width * norm_kind(spec).params_per_feature
 
 
 def attention_params(spec: ModelSpec, *, matrices_only: bool = False) -> int:
@@ -87,32 +88,10 @@ def attention_params(spec: ModelSpec, *, matrices_only: bool = False) -> int:
     `attention_bias`, all four when `linear_bias`; per-head q and k norms when `qk_norm`.
     MLA (DeepSeek-V2 arXiv:2405.04434 Sec. 2.1): q_a (h x d'_c) + norm + q_b
     (d'_c x a*(d_nope + d_rope)) or a full-rank q; kv_a (h x (d_c + d_rope)) + norm; kv_b
-    (d_c x a*(d_nope + d_v)); o (a*d_v x h).
+    (d_c x a*(d_nope + d_v)); o (a*d_v x h). Counted by the kind's record
+    (`models.layer_kinds`).
     """
-    h, a = spec.hidden_size, spec.num_attention_heads
-    if spec.attention == AttentionKind.MLA and spec.mla is not None:
-        mla = spec.mla
-        qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        norms = 0 if matrices_only else mla.kv_lora_rank + (mla.q_lora_rank or 0)
-        if mla.q_lora_rank:
-            q = h * mla.q_lora_rank + mla.q_lora_rank * a * qk_dim
-        else:
-            q = h * a * qk_dim
-        kv = (h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
-              + mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim))
-        return q + kv + a * mla.v_head_dim * h + norms
-    d, kv_heads = spec.dim_per_head, spec.kv_heads
-    q_out, kv_out = a * d, kv_heads * d
-    weights = h * q_out + 2 * h * kv_out + q_out * h
-    if matrices_only:
-        return weights
-    biases = 0
-    if spec.attention_bias or spec.linear_bias:
-        biases += q_out + 2 * kv_out
-    if spec.linear_bias:
-        biases += h
-    qk_norms = 2 * d if spec.qk_norm else 0
-    return weights + biases + qk_norms
+    return attention_kind(spec).params(spec, matrices_only=matrices_only)
 
 
 def layer_attention_params(spec: ModelSpec, layer_index: int, *,
@@ -129,31 +108,19 @@ def layer_attention_params(spec: ModelSpec, layer_index: int, *,
 def mlp_params(spec: ModelSpec, width: int, *, matrices_only: bool = False) -> int:
     """Weights of one MLP of intermediate `width`: 2hf for GELU, 3hf for SwiGLU; biases
     (f + h) when `linear_bias` and not `matrices_only`."""
-    h = spec.hidden_size
-    matrices = 3 if spec.mlp == MlpKind.SWIGLU else 2
-    biases = (width + h) if spec.linear_bias and not matrices_only else 0
-    return matrices * h * width + biases
+    return mlp_kind(spec).params(spec, width, matrices_only=matrices_only)
 
 
 def layer_params(spec: ModelSpec, layer_index: int) -> LayerParams:
-    """Weights of transformer layer `layer_index` (0-based) by component."""
+    """Weights of transformer layer `layer_index` (0-based) by component: the MLP block's are
+    its record's (`models.layer_kinds.moe`: dense MLP or MoE block)."""
     norms = spec.num_layer_norms * norm_params(spec, spec.hidden_size)
     attention = layer_attention_params(spec, layer_index)
-    moe = spec.moe
-    if moe is None or not spec.is_moe_layer(layer_index):
-        return LayerParams(attention=attention, norms=norms,
-                           dense_mlp=mlp_params(spec, spec.ffn_hidden_size), router=0,
-                           shared_experts=0, routed_expert_each=0, num_routed_experts=0,
-                           top_k=0)
-    h = spec.hidden_size
-    router = h * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
-    shared = mlp_params(spec, moe.shared_expert_ffn_hidden_size) if moe.num_shared_experts else 0
-    if moe.shared_expert_gate:
-        shared += h
-    return LayerParams(attention=attention, norms=norms, dense_mlp=0, router=router,
-                       shared_experts=shared,
-                       routed_expert_each=mlp_params(spec, moe.expert_ffn_hidden_size),
-                       num_routed_experts=moe.num_experts, top_k=moe.top_k)
+    block = mlp_block(spec, layer_index).params(spec, mlp_kind(spec))
+    return LayerParams(attention=attention, norms=norms, dense_mlp=block.dense_mlp,
+                       router=block.router, shared_experts=block.shared_experts,
+                       routed_expert_each=block.routed_expert_each,
+                       num_routed_experts=block.num_routed_experts, top_k=block.top_k)
 
 
 def embedding_params(spec: ModelSpec) -> int:
@@ -186,13 +153,8 @@ def largest_weight_matrix(spec: ModelSpec) -> int:
     buffer an optimizer that needs whole matrices (Muon) must gather."""
     h = spec.hidden_size
     sizes = [h * spec.num_attention_heads * spec.dim_per_head, h * spec.ffn_hidden_size]
-    if spec.mla is not None:
-        mla = spec.mla
-        sizes.append(mla.kv_lora_rank * spec.num_attention_heads
-                     * (mla.qk_nope_head_dim + mla.v_head_dim))
-    if spec.moe is not None:
-        sizes.append(h * max(spec.moe.expert_ffn_hidden_size,
-                             spec.moe.shared_expert_ffn_hidden_size))
+    sizes += attention_kind(spec).extra_matrix_sizes(spec)
+    sizes += {mlp_block(spec, i).largest_matrix(spec) for i in range(spec.num_layers)}
     return max(sizes)
 
 

@@ -38,7 +38,8 @@ Sources:
 import math
 from dataclasses import dataclass
 
-from api_schemas.architecture import AttentionKind, ModelSpec
+from api_schemas.architecture import ModelSpec
+from models.layer_kinds import attention_kind
 from models.ledger_items import MemoryComponent
 
 
@@ -46,9 +47,7 @@ def kv_bytes_per_token_per_layer(spec: ModelSpec, kv_bytes: float) -> float:
     """KV-cache bytes of one token in one layer, unsharded ([DSV2] Table 1): MLA caches the
     compressed latent d_c and the decoupled RoPE key d_h^R; MHA and GQA cache a key and a
     value per KV head."""
-    if spec.attention == AttentionKind.MLA and spec.mla is not None:
-        return (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * kv_bytes
-    return 2 * spec.kv_heads * spec.dim_per_head * kv_bytes
+    return attention_kind(spec).kv_cache_elements(spec) * kv_bytes
 
 
 def kv_bytes_per_token_per_gpu(spec: ModelSpec, kv_bytes: float, *, tp: int, pp: int
@@ -59,7 +58,7 @@ def kv_bytes_per_token_per_gpu(spec: ModelSpec, kv_bytes: float, *, tp: int, pp:
     if tp < 1 or pp < 1:
         raise ValueError("tp and pp must be positive")
     layers = math.ceil(spec.num_layers / pp)
-    if spec.attention == AttentionKind.MLA:
+    if not attention_kind(spec).kv_cache_split_by_tp():
         return layers * kv_bytes_per_token_per_layer(spec, kv_bytes)
     heads = max(1, spec.kv_heads // tp)
     return layers * 2 * heads * spec.dim_per_head * kv_bytes

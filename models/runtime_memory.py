@@ -18,6 +18,7 @@ from api_schemas.dtypes import DType
 from api_schemas.parallel import ContextParallelKind, ParallelConfig
 from api_schemas.training import Fp8WeightStorage, MoeDispatcher, OptimizerKind, TrainingSpec
 from models.activations import ACTIVATION_BYTES
+from models.layer_kinds import attention_kind
 from models.ledger_items import MemoryComponent, RankParameters
 from models.linear_attention import kcp_fragment_bytes
 from models.precision import state_bytes_per_param
@@ -235,7 +236,7 @@ def runtime_items(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                                        bytes=math.ceil(2 * groups.largest_layer * FP8_BYTES),
                                        note="one layer's FP8 weights and transposes"))
     heads_per_rank = spec.num_attention_heads / parallel.tp
-    head_dim = spec.mla.v_head_dim if spec.mla is not None else spec.dim_per_head
+    head_dim = attention_kind(spec).head_dims(spec)[1]
     out.append(MemoryComponent(
         name="attention backward workspace", kind="other",
         bytes=attention_workspace_bytes(

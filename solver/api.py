@@ -32,6 +32,7 @@ from models.error_bands import cluster_band, predicted_range
 from models.errors import InvalidSpecError
 from models.frameworks import RELEASED, extensions_used, plan_features, runs_on
 from models.kernels import profile_for
+from models.layer_kinds import has_routed_experts
 from models.linear_attention import cp_layer_note
 from models.memory import memory_ledger
 from models.memory_evidence import ledger_evidence
@@ -107,7 +108,7 @@ def plausibility(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     """The plan's plausibility note: its MFU and tokens/s per GPU against the closest
     published record of its GPU family, format and kind, with the upper error of the band its
     predicted range uses (`models.mfu_records.plausibility_note`)."""
-    moe = spec.moe is not None
+    moe = has_routed_experts(spec)
     band = cluster_band(cluster, moe=moe, num_gpus=est.world_size)
     return plausibility_note(gpu_id=cluster.gpu.id, gpu_name=cluster.gpu.name,
                              dtype=training.compute_dtype, moe=moe, preset=spec.name,
@@ -226,7 +227,7 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
                                                             best.parallel, cluster))
     runners_up = _runners_up(request, constraints, result, spec, cluster, best, deadline)
     alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k,
-                                 moe=spec.moe is not None)
+                                 moe=has_routed_experts(spec))
     text = summary(spec, cluster, best)
     price = request.constraints.gpu_hour_price
     cost = None
@@ -240,7 +241,7 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
         reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
         text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
     notes.append(plausibility(spec, training, cluster, best.estimate))
-    notes += ledger_evidence(training, best.parallel, is_moe=spec.moe is not None)
+    notes += ledger_evidence(training, best.parallel, is_moe=has_routed_experts(spec))
     notes += _cp_layer_notes(spec, best.parallel)
     notes += mechanism_notes(spec, training, best.parallel, cluster, best.estimate,
                              best.ledger)
@@ -249,7 +250,7 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
     expert = None
-    if spec.moe is not None and best.parallel.ep == 1 and constraints.ep not in (1, [1]):
+    if has_routed_experts(spec) and best.parallel.ep == 1 and constraints.ep not in (1, [1]):
         other = best_with_expert_parallelism(
             spec, request.training, cluster, constraints, request.objective, request.solver,
             result, deadline=deadline - EP_RESPONSE_MARGIN_S)
@@ -302,7 +303,7 @@ def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: Cl
         world_size=est.world_size, parallel=parallel,
         num_micro_batches=est.num_micro_batches, memory=memory_report_from_ledger(best.ledger),
         time=time_breakdown(est), throughput=throughput(est),
-        predicted_range=range_of(cluster, moe=spec.moe is not None, world_size=est.world_size,
+        predicted_range=range_of(cluster, moe=has_routed_experts(spec), world_size=est.world_size,
                                  step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s,
                                  mfu=min(1.0, est.mfu)),
         alternatives=alternatives,
@@ -539,7 +540,7 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                      "kernels: the memory is modelled as asked, but Transformer Engine's FP8 "
                      "path needs compute capability 8.9 or newer")
     notes.append(plausibility(spec, training, cluster, est))
-    notes += ledger_evidence(training, parallel, is_moe=spec.moe is not None)
+    notes += ledger_evidence(training, parallel, is_moe=has_routed_experts(spec))
     notes += _cp_layer_notes(spec, parallel)
     notes += mechanism_notes(spec, training, parallel, cluster, est, ledger)
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {limit_text(ledger)}"
@@ -560,7 +561,7 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                                   step_time_s=f.step_time_s,
                                   peak_bytes=f.peak_bytes, fits=f.fits, why_not=f.text,
                                   predicted_range=range_of(
-                                      cluster, moe=spec.moe is not None,
+                                      cluster, moe=has_routed_experts(spec),
                                       world_size=f.parallel.world_size,
                                       step_time_s=f.step_time_s))
                       for f in fixes],

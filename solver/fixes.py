@@ -20,6 +20,7 @@ from api_schemas.parallel import (
 )
 from api_schemas.training import TrainingSpec
 from models.errors import InvalidSpecError
+from models.layer_kinds import has_routed_experts
 from models.memory import memory_ledger
 from models.pipeline import StagePlacement, schedule_traits
 from models.step_time import estimate_step
@@ -52,7 +53,7 @@ def _neighbours(spec: ModelSpec, p: ParallelConfig) -> Iterator[tuple[str, dict[
     for k in sorted({max(1, per_stage // 4), max(1, per_stage // 2), per_stage}):
         yield (f"full recompute of {k} layers per stage",
                {"recompute": FullLayers(full_layers=k), "stage_policies": None})
-    if spec.moe is not None:
+    if has_routed_experts(spec):
         yield ("selective recompute of cheap modules and the MoE down-projections (Kimi K2)",
                {"recompute": RecomputeMode.SELECTIVE, "stage_policies": None,
                 "recompute_modules": (*broad_selective_modules(spec),

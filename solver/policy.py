@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from api_schemas.architecture import AttentionKind, ModelSpec
+from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import (
     FullLayers,
@@ -47,6 +47,7 @@ from api_schemas.parallel import (
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.collectives import fabric_of
+from models.layer_kinds import kind_recompute_modules
 from models.layout import pipeline_layout
 from models.memory import (
     LedgerMemo,
@@ -107,10 +108,7 @@ def broad_selective_modules(spec: ModelSpec) -> tuple[RecomputeModule, ...]:
     """Cheap-to-rebuild modules (Kimi K2 Sec. 2.4 / DeepSeek-V3 Sec. 3.3): norms, the
     attention core, MLA up-projections and the expert activation."""
     modules = [RecomputeModule.CORE_ATTN, RecomputeModule.LAYERNORM]
-    if spec.attention == AttentionKind.MLA:
-        modules.append(RecomputeModule.MLA_UP_PROJ)
-    if spec.moe is not None:
-        modules.append(RecomputeModule.MOE_ACT)
+    modules += kind_recompute_modules(spec, cheap_only=True)
     return tuple(modules)
 
 

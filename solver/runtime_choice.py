@@ -24,6 +24,7 @@ from api_schemas.requests import RuntimeFeatureName, RuntimeFeatureRule
 from api_schemas.training import MoeDispatcher, TrainingSpec
 from models.errors import InvalidSpecError
 from models.frameworks import Framework, blockers, frameworks, plan_features
+from models.layer_kinds import has_routed_experts
 from models.memory import memory_ledger
 from models.pipeline import schedule_traits
 from models.runtime_features import (
@@ -97,7 +98,7 @@ def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
     """Whether the mesh meets a feature's prerequisites (`RuntimeFeature.needs`); a
     framework's own refusals (EP overlap with full recomputation, or with PP > 1 and no
     interleaving) are its forbidden rules, checked by the caller."""
-    moe = spec.moe is not None
+    moe = has_routed_experts(spec)
     if name == OVERLAP_GRAD_REDUCE:
         return c.dp > 1
     if name == OVERLAP_TP_COMM:
@@ -133,7 +134,7 @@ def runtime_feature_set(spec: ModelSpec, training: TrainingSpec,
                         candidate: MeshCandidate) -> frozenset[str]:
     """The runtime features a decided recipe turns on for the candidate (capability
     names)."""
-    return frozenset(effective_features(training, moe=spec.moe is not None, tp=candidate.tp,
+    return frozenset(effective_features(training, moe=has_routed_experts(spec), tp=candidate.tp,
                                         dp=candidate.dp, ep=candidate.ep,
                                         sequence_parallel=candidate.sequence_parallel))
 

@@ -12,6 +12,7 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.plan import SearchLimit
 from api_schemas.requests import Constraints, Objective
 from api_schemas.training import TrainingSpec
+from models.layer_kinds import has_routed_experts
 from solver.space import (
     MAX_PIPELINED_MICRO_BATCHES,
     MAX_VPP,
@@ -70,7 +71,7 @@ def search_limits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                        f"{MAX_PIPELINED_MICRO_BATCHES}",
                        complete=training.global_batch_size <= MAX_PIPELINED_MICRO_BATCHES),
            _vpp(spec, constraints), _tp(spec, cluster, constraints), _cp(training, constraints)]
-    if spec.moe is not None:
+    if has_routed_experts(spec):
         out.append(SearchLimit(name="etp", searched="1 (pin constraints.etp to search 1 and "
                                "tp)" if constraints.etp is None else "1 and tp",
                                complete=constraints.etp is not None))

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from math import log2
 
 from api_schemas import ContextParallelKind, PipelineSchedule
+from models.layer_kinds import has_routed_experts
 from models.mesh.candidates import (
     Candidate,
     Finding,
@@ -282,7 +283,8 @@ def moe_tp_needs_sequence_parallel(ctx: MeshContext, cand: Candidate) -> Finding
     raises the same for ep > 1 with tp > 1.
     """
     p = cand.parallel
-    if ctx.model is None or ctx.model.moe is None or p.tp == 1 or p.sequence_parallel:
+    if (ctx.model is None or not has_routed_experts(ctx.model) or p.tp == 1
+            or p.sequence_parallel):
         return None
     return Finding(
         rule="moe-tp-needs-sequence-parallel", severity=E, field="parallel.sequence_parallel",

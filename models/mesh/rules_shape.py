@@ -9,8 +9,9 @@ search for alternatives or raise (that is `validation.py`).
 from collections.abc import Callable
 from math import prod
 
-from api_schemas import AttentionKind, ContextParallelKind, ParallelConfig
+from api_schemas import ContextParallelKind, ParallelConfig
 from models.errors import InvalidSpecError
+from models.layer_kinds import attention_kind, has_routed_experts
 from models.mesh.candidates import (
     Candidate,
     Finding,
@@ -104,7 +105,7 @@ def tp_divides_heads(ctx: MeshContext, cand: Candidate) -> Finding | None:
 
 def tp_kv_heads(ctx: MeshContext, cand: Candidate) -> Finding | None:
     """TP must divide the KV heads, or be a multiple of them (each KV head then replicated)."""
-    if ctx.arch.attention == AttentionKind.MLA:
+    if not attention_kind(ctx.arch).shards_kv_heads:
         return None
     kv, tp = ctx.arch.kv_heads, cand.parallel.tp
     if kv % tp == 0:
@@ -142,7 +143,8 @@ def _tp_ok(ctx: MeshContext, tp: int) -> bool:
     if ctx.model is None:
         return True
     m = ctx.model
-    kv_ok = m.attention == AttentionKind.MLA or m.kv_heads % tp == 0 or tp % m.kv_heads == 0
+    kv_ok = (not attention_kind(m).shards_kv_heads or m.kv_heads % tp == 0
+             or tp % m.kv_heads == 0)
     return m.num_attention_heads % tp == 0 and m.ffn_hidden_size % tp == 0 and kv_ok
 
 
@@ -157,7 +159,7 @@ def _shrink_tp(ctx: MeshContext, cand: Candidate, accept: Callable[[int], bool]
 def ep_needs_moe(ctx: MeshContext, cand: Candidate) -> Finding | None:
     """Expert parallelism only exists for a model with routed experts."""
     p = cand.parallel
-    if ctx.arch.moe is not None or (p.ep == 1 and p.etp == 1):
+    if has_routed_experts(ctx.arch) or (p.ep == 1 and p.etp == 1):
         return None
     return Finding(
         rule="ep-needs-moe", severity=E, field="parallel.ep",
@@ -252,7 +254,7 @@ def ulysses_heads(ctx: MeshContext, cand: Candidate) -> Finding | None:
     if u <= 1 or m.num_attention_heads % p.tp:
         return None
     q_local = m.num_attention_heads // p.tp
-    kv_local = q_local if m.attention == AttentionKind.MLA else max(1, m.kv_heads // p.tp)
+    kv_local = attention_kind(m).local_kv_heads(m, p.tp)
     if q_local % u:
         return Finding(
             rule="ulysses-divides-heads", severity=E, field="parallel.cp",

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from api_schemas import (
-    AttentionKind,
     DType,
     FullLayers,
     ModelSpec,
@@ -18,6 +17,7 @@ from api_schemas import (
     TrainingSpec,
 )
 from models.collectives import Fabric
+from models.layer_kinds import attention_kind
 from models.mesh import AxisPlacement, DeviceMesh, GroupKind
 from models.traffic.weights import StageWeights, model_copies
 
@@ -133,14 +133,10 @@ def head_dims(model: ModelSpec, tp: int) -> HeadDims:
     Assumes: with g < t each rank keeps one (replicated) KV head.
     """
     q_heads = max(1, model.num_attention_heads // tp)
-    if model.attention == AttentionKind.MLA:
-        mla = model.mla
-        assert mla is not None  # guaranteed by ModelSpec's validator
-        return HeadDims(q_heads=q_heads, kv_heads=q_heads,
-                        qk_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim,
-                        v_dim=mla.v_head_dim)
-    d = model.dim_per_head
-    return HeadDims(q_heads=q_heads, kv_heads=max(1, model.kv_heads // tp), qk_dim=d, v_dim=d)
+    record = attention_kind(model)
+    qk_dim, v_dim = record.head_dims(model)
+    return HeadDims(q_heads=q_heads, kv_heads=record.local_kv_heads(model, tp), qk_dim=qk_dim,
+                    v_dim=v_dim)
 
 
 __all__ = ["HeadDims", "LayerTrafficContext", "StepContext", "activation_element_bytes",

@@ -16,11 +16,11 @@ from api_schemas import (
     DType,
     ModelSpec,
     MoeDispatcher,
-    NormKind,
     Zero3Collectives,
 )
 from models.collectives import Collective, CollectiveCost, all_to_all_split_cost
 from models.errors import InvalidSpecError
+from models.layer_kinds import norm_kind
 from models.linear_attention import conv_halo_bytes, kcp_fragment_bytes
 from models.mesh import AxisPlacement, GroupKind
 from models.moe import DispatchDedup, ep_dispatch_split
@@ -351,7 +351,7 @@ def deepspeed_parameter_tensors(spec: ModelSpec) -> int:
     model has linear biases, and the two norms' scale (and bias for LayerNorm).
     Source: DeepSpeed v0.3.13 `deepspeed/runtime/zero/partition_parameters.py` (`Init`
     converts every `nn.Parameter` of a module into its own partitioned tensor)."""
-    per_norm = {NormKind.LAYERNORM: 2, NormKind.RMSNORM: 1}.get(spec.norm, 0)
+    per_norm = norm_kind(spec).params_per_feature  # one tensor per weight of a feature
     return DEEPSPEED_MODULES_PER_LAYER * (2 if spec.linear_bias else 1) + 2 * per_norm
 
 

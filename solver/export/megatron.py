@@ -14,7 +14,7 @@ flag below is an explicit `add_argument`. Later releases generate the same spell
 import logging
 from dataclasses import dataclass
 
-from api_schemas.architecture import AttentionKind, ModelSpec
+from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.parallel import (
     ContextParallelKind,
@@ -25,6 +25,7 @@ from api_schemas.parallel import (
     StagePolicy,
 )
 from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
+from models.layer_kinds import kind_recompute_modules
 from models.layout import pipeline_layout
 from models.pipeline import schedule_traits
 from models.runtime_features import grad_reduce_overlapped
@@ -370,11 +371,12 @@ def _megatron_chunks(spec: ModelSpec, parallel: ParallelConfig) -> list[list[int
 def _selective_args(spec: ModelSpec, policy: StagePolicy) -> Part:
     kept = []
     notes = []
+    offered = kind_recompute_modules(spec)
     for module in policy.recompute_modules:
-        if module == RecomputeModule.MLA_UP_PROJ and spec.attention != AttentionKind.MLA:
+        if module == RecomputeModule.MLA_UP_PROJ and module not in offered:
             notes.append("recompute module 'mla_up_proj' dropped: the model has no MLA")
         elif module in (RecomputeModule.MOE, RecomputeModule.MOE_ACT,
-                        RecomputeModule.SHARED_EXPERTS) and spec.moe is None:
+                        RecomputeModule.SHARED_EXPERTS) and module not in offered:
             notes.append(f"recompute module '{module}' dropped: the model has no MoE")
         elif module == RecomputeModule.OP_SAC:
             notes.append("recompute module 'op_sac' dropped: torchtitan's per-op policy has "

@@ -14,9 +14,10 @@ qk_nope_head_dim -> --qk-head-dim, qk_rope_head_dim -> --qk-pos-emb-head-dim.
 
 from dataclasses import dataclass
 
-from api_schemas.architecture import AttentionKind, MlpKind, ModelSpec, NormKind
+from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import MoeDispatcher, TrainingSpec
+from models.layer_kinds import attention_kind, mlp_kind, norm_kind
 from models.runtime_features import dispatcher
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
@@ -46,12 +47,11 @@ def model_args(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
         notes.append(f"Megatron-LM pads the vocabulary from {spec.vocab_size} to {padded} (a "
                      f"multiple of {MAKE_VOCAB_SIZE_DIVISIBLE_BY} x tp); the plan sized "
                      f"{spec.vocab_size} rows, so embedding and head memory run slightly higher")
-    if spec.mlp == MlpKind.SWIGLU:
-        args.append("--swiglu")
-    args += ["--normalization", "RMSNorm" if spec.norm == NormKind.RMSNORM else "LayerNorm"]
-    if spec.norm == NormKind.LAYERNORM_NO_AFFINE:
-        notes.append("norm='layernorm_no_affine' (no scale or bias) has no Megatron-LM "
-                     "core_v0.14.0 flag: its LayerNorm learns a scale and bias (2h per norm)")
+    args += mlp_kind(spec).megatron_args
+    norm = norm_kind(spec)
+    args += ["--normalization", norm.megatron_name]
+    if norm.megatron_note is not None:
+        notes.append(norm.megatron_note)
     if not spec.linear_bias:
         args.append("--disable-bias-linear")
         if spec.attention_bias:
@@ -105,20 +105,7 @@ def _window_note(spec: ModelSpec) -> str:
 
 
 def _attention_args(spec: ModelSpec) -> list[str]:
-    if spec.attention == AttentionKind.MLA:
-        mla = spec.mla
-        assert mla is not None, "ModelSpec validation guarantees mla with attention='mla'"
-        args = ["--multi-latent-attention"]
-        if mla.q_lora_rank is not None:
-            args += ["--q-lora-rank", str(mla.q_lora_rank)]
-        return [*args, "--kv-lora-rank", str(mla.kv_lora_rank),
-                "--qk-head-dim", str(mla.qk_nope_head_dim),
-                "--qk-pos-emb-head-dim", str(mla.qk_rope_head_dim),
-                "--v-head-dim", str(mla.v_head_dim)]
-    args = []
-    if spec.kv_heads < spec.num_attention_heads:
-        args += ["--group-query-attention", "--num-query-groups", str(spec.kv_heads)]
-    return [*args, "--kv-channels", str(spec.dim_per_head)]
+    return attention_kind(spec).megatron_args(spec)
 
 
 def _embedding_args(spec: ModelSpec, training: TrainingSpec, notes: list[str]) -> list[str]:
