@@ -1,8 +1,8 @@
 """Calibrating a cluster profile from measured runs: each run scored by the cost model over
-the GEMM efficiency scale, checked against physics, then fitted (`models.calibration`).
+the GEMM efficiency scale, checked against physics, then fitted (`models.evidence.calibration`).
 
 Owns: `calibrate(request)`: parsing the training logs into runs (`solver.logs`), fitting
-the microbenchmarks' constants (`models.microbenchmarks`) and applying them to every run,
+the microbenchmarks' constants (`models.evidence.microbenchmarks`) and applying them to every run,
 resolving each run like POST /v1/evaluate (model, the calibration's GPU and node, mesh
 rules), refusing runs no hardware could produce (a step faster than its model FLOPs at 100%
 of the dense peak, a peak memory above the GPU's memory), tabulating each run's model step
@@ -29,7 +29,14 @@ from api_schemas.hardware import ClusterSpec, KernelCalibration
 from api_schemas.parallel import ParallelConfig
 from api_schemas.requests import ClusterInput
 from api_schemas.training import TrainingSpec
-from models.calibration import (
+from models.catalog.kernels import GEMM_EFFICIENCY_FLOOR_FRAC, KernelProfile, profile_for
+from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.compute import MOE_HOST_ISSUE_S
+from models.core.memory import memory_ledger
+from models.core.mesh import validate_mesh
+from models.core.step_time import estimate_step
+from models.errors import PlannerError
+from models.evidence.calibration import (
     CalibrationRefused,
     Fit,
     RunCurve,
@@ -39,7 +46,7 @@ from models.calibration import (
     physical_problems,
     relative_error,
 )
-from models.calibration_moe import (
+from models.evidence.calibration_moe import (
     MIN_HOST_BOUND_MOE_RUNS,
     IssueFit,
     RunSurface,
@@ -49,14 +56,7 @@ from models.calibration_moe import (
     issue_limit,
     issue_problems,
 )
-from models.compute import MOE_HOST_ISSUE_S
-from models.errors import PlannerError
-from models.kernels import GEMM_EFFICIENCY_FLOOR_FRAC, KernelProfile, profile_for
-from models.memory import memory_ledger
-from models.mesh import validate_mesh
-from models.microbenchmarks import MicrobenchmarkResult, fit_microbenchmarks
-from models.resolve import resolve_cluster, resolve_model
-from models.step_time import estimate_step
+from models.evidence.microbenchmarks import MicrobenchmarkResult, fit_microbenchmarks
 from solver.api import used_nodes
 from solver.logs import parse_training_log
 

@@ -27,11 +27,11 @@ from api_schemas.run_level import (
     SensitivityFactor,
     SensitivityRequest,
 )
-from models.catalog import gpu_ids, model_ids, model_preset
-from models.mesh.report import mesh_report
-from models.remote_activations_report import remote_activations_report
-from models.resolve import resolve_cluster
-from models.rl_seesaw_report import rl_seesaw_report
+from models.catalog.presets import gpu_ids, model_ids, model_preset
+from models.catalog.resolve import resolve_cluster
+from models.core.mesh.report import mesh_report
+from models.labs.remote_activations_report import remote_activations_report
+from models.labs.rl_seesaw_report import rl_seesaw_report
 from service.cli import COMMAND_HELP
 from service.cli.flags import LIST_AXES, apply_constraint_flags
 from service.pictures import seesaw_svg

@@ -7,7 +7,7 @@ Owns: `build_parser`. Must not: run anything (handlers live in `service/cli/comm
 import argparse
 
 from api_schemas.parallel import PipelineSchedule
-from models.catalog import gpu_ids
+from models.catalog.presets import gpu_ids
 from service.cli import COMMAND_HELP, DESCRIPTION
 from service.cli.commands import (
     cmd_calibrate,

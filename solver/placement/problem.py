@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from models.core.moe import redundant_expert_traffic
 from models.errors import InvalidSpecError
-from models.moe import redundant_expert_traffic
 
 IntArray = npt.NDArray[np.int64]
 

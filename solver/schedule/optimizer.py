@@ -8,7 +8,7 @@ What is optimised. The placement of stages on ranks is the one of the given sche
 (linear, looped, V or bidirectional); the optimizer chooses every rank's order of atomic
 F, B and W ops. Memory: a micro-batch x chunk is live from the start of its F to the end
 of its W (the simulator's "peak until W"); the limit is in full-stage units, as
-`models.pipeline.peak_in_flight`, i.e. L = floor(memory_limit x chunks per unit) chunks.
+`models.core.pipeline.peak_in_flight`, i.e. L = floor(memory_limit x chunks per unit) chunks.
 
 Why in-order chains lose nothing (constraint C2 of `formulation.py`). Micro-batches of a
 pipe are identical. Take any feasible schedule and, on every stage and for every kind,
@@ -35,10 +35,10 @@ import time
 from dataclasses import dataclass, replace
 
 from api_schemas.parallel import PipelineSchedule
+from models.core.pipeline import OpDurations, PipelineProgram, ProgramBuilder, simulate
+from models.core.pipeline.metrics import SimulationResult
+from models.core.pipeline.ops import OpKind, Placement
 from models.errors import InfeasibleError, InvalidSpecError
-from models.pipeline import OpDurations, PipelineProgram, ProgramBuilder, simulate
-from models.pipeline.metrics import SimulationResult
-from models.pipeline.ops import OpKind, Placement
 from solver import cancel
 from solver.cpsat import SolverConfig, SolveStatus, solve
 from solver.scaling import TimeScale, time_scale

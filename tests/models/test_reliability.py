@@ -7,9 +7,9 @@ import pytest
 from api_schemas import TrainingSpec
 from api_schemas.dtypes import DType
 from api_schemas.run_level import LLAMA3_FAILURES_PER_GPU_HOUR
-from models.catalog import model_preset
-from models.params import count_parameters
-from models.reliability import (
+from models.catalog.presets import model_preset
+from models.core.params import count_parameters
+from models.labs.reliability import (
     checkpoint_size,
     checkpoint_write,
     daly_interval_s,

@@ -7,9 +7,9 @@ import math
 import pytest
 
 from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE, RlSeesawRequest
-from models.catalog import model_preset
-from models.params import count_parameters
-from models.rl_seesaw import (
+from models.catalog.presets import model_preset
+from models.core.params import count_parameters
+from models.labs.rl_seesaw import (
     broadcast_bandwidth,
     checkpoint_engine_update,
     kv_bytes_per_token_per_gpu,
@@ -18,7 +18,7 @@ from models.rl_seesaw import (
     reference_weights,
     state_transfer_s,
 )
-from models.rl_seesaw_report import rl_seesaw_report
+from models.labs.rl_seesaw_report import rl_seesaw_report
 
 GB = 1e9
 

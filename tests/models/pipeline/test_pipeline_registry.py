@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from api_schemas.parallel import PipelineSchedule as S
-from models.errors import InvalidSpecError
-from models.pipeline import (
+from models.core.pipeline import (
     SCHEDULES,
     OpKind,
     StagePlacement,
@@ -19,6 +18,7 @@ from models.pipeline import (
     schedule_traits,
     validate_schedule,
 )
+from models.errors import InvalidSpecError
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 PARAMS = {  # (p, m, v) every schedule accepts, large enough for its steady state
