@@ -135,10 +135,19 @@ def broadcast_bandwidth(*, num_nodes: int, intra_node_bytes_per_s: float,
     return min(intra_node_bytes_per_s, gpus_per_node * inter_node_bytes_per_s)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateLinks:
+    """The bandwidths a checkpoint-engine weight update crosses, per GPU."""
+
+    host_link_bytes_per_s: float
+    intra_node_bytes_per_s: float
+    inter_node_bytes_per_s: float
+    hbm_bytes_per_s: float
+
+
 def checkpoint_engine_update(*, weight_bytes: int, bucket_bytes: int, instance_gpus: int,
-                             num_nodes: int, gpus_per_node: int, host_link_bytes_per_s: float,
-                             intra_node_bytes_per_s: float, inter_node_bytes_per_s: float,
-                             hbm_bytes_per_s: float) -> WeightUpdate:
+                             num_nodes: int, gpus_per_node: int,
+                             links: UpdateLinks) -> WeightUpdate:
     """Time of a full weight update ([K2]; checkpoint-engine README). Per bucket of b bytes:
     its owner copies it host-to-device (b / host link), it is broadcast to every GPU
     (b / broadcast bandwidth) and each GPU copies its inference shard out of it
@@ -150,13 +159,13 @@ def checkpoint_engine_update(*, weight_bytes: int, bucket_bytes: int, instance_g
     if min(weight_bytes, bucket_bytes, instance_gpus, num_nodes, gpus_per_node) < 1:
         raise ValueError("weights, bucket, instance, nodes and GPUs per node must be positive")
     bandwidth = broadcast_bandwidth(num_nodes=num_nodes,
-                                    intra_node_bytes_per_s=intra_node_bytes_per_s,
-                                    inter_node_bytes_per_s=inter_node_bytes_per_s,
+                                    intra_node_bytes_per_s=links.intra_node_bytes_per_s,
+                                    inter_node_bytes_per_s=links.inter_node_bytes_per_s,
                                     gpus_per_node=gpus_per_node)
     buckets = math.ceil(weight_bytes / bucket_bytes)
     bucket = weight_bytes / buckets
-    per_bucket = (bucket / host_link_bytes_per_s, bucket / bandwidth,
-                  2.0 * bucket / instance_gpus / hbm_bytes_per_s)
+    per_bucket = (bucket / links.host_link_bytes_per_s, bucket / bandwidth,
+                  2.0 * bucket / instance_gpus / links.hbm_bytes_per_s)
     totals = tuple(buckets * stage for stage in per_bucket)
     slowest = max(range(3), key=lambda i: per_bucket[i])
     pipelined = totals[slowest] + sum(t for i, t in enumerate(per_bucket) if i != slowest)
@@ -252,6 +261,7 @@ __all__ = [
     "SeesawTransition",
     "WeightUpdate",
     "broadcast_bandwidth",
+    "UpdateLinks",
     "checkpoint_engine_update",
     "kv_bytes_per_token_per_gpu",
     "kv_bytes_per_token_per_layer",
