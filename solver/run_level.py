@@ -36,7 +36,7 @@ from api_schemas.run_level import (
 )
 from models.catalog.resolve import resolve_cluster, resolve_model
 from models.errors import InfeasibleError
-from models.labs.reliability import run_reliability
+from models.labs.reliability import CheckpointPolicy, run_reliability
 from solver.api import evaluate, plan
 
 PlanFn = Callable[[PlanRequest], PlanResponse]
@@ -115,12 +115,13 @@ def _reliability(request: RunEstimateRequest, world_size: int,
     settings = request.reliability
     run = run_reliability(
         spec, request.training, world_size=world_size, gpus_per_node=cluster.gpus_per_node,
-        solve_s=train_time_s, failures_per_gpu_hour=settings.failures_per_gpu_hour,
-        storage_bandwidth_bytes_per_s=settings.storage_bandwidth_bytes_per_s,
-        node_storage_bandwidth_bytes_per_s=settings.node_storage_bandwidth_bytes_per_s,
-        host_link_bytes_per_s=cluster.pcie_bandwidth_bytes_per_s,
-        async_save=settings.async_save, restart_s=settings.restart_s,
-        interval_s=settings.checkpoint_interval_s)
+        solve_s=train_time_s, policy=CheckpointPolicy(
+            failures_per_gpu_hour=settings.failures_per_gpu_hour,
+            storage_bandwidth_bytes_per_s=settings.storage_bandwidth_bytes_per_s,
+            node_storage_bandwidth_bytes_per_s=settings.node_storage_bandwidth_bytes_per_s,
+            host_link_bytes_per_s=cluster.pcie_bandwidth_bytes_per_s,
+            async_save=settings.async_save, restart_s=settings.restart_s,
+            interval_s=settings.checkpoint_interval_s))
     gpu_hours = world_size * run.wall_time_s / 3600.0
     price = request.constraints.gpu_hour_price
     return ReliabilityEstimate(

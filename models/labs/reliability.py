@@ -215,37 +215,51 @@ class RunReliability:
         return tuple(out)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointPolicy:
+    """How a run fails, saves and restarts: the inputs of `run_reliability` beside the
+    model, the run's length and its GPUs."""
+
+    failures_per_gpu_hour: float
+    storage_bandwidth_bytes_per_s: float
+    node_storage_bandwidth_bytes_per_s: float
+    host_link_bytes_per_s: float
+    async_save: bool
+    restart_s: float
+    interval_s: float | None = None
+    """None: Daly's optimum."""
+
+
 def run_reliability(spec: ModelSpec, training: TrainingSpec, *, world_size: int,
-                    gpus_per_node: int, solve_s: float, failures_per_gpu_hour: float,
-                    storage_bandwidth_bytes_per_s: float,
-                    node_storage_bandwidth_bytes_per_s: float, host_link_bytes_per_s: float,
-                    async_save: bool, restart_s: float,
-                    interval_s: float | None = None) -> RunReliability:
+                    gpus_per_node: int, solve_s: float,
+                    policy: CheckpointPolicy) -> RunReliability:
     """Checkpoint size and time, the optimum interval and the expected wall time of a run of
     `solve_s` failure-free seconds on `world_size` GPUs ([YOUNG74], [DALY06])."""
     size = checkpoint_size(spec, training)
     write = checkpoint_write(size, world_size=world_size, gpus_per_node=gpus_per_node,
-                             storage_bandwidth_bytes_per_s=storage_bandwidth_bytes_per_s,
+                             storage_bandwidth_bytes_per_s=policy.storage_bandwidth_bytes_per_s,
                              node_storage_bandwidth_bytes_per_s=(
-                                 node_storage_bandwidth_bytes_per_s),
-                             host_link_bytes_per_s=host_link_bytes_per_s,
-                             async_save=async_save)
-    mtbf = job_mtbf_s(world_size=world_size, failures_per_gpu_hour=failures_per_gpu_hour)
+                                 policy.node_storage_bandwidth_bytes_per_s),
+                             host_link_bytes_per_s=policy.host_link_bytes_per_s,
+                             async_save=policy.async_save)
+    mtbf = job_mtbf_s(world_size=world_size,
+                      failures_per_gpu_hour=policy.failures_per_gpu_hour)
     young = young_interval_s(checkpoint_s=write.blocking_s, mtbf_s=mtbf)
     daly = daly_interval_s(checkpoint_s=write.blocking_s, mtbf_s=mtbf)
     # An asynchronous save must finish writing before the next one starts.
-    floor = write.write_s if async_save else 0.0
-    chosen = max(interval_s if interval_s is not None else daly, floor)
+    floor = write.write_s if policy.async_save else 0.0
+    chosen = max(policy.interval_s if policy.interval_s is not None else daly, floor)
     wall = expected_wall_time_s(solve_s=solve_s, interval_s=chosen,
-                                checkpoint_s=write.blocking_s, restart_s=restart_s,
+                                checkpoint_s=write.blocking_s, restart_s=policy.restart_s,
                                 mtbf_s=mtbf) if solve_s > 0 else 0.0
     return RunReliability(checkpoint=size, write=write, mtbf_s=mtbf, young_interval_s=young,
                           daly_interval_s=daly, interval_s=chosen, wall_time_s=wall,
                           expected_failures=wall / mtbf, solve_s=solve_s,
-                          restart_s=restart_s, interval_floor_s=floor)
+                          restart_s=policy.restart_s, interval_floor_s=floor)
 
 
 __all__ = [
+    "CheckpointPolicy",
     "LLAMA3_FAILURES_PER_GPU_HOUR",
     "LLAMA3_STORAGE_BANDWIDTH_BYTES_PER_S",
     "CheckpointSize",
