@@ -241,13 +241,15 @@ def build_mesh(parallel: ParallelConfig, *, num_nodes: int, gpus_per_node: int,
         InvalidSpecError: the degrees do not multiply to num_nodes * gpus_per_node, the
             expert mesh does not fold into the dense one, or the order is malformed.
     """
-    return _mesh_of_degrees(parallel.tp, parallel.cp, parallel.dp, parallel.pp, parallel.ep,
-                            parallel.etp, num_nodes, gpus_per_node, order)
+    degrees = (parallel.tp, parallel.cp, parallel.dp, parallel.pp, parallel.ep, parallel.etp)
+    return _mesh_of_degrees(degrees, num_nodes, gpus_per_node, order)
 
 
 @lru_cache(maxsize=MESHES_KEPT)
-def _mesh_of_degrees(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, num_nodes: int,
+def _mesh_of_degrees(degrees: tuple[int, int, int, int, int, int], num_nodes: int,
                      gpus_per_node: int, order: str) -> DeviceMesh:
+    """`build_mesh` of the degrees (tp, cp, dp, pp, ep, etp)."""
+    tp, cp, dp, pp, ep, etp = degrees
     parallel = ParallelConfig.model_construct(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, etp=etp)
     world = num_nodes * gpus_per_node
     if parallel.world_size != world:
