@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import EmaPlacement, TrainingSpec
 from models.core.ledger_items import MemoryComponent, RankParameters
-from models.core.precision import sharded_state_bytes, state_bytes_per_param
+from models.core.precision import StateBytesPerParam, sharded_state_bytes, state_bytes_per_param
 
 DEEPSPEED_PREFETCH_BUCKET_PARAMS = 50_000_000
 """`stage3_prefetch_bucket_size` default (elements): parameters prefetched ahead of use.
@@ -161,6 +161,61 @@ def deferred_grad_sync_bytes(num_params: int, grad_bytes_per_param: float) -> in
     return math.ceil(num_params * grad_bytes_per_param)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Part:
+    """One parameter group of a rank: its label, size, state bytes and shard degree."""
+
+    label: str
+    count: int
+    per_param: StateBytesPerParam
+    shard: int
+
+
+def _add_part(gpu: list[MemoryComponent], host: list[MemoryComponent],
+              parallel: ParallelConfig, part: _Part) -> None:
+    """The weights, gradients and optimizer states of one parameter group, GPU and host."""
+    label, count, per_param, shard = part.label, part.count, part.per_param, part.shard
+    zero = parallel.zero_stage
+    resident = zero == 3 and parallel.fsdp and not parallel.fsdp_reshard_after_forward
+    deferred = zero == 3 and parallel.fsdp and parallel.fsdp_defer_grad_sync
+    offload = parallel.optimizer_offload_frac
+    states = sharded_state_bytes(count, per_param, zero_stage=zero, shard_degree=shard)
+    weights, note = states.weights_bytes, f"{count} params"
+    if zero == 3:
+        note += f"; /{shard} under ZeRO-3"
+    if resident:
+        weights += math.ceil(count * (per_param.weights + per_param.fp8_copy))
+        note += "; plus the unsharded copy kept from forward to the end of the step"
+    gpu.append(MemoryComponent(name=f"weights: {label}", kind="parameters",
+                               bytes=weights, note=note))
+    if deferred:
+        gpu.append(MemoryComponent(
+            name=f"unsharded gradient accumulators: {label}", kind="gradients",
+            bytes=deferred_grad_sync_bytes(count, per_param.gradients),
+            note="FSDP gradient sync deferred to the last backward (torch pipelining)"))
+    if parallel.gradient_host_shards:
+        host.append(MemoryComponent(name=f"gradient shards: {label}", kind="gradients",
+                                    bytes=math.ceil(count * per_param.gradients / shard),
+                                    note="Pipeline ZeRO-2: sharded gradients in host memory"))
+    else:
+        gpu.append(MemoryComponent(name=f"gradients: {label}", kind="gradients",
+                                   bytes=states.gradients_bytes))
+    sharded = count / shard if zero else count
+    moved = optimizer_offload_bytes(
+        sharded_params=math.ceil(sharded), optimizer_bytes_per_param=per_param.optimizer,
+        grad_bytes=per_param.gradients, param_bytes=per_param.weights,
+        offload_frac=offload)
+    on_gpu = max(0, states.optimizer_bytes - moved.host_bytes)
+    gpu.append(MemoryComponent(name=f"optimizer: {label}", kind="optimizer",
+                               bytes=on_gpu,
+                               note=f"master + moments, /{shard}" if zero else
+                               "master + moments, replicated"))
+    if moved.host_bytes:
+        host.append(MemoryComponent(name=f"optimizer in host memory: {label}",
+                                    kind="optimizer", bytes=moved.host_bytes,
+                                    note=f"{offload:.0%} of master + moments, CPU update"))
+
+
 def model_state_components(training: TrainingSpec, parallel: ParallelConfig,
                             groups: RankParameters, edp: int,
                             max_chunk_params: int) -> tuple[list[MemoryComponent],
@@ -172,9 +227,6 @@ def model_state_components(training: TrainingSpec, parallel: ParallelConfig,
     offload share moves master weights and moments to host memory (ZeRO-Offload,
     arXiv:2101.06840 Sec. 4.1; `models/sharded_states`)."""
     dense_shard = parallel.dp * parallel.cp
-    zero = parallel.zero_stage
-    resident = zero == 3 and parallel.fsdp and not parallel.fsdp_reshard_after_forward
-    deferred = zero == 3 and parallel.fsdp and parallel.fsdp_defer_grad_sync
     gemm_bytes = state_bytes_per_param(training, is_gemm_weight=True, is_matrix=True)
     plain_bytes = state_bytes_per_param(training, is_gemm_weight=False, is_matrix=False)
     parts = [
@@ -186,45 +238,10 @@ def model_state_components(training: TrainingSpec, parallel: ParallelConfig,
     ]
     gpu: list[MemoryComponent] = []
     host: list[MemoryComponent] = []
-    offload = parallel.optimizer_offload_frac
     for label, count, per_param, shard in parts:
-        if count == 0:
-            continue
-        states = sharded_state_bytes(count, per_param, zero_stage=zero, shard_degree=shard)
-        weights, note = states.weights_bytes, f"{count} params"
-        if zero == 3:
-            note += f"; /{shard} under ZeRO-3"
-        if resident:
-            weights += math.ceil(count * (per_param.weights + per_param.fp8_copy))
-            note += "; plus the unsharded copy kept from forward to the end of the step"
-        gpu.append(MemoryComponent(name=f"weights: {label}", kind="parameters",
-                                   bytes=weights, note=note))
-        if deferred:
-            gpu.append(MemoryComponent(
-                name=f"unsharded gradient accumulators: {label}", kind="gradients",
-                bytes=deferred_grad_sync_bytes(count, per_param.gradients),
-                note="FSDP gradient sync deferred to the last backward (torch pipelining)"))
-        if parallel.gradient_host_shards:
-            host.append(MemoryComponent(name=f"gradient shards: {label}", kind="gradients",
-                                        bytes=math.ceil(count * per_param.gradients / shard),
-                                        note="Pipeline ZeRO-2: sharded gradients in host memory"))
-        else:
-            gpu.append(MemoryComponent(name=f"gradients: {label}", kind="gradients",
-                                       bytes=states.gradients_bytes))
-        sharded = count / shard if zero else count
-        moved = optimizer_offload_bytes(
-            sharded_params=math.ceil(sharded), optimizer_bytes_per_param=per_param.optimizer,
-            grad_bytes=per_param.gradients, param_bytes=per_param.weights,
-            offload_frac=offload)
-        on_gpu = max(0, states.optimizer_bytes - moved.host_bytes)
-        gpu.append(MemoryComponent(name=f"optimizer: {label}", kind="optimizer",
-                                   bytes=on_gpu,
-                                   note=f"master + moments, /{shard}" if zero else
-                                   "master + moments, replicated"))
-        if moved.host_bytes:
-            host.append(MemoryComponent(name=f"optimizer in host memory: {label}",
-                                        kind="optimizer", bytes=moved.host_bytes,
-                                        note=f"{offload:.0%} of master + moments, CPU update"))
+        if count:
+            _add_part(gpu, host, parallel, _Part(label=label, count=count,
+                                                 per_param=per_param, shard=shard))
     if parallel.gradient_host_shards:
         gpu.append(MemoryComponent(
             name="gradient buffers (2 chunks)", kind="gradients",
