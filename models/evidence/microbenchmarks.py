@@ -28,7 +28,7 @@ Source: weighted linear and nonlinear least squares, Seber and Wild, "Nonlinear 
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -57,6 +57,7 @@ from models.catalog.presets import NIC_ACHIEVABLE_FRAC, PCIE_GEN5_X16_BYTES_PER_
 from models.core.collectives import bus_factor, collective_cost, fabric_of
 from models.core.collectives.fabric import Fabric
 from models.errors import InvalidSpecError
+from models.evidence.scale_fit import ScaleFit, fit_scale
 
 KERNEL_TABLE_LEVEL: dict[str, dict[DType, float]] = {
     "ampere": {DType.BF16: 0.89, DType.FP16: 0.89},
@@ -86,10 +87,6 @@ IN_NETWORK_REDUCTION_FACTOR = 2.0
 once instead of 2(n-1)/n M, so bus bandwidth reaches up to twice the link's. Source: NCCL
 user guide, NCCL_ALGO (NVLS, CollNet); nccl-tests doc/PERFORMANCE.md (bus bandwidth)."""
 
-SCALE_SEARCH_LO = 0.02
-"""Lowest link or attention multiplier searched (a link at 2% of its rating is broken, not
-calibrated)."""
-
 MIN_SENSITIVITY = 0.1
 """Least share of some entry's model time that must depend on a fitted multiplier
 (|d ln t / d ln x|): below it every entry is bound by something else (start-up latency for
@@ -100,10 +97,6 @@ BANDWIDTH_BOUND_SHARE = 0.5
 the bandwidth term for the entry to count toward a bandwidth scale: smaller messages are
 timed by start-up latency and the per-hop constants (`models.catalog` INTRA/INTER latency),
 which a bandwidth multiplier must not absorb."""
-
-SEARCH_TOLERANCE = 1e-7
-"""Width in ln(scale) at which the golden-section search stops."""
-
 
 class MicrobenchmarkRefused(InvalidSpecError):
     """A microbenchmark entry no hardware could produce, or a fit outside physical limits."""
@@ -238,72 +231,6 @@ def fit_gemm_level(entries: Sequence[GemmMeasurement], cluster: ClusterSpec,
     return GemmLevel(dtype=dtype, level=level, level_se=level_se, launch_s=launch,
                      launch_se=launch_se, launch_fitted=launch_fitted, rss=log_rss,
                      num_entries=n, uncalibrated_error=unc, fitted_error=fitted)
-
-
-def _golden_log(cost: Callable[[float], float], lo: float, hi: float) -> float:
-    """Minimise cost(x) over [lo, hi] by a coarse log grid, then golden section on ln x."""
-    a, b = math.log(lo), math.log(hi)
-    grid = [a + (b - a) * k / 60 for k in range(61)]
-    values = [cost(math.exp(g)) for g in grid]
-    best = min(range(len(grid)), key=values.__getitem__)
-    a, b = grid[max(0, best - 1)], grid[min(60, best + 1)]
-    ratio = (math.sqrt(5.0) - 1.0) / 2.0
-    c, d = b - ratio * (b - a), a + ratio * (b - a)
-    fc, fd = cost(math.exp(c)), cost(math.exp(d))
-    while b - a > SEARCH_TOLERANCE:
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - ratio * (b - a)
-            fc = cost(math.exp(c))
-        else:
-            a, c, fc = c, d, fd
-            d = a + ratio * (b - a)
-            fd = cost(math.exp(d))
-    mid = math.exp((a + b) / 2.0)
-    return min((math.exp(grid[best]), mid), key=cost)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScaleFit:
-    """One fitted multiplier."""
-
-    value: float
-    standard_error: float
-    rss: float
-    num_entries: int
-    uncalibrated_error: float
-    fitted_error: float
-    at_upper_limit: bool
-    sensitivity: float
-    """Largest |d ln model_i / d ln x| over the entries."""
-
-
-def fit_scale(models: Sequence[Callable[[float], float]], measured: Sequence[float], *,
-              upper: float) -> ScaleFit:
-    """The multiplier x in [SCALE_SEARCH_LO, upper] minimising sum (ln m_i(x) - ln y_i)^2,
-    with its Gauss-Newton standard error (module docstring); m_i are model times."""
-    logs = [math.log(y) for y in measured]
-
-    def cost(x: float) -> float:
-        return sum((math.log(m(x)) - ly) ** 2 for m, ly in zip(models, logs, strict=True))
-
-    x = _golden_log(cost, SCALE_SEARCH_LO, upper)
-    rss = cost(x)
-    n = len(models)
-    h = 1e-4
-    jac = [(math.log(m(x * math.exp(h))) - math.log(m(x * math.exp(-h)))) / (2 * h)
-           for m in models]
-    sj = sum(j * j for j in jac)
-    if n > 1 and sj > 0:
-        se = x * math.sqrt(rss / (n - 1) / sj)
-    else:
-        se = -1.0 if sj > 0 else math.inf
-    unc = sum(abs(m(1.0) / y - 1) for m, y in zip(models, measured, strict=True)) / n
-    fitted = sum(abs(m(x) / y - 1) for m, y in zip(models, measured, strict=True)) / n
-    return ScaleFit(value=x, standard_error=se, rss=rss, num_entries=n,
-                    uncalibrated_error=unc, fitted_error=fitted,
-                    at_upper_limit=x >= upper * (1 - 1e-4),
-                    sensitivity=max(abs(j) for j in jac))
 
 
 def _collective_time(e: CollectiveMeasurement, fabric: Fabric) -> float:
@@ -461,6 +388,134 @@ def _refuse_unbounded(fit: ScaleFit, name: str, field: str, limit_reason: str) -
             "measurements are faster than the model allows there", field=field)
 
 
+@dataclass(slots=True)
+class _Fitted:
+    """What `fit_microbenchmarks` gathers, one kind of microbenchmark after another."""
+
+    constants: list[MicrobenchmarkConstant] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    levels: dict[str, float] = dataclasses.field(default_factory=dict)
+    applied: dict[str, float | None] = dataclasses.field(default_factory=dict)
+
+
+def _gemm_level_constants(dtype: DType, lvl: GemmLevel) -> list[MicrobenchmarkConstant]:
+    """The kernel level of one format and, where fitted, its launch cost."""
+    named = [(f"GEMM kernel level ({dtype.value})", lvl.level, lvl.level_se)]
+    if lvl.launch_fitted:
+        named.append((f"GEMM launch cost ({dtype.value}), s", lvl.launch_s, lvl.launch_se))
+    return [MicrobenchmarkConstant(
+        name=name, value=value, standard_error=se, num_entries=lvl.num_entries,
+        log_residual_rms=math.sqrt(lvl.rss / lvl.num_entries),
+        uncalibrated_relative_error=lvl.uncalibrated_error,
+        fitted_relative_error=lvl.fitted_error) for name, value, se in named]
+
+
+def _fit_gemm(entries: Sequence[GemmMeasurement], cluster: ClusterSpec,
+              profile: KernelProfile, out: _Fitted) -> tuple[float | None, float]:
+    """Kernel levels per format and the efficiency scale they imply (scale, its error)."""
+    by_dtype: dict[DType, list[GemmMeasurement]] = {}
+    for e in entries:
+        by_dtype.setdefault(e.dtype, []).append(e)
+    implied: list[tuple[float, float]] = []
+    for dtype, group in sorted(by_dtype.items()):
+        lvl = fit_gemm_level(group, cluster, profile)
+        out.levels[dtype.value] = lvl.level
+        out.constants.extend(_gemm_level_constants(dtype, lvl))
+        table = KERNEL_TABLE_LEVEL.get(profile.family, {}).get(dtype)
+        if table is None:
+            out.notes.append(f"{dtype.value} GEMMs: the {profile.family} family has no kernel "
+                             "table to compare with, so they set no GEMM efficiency level")
+        elif lvl.level_se > 0:
+            implied.append((lvl.level / table, lvl.level_se / table))
+    if not implied:
+        return None, -1.0
+    weights = [1.0 / (se * se) for _, se in implied]
+    gemm_scale = sum(w * s for (s, _), w in zip(implied, weights, strict=True)) / sum(
+        weights)
+    gemm_scale_se = math.sqrt(1.0 / sum(weights))
+    lo = GEMM_EFFICIENCY_FLOOR_FRAC / min(profile.gemm_peak_frac.values())
+    hi = 1.0 / max(profile.gemm_peak_frac.values())
+    if not lo <= gemm_scale <= hi:
+        raise MicrobenchmarkRefused(
+            f"microbenchmarks.gemm: the GEMMs imply an efficiency scale {gemm_scale:.4g} "
+            f"of the {profile.family} eta_max, outside its physical range [{lo:.3g}, "
+            f"{hi:.3g}] ({GEMM_EFFICIENCY_FLOOR_FRAC:.0%} to 100% of the dense peak)",
+            field="microbenchmarks.gemm")
+    out.applied["gemm_efficiency_scale"] = gemm_scale
+    out.notes.append(f"GEMM efficiency scale {gemm_scale:.4g} +- {gemm_scale_se:.2g}: the "
+                     "fitted kernel level over the kernel table the family's eta_max was set "
+                     "against (inverse-variance mean over formats); the launch cost is "
+                     "reported, the model keeps its own")
+    return gemm_scale, gemm_scale_se
+
+
+def _fit_collectives(entries: Sequence[CollectiveMeasurement], cluster: ClusterSpec,
+                     out: _Fitted) -> None:
+    """The scale-up and scale-out bandwidth scales."""
+    intra_max, _ = link_limits(cluster)
+    intra_fit, inter_fit = fit_links(entries, cluster)
+    fitted = sum(f.num_entries for f in (intra_fit, inter_fit) if f is not None)
+    if fitted < len(entries):
+        out.notes.append(f"collectives: {len(entries) - fitted} of "
+                         f"{len(entries)} entries are latency-bound (bandwidth under "
+                         f"{BANDWIDTH_BOUND_SHARE:.0%} of their model time) and set no link "
+                         "scale")
+    if intra_fit is None and inter_fit is None:
+        raise MicrobenchmarkRefused(
+            "microbenchmarks.collectives: every entry is latency-bound, so none can set "
+            "a link bandwidth; add messages of 64 MiB and more",
+            field="microbenchmarks.collectives")
+    if intra_fit is not None:
+        _refuse_unbounded(intra_fit, "the scale-up bandwidth scale",
+                          "microbenchmarks.collectives",
+                          f"{intra_max:.3g} x achievable, the GPU's marketed bidirectional "
+                          "scale-up bandwidth")
+        out.constants.append(_constant("intra_node_bandwidth_scale", intra_fit))
+        out.applied["intra_node_bandwidth_scale"] = intra_fit.value
+    if inter_fit is not None:
+        _refuse_unbounded(inter_fit, "the scale-out bandwidth scale",
+                          "microbenchmarks.collectives",
+                          "twice the NIC line rate, in-network reduction included")
+        out.constants.append(_constant("inter_node_bandwidth_scale", inter_fit))
+        out.applied["inter_node_bandwidth_scale"] = inter_fit.value
+
+
+def _fit_attention(entries: Sequence[AttentionMeasurement], cluster: ClusterSpec,
+                   profile: KernelProfile, out: _Fitted) -> None:
+    fit = fit_scale(
+        [partial(_attention_time, e, cluster, profile) for e in entries],
+        [1.0 / e.tflops for e in entries],
+        upper=1.0 / profile.flash_attention_frac)
+    _refuse_unbounded(fit, "the attention efficiency scale", "microbenchmarks.attention",
+                      "fused attention at 100% of the dense 16-bit peak")
+    out.constants.append(_constant("attention_efficiency_scale", fit))
+    out.applied["attention_efficiency_scale"] = fit.value
+
+
+def _fit_host_link(entries: Sequence[HostLinkMeasurement], cluster: ClusterSpec,
+                   out: _Fitted) -> None:
+    """The geometric mean of the large copies (of all copies when none is large)."""
+    big = [e for e in entries if e.message_bytes >= HOST_LINK_MIN_BYTES]
+    used = big or list(entries)
+    if not big:
+        out.notes.append("host link: no copy of 16 MiB or more; the smaller copies' "
+                         "bandwidth (start-up included) is used")
+    logs = [math.log(e.bandwidth_bytes_per_s) for e in used]
+    mean = sum(logs) / len(logs)
+    rss = sum((x - mean) ** 2 for x in logs)
+    value = math.exp(mean)
+    se = value * math.sqrt(rss / (len(logs) - 1) / len(logs)) if len(logs) > 1 else -1.0
+    base = cluster.pcie_bandwidth_bytes_per_s
+    out.constants.append(MicrobenchmarkConstant(
+        name="host_link_bandwidth_bytes_per_s", value=value, standard_error=se,
+        num_entries=len(used), log_residual_rms=math.sqrt(rss / len(logs)),
+        uncalibrated_relative_error=sum(abs(base / e.bandwidth_bytes_per_s - 1)
+                                        for e in used) / len(used),
+        fitted_relative_error=sum(abs(value / e.bandwidth_bytes_per_s - 1)
+                                  for e in used) / len(used)))
+    out.applied["host_link_bandwidth_bytes_per_s"] = value
+
+
 def fit_microbenchmarks(bench: Microbenchmarks, cluster: ClusterSpec) -> MicrobenchmarkResult:
     """Check every entry, then fit each constant that has entries (module docstring).
 
@@ -472,117 +527,17 @@ def fit_microbenchmarks(bench: Microbenchmarks, cluster: ClusterSpec) -> Microbe
     check_collectives(bench.collectives, cluster)
     check_attention(bench.attention, cluster)
     check_host_link(bench.host_link, cluster)
-    constants: list[MicrobenchmarkConstant] = []
-    notes: list[str] = []
-    levels: dict[str, float] = {}
-    applied: dict[str, float | None] = {}
-    gemm_scale: float | None = None
-    gemm_scale_se = -1.0
-    by_dtype: dict[DType, list[GemmMeasurement]] = {}
-    for e in bench.gemm:
-        by_dtype.setdefault(e.dtype, []).append(e)
-    implied: list[tuple[float, float]] = []
-    for dtype, entries in sorted(by_dtype.items()):
-        lvl = fit_gemm_level(entries, cluster, profile)
-        levels[dtype.value] = lvl.level
-        constants.append(MicrobenchmarkConstant(
-            name=f"GEMM kernel level ({dtype.value})", value=lvl.level,
-            standard_error=lvl.level_se, num_entries=lvl.num_entries,
-            log_residual_rms=math.sqrt(lvl.rss / lvl.num_entries),
-            uncalibrated_relative_error=lvl.uncalibrated_error,
-            fitted_relative_error=lvl.fitted_error))
-        if lvl.launch_fitted:
-            constants.append(MicrobenchmarkConstant(
-                name=f"GEMM launch cost ({dtype.value}), s", value=lvl.launch_s,
-                standard_error=lvl.launch_se, num_entries=lvl.num_entries,
-                log_residual_rms=math.sqrt(lvl.rss / lvl.num_entries),
-                uncalibrated_relative_error=lvl.uncalibrated_error,
-                fitted_relative_error=lvl.fitted_error))
-        table = KERNEL_TABLE_LEVEL.get(profile.family, {}).get(dtype)
-        if table is None:
-            notes.append(f"{dtype.value} GEMMs: the {profile.family} family has no kernel "
-                         "table to compare with, so they set no GEMM efficiency level")
-        elif lvl.level_se > 0:
-            implied.append((lvl.level / table, lvl.level_se / table))
-    if implied:
-        weights = [1.0 / (se * se) for _, se in implied]
-        gemm_scale = sum(w * s for (s, _), w in zip(implied, weights, strict=True)) / sum(
-            weights)
-        gemm_scale_se = math.sqrt(1.0 / sum(weights))
-        lo = GEMM_EFFICIENCY_FLOOR_FRAC / min(profile.gemm_peak_frac.values())
-        hi = 1.0 / max(profile.gemm_peak_frac.values())
-        if not lo <= gemm_scale <= hi:
-            raise MicrobenchmarkRefused(
-                f"microbenchmarks.gemm: the GEMMs imply an efficiency scale {gemm_scale:.4g} "
-                f"of the {profile.family} eta_max, outside its physical range [{lo:.3g}, "
-                f"{hi:.3g}] ({GEMM_EFFICIENCY_FLOOR_FRAC:.0%} to 100% of the dense peak)",
-                field="microbenchmarks.gemm")
-        applied["gemm_efficiency_scale"] = gemm_scale
-        notes.append(f"GEMM efficiency scale {gemm_scale:.4g} +- {gemm_scale_se:.2g}: the "
-                     "fitted kernel level over the kernel table the family's eta_max was set "
-                     "against (inverse-variance mean over formats); the launch cost is "
-                     "reported, the model keeps its own")
-    intra_max, _ = link_limits(cluster)
+    out = _Fitted()
+    gemm_scale, gemm_scale_se = _fit_gemm(bench.gemm, cluster, profile, out)
     if bench.collectives:
-        intra_fit, inter_fit = fit_links(bench.collectives, cluster)
-        fitted = sum(f.num_entries for f in (intra_fit, inter_fit) if f is not None)
-        if fitted < len(bench.collectives):
-            notes.append(f"collectives: {len(bench.collectives) - fitted} of "
-                         f"{len(bench.collectives)} entries are latency-bound (bandwidth under "
-                         f"{BANDWIDTH_BOUND_SHARE:.0%} of their model time) and set no link "
-                         "scale")
-        if intra_fit is None and inter_fit is None:
-            raise MicrobenchmarkRefused(
-                "microbenchmarks.collectives: every entry is latency-bound, so none can set "
-                "a link bandwidth; add messages of 64 MiB and more",
-                field="microbenchmarks.collectives")
-    else:
-        intra_fit = inter_fit = None
-    if intra_fit is not None:
-        _refuse_unbounded(intra_fit, "the scale-up bandwidth scale",
-                          "microbenchmarks.collectives",
-                          f"{intra_max:.3g} x achievable, the GPU's marketed bidirectional "
-                          "scale-up bandwidth")
-        constants.append(_constant("intra_node_bandwidth_scale", intra_fit))
-        applied["intra_node_bandwidth_scale"] = intra_fit.value
-    if inter_fit is not None:
-        _refuse_unbounded(inter_fit, "the scale-out bandwidth scale",
-                          "microbenchmarks.collectives",
-                          "twice the NIC line rate, in-network reduction included")
-        constants.append(_constant("inter_node_bandwidth_scale", inter_fit))
-        applied["inter_node_bandwidth_scale"] = inter_fit.value
+        _fit_collectives(bench.collectives, cluster, out)
     if bench.attention:
-        fit = fit_scale(
-            [partial(_attention_time, e, cluster, profile) for e in bench.attention],
-            [1.0 / e.tflops for e in bench.attention],
-            upper=1.0 / profile.flash_attention_frac)
-        _refuse_unbounded(fit, "the attention efficiency scale", "microbenchmarks.attention",
-                          "fused attention at 100% of the dense 16-bit peak")
-        constants.append(_constant("attention_efficiency_scale", fit))
-        applied["attention_efficiency_scale"] = fit.value
+        _fit_attention(bench.attention, cluster, profile, out)
     if bench.host_link:
-        big = [e for e in bench.host_link if e.message_bytes >= HOST_LINK_MIN_BYTES]
-        used = big or list(bench.host_link)
-        if not big:
-            notes.append("host link: no copy of 16 MiB or more; the smaller copies' "
-                         "bandwidth (start-up included) is used")
-        logs = [math.log(e.bandwidth_bytes_per_s) for e in used]
-        mean = sum(logs) / len(logs)
-        rss = sum((x - mean) ** 2 for x in logs)
-        value = math.exp(mean)
-        se = value * math.sqrt(rss / (len(logs) - 1) / len(logs)) if len(logs) > 1 else -1.0
-        base = cluster.pcie_bandwidth_bytes_per_s
-        constants.append(MicrobenchmarkConstant(
-            name="host_link_bandwidth_bytes_per_s", value=value, standard_error=se,
-            num_entries=len(used), log_residual_rms=math.sqrt(rss / len(logs)),
-            uncalibrated_relative_error=sum(abs(base / e.bandwidth_bytes_per_s - 1)
-                                            for e in used) / len(used),
-            fitted_relative_error=sum(abs(value / e.bandwidth_bytes_per_s - 1)
-                                      for e in used) / len(used)))
-        applied["host_link_bandwidth_bytes_per_s"] = value
-    report = MicrobenchmarkFit(constants=constants, gemm_kernel_level=levels,
-                               applied=KernelCalibration.model_validate(applied),
-                               gemm_sets_level=gemm_scale is not None, notes=notes)
+        _fit_host_link(bench.host_link, cluster, out)
+    report = MicrobenchmarkFit(constants=out.constants, gemm_kernel_level=out.levels,
+                               applied=KernelCalibration.model_validate(out.applied),
+                               gemm_sets_level=gemm_scale is not None, notes=out.notes)
     return MicrobenchmarkResult(report=report, gemm_scale=gemm_scale,
                                 gemm_scale_se=gemm_scale_se)
 
