@@ -26,7 +26,8 @@ from models.core.moe import DEFAULT_TILE_ROWS, imbalance_factor, padded_rows, ra
 from models.errors import InvalidSpecError
 from solver import cancel
 from solver.placement.constructive import plan_constructive, plan_constructive_layers
-from solver.placement.problem import IntArray, PlacementResult
+from solver.placement.problem import IntArray
+from solver.placement.results import PlacementResult
 
 if TYPE_CHECKING:
     from solver.cpsat import SolverConfig

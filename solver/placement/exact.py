@@ -36,11 +36,10 @@ from solver.placement.constructive import constructive_allocation
 from solver.placement.problem import (
     IntArray,
     PlacementProblem,
-    PlacementResult,
-    build_result,
     placement_problem,
     redundancy_lower_bounds,
 )
+from solver.placement.results import PlacementResult, build_result
 
 logger = logging.getLogger(__name__)
 
