@@ -30,6 +30,55 @@ STAGE_GAP = 26
 MAX_PLOT_W = 1080
 
 
+def _stage_bars(report: MemoryReport, *, step: float, bar_w: float, host_w: float,
+                scale: float) -> list[str]:
+    """One GPU and one host stack per stage, with its stage number and the peak marked."""
+    stages = report.stages
+    base_y = TOP + PLOT_H
+    parts = []
+    for index, stage in enumerate(stages):
+        x = LEFT + 10 + index * step
+        parts.append(element(
+            "g", memory_segments(stage.components, label=f"stage {stage.stage}", x=x,
+                                 width=bar_w, scale=scale, base_y=base_y, tier="gpu",
+                                 where={"data_stage": stage.stage})
+            + memory_segments(stage.host_components, label=f"stage {stage.stage}",
+                              x=x + bar_w + 1, width=host_w, scale=scale, base_y=base_y,
+                              tier="host", where={"data_stage": stage.stage}),
+            class_="stage" + (" binding" if stage.stage == report.binding_stage else ""),
+            data_stage=stage.stage, data_total_bytes=stage.total_bytes,
+            data_host_bytes=stage.host_bytes))
+        if len(stages) <= 32 or index % max(1, len(stages) // 16) == 0:
+            parts.append(text(str(stage.stage), x=f"{x + bar_w / 2:.2f}",
+                              y=f"{base_y + 16:.2f}", font_size=11, fill=INK,
+                              text_anchor="middle"))
+        if stage.stage == report.binding_stage:
+            top = base_y - stage.total_bytes * scale
+            parts.append(text("peak", x=f"{x + bar_w / 2:.2f}", y=f"{top - 6:.2f}",
+                              font_size=10, fill=INK, text_anchor="middle"))
+    return parts
+
+
+def _limit_lines(report: MemoryReport, *, right: float, scale: float) -> list[str]:
+    """The usable capacity and, under a safety margin, the limit below it."""
+    base_y = TOP + PLOT_H
+    parts = []
+    capacity_y = base_y - report.capacity_bytes * scale
+    parts.append(element("line", tooltip(f"usable capacity {gib(report.capacity_bytes)}"),
+                         x1=LEFT, y1=f"{capacity_y:.2f}", x2=f"{right:.2f}",
+                         y2=f"{capacity_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=2,
+                         class_="capacity", data_bytes=report.capacity_bytes))
+    if report.margin_bytes:
+        limit_y = base_y - report.limit_bytes * scale
+        parts.append(element("line", tooltip(f"limit after the {gib(report.margin_bytes)} "
+                                             f"safety margin {gib(report.limit_bytes)}"),
+                             x1=LEFT, y1=f"{limit_y:.2f}", x2=f"{right:.2f}",
+                             y2=f"{limit_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=1,
+                             stroke_dasharray="6 4", class_="margin-limit",
+                             data_bytes=report.limit_bytes))
+    return parts
+
+
 def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
     """The memory stack of every stage of `report` as an SVG document."""
     stages = report.stages
@@ -52,39 +101,8 @@ def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
                   data_fits=str(report.fits).lower()),
              memory_legend(46, left=LEFT, host_note="thin bar: host memory")]
     parts.append(gib_grid(tallest, left=LEFT, right=width - 40, base_y=base_y, scale=scale))
-    for index, stage in enumerate(stages):
-        x = LEFT + 10 + index * step
-        parts.append(element(
-            "g", memory_segments(stage.components, label=f"stage {stage.stage}", x=x,
-                                 width=bar_w, scale=scale, base_y=base_y, tier="gpu",
-                                 where={"data_stage": stage.stage})
-            + memory_segments(stage.host_components, label=f"stage {stage.stage}",
-                              x=x + bar_w + 1, width=host_w, scale=scale, base_y=base_y,
-                              tier="host", where={"data_stage": stage.stage}),
-            class_="stage" + (" binding" if stage.stage == report.binding_stage else ""),
-            data_stage=stage.stage, data_total_bytes=stage.total_bytes,
-            data_host_bytes=stage.host_bytes))
-        if len(stages) <= 32 or index % max(1, len(stages) // 16) == 0:
-            parts.append(text(str(stage.stage), x=f"{x + bar_w / 2:.2f}",
-                              y=f"{base_y + 16:.2f}", font_size=11, fill=INK,
-                              text_anchor="middle"))
-        if stage.stage == report.binding_stage:
-            top = base_y - stage.total_bytes * scale
-            parts.append(text("peak", x=f"{x + bar_w / 2:.2f}", y=f"{top - 6:.2f}",
-                              font_size=10, fill=INK, text_anchor="middle"))
-    capacity_y = base_y - report.capacity_bytes * scale
-    parts.append(element("line", tooltip(f"usable capacity {gib(report.capacity_bytes)}"),
-                         x1=LEFT, y1=f"{capacity_y:.2f}", x2=f"{width - 40:.2f}",
-                         y2=f"{capacity_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=2,
-                         class_="capacity", data_bytes=report.capacity_bytes))
-    if report.margin_bytes:
-        limit_y = base_y - report.limit_bytes * scale
-        parts.append(element("line", tooltip(f"limit after the {gib(report.margin_bytes)} "
-                                             f"safety margin {gib(report.limit_bytes)}"),
-                             x1=LEFT, y1=f"{limit_y:.2f}", x2=f"{width - 40:.2f}",
-                             y2=f"{limit_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=1,
-                             stroke_dasharray="6 4", class_="margin-limit",
-                             data_bytes=report.limit_bytes))
+    parts += _stage_bars(report, step=step, bar_w=bar_w, host_w=host_w, scale=scale)
+    parts += _limit_lines(report, right=width - 40, scale=scale)
     parts.append(text("pipeline stage", x=LEFT, y=f"{base_y + 34:.2f}", font_size=11,
                       fill=MUTED))
     description = (f"{len(stages)} stages; stacked bars are the ledger's components in bytes; "
