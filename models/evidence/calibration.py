@@ -26,9 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from models.errors import InvalidSpecError
-
-GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
-"""Golden-section ratio of the search over s."""
+from models.evidence.scale_fit import golden_section
 
 SCALE_TOLERANCE = 1e-6
 """Relative width at which the golden-section search over s stops."""
@@ -142,22 +140,8 @@ def _golden(curves: Sequence[RunCurve], lo: float, hi: float, *, clamp: bool) ->
     # Coarse scan first (the objective may have more than one dip over a wide range).
     n = 48
     grid = [lo * (hi / lo) ** (k / n) for k in range(n + 1)]
-    values = [cost(s) for s in grid]
-    best = min(range(len(grid)), key=values.__getitem__)
-    a, b = grid[max(0, best - 1)], grid[min(n, best + 1)]
-    c, d = b - GOLDEN * (b - a), a + GOLDEN * (b - a)
-    fc, fd = cost(c), cost(d)
-    while (b - a) > SCALE_TOLERANCE * max(1.0, abs(b)):
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - GOLDEN * (b - a)
-            fc = cost(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + GOLDEN * (b - a)
-            fd = cost(d)
-    mid = (a + b) / 2.0
-    return min((grid[best], mid), key=cost)
+    return golden_section(
+        cost, grid, converged=lambda a, b: (b - a) <= SCALE_TOLERANCE * max(1.0, abs(b)))
 
 
 def _standard_errors(curves: Sequence[RunCurve], scale: float, overhead: float,

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.evidence.calibration import AT_LIMIT_REL, GOLDEN, Fit, RunCurve
+from models.evidence.calibration import AT_LIMIT_REL, Fit, RunCurve
+from models.evidence.scale_fit import golden_section
 
 MIN_HOST_BOUND_MOE_RUNS = 3
 """Host-bound MoE runs needed before h is fitted: one more than the two constants h shares
@@ -180,21 +181,7 @@ def fit_with_issue(surfaces: Sequence[RunSurface], *,
     def cost(issue: float) -> float:
         return fit_at([s.curve_at(issue) for s in surfaces]).rss
 
-    values = [cost(h) for h in grid]
-    best = min(range(len(grid)), key=values.__getitem__)
-    a, b = grid[max(0, best - 1)], grid[min(len(grid) - 1, best + 1)]
-    c, d = b - GOLDEN * (b - a), a + GOLDEN * (b - a)
-    fc, fd = cost(c), cost(d)
-    while b - a > ISSUE_TOLERANCE_S:
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - GOLDEN * (b - a)
-            fc = cost(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + GOLDEN * (b - a)
-            fd = cost(d)
-    issue = min((grid[best], (a + b) / 2.0), key=cost)
+    issue = golden_section(cost, grid, converged=lambda a, b: b - a <= ISSUE_TOLERANCE_S)
     fit = fit_at([s.curve_at(issue) for s in surfaces])
     return IssueFit(issue_s=issue, issue_se=_issue_se(surfaces, fit, issue,
                                                       free_scale=free_scale),

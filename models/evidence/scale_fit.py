@@ -1,6 +1,7 @@
 """One multiplier fitted to measured times by least squares on log ratios.
 
-Owns: the golden-section search on ln x and the Gauss-Newton standard error that
+Owns: the golden-section search (`golden_section`, also the step-time calibration's) and,
+on ln x, and the Gauss-Newton standard error that
 `models.evidence.microbenchmarks` uses for its link and attention scales (its docstring
 states the fit). Pure.
 Source: Seber and Wild, "Nonlinear Regression" (Wiley 1989), Sec. 2.1-2.2.
@@ -18,27 +19,38 @@ SEARCH_TOLERANCE = 1e-7
 """Width in ln(scale) at which the golden-section search stops."""
 
 
+GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+"""The golden-section ratio, (sqrt 5 - 1) / 2."""
+
+
+def golden_section(cost: Callable[[float], float], grid: Sequence[float], *,
+                   converged: Callable[[float, float], bool]) -> float:
+    """The point of least cost: the grid point of least cost and its two neighbours bracket
+    a golden-section search, run until `converged(a, b)` holds for the bracket [a, b];
+    returns the better of that grid point and the bracket's midpoint."""
+    values = [cost(x) for x in grid]
+    best = min(range(len(grid)), key=values.__getitem__)
+    a, b = grid[max(0, best - 1)], grid[min(len(grid) - 1, best + 1)]
+    c, d = b - GOLDEN * (b - a), a + GOLDEN * (b - a)
+    fc, fd = cost(c), cost(d)
+    while not converged(a, b):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - GOLDEN * (b - a)
+            fc = cost(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + GOLDEN * (b - a)
+            fd = cost(d)
+    return min((grid[best], (a + b) / 2.0), key=cost)
+
+
 def _golden_log(cost: Callable[[float], float], lo: float, hi: float) -> float:
     """Minimise cost(x) over [lo, hi] by a coarse log grid, then golden section on ln x."""
     a, b = math.log(lo), math.log(hi)
     grid = [a + (b - a) * k / 60 for k in range(61)]
-    values = [cost(math.exp(g)) for g in grid]
-    best = min(range(len(grid)), key=values.__getitem__)
-    a, b = grid[max(0, best - 1)], grid[min(60, best + 1)]
-    ratio = (math.sqrt(5.0) - 1.0) / 2.0
-    c, d = b - ratio * (b - a), a + ratio * (b - a)
-    fc, fd = cost(math.exp(c)), cost(math.exp(d))
-    while b - a > SEARCH_TOLERANCE:
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - ratio * (b - a)
-            fc = cost(math.exp(c))
-        else:
-            a, c, fc = c, d, fd
-            d = a + ratio * (b - a)
-            fd = cost(math.exp(d))
-    mid = math.exp((a + b) / 2.0)
-    return min((math.exp(grid[best]), mid), key=cost)
+    return math.exp(golden_section(lambda g: cost(math.exp(g)), grid,
+                                   converged=lambda a, b: b - a <= SEARCH_TOLERANCE))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,4 +96,5 @@ def fit_scale(models: Sequence[Callable[[float], float]], measured: Sequence[flo
                     sensitivity=max(abs(j) for j in jac))
 
 
-__all__ = ["SCALE_SEARCH_LO", "SEARCH_TOLERANCE", "ScaleFit", "fit_scale"]
+__all__ = ["GOLDEN", "SCALE_SEARCH_LO", "SEARCH_TOLERANCE", "ScaleFit", "fit_scale",
+           "golden_section"]
