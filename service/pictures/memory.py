@@ -9,7 +9,7 @@ exactly as the ledger gives them. Must not: size anything or change a byte count
 """
 
 from api_schemas.plan import MemoryReport
-from service.pictures.stacks import gib_grid, memory_legend, memory_segments
+from service.pictures.stacks import gib_grid, memory_heading, memory_segments
 from service.pictures.svg import (
     CRITICAL_STROKE,
     INK,
@@ -96,10 +96,8 @@ def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
     margin = f" less a {gib(report.margin_bytes)} margin" if report.margin_bytes else ""
     heading = (f"{title}: peak {gib(report.peak_bytes)} on stage {report.binding_stage} of "
                f"{gib(report.capacity_bytes)} usable{margin}: {verdict}")
-    parts = [text(heading, x=LEFT, y=22, font_size=15, font_weight="600",
-                  fill=INK if report.fits else CRITICAL_STROKE, class_="verdict",
-                  data_fits=str(report.fits).lower()),
-             memory_legend(46, left=LEFT, host_note="thin bar: host memory")]
+    parts = memory_heading(heading, fits=report.fits, left=LEFT,
+                           host_note="thin bar: host memory")
     parts.append(gib_grid(tallest, left=LEFT, right=width - 40, base_y=base_y, scale=scale))
     parts += _stage_bars(report, step=step, bar_w=bar_w, host_w=host_w, scale=scale)
     parts += _limit_lines(report, right=width - 40, scale=scale)
