@@ -4,7 +4,7 @@ Owns: the shape of a decoder-only transformer as the cost model needs it: attent
 dimensions (MHA, GQA, MLA), MLP kind (2-matrix GELU, 3-matrix SwiGLU), norms, biases,
 embeddings, and the mixture-of-experts block (routed and shared experts, leading dense
 layers, layer frequency, multi-token prediction). Must not: count parameters or FLOPs (that
-is `models/params.py`, `models/flops.py`).
+is `models/core/params.py`, `models/core/flops.py`).
 """
 
 from enum import StrEnum

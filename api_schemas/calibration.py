@@ -2,7 +2,7 @@
 
 Owns: a measured run
 (`MeasuredRun`), the body of POST /v1/calibration/runs, and the profile and fit report it
-answers with. Must not: fit or store (`models/calibration.py`, `solver/calibration.py`,
+answers with. Must not: fit or store (`models/evidence/calibration.py`, `solver/calibration.py`,
 `service/`).
 """
 

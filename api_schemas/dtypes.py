@@ -1,7 +1,7 @@
 """Numeric formats and their storage sizes.
 
 Owns: the closed set of element formats a recipe may name and the bytes each one takes.
-Must not: decide which format a recipe uses (that is `training.py` and `models/precision.py`).
+Must not: decide which format a recipe uses (that is `training.py` and `models/core/precision.py`).
 """
 
 from enum import StrEnum

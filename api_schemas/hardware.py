@@ -3,7 +3,7 @@
 Owns: the shape of a GPU description (memory, dense and sparse peak FLOP/s per format, HBM
 bandwidth), of a link (achievable bandwidth per GPU and direction, latency) and of a cluster
 (nodes x GPUs per node, scale-up and scale-out links, host memory, PCIe). Must not: hold
-preset values (those live in `models/catalog.py` with their sources) or compute times.
+preset values (those live in `models/catalog/presets.py` with their sources) or compute times.
 """
 
 import math

@@ -4,7 +4,7 @@ Owns: the shape of the microbenchmark results POST /v1/calibration/runs takes (G
 throughput by shape and format, collective bus bandwidth by size and group span, attention
 kernel throughput, host-link copy bandwidth) as the `calibration` kit writes them, and the
 constants fitted from them with their uncertainties. Must not: fit, check physics or time
-anything (`models/microbenchmarks.py`).
+anything (`models/evidence/microbenchmarks.py`).
 """
 
 from typing import Literal

@@ -2,7 +2,7 @@
 dispatch needs, DeepEP-style (sized for the worst-case imbalance) against MoonEP (fixed by
 exact balance).
 
-Owns: the shapes only. Must not: size anything (`models.moe.buffer_report` does).
+Owns: the shapes only. Must not: size anything (`models.core.moe.buffer_report` does).
 """
 
 from pydantic import ConfigDict, Field

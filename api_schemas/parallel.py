@@ -3,7 +3,7 @@
 Owns: the keys of the API contract (`tp`, `pp`, `dp`, `cp`, `ep`, `etp`, `vpp`,
 `micro_batch_size`, `schedule`, `zero_stage`, `sequence_parallel`, `recompute`) and the
 per-stage activation policy. Checks only what the configuration says about itself; checks
-against a model or cluster (heads divisible by tp, world size) live in `models/mesh/`.
+against a model or cluster (heads divisible by tp, world size) live in `models/core/mesh/`.
 """
 
 import functools

@@ -292,7 +292,7 @@ class RuntimeFeatureUse(ResultModel):
 
 
 class ExpertParallelFigures(ResultModel):
-    """The expert-side figures of one plan (`models.expert_terms`)."""
+    """The expert-side figures of one plan (`models.core.expert_terms`)."""
 
     ep: int = Field(description="Expert-parallel degree.")
     step_time_s: float = Field(description="Predicted step time.")

@@ -1,8 +1,8 @@
 """Response of POST /v1/lab/remote-activations: the memory lab's what-if of moving stored
 activations into other pipeline ranks' spare memory (the request is the evaluate request).
 
-Owns: the shapes only. Must not: size or time anything (`models.remote_activations` and
-`models.remote_activations_report` do).
+Owns: the shapes only. Must not: size or time anything (`models.core.remote_activations` and
+`models.labs.remote_activations_report` do).
 """
 
 from pydantic import Field

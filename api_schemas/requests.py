@@ -3,7 +3,7 @@ constraints, an objective and solver limits.
 
 Owns: the three ways to give a model (preset, Hugging Face config, explicit fields), a
 cluster as a GPU preset plus overrides, and the plan / evaluate request envelopes. Must not:
-resolve presets (that is `models/resolve.py`).
+resolve presets (that is `models/catalog/resolve.py`).
 """
 
 from enum import StrEnum

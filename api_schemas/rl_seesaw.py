@@ -2,8 +2,8 @@
 colocated reinforcement-learning iteration (training and rollout on the same GPUs) and the
 time of each transition between them.
 
-Owns: the shapes only. Must not: size or time anything (`models.rl_seesaw` and
-`models.rl_seesaw_report` do).
+Owns: the shapes only. Must not: size or time anything (`models.labs.rl_seesaw` and
+`models.labs.rl_seesaw_report` do).
 """
 
 from enum import StrEnum

@@ -2,7 +2,7 @@
 
 Owns: what the user trains with (global batch, sequence length, formats of parameters,
 gradients, master weights and optimizer states, compute format, optimizer). Must not: turn a
-recipe into bytes (that is `models/precision.py`).
+recipe into bytes (that is `models/core/precision.py`).
 """
 
 from enum import StrEnum

@@ -15,7 +15,7 @@ import argparse
 import statistics
 
 from api_schemas import ClusterInput, ModelPreset, PlanRequest, SolverLimits
-from models.published import published_runs
+from models.evidence.published import published_runs
 from solver import plan
 from solver.explain import describe_parallel
 from solver.published import score_published_run

@@ -24,8 +24,8 @@ from api_schemas import (
     PipelineSchedule,
     TrainingSpec,
 )
-from models.mesh import build_mesh, mesh_problems
-from models.traffic import TrafficAxis, step_traffic
+from models.core.mesh import build_mesh, mesh_problems
+from models.core.traffic import TrafficAxis, step_traffic
 
 GIB = 2**30
 REPEATS = 5

@@ -1,7 +1,7 @@
 """Benchmark: MoonEP constructive placement per layer against no-redundancy and EPLB.
 
 For (E=256, R=64, K=8, S=4096) and (E=384, R=16, K=8, S=8192) and every routing skew of
-`models.moe.skew`, it reports the constructive planner's wall time per layer (validation,
+`models.core.moe.skew`, it reports the constructive planner's wall time per layer (validation,
 planning, routes and accounting included; median and p90 over repeated single-layer calls
 on several batches, and the median per layer of one `plan_constructive_layers` call over
 all MoE layers of a model, the batches cycled to DeepSeek-V3's 58 MoE layers), its
@@ -71,7 +71,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.moe import (
+from models.core.moe import (
     RoutingSkew,
     SkewKind,
     routing_counts,

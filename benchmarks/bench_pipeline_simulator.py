@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from api_schemas.parallel import PipelineSchedule as S
-from models.pipeline import (
+from models.core.pipeline import (
     OpDurations,
     PipelineProgram,
     compile_program,

@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 from bench_service_load import start_server
 
-from models.moe import RoutingSkew, SkewKind, routing_counts
+from models.core.moe import RoutingSkew, SkewKind, routing_counts
 
 E, R, K, S = 256, 64, 8, 4096
 MOE_LAYERS = 58

@@ -9,10 +9,10 @@ import argparse
 
 from api_schemas import ClusterInput, ModelPreset, PlanRequest, SolverLimits
 from api_schemas.requests import DEFAULT_MEMORY_HEADROOM_FRAC
-from models.catalog import cluster_preset
-from models.memory import MemoryLedger, memory_ledger
-from models.published import PUBLISHED_SYSTEMS, PublishedRun, run_model
-from models.step_time import estimate_step
+from models.catalog.presets import cluster_preset
+from models.core.memory import MemoryLedger, memory_ledger
+from models.core.step_time import estimate_step
+from models.evidence.published import PUBLISHED_SYSTEMS, PublishedRun, run_model
 from solver import plan
 from solver.explain import describe_parallel
 from solver.published import difference_text, score_published_run

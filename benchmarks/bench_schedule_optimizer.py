@@ -12,7 +12,7 @@ import argparse
 import time
 
 from api_schemas.parallel import PipelineSchedule
-from models.pipeline import OpDurations
+from models.core.pipeline import OpDurations
 from solver.cpsat import SolverConfig, SolveStatus
 from solver.schedule import optimize_schedule
 

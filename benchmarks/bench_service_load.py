@@ -33,7 +33,8 @@ ATLAS_PLANNER = Path(sys.executable).parent / "atlas-planner"
 CONCURRENCY = (8, 64)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -112,7 +113,7 @@ def start_server(directory: Path, workers: int, *,
                   settings: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     """`atlas-planner serve` on a free port with SQLite in `directory` and `settings` in its
     environment: the process and its base URL, once /healthz answers."""
-    port = _free_port()
+    port = free_port()
     command = [str(ATLAS_PLANNER), "serve", "--port", str(port), "--workers", str(workers),
                "--database-url", f"sqlite:///{directory / 'plans.db'}", "--log-level",
                "warning"]

@@ -18,10 +18,8 @@ import argparse
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,17 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from bench_service_load import ATLAS_PLANNER, free_port
 
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE
-
-ATLAS_PLANNER = Path(sys.executable).parent / "atlas-planner"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def small_plan(seed: int) -> dict[str, Any]:
@@ -158,7 +148,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         url = args.database_url or f"sqlite:///{Path(scratch) / 'plans.db'}"
-        port = _free_port()
+        port = free_port()
         env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
         log = (Path(scratch) / "server.log").open("wb")
         server = subprocess.Popen(

@@ -19,7 +19,6 @@ replacement is a worker that missed the health check).
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,15 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
-
-ATLAS_PLANNER = Path(sys.executable).parent / "atlas-planner"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+from bench_service_load import ATLAS_PLANNER, free_port
 
 
 def command_seconds(command: list[str], runs: int) -> float:
@@ -69,7 +60,7 @@ def heavy_imports(module: str) -> list[str]:
 def serve_start(workers: int, watch_s: float) -> tuple[float, int]:
     """(seconds from launch to the first healthy answer, workers replaced while watching)."""
     with tempfile.TemporaryDirectory() as scratch:
-        port = _free_port()
+        port = free_port()
         log_path = Path(scratch) / "server.log"
         env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
         command = [str(ATLAS_PLANNER), "serve", "--host", "127.0.0.1", "--port", str(port),

@@ -32,10 +32,10 @@ from typing import Any
 from api_schemas.calibration import CalibrationRunsRequest
 from api_schemas.hardware import KernelCalibration
 from api_schemas.requests import EvaluateRequest
-from models.calibration import RunCurve, fit_constants, leave_one_out, physical_problems
-from models.kernels import PROFILES
-from models.resolve import resolve_cluster, resolve_model
-from models.step_time import estimate_step
+from models.catalog.kernels import PROFILES
+from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.step_time import estimate_step
+from models.evidence.calibration import RunCurve, fit_constants, leave_one_out, physical_problems
 from solver.calibration import GRID_POINTS, calibrate, scale_limits
 
 sys.path.insert(0, str(Path(__file__).parent))

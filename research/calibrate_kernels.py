@@ -1,4 +1,4 @@
-"""Calibration of the kernel-throughput constants in models/kernels.py.
+"""Calibration of the kernel-throughput constants in models/catalog/kernels.py.
 
 Run: .venv/bin/python research/calibrate_kernels.py
 
@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from api_schemas import DType
-from models.catalog import gpu_preset
-from models.kernels import (
+from models.catalog.kernels import (
     GEMM_IO_FACTOR,
     GEMM_LAUNCH_S,
     GEMM_TILE,
@@ -27,6 +26,7 @@ from models.kernels import (
     gemm_time_s,
     profile_for,
 )
+from models.catalog.presets import gpu_preset
 
 DATA = json.loads((Path(__file__).parent / "data" / "gemm_efficiency.json").read_text())
 POINTS = DATA["points"]

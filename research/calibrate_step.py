@@ -15,9 +15,9 @@ import math
 import statistics
 
 from api_schemas import DType
-from models import kernels
-from models.published import PublishedRun, published_runs
-from models.step_time import StepEstimate, clear_step_time_cache
+from models.catalog import kernels
+from models.core.step_time import StepEstimate, clear_step_time_cache
+from models.evidence.published import PublishedRun, published_runs
 from solver.published import score_published_run
 
 CALIBRATION = ("megatron2021-gpt-1.7b", "megatron2021-gpt-145.6b", "megatron2021-gpt-1008b")

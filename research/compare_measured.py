@@ -3,11 +3,11 @@
     python research/compare_measured.py research/data/measured/h200.json
 
 Owns: reading a measurement file and the model's prediction of each measured quantity:
-GEMM times (`models.kernels.gemm_time_s`), causal fused-attention forward + backward
-(`models.kernels.attention_time_s`, the Transformer Engine / cuDNN level and PyTorch SDPA's
+GEMM times (`models.catalog.kernels.gemm_time_s`), causal fused-attention forward + backward
+(`models.catalog.kernels.attention_time_s`, the Transformer Engine / cuDNN level and PyTorch SDPA's
 FlashAttention-2 level), and one Llama 3.1 8B layer's stored bytes
-(`models.activations.layer_activation_bytes`) and forward + backward time
-(`models.compute.layer_compute`) under the eager runtime the measurement ran. Must not: fit
+(`models.core.activations.layer_activation_bytes`) and forward + backward time
+(`models.core.compute.layer_compute`) under the eager runtime the measurement ran. Must not: fit
 anything; a measured file is validation data (research/CALIBRATION.md says which).
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 
 from api_schemas.dtypes import DType
 from api_schemas.training import ElementwiseFusion
-from models.activations import LayerActivationContext, layer_activation_bytes
-from models.catalog import gpu_preset, model_preset
-from models.compute import FLASH_BACKWARD_FLOP_RATIO, ComputeContext, layer_compute
-from models.flops import attention_core_forward_flops
-from models.kernels import attention_time_s, gemm_time_s
+from models.catalog.kernels import attention_time_s, gemm_time_s
+from models.catalog.presets import gpu_preset, model_preset
+from models.core.activations import LayerActivationContext, layer_activation_bytes
+from models.core.compute import FLASH_BACKWARD_FLOP_RATIO, ComputeContext, layer_compute
+from models.core.flops import attention_core_forward_flops
 
 GPU_IDS = {"NVIDIA H200": "h200-sxm-141gb", "NVIDIA H100 80GB HBM3": "h100-sxm5-80gb"}
 """Catalog GPU of each `torch.cuda.get_device_name()` a measurement file may carry."""

@@ -9,7 +9,7 @@ recorded as measured step time / predicted step time - 1 (for a throughput figur
 / printed throughput - 1, the same quantity). Rows some constant was fitted on
 (`validate_published.FITTED`) are kept and marked `calibration`; every other row is
 `held_out`. With --write the table replaces `models/data/published_errors.json`, which
-`models/error_bands.py` reads at run time; without it the table is compared with the
+`models/evidence/error_bands.py` reads at run time; without it the table is compared with the
 committed one and the bands of research/CALIBRATION.md Sec. 6 are printed.
 tests/research/test_error_bands_data.py regenerates it and fails when the committed table is
 stale (the cost model changed and the table was not rewritten).
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from models.error_bands import (
+from models.evidence.error_bands import (
     DATA_PATH,
     ErrorRow,
     expected_coverage,

@@ -1,5 +1,5 @@
 """Print each packaged Hugging Face config's parameter count (read through
-`models/hf_config.py` and counted by `models/params.py`, plus `models/vision.py` for a
+`models/catalog/hf_config.py` and counted by `models/core/params.py`, plus `vision.py` for a
 multimodal checkpoint's vision tower) next to its published count.
 
 Usage: python research/hf_family_counts.py. The published numbers and their sources are
@@ -8,9 +8,9 @@ listed in research/hf_configs.md; `tests/models/test_params.py` checks the same 
 
 import sys
 
-from models.catalog import hf_preset_config, model_preset
-from models.params import count_parameters
-from models.vision import vision_tower_params
+from models.catalog.presets import hf_preset_config, model_preset
+from models.catalog.vision import vision_tower_params
+from models.core.params import count_parameters
 
 PUBLISHED: dict[str, tuple[float, str]] = {
     "gemma-7b": (8_537_680_896, "keras-hub gemma_7b_en"),

@@ -153,31 +153,49 @@ def _layer_class(torch: Any) -> Any:
     return DecoderLayer
 
 
+def _rope(torch: Any, seq: int) -> tuple[Any, Any]:
+    """Llama 3's rotary cos and sin tables (theta 500,000) for `seq` positions, BF16."""
+    head_dim = LLAMA_8B["head_dim"]
+    position = torch.arange(seq, device="cuda", dtype=torch.float32)
+    inv = 1.0 / (500000.0 ** (torch.arange(0, head_dim, 2, device="cuda",
+                                           dtype=torch.float32) / head_dim))
+    angles = torch.outer(position, inv)
+    cos = torch.cat((angles.cos(), angles.cos()), dim=-1).to(torch.bfloat16)
+    sin = torch.cat((angles.sin(), angles.sin()), dim=-1).to(torch.bfloat16)
+    return cos, sin
+
+
+def _stored_bytes(torch: Any, layers: list[Any], batch: tuple[int, int],
+                  rope: tuple[Any, Any], *, backward: bool) -> int:
+    """Bytes the forward of `layers` leaves allocated for the backward, on a fresh
+    (micro-batch, seq) input; `backward` runs it afterwards (a compiled graph's first
+    backward compiles it)."""
+    x = torch.randn(*batch, LLAMA_8B["hidden"], device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    y = x
+    for module in layers:
+        y = module(y, *rope)
+    torch.cuda.synchronize()
+    grown = torch.cuda.memory_allocated() - before
+    if backward:
+        y.sum().backward()
+    del y, x
+    return int(grown)
+
+
 def layer(torch: Any, seq: int, micro_batch: int) -> dict[str, Any]:
     """Stored bytes and forward+backward time of one eager Llama 3.1 8B layer."""
     shape = LLAMA_8B
     cls = _layer_class(torch)
     layers = [cls(shape["hidden"], shape["heads"], shape["kv_heads"], shape["head_dim"],
                   shape["ffn"]).to(device="cuda", dtype=torch.bfloat16) for _ in range(2)]
-    position = torch.arange(seq, device="cuda", dtype=torch.float32)
-    inv = 1.0 / (500000.0 ** (torch.arange(0, shape["head_dim"], 2, device="cuda",
-                                           dtype=torch.float32) / shape["head_dim"]))
-    angles = torch.outer(position, inv)
-    cos = torch.cat((angles.cos(), angles.cos()), dim=-1).to(torch.bfloat16)
-    sin = torch.cat((angles.sin(), angles.sin()), dim=-1).to(torch.bfloat16)
+    cos, sin = _rope(torch, seq)
 
     def stored(count: int) -> int:
-        x = torch.randn(micro_batch, seq, shape["hidden"], device="cuda",
-                        dtype=torch.bfloat16, requires_grad=True)
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        y = x
-        for module in layers[:count]:
-            y = module(y, cos, sin)
-        torch.cuda.synchronize()
-        grown = torch.cuda.memory_allocated() - before
-        del y, x
-        return int(grown)
+        return _stored_bytes(torch, layers[:count], (micro_batch, seq), (cos, sin),
+                             backward=False)
 
     one, two = stored(1), stored(2)
     x = torch.randn(micro_batch, seq, shape["hidden"], device="cuda", dtype=torch.bfloat16,
@@ -206,26 +224,10 @@ def compiled_layer(torch: Any, seq: int) -> dict[str, Any]:
                                 shape["head_dim"], shape["ffn"]).to(device="cuda",
                                                                     dtype=torch.bfloat16))
               for _ in range(2)]
-    position = torch.arange(seq, device="cuda", dtype=torch.float32)
-    inv = 1.0 / (500000.0 ** (torch.arange(0, shape["head_dim"], 2, device="cuda",
-                                           dtype=torch.float32) / shape["head_dim"]))
-    angles = torch.outer(position, inv)
-    cos = torch.cat((angles.cos(), angles.cos()), dim=-1).to(torch.bfloat16)
-    sin = torch.cat((angles.sin(), angles.sin()), dim=-1).to(torch.bfloat16)
+    cos, sin = _rope(torch, seq)
 
     def stored(count: int) -> int:
-        x = torch.randn(1, seq, shape["hidden"], device="cuda", dtype=torch.bfloat16,
-                        requires_grad=True)
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        y = x
-        for module in layers[:count]:
-            y = module(y, cos, sin)
-        torch.cuda.synchronize()
-        grown = torch.cuda.memory_allocated() - before
-        y.sum().backward()
-        del y, x
-        return int(grown)
+        return _stored_bytes(torch, layers[:count], (1, seq), (cos, sin), backward=True)
 
     stored(2)  # compile both (forward and backward graphs) before measuring
     one, two = stored(1), stored(2)
@@ -262,12 +264,7 @@ def training_step_memory(torch: Any, layers: int, seq: int, steps: int) -> dict[
 
     model = Model().cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
-    position = torch.arange(seq, device="cuda", dtype=torch.float32)
-    inv = 1.0 / (500000.0 ** (torch.arange(0, shape["head_dim"], 2, device="cuda",
-                                           dtype=torch.float32) / shape["head_dim"]))
-    angles = torch.outer(position, inv)
-    cos = torch.cat((angles.cos(), angles.cos()), dim=-1).to(torch.bfloat16)
-    sin = torch.cat((angles.sin(), angles.sin()), dim=-1).to(torch.bfloat16)
+    cos, sin = _rope(torch, seq)
     per_step = []
     torch.cuda.reset_peak_memory_stats()
     for _ in range(steps):

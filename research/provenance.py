@@ -18,7 +18,8 @@ from pathlib import Path
 
 from api_schemas import DType
 from api_schemas.architecture import LinearAttentionKind
-from models import compute, kernels, linear_attention
+from models.catalog import kernels
+from models.core import compute, linear_attention
 
 sys.path.insert(0, str(Path(__file__).parent))
 import validate_published as vp  # noqa: E402 - the research folder is not a package
@@ -29,7 +30,7 @@ END = "<!-- provenance: end -->"
 
 MIN_FIT_ROWS = 3
 """A constant fitted on fewer data rows than this says so in its docstring, and the predicted
-ranges of what depends on it are widened (`models.error_bands.THIN_FITS`)."""
+ranges of what depends on it are widened (`models.evidence.error_bands.THIN_FITS`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,36 +92,36 @@ def fits() -> tuple[Fit, ...]:
     fla = ("flash-linear-attention `{}` on H800, B = 1, T = 8192, H = 96 (FLA_BENCHMARK, "
            "PaddlePaddle/flash-attention PR #133): one kernel row")
     return (
-        Fit(constant="models.kernels PROFILES['ampere'] eta_max BF16/FP16",
+        Fit(constant="models.catalog.kernels PROFILES['ampere'] eta_max BF16/FP16",
             value=_frac("ampere", DType.BF16), rows=vp.A100_CALIBRATION, other_data="-",
             script="research/calibrate_step.py",
             depends="every A100 prediction"),
-        Fit(constant="models.kernels PROFILES['hopper'] eta_max BF16/FP16",
+        Fit(constant="models.catalog.kernels PROFILES['hopper'] eta_max BF16/FP16",
             value=_frac("hopper", DType.BF16), rows=h100_bf16, other_data="-",
             script="research/validate_published.py --calibrate-h100",
             depends="every Hopper BF16 prediction"),
-        Fit(constant="models.kernels PROFILES['hopper'] eta_max FP8",
+        Fit(constant="models.catalog.kernels PROFILES['hopper'] eta_max FP8",
             value=_frac("hopper", DType.FP8), rows=h100_fp8, other_data="-",
             script="research/validate_published.py --calibrate-h100",
             depends="every Hopper FP8 prediction"),
-        Fit(constant="models.kernels PROFILES['blackwell'] eta_max FP8 (BF16 at the kernel "
+        Fit(constant="models.catalog.kernels PROFILES['blackwell'] eta_max FP8 (BF16 at the kernel "
                      "tables' BF16/FP8 ratio)",
             value=f"{_frac('blackwell', DType.FP8)} / {_frac('blackwell', DType.BF16)}",
             rows=b200, other_data="-",
             script="research/validate_published.py --calibrate-b200",
             depends="every B200 prediction"),
-        Fit(constant="models.compute.MOE_HOST_ISSUE_S",
+        Fit(constant="models.core.compute.MOE_HOST_ISSUE_S",
             value=f"{1e3 * compute.MOE_HOST_ISSUE_S:.1f} ms", rows=vp.MOE_CALIBRATION,
             other_data="-",
             script="research/validate_published.py --calibrate-moe",
             depends="every MoE prediction"),
-        Fit(constant="models.linear_attention.LINEAR_ATTENTION_KERNEL_EFFICIENCY[KDA]",
+        Fit(constant="models.core.linear_attention.LINEAR_ATTENTION_KERNEL_EFFICIENCY[KDA]",
             value=f"{la[LinearAttentionKind.KDA]:.3g}", rows=(),
             other_data=fla.format("chunk_kda"), other_rows=1,
             script="tests/models/test_linear_attention.py (fit in research/CALIBRATION.md "
                    "Sec. 4)",
             depends="every KDA layer's time (no published hybrid-model step row)"),
-        Fit(constant="models.linear_attention.LINEAR_ATTENTION_KERNEL_EFFICIENCY"
+        Fit(constant="models.core.linear_attention.LINEAR_ATTENTION_KERNEL_EFFICIENCY"
                      "[GATED_DELTA]",
             value=f"{la[LinearAttentionKind.GATED_DELTA]:.3g}", rows=(),
             other_data=fla.format("chunk_gdn"), other_rows=1,
@@ -133,7 +134,7 @@ def fits() -> tuple[Fit, ...]:
 def documentation(fit: Fit) -> str:
     """What the code says about the constant: a kernel profile's `calibration` text, or the
     docstring under a module constant (read from its source file)."""
-    if fit.constant.startswith("models.kernels PROFILES['"):
+    if fit.constant.startswith("models.catalog.kernels PROFILES['"):
         family = fit.constant.split("'")[1]
         return kernels.PROFILES[family].calibration
     module, name = fit.constant.rsplit("[", 1)[0].rsplit(".", 1)
@@ -176,7 +177,7 @@ def render() -> str:
              "validator's headline (`research/validate_published.py`, protocol \"as "
              "published\") counts validation-only rows only. A constant constrained by "
              f"fewer than {MIN_FIT_ROWS} rows says so in its docstring and widens the "
-             "predicted range of what depends on it (`models/error_bands.py: THIN_FITS`).",
+             "predicted range of what depends on it (`models/evidence/error_bands.py: THIN_FITS`).",
              "", "| constant | value | fitted on (published rows) | other data | rows | "
              "script | what depends on it |", "|---|---|---|---|---|---|---|"]
     for f in fits():

@@ -69,8 +69,8 @@ from typing import Any
 
 from api_schemas import DType, ParallelConfig, PipelineSchedule, RecomputeMode, TrainingSpec
 from api_schemas.parallel import DEFAULT_RECOMPUTE_MODULES, RecomputeModule
-from models.catalog import cluster_preset, megatron_gpt, model_preset
-from models.memory import memory_ledger
+from models.catalog.presets import cluster_preset, megatron_gpt, model_preset
+from models.core.memory import memory_ledger
 
 ROOT = Path(__file__).resolve().parent
 DATA = json.loads((ROOT / "data" / "published_runs.json").read_text())

@@ -53,11 +53,11 @@ from api_schemas import (
 )
 from api_schemas.hardware import ClusterSpec, KernelCalibration
 from api_schemas.parallel import ParallelConfig
-from models import kernels
-from models.catalog import cluster_preset, model_preset
+from models.catalog import kernels
+from models.catalog.presets import cluster_preset, model_preset
+from models.core.step_time import StepEstimate, clear_step_time_cache, estimate_step
 from models.errors import InvalidSpecError
-from models.published import LLAMA3_405B_8K
-from models.step_time import StepEstimate, clear_step_time_cache, estimate_step
+from models.evidence.published import LLAMA3_405B_8K
 from solver.candidate_eval import PolicyCaps, evaluate_candidate
 from solver.space import MeshCandidate
 
@@ -71,7 +71,7 @@ H100_CALIBRATION = ("megatron-readme-314b", "llama3-t4-405b-16384gpu-seq8192",
 B200_CALIBRATION = ("bridge-25.11-dgx-b200-llama3-8b-8gpu",
                     "bridge-25.11-dgx-b200-llama31-405b-128gpu")
 MOE_CALIBRATION = ("bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu",)
-"""The one row `models.compute.MOE_HOST_ISSUE_S` is fitted on (`--calibrate-moe`): the H100
+"""The one row `models.core.compute.MOE_HOST_ISSUE_S` is fitted on (`--calibrate-moe`): the H100
 MoE calibration row named in research/published_runs.md; every other MoE row is held out."""
 CALIBRATION = H100_CALIBRATION + B200_CALIBRATION + MOE_CALIBRATION
 A100_CALIBRATION = ("megatron2021-t1-1.7b", "megatron2021-t1-145.6b", "megatron2021-t1-1008.0b")
@@ -80,7 +80,7 @@ FITTED = CALIBRATION + A100_CALIBRATION
 """Every row some constant was fitted on; all other predicted rows are held out."""
 PRESET_DEFINING: dict[str, str] = {
     "llama3-t4-405b-8192gpu-seq8192": (
-        "`models/published.py` LLAMA3_405B_8K: its inferred `norm_saves_output` was chosen "
+        "`published.py` LLAMA3_405B_8K: its inferred `norm_saves_output` was chosen "
         "so that this run fits in memory (0.936 of the cap with it, 1.054 without)"),
 }
 """Rows on which a preset's unprinted choice was made (the choice holds this run's memory or
@@ -523,11 +523,11 @@ def _error(obs: float, pred: float, unit: str) -> float:
 
 
 def calibrate_moe_host_issue(rows: list[dict[str, Any]]) -> float:
-    """Grid-fit `models.compute.MOE_HOST_ISSUE_S`, the fixed part of the MoE host issue time
+    """Grid-fit `models.core.compute.MOE_HOST_ISSUE_S`, the fixed part of the MoE host issue time
     (0 to 12 ms in 0.1 ms steps; the per-expert launches, `moe_expert_launches`, are counted
     beside it), on the `MOE_CALIBRATION` rows, minimising the mean |log(predicted /
     measured)|; prints the fit and leaves the fitted value set."""
-    from models import compute
+    from models.core import compute
 
     calib = [r for r in rows if r["id"] in MOE_CALIBRATION]
     best: tuple[float, float] | None = None
@@ -570,13 +570,13 @@ def moe_residuals(rows: list[dict[str, Any]]) -> None:
 
 def moe_host_need(rows: list[dict[str, Any]], protocol: str = AS_PUBLISHED_PROTOCOL) -> None:
     """Per MoE row, the host issue time per MoE layer forward that would make the prediction
-    under `protocol` match the measurement (bisection on `models.compute.MOE_HOST_ISSUE_S`
+    under `protocol` match the measurement (bisection on `models.core.compute.MOE_HOST_ISSUE_S`
     over 0-80 ms, the per-expert launch term off), beside the row's local experts,
     micro-batch, precision and runtime (dispatcher, EP all-to-all overlap, CUDA graph scopes:
     `MOE_RECIPES`, `MOE_CUDA_GRAPH_SCOPES`): the check of whether the missing MoE time follows
     the local experts (a host cost), the tokens per micro-batch (a GPU cost) or the runtime.
     Restores both constants."""
-    from models import compute
+    from models.core import compute
 
     issue, launch = compute.MOE_HOST_ISSUE_S, compute.MOE_HOST_LAUNCH_S
     compute.MOE_HOST_LAUNCH_S = 0.0
@@ -616,7 +616,7 @@ def zero3_scaling() -> None:
     all-gather / reduce-scatter as one ring across nodes). Llama-2-7B shape, 4096 tokens,
     full recomputation, H100 SXM5; no published row with this exact recipe is held here."""
     from api_schemas import ParallelConfig
-    from models.step_time import estimate_step
+    from models.core.step_time import estimate_step
 
     spec = ModelSpec(name="llama-2-7b", num_layers=32, hidden_size=4096, num_attention_heads=32,
                      num_kv_heads=32, ffn_hidden_size=11008, mlp=MlpKind.SWIGLU,
@@ -757,7 +757,7 @@ def _summary(label: str, errs: list[float]) -> str:
 def headline(predictions: dict[str, tuple[float, float, str]]) -> list[str]:
     """Median and max |error| of the validation-only rows of `predictions`: overall, by
     source and by GPU kernel family (and by GPU where a family holds several)."""
-    from models.error_bands import gpu_family
+    from models.evidence.error_bands import gpu_family
 
     rows = {r["id"]: r for r in DATA["runs"]}
     groups: dict[str, list[float]] = {}

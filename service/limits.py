@@ -18,11 +18,11 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.requests import ClusterInput, ModelFromHf, ModelInput
 from api_schemas.training import TrainingSpec
-from models.catalog import DEFAULT_NODE_FOR_GPU, NODE_PRESETS
+from models.catalog.presets import DEFAULT_NODE_FOR_GPU, NODE_PRESETS
+from models.catalog.resolve import resolve_model
+from models.core.mesh.layout import expert_data_parallel_size
+from models.core.runtime_memory import CUDA_CONTEXT_BYTES
 from models.errors import InvalidSpecError
-from models.mesh.layout import expert_data_parallel_size
-from models.resolve import resolve_model
-from models.runtime_memory import CUDA_CONTEXT_BYTES
 from service.core import call_core
 from service.problems import LimitExceededError
 from service.settings import Settings
@@ -95,7 +95,7 @@ def check_cluster(cluster: ClusterInput, settings: Settings) -> None:
 
 def check_gpu_memory(cluster: ClusterInput) -> None:
     """Refuse a GPU whose plannable memory (memory x (1 - headroom)) does not exceed the CUDA
-    context every rank holds before any model state (`models.runtime_memory.
+    context every rank holds before any model state (`models.core.runtime_memory.
     CUDA_CONTEXT_BYTES`, 512 MiB): no plan can fit such a GPU, and the searches that look
     for the cluster a plan would need divide the model states by that capacity.
 

@@ -4,13 +4,13 @@ Owns: simulating a checked request and turning the result into the bytes of its 
 (JSON, the timeline SVG or Chrome trace JSON), with the finiteness check, all in one
 computation for the solver pool, so that neither the simulation nor the serialisation of a
 20,000-op timeline (about 10 MB of SVG) runs on the event loop. Must not: check bounds,
-simulate schedules itself (`models.pipeline`) or build HTTP responses.
+simulate schedules itself (`models.core.pipeline`) or build HTTP responses.
 """
 
 import json
 
 from api_schemas.pipeline import PipelineSimulateRequest
-from models.pipeline.requests import simulate_request
+from models.core.pipeline.requests import simulate_request
 from service import limits
 from service.media import Format
 from service.pictures import timeline_svg

@@ -15,7 +15,7 @@ import hashlib
 from pydantic_core import to_json
 
 from api_schemas.moe import MoePlacementRequest, MoePlacementResponse
-from models.moe.balance import home_rank_loads
+from models.core.moe.balance import home_rank_loads
 from service import limits
 from service.pictures import placement_svg
 from service.problems import LimitExceededError

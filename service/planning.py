@@ -25,8 +25,8 @@ from sqlmodel import Session
 
 from api_schemas.plan import Explanation, PlanResponse, PlanStatus
 from api_schemas.requests import PlanRequest
+from models.catalog.resolve import resolve_cluster
 from models.errors import InfeasibleError
-from models.resolve import resolve_cluster
 from service import limits
 from service.core import call_core
 from service.persistence import repo

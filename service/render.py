@@ -9,7 +9,7 @@ from api_schemas.collectives import CollectiveEstimateResponse
 from api_schemas.moe import MoePlacementLayersResponse, MoePlacementResponse
 from api_schemas.parallel import ParallelConfig, StagePolicy
 from api_schemas.pipeline import PipelineOptimizeResponse, PipelineSimulateResponse
-from api_schemas.plan import MemoryReport, PlanResponse
+from api_schemas.plan import Alternative, MemoryReport, PlanResponse, TimeBreakdown
 from api_schemas.problems import ProblemDetail
 from api_schemas.units import GIB
 
@@ -86,29 +86,29 @@ def _describe_policy(policy: StagePolicy) -> str:
     return text
 
 
-def render_plan(plan: PlanResponse) -> str:
-    """Status, configuration, step time, throughput, memory, explanation, alternatives."""
-    # No configuration (infeasible, or out of time): name the GPU without a count of 0.
-    on = (f"{plan.world_size} x {plan.gpu or 'GPU'}" if plan.world_size
-          else plan.gpu or "GPU")
-    lines = [f"{plan.status.value.upper()}: {plan.model_name or 'model'} on {on}"
-             + (f"  (plan {plan.id})" if plan.id else "")]
+def _step_time_line(time: TimeBreakdown) -> str:
+    """The step time and its parts: every term that prints as at least a millisecond, so
+    the printed parts add up to the step time."""
+    exposed = ", ".join(f"{axis} {seconds:.3f} s"
+                        for axis, seconds in time.exposed_comm_s.items() if seconds)
+    others = {"offload": time.offload_stall_s, "optimizer": time.optimizer_s,
+              **time.overheads_s}
+    rest = "".join(f", {name} {seconds:.3f} s" for name, seconds in others.items()
+                   if seconds >= 5e-4)
+    return (f"  step time   {time.step_time_s:.3f} s (compute "
+            f"{time.compute_s:.3f} s, recompute {time.recompute_s:.3f} s, "
+            f"bubble {time.bubble_s:.3f} s"
+            + (f", exposed comm {exposed}" if exposed else "") + rest + ")")
+
+
+def _configuration_lines(plan: PlanResponse) -> list[str]:
+    """Layout, step time, throughput, predicted range and memory, where the plan has them."""
+    lines = []
     if plan.parallel is not None:
         lines.append(f"  layout      {describe_parallel(plan.parallel)}, "
                      f"{plan.num_micro_batches} micro-batches")
     if plan.time is not None:
-        exposed = ", ".join(f"{axis} {seconds:.3f} s"
-                            for axis, seconds in plan.time.exposed_comm_s.items() if seconds)
-        # Every other term that prints as at least a millisecond, so the printed parts add
-        # up to the step time.
-        others = {"offload": plan.time.offload_stall_s, "optimizer": plan.time.optimizer_s,
-                  **plan.time.overheads_s}
-        rest = "".join(f", {name} {seconds:.3f} s" for name, seconds in others.items()
-                       if seconds >= 5e-4)
-        lines.append(f"  step time   {plan.time.step_time_s:.3f} s (compute "
-                     f"{plan.time.compute_s:.3f} s, recompute {plan.time.recompute_s:.3f} s, "
-                     f"bubble {plan.time.bubble_s:.3f} s"
-                     + (f", exposed comm {exposed}" if exposed else "") + rest + ")")
+        lines.append(_step_time_line(plan.time))
     if plan.throughput is not None:
         t = plan.throughput
         lines.append(f"  throughput  {t.tokens_per_s:,.0f} tokens/s, {t.tflops_per_gpu:.0f} "
@@ -120,6 +120,39 @@ def render_plan(plan: PlanResponse) -> str:
         margin = (f" less a {gib(m.margin_bytes)} safety margin" if m.margin_bytes else "")
         lines.append(f"  memory      peak {gib(m.peak_bytes)} (stage {m.binding_stage}) of "
                      f"{gib(m.capacity_bytes)}{margin}: {'fits' if m.fits else 'DOES NOT FIT'}")
+    return lines
+
+
+def _runtime_lines(plan: PlanResponse) -> list[str]:
+    """The runtime features taken, and why the planner left each other one off."""
+    taken = [use.feature for use in plan.runtime_features if use.on]
+    lines = ([f"  runtime     {', '.join(taken) if taken else 'none'}"]
+             if plan.runtime_features else [])
+    return lines + [f"  runtime off {use.feature}: {use.why_not}"
+                    for use in plan.runtime_features
+                    if not use.on and use.decided_by == "planner" and use.why_not]
+
+
+def _alternative_line(alt: Alternative) -> str:
+    step = f"{alt.step_time_s:.3f} s" if alt.step_time_s is not None else "does not fit"
+    delta = f" {alt.delta_frac:+.1%}" if alt.delta_frac is not None else ""
+    gpus = alt.world_size or alt.parallel.world_size
+    band = alt.predicted_range
+    if band is not None and band.step_time_s_low is not None and \
+            band.step_time_s_high is not None:
+        step += f" (range {band.step_time_s_low:.3f}-{band.step_time_s_high:.3f} s)"
+    return (f"  alternative [{step}{delta}, {gpus} GPUs, v={alt.parallel.vpp}, "
+            f"{describe_parallel(alt.parallel)}] {alt.why_not}")
+
+
+def render_plan(plan: PlanResponse) -> str:
+    """Status, configuration, step time, throughput, memory, explanation, alternatives."""
+    # No configuration (infeasible, or out of time): name the GPU without a count of 0.
+    on = (f"{plan.world_size} x {plan.gpu or 'GPU'}" if plan.world_size
+          else plan.gpu or "GPU")
+    lines = [f"{plan.status.value.upper()}: {plan.model_name or 'model'} on {on}"
+             + (f"  (plan {plan.id})" if plan.id else "")]
+    lines += _configuration_lines(plan)
     if plan.bottleneck:
         lines.append(f"  bottleneck  {plan.bottleneck}")
     lines.append(f"  why         {plan.explanation.summary}")
@@ -130,23 +163,10 @@ def render_plan(plan: PlanResponse) -> str:
         lines.append(f"  cost        {c.cost_per_token:.3e} per token "
                      f"({c.cost_per_million_tokens:.4f} per million, {c.cost_per_step:.2f} per "
                      f"step) at {c.gpu_hour_price:g} per GPU-hour")
-    taken = [use.feature for use in plan.runtime_features if use.on]
-    if plan.runtime_features:
-        lines.append(f"  runtime     {', '.join(taken) if taken else 'none'}")
-    lines += [f"  runtime off {use.feature}: {use.why_not}" for use in plan.runtime_features
-              if not use.on and use.decided_by == "planner" and use.why_not]
+    lines += _runtime_lines(plan)
     if plan.expert_parallel is not None:
         lines.append(f"  experts     {plan.expert_parallel.summary}")
-    for alt in plan.alternatives:
-        step = f"{alt.step_time_s:.3f} s" if alt.step_time_s is not None else "does not fit"
-        delta = f" {alt.delta_frac:+.1%}" if alt.delta_frac is not None else ""
-        gpus = alt.world_size or alt.parallel.world_size
-        band = alt.predicted_range
-        if band is not None and band.step_time_s_low is not None and \
-                band.step_time_s_high is not None:
-            step += f" (range {band.step_time_s_low:.3f}-{band.step_time_s_high:.3f} s)"
-        lines.append(f"  alternative [{step}{delta}, {gpus} GPUs, v={alt.parallel.vpp}, "
-                     f"{describe_parallel(alt.parallel)}] {alt.why_not}")
+    lines += [_alternative_line(alt) for alt in plan.alternatives]
     if plan.solver is not None:
         s = plan.solver
         gap = f", gap {s.gap:.2%}" if s.gap is not None else ""

@@ -28,18 +28,18 @@ from api_schemas.plan import (
 )
 from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRequest
 from api_schemas.training import TrainingSpec
-from models.error_bands import cluster_band, predicted_range
+from models.catalog.kernels import profile_for
+from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.frameworks import RELEASED, extensions_used, plan_features, runs_on
+from models.core.layer_kinds import has_routed_experts
+from models.core.linear_attention import cp_layer_note
+from models.core.memory import memory_ledger
+from models.core.mesh import validate_mesh
+from models.core.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from models.errors import InvalidSpecError
-from models.frameworks import RELEASED, extensions_used, plan_features, runs_on
-from models.kernels import profile_for
-from models.layer_kinds import has_routed_experts
-from models.linear_attention import cp_layer_note
-from models.memory import memory_ledger
-from models.memory_evidence import ledger_evidence
-from models.mesh import validate_mesh
-from models.mfu_records import plausibility_note
-from models.resolve import resolve_cluster, resolve_model
-from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
+from models.evidence.error_bands import cluster_band, predicted_range
+from models.evidence.memory_evidence import ledger_evidence
+from models.evidence.mfu_records import plausibility_note
 from solver import cancel, cpsat
 from solver.binding_pins import Binding, binding_texts, find_binding
 from solver.candidate_eval import ScoredPlan, refine_policies
@@ -98,7 +98,7 @@ def throughput(est: StepEstimate) -> Throughput:
 
 def range_of(cluster: ClusterSpec, *, moe: bool, world_size: int, step_time_s: float,
              tokens_per_s: float | None = None, mfu: float | None = None) -> PredictedRange:
-    """The predicted range of a configuration's figures (`models.error_bands`)."""
+    """The predicted range of a configuration's figures (`models.evidence.error_bands`)."""
     band = cluster_band(cluster, moe=moe, num_gpus=world_size)
     return predicted_range(band, step_time_s=step_time_s, tokens_per_s=tokens_per_s, mfu=mfu)
 
@@ -107,7 +107,7 @@ def plausibility(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                  est: StepEstimate) -> str:
     """The plan's plausibility note: its MFU and tokens/s per GPU against the closest
     published record of its GPU family, format and kind, with the upper error of the band its
-    predicted range uses (`models.mfu_records.plausibility_note`)."""
+    predicted range uses (`models.evidence.mfu_records.plausibility_note`)."""
     moe = has_routed_experts(spec)
     band = cluster_band(cluster, moe=moe, num_gpus=est.world_size)
     return plausibility_note(gpu_id=cluster.gpu.id, gpu_name=cluster.gpu.name,

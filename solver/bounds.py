@@ -23,30 +23,29 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
-from models.activations import (
+from models.core.activations import (
     LayerActivationContext,
     head_activation_bytes,
     layer_activation_bytes,
 )
-from models.collectives import fabric_of
-from models.compute import LayerCompute, head_compute
-from models.errors import InvalidSpecError
-from models.memory import (
+from models.core.collectives import fabric_of
+from models.core.compute import LayerCompute, head_compute
+from models.core.memory import (
     RUNTIME_RESERVE_BYTES,
     LedgerMemo,
     head_in_flight_floor,
     peak_floor_bytes,
     stored_activation_floor_bytes,
 )
-from models.params import count_parameters, mtp_module_params
-from models.pipeline import (
+from models.core.params import count_parameters, mtp_module_params
+from models.core.pipeline import (
     closed_form_makespan,
     peak_in_flight_chunks,
     schedule_traits,
 )
-from models.precision import sharded_state_bytes, state_bytes_per_param
-from models.runtime_features import ep_overlap_active
-from models.step_time import (
+from models.core.precision import sharded_state_bytes, state_bytes_per_param
+from models.core.runtime_features import ep_overlap_active
+from models.core.step_time import (
     axis_groups,
     compute_context,
     kind_layers,
@@ -54,13 +53,14 @@ from models.step_time import (
     layer_parts_memo,
     zero3_exposed_s,
 )
-from models.step_time.variability import slowest_gpu_share
+from models.core.step_time.variability import slowest_gpu_share
+from models.errors import InvalidSpecError
 from solver.space import MeshCandidate
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KindTimes:
-    """One layer timing kind of the model (`models.step_time.timing_kind`: MoE or not,
+    """One layer timing kind of the model (`models.core.step_time.timing_kind`: MoE or not,
     linear or full attention, attention window) under a core, fastest policy: its first
     layer, how many layers of the model share it, and one layer's per-micro-batch times
     with its exposed collectives."""
@@ -187,13 +187,13 @@ class BoundTables:
 
     def _head_share_bytes(self, c: MeshCandidate) -> float:
         """The output head's activations (final norm and projection inputs, fp32 logits:
-        `models.activations.head_activation_bytes`, with the projection input sharded, its
+        `models.core.activations.head_activation_bytes`, with the projection input sharded, its
         smaller form) for as many micro-batches as the schedule keeps in flight on the
         head's chunk, over the pipeline ranks: the rank holding the head keeps them beside
         its own layers' (the ledger's `activations: embedding, head, logits, MTP` line, with
         the same in-flight count, which the schedule fixes whatever the layer split), so
         the mean over ranks of the peaks holds at least this share (the in-flight count:
-        `models.memory.head_in_flight_floor`). At a vocabulary of 202,048 (Llama 4) and 32k
+        `models.core.memory.head_in_flight_floor`). At a vocabulary of 202,048 (Llama 4) and 32k
         tokens the logits of one micro-batch are 26 GB; GPipe keeps every micro-batch's."""
         key = ("head", c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
         if key not in self._input_cache:
@@ -218,7 +218,7 @@ class BoundTables:
     def wait_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the wait for the slowest GPU of any plan of the candidate: the share
         of its world size times each rank's mean layer compute over the step
-        (`models.step_time.assembly._slowest_gpu_wait_s`, which adds the heads and the
+        (`models.core.step_time.assembly._slowest_gpu_wait_s`, which adds the heads and the
         policy's recomputation to the same mean). Added to the makespan bounds the queue
         orders by; the makespan bounds themselves stay without it."""
         core = self.core(c)
@@ -229,7 +229,7 @@ class BoundTables:
     def zero3_time_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the pipeline makespan of any ZeRO-3 plan of the candidate: every
         rank's average work per micro-batch with each layer's exposed parameter gathers and
-        gradient reduce-scatters added (`models.step_time.zero3_exposed_s`, exposure
+        gradient reduce-scatters added (`models.core.step_time.zero3_exposed_s`, exposure
         measured against the layer's compute without recomputation, which recomputation
         can only lengthen), times the micro-batches."""
         core = self.core(c)
@@ -268,7 +268,7 @@ class BoundTables:
         the request allows it, remote activation offload where it does) whose activation
         policy stores no fewer bytes than `policy` (ParallelConfig policy fields; the
         least-storing one, `solver.candidate_eval.least_stored_policy`, bounds them all):
-        the smallest over those storages of `models.memory.peak_floor_bytes` at the
+        the smallest over those storages of `models.core.memory.peak_floor_bytes` at the
         strongest ZeRO stage. It reads the head's rank's own ledger pieces, so unlike
         `memory_bound_bytes` (a mean over ranks, cheap enough for every candidate of the
         enumeration) it sees that rank's logits; it costs tens to a few hundred
@@ -307,11 +307,11 @@ class BoundTables:
         candidate's plans with `parallel`'s activation policy (the candidate's mesh), at
         ZeRO stage `max_zero` or below: the averaged model states of `memory_bound_bytes`
         plus the ranks' mean stored layer activations under the policy
-        (`models.memory.stored_activation_floor_bytes`) and the head's share of the
+        (`models.core.memory.stored_activation_floor_bytes`) and the head's share of the
         activations (`_head_share_bytes`). Above the capacity, no such plan
         fits: not on the busiest rank (at least the mean), nor with remote activation
         offload, which only moves bytes between the ranks (its verdict needs the mean
-        within the capacity, `models.remote_activations.fits_after_remote_offload`)."""
+        within the capacity, `models.core.remote_activations.fits_after_remote_offload`)."""
         stored = stored_activation_floor_bytes(self.spec, self.memory_training, parallel)
         mean_stored = sum(stored) / len(stored) if stored else 0.0
         return int(self._mean_states_bytes(c, max_zero) + mean_stored
@@ -361,7 +361,7 @@ def _mean_in_flight(schedule: PipelineSchedule, pp: int, m: int, chunks: int) ->
 def _closed_form_bound(schedule: PipelineSchedule, p: int, m: int, v: int, f: float, b: float,
                        w: float) -> float:
     """Makespan of the schedule with uniform per-chunk costs (f, b, w) and no latency, where
-    its record has an exact closed form (`models.pipeline.closed_form_makespan`: arXiv:
+    its record has an exact closed form (`models.core.pipeline.closed_form_makespan`: arXiv:
     2104.04473 Sec. 2.2; arXiv:2401.10241 Table 2; ...); otherwise, or where the schedule
     refuses the parameters, m (f + b + w) v, the busy time alone."""
     work = m * v * (f + b + w)

@@ -1,8 +1,8 @@
 """Calibrating a cluster profile from measured runs: each run scored by the cost model over
-the GEMM efficiency scale, checked against physics, then fitted (`models.calibration`).
+the GEMM efficiency scale, checked against physics, then fitted (`models.evidence.calibration`).
 
 Owns: `calibrate(request)`: parsing the training logs into runs (`solver.logs`), fitting
-the microbenchmarks' constants (`models.microbenchmarks`) and applying them to every run,
+the microbenchmarks' constants (`models.evidence.microbenchmarks`) and applying them to every run,
 resolving each run like POST /v1/evaluate (model, the calibration's GPU and node, mesh
 rules), refusing runs no hardware could produce (a step faster than its model FLOPs at 100%
 of the dense peak, a peak memory above the GPU's memory), tabulating each run's model step
@@ -29,7 +29,14 @@ from api_schemas.hardware import ClusterSpec, KernelCalibration
 from api_schemas.parallel import ParallelConfig
 from api_schemas.requests import ClusterInput
 from api_schemas.training import TrainingSpec
-from models.calibration import (
+from models.catalog.kernels import GEMM_EFFICIENCY_FLOOR_FRAC, KernelProfile, profile_for
+from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.compute import MOE_HOST_ISSUE_S
+from models.core.memory import memory_ledger
+from models.core.mesh import validate_mesh
+from models.core.step_time import estimate_step
+from models.errors import PlannerError
+from models.evidence.calibration import (
     CalibrationRefused,
     Fit,
     RunCurve,
@@ -39,7 +46,7 @@ from models.calibration import (
     physical_problems,
     relative_error,
 )
-from models.calibration_moe import (
+from models.evidence.calibration_moe import (
     MIN_HOST_BOUND_MOE_RUNS,
     IssueFit,
     RunSurface,
@@ -49,14 +56,7 @@ from models.calibration_moe import (
     issue_limit,
     issue_problems,
 )
-from models.compute import MOE_HOST_ISSUE_S
-from models.errors import PlannerError
-from models.kernels import GEMM_EFFICIENCY_FLOOR_FRAC, KernelProfile, profile_for
-from models.memory import memory_ledger
-from models.mesh import validate_mesh
-from models.microbenchmarks import MicrobenchmarkResult, fit_microbenchmarks
-from models.resolve import resolve_cluster, resolve_model
-from models.step_time import estimate_step
+from models.evidence.microbenchmarks import MicrobenchmarkResult, fit_microbenchmarks
 from solver.api import used_nodes
 from solver.logs import parse_training_log
 
@@ -274,6 +274,116 @@ def _microbenchmarks(request: CalibrationRunsRequest, first: MeasuredRun
     return fit_microbenchmarks(request.microbenchmarks, _cluster(request, first))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Calibrated:
+    """A checked fit with its held-out refits: what the report and the constants come from."""
+
+    family: KernelProfile
+    applied: KernelCalibration
+    micro: MicrobenchmarkResult | None
+    fixed: tuple[float, float] | None
+    """(scale, standard error) that the microbenchmarks set, held in the fit."""
+    parsed: list[ParsedLog]
+    scored: list[_Scored]
+    fit: Fit
+    joint: IssueFit | None
+    held_issue: list[tuple[IssueFit, float]] | None
+    held: list[tuple[Fit, float]]
+    issue_note: str
+
+
+def _scale_grid(lo: float, hi: float) -> list[float]:
+    """Geometric grid from lo to hi; the end points are set exactly (the power can round
+    past hi, which would put the largest eta_max a hair above the dense peak)."""
+    return [lo] + [lo * (hi / lo) ** (k / (GRID_POINTS - 1))
+                   for k in range(1, GRID_POINTS - 1)] + [hi]
+
+
+def _refuse_unphysical(fit: Fit, family: KernelProfile, *, fixed: bool) -> None:
+    """Refuse a fit whose constants leave their physical limits or cannot be told apart."""
+    lo, hi = scale_limits(family)
+    reasons = (f"{family.family} GEMMs at {GEMM_EFFICIENCY_FLOOR_FRAC:.0%} of the "
+               "dense peak, the documented floor", f"{family.family} GEMMs at 100% "
+               "of the dense peak")
+    problems = physical_problems(fit, scale_limits=(lo, hi), limit_reasons=reasons)
+    if fixed:
+        problems = [p for p in problems if "GEMM efficiency scale" not in p]
+    if problems:
+        raise CalibrationRefused("the fit is refused: " + "; ".join(problems), field="runs")
+    if not math.isfinite(fit.scale_se) or not math.isfinite(fit.overhead_se):
+        raise CalibrationRefused(
+            "the fit is refused: the runs cannot tell the GEMM efficiency from the per-step "
+            "overhead apart (their model step times move together); add runs whose GEMM "
+            "share differs (other batch sizes, sequence lengths or models)", field="runs")
+
+
+def _calibrated(request: CalibrationRunsRequest) -> _Calibrated:
+    runs, parsed = _runs(request)
+    first = runs[0][1]
+    try:
+        family_profile = profile_for(_cluster(request, first).gpu)
+    except PlannerError as error:
+        raise _with_field(error, "gpu") from error
+    micro = _microbenchmarks(request, first)
+    applied = micro.report.applied if micro is not None else KernelCalibration()
+    fixed = ((micro.gemm_scale, micro.gemm_scale_se)
+             if micro is not None and micro.gemm_scale is not None else None)
+    lo, hi = scale_limits(family_profile)
+    scales = _scale_grid(lo, hi)
+    scored = [_score(request, where, run, scales, applied) for where, run in runs]
+    fit_at: Callable[[Sequence[RunCurve]], Fit] = (
+        (lambda cs: fit_constants(cs, scale_limits=(lo, hi))) if fixed is None else
+        (lambda cs: fit_overhead(cs, scale=fixed[0], scale_se=fixed[1])))
+    outcome = _fit_issue(scored, scales, applied, fit_at, free_scale=fixed is None)
+    joint = outcome.fit
+    if joint is not None:
+        scored = [replace(s, curve=surface.curve_at(joint.issue_s))
+                  for s, surface in zip(scored, outcome.surfaces, strict=True)]
+    curves = [s.curve for s in scored]
+    fit = joint.fit if joint is not None else fit_at(curves)
+    _refuse_unphysical(fit, family_profile, fixed=fixed is not None)
+    held_issue = (issue_leave_one_out(outcome.surfaces, fit_at=fit_at,
+                                      free_scale=fixed is None, near=joint.issue_s)
+                  if joint is not None else None)
+    held = (leave_one_out(curves, scale_limits=(lo, hi), fixed_scale=fixed)
+            if held_issue is None else [(r.fit, pred) for r, pred in held_issue])
+    return _Calibrated(family=family_profile, applied=applied, micro=micro, fixed=fixed,
+                       parsed=parsed, scored=scored, fit=fit, joint=joint,
+                       held_issue=held_issue, held=held, issue_note=outcome.note)
+
+
+def _fit_report(c: _Calibrated) -> CalibrationFit:
+    fit, scored, held, joint = c.fit, c.scored, c.held, c.joint
+    residuals = [_residual(s, fit, loo_pred) for s, (_, loo_pred) in zip(scored, held,
+                                                                         strict=True)]
+    n = len(scored)
+    fitted_pred = [s.curve.model_at(fit.scale) + fit.overhead_s for s in scored]
+    method = METHOD if c.fixed is None else METHOD_FIXED
+    if c.micro is not None:
+        method += ("; the microbenchmarks' link, attention and host-link constants are "
+                   "applied to every run before the fit")
+    return CalibrationFit(
+        num_runs=n,
+        gemm_efficiency_scale=_constant(fit.scale, fit.scale_se, [f.scale for f, _ in held]),
+        step_overhead_s=_constant(fit.overhead_s, fit.overhead_se,
+                                  [f.overhead_s for f, _ in held]),
+        gemm_peak_frac={d.value: f * fit.scale for d, f in c.family.gemm_peak_frac.items()},
+        uncalibrated_relative_error=sum(relative_error(s.uncalibrated_s, s.curve.measured_s)
+                                        for s in scored) / n,
+        leave_one_out_relative_error=sum(relative_error(p, s.curve.measured_s)
+                                         for s, (_, p) in zip(scored, held, strict=True)) / n,
+        fitted_relative_error=sum(relative_error(p, s.curve.measured_s)
+                                  for s, p in zip(scored, fitted_pred, strict=True)) / n,
+        log_residual_rms=math.sqrt(fit.rss / n), runs=residuals,
+        method=method + ("; the overhead came out negative within noise and was set to 0"
+                         if fit.clamped_overhead else ""),
+        logs=c.parsed, microbenchmarks=c.micro.report if c.micro is not None else None,
+        moe_host_issue_s=(_constant(joint.issue_s, joint.issue_se,
+                                    [r.issue_s for r, _ in c.held_issue])
+                          if joint is not None and c.held_issue is not None else None),
+        moe_host_issue_note=c.issue_note)
+
+
 def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
     """Fit the GEMM efficiency scale and the per-step overhead of `request.gpu` to the runs
     and logs, after the microbenchmarks (if any) set the link, attention and host-link
@@ -286,86 +396,13 @@ def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
             a fit whose constants leave their physical limits or cannot be told apart (the
             message says which and why).
     """
-    runs, parsed = _runs(request)
-    first = runs[0][1]
-    try:
-        family_profile = profile_for(_cluster(request, first).gpu)
-    except PlannerError as error:
-        raise _with_field(error, "gpu") from error
-    micro = _microbenchmarks(request, first)
-    applied = micro.report.applied if micro is not None else KernelCalibration()
-    fixed = ((micro.gemm_scale, micro.gemm_scale_se)
-             if micro is not None and micro.gemm_scale is not None else None)
-    lo, hi = scale_limits(family_profile)
-    # Geometric grid from lo to hi; the end points are set exactly (the power can round
-    # past hi, which would put the largest eta_max a hair above the dense peak).
-    scales = [lo] + [lo * (hi / lo) ** (k / (GRID_POINTS - 1))
-                     for k in range(1, GRID_POINTS - 1)] + [hi]
-    scored = [_score(request, where, run, scales, applied) for where, run in runs]
-    fit_at: Callable[[Sequence[RunCurve]], Fit] = (
-        (lambda cs: fit_constants(cs, scale_limits=(lo, hi))) if fixed is None else
-        (lambda cs: fit_overhead(cs, scale=fixed[0], scale_se=fixed[1])))
-    outcome = _fit_issue(scored, scales, applied, fit_at, free_scale=fixed is None)
-    joint = outcome.fit
-    if joint is not None:
-        scored = [replace(s, curve=surface.curve_at(joint.issue_s))
-                  for s, surface in zip(scored, outcome.surfaces, strict=True)]
-    curves = [s.curve for s in scored]
-    fit = joint.fit if joint is not None else fit_at(curves)
-    reasons = (f"{family_profile.family} GEMMs at {GEMM_EFFICIENCY_FLOOR_FRAC:.0%} of the "
-               "dense peak, the documented floor", f"{family_profile.family} GEMMs at 100% "
-               "of the dense peak")
-    problems = physical_problems(fit, scale_limits=(lo, hi), limit_reasons=reasons)
-    if fixed is not None:
-        problems = [p for p in problems if "GEMM efficiency scale" not in p]
-    if problems:
-        raise CalibrationRefused("the fit is refused: " + "; ".join(problems), field="runs")
-    if not math.isfinite(fit.scale_se) or not math.isfinite(fit.overhead_se):
-        raise CalibrationRefused(
-            "the fit is refused: the runs cannot tell the GEMM efficiency from the per-step "
-            "overhead apart (their model step times move together); add runs whose GEMM "
-            "share differs (other batch sizes, sequence lengths or models)", field="runs")
-    held_issue = (issue_leave_one_out(outcome.surfaces, fit_at=fit_at,
-                                      free_scale=fixed is None, near=joint.issue_s)
-                  if joint is not None else None)
-    held = (leave_one_out(curves, scale_limits=(lo, hi), fixed_scale=fixed)
-            if held_issue is None else [(r.fit, pred) for r, pred in held_issue])
-    residuals = [_residual(s, fit, loo_pred) for s, (_, loo_pred) in zip(scored, held,
-                                                                         strict=True)]
-    n = len(scored)
-    fitted_pred = [s.curve.model_at(fit.scale) + fit.overhead_s for s in scored]
-    rms = math.sqrt(fit.rss / n)
-    method = METHOD if fixed is None else METHOD_FIXED
-    if micro is not None:
-        method += ("; the microbenchmarks' link, attention and host-link constants are "
-                   "applied to every run before the fit")
-    report = CalibrationFit(
-        num_runs=n,
-        gemm_efficiency_scale=_constant(fit.scale, fit.scale_se, [f.scale for f, _ in held]),
-        step_overhead_s=_constant(fit.overhead_s, fit.overhead_se,
-                                  [f.overhead_s for f, _ in held]),
-        gemm_peak_frac={d.value: f * fit.scale
-                        for d, f in family_profile.gemm_peak_frac.items()},
-        uncalibrated_relative_error=sum(relative_error(s.uncalibrated_s, s.curve.measured_s)
-                                        for s in scored) / n,
-        leave_one_out_relative_error=sum(relative_error(p, s.curve.measured_s)
-                                         for s, (_, p) in zip(scored, held, strict=True)) / n,
-        fitted_relative_error=sum(relative_error(p, s.curve.measured_s)
-                                  for s, p in zip(scored, fitted_pred, strict=True)) / n,
-        log_residual_rms=rms, runs=residuals,
-        method=method + ("; the overhead came out negative within noise and was set to 0"
-                         if fit.clamped_overhead else ""),
-        logs=parsed, microbenchmarks=micro.report if micro is not None else None,
-        moe_host_issue_s=(_constant(joint.issue_s, joint.issue_se,
-                                    [r.issue_s for r, _ in held_issue])
-                          if joint is not None and held_issue is not None else None),
-        moe_host_issue_note=outcome.note)
-    constants = applied.model_copy(update={
-        "gemm_efficiency_scale": fit.scale, "step_overhead_s": fit.overhead_s,
-        "moe_host_issue_s": joint.issue_s if joint is not None else None,
+    c = _calibrated(request)
+    constants = c.applied.model_copy(update={
+        "gemm_efficiency_scale": c.fit.scale, "step_overhead_s": c.fit.overhead_s,
+        "moe_host_issue_s": c.joint.issue_s if c.joint is not None else None,
         "leave_one_out_errors": tuple(s.curve.measured_s / p - 1.0
-                                      for s, (_, p) in zip(scored, held, strict=True))})
-    return CalibrationResult(constants=constants, fit=report, family=family_profile.family)
+                                      for s, (_, p) in zip(c.scored, c.held, strict=True))})
+    return CalibrationResult(constants=constants, fit=_fit_report(c), family=c.family.family)
 
 
 def _residual(scored: _Scored, fit: Fit, loo_pred: float) -> RunResidual:

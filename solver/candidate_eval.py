@@ -27,11 +27,10 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode, RecomputeModule
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
-from models.errors import InvalidSpecError
-from models.layout import pipeline_layout
-from models.memory import LedgerMemo, MemoryLedger, fits_memory, memory_ledger
-from models.pipeline import schedule_traits
-from models.step_time import (
+from models.core.layout import pipeline_layout
+from models.core.memory import LedgerMemo, MemoryLedger, fits_memory, memory_ledger
+from models.core.pipeline import schedule_traits
+from models.core.step_time import (
     StepEstimate,
     WorkTable,
     estimate_step,
@@ -40,6 +39,7 @@ from models.step_time import (
     step_time_bound,
     work_table,
 )
+from models.errors import InvalidSpecError
 from solver import cpsat
 from solver.policy import (
     ACTIVATION_OFFLOAD_SHARE,
@@ -235,7 +235,7 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     """The best plan of one mesh candidate under the rule in the module docstring.
 
     Each ZeRO stage's fitting plan is simulated in the order of its step-time bound
-    (`models.step_time.step_time_bound`: the pipeline makespan bound with the plan's own
+    (`models.core.step_time.step_time_bound`: the pipeline makespan bound with the plan's own
     policy plus its exact per-step tail), stopping once
     the next bound exceeds the fastest simulated step or reaches `step_cutoff_s` (a step
     time the caller already has): the value is exact whenever it is below the cutoff, and
@@ -243,12 +243,12 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     bound of any ZeRO-3 plan's step time (`solver.bounds.BoundTables.zero3_time_bound_s`),
     spares the ZeRO-3 ladder when it already reaches the cutoff; so does `zero_floors_s`
     (per ZeRO stage, a lower bound of the step time of any of its plans: the planner's
-    makespan bound plus `models.step_time.step_tail_floor_s`) for any stage, whose ladder
+    makespan bound plus `models.core.step_time.step_tail_floor_s`) for any stage, whose ladder
     is then replaced by one probe of its first rung (a plain fit there still ends the
     ladder, so the stages considered stay those of the rule). `caps` limits the
     activation policies to what a framework target expresses (`solver/targets.py`). `memo`:
     rank-ledger pieces shared with other candidates of the same model and recipe
-    (`models.memory.LedgerMemo`, whose keys hold every field a piece reads; a search
+    (`models.core.memory.LedgerMemo`, whose keys hold every field a piece reads; a search
     passes one for all its candidates), the value being the same with or without it."""
     zeros = allowed_zero_stages(constraints)
     caps = caps or ALL_POLICIES
@@ -340,7 +340,7 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
 
 
 class _WorkTables:
-    """The `models.step_time.WorkTable` of one candidate per timing ZeRO stage (0 stands for
+    """The `models.core.step_time.WorkTable` of one candidate per timing ZeRO stage (0 stands for
     0-2, whose ops time alike; 3), built when first asked for, and the bounds of the most
     frugal policies asked for (they read only the policy and the timing stage, so the ZeRO
     stages of one timing share them)."""
@@ -353,7 +353,7 @@ class _WorkTables:
 
     def bound_s(self, parallel: ParallelConfig, *, more_full_layers: bool = False) -> float:
         """A lower bound of the step time of a plan of the candidate: its
-        `models.step_time.policy_work_bound_s` (a makespan bound) plus the wait for the
+        `models.core.step_time.policy_work_bound_s` (a makespan bound) plus the wait for the
         slowest GPU every policy of the mesh pays beside the makespan (`WorkTable.wait_s`)."""
         timing = 3 if parallel.zero_stage == 3 else 0
         if timing not in self._tables:
@@ -397,7 +397,7 @@ def policy_floors_s(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
     `_first_fit` has left; otherwise at 0. Meaningless for a pinned policy (no ladder).
 
     Raises:
-        InvalidSpecError: as `models.step_time.work_table` or the memory bound.
+        InvalidSpecError: as `models.core.step_time.work_table` or the memory bound.
     """
     caps = caps or ALL_POLICIES
     work = _WorkTables(spec, training, cluster, candidate, constraints)
@@ -437,7 +437,7 @@ def _plan_bound(work: _WorkTables, floor_s: float, zero: int,
     """A lower bound of the step time of a plan at one ZeRO stage under the most frugal
     policy with full recomputation of the first k layers, by k: the stage's floor, and the
     busiest rank's work plus the policy's recomputation, counted so that it holds for more
-    fully recomputed first layers too (`models.step_time.policy_work_bound_s`)."""
+    fully recomputed first layers too (`models.core.step_time.policy_work_bound_s`)."""
 
     def bound(full_layers: int) -> float:
         return max(floor_s, work.frugal_bound_s(zero, full_layers, caps))
@@ -451,7 +451,7 @@ def _fit_bound(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                rank: int) -> tuple[float, int]:
     """A lower bound of a fitting plan's step time, with its rank among the fits: first the
     cheap ones (its ZeRO stage's floor, and the busiest rank's work without a policy plus
-    the recomputation the plan's policy adds, `models.step_time.policy_work_bound_s`);
+    the recomputation the plan's policy adds, `models.core.step_time.policy_work_bound_s`);
     where they stay below `cutoff_s`, the plan's own `step_time_bound`."""
     zero = fit.parallel.zero_stage
     cheap = zero_floors_s.get(zero, 0.0) if zero_floors_s else 0.0
@@ -613,7 +613,7 @@ def plain_makespan_bound(spec: ModelSpec, training: TrainingSpec, cluster: Clust
 def plain_run_makespan(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                        candidate: MeshCandidate, *, zero_stage: int = 0) -> float:
     """`plain_makespan_bound`'s lower bound with the closed form replaced by a simulated run
-    of the same stage times without P2P latency (`models.step_time.simulated_makespan_bound`):
+    of the same stage times without P2P latency (`models.core.step_time.simulated_makespan_bound`):
     at least as tight, at the price of one simulation (memoised per shape and durations).
     `zero_stage` as in `plain_makespan_bound`."""
     return simulated_makespan_bound(spec, training, candidate.parallel(zero_stage=zero_stage),

@@ -15,8 +15,8 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.requests import Constraints
 from api_schemas.training import MoeDispatcher, TrainingSpec
+from models.core.runtime_features import DEEPEP, RUNTIME_FEATURES
 from models.errors import InvalidSpecError
-from models.runtime_features import DEEPEP, RUNTIME_FEATURES
 from solver import cpsat
 from solver.candidate_eval import Rejection, ScoredPlan, refine_policies
 from solver.explain import gib

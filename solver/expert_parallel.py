@@ -3,7 +3,7 @@ best plan with EP > 1 beside it.
 
 Owns: the EP > 1 search (the request's search with EP = 1 forbidden, within the time the
 request has left; the search's own evaluated EP > 1 plans when that ends first) and the
-comparison of the two plans' expert-side terms (`models.expert_terms`, the exposed
+comparison of the two plans' expert-side terms (`models.core.expert_terms`, the exposed
 expert communication and the memory). Must not: change the chosen plan or compute a term
 itself.
 """
@@ -15,7 +15,7 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.plan import ExpertParallelComparison, ExpertParallelFigures
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
-from models.expert_terms import expert_terms
+from models.core.expert_terms import expert_terms
 from solver.candidate_eval import ScoredPlan
 from solver.explain import gib
 from solver.planner import SearchResult, objective_value, search

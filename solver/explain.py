@@ -9,9 +9,9 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
 from api_schemas.units import GIB
-from models.memory import MemoryLedger
-from models.pipeline import schedule_traits
-from models.step_time import StepEstimate, axis_groups
+from models.core.memory import MemoryLedger
+from models.core.pipeline import schedule_traits
+from models.core.step_time import StepEstimate, axis_groups
 from solver.candidate_eval import Rejection, ScoredPlan
 
 

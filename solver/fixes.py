@@ -19,11 +19,11 @@ from api_schemas.parallel import (
     RecomputeModule,
 )
 from api_schemas.training import TrainingSpec
+from models.core.layer_kinds import has_routed_experts
+from models.core.memory import memory_ledger
+from models.core.pipeline import StagePlacement, schedule_traits
+from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
-from models.layer_kinds import has_routed_experts
-from models.memory import memory_ledger
-from models.pipeline import StagePlacement, schedule_traits
-from models.step_time import estimate_step
 from solver.candidate_eval import ScoredPlan
 from solver.explain import gib
 from solver.policy import ACTIVATION_OFFLOAD_SHARE, broad_selective_modules

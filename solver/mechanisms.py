@@ -20,11 +20,11 @@ from api_schemas.training import (
     TrainingSpec,
     VisionPlacement,
 )
+from models.core.memory import MemoryLedger, memory_ledger
+from models.core.step_time import StepEstimate
+from models.core.step_time.assembly import HOST_GRADIENTS, VISION_ENCODER
+from models.core.step_time.remote_offload import REMOTE_ACTIVATIONS
 from models.errors import InvalidSpecError
-from models.memory import MemoryLedger, memory_ledger
-from models.step_time import StepEstimate
-from models.step_time.assembly import HOST_GRADIENTS, VISION_ENCODER
-from models.step_time.remote_offload import REMOTE_ACTIVATIONS
 from solver.explain import gib
 
 Variant = tuple[TrainingSpec, ParallelConfig]

@@ -6,9 +6,9 @@ Must not: search (see `solver/planner.py`) or time anything (see `solver/api.py`
 
 from api_schemas.plan import MemoryReport
 from api_schemas.requests import EvaluateRequest
-from models.memory import memory_ledger
-from models.mesh import validate_mesh
-from models.resolve import resolve_cluster, resolve_model
+from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.memory import memory_ledger
+from models.core.mesh import validate_mesh
 from solver.reports import memory_report_from_ledger
 
 

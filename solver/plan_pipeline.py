@@ -10,8 +10,8 @@ simulator. Must not: simulate, render or do I/O.
 from api_schemas.parallel import ParallelConfig
 from api_schemas.pipeline import PipelineOpDurations, PipelineSimulateRequest
 from api_schemas.requests import EvaluateRequest, PlanRequest
-from models.resolve import resolve_cluster, resolve_model
-from models.step_time import pipeline_inputs
+from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.step_time import pipeline_inputs
 from solver.runtime_choice import decided_for, with_rules
 
 

@@ -17,7 +17,7 @@ that cannot fit under the most frugal choices allowed. Before a candidate is eva
 re-queued under a second, simulated bound (`plain_makespan_bound`: the stage times with no
 recomputation, ZeRO-3's gathers included when LB_m rules out ZeRO 0-2, and one micro-batch's
 dependency chain); where the memory bound rules out ZeRO-0 and 1, once more under the
-smallest step-time floor of the ZeRO stages left (`models.step_time.step_time_floors_s`:
+smallest step-time floor of the ZeRO stages left (`models.core.step_time.step_time_floors_s`:
 the makespan bound plus the per-step tail at the best overlap any activation policy gives).
 Last, just before its evaluation, the same stage times without a policy are run through the
 pipeline simulator without P2P latency (`plain_run_makespan`; the simulator is monotone in
@@ -70,9 +70,9 @@ from api_schemas.parallel import ParallelConfig, RecomputeMode
 from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
+from models.core.memory import LedgerMemo
+from models.core.step_time import simulation_units, step_time_floors_s
 from models.errors import InvalidSpecError
-from models.memory import LedgerMemo
-from models.step_time import simulation_units, step_time_floors_s
 from solver import cancel
 from solver.bounds import BoundTables
 from solver.candidate_eval import (
@@ -210,7 +210,7 @@ every micro-batch and ZeRO-3 gathers every layer."""
 
 RUN_BOUND_UNITS_PER_OPTION = 4_000
 """The largest first simulation (micro-batch x chunk x rank units,
-`models.step_time.simulation_units`) the search runs for a candidate's plain run bound, per
+`models.core.step_time.simulation_units`) the search runs for a candidate's plain run bound, per
 (storage, policy) setting its evaluation may probe (`solver.candidate_eval.probe_options`:
 2 for the benchmark's plain problems, 12 to 16 with every mechanism allowed); a shape
 simulated before replays its recorded order and always qualifies. A first run costs about
@@ -625,7 +625,7 @@ def _rank_memory_rules_out(problem: _Problem, c: MeshCandidate,
 def _add_tail_floor(problem: _Problem, queue: _Queue, lower: float, order: int,
                     c: MeshCandidate, variants: list[Variant]) -> bool:
     """Before its evaluation, bound each ZeRO stage's plans by the makespan bound plus the
-    stage's per-step tail (`models.step_time.step_time_floors_s`, over every activation
+    stage's per-step tail (`models.core.step_time.step_time_floors_s`, over every activation
     policy the request allows; ZeRO-3 from the larger of the makespan bound and its own), for
     the stages some framework variant of the candidate (`variants`) allows and the memory
     bound leaves (where none is below `FLOOR_FROM_ZERO_STAGE`), and re-queue the candidate

@@ -26,7 +26,7 @@ working set) and r (time per fully recomputed layer) from the same functions wit
 layers recomputed. The solution is re-checked with the exact ledger and repaired (one more
 recomputed layer on a stage that still overflows) if rounding or layer kinds disagree.
 Remote offload's per-byte rates l, l' (link), h, h' (HBM) and window W per micro-batch
-crossing come from `models.step_time.remote_offload.remote_offload_rates` on the plain
+crossing come from `models.core.step_time.remote_offload.remote_offload_rates` on the plain
 option (A0 and a from the same ledgers as M0 and d); the chosen configuration carries the
 flag when some S[s] > 0, and its exact ledger balances only the bytes over the capacity.
 """
@@ -46,18 +46,18 @@ from api_schemas.parallel import (
 )
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
-from models.collectives import fabric_of
-from models.layer_kinds import kind_recompute_modules
-from models.layout import pipeline_layout
-from models.memory import (
+from models.core.collectives import fabric_of
+from models.core.layer_kinds import kind_recompute_modules
+from models.core.layout import pipeline_layout
+from models.core.memory import (
     LedgerMemo,
     MemoryLedger,
     memory_ledger,
     micro_batch_count,
     stored_activation_bytes,
 )
-from models.step_time import StageTime, axis_groups, stage_time
-from models.step_time.remote_offload import RemoteOffloadRates, remote_offload_rates
+from models.core.step_time import StageTime, axis_groups, stage_time
+from models.core.step_time.remote_offload import RemoteOffloadRates, remote_offload_rates
 from solver import cpsat
 from solver.scaling import (
     MAX_COEFFICIENT,
@@ -116,7 +116,7 @@ ACTIVATION_OFFLOAD_SHARE = 0.5
 """The share of a stage's stored activations moved to host memory when offload is allowed:
 the one offload setting the search, its bounds and its fixes try. A chosen setting, not a
 calibrated one: Kimi K2 (arXiv:2507.20534 Sec. 2.4) offloads activations to the CPU without
-printing the share, and `models/published.py` records that run with this value."""
+printing the share, and `models/evidence/published.py` records that run with this value."""
 
 
 def max_offload_share(constraints: Constraints) -> float:

@@ -6,11 +6,11 @@ compare like with like. Must not: search other layouts (that is the planner).
 """
 
 from api_schemas.parallel import ParallelConfig
-from models.catalog import cluster_preset
+from models.catalog.presets import cluster_preset
+from models.core.memory import memory_ledger
+from models.core.step_time import StepEstimate, estimate_step
 from models.errors import InvalidSpecError
-from models.memory import memory_ledger
-from models.published import PublishedRun, run_model
-from models.step_time import StepEstimate, estimate_step
+from models.evidence.published import PublishedRun, run_model
 from solver.explain import describe_policy
 
 MICRO_BATCH_SIZES = (1, 2, 4, 8)

@@ -20,9 +20,9 @@ from api_schemas.parallel import PipelineSchedule
 from api_schemas.plan import Relaxation, RelaxedValue
 from api_schemas.requests import Constraints, Objective, PlanRequest, SolverLimits
 from api_schemas.units import MIN_TIME_LIMIT_S
-from models.params import count_parameters
-from models.precision import state_bytes_per_param
-from models.resolve import resolve_cluster, resolve_model
+from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.params import count_parameters
+from models.core.precision import state_bytes_per_param
 from solver.binding_pins import MESH_PINS, Binding
 from solver.explain import describe_parallel
 from solver.planner import SearchResult, search
@@ -48,7 +48,7 @@ relaxation reports that no whole-node count up to it can hold them."""
 
 def gpus_for_states(request: PlanRequest) -> int:
     """Fewest GPUs that can hold the model states fully sharded (ZeRO-3): model states
-    (`models.precision.state_bytes_per_param` per parameter) over one GPU's capacity, a
+    (`models.core.precision.state_bytes_per_param` per parameter) over one GPU's capacity, a
     lower bound on the GPUs any plan needs (ZeRO, arXiv:1910.02054, Sec. 5.3: stage 3
     divides all model states by the data-parallel degree)."""
     spec = resolve_model(request.model).spec

@@ -10,8 +10,8 @@ from api_schemas.plan import (
     MemoryReport,
     StageMemoryReport,
 )
-from models.memory import MemoryComponent, MemoryLedger
-from models.memory_margin import margin_parts
+from models.core.memory import MemoryComponent, MemoryLedger
+from models.evidence.memory_margin import margin_parts
 
 
 def _components(items: tuple[MemoryComponent, ...]) -> list[MemoryComponentReport]:

@@ -10,7 +10,7 @@ equally. Must not: search itself (it calls a planner, `solver.api.plan` by defau
 
 Formulas: steps = ceil(tokens / (global_batch x sequence)); time = steps x step time;
 GPU-hours = GPUs x time / 3600; cost = GPU-hours x price; the run with checkpoints and
-failures from `models.reliability` (Young 1974, Daly 2006). Deterministic model outputs, not
+failures from `models.labs.reliability` (Young 1974, Daly 2006). Deterministic model outputs, not
 measurements.
 """
 
@@ -34,9 +34,9 @@ from api_schemas.run_level import (
     SensitivityRequest,
     SensitivityResponse,
 )
+from models.catalog.resolve import resolve_cluster, resolve_model
 from models.errors import InfeasibleError
-from models.reliability import run_reliability
-from models.resolve import resolve_cluster, resolve_model
+from models.labs.reliability import CheckpointPolicy, run_reliability
 from solver.api import evaluate, plan
 
 PlanFn = Callable[[PlanRequest], PlanResponse]
@@ -109,18 +109,19 @@ def _run_range(answer: PlanResponse, num_steps: int,
 
 def _reliability(request: RunEstimateRequest, world_size: int,
                  train_time_s: float) -> ReliabilityEstimate:
-    """The run's checkpoints and failures (`models.reliability`)."""
+    """The run's checkpoints and failures (`models.labs.reliability`)."""
     spec = resolve_model(request.model).spec
     cluster = resolve_cluster(request.cluster)
     settings = request.reliability
     run = run_reliability(
         spec, request.training, world_size=world_size, gpus_per_node=cluster.gpus_per_node,
-        solve_s=train_time_s, failures_per_gpu_hour=settings.failures_per_gpu_hour,
-        storage_bandwidth_bytes_per_s=settings.storage_bandwidth_bytes_per_s,
-        node_storage_bandwidth_bytes_per_s=settings.node_storage_bandwidth_bytes_per_s,
-        host_link_bytes_per_s=cluster.pcie_bandwidth_bytes_per_s,
-        async_save=settings.async_save, restart_s=settings.restart_s,
-        interval_s=settings.checkpoint_interval_s)
+        solve_s=train_time_s, policy=CheckpointPolicy(
+            failures_per_gpu_hour=settings.failures_per_gpu_hour,
+            storage_bandwidth_bytes_per_s=settings.storage_bandwidth_bytes_per_s,
+            node_storage_bandwidth_bytes_per_s=settings.node_storage_bandwidth_bytes_per_s,
+            host_link_bytes_per_s=cluster.pcie_bandwidth_bytes_per_s,
+            async_save=settings.async_save, restart_s=settings.restart_s,
+            interval_s=settings.checkpoint_interval_s))
     gpu_hours = world_size * run.wall_time_s / 3600.0
     price = request.constraints.gpu_hour_price
     return ReliabilityEstimate(

@@ -3,14 +3,14 @@ target framework.
 
 Owns: the recipes (`TrainingSpec` with every runtime feature the request left unset decided)
 a candidate is scored under for one framework (`runtime_options`): the features that only
-lower the step time (`models.runtime_features.RUNTIME_FEATURES`, `costs_memory=False`:
+lower the step time (`models.core.runtime_features.RUNTIME_FEATURES`, `costs_memory=False`:
 the gradient-reduce and TP overlaps) are taken whenever the framework offers them and the
 mesh meets their prerequisites, so they need no branch; a feature that costs memory (DeepEP's
 buffers, the EP overlap's extra micro-batch) is tried on and off. Also
 the recipe the search's lower bounds read (`optimistic_training`: every unset feature any
 target offers, on), the recipe a given configuration is evaluated under (`decided_for`) and
 the plan's account of its features (`runtime_feature_uses`). The
-capability tables are `models/frameworks.py`'s. Must not: enumerate candidates or size
+capability tables are `models/core/frameworks.py`'s. Must not: enumerate candidates or size
 anything.
 """
 
@@ -22,12 +22,11 @@ from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import RuntimeFeatureUse
 from api_schemas.requests import RuntimeFeatureName, RuntimeFeatureRule
 from api_schemas.training import MoeDispatcher, TrainingSpec
-from models.errors import InvalidSpecError
-from models.frameworks import Framework, blockers, frameworks, plan_features
-from models.layer_kinds import has_routed_experts
-from models.memory import memory_ledger
-from models.pipeline import schedule_traits
-from models.runtime_features import (
+from models.core.frameworks import Framework, blockers, frameworks, plan_features
+from models.core.layer_kinds import has_routed_experts
+from models.core.memory import memory_ledger
+from models.core.pipeline import schedule_traits
+from models.core.runtime_features import (
     DEEPEP,
     OVERLAP_EP_COMM,
     OVERLAP_GRAD_REDUCE,
@@ -38,7 +37,8 @@ from models.runtime_features import (
     ep_overlap_mesh,
     with_features,
 )
-from models.step_time import estimate_step
+from models.core.step_time import estimate_step
+from models.errors import InvalidSpecError
 from solver.space import MeshCandidate
 
 RUNTIME_NAMES = frozenset(feature.name for feature in RUNTIME_FEATURES)

@@ -12,7 +12,7 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.plan import SearchLimit
 from api_schemas.requests import Constraints, Objective
 from api_schemas.training import TrainingSpec
-from models.layer_kinds import has_routed_experts
+from models.core.layer_kinds import has_routed_experts
 from solver.space import (
     MAX_PIPELINED_MICRO_BATCHES,
     MAX_VPP,

@@ -2,7 +2,7 @@
 
 Owns: enumerating `MeshCandidate`s for a model, a cluster size and a recipe under the
 request's pins and forbidden values, in plain Python (no OR-Tools), with the rules that make
-a candidate legal taken from `models.mesh.rules` (never restated here), plus the search's
+a candidate legal taken from `models.core.mesh.rules` (never restated here), plus the search's
 own policies (TP within a node unless pinned, sequence parallelism whenever tp > 1, expert
 TP only when pinned, CP only for long sequences). Must not: evaluate costs.
 """
@@ -19,10 +19,9 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ContextParallelKind, ParallelConfig, PipelineSchedule
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
-from models.errors import InvalidSpecError
-from models.mesh.candidates import Candidate, MeshContext
-from models.mesh.layout import DEFAULT_ORDER
-from models.mesh.rules import (
+from models.core.mesh.candidates import Candidate, MeshContext
+from models.core.mesh.layout import DEFAULT_ORDER
+from models.core.mesh.rules import (
     CP_RULES,
     EXPERT_RULES,
     PIPELINE_FIELDS,
@@ -33,8 +32,9 @@ from models.mesh.rules import (
     Rule,
     admits,
 )
-from models.mesh.rules_pipeline import pp_at_most_layers
-from models.pipeline import schedule_traits, validate_schedule
+from models.core.mesh.rules_pipeline import pp_at_most_layers
+from models.core.pipeline import schedule_traits, validate_schedule
+from models.errors import InvalidSpecError
 
 S = PipelineSchedule
 MAX_PIPELINED_MICRO_BATCHES = 8_192
@@ -245,8 +245,8 @@ def candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: int
                      deadline: float | None = None) -> list[MeshCandidate]:
     """Every legal mesh candidate for exactly `world_size` GPUs.
 
-    Each axis is pruned with the `models.mesh` rules about it (`admits`), and every whole
-    candidate is kept only when `models.mesh.rules.errors` finds no error (checked as its
+    Each axis is pruned with the `models.core.mesh` rules about it (`admits`), and every whole
+    candidate is kept only when `models.core.mesh.rules.errors` finds no error (checked as its
     two rule groups, `SHAPE_RULES` and `PIPELINE_RULES`, each once per distinct value of the
     fields it reads, which is the same verdict): the search, the
     evaluation of one configuration and the mesh lab share one rule set. Past `deadline`

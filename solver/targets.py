@@ -6,7 +6,7 @@ Owns: the frameworks a request admits (`target_frameworks`), the request-wide na
 per-candidate variants (one per admitting framework, with its ZeRO stages and activation
 policies: `candidate_variants`), the candidate's best plan over those variants
 (`evaluate_for_targets`), and the check that a finished plan runs on the target
-(`target_blockers`). The capability tables themselves are `models/frameworks.py`'s. Must
+(`target_blockers`). The capability tables themselves are `models/core/frameworks.py`'s. Must
 not: enumerate or order candidates, or size anything.
 """
 
@@ -24,8 +24,7 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig, PipelineSchedule
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
-from models.errors import InvalidSpecError
-from models.frameworks import (
+from models.core.frameworks import (
     RELEASED,
     Framework,
     blockers,
@@ -33,8 +32,9 @@ from models.frameworks import (
     mesh_features,
     plan_features,
 )
-from models.memory import LedgerMemo, memory_ledger
-from models.step_time import estimate_step
+from models.core.memory import LedgerMemo, memory_ledger
+from models.core.step_time import estimate_step
+from models.errors import InvalidSpecError
 from solver.candidate_eval import (
     Dominated,
     PolicyCaps,

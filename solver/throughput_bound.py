@@ -10,7 +10,7 @@ real step time (the cost model does).
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from models.flops import model_forward_flops
+from models.core.flops import model_forward_flops
 
 BACKWARD_TO_FORWARD = 2.0
 """A backward pass costs two forwards (input and weight gradients), as in the cost model."""

@@ -60,3 +60,46 @@ def test_only_solver_cpsat_imports_ortools() -> None:
         if _imports_ortools(path) and path.relative_to(ROOT) != Path("solver/cpsat.py")
     ]
     assert not offenders, f"ortools imported outside solver/cpsat.py: {offenders}"
+
+
+# The rooms of models/: the catalog <- the core <- the evidence; the labs build on the core.
+# `models.errors` is shared by every room. ARCHITECTURE.md draws the same picture.
+ROOMS_ALLOWED: dict[str, set[str]] = {
+    "catalog": {"errors", "catalog"},
+    "core": {"errors", "catalog", "core"},
+    "evidence": {"errors", "catalog", "core", "evidence"},
+    "labs": {"errors", "catalog", "core", "labs"},
+}
+
+
+def _imported_rooms(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    rooms: set[str] = set()
+    for node in ast.walk(tree):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules = [node.module]
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] == "models" and len(parts) > 1:
+                rooms.add(parts[1])
+    return rooms
+
+
+def test_models_has_only_rooms_at_its_top() -> None:
+    """Every module of models/ lives in a room; only the shared errors sit at the top."""
+    top = sorted(p.name for p in (ROOT / "models").iterdir()
+                 if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))
+    assert top == ["__init__.py", "catalog", "core", "errors.py", "evidence", "labs"]
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS_ALLOWED))
+def test_model_rooms_import_one_way(room: str) -> None:
+    offenders = []
+    for path in sorted((ROOT / "models" / room).rglob("*.py")):
+        bad = _imported_rooms(path) - ROOMS_ALLOWED[room]
+        if bad:
+            offenders.append(f"{path.relative_to(ROOT)} imports {sorted(bad)}")
+    assert not offenders, "imports against the rooms' direction:\n" + "\n".join(offenders)

@@ -1,4 +1,4 @@
-"""Layer kinds have one home: their records in `models/layer_kinds/`, found by the registry.
+"""Layer kinds have one home: their records in `models/core/layer_kinds/`, found by the registry.
 
 Two checks: an AST scan of the product packages that fails on code outside the records that
 branches on a layer kind (compares or matches a kind name, keys a table by one, or asks
@@ -15,20 +15,20 @@ import pytest
 from api_schemas import ParallelConfig, TrainingSpec
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import RecomputeModule
-from models.activations import ACTIVATION_BYTES, LayerActivationContext, layer_activation_bytes
-from models.catalog import cluster_preset, model_preset
+from models.catalog.presets import cluster_preset, model_preset
+from models.core.activations import ACTIVATION_BYTES, LayerActivationContext, layer_activation_bytes
+from models.core.flops import layer_forward_flops, model_forward_flops
+from models.core.layer_kinds import registry
+from models.core.layer_kinds.base import MlpRecord, StoredTerm
+from models.core.layer_kinds.dense_attention import DenseAttention
+from models.core.memory import memory_ledger
+from models.core.params import count_parameters
+from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
-from models.flops import layer_forward_flops, model_forward_flops
-from models.layer_kinds import registry
-from models.layer_kinds.base import MlpRecord, StoredTerm
-from models.layer_kinds.dense_attention import DenseAttention
-from models.memory import memory_ledger
-from models.params import count_parameters
-from models.step_time import estimate_step
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("models", "solver", "service")
-RECORDS = ROOT / "models" / "layer_kinds"
+RECORDS = ROOT / "models" / "core" / "layer_kinds"
 KIND_ENUMS = frozenset({"AttentionKind", "MlpKind", "NormKind", "LinearAttentionKind"})
 KIND_FIELDS = frozenset({"attention", "mlp", "norm"})
 """`ModelSpec` fields that hold a kind name (compared with a string literal: a branch)."""
@@ -38,14 +38,14 @@ SUB_SPECS = frozenset({"moe", "mla", "linear_attention"})
 ALLOWED_PRESENCE_CHECKS: dict[str, int] = {
     # Each of these reads the MoE block's or the linear-attention layers' own fields right
     # after asking (so the type checker needs the `is None` narrowing): what an MoE layer
-    # costs in time and memory still lives in models/compute.py, models/memory.py and
-    # models/runtime_memory.py beside the dense code, and the exporters write the expert
+    # costs in time and memory still lives in models/core/compute.py, models/core/memory.py and
+    # models/core/runtime_memory.py beside the dense code, and the exporters write the expert
     # settings. Moving them into the MoE block's record is the next step, after the
     # solver's candidate refactor lands in those files. Model-level questions ("is there an
     # expert axis") ask `has_routed_experts`.
-    "models/compute.py": 4,  # MoE host sync/issue, block times, elementwise bytes
-    "models/memory.py": 2,  # expert data-parallel degree; EP-overlap paired micro-batches
-    "models/runtime_memory.py": 3,  # DeepEP / all-to-all buffers; the KCP state buffer
+    "models/core/compute.py": 4,  # MoE host sync/issue, block times, elementwise bytes
+    "models/core/memory.py": 2,  # expert data-parallel degree; EP-overlap paired micro-batches
+    "models/core/runtime_memory.py": 3,  # DeepEP / all-to-all buffers; the KCP state buffer
     "service/limits.py": 1,  # the routed expert count a request may carry
     "solver/calibration.py": 1,  # MoE layer forwards of a calibration run
     "solver/export/deepspeed.py": 1,  # DeepSpeed MoE arguments
@@ -141,7 +141,7 @@ def test_no_module_outside_the_records_branches_on_a_layer_kind() -> None:
                 presence[rel] = presence.get(rel, 0) + 1
             else:
                 offenders.append(f"{rel}:{line} {what}")
-    assert offenders == [], "ask the layer kind's record (models/layer_kinds) instead"
+    assert offenders == [], "ask the layer kind's record (models/core/layer_kinds) instead"
     grown = {rel: n for rel, n in presence.items() if n > ALLOWED_PRESENCE_CHECKS.get(rel, 0)}
     assert grown == {}, "a new `spec.<sub-spec> is None` branch: ask a layer-kind record"
     stale = {rel: n for rel, n in ALLOWED_PRESENCE_CHECKS.items() if presence.get(rel, 0) < n}

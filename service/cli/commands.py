@@ -23,11 +23,11 @@ from api_schemas.pipeline import (
 )
 from api_schemas.plan import PlanResponse, PlanStatus
 from api_schemas.requests import ClusterInput, EvaluateRequest, PlanRequest
-from models.catalog import gpu_ids, model_ids
-from models.collectives.report import estimate_collective
-from models.moe.balance import home_rank_loads
-from models.pipeline.requests import simulate_request
-from models.resolve import resolve_cluster
+from models.catalog.presets import gpu_ids, model_ids
+from models.catalog.resolve import resolve_cluster
+from models.core.collectives.report import estimate_collective
+from models.core.moe.balance import home_rank_loads
+from models.core.pipeline.requests import simulate_request
 from service.cli.documents import build_request, load_document, set_field
 from service.cli.flags import apply_constraint_flags
 from service.cli.output import (

@@ -14,7 +14,7 @@ from typing import Any
 
 from api_schemas.requests import Objective
 from api_schemas.training import VisionPlacement
-from models.catalog import gpu_ids, model_ids
+from models.catalog.presets import gpu_ids, model_ids
 from service.client import DEFAULT_BASE_URL
 
 LIST_AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp")

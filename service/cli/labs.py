@@ -27,11 +27,11 @@ from api_schemas.run_level import (
     SensitivityFactor,
     SensitivityRequest,
 )
-from models.catalog import gpu_ids, model_ids, model_preset
-from models.mesh.report import mesh_report
-from models.remote_activations_report import remote_activations_report
-from models.resolve import resolve_cluster
-from models.rl_seesaw_report import rl_seesaw_report
+from models.catalog.presets import gpu_ids, model_ids, model_preset
+from models.catalog.resolve import resolve_cluster
+from models.core.mesh.report import mesh_report
+from models.labs.remote_activations_report import remote_activations_report
+from models.labs.rl_seesaw_report import rl_seesaw_report
 from service.cli import COMMAND_HELP
 from service.cli.flags import LIST_AXES, apply_constraint_flags
 from service.pictures import seesaw_svg
@@ -230,16 +230,9 @@ def _add_mesh_parser(commands: Any, *, add_output_flags: Callable[..., None]
     return mesh
 
 
-def register_lab_commands(commands: Any, *, run: Runner,
-                          add_request_flags: Callable[..., None],
-                          add_output_flags: Callable[..., None],
-                          build: Callable[..., dict[str, Any]],
-                          load: Callable[[str], dict[str, Any]]) -> None:
-    """Add `mesh`, `rl-seesaw`, `remote-activations`, `run-estimate`, `frontier` and
-    `sensitivity` to the subcommands."""
-    mesh = _add_mesh_parser(commands, add_output_flags=add_output_flags)
-    mesh.set_defaults(handler=partial(cmd_mesh, run=run, load=load))
-
+def _add_rl_seesaw_parser(commands: Any, *,
+                          add_request_flags: Callable[..., None]) -> argparse.ArgumentParser:
+    """The `rl-seesaw` subcommand's flags."""
     seesaw = commands.add_parser("rl-seesaw", help=COMMAND_HELP["rl-seesaw"])
     add_request_flags(seesaw, svg="the memory by phase")
     seesaw.add_argument("--optimizer", help="training optimizer, e.g. adam, muon")
@@ -266,13 +259,12 @@ def register_lab_commands(commands: Any, *, run: Runner,
                         help="overlap the weight update's copy, broadcast and reload")
     seesaw.add_argument("--no-gradient-buffer-reuse", action="store_true",
                         help="give the reference model its own GPU copy")
-    seesaw.set_defaults(handler=partial(cmd_rl_seesaw, run=run, build=build))
+    return seesaw
 
-    remote = commands.add_parser("remote-activations",
-                                 help=COMMAND_HELP["remote-activations"])
-    add_request_flags(remote)
-    remote.set_defaults(handler=partial(cmd_remote_activations, run=run, build=build))
 
+def _add_run_estimate_parser(commands: Any, *,
+                             add_request_flags: Callable[..., None]) -> argparse.ArgumentParser:
+    """The `run-estimate` subcommand's flags."""
     estimate = commands.add_parser("run-estimate", help=COMMAND_HELP["run-estimate"])
     add_request_flags(estimate, pins=True)
     estimate.add_argument("--token-budget", type=int, help="training tokens of the run")
@@ -288,6 +280,28 @@ def register_lab_commands(commands: Any, *, run: Runner,
                           help="training seconds between saves (default: Daly's optimum)")
     estimate.add_argument("--async-save", action="store_true",
                           help="save asynchronously (training stops only for the host copy)")
+    return estimate
+
+
+def register_lab_commands(commands: Any, *, run: Runner,
+                          add_request_flags: Callable[..., None],
+                          add_output_flags: Callable[..., None],
+                          build: Callable[..., dict[str, Any]],
+                          load: Callable[[str], dict[str, Any]]) -> None:
+    """Add `mesh`, `rl-seesaw`, `remote-activations`, `run-estimate`, `frontier` and
+    `sensitivity` to the subcommands."""
+    mesh = _add_mesh_parser(commands, add_output_flags=add_output_flags)
+    mesh.set_defaults(handler=partial(cmd_mesh, run=run, load=load))
+
+    seesaw = _add_rl_seesaw_parser(commands, add_request_flags=add_request_flags)
+    seesaw.set_defaults(handler=partial(cmd_rl_seesaw, run=run, build=build))
+
+    remote = commands.add_parser("remote-activations",
+                                 help=COMMAND_HELP["remote-activations"])
+    add_request_flags(remote)
+    remote.set_defaults(handler=partial(cmd_remote_activations, run=run, build=build))
+
+    estimate = _add_run_estimate_parser(commands, add_request_flags=add_request_flags)
     estimate.set_defaults(handler=partial(cmd_run_estimate, run=run, build=build))
 
     front = commands.add_parser("frontier", help=COMMAND_HELP["frontier"])

@@ -23,8 +23,8 @@ from api_schemas.pipeline import PipelineSimulateResponse
 from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.problems import FieldError, ProblemDetail
 from api_schemas.requests import PlanRequest
+from models.core.pipeline.requests import simulate_request
 from models.errors import PlannerError
-from models.pipeline.requests import simulate_request
 from service.client import ApiProblemError, AtlasClient
 from service.pictures import memory_svg, timeline_svg
 from service.problems import PROBLEM_TITLES, problem_type

@@ -5,9 +5,10 @@ Owns: `build_parser`. Must not: run anything (handlers live in `service/cli/comm
 """
 
 import argparse
+from typing import Any
 
 from api_schemas.parallel import PipelineSchedule
-from models.catalog import gpu_ids
+from models.catalog.presets import gpu_ids
 from service.cli import COMMAND_HELP, DESCRIPTION
 from service.cli.commands import (
     cmd_calibrate,
@@ -26,12 +27,12 @@ from service.cli.output import run
 from service.cli.serve import cmd_serve
 from service.cli.worker import cmd_worker
 
+Commands = Any
+"""The subcommands of the parser (`argparse.ArgumentParser.add_subparsers`)."""
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="atlas-planner", description=DESCRIPTION)
-    commands = parser.add_subparsers(dest="command", required=True)
 
+def _add_server_commands(commands: Commands) -> None:
+    """`serve` and `worker`."""
     serve = commands.add_parser("serve", help=COMMAND_HELP["serve"])
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind")
     serve.add_argument("--port", type=int, default=8000, help="TCP port")
@@ -56,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=("critical", "error", "warning", "info", "debug"))
     worker.set_defaults(handler=cmd_worker)
 
+
+def _add_model_commands(commands: Commands) -> None:
+    """`plan`, `evaluate` and `memory`: a training request each."""
     plan_cmd = commands.add_parser("plan", help=COMMAND_HELP["plan"])
     add_request_flags(plan_cmd, pins=True, svg="the pipeline timeline", trace=True)
     plan_cmd.set_defaults(handler=cmd_plan)
@@ -68,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_request_flags(memory, svg="the per-stage memory stack")
     memory.set_defaults(handler=cmd_memory)
 
+
+def _add_collective_command(commands: Commands) -> None:
+    """`collective`: one collective's time."""
     collective = commands.add_parser("collective", help=COMMAND_HELP["collective"])
     collective.add_argument("file", nargs="?", help="request as a JSON or YAML file")
     collective.add_argument("--collective", help="all_reduce, reduce_scatter, all_gather, "
@@ -88,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_flags(collective)
     collective.set_defaults(handler=cmd_collective)
 
+
+def _add_simulate_command(commands: Commands) -> None:
+    """`simulate`: a pipeline schedule, optimised under a memory limit."""
     simulate = commands.add_parser("simulate", help=COMMAND_HELP["simulate"])
     simulate.add_argument("file", nargs="?", help="request as a JSON or YAML file")
     simulate.add_argument("--schedule", help=", ".join(PipelineSchedule))
@@ -105,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_flags(simulate, svg="the timeline", trace=True)
     simulate.set_defaults(handler=cmd_simulate)
 
+
+def _add_placement_command(commands: Commands) -> None:
+    """`placement`: redundant experts for token counts."""
     placement = commands.add_parser("placement", help=COMMAND_HELP["placement"])
     placement.add_argument("file", help="JSON or YAML: num_experts, top_k, tokens (R x E), "
                            "or layers (L x R x E) for every layer in one call")
@@ -118,10 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_flags(placement, svg="the loads, replicas and routes")
     placement.set_defaults(handler=cmd_placement)
 
-    register_lab_commands(commands, run=run, add_request_flags=add_request_flags,
-                          add_output_flags=add_output_flags, build=build_request,
-                          load=load_document)
 
+def _add_calibration_commands(commands: Commands) -> None:
+    """`calibrate` and `catalog`."""
     calibrate = commands.add_parser("calibrate", help=COMMAND_HELP["calibrate"])
     calibrate.add_argument("file", help="JSON or YAML: profile, gpu, node, runs and logs, as "
                            "POST /v1/calibration/runs takes them (a log may name its file as "
@@ -136,4 +148,19 @@ def build_parser() -> argparse.ArgumentParser:
     catalog = commands.add_parser("catalog", help=COMMAND_HELP["catalog"])
     catalog.add_argument("kind", choices=("gpus", "models"))
     catalog.set_defaults(handler=cmd_catalog)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="atlas-planner", description=DESCRIPTION)
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_server_commands(commands)
+    _add_model_commands(commands)
+    _add_collective_command(commands)
+    _add_simulate_command(commands)
+    _add_placement_command(commands)
+    register_lab_commands(commands, run=run, add_request_flags=add_request_flags,
+                          add_output_flags=add_output_flags, build=build_request,
+                          load=load_document)
+    _add_calibration_commands(commands)
     return parser

@@ -72,7 +72,7 @@ def _children(session: Session, sweep_id: str) -> list[JobRecord | None]:
 
 
 def _point(session: Session, child: JobRecord) -> SweepPoint:
-    from models.resolve import resolve_cluster
+    from models.catalog.resolve import resolve_cluster
 
     request = PlanRequest.model_validate(child.request_json)
     num_nodes = request.cluster.num_nodes

@@ -9,7 +9,7 @@ exactly as the ledger gives them. Must not: size anything or change a byte count
 """
 
 from api_schemas.plan import MemoryReport
-from service.pictures.stacks import gib_grid, memory_legend, memory_segments
+from service.pictures.stacks import gib_grid, memory_heading, memory_segments
 from service.pictures.svg import (
     CRITICAL_STROKE,
     INK,
@@ -30,28 +30,12 @@ STAGE_GAP = 26
 MAX_PLOT_W = 1080
 
 
-def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
-    """The memory stack of every stage of `report` as an SVG document."""
+def _stage_bars(report: MemoryReport, *, step: float, bar_w: float, host_w: float,
+                scale: float) -> list[str]:
+    """One GPU and one host stack per stage, with its stage number and the peak marked."""
     stages = report.stages
-    tallest = max([report.capacity_bytes, report.peak_bytes]
-                  + [s.host_bytes for s in stages] + [1])
-    scale = PLOT_H / (tallest * 1.05)
-    step = min(BAR_W + HOST_W + STAGE_GAP, max(8.0, MAX_PLOT_W / max(1, len(stages))))
-    bar_w = max(4.0, step * BAR_W / (BAR_W + HOST_W + STAGE_GAP))
-    host_w = max(2.0, step * HOST_W / (BAR_W + HOST_W + STAGE_GAP))
     base_y = TOP + PLOT_H
-    width = LEFT + step * len(stages) + 60
-    width = max(width, 760.0)
-    verdict = ("fits" if report.fits else
-               f"OUT OF MEMORY on stage {report.binding_stage}")
-    margin = f" less a {gib(report.margin_bytes)} margin" if report.margin_bytes else ""
-    heading = (f"{title}: peak {gib(report.peak_bytes)} on stage {report.binding_stage} of "
-               f"{gib(report.capacity_bytes)} usable{margin}: {verdict}")
-    parts = [text(heading, x=LEFT, y=22, font_size=15, font_weight="600",
-                  fill=INK if report.fits else CRITICAL_STROKE, class_="verdict",
-                  data_fits=str(report.fits).lower()),
-             memory_legend(46, left=LEFT, host_note="thin bar: host memory")]
-    parts.append(gib_grid(tallest, left=LEFT, right=width - 40, base_y=base_y, scale=scale))
+    parts = []
     for index, stage in enumerate(stages):
         x = LEFT + 10 + index * step
         parts.append(element(
@@ -72,19 +56,51 @@ def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
             top = base_y - stage.total_bytes * scale
             parts.append(text("peak", x=f"{x + bar_w / 2:.2f}", y=f"{top - 6:.2f}",
                               font_size=10, fill=INK, text_anchor="middle"))
+    return parts
+
+
+def _limit_lines(report: MemoryReport, *, right: float, scale: float) -> list[str]:
+    """The usable capacity and, under a safety margin, the limit below it."""
+    base_y = TOP + PLOT_H
+    parts = []
     capacity_y = base_y - report.capacity_bytes * scale
     parts.append(element("line", tooltip(f"usable capacity {gib(report.capacity_bytes)}"),
-                         x1=LEFT, y1=f"{capacity_y:.2f}", x2=f"{width - 40:.2f}",
+                         x1=LEFT, y1=f"{capacity_y:.2f}", x2=f"{right:.2f}",
                          y2=f"{capacity_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=2,
                          class_="capacity", data_bytes=report.capacity_bytes))
     if report.margin_bytes:
         limit_y = base_y - report.limit_bytes * scale
         parts.append(element("line", tooltip(f"limit after the {gib(report.margin_bytes)} "
                                              f"safety margin {gib(report.limit_bytes)}"),
-                             x1=LEFT, y1=f"{limit_y:.2f}", x2=f"{width - 40:.2f}",
+                             x1=LEFT, y1=f"{limit_y:.2f}", x2=f"{right:.2f}",
                              y2=f"{limit_y:.2f}", stroke=CRITICAL_STROKE, stroke_width=1,
                              stroke_dasharray="6 4", class_="margin-limit",
                              data_bytes=report.limit_bytes))
+    return parts
+
+
+def memory_svg(report: MemoryReport, *, title: str = "Per-stage memory") -> str:
+    """The memory stack of every stage of `report` as an SVG document."""
+    stages = report.stages
+    tallest = max([report.capacity_bytes, report.peak_bytes]
+                  + [s.host_bytes for s in stages] + [1])
+    scale = PLOT_H / (tallest * 1.05)
+    step = min(BAR_W + HOST_W + STAGE_GAP, max(8.0, MAX_PLOT_W / max(1, len(stages))))
+    bar_w = max(4.0, step * BAR_W / (BAR_W + HOST_W + STAGE_GAP))
+    host_w = max(2.0, step * HOST_W / (BAR_W + HOST_W + STAGE_GAP))
+    base_y = TOP + PLOT_H
+    width = LEFT + step * len(stages) + 60
+    width = max(width, 760.0)
+    verdict = ("fits" if report.fits else
+               f"OUT OF MEMORY on stage {report.binding_stage}")
+    margin = f" less a {gib(report.margin_bytes)} margin" if report.margin_bytes else ""
+    heading = (f"{title}: peak {gib(report.peak_bytes)} on stage {report.binding_stage} of "
+               f"{gib(report.capacity_bytes)} usable{margin}: {verdict}")
+    parts = memory_heading(heading, fits=report.fits, left=LEFT,
+                           host_note="thin bar: host memory")
+    parts.append(gib_grid(tallest, left=LEFT, right=width - 40, base_y=base_y, scale=scale))
+    parts += _stage_bars(report, step=step, bar_w=bar_w, host_w=host_w, scale=scale)
+    parts += _limit_lines(report, right=width - 40, scale=scale)
     parts.append(text("pipeline stage", x=LEFT, y=f"{base_y + 34:.2f}", font_size=11,
                       fill=MUTED))
     description = (f"{len(stages)} stages; stacked bars are the ledger's components in bytes; "

@@ -9,7 +9,7 @@ attribute, exactly as the report gives them. Must not: size or time anything.
 """
 
 from api_schemas.rl_seesaw import RlSeesawResponse
-from service.pictures.stacks import gib_grid, memory_legend, memory_segments
+from service.pictures.stacks import gib_grid, memory_heading, memory_segments
 from service.pictures.svg import (
     CRITICAL_STROKE,
     INK,
@@ -65,10 +65,8 @@ def seesaw_svg(report: RlSeesawResponse, *, title: str = "RL memory seesaw") -> 
     heading = (f"{title}: peak {gib(worst.gpu_bytes)} in {LABELS.get(worst.name, worst.name)} "
                f"of {gib(report.capacity_bytes)} usable; transitions "
                f"{fmt_seconds(report.transition_s)}: {verdict}")
-    parts = [text(heading, x=LEFT, y=22, font_size=15, font_weight="600",
-                  fill=INK if report.fits else CRITICAL_STROKE, class_="verdict",
-                  data_fits=str(report.fits).lower()),
-             memory_legend(46, left=LEFT, host_note="thin bar: host memory per GPU")]
+    parts = memory_heading(heading, fits=report.fits, left=LEFT,
+                           host_note="thin bar: host memory per GPU")
     parts.append(gib_grid(tallest, left=LEFT, right=width - 30, base_y=base_y, scale=scale))
     for index, phase in enumerate(phases):
         x = LEFT + 20 + index * STEP

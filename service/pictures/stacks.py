@@ -2,9 +2,9 @@
 
 Owns: `memory_segments` (one bar's component segments, bottom up, each with its bytes and a
 tooltip), `memory_legend` (the component kinds' colours, the capacity line and what the
-thin host bar means) and `gib_grid` (the horizontal GiB lines and their labels). Must not:
-size anything or change a byte count; where a bar stands and what it is called are the
-caller's.
+thin host bar means), `memory_heading` (the verdict line above that legend) and `gib_grid`
+(the horizontal GiB lines and their labels). Must not: size anything or change a byte
+count; where a bar stands and what it is called are the caller's.
 """
 
 from api_schemas.plan import MemoryComponentReport
@@ -60,6 +60,15 @@ def memory_legend(y: float, *, left: float, host_note: str) -> str:
     parts.append(text(host_note, x=f"{cursor + 140:.0f}", y=f"{y:.0f}", font_size=11,
                       fill=MUTED))
     return "".join(parts)
+
+
+def memory_heading(heading: str, *, fits: bool, left: float, host_note: str) -> list[str]:
+    """The verdict line (ink when it fits, the critical colour when not) and the legend
+    below it."""
+    return [text(heading, x=left, y=22, font_size=15, font_weight="600",
+                 fill=INK if fits else CRITICAL_STROKE, class_="verdict",
+                 data_fits=str(fits).lower()),
+            memory_legend(46, left=left, host_note=host_note)]
 
 
 def gib_grid(tallest_bytes: float, *, left: float, right: float, base_y: float,

@@ -2,7 +2,7 @@
 config ingestion.
 
 Owns: GET /v1/catalog/gpus, GET /v1/catalog/models, POST /v1/models/from-hf. Must not:
-read configs itself (`models/hf_config.py` does).
+read configs itself (`models/catalog/hf_config.py` does).
 """
 
 from functools import cache, partial
@@ -10,8 +10,9 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body
 
-from models.assumed_presets import PRESET_ASSUMPTIONS as ASSUMPTIONS
-from models.catalog import (
+from models.catalog.assumed_presets import PRESET_ASSUMPTIONS as ASSUMPTIONS
+from models.catalog.hf_config import spec_from_hf_config
+from models.catalog.presets import (
     DEFAULT_NODE_FOR_GPU,
     NODE_PRESETS,
     gpu_ids,
@@ -21,9 +22,8 @@ from models.catalog import (
     model_ids,
     model_preset,
 )
-from models.hf_config import spec_from_hf_config
-from models.params import count_parameters
-from models.vision import vision_tower_params
+from models.catalog.vision import vision_tower_params
+from models.core.params import count_parameters
 from service import limits
 from service.core import call_core
 from service.deps import SettingsDep

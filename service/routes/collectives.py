@@ -1,6 +1,6 @@
 """Collective communication estimates.
 
-Owns: POST /v1/collectives/estimate (schema in -> `models.collectives.estimate_collective`
+Owns: POST /v1/collectives/estimate (schema in -> `models.core.collectives.estimate_collective`
 -> schema out), with the group-size bound. Must not: model links itself.
 """
 
@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 
 from api_schemas.collectives import CollectiveEstimateRequest, CollectiveEstimateResponse
-from models.collectives.report import estimate_collective
+from models.core.collectives.report import estimate_collective
 from service import limits
 from service.core import call_core
 from service.deps import SettingsDep

@@ -1,6 +1,6 @@
 """The parallel mesh: rank coordinates, groups, placement and rule checks.
 
-Owns: POST /v1/mesh (schema in -> `models.mesh.report.mesh_report` -> schema out), with the
+Owns: POST /v1/mesh (schema in -> `models.core.mesh.report.mesh_report` -> schema out), with the
 bounds on the cluster size and on how much of the mesh is listed. Must not: build groups.
 """
 
@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Query, Response
 
 from api_schemas.mesh import MeshRequest, MeshResponse
-from models.mesh.report import mesh_report
+from models.core.mesh.report import mesh_report
 from service import limits
 from service.core import call_core
 from service.deps import SettingsDep

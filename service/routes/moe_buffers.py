@@ -1,6 +1,6 @@
 """MoE receive buffers: DeepEP-style worst case against MoonEP's fixed size.
 
-Owns: POST /v1/moe/buffers (schema in -> `models.moe.buffer_report.buffer_report` -> schema
+Owns: POST /v1/moe/buffers (schema in -> `models.core.moe.buffer_report.buffer_report` -> schema
 out). Must not: size buffers itself.
 """
 
@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body
 
 from api_schemas.moe_buffers import MoeBufferRequest, MoeBufferResponse
-from models.moe.buffer_report import buffer_report
+from models.core.moe.buffer_report import buffer_report
 from service.core import call_core
 from service.openapi import problem_responses
 

@@ -20,8 +20,8 @@ from sqlmodel import Session
 from api_schemas.pipeline import PipelineSimulateRequest, PipelineSimulateResponse
 from api_schemas.plan import PlanResponse
 from api_schemas.requests import PlanRequest
+from models.core.pipeline.requests import simulate_request
 from models.errors import InvalidSpecError
-from models.pipeline.requests import simulate_request
 from service import limits, planning
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext

@@ -1,6 +1,6 @@
 """Pipeline schedules: simulate a handcrafted schedule, or optimise one under a memory limit.
 
-Owns: POST /v1/pipeline/simulate (schema in -> `models.pipeline.requests.simulate_request`
+Owns: POST /v1/pipeline/simulate (schema in -> `models.core.pipeline.requests.simulate_request`
 -> schema out, on a request thread) and POST /v1/pipeline/optimize (the CP-SAT optimizer
 `solver.schedule.requests.optimize_request` in the solver pool, time limit clamped), with the
 bounds on timeline size. Must not: generate or simulate schedules itself.

@@ -2,7 +2,7 @@
 ranks' spare memory.
 
 Owns: POST /v1/lab/remote-activations (the evaluate request in ->
-`models.remote_activations_report.remote_activations_report` -> schema out), with the bounds
+`models.labs.remote_activations_report.remote_activations_report` -> schema out), with the bounds
 of the configuration. Must not: size or time anything itself.
 """
 
@@ -12,7 +12,7 @@ from fastapi import APIRouter, Body
 
 from api_schemas.remote_activations import RemoteActivationsResponse
 from api_schemas.requests import EvaluateRequest
-from models.remote_activations_report import remote_activations_report
+from models.labs.remote_activations_report import remote_activations_report
 from service import limits
 from service.core import call_core
 from service.deps import SettingsDep

@@ -1,6 +1,6 @@
 """The RL memory seesaw lab: memory by phase of a colocated RL iteration.
 
-Owns: POST /v1/lab/rl-seesaw (schema in -> `models.rl_seesaw_report.rl_seesaw_report` ->
+Owns: POST /v1/lab/rl-seesaw (schema in -> `models.labs.rl_seesaw_report.rl_seesaw_report` ->
 schema out, or its picture with `?format=svg`), with the bounds of the training
 configuration it carries. Must not: size or time anything itself.
 """
@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Query, Response
 
 from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE, RlSeesawRequest, RlSeesawResponse
-from models.rl_seesaw_report import rl_seesaw_report
+from models.labs.rl_seesaw_report import rl_seesaw_report
 from service import limits
 from service.core import call_core
 from service.deps import SettingsDep

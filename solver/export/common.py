@@ -20,9 +20,9 @@ from api_schemas.parallel import (
     StagePolicy,
 )
 from api_schemas.training import TrainingSpec
+from models.core.layout import pipeline_layout, virtual_stage_sizes
+from models.core.pipeline import schedule_traits
 from models.errors import InvalidSpecError
-from models.layout import pipeline_layout, virtual_stage_sizes
-from models.pipeline import schedule_traits
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
 from api_schemas.training import OptimizerKind, TrainingSpec
-from models.pipeline import schedule_traits
-from models.runtime_features import grad_reduce_overlapped
+from models.core.pipeline import schedule_traits
+from models.core.runtime_features import grad_reduce_overlapped
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy
 
 logger = logging.getLogger(__name__)

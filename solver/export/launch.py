@@ -28,8 +28,8 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import TrainingSpec
-from models.memory_margin import EXPANDABLE_SEGMENTS_ENV
-from models.runtime_memory import NCCL_BUFFER_BYTES
+from models.core.runtime_memory import NCCL_BUFFER_BYTES
+from models.evidence.memory_margin import EXPANDABLE_SEGMENTS_ENV
 
 MASTER_PORT = 29500
 """torchrun's default `--master-port`."""
@@ -150,11 +150,11 @@ def launch_env(framework: str, parallel: ParallelConfig, *, nnodes: int,
 
     `PYTORCH_ALLOC_CONF` (and `PYTORCH_CUDA_ALLOC_CONF`, its name before PyTorch 2.9)
     `=expandable_segments:True`: the memory margin is sized on
-    measured peaks that ran with it (`models.memory_margin.EXPANDABLE_SEGMENTS_ENV`).
+    measured peaks that ran with it (`models.evidence.memory_margin.EXPANDABLE_SEGMENTS_ENV`).
     `NCCL_BUFFSIZE=4194304`: NCCL's default, which the ledger's communicator buffers assume
-    (`models.runtime_memory.NCCL_BUFFER_BYTES`); pinned so a site default does not change
+    (`models.core.runtime_memory.NCCL_BUFFER_BYTES`); pinned so a site default does not change
     them. `NCCL_PXN_DISABLE=0` with expert parallelism across rail-optimised nodes: the
-    all-to-all time assumes PXN (`models.collectives.hierarchical`, NCCL 2.12+ default).
+    all-to-all time assumes PXN (`models.core.collectives.hierarchical`, NCCL 2.12+ default).
     Megatron-LM adds its own (`megatron.megatron_env`: `CUDA_DEVICE_MAX_CONNECTIONS`)."""
     env = dict(EXPANDABLE_SEGMENTS_ENV)
     env["NCCL_BUFFSIZE"] = str(NCCL_BUFFER_BYTES)

@@ -25,10 +25,10 @@ from api_schemas.parallel import (
     StagePolicy,
 )
 from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
-from models.layer_kinds import kind_recompute_modules
-from models.layout import pipeline_layout
-from models.pipeline import schedule_traits
-from models.runtime_features import grad_reduce_overlapped
+from models.core.layer_kinds import kind_recompute_modules
+from models.core.layout import pipeline_layout
+from models.core.pipeline import schedule_traits
+from models.core.runtime_features import grad_reduce_overlapped
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy
 from solver.export.megatron_model import model_args
 from solver.export.megatron_pipeline import pipeline_args

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import MoeDispatcher, TrainingSpec
-from models.layer_kinds import attention_kind, mlp_kind, norm_kind
-from models.runtime_features import dispatcher
+from models.core.layer_kinds import attention_kind, mlp_kind, norm_kind
+from models.core.runtime_features import dispatcher
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
 """Megatron-LM's default `--make-vocab-size-divisible-by` (core_v0.14.0 arguments.py); the

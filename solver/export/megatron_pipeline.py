@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig
-from models.layout import virtual_stage_sizes
-from models.pipeline import schedule_traits
+from models.core.layout import virtual_stage_sizes
+from models.core.pipeline import schedule_traits
 from solver.export.common import rank_layer_counts
 
 

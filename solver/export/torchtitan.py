@@ -27,9 +27,9 @@ from api_schemas.parallel import (
     RecomputeMode,
 )
 from api_schemas.training import Fp8WeightStorage, MoeDispatcher, OptimizerKind, TrainingSpec
-from models.layout import virtual_stage_sizes
-from models.pipeline import SCHEDULES, schedule_traits
-from models.runtime_features import dispatcher
+from models.core.layout import virtual_stage_sizes
+from models.core.pipeline import SCHEDULES, schedule_traits
+from models.core.runtime_features import dispatcher
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy
 from solver.export.toml_text import Entry, render_toml
 

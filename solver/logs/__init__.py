@@ -6,8 +6,12 @@ rule, median step time, the architecture check and the `ParsedLog` report). Must
 or fit runs (`solver/calibration.py`) or read files (the CLI reads them).
 """
 
+from dataclasses import dataclass
+
 from api_schemas.architecture import ModelSpec
 from api_schemas.calibration import LogFramework, MeasuredRun, ParsedLog, TrainingLog
+from api_schemas.parallel import ParallelConfig
+from api_schemas.training import TrainingSpec
 from models.errors import PlannerError
 from solver.logs.common import (
     LogRefused,
@@ -32,6 +36,58 @@ def _unreadable(where: str, error: Exception) -> LogRefused:
                       f"({first}); check that the log is complete and unedited", field=where)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Read:
+    """What a framework's log says: the configuration, the timed steps and how it reports
+    memory and step lines."""
+
+    training: TrainingSpec
+    parallel: ParallelConfig
+    steps: list[TimedStep]
+    memory_kind: str
+    hint: str
+
+
+def _megatron(log: TrainingLog, spec: ModelSpec, world: int, text_field: str) -> _Read:
+    single_run(log.text, ARGS_START, where=text_field)
+    mlog = read_megatron_log(log.text, where=text_field)
+    check_architecture(spec, megatron_architecture(mlog), where=text_field)
+    experts = mlog.args.get("num_experts")
+    expected = spec.moe.num_experts if spec.moe is not None else None
+    if experts != expected:
+        raise LogRefused(
+            f"{text_field}: the log's num_experts is {experts} but the model "
+            f"'{spec.name}' has {expected}: the log is of another model; give the model "
+            "that ran", field=text_field)
+    try:
+        training, parallel = megatron_configuration(mlog, world_size=world,
+                                                    where=text_field)
+    except (ValueError, TypeError) as error:
+        if isinstance(error, PlannerError):
+            raise
+        raise _unreadable(text_field, error) from error
+    return _Read(training=training, parallel=parallel, steps=mlog.steps,
+                 memory_kind="max allocated (Megatron-LM memory report)",
+                 hint=(" ('iteration N/ T | ... elapsed time per iteration (ms)'): Megatron-LM "
+                       "prints them on the last rank, which with pipeline parallelism is not "
+                       "rank 0; give that rank's output"))
+
+
+def _torchtitan(log: TrainingLog, world: int, text_field: str) -> _Read:
+    single_run(log.text, CONFIG_START, where=text_field)
+    tlog = read_torchtitan_log(log.text, where=text_field)
+    try:
+        training, parallel, steps = torchtitan_configuration(tlog, world_size=world,
+                                                             where=text_field)
+    except (ValueError, TypeError) as error:
+        if isinstance(error, PlannerError):
+            raise
+        raise _unreadable(text_field, error) from error
+    return _Read(training=training, parallel=parallel, steps=steps,
+                 memory_kind="max reserved (torchtitan step line)",
+                 hint=" ('step: N  loss: ...  tps: ...  tflops: ...')")
+
+
 def parse_training_log(log: TrainingLog, *, spec: ModelSpec, gpus_per_node: int,
                        where: str) -> ParsedLog:
     """The run a training log describes (configuration + median steady step time).
@@ -49,41 +105,11 @@ def parse_training_log(log: TrainingLog, *, spec: ModelSpec, gpus_per_node: int,
     """
     text_field = f"{where}.text"
     world = log.num_nodes * gpus_per_node
-    if log.framework == LogFramework.MEGATRON_LM:
-        single_run(log.text, ARGS_START, where=text_field)
-        mlog = read_megatron_log(log.text, where=text_field)
-        check_architecture(spec, megatron_architecture(mlog), where=text_field)
-        experts = mlog.args.get("num_experts")
-        expected = spec.moe.num_experts if spec.moe is not None else None
-        if experts != expected:
-            raise LogRefused(
-                f"{text_field}: the log's num_experts is {experts} but the model "
-                f"'{spec.name}' has {expected}: the log is of another model; give the model "
-                "that ran", field=text_field)
-        try:
-            training, parallel = megatron_configuration(mlog, world_size=world,
-                                                        where=text_field)
-        except (ValueError, TypeError) as error:
-            if isinstance(error, PlannerError):
-                raise
-            raise _unreadable(text_field, error) from error
-        steps: list[TimedStep] = mlog.steps
-        memory_kind = "max allocated (Megatron-LM memory report)"
-        hint = (" ('iteration N/ T | ... elapsed time per iteration (ms)'): Megatron-LM prints "
-                "them on the last rank, which with pipeline parallelism is not rank 0; give "
-                "that rank's output")
-    else:
-        single_run(log.text, CONFIG_START, where=text_field)
-        tlog = read_torchtitan_log(log.text, where=text_field)
-        try:
-            training, parallel, steps = torchtitan_configuration(tlog, world_size=world,
-                                                                 where=text_field)
-        except (ValueError, TypeError) as error:
-            if isinstance(error, PlannerError):
-                raise
-            raise _unreadable(text_field, error) from error
-        memory_kind = "max reserved (torchtitan step line)"
-        hint = " ('step: N  loss: ...  tps: ...  tflops: ...')"
+    read = (_megatron(log, spec, world, text_field)
+            if log.framework == LogFramework.MEGATRON_LM else
+            _torchtitan(log, world, text_field))
+    training, parallel, steps = read.training, read.parallel, read.steps
+    memory_kind, hint = read.memory_kind, read.hint
     used, dropped = steady_steps(steps, skip_steps=log.skip_steps, where=text_field, hint=hint)
     step_time = median_step_time(used)
     peaks = [s.peak_memory_bytes for s in steps if s.peak_memory_bytes is not None]

@@ -135,15 +135,9 @@ def _recompute(config: dict[str, Any]) -> RecomputeMode:
     return RecomputeMode.FULL
 
 
-def torchtitan_configuration(log: TorchtitanLog, *, world_size: int, where: str
-                             ) -> tuple[TrainingSpec, ParallelConfig, list[TimedStep]]:
-    """The training recipe, parallel configuration and timed steps of a torchtitan log.
-
-    Raises:
-        LogRefused: degrees that do not fill the GPUs, or no batch size or sequence length.
-    """
-    par = _section(log.config, "parallelism")
-    train = _section(log.config, "training")
+def _degrees(log: TorchtitanLog, par: dict[str, Any], *, world_size: int,
+             where: str) -> tuple[int, int, int, int, int]:
+    """(tp, pp, cp, dp, dp_shard) of the log, checked against the request's GPUs."""
     tp, pp = _degree(par, "tensor_parallel_degree"), _degree(par, "pipeline_parallel_degree")
     cp = _degree(par, "context_parallel_degree")
     replicate = _degree(par, "data_parallel_replicate_degree")
@@ -166,6 +160,12 @@ def torchtitan_configuration(log: TorchtitanLog, *, world_size: int, where: str
             f"({log.data_parallel * tp * pp * cp} GPUs with tp {tp} x pp {pp} x cp {cp}), but "
             f"the request's cluster has {world_size} GPUs; give the nodes it ran on",
             field=where)
+    return tp, pp, cp, dp, shard
+
+
+def _batch(log: TorchtitanLog, train: dict[str, Any], *, dp: int,
+           where: str) -> tuple[Any, Any, Any]:
+    """(sequence length, global batch size, local batch size) as the log gives them."""
     seq = log.sequence_length or train.get("seq_len") or train.get("max_context_length")
     local = train.get("local_batch_size")
     gbs = log.global_batch_size
@@ -178,6 +178,20 @@ def torchtitan_configuration(log: TorchtitanLog, *, world_size: int, where: str
     if not seq or not gbs:
         raise LogRefused(f"{where}: neither the job configuration nor the trainer's start-up "
                          "line gives the batch size and sequence length", field=where)
+    return seq, gbs, local
+
+
+def torchtitan_configuration(log: TorchtitanLog, *, world_size: int, where: str
+                             ) -> tuple[TrainingSpec, ParallelConfig, list[TimedStep]]:
+    """The training recipe, parallel configuration and timed steps of a torchtitan log.
+
+    Raises:
+        LogRefused: degrees that do not fill the GPUs, or no batch size or sequence length.
+    """
+    par = _section(log.config, "parallelism")
+    train = _section(log.config, "training")
+    tp, pp, cp, dp, shard = _degrees(log, par, world_size=world_size, where=where)
+    seq, gbs, local = _batch(log, train, dp=dp, where=where)
     converters = _section(log.config, "model").get("converters") or []
     fp8 = any("float8" in str(c) for c in converters)
     recompute = _recompute(log.config)

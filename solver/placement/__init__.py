@@ -1,6 +1,7 @@
 """MoonEP redundant-expert placement, its baselines and the intra-rank expert-GEMM order.
 
-Owns: the placement problem and its accounting (`problem`), the online constructive planner
+Owns: the placement problem and its lower bounds (`problem`), its routes (`routes`) and
+accounting (`results`), the online constructive planner
 (`constructive`), the exact CP-SAT reference (`exact`), the EPLB-style and no-redundancy
 baselines (`eplb`), the expert-GEMM tile schedules (`gemm_order`) and the request handler
 of POST /v1/moe/placement (`api`); the public names below, each imported with its module on
@@ -39,15 +40,12 @@ if TYPE_CHECKING:
     from solver.placement.problem import (
         LayerBatch,
         PlacementProblem,
-        PlacementResult,
-        Routes,
-        build_result,
-        build_results,
         placement_layers,
         placement_problem,
         redundancy_lower_bounds,
-        routes_from_allocation,
     )
+    from solver.placement.results import PlacementResult, build_result, build_results
+    from solver.placement.routes import Routes, routes_from_allocation
 
 _LAZY = {
     "BaselineLoads": "solver.placement.eplb",
@@ -59,11 +57,11 @@ _LAZY = {
     "GemmTile": "solver.placement.gemm_order",
     "LayerBatch": "solver.placement.problem",
     "PlacementProblem": "solver.placement.problem",
-    "PlacementResult": "solver.placement.problem",
-    "Routes": "solver.placement.problem",
+    "PlacementResult": "solver.placement.results",
+    "Routes": "solver.placement.routes",
     "build_cp_model": "solver.placement.exact",
-    "build_result": "solver.placement.problem",
-    "build_results": "solver.placement.problem",
+    "build_result": "solver.placement.results",
+    "build_results": "solver.placement.results",
     "constructive_allocation": "solver.placement.constructive",
     "eplb_loads": "solver.placement.eplb",
     "eplb_rank_loads": "solver.placement.eplb",
@@ -80,7 +78,7 @@ _LAZY = {
     "plan_placement_layers": "solver.placement.api",
     "rebalance_experts": "solver.placement.eplb",
     "redundancy_lower_bounds": "solver.placement.problem",
-    "routes_from_allocation": "solver.placement.problem",
+    "routes_from_allocation": "solver.placement.routes",
     "schedule_exact": "solver.placement.gemm_order",
     "schedule_fixed_order": "solver.placement.gemm_order",
     "schedule_lpt": "solver.placement.gemm_order",

@@ -3,7 +3,7 @@
 Owns: mapping `MoePlacementRequest` onto `plan_constructive` / `plan_exact` (one layer,
 `tokens`) or `plan_constructive_layers` (several, `layers`), a `PlacementResult` onto
 `MoePlacementResponse`, and the expert work inside each rank that the placement leaves
-(`models.moe.expert_gemm`). The exact planner and OR-Tools load only when a request asks
+(`models.core.moe.expert_gemm`). The exact planner and OR-Tools load only when a request asks
 for them. Must not: do I/O (the service wires it).
 """
 
@@ -21,12 +21,13 @@ from api_schemas.moe import (
     PlacementStatus,
     RouteListing,
 )
-from models.catalog import gpu_preset
+from models.catalog.presets import gpu_preset
+from models.core.moe import DEFAULT_TILE_ROWS, imbalance_factor, padded_rows, rank_expert_gemm_s
 from models.errors import InvalidSpecError
-from models.moe import DEFAULT_TILE_ROWS, imbalance_factor, padded_rows, rank_expert_gemm_s
 from solver import cancel
 from solver.placement.constructive import plan_constructive, plan_constructive_layers
-from solver.placement.problem import IntArray, PlacementResult
+from solver.placement.problem import IntArray
+from solver.placement.results import PlacementResult
 
 if TYPE_CHECKING:
     from solver.cpsat import SolverConfig

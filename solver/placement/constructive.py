@@ -45,14 +45,13 @@ from solver.placement.problem import (
     IntArray,
     LayerBatch,
     PlacementProblem,
-    PlacementResult,
-    layer_accounts,
     layers_array,
     matrix_array,
-    shape_index,
     single_layer,
     validated_layers,
 )
+from solver.placement.results import PlacementResult, layer_accounts
+from solver.placement.routes import shape_index
 
 Move = tuple[int, int, int]
 """(expert, destination rank, tokens) taken from the expert's home rank."""

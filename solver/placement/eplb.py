@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from models.core.moe import imbalance_factor
 from models.errors import InvalidSpecError
-from models.moe import imbalance_factor
 from solver.placement.problem import IntArray, placement_problem
 
 FloatArray = npt.NDArray[np.float64]

@@ -36,11 +36,10 @@ from solver.placement.constructive import constructive_allocation
 from solver.placement.problem import (
     IntArray,
     PlacementProblem,
-    PlacementResult,
-    build_result,
     placement_problem,
     redundancy_lower_bounds,
 )
+from solver.placement.results import PlacementResult, build_result
 
 logger = logging.getLogger(__name__)
 
@@ -245,6 +244,18 @@ def _phases(v: _Vars, objective: ExactObjective) -> list[LinearExpr]:
     return [LinearExpr.sum([v.busiest]), total]
 
 
+def _fewest_remote(p: PlacementProblem, model: CpModel, v: _Vars, alloc: IntArray,
+                   cfg: SolverConfig) -> tuple[IntArray, SolveStatus]:
+    """Phase 2: the most local tokens under the bounds phase 1 added (its status, and the
+    new allocation when it found one)."""
+    _hint(model, v, alloc, p.counts)
+    model.maximize(LinearExpr.sum(list(v.local.values())))
+    outcome = solve(model, cfg)
+    if outcome.has_solution:
+        alloc = _allocation(p, v, outcome)
+    return alloc, outcome.status
+
+
 def plan_exact(
     counts: object, *, top_k: int, weight_bytes_per_expert: int = 0,
     grad_bytes_per_expert: int = 0, objective: ExactObjective = ExactObjective.TOTAL,
@@ -290,12 +301,7 @@ def plan_exact(
     traffic = SolveStatus.UNKNOWN
     used_fallback = primary is None
     if minimize_remote and not used_fallback:
-        _hint(model, v, alloc, p.counts)
-        model.maximize(LinearExpr.sum(list(v.local.values())))
-        outcome = solve(model, cfg)
-        traffic = outcome.status
-        if outcome.has_solution:
-            alloc = _allocation(p, v, outcome)
+        alloc, traffic = _fewest_remote(p, model, v, alloc, cfg)
     result = build_result(p, alloc, planner="exact", wall_time_s=0.0)
     if primary is None:
         primary = (result.num_redundant if objective == ExactObjective.TOTAL

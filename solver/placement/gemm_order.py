@@ -23,8 +23,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from models.core.moe import DEFAULT_TILE_ROWS
 from models.errors import InvalidSpecError
-from models.moe import DEFAULT_TILE_ROWS
 from solver.cpsat import CpModel, IntVar, LinearExpr, SolverConfig, SolveStatus, solve
 
 

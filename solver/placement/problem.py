@@ -1,12 +1,10 @@
-"""The redundant-expert placement problem, its lower bound, routes and result type.
+"""The redundant-expert placement problem and its lower bound.
 
 Owns: validation of a token-count matrix [R, E] into a `PlacementProblem` (S follows from
-the counts), the per-rank lower bound on redundant experts, turning an allocation
-alloc[e, d] (tokens of expert e computed on rank d) into token routes (source, expert,
-destination, tokens) with the most source-local routing that allocation admits, and the
-`PlacementResult` every planner returns; all of it also for a `LayerBatch` of L layers of
-one shape at once (`placement_layers`, `build_results`), with index arrays cached per shape.
-Must not: choose an allocation (the planners do).
+the counts) and the per-rank lower bound on redundant experts, both also for a `LayerBatch`
+of L layers of one shape at once (`placement_layers`, `layer_lower_bounds`). The routes of
+an allocation are `solver.placement.routes`; the `PlacementResult` every planner returns,
+`solver.placement.results`. Must not: choose an allocation (the planners do).
 
 Vocabulary. Rank r's home experts are r*m .. r*m+m-1 with m = E/R. A redundant expert (a
 replica) is an expert with tokens computed on a rank other than its home. A route is
@@ -14,15 +12,14 @@ remote when its source rank differs from its destination rank (the tokens cross 
 network); a migrated token is one computed on a replica instead of the home rank.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from models.errors import InvalidSpecError
-from models.moe import redundant_expert_traffic
 
 IntArray = npt.NDArray[np.int64]
 
@@ -173,6 +170,31 @@ def validated_layers(
                       first_layer=first_layer, out=out)
 
 
+def _capacities(arr: IntArray, *, top_k: int, field: str,
+                name: Callable[[int], str]) -> IntArray:
+    """[L] S*K of each layer: every row of a layer sums to it, a positive multiple of K."""
+    rows = np.add.reduce(arr, axis=2)  # ufunc reductions skip the ndarray.sum wrapper
+    uneven = rows != rows[:, :1]
+    if uneven.any():
+        layer, bad = (int(x) for x in np.argwhere(uneven)[0])
+        raise InvalidSpecError(
+            f"row {bad} of {name(layer)} sums to {int(rows[layer, bad])} but row 0 sums to "
+            f"{int(rows[layer, 0])}: every rank holds S tokens with K choices each, so all "
+            "rows must sum to S*K", field=field,
+        )
+    capacity: IntArray = rows[:, 0]
+    capacities = capacity.tolist()
+    wrong = [cap == 0 or cap % top_k != 0 for cap in capacities]
+    if any(wrong):
+        layer = wrong.index(True)
+        raise InvalidSpecError(
+            f"each row{'' if field == 'tokens' else f' of {name(layer)}'} sums to "
+            f"{int(capacity[layer])}, which must be a positive multiple of top_k={top_k} "
+            "(S tokens x K experts)", field=field,
+        )
+    return capacity
+
+
 def _validated(
     raw: npt.NDArray[Any], *, top_k: int, weight_bytes_per_expert: int,
     grad_bytes_per_expert: int, field: str, first_layer: int = 0, out: IntArray | None = None,
@@ -206,25 +228,8 @@ def _validated(
         raise InvalidSpecError(f"top_k={top_k} must lie in [1, {e}]", field="top_k")
     if weight_bytes_per_expert < 0 or grad_bytes_per_expert < 0:
         raise InvalidSpecError("expert byte sizes must be >= 0", field="expert_weight_bytes")
-    rows = np.add.reduce(arr, axis=2)  # ufunc reductions skip the ndarray.sum wrapper
-    uneven = rows != rows[:, :1]
-    if uneven.any():
-        layer, bad = (int(x) for x in np.argwhere(uneven)[0])
-        raise InvalidSpecError(
-            f"row {bad} of {name(layer)} sums to {int(rows[layer, bad])} but row 0 sums to "
-            f"{int(rows[layer, 0])}: every rank holds S tokens with K choices each, so all "
-            "rows must sum to S*K", field=field,
-        )
-    capacity = rows[:, 0]
+    capacity = _capacities(arr, top_k=top_k, field=field, name=name)
     capacities = capacity.tolist()
-    wrong = [cap == 0 or cap % top_k != 0 for cap in capacities]
-    if any(wrong):
-        layer = wrong.index(True)
-        raise InvalidSpecError(
-            f"each row{'' if field == 'tokens' else f' of {name(layer)}'} sums to "
-            f"{int(capacity[layer])}, which must be a positive multiple of top_k={top_k} "
-            "(S tokens x K experts)", field=field,
-        )
     m = e // r
     expert_tokens = np.add.reduce(arr, axis=1)
     home = np.add.reduce(expert_tokens.reshape(layers, r, m), axis=2)
@@ -292,9 +297,17 @@ def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: 
     search; the first k whose prefix still holds exactly k own experts gives the fewest
     foreign experts, j - k. This needs [L, R, m+1] work instead of [L, R, E].
     """
-    layers, e = expert_tokens.shape
-    r = home_loads.shape[1]
     deficit = np.maximum(capacity[:, None] - home_loads, 0)
+    quick = _covered_by_one_expert(expert_tokens, deficit, m)
+    return quick if quick is not None else _prefix_bounds(expert_tokens, deficit, m)
+
+
+def _covered_by_one_expert(expert_tokens: IntArray, deficit: IntArray,
+                           m: int) -> IntArray | None:
+    """The bounds (0 or 1) when the largest foreign expert covers every rank's deficit,
+    else None."""
+    layers = expert_tokens.shape[0]
+    r = deficit.shape[1]
     # the usual case first: the largest foreign expert covers every deficit (bound 0 or 1);
     # it is the largest expert, or for that expert's own rank the largest of another rank
     per_rank = expert_tokens.reshape(layers, r, m).max(axis=2)
@@ -313,6 +326,13 @@ def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: 
     if (deficit <= largest_foreign).all():
         covered: IntArray = (deficit > 0).astype(np.int64)
         return covered
+    return None
+
+
+def _prefix_bounds(expert_tokens: IntArray, deficit: IntArray, m: int) -> IntArray:
+    """The bounds by a binary search per number of own experts (`layer_lower_bounds`)."""
+    layers, e = expert_tokens.shape
+    r = deficit.shape[1]
     # all layers as one sequence: layer l's experts sorted by load at l*e .. l*e+e-1
     order = np.argsort(-expert_tokens, axis=1, kind="stable")
     if layers > 1:
@@ -352,429 +372,18 @@ def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: 
     return bounds
 
 
-class Routes:
-    """Token routes as parallel columns (one row per positive (source, expert, destination)).
-
-    Rows of experts without replicas come first, row-major over (source, expert), then the
-    local and the matched rows of shared experts. The first kind is every positive count
-    of the matrix outside the shared experts' columns, sent to the expert's home rank: it
-    is kept as that count matrix and turned into columns on the first read of a column
-    (a dispatcher needs only the shared experts' splits; the columns are a view for
-    people and checks). The shared experts' rows are computed with the placement.
-    """
-
-    __slots__ = ("_counts", "_shared_experts", "_shared_rows", "_columns")
-
-    def __init__(self, counts: IntArray, shared_experts: IntArray, shared_rows: IntArray) -> None:
-        """counts: [R, E] (read-only); shared_experts: the experts with tokens computed off
-        their home rank; shared_rows: [4, n] source, expert, destination and tokens of their
-        routes."""
-        self._counts = counts
-        self._shared_experts = shared_experts
-        self._shared_rows = shared_rows
-        self._columns: IntArray | None = None
-
-    @property
-    def shared_rows(self) -> IntArray:
-        """[4, n] source, expert, destination and tokens of the shared experts' routes."""
-        return self._shared_rows
-
-    def _expanded(self) -> IntArray:
-        if self._columns is None:
-            r, e = self._counts.shape
-            index = shape_index(r, e)
-            mask = self._counts > 0
-            mask[:, self._shared_experts] = False
-            cells = np.flatnonzero(mask)
-            n_head = cells.size
-            cols = np.empty((4, n_head + self._shared_rows.shape[1]), dtype=np.int64)
-            for i in range(3):
-                np.take(index.cells[i], cells, out=cols[i, :n_head], mode="clip")
-            np.take(self._counts, cells, out=cols[3, :n_head], mode="clip")
-            cols[:, n_head:] = self._shared_rows
-            cols.setflags(write=False)
-            self._columns = cols
-        return self._columns
-
-    @property
-    def source(self) -> IntArray:
-        """[n] source rank of each route."""
-        column: IntArray = self._expanded()[0]
-        return column
-
-    @property
-    def expert(self) -> IntArray:
-        """[n] expert of each route."""
-        column: IntArray = self._expanded()[1]
-        return column
-
-    @property
-    def destination(self) -> IntArray:
-        """[n] rank computing each route's tokens."""
-        column: IntArray = self._expanded()[2]
-        return column
-
-    @property
-    def tokens(self) -> IntArray:
-        """[n] tokens of each route (all positive)."""
-        column: IntArray = self._expanded()[3]
-        return column
-
-    def __len__(self) -> int:
-        if self._columns is not None:
-            expanded: int = self._columns.shape[1]
-            return expanded
-        shared: int = self._shared_rows.shape[1]
-        return int(np.count_nonzero(self._counts)) - int(
-            np.count_nonzero(self._counts[:, self._shared_experts])) + shared
-
-
-@dataclass(frozen=True, slots=True)
-class ShapeIndex:
-    """Index arrays of an [R, E] instance shape, shared by every layer of that shape."""
-
-    experts: IntArray
-    """[E] 0 .. E-1."""
-    home_of: IntArray
-    """[E] home rank of each expert (e // m)."""
-    cells: IntArray
-    """[3, R*E] per cell of the row-major count matrix: source rank, expert, home rank."""
-    diagonal: IntArray
-    """[E] flat index of cell (home_of[e], e): the tokens an expert's home rank sends itself."""
-    allocation_home: IntArray
-    """[E] flat index of cell (e, home_of[e]) of an [E, R] allocation: what stays at home."""
-
-
-@lru_cache(maxsize=16)
-def shape_index(num_ranks: int, num_experts: int) -> ShapeIndex:
-    """The (read-only, cached) index arrays of an [R, E] shape."""
-    m = num_experts // num_ranks
-    experts = np.arange(num_experts, dtype=np.int64)
-    home_of = experts // m
-    source, expert = np.divmod(np.arange(num_ranks * num_experts, dtype=np.int64), num_experts)
-    cells = np.stack((source, expert, expert // m))
-    arrays = (experts, home_of, cells, home_of * num_experts + experts,
-              experts * num_ranks + home_of)
-    for arr in arrays:
-        arr.setflags(write=False)
-    return ShapeIndex(*arrays)
-
-
-SPLIT_TABLE_CELLS = 1 << 18
-"""Largest [rows, columns] shape whose flat-index lookup tables `_split_cells` keeps (two
-int64 tables, 4 MiB): 16 layers' shared experts at E = 256, R = 64; larger batches divide."""
-
-
-@lru_cache(maxsize=8)
-def _row_major_split(columns: int, rows: int) -> tuple[IntArray, IntArray]:
-    """Row and column of every flat index into a row-major [rows, columns] array (read-only,
-    cached): a lookup in these is several times quicker than an integer divmod."""
-    row, column = np.divmod(np.arange(rows * columns, dtype=np.int64), columns)
-    row.setflags(write=False)
-    column.setflags(write=False)
-    return row, column
-
-
-def _split_cells(cells: IntArray, rows: int, columns: int) -> tuple[IntArray, IntArray]:
-    """(row, column) of flat indices `cells` into a row-major [rows, columns] array; the
-    lookup tables are cached for the next power of two of `rows`, up to
-    `SPLIT_TABLE_CELLS`."""
-    table_rows = 1 << max(rows - 1, 0).bit_length()
-    if table_rows * columns > SPLIT_TABLE_CELLS:
-        split: tuple[IntArray, IntArray] = np.divmod(cells, columns)
-        return split
-    row, column = _row_major_split(columns, table_rows)
-    return row.take(cells), column.take(cells)
-
-
-def routes_from_allocation(problem: PlacementProblem, alloc: IntArray) -> Routes:
-    """Split each expert's tokens over its destinations, keeping tokens local first.
-
-    For an expert with replicas, source d sends min(C[d, e], alloc[e, d]) tokens to itself
-    (they never leave the rank); the remaining supply and demand are matched in rank order
-    (north-west corner). This maximises local tokens for the given allocation, since the
-    local amount of each rank cannot exceed that minimum. An expert without replicas takes
-    every positive count to its home rank. Routes come row-major over (source, expert) for
-    experts without replicas, then the local and the matched routes of shared experts.
-    `alloc` must be non-negative with row e summing to T_e.
-    """
-    batch, allocs = single_layer(problem), alloc[None]
-    return _layer_routes(batch, _shared_cells(batch, allocs))[0][0]
-
-
-@dataclass(frozen=True, slots=True)
-class _SharedCells:
-    """The allocation rows of shared experts (tokens computed off the expert's home rank),
-    one row per (layer, expert) in that order, and their positive cells row-major."""
-
-    layer: IntArray
-    """[n] layer of each shared row."""
-    expert: IntArray
-    """[n] expert of each shared row."""
-    cell: IntArray
-    """[c] flat index of each positive cell in the [n, R] shared rows."""
-    row: IntArray
-    """[c] shared row of each positive cell."""
-    rank: IntArray
-    """[c] rank computing the cell's tokens."""
-    tokens: IntArray
-    """[c] tokens of the cell."""
-
-
-def _shared_cells(batch: LayerBatch, alloc: IntArray) -> _SharedCells:
-    """The positive allocation cells of every shared expert of every layer."""
-    layers, r, e = batch.counts.shape
-    index = shape_index(r, e)
-    on_home = alloc.reshape(layers, e * r)[:, index.allocation_home]
-    layer, expert = (on_home != batch.expert_tokens).nonzero()
-    rows = alloc[layer, expert, :].ravel()
-    cells = (rows > 0).nonzero()[0]  # quicker than a 2-D nonzero; alloc >= 0
-    row, rank = _split_cells(cells, expert.size, r)
-    return _SharedCells(layer, expert, cells, row, rank, rows.take(cells))
-
-
-def _layer_bounds(keys: IntArray, layers: int) -> list[int]:
-    """Start offsets (and the end) of each layer's run in a sequence sorted by layer."""
-    return [int(x) for x in np.searchsorted(keys, np.arange(layers + 1))]
-
-
-def _layer_routes(batch: LayerBatch, shared: _SharedCells) -> tuple[list[Routes], IntArray]:
-    """`routes_from_allocation` of every layer, and [L] tokens that stay on their source.
-
-    All layers go through each numpy step together (the north-west matching works per
-    shared row, so rows of different layers never mix); each layer's shared-expert routes
-    are then written into one [4, n] array whose rows are the route columns. Local tokens
-    are the home rank's own counts of unshared experts plus the local-first amounts of
-    shared ones: the matching never pairs a rank with itself, since after the local step a
-    rank has residual supply or residual demand, not both.
-    """
-    layers, r, e = batch.counts.shape
-    index = shape_index(r, e)
-    flat = batch.counts.reshape(layers, r * e)
-    kept = np.add.reduce(flat[:, index.diagonal], axis=1)
-    lay, exp = shared.layer, shared.expert
-    cell_row, cell_rank = shared.row, shared.rank
-    # local first: each allocation cell keeps min(own count, cell tokens) on its own rank
-    supply = batch.counts[lay, :, exp]  # [n, R], a copy
-    flat_supply = supply.reshape(-1)  # a view: the copy is C-contiguous
-    own = flat_supply.take(shared.cell)
-    local = np.minimum(own, shared.tokens)
-    flat_supply[shared.cell] = own - local
-    on = local.nonzero()[0]
-    local_row, local_rank, local_tokens = cell_row[on], cell_rank[on], local[on]
-    if exp.size:
-        home_counts = flat[lay, index.diagonal[exp]]
-        if layers == 1:
-            kept += int(np.add.reduce(local_tokens)) - int(np.add.reduce(home_counts))
-        else:
-            np.add.at(kept, lay[local_row], local_tokens)
-            np.subtract.at(kept, lay, home_counts)
-    left = shared.tokens - local
-    wanted = left.nonzero()[0]
-    nw_row, nw_source, nw_dest, nw_tokens = _north_west(
-        supply, cell_row[wanted], cell_rank[wanted], left[wanted])
-    if layers == 1:
-        shared_at, local_at, nw_at = [0, exp.size], [0, on.size], [0, nw_row.size]
-    else:
-        shared_at = _layer_bounds(lay, layers)
-        local_at = _layer_bounds(lay[local_row], layers)
-        nw_at = _layer_bounds(lay[nw_row], layers)
-    routes = []
-    for x in range(layers):
-        a, b = local_at[x], local_at[x + 1]
-        c, d = nw_at[x], nw_at[x + 1]
-        n_local = b - a
-        cols = np.empty((4, n_local + d - c), dtype=np.int64)
-        cols[0, :n_local] = cols[2, :n_local] = local_rank[a:b]
-        cols[1, :n_local] = exp[local_row[a:b]]
-        cols[3, :n_local] = local_tokens[a:b]
-        tail = cols[:, n_local:]
-        tail[0] = nw_source[c:d]
-        tail[1] = exp[nw_row[c:d]]
-        tail[2] = nw_dest[c:d]
-        tail[3] = nw_tokens[c:d]
-        cols.setflags(write=False)
-        routes.append(Routes(batch.counts[x], exp[shared_at[x]:shared_at[x + 1]], cols))
-    return routes, kept
-
-
-def _north_west(supply: IntArray, d_row: IntArray, d_rank: IntArray, d_tokens: IntArray
-                ) -> tuple[IntArray, IntArray, IntArray, IntArray]:
-    """Match per-row supply [n, R] with positive demand cells (row, rank, tokens; row-major,
-    equal row sums) in rank order: (row, source rank, destination rank, tokens) per piece.
-
-    Laid end to end, the positive supply cells and the demand cells each tile [0, total);
-    every piece between consecutive cut points of the two tilings is one route. Each
-    supply cell is one piece, cut further where a demand cell ends strictly inside it; a
-    piece belongs to the first demand cell whose running total reaches its end. Demand
-    cell k ends at piece at[k] + (inner cuts before k), where at[k] is the supply cell its
-    end falls in (a demand end that meets a supply cell's end is that cell's last piece,
-    and no later inner cut lies in the same cell), so the pieces of demand k are the run
-    between the previous demand's end and its own.
-    """
-    s_cell = (supply > 0).ravel().nonzero()[0]  # supply is >= 0
-    cum_s = supply.ravel().take(s_cell).cumsum()
-    cum_d = d_tokens.cumsum()
-    at = cum_s.searchsorted(cum_d)  # the supply cell each demand cut falls in
-    is_inner = cum_s[at] != cum_d
-    inner = is_inner.nonzero()[0]
-    pieces = np.bincount(at[inner], minlength=cum_s.size)
-    pieces += 1
-    cuts = cum_s.repeat(pieces)  # a cell's last piece ends where the cell ends
-    cuts[at[inner] + np.arange(inner.size)] = cum_d[inner]
-    lengths = np.empty_like(cuts)
-    lengths[:1] = cuts[:1]
-    np.subtract(cuts[1:], cuts[:-1], out=lengths[1:])
-    end = is_inner.cumsum()  # inner cuts up to and including k
-    end -= is_inner
-    end += at  # the piece where demand k ends
-    per_demand = np.empty_like(end)
-    per_demand[:1] = end[:1] + 1
-    np.subtract(end[1:], end[:-1], out=per_demand[1:])
-    row, source = _split_cells(s_cell.repeat(pieces), *supply.shape)
-    return row, source, d_rank.repeat(per_demand), lengths
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlacementResult:
-    """One placement and its accounting."""
-
-    planner: str
-    """'constructive', 'exact', or a baseline name."""
-    problem: PlacementProblem
-    allocation: IntArray
-    """[E, R] tokens of expert e computed on rank d."""
-    rank_loads: IntArray
-    """[R] tokens each rank computes (exactly S*K for a balanced plan)."""
-    redundant_experts: tuple[tuple[int, ...], ...]
-    """Per rank, the foreign experts it hosts (sorted)."""
-    routes: Routes
-    num_redundant: int
-    max_redundant_per_rank: int
-    redundant_bound_per_rank: int
-    """E/R (Kimi K3 Sec. 5.2.1)."""
-    lower_bound_per_rank: IntArray
-    """[R] `redundancy_lower_bounds`."""
-    migrated_tokens: int
-    """Tokens computed on a replica rather than on their expert's home rank."""
-    remote_tokens: int
-    """Tokens whose destination differs from their source rank (network traffic)."""
-    prefetch_bytes: int
-    grad_reduce_bytes: int
-    wall_time_s: float
-
-    @property
-    def balanced(self) -> bool:
-        """Every rank computes exactly S*K tokens."""
-        return bool(np.all(self.rank_loads == self.problem.capacity))
-
-    @property
-    def bound_holds(self) -> bool:
-        """The lower bound <= hosted replicas <= E/R on every rank."""
-        counts = np.array([len(x) for x in self.redundant_experts], dtype=np.int64)
-        return bool(np.all(counts <= self.redundant_bound_per_rank)
-                    and np.all(counts >= self.lower_bound_per_rank))
-
-
-def build_result(
-    problem: PlacementProblem, alloc: IntArray, *, planner: str, wall_time_s: float,
-    lower_bounds: IntArray | None = None,
-) -> PlacementResult:
-    """Account for an allocation: loads, replicas, routes, traffic and bound.
-
-    `alloc` must be non-negative with row e summing to T_e (every planner's allocation).
-    """
-    bounds = None if lower_bounds is None else lower_bounds[None]
-    return build_results(single_layer(problem), alloc[None], planner=planner,
-                         wall_time_s=wall_time_s, lower_bounds=bounds)[0]
-
-
-def build_results(
-    batch: LayerBatch, alloc: IntArray, *, planner: str, wall_time_s: float,
-    lower_bounds: IntArray | None = None,
-) -> list[PlacementResult]:
-    """`build_result` of every layer of a batch: alloc [L, E, R], lower bounds [L, R].
-
-    Each layer's result carries `wall_time_s` as given.
-    """
-    return [PlacementResult(planner=planner, wall_time_s=wall_time_s, **fields)
-            for fields in layer_accounts(batch, alloc, lower_bounds)]
-
-
-def _replicas(shared: _SharedCells, home_of: IntArray, layers: int, r: int
-              ) -> tuple[list[list[tuple[int, ...]]], list[int]]:
-    """Per layer and rank the foreign experts the rank hosts (sorted), and per layer the
-    tokens computed on them (migrated), from the shared experts' cells."""
-    foreign = (shared.rank != home_of[shared.expert[shared.row]]).nonzero()[0]
-    row = shared.row[foreign]
-    hosted: list[list[tuple[int, ...]]] = [[()] * r for _ in range(layers)]
-    # cells come row-major over (layer, expert, rank): each rank's experts come sorted
-    for x, d, y in zip(shared.layer[row].tolist(), shared.rank[foreign].tolist(),
-                       shared.expert[row].tolist(), strict=True):
-        hosted[x][d] += (y,)
-    moved = shared.tokens[foreign]
-    if layers == 1:
-        return hosted, [int(np.add.reduce(moved))]
-    per_layer = np.zeros(layers, dtype=np.int64)
-    np.add.at(per_layer, shared.layer[row], moved)
-    return hosted, per_layer.tolist()
-
-
-def layer_accounts(batch: LayerBatch, alloc: IntArray, lower_bounds: IntArray | None = None
-                   ) -> list[dict[str, Any]]:
-    """The fields of each layer's `PlacementResult` but `planner` and `wall_time_s`
-    (a planner that times itself adds them once the accounting is done)."""
-    layers, r, e = batch.counts.shape
-    m = e // r
-    index = shape_index(r, e)
-    shared = _shared_cells(batch, alloc)
-    hosted, migrated = _replicas(shared, index.home_of, layers, r)
-    routes, kept = _layer_routes(batch, shared)
-    rank_loads = np.add.reduce(alloc, axis=1)
-    remote = (batch.capacity * r - kept).tolist()  # every layer routes R*S*K tokens
-    if lower_bounds is None:
-        lower_bounds = layer_lower_bounds(batch.expert_tokens, batch.home_loads, batch.capacity,
-                                          m)
-    accounts = []
-    for x, p in enumerate(batch.problems):
-        per_rank = tuple(hosted[x])
-        num_redundant = sum(map(len, per_rank))
-        traffic = redundant_expert_traffic(
-            num_redundant=num_redundant, experts_per_rank=m,
-            weight_bytes_per_expert=p.weight_bytes_per_expert,
-            grad_bytes_per_expert=p.grad_bytes_per_expert,
-        )
-        accounts.append({
-            "problem": p, "allocation": alloc[x], "rank_loads": rank_loads[x],
-            "redundant_experts": per_rank, "routes": routes[x], "num_redundant": num_redundant,
-            "max_redundant_per_rank": max(map(len, per_rank)),
-            "redundant_bound_per_rank": m, "lower_bound_per_rank": lower_bounds[x],
-            "migrated_tokens": migrated[x], "remote_tokens": remote[x],
-            "prefetch_bytes": traffic.prefetch_bytes,
-            "grad_reduce_bytes": traffic.grad_reduce_bytes,
-        })
-    return accounts
-
-
 __all__ = [
+    "IntArray",
     "PlacementProblem",
-    "PlacementResult",
-    "Routes",
     "LayerBatch",
-    "ShapeIndex",
-    "build_result",
-    "build_results",
     "placement_layers",
     "placement_problem",
-    "layer_accounts",
     "layer_lower_bounds",
     "layer_slice",
     "layers_array",
     "matrix_array",
     "matrix_batch",
     "redundancy_lower_bounds",
-    "routes_from_allocation",
-    "shape_index",
     "single_layer",
     "validated_layers",
 ]

@@ -9,8 +9,7 @@ timeline as start ticks of the atomic F / B / W ops). Must not: build the CP-SAT
 import logging
 
 from api_schemas.parallel import PipelineSchedule
-from models.errors import InvalidSpecError
-from models.pipeline import (
+from models.core.pipeline import (
     SCHEDULES,
     OpKind,
     PipelineProgram,
@@ -19,14 +18,15 @@ from models.pipeline import (
     generate_program,
     schedule_traits,
 )
-from models.pipeline.metrics import SimulationResult
-from models.pipeline.ops import (
+from models.core.pipeline.metrics import SimulationResult
+from models.core.pipeline.ops import (
     Placement,
     bidirectional_placement,
     linear_placement,
     looped_placement,
     v_placement,
 )
+from models.errors import InvalidSpecError
 from solver.schedule.instance import KIND_B, KIND_F, KIND_W, ScheduleInstance
 
 logger = logging.getLogger(__name__)

@@ -26,8 +26,8 @@ Lower bound (all valid for the true problem, in ticks):
 
 from dataclasses import dataclass
 
-from models.pipeline.costs import OpDurations
-from models.pipeline.ops import Placement
+from models.core.pipeline.costs import OpDurations
+from models.core.pipeline.ops import Placement
 from solver.scaling import TimeScale
 
 KIND_F, KIND_B, KIND_W = 0, 1, 2

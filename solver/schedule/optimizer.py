@@ -8,7 +8,7 @@ What is optimised. The placement of stages on ranks is the one of the given sche
 (linear, looped, V or bidirectional); the optimizer chooses every rank's order of atomic
 F, B and W ops. Memory: a micro-batch x chunk is live from the start of its F to the end
 of its W (the simulator's "peak until W"); the limit is in full-stage units, as
-`models.pipeline.peak_in_flight`, i.e. L = floor(memory_limit x chunks per unit) chunks.
+`models.core.pipeline.peak_in_flight`, i.e. L = floor(memory_limit x chunks per unit) chunks.
 
 Why in-order chains lose nothing (constraint C2 of `formulation.py`). Micro-batches of a
 pipe are identical. Take any feasible schedule and, on every stage and for every kind,
@@ -35,10 +35,10 @@ import time
 from dataclasses import dataclass, replace
 
 from api_schemas.parallel import PipelineSchedule
+from models.core.pipeline import OpDurations, PipelineProgram, ProgramBuilder, simulate
+from models.core.pipeline.metrics import SimulationResult
+from models.core.pipeline.ops import OpKind, Placement
 from models.errors import InfeasibleError, InvalidSpecError
-from models.pipeline import OpDurations, PipelineProgram, ProgramBuilder, simulate
-from models.pipeline.metrics import SimulationResult
-from models.pipeline.ops import OpKind, Placement
 from solver import cancel
 from solver.cpsat import SolverConfig, SolveStatus, solve
 from solver.scaling import TimeScale, time_scale
@@ -126,49 +126,29 @@ def optimize_schedule(
         raise InvalidSpecError(
             "the optimizer schedules F, B and W separately and models no F&B overlap gain: "
             "omit overlapped_pair_s", field="overlapped_pair_s")
-    placement, unit = placement_for(schedule, num_stages=num_stages,
-                                    num_micro_batches=num_micro_batches, num_chunks=num_chunks)
-    limit = _limit_chunks(memory_limit, unit=unit,
-                          placement_chunks=_chunks_per_micro_batch(placement))
-    fwd, inp, wgt = durations.per_stage(placement.num_stages)
-    scale = time_scale([*fwd.tolist(), *inp.tolist(), *wgt.tolist(), p2p_latency_s])
-    inst = build_instance(placement, durations, p2p_latency_s=p2p_latency_s, scale=scale,
-                          memory_limit_chunks=limit)
-    cancel.check()
-    head, tail = heads_and_tails(inst)
-    bound = lower_bound_ticks(inst, head, tail)
-    cancel.check()
-    baseline = _best_candidate(schedule, inst, durations, p2p_latency_s=p2p_latency_s,
-                               unit=unit)
+    setup = _setup(schedule, num_stages=num_stages, num_micro_batches=num_micro_batches,
+                   num_chunks=num_chunks, durations=durations, memory_limit=memory_limit,
+                   p2p_latency_s=p2p_latency_s)
+    baseline = _best_candidate(schedule, setup.inst, durations, p2p_latency_s=p2p_latency_s,
+                               unit=setup.unit)
     program, result = baseline.program, baseline.result
-    method, status = "bound-attained", SolveStatus.OPTIMAL
+    method, status, bound = "bound-attained", SolveStatus.OPTIMAL, setup.bound
     if baseline.hint_makespan_ticks > bound:
-        status, bound, starts, method = _solve(
-            inst, head=head, tail=tail, bound=bound, hint=baseline.hint,
-            horizon=baseline.hint_makespan_ticks,
+        status, bound, method, found, timed = _solved(
+            setup, baseline, durations, p2p_latency_s=p2p_latency_s,
             config=_remaining_budget(config or SolverConfig(), started=started))
-        cancel.check()
-        found = program_from_starts(inst, starts, chunks_per_stage_unit=unit)
-        timed = simulate(found, durations, p2p_latency_s=p2p_latency_s)
-        # The live count at each F start depends only on the rank's order, so re-timing
-        # keeps the peak the model constrained.
-        assert max(timed.peak_in_flight_chunks) <= limit, "re-timed order exceeds the limit"
         if timed.makespan_s < result.makespan_s - _EPS:
             program, result = found, timed
-    lower = _true_bound(bound, scale)
-    if result.makespan_s <= lower + _EPS * max(1.0, lower):
-        status = SolveStatus.OPTIMAL
-    elif status == SolveStatus.OPTIMAL and not scale.exact:
-        status = SolveStatus.FEASIBLE
+    status, lower = _final_status(status, result.makespan_s, bound, setup.inst.scale)
     optimal = status == SolveStatus.OPTIMAL
     return ScheduleOptimum(
         status=status, makespan_s=result.makespan_s,
         lower_bound_s=result.makespan_s if optimal else lower,
         gap=0.0 if optimal else max(0.0, (result.makespan_s - lower) / result.makespan_s),
         program=program, simulation=result, baseline_schedule=baseline.schedule,
-        baseline_makespan_s=baseline.makespan_s, memory_limit_chunks=limit,
-        time_quantum_s=scale.quantum_s, quantization_exact=scale.exact, method=method,
-        wall_time_s=time.perf_counter() - started)
+        baseline_makespan_s=baseline.makespan_s, memory_limit_chunks=setup.limit,
+        time_quantum_s=setup.inst.scale.quantum_s, quantization_exact=setup.inst.scale.exact,
+        method=method, wall_time_s=time.perf_counter() - started)
 
 
 def _remaining_budget(config: SolverConfig, *, started: float) -> SolverConfig:
@@ -244,6 +224,68 @@ def _tick_durations(inst: ScheduleInstance) -> OpDurations:
                 for k in (KIND_F, KIND_B, KIND_W)]
     return OpDurations(forward_s=per_kind[0], backward_input_s=per_kind[1],
                        backward_weight_s=per_kind[2])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Setup:
+    """The instance of one `optimize_schedule` call and its bounds, in ticks."""
+
+    inst: ScheduleInstance
+    unit: int
+    """Chunks per full-stage unit of the placement."""
+    limit: int
+    """In-flight chunks per rank."""
+    head: list[int]
+    tail: list[int]
+    bound: int
+
+
+def _setup(schedule: PipelineSchedule, *, num_stages: int, num_micro_batches: int,
+           num_chunks: int, durations: OpDurations, memory_limit: float,
+           p2p_latency_s: float) -> _Setup:
+    placement, unit = placement_for(schedule, num_stages=num_stages,
+                                    num_micro_batches=num_micro_batches, num_chunks=num_chunks)
+    limit = _limit_chunks(memory_limit, unit=unit,
+                          placement_chunks=_chunks_per_micro_batch(placement))
+    fwd, inp, wgt = durations.per_stage(placement.num_stages)
+    scale = time_scale([*fwd.tolist(), *inp.tolist(), *wgt.tolist(), p2p_latency_s])
+    inst = build_instance(placement, durations, p2p_latency_s=p2p_latency_s, scale=scale,
+                          memory_limit_chunks=limit)
+    cancel.check()
+    head, tail = heads_and_tails(inst)
+    bound = lower_bound_ticks(inst, head, tail)
+    cancel.check()
+    return _Setup(inst=inst, unit=unit, limit=limit, head=head, tail=tail, bound=bound)
+
+
+def _solved(setup: _Setup, baseline: _Baseline, durations: OpDurations, *,
+            p2p_latency_s: float, config: SolverConfig
+            ) -> tuple[SolveStatus, int, str, PipelineProgram, SimulationResult]:
+    """CP-SAT from the baseline's hint: (status, proven bound in ticks, method, the order
+    found and its re-timed simulation)."""
+    inst = setup.inst
+    status, bound, starts, method = _solve(
+        inst, head=setup.head, tail=setup.tail, bound=setup.bound, hint=baseline.hint,
+        horizon=baseline.hint_makespan_ticks, config=config)
+    cancel.check()
+    found = program_from_starts(inst, starts, chunks_per_stage_unit=setup.unit)
+    timed = simulate(found, durations, p2p_latency_s=p2p_latency_s)
+    # The live count at each F start depends only on the rank's order, so re-timing
+    # keeps the peak the model constrained.
+    assert max(timed.peak_in_flight_chunks) <= setup.limit, "re-timed order exceeds the limit"
+    return status, bound, method, found, timed
+
+
+def _final_status(status: SolveStatus, makespan_s: float, bound: int,
+                  scale: TimeScale) -> tuple[SolveStatus, float]:
+    """Optimal when the makespan meets the bound in seconds; a proof on rounded ticks is
+    only feasible. Returns the status and the bound in seconds."""
+    lower = _true_bound(bound, scale)
+    if makespan_s <= lower + _EPS * max(1.0, lower):
+        status = SolveStatus.OPTIMAL
+    elif status == SolveStatus.OPTIMAL and not scale.exact:
+        status = SolveStatus.FEASIBLE
+    return status, lower
 
 
 def _solve(inst: ScheduleInstance, *, head: list[int], tail: list[int], bound: int,

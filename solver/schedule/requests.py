@@ -6,8 +6,12 @@ Owns: `optimize_request`. Must not: know HTTP.
 from typing import Literal
 
 from api_schemas.pipeline import PipelineOptimizeRequest, PipelineOptimizeResponse
-from models.pipeline import simulate
-from models.pipeline.requests import activation_sizes_from, op_durations_from, simulation_fields
+from models.core.pipeline import simulate
+from models.core.pipeline.requests import (
+    activation_sizes_from,
+    op_durations_from,
+    simulation_fields,
+)
 from solver import cancel
 from solver.cpsat import SolverConfig, SolveStatus
 from solver.schedule.optimizer import optimize_schedule

@@ -16,9 +16,9 @@ from api_schemas.microbenchmarks import Microbenchmarks
 from api_schemas.requests import ClusterInput
 from calibration import results
 from calibration.__main__ import REFUSED, gpu_problem, main
-from models.collectives import bus_factor
-from models.microbenchmarks import fit_microbenchmarks
-from models.resolve import resolve_cluster
+from models.catalog.resolve import resolve_cluster
+from models.core.collectives import bus_factor
+from models.evidence.microbenchmarks import fit_microbenchmarks
 
 NCCL = Path(__file__).resolve().parent / "nccl_tests"
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+from serving import free_port, serve_in_thread
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -45,14 +46,6 @@ into a 503 that the test would read as a failure."""
 
 PG_SKIP_REASON = ("TEST_DATABASE_URL is not set: the PostgreSQL fault tests are skipped "
                   "(CI sets it when a server answers on 127.0.0.1:5432)")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def plan_body(index: int, *, time_limit_s: float = 60.0) -> dict[str, Any]:
@@ -155,25 +148,8 @@ def running_server(database_url: str, log_path: Path, **options: Any) -> Iterato
                 server.kill()
 
 
-@contextmanager
-def serving_in_thread(app: Any) -> Iterator[str]:
-    """Serve an app object with uvicorn on a loopback port in a thread; yields its URL."""
-    import uvicorn
-
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "in-thread server died"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+serving_in_thread = serve_in_thread
+"""Serve an app object with uvicorn on a loopback port in a thread; yields its URL."""
 
 
 @dataclass

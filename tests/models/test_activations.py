@@ -5,12 +5,12 @@ import dataclasses
 import pytest
 
 from api_schemas.parallel import RecomputeMode, RecomputeModule
-from models.activations import (
+from models.catalog.presets import KORTHIKANTI_2022_TABLE3, model_preset
+from models.core.activations import (
     LayerActivationContext,
     head_activation_bytes,
     layer_activation_bytes,
 )
-from models.catalog import KORTHIKANTI_2022_TABLE3, model_preset
 
 
 def _gpt_layer(name: str, **kw: object):

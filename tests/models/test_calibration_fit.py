@@ -6,13 +6,13 @@ import random
 
 import pytest
 
-from models.calibration import (
+from models.errors import InvalidSpecError
+from models.evidence.calibration import (
     RunCurve,
     fit_constants,
     leave_one_out,
     physical_problems,
 )
-from models.errors import InvalidSpecError
 
 LIMITS = (0.15, 1.5)
 SCALES = tuple(LIMITS[0] * (LIMITS[1] / LIMITS[0]) ** (k / 16) for k in range(17))

@@ -7,7 +7,8 @@ import pytest
 
 from api_schemas import ClusterInput, DType, GpuSpec, IntraNodeTopology
 from api_schemas.units import GIB
-from models.catalog import (
+from models.catalog.kernels import profile_for
+from models.catalog.presets import (
     DATA_DIR,
     DEFAULT_NODE_FOR_GPU,
     NODE_LINK_FIELDS,
@@ -20,9 +21,8 @@ from models.catalog import (
     model_preset,
     power_limited_clock_ratio,
 )
+from models.catalog.resolve import resolve_cluster
 from models.errors import InvalidSpecError
-from models.kernels import profile_for
-from models.resolve import resolve_cluster
 
 
 def test_gpu_presets_keep_dense_and_sparse_apart() -> None:

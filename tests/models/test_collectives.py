@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api_schemas import Algorithm, Collective, CountingBasis
-from models.collectives import (
+from models.core.collectives import (
     algorithm_shape,
     algorithm_switch_bytes,
     alpha_beta_crossover_bytes,

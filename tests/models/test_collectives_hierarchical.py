@@ -12,7 +12,7 @@ from api_schemas import (
     LinkClass,
     LinkSpec,
 )
-from models.collectives import (
+from models.core.collectives import (
     Fabric,
     all_to_all_split_cost,
     collective_cost,

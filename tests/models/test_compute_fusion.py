@@ -1,11 +1,12 @@
 """Runtime kernel fusion: eager PyTorch, torch.compile and fused kernels pay different HBM
-passes for the memory-bound ops between GEMMs (models/compute.py `RUNTIME_PASSES`)."""
+passes for the memory-bound ops between GEMMs (models/core/compute.py `RUNTIME_PASSES`)."""
 
 import pytest
 
 from api_schemas import ElementwiseFusion, ParallelConfig, RecomputeModule, TrainingSpec
-from models.catalog import cluster_preset, gpu_preset, model_preset
-from models.compute import (
+from models.catalog.kernels import memory_bound_time_s
+from models.catalog.presets import cluster_preset, gpu_preset, model_preset
+from models.core.compute import (
     RUNTIME_PASSES,
     ComputeContext,
     _attention_core,
@@ -14,8 +15,7 @@ from models.compute import (
     head_compute,
     layer_compute,
 )
-from models.kernels import memory_bound_time_s
-from models.step_time import estimate_step
+from models.core.step_time import estimate_step
 
 F32, BF16 = 4, 2
 
@@ -94,7 +94,7 @@ def test_pytorch_sdpa_attention_runs_at_the_flashattention2_h100_rate() -> None:
     338 TFLOP/s forward + backward (d=128, causal, 16k) on H100 SXM5, where the fused
     (cuDNN / FlashAttention-3) level of Megatron / Transformer Engine is higher. On A100 both
     are the FlashAttention-2 kernels."""
-    from models.kernels import attention_time_s
+    from models.catalog.kernels import attention_time_s
 
     h100 = gpu_preset("h100-sxm5-80gb")
     flop = 1e15
@@ -115,7 +115,7 @@ def test_pytorch_sdpa_attention_runs_at_the_flashattention2_h100_rate() -> None:
 def test_an_attention_calibration_scales_sdpa_attention_as_well() -> None:
     """A cluster profile's `attention_efficiency_scale` (fitted on attention microbenchmarks)
     applies to every attention path, the PyTorch SDPA one included."""
-    from models.kernels import attention_time_s, calibrated_profile, profile_for
+    from models.catalog.kernels import attention_time_s, calibrated_profile, profile_for
 
     h100 = gpu_preset("h100-sxm5-80gb")
     profile = profile_for(h100)

@@ -6,16 +6,16 @@ import pytest
 
 from api_schemas import ElementwiseFusion, RecomputeMode
 from api_schemas.parallel import RecomputeModule
-from models.activations import LayerActivationContext, layer_activation_bytes
-from models.catalog import gpu_preset, model_preset
-from models.compute import (
+from models.catalog.kernels import memory_bound_time_s
+from models.catalog.presets import gpu_preset, model_preset
+from models.core.activations import LayerActivationContext, layer_activation_bytes
+from models.core.compute import (
     ComputeContext,
     _runtime_elementwise_bytes,
     _shape_time,
     layer_compute,
     op_sac_gemms,
 )
-from models.kernels import memory_bound_time_s
 
 
 def test_op_sac_redoes_k_output_and_up_projections_of_llama() -> None:

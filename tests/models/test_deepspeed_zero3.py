@@ -12,11 +12,11 @@ from api_schemas import (
     TrainingSpec,
     Zero3Collectives,
 )
-from models.catalog import cluster_preset
-from models.collectives import Collective
-from models.step_time.exposure import deepspeed_prefetch_share
-from models.traffic import TrafficAxis, step_traffic
-from models.traffic.layer import DEEPSPEED_MODULES_PER_LAYER, deepspeed_parameter_tensors
+from models.catalog.presets import cluster_preset
+from models.core.collectives import Collective
+from models.core.step_time.exposure import deepspeed_prefetch_share
+from models.core.traffic import TrafficAxis, step_traffic
+from models.core.traffic.layer import DEEPSPEED_MODULES_PER_LAYER, deepspeed_parameter_tensors
 
 GPT_175B = ModelSpec(name="gpt-175b", num_layers=96, hidden_size=12288, num_attention_heads=96,
                      ffn_hidden_size=4 * 12288, mlp=MlpKind.GELU, norm=NormKind.LAYERNORM,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from api_schemas.hardware import KernelCalibration
-from models.catalog import cluster_preset
-from models.error_bands import (
+from models.catalog.presets import cluster_preset
+from models.evidence.error_bands import (
     MIN_ROWS,
     TRANSFERRED_FAMILIES,
     ErrorRow,

@@ -4,13 +4,13 @@ holds is gathered for each pass over the expert-DP group's own links."""
 import pytest
 
 from api_schemas import ParallelConfig, TrainingSpec
-from models.catalog import cluster_preset, model_preset
-from models.collectives import fabric_of
-from models.expert_terms import expert_terms
-from models.params import layer_params
-from models.step_time.exposure import zero3_layer_copy_s
-from models.step_time.groups import axis_groups
-from models.traffic.layer import zero3_unit_calls
+from models.catalog.presets import cluster_preset, model_preset
+from models.core.collectives import fabric_of
+from models.core.expert_terms import expert_terms
+from models.core.params import layer_params
+from models.core.step_time.exposure import zero3_layer_copy_s
+from models.core.step_time.groups import axis_groups
+from models.core.traffic.layer import zero3_unit_calls
 
 SPEC = model_preset("mixtral-8x7b")
 CLUSTER = cluster_preset("h100-sxm5-80gb", num_nodes=4)

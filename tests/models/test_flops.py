@@ -2,13 +2,13 @@
 
 import pytest
 
-from models.catalog import model_preset
-from models.flops import (
+from models.catalog.presets import model_preset
+from models.core.flops import (
     attention_core_forward_flops,
     layer_forward_flops,
     step_flops,
 )
-from models.params import count_parameters
+from models.core.params import count_parameters
 
 A100_BF16_PEAK = 312e12  # arXiv:2104.04473 Sec. 5.1
 

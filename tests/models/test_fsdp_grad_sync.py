@@ -5,9 +5,9 @@ per step (not per micro-batch) when the gradient sync is deferred to the last ba
 import pytest
 
 from api_schemas import ClusterSpec, DType, ModelSpec, ParallelConfig, TrainingSpec
-from models.catalog import cluster_preset
-from models.collectives import Collective
-from models.traffic import TrafficAxis, stage_weights, step_traffic
+from models.catalog.presets import cluster_preset
+from models.core.collectives import Collective
+from models.core.traffic import TrafficAxis, stage_weights, step_traffic
 
 
 def _model_7b_fp16() -> tuple[ModelSpec, TrainingSpec]:

@@ -3,8 +3,8 @@
 import pytest
 
 from api_schemas import DType
-from models.catalog import gpu_preset
-from models.kernels import GEMM_IO_FACTOR, gemm_time_s, grouped_gemm_time_s
+from models.catalog.kernels import GEMM_IO_FACTOR, gemm_time_s, grouped_gemm_time_s
+from models.catalog.presets import gpu_preset
 
 H100 = gpu_preset("h100-sxm5-80gb")
 

@@ -3,9 +3,9 @@
 import pytest
 
 from api_schemas.architecture import AttentionKind, MlpKind, NormKind
-from models.catalog import hf_preset_config, hf_preset_ids
+from models.catalog.hf_config import spec_from_hf_config
+from models.catalog.presets import hf_preset_config, hf_preset_ids
 from models.errors import InvalidSpecError
-from models.hf_config import spec_from_hf_config
 
 
 def test_all_fixture_configs_are_read() -> None:

@@ -3,11 +3,11 @@
 import pytest
 
 from api_schemas import ParallelConfig, PipelineSchedule, TrainingSpec
-from models.catalog import cluster_preset, model_preset
-from models.pipeline import OpKind, generate_program
-from models.step_time import estimate_step
-from models.step_time.assembly import HOST_GRADIENTS
-from models.traffic.data import GRADIENT_BUFFER_SLOTS, chunk_evictions
+from models.catalog.presets import cluster_preset, model_preset
+from models.core.pipeline import OpKind, generate_program
+from models.core.step_time import estimate_step
+from models.core.step_time.assembly import HOST_GRADIENTS
+from models.core.traffic.data import GRADIENT_BUFFER_SLOTS, chunk_evictions
 
 S = PipelineSchedule
 
@@ -68,15 +68,15 @@ def test_pipeline_zero2_is_a_named_step_time_term_and_the_breakdown_adds_up() ->
 
 
 def test_a_slower_host_link_costs_more_and_overlap_is_bounded_by_the_drains() -> None:
-    from models.collectives import fabric_of
-    from models.layout import pipeline_layout
-    from models.memory import micro_batch_count
-    from models.step_time import axis_groups
-    from models.step_time.host_gradients import host_gradient_cost
-    from models.step_time.stage import stage_times
-    from models.traffic.context import StepContext
-    from models.traffic.data import CHUNK_REDUCE, dp_items
-    from models.traffic.weights import stage_weights
+    from models.core.collectives import fabric_of
+    from models.core.layout import pipeline_layout
+    from models.core.memory import micro_batch_count
+    from models.core.step_time import axis_groups
+    from models.core.step_time.host_gradients import host_gradient_cost
+    from models.core.step_time.stage import stage_times
+    from models.core.traffic.context import StepContext
+    from models.core.traffic.data import CHUNK_REDUCE, dp_items
+    from models.core.traffic.weights import stage_weights
 
     parallel = ParallelConfig(pp=4, dp=16, ep=8, vpp=4, schedule=S.INTERLEAVED_1F1B,
                               gradient_host_shards=True)

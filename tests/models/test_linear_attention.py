@@ -7,14 +7,14 @@ import pytest
 from api_schemas import ContextParallelKind, DType, ParallelConfig, TrainingSpec
 from api_schemas.architecture import AttentionKind, LinearAttentionKind
 from api_schemas.parallel import RecomputeMode, RecomputeModule
-from models.activations import LayerActivationContext, layer_activation_bytes
-from models.catalog import cluster_preset, gpu_preset, hf_preset_config, model_preset
-from models.collectives import fabric_of
-from models.compute import layer_compute
-from models.flops import attention_core_forward_flops, layer_core_forward_flops
-from models.hf_config import spec_from_hf_config
-from models.kernels import attention_time_s
-from models.linear_attention import (
+from models.catalog.hf_config import spec_from_hf_config
+from models.catalog.kernels import attention_time_s
+from models.catalog.presets import cluster_preset, gpu_preset, hf_preset_config, model_preset
+from models.core.activations import LayerActivationContext, layer_activation_bytes
+from models.core.collectives import fabric_of
+from models.core.compute import layer_compute
+from models.core.flops import attention_core_forward_flops, layer_core_forward_flops
+from models.core.linear_attention import (
     STATE_PASSING,
     chunkwise_forward_flops_per_token_head,
     cp_kinds_for_layer,
@@ -22,10 +22,10 @@ from models.linear_attention import (
     linear_attention_core_time_s,
     linear_attention_weights,
 )
-from models.params import count_parameters, layer_params
-from models.step_time.groups import axis_groups
-from models.step_time.stage import compute_context
-from models.traffic.layer import cp_calls, state_passing_calls
+from models.core.params import count_parameters, layer_params
+from models.core.step_time.groups import axis_groups
+from models.core.step_time.stage import compute_context
+from models.core.traffic.layer import cp_calls, state_passing_calls
 
 KIMI_LINEAR = "kimi-linear-48b-a3b-instruct"
 
@@ -198,9 +198,9 @@ def test_each_layer_of_a_hybrid_stage_is_timed_with_its_own_token_mixer() -> Non
     """A rank of Kimi Linear holding KDA and MLA layers takes the sum of its layers' own
     times: at 128K tokens a rank with two MLA layers among four is slower than one with one,
     where a per-kind mix of the model's layers (19 of 26 MoE layers KDA) timed both alike."""
-    from models.layout import StageLayout
-    from models.step_time import stage_time
-    from models.step_time.assembly import fabric_of as step_fabric
+    from models.core.layout import StageLayout
+    from models.core.step_time import stage_time
+    from models.core.step_time.assembly import fabric_of as step_fabric
 
     spec = model_preset(KIMI_LINEAR)
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
@@ -225,8 +225,8 @@ def test_each_layer_of_a_hybrid_stage_stores_its_own_token_mixers_activations() 
     """A Kimi Linear rank stores the sum of its layers' own activations: a KDA layer and an
     MLA layer with the same MoE block store different bytes, and a chunk of three KDA layers
     and one MLA layer is booked as such, not as four of the larger kind."""
-    from models.layout import StageLayout
-    from models.memory import _activation_context, stage_activation_components
+    from models.core.layout import StageLayout
+    from models.core.memory import _activation_context, stage_activation_components
 
     spec = model_preset(KIMI_LINEAR)
     training = TrainingSpec(global_batch_size=8, sequence_length=8192)

@@ -14,10 +14,9 @@ from api_schemas import (
     RecomputeMode,
     TrainingSpec,
 )
-from models.catalog import cluster_preset, model_ids, model_preset
-from models.errors import InvalidSpecError
-from models.layout import pipeline_layout
-from models.memory import (
+from models.catalog.presets import cluster_preset, model_ids, model_preset
+from models.core.layout import pipeline_layout
+from models.core.memory import (
     LedgerMemo,
     MemoryLedger,
     _chunk_weight_kinds,
@@ -28,7 +27,8 @@ from models.memory import (
     stage_memory,
     stored_activation_bytes,
 )
-from models.params import layer_attention_params, layer_params
+from models.core.params import layer_attention_params, layer_params
+from models.errors import InvalidSpecError
 
 CLUSTER = cluster_preset("h100-sxm5-80gb", num_nodes=64)
 
@@ -273,7 +273,7 @@ def test_fits_memory_agrees_with_the_ledger_at_every_capacity(
     where their live vectors do (V shapes, interleaving)."""
     from hypothesis import assume
 
-    from models.memory import fits_memory
+    from models.core.memory import fits_memory
 
     spec = TWIN_MODEL if moe else TWIN_MODEL.model_copy(update={"moe": None})
     chunks = vpp if schedule == PipelineSchedule.INTERLEAVED_1F1B else (
@@ -305,7 +305,7 @@ def test_fits_memory_agrees_with_the_ledger_at_every_capacity(
 @example(chunks=[0, 0])
 @example(chunks=[3 * 2**40, 3 * 2**40])
 def test_in_flight_peak_bytes_is_the_largest_dot_product(chunks: list[int]) -> None:
-    from models.pipeline import in_flight_profile
+    from models.core.pipeline import in_flight_profile
 
     profile = in_flight_profile(PipelineSchedule.INTERLEAVED_1F1B, num_stages=4,
                                 num_micro_batches=12, num_chunks=2)
@@ -474,7 +474,7 @@ def test_fits_memory_tells_apart_ranks_alike_in_moe_layers_but_not_in_mixers() -
     let it stand for them and called a capacity between the two totals enough (a false
     "fits"). At capacities between every pair of stage totals `fits_memory` must give the
     ledger's verdict."""
-    from models.memory import fits_memory
+    from models.core.memory import fits_memory
 
     base = model_preset("kimi-linear-48b-a3b-instruct")
     assert base.linear_attention is not None

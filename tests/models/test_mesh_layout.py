@@ -5,8 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api_schemas import ParallelConfig
-from models.errors import InvalidSpecError
-from models.mesh import (
+from models.core.mesh import (
     GroupKind,
     build_mesh,
     expert_data_parallel_size,
@@ -14,6 +13,7 @@ from models.mesh import (
     parse_order,
     pipeline_groups_agree,
 )
+from models.errors import InvalidSpecError
 
 
 def _groups(mesh, kind: GroupKind) -> list[list[int]]:
@@ -201,7 +201,7 @@ def test_meshes_are_kept_by_degrees_and_read_only() -> None:
     import numpy as np
 
     from api_schemas import ParallelConfig
-    from models.mesh.layout import build_mesh
+    from models.core.mesh.layout import build_mesh
 
     first = build_mesh(ParallelConfig(tp=8, pp=8, dp=4), num_nodes=32, gpus_per_node=8)
     again = build_mesh(ParallelConfig(tp=8, pp=8, dp=4, zero_stage=3, recompute="full"),

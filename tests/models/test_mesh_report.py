@@ -10,7 +10,7 @@ from api_schemas import (
     ModelSpec,
     TrainingSpec,
 )
-from models.mesh.report import mesh_report
+from models.core.mesh.report import mesh_report
 
 
 def _example(model_type: type[MeshRequest] | type[CollectiveEstimateRequest]) -> dict[str, object]:

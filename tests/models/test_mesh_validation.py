@@ -12,8 +12,8 @@ from api_schemas import (
     ParallelConfig,
     TrainingSpec,
 )
+from models.core.mesh import Severity, mesh_problems, validate_mesh
 from models.errors import InvalidSpecError
-from models.mesh import Severity, mesh_problems, validate_mesh
 
 LLAMA70 = ModelSpec(name="llama-70b-like", num_layers=80, hidden_size=8192,
                     num_attention_heads=64, num_kv_heads=8, attention=AttentionKind.GQA,
@@ -226,9 +226,9 @@ def test_each_rule_group_reads_only_its_declared_fields() -> None:
     import random
 
     from api_schemas import ContextParallelKind, PipelineSchedule
-    from models.mesh.candidates import Candidate, MeshContext
-    from models.mesh.layout import DEFAULT_ORDER
-    from models.mesh.rules import (
+    from models.core.mesh.candidates import Candidate, MeshContext
+    from models.core.mesh.layout import DEFAULT_ORDER
+    from models.core.mesh.rules import (
         PIPELINE_FIELDS,
         PIPELINE_RULES,
         SHAPE_FIELDS,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from api_schemas import DType
-from models.catalog import gpu_preset
-from models.mfu_records import (
+from models.catalog.presets import gpu_preset
+from models.evidence.mfu_records import (
     RECORDS,
     PublishedRecord,
     closest_record,

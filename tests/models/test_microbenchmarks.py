@@ -21,15 +21,15 @@ from api_schemas.microbenchmarks import (
 from api_schemas.parallel import ParallelConfig
 from api_schemas.requests import ClusterInput, ModelPreset
 from api_schemas.training import TrainingSpec
-from models.collectives import bus_factor, collective_cost, fabric_of
-from models.kernels import PROFILES, gemm_time_s, profile_for
-from models.microbenchmarks import (
+from models.catalog.kernels import PROFILES, gemm_time_s, profile_for
+from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.collectives import bus_factor, collective_cost, fabric_of
+from models.core.step_time import estimate_step
+from models.evidence.microbenchmarks import (
     KERNEL_TABLE_LEVEL,
     MicrobenchmarkRefused,
     fit_microbenchmarks,
 )
-from models.resolve import resolve_cluster, resolve_model
-from models.step_time import estimate_step
 
 CLUSTER = resolve_cluster(ClusterInput(gpu="h100-sxm5-80gb", num_nodes=4))
 HOPPER = profile_for(CLUSTER.gpu)

@@ -7,8 +7,16 @@ from collections.abc import Sequence
 import pytest
 
 from api_schemas.requests import EvaluateRequest
-from models.calibration import Fit, RunCurve, fit_overhead
-from models.calibration_moe import (
+from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.compute import (
+    MOE_HOST_ISSUE_S,
+    MOE_HOST_LAUNCH_S,
+    ComputeContext,
+    moe_expert_launches,
+    moe_host_issue_s,
+)
+from models.evidence.calibration import Fit, RunCurve, fit_overhead
+from models.evidence.calibration_moe import (
     ISSUE_TOLERANCE_S,
     RunSurface,
     fit_with_issue,
@@ -17,14 +25,6 @@ from models.calibration_moe import (
     issue_limit,
     issue_problems,
 )
-from models.compute import (
-    MOE_HOST_ISSUE_S,
-    MOE_HOST_LAUNCH_S,
-    ComputeContext,
-    moe_expert_launches,
-    moe_host_issue_s,
-)
-from models.resolve import resolve_cluster, resolve_model
 
 SCALES = (0.5, 1.0, 1.5)
 

@@ -22,12 +22,12 @@ from api_schemas import (
     ParallelConfig,
     TrainingSpec,
 )
-from models.catalog import cluster_preset
-from models.collectives import fabric_of
-from models.compute import ComputeContext, moe_block_times
-from models.step_time import axis_groups
-from models.traffic.items import Phase
-from models.traffic.layer import expert_calls
+from models.catalog.presets import cluster_preset
+from models.core.collectives import fabric_of
+from models.core.compute import ComputeContext, moe_block_times
+from models.core.step_time import axis_groups
+from models.core.traffic.items import Phase
+from models.core.traffic.layer import expert_calls
 
 MEASURED_MS = {  # (proxy, dispatcher, precision): (forward, backward), baseline.json
     ("mixtral", "alltoall", "bf16"): (4.327, 7.684),

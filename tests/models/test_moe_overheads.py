@@ -13,9 +13,17 @@ from api_schemas import (
     RecomputeModule,
     TrainingSpec,
 )
-from models.catalog import cluster_preset, gpu_preset, model_preset
-from models.collectives import fabric_of
-from models.compute import (
+from models.catalog.kernels import (
+    GEMM_IO_FACTOR,
+    GEMM_LAUNCH_S,
+    GEMM_TILE,
+    GROUPED_GEMM_STREAMS,
+    grouped_gemm_time_s,
+    profile_for,
+)
+from models.catalog.presets import cluster_preset, gpu_preset, model_preset
+from models.core.collectives import fabric_of
+from models.core.compute import (
     ALLTOALL_LOCAL_SORT_PASSES,
     BLOCK_SCALED_QUANTIZE_LAUNCHES,
     CURRENT_SCALING_QUANTIZE_LAUNCHES,
@@ -35,17 +43,9 @@ from models.compute import (
     moe_host_issue_s,
     moe_host_sync_s,
 )
-from models.kernels import (
-    GEMM_IO_FACTOR,
-    GEMM_LAUNCH_S,
-    GEMM_TILE,
-    GROUPED_GEMM_STREAMS,
-    grouped_gemm_time_s,
-    profile_for,
-)
-from models.step_time import axis_groups
-from models.traffic.items import Phase
-from models.traffic.layer import expert_calls
+from models.core.step_time import axis_groups
+from models.core.traffic.items import Phase
+from models.core.traffic.layer import expert_calls
 
 H100 = gpu_preset("h100-sxm5-80gb")
 
@@ -125,7 +125,7 @@ def test_an_moe_layer_forward_takes_the_longer_of_host_issue_and_gpu_time(
     A short micro-batch is host-bound; a long one hides the host. Backward and dense layers
     never pay it, and the MoE-layer benchmark's block time (which hides host time) does not
     include it."""
-    import models.compute as compute
+    import models.core.compute as compute
 
     dense = model_preset("llama-3.1-8b")
     moe_index = next(i for i in range(QWEN3.num_layers) if QWEN3.is_moe_layer(i))
@@ -232,7 +232,7 @@ def test_alltoall_dispatcher_sends_every_assignment_over_the_nics() -> None:
     """Megatron's alltoall dispatcher sends one row per (token, expert); DeepEP one copy per
     destination node. Qwen3-235B (top-8) over EP 32 on 4 nodes: K (N-1)/N = 6 IB copies per
     token against D_node (N-1)/N for the distinct nodes of 8 experts (< 3)."""
-    from models.moe import DispatchDedup, ep_dispatch_split
+    from models.core.moe import DispatchDedup, ep_dispatch_split
 
     kw = dict(tokens_per_rank=4096, top_k=8, hidden_size=4096, bytes_per_elem=1,
               num_experts=128, ep_size=32, ranks_per_node=8)
@@ -258,8 +258,8 @@ def test_overlapped_all_to_all_costs_the_sms_it_holds() -> None:
     """Under DualPipe the expert all-to-all hides behind the paired micro-batch's compute,
     which loses 20 of 132 SMs while it runs (DeepSeek-V3 Sec. 3.2.2): with ample compute
     the exposed EP time is that share of the all-to-all, not zero."""
-    from models.compute import LayerCompute, OpTimes
-    from models.step_time.exposure import OVERLAP_COMM_SM_SHARE, layer_calls, layer_comm
+    from models.core.compute import LayerCompute, OpTimes
+    from models.core.step_time.exposure import OVERLAP_COMM_SM_SHARE, layer_calls, layer_comm
 
     assert OVERLAP_COMM_SM_SHARE == pytest.approx(20 / 132)
     spec = model_preset("mixtral-8x7b")
@@ -282,7 +282,7 @@ def test_overlapped_all_to_all_costs_the_sms_it_holds() -> None:
 def test_fp8_experts_pay_their_input_casts() -> None:
     """FP8: each routed assignment's two expert GEMM inputs (h, then the expert width) are
     read in 16 bit and written row-wise and column-wise in FP8 (4 bytes per element)."""
-    from models.compute import FP8_QUANTIZE_BYTES_PER_ELEMENT
+    from models.core.compute import FP8_QUANTIZE_BYTES_PER_ELEMENT
 
     assert QWEN3.moe is not None
     fp8 = ComputeContext(gpu=H100, seq_len=4096, micro_batch_size=1, ep=8,

@@ -3,9 +3,9 @@
 import pytest
 
 from api_schemas import ParallelConfig, TrainingSpec
-from models.catalog import cluster_preset, gpu_preset, model_preset
-from models.muon import NEWTON_SCHULZ_STEPS, newton_schulz_flops, rank_matrices
-from models.step_time import estimate_step
+from models.catalog.presets import cluster_preset, gpu_preset, model_preset
+from models.core.muon import NEWTON_SCHULZ_STEPS, newton_schulz_flops, rank_matrices
+from models.core.step_time import estimate_step
 
 
 @pytest.mark.parametrize(("m", "tokens", "printed"), [(768, 524_288, 0.007),

@@ -2,9 +2,9 @@
 
 import pytest
 
-from models.catalog import MEGATRON_2021_TABLE1, hf_preset_config, model_preset
-from models.params import count_parameters, layer_params
-from models.vision import vision_tower_params
+from models.catalog.presets import MEGATRON_2021_TABLE1, hf_preset_config, model_preset
+from models.catalog.vision import vision_tower_params
+from models.core.params import count_parameters, layer_params
 
 # Printed "Params (B)" of Megatron-LM 2021 Table 1 (arXiv:2104.04473).
 PRINTED_PARAMS_B = {
@@ -107,7 +107,7 @@ def test_hub_family_counts_match_the_published_count(preset: str) -> None:
 
 
 # Published totals of multimodal checkpoints: the language model the plan covers plus the
-# vision tower counted apart (models/vision.py).
+# vision tower counted apart (models/catalog/vision.py).
 CHECKPOINT_COUNTS = {
     "llama-4-scout-17b-16e": (109e9, "Llama 4 model card: 109B total"),
     "llama-4-maverick-17b-128e": (400e9, "Llama 4 model card: 400B total"),
@@ -200,7 +200,7 @@ PINNED_TOTALS = {
 
 
 def test_every_packaged_config_keeps_its_count() -> None:
-    from models.catalog import hf_preset_ids
+    from models.catalog.presets import hf_preset_ids
 
     assert sorted(PINNED_TOTALS) == hf_preset_ids()
     assert {p: count_parameters(model_preset(p)).total for p in PINNED_TOTALS} == PINNED_TOTALS

@@ -3,7 +3,7 @@
 import pytest
 
 from api_schemas import DType, Fp8WeightStorage, OptimizerKind, TrainingSpec
-from models.precision import (
+from models.core.precision import (
     fp8_weight_quantisation_bytes,
     sharded_state_bytes,
     state_bytes_per_param,

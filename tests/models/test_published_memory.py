@@ -11,13 +11,20 @@ from api_schemas.requests import (
     DEFAULT_MEMORY_MARGIN_FRAC,
     ClusterInput,
 )
-from models.activations import LayerActivationContext, layer_activation_bytes
-from models.catalog import cluster_preset, model_preset
-from models.memory import MemoryLedger, memory_ledger
-from models.memory_evidence import CHECKED, ledger_evidence
-from models.params import count_parameters
-from models.precision import state_bytes_per_param
-from models.published import (
+from models.catalog.presets import cluster_preset, model_preset
+from models.core.activations import LayerActivationContext, layer_activation_bytes
+from models.core.memory import MemoryLedger, memory_ledger
+from models.core.params import count_parameters
+from models.core.precision import state_bytes_per_param
+from models.core.runtime_memory import nccl_buffer_bytes
+from models.core.sharded_states import (
+    DEEPSPEED_MAX_LIVE_PARAMS,
+    DEEPSPEED_PREFETCH_BUCKET_PARAMS,
+    optimizer_offload_bytes,
+    zero3_gather_buffers,
+)
+from models.evidence.memory_evidence import CHECKED, ledger_evidence
+from models.evidence.published import (
     DEEPSEEK_V3_2048,
     KIMI_K2_256,
     KIMI_K2_4096,
@@ -27,13 +34,6 @@ from models.published import (
     PUBLISHED_SYSTEMS,
     PublishedRun,
     run_model,
-)
-from models.runtime_memory import nccl_buffer_bytes
-from models.sharded_states import (
-    DEEPSPEED_MAX_LIVE_PARAMS,
-    DEEPSPEED_PREFETCH_BUCKET_PARAMS,
-    optimizer_offload_bytes,
-    zero3_gather_buffers,
 )
 
 GIB = 2**30
@@ -331,7 +331,7 @@ def test_loss_parallel_cross_entropy_backward_holds_three_more_fp32_shards() -> 
     # torch.distributed.tensor.parallel.loss fuses both backwards as
     # (zeros_like(x) + exp(x)) * grad_output: the saved log-probabilities x, the zeros,
     # exp(x) and the sum live at once, 12 V / t bytes per token beyond x.
-    from models.activations import LayerActivationContext, loss_backward_working_bytes
+    from models.core.activations import LayerActivationContext, loss_backward_working_bytes
 
     spec = model_preset("llama-3.1-70b")
     plain = LayerActivationContext(seq_len=8192, micro_batch_size=16)
@@ -345,7 +345,7 @@ def test_loss_parallel_cross_entropy_backward_holds_three_more_fp32_shards() -> 
 def test_the_fsdp_root_unit_stays_gathered_through_the_step() -> None:
     # FSDP never reshards the root (the embedding and head no block wraps) after forward:
     # Llama 3.1 8B, 2 x 128,256 x 4,096 bf16 parameters = 1.96 GiB on every rank.
-    from models.runtime_memory import fsdp_root_unit_bytes
+    from models.core.runtime_memory import fsdp_root_unit_bytes
 
     spec = model_preset("llama-3.1-8b")
     training = TrainingSpec(global_batch_size=8, sequence_length=8192)

@@ -7,9 +7,10 @@ import pytest
 from api_schemas import TrainingSpec
 from api_schemas.dtypes import DType
 from api_schemas.run_level import LLAMA3_FAILURES_PER_GPU_HOUR
-from models.catalog import model_preset
-from models.params import count_parameters
-from models.reliability import (
+from models.catalog.presets import model_preset
+from models.core.params import count_parameters
+from models.labs.reliability import (
+    CheckpointPolicy,
     checkpoint_size,
     checkpoint_write,
     daly_interval_s,
@@ -95,12 +96,12 @@ def test_more_gpus_fail_more_often_and_lose_more_goodput() -> None:
     goodputs = []
     for world in (512, 4096, 32768):
         run = run_reliability(spec, training, world_size=world, gpus_per_node=8,
-                              solve_s=30 * 86400.0,
-                              failures_per_gpu_hour=LLAMA3_FAILURES_PER_GPU_HOUR,
-                              storage_bandwidth_bytes_per_s=2e12,
-                              node_storage_bandwidth_bytes_per_s=1e11,
-                              host_link_bytes_per_s=5e10,
-                              async_save=False, restart_s=600.0)
+                              solve_s=30 * 86400.0, policy=CheckpointPolicy(
+                                  failures_per_gpu_hour=LLAMA3_FAILURES_PER_GPU_HOUR,
+                                  storage_bandwidth_bytes_per_s=2e12,
+                                  node_storage_bandwidth_bytes_per_s=1e11,
+                                  host_link_bytes_per_s=5e10,
+                                  async_save=False, restart_s=600.0))
         assert run.wall_time_s > run.solve_s
         assert run.expected_failures == pytest.approx(run.wall_time_s / run.mtbf_s)
         goodputs.append(run.goodput)

@@ -9,20 +9,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api_schemas.requests import EvaluateRequest
-from models.collectives import fabric_of
-from models.kernels import HBM_ACHIEVABLE_FRAC
-from models.layout import pipeline_layout
-from models.memory import REMOTE_RECEIVED, STORED_ACTIVATIONS, fits_memory, memory_ledger
-from models.remote_activations import (
+from models.catalog.kernels import HBM_ACHIEVABLE_FRAC
+from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.collectives import fabric_of
+from models.core.layout import pipeline_layout
+from models.core.memory import REMOTE_RECEIVED, STORED_ACTIVATIONS, fits_memory, memory_ledger
+from models.core.remote_activations import (
     balance_remote_activations,
     fits_after_remote_offload,
     remote_offload_bytes_per_step,
 )
-from models.remote_activations_report import remote_activations_report
-from models.resolve import resolve_cluster, resolve_model
-from models.step_time import axis_groups, estimate_step
-from models.step_time.remote_offload import REMOTE_ACTIVATIONS, remote_offload_cost
-from models.step_time.stage import stage_times
+from models.core.step_time import axis_groups, estimate_step
+from models.core.step_time.remote_offload import REMOTE_ACTIVATIONS, remote_offload_cost
+from models.core.step_time.stage import stage_times
+from models.labs.remote_activations_report import remote_activations_report
 
 
 def test_balance_water_fills_senders_down_to_receivers_room() -> None:

@@ -7,9 +7,10 @@ import math
 import pytest
 
 from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE, RlSeesawRequest
-from models.catalog import model_preset
-from models.params import count_parameters
-from models.rl_seesaw import (
+from models.catalog.presets import model_preset
+from models.core.params import count_parameters
+from models.labs.rl_seesaw import (
+    UpdateLinks,
     broadcast_bandwidth,
     checkpoint_engine_update,
     kv_bytes_per_token_per_gpu,
@@ -18,9 +19,11 @@ from models.rl_seesaw import (
     reference_weights,
     state_transfer_s,
 )
-from models.rl_seesaw_report import rl_seesaw_report
+from models.labs.rl_seesaw_report import rl_seesaw_report
 
 GB = 1e9
+H800_LINKS = UpdateLinks(host_link_bytes_per_s=50 * GB, intra_node_bytes_per_s=160 * GB,
+                         inter_node_bytes_per_s=50 * GB, hbm_bytes_per_s=3350 * GB)
 
 
 def test_mla_caches_nine_halves_of_a_head_per_layer_as_deepseek_v2_table_1() -> None:
@@ -73,8 +76,7 @@ def _k2_update() -> tuple[float, float]:
     update = checkpoint_engine_update(
         weight_bytes=count_parameters(model_preset("kimi-k2-instruct")).total,
         bucket_bytes=2 * 2**30, instance_gpus=16, num_nodes=32, gpus_per_node=8,
-        host_link_bytes_per_s=50 * GB, intra_node_bytes_per_s=160 * GB,
-        inter_node_bytes_per_s=50 * GB, hbm_bytes_per_s=3350 * GB)
+        links=H800_LINKS)
     return update.serial_s, update.pipelined_s
 
 
@@ -95,8 +97,7 @@ def test_broadcast_moves_instance_size_times_the_least_volume() -> None:
     receives the full weights where its shard is 1/instance of them)."""
     update = checkpoint_engine_update(
         weight_bytes=10**12, bucket_bytes=2**30, instance_gpus=16, num_nodes=4,
-        gpus_per_node=8, host_link_bytes_per_s=50 * GB, intra_node_bytes_per_s=160 * GB,
-        inter_node_bytes_per_s=50 * GB, hbm_bytes_per_s=3350 * GB)
+        gpus_per_node=8, links=H800_LINKS)
     assert update.received_bytes_per_gpu == 16 * update.needed_bytes_per_gpu
     assert update.num_buckets == math.ceil(10**12 / 2**30)
     assert update.h2d_s == pytest.approx(10**12 / (50 * GB))

@@ -6,8 +6,9 @@ as read from its config."""
 import pytest
 
 from api_schemas import ModelSpec, RecomputeModule
-from models.catalog import cluster_preset, hf_preset_config, model_preset
-from models.compute import (
+from models.catalog.hf_config import spec_from_hf_config
+from models.catalog.presets import cluster_preset, hf_preset_config, model_preset
+from models.core.compute import (
     ATTENTION_KEY_TILE,
     ComputeContext,
     layer_compute,
@@ -15,8 +16,7 @@ from models.compute import (
     window_loop_keys,
     window_work_fraction,
 )
-from models.flops import attention_core_forward_flops, layer_forward_flops, model_forward_flops
-from models.hf_config import spec_from_hf_config
+from models.core.flops import attention_core_forward_flops, layer_forward_flops, model_forward_flops
 
 H100 = cluster_preset("h100-sxm5-80gb", num_nodes=1).gpu
 
@@ -158,7 +158,7 @@ def test_mistral_family_and_phi3_window_every_layer_when_the_config_sets_a_windo
 
 def test_gemma_3_at_32k_trains_faster_with_its_windows_than_all_global() -> None:
     from api_schemas import ParallelConfig, TrainingSpec
-    from models.step_time import estimate_step
+    from models.core.step_time import estimate_step
 
     spec = model_preset("gemma-3-27b-it")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
@@ -180,10 +180,10 @@ def test_ranks_with_differently_placed_sliding_layers_keep_their_own_stage_times
     # their chunks on different attention kinds; each must be timed from its own layers,
     # whichever rank the memo met first.
     from api_schemas import ParallelConfig, TrainingSpec
-    from models.layout import pipeline_layout
-    from models.memory import micro_batch_count
-    from models.step_time import axis_groups, clear_step_time_cache, stage_time
-    from models.step_time.assembly import fabric_of, stage_times
+    from models.core.layout import pipeline_layout
+    from models.core.memory import micro_batch_count
+    from models.core.step_time import axis_groups, clear_step_time_cache, stage_time
+    from models.core.step_time.assembly import fabric_of, stage_times
 
     spec = model_preset("gpt-oss-20b")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
@@ -207,9 +207,9 @@ def test_a_chunk_takes_each_layers_own_time_whichever_attention_kind_comes_first
     # that time is the sum of the layers' times alone: a rank is not timed as copies of its
     # first layer (at 32k tokens a full-attention layer costs several window layers).
     from api_schemas import ParallelConfig, TrainingSpec
-    from models.layout import StageLayout
-    from models.step_time import axis_groups, stage_time
-    from models.step_time.assembly import fabric_of
+    from models.core.layout import StageLayout
+    from models.core.step_time import axis_groups, stage_time
+    from models.core.step_time.assembly import fabric_of
 
     spec = model_preset("gpt-oss-20b")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
@@ -262,7 +262,7 @@ def test_llama_4_attends_in_chunks_on_its_rope_layers_and_globally_on_every_four
 
 def test_llama_4_at_32k_trains_faster_with_its_chunks_and_alike_within_one_chunk() -> None:
     from api_schemas import ParallelConfig, TrainingSpec
-    from models.step_time import estimate_step
+    from models.core.step_time import estimate_step
 
     spec = model_preset("llama-4-scout-17b-16e")
     global_everywhere = spec.model_copy(update={"attention_chunk_size": None,
@@ -280,7 +280,7 @@ def test_llama_4_at_32k_trains_faster_with_its_chunks_and_alike_within_one_chunk
 
 def test_a_window_inside_the_chunks_trims_both_the_count_and_the_kernel_time() -> None:
     from api_schemas import ParallelConfig, TrainingSpec
-    from models.step_time import compute_context
+    from models.core.step_time import compute_context
 
     base = model_preset("llama-3.1-8b")
     chunked = base.model_copy(update={"attention_chunk_size": 8192})

@@ -5,9 +5,9 @@ import random
 import pytest
 
 from api_schemas import ClusterSpec, ParallelConfig, PipelineSchedule, TrainingSpec
-from models.catalog import cluster_preset, model_preset
-from models.pipeline import OpDurations, simulate_makespan
-from models.step_time import compiled_schedule, estimate_step, pipeline_makespan
+from models.catalog.presets import cluster_preset, model_preset
+from models.core.pipeline import OpDurations, simulate_makespan
+from models.core.step_time import compiled_schedule, estimate_step, pipeline_makespan
 
 S = PipelineSchedule
 
@@ -35,7 +35,7 @@ def test_extrapolated_makespan_equals_the_full_simulation(schedule: PipelineSche
     (S.DUALPIPEV, 4, 2), (S.ZBV, 4, 2), (S.CHIMERA, 4, 1)])
 def test_rank_work_is_the_sum_of_each_ranks_op_durations(schedule: PipelineSchedule, p: int,
                                                          v: int) -> None:
-    from models.pipeline.simulator import op_durations, rank_work_s
+    from models.core.pipeline.simulator import op_durations, rank_work_s
 
     rng = random.Random(3)
     stages = {S.DUALPIPE: p, S.ZBV: 2 * p, S.DUALPIPEV: 2 * p, S.CHIMERA: p}.get(schedule,
@@ -131,8 +131,8 @@ def test_node_limited_routing_cuts_expert_all_to_all_time() -> None:
     # per-node dispatch. Megatron's alltoall dispatcher sends one row per assignment, so
     # the limit saves nothing there.
     from api_schemas.architecture import MoESpec
-    from models.collectives import fabric_of
-    from models.step_time import axis_groups, expert_all_to_all_s
+    from models.core.collectives import fabric_of
+    from models.core.step_time import axis_groups, expert_all_to_all_s
 
     spec = model_preset("deepseek-v3")
     assert spec.moe is not None
@@ -217,7 +217,7 @@ def test_mfu_counts_causal_attention_and_reports_the_full_attention_figure() -> 
 def test_all_gather_across_nodes_pays_one_latency_round_per_rank() -> None:
     """NCCL runs all-gather across nodes as one ring: n - 1 rounds, so a small shard's
     gather grows with the group even though its bytes do not."""
-    from models.collectives import Collective, collective_cost, fabric_of
+    from models.core.collectives import Collective, collective_cost, fabric_of
 
     fabric = fabric_of(cluster_preset("h100-sxm5-80gb", num_nodes=128))
     times = [collective_cost(Collective.ALL_GATHER, num_ranks=n, message_bytes=2**20,
@@ -282,8 +282,8 @@ def test_zero3_step_pays_its_prefetch_fill_and_drain_once() -> None:
     """FSDP's first gather of a step and its last reduce-scatter have no compute to hide
     behind (arXiv:2304.11277 Sec. 3.3): with compute hiding every per-layer call, the
     exposed DP time of a ZeRO-3 step is one forward gather plus one reduce-scatter call."""
-    from models.step_time.exposure import zero3_fill_drain_s
-    from models.traffic import step_traffic
+    from models.core.step_time.exposure import zero3_fill_drain_s
+    from models.core.traffic import step_traffic
 
     spec = model_preset("llama-3.1-8b")
     training = TrainingSpec(global_batch_size=64, sequence_length=16384)
@@ -308,7 +308,7 @@ def test_offloaded_optimizer_states_cost_a_cpu_step_and_an_upload() -> None:
     states, bounded by the node's DRAM bandwidth shared by its GPUs, and copies the updated
     weights back over the host link."""
     from api_schemas.dtypes import DType
-    from models.step_time.assembly import host_optimizer_s
+    from models.core.step_time.assembly import host_optimizer_s
 
     spec = model_preset("llama-3.1-8b")
     training = TrainingSpec(global_batch_size=64, sequence_length=4096)
@@ -337,8 +337,8 @@ def test_grace_blackwell_reaches_host_memory_over_nvlink_c2c() -> None:
 def test_all_gather_context_parallelism_gathers_kv_on_the_critical_path() -> None:
     """Llama 3 (arXiv:2407.21783 Sec. 3.3.2): K and V of the whole sequence are all-gathered
     before attention, exposed but small under GQA; dK and dV are reduce-scattered."""
-    from models.frameworks import runs_on
-    from models.traffic import step_traffic
+    from models.core.frameworks import runs_on
+    from models.core.traffic import step_traffic
     from solver.export.megatron import megatron_args
 
     spec = model_preset("llama-3.1-8b")

@@ -7,15 +7,15 @@ from typing import Any
 import pytest
 
 from api_schemas import ParallelConfig, TrainingSpec
-from models.catalog import cluster_preset, model_preset
-from models.collectives import Collective
-from models.step_time import estimate_step
-from models.step_time.exposure import (
+from models.catalog.presets import cluster_preset, model_preset
+from models.core.collectives import Collective
+from models.core.step_time import estimate_step
+from models.core.step_time.exposure import (
     H100_SMS,
     TP_OVERLAP_BULK_RS_SMS,
     tp_overlap_exposed_s,
 )
-from models.traffic.items import Phase
+from models.core.traffic.items import Phase
 
 LLAMA_70B = model_preset("llama-3.1-70b")
 CLUSTER = cluster_preset("h100-sxm5-80gb", num_nodes=8)

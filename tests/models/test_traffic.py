@@ -15,8 +15,7 @@ from api_schemas import (
     ParallelConfig,
     TrainingSpec,
 )
-from models.errors import InvalidSpecError
-from models.traffic import (
+from models.core.traffic import (
     Frequency,
     Phase,
     TrafficAxis,
@@ -27,6 +26,7 @@ from models.traffic import (
     step_traffic,
     total_params,
 )
+from models.errors import InvalidSpecError
 
 GIB = 2**30
 
@@ -352,11 +352,11 @@ def test_layer_calls_kept_per_family_equal_the_rules_on_every_mesh() -> None:
     import itertools
 
     from api_schemas import ContextParallelKind as K
-    from models.catalog import cluster_preset, model_preset
-    from models.collectives import fabric_of
-    from models.step_time import axis_groups
-    from models.step_time.exposure import layer_calls
-    from models.traffic.layer import cp_calls, expert_calls, has_tp_mlp, tp_block_calls
+    from models.catalog.presets import cluster_preset, model_preset
+    from models.core.collectives import fabric_of
+    from models.core.step_time import axis_groups
+    from models.core.step_time.exposure import layer_calls
+    from models.core.traffic.layer import cp_calls, expert_calls, has_tp_mlp, tp_block_calls
 
     specs = (model_preset("deepseek-v2-lite"), model_preset("qwen3-30b-a3b"))
     training = TrainingSpec(global_batch_size=64, sequence_length=16384)

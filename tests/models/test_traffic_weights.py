@@ -1,13 +1,13 @@
-"""Per-rank weights of the traffic model: counted by models.params, placed by models.layout."""
+"""Per-rank weights of the traffic model: counted by core.params, placed by core.layout."""
 
 import pytest
 
 from api_schemas import ParallelConfig, TrainingSpec
-from models.catalog import model_preset
-from models.layout import pipeline_layout
-from models.memory import stage_memory
-from models.params import count_parameters, layer_params
-from models.traffic import layer_weights, stage_layers, stage_weights
+from models.catalog.presets import model_preset
+from models.core.layout import pipeline_layout
+from models.core.memory import stage_memory
+from models.core.params import count_parameters, layer_params
+from models.core.traffic import layer_weights, stage_layers, stage_weights
 
 CONFIGS = [
     ("deepseek-v3", ParallelConfig(tp=2, pp=16, dp=8, ep=16, schedule="dualpipe",

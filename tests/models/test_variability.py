@@ -1,12 +1,12 @@
-"""The wait for the slowest GPU (`models.step_time.variability`) and its breakdown term."""
+"""The wait for the slowest GPU (`models.core.step_time.variability`) and its breakdown term."""
 
 import pytest
 
 from api_schemas import ParallelConfig, TrainingSpec
-from models.catalog import cluster_preset, model_preset
-from models.step_time import estimate_step
-from models.step_time.assembly import SLOWEST_GPU
-from models.step_time.variability import (
+from models.catalog.presets import cluster_preset, model_preset
+from models.core.step_time import estimate_step
+from models.core.step_time.assembly import SLOWEST_GPU
+from models.core.step_time.variability import (
     GPU_SPEED_CV,
     expected_max_standard_normal,
     slowest_gpu_share,

@@ -2,9 +2,9 @@
 
 import pytest
 
-from models.catalog import hf_preset_config
+from models.catalog.presets import hf_preset_config
+from models.catalog.vision import llama4_vision_params, vision_tower_params
 from models.errors import InvalidSpecError
-from models.vision import llama4_vision_params, vision_tower_params
 
 
 def test_unmodelled_or_absent_towers_are_not_counted() -> None:

@@ -4,12 +4,12 @@ pipeline's bubbles (Kimi K3)."""
 import pytest
 
 from api_schemas import ParallelConfig, PipelineSchedule, TrainingSpec, VisionWorkload
-from models.catalog import cluster_preset, hf_preset_config, model_preset
+from models.catalog.presets import cluster_preset, hf_preset_config, model_preset
+from models.core.memory import memory_ledger
+from models.core.step_time import estimate_step
+from models.core.step_time.assembly import VISION_ENCODER
+from models.core.vision_pipeline import BACKWARD_OVER_FORWARD, vision_encoder
 from models.errors import InvalidSpecError
-from models.memory import memory_ledger
-from models.step_time import estimate_step
-from models.step_time.assembly import VISION_ENCODER
-from models.vision_pipeline import BACKWARD_OVER_FORWARD, vision_encoder
 
 SCOUT = model_preset("llama-4-scout-17b-16e")
 CLUSTER = cluster_preset("h100-sxm5-80gb", num_nodes=8)
@@ -74,7 +74,7 @@ def test_without_bubbles_the_bubble_placement_costs_what_dep_costs() -> None:
 def test_on_stage_0_the_encoder_costs_what_the_simulated_pipeline_says() -> None:
     """Stage 0's added work is m x (forward + backward) of its images; the pipeline grows by
     at most that, and less where stage 0 had slack (the last stage carries the head)."""
-    from models.vision_pipeline import stage0_vision_times
+    from models.core.vision_pipeline import stage0_vision_times
 
     enc = vision_encoder(VisionWorkload(images_per_sequence=4), SCOUT)
     forward, backward = stage0_vision_times(enc, _with("stage0"), PARALLEL, CLUSTER.gpu)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from api_schemas.requests import DEFAULT_MEMORY_HEADROOM_FRAC
-from models.memory import memory_ledger
-from models.published import LLAMA3_405B_8K
-from models.step_time import estimate_step
+from models.core.memory import memory_ledger
+from models.core.step_time import estimate_step
+from models.evidence.published import LLAMA3_405B_8K
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "research"))
 import validate_published as vp  # noqa: E402

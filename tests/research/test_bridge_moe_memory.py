@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "research"))
 import validate_published  # noqa: E402 - the research folder is not a package
 
 from api_schemas import DType, ParallelConfig, PipelineSchedule, RecomputeMode  # noqa: E402
-from models.memory import memory_ledger  # noqa: E402
+from models.core.memory import memory_ledger  # noqa: E402
 
 ROWS = ("bridge-25.11-dgx-h100-qwen3-30b-a3b-16gpu", "bridge-25.11-dgx-b200-gpt-oss-120b-64gpu")
 BY_ID = {row["id"]: row for row in validate_published.DATA["runs"]}

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "research"))
 import error_bands  # noqa: E402 - the research folder is not a package
 import validate_published  # noqa: E402
 
-from models.error_bands import DATA_PATH  # noqa: E402
+from models.evidence.error_bands import DATA_PATH  # noqa: E402
 
 
 def test_committed_table_is_current() -> None:

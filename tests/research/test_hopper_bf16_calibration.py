@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "research"))
 import validate_published  # noqa: E402 - the research folder is not a package
 
 from api_schemas import DType  # noqa: E402
-from models import kernels  # noqa: E402
+from models.catalog import kernels  # noqa: E402
 
 BY_ID = {row["id"]: row for row in validate_published.DATA["runs"]}
 SOURCES = {source["id"]: source for source in validate_published.DATA["sources"]}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from models.activations import LayerActivationContext, layer_activation_bytes
-from models.catalog import model_preset
+from models.catalog.presets import model_preset
+from models.core.activations import LayerActivationContext, layer_activation_bytes
 from research.compare_measured import (
     allocator_reserve,
     compiled_layer_comparisons,

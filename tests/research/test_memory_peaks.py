@@ -140,7 +140,11 @@ def test_the_default_margin_covers_the_worst_measured_peak() -> None:
     import math
 
     from api_schemas.requests import DEFAULT_MEMORY_MARGIN_FRAC
-    from models.memory_margin import MEASURED_PEAKS, WORST_PREDICTED_OVER_MEASURED, WORST_ROW
+    from models.evidence.memory_margin import (
+        MEASURED_PEAKS,
+        WORST_PREDICTED_OVER_MEASURED,
+        WORST_ROW,
+    )
 
     rows = _script().peak_rows()
     worst = min(rows, key=lambda r: r.ratio)

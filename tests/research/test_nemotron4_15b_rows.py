@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "research"))
 import validate_published  # noqa: E402 - the research folder is not a package
 
-from models.flops import model_forward_flops  # noqa: E402
+from models.core.flops import model_forward_flops  # noqa: E402
 
 BY_ID = {row["id"]: row for row in validate_published.DATA["runs"]}
 ROWS = ("nemotron4-15b-t2-dp96", "nemotron4-15b-t2-dp192", "nemotron4-15b-t2-dp288")

@@ -14,7 +14,7 @@ from api_schemas import (  # noqa: E402
     RecomputeMode,
     RecomputeModule,
 )
-from models.memory import memory_ledger  # noqa: E402
+from models.core.memory import memory_ledger  # noqa: E402
 
 BY_ID = {row["id"]: row for row in validate_published.DATA["runs"]}
 H100_ROW = "bridge-25.11-dgx-h100-gpt-oss-120b-64gpu"

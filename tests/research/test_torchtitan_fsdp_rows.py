@@ -15,12 +15,12 @@ import validate_published  # noqa: E402 - the research folder is not a package
 
 from api_schemas import ParallelConfig, TrainingSpec  # noqa: E402
 from api_schemas.dtypes import DType  # noqa: E402
-from models.catalog import cluster_preset, gpu_preset, model_preset  # noqa: E402
-from models.kernels import memory_bound_time_s  # noqa: E402
-from models.params import count_parameters, layer_params  # noqa: E402
-from models.step_time import estimate_step  # noqa: E402
-from models.step_time.assembly import ZERO3_COPIES  # noqa: E402
-from models.step_time.exposure import zero3_copy_s  # noqa: E402
+from models.catalog.kernels import memory_bound_time_s  # noqa: E402
+from models.catalog.presets import cluster_preset, gpu_preset, model_preset  # noqa: E402
+from models.core.params import count_parameters, layer_params  # noqa: E402
+from models.core.step_time import estimate_step  # noqa: E402
+from models.core.step_time.assembly import ZERO3_COPIES  # noqa: E402
+from models.core.step_time.exposure import zero3_copy_s  # noqa: E402
 
 BY_ID = {row["id"]: row for row in validate_published.DATA["runs"]}
 TORCHTITAN_8B = [ids for label, ids in validate_published.FSDP_DP_SERIES
@@ -88,7 +88,7 @@ def test_torchtitan_8b_per_gpu_rate_falls_from_8_to_128_gpus(series: tuple[str, 
     behind each layer's compute at both sizes (the 16-node ring runs near the NVLink rate
     over eight 400 Gb/s NICs per node), and the smaller optimizer shard alone would raise the
     rate; what falls is the pace of the slowest of 128 GPUs against the slowest of 8
-    (`models.step_time.variability`: 1.48% x (2.59 - 1.42) = 1.7% of the compute)."""
+    (`models.core.step_time.variability`: 1.48% x (2.59 - 1.42) = 1.7% of the compute)."""
     first, last = (validate_published.predict(BY_ID[i]) for i in series)
     assert first is not None and last is not None
     assert last[1] < first[1]

@@ -37,7 +37,7 @@ def test_coalesced_collectives_would_not_fall_so() -> None:
     """The same rows with one call per layer (DeepSpeed >= 0.6) keep over 70% of the
     384-GPU throughput at 1,536 GPUs: the fall is the 2021 runtime's, not ZeRO-3's."""
     from api_schemas import Zero3Collectives
-    from models.step_time import estimate_step
+    from models.core.step_time import estimate_step
 
     rates = []
     for i in IDS:

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from fastapi import FastAPI
+from serving import serve_in_thread
 
 from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import Explanation, PlanResponse, PlanStatus, SolverStats
@@ -75,32 +76,8 @@ def serve_in_process(app: FastAPI) -> Iterator[httpx.Client]:
         yield client
 
 
-@contextmanager
-def serve_over_http(app: FastAPI) -> Iterator[str]:
-    """Serve `app` with uvicorn on a free loopback port in a thread (lifespan included);
-    yields its base URL; stops the server afterwards."""
-    import socket
-    import threading
-    import time
-
-    import uvicorn
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+serve_over_http = serve_in_thread
+"""Serve an app with uvicorn on a free loopback port in a thread; yields its base URL."""
 
 
 @dataclass

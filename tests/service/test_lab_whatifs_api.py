@@ -11,8 +11,8 @@ import pytest
 from api_schemas.remote_activations import RemoteActivationsResponse
 from api_schemas.requests import EvaluateRequest
 from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE, RlSeesawRequest, RlSeesawResponse
-from models.remote_activations_report import remote_activations_report
-from models.rl_seesaw_report import rl_seesaw_report
+from models.labs.remote_activations_report import remote_activations_report
+from models.labs.rl_seesaw_report import rl_seesaw_report
 from service import cli
 from service.pictures import MODEL_LABEL, seesaw_svg
 from service.routes.remote_activations import REMOTE_EXAMPLES

@@ -2,7 +2,7 @@
 
 import httpx
 
-from models.moe.balance import receive_buffer_rows
+from models.core.moe.balance import receive_buffer_rows
 
 LAYER = {"tokens_per_rank": 8192, "top_k": 8, "ep_size": 64, "experts_per_rank": 4,
          "hidden_size": 7168, "bytes_per_elem": 2, "token_padding": 128}

@@ -14,7 +14,7 @@ from service_testkit import load_tolerant_settings, serve_in_process
 from api_schemas.pipeline import PipelineSimulateRequest, PipelineSimulateResponse
 from api_schemas.plan import PlanResponse
 from api_schemas.requests import PlanRequest
-from models.pipeline.requests import simulate_request
+from models.core.pipeline.requests import simulate_request
 from service.app import create_app
 from service.pictures import MODEL_LABEL
 from service.pictures.svg import EM_PER_CHARACTER, document, text, text_right_edge

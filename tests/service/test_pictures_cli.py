@@ -9,7 +9,7 @@ import pytest
 
 from api_schemas.pipeline import PipelineSimulateRequest
 from api_schemas.requests import EvaluateRequest
-from models.pipeline.requests import simulate_request
+from models.core.pipeline.requests import simulate_request
 from service import cli
 from service.pictures import MODEL_LABEL, memory_svg, timeline_svg
 from service.trace import trace_document

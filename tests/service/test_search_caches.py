@@ -6,8 +6,8 @@ import asyncio
 import threading
 
 from api_schemas.training import TrainingSpec
-from models.catalog import model_preset
-from models.precision import state_bytes_per_param
+from models.catalog.presets import model_preset
+from models.core.precision import state_bytes_per_param
 from service import search_caches
 from service.pool import SolverPool
 

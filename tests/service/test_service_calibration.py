@@ -11,7 +11,7 @@ import httpx
 import pytest
 from service_testkit import ScriptedPlanner, load_tolerant_settings, plan_body, serve_in_process
 
-from models.error_bands import percentile
+from models.evidence.error_bands import percentile
 from service.app import create_app
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "solver"))

@@ -7,7 +7,7 @@ import pytest
 
 from api_schemas.plan import MemoryReport
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
-from models.catalog import gpu_ids, hf_preset_config, model_ids
+from models.catalog.presets import gpu_ids, hf_preset_config, model_ids
 from service.routes.catalog import FROM_HF_EXAMPLE
 from solver import memory_report
 
@@ -24,7 +24,7 @@ def test_gpu_catalog_lists_every_preset_and_node(client: httpx.Client) -> None:
 
 def test_the_k3_scale_preset_is_listed_as_assumed_with_its_assumptions(
         client: httpx.Client) -> None:
-    from models.assumed_presets import K3_SCALE_ASSUMPTIONS, K3_SCALE_ID
+    from models.catalog.assumed_presets import K3_SCALE_ASSUMPTIONS, K3_SCALE_ID
 
     models = {entry["id"]: entry for entry in client.get("/v1/catalog/models").json()["models"]}
     entry = models[K3_SCALE_ID]

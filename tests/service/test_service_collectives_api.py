@@ -4,7 +4,7 @@ import httpx
 import pytest
 
 from api_schemas.collectives import CollectiveEstimateRequest
-from models.collectives.report import estimate_collective
+from models.core.collectives.report import estimate_collective
 from service.routes.collectives import COLLECTIVE_EXAMPLES
 
 

@@ -13,8 +13,8 @@ from service_testkit import ScriptedPlanner, plan_body
 
 from api_schemas._base import first_non_finite, reject_non_finite
 from api_schemas.requests import ClusterInput, ModelPreset
+from models.catalog.resolve import resolve_cluster, resolve_model
 from models.errors import InvalidSpecError
-from models.resolve import resolve_cluster, resolve_model
 from service import limits
 from service.persistence.storable import first_unstorable
 from service.settings import Settings

@@ -3,8 +3,8 @@ multimodal configs, their bounds, and refusals that say which fields are missing
 
 import httpx
 
-from models.catalog import hf_preset_config, model_preset
-from models.params import count_parameters
+from models.catalog.presets import hf_preset_config, model_preset
+from models.core.params import count_parameters
 
 
 def test_nested_llama_4_config_is_read_and_counted(client: httpx.Client) -> None:

@@ -3,7 +3,7 @@
 import httpx
 
 from api_schemas.mesh import MeshRequest
-from models.mesh.report import mesh_report
+from models.core.mesh.report import mesh_report
 from service.routes.mesh import MESH_EXAMPLES
 
 

@@ -10,7 +10,7 @@ import pytest
 import service.routes.pipeline as pipeline_routes
 from api_schemas.moe import MoePlacementRequest
 from api_schemas.pipeline import PipelineOptimizeRequest, PipelineSimulateRequest
-from models.pipeline.requests import simulate_request
+from models.core.pipeline.requests import simulate_request
 from service.routes.moe import PLACEMENT_EXAMPLES
 from service.routes.pipeline import OPTIMIZE_EXAMPLES, SIMULATE_EXAMPLES
 from service.settings import Settings

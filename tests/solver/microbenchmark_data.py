@@ -14,9 +14,9 @@ from api_schemas.microbenchmarks import (
     Microbenchmarks,
 )
 from api_schemas.requests import ClusterInput
-from models.collectives import bus_factor, collective_cost, fabric_of
-from models.kernels import gemm_time_s, profile_for
-from models.microbenchmarks import KERNEL_TABLE_LEVEL
+from models.catalog.kernels import gemm_time_s, profile_for
+from models.core.collectives import bus_factor, collective_cost, fabric_of
+from models.evidence.microbenchmarks import KERNEL_TABLE_LEVEL
 
 
 def generated_microbenchmarks(*, seed: int, sigma: float
@@ -24,7 +24,7 @@ def generated_microbenchmarks(*, seed: int, sigma: float
     """H100 microbenchmarks with GEMMs at 0.85 of the dense peak (BF16), links at 0.9 / 0.8
     of their achievable bandwidth and attention at 1.1x the family's, times log-normal noise;
     with the constants a fit should find."""
-    from models.resolve import resolve_cluster as resolve
+    from models.catalog.resolve import resolve_cluster as resolve
 
     cluster = resolve(ClusterInput(gpu="h100-sxm5-80gb", num_nodes=4))
     hopper = profile_for(cluster.gpu)

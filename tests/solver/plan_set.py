@@ -17,7 +17,7 @@ from api_schemas import (
     TrainingSpec,
 )
 from api_schemas.requests import Objective
-from models.published import published_run
+from models.evidence.published import published_run
 from solver import plan
 
 LIMITS = SolverLimits(time_limit_s=60, top_k=2, num_workers=1)

@@ -14,8 +14,8 @@ import pytest
 
 from api_schemas import ModelPreset, ParallelConfig, PlanResponse, PlanStatus, SolverLimits
 from api_schemas.requests import DEFAULT_MEMORY_MARGIN_FRAC, PlanRequest
-from models.catalog import model_preset
-from models.frameworks import runs_on
+from models.catalog.presets import model_preset
+from models.core.frameworks import runs_on
 from solver import plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))

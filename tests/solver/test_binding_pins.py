@@ -16,7 +16,7 @@ from api_schemas import (
     SolverLimits,
     TrainingSpec,
 )
-from models.published import published_run
+from models.evidence.published import published_run
 from solver import plan
 
 RUN = published_run("deepseek-v3-2048")

@@ -7,7 +7,7 @@ import pytest
 from api_schemas import ClusterSpec, Constraints, ModelSpec, ParallelConfig, TrainingSpec
 from api_schemas.parallel import PipelineSchedule
 from api_schemas.requests import DEFAULT_MEMORY_MARGIN_FRAC
-from models.catalog import cluster_preset, model_preset
+from models.catalog.presets import cluster_preset, model_preset
 from models.errors import InvalidSpecError
 from solver.bounds import BoundTables
 from solver.candidate_eval import Rejection, evaluate_candidate, plain_makespan_bound
@@ -119,7 +119,7 @@ def test_step_time_bound_is_below_the_step_and_counts_the_tail(model: str, gpu: 
     """`step_time_bound` (makespan bound + the exact per-step tail) never exceeds the
     estimated step of the same configuration, and is at least the makespan bound, strictly
     above it wherever a tail is exposed."""
-    from models.step_time import estimate_step, pipeline_makespan_bound, step_time_bound
+    from models.core.step_time import estimate_step, pipeline_makespan_bound, step_time_bound
 
     spec = model_preset(model)
     cluster = cluster_preset(gpu, num_nodes=nodes)
@@ -215,7 +215,7 @@ def test_step_time_floor_is_below_the_step_of_every_policy(model: str, gpu: str,
     """`step_time_floors_s` (the makespan bound plus the per-step tail at its best overlap)
     never exceeds the estimated step of any activation policy on the mesh and ZeRO stage,
     offload at the share it is given; and it rises above the makespan bound somewhere."""
-    from models.step_time import estimate_step, pipeline_makespan_bound, step_time_floors_s
+    from models.core.step_time import estimate_step, pipeline_makespan_bound, step_time_floors_s
     from solver.candidate_eval import broad_selective_modules
 
     spec = model_preset(model)
@@ -246,7 +246,7 @@ def test_step_time_floor_is_below_the_step_of_every_policy(model: str, gpu: str,
 
 
 def test_step_time_floor_refuses_a_configuration_with_a_policy() -> None:
-    from models.step_time import step_time_floors_s
+    from models.core.step_time import step_time_floors_s
 
     spec = model_preset("llama-3.1-8b")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
@@ -261,7 +261,7 @@ def test_step_time_floor_refuses_a_configuration_with_a_policy() -> None:
 def test_memory_bound_holds_per_zero_stage_with_an_mtp_module() -> None:
     """The memory bound at each ZeRO stage stays below the most frugal plan's ledger for a
     model whose MTP module has routed experts (they shard over EP, not only TP)."""
-    from models.memory import memory_ledger
+    from models.core.memory import memory_ledger
     from solver.candidate_eval import ALL_POLICIES, _frugal, _with_policy
 
     spec = model_preset("deepseek-v3")
@@ -291,7 +291,7 @@ def test_memory_bounds_count_the_head_share_and_stay_below_the_most_frugal_ledge
     ledger at every ZeRO stage, and below the mean over its ranks; the head share is what
     tells apart a pipeline-less Llama 4 Scout at 32k tokens (26 GB of logits) from the
     capacity."""
-    from models.memory import memory_ledger
+    from models.core.memory import memory_ledger
     from solver.candidate_eval import ALL_POLICIES, _frugal, _with_policy
 
     spec = model_preset(model)
@@ -318,8 +318,8 @@ def test_head_in_flight_bound_equals_the_simulated_count() -> None:
     count the simulated program keeps on the head's chunk, for every schedule on these
     shapes: all micro-batches under GPipe, one elsewhere. (A lower bound would do; equality
     shows the traits lose nothing.)"""
-    from models.memory import head_in_flight_floor, in_flight_counts
-    from models.pipeline.registry import SCHEDULES
+    from models.core.memory import head_in_flight_floor, in_flight_counts
+    from models.core.pipeline.registry import SCHEDULES
 
     checked = set()
     for traits in SCHEDULES.values():
@@ -344,7 +344,7 @@ def test_zero_stage_floors_leave_the_value_below_the_cutoff_unchanged(
         model: str, gpu: str, nodes: int, batch: int, seq: int, dtype: str) -> None:
     """With per-ZeRO-stage floors, an evaluation returns the same plan whenever its value is
     below the cutoff, and otherwise a Dominated bound no higher than the value."""
-    from models.step_time import pipeline_makespan_bound, step_time_floors_s
+    from models.core.step_time import pipeline_makespan_bound, step_time_floors_s
     from solver.candidate_eval import Dominated, ScoredPlan
 
     spec = model_preset(model)
@@ -380,7 +380,7 @@ def test_recompute_bound_holds_for_the_policy_and_more_full_layers(
     """`policy_work_bound_s` never exceeds the step of the plan it bounds, and with
     `more_full_layers` not the step of the same policy with more first layers fully
     recomputed either."""
-    from models.step_time import estimate_step, work_table
+    from models.core.step_time import estimate_step, work_table
     from solver.candidate_eval import broad_selective_modules
 
     spec = model_preset(model)
@@ -412,7 +412,7 @@ def test_recompute_bound_holds_for_the_policy_and_more_full_layers(
 
 
 def test_the_wait_bound_holds_for_every_plan_of_a_candidate() -> None:
-    from models.step_time.assembly import SLOWEST_GPU
+    from models.core.step_time.assembly import SLOWEST_GPU
     from solver.candidate_eval import ScoredPlan
 
     spec = model_preset("mixtral-8x7b")
@@ -532,7 +532,7 @@ def test_policy_floors_leave_the_selective_rung_of_megatron_lm_below_them() -> N
 ])
 def test_plain_run_bound_lies_between_the_closed_form_and_every_plan(
         model: str, gpu: str, nodes: int, batch: int, seq: int) -> None:
-    from models.step_time import estimate_step
+    from models.core.step_time import estimate_step
     from solver.candidate_eval import plain_run_makespan
 
     spec = model_preset(model)
@@ -605,8 +605,8 @@ def test_every_bound_holds_where_ranks_start_on_a_full_attention_layer(model: st
     kind would exceed the step on ranks whose first layer is a full one; at 2k the ZeRO-3
     gathers are only partly hidden, and a window layer hides less of them than a full
     one. Each bound sums layer timing kinds as `stage_time` does."""
-    from models.layout import pipeline_layout
-    from models.step_time import (
+    from models.core.layout import pipeline_layout
+    from models.core.step_time import (
         estimate_step,
         pipeline_makespan_bound,
         step_time_floors_s,
@@ -686,7 +686,7 @@ def test_rank_memory_bound_stays_below_every_probed_plan(model: str, nodes: int,
     of its best plan, for every framework variant; with the capacity (after the safety
     margin) as its limit it lands on the same side of it; and on long sequences it rises
     above the mean-rank bound."""
-    from models.memory import LedgerMemo
+    from models.core.memory import LedgerMemo
     from solver.candidate_eval import (
         allowed_zero_stages,
         least_memory_candidate,
@@ -738,7 +738,7 @@ def test_the_head_rank_refutes_a_mesh_the_mean_bound_admits() -> None:
     most frugal plan's memory is under the 80 GB capacity, but the rank with the output head
     keeps one micro-batch's fp32 logits and the MTP module's (129,280 x 32,768 tokens / cp x
     4 bytes each) beside a quarter of the model's states, so no plan fits."""
-    from models.memory import LedgerMemo, memory_ledger
+    from models.core.memory import LedgerMemo, memory_ledger
     from solver.candidate_eval import (
         ALL_POLICIES,
         _frugal,
@@ -853,7 +853,7 @@ def test_the_rank_memory_bound_reads_each_frameworks_own_least_storing_policy() 
     recomputation, so its least-storing plan keeps every layer's activations and no plan
     fits; full recomputation, which it cannot run, would fit under the same bound."""
     from api_schemas import RecomputeMode
-    from models.memory import LedgerMemo
+    from models.core.memory import LedgerMemo
     from solver.candidate_eval import allowed_zero_stages, least_stored_policy
     from solver.space import MeshCandidate
     from solver.targets import candidate_variants, evaluate_for_targets
@@ -891,7 +891,7 @@ def test_policy_floor_without_full_layer_recomputation_is_the_most_frugal_policy
     activation checkpointing), a candidate none of whose rungs fits has one plan left, the
     most frugal policy: its floor is that policy's bound, above the selective rung's (k = 0)
     and below the plan's simulated step."""
-    from models.step_time import estimate_step
+    from models.core.step_time import estimate_step
     from solver.candidate_eval import (
         PolicyCaps,
         _frugal,

@@ -10,11 +10,11 @@ import pytest
 from api_schemas.calibration import CalibrationRunsRequest
 from api_schemas.hardware import KernelCalibration
 from api_schemas.requests import EvaluateRequest
-from models.calibration import CalibrationRefused
+from models.catalog.kernels import PROFILES
+from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
-from models.kernels import PROFILES
-from models.resolve import resolve_cluster, resolve_model
-from models.step_time import estimate_step
+from models.evidence.calibration import CalibrationRefused
 from solver.calibration import calibrate, scale_limits
 
 GPU = "h100-sxm5-80gb"

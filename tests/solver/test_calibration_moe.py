@@ -10,8 +10,8 @@ from test_calibration import runs_made_with
 
 from api_schemas.calibration import CalibrationRunsRequest
 from api_schemas.hardware import KernelCalibration
-from models.calibration import CalibrationRefused
-from models.calibration_moe import MIN_HOST_BOUND_MOE_RUNS
+from models.evidence.calibration import CalibrationRefused
+from models.evidence.calibration_moe import MIN_HOST_BOUND_MOE_RUNS
 from service.render_run import render_calibration
 from solver.calibration import calibrate
 

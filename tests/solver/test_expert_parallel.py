@@ -5,7 +5,7 @@ import math
 import time
 
 from api_schemas import Constraints, Objective, SolverLimits, TrainingSpec
-from models.catalog import cluster_preset, model_preset
+from models.catalog.presets import cluster_preset, model_preset
 from solver.expert_parallel import best_with_expert_parallelism, compare
 from solver.planner import hardware_constraints, search
 from solver.targets import target_constraints

@@ -11,7 +11,7 @@ import pytest
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig, StagePolicy
 from api_schemas.training import TrainingSpec
-from models.catalog import model_preset
+from models.catalog.presets import model_preset
 from solver.export import (
     DEEPSPEED_KEYS,
     MEGATRON_FLAGS,

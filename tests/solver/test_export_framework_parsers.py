@@ -39,9 +39,9 @@ from torchtitan_loader import installed as torchtitan_installed
 
 from api_schemas import Constraints, PlanResponse, TrainingSpec
 from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
-from models.catalog import model_preset
-from models.frameworks import runs_on
-from models.pipeline import schedule_traits
+from models.catalog.presets import model_preset
+from models.core.frameworks import runs_on
+from models.core.pipeline import schedule_traits
 from solver import plan
 from solver.export import deepspeed_config, megatron_export
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy

@@ -7,7 +7,7 @@ import pytest
 
 from api_schemas import ParallelConfig, TrainingSpec
 from api_schemas.exports import PlanExports
-from models.catalog import model_preset
+from models.catalog.presets import model_preset
 from solver.export import export_all
 from solver.export.launch import TORCHAO_MOE_FLOAT8, build_launch, node_shape, torchtitan_model
 

@@ -10,9 +10,9 @@ from test_export_cases import CASES, case
 from api_schemas.architecture import ModelSpec, MoESpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import TrainingSpec
-from models.catalog import model_preset
+from models.catalog.presets import model_preset
+from models.core.layout import virtual_stage_sizes
 from models.errors import InvalidSpecError
-from models.layout import virtual_stage_sizes
 from solver.export import MEGATRON_FLAGS, megatron_args, megatron_notes
 from solver.export.megatron_model import moe_layer_freq
 from solver.export.megatron_pipeline import layout_string, split_flags
@@ -343,7 +343,7 @@ def test_dense_model_has_no_expert_flags_and_gpt2_keeps_learned_positions() -> N
 
 
 def test_a_norm_without_affine_parameters_is_exported_with_a_note() -> None:
-    from models.catalog import model_preset
+    from models.catalog.presets import model_preset
 
     spec = model_preset("olmo-1b-hf")
     training = TrainingSpec(global_batch_size=8, sequence_length=2048)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from test_export_cases import CASES, case
 
 from api_schemas.parallel import PipelineSchedule
-from models.layout import num_virtual_stages, virtual_stage_sizes
+from models.core.layout import num_virtual_stages, virtual_stage_sizes
 from solver.export import (
     TORCHTITAN_KEYS,
     TORCHTITAN_SCHEDULES,

@@ -19,8 +19,8 @@ from api_schemas import (
     SolverLimits,
     TrainingSpec,
 )
-from models.catalog import model_preset
-from models.frameworks import (
+from models.catalog.presets import model_preset
+from models.core.frameworks import (
     RELEASED,
     blockers,
     extension_origins,

@@ -2,7 +2,7 @@
 
 from api_schemas import ParallelConfig, TrainingSpec
 from api_schemas.requests import EvaluateRequest, PlanRequest
-from models.catalog import hf_preset_config, model_preset
+from models.catalog.presets import hf_preset_config, model_preset
 from solver.api import evaluate, plan
 from solver.export.megatron_model import model_args
 

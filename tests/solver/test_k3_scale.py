@@ -4,9 +4,9 @@ naming the mechanisms the plan leans on."""
 import pytest
 
 from api_schemas import OptimizerKind, PlanRequest
-from models.assumed_presets import K3_SCALE_ASSUMPTIONS, K3_SCALE_ID
-from models.catalog import model_ids, model_preset
-from models.params import count_parameters
+from models.catalog.assumed_presets import K3_SCALE_ASSUMPTIONS, K3_SCALE_ID
+from models.catalog.presets import model_ids, model_preset
+from models.core.params import count_parameters
 from solver.api import plan
 
 
@@ -106,7 +106,7 @@ def test_the_kda_variant_models_k3s_state_passing_cp_at_128k_tokens() -> None:
     128K-token step passes fixed-size states in 47 layers and is shorter than the all-MLA
     preset's on the same mesh."""
     from api_schemas import EvaluateRequest
-    from models.assumed_presets import K3_SCALE_KDA_ASSUMPTIONS, K3_SCALE_KDA_ID
+    from models.catalog.assumed_presets import K3_SCALE_KDA_ASSUMPTIONS, K3_SCALE_KDA_ID
     from solver.api import evaluate
 
     assert count_parameters(model_preset(K3_SCALE_KDA_ID)).total == pytest.approx(2.8e12,

@@ -16,10 +16,10 @@ from api_schemas import (
     TrainingSpec,
 )
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE
-from models.catalog import cluster_preset, model_preset
+from models.catalog.presets import cluster_preset, model_preset
+from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
-from models.published import DEEPSEEK_V3_2048, published_run
-from models.step_time import estimate_step
+from models.evidence.published import DEEPSEEK_V3_2048, published_run
 from solver import evaluate, plan
 
 LIMITS = SolverLimits(time_limit_s=30, top_k=4, num_workers=1)
@@ -157,7 +157,7 @@ def test_runners_up_come_from_dismissed_candidates_and_the_frontier() -> None:
     import dataclasses
     import math
 
-    from models.resolve import resolve_cluster, resolve_model
+    from models.catalog.resolve import resolve_cluster, resolve_model
     from solver.api import _runners_up, _shape
     from solver.planner import hardware_constraints, objective_value, search
     from solver.targets import target_constraints

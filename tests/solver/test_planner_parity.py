@@ -15,7 +15,7 @@ from api_schemas import (
     SolverLimits,
     TrainingSpec,
 )
-from models.catalog import cluster_preset, model_preset
+from models.catalog.presets import cluster_preset, model_preset
 from solver.candidate_eval import Rejection
 from solver.planner import hardware_constraints, objective_value, search
 from solver.space import candidate_meshes

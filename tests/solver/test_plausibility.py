@@ -20,14 +20,14 @@ from api_schemas import (
     SolverLimits,
     TrainingSpec,
 )
-from models.kernels import (
+from models.catalog.kernels import (
     CDNA3_ATTENTION_TABLE_RATIO,
     CDNA3_GEMM_FRAC_BF16,
     CDNA3_GEMM_FRAC_FP8,
     CDNA3_GEMM_TABLE_RATIO,
     PROFILES,
 )
-from models.published import PUBLISHED_SYSTEMS, published_runs
+from models.evidence.published import PUBLISHED_SYSTEMS, published_runs
 from solver import evaluate, plan
 
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"

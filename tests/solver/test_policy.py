@@ -2,9 +2,9 @@
 recomputation only where memory binds."""
 
 from api_schemas import Constraints, FullLayers, ParallelConfig, RecomputeMode, TrainingSpec
-from models.catalog import cluster_preset, model_preset
-from models.memory import memory_ledger
-from models.step_time import estimate_step
+from models.catalog.presets import cluster_preset, model_preset
+from models.core.memory import memory_ledger
+from models.core.step_time import estimate_step
 from solver.candidate_eval import layer_split_options
 from solver.cpsat import SolverConfig, SolveStatus
 from solver.policy import choose_stage_policies, policy_options

@@ -19,9 +19,9 @@ from api_schemas import (
 )
 from api_schemas.collectives import CollectiveEstimateRequest
 from api_schemas.units import MIN_TIME_LIMIT_S
-from models.catalog import hf_preset_config
+from models.catalog.hf_config import spec_from_hf_config
+from models.catalog.presets import hf_preset_config
 from models.errors import InvalidSpecError
-from models.hf_config import spec_from_hf_config
 from solver import memory_report, plan
 
 TRAINING = TrainingSpec(global_batch_size=64, sequence_length=4096)

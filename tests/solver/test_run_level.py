@@ -14,8 +14,8 @@ from api_schemas.run_level import (
     SensitivityFactor,
     SensitivityRequest,
 )
+from models.catalog.resolve import resolve_cluster
 from models.errors import InfeasibleError
-from models.resolve import resolve_cluster
 from solver import evaluate
 from solver.run_level import changed_cluster, estimate_run, frontier, mark_pareto, sensitivity
 

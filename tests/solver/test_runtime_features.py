@@ -19,10 +19,10 @@ from api_schemas import (
     TrainingSpec,
 )
 from api_schemas.parallel import RecomputeMode
-from models.catalog import cluster_preset, model_preset
-from models.frameworks import frameworks
-from models.memory import STORED_ACTIVATIONS, memory_ledger, micro_batch_count
-from models.runtime_features import (
+from models.catalog.presets import cluster_preset, model_preset
+from models.core.frameworks import frameworks
+from models.core.memory import STORED_ACTIVATIONS, memory_ledger, micro_batch_count
+from models.core.runtime_features import (
     DEEPEP,
     OVERLAP_EP_COMM,
     OVERLAP_TP_COMM,
@@ -236,7 +236,7 @@ def test_ep_overlap_pairs_micro_batches_without_a_pipeline() -> None:
     """Megatron-LM core_v0.14.0 `forward_backward_no_pipelining` with the EP overlap runs
     combined 1F1B (micro-batch i+1's forward beside i's backward): credited at PP 1 with two
     or more micro-batches, not with one, and not on plain 1F1B with PP > 1."""
-    from models.step_time.exposure import ep_overlapped
+    from models.core.step_time.exposure import ep_overlapped
 
     on = TrainingSpec(global_batch_size=64, sequence_length=4096, overlap_ep_comm=True)
     assert ep_overlapped(ParallelConfig(dp=8, ep=8), on)

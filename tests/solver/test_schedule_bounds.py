@@ -3,7 +3,7 @@
 import pytest
 
 from api_schemas.parallel import PipelineSchedule as S
-from models.pipeline import OpDurations, generate_program, simulate
+from models.core.pipeline import OpDurations, generate_program, simulate
 from solver.scaling import time_scale
 from solver.schedule.candidates import hint_starts, placement_for
 from solver.schedule.instance import build_instance, heads_and_tails, lower_bound_ticks

@@ -5,8 +5,8 @@ import itertools
 import pytest
 
 from api_schemas.parallel import PipelineSchedule as S
+from models.core.pipeline import OpDurations, generate_program, simulate
 from models.errors import InfeasibleError, InvalidSpecError
-from models.pipeline import OpDurations, generate_program, simulate
 from solver.cpsat import SolverConfig, SolveStatus
 from solver.schedule import optimize_schedule, optimizer
 

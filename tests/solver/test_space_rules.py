@@ -1,4 +1,4 @@
-"""The search space, evaluate and the mesh lab share one set of mesh rules (`models.mesh`)."""
+"""The search space, evaluate and the mesh lab share one set of mesh rules (`models.core.mesh`)."""
 
 import pytest
 
@@ -13,12 +13,12 @@ from api_schemas import (
     TrainingSpec,
 )
 from api_schemas.mesh import ClusterShape, MeshRequest
-from models.catalog import model_ids, model_preset
+from models.catalog.presets import model_ids, model_preset
+from models.core.mesh import mesh_problems, validate_mesh
+from models.core.mesh import rules as mesh_rules
+from models.core.mesh.report import mesh_report
+from models.core.mesh.rules_shape import etp_divides_expert_ffn, tp_divides_ffn
 from models.errors import InvalidSpecError
-from models.mesh import mesh_problems, validate_mesh
-from models.mesh import rules as mesh_rules
-from models.mesh.report import mesh_report
-from models.mesh.rules_shape import etp_divides_expert_ffn, tp_divides_ffn
 from solver import evaluate, plan, space
 from solver.space import candidate_meshes
 

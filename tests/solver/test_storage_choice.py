@@ -7,7 +7,7 @@ from typing import Any
 
 from api_schemas import PlanRequest
 from api_schemas.plan import PlanResponse
-from models.step_time.remote_offload import REMOTE_ACTIVATIONS
+from models.core.step_time.remote_offload import REMOTE_ACTIVATIONS
 from solver.api import plan
 
 
@@ -66,7 +66,7 @@ def test_the_remote_ladder_probed_below_a_known_fit_finds_the_same_rung() -> Non
     import dataclasses
 
     from api_schemas import ParallelConfig, PipelineSchedule
-    from models.catalog import cluster_preset, model_preset
+    from models.catalog.presets import cluster_preset, model_preset
     from solver.candidate_eval import Storage, _first_fit, _Fit
     from solver.space import MeshCandidate
 

@@ -10,7 +10,7 @@ import weakref
 
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
-from models.catalog import model_preset
+from models.catalog.presets import model_preset
 from solver import targets
 from solver.space import candidate_meshes
 

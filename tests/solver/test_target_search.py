@@ -16,7 +16,7 @@ from api_schemas import (
     TrainingSpec,
 )
 from api_schemas.requests import ModelInput
-from models.catalog import cluster_preset, model_preset
+from models.catalog.presets import cluster_preset, model_preset
 from solver import plan
 from solver.candidate_eval import Rejection
 from solver.planner import hardware_constraints, objective_world_sizes, search

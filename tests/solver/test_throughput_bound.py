@@ -3,7 +3,7 @@
 import pytest
 
 from api_schemas.requests import PlanRequest
-from models.resolve import resolve_cluster, resolve_model
+from models.catalog.resolve import resolve_cluster, resolve_model
 from solver import plan
 from solver.throughput_bound import peak_tokens_per_s
 

@@ -10,7 +10,7 @@ from api_schemas.calibration import TrainingLog
 from api_schemas.dtypes import DType
 from api_schemas.parallel import RecomputeMode
 from api_schemas.requests import ModelPreset
-from models.resolve import resolve_model
+from models.catalog.resolve import resolve_model
 from solver.logs import LogRefused, parse_training_log
 
 LOGS = Path(__file__).resolve().parent / "training_logs"

@@ -19,7 +19,7 @@ from typing import Any
 
 from api_schemas import ParallelConfig, TrainingSpec
 from api_schemas.parallel import RecomputeMode
-from models.catalog import model_preset
+from models.catalog.presets import model_preset
 from solver.export import TORCHTITAN_SCHEDULES, torchtitan_toml
 
 PINNED = "0.2.2"

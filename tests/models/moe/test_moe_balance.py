@@ -1,9 +1,8 @@
-"""Imbalance, receive buffers, capacity and redundant-expert traffic (models/moe/balance.py)."""
+"""Imbalance, receive buffers, capacity and redundant-expert traffic (core/moe/balance.py)."""
 
 import pytest
 
-from models.errors import InvalidSpecError
-from models.moe import (
+from models.core.moe import (
     CapacityPolicy,
     capacity_outcome,
     expert_capacity,
@@ -13,6 +12,7 @@ from models.moe import (
     receive_buffer_rows,
     redundant_expert_traffic,
 )
+from models.errors import InvalidSpecError
 
 
 def test_imbalance_factor_is_max_over_mean() -> None:

@@ -3,10 +3,10 @@
 import pytest
 
 from api_schemas.dtypes import DType
-from models.catalog import gpu_preset
+from models.catalog.kernels import gemm_time_s
+from models.catalog.presets import gpu_preset
+from models.core.moe import expert_forward_gemm_s, padded_rows, rank_expert_gemm_s
 from models.errors import InvalidSpecError
-from models.kernels import gemm_time_s
-from models.moe import expert_forward_gemm_s, padded_rows, rank_expert_gemm_s
 
 H100 = gpu_preset("h100-sxm5-80gb")
 SHAPE = {"hidden_size": 7168, "expert_ffn_hidden_size": 2048, "gpu": H100,

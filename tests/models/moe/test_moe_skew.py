@@ -1,10 +1,9 @@
-"""Routing-skew generator (models/moe/skew.py)."""
+"""Routing-skew generator (models/core/moe/skew.py)."""
 
 import numpy as np
 import pytest
 
-from models.errors import InvalidSpecError
-from models.moe import (
+from models.core.moe import (
     RoutingSkew,
     SkewKind,
     expert_popularity,
@@ -14,6 +13,7 @@ from models.moe import (
     tight_routing_counts,
     tight_tokens_per_rank,
 )
+from models.errors import InvalidSpecError
 
 SHAPE = {"num_experts": 32, "num_ranks": 4, "top_k": 4, "tokens_per_rank": 256}
 SAMPLED = [SkewKind.UNIFORM, SkewKind.ZIPF, SkewKind.LOGNORMAL, SkewKind.HOT_EXPERT,

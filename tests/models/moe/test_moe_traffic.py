@@ -1,12 +1,11 @@
-"""All-to-all payload and the intra/inter-node split (models/moe/traffic.py)."""
+"""All-to-all payload and the intra/inter-node split (models/core/moe/traffic.py)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from models.errors import InvalidSpecError
-from models.moe import (
+from models.core.moe import (
     DispatchDedup,
     all_to_all_payload,
     ep_dispatch_split,
@@ -14,6 +13,7 @@ from models.moe import (
     experts_per_node_at_ib_parity,
     max_experts_at_same_ib_cost,
 )
+from models.errors import InvalidSpecError
 
 # DeepSeek-V3 training layout (arXiv:2412.19437 Sec. 3.2): 256 routed experts, top-8,
 # 64-way EP over 8 nodes of 8 GPUs, at most 4 nodes per token.

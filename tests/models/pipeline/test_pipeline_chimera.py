@@ -5,10 +5,9 @@ import pytest
 
 from api_schemas import ParallelConfig, TrainingSpec
 from api_schemas.parallel import PipelineSchedule as S
-from models.catalog import cluster_preset, model_preset
-from models.errors import InvalidSpecError
-from models.memory import memory_ledger
-from models.pipeline import (
+from models.catalog.presets import cluster_preset, model_preset
+from models.core.memory import memory_ledger
+from models.core.pipeline import (
     OpDurations,
     closed_form,
     generate_program,
@@ -17,6 +16,7 @@ from models.pipeline import (
     simulate,
     validate_schedule,
 )
+from models.errors import InvalidSpecError
 
 # Chimera counts a forward and a backward as one slot each (F = B + W here).
 SLOTS = OpDurations.uniform(forward_s=1.0, backward_input_s=0.5, backward_weight_s=0.5)

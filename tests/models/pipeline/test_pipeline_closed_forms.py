@@ -6,8 +6,7 @@ The simulator cross-checks each of these in test_pipeline_cross_check.py.
 import pytest
 
 from api_schemas.parallel import PipelineSchedule as S
-from models.errors import InvalidSpecError
-from models.pipeline import (
+from models.core.pipeline import (
     closed_form,
     closed_form_bubble,
     closed_form_makespan,
@@ -15,6 +14,7 @@ from models.pipeline import (
     peak_in_flight_chunks,
     peak_in_flight_until_b,
 )
+from models.errors import InvalidSpecError
 
 CHUNKS = {S.INTERLEAVED_1F1B: 2, S.ZBV: 2, S.DUALPIPEV: 2}
 

@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api_schemas.parallel import PipelineSchedule as S
-from models.errors import InvalidSpecError
-from models.pipeline import (
+from models.core.pipeline import (
     OpDurations,
     OpKind,
     PipelineProgram,
@@ -24,6 +23,7 @@ from models.pipeline import (
     peak_in_flight_until_b_chunks,
     simulate,
 )
+from models.errors import InvalidSpecError
 
 CHUNK_CHOICES = {S.INTERLEAVED_1F1B: (2, 3), S.ZBV: (2,), S.DUALPIPEV: (2,)}
 COSTS = [(1.0, 1.0, 1.0), (1.0, 2.0, 1.0), (1.0, 1.0, 2.0), (2.0, 1.0, 0.5), (1.0, 0.5, 0.7),

@@ -1,6 +1,6 @@
 """In-flight activations counted from the generated order, against the simulator.
 
-The ledger's count (`models.memory.in_flight_counts` -> `in_flight_profile`) must equal what
+The ledger's count (`models.core.memory.in_flight_counts` -> `in_flight_profile`) must equal what
 the discrete-event simulator measures for every schedule, chunk count and layer split up
 to p = 16, m = 64, in micro-batch x chunk units and in bytes for uneven chunks.
 """
@@ -13,12 +13,11 @@ from hypothesis import strategies as st
 
 from api_schemas import ModelSpec, ParallelConfig, TrainingSpec
 from api_schemas.parallel import PipelineSchedule as S
-from models.activations import layer_activation_bytes
-from models.catalog import cluster_preset
-from models.errors import InvalidSpecError
-from models.layout import pipeline_layout, virtual_stage_sizes
-from models.memory import _activation_context, in_flight_counts, memory_ledger
-from models.pipeline import (
+from models.catalog.presets import cluster_preset
+from models.core.activations import layer_activation_bytes
+from models.core.layout import pipeline_layout, virtual_stage_sizes
+from models.core.memory import _activation_context, in_flight_counts, memory_ledger
+from models.core.pipeline import (
     ActivationSizes,
     OpDurations,
     generate_program,
@@ -27,6 +26,7 @@ from models.pipeline import (
     schedule_traits,
     simulate,
 )
+from models.errors import InvalidSpecError
 
 UNIT = OpDurations.uniform(forward_s=1.0, backward_input_s=1.0, backward_weight_s=1.0)
 
@@ -131,9 +131,9 @@ def test_the_ledger_stores_the_simulated_peak_bytes(
         assert math.isclose(profile.peak_chunks[layout.rank], stage.in_flight_chunks)
 
 def test_the_memory_profile_and_the_simulator_share_one_read_only_program() -> None:
-    from models.pipeline import shared_program
-    from models.pipeline.in_flight import profile_of
-    from models.step_time import compiled_schedule
+    from models.core.pipeline import shared_program
+    from models.core.pipeline.in_flight import profile_of
+    from models.core.step_time import compiled_schedule
 
     schedule = S.ZBV
     for cache in (shared_program, compiled_schedule, in_flight_profile):

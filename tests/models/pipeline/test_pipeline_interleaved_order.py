@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from api_schemas.parallel import PipelineSchedule
-from models.pipeline.generators.classic import interleaved, interleaved_order
-from models.pipeline.ops import OpKind
-from models.pipeline.registry import generate_program
+from models.core.pipeline.generators.classic import interleaved, interleaved_order
+from models.core.pipeline.ops import OpKind
+from models.core.pipeline.registry import generate_program
 
 
 def _reference_ranks(p: int, m: int, v: int, n: int) -> list[list[tuple[int, int, int]]]:

@@ -7,11 +7,11 @@ from pydantic import ValidationError
 
 from api_schemas import ModelSpec, ParallelConfig, TrainingSpec
 from api_schemas.parallel import PipelineSchedule as S
-from models.catalog import cluster_preset
+from models.catalog.presets import cluster_preset
+from models.core.layout import pipeline_layout, virtual_stage_sizes
+from models.core.memory import in_flight_counts, memory_ledger
+from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
-from models.layout import pipeline_layout, virtual_stage_sizes
-from models.memory import in_flight_counts, memory_ledger
-from models.step_time import estimate_step
 
 SPEC = ModelSpec(name="tiny-14", num_layers=14, hidden_size=512, num_attention_heads=8,
                  num_kv_heads=8, ffn_hidden_size=2048, vocab_size=32000)

@@ -4,8 +4,8 @@ import pytest
 from pydantic import ValidationError
 
 from api_schemas.pipeline import PipelineSimulateRequest, PipelineSimulateResponse
+from models.core.pipeline.requests import simulate_request
 from models.errors import InvalidSpecError
-from models.pipeline.requests import simulate_request
 
 
 def test_contract_example_request_runs() -> None:

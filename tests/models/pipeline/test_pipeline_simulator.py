@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from api_schemas.parallel import PipelineSchedule as S
-from models.errors import InvalidSpecError
-from models.pipeline import (
+from models.core.pipeline import (
     ActivationSizes,
     OpDurations,
     OpKind,
@@ -19,7 +18,8 @@ from models.pipeline import (
     simulate_makespan,
     simulator,
 )
-from models.pipeline.ops import linear_placement
+from models.core.pipeline.ops import linear_placement
+from models.errors import InvalidSpecError
 
 UNIT = OpDurations.uniform(forward_s=1.0, backward_input_s=1.0, backward_weight_s=1.0)
 F, B, W, BW = int(OpKind.F), int(OpKind.B), int(OpKind.W), int(OpKind.BW)

@@ -3,8 +3,8 @@
 import pytest
 
 from api_schemas.parallel import PipelineSchedule as S
+from models.core.pipeline import validate_schedule
 from models.errors import InvalidSpecError
-from models.pipeline import validate_schedule
 
 REFUSED = [
     # (schedule, p, m, v, group_size, field, words in the fix)

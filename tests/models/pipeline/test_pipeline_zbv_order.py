@@ -6,8 +6,8 @@ micro-batch, for n = max(2p-1, m) micro-batches, ops of micro-batches >= m dropp
 import numpy as np
 import pytest
 
-from models.pipeline.generators.zero_bubble import zbv
-from models.pipeline.ops import OpKind
+from models.core.pipeline.generators.zero_bubble import zbv
+from models.core.pipeline.ops import OpKind
 
 _F, _B, _W = int(OpKind.F), int(OpKind.B), int(OpKind.W)
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from models.core.moe import RoutingSkew, SkewKind, expert_popularity, routing_counts, sample_routing
 from models.errors import InvalidSpecError
-from models.moe import RoutingSkew, SkewKind, expert_popularity, routing_counts, sample_routing
 from solver.placement import (
     eplb_loads,
     eplb_rank_loads,

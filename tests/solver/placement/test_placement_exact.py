@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from placement_invariants import check_placement
 
-from models.moe import (
+from models.core.moe import (
     RoutingSkew,
     SkewKind,
     routing_counts,

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from placement_invariants import check_placement
 
-from models.moe import (
+from models.core.moe import (
     RoutingSkew,
     SkewKind,
     routing_counts,

@@ -166,7 +166,7 @@ def test_constructive_layers_match_the_reference(case: tuple[np.ndarray, np.ndar
 
 
 def test_flat_cell_split_matches_divmod_with_and_without_its_tables() -> None:
-    from solver.placement.problem import SPLIT_TABLE_CELLS, _split_cells
+    from solver.placement.routes import SPLIT_TABLE_CELLS, _split_cells
 
     rng = np.random.default_rng(5)
     for rows, columns in [(1, 1), (3, 64), (33, 64), (4096, 64), (SPLIT_TABLE_CELLS, 2)]:

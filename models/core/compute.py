@@ -1,0 +1,792 @@
+"""Compute time of one layer (and of the output head) for one micro-batch on one rank.
+
+Owns: the GEMMs of each block with their rank-local shapes (tensor, context and expert
+parallelism applied), their forward (F), input-gradient (B) and weight-gradient (W) times,
+the attention core, the memory-bound elementwise kernels, and the extra time each kind of
+recomputation adds. Must not: include communication or pipeline effects (see
+`models/core/step_time.py`).
+
+Sources: the split of backward into an input-gradient GEMM and a weight-gradient GEMM of the
+same FLOPs as forward (Zero Bubble arXiv:2401.10241 Sec. 2, Table 1); GEMM and attention
+throughput from `models/catalog/kernels.py`; the backward of a fused attention kernel costs 2.5x its
+forward FLOPs (FlashAttention-2 arXiv:2307.08691 Sec. 4.1) and of a materialised one 2x.
+"""
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.dtypes import DType
+from api_schemas.hardware import GpuSpec
+from api_schemas.parallel import RecomputeModule
+from api_schemas.training import ElementwiseFusion, MoeDispatcher
+from models.catalog.kernels import (
+    GEMM_LAUNCH_S,
+    GEMM_TILE,
+    PROFILES,
+    KernelProfile,
+    attention_time_s,
+    calibrated_profile,
+    gemm_time_s,
+    grouped_gemm_time_s,
+    memory_bound_time_s,
+    profile_for,
+)
+from models.core.flops import attention_core_forward_flops
+from models.core.layer_kinds import attention_kind, mlp_kind
+from models.core.linear_attention import (
+    LINEAR_ATTENTION_BACKWARD_FLOP_RATIO,
+    kcp_extra_forward_flops,
+    linear_attention_core_forward_flops,
+    linear_attention_core_time_s,
+    linear_attention_gemm_shapes,
+)
+
+FLASH_BACKWARD_FLOP_RATIO = 2.5
+"""Backward / forward FLOPs of a fused attention kernel (it recomputes the scores).
+Source: FlashAttention-2 arXiv:2307.08691 Sec. 4.1."""
+
+MATERIALIZED_BACKWARD_FLOP_RATIO = 2.0
+"""Backward / forward FLOPs of attention with stored scores (dQ, dK, dV, dP)."""
+
+ELEMENTWISE_BACKWARD_RATIO = 2.0
+"""Backward elementwise kernels read the saved input and the incoming gradient and write the
+outgoing gradient: about twice the forward bytes."""
+
+ROUTER_BYTES_PER_SCORE = 13
+"""HBM bytes per (token, expert) score of the fused router after the gating GEMM: read the
+fp32 logits (4), write the fp32 probabilities (4) and the boolean routing map (1), and read
+the probabilities again for the auxiliary load-balancing loss (4). Source: Megatron-Core
+`--moe-router-fusion` (README "Router Fusion": projection aside, top-k, softmax and the
+auxiliary loss in fewer kernels; `--moe-router-dtype fp32` keeps the scores in fp32)."""
+
+FP8_QUANTIZE_BYTES_PER_ELEMENT = 4
+"""HBM bytes per element of an expert GEMM input quantised to FP8: read the 16-bit value (2),
+write the row-wise FP8 copy for the forward GEMM (1) and the column-wise (transposed) copy for
+the weight-gradient GEMM (1); scales neglected. Applied to both expert GEMM inputs of every
+routed assignment (h for the up projection, the expert width for the down projection); the
+backward's gradient casts follow from `ELEMENTWISE_BACKWARD_RATIO`. Source: Transformer
+Engine FP8 recipes (inputs of each FP8 GEMM cast before it, with a transposed copy kept for
+wgrad; Megatron-Core MoE README "FP8 Training": linear-layer inputs stored in FP8). Dense
+layers' casts are inside the step-calibrated eta_max; the routed experts' are explicit because
+their cast bytes per FLOP are 2 h f / (h + f) times larger (fine-grained experts)."""
+
+MOE_HOST_SYNC_KERNELS = 2
+"""GPU idle per MoE layer forward at the host synchronisation of the per-expert token
+counts, in fixed kernel costs (`models.catalog.kernels.GEMM_LAUNCH_S` each): the device-to-host copy
+of the counts, then the first kernel the host issues after it wakes (the GPU queue is empty
+until then). Source: Megatron-Core `token_dispatcher.py`, `MoEAlltoAllTokenDispatcher`:
+`input_splits`/`output_splits` and the tokens per local expert are copied to the host and
+`d2h_event.synchronize()` runs at `cuda_sync_point` (before the EP all-to-all when EP or TP
+> 1, else before the grouped GEMM, whose `m_splits` are host integers) in every forward and
+recomputed forward; dropless, no CUDA graph of the MoE layer. Backward reuses the splits."""
+
+MOE_PERMUTE_PASSES = 2
+"""Read-and-write passes over every routed assignment's hidden vector (16-bit) that each
+dispatcher makes in a forward: the permutation into expert order and the un-permutation
+back (Megatron-Core `moe_utils.permute` / `unpermute`; the flex dispatcher's DeepEP and
+HybridEP paths make the same two, after the dispatch and before the combine)."""
+
+ALLTOALL_LOCAL_SORT_PASSES = 2
+"""Extra passes of the `alltoall` dispatcher when a rank holds more than one expert: the
+tokens received from every EP rank arrive grouped by source rank and are re-sorted by local
+expert after the dispatch, and sorted back before the combine. Source: Megatron-Core
+`token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.dispatch_postprocess` ("Permutation 2:
+Sort tokens by local expert", `sort_chunks_by_idxs` when `num_local_experts > 1`) and
+`combine_preprocess` ("Unpermutation 2"), commit d98e8a64."""
+
+MOE_HOST_ISSUE_S = 7.4e-3
+"""Host time to issue one MoE layer forward between two token-count synchronisations, apart
+from the per-local-expert launches of the grouped expert GEMMs (`moe_expert_launches`, which
+`moe_host_issue_s` adds); the GPU idles for what exceeds the layer's forward GPU time
+(`moe_host_idle_s`).
+Calibrated on fewer than three rows (the predicted range of every MoE plan is widened for
+it, `models.evidence.error_bands.THIN_FITS`): grid-fitted (0.1 ms steps) on one row,
+`bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu` (the H100 MoE calibration row named in
+research/published_runs.md), by `research/validate_published.py --calibrate-moe`, with the
+per-expert launches of that row (4 local experts) and the wait for the slowest GPU counted
+(7.9 ms before that wait); every other MoE row, and every
+B200 row, is held out (`research/CALIBRATION.md` Sec. 4). Why one value per layer: the
+measured time per MoE layer pass of the same model is nearly the same on H100 and B200
+(Qwen3-30B-A3B 9.5 and 9.2 ms, Qwen3-235B-A22B 13.8 and 13.3 ms) while their compute differs
+about 2x, so the missing time is neither FLOPs nor HBM bytes."""
+
+MOE_HOST_LAUNCH_S = 3.8e-6
+"""Host time per kernel launch when launches are issued back to back. Source: NVIDIA
+Technical Blog, "Getting Started with CUDA Graphs" (A. Gray, 2019): 20 back-to-back launches
+of a 2.9 us kernel take 3.8 us each (9.6 us with a synchronisation after each, 3.4 us as one
+graph), so the host issues one launch per 3.8 us. A lower bound for Transformer Engine's
+per-expert GEMM, which builds cuBLASLt descriptors and queries the cuBLASLt heuristic before
+each `cublasLtMatmul` (`common/gemm/cublaslt_gemm.cu`, v2.9)."""
+
+EXPERT_GEMMS_PER_FORWARD = 2
+"""Grouped linears of an expert MLP in a forward: fc1 (gate and up) and fc2, each built by
+Megatron-Core's `TEGroupedMLP` with `num_gemms = num_local_experts`
+(`megatron/core/transformer/moe/experts.py` at 0d8e0714cd)."""
+
+CURRENT_SCALING_QUANTIZE_LAUNCHES = 3
+"""Kernels that quantise one FP8 GEMM input of one expert under per-tensor current scaling:
+amax, scale from amax, cast. Source: Transformer Engine v2.9 and v2.14
+`pytorch/csrc/quantizer.cpp` (`Float8CurrentScalingQuantizer::quantize`:
+`nvte_compute_amax_with_config`, `nvte_compute_scale_from_amax`, `nvte_quantize_v2`) and
+`pytorch/csrc/extensions/cast.cpp` (`split_quantize` runs the quantizer of each split in turn;
+its fused multi-tensor kernel serves delayed scaling only)."""
+
+BLOCK_SCALED_QUANTIZE_LAUNCHES = 1
+"""Kernels that quantise one FP8 GEMM input of one expert to MXFP8 (block scales computed in
+the cast kernel): one `nvte_quantize_v2` per split (same files as
+`CURRENT_SCALING_QUANTIZE_LAUNCHES`)."""
+
+M = RecomputeModule
+
+
+@lru_cache(maxsize=256)
+def _scaled_family_profile(family: str, scale: float, attention_scale: float = 1.0
+                           ) -> KernelProfile:
+    """A family's published profile with its eta_max and attention efficiency scaled (cached:
+    read once per GEMM; `clear_compute_cache` forgets it when a script swaps `PROFILES`)."""
+    return calibrated_profile(PROFILES[family], scale,
+                              attention_efficiency_scale=attention_scale)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComputeContext:
+    """Everything besides the layer that sets its kernel shapes and speeds."""
+
+    gpu: GpuSpec
+    seq_len: int
+    micro_batch_size: int
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    sequence_parallel: bool = False
+    compute_dtype: DType = DType.BF16
+    flash_attention: bool = True
+    dropout: bool = False
+    moe_load_imbalance: float = 1.0
+    moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
+    elementwise_fusion: ElementwiseFusion = ElementwiseFusion.FUSED
+    profile: KernelProfile | None = None
+    gemm_efficiency_scale: float = 1.0
+    """A calibration profile's multiplier on the profile's eta_max (1: as published)."""
+    attention_efficiency_scale: float = 1.0
+    """A calibration profile's multiplier on the attention efficiencies (1: as published)."""
+    moe_host_issue_s: float | None = None
+    """A calibration profile's fitted fixed host issue time of one MoE layer forward
+    (seconds), in place of `MOE_HOST_ISSUE_S` (None: the published constant)."""
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch on this rank's sequence shard."""
+        return max(1, self.seq_len * self.micro_batch_size // self.cp)
+
+    @property
+    def kernel_profile(self) -> KernelProfile:
+        """The calibrated profile of the GPU (its eta_max scaled by a calibration profile's
+        `gemm_efficiency_scale`, `models.catalog.kernels.calibrated_profile`)."""
+        if self.gemm_efficiency_scale == 1.0 and self.attention_efficiency_scale == 1.0:
+            return self.profile or profile_for(self.gpu)
+        if self.profile is not None:
+            return calibrated_profile(self.profile, self.gemm_efficiency_scale,
+                                      attention_efficiency_scale=self.attention_efficiency_scale)
+        return _scaled_family_profile(profile_for(self.gpu).family, self.gemm_efficiency_scale,
+                                      self.attention_efficiency_scale)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpTimes:
+    """Forward, input-gradient and weight-gradient time of a block."""
+
+    forward_s: float = 0.0
+    backward_input_s: float = 0.0
+    backward_weight_s: float = 0.0
+
+    def __add__(self, other: "OpTimes") -> "OpTimes":
+        return OpTimes(forward_s=self.forward_s + other.forward_s,
+                       backward_input_s=self.backward_input_s + other.backward_input_s,
+                       backward_weight_s=self.backward_weight_s + other.backward_weight_s)
+
+    @property
+    def total_s(self) -> float:
+        """F + B + W."""
+        return self.forward_s + self.backward_input_s + self.backward_weight_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerCompute:
+    """Compute times of one layer for one micro-batch and the cost of each recomputation."""
+
+    times: OpTimes
+    recompute_full_s: float
+    """Forward compute redone when the whole layer is recomputed."""
+    recompute_module_s: dict[RecomputeModule, float] = field(default_factory=dict)
+    """Forward compute redone by each selective recompute module."""
+
+    def recompute_s(self, modules: tuple[RecomputeModule, ...]) -> float:
+        """Extra time of selective recomputation of `modules`."""
+        # dict.fromkeys: each module once, in the given order (a set would sum in an order
+        # that depends on the hash seed, moving the last bit between processes).
+        return sum(self.recompute_module_s.get(module, 0.0) for module in dict.fromkeys(modules))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Gemm:
+    m: int
+    n: int
+    k: int
+    module: RecomputeModule | None = None
+    groups: int = 1
+    """Independent problems of this shape in one grouped launch (local experts)."""
+
+
+def _shape_time(g: _Gemm, m: int, n: int, k: int, ctx: ComputeContext) -> float:
+    """One (m x k) @ (k x n) pass of `g`: grouped over its groups, or a plain GEMM."""
+    if g.groups > 1:
+        return grouped_gemm_time_s(g.groups, m, n, k, gpu=ctx.gpu, dtype=ctx.compute_dtype,
+                                   profile=ctx.kernel_profile)
+    return gemm_time_s(m, n, k, gpu=ctx.gpu, dtype=ctx.compute_dtype, profile=ctx.kernel_profile)
+
+
+def _gemm_times(gemms: list[_Gemm], ctx: ComputeContext) -> tuple[OpTimes, dict[M, float]]:
+    times = OpTimes()
+    modules: dict[M, float] = {}
+    for g in gemms:
+        f = _shape_time(g, g.m, g.n, g.k, ctx)
+        times = times + OpTimes(forward_s=f, backward_input_s=_shape_time(g, g.m, g.k, g.n, ctx),
+                                backward_weight_s=_shape_time(g, g.k, g.n, g.m, ctx))
+        if g.module is not None:
+            modules[g.module] = modules.get(g.module, 0.0) + f
+    return times, modules
+
+
+def attention_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
+    """Rank-local GEMMs of the attention block (Megatron column/row parallel split)."""
+    shapes = attention_kind(spec).gemm_shapes(spec, tokens=ctx.tokens, tp=ctx.tp)
+    return [_Gemm(m=g.m, n=g.n, k=g.k, module=g.module) for g in shapes]
+
+
+def mlp_gemms(spec: ModelSpec, width: int, *, tokens: int, split: int,
+              module: RecomputeModule) -> list[_Gemm]:
+    """Up (gate+up for SwiGLU) and down projections of an MLP of intermediate `width`."""
+    up = mlp_kind(spec).up_matrices * width // split
+    return [_Gemm(m=tokens, n=up, k=spec.hidden_size, module=module),
+            _Gemm(m=tokens, n=spec.hidden_size, k=width // split, module=module)]
+
+
+def routed_assignments(spec: ModelSpec, ctx: ComputeContext) -> float:
+    """Token-expert assignments the busiest rank computes per micro-batch:
+    tokens x top-k x etp / tp x imbalance (the all-to-all keeps the total per rank)."""
+    moe = spec.moe
+    assert moe is not None
+    return ctx.tokens * moe.top_k * ctx.etp / ctx.tp * ctx.moe_load_imbalance
+
+
+def moe_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
+    """Router, grouped expert GEMMs at the real per-expert shape (tokens per local expert,
+    tile-padded; `models.catalog.kernels.grouped_gemm_time_s`) and shared experts."""
+    moe = spec.moe
+    assert moe is not None
+    local_experts = max(1, moe.num_experts // ctx.ep)
+    per_expert = routed_assignments(spec, ctx) / local_experts
+    padded = math.ceil(per_expert / GEMM_TILE) * GEMM_TILE
+    out = [_Gemm(m=ctx.tokens, n=moe.num_experts, k=spec.hidden_size)]
+    up, down = (replace(g, groups=local_experts)
+                for g in mlp_gemms(spec, moe.expert_ffn_hidden_size, tokens=int(padded),
+                                   split=ctx.etp, module=M.MOE))
+    # The down projection re-runs alone under `moe_down_proj` recomputation (Kimi K2).
+    out += [up, replace(down, module=M.MOE_DOWN_PROJ)]
+    if moe.num_shared_experts:
+        out += mlp_gemms(spec, moe.shared_expert_ffn_hidden_size, tokens=ctx.tokens,
+                         split=ctx.tp, module=M.SHARED_EXPERTS)
+    return out
+
+
+def moe_host_sync_s(spec: ModelSpec, ctx: ComputeContext) -> float:
+    """GPU idle time of one MoE layer forward at the host synchronisation of the per-expert
+    token counts (`MOE_HOST_SYNC_KERNELS` fixed kernel costs); zero for a dense model.
+    The metadata all-gather before it is EP traffic (`models.core.traffic.layer.expert_calls`)."""
+    if spec.moe is None:
+        return 0.0
+    return MOE_HOST_SYNC_KERNELS * GEMM_LAUNCH_S
+
+
+def expert_quantize_launches(ctx: ComputeContext) -> int:
+    """Kernels per local expert that quantise one expert GEMM input in a forward: none in
+    16-bit; under FP8, one MXFP8 cast on GPUs with block-scaled formats (an FP4 peak:
+    Blackwell, the Megatron-Bridge `mxfp8` recipes) and the three kernels of per-tensor
+    current scaling elsewhere (the Bridge Hopper recipes, `fp8_cs`). FP4 compute is counted
+    like MXFP8 (one cast per expert). Delayed scaling, whose casts of all experts run as one
+    fused kernel, is not modelled."""
+    if ctx.compute_dtype not in (DType.FP8, DType.FP4):
+        return 0
+    if DType.FP4 in ctx.gpu.dense_peak_flop_per_s:
+        return BLOCK_SCALED_QUANTIZE_LAUNCHES
+    return CURRENT_SCALING_QUANTIZE_LAUNCHES
+
+
+def moe_expert_launches(spec: ModelSpec, ctx: ComputeContext) -> int:
+    """Kernel launches the host issues per MoE layer forward for the local experts one at a
+    time: local experts x grouped linears x (one cuBLAS GEMM + the expert's input casts).
+
+    Source: Transformer Engine v2.9 (Megatron-Bridge 25.11 pins `release_v2.9`) and v2.14
+    (the 26.04 recipes' pin f031cf87): `GroupedLinear` quantises its input per expert
+    (`tex.split_quantize` over `m_splits`) and `general_grouped_gemm` ->
+    `nvte_multi_tensor_gemm` -> `multi_stream_cublas_gemm` loops over the experts, one
+    `cublasLtMatmul` each (the CUTLASS grouped kernel only on Hopper, 16-bit, with
+    `NVTE_USE_CUTLASS_GROUPED_GEMM`); Megatron-Core `TEGroupedMLP` builds fc1 and fc2 with one
+    GEMM per local expert. FP8 weight casts are cached after a step's first micro-batch
+    (`is_first_microbatch`) and not counted.
+    Legend: E / ep local experts (at least 1), 2 grouped linears
+    (`EXPERT_GEMMS_PER_FORWARD`), q input casts per expert (`expert_quantize_launches`)."""
+    moe = spec.moe
+    if moe is None:
+        return 0
+    local_experts = max(1, moe.num_experts // ctx.ep)
+    return local_experts * EXPERT_GEMMS_PER_FORWARD * (1 + expert_quantize_launches(ctx))
+
+
+def moe_host_issue_s(spec: ModelSpec, ctx: ComputeContext) -> float:
+    """Host time to issue one MoE layer's forward, from one token-count synchronisation to
+    the next: the layer's fixed issue time (`MOE_HOST_ISSUE_S`, or a calibration profile's
+    fitted value, `ctx.moe_host_issue_s`) plus one back-to-back launch (`MOE_HOST_LAUNCH_S`)
+    for each per-expert kernel (`moe_expert_launches`); zero for a dense model."""
+    if spec.moe is None:
+        return 0.0
+    fixed = MOE_HOST_ISSUE_S if ctx.moe_host_issue_s is None else ctx.moe_host_issue_s
+    return fixed + moe_expert_launches(spec, ctx) * MOE_HOST_LAUNCH_S
+
+
+def moe_host_idle_s(spec: ModelSpec, ctx: ComputeContext, gpu_forward_s: float) -> float:
+    """GPU idle of one MoE layer forward while the host issues it: the host's issue time
+    (`moe_host_issue_s`) beyond the layer's forward GPU time `gpu_forward_s`.
+
+    Mechanism: the dropless dispatchers copy the per-expert token counts to the host and
+    wait for them in every forward (`moe_host_sync_s`), so the host cannot run ahead of the
+    GPU past one MoE layer: the GPU queue is empty when the host resumes, and the layer's
+    forward takes the longer of the host's issue of its kernels (all-to-all with host-side
+    split sizes, local sorts, one GEMM launch per local expert, FP8 casts, activation,
+    combine, the next attention block) and the GPU's execution of them. Source: Megatron-Core
+    MoE README, "CPU Overhead Bottleneck" (gaps between GPU kernels because the CPU cannot
+    launch them fast enough; remedies: CUDA graphs of the router and the dispatcher
+    preprocessing, a larger micro-batch, a smaller TP), and `token_dispatcher.py`
+    (`_maybe_dtoh_and_synchronize`).
+    Assumes: the host issue time follows the op count (a fixed part plus the per-expert
+    launches), not the GPU or the tokens in the micro-batch;
+    `gpu_forward_s` is the layer's forward compute (its all-to-all time is not counted, a
+    lower bound on the GPU's work); backward reuses the host-side splits and the host runs
+    ahead of it; no CUDA graph of the MoE layer. Not part of `moe_block_times`: Megatron's
+    MoE-layer benchmark hides host launch time.
+    """
+    return max(0.0, moe_host_issue_s(spec, ctx) - gpu_forward_s)
+
+
+MOE_ELEMENTWISE_KEYS = ("moe_act", "permute", "router", "moe_quantize", "shared_act")
+"""The memory-bound kernels of `_elementwise_bytes` that belong to the MoE block."""
+
+
+def moe_block_times(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
+    """F, B, W compute time of the MoE block alone (router, grouped expert GEMMs, shared
+    experts, activation, permutation, host sync) for one micro-batch: the part of an MoE
+    layer that Megatron-LM's `moe_perf` benchmark times (`MoELayer` forward and backward,
+    without the attention block and without communication)."""
+    if spec.moe is None:
+        return OpTimes()
+    times, _ = _gemm_times(moe_gemms(spec, ctx), ctx)
+    elementwise = _elementwise_bytes(spec, ctx, moe_layer=True)
+    elem_f = sum(memory_bound_time_s(elementwise.get(key, 0.0), gpu=ctx.gpu)
+                 for key in MOE_ELEMENTWISE_KEYS)
+    return times + OpTimes(forward_s=elem_f + moe_host_sync_s(spec, ctx),
+                           backward_input_s=ELEMENTWISE_BACKWARD_RATIO * elem_f)
+
+
+def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
+                       moe_layer: bool) -> dict[str, float]:
+    """Forward HBM bytes of memory-bound kernels per micro-batch, by recompute module.
+
+    Per token (2-byte elements): each norm reads and writes h; each residual add reads 2h
+    and writes h; the activation reads the up-projection output (2f SwiGLU, f GELU) and
+    writes f; RoPE reads and writes q and k; dropout adds a mask. Tensors replicated across
+    TP are processed by every TP rank unless sequence parallelism splits them.
+    """
+    rep = ctx.tp if ctx.sequence_parallel else 1
+    tokens, h = ctx.tokens, spec.hidden_size
+    act_in = mlp_kind(spec).up_matrices
+    norms = tokens * 2 * (2 * h * 2) / rep
+    residual = tokens * 2 * (3 * h * 2) / rep
+    dropout = tokens * 2 * (2 * h * 2 + h) / rep if ctx.dropout else 0.0
+    heads = (spec.num_attention_heads + 2 * spec.kv_heads) / ctx.tp
+    rope = tokens * 2 * 2 * heads * spec.dim_per_head
+    out = {"norms": norms, "other": residual + dropout + rope}
+    if moe_layer and spec.moe is not None:
+        copies = routed_assignments(spec, ctx)
+        width = spec.moe.expert_ffn_hidden_size / ctx.etp
+        out["moe_act"] = copies * (act_in + 1) * width * 2
+        local_experts = max(1, spec.moe.num_experts // ctx.ep)
+        passes = MOE_PERMUTE_PASSES + (
+            ALLTOALL_LOCAL_SORT_PASSES
+            if ctx.moe_dispatcher == MoeDispatcher.ALLTOALL and local_experts > 1 else 0)
+        out["permute"] = copies * h * 2 * 2 * passes
+        out["router"] = tokens / rep * spec.moe.num_experts * ROUTER_BYTES_PER_SCORE
+        if ctx.compute_dtype == DType.FP8:
+            out["moe_quantize"] = copies * (h + width) * FP8_QUANTIZE_BYTES_PER_ELEMENT
+        if spec.moe.num_shared_experts:
+            shared = spec.moe.shared_expert_ffn_hidden_size / ctx.tp
+            out["shared_act"] = tokens * (act_in + 1) * shared * 2
+    else:
+        out["mlp_act"] = tokens * (act_in + 1) * spec.ffn_hidden_size / ctx.tp * 2
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpPasses:
+    """HBM bytes per element of one memory-bound op's tensor, forward and backward, when
+    the runtime launches it as separate kernels (each kernel reads its inputs and writes its
+    output once, at their formats: 2 bytes bf16, 4 bytes fp32)."""
+
+    forward: float
+    backward: float
+
+
+RUNTIME_PASSES: dict[ElementwiseFusion, dict[str, OpPasses]] = {
+    ElementwiseFusion.EAGER: {
+        # RMSNorm as torchtitan writes it: x.float() (r2 w4), pow(2) (r4 w4), mean (r4),
+        # x * rsqrt (r4 w4), type_as (r4 w2), * weight (r2 w2) = 36. Backward by the autograd
+        # formulas: mul by weight and its weight-gradient product and reduction (4 + 6 + 2),
+        # the two casts (6 + 6), x * r (8) with the row sum of grad * x (12 + 4), mean's
+        # expanded gradient (4), pow's self.pow(1) copy, scale and product (8 + 8 + 12), and
+        # the accumulation of x's two gradient paths (12) = 92.
+        "norm": OpPasses(forward=36.0, backward=92.0),
+        # x + f(x): r2 + r2 + w2; backward adds the two gradient paths into x (r2 r2 w2).
+        "residual": OpPasses(forward=6.0, backward=6.0),
+        # apply_rotary_emb on q and k: float() (r2 w4), complex multiply (r4 w4), type_as
+        # (r4 w2) = 20; backward the same three in reverse = 20.
+        "rope": OpPasses(forward=20.0, backward=20.0),
+        # w2(silu(w1 x) * w3 x) per element of the intermediate width: silu (r2 w2) and the
+        # product (r2 r2 w2) = 10; backward: both product gradients (6 + 6) and silu's (6).
+        "swiglu": OpPasses(forward=10.0, backward=18.0),
+        # GELU MLP: one activation kernel (r2 w2); backward r2 r2 w2.
+        "gelu": OpPasses(forward=4.0, backward=6.0),
+        # repeat_kv: expand + reshape copies K and V to the query head count (per element
+        # of the copy: w2, plus the read of the smaller source); backward sums them back.
+        "repeat_kv": OpPasses(forward=2.0, backward=2.0),
+        # Loss on the logits: .float() (r2 w4), log_softmax (r4 w4) = 14; backward: the NLL
+        # gradient (w4), log_softmax's (r4 r4 w4) and the cast back (r4 w2) = 22.
+        "loss": OpPasses(forward=14.0, backward=22.0),
+    },
+    ElementwiseFusion.COMPILED: {
+        # Inductor fuses each pointwise/reduction chain into one kernel: the norm reads x and
+        # writes its output (4); backward reads grad and x, writes grad_x (6) and reduces the
+        # weight gradient (r2 r2).
+        "norm": OpPasses(forward=4.0, backward=10.0),
+        "residual": OpPasses(forward=6.0, backward=6.0),
+        # Complex numbers are an Inductor fallback (lowering.py: view_as_complex falls back
+        # and needs a contiguous fp32 input), so the rotary embedding keeps its eager passes.
+        "rope": OpPasses(forward=20.0, backward=20.0),
+        # silu * mul in one kernel (r2 r2 w2); backward one kernel (r2 r2 r2 w2 w2).
+        "swiglu": OpPasses(forward=6.0, backward=10.0),
+        "gelu": OpPasses(forward=4.0, backward=6.0),
+        # scaled_dot_product_attention is an extern kernel: its repeated K/V inputs are
+        # materialised as in eager.
+        "repeat_kv": OpPasses(forward=2.0, backward=2.0),
+        # torchtitan compiles each TransformerBlock only; the loss stays eager (train.py at
+        # 9dec370: "compiling loss function causes CUDA errors, turning off for now").
+        "loss": OpPasses(forward=14.0, backward=22.0),
+    },
+}
+"""Bytes per element of each memory-bound op under an unfused runtime (`fused` keeps the
+Megatron / Transformer Engine counts of `_elementwise_bytes`).
+
+Sources: the op sequence of torchtitan's Llama model, norms and train.py at commit 9dec370
+(the December 2024 benchmark's release: RMSNorm in fp32, rotary embedding through complex64,
+repeat_kv by expand + reshape, cross-entropy on .float() logits, torch.compile per
+TransformerBlock); each aten op is one kernel in eager mode, and its backward follows
+PyTorch's autograd formulas (tools/autograd/derivatives.yaml); Inductor's fusion of
+pointwise and reduction ops and its complex-number fallback (torch/_inductor/lowering.py).
+"""
+
+
+def _runtime_elementwise_bytes(spec: ModelSpec, ctx: ComputeContext) -> dict[str, OpPasses]:
+    """Per-micro-batch (forward, backward) HBM bytes of a dense layer's memory-bound ops
+    under an unfused runtime, by the keys of `_elementwise_bytes`: the elements each op
+    touches per token times its `RUNTIME_PASSES` bytes. Tensors replicated across TP are
+    processed by every TP rank unless sequence parallelism splits them."""
+    table = RUNTIME_PASSES[ctx.elementwise_fusion]
+    rep = ctx.tp if ctx.sequence_parallel else 1
+    tokens, h = ctx.tokens, spec.hidden_size
+    d, kv = spec.dim_per_head, max(spec.kv_heads // ctx.tp, 1)
+    q = max(spec.num_attention_heads // ctx.tp, 1)
+    elements = {
+        "norms": {"norm": 2 * h / rep},
+        "other": {"residual": 2 * h / rep, "rope": (q + kv) * d,
+                  "repeat_kv": 2 * q * d if q > kv else 0.0},
+        "mlp_act": {mlp_kind(spec).name: spec.ffn_hidden_size / ctx.tp},
+    }
+    out = {key: OpPasses(forward=tokens * sum(n * table[op].forward for op, n in ops.items()),
+                         backward=tokens * sum(n * table[op].backward for op, n in ops.items()))
+           for key, ops in elements.items()}
+    if ctx.dropout:  # kept at the fused count (mask write and apply), not re-derived
+        dropout = tokens * 2 * (2 * h * 2 + h) / rep
+        other = out["other"]
+        out["other"] = OpPasses(forward=other.forward + dropout,
+                                backward=other.backward + ELEMENTWISE_BACKWARD_RATIO * dropout)
+    return out
+
+
+def op_sac_gemms(spec: ModelSpec, ctx: ComputeContext, *, moe_layer: bool) -> list[_Gemm]:
+    """The matmuls torchtitan's per-op selective checkpointing recomputes: of a layer's
+    matmuls in call order (wq, wk, wv, wo, then w1, w3, w2 for SwiGLU or up, down for GELU)
+    the policy saves the odd ones and rebuilds every second one (K, the output projection,
+    and w3 or the down projection), rank-local shapes as `attention_gemms`.
+    Source: torchtitan parallelize_llama.py at 9dec370 (`_save_list` and the mm counter of
+    `_custom_policy`: "Saves output of all compute ops, except every second mm").
+    Assumes: MLA attention and MoE blocks are not torchtitan Llama layers; for them only the
+    attention matmuls of a plain layer are counted (none for MLA).
+    """
+    t, h, tokens = ctx.tp, spec.hidden_size, ctx.tokens
+    attention = [_Gemm(m=g.m, n=g.n, k=g.k, module=g.module)
+                 for g in attention_kind(spec).op_sac_gemm_shapes(spec, tokens=tokens, tp=t)]
+    mlp: list[_Gemm] = []
+    if not moe_layer:
+        f = spec.ffn_hidden_size // t
+        up = [_Gemm(m=tokens, n=f, k=h)] * mlp_kind(spec).up_matrices
+        mlp = up + [_Gemm(m=tokens, n=h, k=f)]
+    return (attention + mlp)[1::2]
+
+
+ATTENTION_KEY_TILE = 128
+"""Keys of a key tile of the fused attention kernel (and rows of its query tile) at head dim
+64, GPT-OSS's: FlashAttention-2 `csrc/flash_attn/src/flash_fwd_launch_template.h`
+(`run_mha_fwd_hdim64`: kBlockM = kBlockN = 128); FlashAttention-3 `hopper/
+flash_fwd_launch_template.h` (`run_mha_fwd_hdim64`: kBlockN = 128). A sliding-window layer
+computes whole key tiles: the tiles its window touches."""
+
+
+def window_kernel_keys(window: int, *, seq_len: int) -> float:
+    """Mean keys per query a fused kernel computes in a sliding-window layer: query tile i
+    (0-based) runs its key-block loop from the first tile its window reaches to its diagonal
+    tile, min(i + 1, K) tiles with K = ceil((T + w - 1) / T), so the first K - 1 query tiles
+    touch fewer (the causal ramp), the rest K each. A window as long as the sequence gives
+    the causal kernel's own mean, T (n + 1) / 2.
+
+    Source: FlashAttention-2 (`flash_fwd_kernel.h`: a query tile's key-block loop runs from
+    `n_block_min`, set by `window_size_left` and never below 0, to its diagonal block,
+    skipping the blocks the window masks entirely; "sliding window local attention",
+    flash-attn 2.3); Transformer Engine runs GPT-OSS's window (left 128, right 0) on cuDNN's
+    fused kernel (`dot_product_attention/utils.py: get_attention_backend`, v2.9:
+    FusedAttention keeps windows (left, 0) with a causal mask, cuDNN 9.2+; `fused_attn.cpp`).
+    cuDNN's tile sizes are not published; the FlashAttention tile `ATTENTION_KEY_TILE` is
+    assumed for both.
+    Legend: T = ATTENTION_KEY_TILE, w = window, s = seq_len, n = ceil(s / T) query tiles.
+    """
+    tile = ATTENTION_KEY_TILE
+    reach = math.ceil((tile + window - 1) / tile)
+    tiles = math.ceil(seq_len / tile)
+    ramp = min(tiles, reach)
+    touched = ramp * (ramp + 1) / 2 + max(0, tiles - reach) * reach
+    return tile * touched / tiles
+
+
+def window_work_fraction(window: int, *, seq_len: int) -> float:
+    """The share of a causal fused kernel's key tiles a sliding-window kernel computes, both
+    counted in tiles (`window_kernel_keys` of the window over that of a window covering the
+    sequence): 1 when the window spans the sequence."""
+    return window_kernel_keys(window, seq_len=seq_len) / window_kernel_keys(seq_len,
+                                                                             seq_len=seq_len)
+
+
+def window_loop_keys(window: int, *, seq_len: int) -> int:
+    """Keys of the longest key-block loop of a sliding-window layer, T ceil((T + w - 1) / T)
+    (at most the sequence): the loop length that sets the kernel's saturation
+    (`window_kernel_keys` for the sources)."""
+    tile = ATTENTION_KEY_TILE
+    return min(seq_len, tile * math.ceil((tile + window - 1) / tile))
+
+
+def _attention_core(spec: ModelSpec, ctx: ComputeContext, window: int | None = None,
+                    chunk: int | None = None) -> tuple[float, float]:
+    """(forward, backward) time of the attention core on this rank. A fused kernel skips the
+    masked half of a causal score matrix, and in a sliding-window layer every key tile outside
+    the window (`window_kernel_keys`, the causal ramp of the first query tiles included; the
+    kernel's length saturation is that of a causal sequence of twice its longest key loop,
+    `window_loop_keys`); in a chunked layer every
+    tile outside the query's own chunk (its work that of s / C causal sequences of C tokens,
+    `attention_core_forward_flops` with `chunk`, at the saturation of sequences of C: C is a
+    multiple of the key tile, so no tile straddles two chunks); a materialised one computes
+    all of the s x s matrix whatever the mask (Transformer Engine's unfused path turns a
+    window into an arbitrary mask over it). A runtime
+    that leaves the elementwise ops to PyTorch (eager or torch.compile, as torchtitan) calls
+    attention through `scaled_dot_product_attention` (torchtitan `model.py` at 9dec370:
+    `F.scaled_dot_product_attention(xq, xk, xv, is_causal=True)`), whose default backend is
+    FlashAttention-2 (`models.catalog.kernels.KernelProfile.sdpa_attention_frac`)."""
+    flop = (attention_core_forward_flops(spec, seq_len=ctx.seq_len, causal=ctx.flash_attention)
+            * ctx.micro_batch_size / ctx.tp / ctx.cp)
+    ratio = FLASH_BACKWARD_FLOP_RATIO if ctx.flash_attention else MATERIALIZED_BACKWARD_FLOP_RATIO
+    kernel_seq = max(1, ctx.seq_len // ctx.cp)
+    if ctx.flash_attention and chunk is not None and chunk < ctx.seq_len:
+        # A window inside the chunks (no known model has both) trims each chunk's pairs.
+        flop = (attention_core_forward_flops(spec, seq_len=ctx.seq_len, causal=True,
+                                             window=window, chunk=chunk)
+                * ctx.micro_batch_size / ctx.tp / ctx.cp)
+        kernel_seq = max(1, min(kernel_seq, chunk))
+    elif ctx.flash_attention and window is not None and window < ctx.seq_len:
+        flop *= window_work_fraction(window, seq_len=ctx.seq_len)
+        kernel_seq = max(1, min(kernel_seq, 2 * window_loop_keys(window, seq_len=ctx.seq_len)))
+    forward = attention_time_s(flop, seq_len=kernel_seq, gpu=ctx.gpu, flash=ctx.flash_attention,
+                               profile=ctx.kernel_profile,
+                               sdpa=ctx.elementwise_fusion != ElementwiseFusion.FUSED)
+    return forward, forward * ratio
+
+
+def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> LayerCompute:
+    """F, B, W compute time of one layer for one micro-batch on one rank, and what each
+    recomputation would add to its backward (layers of one timing kind, MoE or dense, with
+    the same attention window, linear or softmax attention, are alike: cached).
+
+    In a hybrid model (linear-attention layers beside full-attention ones) each layer is
+    timed with its own token mixer: the step-time machinery times each kind of layer a
+    rank holds on its own (`models.core.step_time.stage.timing_kind`)."""
+    return _layer_compute(spec, spec.is_moe_layer(layer_index), ctx,
+                          spec.attention_window(layer_index),
+                          linear=spec.is_linear_attention_layer(layer_index),
+                          chunk=spec.attention_chunk(layer_index))
+
+
+def linear_attention_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
+    """Rank-local GEMMs of a linear-attention block
+    (`models.core.linear_attention.linear_attention_gemm_shapes`)."""
+    return [_Gemm(m=m, n=n, k=k)
+            for m, n, k in linear_attention_gemm_shapes(spec, tokens=ctx.tokens, tp=ctx.tp)]
+
+
+def _linear_attention_core(spec: ModelSpec, ctx: ComputeContext) -> tuple[float, float]:
+    """(forward, backward) time of the chunkwise linear-attention kernel on this rank: the
+    rank's s / cp tokens (state passing keeps the local work, seed ledger Sec. 7.5), plus
+    the transition building and merge of state-passing CP
+    (`models.core.linear_attention.kcp_extra_forward_flops`), at the kind's
+    `LINEAR_ATTENTION_KERNEL_EFFICIENCY`."""
+    local_seq = max(1, ctx.seq_len // ctx.cp)
+    flop = (linear_attention_core_forward_flops(spec, seq_len=local_seq)
+            * ctx.micro_batch_size / ctx.tp)
+    flop += ctx.micro_batch_size * kcp_extra_forward_flops(spec, tokens=local_seq, cp=ctx.cp,
+                                                           tp=ctx.tp)
+    forward = linear_attention_core_time_s(spec, flop, peak_flop_per_s=ctx.gpu.peak_flop_per_s(
+        DType.BF16), efficiency_scale=ctx.attention_efficiency_scale)
+    return forward, forward * LINEAR_ATTENTION_BACKWARD_FLOP_RATIO
+
+
+@lru_cache(maxsize=4096)
+def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext,
+                   window: int | None = None, linear: bool = False,
+                   chunk: int | None = None) -> LayerCompute:
+    gemms = linear_attention_gemms(spec, ctx) if linear else attention_gemms(spec, ctx)
+    if moe_layer:
+        gemms += moe_gemms(spec, ctx)
+    else:
+        gemms += mlp_gemms(spec, spec.ffn_hidden_size, tokens=ctx.tokens, split=ctx.tp,
+                           module=M.MLP)
+    times, module_s = _gemm_times(gemms, ctx)
+    attn_f, attn_b = (_linear_attention_core(spec, ctx) if linear
+                      else _attention_core(spec, ctx, window, chunk))
+    elementwise = {key: memory_bound_time_s(value, gpu=ctx.gpu)
+                   for key, value in _elementwise_bytes(spec, ctx, moe_layer=moe_layer).items()}
+    elem_b = {key: ELEMENTWISE_BACKWARD_RATIO * value for key, value in elementwise.items()}
+    if ctx.elementwise_fusion != ElementwiseFusion.FUSED:
+        for key, passes in _runtime_elementwise_bytes(spec, ctx).items():
+            if key in elementwise:
+                elementwise[key] = memory_bound_time_s(passes.forward, gpu=ctx.gpu)
+                elem_b[key] = memory_bound_time_s(passes.backward, gpu=ctx.gpu)
+    elem_f = sum(elementwise.values())
+    sync = moe_host_sync_s(spec, ctx) if moe_layer else 0.0
+    if moe_layer:
+        sync += moe_host_idle_s(spec, ctx, times.forward_s + attn_f + elem_f + sync)
+    times = times + OpTimes(forward_s=attn_f + elem_f + sync,
+                            backward_input_s=attn_b + sum(elem_b.values()))
+    module_s[M.CORE_ATTN] = attn_f
+    module_s[M.LAYERNORM] = elementwise["norms"]
+    module_s[M.MOE_ACT] = elementwise.get("moe_act", 0.0)
+    module_s[M.MLP] = module_s.get(M.MLP, 0.0) + elementwise.get("mlp_act", 0.0)
+    module_s[M.MOE] = (module_s.get(M.MOE, 0.0) + module_s.get(M.MOE_DOWN_PROJ, 0.0)
+                       + elementwise.get("moe_act", 0.0)
+                       + elementwise.get("permute", 0.0)
+                       + elementwise.get("router", 0.0)
+                       + elementwise.get("moe_quantize", 0.0) + sync)
+    module_s[M.SHARED_EXPERTS] = (module_s.get(M.SHARED_EXPERTS, 0.0)
+                                  + elementwise.get("shared_act", 0.0))
+    # torchtitan's per-op policy: every second matmul and every memory-bound op, forward.
+    module_s[M.OP_SAC] = elem_f + sum(
+        _shape_time(g, g.m, g.n, g.k, ctx) for g in op_sac_gemms(spec, ctx, moe_layer=moe_layer))
+    return LayerCompute(times=times, recompute_full_s=times.forward_s,
+                        recompute_module_s=module_s)
+
+
+def clear_compute_cache() -> None:
+    """Forget cached layer times (for calibration scripts that swap kernel profiles)."""
+    _layer_compute.cache_clear()
+    _head_compute.cache_clear()
+    _scaled_family_profile.cache_clear()
+
+
+def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
+    """Output projection (vocabulary-parallel) and the fp32 cross-entropy on the last stage:
+    one fused pass set (write, softmax read/write in fp32) or, unfused, the eager loss
+    passes of `RUNTIME_PASSES` (a .float() copy, log_softmax, and their backward); cached
+    per model and context, as `layer_compute`."""
+    return _head_compute(spec, ctx)
+
+
+@lru_cache(maxsize=4096)
+def _head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
+    gemm = [_Gemm(m=ctx.tokens, n=math.ceil(spec.vocab_size / ctx.tp), k=spec.hidden_size)]
+    times, _ = _gemm_times(gemm, ctx)
+    logits = ctx.tokens * spec.vocab_size / ctx.tp
+    if ctx.elementwise_fusion == ElementwiseFusion.FUSED:
+        loss = memory_bound_time_s(logits * 4 * 3, gpu=ctx.gpu)  # write, softmax read/write
+        return times + OpTimes(forward_s=loss, backward_input_s=loss)
+    passes = RUNTIME_PASSES[ctx.elementwise_fusion]["loss"]
+    return times + OpTimes(forward_s=memory_bound_time_s(logits * passes.forward, gpu=ctx.gpu),
+                           backward_input_s=memory_bound_time_s(logits * passes.backward,
+                                                                gpu=ctx.gpu))
+
+
+__all__ = [
+    "ELEMENTWISE_BACKWARD_RATIO",
+    "FP8_QUANTIZE_BYTES_PER_ELEMENT",
+    "ATTENTION_KEY_TILE",
+    "FLASH_BACKWARD_FLOP_RATIO",
+    "MATERIALIZED_BACKWARD_FLOP_RATIO",
+    "MOE_ELEMENTWISE_KEYS",
+    "ALLTOALL_LOCAL_SORT_PASSES",
+    "BLOCK_SCALED_QUANTIZE_LAUNCHES",
+    "CURRENT_SCALING_QUANTIZE_LAUNCHES",
+    "EXPERT_GEMMS_PER_FORWARD",
+    "MOE_HOST_ISSUE_S",
+    "MOE_HOST_LAUNCH_S",
+    "MOE_HOST_SYNC_KERNELS",
+    "MOE_PERMUTE_PASSES",
+    "ROUTER_BYTES_PER_SCORE",
+    "RUNTIME_PASSES",
+    "ComputeContext",
+    "LayerCompute",
+    "OpPasses",
+    "OpTimes",
+    "attention_gemms",
+    "clear_compute_cache",
+    "head_compute",
+    "layer_compute",
+    "linear_attention_gemms",
+    "mlp_gemms",
+    "moe_block_times",
+    "moe_gemms",
+    "expert_quantize_launches",
+    "moe_expert_launches",
+    "moe_host_idle_s",
+    "moe_host_issue_s",
+    "moe_host_sync_s",
+    "op_sac_gemms",
+    "routed_assignments",
+    "window_kernel_keys",
+    "window_loop_keys",
+    "window_work_fraction",
+]

@@ -1,0 +1,234 @@
+"""The classic flush schedules: GPipe, 1F1B and interleaved 1F1B, one traits record each.
+
+Owns: the per-rank op orders of these three schedules, their parameter rules, their closed
+forms and their records (`GPIPE`, `ONE_F_ONE_B`, `INTERLEAVED_1F1B`). Must not: check the
+parameters every schedule shares (the registry does) or time anything.
+"""
+
+import numpy as np
+
+from api_schemas.parallel import PipelineSchedule
+from models.core.pipeline.ops import (
+    OpKind,
+    PipelineProgram,
+    ProgramBuilder,
+    linear_placement,
+    looped_placement,
+)
+from models.core.pipeline.traits import (
+    FrameworkNames,
+    ScheduleTraits,
+    StagePlacement,
+    no_rule,
+    require,
+)
+
+_F, _BW = int(OpKind.F), int(OpKind.BW)
+
+
+def gpipe(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
+    """GPipe: every forward, then every fused backward in ascending micro-batch order.
+
+    Source: GPipe arXiv:1811.06965 Sec. 2.2; the ascending backward order is torch
+    `ScheduleGPipe`'s (descending gives the same makespan).
+    Legend: p=num_stages, m=num_micro_batches.
+    """
+    p, m = num_stages, num_micro_batches
+    builder = ProgramBuilder(linear_placement(num_ranks=p, num_micro_batches=m))
+    for d in range(p):
+        rows = builder.rank(d)
+        rows.extend((_F, j, d, -1, -1) for j in range(m))
+        rows.extend((_BW, j, d, -1, -1) for j in range(m))
+    return builder.build(schedule=PipelineSchedule.GPIPE, chunks_per_stage_unit=1)
+
+
+def one_f_one_b(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
+    """1F1B (PipeDream-Flush): p-1-d warm-up forwards, then F/BW pairs, then the drain.
+
+    Source: Megatron-LM arXiv:2104.04473 Sec. 2.2.1 (Fig. 4 top); warm-up count of
+    Megatron-LM `get_pp_rank_microbatches` (p - rank - 1).
+    Legend: p=num_stages, m=num_micro_batches, d=rank.
+    """
+    p, m = num_stages, num_micro_batches
+    builder = ProgramBuilder(linear_placement(num_ranks=p, num_micro_batches=m))
+    for d in range(p):
+        rows = builder.rank(d)
+        warmup = min(p - 1 - d, m)
+        rows.extend((_F, j, d, -1, -1) for j in range(warmup))
+        for k in range(m - warmup):
+            rows.append((_F, warmup + k, d, -1, -1))
+            rows.append((_BW, k, d, -1, -1))
+        rows.extend((_BW, k, d, -1, -1) for k in range(m - warmup, m))
+    return builder.build(schedule=PipelineSchedule.ONE_F_ONE_B, chunks_per_stage_unit=1)
+
+
+def interleaved_order(*, num_micro_batches: int, num_chunks: int,
+                      group_size: int) -> list[tuple[int, int]]:
+    """Megatron's forward table: (micro-batch, chunk) in groups of N micro-batches.
+
+    Within each group every micro-batch runs chunk 0, then chunk 1, ...; the last group
+    ends at m.
+
+    Source: Megatron-LM `get_schedule_table` (microbatch_group_size_per_vp_stage = N).
+    Legend: m=num_micro_batches, v=num_chunks, N=group_size.
+    """
+    m, v, n = num_micro_batches, num_chunks, group_size
+    table: list[tuple[int, int]] = []
+    for first in range(0, m, n):
+        last = min(first + n, m)
+        table.extend((j, c) for c in range(v) for j in range(first, last))
+    return table
+
+
+def interleaved(*, num_stages: int, num_micro_batches: int, num_chunks: int,
+                group_size: int) -> PipelineProgram:
+    """Interleaved 1F1B with v chunks per rank (looped placement, chunk c = stage c p + d).
+
+    Rank d runs w = min(2(p-1-d) + (v-1) N, v m) forwards of the forward table, then
+    alternates F(T[w+k]) and BW(Tb[k]), then drains; Tb is T with chunk c -> v-1-c.
+
+    Source: Megatron-LM arXiv:2104.04473 Sec. 2.2.2; warm-up of Megatron-LM
+    `get_pp_rank_microbatches` and order of `get_schedule_table`.
+    Legend: p=num_stages, m=num_micro_batches, v=num_chunks, N=group_size, d=rank.
+    """
+    p, m, v = num_stages, num_micro_batches, num_chunks
+    placement = looped_placement(num_ranks=p, num_chunks=v, num_micro_batches=m)
+    builder = ProgramBuilder(placement)
+    table = np.array(interleaved_order(num_micro_batches=m, num_chunks=v,
+                                       group_size=group_size), dtype=np.int64).reshape(-1, 2)
+    batches, chunks = table[:, 0], table[:, 1]
+    total = v * m
+    for d in range(p):
+        # Columns of the list: warm-up forwards, then F and BW alternating, then the drain.
+        warmup = min(2 * (p - 1 - d) + (v - 1) * group_size, total)
+        steady = total - warmup
+        forward_stage, backward_stage = chunks * p + d, (v - 1 - chunks) * p + d
+        kind = np.concatenate([np.full(warmup, _F), np.tile([_F, _BW], steady),
+                               np.full(warmup, _BW)])
+        micro_batch = np.concatenate([
+            batches[:warmup],
+            np.stack([batches[warmup:], batches[:steady]], axis=1).reshape(-1),
+            batches[steady:]])
+        stage = np.concatenate([
+            forward_stage[:warmup],
+            np.stack([forward_stage[warmup:], backward_stage[:steady]], axis=1).reshape(-1),
+            backward_stage[steady:]])
+        builder.set_rank_columns(d, kind, micro_batch, stage)
+    return builder.build(schedule=PipelineSchedule.INTERLEAVED_1F1B, chunks_per_stage_unit=v)
+
+
+def interleaved_group_size(*, num_stages: int, group_size: int | None) -> int:
+    """The interleaved micro-batch group N: the given value, or p (Megatron's default)."""
+    return num_stages if group_size is None else group_size
+
+
+def _at_least_p_micro_batches(p: int, m: int, _v: int, _n: int | None) -> None:
+    """torch `Schedule1F1B` refuses fewer micro-batches than ranks (m < p)."""
+    require(m >= p, "num_micro_batches", m,
+            f"this schedule needs at least as many micro-batches as ranks: use "
+            f"num_micro_batches >= num_stages={p}")
+
+
+def _interleaved_rule(p: int, m: int, v: int, group_size: int | None) -> None:
+    """Megatron-LM `get_schedule_table` groups micro-batches by N (default p) and refuses
+    N < p, N > m and a last group of size 0 < m mod N < p (dependency bubbles). One group
+    of all m < p micro-batches (N = m) is the exception: Llama 3's schedule runs "fewer
+    micro-batches than the number of stages" (arXiv:2407.21783 Sec. 3.3.2), as torch's
+    flexible `ScheduleInterleaved1F1B` does with one round (N = m // max(1, m // p) = m)."""
+    require(v >= 2, "num_chunks", v,
+            "schedule='interleaved_1f1b' needs num_chunks >= 2 (with one chunk use '1f1b')")
+    require(p >= 2, "num_stages", p,
+            "schedule='interleaved_1f1b' needs num_stages >= 2 (one rank has no pipeline)")
+    n = interleaved_group_size(num_stages=p, group_size=group_size)
+    if n == m < p:
+        return
+    require(n >= p, "group_size", n,
+            f"the micro-batch group must hold at least num_stages={p} micro-batches "
+            f"(or all of them when fewer, group_size = num_micro_batches): use group_size "
+            f">= {p}")
+    require(n <= m, "num_micro_batches", m,
+            f"interleaving with micro-batch group size {n} needs num_micro_batches >= {n}: "
+            f"raise num_micro_batches to a multiple of {n}"
+            + (f", or set group_size={m} to run all {m} in one group" if m < p else ""))
+    tail = m % n
+    require(tail == 0 or tail >= p, "num_micro_batches", m,
+            f"the last micro-batch group would hold {tail} < num_stages={p} micro-batches "
+            f"(dependency bubbles): use a multiple of {n}, e.g. {m - tail} or {m - tail + n}")
+
+
+def _flush_bubble(p: int, _m: int, f: float, b: float, w: float,
+                  _pair: float) -> tuple[float, float]:
+    """(p-1)(F+B+W) in chunk costs, idle and span alike (arXiv:2104.04473 Sec. 2.2)."""
+    idle = (p - 1) * (f + b + w)
+    return idle, idle
+
+
+def _interleaved_bubble(p: int, m: int, f: float, b: float, w: float,
+                        pair: float) -> tuple[float, float] | None:
+    """The flush bubble where a group fills the pipeline (m >= p); with one group of m < p
+    micro-batches a chunk waits for its predecessor's last rank (dependency bubbles), so
+    there is no closed form: None (the order is simulated)."""
+    return None if m < p else _flush_bubble(p, m, f, b, w, pair)
+
+
+def _interleaved_peak(p: int, m: int, v: int, d: int, n: int | None) -> int:
+    """min(v m, 2(p-1-d) + (v-1) N + 1): the warm-up of `get_pp_rank_microbatches` plus the
+    first steady forward (also for one group of m < p micro-batches, N = m: torch
+    `_get_warmup_ops` with one round)."""
+    return min(v * m, 2 * (p - 1 - d) + (v - 1) * interleaved_group_size(
+        num_stages=p, group_size=n) + 1)
+
+
+_GPIPE_MEGATRON = (
+    "schedule 'gpipe': Megatron-LM core_v0.14.0 has no GPipe schedule and runs "
+    "non-interleaved 1F1B instead: same bubble, but at most pp micro-batches in flight "
+    "instead of all of them, so activation memory is lower than planned")
+
+GPIPE = ScheduleTraits(
+    schedule=PipelineSchedule.GPIPE, placement=StagePlacement.LINEAR, fixed_chunks=1,
+    weight_copies=1, split_backward=False, overlapped_pairs=False, takes_group_size=False,
+    generator=lambda p, m, _v, _n: gpipe(num_stages=p, num_micro_batches=m),
+    rule=no_rule, peak_form=lambda _p, m, _v, _d, _n: m, peak_until_b_form=None,
+    bubble_form=_flush_bubble,
+    exports=FrameworkNames(megatron_native=False, megatron_note=_GPIPE_MEGATRON,
+                           torchtitan="GPipe", torchtitan_note="", torchtitan_fallback="",
+                           deepspeed_native=False),
+    source="GPipe arXiv:1811.06965 Sec. 2.2 (all m micro-batches stored)",
+    forwards_before_backwards=True)
+
+ONE_F_ONE_B = ScheduleTraits(
+    schedule=PipelineSchedule.ONE_F_ONE_B, placement=StagePlacement.LINEAR, fixed_chunks=1,
+    weight_copies=1, split_backward=False, overlapped_pairs=False, takes_group_size=False,
+    generator=lambda p, m, _v, _n: one_f_one_b(num_stages=p, num_micro_batches=m),
+    rule=_at_least_p_micro_batches, peak_form=lambda p, m, _v, d, _n: min(p - d, m),
+    peak_until_b_form=None, bubble_form=_flush_bubble,
+    exports=FrameworkNames(megatron_native=True, megatron_note="", torchtitan="1F1B",
+                           torchtitan_note="", torchtitan_fallback="",
+                           deepspeed_native=True),
+    source="Megatron-LM arXiv:2104.04473 Sec. 2.2.1 (1F1B keeps at most p - d in flight)")
+
+INTERLEAVED_1F1B = ScheduleTraits(
+    schedule=PipelineSchedule.INTERLEAVED_1F1B, placement=StagePlacement.LOOPED,
+    fixed_chunks=None, weight_copies=1, split_backward=False, overlapped_pairs=False,
+    takes_group_size=True,
+    generator=lambda p, m, v, n: interleaved(
+        num_stages=p, num_micro_batches=m, num_chunks=v,
+        group_size=interleaved_group_size(num_stages=p, group_size=n)),
+    rule=_interleaved_rule, peak_form=_interleaved_peak, peak_until_b_form=None,
+    bubble_form=_interleaved_bubble,
+    exports=FrameworkNames(megatron_native=True, megatron_note="",
+                           torchtitan="Interleaved1F1B", torchtitan_note="",
+                           torchtitan_fallback="", deepspeed_native=False),
+    source="Megatron-LM arXiv:2104.04473 Sec. 2.2.2; `get_pp_rank_microbatches`")
+
+
+__all__ = [
+    "GPIPE",
+    "INTERLEAVED_1F1B",
+    "ONE_F_ONE_B",
+    "gpipe",
+    "interleaved",
+    "interleaved_group_size",
+    "interleaved_order",
+    "one_f_one_b",
+]

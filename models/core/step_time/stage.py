@@ -1,0 +1,535 @@
+"""One pipeline rank's per-micro-batch work: compute, recomputation, exposed communication
+and host-transfer stalls, folded into the F, B and W of each of its chunks.
+
+Owns: `StageTime` and `stage_time` (layer compute from `models.core.compute`, exposure from
+`models.core.step_time.exposure`), the head and MTP modules on the chunk that ends the model,
+the recompute mode of each held layer, and the offload stall. Invariant: the F + B + W of
+the chunks equals compute + recompute + exposed communication + stalls + FP8 casts, term by
+term.
+Must not: simulate the pipeline or add per-step terms (`models.core.step_time.assembly`).
+"""
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+
+from api_schemas.architecture import ModelSpec
+from api_schemas.dtypes import DType
+from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode, RecomputeModule
+from api_schemas.training import TrainingSpec
+from models.catalog.kernels import memory_bound_time_s
+from models.core.activations import LayerActivationContext, layer_activation_bytes
+from models.core.collectives import Fabric
+from models.core.collectives.fabric import host_link_bandwidth
+from models.core.compute import (
+    ComputeContext,
+    LayerCompute,
+    OpTimes,
+    clear_compute_cache,
+    head_compute,
+    layer_compute,
+)
+from models.core.layout import StageLayout
+from models.core.memory import layer_stored_bytes_cap, stage_activation_components
+from models.core.pipeline import StagePlacement, schedule_traits
+from models.core.runtime_features import dispatcher
+from models.core.step_time.exposure import (
+    LayerComm,
+    ep_overlapped,
+    layer_comm,
+    zero3_exposed_s,
+    zero3_layer_copy_s,
+)
+from models.core.step_time.groups import AxisGroups
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageTime:
+    """One pipeline rank's per-micro-batch work (over all its chunks)."""
+
+    stage: int
+    chunk_times: tuple[OpTimes, ...]
+    """F, B (with recomputation and exposed collectives), W per chunk, per micro-batch."""
+    compute_s: float
+    recompute_s: float
+    exposed_comm_s: dict[str, float]
+    offload_stall_s: float
+    fp8_cast_s: float = 0.0
+    """Quantising stored activations to FP8 in forward and back in backward."""
+    zero3_copy_s: float = 0.0
+    """FSDP2's copy kernels around each ZeRO-3 unit's collectives
+    (`models.core.step_time.exposure.zero3_copy_s`)."""
+
+
+def layer_mode(parallel: ParallelConfig, stage: int, position: int) -> RecomputeMode:
+    """Recompute mode of the `position`-th layer held by pipeline rank `stage`."""
+    return _mode(parallel.policy_of(stage).recompute, position)
+
+
+def compute_context(training: TrainingSpec, parallel: ParallelConfig,
+                    cluster: ClusterSpec) -> ComputeContext:
+    """The kernel-timing context of a configuration (the cluster's calibration profile, if
+    any, scales the GEMM efficiency, `models.catalog.kernels.calibrated_profile`, and may set the
+    MoE layer's fixed host issue time, `models.core.compute.moe_host_issue_s`)."""
+    calibration = cluster.calibration
+    scale = calibration.gemm_efficiency_scale if calibration is not None else 1.0
+    attention = calibration.attention_efficiency_scale if calibration is not None else 1.0
+    return ComputeContext(
+        gpu=cluster.gpu, seq_len=training.sequence_length,
+        micro_batch_size=parallel.micro_batch_size, tp=parallel.tp, cp=parallel.cp,
+        ep=parallel.ep, etp=parallel.etp, sequence_parallel=parallel.sequence_parallel,
+        compute_dtype=training.compute_dtype, flash_attention=training.flash_attention,
+        dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance,
+        moe_dispatcher=dispatcher(training),
+        elementwise_fusion=training.elementwise_fusion, gemm_efficiency_scale=scale,
+        attention_efficiency_scale=attention,
+        moe_host_issue_s=calibration.moe_host_issue_s if calibration is not None else None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _LayerTerms:
+    """One layer's per-micro-batch contribution under one recompute mode."""
+
+    op: OpTimes
+    compute_s: float
+    recompute_s: float
+    cast_s: float
+    copy_s: float
+    exposed_s: dict[str, float]
+
+
+def _mode(policy: RecomputeMode | FullLayers, position: int) -> RecomputeMode:
+    if isinstance(policy, FullLayers):
+        return RecomputeMode.FULL if position < policy.full_layers else RecomputeMode(
+            policy.others)
+    return policy
+
+
+def _layer_terms(lc: LayerCompute, comm: LayerComm, zero3: tuple[float, float],
+                 copies: tuple[float, float], *, mode: RecomputeMode, cast: float,
+                 modules: tuple[RecomputeModule, ...]) -> _LayerTerms:
+    """F/B/W and the booked terms of one layer: full recomputation repeats its forward
+    compute (recompute) and forward collectives (under their axis); FP8 casts split
+    between forward (quantise) and backward (dequantise); ZeRO-3 copy kernels on the
+    forward and backward of the unit."""
+    zero3_f, zero3_b = zero3
+    copy_f, copy_b = copies
+    recompute = 0.0
+    recompute_comm: dict[str, float] = {}
+    if mode == RecomputeMode.FULL:
+        recompute, recompute_comm = lc.recompute_full_s, comm.recompute_s
+    elif mode == RecomputeMode.SELECTIVE:
+        recompute = lc.recompute_s(modules)
+    exposed: dict[str, float] = {}
+    for part in (comm.forward_s, comm.backward_s, recompute_comm):
+        for axis, t in part.items():
+            exposed[axis] = exposed.get(axis, 0.0) + t
+    if zero3_f or zero3_b:
+        exposed["dp"] = exposed.get("dp", 0.0) + zero3_f + zero3_b
+    op = lc.times + OpTimes(
+        forward_s=sum(comm.forward_s.values()) + zero3_f + cast / 2 + copy_f,
+        backward_input_s=(sum(comm.backward_s.values()) + recompute
+                          + sum(recompute_comm.values()) + zero3_b + cast / 2 + copy_b))
+    return _LayerTerms(op=op, compute_s=lc.times.total_s, recompute_s=recompute, cast_s=cast,
+                       copy_s=copy_f + copy_b, exposed_s=exposed)
+
+
+_LayerParts = tuple[LayerCompute, LayerComm, tuple[float, float], tuple[float, float]]
+"""One layer's compute, exposed collectives, exposed ZeRO-3 traffic and ZeRO-3 copy kernels
+(forward, backward; no policy)."""
+
+_UNREAD_FIELDS = frozenset({"recompute", "recompute_modules", "fp8_activations",
+                            "activation_offload_frac", "stage_policies", "layers_per_stage",
+                            "layers_per_virtual_stage", "vpp", "microbatch_group_size",
+                            "num_micro_batches", "schedule"})
+_MESH_FIELDS = tuple(name for name in ParallelConfig.model_fields if name not in _UNREAD_FIELDS)
+"""The configuration fields a layer's parts may read: all but the activation policy, the
+layer split and the schedule's shape (the parts are computed per layer and micro-batch,
+without a policy); of the schedule, only whether it hides expert all-to-alls
+(`ep_overlapped`)."""
+
+TimingKind = tuple[bool, bool, int | None, int | None]
+"""What sets a layer's times apart from another's of the same model (`timing_kind`)."""
+
+
+def timing_kind(spec: ModelSpec, index: int) -> TimingKind:
+    """Layer `index`'s MoE-ness, linear or full attention, attention window and attention
+    chunk: two layers of a model that agree on these take the same compute, collectives and
+    ZeRO-3 traffic under one configuration (their weights and attention cost are alike), so
+    `stage_time` times each such kind once per rank, `layer_parts` keys its memo on it, and
+    ranks whose chunks hold the same sequence of kinds share their stage times. MoE-ness
+    alone is not enough: gpt-oss and Gemma 2 alternate sliding-window and full attention,
+    Kimi Linear interleaves linear and full attention, Llama 4 chunked and global
+    attention, within one MoE kind."""
+    return (spec.is_moe_layer(index), spec.is_linear_attention_layer(index),
+            spec.attention_window(index), spec.attention_chunk(index))
+
+
+@lru_cache(maxsize=256)
+def kind_layers(spec: ModelSpec) -> tuple[tuple[TimingKind, int, int], ...]:
+    """Each timing kind of the model's layers (`timing_kind`) with its first layer and how
+    many layers share it, in the order of first appearance: what a bound that times one
+    layer per kind multiplies it by."""
+    first: dict[TimingKind, int] = {}
+    count: dict[TimingKind, int] = {}
+    for index in range(spec.num_layers):
+        kind = timing_kind(spec, index)
+        first.setdefault(kind, index)
+        count[kind] = count.get(kind, 0) + 1
+    return tuple((kind, first[kind], count[kind]) for kind in first)
+
+
+_LAYER_PARTS: dict[tuple[object, ...], dict[tuple[object, ...], _LayerParts]] = {}
+_LAYER_PARTS_SIZE = 64
+"""(model, recipe, cluster) triples whose layer parts are kept."""
+_LAYER_PARTS_ENTRIES = 65536
+"""Layer parts kept per triple before its memo starts over."""
+
+
+def layer_parts_memo(spec: ModelSpec, training: TrainingSpec,
+                     cluster: ClusterSpec) -> dict[tuple[object, ...], _LayerParts]:
+    """The memo of `layer_parts` for one model, recipe and cluster (created on first use)."""
+    key = (spec, training, cluster)
+    memo = _LAYER_PARTS.get(key)
+    if memo is None:
+        if len(_LAYER_PARTS) >= _LAYER_PARTS_SIZE:
+            _LAYER_PARTS.clear()
+        memo = _LAYER_PARTS[key] = {}
+    return memo
+
+
+def layer_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                cluster: ClusterSpec, index: int, *, fabric: Fabric, groups: AxisGroups,
+                memo: dict[tuple[object, ...], _LayerParts] | None = None) -> _LayerParts:
+    """Layer `index`'s compute (`models.core.compute.layer_compute`), exposed collectives
+    (`layer_comm`), exposed ZeRO-3 traffic (`zero3_exposed_s`) and ZeRO-3 copy kernels
+    (`zero3_layer_copy_s`) under `parallel`, none of which reads the activation policy or the
+    layer split; `fabric` and `groups` are the cluster's and the configuration's. With `memo`
+    (`layer_parts_memo` of these inputs) the parts are computed once per layer kind (MoE or
+    not, linear or full attention: the layer's weights differ), attention window and the
+    configuration's other fields, the inputs they are functions of."""
+    key: tuple[object, ...] | None = None
+    if memo is not None:
+        key = (timing_kind(spec, index), ep_overlapped(parallel, training),
+               *(getattr(parallel, name) for name in _MESH_FIELDS))
+        found = memo.get(key)
+        if found is not None:
+            return found
+    ctx = compute_context(training, parallel, cluster)
+    lc = layer_compute(spec, index, ctx)
+    comm = layer_comm(spec, index, training=training, parallel=parallel, groups=groups,
+                      fabric=fabric, compute=lc,
+                      attention_forward_s=lc.recompute_module_s.get(RecomputeModule.CORE_ATTN,
+                                                                    0.0))
+    zero3 = zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc)
+    copies = zero3_layer_copy_s(spec, index, training, parallel, cluster.gpu)
+    parts = (lc, comm, zero3, copies)
+    if memo is not None and key is not None:
+        if len(memo) >= _LAYER_PARTS_ENTRIES:
+            memo.clear()
+        memo[key] = parts
+    return parts
+
+
+KindCount = tuple[TimingKind, RecomputeMode, int, int]
+"""A timing kind, the recompute mode of some of a chunk's layers of that kind, how many they
+are, and the first layer of that kind the rank holds (the one it is timed by)."""
+
+
+@lru_cache(maxsize=16384)
+def _chunk_kind_counts(chunks: tuple[tuple[int, ...], ...],
+                       kinds: tuple[tuple[TimingKind, ...], ...],
+                       recompute: RecomputeMode | FullLayers) -> tuple[tuple[KindCount, ...], ...]:
+    """Per chunk of a rank, its layers counted by (timing kind, recompute mode) in order of
+    first appearance, each with the rank's first layer of that kind: what `stage_time`
+    multiplies each kind's times by. The first k layers of the rank are the fully
+    recomputed ones under FullLayers(k)."""
+    first: dict[TimingKind, int] = {}
+    out = []
+    position = 0
+    for chunk, chunk_kinds in zip(chunks, kinds, strict=True):
+        counts: dict[tuple[TimingKind, RecomputeMode], int] = {}
+        for index, kind in zip(chunk, chunk_kinds, strict=True):
+            first.setdefault(kind, index)
+            mode = _mode(recompute, position)
+            position += 1
+            counts[kind, mode] = counts.get((kind, mode), 0) + 1
+        out.append(tuple((kind, mode, count, first[kind])
+                         for (kind, mode), count in counts.items()))
+    return tuple(out)
+
+
+def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+               cluster: ClusterSpec, layout: StageLayout, *, num_micro_batches: int,
+               fabric: Fabric, groups: AxisGroups,
+               layer_memo: dict[tuple[object, ...], _LayerParts] | None = None,
+               kinds: tuple[tuple[TimingKind, ...], ...] | None = None) -> StageTime:
+    """Per-micro-batch F/B/W of every chunk of one pipeline rank, with recomputation,
+    exposed collectives, ZeRO-3 gathers and offload stalls folded in (`layer_memo`: as
+    `layer_parts`'; `kinds`: the layout's `chunk_timing_kinds`, computed when not given).
+
+    Full recomputation repeats the layer's forward compute (booked as recompute) and its
+    forward collectives (booked under their axis, once per repetition)."""
+    ctx = compute_context(training, parallel, cluster)
+    policy = parallel.policy_of(layout.rank)
+    if kinds is None:
+        kinds = chunk_timing_kinds(spec, layout.chunks)
+    # Layers of one timing kind (`timing_kind`) take the same time: each kind is timed
+    # once, by the first layer of it the rank holds.
+    cache: dict[TimingKind, tuple[LayerCompute, LayerComm, tuple[float, float],
+                                  tuple[float, float]]] = {}
+    terms: dict[tuple[TimingKind, RecomputeMode], _LayerTerms] = {}
+    chunk_times: list[OpTimes] = []
+    compute_total = recompute_total = cast_total = copy_total = 0.0
+    exposed: dict[str, float] = {}
+    chunk_counts = _chunk_kind_counts(layout.chunks, kinds, policy.recompute)
+    for chunk_index, counts in enumerate(chunk_counts):
+        chunk_op = OpTimes()
+        for kind, mode, count, first in counts:
+            if kind not in cache:
+                cache[kind] = layer_parts(spec, training, parallel, cluster, first,
+                                          fabric=fabric, groups=groups, memo=layer_memo)
+            if (kind, mode) not in terms:
+                cast = (fp8_cast_s(spec, first, training, parallel, cluster, mode,
+                                   policy.recompute_modules) if policy.fp8_activations else 0.0)
+                terms[kind, mode] = _layer_terms(*cache[kind], mode=mode, cast=cast,
+                                                 modules=policy.recompute_modules)
+            t = terms[kind, mode]
+            chunk_op = chunk_op + OpTimes(forward_s=count * t.op.forward_s,
+                                          backward_input_s=count * t.op.backward_input_s,
+                                          backward_weight_s=count * t.op.backward_weight_s)
+            compute_total += count * t.compute_s
+            recompute_total += count * t.recompute_s
+            cast_total += count * t.cast_s
+            copy_total += count * t.copy_s
+            for axis, value in t.exposed_s.items():
+                exposed[axis] = exposed.get(axis, 0.0) + count * value
+        if chunk_index == len(layout.chunks) - 1 or schedule_traits(
+                parallel.schedule).placement == StagePlacement.V_SHAPE:
+            extra = _head_times(spec, ctx, layout, chunk_index, parallel)
+            chunk_op = chunk_op + extra
+            compute_total += extra.total_s
+        chunk_times.append(chunk_op)
+    stall = _offload_stall(spec, training, parallel, layout, cluster, num_micro_batches,
+                           chunk_times)
+    if stall:
+        chunk_times = [t + OpTimes(backward_input_s=stall / len(chunk_times))
+                       for t in chunk_times]
+    return StageTime(stage=layout.rank, chunk_times=tuple(chunk_times), compute_s=compute_total,
+                     recompute_s=recompute_total, exposed_comm_s=exposed,
+                     offload_stall_s=stall, fp8_cast_s=cast_total,
+                     zero3_copy_s=copy_total)
+
+
+def fp8_cast_s(spec: ModelSpec, index: int, training: TrainingSpec, parallel: ParallelConfig,
+               cluster: ClusterSpec, mode: RecomputeMode,
+               modules: tuple[RecomputeModule, ...]) -> float:
+    """Per-micro-batch time of storing one layer's activations in FP8: a memory-bound
+    quantise (read 2 bytes, write 1 per element) in forward and dequantise (read 1, write
+    2) in backward, over the elements the FP8 storage narrows.
+
+    Source: Kimi K2 (arXiv:2507.20534) Sec. 2.4.2 stores MoE up-projection and SwiGLU
+    inputs in FP8 tiles; the casts are elementwise kernels bound by HBM bandwidth
+    (`models.catalog.kernels.memory_bound_time_s`). The narrowed elements are the bytes
+    `models.core.activations` saves (one byte per element from 16 to 8 bits).
+    Assumes: under FP8 compute the GEMM inputs are cast for the GEMMs anyway, so storage
+    adds no cast.
+    """
+    if training.compute_dtype == DType.FP8:
+        return 0.0
+    base = _cast_context(training, parallel)
+    wide = layer_activation_bytes(spec, index, base)
+    narrow = layer_activation_bytes(spec, index, dataclasses.replace(base, fp8_storage=True))
+    elements = max(0, wide.stored_bytes(mode, modules) - narrow.stored_bytes(mode, modules))
+    return memory_bound_time_s(2 * 3 * elements, gpu=cluster.gpu)
+
+
+def _cast_context(training: TrainingSpec, parallel: ParallelConfig) -> LayerActivationContext:
+    """The 16-bit activation context `fp8_cast_s` narrows."""
+    return LayerActivationContext(
+        seq_len=training.sequence_length, micro_batch_size=parallel.micro_batch_size,
+        tp=parallel.tp, cp=parallel.cp, etp=parallel.etp,
+        sequence_parallel=parallel.sequence_parallel, dropout=training.dropout,
+        flash_attention=training.flash_attention,
+        moe_load_imbalance=training.moe_load_imbalance,
+        moe_keep_expert_outputs=training.moe_keep_expert_outputs)
+
+
+def _fp8_cast_cap_s(spec: ModelSpec, index: int, training: TrainingSpec,
+                    parallel: ParallelConfig, cluster: ClusterSpec) -> float:
+    """An upper bound of `fp8_cast_s` of layer `index` under any mode and module set: the
+    narrowed elements are at most the bytes the 16-bit layer could store (every tensor, or
+    its input alone)."""
+    if training.compute_dtype == DType.FP8:
+        return 0.0
+    wide = layer_activation_bytes(spec, index, _cast_context(training, parallel))
+    elements = max(sum(t.bytes for t in wide.tensors), wide.input_bytes)
+    return memory_bound_time_s(2 * 3 * elements, gpu=cluster.gpu)
+
+
+def window_caps_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                  cluster: ClusterSpec, layout: StageLayout, plain: StageTime, *,
+                  fabric: Fabric, groups: AxisGroups,
+                  max_offload: float = 1.0,
+                  layer_caps: dict[TimingKind, tuple[float, float, int]] | None = None
+                  ) -> tuple[float, float, float]:
+    """Upper bounds of one rank's per-micro-batch forward time, backward (input and weight)
+    time without the offload stall, and offload stall, summed over its chunks, under any
+    activation policy on this mesh and ZeRO stage that offloads at most `max_offload`, from
+    its times without one (`plain`: no recomputation, FP8 storage or offload).
+
+    Only three terms of `stage_time` depend on the policy, each bounded per layer: the
+    recomputation (full: the forward and its collectives again; selective: a subset of the
+    modules, at most all of them), the FP8 casts (`_fp8_cast_cap_s`, half in forward, half
+    in backward) and the offload stall, at most the whole host transfer of a micro-batch
+    (`_offload_stall`: stored bytes over the peak in-flight units are at most the largest
+    chunk's bytes, `models.core.memory.layer_stored_bytes_cap` per layer). `layer_caps` keeps
+    the per-layer-kind caps for other ranks of the same configuration."""
+    if plain.recompute_s or plain.offload_stall_s or plain.fp8_cast_s:
+        raise ValueError("window caps start from a rank's times without a policy")
+    forward = sum(t.forward_s for t in plain.chunk_times)
+    backward = sum(t.backward_input_s + t.backward_weight_s for t in plain.chunk_times)
+    extra = {} if layer_caps is None else layer_caps
+    largest_chunk = 0
+    for chunk in layout.chunks:
+        chunk_bytes = 0
+        for index in chunk:
+            kind = timing_kind(spec, index)
+            if kind not in extra:
+                lc, comm, _, _ = layer_parts(spec, training, parallel, cluster, index,
+                                             fabric=fabric, groups=groups,
+                                             memo=layer_parts_memo(spec, training, cluster))
+                recompute = max(lc.recompute_full_s + sum(comm.recompute_s.values()),
+                                sum(lc.recompute_module_s.values()))
+                extra[kind] = (recompute,
+                               _fp8_cast_cap_s(spec, index, training, parallel, cluster),
+                               layer_stored_bytes_cap(spec, index, training, parallel))
+            recompute, cast, stored = extra[kind]
+            forward += cast / 2
+            backward += recompute + cast / 2
+            chunk_bytes += stored
+        largest_chunk = max(largest_chunk, chunk_bytes)
+    if max_offload <= 0:
+        return forward, backward, 0.0
+    offloaded = largest_chunk * min(1.0, max_offload) + 1  # the ledger rounds bytes up
+    return forward, backward, 2 * offloaded * len(layout.chunks) / host_link_bandwidth(cluster)
+
+
+def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk_index: int,
+                parallel: ParallelConfig) -> OpTimes:
+    """Output head (and MTP modules) on the chunk that ends the model on this rank."""
+    if layout.num_heads == 0:
+        return OpTimes()
+    v_shaped = schedule_traits(parallel.schedule).placement == StagePlacement.V_SHAPE
+    ends_here = chunk_index == (1 if v_shaped else len(layout.chunks) - 1)
+    if not ends_here:
+        return OpTimes()
+    times = head_compute(spec, ctx)
+    for _ in range(layout.num_mtp_modules // max(1, layout.num_heads)):
+        mtp = layer_compute(spec, spec.num_layers - 1, ctx).times
+        times = times + mtp + head_compute(spec, ctx)
+    return times
+
+
+def _offload_stall(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                   layout: StageLayout, cluster: ClusterSpec, num_micro_batches: int,
+                   chunk_times: list[OpTimes]) -> float:
+    """Per-micro-batch PCIe time of offloaded activations not hidden behind compute."""
+    policy = parallel.policy_of(layout.rank)
+    if policy.offload_frac <= 0:
+        return 0.0
+    _, host, peak = stage_activation_components(spec, training, parallel, layout,
+                                                num_micro_batches=num_micro_batches)
+    per_micro_batch = sum(c.bytes for c in host) / max(1, peak) * len(layout.chunks)
+    transfer = 2 * per_micro_batch / host_link_bandwidth(cluster)
+    hidden = sum(t.forward_s + t.backward_input_s for t in chunk_times)
+    return max(0.0, transfer - hidden)
+
+
+def stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> tuple[object, ...]:
+    """Stages with the same layer kinds per chunk, extras and policy take the same time
+    (offload stalls depend on the rank's in-flight count, so they keep the rank)."""
+    return _stage_key(chunk_timing_kinds(spec, layout.chunks), parallel, layout)
+
+
+@lru_cache(maxsize=16384)
+def chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
+                        ) -> tuple[tuple[TimingKind, ...], ...]:
+    """`timing_kind` of every layer of each chunk (shared by the configurations that place
+    the same layers on a rank)."""
+    return tuple(tuple(timing_kind(spec, i) for i in chunk) for chunk in chunks)
+
+
+def _stage_key(kinds: tuple[tuple[TimingKind, ...], ...], parallel: ParallelConfig,
+               layout: StageLayout) -> tuple[object, ...]:
+    policy = parallel.policy_of(layout.rank)
+    rank = layout.rank if policy.offload_frac > 0 else -1
+    return (kinds, layout.num_embeddings, layout.num_heads, layout.num_mtp_modules, policy, rank)
+
+
+@dataclass(slots=True)
+class _Bucket:
+    """The memoised stages of one (model, recipe, cluster, configuration, micro-batches)."""
+
+    kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[TimingKind, ...], ...]]
+    """Layer timing kinds (`timing_kind`) of each chunk tuple (the model is fixed in a
+    bucket)."""
+    stages: dict[tuple[object, ...], StageTime]
+    """By `stage_key`, with the rank's own stage number: per (key, rank)."""
+
+
+_STAGE_TIMES: dict[tuple[object, ...], _Bucket] = {}
+_STAGE_TIMES_SIZE = 2048
+"""Configurations kept (each with its distinct stages)."""
+
+
+def clear_step_time_cache() -> None:
+    """Forget memoised stage times and cached layer times, for scripts that change a kernel
+    profile or a calibrated constant between estimates (the memo's key holds the inputs of
+    an estimate, not the module constants it reads)."""
+    _STAGE_TIMES.clear()
+    _LAYER_PARTS.clear()
+    clear_compute_cache()
+
+
+def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
+                groups: AxisGroups) -> list[StageTime]:
+    """Every rank's per-micro-batch times, computed once per distinct stage (`stage_key`)
+    and memoised across calls by the inputs they are a function of (model, recipe, cluster,
+    configuration, micro-batches; fabric and groups follow from the cluster and the
+    configuration): the search asks for the same configuration's stages in its bounds and
+    again in its estimate."""
+    base = (spec, training, cluster, parallel, m)
+    bucket = _STAGE_TIMES.get(base)
+    if bucket is None:
+        if len(_STAGE_TIMES) >= _STAGE_TIMES_SIZE:
+            _STAGE_TIMES.clear()
+        bucket = _STAGE_TIMES[base] = _Bucket(kinds={}, stages={})
+    layer_memo: dict[tuple[object, ...], _LayerParts] | None = None
+    stages = []
+    for layout in layouts:
+        kinds = bucket.kinds.get(layout.chunks)
+        if kinds is None:
+            kinds = bucket.kinds[layout.chunks] = chunk_timing_kinds(spec, layout.chunks)
+        key = _stage_key(kinds, parallel, layout)
+        found = bucket.stages.get((key, layout.rank))
+        if found is None:
+            shared = bucket.stages.get((key, None))
+            if shared is None:
+                if layer_memo is None:
+                    layer_memo = layer_parts_memo(spec, training, cluster)
+                shared = bucket.stages[key, None] = stage_time(
+                    spec, training, parallel, cluster, layout, num_micro_batches=m,
+                    fabric=fabric, groups=groups, layer_memo=layer_memo, kinds=kinds)
+            found = (shared if shared.stage == layout.rank
+                     else dataclasses.replace(shared, stage=layout.rank))
+            bucket.stages[key, layout.rank] = found
+        stages.append(found)
+    return stages
+
+
+__all__ = ["StageTime", "clear_step_time_cache", "compute_context", "fp8_cast_s", "layer_mode",
+           "layer_parts", "layer_parts_memo", "stage_key", "stage_time", "stage_times",
+           "TimingKind", "chunk_timing_kinds", "kind_layers", "timing_kind", "window_caps_s"]

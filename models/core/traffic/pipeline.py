@@ -1,0 +1,130 @@
+"""Pipeline-parallel traffic: activations and their gradients between adjacent stages.
+
+Owns: the P2P sends of one stage per step (forward activations, backward gradients) for
+1F1B-style, interleaved, V-shaped and DualPipe placements, Megatron 2021's scatter/gather
+optimisation, and the tied-embedding gradient all-reduce between the first and last stage.
+Must not: simulate the schedule (the pipeline simulator owns the timeline and the bubble).
+"""
+
+
+from models.core.collectives import Collective
+from models.core.mesh import AxisPlacement, GroupKind
+from models.core.pipeline import StagePlacement, schedule_traits
+from models.core.traffic.context import StepContext, group_placement
+from models.core.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
+from models.core.traffic.weights import word_embedding_ranks
+
+
+def pp_message_bytes(ctx: StepContext) -> int:
+    """Bytes of one activation (or gradient) crossing a stage boundary.
+
+    Source: Megatron-LM 2021 (arXiv:2104.04473) Sec. 3.2: b*s*h per micro-batch between
+    consecutive stages; Sec. 4.1: with the scatter/gather optimisation each of the t TP
+    ranks sends b*s*h/t and the receivers all-gather over NVLink; with sequence parallelism
+    the boundary tensor is already sequence-sharded, b*s*h/t (Korthikanti et al. 2022,
+    arXiv:2205.05198, Sec. 4.2.2).
+    Legend: b = micro_batch_size, s = sequence_length / cp, h = hidden_size, t = tp.
+    """
+    full = ctx.tokens_per_rank * ctx.model.hidden_size * ctx.activation_bytes
+    sharded = ctx.parallel.sequence_parallel or ctx.pp_scatter_gather
+    return -(-full // ctx.parallel.tp) if sharded else full
+
+
+def sends_per_step(ctx: StepContext) -> tuple[int, int]:
+    """(forward sends, backward sends) of this stage's rank in one step.
+
+    A rank sends one activation per micro-batch for each of its model chunks that is not the
+    model's last, and one gradient for each chunk that is not the first.
+    Source: Megatron-LM 2021 Sec. 2.2.2 (interleaving multiplies P2P by v); V-shaped
+    schedules (ZB-V, arXiv:2401.10241 Sec. 6; DualPipeV) keep the two chunks of the last
+    rank adjacent; DualPipe (arXiv:2412.19437 Sec. 3.2.1) feeds half of the micro-batches
+    from each end through its two mirrored pipelines.
+    """
+    p, m = ctx.parallel, ctx.num_micro_batches
+    s, last = ctx.stage.stage, ctx.parallel.pp - 1
+    placement = schedule_traits(p.schedule).placement
+    if placement == StagePlacement.BIDIRECTIONAL:
+        half = m // 2
+        return (half * (s != last) + (m - half) * (s != 0),
+                half * (s != 0) + (m - half) * (s != last))
+    if placement == StagePlacement.V_SHAPE:
+        # chunk 0 runs stage 0 -> last, chunk 1 runs last -> 0; the turn is local.
+        forward = m * (s != last) + m * (s != 0)
+        return forward, forward
+    chunks = p.vpp
+    return m * (chunks - (s == last)), m * (chunks - (s == 0))
+
+
+def pp_items(ctx: StepContext) -> list[TrafficItem]:
+    """P2P sends of one stage per step, the scatter/gather all-gathers, the tied embedding.
+
+    Assumes: schedules that interleave or split backward overlap P2P with compute in the
+    steady state (Megatron --overlap-p2p-comm); warm-up and cool-down transfers, about p - 1
+    of the m * chunks per direction, stay exposed; GPipe and 1F1B send blocking.
+    """
+    p = ctx.parallel
+    if p.pp == 1:
+        return []
+    place = group_placement(ctx.mesh, GroupKind.PP)
+    message = pp_message_bytes(ctx)
+    forward, backward = sends_per_step(ctx)
+    traits = schedule_traits(p.schedule)
+    chunk_sends = max(1, ctx.num_micro_batches * traits.num_chunks(p.vpp))
+    overlap = 0.0
+    if traits.placement == StagePlacement.LOOPED or traits.split_backward:
+        overlap = max(0.0, 1.0 - (p.pp - 1) / chunk_sends)
+    note = ("steady-state sends overlap compute; warm-up/cool-down ones do not"
+            if overlap else "blocking sends between compute steps")
+    items = [
+        make_item(axis=TrafficAxis.PP, name=f"pp.{phase.value}.p2p", collective=Collective.P2P,
+                  phase=phase, frequency=Frequency.PER_MICRO_BATCH, stage=ctx.stage.stage,
+                  message_bytes=message, calls_per_step=calls, placement=place,
+                  fabric=ctx.fabric, overlap_frac=overlap, overlap_note=note)
+        for phase, calls in ((Phase.FORWARD, forward), (Phase.BACKWARD, backward)) if calls
+    ]
+    if ctx.pp_scatter_gather and not p.sequence_parallel and p.tp > 1:
+        receives = forward + backward
+        items.append(make_item(
+            axis=TrafficAxis.PP, name="pp.scatter_gather.all_gather",
+            collective=Collective.ALL_GATHER, phase=Phase.FORWARD,
+            frequency=Frequency.PER_MICRO_BATCH, stage=ctx.stage.stage,
+            message_bytes=message * p.tp, calls_per_step=receives,
+            placement=group_placement(ctx.mesh, GroupKind.TP), fabric=ctx.fabric, overlap_frac=0.0,
+            overlap_note="rebuilds the full tensor after each receive"))
+    items.extend(_tied_embedding(ctx))
+    return items
+
+
+def _tied_embedding(ctx: StepContext) -> list[TrafficItem]:
+    """All-reduce of the tied word-embedding gradient between the ranks holding a copy.
+
+    Source: Megatron-LM (arXiv:2104.04473, implementation `_allreduce_word_embedding_grads`):
+    with pp > 1 the last stage keeps a copy of a tied embedding and the two copies'
+    gradients are summed once per step over the embedding group. The copies are where
+    `models.core.layout` puts embeddings and heads: first and last rank (also for DualPipe's two
+    directions); V-shaped placements keep both on rank 0 and need no exchange.
+    Legend: message = ceil(V / t) * h gradient elements.
+    """
+    p, model = ctx.parallel, ctx.model
+    if not model.tie_word_embeddings:
+        return []
+    ranks = word_embedding_ranks(model, p)
+    if len(ranks) < 2 or ctx.stage.stage not in ranks:
+        return []
+    grad_bytes = int(ctx.training.grad_dtype.num_bytes)
+    message = -(-model.vocab_size // p.tp) * model.hidden_size * grad_bytes
+    pp_place = group_placement(ctx.mesh, GroupKind.PP)
+    intra = pp_place.all_intra_node
+    group = len(ranks)
+    place = AxisPlacement(kind=GroupKind.PP, group_size=group, num_groups=pp_place.num_groups,
+                          all_intra_node=intra, max_nodes_spanned=1 if intra else group,
+                          ranks_per_node=group if intra else 1)
+    return [make_item(
+        axis=TrafficAxis.PP, name="pp.embedding_grad.all_reduce",
+        collective=Collective.ALL_REDUCE, phase=Phase.OPTIMIZER, frequency=Frequency.PER_STEP,
+        stage=ctx.stage.stage, message_bytes=message, calls_per_step=1, placement=place,
+        fabric=ctx.fabric, overlap_frac=0.0,
+        overlap_note="after the last backward, before the optimizer step")]
+
+
+__all__ = ["pp_items", "pp_message_bytes", "sends_per_step"]
