@@ -4,10 +4,12 @@ model's per-layer times under the as-published recipe of the Table 5 rows."""
 
 import pytest
 
-from api_schemas import PipelineSchedule, RecomputeMode
+from api_schemas import MlpKind, ModelSpec, NormKind, PipelineSchedule, RecomputeMode
 from models.collectives.fabric import fabric_of
+from models.step_time.exposure import layer_calls, layer_comm
 from models.step_time.groups import axis_groups
 from models.step_time.stage import _layer_terms, layer_parts
+from models.traffic.layer import WGRAD_OVERLAP_SUFFIX
 from research import validate_published as vp
 
 ROW = "korthikanti2022-t5-22b-sp-selective"
@@ -60,3 +62,35 @@ def test_a_synchronous_all_reduce_stays_on_the_backward() -> None:
                                dgrad_overlap=False)
     assert synchronous - overlapped == pytest.approx(1.5, abs=0.2)
     assert synchronous > 11.9 * 1.1
+
+
+def test_what_outlasts_the_weight_gradient_gemms_stays_exposed() -> None:
+    """A narrow layer (h = 1024 over TP 8) all-reduces longer than its weight-gradient GEMMs
+    run: the excess stays on the backward, and none of it when the collective is shorter."""
+    row = next(r for r in vp.DATA["runs"] if r["id"] == ROW)
+    config = vp.as_published_config(row)
+    assert config is not None
+    parallel, training = config
+    parallel = parallel.model_copy(update={"sequence_parallel": False, "pp": 1, "vpp": 1,
+                                           "recompute": RecomputeMode.NONE,
+                                           "schedule": PipelineSchedule.ONE_F_ONE_B})
+    cluster = vp.row_cluster(row)
+    groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    fabric = fabric_of(cluster)
+    for hidden, exposed in ((1024, True), (6144, False)):
+        spec = ModelSpec(name=f"h{hidden}", num_layers=2, hidden_size=hidden,
+                         num_attention_heads=16, ffn_hidden_size=4 * hidden, mlp=MlpKind.GELU,
+                         norm=NormKind.LAYERNORM, vocab_size=51200)
+        lc, comm, _, _ = layer_parts(spec, training, parallel, cluster, 0, fabric=fabric,
+                                     groups=groups)
+        hidden_s = sum(c.time_s for c in layer_calls(spec, 0, training=training,
+                                                      parallel=parallel, groups=groups,
+                                                      fabric=fabric)
+                       if c.name.endswith(WGRAD_OVERLAP_SUFFIX))
+        assert hidden_s > 0
+        late = max(0.0, hidden_s - lc.times.backward_weight_s)
+        assert comm.backward_s.get("tp", 0.0) == pytest.approx(late)
+        assert (late > 0) is exposed
+        again = layer_comm(spec, 0, training=training, parallel=parallel, groups=groups,
+                           fabric=fabric, compute=lc, attention_forward_s=0.0)
+        assert again.backward_s == comm.backward_s
