@@ -655,7 +655,33 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext, window: int | None = N
     forward = attention_time_s(flop, seq_len=kernel_seq, gpu=ctx.gpu, flash=ctx.flash_attention,
                                profile=ctx.kernel_profile,
                                sdpa=ctx.elementwise_fusion != ElementwiseFusion.FUSED)
-    return forward, forward * ratio
+    dropout = attention_dropout_time_s(spec, ctx)
+    return forward + dropout, forward * ratio + dropout
+
+
+ATTENTION_DROPOUT_BYTES_PER_SCORE = 2 + 2 + 1
+"""HBM bytes per attention-probability element of a separate dropout kernel over the
+materialised s x s matrix, forward and again backward: forward reads the 16-bit
+probabilities, writes the dropped ones and a 1-byte mask; backward reads the 16-bit gradient
+and the mask and writes the 16-bit gradient. Source: Megatron-LM `megatron/model/
+transformer.py` (2021-2022: `attention_probs = self.attention_dropout(attention_probs)` after
+`FusedScaleMaskSoftmax`, a separate `torch.nn.Dropout`); Korthikanti et al. arXiv:2205.05198
+Sec. 4.1 (the 1-byte mask and 2-byte output among the 5 a s^2 b activation bytes)."""
+
+
+def attention_dropout_time_s(spec: ModelSpec, ctx: ComputeContext) -> float:
+    """Time of the attention-probability dropout over the materialised score matrix on this
+    rank, forward or backward (`ATTENTION_DROPOUT_BYTES_PER_SCORE` per score element); 0 with
+    a fused attention kernel (its dropout runs inside) or without dropout. The unfused
+    attention level (`KernelProfile.materialized_attention_frac`, FlashAttention-2's PyTorch
+    baseline) is measured without dropout (`benchmarks/benchmark_flash_attention.py`,
+    `dropout_p = 0.0`), so this adds to it.
+    Legend: scores = b (a / t) (s / cp) s."""
+    if ctx.flash_attention or not ctx.dropout:
+        return 0.0
+    heads = spec.num_attention_heads / ctx.tp
+    scores = ctx.micro_batch_size * heads * (ctx.seq_len / ctx.cp) * ctx.seq_len
+    return memory_bound_time_s(scores * ATTENTION_DROPOUT_BYTES_PER_SCORE, gpu=ctx.gpu)
 
 
 def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> LayerCompute:
@@ -770,6 +796,7 @@ def _head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
 
 
 __all__ = [
+    "ATTENTION_DROPOUT_BYTES_PER_SCORE",
     "ELEMENTWISE_BACKWARD_RATIO",
     "FP8_QUANTIZE_BYTES_PER_ELEMENT",
     "ATTENTION_KEY_TILE",
@@ -790,6 +817,7 @@ __all__ = [
     "LayerCompute",
     "OpPasses",
     "OpTimes",
+    "attention_dropout_time_s",
     "attention_gemms",
     "clear_compute_cache",
     "head_compute",

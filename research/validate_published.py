@@ -389,7 +389,8 @@ def as_published_config(row: dict[str, Any]) -> tuple[ParallelConfig, TrainingSp
     p = row_parallel(row)
     training = row_training(row)
     recipe = {k: settings[k][0] for k in ("overlap_grad_reduce", "zero3_collectives",
-                                          "tp_dgrad_overlap") if k in settings}
+                                          "tp_dgrad_overlap", "flash_attention")
+              if k in settings}
     if recipe:
         training = training.model_copy(update=recipe)
     cp_kind = CP_RECIPES.get(row["id"], ContextParallelKind.RING)
