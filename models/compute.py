@@ -421,15 +421,21 @@ def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
 
     Per token (2-byte elements): each norm reads and writes h; each residual add reads 2h
     and writes h; the activation reads the up-projection output (2f SwiGLU, f GELU) and
-    writes f; RoPE reads and writes q and k; dropout adds a mask. Tensors replicated across
-    TP are processed by every TP rank unless sequence parallelism splits them.
+    writes f; RoPE reads and writes q and k; dropout adds a 1-byte mask at each residual site,
+    where one fused kernel applies bias, dropout and the residual add (it reads x and the
+    residual and writes the sum: the residual's passes). Tensors replicated across TP are
+    processed by every TP rank unless sequence parallelism splits them.
+    Source (fused bias-dropout-add): Megatron-LM `megatron/model/transformer.py`
+    (`bias_dropout_add_fused_train`, `@torch.jit.script`) at 6985e58938 (2021, GPU fusion on
+    in `megatron/model/fused_bias_gelu.py`) and 80389ef6e2 (2022, nvfuser and
+    `_warmup_jit_function` in `megatron/initialize.py`); Megatron-Core `get_bias_dropout_add`.
     """
     rep = ctx.tp if ctx.sequence_parallel else 1
     tokens, h = ctx.tokens, spec.hidden_size
     act_in = 2 if spec.mlp == MlpKind.SWIGLU else 1
     norms = tokens * 2 * (2 * h * 2) / rep
     residual = tokens * 2 * (3 * h * 2) / rep
-    dropout = tokens * 2 * (2 * h * 2 + h) / rep if ctx.dropout else 0.0
+    dropout = tokens * 2 * h / rep if ctx.dropout else 0.0
     heads = (spec.num_attention_heads + 2 * spec.kv_heads) / ctx.tp
     rope = tokens * 2 * 2 * heads * spec.dim_per_head
     out = {"norms": norms, "other": residual + dropout + rope}
@@ -541,7 +547,7 @@ def _runtime_elementwise_bytes(spec: ModelSpec, ctx: ComputeContext) -> dict[str
     out = {key: OpPasses(forward=tokens * sum(n * table[op].forward for op, n in ops.items()),
                          backward=tokens * sum(n * table[op].backward for op, n in ops.items()))
            for key, ops in elements.items()}
-    if ctx.dropout:  # kept at the fused count (mask write and apply), not re-derived
+    if ctx.dropout:  # a separate dropout kernel at each residual site: read, write, mask
         dropout = tokens * 2 * (2 * h * 2 + h) / rep
         other = out["other"]
         out["other"] = OpPasses(forward=other.forward + dropout,
