@@ -221,6 +221,15 @@ class TrainingSpec(SpecModel):
         "reduce-scatter per layer, DeepSpeed >= 0.6) or 'per_parameter' (one per parameter "
         "tensor, DeepSpeed 0.3.13-0.5.x of 2021).",
     )
+    tp_dgrad_overlap: bool | None = Field(
+        default=None,
+        description="Each column-parallel layer's input-gradient all-reduce (reduce-scatter "
+        "with sequence parallelism) runs asynchronously under that layer's weight-gradient "
+        "GEMM (Megatron-LM --async-tensor-model-parallel-allreduce, on by default since "
+        "September 2021; Megatron-Core; Transformer Engine's Linear modules); false = it "
+        "runs synchronously, as in Megatron-LM before September 2021 and the Megatron-"
+        "DeepSpeed forks; null (default) = read as false by the cost model.",
+    )
     overlap_grad_reduce: bool | None = Field(
         default=None,
         description="Data-parallel gradient reduction overlaps the last micro-batch's "

@@ -413,7 +413,8 @@ def as_published_config(row: dict[str, Any]) -> tuple[ParallelConfig, TrainingSp
         return None
     p = row_parallel(row)
     training = row_training(row)
-    recipe = {k: settings[k][0] for k in ("overlap_grad_reduce", "zero3_collectives")
+    recipe = {k: settings[k][0] for k in ("overlap_grad_reduce", "zero3_collectives",
+                                          "tp_dgrad_overlap", "flash_attention")
               if k in settings}
     if recipe:
         training = training.model_copy(update=recipe)

@@ -407,15 +407,21 @@ def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
 
     Per token (2-byte elements): each norm reads and writes h; each residual add reads 2h
     and writes h; the activation reads the up-projection output (2f SwiGLU, f GELU) and
-    writes f; RoPE reads and writes q and k; dropout adds a mask. Tensors replicated across
-    TP are processed by every TP rank unless sequence parallelism splits them.
+    writes f; RoPE reads and writes q and k; dropout adds a 1-byte mask at each residual site,
+    where one fused kernel applies bias, dropout and the residual add (it reads x and the
+    residual and writes the sum: the residual's passes). Tensors replicated across TP are
+    processed by every TP rank unless sequence parallelism splits them.
+    Source (fused bias-dropout-add): Megatron-LM `megatron/model/transformer.py`
+    (`bias_dropout_add_fused_train`, `@torch.jit.script`) at 6985e58938 (2021, GPU fusion on
+    in `megatron/model/fused_bias_gelu.py`) and 80389ef6e2 (2022, nvfuser and
+    `_warmup_jit_function` in `megatron/initialize.py`); Megatron-Core `get_bias_dropout_add`.
     """
     rep = ctx.tp if ctx.sequence_parallel else 1
     tokens, h = ctx.tokens, spec.hidden_size
     act_in = mlp_kind(spec).up_matrices
     norms = tokens * 2 * (2 * h * 2) / rep
     residual = tokens * 2 * (3 * h * 2) / rep
-    dropout = tokens * 2 * (2 * h * 2 + h) / rep if ctx.dropout else 0.0
+    dropout = tokens * 2 * h / rep if ctx.dropout else 0.0
     heads = (spec.num_attention_heads + 2 * spec.kv_heads) / ctx.tp
     rope = tokens * 2 * 2 * heads * spec.dim_per_head
     out = {"norms": norms, "other": residual + dropout + rope}
@@ -526,7 +532,7 @@ def _runtime_elementwise_bytes(spec: ModelSpec, ctx: ComputeContext) -> dict[str
     out = {key: OpPasses(forward=tokens * sum(n * table[op].forward for op, n in ops.items()),
                          backward=tokens * sum(n * table[op].backward for op, n in ops.items()))
            for key, ops in elements.items()}
-    if ctx.dropout:  # kept at the fused count (mask write and apply), not re-derived
+    if ctx.dropout:  # a separate dropout kernel at each residual site: read, write, mask
         dropout = tokens * 2 * (2 * h * 2 + h) / rep
         other = out["other"]
         out["other"] = OpPasses(forward=other.forward + dropout,
@@ -636,7 +642,33 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext, window: int | None = N
     forward = attention_time_s(flop, seq_len=kernel_seq, gpu=ctx.gpu, flash=ctx.flash_attention,
                                profile=ctx.kernel_profile,
                                sdpa=ctx.elementwise_fusion != ElementwiseFusion.FUSED)
-    return forward, forward * ratio
+    dropout = attention_dropout_time_s(spec, ctx)
+    return forward + dropout, forward * ratio + dropout
+
+
+ATTENTION_DROPOUT_BYTES_PER_SCORE = 2 + 2 + 1
+"""HBM bytes per attention-probability element of a separate dropout kernel over the
+materialised s x s matrix, forward and again backward: forward reads the 16-bit
+probabilities, writes the dropped ones and a 1-byte mask; backward reads the 16-bit gradient
+and the mask and writes the 16-bit gradient. Source: Megatron-LM `megatron/model/
+transformer.py` (2021-2022: `attention_probs = self.attention_dropout(attention_probs)` after
+`FusedScaleMaskSoftmax`, a separate `torch.nn.Dropout`); Korthikanti et al. arXiv:2205.05198
+Sec. 4.1 (the 1-byte mask and 2-byte output among the 5 a s^2 b activation bytes)."""
+
+
+def attention_dropout_time_s(spec: ModelSpec, ctx: ComputeContext) -> float:
+    """Time of the attention-probability dropout over the materialised score matrix on this
+    rank, forward or backward (`ATTENTION_DROPOUT_BYTES_PER_SCORE` per score element); 0 with
+    a fused attention kernel (its dropout runs inside) or without dropout. The unfused
+    attention level (`KernelProfile.materialized_attention_frac`, FlashAttention-2's PyTorch
+    baseline) is measured without dropout (`benchmarks/benchmark_flash_attention.py`,
+    `dropout_p = 0.0`), so this adds to it.
+    Legend: scores = b (a / t) (s / cp) s."""
+    if ctx.flash_attention or not ctx.dropout:
+        return 0.0
+    heads = spec.num_attention_heads / ctx.tp
+    scores = ctx.micro_batch_size * heads * (ctx.seq_len / ctx.cp) * ctx.seq_len
+    return memory_bound_time_s(scores * ATTENTION_DROPOUT_BYTES_PER_SCORE, gpu=ctx.gpu)
 
 
 def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> LayerCompute:
@@ -751,6 +783,7 @@ def _head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
 
 
 __all__ = [
+    "ATTENTION_DROPOUT_BYTES_PER_SCORE",
     "ELEMENTWISE_BACKWARD_RATIO",
     "FP8_QUANTIZE_BYTES_PER_ELEMENT",
     "ATTENTION_KEY_TILE",
@@ -771,6 +804,7 @@ __all__ = [
     "LayerCompute",
     "OpPasses",
     "OpTimes",
+    "attention_dropout_time_s",
     "attention_gemms",
     "clear_compute_cache",
     "head_compute",

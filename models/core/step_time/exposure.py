@@ -44,6 +44,7 @@ from models.core.traffic.data import CHUNK_REDUCE
 from models.core.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem
 from models.core.traffic.layer import (
     DEEPSPEED_MODULES_PER_LAYER,
+    WGRAD_OVERLAP_SUFFIX,
     LayerCall,
     cp_calls,
     expert_calls,
@@ -219,8 +220,12 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     """
     totals: dict[tuple[Phase, str, bool], float] = {}
     tp_overlapped: dict[Phase, list[LayerCall]] = {}
+    under_wgrad = 0.0
     for call in layer_calls(spec, layer_index, training=training, parallel=parallel,
                             groups=groups, fabric=fabric):
+        if call.name.endswith(WGRAD_OVERLAP_SUFFIX):
+            under_wgrad += call.time_s
+            continue
         ring = call.axis == TrafficAxis.CP and call.collective == Collective.P2P
         hidden_by_design = call.axis == TrafficAxis.TP and call.overlap_frac >= 1.0
         if hidden_by_design:
@@ -251,6 +256,14 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
         if t > 0.0:
             tp_axis = TrafficAxis.TP.value
             out[phase][tp_axis] = out[phase].get(tp_axis, 0.0) + t
+    # The column-parallel input-gradient collectives run under the weight-gradient GEMMs
+    # (`models.core.traffic.layer.tp_dgrad_overlapped`); what outlasts them stays exposed.
+    # Assumes: the window is all of the layer's weight-gradient GEMMs (an upper bound: each
+    # block's collective waits on its own column-parallel GEMM only).
+    late = max(0.0, under_wgrad - compute.times.backward_weight_s)
+    if late > 0.0:
+        tp_axis = TrafficAxis.TP.value
+        out[Phase.BACKWARD][tp_axis] = out[Phase.BACKWARD].get(tp_axis, 0.0) + late
     return LayerComm(forward_s=out[Phase.FORWARD], backward_s=out[Phase.BACKWARD],
                      recompute_s=out[Phase.RECOMPUTE])
 

@@ -118,9 +118,16 @@ def tp_block_calls(lctx: LayerTrafficContext, block: str) -> list[LayerCall]:
         pattern = [(Phase.FORWARD, Collective.ALL_REDUCE),
                    (Phase.BACKWARD, Collective.ALL_REDUCE),
                    (Phase.RECOMPUTE, Collective.ALL_REDUCE)]
-    calls = [_call(lctx, axis=TrafficAxis.TP, name=f"tp.{block}.{phase.value}.{c.value}",
+    dgrad = (Collective.REDUCE_SCATTER if p.sequence_parallel else Collective.ALL_REDUCE
+             ) if tp_dgrad_overlapped(lctx) else None
+    calls = [_call(lctx, axis=TrafficAxis.TP,
+                   name=(f"tp.{block}.{phase.value}.{c.value}"
+                         + (WGRAD_OVERLAP_SUFFIX if overlapped else "")),
                    collective=c, phase=phase, message=message, count=1, placement=place,
-                   overlap=0.0, note=TP_NOTE) for phase, c in pattern]
+                   overlap=1.0 if overlapped else 0.0,
+                   note=WGRAD_OVERLAP_NOTE if overlapped else TP_NOTE)
+             for phase, c in pattern
+             for overlapped in [phase == Phase.BACKWARD and c == dgrad]]
     if p.sequence_parallel:
         calls.append(_call(lctx, axis=TrafficAxis.TP,
                            name=f"tp.{block}.backward.weight_grad_input_all_gather",
@@ -128,6 +135,35 @@ def tp_block_calls(lctx: LayerTrafficContext, block: str) -> list[LayerCall]:
                            message=message, count=1, placement=place, overlap=1.0,
                            note="overlapped with the input-gradient GEMM (Megatron SP)"))
     return calls
+
+
+WGRAD_OVERLAP_SUFFIX = ".under_wgrad"
+"""Name suffix of the TP call a column-parallel layer issues asynchronously under its
+weight-gradient GEMM (`tp_dgrad_overlapped`)."""
+WGRAD_OVERLAP_NOTE = ("asynchronous under the column-parallel layer's weight-gradient GEMM "
+                      "(Megatron-LM --async-tensor-model-parallel-allreduce; Transformer "
+                      "Engine 'Overlap dgrad-RS/AR with wgrad')")
+
+
+def tp_dgrad_overlapped(lctx: LayerTrafficContext) -> bool:
+    """Whether a block's backward input-gradient collective (the all-reduce of the column-
+    parallel input gradient, a reduce-scatter with SP) runs under the weight-gradient GEMM.
+
+    Source: Megatron-LM commits 3f65246911 / 16c90445e7 (September 2021,
+    `megatron/mpu/layers.py` `LinearWithGradAccumulationAndAsyncAllreduce`, flag
+    `--no-async-tensor-model-parallel-allreduce`: on by default): the column-parallel
+    backward launches the all-reduce of grad_input with `async_op=True`, computes the
+    weight gradient, then waits; at 80389ef6e2 (June 2022, the sequence-parallel release of
+    Korthikanti et al. arXiv:2205.05198) `LinearWithGradAccumulationAndAsyncCommunication`
+    does the same with the SP reduce-scatter. Transformer Engine's Linear, LayerNormLinear
+    and LayerNormMLP do the same ("Overlap dgrad-RS/AR with wgrad"). Megatron-LM at
+    6985e58938 (August 2021, arXiv:2104.04473's runs) and the Megatron-DeepSpeed forks
+    (BigScience `megatron/mpu/layers.py`: `copy_to_tensor_model_parallel_region`, a
+    synchronous backward all-reduce) do not. Userbuffers overlap (`overlap_tp_comm` with SP)
+    has its own exposure and is left to it.
+    """
+    t = lctx.training
+    return bool(t.tp_dgrad_overlap) and not (t.overlap_tp_comm and lctx.parallel.sequence_parallel)
 
 
 def has_tp_mlp(lctx: LayerTrafficContext, moe_layer: bool) -> bool:
