@@ -384,6 +384,16 @@ class SolverStats(ResultModel):
     evaluated: int = Field(default=0, description="Scored with the full cost model.")
     gap: float | None = Field(default=None, description="Relative gap to the proven bound.")
     best_bound: float | None = Field(default=None, description="Proven bound on the objective.")
+    incumbent: float | None = Field(default=None, description="The objective value of the "
+                                    "search's best plan (the objective optimum when proven).")
+    seed_framework: str | None = Field(
+        default=None, description="For a wide target (released or 'any'): the framework "
+        "whose restricted space was searched first, its best plan seeding the search as "
+        "incumbent, so the answer is never worse than that narrower search's.")
+    seed_objective: float | None = Field(default=None, description="The seed's objective "
+                                         "value (None: no seed, or it found no plan).")
+    incumbent_from_seed: bool = Field(default=False, description="Whether the search's best "
+                                      "plan is the seed (nothing in the wider space beat it).")
     status: str = Field(default="", description="Search status.")
     unexamined: int = Field(default=0, description="Candidates left unexamined because the "
                             "time limit ran out before any plan was found; when above 0 the "

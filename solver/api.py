@@ -40,6 +40,7 @@ from models.mfu_records import plausibility_note
 from models.resolve import resolve_cluster, resolve_model
 from models.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from solver import cancel, cpsat
+from solver.anytime import seeded_search
 from solver.binding_pins import Binding, binding_texts, find_binding
 from solver.candidate_eval import ScoredPlan, refine_policies
 from solver.chosen_mechanisms import chosen_mechanism_notes, runtime_why_off
@@ -195,13 +196,19 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     # the chosen mechanisms' notes, exports), so that the answer comes within the limit.
     reserve_s = min(POST_SEARCH_RESERVE_MAX_S,
                     POST_SEARCH_RESERVE_SHARE * request.solver.time_limit_s)
-    result = search(spec, request.training, cluster, constraints=constraints,
-                    objective=request.objective, limits=request.solver, progress=progress,
-                    deadline=deadline - reserve_s)
+    # A wide target's search starts from one framework's best plan (`solver.anytime`).
+    seeded = seeded_search(spec, request.training, cluster, constraints=constraints,
+                           objective=request.objective, limits=request.solver,
+                           progress=progress, deadline=deadline - reserve_s)
+    result = seeded.result
     notes = _notes(resolved.notes, cluster)
     limits = search_limits(spec, request.training, cluster, constraints, request.objective)
     notes.append(space_note(limits))
-    stats = _stats(result).model_copy(update={"space": limits})
+    stats = _stats(result).model_copy(update={
+        "space": limits, "seed_framework": seeded.framework,
+        "seed_objective": seeded.seed_value, "incumbent_from_seed": seeded.from_seed,
+        "incumbent": None if result.best is None else objective_value(result.best,
+                                                                       request.objective)})
     cancel.check()
     if result.best is None:
         return _infeasible(request, result, stats, notes, spec, cluster, deadline,
@@ -235,7 +242,10 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     # shown only when it wins by more than the model's error band.
     scored = [*result.ranked, *runners_up]
     if experimental_features(spec, request.training, best):
-        scored += _common_plans(request, constraints, spec, cluster, deadline)
+        common = seeded.seed.best if seeded.seed is not None else None
+        scored += ([common] if common is not None and not experimental_features(
+            spec, request.training, common) else _common_plans(
+                request, constraints, spec, cluster, deadline))
     robust = pick(best, scored, spec, request.training, cluster, objective=request.objective)
     optimum = best
     if robust.shown is not best:

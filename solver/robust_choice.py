@@ -162,7 +162,7 @@ def _text(optimum: ScoredPlan, shown: ScoredPlan, band: list[ScoredPlan], frac: 
                 f"experimental mechanism ({len(band)} plans lie within the band)")
     if band:
         return (f"indistinguishable within the model's error band ({width}): {len(band)} other "
-                f"plan{'s' if len(band) != 1 else ''} lie within it, the nearest "
+                f"plan{'s lie' if len(band) != 1 else ' lies'} within it, the nearest "
                 f"{describe_parallel(band[0].parallel)} {100 * nearest:+.1f}%; the plan shown "
                 "is the objective optimum, not a measured winner")
     return f"no other scored plan lies within the model's error band ({width})"
