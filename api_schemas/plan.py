@@ -240,7 +240,8 @@ class RobustChoice(ResultModel):
         default=None, description="The objective optimum's value (step time s; GPU-seconds per "
         "token for cost; GPUs x 1e6 + step time for fewest GPUs; bytes + s for least memory).")
     delta_frac: float = Field(default=0.0, description="How much worse the plan shown is than "
-                              "the optimum under the objective (0 when it is the optimum).")
+                              "the optimum under the objective (0 when it is the optimum; for "
+                              "fewest GPUs, on the same count: in step time).")
     experimental: list[str] = Field(default_factory=list, description="The optimum's "
                                     "experimental mechanisms.")
     text: str = Field(default="", description="The choice in words.")

@@ -98,6 +98,16 @@ def within_band(better: ScoredPlan, worse: ScoredPlan, cluster: ClusterSpec, *,
     return b * (1.0 + low.error_low) <= a * (1.0 + high.error_high)
 
 
+def relative_gap(better: ScoredPlan, worse: ScoredPlan, objective: Objective) -> float:
+    """How much worse `worse` is under the objective, relative (for fewest GPUs, which
+    ranks plans on the same GPU count by step time: the step times')."""
+    if objective == Objective.MIN_GPUS:
+        a, b = better.estimate.step_time_s, worse.estimate.step_time_s
+    else:
+        a, b = objective_value(better, objective), objective_value(worse, objective)
+    return b / a - 1.0 if a > 0 else 0.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pick:
     """The plan to show and how it was chosen."""
@@ -134,7 +144,7 @@ def pick(optimum: ScoredPlan, others: Sequence[ScoredPlan], spec: ModelSpec,
         common = [p for p in band if not experimental_features(spec, training, p)]
         if common:
             shown = common[0]
-    delta = objective_value(shown, objective) / best_value - 1.0 if best_value > 0 else 0.0
+    delta = relative_gap(optimum, shown, objective)
     report = RobustChoice(
         picked="optimum" if shown is optimum else "robust", band_frac=frac,
         within_band=len(band), indistinguishable=bool(band),
@@ -144,8 +154,7 @@ def pick(optimum: ScoredPlan, others: Sequence[ScoredPlan], spec: ModelSpec,
         optimum_objective=best_value if math.isfinite(best_value) else None,
         delta_frac=max(0.0, delta), experimental=sorted(exotic),
         text=_text(optimum, shown, band, frac, exotic, delta,
-                   nearest=(objective_value(band[0], objective) / best_value - 1.0
-                            if band and best_value > 0 else 0.0)))
+                   nearest=relative_gap(optimum, band[0], objective) if band else 0.0))
     return Pick(shown=shown, optimum=optimum, report=report)
 
 
@@ -169,4 +178,4 @@ def _text(optimum: ScoredPlan, shown: ScoredPlan, band: list[ScoredPlan], frac: 
 
 
 __all__ = ["BAND_OBJECTIVES", "Pick", "band_frac", "experimental_features",
-           "experimental_schedules", "pick", "within_band"]
+           "experimental_schedules", "pick", "relative_gap", "within_band"]
