@@ -344,9 +344,9 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     The search stops at `deadline` (a `time.perf_counter()` value; default: now plus
     `limits.time_limit_s`), in the enumeration as well as in the visits. `world_sizes`
     replaces the objective's own set of GPU counts (the fastest plan on any count is the
-    throughput objective over every count). `seed`, a plan of this space (a narrower
-    target's best, `solver.anytime`), is the incumbent from the start: the answer is never
-    worse than it.
+    throughput objective over every count). `seed`, a plan to beat (`solver.anytime`), is
+    the incumbent from the start: the answer is never worse than it, and it is the answer
+    when nothing of the space beats it (proven optimal only if it lies in the space).
 
     Raises:
         Cancelled: the thread's cancellation token was set during the search.
