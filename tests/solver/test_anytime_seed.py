@@ -119,3 +119,14 @@ def test_a_completed_wide_search_needs_no_narrower_one() -> None:
     assert stats.seed_framework is None and not stats.incumbent_from_seed
     assert stats.incumbent is not None and stats.gap == 0.0
     assert stats.best_bound == stats.incumbent
+
+
+def test_the_cost_objective_seeds_the_wide_search_with_megatron_lms_best() -> None:
+    answer = plan(_request("llama-3.1-8b", "h100-sxm5-80gb", 8, 64, 4096,
+                           Objective.COST_PER_TOKEN, "any"))
+    stats = answer.solver
+    assert stats is not None and stats.seed_framework == SEED_FRAMEWORK
+    assert stats.seed_objective is not None and stats.incumbent is not None
+    assert stats.incumbent <= stats.seed_objective
+    assert stats.incumbent_from_seed == (stats.incumbent == stats.seed_objective)
+    assert answer.status == PlanStatus.OPTIMAL and stats.gap == 0.0
