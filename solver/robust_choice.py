@@ -153,8 +153,11 @@ def pick(optimum: ScoredPlan, others: Sequence[ScoredPlan], spec: ModelSpec,
         optimum_step_time_s=optimum.estimate.step_time_s,
         optimum_objective=best_value if math.isfinite(best_value) else None,
         delta_frac=max(0.0, delta), experimental=sorted(exotic),
-        text=_text(optimum, shown, band, frac, exotic, delta,
-                   nearest=relative_gap(optimum, band[0], objective) if band else 0.0))
+        text=(_text(optimum, shown, band, frac, exotic, delta,
+                    nearest=relative_gap(optimum, band[0], objective) if band else 0.0)
+              if objective in BAND_OBJECTIVES else
+              "least memory is not a step-time objective: the model's error band does not "
+              "apply"))
     return Pick(shown=shown, optimum=optimum, report=report)
 
 
