@@ -27,9 +27,10 @@ from solver.anytime import SEED_FRAMEWORK
 from solver.planner import SearchResult, search
 from solver.targets import ANY
 
-TIME_LIMIT_S = 4.0
-"""Each answer's limit: the small problems below complete well within it, and a loaded host
-that cuts one short still has to keep the property (the seed guarantees it)."""
+TIME_LIMIT_S = 30.0
+"""Each answer's limit (the same for both): the small problems below complete in about a
+second on an idle 2-core host, so the limit only bounds a badly loaded one; the searches
+stop when they complete, not at the limit."""
 
 
 def _request(model: str, gpu: str, gpus: int, batch: int, seq: int, objective: Objective,
