@@ -204,6 +204,47 @@ class Alternative(ResultModel):
     why_not: str = Field(description="Why it lost.")
     predicted_range: PredictedRange | None = Field(
         default=None, description="Range of its step time and tokens/s (as the plan's).")
+    within_band: bool | None = Field(
+        default=None, description="Whether its predicted range overlaps the objective "
+        "optimum's, so that the cost model cannot tell the two apart (None: not a fitting "
+        "plan, or no range backs the prediction).")
+    experimental: list[str] = Field(
+        default_factory=list, description="Its mechanisms that the frameworks treat as "
+        "experimental or that no released framework runs (`frameworks.json`).")
+
+
+class RobustChoice(ResultModel):
+    """How the plan shown was chosen among plans the cost model cannot tell apart: plans
+    whose predicted ranges overlap lie within the model's error band; a plan that uses an
+    experimental mechanism is shown only when it wins by more than the band."""
+
+    picked: str = Field(description="'optimum' (the plan shown is the objective optimum) or "
+                        "'robust' (an optimum with an experimental mechanism did not win by "
+                        "more than the band, so the best plan without one is shown).")
+    band_frac: float | None = Field(
+        default=None, description="Relative objective difference below which the optimum's "
+        "predicted range overlaps another plan's: (e_high - e_low) / (1 + e_low) of its step-"
+        "time error band; None when no range backs the prediction.")
+    within_band: int = Field(default=0, description="Other plans (distinct meshes and "
+                             "schedules, among those the search scored) within the band of "
+                             "the objective optimum.")
+    indistinguishable: bool = Field(default=False, description="Whether the optimum is "
+                                    "indistinguishable from at least one other plan.")
+    optimum_parallel: ParallelConfig | None = Field(
+        default=None, description="The objective optimum's configuration (when the plan shown "
+        "is not it).")
+    optimum_world_size: int = Field(default=0, description="GPUs the objective optimum uses.")
+    optimum_step_time_s: Seconds | None = Field(default=None,
+                                                description="The objective optimum's step time.")
+    optimum_objective: float | None = Field(
+        default=None, description="The objective optimum's value (step time s; GPU-seconds per "
+        "token for cost; GPUs x 1e6 + step time for fewest GPUs; bytes + s for least memory).")
+    delta_frac: float = Field(default=0.0, description="How much worse the plan shown is than "
+                              "the optimum under the objective (0 when it is the optimum; for "
+                              "fewest GPUs, on the same count: in step time).")
+    experimental: list[str] = Field(default_factory=list, description="The optimum's "
+                                    "experimental mechanisms.")
+    text: str = Field(default="", description="The choice in words.")
 
 
 RelaxedScalar = bool | int | float | str
@@ -344,6 +385,16 @@ class SolverStats(ResultModel):
     evaluated: int = Field(default=0, description="Scored with the full cost model.")
     gap: float | None = Field(default=None, description="Relative gap to the proven bound.")
     best_bound: float | None = Field(default=None, description="Proven bound on the objective.")
+    incumbent: float | None = Field(default=None, description="The objective value of the "
+                                    "search's best plan (the objective optimum when proven).")
+    seed_framework: str | None = Field(
+        default=None, description="For a wide target (released or 'any'): the framework "
+        "whose restricted space was searched first, its best plan seeding the search as "
+        "incumbent, so the answer is never worse than that narrower search's.")
+    seed_objective: float | None = Field(default=None, description="The seed's objective "
+                                         "value (None: no seed, or it found no plan).")
+    incumbent_from_seed: bool = Field(default=False, description="Whether the search's best "
+                                      "plan is the seed (nothing in the wider space beat it).")
     status: str = Field(default="", description="Search status.")
     unexamined: int = Field(default=0, description="Candidates left unexamined because the "
                             "time limit ran out before any plan was found; when above 0 the "
@@ -392,6 +443,9 @@ class PlanResponse(ResultModel):
                                            "released framework provides, with their origin.")
     cost: CostEstimate | None = Field(default=None, description="Cost per token and per step "
                                       "when the request gives constraints.gpu_hour_price.")
+    robust_choice: RobustChoice | None = Field(
+        default=None, description="Plans within the model's error band of the objective "
+        "optimum and which was shown (searched plans only).")
     exports: PlanExports = Field(default_factory=PlanExports, description="Megatron-LM "
                                  "arguments, torchtitan TOML, DeepSpeed JSON.")
     created_at: datetime | None = Field(default=None, description="When it was stored.")
@@ -412,6 +466,7 @@ __all__ = [
     "PredictedRange",
     "RangeSource",
     "Relaxation",
+    "RobustChoice",
     "RunsOn",
     "RuntimeFeatureUse",
     "SearchLimit",

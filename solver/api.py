@@ -41,6 +41,7 @@ from models.evidence.error_bands import cluster_band, predicted_range
 from models.evidence.memory_evidence import ledger_evidence
 from models.evidence.mfu_records import plausibility_note
 from solver import cancel, cpsat
+from solver.anytime import seeded_search
 from solver.binding_pins import Binding, binding_texts, find_binding
 from solver.candidate_eval import ScoredPlan, refine_policies
 from solver.chosen_mechanisms import chosen_mechanism_notes, runtime_why_off
@@ -62,6 +63,12 @@ from solver.policy_summary import summarise_policies
 from solver.reach import Reach, highest_reachable, target_relaxation
 from solver.relax import binding_relaxations, relaxations
 from solver.reports import memory_report_from_ledger
+from solver.robust_choice import (
+    experimental_features,
+    experimental_schedules,
+    pick,
+    within_band,
+)
 from solver.runtime_choice import decided_for, runtime_feature_uses, with_rules
 from solver.search_space import search_limits, space_note
 from solver.space import MeshCandidate
@@ -190,13 +197,19 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     # the chosen mechanisms' notes, exports), so that the answer comes within the limit.
     reserve_s = min(POST_SEARCH_RESERVE_MAX_S,
                     POST_SEARCH_RESERVE_SHARE * request.solver.time_limit_s)
-    result = search(spec, request.training, cluster, constraints=constraints,
-                    objective=request.objective, limits=request.solver, progress=progress,
-                    deadline=deadline - reserve_s)
+    # A wide target's search starts from one framework's best plan (`solver.anytime`).
+    seeded = seeded_search(spec, request.training, cluster, constraints=constraints,
+                           objective=request.objective, limits=request.solver,
+                           progress=progress, deadline=deadline - reserve_s)
+    result = seeded.result
     notes = _notes(resolved.notes, cluster)
     limits = search_limits(spec, request.training, cluster, constraints, request.objective)
     notes.append(space_note(limits))
-    stats = _stats(result).model_copy(update={"space": limits})
+    stats = _stats(result).model_copy(update={
+        "space": limits, "seed_framework": seeded.framework,
+        "seed_objective": seeded.seed_value, "incumbent_from_seed": seeded.from_seed,
+        "incumbent": None if result.best is None else objective_value(result.best,
+                                                                       request.objective)})
     cancel.check()
     if result.best is None:
         return _infeasible(request, result, stats, notes, spec, cluster, deadline,
@@ -226,9 +239,31 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     best = dataclasses.replace(best, estimate=estimate_step(spec, training,
                                                             best.parallel, cluster))
     runners_up = _runners_up(request, constraints, result, spec, cluster, best, deadline)
+    # Robust choice (`solver.robust_choice`): an optimum with an experimental mechanism is
+    # shown only when it wins by more than the model's error band.
+    scored = [*result.ranked, *runners_up]
+    if experimental_features(spec, request.training, best):
+        common = seeded.seed.best if seeded.seed is not None else None
+        scored += ([common] if common is not None and not experimental_features(
+            spec, request.training, common) else _common_plans(
+                request, constraints, spec, cluster, deadline))
+    robust = pick(best, scored, spec, request.training, cluster, objective=request.objective)
+    optimum = best
+    if robust.shown is not best:
+        training = robust.shown.training or request.training
+        best = dataclasses.replace(robust.shown, estimate=estimate_step(
+            spec, training, robust.shown.parallel, cluster))
+        runners_up = [optimum, *(p for p in runners_up if p is not robust.shown)][
+            : max(1, request.solver.top_k)]
     alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k,
-                                 moe=has_routed_experts(spec))
+                                 moe=has_routed_experts(spec), optimum=optimum,
+                                 objective=request.objective, spec=spec,
+                                 training=request.training)
     text = summary(spec, cluster, best)
+    if robust.report.picked == "robust":
+        text += f" {robust.report.text[0].upper()}{robust.report.text[1:]}."
+    else:
+        notes.append(robust.report.text)
     price = request.constraints.gpu_hour_price
     cost = None
     if price is not None:
@@ -263,6 +298,7 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
                          stats, spec=spec, training=training,
                          target=request.constraints.framework or "released",
                          request_training=request.training, why_off=why_off)
+    response = response.model_copy(update={"robust_choice": robust.report})
     if expert is not None:
         response = response.model_copy(update={"expert_parallel": expert})
     return response if cost is None else response.model_copy(update={"cost": cost})
@@ -375,19 +411,47 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
     return ranked[: request.solver.top_k]
 
 
+def _common_plans(request: PlanRequest, constraints: Constraints, spec: ModelSpec,
+                  cluster: ClusterSpec, deadline: float) -> list[ScoredPlan]:
+    """The best plan without an experimental schedule (`solver.robust_choice`), searched for
+    at most `ALTERNATIVE_BUDGET_S` and never past `deadline`, for the robust choice when the
+    optimum uses one and the search scored no common plan near it."""
+    budget = min(ALTERNATIVE_BUDGET_S, deadline - time.perf_counter())
+    forbidden = experimental_schedules()
+    if budget < MIN_SUBPROBLEM_S or not forbidden:
+        return []
+    forbid = dict(constraints.forbid)
+    forbid["schedule"] = sorted({*map(str, forbid.get("schedule", [])), *forbidden})
+    common = constraints.model_copy(update={"forbid": forbid})
+    result = search(spec, request.training, cluster, constraints=common,
+                    objective=request.objective, limits=request.solver,
+                    deadline=time.perf_counter() + budget)
+    return [] if result.best is None else [result.best]
+
+
 def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: SearchResult,
-                  cluster: ClusterSpec, top_k: int, *, moe: bool) -> list[Alternative]:
+                  cluster: ClusterSpec, top_k: int, *, moe: bool, optimum: ScoredPlan,
+                  objective: Objective, spec: ModelSpec,
+                  training: TrainingSpec) -> list[Alternative]:
+    """Alternatives to the plan shown (`best`): the runners-up (the objective optimum among
+    them when the robust choice showed another plan), each marked within the optimum's
+    error band or not, then up to three rejected candidates."""
     out = [Alternative(parallel=summarise_policies(other.parallel),
                        world_size=other.parallel.world_size,
                        step_time_s=other.estimate.step_time_s,
                        tokens_per_s=other.estimate.tokens_per_s,
                        peak_bytes=other.ledger.peak_bytes, fits=True,
                        delta_frac=other.estimate.step_time_s / best.estimate.step_time_s - 1.0,
-                       why_not=why_not(best, other, cluster),
+                       why_not=(why_not(best, other, cluster) if other is not optimum else
+                                "the objective optimum; not shown because its experimental "
+                                "mechanisms do not win by more than the model's error band"),
                        predicted_range=range_of(cluster, moe=moe,
                                                 world_size=other.parallel.world_size,
                                                 step_time_s=other.estimate.step_time_s,
-                                                tokens_per_s=other.estimate.tokens_per_s))
+                                                tokens_per_s=other.estimate.tokens_per_s),
+                       within_band=(None if other is optimum else within_band(
+                           optimum, other, cluster, objective=objective, moe=moe)),
+                       experimental=sorted(experimental_features(spec, training, other)))
            for other in runners_up]
     for rejection in [r for r in result.rejections if r.stage is not None][: min(3, top_k)]:
         rejected = rejection.candidate.parallel()

@@ -337,13 +337,16 @@ class _Problem:
 def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
            constraints: Constraints, objective: Objective, limits: SolverLimits,
            progress: Progress | None = None, deadline: float | None = None,
-           world_sizes: tuple[int, ...] | None = None) -> SearchResult:
+           world_sizes: tuple[int, ...] | None = None,
+           seed: ScoredPlan | None = None) -> SearchResult:
     """Find the best plan under the cost model (see the module docstring).
 
     The search stops at `deadline` (a `time.perf_counter()` value; default: now plus
     `limits.time_limit_s`), in the enumeration as well as in the visits. `world_sizes`
     replaces the objective's own set of GPU counts (the fastest plan on any count is the
-    throughput objective over every count).
+    throughput objective over every count). `seed`, a plan to beat (`solver.anytime`), is
+    the incumbent from the start: the answer is never worse than it, and it is the answer
+    when nothing of the space beats it (proven optimal only if it lies in the space).
 
     Raises:
         Cancelled: the thread's cancellation token was set during the search.
@@ -368,6 +371,9 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     sizes = (list(world_sizes) if world_sizes
              else objective_world_sizes(cluster, constraints, objective))
     queue = _Queue(heap=[], total=0, pruned_memory=0)
+    if seed is not None:
+        queue.best, queue.best_value = seed, objective_value(seed, objective)
+        queue.ranked.append(seed)
     # Fewest GPUs: world sizes are enumerated one at a time, smallest first, each only once
     # the queue holds nothing that could beat its smallest value (world size x 1e6); the
     # other objectives order candidates of every size against each other, so all are queued.

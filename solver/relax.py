@@ -1,7 +1,8 @@
 """Relaxations of an infeasible planning request: the smallest changes that make a plan
 exist, each found by search and, where the search completed, proven minimal under the model.
 
-Owns: three relaxations and their proofs. Nodes: a fewest-GPU search (objective min_gpus)
+Owns: three relaxations and their proofs. Nodes: the nearest count with a plan first
+(`solver.nearest_nodes`), then a fewest-GPU search (objective min_gpus)
 on a cluster large enough to hold the model states fully sharded; when it completes, no
 smaller whole-node count has a plan. Sequence length: bisection over multiples of
 `SEQUENCE_STEP` below the request's; the shortest change is the longest sequence that has a
@@ -25,6 +26,7 @@ from models.core.params import count_parameters
 from models.core.precision import state_bytes_per_param
 from solver.binding_pins import MESH_PINS, Binding
 from solver.explain import describe_parallel
+from solver.nearest_nodes import nearest_nodes
 from solver.planner import SearchResult, search
 
 RELAXATION_TIME_LIMIT_S = 2.0
@@ -305,19 +307,28 @@ def binding_relaxations(request: PlanRequest, binding: Binding, *,
 
 def relaxations(request: PlanRequest, *, deadline: float | None = None,
                 single_pins: bool = True) -> Relaxations:
-    """The smallest node count, each single pin whose release gives a plan (or, when none
-    does, the request without pins), and the longest shorter sequence, each with its plan
-    (see the module docstring). Each search gets at most `RELAXATION_TIME_LIMIT_S` and none
-    starts after `deadline` (a `time.perf_counter()` value). `single_pins=False` skips the
-    single-pin releases (the caller found them already, `binding_relaxations`)."""
+    """The nearest node count with a plan (`solver.nearest_nodes`) and the smallest, each
+    single pin whose release gives a plan (or, when none does, the request without pins),
+    and the longest shorter sequence, each with its plan (see the module docstring). Each
+    search gets at most `RELAXATION_TIME_LIMIT_S` (the nearest node count's a quarter of the
+    request's limit when that is longer) and none starts after `deadline` (a
+    `time.perf_counter()` value). `single_pins=False` skips the single-pin releases (the
+    caller found them already, `binding_relaxations`)."""
     clock = _Clock(deadline)
     found: list[Relaxation] = []
     not_tried: list[str] = []
     outcome = _fewest_nodes(request, clock)
-    if isinstance(outcome, str):
-        not_tried.append(outcome)
-    elif outcome is not None:
-        found.append(outcome)
+    fewest = outcome.to_value if isinstance(outcome, Relaxation) else None
+    # The nearest count with a plan changes the request least: it comes first, the
+    # fewest-GPU answer beside it (`solver.nearest_nodes`).
+    nearest = nearest_nodes(request, fewest if isinstance(fewest, int) else None,
+                            lambda: clock.budget(max(RELAXATION_TIME_LIMIT_S,
+                                                     request.solver.time_limit_s / 4)))
+    for each in (nearest, outcome):
+        if isinstance(each, str):
+            not_tried.append(each)
+        elif each is not None:
+            found.append(each)
     released = _single_pins(request, clock) if single_pins else []
     if isinstance(released, str):
         not_tried.append(released)

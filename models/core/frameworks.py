@@ -49,6 +49,8 @@ class Feature:
     not checked)."""
     how: str
     """The argument, key or class that expresses it."""
+    experimental: str = ""
+    """Why the framework's feature is not yet a common path (empty: it is one)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,7 +112,8 @@ def frameworks() -> dict[str, Framework]:
         out[fid] = Framework(
             id=fid, name=entry["name"], reference_release=entry["reference_release"],
             source=entry["source"],
-            features={name: Feature(since=f["since"], how=f["how"])
+            features={name: Feature(since=f["since"], how=f["how"],
+                                    experimental=f.get("experimental", ""))
                       for name, f in entry["features"].items()},
             forbidden=tuple(Forbidden(features=frozenset(r["all"]), reason=r["reason"],
                                       source=r["source"]) for r in entry["forbidden"]))

@@ -1,0 +1,70 @@
+"""The nearest cluster size with a plan comes first among the relaxations, the fewest-GPU
+answer beside it (`solver/nearest_nodes.py`)."""
+
+import pytest
+from relaxation_budgets import generous_relaxation_budgets
+
+from api_schemas import (
+    ClusterInput,
+    Constraints,
+    ModelPreset,
+    PlanRequest,
+    PlanStatus,
+    SolverLimits,
+    TrainingSpec,
+)
+from api_schemas.plan import Relaxation
+from solver import plan
+from solver.nearest_nodes import MAX_PROBES, _order
+
+
+def _node_relaxations(request: PlanRequest) -> list[Relaxation]:
+    response = plan(request)
+    assert response.status == PlanStatus.INFEASIBLE
+    found = [r for r in response.explanation.relaxation_details if r.change == "num_nodes"]
+    texts = response.explanation.relaxations
+    assert [t for t in texts if t in {r.text for r in found}] == [r.text for r in found]
+    return found
+
+
+def test_probe_order_is_by_distance_fewer_first_and_stops_at_the_fewest() -> None:
+    assert _order(641, 18) == [640, 642, 639, 643, 638, 644, 637, 645]
+    assert len(_order(641, 18)) == MAX_PROBES
+    assert _order(7, 5) == [6, 8, 5]  # 5 is known to have a plan: nothing past it
+    assert _order(2, 1) == [1]
+
+
+def test_the_nearest_count_comes_before_the_fewest(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Llama 3.1 8B on 7 nodes with PP1 pinned: 56 GPUs split as TP x DP need DP7 (TP8),
+    # which does not divide the batch of 64; 6 nodes have no split either; 8 nodes do. The
+    # fewest-GPU answer (1 node) is far slower.
+    generous_relaxation_budgets(monkeypatch)
+    nearest, fewest = _node_relaxations(PlanRequest(
+        model=ModelPreset(preset="llama-3.1-8b"),
+        cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=7),
+        training=TrainingSpec(global_batch_size=64, sequence_length=4096),
+        constraints=Constraints(pp=1),
+        solver=SolverLimits(time_limit_s=120, top_k=0, num_workers=1)))
+    assert (nearest.from_value, nearest.to_value) == (7, 8)
+    assert nearest.minimal and "6 has no plan" in nearest.proof
+    assert "the nearest count with a plan" in nearest.text
+    assert (fewest.from_value, fewest.to_value) == (7, 1)
+    assert nearest.step_time_s is not None and fewest.step_time_s is not None
+    assert nearest.step_time_s < fewest.step_time_s
+
+
+@pytest.mark.slow
+def test_gpt_530b_on_641_nodes_is_told_640_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The case of issue 36: ZeRO limited to stage 1, a prime node count. One node fewer gives
+    # an 18 s plan; the fewest-GPU answer (18 nodes) takes over 600 s per step.
+    generous_relaxation_budgets(monkeypatch)
+    nearest, fewest = _node_relaxations(PlanRequest(
+        model=ModelPreset(preset="gpt-530b"),
+        cluster=ClusterInput(gpu="a100-sxm4-80gb", num_nodes=641),
+        training=TrainingSpec(global_batch_size=2560, sequence_length=2048),
+        constraints=Constraints(zero_stage=[0, 1]),
+        solver=SolverLimits(time_limit_s=300, top_k=0, num_workers=1)))
+    assert (nearest.to_value, fewest.to_value) == (640, 18)
+    assert nearest.minimal and nearest.proof == "one node from the request's count"
+    assert nearest.step_time_s is not None and nearest.step_time_s < 30
+    assert fewest.step_time_s is not None and fewest.step_time_s > 600

@@ -1,0 +1,93 @@
+"""Robust choice (`solver/robust_choice.py`): a plan with an experimental schedule whose
+advantage is inside the model's error band is not shown as strictly better; the objective
+optimum stays reported; with a narrow band it wins and is shown."""
+
+import pytest
+
+from api_schemas import (
+    ClusterInput,
+    Constraints,
+    ModelPreset,
+    PlanRequest,
+    SolverLimits,
+    TrainingSpec,
+)
+from api_schemas.hardware import KernelCalibration
+from api_schemas.plan import PlanStatus
+from models.core.frameworks import frameworks
+from solver import plan
+from solver.robust_choice import experimental_schedules
+
+LIMITS = SolverLimits(time_limit_s=60, top_k=4, num_workers=1)
+
+
+def _request(framework: str | None, calibration: KernelCalibration | None = None
+             ) -> PlanRequest:
+    # Llama 3.1 8B on one node with PP4 pinned: DualPipeV is the objective optimum, an
+    # interleaved 1F1B plan a few percent behind it.
+    return PlanRequest(model=ModelPreset(preset="llama-3.1-8b"),
+                       cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=1,
+                                            calibration=calibration),
+                       training=TrainingSpec(global_batch_size=64, sequence_length=4096),
+                       constraints=Constraints(framework=framework, pp=4), solver=LIMITS)
+
+
+def test_zero_bubble_schedules_are_the_experimental_ones() -> None:
+    assert set(experimental_schedules()) == {"zb_h1", "zb_h2", "zbv", "dualpipe", "dualpipev",
+                                             "chimera"}
+    reasons = frameworks()["torchtitan"].features
+    assert reasons["schedule:dualpipev"].experimental
+    assert not reasons["schedule:interleaved_1f1b"].experimental
+
+
+@pytest.mark.parametrize("framework", [None, "any"])
+def test_experimental_optimum_inside_the_band_is_not_shown_as_better(
+        framework: str | None) -> None:
+    response = plan(_request(framework))
+    robust = response.robust_choice
+    assert response.status == PlanStatus.OPTIMAL and response.parallel is not None
+    assert robust is not None and robust.picked == "robust"
+    assert robust.optimum_parallel is not None
+    assert robust.optimum_parallel.schedule.value in experimental_schedules()
+    assert robust.experimental == [f"schedule:{robust.optimum_parallel.schedule.value}"]
+    # The plan shown uses no experimental schedule and is within the band of the optimum.
+    assert response.parallel.schedule.value not in experimental_schedules()
+    assert response.time is not None and robust.optimum_step_time_s is not None
+    assert response.time.step_time_s > robust.optimum_step_time_s
+    assert robust.band_frac is not None and 0 < robust.delta_frac < robust.band_frac
+    assert robust.indistinguishable and robust.within_band >= 1
+    assert "Robust choice, not the objective optimum" in response.explanation.summary
+    # The optimum is reported among the alternatives, faster than the plan shown.
+    optimum = [a for a in response.alternatives if a.parallel.schedule
+               == robust.optimum_parallel.schedule and a.delta_frac is not None
+               and a.delta_frac < 0]
+    assert optimum and optimum[0].experimental
+    assert optimum[0].why_not.startswith("the objective optimum")
+
+
+def test_experimental_optimum_that_wins_by_more_than_the_band_is_shown() -> None:
+    # A calibration profile whose leave-one-out errors are within 0.2%: the optimum's lead
+    # (several percent) is larger than the band, so it is shown.
+    narrow = KernelCalibration(leave_one_out_errors=(-0.002, -0.001, 0.0, 0.001, 0.002))
+    response = plan(_request(None, narrow))
+    robust = response.robust_choice
+    assert robust is not None and robust.picked == "optimum"
+    assert response.parallel is not None
+    assert response.parallel.schedule.value in experimental_schedules()
+    assert robust.band_frac is not None and robust.band_frac < 0.01
+    assert "Robust choice" not in response.explanation.summary
+
+
+def test_common_optimum_is_kept_and_its_band_is_counted() -> None:
+    response = plan(PlanRequest(model=ModelPreset(preset="llama-3.1-8b"),
+                                cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=1),
+                                training=TrainingSpec(global_batch_size=64,
+                                                      sequence_length=4096),
+                                solver=LIMITS))
+    robust = response.robust_choice
+    assert robust is not None and robust.picked == "optimum" and not robust.experimental
+    inside = [a for a in response.alternatives if a.within_band]
+    assert robust.within_band >= len(inside) >= 1
+    assert robust.indistinguishable
+    assert any("indistinguishable within the model's error band" in n
+               for n in response.explanation.notes)
