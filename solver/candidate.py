@@ -45,11 +45,14 @@ class PlanCandidate:
     rungs: tuple[Policy, ...]
     """The policies tried at each ZeRO stage, cheapest first (`solver.ladder.rungs`)."""
     _rung_configs: dict[tuple[Storage, int], ParallelConfig] = field(
-        default_factory=dict, repr=False)
+        default_factory=dict, init=False, repr=False)
     _frugal_configs: dict[tuple[Storage, int | None], ParallelConfig] = field(
-        default_factory=dict, repr=False)
-    _tables: dict[int, WorkTable] = field(default_factory=dict, repr=False)
-    _frugal_bounds: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
+        default_factory=dict, init=False, repr=False)
+    _tables: dict[int, WorkTable] = field(default_factory=dict, init=False, repr=False)
+    _frugal_bounds: dict[tuple[int, int], float] = field(
+        default_factory=dict, init=False, repr=False)
+    # The derived pieces are not init fields: `dataclasses.replace` of a candidate (a new
+    # object with a changed field) starts without them.
 
     @classmethod
     def of(cls, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
