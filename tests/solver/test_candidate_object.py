@@ -4,6 +4,7 @@ pinned so that it only falls."""
 
 import ast
 import dataclasses
+import random
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,33 @@ def test_a_mesh_keeps_the_placements_a_fresh_computation_gives() -> None:
     inner, outer = mesh.split_placement(GroupKind.DP, 4)
     assert mesh.split_placement(GroupKind.DP, 4) == (inner, outer)
     assert mesh.split_placement(GroupKind.DP, 2) != (inner, outer)
+
+
+@pytest.mark.parametrize("model, nodes", [("deepseek-v3", 16), ("llama-3.1-70b", 8)])
+def test_the_bound_tables_core_key_holds_every_field_the_core_times_read(
+        model: str, nodes: int) -> None:
+    """Candidates that share a core key (`BoundTables` shares core times by it) get the
+    same core times computed each on its own: a field the times read but the key left out
+    (pp, dp, the schedule's shape) would give one of them another's times."""
+    from solver.bounds import BoundTables
+    from solver.space import candidate_meshes
+
+    spec = model_preset(model)
+    cluster = cluster_preset("h800-sxm5-80gb" if model == "deepseek-v3" else
+                             "h100-sxm5-80gb", num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=1024, sequence_length=4096)
+    tables = BoundTables(spec, training, cluster)
+    groups: dict[tuple[object, ...], list[MeshCandidate]] = {}
+    for c in candidate_meshes(spec, training, world_size=cluster.world_size,
+                              gpus_per_node=cluster.gpus_per_node,
+                              constraints=Constraints()):
+        groups.setdefault(tables._core_key(c), []).append(c)
+    shared = [members for members in groups.values()
+              if len({(c.pp, c.dp, c.schedule, c.vpp) for c in members}) > 1]
+    assert len(shared) >= 3
+    rng = random.Random(38)
+    for members in rng.sample(shared, min(6, len(shared))):
+        first, other = members[0], rng.choice(members[1:])
+        one, two = tables._compute_core(first), tables._compute_core(other)
+        assert (one.head_s, one.layer_f, one.layer_b, one.layer_w) == (
+            two.head_s, two.layer_f, two.layer_b, two.layer_w), (first.key, other.key)
