@@ -140,6 +140,8 @@ class BoundTables:
         """Per core and data and pipeline degrees, the exposed ZeRO-3 traffic of all layers."""
         self._states_cache: dict[tuple[object, ...], float] = {}
         """`_mean_states_bytes` per degrees, weight copies and ZeRO stage (all it reads)."""
+        self._in_flight: dict[tuple[PipelineSchedule, int, int, int], float] = {}
+        """`_mean_in_flight` by its arguments (the schedule's shape)."""
 
     def _core_key(self, c: MeshCandidate) -> tuple[object, ...]:
         return (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
@@ -254,7 +256,10 @@ class BoundTables:
         states = self._mean_states_bytes(c, max_zero)
         layer_input = self._layer_input_bytes(c)
         chunks = schedule_traits(c.schedule).num_chunks(c.vpp)
-        in_flight = _mean_in_flight(c.schedule, c.pp, c.num_micro_batches, chunks)
+        shape = (c.schedule, c.pp, c.num_micro_batches, chunks)
+        in_flight = self._in_flight.get(shape)
+        if in_flight is None:
+            in_flight = self._in_flight[shape] = _mean_in_flight(*shape)
         layers_per_chunk = spec.num_layers / (c.pp * chunks)
         activations = in_flight * layers_per_chunk * layer_input * (1.0 - max_offload)
         return int(states + activations + self._head_share_bytes(c)) + RUNTIME_RESERVE_BYTES
@@ -350,7 +355,6 @@ class BoundTables:
 
 
 
-@lru_cache(maxsize=4096)
 def _mean_in_flight(schedule: PipelineSchedule, pp: int, m: int, chunks: int) -> float:
     """Average over ranks of the schedule's peak in-flight micro-batch x chunk units."""
     total = sum(peak_in_flight_chunks(schedule, num_stages=pp, num_micro_batches=m,

@@ -317,6 +317,17 @@ class _Problem:
     """The recipe the time bounds read: every runtime feature the request leaves to the
     search and a target offers, on (`solver.runtime_choice.optimistic_training`), so the
     bounds stay below the plans of every runtime choice."""
+    _variants: dict[MeshCandidate, list[Variant]] = field(default_factory=dict, init=False)
+    """`variants` by candidate (every field of it: a candidate is its whole value)."""
+
+    def variants(self, c: MeshCandidate) -> list[Variant]:
+        """The candidate's framework variants (`solver.targets.candidate_variants`), made
+        once per candidate of the search."""
+        found = self._variants.get(c)
+        if found is None:
+            found = self._variants[c] = candidate_variants(self.spec, self.training, c,
+                                                           self.constraints)
+        return found
 
     @property
     def tokens(self) -> int:
@@ -419,7 +430,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             continue
         if level == _SIMULATED_BOUND and _add_tail_floor(
                 problem, queue, lower, order, c,
-                candidate_variants(problem.spec, problem.training, c, problem.constraints)):
+                problem.variants(c)):
             continue
         if level < _RUN_BOUND and _add_run_floor(problem, queue, lower, order, c):
             continue
@@ -591,7 +602,7 @@ def _tighten(problem: _Problem, queue: _Queue, lower: float, order: int, level: 
 def _pruned_by_head_rank(problem: _Problem, queue: _Queue, c: MeshCandidate) -> bool:
     """`_rank_memory_rules_out` over the candidate's framework variants, counted as a memory
     prune where it holds."""
-    variants = candidate_variants(problem.spec, problem.training, c, problem.constraints)
+    variants = problem.variants(c)
     if not _rank_memory_rules_out(problem, c, variants):
         return False
     queue.pruned_memory += 1
@@ -790,7 +801,7 @@ def _visit(problem: _Problem, queue: _Queue, order: int, c: MeshCandidate,
                                   zero3_bound_s=queue.zero3_bound.get(order, 0.0),
                                   zero_floors_s=queue.zero_floors.get(order),
                                   least_memory=problem.objective == Objective.MIN_MEMORY,
-                                  memo=problem.memo)
+                                  memo=problem.memo, variants=problem.variants(c))
     queue.evaluated += 1
     if isinstance(result, Dominated):
         if problem.target_cutoff_s <= incumbent_s:

@@ -11,8 +11,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 from typing import Any
 
 from api_schemas.architecture import ModelSpec
@@ -69,6 +68,11 @@ class MeshCandidate:
     cp_kind: ContextParallelKind = ContextParallelKind.RING
     ulysses_degree: int | None = None
     """USP only: the Ulysses axis (the ring axis is cp / this)."""
+    _configs: dict[tuple[tuple[str, Any], ...], ParallelConfig] = field(
+        default_factory=dict, init=False, compare=False, repr=False)
+    """The validated configurations of this candidate by their overrides (`parallel`): held
+    by the candidate itself, so a candidate differing in any field (a new object, also
+    under `dataclasses.replace`) starts with none."""
 
     @classmethod
     def of(cls, parallel: ParallelConfig, num_micro_batches: int) -> "MeshCandidate":
@@ -96,9 +100,13 @@ class MeshCandidate:
         once per candidate and hashable overrides, and shared: configurations are
         immutable, and the search asks for the same few of each candidate many times)."""
         try:
-            return _parallel_of(self, tuple(sorted(overrides.items())))
+            key = tuple(sorted(overrides.items()))
+            found = self._configs.get(key)
         except TypeError:  # an unhashable override (a dict or a list): validate afresh
             return ParallelConfig.model_validate(self._fields(overrides))
+        if found is None:
+            found = self._configs[key] = ParallelConfig.model_validate(self._fields(overrides))
+        return found
 
     def mesh(self) -> Candidate:
         """This candidate as the mesh rules see it (default rank order). Built without
@@ -115,13 +123,6 @@ class MeshCandidate:
             "cp_kind": self.cp_kind, "ulysses_degree": self.ulysses_degree}
         fields.update(overrides)
         return fields
-
-
-@lru_cache(maxsize=65536)
-def _parallel_of(candidate: MeshCandidate, overrides: tuple[tuple[str, Any], ...]
-                 ) -> ParallelConfig:
-    """`MeshCandidate.parallel` for hashable overrides."""
-    return ParallelConfig.model_validate(candidate._fields(dict(overrides)))
 
 
 _DEFAULT_PARALLEL = ParallelConfig()

@@ -269,13 +269,17 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
                          zero3_bound_s: float = 0.0,
                          zero_floors_s: Mapping[int, float] | None = None,
                          least_memory: bool = False,
-                         memo: LedgerMemo | None = None) -> ScoredPlan | Rejection | Dominated:
+                         memo: LedgerMemo | None = None,
+                         variants: list[Variant] | None = None
+                         ) -> ScoredPlan | Rejection | Dominated:
     """The candidate's best plan over its framework variants (`evaluate_candidate` under
     each, or `least_memory_candidate` for the min_memory objective); a rejection when no
     framework runs it or none fits. `memo`: as `evaluate_candidate`'s (one per recipe: a
     variant whose runtime features differ from the request's gets its own). The plan keeps
-    the recipe it was scored under (`ScoredPlan.training`)."""
-    variants = candidate_variants(spec, training, candidate, constraints)
+    the recipe it was scored under (`ScoredPlan.training`). `variants`: the candidate's
+    `candidate_variants` where the caller has them."""
+    if variants is None:
+        variants = candidate_variants(spec, training, candidate, constraints)
     if not variants:
         return Rejection(candidate=candidate, reason="no framework of the target runs this "
                          "mesh and schedule")

@@ -216,7 +216,7 @@ def test_step_time_floor_is_below_the_step_of_every_policy(model: str, gpu: str,
     never exceeds the estimated step of any activation policy on the mesh and ZeRO stage,
     offload at the share it is given; and it rises above the makespan bound somewhere."""
     from models.core.step_time import estimate_step, pipeline_makespan_bound, step_time_floors_s
-    from solver.candidate_eval import broad_selective_modules
+    from solver.policy import broad_selective_modules
 
     spec = model_preset(model)
     cluster = cluster_preset(gpu, num_nodes=nodes)
@@ -262,7 +262,7 @@ def test_memory_bound_holds_per_zero_stage_with_an_mtp_module() -> None:
     """The memory bound at each ZeRO stage stays below the most frugal plan's ledger for a
     model whose MTP module has routed experts (they shard over EP, not only TP)."""
     from models.core.memory import memory_ledger
-    from solver.candidate_eval import ALL_POLICIES, _frugal, _with_policy
+    from solver.ladder import ALL_POLICIES, frugal, with_policy
 
     spec = model_preset("deepseek-v3")
     cluster = cluster_preset("h800-sxm5-80gb", num_nodes=64)
@@ -273,9 +273,9 @@ def test_memory_bound_holds_per_zero_stage_with_an_mtp_module() -> None:
                                   gpus_per_node=8, constraints=constraints)
     for c in random.Random(17).sample(candidates, min(15, len(candidates))):
         for zero in (0, 1, 2, 3):
-            frugal = _with_policy(c, zero, _frugal(spec, constraints, None, ALL_POLICIES),
-                                  constraints)
-            ledger = memory_ledger(spec, training, frugal, cluster)
+            most = with_policy(c, zero, frugal(spec, constraints, None, ALL_POLICIES),
+                               constraints)
+            ledger = memory_ledger(spec, training, most, cluster)
             assert tables.memory_bound_bytes(c, max_zero=zero, max_offload=0.5) \
                 <= ledger.peak_bytes, (c.key, zero)
 
@@ -292,7 +292,7 @@ def test_memory_bounds_count_the_head_share_and_stay_below_the_most_frugal_ledge
     tells apart a pipeline-less Llama 4 Scout at 32k tokens (26 GB of logits) from the
     capacity."""
     from models.core.memory import memory_ledger
-    from solver.candidate_eval import ALL_POLICIES, _frugal, _with_policy
+    from solver.ladder import ALL_POLICIES, frugal, with_policy
 
     spec = model_preset(model)
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
@@ -303,13 +303,13 @@ def test_memory_bounds_count_the_head_share_and_stay_below_the_most_frugal_ledge
                                   gpus_per_node=8, constraints=constraints)
     for c in random.Random(29).sample(candidates, min(12, len(candidates))):
         for zero in (1, 3):
-            frugal = _with_policy(c, zero, _frugal(spec, constraints, None, ALL_POLICIES),
-                                  constraints)
-            ledger = memory_ledger(spec, training, frugal, cluster)
+            most = with_policy(c, zero, frugal(spec, constraints, None, ALL_POLICIES),
+                               constraints)
+            ledger = memory_ledger(spec, training, most, cluster)
             mean = sum(stage.total_bytes for stage in ledger.stages) / len(ledger.stages)
             assert tables.memory_bound_bytes(c, max_zero=zero, max_offload=0.0) \
                 <= ledger.peak_bytes, (c.key, zero)
-            assert tables.policy_memory_bound_bytes(frugal, c, max_zero=zero) <= mean, \
+            assert tables.policy_memory_bound_bytes(most, c, max_zero=zero) <= mean, \
                 (c.key, zero)
 
 
@@ -381,7 +381,7 @@ def test_recompute_bound_holds_for_the_policy_and_more_full_layers(
     `more_full_layers` not the step of the same policy with more first layers fully
     recomputed either."""
     from models.core.step_time import estimate_step, work_table
-    from solver.candidate_eval import broad_selective_modules
+    from solver.policy import broad_selective_modules
 
     spec = model_preset(model)
     cluster = cluster_preset(gpu, num_nodes=nodes)
@@ -613,7 +613,8 @@ def test_every_bound_holds_where_ranks_start_on_a_full_attention_layer(model: st
         timing_kind,
         work_table,
     )
-    from solver.candidate_eval import broad_selective_modules, plain_run_makespan
+    from solver.candidate_eval import plain_run_makespan
+    from solver.policy import broad_selective_modules
 
     spec = model_preset(model)
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
@@ -739,12 +740,7 @@ def test_the_head_rank_refutes_a_mesh_the_mean_bound_admits() -> None:
     keeps one micro-batch's fp32 logits and the MTP module's (129,280 x 32,768 tokens / cp x
     4 bytes each) beside a quarter of the model's states, so no plan fits."""
     from models.core.memory import LedgerMemo, memory_ledger
-    from solver.candidate_eval import (
-        ALL_POLICIES,
-        _frugal,
-        _with_policy,
-        least_stored_policy,
-    )
+    from solver.ladder import ALL_POLICIES, frugal, least_stored_policy, with_policy
     from solver.space import MeshCandidate
 
     spec = model_preset("deepseek-v3")
@@ -760,11 +756,11 @@ def test_the_head_rank_refutes_a_mesh_the_mean_bound_admits() -> None:
     head = tables.rank_memory_bound_bytes(
         c, constraints, zeros=[0, 1, 2, 3], policy=least_stored_policy(spec, constraints),
         memo=LedgerMemo(spec=spec, training=training))
-    frugal = memory_ledger(spec, training, _with_policy(
-        c, 3, _frugal(spec, constraints, None, ALL_POLICIES), constraints), cluster)
+    most = memory_ledger(spec, training, with_policy(
+        c, 3, frugal(spec, constraints, None, ALL_POLICIES), constraints), cluster)
     tokens = 32768 * 4 // 4  # sequence x micro-batch / cp
     logits = 2 * spec.vocab_size * tokens * 4  # fp32, the head's and the MTP module's
-    assert mean < capacity < head <= frugal.peak_bytes
+    assert mean < capacity < head <= most.peak_bytes
     assert head - mean > logits
     result = evaluate_candidate(spec, training, cluster, c, constraints)
     assert isinstance(result, Rejection) and result.over_bytes > 0
@@ -892,13 +888,8 @@ def test_policy_floor_without_full_layer_recomputation_is_the_most_frugal_policy
     most frugal policy: its floor is that policy's bound, above the selective rung's (k = 0)
     and below the plan's simulated step."""
     from models.core.step_time import estimate_step
-    from solver.candidate_eval import (
-        PolicyCaps,
-        _frugal,
-        _with_policy,
-        _WorkTables,
-        policy_floors_s,
-    )
+    from solver.candidate import PlanCandidate
+    from solver.candidate_eval import PolicyCaps, policy_floors_s
 
     spec = model_preset("llama-3.1-8b")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=1)
@@ -911,11 +902,11 @@ def test_policy_floor_without_full_layer_recomputation_is_the_most_frugal_policy
              if c.pp == 2 and c.tp == 2 and c.cp == 1 and c.schedule == "1f1b")
     floors = policy_floors_s(spec, training, cluster, c, constraints, [1, 3], caps,
                              lambda parallel: False)
-    work = _WorkTables(spec, training, cluster, c, constraints)
+    cand = PlanCandidate.of(spec, training, cluster, c, constraints, caps)
     for zero in (1, 3):
-        most = _with_policy(c, zero, _frugal(spec, constraints, None, caps), constraints)
+        most = cand.frugal(zero)
         assert most.recompute == "full"
-        assert floors[zero] > work.frugal_bound_s(zero, 0, caps), zero
+        assert floors[zero] > cand.frugal_bound_s(zero, 0), zero
         step = estimate_step(spec, training, most, cluster, split_pipeline_idle=False)
         assert floors[zero] <= step.step_time_s * (1 + 1e-9), zero
 

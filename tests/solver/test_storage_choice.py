@@ -67,6 +67,7 @@ def test_the_remote_ladder_probed_below_a_known_fit_finds_the_same_rung() -> Non
 
     from api_schemas import ParallelConfig, PipelineSchedule
     from models.catalog.presets import cluster_preset, model_preset
+    from solver.candidate import PlanCandidate
     from solver.candidate_eval import Storage, _first_fit, _Fit
     from solver.space import MeshCandidate
 
@@ -77,16 +78,15 @@ def test_the_remote_ladder_probed_below_a_known_fit_finds_the_same_rung() -> Non
     candidate = MeshCandidate.of(ParallelConfig(tp=8, pp=8, vpp=2,
                                                 schedule=PipelineSchedule.INTERLEAVED_1F1B,
                                                 sequence_parallel=True), 64)
+    cand = PlanCandidate.of(spec, training, cluster, candidate, constraints)
     checked = cheaper = 0
     for zero in (0, 1, 2, 3):
-        plain = _first_fit(spec, training, cluster, candidate, Storage(zero=zero),
-                           constraints, False)
+        plain = _first_fit(cand, Storage(zero=zero))
         if not isinstance(plain, _Fit) or plain.rung is None or plain.plain:
             continue
         remote = dataclasses.replace(Storage(zero=zero), remote=True)
-        full = _first_fit(spec, training, cluster, candidate, remote, constraints, False)
-        hinted = _first_fit(spec, training, cluster, candidate, remote, constraints, False,
-                            known_fit=plain.rung)
+        full = _first_fit(cand, remote)
+        hinted = _first_fit(cand, remote, known_fit=plain.rung)
         assert isinstance(full, _Fit) and isinstance(hinted, _Fit)
         assert hinted.rung == full.rung and hinted.parallel == full.parallel
         assert full.rung is not None and full.rung <= plain.rung

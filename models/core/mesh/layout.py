@@ -15,7 +15,7 @@ expert generator the same order string with (tp=etp, cp=1, ep, dp=edp, pp), wher
 edp = tp * cp * dp / (etp * ep). Ranks are placed on nodes in order, `gpus_per_node` each.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache, lru_cache
 from math import prod
@@ -110,6 +110,12 @@ class DeviceMesh:
     _group_of_rank: dict[GroupKind, IntArray]
     _spans: dict[GroupKind, IntArray]
     _per_node: dict[GroupKind, IntArray]
+    _placements: dict[GroupKind, "AxisPlacement"] = field(
+        default_factory=dict, init=False, repr=False)
+    """`placement` of each kind, computed once per mesh."""
+    _splits: dict[tuple[GroupKind, int], tuple["AxisPlacement", "AxisPlacement"]] = field(
+        default_factory=dict, init=False, repr=False)
+    """`split_placement` of each kind and inner size, computed once per mesh."""
 
     def node_of(self, rank: int) -> int:
         """Node index of a rank (ranks fill nodes in order)."""
@@ -134,7 +140,11 @@ class DeviceMesh:
 
     def placement(self, kind: GroupKind) -> AxisPlacement:
         """Where the groups of one kind sit; the group spanning most nodes decides."""
-        return _placement(kind, self._members[kind], self._spans[kind], self._per_node[kind])
+        found = self._placements.get(kind)
+        if found is None:
+            found = self._placements[kind] = _placement(
+                kind, self._members[kind], self._spans[kind], self._per_node[kind])
+        return found
 
     def split_placement(self, kind: GroupKind, inner: int
                         ) -> tuple[AxisPlacement, AxisPlacement]:
@@ -144,6 +154,13 @@ class DeviceMesh:
         members (the inner sub-groups) and the members `inner` apart (the outer ones), as
         Megatron's hierarchical context-parallel groups do (first level innermost).
         """
+        found = self._splits.get((kind, inner))
+        if found is None:
+            found = self._splits[kind, inner] = self._split_placement(kind, inner)
+        return found
+
+    def _split_placement(self, kind: GroupKind, inner: int
+                         ) -> tuple[AxisPlacement, AxisPlacement]:
         members = self._members[kind]
         size = members.shape[1]
         if inner < 1 or size % inner:
@@ -225,9 +242,11 @@ def expert_data_parallel_size(parallel: ParallelConfig) -> int:
     return folded // (parallel.etp * parallel.ep)
 
 
-MESHES_KEPT = 64
+MESHES_KEPT = 512
 """Meshes `build_mesh` keeps, by degrees, cluster shape and order (a 16,384-GPU mesh takes
-about 10 ms to build; the search asks for the same one for every activation policy)."""
+about 10 ms to build; the search asks for the same one for every activation policy, and
+the step-time model's axis groups of every candidate it times). Each mesh keeps its group
+placements."""
 
 
 def build_mesh(parallel: ParallelConfig, *, num_nodes: int, gpus_per_node: int,

@@ -10,7 +10,6 @@ anything.
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig
@@ -66,16 +65,9 @@ def axis_groups(parallel: ParallelConfig, *, gpus_per_node: int) -> AxisGroups:
     """
     world = parallel.world_size
     per_node = math.gcd(world, gpus_per_node)
-    return AxisGroups(mesh=_mesh(parallel.tp, parallel.cp, parallel.dp, parallel.pp,
-                                 parallel.ep, parallel.etp, max(1, world // per_node),
-                                 per_node))
-
-
-@lru_cache(maxsize=512)
-def _mesh(tp: int, cp: int, dp: int, pp: int, ep: int, etp: int, num_nodes: int,
-          gpus_per_node: int) -> DeviceMesh:
-    degrees = ParallelConfig(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, etp=etp)
-    return build_mesh(degrees, num_nodes=num_nodes, gpus_per_node=gpus_per_node)
+    # `build_mesh` keeps each mesh by its degrees (the only fields it reads).
+    return AxisGroups(mesh=build_mesh(parallel, num_nodes=max(1, world // per_node),
+                                      gpus_per_node=per_node))
 
 
 __all__ = ["AxisGroup", "AxisGroups", "axis_groups"]

@@ -6,7 +6,6 @@ the CP rules send (GQA and MLA). Must not: produce traffic items.
 """
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from api_schemas import (
     DType,
@@ -87,16 +86,14 @@ class StepContext:
         return self.stage.num_layers if policy == RecomputeMode.FULL else 0
 
 
-@lru_cache(maxsize=4096)
 def group_placement(mesh: DeviceMesh, kind: GroupKind) -> AxisPlacement:
-    """`mesh.placement(kind)` computed once per mesh (a mesh is compared by identity)."""
+    """`mesh.placement(kind)` (the mesh keeps it: computed once per mesh)."""
     return mesh.placement(kind)
 
 
-@lru_cache(maxsize=4096)
 def split_group_placement(mesh: DeviceMesh, kind: GroupKind, inner: int
                           ) -> tuple[AxisPlacement, AxisPlacement]:
-    """`mesh.split_placement(kind, inner)` computed once per mesh and split."""
+    """`mesh.split_placement(kind, inner)` (the mesh keeps it: computed once per mesh)."""
     return mesh.split_placement(kind, inner)
 
 
