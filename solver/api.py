@@ -20,7 +20,6 @@ from api_schemas.plan import (
     ExtensionUse,
     PlanResponse,
     PlanStatus,
-    PredictedRange,
     RunsOn,
     SolverStats,
     Throughput,
@@ -37,10 +36,11 @@ from models.core.memory import memory_ledger
 from models.core.mesh import validate_mesh
 from models.core.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from models.errors import InvalidSpecError
-from models.evidence.error_bands import cluster_band, predicted_range
+from models.evidence.error_bands import cluster_band
 from models.evidence.memory_evidence import ledger_evidence
 from models.evidence.mfu_records import plausibility_note
 from solver import cancel, cpsat
+from solver.alternatives import plan_alternatives, range_of
 from solver.anytime import seeded_search
 from solver.binding_pins import Binding, binding_texts, find_binding
 from solver.candidate_eval import ScoredPlan, refine_policies
@@ -53,7 +53,6 @@ from solver.explain import (
     gib,
     limit_text,
     summary,
-    why_not,
     why_rejected,
 )
 from solver.fixes import suggest_fixes
@@ -67,7 +66,6 @@ from solver.robust_choice import (
     experimental_features,
     experimental_schedules,
     pick,
-    within_band,
 )
 from solver.runtime_choice import decided_for, runtime_feature_uses, with_rules
 from solver.search_space import search_limits, space_note
@@ -102,12 +100,6 @@ def throughput(est: StepEstimate) -> Throughput:
                       tflops_per_gpu_full_attention=est.tflops_per_gpu_full_attention,
                       mfu_full_attention=est.mfu_full_attention)
 
-
-def range_of(cluster: ClusterSpec, *, moe: bool, world_size: int, step_time_s: float,
-             tokens_per_s: float | None = None, mfu: float | None = None) -> PredictedRange:
-    """The predicted range of a configuration's figures (`models.evidence.error_bands`)."""
-    band = cluster_band(cluster, moe=moe, num_gpus=world_size)
-    return predicted_range(band, step_time_s=step_time_s, tokens_per_s=tokens_per_s, mfu=mfu)
 
 
 def plausibility(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
@@ -255,10 +247,8 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
             spec, training, robust.shown.parallel, cluster))
         runners_up = [optimum, *(p for p in runners_up if p is not robust.shown)][
             : max(1, request.solver.top_k)]
-    alternatives = _alternatives(best, runners_up, result, cluster, request.solver.top_k,
-                                 moe=has_routed_experts(spec), optimum=optimum,
-                                 objective=request.objective, spec=spec,
-                                 training=request.training)
+    alternatives = plan_alternatives(best, runners_up, result, cluster, request,
+                                     optimum=optimum, spec=spec)
     text = summary(spec, cluster, best)
     if robust.report.picked == "robust":
         text += f" {robust.report.text[0].upper()}{robust.report.text[1:]}."
@@ -428,36 +418,6 @@ def _common_plans(request: PlanRequest, constraints: Constraints, spec: ModelSpe
                     deadline=time.perf_counter() + budget)
     return [] if result.best is None else [result.best]
 
-
-def _alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: SearchResult,
-                  cluster: ClusterSpec, top_k: int, *, moe: bool, optimum: ScoredPlan,
-                  objective: Objective, spec: ModelSpec,
-                  training: TrainingSpec) -> list[Alternative]:
-    """Alternatives to the plan shown (`best`): the runners-up (the objective optimum among
-    them when the robust choice showed another plan), each marked within the optimum's
-    error band or not, then up to three rejected candidates."""
-    out = [Alternative(parallel=summarise_policies(other.parallel),
-                       world_size=other.parallel.world_size,
-                       step_time_s=other.estimate.step_time_s,
-                       tokens_per_s=other.estimate.tokens_per_s,
-                       peak_bytes=other.ledger.peak_bytes, fits=True,
-                       delta_frac=other.estimate.step_time_s / best.estimate.step_time_s - 1.0,
-                       why_not=(why_not(best, other, cluster) if other is not optimum else
-                                "the objective optimum; not shown because its experimental "
-                                "mechanisms do not win by more than the model's error band"),
-                       predicted_range=range_of(cluster, moe=moe,
-                                                world_size=other.parallel.world_size,
-                                                step_time_s=other.estimate.step_time_s,
-                                                tokens_per_s=other.estimate.tokens_per_s),
-                       within_band=(None if other is optimum else within_band(
-                           optimum, other, cluster, objective=objective, moe=moe)),
-                       experimental=sorted(experimental_features(spec, training, other)))
-           for other in runners_up]
-    for rejection in [r for r in result.rejections if r.stage is not None][: min(3, top_k)]:
-        rejected = rejection.candidate.parallel()
-        out.append(Alternative(parallel=rejected, world_size=rejected.world_size, fits=False,
-                               why_not=why_rejected(rejection)))
-    return out
 
 
 def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,

@@ -28,6 +28,7 @@ from api_schemas.plan import RobustChoice
 from api_schemas.requests import Objective
 from api_schemas.training import TrainingSpec
 from models.core.frameworks import extensions_used, frameworks, plan_features
+from models.core.layer_kinds import has_routed_experts
 from models.evidence.error_bands import ErrorBand, cluster_band
 from solver.candidate_eval import ScoredPlan
 from solver.explain import describe_parallel
@@ -127,7 +128,7 @@ def pick(optimum: ScoredPlan, others: Sequence[ScoredPlan], spec: ModelSpec,
     """The plan to show among the objective optimum and the other scored plans `others`
     (see the module docstring); `others` may hold several plans of one mesh shape, of which
     the best counts."""
-    moe = spec.moe is not None
+    moe = has_routed_experts(spec)
     best_value = objective_value(optimum, objective)
     seen = {_shape(optimum)}
     band: list[ScoredPlan] = []
