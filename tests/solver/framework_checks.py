@@ -452,6 +452,19 @@ def _stub_absent_modules() -> None:
             setattr(sys.modules[parent], child, stub)
 
 
+def _real_torchtitan_packages() -> None:
+    """Forget torchtitan's modules when `torchtitan_loader` registered its packages by path
+    (stand-ins without `__file__`, made when torch was absent or before this ran), so the
+    next import runs the packages' own `__init__` files."""
+    import sys
+
+    root = sys.modules.get("torchtitan")
+    if root is None or getattr(root, "__file__", None) is not None:
+        return
+    for name in [m for m in sys.modules if m == "torchtitan" or m.startswith("torchtitan.")]:
+        del sys.modules[name]
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TorchtitanResult:
     """What torchtitan made of an export."""
@@ -488,6 +501,7 @@ def torchtitan_check(spec: Any, training: Any, parallel: Any) -> TorchtitanResul
     with _quiet():
         # torchtitan's packages themselves, not the loader's path-only stand-ins (torch is
         # here, and the model registry needs the packages' own __init__ files)
+        _real_torchtitan_packages()
         _stub_absent_modules()
         import torchtitan.config
         import torchtitan.tools  # noqa: F401

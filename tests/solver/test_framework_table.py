@@ -10,12 +10,14 @@ framework's validation at its pinned release (`framework_checks.py`):
 - Megatron-LM: megatron-core 0.16.1's config classes (`TransformerConfig`,
   `DistributedDataParallelConfig`, `OptimizerConfig` `__post_init__`), its process groups on
   a fake process group and its num-microbatches calculator;
-- DeepSpeed: 0.19.8's `DeepSpeedConfig` with DeepSpeed's own mpu for the mesh, the pipeline
-  engine's ZeRO check and the AutoEP start-up checks;
+- DeepSpeed: 0.19.8's `DeepSpeedConfig` with DeepSpeed's own mpu for the mesh (none for
+  Ulysses with PP or AutoTP), the pipeline engine's ZeRO check and the AutoEP start-up
+  checks (with AutoEP + ZeRO-3 + sequence parallelism);
 - torchtitan: 0.2.2's job-config loader, `ParallelDims` and its device mesh on a fake
-  process group, the train-spec registry (a model without a pipelining function refuses
-  PP, as `train.py` does), the model arguments' `update_from_config`, and the float8 MoE
-  converter's limits.
+  process group, the schedule class, the DualPipeV + EP + activation-checkpointing check,
+  the train-spec registry (a model without a pipelining function refuses PP, as `train.py`
+  does), the model arguments' `update_from_config` and the parallelize functions' SDPA-only
+  rule for CP, and the float8 MoE converter's limits.
 
 The rule: a framework the table lists (no blocker: every feature in its table, no forbidden
 combination) must accept the export. A framework the table does not list may reject it
@@ -26,13 +28,18 @@ kernel assertions, model code, pairs the framework does not test), each rule wit
 cited source in the table. Where the export rather than the table is at fault, the
 combination is an expected failure (`EXPORT_GAPS`).
 
-Megatron-Bridge (`megatron-bridge` 0.3.1 on PyPI, a pure-Python wheel) is not used: its
-configuration validation (`megatron.bridge.training.config.ConfigContainer.validate`) sits in
-a module that imports the whole model zoo (`megatron.bridge.models`: transformers, the VL
-models, Mamba), and the package requires transformer-engine[core_cu13], mamba-ssm,
-causal-conv1d and nvidia-resiliency-ext, which are CUDA builds; its checks that concern the
-table (communication overlap, Megatron FSDP, context parallelism) run through the same
-megatron-core config classes checked here.
+Megatron-Bridge (`megatron-bridge` 0.3.1 on PyPI) is not used. Its wheel is pure Python and
+downloads in seconds, but its configuration validation
+(`megatron.bridge.training.config.ConfigContainer.validate`) cannot be imported without
+Transformer Engine: `config.py` imports `megatron.bridge.models` (the whole model zoo, with
+transformers, rich, omegaconf and hydra) and `megatron.bridge.peft`, whose `lora_layers.py`
+runs `import transformer_engine.pytorch` at import time; the package requires
+`transformer-engine[core_cu13,pytorch]`, `mamba-ssm`, `causal-conv1d` and
+`nvidia-resiliency-ext`, CUDA builds this CPU environment does not have (tried with
+0.3.1: `pip install --no-deps` plus transformers, omegaconf, hydra-core and rich, then the
+import stops at `transformer_engine`). Its checks that concern the table (communication
+overlap, Megatron FSDP, context parallelism) go through the megatron-core config classes
+checked here.
 
 Needs torch, megatron-core, DeepSpeed and torchtitan at the pinned releases, which `.ci/run`
 installs in `.venv-frameworks`; elsewhere each framework's tests skip with the reason.
