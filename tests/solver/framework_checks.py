@@ -345,7 +345,8 @@ def deepspeed_check(config: dict[str, Any], world_size: int, *, pp: int, tp: int
     a `PipelineModule` builds (pipeline x AutoTP x data) when pp > 1, the AutoTP groups
     the engine builds (`groups._init_tp_mesh_device`) when only tp > 1, DeepSpeed-Ulysses'
     sequence-parallel state when only cp > 1, none (every rank data-parallel) otherwise.
-    The pipeline engine's ZeRO check and the AutoEP start-up checks run on the same sizes.
+    The pipeline engine's ZeRO check and the AutoEP start-up checks (with the engine's
+    AutoEP + ZeRO-3 check, `_validate_zero3_moe_compatibility`) run on the same sizes.
     """
     with _quiet():
         import deepspeed.comm as ds_dist
@@ -399,9 +400,166 @@ def deepspeed_check(config: dict[str, Any], world_size: int, *, pp: int, tp: int
                 validate_autoep_config(autoep, world_size, pp, tp, cp,
                                        zero_stage=int(parsed.zero_optimization_stage),
                                        mpu=user_mpu)
+                # deepspeed/runtime/engine.py, DeepSpeedEngine._validate_zero3_moe_compatibility
+                if parsed.zero_optimization_stage == ZeroStageEnum.weights and cp > 1:
+                    raise AssertionError("AutoEP with ZeRO Stage 3 does not support sequence "
+                                         f"parallelism yet (sequence_parallel_size={cp}).")
         finally:
             _reset_deepspeed_groups()
     return DeepSpeedResult(config=parsed, dp=int(parsed.world_size))
+
+
+def _stub_absent_modules() -> None:
+    """Stand-ins for packages torchtitan's model packages import at import time but that
+    validation never uses, where they are absent: `datasets`, `torchdata`, `tokenizers` and
+    `tensorboard` (its dataloader, tokenizer and metrics builders; torchtitan is installed
+    without its dependencies, see `torchtitan_loader.py`), and torchtitan's MoE permutation
+    kernel module
+    (`models/moe/kernels.py`, Triton code, GPU-only, never run here) where Triton is
+    absent."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+    import types
+
+    names: dict[str, dict[str, Any]] = {
+        "datasets": {"Dataset": type("Dataset", (), {}), "load_dataset": None},
+        "datasets.distributed": {"split_dataset_by_node": None},
+        "tokenizers": {"AddedToken": type("AddedToken", (), {}),
+                       "Tokenizer": type("Tokenizer", (), {})},
+        "torchdata": {},
+        "torchdata.stateful_dataloader": {
+            "StatefulDataLoader": type("StatefulDataLoader", (), {})},
+        "torch.utils.tensorboard": {"SummaryWriter": type("SummaryWriter", (), {})},
+        "torchtitan.models.moe.kernels": {"generate_permute_indices": None,
+                                          "fill_indices_wrapper": None},
+    }
+    present = {name: name in sys.modules or importlib.util.find_spec(name) is not None
+               for name in ("datasets", "torchdata", "tokenizers", "triton", "tensorboard")}
+    for module, attributes in names.items():
+        needed = {"torchtitan": "triton", "torch": "tensorboard"}.get(
+            module.split(".")[0], module.split(".")[0])
+        if module in sys.modules or present[needed]:
+            continue
+        stub = types.ModuleType(module)
+        stub.__spec__ = importlib.machinery.ModuleSpec(module, None, is_package=True)
+        stub.__path__ = []
+        for attribute, value in attributes.items():
+            setattr(stub, attribute, value)
+        sys.modules[module] = stub
+        parent, _, child = module.rpartition(".")
+        if parent in sys.modules:
+            setattr(sys.modules[parent], child, stub)
+
+
+def _real_torchtitan_packages() -> None:
+    """Forget torchtitan's modules when `torchtitan_loader` registered its packages by path
+    (stand-ins without `__file__`, made when torch was absent or before this ran), so the
+    next import runs the packages' own `__init__` files."""
+    import sys
+
+    root = sys.modules.get("torchtitan")
+    if root is None or getattr(root, "__file__", None) is not None:
+        return
+    for name in [m for m in sys.modules if m == "torchtitan" or m.startswith("torchtitan.")]:
+        del sys.modules[name]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TorchtitanResult:
+    """What torchtitan made of an export."""
+
+    job_config: Any
+    """The `JobConfig` torchtitan's loader built."""
+    model: str | None
+    """The registered model (train spec) the export names, None for a model-args block."""
+    gradient_accumulation_steps: int
+
+
+def torchtitan_check(spec: Any, training: Any, parallel: Any) -> TorchtitanResult:
+    """Validate a plan's torchtitan export with torchtitan 0.2.2's own code, in the order
+    `train.py` runs it (raises what torchtitan raises):
+
+    - the job-config loader (`torchtitan_loader.check_torchtitan`, which also reads back the
+      plan's degrees, schedule, micro-batch and recompute mode);
+    - `ParallelDims` (`_validate`) and its device mesh (`build_mesh`) on a fake process group
+      of the plan's world size, then the batch arithmetic `Trainer.__init__` asserts;
+    - the model registry: `get_train_spec` for a registered model; a pipeline needs the train
+      spec's `pipelining_fn` (`Trainer.__init__` raises "does not support pipelining"); the
+      flavour's model arguments run `update_from_config` (context-parallel and attention
+      limits); the parallelize functions' attention check for CP (`attn_type` must be
+      'sdpa');
+    - the pipeline: `torch.distributed.pipelining.get_schedule_class` for the schedule name,
+      `get_dual_pipe_v_flag` (EP + DualPipeV + activation checkpointing);
+    - float8 MoE: `Float8GroupedMMConverter`'s limits (no PP, no CP). Its SM89 check is
+      GPU-only and is answered 'yes' here, as `TE_VERSION` answers megatron-core.
+    """
+    from torchtitan_loader import check_torchtitan
+
+    from solver.export.launch import torchtitan_model
+
+    with _quiet():
+        # torchtitan's packages themselves, not the loader's path-only stand-ins (torch is
+        # here, and the model registry needs the packages' own __init__ files)
+        _real_torchtitan_packages()
+        _stub_absent_modules()
+        import torchtitan.config
+        import torchtitan.tools  # noqa: F401
+
+        job_config = check_torchtitan(spec.name, training, parallel)
+        from torch.distributed.pipelining.schedules import get_schedule_class
+        from torchtitan.distributed.dual_pipe_v import get_dual_pipe_v_flag
+        from torchtitan.distributed.parallel_dims import ParallelDims
+    p = job_config.parallelism
+    world_size = parallel.world_size
+    with fake_world(world_size), _quiet():
+        dims = ParallelDims(dp_shard=p.data_parallel_shard_degree,
+                            dp_replicate=p.data_parallel_replicate_degree,
+                            cp=p.context_parallel_degree, tp=p.tensor_parallel_degree,
+                            pp=p.pipeline_parallel_degree, ep=p.expert_parallel_degree,
+                            etp=p.expert_tensor_parallel_degree, world_size=world_size)
+        dims.build_mesh()
+        batch_degree = dims.dp_replicate * dims.dp_shard
+        global_batch = job_config.training.global_batch_size
+        local_batch = job_config.training.local_batch_size
+        if global_batch < 0:
+            global_batch = local_batch * batch_degree
+        # torchtitan/train.py, Trainer.__init__
+        assert global_batch % (local_batch * batch_degree) == 0, (
+            "global batch size must be multiple of local batch size times data-parallel "
+            "degree")
+        if dims.pp_enabled:
+            get_schedule_class(p.pipeline_parallel_schedule)
+        get_dual_pipe_v_flag(job_config, dims)
+        registered = torchtitan_model(spec)
+        model = registered.get("name")
+        if model is not None:
+            from torchtitan.protocols.train_spec import get_train_spec
+
+            train_spec = get_train_spec(model)
+            if dims.pp_enabled and not train_spec.pipelining_fn:
+                # torchtitan/train.py, Trainer.__init__
+                raise RuntimeError(f"Pipeline Parallel is enabled but {model} does not "
+                                   "support pipelining")
+            model_args = train_spec.model_args[registered["flavour"]]
+            model_args.update_from_config(job_config)
+            attn_type = getattr(model_args, "attn_type", "sdpa")
+            if dims.cp_enabled and attn_type != "sdpa":
+                # models/{llama3,llama4,deepseek_v3,qwen3}/infra/parallelize.py
+                raise NotImplementedError(
+                    f"Context Parallel only supports SDPA attention. Got attn_type='{attn_type}'")
+        if "quantize.grouped_mm.float8" in job_config.model.converters:
+            from torchtitan.components.quantization import float8 as float8_module
+
+            capability = float8_module.has_cuda_capability
+            float8_module.has_cuda_capability = lambda major, minor: True
+            try:
+                float8_module.Float8GroupedMMConverter(job_config, dims)
+            finally:
+                float8_module.has_cuda_capability = capability
+    return TorchtitanResult(job_config=job_config, model=model,
+                            gradient_accumulation_steps=global_batch // (
+                                local_batch * batch_degree))
 
 
 __all__ = [
@@ -420,4 +578,6 @@ __all__ = [
     "megatron_check",
     "missing",
     "parse_argv",
+    "TorchtitanResult",
+    "torchtitan_check",
 ]
