@@ -415,7 +415,7 @@ def _stub_absent_modules() -> None:
     `tensorboard` (its dataloader, tokenizer and metrics builders; torchtitan is installed
     without its dependencies, see `torchtitan_loader.py`), and torchtitan's MoE permutation
     kernel module
-    (`models/moe/kernels.py`, Triton code, GPU-only, never run here) where Triton is
+    (`models/core/moe/kernels.py`, Triton code, GPU-only, never run here) where Triton is
     absent."""
     import importlib.machinery
     import importlib.util

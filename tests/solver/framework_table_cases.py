@@ -17,7 +17,7 @@ from typing import Any
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig, StagePolicy
 from api_schemas.training import TrainingSpec
-from models.catalog import model_preset
+from models.catalog.presets import model_preset
 
 Combination = tuple[ModelSpec, TrainingSpec, ParallelConfig]
 

@@ -60,7 +60,7 @@ from framework_table_cases import COMBINATIONS, combination
 from torchtitan_loader import PINNED as TORCHTITAN
 from torchtitan_loader import installed as torchtitan_installed
 
-from models.frameworks import blockers, capabilities, frameworks, plan_features
+from models.core.frameworks import blockers, capabilities, frameworks, plan_features
 from solver.export import deepspeed_config, megatron_export
 
 FRAMEWORKS = ("megatron-lm", "torchtitan", "deepspeed")
