@@ -124,6 +124,8 @@ class Storage:
     zero: int
     host_gradients: bool = False
     remote: bool = False
+    optimizer_offload: float = 0.0
+    """Share of the rank's optimizer states in host memory (`optimizer_offload_frac`)."""
 
 
 def storage_options(zero: int, constraints: Constraints, pp: int) -> list[Storage]:
@@ -131,10 +133,23 @@ def storage_options(zero: int, constraints: Constraints, pp: int) -> list[Storag
     request's (Pipeline ZeRO-2 when pinned), then Pipeline ZeRO-2 where the request allows
     the search to choose it (with ZeRO-1, as Kimi K3 pairs them, and a pipeline)."""
     pinned = constraints.gradient_host_shards
-    out = [Storage(zero=zero, host_gradients=pinned)]
+    moved = constraints.optimizer_offload_frac or 0.0
+    out = [Storage(zero=zero, host_gradients=pinned, optimizer_offload=moved)]
     if not pinned and constraints.allow_gradient_host_shards and zero == 1 and pp > 1:
-        out.append(Storage(zero=zero, host_gradients=True))
+        out.append(Storage(zero=zero, host_gradients=True, optimizer_offload=moved))
     return out
+
+
+def offload_storage(storage: Storage, constraints: Constraints) -> Storage | None:
+    """`storage` with the whole optimizer shard in host memory where the search may choose
+    it (`constraints.allow_optimizer_offload`, not pinned, a ZeRO optimizer to offload);
+    None otherwise. Tried only where `storage` has no plain fit: where the cheapest policy
+    fits, moving the optimizer only adds the CPU step
+    (`models.step_time.assembly.host_optimizer_s`)."""
+    if (constraints.optimizer_offload_frac is not None or not constraints.allow_optimizer_offload
+            or storage.zero < 1 or storage.optimizer_offload > 0):
+        return None
+    return dataclasses.replace(storage, optimizer_offload=1.0)
 
 
 def probe_options(spec: ModelSpec, constraints: Constraints, pp: int) -> int:
@@ -154,6 +169,8 @@ def _with_policy(candidate: MeshCandidate, zero: int | Storage, policy: dict[str
         fields["gradient_host_shards"] = True
     if storage.remote:
         fields["remote_activation_offload"] = True
+    if storage.optimizer_offload:
+        fields["optimizer_offload_frac"] = storage.optimizer_offload
     if constraints.pinned_recompute is not None:
         fields["recompute"] = constraints.pinned_recompute
     return candidate.parallel(**fields)
@@ -292,6 +309,11 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
                         dataclasses.replace(storage, remote=True), constraints, pinned, caps,
                         memo, cutoff_s=step_cutoff_s, plan_bound=policy_bound,
                         known_fit=found.rung if isinstance(found, _Fit) else None))
+                offloaded = None if plain_fit else offload_storage(storage, constraints)
+                if offloaded is not None:
+                    results.append(_first_fit(
+                        spec, training, cluster, candidate, offloaded, constraints, pinned,
+                        caps, memo, cutoff_s=step_cutoff_s, plan_bound=policy_bound))
                 for result in results:
                     if isinstance(result, _Bounded):
                         skipped.append(result.bound_s)
@@ -472,11 +494,13 @@ def least_memory_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Clu
         return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")
     pinned = constraints.pinned_recompute is not None
     policy = {} if pinned else _frugal(spec, constraints, None, caps or ALL_POLICIES)
-    storages = [Storage(zero=zeros[-1])]
+    storages = [Storage(zero=zeros[-1],
+                        optimizer_offload=constraints.optimizer_offload_frac or 0.0)]
     if 1 in zeros:
         storages += storage_options(1, constraints, candidate.pp)[1:]
     if constraints.allow_remote_offload and candidate.pp > 1:
         storages += [dataclasses.replace(s, remote=True) for s in storages]
+    storages += [o for o in (offload_storage(s, constraints) for s in storages) if o]
     try:
         options = [(_with_policy(candidate, storage, policy, constraints), rank)
                    for rank, storage in enumerate(storages)]
