@@ -225,7 +225,7 @@ class Constraints(SpecModel):
         "candidate (0 forbids it). Null: the search may choose 1 (the whole shard) where "
         "allow_optimizer_offload and the target framework allow it.")
     allow_optimizer_offload: bool = Field(
-        default=True, description="May the search move the optimizer states to host memory "
+        default=False, description="May the search move the optimizer states to host memory "
         "(Megatron-LM --optimizer-cpu-offload, DeepSpeed ZeRO-Offload) where that makes a "
         "plan fit or is faster? The CPU optimizer step and the host-link copies are charged "
         "to the step; never chosen for a framework target without it (torchtitan).")

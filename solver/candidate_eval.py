@@ -358,6 +358,10 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
         # A skipped stage's plans are bounded by its own bound, which may be the lower one.
         bound = min([order[0][0], *skipped])
         return Dominated(candidate=candidate, bound_s=bound)
+    if skipped and best[0] >= step_cutoff_s:
+        # A plan at or above the cutoff beside skipped ones (an optimizer-offload fit next
+        # to a bounded ladder): none gets below the cutoff, and the skipped may beat it.
+        return Dominated(candidate=candidate, bound_s=min([best[0], *skipped]))
     return best[2]
 
 

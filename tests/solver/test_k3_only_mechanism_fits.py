@@ -5,7 +5,7 @@ The case: the 2.8T K3-scale preset with AdamW on 128 nodes of 8 H800s with 256 G
 memory each (`HOST_MEMORY_PER_NODE`), PP8 with four chunks per rank, ZeRO-1, 2,048 sequences
 of 10,240 tokens, target 'any'. Without either mechanism no plan of the meshes these pins
 allow fits, whatever recomputation, FP8 storage, host activation offload or optimizer
-offload it uses; each of the two alone makes it fit."""
+offload (allowed) it uses; each of the two alone makes it fit."""
 
 from typing import Any
 
@@ -25,6 +25,7 @@ it does (the search then takes it, 32.5 s per step)."""
 def _plan(**allowed: bool) -> PlanResponse:
     constraints: dict[str, Any] = {"tp": 1, "pp": 8, "vpp": 4, "zero_stage": 1,
                                    "allow_fp8_activations": True, "framework": "any",
+                                   "allow_optimizer_offload": True,
                                    **allowed}
     return plan(PlanRequest.model_validate({
         "model": {"preset": K3_SCALE_ID},

@@ -2,9 +2,10 @@
 (`models/data/frameworks.json`): Megatron-LM's --optimizer-cpu-offload (with
 --optimizer-offload-fraction) and DeepSpeed's ZeRO-Offload (offload_optimizer) keep the
 optimizer states in host memory and run the Adam step on the CPU; torchtitan has neither.
-The search takes it where it makes a plan fit (its CPU step and host copies charged to the
-step: `models.step_time.assembly.host_optimizer_s`), the plan says so, the export sets the
-flag, and a pinned share still holds."""
+Where the request allows it (`constraints.allow_optimizer_offload`), the search takes it
+where it makes a plan fit (its CPU step and host copies charged to the step:
+`models.step_time.assembly.host_optimizer_s`), the plan says so, the export sets the flag,
+and a pinned share still holds."""
 
 from typing import Any
 
@@ -23,7 +24,8 @@ def _plan(framework: str, gpus: int = 1, **constraints: Any) -> PlanResponse:
         "model": {"preset": "llama-3.1-8b"},
         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": gpus},
         "training": {"global_batch_size": 16, "sequence_length": 4096},
-        "constraints": {"framework": framework, **constraints},
+        "constraints": {"framework": framework, "allow_optimizer_offload": True,
+                        **constraints},
         "solver": {"time_limit_s": 30, "top_k": 1}}))
 
 
