@@ -369,6 +369,24 @@ class ExpertParallelComparison(ResultModel):
     summary: str = Field(description="Why the chosen plan's expert parallelism wins, in words.")
 
 
+class ContextParallelLayers(ResultModel):
+    """How one layer type of the plan runs context parallelism, and what it moves."""
+
+    layer_type: str = Field(description="'linear_attention' (KDA, gated delta rule) or "
+                            "'full_attention' (softmax attention, MLA included).")
+    layers: int = Field(description="Layers of this type in the model.")
+    cp_kind: str = Field(description="'state_passing' (fixed-size state fragments, one "
+                         "all-gather per pass) for linear-attention layers; the plan's "
+                         "cp_kind (ring, ulysses, usp, all_gather) for full-attention layers.")
+    bytes_per_layer_per_step: int = Field(description="Bytes one rank of the reported stage "
+                                          "sends for one layer of this type over a step "
+                                          "(forward, recomputation and backward of every "
+                                          "micro-batch).")
+    exposed_s_per_layer: float = Field(description="Time per step of that traffic on the "
+                                       "critical path after the overlap it allows, per layer.")
+    stage: int = Field(description="The pipeline stage reported (the one with most layers).")
+
+
 class ExtensionUse(ResultModel):
     """A feature of the plan that no released framework provides."""
 
@@ -439,6 +457,10 @@ class PlanResponse(ResultModel):
     runtime_features: list[RuntimeFeatureUse] = Field(
         default_factory=list, description="The runtime features (overlaps, MoE dispatcher) "
         "the plan turns on or leaves off, each with its flag and why it is off.")
+    context_parallel: list[ContextParallelLayers] = Field(
+        default_factory=list, description="With CP > 1: per layer type, the CP kind it uses "
+        "and its CP traffic per layer per step (a hybrid model's linear-attention layers pass "
+        "fixed-size states whatever cp_kind says).")
     extensions: list[ExtensionUse] = Field(default_factory=list, description="Features no "
                                            "released framework provides, with their origin.")
     cost: CostEstimate | None = Field(default=None, description="Cost per token and per step "
@@ -453,6 +475,7 @@ class PlanResponse(ResultModel):
 
 __all__ = [
     "Alternative",
+    "ContextParallelLayers",
     "CostEstimate",
     "ExpertParallelComparison",
     "ExpertParallelFigures",

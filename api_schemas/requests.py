@@ -219,6 +219,16 @@ class Constraints(SpecModel):
         "spare memory) where it makes a plan fit or is faster? The transfers over the "
         "pipeline group's link are charged to the step. A feature of no released framework: "
         "it needs constraints.framework 'any'.")
+    optimizer_offload_frac: Fraction | None = Field(
+        default=None, description="Fix the share of each rank's optimizer states (master "
+        "weights and moments) kept in host memory and updated by a CPU optimizer on every "
+        "candidate (0 forbids it). Null: the search may choose 1 (the whole shard) where "
+        "allow_optimizer_offload and the target framework allow it.")
+    allow_optimizer_offload: bool = Field(
+        default=False, description="May the search move the optimizer states to host memory "
+        "(Megatron-LM --optimizer-cpu-offload, DeepSpeed ZeRO-Offload) where that makes a "
+        "plan fit or is faster? The CPU optimizer step and the host-link copies are charged "
+        "to the step; never chosen for a framework target without it (torchtitan).")
     runtime_features: dict[RuntimeFeatureName, RuntimeFeatureRule] = Field(
         default_factory=dict,
         description="Per runtime feature: 'allowed' (default: the planner turns it on where "

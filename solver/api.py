@@ -46,6 +46,7 @@ from solver.binding_pins import Binding, binding_texts, find_binding
 from solver.candidate_eval import ScoredPlan, refine_policies
 from solver.chosen_mechanisms import chosen_mechanism_notes, runtime_why_off
 from solver.collector import collector_paused
+from solver.context_parallel_layers import context_parallel_layers
 from solver.expert_parallel import best_with_expert_parallelism, compare
 from solver.explain import (
     binding_constraints,
@@ -338,6 +339,7 @@ def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: Cl
         runs_on=[RunsOn(framework=fit.framework, name=fit.name, version=fit.version,
                         features=fit.features) for fit in fits],
         runtime_features=uses,
+        context_parallel=context_parallel_layers(spec, training, parallel, cluster),
         extensions=[ExtensionUse(feature=feature, origin=origin)
                     for feature, origin in extensions_used(features).items()])
 

@@ -117,6 +117,7 @@ class BoundTables:
 
     def __init__(self, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                  host_gradients: bool = False,
+                 host_optimizer: bool = False,
                  memory_training: TrainingSpec | None = None) -> None:
         self.spec = spec
         self.memory_training = memory_training or training
@@ -127,6 +128,9 @@ class BoundTables:
         self.host_gradients = host_gradients
         """Pipeline ZeRO-2 on every candidate: gradients leave the GPU bound (its two chunk
         buffers are not counted, which keeps the bound below the ledger)."""
+        self.host_optimizer = host_optimizer
+        """Optimizer states may be in host memory (chosen by the search or pinned): the
+        mean-states bound counts no optimizer bytes at ZeRO stages from 1."""
         self.training = training
         self.cluster = cluster
         self.fabric = fabric_of(cluster)
@@ -286,6 +290,8 @@ class BoundTables:
         fields: dict[str, object] = {**policy, "zero_stage": max(zeros)}
         if constraints.gradient_host_shards:
             fields["gradient_host_shards"] = True
+        if constraints.optimizer_offload_frac:
+            fields["optimizer_offload_frac"] = constraints.optimizer_offload_frac
         # Copies of the candidate's validated configuration: the fields set are well formed.
         mesh = c.parallel()
         options = [mesh.model_copy(update=fields)]
@@ -293,6 +299,11 @@ class BoundTables:
                 and 1 in zeros and c.pp > 1):
             options.append(mesh.model_copy(update={**fields, "zero_stage": 1,
                                                    "gradient_host_shards": True}))
+        if (constraints.optimizer_offload_frac is None and constraints.allow_optimizer_offload
+                and max(zeros) >= 1):
+            # The search may move the optimizer states to host memory at any ZeRO stage
+            # from 1 (`solver.candidate_eval.offload_storage`).
+            options += [o.model_copy(update={"optimizer_offload_frac": 1.0}) for o in options]
         pooled = bool(constraints.allow_remote_offload) and c.pp > 1
         least = None
         try:
@@ -340,6 +351,8 @@ class BoundTables:
         per_param = state_bytes_per_param(tr)
         if self.host_gradients:
             per_param = dataclasses.replace(per_param, gradients=0.0)
+        if self.host_optimizer and max_zero >= 1:
+            per_param = dataclasses.replace(per_param, master=0.0, moments=0.0)
         # An MTP module's routed experts shard over EP like the layers' (`rank_parameters`).
         experts = self.params.routed_experts_total + self.mtp_experts
         dense_params = (self.params.total + self.params.mtp_total - experts) / c.tp

@@ -46,6 +46,7 @@ from solver.ladder import (
     allowed_zero_stages,
     frugal,
     least_stored_policy,
+    offload_storage,
     probe_options,
     rungs,
     storage_options,
@@ -200,6 +201,9 @@ def _probe_stage(cand: PlanCandidate, zero: int, floor_s: float, cutoff_s: float
             probes.add(_first_fit(cand, dataclasses.replace(storage, remote=True),
                                   cutoff_s=cutoff_s, plan_bound=plan_bound,
                                   known_fit=found.rung if isinstance(found, _Fit) else None))
+        offloaded = None if plain_fit else offload_storage(storage, cand.constraints)
+        if offloaded is not None:
+            probes.add(_first_fit(cand, offloaded, cutoff_s=cutoff_s, plan_bound=plan_bound))
         if plain_fit and not storage.host_gradients:
             return True  # a plain fit ends the ladder
     return False
@@ -236,6 +240,10 @@ def _best_plan(cand: PlanCandidate, probes: _Probes, zeros: list[int], cutoff_s:
     if best is None:
         # A skipped stage's plans are bounded by its own bound, which may be the lower one.
         return Dominated(candidate=mesh, bound_s=min([order[0][0], *probes.skipped]))
+    if probes.skipped and best[0] >= cutoff_s:
+        # A plan at or above the cutoff beside skipped ones (an optimizer-offload fit next
+        # to a bounded ladder): none gets below the cutoff, and the skipped may beat it.
+        return Dominated(candidate=mesh, bound_s=min([best[0], *probes.skipped]))
     return best[2]
 
 
@@ -323,11 +331,13 @@ def least_memory_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Clu
         return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")
     pinned = constraints.pinned_recompute is not None
     policy = {} if pinned else frugal(spec, constraints, None, caps or ALL_POLICIES)
-    storages = [Storage(zero=zeros[-1])]
+    storages = [Storage(zero=zeros[-1],
+                        optimizer_offload=constraints.optimizer_offload_frac or 0.0)]
     if 1 in zeros:
         storages += storage_options(1, constraints, candidate.pp)[1:]
     if constraints.allow_remote_offload and candidate.pp > 1:
         storages += [dataclasses.replace(s, remote=True) for s in storages]
+    storages += [o for o in (offload_storage(s, constraints) for s in storages) if o]
     try:
         options = [(with_policy(candidate, storage, policy, constraints), rank)
                    for rank, storage in enumerate(storages)]

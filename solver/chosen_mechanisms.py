@@ -1,8 +1,9 @@
 """Why the search chose a mechanism the request only allowed (the same mesh's best plan
 without it), and why it left a runtime feature off (the same mesh's best plan with it).
 
-Owns: for Pipeline ZeRO-2 and remote activation offload chosen by the search (allowed by
-`constraints.allow_gradient_host_shards` / `allow_remote_offload`, not pinned), one note
+Owns: for Pipeline ZeRO-2, remote activation offload and optimizer offload chosen by the
+search (allowed by `constraints.allow_gradient_host_shards` / `allow_remote_offload` /
+`allow_optimizer_offload`, not pinned), one note
 per mechanism saying whether the chosen mesh has any plan without it, and if so how much
 slower its best one is; for each runtime feature the search could have turned on and left
 off (`runtime_why_off`), the mesh's best plan with it fixed on. Must not: change the plan it
@@ -33,6 +34,9 @@ def _chosen(plan: ScoredPlan, constraints: Constraints) -> list[tuple[str, str]]
         out.append(("Pipeline ZeRO-2", "allow_gradient_host_shards"))
     if parallel.remote_activation_offload and constraints.allow_remote_offload:
         out.append(("remote activation offload", "allow_remote_offload"))
+    if (parallel.optimizer_offload_frac > 0 and constraints.optimizer_offload_frac is None
+            and constraints.allow_optimizer_offload):
+        out.append(("optimizer offload", "allow_optimizer_offload"))
     return out
 
 

@@ -8,6 +8,7 @@ policy (`frugal`, `least_stored_policy`) and `with_policy`, a candidate's config
 under a storage and a policy. Must not: evaluate anything (`solver.candidate_eval`).
 """
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -62,6 +63,8 @@ class Storage:
     zero: int
     host_gradients: bool = False
     remote: bool = False
+    optimizer_offload: float = 0.0
+    """Share of the rank's optimizer states in host memory (`optimizer_offload_frac`)."""
 
 
 def storage_options(zero: int, constraints: Constraints, pp: int) -> list[Storage]:
@@ -69,10 +72,23 @@ def storage_options(zero: int, constraints: Constraints, pp: int) -> list[Storag
     request's (Pipeline ZeRO-2 when pinned), then Pipeline ZeRO-2 where the request allows
     the search to choose it (with ZeRO-1, as Kimi K3 pairs them, and a pipeline)."""
     pinned = constraints.gradient_host_shards
-    out = [Storage(zero=zero, host_gradients=pinned)]
+    moved = constraints.optimizer_offload_frac or 0.0
+    out = [Storage(zero=zero, host_gradients=pinned, optimizer_offload=moved)]
     if not pinned and constraints.allow_gradient_host_shards and zero == 1 and pp > 1:
-        out.append(Storage(zero=zero, host_gradients=True))
+        out.append(Storage(zero=zero, host_gradients=True, optimizer_offload=moved))
     return out
+
+
+def offload_storage(storage: Storage, constraints: Constraints) -> Storage | None:
+    """`storage` with the whole optimizer shard in host memory where the search may choose
+    it (`constraints.allow_optimizer_offload`, not pinned, a ZeRO optimizer to offload);
+    None otherwise. Tried only where `storage` has no plain fit: where the cheapest policy
+    fits, moving the optimizer only adds the CPU step
+    (`models.core.step_time.assembly.host_optimizer_s`)."""
+    if (constraints.optimizer_offload_frac is not None or not constraints.allow_optimizer_offload
+            or storage.zero < 1 or storage.optimizer_offload > 0):
+        return None
+    return dataclasses.replace(storage, optimizer_offload=1.0)
 
 
 def probe_options(spec: ModelSpec, constraints: Constraints, pp: int) -> int:
@@ -94,6 +110,8 @@ def with_policy(candidate: MeshCandidate, zero: int | Storage, policy: Policy,
         fields["gradient_host_shards"] = True
     if storage.remote:
         fields["remote_activation_offload"] = True
+    if storage.optimizer_offload:
+        fields["optimizer_offload_frac"] = storage.optimizer_offload
     if constraints.pinned_recompute is not None:
         fields["recompute"] = constraints.pinned_recompute
     return candidate.parallel(**fields)

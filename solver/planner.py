@@ -376,7 +376,10 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                        tables=BoundTables(
                            spec, bound_training, cluster, memory_training=training,
                            host_gradients=constraints.gradient_host_shards
-                           or constraints.allow_gradient_host_shards),
+                           or constraints.allow_gradient_host_shards,
+                           host_optimizer=bool(constraints.optimizer_offload_frac)
+                           or (constraints.optimizer_offload_frac is None
+                               and constraints.allow_optimizer_offload)),
                        zeros=zeros, max_offload=max_offload_share(constraints),
                        memo=LedgerMemo(spec=spec, training=training))
     sizes = (list(world_sizes) if world_sizes
@@ -625,7 +628,8 @@ def _rank_memory_rules_out(problem: _Problem, c: MeshCandidate,
         zeros = allowed_zero_stages(v.constraints)
         policy = least_stored_policy(problem.spec, v.constraints, v.caps)
         key = (tuple(zeros), tuple(sorted(policy.items())), v.constraints.gradient_host_shards,
-               v.constraints.allow_gradient_host_shards, v.constraints.allow_remote_offload)
+               v.constraints.allow_gradient_host_shards, v.constraints.allow_remote_offload,
+               v.constraints.allow_optimizer_offload, v.constraints.optimizer_offload_frac)
         if not zeros or key in seen:
             continue
         seen.add(key)

@@ -22,6 +22,7 @@ from api_schemas.plan import Relaxation, RelaxedValue
 from api_schemas.requests import Constraints, Objective, PlanRequest, SolverLimits
 from api_schemas.units import MIN_TIME_LIMIT_S
 from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.frameworks import RELEASED, frameworks
 from models.core.params import count_parameters
 from models.core.precision import state_bytes_per_param
 from solver.binding_pins import MESH_PINS, Binding
@@ -271,6 +272,45 @@ def _without_pins(request: PlanRequest, clock: _Clock) -> Relaxation | None | st
                       proof="one change tried: every pin removed at once", text=text)
 
 
+def _optimizer_offload_framework(request: PlanRequest, clock: _Clock
+                                 ) -> Relaxation | None | str:
+    """For a request whose named framework target has no optimizer offload (torchtitan)
+    while the request lets the search use it: the plan under the first released framework
+    that offers it (`models/data/frameworks.json`: Megatron-LM --optimizer-cpu-offload,
+    DeepSpeed ZeRO-Offload), when that gives one. One change tried, not proven minimal."""
+    c = request.constraints
+    if (c.framework in (None, "any") or c.optimizer_offload_frac is not None
+            or not c.allow_optimizer_offload):
+        return None
+    tables = frameworks()
+    target = tables.get(str(c.framework))
+    if target is None or "optimizer_offload" in target.features:
+        return None
+    for fid in RELEASED:
+        other = tables[fid]
+        if "optimizer_offload" not in other.features:
+            continue
+        budget = clock.budget()
+        if budget < MIN_TIME_LIMIT_S:
+            return f"framework {fid} (optimizer offload)"
+        result = _search(request.model_copy(update={"constraints": c.model_copy(
+            update={"framework": fid, "framework_version": None})}), budget)
+        best = result.best
+        if best is None or best.parallel.optimizer_offload_frac <= 0:
+            continue
+        how = other.features["optimizer_offload"].how.split(" (")[0]
+        return Relaxation(
+            change="framework", from_value=str(c.framework), to_value=fid,
+            parallel=best.parallel, step_time_s=best.estimate.step_time_s, minimal=False,
+            proof="one change tried: the first released framework that offers optimizer "
+            "offload",
+            text=f"framework {fid} instead of {c.framework}, which has no optimizer offload "
+                 f"({target.name} {target.reference_release}): with {how} "
+                 f"{describe_parallel(best.parallel)} at {best.estimate.step_time_s:.2f} s "
+                 "per step")
+    return None
+
+
 def binding_relaxations(request: PlanRequest, binding: Binding, *,
                         deadline: float | None = None) -> list[Relaxation]:
     """For a request that leaves no mesh: the plan with framework 'any' when the framework
@@ -334,7 +374,9 @@ def relaxations(request: PlanRequest, *, deadline: float | None = None,
         not_tried.append(released)
     else:
         found += released
-    for finder in (() if released else (_without_pins,)) + (_longest_sequence,):
+    finders = (() if released else (_without_pins,)) + (_optimizer_offload_framework,
+                                                       _longest_sequence)
+    for finder in finders:
         outcome = finder(request, clock)
         if isinstance(outcome, str):
             not_tried.append(outcome)

@@ -30,6 +30,7 @@ from models.core.frameworks import (
     blockers,
     frameworks,
     mesh_features,
+    optimizer_offload_features,
     plan_features,
 )
 from models.core.memory import LedgerMemo, memory_ledger
@@ -83,7 +84,9 @@ def target_constraints(constraints: Constraints) -> Constraints:
         "allow_gradient_host_shards": constraints.allow_gradient_host_shards
         and "gradient_host_shards" in runnable,
         "allow_remote_offload": constraints.allow_remote_offload
-        and "remote_activation_offload" in runnable})
+        and "remote_activation_offload" in runnable,
+        "allow_optimizer_offload": constraints.allow_optimizer_offload
+        and "optimizer_offload" in runnable})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,6 +214,34 @@ def _narrowed(constraints: Constraints, allowed: tuple[int, ...], fp8: bool,
     return narrowed
 
 
+def _optimizer_offload_view(fw: Framework, mesh: frozenset[str], constraints: Constraints,
+                            zeros: tuple[int, ...]) -> Constraints | None:
+    """One framework's view of optimizer offload on a mesh: a pinned share keeps only the
+    ZeRO stages the framework runs it with (None when there are none); otherwise the search
+    may choose it only where the framework offers it at some allowed ZeRO stage
+    (`models.core.frameworks.optimizer_offload_features`; Megatron-LM and DeepSpeed need a ZeRO
+    optimizer, torchtitan has none)."""
+    version = constraints.framework_version
+    pinned = constraints.optimizer_offload_frac
+    if pinned is not None and pinned > 0:
+        extra = optimizer_offload_features(pinned)
+        kept = tuple(z for z in zeros
+                     if not blockers(fw, mesh | extra | {f"zero:{z}"}, max_version=version))
+        if not kept:
+            return None
+        if kept == zeros:
+            return constraints
+        forbid = dict(constraints.forbid)
+        forbid["zero_stage"] = [z for z in (0, 1, 2, 3) if z not in kept]
+        return constraints.model_copy(update={"forbid": forbid})
+    if not constraints.allow_optimizer_offload or pinned is not None:
+        return constraints
+    if any(not blockers(fw, mesh | {"optimizer_offload", f"zero:{z}"}, max_version=version)
+           for z in zeros if z >= 1):
+        return constraints
+    return constraints.model_copy(update={"allow_optimizer_offload": False})
+
+
 _ZEROS: dict[int, tuple[Constraints, tuple[int, ...]]] = {}
 """ZeRO stages a request permits, by the id of its constraints (kept alive beside them)."""
 
@@ -245,8 +276,12 @@ def candidate_variants(spec: ModelSpec, training: TrainingSpec, candidate: MeshC
             if view is None:
                 continue
             allowed, fp8, offload, caps = view
-            out.append(Variant(framework=fw.id, caps=caps, training=option,
-                               constraints=_narrowed(constraints, allowed, fp8, offload)))
+            narrowed = _optimizer_offload_view(fw, mesh,
+                                               _narrowed(constraints, allowed, fp8, offload),
+                                               allowed)
+            if narrowed is not None:
+                out.append(Variant(framework=fw.id, caps=caps, training=option,
+                                   constraints=narrowed))
     return out
 
 

@@ -266,12 +266,24 @@ def plan_features(spec: ModelSpec, training: TrainingSpec,
         out.add("gradient_host_shards")
     if parallel.remote_activation_offload:
         out.add("remote_activation_offload")
+    out |= optimizer_offload_features(parallel.optimizer_offload_frac)
     policies = [parallel.policy_of(stage) for stage in range(parallel.pp)]
     for policy in policies:
         out |= _policy_features(policy)
     if any(policy != policies[0] for policy in policies):
         out.add("recompute:per_stage")
     return frozenset(out)
+
+
+def optimizer_offload_features(share: float) -> set[str]:
+    """The features of keeping `share` of a rank's optimizer states in host memory with a
+    CPU optimizer step: 'optimizer_offload', and 'optimizer_offload:partial' for a share
+    below 1 (Megatron-LM's --optimizer-offload-fraction; DeepSpeed's offload_optimizer moves
+    the whole ZeRO shard)."""
+    if share <= 0:
+        return set()
+    return {"optimizer_offload"} if share >= 1 else {"optimizer_offload",
+                                                     "optimizer_offload:partial"}
 
 
 @cache
@@ -340,6 +352,7 @@ __all__ = [
     "fit_of",
     "frameworks",
     "mesh_features",
+    "optimizer_offload_features",
     "plan_features",
     "runs_on",
     "version_key",

@@ -79,6 +79,13 @@ def add_constraint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-remote-offload", action="store_true", default=None,
                         help="may the search choose remote activation offload to other "
                         "pipeline ranks (Kimi K3; needs --framework any)")
+    parser.add_argument("--allow-optimizer-offload", action=argparse.BooleanOptionalAction,
+                        default=None, help="may the search keep the optimizer states in host "
+                        "memory (Megatron-LM --optimizer-cpu-offload, DeepSpeed ZeRO-Offload) "
+                        "where the target framework offers it")
+    parser.add_argument("--optimizer-offload-frac", type=float, default=None,
+                        help="fix the share of the optimizer states in host memory (0 forbids "
+                        "it)")
     parser.add_argument("--framework", choices=["megatron-lm", "torchtitan", "deepspeed", "any"],
                         help="framework the plan must run on ('any': also features of no "
                         "released framework)")
@@ -125,6 +132,8 @@ def apply_constraint_flags(doc: dict[str, Any], args: argparse.Namespace) -> Non
                       ("gradient_host_shards", "gradient_host_shards"),
                       ("allow_gradient_host_shards", "allow_gradient_host_shards"),
                       ("allow_remote_offload", "allow_remote_offload"),
+                      ("allow_optimizer_offload", "allow_optimizer_offload"),
+                      ("optimizer_offload_frac", "optimizer_offload_frac"),
                       ("framework", "framework"),
                       ("max_gpus", "max_gpus"), ("target_tokens_per_s", "target_tokens_per_s"),
                       ("gpu_hour_price", "gpu_hour_price")):

@@ -3,8 +3,8 @@
 Owns: the DeepSpeed keys this exporter may write (`DEEPSPEED_KEYS`) and the translation of
 batch, precision, ZeRO stage, activation checkpointing, AutoTP and AutoEP; what DeepSpeed
 sets in model code (pipeline stages, which layers are checkpointed) or cannot do at all
-becomes a note. Must not: write optimizer offload (the plan does not model it) or size
-anything.
+becomes a note; a plan's optimizer offload (ZeRO-Offload of the whole ZeRO shard) is
+written as `offload_optimizer`. Must not: size anything.
 
 Target: DeepSpeed `docs/_pages/config-json.md`. `tensor_parallel.autotp_size` (AutoTP
 training) needs DeepSpeed 0.16.4 or newer; `expert_parallel` (AutoEP) needs 0.19.2 or newer.
@@ -34,6 +34,7 @@ DEEPSPEED_KEYS: frozenset[str] = frozenset({
     "fp16.enabled", "data_types.grad_accum_dtype",
     "zero_optimization.stage", "zero_optimization.overlap_comm",
     "zero_optimization.contiguous_gradients",
+    "zero_optimization.offload_optimizer.device", "zero_optimization.offload_optimizer.pin_memory",
     "activation_checkpointing.partition_activations",
     "activation_checkpointing.cpu_checkpointing",
     "activation_checkpointing.contiguous_memory_optimization",
@@ -91,7 +92,8 @@ def deepspeed_config(spec: ModelSpec, training: TrainingSpec,
 
     `train_batch_size` = `train_micro_batch_size_per_gpu` x `gradient_accumulation_steps`
     x dp, as DeepSpeed asserts; with pipeline parallelism the accumulation steps are the
-    pipeline's micro-batches. Optimizer offload is never written. Only keys in
+    pipeline's micro-batches. Optimizer offload of the whole shard is written as
+    `zero_optimization.offload_optimizer` (a partial share is a note). Only keys in
     `DEEPSPEED_KEYS` appear.
 
     Args:
@@ -145,6 +147,16 @@ def _zero(training: TrainingSpec, parallel: ParallelConfig, notes: list[str]) ->
         notes.append(f"zero_stage={parallel.zero_stage} with pp={parallel.pp}: DeepSpeed's "
                      "PipelineEngine rejects ZeRO-2 and ZeRO-3; use zero_stage <= 1 or no "
                      "pipeline parallelism")
+    offload = parallel.optimizer_offload_frac
+    if offload >= 1.0 and parallel.zero_stage >= 1:
+        # ZeRO-Offload (arXiv:2101.06840): the shard's optimizer states and the Adam step on
+        # the CPU; pinned host buffers for the copies (config-json.md offload_optimizer).
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    elif offload > 0:
+        notes.append(f"optimizer offload of {offload:.0%} of the states"
+                     + (" with zero_stage=0" if parallel.zero_stage == 0 else "")
+                     + ": DeepSpeed's offload_optimizer moves the whole ZeRO shard (stages "
+                     "1-3), so it is not written")
     if parallel.gradient_host_shards:
         notes.append("Pipeline ZeRO-2 (gradient shards in host memory, two GPU buffers) has no "
                      "DeepSpeed key; offload_optimizer moves optimizer states, which is a "

@@ -231,6 +231,20 @@ def _batch_args(training: TrainingSpec, parallel: ParallelConfig) -> Part:
 
 
 def _sharding_args(parallel: ParallelConfig) -> Part:
+    args, notes = _zero_args(parallel)
+    offload = parallel.optimizer_offload_frac
+    if offload <= 0:
+        return args, notes
+    if parallel.zero_stage == 0:
+        return args, [*notes, f"optimizer offload of {offload:.0%} of the states needs the "
+                      "distributed optimizer (zero_stage >= 1) in Megatron-LM; not exported"]
+    # HybridDeviceOptimizer (megatron/core/optimizer/cpu_offloading): the share's states and
+    # Adam step on the CPU, the device-host copies overlapped as the cost model assumes.
+    return [*args, "--optimizer-cpu-offload", "--optimizer-offload-fraction", f"{offload:g}",
+            "--overlap-cpu-optimizer-d2h-h2d"], notes
+
+
+def _zero_args(parallel: ParallelConfig) -> Part:
     zero = parallel.zero_stage
     if zero == 0:
         return [], []

@@ -71,6 +71,13 @@ def test_vision_and_pipeline_zero2_flags_reach_the_requests() -> None:
     chosen = PlanRequest.model_validate(doc).constraints
     assert chosen.framework == "any" and not chosen.gradient_host_shards
     assert chosen.allow_gradient_host_shards and chosen.allow_remote_offload
+    assert not chosen.allow_optimizer_offload and chosen.optimizer_offload_frac is None
+    args = cli.build_parser().parse_args(["plan", *PRESET_FLAGS, "--no-allow-optimizer-offload",
+                                          "--optimizer-offload-frac", "0.5"])
+    doc = cli.build_request(args, degrees_key="constraints")
+    apply_constraint_flags(doc, args)
+    fixed = PlanRequest.model_validate(doc).constraints
+    assert not fixed.allow_optimizer_offload and fixed.optimizer_offload_frac == 0.5
 
 
 def test_flags_override_a_yaml_file(tmp_path: Path) -> None:

@@ -32,8 +32,11 @@ def _request(num_nodes: int) -> PlanRequest:
                      # K2's NCCL all-to-all dispatch, fixed (with DeepEP, the planner's
                      # choice, the plan moves to EP 32 with 8 GiB to spare).
                      "moe_dispatcher": "alltoall"},
+        # The optimizer states stay on the GPU, as in K3's recipe (its host memory holds
+        # the gradient shards); allowed to, the search moves them there on these 2 TiB
+        # nodes (`tests/solver/test_k3_only_mechanism_fits.py`).
         "constraints": {"tp": 1, "pp": 16, "zero_stage": 1, "allow_fp8_activations": True,
-                        "gradient_host_shards": True},
+                        "gradient_host_shards": True, "allow_optimizer_offload": False},
         "solver": {"time_limit_s": 60, "top_k": 1}})
 
 

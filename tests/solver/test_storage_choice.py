@@ -19,8 +19,10 @@ def _request(**constraints: Any) -> PlanRequest:
         "model": {"preset": "llama-3.1-70b"},
         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 8, "gpus_per_node": 8},
         "training": {"global_batch_size": 64, "sequence_length": 16384},
+        # Optimizer states kept on the GPU: these cases weigh where activations live.
         "constraints": {"tp": 8, "pp": 8, "vpp": 2, "schedule": "interleaved_1f1b",
-                        "allow_offload": False, **constraints},
+                        "allow_offload": False, "allow_optimizer_offload": False,
+                        **constraints},
         "solver": {"time_limit_s": 60, "top_k": 1, "num_workers": 1}})
 
 

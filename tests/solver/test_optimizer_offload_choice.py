@@ -1,0 +1,97 @@
+"""Optimizer offload as a choice of the search, from the framework capability table
+(`models/data/frameworks.json`): Megatron-LM's --optimizer-cpu-offload (with
+--optimizer-offload-fraction) and DeepSpeed's ZeRO-Offload (offload_optimizer) keep the
+optimizer states in host memory and run the Adam step on the CPU; torchtitan has neither.
+Where the request allows it (`constraints.allow_optimizer_offload`), the search takes it
+where it makes a plan fit (its CPU step and host copies charged to the step:
+`models.core.step_time.assembly.host_optimizer_s`), the plan says so, the export sets the flag,
+and a pinned share still holds."""
+
+from typing import Any
+
+from api_schemas.plan import PlanResponse
+from api_schemas.requests import EvaluateRequest, PlanRequest
+from solver.api import evaluate, plan
+
+CPU_STEP = "CPU optimizer (offloaded states)"
+
+
+def _plan(framework: str, gpus: int = 1, **constraints: Any) -> PlanResponse:
+    """Llama 3.1 8B with AdamW on one H100: 16 bytes of states per parameter (about 120 GiB
+    for its 8B) cannot sit in 80 GB with nothing to shard over; with the master weights and
+    moments in host memory the plan fits."""
+    return plan(PlanRequest.model_validate({
+        "model": {"preset": "llama-3.1-8b"},
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": gpus},
+        "training": {"global_batch_size": 16, "sequence_length": 4096},
+        "constraints": {"framework": framework, "allow_optimizer_offload": True,
+                        **constraints},
+        "solver": {"time_limit_s": 30, "top_k": 1}}))
+
+
+def test_megatron_target_chooses_optimizer_offload_and_exports_the_flags() -> None:
+    response = _plan("megatron-lm")
+    assert response.status in ("optimal", "feasible")
+    assert response.parallel is not None and response.parallel.optimizer_offload_frac == 1.0
+    assert response.parallel.zero_stage >= 1  # the distributed optimizer carries it
+    assert response.memory is not None and response.memory.fits
+    assert response.memory.host_peak_bytes > 0
+    assert response.time is not None and response.time.overheads_s[CPU_STEP] > 0
+    assert any(n.startswith("optimizer offload chosen by the search "
+                            "(constraints.allow_optimizer_offload): without it no plan of "
+                            "this mesh fits") for n in response.explanation.notes)
+    runs = {fit.framework: fit for fit in response.runs_on}
+    assert "megatron-lm" in runs and "torchtitan" not in runs
+    assert "optimizer_offload" in runs["megatron-lm"].features
+    args = response.exports.megatron.args
+    assert "--optimizer-cpu-offload" in args
+    assert args[args.index("--optimizer-offload-fraction") + 1] == "1"
+
+
+def test_deepspeed_target_chooses_zero_offload_and_writes_offload_optimizer() -> None:
+    response = _plan("deepspeed")
+    assert response.parallel is not None and response.parallel.optimizer_offload_frac == 1.0
+    assert response.time is not None and response.time.overheads_s[CPU_STEP] > 0
+    zero = response.exports.deepspeed.config["zero_optimization"]
+    assert zero["stage"] >= 1
+    assert zero["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+
+
+def test_torchtitan_has_no_optimizer_offload_and_the_answer_names_it() -> None:
+    response = _plan("torchtitan")
+    assert response.status == "infeasible"
+    named = [r for r in response.explanation.relaxation_details if r.change == "framework"]
+    assert named and named[0].to_value in ("megatron-lm", "deepspeed")
+    assert "which has no optimizer offload" in named[0].text
+    assert named[0].parallel is not None and named[0].parallel.optimizer_offload_frac == 1.0
+
+
+def test_a_pin_fixes_it_both_ways() -> None:
+    # Forbidden by the request: nothing fits on one GPU.
+    assert _plan("megatron-lm", optimizer_offload_frac=0.0).status == "infeasible"
+    assert _plan("megatron-lm", allow_optimizer_offload=False).status == "infeasible"
+    # Where the plan fits without it the search leaves it off (it only adds the CPU step),
+    # and a pinned share is kept.
+    free = _plan("megatron-lm", gpus=8)
+    pinned = _plan("megatron-lm", gpus=8, optimizer_offload_frac=1.0)
+    assert free.parallel is not None and free.parallel.optimizer_offload_frac == 0.0
+    assert pinned.parallel is not None and pinned.parallel.optimizer_offload_frac == 1.0
+    assert pinned.parallel.zero_stage >= 1
+    assert not any(n.startswith("optimizer offload chosen by the search")
+                   for n in pinned.explanation.notes)
+
+
+def test_a_partial_share_runs_only_on_megatron() -> None:
+    """--optimizer-offload-fraction has no DeepSpeed counterpart (offload_optimizer moves
+    the whole ZeRO shard): a plan with half the states offloaded runs on Megatron-LM only,
+    and the DeepSpeed export says why it does not write it."""
+    response = evaluate(EvaluateRequest.model_validate({
+        "model": {"preset": "llama-3.1-8b"},
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+        "training": {"global_batch_size": 16, "sequence_length": 4096},
+        "parallel": {"dp": 8, "zero_stage": 1, "optimizer_offload_frac": 0.5}}))
+    assert [fit.framework for fit in response.runs_on] == ["megatron-lm"]
+    args = response.exports.megatron.args
+    assert args[args.index("--optimizer-offload-fraction") + 1] == "0.5"
+    assert "offload_optimizer" not in response.exports.deepspeed.config["zero_optimization"]
+    assert any("moves the whole ZeRO shard" in n for n in response.exports.deepspeed.notes)
