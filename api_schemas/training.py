@@ -228,7 +228,9 @@ class TrainingSpec(SpecModel):
         "GEMM (Megatron-LM --async-tensor-model-parallel-allreduce, on by default since "
         "September 2021; Megatron-Core; Transformer Engine's Linear modules); false = it "
         "runs synchronously, as in Megatron-LM before September 2021 and the Megatron-"
-        "DeepSpeed forks; null (default) = read as false by the cost model.",
+        "DeepSpeed forks; null (default) = the planner chooses (on wherever the target "
+        "framework offers it and TP > 1). A cost model evaluated without a choice reads "
+        "null as false.",
     )
     overlap_grad_reduce: bool | None = Field(
         default=None,

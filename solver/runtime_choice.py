@@ -5,7 +5,8 @@ Owns: the recipes (`TrainingSpec` with every runtime feature the request left un
 a candidate is scored under for one framework (`runtime_options`): the features that only
 lower the step time (`models.core.runtime_features.RUNTIME_FEATURES`, `costs_memory=False`:
 the gradient-reduce and TP overlaps) are taken whenever the framework offers them and the
-mesh meets their prerequisites, so they need no branch; a feature that costs memory (DeepEP's
+mesh meets their prerequisites, so they need no branch (the TP input-gradient overlap under
+the weight-gradient GEMM included); a feature that costs memory (DeepEP's
 buffers, the EP overlap's extra micro-batch) is tried on and off. Also
 the recipe the search's lower bounds read (`optimistic_training`: every unset feature any
 target offers, on), the recipe a given configuration is evaluated under (`decided_for`) and
@@ -32,6 +33,7 @@ from models.core.runtime_features import (
     OVERLAP_GRAD_REDUCE,
     OVERLAP_TP_COMM,
     RUNTIME_FEATURES,
+    TP_DGRAD_OVERLAP,
     deepep_supports,
     effective_features,
     ep_overlap_mesh,
@@ -103,6 +105,8 @@ def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
         return c.dp > 1
     if name == OVERLAP_TP_COMM:
         return c.tp > 1 and c.sequence_parallel
+    if name == TP_DGRAD_OVERLAP:
+        return c.tp > 1
     if name == DEEPEP:
         return moe and c.ep > 1 and deepep_supports(c.ep)
     if name == OVERLAP_EP_COMM:
@@ -207,6 +211,10 @@ def runtime_feature_uses(spec: ModelSpec, request: TrainingSpec, chosen: Trainin
                   and schedule_traits(candidate.schedule).overlapped_pairs):
                 reason = (f"the {candidate.schedule.value} schedule already overlaps the expert "
                           "all-to-alls with the paired micro-batch")
+            elif (feature.name == TP_DGRAD_OVERLAP and chosen.overlap_tp_comm
+                  and candidate.sequence_parallel and candidate.tp > 1):
+                reason = ("the userbuffers TP overlap (overlap_tp_comm) already overlaps the "
+                          "input-gradient reduce-scatter")
             elif not _prerequisites_met(feature.name, spec, candidate):
                 reason = f"needs {feature.needs}"
             elif why_off and feature.name in why_off:

@@ -2,7 +2,7 @@
 it computes (overlaps, the MoE dispatcher).
 
 Owns: the recipe fields that name them (`TrainingSpec.overlap_grad_reduce`,
-`overlap_tp_comm`, `overlap_ep_comm`, `moe_dispatcher`), how the cost model reads a field the
+`overlap_tp_comm`, `tp_dgrad_overlap`, `overlap_ep_comm`, `moe_dispatcher`), how the cost model reads a field the
 request left to the planner (None) when nothing chose it, the mesh conditions under which
 each takes effect (`effective_features`, in the capability vocabulary of
 `models/data/frameworks.json`), which of them cost memory (`RUNTIME_FEATURES`: the search
@@ -19,6 +19,7 @@ from models.core.pipeline import StagePlacement, schedule_traits
 
 OVERLAP_GRAD_REDUCE = "overlap_grad_reduce"
 OVERLAP_TP_COMM = "overlap_tp_comm"
+TP_DGRAD_OVERLAP = "tp_dgrad_overlap"
 OVERLAP_EP_COMM = "overlap_ep_comm"
 DEEPEP = "moe_dispatcher:deepep"
 
@@ -112,6 +113,16 @@ RUNTIME_FEATURES = (
         source="Megatron-LM core_v0.14.0 --tp-comm-overlap (Transformer Engine userbuffers); "
                "torchtitan v0.2.2 parallelism.enable_async_tensor_parallel"),
     RuntimeFeature(
+        name=TP_DGRAD_OVERLAP, field="tp_dgrad_overlap", costs_memory=False,
+        needs="TP > 1 (a column-parallel input-gradient collective to overlap); with "
+              "sequence parallelism and overlap_tp_comm the userbuffers overlap takes its "
+              "place",
+        source="Megatron-LM 3f65246911 / 16c90445e7 (Sep. 2021) "
+               "--async-tensor-model-parallel-allreduce, default on "
+               "(megatron/mpu/layers.py LinearWithGradAccumulationAndAsyncAllreduce); "
+               "Megatron-Core LinearWithGradAccumulationAndAsyncCommunication and Transformer "
+               "Engine Linear / LayerNormLinear ('Overlap dgrad-RS/AR with wgrad')"),
+    RuntimeFeature(
         name=DEEPEP, field="moe_dispatcher", costs_memory=True,
         needs="an MoE model with an EP size in DeepEP's configuration table (2 to 160)",
         source="Megatron-LM core_v0.12.0+ --moe-token-dispatcher-type flex --moe-enable-deepep; "
@@ -170,6 +181,8 @@ def effective_features(training: TrainingSpec, *, moe: bool, tp: int, dp: int, e
         out.add(OVERLAP_GRAD_REDUCE)
     if tp > 1 and sequence_parallel and training.overlap_tp_comm:
         out.add(OVERLAP_TP_COMM)
+    elif tp > 1 and training.tp_dgrad_overlap:
+        out.add(TP_DGRAD_OVERLAP)
     if moe and ep > 1:
         if dispatcher(training) == MoeDispatcher.DEEPEP:
             out.add(DEEPEP)
@@ -201,6 +214,7 @@ __all__ = [
     "OVERLAP_TP_COMM",
     "RUNTIME_FEATURES",
     "RuntimeFeature",
+    "TP_DGRAD_OVERLAP",
     "DEEPEP_NUM_SMS",
     "DEEPEP_NVL_RECV_TOKENS",
     "deepep_buffer_bytes",

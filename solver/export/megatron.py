@@ -409,6 +409,11 @@ def _overlap_args(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
             notes.append("overlap_tp_comm=true needs sequence parallelism in Megatron-LM "
                          "(--tp-comm-overlap asserts --sequence-parallel); not exported, so TP "
                          "collectives stay exposed")
+    if training.tp_dgrad_overlap is False and parallel.tp > 1:
+        notes.append("tp_dgrad_overlap=false: Megatron-LM core_v0.14.0 always launches the "
+                     "column-parallel input-gradient collective under the weight-gradient "
+                     "GEMM (no flag turns it off), so the TP backward runs faster than "
+                     "planned")
     return args, notes
 
 

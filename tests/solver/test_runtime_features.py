@@ -26,6 +26,7 @@ from models.core.runtime_features import (
     DEEPEP,
     OVERLAP_EP_COMM,
     OVERLAP_TP_COMM,
+    TP_DGRAD_OVERLAP,
     deepep_buffer_bytes,
 )
 from solver import plan
@@ -133,7 +134,8 @@ def test_runtime_options_branch_only_on_the_features_that_cost_memory() -> None:
     options = runtime_options(spec, training, mesh, megatron)
     assert [(o.overlap_ep_comm, o.moe_dispatcher) for o in options] == [
         (True, "deepep"), (True, "alltoall"), (False, "deepep"), (False, "alltoall")]
-    assert all(o.overlap_tp_comm and o.overlap_grad_reduce for o in options)
+    assert all(o.overlap_tp_comm and o.overlap_grad_reduce and o.tp_dgrad_overlap
+               for o in options)
     # DeepEP has no configuration for 256 ranks: only the EP overlap branches there.
     wide = MeshCandidate(tp=1, pp=1, dp=256, cp=1, ep=256, etp=1, vpp=1, micro_batch_size=1,
                          num_micro_batches=2, schedule=PipelineSchedule.ONE_F_ONE_B,
@@ -142,7 +144,7 @@ def test_runtime_options_branch_only_on_the_features_that_cost_memory() -> None:
     assert [o.moe_dispatcher for o in runtime_options(deepseek, training, wide, megatron)] == [
         "alltoall", "alltoall"]
     (only,) = runtime_options(spec, training, mesh, deepspeed)
-    assert not only.overlap_ep_comm and not only.overlap_tp_comm
+    assert not only.overlap_ep_comm and not only.overlap_tp_comm and not only.tp_dgrad_overlap
     assert only.moe_dispatcher == "alltoall"
     # Plain 1F1B with PP > 1 pairs no micro-batches: no EP overlap to try.
     plain = MeshCandidate(tp=2, pp=2, dp=4, cp=1, ep=4, etp=1, vpp=1, micro_batch_size=1,
@@ -152,7 +154,7 @@ def test_runtime_options_branch_only_on_the_features_that_cost_memory() -> None:
         False, False]
     # A request that fixes every feature is scored as given.
     fixed = training.model_copy(update={"overlap_ep_comm": False, "overlap_tp_comm": True,
-                                        "moe_dispatcher": "alltoall",
+                                        "tp_dgrad_overlap": True, "moe_dispatcher": "alltoall",
                                         "overlap_grad_reduce": True})
     assert runtime_options(spec, fixed, mesh, megatron) == (fixed,)
 
@@ -184,6 +186,33 @@ def test_tp_overlap_is_chosen_only_with_sequence_parallelism() -> None:
         assert use.on
     else:
         assert not use.on and use.why_not.startswith("needs TP > 1")
+
+
+def test_tp_dgrad_overlap_is_chosen_for_megatron_and_makes_the_plan_faster() -> None:
+    """Megatron-LM (3f65246911, on by default since Sep. 2021) launches each column-parallel
+    input-gradient all-reduce under the weight-gradient GEMM: a TP > 1 plan for megatron-lm
+    takes it (no flag: it is the default), and the same request with it forbidden is slower.
+    The userbuffers overlap is forbidden so that the dgrad overlap is the one in effect."""
+    request = PlanRequest(
+        model=ModelPreset(preset="llama-3.1-70b"),
+        cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=4),
+        training=TrainingSpec(global_batch_size=256, sequence_length=4096),
+        solver=LIMITS)
+
+    def planned(rule: str) -> PlanResponse:
+        return plan(request.model_copy(update={"constraints": Constraints(
+            framework="megatron-lm", runtime_features={"overlap_tp_comm": "forbidden",
+                                                       "tp_dgrad_overlap": rule})}))
+
+    free, off = planned("allowed"), planned("forbidden")
+    assert free.parallel is not None and free.parallel.tp > 1
+    use = {u.feature: u for u in free.runtime_features}[TP_DGRAD_OVERLAP]
+    assert use.on and use.decided_by == "planner" and "megatron-lm" in use.flags
+    assert free.time is not None and off.time is not None
+    assert free.time.step_time_s < off.time.step_time_s
+    # Without the feature, the same mesh is slower.
+    if off.parallel == free.parallel:
+        assert not {u.feature: u for u in off.runtime_features}[TP_DGRAD_OVERLAP].on
 
 
 def _bench_requests() -> list[tuple[str, PlanRequest]]:
@@ -257,7 +286,7 @@ def test_constraints_rule_on_runtime_features_as_the_recipe_fields_do() -> None:
 
     free = _planned("mixtral", "megatron-lm")
     taken = [u.feature for u in free.runtime_features
-             if u.on and u.feature != "overlap_grad_reduce"]
+             if u.on and u.feature not in ("overlap_grad_reduce", TP_DGRAD_OVERLAP)]
     assert taken, "the case needs a feature the planner takes"
     feature = taken[0]
     flag = {DEEPEP: "--moe-enable-deepep", OVERLAP_TP_COMM: "--tp-comm-overlap",
