@@ -428,11 +428,12 @@ def _unsupported_notes(training: TrainingSpec, parallel: ParallelConfig) -> Part
                      "parallelism saves the sequence shard and all-gathers it again in "
                      "backward, so the planned gathered inputs are not kept (memory "
                      "over-counted)")
-    if parallel.norm_saves_output:
-        notes.append("norm_saves_output=true: Megatron-LM's memory-efficient norm "
-                     "(--memory-efficient-layer-norm) applies to the local Apex LayerNorm only, "
-                     "not to Transformer Engine's; not exported, so each norm keeps its input "
-                     "(memory under-counted by 4h/t bytes per token per layer)")
+    if parallel.norm_saves_output or training.memory_efficient_norm:
+        notes.append("norm_saves_output=true (or memory_efficient_norm=true): Megatron-LM's "
+                     "memory-efficient norm (--memory-efficient-layer-norm) applies to the "
+                     "local Apex LayerNorm only, not to Transformer Engine's; not exported, so "
+                     "each norm keeps its input (memory under-counted by 4h/t bytes per token "
+                     "per layer)")
     if parallel.fsdp_defer_grad_sync:
         notes.append("fsdp_defer_grad_sync=true has no Megatron-LM flag: Megatron FSDP "
                      "reduce-scatters gradient buckets during backward (memory over-counted)")

@@ -24,6 +24,7 @@ from models.core.frameworks import frameworks
 from models.core.memory import STORED_ACTIVATIONS, memory_ledger, micro_batch_count
 from models.core.runtime_features import (
     DEEPEP,
+    MEMORY_EFFICIENT_NORM,
     OVERLAP_EP_COMM,
     OVERLAP_TP_COMM,
     TP_DGRAD_OVERLAP,
@@ -155,7 +156,8 @@ def test_runtime_options_branch_only_on_the_features_that_cost_memory() -> None:
     # A request that fixes every feature is scored as given.
     fixed = training.model_copy(update={"overlap_ep_comm": False, "overlap_tp_comm": True,
                                         "tp_dgrad_overlap": True, "moe_dispatcher": "alltoall",
-                                        "overlap_grad_reduce": True})
+                                        "overlap_grad_reduce": True,
+                                        "memory_efficient_norm": False})
     assert runtime_options(spec, fixed, mesh, megatron) == (fixed,)
 
 
@@ -213,6 +215,37 @@ def test_tp_dgrad_overlap_is_chosen_for_megatron_and_makes_the_plan_faster() -> 
     # Without the feature, the same mesh is slower.
     if off.parallel == free.parallel:
         assert not {u.feature: u for u in off.runtime_features}[TP_DGRAD_OVERLAP].on
+
+
+def test_the_memory_efficient_norm_is_tried_off_first_and_only_where_offered() -> None:
+    """A feature that only frees memory is tried without it first (a plan that fits as
+    fast without it keeps the framework's standard path) and is offered by no released
+    framework (Megatron-LM's --memory-efficient-layer-norm covers its local Apex LayerNorm,
+    not Transformer Engine's norms): only target 'any' tries it."""
+    spec = model_preset("llama-3.1-70b")
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    mesh = MeshCandidate(tp=8, pp=4, dp=2, cp=1, ep=1, etp=1, vpp=1, micro_batch_size=1,
+                         num_micro_batches=32, schedule=PipelineSchedule.ONE_F_ONE_B,
+                         sequence_parallel=True)
+    anywhere = runtime_options(spec, training, mesh, None)
+    assert [o.memory_efficient_norm for o in anywhere] == [False, True]
+    for framework in frameworks().values():
+        assert MEMORY_EFFICIENT_NORM not in framework.features
+        assert not any(o.memory_efficient_norm
+                       for o in runtime_options(spec, training, mesh, framework))
+    # With it on, each layer stores two norm inputs (2 x 2h / t per token) fewer per
+    # micro-batch in flight, and no time is added.
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
+    parallel = ParallelConfig(tp=8, pp=4, dp=2, micro_batch_size=1, sequence_parallel=True)
+    off, on = (training.model_copy(update={"memory_efficient_norm": v}) for v in (False, True))
+
+    def stored(recipe: TrainingSpec) -> int:
+        ledger = memory_ledger(spec, recipe, parallel, cluster)
+        return sum(c.bytes for c in ledger.stages[0].components if c.name == STORED_ACTIVATIONS)
+
+    layers = spec.num_layers // 4
+    in_flight = 4  # 1F1B: the first stage holds pp micro-batches
+    assert stored(off) - stored(on) == layers * in_flight * 4096 * 2 * (2 * 8192 // 8)
 
 
 def _bench_requests() -> list[tuple[str, PlanRequest]]:
