@@ -160,14 +160,15 @@ def optimistic_training(training: TrainingSpec,
 
 
 def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                cluster: ClusterSpec) -> TrainingSpec:
+                cluster: ClusterSpec, *, any_target: bool = False) -> TrainingSpec:
     """The recipe a given configuration is scored under when its request leaves runtime
     features unset (`POST /v1/evaluate`): as the search decides them for that configuration,
     each released framework that runs it offering its options (`runtime_options`), the
     fitting option with the shortest step kept (the first option when none fits or none
-    runs; every feature the cost model knows when no released framework runs it). When no
-    released framework's option fits, the options of target 'any' (features no released
-    framework has, such as the memory-efficient norm) are tried too, and kept if one fits."""
+    runs; every feature the cost model knows when no released framework runs it). With
+    `any_target` (the request admits features no released framework has), when no
+    released framework's option fits, the options of target 'any' (the memory-efficient
+    norm) are tried too, and kept if one fits."""
     if not _unset(training):
         return training
     m = training.global_batch_size // (parallel.micro_batch_size * parallel.dp)
@@ -181,7 +182,8 @@ def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     anywhere = list(runtime_options(spec, training, candidate, None))
     if not options:
         options = anywhere
-    extra = [option for option in anywhere if option not in options]
+    extra = ([option for option in anywhere if option not in options] if any_target
+             else [])
     if len(options) == 1 and not extra:
         return options[0]
     keys: dict[int, tuple[bool, float]] = {}

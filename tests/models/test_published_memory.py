@@ -49,7 +49,8 @@ def _cluster(run: PublishedRun) -> ClusterSpec:
 def _decided(run: PublishedRun) -> TrainingSpec:
     """The run's recipe with the runtime features it leaves unset decided as the search
     decides them for its configuration (`solver.runtime_choice.decided_for`)."""
-    return decided_for(run_model(run), run.training, run.parallel, _cluster(run))
+    return decided_for(run_model(run), run.training, run.parallel, _cluster(run),
+                       any_target=True)
 
 
 def _ledger(run: PublishedRun) -> MemoryLedger:
@@ -391,7 +392,8 @@ def test_the_default_safety_margin_keeps_every_published_system(run: PublishedRu
     cluster = cluster_preset(run.gpu, num_nodes=run.num_nodes, gpus_per_node=run.gpus_per_node)
     cluster = cluster.model_copy(update={"memory_headroom_frac": DEFAULT_MEMORY_HEADROOM_FRAC,
                                          "memory_margin_frac": DEFAULT_MEMORY_MARGIN_FRAC})
-    training = decided_for(run_model(run), run.training, run.parallel, cluster)
+    training = decided_for(run_model(run), run.training, run.parallel, cluster,
+                           any_target=True)
     ledger = memory_ledger(run_model(run), training, run.parallel, cluster)
     assert ledger.margin_bytes == cluster.memory_margin_bytes > 0
     assert ledger.fits, (run.id, ledger.peak_bytes / GIB, ledger.capacity_bytes / GIB)

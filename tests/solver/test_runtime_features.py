@@ -217,6 +217,24 @@ def test_tp_dgrad_overlap_is_chosen_for_megatron_and_makes_the_plan_faster() -> 
         assert not {u.feature: u for u in off.runtime_features}[TP_DGRAD_OVERLAP].on
 
 
+def test_megatron_export_needs_no_flag_for_the_tp_dgrad_overlap() -> None:
+    """Megatron-LM launches the column-parallel input-gradient collective under the weight-
+    gradient GEMM by default: on, the export adds no argument; off, it says Megatron-LM
+    cannot turn it off; the memory-efficient norm, which Megatron-LM's Transformer Engine
+    path lacks, gets a note."""
+    from solver.export.megatron import megatron_args, megatron_notes
+
+    spec = model_preset("llama-3.1-70b")
+    parallel = ParallelConfig(tp=8, pp=1, dp=8, micro_batch_size=1, sequence_parallel=True)
+    base = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    on, off = (base.model_copy(update={"tp_dgrad_overlap": v}) for v in (True, False))
+    assert megatron_args(spec, on, parallel) == megatron_args(spec, off, parallel)
+    assert not any("tp_dgrad_overlap" in n for n in megatron_notes(spec, on, parallel))
+    assert any("tp_dgrad_overlap=false" in n for n in megatron_notes(spec, off, parallel))
+    lean = base.model_copy(update={"memory_efficient_norm": True})
+    assert any("memory_efficient_norm=true" in n for n in megatron_notes(spec, lean, parallel))
+
+
 def test_the_memory_efficient_norm_is_tried_off_first_and_only_where_offered() -> None:
     """A feature that only frees memory is tried without it first (a plan that fits as
     fast without it keeps the framework's standard path) and is offered by no released
