@@ -320,7 +320,8 @@ class RuntimeFeatureUse(ResultModel):
     decided it, and the flag that sets it in each framework that runs the plan."""
 
     feature: str = Field(description="'overlap_grad_reduce', 'overlap_tp_comm', "
-                         "'moe_dispatcher:deepep' or 'overlap_ep_comm'.")
+                         "'tp_dgrad_overlap', 'moe_dispatcher:deepep', 'overlap_ep_comm' or "
+                         "'memory_efficient_norm'.")
     on: bool = Field(description="Whether the plan uses it.")
     decided_by: str = Field(description="'request' (the recipe fixed it) or 'planner'.")
     flags: dict[str, str] = Field(default_factory=dict, description="Framework id -> the "

@@ -228,7 +228,19 @@ class TrainingSpec(SpecModel):
         "GEMM (Megatron-LM --async-tensor-model-parallel-allreduce, on by default since "
         "September 2021; Megatron-Core; Transformer Engine's Linear modules); false = it "
         "runs synchronously, as in Megatron-LM before September 2021 and the Megatron-"
-        "DeepSpeed forks; null (default) = read as false by the cost model.",
+        "DeepSpeed forks; null (default) = the planner chooses (on wherever the target "
+        "framework offers it and TP > 1). A cost model evaluated without a choice reads "
+        "null as false.",
+    )
+    memory_efficient_norm: bool | None = Field(
+        default=None,
+        description="Each RMSNorm / LayerNorm keeps its output and inverse RMS for backward "
+        "instead of its input (Apex FusedRMSNorm / FusedLayerNorm memory_efficient=True), so "
+        "a norm input that the next GEMM's saved 16-bit input already covers is not stored "
+        "and each pipeline stage's input is freed once its first layer has run (Llama 3, "
+        "arXiv:2407.21783 Sec. 3.3.2); no time is added. null (default) = the planner "
+        "chooses where the target offers it (no released framework's standard path does: "
+        "target 'any'); a cost model evaluated without a choice reads null as false.",
     )
     overlap_grad_reduce: bool | None = Field(
         default=None,

@@ -32,9 +32,11 @@ def plan_simulation_request(request: PlanRequest | EvaluateRequest,
     # The runtime features the request leaves unset, decided as the plan decided them
     # (`solver.runtime_choice.decided_for`).
     training = request.training
+    any_target = False
     if isinstance(request, PlanRequest):
         training = with_rules(training, request.constraints.runtime_features)
-    training = decided_for(spec, training, parallel, cluster)
+        any_target = request.constraints.framework == "any"
+    training = decided_for(spec, training, parallel, cluster, any_target=any_target)
     inputs = pipeline_inputs(spec, training, parallel, cluster)
     durations = PipelineOpDurations(
         F=_values(inputs.durations.forward_s), B=_values(inputs.durations.backward_input_s),

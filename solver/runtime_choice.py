@@ -5,7 +5,8 @@ Owns: the recipes (`TrainingSpec` with every runtime feature the request left un
 a candidate is scored under for one framework (`runtime_options`): the features that only
 lower the step time (`models.core.runtime_features.RUNTIME_FEATURES`, `costs_memory=False`:
 the gradient-reduce and TP overlaps) are taken whenever the framework offers them and the
-mesh meets their prerequisites, so they need no branch; a feature that costs memory (DeepEP's
+mesh meets their prerequisites, so they need no branch (the TP input-gradient overlap under
+the weight-gradient GEMM included); a feature that costs memory (DeepEP's
 buffers, the EP overlap's extra micro-batch) is tried on and off. Also
 the recipe the search's lower bounds read (`optimistic_training`: every unset feature any
 target offers, on), the recipe a given configuration is evaluated under (`decided_for`) and
@@ -28,10 +29,12 @@ from models.core.memory import memory_ledger
 from models.core.pipeline import schedule_traits
 from models.core.runtime_features import (
     DEEPEP,
+    MEMORY_EFFICIENT_NORM,
     OVERLAP_EP_COMM,
     OVERLAP_GRAD_REDUCE,
     OVERLAP_TP_COMM,
     RUNTIME_FEATURES,
+    TP_DGRAD_OVERLAP,
     deepep_supports,
     effective_features,
     ep_overlap_mesh,
@@ -103,6 +106,10 @@ def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
         return c.dp > 1
     if name == OVERLAP_TP_COMM:
         return c.tp > 1 and c.sequence_parallel
+    if name == TP_DGRAD_OVERLAP:
+        return c.tp > 1
+    if name == MEMORY_EFFICIENT_NORM:
+        return True
     if name == DEEPEP:
         return moe and c.ep > 1 and deepep_supports(c.ep)
     if name == OVERLAP_EP_COMM:
@@ -115,7 +122,9 @@ def runtime_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCand
                     framework: Framework | None) -> tuple[TrainingSpec, ...]:
     """The recipes to score `candidate` under for `framework` (None: target 'any', every
     feature the cost model knows): the time-only features on where offered and met, and
-    each memory-trading one both on (first) and off."""
+    each memory-trading one both on (first) and off; one that only frees memory
+    (`tried_off_first`, the memory-efficient norm) off first, so that a plan which fits as
+    fast without it keeps the framework's standard path."""
     unset = _unset(training)
     if not unset:
         return (training,)
@@ -126,7 +135,8 @@ def runtime_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCand
     base = frozenset(name for name in usable if not by_name[name].costs_memory)
     options = [base]
     for name in sorted(usable - base):
-        options = [option | {name} for option in options] + options
+        with_it = [option | {name} for option in options]
+        options = options + with_it if by_name[name].tried_off_first else with_it + options
     return tuple(resolved(training, option) for option in options)
 
 
@@ -150,12 +160,15 @@ def optimistic_training(training: TrainingSpec,
 
 
 def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                cluster: ClusterSpec) -> TrainingSpec:
+                cluster: ClusterSpec, *, any_target: bool = False) -> TrainingSpec:
     """The recipe a given configuration is scored under when its request leaves runtime
     features unset (`POST /v1/evaluate`): as the search decides them for that configuration,
     each released framework that runs it offering its options (`runtime_options`), the
     fitting option with the shortest step kept (the first option when none fits or none
-    runs; every feature the cost model knows when no released framework runs it)."""
+    runs; every feature the cost model knows when no released framework runs it). With
+    `any_target` (the request admits features no released framework has), when no
+    released framework's option fits, the options of target 'any' (the memory-efficient
+    norm) are tried too, and kept if one fits."""
     if not _unset(training):
         return training
     m = training.global_batch_size // (parallel.micro_batch_size * parallel.dp)
@@ -166,19 +179,30 @@ def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
             if option not in options and not blockers(
                     framework, plan_features(spec, option, parallel)):
                 options.append(option)
+    anywhere = list(runtime_options(spec, training, candidate, None))
     if not options:
-        options = list(runtime_options(spec, training, candidate, None))
-    if len(options) == 1:
+        options = anywhere
+    extra = ([option for option in anywhere if option not in options] if any_target
+             else [])
+    if len(options) == 1 and not extra:
         return options[0]
+    keys: dict[int, tuple[bool, float]] = {}
 
     def key(option: TrainingSpec) -> tuple[bool, float]:
-        try:
-            fits = memory_ledger(spec, option, parallel, cluster).fits
-            return (not fits, estimate_step(spec, option, parallel, cluster).step_time_s)
-        except InvalidSpecError:
-            return (True, float("inf"))
+        if id(option) not in keys:
+            try:
+                fits = memory_ledger(spec, option, parallel, cluster).fits
+                keys[id(option)] = (
+                    not fits, estimate_step(spec, option, parallel, cluster).step_time_s)
+            except InvalidSpecError:
+                keys[id(option)] = (True, float("inf"))
+        return keys[id(option)]
 
-    return min(options, key=key)
+    best = min(options, key=key)
+    if not key(best)[0] or not extra:
+        return best
+    other = min(extra, key=key)
+    return other if not key(other)[0] else best
 
 
 def runtime_feature_uses(spec: ModelSpec, request: TrainingSpec, chosen: TrainingSpec,
@@ -207,6 +231,10 @@ def runtime_feature_uses(spec: ModelSpec, request: TrainingSpec, chosen: Trainin
                   and schedule_traits(candidate.schedule).overlapped_pairs):
                 reason = (f"the {candidate.schedule.value} schedule already overlaps the expert "
                           "all-to-alls with the paired micro-batch")
+            elif (feature.name == TP_DGRAD_OVERLAP and chosen.overlap_tp_comm
+                  and candidate.sequence_parallel and candidate.tp > 1):
+                reason = ("the userbuffers TP overlap (overlap_tp_comm) already overlaps the "
+                          "input-gradient reduce-scatter")
             elif not _prerequisites_met(feature.name, spec, candidate):
                 reason = f"needs {feature.needs}"
             elif why_off and feature.name in why_off:

@@ -348,7 +348,8 @@ def _activation_context(training: TrainingSpec, parallel: ParallelConfig,
         training.sequence_length, parallel.micro_batch_size, parallel.tp, parallel.cp,
         parallel.etp, parallel.sequence_parallel, training.dropout, training.flash_attention,
         fp8_storage, training.compute_dtype == DType.FP8, training.moe_load_imbalance,
-        training.moe_keep_expert_outputs, parallel.norm_saves_output,
+        training.moe_keep_expert_outputs,
+        parallel.norm_saves_output or bool(training.memory_efficient_norm),
         parallel.sequence_parallel_saves_gathered,
         training.elementwise_fusion == ElementwiseFusion.EAGER)
 

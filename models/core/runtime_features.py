@@ -2,7 +2,8 @@
 it computes (overlaps, the MoE dispatcher).
 
 Owns: the recipe fields that name them (`TrainingSpec.overlap_grad_reduce`,
-`overlap_tp_comm`, `overlap_ep_comm`, `moe_dispatcher`), how the cost model reads a field the
+`overlap_tp_comm`, `tp_dgrad_overlap`, `overlap_ep_comm`, `moe_dispatcher`,
+`memory_efficient_norm`), how the cost model reads a field the
 request left to the planner (None) when nothing chose it, the mesh conditions under which
 each takes effect (`effective_features`, in the capability vocabulary of
 `models/data/frameworks.json`), which of them cost memory (`RUNTIME_FEATURES`: the search
@@ -19,6 +20,8 @@ from models.core.pipeline import StagePlacement, schedule_traits
 
 OVERLAP_GRAD_REDUCE = "overlap_grad_reduce"
 OVERLAP_TP_COMM = "overlap_tp_comm"
+TP_DGRAD_OVERLAP = "tp_dgrad_overlap"
+MEMORY_EFFICIENT_NORM = "memory_efficient_norm"
 OVERLAP_EP_COMM = "overlap_ep_comm"
 DEEPEP = "moe_dispatcher:deepep"
 
@@ -96,6 +99,10 @@ class RuntimeFeature:
     needs: str
     """The prerequisites, in words (why a plan does not use it)."""
     source: str
+    tried_off_first: bool = False
+    """True (with `costs_memory`): it only frees memory, at no time cost, so the search
+    tries the plan without it first and keeps it only where it makes the plan fit or lets a
+    cheaper activation policy fit (a plan that fits as fast without it does not need it)."""
 
 
 RUNTIME_FEATURES = (
@@ -111,6 +118,28 @@ RUNTIME_FEATURES = (
               "--sequence-parallel)",
         source="Megatron-LM core_v0.14.0 --tp-comm-overlap (Transformer Engine userbuffers); "
                "torchtitan v0.2.2 parallelism.enable_async_tensor_parallel"),
+    RuntimeFeature(
+        name=TP_DGRAD_OVERLAP, field="tp_dgrad_overlap", costs_memory=False,
+        needs="TP > 1 (a column-parallel input-gradient collective to overlap); with "
+              "sequence parallelism and overlap_tp_comm the userbuffers overlap takes its "
+              "place",
+        source="Megatron-LM 3f65246911 / 16c90445e7 (Sep. 2021) "
+               "--async-tensor-model-parallel-allreduce, default on "
+               "(megatron/mpu/layers.py LinearWithGradAccumulationAndAsyncAllreduce); "
+               "Megatron-Core LinearWithGradAccumulationAndAsyncCommunication and Transformer "
+               "Engine Linear / LayerNormLinear ('Overlap dgrad-RS/AR with wgrad')"),
+    RuntimeFeature(
+        name=MEMORY_EFFICIENT_NORM, field="memory_efficient_norm", costs_memory=True,
+        tried_off_first=True,
+        needs="a norm whose output the next GEMM already keeps in 16 bits at the same shard "
+              "(not FP8 GEMM inputs, not a gathered sequence); elsewhere it frees nothing",
+        source="Llama 3, arXiv:2407.21783 Sec. 3.3.2 (the input tensors of each pipeline "
+               "stage that later computation does not use are deallocated; the outputs are "
+               "freed after the send as Megatron-LM's deallocate_output_tensor does, "
+               "megatron/core/pipeline_parallel/schedules.py, which the ledger always "
+               "assumes); Apex FusedRMSNorm(memory_efficient=True). Megatron-LM "
+               "--memory-efficient-layer-norm applies to its local Apex LayerNorm only, not "
+               "Transformer Engine's norms: no released framework's standard path has it"),
     RuntimeFeature(
         name=DEEPEP, field="moe_dispatcher", costs_memory=True,
         needs="an MoE model with an EP size in DeepEP's configuration table (2 to 160)",
@@ -170,6 +199,10 @@ def effective_features(training: TrainingSpec, *, moe: bool, tp: int, dp: int, e
         out.add(OVERLAP_GRAD_REDUCE)
     if tp > 1 and sequence_parallel and training.overlap_tp_comm:
         out.add(OVERLAP_TP_COMM)
+    elif tp > 1 and training.tp_dgrad_overlap:
+        out.add(TP_DGRAD_OVERLAP)
+    if training.memory_efficient_norm:
+        out.add(MEMORY_EFFICIENT_NORM)
     if moe and ep > 1:
         if dispatcher(training) == MoeDispatcher.DEEPEP:
             out.add(DEEPEP)
@@ -196,11 +229,13 @@ def with_features(training: TrainingSpec, on: frozenset[str]) -> dict[str, objec
 __all__ = [
     "BY_NAME",
     "DEEPEP",
+    "MEMORY_EFFICIENT_NORM",
     "OVERLAP_EP_COMM",
     "OVERLAP_GRAD_REDUCE",
     "OVERLAP_TP_COMM",
     "RUNTIME_FEATURES",
     "RuntimeFeature",
+    "TP_DGRAD_OVERLAP",
     "DEEPEP_NUM_SMS",
     "DEEPEP_NVL_RECV_TOKENS",
     "deepep_buffer_bytes",

@@ -271,9 +271,10 @@ def _unsupported_notes(training: TrainingSpec, parallel: ParallelConfig) -> list
                      "set up in model code (DeepSpeed-Ulysses), not by this config")
     if any(policy.fp8_activations for policy in stages):
         notes.append("FP8 storage of MLP/expert inputs has no DeepSpeed key")
-    if parallel.norm_saves_output:
-        notes.append("norm_saves_output=true has no DeepSpeed key: a norm that keeps its output "
-                     "(Apex FusedRMSNorm(memory_efficient=True)) is chosen in model code")
+    if parallel.norm_saves_output or training.memory_efficient_norm:
+        notes.append("norm_saves_output=true (or memory_efficient_norm=true) has no DeepSpeed "
+                     "key: a norm that keeps its output (Apex "
+                     "FusedRMSNorm(memory_efficient=True)) is chosen in model code")
     if training.optimizer == OptimizerKind.MUON and parallel.zero_stage == 0:
         notes.append("DeepSpeed's Muon optimizer runs with ZeRO stages 1-3 only; zero_stage=0 "
                      "needs stage 1 or another optimizer")

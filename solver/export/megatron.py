@@ -423,6 +423,11 @@ def _overlap_args(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
             notes.append("overlap_tp_comm=true needs sequence parallelism in Megatron-LM "
                          "(--tp-comm-overlap asserts --sequence-parallel); not exported, so TP "
                          "collectives stay exposed")
+    if training.tp_dgrad_overlap is False and parallel.tp > 1:
+        notes.append("tp_dgrad_overlap=false: Megatron-LM core_v0.14.0 always launches the "
+                     "column-parallel input-gradient collective under the weight-gradient "
+                     "GEMM (no flag turns it off), so the TP backward runs faster than "
+                     "planned")
     return args, notes
 
 
@@ -437,11 +442,12 @@ def _unsupported_notes(training: TrainingSpec, parallel: ParallelConfig) -> Part
                      "parallelism saves the sequence shard and all-gathers it again in "
                      "backward, so the planned gathered inputs are not kept (memory "
                      "over-counted)")
-    if parallel.norm_saves_output:
-        notes.append("norm_saves_output=true: Megatron-LM's memory-efficient norm "
-                     "(--memory-efficient-layer-norm) applies to the local Apex LayerNorm only, "
-                     "not to Transformer Engine's; not exported, so each norm keeps its input "
-                     "(memory under-counted by 4h/t bytes per token per layer)")
+    if parallel.norm_saves_output or training.memory_efficient_norm:
+        notes.append("norm_saves_output=true (or memory_efficient_norm=true): Megatron-LM's "
+                     "memory-efficient norm (--memory-efficient-layer-norm) applies to the "
+                     "local Apex LayerNorm only, not to Transformer Engine's; not exported, so "
+                     "each norm keeps its input (memory under-counted by 4h/t bytes per token "
+                     "per layer)")
     if parallel.fsdp_defer_grad_sync:
         notes.append("fsdp_defer_grad_sync=true has no Megatron-LM flag: Megatron FSDP "
                      "reduce-scatters gradient buckets during backward (memory over-counted)")

@@ -379,10 +379,11 @@ def _unsupported_notes(spec: ModelSpec, training: TrainingSpec,
         notes.append("torchtitan's tensor parallelism (DTensor PrepareModuleInput to Replicate) "
                      "saves each column-parallel linear's all-gathered input for backward, "
                      "not its sequence shard; plan with sequence_parallel_saves_gathered=true")
-    if parallel.norm_saves_output:
-        notes.append("norm_saves_output=true: torchtitan's RMSNorm keeps its input for "
-                     "backward (no memory-efficient variant), so each layer stores two more "
-                     "norm inputs than planned (memory under-counted)")
+    if parallel.norm_saves_output or training.memory_efficient_norm:
+        notes.append("norm_saves_output=true (or memory_efficient_norm=true): torchtitan's "
+                     "RMSNorm keeps its input for backward (no memory-efficient variant), so "
+                     "each layer stores two more norm inputs than planned (memory "
+                     "under-counted)")
     if parallel.pp > 1 and parallel.fsdp and not parallel.fsdp_defer_grad_sync:
         notes.append("torchtitan's FSDP2 pipeline stages reduce-scatter gradients only after "
                      "the last micro-batch and hold the stage's unsharded fp32 gradients until "

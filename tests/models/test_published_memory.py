@@ -6,6 +6,7 @@ import math
 import pytest
 
 from api_schemas import ParallelConfig, PipelineSchedule, RecomputeMode, TrainingSpec
+from api_schemas.hardware import ClusterSpec
 from api_schemas.requests import (
     DEFAULT_MEMORY_HEADROOM_FRAC,
     DEFAULT_MEMORY_MARGIN_FRAC,
@@ -35,14 +36,25 @@ from models.evidence.published import (
     PublishedRun,
     run_model,
 )
+from solver.runtime_choice import decided_for
 
 GIB = 2**30
 
 
-def _ledger(run: PublishedRun) -> MemoryLedger:
+def _cluster(run: PublishedRun) -> ClusterSpec:
     cluster = cluster_preset(run.gpu, num_nodes=run.num_nodes, gpus_per_node=run.gpus_per_node)
-    cluster = cluster.model_copy(update={"memory_headroom_frac": DEFAULT_MEMORY_HEADROOM_FRAC})
-    return memory_ledger(run_model(run), run.training, run.parallel, cluster)
+    return cluster.model_copy(update={"memory_headroom_frac": DEFAULT_MEMORY_HEADROOM_FRAC})
+
+
+def _decided(run: PublishedRun) -> TrainingSpec:
+    """The run's recipe with the runtime features it leaves unset decided as the search
+    decides them for its configuration (`solver.runtime_choice.decided_for`)."""
+    return decided_for(run_model(run), run.training, run.parallel, _cluster(run),
+                       any_target=True)
+
+
+def _ledger(run: PublishedRun) -> MemoryLedger:
+    return memory_ledger(run_model(run), _decided(run), run.parallel, _cluster(run))
 
 
 def test_the_request_default_leaves_headroom() -> None:
@@ -64,17 +76,26 @@ def test_llama3_405b_on_8k_gpus_fits_under_its_own_recipe() -> None:
     # With N = PP = 16 (the smallest group the paper describes; Megatron-LM refuses N < PP and
     # torch's flexible interleaved 1F1B takes N = M / max(1, M // PP) = 16 for M = 32), the
     # stated layout and each stage's input freed (Sec. 3.3.2): about 73.4 of 78.4 GiB.
+    # The preset fixes no memory switch: the search chooses the memory-efficient norm (a
+    # runtime feature of target 'any') because no released framework's option fits.
+    assert not LLAMA3_405B_8K.parallel.norm_saves_output
+    assert LLAMA3_405B_8K.training.memory_efficient_norm is None
+    decided = _decided(LLAMA3_405B_8K)
+    assert decided.memory_efficient_norm is True
     ledger = _ledger(LLAMA3_405B_8K)
     assert ledger.fits
     assert 0.90 < ledger.peak_bytes / ledger.capacity_bytes < 0.97
     # The same run with each norm keeping its input (the stage input kept until its backward)
     # is about 1.05x the cap: freeing the stage inputs is what makes the stated recipe fit.
-    kept_inputs = LLAMA3_405B_8K.parallel.model_copy(update={"norm_saves_output": False})
-    cluster = cluster_preset(LLAMA3_405B_8K.gpu, num_nodes=LLAMA3_405B_8K.num_nodes)
-    cluster = cluster.model_copy(update={"memory_headroom_frac": DEFAULT_MEMORY_HEADROOM_FRAC})
-    without = memory_ledger(run_model(LLAMA3_405B_8K), LLAMA3_405B_8K.training, kept_inputs,
-                            cluster)
+    kept = decided.model_copy(update={"memory_efficient_norm": False})
+    without = memory_ledger(run_model(LLAMA3_405B_8K), kept, LLAMA3_405B_8K.parallel,
+                            _cluster(LLAMA3_405B_8K))
     assert 1.0 < without.peak_bytes / without.capacity_bytes < 1.08
+    # The stage-input deallocation frees, per layer and micro-batch in flight, the attention
+    # and MLP norm inputs: 2 x 2h / t bytes per token (h = 16,384, t = 8 with SP), 141 chunks
+    # of one layer in flight on stage 1 at 8,192 tokens each.
+    freed = without.stages[1].bytes_of("activations") - ledger.stages[1].bytes_of("activations")
+    assert freed == 141 * 8192 * 2 * (2 * 16_384 // 8)
 
 
 def test_llama3_405b_uses_the_stated_layout_and_the_smallest_group() -> None:
@@ -371,6 +392,8 @@ def test_the_default_safety_margin_keeps_every_published_system(run: PublishedRu
     cluster = cluster_preset(run.gpu, num_nodes=run.num_nodes, gpus_per_node=run.gpus_per_node)
     cluster = cluster.model_copy(update={"memory_headroom_frac": DEFAULT_MEMORY_HEADROOM_FRAC,
                                          "memory_margin_frac": DEFAULT_MEMORY_MARGIN_FRAC})
-    ledger = memory_ledger(run_model(run), run.training, run.parallel, cluster)
+    training = decided_for(run_model(run), run.training, run.parallel, cluster,
+                           any_target=True)
+    ledger = memory_ledger(run_model(run), training, run.parallel, cluster)
     assert ledger.margin_bytes == cluster.memory_margin_bytes > 0
     assert ledger.fits, (run.id, ledger.peak_bytes / GIB, ledger.capacity_bytes / GIB)

@@ -11,6 +11,7 @@ from api_schemas.requests import DEFAULT_MEMORY_HEADROOM_FRAC
 from models.core.memory import memory_ledger
 from models.core.step_time import estimate_step
 from models.evidence.published import LLAMA3_405B_8K
+from solver.runtime_choice import decided_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "research"))
 import validate_published as vp  # noqa: E402
@@ -81,7 +82,15 @@ def test_llama3_rows_are_the_presets_one_configuration() -> None:
     spec = vp.model_of(row)
     assert spec is not None
     ledger = memory_ledger(spec, training, parallel, cluster)
+    assert training.memory_efficient_norm is True
     assert 0.90 < ledger.peak_bytes / ledger.capacity_bytes < 0.97
+    # ...with the memory-efficient norm the search itself chooses for that configuration
+    # when the recipe leaves it unset (no preset-only switch)...
+    unset = training.model_copy(update={"memory_efficient_norm": None})
+    assert decided_for(spec, unset, parallel, cluster,
+                       any_target=True).memory_efficient_norm is True
+    # (a request for released frameworks only is not given it: none of them has it)
+    assert not decided_for(spec, unset, parallel, cluster).memory_efficient_norm
     # ...and its time is the validator's figure: Table 4 prints 430 TF/s per GPU.
     out = vp.predict(row, vp.AS_PUBLISHED_PROTOCOL)
     assert out is not None and out[0] == 430

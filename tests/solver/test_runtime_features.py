@@ -24,8 +24,10 @@ from models.core.frameworks import frameworks
 from models.core.memory import STORED_ACTIVATIONS, memory_ledger, micro_batch_count
 from models.core.runtime_features import (
     DEEPEP,
+    MEMORY_EFFICIENT_NORM,
     OVERLAP_EP_COMM,
     OVERLAP_TP_COMM,
+    TP_DGRAD_OVERLAP,
     deepep_buffer_bytes,
 )
 from solver import plan
@@ -133,7 +135,8 @@ def test_runtime_options_branch_only_on_the_features_that_cost_memory() -> None:
     options = runtime_options(spec, training, mesh, megatron)
     assert [(o.overlap_ep_comm, o.moe_dispatcher) for o in options] == [
         (True, "deepep"), (True, "alltoall"), (False, "deepep"), (False, "alltoall")]
-    assert all(o.overlap_tp_comm and o.overlap_grad_reduce for o in options)
+    assert all(o.overlap_tp_comm and o.overlap_grad_reduce and o.tp_dgrad_overlap
+               for o in options)
     # DeepEP has no configuration for 256 ranks: only the EP overlap branches there.
     wide = MeshCandidate(tp=1, pp=1, dp=256, cp=1, ep=256, etp=1, vpp=1, micro_batch_size=1,
                          num_micro_batches=2, schedule=PipelineSchedule.ONE_F_ONE_B,
@@ -142,7 +145,7 @@ def test_runtime_options_branch_only_on_the_features_that_cost_memory() -> None:
     assert [o.moe_dispatcher for o in runtime_options(deepseek, training, wide, megatron)] == [
         "alltoall", "alltoall"]
     (only,) = runtime_options(spec, training, mesh, deepspeed)
-    assert not only.overlap_ep_comm and not only.overlap_tp_comm
+    assert not only.overlap_ep_comm and not only.overlap_tp_comm and not only.tp_dgrad_overlap
     assert only.moe_dispatcher == "alltoall"
     # Plain 1F1B with PP > 1 pairs no micro-batches: no EP overlap to try.
     plain = MeshCandidate(tp=2, pp=2, dp=4, cp=1, ep=4, etp=1, vpp=1, micro_batch_size=1,
@@ -152,8 +155,9 @@ def test_runtime_options_branch_only_on_the_features_that_cost_memory() -> None:
         False, False]
     # A request that fixes every feature is scored as given.
     fixed = training.model_copy(update={"overlap_ep_comm": False, "overlap_tp_comm": True,
-                                        "moe_dispatcher": "alltoall",
-                                        "overlap_grad_reduce": True})
+                                        "tp_dgrad_overlap": True, "moe_dispatcher": "alltoall",
+                                        "overlap_grad_reduce": True,
+                                        "memory_efficient_norm": False})
     assert runtime_options(spec, fixed, mesh, megatron) == (fixed,)
 
 
@@ -184,6 +188,82 @@ def test_tp_overlap_is_chosen_only_with_sequence_parallelism() -> None:
         assert use.on
     else:
         assert not use.on and use.why_not.startswith("needs TP > 1")
+
+
+def test_tp_dgrad_overlap_is_chosen_for_megatron_and_makes_the_plan_faster() -> None:
+    """Megatron-LM (3f65246911, on by default since Sep. 2021) launches each column-parallel
+    input-gradient all-reduce under the weight-gradient GEMM: a TP > 1 plan for megatron-lm
+    takes it (no flag: it is the default), and the same request with it forbidden is slower.
+    The userbuffers overlap is forbidden so that the dgrad overlap is the one in effect."""
+    request = PlanRequest(
+        model=ModelPreset(preset="llama-3.1-70b"),
+        cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=4),
+        training=TrainingSpec(global_batch_size=256, sequence_length=4096),
+        solver=LIMITS)
+
+    def planned(rule: str) -> PlanResponse:
+        return plan(request.model_copy(update={"constraints": Constraints(
+            framework="megatron-lm", runtime_features={"overlap_tp_comm": "forbidden",
+                                                       "tp_dgrad_overlap": rule})}))
+
+    free, off = planned("allowed"), planned("forbidden")
+    assert free.parallel is not None and free.parallel.tp > 1
+    use = {u.feature: u for u in free.runtime_features}[TP_DGRAD_OVERLAP]
+    assert use.on and use.decided_by == "planner" and "megatron-lm" in use.flags
+    assert free.time is not None and off.time is not None
+    assert free.time.step_time_s < off.time.step_time_s
+    # Without the feature, the same mesh is slower.
+    if off.parallel == free.parallel:
+        assert not {u.feature: u for u in off.runtime_features}[TP_DGRAD_OVERLAP].on
+
+
+def test_megatron_export_needs_no_flag_for_the_tp_dgrad_overlap() -> None:
+    """Megatron-LM launches the column-parallel input-gradient collective under the weight-
+    gradient GEMM by default: on, the export adds no argument; off, it says Megatron-LM
+    cannot turn it off; the memory-efficient norm, which Megatron-LM's Transformer Engine
+    path lacks, gets a note."""
+    from solver.export.megatron import megatron_args, megatron_notes
+
+    spec = model_preset("llama-3.1-70b")
+    parallel = ParallelConfig(tp=8, pp=1, dp=8, micro_batch_size=1, sequence_parallel=True)
+    base = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    on, off = (base.model_copy(update={"tp_dgrad_overlap": v}) for v in (True, False))
+    assert megatron_args(spec, on, parallel) == megatron_args(spec, off, parallel)
+    assert not any("tp_dgrad_overlap" in n for n in megatron_notes(spec, on, parallel))
+    assert any("tp_dgrad_overlap=false" in n for n in megatron_notes(spec, off, parallel))
+    lean = base.model_copy(update={"memory_efficient_norm": True})
+    assert any("memory_efficient_norm=true" in n for n in megatron_notes(spec, lean, parallel))
+
+
+def test_the_memory_efficient_norm_is_tried_off_first_and_only_where_offered() -> None:
+    """A feature that only frees memory is tried without it first (a plan that fits as
+    fast without it keeps the framework's standard path) and is offered by no released
+    framework (Megatron-LM's --memory-efficient-layer-norm covers its local Apex LayerNorm,
+    not Transformer Engine's norms): only target 'any' tries it."""
+    spec = model_preset("llama-3.1-70b")
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    mesh = MeshCandidate(tp=8, pp=4, dp=2, cp=1, ep=1, etp=1, vpp=1, micro_batch_size=1,
+                         num_micro_batches=32, schedule=PipelineSchedule.ONE_F_ONE_B,
+                         sequence_parallel=True)
+    anywhere = runtime_options(spec, training, mesh, None)
+    assert [o.memory_efficient_norm for o in anywhere] == [False, True]
+    for framework in frameworks().values():
+        assert MEMORY_EFFICIENT_NORM not in framework.features
+        assert not any(o.memory_efficient_norm
+                       for o in runtime_options(spec, training, mesh, framework))
+    # With it on, each layer stores two norm inputs (2 x 2h / t per token) fewer per
+    # micro-batch in flight, and no time is added.
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
+    parallel = ParallelConfig(tp=8, pp=4, dp=2, micro_batch_size=1, sequence_parallel=True)
+    off, on = (training.model_copy(update={"memory_efficient_norm": v}) for v in (False, True))
+
+    def stored(recipe: TrainingSpec) -> int:
+        ledger = memory_ledger(spec, recipe, parallel, cluster)
+        return sum(c.bytes for c in ledger.stages[0].components if c.name == STORED_ACTIVATIONS)
+
+    layers = spec.num_layers // 4
+    in_flight = 4  # 1F1B: the first stage holds pp micro-batches
+    assert stored(off) - stored(on) == layers * in_flight * 4096 * 2 * (2 * 8192 // 8)
 
 
 def _bench_requests() -> list[tuple[str, PlanRequest]]:
@@ -257,7 +337,7 @@ def test_constraints_rule_on_runtime_features_as_the_recipe_fields_do() -> None:
 
     free = _planned("mixtral", "megatron-lm")
     taken = [u.feature for u in free.runtime_features
-             if u.on and u.feature != "overlap_grad_reduce"]
+             if u.on and u.feature not in ("overlap_grad_reduce", TP_DGRAD_OVERLAP)]
     assert taken, "the case needs a feature the planner takes"
     feature = taken[0]
     flag = {DEEPEP: "--moe-enable-deepep", OVERLAP_TP_COMM: "--tp-comm-overlap",
