@@ -51,7 +51,7 @@ def mesh_count(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     meshes = candidate_meshes(spec, training, world_size=cluster.world_size,
                               gpus_per_node=cluster.gpus_per_node, constraints=narrowed,
                               deadline=deadline)
-    request = TargetRequest(narrowed)
+    request = TargetRequest(spec, training, narrowed)
     return sum(admits_mesh(spec, training, c, request) for c in meshes)
 
 

@@ -383,7 +383,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                            or constraints.allow_gradient_host_shards),
                        zeros=zeros, max_offload=max_offload_share(constraints),
                        memo=LedgerMemo(spec=spec, training=training),
-                       targets=TargetRequest(constraints))
+                       targets=TargetRequest(spec, training, constraints))
     sizes = (list(world_sizes) if world_sizes
              else objective_world_sizes(cluster, constraints, objective))
     queue = _Queue(heap=[], total=0, pruned_memory=0)

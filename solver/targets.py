@@ -12,9 +12,8 @@ not: enumerate or order candidates, or size anything.
 
 import dataclasses
 import math
-import threading
+import operator
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -97,66 +96,10 @@ class Variant:
     """The recipe with the runtime features this variant decides (`solver.runtime_choice`)."""
 
 
-def _mesh_features(spec: ModelSpec, training: TrainingSpec,
-                   candidate: MeshCandidate) -> frozenset[str]:
-    c = candidate
-    return _cached_mesh_features(spec, training, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp, c.vpp,
-                                 c.schedule, c.sequence_parallel, c.cp_kind, c.ulysses_degree)
-
-
-MESH_CACHE_SEARCHES = 8
-"""Most (spec, training) pairs whose mesh features are kept: more than the searches that
-run at once in the service (its solver threads); the least recently used pair is dropped
-whole. Before this bound every search added its own entries (keyed by object ids, so never
-reused by a later request) and kept its spec alive until 65,536 entries had piled up."""
-
-
-class _MeshFeatureCache:
-    """Mesh features per (spec, training) pair, for the last `MESH_CACHE_SEARCHES` pairs;
-    each pair's objects are kept alive beside its table so their ids stay unique."""
-
-    def __init__(self, pairs: int) -> None:
-        self._pairs = pairs
-        self._tables: OrderedDict[tuple[int, int],
-                                  tuple[ModelSpec, TrainingSpec,
-                                        dict[tuple[object, ...], frozenset[str]]]] = \
-            OrderedDict()
-        self._lock = threading.Lock()
-
-    def table(self, spec: ModelSpec, training: TrainingSpec
-              ) -> dict[tuple[object, ...], frozenset[str]]:
-        """The (mutable) table of this pair, created empty when the pair is new."""
-        key = (id(spec), id(training))
-        with self._lock:
-            entry = self._tables.get(key)
-            if entry is None or entry[0] is not spec or entry[1] is not training:
-                entry = (spec, training, {})
-                self._tables[key] = entry
-                while len(self._tables) > self._pairs:
-                    self._tables.popitem(last=False)
-            self._tables.move_to_end(key)
-            return entry[2]
-
-    def __len__(self) -> int:
-        return len(self._tables)
-
-
-_MESH = _MeshFeatureCache(MESH_CACHE_SEARCHES)
-
-
-def _cached_mesh_features(spec: ModelSpec, training: TrainingSpec, *mesh: object
-                          ) -> frozenset[str]:
-    table = _MESH.table(spec, training)
-    cached = table.get(mesh)
-    if cached is not None:
-        return cached
-    tp, pp, dp, cp, ep, etp, vpp, schedule, sp, cp_kind, ulysses = mesh
-    features = frozenset(mesh_features(
-        spec, training, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,  # type: ignore[arg-type]
-        schedule=schedule, sequence_parallel=sp, cp_kind=cp_kind,  # type: ignore[arg-type]
-        ulysses_degree=ulysses))  # type: ignore[arg-type]
-    table[mesh] = features
-    return features
+_MESH_ARGS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "sequence_parallel",
+              "cp_kind", "ulysses_degree")
+"""The candidate fields `mesh_features` takes (by these keyword names)."""
+_mesh_args = operator.attrgetter(*_MESH_ARGS)
 
 
 _View = tuple[tuple[int, ...], bool, bool, PolicyCaps]
@@ -193,15 +136,20 @@ def _view(framework_id: str, mesh: frozenset[str], max_version: str | None,
 
 @dataclass(frozen=True, slots=True, eq=False)
 class TargetRequest:
-    """One request's constraints with what the framework checks derive from them: the ZeRO
-    stages it permits and the narrowed constraints of each framework view (made on first
-    use). Made once per search and passed explicitly (`candidate_variants`, `admits_mesh`
-    take one in place of the constraints), so each derived piece lives on the object it
-    derives from, never in a module table under an object id. Compared by identity."""
+    """One request (model, recipe and constraints) with what the framework checks derive
+    from it: the ZeRO stages it permits, the mesh features of each mesh, the framework
+    views and the narrowed constraints of each view (made on first use). Made once per
+    search and passed explicitly (`candidate_variants`, `admits_mesh` take one in place of
+    the constraints), so each derived piece lives on the object it derives from and dies
+    with it, never in a module table under an object id. Compared by identity."""
 
+    spec: ModelSpec
+    training: TrainingSpec
     constraints: Constraints
     zeros: tuple[int, ...] = dataclasses.field(init=False)
     """The ZeRO stages the request permits, ascending."""
+    _meshes: dict[tuple[object, ...], frozenset[str]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False)
     _narrowed: dict[tuple[tuple[int, ...], bool, bool], Constraints] = dataclasses.field(
         default_factory=dict, init=False, repr=False)
     _views: dict[tuple[str, frozenset[str]], _View | None] = dataclasses.field(
@@ -212,9 +160,27 @@ class TargetRequest:
             z for z in (0, 1, 2, 3) if permitted("zero_stage", z, self.constraints)))
 
     @classmethod
-    def of(cls, constraints: "Constraints | TargetRequest") -> "TargetRequest":
-        """`constraints` itself when it is one, else a new one for these constraints."""
-        return constraints if isinstance(constraints, TargetRequest) else cls(constraints)
+    def of(cls, spec: ModelSpec, training: TrainingSpec,
+           constraints: "Constraints | TargetRequest") -> "TargetRequest":
+        """`constraints` itself when it is the request of this model and recipe, else a new
+        one."""
+        if isinstance(constraints, TargetRequest):
+            if constraints.spec is spec and constraints.training is training:
+                return constraints
+            constraints = constraints.constraints
+        return cls(spec, training, constraints)
+
+    def mesh(self, candidate: MeshCandidate) -> frozenset[str]:
+        """The capability names the candidate's mesh and schedule use (`mesh_features`),
+        kept by the very arguments it is called with, so no field it reads is left out of
+        the key."""
+        args: tuple[object, ...] = _mesh_args(candidate)
+        found = self._meshes.get(args)
+        if found is None:
+            found = self._meshes[args] = frozenset(mesh_features(
+                self.spec, self.training,
+                **dict(zip(_MESH_ARGS, args, strict=True))))  # type: ignore[arg-type]
+        return found
 
     def view(self, framework_id: str, mesh: frozenset[str]) -> "_View | None":
         """What one framework allows this request on one mesh (`_view`, kept by its
@@ -245,13 +211,13 @@ def candidate_variants(spec: ModelSpec, training: TrainingSpec, candidate: MeshC
     """One variant per admitted framework that runs the candidate's mesh, schedule and
     recipe; empty when none does. Target 'any' gives the request itself. A search passes
     its `TargetRequest` (the variants of its candidates then share their constraints)."""
-    request = TargetRequest.of(constraints)
+    request = TargetRequest.of(spec, training, constraints)
     constraints = request.constraints
     targets = target_frameworks(constraints)
     if targets is None:
         return [Variant(framework=ANY, constraints=constraints, caps=None, training=option)
                 for option in runtime_options(spec, training, candidate, None)]
-    mesh = _mesh_features(spec, training, candidate) - RUNTIME_NAMES
+    mesh = request.mesh(candidate) - RUNTIME_NAMES
     out = []
     for fw in targets:
         for option in runtime_options(spec, training, candidate, fw):
@@ -267,12 +233,12 @@ def candidate_variants(spec: ModelSpec, training: TrainingSpec, candidate: MeshC
 def admits_mesh(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
                 constraints: Constraints | TargetRequest) -> bool:
     """Whether any admitted framework runs the candidate's mesh (the search's filter)."""
-    request = TargetRequest.of(constraints)
+    request = TargetRequest.of(spec, training, constraints)
     constraints = request.constraints
     targets = target_frameworks(constraints)
     if targets is None:
         return True
-    mesh = _mesh_features(spec, training, candidate)
+    mesh = request.mesh(candidate)
     return any(request.view(fw.id, mesh) is not None for fw in targets)
 
 
