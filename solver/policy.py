@@ -29,6 +29,11 @@ Remote offload's per-byte rates l, l' (link), h, h' (HBM) and window W per micro
 crossing come from `models.core.step_time.remote_offload.remote_offload_rates` on the plain
 option (A0 and a from the same ledgers as M0 and d); the chosen configuration carries the
 flag when some S[s] > 0, and its exact ledger balances only the bytes over the capacity.
+
+Each constraint family is added by its own function (`_add_full_layer_product` C2,
+`_add_rebuild_flag` C3, `_add_one_option` C1, `_add_memory_cap` C4, `_add_stage_time` C5,
+`_new_remote` C6, `_add_movable_bound` C7, `_remote_time_terms` C8); `_add_stage` calls them
+stage by stage in a fixed order, so the same inputs build the same model.
 """
 
 import math
