@@ -19,7 +19,7 @@ from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from solver.planner import hardware_constraints
 from solver.space import candidate_meshes
-from solver.targets import admits_mesh, target_blockers, target_constraints
+from solver.targets import TargetRequest, admits_mesh, target_blockers, target_constraints
 
 MESH_PINS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "schedule",
              "zero_stage", "sequence_parallel", "cp_kind")
@@ -51,7 +51,8 @@ def mesh_count(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     meshes = candidate_meshes(spec, training, world_size=cluster.world_size,
                               gpus_per_node=cluster.gpus_per_node, constraints=narrowed,
                               deadline=deadline)
-    return sum(admits_mesh(spec, training, c, narrowed) for c in meshes)
+    request = TargetRequest(spec, training, narrowed)
+    return sum(admits_mesh(spec, training, c, request) for c in meshes)
 
 
 def _pinned(constraints: Constraints) -> dict[str, Any]:

@@ -92,6 +92,7 @@ from solver.progress import Reporter, reporter
 from solver.runtime_choice import optimistic_training
 from solver.space import MeshCandidate, candidate_meshes
 from solver.targets import (
+    TargetRequest,
     Variant,
     admits_mesh,
     candidate_variants,
@@ -313,6 +314,9 @@ class _Problem:
     max_offload: float
     memo: LedgerMemo
     """Rank-ledger pieces every candidate's memory probes share (one model and recipe)."""
+    targets: TargetRequest
+    """The constraints with what the framework checks derive from them (ZeRO stages,
+    narrowed constraints per framework view), shared by every candidate of the search."""
     bound_training: TrainingSpec
     """The recipe the time bounds read: every runtime feature the request leaves to the
     search and a target offers, on (`solver.runtime_choice.optimistic_training`), so the
@@ -326,7 +330,7 @@ class _Problem:
         found = self._variants.get(c)
         if found is None:
             found = self._variants[c] = candidate_variants(self.spec, self.training, c,
-                                                           self.constraints)
+                                                           self.targets)
         return found
 
     @property
@@ -381,7 +385,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                            or (constraints.optimizer_offload_frac is None
                                and constraints.allow_optimizer_offload)),
                        zeros=zeros, max_offload=max_offload_share(constraints),
-                       memo=LedgerMemo(spec=spec, training=training))
+                       memo=LedgerMemo(spec=spec, training=training),
+                       targets=TargetRequest(spec, training, constraints))
     sizes = (list(world_sizes) if world_sizes
              else objective_world_sizes(cluster, constraints, objective))
     queue = _Queue(heap=[], total=0, pruned_memory=0)
@@ -511,7 +516,7 @@ def _enqueue(problem: _Problem, queue: _Queue, sizes: list[int], deadline: float
                 queue.unenumerated = len(meshes) - index + cut
                 queue.total += queue.unenumerated
                 break
-            if not admits_mesh(problem.spec, problem.training, c, problem.constraints):
+            if not admits_mesh(problem.spec, problem.training, c, problem.targets):
                 continue  # no framework of the target runs this mesh
             queue.total += 1
             shape = _micro_batch_free_key(c)
@@ -623,16 +628,17 @@ def _rank_memory_rules_out(problem: _Problem, c: MeshCandidate,
     capacity = problem.cluster.capacity_bytes
     checks: list[tuple[tuple[bool, bool, float, int], Constraints, list[int],
                        dict[str, object]]] = []
-    seen: set[tuple[object, ...]] = set()
+    # Two variants are bounded once when every input of the bound is equal: the ZeRO
+    # stages, the policy and the whole narrowed constraints (compared by value, field by
+    # field, so no field the bound reads can be left out).
+    seen: list[tuple[list[int], dict[str, object], Constraints]] = []
     for v in variants:
         zeros = allowed_zero_stages(v.constraints)
         policy = least_stored_policy(problem.spec, v.constraints, v.caps)
-        key = (tuple(zeros), tuple(sorted(policy.items())), v.constraints.gradient_host_shards,
-               v.constraints.allow_gradient_host_shards, v.constraints.allow_remote_offload,
-               v.constraints.allow_optimizer_offload, v.constraints.optimizer_offload_frac)
-        if not zeros or key in seen:
+        inputs = (zeros, policy, v.constraints)
+        if not zeros or inputs in seen:
             continue
-        seen.add(key)
+        seen.append(inputs)
         frugality = (policy.get("recompute") == RecomputeMode.FULL,
                      bool(v.constraints.allow_fp8_activations),
                      max_offload_share(v.constraints), max(zeros))

@@ -29,6 +29,11 @@ Remote offload's per-byte rates l, l' (link), h, h' (HBM) and window W per micro
 crossing come from `models.core.step_time.remote_offload.remote_offload_rates` on the plain
 option (A0 and a from the same ledgers as M0 and d); the chosen configuration carries the
 flag when some S[s] > 0, and its exact ledger balances only the bytes over the capacity.
+
+Each constraint family is added by its own function (`_add_full_layer_product` C2,
+`_add_rebuild_flag` C3, `_add_one_option` C1, `_add_memory_cap` C4, `_add_stage_time` C5,
+`_new_remote` C6, `_add_movable_bound` C7, `_remote_time_terms` C8); `_add_stage` calls them
+stage by stage in a fixed order, so the same inputs build the same model.
 """
 
 import math
@@ -166,6 +171,170 @@ def _remote_rates(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                                          for s in ledger.stages])
 
 
+@dataclass(frozen=True, slots=True)
+class _OptionData:
+    """One option's exact ledgers (0, 1 and 2 layers fully recomputed on every stage) and
+    stage busy times (0 and 1): the coefficients M0, d, ws, A0, a, T0 and r."""
+
+    ledgers: tuple[MemoryLedger, ...]
+    busy: tuple[list[float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _OptionVars:
+    """One (stage, option) cell: x[s,o], N[s,o] and z[s,o]."""
+
+    use: cpsat.IntVar
+    full: cpsat.IntVar
+    rebuilds: cpsat.IntVar
+
+
+@dataclass(slots=True)
+class _Remote:
+    """Remote offload's variables S[s], H[s] and its per-byte rates (C6-C8)."""
+
+    rates: RemoteOffloadRates
+    sent: list[cpsat.IntVar]
+    held: list[cpsat.IntVar]
+
+
+def _option_data(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                 cluster: ClusterSpec, options: list[PolicyOption],
+                 memo: LedgerMemo) -> list[_OptionData]:
+    """The coefficients' sources for every option."""
+    data = []
+    for option in options:
+        ledgers = tuple(memory_ledger(spec, training, _uniform(parallel, option, k), cluster,
+                                      memo=memo)
+                        for k in (0, 1, 2))
+        busy = tuple(_stage_busy(spec, training, _uniform(parallel, option, k), cluster)
+                     for k in (0, 1))
+        data.append(_OptionData(ledgers=ledgers, busy=busy))
+    return data
+
+
+def _add_full_layer_product(model: cpsat.CpModel, cell: _OptionVars, n_s: cpsat.IntVar,
+                            count: int) -> None:
+    """C2: N[s,o] = n[s] x[s,o], linearised with the stage's layer count as the big M."""
+    model.add(cell.full <= count * cell.use)
+    model.add(cell.full <= n_s)
+    model.add(cell.full >= n_s - count * (1 - cell.use))
+
+
+def _add_rebuild_flag(model: cpsat.CpModel, cell: _OptionVars, count: int) -> None:
+    """C3: z[s,o] is set when the option is used with a layer fully recomputed."""
+    model.add(cell.full <= count * cell.rebuilds)
+    model.add(cell.rebuilds <= cell.use)
+
+
+def _new_cell(model: cpsat.CpModel, s: int, o: int, n_s: cpsat.IntVar,
+              count: int) -> _OptionVars:
+    """x[s,o], N[s,o] and z[s,o] with their links (C2, C3)."""
+    cell = _OptionVars(use=model.new_bool_var(f"use[{s},{o}]"),
+                       full=model.new_int_var(0, count, f"full[{s},{o}]"),
+                       rebuilds=model.new_bool_var(f"rebuilds[{s},{o}]"))
+    _add_full_layer_product(model, cell, n_s, count)
+    _add_rebuild_flag(model, cell, count)
+    return cell
+
+
+def _memory_terms(data: _OptionData, cell: _OptionVars, s: int,
+                  count: int) -> list[cpsat.LinearExpr]:
+    """C4's terms for one option: M0 x - d N + ws z."""
+    m0, m1, m2 = (ledger.stages[s].total_bytes for ledger in data.ledgers)
+    saved = max(0, m1 - m2) if count >= 2 else max(0, m0 - m1)
+    working = max(0, m1 - m0 + saved)
+    return [cost_bytes(m0) * cell.use, -saved_bytes(saved) * cell.full,
+            cost_bytes(working) * cell.rebuilds]
+
+
+def _movable_term(data: _OptionData, cell: _OptionVars, s: int) -> cpsat.LinearExpr:
+    """C7's bound for one option: the stored layer activations A0 x - a N."""
+    s0, s1 = (stored_activation_bytes(ledger.stages[s].components)
+              for ledger in data.ledgers[:2])
+    return saved_bytes(s0) * cell.use - cost_bytes(max(0, s0 - s1)) * cell.full
+
+
+def _time_terms(data: _OptionData, cell: _OptionVars, s: int) -> list[cpsat.LinearExpr]:
+    """C5's terms for one option: T0 x + r N."""
+    t0, t1 = data.busy[0][s], data.busy[1][s]
+    return [cost_time(t0) * cell.use, cost_time(max(0.0, t1 - t0)) * cell.full]
+
+
+def _add_one_option(model: cpsat.CpModel, cells: list[_OptionVars]) -> None:
+    """C1: every stage uses exactly one option."""
+    model.add_exactly_one(cell.use for cell in cells)
+
+
+def _add_memory_cap(model: cpsat.CpModel, terms: list[cpsat.LinearExpr], cap: int) -> None:
+    """C4: the stage's bytes (less those sent, plus those held) fit the capacity."""
+    model.add(sum(terms) <= cap)
+
+
+def _new_remote(model: cpsat.CpModel, rates: RemoteOffloadRates, stages: int,
+                cap: int) -> _Remote:
+    """S[s] and H[s] for every stage, with C6: every byte sent is held somewhere."""
+    sent = [model.new_int_var(0, cap, f"sent[{s}]") for s in range(stages)]
+    held = [model.new_int_var(0, cap, f"held[{s}]") for s in range(stages)]
+    model.add(sum(sent) == sum(held))
+    return _Remote(rates=rates, sent=sent, held=held)
+
+
+def _add_movable_bound(model: cpsat.CpModel, remote: _Remote, s: int,
+                       movable: list[cpsat.LinearExpr]) -> None:
+    """C7: a stage sends no more than its stored layer activations."""
+    model.add(remote.sent[s] <= sum(movable))
+
+
+def _remote_time_terms(model: cpsat.CpModel, remote: _Remote,
+                       s: int) -> list[cpsat.LinearExpr]:
+    """C8: the link time beyond the window E[s], and the HBM time of the moved bytes."""
+    rates, sent, held = remote.rates, remote.sent[s], remote.held[s]
+    exposed = model.new_int_var(0, MAX_COEFFICIENT, f"remote_exposed[{s}]")
+    link = (_per_quantum(rates.send_link_s[s]) * sent
+            + _per_quantum(rates.receive_link_s[s]) * held)
+    model.add(exposed >= link - int(rates.window_s[s] / TIME_QUANTUM_S))
+    return [exposed, _per_quantum(rates.hbm_send_s[s]) * sent,
+            _per_quantum(rates.hbm_receive_s[s]) * held]
+
+
+def _add_stage_time(model: cpsat.CpModel, stage_time_var: cpsat.IntVar,
+                    terms: list[cpsat.LinearExpr], bottleneck: cpsat.IntVar) -> None:
+    """C5: the stage's time, and the bottleneck at least every stage's time."""
+    model.add(stage_time_var == sum(terms))
+    model.add(bottleneck >= stage_time_var)
+
+
+def _add_stage(model: cpsat.CpModel, s: int, count: int, data: list[_OptionData],
+               cap: int, remote: _Remote | None,
+               bottleneck: cpsat.IntVar) -> tuple[list[_OptionVars], cpsat.IntVar]:
+    """One stage's variables and constraints (C1-C5, and C4's and C5's remote terms, C7,
+    C8 with remote offload)."""
+    n_s = model.new_int_var(0, count, f"full_layers[{s}]")
+    cells: list[_OptionVars] = []
+    mem_terms: list[cpsat.LinearExpr] = []
+    time_terms: list[cpsat.LinearExpr] = []
+    movable: list[cpsat.LinearExpr] = []
+    for o, option_data in enumerate(data):
+        cell = _new_cell(model, s, o, n_s, count)
+        cells.append(cell)
+        mem_terms += _memory_terms(option_data, cell, s, count)
+        if remote is not None:
+            movable.append(_movable_term(option_data, cell, s))
+        time_terms += _time_terms(option_data, cell, s)
+    _add_one_option(model, cells)
+    if remote is not None:
+        mem_terms += [-remote.sent[s], remote.held[s]]
+    _add_memory_cap(model, mem_terms, cap)
+    stage_time_var = model.new_int_var(0, MAX_COEFFICIENT, f"stage_time[{s}]")
+    if remote is not None:
+        _add_movable_bound(model, remote, s, movable)
+        time_terms += _remote_time_terms(model, remote, s)
+    _add_stage_time(model, stage_time_var, time_terms, bottleneck)
+    model.add_hint(cells[0].use, 1)
+    return cells, stage_time_var
+
+
 def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                           cluster: ClusterSpec, options: list[PolicyOption],
                           config: cpsat.SolverConfig, *, remote: bool = False
@@ -173,82 +342,30 @@ def choose_stage_policies(spec: ModelSpec, training: TrainingSpec, parallel: Par
     """Per-stage policies that fit every stage with the fastest bottleneck, or None when no
     combination fits (C1-C5 above; with `remote`, remote activation offload too, C6-C8).
     `parallel` carries no remote offload: the option ledgers are each stage's own."""
-    layouts = pipeline_layout(spec, parallel)
-    layers = [len(layout.layers) for layout in layouts]
+    layers = [len(layout.layers) for layout in pipeline_layout(spec, parallel)]
     # The options' ledgers share their ranks' states (one mesh) and many activations.
     memo = LedgerMemo(spec=spec, training=training)
-    data = []
-    for option in options:
-        ledgers = [memory_ledger(spec, training, _uniform(parallel, option, k), cluster,
-                                 memo=memo)
-                   for k in (0, 1, 2)]
-        busy = [_stage_busy(spec, training, _uniform(parallel, option, k), cluster)
-                for k in (0, 1)]
-        data.append((ledgers, busy))
+    data = _option_data(spec, training, parallel, cluster, options, memo)
     model = cpsat.CpModel()
     cap = capacity_bytes(cluster.capacity_bytes)
-    x: dict[tuple[int, int], cpsat.IntVar] = {}
-    n_vars: dict[tuple[int, int], cpsat.IntVar] = {}
     bottleneck = model.new_int_var(0, MAX_COEFFICIENT, "bottleneck")
-    stage_terms = []
-    remote = remote and len(layers) > 1
-    rates = _remote_rates(spec, training, _uniform(parallel, options[0], 0), cluster,
-                          data[0][0][0]) if remote else None
-    sent = [model.new_int_var(0, cap, f"sent[{s}]") for s in range(len(layers))] if remote else []
-    held = [model.new_int_var(0, cap, f"held[{s}]") for s in range(len(layers))] if remote else []
-    if remote:
-        model.add(sum(sent) == sum(held))                                   # C6
-    for s, count in enumerate(layers):
-        n_s = model.new_int_var(0, count, f"full_layers[{s}]")
-        mem_terms, time_terms, movable = [], [], []
-        for o, (ledgers, busy) in enumerate(data):
-            x[s, o] = model.new_bool_var(f"use[{s},{o}]")
-            n_vars[s, o] = model.new_int_var(0, count, f"full[{s},{o}]")
-            z = model.new_bool_var(f"rebuilds[{s},{o}]")
-            model.add(n_vars[s, o] <= count * x[s, o])                      # C2
-            model.add(n_vars[s, o] <= n_s)
-            model.add(n_vars[s, o] >= n_s - count * (1 - x[s, o]))
-            model.add(n_vars[s, o] <= count * z)                            # C3
-            model.add(z <= x[s, o])
-            m0, m1, m2 = (ledger.stages[s].total_bytes for ledger in ledgers)
-            saved = max(0, m1 - m2) if count >= 2 else max(0, m0 - m1)
-            working = max(0, m1 - m0 + saved)
-            mem_terms += [cost_bytes(m0) * x[s, o], -saved_bytes(saved) * n_vars[s, o],
-                          cost_bytes(working) * z]
-            if remote:
-                s0, s1 = (stored_activation_bytes(ledger.stages[s].components)
-                          for ledger in ledgers[:2])
-                movable.append(saved_bytes(s0) * x[s, o]
-                               - cost_bytes(max(0, s0 - s1)) * n_vars[s, o])
-            t0, t1 = busy[0][s], busy[1][s]
-            time_terms += [cost_time(t0) * x[s, o], cost_time(max(0.0, t1 - t0)) * n_vars[s, o]]
-        model.add_exactly_one(x[s, o] for o in range(len(data)))           # C1
-        if remote:
-            mem_terms += [-sent[s], held[s]]
-        model.add(sum(mem_terms) <= cap)                                    # C4
-        stage_time_var = model.new_int_var(0, MAX_COEFFICIENT, f"stage_time[{s}]")
-        if rates is not None:
-            model.add(sent[s] <= sum(movable))                              # C7
-            exposed = model.new_int_var(0, MAX_COEFFICIENT, f"remote_exposed[{s}]")
-            link = (_per_quantum(rates.send_link_s[s]) * sent[s]
-                    + _per_quantum(rates.receive_link_s[s]) * held[s])
-            model.add(exposed >= link - int(rates.window_s[s] / TIME_QUANTUM_S))  # C8
-            time_terms += [exposed, _per_quantum(rates.hbm_send_s[s]) * sent[s],
-                           _per_quantum(rates.hbm_receive_s[s]) * held[s]]
-        model.add(stage_time_var == sum(time_terms))
-        model.add(bottleneck >= stage_time_var)                             # C5
-        stage_terms.append(stage_time_var)
-        model.add_hint(x[s, 0], 1)
-    model.minimize(BOTTLENECK_WEIGHT * bottleneck + sum(stage_terms))
+    offload = None
+    if remote and len(layers) > 1:
+        rates = _remote_rates(spec, training, _uniform(parallel, options[0], 0), cluster,
+                              data[0].ledgers[0])
+        offload = _new_remote(model, rates, len(layers), cap)
+    stages = [_add_stage(model, s, count, data, cap, offload, bottleneck)
+              for s, count in enumerate(layers)]
+    model.minimize(BOTTLENECK_WEIGHT * bottleneck + sum(t for _, t in stages))
     outcome = cpsat.solve(model, config)
     if not outcome.has_solution:
         return None
     solver = outcome.solver
     policies = []
-    for s, _ in enumerate(layers):
-        o = next(o for o in range(len(data)) if solver.value(x[s, o]))
-        policies.append(options[o].policy(int(solver.value(n_vars[s, o]))))
-    moved = any(solver.value(v) > 0 for v in sent)
+    for cells, _ in stages:
+        o = next(o for o, cell in enumerate(cells) if solver.value(cell.use))
+        policies.append(options[o].policy(int(solver.value(cells[o].full))))
+    moved = offload is not None and any(solver.value(v) > 0 for v in offload.sent)
     chosen = parallel.model_copy(update={"stage_policies": tuple(policies),
                                          "remote_activation_offload": moved})
     repaired = _repair(spec, training, chosen, cluster, layers, memo)

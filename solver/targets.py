@@ -12,12 +12,10 @@ not: enumerate or order candidates, or size anything.
 
 import dataclasses
 import math
-import threading
+import operator
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
@@ -101,72 +99,18 @@ class Variant:
     """The recipe with the runtime features this variant decides (`solver.runtime_choice`)."""
 
 
-def _mesh_features(spec: ModelSpec, training: TrainingSpec,
-                   candidate: MeshCandidate) -> frozenset[str]:
-    c = candidate
-    return _cached_mesh_features(spec, training, c.tp, c.pp, c.dp, c.cp, c.ep, c.etp, c.vpp,
-                                 c.schedule, c.sequence_parallel, c.cp_kind, c.ulysses_degree)
+_MESH_ARGS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "sequence_parallel",
+              "cp_kind", "ulysses_degree")
+"""The candidate fields `mesh_features` takes (by these keyword names)."""
+_mesh_args = operator.attrgetter(*_MESH_ARGS)
 
 
-MESH_CACHE_SEARCHES = 8
-"""Most (spec, training) pairs whose mesh features are kept: more than the searches that
-run at once in the service (its solver threads); the least recently used pair is dropped
-whole. Before this bound every search added its own entries (keyed by object ids, so never
-reused by a later request) and kept its spec alive until 65,536 entries had piled up."""
+_View = tuple[tuple[int, ...], bool, bool, PolicyCaps]
+"""A framework's view of a mesh: its ZeRO stages, FP8 storage, offload and policies."""
 
 
-class _MeshFeatureCache:
-    """Mesh features per (spec, training) pair, for the last `MESH_CACHE_SEARCHES` pairs;
-    each pair's objects are kept alive beside its table so their ids stay unique."""
-
-    def __init__(self, pairs: int) -> None:
-        self._pairs = pairs
-        self._tables: OrderedDict[tuple[int, int],
-                                  tuple[ModelSpec, TrainingSpec,
-                                        dict[tuple[object, ...], frozenset[str]]]] = \
-            OrderedDict()
-        self._lock = threading.Lock()
-
-    def table(self, spec: ModelSpec, training: TrainingSpec
-              ) -> dict[tuple[object, ...], frozenset[str]]:
-        """The (mutable) table of this pair, created empty when the pair is new."""
-        key = (id(spec), id(training))
-        with self._lock:
-            entry = self._tables.get(key)
-            if entry is None or entry[0] is not spec or entry[1] is not training:
-                entry = (spec, training, {})
-                self._tables[key] = entry
-                while len(self._tables) > self._pairs:
-                    self._tables.popitem(last=False)
-            self._tables.move_to_end(key)
-            return entry[2]
-
-    def __len__(self) -> int:
-        return len(self._tables)
-
-
-_MESH = _MeshFeatureCache(MESH_CACHE_SEARCHES)
-
-
-def _cached_mesh_features(spec: ModelSpec, training: TrainingSpec, *mesh: object
-                          ) -> frozenset[str]:
-    table = _MESH.table(spec, training)
-    cached = table.get(mesh)
-    if cached is not None:
-        return cached
-    tp, pp, dp, cp, ep, etp, vpp, schedule, sp, cp_kind, ulysses = mesh
-    features = frozenset(mesh_features(
-        spec, training, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,  # type: ignore[arg-type]
-        schedule=schedule, sequence_parallel=sp, cp_kind=cp_kind,  # type: ignore[arg-type]
-        ulysses_degree=ulysses))  # type: ignore[arg-type]
-    table[mesh] = features
-    return features
-
-
-@cache
 def _view(framework_id: str, mesh: frozenset[str], max_version: str | None,
-          zeros: tuple[int, ...], fp8: bool, offload: bool
-          ) -> tuple[tuple[int, ...], bool, bool, PolicyCaps] | None:
+          zeros: tuple[int, ...], fp8: bool, offload: bool) -> _View | None:
     """What one framework allows on one mesh: ZeRO stages, FP8 storage, offload and the
     activation policies (None when it does not run the mesh)."""
     fw = frameworks()[framework_id]
@@ -193,25 +137,76 @@ def _view(framework_id: str, mesh: frozenset[str], max_version: str | None,
             offload and ok("activation_offload"), caps)
 
 
-_NARROWED: dict[tuple[object, ...], tuple[Constraints, Constraints]] = {}
-"""Narrowed constraints by (request constraints id, framework view), with the request's
-constraints kept alive beside them so an id is never reused while cached."""
+@dataclass(frozen=True, slots=True, eq=False)
+class TargetRequest:
+    """One request (model, recipe and constraints) with what the framework checks derive
+    from it: the ZeRO stages it permits, the mesh features of each mesh, the framework
+    views and the narrowed constraints of each view (made on first use). Made once per
+    search and passed explicitly (`candidate_variants`, `admits_mesh` take one in place of
+    the constraints), so each derived piece lives on the object it derives from and dies
+    with it, never in a module table under an object id. Compared by identity."""
 
+    spec: ModelSpec
+    training: TrainingSpec
+    constraints: Constraints
+    zeros: tuple[int, ...] = dataclasses.field(init=False)
+    """The ZeRO stages the request permits, ascending."""
+    _meshes: dict[tuple[object, ...], frozenset[str]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False)
+    _narrowed: dict[tuple[tuple[int, ...], bool, bool], Constraints] = dataclasses.field(
+        default_factory=dict, init=False, repr=False)
+    _views: dict[tuple[str, frozenset[str]], _View | None] = dataclasses.field(
+        default_factory=dict, init=False, repr=False)
 
-def _narrowed(constraints: Constraints, allowed: tuple[int, ...], fp8: bool,
-              offload: bool) -> Constraints:
-    key = (id(constraints), allowed, fp8, offload)
-    cached = _NARROWED.get(key)
-    if cached is not None and cached[0] is constraints:
-        return cached[1]
-    forbid = dict(constraints.forbid)
-    forbid["zero_stage"] = [z for z in (0, 1, 2, 3) if z not in allowed]
-    narrowed = constraints.model_copy(update={"forbid": forbid, "allow_fp8_activations": fp8,
-                                              "allow_offload": offload})
-    if len(_NARROWED) > 256:
-        _NARROWED.clear()
-    _NARROWED[key] = (constraints, narrowed)
-    return narrowed
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "zeros", tuple(
+            z for z in (0, 1, 2, 3) if permitted("zero_stage", z, self.constraints)))
+
+    @classmethod
+    def of(cls, spec: ModelSpec, training: TrainingSpec,
+           constraints: "Constraints | TargetRequest") -> "TargetRequest":
+        """`constraints` itself when it is the request of this model and recipe, else a new
+        one."""
+        if isinstance(constraints, TargetRequest):
+            if constraints.spec is spec and constraints.training is training:
+                return constraints
+            constraints = constraints.constraints
+        return cls(spec, training, constraints)
+
+    def mesh(self, candidate: MeshCandidate) -> frozenset[str]:
+        """The capability names the candidate's mesh and schedule use (`mesh_features`),
+        kept by the very arguments it is called with, so no field it reads is left out of
+        the key."""
+        args: tuple[object, ...] = _mesh_args(candidate)
+        found = self._meshes.get(args)
+        if found is None:
+            found = self._meshes[args] = frozenset(mesh_features(
+                self.spec, self.training,
+                **dict(zip(_MESH_ARGS, args, strict=True))))  # type: ignore[arg-type]
+        return found
+
+    def view(self, framework_id: str, mesh: frozenset[str]) -> "_View | None":
+        """What one framework allows this request on one mesh (`_view`, kept by its
+        arguments: the request's own inputs to it are fixed)."""
+        key = (framework_id, mesh)
+        if key in self._views:
+            return self._views[key]
+        c = self.constraints
+        found = self._views[key] = _view(framework_id, mesh, c.framework_version, self.zeros,
+                                          bool(c.allow_fp8_activations), c.allow_offload)
+        return found
+
+    def narrowed(self, allowed: tuple[int, ...], fp8: bool, offload: bool) -> Constraints:
+        """The request narrowed to one framework view: its ZeRO stages, FP8 activation
+        storage and offload (one object per view, kept by the arguments it is made of)."""
+        key = (allowed, fp8, offload)
+        found = self._narrowed.get(key)
+        if found is None:
+            forbid = dict(self.constraints.forbid)
+            forbid["zero_stage"] = [z for z in (0, 1, 2, 3) if z not in allowed]
+            found = self._narrowed[key] = self.constraints.model_copy(update={
+                "forbid": forbid, "allow_fp8_activations": fp8, "allow_offload": offload})
+        return found
 
 
 def _optimizer_offload_view(fw: Framework, mesh: frozenset[str], constraints: Constraints,
@@ -242,42 +237,26 @@ def _optimizer_offload_view(fw: Framework, mesh: frozenset[str], constraints: Co
     return constraints.model_copy(update={"allow_optimizer_offload": False})
 
 
-_ZEROS: dict[int, tuple[Constraints, tuple[int, ...]]] = {}
-"""ZeRO stages a request permits, by the id of its constraints (kept alive beside them)."""
-
-
-def _permitted_zeros(constraints: Constraints) -> tuple[int, ...]:
-    cached = _ZEROS.get(id(constraints))
-    if cached is not None and cached[0] is constraints:
-        return cached[1]
-    zeros = tuple(z for z in (0, 1, 2, 3) if permitted("zero_stage", z, constraints))
-    if len(_ZEROS) > 256:
-        _ZEROS.clear()
-    _ZEROS[id(constraints)] = (constraints, zeros)
-    return zeros
-
-
 def candidate_variants(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
-                       constraints: Constraints) -> list[Variant]:
+                       constraints: Constraints | TargetRequest) -> list[Variant]:
     """One variant per admitted framework that runs the candidate's mesh, schedule and
-    recipe; empty when none does. Target 'any' gives the request itself."""
+    recipe; empty when none does. Target 'any' gives the request itself. A search passes
+    its `TargetRequest` (the variants of its candidates then share their constraints)."""
+    request = TargetRequest.of(spec, training, constraints)
+    constraints = request.constraints
     targets = target_frameworks(constraints)
     if targets is None:
         return [Variant(framework=ANY, constraints=constraints, caps=None, training=option)
                 for option in runtime_options(spec, training, candidate, None)]
-    mesh = _mesh_features(spec, training, candidate) - RUNTIME_NAMES
-    zeros = _permitted_zeros(constraints)
+    mesh = request.mesh(candidate) - RUNTIME_NAMES
     out = []
     for fw in targets:
         for option in runtime_options(spec, training, candidate, fw):
-            view = _view(fw.id, mesh | runtime_feature_set(spec, option, candidate),
-                         constraints.framework_version, zeros,
-                         bool(constraints.allow_fp8_activations), constraints.allow_offload)
+            view = request.view(fw.id, mesh | runtime_feature_set(spec, option, candidate))
             if view is None:
                 continue
             allowed, fp8, offload, caps = view
-            narrowed = _optimizer_offload_view(fw, mesh,
-                                               _narrowed(constraints, allowed, fp8, offload),
+            narrowed = _optimizer_offload_view(fw, mesh, request.narrowed(allowed, fp8, offload),
                                                allowed)
             if narrowed is not None:
                 out.append(Variant(framework=fw.id, caps=caps, training=option,
@@ -286,16 +265,15 @@ def candidate_variants(spec: ModelSpec, training: TrainingSpec, candidate: MeshC
 
 
 def admits_mesh(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
-                constraints: Constraints) -> bool:
+                constraints: Constraints | TargetRequest) -> bool:
     """Whether any admitted framework runs the candidate's mesh (the search's filter)."""
+    request = TargetRequest.of(spec, training, constraints)
+    constraints = request.constraints
     targets = target_frameworks(constraints)
     if targets is None:
         return True
-    mesh = _mesh_features(spec, training, candidate)
-    zeros = _permitted_zeros(constraints)
-    return any(_view(fw.id, mesh, constraints.framework_version, zeros,
-                     bool(constraints.allow_fp8_activations), constraints.allow_offload) is not None
-               for fw in targets)
+    mesh = request.mesh(candidate)
+    return any(request.view(fw.id, mesh) is not None for fw in targets)
 
 
 def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
@@ -324,6 +302,7 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
     for variant in variants:
         result: ScoredPlan | Rejection | Dominated
         recipe = variant.training
+        own_memo = None if memo is None else memo.for_recipe(spec, recipe)
         if least_memory:
             result = least_memory_candidate(spec, recipe, cluster, candidate,
                                             variant.constraints, caps=variant.caps)
@@ -332,7 +311,7 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
                                         variant.constraints, step_cutoff_s=cutoff,
                                         zero3_bound_s=zero3_bound_s,
                                         zero_floors_s=zero_floors_s, caps=variant.caps,
-                                        memo=_memo_for(memo, spec, recipe))
+                                        memo=own_memo)
         if isinstance(result, ScoredPlan):
             result = dataclasses.replace(result, training=recipe)
             if best is None or _key(result, least_memory) < _key(best, least_memory):
@@ -347,28 +326,6 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
         return best
     assert other is not None
     return other
-
-
-_MEMOS: dict[tuple[int, int], tuple[LedgerMemo, TrainingSpec, LedgerMemo]] = {}
-"""Per (search memo, decided recipe), the memo serving that recipe (the search's memo and
-the recipe kept alive beside it so the ids stay unique)."""
-_MEMOS_MAX = 16
-
-
-def _memo_for(memo: LedgerMemo | None, spec: ModelSpec,
-              training: TrainingSpec) -> LedgerMemo | None:
-    """The search's memo when it serves `training`, else one kept for that recipe."""
-    if memo is None or memo.serves(spec, training):
-        return memo
-    key = (id(memo), id(training))
-    kept = _MEMOS.get(key)
-    if kept is not None and kept[0] is memo and kept[1] is training:
-        return kept[2]
-    if len(_MEMOS) >= _MEMOS_MAX:
-        _MEMOS.clear()
-    own = LedgerMemo(spec=spec, training=training)
-    _MEMOS[key] = (memo, training, own)
-    return own
 
 
 def _key(plan: ScoredPlan, least_memory: bool) -> tuple[float, float]:
@@ -432,6 +389,7 @@ def refine_layer_split(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
 
 __all__ = [
     "ANY",
+    "TargetRequest",
     "Variant",
     "admits_mesh",
     "allows_per_stage_policies",

@@ -59,7 +59,6 @@ ALLOWED: dict[str, str] = {
     "solver/planner.py": REWORK,
     "solver/planner.py:search": REWORK,
     "solver/planner.py:_enqueue": REWORK,
-    "solver/policy.py:choose_stage_policies": REWORK,
     "solver/targets.py:evaluate_for_targets": REWORK,
     "service/app.py:create_app": REWORK,
     "service/jobs/store.py:finish": REWORK,

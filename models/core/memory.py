@@ -207,9 +207,24 @@ class LedgerMemo:
     runtime_sums: dict[tuple[object, ...], tuple[int, int]] = field(default_factory=dict)
     """The listed runtime items' bytes and the transient bytes, by `runtime_items_key`."""
 
+    recipes: dict[TrainingSpec, "LedgerMemo"] = field(default_factory=dict)
+    """The memos of the same model under other recipes (`for_recipe`), by the whole recipe."""
+
     def serves(self, spec: ModelSpec, training: TrainingSpec) -> bool:
         """Whether this memo was made for exactly these inputs (identity, not equality)."""
         return self.spec is spec and self.training is training
+
+    def for_recipe(self, spec: ModelSpec, training: TrainingSpec) -> "LedgerMemo | None":
+        """This memo where it serves `training`, else the one it keeps for that recipe (a
+        framework variant's: its runtime features decided); None for another model."""
+        if self.serves(spec, training):
+            return self
+        if self.spec is not spec:
+            return None
+        kept = self.recipes.get(training)
+        if kept is None or kept.training is not training:
+            kept = self.recipes[training] = LedgerMemo(spec=spec, training=training)
+        return kept
 
 
 def micro_batch_count(training: TrainingSpec, parallel: ParallelConfig) -> int:

@@ -1,8 +1,8 @@
-"""The mesh-feature cache of `solver/targets.py` keeps a bounded number of searches.
+"""The mesh features of `solver/targets.py` live on the search's `TargetRequest`.
 
-Every search brings its own spec and training objects; the cache used to keep each one
+Every search brings its own spec and training objects; a module table once kept each one
 alive (and its entries) until 65,536 entries had piled up, which a long-running service saw
-as slowly growing memory.
+as slowly growing memory. The table now lives on the request object and goes with it.
 """
 
 import gc
@@ -15,23 +15,22 @@ from solver import targets
 from solver.space import candidate_meshes
 
 
-def test_mesh_features_are_kept_for_the_last_searches_only() -> None:
+def test_mesh_features_go_with_their_search() -> None:
     base = model_preset("llama-3.1-8b")
     training = TrainingSpec(global_batch_size=64, sequence_length=4096)
     candidates = candidate_meshes(base, training, world_size=8, gpus_per_node=8,
                                   constraints=Constraints())
     assert candidates
-    searches = 3 * targets.MESH_CACHE_SEARCHES
     first: list[weakref.ref[object]] = []
-    for _ in range(searches):
+    for _ in range(3):
         spec, recipe = base.model_copy(), training.model_copy()  # a new request's objects
+        request = targets.TargetRequest(spec, recipe, Constraints())
         for candidate in candidates:
-            targets.admits_mesh(spec, recipe, candidate, Constraints())
+            targets.admits_mesh(spec, recipe, candidate, request)
         if not first:
             first.append(weakref.ref(spec))
-        del spec, recipe
+        del spec, recipe, request
     gc.collect()
-    assert len(targets._MESH) == targets.MESH_CACHE_SEARCHES
     assert first[0]() is None, "the first search's spec is still kept"
 
 
@@ -40,5 +39,10 @@ def test_a_search_reuses_its_own_entries() -> None:
     training = TrainingSpec(global_batch_size=64, sequence_length=4096)
     candidate = candidate_meshes(spec, training, world_size=8, gpus_per_node=8,
                                  constraints=Constraints())[0]
-    first = targets._mesh_features(spec, training, candidate)
-    assert targets._mesh_features(spec, training, candidate) is first
+    request = targets.TargetRequest(spec, training, Constraints())
+    first = request.mesh(candidate)
+    assert request.mesh(candidate) is first
+    # A request made for other objects is not reused by a call for these.
+    other = targets.TargetRequest(spec.model_copy(), training, Constraints())
+    assert targets.TargetRequest.of(spec, training, other) is not other
+    assert targets.TargetRequest.of(spec, training, request) is request

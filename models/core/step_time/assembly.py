@@ -14,7 +14,6 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
@@ -829,12 +828,11 @@ class WorkTable:
         return 0.0
 
 
-@lru_cache(maxsize=2048)
 def work_table(spec: ModelSpec, training: TrainingSpec, plain: ParallelConfig,
                cluster: ClusterSpec) -> WorkTable:
-    """The `WorkTable` of a configuration without a policy (`plain`), memoised (a search
-    asks for a candidate's table when it bounds its policies before the evaluation, and
-    again in it; a table is never modified).
+    """The `WorkTable` of a configuration without a policy (`plain`). Not memoised here: a
+    search keeps each candidate's tables on its `solver.candidate.PlanCandidate` (a table
+    is never modified).
 
     Raises:
         InvalidSpecError: as `pipeline_makespan_bound`.
