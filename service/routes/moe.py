@@ -1,11 +1,12 @@
 """MoE expert placement (MoonEP): redundant experts that balance every rank exactly.
 
-Owns: POST /v1/moe/placement (schema in -> bounds -> `service.placement_answer` in the
-solver pool -> bytes out): the bounds on the token matrices, the exact planner's clamped
-time limit, and the wait for each planner (the exact one's two phases plus grace; the
-constructive one the search cap plus grace). Every planner runs under the pool's admission
-control (503 overloaded with Retry-After when full), and the answer is checked and
-serialised there, not on the event loop. Must not: place experts or serialise answers.
+Owns: POST /v1/moe/placement and its picture POST /v1/moe/placement.svg (schema in -> bounds
+-> `service.placement_answer` in the solver pool -> bytes out): the bounds on the token
+matrices, the exact planner's clamped time limit, and the wait for each planner (the exact
+one's two phases plus grace; the constructive one the search cap plus grace). Every planner
+runs under the pool's admission control (503 overloaded with Retry-After when full), and the
+answer is checked and serialised there, not on the event loop. Must not: place experts or
+serialise answers.
 """
 
 from collections.abc import Callable
@@ -25,7 +26,13 @@ from models.errors import InvalidSpecError
 from service import limits
 from service.core import call_core
 from service.deps import ContextDep
-from service.media import Format, svg_content, svg_response, wanted_format
+from service.media import (
+    Format,
+    svg_content,
+    svg_only_responses,
+    svg_response,
+    wanted_format,
+)
 from service.openapi import problem_responses
 from service.placement_answer import layer_json, layer_svg, layers_json, placement_key
 from service.searches import with_clamped_time_limit
@@ -109,9 +116,29 @@ async def moe_placement(
     the online planner; `exact` is the CP-SAT reference for small instances. With `layers`
     instead of `tokens`, every layer of a model is placed in one call, one placement per
     layer."""
+    return await _placement(request, context,
+                            as_svg=wanted_format(format, accept) == Format.SVG)
+
+
+@router.post("/v1/moe/placement.svg", summary="Rank loads before and after placement (SVG)",
+             response_class=Response,
+             responses={**svg_only_responses(
+                 "Rank loads before and after, replicas and routes of one layer (what "
+                 "`POST /v1/moe/placement?format=svg` answers).", "The placement picture."),
+                 **problem_responses("invalid-spec", "solver-time-limit", "overloaded")})
+async def moe_placement_svg(
+    request: Annotated[MoePlacementRequest, Body(openapi_examples=PLACEMENT_EXAMPLES)],
+    context: ContextDep,
+) -> Response:
+    """The placement of one layer (`tokens`, every route) of `POST /v1/moe/placement`
+    drawn as SVG."""
+    return await _placement(request, context, as_svg=True)
+
+
+async def _placement(request: MoePlacementRequest, context: ContextDep, *,
+                     as_svg: bool) -> Response:
     settings = context.settings
     check_placement_bounds(request, settings)
-    as_svg = wanted_format(format, accept) == Format.SVG
     if request.layers is not None and as_svg:
         raise InvalidSpecError("the placement picture shows one layer: send it as "
                                "`tokens`, or ask for JSON", field="format")
