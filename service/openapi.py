@@ -35,12 +35,13 @@ _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.
 def problem_responses(*codes: ProblemCode, params: bool = True,
                       body: bool = True) -> dict[int | str, dict[str, Any]]:
     """OpenAPI responses for the given codes plus `internal`, `invalid-request` when the
-    route takes parameters or a body, and `payload-too-large` when it takes a body."""
+    route takes parameters or a body, and `payload-too-large` and `large-bodies-busy` (the
+    large-body gate) when it takes a body."""
     wanted: list[ProblemCode] = [*codes, "internal"]
     if params or body:
         wanted.append("invalid-request")
     if body:
-        wanted.append("payload-too-large")
+        wanted += ["payload-too-large", "large-bodies-busy"]
     by_status: dict[int, list[ProblemCode]] = {}
     for code in wanted:
         by_status.setdefault(PROBLEM_STATUS[code], [])

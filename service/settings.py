@@ -128,7 +128,7 @@ class Settings(BaseSettings):
     large_body_slots: int = Field(
         default=1, ge=1, le=64,
         description="Requests with bodies over ATLAS_LARGE_BODY_BYTES served at once; the "
-        "next is answered 503 overloaded with Retry-After [ATLAS_LARGE_BODY_SLOTS].")
+        "next is answered 503 large-bodies-busy with Retry-After [ATLAS_LARGE_BODY_SLOTS].")
     max_answer_bytes: int = Field(
         default=64 * 2**20, ge=2**20, le=2**32,
         description="Largest JSON answer the service builds for one request, in bytes; a "
