@@ -193,6 +193,38 @@ def requeue(engine: Engine, job_id: str, *, attempt: int) -> bool:
         return True
 
 
+def requeue_orphans(engine: Engine, *, started_before: datetime) -> list[str]:
+    """Put back in the queue every job marked running by a run that started before
+    `started_before` (its process ended without stopping it: killed, or lost with its
+    machine), each as a conditional update on the attempt it was at, so that a run that
+    still reports is fenced off (`finish` and `still_runs` no longer match it). Returns their
+    ids, oldest first."""
+    with Session(engine) as session:
+        stale = session.exec(
+            select(JobRecord.id, JobRecord.attempts)
+            .where(JobRecord.state == JobState.RUNNING.value,
+                   col(JobRecord.started_at) < started_before)
+            .order_by(col(JobRecord.created_at))).all()
+    requeued = []
+    for job_id, attempt in stale:
+        with Session(engine) as session:
+            queued = session.execute(
+                update(JobRecord)
+                .where(col(JobRecord.id) == job_id,
+                       col(JobRecord.state) == JobState.RUNNING.value,
+                       col(JobRecord.attempts) == attempt)
+                .values(state=JobState.QUEUED.value, started_at=None))
+            if queued.rowcount != 1:  # type: ignore[attr-defined]
+                session.rollback()
+                continue
+            _append(session, job_id, state_event(
+                JobState.QUEUED, attempt=attempt,
+                detail="its server process ended while it ran; queued again"))
+            session.commit()
+            requeued.append(job_id)
+    return requeued
+
+
 def still_runs(engine: Engine, job_id: str, *, attempt: int) -> bool:
     """Whether the run `attempt` should go on: the job is still that run's and no DELETE
     asked it to stop."""
@@ -271,4 +303,5 @@ def queued_ids(engine: Engine) -> Sequence[str]:
 
 
 __all__ = ["abandon", "add_event", "claim", "create_or_join", "events_after", "finish", "get_job",
-           "queued_ids", "request_cancel", "requeue", "state_event", "still_runs"]
+           "queued_ids", "request_cancel", "requeue", "requeue_orphans", "state_event",
+           "still_runs"]

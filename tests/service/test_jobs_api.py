@@ -36,6 +36,7 @@ from sqlalchemy import create_engine
 from api_schemas.jobs import PlanJobRequest
 from service.app import create_app
 from service.jobs import store
+from service.jobs.local import SERVE_STARTED_ENV, serve_started_at
 from service.jobs.submit import prepare
 from service.persistence.gate import StoreGate
 
@@ -164,6 +165,59 @@ def test_a_stopped_server_queues_its_running_job_again(tmp_path: Path) -> None:
                   if e["type"] == "state"]
     assert states == [("queued", 0), ("running", 1), ("queued", 1), ("running", 2),
                       ("cancelled", 2)]
+
+
+def test_a_job_left_running_by_a_killed_server_runs_again_at_the_next_start(
+        tmp_path: Path) -> None:
+    """A server killed with kill -9 (or by the kernel) never stops its runs: its job stays
+    `running` in the store. The next server on the file queues it again (an event says
+    why) and runs it to the end; before, it stayed running forever."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    settings = load_tolerant_settings(url, solver_threads=2)
+    engine = create_engine(url)
+    gate = StoreGate(engine, threads=1, timeout_s=30, retry_after_s=1)
+    with serve_in_process(create_app(settings)):
+        pass  # the schema
+    body = plan_job(batch=128)
+    submission = anyio.run(partial(prepare, PlanJobRequest.model_validate(body),
+                                   settings=settings, gate=gate))
+    orphan, _ = store.create_or_join(engine, key=submission.key, kind="plan",
+                                     request_hash=submission.request_hash,
+                                     request_json=submission.request_json)
+    claimed = store.claim(engine, orphan.id, take_running=False)  # then the process died
+    assert claimed is not None and claimed.state == "running"
+    gate.shutdown()
+    engine.dispose()
+    with serve_in_process(create_app(settings)) as client:
+        done = final(client, orphan.id)
+        check_plan_done(client, done)
+        stream = events(client, orphan.id)
+    states = [(e["state"], e["attempt"]) for e in stream if e["type"] == "state"]
+    assert states == [("queued", 0), ("running", 1), ("queued", 1), ("running", 2),
+                      ("done", 2)]
+    requeued = [e for e in stream if e["type"] == "state"][2]
+    assert "server process ended" in requeued["detail"]
+
+
+def test_a_serve_worker_started_later_leaves_its_siblings_runs_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs that started after the `serve` command did belong to its worker processes:
+    a worker uvicorn starts again does not queue them again."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    settings = load_tolerant_settings(url, solver_threads=2)
+    with serve_in_process(create_app(settings)):
+        pass
+    engine = create_engine(url)
+    monkeypatch.setenv(SERVE_STARTED_ENV, repr(time.time()))
+    time.sleep(0.05)
+    job, _ = store.create_or_join(engine, key="plan:sibling", kind="plan", request_hash="0" * 64,
+                                  request_json=plan_job())
+    assert store.claim(engine, job.id, take_running=False) is not None  # a sibling's run
+    assert store.requeue_orphans(engine, started_before=serve_started_at()) == []
+    assert store.get_job(engine, job.id).state == "running"  # type: ignore[union-attr]
+    monkeypatch.setenv(SERVE_STARTED_ENV, repr(time.time() + 1))  # a later serve command
+    assert store.requeue_orphans(engine, started_before=serve_started_at()) == [job.id]
+    engine.dispose()
 
 
 def test_worker_needs_postgres(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
