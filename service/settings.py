@@ -196,6 +196,11 @@ class Settings(BaseSettings):
         "threads of the server process (no broker), 'procrastinate' queues them on the "
         "PostgreSQL store for `atlas-planner worker` processes; 'auto' (the default) picks "
         "procrastinate on PostgreSQL and in-process on SQLite [ATLAS_JOB_QUEUE].")
+    job_retention_s: float = Field(
+        default=30 * 86400.0, ge=0.0,
+        description="Finished jobs (done, failed, cancelled) and their events are deleted "
+        "this many seconds after they finished (a sweep's plan jobs with their sweep); their "
+        "stored plans stay. 0 keeps them forever [ATLAS_JOB_RETENTION_S].")
     log_level: str = Field(default="INFO", description="Logging level [ATLAS_LOG_LEVEL].")
 
     @model_validator(mode="after")

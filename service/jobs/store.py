@@ -14,15 +14,18 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, update
+from sqlalchemy import Engine, delete, func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from api_schemas.jobs import FINAL_STATES, JobState
-from service.jobs.tables import JobEventRecord, JobRecord
+from service.jobs.tables import JobEventRecord, JobLinkRecord, JobRecord
 from service.problems import JobFinishedError
 
 logger = logging.getLogger(__name__)
+
+PRUNE_BATCH = 500
+"""Jobs deleted per statement (SQLite allows a bounded number of bound parameters)."""
 
 EVENT_WRITE_TRIES = 5
 """Tries to append an event when another writer takes the same number first."""
@@ -286,6 +289,30 @@ def abandon(engine: Engine, job_id: str, *, problem: dict[str, Any]) -> None:
         session.commit()
 
 
+def prune_finished(engine: Engine, *, finished_before: datetime) -> int:
+    """Delete the jobs that reached a final state before `finished_before`, with their
+    events and their links to their plan jobs; a plan job linked to a sweep that stays is
+    kept with it. Stored plans are not touched. Returns how many jobs were deleted."""
+    final = [state.value for state in FINAL_STATES]
+    with Session(engine) as session:
+        old = set(session.exec(select(JobRecord.id).where(
+            col(JobRecord.state).in_(final),
+            col(JobRecord.finished_at) < finished_before)).all())
+        if not old:
+            return 0
+        links = session.exec(select(JobLinkRecord.parent_id, JobLinkRecord.child_id)).all()
+        kept_by_parent = {child for parent, child in links if parent not in old}
+        doomed = sorted(old - kept_by_parent)
+        for start in range(0, len(doomed), PRUNE_BATCH):
+            batch = doomed[start:start + PRUNE_BATCH]
+            session.execute(delete(JobEventRecord).where(col(JobEventRecord.job_id).in_(batch)))
+            session.execute(delete(JobLinkRecord).where(col(JobLinkRecord.parent_id).in_(batch)))
+            session.execute(delete(JobRecord).where(col(JobRecord.id).in_(batch),
+                                                    col(JobRecord.state).in_(final)))
+        session.commit()
+        return len(doomed)
+
+
 def counts_by_state(engine: Engine) -> dict[str, int]:
     """How many jobs are in each state now (states with no job are left out)."""
     with Session(engine) as session:
@@ -303,5 +330,5 @@ def queued_ids(engine: Engine) -> Sequence[str]:
 
 
 __all__ = ["abandon", "add_event", "claim", "create_or_join", "events_after", "finish", "get_job",
-           "queued_ids", "request_cancel", "requeue", "requeue_orphans", "state_event",
-           "still_runs"]
+           "prune_finished", "queued_ids", "request_cancel", "requeue", "requeue_orphans",
+           "state_event", "still_runs"]

@@ -7,8 +7,10 @@ The same checks run against PostgreSQL with worker processes in
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -31,13 +33,15 @@ from jobs_suite import (
     wait_for,
 )
 from service_testkit import load_tolerant_settings, serve_in_process
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, update
+from sqlmodel import Session, col, select
 
 from api_schemas.jobs import PlanJobRequest
 from service.app import create_app
 from service.jobs import store
 from service.jobs.local import SERVE_STARTED_ENV, serve_started_at
 from service.jobs.submit import prepare
+from service.jobs.tables import JobLinkRecord, JobRecord
 from service.persistence.gate import StoreGate
 
 
@@ -266,3 +270,63 @@ def test_metrics_count_jobs_by_state(jobs_client: httpx.Client) -> None:
     after = jobs_by_state()
     assert after["done"] == before["done"] + 1
     assert after["queued"] == after["running"] == 0
+
+
+def _age(engine: Any, job_id: str, days: float) -> None:
+    with engine.begin() as connection:
+        connection.execute(update(JobRecord).where(col(JobRecord.id) == job_id).values(
+            finished_at=datetime.now(UTC) - timedelta(days=days)))
+
+
+def test_finished_jobs_past_their_retention_are_deleted_with_their_events(
+        tmp_path: Path) -> None:
+    """At start-up (then periodically) a server deletes the jobs that finished more than
+    ATLAS_JOB_RETENTION_S ago, with their events; their stored plans stay, and newer jobs
+    stay. Before, job and event rows grew without bound."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    settings = load_tolerant_settings(url, solver_threads=2)
+    with serve_in_process(create_app(settings)) as client:
+        old = final(client, submit(client, plan_job(batch=64))["id"])
+        recent = final(client, submit(client, plan_job(batch=128))["id"])
+    engine = create_engine(url)
+    _age(engine, old["id"], days=2)
+    kept = load_tolerant_settings(url, solver_threads=2, job_retention_s=86400)
+    with serve_in_process(create_app(kept)) as client:
+        deadline = time.monotonic() + 30
+        while client.get(f"/v1/jobs/{old['id']}").status_code != 404:
+            assert time.monotonic() < deadline, "the old job was not deleted"
+            time.sleep(0.2)
+        assert client.get(f"/v1/plans/{old['plan_id']}").status_code == 200
+        assert read(client, recent["id"])["state"] == "done"
+        assert events(client, recent["id"])
+    assert store.events_after(engine, old["id"], 0) == []
+    engine.dispose()
+
+
+def test_pruning_keeps_a_sweeps_plan_jobs_while_the_sweep_stays(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    with serve_in_process(create_app(load_tolerant_settings(url, job_retention_s=0))):
+        pass  # the schema
+    engine = create_engine(url)
+    made = {}
+    for name in ("sweep", "child", "old-sweep", "old-child"):
+        job, _ = store.create_or_join(engine, key=f"x:{name}", kind="plan",
+                                      request_hash="0" * 64, request_json={})
+        made[name] = job.id
+        with engine.begin() as connection:
+            connection.execute(update(JobRecord).where(col(JobRecord.id) == job.id)
+                               .values(state="done"))
+        _age(engine, job.id, days=0 if name == "sweep" else 2)
+    with Session(engine) as session:
+        session.add(JobLinkRecord(parent_id=made["sweep"], child_id=made["child"], position=0))
+        session.add(JobLinkRecord(parent_id=made["old-sweep"], child_id=made["old-child"],
+                                  position=0))
+        session.commit()
+    cutoff = datetime.now(UTC) - timedelta(days=1)
+    assert store.prune_finished(engine, finished_before=cutoff) == 2
+    left = {name for name, job_id in made.items() if store.get_job(engine, job_id)}
+    assert left == {"sweep", "child"}
+    with Session(engine) as session:
+        assert [link.parent_id for link in session.exec(select(JobLinkRecord))] == [
+            made["sweep"]]
+    engine.dispose()
