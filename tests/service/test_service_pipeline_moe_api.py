@@ -253,3 +253,12 @@ def test_placement_body_is_parsed_off_the_event_loop(client: httpx.Client,
                          headers={"content-type": "application/json"})
     assert broken.status_code == 422 and broken.json()["code"] == "invalid-request"
     assert where == ["worker thread"] * 3
+
+
+@pytest.mark.parametrize("path", ["/v1/moe/placement", "/v1/moe/placement.svg"])
+def test_a_layer_without_rows_is_refused(client: httpx.Client, path: str) -> None:
+    """Found by schema fuzzing: `layers: [[]]` passed validation and failed the bounds
+    check with a 500 (the largest count of no counts)."""
+    answer = client.post(path, json={"num_experts": 8, "top_k": 2, "layers": [[]]})
+    assert answer.status_code == 422 and answer.json()["code"] == "invalid-request"
+    assert answer.json()["errors"][0]["loc"] == ["body", "layers", 0]
