@@ -11,7 +11,7 @@ are made by `solver.placement`.
 """
 
 from enum import StrEnum
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import Field, model_validator
 
@@ -59,6 +59,10 @@ _EXAMPLE_TOKENS = [
 ]
 
 
+TokenMatrix = Annotated[list[list[NonNegativeInt]], Field(min_length=1)]
+"""One layer's counts: at least one row (rank), like `tokens`."""
+
+
 class MoePlacementRequest(SpecModel):
     """Token counts of one MoE layer and micro-batch (or of several layers), as the router
     produced them."""
@@ -75,7 +79,7 @@ class MoePlacementRequest(SpecModel):
         "`layers` (several).",
         examples=[_EXAMPLE_TOKENS],
     )
-    layers: list[list[list[NonNegativeInt]]] | None = Field(
+    layers: list[TokenMatrix] | None = Field(
         default=None, min_length=1,
         description="Instead of `tokens`: one matrix per MoE layer of a model, each shaped "
         "like `tokens` (the same R rows of E counts; within a layer every row sums to that "

@@ -19,6 +19,7 @@ ProblemCode = Literal[
     "profile-not-found",
     "payload-too-large",
     "overloaded",
+    "large-bodies-busy",
     "store-unavailable",
     "job-not-found",
     "job-finished",

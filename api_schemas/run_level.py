@@ -20,6 +20,7 @@ from api_schemas.units import (
     Bytes,
     DurationSeconds,
     PositiveBytesPerSecond,
+    PositiveDurationSeconds,
     PositiveInt,
     Seconds,
 )
@@ -67,9 +68,9 @@ class ReliabilitySpec(SpecModel):
     restart_s: DurationSeconds = Field(
         default=DEFAULT_RESTART_S, description="Time from a failure to training again "
         "(an assumption by default; give your cluster's).")
-    checkpoint_interval_s: DurationSeconds | None = Field(
-        default=None, description="Training time between saves to evaluate; default the "
-        "optimum (Daly 2006).")
+    checkpoint_interval_s: PositiveDurationSeconds | None = Field(
+        default=None, description="Training time between saves to evaluate (more than 0 "
+        "s); default the optimum (Daly 2006).")
 
 
 class IntervalGoodput(ResultModel):

@@ -49,6 +49,9 @@ DurationSeconds = Annotated[float, Field(
     ge=0.0, le=MAX_DURATION_S,
     description="An input duration in seconds: 0, or 1e-12 s to 1e6 s."),
     AfterValidator(_zero_or_physical)]
+PositiveDurationSeconds = Annotated[float, Field(
+    ge=MIN_DURATION_S, le=MAX_DURATION_S,
+    description="A non-zero input duration in seconds: 1e-12 s to 1e6 s.")]
 TimeLimitSeconds = Annotated[float, Field(
     ge=MIN_TIME_LIMIT_S, le=MAX_REQUEST_TIME_LIMIT_S,
     description="A search time limit in seconds (0.1 s to 600 s).")]
@@ -65,6 +68,7 @@ __all__ = [
     "MIN_DURATION_S",
     "MIN_TIME_LIMIT_S",
     "Bytes",
+    "PositiveDurationSeconds",
     "BytesPerSecond",
     "DurationSeconds",
     "Flop",

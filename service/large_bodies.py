@@ -2,7 +2,7 @@
 
 Owns: at most `slots` requests whose announced body exceeds `threshold_bytes` in the
 service at once (from the first byte read to the last byte answered); the next one is
-refused at once with 503 overloaded and Retry-After, without reading its body. Parsing and
+refused at once with 503 large-bodies-busy and Retry-After, without reading its body. Parsing and
 validating a body are single calls that hold the interpreter lock (json.loads, then
 pydantic): for a 58-layer MoE placement (4.75 MB) about 0.45 s each on the event loop, so
 four such bodies at once held /healthz for seconds wherever the work ran after. Must not:
@@ -15,7 +15,7 @@ from service.problems import problem_response
 
 
 class LargeBodyGate:
-    """503 overloaded for a large body while `slots` others are in the service."""
+    """503 large-bodies-busy for a large body while `slots` others are in the service."""
 
     def __init__(self, app: ASGIApp, *, threshold_bytes: int, slots: int,
                  retry_after_s: int) -> None:
@@ -32,7 +32,7 @@ class LargeBodyGate:
             return
         if self.in_flight >= self.slots:
             response = problem_response(
-                "overloaded", instance=str(scope.get("path", "")),
+                "large-bodies-busy", instance=str(scope.get("path", "")),
                 detail=f"{self.in_flight} request(s) with bodies over {self.threshold_bytes} "
                 f"bytes are already being served (ATLAS_LARGE_BODY_SLOTS={self.slots}); "
                 f"retry after {self.retry_after_s} s",

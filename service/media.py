@@ -3,7 +3,8 @@ responses and OpenAPI entries of SVG and Trace Event JSON.
 
 Owns: `Format` (json | svg | trace), `wanted_format(format, accept)`, `svg_response(svg,
 filename)`, `trace_response(document, filename)` and the OpenAPI `responses=` entries with
-examples (`svg_content`, `trace_content`). Must not: render or compute anything.
+examples (`svg_content`, `svg_only_responses`, `trace_content`). Must not: render or
+compute anything.
 """
 
 from enum import StrEnum
@@ -73,6 +74,12 @@ def svg_content(description: str) -> dict[str, Any]:
                              "example": SVG_EXAMPLE}}
 
 
+def svg_only_responses(description: str, picture: str) -> dict[int | str, dict[str, Any]]:
+    """The 200 entry of a route that answers only SVG (`POST /v1/mesh.svg`): one media
+    type, so client generators, which keep one per response, keep the picture."""
+    return {200: {"description": description, "content": svg_content(picture)}}
+
+
 def trace_example() -> dict[str, Any]:
     """The `TraceDocument` schema's example."""
     examples: list[dict[str, Any]] = TraceDocument.model_json_schema()["examples"]
@@ -90,6 +97,7 @@ __all__ = [
     "SVG_MEDIA_TYPE",
     "Format",
     "svg_content",
+    "svg_only_responses",
     "svg_response",
     "trace_content",
     "trace_example",

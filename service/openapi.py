@@ -4,7 +4,8 @@ Owns: `problem_responses(...)`, the `responses=` entry each route declares for t
 codes it can answer, `operation_id(route)` (each operation's stable name: its handler's
 name, so generated clients get `create_plan`, not one derived from the path), and
 `install_openapi(app)`, which adds the `ProblemDetail` and `FieldError` schemas (and the
-`TraceDocument` of the trace answers) to the components and refuses a repeated operation id.
+`TraceDocument` of the trace answers, and the bodies routes parse off the event loop) to
+the components and refuses a repeated operation id.
 Must not: change routes or request schemas.
 """
 
@@ -13,11 +14,18 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode
 
+from api_schemas.moe import MoePlacementRequest
 from api_schemas.problems import FieldError, ProblemCode, ProblemDetail
 from service.openapi_enums import name_enums
 from service.problems import PROBLEM_MEDIA_TYPE, PROBLEM_STATUS, PROBLEM_TITLES
 from service.trace import TraceDocument
+
+OFF_LOOP_BODIES: tuple[type[BaseModel], ...] = (MoePlacementRequest,)
+"""Request bodies that routes parse themselves, off the event loop (`service.offloop_body`):
+FastAPI does not see them, so their schemas are added to the components here."""
 
 _PROBLEM_REF = {"$ref": "#/components/schemas/ProblemDetail"}
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.",
@@ -27,12 +35,13 @@ _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.
 def problem_responses(*codes: ProblemCode, params: bool = True,
                       body: bool = True) -> dict[int | str, dict[str, Any]]:
     """OpenAPI responses for the given codes plus `internal`, `invalid-request` when the
-    route takes parameters or a body, and `payload-too-large` when it takes a body."""
+    route takes parameters or a body, and `payload-too-large` and `large-bodies-busy` (the
+    large-body gate) when it takes a body."""
     wanted: list[ProblemCode] = [*codes, "internal"]
     if params or body:
         wanted.append("invalid-request")
     if body:
-        wanted.append("payload-too-large")
+        wanted += ["payload-too-large", "large-bodies-busy"]
     by_status: dict[int, list[ProblemCode]] = {}
     for code in wanted:
         by_status.setdefault(PROBLEM_STATUS[code], [])
@@ -90,9 +99,12 @@ def install_openapi(app: FastAPI) -> None:
                              description=app.description, routes=app.routes,
                              tags=app.openapi_tags)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (ProblemDetail, FieldError, TraceDocument):
+        models: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+            (model, "serialization") for model in (ProblemDetail, FieldError, TraceDocument)]
+        models += [(model, "validation") for model in OFF_LOOP_BODIES]
+        for model, mode in models:
             generated = model.model_json_schema(ref_template="#/components/schemas/{model}",
-                                                mode="serialization")
+                                                mode=mode)
             for name, definition in generated.pop("$defs", {}).items():
                 components.setdefault(name, definition)
             components[model.__name__] = generated

@@ -34,6 +34,7 @@ PROBLEM_STATUS: dict[ProblemCode, int] = {
     "profile-not-found": 404,
     "payload-too-large": 413,
     "overloaded": 503,
+    "large-bodies-busy": 503,
     "store-unavailable": 503,
     "job-not-found": 404,
     "job-finished": 409,
@@ -52,6 +53,7 @@ PROBLEM_TITLES: dict[ProblemCode, str] = {
     "profile-not-found": "No calibration profile has this name",
     "payload-too-large": "The request body is larger than the service accepts",
     "overloaded": "Every solver thread is busy",
+    "large-bodies-busy": "Too many large request bodies are being served",
     "store-unavailable": "The plan store does not answer",
     "job-not-found": "No job has this id",
     "job-finished": "The job has already finished",
@@ -72,6 +74,9 @@ PROBLEM_DESCRIPTIONS: dict[ProblemCode, str] = {
     "GET /v1/calibration/profiles lists them, POST /v1/calibration/runs fits one.",
     "payload-too-large": "The body exceeds the configured maximum (ATLAS_MAX_BODY_BYTES).",
     "overloaded": "The solver pool and its queue are full; retry after Retry-After seconds.",
+    "large-bodies-busy": "The body is over ATLAS_LARGE_BODY_BYTES and ATLAS_LARGE_BODY_SLOTS "
+    "such requests are already being served; it was refused before its body was read. "
+    "Retry after Retry-After seconds.",
     "store-unavailable": "The plan database is unreachable, refuses connections, is missing or "
     "does not answer within the store timeout; retry after Retry-After seconds. Endpoints "
     "that need no database keep answering; a plan search that finishes meanwhile is answered "
@@ -83,8 +88,8 @@ PROBLEM_DESCRIPTIONS: dict[ProblemCode, str] = {
     "internal": "An unexpected failure; it is logged with the request id given here.",
 }
 
-_RETRY_CODES: frozenset[ProblemCode] = frozenset({"overloaded", "solver-time-limit",
-                                                  "store-unavailable"})
+_RETRY_CODES: frozenset[ProblemCode] = frozenset({"overloaded", "large-bodies-busy",
+                                                  "solver-time-limit", "store-unavailable"})
 
 
 def problem_type(code: ProblemCode, *, docs_base: str = "") -> str:

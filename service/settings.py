@@ -128,7 +128,7 @@ class Settings(BaseSettings):
     large_body_slots: int = Field(
         default=1, ge=1, le=64,
         description="Requests with bodies over ATLAS_LARGE_BODY_BYTES served at once; the "
-        "next is answered 503 overloaded with Retry-After [ATLAS_LARGE_BODY_SLOTS].")
+        "next is answered 503 large-bodies-busy with Retry-After [ATLAS_LARGE_BODY_SLOTS].")
     max_answer_bytes: int = Field(
         default=64 * 2**20, ge=2**20, le=2**32,
         description="Largest JSON answer the service builds for one request, in bytes; a "
@@ -137,9 +137,12 @@ class Settings(BaseSettings):
     store_timeout_s: float = Field(
         default=1.0, ge=0.1, le=60.0,
         description="Longest a read of the plan store (look-up, read, list, health probe) "
-        "is waited for before answering 503 store-unavailable; unset, a SQLite store waits "
-        "its busy timeout plus 1 s instead (a SQLite read queues behind another process's "
-        "write lock; PostgreSQL reads never wait for writers) [ATLAS_STORE_TIMEOUT_S].")
+        "is waited for before answering 503 store-unavailable; unset, a read waits as long "
+        "as the driver may take on it: SQLite its busy timeout plus 1 s (a SQLite read "
+        "queues behind another process's write lock), PostgreSQL the connect, pool and "
+        "statement timeouts plus 1 s (a read may wait for a pooled connection, open one, "
+        "and queue behind a lock). Set it lower to detect a silent partition sooner, at the "
+        "price of 503s on a slow but healthy store [ATLAS_STORE_TIMEOUT_S].")
     store_write_timeout_s: float | None = Field(
         default=None, ge=0.1, le=900.0,
         description="Longest a write of the plan store (a plan, a calibration profile) is "
@@ -193,6 +196,11 @@ class Settings(BaseSettings):
         "threads of the server process (no broker), 'procrastinate' queues them on the "
         "PostgreSQL store for `atlas-planner worker` processes; 'auto' (the default) picks "
         "procrastinate on PostgreSQL and in-process on SQLite [ATLAS_JOB_QUEUE].")
+    job_retention_s: float = Field(
+        default=30 * 86400.0, ge=0.0,
+        description="Finished jobs (done, failed, cancelled) and their events are deleted "
+        "this many seconds after they finished (a sweep's plan jobs with their sweep); their "
+        "stored plans stay. 0 keeps them forever [ATLAS_JOB_RETENTION_S].")
     log_level: str = Field(default="INFO", description="Logging level [ATLAS_LOG_LEVEL].")
 
     @model_validator(mode="after")
@@ -205,20 +213,30 @@ class Settings(BaseSettings):
         return self
 
     def read_timeout_s(self) -> float:
-        """The store's read wait: `store_timeout_s` when set or on PostgreSQL (whose reads
-        do not wait for writers, MVCC), else SQLite's busy timeout plus 1 s (a reader waits
-        for a writer's lock up to the busy timeout: SQLite "File Locking And Concurrency in
-        SQLite Version 3", section 3, PENDING and EXCLUSIVE locks)."""
-        sqlite = self.resolved_database_url().startswith("sqlite")
-        if "store_timeout_s" in self.model_fields_set or not sqlite:
+        """The store's read wait: `store_timeout_s` when set, else the longest the driver
+        itself may take on a read that completes, plus 1 s, so that no read the database
+        still answers is reported unavailable. SQLite: its busy timeout (a reader waits for
+        a writer's lock up to it: SQLite "File Locking And Concurrency in SQLite Version 3",
+        section 3, PENDING and EXCLUSIVE locks). PostgreSQL: the same bounds as a write
+        (`write_timeout_s`): a pooled connection (SQLAlchemy QueuePool `pool_timeout`),
+        a new connection (libpq `connect_timeout`) and the statement, which can wait for a
+        lock (a table lock such as VACUUM FULL's or an ALTER TABLE's ACCESS EXCLUSIVE blocks
+        reads: PostgreSQL manual, "Explicit Locking", table-level lock modes) until
+        `statement_timeout` cancels it."""
+        if "store_timeout_s" in self.model_fields_set:
             return self.store_timeout_s
-        return self.store_statement_timeout_s + 1.0
+        if self.resolved_database_url().startswith("sqlite"):
+            return self.store_statement_timeout_s + 1.0
+        return self._driver_bound_s()
 
     def write_timeout_s(self) -> float:
         """The store's write wait: `store_write_timeout_s`, or the driver's bounds on one
         write (connection, pooled connection, statement or SQLite busy wait) plus 1 s."""
         if self.store_write_timeout_s is not None:
             return self.store_write_timeout_s
+        return self._driver_bound_s()
+
+    def _driver_bound_s(self) -> float:
         return (self.store_connect_timeout_s + self.store_pool_timeout_s
                 + self.store_statement_timeout_s + 1.0)
 

@@ -11,8 +11,13 @@ import argparse
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
+
+SERVE_STARTED_ENV = "ATLAS_SERVE_STARTED_AT"
+"""When this command started (`service.jobs.local` reads it; not imported from there, as
+this module must not import the app's modules before uvicorn starts the workers)."""
 
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """prometheus_client's multiprocess folder variable (`service/metrics.py`)."""
@@ -60,6 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.sqlite_path:
         os.environ["ATLAS_SQLITE_PATH"] = args.sqlite_path
     os.environ["ATLAS_LOG_LEVEL"] = args.log_level.upper()
+    os.environ[SERVE_STARTED_ENV] = repr(time.time())  # the embedded job runner's epoch
     named = os.environ.get(METRICS_DIR_ENV)
     folder = metrics_folder(args.workers)
     try:

@@ -14,15 +14,18 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, update
+from sqlalchemy import Engine, delete, func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from api_schemas.jobs import FINAL_STATES, JobState
-from service.jobs.tables import JobEventRecord, JobRecord
+from service.jobs.tables import JobEventRecord, JobLinkRecord, JobRecord
 from service.problems import JobFinishedError
 
 logger = logging.getLogger(__name__)
+
+PRUNE_BATCH = 500
+"""Jobs deleted per statement (SQLite allows a bounded number of bound parameters)."""
 
 EVENT_WRITE_TRIES = 5
 """Tries to append an event when another writer takes the same number first."""
@@ -193,6 +196,38 @@ def requeue(engine: Engine, job_id: str, *, attempt: int) -> bool:
         return True
 
 
+def requeue_orphans(engine: Engine, *, started_before: datetime) -> list[str]:
+    """Put back in the queue every job marked running by a run that started before
+    `started_before` (its process ended without stopping it: killed, or lost with its
+    machine), each as a conditional update on the attempt it was at, so that a run that
+    still reports is fenced off (`finish` and `still_runs` no longer match it). Returns their
+    ids, oldest first."""
+    with Session(engine) as session:
+        stale = session.exec(
+            select(JobRecord.id, JobRecord.attempts)
+            .where(JobRecord.state == JobState.RUNNING.value,
+                   col(JobRecord.started_at) < started_before)
+            .order_by(col(JobRecord.created_at))).all()
+    requeued = []
+    for job_id, attempt in stale:
+        with Session(engine) as session:
+            queued = session.execute(
+                update(JobRecord)
+                .where(col(JobRecord.id) == job_id,
+                       col(JobRecord.state) == JobState.RUNNING.value,
+                       col(JobRecord.attempts) == attempt)
+                .values(state=JobState.QUEUED.value, started_at=None))
+            if queued.rowcount != 1:  # type: ignore[attr-defined]
+                session.rollback()
+                continue
+            _append(session, job_id, state_event(
+                JobState.QUEUED, attempt=attempt,
+                detail="its server process ended while it ran; queued again"))
+            session.commit()
+            requeued.append(job_id)
+    return requeued
+
+
 def still_runs(engine: Engine, job_id: str, *, attempt: int) -> bool:
     """Whether the run `attempt` should go on: the job is still that run's and no DELETE
     asked it to stop."""
@@ -254,6 +289,30 @@ def abandon(engine: Engine, job_id: str, *, problem: dict[str, Any]) -> None:
         session.commit()
 
 
+def prune_finished(engine: Engine, *, finished_before: datetime) -> int:
+    """Delete the jobs that reached a final state before `finished_before`, with their
+    events and their links to their plan jobs; a plan job linked to a sweep that stays is
+    kept with it. Stored plans are not touched. Returns how many jobs were deleted."""
+    final = [state.value for state in FINAL_STATES]
+    with Session(engine) as session:
+        old = set(session.exec(select(JobRecord.id).where(
+            col(JobRecord.state).in_(final),
+            col(JobRecord.finished_at) < finished_before)).all())
+        if not old:
+            return 0
+        links = session.exec(select(JobLinkRecord.parent_id, JobLinkRecord.child_id)).all()
+        kept_by_parent = {child for parent, child in links if parent not in old}
+        doomed = sorted(old - kept_by_parent)
+        for start in range(0, len(doomed), PRUNE_BATCH):
+            batch = doomed[start:start + PRUNE_BATCH]
+            session.execute(delete(JobEventRecord).where(col(JobEventRecord.job_id).in_(batch)))
+            session.execute(delete(JobLinkRecord).where(col(JobLinkRecord.parent_id).in_(batch)))
+            session.execute(delete(JobRecord).where(col(JobRecord.id).in_(batch),
+                                                    col(JobRecord.state).in_(final)))
+        session.commit()
+        return len(doomed)
+
+
 def counts_by_state(engine: Engine) -> dict[str, int]:
     """How many jobs are in each state now (states with no job are left out)."""
     with Session(engine) as session:
@@ -271,4 +330,5 @@ def queued_ids(engine: Engine) -> Sequence[str]:
 
 
 __all__ = ["abandon", "add_event", "claim", "create_or_join", "events_after", "finish", "get_job",
-           "queued_ids", "request_cancel", "requeue", "state_event", "still_runs"]
+           "prune_finished", "queued_ids", "request_cancel", "requeue", "requeue_orphans",
+           "state_event", "still_runs"]

@@ -1,6 +1,7 @@
 """Scoring one given configuration: the evaluation and the memory lab.
 
-Owns: POST /v1/evaluate and POST /v1/ledger/memory (schema in -> `solver.evaluate` /
+Owns: POST /v1/evaluate, POST /v1/ledger/memory and its picture POST /v1/ledger/memory.svg
+(schema in -> `solver.evaluate` /
 `solver.memory_report` -> schema out, on a request thread: no search), with their bounds;
 evaluate reads a named calibration profile through the store gate. Must not: search or
 write to the store.
@@ -17,7 +18,13 @@ from service import limits
 from service.calibration import apply_profile
 from service.core import call_core
 from service.deps import ContextDep, SettingsDep
-from service.media import Format, svg_content, svg_response, wanted_format
+from service.media import (
+    Format,
+    svg_content,
+    svg_only_responses,
+    svg_response,
+    wanted_format,
+)
 from service.openapi import problem_responses
 from service.pictures import memory_svg
 from service.solver_calls import evaluate, memory_report
@@ -75,11 +82,29 @@ def ledger_memory(
     """The memory lab: per pipeline stage, the bytes of parameters, gradients, optimizer
     states, activations at the schedule's peak and buffers, itemised, with the capacity
     after headroom and the binding stage. Takes the evaluate request."""
+    report = _memory_ledger(request, settings)
+    if wanted_format(format, accept) == Format.SVG:
+        return svg_response(memory_svg(report), filename="memory.svg")
+    return report
+
+
+@router.post("/v1/ledger/memory.svg", summary="Per-GPU memory stack of one configuration (SVG)",
+             response_class=Response,
+             responses={**svg_only_responses(
+                 "One stacked bar per pipeline stage, the ledger's components as segments, "
+                 "the usable capacity as a line (what `POST /v1/ledger/memory?format=svg` "
+                 "answers).", "The memory stack picture."),
+                 **problem_responses("invalid-spec")})
+def ledger_memory_svg(request: EvaluateBody, settings: SettingsDep) -> Response:
+    """The memory ledger of `POST /v1/ledger/memory` drawn as SVG (a deterministic model,
+    not a measurement)."""
+    return svg_response(memory_svg(_memory_ledger(request, settings)), filename="memory.svg")
+
+
+def _memory_ledger(request: EvaluateRequest, settings: SettingsDep) -> MemoryReport:
     check_evaluate_bounds(request, settings)
     report = call_core(memory_report, request)
     limits.require_finite(report)
-    if wanted_format(format, accept) == Format.SVG:
-        return svg_response(memory_svg(report), filename="memory.svg")
     return report
 
 

@@ -1,7 +1,8 @@
 """The parallel mesh: rank coordinates, groups, placement and rule checks.
 
-Owns: POST /v1/mesh (schema in -> `models.core.mesh.report.mesh_report` -> schema out), with the
-bounds on the cluster size and on how much of the mesh is listed. Must not: build groups.
+Owns: POST /v1/mesh and its picture POST /v1/mesh.svg (schema in ->
+`models.core.mesh.report.mesh_report` -> schema out), with the bounds on the cluster size and on
+how much of the mesh is listed. Must not: build groups.
 """
 
 from typing import Annotated
@@ -13,9 +14,16 @@ from models.core.mesh.report import mesh_report
 from service import limits
 from service.core import call_core
 from service.deps import SettingsDep
-from service.media import Format, svg_content, svg_response, wanted_format
+from service.media import (
+    Format,
+    svg_content,
+    svg_only_responses,
+    svg_response,
+    wanted_format,
+)
 from service.openapi import problem_responses
-from service.pictures import mesh_svg
+from service.pictures import mesh_svg as draw_mesh
+from service.settings import Settings
 
 router = APIRouter(tags=["estimates"])
 
@@ -38,6 +46,10 @@ MESH_EXAMPLES = {
 
 GROUP_KINDS = ("tp", "cp", "dp", "pp", "dp_cp", "ep", "etp", "edp")
 
+ColourBy = Annotated[str, Query(pattern="^(" + "|".join(GROUP_KINDS) + ")$",
+                                description="SVG only: the group kind whose groups share a "
+                                "colour.")]
+
 
 @router.post("/v1/mesh", summary="Rank coordinates, groups and mesh problems",
              response_model=MeshResponse,
@@ -51,14 +63,33 @@ def mesh(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
          format: Annotated[Format | None, Query(
              description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` "
              "selects SVG.")] = None,
-         colour_by: Annotated[str, Query(
-             pattern="^(" + "|".join(GROUP_KINDS) + ")$",
-             description="SVG only: the group kind whose groups share a colour.")] = "tp",
+         colour_by: ColourBy = "tp",
          accept: Annotated[str | None, Header(include_in_schema=False)] = None,
          ) -> MeshResponse | Response:
     """Where every rank sits (node, coordinates), the members of its tp / cp / dp / pp / ep
     groups, which group kinds stay inside a node and which collectives they run how often,
     and every rule the configuration breaks, each with a valid alternative nearby."""
+    report = _mesh_report(request, settings)
+    if wanted_format(format, accept) == Format.SVG:
+        return svg_response(draw_mesh(report, colour_by=colour_by), filename="mesh.svg")
+    return report
+
+
+@router.post("/v1/mesh.svg", summary="Ranks on a node grid, coloured by group (SVG)",
+             response_class=Response,
+             responses={**svg_only_responses(
+                 "Ranks on a node grid coloured by group, cross-node collectives marked "
+                 "(what `POST /v1/mesh?format=svg` answers).", "The mesh picture."),
+                 **problem_responses("invalid-spec")})
+def mesh_svg(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
+             settings: SettingsDep, colour_by: ColourBy = "tp") -> Response:
+    """The mesh of `POST /v1/mesh` drawn as SVG: every listed rank on its node, coloured by
+    the groups of `colour_by`."""
+    return svg_response(draw_mesh(_mesh_report(request, settings), colour_by=colour_by),
+                        filename="mesh.svg")
+
+
+def _mesh_report(request: MeshRequest, settings: Settings) -> MeshResponse:
     named = limits.bounds(settings)
     world = request.cluster.num_nodes * request.cluster.gpus_per_node
     limits.check_bound(world, named["world_size"], field="cluster.num_nodes",
@@ -69,9 +100,7 @@ def mesh(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
     limits.check_bound(limits.listed_group_members(request.parallel, listed_ranks=listed),
                        named["mesh_members"], field="max_ranks",
                        what="the group members listed (ranks x group sizes)")
-    report = call_core(mesh_report, request)
-    if wanted_format(format, accept) == Format.SVG:
-        return svg_response(mesh_svg(report, colour_by=colour_by), filename="mesh.svg")
+    report: MeshResponse = call_core(mesh_report, request)
     return report
 
 

@@ -1,18 +1,20 @@
 """MoE expert placement (MoonEP): redundant experts that balance every rank exactly.
 
-Owns: POST /v1/moe/placement (schema in -> bounds -> `service.placement_answer` in the
-solver pool -> bytes out): the bounds on the token matrices, the exact planner's clamped
-time limit, and the wait for each planner (the exact one's two phases plus grace; the
-constructive one the search cap plus grace). Every planner runs under the pool's admission
-control (503 overloaded with Retry-After when full), and the answer is checked and
-serialised there, not on the event loop. Must not: place experts or serialise answers.
+Owns: POST /v1/moe/placement and its picture POST /v1/moe/placement.svg (schema in -> bounds
+-> `service.placement_answer` in the solver pool -> bytes out): the bounds on the token
+matrices, the exact planner's clamped time limit, and the wait for each planner (the exact
+one's two phases plus grace; the constructive one the search cap plus grace). Every planner
+runs under the pool's admission control (503 overloaded with Retry-After when full), and the
+answer is checked and serialised there, not on the event loop. Must not: place experts or
+serialise answers.
 """
 
 from collections.abc import Callable
 from functools import partial
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from anyio import to_thread
+from fastapi import APIRouter, Header, Query, Request, Response
 
 from api_schemas.moe import (
     MoePlacementLayersResponse,
@@ -25,7 +27,14 @@ from models.errors import InvalidSpecError
 from service import limits
 from service.core import call_core
 from service.deps import ContextDep
-from service.media import Format, svg_content, svg_response, wanted_format
+from service.media import (
+    Format,
+    svg_content,
+    svg_only_responses,
+    svg_response,
+    wanted_format,
+)
+from service.offloop_body import json_body_openapi, parse_body
 from service.openapi import problem_responses
 from service.placement_answer import layer_json, layer_svg, layers_json, placement_key
 from service.searches import with_clamped_time_limit
@@ -94,9 +103,10 @@ def check_placement_bounds(request: MoePlacementRequest, settings: Settings) -> 
                               "per layer (JSON only).",
                               "content": svg_content("The placement picture.")},
                         **problem_responses("invalid-spec", "solver-time-limit",
-                                            "overloaded")})
+                                            "overloaded")},
+             openapi_extra=json_body_openapi(MoePlacementRequest, PLACEMENT_EXAMPLES))
 async def moe_placement(
-    request: Annotated[MoePlacementRequest, Body(openapi_examples=PLACEMENT_EXAMPLES)],
+    http: Request,
     context: ContextDep,
     format: Annotated[Format | None, Query(
         description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` selects "
@@ -109,9 +119,35 @@ async def moe_placement(
     the online planner; `exact` is the CP-SAT reference for small instances. With `layers`
     instead of `tokens`, every layer of a model is placed in one call, one placement per
     layer."""
-    settings = context.settings
+    return await _placement(http, context, as_svg=wanted_format(format, accept) == Format.SVG)
+
+
+@router.post("/v1/moe/placement.svg", summary="Rank loads before and after placement (SVG)",
+             response_class=Response,
+             responses={**svg_only_responses(
+                 "Rank loads before and after, replicas and routes of one layer (what "
+                 "`POST /v1/moe/placement?format=svg` answers).", "The placement picture."),
+                 **problem_responses("invalid-spec", "solver-time-limit", "overloaded")},
+             openapi_extra=json_body_openapi(MoePlacementRequest, PLACEMENT_EXAMPLES))
+async def moe_placement_svg(http: Request, context: ContextDep) -> Response:
+    """The placement of one layer (`tokens`, every route) of `POST /v1/moe/placement`
+    drawn as SVG."""
+    return await _placement(http, context, as_svg=True)
+
+
+def _checked(body: bytes, settings: Settings, as_svg: bool) -> tuple[MoePlacementRequest, str]:
+    """On a worker thread: the body parsed, validated and within bounds, and its
+    de-duplication key (hashing a million counts is no work for the event loop either)."""
+    request = parse_body(MoePlacementRequest, body)
     check_placement_bounds(request, settings)
-    as_svg = wanted_format(format, accept) == Format.SVG
+    return request, f"{placement_key(request)}:{'svg' if as_svg else 'json'}"
+
+
+async def _placement(http: Request, context: ContextDep, *, as_svg: bool) -> Response:
+    settings = context.settings
+    # Parsed, validated, bounded and keyed off the event loop: a 58-layer body takes about
+    # 0.4 s of one core to parse, which /healthz would otherwise wait for.
+    request, key = await to_thread.run_sync(_checked, await http.body(), settings, as_svg)
     if request.layers is not None and as_svg:
         raise InvalidSpecError("the placement picture shows one layer: send it as "
                                "`tokens`, or ask for JSON", field="format")
@@ -132,7 +168,6 @@ async def moe_placement(
         work = partial(layers_json, settings=settings)
     else:
         work = partial(layer_json, settings=settings)
-    key = f"{placement_key(request)}:{'svg' if as_svg else 'json'}"
     answer = await context.pool.run(partial(call_core, work, request), key=key,
                                     timeout_s=timeout_s)
     if isinstance(answer, str):

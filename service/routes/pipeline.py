@@ -1,9 +1,10 @@
 """Pipeline schedules: simulate a handcrafted schedule, or optimise one under a memory limit.
 
-Owns: POST /v1/pipeline/simulate (schema in -> `models.core.pipeline.requests.simulate_request`
--> schema out, on a request thread) and POST /v1/pipeline/optimize (the CP-SAT optimizer
-`solver.schedule.requests.optimize_request` in the solver pool, time limit clamped), with the
-bounds on timeline size. Must not: generate or simulate schedules itself.
+Owns: POST /v1/pipeline/simulate and its picture POST /v1/pipeline/simulate.svg (schema in
+-> `models.core.pipeline.requests.simulate_request` -> schema out, on a request thread) and POST
+/v1/pipeline/optimize (the CP-SAT optimizer `solver.schedule.requests.optimize_request` in
+the solver pool, time limit clamped), with the bounds on timeline size. Must not: generate
+or simulate schedules itself.
 """
 
 from functools import partial
@@ -23,6 +24,7 @@ from service.deps import ContextDep
 from service.media import (
     Format,
     svg_content,
+    svg_only_responses,
     svg_response,
     trace_example,
     wanted_format,
@@ -106,24 +108,49 @@ async def pipeline_simulate(
     given op times: makespan, bubble, peak in-flight activations per rank, every op's start
     and end, the critical path and the messages between ranks (a deterministic model, not a
     measurement). As a picture or a trace, the timeline is always included."""
-    settings = context.settings
-    check_pipeline_bounds(request, settings, ops_bound="pipeline_ops")
     answer = wanted_format(format, accept)
-    if answer != Format.JSON:
-        request = request.model_copy(update={"include_timeline": True})
-    title = (f"{request.schedule.value}, p={request.num_stages}, m={request.num_micro_batches}, "
-             f"v={request.num_chunks}")
-    # In the admission-controlled pool: large simulations take seconds of CPU each, and
-    # writing a 20,000-op timeline out takes about as long again, so that happens there too.
-    body = await run_search(request, partial(call_core, partial(
-        simulate_answer, answer=answer, title=title)), kind=f"pipeline-simulate-{answer.value}",
-        pool=context.pool, timeout_s=settings.compute_timeout_s)
+    body = await _simulation(request, context, answer)
     if answer == Format.SVG:
         return svg_response(body.decode("utf-8"), filename="timeline.svg")
     if answer == Format.TRACE:
         return Response(content=body, media_type="application/json",
                         headers={"Content-Disposition": 'attachment; filename="trace.json"'})
     return Response(content=body, media_type="application/json")
+
+
+@router.post("/v1/pipeline/simulate.svg", summary="A simulated schedule's timeline (SVG)",
+             response_class=Response,
+             responses={**svg_only_responses(
+                 "One lane per pipeline rank: F, B and W per chunk, messages between ranks, "
+                 "bubbles and the critical path; past ATLAS_MAX_TIMELINE_OPS ops, each "
+                 "rank's busy spans (what `POST /v1/pipeline/simulate?format=svg` answers).",
+                 "The timeline picture."),
+                 **problem_responses("invalid-spec", "solver-time-limit", "overloaded")})
+async def pipeline_simulate_svg(
+    request: Annotated[PipelineSimulateRequest, Body(openapi_examples=SIMULATE_EXAMPLES)],
+    context: ContextDep,
+) -> Response:
+    """The schedule of `POST /v1/pipeline/simulate`, simulated and drawn as SVG (a
+    deterministic model, not a measurement)."""
+    body = await _simulation(request, context, Format.SVG)
+    return svg_response(body.decode("utf-8"), filename="timeline.svg")
+
+
+async def _simulation(request: PipelineSimulateRequest, context: ContextDep,
+                      answer: Format) -> bytes:
+    """The simulation's answer in `answer`'s format, as bytes."""
+    settings = context.settings
+    check_pipeline_bounds(request, settings, ops_bound="pipeline_ops")
+    if answer != Format.JSON:
+        request = request.model_copy(update={"include_timeline": True})
+    title = (f"{request.schedule.value}, p={request.num_stages}, m={request.num_micro_batches}, "
+             f"v={request.num_chunks}")
+    # In the admission-controlled pool: large simulations take seconds of CPU each, and
+    # writing a 20,000-op timeline out takes about as long again, so that happens there too.
+    body: bytes = await run_search(request, partial(call_core, partial(
+        simulate_answer, answer=answer, title=title)), kind=f"pipeline-simulate-{answer.value}",
+        pool=context.pool, timeout_s=settings.compute_timeout_s)
+    return body
 
 
 @router.post("/v1/pipeline/optimize", summary="Best schedule under a memory limit (CP-SAT)",

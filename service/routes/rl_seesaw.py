@@ -1,8 +1,8 @@
 """The RL memory seesaw lab: memory by phase of a colocated RL iteration.
 
 Owns: POST /v1/lab/rl-seesaw (schema in -> `models.labs.rl_seesaw_report.rl_seesaw_report` ->
-schema out, or its picture with `?format=svg`), with the bounds of the training
-configuration it carries. Must not: size or time anything itself.
+schema out, or its picture with `?format=svg` or POST /v1/lab/rl-seesaw.svg), with the
+bounds of the training configuration it carries. Must not: size or time anything itself.
 """
 
 from typing import Annotated
@@ -14,7 +14,13 @@ from models.labs.rl_seesaw_report import rl_seesaw_report
 from service import limits
 from service.core import call_core
 from service.deps import SettingsDep
-from service.media import Format, svg_content, svg_response, wanted_format
+from service.media import (
+    Format,
+    svg_content,
+    svg_only_responses,
+    svg_response,
+    wanted_format,
+)
 from service.openapi import problem_responses
 from service.pictures import seesaw_svg
 
@@ -59,14 +65,33 @@ def rl_seesaw(
     to host memory or NVMe and back, materialising the reference model and broadcasting the
     weights (a deterministic model, not a measurement; `assumptions` lists what the sources
     do not give)."""
+    report = _seesaw(request, settings)
+    if wanted_format(format, accept) == Format.SVG:
+        return svg_response(seesaw_svg(report), filename="rl-seesaw.svg")
+    return report
+
+
+@router.post("/v1/lab/rl-seesaw.svg", summary="GPU memory by phase of colocated RL (SVG)",
+             response_class=Response,
+             responses={**svg_only_responses(
+                 "GPU memory by phase and the transitions between them (what "
+                 "`POST /v1/lab/rl-seesaw?format=svg` answers).",
+                 "The memory-by-phase picture."),
+                 **problem_responses("invalid-spec")})
+def rl_seesaw_svg(request: Annotated[RlSeesawRequest, Body(openapi_examples=SEESAW_EXAMPLES)],
+                  settings: SettingsDep) -> Response:
+    """The phases of `POST /v1/lab/rl-seesaw` drawn as SVG (a deterministic model, not a
+    measurement)."""
+    return svg_response(seesaw_svg(_seesaw(request, settings)), filename="rl-seesaw.svg")
+
+
+def _seesaw(request: RlSeesawRequest, settings: SettingsDep) -> RlSeesawResponse:
     limits.check_cluster(request.cluster, settings)
     limits.check_training(request.training, settings)
     limits.check_parallel(request.parallel, request.training, settings)
     limits.check_model_input(request.model, settings)
     report = call_core(rl_seesaw_report, request)
     limits.require_finite(report)
-    if wanted_format(format, accept) == Format.SVG:
-        return svg_response(seesaw_svg(report), filename="rl-seesaw.svg")
     return report
 
 

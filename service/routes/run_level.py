@@ -1,11 +1,11 @@
 """Run-level answers: time and cost to train, the GPU frontier, sensitivity.
 
-Owns: POST /v1/run/estimate, POST /v1/frontier and POST /v1/sensitivity (schema in ->
-bounds and time-limit clamping -> `solver.run_level` with the service's planner, in the
-solver pool -> schema out). Their searches split the request's clamped
-`solver.time_limit_s`. A `cluster.profile` is replaced by the stored profile's constants
-first, as in plans and evaluate. Must not: search on the event loop, store results or build error
-bodies.
+Owns: POST /v1/run/estimate (and its picture POST /v1/run/estimate.svg), POST /v1/frontier
+and POST /v1/sensitivity (schema in -> bounds and time-limit clamping -> `solver.run_level`
+with the service's planner, in the solver pool -> schema out). Their searches split the
+request's clamped `solver.time_limit_s`. A `cluster.profile` is replaced by the stored
+profile's constants first, as in plans and evaluate. Must not: search on the event loop,
+store results or build error bodies.
 """
 
 from collections.abc import Callable
@@ -28,7 +28,13 @@ from service import limits
 from service.calibration import apply_profile
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext
-from service.media import Format, svg_content, svg_response, wanted_format
+from service.media import (
+    Format,
+    svg_content,
+    svg_only_responses,
+    svg_response,
+    wanted_format,
+)
 from service.openapi import problem_responses
 from service.pictures import checkpoint_svg
 from service.searches import run_search
@@ -114,6 +120,24 @@ async def run_estimate(
         return svg_response(checkpoint_svg(estimate.reliability),
                             filename="checkpoint-interval.svg")
     return estimate
+
+
+@router.post("/v1/run/estimate.svg", summary="Goodput against checkpoint interval (SVG)",
+             response_class=Response,
+             responses={**svg_only_responses(
+                 "Goodput against checkpoint interval, with Young's and Daly's optima (what "
+                 "`POST /v1/run/estimate?format=svg` answers).",
+                 "The checkpoint-interval picture."),
+                 **problem_responses("invalid-spec", "no-feasible-plan", "solver-time-limit",
+                                     "overloaded", "store-unavailable")})
+async def run_estimate_svg(
+        request: Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)],
+        context: ContextDep,
+) -> Response:
+    """The run estimate of `POST /v1/run/estimate`, its reliability drawn as SVG."""
+    estimate = await _answer(request, estimate_run, kind="run-estimate", context=context)
+    return svg_response(checkpoint_svg(estimate.reliability),
+                        filename="checkpoint-interval.svg")
 
 
 @router.post("/v1/frontier", summary="GPU count against step time and cost",

@@ -90,6 +90,8 @@ def test_a_client_announcing_a_body_it_never_sends_is_cut_off(tmp_path: Path) ->
             else:
                 assert received.startswith(b"HTTP/1.1 503 "), received[:200]
                 assert b"ATLAS_LARGE_BODY_SLOTS" in received
+                assert b'"code":"large-bodies-busy"' in received
+                assert b"Every solver thread is busy" not in received
             assert took < SLOW_CLIENT_BOUND_S
         assert timed_out >= 1
         print(f"slow clients: 50 stalled bodies cut off after at most "

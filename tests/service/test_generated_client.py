@@ -21,6 +21,7 @@ import pytest
 from api_schemas.plan import PlanResponse
 from api_schemas.problems import ProblemDetail
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, PLAN_REQUEST_EXAMPLE
+from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE
 from service.app import create_app
 from service.settings import Settings
 from tests.service.service_testkit import (
@@ -41,6 +42,26 @@ SMALL_PLAN = {"model": {"preset": "llama-3.1-8b"},
               "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
               "training": {"global_batch_size": 64, "sequence_length": 4096},
               "solver": {"time_limit_s": 20, "top_k": 1, "num_workers": 1}}
+
+SVG_POSTS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "ledger_memory_svg": ("estimates", "EvaluateRequest", EVALUATE_REQUEST_EXAMPLE),
+    "mesh_svg": ("estimates", "MeshRequest", {
+        "cluster": {"num_nodes": 2, "gpus_per_node": 8},
+        "parallel": {"tp": 4, "pp": 2, "dp": 2}, "order": "tp-cp-ep-dp-pp", "max_ranks": 16}),
+    "moe_placement_svg": ("moe", "MoePlacementRequest", {
+        "num_experts": 4, "top_k": 2, "tokens": [[3, 1, 2, 2], [1, 3, 2, 2]]}),
+    "pipeline_simulate_svg": ("pipeline", "PipelineSimulateRequest", {
+        "schedule": "zb_h1", "num_stages": 4, "num_micro_batches": 8,
+        "durations": {"F": 1.0, "B": 1.0, "W": 1.0}}),
+    "rl_seesaw_svg": ("lab", "RlSeesawRequest", RL_SEESAW_EXAMPLE),
+    "run_estimate_svg": ("run", "RunEstimateRequest", {
+        "model": {"preset": "llama-3.1-70b"},
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 128},
+        "training": {"global_batch_size": 1024, "sequence_length": 8192},
+        "parallel": {"tp": 8, "pp": 4, "dp": 32, "recompute": "selective"},
+        "token_budget": 15_000_000_000_000}),
+}
+"""The picture operations of POST routes: tag, request model and a body for each."""
 
 
 @pytest.fixture(scope="module")
@@ -90,13 +111,30 @@ def test_every_operation_has_a_named_function(generated: Path) -> None:
     document = json.loads((generated / "openapi.json").read_text(encoding="utf-8"))
     operations = [(op["tags"][0], op["operationId"]) for item in document["paths"].values()
                   for op in item.values()]
-    assert len(operations) >= 27
+    assert len(operations) >= 33
     for tag, operation in operations:
         module = _module(f"api.{tag}.{operation}")
         assert callable(module.sync_detailed), operation
-    for picture in ("plan_timeline_svg", "plan_memory_svg"):
-        sync = _module(f"api.plans.{picture}").sync
+    pictures = [(tag, operation) for tag, operation in operations
+                if operation.endswith("_svg")]
+    assert {operation for _, operation in pictures} == {*SVG_POSTS, "plan_timeline_svg",
+                                                        "plan_memory_svg"}
+    for tag, picture in pictures:
+        sync = _module(f"api.{tag}.{picture}").sync
         assert "str" in str(sync.__annotations__["return"]), picture
+
+
+@pytest.mark.parametrize("operation", sorted(SVG_POSTS))
+def test_picture_operations_return_the_svg_as_str(generated: Path, client: httpx.Client,
+                                                  operation: str) -> None:
+    """Each picture a POST draws has its own operation, whose `sync` returns the SVG
+    document as `str` (the JSON operation of the same path returns its model)."""
+    tag, model, body = SVG_POSTS[operation]
+    module = _module(f"api.{tag}.{operation}")
+    request = getattr(_module("models"), model).from_dict(body)
+    picture = module.sync(client=_generated_client(client), body=request)
+    assert isinstance(picture, str), picture
+    assert picture.lstrip().startswith("<?xml") and "<svg" in picture
 
 
 def test_the_program_reads_a_real_plan(generated: Path,

@@ -7,8 +7,10 @@ The same checks run against PostgreSQL with worker processes in
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -31,12 +33,15 @@ from jobs_suite import (
     wait_for,
 )
 from service_testkit import load_tolerant_settings, serve_in_process
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, update
+from sqlmodel import Session, col, select
 
 from api_schemas.jobs import PlanJobRequest
 from service.app import create_app
 from service.jobs import store
+from service.jobs.local import SERVE_STARTED_ENV, serve_started_at
 from service.jobs.submit import prepare
+from service.jobs.tables import JobLinkRecord, JobRecord
 from service.persistence.gate import StoreGate
 
 
@@ -166,6 +171,59 @@ def test_a_stopped_server_queues_its_running_job_again(tmp_path: Path) -> None:
                       ("cancelled", 2)]
 
 
+def test_a_job_left_running_by_a_killed_server_runs_again_at_the_next_start(
+        tmp_path: Path) -> None:
+    """A server killed with kill -9 (or by the kernel) never stops its runs: its job stays
+    `running` in the store. The next server on the file queues it again (an event says
+    why) and runs it to the end; before, it stayed running forever."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    settings = load_tolerant_settings(url, solver_threads=2)
+    engine = create_engine(url)
+    gate = StoreGate(engine, threads=1, timeout_s=30, retry_after_s=1)
+    with serve_in_process(create_app(settings)):
+        pass  # the schema
+    body = plan_job(batch=128)
+    submission = anyio.run(partial(prepare, PlanJobRequest.model_validate(body),
+                                   settings=settings, gate=gate))
+    orphan, _ = store.create_or_join(engine, key=submission.key, kind="plan",
+                                     request_hash=submission.request_hash,
+                                     request_json=submission.request_json)
+    claimed = store.claim(engine, orphan.id, take_running=False)  # then the process died
+    assert claimed is not None and claimed.state == "running"
+    gate.shutdown()
+    engine.dispose()
+    with serve_in_process(create_app(settings)) as client:
+        done = final(client, orphan.id)
+        check_plan_done(client, done)
+        stream = events(client, orphan.id)
+    states = [(e["state"], e["attempt"]) for e in stream if e["type"] == "state"]
+    assert states == [("queued", 0), ("running", 1), ("queued", 1), ("running", 2),
+                      ("done", 2)]
+    requeued = [e for e in stream if e["type"] == "state"][2]
+    assert "server process ended" in requeued["detail"]
+
+
+def test_a_serve_worker_started_later_leaves_its_siblings_runs_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs that started after the `serve` command did belong to its worker processes:
+    a worker uvicorn starts again does not queue them again."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    settings = load_tolerant_settings(url, solver_threads=2)
+    with serve_in_process(create_app(settings)):
+        pass
+    engine = create_engine(url)
+    monkeypatch.setenv(SERVE_STARTED_ENV, repr(time.time()))
+    time.sleep(0.05)
+    job, _ = store.create_or_join(engine, key="plan:sibling", kind="plan", request_hash="0" * 64,
+                                  request_json=plan_job())
+    assert store.claim(engine, job.id, take_running=False) is not None  # a sibling's run
+    assert store.requeue_orphans(engine, started_before=serve_started_at()) == []
+    assert store.get_job(engine, job.id).state == "running"  # type: ignore[union-attr]
+    monkeypatch.setenv(SERVE_STARTED_ENV, repr(time.time() + 1))  # a later serve command
+    assert store.requeue_orphans(engine, started_before=serve_started_at()) == [job.id]
+    engine.dispose()
+
+
 def test_worker_needs_postgres(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from service.cli import main
 
@@ -212,3 +270,63 @@ def test_metrics_count_jobs_by_state(jobs_client: httpx.Client) -> None:
     after = jobs_by_state()
     assert after["done"] == before["done"] + 1
     assert after["queued"] == after["running"] == 0
+
+
+def _age(engine: Any, job_id: str, days: float) -> None:
+    with engine.begin() as connection:
+        connection.execute(update(JobRecord).where(col(JobRecord.id) == job_id).values(
+            finished_at=datetime.now(UTC) - timedelta(days=days)))
+
+
+def test_finished_jobs_past_their_retention_are_deleted_with_their_events(
+        tmp_path: Path) -> None:
+    """At start-up (then periodically) a server deletes the jobs that finished more than
+    ATLAS_JOB_RETENTION_S ago, with their events; their stored plans stay, and newer jobs
+    stay. Before, job and event rows grew without bound."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    settings = load_tolerant_settings(url, solver_threads=2)
+    with serve_in_process(create_app(settings)) as client:
+        old = final(client, submit(client, plan_job(batch=64))["id"])
+        recent = final(client, submit(client, plan_job(batch=128))["id"])
+    engine = create_engine(url)
+    _age(engine, old["id"], days=2)
+    kept = load_tolerant_settings(url, solver_threads=2, job_retention_s=86400)
+    with serve_in_process(create_app(kept)) as client:
+        deadline = time.monotonic() + 30
+        while client.get(f"/v1/jobs/{old['id']}").status_code != 404:
+            assert time.monotonic() < deadline, "the old job was not deleted"
+            time.sleep(0.2)
+        assert client.get(f"/v1/plans/{old['plan_id']}").status_code == 200
+        assert read(client, recent["id"])["state"] == "done"
+        assert events(client, recent["id"])
+    assert store.events_after(engine, old["id"], 0) == []
+    engine.dispose()
+
+
+def test_pruning_keeps_a_sweeps_plan_jobs_while_the_sweep_stays(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    with serve_in_process(create_app(load_tolerant_settings(url, job_retention_s=0))):
+        pass  # the schema
+    engine = create_engine(url)
+    made = {}
+    for name in ("sweep", "child", "old-sweep", "old-child"):
+        job, _ = store.create_or_join(engine, key=f"x:{name}", kind="plan",
+                                      request_hash="0" * 64, request_json={})
+        made[name] = job.id
+        with engine.begin() as connection:
+            connection.execute(update(JobRecord).where(col(JobRecord.id) == job.id)
+                               .values(state="done"))
+        _age(engine, job.id, days=0 if name == "sweep" else 2)
+    with Session(engine) as session:
+        session.add(JobLinkRecord(parent_id=made["sweep"], child_id=made["child"], position=0))
+        session.add(JobLinkRecord(parent_id=made["old-sweep"], child_id=made["old-child"],
+                                  position=0))
+        session.commit()
+    cutoff = datetime.now(UTC) - timedelta(days=1)
+    assert store.prune_finished(engine, finished_before=cutoff) == 2
+    left = {name for name, job_id in made.items() if store.get_job(engine, job_id)}
+    assert left == {"sweep", "child"}
+    with Session(engine) as session:
+        assert [link.parent_id for link in session.exec(select(JobLinkRecord))] == [
+            made["sweep"]]
+    engine.dispose()

@@ -1,5 +1,6 @@
 """SVG pictures and Chrome Trace Event JSON: plan timeline and memory stack, the simulator's
-?format=svg|trace, the mesh and MoE placement pictures, and their OpenAPI entries."""
+?format=svg|trace, the mesh and MoE placement pictures, the `.svg` POST routes, and their
+OpenAPI entries."""
 
 import itertools
 import json
@@ -13,7 +14,8 @@ from service_testkit import load_tolerant_settings, serve_in_process
 
 from api_schemas.pipeline import PipelineSimulateRequest, PipelineSimulateResponse
 from api_schemas.plan import PlanResponse
-from api_schemas.requests import PlanRequest
+from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, PlanRequest
+from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE
 from models.core.pipeline.requests import simulate_request
 from service.app import create_app
 from service.pictures import MODEL_LABEL
@@ -342,3 +344,56 @@ def test_a_picture_is_widened_to_hold_its_longest_line() -> None:
     narrow = ET.fromstring(document(text("ok", x=8, font_size=11), width=900, height=100,
                                     title="t", description="d", kind="memory").split("\n", 1)[1])
     assert narrow.get("width") == "900"
+
+
+PLACEMENT = {"num_experts": 8, "top_k": 2,
+             "tokens": [[6, 2, 1, 1, 2, 1, 2, 1], [5, 3, 2, 0, 1, 2, 1, 2],
+                        [4, 4, 1, 1, 2, 0, 2, 2], [6, 3, 0, 2, 1, 1, 2, 1]]}
+MESH = {"cluster": {"num_nodes": 2, "gpus_per_node": 8},
+        "parallel": {"tp": 4, "pp": 2, "dp": 2}, "order": "tp-cp-ep-dp-pp", "max_ranks": 16}
+RUN = {"model": {"preset": "llama-3.1-70b"},
+       "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 128},
+       "training": {"global_batch_size": 1024, "sequence_length": 8192},
+       "parallel": {"tp": 8, "pp": 4, "dp": 32, "recompute": "selective"},
+       "token_budget": 15_000_000_000_000}
+SVG_ROUTES = [("/v1/ledger/memory", EVALUATE_REQUEST_EXAMPLE, "memory.svg"),
+              ("/v1/mesh", MESH, "mesh.svg"),
+              ("/v1/moe/placement", PLACEMENT, "placement.svg"),
+              ("/v1/pipeline/simulate", SIMULATE, "timeline.svg"),
+              ("/v1/lab/rl-seesaw", RL_SEESAW_EXAMPLE, "rl-seesaw.svg"),
+              ("/v1/run/estimate", RUN, "checkpoint-interval.svg")]
+"""Every POST route that draws its answer, with a body and the picture's file name."""
+
+
+@pytest.mark.parametrize(("path", "body", "filename"), SVG_ROUTES)
+def test_svg_route_answers_the_picture_of_format_svg(real: httpx.Client, path: str,
+                                                     body: dict[str, Any],
+                                                     filename: str) -> None:
+    """`POST <path>.svg` (one media type, which generated clients keep) answers the same
+    picture as `POST <path>?format=svg`, which keeps working."""
+    picture = real.post(f"{path}.svg", json=body)
+    negotiated = real.post(path, json=body, params={"format": "svg"})
+    parse_svg(picture)
+    assert picture.content == negotiated.content
+    assert picture.headers["content-disposition"] == f'inline; filename="{filename}"'
+    assert real.post(path, json=body).headers["content-type"].startswith("application/json")
+
+
+def test_svg_routes_refuse_as_their_json_routes_do(real: httpx.Client) -> None:
+    layers = {"num_experts": 8, "top_k": 2, "layers": [PLACEMENT["tokens"]] * 2}
+    refused = real.post("/v1/moe/placement.svg", json=layers)
+    assert refused.status_code == 422 and refused.json()["code"] == "invalid-spec"
+    too_many = real.post("/v1/mesh.svg", json={**MESH, "cluster": {"num_nodes": 10**6,
+                                                                   "gpus_per_node": 8}})
+    assert too_many.status_code == 422
+    assert real.post("/v1/mesh.svg", json=MESH, params={"colour_by": "nope"}).status_code == 422
+
+
+def test_openapi_svg_routes_answer_only_svg(real: httpx.Client) -> None:
+    paths = real.get("/openapi.json").json()["paths"]
+    for path, _, _ in SVG_ROUTES:
+        content = paths[f"{path}.svg"]["post"]["responses"]["200"]["content"]
+        assert list(content) == ["image/svg+xml"], path
+        assert content["image/svg+xml"]["schema"]["type"] == "string"
+        assert paths[f"{path}.svg"]["post"]["operationId"] == \
+            paths[path]["post"]["operationId"] + "_svg"

@@ -81,6 +81,8 @@ def test_operation_ids_are_named_after_their_handlers(openapi: dict[str, Any]) -
     assert by_route[("/v1/plans/{plan_id}", "get")] == "read_plan"
     assert by_route[("/v1/plans/{plan_id}/timeline.svg", "get")] == "plan_timeline_svg"
     assert by_route[("/v1/evaluate", "post")] == "evaluate_configuration"
+    assert by_route[("/v1/pipeline/simulate.svg", "post")] == "pipeline_simulate_svg"
+    assert by_route[("/v1/mesh.svg", "post")] == "mesh_svg"
 
 
 def _refs(node: Any) -> set[str]:
@@ -129,8 +131,10 @@ def test_fields_every_answer_holds_are_required(openapi: dict[str, Any]) -> None
 def test_svg_answers_are_strings_of_image_svg(openapi: dict[str, Any]) -> None:
     pictures = [(path, op) for path, method, op in _operations(openapi)
                 if "image/svg+xml" in op["responses"].get("200", {}).get("content", {})]
-    assert {path for path, _ in pictures} >= {"/v1/plans/{plan_id}/timeline.svg",
-                                              "/v1/plans/{plan_id}/memory.svg", "/v1/mesh"}
+    assert {path for path, _ in pictures} >= {
+        "/v1/plans/{plan_id}/timeline.svg", "/v1/plans/{plan_id}/memory.svg", "/v1/mesh",
+        "/v1/mesh.svg", "/v1/ledger/memory.svg", "/v1/moe/placement.svg",
+        "/v1/pipeline/simulate.svg", "/v1/lab/rl-seesaw.svg", "/v1/run/estimate.svg"}
     for path, op in pictures:
         assert op["responses"]["200"]["content"]["image/svg+xml"]["schema"]["type"] == \
             "string", path

@@ -1,5 +1,6 @@
 """POST /v1/pipeline/simulate, /v1/pipeline/optimize and /v1/moe/placement over HTTP."""
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -7,6 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
+import service.routes.moe as moe_routes
 import service.routes.pipeline as pipeline_routes
 from api_schemas.moe import MoePlacementRequest
 from api_schemas.pipeline import PipelineOptimizeRequest, PipelineSimulateRequest
@@ -221,3 +223,42 @@ def test_placement_picture_needs_every_route(client: httpx.Client) -> None:
     assert response.status_code == 422
     assert response.json()["code"] == "invalid-spec"
     assert "every route" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("path", ["/v1/moe/placement", "/v1/moe/placement.svg"])
+def test_placement_body_is_parsed_off_the_event_loop(client: httpx.Client,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     path: str) -> None:
+    """A placement body (up to megabytes of counts) is parsed and validated on a worker
+    thread, never on the event loop, and its faults are still answered 422 naming the
+    field."""
+    where: list[str] = []
+    parse = moe_routes.parse_body
+
+    def spy(model: Any, body: bytes) -> Any:
+        try:
+            asyncio.get_running_loop()
+            where.append("event loop")
+        except RuntimeError:
+            where.append("worker thread")
+        return parse(model, body)
+
+    monkeypatch.setattr(moe_routes, "parse_body", spy)
+    body = PLACEMENT_EXAMPLES["4-ranks-8-experts"]["value"]
+    assert client.post(path, json=body).status_code == 200
+    wrong = client.post(path, json={**body, "top_k": "two"})
+    assert wrong.status_code == 422 and wrong.json()["code"] == "invalid-request"
+    assert wrong.json()["errors"][0]["loc"] == ["body", "top_k"]
+    broken = client.post(path, content=b'{"num_experts": 8,',
+                         headers={"content-type": "application/json"})
+    assert broken.status_code == 422 and broken.json()["code"] == "invalid-request"
+    assert where == ["worker thread"] * 3
+
+
+@pytest.mark.parametrize("path", ["/v1/moe/placement", "/v1/moe/placement.svg"])
+def test_a_layer_without_rows_is_refused(client: httpx.Client, path: str) -> None:
+    """Found by schema fuzzing: `layers: [[]]` passed validation and failed the bounds
+    check with a 500 (the largest count of no counts)."""
+    answer = client.post(path, json={"num_experts": 8, "top_k": 2, "layers": [[]]})
+    assert answer.status_code == 422 and answer.json()["code"] == "invalid-request"
+    assert answer.json()["errors"][0]["loc"] == ["body", "layers", 0]

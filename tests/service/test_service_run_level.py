@@ -130,3 +130,14 @@ def test_run_estimate_draws_goodput_against_the_checkpoint_interval(
     assert svg.count('class="point"') == 41
     assert 'data-mark="daly"' in svg and 'data-mark="young"' in svg
     assert "deterministic model, not a measurement" in svg
+
+
+@pytest.mark.parametrize("path", ["/v1/run/estimate", "/v1/run/estimate.svg"])
+def test_a_checkpoint_interval_of_zero_is_refused(client: httpx.Client, path: str) -> None:
+    """Found by schema fuzzing: an interval of 0 s between saves (with failures) passed
+    validation and answered 500 from Daly's wall-time formula, which divides by it."""
+    body = {**_example(RUN_ESTIMATE_EXAMPLES),
+            "reliability": {"failures_per_gpu_hour": 2e-5, "checkpoint_interval_s": 0.0}}
+    answer = client.post(path, json=body)
+    assert answer.status_code == 422 and answer.json()["code"] == "invalid-request"
+    assert answer.json()["errors"][0]["loc"] == ["body", "reliability", "checkpoint_interval_s"]
