@@ -14,7 +14,7 @@ kv_b/o, norms).
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
-from models.core.layer_kinds import attention_kind, mlp_block, mlp_kind, norm_kind
+from models.core.layer_kinds import attention_kind, mlp_block, mlp_blocks, mlp_kind, norm_kind
 from models.core.linear_attention import linear_attention_weights
 
 
@@ -154,7 +154,7 @@ def largest_weight_matrix(spec: ModelSpec) -> int:
     h = spec.hidden_size
     sizes = [h * spec.num_attention_heads * spec.dim_per_head, h * spec.ffn_hidden_size]
     sizes += attention_kind(spec).extra_matrix_sizes(spec)
-    sizes += {mlp_block(spec, i).largest_matrix(spec) for i in range(spec.num_layers)}
+    sizes += [block.largest_matrix(spec) for block in mlp_blocks(spec)]
     return max(sizes)
 
 

@@ -87,8 +87,17 @@ def mlp_block(spec: ModelSpec, layer_index: int) -> MlpBlockRecord:
 
 
 def mlp_blocks(spec: ModelSpec) -> tuple[MlpBlockRecord, ...]:
-    """The distinct MLP blocks of the model's layers, in layer order."""
-    return tuple(dict.fromkeys(mlp_block(spec, i) for i in range(spec.num_layers)))
+    """The distinct MLP blocks of the model's layers, in the order of their first layer.
+
+    Looks only as far as the first layer of each block (a dense model has one block), so
+    the cost model may ask it per ledger without walking every layer."""
+    if spec.moe is None:
+        return (DENSE_MLP_BLOCK,)
+    layers = range(spec.num_layers)
+    first_moe = next((i for i in layers if spec.is_moe_layer(i)), None)
+    first_dense = next((i for i in layers if not spec.is_moe_layer(i)), None)
+    found = sorted((i, n) for n, i in enumerate((first_moe, first_dense)) if i is not None)
+    return tuple((MOE_BLOCK, DENSE_MLP_BLOCK)[n] for _, n in found)
 
 
 def kind_recompute_modules(spec: ModelSpec, *, cheap_only: bool = False
