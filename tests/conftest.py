@@ -59,10 +59,13 @@ SLOW_CASES = (
 
 
 SHARED_WORK = {
-    # Both solve the nine problems of plan_set.PLAN_SET through its `solved` cache.
+    # They solve the problems of tests/solver/plan_set.py through its caches (`solved`,
+    # `benchmark_solved`).
     "tests/solver/test_plan_roundtrip.py": "plan-set",
     "tests/solver/test_plausibility.py": "plan-set",
     "tests/solver/test_export_framework_parsers.py": "plan-set",
+    "tests/solver/test_benchmark_plans.py": "plan-set",
+    "tests/solver/test_runtime_features.py": "plan-set",
     # One browser-test service (the session-scoped `base_url`) rather than one per worker.
     "tests/browser/": "browser",
     # Servers as subprocesses under fault, whose answers are bounded in seconds: one at a time,
