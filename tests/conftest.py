@@ -1,11 +1,24 @@
-"""Suite-wide test selection: which tests the quick default run leaves out.
+"""Suite-wide test selection and how the tests are shared out between processes.
 
-The default `pytest` run (see `addopts` in pyproject.toml) deselects tests marked `slow`;
-the full suite, which CI and the README's test command run, is `pytest -m "slow or not slow"`.
-A test is slow when it takes more than about 2 s on a quiet 2-core machine (`pytest
+Selection: the default `pytest` run (see `addopts` in pyproject.toml) deselects tests marked
+`slow`; the full suite, which CI and the README's test command run, is `pytest -m "slow or not
+slow"`. A test is slow when it takes more than about 2 s on a quiet 2-core machine (`pytest
 --durations=60` lists them). Tests of a module that are all slow carry `pytestmark`; the
 entries below mark single cases of otherwise quick modules, by node-id prefix.
+
+Parallel runs: `addopts` runs the suite on one worker process per core (pytest-xdist, `-n
+auto --dist loadgroup`); `-n 0` runs it in this process (for one test, a debugger or
+`--pdb`). Each worker takes whole test modules, so what a module computes once (a
+`functools.cache` of solved plans, a module- or session-scoped fixture: a server, Chromium,
+the generated client) is computed once per run as in a serial run, and the modules named in
+`SHARED_WORK` go to one worker together. Tests marked `xdist_group(name)` go to one worker
+with the rest of that group. Modules are handed out largest first, a slow test counting as
+`SLOW_TEST_WEIGHT` quick ones, so that no long module is left to run alone at the end.
+Nothing else is shared between workers: servers listen on free ports, files go under
+`tmp_path`, and each PostgreSQL test works in a schema or database of its own.
 """
+
+from typing import Any
 
 import pytest
 
@@ -43,6 +56,79 @@ SLOW_CASES = (
     "tests/solver/test_export_torchtitan.py::test_toml_writer_round_trips_any_value",
 )
 """Single slow cases, by node-id prefix (measured with --durations)."""
+
+
+SHARED_WORK = {
+    # They solve the problems of tests/solver/plan_set.py through its caches (`solved`,
+    # `benchmark_solved`).
+    "tests/solver/test_plan_roundtrip.py": "plan-set",
+    "tests/solver/test_plausibility.py": "plan-set",
+    "tests/solver/test_export_framework_parsers.py": "plan-set",
+    "tests/solver/test_benchmark_plans.py": "plan-set",
+    "tests/solver/test_runtime_features.py": "plan-set",
+    # One browser-test service (the session-scoped `base_url`) rather than one per worker.
+    "tests/browser/": "browser",
+    # Servers as subprocesses under fault, whose answers are bounded in seconds: one at a time,
+    # so that no fault test's server competes with another's for the cores.
+    "tests/faults/": "faults",
+}
+"""Modules that run on one worker together, by path prefix: they share a cache or a server,
+or must not run at the same time as each other."""
+
+SLOW_TEST_WEIGHT = 25
+"""A slow test's cost in quick tests, for the order in which modules are handed out."""
+
+
+def is_slow(nodeid: str) -> bool:
+    """Whether `pytest_collection_modifyitems` marks this test `slow` by its node id (tests
+    marked in their module count as quick here: only the order of hand-out depends on it)."""
+    return nodeid.startswith(SLOW_DIRECTORIES) or nodeid.startswith(SLOW_CASES)
+
+
+def work_unit(nodeid: str) -> str:
+    """Which tests go to one worker together: an `xdist_group` mark's group (pytest-xdist
+    appends `@group` to the node id), else the module's entry of `SHARED_WORK`, else the
+    module."""
+    if nodeid.rfind("@") > nodeid.rfind("]"):
+        return nodeid.rsplit("@", 1)[1]
+    module = nodeid.split("::", 1)[0]
+    for prefix, group in SHARED_WORK.items():
+        if module.startswith(prefix):
+            return group
+    return module
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist's `--dist loadgroup` (the default, see pyproject.toml), hand out
+    whole modules (see the module's docstring); other `--dist` modes are left as they are."""
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", None) == "loadgroup":
+        config.pluginmanager.register(_ModuleScheduler(), "atlas-module-scheduler")
+
+
+class _ModuleScheduler:
+    """The `pytest_xdist_make_scheduler` hook, registered only where pytest-xdist is."""
+
+    @staticmethod
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        from xdist.scheduler import LoadGroupScheduling
+
+        class ByModule(LoadGroupScheduling):  # type: ignore[misc]
+            def _split_scope(self, nodeid: str) -> str:
+                return work_unit(nodeid)
+
+            weights: dict[str, int] = {}
+
+            def _assign_work_unit(self, node: Any) -> None:
+                # Largest remaining unit first (the queue is otherwise in collection order).
+                for unit, nodeids in self.workqueue.items():
+                    if unit not in self.weights:
+                        self.weights[unit] = sum(SLOW_TEST_WEIGHT if is_slow(nodeid) else 1
+                                                 for nodeid in nodeids)
+                largest = max(self.workqueue, key=self.weights.__getitem__)
+                self.workqueue.move_to_end(largest, last=False)
+                super()._assign_work_unit(node)
+
+        return ByModule(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,11 +1,16 @@
 """The benchmark set of planning requests the round-trip and framework tests share: dense,
 MoE, long-context, fewest-GPU and published-preset problems, each small enough to solve in
-a few seconds on a CI machine.
+a few seconds on a CI machine; and the problems of `benchmarks/bench_planner.py`.
 
 `PLAN_SET` maps a readable id to a `PlanRequest`; `solved(id)` plans it once per test run.
+`BENCHMARK_REQUESTS` maps each bench_planner label to its request (at `BENCHMARK_LIMITS`);
+`benchmark_solved(label)` plans it once per test run. The modules that use them run on one
+worker process together (`SHARED_WORK` in tests/conftest.py), so each is solved once.
 """
 
 import functools
+import sys
+from pathlib import Path
 
 from api_schemas import (
     ClusterInput,
@@ -70,4 +75,23 @@ def solved(problem: str) -> PlanResponse:
     return plan(PLAN_SET[problem])
 
 
-__all__ = ["PLAN_SET", "solved"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_planner  # noqa: E402 - the benchmarks folder is not a package
+
+BENCHMARK_LIMITS = SolverLimits(time_limit_s=120, top_k=3, num_workers=1)
+"""The benchmark's top_k; a time limit generous enough for each search to complete on a
+loaded 2-core host (each takes seconds alone)."""
+
+BENCHMARK_REQUESTS: dict[str, PlanRequest] = {
+    label: request.model_copy(update={"solver": BENCHMARK_LIMITS})
+    for label, request in bench_planner.problem_requests(with_open=False, time_limit_s=10)}
+"""`benchmarks/bench_planner.py`'s problems (its default constraints), by label."""
+
+
+@functools.cache
+def benchmark_solved(label: str) -> PlanResponse:
+    """The plan of one problem of `BENCHMARK_REQUESTS` (solved once per test session)."""
+    return plan(BENCHMARK_REQUESTS[label])
+
+
+__all__ = ["BENCHMARK_LIMITS", "BENCHMARK_REQUESTS", "PLAN_SET", "benchmark_solved", "solved"]

@@ -4,35 +4,18 @@ offered a combination it documents as unsupported (Megatron FSDP with a pipeline
 predicted peak keeps the safety margin under the usable memory and the plan reports it, and
 every export carries a launch whose torchrun line starts exactly the plan's GPUs."""
 
-import functools
 import math
 import shlex
-import sys
-from pathlib import Path
 
 import pytest
+from plan_set import BENCHMARK_REQUESTS as REQUESTS
+from plan_set import benchmark_solved as _planned
 
-from api_schemas import ModelPreset, ParallelConfig, PlanResponse, PlanStatus, SolverLimits
-from api_schemas.requests import DEFAULT_MEMORY_MARGIN_FRAC, PlanRequest
+from api_schemas import ModelPreset, ParallelConfig, PlanStatus
+from api_schemas.requests import DEFAULT_MEMORY_MARGIN_FRAC
 from models.catalog.presets import model_preset
 from models.core.frameworks import runs_on
 from solver import plan
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_planner  # noqa: E402 - the benchmarks folder is not a package
-
-LIMITS = SolverLimits(time_limit_s=120, top_k=3, num_workers=1)
-"""The benchmark's top_k; a time limit generous enough for each search to complete on a
-loaded 2-core host (each takes seconds alone)."""
-
-REQUESTS: dict[str, PlanRequest] = {
-    label: request.model_copy(update={"solver": LIMITS})
-    for label, request in bench_planner.problem_requests(with_open=False, time_limit_s=10)}
-
-
-@functools.cache
-def _planned(label: str) -> PlanResponse:
-    return plan(REQUESTS[label])
 
 
 def _plans(label: str) -> list[tuple[str, ParallelConfig]]:

@@ -2,10 +2,9 @@
 prerequisites and memory, stated in the plan, exported as flags, and explained when off."""
 
 import functools
-import importlib.util
-from pathlib import Path
 
 import pytest
+from plan_set import BENCHMARK_REQUESTS, benchmark_solved
 
 from api_schemas import (
     ClusterInput,
@@ -266,16 +265,6 @@ def test_the_memory_efficient_norm_is_tried_off_first_and_only_where_offered() -
     assert stored(off) - stored(on) == layers * in_flight * 4096 * 2 * (2 * 8192 // 8)
 
 
-def _bench_requests() -> list[tuple[str, PlanRequest]]:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_planner.py"
-    loaded = importlib.util.spec_from_file_location("bench_planner", path)
-    assert loaded is not None and loaded.loader is not None
-    module = importlib.util.module_from_spec(loaded)
-    loaded.loader.exec_module(module)
-    requests: list[tuple[str, PlanRequest]] = module.problem_requests(with_open=False,
-                                                                      time_limit_s=60.0)
-    return requests
-
 
 EXTENSION_WORDS = ("needs a framework extension", "needs an extension",
                    "needs a model extension", "extension")
@@ -305,8 +294,8 @@ def test_deepseek_v3_runs_on_megatron_lm_with_no_extension_note() -> None:
 def test_every_benchmark_plan_runs_only_where_its_export_needs_no_extension() -> None:
     """`benchmarks/bench_planner.py`'s problems at their defaults: a framework in runs_on has
     an export with no note saying the plan needs an extension."""
-    for label, request in _bench_requests():
-        response = plan(request)
+    for label in BENCHMARK_REQUESTS:
+        response = benchmark_solved(label)
         assert response.parallel is not None, label
         assert response.runs_on, label
         _check_runs_on_agrees_with_notes(response)

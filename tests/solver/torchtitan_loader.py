@@ -8,12 +8,16 @@ This helper therefore registers the `torchtitan`, `torchtitan.config` and
 `torchtitan.tools` packages by path (their modules run unmodified) and, only when torch is
 absent, an empty `torch` module with a `device` class: `job_config.py` imports torch
 without using it while parsing, and tyro asks for `torch.device` when torch is imported.
+That stand-in is in `sys.modules` only while the loader runs: a later test in the same
+process that looks for torch (`importlib.util.find_spec`) must not find it.
 """
 
 import importlib.metadata
 import sys
 import tempfile
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +37,30 @@ def installed() -> str | None:
         return None
 
 
-def _register() -> Any:
-    if "torch" not in sys.modules:
+_TORCH_STAND_IN = types.ModuleType("torch")
+_TORCH_STAND_IN.device = type("device", (), {})  # type: ignore[attr-defined]
+
+
+@contextmanager
+def _torch_or_stand_in() -> Iterator[None]:
+    """torch if it is installed; else `_TORCH_STAND_IN` as `torch` until the block ends."""
+    if "torch" in sys.modules:
+        yield
+        return
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        sys.modules["torch"] = _TORCH_STAND_IN
         try:
-            import torch  # noqa: F401
-        except ImportError:
-            shim = types.ModuleType("torch")
-            shim.device = type("device", (), {})  # type: ignore[attr-defined]
-            sys.modules["torch"] = shim
+            yield
+        finally:
+            if sys.modules.get("torch") is _TORCH_STAND_IN:
+                del sys.modules["torch"]
+        return
+    yield
+
+
+def _register() -> Any:
     root = Path(str(importlib.metadata.distribution("torchtitan").locate_file("torchtitan")))
     for name, path in (("torchtitan", root), ("torchtitan.config", root / "config"),
                        ("torchtitan.tools", root / "tools")):
@@ -56,11 +76,12 @@ def _register() -> Any:
 def load_job_config(toml_text: str) -> Any:
     """The `JobConfig` torchtitan's `ConfigManager.parse_args` builds from a TOML text
     (raises what torchtitan raises on a key it does not know)."""
-    manager = _register()
-    with tempfile.NamedTemporaryFile("w", suffix=".toml", encoding="utf-8") as handle:
-        handle.write(toml_text)
-        handle.flush()
-        return manager().parse_args(["--job.config_file", handle.name])
+    with _torch_or_stand_in():
+        manager = _register()
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", encoding="utf-8") as handle:
+            handle.write(toml_text)
+            handle.flush()
+            return manager().parse_args(["--job.config_file", handle.name])
 
 
 def check_torchtitan(spec_name: str, training: TrainingSpec, parallel: ParallelConfig) -> Any:
