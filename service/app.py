@@ -25,7 +25,7 @@ from fastapi_offline import FastAPIOffline
 from service import search_caches, solver_calls
 from service.deps import ServiceContext
 from service.header_limit import HeaderLimitMiddleware
-from service.jobs.retention import prune_loop
+from service.jobs.retention import prune_logged, prune_loop
 from service.jobs.runtime import start_job_queue, stop_job_queue
 from service.large_bodies import LargeBodyGate
 from service.logging_json import install_json_logging
@@ -116,6 +116,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
                                            pool=pool, planner=plan_fn)
         app.state.job_queue = await start_job_queue(config, engine=engine, store=store,
                                                     planner=plan_fn)
+        await prune_logged(config, store)
         pruning = asyncio.create_task(prune_loop(config, store), name="atlas-job-retention")
         logger.info("atlas-planner %s ready (%d solver threads, queue %d)", SERVICE_VERSION,
                     config.solver_threads, config.solver_queue)
