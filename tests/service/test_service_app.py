@@ -45,12 +45,16 @@ def test_the_app_imports_without_the_solver() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    # The service's own settings from the environment are left out: other tests in the same
+    # worker process may have set them, and this test is about imports, not settings.
+    env = {name: value for name, value in os.environ.items() if not name.startswith("ATLAS_")}
+    env["PYTHONPATH"] = str(root)
     probe = ("import sys\nfrom service.app import create_app\ncreate_app()\n"
              "print(*[p for p in ('ortools', 'pandas', 'solver.api') if p in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
-                         text=True, env=env, timeout=120).stdout
-    assert out.split() == []
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []
 
 
 def test_the_front_page_redirects_to_the_lab(client: httpx.Client) -> None:
