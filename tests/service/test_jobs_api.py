@@ -212,8 +212,8 @@ def test_a_serve_worker_started_later_leaves_its_siblings_runs_alone(
     with serve_in_process(create_app(settings)):
         pass
     engine = create_engine(url)
-    monkeypatch.setenv(SERVE_STARTED_ENV, repr(time.time()))
-    time.sleep(0.05)
+    # The serve command started a second before the sibling's run: no sleep, no race.
+    monkeypatch.setenv(SERVE_STARTED_ENV, repr(time.time() - 1))
     job, _ = store.create_or_join(engine, key="plan:sibling", kind="plan", request_hash="0" * 64,
                                   request_json=plan_job())
     assert store.claim(engine, job.id, take_running=False) is not None  # a sibling's run
