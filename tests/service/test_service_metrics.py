@@ -209,7 +209,10 @@ def test_two_workers_are_summed_in_every_scrape(tmp_path: Path) -> None:
 
 
 def test_the_metrics_folder_of_serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(MULTIPROCESS_DIR_ENV, raising=False)
+    # Set, then removed, through monkeypatch: its undo then restores the variable as it was
+    # before the test, although `metrics_folder(2)` sets it in the environment directly.
+    monkeypatch.setenv(MULTIPROCESS_DIR_ENV, str(tmp_path / "unused"))
+    monkeypatch.delenv(MULTIPROCESS_DIR_ENV)
     assert metrics_folder(1) is None and MULTIPROCESS_DIR_ENV not in os.environ
     fresh = metrics_folder(2)
     assert fresh is not None and os.environ[MULTIPROCESS_DIR_ENV] == fresh
