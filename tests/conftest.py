@@ -85,16 +85,24 @@ def is_slow(nodeid: str) -> bool:
     return nodeid.startswith(SLOW_DIRECTORIES) or nodeid.startswith(SLOW_CASES)
 
 
+SPLIT_BY_PARAMETER = ("tests/service/test_service_schemathesis_live.py",)
+"""Modules whose tests go out by their parameter (the store backend) instead of whole: each
+backend's live schemathesis run is a few minutes of work with a server of its own, so the
+two backends are better on two workers than one after the other."""
+
+
 def work_unit(nodeid: str) -> str:
     """Which tests go to one worker together: an `xdist_group` mark's group (pytest-xdist
     appends `@group` to the node id), else the module's entry of `SHARED_WORK`, else the
-    module."""
+    module (with the test's parameter for the modules of `SPLIT_BY_PARAMETER`)."""
     if nodeid.rfind("@") > nodeid.rfind("]"):
         return nodeid.rsplit("@", 1)[1]
     module = nodeid.split("::", 1)[0]
     for prefix, group in SHARED_WORK.items():
         if module.startswith(prefix):
             return group
+    if module in SPLIT_BY_PARAMETER and nodeid.endswith("]"):
+        return module + nodeid[nodeid.rfind("["):]
     return module
 
 
