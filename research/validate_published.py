@@ -611,7 +611,8 @@ def moe_host_need(rows: list[dict[str, Any]], protocol: str = AS_PUBLISHED_PROTO
     micro-batch, precision and runtime (dispatcher, EP all-to-all overlap, CUDA graph scopes:
     `MOE_RECIPES`, `MOE_CUDA_GRAPH_SCOPES`): the check of whether the missing MoE time follows
     the local experts (a host cost), the tokens per micro-batch (a GPU cost) or the runtime.
-    Restores both constants."""
+    The need is the eager issue time: a row's CUDA graph regions still save
+    `graphed_host_saving_s` from it. Restores both constants."""
     from models.core.moe import host_issue
 
     issue, launch = host_issue.MOE_HOST_ISSUE_S, host_issue.MOE_HOST_LAUNCH_S
