@@ -74,6 +74,20 @@ class MoeDispatcher(StrEnum):
     destination node over the NICs, forwarded over NVLink to the destination ranks."""
 
 
+class CudaGraphModule(StrEnum):
+    """A per-layer CUDA graph capture region of a dropless MoE layer (Megatron-Core
+    `--cuda-graph-impl transformer_engine --cuda-graph-modules ...`; the expert part of a
+    dropless layer has data-dependent shapes and is never captured)."""
+
+    ATTN = "attn"
+    """The attention block (`TransformerLayer._forward_attention`)."""
+    MOE_ROUTER = "moe_router"
+    """The pre-MLP norm and the router (`_forward_mlp` up to `MoELayer.router`)."""
+    MOE_PREPROCESS = "moe_preprocess"
+    """The dispatcher's token-count preprocessing (`MoELayer.preprocess`); needs
+    `moe_router`."""
+
+
 class Zero3Collectives(StrEnum):
     """How a ZeRO-3 runtime without FSDP units (DeepSpeed) issues its parameter all-gathers
     and gradient reduce-scatters."""
@@ -270,6 +284,16 @@ class TrainingSpec(SpecModel):
         "offers it and keeps it when the plan is faster; a value fixes it. A cost model "
         "evaluated without a choice reads null as off.",
     )
+    cuda_graph_modules: tuple[CudaGraphModule, ...] = Field(
+        default=(),
+        description="Per-layer CUDA graphs of MoE layers: the regions captured and replayed "
+        "as one graph each (Megatron-Core --cuda-graph-impl transformer_engine "
+        "--cuda-graph-modules: 'attn', 'moe_router', 'moe_preprocess'; 'moe_preprocess' needs "
+        "'moe_router'). The host then issues each captured region as one launch instead of "
+        "kernel by kernel. Empty (default): eager, as Megatron's default cuda_graph_impl "
+        "'none'. Graph memory pools are not counted.",
+        examples=[["attn", "moe_router", "moe_preprocess"]],
+    )
     ema: EmaPlacement = Field(
         default=EmaPlacement.NONE,
         description="Parameter EMA: none, on the GPU, or in host memory (DeepSeek-V3).",
@@ -287,6 +311,10 @@ class TrainingSpec(SpecModel):
                 f"compute_dtype='{self.compute_dtype}' is not supported for training; use "
                 "'bf16', 'fp16' or 'fp8'"
             )
+        if (CudaGraphModule.MOE_PREPROCESS in self.cuda_graph_modules
+                and CudaGraphModule.MOE_ROUTER not in self.cuda_graph_modules):
+            raise ValueError("cuda_graph_modules: 'moe_preprocess' needs 'moe_router' "
+                             "(Megatron-Core asserts it)")
         return self
 
     @property
@@ -295,6 +323,6 @@ class TrainingSpec(SpecModel):
         return self.global_batch_size * self.sequence_length
 
 
-__all__ = ["ElementwiseFusion", "EmaPlacement", "Fp8WeightStorage", "MoeDispatcher",
-           "MuonDistribution", "OptimizerKind", "TrainingSpec", "VisionPlacement",
+__all__ = ["CudaGraphModule", "ElementwiseFusion", "EmaPlacement", "Fp8WeightStorage",
+           "MoeDispatcher", "MuonDistribution", "OptimizerKind", "TrainingSpec", "VisionPlacement",
            "VisionWorkload"]

@@ -1,7 +1,8 @@
 """Predict every published run that states enough of its configuration, and compare.
 
 Run: .venv/bin/python research/validate_published.py [--settings] [--calibrate-h100]
-[--calibrate-b200] [--calibrate-moe] [--moe-residuals] [--moe-host-need]
+[--calibrate-b200] [--calibrate-moe] [--calibrate-moe-graphs] [--moe-residuals]
+[--moe-host-need]
 
 Rows come from research/data/published_runs.json. Two protocols are reported, in order:
 - "as published" (the headline): each row listed in research/data/as_published.json is
@@ -21,10 +22,11 @@ tokens/s per GPU when printed (convention-free), else TFLOP/s per GPU against th
 model's model-FLOPs figure (full attention matrix counted), else the iteration time.
 With --calibrate-h100 the Hopper BF16 and FP8 GEMM efficiencies are grid-fitted on the three
 calibration rows named below and every other Hopper row is held out; with --calibrate-moe
-the MoE host-issue time is grid-fitted on `MOE_CALIBRATION`; --moe-residuals prints the
-measured and predicted time per MoE layer pass of every MoE row, and --moe-host-need the host
-issue time each MoE row would need as published, beside its runtime. The fits use the planner
-protocol.
+the MoE host-issue time is grid-fitted on `MOE_CALIBRATION`, with --calibrate-moe-graphs the
+eager host time of the CUDA-graph-capturable regions on `MOE_GRAPH_CALIBRATION`;
+--moe-residuals prints the measured and predicted time per MoE layer pass of every MoE row,
+and --moe-host-need the host issue time each MoE row would need as published, beside its
+runtime. The fits use the planner protocol.
 """
 
 import dataclasses
@@ -53,6 +55,7 @@ from api_schemas import (
 )
 from api_schemas.hardware import ClusterSpec, KernelCalibration
 from api_schemas.parallel import ParallelConfig
+from api_schemas.training import CudaGraphModule
 from models.catalog import kernels
 from models.catalog.presets import cluster_preset, model_preset
 from models.core.step_time import StepEstimate, clear_step_time_cache, estimate_step
@@ -71,9 +74,14 @@ H100_CALIBRATION = ("megatron-readme-314b", "llama3-t4-405b-16384gpu-seq8192",
 B200_CALIBRATION = ("bridge-25.11-dgx-b200-llama3-8b-8gpu",
                     "bridge-25.11-dgx-b200-llama31-405b-128gpu")
 MOE_CALIBRATION = ("bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu",)
-"""The one row `models.core.compute.MOE_HOST_ISSUE_S` is fitted on (`--calibrate-moe`): the H100
-MoE calibration row named in research/published_runs.md; every other MoE row is held out."""
-CALIBRATION = H100_CALIBRATION + B200_CALIBRATION + MOE_CALIBRATION
+"""The one row `models.core.moe.host_issue.MOE_HOST_ISSUE_S` is fitted on (`--calibrate-moe`):
+the H100 MoE calibration row named in research/published_runs.md (eager: no CUDA graph)."""
+MOE_GRAPH_CALIBRATION = ("bridge-26.04.01-dgx-b200-qwen3-30b-a3b-8gpu",)
+"""The one row `models.core.moe.host_issue.MOE_GRAPHABLE_HOST_S` is fitted on
+(`--calibrate-moe-graphs`): the Qwen3-30B-A3B row (the calibration row's model family, GQA
+attention) whose recipe captures all three regions; the other two rows with CUDA graphs and
+every other MoE row are held out."""
+CALIBRATION = H100_CALIBRATION + B200_CALIBRATION + MOE_CALIBRATION + MOE_GRAPH_CALIBRATION
 A100_CALIBRATION = ("megatron2021-t1-1.7b", "megatron2021-t1-145.6b", "megatron2021-t1-1008.0b")
 """The Megatron-LM 2021 Table 1 rows that `research/calibrate_step.py` fits Ampere's eta_max on."""
 FITTED = CALIBRATION + A100_CALIBRATION
@@ -133,9 +141,9 @@ Megatron-Bridge commit 602e88cb7 `scripts/performance/configs/qwen3/workload_bas
 only, and no H100 DeepSeek-V3, GPT-OSS or Qwen3-235B config sets them) and tag
 26.04-alpha.rc2 `deepseek_workload_base_configs.py` (`DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2`)
 and `qwen3_workload_base_configs.py` (`QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1`, which the
-FP8_MX config aliases; `QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1` sets none). The cost
-model has no input for them yet: `--moe-host-need` prints them beside the host issue time
-each row would need, the evidence for modelling the host side per runtime (issue 34 item 3)."""
+FP8_MX config aliases; `QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1` sets none); the GPT-OSS
+configs that set them are GB300 and B300 only (`gpt_oss_workload_base_configs.py`).
+`row_training` passes them as `TrainingSpec.cuda_graph_modules`."""
 
 
 RECIPE_LAYOUTS: dict[str, dict[str, int]] = {
@@ -296,7 +304,7 @@ def row_cluster(row: dict[str, Any]) -> ClusterSpec:
 
 def row_training(row: dict[str, Any]) -> TrainingSpec:
     """The training recipe of a row: what it prints (batch, sequence, precision, fusion) and
-    what its framework's recipe states (`MOE_RECIPES`, `BRIDGE_GRAD_DTYPE`,
+    what its framework's recipe states (`MOE_RECIPES`, `MOE_CUDA_GRAPH_SCOPES`, `BRIDGE_GRAD_DTYPE`,
     `TP_OVERLAP_RECIPES`); the era's
     defaults (dropout, materialised attention, no gradient-reduction overlap) for the
     2019-2022 rows."""
@@ -313,6 +321,8 @@ def row_training(row: dict[str, Any]) -> TrainingSpec:
                             p.get("elementwise_fusion") or "fused"),
                         moe_dispatcher=MoeDispatcher(dispatcher),
                         overlap_ep_comm=ep_overlap,
+                        cuda_graph_modules=tuple(CudaGraphModule(m) for m in
+                                                 MOE_CUDA_GRAPH_SCOPES.get(row["id"], ())),
                         overlap_tp_comm=tp_overlapped(row["id"]),
                         grad_dtype=(BRIDGE_GRAD_DTYPE if row["id"].startswith("bridge-")
                                     else DType.FP32))
@@ -527,27 +537,48 @@ def _error(obs: float, pred: float, unit: str) -> float:
 
 
 def calibrate_moe_host_issue(rows: list[dict[str, Any]]) -> float:
-    """Grid-fit `models.core.compute.MOE_HOST_ISSUE_S`, the fixed part of the MoE host issue time
-    (0 to 12 ms in 0.1 ms steps; the per-expert launches, `moe_expert_launches`, are counted
-    beside it), on the `MOE_CALIBRATION` rows, minimising the mean |log(predicted /
-    measured)|; prints the fit and leaves the fitted value set."""
-    from models.core import compute
+    """Grid-fit `models.core.moe.host_issue.MOE_HOST_ISSUE_S`, the eager fixed part of the MoE
+    host issue time (0 to 12 ms in 0.1 ms steps; the per-expert launches,
+    `moe_expert_launches`, are counted beside it), on the `MOE_CALIBRATION` rows, minimising
+    the mean |log(predicted / measured)|; prints the fit and leaves the fitted value set."""
+    from models.core.moe import host_issue
 
     calib = [r for r in rows if r["id"] in MOE_CALIBRATION]
     best: tuple[float, float] | None = None
     for tenths in range(0, 121):
-        compute.MOE_HOST_ISSUE_S = tenths * 1e-4
+        host_issue.MOE_HOST_ISSUE_S = tenths * 1e-4
         clear_step_time_cache()
         errs = [abs(math.log(1 + _error(*out))) for r in calib if (out := predict(r))]
         score = statistics.mean(errs)
         if best is None or score < best[0]:
-            best = (score, compute.MOE_HOST_ISSUE_S)
+            best = (score, host_issue.MOE_HOST_ISSUE_S)
     assert best is not None
-    compute.MOE_HOST_ISSUE_S = best[1]
+    host_issue.MOE_HOST_ISSUE_S = best[1]
     clear_step_time_cache()
     print(f"MoE host issue per layer forward, fixed part: {1e3 * best[1]:.1f} ms "
           f"(mean |log err| {best[0]:.3f} on {len(calib)} row)")
     return best[1]
+
+
+def calibrate_moe_graphs(rows: list[dict[str, Any]]) -> float:
+    """Bisect `models.core.moe.host_issue.MOE_GRAPHABLE_HOST_S` (0 to `MOE_HOST_ISSUE_S`, to
+    0.05 ms) until the `MOE_GRAPH_CALIBRATION` row's prediction matches its measurement,
+    `MOE_HOST_ISSUE_S` fixed; prints the fit and leaves the fitted value set."""
+    from models.core.moe import host_issue
+
+    (row,) = [r for r in rows if r["id"] in MOE_GRAPH_CALIBRATION]
+    lo, hi = 0.0, host_issue.MOE_HOST_ISSUE_S
+    while hi - lo > 5e-5:
+        host_issue.MOE_GRAPHABLE_HOST_S = (lo + hi) / 2
+        clear_step_time_cache()
+        out = predict(row)
+        assert out is not None
+        lo, hi = (lo, (lo + hi) / 2) if _error(*out) > 0 else ((lo + hi) / 2, hi)
+    host_issue.MOE_GRAPHABLE_HOST_S = round((lo + hi) / 2, 5)
+    clear_step_time_cache()
+    print(f"MoE host issue the three capturable regions take eagerly: "
+          f"{1e3 * host_issue.MOE_GRAPHABLE_HOST_S:.2f} ms (row {row['id']})")
+    return host_issue.MOE_GRAPHABLE_HOST_S
 
 
 def moe_residuals(rows: list[dict[str, Any]]) -> None:
@@ -574,16 +605,18 @@ def moe_residuals(rows: list[dict[str, Any]]) -> None:
 
 def moe_host_need(rows: list[dict[str, Any]], protocol: str = AS_PUBLISHED_PROTOCOL) -> None:
     """Per MoE row, the host issue time per MoE layer forward that would make the prediction
-    under `protocol` match the measurement (bisection on `models.core.compute.MOE_HOST_ISSUE_S`
+    under `protocol` match the measurement (bisection on
+    `models.core.moe.host_issue.MOE_HOST_ISSUE_S`
     over 0-80 ms, the per-expert launch term off), beside the row's local experts,
     micro-batch, precision and runtime (dispatcher, EP all-to-all overlap, CUDA graph scopes:
     `MOE_RECIPES`, `MOE_CUDA_GRAPH_SCOPES`): the check of whether the missing MoE time follows
     the local experts (a host cost), the tokens per micro-batch (a GPU cost) or the runtime.
-    Restores both constants."""
-    from models.core import compute
+    The need is the eager issue time: a row's CUDA graph regions still save
+    `graphed_host_saving_s` from it. Restores both constants."""
+    from models.core.moe import host_issue
 
-    issue, launch = compute.MOE_HOST_ISSUE_S, compute.MOE_HOST_LAUNCH_S
-    compute.MOE_HOST_LAUNCH_S = 0.0
+    issue, launch = host_issue.MOE_HOST_ISSUE_S, host_issue.MOE_HOST_LAUNCH_S
+    host_issue.MOE_HOST_LAUNCH_S = 0.0
     try:
         for row in rows:
             if row["id"] not in MOE_RECIPES:
@@ -594,7 +627,7 @@ def moe_host_need(rows: list[dict[str, Any]], protocol: str = AS_PUBLISHED_PROTO
             lo, hi = 0.0, 0.08
             out: tuple[float, float, str] | None = None
             for _ in range(14):
-                compute.MOE_HOST_ISSUE_S = (lo + hi) / 2
+                host_issue.MOE_HOST_ISSUE_S = (lo + hi) / 2
                 clear_step_time_cache()
                 out = predict(row, protocol)
                 if out is None:
@@ -610,7 +643,7 @@ def moe_host_need(rows: list[dict[str, Any]], protocol: str = AS_PUBLISHED_PROTO
                   f"a2a overlap {'on ' if overlap else 'off'} graphs {graphs:28s} "
                   f"needed host issue {1e3 * lo:6.2f} ms")
     finally:
-        compute.MOE_HOST_ISSUE_S, compute.MOE_HOST_LAUNCH_S = issue, launch
+        host_issue.MOE_HOST_ISSUE_S, host_issue.MOE_HOST_LAUNCH_S = issue, launch
         clear_step_time_cache()
 
 
@@ -711,8 +744,12 @@ MOE_OUTLIER_CAUSES: dict[str, str] = {
         "not explained: predicted 39% fast while the 25.11 B200 run of the same model "
         "(EP 64, alltoall) is within 15%; the model's rate doubles from EP 64 across nodes to "
         "EP 8 inside a node while the printed rate grows 1.65x. Candidates: GPT-OSS's "
-        "learnable attention sinks are modelled as plain flash attention, and the HybridEP "
-        "runtime's host work is the one fitted constant (issue 34 item 3)"),
+        "learnable attention sinks are modelled as plain flash attention. Not the CUDA graph "
+        "mechanism: this B200 recipe captures nothing (only the GB300 and B300 GPT-OSS "
+        "configs set cuda_graph_scope), and HybridEP without moe_expert_rank_capacity_factor "
+        "waits on the host for its received counts like the other dropless dispatchers "
+        "(Megatron-Core token_dispatcher.py _HybridEPManager), so its host side is the eager "
+        "one"),
 }
 """Why each validation-only MoE row beyond `MOE_OUTLIER_LIMIT` (as published) is there: a
 named mechanism the cost model lacks, or "not explained" with the candidates. A test checks
@@ -805,6 +842,8 @@ def main() -> None:
         _calibrate(rows, "blackwell", B200_CALIBRATION, bf16_grid=None)
     if "--calibrate-moe" in sys.argv:
         calibrate_moe_host_issue(rows)
+    if "--calibrate-moe-graphs" in sys.argv:
+        calibrate_moe_graphs(rows)
     if "--moe-residuals" in sys.argv:
         moe_residuals(rows)
     if "--moe-host-need" in sys.argv:

@@ -31,9 +31,9 @@ from api_schemas.requests import ClusterInput
 from api_schemas.training import TrainingSpec
 from models.catalog.kernels import GEMM_EFFICIENCY_FLOOR_FRAC, KernelProfile, profile_for
 from models.catalog.resolve import resolve_cluster, resolve_model
-from models.core.compute import MOE_HOST_ISSUE_S
 from models.core.memory import memory_ledger
 from models.core.mesh import validate_mesh
+from models.core.moe.host_issue import MOE_HOST_ISSUE_S
 from models.core.step_time import estimate_step
 from models.errors import PlannerError
 from models.evidence.calibration import (

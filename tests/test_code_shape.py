@@ -31,7 +31,6 @@ SAME_AS_MAKESPAN = ("shares its keyword signature with closed_form_makespan (cal
 
 ALLOWED: dict[str, str] = {
     # "path" for a module, "path:function" (qualified by class and enclosing function).
-    "models/core/compute.py": REWORK,
     "models/core/frameworks.py:mesh_features": REWORK,
     "models/core/memory.py": REWORK,
     "models/core/memory.py:_shared_context": REWORK,

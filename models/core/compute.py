@@ -20,9 +20,8 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import GpuSpec
 from api_schemas.parallel import RecomputeModule
-from api_schemas.training import ElementwiseFusion, MoeDispatcher
+from api_schemas.training import CudaGraphModule, ElementwiseFusion, MoeDispatcher
 from models.catalog.kernels import (
-    GEMM_LAUNCH_S,
     GEMM_TILE,
     PROFILES,
     KernelProfile,
@@ -33,6 +32,7 @@ from models.catalog.kernels import (
     memory_bound_time_s,
     profile_for,
 )
+from models.core.attention_window import window_loop_keys, window_work_fraction
 from models.core.flops import attention_core_forward_flops
 from models.core.layer_kinds import attention_kind, mlp_kind
 from models.core.linear_attention import (
@@ -42,6 +42,8 @@ from models.core.linear_attention import (
     linear_attention_core_time_s,
     linear_attention_gemm_shapes,
 )
+from models.core.moe.host_issue import moe_host_idle_s, moe_host_sync_s
+from models.core.runtime_passes import RUNTIME_PASSES, OpPasses
 
 FLASH_BACKWARD_FLOP_RATIO = 2.5
 """Backward / forward FLOPs of a fused attention kernel (it recomputes the scores).
@@ -72,16 +74,6 @@ wgrad; Megatron-Core MoE README "FP8 Training": linear-layer inputs stored in FP
 layers' casts are inside the step-calibrated eta_max; the routed experts' are explicit because
 their cast bytes per FLOP are 2 h f / (h + f) times larger (fine-grained experts)."""
 
-MOE_HOST_SYNC_KERNELS = 2
-"""GPU idle per MoE layer forward at the host synchronisation of the per-expert token
-counts, in fixed kernel costs (`models.catalog.kernels.GEMM_LAUNCH_S` each): the device-to-host copy
-of the counts, then the first kernel the host issues after it wakes (the GPU queue is empty
-until then). Source: Megatron-Core `token_dispatcher.py`, `MoEAlltoAllTokenDispatcher`:
-`input_splits`/`output_splits` and the tokens per local expert are copied to the host and
-`d2h_event.synchronize()` runs at `cuda_sync_point` (before the EP all-to-all when EP or TP
-> 1, else before the grouped GEMM, whose `m_splits` are host integers) in every forward and
-recomputed forward; dropless, no CUDA graph of the MoE layer. Backward reuses the splits."""
-
 MOE_PERMUTE_PASSES = 2
 """Read-and-write passes over every routed assignment's hidden vector (16-bit) that each
 dispatcher makes in a forward: the permutation into expert order and the un-permutation
@@ -95,48 +87,6 @@ expert after the dispatch, and sorted back before the combine. Source: Megatron-
 `token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.dispatch_postprocess` ("Permutation 2:
 Sort tokens by local expert", `sort_chunks_by_idxs` when `num_local_experts > 1`) and
 `combine_preprocess` ("Unpermutation 2"), commit d98e8a64."""
-
-MOE_HOST_ISSUE_S = 7.4e-3
-"""Host time to issue one MoE layer forward between two token-count synchronisations, apart
-from the per-local-expert launches of the grouped expert GEMMs (`moe_expert_launches`, which
-`moe_host_issue_s` adds); the GPU idles for what exceeds the layer's forward GPU time
-(`moe_host_idle_s`).
-Calibrated on fewer than three rows (the predicted range of every MoE plan is widened for
-it, `models.evidence.error_bands.THIN_FITS`): grid-fitted (0.1 ms steps) on one row,
-`bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu` (the H100 MoE calibration row named in
-research/published_runs.md), by `research/validate_published.py --calibrate-moe`, with the
-per-expert launches of that row (4 local experts) and the wait for the slowest GPU counted
-(7.9 ms before that wait); every other MoE row, and every
-B200 row, is held out (`research/CALIBRATION.md` Sec. 4). Why one value per layer: the
-measured time per MoE layer pass of the same model is nearly the same on H100 and B200
-(Qwen3-30B-A3B 9.5 and 9.2 ms, Qwen3-235B-A22B 13.8 and 13.3 ms) while their compute differs
-about 2x, so the missing time is neither FLOPs nor HBM bytes."""
-
-MOE_HOST_LAUNCH_S = 3.8e-6
-"""Host time per kernel launch when launches are issued back to back. Source: NVIDIA
-Technical Blog, "Getting Started with CUDA Graphs" (A. Gray, 2019): 20 back-to-back launches
-of a 2.9 us kernel take 3.8 us each (9.6 us with a synchronisation after each, 3.4 us as one
-graph), so the host issues one launch per 3.8 us. A lower bound for Transformer Engine's
-per-expert GEMM, which builds cuBLASLt descriptors and queries the cuBLASLt heuristic before
-each `cublasLtMatmul` (`common/gemm/cublaslt_gemm.cu`, v2.9)."""
-
-EXPERT_GEMMS_PER_FORWARD = 2
-"""Grouped linears of an expert MLP in a forward: fc1 (gate and up) and fc2, each built by
-Megatron-Core's `TEGroupedMLP` with `num_gemms = num_local_experts`
-(`megatron/core/transformer/moe/experts.py` at 0d8e0714cd)."""
-
-CURRENT_SCALING_QUANTIZE_LAUNCHES = 3
-"""Kernels that quantise one FP8 GEMM input of one expert under per-tensor current scaling:
-amax, scale from amax, cast. Source: Transformer Engine v2.9 and v2.14
-`pytorch/csrc/quantizer.cpp` (`Float8CurrentScalingQuantizer::quantize`:
-`nvte_compute_amax_with_config`, `nvte_compute_scale_from_amax`, `nvte_quantize_v2`) and
-`pytorch/csrc/extensions/cast.cpp` (`split_quantize` runs the quantizer of each split in turn;
-its fused multi-tensor kernel serves delayed scaling only)."""
-
-BLOCK_SCALED_QUANTIZE_LAUNCHES = 1
-"""Kernels that quantise one FP8 GEMM input of one expert to MXFP8 (block scales computed in
-the cast kernel): one `nvte_quantize_v2` per split (same files as
-`CURRENT_SCALING_QUANTIZE_LAUNCHES`)."""
 
 M = RecomputeModule
 
@@ -174,8 +124,12 @@ class ComputeContext:
     attention_efficiency_scale: float = 1.0
     """A calibration profile's multiplier on the attention efficiencies (1: as published)."""
     moe_host_issue_s: float | None = None
-    """A calibration profile's fitted fixed host issue time of one MoE layer forward
-    (seconds), in place of `MOE_HOST_ISSUE_S` (None: the published constant)."""
+    """A calibration profile's fitted eager host issue time of one MoE layer forward
+    (seconds), in place of `models.core.moe.host_issue.MOE_HOST_ISSUE_S` (None: the published
+    constant)."""
+    cuda_graph_modules: tuple[CudaGraphModule, ...] = ()
+    """The runtime's CUDA graph capture regions (`TrainingSpec.cuda_graph_modules`), which
+    shorten the host issue of an MoE layer (`models.core.moe.host_issue`)."""
 
     @property
     def tokens(self) -> int:
@@ -303,85 +257,6 @@ def moe_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
     return out
 
 
-def moe_host_sync_s(spec: ModelSpec, ctx: ComputeContext) -> float:
-    """GPU idle time of one MoE layer forward at the host synchronisation of the per-expert
-    token counts (`MOE_HOST_SYNC_KERNELS` fixed kernel costs); zero for a dense model.
-    The metadata all-gather before it is EP traffic (`models.core.traffic.layer.expert_calls`)."""
-    if spec.moe is None:
-        return 0.0
-    return MOE_HOST_SYNC_KERNELS * GEMM_LAUNCH_S
-
-
-def expert_quantize_launches(ctx: ComputeContext) -> int:
-    """Kernels per local expert that quantise one expert GEMM input in a forward: none in
-    16-bit; under FP8, one MXFP8 cast on GPUs with block-scaled formats (an FP4 peak:
-    Blackwell, the Megatron-Bridge `mxfp8` recipes) and the three kernels of per-tensor
-    current scaling elsewhere (the Bridge Hopper recipes, `fp8_cs`). FP4 compute is counted
-    like MXFP8 (one cast per expert). Delayed scaling, whose casts of all experts run as one
-    fused kernel, is not modelled."""
-    if ctx.compute_dtype not in (DType.FP8, DType.FP4):
-        return 0
-    if DType.FP4 in ctx.gpu.dense_peak_flop_per_s:
-        return BLOCK_SCALED_QUANTIZE_LAUNCHES
-    return CURRENT_SCALING_QUANTIZE_LAUNCHES
-
-
-def moe_expert_launches(spec: ModelSpec, ctx: ComputeContext) -> int:
-    """Kernel launches the host issues per MoE layer forward for the local experts one at a
-    time: local experts x grouped linears x (one cuBLAS GEMM + the expert's input casts).
-
-    Source: Transformer Engine v2.9 (Megatron-Bridge 25.11 pins `release_v2.9`) and v2.14
-    (the 26.04 recipes' pin f031cf87): `GroupedLinear` quantises its input per expert
-    (`tex.split_quantize` over `m_splits`) and `general_grouped_gemm` ->
-    `nvte_multi_tensor_gemm` -> `multi_stream_cublas_gemm` loops over the experts, one
-    `cublasLtMatmul` each (the CUTLASS grouped kernel only on Hopper, 16-bit, with
-    `NVTE_USE_CUTLASS_GROUPED_GEMM`); Megatron-Core `TEGroupedMLP` builds fc1 and fc2 with one
-    GEMM per local expert. FP8 weight casts are cached after a step's first micro-batch
-    (`is_first_microbatch`) and not counted.
-    Legend: E / ep local experts (at least 1), 2 grouped linears
-    (`EXPERT_GEMMS_PER_FORWARD`), q input casts per expert (`expert_quantize_launches`)."""
-    moe = spec.moe
-    if moe is None:
-        return 0
-    local_experts = max(1, moe.num_experts // ctx.ep)
-    return local_experts * EXPERT_GEMMS_PER_FORWARD * (1 + expert_quantize_launches(ctx))
-
-
-def moe_host_issue_s(spec: ModelSpec, ctx: ComputeContext) -> float:
-    """Host time to issue one MoE layer's forward, from one token-count synchronisation to
-    the next: the layer's fixed issue time (`MOE_HOST_ISSUE_S`, or a calibration profile's
-    fitted value, `ctx.moe_host_issue_s`) plus one back-to-back launch (`MOE_HOST_LAUNCH_S`)
-    for each per-expert kernel (`moe_expert_launches`); zero for a dense model."""
-    if spec.moe is None:
-        return 0.0
-    fixed = MOE_HOST_ISSUE_S if ctx.moe_host_issue_s is None else ctx.moe_host_issue_s
-    return fixed + moe_expert_launches(spec, ctx) * MOE_HOST_LAUNCH_S
-
-
-def moe_host_idle_s(spec: ModelSpec, ctx: ComputeContext, gpu_forward_s: float) -> float:
-    """GPU idle of one MoE layer forward while the host issues it: the host's issue time
-    (`moe_host_issue_s`) beyond the layer's forward GPU time `gpu_forward_s`.
-
-    Mechanism: the dropless dispatchers copy the per-expert token counts to the host and
-    wait for them in every forward (`moe_host_sync_s`), so the host cannot run ahead of the
-    GPU past one MoE layer: the GPU queue is empty when the host resumes, and the layer's
-    forward takes the longer of the host's issue of its kernels (all-to-all with host-side
-    split sizes, local sorts, one GEMM launch per local expert, FP8 casts, activation,
-    combine, the next attention block) and the GPU's execution of them. Source: Megatron-Core
-    MoE README, "CPU Overhead Bottleneck" (gaps between GPU kernels because the CPU cannot
-    launch them fast enough; remedies: CUDA graphs of the router and the dispatcher
-    preprocessing, a larger micro-batch, a smaller TP), and `token_dispatcher.py`
-    (`_maybe_dtoh_and_synchronize`).
-    Assumes: the host issue time follows the op count (a fixed part plus the per-expert
-    launches), not the GPU or the tokens in the micro-batch;
-    `gpu_forward_s` is the layer's forward compute (its all-to-all time is not counted, a
-    lower bound on the GPU's work); backward reuses the host-side splits and the host runs
-    ahead of it; no CUDA graph of the MoE layer. Not part of `moe_block_times`: Megatron's
-    MoE-layer benchmark hides host launch time.
-    """
-    return max(0.0, moe_host_issue_s(spec, ctx) - gpu_forward_s)
-
-
 MOE_ELEMENTWISE_KEYS = ("moe_act", "permute", "router", "moe_quantize", "shared_act")
 """The memory-bound kernels of `_elementwise_bytes` that belong to the MoE block."""
 
@@ -445,74 +320,6 @@ def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
     return out
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OpPasses:
-    """HBM bytes per element of one memory-bound op's tensor, forward and backward, when
-    the runtime launches it as separate kernels (each kernel reads its inputs and writes its
-    output once, at their formats: 2 bytes bf16, 4 bytes fp32)."""
-
-    forward: float
-    backward: float
-
-
-RUNTIME_PASSES: dict[ElementwiseFusion, dict[str, OpPasses]] = {
-    ElementwiseFusion.EAGER: {
-        # RMSNorm as torchtitan writes it: x.float() (r2 w4), pow(2) (r4 w4), mean (r4),
-        # x * rsqrt (r4 w4), type_as (r4 w2), * weight (r2 w2) = 36. Backward by the autograd
-        # formulas: mul by weight and its weight-gradient product and reduction (4 + 6 + 2),
-        # the two casts (6 + 6), x * r (8) with the row sum of grad * x (12 + 4), mean's
-        # expanded gradient (4), pow's self.pow(1) copy, scale and product (8 + 8 + 12), and
-        # the accumulation of x's two gradient paths (12) = 92.
-        "norm": OpPasses(forward=36.0, backward=92.0),
-        # x + f(x): r2 + r2 + w2; backward adds the two gradient paths into x (r2 r2 w2).
-        "residual": OpPasses(forward=6.0, backward=6.0),
-        # apply_rotary_emb on q and k: float() (r2 w4), complex multiply (r4 w4), type_as
-        # (r4 w2) = 20; backward the same three in reverse = 20.
-        "rope": OpPasses(forward=20.0, backward=20.0),
-        # w2(silu(w1 x) * w3 x) per element of the intermediate width: silu (r2 w2) and the
-        # product (r2 r2 w2) = 10; backward: both product gradients (6 + 6) and silu's (6).
-        "swiglu": OpPasses(forward=10.0, backward=18.0),
-        # GELU MLP: one activation kernel (r2 w2); backward r2 r2 w2.
-        "gelu": OpPasses(forward=4.0, backward=6.0),
-        # repeat_kv: expand + reshape copies K and V to the query head count (per element
-        # of the copy: w2, plus the read of the smaller source); backward sums them back.
-        "repeat_kv": OpPasses(forward=2.0, backward=2.0),
-        # Loss on the logits: .float() (r2 w4), log_softmax (r4 w4) = 14; backward: the NLL
-        # gradient (w4), log_softmax's (r4 r4 w4) and the cast back (r4 w2) = 22.
-        "loss": OpPasses(forward=14.0, backward=22.0),
-    },
-    ElementwiseFusion.COMPILED: {
-        # Inductor fuses each pointwise/reduction chain into one kernel: the norm reads x and
-        # writes its output (4); backward reads grad and x, writes grad_x (6) and reduces the
-        # weight gradient (r2 r2).
-        "norm": OpPasses(forward=4.0, backward=10.0),
-        "residual": OpPasses(forward=6.0, backward=6.0),
-        # Complex numbers are an Inductor fallback (lowering.py: view_as_complex falls back
-        # and needs a contiguous fp32 input), so the rotary embedding keeps its eager passes.
-        "rope": OpPasses(forward=20.0, backward=20.0),
-        # silu * mul in one kernel (r2 r2 w2); backward one kernel (r2 r2 r2 w2 w2).
-        "swiglu": OpPasses(forward=6.0, backward=10.0),
-        "gelu": OpPasses(forward=4.0, backward=6.0),
-        # scaled_dot_product_attention is an extern kernel: its repeated K/V inputs are
-        # materialised as in eager.
-        "repeat_kv": OpPasses(forward=2.0, backward=2.0),
-        # torchtitan compiles each TransformerBlock only; the loss stays eager (train.py at
-        # 9dec370: "compiling loss function causes CUDA errors, turning off for now").
-        "loss": OpPasses(forward=14.0, backward=22.0),
-    },
-}
-"""Bytes per element of each memory-bound op under an unfused runtime (`fused` keeps the
-Megatron / Transformer Engine counts of `_elementwise_bytes`).
-
-Sources: the op sequence of torchtitan's Llama model, norms and train.py at commit 9dec370
-(the December 2024 benchmark's release: RMSNorm in fp32, rotary embedding through complex64,
-repeat_kv by expand + reshape, cross-entropy on .float() logits, torch.compile per
-TransformerBlock); each aten op is one kernel in eager mode, and its backward follows
-PyTorch's autograd formulas (tools/autograd/derivatives.yaml); Inductor's fusion of
-pointwise and reduction ops and its complex-number fallback (torch/_inductor/lowering.py).
-"""
-
-
 def _runtime_elementwise_bytes(spec: ModelSpec, ctx: ComputeContext) -> dict[str, OpPasses]:
     """Per-micro-batch (forward, backward) HBM bytes of a dense layer's memory-bound ops
     under an unfused runtime, by the keys of `_elementwise_bytes`: the elements each op
@@ -559,55 +366,6 @@ def op_sac_gemms(spec: ModelSpec, ctx: ComputeContext, *, moe_layer: bool) -> li
         up = [_Gemm(m=tokens, n=f, k=h)] * mlp_kind(spec).up_matrices
         mlp = up + [_Gemm(m=tokens, n=h, k=f)]
     return (attention + mlp)[1::2]
-
-
-ATTENTION_KEY_TILE = 128
-"""Keys of a key tile of the fused attention kernel (and rows of its query tile) at head dim
-64, GPT-OSS's: FlashAttention-2 `csrc/flash_attn/src/flash_fwd_launch_template.h`
-(`run_mha_fwd_hdim64`: kBlockM = kBlockN = 128); FlashAttention-3 `hopper/
-flash_fwd_launch_template.h` (`run_mha_fwd_hdim64`: kBlockN = 128). A sliding-window layer
-computes whole key tiles: the tiles its window touches."""
-
-
-def window_kernel_keys(window: int, *, seq_len: int) -> float:
-    """Mean keys per query a fused kernel computes in a sliding-window layer: query tile i
-    (0-based) runs its key-block loop from the first tile its window reaches to its diagonal
-    tile, min(i + 1, K) tiles with K = ceil((T + w - 1) / T), so the first K - 1 query tiles
-    touch fewer (the causal ramp), the rest K each. A window as long as the sequence gives
-    the causal kernel's own mean, T (n + 1) / 2.
-
-    Source: FlashAttention-2 (`flash_fwd_kernel.h`: a query tile's key-block loop runs from
-    `n_block_min`, set by `window_size_left` and never below 0, to its diagonal block,
-    skipping the blocks the window masks entirely; "sliding window local attention",
-    flash-attn 2.3); Transformer Engine runs GPT-OSS's window (left 128, right 0) on cuDNN's
-    fused kernel (`dot_product_attention/utils.py: get_attention_backend`, v2.9:
-    FusedAttention keeps windows (left, 0) with a causal mask, cuDNN 9.2+; `fused_attn.cpp`).
-    cuDNN's tile sizes are not published; the FlashAttention tile `ATTENTION_KEY_TILE` is
-    assumed for both.
-    Legend: T = ATTENTION_KEY_TILE, w = window, s = seq_len, n = ceil(s / T) query tiles.
-    """
-    tile = ATTENTION_KEY_TILE
-    reach = math.ceil((tile + window - 1) / tile)
-    tiles = math.ceil(seq_len / tile)
-    ramp = min(tiles, reach)
-    touched = ramp * (ramp + 1) / 2 + max(0, tiles - reach) * reach
-    return tile * touched / tiles
-
-
-def window_work_fraction(window: int, *, seq_len: int) -> float:
-    """The share of a causal fused kernel's key tiles a sliding-window kernel computes, both
-    counted in tiles (`window_kernel_keys` of the window over that of a window covering the
-    sequence): 1 when the window spans the sequence."""
-    return window_kernel_keys(window, seq_len=seq_len) / window_kernel_keys(seq_len,
-                                                                             seq_len=seq_len)
-
-
-def window_loop_keys(window: int, *, seq_len: int) -> int:
-    """Keys of the longest key-block loop of a sliding-window layer, T ceil((T + w - 1) / T)
-    (at most the sequence): the loop length that sets the kernel's saturation
-    (`window_kernel_keys` for the sources)."""
-    tile = ATTENTION_KEY_TILE
-    return min(seq_len, tile * math.ceil((tile + window - 1) / tile))
 
 
 def _attention_core(spec: ModelSpec, ctx: ComputeContext, window: int | None = None,
@@ -786,23 +544,14 @@ __all__ = [
     "ATTENTION_DROPOUT_BYTES_PER_SCORE",
     "ELEMENTWISE_BACKWARD_RATIO",
     "FP8_QUANTIZE_BYTES_PER_ELEMENT",
-    "ATTENTION_KEY_TILE",
     "FLASH_BACKWARD_FLOP_RATIO",
     "MATERIALIZED_BACKWARD_FLOP_RATIO",
     "MOE_ELEMENTWISE_KEYS",
     "ALLTOALL_LOCAL_SORT_PASSES",
-    "BLOCK_SCALED_QUANTIZE_LAUNCHES",
-    "CURRENT_SCALING_QUANTIZE_LAUNCHES",
-    "EXPERT_GEMMS_PER_FORWARD",
-    "MOE_HOST_ISSUE_S",
-    "MOE_HOST_LAUNCH_S",
-    "MOE_HOST_SYNC_KERNELS",
     "MOE_PERMUTE_PASSES",
     "ROUTER_BYTES_PER_SCORE",
-    "RUNTIME_PASSES",
     "ComputeContext",
     "LayerCompute",
-    "OpPasses",
     "OpTimes",
     "attention_dropout_time_s",
     "attention_gemms",
@@ -813,14 +562,6 @@ __all__ = [
     "mlp_gemms",
     "moe_block_times",
     "moe_gemms",
-    "expert_quantize_launches",
-    "moe_expert_launches",
-    "moe_host_idle_s",
-    "moe_host_issue_s",
-    "moe_host_sync_s",
     "op_sac_gemms",
     "routed_assignments",
-    "window_kernel_keys",
-    "window_loop_keys",
-    "window_work_fraction",
 ]

@@ -8,7 +8,12 @@ request left to the planner (None) when nothing chose it, the mesh conditions un
 each takes effect (`effective_features`, in the capability vocabulary of
 `models/data/frameworks.json`), which of them cost memory (`RUNTIME_FEATURES`: the search
 branches on those and takes the others whenever they are available), and the bytes of the
-DeepEP buffer (`deepep_buffer_bytes`). Must not: read the
+DeepEP buffer (`deepep_buffer_bytes`). The per-layer CUDA graph regions of an MoE layer
+(`TrainingSpec.cuda_graph_modules`: Megatron-Core `--cuda-graph-impl transformer_engine
+--cuda-graph-modules attn moe_router moe_preprocess`, `transformer_config.py` at d98e8a64)
+are a recipe field the cost model reads as stated and the search never turns on: their
+graph memory pools are not in the memory ledger (`models.core.moe.host_issue` times them).
+Must not: read the
 frameworks' capability tables (`models/core/frameworks.py`), search or size anything.
 """
 

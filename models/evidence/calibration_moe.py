@@ -1,7 +1,8 @@
 """Fitting the fixed host issue time of an MoE layer forward to measured step times.
 
-Owns: the least-squares fit of h, the fixed host time to issue one MoE layer forward
-(`models.core.compute.MOE_HOST_ISSUE_S`, which a calibration profile may replace), jointly with
+Owns: the least-squares fit of h, the eager host time to issue one MoE layer forward
+(`models.core.moe.host_issue.MOE_HOST_ISSUE_S`, which a calibration profile may replace;
+CUDA graphs of the runs' recipes shorten it as `graphed_host_saving_s` says), jointly with
 the GEMM efficiency scale s and the per-step overhead o of `models.evidence.calibration`; its
 standard error, its leave-one-out fits, whether the runs identify it, and its physical
 limits. Pure: each run arrives as its model step time tabulated over (h, s) (the caller runs
@@ -11,10 +12,11 @@ profiles (`service/`).
 Model and fit (one documented formula):
     t_i(s, o, h) = T_i(s, h) + o,   minimise  sum_i (ln t_i - ln m_i)^2
 where T_i(s, h) is the cost model's step time with every MoE layer forward taking the
-longer of its GPU time and h plus its per-expert launches (`models.core.compute.moe_host_idle_s`),
-interpolated linearly in h between tabulated values (T is piecewise linear in h: a sum of
-maxima) and in 1/s as in `models.evidence.calibration`. For each h, (s, o) are fitted as there
-(`fit_constants`, or `fit_overhead` with s held by GEMM microbenchmarks); h minimises the
+longer of its GPU time and h plus its per-expert launches
+(`models.core.moe.host_issue.moe_host_idle_s`), interpolated linearly in h between
+tabulated values (T is piecewise linear in h: a sum of maxima) and in 1/s as in
+`models.evidence.calibration`. For each h, (s, o) are fitted as there (`fit_constants`, or
+`fit_overhead` with s held by GEMM microbenchmarks); h minimises the
 profiled residual, by a scan over the table and golden-section search between the best
 point's neighbours. Standard errors: the Gauss-Newton covariance sigma^2 (J^T J)^-1 over the
 free parameters, sigma^2 = RSS / (n - p). Minimising over (s, o) for each h and then over

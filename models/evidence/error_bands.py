@@ -64,7 +64,7 @@ LARGEST_SCALE = "over 256 GPUs"
 THIN_FITS: dict[tuple[str | None, bool | None], tuple[str, int]] = {
     ("hopper", None): ("Hopper eta_max (BF16 on 2 predicted rows, FP8 on none)", 0),
     ("blackwell", None): ("Blackwell eta_max (FP8 on 2 rows, BF16 at the kernel ratio)", 2),
-    (None, True): ("MOE_HOST_ISSUE_S", 1),
+    (None, True): ("MOE_HOST_ISSUE_S and MOE_GRAPHABLE_HOST_S", 1),
 }
 """Constants fitted on fewer than three rows, keyed by the predictions that depend on them
 ((kernel family, None) for every model of a family, (None, True) for every MoE model), with

@@ -24,7 +24,7 @@ from api_schemas.parallel import (
     RecomputeModule,
     StagePolicy,
 )
-from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
+from api_schemas.training import CudaGraphModule, Fp8WeightStorage, OptimizerKind, TrainingSpec
 from models.core.layer_kinds import kind_recompute_modules
 from models.core.layout import pipeline_layout
 from models.core.pipeline import schedule_traits
@@ -83,12 +83,14 @@ MEGATRON_SUPPLEMENT_FLAGS: frozenset[str] = frozenset({
     "--moe-router-enable-expert-bias", "--moe-expert-capacity-factor", "--ckpt-format",
     "--no-gradient-accumulation-fusion", "--optimizer", "--use-precision-aware-optimizer",
     "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype",
-    "--moe-enable-deepep", "--overlap-moe-expert-parallel-comm",
+    "--moe-enable-deepep", "--overlap-moe-expert-parallel-comm", "--external-cuda-graph",
+    "--cuda-graph-scope",
 })
 """Further core_v0.14.0 flags the plan needs to be stated faithfully (RoPE vs learned
 positions, biases, QK norm, expert-bias routing, capacity factor, Megatron FSDP's checkpoint
-format and gradient-fusion switch, optimizer and its state precisions, the DeepEP dispatcher
-and the batch-level EP overlap), each checked against the same `arguments.py`."""
+format and gradient-fusion switch, optimizer and its state precisions, the DeepEP dispatcher,
+the batch-level EP overlap and per-layer CUDA graphs of attention), each checked against the
+same `arguments.py`."""
 
 MEGATRON_FLAGS: frozenset[str] = MEGATRON_REFERENCE_FLAGS | MEGATRON_SUPPLEMENT_FLAGS
 """Every flag this exporter may emit."""
@@ -162,7 +164,8 @@ def megatron_export(spec: ModelSpec, training: TrainingSpec,
     for part_args, part_notes in (
             _batch_args(training, parallel), _sharding_args(parallel),
             _precision_args(training, parallel), _recompute_args(spec, parallel),
-            _overlap_args(spec, training, parallel), _unsupported_notes(training, parallel)):
+            _overlap_args(spec, training, parallel), _cuda_graph_args(training, parallel),
+            _unsupported_notes(training, parallel)):
         args += part_args
         notes += part_notes
     unknown = [token for token in args if token.startswith("--") and token not in MEGATRON_FLAGS]
@@ -428,6 +431,34 @@ def _overlap_args(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                      "column-parallel input-gradient collective under the weight-gradient "
                      "GEMM (no flag turns it off), so the TP backward runs faster than "
                      "planned")
+    return args, notes
+
+
+def _cuda_graph_args(training: TrainingSpec, parallel: ParallelConfig) -> Part:
+    """Per-layer CUDA graphs (`TrainingSpec.cuda_graph_modules`). core_v0.14.0 captures the
+    attention block of a dropless MoE layer with `--external-cuda-graph --cuda-graph-scope
+    attn` (MoE README, MCore v0.13 news; `--te-rng-tracker` is switched on for it by
+    `validate_args`; full recomputation is refused); its `--cuda-graph-scope` choices are
+    full, attn and full_iteration, so the router and preprocessing regions are notes
+    (Megatron-Core 0.15 and later: `--cuda-graph-impl transformer_engine --cuda-graph-scope
+    attn moe_router moe_preprocess`)."""
+    modules = set(training.cuda_graph_modules)
+    args: list[str] = []
+    notes: list[str] = []
+    if CudaGraphModule.ATTN in modules:
+        recompute = unified_policy(parallel, framework="Megatron-LM").policy.recompute
+        if recompute == RecomputeMode.FULL or (isinstance(recompute, FullLayers)
+                                               and recompute.full_layers > 0):
+            notes.append("cuda_graph_modules 'attn' not exported: Megatron-LM refuses CUDA "
+                         "graphs with full recomputation, so attention is issued eagerly")
+        else:
+            args += ["--external-cuda-graph", "--cuda-graph-scope", "attn"]
+    moe_regions = sorted(str(m) for m in modules - {CudaGraphModule.ATTN})
+    if moe_regions:
+        notes.append(f"cuda_graph_modules {', '.join(moe_regions)}: Megatron-LM "
+                     f"{MEGATRON_VERSION} cannot capture them (Megatron-Core 0.15+: "
+                     "--cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router "
+                     "moe_preprocess); not exported, so the host issues them eagerly")
     return args, notes
 
 

@@ -1,5 +1,5 @@
 """Runtime kernel fusion: eager PyTorch, torch.compile and fused kernels pay different HBM
-passes for the memory-bound ops between GEMMs (models/core/compute.py `RUNTIME_PASSES`)."""
+passes for the memory-bound ops between GEMMs (models/core/runtime_passes.py `RUNTIME_PASSES`)."""
 
 import pytest
 
@@ -7,7 +7,6 @@ from api_schemas import ElementwiseFusion, ParallelConfig, RecomputeModule, Trai
 from models.catalog.kernels import memory_bound_time_s
 from models.catalog.presets import cluster_preset, gpu_preset, model_preset
 from models.core.compute import (
-    RUNTIME_PASSES,
     ComputeContext,
     _attention_core,
     _elementwise_bytes,
@@ -15,6 +14,7 @@ from models.core.compute import (
     head_compute,
     layer_compute,
 )
+from models.core.runtime_passes import RUNTIME_PASSES
 from models.core.step_time import estimate_step
 
 F32, BF16 = 4, 2

@@ -8,10 +8,10 @@ import pytest
 
 from api_schemas.requests import EvaluateRequest
 from models.catalog.resolve import resolve_cluster, resolve_model
-from models.core.compute import (
+from models.core.compute import ComputeContext
+from models.core.moe.host_issue import (
     MOE_HOST_ISSUE_S,
     MOE_HOST_LAUNCH_S,
-    ComputeContext,
     moe_expert_launches,
     moe_host_issue_s,
 )

@@ -8,14 +8,13 @@ import pytest
 from api_schemas import ModelSpec, RecomputeModule
 from models.catalog.hf_config import spec_from_hf_config
 from models.catalog.presets import cluster_preset, hf_preset_config, model_preset
-from models.core.compute import (
+from models.core.attention_window import (
     ATTENTION_KEY_TILE,
-    ComputeContext,
-    layer_compute,
     window_kernel_keys,
     window_loop_keys,
     window_work_fraction,
 )
+from models.core.compute import ComputeContext, layer_compute
 from models.core.flops import attention_core_forward_flops, layer_forward_flops, model_forward_flops
 
 H100 = cluster_preset("h100-sxm5-80gb", num_nodes=1).gpu

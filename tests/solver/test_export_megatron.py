@@ -384,3 +384,19 @@ def test_a_sliding_window_is_named_in_the_notes_not_exported_as_flags() -> None:
     listed = spec.model_copy(update={"sliding_window_layers": (0, 1, 2)})
     assert any('--window-attn-skip-freq "[1,1,1,0,' in note
                for note in megatron_notes(listed, training, parallel))
+
+
+def test_cuda_graphs_of_attention_are_exported_and_moe_regions_are_notes() -> None:
+    """core_v0.14.0 captures a dropless MoE layer's attention (`--external-cuda-graph
+    --cuda-graph-scope attn`); its scope choices have no router or preprocessing region."""
+    graphs = {"cuda_graph_modules": ["attn", "moe_router", "moe_preprocess"]}
+    spec, training, parallel = case("qwen3-30b-a3b", gbs=64, dp=8, ep=8, training=graphs)
+    args = megatron_args(spec, training, parallel)
+    assert "--external-cuda-graph" in args and _value(args, "--cuda-graph-scope") == "attn"
+    notes = megatron_notes(spec, training, parallel)
+    assert any("moe_preprocess, moe_router" in note and "eagerly" in note for note in notes)
+    eager = training.model_copy(update={"cuda_graph_modules": ()})
+    assert "--external-cuda-graph" not in megatron_args(spec, eager, parallel)
+    full = parallel.model_copy(update={"recompute": "full"})
+    assert "--external-cuda-graph" not in megatron_args(spec, training, full)
+    assert any("full recomputation" in note for note in megatron_notes(spec, training, full))

@@ -2,7 +2,8 @@
 
 Owns: all-to-all payload and its intra/inter-node split (`traffic`), load imbalance,
 receive buffers, capacity and redundant-expert traffic (`balance`), the expert GEMM rows
-and time inside a rank (`expert_gemm`), and the synthetic
+and time inside a rank (`expert_gemm`), the host side of a dropless MoE layer (token-count
+synchronisation, per-expert launches, CUDA graph regions: `host_issue`), and the synthetic
 routing skews used by tests and benchmarks (`skew`). Must not: import `solver` or
 OR-Tools, or compute collective times.
 """

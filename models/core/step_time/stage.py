@@ -71,7 +71,7 @@ def compute_context(training: TrainingSpec, parallel: ParallelConfig,
                     cluster: ClusterSpec) -> ComputeContext:
     """The kernel-timing context of a configuration (the cluster's calibration profile, if
     any, scales the GEMM efficiency, `models.catalog.kernels.calibrated_profile`, and may set the
-    MoE layer's fixed host issue time, `models.core.compute.moe_host_issue_s`)."""
+    MoE layer's eager host issue time, `models.core.moe.host_issue.moe_host_issue_s`)."""
     calibration = cluster.calibration
     scale = calibration.gemm_efficiency_scale if calibration is not None else 1.0
     attention = calibration.attention_efficiency_scale if calibration is not None else 1.0
@@ -83,7 +83,7 @@ def compute_context(training: TrainingSpec, parallel: ParallelConfig,
         dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance,
         moe_dispatcher=dispatcher(training),
         elementwise_fusion=training.elementwise_fusion, gemm_efficiency_scale=scale,
-        attention_efficiency_scale=attention,
+        attention_efficiency_scale=attention, cuda_graph_modules=training.cuda_graph_modules,
         moe_host_issue_s=calibration.moe_host_issue_s if calibration is not None else None)
 
 

@@ -324,7 +324,8 @@ def expert_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
     the assumed load imbalance, and timed by `all_to_all_split_cost`. Dispatch travels in
     FP8 under FP8 compute, combine in 16 bit. Before each forward dispatch the ranks
     all-gather their per-expert token counts (int64, one per expert), a latency-bound call
-    the host then waits on (`models.core.compute.moe_host_sync_s`); backward reuses the splits.
+    the host then waits on (`models.core.moe.host_issue.moe_host_sync_s`); backward reuses
+    the splits.
     Source: DeepSeek-V3 arXiv:2412.19437 Sec. 3.2.2 (FP8 dispatch, BF16 combine); GShard
     arXiv:2006.16668 (dispatch and combine all-to-alls; backward mirrors them); Megatron-Core
     `token_dispatcher.py` `MoEAlltoAllTokenDispatcher.preprocess`
