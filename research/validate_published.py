@@ -115,6 +115,12 @@ MOE_RECIPES: dict[str, tuple[str, bool]] = {
     # Validation-only MoE rows added with the MoE group (issue 34 item 4); recipes at tag
     # 26.04-alpha.rc2 (26.04.01 rows) and at commit d29310e90 (the 26.02 row: the parent of
     # 4a6450755, which moved the H100 Qwen3-30B recipe to EP 16 with HybridEP after the run).
+    # The 26.02 row's recipe (d29310e90 and tag v0.3.0, the 26.02 release:
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1) names moe_flex_dispatcher_backend="deepep",
+    # but the 26.02 release notes (docs/releases/known-issues.md, "26.02") state that DeepEP is
+    # not supported in the 26.02 container, with reduced H100 performance; the row keeps
+    # Megatron's alltoall (the dispatcher of the 25.11 run of the same layout), and the
+    # outlier note gives the DeepEP figure.
     "bridge-26.04.01-dgx-b200-qwen3-30b-a3b-8gpu": ("deepep", False),
     "bridge-26.04.01-dgx-b200-qwen3-235b-a22b-256gpu": ("alltoall", False),
     "bridge-26.04.01-dgx-b200-gpt-oss-120b-64gpu": ("deepep", False),
@@ -149,6 +155,7 @@ configs that set them are GB300 and B300 only (`gpt_oss_workload_base_configs.py
 RECIPE_LAYOUTS: dict[str, dict[str, int]] = {
     "bridge-25.11-dgx-h100-gpt-oss-120b-64gpu": {"micro_batch_size": 1},
     "bridge-25.11-dgx-b200-gpt-oss-120b-64gpu": {"ep": 64},
+    "bridge-25.11-dgx-h100-qwen3-30b-a3b-16gpu": {"micro_batch_size": 1, "vpp": 12},
 }
 """Layout fields taken from the performance recipe of the row's release where the printed
 table row contradicts it, read from the recipe and the tables, not from the measurement:
@@ -168,6 +175,17 @@ Megatron-Bridge `scripts/performance/configs/gpt_oss/workload_base_configs.py` a
   B200 BF16 run at EP 64 and MBS 4 with 8,047 tokens/s per GPU (25.11: 8,213), and the 26.04
   recipe moved the B200 run to EP 8 with HybridEP (`GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2`
   at tag 26.04-alpha.rc2), where the table prints 13,045.
+- H100 Qwen3-30B-A3B: `QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG` (Megatron-Bridge tag v0.2.0,
+  the 25.11 release, `scripts/performance/configs/qwen3/workload_base_configs.py`) sets PP 2,
+  `virtual_pipeline_model_parallel_size=12` and GBS 512 and keeps the base
+  `micro_batch_size=1` (`WorkloadBaseConfig`, `scripts/performance/utils/utils.py`). The 25.11
+  table prints MBS 2, VP 24 and GA 32, the layout columns of the 25.09 table's tokendrop row
+  (16 GPUs, GBS 512, MBS 2, PP 2, VP 24, EP 8, GA 32; 10,494 tokens/s). VP 24 is in neither
+  release's recipe (the 25.09 recipe, `qwen3_30b_a3b_llm_pretrain.yaml` at tag v0.1.0rc4,
+  sets `vp: 12` for H100, with `mbs: 2` for fp8_cs), the VP column counts chunks per pipeline
+  rank in the other rows (H100 Qwen3-235B: VP 4, recipe
+  `virtual_pipeline_model_parallel_size=4`), and the 26.02 table prints the same recipe's
+  run (GBS 1024) at MBS 1 and VP 12.
 Read and left to the planner: the Nemotron-4 15B rows (`nemotron4-15b-t2-*`). Their paper
 (arXiv:2402.16819 Sec. 2, "Pre-training", and Table 2) states TP 8 with data parallelism
 96 / 192 / 288, a distributed optimizer, BF16, sequence length 4096 and batch 384 / 768 /
@@ -727,19 +745,23 @@ MOE_OUTLIER_LIMIT = 0.25
 
 MOE_OUTLIER_CAUSES: dict[str, str] = {
     "bridge-25.11-dgx-h100-qwen3-30b-a3b-16gpu": (
-        "not explained, runtime of one recipe: the H100 FP8 recipe with the alltoall "
-        "dispatcher, EP all-to-all overlap and PP 2 with 1-2 layers per virtual stage printed "
-        "5,275 tokens/s at micro-batch 2 (25.11) and 5,113 at micro-batch 1 (26.02), where the "
-        "model's rate rises 1.5x with the micro-batch. The host issue per MoE layer forward "
-        "each row would need is 23.5 and 12.2 ms (`--moe-host-need`), growing with the tokens, "
-        "so the missing time is per token, not the fixed host cost (7.4 ms, fitted on the "
-        "Qwen3-235B row of the same recipe family). The 26.02.01 patch table prints 9,058 "
-        "tokens/s (x1.77) under the same layout columns, but the recipe had moved to EP 16 "
-        "with HybridEP and no PP on 2026-02-23 (commit 4a6450755; the 26.04 EP 16 row prints "
-        "8,960), so that figure likely belongs to the new recipe"),
+        "not explained, runtime of one recipe: the H100 FP8 recipe with PP 2 x VP 12, EP 8 "
+        "inside a node, EP all-to-all overlap and a dropless dispatcher printed 5,275 tokens/s "
+        "(25.11) and 5,113 (26.02), both at micro-batch 1 (the 25.11 table's MBS 2 and VP 24 "
+        "are the 25.09 table's columns, `RECIPE_LAYOUTS`); each would need 11.7 and 12.2 ms of "
+        "host issue per MoE layer forward (`--moe-host-need`) against the 7.4 ms fitted on "
+        "the Qwen3-235B row of the same recipe family, and 5.0-9.7 ms on every other MoE row. "
+        "The same layout with token dropping (25.09 table: capacity-bounded buffers, no "
+        "host wait on token counts) printed 10,494 at MBS 2. Candidate: the EP all-to-all "
+        "overlap (combined 1F1B of two micro-batches on two streams) gains nothing when the "
+        "dispatcher blocks the host on every layer's counts; without the overlap the model "
+        "predicts +22.9% and +27.0%. The 26.02.01 table's 9,058 under the same columns "
+        "belongs to the EP 16 HybridEP recipe (tag v0.3.1, the 26.02.01 release)"),
     "bridge-26.02-dgx-h100-qwen3-30b-a3b-16gpu": (
         "same recipe and cause as bridge-25.11-dgx-h100-qwen3-30b-a3b-16gpu (needs 12.2 ms of "
-        "host issue per MoE layer forward at micro-batch 1 against 23.5 ms at 2)"),
+        "host issue per MoE layer forward, the 25.11 row 11.7 ms, both at micro-batch 1); "
+        "its recipe names DeepEP, which the 26.02 container does not support (`MOE_RECIPES`): "
+        "with DeepEP the model predicts +41.6%"),
     "bridge-26.04.01-dgx-b200-gpt-oss-120b-64gpu": (
         "not explained: predicted 39% fast while the 25.11 B200 run of the same model "
         "(EP 64, alltoall) is within 15%; the model's rate doubles from EP 64 across nodes to "

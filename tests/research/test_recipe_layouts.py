@@ -1,6 +1,8 @@
-"""The two GPT-OSS 25.11 rows run the layout of their release's performance recipe
-(`validate_published.RECIPE_LAYOUTS`): the checks that the printed H100 row contradicts
-itself and the memory it would need, and that no other row's layout is touched."""
+"""The two GPT-OSS 25.11 rows and the H100 Qwen3-30B-A3B 25.11 row run the layout of their
+release's performance recipe (`validate_published.RECIPE_LAYOUTS`): the checks that the printed
+GPT-OSS H100 row contradicts itself and the memory it would need, that the Qwen3 row then runs
+the layout the 26.02 table prints for the same recipe, and that no other row's layout is
+touched."""
 
 import sys
 from pathlib import Path
@@ -19,6 +21,8 @@ from models.core.memory import memory_ledger  # noqa: E402
 BY_ID = {row["id"]: row for row in validate_published.DATA["runs"]}
 H100_ROW = "bridge-25.11-dgx-h100-gpt-oss-120b-64gpu"
 B200_ROW = "bridge-25.11-dgx-b200-gpt-oss-120b-64gpu"
+QWEN_ROW = "bridge-25.11-dgx-h100-qwen3-30b-a3b-16gpu"
+QWEN_2602 = "bridge-26.02-dgx-h100-qwen3-30b-a3b-16gpu"
 
 
 def test_the_printed_gradient_accumulation_contradicts_only_the_gpt_oss_h100_row() -> None:
@@ -58,9 +62,35 @@ def test_the_printed_micro_batch_does_not_fit_and_the_recipes_does() -> None:
 def test_only_the_two_gpt_oss_rows_take_recipe_fields() -> None:
     changed = [row["id"] for row in validate_published.DATA["runs"]
                if validate_published.row_parallel(row) != row["parallel"]]
-    assert sorted(changed) == sorted([H100_ROW, B200_ROW])
+    assert sorted(changed) == sorted([H100_ROW, B200_ROW, QWEN_ROW])
     assert validate_published.row_parallel(BY_ID[H100_ROW])["micro_batch_size"] == 1
     assert validate_published.row_parallel(BY_ID[B200_ROW])["ep"] == 64
+
+
+def test_the_qwen3_h100_row_runs_the_layout_the_2602_table_prints_for_its_recipe() -> None:
+    """The 25.11 table prints MBS 2 and VP 24 (one layer per virtual stage of 48 layers over
+    PP 2); the 25.11 recipe sets VP 12 and the default MBS 1, the layout the 26.02 table
+    prints for the same recipe (GBS 1024)."""
+    printed = BY_ID[QWEN_ROW]["parallel"]
+    layers = BY_ID[QWEN_ROW]["model"]["num_layers"]
+    assert (printed["micro_batch_size"], printed["vpp"]) == (2, 24)
+    assert layers // (printed["pp"] * printed["vpp"]) == 1
+    recipe = validate_published.row_parallel(BY_ID[QWEN_ROW])
+    later = BY_ID[QWEN_2602]["parallel"]
+    fields = ("tp", "pp", "ep", "cp", "vpp", "micro_batch_size")
+    assert {f: recipe[f] for f in fields} == {f: later[f] for f in fields}
+    assert layers // (recipe["pp"] * recipe["vpp"]) == 2
+
+
+def test_the_two_qwen3_h100_rows_are_predicted_as_close_as_they_print() -> None:
+    """5,275 (25.11, GBS 512) and 5,113 tokens/s/GPU (26.02, GBS 1024) are 3.2% apart; with
+    the same per-micro-batch layout the model's rates are too (at the printed MBS 2 and VP 24
+    the 25.11 rate was 1.5x the 26.02 one)."""
+    first = validate_published.predict(BY_ID[QWEN_ROW], validate_published.AS_PUBLISHED_PROTOCOL)
+    later = validate_published.predict(BY_ID[QWEN_2602], validate_published.AS_PUBLISHED_PROTOCOL)
+    assert first is not None and later is not None
+    assert (first[0], later[0]) == (5275, 5113)
+    assert abs(first[1] / later[1] - 1.0) < 0.05
 
 
 def test_the_recipe_layouts_run_without_recompute_or_offload() -> None:
