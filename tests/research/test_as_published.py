@@ -171,3 +171,19 @@ def test_recipes_with_cuda_graphs_reach_their_printed_rates() -> None:
         assert vp.role(rid) == "validation-only"
         obs, pred, _ = vp.predict(ROWS[rid], vp.AS_PUBLISHED_PROTOCOL) or (0.0, 0.0, "")
         assert obs == printed and pred == pytest.approx(obs, rel=0.10), rid
+
+
+def test_the_nemotron4_340b_row_runs_the_interleaving_its_report_states() -> None:
+    """arXiv:2406.11704 Sec. 2.3 (quoted by the row's secondary source): 12-way pipeline
+    parallelism with interleaving; the chunks are the launcher recipe's one layer per
+    virtual stage. The largest stage prints 8.0 s per iteration."""
+    row = ROWS["nemotron4-340b-t2-6144gpu"]
+    config = vp.as_published_config(row)
+    assert config is not None
+    parallel, _ = config
+    assert (parallel.pp, parallel.vpp) == (12, 8)
+    assert parallel.schedule == "interleaved_1f1b"
+    assert row["model"]["num_layers"] == parallel.pp * parallel.vpp
+    out = vp.predict(row, vp.AS_PUBLISHED_PROTOCOL)
+    assert out is not None and out[0] == 8.0
+    assert abs(vp._error(*out)) < 0.05
