@@ -348,7 +348,9 @@ def deepspeed_prefetch_share(unit_params: int) -> float:
     reduce-scatter overlaps backward as FSDP's does.
     Legend: unit_params = the layer's parameters on the rank before ZeRO sharding.
     Assumes: the layer's parameters split evenly over its modules; a module at most the
-    bucket is prefetched whole.
+    bucket is prefetched whole. Applied to the coalesced runtime only; the 2021 runtime
+    (`zero3_collectives` per_parameter), whose prefetch takes the next weight whole, is
+    `models.core.step_time.deepspeed_zero3_2021`.
     """
     if unit_params <= 0:
         return 1.0

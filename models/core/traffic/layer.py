@@ -399,10 +399,8 @@ def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_par
     (`fsdp_defer_grad_sync`: FSDP2 `set_requires_gradient_sync(False)` on all micro-batches
     but the last, as torch.distributed.pipelining runs FSDP2) the reduce-scatter is not
     per pass: `models.core.traffic.data.dp_items` books it once per step.
-    DeepSpeed's 2021 runtime (`zero3_collectives` per_parameter, no FSDP units) gathers each
-    tensor above its persistence threshold with its own call, all-reduces the gradients in
-    flat buckets and gathers again for a recomputed forward (`_deepspeed_2021_rows`,
-    `models.core.deepspeed_2021`).
+    DeepSpeed's 2021 runtime (`zero3_collectives` per_parameter, no FSDP units): one call per
+    gathered tensor, and `_deepspeed_2021_rows` (`models.core.deepspeed_2021`).
     """
     p, tr = lctx.parallel, lctx.training
     if p.zero_stage != 3:
