@@ -497,6 +497,10 @@ def as_published_estimate(row: dict[str, Any]) -> StepEstimate | None:
     config = as_published_config(row)
     if spec is None or config is None:
         return None
+    settings = as_published_settings(row) or {}
+    if "linear_bias" in settings:
+        # The framework's model code, where the row does not print it.
+        spec = spec.model_copy(update={"linear_bias": settings["linear_bias"][0]})
     parallel, training = config
     return estimate_step(spec, training, parallel, row_cluster(row))
 

@@ -1,5 +1,7 @@
 """DeepSpeed ZeRO-3's runtime properties: gathers hide only as far as its prefetch bucket
-reaches, and its 2021 releases issue one collective per parameter tensor."""
+reaches (the coalesced runtime), and its 2021 releases issue one collective per gathered
+parameter tensor, keep the small ones, all-reduce gradient buckets, gather again for a
+recomputed forward and pay host work per rank of the group."""
 
 import pytest
 
@@ -9,14 +11,25 @@ from api_schemas import (
     ModelSpec,
     NormKind,
     ParallelConfig,
+    RecomputeMode,
     TrainingSpec,
     Zero3Collectives,
 )
 from models.catalog.presets import cluster_preset
 from models.core.collectives import Collective
+from models.core.deepspeed_2021 import (
+    PERSISTENCE_THRESHOLD,
+    VIEW_OP_S,
+    gather_issue_s,
+    gathered_tensors,
+    gradient_buckets,
+    layer_tensor_numels,
+    persistent_regather_s,
+    persistent_tensors,
+)
 from models.core.step_time.exposure import deepspeed_prefetch_share
 from models.core.traffic import TrafficAxis, step_traffic
-from models.core.traffic.layer import DEEPSPEED_MODULES_PER_LAYER, deepspeed_parameter_tensors
+from models.core.traffic.layer import DEEPSPEED_MODULES_PER_LAYER
 
 GPT_175B = ModelSpec(name="gpt-175b", num_layers=96, hidden_size=12288, num_attention_heads=96,
                      ffn_hidden_size=4 * 12288, mlp=MlpKind.GELU, norm=NormKind.LAYERNORM,
@@ -35,11 +48,17 @@ def test_prefetch_reaches_50m_elements_of_each_module() -> None:
     assert deepspeed_prefetch_share(12 * 2048**2) == 1.0
 
 
-def test_2021_deepspeed_issues_one_call_per_parameter_tensor() -> None:
-    """v0.3.13 `_allgather_param` / `_reduce_scatter_gradient` run per parameter: a GPT layer
-    with LayerNorms and no linear biases has 4 weights and 2 x 2 norm tensors, 8 calls of
-    each kind per layer pass, moving the same bytes as one coalesced call."""
-    assert deepspeed_parameter_tensors(GPT_175B) == 8
+def test_2021_deepspeed_gathers_each_tensor_above_the_persistence_threshold() -> None:
+    """v0.3.13 `_allgather_param` runs per parameter, but tensors under
+    `stage3_param_persistence_threshold` (100,000 elements) stay gathered: of a GPT-175B layer
+    with linear biases (4 weights, 4 biases, 2 x 2 LayerNorm tensors) the 4 weights are
+    gathered at each use and the 8 others (at most 4h = 49,152 elements) persist."""
+    biased = GPT_175B.model_copy(update={"linear_bias": True})
+    assert PERSISTENCE_THRESHOLD == 100_000
+    assert sorted(layer_tensor_numels(biased))[-4:] == [
+        12288**2, 3 * 12288**2, 4 * 12288**2, 4 * 12288**2]
+    assert gathered_tensors(biased) == 4 and persistent_tensors(biased) == 8
+    assert persistent_tensors(GPT_175B) == 4
     training = TrainingSpec(global_batch_size=64, sequence_length=2048, grad_dtype=DType.BF16)
     cluster = cluster_preset("a100-sxm4-80gb", num_nodes=8)
     parallel = ParallelConfig(dp=64, zero_stage=3)
@@ -53,5 +72,55 @@ def test_2021_deepspeed_issues_one_call_per_parameter_tensor() -> None:
     coalesced = gathers(training)
     per_parameter = gathers(training.model_copy(
         update={"zero3_collectives": Zero3Collectives.PER_PARAMETER}))
-    assert per_parameter[0] == 8 * coalesced[0]
+    # 4 calls per unit pass where the coalesced runtime issues one (the embedding and head
+    # units are priced as layers of the same shape).
+    assert per_parameter[0] == 4 * coalesced[0]
     assert per_parameter[1] == pytest.approx(coalesced[1], rel=1e-6)
+
+
+def test_2021_deepspeed_all_reduces_gradients_in_flat_buckets() -> None:
+    """With `contiguous_gradients` off (the stage-3 default to v0.4.4) the gradients are
+    all-reduced in flat 500M-element buckets in 16-bit: a 175B layer's 1.81B parameters in 4
+    calls per micro-batch; the coalesced runtime reduce-scatters them once per unit."""
+    training = TrainingSpec(global_batch_size=64, sequence_length=2048,
+                            zero3_collectives=Zero3Collectives.PER_PARAMETER)
+    cluster = cluster_preset("a100-sxm4-80gb", num_nodes=8)
+    items = step_traffic(GPT_175B, training=training, parallel=ParallelConfig(
+        dp=64, zero_stage=3), cluster=cluster)
+    reduces = [i for i in items.of_axis(TrafficAxis.DP) if "grad" in i.name]
+    assert {i.collective for i in reduces} == {Collective.ALL_REDUCE}
+    assert gradient_buckets(12 * 12288**2) == 4
+
+
+def test_the_recomputed_forward_gathers_again_only_under_full_recompute() -> None:
+    """DeepSpeed's checkpointing re-runs each layer's forward in backward, whose hooks fetch
+    the released weights again: a third gather pass per layer under full recomputation, none
+    without it."""
+    training = TrainingSpec(global_batch_size=64, sequence_length=2048,
+                            zero3_collectives=Zero3Collectives.PER_PARAMETER)
+    cluster = cluster_preset("a100-sxm4-80gb", num_nodes=8)
+
+    def recompute_gathers(recompute: RecomputeMode) -> int:
+        items = step_traffic(GPT_175B, training=training, parallel=ParallelConfig(
+            dp=64, zero_stage=3, recompute=recompute), cluster=cluster)
+        return sum(i.calls_per_step for i in items.of_axis(TrafficAxis.DP)
+                   if i.name.endswith("recompute.param_all_gather"))
+
+    assert recompute_gathers(RecomputeMode.FULL) == 96 * 4
+    assert recompute_gathers(RecomputeMode.NONE) == 0
+
+
+def test_host_work_of_the_list_form_collectives_grows_with_the_group() -> None:
+    """One view op (3.3 us, PyTorch's operator benchmark of `split` on CUDA) and one copy
+    launch (3.8 us) per rank for each per-parameter gather; three views and a copy per rank
+    and persistent tensor for the step's re-gather. At 1,536 ranks: 10.9 ms per gather, and
+    for GPT-175B with biases (768 persistent tensors) 16.2 s per step, twice that of 768
+    ranks."""
+    assert VIEW_OP_S == pytest.approx(3.333e-6, abs=0.05e-6)
+    assert gather_issue_s(1536) == pytest.approx(1536 * 7.1e-6, rel=1e-9)
+    biased = GPT_175B.model_copy(update={"linear_bias": True})
+    step = persistent_regather_s(biased, layers=96, tp=1, group_size=1536)
+    assert step == pytest.approx(96 * 8 * 1536 * (3 * 3.3e-6 + 3.8e-6), rel=1e-9)
+    assert step == pytest.approx(16.16, abs=0.01)
+    assert persistent_regather_s(biased, layers=96, tp=1, group_size=768) == pytest.approx(
+        step / 2)

@@ -4,6 +4,8 @@ the per-GPU throughput falls with the data-parallel group as the paper prints.""
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "research"))
 import validate_published as vp  # noqa: E402
 
@@ -22,15 +24,36 @@ def test_printed_figures_fall_from_144_to_44_tflops() -> None:
 
 
 def test_the_2021_runtime_falls_with_the_group_as_printed() -> None:
-    """Printed: 144 -> 44 TF/s per GPU from 384 to 1,536 GPUs (-69%). With DeepSpeed
-    v0.3.13's per-parameter collectives and 50M-element prefetch the model falls by more
-    than half and stays above the printed figure (the rest is not modelled); it falls
-    monotonically, and the 384-GPU row is within 30%."""
+    """Printed: 144 -> 88 -> 44 TF/s per GPU from 384 to 1,536 GPUs (-69%). With DeepSpeed
+    v0.3.13-v0.4.4's runtime (per-parameter gathers issued after a device synchronisation,
+    host work per rank of the group, the persistent tensors re-gathered each step, the
+    recomputed forward gathering again, gradients all-reduced in buckets) the model falls
+    monotonically by about as much (-67%), and stays above every printed figure: the 384-
+    and 1,536-GPU rows within 30%, the 768-GPU row within 50% (what is left is in
+    docs/limitations.md)."""
     as_published = _predicted(vp.AS_PUBLISHED_PROTOCOL)
     assert as_published[0] > as_published[1] > as_published[2]
-    assert as_published[2] / as_published[0] < 0.5
+    assert 0.25 < as_published[2] / as_published[0] < 0.40
     assert all(p > printed for p, printed in zip(as_published, (144, 88, 44), strict=True))
-    assert as_published[0] / 144 - 1 < 0.30
+    errors = [p / printed - 1 for p, printed in zip(as_published, (144, 88, 44), strict=True)]
+    assert errors[0] < 0.30 and errors[2] < 0.30
+    assert errors[1] < 0.50
+
+
+def test_the_step_grows_with_the_group_by_the_runtime_s_host_work() -> None:
+    """From 768 to 1,536 GPUs the printed step time stays the same (768 x 88 = 1,536 x 44
+    TF/s) while each GPU's compute halves: the model's step grows instead of halving, by the
+    host work that grows with the group (per-gather issue and the persistent re-gather)."""
+    from models.core.step_time.deepspeed_zero3_2021 import PERSISTENT_REGATHER
+
+    steps, regathers = [], []
+    for i in IDS:
+        est = vp.as_published_estimate(ROWS[i])
+        assert est is not None
+        steps.append(est.step_time_s)
+        regathers.append(est.breakdown_s[PERSISTENT_REGATHER])
+    assert steps[2] > steps[1]
+    assert regathers[2] == pytest.approx(2 * regathers[1]) == pytest.approx(4 * regathers[0])
 
 
 def test_coalesced_collectives_would_not_fall_so() -> None:

@@ -44,6 +44,7 @@ from models.core.muon import newton_schulz_time_s, rank_matrices
 from models.core.pipeline import OpDurations, StagePlacement, closed_form_makespan, schedule_traits
 from models.core.precision import state_bytes_per_param
 from models.core.runtime_features import grad_reduce_overlapped
+from models.core.step_time.deepspeed_zero3_2021 import persistent_regather_step_s
 from models.core.step_time.exposure import sync_exposed_s, zero3_exposed_s
 from models.core.step_time.groups import AxisGroups, axis_groups
 from models.core.step_time.host_gradients import host_gradient_cost
@@ -300,7 +301,8 @@ def _step_overheads(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
                             * parallel.optimizer_offload_frac, training, cluster)
     terms = {"grad-norm all-reduce": world, "grad-norm and clipping": passes,
              "loss all-reduce": loss, "CPU optimizer (offloaded states)": host,
-             **_muon_terms(spec, training, parallel, cluster, groups, fabric, layout)}
+             **_muon_terms(spec, training, parallel, cluster, groups, fabric, layout),
+             **persistent_regather_step_s(spec, training, parallel, mesh)}
     if cluster.calibration is not None:
         terms[CALIBRATED_OVERHEAD] = cluster.calibration.step_overhead_s
     return {name: t for name, t in terms.items() if t > 0}

@@ -15,7 +15,9 @@ Owns: the overlap rules, applied to the traffic that `models.core.traffic` defin
   `training.overlap_ep_comm` (Kimi K2 Sec. 2.4.2), each up to that
   compute, which loses the SMs the communication holds meanwhile
   (`OVERLAP_COMM_SM_SHARE`); exposed otherwise.
-- ZeRO-3 gathers and reduce-scatters overlap the layer's compute.
+- ZeRO-3 gathers and reduce-scatters overlap the layer's compute; under DeepSpeed's 2021
+  runtime the host issue of each gather is exposed and a recomputed forward gathers again
+  (`models.core.step_time.deepspeed_zero3_2021`).
 - Data-parallel gradient reduction overlaps the last micro-batch's backward when
   `training.overlap_grad_reduce`, and the ZeRO-1/2 parameter all-gather the first forward;
   the last bucket is always exposed.
@@ -38,6 +40,7 @@ from models.core.params import layer_params
 from models.core.pipeline import schedule_traits
 from models.core.runtime_features import ep_overlap_active
 from models.core.sharded_states import DEEPSPEED_PREFETCH_BUCKET_PARAMS
+from models.core.step_time.deepspeed_zero3_2021 import layer_exposed_s, runtime_2021
 from models.core.step_time.groups import AxisGroups
 from models.core.traffic.context import group_placement, split_group_placement
 from models.core.traffic.data import CHUNK_REDUCE
@@ -300,6 +303,9 @@ def zero3_exposed_s(spec: ModelSpec, index: int, training: TrainingSpec,
     window_b = lc.times.backward_input_s + lc.times.backward_weight_s
     if parallel.fsdp:
         return max(0.0, forward - window_f), max(0.0, backward - window_b)
+    if runtime_2021(training, parallel):
+        exposed_f, exposed_b, _ = layer_exposed_s(calls, lc)
+        return exposed_f, exposed_b
     # DeepSpeed ZeRO-3: a gather hides only as far as the prefetch reaches.
     share = deepspeed_prefetch_share(dense + expert)
     gather_b = sum(c.time_s for c in calls
@@ -308,6 +314,22 @@ def zero3_exposed_s(spec: ModelSpec, index: int, training: TrainingSpec,
     hidden_gather_b = min(window_b, gather_b * share)
     hidden_rest_b = min(window_b - hidden_gather_b, backward - gather_b)
     return forward - hidden_f, backward - hidden_gather_b - hidden_rest_b
+
+
+def zero3_recompute_exposed_s(spec: ModelSpec, index: int, training: TrainingSpec,
+                              parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric,
+                              lc: LayerCompute) -> float:
+    """Exposed ZeRO-3 time of one layer's recomputed forward (charged where the layer is
+    fully recomputed): DeepSpeed's 2021 runtime gathers the parameters again
+    (`models.core.step_time.deepspeed_zero3_2021.layer_exposed_s`); none elsewhere."""
+    if not runtime_2021(training, parallel) or not _zero3_sharded(spec, index, parallel):
+        return 0.0
+    params = layer_params(spec, index)
+    dense = -(-params.dense_part // parallel.tp)
+    expert = -(-params.routed_experts // (parallel.ep * parallel.etp))
+    lctx = groups.layer_context(spec, training, parallel, fabric)
+    return layer_exposed_s(zero3_unit_calls(lctx, dense_params=dense, expert_params=expert),
+                           lc)[2]
 
 
 def deepspeed_prefetch_share(unit_params: int) -> float:
@@ -326,7 +348,9 @@ def deepspeed_prefetch_share(unit_params: int) -> float:
     reduce-scatter overlaps backward as FSDP's does.
     Legend: unit_params = the layer's parameters on the rank before ZeRO sharding.
     Assumes: the layer's parameters split evenly over its modules; a module at most the
-    bucket is prefetched whole.
+    bucket is prefetched whole. Applied to the coalesced runtime only; the 2021 runtime
+    (`zero3_collectives` per_parameter), whose prefetch takes the next weight whole, is
+    `models.core.step_time.deepspeed_zero3_2021`.
     """
     if unit_params <= 0:
         return 1.0
@@ -392,7 +416,8 @@ def zero3_copy_s(unit_params: int, training: TrainingSpec, parallel: ParallelCon
     return copy_out, backward_gather + copy_in
 
 
-ZERO3_EXPOSED_CALLS = ("forward.param_all_gather", "backward.grad_reduce_scatter")
+ZERO3_EXPOSED_CALLS = ("forward.param_all_gather", "backward.grad_reduce_scatter",
+                       "backward.grad_all_reduce")
 """The ZeRO-3 calls of a step with no compute to hide behind: the first unit's gather before
 the step's first forward, and the last unit's gradient reduce-scatter after its last
 backward."""
@@ -467,4 +492,5 @@ __all__ = [
     "zero3_layer_copy_s",
     "zero3_exposed_s",
     "zero3_fill_drain_s",
+    "zero3_recompute_exposed_s",
 ]

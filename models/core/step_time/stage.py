@@ -40,6 +40,7 @@ from models.core.step_time.exposure import (
     layer_comm,
     zero3_exposed_s,
     zero3_layer_copy_s,
+    zero3_recompute_exposed_s,
 )
 from models.core.step_time.groups import AxisGroups
 
@@ -223,6 +224,10 @@ def layer_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
                       attention_forward_s=lc.recompute_module_s.get(RecomputeModule.CORE_ATTN,
                                                                     0.0))
     zero3 = zero3_exposed_s(spec, index, training, parallel, groups, fabric, lc)
+    regather = zero3_recompute_exposed_s(spec, index, training, parallel, groups, fabric, lc)
+    if regather > 0.0:
+        comm = dataclasses.replace(comm, recompute_s={
+            **comm.recompute_s, "dp": comm.recompute_s.get("dp", 0.0) + regather})
     copies = zero3_layer_copy_s(spec, index, training, parallel, cluster.gpu)
     parts = (lc, comm, zero3, copies)
     if memo is not None and key is not None:

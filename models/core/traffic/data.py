@@ -78,6 +78,8 @@ def _zero_items(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, param
         per_unit = -(-params // units)
         dense, expert = (per_unit, 0) if axis == TrafficAxis.DP else (0, per_unit)
         calls = ctx.passes(units)
+        # A recomputed forward's gathers (DeepSpeed 2021) run only for the recomputed layers.
+        recomputed = ctx.passes(ctx.recomputed_layers)
         hide = (units - 1) / units
         deferred = ([_item(ctx, axis, place, "zero3.deferred_grad_reduce_scatter",
                            Collective.REDUCE_SCATTER, Phase.BACKWARD, Frequency.PER_STEP,
@@ -88,7 +90,9 @@ def _zero_items(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, param
         return deferred + [make_item(axis=axis, name=call.name, collective=call.collective,
                           phase=call.phase, frequency=Frequency.PER_LAYER_PER_MICRO_BATCH,
                           stage=ctx.stage.stage, message_bytes=call.message_bytes,
-                          calls_per_step=calls * call.count, placement=call.placement,
+                          calls_per_step=(recomputed if call.phase == Phase.RECOMPUTE
+                                          else calls) * call.count,
+                          placement=call.placement,
                           fabric=ctx.fabric,
                           overlap_frac=hide, overlap_note=call.overlap_note)
                 for call in zero3_unit_calls(ctx.layer, dense_params=dense,

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from api_schemas import (
     ContextParallelKind,
     DType,
-    ModelSpec,
     MoeDispatcher,
     Zero3Collectives,
 )
 from models.core.collectives import Collective, CollectiveCost, all_to_all_split_cost
-from models.core.layer_kinds import norm_kind
+from models.core.deepspeed_2021 import gathered_tensors, gradient_buckets
 from models.core.linear_attention import conv_halo_bytes, kcp_fragment_bytes
 from models.core.mesh import AxisPlacement, GroupKind
 from models.core.moe import DispatchDedup, ep_dispatch_split
@@ -380,18 +379,6 @@ the two MLP projections of Megatron-DeepSpeed's `ParallelTransformerLayer`
 negligible."""
 
 
-
-
-def deepspeed_parameter_tensors(spec: ModelSpec) -> int:
-    """Parameter tensors of one transformer layer as DeepSpeed ZeRO-3 partitions them (one
-    `ds_tensor` each): the `DEEPSPEED_MODULES_PER_LAYER` weights, their biases where the
-    model has linear biases, and the two norms' scale (and bias for LayerNorm).
-    Source: DeepSpeed v0.3.13 `deepspeed/runtime/zero/partition_parameters.py` (`Init`
-    converts every `nn.Parameter` of a module into its own partitioned tensor)."""
-    per_norm = norm_kind(spec).params_per_feature  # one tensor per weight of a feature
-    return DEEPSPEED_MODULES_PER_LAYER * (2 if spec.linear_bias else 1) + 2 * per_norm
-
-
 def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_params: int
                      ) -> list[LayerCall]:
     """ZeRO-3 traffic of one unit (layer, embedding, head) per micro-batch pass: the
@@ -413,6 +400,8 @@ def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_par
     (`fsdp_defer_grad_sync`: FSDP2 `set_requires_gradient_sync(False)` on all micro-batches
     but the last, as torch.distributed.pipelining runs FSDP2) the reduce-scatter is not
     per pass: `models.core.traffic.data.dp_items` books it once per step.
+    DeepSpeed's 2021 runtime (`zero3_collectives` per_parameter, no FSDP units): one call per
+    gathered tensor, and `_deepspeed_2021_rows` (`models.core.deepspeed_2021`).
     """
     p, tr = lctx.parallel, lctx.training
     if p.zero_stage != 3:
@@ -422,9 +411,10 @@ def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_par
         skipped.add("backward.param_all_gather")
     if p.fsdp_defer_grad_sync:
         skipped.add("backward.grad_reduce_scatter")
-    # DeepSpeed of 2021 (no FSDP units) issues one call per parameter tensor.
-    tensors = (deepspeed_parameter_tensors(lctx.model)
-               if tr.zero3_collectives == Zero3Collectives.PER_PARAMETER and not p.fsdp else 1)
+    # DeepSpeed of 2021 (no FSDP units) issues one call per gathered parameter tensor and
+    # all-reduces flat gradient buckets (`models.core.deepspeed_2021`).
+    runtime_2021 = tr.zero3_collectives == Zero3Collectives.PER_PARAMETER and not p.fsdp
+    tensors = gathered_tensors(lctx.model, p.tp) if runtime_2021 else 1
     calls: list[LayerCall] = []
     for axis, kind, count in ((TrafficAxis.DP, GroupKind.DP_CP, dense_params),
                               (TrafficAxis.EDP, GroupKind.EDP, expert_params)):
@@ -432,19 +422,42 @@ def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_par
         if place.group_size <= 1 or count <= 0:
             continue
         gather = count * int(tr.param_dtype.num_bytes)
-        scatter = count * int(tr.grad_dtype.num_bytes)
-        for name, collective, phase, message in (
-                ("forward.param_all_gather", Collective.ALL_GATHER, Phase.FORWARD, gather),
-                ("backward.param_all_gather", Collective.ALL_GATHER, Phase.BACKWARD, gather),
-                ("backward.grad_reduce_scatter", Collective.REDUCE_SCATTER, Phase.BACKWARD,
-                 scatter)):
+        rows = [("forward.param_all_gather", Collective.ALL_GATHER, Phase.FORWARD, gather,
+                 tensors),
+                ("backward.param_all_gather", Collective.ALL_GATHER, Phase.BACKWARD, gather,
+                 tensors)]
+        if runtime_2021:
+            rows += _deepspeed_2021_rows(lctx, count, tensors)
+        else:
+            rows.append(("backward.grad_reduce_scatter", Collective.REDUCE_SCATTER,
+                         Phase.BACKWARD, count * int(tr.grad_dtype.num_bytes), 1))
+        for name, collective, phase, message, calls_per_pass in rows:
             if name in skipped:
                 continue
             calls.append(_call(lctx, axis=axis, name=f"{axis.value}.zero3.{name}",
                                collective=collective, phase=phase,
-                               message=-(-message // tensors), count=tensors,
+                               message=-(-message // calls_per_pass), count=calls_per_pass,
                                placement=place, overlap=1.0, note=ZERO3_NOTE))
     return calls
+
+
+def _deepspeed_2021_rows(lctx: LayerTrafficContext, params: int, tensors: int
+                         ) -> list[tuple[str, Collective, Phase, int, int]]:
+    """The 2021 DeepSpeed rows of a unit beside its forward and backward gathers: the
+    gradients all-reduced in flat buckets in the parameters' 16-bit type (`allreduce_always_
+    fp32` off by default), and the gathers again before a recomputed forward (DeepSpeed's
+    `CheckpointFunction.backward` re-runs the layer's forward, whose pre-forward hooks fetch
+    the released parameters; charged only where the layer is fully recomputed). Source:
+    `models.core.deepspeed_2021.gradient_buckets`; DeepSpeed v0.3.13
+    `deepspeed/runtime/activation_checkpointing/checkpointing.py` (`ctx.run_function` under
+    `torch.enable_grad()`) and `deepspeed/runtime/zero/stage3.py` (`_pre_forward_module_hook`
+    -> `fetch_sub_module`)."""
+    grad = params * int(lctx.training.param_dtype.num_bytes)
+    gather = params * int(lctx.training.param_dtype.num_bytes)
+    return [("backward.grad_all_reduce", Collective.ALL_REDUCE, Phase.BACKWARD, grad,
+             gradient_buckets(params)),
+            ("recompute.param_all_gather", Collective.ALL_GATHER, Phase.RECOMPUTE, gather,
+             tensors)]
 
 
 __all__ = ["LayerCall", "cp_calls", "expert_calls", "has_tp_mlp", "state_passing_calls",
