@@ -50,7 +50,7 @@ def table() -> dict[str, Any]:
         assert spec is not None  # predict() returned a figure, so the model is known
         gpu = row["hardware"]["gpu"]
         rows.append({
-            "id": row["id"], "source_id": row["source_id"], "gpu": gpu,
+            "id": row["id"], "source_id": row["source_id"], "table": table_of(row), "gpu": gpu,
             "family": gpu_family(gpu), "moe": spec.moe is not None,
             "num_gpus": row["hardware"]["num_gpus"],
             "split": "calibration" if row["id"] in validate_published.FITTED else "held_out",
@@ -69,6 +69,14 @@ def table() -> dict[str, Any]:
         "sources": dict(sorted(sources.items())),
         "rows": rows,
     }
+
+
+def table_of(row: dict[str, Any]) -> str:
+    """The table or release of the source a row was printed in: its `location` up to the
+    first comma ("Table 5", "25.11 NeMo Container", "llama3_h100_202412"); rows of one table
+    ran on one system and software stack, which the pairwise band of
+    `models/evidence/pairwise_band.py` relies on."""
+    return str(row["location"]).split(",", 1)[0].strip()
 
 
 def stale_rows(fresh: dict[str, Any], committed: dict[str, Any], *,

@@ -1,0 +1,97 @@
+"""The tie break of the robust choice (`solver/robust_choice.py`) on hand-built scored plans:
+within the pairwise band the plan with more memory margin is shown and the fastest is
+reported beside it; beyond the band the faster plan stays; margins within the ledger's
+resolution fall to fewer mechanisms."""
+
+import dataclasses
+
+import pytest
+
+from api_schemas import ClusterInput, ModelPreset, TrainingSpec
+from api_schemas.parallel import ParallelConfig
+from api_schemas.requests import Objective
+from api_schemas.units import GIB
+from models.catalog.resolve import resolve_cluster, resolve_model
+from models.core.memory import memory_ledger
+from models.core.step_time import estimate_step
+from models.evidence.pairwise_band import pairwise_band
+from solver.candidate_eval import ScoredPlan
+from solver.robust_choice import MARGIN_RESOLUTION_FRAC, pick, traits
+from solver.space import MeshCandidate
+
+SPEC = resolve_model(ModelPreset(preset="llama-3.1-8b")).spec
+CLUSTER = resolve_cluster(ClusterInput(gpu="h100-sxm5-80gb", num_nodes=1))
+TRAINING = TrainingSpec(global_batch_size=64, sequence_length=4096)
+CAPACITY = 70 * GIB
+
+
+def _plan(parallel: ParallelConfig, *, step_time_s: float, margin_bytes: int) -> ScoredPlan:
+    """A real ledger and estimate of `parallel`, with the step time and the capacity set so
+    the plan keeps `margin_bytes` free."""
+    ledger = memory_ledger(SPEC, TRAINING, parallel, CLUSTER)
+    estimate = estimate_step(SPEC, TRAINING, parallel, CLUSTER)
+    ledger = dataclasses.replace(ledger, capacity_bytes=ledger.peak_bytes + margin_bytes)
+    estimate = dataclasses.replace(estimate, step_time_s=step_time_s)
+    return ScoredPlan(candidate=MeshCandidate.of(parallel, estimate.num_micro_batches),
+                      parallel=parallel, estimate=estimate, ledger=ledger)
+
+
+FAST = ParallelConfig(tp=2, dp=4, zero_stage=1)
+ROOMY = ParallelConfig(tp=4, dp=2, zero_stage=1)
+PLAIN = ParallelConfig(dp=8, zero_stage=1)
+
+
+def _pick(optimum: ScoredPlan, *others: ScoredPlan) -> tuple[ScoredPlan, object]:
+    chosen = pick(optimum, list(others), SPEC, TRAINING, CLUSTER, objective=Objective.THROUGHPUT)
+    return chosen.shown, chosen.report
+
+
+def test_within_the_band_the_plan_with_more_margin_is_shown() -> None:
+    band = pairwise_band().frac
+    fast = _plan(FAST, step_time_s=10.0, margin_bytes=2 * GIB)
+    roomy = _plan(ROOMY, step_time_s=10.0 * (1 + band / 2), margin_bytes=20 * GIB)
+    shown, report = _pick(fast, roomy)
+    assert shown is roomy
+    assert report.picked == "margin" and report.indistinguishable
+    assert report.within_pairwise_band == 1
+    assert report.pairwise_band_frac == pytest.approx(band)
+    # The fastest plan stays visible beside it, with its figures.
+    assert report.optimum_parallel == FAST and report.optimum_step_time_s == 10.0
+    assert report.delta_frac == pytest.approx(band / 2)
+    assert [t.shown for t in report.tied] == [False, True]
+    assert report.tied[1].memory_margin_bytes == 20 * GIB
+    assert "tie broken toward memory margin" in report.text and "20.0 GiB" in report.text
+
+
+def test_a_faster_plan_beyond_the_band_stays() -> None:
+    band = pairwise_band().frac
+    fast = _plan(FAST, step_time_s=10.0, margin_bytes=2 * GIB)
+    roomy = _plan(ROOMY, step_time_s=10.0 * (1 + band) * 1.01, margin_bytes=40 * GIB)
+    shown, report = _pick(fast, roomy)
+    assert shown is fast
+    assert report.picked == "optimum" and report.optimum_parallel is None
+    assert report.within_pairwise_band == 0 and not report.indistinguishable
+
+
+def test_equal_margins_go_to_fewer_mechanisms_and_the_fastest_of_equals_stays() -> None:
+    band = pairwise_band().frac
+    slack = int(MARGIN_RESOLUTION_FRAC * CAPACITY / 4)
+    fast = _plan(FAST, step_time_s=10.0, margin_bytes=CAPACITY // 4)
+    plain = _plan(PLAIN, step_time_s=10.0 * (1 + band / 3), margin_bytes=CAPACITY // 4 + slack)
+    assert traits(SPEC, TRAINING, plain).mechanisms < traits(SPEC, TRAINING, fast).mechanisms
+    shown, report = _pick(fast, plain)
+    assert shown is plain and report.picked == "margin"
+    assert "mechanisms" in report.text
+    # The same two with equal mechanisms: the faster keeps the tie.
+    roomy = _plan(ROOMY, step_time_s=10.0 * (1 + band / 3), margin_bytes=CAPACITY // 4 + slack)
+    assert traits(SPEC, TRAINING, roomy).mechanisms == traits(SPEC, TRAINING, fast).mechanisms
+    shown, report = _pick(fast, roomy)
+    assert shown is fast and report.picked == "optimum" and report.indistinguishable
+    assert "none with more memory margin" in report.text
+
+
+def test_least_memory_gets_no_tie_break() -> None:
+    fast = _plan(FAST, step_time_s=10.0, margin_bytes=2 * GIB)
+    roomy = _plan(ROOMY, step_time_s=10.1, margin_bytes=40 * GIB)
+    chosen = pick(fast, [roomy], SPEC, TRAINING, CLUSTER, objective=Objective.MIN_MEMORY)
+    assert chosen.shown is fast and chosen.report.pairwise_band_frac is None
