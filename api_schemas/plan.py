@@ -220,8 +220,9 @@ class TiedPlan(ResultModel):
     step_time_s: Seconds = Field(description="Its predicted step time.")
     delta_frac: float = Field(description="How much worse than the objective optimum under "
                               "the objective (0 for the optimum).")
-    memory_margin_bytes: Bytes = Field(description="GPU memory left under the usable "
-                                       "capacity on its fullest rank (capacity - peak).")
+    memory_margin_bytes: Bytes = Field(description="GPU memory its fullest rank leaves "
+                                       "free beyond the safety margin (the memory report's "
+                                       "capacity_bytes - margin_bytes - peak_bytes).")
     mechanisms: int = Field(description="Mechanisms it uses (parallelism kinds, schedule, "
                             "sharding, recomputation, overlaps: the framework-table features).")
     frameworks: int = Field(description="Released frameworks that run it as given.")
@@ -260,9 +261,10 @@ class RobustChoice(ResultModel):
     within_band: int = Field(default=0, description="Other plans (distinct meshes and "
                              "schedules, among those the search scored) within the band of "
                              "the objective optimum.")
-    indistinguishable: bool = Field(default=False, description="Whether the plan shown is "
-                                    "indistinguishable from at least one other plan (within "
-                                    "the pairwise band).")
+    indistinguishable: bool = Field(default=False, description="Whether the plan shown "
+                                    "cannot be told apart from another: plans within the "
+                                    "pairwise band, or an experimental optimum within the "
+                                    "error band of it.")
     optimum_parallel: ParallelConfig | None = Field(
         default=None, description="The objective optimum's configuration (when the plan shown "
         "is not it).")

@@ -10,7 +10,8 @@ recorded as measured step time / predicted step time - 1 (for a throughput figur
 (`validate_published.FITTED`) are kept and marked `calibration`; every other row is
 `held_out`. With --write the table replaces `models/data/published_errors.json`, which
 `models/evidence/error_bands.py` reads at run time; without it the table is compared with the
-committed one and the bands of research/CALIBRATION.md Sec. 6 are printed.
+committed one and the bands of research/CALIBRATION.md Sec. 6 (and the pairwise band of
+Sec. 6, "Ranking two plans") are printed.
 tests/research/test_error_bands_data.py regenerates it and fails when the committed table is
 stale (the cost model changed and the table was not rewritten).
 """
@@ -25,9 +26,11 @@ from models.evidence.error_bands import (
     ErrorRow,
     expected_coverage,
     gpu_family,
+    percentile,
     published_band,
     rows_from_table,
 )
+from models.evidence.pairwise_band import PAIRWISE_PERCENTILE, pair_error, pairs, pairwise_band_of
 
 sys.path.insert(0, str(Path(__file__).parent))
 import validate_published  # noqa: E402 - the research folder is not a package
@@ -144,6 +147,19 @@ def coverage(rows: tuple[ErrorRow, ...]) -> None:
               f"({100 * n_in / len(hits):.0f}%; expected {100 * expected:.0f}%)")
 
 
+def print_pairwise(rows: tuple[ErrorRow, ...]) -> None:
+    """The pairwise band (models/evidence/pairwise_band.py) and the pairs of each table."""
+    band = pairwise_band_of(rows)
+    by_table: dict[tuple[str, str, str], list[float]] = {}
+    for a, b in pairs(rows):
+        by_table.setdefault((a.source_id, a.gpu, a.table), []).append(pair_error(a, b))
+    for (source, gpu, table), errors in sorted(by_table.items()):
+        print(f"pairs {source:18s} {gpu:20s} {table[:28]:28s} n={len(errors):3d} "
+              f"median {100 * percentile(errors, 50):5.1f}% max {100 * max(errors):6.1f}%")
+    print(f"pairwise band (P{PAIRWISE_PERCENTILE:.0f} of |ratio error|): {100 * band.frac:.1f}% "
+          f"over {band.num_pairs} pairs of {band.num_tables} tables")
+
+
 def main() -> None:
     fresh = table()
     text = json.dumps(fresh, indent=1) + "\n"
@@ -159,6 +175,7 @@ def main() -> None:
     print(f"{len(fresh['rows'])} rows predicted, {len(held)} held out")
     print_bands(rows_from_table(fresh))
     coverage(rows_from_table(fresh))
+    print_pairwise(rows_from_table(fresh))
 
 
 if __name__ == "__main__":

@@ -242,7 +242,7 @@ def pick(optimum: ScoredPlan, others: Sequence[ScoredPlan], spec: ModelSpec,
     report = RobustChoice(
         picked=picked, band_frac=frac, pairwise_band_frac=pair,
         within_pairwise_band=len(tied) - 1, tied=_listed(tied, chosen, optimum, objective),
-        within_band=len(band), indistinguishable=len(tied) > 1,
+        within_band=len(band), indistinguishable=len(tied) > 1 or anchor is not optimum,
         optimum_parallel=None if shown is optimum else optimum.parallel,
         optimum_world_size=optimum.estimate.world_size,
         optimum_step_time_s=optimum.estimate.step_time_s,
@@ -294,9 +294,9 @@ def _text(optimum: ScoredPlan, anchor: ScoredPlan, chosen: Traits, tied: list[Tr
         return (f"{lead}indistinguishable within the model's error on the difference of two "
                 f"plans ({100 * pair:.0f}%): {len(tied) - 1} other plan"
                 f"{'s lie' if len(tied) != 2 else ' lies'} within it, none with more memory "
-                f"margin (by over {100 * MARGIN_RESOLUTION_FRAC:.1f}% of the capacity) or "
-                "fewer or more common mechanisms; the plan shown is the fastest of them, not "
-                "a measured winner")
+                f"margin (by over {100 * MARGIN_RESOLUTION_FRAC:.1f}% of the capacity), or as "
+                "much and fewer or more common mechanisms; the plan shown is the fastest of "
+                "them, not a measured winner")
     why = (f"keeps {gib(chosen.margin_bytes)} free on its fullest GPU against "
            f"{gib(first.margin_bytes)}"
            if chosen.margin_bytes - first.margin_bytes

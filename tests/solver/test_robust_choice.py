@@ -16,7 +16,7 @@ from api_schemas.hardware import KernelCalibration
 from api_schemas.plan import PlanStatus
 from models.core.frameworks import frameworks
 from solver import plan
-from solver.robust_choice import experimental_schedules
+from solver.robust_choice import MARGIN_RESOLUTION_FRAC, experimental_schedules
 
 LIMITS = SolverLimits(time_limit_s=60, top_k=4, num_workers=1)
 
@@ -89,5 +89,15 @@ def test_common_optimum_is_kept_and_its_band_is_counted() -> None:
     inside = [a for a in response.alternatives if a.within_band]
     assert robust.within_band >= len(inside) >= 1
     assert robust.indistinguishable
-    assert any("indistinguishable within the model's error band" in n
-               for n in response.explanation.notes)
+    assert any("indistinguishable within the model's error on the difference of two plans"
+               in n for n in response.explanation.notes)
+    # The ties are within the pairwise band, narrower than the band of one prediction, and
+    # none of them keeps more memory free than the plan shown.
+    assert robust.pairwise_band_frac is not None and robust.band_frac is not None
+    assert 0 < robust.pairwise_band_frac < robust.band_frac
+    assert robust.within_pairwise_band == len(robust.tied) - 1 >= 1
+    shown = [t for t in robust.tied if t.shown]
+    assert len(shown) == 1 and shown[0].delta_frac == 0.0
+    assert all(t.memory_margin_bytes <= shown[0].memory_margin_bytes
+               + MARGIN_RESOLUTION_FRAC * response.memory.limit_bytes for t in robust.tied)
+    assert all(t.delta_frac <= robust.pairwise_band_frac for t in robust.tied)
