@@ -233,15 +233,15 @@ class RobustChoice(ResultModel):
     """How the plan shown was chosen among plans the cost model cannot tell apart: two plans
     whose objectives differ by less than the pairwise band (the error of the predicted ratio
     of two runs on one system) are indistinguishable, and the tie goes to more memory margin,
-    then fewer and more common mechanisms; a plan that uses an experimental mechanism is
+    then to more common or fewer mechanisms; a plan that uses an experimental mechanism is
     shown only when it wins by more than the model's (absolute) error band."""
 
     picked: str = Field(description="'optimum' (the plan shown is the objective optimum), "
                         "'robust' (an optimum with an experimental mechanism did not win by "
                         "more than the band, so the best plan without one is shown) or "
                         "'margin' (the shown plan is indistinguishable from a faster one and "
-                        "has more memory margin, or as much and fewer or more common "
-                        "mechanisms).")
+                        "has more memory margin, or as much and more common mechanisms: more "
+                        "frameworks run it, or it uses a strict subset of the other's).")
     pairwise_band_frac: float | None = Field(
         default=None, description="Relative objective difference below which the model "
         "cannot rank two plans on this cluster: the 80th percentile of the error of the "

@@ -19,8 +19,9 @@ an experimental mechanism whose objective is within the pairwise band of the anc
 (`models.evidence.pairwise_band`: the error of the predicted ratio of two runs on one
 system, where the errors the two plans share cancel) are indistinguishable from it, and the
 plan shown is the one with the most memory margin (capacity - peak); margins within
-`MARGIN_RESOLUTION_FRAC` of the capacity count as equal, and among those the fewest
-mechanisms, then the most frameworks that run it, then the best objective win. The
+`MARGIN_RESOLUTION_FRAC` of the capacity count as equal, and among those a plan that more
+released frameworks run, or that uses a strict subset of the mechanisms, wins over a
+faster one (`simpler`); otherwise the best objective stays. The
 objective optimum is reported beside a plan shown instead of it, and the answer lists the
 indistinguishable plans and counts them. Must not: search or evaluate plans (it ranks what
 it is given).
@@ -152,28 +153,45 @@ class Traits:
     plan: ScoredPlan
     margin_bytes: int
     """Usable capacity less the peak of its fullest rank."""
-    mechanisms: int
+    features: frozenset[str]
     """Framework-table capabilities it uses (`models.core.frameworks.capabilities`)."""
     frameworks: int
     """Released frameworks that run it as given."""
+
+    @property
+    def mechanisms(self) -> int:
+        """How many capabilities it uses."""
+        return len(self.features)
 
 
 def traits(spec: ModelSpec, training: TrainingSpec, plan: ScoredPlan) -> Traits:
     """The margin, mechanisms and frameworks of a plan."""
     features = plan_features(spec, plan.training or training, plan.parallel)
     return Traits(plan=plan, margin_bytes=plan.ledger.capacity_bytes - plan.ledger.peak_bytes,
-                  mechanisms=len(capabilities(features)),
+                  features=capabilities(features),
                   frameworks=sum(1 for fw in frameworks().values()
                                  if not blockers(fw, features)))
+
+
+def simpler(a: Traits, b: Traits) -> bool:
+    """Whether `a` uses more common or fewer mechanisms than `b`: more released frameworks
+    run it, or as many and its capabilities are a strict subset of `b`'s (a plan that drops
+    one mechanism and adds another is not simpler by a count)."""
+    return a.frameworks > b.frameworks or (a.frameworks == b.frameworks
+                                           and a.features < b.features)
 
 
 def tie_break(tied: Sequence[Traits], *, capacity_bytes: int) -> Traits:
     """The plan shown among indistinguishable ones (`tied`, best objective first): the most
     memory margin; among those within `MARGIN_RESOLUTION_FRAC` of the capacity of it, the
-    fewest mechanisms, then the most frameworks, then the best objective."""
+    best objective unless a later one is `simpler` than the pick so far."""
     most = max(t.margin_bytes for t in tied)
     close = [t for t in tied if t.margin_bytes >= most - MARGIN_RESOLUTION_FRAC * capacity_bytes]
-    return min(close, key=lambda t: (t.mechanisms, -t.frameworks))
+    chosen = close[0]
+    for other in close[1:]:
+        if simpler(other, chosen):
+            chosen = other
+    return chosen
 
 
 def _shape(plan: ScoredPlan) -> tuple[object, ...]:
@@ -301,9 +319,9 @@ def _text(optimum: ScoredPlan, anchor: ScoredPlan, chosen: Traits, tied: list[Tr
            f"{gib(first.margin_bytes)}"
            if chosen.margin_bytes - first.margin_bytes
            > MARGIN_RESOLUTION_FRAC * anchor.ledger.capacity_bytes else
-           f"keeps as much memory free and uses {chosen.mechanisms} mechanisms "
-           f"({chosen.frameworks} frameworks run it) against {first.mechanisms} "
-           f"({first.frameworks})")
+           f"keeps as much memory free and uses {chosen.mechanisms} mechanisms, run by "
+           f"{chosen.frameworks} released frameworks, against {first.mechanisms} run by "
+           f"{first.frameworks}")
     return (f"{lead}tie broken toward memory margin: {describe_parallel(first.plan.parallel)} "
             f"is faster by {100 * relative_gap(first.plan, chosen.plan, objective):.1f}%, less "
             f"than the model's error on the difference of two plans ({100 * pair:.0f}%), and "
@@ -319,4 +337,4 @@ def _ties(tied: list[Traits], pair: float | None) -> str:
 
 __all__ = ["BAND_OBJECTIVES", "MARGIN_RESOLUTION_FRAC", "MAX_TIED_LISTED", "Pick", "Traits",
            "band_frac", "experimental_features", "experimental_schedules", "pick",
-           "relative_gap", "tie_break", "traits", "within_band"]
+           "relative_gap", "simpler", "tie_break", "traits", "within_band"]

@@ -1,7 +1,7 @@
 """The tie break of the robust choice (`solver/robust_choice.py`) on hand-built scored plans:
 within the pairwise band the plan with more memory margin is shown and the fastest is
 reported beside it; beyond the band the faster plan stays; margins within the ledger's
-resolution fall to fewer mechanisms."""
+resolution fall to a plan with a subset of the mechanisms or more frameworks."""
 
 import dataclasses
 
@@ -16,7 +16,7 @@ from models.core.memory import memory_ledger
 from models.core.step_time import estimate_step
 from models.evidence.pairwise_band import pairwise_band
 from solver.candidate_eval import ScoredPlan
-from solver.robust_choice import MARGIN_RESOLUTION_FRAC, pick, traits
+from solver.robust_choice import MARGIN_RESOLUTION_FRAC, pick, simpler, traits
 from solver.space import MeshCandidate
 
 SPEC = resolve_model(ModelPreset(preset="llama-3.1-8b")).spec
@@ -78,16 +78,47 @@ def test_equal_margins_go_to_fewer_mechanisms_and_the_fastest_of_equals_stays() 
     slack = int(MARGIN_RESOLUTION_FRAC * CAPACITY / 4)
     fast = _plan(FAST, step_time_s=10.0, margin_bytes=CAPACITY // 4)
     plain = _plan(PLAIN, step_time_s=10.0 * (1 + band / 3), margin_bytes=CAPACITY // 4 + slack)
-    assert traits(SPEC, TRAINING, plain).mechanisms < traits(SPEC, TRAINING, fast).mechanisms
+    # Data parallelism alone drops tensor parallelism and adds nothing.
+    assert traits(SPEC, TRAINING, plain).features < traits(SPEC, TRAINING, fast).features
     shown, report = _pick(fast, plain)
     assert shown is plain and report.picked == "margin"
     assert "mechanisms" in report.text
     # The same two with equal mechanisms: the faster keeps the tie.
     roomy = _plan(ROOMY, step_time_s=10.0 * (1 + band / 3), margin_bytes=CAPACITY // 4 + slack)
-    assert traits(SPEC, TRAINING, roomy).mechanisms == traits(SPEC, TRAINING, fast).mechanisms
+    assert traits(SPEC, TRAINING, roomy).features == traits(SPEC, TRAINING, fast).features
     shown, report = _pick(fast, roomy)
     assert shown is fast and report.picked == "optimum" and report.indistinguishable
     assert "none with more memory margin" in report.text
+
+
+def test_fewer_mechanisms_by_count_alone_do_not_win() -> None:
+    """ZeRO-3 with tensor parallelism against ZeRO-1 without: two mechanisms fewer, but one
+    of them new, on as many frameworks: not simpler, so the faster plan stays."""
+    band = pairwise_band().frac
+    sharded = _plan(ParallelConfig(tp=2, dp=4, zero_stage=3), step_time_s=10.0,
+                    margin_bytes=CAPACITY // 4)
+    plain = _plan(PLAIN, step_time_s=10.0 * (1 + band / 3), margin_bytes=CAPACITY // 4)
+    a, b = traits(SPEC, TRAINING, plain), traits(SPEC, TRAINING, sharded)
+    assert a.mechanisms < b.mechanisms and a.frameworks == b.frameworks
+    assert not simpler(a, b)
+    shown, report = _pick(sharded, plain)
+    assert shown is sharded and report.picked == "optimum" and report.within_pairwise_band == 1
+
+
+def test_a_plan_more_frameworks_run_is_more_common() -> None:
+    """Tensor parallelism with sequence parallelism against a two-stage pipeline: one
+    released framework runs the first here, two the second; with equal margins the second
+    is shown although slower."""
+    band = pairwise_band().frac
+    sp = _plan(ParallelConfig(tp=2, dp=4, zero_stage=1, sequence_parallel=True),
+               step_time_s=10.0, margin_bytes=CAPACITY // 4)
+    piped = _plan(ParallelConfig(pp=2, dp=4, zero_stage=1), step_time_s=10.0 * (1 + band / 2),
+                  margin_bytes=CAPACITY // 4)
+    a, b = traits(SPEC, TRAINING, piped), traits(SPEC, TRAINING, sp)
+    assert a.frameworks > b.frameworks and simpler(a, b)
+    shown, report = _pick(sp, piped)
+    assert shown is piped and report.picked == "margin"
+    assert "run by 2 released frameworks, against 4 run by 1" in report.text
 
 
 def test_least_memory_gets_no_tie_break() -> None:
