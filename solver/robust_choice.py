@@ -277,12 +277,15 @@ def _listed(tied: Sequence[Traits], chosen: Traits, optimum: ScoredPlan,
             objective: Objective) -> list[TiedPlan]:
     if len(tied) < 2:
         return []
+    listed = list(tied[:MAX_TIED_LISTED])
+    if chosen not in listed:
+        listed[-1] = chosen
     return [TiedPlan(parallel=describe_parallel(t.plan.parallel),
                      step_time_s=t.plan.estimate.step_time_s,
                      delta_frac=max(0.0, relative_gap(optimum, t.plan, objective)),
                      memory_margin_bytes=max(0, t.margin_bytes), mechanisms=t.mechanisms,
                      frameworks=t.frameworks, shown=t is chosen)
-            for t in tied[:MAX_TIED_LISTED]]
+            for t in listed]
 
 
 def _text(optimum: ScoredPlan, anchor: ScoredPlan, chosen: Traits, tied: list[Traits],
@@ -315,14 +318,15 @@ def _text(optimum: ScoredPlan, anchor: ScoredPlan, chosen: Traits, tied: list[Tr
                 f"margin (by over {100 * MARGIN_RESOLUTION_FRAC:.1f}% of the capacity), or as "
                 "much and fewer or more common mechanisms; the plan shown is the fastest of "
                 "them, not a measured winner")
+    roomier = (chosen.margin_bytes - first.margin_bytes
+               > MARGIN_RESOLUTION_FRAC * anchor.ledger.capacity_bytes)
     why = (f"keeps {gib(chosen.margin_bytes)} free on its fullest GPU against "
-           f"{gib(first.margin_bytes)}"
-           if chosen.margin_bytes - first.margin_bytes
-           > MARGIN_RESOLUTION_FRAC * anchor.ledger.capacity_bytes else
+           f"{gib(first.margin_bytes)}" if roomier else
            f"keeps as much memory free and uses {chosen.mechanisms} mechanisms, run by "
            f"{chosen.frameworks} released frameworks, against {first.mechanisms} run by "
            f"{first.frameworks}")
-    return (f"{lead}tie broken toward memory margin: {describe_parallel(first.plan.parallel)} "
+    toward = "memory margin" if roomier else "more common mechanisms"
+    return (f"{lead}tie broken toward {toward}: {describe_parallel(first.plan.parallel)} "
             f"is faster by {100 * relative_gap(first.plan, chosen.plan, objective):.1f}%, less "
             f"than the model's error on the difference of two plans ({100 * pair:.0f}%), and "
             f"the plan shown {why}{_ties(tied, pair)}")

@@ -16,7 +16,7 @@ from models.core.memory import memory_ledger
 from models.core.step_time import estimate_step
 from models.evidence.pairwise_band import pairwise_band
 from solver.candidate_eval import ScoredPlan
-from solver.robust_choice import MARGIN_RESOLUTION_FRAC, pick, simpler, traits
+from solver.robust_choice import MARGIN_RESOLUTION_FRAC, MAX_TIED_LISTED, pick, simpler, traits
 from solver.space import MeshCandidate
 
 SPEC = resolve_model(ModelPreset(preset="llama-3.1-8b")).spec
@@ -119,6 +119,21 @@ def test_a_plan_more_frameworks_run_is_more_common() -> None:
     shown, report = _pick(sp, piped)
     assert shown is piped and report.picked == "margin"
     assert "run by 2 released frameworks, against 4 run by 1" in report.text
+    assert report.text.startswith("tie broken toward more common mechanisms")
+
+
+def test_the_shown_plan_is_listed_among_many_ties() -> None:
+    """More ties than the answer lists: the plan shown is among those listed, all counted."""
+    band = pairwise_band().frac
+    fast = _plan(FAST, step_time_s=10.0, margin_bytes=GIB)
+    others = [_plan(ParallelConfig(tp=tp, pp=pp, dp=8 // (tp * pp), zero_stage=1),
+                    step_time_s=10.0 * (1 + band * (i + 1) / 20), margin_bytes=GIB)
+              for i, (tp, pp) in enumerate([(1, 1), (1, 2), (1, 4), (1, 8), (2, 2), (2, 4),
+                                            (4, 2), (8, 1)])]
+    roomy = _plan(ROOMY, step_time_s=10.0 * (1 + band / 2), margin_bytes=30 * GIB)
+    shown, report = _pick(fast, *others, roomy)
+    assert shown is roomy and report.within_pairwise_band == 9
+    assert len(report.tied) == MAX_TIED_LISTED and report.tied[-1].shown
 
 
 def test_least_memory_gets_no_tie_break() -> None:
