@@ -13,6 +13,7 @@ from api_schemas.architecture import (
     ModelSpec,
     MoESpec,
     NormKind,
+    RouterScoreFunction,
 )
 from api_schemas.collectives import (
     Algorithm,
@@ -225,6 +226,7 @@ __all__ = [
     "ReliabilityEstimate",
     "ReliabilitySpec",
     "RouteListing",
+    "RouterScoreFunction",
     "RunEstimateRequest",
     "RunEstimateResponse",
     "SensitivityFactor",

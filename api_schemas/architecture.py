@@ -8,7 +8,7 @@ is `models/core/params.py`, `models/core/flops.py`).
 """
 
 from enum import StrEnum
-from typing import Self
+from typing import Any, Self
 
 from pydantic import Field, model_validator
 
@@ -43,6 +43,16 @@ class NormKind(StrEnum):
     """Scale only: h parameters."""
     LAYERNORM_NO_AFFINE = "layernorm_no_affine"
     """LayerNorm without scale or bias (OLMo 1): no parameters."""
+
+
+class RouterScoreFunction(StrEnum):
+    """How a mixture-of-experts router turns its logits into expert scores."""
+
+    SOFTMAX = "softmax"
+    """Softmax over the experts (Mixtral, Qwen-MoE, OLMoE, GPT-OSS, DeepSeek-V2)."""
+    SIGMOID = "sigmoid"
+    """An independent sigmoid per expert (DeepSeek-V3 and Kimi K2 'scoring_func', Kimi
+    Linear 'moe_router_activation_func', Llama 4's router)."""
 
 
 class MLASpec(SpecModel):
@@ -126,6 +136,13 @@ class MoESpec(SpecModel):
         default=False,
         description="A per-expert routing bias (DeepSeek-V3 'noaux_tc' correction bias).",
     )
+    router_score_function: RouterScoreFunction = Field(
+        default=RouterScoreFunction.SOFTMAX,
+        description="How the router scores experts: 'softmax' or 'sigmoid'. Left out, it is "
+        "'sigmoid' when router_bias is true (every bias-routed model: DeepSeek-V3, Kimi K2, "
+        "Kimi Linear), else 'softmax'.",
+        examples=["sigmoid"],
+    )
     first_dense_layers: NonNegativeInt = Field(
         default=0, description="Leading layers with a dense MLP instead of MoE.", examples=[3]
     )
@@ -147,6 +164,15 @@ class MoESpec(SpecModel):
         description="Expert capacity factor; null = dropless (tokens are neither padded nor "
         "dropped).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bias_routes_by_sigmoid(cls, data: Any) -> Any:
+        """A router bias without a stated score function means sigmoid scores."""
+        if isinstance(data, dict) and data.get("router_bias") is True \
+                and "router_score_function" not in data:
+            return {**data, "router_score_function": RouterScoreFunction.SIGMOID}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -345,4 +371,4 @@ class ModelSpec(SpecModel):
 
 
 __all__ = ["AttentionKind", "LinearAttentionKind", "LinearAttentionSpec", "MLASpec", "MlpKind",
-           "MoESpec", "ModelSpec", "NormKind"]
+           "MoESpec", "ModelSpec", "NormKind", "RouterScoreFunction"]

@@ -213,14 +213,47 @@ class Alternative(ResultModel):
         "experimental or that no released framework runs (`frameworks.json`).")
 
 
-class RobustChoice(ResultModel):
-    """How the plan shown was chosen among plans the cost model cannot tell apart: plans
-    whose predicted ranges overlap lie within the model's error band; a plan that uses an
-    experimental mechanism is shown only when it wins by more than the band."""
+class TiedPlan(ResultModel):
+    """A plan the cost model cannot rank against the one shown (within the pairwise band)."""
 
-    picked: str = Field(description="'optimum' (the plan shown is the objective optimum) or "
+    parallel: str = Field(description="The configuration in words.")
+    step_time_s: Seconds = Field(description="Its predicted step time.")
+    delta_frac: float = Field(description="How much worse than the objective optimum under "
+                              "the objective (0 for the optimum).")
+    memory_margin_bytes: Bytes = Field(description="GPU memory its fullest rank leaves "
+                                       "free beyond the safety margin (the memory report's "
+                                       "capacity_bytes - margin_bytes - peak_bytes).")
+    mechanisms: int = Field(description="Mechanisms it uses (parallelism kinds, schedule, "
+                            "sharding, recomputation, overlaps: the framework-table features).")
+    frameworks: int = Field(description="Released frameworks that run it as given.")
+    shown: bool = Field(default=False, description="Whether it is the plan shown.")
+
+
+class RobustChoice(ResultModel):
+    """How the plan shown was chosen among plans the cost model cannot tell apart: two plans
+    whose objectives differ by less than the pairwise band (the error of the predicted ratio
+    of two runs on one system) are indistinguishable, and the tie goes to more memory margin,
+    then to more common or fewer mechanisms; a plan that uses an experimental mechanism is
+    shown only when it wins by more than the model's (absolute) error band."""
+
+    picked: str = Field(description="'optimum' (the plan shown is the objective optimum), "
                         "'robust' (an optimum with an experimental mechanism did not win by "
-                        "more than the band, so the best plan without one is shown).")
+                        "more than the band, so the best plan without one is shown) or "
+                        "'margin' (the shown plan is indistinguishable from a faster one and "
+                        "has more memory margin, or as much and more common mechanisms: more "
+                        "frameworks run it, or it uses a strict subset of the other's).")
+    pairwise_band_frac: float | None = Field(
+        default=None, description="Relative objective difference below which the model "
+        "cannot rank two plans on this cluster: the 80th percentile of the error of the "
+        "predicted ratio of two published runs of one table (or of two runs of the cluster's "
+        "calibration profile); None when no band backs the prediction.")
+    within_pairwise_band: int = Field(
+        default=0, description="Other plans (distinct meshes and schedules, among those the "
+        "search scored, without an experimental mechanism) within the pairwise band of the "
+        "plan that anchors the tie (the optimum, or the robust choice).")
+    tied: list[TiedPlan] = Field(
+        default_factory=list, description="The indistinguishable plans, the shown one "
+        "included, best objective first (at most 8).")
     band_frac: float | None = Field(
         default=None, description="Relative objective difference below which the optimum's "
         "predicted range overlaps another plan's: (e_high - e_low) / (1 + e_low) of its step-"
@@ -228,8 +261,10 @@ class RobustChoice(ResultModel):
     within_band: int = Field(default=0, description="Other plans (distinct meshes and "
                              "schedules, among those the search scored) within the band of "
                              "the objective optimum.")
-    indistinguishable: bool = Field(default=False, description="Whether the optimum is "
-                                    "indistinguishable from at least one other plan.")
+    indistinguishable: bool = Field(default=False, description="Whether the plan shown "
+                                    "cannot be told apart from another: plans within the "
+                                    "pairwise band, or an experimental optimum within the "
+                                    "error band of it.")
     optimum_parallel: ParallelConfig | None = Field(
         default=None, description="The objective optimum's configuration (when the plan shown "
         "is not it).")
@@ -497,5 +532,6 @@ __all__ = [
     "SolverStats",
     "StageMemoryReport",
     "Throughput",
+    "TiedPlan",
     "TimeBreakdown",
 ]

@@ -10,7 +10,8 @@ recorded as measured step time / predicted step time - 1 (for a throughput figur
 (`validate_published.FITTED`) are kept and marked `calibration`; every other row is
 `held_out`. With --write the table replaces `models/data/published_errors.json`, which
 `models/evidence/error_bands.py` reads at run time; without it the table is compared with the
-committed one and the bands of research/CALIBRATION.md Sec. 6 are printed.
+committed one and the bands of research/CALIBRATION.md Sec. 6 (and the pairwise band of
+Sec. 6, "Ranking two plans") are printed.
 tests/research/test_error_bands_data.py regenerates it and fails when the committed table is
 stale (the cost model changed and the table was not rewritten).
 """
@@ -25,9 +26,11 @@ from models.evidence.error_bands import (
     ErrorRow,
     expected_coverage,
     gpu_family,
+    percentile,
     published_band,
     rows_from_table,
 )
+from models.evidence.pairwise_band import PAIRWISE_PERCENTILE, pair_error, pairs, pairwise_band_of
 
 sys.path.insert(0, str(Path(__file__).parent))
 import validate_published  # noqa: E402 - the research folder is not a package
@@ -50,7 +53,7 @@ def table() -> dict[str, Any]:
         assert spec is not None  # predict() returned a figure, so the model is known
         gpu = row["hardware"]["gpu"]
         rows.append({
-            "id": row["id"], "source_id": row["source_id"], "gpu": gpu,
+            "id": row["id"], "source_id": row["source_id"], "table": table_of(row), "gpu": gpu,
             "family": gpu_family(gpu), "moe": spec.moe is not None,
             "num_gpus": row["hardware"]["num_gpus"],
             "split": "calibration" if row["id"] in validate_published.FITTED else "held_out",
@@ -69,6 +72,14 @@ def table() -> dict[str, Any]:
         "sources": dict(sorted(sources.items())),
         "rows": rows,
     }
+
+
+def table_of(row: dict[str, Any]) -> str:
+    """The table or release of the source a row was printed in: its `location` up to the
+    first comma ("Table 5", "25.11 NeMo Container", "llama3_h100_202412"); rows of one table
+    ran on one system and software stack, which the pairwise band of
+    `models/evidence/pairwise_band.py` relies on."""
+    return str(row["location"]).split(",", 1)[0].strip()
 
 
 def stale_rows(fresh: dict[str, Any], committed: dict[str, Any], *,
@@ -136,6 +147,19 @@ def coverage(rows: tuple[ErrorRow, ...]) -> None:
               f"({100 * n_in / len(hits):.0f}%; expected {100 * expected:.0f}%)")
 
 
+def print_pairwise(rows: tuple[ErrorRow, ...]) -> None:
+    """The pairwise band (models/evidence/pairwise_band.py) and the pairs of each table."""
+    band = pairwise_band_of(rows)
+    by_table: dict[tuple[str, str, str], list[float]] = {}
+    for a, b in pairs(rows):
+        by_table.setdefault((a.source_id, a.gpu, a.table), []).append(pair_error(a, b))
+    for (source, gpu, table), errors in sorted(by_table.items()):
+        print(f"pairs {source:18s} {gpu:20s} {table[:28]:28s} n={len(errors):3d} "
+              f"median {100 * percentile(errors, 50):5.1f}% max {100 * max(errors):6.1f}%")
+    print(f"pairwise band (P{PAIRWISE_PERCENTILE:.0f} of |ratio error|): {100 * band.frac:.1f}% "
+          f"over {band.num_pairs} pairs of {band.num_tables} tables")
+
+
 def main() -> None:
     fresh = table()
     text = json.dumps(fresh, indent=1) + "\n"
@@ -151,6 +175,7 @@ def main() -> None:
     print(f"{len(fresh['rows'])} rows predicted, {len(held)} held out")
     print_bands(rows_from_table(fresh))
     coverage(rows_from_table(fresh))
+    print_pairwise(rows_from_table(fresh))
 
 
 if __name__ == "__main__":

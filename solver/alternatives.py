@@ -10,6 +10,7 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.plan import Alternative, PredictedRange
 from api_schemas.requests import PlanRequest
+from api_schemas.training import TrainingSpec
 from models.core.layer_kinds import has_routed_experts
 from models.evidence.error_bands import cluster_band, predicted_range
 from solver.candidate_eval import ScoredPlan
@@ -40,8 +41,7 @@ def plan_alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: Se
                        peak_bytes=other.ledger.peak_bytes, fits=True,
                        delta_frac=other.estimate.step_time_s / best.estimate.step_time_s - 1.0,
                        why_not=(why_not(best, other, cluster) if other is not optimum else
-                                "the objective optimum; not shown because its experimental "
-                                "mechanisms do not win by more than the model's error band"),
+                                _optimum_why(spec, training, optimum)),
                        predicted_range=range_of(cluster, moe=moe,
                                                 world_size=other.parallel.world_size,
                                                 step_time_s=other.estimate.step_time_s,
@@ -56,6 +56,16 @@ def plan_alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: Se
         out.append(Alternative(parallel=rejected, world_size=rejected.world_size, fits=False,
                                why_not=why_rejected(rejection)))
     return out
+
+
+def _optimum_why(spec: ModelSpec, training: TrainingSpec, optimum: ScoredPlan) -> str:
+    """Why the objective optimum is not the plan shown (`solver.robust_choice.pick`)."""
+    if experimental_features(spec, training, optimum):
+        return ("the objective optimum; not shown because its experimental mechanisms do not "
+                "win by more than the model's error band")
+    return ("the objective optimum; not shown because it wins by less than the model's error "
+            "on the difference of two plans, and the plan shown keeps more memory free or uses "
+            "fewer or more common mechanisms (robust_choice)")
 
 
 __all__ = ["plan_alternatives", "range_of"]

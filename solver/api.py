@@ -232,8 +232,8 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     best = dataclasses.replace(best, estimate=estimate_step(spec, training,
                                                             best.parallel, cluster))
     runners_up = _runners_up(request, constraints, result, spec, cluster, best, deadline)
-    # Robust choice (`solver.robust_choice`): an optimum with an experimental mechanism is
-    # shown only when it wins by more than the model's error band.
+    # Robust choice (`solver.robust_choice`): an experimental optimum must win by more than
+    # the error band; ties within the pairwise band go to memory margin, then mechanisms.
     scored = [*result.ranked, *runners_up]
     if experimental_features(spec, request.training, best):
         common = seeded.seed.best if seeded.seed is not None else None
@@ -251,7 +251,7 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     alternatives = plan_alternatives(best, runners_up, result, cluster, request,
                                      optimum=optimum, spec=spec)
     text = summary(spec, cluster, best)
-    if robust.report.picked == "robust":
+    if robust.report.picked != "optimum":
         text += f" {robust.report.text[0].upper()}{robust.report.text[1:]}."
     else:
         notes.append(robust.report.text)

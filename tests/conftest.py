@@ -66,6 +66,7 @@ SHARED_WORK = {
     "tests/solver/test_export_framework_parsers.py": "plan-set",
     "tests/solver/test_benchmark_plans.py": "plan-set",
     "tests/solver/test_runtime_features.py": "plan-set",
+    "tests/solver/test_robust_choice.py": "plan-set",
     # One browser-test service (the session-scoped `base_url`) rather than one per worker.
     "tests/browser/": "browser",
     # Servers as subprocesses under fault, whose answers are bounded in seconds: one at a time,

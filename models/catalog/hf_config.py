@@ -24,6 +24,7 @@ from api_schemas.architecture import (
     ModelSpec,
     MoESpec,
     NormKind,
+    RouterScoreFunction,
 )
 from models.catalog.hf_families import (
     COHERE_LIKE,
@@ -425,11 +426,25 @@ def _moe_fields(reader: _Reader, model_type: str) -> MoESpec | None:
         # Kimi Linear's gate always holds the correction bias (`e_score_correction_bias`).
         router_bias=(str(reader.get("topk_method", default="")) == "noaux_tc"
                      or model_type in LINEAR_ATTENTION_FAMILIES),
+        router_score_function=_router_score_function(reader, model_type),
         first_dense_layers=first_dense, layer_freq=freq,
         dense_layer_indices=tuple(sorted(set(dense_indices))),
         num_expert_groups=int(_or_default(reader.get("n_group", "num_expert_group"), 1)),
         topk_groups=int(_or_default(reader.get("topk_group"), 1)),
     )
+
+
+def _router_score_function(reader: _Reader, model_type: str) -> RouterScoreFunction:
+    """DeepSeek-V2/V3 and Kimi K2 name it 'scoring_func', Kimi Linear
+    'moe_router_activation_func'; Llama 4 has no key: `Llama4Router.forward` (Hugging Face
+    transformers `modeling_llama4.py`) takes the top-k logits and applies `torch.sigmoid`.
+    Every other family scores by softmax (Mixtral, Qwen-MoE, OLMoE, GPT-OSS)."""
+    named = reader.get("scoring_func", "moe_router_activation_func")
+    if named is not None:
+        return RouterScoreFunction(str(named))
+    if model_type in LLAMA4_LIKE:
+        return RouterScoreFunction.SIGMOID
+    return RouterScoreFunction.SOFTMAX
 
 
 def _llama4_dense_layers(reader: _Reader, layers: int) -> tuple[int, ...]:

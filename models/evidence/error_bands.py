@@ -121,6 +121,9 @@ class ErrorRow:
     """Short name of the publication (`sources` of research/data/published_runs.json)."""
     source: str
     """Its title."""
+    table: str = ""
+    """The table or release of the source it was printed in (rows of one table ran on one
+    system and software stack)."""
     gpu: str
     family: str | None
     moe: bool
@@ -207,6 +210,7 @@ def rows_from_table(table: dict[str, Any]) -> tuple[ErrorRow, ...]:
     titles: dict[str, str] = table["sources"]
     return tuple(ErrorRow(id=r["id"], source_id=r["source_id"],
                           source=titles.get(r["source_id"], r["source_id"]),
+                          table=r["table"],
                           gpu=r["gpu"], family=r["family"], moe=r["moe"],
                           num_gpus=r["num_gpus"], held_out=r["split"] == "held_out",
                           error=r["step_time_error"])

@@ -40,9 +40,11 @@ DEEPSPEED_KEYS: frozenset[str] = frozenset({
     "activation_checkpointing.contiguous_memory_optimization",
     "activation_checkpointing.number_checkpoints",
     "tensor_parallel.autotp_size", "tensor_parallel.tp_overlap_comm",
-    "expert_parallel.enabled", "expert_parallel.autoep_size",
+    "expert_parallel.enabled", "expert_parallel.autoep_size", "expert_parallel.score_func",
 })
-"""Every dotted key this exporter may write, each documented in DeepSpeed's config-json.md."""
+"""Every dotted key this exporter may write, each documented in DeepSpeed's config-json.md
+(`expert_parallel.score_func` in DeepSpeed 0.19.8 `module_inject/auto_ep_config.py`
+`parse_autoep_config`, which validates it against "auto", "softmax" and "sigmoid")."""
 
 _OPTIMIZER_TYPES: dict[OptimizerKind, str] = {
     OptimizerKind.ADAM: "Adam", OptimizerKind.ADAMW: "AdamW", OptimizerKind.SGD: "SGD",
@@ -227,7 +229,10 @@ def _model_parallel(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
                          "(more activation memory than planned); with recompute, "
                          "partition_activations splits the checkpointed layer inputs over tp")
     if spec.moe is not None and parallel.ep > 1:
-        config["expert_parallel"] = {"enabled": True, "autoep_size": parallel.ep}
+        # AutoEP's "auto" score function reads the Hugging Face `scoring_func`, which Llama 4
+        # lacks (its router is sigmoid); the spec says which one the model uses.
+        config["expert_parallel"] = {"enabled": True, "autoep_size": parallel.ep,
+                                     "score_func": spec.moe.router_score_function.value}
         notes.append(f"expert_parallel (AutoEP) needs DeepSpeed >= {AUTOEP_MIN_VERSION}; older "
                      "releases have no such key")
         if parallel.etp > 1:

@@ -14,7 +14,7 @@ qk_nope_head_dim -> --qk-head-dim, qk_rope_head_dim -> --qk-pos-emb-head-dim.
 
 from dataclasses import dataclass
 
-from api_schemas.architecture import ModelSpec
+from api_schemas.architecture import ModelSpec, MoESpec, RouterScoreFunction
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import MoeDispatcher, TrainingSpec
 from models.core.layer_kinds import attention_kind, mlp_kind, norm_kind
@@ -147,10 +147,7 @@ def moe_args(spec: ModelSpec, training: TrainingSpec) -> ModelArgs:
     if moe.num_expert_groups > 1:
         args += ["--moe-router-num-groups", str(moe.num_expert_groups),
                  "--moe-router-group-topk", str(moe.topk_groups)]
-    if moe.router_bias:
-        # Expert-bias routing requires sigmoid scores in core_v0.14.0
-        # (TransformerConfig.__post_init__), as DeepSeek-V3 uses.
-        args += ["--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"]
+    args += _router_score_args(moe, notes)
     if moe.capacity_factor is not None:
         args += ["--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"]
     args.append("--moe-grouped-gemm")
@@ -166,6 +163,23 @@ def moe_args(spec: ModelSpec, training: TrainingSpec) -> ModelArgs:
                      "later apply the router probabilities inside the expert activation and "
                      "keep no routed-expert outputs for the combine (memory over-counted)")
     return ModelArgs(args=tuple(args), notes=tuple(notes))
+
+
+def _router_score_args(moe: MoESpec, notes: list[str]) -> list[str]:
+    """`--moe-router-score-function` from the spec (Megatron's default is softmax, so a
+    sigmoid router such as Llama 4's top-1 or DeepSeek-V3's must say so: core_v0.14.0
+    `TransformerConfig.__post_init__` also refuses top-1 softmax routing without
+    `--moe-router-pre-softmax`), and the expert bias, which core_v0.14.0 allows with sigmoid
+    scores only."""
+    args = ["--moe-router-score-function", moe.router_score_function.value]
+    if moe.router_bias:
+        if moe.router_score_function == RouterScoreFunction.SIGMOID:
+            args.append("--moe-router-enable-expert-bias")
+        else:
+            notes.append("moe.router_bias with softmax scores: Megatron-LM core_v0.14.0 "
+                         "takes --moe-router-enable-expert-bias with sigmoid scores only, so "
+                         "the routing bias is left out")
+    return args
 
 
 def moe_layer_freq(spec: ModelSpec) -> str | None:

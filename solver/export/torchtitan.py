@@ -369,6 +369,12 @@ def _unsupported_notes(spec: ModelSpec, training: TrainingSpec,
                      "memory; Kimi K3) has no torchtitan setting; it needs an extension")
     if training.optimizer not in (OptimizerKind.ADAM, OptimizerKind.ADAMW):
         notes.append(f"optimizer='{training.optimizer}': set [optimizer] name by hand")
+    if spec.moe is not None:
+        # torchtitan v0.2.2 models/moe/moe.py MoEArgs.score_func (default "sigmoid"); its
+        # deepseek_v3 flavors "16B" and "236B" say "softmax", "671B" "sigmoid".
+        notes.append(f"the router scores experts by {spec.moe.router_score_function.value}: "
+                     "torchtitan sets this in the model flavor (MoEArgs.score_func), not in "
+                     "the job config; check the chosen flavor says the same")
     if training.fused_cross_entropy:
         notes.append("torchtitan's loss is F.cross_entropy on fp32 logits (components/loss.py), "
                      "not a fused one: its backward holds about 8 x vocab bytes per token more, "

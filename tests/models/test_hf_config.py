@@ -115,6 +115,24 @@ def test_llama_4_moe_layers_list_wins_over_the_step() -> None:
     assert [spec.is_moe_layer(i) for i in range(4)] == [True, False, True, False]
 
 
+@pytest.mark.parametrize(("preset", "score"), [
+    ("llama-4-scout-17b-16e", "sigmoid"), ("deepseek-v3", "sigmoid"), ("deepseek-v2", "softmax"),
+    ("kimi-linear-48b-a3b-instruct", "sigmoid"), ("mixtral-8x7b", "softmax"),
+    ("gpt-oss-20b", "softmax"),
+])
+def test_the_router_score_function_is_read(preset: str, score: str) -> None:
+    """'scoring_func' (DeepSeek), 'moe_router_activation_func' (Kimi Linear), and Llama 4's
+    sigmoid router, which its config does not name."""
+    moe = spec_from_hf_config(hf_preset_config(preset)).spec.moe
+    assert moe is not None and moe.router_score_function == score
+
+
+def test_an_unknown_router_score_function_is_refused() -> None:
+    config = dict(hf_preset_config("deepseek-v3"), scoring_func="sqrtsoftplus")
+    with pytest.raises(InvalidSpecError, match="sqrtsoftplus"):
+        spec_from_hf_config(config)
+
+
 def test_gemma_families_are_gated_tied_and_post_normed() -> None:
     for preset, norms in (("gemma-7b", 2), ("gemma-2-9b", 4), ("gemma-3-27b-it", 4)):
         ingested = spec_from_hf_config(hf_preset_config(preset))

@@ -54,7 +54,8 @@ def test_autotp_and_autoep_only_when_degrees_exceed_one() -> None:
     spec, training, parallel = CASES["mixtral-zb-h1"]
     config = deepspeed_config(spec, training, parallel)
     assert config["tensor_parallel"] == {"autotp_size": 2}
-    assert config["expert_parallel"] == {"enabled": True, "autoep_size": 8}
+    assert config["expert_parallel"] == {"enabled": True, "autoep_size": 8,
+                                         "score_func": "softmax"}
     notes = deepspeed_notes(spec, training, parallel)
     assert any("AutoTP" in note and "0.16.4" in note for note in notes)
     assert any("AutoEP" in note and "0.19.2" in note for note in notes)

@@ -139,6 +139,7 @@ def _check_deepspeed(problem: str, response: PlanResponse) -> None:
     if spec.moe is not None and parallel.ep > 1:
         assert parsed.expert_parallel_config.enabled
         assert parsed.expert_parallel_config.autoep_size == parallel.ep
+        assert parsed.expert_parallel_config.score_func == spec.moe.router_score_function
     if parallel.pp > 1:
         assert schedule_traits(parallel.schedule).exports.deepspeed_native, \
             "DeepSpeed's PipelineEngine runs 1F1B only"

@@ -400,3 +400,36 @@ def test_cuda_graphs_of_attention_are_exported_and_moe_regions_are_notes() -> No
     full = parallel.model_copy(update={"recompute": "full"})
     assert "--external-cuda-graph" not in megatron_args(spec, training, full)
     assert any("full recomputation" in note for note in megatron_notes(spec, training, full))
+
+
+@pytest.mark.parametrize(("preset", "score", "bias"), [
+    ("llama-4-scout-17b-16e", "sigmoid", False), ("llama-4-maverick-17b-128e", "sigmoid", False),
+    ("deepseek-v3", "sigmoid", True), ("kimi-k2-instruct", "sigmoid", True),
+    ("deepseek-v2", "softmax", False), ("mixtral-8x7b", "softmax", False),
+])
+def test_the_router_score_function_is_the_models(preset: str, score: str, bias: bool) -> None:
+    """Llama 4 routes top-1 by sigmoid scores with no `scoring_func` key in its config;
+    Megatron-LM's default is softmax, so the flag must be given (core_v0.14.0 refuses top-1
+    softmax routing without --moe-router-pre-softmax)."""
+    args = megatron_args(*case(preset, gbs=64, dp=8))
+    assert _value(args, "--moe-router-score-function") == score
+    assert ("--moe-router-enable-expert-bias" in args) == bias
+
+
+def test_expert_bias_with_softmax_scores_is_a_note_not_a_flag() -> None:
+    spec = _moe_spec(8, 0, 1, ()).model_copy(update={"moe": MoESpec(
+        num_experts=8, top_k=2, expert_ffn_hidden_size=128, router_bias=True,
+        router_score_function="softmax")})
+    training = TrainingSpec(global_batch_size=8, sequence_length=256)
+    args = megatron_args(spec, training, ParallelConfig(dp=8))
+    assert _value(args, "--moe-router-score-function") == "softmax"
+    assert "--moe-router-enable-expert-bias" not in args
+    assert any("sigmoid scores only" in note
+               for note in megatron_notes(spec, training, ParallelConfig(dp=8)))
+
+
+def test_a_router_bias_alone_means_sigmoid_scores() -> None:
+    moe = MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=128, router_bias=True)
+    assert moe.router_score_function == "sigmoid"
+    assert MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=128).router_score_function \
+        == "softmax"

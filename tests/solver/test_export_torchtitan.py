@@ -234,3 +234,13 @@ def test_every_export_names_a_planned_memory_efficient_norm() -> None:
         assert any("norm_saves_output=true" in n for n in exported["notes"]), name
     for name, exported in export_all(spec, training, parallel).items():
         assert not any("norm_saves_output" in n for n in exported["notes"]), name
+
+
+def test_the_router_score_function_is_a_note_for_the_flavor() -> None:
+    """torchtitan takes the score function from the model flavor, not the TOML."""
+    llama4 = torchtitan_notes(*case("llama-4-scout-17b-16e", gbs=64, dp=8))
+    assert any("scores experts by sigmoid" in note for note in llama4)
+    mixtral = torchtitan_notes(*case("mixtral-8x7b", gbs=64, dp=8))
+    assert any("scores experts by softmax" in note for note in mixtral)
+    assert not any("scores experts" in note
+                   for note in torchtitan_notes(*case("llama-3.1-8b", gbs=64, dp=8)))

@@ -161,12 +161,7 @@ UNCHECKED: dict[str, dict[frozenset[str], str]] = {
 kernel checks, model code, untested pairs), with why; each rule's own reason and source are
 in the table."""
 
-EXPORT_GAPS: dict[tuple[str, str], str] = {
-    **{("megatron-lm", f"cp/{kind}-chunked"): "Llama 4 routes top-1 with sigmoid scores; the "
-       "export passes neither --moe-router-score-function sigmoid nor "
-       "--moe-router-pre-softmax, which megatron-core requires for top-1 softmax routing"
-       for kind in ("ring", "ulysses", "all_gather", "usp")},
-}
+EXPORT_GAPS: dict[tuple[str, str], str] = {}
 """Combinations whose export (not the table) a framework rejects: expected failures, so a
 fixed exporter shows up here."""
 
