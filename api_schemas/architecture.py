@@ -143,6 +143,13 @@ class MoESpec(SpecModel):
         "Kimi Linear), else 'softmax'.",
         examples=["sigmoid"],
     )
+    router_topk_renormalized: bool = Field(
+        default=True,
+        description="Whether the chosen experts' softmax weights are renormalised to sum to "
+        "one (Hugging Face 'norm_topk_prob'; true for Mixtral, Qwen3-MoE, GPT-OSS, false for "
+        "Qwen2-MoE, OLMoE and DeepSeek-V2, whose weights are the softmax over every expert). "
+        "Affects the exports only.",
+    )
     first_dense_layers: NonNegativeInt = Field(
         default=0, description="Leading layers with a dense MLP instead of MoE.", examples=[3]
     )

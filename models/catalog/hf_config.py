@@ -427,6 +427,7 @@ def _moe_fields(reader: _Reader, model_type: str) -> MoESpec | None:
         router_bias=(str(reader.get("topk_method", default="")) == "noaux_tc"
                      or model_type in LINEAR_ATTENTION_FAMILIES),
         router_score_function=_router_score_function(reader, model_type),
+        router_topk_renormalized=_router_topk_renormalized(reader, model_type),
         first_dense_layers=first_dense, layer_freq=freq,
         dense_layer_indices=tuple(sorted(set(dense_indices))),
         num_expert_groups=int(_or_default(reader.get("n_group", "num_expert_group"), 1)),
@@ -445,6 +446,21 @@ def _router_score_function(reader: _Reader, model_type: str) -> RouterScoreFunct
     if model_type in LLAMA4_LIKE:
         return RouterScoreFunction.SIGMOID
     return RouterScoreFunction.SOFTMAX
+
+
+UNNORMALISED_TOPK_FAMILIES = frozenset({"olmoe", "qwen2_moe", "qwen3_moe", "deepseek_v2"})
+"""Model types whose Hugging Face config class defaults `norm_topk_prob` to false
+(transformers `OlmoeConfig`, `Qwen2MoeConfig`, `Qwen3MoeConfig`, `DeepseekV2Config`)."""
+
+
+def _router_topk_renormalized(reader: _Reader, model_type: str) -> bool:
+    """`norm_topk_prob` where the config states it, else its config class's default: false
+    for `UNNORMALISED_TOPK_FAMILIES`, true for the others (DeepSeek-V3 and Kimi K2 default
+    true; Mixtral and GPT-OSS take the softmax over the top-k logits, which sums to one)."""
+    stated = reader.get("norm_topk_prob")
+    if stated is not None:
+        return bool(stated)
+    return model_type not in UNNORMALISED_TOPK_FAMILIES
 
 
 def _llama4_dense_layers(reader: _Reader, layers: int) -> tuple[int, ...]:

@@ -71,7 +71,8 @@ MEGATRON_REFERENCE_FLAGS: frozenset[str] = frozenset({
     "--num-experts", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
     "--moe-layer-freq", "--moe-router-topk", "--moe-router-num-groups",
     "--moe-router-group-topk", "--moe-router-topk-scaling-factor",
-    "--moe-router-score-function", "--moe-grouped-gemm", "--moe-token-dispatcher-type",
+    "--moe-router-score-function", "--moe-router-pre-softmax", "--moe-grouped-gemm",
+    "--moe-token-dispatcher-type",
     "--moe-permute-fusion",
 })
 """Flags of the project's Megatron-LM reference vocabulary (parallel layout, batch and

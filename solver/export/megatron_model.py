@@ -169,9 +169,16 @@ def _router_score_args(moe: MoESpec, notes: list[str]) -> list[str]:
     """`--moe-router-score-function` from the spec (Megatron's default is softmax, so a
     sigmoid router such as Llama 4's top-1 or DeepSeek-V3's must say so: core_v0.14.0
     `TransformerConfig.__post_init__` also refuses top-1 softmax routing without
-    `--moe-router-pre-softmax`), and the expert bias, which core_v0.14.0 allows with sigmoid
-    scores only."""
+    `--moe-router-pre-softmax`), the softmax taken before the top-k where the model does not
+    renormalise the chosen weights (`MoESpec.router_topk_renormalized`), and the expert bias,
+    which core_v0.14.0 allows with sigmoid scores only."""
     args = ["--moe-router-score-function", moe.router_score_function.value]
+    softmax = moe.router_score_function == RouterScoreFunction.SOFTMAX
+    if softmax and not moe.router_topk_renormalized:
+        # Megatron's default softmax runs over the top-k logits (weights summing to one);
+        # `--moe-router-pre-softmax` takes the softmax over every expert before the top-k,
+        # which is what Hugging Face's `norm_topk_prob: false` computes.
+        args.append("--moe-router-pre-softmax")
     if moe.router_bias:
         if moe.router_score_function == RouterScoreFunction.SIGMOID:
             args.append("--moe-router-enable-expert-bias")

@@ -433,3 +433,17 @@ def test_a_router_bias_alone_means_sigmoid_scores() -> None:
     assert moe.router_score_function == "sigmoid"
     assert MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=128).router_score_function \
         == "softmax"
+
+
+@pytest.mark.parametrize(("preset", "pre_softmax"), [
+    ("olmoe-1b-7b-0924", True), ("qwen1.5-moe-a2.7b", True), ("deepseek-v2", True),
+    ("qwen3-30b-a3b", False), ("mixtral-8x7b", False), ("deepseek-v3", False),
+])
+def test_unrenormalised_softmax_routing_takes_the_softmax_before_the_top_k(
+        preset: str, pre_softmax: bool) -> None:
+    """Hugging Face `norm_topk_prob: false` (stated, or the config class's default for OLMoE,
+    Qwen2-MoE and DeepSeek-V2) weights the chosen experts by the softmax over every expert:
+    Megatron-LM's `--moe-router-pre-softmax`. Sigmoid routers (DeepSeek-V3) never take it."""
+    assert model_preset(preset).moe is not None
+    args = megatron_args(*case(preset, gbs=64, dp=8))
+    assert ("--moe-router-pre-softmax" in args) == pre_softmax
