@@ -19,16 +19,18 @@ status and step time. Process CPU time counts CP-SAT's worker threads, and the m
 load average is printed before and after: on a shared machine CPU time is steadier than
 wall time, but not immune to a busy host.
 
-Figures before any sharing across sizes (2-core shared host, load average 4.9 before and
-7.1 after, `--calls`): one plan 1.05 s CPU on the first call, 0.39 s after it; the sweep of
-1-100 nodes 86.1 s CPU, 220 x one plan; 88 sizes optimal, 12 infeasible (1 and 2 nodes do
-not hold the model; odd node counts past 80 admit no mesh, since data parallelism must
-divide the 512 sequences and the pipeline may not exceed the 80 layers). Python calls: one
-warm plan about 1.0 M, the sweep 100.1 M. With `--sizes` (load average 5-7) a size cost
-0.12-2.1 s: the node counts with an odd factor of 21-39 cost 0.9-2.1 s each, since their
-meshes have pipelines of that many stages whose schedules are generated and simulated op by
-op (the event loop of `models.core.pipeline.simulator` alone was about a quarter of the
-profile), and no other size shares those stage counts.
+Figures, each size searched on its own as `frontier` does (2-core shared host, load average
+4.9 before and 7.1 after, `--calls`): one plan 1.05 s CPU on the first call, 0.39 s after
+it; the sweep of 1-100 nodes 86.1 s CPU, 220 x one plan; 88 sizes optimal, 12 infeasible (1
+and 2 nodes do not hold the model; odd node counts past 80 admit no mesh, since data
+parallelism must divide the 512 sequences and the pipeline may not exceed the 80 layers).
+Python calls: one warm plan about 1.0 M, the sweep 100.1 M. Timed one by one (load average
+5-7) a size cost 0.12-2.1 s, and the odd node counts from 21 to 39 cost 1.7-2.1 s each:
+tensor and data parallelism take powers of two here (64 heads, 512 sequences), so the odd
+part of the GPU count goes to the pipeline, whose schedules of 21-39 stages (or twice that)
+are generated and simulated op by op; no other size shares those shapes. The simulator's
+event loop and replay (`models.core.pipeline.simulator`) were 28% of the profile of 20-30
+nodes. The acceptance (under 10 x) is not met: no size's search is shared with another's.
 """
 
 import argparse
