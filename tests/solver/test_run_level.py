@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from api_schemas.plan import PlanStatus
-from api_schemas.requests import ClusterInput, EvaluateRequest
+from api_schemas.requests import ClusterInput, EvaluateRequest, PlanRequest
 from api_schemas.run_level import (
     FrontierPoint,
     FrontierRequest,
@@ -16,7 +16,7 @@ from api_schemas.run_level import (
 )
 from models.catalog.resolve import resolve_cluster
 from models.errors import InfeasibleError
-from solver import evaluate
+from solver import evaluate, plan
 from solver.run_level import changed_cluster, estimate_run, frontier, mark_pareto, sensitivity
 
 SMALL: dict[str, Any] = {
@@ -108,6 +108,34 @@ def test_frontier_plans_every_allowed_size() -> None:
     first, second = result.points
     assert first.step_time_s is not None and second.step_time_s is not None
     assert second.step_time_s < first.step_time_s
+
+
+def test_each_frontier_point_is_the_plan_of_its_size_alone() -> None:
+    """A frontier's point on each size carries what planning that size alone answers (with
+    the same share of the limit): status, layout, step time, throughput and summary, also
+    for the sizes without a plan (1 and 2 nodes cannot hold Llama 3.1 70B) and on 3 nodes
+    (a pipeline of 3 stages)."""
+    sizes = [1, 2, 3]
+    request = {**SMALL, "model": {"preset": "llama-3.1-70b"}}
+    result = frontier(FrontierRequest.model_validate({**request, "num_nodes_options": sizes}))
+    share = SMALL["solver"]["time_limit_s"] / len(sizes)
+    for point, num_nodes in zip(result.points, sizes, strict=True):
+        alone = plan(PlanRequest.model_validate({
+            **request, "cluster": {**request["cluster"], "num_nodes": num_nodes},
+            "solver": {**request["solver"], "time_limit_s": share}}))
+        assert point.num_nodes == num_nodes
+        assert alone.status != PlanStatus.UNKNOWN
+        assert point.status == alone.status
+        assert point.summary == alone.explanation.summary
+        assert point.parallel == alone.parallel
+        if alone.time is None:
+            assert point.step_time_s is None
+            continue
+        assert point.world_size == alone.world_size
+        assert point.step_time_s == alone.time.step_time_s
+        assert alone.throughput is not None
+        assert point.tokens_per_s == alone.throughput.tokens_per_s
+        assert point.predicted_range == alone.predicted_range
 
 
 @pytest.mark.parametrize("factor", list(SensitivityFactor))
