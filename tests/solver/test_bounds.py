@@ -412,7 +412,7 @@ def test_recompute_bound_holds_for_the_policy_and_more_full_layers(
 
 
 def test_the_wait_bound_holds_for_every_plan_of_a_candidate() -> None:
-    from models.core.step_time.assembly import SLOWEST_GPU
+    from models.core.step_time.step_terms import SLOWEST_GPU
     from solver.candidate_eval import ScoredPlan
 
     spec = model_preset("mixtral-8x7b")
