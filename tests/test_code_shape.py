@@ -37,7 +37,6 @@ ALLOWED: dict[str, str] = {
     "models/core/memory.py:_shared_context": REWORK,
     "models/core/memory.py:peak_floor_bytes": REWORK,
     "models/core/pipeline/simulator.py:_event_loop": REWORK,
-    "models/core/runtime_memory.py:runtime_items": REWORK,
     "models/core/step_time/remote_offload.py:remote_offload_cost": REWORK,
     "models/core/step_time/remote_offload.py:remote_offload_rates": REWORK,
     "models/core/step_time/stage.py:stage_time": REWORK,
@@ -57,7 +56,6 @@ ALLOWED: dict[str, str] = {
     "service/app.py:create_app": REWORK,
     "service/jobs/store.py:finish": REWORK,
     # Public signatures that modules under rework call by keyword.
-    "models/core/moe/traffic.py:ep_dispatch_split": CALLED_FROM_REWORK,
     "models/core/pipeline/closed_forms.py:closed_form_makespan": CALLED_FROM_REWORK,
     "models/core/pipeline/closed_forms.py:closed_form": SAME_AS_MAKESPAN,
     "models/core/pipeline/closed_forms.py:closed_form_bubble": SAME_AS_MAKESPAN,
