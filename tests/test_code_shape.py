@@ -25,10 +25,6 @@ CALLED_FROM_REWORK = ("its keyword signature is called from a module being rewor
                       "candidate object / layer-kind records; a parameter record after that "
                       "lands")
 
-SAME_AS_MAKESPAN = ("shares its keyword signature with closed_form_makespan (called from "
-                    "models/core/step_time/assembly.py, under rework); the three change "
-                    "together")
-
 ALLOWED: dict[str, str] = {
     # "path" for a module, "path:function" (qualified by class and enclosing function).
     "models/core/compute.py": REWORK,
@@ -56,9 +52,10 @@ ALLOWED: dict[str, str] = {
     "service/app.py:create_app": REWORK,
     "service/jobs/store.py:finish": REWORK,
     # Public signatures that modules under rework call by keyword.
-    "models/core/pipeline/closed_forms.py:closed_form_makespan": CALLED_FROM_REWORK,
-    "models/core/pipeline/closed_forms.py:closed_form": SAME_AS_MAKESPAN,
-    "models/core/pipeline/closed_forms.py:closed_form_bubble": SAME_AS_MAKESPAN,
+    "models/core/pipeline/closed_forms.py:closed_form": (
+        "keyword-only, one parameter per symbol of the papers' closed forms (p, m, v, F, B, "
+        "W, F&B, group size) as its legend names them; `ClosedFormShape` types the same "
+        "keywords for its two wrappers"),
 }
 
 
