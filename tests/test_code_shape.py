@@ -33,8 +33,6 @@ ALLOWED: dict[str, str] = {
     "models/core/memory.py:_shared_context": REWORK,
     "models/core/memory.py:peak_floor_bytes": REWORK,
     "models/core/pipeline/simulator.py:_event_loop": REWORK,
-    "models/core/step_time/remote_offload.py:remote_offload_cost": REWORK,
-    "models/core/step_time/remote_offload.py:remote_offload_rates": REWORK,
     "models/core/step_time/stage.py:stage_time": REWORK,
     "models/core/step_time/stage.py:window_caps_s": REWORK,
     "models/core/traffic/data.py:_item": REWORK,

@@ -231,8 +231,7 @@ def _overheads_s(setting: StepSetting, layouts: tuple[StageLayout, ...], critica
         overheads = {**overheads, **_vision_terms(setting, stages, p2p, makespan, ideal)}
     if parallel.remote_activation_offload and parallel.pp > 1:
         ledger = memory_ledger(spec, training, parallel, setting.cluster, stages=layouts)
-        remote = remote_offload_cost(spec, training, parallel, setting.cluster, ledger, stages,
-                                     setting.groups, m)
+        remote = remote_offload_cost(setting, ledger, stages)
         if remote is not None and remote.exposed_s > 0:
             overheads = {**overheads, REMOTE_ACTIVATIONS: remote.exposed_s}
     wait = slowest_gpu_wait_s(parallel, stages, m)
