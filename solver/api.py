@@ -38,7 +38,7 @@ from models.core.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from models.errors import InvalidSpecError
 from models.evidence.error_bands import cluster_band
 from models.evidence.memory_evidence import ledger_evidence
-from models.evidence.mfu_records import plausibility_note
+from models.evidence.mfu_records import PlanFigures, plausibility_note
 from solver import cancel, cpsat
 from solver.alternatives import plan_alternatives, range_of
 from solver.anytime import seeded_search
@@ -110,13 +110,12 @@ def plausibility(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     predicted range uses (`models.evidence.mfu_records.plausibility_note`)."""
     moe = has_routed_experts(spec)
     band = cluster_band(cluster, moe=moe, num_gpus=est.world_size)
-    return plausibility_note(gpu_id=cluster.gpu.id, gpu_name=cluster.gpu.name,
-                             dtype=training.compute_dtype, moe=moe, preset=spec.name,
-                             num_gpus=est.world_size,
-                             mfu_full_attention=est.mfu_full_attention,
-                             tokens_per_s_per_gpu=est.tokens_per_s / est.world_size,
-                             band_high=band.error_high,
-                             peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype))
+    return plausibility_note(PlanFigures(
+        gpu_id=cluster.gpu.id, gpu_name=cluster.gpu.name, dtype=training.compute_dtype,
+        moe=moe, preset=spec.name, num_gpus=est.world_size,
+        mfu_full_attention=est.mfu_full_attention,
+        tokens_per_s_per_gpu=est.tokens_per_s / est.world_size, band_high=band.error_high,
+        peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype)))
 
 
 def _exports(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,

@@ -38,7 +38,6 @@ ALLOWED: dict[str, str] = {
     "models/core/traffic/data.py:_item": REWORK,
     "models/core/traffic/items.py:make_item": REWORK,
     "models/core/traffic/layer.py:_call": REWORK,
-    "models/evidence/mfu_records.py:plausibility_note": REWORK,
     "solver/api.py:_plan": REWORK,
     "solver/api.py:_response": REWORK,
     "solver/candidate_eval.py:evaluate_candidate": REWORK,
