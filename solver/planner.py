@@ -530,20 +530,26 @@ def _enqueue(problem: _Problem, queue: _Queue, sizes: list[int], deadline: float
                 too_large[shape] = min(too_large.get(shape, c.micro_batch_size),
                                        c.micro_batch_size)
                 continue
-            time_s = tables.time_bound_s(c) + tables.wait_bound_s(c)
-            if _misses_target(problem, queue, time_s):
-                continue
-            bound = _rescale(time_s, c, problem.objective, problem.tokens)
-            level = _TABLE_BOUND
-            if problem.objective == Objective.MIN_MEMORY:
-                # value = peak bytes + step time, both bounded below; tightening the time
-                # part cannot reorder bytes, so candidates go straight to evaluation.
-                bound += memory
-                level = _SIMULATED_BOUND
-            heapq.heappush(queue.heap, (bound, queue.total, level, c))
+            _push(problem, queue, c, memory)
         if cut and not queue.unenumerated:
             queue.unenumerated = cut
             queue.total += cut
+
+
+def _push(problem: _Problem, queue: _Queue, c: MeshCandidate, memory: int) -> None:
+    """Queue a candidate within the memory capacity by its table time bound (rescaled to
+    the objective), unless the throughput target's bounds rule it out."""
+    time_s = problem.tables.time_bound_s(c) + problem.tables.wait_bound_s(c)
+    if _misses_target(problem, queue, time_s):
+        return
+    bound = _rescale(time_s, c, problem.objective, problem.tokens)
+    level = _TABLE_BOUND
+    if problem.objective == Objective.MIN_MEMORY:
+        # value = peak bytes + step time, both bounded below; tightening the time
+        # part cannot reorder bytes, so candidates go straight to evaluation.
+        bound += memory
+        level = _SIMULATED_BOUND
+    heapq.heappush(queue.heap, (bound, queue.total, level, c))
 
 
 def _micro_batch_free_key(c: MeshCandidate) -> tuple[object, ...]:

@@ -41,12 +41,9 @@ ALLOWED: dict[str, str] = {
     "solver/api.py:_plan": REWORK,
     "solver/api.py:_response": REWORK,
     "solver/candidate_eval.py:evaluate_candidate": REWORK,
-    "solver/export/launch.py:build_launch": REWORK,
     "solver/planner.py": REWORK,
     "solver/planner.py:search": REWORK,
-    "solver/planner.py:_enqueue": REWORK,
     "solver/targets.py:evaluate_for_targets": REWORK,
-    "service/app.py:create_app": REWORK,
     "service/jobs/store.py:finish": REWORK,
     # Public signatures that modules under rework call by keyword.
     "models/core/pipeline/closed_forms.py:closed_form": (
