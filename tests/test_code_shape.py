@@ -51,9 +51,6 @@ ALLOWED: dict[str, str] = {
         "keyword-only, one parameter per symbol of the papers' closed forms (p, m, v, F, B, "
         "W, F&B, group size) as its legend names them; `ClosedFormShape` types the same "
         "keywords for its two wrappers"),
-    "solver/api.py:_plan": (
-        "the plan request's steps in order (resolve, search, refine, runners-up, notes, "
-        "exports); not split yet"),
     "solver/api.py:_response": (
         "assembles the PlanResponse from the chosen plan and its report parts; not turned "
         "into a record yet"),
