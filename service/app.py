@@ -21,6 +21,7 @@ from functools import cache
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 from fastapi_offline import FastAPIOffline
+from sqlalchemy import Engine
 
 from service import search_caches, solver_calls
 from service.deps import ServiceContext
@@ -99,15 +100,7 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(config.resolved_database_url(), StoreTimeouts(
-            connect_s=config.store_connect_timeout_s,
-            statement_s=config.store_statement_timeout_s,
-            pool_s=config.store_pool_timeout_s))
-        store = StoreGate(engine, threads=config.store_threads,
-                          timeout_s=config.read_timeout_s(),
-                          write_timeout_s=config.write_timeout_s(),
-                          retry_after_s=config.retry_after_s)
-        store.prepare()
+        engine, store = _open_store(config)
         pool = SolverPool(threads=config.solver_threads, queue=config.solver_queue,
                           retry_after_s=config.retry_after_s, on_idle=search_caches.release)
         threading.Thread(target=solver_calls.preload, name="atlas-solver-import",
@@ -134,30 +127,11 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
                          description=DESCRIPTION, openapi_tags=TAGS, lifespan=lifespan,
                          redoc_url=None, generate_unique_id_function=operation_id)
     reference.install_redoc(app)
-    install_problem_handlers(app)
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes,
-                       body_read_timeout_s=config.body_read_timeout_s)
-    install_cors(app, config.cors_origin_list())
-    app.add_middleware(HeaderLimitMiddleware, max_header_bytes=config.max_header_bytes)
-    app.add_middleware(LargeBodyGate, threshold_bytes=config.large_body_bytes,
-                       slots=config.large_body_slots, retry_after_s=config.retry_after_s)
-    install_metrics(app)
-    install_security_headers(app)
-    app.include_router(plans.router)
-    app.include_router(jobs.router)
-    app.include_router(pictures.router)
-    app.include_router(estimates.router)
-    app.include_router(run_level.router)
-    app.include_router(collectives.router)
-    app.include_router(mesh.router)
-    app.include_router(pipeline.router)
-    app.include_router(moe.router)
-    app.include_router(moe_buffers.router)
-    app.include_router(rl_seesaw.router)
-    app.include_router(remote_activations.router)
-    app.include_router(calibration.router)
-    app.include_router(catalog.router)
-    app.include_router(health.router)
+    _install_middleware(app, config)
+    for routes in (plans, jobs, pictures, estimates, run_level, collectives, mesh, pipeline,
+                   moe, moe_buffers, rl_seesaw, remote_activations, calibration, catalog,
+                   health):
+        app.include_router(routes.router)
     lab.install_lab(app)
 
     @app.get("/", include_in_schema=False)
@@ -167,6 +141,34 @@ def create_app(settings: Settings | None = None, *, planner: Planner | None = No
 
     install_openapi(app)
     return app
+
+
+def _install_middleware(app: FastAPI, config: Settings) -> None:
+    """The problem handlers and the middleware every request passes, in their order."""
+    install_problem_handlers(app)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=config.max_body_bytes,
+                       body_read_timeout_s=config.body_read_timeout_s)
+    install_cors(app, config.cors_origin_list())
+    app.add_middleware(HeaderLimitMiddleware, max_header_bytes=config.max_header_bytes)
+    app.add_middleware(LargeBodyGate, threshold_bytes=config.large_body_bytes,
+                       slots=config.large_body_slots, retry_after_s=config.retry_after_s)
+    install_metrics(app)
+    install_security_headers(app)
+
+
+def _open_store(config: Settings) -> tuple[Engine, StoreGate]:
+    """The store's engine and the gate every request reaches it through, its schema
+    prepared."""
+    engine = make_engine(config.resolved_database_url(), StoreTimeouts(
+        connect_s=config.store_connect_timeout_s,
+        statement_s=config.store_statement_timeout_s,
+        pool_s=config.store_pool_timeout_s))
+    store = StoreGate(engine, threads=config.store_threads,
+                      timeout_s=config.read_timeout_s(),
+                      write_timeout_s=config.write_timeout_s(),
+                      retry_after_s=config.retry_after_s)
+    store.prepare()
+    return engine, store
 
 
 @cache

@@ -16,6 +16,7 @@ from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import (
     Alternative,
     CostEstimate,
+    ExpertParallelComparison,
     Explanation,
     ExtensionUse,
     PlanResponse,
@@ -27,24 +28,20 @@ from api_schemas.plan import (
 )
 from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRequest
 from api_schemas.training import TrainingSpec
-from models.catalog.kernels import profile_for
 from models.catalog.resolve import resolve_cluster, resolve_model
 from models.core.frameworks import RELEASED, extensions_used, plan_features, runs_on
 from models.core.layer_kinds import has_routed_experts
-from models.core.linear_attention import cp_layer_note
 from models.core.memory import memory_ledger
 from models.core.mesh import validate_mesh
 from models.core.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
 from models.errors import InvalidSpecError
-from models.evidence.error_bands import cluster_band
 from models.evidence.memory_evidence import ledger_evidence
-from models.evidence.mfu_records import plausibility_note
 from solver import cancel, cpsat
 from solver.alternatives import plan_alternatives, range_of
-from solver.anytime import seeded_search
+from solver.anytime import Seeded, seeded_search
 from solver.binding_pins import Binding, binding_texts, find_binding
 from solver.candidate_eval import ScoredPlan, refine_policies
-from solver.chosen_mechanisms import chosen_mechanism_notes, runtime_why_off
+from solver.chosen_mechanisms import runtime_why_off
 from solver.collector import collector_paused
 from solver.context_parallel_layers import context_parallel_layers
 from solver.expert_parallel import best_with_expert_parallelism, compare
@@ -58,12 +55,19 @@ from solver.explain import (
 )
 from solver.fixes import suggest_fixes
 from solver.mechanisms import mechanism_notes
+from solver.plan_notes import (
+    chosen_plan_notes,
+    cost_model_notes,
+    cp_layer_notes,
+    plausibility,
+)
 from solver.planner import SearchResult, hardware_constraints, objective_value, search
 from solver.policy_summary import summarise_policies
 from solver.reach import Reach, highest_reachable, target_relaxation
 from solver.relax import binding_relaxations, relaxations
 from solver.reports import memory_report_from_ledger
 from solver.robust_choice import (
+    Pick,
     experimental_features,
     experimental_schedules,
     pick,
@@ -103,22 +107,6 @@ def throughput(est: StepEstimate) -> Throughput:
 
 
 
-def plausibility(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
-                 est: StepEstimate) -> str:
-    """The plan's plausibility note: its MFU and tokens/s per GPU against the closest
-    published record of its GPU family, format and kind, with the upper error of the band its
-    predicted range uses (`models.evidence.mfu_records.plausibility_note`)."""
-    moe = has_routed_experts(spec)
-    band = cluster_band(cluster, moe=moe, num_gpus=est.world_size)
-    return plausibility_note(gpu_id=cluster.gpu.id, gpu_name=cluster.gpu.name,
-                             dtype=training.compute_dtype, moe=moe, preset=spec.name,
-                             num_gpus=est.world_size,
-                             mfu_full_attention=est.mfu_full_attention,
-                             tokens_per_s_per_gpu=est.tokens_per_s / est.world_size,
-                             band_high=band.error_high,
-                             peak_flop_per_s=cluster.gpu.peak_flop_per_s(training.compute_dtype))
-
-
 def _exports(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
              cluster: ClusterSpec) -> PlanExports:
     try:
@@ -128,36 +116,6 @@ def _exports(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
     return PlanExports.model_validate(export_all(
         spec, training, parallel, gpus_per_node=cluster.gpus_per_node,
         rail_optimized=cluster.rail_optimized))
-
-
-def _cp_layer_notes(spec: ModelSpec, parallel: ParallelConfig) -> list[str]:
-    """Which CP kind each layer type of a hybrid model uses (none for other models)."""
-    note = cp_layer_note(spec, cp=parallel.cp, cp_kind=parallel.cp_kind)
-    return [note] if note else []
-
-
-def _notes(resolved_notes: tuple[str, ...], cluster: ClusterSpec) -> list[str]:
-    notes = list(resolved_notes)
-    notes.append("kernel efficiencies: " + profile_for(cluster.gpu).calibration)
-    calibration = cluster.calibration
-    if calibration is not None:
-        version = f" version {calibration.version}" if calibration.version else ""
-        source = (f"calibration profile '{calibration.profile}'{version}"
-                  if calibration.profile is not None else "cluster.calibration")
-        measured = [f"{label} x {value:.4g}" for label, value in (
-            ("attention efficiency", calibration.attention_efficiency_scale),
-            ("scale-up bandwidth", calibration.intra_node_bandwidth_scale),
-            ("scale-out bandwidth", calibration.inter_node_bandwidth_scale)) if value != 1.0]
-        if calibration.host_link_bandwidth_bytes_per_s is not None:
-            measured.append(f"host link {calibration.host_link_bandwidth_bytes_per_s / 1e9:.4g} "
-                            "GB/s per GPU")
-        notes.append(f"{source}: GEMM efficiency x {calibration.gemm_efficiency_scale:.4g} "
-                     f"of the values above, {calibration.step_overhead_s:.4g} s fixed "
-                     "overhead per step"
-                     + (f", MoE layer host issue {calibration.moe_host_issue_s * 1e3:.4g} ms"
-                        if calibration.moe_host_issue_s is not None else "")
-                     + (f"; from microbenchmarks: {', '.join(measured)}" if measured else ""))
-    return notes
 
 
 def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanResponse:
@@ -195,7 +153,7 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
                            objective=request.objective, limits=request.solver,
                            progress=progress, deadline=deadline - reserve_s)
     result = seeded.result
-    notes = _notes(resolved.notes, cluster)
+    notes = cost_model_notes(resolved.notes, cluster)
     limits = search_limits(spec, request.training, cluster, constraints, request.objective)
     notes.append(space_note(limits))
     stats = _stats(result).model_copy(update={
@@ -207,6 +165,16 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     if result.best is None:
         return _infeasible(request, result, stats, notes, spec, cluster, deadline,
                            constraints=constraints)
+    return _answer(request, spec, cluster, constraints, seeded, stats, notes, deadline)
+
+
+def _answer(request: PlanRequest, spec: ModelSpec, cluster: ClusterSpec,
+            constraints: Constraints, seeded: Seeded, stats: SolverStats, notes: list[str],
+            deadline: float) -> PlanResponse:
+    """The response for a search that found a plan: refined, re-timed, checked against the
+    robust choice, set beside its runners-up and EP alternative, explained and priced."""
+    result = seeded.result
+    assert result.best is not None
     # The recipe the winner was scored under: the request's with the runtime features the
     # search decided (`solver.runtime_choice`).
     training = result.best.training or request.training
@@ -214,16 +182,8 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     config = cpsat.SolverConfig(max_time_s=max(MIN_SUBPROBLEM_S, min(2.0, remaining_s)),
                                 num_workers=request.solver.num_workers,
                                 random_seed=request.solver.random_seed)
-    if request.objective == Objective.MIN_MEMORY:
-        best = result.best  # refinement trades memory for speed
-    elif allows_per_stage_policies(constraints):
-        best = refine_policies(spec, training, cluster, result.best, constraints,
-                               config, deadline=deadline)
-        if target_blockers(spec, training, best.parallel, constraints):
-            best = result.best
-    else:
-        best = refine_layer_split(spec, training, cluster, result.best, constraints,
-                                  deadline=deadline)
+    best = _refined(request.objective, spec, training, cluster, result.best, constraints,
+                    config, deadline)
     if best is not result.best:
         notes.append("per-stage policies refined by the CP-SAT subproblem: "
                      f"{result.best.estimate.step_time_s:.3f} -> {best.estimate.step_time_s:.3f} s")
@@ -250,6 +210,62 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
             : max(1, request.solver.top_k)]
     alternatives = plan_alternatives(best, runners_up, result, cluster, request,
                                      optimum=optimum, spec=spec)
+    text, cost = _summary_text(request, spec, cluster, best, robust, notes)
+    notes += chosen_plan_notes(request, spec, training, cluster, best, constraints, config,
+                                deadline)
+    explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
+                              notes=notes)
+    expert = _expert_comparison(request, spec, training, cluster, constraints, result,
+                                dataclasses.replace(best, training=training), deadline)
+    why_off = runtime_why_off(spec, request.training, cluster,
+                              dataclasses.replace(best, training=training), constraints,
+                              deadline=deadline)
+    response = _response(best, result.status, spec.name, cluster, alternatives, explanation,
+                         stats, spec=spec, training=training,
+                         target=request.constraints.framework or "released",
+                         request_training=request.training, why_off=why_off)
+    response = response.model_copy(update={"robust_choice": robust.report})
+    if expert is not None:
+        response = response.model_copy(update={"expert_parallel": expert})
+    return response if cost is None else response.model_copy(update={"cost": cost})
+
+
+def _expert_comparison(request: PlanRequest, spec: ModelSpec, training: TrainingSpec,
+                       cluster: ClusterSpec, constraints: Constraints, result: SearchResult,
+                       chosen: ScoredPlan, deadline: float) -> ExpertParallelComparison | None:
+    """For an MoE plan with EP = 1 where the constraints leave EP open: the best plan with
+    EP > 1 beside it (`solver.expert_parallel`); None otherwise."""
+    if not (has_routed_experts(spec) and chosen.parallel.ep == 1
+            and constraints.ep not in (1, [1])):
+        return None
+    other = best_with_expert_parallelism(
+        spec, request.training, cluster, constraints, request.objective, request.solver,
+        result, deadline=deadline - EP_RESPONSE_MARGIN_S)
+    return compare(spec, training, cluster, chosen, other)
+
+
+def _refined(objective: Objective, spec: ModelSpec, training: TrainingSpec,
+             cluster: ClusterSpec, found: ScoredPlan, constraints: Constraints,
+             config: cpsat.SolverConfig, deadline: float) -> ScoredPlan:
+    """The search's plan refined by the CP-SAT subproblem: per-stage policies where the
+    target allows them (kept only if a target framework runs the result), else the layer
+    split; unrefined under the least-memory objective (refinement trades memory for
+    speed)."""
+    if objective == Objective.MIN_MEMORY:
+        return found
+    if allows_per_stage_policies(constraints):
+        best = refine_policies(spec, training, cluster, found, constraints, config,
+                               deadline=deadline)
+        return found if target_blockers(spec, training, best.parallel, constraints) else best
+    return refine_layer_split(spec, training, cluster, found, constraints, deadline=deadline)
+
+
+def _summary_text(request: PlanRequest, spec: ModelSpec, cluster: ClusterSpec,
+                  best: ScoredPlan, robust: Pick, notes: list[str]
+                  ) -> tuple[str, CostEstimate | None]:
+    """(the explanation's summary, the cost at the request's GPU-hour price): the plan's
+    summary, the robust choice's report (or, where the optimum is shown, that report joins
+    `notes`), the cost per million tokens and, for the fewest-GPUs objective, the count."""
     text = summary(spec, cluster, best)
     if robust.report.picked != "optimum":
         text += f" {robust.report.text[0].upper()}{robust.report.text[1:]}."
@@ -266,33 +282,7 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     if request.objective == Objective.MIN_GPUS:
         reach = " and reach the target" if request.constraints.target_tokens_per_s else ""
         text += f" Fewest GPUs that fit{reach}: {best.estimate.world_size}."
-    notes.append(plausibility(spec, training, cluster, best.estimate))
-    notes += ledger_evidence(training, best.parallel, is_moe=has_routed_experts(spec))
-    notes += _cp_layer_notes(spec, best.parallel)
-    notes += mechanism_notes(spec, training, best.parallel, cluster, best.estimate,
-                             best.ledger)
-    notes += chosen_mechanism_notes(spec, request.training, cluster, best, constraints, config,
-                                    deadline=deadline)
-    explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
-                              notes=notes)
-    expert = None
-    if has_routed_experts(spec) and best.parallel.ep == 1 and constraints.ep not in (1, [1]):
-        other = best_with_expert_parallelism(
-            spec, request.training, cluster, constraints, request.objective, request.solver,
-            result, deadline=deadline - EP_RESPONSE_MARGIN_S)
-        expert = compare(spec, training, cluster, dataclasses.replace(best, training=training),
-                         other)
-    why_off = runtime_why_off(spec, request.training, cluster,
-                              dataclasses.replace(best, training=training), constraints,
-                              deadline=deadline)
-    response = _response(best, result.status, spec.name, cluster, alternatives, explanation,
-                         stats, spec=spec, training=training,
-                         target=request.constraints.framework or "released",
-                         request_training=request.training, why_off=why_off)
-    response = response.model_copy(update={"robust_choice": robust.report})
-    if expert is not None:
-        response = response.model_copy(update={"expert_parallel": expert})
-    return response if cost is None else response.model_copy(update={"cost": cost})
+    return text, cost
 
 
 def cost_estimate(price: float, *, world_size: int, tokens_per_s: float,
@@ -557,7 +547,7 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
     scored = ScoredPlan(candidate=MeshCandidate.of(parallel, est.num_micro_batches),
                         parallel=parallel, estimate=est, ledger=ledger, training=training)
     fixes = suggest_fixes(spec, training, cluster, scored)
-    notes = _notes(resolved.notes, cluster) + [w.message for w in warnings]
+    notes = cost_model_notes(resolved.notes, cluster) + [w.message for w in warnings]
     if parallel.world_size < cluster.world_size:
         notes.append(f"uses {parallel.world_size} of the cluster's {cluster.world_size} GPUs "
                      f"({nodes} node(s)); the others stay idle")
@@ -567,7 +557,7 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                      "path needs compute capability 8.9 or newer")
     notes.append(plausibility(spec, training, cluster, est))
     notes += ledger_evidence(training, parallel, is_moe=has_routed_experts(spec))
-    notes += _cp_layer_notes(spec, parallel)
+    notes += cp_layer_notes(spec, parallel)
     notes += mechanism_notes(spec, training, parallel, cluster, est, ledger)
     verdict = (f"fits: peak {gib(ledger.peak_bytes)} of {limit_text(ledger)}"
                if ledger.fits else

@@ -224,7 +224,7 @@ class BoundTables:
     def wait_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the wait for the slowest GPU of any plan of the candidate: the share
         of its world size times each rank's mean layer compute over the step
-        (`models.core.step_time.assembly._slowest_gpu_wait_s`, which adds the heads and the
+        (`models.core.step_time.step_terms.slowest_gpu_wait_s`, which adds the heads and the
         policy's recomputation to the same mean). Added to the makespan bounds the queue
         orders by; the makespan bounds themselves stay without it."""
         core = self.core(c)

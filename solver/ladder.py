@@ -84,7 +84,7 @@ def offload_storage(storage: Storage, constraints: Constraints) -> Storage | Non
     it (`constraints.allow_optimizer_offload`, not pinned, a ZeRO optimizer to offload);
     None otherwise. Tried only where `storage` has no plain fit: where the cheapest policy
     fits, moving the optimizer only adds the CPU step
-    (`models.core.step_time.assembly.host_optimizer_s`)."""
+    (`models.core.step_time.step_terms.host_optimizer_s`)."""
     if (constraints.optimizer_offload_frac is not None or not constraints.allow_optimizer_offload
             or storage.zero < 1 or storage.optimizer_offload > 0):
         return None

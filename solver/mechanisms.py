@@ -22,8 +22,9 @@ from api_schemas.training import (
 )
 from models.core.memory import MemoryLedger, memory_ledger
 from models.core.step_time import StepEstimate
-from models.core.step_time.assembly import HOST_GRADIENTS, VISION_ENCODER
+from models.core.step_time.assembly import VISION_ENCODER
 from models.core.step_time.remote_offload import REMOTE_ACTIVATIONS
+from models.core.step_time.step_terms import HOST_GRADIENTS
 from models.errors import InvalidSpecError
 from solver.explain import gib
 

@@ -63,6 +63,7 @@ from models.core.memory import (
 )
 from models.core.step_time import StageTime, axis_groups, stage_time
 from models.core.step_time.remote_offload import RemoteOffloadRates, remote_offload_rates
+from models.core.step_time.setting import step_setting
 from solver import cpsat
 from solver.scaling import (
     MAX_COEFFICIENT,
@@ -162,11 +163,9 @@ def _remote_rates(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                   cluster: ClusterSpec, ledger: MemoryLedger) -> RemoteOffloadRates:
     """Remote offload's per-byte costs on the plain option's stage times (C6-C8); the ranks
     over the capacity without a policy are the ones that may send."""
-    return remote_offload_rates(spec, training, parallel, cluster,
+    return remote_offload_rates(step_setting(spec, training, parallel, cluster),
                                 [s.in_flight_chunks for s in ledger.stages],
                                 _stage_times(spec, training, parallel, cluster),
-                                axis_groups(parallel, gpus_per_node=cluster.gpus_per_node),
-                                micro_batch_count(training, parallel),
                                 senders=[s.total_bytes > ledger.capacity_bytes
                                          for s in ledger.stages])
 

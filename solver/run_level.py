@@ -168,7 +168,14 @@ def _frontier_point(request: FrontierRequest, num_nodes: int, share: float,
                     planner: PlanFn) -> FrontierPoint:
     cluster = request.cluster.model_copy(update={"num_nodes": num_nodes})
     answer = _search(planner, _plan_request(request, time_limit_s=share, cluster=cluster))
-    num_gpus = resolve_cluster(cluster).world_size
+    return frontier_point(answer, num_nodes=num_nodes,
+                          num_gpus=resolve_cluster(cluster).world_size)
+
+
+def frontier_point(answer: PlanResponse, *, num_nodes: int, num_gpus: int) -> FrontierPoint:
+    """The frontier's point of a plan answer on `num_nodes` nodes (`num_gpus` GPUs): its
+    status and summary, and where it has a step time, its plan, throughput, GPU-hours per
+    step, cost and predicted range."""
     if answer.status == PlanStatus.INFEASIBLE or answer.time is None:
         return FrontierPoint(num_nodes=num_nodes, num_gpus=num_gpus, status=answer.status,
                              summary=answer.explanation.summary)
@@ -278,6 +285,7 @@ __all__ = [
     "changed_cluster",
     "estimate_run",
     "frontier",
+    "frontier_point",
     "mark_pareto",
     "sensitivity",
 ]

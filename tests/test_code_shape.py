@@ -19,53 +19,53 @@ MAX_FUNCTION_LINES = 60
 MAX_PARAMETERS = 8
 MAX_MODULE_LINES = 600
 
-REWORK = ("being reworked with the candidate object / layer-kind records; split after that "
-          "lands")
-CALLED_FROM_REWORK = ("its keyword signature is called from a module being reworked with the "
-                      "candidate object / layer-kind records; a parameter record after that "
-                      "lands")
-
-SAME_AS_MAKESPAN = ("shares its keyword signature with closed_form_makespan (called from "
-                    "models/core/step_time/assembly.py, under rework); the three change "
-                    "together")
+OWNER_REWORK = ("its module is being reworked by its owner with the layer-kind records (the "
+                "memory ledger, the compute model and the stage timing); split there")
 
 ALLOWED: dict[str, str] = {
     # "path" for a module, "path:function" (qualified by class and enclosing function).
-    "models/core/frameworks.py:mesh_features": REWORK,
-    "models/core/memory.py": REWORK,
-    "models/core/memory.py:_shared_context": REWORK,
-    "models/core/memory.py:peak_floor_bytes": REWORK,
-    "models/core/pipeline/simulator.py:_event_loop": REWORK,
-    "models/core/runtime_memory.py:runtime_items": REWORK,
-    "models/core/step_time/assembly.py": REWORK,
-    "models/core/step_time/assembly.py:_tail": REWORK,
-    "models/core/step_time/assembly.py:estimate_step": REWORK,
-    "models/core/step_time/assembly.py:_vision_terms": REWORK,
-    "models/core/step_time/assembly.py:step_time_floors_s": REWORK,
-    "models/core/step_time/assembly.py:_least_span": REWORK,
-    "models/core/step_time/remote_offload.py:remote_offload_cost": REWORK,
-    "models/core/step_time/remote_offload.py:remote_offload_rates": REWORK,
-    "models/core/step_time/stage.py:stage_time": REWORK,
-    "models/core/step_time/stage.py:window_caps_s": REWORK,
-    "models/core/traffic/data.py:_item": REWORK,
-    "models/core/traffic/items.py:make_item": REWORK,
-    "models/core/traffic/layer.py:_call": REWORK,
-    "models/evidence/mfu_records.py:plausibility_note": REWORK,
-    "solver/api.py:_plan": REWORK,
-    "solver/api.py:_response": REWORK,
-    "solver/candidate_eval.py:evaluate_candidate": REWORK,
-    "solver/export/launch.py:build_launch": REWORK,
-    "solver/planner.py": REWORK,
-    "solver/planner.py:search": REWORK,
-    "solver/planner.py:_enqueue": REWORK,
-    "solver/targets.py:evaluate_for_targets": REWORK,
-    "service/app.py:create_app": REWORK,
-    "service/jobs/store.py:finish": REWORK,
-    # Public signatures that modules under rework call by keyword.
-    "models/core/moe/traffic.py:ep_dispatch_split": CALLED_FROM_REWORK,
-    "models/core/pipeline/closed_forms.py:closed_form_makespan": CALLED_FROM_REWORK,
-    "models/core/pipeline/closed_forms.py:closed_form": SAME_AS_MAKESPAN,
-    "models/core/pipeline/closed_forms.py:closed_form_bubble": SAME_AS_MAKESPAN,
+    "models/core/memory.py": OWNER_REWORK,
+    "models/core/memory.py:_shared_context": OWNER_REWORK,
+    "models/core/memory.py:peak_floor_bytes": OWNER_REWORK,
+    "models/core/step_time/stage.py:stage_time": OWNER_REWORK,
+    "models/core/step_time/stage.py:window_caps_s": OWNER_REWORK,
+    "models/core/frameworks.py:mesh_features": (
+        "keyword-only, one parameter per mesh field a framework rule reads (tp, pp, dp, cp, "
+        "ep, etp, vpp, schedule, SP, CP kind, Ulysses) beside model and recipe; a mesh "
+        "record would have to be built from MeshCandidate and ParallelConfig alike"),
+    "models/core/pipeline/simulator.py:_event_loop": (
+        "the simulator's inner loop: `run` hands it the compiled program and the eight "
+        "per-op and per-rank lists it advances in place, as plain lists the hot loop "
+        "indexes without attribute lookups"),
+    "models/core/traffic/items.py:make_item": (
+        "keyword-only constructor of a TrafficItem: its parameters are the record's own "
+        "fields, named at every call, plus the fabric that times it"),
+    "models/core/traffic/data.py:_item": (
+        "the DP items' shorthand for make_item (the same fields, the step context supplying "
+        "stage and fabric); not split yet"),
+    "models/core/traffic/layer.py:_call": (
+        "keyword-only constructor of a LayerCall: its parameters are the record's own "
+        "fields, named at every call, plus the context whose fabric times it"),
+    "models/core/pipeline/closed_forms.py:closed_form": (
+        "keyword-only, one parameter per symbol of the papers' closed forms (p, m, v, F, B, "
+        "W, F&B, group size) as its legend names them; `ClosedFormShape` types the same "
+        "keywords for its two wrappers"),
+    "solver/api.py:_response": (
+        "assembles the PlanResponse from the chosen plan and its report parts; not turned "
+        "into a record yet"),
+    "solver/candidate_eval.py:evaluate_candidate": (
+        "keyword-only options of one evaluation (cutoff, ZeRO-3 bound, floors, caps, memo) "
+        "beside the request's five inputs; shares them with evaluate_for_targets"),
+    "solver/targets.py:evaluate_for_targets": (
+        "evaluate_candidate's inputs and options plus the target's variants and the "
+        "least-memory objective; the two change together"),
+    "solver/planner.py:search": (
+        "the branch-and-bound loop over the queue (its proof of optimality reads as one "
+        "piece) and the search's public keyword API (spec, recipe, cluster, constraints, "
+        "objective, limits, progress, deadline, world sizes, seed)"),
+    "service/jobs/store.py:finish": (
+        "keyword-only columns of one job row's outcome (attempt, state, time, plan id, "
+        "result, problem, detail), written in one UPDATE"),
 }
 
 

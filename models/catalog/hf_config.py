@@ -15,17 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from api_schemas.architecture import (
-    AttentionKind,
-    LinearAttentionKind,
-    LinearAttentionSpec,
-    MLASpec,
-    MlpKind,
-    ModelSpec,
-    MoESpec,
-    NormKind,
-    RouterScoreFunction,
-)
+from api_schemas import architecture as arch
 from models.catalog.hf_families import (
     COHERE_LIKE,
     DEEPSEEK_LIKE,
@@ -54,7 +44,7 @@ _GELU_ACTIVATIONS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_ta
 class IngestedModel:
     """The spec read from a config and the assumptions made while reading it."""
 
-    spec: ModelSpec
+    spec: arch.ModelSpec
     model_type: str
     notes: tuple[str, ...]
 
@@ -158,13 +148,13 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str | None = None) -> I
     if reader.missing:
         raise InvalidSpecError(_missing_message(reader, model_type, known), field="config")
     if mla is not None:
-        fields["attention"] = AttentionKind.MLA
+        fields["attention"] = arch.AttentionKind.MLA
         fields["mla"] = mla
     fields["moe"] = moe
     fields["linear_attention"] = linear
     display = name or str(config.get("_name_or_path") or model_type or "custom")
     try:
-        spec = ModelSpec(name=display, **fields)
+        spec = arch.ModelSpec(name=display, **fields)
     except ValidationError as exc:
         # The field errors only: the exception's own text ends in a documentation link that
         # names the installed pydantic version.
@@ -196,8 +186,8 @@ def _gpt2_fields(reader: _Reader) -> dict[str, Any]:
         "hidden_size": hidden,
         "num_attention_heads": reader.need("n_head", "num_attention_heads"),
         "ffn_hidden_size": reader.get("n_inner") or (4 * hidden if hidden else None),
-        "mlp": MlpKind.GELU if act in _GELU_ACTIVATIONS else MlpKind.SWIGLU,
-        "norm": NormKind.LAYERNORM, "linear_bias": True,
+        "mlp": arch.MlpKind.GELU if act in _GELU_ACTIVATIONS else arch.MlpKind.SWIGLU,
+        "norm": arch.NormKind.LAYERNORM, "linear_bias": True,
         "vocab_size": reader.need("vocab_size"),
         "tie_word_embeddings": bool(reader.get("tie_word_embeddings", default=True)),
         "learned_position_embeddings": reader.need("n_positions", "max_position_embeddings"),
@@ -205,14 +195,14 @@ def _gpt2_fields(reader: _Reader) -> dict[str, Any]:
     }
 
 
-def _mlp_kind(reader: _Reader, model_type: str) -> MlpKind:
+def _mlp_kind(reader: _Reader, model_type: str) -> arch.MlpKind:
     act = str(reader.get("hidden_activation", "hidden_act", "activation_function",
                          default="silu"))
     if model_type in GATED_GELU:
         reader.notes.append(f"{model_type}: gated MLP (GeGLU, activation '{act}'): three "
                             "matrices gate/up/down, counted like SwiGLU")
-        return MlpKind.SWIGLU
-    return MlpKind.GELU if act in _GELU_ACTIVATIONS else MlpKind.SWIGLU
+        return arch.MlpKind.SWIGLU
+    return arch.MlpKind.GELU if act in _GELU_ACTIVATIONS else arch.MlpKind.SWIGLU
 
 
 def _common_fields(reader: _Reader, model_type: str) -> dict[str, Any]:
@@ -232,12 +222,12 @@ def _common_fields(reader: _Reader, model_type: str) -> dict[str, Any]:
         "mlp": _mlp_kind(reader, model_type),
     }
     if model_type in NEOX_LIKE:
-        common.update(norm=NormKind.LAYERNORM, linear_bias=True,
+        common.update(norm=arch.NormKind.LAYERNORM, linear_bias=True,
                       parallel_residual=bool(reader.get("use_parallel_residual", default=True)))
     else:
-        common["norm"] = NormKind.RMSNORM
+        common["norm"] = arch.NormKind.RMSNORM
         if model_type in NONPARAMETRIC_NORM:
-            common["norm"] = NormKind.LAYERNORM_NO_AFFINE
+            common["norm"] = arch.NormKind.LAYERNORM_NO_AFFINE
             reader.notes.append(f"{model_type}: LayerNorm without scale or bias (no "
                                 "parameters)")
         bias_default = model_type in ("qwen2", "qwen2_moe")
@@ -253,7 +243,7 @@ def _common_fields(reader: _Reader, model_type: str) -> dict[str, Any]:
         common["num_mtp_layers"] = int(reader.get("num_nextn_predict_layers", default=0) or 0)
     kv, heads_n = common["num_kv_heads"], common["num_attention_heads"]
     if kv is not None and heads_n is not None and kv < heads_n:
-        common["attention"] = AttentionKind.GQA
+        common["attention"] = arch.AttentionKind.GQA
     common["ffn_hidden_size"] = _dense_ffn_width(reader, model_type)
     return common
 
@@ -383,7 +373,7 @@ def _dense_ffn_width(reader: _Reader, model_type: str) -> Any:
     return reader.need("intermediate_size", "ffn_hidden_size", "n_inner")
 
 
-def _moe_fields(reader: _Reader, model_type: str) -> MoESpec | None:
+def _moe_fields(reader: _Reader, model_type: str) -> arch.MoESpec | None:
     num_experts = reader.get("n_routed_experts", "num_experts", "num_local_experts")
     if not num_experts:
         return None
@@ -419,7 +409,7 @@ def _moe_fields(reader: _Reader, model_type: str) -> MoESpec | None:
         dense_indices += _llama4_dense_layers(reader, layers)
     if top_k is None or expert_width is None:
         return None  # named in reader.missing, reported by the caller
-    return MoESpec(
+    return arch.MoESpec(
         num_experts=int(num_experts), top_k=int(top_k), expert_ffn_hidden_size=int(expert_width),
         num_shared_experts=shared_count, shared_expert_ffn_hidden_size=shared_width,
         shared_expert_gate=shared_gate,
@@ -435,17 +425,17 @@ def _moe_fields(reader: _Reader, model_type: str) -> MoESpec | None:
     )
 
 
-def _router_score_function(reader: _Reader, model_type: str) -> RouterScoreFunction:
+def _router_score_function(reader: _Reader, model_type: str) -> arch.RouterScoreFunction:
     """DeepSeek-V2/V3 and Kimi K2 name it 'scoring_func', Kimi Linear
     'moe_router_activation_func'; Llama 4 has no key: `Llama4Router.forward` (Hugging Face
     transformers `modeling_llama4.py`) takes the top-k logits and applies `torch.sigmoid`.
     Every other family scores by softmax (Mixtral, Qwen-MoE, OLMoE, GPT-OSS)."""
     named = reader.get("scoring_func", "moe_router_activation_func")
     if named is not None:
-        return RouterScoreFunction(str(named))
+        return arch.RouterScoreFunction(str(named))
     if model_type in LLAMA4_LIKE:
-        return RouterScoreFunction.SIGMOID
-    return RouterScoreFunction.SOFTMAX
+        return arch.RouterScoreFunction.SIGMOID
+    return arch.RouterScoreFunction.SOFTMAX
 
 
 UNNORMALISED_TOPK_FAMILIES = frozenset({"olmoe", "qwen2_moe", "qwen3_moe", "deepseek_v2"})
@@ -482,7 +472,7 @@ def _or_default(value: object, default: int) -> Any:
     return default if value is None else value
 
 
-def _linear_attention_fields(reader: _Reader, model_type: str) -> LinearAttentionSpec | None:
+def _linear_attention_fields(reader: _Reader, model_type: str) -> arch.LinearAttentionSpec | None:
     """The KDA layers of a Kimi Linear config: `linear_attn_config` gives the heads, head
     width, convolution taps and the 1-based 'kda_layers' (or, absent, every layer not in
     'full_attn_layers'); converted to 0-based layer indices (Kimi Linear arXiv:2510.26692,
@@ -511,19 +501,19 @@ def _linear_attention_fields(reader: _Reader, model_type: str) -> LinearAttentio
     if reader.get("mla_use_nope", default=False):
         reader.notes.append(f"{model_type}: MLA layers apply no rotary embedding "
                             "('mla_use_nope'); the rope-width projections are still counted")
-    return LinearAttentionSpec(kind=LinearAttentionKind.KDA, num_heads=int(heads),
+    return arch.LinearAttentionSpec(kind=arch.LinearAttentionKind.KDA, num_heads=int(heads),
                                head_dim=int(dim),
                                short_conv_kernel_size=int(block.get("short_conv_kernel_size",
                                                                     4)),
                                layers=indices)
 
 
-def _mla_fields(reader: _Reader, model_type: str) -> MLASpec | None:
+def _mla_fields(reader: _Reader, model_type: str) -> arch.MLASpec | None:
     if model_type not in DEEPSEEK_LIKE and reader.get("kv_lora_rank") is None:
         return None
     if reader.need("kv_lora_rank") is None:
         return None
-    return MLASpec(
+    return arch.MLASpec(
         q_lora_rank=reader.get("q_lora_rank"),
         kv_lora_rank=reader.need("kv_lora_rank"),
         qk_nope_head_dim=reader.need("qk_nope_head_dim"),

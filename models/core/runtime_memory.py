@@ -193,57 +193,87 @@ def runtime_items(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                   groups: RankParameters) -> tuple[list[MemoryComponent], int]:
     """`runtime_components` but the allocator fragmentation (which reads the rank's
     activations), and the transient bytes among them (what fragmentation adds to)."""
-    out = [MemoryComponent(name="CUDA context and library workspaces", kind="other",
-                           bytes=CUDA_CONTEXT_BYTES,
-                           note="context, kernel images, cuBLAS workspaces"),
-           MemoryComponent(name="NCCL communicator buffers", kind="other",
-                           bytes=nccl_buffer_bytes(parallel),
-                           note=f"{communicator_count(parallel)} communicators x "
-                                f"{NCCL_CHANNELS} channels x 2 x 4 MiB")]
-    fixed = len(out)
+    fixed = [MemoryComponent(name="CUDA context and library workspaces", kind="other",
+                             bytes=CUDA_CONTEXT_BYTES,
+                             note="context, kernel images, cuBLAS workspaces"),
+             MemoryComponent(name="NCCL communicator buffers", kind="other",
+                             bytes=nccl_buffer_bytes(parallel),
+                             note=f"{communicator_count(parallel)} communicators x "
+                                  f"{NCCL_CHANNELS} channels x 2 x 4 MiB")]
     tokens = training.sequence_length * parallel.micro_batch_size / parallel.cp
-    h = spec.hidden_size
+    transient = [*(_zero3_items(training, parallel, groups) if parallel.zero_stage == 3
+                   else []),
+                 *_fp8_weight_items(training, groups),
+                 _attention_workspace(spec, training, parallel, tokens),
+                 *_sequence_buffers(spec, parallel, tokens),
+                 *_expert_and_optimizer_buffers(spec, training, parallel, groups, tokens)]
+    return [*fixed, *transient], sum(c.bytes for c in transient)
+
+
+def _zero3_items(training: TrainingSpec, parallel: ParallelConfig,
+                 groups: RankParameters) -> list[MemoryComponent]:
+    """ZeRO-3's gathered parameters, unsharded gradient and FSDP root unit."""
+    out = []
     weight_bytes = state_bytes_per_param(training).weights
-    if parallel.zero_stage == 3:
-        buffers = zero3_gather_buffers(
-            largest_unit_params=groups.largest_layer,
-            largest_module_params=math.ceil(groups.largest_matrix / parallel.tp),
-            param_bytes=weight_bytes, grad_bytes=training.grad_dtype.num_bytes,
-            fsdp=parallel.fsdp, reshard_after_forward=parallel.fsdp_reshard_after_forward,
-            rank_params=(groups.gemm + groups.vectors + groups.embedding + groups.head
-                         + groups.experts))
-        if buffers.gathered_parameters_bytes:
-            out.append(MemoryComponent(name="ZeRO-3 gathered parameters", kind="other",
-                                       bytes=buffers.gathered_parameters_bytes,
-                                       note=buffers.note))
-        out.append(MemoryComponent(name="unsharded gradient before reduce-scatter",
-                                   kind="other", bytes=buffers.unsharded_gradient_bytes,
-                                   note="FSDP unit" if parallel.fsdp else "reduce bucket"))
-        root = fsdp_root_unit_bytes(groups, parallel, weight_bytes)
-        if root:
-            out.append(MemoryComponent(name="FSDP root unit gathered", kind="other",
-                                       bytes=root,
-                                       note="embedding and output head: FSDP never reshards "
-                                            "the root after forward"))
-    if training.compute_dtype == DType.FP8:
-        storage = training.fp8_weight_storage
-        if storage == Fp8WeightStorage.FP8_ONLY:
-            out.append(MemoryComponent(name="FP8 weight transposes", kind="other",
-                                       bytes=groups.largest_layer,
-                                       note="one layer's FP8 transpose built for backward"))
-        elif storage == Fp8WeightStorage.ON_THE_FLY:
-            out.append(MemoryComponent(name="FP8 weights quantised on the fly", kind="other",
-                                       bytes=math.ceil(2 * groups.largest_layer * FP8_BYTES),
-                                       note="one layer's FP8 weights and transposes"))
+    buffers = zero3_gather_buffers(
+        largest_unit_params=groups.largest_layer,
+        largest_module_params=math.ceil(groups.largest_matrix / parallel.tp),
+        param_bytes=weight_bytes, grad_bytes=training.grad_dtype.num_bytes,
+        fsdp=parallel.fsdp, reshard_after_forward=parallel.fsdp_reshard_after_forward,
+        rank_params=(groups.gemm + groups.vectors + groups.embedding + groups.head
+                     + groups.experts))
+    if buffers.gathered_parameters_bytes:
+        out.append(MemoryComponent(name="ZeRO-3 gathered parameters", kind="other",
+                                   bytes=buffers.gathered_parameters_bytes,
+                                   note=buffers.note))
+    out.append(MemoryComponent(name="unsharded gradient before reduce-scatter",
+                               kind="other", bytes=buffers.unsharded_gradient_bytes,
+                               note="FSDP unit" if parallel.fsdp else "reduce bucket"))
+    root = fsdp_root_unit_bytes(groups, parallel, weight_bytes)
+    if root:
+        out.append(MemoryComponent(name="FSDP root unit gathered", kind="other",
+                                   bytes=root,
+                                   note="embedding and output head: FSDP never reshards "
+                                        "the root after forward"))
+    return out
+
+
+def _fp8_weight_items(training: TrainingSpec, groups: RankParameters) -> list[MemoryComponent]:
+    """One layer's FP8 weight transposes or on-the-fly quantised weights under FP8."""
+    if training.compute_dtype != DType.FP8:
+        return []
+    storage = training.fp8_weight_storage
+    if storage == Fp8WeightStorage.FP8_ONLY:
+        return [MemoryComponent(name="FP8 weight transposes", kind="other",
+                                bytes=groups.largest_layer,
+                                note="one layer's FP8 transpose built for backward")]
+    if storage == Fp8WeightStorage.ON_THE_FLY:
+        return [MemoryComponent(name="FP8 weights quantised on the fly", kind="other",
+                                bytes=math.ceil(2 * groups.largest_layer * FP8_BYTES),
+                                note="one layer's FP8 weights and transposes")]
+    return []
+
+
+def _attention_workspace(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                         tokens: float) -> MemoryComponent:
+    """The attention backward's workspace of one layer."""
     heads_per_rank = spec.num_attention_heads / parallel.tp
     head_dim = attention_kind(spec).head_dims(spec)[1]
-    out.append(MemoryComponent(
+    return MemoryComponent(
         name="attention backward workspace", kind="other",
         bytes=attention_workspace_bytes(
             tokens=tokens, heads_per_rank=heads_per_rank, head_dim=head_dim,
             seq_len_per_rank=training.sequence_length / parallel.cp,
             flash_attention=training.flash_attention),
-        note="fp32 dQ accumulator" if training.flash_attention else "score gradients"))
+        note="fp32 dQ accumulator" if training.flash_attention else "score gradients")
+
+
+def _sequence_buffers(spec: ModelSpec, parallel: ParallelConfig,
+                      tokens: float) -> list[MemoryComponent]:
+    """Buffers of the sequence-splitting axes: TP's all-gather, CP's gathered K/V or state
+    fragments, PP's send/receive buffers."""
+    out = []
+    h = spec.hidden_size
     if parallel.tp > 1:
         gathered = tokens * h * ACTIVATION_BYTES * (1 if parallel.sequence_parallel else 0)
         if gathered:
@@ -271,6 +301,15 @@ def runtime_items(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
         out.append(MemoryComponent(name="PP send/receive buffers", kind="other",
                                    bytes=math.ceil(4 * tokens * h * ACTIVATION_BYTES / shard),
                                    note="activation and gradient, sent and received"))
+    return out
+
+
+def _expert_and_optimizer_buffers(spec: ModelSpec, training: TrainingSpec,
+                                  parallel: ParallelConfig, groups: RankParameters,
+                                  tokens: float) -> list[MemoryComponent]:
+    """EP's dispatch/combine and DeepEP buffers, and Muon's full-matrix buffer."""
+    out = []
+    h = spec.hidden_size
     if spec.moe is not None and parallel.ep > 1:
         assignments = (tokens / parallel.tp * parallel.etp * spec.moe.top_k
                        * training.moe_load_imbalance)
@@ -287,7 +326,7 @@ def runtime_items(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                                    bytes=math.ceil(groups.largest_matrix * 4),
                                    note="largest weight matrix gathered in fp32 for "
                                         "Newton-Schulz"))
-    return out, sum(c.bytes for c in out[fixed:])
+    return out
 
 
 __all__ = [

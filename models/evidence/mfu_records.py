@@ -200,10 +200,26 @@ def _kind(moe: bool) -> str:
     return "MoE" if moe else "dense"
 
 
-def plausibility_note(*, gpu_id: str, gpu_name: str, dtype: DType, moe: bool,
-                      preset: str | None, num_gpus: int, mfu_full_attention: float,
-                      tokens_per_s_per_gpu: float, band_high: float | None,
-                      peak_flop_per_s: float) -> str:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanFigures:
+    """What `plausibility_note` compares of a plan: its GPU, format, kind, model and size,
+    its predicted MFU and tokens/s per GPU, and the upper step-time error of its band."""
+
+    gpu_id: str
+    gpu_name: str
+    dtype: DType
+    moe: bool
+    preset: str | None
+    num_gpus: int
+    mfu_full_attention: float
+    tokens_per_s_per_gpu: float
+    band_high: float | None
+    """The band's upper step-time error e_90 (None: no band backs the GPU)."""
+    peak_flop_per_s: float
+    """The plan's GPU's dense peak in the format."""
+
+
+def plausibility_note(plan: PlanFigures) -> str:
     """The note comparing a plan with its closest published record (`closest_record`).
 
     The plan exceeds the record by more than the error band when its figure divided by
@@ -211,13 +227,17 @@ def plausibility_note(*, gpu_id: str, gpu_name: str, dtype: DType, moe: bool,
     (`models.evidence.error_bands`; tokens/s and MFU are inversely proportional to the step time),
     floored at 0; without a band any excess counts. MFU is compared when the record prints
     one; tokens/s per GPU only for the same model on a GPU of the same dense peak in the
-    format (`peak_flop_per_s`, the plan's). Without a record the note says none is published
+    format (`PlanFigures.peak_flop_per_s`). Without a record the note says none is published
     for the family, format and kind."""
+    gpu_id, gpu_name, dtype, moe, preset = (plan.gpu_id, plan.gpu_name, plan.dtype, plan.moe,
+                                            plan.preset)
+    mfu_full_attention, tokens_per_s_per_gpu = plan.mfu_full_attention, plan.tokens_per_s_per_gpu
+    band_high = plan.band_high
     family = _family(gpu_id) or gpu_id
     label = f"{family} {_format(dtype).value.upper()} {_kind(moe)}"
     figures = (f"predicted MFU {mfu_full_attention:.1%} (full-attention convention), "
                f"{tokens_per_s_per_gpu:,.0f} tokens/s per GPU")
-    record = closest_record(gpu_id, dtype, moe=moe, preset=preset, num_gpus=num_gpus)
+    record = closest_record(gpu_id, dtype, moe=moe, preset=preset, num_gpus=plan.num_gpus)
     if record is None:
         return (f"plausibility: no published record for {gpu_name} ({label}) training: "
                 f"{figures}, checked against no measurement")
@@ -233,7 +253,7 @@ def plausibility_note(*, gpu_id: str, gpu_name: str, dtype: DType, moe: bool,
     if record.mfu is not None and mfu_full_attention / (1.0 + tolerance) > record.mfu:
         excess.append(f"MFU by {mfu_full_attention / record.mfu - 1.0:.0%}")
     same_model = (preset is not None and record.preset == preset
-                  and _same_peak(record, dtype, peak_flop_per_s))
+                  and _same_peak(record, dtype, plan.peak_flop_per_s))
     if (same_model and record.tokens_per_s_per_gpu is not None
             and tokens_per_s_per_gpu / (1.0 + tolerance) > record.tokens_per_s_per_gpu):
         excess.append(f"tokens/s per GPU by "
@@ -252,5 +272,5 @@ def plausibility_note(*, gpu_id: str, gpu_name: str, dtype: DType, moe: bool,
                "nothing compared"))
 
 
-__all__ = ["RECORDS", "PublishedRecord", "closest_record", "plausibility_note",
-           "records_for"]
+__all__ = ["RECORDS", "PlanFigures", "PublishedRecord", "closest_record",
+           "plausibility_note", "records_for"]

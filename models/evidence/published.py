@@ -6,7 +6,7 @@ them and explain how its own plan differs. Fields a paper does not state are cho
 documented in each run's `assumptions`. Must not: compute anything.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from api_schemas.architecture import MlpKind, ModelSpec, NormKind
 from api_schemas.dtypes import DType
@@ -220,13 +220,11 @@ KIMI_K2_256 = PublishedRun(
                "the offload overlap, which is not",
 )
 
-KIMI_K2_4096 = PublishedRun(
+KIMI_K2_4096 = replace(
+    KIMI_K2_256,
     id="kimi-k2-4096", description="Kimi K2: 16 units of 256 H800 replicated over DP",
-    source="Kimi K2 Technical Report, arXiv:2507.20534, Sec. 2.4",
-    model_preset="kimi-k2-instruct", gpu="h800-sxm5-80gb", num_nodes=512, gpus_per_node=8,
-    training=TrainingSpec(global_batch_size=16384, sequence_length=4096,
-                          optimizer=OptimizerKind.MUON, overlap_ep_comm=True,
-                          moe_keep_expert_outputs=True),
+    num_nodes=512,
+    training=KIMI_K2_256.training.model_copy(update={"global_batch_size": 16384}),
     parallel=KIMI_K2_256.parallel.model_copy(update={"dp": 256, "optimizer_offload_frac": 0.0}),
     assumptions=(("stated: the 256-GPU model-parallel unit is replicated over data "
                  "parallelism with ZeRO-1, so optimizer states spread over the replicas "

@@ -73,6 +73,7 @@ def _children(session: Session, sweep_id: str) -> list[JobRecord | None]:
 
 def _point(session: Session, child: JobRecord) -> SweepPoint:
     from models.catalog.resolve import resolve_cluster
+    from solver.run_level import frontier_point
 
     request = PlanRequest.model_validate(child.request_json)
     num_nodes = request.cluster.num_nodes
@@ -84,19 +85,8 @@ def _point(session: Session, child: JobRecord) -> SweepPoint:
         return SweepPoint(job_id=child.id, plan_id=None, point=FrontierPoint(
             num_nodes=num_nodes, num_gpus=num_gpus, status=PlanStatus.UNKNOWN, summary=why))
     answer = PlanResponse.model_validate(plan.response_json)
-    if answer.status == PlanStatus.INFEASIBLE or answer.time is None:
-        point = FrontierPoint(num_nodes=num_nodes, num_gpus=num_gpus, status=answer.status,
-                              summary=answer.explanation.summary)
-    else:
-        step = answer.time.step_time_s
-        point = FrontierPoint(
-            num_nodes=num_nodes, num_gpus=num_gpus, status=answer.status,
-            world_size=answer.world_size, parallel=answer.parallel, step_time_s=step,
-            tokens_per_s=answer.throughput.tokens_per_s if answer.throughput else None,
-            gpu_hours_per_step=answer.world_size * step / 3600.0,
-            cost_per_token=answer.cost.cost_per_token if answer.cost else None,
-            predicted_range=answer.predicted_range, summary=answer.explanation.summary)
-    return SweepPoint(job_id=child.id, plan_id=plan.id, point=point)
+    return SweepPoint(job_id=child.id, plan_id=plan.id,
+                      point=frontier_point(answer, num_nodes=num_nodes, num_gpus=num_gpus))
 
 
 def _response(sweep: SweepRequest, points: list[SweepPoint]) -> SweepResponse:

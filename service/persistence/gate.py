@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from contextvars import copy_context
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
@@ -144,6 +144,17 @@ class StoreGate:
             "(GET /healthz says when the database answers again)",
             retry_after_s=self.retry_after_s)
 
+    def _no_answer(self, what: str, limit_s: float) -> StoreUnavailableError:
+        """The error of a call the database did not answer within `limit_s`."""
+        return self._unavailable(what, f"the database did not answer within {limit_s:g} s")
+
+    def _raise_translated(self, error: Exception, what: str) -> NoReturn:
+        """Raise `error` as `_translate` has it: itself, or the translation from it."""
+        translated = self._translate(error, what)
+        if translated is error:
+            raise error
+        raise translated from error
+
     def _translate(self, error: BaseException, what: str) -> BaseException:
         if isinstance(error, _UNAVAILABLE):
             logger.warning("plan store failed to %s: %s", what, error)
@@ -169,13 +180,9 @@ class StoreGate:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout=limit)
         except TimeoutError:
-            raise self._unavailable(
-                what, f"the database did not answer within {limit:g} s") from None
+            raise self._no_answer(what, limit) from None
         except Exception as error:
-            translated = self._translate(error, what)
-            if translated is error:
-                raise
-            raise translated from error
+            self._raise_translated(error, what)
 
     def call_sync(self, fn: Callable[[Engine], T], *, what: str, write: bool = False) -> T:
         """`call` for code already on a worker thread (a search storing its result)."""
@@ -185,13 +192,9 @@ class StoreGate:
             return future.result(timeout=limit)
         except FutureTimeoutError:
             future.cancel()
-            raise self._unavailable(
-                what, f"the database did not answer within {limit:g} s") from None
+            raise self._no_answer(what, limit) from None
         except Exception as error:
-            translated = self._translate(error, what)
-            if translated is error:
-                raise
-            raise translated from error
+            self._raise_translated(error, what)
 
     def shutdown(self) -> None:
         """Stop the store threads (calls in progress are left to the driver's timeouts)."""

@@ -14,8 +14,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 from fastapi.responses import JSONResponse
-from sqlalchemy import Engine
-from sqlmodel import Session
 
 from api_schemas.pipeline import PipelineSimulateRequest, PipelineSimulateResponse
 from api_schemas.plan import PlanResponse
@@ -28,10 +26,10 @@ from service.deps import ContextDep, ServiceContext
 from service.etags import ETAG_HEADER, NOT_MODIFIED, IfNoneMatch, tagged
 from service.media import svg_content, svg_response, trace_content
 from service.openapi import problem_responses
-from service.persistence import repo
 from service.persistence.tables import PlanRecord
 from service.pictures import memory_svg, timeline_summary_svg, timeline_svg
-from service.problems import LimitExceededError, PlanNotFoundError
+from service.problems import LimitExceededError
+from service.routes.plans import read_plan_record
 from service.settings import Settings
 from service.solver_calls import plan_simulation_request
 from service.trace import trace_document
@@ -48,16 +46,7 @@ _ERRORS = {**NOT_MODIFIED,
 
 async def _stored(context: ServiceContext, plan_id: str) -> tuple[PlanRecord, PlanResponse]:
     """The stored record and plan, read through the store gate (503 when the store is down)."""
-
-    def read(engine: Engine) -> PlanRecord | None:
-        with Session(engine) as session:
-            return repo.get_plan(session=session, plan_id=plan_id)
-
-    record = await context.store.call(read, what="read the plan")
-    if record is None:
-        raise PlanNotFoundError(
-            f"no plan with id '{plan_id}' is stored here; list the stored plans with "
-            "GET /v1/plans or create one with POST /v1/plans")
+    record = await read_plan_record(context, plan_id)
     return record, planning.stored_plan(record, created=False).response
 
 

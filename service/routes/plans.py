@@ -20,7 +20,7 @@ from api_schemas.plan import PlanResponse, PlanStatus
 from api_schemas.requests import PLAN_REQUEST_EXAMPLE, PlanRequest
 from service import planning
 from service.calibration import apply_profile
-from service.deps import ContextDep
+from service.deps import ContextDep, ServiceContext
 from service.etags import ETAG_HEADER, NOT_MODIFIED, IfNoneMatch, tagged
 from service.media import model_response
 from service.openapi import problem_responses
@@ -126,15 +126,7 @@ async def read_plan(
     strong ETag: 304 with no body when `If-None-Match` names it."""
     _check_text(plan_id, loc=("path", "plan_id"))
 
-    def read(engine: Engine) -> PlanRecord | None:
-        with Session(engine) as session:
-            return repo.get_plan(session=session, plan_id=plan_id)
-
-    record = await context.store.call(read, what="read the plan")
-    if record is None:
-        raise PlanNotFoundError(
-            f"no plan with id '{plan_id}' is stored here; list the stored plans with "
-            "GET /v1/plans or create one with POST /v1/plans")
+    record = await read_plan_record(context, plan_id)
     plan = planning.stored_plan(record, created=False).response
     return tagged(model_response(plan), if_none_match)
 
@@ -178,6 +170,22 @@ async def list_plans(
     end = offset + len(items)
     return PlanList(items=items, total=page.total, limit=limit, offset=offset,
                     next_offset=end if end < page.total else None)
+
+
+async def read_plan_record(context: ServiceContext, plan_id: str) -> PlanRecord:
+    """The stored record of a plan, read through the store gate (503 when the store is
+    down); PlanNotFoundError when no plan has the id."""
+
+    def read(engine: Engine) -> PlanRecord | None:
+        with Session(engine) as session:
+            return repo.get_plan(session=session, plan_id=plan_id)
+
+    record = await context.store.call(read, what="read the plan")
+    if record is None:
+        raise PlanNotFoundError(
+            f"no plan with id '{plan_id}' is stored here; list the stored plans with "
+            "GET /v1/plans or create one with POST /v1/plans")
+    return record
 
 
 __all__ = ["router"]

@@ -221,6 +221,20 @@ def build_launch(framework: str, spec: ModelSpec, training: TrainingSpec,
                      megatron_env=megatron_env or {})
     model = torchtitan_model(spec) if framework == "torchtitan" else {}
     program = _program(framework, list(args or []), model)
+    torchrun, srun = _commands(nnodes, nproc, program, env)
+    notes = [f"run the torchrun line on each of the {nnodes} node(s) with NODE_RANK 0.."
+             f"{nnodes - 1} and MASTER_ADDR the address of node 0, after exporting the "
+             "environment block; the srun line does both under Slurm"]
+    more, requires = _framework_notes(framework, spec, training, model)
+    notes += more
+    return Launch(nnodes=nnodes, nproc_per_node=nproc, torchrun=torchrun, srun=srun, env=env,
+                  checked_against=dict(CHECKED_AGAINST[framework]), requires=requires,
+                  notes=tuple(notes), model=model)
+
+
+def _commands(nnodes: int, nproc: int, program: list[str],
+              env: dict[str, str]) -> tuple[str, str]:
+    """(the torchrun line of one node, the Slurm `srun` line that starts it on every node)."""
     shape = ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc)]
     torchrun = _join(["torchrun", *shape, "--node-rank", "${NODE_RANK:-0}",
                       "--master-addr", "${MASTER_ADDR:-localhost}",
@@ -233,9 +247,13 @@ def build_launch(framework: str, spec: ModelSpec, training: TrainingSpec,
     srun = " ".join([
         "srun", "--nodes", str(nnodes), "--ntasks-per-node", "1", "--gpus-per-node",
         str(nproc), f"--export={exported}", "bash", "-c", shlex.quote(inner)])
-    notes = [f"run the torchrun line on each of the {nnodes} node(s) with NODE_RANK 0.."
-             f"{nnodes - 1} and MASTER_ADDR the address of node 0, after exporting the "
-             "environment block; the srun line does both under Slurm"]
+    return torchrun, srun
+
+
+def _framework_notes(framework: str, spec: ModelSpec, training: TrainingSpec,
+                     model: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """(the notes on the framework's own part of the launch, the further packages it needs)."""
+    notes: list[str] = []
     requires: dict[str, str] = {}
     if framework == "megatron":
         notes.append("pretrain_gpt.py is Megatron-LM's training script (not on a package "
@@ -264,9 +282,7 @@ def build_launch(framework: str, spec: ModelSpec, training: TrainingSpec,
         notes.append("a DeepSpeed config runs inside your own training script "
                      "(deepspeed.initialize with this config): set TRAIN_SCRIPT to it and save "
                      "the config as ds_config.json")
-    return Launch(nnodes=nnodes, nproc_per_node=nproc, torchrun=torchrun, srun=srun, env=env,
-                  checked_against=dict(CHECKED_AGAINST[framework]), requires=requires,
-                  notes=tuple(notes), model=model)
+    return notes, requires
 
 
 __all__ = [

@@ -207,6 +207,11 @@ def _parallelism_entries(spec: ModelSpec, training: TrainingSpec, parallel: Para
     if spec.moe is not None:
         entries += [Entry(key="expert_parallel_degree", value=parallel.ep),
                     Entry(key="expert_tensor_parallel_degree", value=parallel.etp)]
+        # torchtitan v0.2.2 models/moe/moe.py MoEArgs.score_func (default "sigmoid"); its
+        # deepseek_v3 flavors "16B" and "236B" say "softmax", "671B" "sigmoid".
+        notes.append(f"the router scores experts by {spec.moe.router_score_function.value}: "
+                     "torchtitan sets this in the model flavor (MoEArgs.score_func), not in "
+                     "the job config; check the chosen flavor says the same")
         if parallel.ep > 1 and dispatcher(training) == MoeDispatcher.DEEPEP:
             entries.append(Entry(key="expert_parallel_comm_backend", value="deepep",
                                  comment="DeepEP kernels (DeepEP installed)"))
@@ -369,12 +374,6 @@ def _unsupported_notes(spec: ModelSpec, training: TrainingSpec,
                      "memory; Kimi K3) has no torchtitan setting; it needs an extension")
     if training.optimizer not in (OptimizerKind.ADAM, OptimizerKind.ADAMW):
         notes.append(f"optimizer='{training.optimizer}': set [optimizer] name by hand")
-    if spec.moe is not None:
-        # torchtitan v0.2.2 models/moe/moe.py MoEArgs.score_func (default "sigmoid"); its
-        # deepseek_v3 flavors "16B" and "236B" say "softmax", "671B" "sigmoid".
-        notes.append(f"the router scores experts by {spec.moe.router_score_function.value}: "
-                     "torchtitan sets this in the model flavor (MoEArgs.score_func), not in "
-                     "the job config; check the chosen flavor says the same")
     if training.fused_cross_entropy:
         notes.append("torchtitan's loss is F.cross_entropy on fp32 logits (components/loss.py), "
                      "not a fused one: its backward holds about 8 x vocab bytes per token more, "

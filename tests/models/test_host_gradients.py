@@ -6,7 +6,7 @@ from api_schemas import ParallelConfig, PipelineSchedule, TrainingSpec
 from models.catalog.presets import cluster_preset, model_preset
 from models.core.pipeline import OpKind, generate_program
 from models.core.step_time import estimate_step
-from models.core.step_time.assembly import HOST_GRADIENTS
+from models.core.step_time.step_terms import HOST_GRADIENTS
 from models.core.traffic.data import GRADIENT_BUFFER_SLOTS, chunk_evictions
 
 S = PipelineSchedule

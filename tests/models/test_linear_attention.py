@@ -198,9 +198,9 @@ def test_each_layer_of_a_hybrid_stage_is_timed_with_its_own_token_mixer() -> Non
     """A rank of Kimi Linear holding KDA and MLA layers takes the sum of its layers' own
     times: at 128K tokens a rank with two MLA layers among four is slower than one with one,
     where a per-kind mix of the model's layers (19 of 26 MoE layers KDA) timed both alike."""
+    from models.core.collectives import fabric_of as step_fabric
     from models.core.layout import StageLayout
     from models.core.step_time import stage_time
-    from models.core.step_time.assembly import fabric_of as step_fabric
 
     spec = model_preset(KIMI_LINEAR)
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)

@@ -10,6 +10,7 @@ from api_schemas import DType
 from models.catalog.presets import gpu_preset
 from models.evidence.mfu_records import (
     RECORDS,
+    PlanFigures,
     PublishedRecord,
     closest_record,
     plausibility_note,
@@ -97,7 +98,7 @@ def _note(**overrides: object) -> str:
         "moe": True, "preset": "mixtral-8x7b", "num_gpus": 64, "mfu_full_attention": 0.66,
         "tokens_per_s_per_gpu": 2482.0, "band_high": 0.15, "peak_flop_per_s": 312e12}
     args.update(overrides)
-    return plausibility_note(**args)  # type: ignore[arg-type]
+    return plausibility_note(PlanFigures(**args))  # type: ignore[arg-type]
 
 
 def test_a_plan_above_its_record_by_more_than_the_band_is_warned_and_the_record_named() -> None:

@@ -235,12 +235,13 @@ def test_alltoall_dispatcher_sends_every_assignment_over_the_nics() -> None:
     """Megatron's alltoall dispatcher sends one row per (token, expert); DeepEP one copy per
     destination node. Qwen3-235B (top-8) over EP 32 on 4 nodes: K (N-1)/N = 6 IB copies per
     token against D_node (N-1)/N for the distinct nodes of 8 experts (< 3)."""
-    from models.core.moe import DispatchDedup, ep_dispatch_split
+    from models.core.moe import DispatchDedup, EpRouting, ep_dispatch_split
 
-    kw = dict(tokens_per_rank=4096, top_k=8, hidden_size=4096, bytes_per_elem=1,
-              num_experts=128, ep_size=32, ranks_per_node=8)
-    per_expert = ep_dispatch_split(**kw, dedup=DispatchDedup.PER_EXPERT)
-    per_node = ep_dispatch_split(**kw, dedup=DispatchDedup.PER_NODE)
+    per_expert, per_node = (
+        ep_dispatch_split(EpRouting(top_k=8, num_experts=128, ep_size=32, ranks_per_node=8,
+                                    dedup=dedup),
+                          tokens_per_rank=4096, hidden_size=4096, bytes_per_elem=1)
+        for dedup in (DispatchDedup.PER_EXPERT, DispatchDedup.PER_NODE))
     assert per_expert.inter_node_copies_per_token == pytest.approx(6.0)
     assert per_node.inter_node_copies_per_token < 3.0
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)

@@ -21,6 +21,7 @@ from models.core.remote_activations import (
 )
 from models.core.step_time import axis_groups, estimate_step
 from models.core.step_time.remote_offload import REMOTE_ACTIVATIONS, remote_offload_cost
+from models.core.step_time.setting import step_setting
 from models.core.step_time.stage import stage_times
 from models.labs.remote_activations_report import remote_activations_report
 
@@ -174,7 +175,7 @@ def test_remote_offload_is_charged_to_the_step_and_grows_as_the_link_narrows() -
     groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
     stages = stage_times(spec, training, parallel, cluster, layouts, m, fabric_of(cluster),
                          groups)
-    cost = remote_offload_cost(spec, training, parallel, cluster, ledger, stages, groups, m)
+    cost = remote_offload_cost(step_setting(spec, training, parallel, cluster), ledger, stages)
     assert cost is not None and not cost.intra_node
     sender = ledger.stages[0]
     expected = math.ceil(2 * sender.remote_sent_bytes * m * 2 / sender.in_flight_chunks)
@@ -193,8 +194,8 @@ def test_remote_offload_is_charged_to_the_step_and_grows_as_the_link_narrows() -
     slow_ledger = memory_ledger(spec, training, parallel, slow)
     slow_stages = stage_times(spec, training, parallel, slow, layouts, m, fabric_of(slow),
                               groups)
-    slow_cost = remote_offload_cost(spec, training, parallel, slow, slow_ledger, slow_stages,
-                                    groups, m)
+    slow_cost = remote_offload_cost(step_setting(spec, training, parallel, slow), slow_ledger,
+                                    slow_stages)
     assert slow_cost is not None
     worst = max(max(0.0, t - w) + h for t, w, h in zip(
         slow_cost.transfer_s, slow_cost.window_s, slow_cost.hbm_s, strict=True))

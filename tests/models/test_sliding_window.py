@@ -179,10 +179,11 @@ def test_ranks_with_differently_placed_sliding_layers_keep_their_own_stage_times
     # their chunks on different attention kinds; each must be timed from its own layers,
     # whichever rank the memo met first.
     from api_schemas import ParallelConfig, TrainingSpec
+    from models.core.collectives import fabric_of
     from models.core.layout import pipeline_layout
     from models.core.memory import micro_batch_count
     from models.core.step_time import axis_groups, clear_step_time_cache, stage_time
-    from models.core.step_time.assembly import fabric_of, stage_times
+    from models.core.step_time.stage import stage_times
 
     spec = model_preset("gpt-oss-20b")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
@@ -206,9 +207,9 @@ def test_a_chunk_takes_each_layers_own_time_whichever_attention_kind_comes_first
     # that time is the sum of the layers' times alone: a rank is not timed as copies of its
     # first layer (at 32k tokens a full-attention layer costs several window layers).
     from api_schemas import ParallelConfig, TrainingSpec
+    from models.core.collectives import fabric_of
     from models.core.layout import StageLayout
     from models.core.step_time import axis_groups, stage_time
-    from models.core.step_time.assembly import fabric_of
 
     spec = model_preset("gpt-oss-20b")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)

@@ -308,7 +308,7 @@ def test_offloaded_optimizer_states_cost_a_cpu_step_and_an_upload() -> None:
     states, bounded by the node's DRAM bandwidth shared by its GPUs, and copies the updated
     weights back over the host link."""
     from api_schemas.dtypes import DType
-    from models.core.step_time.assembly import host_optimizer_s
+    from models.core.step_time.step_terms import host_optimizer_s
 
     spec = model_preset("llama-3.1-8b")
     training = TrainingSpec(global_batch_size=64, sequence_length=4096)

@@ -5,7 +5,7 @@ import pytest
 from api_schemas import ParallelConfig, TrainingSpec
 from models.catalog.presets import cluster_preset, model_preset
 from models.core.step_time import estimate_step
-from models.core.step_time.assembly import SLOWEST_GPU
+from models.core.step_time.step_terms import SLOWEST_GPU
 from models.core.step_time.variability import (
     GPU_SPEED_CV,
     expected_max_standard_normal,

@@ -19,8 +19,8 @@ from models.catalog.kernels import memory_bound_time_s  # noqa: E402
 from models.catalog.presets import cluster_preset, gpu_preset, model_preset  # noqa: E402
 from models.core.params import count_parameters, layer_params  # noqa: E402
 from models.core.step_time import estimate_step  # noqa: E402
-from models.core.step_time.assembly import ZERO3_COPIES  # noqa: E402
 from models.core.step_time.exposure import zero3_copy_s  # noqa: E402
+from models.core.step_time.step_terms import ZERO3_COPIES  # noqa: E402
 
 BY_ID = {row["id"]: row for row in validate_published.DATA["runs"]}
 TORCHTITAN_8B = [ids for label, ids in validate_published.FSDP_DP_SERIES

@@ -79,7 +79,7 @@ TIGHT_CASES = [
 @pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq"), TIGHT_CASES)
 def test_forced_zero3_and_chain_bounds_never_exceed_the_evaluated_values(
         model: str, gpu: str, nodes: int, batch: int, seq: int) -> None:
-    from solver.planner import _forced_zero_stage
+    from solver.tightening import _forced_zero_stage
 
     spec = model_preset(model)
     cluster = cluster_preset(gpu, num_nodes=nodes)
@@ -412,7 +412,7 @@ def test_recompute_bound_holds_for_the_policy_and_more_full_layers(
 
 
 def test_the_wait_bound_holds_for_every_plan_of_a_candidate() -> None:
-    from models.core.step_time.assembly import SLOWEST_GPU
+    from models.core.step_time.step_terms import SLOWEST_GPU
     from solver.candidate_eval import ScoredPlan
 
     spec = model_preset("mixtral-8x7b")
@@ -570,7 +570,7 @@ def test_plain_run_bound_lies_between_the_closed_form_and_every_plan(
 def test_the_plain_run_bound_spares_evaluations_and_keeps_the_optimum(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from api_schemas import Objective, SolverLimits
-    from solver import planner
+    from solver import planner, tightening
 
     spec = model_preset("llama-3.1-70b")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
@@ -583,7 +583,7 @@ def test_the_plain_run_bound_spares_evaluations_and_keeps_the_optimum(
                               limits=SolverLimits(time_limit_s=120))
 
     with_run = run()
-    monkeypatch.setattr(planner, "_add_run_floor", lambda *args: False)
+    monkeypatch.setattr(tightening, "add_run_floor", lambda *args: False)
     without = run()
     assert with_run.status == without.status == "optimal"
     assert with_run.best is not None and without.best is not None
@@ -769,7 +769,7 @@ def test_the_head_rank_refutes_a_mesh_the_mean_bound_admits() -> None:
 def test_the_rank_memory_bound_spares_evaluations_and_keeps_the_optimum(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from api_schemas import Objective, SolverLimits
-    from solver import planner
+    from solver import planner, tightening
 
     spec = model_preset("deepseek-v2-lite")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
@@ -781,7 +781,7 @@ def test_the_rank_memory_bound_spares_evaluations_and_keeps_the_optimum(
                               limits=SolverLimits(time_limit_s=120))
 
     with_rank = run()
-    monkeypatch.setattr(planner, "_rank_memory_rules_out", lambda *args: False)
+    monkeypatch.setattr(tightening, "_rank_memory_rules_out", lambda *args: False)
     without = run()
     assert with_rank.status == without.status == "optimal"
     assert with_rank.best is not None and without.best is not None
@@ -799,16 +799,18 @@ def test_a_search_diving_for_its_first_plan_skips_what_the_head_rank_refutes(
     overflows. No evaluated candidate is one the floor refutes, some are refuted before
     the first evaluation, and the optimum is the one found without diving."""
     from api_schemas import Objective, SolverLimits
-    from solver import planner
+    from solver import planner, tightening
+    from solver.search_state import SearchProblem
+    from solver.targets import candidate_variants
 
     spec = model_preset("llama-3.1-8b")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
     training = TrainingSpec(global_batch_size=64, sequence_length=32768)
-    rule = planner._rank_memory_rules_out
-    seen: list[planner._Problem] = []
+    rule = tightening._rank_memory_rules_out
+    seen: list[SearchProblem] = []
     events: list[tuple[str, str]] = []
 
-    def recorded_rule(problem: planner._Problem, c: MeshCandidate, variants: list) -> bool:
+    def recorded_rule(problem: SearchProblem, c: MeshCandidate, variants: list) -> bool:
         seen[:] = [problem]
         refuted = rule(problem, c, variants)
         if refuted:
@@ -820,11 +822,11 @@ def test_a_search_diving_for_its_first_plan_skips_what_the_head_rank_refutes(
     def recorded_evaluation(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                             c: MeshCandidate, *args: object, **kwargs: object) -> object:
         events.append(("evaluated", c.key))
-        assert seen and not rule(seen[0], c, planner.candidate_variants(
+        assert seen and not rule(seen[0], c, candidate_variants(
             spec, training, c, seen[0].constraints)), c.key
         return evaluate(spec, training, cluster, c, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(planner, "_rank_memory_rules_out", recorded_rule)
+    monkeypatch.setattr(tightening, "_rank_memory_rules_out", recorded_rule)
     monkeypatch.setattr(planner, "evaluate_for_targets", recorded_evaluation)
 
     def run(share: float) -> planner.SearchResult:

@@ -4,7 +4,7 @@
 optimizer states in host memory and run the Adam step on the CPU; torchtitan has neither.
 Where the request allows it (`constraints.allow_optimizer_offload`), the search takes it
 where it makes a plan fit (its CPU step and host copies charged to the step:
-`models.core.step_time.assembly.host_optimizer_s`), the plan says so, the export sets the flag,
+`models.core.step_time.step_terms.host_optimizer_s`), the plan says so, the export sets the flag,
 and a pinned share still holds."""
 
 from typing import Any

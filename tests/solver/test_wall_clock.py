@@ -29,6 +29,7 @@ from solver import (
     relax,
     space,
     targets,
+    tightening,
 )
 
 TIMED_MODULES = (api, planner, candidate_eval, targets, space, relax, cpsat, anytime,
@@ -148,13 +149,13 @@ def test_a_search_without_a_plan_at_half_its_limit_evaluates_at_once(
     # ahead of the first evaluation (at least seven): past half the limit the search
     # evaluates candidates in table-bound order and answers with a plan and its gap; never
     # diving (share 1), it has evaluated nothing when the limit falls.
-    real_tighten = planner._tighten
+    real_tighten = tightening.tighten
 
     def timed_tighten(*args: object) -> None:
         clock.book("tighten", TIGHTEN_S)
         real_tighten(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(planner, "_tighten", timed_tighten)
+    monkeypatch.setattr(tightening, "tighten", timed_tighten)
     monkeypatch.setattr(planner, "NO_PLAN_DIVE_SHARE", dive_share)
     # One search's dive is under test: no narrower seeding search before it
     # (`solver.anytime`, whose own dive comes at half its share of the limit).

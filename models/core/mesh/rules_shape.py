@@ -93,14 +93,9 @@ def _fits(world: int, others: int) -> Callable[[int], bool]:
 
 def tp_divides_heads(ctx: MeshContext, cand: Candidate) -> Finding | None:
     """TP splits attention heads, so tp must divide the query heads."""
-    heads, tp = ctx.arch.num_attention_heads, cand.parallel.tp
-    if heads % tp == 0:
-        return None
-    return Finding(
-        rule="tp-divides-heads", severity=E, field="parallel.tp",
-        message=f"tp={tp} does not divide num_attention_heads={heads}: tensor parallelism "
-        "gives each rank a whole number of heads", values={"tp": tp, "heads": heads},
-        fix=lambda c, x: _shrink_tp(c, x, lambda d: _tp_ok(c, d)))
+    return _tp_must_divide("tp-divides-heads", cand.parallel.tp,
+                           ("num_attention_heads", "heads", ctx.arch.num_attention_heads),
+                           "tensor parallelism gives each rank a whole number of heads")
 
 
 def tp_kv_heads(ctx: MeshContext, cand: Candidate) -> Finding | None:
@@ -129,13 +124,23 @@ def tp_kv_heads(ctx: MeshContext, cand: Candidate) -> Finding | None:
 
 def tp_divides_ffn(ctx: MeshContext, cand: Candidate) -> Finding | None:
     """TP splits the MLP's intermediate width."""
-    f, tp = ctx.arch.ffn_hidden_size, cand.parallel.tp
-    if f % tp == 0:
+    return _tp_must_divide("tp-divides-ffn", cand.parallel.tp,
+                           ("ffn_hidden_size", "ffn_hidden_size", ctx.arch.ffn_hidden_size),
+                           "column-parallel MLP weights need equal shards")
+
+
+def _tp_must_divide(rule: str, tp: int, size: tuple[str, str, int],
+                    reason: str) -> Finding | None:
+    """The error `rule` where `tp` does not divide a model size, `size` = (its field name,
+    its key in the finding's values, its value); the fix shrinks TP to a degree every
+    TP rule accepts."""
+    name, key, value = size
+    if value % tp == 0:
         return None
     return Finding(
-        rule="tp-divides-ffn", severity=E, field="parallel.tp",
-        message=f"tp={tp} does not divide ffn_hidden_size={f}: column-parallel MLP weights "
-        "need equal shards", values={"tp": tp, "ffn_hidden_size": f},
+        rule=rule, severity=E, field="parallel.tp",
+        message=f"tp={tp} does not divide {name}={value}: {reason}",
+        values={"tp": tp, key: value},
         fix=lambda c, x: _shrink_tp(c, x, lambda d: _tp_ok(c, d)))
 
 

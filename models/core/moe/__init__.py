@@ -40,6 +40,7 @@ from models.core.moe.skew import (
 from models.core.moe.traffic import (
     AllToAllPayload,
     DispatchDedup,
+    EpRouting,
     EpTrafficSplit,
     all_to_all_payload,
     ep_dispatch_split,
@@ -57,6 +58,7 @@ __all__ = [
     "CapacityOutcome",
     "CapacityPolicy",
     "DispatchDedup",
+    "EpRouting",
     "EpTrafficSplit",
     "ReceiveBuffer",
     "RedundantExpertTraffic",

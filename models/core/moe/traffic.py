@@ -153,11 +153,22 @@ class EpTrafficSplit:
     """Largest inter-node copy count any single token can cause."""
 
 
-def ep_dispatch_split(
-    *, tokens_per_rank: int, top_k: int, hidden_size: int, bytes_per_elem: int,
-    num_experts: int, ep_size: int, ranks_per_node: int,
-    max_nodes_per_token: int | None = None, dedup: DispatchDedup = DispatchDedup.PER_NODE,
-) -> EpTrafficSplit:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpRouting:
+    """How one expert-parallel group routes a token: the experts it draws, over how many
+    ranks and nodes, and how many copies of it a source sends (`ep_dispatch_split`)."""
+
+    top_k: int
+    num_experts: int
+    ep_size: int
+    ranks_per_node: int
+    max_nodes_per_token: int | None = None
+    """Node-limited routing's M (DeepSeek-V3: 4); None: every node of the group."""
+    dedup: DispatchDedup = DispatchDedup.PER_NODE
+
+
+def ep_dispatch_split(routing: EpRouting, *, tokens_per_rank: int, hidden_size: int,
+                      bytes_per_elem: int) -> EpTrafficSplit:
     """Inter-node (IB) and intra-node (NVLink) copies of one dispatch, in expectation.
 
     With N = R / ranks_per_node nodes, node-limited routing draws a token's K experts from
@@ -180,32 +191,18 @@ def ep_dispatch_split(
     Raises:
         InvalidSpecError: on sizes that do not divide or an M outside [1, N].
     """
-    if ranks_per_node < 1 or ep_size % ranks_per_node:
-        raise InvalidSpecError(
-            f"ranks_per_node={ranks_per_node} must divide ep_size={ep_size}: EP groups are "
-            "assumed node-contiguous", field="ranks_per_node",
-        )
-    if num_experts % ep_size:
-        raise InvalidSpecError(
-            f"ep_size={ep_size} must divide num_experts={num_experts}", field="ep_size"
-        )
-    n = ep_size // ranks_per_node
-    m = n if max_nodes_per_token is None else max_nodes_per_token
-    if not 1 <= m <= n:
-        raise InvalidSpecError(
-            f"max_nodes_per_token={m} must lie in [1, {n}] (nodes in the EP group)",
-            field="max_nodes_per_token",
-        )
-    k, rpn = top_k, ranks_per_node
+    n, m = _routed_nodes(routing)
+    k, rpn, ep_size, num_experts = (routing.top_k, routing.ranks_per_node, routing.ep_size,
+                                    routing.num_experts)
     d_node = expected_distinct_groups(num_experts=num_experts, num_groups=n, top_k=k,
                                       eligible_groups=m)
     ranks_eligible = m * rpn
     d_rank = expected_distinct_groups(num_experts=num_experts, num_groups=ep_size, top_k=k,
                                       eligible_groups=ranks_eligible)
     remote = (n - 1) / n
-    if dedup == DispatchDedup.PER_EXPERT:
+    if routing.dedup == DispatchDedup.PER_EXPERT:
         ib, nvl, worst = k * remote, k * (rpn - 1) / ep_size, k if n > 1 else 0
-    elif dedup == DispatchDedup.PER_RANK:
+    elif routing.dedup == DispatchDedup.PER_RANK:
         worst = min(k, (n - 1) * rpn, m * rpn)
         ib, nvl = d_rank * remote, d_rank * (rpn - 1) / ep_size
     else:
@@ -217,6 +214,32 @@ def ep_dispatch_split(
         intra_node_bytes=round(tokens_per_rank * nvl * row_bytes),
         worst_case_inter_node_copies=worst,
     )
+
+
+def _routed_nodes(routing: EpRouting) -> tuple[int, int]:
+    """(N, M): the nodes of the EP group and those a token's experts are drawn from.
+
+    Raises:
+        InvalidSpecError: on sizes that do not divide or an M outside [1, N].
+    """
+    ranks_per_node, ep_size = routing.ranks_per_node, routing.ep_size
+    if ranks_per_node < 1 or ep_size % ranks_per_node:
+        raise InvalidSpecError(
+            f"ranks_per_node={ranks_per_node} must divide ep_size={ep_size}: EP groups are "
+            "assumed node-contiguous", field="ranks_per_node",
+        )
+    if routing.num_experts % ep_size:
+        raise InvalidSpecError(
+            f"ep_size={ep_size} must divide num_experts={routing.num_experts}", field="ep_size"
+        )
+    n = ep_size // ranks_per_node
+    m = n if routing.max_nodes_per_token is None else routing.max_nodes_per_token
+    if not 1 <= m <= n:
+        raise InvalidSpecError(
+            f"max_nodes_per_token={m} must lie in [1, {n}] (nodes in the EP group)",
+            field="max_nodes_per_token",
+        )
+    return n, m
 
 
 def experts_per_node_at_ib_parity(

@@ -15,11 +15,23 @@ a micro-batch passes one of them, so its chunk unit is a full-stage unit.
 """
 
 from dataclasses import dataclass
+from typing import NotRequired, TypedDict, Unpack
 
 from api_schemas.parallel import PipelineSchedule
 from models.core.pipeline.in_flight import in_flight_profile
 from models.core.pipeline.registry import schedule_traits, validate_schedule
 from models.errors import InvalidSpecError
+
+
+class StageShape(TypedDict):
+    """The keywords of `peak_in_flight_chunks` (its legend: p, m, v, d, N), as the other
+    in-flight peaks take them too."""
+
+    num_stages: int
+    num_micro_batches: int
+    num_chunks: NotRequired[int]
+    stage: int
+    group_size: NotRequired[int | None]
 
 
 def peak_in_flight_chunks(
@@ -62,15 +74,8 @@ def peak_in_flight_chunks(
     return profile.peak_chunks[d]
 
 
-def peak_in_flight_until_b_chunks(
-    schedule: PipelineSchedule,
-    *,
-    num_stages: int,
-    num_micro_batches: int,
-    num_chunks: int = 1,
-    stage: int,
-    group_size: int | None = None,
-) -> int:
+def peak_in_flight_until_b_chunks(schedule: PipelineSchedule,
+                                  **shape: Unpack[StageShape]) -> int:
     """Peak micro-batch x chunk activations rank `stage` holds until their B (or fused BW).
 
     B frees the activations the input gradient needs (M_B in the Zero Bubble paper); W frees
@@ -86,24 +91,16 @@ def peak_in_flight_until_b_chunks(
     Raises:
         InvalidSpecError: the schedule refuses these parameters, or `stage` is out of range.
     """
-    p, m, v, d = num_stages, num_micro_batches, num_chunks, stage
     traits = schedule_traits(schedule)
-    if traits.peak_until_b_form is not None:
-        _check(schedule, p=p, m=m, v=v, stage=d, group_size=group_size)
-        return traits.peak_until_b_form(p, m, v, d, group_size)
-    return peak_in_flight_chunks(schedule, num_stages=p, num_micro_batches=m,
-                                 num_chunks=v, stage=d, group_size=group_size)
+    if traits.peak_until_b_form is None:
+        return peak_in_flight_chunks(schedule, **shape)
+    p, m, d = shape["num_stages"], shape["num_micro_batches"], shape["stage"]
+    v, group_size = shape.get("num_chunks", 1), shape.get("group_size")
+    _check(schedule, p=p, m=m, v=v, stage=d, group_size=group_size)
+    return traits.peak_until_b_form(p, m, v, d, group_size)
 
 
-def peak_in_flight(
-    schedule: PipelineSchedule,
-    *,
-    num_stages: int,
-    num_micro_batches: int,
-    num_chunks: int = 1,
-    stage: int,
-    group_size: int | None = None,
-) -> float:
+def peak_in_flight(schedule: PipelineSchedule, **shape: Unpack[StageShape]) -> float:
     """Peak in-flight activations (held until W) on rank `stage`, in full-stage units.
 
     Equals `peak_in_flight_chunks` / v (see the module docstring for the unit). Examples
@@ -113,31 +110,17 @@ def peak_in_flight(
     Source: as `peak_in_flight_chunks`.
     Legend: v=num_chunks (1 for DualPipe, whose two stages per rank are full stages).
     """
-    chunks = peak_in_flight_chunks(schedule, num_stages=num_stages,
-                                   num_micro_batches=num_micro_batches, num_chunks=num_chunks,
-                                   stage=stage, group_size=group_size)
-    return chunks / num_chunks
+    return peak_in_flight_chunks(schedule, **shape) / shape.get("num_chunks", 1)
 
 
-def peak_in_flight_until_b(
-    schedule: PipelineSchedule,
-    *,
-    num_stages: int,
-    num_micro_batches: int,
-    num_chunks: int = 1,
-    stage: int,
-    group_size: int | None = None,
-) -> float:
+def peak_in_flight_until_b(schedule: PipelineSchedule,
+                           **shape: Unpack[StageShape]) -> float:
     """Peak activations held until B on rank `stage`, in full-stage units (M_B units).
 
     Source: as `peak_in_flight_until_b_chunks`.
     Legend: v=num_chunks.
     """
-    chunks = peak_in_flight_until_b_chunks(schedule, num_stages=num_stages,
-                                           num_micro_batches=num_micro_batches,
-                                           num_chunks=num_chunks, stage=stage,
-                                           group_size=group_size)
-    return chunks / num_chunks
+    return peak_in_flight_until_b_chunks(schedule, **shape) / shape.get("num_chunks", 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,6 +135,20 @@ class ClosedForm:
     """Idle time of each rank on the global clock: makespan - busy."""
     span_bubble_s: float
     """Largest per-rank idle inside the rank's own span (Zero Bubble definition)."""
+
+
+class ClosedFormShape(TypedDict):
+    """The keywords of `closed_form` (its legend), as `closed_form_makespan` and
+    `closed_form_bubble` take them too."""
+
+    num_stages: int
+    num_micro_batches: int
+    num_chunks: NotRequired[int]
+    forward_s: float
+    backward_input_s: float
+    backward_weight_s: float
+    overlapped_pair_s: NotRequired[float | None]
+    group_size: NotRequired[int | None]
 
 
 def closed_form(
@@ -208,51 +205,25 @@ def _bubble(schedule: PipelineSchedule, *, p: int, m: int, f: float, b: float, w
     return None if form is None else form(p, m, f, b, w, pair)
 
 
-def closed_form_makespan(
-    schedule: PipelineSchedule,
-    *,
-    num_stages: int,
-    num_micro_batches: int,
-    num_chunks: int = 1,
-    forward_s: float,
-    backward_input_s: float,
-    backward_weight_s: float,
-    overlapped_pair_s: float | None = None,
-    group_size: int | None = None,
-) -> float | None:
+def closed_form_makespan(schedule: PipelineSchedule,
+                         **shape: Unpack[ClosedFormShape]) -> float | None:
     """The exact makespan where `closed_form` has one, else None (simulate instead).
 
     Source: as `closed_form`.
     Legend: as `closed_form`.
     """
-    result = closed_form(schedule, num_stages=num_stages, num_micro_batches=num_micro_batches,
-                         num_chunks=num_chunks, forward_s=forward_s,
-                         backward_input_s=backward_input_s, backward_weight_s=backward_weight_s,
-                         overlapped_pair_s=overlapped_pair_s, group_size=group_size)
+    result = closed_form(schedule, **shape)
     return None if result is None else result.makespan_s
 
 
-def closed_form_bubble(
-    schedule: PipelineSchedule,
-    *,
-    num_stages: int,
-    num_micro_batches: int,
-    num_chunks: int = 1,
-    forward_s: float,
-    backward_input_s: float,
-    backward_weight_s: float,
-    overlapped_pair_s: float | None = None,
-    group_size: int | None = None,
-) -> float | None:
+def closed_form_bubble(schedule: PipelineSchedule,
+                       **shape: Unpack[ClosedFormShape]) -> float | None:
     """Idle time per rank on the global clock (makespan - busy), or None if not exact.
 
     Source: as `closed_form`.
     Legend: as `closed_form`.
     """
-    result = closed_form(schedule, num_stages=num_stages, num_micro_batches=num_micro_batches,
-                         num_chunks=num_chunks, forward_s=forward_s,
-                         backward_input_s=backward_input_s, backward_weight_s=backward_weight_s,
-                         overlapped_pair_s=overlapped_pair_s, group_size=group_size)
+    result = closed_form(schedule, **shape)
     return None if result is None else result.bubble_s
 
 

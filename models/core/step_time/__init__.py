@@ -4,25 +4,27 @@ makespan, data-parallel synchronisation and the optimizer step.
 Owns, by module: `groups` (the mesh's groups as timing sees them), `exposure` (which share
 of the traffic defined once in `models.core.traffic` stays exposed), `stage` (one rank's
 per-micro-batch work: compute from `models.core.compute`, recomputation, exposure, stalls),
-`makespan` (the simulated pipeline), `assembly` (the step, its breakdown and FLOP
-conventions). Must not: search, size memory or define traffic.
+`makespan` (the simulated pipeline), `setting` (a configuration with its fabric, groups and
+micro-batch count), `step_terms` (each rank's tail and the step's overheads), `assembly`
+(the step, its breakdown and FLOP conventions), `bounds` and `policy_bound` (the lower
+bounds the search prunes with, beside the exact model they bound). Must not: search, size
+memory or define traffic.
 """
 
 from models.core.step_time.assembly import (
     FLOP_CONVENTION,
     PipelineInputs,
     StepEstimate,
-    WorkTable,
     estimate_step,
     pipeline_inputs,
-    pipeline_makespan_bound,
-    policy_work_bound_s,
     rank_work_s,
+)
+from models.core.step_time.bounds import (
+    pipeline_makespan_bound,
     simulated_makespan_bound,
     simulation_units,
     step_time_bound,
     step_time_floors_s,
-    work_table,
 )
 from models.core.step_time.exposure import (
     LayerComm,
@@ -32,6 +34,7 @@ from models.core.step_time.exposure import (
 )
 from models.core.step_time.groups import AxisGroup, AxisGroups, axis_groups
 from models.core.step_time.makespan import compiled_schedule, pipeline_makespan
+from models.core.step_time.policy_bound import WorkTable, policy_work_bound_s, work_table
 from models.core.step_time.stage import (
     StageTime,
     TimingKind,

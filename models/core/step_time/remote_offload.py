@@ -12,16 +12,12 @@ traffic (`models.core.traffic` does).
 
 from dataclasses import dataclass
 
-from api_schemas.architecture import ModelSpec
-from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import ParallelConfig
-from api_schemas.training import TrainingSpec
 from models.catalog.kernels import memory_bound_time_s
 from models.core.memory import MemoryLedger
 from models.core.mesh import GroupKind
 from models.core.remote_activations import remote_offload_bytes_per_step
-from models.core.step_time.groups import AxisGroups
 from models.core.step_time.makespan import crossings_per_micro_batch
+from models.core.step_time.setting import StepSetting
 from models.core.step_time.stage import StageTime
 from models.core.traffic import step_traffic
 
@@ -51,9 +47,7 @@ class RemoteOffloadCost:
     delays the pipeline by its stall)."""
 
 
-def remote_offload_cost(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                        cluster: ClusterSpec, ledger: MemoryLedger,
-                        stages: list[StageTime], groups: AxisGroups, num_micro_batches: int
+def remote_offload_cost(setting: StepSetting, ledger: MemoryLedger, stages: list[StageTime]
                         ) -> RemoteOffloadCost | None:
     """The exposed step time of remote activation offload (None when nothing moves).
 
@@ -80,14 +74,49 @@ def remote_offload_cost(spec: ModelSpec, training: TrainingSpec, parallel: Paral
     contend with host-offload copies on the GPU's PCIe link.
     """
     sent = [s.remote_sent_bytes for s in ledger.stages]
-    received = [s.remote_received_bytes for s in ledger.stages]
     if not any(sent):
         return None
-    intra = groups.mesh.placement(GroupKind.PP).all_intra_node
-    bandwidth = (cluster.intra_node.bandwidth_bytes_per_s if intra
-                 else cluster.inter_node.bandwidth_bytes_per_s)
-    m = num_micro_batches
-    crossings = m * crossings_per_micro_batch(parallel)
+    intra, bandwidth = _pp_link(setting)
+    crossings = setting.num_micro_batches * crossings_per_micro_batch(setting.parallel)
+    per_step = _bytes_per_step(ledger, stages, crossings)
+    transfer, window = [], []
+    for rank, (st, d) in enumerate(zip(stages, per_step, strict=True)):
+        transfer.append(d / bandwidth)
+        if not d:
+            window.append(0.0)
+            continue
+        hidden = crossings * sum(t.forward_s + t.backward_input_s for t in st.chunk_times)
+        window.append(max(0.0, hidden - _link_busy_s(setting, rank, intra)))
+    hbm = [memory_bound_time_s(d, gpu=setting.cluster.gpu) for d in per_step]
+    exposed = max(max(0.0, t - w) + h for t, w, h in zip(transfer, window, hbm, strict=True))
+    return RemoteOffloadCost(intra_node=intra, bandwidth_bytes_per_s=bandwidth,
+                             bytes_per_step=tuple(per_step), transfer_s=tuple(transfer),
+                             window_s=tuple(window), hbm_s=tuple(hbm), exposed_s=exposed)
+
+
+def _pp_link(setting: StepSetting) -> tuple[bool, float]:
+    """(whether the pipeline group stays inside a node, the bandwidth of its link: the
+    scale-up link inside a node, else the NIC)."""
+    intra = setting.groups.mesh.placement(GroupKind.PP).all_intra_node
+    cluster = setting.cluster
+    return intra, (cluster.intra_node.bandwidth_bytes_per_s if intra
+                   else cluster.inter_node.bandwidth_bytes_per_s)
+
+
+def _link_busy_s(setting: StepSetting, rank: int, intra: bool) -> float:
+    """Per-step time of rank `rank`'s other traffic on the pipeline group's link: items
+    inside a node for the scale-up link, items crossing nodes for the NIC."""
+    traffic = step_traffic(setting.spec, training=setting.training, parallel=setting.parallel,
+                           cluster=setting.cluster, stage=rank)
+    return sum(i.time_per_step_s for i in traffic.items if (i.nodes_spanned == 1) == intra)
+
+
+def _bytes_per_step(ledger: MemoryLedger, stages: list[StageTime],
+                    crossings: float) -> list[int]:
+    """Per rank, the bytes it moves per step: D_i of its own sent share
+    (`remote_offload_bytes_per_step`), plus, as a receiver, its share of all senders'
+    traffic in proportion to the bytes it holds for others."""
+    received = [s.remote_received_bytes for s in ledger.stages]
     per_step: list[int] = []
     for stage, st in zip(ledger.stages, stages, strict=True):
         units = max(1, round(crossings * len(st.chunk_times)))
@@ -98,23 +127,7 @@ def remote_offload_cost(spec: ModelSpec, training: TrainingSpec, parallel: Paral
     for j, r in enumerate(received):
         if r:
             per_step[j] += round(sent_total * r / received_total)
-    transfer, window = [], []
-    for rank, (st, d) in enumerate(zip(stages, per_step, strict=True)):
-        transfer.append(d / bandwidth)
-        if not d:
-            window.append(0.0)
-            continue
-        hidden = crossings * sum(t.forward_s + t.backward_input_s for t in st.chunk_times)
-        traffic = step_traffic(spec, training=training, parallel=parallel, cluster=cluster,
-                               stage=rank)
-        busy = sum(i.time_per_step_s for i in traffic.items
-                   if (i.nodes_spanned == 1) == intra)
-        window.append(max(0.0, hidden - busy))
-    hbm = [memory_bound_time_s(d, gpu=cluster.gpu) for d in per_step]
-    exposed = max(max(0.0, t - w) + h for t, w, h in zip(transfer, window, hbm, strict=True))
-    return RemoteOffloadCost(intra_node=intra, bandwidth_bytes_per_s=bandwidth,
-                             bytes_per_step=tuple(per_step), transfer_s=tuple(transfer),
-                             window_s=tuple(window), hbm_s=tuple(hbm), exposed_s=exposed)
+    return per_step
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,31 +148,23 @@ class RemoteOffloadRates:
     """Forward and input-backward time per crossing less the link's other traffic."""
 
 
-def remote_offload_rates(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                         cluster: ClusterSpec, in_flight: list[int], stages: list[StageTime],
-                         groups: AxisGroups, num_micro_batches: int,
+def remote_offload_rates(setting: StepSetting, in_flight: list[int], stages: list[StageTime],
                          senders: list[bool] | None = None) -> RemoteOffloadRates:
     """`remote_offload_cost`'s terms per byte and per micro-batch crossing (same source,
     legend and assumptions), with `in_flight` the ranks' units in flight at their peaks.
     A receiver carries its share of the senders' traffic: it is charged at the highest rate
     of the ranks that may send (`senders`, default every rank)."""
-    intra = groups.mesh.placement(GroupKind.PP).all_intra_node
-    bandwidth = (cluster.intra_node.bandwidth_bytes_per_s if intra
-                 else cluster.inter_node.bandwidth_bytes_per_s)
-    hbm = memory_bound_time_s(1.0, gpu=cluster.gpu)
-    crossings = num_micro_batches * crossings_per_micro_batch(parallel)
+    intra, bandwidth = _pp_link(setting)
+    hbm = memory_bound_time_s(1.0, gpu=setting.cluster.gpu)
+    crossings = setting.num_micro_batches * crossings_per_micro_batch(setting.parallel)
     per_byte = [2 * len(st.chunk_times) / max(1, u)
                 for st, u in zip(stages, in_flight, strict=True)]
     top = max(b for i, b in enumerate(per_byte) if senders is None or senders[i]) if (
         senders is None or any(senders)) else max(per_byte)
     window = []
     for rank, st in enumerate(stages):
-        traffic = step_traffic(spec, training=training, parallel=parallel, cluster=cluster,
-                               stage=rank)
-        busy = sum(i.time_per_step_s for i in traffic.items
-                   if (i.nodes_spanned == 1) == intra)
         hidden = sum(t.forward_s + t.backward_input_s for t in st.chunk_times)
-        window.append(max(0.0, hidden - busy / crossings))
+        window.append(max(0.0, hidden - _link_busy_s(setting, rank, intra) / crossings))
     return RemoteOffloadRates(
         send_link_s=tuple(b / bandwidth for b in per_byte),
         receive_link_s=(top / bandwidth,) * len(stages),

@@ -21,7 +21,7 @@ from models.core.collectives import Collective, CollectiveCost, all_to_all_split
 from models.core.deepspeed_2021 import gathered_tensors, gradient_buckets
 from models.core.linear_attention import conv_halo_bytes, kcp_fragment_bytes
 from models.core.mesh import AxisPlacement, GroupKind
-from models.core.moe import DispatchDedup, ep_dispatch_split
+from models.core.moe import DispatchDedup, EpRouting, ep_dispatch_split
 from models.core.runtime_features import dispatcher
 from models.core.traffic.context import (
     LayerTrafficContext,
@@ -346,12 +346,13 @@ def expert_calls(lctx: LayerTrafficContext) -> list[LayerCall]:
     for part, element_bytes in (("dispatch", dispatch_bytes), ("combine", 2)):
         payload = int(per_rank * moe.top_k * lctx.model.hidden_size * element_bytes * scale)
         try:
-            split = ep_dispatch_split(tokens_per_rank=per_rank, top_k=moe.top_k,
+            routing = EpRouting(top_k=moe.top_k, num_experts=moe.num_experts,
+                                ep_size=place.group_size, ranks_per_node=k,
+                                max_nodes_per_token=limit,
+                                dedup=DISPATCH_DEDUP[dispatcher(lctx.training)])
+            split = ep_dispatch_split(routing, tokens_per_rank=per_rank,
                                       hidden_size=lctx.model.hidden_size,
-                                      bytes_per_elem=element_bytes,
-                                      num_experts=moe.num_experts, ep_size=place.group_size,
-                                      ranks_per_node=k, max_nodes_per_token=limit,
-                                      dedup=DISPATCH_DEDUP[dispatcher(lctx.training)])
+                                      bytes_per_elem=element_bytes)
             cost = all_to_all_split_cost(
                 num_ranks=place.group_size, ranks_per_node=k,
                 intra_bytes_per_rank=int(split.intra_node_bytes * scale),

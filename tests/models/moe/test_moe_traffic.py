@@ -7,6 +7,7 @@ import pytest
 
 from models.core.moe import (
     DispatchDedup,
+    EpRouting,
     all_to_all_payload,
     ep_dispatch_split,
     expected_distinct_groups,
@@ -77,8 +78,8 @@ def test_expected_distinct_groups_closed_form() -> None:
 
 @pytest.mark.parametrize("max_nodes", [8, 4, 2])
 def test_inter_node_copies_match_simulation(max_nodes: int) -> None:
-    split = ep_dispatch_split(tokens_per_rank=1, hidden_size=1, bytes_per_elem=1,
-                              max_nodes_per_token=max_nodes, **DSV3)
+    split = ep_dispatch_split(EpRouting(max_nodes_per_token=max_nodes, **DSV3),
+                              tokens_per_rank=1, hidden_size=1, bytes_per_elem=1)
     simulated = _simulate_distinct_remote_nodes(num_experts=256, num_nodes=8, top_k=8,
                                                 max_nodes=max_nodes, tokens=6000, seed=max_nodes)
     assert split.inter_node_copies_per_token == pytest.approx(simulated, rel=0.03)
@@ -88,9 +89,10 @@ def test_node_limited_routing_cuts_inter_node_bytes_by_expected_factor() -> None
     """DeepSeek-V3 layout: limiting a token to M=4 of 8 nodes cuts its expected IB copies
     from 8(1 - C(224,8)/C(256,8)) * 7/8 to 4(1 - C(96,8)/C(128,8)) * 7/8, a factor of
     about 1.46; the worst case drops from min(K, N-1) = 7 to M = 4 copies."""
-    free = ep_dispatch_split(tokens_per_rank=4096, hidden_size=7168, bytes_per_elem=1, **DSV3)
-    limited = ep_dispatch_split(tokens_per_rank=4096, hidden_size=7168, bytes_per_elem=1,
-                                max_nodes_per_token=4, **DSV3)
+    free = ep_dispatch_split(EpRouting(**DSV3), tokens_per_rank=4096, hidden_size=7168,
+                             bytes_per_elem=1)
+    limited = ep_dispatch_split(EpRouting(max_nodes_per_token=4, **DSV3), tokens_per_rank=4096,
+                                hidden_size=7168, bytes_per_elem=1)
     unrestricted_nodes = 8 * (1 - math.comb(224, 8) / math.comb(256, 8))
     limited_nodes = 4 * (1 - math.comb(96, 8) / math.comb(128, 8))
     factor = unrestricted_nodes / limited_nodes
@@ -102,12 +104,10 @@ def test_node_limited_routing_cuts_inter_node_bytes_by_expected_factor() -> None
 
 def test_per_node_forwarding_cuts_ib_copies_against_per_expert_sends() -> None:
     """One IB copy per destination node instead of one per remote expert (DeepSeek-V3)."""
-    per_expert = ep_dispatch_split(tokens_per_rank=1, hidden_size=1, bytes_per_elem=1,
-                                   max_nodes_per_token=4, dedup=DispatchDedup.PER_EXPERT, **DSV3)
-    per_rank = ep_dispatch_split(tokens_per_rank=1, hidden_size=1, bytes_per_elem=1,
-                                 max_nodes_per_token=4, dedup=DispatchDedup.PER_RANK, **DSV3)
-    per_node = ep_dispatch_split(tokens_per_rank=1, hidden_size=1, bytes_per_elem=1,
-                                 max_nodes_per_token=4, **DSV3)
+    per_expert, per_rank, per_node = (
+        ep_dispatch_split(EpRouting(max_nodes_per_token=4, dedup=dedup, **DSV3),
+                          tokens_per_rank=1, hidden_size=1, bytes_per_elem=1)
+        for dedup in (DispatchDedup.PER_EXPERT, DispatchDedup.PER_RANK, DispatchDedup.PER_NODE))
     assert per_expert.inter_node_copies_per_token == pytest.approx(8 * 7 / 8)
     assert (per_expert.inter_node_copies_per_token > per_rank.inter_node_copies_per_token
             > per_node.inter_node_copies_per_token)
@@ -132,6 +132,6 @@ def test_max_experts_at_same_ib_cost_matches_DSV3() -> None:
      ({"num_experts": 100}, "ep_size=64")],
 )
 def test_ep_dispatch_split_rejects_bad_layouts(kwargs: dict[str, int], message: str) -> None:
-    args = {"tokens_per_rank": 8, "hidden_size": 8, "bytes_per_elem": 2, **DSV3, **kwargs}
     with pytest.raises(InvalidSpecError, match=message):
-        ep_dispatch_split(**args)
+        ep_dispatch_split(EpRouting(**{**DSV3, **kwargs}), tokens_per_rank=8, hidden_size=8,
+                          bytes_per_elem=2)

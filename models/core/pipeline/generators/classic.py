@@ -1,9 +1,12 @@
 """The classic flush schedules: GPipe, 1F1B and interleaved 1F1B, one traits record each.
 
 Owns: the per-rank op orders of these three schedules, their parameter rules, their closed
-forms and their records (`GPIPE`, `ONE_F_ONE_B`, `INTERLEAVED_1F1B`). Must not: check the
+forms and their records (`GPIPE`, `ONE_F_ONE_B`, `INTERLEAVED_1F1B`), and the 1F1B warm-up
+ZB-H1 starts from too (`warmed_up_ranks`). Must not: check the
 parameters every schedule shares (the registry does) or time anything.
 """
+
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -49,17 +52,29 @@ def one_f_one_b(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
     Megatron-LM `get_pp_rank_microbatches` (p - rank - 1).
     Legend: p=num_stages, m=num_micro_batches, d=rank.
     """
-    p, m = num_stages, num_micro_batches
-    builder = ProgramBuilder(linear_placement(num_ranks=p, num_micro_batches=m))
-    for d in range(p):
-        rows = builder.rank(d)
-        warmup = min(p - 1 - d, m)
-        rows.extend((_F, j, d, -1, -1) for j in range(warmup))
+    builder = ProgramBuilder(linear_placement(num_ranks=num_stages,
+                                              num_micro_batches=num_micro_batches))
+    m = num_micro_batches
+    for d, rows, warmup in warmed_up_ranks(builder, num_stages, m):
         for k in range(m - warmup):
             rows.append((_F, warmup + k, d, -1, -1))
             rows.append((_BW, k, d, -1, -1))
         rows.extend((_BW, k, d, -1, -1) for k in range(m - warmup, m))
     return builder.build(schedule=PipelineSchedule.ONE_F_ONE_B, chunks_per_stage_unit=1)
+
+
+def warmed_up_ranks(builder: ProgramBuilder, p: int,
+                    m: int) -> Iterator[tuple[int, list[tuple[int, int, int, int, int]], int]]:
+    """Each rank d of a linear p-stage pipeline with its 1F1B warm-up already in its rows:
+    (d, its rows, the warm-up count min(p-1-d, m)), the forwards of micro-batches 0 to
+    that count less one. 1F1B and ZB-H1 go on from there.
+
+    Source: Megatron-LM `get_pp_rank_microbatches` (p - rank - 1 warm-up forwards)."""
+    for d in range(p):
+        rows = builder.rank(d)
+        warmup = min(p - 1 - d, m)
+        rows.extend((_F, j, d, -1, -1) for j in range(warmup))
+        yield d, rows, warmup
 
 
 def interleaved_order(*, num_micro_batches: int, num_chunks: int,

@@ -11,6 +11,7 @@ from collections import deque
 import numpy as np
 
 from api_schemas.parallel import PipelineSchedule
+from models.core.pipeline.generators.classic import warmed_up_ranks
 from models.core.pipeline.ops import (
     IntArray,
     OpKind,
@@ -43,10 +44,7 @@ def zb_h1(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
     """
     p, m = num_stages, num_micro_batches
     builder = ProgramBuilder(linear_placement(num_ranks=p, num_micro_batches=m))
-    for d in range(p):
-        rows = builder.rank(d)
-        warmup = min(p - 1 - d, m)
-        rows.extend((_F, j, d, -1, -1) for j in range(warmup))
+    for d, rows, warmup in warmed_up_ranks(builder, p, m):
         pending: deque[int] = deque()
         for k in range(m):
             if k < m - warmup:
