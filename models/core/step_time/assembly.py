@@ -73,7 +73,7 @@ from models.core.step_time.variability import slowest_gpu_share
 from models.core.traffic.context import StepContext, group_placement
 from models.core.traffic.data import dp_items
 from models.core.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, call_cost
-from models.core.traffic.pipeline import pp_items, pp_message_bytes
+from models.core.traffic.pipeline import boundary_latency_s, pp_items
 from models.core.traffic.weights import StageWeights, stage_weights
 from models.core.vision_pipeline import stage0_vision_times, vision_encoder, vision_step_cost
 
@@ -189,20 +189,19 @@ def _step_context(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                   ) -> StepContext:
     return StepContext(model=spec, training=training, parallel=parallel, fabric=fabric,
                        mesh=groups.mesh, stage=weights, num_micro_batches=m,
-                       pp_scatter_gather=False)
+                       pp_scatter_gather=training.pp_scatter_gather is True)
 
 
 def p2p_latency_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                   groups: AxisGroups, fabric: Fabric, m: int,
                   weights: StageWeights | None = None) -> float:
-    """Time of one stage-boundary send (`models.core.traffic.pipeline.pp_message_bytes`), the
+    """Time of one stage-boundary send (`models.core.traffic.pipeline.boundary_latency_s`), the
     latency between dependent ops of neighbouring ranks in the simulator."""
     if parallel.pp == 1:
         return 0.0
     ctx = _step_context(spec, training, parallel, groups, fabric,
                         weights or stage_weights(spec, parallel)[0], m)
-    return call_cost(Collective.P2P, group_placement(groups.mesh, GroupKind.PP),
-                     pp_message_bytes(ctx), fabric).time_s
+    return boundary_latency_s(ctx)
 
 
 _WEIGHT_FIELDS = tuple(f.name for f in dataclasses.fields(StageWeights) if f.name != "stage")
