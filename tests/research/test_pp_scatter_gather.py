@@ -15,6 +15,7 @@ from models.core.mesh import GroupKind
 from models.core.step_time import estimate_step
 from models.core.step_time.assembly import p2p_latency_s
 from models.core.step_time.groups import axis_groups
+from models.core.traffic import TrafficAxis, step_traffic
 from models.core.traffic.context import StepContext, group_placement
 from models.core.traffic.items import call_cost
 from models.core.traffic.pipeline import boundary_latency_s, pp_message_bytes
@@ -102,3 +103,18 @@ def test_the_step_time_reads_the_setting() -> None:
             < p2p_latency_s(spec, off, parallel, groups, fabric, m))
     assert (estimate_step(spec, training, parallel, cluster).step_time_s
             < estimate_step(spec, off, parallel, cluster).step_time_s)
+
+
+def test_the_traffic_report_reads_the_setting_as_the_step_time_does() -> None:
+    """`step_traffic` of the 1T full-recompute row under its as-published recipe: the
+    boundary sends carry b*s*h/t and each receive is followed by the TP all-gather."""
+    row = _row(FULL)
+    spec, config = vp.model_of(row), vp.as_published_config(row)
+    assert spec is not None and config is not None
+    parallel, training = config
+    traffic = step_traffic(spec, training=training, parallel=parallel,
+                           cluster=vp.row_cluster(row), stage=1)
+    sends = [i for i in traffic.of_axis(TrafficAxis.PP) if i.collective == Collective.P2P]
+    assert {i.message_bytes for i in sends} == {13_107_200}
+    assert [i.name for i in traffic.items if i.name == "pp.scatter_gather.all_gather"] == [
+        "pp.scatter_gather.all_gather"]
