@@ -246,6 +246,17 @@ class TrainingSpec(SpecModel):
         "framework offers it and TP > 1). A cost model evaluated without a choice reads "
         "null as false.",
     )
+    pp_scatter_gather: bool | None = Field(
+        default=None,
+        description="Without sequence parallelism and with TP > 1, each of the t TP ranks of "
+        "a pipeline stage sends 1/t of the stage-boundary activation (or gradient) and the "
+        "receiving stage all-gathers it over its TP group (Megatron-LM's scatter/gather "
+        "optimisation, arXiv:2104.04473 Sec. 4.1; megatron/arguments.py "
+        "--no-scatter-gather-tensors-in-pipeline: on by default in Megatron-LM of 2021-2022); "
+        "with sequence parallelism the boundary tensor is already sharded and this does "
+        "nothing. null (default) = off: Megatron-Core's pipeline sends move the whole tensor "
+        "unless sequence parallelism shards it.",
+    )
     memory_efficient_norm: bool | None = Field(
         default=None,
         description="Each RMSNorm / LayerNorm keeps its output and inverse RMS for backward "

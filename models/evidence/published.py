@@ -51,6 +51,12 @@ class PublishedRun:
 _MEGATRON_2021 = TrainingSpec(global_batch_size=1, sequence_length=2048, dropout=True,
                               flash_attention=False, overlap_grad_reduce=False)
 
+_MEGATRON_LM_2021_2022 = _MEGATRON_2021.model_copy(update={"pp_scatter_gather": True})
+"""The runs made with Megatron-LM itself (arXiv:2104.04473 Table 1 and Sec. 5.1, arXiv:2205.05198
+Table 5): its pipeline sends split the boundary tensor over the TP ranks by default
+(`--no-scatter-gather-tensors-in-pipeline` turns it off, megatron/arguments.py at 6985e58938
+and 80389ef6e2; without sequence parallelism only in the latter)."""
+
 _TABLE1_PRINTED = {  # (t, p, n, batch, TF/s per GPU) of arXiv:2104.04473 Table 1
     "gpt-1.7b": (1, 1, 32, 512, 137), "gpt-3.6b": (2, 1, 64, 512, 138),
     "gpt-7.5b": (4, 1, 128, 512, 142), "gpt-18.4b": (8, 1, 256, 1024, 135),
@@ -71,7 +77,7 @@ def _megatron_2021_runs() -> list[PublishedRun]:
             id=f"megatron2021-{name}", description=f"Megatron-LM 2021 Table 1, {name}",
             source="Narayanan et al. 2021, arXiv:2104.04473, Table 1 and Sec. 5.1",
             model_preset=name, gpu="a100-sxm4-80gb", num_nodes=n // 8, gpus_per_node=8,
-            training=_MEGATRON_2021.model_copy(update={"global_batch_size": batch}),
+            training=_MEGATRON_LM_2021_2022.model_copy(update={"global_batch_size": batch}),
             parallel=ParallelConfig(tp=t, pp=p, dp=n // (t * p), vpp=vpp, schedule=schedule,
                                     micro_batch_size=1, zero_stage=0,
                                     recompute=RecomputeMode.FULL),
@@ -96,7 +102,7 @@ def _korthikanti_runs() -> list[PublishedRun]:
             source="Korthikanti et al. 2022, arXiv:2205.05198, Tables 3 and 5",
             model_preset=name, gpu="a100-sxm4-80gb", num_nodes=max(1, 8 * p // 8),
             gpus_per_node=8,
-            training=_MEGATRON_2021.model_copy(update={"global_batch_size": batch}),
+            training=_MEGATRON_LM_2021_2022.model_copy(update={"global_batch_size": batch}),
             parallel=ParallelConfig(tp=8, pp=p, dp=1, vpp=vpp, schedule=schedule,
                                     micro_batch_size=mbs, zero_stage=0, sequence_parallel=True,
                                     recompute=RecomputeMode.SELECTIVE),
@@ -239,7 +245,7 @@ GPT3_175B = PublishedRun(
            "A100 at batch 1536 and 140 TF/s per GPU); the shape of Brown et al. 2020 "
            "(96 layers, hidden 12288, 96 heads)",
     model_preset="gpt-175b", gpu="a100-sxm4-80gb", num_nodes=128, gpus_per_node=8,
-    training=_MEGATRON_2021.model_copy(update={"global_batch_size": 1536}),
+    training=_MEGATRON_LM_2021_2022.model_copy(update={"global_batch_size": 1536}),
     parallel=ParallelConfig(tp=8, pp=8, dp=16, vpp=2, schedule=PipelineSchedule.INTERLEAVED_1F1B,
                             micro_batch_size=1, zero_stage=0, recompute=RecomputeMode.FULL),
     printed_tflops_per_gpu=140, tflops_convention="hardware",

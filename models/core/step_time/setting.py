@@ -13,13 +13,11 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import TrainingSpec
-from models.core.collectives import Collective, Fabric, fabric_of
+from models.core.collectives import Fabric, fabric_of
 from models.core.memory import micro_batch_count
-from models.core.mesh import GroupKind
 from models.core.step_time.groups import AxisGroups, axis_groups
-from models.core.traffic.context import StepContext, group_placement
-from models.core.traffic.items import call_cost
-from models.core.traffic.pipeline import pp_message_bytes
+from models.core.traffic.context import StepContext
+from models.core.traffic.pipeline import boundary_latency_s
 from models.core.traffic.weights import StageWeights, stage_weights
 
 
@@ -51,18 +49,19 @@ def step_setting(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
 
 
 def step_context(setting: StepSetting, weights: StageWeights) -> StepContext:
-    """The traffic context of the rank holding `weights` (no PP scatter-gather)."""
+    """The traffic context of the rank holding `weights` (PP scatter-gather as the training
+    spec states it, `TrainingSpec.pp_scatter_gather`; unstated reads as off)."""
     return StepContext(model=setting.spec, training=setting.training,
                        parallel=setting.parallel, fabric=setting.fabric,
                        mesh=setting.groups.mesh, stage=weights,
-                       num_micro_batches=setting.num_micro_batches, pp_scatter_gather=False)
+                       num_micro_batches=setting.num_micro_batches,
+                       pp_scatter_gather=setting.training.pp_scatter_gather is True)
 
 
 def p2p_latency_s(setting: StepSetting, weights: StageWeights | None = None) -> float:
-    """Time of one stage-boundary send (`models.core.traffic.pipeline.pp_message_bytes`), the
+    """Time of one stage-boundary send (`models.core.traffic.pipeline.boundary_latency_s`), the
     latency between dependent ops of neighbouring ranks in the simulator."""
     if setting.parallel.pp == 1:
         return 0.0
     ctx = step_context(setting, weights or stage_weights(setting.spec, setting.parallel)[0])
-    return call_cost(Collective.P2P, group_placement(setting.groups.mesh, GroupKind.PP),
-                     pp_message_bytes(ctx), setting.fabric).time_s
+    return boundary_latency_s(ctx)

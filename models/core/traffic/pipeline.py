@@ -11,7 +11,14 @@ from models.core.collectives import Collective
 from models.core.mesh import AxisPlacement, GroupKind
 from models.core.pipeline import StagePlacement, schedule_traits
 from models.core.traffic.context import StepContext, group_placement
-from models.core.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
+from models.core.traffic.items import (
+    Frequency,
+    Phase,
+    TrafficAxis,
+    TrafficItem,
+    call_cost,
+    make_item,
+)
 from models.core.traffic.weights import word_embedding_ranks
 
 
@@ -28,6 +35,42 @@ def pp_message_bytes(ctx: StepContext) -> int:
     full = ctx.tokens_per_rank * ctx.model.hidden_size * ctx.activation_bytes
     sharded = ctx.parallel.sequence_parallel or ctx.pp_scatter_gather
     return -(-full // ctx.parallel.tp) if sharded else full
+
+
+def scatter_gather_active(ctx: StepContext) -> bool:
+    """Whether the stage boundary runs Megatron-LM's scatter/gather: the recipe asks for it
+    (`TrainingSpec.pp_scatter_gather`), TP > 1, and no sequence parallelism (whose boundary
+    tensor is already sharded).
+
+    Source: Megatron-LM 80389ef6e2 (2022, the sequence-parallel release)
+    `megatron/p2p_communication.py: _communicate` splits and gathers only when
+    `args.scatter_gather_tensors_in_pipeline and not args.sequence_parallel`; at 6985e58938
+    (2021) whenever `scatter_gather_tensors_in_pipeline` (on unless
+    `--no-scatter-gather-tensors-in-pipeline`, `megatron/arguments.py`).
+    """
+    p = ctx.parallel
+    return ctx.pp_scatter_gather and p.tp > 1 and not p.sequence_parallel
+
+
+def boundary_latency_s(ctx: StepContext) -> float:
+    """Time from a stage's end of a micro-batch chunk to the neighbour's start on it: one P2P
+    of `pp_message_bytes` and, under scatter/gather, the receiver's all-gather of the t
+    chunks over its TP group (NVLink within a node).
+
+    Source: Megatron-LM 2021 (arXiv:2104.04473) Sec. 4.1: each TP rank sends b*s*h/t over
+    its own InfiniBand card, the receiving ranks all-gather the pieces over NVLink; the
+    implementation (`megatron/p2p_communication.py: _communicate` at 6985e58938 and
+    80389ef6e2) waits for the sends (`torch.cuda.synchronize()`) before the all-gather
+    (`mpu.gather_split_1d_tensor`, `torch.distributed.all_gather` over the TP group), so the
+    two add up.
+    """
+    message = pp_message_bytes(ctx)
+    time = call_cost(Collective.P2P, group_placement(ctx.mesh, GroupKind.PP), message,
+                     ctx.fabric).time_s
+    if scatter_gather_active(ctx):
+        time += call_cost(Collective.ALL_GATHER, group_placement(ctx.mesh, GroupKind.TP),
+                          message * ctx.parallel.tp, ctx.fabric).time_s
+    return time
 
 
 def sends_per_step(ctx: StepContext) -> tuple[int, int]:
@@ -82,7 +125,7 @@ def pp_items(ctx: StepContext) -> list[TrafficItem]:
                   fabric=ctx.fabric, overlap_frac=overlap, overlap_note=note)
         for phase, calls in ((Phase.FORWARD, forward), (Phase.BACKWARD, backward)) if calls
     ]
-    if ctx.pp_scatter_gather and not p.sequence_parallel and p.tp > 1:
+    if scatter_gather_active(ctx):
         receives = forward + backward
         items.append(make_item(
             axis=TrafficAxis.PP, name="pp.scatter_gather.all_gather",

@@ -47,7 +47,8 @@ def step_traffic(model: ModelSpec, *, training: TrainingSpec, parallel: Parallel
         stage: Pipeline stage to report; default the stage with the most layers (the first
             such stage, which carries the embedding when the split is even).
         pp_scatter_gather: Megatron 2021's scatter/gather of stage-boundary tensors over TP
-            (only meaningful without sequence parallelism).
+            (only meaningful without sequence parallelism); also on when the recipe states it
+            (`TrainingSpec.pp_scatter_gather`), as the step time reads it.
 
     Returns:
         The stage's items with calls per step, time per call and per step, overlap.
@@ -72,7 +73,8 @@ def step_traffic(model: ModelSpec, *, training: TrainingSpec, parallel: Parallel
         model=model, training=training, parallel=parallel, fabric=fabric_of(cluster),
         mesh=build_mesh(parallel, num_nodes=cluster.num_nodes,
                         gpus_per_node=cluster.gpus_per_node, order=order),
-        stage=stages[stage], num_micro_batches=m, pp_scatter_gather=pp_scatter_gather)
+        stage=stages[stage], num_micro_batches=m,
+        pp_scatter_gather=pp_scatter_gather or training.pp_scatter_gather is True)
     items = (tp_items(step) + cp_items(step) + ep_items(step) + pp_items(step)
              + dp_items(step))
     logger.debug("stage %d: %d traffic items", stage, len(items))
