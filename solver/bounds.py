@@ -30,9 +30,9 @@ from models.core.activations import (
 )
 from models.core.collectives import fabric_of
 from models.core.compute import LayerCompute, head_compute
-from models.core.memory import (
+from models.core.ledger_memo import LedgerMemo
+from models.core.memory_floors import (
     RUNTIME_RESERVE_BYTES,
-    LedgerMemo,
     head_in_flight_floor,
     peak_floor_bytes,
     stored_activation_floor_bytes,
@@ -199,8 +199,8 @@ class BoundTables:
         its own layers' (the ledger's `activations: embedding, head, logits, MTP` line, with
         the same in-flight count, which the schedule fixes whatever the layer split), so
         the mean over ranks of the peaks holds at least this share (the in-flight count:
-        `models.core.memory.head_in_flight_floor`). At a vocabulary of 202,048 (Llama 4) and 32k
-        tokens the logits of one micro-batch are 26 GB; GPipe keeps every micro-batch's."""
+        `models.core.memory_floors.head_in_flight_floor`). At a vocabulary of 202,048 (Llama 4)
+        and 32k tokens the logits of one micro-batch are 26 GB; GPipe keeps every micro-batch's."""
         key = ("head", c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
         if key not in self._input_cache:
             self._input_cache[key] = head_activation_bytes(self.spec, self._activation_context(c))
@@ -277,7 +277,7 @@ class BoundTables:
         the request allows it, remote activation offload where it does) whose activation
         policy stores no fewer bytes than `policy` (ParallelConfig policy fields; the
         least-storing one, `solver.candidate_eval.least_stored_policy`, bounds them all):
-        the smallest over those storages of `models.core.memory.peak_floor_bytes` at the
+        the smallest over those storages of `models.core.memory_floors.peak_floor_bytes` at the
         strongest ZeRO stage. It reads the head's rank's own ledger pieces, so unlike
         `memory_bound_bytes` (a mean over ranks, cheap enough for every candidate of the
         enumeration) it sees that rank's logits; it costs tens to a few hundred
@@ -323,7 +323,7 @@ class BoundTables:
         candidate's plans with `parallel`'s activation policy (the candidate's mesh), at
         ZeRO stage `max_zero` or below: the averaged model states of `memory_bound_bytes`
         plus the ranks' mean stored layer activations under the policy
-        (`models.core.memory.stored_activation_floor_bytes`) and the head's share of the
+        (`models.core.memory_floors.stored_activation_floor_bytes`) and the head's share of the
         activations (`_head_share_bytes`). Above the capacity, no such plan
         fits: not on the busiest rank (at least the mean), nor with remote activation
         offload, which only moves bytes between the ranks (its verdict needs the mean

@@ -70,7 +70,7 @@ from api_schemas.parallel import ParallelConfig, RecomputeMode
 from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
-from models.core.memory import LedgerMemo
+from models.core.ledger_memo import LedgerMemo
 from models.core.step_time import simulation_units, step_time_floors_s
 from models.errors import InvalidSpecError
 from solver import cancel

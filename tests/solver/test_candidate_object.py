@@ -11,7 +11,7 @@ import pytest
 
 from api_schemas import Constraints, PipelineSchedule, TrainingSpec
 from models.catalog.presets import cluster_preset, model_preset
-from models.core.memory import LedgerMemo
+from models.core.ledger_memo import LedgerMemo
 from models.core.mesh.layout import GroupKind, _placement, build_mesh
 from solver.candidate import PlanCandidate
 from solver.candidate_eval import Dominated, Rejection, ScoredPlan, evaluate_candidate

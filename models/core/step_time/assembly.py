@@ -37,12 +37,13 @@ from models.core.collectives.fabric import host_link_bandwidth
 from models.core.compute import LayerCompute, OpTimes, layer_compute
 from models.core.flops import StepFlops, step_flops
 from models.core.layout import StageLayout, pipeline_layout
-from models.core.memory import memory_ledger, micro_batch_count, rank_parameters
+from models.core.memory import memory_ledger
 from models.core.mesh import AxisPlacement, GroupKind
 from models.core.mesh.layout import expert_data_parallel_size
 from models.core.muon import newton_schulz_time_s, rank_matrices
 from models.core.pipeline import OpDurations, StagePlacement, closed_form_makespan, schedule_traits
 from models.core.precision import state_bytes_per_param
+from models.core.rank_states import micro_batch_count, rank_parameters
 from models.core.runtime_features import grad_reduce_overlapped
 from models.core.step_time.exposure import sync_exposed_s, zero3_exposed_s
 from models.core.step_time.groups import AxisGroups, axis_groups

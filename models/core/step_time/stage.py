@@ -31,8 +31,8 @@ from models.core.compute import (
     layer_compute,
 )
 from models.core.layout import StageLayout
-from models.core.memory import layer_stored_bytes_cap, stage_activation_components
 from models.core.pipeline import StagePlacement, schedule_traits
+from models.core.rank_activations import layer_stored_bytes_cap, stage_activation_components
 from models.core.runtime_features import dispatcher
 from models.core.step_time.exposure import (
     LayerComm,
@@ -384,8 +384,8 @@ def window_caps_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     modules, at most all of them), the FP8 casts (`_fp8_cast_cap_s`, half in forward, half
     in backward) and the offload stall, at most the whole host transfer of a micro-batch
     (`_offload_stall`: stored bytes over the peak in-flight units are at most the largest
-    chunk's bytes, `models.core.memory.layer_stored_bytes_cap` per layer). `layer_caps` keeps
-    the per-layer-kind caps for other ranks of the same configuration."""
+    chunk's bytes, `models.core.rank_activations.layer_stored_bytes_cap` per layer).
+    `layer_caps` keeps the per-layer-kind caps for other ranks of the same configuration."""
     if plain.recompute_s or plain.offload_stall_s or plain.fp8_cast_s:
         raise ValueError("window caps start from a rank's times without a policy")
     forward = sum(t.forward_s for t in plain.chunk_times)
