@@ -17,10 +17,16 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode
+from api_schemas.parallel import (
+    ContextParallelKind,
+    ParallelConfig,
+    PipelineSchedule,
+    RecomputeMode,
+)
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.core.activations import (
@@ -102,9 +108,37 @@ class CoreTimes:
                    layer_w=sum(k.count * k.weight_s for k in kinds))
 
 
+class CoreInputs(NamedTuple):
+    """What the layer and head times of a candidate's core read under one model, recipe and
+    cluster (`BoundTables.core`): the degrees that shard a layer's work, the micro-batch,
+    sequence parallelism, and whether the schedule hides the expert all-to-alls. Candidates
+    with equal records share their core times."""
+
+    tp: int
+    cp: int
+    cp_kind: ContextParallelKind
+    ulysses_degree: int | None
+    micro_batch_size: int
+    ep: int
+    etp: int
+    sequence_parallel: bool
+    ep_overlapped: bool
+
+    @classmethod
+    def of(cls, c: MeshCandidate, training: TrainingSpec) -> "CoreInputs":
+        """The record of candidate `c` under `training`."""
+        # Built as a tuple: the generated `__new__` costs a Python call per record.
+        return tuple.__new__(cls, (
+            c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
+            c.sequence_parallel,
+            schedule_traits(c.schedule).overlapped_pairs
+            or ep_overlap_active(training, c.schedule, pp=c.pp, ep=c.ep,
+                                 num_micro_batches=c.num_micro_batches)))
+
+
 @lru_cache(maxsize=32)
 def _shared_caches(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec
-                   ) -> tuple[dict[tuple[object, ...], CoreTimes], dict[tuple[object, ...], int]]:
+                   ) -> tuple[dict[CoreInputs, CoreTimes], dict[tuple[object, ...], int]]:
     """The core-time and layer-input caches of one (model, recipe, cluster), kept for the 32
     most recent: core times are functions of these and the core, so a later search of the
     same inputs reuses them."""
@@ -147,16 +181,9 @@ class BoundTables:
         self._in_flight: dict[tuple[PipelineSchedule, int, int, int], float] = {}
         """`_mean_in_flight` by its arguments (the schedule's shape)."""
 
-    def _core_key(self, c: MeshCandidate) -> tuple[object, ...]:
-        return (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
-                c.sequence_parallel,
-                schedule_traits(c.schedule).overlapped_pairs
-                or ep_overlap_active(self.training, c.schedule, pp=c.pp, ep=c.ep,
-                                     num_micro_batches=c.num_micro_batches))
-
     def core(self, c: MeshCandidate) -> CoreTimes:
         """Layer and head times of the candidate's core (cached)."""
-        key = self._core_key(c)
+        key = CoreInputs.of(c, self.training)
         if key not in self._core_cache:
             self._core_cache[key] = self._compute_core(c)
         return self._core_cache[key]
@@ -240,7 +267,7 @@ class BoundTables:
         can only lengthen), times the micro-batches."""
         core = self.core(c)
         # The exposure reads the core's layers and the ZeRO-3 groups (the mesh's degrees).
-        key = (self._core_key(c), c.dp, c.pp)
+        key = (CoreInputs.of(c, self.training), c.dp, c.pp)
         exposed = self._zero3_cache.get(key)
         if exposed is None:
             parallel = c.parallel(zero_stage=3)

@@ -10,7 +10,7 @@ reads (`state_sums`, `runtime_sums`). Must not: define a ledger term (`models.co
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import (
@@ -19,15 +19,52 @@ from api_schemas.parallel import (
 from api_schemas.training import TrainingSpec
 from models.core.layout import StageLayout
 from models.core.ledger_items import MemoryComponent, RankParameters
-from models.core.rank_activations import ActivationParts
+from models.core.rank_activations import ActivationInputs, ActivationParts
 from models.core.rank_states import StateParts, chunk_weight_kinds, state_parts
 from models.core.runtime_memory import (
+    RuntimeInputs,
     runtime_items,
-    runtime_items_key,
 )
 
 _Key = TypeVar("_Key")
 _Value = TypeVar("_Value")
+
+
+class StatesInputs(NamedTuple):
+    """Every input of a rank's model states (`state_parts`) but the model and recipe. The
+    layout enters by its layers' weight kinds per chunk and its embeddings, heads and MTP
+    modules, not by its rank or layer indices: every term reads a layer through the first
+    layer of its kind (`rank_parameters`, the chunk's MoE counts), and layers of one weight
+    kind hold the same parameters, so ranks alike in these share their states."""
+
+    weight_kinds: tuple[tuple[tuple[bool, bool], ...], ...]
+    num_embeddings: int
+    num_heads: int
+    num_mtp_modules: int
+    tp: int
+    cp: int
+    dp: int
+    ep: int
+    etp: int
+    zero_stage: int
+    fsdp: bool
+    fsdp_reshard_after_forward: bool
+    fsdp_defer_grad_sync: bool
+    optimizer_offload_frac: float
+    gradient_host_shards: int
+
+    @classmethod
+    def of(cls, spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
+           memo: "LedgerMemo | None" = None) -> "StatesInputs":
+        """The record of rank `layout.rank` of `parallel` (its weight kinds read from
+        `memo` where given)."""
+        # Built as a tuple: the generated `__new__` costs a Python call per record.
+        return tuple.__new__(cls, (
+            layout_weight_kinds(spec, layout, memo), layout.num_embeddings, layout.num_heads,
+            layout.num_mtp_modules, parallel.tp, parallel.cp, parallel.dp, parallel.ep,
+            parallel.etp, parallel.zero_stage, parallel.fsdp,
+            parallel.fsdp_reshard_after_forward, parallel.fsdp_defer_grad_sync,
+            parallel.optimizer_offload_frac, parallel.gradient_host_shards))
 
 
 @dataclass(slots=True)
@@ -39,29 +76,31 @@ class LedgerMemo:
     The model states of a rank depend on its layers and its ZeRO and offload settings, not
     on the activation policy; its activations depend on its policy and layers, not on the
     ZeRO stage; its runtime items, the allocator's share of the activations aside, depend
-    on neither policy. Each piece is kept under a key holding every configuration field it
-    reads, so a memo hit returns the very components a fresh computation would."""
+    on neither policy. Each piece is kept under its input record (`StatesInputs`,
+    `models.core.rank_activations.ActivationInputs`,
+    `models.core.runtime_memory.RuntimeInputs`), which holds every field it reads, so a memo
+    hit returns the very components a fresh computation would."""
 
     spec: ModelSpec
     training: TrainingSpec
-    states: dict[tuple[object, ...], StateParts] = field(default_factory=dict)
-    activations: dict[tuple[object, ...], ActivationParts] = field(default_factory=dict)
+    states: dict[StatesInputs, StateParts] = field(default_factory=dict)
+    activations: dict[ActivationInputs, ActivationParts] = field(default_factory=dict)
     weight_kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[tuple[bool, bool], ...], ...]] = (
         field(default_factory=dict))
     """Layer weight kinds (`chunk_weight_kinds`) of each chunk tuple (no hash of the spec)."""
-    runtime: dict[tuple[object, ...], tuple[list[MemoryComponent], int]] = field(
+    runtime: dict[RuntimeInputs, tuple[list[MemoryComponent], int]] = field(
         default_factory=dict)
-    """Runtime items but the fragmentation share, by `runtime_items_key`."""
-    state_sums: dict[tuple[object, ...], tuple[RankParameters, int, int]] = field(
+    """Runtime items but the fragmentation share, by `RuntimeInputs`."""
+    state_sums: dict[StatesInputs, tuple[RankParameters, int, int]] = field(
         default_factory=dict)
     """Parameter groups and the GPU and host bytes of the model states and EMA, by the
-    `states` key (what a memory probe reads of them)."""
-    activation_sums: dict[tuple[object, ...], tuple[int, int, int]] = field(
+    same record as `states` (what a memory probe reads of them)."""
+    activation_sums: dict[ActivationInputs, tuple[int, int, int]] = field(
         default_factory=dict)
-    """GPU and host activation bytes and the `STORED_ACTIVATIONS` line, by the
-    `activations` key."""
-    runtime_sums: dict[tuple[object, ...], tuple[int, int]] = field(default_factory=dict)
-    """The listed runtime items' bytes and the transient bytes, by `runtime_items_key`."""
+    """GPU and host activation bytes and the `STORED_ACTIVATIONS` line, by the same record
+    as `activations`."""
+    runtime_sums: dict[RuntimeInputs, tuple[int, int]] = field(default_factory=dict)
+    """The listed runtime items' bytes and the transient bytes, by `RuntimeInputs`."""
 
     recipes: dict[TrainingSpec, "LedgerMemo"] = field(default_factory=dict)
     """The memos of the same model under other recipes (`for_recipe`), by the whole recipe."""
@@ -95,31 +134,6 @@ def layout_weight_kinds(spec: ModelSpec, layout: StageLayout, memo: LedgerMemo |
     return kinds
 
 
-def states_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout,
-                memo: LedgerMemo | None = None) -> tuple[object, ...]:
-    """Every configuration field `state_parts` reads (spec and recipe aside). The layout
-    enters by its layers' weight kinds per chunk and its embeddings, heads and MTP modules,
-    not by its rank or layer indices: every term reads a layer through the first layer of
-    its kind (`_weight_mix`, `_first_of_each_kind`), and layers of one weight kind hold the
-    same parameters, so ranks alike in these share their states."""
-    return (layout_weight_kinds(spec, layout, memo), layout.num_embeddings, layout.num_heads,
-            layout.num_mtp_modules, parallel.tp, parallel.cp, parallel.dp, parallel.ep,
-            parallel.etp,
-            parallel.zero_stage, parallel.fsdp, parallel.fsdp_reshard_after_forward,
-            parallel.fsdp_defer_grad_sync, parallel.optimizer_offload_frac,
-            parallel.gradient_host_shards)
-
-
-def activations_key(parallel: ParallelConfig, layout: StageLayout,
-                     num_micro_batches: int) -> tuple[object, ...]:
-    """Every configuration field `stage_activation_components` reads (spec and recipe
-    aside): the rank's policy, the activation context's degrees, the schedule's shape."""
-    return (layout, num_micro_batches, parallel.policy_of(layout.rank),
-            parallel.micro_batch_size, parallel.tp, parallel.cp, parallel.etp,
-            parallel.sequence_parallel, parallel.sequence_parallel_saves_gathered,
-            parallel.schedule, parallel.pp, parallel.vpp, parallel.microbatch_group_size)
-
-
 def memoised(table: dict[_Key, _Value], key: _Key, make: Callable[[], _Value]) -> _Value:
     """`table[key]`, made and kept on the first ask."""
     value = table.get(key)
@@ -132,7 +146,7 @@ def state_sums(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
                 layout: StageLayout, memo: LedgerMemo) -> tuple[RankParameters, int, int]:
     """A rank's parameter groups and its model states' GPU and host bytes (EMA included),
     from `memo` where it has them."""
-    key = states_key(spec, parallel, layout, memo)
+    key = StatesInputs.of(spec, parallel, layout, memo)
 
     def state_sums() -> tuple[RankParameters, int, int]:
         groups, states, host_states, ema_gpu, ema_host = memoised(
@@ -147,7 +161,7 @@ def runtime_sums(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
                   groups: RankParameters, memo: LedgerMemo) -> tuple[int, int]:
     """A rank's listed runtime bytes and its transient bytes, from `memo` where it has
     them."""
-    items_key = runtime_items_key(parallel, groups)
+    items_key = RuntimeInputs.of(parallel, groups)
 
     def runtime_sums() -> tuple[int, int]:
         listed, transient = memoised(memo.runtime, items_key,
@@ -159,10 +173,9 @@ def runtime_sums(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
 
 __all__ = [
     "LedgerMemo",
-    "activations_key",
+    "StatesInputs",
     "layout_weight_kinds",
     "memoised",
     "runtime_sums",
     "state_sums",
-    "states_key",
 ]

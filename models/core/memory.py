@@ -26,31 +26,31 @@ from models.core.layout import StageLayout, pipeline_layout
 from models.core.ledger_items import ComponentKind, MemoryComponent, RankParameters
 from models.core.ledger_memo import (
     LedgerMemo,
-    activations_key,
+    StatesInputs,
     layout_weight_kinds,
     memoised,
     runtime_sums,
     state_sums,
-    states_key,
 )
 from models.core.memory_floors import pipeline_exceeds
 from models.core.rank_activations import (
     STORED_ACTIVATIONS,
+    ActivationInputs,
     ActivationParts,
+    activation_parts,
     in_flight_counts,
     rank_activation_bytes,
-    stage_activation_components,
     stored_activation_bytes,
 )
 from models.core.rank_states import StateParts, micro_batch_count, state_parts
 from models.core.remote_activations import balance_remote_activations, fits_after_remote_offload
 from models.core.runtime_memory import (
     ALLOCATOR_FRAGMENTATION_FRAC,
+    RuntimeInputs,
     fragmentation_bytes,
     loss_hole_components,
     runtime_components,
     runtime_items,
-    runtime_items_key,
 )
 from models.core.vision_pipeline import vision_memory_components
 
@@ -150,17 +150,13 @@ def _rank_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     def states() -> StateParts:
         return state_parts(spec, training, parallel, layout)
 
-    def activations() -> ActivationParts:
-        return stage_activation_components(spec, training, parallel, layout,
-                                           num_micro_batches=num_micro_batches)
-
+    inputs = ActivationInputs.of(parallel, layout, num_micro_batches)
     if memo is None:
-        return states(), activations(), None
-    parts = memoised(memo.states, states_key(spec, parallel, layout, memo), states)
-    acts = memoised(memo.activations, activations_key(parallel, layout, num_micro_batches),
-                     activations)
+        return states(), activation_parts(spec, training, inputs), None
+    parts = memoised(memo.states, StatesInputs.of(spec, parallel, layout, memo), states)
+    acts = memoised(memo.activations, inputs, lambda: activation_parts(spec, training, inputs))
     groups = parts[0]
-    items = memoised(memo.runtime, runtime_items_key(parallel, groups),
+    items = memoised(memo.runtime, RuntimeInputs.of(parallel, groups),
                       lambda: runtime_items(spec, training, parallel, groups))
     return parts, acts, items
 
@@ -199,7 +195,7 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
                              num_micro_batches=num_micro_batches, memo=memo)
         return stage.total_bytes, stage.host_bytes, stored_activation_bytes(stage.components)
     groups, states_gpu, states_host = state_sums(spec, training, parallel, layout, memo)
-    acts_key = activations_key(parallel, layout, num_micro_batches)
+    acts_key = ActivationInputs.of(parallel, layout, num_micro_batches)
 
     def activation_sums() -> tuple[int, int, int]:
         known = memo.activations.get(acts_key)
@@ -207,7 +203,7 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
             activations, host_acts, _ = known
             return (sum(c.bytes for c in activations), sum(c.bytes for c in host_acts),
                     stored_activation_bytes(activations))
-        numbers = rank_activation_bytes(spec, training, parallel, layout, num_micro_batches)
+        numbers = rank_activation_bytes(spec, training, acts_key)
         return numbers.gpu_bytes, numbers.offloaded, numbers.stored_on_gpu
 
     dynamic, acts_host, stored = memoised(memo.activation_sums, acts_key, activation_sums)

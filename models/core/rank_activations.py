@@ -15,14 +15,17 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple, Protocol
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.parallel import (
     FullLayers,
     ParallelConfig,
+    PipelineSchedule,
     RecomputeMode,
     RecomputeModule,
+    StagePolicy,
 )
 from api_schemas.training import ElementwiseFusion, TrainingSpec
 from models.core.activations import (
@@ -59,7 +62,72 @@ ActivationParts = tuple[list[MemoryComponent], list[MemoryComponent], int]
 """A rank's activation components (GPU, host) and its peak in-flight chunks."""
 
 
-def activation_context(training: TrainingSpec, parallel: ParallelConfig,
+class ActivationMesh(Protocol):
+    """The configuration fields a rank's activation lines read beside its policy and layout:
+    what `ParallelConfig` and `ActivationInputs` both give."""
+
+    @property
+    def micro_batch_size(self) -> int: ...
+    @property
+    def tp(self) -> int: ...
+    @property
+    def cp(self) -> int: ...
+    @property
+    def etp(self) -> int: ...
+    @property
+    def ep(self) -> int: ...
+    @property
+    def pp(self) -> int: ...
+    @property
+    def vpp(self) -> int: ...
+    @property
+    def sequence_parallel(self) -> bool: ...
+    @property
+    def sequence_parallel_saves_gathered(self) -> bool: ...
+    @property
+    def norm_saves_output(self) -> bool: ...
+    @property
+    def schedule(self) -> PipelineSchedule: ...
+    @property
+    def microbatch_group_size(self) -> int | None: ...
+
+
+class ActivationInputs(NamedTuple):
+    """Every input of one rank's activation lines (`activation_parts`) but the model and
+    recipe: the rank's layout and policy, the micro-batches per step and the configuration
+    fields of `ActivationMesh`. The lines are computed from this record alone, so a memo
+    keyed by it cannot return another configuration's lines."""
+
+    layout: StageLayout
+    num_micro_batches: int
+    policy: StagePolicy
+    micro_batch_size: int
+    tp: int
+    cp: int
+    etp: int
+    ep: int
+    pp: int
+    vpp: int
+    sequence_parallel: bool
+    sequence_parallel_saves_gathered: bool
+    norm_saves_output: bool
+    schedule: PipelineSchedule
+    microbatch_group_size: int | None
+
+    @classmethod
+    def of(cls, parallel: ParallelConfig, layout: StageLayout,
+           num_micro_batches: int) -> "ActivationInputs":
+        """The record of rank `layout.rank` of `parallel` at `num_micro_batches`."""
+        # Built as a tuple: the generated `__new__` costs a Python call per record.
+        return tuple.__new__(cls, (
+            layout, num_micro_batches, parallel.policy_of(layout.rank),
+            parallel.micro_batch_size, parallel.tp, parallel.cp, parallel.etp, parallel.ep,
+            parallel.pp, parallel.vpp, parallel.sequence_parallel,
+            parallel.sequence_parallel_saves_gathered, parallel.norm_saves_output,
+            parallel.schedule, parallel.microbatch_group_size))
+
+
+def activation_context(training: TrainingSpec, parallel: ActivationMesh,
                         fp8_storage: bool) -> LayerActivationContext:
     return _shared_context(
         training.sequence_length, parallel.micro_batch_size, parallel.tp, parallel.cp,
@@ -105,7 +173,7 @@ def layer_stored_bytes_cap(spec: ModelSpec, index: int, training: TrainingSpec,
 
 def _mode_spans(policy_recompute: RecomputeMode | FullLayers, position: int,
                 size: int) -> list[tuple[RecomputeMode, int, int]]:
-    """The chunk's layers [start, stop) under each recompute mode, for a chunk whose first
+    """The chunk's layers [start, stop)) under each recompute mode, for a chunk whose first
     layer is the rank's layer number `position`: under FullLayers(k) the rank's first k
     layers are fully recomputed and the others follow `others`."""
     if not isinstance(policy_recompute, FullLayers):
@@ -117,7 +185,7 @@ def _mode_spans(policy_recompute: RecomputeMode | FullLayers, position: int,
     return spans
 
 
-def in_flight_counts(parallel: ParallelConfig, num_micro_batches: int) -> InFlightProfile:
+def in_flight_counts(parallel: ActivationMesh, num_micro_batches: int) -> InFlightProfile:
     """The schedule's in-flight profile for this configuration: per rank, per local chunk,
     how many micro-batches its generated op order keeps live (memoised per schedule, p, m,
     chunks and interleaving group; `models.core.pipeline.in_flight`).
@@ -211,7 +279,7 @@ class ActivationBytes:
         return self.stored_on_gpu + self.extras + self.working_set + self.loss_extra
 
 
-def ep_overlap_extra_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+def ep_overlap_extra_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ActivationMesh,
                            num_micro_batches: int, chunk_bytes: Sequence[int]) -> int:
     """Stored bytes the batch-level EP overlap adds on a rank: one more micro-batch of its
     largest chunk in flight.
@@ -245,15 +313,16 @@ def head_and_mtp_bytes(spec: ModelSpec, layout: StageLayout,
     return extras
 
 
-def rank_activation_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-                      layout: StageLayout, num_micro_batches: int) -> ActivationBytes:
-    """`stage_activation_components`' numbers, without building its lines."""
-    policy = parallel.policy_of(layout.rank)
-    ctx = activation_context(training, parallel, policy.fp8_activations)
+def rank_activation_bytes(spec: ModelSpec, training: TrainingSpec,
+                          inputs: ActivationInputs) -> ActivationBytes:
+    """`activation_parts`' numbers, without building its lines (read from `inputs`
+    alone)."""
+    layout, num_micro_batches, policy = inputs.layout, inputs.num_micro_batches, inputs.policy
+    ctx = activation_context(training, inputs, policy.fp8_activations)
     chunk_bytes, working_set = chunk_stored_bytes(
         spec, chunk_weight_kinds(spec, layout.chunks), policy.recompute,
         policy.recompute_modules, ctx)
-    profile = in_flight_counts(parallel, num_micro_batches)
+    profile = in_flight_counts(inputs, num_micro_batches)
     rank = layout.rank
     stored = in_flight_bytes(profile, rank, chunk_bytes)
     # The embedding output is held with its chunk's layers (until W), so it joins that
@@ -269,7 +338,7 @@ def rank_activation_bytes(spec: ModelSpec, training: TrainingSpec, parallel: Par
         head_in_flight = max((profile.chunk_peaks_until_b[rank][c]
                               for c in profile.last_stage_chunks[rank]), default=1)
         extras += head_and_mtp_bytes(spec, layout, ctx) * head_in_flight
-    stored += ep_overlap_extra_bytes(spec, training, parallel, num_micro_batches, chunk_bytes)
+    stored += ep_overlap_extra_bytes(spec, training, inputs, num_micro_batches, chunk_bytes)
     offload = policy.offload_frac
     largest = max(chunk_bytes, default=0)
     staging = min(stored, math.ceil(2 * largest)) if offload else 0
@@ -289,14 +358,21 @@ def rank_activation_bytes(spec: ModelSpec, training: TrainingSpec, parallel: Par
 def stage_activation_components(
     spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig, layout: StageLayout,
     *, num_micro_batches: int,
-) -> tuple[list[MemoryComponent], list[MemoryComponent], int]:
+) -> ActivationParts:
     """Activation components of one rank (GPU and host) and its peak in-flight chunks.
 
     The stored bytes are the peak over the schedule's op order of the micro-batches each
     local chunk holds times that chunk's bytes (`in_flight_counts`, `in_flight_bytes`), so
     uneven chunks are counted exactly, neither under nor over.
     """
-    numbers = rank_activation_bytes(spec, training, parallel, layout, num_micro_batches)
+    return activation_parts(spec, training,
+                            ActivationInputs.of(parallel, layout, num_micro_batches))
+
+
+def activation_parts(spec: ModelSpec, training: TrainingSpec,
+                     inputs: ActivationInputs) -> ActivationParts:
+    """`stage_activation_components` of the rank and configuration `inputs` records."""
+    numbers = rank_activation_bytes(spec, training, inputs)
     gpu = [MemoryComponent(name=STORED_ACTIVATIONS, kind="activations",
                            bytes=numbers.stored_on_gpu,
                            note=f"{numbers.peak} micro-batch x chunk units in flight x "
@@ -316,7 +392,7 @@ def stage_activation_components(
                  "gradient and the input gradient live at once (beyond the recompute "
                  "working set)"))
     host = []
-    offload = parallel.policy_of(layout.rank).offload_frac
+    offload = inputs.policy.offload_frac
     if offload:
         host.append(MemoryComponent(name="offloaded activations", kind="activations",
                                     bytes=numbers.offloaded,
@@ -327,8 +403,11 @@ def stage_activation_components(
 __all__ = [
     "STORED_ACTIVATIONS",
     "ActivationBytes",
+    "ActivationInputs",
+    "ActivationMesh",
     "ActivationParts",
     "activation_context",
+    "activation_parts",
     "chunk_stored_bytes",
     "ep_overlap_extra_bytes",
     "head_and_mtp_bytes",
