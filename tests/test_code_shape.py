@@ -33,7 +33,6 @@ ALLOWED: dict[str, str] = {
     # "path" for a module, "path:function" (qualified by class and enclosing function).
     "models/core/compute.py": REWORK,
     "models/core/frameworks.py:mesh_features": REWORK,
-    "models/core/rank_activations.py:_shared_context": REWORK,
     "models/core/pipeline/simulator.py:_event_loop": REWORK,
     "models/core/runtime_memory.py:runtime_items": REWORK,
     "models/core/step_time/assembly.py": REWORK,

@@ -127,35 +127,46 @@ class ActivationInputs(NamedTuple):
             parallel.schedule, parallel.microbatch_group_size))
 
 
+class ContextInputs(NamedTuple):
+    """Every field of a `LayerActivationContext`, as the record its shared instance is kept
+    by (`activation_context`)."""
+
+    seq_len: int
+    micro_batch_size: int
+    tp: int
+    cp: int
+    etp: int
+    sequence_parallel: bool
+    dropout: bool
+    flash_attention: bool
+    fp8_storage: bool
+    fp8_compute: bool
+    moe_load_imbalance: float
+    moe_keep_expert_outputs: bool
+    norm_saves_output: bool
+    gathered_inputs_saved: bool
+    eager_elementwise: bool
+
+
 def activation_context(training: TrainingSpec, parallel: ActivationMesh,
-                        fp8_storage: bool) -> LayerActivationContext:
-    return _shared_context(
+                       fp8_storage: bool) -> LayerActivationContext:
+    """The activation context of a recipe and configuration with or without FP8 storage."""
+    # Built as a tuple: the generated `__new__` costs a Python call per record.
+    return _shared_context(tuple.__new__(ContextInputs, (
         training.sequence_length, parallel.micro_batch_size, parallel.tp, parallel.cp,
         parallel.etp, parallel.sequence_parallel, training.dropout, training.flash_attention,
         fp8_storage, training.compute_dtype == DType.FP8, training.moe_load_imbalance,
         training.moe_keep_expert_outputs,
         parallel.norm_saves_output or bool(training.memory_efficient_norm),
         parallel.sequence_parallel_saves_gathered,
-        training.elementwise_fusion == ElementwiseFusion.EAGER)
+        training.elementwise_fusion == ElementwiseFusion.EAGER)))
 
 
 @lru_cache(maxsize=4096)
-def _shared_context(seq_len: int, micro_batch_size: int, tp: int, cp: int, etp: int,
-                    sequence_parallel: bool, dropout: bool, flash_attention: bool,
-                    fp8_storage: bool, fp8_compute: bool, moe_load_imbalance: float,
-                    moe_keep_expert_outputs: bool, norm_saves_output: bool,
-                    gathered_inputs_saved: bool,
-                    eager_elementwise: bool = False) -> LayerActivationContext:
-    """One shared (immutable) context per setting: every rank of every probed plan asks for
+def _shared_context(inputs: ContextInputs) -> LayerActivationContext:
+    """One shared (immutable) context per record: every rank of every probed plan asks for
     one, and building the dataclass each time was a visible share of a memory probe."""
-    return LayerActivationContext(
-        seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp, cp=cp, etp=etp,
-        sequence_parallel=sequence_parallel, dropout=dropout,
-        flash_attention=flash_attention, fp8_storage=fp8_storage, fp8_compute=fp8_compute,
-        moe_load_imbalance=moe_load_imbalance,
-        moe_keep_expert_outputs=moe_keep_expert_outputs,
-        norm_saves_output=norm_saves_output, gathered_inputs_saved=gathered_inputs_saved,
-        eager_elementwise=eager_elementwise)
+    return LayerActivationContext(**inputs._asdict())
 
 
 def layer_stored_bytes_cap(spec: ModelSpec, index: int, training: TrainingSpec,

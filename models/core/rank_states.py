@@ -74,48 +74,43 @@ def expert_data_parallel_degree(spec: ModelSpec, parallel: ParallelConfig) -> in
     return edp
 
 
-def _first_of_each_kind(spec: ModelSpec, layers: tuple[int, ...]) -> dict[bool, int]:
-    """One layer index per kind (dense False, MoE True) among `layers`."""
-    first_dense, first_moe = layer_mix(spec, layers)[2:]
-    out: dict[bool, int] = {}
-    if first_dense is not None:
-        out[False] = first_dense
-    if first_moe is not None:
-        out[True] = first_moe
-    return out
+WeightKinds = tuple[tuple[tuple[bool, bool], ...], ...]
+"""Per chunk of a rank, each layer's weight kind: (MoE block, linear-attention mixer)."""
 
 
-@lru_cache(maxsize=16384)
-def layer_mix(spec: ModelSpec, layers: tuple[int, ...]
-              ) -> tuple[int, int, int | None, int | None]:
-    """(dense layers, MoE layers, first dense index, first MoE index) among `layers`."""
-    counts = {False: 0, True: 0}
-    first: dict[bool, int] = {}
-    for index in layers:
-        kind = spec.is_moe_layer(index)
-        counts[kind] += 1
-        first.setdefault(kind, index)
-    return counts[False], counts[True], first.get(False), first.get(True)
-
-
-@lru_cache(maxsize=16384)
-def _weight_mix(spec: ModelSpec, layers: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-    """(a layer index, how many) per weight kind among `layers`: MoE or dense MLP, and
-    linear or full attention (a hybrid model's token mixers differ in weights)."""
+def _weight_mix(layout: StageLayout, kinds: WeightKinds) -> tuple[tuple[int, int], ...]:
+    """(a layer index, how many) per weight kind among the rank's layers (`kinds`, its
+    `chunk_weight_kinds`): MoE or dense MLP, and linear or full attention (a hybrid model's
+    token mixers differ in weights); the index is the rank's first layer of the kind."""
     counts: dict[tuple[bool, bool], int] = {}
     first: dict[tuple[bool, bool], int] = {}
-    for index in layers:
-        kind = (spec.is_moe_layer(index), spec.is_linear_attention_layer(index))
-        counts[kind] = counts.get(kind, 0) + 1
-        first.setdefault(kind, index)
-    return tuple((first[kind], counts[kind]) for kind in first)
+    for chunk, chunk_kinds in zip(layout.chunks, kinds, strict=True):
+        for index, kind in zip(chunk, chunk_kinds, strict=True):
+            counts[kind] = counts.get(kind, 0) + 1
+            first.setdefault(kind, index)
+    return tuple([(first[kind], counts[kind]) for kind in first])
+
+
+def _first_of_each_kind(mix: tuple[tuple[int, int], ...],
+                        kinds: WeightKinds) -> dict[bool, int]:
+    """One layer index per MoE kind (dense False, MoE True) among the rank's layers: the
+    first of the weight kinds in `mix` (in the rank's layer order) with that MoE kind."""
+    moe_of: dict[tuple[bool, bool], bool] = {}
+    for chunk_kinds in kinds:
+        for kind in chunk_kinds:
+            moe_of.setdefault(kind, kind[0])
+    out: dict[bool, int] = {}
+    for (index, _), kind in zip(mix, moe_of, strict=True):
+        out.setdefault(moe_of[kind], index)
+    return out
 
 
 def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout
                     ) -> RankParameters:
-    """Parameters one rank holds by sharding group (cached per layer mix and degrees)."""
+    """Parameters one rank holds by sharding group (cached per layer mix and degrees,
+    `_rank_parameters`)."""
     return _rank_parameters(spec, parallel.tp, parallel.ep, parallel.etp,
-                            _weight_mix(spec, layout.layers),
+                            _weight_mix(layout, chunk_weight_kinds(spec, layout.chunks)),
                             layout.num_embeddings, layout.num_heads, layout.num_mtp_modules)
 
 
@@ -166,32 +161,31 @@ def _layer_shard_params(spec: ModelSpec, parallel: ParallelConfig, index: int) -
     return one.gemm + one.vectors + one.experts
 
 
-@lru_cache(maxsize=16384)
-def _chunk_kind_runs(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
-                     ) -> tuple[tuple[int, ...], ...]:
-    """Per chunk, the running count of MoE layers (entry j: MoE layers among the chunk's
-    first j layers)."""
-    out = []
-    for chunk in chunks:
-        prefix = [0]
-        for index in chunk:
-            prefix.append(prefix[-1] + spec.is_moe_layer(index))
-        out.append(tuple(prefix))
-    return tuple(out)
+def _chunk_moe_runs(kinds: WeightKinds) -> list[int]:
+    """Per chunk, its MoE layers (from its weight kinds)."""
+    runs = []
+    for chunk_kinds in kinds:
+        moe = 0
+        for kind in chunk_kinds:
+            moe += kind[0]
+        runs.append(moe)
+    return runs
 
 
 def state_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                  layout: StageLayout) -> StateParts:
     """A rank's parameter groups, model states (GPU, host) and EMA (GPU, host)."""
     edp = expert_data_parallel_degree(spec, parallel)
-    groups = rank_parameters(spec, parallel, layout)
+    kinds = chunk_weight_kinds(spec, layout.chunks)
+    mix = _weight_mix(layout, kinds)
+    groups = _rank_parameters(spec, parallel.tp, parallel.ep, parallel.etp, mix,
+                              layout.num_embeddings, layout.num_heads, layout.num_mtp_modules)
     per_kind = {kind: _layer_shard_params(spec, parallel, i)
-                for kind, i in _first_of_each_kind(spec, layout.layers).items()}
-    chunk_params = max(((len(chunk) - prefix[-1]) * per_kind.get(False, 0)
-                        + prefix[-1] * per_kind.get(True, 0)
-                        for chunk, prefix in zip(layout.chunks,
-                                                 _chunk_kind_runs(spec, layout.chunks),
-                                                 strict=True)), default=0)
+                for kind, i in _first_of_each_kind(mix, kinds).items()}
+    chunk_params = max(((len(chunk) - moe) * per_kind.get(False, 0)
+                        + moe * per_kind.get(True, 0)
+                        for chunk, moe in zip(layout.chunks, _chunk_moe_runs(kinds),
+                                              strict=True)), default=0)
     states, host_states = model_state_components(training, parallel, groups, edp, chunk_params)
     total_params = groups.gemm + groups.vectors + groups.embedding + groups.head + groups.experts
     ema_gpu, ema_host = ema_components(training, parallel, total_params)
@@ -208,9 +202,9 @@ def chunk_weight_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
 
 __all__ = [
     "StateParts",
+    "WeightKinds",
     "chunk_weight_kinds",
     "expert_data_parallel_degree",
-    "layer_mix",
     "micro_batch_count",
     "rank_parameters",
     "state_parts",
