@@ -16,7 +16,6 @@ Must not: decide anything; the planner does.
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple
 
 from api_schemas.architecture import ModelSpec
@@ -136,18 +135,9 @@ class CoreInputs(NamedTuple):
                                  num_micro_batches=c.num_micro_batches)))
 
 
-@lru_cache(maxsize=32)
-def _shared_caches(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec
-                   ) -> tuple[dict[CoreInputs, CoreTimes], dict[tuple[object, ...], int]]:
-    """The core-time and layer-input caches of one (model, recipe, cluster), kept for the 32
-    most recent: core times are functions of these and the core, so a later search of the
-    same inputs reuses them."""
-    return {}, {}
-
-
 class BoundTables:
-    """Caches of core times for one request (spec, recipe and cluster fixed), shared with
-    earlier requests of the same inputs."""
+    """Caches of core times for one search (spec, recipe and cluster fixed), made with the
+    search and gone with it."""
 
     def __init__(self, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                  host_gradients: bool = False,
@@ -173,7 +163,10 @@ class BoundTables:
         self.params = count_parameters(spec)
         self.mtp_experts = (spec.num_mtp_layers * mtp_module_params(spec).routed_experts
                             if spec.num_mtp_layers else 0)
-        self._core_cache, self._input_cache = _shared_caches(spec, training, cluster)
+        self._core_cache: dict[CoreInputs, CoreTimes] = {}
+        """Core times by `CoreInputs` (what they read)."""
+        self._input_cache: dict[tuple[object, ...], int] = {}
+        """A layer's input and the head's activation bytes by the degrees they read."""
         self._zero3_cache: dict[tuple[object, ...], float] = {}
         """Per core and data and pipeline degrees, the exposed ZeRO-3 traffic of all layers."""
         self._states_cache: dict[tuple[object, ...], float] = {}

@@ -11,7 +11,6 @@ Reading its own package data is the only I/O it does.
 import json
 import re
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from api_schemas.architecture import ModelSpec
@@ -299,7 +298,6 @@ def optimizer_offload_features(share: float) -> set[str]:
                                                      "optimizer_offload:partial"}
 
 
-@cache
 def capabilities(features: frozenset[str]) -> frozenset[str]:
     """The features a framework must list (descriptors removed)."""
     return frozenset(f for f in features if not f.startswith(DESCRIPTORS))
@@ -312,7 +310,6 @@ def blockers(framework: Framework, features: frozenset[str], *,
     return list(_blockers(framework.id, features, max_version))
 
 
-@cache
 def _blockers(framework_id: str, features: frozenset[str],
               max_version: str | None) -> tuple[str, ...]:
     framework = frameworks()[framework_id]
