@@ -135,6 +135,23 @@ class CoreInputs(NamedTuple):
                                  num_micro_batches=c.num_micro_batches)))
 
 
+class ActivationDegrees(NamedTuple):
+    """The fields of a candidate the activation bytes `BoundTables` keeps per candidate read
+    (`BoundTables._activation_context`); the context is built from this record alone."""
+
+    tp: int
+    cp: int
+    etp: int
+    micro_batch_size: int
+    sequence_parallel: bool
+
+    @classmethod
+    def of(cls, c: MeshCandidate) -> "ActivationDegrees":
+        """The record of candidate `c`."""
+        # Built as a tuple: the generated `__new__` costs a Python call per record.
+        return tuple.__new__(cls, (c.tp, c.cp, c.etp, c.micro_batch_size, c.sequence_parallel))
+
+
 class BoundTables:
     """Caches of core times for one search (spec, recipe and cluster fixed), made with the
     search and gone with it."""
@@ -165,8 +182,11 @@ class BoundTables:
                             if spec.num_mtp_layers else 0)
         self._core_cache: dict[CoreInputs, CoreTimes] = {}
         """Core times by `CoreInputs` (what they read)."""
-        self._input_cache: dict[tuple[object, ...], int] = {}
-        """A layer's input and the head's activation bytes by the degrees they read."""
+        self._input_cache: dict[ActivationDegrees, int] = {}
+        """The first layer's input bytes (`_layer_input_bytes`) by the degrees they read."""
+        self._head_cache: dict[ActivationDegrees, int] = {}
+        """The output head's activation bytes (`_head_share_bytes`) by the degrees they
+        read."""
         self._zero3_cache: dict[tuple[object, ...], float] = {}
         """Per core and data and pipeline degrees, the exposed ZeRO-3 traffic of all layers."""
         self._states_cache: dict[tuple[object, ...], float] = {}
@@ -199,17 +219,19 @@ class BoundTables:
                 weight_s=lc.times.backward_weight_s, compute=lc))
         return CoreTimes.of(tuple(kinds), head_compute(spec, ctx).total_s)
 
-    def _activation_context(self, c: MeshCandidate) -> LayerActivationContext:
+    def _activation_context(self, degrees: "ActivationDegrees") -> LayerActivationContext:
         return LayerActivationContext(seq_len=self.training.sequence_length,
-                                      micro_batch_size=c.micro_batch_size, tp=c.tp, cp=c.cp,
-                                      etp=c.etp, sequence_parallel=c.sequence_parallel)
+                                      micro_batch_size=degrees.micro_batch_size,
+                                      tp=degrees.tp, cp=degrees.cp, etp=degrees.etp,
+                                      sequence_parallel=degrees.sequence_parallel)
 
     def _layer_input_bytes(self, c: MeshCandidate) -> int:
-        key = (c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
-        if key not in self._input_cache:
-            layer = layer_activation_bytes(self.spec, 0, self._activation_context(c))
-            self._input_cache[key] = layer.stored_bytes(RecomputeMode.FULL)
-        return self._input_cache[key]
+        degrees = ActivationDegrees.of(c)
+        found = self._input_cache.get(degrees)
+        if found is None:
+            layer = layer_activation_bytes(self.spec, 0, self._activation_context(degrees))
+            found = self._input_cache[degrees] = layer.stored_bytes(RecomputeMode.FULL)
+        return found
 
     def _head_share_bytes(self, c: MeshCandidate) -> float:
         """The output head's activations (final norm and projection inputs, fp32 logits:
@@ -221,11 +243,13 @@ class BoundTables:
         the mean over ranks of the peaks holds at least this share (the in-flight count:
         `models.core.memory_floors.head_in_flight_floor`). At a vocabulary of 202,048 (Llama 4)
         and 32k tokens the logits of one micro-batch are 26 GB; GPipe keeps every micro-batch's."""
-        key = ("head", c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
-        if key not in self._input_cache:
-            self._input_cache[key] = head_activation_bytes(self.spec, self._activation_context(c))
+        degrees = ActivationDegrees.of(c)
+        head = self._head_cache.get(degrees)
+        if head is None:
+            head = self._head_cache[degrees] = head_activation_bytes(
+                self.spec, self._activation_context(degrees))
         in_flight = head_in_flight_floor(c.schedule, c.pp, c.num_micro_batches)
-        return self._input_cache[key] * in_flight / c.pp
+        return head * in_flight / c.pp
 
     def time_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the pipeline makespan with the fastest policy."""
