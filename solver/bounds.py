@@ -152,6 +152,31 @@ class ActivationDegrees(NamedTuple):
         return tuple.__new__(cls, (c.tp, c.cp, c.etp, c.micro_batch_size, c.sequence_parallel))
 
 
+class Zero3Inputs(NamedTuple):
+    """What the exposed ZeRO-3 traffic of a candidate's layers reads
+    (`BoundTables.zero3_time_bound_s`): its core (the layers' times) and the data and
+    pipeline degrees that size the ZeRO-3 groups."""
+
+    core: CoreInputs
+    dp: int
+    pp: int
+
+
+class StatesDegrees(NamedTuple):
+    """What the mean model states of a candidate read (`BoundTables._mean_states_bytes`):
+    the degrees that shard them, the schedule's weight copies and the strongest ZeRO stage
+    allowed."""
+
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+    etp: int
+    weight_copies: int
+    max_zero: int
+
+
 class BoundTables:
     """Caches of core times for one search (spec, recipe and cluster fixed), made with the
     search and gone with it."""
@@ -187,9 +212,9 @@ class BoundTables:
         self._head_cache: dict[ActivationDegrees, int] = {}
         """The output head's activation bytes (`_head_share_bytes`) by the degrees they
         read."""
-        self._zero3_cache: dict[tuple[object, ...], float] = {}
+        self._zero3_cache: dict[Zero3Inputs, float] = {}
         """Per core and data and pipeline degrees, the exposed ZeRO-3 traffic of all layers."""
-        self._states_cache: dict[tuple[object, ...], float] = {}
+        self._states_cache: dict[StatesDegrees, float] = {}
         """`_mean_states_bytes` per degrees, weight copies and ZeRO stage (all it reads)."""
         self._in_flight: dict[tuple[PipelineSchedule, int, int, int], float] = {}
         """`_mean_in_flight` by its arguments (the schedule's shape)."""
@@ -284,7 +309,9 @@ class BoundTables:
         can only lengthen), times the micro-batches."""
         core = self.core(c)
         # The exposure reads the core's layers and the ZeRO-3 groups (the mesh's degrees).
-        key = (CoreInputs.of(c, self.training), c.dp, c.pp)
+        # Built as a tuple: the generated `__new__` costs a Python call per record.
+        key: Zero3Inputs = tuple.__new__(Zero3Inputs, (CoreInputs.of(c, self.training),
+                                                       c.dp, c.pp))
         exposed = self._zero3_cache.get(key)
         if exposed is None:
             parallel = c.parallel(zero_stage=3)
@@ -382,7 +409,9 @@ class BoundTables:
         pipeline ranks (each parameter's states sit on some rank; a schedule holding two
         copies of the weights doubles them)."""
         copies = schedule_traits(c.schedule).weight_copies
-        key = (c.tp, c.cp, c.dp, c.pp, c.ep, c.etp, copies, max_zero)
+        # Built as a tuple: the generated `__new__` costs a Python call per record.
+        key: StatesDegrees = tuple.__new__(StatesDegrees, (c.tp, c.cp, c.dp, c.pp, c.ep, c.etp,
+                                                           copies, max_zero))
         cached = self._states_cache.get(key)
         if cached is None:
             cached = self._states_cache[key] = self._compute_mean_states_bytes(c, max_zero,
