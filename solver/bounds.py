@@ -16,11 +16,16 @@ Must not: decide anything; the planner does.
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from typing import NamedTuple
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode
+from api_schemas.parallel import (
+    ContextParallelKind,
+    ParallelConfig,
+    PipelineSchedule,
+    RecomputeMode,
+)
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.core.activations import (
@@ -30,9 +35,9 @@ from models.core.activations import (
 )
 from models.core.collectives import fabric_of
 from models.core.compute import LayerCompute, head_compute
-from models.core.memory import (
+from models.core.ledger_memo import LedgerMemo
+from models.core.memory_floors import (
     RUNTIME_RESERVE_BYTES,
-    LedgerMemo,
     head_in_flight_floor,
     peak_floor_bytes,
     stored_activation_floor_bytes,
@@ -102,18 +107,79 @@ class CoreTimes:
                    layer_w=sum(k.count * k.weight_s for k in kinds))
 
 
-@lru_cache(maxsize=32)
-def _shared_caches(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec
-                   ) -> tuple[dict[tuple[object, ...], CoreTimes], dict[tuple[object, ...], int]]:
-    """The core-time and layer-input caches of one (model, recipe, cluster), kept for the 32
-    most recent: core times are functions of these and the core, so a later search of the
-    same inputs reuses them."""
-    return {}, {}
+class CoreInputs(NamedTuple):
+    """What the layer and head times of a candidate's core read under one model, recipe and
+    cluster (`BoundTables.core`): the degrees that shard a layer's work, the micro-batch,
+    sequence parallelism, and whether the schedule hides the expert all-to-alls. Candidates
+    with equal records share their core times."""
+
+    tp: int
+    cp: int
+    cp_kind: ContextParallelKind
+    ulysses_degree: int | None
+    micro_batch_size: int
+    ep: int
+    etp: int
+    sequence_parallel: bool
+    ep_overlapped: bool
+
+    @classmethod
+    def of(cls, c: MeshCandidate, training: TrainingSpec) -> "CoreInputs":
+        """The record of candidate `c` under `training`."""
+        # Built as a tuple: the generated `__new__` costs a Python call per record.
+        return tuple.__new__(cls, (
+            c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
+            c.sequence_parallel,
+            schedule_traits(c.schedule).overlapped_pairs
+            or ep_overlap_active(training, c.schedule, pp=c.pp, ep=c.ep,
+                                 num_micro_batches=c.num_micro_batches)))
+
+
+class ActivationDegrees(NamedTuple):
+    """The fields of a candidate the activation bytes `BoundTables` keeps per candidate read
+    (`BoundTables._activation_context`); the context is built from this record alone."""
+
+    tp: int
+    cp: int
+    etp: int
+    micro_batch_size: int
+    sequence_parallel: bool
+
+    @classmethod
+    def of(cls, c: MeshCandidate) -> "ActivationDegrees":
+        """The record of candidate `c`."""
+        # Built as a tuple: the generated `__new__` costs a Python call per record.
+        return tuple.__new__(cls, (c.tp, c.cp, c.etp, c.micro_batch_size, c.sequence_parallel))
+
+
+class Zero3Inputs(NamedTuple):
+    """What the exposed ZeRO-3 traffic of a candidate's layers reads
+    (`BoundTables.zero3_time_bound_s`): its core (the layers' times) and the data and
+    pipeline degrees that size the ZeRO-3 groups."""
+
+    core: CoreInputs
+    dp: int
+    pp: int
+
+
+class StatesDegrees(NamedTuple):
+    """What the mean model states of a candidate read (`BoundTables._mean_states_bytes`):
+    the degrees that shard them, the schedule's weight copies and the strongest ZeRO stage
+    allowed."""
+
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+    etp: int
+    weight_copies: int
+    max_zero: int
 
 
 class BoundTables:
-    """Caches of core times for one request (spec, recipe and cluster fixed), shared with
-    earlier requests of the same inputs."""
+    """Caches of core times for one search (spec, recipe and cluster fixed), made with the
+    search and gone with it."""
 
     def __init__(self, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                  host_gradients: bool = False,
@@ -139,24 +205,23 @@ class BoundTables:
         self.params = count_parameters(spec)
         self.mtp_experts = (spec.num_mtp_layers * mtp_module_params(spec).routed_experts
                             if spec.num_mtp_layers else 0)
-        self._core_cache, self._input_cache = _shared_caches(spec, training, cluster)
-        self._zero3_cache: dict[tuple[object, ...], float] = {}
+        self._core_cache: dict[CoreInputs, CoreTimes] = {}
+        """Core times by `CoreInputs` (what they read)."""
+        self._input_cache: dict[ActivationDegrees, int] = {}
+        """The first layer's input bytes (`_layer_input_bytes`) by the degrees they read."""
+        self._head_cache: dict[ActivationDegrees, int] = {}
+        """The output head's activation bytes (`_head_share_bytes`) by the degrees they
+        read."""
+        self._zero3_cache: dict[Zero3Inputs, float] = {}
         """Per core and data and pipeline degrees, the exposed ZeRO-3 traffic of all layers."""
-        self._states_cache: dict[tuple[object, ...], float] = {}
+        self._states_cache: dict[StatesDegrees, float] = {}
         """`_mean_states_bytes` per degrees, weight copies and ZeRO stage (all it reads)."""
         self._in_flight: dict[tuple[PipelineSchedule, int, int, int], float] = {}
         """`_mean_in_flight` by its arguments (the schedule's shape)."""
 
-    def _core_key(self, c: MeshCandidate) -> tuple[object, ...]:
-        return (c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
-                c.sequence_parallel,
-                schedule_traits(c.schedule).overlapped_pairs
-                or ep_overlap_active(self.training, c.schedule, pp=c.pp, ep=c.ep,
-                                     num_micro_batches=c.num_micro_batches))
-
     def core(self, c: MeshCandidate) -> CoreTimes:
         """Layer and head times of the candidate's core (cached)."""
-        key = self._core_key(c)
+        key = CoreInputs.of(c, self.training)
         if key not in self._core_cache:
             self._core_cache[key] = self._compute_core(c)
         return self._core_cache[key]
@@ -179,17 +244,19 @@ class BoundTables:
                 weight_s=lc.times.backward_weight_s, compute=lc))
         return CoreTimes.of(tuple(kinds), head_compute(spec, ctx).total_s)
 
-    def _activation_context(self, c: MeshCandidate) -> LayerActivationContext:
+    def _activation_context(self, degrees: "ActivationDegrees") -> LayerActivationContext:
         return LayerActivationContext(seq_len=self.training.sequence_length,
-                                      micro_batch_size=c.micro_batch_size, tp=c.tp, cp=c.cp,
-                                      etp=c.etp, sequence_parallel=c.sequence_parallel)
+                                      micro_batch_size=degrees.micro_batch_size,
+                                      tp=degrees.tp, cp=degrees.cp, etp=degrees.etp,
+                                      sequence_parallel=degrees.sequence_parallel)
 
     def _layer_input_bytes(self, c: MeshCandidate) -> int:
-        key = (c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
-        if key not in self._input_cache:
-            layer = layer_activation_bytes(self.spec, 0, self._activation_context(c))
-            self._input_cache[key] = layer.stored_bytes(RecomputeMode.FULL)
-        return self._input_cache[key]
+        degrees = ActivationDegrees.of(c)
+        found = self._input_cache.get(degrees)
+        if found is None:
+            layer = layer_activation_bytes(self.spec, 0, self._activation_context(degrees))
+            found = self._input_cache[degrees] = layer.stored_bytes(RecomputeMode.FULL)
+        return found
 
     def _head_share_bytes(self, c: MeshCandidate) -> float:
         """The output head's activations (final norm and projection inputs, fp32 logits:
@@ -199,13 +266,15 @@ class BoundTables:
         its own layers' (the ledger's `activations: embedding, head, logits, MTP` line, with
         the same in-flight count, which the schedule fixes whatever the layer split), so
         the mean over ranks of the peaks holds at least this share (the in-flight count:
-        `models.core.memory.head_in_flight_floor`). At a vocabulary of 202,048 (Llama 4) and 32k
-        tokens the logits of one micro-batch are 26 GB; GPipe keeps every micro-batch's."""
-        key = ("head", c.tp, c.cp, c.micro_batch_size, c.sequence_parallel)
-        if key not in self._input_cache:
-            self._input_cache[key] = head_activation_bytes(self.spec, self._activation_context(c))
+        `models.core.memory_floors.head_in_flight_floor`). At a vocabulary of 202,048 (Llama 4)
+        and 32k tokens the logits of one micro-batch are 26 GB; GPipe keeps every micro-batch's."""
+        degrees = ActivationDegrees.of(c)
+        head = self._head_cache.get(degrees)
+        if head is None:
+            head = self._head_cache[degrees] = head_activation_bytes(
+                self.spec, self._activation_context(degrees))
         in_flight = head_in_flight_floor(c.schedule, c.pp, c.num_micro_batches)
-        return self._input_cache[key] * in_flight / c.pp
+        return head * in_flight / c.pp
 
     def time_bound_s(self, c: MeshCandidate) -> float:
         """Lower bound of the pipeline makespan with the fastest policy."""
@@ -240,7 +309,9 @@ class BoundTables:
         can only lengthen), times the micro-batches."""
         core = self.core(c)
         # The exposure reads the core's layers and the ZeRO-3 groups (the mesh's degrees).
-        key = (self._core_key(c), c.dp, c.pp)
+        # Built as a tuple: the generated `__new__` costs a Python call per record.
+        key: Zero3Inputs = tuple.__new__(Zero3Inputs, (CoreInputs.of(c, self.training),
+                                                       c.dp, c.pp))
         exposed = self._zero3_cache.get(key)
         if exposed is None:
             parallel = c.parallel(zero_stage=3)
@@ -277,7 +348,7 @@ class BoundTables:
         the request allows it, remote activation offload where it does) whose activation
         policy stores no fewer bytes than `policy` (ParallelConfig policy fields; the
         least-storing one, `solver.candidate_eval.least_stored_policy`, bounds them all):
-        the smallest over those storages of `models.core.memory.peak_floor_bytes` at the
+        the smallest over those storages of `models.core.memory_floors.peak_floor_bytes` at the
         strongest ZeRO stage. It reads the head's rank's own ledger pieces, so unlike
         `memory_bound_bytes` (a mean over ranks, cheap enough for every candidate of the
         enumeration) it sees that rank's logits; it costs tens to a few hundred
@@ -323,7 +394,7 @@ class BoundTables:
         candidate's plans with `parallel`'s activation policy (the candidate's mesh), at
         ZeRO stage `max_zero` or below: the averaged model states of `memory_bound_bytes`
         plus the ranks' mean stored layer activations under the policy
-        (`models.core.memory.stored_activation_floor_bytes`) and the head's share of the
+        (`models.core.memory_floors.stored_activation_floor_bytes`) and the head's share of the
         activations (`_head_share_bytes`). Above the capacity, no such plan
         fits: not on the busiest rank (at least the mean), nor with remote activation
         offload, which only moves bytes between the ranks (its verdict needs the mean
@@ -338,7 +409,9 @@ class BoundTables:
         pipeline ranks (each parameter's states sit on some rank; a schedule holding two
         copies of the weights doubles them)."""
         copies = schedule_traits(c.schedule).weight_copies
-        key = (c.tp, c.cp, c.dp, c.pp, c.ep, c.etp, copies, max_zero)
+        # Built as a tuple: the generated `__new__` costs a Python call per record.
+        key: StatesDegrees = tuple.__new__(StatesDegrees, (c.tp, c.cp, c.dp, c.pp, c.ep, c.etp,
+                                                           copies, max_zero))
         cached = self._states_cache.get(key)
         if cached is None:
             cached = self._states_cache[key] = self._compute_mean_states_bytes(c, max_zero,

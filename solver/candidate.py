@@ -19,7 +19,8 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
-from models.core.memory import LedgerMemo, MemoryLedger, fits_memory, memory_ledger
+from models.core.ledger_memo import LedgerMemo
+from models.core.memory import MemoryLedger, fits_memory, memory_ledger
 from models.core.step_time import WorkTable, work_table
 from solver.ladder import ALL_POLICIES, Policy, PolicyCaps, Storage, frugal, rungs, with_policy
 from solver.space import MeshCandidate

@@ -27,7 +27,8 @@ from api_schemas.parallel import ParallelConfig, RecomputeMode
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
 from models.core.layout import pipeline_layout
-from models.core.memory import LedgerMemo, MemoryLedger, memory_ledger
+from models.core.ledger_memo import LedgerMemo
+from models.core.memory import MemoryLedger, memory_ledger
 from models.core.pipeline import schedule_traits
 from models.core.step_time import (
     StepEstimate,
@@ -111,7 +112,7 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     ladder, so the stages considered stay those of the rule). `caps` limits the
     activation policies to what a framework target expresses (`solver/targets.py`). `memo`:
     rank-ledger pieces shared with other candidates of the same model and recipe
-    (`models.core.memory.LedgerMemo`, whose keys hold every field a piece reads; a search
+    (`models.core.ledger_memo.LedgerMemo`, whose keys hold every field a piece reads; a search
     passes one for all its candidates), the value being the same with or without it.
 
     The evaluation's shared pieces (probe configurations, work tables, frugal bounds) live

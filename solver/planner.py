@@ -74,7 +74,7 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
-from models.core.memory import LedgerMemo
+from models.core.ledger_memo import LedgerMemo
 from solver import cancel, tightening
 from solver.bounds import BoundTables
 from solver.candidate_eval import (

@@ -54,13 +54,10 @@ from api_schemas.training import TrainingSpec
 from models.core.collectives import fabric_of
 from models.core.layer_kinds import kind_recompute_modules
 from models.core.layout import pipeline_layout
-from models.core.memory import (
-    LedgerMemo,
-    MemoryLedger,
-    memory_ledger,
-    micro_batch_count,
-    stored_activation_bytes,
-)
+from models.core.ledger_memo import LedgerMemo
+from models.core.memory import MemoryLedger, memory_ledger
+from models.core.rank_activations import stored_activation_bytes
+from models.core.rank_states import micro_batch_count
 from models.core.step_time import StageTime, axis_groups, stage_time
 from models.core.step_time.remote_offload import RemoteOffloadRates, remote_offload_rates
 from models.core.step_time.setting import step_setting

@@ -31,7 +31,8 @@ from models.core.frameworks import (
     optimizer_offload_features,
     plan_features,
 )
-from models.core.memory import LedgerMemo, memory_ledger
+from models.core.ledger_memo import LedgerMemo
+from models.core.memory import memory_ledger
 from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
 from solver.candidate_eval import (

@@ -39,14 +39,15 @@ ALLOWED_PRESENCE_CHECKS: dict[str, int] = {
     # Each of these reads the MoE block's or the linear-attention layers' own fields right
     # after asking (so the type checker needs the `is None` narrowing): what an MoE layer
     # costs in time and memory still lives in models/core/compute.py,
-    # models/core/moe/host_issue.py, models/core/memory.py and
-    # models/core/runtime_memory.py beside the dense code, and the exporters write the expert
-    # settings. Moving them into the MoE block's record is the next step, after the
-    # solver's candidate refactor lands in those files. Model-level questions ("is there an
-    # expert axis") ask `has_routed_experts`.
+    # models/core/moe/host_issue.py, the memory ledger's rank modules (rank_states.py,
+    # rank_activations.py) and models/core/runtime_memory.py beside the dense code, and the
+    # exporters write the expert settings. Moving them into the MoE block's record is the next
+    # step, after the solver's candidate refactor lands in those files. Model-level questions
+    # ("is there an expert axis") ask `has_routed_experts`.
     "models/core/compute.py": 2,  # MoE block times, elementwise bytes
     "models/core/moe/host_issue.py": 2,  # MoE host sync and issue (moved from compute.py)
-    "models/core/memory.py": 2,  # expert data-parallel degree; EP-overlap paired micro-batches
+    "models/core/rank_activations.py": 1,  # EP-overlap paired micro-batches
+    "models/core/rank_states.py": 1,  # expert data-parallel degree
     "models/core/runtime_memory.py": 3,  # DeepEP / all-to-all buffers; the KCP state buffer
     "service/limits.py": 1,  # the routed expert count a request may carry
     "solver/calibration.py": 1,  # MoE layer forwards of a calibration run

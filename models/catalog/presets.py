@@ -106,15 +106,12 @@ _PCIE_BYTES_PER_S = {"gen4": PCIE_GEN4_X16_BYTES_PER_S, "gen5": PCIE_GEN5_X16_BY
                      "nvlink-c2c": NVLINK_C2C_BYTES_PER_S_PER_GPU}
 
 
-@cache
-def _hardware_json() -> dict[str, Any]:
-    text = (DATA_DIR / "hardware.json").read_text(encoding="utf-8")
-    data: dict[str, Any] = json.loads(text)
-    return data
+_HARDWARE: dict[str, Any] = json.loads((DATA_DIR / "hardware.json").read_text(encoding="utf-8"))
+"""The packaged accelerator and node table (data/hardware.json), read once at import."""
 
 
 def _hardware_records() -> dict[str, dict[str, Any]]:
-    return {rec["id"]: rec for rec in _hardware_json()["accelerators"]}
+    return {rec["id"]: rec for rec in _HARDWARE["accelerators"]}
 
 
 def _node_from_record(node: dict[str, Any]) -> NodePreset:
@@ -137,7 +134,7 @@ def _node_from_record(node: dict[str, Any]) -> NodePreset:
 
 
 NODE_PRESETS: dict[str, NodePreset] = {
-    node["id"]: _node_from_record(node) for node in _hardware_json()["nodes"]}
+    node["id"]: _node_from_record(node) for node in _HARDWARE["nodes"]}
 """Node presets, read from the `nodes` of `models/data/hardware.json` (the only copy)."""
 
 DEFAULT_NODE_FOR_GPU: dict[str, str] = {

@@ -11,7 +11,7 @@ Reading its own package data is the only I/O it does.
 import json
 import re
 from dataclasses import dataclass
-from functools import cache
+from typing import Any
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
@@ -95,37 +95,49 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(n) for n in numbers)
 
 
-@cache
-def _table() -> dict[str, object]:
-    with (DATA_DIR / "frameworks.json").open(encoding="utf-8") as handle:
-        data: dict[str, object] = json.load(handle)
-    return data
+def _framework(fid: str, entry: dict[str, Any]) -> Framework:
+    return Framework(
+        id=fid, name=entry["name"], reference_release=entry["reference_release"],
+        source=entry["source"],
+        features={name: Feature(since=f["since"], how=f["how"],
+                                experimental=f.get("experimental", ""))
+                  for name, f in entry["features"].items()},
+        forbidden=tuple(Forbidden(features=frozenset(r["all"]), reason=r["reason"],
+                                  source=r["source"]) for r in entry["forbidden"]))
 
 
-@cache
-def frameworks() -> dict[str, Framework]:
+@dataclass(frozen=True, slots=True)
+class FrameworkCatalog:
+    """The packaged frameworks table (data/frameworks.json), read once at import."""
+
+    frameworks: dict[str, Framework]
     """Every released framework's capability table, by id."""
-    raw = _table()["frameworks"]
-    assert isinstance(raw, dict)
-    out: dict[str, Framework] = {}
-    for fid, entry in raw.items():
-        out[fid] = Framework(
-            id=fid, name=entry["name"], reference_release=entry["reference_release"],
-            source=entry["source"],
-            features={name: Feature(since=f["since"], how=f["how"],
-                                    experimental=f.get("experimental", ""))
-                      for name, f in entry["features"].items()},
-            forbidden=tuple(Forbidden(features=frozenset(r["all"]), reason=r["reason"],
-                                      source=r["source"]) for r in entry["forbidden"]))
-    return out
+    extension_origins: dict[str, str]
+    """Where each feature beyond the released frameworks comes from (paper or system)."""
+
+    @classmethod
+    def load(cls) -> "FrameworkCatalog":
+        """The catalog read from the packaged table."""
+        with (DATA_DIR / "frameworks.json").open(encoding="utf-8") as handle:
+            table: dict[str, Any] = json.load(handle)
+        return cls(frameworks={fid: _framework(fid, entry)
+                               for fid, entry in table["frameworks"].items()},
+                   extension_origins={name: entry["origin"]
+                                      for name, entry in table["extensions"].items()})
 
 
-@cache
+CATALOG = FrameworkCatalog.load()
+"""The frameworks catalog of this process."""
+
+
+def frameworks() -> dict[str, Framework]:
+    """Every released framework's capability table, by id (`CATALOG`)."""
+    return CATALOG.frameworks
+
+
 def extension_origins() -> dict[str, str]:
     """Where each feature beyond the released frameworks comes from (paper or system)."""
-    raw = _table()["extensions"]
-    assert isinstance(raw, dict)
-    return {name: entry["origin"] for name, entry in raw.items()}
+    return CATALOG.extension_origins
 
 
 def _policy_features(policy: StagePolicy) -> set[str]:
@@ -286,7 +298,6 @@ def optimizer_offload_features(share: float) -> set[str]:
                                                      "optimizer_offload:partial"}
 
 
-@cache
 def capabilities(features: frozenset[str]) -> frozenset[str]:
     """The features a framework must list (descriptors removed)."""
     return frozenset(f for f in features if not f.startswith(DESCRIPTORS))
@@ -299,7 +310,6 @@ def blockers(framework: Framework, features: frozenset[str], *,
     return list(_blockers(framework.id, features, max_version))
 
 
-@cache
 def _blockers(framework_id: str, features: frozenset[str],
               max_version: str | None) -> tuple[str, ...]:
     framework = frameworks()[framework_id]
@@ -340,6 +350,8 @@ def extensions_used(features: frozenset[str]) -> dict[str, str]:
 
 
 __all__ = [
+    "CATALOG",
+    "FrameworkCatalog",
     "RELEASED",
     "Feature",
     "Fit",

@@ -12,6 +12,7 @@ checks the whole ledger against measured peaks (research/MEMORY_PEAKS.md).
 """
 
 import math
+from typing import NamedTuple
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
@@ -167,12 +168,33 @@ def loss_hole_components(spec: ModelSpec, training: TrainingSpec, parallel: Para
              "backward tensors, stays reserved")]
 
 
-def runtime_items_key(parallel: ParallelConfig, groups: RankParameters) -> tuple[object, ...]:
-    """Every configuration field `runtime_items` reads, with the rank's parameter groups
-    (model and recipe aside): ranks and configurations with equal keys get equal items."""
-    return (groups, parallel.tp, parallel.cp, parallel.dp, parallel.ep, parallel.etp,
+class RuntimeInputs(NamedTuple):
+    """Every input of `runtime_items` but the model and recipe: the rank's parameter groups
+    and the configuration fields it reads. Ranks and configurations with equal records get
+    equal items (a memo keyed by the record, `models.core.ledger_memo.LedgerMemo`)."""
+
+    groups: RankParameters
+    tp: int
+    cp: int
+    dp: int
+    ep: int
+    etp: int
+    pp: int
+    zero_stage: int
+    fsdp: bool
+    fsdp_reshard_after_forward: bool
+    micro_batch_size: int
+    sequence_parallel: bool
+    cp_kind: ContextParallelKind
+
+    @classmethod
+    def of(cls, parallel: ParallelConfig, groups: RankParameters) -> "RuntimeInputs":
+        """The record of a rank of `parallel` holding `groups`."""
+        # Built as a tuple: the generated `__new__` costs a Python call per record.
+        return tuple.__new__(cls, (
+            groups, parallel.tp, parallel.cp, parallel.dp, parallel.ep, parallel.etp,
             parallel.pp, parallel.zero_stage, parallel.fsdp, parallel.fsdp_reshard_after_forward,
-            parallel.micro_batch_size, parallel.sequence_parallel, parallel.cp_kind)
+            parallel.micro_batch_size, parallel.sequence_parallel, parallel.cp_kind))
 
 
 def fragmentation_bytes(dynamic_bytes: int, transient_bytes: int) -> int:
@@ -330,6 +352,7 @@ def _expert_and_optimizer_buffers(spec: ModelSpec, training: TrainingSpec,
 
 
 __all__ = [
+    "RuntimeInputs",
     "fsdp_root_unit_bytes",
     "loss_hole_components",
     "loss_logits_hole_bytes",
@@ -345,5 +368,4 @@ __all__ = [
     "nccl_buffer_bytes",
     "runtime_components",
     "runtime_items",
-    "runtime_items_key",
 ]

@@ -22,7 +22,6 @@ a cluster with a calibration profile pairs the profile's own leave-one-out error
 Reads the packaged table once; otherwise pure. Must not: evaluate configurations.
 """
 
-import functools
 import itertools
 from collections import Counter
 from collections.abc import Sequence
@@ -89,10 +88,13 @@ def pairwise_band_of(rows: Sequence[ErrorRow]) -> PairwiseBand:
         sources=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
-@functools.cache
+_PACKAGED_BAND = pairwise_band_of(published_rows())
+"""The band of the packaged table's rows, computed once at import (as the rows are read)."""
+
+
 def pairwise_band() -> PairwiseBand:
-    """The band of the packaged table's rows (computed once)."""
-    return pairwise_band_of(published_rows())
+    """The band of the packaged table's rows (`_PACKAGED_BAND`)."""
+    return _PACKAGED_BAND
 
 
 def cluster_pairwise_frac(cluster: ClusterSpec, *, moe: bool, num_gpus: int) -> float | None:

@@ -12,9 +12,10 @@ from api_schemas.remote_activations import RemoteActivationsResponse, StageRemot
 from api_schemas.requests import EvaluateRequest
 from models.catalog.resolve import resolve_cluster, resolve_model
 from models.core.layout import pipeline_layout
-from models.core.memory import memory_ledger, stored_activation_bytes
+from models.core.memory import memory_ledger
 from models.core.mesh import validate_mesh
 from models.core.mesh.layout import GroupKind, build_mesh
+from models.core.rank_activations import stored_activation_bytes
 from models.core.remote_activations import balance_remote_activations, remote_offload_bytes_per_step
 
 SOURCE = ("Kimi K3 arXiv:2607.24653 (unified activation manager; remote offload of "

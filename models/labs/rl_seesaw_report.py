@@ -32,7 +32,8 @@ from api_schemas.rl_seesaw import (
 from api_schemas.units import GIB
 from models.catalog.resolve import resolve_cluster, resolve_model
 from models.core.ledger_items import MemoryComponent
-from models.core.memory import RUNTIME_RESERVE_BYTES, MemoryLedger, StageMemory, memory_ledger
+from models.core.memory import MemoryLedger, StageMemory, memory_ledger
+from models.core.memory_floors import RUNTIME_RESERVE_BYTES
 from models.core.mesh import validate_mesh
 from models.core.params import count_parameters
 from models.errors import InvalidSpecError

@@ -70,7 +70,7 @@ def test_pipeline_zero2_is_a_named_step_time_term_and_the_breakdown_adds_up() ->
 def test_a_slower_host_link_costs_more_and_overlap_is_bounded_by_the_drains() -> None:
     from models.core.collectives import fabric_of
     from models.core.layout import pipeline_layout
-    from models.core.memory import micro_batch_count
+    from models.core.rank_states import micro_batch_count
     from models.core.step_time import axis_groups
     from models.core.step_time.host_gradients import host_gradient_cost
     from models.core.step_time.stage import stage_times

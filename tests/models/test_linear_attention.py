@@ -226,12 +226,12 @@ def test_each_layer_of_a_hybrid_stage_stores_its_own_token_mixers_activations() 
     MLA layer with the same MoE block store different bytes, and a chunk of three KDA layers
     and one MLA layer is booked as such, not as four of the larger kind."""
     from models.core.layout import StageLayout
-    from models.core.memory import _activation_context, stage_activation_components
+    from models.core.rank_activations import activation_context, stage_activation_components
 
     spec = model_preset(KIMI_LINEAR)
     training = TrainingSpec(global_batch_size=8, sequence_length=8192)
     parallel = ParallelConfig(dp=8, ep=8, micro_batch_size=1)
-    ctx = _activation_context(training, parallel, False)
+    ctx = activation_context(training, parallel, False)
     layers = (4, 5, 6, 7)
     assert [spec.is_linear_attention_layer(i) for i in layers] == [True, True, True, False]
     assert all(spec.is_moe_layer(i) for i in layers)

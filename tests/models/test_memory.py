@@ -16,18 +16,11 @@ from api_schemas import (
 )
 from models.catalog.presets import cluster_preset, model_ids, model_preset
 from models.core.layout import pipeline_layout
-from models.core.memory import (
-    LedgerMemo,
-    MemoryLedger,
-    _chunk_weight_kinds,
-    _rank_bytes,
-    fits_memory,
-    memory_ledger,
-    micro_batch_count,
-    stage_memory,
-    stored_activation_bytes,
-)
+from models.core.ledger_memo import LedgerMemo
+from models.core.memory import MemoryLedger, _rank_bytes, fits_memory, memory_ledger, stage_memory
 from models.core.params import layer_attention_params, layer_params
+from models.core.rank_activations import stored_activation_bytes
+from models.core.rank_states import chunk_weight_kinds, micro_batch_count
 from models.errors import InvalidSpecError
 
 CLUSTER = cluster_preset("h100-sxm5-80gb", num_nodes=64)
@@ -409,7 +402,7 @@ def test_ranks_alike_in_layer_kinds_share_states_and_probe_totals_match_the_ledg
         probe = _rank_bytes(spec, training, parallel, layout, m, memo)
         assert probe == (fresh.total_bytes, fresh.host_bytes,
                          stored_activation_bytes(fresh.components))
-    kinds = {_chunk_weight_kinds(spec, x.chunks) + (x.num_embeddings, x.num_heads,
+    kinds = {chunk_weight_kinds(spec, x.chunks) + (x.num_embeddings, x.num_heads,
                                                    x.num_mtp_modules) for x in layouts}
     assert len(memo.states) == len(kinds) < len(layouts)
 

@@ -13,7 +13,8 @@ from models.catalog.kernels import HBM_ACHIEVABLE_FRAC
 from models.catalog.resolve import resolve_cluster, resolve_model
 from models.core.collectives import fabric_of
 from models.core.layout import pipeline_layout
-from models.core.memory import REMOTE_RECEIVED, STORED_ACTIVATIONS, fits_memory, memory_ledger
+from models.core.memory import REMOTE_RECEIVED, fits_memory, memory_ledger
+from models.core.rank_activations import STORED_ACTIVATIONS
 from models.core.remote_activations import (
     balance_remote_activations,
     fits_after_remote_offload,

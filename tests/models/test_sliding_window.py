@@ -181,7 +181,7 @@ def test_ranks_with_differently_placed_sliding_layers_keep_their_own_stage_times
     from api_schemas import ParallelConfig, TrainingSpec
     from models.core.collectives import fabric_of
     from models.core.layout import pipeline_layout
-    from models.core.memory import micro_batch_count
+    from models.core.rank_states import micro_batch_count
     from models.core.step_time import axis_groups, clear_step_time_cache, stage_time
     from models.core.step_time.stage import stage_times
 

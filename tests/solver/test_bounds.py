@@ -318,8 +318,9 @@ def test_head_in_flight_bound_equals_the_simulated_count() -> None:
     count the simulated program keeps on the head's chunk, for every schedule on these
     shapes: all micro-batches under GPipe, one elsewhere. (A lower bound would do; equality
     shows the traits lose nothing.)"""
-    from models.core.memory import head_in_flight_floor, in_flight_counts
+    from models.core.memory_floors import head_in_flight_floor
     from models.core.pipeline.registry import SCHEDULES
+    from models.core.rank_activations import in_flight_counts
 
     checked = set()
     for traits in SCHEDULES.values():
@@ -687,7 +688,7 @@ def test_rank_memory_bound_stays_below_every_probed_plan(model: str, nodes: int,
     of its best plan, for every framework variant; with the capacity (after the safety
     margin) as its limit it lands on the same side of it; and on long sequences it rises
     above the mean-rank bound."""
-    from models.core.memory import LedgerMemo
+    from models.core.ledger_memo import LedgerMemo
     from solver.candidate_eval import (
         allowed_zero_stages,
         least_memory_candidate,
@@ -739,7 +740,8 @@ def test_the_head_rank_refutes_a_mesh_the_mean_bound_admits() -> None:
     most frugal plan's memory is under the 80 GB capacity, but the rank with the output head
     keeps one micro-batch's fp32 logits and the MTP module's (129,280 x 32,768 tokens / cp x
     4 bytes each) beside a quarter of the model's states, so no plan fits."""
-    from models.core.memory import LedgerMemo, memory_ledger
+    from models.core.ledger_memo import LedgerMemo
+    from models.core.memory import memory_ledger
     from solver.ladder import ALL_POLICIES, frugal, least_stored_policy, with_policy
     from solver.space import MeshCandidate
 
@@ -851,7 +853,7 @@ def test_the_rank_memory_bound_reads_each_frameworks_own_least_storing_policy() 
     recomputation, so its least-storing plan keeps every layer's activations and no plan
     fits; full recomputation, which it cannot run, would fit under the same bound."""
     from api_schemas import RecomputeMode
-    from models.core.memory import LedgerMemo
+    from models.core.ledger_memo import LedgerMemo
     from solver.candidate_eval import allowed_zero_stages, least_stored_policy
     from solver.space import MeshCandidate
     from solver.targets import candidate_variants, evaluate_for_targets

@@ -20,7 +20,9 @@ from api_schemas import (
 from api_schemas.parallel import RecomputeMode
 from models.catalog.presets import cluster_preset, model_preset
 from models.core.frameworks import frameworks
-from models.core.memory import STORED_ACTIVATIONS, memory_ledger, micro_batch_count
+from models.core.memory import memory_ledger
+from models.core.rank_activations import STORED_ACTIVATIONS
+from models.core.rank_states import micro_batch_count
 from models.core.runtime_features import (
     DEEPEP,
     MEMORY_EFFICIENT_NORM,

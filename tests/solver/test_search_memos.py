@@ -16,7 +16,8 @@ from api_schemas.parallel import RecomputeMode, StagePolicy
 from models.catalog.presets import cluster_preset, model_preset
 from models.core.collectives import fabric_of
 from models.core.layout import pipeline_layout
-from models.core.memory import LedgerMemo, micro_batch_count
+from models.core.ledger_memo import LedgerMemo
+from models.core.rank_states import micro_batch_count
 from models.core.step_time import WorkTable, axis_groups, work_table
 from models.core.step_time.stage import layer_parts_memo, stage_time
 from solver.candidate_eval import Dominated, Rejection, ScoredPlan, evaluate_candidate
@@ -152,7 +153,8 @@ def test_memory_probes_sum_the_same_bytes_as_the_ledger_lines() -> None:
     # host totals and the stored layer activations (what remote offload may move) must be
     # the ledger's to the byte, with offloaded activations (host bytes), an unfused loss
     # (the reserved logits block) and ZeRO-3 buffers among the terms.
-    from models.core.memory import STORED_ACTIVATIONS, _rank_bytes, stage_memory
+    from models.core.memory import _rank_bytes, stage_memory
+    from models.core.rank_activations import STORED_ACTIVATIONS
 
     spec = model_preset("llama-3.1-8b")
     for fused in (True, False):

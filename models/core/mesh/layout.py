@@ -17,7 +17,7 @@ edp = tp * cp * dp / (etp * ep). Ranks are placed on nodes in order, `gpus_per_n
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cache, lru_cache
+from functools import lru_cache
 from math import prod
 
 import numpy as np
@@ -200,10 +200,8 @@ def parse_order(order: str, *, sizes: dict[str, int]) -> tuple[str, ...]:
     return _parse_order(order, frozenset(a for a, size in sizes.items() if size > 1))
 
 
-@cache
 def _parse_order(order: str, used: frozenset[str]) -> tuple[str, ...]:
-    """`parse_order` for the set of axes whose degree is > 1 (memoised: the search checks
-    thousands of candidates against the same few orders)."""
+    """`parse_order` for the set of axes whose degree is > 1."""
     tokens = tuple(t.strip().lower() for t in order.split("-") if t.strip())
     unknown = [t for t in tokens if t not in AXIS_NAMES]
     if unknown:

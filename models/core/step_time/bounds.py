@@ -19,8 +19,8 @@ from api_schemas.parallel import ParallelConfig, RecomputeMode
 from api_schemas.training import TrainingSpec
 from models.core.compute import OpTimes, layer_compute
 from models.core.layout import StageLayout, pipeline_layout
-from models.core.memory import micro_batch_count
 from models.core.pipeline import OpDurations, StagePlacement, closed_form_makespan, schedule_traits
+from models.core.rank_states import micro_batch_count
 from models.core.runtime_features import grad_reduce_overlapped
 from models.core.step_time.assembly import pipeline_makespans, rank_work_s
 from models.core.step_time.exposure import sync_exposed_s, zero3_exposed_s

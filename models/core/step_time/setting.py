@@ -14,7 +14,7 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import TrainingSpec
 from models.core.collectives import Fabric, fabric_of
-from models.core.memory import micro_batch_count
+from models.core.rank_states import micro_batch_count
 from models.core.step_time.groups import AxisGroups, axis_groups
 from models.core.traffic.context import StepContext
 from models.core.traffic.pipeline import boundary_latency_s

@@ -12,11 +12,18 @@ Must not: simulate the pipeline or add per-step terms (`models.core.step_time.as
 import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode, RecomputeModule
+from api_schemas.parallel import (
+    FullLayers,
+    ParallelConfig,
+    RecomputeMode,
+    RecomputeModule,
+    StagePolicy,
+)
 from api_schemas.training import TrainingSpec
 from models.catalog.kernels import memory_bound_time_s
 from models.core.activations import LayerActivationContext, layer_activation_bytes
@@ -31,8 +38,8 @@ from models.core.compute import (
     layer_compute,
 )
 from models.core.layout import StageLayout
-from models.core.memory import layer_stored_bytes_cap, stage_activation_components
 from models.core.pipeline import StagePlacement, schedule_traits
+from models.core.rank_activations import layer_stored_bytes_cap, stage_activation_components
 from models.core.runtime_features import dispatcher
 from models.core.step_time.exposure import (
     LayerComm,
@@ -389,8 +396,8 @@ def window_caps_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
     modules, at most all of them), the FP8 casts (`_fp8_cast_cap_s`, half in forward, half
     in backward) and the offload stall, at most the whole host transfer of a micro-batch
     (`_offload_stall`: stored bytes over the peak in-flight units are at most the largest
-    chunk's bytes, `models.core.memory.layer_stored_bytes_cap` per layer). `layer_caps` keeps
-    the per-layer-kind caps for other ranks of the same configuration."""
+    chunk's bytes, `models.core.rank_activations.layer_stored_bytes_cap` per layer).
+    `layer_caps` keeps the per-layer-kind caps for other ranks of the same configuration."""
     if plain.recompute_s or plain.offload_stall_s or plain.fp8_cast_s:
         raise ValueError("window caps start from a rank's times without a policy")
     forward = sum(t.forward_s for t in plain.chunk_times)
@@ -452,12 +459,6 @@ def _offload_stall(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCo
     return max(0.0, transfer - hidden)
 
 
-def stage_key(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout) -> tuple[object, ...]:
-    """Stages with the same layer kinds per chunk, extras and policy take the same time
-    (offload stalls depend on the rank's in-flight count, so they keep the rank)."""
-    return _stage_key(chunk_timing_kinds(spec, layout.chunks), parallel, layout)
-
-
 @lru_cache(maxsize=16384)
 def chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
                         ) -> tuple[tuple[TimingKind, ...], ...]:
@@ -466,11 +467,30 @@ def chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
     return tuple(tuple(timing_kind(spec, i) for i in chunk) for chunk in chunks)
 
 
-def _stage_key(kinds: tuple[tuple[TimingKind, ...], ...], parallel: ParallelConfig,
-               layout: StageLayout) -> tuple[object, ...]:
-    policy = parallel.policy_of(layout.rank)
-    rank = layout.rank if policy.offload_frac > 0 else -1
-    return (kinds, layout.num_embeddings, layout.num_heads, layout.num_mtp_modules, policy, rank)
+class StageInputs(NamedTuple):
+    """What tells one rank's stage times from another's under one model, recipe, cluster,
+    configuration and micro-batch count (`stage_times`' bucket): its layers' timing kinds
+    per chunk, its embeddings, heads and MTP modules and its policy; and its rank where the
+    policy offloads (the offload stall reads the rank's in-flight count), else -1. Ranks
+    with equal records take the same times."""
+
+    kinds: tuple[tuple[TimingKind, ...], ...]
+    num_embeddings: int
+    num_heads: int
+    num_mtp_modules: int
+    policy: StagePolicy
+    rank: int
+
+    @classmethod
+    def of(cls, kinds: tuple[tuple[TimingKind, ...], ...], parallel: ParallelConfig,
+           layout: StageLayout) -> "StageInputs":
+        """The record of rank `layout.rank` of `parallel`, whose chunks hold layers of
+        `kinds` (`chunk_timing_kinds`)."""
+        policy = parallel.policy_of(layout.rank)
+        rank = layout.rank if policy.offload_frac > 0 else -1
+        # Built as a tuple: the generated `__new__` costs a Python call per record.
+        return tuple.__new__(cls, (kinds, layout.num_embeddings, layout.num_heads,
+                                   layout.num_mtp_modules, policy, rank))
 
 
 @dataclass(slots=True)
@@ -480,8 +500,9 @@ class _Bucket:
     kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[TimingKind, ...], ...]]
     """Layer timing kinds (`timing_kind`) of each chunk tuple (the model is fixed in a
     bucket)."""
-    stages: dict[tuple[object, ...], StageTime]
-    """By `stage_key`, with the rank's own stage number: per (key, rank)."""
+    stages: dict[tuple[StageInputs, int | None], StageTime]
+    """By `StageInputs` with the rank's own stage number (None: the first rank computed
+    for the record, whose times the others copy)."""
 
 
 _STAGE_TIMES: dict[tuple[object, ...], _Bucket] = {}
@@ -501,7 +522,7 @@ def clear_step_time_cache() -> None:
 def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                 cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
                 groups: AxisGroups) -> list[StageTime]:
-    """Every rank's per-micro-batch times, computed once per distinct stage (`stage_key`)
+    """Every rank's per-micro-batch times, computed once per distinct stage (`StageInputs`)
     and memoised across calls by the inputs they are a function of (model, recipe, cluster,
     configuration, micro-batches; fabric and groups follow from the cluster and the
     configuration): the search asks for the same configuration's stages in its bounds and
@@ -518,7 +539,7 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         kinds = bucket.kinds.get(layout.chunks)
         if kinds is None:
             kinds = bucket.kinds[layout.chunks] = chunk_timing_kinds(spec, layout.chunks)
-        key = _stage_key(kinds, parallel, layout)
+        key = StageInputs.of(kinds, parallel, layout)
         found = bucket.stages.get((key, layout.rank))
         if found is None:
             shared = bucket.stages.get((key, None))
@@ -536,5 +557,5 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
 
 
 __all__ = ["StageTime", "clear_step_time_cache", "compute_context", "fp8_cast_s", "layer_mode",
-           "layer_parts", "layer_parts_memo", "stage_key", "stage_time", "stage_times",
+           "layer_parts", "layer_parts_memo", "StageInputs", "stage_time", "stage_times",
            "TimingKind", "chunk_timing_kinds", "kind_layers", "timing_kind", "window_caps_s"]

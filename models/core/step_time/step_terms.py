@@ -22,11 +22,11 @@ from models.core.collectives import Collective
 from models.core.collectives.fabric import host_link_bandwidth
 from models.core.compute import OpTimes
 from models.core.layout import StageLayout
-from models.core.memory import rank_parameters
 from models.core.mesh import AxisPlacement, GroupKind
 from models.core.mesh.layout import expert_data_parallel_size
 from models.core.muon import newton_schulz_time_s, rank_matrices
 from models.core.precision import state_bytes_per_param
+from models.core.rank_states import rank_parameters
 from models.core.runtime_features import grad_reduce_overlapped
 from models.core.step_time.deepspeed_zero3_2021 import persistent_regather_step_s
 from models.core.step_time.exposure import sync_exposed_s

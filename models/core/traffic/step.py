@@ -18,10 +18,10 @@ from api_schemas import (
     TrainingSpec,
 )
 from models.core.collectives import Collective, fabric_of
-from models.core.memory import micro_batch_count
 from models.core.mesh import DEFAULT_ORDER, build_mesh, validate_mesh
 from models.core.mesh.candidates import Candidate, MeshContext
 from models.core.mesh.rules import errors
+from models.core.rank_states import micro_batch_count
 from models.core.traffic.context import StepContext
 from models.core.traffic.data import dp_items
 from models.core.traffic.items import Frequency, StepTraffic, TrafficAxis

@@ -1,8 +1,8 @@
 """In-flight activations counted from the generated order, against the simulator.
 
-The ledger's count (`models.core.memory.in_flight_counts` -> `in_flight_profile`) must equal what
-the discrete-event simulator measures for every schedule, chunk count and layer split up
-to p = 16, m = 64, in micro-batch x chunk units and in bytes for uneven chunks.
+The ledger's count (`models.core.rank_activations.in_flight_counts` -> `in_flight_profile`)
+must equal what the discrete-event simulator measures for every schedule, chunk count and
+layer split up to p = 16, m = 64, in micro-batch x chunk units and in bytes for uneven chunks.
 """
 
 import math
@@ -16,7 +16,7 @@ from api_schemas.parallel import PipelineSchedule as S
 from models.catalog.presets import cluster_preset
 from models.core.activations import layer_activation_bytes
 from models.core.layout import pipeline_layout, virtual_stage_sizes
-from models.core.memory import _activation_context, in_flight_counts, memory_ledger
+from models.core.memory import memory_ledger
 from models.core.pipeline import (
     ActivationSizes,
     OpDurations,
@@ -26,6 +26,7 @@ from models.core.pipeline import (
     schedule_traits,
     simulate,
 )
+from models.core.rank_activations import activation_context, in_flight_counts
 from models.errors import InvalidSpecError
 
 UNIT = OpDurations.uniform(forward_s=1.0, backward_input_s=1.0, backward_weight_s=1.0)
@@ -115,7 +116,7 @@ def test_the_ledger_stores_the_simulated_peak_bytes(
     ledger = memory_ledger(TINY, training, parallel, cluster_preset("h100-sxm5-80gb",
                                                                      num_nodes=1))
     m = ledger.num_micro_batches
-    ctx = _activation_context(training, parallel, False)
+    ctx = activation_context(training, parallel, False)
     per_layer = layer_activation_bytes(TINY, 0, ctx).stored_bytes(
         parallel.recompute, parallel.recompute_modules)
     sizes = tuple(n * per_layer for n in virtual_stage_sizes(TINY, parallel))

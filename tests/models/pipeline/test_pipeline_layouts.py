@@ -9,7 +9,8 @@ from api_schemas import ModelSpec, ParallelConfig, TrainingSpec
 from api_schemas.parallel import PipelineSchedule as S
 from models.catalog.presets import cluster_preset
 from models.core.layout import pipeline_layout, virtual_stage_sizes
-from models.core.memory import in_flight_counts, memory_ledger
+from models.core.memory import memory_ledger
+from models.core.rank_activations import in_flight_counts
 from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
 
