@@ -1,16 +1,17 @@
 """Content negotiation for the pictures and traces: `?format=` or `Accept`, and the
 responses and OpenAPI entries of SVG and Trace Event JSON.
 
-Owns: `Format` (json | svg | trace), `wanted_format(format, accept)`, `svg_response(svg,
+Owns: `Format` (json | svg | trace), the `?format=` and `Accept` parameters (`FormatQuery`,
+`AcceptHeader`), `wanted_format(format, accept)`, `svg_response(svg,
 filename)`, `trace_response(document, filename)` and the OpenAPI `responses=` entries with
 examples (`svg_content`, `svg_only_responses`, `trace_content`). Must not: render or
 compute anything.
 """
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Response
+from fastapi import Header, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
@@ -46,6 +47,14 @@ def wanted_format(requested: Format | None, accept: str | None) -> Format:
     if accept and SVG_MEDIA_TYPE in accept.lower():
         return Format.SVG
     return Format.JSON
+
+
+FormatQuery = Annotated[Format | None, Query(
+    description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` selects SVG.")]
+"""The `?format=` parameter of an endpoint that answers JSON or SVG."""
+
+AcceptHeader = Annotated[str | None, Header(include_in_schema=False)]
+"""The `Accept` header `wanted_format` reads when `?format=` is not given."""
 
 
 def svg_response(svg: str, *, filename: str) -> Response:

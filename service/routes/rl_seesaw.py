@@ -7,7 +7,7 @@ bounds of the training configuration it carries. Must not: size or time anything
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Response
 
 from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE, RlSeesawRequest, RlSeesawResponse
 from models.labs.rl_seesaw_report import rl_seesaw_report
@@ -15,7 +15,9 @@ from service import limits
 from service.core import call_core
 from service.deps import SettingsDep
 from service.media import (
+    AcceptHeader,
     Format,
+    FormatQuery,
     svg_content,
     svg_only_responses,
     svg_response,
@@ -52,10 +54,8 @@ SEESAW_EXAMPLES = {
 def rl_seesaw(
     request: Annotated[RlSeesawRequest, Body(openapi_examples=SEESAW_EXAMPLES)],
     settings: SettingsDep,
-    format: Annotated[Format | None, Query(
-        description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` selects "
-        "SVG.")] = None,
-    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+    format: FormatQuery = None,
+    accept: AcceptHeader = None,
 ) -> RlSeesawResponse | Response:
     """Training and rollout taking turns on the same GPUs: for the training configuration's
     binding stage, the GPU and host memory of the rollout (inference weights and the

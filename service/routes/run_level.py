@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Annotated, TypeVar
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Response
 from pydantic import BaseModel
 
 from api_schemas.requests import PlanRequest
@@ -29,7 +29,9 @@ from service.calibration import apply_profile
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext
 from service.media import (
+    AcceptHeader,
     Format,
+    FormatQuery,
     svg_content,
     svg_only_responses,
     svg_response,
@@ -105,10 +107,8 @@ async def _answer(request: RequestT, fn: Callable[..., ResultT], *, kind: str,
 async def run_estimate(
         request: Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)],
         context: ContextDep,
-        format: Annotated[Format | None, Query(
-            description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` "
-            "selects SVG.")] = None,
-        accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+        format: FormatQuery = None,
+        accept: AcceptHeader = None,
 ) -> RunEstimateResponse | Response:
     """Search the best plan (or score the given `parallel` configuration) and turn its
     predicted step time into the run: steps for `token_budget` tokens, wall time, GPU-hours
