@@ -11,6 +11,7 @@ from models.catalog.presets import cluster_preset, model_preset
 from models.errors import InvalidSpecError
 from solver.bounds import BoundTables
 from solver.candidate_eval import Rejection, evaluate_candidate, plain_makespan_bound
+from solver.planner import SearchResult
 from solver.space import MeshCandidate, candidate_meshes
 
 
@@ -567,28 +568,37 @@ def test_plain_run_bound_lies_between_the_closed_form_and_every_plan(
     assert checked > 100 and tighter > 5 and len(schedules) >= 4, (checked, tighter, schedules)
 
 
-def test_the_plain_run_bound_spares_evaluations_and_keeps_the_optimum(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def _searched_with_and_without(monkeypatch: pytest.MonkeyPatch, rule: str, spec: ModelSpec,
+                               training: TrainingSpec, cluster: ClusterSpec,
+                               constraints: Constraints) -> tuple[SearchResult, SearchResult]:
+    """The throughput search with the tightening rule `rule`, then with the rule answering
+    False; both must find the same optimal plan."""
     from api_schemas import Objective, SolverLimits
     from solver import planner, tightening
-
-    spec = model_preset("llama-3.1-70b")
-    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
-    training = TrainingSpec(global_batch_size=512, sequence_length=8192)
-    constraints = Constraints(framework="any", allow_fp8_activations=True, allow_offload=True)
 
     def run() -> planner.SearchResult:
         return planner.search(spec, training, cluster, constraints=constraints,
                               objective=Objective.THROUGHPUT,
                               limits=SolverLimits(time_limit_s=120))
 
-    with_run = run()
-    monkeypatch.setattr(tightening, "add_run_floor", lambda *args: False)
+    with_rule = run()
+    monkeypatch.setattr(tightening, rule, lambda *args: False)
     without = run()
-    assert with_run.status == without.status == "optimal"
-    assert with_run.best is not None and without.best is not None
-    assert with_run.best.parallel == without.best.parallel
-    assert with_run.best.estimate.step_time_s == without.best.estimate.step_time_s
+    assert with_rule.status == without.status == "optimal"
+    assert with_rule.best is not None and without.best is not None
+    assert with_rule.best.parallel == without.best.parallel
+    assert with_rule.best.estimate.step_time_s == without.best.estimate.step_time_s
+    return with_rule, without
+
+
+def test_the_plain_run_bound_spares_evaluations_and_keeps_the_optimum(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = model_preset("llama-3.1-70b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
+    training = TrainingSpec(global_batch_size=512, sequence_length=8192)
+    constraints = Constraints(framework="any", allow_fp8_activations=True, allow_offload=True)
+    with_run, without = _searched_with_and_without(monkeypatch, "add_run_floor", spec,
+                                                   training, cluster, constraints)
     assert with_run.stats.evaluated < 0.8 * without.stats.evaluated, (
         with_run.stats.evaluated, without.stats.evaluated)
 
@@ -768,25 +778,11 @@ def test_the_head_rank_refutes_a_mesh_the_mean_bound_admits() -> None:
 
 def test_the_rank_memory_bound_spares_evaluations_and_keeps_the_optimum(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from api_schemas import Objective, SolverLimits
-    from solver import planner, tightening
-
     spec = model_preset("deepseek-v2-lite")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
     training = TrainingSpec(global_batch_size=64, sequence_length=32768)
-
-    def run() -> planner.SearchResult:
-        return planner.search(spec, training, cluster, constraints=Constraints(),
-                              objective=Objective.THROUGHPUT,
-                              limits=SolverLimits(time_limit_s=120))
-
-    with_rank = run()
-    monkeypatch.setattr(tightening, "_rank_memory_rules_out", lambda *args: False)
-    without = run()
-    assert with_rank.status == without.status == "optimal"
-    assert with_rank.best is not None and without.best is not None
-    assert with_rank.best.parallel == without.best.parallel
-    assert with_rank.best.estimate.step_time_s == without.best.estimate.step_time_s
+    with_rank, without = _searched_with_and_without(monkeypatch, "_rank_memory_rules_out", spec,
+                                                    training, cluster, Constraints())
     assert with_rank.stats.evaluated < without.stats.evaluated
     assert with_rank.stats.pruned_memory > without.stats.pruned_memory
 
