@@ -63,9 +63,6 @@ ALLOWED: dict[str, str] = {
         "the branch-and-bound loop over the queue (its proof of optimality reads as one "
         "piece) and the search's public keyword API (spec, recipe, cluster, constraints, "
         "objective, limits, progress, deadline, world sizes, seed)"),
-    "service/jobs/store.py:finish": (
-        "keyword-only columns of one job row's outcome (attempt, state, time, plan id, "
-        "result, problem, detail), written in one UPDATE"),
 }
 
 
