@@ -50,9 +50,6 @@ ALLOWED: dict[str, str] = {
         "keyword-only, one parameter per symbol of the papers' closed forms (p, m, v, F, B, "
         "W, F&B, group size) as its legend names them; `ClosedFormShape` types the same "
         "keywords for its two wrappers"),
-    "solver/api.py:_response": (
-        "assembles the PlanResponse from the chosen plan and its report parts; not turned "
-        "into a record yet"),
     "solver/candidate_eval.py:evaluate_candidate": (
         "keyword-only options of one evaluation (cutoff, ZeRO-3 bound, floors, caps, memo) "
         "beside the request's five inputs; shares them with evaluate_for_targets"),
