@@ -57,9 +57,9 @@ ALLOWED: dict[str, str] = {
         "evaluate_candidate's inputs and options plus the target's variants and the "
         "least-memory objective; the two change together"),
     "solver/planner.py:search": (
-        "the branch-and-bound loop over the queue (its proof of optimality reads as one "
-        "piece) and the search's public keyword API (spec, recipe, cluster, constraints, "
-        "objective, limits, progress, deadline, world sizes, seed)"),
+        "the search's public keyword API (spec, recipe, cluster, constraints, objective, "
+        "limits, progress, deadline, world sizes, seed), called by the entry points, the "
+        "relaxations, the benchmarks and the tests"),
 }
 
 
