@@ -20,12 +20,11 @@ from service.core import call_core
 from service.deps import ContextDep, SettingsDep
 from service.media import (
     AcceptHeader,
-    Format,
     FormatQuery,
+    json_or_svg,
     svg_content,
     svg_only_responses,
     svg_response,
-    wanted_format,
 )
 from service.openapi import problem_responses
 from service.pictures import memory_svg
@@ -82,10 +81,8 @@ def ledger_memory(
     """The memory lab: per pipeline stage, the bytes of parameters, gradients, optimizer
     states, activations at the schedule's peak and buffers, itemised, with the capacity
     after headroom and the binding stage. Takes the evaluate request."""
-    report = _memory_ledger(request, settings)
-    if wanted_format(format, accept) == Format.SVG:
-        return svg_response(memory_svg(report), filename="memory.svg")
-    return report
+    return json_or_svg(_memory_ledger(request, settings), format, accept, draw=memory_svg,
+                       filename="memory.svg")
 
 
 @router.post("/v1/ledger/memory.svg", summary="Per-GPU memory stack of one configuration (SVG)",

@@ -16,12 +16,11 @@ from service.core import call_core
 from service.deps import SettingsDep
 from service.media import (
     AcceptHeader,
-    Format,
     FormatQuery,
+    json_or_svg,
     svg_content,
     svg_only_responses,
     svg_response,
-    wanted_format,
 )
 from service.openapi import problem_responses
 from service.pictures import mesh_svg as draw_mesh
@@ -69,10 +68,9 @@ def mesh(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
     """Where every rank sits (node, coordinates), the members of its tp / cp / dp / pp / ep
     groups, which group kinds stay inside a node and which collectives they run how often,
     and every rule the configuration breaks, each with a valid alternative nearby."""
-    report = _mesh_report(request, settings)
-    if wanted_format(format, accept) == Format.SVG:
-        return svg_response(draw_mesh(report, colour_by=colour_by), filename="mesh.svg")
-    return report
+    return json_or_svg(_mesh_report(request, settings), format, accept,
+                       draw=lambda report: draw_mesh(report, colour_by=colour_by),
+                       filename="mesh.svg")
 
 
 @router.post("/v1/mesh.svg", summary="Ranks on a node grid, coloured by group (SVG)",

@@ -16,12 +16,11 @@ from service.core import call_core
 from service.deps import SettingsDep
 from service.media import (
     AcceptHeader,
-    Format,
     FormatQuery,
+    json_or_svg,
     svg_content,
     svg_only_responses,
     svg_response,
-    wanted_format,
 )
 from service.openapi import problem_responses
 from service.pictures import seesaw_svg
@@ -65,10 +64,8 @@ def rl_seesaw(
     to host memory or NVMe and back, materialising the reference model and broadcasting the
     weights (a deterministic model, not a measurement; `assumptions` lists what the sources
     do not give)."""
-    report = _seesaw(request, settings)
-    if wanted_format(format, accept) == Format.SVG:
-        return svg_response(seesaw_svg(report), filename="rl-seesaw.svg")
-    return report
+    return json_or_svg(_seesaw(request, settings), format, accept, draw=seesaw_svg,
+                       filename="rl-seesaw.svg")
 
 
 @router.post("/v1/lab/rl-seesaw.svg", summary="GPU memory by phase of colocated RL (SVG)",

@@ -30,12 +30,11 @@ from service.core import call_core
 from service.deps import ContextDep, ServiceContext
 from service.media import (
     AcceptHeader,
-    Format,
     FormatQuery,
+    json_or_svg,
     svg_content,
     svg_only_responses,
     svg_response,
-    wanted_format,
 )
 from service.openapi import problem_responses
 from service.pictures import checkpoint_svg
@@ -116,10 +115,9 @@ async def run_estimate(
     checkpoint size and save time, Young's and Daly's optimal intervals and the goodput at
     intervals around them (`reliability`). A deterministic model, not a measurement."""
     estimate = await _answer(request, estimate_run, kind="run-estimate", context=context)
-    if wanted_format(format, accept) == Format.SVG:
-        return svg_response(checkpoint_svg(estimate.reliability),
-                            filename="checkpoint-interval.svg")
-    return estimate
+    return json_or_svg(estimate, format, accept,
+                       draw=lambda report: checkpoint_svg(report.reliability),
+                       filename="checkpoint-interval.svg")
 
 
 @router.post("/v1/run/estimate.svg", summary="Goodput against checkpoint interval (SVG)",
