@@ -15,6 +15,19 @@ from solver.planner import SearchResult
 from solver.space import MeshCandidate, candidate_meshes
 
 
+def _case(model: str, gpu: str, nodes: int, batch: int, seq: int,
+          constraints: Constraints | None = None
+          ) -> tuple[ModelSpec, ClusterSpec, TrainingSpec, list[MeshCandidate]]:
+    """A parametrized problem (preset, GPU, nodes, global batch, sequence) and its candidate
+    meshes on 8-GPU nodes under `constraints` (default: none)."""
+    spec = model_preset(model)
+    cluster = cluster_preset(gpu, num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=constraints or Constraints())
+    return spec, cluster, training, candidates
+
+
 @pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq"), [
     ("llama-3.1-8b", "h100-sxm5-80gb", 2, 64, 4096),
     ("mixtral-8x7b", "h100-sxm5-80gb", 4, 64, 4096),
@@ -25,12 +38,8 @@ from solver.space import MeshCandidate, candidate_meshes
 def test_time_and_memory_bounds_never_exceed_the_evaluated_values(model: str, gpu: str,
                                                                   nodes: int, batch: int,
                                                                   seq: int) -> None:
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq)
     tables = BoundTables(spec, training, cluster)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
     for c in random.Random(3).sample(candidates, min(25, len(candidates))):
         result = evaluate_candidate(spec, training, cluster, c, Constraints())
         if isinstance(result, Rejection):
@@ -82,12 +91,8 @@ def test_forced_zero3_and_chain_bounds_never_exceed_the_evaluated_values(
         model: str, gpu: str, nodes: int, batch: int, seq: int) -> None:
     from solver.tightening import _forced_zero_stage
 
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq)
     tables = BoundTables(spec, training, cluster)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
     forced = chained = 0
     for c in random.Random(5).sample(candidates, min(60, len(candidates))):
         zero = _forced_zero_stage(tables, c, [0, 1, 2, 3], 0.5, cluster.capacity_bytes)
@@ -122,11 +127,7 @@ def test_step_time_bound_is_below_the_step_and_counts_the_tail(model: str, gpu: 
     above it wherever a tail is exposed."""
     from models.core.step_time import estimate_step, pipeline_makespan_bound, step_time_bound
 
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq)
     tails = 0
     for c in random.Random(11).sample(candidates, min(30, len(candidates))):
         for zero in (0, 1, 3):
@@ -536,12 +537,8 @@ def test_plain_run_bound_lies_between_the_closed_form_and_every_plan(
     from models.core.step_time import estimate_step
     from solver.candidate_eval import plain_run_makespan
 
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
     constraints = Constraints(framework="any")
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=constraints)
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq, constraints)
     policies: list[dict[str, object]] = [
         {}, {"recompute": "selective"}, {"recompute": "full"}, {"fp8_activations": True},
         {"activation_offload_frac": 0.5}, {"remote_activation_offload": True}]
@@ -942,12 +939,8 @@ def test_memory_bound_never_falls_as_the_micro_batch_grows(model: str, gpu: str,
     micro-batch when every other field of the candidate is the same."""
     from solver.planner import _micro_batch_free_key
 
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq)
     tables = BoundTables(spec, training, cluster)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
     by_mesh: dict[tuple[object, ...], list[MeshCandidate]] = {}
     for c in candidates:
         by_mesh.setdefault(_micro_batch_free_key(c), []).append(c)
