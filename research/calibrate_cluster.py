@@ -77,11 +77,12 @@ def runs_made_with(calibration: KernelCalibration, sigma: float, seed: int,
     return runs
 
 
-def generated_runs(scale: float, overhead_s: float, sigma: float, seed: int
+def generated_runs(scale: float, overhead_s: float, sigma: float, seed: int,
+                   configs: tuple[tuple[str, int, int, int, dict[str, int]], ...] = CONFIGS
                    ) -> list[dict[str, Any]]:
-    """`CONFIGS` timed with a known GEMM scale and per-step overhead."""
+    """`configs` timed with a known GEMM scale and per-step overhead."""
     return runs_made_with(KernelCalibration(gemm_efficiency_scale=scale,
-                                            step_overhead_s=overhead_s), sigma, seed)
+                                            step_overhead_s=overhead_s), sigma, seed, configs)
 
 
 def coverage(draws: int = 200) -> dict[str, float]:

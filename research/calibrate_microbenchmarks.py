@@ -47,40 +47,63 @@ TRUTH = {"GEMM kernel level (bf16)": 0.82, "GEMM kernel level (fp8)": 0.70,
          "attention_efficiency_scale": 1.1, "host_link_bandwidth_bytes_per_s": 44e9}
 
 
-def generated(seed: int, sigma: float) -> Microbenchmarks:
-    """Microbenchmarks of the cost model at `TRUTH`, times log-normal noise."""
-    rng = random.Random(seed)
-    gemm = []
-    for dtype, level in ((DType.BF16, 0.82), (DType.FP8, 0.70)):
+def gemms(levels: dict[DType, float], sigma: float, rng: random.Random
+          ) -> list[GemmMeasurement]:
+    """GEMM entries of the cost model at each dtype's kernel level in `levels`, times
+    log-normal noise of `sigma`."""
+    out = []
+    for dtype, level in levels.items():
         prof = dataclasses.replace(HOPPER, gemm_peak_frac={dtype: level})
         for m in (1024, 2048, 4096, 8192, 16384):
             for n, k in ((4096, 4096), (8192, 8192), (16384, 4096), (1536, 8192)):
                 t = gemm_time_s(m, n, k, gpu=CLUSTER.gpu, dtype=dtype, profile=prof)
                 t *= rng.lognormvariate(0.0, sigma)
-                gemm.append(GemmMeasurement(m=m, n=n, k=k, dtype=dtype,
-                                            tflops=2 * m * n * k / t / 1e12))
+                out.append(GemmMeasurement(m=m, n=n, k=k, dtype=dtype,
+                                           tflops=2 * m * n * k / t / 1e12))
+    return out
+
+
+def collectives(intra: float, inter: float, sigma: float, rng: random.Random
+                ) -> list[CollectiveMeasurement]:
+    """Collective entries of the cost model with the scale-up and scale-out bandwidth scaled
+    by `intra` and `inter`, times log-normal noise of `sigma`."""
     fabric = fabric_of(CLUSTER.model_copy(update={"calibration": KernelCalibration(
-        intra_node_bandwidth_scale=0.9, inter_node_bandwidth_scale=0.8)}))
-    coll = []
+        intra_node_bandwidth_scale=intra, inter_node_bandwidth_scale=inter)}))
+    out = []
     for c in (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.ALL_TO_ALL):
         for size in (2**22, 2**26, 2**28, 2**30):
             for n, k in ((8, 8), (4, 4), (16, 8), (32, 8)):
                 t = collective_cost(c, num_ranks=n, message_bytes=size, fabric=fabric,
                                     ranks_per_node=k).time_s * rng.lognormvariate(0.0, sigma)
-                coll.append(CollectiveMeasurement(
+                out.append(CollectiveMeasurement(
                     collective=c, message_bytes=size, num_ranks=n, ranks_per_node=k,
                     bus_bandwidth_bytes_per_s=size * bus_factor(c, n) / t))
+    return out
+
+
+def attention(scale: float, sigma: float, rng: random.Random) -> list[AttentionMeasurement]:
+    """Attention entries (fused and materialized) of the cost model at `scale` times the
+    family's efficiency, times log-normal noise of `sigma`."""
     peak = CLUSTER.gpu.peak_flop_per_s(DType.BF16)
-    attention = [AttentionMeasurement(
+    return [AttentionMeasurement(
         seq_len=s, fused=fused,
         tflops=peak * (HOPPER.flash_attention_frac if fused else
-                       HOPPER.materialized_attention_frac) * 1.1
+                       HOPPER.materialized_attention_frac) * scale
         * s / (s + HOPPER.attention_seq_half) / 1e12 * rng.lognormvariate(0.0, sigma))
         for s in (1024, 2048, 4096, 8192, 16384) for fused in (True, False)]
+
+
+def generated(seed: int, sigma: float) -> Microbenchmarks:
+    """Microbenchmarks of the cost model at `TRUTH`, times log-normal noise."""
+    rng = random.Random(seed)
+    gemm = gemms({DType.BF16: 0.82, DType.FP8: 0.70}, sigma, rng)
+    coll = collectives(0.9, 0.8, sigma, rng)
+    attention_entries = attention(1.1, sigma, rng)
     host = [HostLinkMeasurement(direction=d, message_bytes=2**28,
                                 bandwidth_bytes_per_s=44e9 * rng.lognormvariate(0.0, sigma))
             for d in ("h2d", "d2h", "h2d", "d2h")]
-    return Microbenchmarks(gemm=gemm, collectives=coll, attention=attention, host_link=host)
+    return Microbenchmarks(gemm=gemm, collectives=coll, attention=attention_entries,
+                           host_link=host)
 
 
 def recovery() -> None:

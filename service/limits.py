@@ -45,34 +45,17 @@ def check_bound(value: int, bound: Bound, *, field: str, what: str) -> None:
             field=field)
 
 
+BOUNDED = ("world_size", "layers", "experts", "sequence_length", "global_batch_size",
+           "pipeline_stages", "micro_batches", "pipeline_ops", "optimize_ops", "timeline_ops",
+           "exact_placement_cells", "token_count", "mesh_ranks", "mesh_members",
+           "placement_cells", "answer_bytes")
+"""The bounded sizes by name: each is the setting `max_<name>` (`ATLAS_MAX_<NAME>`)."""
+
+
 def bounds(settings: Settings) -> dict[str, Bound]:
     """The bounds of a configured service by name (also listed in docs/configuration.md)."""
-    return {
-        "world_size": Bound(value=settings.max_world_size, setting="ATLAS_MAX_WORLD_SIZE"),
-        "layers": Bound(value=settings.max_layers, setting="ATLAS_MAX_LAYERS"),
-        "experts": Bound(value=settings.max_experts, setting="ATLAS_MAX_EXPERTS"),
-        "sequence_length": Bound(value=settings.max_sequence_length,
-                                 setting="ATLAS_MAX_SEQUENCE_LENGTH"),
-        "global_batch_size": Bound(value=settings.max_global_batch_size,
-                                   setting="ATLAS_MAX_GLOBAL_BATCH_SIZE"),
-        "pipeline_stages": Bound(value=settings.max_pipeline_stages,
-                                 setting="ATLAS_MAX_PIPELINE_STAGES"),
-        "micro_batches": Bound(value=settings.max_micro_batches,
-                               setting="ATLAS_MAX_MICRO_BATCHES"),
-        "pipeline_ops": Bound(value=settings.max_pipeline_ops, setting="ATLAS_MAX_PIPELINE_OPS"),
-        "optimize_ops": Bound(value=settings.max_optimize_ops, setting="ATLAS_MAX_OPTIMIZE_OPS"),
-        "timeline_ops": Bound(value=settings.max_timeline_ops, setting="ATLAS_MAX_TIMELINE_OPS"),
-        "exact_placement_cells": Bound(value=settings.max_exact_placement_cells,
-                                       setting="ATLAS_MAX_EXACT_PLACEMENT_CELLS"),
-        "token_count": Bound(value=settings.max_token_count, setting="ATLAS_MAX_TOKEN_COUNT"),
-        "mesh_ranks": Bound(value=settings.max_mesh_ranks, setting="ATLAS_MAX_MESH_RANKS"),
-        "mesh_members": Bound(value=settings.max_mesh_members,
-                              setting="ATLAS_MAX_MESH_MEMBERS"),
-        "placement_cells": Bound(value=settings.max_placement_cells,
-                                 setting="ATLAS_MAX_PLACEMENT_CELLS"),
-        "answer_bytes": Bound(value=settings.max_answer_bytes,
-                              setting="ATLAS_MAX_ANSWER_BYTES"),
-    }
+    return {name: Bound(value=getattr(settings, f"max_{name}"),
+                        setting=f"ATLAS_MAX_{name.upper()}") for name in BOUNDED}
 
 
 def cluster_world_size(cluster: ClusterInput) -> int:

@@ -1,16 +1,18 @@
 """Content negotiation for the pictures and traces: `?format=` or `Accept`, and the
 responses and OpenAPI entries of SVG and Trace Event JSON.
 
-Owns: `Format` (json | svg | trace), `wanted_format(format, accept)`, `svg_response(svg,
+Owns: `Format` (json | svg | trace), the `?format=` and `Accept` parameters (`FormatQuery`,
+`AcceptHeader`), `wanted_format(format, accept)`, `json_or_svg(report, ...)`, `svg_response(svg,
 filename)`, `trace_response(document, filename)` and the OpenAPI `responses=` entries with
 examples (`svg_content`, `svg_only_responses`, `trace_content`). Must not: render or
 compute anything.
 """
 
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
-from fastapi import Response
+from fastapi import Header, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
@@ -48,10 +50,30 @@ def wanted_format(requested: Format | None, accept: str | None) -> Format:
     return Format.JSON
 
 
+FormatQuery = Annotated[Format | None, Query(
+    description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` selects SVG.")]
+"""The `?format=` parameter of an endpoint that answers JSON or SVG."""
+
+AcceptHeader = Annotated[str | None, Header(include_in_schema=False)]
+"""The `Accept` header `wanted_format` reads when `?format=` is not given."""
+
+
 def svg_response(svg: str, *, filename: str) -> Response:
     """An SVG document, inline, with a file name for saving."""
     return Response(content=svg, media_type=SVG_MEDIA_TYPE,
                     headers={"Content-Disposition": f'inline; filename="{filename}"'})
+
+
+Report = TypeVar("Report")
+
+
+def json_or_svg(report: Report, requested: Format | None, accept: str | None, *,
+                        draw: Callable[[Report], str], filename: str) -> Report | Response:
+    """`report` itself (JSON), or its picture `draw(report)` as an SVG named `filename` when
+    `wanted_format` says SVG."""
+    if wanted_format(requested, accept) == Format.SVG:
+        return svg_response(draw(report), filename=filename)
+    return report
 
 
 def model_response(result: BaseModel) -> Response:

@@ -6,7 +6,7 @@ planning types live in `api_schemas`.
 """
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,6 +17,18 @@ from api_schemas.plan import PlanStatus
 from api_schemas.problems import ProblemCode
 
 _FROZEN = ConfigDict(frozen=True, json_schema_serialization_defaults_required=True)
+
+# The parameter counts a model listing and a Hugging Face reading both report.
+NumParameters = Annotated[int, Field(description="Total parameters (embeddings and head "
+                                     "included, MTP excluded).")]
+NumActivatedParameters = Annotated[int, Field(description="Parameters one token touches.")]
+NumMtpParameters = Annotated[int, Field(description="Multi-token-prediction parameters, "
+                                        "apart.")]
+NumVisionParameters = Annotated[int, Field(
+    description="Vision encoder, adapter and projector of a multimodal checkpoint (Llama 4), "
+    "apart: not planned, but part of the published checkpoint, whose total is "
+    "num_parameters + num_vision_parameters (+ MTP). 0 when there is none or its kind is "
+    "not modelled (the notes say so).")]
 
 
 class PlanSummary(BaseModel):
@@ -104,15 +116,10 @@ class ModelCatalogEntry(BaseModel):
         description="A packaged Hugging Face config, a published Megatron GPT shape, or a "
         "shape assumed where the report gives only totals (see assumptions).")
     spec: ModelSpec = Field(description="The architecture.")
-    num_parameters: int = Field(description="Total parameters (embeddings and head "
-                                "included, MTP excluded).")
-    num_activated_parameters: int = Field(description="Parameters one token touches.")
-    num_mtp_parameters: int = Field(description="Multi-token-prediction parameters, apart.")
-    num_vision_parameters: int = Field(
-        default=0, description="Vision encoder, adapter and projector of a multimodal "
-        "checkpoint (Llama 4), apart: not planned, but part of the published checkpoint, "
-        "whose total is num_parameters + num_vision_parameters (+ MTP). 0 when there is "
-        "none or its kind is not modelled (the notes say so).")
+    num_parameters: NumParameters
+    num_activated_parameters: NumActivatedParameters
+    num_mtp_parameters: NumMtpParameters
+    num_vision_parameters: NumVisionParameters = 0
     assumptions: list[str] = Field(
         default_factory=list, description="For an assumed preset, every figure it assumes "
         "where its source gives none.")
@@ -143,15 +150,10 @@ class FromHfResponse(BaseModel):
 
     spec: ModelSpec = Field(description="The architecture; post it as `model` of a plan.")
     model_type: str = Field(description="The config's model_type.")
-    num_parameters: int = Field(description="Total parameters (embeddings and head "
-                                "included, MTP excluded).")
-    num_activated_parameters: int = Field(description="Parameters one token touches.")
-    num_mtp_parameters: int = Field(description="Multi-token-prediction parameters, apart.")
-    num_vision_parameters: int = Field(
-        default=0, description="Vision encoder, adapter and projector of a multimodal "
-        "checkpoint (Llama 4), apart: not planned, but part of the published checkpoint, "
-        "whose total is num_parameters + num_vision_parameters (+ MTP). 0 when there is "
-        "none or its kind is not modelled (the notes say so).")
+    num_parameters: NumParameters
+    num_activated_parameters: NumActivatedParameters
+    num_mtp_parameters: NumMtpParameters
+    num_vision_parameters: NumVisionParameters = 0
     notes: list[str] = Field(description="Every default or assumption applied while reading.")
 
 

@@ -1,7 +1,8 @@
 """The library entry points: `plan(request)` and `evaluate(request)` -> `PlanResponse`.
 
 Owns: resolving the request, running the search or scoring one configuration, refining,
-explaining and assembling the public response. Must not: do I/O (the service stores plans).
+explaining and gathering the parts of the public response (`solver.plan_response` assembles
+it). Must not: do I/O (the service stores plans).
 """
 
 import dataclasses
@@ -10,7 +11,6 @@ from collections.abc import Callable
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
-from api_schemas.exports import PlanExports
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import (
@@ -18,22 +18,17 @@ from api_schemas.plan import (
     CostEstimate,
     ExpertParallelComparison,
     Explanation,
-    ExtensionUse,
     PlanResponse,
     PlanStatus,
-    RunsOn,
     SolverStats,
-    Throughput,
-    TimeBreakdown,
 )
 from api_schemas.requests import Constraints, EvaluateRequest, Objective, PlanRequest
 from api_schemas.training import TrainingSpec
 from models.catalog.resolve import resolve_cluster, resolve_model
-from models.core.frameworks import RELEASED, extensions_used, plan_features, runs_on
 from models.core.layer_kinds import has_routed_experts
 from models.core.memory import memory_ledger
 from models.core.mesh import validate_mesh
-from models.core.step_time import FLOP_CONVENTION, StepEstimate, estimate_step
+from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
 from models.evidence.memory_evidence import ledger_evidence
 from solver import cancel, cpsat
@@ -43,7 +38,6 @@ from solver.binding_pins import Binding, binding_texts, find_binding
 from solver.candidate_eval import ScoredPlan, refine_policies
 from solver.chosen_mechanisms import runtime_why_off
 from solver.collector import collector_paused
-from solver.context_parallel_layers import context_parallel_layers
 from solver.expert_parallel import best_with_expert_parallelism, compare
 from solver.explain import (
     binding_constraints,
@@ -61,18 +55,17 @@ from solver.plan_notes import (
     cp_layer_notes,
     plausibility,
 )
+from solver.plan_response import ReportParts, plan_response, throughput, time_breakdown
 from solver.planner import SearchResult, hardware_constraints, objective_value, search
-from solver.policy_summary import summarise_policies
 from solver.reach import Reach, highest_reachable, target_relaxation
 from solver.relax import binding_relaxations, relaxations
-from solver.reports import memory_report_from_ledger
 from solver.robust_choice import (
     Pick,
     experimental_features,
     experimental_schedules,
     pick,
 )
-from solver.runtime_choice import decided_for, runtime_feature_uses, with_rules
+from solver.runtime_choice import decided_for, with_rules
 from solver.search_space import search_limits, space_note
 from solver.space import MeshCandidate
 from solver.targets import (
@@ -84,38 +77,6 @@ from solver.targets import (
 )
 
 Progress = Callable[[str], None]
-
-
-def time_breakdown(est: StepEstimate) -> TimeBreakdown:
-    """The public breakdown of a step estimate."""
-    return TimeBreakdown(
-        step_time_s=est.step_time_s, compute_s=est.compute_s, recompute_s=est.recompute_s,
-        bubble_s=est.bubble_s, exposed_comm_s=dict(est.exposed_comm_s),
-        offload_stall_s=est.offload_stall_s, optimizer_s=est.optimizer_s,
-        overheads_s=dict(est.overheads_s),
-        details={"pipeline_makespan_s": est.pipeline_makespan_s,
-                 "critical_stage": float(est.critical_stage)})
-
-
-def throughput(est: StepEstimate) -> Throughput:
-    """The public throughput figures of a step estimate."""
-    return Throughput(tokens_per_s=est.tokens_per_s, tflops_per_gpu=est.tflops_per_gpu,
-                      hardware_tflops_per_gpu=est.hardware_tflops_per_gpu,
-                      mfu=min(1.0, est.mfu), hfu=est.hfu, flop_convention=FLOP_CONVENTION,
-                      tflops_per_gpu_full_attention=est.tflops_per_gpu_full_attention,
-                      mfu_full_attention=est.mfu_full_attention)
-
-
-
-def _exports(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
-             cluster: ClusterSpec) -> PlanExports:
-    try:
-        from solver.export import export_all
-    except ImportError:  # the exporters are optional at this layer
-        return PlanExports()
-    return PlanExports.model_validate(export_all(
-        spec, training, parallel, gpus_per_node=cluster.gpus_per_node,
-        rail_optimized=cluster.rail_optimized))
 
 
 def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanResponse:
@@ -215,15 +176,15 @@ def _answer(request: PlanRequest, spec: ModelSpec, cluster: ClusterSpec,
                                 deadline)
     explanation = Explanation(summary=text, binding_constraints=binding_constraints(best.ledger),
                               notes=notes)
+    with_recipe = dataclasses.replace(best, training=training)
     expert = _expert_comparison(request, spec, training, cluster, constraints, result,
-                                dataclasses.replace(best, training=training), deadline)
-    why_off = runtime_why_off(spec, request.training, cluster,
-                              dataclasses.replace(best, training=training), constraints,
-                              deadline=deadline)
-    response = _response(best, result.status, spec.name, cluster, alternatives, explanation,
-                         stats, spec=spec, training=training,
-                         target=request.constraints.framework or "released",
-                         request_training=request.training, why_off=why_off)
+                                with_recipe, deadline)
+    parts = ReportParts(status=result.status, alternatives=alternatives, explanation=explanation,
+                        stats=stats, target=request.constraints.framework or "released",
+                        why_off=runtime_why_off(spec, request.training, cluster, with_recipe,
+                                                constraints, deadline=deadline))
+    response = plan_response(best, parts, spec=spec, training=training, cluster=cluster,
+                             request_training=request.training)
     response = response.model_copy(update={"robust_choice": robust.report})
     if expert is not None:
         response = response.model_copy(update={"expert_parallel": expert})
@@ -302,36 +263,6 @@ def _stats(result: SearchResult) -> SolverStats:
                        gap=s.gap, best_bound=s.best_bound,
                        status="time_limit" if s.unexamined else result.status.value,
                        unexamined=s.unexamined)
-
-
-def _response(best: ScoredPlan, status: PlanStatus, model_name: str, cluster: ClusterSpec,
-              alternatives: list[Alternative], explanation: Explanation, stats: SolverStats | None,
-              *, spec: ModelSpec, training: TrainingSpec, target: str,
-              request_training: TrainingSpec | None = None,
-              why_off: dict[str, str] | None = None) -> PlanResponse:
-    est = best.estimate
-    parallel = summarise_policies(best.parallel)
-    features = plan_features(spec, training, parallel)
-    fits = runs_on(spec, training, parallel)
-    uses = runtime_feature_uses(spec, request_training or training, training, best.candidate,
-                                [fit.framework for fit in fits] or list(RELEASED), why_off)
-    return PlanResponse(
-        status=status, model_name=model_name, gpu=cluster.gpu.id,
-        world_size=est.world_size, parallel=parallel,
-        num_micro_batches=est.num_micro_batches, memory=memory_report_from_ledger(best.ledger),
-        time=time_breakdown(est), throughput=throughput(est),
-        predicted_range=range_of(cluster, moe=has_routed_experts(spec), world_size=est.world_size,
-                                 step_time_s=est.step_time_s, tokens_per_s=est.tokens_per_s,
-                                 mfu=min(1.0, est.mfu)),
-        alternatives=alternatives,
-        explanation=explanation, solver=stats, bottleneck=est.bottleneck,
-        exports=_exports(spec, training, parallel, cluster), framework_target=target,
-        runs_on=[RunsOn(framework=fit.framework, name=fit.name, version=fit.version,
-                        features=fit.features) for fit in fits],
-        runtime_features=uses,
-        context_parallel=context_parallel_layers(spec, training, parallel, cluster),
-        extensions=[ExtensionUse(feature=feature, origin=origin)
-                    for feature, origin in extensions_used(features).items()])
 
 
 POST_SEARCH_RESERVE_SHARE = 0.08
@@ -571,18 +502,18 @@ def evaluate(request: EvaluateRequest) -> PlanResponse:
                               notes=notes, relaxations=[f.text for f in fixes])
     stats = SolverStats(wall_time_s=time.perf_counter() - started, candidates=1, evaluated=1,
                         status="evaluated")
-    return _response(scored, PlanStatus.FEASIBLE if ledger.fits else PlanStatus.INFEASIBLE,
-                     spec.name, cluster,
-                     [Alternative(parallel=f.parallel, world_size=f.parallel.world_size,
-                                  step_time_s=f.step_time_s,
-                                  peak_bytes=f.peak_bytes, fits=f.fits, why_not=f.text,
-                                  predicted_range=range_of(
-                                      cluster, moe=has_routed_experts(spec),
-                                      world_size=f.parallel.world_size,
-                                      step_time_s=f.step_time_s))
-                      for f in fixes],
-                     explanation, stats, spec=spec, training=training, target="any",
-                     request_training=request.training)
+    alternatives = [Alternative(parallel=f.parallel, world_size=f.parallel.world_size,
+                                step_time_s=f.step_time_s, peak_bytes=f.peak_bytes, fits=f.fits,
+                                why_not=f.text,
+                                predicted_range=range_of(cluster, moe=has_routed_experts(spec),
+                                                         world_size=f.parallel.world_size,
+                                                         step_time_s=f.step_time_s))
+                    for f in fixes]
+    parts = ReportParts(status=PlanStatus.FEASIBLE if ledger.fits else PlanStatus.INFEASIBLE,
+                        alternatives=alternatives, explanation=explanation, stats=stats,
+                        target="any")
+    return plan_response(scored, parts, spec=spec, training=training, cluster=cluster,
+                         request_training=request.training)
 
 
 __all__ = ["cost_estimate", "evaluate", "plan", "plausibility", "range_of", "throughput",

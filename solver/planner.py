@@ -240,20 +240,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     if deadline is None:
         deadline = started + limits.time_limit_s
     dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE
-    zeros = allowed_zero_stages(constraints)
-    bound_training = optimistic_training(training, target_frameworks(constraints))
-    problem = SearchProblem(spec=spec, training=training, cluster=cluster, constraints=constraints,
-                       objective=objective, bound_training=bound_training,
-                       tables=BoundTables(
-                           spec, bound_training, cluster, memory_training=training,
-                           host_gradients=constraints.gradient_host_shards
-                           or constraints.allow_gradient_host_shards,
-                           host_optimizer=bool(constraints.optimizer_offload_frac)
-                           or (constraints.optimizer_offload_frac is None
-                               and constraints.allow_optimizer_offload)),
-                       zeros=zeros, max_offload=max_offload_share(constraints),
-                       memo=LedgerMemo(spec=spec, training=training),
-                       targets=TargetRequest(spec, training, constraints))
+    problem = _problem(spec, training, cluster, constraints, objective)
     sizes = (list(world_sizes) if world_sizes
              else objective_world_sizes(cluster, constraints, objective))
     queue = SearchQueue(heap=[], total=0, pruned_memory=0)
@@ -271,6 +258,46 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         if progress:
             progress(f"{queue.total} candidates, {queue.pruned_memory} pruned by the memory "
                      f"bound, {len(queue.heap)} to order by the time bound")
+    _branch_and_bound(problem, queue, pending, deadline=deadline, dive_from=dive_from,
+                      watch=watch, progress=progress)
+    _state_what_is_unproven(queue, pending)
+    result = _result(problem, queue, sizes, time.perf_counter() - started)
+    if watch is not None:
+        watch.report(candidates=result.stats.candidates, evaluated=result.stats.evaluated,
+                     incumbent=_finite(queue.best_value), bound=result.stats.best_bound,
+                     final=True)
+    return result
+
+
+def _problem(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+             constraints: Constraints, objective: Objective) -> SearchProblem:
+    """The fixed inputs of one search (`constraints` already narrowed by the hardware and
+    the framework target) with the bound tables, the ledger memo and the target variants
+    built for them."""
+    zeros = allowed_zero_stages(constraints)
+    bound_training = optimistic_training(training, target_frameworks(constraints))
+    return SearchProblem(spec=spec, training=training, cluster=cluster, constraints=constraints,
+                         objective=objective, bound_training=bound_training,
+                         tables=BoundTables(
+                             spec, bound_training, cluster, memory_training=training,
+                             host_gradients=constraints.gradient_host_shards
+                             or constraints.allow_gradient_host_shards,
+                             host_optimizer=bool(constraints.optimizer_offload_frac)
+                             or (constraints.optimizer_offload_frac is None
+                                 and constraints.allow_optimizer_offload)),
+                         zeros=zeros, max_offload=max_offload_share(constraints),
+                         memo=LedgerMemo(spec=spec, training=training),
+                         targets=TargetRequest(spec, training, constraints))
+
+
+def _branch_and_bound(problem: SearchProblem, queue: SearchQueue, pending: list[int], *,
+                      deadline: float, dive_from: float, watch: Reporter | None,
+                      progress: Progress | None) -> None:
+    """The branch-and-bound loop: take the queue's head in bound order, tighten its bound
+    level by level or visit it, until no candidate can beat the incumbent or the deadline
+    falls; with fewest GPUs, list each world size of `pending` (popping it) once the queue
+    holds nothing below its smallest value. Leaves in `queue` what it proved: the status and
+    bound of a search cut short with a plan, the unexamined count of one without."""
     while queue.heap or pending:
         cancel.check()
         if pending and (not queue.heap or queue.heap[0][0] >= _size_floor(pending[0])):
@@ -312,6 +339,12 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
         _visit(problem, queue, order, c, progress)
         if watch is not None:
             _report(watch, queue, lower)
+
+
+def _state_what_is_unproven(queue: SearchQueue, pending: list[int]) -> None:
+    """After the loop: a time limit that fell in the enumeration proves nothing about the
+    rest (feasible without a bound, or the unexamined count), and each world size never
+    listed counts as one candidate."""
     if queue.unenumerated:
         # The time limit fell in the enumeration: nothing is proven about the rest.
         if queue.best is not None:
@@ -320,12 +353,6 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
             queue.unexamined = len(queue.heap) + queue.unenumerated + len(pending)
     if queue.unexamined:
         queue.total += len(pending)  # one stands for each world size never listed
-    result = _result(problem, queue, sizes, time.perf_counter() - started)
-    if watch is not None:
-        watch.report(candidates=result.stats.candidates, evaluated=result.stats.evaluated,
-                     incumbent=_finite(queue.best_value), bound=result.stats.best_bound,
-                     final=True)
-    return result
 
 
 def _finite(value: float) -> float | None:

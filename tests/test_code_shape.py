@@ -47,9 +47,6 @@ ALLOWED: dict[str, str] = {
         "keyword-only, one parameter per symbol of the papers' closed forms (p, m, v, F, B, "
         "W, F&B, group size) as its legend names them; `ClosedFormShape` types the same "
         "keywords for its two wrappers"),
-    "solver/api.py:_response": (
-        "assembles the PlanResponse from the chosen plan and its report parts; not turned "
-        "into a record yet"),
     "solver/candidate_eval.py:evaluate_candidate": (
         "keyword-only options of one evaluation (cutoff, ZeRO-3 bound, floors, caps, memo) "
         "beside the request's five inputs; shares them with evaluate_for_targets"),
@@ -57,12 +54,9 @@ ALLOWED: dict[str, str] = {
         "evaluate_candidate's inputs and options plus the target's variants and the "
         "least-memory objective; the two change together"),
     "solver/planner.py:search": (
-        "the branch-and-bound loop over the queue (its proof of optimality reads as one "
-        "piece) and the search's public keyword API (spec, recipe, cluster, constraints, "
-        "objective, limits, progress, deadline, world sizes, seed)"),
-    "service/jobs/store.py:finish": (
-        "keyword-only columns of one job row's outcome (attempt, state, time, plan id, "
-        "result, problem, detail), written in one UPDATE"),
+        "the search's public keyword API (spec, recipe, cluster, constraints, objective, "
+        "limits, progress, deadline, world sizes, seed), called by the entry points, the "
+        "relaxations, the benchmarks and the tests"),
 }
 
 

@@ -198,9 +198,11 @@ def run_job(job_id: str, services: JobServices, *, take_running: bool,
         store.requeue(services.engine, job_id, attempt=record.attempts)
         logger.info("job %s queued again: %s", job_id, STOPPING)
         return JobState.QUEUED
-    kept = store.finish(services.engine, job_id, attempt=record.attempts, state=state,
-                        elapsed_s=time.perf_counter() - started, plan_id=outcome.plan_id,
-                        result=outcome.result, problem=problem, detail=detail)
+    kept = store.finish(services.engine, job_id, attempt=record.attempts,
+                        outcome=store.JobOutcome(
+                            state=state, elapsed_s=time.perf_counter() - started,
+                            plan_id=outcome.plan_id, result=outcome.result, problem=problem,
+                            detail=detail))
     logger.info("job %s %s after %.2f s%s", job_id, state.value, time.perf_counter() - started,
                 "" if kept else " (no longer this run's: outcome dropped)")
     if kept:

@@ -11,6 +11,7 @@ raising the job problems, or build responses.
 import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -157,9 +158,20 @@ def claim(engine: Engine, job_id: str, *, take_running: bool) -> JobRecord | Non
         return record
 
 
-def finish(engine: Engine, job_id: str, *, attempt: int, state: JobState, elapsed_s: float,
-           plan_id: str | None = None, result: dict[str, Any] | None = None,
-           problem: dict[str, Any] | None = None, detail: str | None = None) -> bool:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOutcome:
+    """How one run of a job ended: the columns `finish` writes (state, plan id, result,
+    problem) and what its final event says (elapsed time, detail)."""
+
+    state: JobState
+    elapsed_s: float
+    plan_id: str | None = None
+    result: dict[str, Any] | None = None
+    problem: dict[str, Any] | None = None
+    detail: str | None = None
+
+
+def finish(engine: Engine, job_id: str, *, attempt: int, outcome: JobOutcome) -> bool:
     """Record the outcome of the run `attempt` (done, failed or cancelled); False when the
     job is no longer that run's (re-queued elsewhere), in which case nothing changes."""
     with Session(engine) as session:
@@ -167,13 +179,14 @@ def finish(engine: Engine, job_id: str, *, attempt: int, state: JobState, elapse
             update(JobRecord)
             .where(col(JobRecord.id) == job_id, col(JobRecord.state) == JobState.RUNNING.value,
                    col(JobRecord.attempts) == attempt)
-            .values(state=state.value, finished_at=_now(), plan_id=plan_id,
-                    result_json=result, error_json=problem))
+            .values(state=outcome.state.value, finished_at=_now(), plan_id=outcome.plan_id,
+                    result_json=outcome.result, error_json=outcome.problem))
         if ended.rowcount != 1:  # type: ignore[attr-defined]
             session.rollback()
             return False
-        _append(session, job_id, state_event(state, attempt=attempt, elapsed_s=elapsed_s,
-                                             detail=detail))
+        _append(session, job_id, state_event(outcome.state, attempt=attempt,
+                                             elapsed_s=outcome.elapsed_s,
+                                             detail=outcome.detail))
         session.commit()
         return True
 
@@ -329,6 +342,7 @@ def queued_ids(engine: Engine) -> Sequence[str]:
                             .order_by(col(JobRecord.created_at))).all()
 
 
-__all__ = ["abandon", "add_event", "claim", "create_or_join", "events_after", "finish", "get_job",
+__all__ = ["JobOutcome", "abandon", "add_event", "claim", "create_or_join", "events_after",
+           "finish", "get_job",
            "prune_finished", "queued_ids", "request_cancel", "requeue", "requeue_orphans",
            "state_event", "still_runs"]

@@ -119,8 +119,8 @@ def gather(engine: Engine, sweep_id: str) -> bool:
         result: dict[str, Any] = _response(request, points).model_dump(mode="json")
         attempt, cancelled = sweep.attempts, sweep.cancel_requested
     state = JobState.CANCELLED if cancelled else JobState.DONE
-    return store.finish(engine, sweep_id, attempt=attempt, state=state, elapsed_s=0.0,
-                        result=result, detail="cancelled" if cancelled else None)
+    return store.finish(engine, sweep_id, attempt=attempt, outcome=store.JobOutcome(
+        state=state, elapsed_s=0.0, result=result, detail="cancelled" if cancelled else None))
 
 
 def gather_parents(engine: Engine, child_id: str) -> None:

@@ -10,7 +10,7 @@ write to the store.
 from typing import Annotated
 
 from anyio import to_thread
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Response
 
 from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
@@ -19,11 +19,12 @@ from service.calibration import apply_profile
 from service.core import call_core
 from service.deps import ContextDep, SettingsDep
 from service.media import (
-    Format,
+    AcceptHeader,
+    FormatQuery,
+    json_or_svg,
     svg_content,
     svg_only_responses,
     svg_response,
-    wanted_format,
 )
 from service.openapi import problem_responses
 from service.pictures import memory_svg
@@ -74,18 +75,14 @@ async def evaluate_configuration(request: EvaluateBody, context: ContextDep) -> 
                         **problem_responses("invalid-spec")})
 def ledger_memory(
     request: EvaluateBody, settings: SettingsDep,
-    format: Annotated[Format | None, Query(
-        description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` selects "
-        "SVG.")] = None,
-    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+    format: FormatQuery = None,
+    accept: AcceptHeader = None,
 ) -> MemoryReport | Response:
     """The memory lab: per pipeline stage, the bytes of parameters, gradients, optimizer
     states, activations at the schedule's peak and buffers, itemised, with the capacity
     after headroom and the binding stage. Takes the evaluate request."""
-    report = _memory_ledger(request, settings)
-    if wanted_format(format, accept) == Format.SVG:
-        return svg_response(memory_svg(report), filename="memory.svg")
-    return report
+    return json_or_svg(_memory_ledger(request, settings), format, accept, draw=memory_svg,
+                       filename="memory.svg")
 
 
 @router.post("/v1/ledger/memory.svg", summary="Per-GPU memory stack of one configuration (SVG)",

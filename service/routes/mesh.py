@@ -7,7 +7,7 @@ how much of the mesh is listed. Must not: build groups.
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Query, Response
 
 from api_schemas.mesh import MeshRequest, MeshResponse
 from models.core.mesh.report import mesh_report
@@ -15,11 +15,12 @@ from service import limits
 from service.core import call_core
 from service.deps import SettingsDep
 from service.media import (
-    Format,
+    AcceptHeader,
+    FormatQuery,
+    json_or_svg,
     svg_content,
     svg_only_responses,
     svg_response,
-    wanted_format,
 )
 from service.openapi import problem_responses
 from service.pictures import mesh_svg as draw_mesh
@@ -60,19 +61,16 @@ ColourBy = Annotated[str, Query(pattern="^(" + "|".join(GROUP_KINDS) + ")$",
                         **problem_responses("invalid-spec")})
 def mesh(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
          settings: SettingsDep,
-         format: Annotated[Format | None, Query(
-             description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` "
-             "selects SVG.")] = None,
+         format: FormatQuery = None,
          colour_by: ColourBy = "tp",
-         accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+         accept: AcceptHeader = None,
          ) -> MeshResponse | Response:
     """Where every rank sits (node, coordinates), the members of its tp / cp / dp / pp / ep
     groups, which group kinds stay inside a node and which collectives they run how often,
     and every rule the configuration breaks, each with a valid alternative nearby."""
-    report = _mesh_report(request, settings)
-    if wanted_format(format, accept) == Format.SVG:
-        return svg_response(draw_mesh(report, colour_by=colour_by), filename="mesh.svg")
-    return report
+    return json_or_svg(_mesh_report(request, settings), format, accept,
+                       draw=lambda report: draw_mesh(report, colour_by=colour_by),
+                       filename="mesh.svg")
 
 
 @router.post("/v1/mesh.svg", summary="Ranks on a node grid, coloured by group (SVG)",

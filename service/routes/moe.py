@@ -11,10 +11,9 @@ serialise answers.
 
 from collections.abc import Callable
 from functools import partial
-from typing import Annotated
 
 from anyio import to_thread
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Request, Response
 
 from api_schemas.moe import (
     MoePlacementLayersResponse,
@@ -28,7 +27,9 @@ from service import limits
 from service.core import call_core
 from service.deps import ContextDep
 from service.media import (
+    AcceptHeader,
     Format,
+    FormatQuery,
     svg_content,
     svg_only_responses,
     svg_response,
@@ -108,10 +109,8 @@ def check_placement_bounds(request: MoePlacementRequest, settings: Settings) -> 
 async def moe_placement(
     http: Request,
     context: ContextDep,
-    format: Annotated[Format | None, Query(
-        description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` selects "
-        "SVG.")] = None,
-    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+    format: FormatQuery = None,
+    accept: AcceptHeader = None,
 ) -> Response:
     """From the router's token counts (row r: tokens on source rank r per expert), the
     foreign experts each rank hosts (at most E/R) and every token route, so that every rank

@@ -10,7 +10,7 @@ or simulate schedules itself.
 from functools import partial
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Query, Response
 
 from api_schemas.pipeline import (
     PipelineOptimizeRequest,
@@ -22,6 +22,7 @@ from service import limits
 from service.core import call_core
 from service.deps import ContextDep
 from service.media import (
+    AcceptHeader,
     Format,
     svg_content,
     svg_only_responses,
@@ -101,7 +102,7 @@ async def pipeline_simulate(
         description="'json' (default), 'svg' (the timeline picture) or 'trace' (Chrome "
         "Trace Event JSON for Perfetto); without it, `Accept: image/svg+xml` selects "
         "SVG.")] = None,
-    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+    accept: AcceptHeader = None,
 ) -> PipelineSimulateResponse | Response:
     """Generate the schedule (GPipe, 1F1B, interleaved 1F1B, ZB-H1/H2, ZB-V, DualPipe,
     DualPipeV, Chimera) for p ranks, m micro-batches and v chunks, and simulate it with the

@@ -7,7 +7,7 @@ bounds of the training configuration it carries. Must not: size or time anything
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Response
 
 from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE, RlSeesawRequest, RlSeesawResponse
 from models.labs.rl_seesaw_report import rl_seesaw_report
@@ -15,11 +15,12 @@ from service import limits
 from service.core import call_core
 from service.deps import SettingsDep
 from service.media import (
-    Format,
+    AcceptHeader,
+    FormatQuery,
+    json_or_svg,
     svg_content,
     svg_only_responses,
     svg_response,
-    wanted_format,
 )
 from service.openapi import problem_responses
 from service.pictures import seesaw_svg
@@ -52,10 +53,8 @@ SEESAW_EXAMPLES = {
 def rl_seesaw(
     request: Annotated[RlSeesawRequest, Body(openapi_examples=SEESAW_EXAMPLES)],
     settings: SettingsDep,
-    format: Annotated[Format | None, Query(
-        description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` selects "
-        "SVG.")] = None,
-    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+    format: FormatQuery = None,
+    accept: AcceptHeader = None,
 ) -> RlSeesawResponse | Response:
     """Training and rollout taking turns on the same GPUs: for the training configuration's
     binding stage, the GPU and host memory of the rollout (inference weights and the
@@ -65,10 +64,8 @@ def rl_seesaw(
     to host memory or NVMe and back, materialising the reference model and broadcasting the
     weights (a deterministic model, not a measurement; `assumptions` lists what the sources
     do not give)."""
-    report = _seesaw(request, settings)
-    if wanted_format(format, accept) == Format.SVG:
-        return svg_response(seesaw_svg(report), filename="rl-seesaw.svg")
-    return report
+    return json_or_svg(_seesaw(request, settings), format, accept, draw=seesaw_svg,
+                       filename="rl-seesaw.svg")
 
 
 @router.post("/v1/lab/rl-seesaw.svg", summary="GPU memory by phase of colocated RL (SVG)",

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Annotated, TypeVar
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Response
 from pydantic import BaseModel
 
 from api_schemas.requests import PlanRequest
@@ -29,11 +29,12 @@ from service.calibration import apply_profile
 from service.core import call_core
 from service.deps import ContextDep, ServiceContext
 from service.media import (
-    Format,
+    AcceptHeader,
+    FormatQuery,
+    json_or_svg,
     svg_content,
     svg_only_responses,
     svg_response,
-    wanted_format,
 )
 from service.openapi import problem_responses
 from service.pictures import checkpoint_svg
@@ -105,10 +106,8 @@ async def _answer(request: RequestT, fn: Callable[..., ResultT], *, kind: str,
 async def run_estimate(
         request: Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)],
         context: ContextDep,
-        format: Annotated[Format | None, Query(
-            description="'json' (default) or 'svg'; without it, `Accept: image/svg+xml` "
-            "selects SVG.")] = None,
-        accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+        format: FormatQuery = None,
+        accept: AcceptHeader = None,
 ) -> RunEstimateResponse | Response:
     """Search the best plan (or score the given `parallel` configuration) and turn its
     predicted step time into the run: steps for `token_budget` tokens, wall time, GPU-hours
@@ -116,10 +115,9 @@ async def run_estimate(
     checkpoint size and save time, Young's and Daly's optimal intervals and the goodput at
     intervals around them (`reliability`). A deterministic model, not a measurement."""
     estimate = await _answer(request, estimate_run, kind="run-estimate", context=context)
-    if wanted_format(format, accept) == Format.SVG:
-        return svg_response(checkpoint_svg(estimate.reliability),
-                            filename="checkpoint-interval.svg")
-    return estimate
+    return json_or_svg(estimate, format, accept,
+                       draw=lambda report: checkpoint_svg(report.reliability),
+                       filename="checkpoint-interval.svg")
 
 
 @router.post("/v1/run/estimate.svg", summary="Goodput against checkpoint interval (SVG)",

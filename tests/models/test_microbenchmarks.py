@@ -2,7 +2,6 @@
 are fitted back within their stated uncertainty; impossible entries are refused with the
 field and the reason; the fitted constants change what the cost model predicts."""
 
-import dataclasses
 import math
 import random
 
@@ -14,65 +13,21 @@ from api_schemas.hardware import ClusterSpec, KernelCalibration
 from api_schemas.microbenchmarks import (
     AttentionMeasurement,
     CollectiveMeasurement,
-    GemmMeasurement,
     HostLinkMeasurement,
     Microbenchmarks,
 )
 from api_schemas.parallel import ParallelConfig
-from api_schemas.requests import ClusterInput, ModelPreset
+from api_schemas.requests import ModelPreset
 from api_schemas.training import TrainingSpec
-from models.catalog.kernels import PROFILES, gemm_time_s, profile_for
-from models.catalog.resolve import resolve_cluster, resolve_model
-from models.core.collectives import bus_factor, collective_cost, fabric_of
+from models.catalog.kernels import PROFILES
+from models.catalog.resolve import resolve_model
 from models.core.step_time import estimate_step
 from models.evidence.microbenchmarks import (
     KERNEL_TABLE_LEVEL,
     MicrobenchmarkRefused,
     fit_microbenchmarks,
 )
-
-CLUSTER = resolve_cluster(ClusterInput(gpu="h100-sxm5-80gb", num_nodes=4))
-HOPPER = profile_for(CLUSTER.gpu)
-
-
-def gemms(levels: dict[DType, float], sigma: float, rng: random.Random
-          ) -> list[GemmMeasurement]:
-    out = []
-    for dtype, level in levels.items():
-        prof = dataclasses.replace(HOPPER, gemm_peak_frac={dtype: level})
-        for m in (1024, 2048, 4096, 8192, 16384):
-            for n, k in ((4096, 4096), (8192, 8192), (16384, 4096), (1536, 8192)):
-                t = gemm_time_s(m, n, k, gpu=CLUSTER.gpu, dtype=dtype, profile=prof)
-                t *= rng.lognormvariate(0.0, sigma)
-                out.append(GemmMeasurement(m=m, n=n, k=k, dtype=dtype,
-                                           tflops=2 * m * n * k / t / 1e12))
-    return out
-
-
-def collectives(intra: float, inter: float, sigma: float, rng: random.Random
-                ) -> list[CollectiveMeasurement]:
-    fabric = fabric_of(CLUSTER.model_copy(update={"calibration": KernelCalibration(
-        intra_node_bandwidth_scale=intra, inter_node_bandwidth_scale=inter)}))
-    out = []
-    for c in (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.ALL_TO_ALL):
-        for size in (2**22, 2**26, 2**28, 2**30):
-            for n, k in ((8, 8), (4, 4), (16, 8), (32, 8)):
-                t = collective_cost(c, num_ranks=n, message_bytes=size, fabric=fabric,
-                                    ranks_per_node=k).time_s * rng.lognormvariate(0.0, sigma)
-                out.append(CollectiveMeasurement(
-                    collective=c, message_bytes=size, num_ranks=n, ranks_per_node=k,
-                    bus_bandwidth_bytes_per_s=size * bus_factor(c, n) / t))
-    return out
-
-
-def attention(scale: float, sigma: float, rng: random.Random) -> list[AttentionMeasurement]:
-    peak = CLUSTER.gpu.peak_flop_per_s(DType.BF16)
-    return [AttentionMeasurement(
-        seq_len=s, fused=fused,
-        tflops=peak * (HOPPER.flash_attention_frac if fused else
-                       HOPPER.materialized_attention_frac) * scale
-        * s / (s + HOPPER.attention_seq_half) / 1e12 * rng.lognormvariate(0.0, sigma))
-        for s in (1024, 2048, 4096, 8192, 16384) for fused in (True, False)]
+from research.calibrate_microbenchmarks import CLUSTER, attention, collectives, gemms
 
 
 def test_generated_microbenchmarks_are_fitted_back_within_their_stated_uncertainty() -> None:

@@ -11,7 +11,21 @@ from models.catalog.presets import cluster_preset, model_preset
 from models.errors import InvalidSpecError
 from solver.bounds import BoundTables
 from solver.candidate_eval import Rejection, evaluate_candidate, plain_makespan_bound
+from solver.planner import SearchResult
 from solver.space import MeshCandidate, candidate_meshes
+
+
+def _case(model: str, gpu: str, nodes: int, batch: int, seq: int,
+          constraints: Constraints | None = None
+          ) -> tuple[ModelSpec, ClusterSpec, TrainingSpec, list[MeshCandidate]]:
+    """A parametrized problem (preset, GPU, nodes, global batch, sequence) and its candidate
+    meshes on 8-GPU nodes under `constraints` (default: none)."""
+    spec = model_preset(model)
+    cluster = cluster_preset(gpu, num_nodes=nodes)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
+                                  gpus_per_node=8, constraints=constraints or Constraints())
+    return spec, cluster, training, candidates
 
 
 @pytest.mark.parametrize(("model", "gpu", "nodes", "batch", "seq"), [
@@ -24,12 +38,8 @@ from solver.space import MeshCandidate, candidate_meshes
 def test_time_and_memory_bounds_never_exceed_the_evaluated_values(model: str, gpu: str,
                                                                   nodes: int, batch: int,
                                                                   seq: int) -> None:
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq)
     tables = BoundTables(spec, training, cluster)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
     for c in random.Random(3).sample(candidates, min(25, len(candidates))):
         result = evaluate_candidate(spec, training, cluster, c, Constraints())
         if isinstance(result, Rejection):
@@ -81,12 +91,8 @@ def test_forced_zero3_and_chain_bounds_never_exceed_the_evaluated_values(
         model: str, gpu: str, nodes: int, batch: int, seq: int) -> None:
     from solver.tightening import _forced_zero_stage
 
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq)
     tables = BoundTables(spec, training, cluster)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
     forced = chained = 0
     for c in random.Random(5).sample(candidates, min(60, len(candidates))):
         zero = _forced_zero_stage(tables, c, [0, 1, 2, 3], 0.5, cluster.capacity_bytes)
@@ -121,11 +127,7 @@ def test_step_time_bound_is_below_the_step_and_counts_the_tail(model: str, gpu: 
     above it wherever a tail is exposed."""
     from models.core.step_time import estimate_step, pipeline_makespan_bound, step_time_bound
 
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq)
     tails = 0
     for c in random.Random(11).sample(candidates, min(30, len(candidates))):
         for zero in (0, 1, 3):
@@ -536,12 +538,8 @@ def test_plain_run_bound_lies_between_the_closed_form_and_every_plan(
     from models.core.step_time import estimate_step
     from solver.candidate_eval import plain_run_makespan
 
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
     constraints = Constraints(framework="any")
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=constraints)
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq, constraints)
     policies: list[dict[str, object]] = [
         {}, {"recompute": "selective"}, {"recompute": "full"}, {"fp8_activations": True},
         {"activation_offload_frac": 0.5}, {"remote_activation_offload": True}]
@@ -568,28 +566,37 @@ def test_plain_run_bound_lies_between_the_closed_form_and_every_plan(
     assert checked > 100 and tighter > 5 and len(schedules) >= 4, (checked, tighter, schedules)
 
 
-def test_the_plain_run_bound_spares_evaluations_and_keeps_the_optimum(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def _searched_with_and_without(monkeypatch: pytest.MonkeyPatch, rule: str, spec: ModelSpec,
+                               training: TrainingSpec, cluster: ClusterSpec,
+                               constraints: Constraints) -> tuple[SearchResult, SearchResult]:
+    """The throughput search with the tightening rule `rule`, then with the rule answering
+    False; both must find the same optimal plan."""
     from api_schemas import Objective, SolverLimits
     from solver import planner, tightening
-
-    spec = model_preset("llama-3.1-70b")
-    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
-    training = TrainingSpec(global_batch_size=512, sequence_length=8192)
-    constraints = Constraints(framework="any", allow_fp8_activations=True, allow_offload=True)
 
     def run() -> planner.SearchResult:
         return planner.search(spec, training, cluster, constraints=constraints,
                               objective=Objective.THROUGHPUT,
                               limits=SolverLimits(time_limit_s=120))
 
-    with_run = run()
-    monkeypatch.setattr(tightening, "add_run_floor", lambda *args: False)
+    with_rule = run()
+    monkeypatch.setattr(tightening, rule, lambda *args: False)
     without = run()
-    assert with_run.status == without.status == "optimal"
-    assert with_run.best is not None and without.best is not None
-    assert with_run.best.parallel == without.best.parallel
-    assert with_run.best.estimate.step_time_s == without.best.estimate.step_time_s
+    assert with_rule.status == without.status == "optimal"
+    assert with_rule.best is not None and without.best is not None
+    assert with_rule.best.parallel == without.best.parallel
+    assert with_rule.best.estimate.step_time_s == without.best.estimate.step_time_s
+    return with_rule, without
+
+
+def test_the_plain_run_bound_spares_evaluations_and_keeps_the_optimum(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = model_preset("llama-3.1-70b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
+    training = TrainingSpec(global_batch_size=512, sequence_length=8192)
+    constraints = Constraints(framework="any", allow_fp8_activations=True, allow_offload=True)
+    with_run, without = _searched_with_and_without(monkeypatch, "add_run_floor", spec,
+                                                   training, cluster, constraints)
     assert with_run.stats.evaluated < 0.8 * without.stats.evaluated, (
         with_run.stats.evaluated, without.stats.evaluated)
 
@@ -770,25 +777,11 @@ def test_the_head_rank_refutes_a_mesh_the_mean_bound_admits() -> None:
 
 def test_the_rank_memory_bound_spares_evaluations_and_keeps_the_optimum(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from api_schemas import Objective, SolverLimits
-    from solver import planner, tightening
-
     spec = model_preset("deepseek-v2-lite")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
     training = TrainingSpec(global_batch_size=64, sequence_length=32768)
-
-    def run() -> planner.SearchResult:
-        return planner.search(spec, training, cluster, constraints=Constraints(),
-                              objective=Objective.THROUGHPUT,
-                              limits=SolverLimits(time_limit_s=120))
-
-    with_rank = run()
-    monkeypatch.setattr(tightening, "_rank_memory_rules_out", lambda *args: False)
-    without = run()
-    assert with_rank.status == without.status == "optimal"
-    assert with_rank.best is not None and without.best is not None
-    assert with_rank.best.parallel == without.best.parallel
-    assert with_rank.best.estimate.step_time_s == without.best.estimate.step_time_s
+    with_rank, without = _searched_with_and_without(monkeypatch, "_rank_memory_rules_out", spec,
+                                                    training, cluster, Constraints())
     assert with_rank.stats.evaluated < without.stats.evaluated
     assert with_rank.stats.pruned_memory > without.stats.pruned_memory
 
@@ -948,12 +941,8 @@ def test_memory_bound_never_falls_as_the_micro_batch_grows(model: str, gpu: str,
     micro-batch when every other field of the candidate is the same."""
     from solver.planner import _micro_batch_free_key
 
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq)
     tables = BoundTables(spec, training, cluster)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
     by_mesh: dict[tuple[object, ...], list[MeshCandidate]] = {}
     for c in candidates:
         by_mesh.setdefault(_micro_batch_free_key(c), []).append(c)

@@ -2,67 +2,16 @@
 fitted back within their stated uncertainty; impossible runs and unphysical fits are
 refused with the field and the reason."""
 
-import random
 from typing import Any
 
 import pytest
 
 from api_schemas.calibration import CalibrationRunsRequest
-from api_schemas.hardware import KernelCalibration
-from api_schemas.requests import EvaluateRequest
 from models.catalog.kernels import PROFILES
-from models.catalog.resolve import resolve_cluster, resolve_model
-from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
 from models.evidence.calibration import CalibrationRefused
+from research.calibrate_cluster import CONFIGS, GPU, generated_runs
 from solver.calibration import calibrate, scale_limits
-
-GPU = "h100-sxm5-80gb"
-
-CONFIGS: tuple[tuple[str, int, int, int, dict[str, int]], ...] = (
-    ("llama-3.1-8b", 1, 16, 4096, {"tp": 2, "pp": 1, "dp": 4}),
-    ("llama-3.1-8b", 1, 64, 4096, {"tp": 2, "pp": 1, "dp": 4}),
-    ("llama-3.1-8b", 1, 8, 2048, {"tp": 1, "pp": 1, "dp": 8}),
-    ("llama-3.1-8b", 2, 128, 8192, {"tp": 4, "pp": 1, "dp": 4}),
-    ("llama-3.1-70b", 2, 32, 4096, {"tp": 8, "pp": 2, "dp": 1}),
-    ("llama-3.1-70b", 4, 64, 4096, {"tp": 8, "pp": 4, "dp": 1}),
-    ("llama-3.1-8b", 1, 256, 4096, {"tp": 2, "pp": 1, "dp": 4}),
-)
-"""Runs whose GEMM share of the step differs (batch, sequence, model), so that the GEMM
-efficiency and the fixed overhead can be told apart."""
-
-
-def runs_made_with(calibration: KernelCalibration, sigma: float, seed: int,
-                   configs: tuple[tuple[str, int, int, int, dict[str, int]], ...] = CONFIGS
-                   ) -> list[dict[str, Any]]:
-    """Measured runs made by the cost model with every constant of `calibration`, times
-    log-normal noise of `sigma`."""
-    rng = random.Random(seed)
-    runs = []
-    for model, nodes, batch, seq, degrees in configs:
-        request = EvaluateRequest.model_validate({
-            "model": {"preset": model}, "cluster": {"gpu": GPU, "num_nodes": nodes},
-            "training": {"global_batch_size": batch, "sequence_length": seq},
-            "parallel": {**degrees, "micro_batch_size": 1, "schedule": "1f1b",
-                         "zero_stage": 1, "sequence_parallel": degrees["tp"] > 1}})
-        cluster = resolve_cluster(request.cluster).model_copy(update={
-            "calibration": calibration})
-        true_s = estimate_step(resolve_model(request.model).spec, request.training,
-                               request.parallel, cluster).step_time_s
-        runs.append({"model": {"preset": model}, "num_nodes": nodes,
-                     "training": request.training.model_dump(mode="json"),
-                     "parallel": request.parallel.model_dump(mode="json"),
-                     "step_time_s": true_s * rng.lognormvariate(0.0, sigma),
-                     "label": f"{model} gbs {batch} seq {seq}"})
-    return runs
-
-
-def generated_runs(scale: float, overhead_s: float, sigma: float, seed: int,
-                   configs: tuple[tuple[str, int, int, int, dict[str, int]], ...] = CONFIGS
-                   ) -> list[dict[str, Any]]:
-    """Measured runs made by the cost model with a known GEMM scale and per-step overhead."""
-    return runs_made_with(KernelCalibration(gemm_efficiency_scale=scale,
-                                            step_overhead_s=overhead_s), sigma, seed, configs)
 
 
 def body(runs: list[dict[str, Any]]) -> CalibrationRunsRequest:

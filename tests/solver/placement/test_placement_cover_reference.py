@@ -11,6 +11,9 @@ ties), else from the last-listed cover. The planner's allocation must equal it o
 routing skew at the benchmark's sizes and on the property tests' random instances.
 """
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +27,9 @@ from models.core.moe import (
     tight_tokens_per_rank,
 )
 from solver.placement import plan_constructive
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+import bench_moe_placement  # noqa: E402 - the benchmarks folder is not a package
 
 
 class _Reference:
@@ -96,14 +102,9 @@ def reference_cover_allocation(counts: np.ndarray) -> np.ndarray:
     return state.alloc
 
 
-SKEWS = [
-    RoutingSkew(kind=SkewKind.UNIFORM),
-    RoutingSkew(kind=SkewKind.ZIPF, zipf_exponent=1.0),
-    RoutingSkew(kind=SkewKind.LOGNORMAL, sigma=1.0),
-    RoutingSkew(kind=SkewKind.LOGNORMAL, sigma=2.0),
-    RoutingSkew(kind=SkewKind.HOT_EXPERT, hot_factor=32.0),
-    RoutingSkew(kind=SkewKind.HOT_RANK, hot_factor=32.0),
-]
+SKEWS = [skew for skew in bench_moe_placement.SKEWS if skew.kind != SkewKind.TIGHT]
+"""The benchmark's routing skews that `routing_counts` draws (the tight construction has
+its own test below)."""
 
 
 @pytest.mark.parametrize(("e", "r"), [(256, 64), (384, 16)])
