@@ -767,15 +767,27 @@ MOE_OUTLIER_CAUSES: dict[str, str] = {
         "its recipe names DeepEP, which the 26.02 container does not support (`MOE_RECIPES`): "
         "with DeepEP the model predicts +41.6%"),
     "bridge-26.04.01-dgx-b200-gpt-oss-120b-64gpu": (
-        "not explained: predicted 39% fast while the 25.11 B200 run of the same model "
-        "(EP 64, alltoall) is within 15%; the model's rate doubles from EP 64 across nodes to "
-        "EP 8 inside a node while the printed rate grows 1.65x. Candidates: GPT-OSS's "
-        "learnable attention sinks are modelled as plain flash attention. Not the CUDA graph "
-        "mechanism: this B200 recipe captures nothing (only the GB300 and B300 GPT-OSS "
-        "configs set cuda_graph_scope), and HybridEP without moe_expert_rank_capacity_factor "
-        "waits on the host for its received counts like the other dropless dispatchers "
-        "(Megatron-Core token_dispatcher.py _HybridEPManager), so its host side is the eager "
-        "one"),
+        "not explained: the layer compute of GPT-OSS at micro-batch 4 on B200 BF16, not the "
+        "dispatcher. The row runs its recipe as printed (tag 26.04-alpha.rc2 "
+        "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2: EP 8, HybridEP, no EP overlap, MBS 4, GBS "
+        "1280, BF16, recompute layernorm and moe_act, no CUDA graph). Less the modelled "
+        "communication, waits and optimizer, the measured time per 16,384-token layer pass leaves"
+        " 29.9 ms of compute here and 27.6 ms in the 25.11 B200 run (EP 64 alltoall), against "
+        "20.5 ms modelled (16.1 ms of the layer's GPU work, 2.2 ms lifting its forward to the 7.5"
+        " ms host floor, recompute and the output layer's share); with the 25.11 figure this row "
+        "would be +7%, so the EP 64 -> EP 8 change is modelled and the 25.11 row is within 15% "
+        "only because its EP 64 all-to-all (26.9 ms per pass) dominates it. The H100 rows "
+        "(micro-batch 1) hide such a cost: their forward is host-bound (2.7 ms of GPU work under "
+        "the 7.5 ms floor per 4,096-token pass). These are the only BF16 B200 rows: B200's BF16 "
+        "GEMM level is the FP8 fit times the XLA BF16/FP8 ratio and its attention Hopper's scaled"
+        " down, neither checked on a BF16 step; no single BF16 GEMM level fits both B200 rows "
+        "(0.28 of the peak, not 0.453: +0.6% and +10.7%) and attention at 0.1 of the peak still "
+        "leaves +24.6%. Sinks run on cuDNN, not unfused: unfused attention would keep 8.6 GB of "
+        "probabilities per layer and micro-batch, 309 GB over 36 layers of 180. Candidates "
+        "without a source: cuDNN's sm100 sink and window kernel at head dim 64, and BF16 GEMMs at"
+        " K = 2880 on B200. Not the CUDA graph mechanism (only the GB300 and B300 GPT-OSS configs"
+        " set cuda_graph_scope), and HybridEP without moe_expert_rank_capacity_factor waits on "
+        "the host like the other dropless dispatchers (token_dispatcher.py _HybridEPManager)"),
 }
 """Why each validation-only MoE row beyond `MOE_OUTLIER_LIMIT` (as published) is there: a
 named mechanism the cost model lacks, or "not explained" with the candidates. A test checks
