@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from api_schemas import (
@@ -50,7 +50,27 @@ def _optimum(response: PlanResponse) -> float:
     return response.robust_choice.optimum_objective
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_TP = Objective.THROUGHPUT
+FOUND = [("qwen3-1.7b", "h100-sxm5-80gb", 8, 32, 4096),
+         ("qwen3-1.7b", "h100-sxm5-80gb", 8, 16, 1024),
+         ("qwen3-1.7b", "h100-sxm5-80gb", 8, 64, 4096), ("gpt2", "a100-sxm4-40gb", 4, 16, 4096),
+         ("qwen3-1.7b", "h100-sxm5-80gb", 8, 16, 2048), ("gpt2", "h100-sxm5-80gb", 8, 16, 1024),
+         ("gpt2", "a100-sxm4-40gb", 8, 64, 2048), ("gpt2", "h100-sxm5-80gb", 4, 32, 1024)]
+"""Requests whose 'any' answer was slower than torchtitan's when a plain ZeRO-0 fit ended a
+mesh's ZeRO ladder: torchtitan cannot run ZeRO-0 on a multi-dimensional mesh, so its ZeRO-3
+plan (optimizer step sharded) beat the ZeRO-0 plan 'any' stopped at."""
+
+
+def _found(test: Any) -> Any:
+    for model, gpu, gpus, batch, seq in reversed(FOUND):
+        test = example(model=model, gpu=gpu, gpus=gpus, batch=batch, seq=seq, objective=_TP,
+                       wide="any", narrow="torchtitan")(test)
+    return test
+
+
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@_found
 @given(model=st.sampled_from(["gpt2", "qwen3-1.7b", "olmoe-1b-7b-0924"]),
        gpu=st.sampled_from(["h100-sxm5-80gb", "a100-sxm4-40gb"]),
        gpus=st.sampled_from([2, 4, 8]), batch=st.sampled_from([16, 32, 64]),
