@@ -55,7 +55,10 @@ FOUND = [("qwen3-1.7b", "h100-sxm5-80gb", 8, 32, 4096),
          ("qwen3-1.7b", "h100-sxm5-80gb", 8, 16, 1024),
          ("qwen3-1.7b", "h100-sxm5-80gb", 8, 64, 4096), ("gpt2", "a100-sxm4-40gb", 4, 16, 4096),
          ("qwen3-1.7b", "h100-sxm5-80gb", 8, 16, 2048), ("gpt2", "h100-sxm5-80gb", 8, 16, 1024),
-         ("gpt2", "a100-sxm4-40gb", 8, 64, 2048), ("gpt2", "h100-sxm5-80gb", 4, 32, 1024)]
+         ("gpt2", "a100-sxm4-40gb", 8, 64, 2048), ("gpt2", "h100-sxm5-80gb", 4, 32, 1024),
+         ("olmoe-1b-7b-0924", "h100-sxm5-80gb", 8, 16, 1024),
+         ("olmoe-1b-7b-0924", "h100-sxm5-80gb", 4, 16, 1024),
+         ("qwen3-1.7b", "h100-sxm5-80gb", 4, 32, 2048), ("gpt2", "a100-sxm4-40gb", 4, 16, 1024)]
 """Requests whose 'any' answer was slower than torchtitan's when a plain ZeRO-0 fit ended a
 mesh's ZeRO ladder: torchtitan cannot run ZeRO-0 on a multi-dimensional mesh, so its ZeRO-3
 plan (optimizer step sharded) beat the ZeRO-0 plan 'any' stopped at."""
@@ -87,6 +90,18 @@ def test_wide_target_is_never_worse_than_one_framework(
         return
     assert answer.parallel is not None
     assert _optimum(answer) <= _optimum(restricted) * (1 + 1e-9)
+
+
+def test_a_plain_zero_0_fit_does_not_hide_a_faster_higher_stage() -> None:
+    # ZeRO-1 shards the optimizer step and the gradient-norm work: with ZeRO-0 allowed and
+    # fitting plainly, the higher stages are still probed, so forbidding ZeRO-0 cannot help.
+    request = _request("qwen3-1.7b", "h100-sxm5-80gb", 8, 16, 1024, Objective.THROUGHPUT, ANY)
+    no_zero_0 = request.model_copy(update={"constraints": request.constraints.model_copy(
+        update={"forbid": {"zero_stage": [0]}})})
+    answer, narrowed = plan(request), plan(no_zero_0)
+    assert answer.parallel is not None and narrowed.parallel is not None
+    assert narrowed.parallel.zero_stage >= 1
+    assert _optimum(answer) <= _optimum(narrowed) * (1 + 1e-9)
 
 
 def test_a_search_cut_at_once_answers_its_seed() -> None:
