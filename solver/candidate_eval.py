@@ -10,9 +10,11 @@ ladder, ordered from cheapest to most memory-saving, whose ledger fits: no recom
 selective recomputation of cheap modules; plus FP8 storage; plus half offloaded; full
 recomputation of the first k layers of every stage (the smallest k that fits); full
 recomputation (with FP8 and offload where allowed). The candidate's value is the fastest
-of these per-stage plans. A plain fit at some stage ends the ladder for higher stages,
-which can only add collectives. The per-stage CP-SAT policy of `solver/policy.py` then
-refines the chosen plan (`refine_policies`).
+of these per-stage plans. A plain fit ends its own stage's ladder only: a higher stage
+can be faster (ZeRO-1 and above shard the optimizer step and the gradient-norm work over
+the data-parallel ranks, `models.core.step_time.step_terms`), so every allowed stage is
+probed and the step-time bounds decide which are simulated. The per-stage CP-SAT policy
+of `solver/policy.py` then refines the chosen plan (`refine_policies`).
 """
 
 import dataclasses
@@ -108,8 +110,7 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     spares the ZeRO-3 ladder when it already reaches the cutoff; so does `zero_floors_s`
     (per ZeRO stage, a lower bound of the step time of any of its plans: the planner's
     makespan bound plus `models.core.step_time.step_tail_floor_s`) for any stage, whose ladder
-    is then replaced by one probe of its first rung (a plain fit there still ends the
-    ladder, so the stages considered stay those of the rule). `caps` limits the
+    is then skipped with that floor as its bound. `caps` limits the
     activation policies to what a framework target expresses (`solver/targets.py`). `memo`:
     rank-ledger pieces shared with other candidates of the same model and recipe
     (`models.core.ledger_memo.LedgerMemo`, whose keys hold every field a piece reads; a search
@@ -169,7 +170,7 @@ class _Probes:
 def _probe(cand: PlanCandidate, zeros: list[int], cutoff_s: float, zero3_bound_s: float,
            floors: Mapping[int, float]) -> _Probes:
     """Climb each allowed ZeRO stage's ladder (ascending) until a plain fit ends it; a
-    stage whose floor reaches the cutoff gets one probe of its first rung instead."""
+    stage whose floor reaches the cutoff is skipped with its floor as bound."""
     probes = _Probes()
     for zero in zeros:
         if zero == 3 and zero3_bound_s >= cutoff_s:
@@ -178,18 +179,16 @@ def _probe(cand: PlanCandidate, zeros: list[int], cutoff_s: float, zero3_bound_s
         floor = floors.get(zero, 0.0)
         if floor >= cutoff_s:
             probes.skipped.append(floor)
-            if cand.fits(cand.rung(zero, 0)):
-                break  # a plain fit ends the ladder
             continue
-        if _probe_stage(cand, zero, floor, cutoff_s, probes):
-            break
+        _probe_stage(cand, zero, floor, cutoff_s, probes)
     return probes
 
 
 def _probe_stage(cand: PlanCandidate, zero: int, floor_s: float, cutoff_s: float,
                  probes: _Probes) -> bool:
     """Probe one ZeRO stage under each storage option (and with remote offload where the
-    plan needs more than the cheapest rung); True when a plain fit ends the ladder."""
+    plan needs more than the cheapest rung); True when a plain fit ends the stage's
+    ladder."""
     plan_bound = (None if cand.pinned or cutoff_s == math.inf
                   else _plan_bound(cand, floor_s, zero))
     for storage in storage_options(zero, cand.constraints, cand.mesh.pp):
@@ -206,7 +205,7 @@ def _probe_stage(cand: PlanCandidate, zero: int, floor_s: float, cutoff_s: float
         if offloaded is not None:
             probes.add(_first_fit(cand, offloaded, cutoff_s=cutoff_s, plan_bound=plan_bound))
         if plain_fit and not storage.host_gradients:
-            return True  # a plain fit ends the ladder
+            return True  # a plain fit ends this stage's ladder
     return False
 
 
