@@ -97,10 +97,16 @@ def test_a_58_layer_placement_leaves_healthz_answering_and_is_admitted_or_refuse
                 assert time.monotonic() < deadline, "the first placement never started"
                 time.sleep(0.05)
             other = _post(server.base_url, _body(2, batch_offset=1))
+            # Whether the first still held the thread when the other was answered: on a
+            # badly loaded host the first can finish before the other's request is read.
+            held_throughout = not first.done()
             copies = [pool.submit(_post, server.base_url, body) for _ in range(3)]
             answers = [first.result(), *(copy.result() for copy in copies)]
-        assert other.status_code == 503, other.text[:300]
-        assert other.json()["code"] == "overloaded" and other.headers["Retry-After"]
+        if held_throughout:
+            assert other.status_code == 503, other.text[:300]
+            assert other.json()["code"] == "overloaded" and other.headers["Retry-After"]
+        else:
+            assert other.status_code == 200, other.text[:300]
         # Four copies at once: each is admitted or refused with 503 and Retry-After (a copy
         # arriving while the first body is served is refused before its body is read, as
         # large-bodies-busy; one admitted past that gate finds the pool full, overloaded).

@@ -2,9 +2,7 @@
 listed and read back, applied to evaluate and plan requests through `cluster.profile`, and
 impossible runs refused with the field and the reason."""
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,10 +10,8 @@ import pytest
 from service_testkit import ScriptedPlanner, load_tolerant_settings, plan_body, serve_in_process
 
 from models.evidence.error_bands import percentile
+from research.calibrate_cluster import CONFIGS, GPU, generated_runs
 from service.app import create_app
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "solver"))
-from test_calibration import CONFIGS, GPU, generated_runs  # noqa: E402
 
 FIT_JSON: dict[str, Any] = {"num_runs": 4, "method": "least squares", "nested": [1.5, None],
                             "runs": [{"label": "run 0", "measured_step_time_s": 1.25}]}

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 from microbenchmark_data import generated_microbenchmarks
-from test_calibration import GPU, runs_made_with
 
 from api_schemas.calibration import CalibrationRunsRequest
 from api_schemas.hardware import KernelCalibration
 from models.errors import InvalidSpecError
+from research.calibrate_cluster import GPU, runs_made_with
 from solver.calibration import calibrate
 
 LOGS = Path(__file__).resolve().parent / "training_logs"

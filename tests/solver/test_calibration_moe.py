@@ -6,12 +6,12 @@ says why."""
 from typing import Any
 
 import pytest
-from test_calibration import runs_made_with
 
 from api_schemas.calibration import CalibrationRunsRequest
 from api_schemas.hardware import KernelCalibration
 from models.evidence.calibration import CalibrationRefused
 from models.evidence.calibration_moe import MIN_HOST_BOUND_MOE_RUNS
+from research.calibrate_cluster import runs_made_with
 from service.render_run import render_calibration
 from solver.calibration import calibrate
 
@@ -38,7 +38,7 @@ MOE: tuple[Config, ...] = (
 def generated_runs(calibration: KernelCalibration, sigma: float, seed: int,
                    configs: tuple[Config, ...] = DENSE + MOE) -> list[dict[str, Any]]:
     """Measured runs made by the cost model with known constants, times log-normal noise
-    (`test_calibration.runs_made_with`), of the dense and MoE configurations above."""
+    (`research.calibrate_cluster.runs_made_with`), of the dense and MoE configurations above."""
     return runs_made_with(calibration, sigma, seed, configs)
 
 
