@@ -185,10 +185,9 @@ def _probe(cand: PlanCandidate, zeros: list[int], cutoff_s: float, zero3_bound_s
 
 
 def _probe_stage(cand: PlanCandidate, zero: int, floor_s: float, cutoff_s: float,
-                 probes: _Probes) -> bool:
+                 probes: _Probes) -> None:
     """Probe one ZeRO stage under each storage option (and with remote offload where the
-    plan needs more than the cheapest rung); True when a plain fit ends the stage's
-    ladder."""
+    plan needs more than the cheapest rung) until a plain fit ends the stage's ladder."""
     plan_bound = (None if cand.pinned or cutoff_s == math.inf
                   else _plan_bound(cand, floor_s, zero))
     for storage in storage_options(zero, cand.constraints, cand.mesh.pp):
@@ -205,8 +204,7 @@ def _probe_stage(cand: PlanCandidate, zero: int, floor_s: float, cutoff_s: float
         if offloaded is not None:
             probes.add(_first_fit(cand, offloaded, cutoff_s=cutoff_s, plan_bound=plan_bound))
         if plain_fit and not storage.host_gradients:
-            return True  # a plain fit ends this stage's ladder
-    return False
+            return  # a plain fit ends this stage's ladder
 
 
 def _best_plan(cand: PlanCandidate, probes: _Probes, zeros: list[int], cutoff_s: float,
