@@ -3,9 +3,11 @@
 Owns: finding the bounded memo caches (`functools.lru_cache` with a `maxsize`) of the
 `models` and `solver` modules loaded, clearing them, collecting garbage, and handing the
 freed heap back to the operating system (glibc `malloc_trim`), which the solver pool calls
-when it falls idle. The caches speed up the searches of one request and of requests close
-together; kept between requests, each large search left its entries behind (eight large
-searches: 108 -> 2,929 MiB, staying there). Unbounded caches (`functools.cache`) hold
+when it falls idle. Most of what a search derives lives on its memo
+(`models.core.search_memo.SearchMemo`) and dies with it; the module caches left (the
+pipeline programs of each schedule shape) speed up requests close together, and kept
+between requests, each large search left its entries behind (before the search memo, eight
+large searches: 108 -> 2,929 MiB, staying there). Unbounded caches (`functools.cache`) hold
 static data (catalog, framework tables) and are kept. Must not: run while a search holds
 the pool (clearing is safe, but costs that search its memo), or know what the caches hold.
 """

@@ -28,6 +28,7 @@ from models.catalog.resolve import resolve_cluster, resolve_model
 from models.core.layer_kinds import has_routed_experts
 from models.core.memory import memory_ledger
 from models.core.mesh import validate_mesh
+from models.core.search_memo import within_search_memo
 from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
 from models.evidence.memory_evidence import ledger_evidence
@@ -79,6 +80,7 @@ from solver.targets import (
 Progress = Callable[[str], None]
 
 
+@within_search_memo
 def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanResponse:
     """Search the best plan for a request (see `solver/planner.py`).
 
@@ -455,6 +457,7 @@ def used_nodes(world_size: int, cluster: ClusterSpec) -> tuple[int, int]:
     return world_size // per_node, per_node
 
 
+@within_search_memo
 def evaluate(request: EvaluateRequest) -> PlanResponse:
     """Score one configuration: fits or not, per-stage memory, time breakdown, bottleneck and
     the smallest changes that make it fit or faster.

@@ -32,6 +32,7 @@ from models.core.layout import pipeline_layout
 from models.core.ledger_memo import LedgerMemo
 from models.core.memory import MemoryLedger, memory_ledger
 from models.core.pipeline import schedule_traits
+from models.core.search_memo import within_search_memo
 from models.core.step_time import (
     StepEstimate,
     estimate_step,
@@ -91,6 +92,7 @@ class Dominated:
     bound_s: float
 
 
+@within_search_memo
 def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                        candidate: MeshCandidate, constraints: Constraints, *,
                        step_cutoff_s: float = math.inf,

@@ -9,9 +9,11 @@ from api_schemas.requests import EvaluateRequest
 from models.catalog.resolve import resolve_cluster, resolve_model
 from models.core.memory import memory_ledger
 from models.core.mesh import validate_mesh
+from models.core.search_memo import within_search_memo
 from solver.reports import memory_report_from_ledger
 
 
+@within_search_memo
 def memory_report(request: EvaluateRequest) -> MemoryReport:
     """The per-stage memory ledger of the request's configuration.
 

@@ -75,6 +75,7 @@ from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints, Objective, SolverLimits
 from api_schemas.training import TrainingSpec
 from models.core.ledger_memo import LedgerMemo
+from models.core.search_memo import within_search_memo
 from solver import cancel, tightening
 from solver.bounds import BoundTables
 from solver.candidate_eval import (
@@ -216,6 +217,7 @@ def _step_cutoff_s(best_value: float, c: MeshCandidate, objective: Objective,
     return math.inf
 
 
+@within_search_memo
 def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
            constraints: Constraints, objective: Objective, limits: SolverLimits,
            progress: Progress | None = None, deadline: float | None = None,

@@ -40,6 +40,7 @@ from models.core.runtime_features import (
     ep_overlap_mesh,
     with_features,
 )
+from models.core.search_memo import current_memo
 from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
 from solver.space import MeshCandidate
@@ -47,25 +48,20 @@ from solver.space import MeshCandidate
 RUNTIME_NAMES = frozenset(feature.name for feature in RUNTIME_FEATURES)
 """The capability names of the runtime features."""
 
-_RESOLVED: dict[tuple[int, frozenset[str]], tuple[TrainingSpec, TrainingSpec]] = {}
-"""Decided recipes by (id of the request's recipe, features on), with the request's recipe
-kept alive beside each so an id is never reused while cached: every candidate that takes the
-same features shares one recipe object, which the cost model's caches key on."""
-_RESOLVED_MAX = 512
-
-
 def resolved(training: TrainingSpec, on: frozenset[str]) -> TrainingSpec:
     """`training` with its unset runtime features decided: those in `on` on, the others
-    off (one object per recipe and set)."""
-    key = (id(training), on)
-    cached = _RESOLVED.get(key)
-    if cached is not None and cached[0] is training:
-        return cached[1]
+    off (in a search, one object per recipe object and set, kept on the search's memo
+    beside the recipe it was decided from: every candidate that takes the same features
+    shares it, and the ledger memos tell recipes apart by identity)."""
+    memo = current_memo()
+    key = (training, on)
+    found = memo.recipes.get(key) if memo is not None else None
+    if found is not None and found[0] is training:
+        return found[1]
     update = with_features(training, on)
     out = training.model_copy(update=update) if update else training
-    if len(_RESOLVED) >= _RESOLVED_MAX:
-        _RESOLVED.clear()
-    _RESOLVED[key] = (training, out)
+    if memo is not None:
+        memo.recipes[key] = (training, out)
     return out
 
 

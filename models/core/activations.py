@@ -19,12 +19,12 @@ import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import DEFAULT_RECOMPUTE_MODULES, RecomputeMode, RecomputeModule
 from models.core.layer_kinds import attention_kind, mlp_kind
 from models.core.linear_attention import linear_attention_stored_terms
+from models.core.search_memo import current_memo
 
 ACTIVATION_BYTES = 2
 """Bytes of a stored 16-bit activation element. Source: [KOR22] Sec. 4 (2 bytes)."""
@@ -353,15 +353,29 @@ def layer_activation_bytes(spec: ModelSpec, layer_index: int,
                            ctx: LayerActivationContext) -> LayerActivationBytes:
     """Stored activation tensors of one layer for one micro-batch, with its own MLP (MoE or
     dense) and token mixer (linear or softmax attention); layers of one such weight kind are
-    alike, so the result is cached per kind. See `kind_activation_bytes`."""
+    alike, so the result is kept per kind. See `kind_activation_bytes`."""
     return kind_activation_bytes(spec, spec.is_moe_layer(layer_index), ctx,
                                  linear=spec.is_linear_attention_layer(layer_index))
 
 
-@lru_cache(maxsize=8192)
 def kind_activation_bytes(spec: ModelSpec, moe_layer: bool,
                           ctx: LayerActivationContext,
                           linear: bool = False) -> LayerActivationBytes:
+    """`_kind_activation_bytes`, kept on the search's tables of the model."""
+    memo = current_memo()
+    table = memo.tables(spec).activation_bytes if memo is not None else None
+    key = (moe_layer, ctx, linear)
+    found = table.get(key) if table is not None else None
+    if found is None:
+        found = _kind_activation_bytes(spec, moe_layer, ctx, linear)
+        if table is not None:
+            table[key] = found
+    return found
+
+
+def _kind_activation_bytes(spec: ModelSpec, moe_layer: bool,
+                           ctx: LayerActivationContext,
+                           linear: bool = False) -> LayerActivationBytes:
     """Stored activation tensors of one layer for one micro-batch, for any layer of the model
     with this MLP (MoE or dense) and token mixer (linear attention or not).
 

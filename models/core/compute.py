@@ -14,7 +14,6 @@ forward FLOPs (FlashAttention-2 arXiv:2307.08691 Sec. 4.1) and of a materialised
 
 import math
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
@@ -44,6 +43,7 @@ from models.core.linear_attention import (
 )
 from models.core.moe.host_issue import moe_host_idle_s, moe_host_sync_s
 from models.core.runtime_passes import RUNTIME_PASSES, OpPasses
+from models.core.search_memo import current_memo
 
 FLASH_BACKWARD_FLOP_RATIO = 2.5
 """Backward / forward FLOPs of a fused attention kernel (it recomputes the scores).
@@ -91,13 +91,20 @@ Sort tokens by local expert", `sort_chunks_by_idxs` when `num_local_experts > 1`
 M = RecomputeModule
 
 
-@lru_cache(maxsize=256)
 def _scaled_family_profile(family: str, scale: float, attention_scale: float = 1.0
                            ) -> KernelProfile:
-    """A family's published profile with its eta_max and attention efficiency scaled (cached:
-    read once per GEMM; `clear_compute_cache` forgets it when a script swaps `PROFILES`)."""
-    return calibrated_profile(PROFILES[family], scale,
-                              attention_efficiency_scale=attention_scale)
+    """A family's published profile with its eta_max and attention efficiency scaled (kept
+    on the search's memo: read once per GEMM; `clear_compute_cache` forgets it when a
+    script swaps `PROFILES`)."""
+    memo = current_memo()
+    key = (family, scale, attention_scale)
+    found = memo.profiles.get(key) if memo is not None else None
+    if found is None:
+        found = calibrated_profile(PROFILES[family], scale,
+                                   attention_efficiency_scale=attention_scale)
+        if memo is not None:
+            memo.profiles[key] = found
+    return found
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -432,15 +439,22 @@ def attention_dropout_time_s(spec: ModelSpec, ctx: ComputeContext) -> float:
 def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> LayerCompute:
     """F, B, W compute time of one layer for one micro-batch on one rank, and what each
     recomputation would add to its backward (layers of one timing kind, MoE or dense, with
-    the same attention window, linear or softmax attention, are alike: cached).
+    the same attention window, linear or softmax attention, are alike: kept per kind on the
+    search's memo).
 
     In a hybrid model (linear-attention layers beside full-attention ones) each layer is
     timed with its own token mixer: the step-time machinery times each kind of layer a
     rank holds on its own (`models.core.step_time.stage.timing_kind`)."""
-    return _layer_compute(spec, spec.is_moe_layer(layer_index), ctx,
-                          spec.attention_window(layer_index),
-                          linear=spec.is_linear_attention_layer(layer_index),
-                          chunk=spec.attention_chunk(layer_index))
+    key = (spec.is_moe_layer(layer_index), ctx, spec.attention_window(layer_index),
+           spec.is_linear_attention_layer(layer_index), spec.attention_chunk(layer_index))
+    memo = current_memo()
+    table = memo.tables(spec).layer_compute if memo is not None else None
+    found = table.get(key) if table is not None else None
+    if found is None:
+        found = _layer_compute(spec, *key)
+        if table is not None:
+            table[key] = found
+    return found
 
 
 def linear_attention_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
@@ -466,7 +480,6 @@ def _linear_attention_core(spec: ModelSpec, ctx: ComputeContext) -> tuple[float,
     return forward, forward * LINEAR_ATTENTION_BACKWARD_FLOP_RATIO
 
 
-@lru_cache(maxsize=4096)
 def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext,
                    window: int | None = None, linear: bool = False,
                    chunk: int | None = None) -> LayerCompute:
@@ -512,21 +525,32 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext,
 
 
 def clear_compute_cache() -> None:
-    """Forget cached layer times (for calibration scripts that swap kernel profiles)."""
-    _layer_compute.cache_clear()
-    _head_compute.cache_clear()
-    _scaled_family_profile.cache_clear()
+    """Forget the current search's layer times and scaled profiles (for calibration
+    scripts that swap kernel profiles; outside a search none are kept)."""
+    memo = current_memo()
+    if memo is None:
+        return
+    memo.profiles.clear()
+    for tables in memo.models.values():
+        tables.layer_compute.clear()
+        tables.head_compute.clear()
 
 
 def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
     """Output projection (vocabulary-parallel) and the fp32 cross-entropy on the last stage:
     one fused pass set (write, softmax read/write in fp32) or, unfused, the eager loss
-    passes of `RUNTIME_PASSES` (a .float() copy, log_softmax, and their backward); cached
-    per model and context, as `layer_compute`."""
-    return _head_compute(spec, ctx)
+    passes of `RUNTIME_PASSES` (a .float() copy, log_softmax, and their backward);
+    kept per model and context on the search's memo, as `layer_compute`."""
+    memo = current_memo()
+    table = memo.tables(spec).head_compute if memo is not None else None
+    found = table.get(ctx) if table is not None else None
+    if found is None:
+        found = _head_compute(spec, ctx)
+        if table is not None:
+            table[ctx] = found
+    return found
 
 
-@lru_cache(maxsize=4096)
 def _head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
     gemm = [_Gemm(m=ctx.tokens, n=math.ceil(spec.vocab_size / ctx.tp), k=spec.hidden_size)]
     times, _ = _gemm_times(gemm, ctx)

@@ -13,10 +13,10 @@ BF16 optimizer moments (DeepSeek-V3), SGD and Muon state shapes.
 """
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from api_schemas.dtypes import DType
 from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
+from models.core.search_memo import current_memo
 
 FP8_WEIGHT_COPY_BYTES = 2.0
 """Bytes per GEMM weight of the FP8 copies Transformer Engine caches beside high-precision
@@ -68,9 +68,21 @@ def moments_per_param(optimizer: OptimizerKind, *, is_matrix: bool) -> int:
     return OPTIMIZER_MOMENTS[optimizer]
 
 
-@lru_cache(maxsize=1024)
 def state_bytes_per_param(training: TrainingSpec, *, is_gemm_weight: bool = True,
                           is_matrix: bool = True) -> StateBytesPerParam:
+    """`_state_bytes_per_param`, kept on the search's memo."""
+    memo = current_memo()
+    key = (training, is_gemm_weight, is_matrix)
+    found = memo.state_bytes.get(key) if memo is not None else None
+    if found is None:
+        found = _state_bytes_per_param(training, is_gemm_weight, is_matrix)
+        if memo is not None:
+            memo.state_bytes[key] = found
+    return found
+
+
+def _state_bytes_per_param(training: TrainingSpec, is_gemm_weight: bool,
+                           is_matrix: bool) -> StateBytesPerParam:
     """Bytes per parameter of every persistent state under a recipe.
 
     Args:

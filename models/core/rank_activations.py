@@ -14,7 +14,6 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple, Protocol
 
 from api_schemas.architecture import ModelSpec
@@ -45,6 +44,7 @@ from models.core.pipeline import (
 )
 from models.core.rank_states import chunk_weight_kinds
 from models.core.runtime_features import ep_overlap_active
+from models.core.search_memo import current_memo
 from models.errors import InvalidSpecError
 
 STORED_ACTIVATIONS = "activations: layers"
@@ -152,21 +152,24 @@ def activation_context(training: TrainingSpec, parallel: ActivationMesh,
                        fp8_storage: bool) -> LayerActivationContext:
     """The activation context of a recipe and configuration with or without FP8 storage."""
     # Built as a tuple: the generated `__new__` costs a Python call per record.
-    return _shared_context(tuple.__new__(ContextInputs, (
+    inputs = tuple.__new__(ContextInputs, (
         training.sequence_length, parallel.micro_batch_size, parallel.tp, parallel.cp,
         parallel.etp, parallel.sequence_parallel, training.dropout, training.flash_attention,
         fp8_storage, training.compute_dtype == DType.FP8, training.moe_load_imbalance,
         training.moe_keep_expert_outputs,
         parallel.norm_saves_output or bool(training.memory_efficient_norm),
         parallel.sequence_parallel_saves_gathered,
-        training.elementwise_fusion == ElementwiseFusion.EAGER)))
-
-
-@lru_cache(maxsize=4096)
-def _shared_context(inputs: ContextInputs) -> LayerActivationContext:
-    """One shared (immutable) context per record: every rank of every probed plan asks for
-    one, and building the dataclass each time was a visible share of a memory probe."""
-    return LayerActivationContext(**inputs._asdict())
+        training.elementwise_fusion == ElementwiseFusion.EAGER))
+    # One shared (immutable) context per record on the search's memo: every rank of every
+    # probed plan asks for one, and building the dataclass each time was a visible share of
+    # a memory probe.
+    memo = current_memo()
+    found = memo.activation_contexts.get(inputs) if memo is not None else None
+    if found is None:
+        found = LayerActivationContext(**inputs._asdict())
+        if memo is not None:
+            memo.activation_contexts[inputs] = found
+    return found
 
 
 def layer_stored_bytes_cap(spec: ModelSpec, index: int, training: TrainingSpec,
@@ -227,8 +230,23 @@ def in_flight_bytes(profile: InFlightProfile, rank: int, chunk_bytes: Sequence[i
     return profile.peak_bytes(rank, chunk_bytes)
 
 
-@lru_cache(maxsize=65536)
 def chunk_stored_bytes(spec: ModelSpec, kinds: tuple[tuple[tuple[bool, bool], ...], ...],
+                        recompute: RecomputeMode | FullLayers,
+                        modules: tuple[RecomputeModule, ...], ctx: LayerActivationContext
+                        ) -> tuple[tuple[int, ...], int]:
+    """`_chunk_stored_bytes`, kept on the search's tables of the model."""
+    memo = current_memo()
+    table = memo.tables(spec).stored_bytes if memo is not None else None
+    key = (kinds, recompute, modules, ctx)
+    found = table.get(key) if table is not None else None
+    if found is None:
+        found = _chunk_stored_bytes(spec, kinds, recompute, modules, ctx)
+        if table is not None:
+            table[key] = found
+    return found
+
+
+def _chunk_stored_bytes(spec: ModelSpec, kinds: tuple[tuple[tuple[bool, bool], ...], ...],
                         recompute: RecomputeMode | FullLayers,
                         modules: tuple[RecomputeModule, ...], ctx: LayerActivationContext
                         ) -> tuple[tuple[int, ...], int]:

@@ -9,7 +9,6 @@ one (`models.core.memory_floors`), or estimate time.
 """
 
 import math
-from functools import lru_cache
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import (
@@ -28,6 +27,7 @@ from models.core.params import (
     mtp_module_params,
     norm_params,
 )
+from models.core.search_memo import current_memo
 from models.core.sharded_states import ema_components, model_state_components
 from models.errors import InvalidSpecError
 
@@ -107,17 +107,31 @@ def _first_of_each_kind(mix: tuple[tuple[int, int], ...],
 
 def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayout
                     ) -> RankParameters:
-    """Parameters one rank holds by sharding group (cached per layer mix and degrees,
+    """Parameters one rank holds by sharding group (kept per layer mix and degrees,
     `_rank_parameters`)."""
     return _rank_parameters(spec, parallel.tp, parallel.ep, parallel.etp,
                             _weight_mix(layout, chunk_weight_kinds(spec, layout.chunks)),
                             layout.num_embeddings, layout.num_heads, layout.num_mtp_modules)
 
 
-@lru_cache(maxsize=16384)
 def _rank_parameters(spec: ModelSpec, tp: int, ep: int, etp: int,
                      mix: tuple[tuple[int, int], ...],
                      num_embeddings: int, num_heads: int, num_mtp: int) -> RankParameters:
+    """`_count_rank_parameters`, kept on the search's tables of the model."""
+    memo = current_memo()
+    table = memo.tables(spec).rank_parameters if memo is not None else None
+    key = (tp, ep, etp, mix, num_embeddings, num_heads, num_mtp)
+    found = table.get(key) if table is not None else None
+    if found is None:
+        found = _count_rank_parameters(spec, *key)
+        if table is not None:
+            table[key] = found
+    return found
+
+
+def _count_rank_parameters(spec: ModelSpec, tp: int, ep: int, etp: int,
+                           mix: tuple[tuple[int, int], ...],
+                           num_embeddings: int, num_heads: int, num_mtp: int) -> RankParameters:
     gemm = vectors = experts = largest_layer = 0
     kinds = [(layer_params(spec, i), count, layer_attention_params(spec, i, matrices_only=True))
              for i, count in mix if count]
@@ -192,10 +206,22 @@ def state_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return groups, states, host_states, ema_gpu, ema_host
 
 
-@lru_cache(maxsize=16384)
 def chunk_weight_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
                         ) -> tuple[tuple[tuple[bool, bool], ...], ...]:
-    """Per chunk, each layer's weight kind: (MoE block, linear-attention mixer)."""
+    """Per chunk, each layer's weight kind: (MoE block, linear-attention mixer); kept on
+    the search's tables of the model."""
+    memo = current_memo()
+    table = memo.tables(spec).weight_kinds if memo is not None else None
+    found = table.get(chunks) if table is not None else None
+    if found is None:
+        found = _chunk_weight_kinds(spec, chunks)
+        if table is not None:
+            table[chunks] = found
+    return found
+
+
+def _chunk_weight_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
+                        ) -> tuple[tuple[tuple[bool, bool], ...], ...]:
     return tuple(tuple((spec.is_moe_layer(i), spec.is_linear_attention_layer(i)) for i in chunk)
                  for chunk in chunks)
 

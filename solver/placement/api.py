@@ -23,6 +23,7 @@ from api_schemas.moe import (
 )
 from models.catalog.presets import gpu_preset
 from models.core.moe import DEFAULT_TILE_ROWS, imbalance_factor, padded_rows, rank_expert_gemm_s
+from models.core.search_memo import within_search_memo
 from models.errors import InvalidSpecError
 from solver import cancel
 from solver.placement.constructive import plan_constructive, plan_constructive_layers
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from solver.cpsat import SolverConfig
 
 
+@within_search_memo
 def plan_placement(
     request: MoePlacementRequest, *, config: "SolverConfig | None" = None
 ) -> MoePlacementResponse:
@@ -70,6 +72,7 @@ def plan_placement(
     return response.model_copy(update=expert_times(request, response))
 
 
+@within_search_memo
 def plan_placement_layers(request: MoePlacementRequest) -> MoePlacementLayersResponse:
     """Plan every layer of a request with `layers` in one call (constructive planner).
 
@@ -84,6 +87,7 @@ def plan_placement_layers(request: MoePlacementRequest) -> MoePlacementLayersRes
     return MoePlacementLayersResponse(layers=list(layers), wall_time_s=wall_time_s)
 
 
+@within_search_memo
 def placement_layers(
         request: MoePlacementRequest) -> tuple[float, Iterator[MoePlacementResponse]]:
     """`plan_placement_layers` one layer at a time: the planning time of all layers, and

@@ -1,7 +1,7 @@
 """Token routes of a placement: turning an allocation alloc[e, d] (tokens of expert e
 computed on rank d) into routes (source, expert, destination, tokens) with the most
 source-local routing that allocation admits, for one problem or a `LayerBatch` at once, with
-index arrays cached per shape (`shape_index`).
+index arrays kept per shape on the search's memo (`shape_index`).
 
 Owns: `Routes`, `routes_from_allocation` and the batched routing `solver.placement.results`
 accounts with. Must not: choose an allocation (the planners do). Vocabulary: as
@@ -9,10 +9,10 @@ accounts with. Must not: choose an allocation (the planners do). Vocabulary: as
 """
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
+from models.core.search_memo import current_memo
 from solver.placement.problem import IntArray, LayerBatch, PlacementProblem, single_layer
 
 
@@ -109,9 +109,19 @@ class ShapeIndex:
     """[E] flat index of cell (e, home_of[e]) of an [E, R] allocation: what stays at home."""
 
 
-@lru_cache(maxsize=16)
 def shape_index(num_ranks: int, num_experts: int) -> ShapeIndex:
-    """The (read-only, cached) index arrays of an [R, E] shape."""
+    """The read-only index arrays of an [R, E] shape (kept on the search's memo)."""
+    memo = current_memo()
+    key = ("shape", num_ranks, num_experts)
+    found = memo.index_arrays.get(key) if memo is not None else None
+    if found is None:
+        found = _shape_index(num_ranks, num_experts)
+        if memo is not None:
+            memo.index_arrays[key] = found
+    return found
+
+
+def _shape_index(num_ranks: int, num_experts: int) -> ShapeIndex:
     m = num_experts // num_ranks
     experts = np.arange(num_experts, dtype=np.int64)
     home_of = experts // m
@@ -129,10 +139,21 @@ SPLIT_TABLE_CELLS = 1 << 18
 int64 tables, 4 MiB): 16 layers' shared experts at E = 256, R = 64; larger batches divide."""
 
 
-@lru_cache(maxsize=8)
 def _row_major_split(columns: int, rows: int) -> tuple[IntArray, IntArray]:
     """Row and column of every flat index into a row-major [rows, columns] array (read-only,
-    cached): a lookup in these is several times quicker than an integer divmod."""
+    kept on the search's memo): a lookup in these is several times quicker than an integer
+    divmod."""
+    memo = current_memo()
+    key = ("row-major", columns, rows)
+    found = memo.index_arrays.get(key) if memo is not None else None
+    if found is None:
+        found = _row_major_arrays(columns, rows)
+        if memo is not None:
+            memo.index_arrays[key] = found
+    return found
+
+
+def _row_major_arrays(columns: int, rows: int) -> tuple[IntArray, IntArray]:
     row, column = np.divmod(np.arange(rows * columns, dtype=np.int64), columns)
     row.setflags(write=False)
     column.setflags(write=False)
@@ -141,7 +162,7 @@ def _row_major_split(columns: int, rows: int) -> tuple[IntArray, IntArray]:
 
 def _split_cells(cells: IntArray, rows: int, columns: int) -> tuple[IntArray, IntArray]:
     """(row, column) of flat indices `cells` into a row-major [rows, columns] array; the
-    lookup tables are cached for the next power of two of `rows`, up to
+    lookup tables are kept for the next power of two of `rows`, up to
     `SPLIT_TABLE_CELLS`."""
     table_rows = 1 << max(rows - 1, 0).bit_length()
     if table_rows * columns > SPLIT_TABLE_CELLS:

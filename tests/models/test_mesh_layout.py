@@ -196,18 +196,21 @@ def test_groups_partition_the_ranks(tp: int, cp: int, dp: int, pp: int, ep_exp: 
 
 
 def test_meshes_are_kept_by_degrees_and_read_only() -> None:
-    # Only the degrees decide a mesh: a configuration differing in ZeRO stage, schedule or
-    # recomputation gets the same (read-only) mesh instead of a 10 ms rebuild.
+    # Only the degrees decide a mesh: in one search, a configuration differing in ZeRO
+    # stage, schedule or recomputation gets the same (read-only) mesh instead of a 10 ms
+    # rebuild.
     import numpy as np
 
     from api_schemas import ParallelConfig
     from models.core.mesh.layout import build_mesh
+    from models.core.search_memo import search_memo
 
-    first = build_mesh(ParallelConfig(tp=8, pp=8, dp=4), num_nodes=32, gpus_per_node=8)
-    again = build_mesh(ParallelConfig(tp=8, pp=8, dp=4, zero_stage=3, recompute="full"),
-                       num_nodes=32, gpus_per_node=8)
-    assert again is first
-    other = build_mesh(ParallelConfig(tp=4, pp=8, dp=8), num_nodes=32, gpus_per_node=8)
+    with search_memo():
+        first = build_mesh(ParallelConfig(tp=8, pp=8, dp=4), num_nodes=32, gpus_per_node=8)
+        again = build_mesh(ParallelConfig(tp=8, pp=8, dp=4, zero_stage=3, recompute="full"),
+                           num_nodes=32, gpus_per_node=8)
+        assert again is first
+        other = build_mesh(ParallelConfig(tp=4, pp=8, dp=8), num_nodes=32, gpus_per_node=8)
     assert other is not first
     arrays = [a for a in first._members.values() if isinstance(a, np.ndarray)]
     assert arrays and not any(a.flags.writeable for a in arrays)

@@ -5,22 +5,22 @@ computation ends (not while one still runs)."""
 import asyncio
 import threading
 
-from api_schemas.training import TrainingSpec
+from api_schemas.parallel import PipelineSchedule
 from models.catalog.presets import model_preset
-from models.core.precision import state_bytes_per_param
+from models.core.step_time import compiled_schedule
 from service import search_caches
 from service.pool import SolverPool
 
 
 def test_release_empties_the_bounded_caches_and_keeps_the_static_ones() -> None:
-    state_bytes_per_param(TrainingSpec(global_batch_size=8, sequence_length=4096))
+    compiled_schedule(PipelineSchedule.ONE_F_ONE_B, 2, 4, 1)
     model_preset("llama-3.1-8b")
-    assert state_bytes_per_param.cache_info().currsize >= 1
+    assert compiled_schedule.cache_info().currsize >= 1
     static_before = model_preset.cache_info().currsize  # type: ignore[attr-defined]
     caches = search_caches.bounded_caches()
-    assert state_bytes_per_param in caches
+    assert compiled_schedule in caches
     assert search_caches.release() >= 1
-    assert state_bytes_per_param.cache_info().currsize == 0
+    assert compiled_schedule.cache_info().currsize == 0
     assert model_preset.cache_info().currsize == static_before  # type: ignore[attr-defined]
 
 

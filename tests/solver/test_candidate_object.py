@@ -9,10 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from api_schemas import Constraints, PipelineSchedule, TrainingSpec
+from api_schemas import Constraints, ParallelConfig, PipelineSchedule, TrainingSpec
 from models.catalog.presets import cluster_preset, model_preset
 from models.core.ledger_memo import LedgerMemo
 from models.core.mesh.layout import GroupKind, _placement, build_mesh
+from models.core.search_memo import current_memo, search_memo
+from models.core.step_time import kind_layers, layer_parts
+from models.core.step_time.layer_inputs import UNREAD_FIELDS, LayerPartsInputs
+from models.core.step_time.setting import step_setting
 from solver.candidate import PlanCandidate
 from solver.candidate_eval import Dominated, Rejection, ScoredPlan, evaluate_candidate
 from solver.space import MeshCandidate
@@ -20,10 +24,11 @@ from solver.space import MeshCandidate
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("api_schemas", "models", "solver", "service")
 MEMO_DECORATORS = {"cache", "lru_cache"}
-MEMO_CACHES_AT_MOST = 29
+MEMO_CACHES_AT_MOST = 9
 """Module-level `functools.cache` / `lru_cache` decorators in the product code: 48 before
-the candidate object (issue 38 asks for fewer than 10); lower this as caches move onto the
-objects they derive from, never raise it."""
+the candidate object, 9 since the cost model's memos moved onto the search's memo
+(`models.core.search_memo`; issue 38 asks for fewer than 10); lower this as caches move
+onto the objects they derive from, never raise it."""
 
 
 def _memo_decorators() -> list[str]:
@@ -103,6 +108,69 @@ def test_a_candidate_with_one_changed_field_gets_its_own_value(
     assert forward == backward
     for name in _variants():
         assert forward[name][1] != forward["base"][1], name
+
+
+def test_one_search_memo_gives_each_model_and_recipe_what_a_memo_of_its_own_gives(
+        inputs: tuple[object, ...]) -> None:
+    """Two models of as many layers (Llama 3.1 8B, Mistral 7B) under two recipes, evaluated
+    one after another through one search memo, take the plan, step time and peak each
+    takes under a memo of its own, in either order: no table kept for one model or recipe
+    served the other. The memo keeps one table object per model, and is dropped with its
+    search."""
+    spec, training, cluster, constraints = inputs
+    other = model_preset("mistral-7b-v0.3")
+    shorter = TrainingSpec(global_batch_size=64, sequence_length=2048)
+    cases = [(spec, training), (other, training), (spec, shorter), (other, shorter)]
+    assert other.num_layers == spec.num_layers  # type: ignore[attr-defined]
+
+    def outcome(case: tuple[object, object]) -> tuple[object, ...]:
+        return _outcome(evaluate_candidate(case[0], case[1], cluster, _base(),  # type: ignore[arg-type]
+                                           constraints))  # type: ignore[arg-type]
+
+    alone = []
+    for case in cases:
+        with search_memo():
+            alone.append(outcome(case))
+    assert len({result[1] for result in alone}) == len(cases)
+    for order in (cases, cases[::-1]):
+        with search_memo() as memo:
+            shared = [outcome(case) for case in order]
+            assert {tables.spec for tables in memo.models.values()} == {spec, other}
+            assert memo.tables(other).spec is other and memo.tables(spec).spec is spec
+            kept = kind_layers(spec)  # type: ignore[arg-type]
+            assert memo.tables(spec).kind_layers is kept
+            assert memo.tables(other).kind_layers is None
+        assert shared == [alone[cases.index(case)] for case in order]
+    assert current_memo() is None
+
+
+def test_every_configuration_field_is_in_the_layer_parts_record_or_named_unread() -> None:
+    """A configuration field the layer parts read but their record left out would let one
+    configuration's parts serve another: each field is in exactly one of the two."""
+    read = set(LayerPartsInputs._fields) - {"kind", "ep_overlapped"}
+    assert read.isdisjoint(UNREAD_FIELDS)
+    assert read | UNREAD_FIELDS == set(ParallelConfig.model_fields)
+
+
+def test_the_fields_left_out_of_the_layer_parts_record_leave_the_parts_alike(
+        inputs: tuple[object, ...]) -> None:
+    """Computed afresh (no memo), a layer's parts are the same under configurations that
+    differ only in fields `UNREAD_FIELDS` names, and differ under one that changes a field
+    the record holds."""
+    spec, training, cluster, _ = inputs
+    base = _base().parallel()
+
+    def parts(parallel: ParallelConfig) -> tuple[object, ...]:
+        setting = step_setting(spec, training, parallel, cluster)  # type: ignore[arg-type]
+        return layer_parts(spec, training, parallel, cluster, 0,  # type: ignore[arg-type]
+                           fabric=setting.fabric, groups=setting.groups)
+
+    first = parts(base)
+    for update in ({"recompute": "full"}, {"fp8_activations": True},
+                   {"activation_offload_frac": 0.5},
+                   {"schedule": PipelineSchedule.INTERLEAVED_1F1B, "vpp": 2}):
+        assert parts(ParallelConfig(**{**base.model_dump(), **update})) == first, update
+    assert parts(base.model_copy(update={"zero_stage": 3})) != first
 
 
 def test_plan_candidate_keys_by_identity_and_replace_starts_empty(

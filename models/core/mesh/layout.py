@@ -17,13 +17,13 @@ edp = tp * cp * dp / (etp * ep). Ranks are placed on nodes in order, `gpus_per_n
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import lru_cache
 from math import prod
 
 import numpy as np
 import numpy.typing as npt
 
 from api_schemas import ParallelConfig
+from models.core.search_memo import current_memo
 from models.errors import InvalidSpecError
 
 AXIS_NAMES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -240,29 +240,31 @@ def expert_data_parallel_size(parallel: ParallelConfig) -> int:
     return folded // (parallel.etp * parallel.ep)
 
 
-MESHES_KEPT = 512
-"""Meshes `build_mesh` keeps, by degrees, cluster shape and order (a 16,384-GPU mesh takes
-about 10 ms to build; the search asks for the same one for every activation policy, and
-the step-time model's axis groups of every candidate it times). Each mesh keeps its group
-placements."""
-
-
 def build_mesh(parallel: ParallelConfig, *, num_nodes: int, gpus_per_node: int,
                order: str = DEFAULT_ORDER) -> DeviceMesh:
     """Coordinates and groups of every rank for a parallel configuration on a cluster.
 
-    Only the degrees (tp, cp, dp, pp, ep, etp) decide the mesh, so meshes are kept by them
-    (`MESHES_KEPT`); their group arrays are read-only.
+    Only the degrees (tp, cp, dp, pp, ep, etp) decide the mesh, so a search keeps its
+    meshes by them, the cluster shape and the order on its memo (a 16,384-GPU mesh takes
+    about 10 ms to build; the search asks for the same one for every activation policy, and
+    the step-time model's axis groups of every candidate it times); each mesh keeps its
+    group placements, and its group arrays are read-only.
 
     Raises:
         InvalidSpecError: the degrees do not multiply to num_nodes * gpus_per_node, the
             expert mesh does not fold into the dense one, or the order is malformed.
     """
     degrees = (parallel.tp, parallel.cp, parallel.dp, parallel.pp, parallel.ep, parallel.etp)
-    return _mesh_of_degrees(degrees, num_nodes, gpus_per_node, order)
+    key = (degrees, num_nodes, gpus_per_node, order)
+    memo = current_memo()
+    found = memo.meshes.get(key) if memo is not None else None
+    if found is None:
+        found = _mesh_of_degrees(*key)
+        if memo is not None:
+            memo.meshes[key] = found
+    return found
 
 
-@lru_cache(maxsize=MESHES_KEPT)
 def _mesh_of_degrees(degrees: tuple[int, int, int, int, int, int], num_nodes: int,
                      gpus_per_node: int, order: str) -> DeviceMesh:
     """`build_mesh` of the degrees (tp, cp, dp, pp, ep, etp)."""

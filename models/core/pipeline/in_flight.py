@@ -16,7 +16,6 @@ sizes, even or not, get the exact peak from a few dot products.
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +23,7 @@ import numpy.typing as npt
 from api_schemas.parallel import PipelineSchedule
 from models.core.pipeline.ops import OpKind, PipelineProgram
 from models.core.pipeline.registry import shared_program
+from models.core.search_memo import current_memo
 from models.errors import InvalidSpecError
 
 IntArray = npt.NDArray[np.int64]
@@ -122,10 +122,10 @@ class InFlightProfile:
         return max(self.live_vectors[rank], key=sum, default=(0,) * self.num_chunks)
 
 
-@lru_cache(maxsize=4096)
 def in_flight_profile(schedule: PipelineSchedule, *, num_stages: int, num_micro_batches: int,
                       num_chunks: int = 1, group_size: int | None = None) -> InFlightProfile:
-    """The in-flight profile of `schedule`'s generated order (memoised per parameters).
+    """The in-flight profile of `schedule`'s generated order (kept per parameters on the
+    search's memo).
 
     Source: the generators of this package (each cites its schedule's reference order);
     counts as in `metrics.py` (live from the start of F to the end of W or BW; releases
@@ -135,8 +135,14 @@ def in_flight_profile(schedule: PipelineSchedule, *, num_stages: int, num_micro_
     Raises:
         InvalidSpecError: the schedule refuses these parameters.
     """
-    return profile_of(shared_program(schedule, num_stages, num_micro_batches, num_chunks,
-                                     group_size))
+    key = (schedule, num_stages, num_micro_batches, num_chunks, group_size)
+    memo = current_memo()
+    found = memo.in_flight.get(key) if memo is not None else None
+    if found is None:
+        found = profile_of(shared_program(*key))
+        if memo is not None:
+            memo.in_flight[key] = found
+    return found
 
 
 def profile_of(program: PipelineProgram) -> InFlightProfile:

@@ -11,7 +11,6 @@ Must not: simulate the pipeline or add per-step terms (`models.core.step_time.as
 
 import dataclasses
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple
 
 from api_schemas.architecture import ModelSpec
@@ -41,6 +40,7 @@ from models.core.layout import StageLayout
 from models.core.pipeline import StagePlacement, schedule_traits
 from models.core.rank_activations import layer_stored_bytes_cap, stage_activation_components
 from models.core.runtime_features import dispatcher
+from models.core.search_memo import current_memo, model_tables
 from models.core.step_time.exposure import (
     LayerComm,
     ep_overlapped,
@@ -50,6 +50,7 @@ from models.core.step_time.exposure import (
     zero3_recompute_exposed_s,
 )
 from models.core.step_time.groups import AxisGroups
+from models.core.step_time.layer_inputs import LayerPartsInputs, TimingKind
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,23 +144,9 @@ def _layer_terms(lc: LayerCompute, comm: LayerComm, zero3: tuple[float, float],
                        copy_s=copy_f + copy_b, exposed_s=exposed)
 
 
-_LayerParts = tuple[LayerCompute, LayerComm, tuple[float, float], tuple[float, float]]
+LayerParts = tuple[LayerCompute, LayerComm, tuple[float, float], tuple[float, float]]
 """One layer's compute, exposed collectives, exposed ZeRO-3 traffic and ZeRO-3 copy kernels
 (forward, backward; no policy)."""
-
-_UNREAD_FIELDS = frozenset({"recompute", "recompute_modules", "fp8_activations",
-                            "activation_offload_frac", "stage_policies", "layers_per_stage",
-                            "layers_per_virtual_stage", "vpp", "microbatch_group_size",
-                            "num_micro_batches", "schedule"})
-_MESH_FIELDS = tuple(name for name in ParallelConfig.model_fields if name not in _UNREAD_FIELDS)
-"""The configuration fields a layer's parts may read: all but the activation policy, the
-layer split and the schedule's shape (the parts are computed per layer and micro-batch,
-without a policy); of the schedule, only whether it hides expert all-to-alls
-(`ep_overlapped`)."""
-
-TimingKind = tuple[bool, bool, int | None, int | None]
-"""What sets a layer's times apart from another's of the same model (`timing_kind`)."""
-
 
 def timing_kind(spec: ModelSpec, index: int) -> TimingKind:
     """Layer `index`'s MoE-ness, linear or full attention, attention window and attention
@@ -174,11 +161,17 @@ def timing_kind(spec: ModelSpec, index: int) -> TimingKind:
             spec.attention_window(index), spec.attention_chunk(index))
 
 
-@lru_cache(maxsize=256)
 def kind_layers(spec: ModelSpec) -> tuple[tuple[TimingKind, int, int], ...]:
     """Each timing kind of the model's layers (`timing_kind`) with its first layer and how
     many layers share it, in the order of first appearance: what a bound that times one
-    layer per kind multiplies it by."""
+    layer per kind multiplies it by (kept on the search's tables of the model)."""
+    tables = model_tables(spec)
+    if tables.kind_layers is None:
+        tables.kind_layers = _kind_layers(spec)
+    return tables.kind_layers
+
+
+def _kind_layers(spec: ModelSpec) -> tuple[tuple[TimingKind, int, int], ...]:
     first: dict[TimingKind, int] = {}
     count: dict[TimingKind, int] = {}
     for index in range(spec.num_layers):
@@ -188,39 +181,31 @@ def kind_layers(spec: ModelSpec) -> tuple[tuple[TimingKind, int, int], ...]:
     return tuple((kind, first[kind], count[kind]) for kind in first)
 
 
-_LAYER_PARTS: dict[tuple[object, ...], dict[tuple[object, ...], _LayerParts]] = {}
-_LAYER_PARTS_SIZE = 64
-"""(model, recipe, cluster) triples whose layer parts are kept."""
-_LAYER_PARTS_ENTRIES = 65536
-"""Layer parts kept per triple before its memo starts over."""
-
-
 def layer_parts_memo(spec: ModelSpec, training: TrainingSpec,
-                     cluster: ClusterSpec) -> dict[tuple[object, ...], _LayerParts]:
-    """The memo of `layer_parts` for one model, recipe and cluster (created on first use)."""
-    key = (spec, training, cluster)
-    memo = _LAYER_PARTS.get(key)
-    if memo is None:
-        if len(_LAYER_PARTS) >= _LAYER_PARTS_SIZE:
-            _LAYER_PARTS.clear()
-        memo = _LAYER_PARTS[key] = {}
-    return memo
+                     cluster: ClusterSpec) -> dict[LayerPartsInputs, LayerParts]:
+    """The memo of `layer_parts` for one model, recipe and cluster, on the search's tables
+    of the model (outside a search, a fresh one that dies with its caller)."""
+    memo = model_tables(spec).layer_parts
+    found = memo.get((training, cluster))
+    if found is None:
+        found = memo[training, cluster] = {}
+    return found
 
 
 def layer_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                 cluster: ClusterSpec, index: int, *, fabric: Fabric, groups: AxisGroups,
-                memo: dict[tuple[object, ...], _LayerParts] | None = None) -> _LayerParts:
+                memo: dict[LayerPartsInputs, LayerParts] | None = None) -> LayerParts:
     """Layer `index`'s compute (`models.core.compute.layer_compute`), exposed collectives
     (`layer_comm`), exposed ZeRO-3 traffic (`zero3_exposed_s`) and ZeRO-3 copy kernels
     (`zero3_layer_copy_s`) under `parallel`, none of which reads the activation policy or the
     layer split; `fabric` and `groups` are the cluster's and the configuration's. With `memo`
-    (`layer_parts_memo` of these inputs) the parts are computed once per layer kind (MoE or
-    not, linear or full attention: the layer's weights differ), attention window and the
-    configuration's other fields, the inputs they are functions of."""
-    key: tuple[object, ...] | None = None
+    (`layer_parts_memo` of these inputs) the parts are computed once per record of the
+    inputs they are functions of (`LayerPartsInputs`: the layer's timing kind and the
+    configuration fields the parts read)."""
+    key: LayerPartsInputs | None = None
     if memo is not None:
-        key = (timing_kind(spec, index), ep_overlapped(parallel, training),
-               *(getattr(parallel, name) for name in _MESH_FIELDS))
+        key = LayerPartsInputs.of(timing_kind(spec, index), ep_overlapped(parallel, training),
+                                  parallel)
         found = memo.get(key)
         if found is not None:
             return found
@@ -238,8 +223,6 @@ def layer_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     copies = zero3_layer_copy_s(spec, index, training, parallel, cluster.gpu)
     parts = (lc, comm, zero3, copies)
     if memo is not None and key is not None:
-        if len(memo) >= _LAYER_PARTS_ENTRIES:
-            memo.clear()
         memo[key] = parts
     return parts
 
@@ -249,8 +232,21 @@ KindCount = tuple[TimingKind, RecomputeMode, int, int]
 are, and the first layer of that kind the rank holds (the one it is timed by)."""
 
 
-@lru_cache(maxsize=16384)
 def _chunk_kind_counts(chunks: tuple[tuple[int, ...], ...],
+                       kinds: tuple[tuple[TimingKind, ...], ...],
+                       recompute: RecomputeMode | FullLayers) -> tuple[tuple[KindCount, ...], ...]:
+    """`_count_chunk_kinds`, kept on the search's memo."""
+    memo = current_memo()
+    key = (chunks, kinds, recompute)
+    found = memo.kind_counts.get(key) if memo is not None else None
+    if found is None:
+        found = _count_chunk_kinds(chunks, kinds, recompute)
+        if memo is not None:
+            memo.kind_counts[key] = found
+    return found
+
+
+def _count_chunk_kinds(chunks: tuple[tuple[int, ...], ...],
                        kinds: tuple[tuple[TimingKind, ...], ...],
                        recompute: RecomputeMode | FullLayers) -> tuple[tuple[KindCount, ...], ...]:
     """Per chunk of a rank, its layers counted by (timing kind, recompute mode) in order of
@@ -275,7 +271,7 @@ def _chunk_kind_counts(chunks: tuple[tuple[int, ...], ...],
 def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                cluster: ClusterSpec, layout: StageLayout, *, num_micro_batches: int,
                fabric: Fabric, groups: AxisGroups,
-               layer_memo: dict[tuple[object, ...], _LayerParts] | None = None,
+               layer_memo: dict[LayerPartsInputs, LayerParts] | None = None,
                kinds: tuple[tuple[TimingKind, ...], ...] | None = None) -> StageTime:
     """Per-micro-batch F/B/W of every chunk of one pipeline rank, with recomputation,
     exposed collectives, ZeRO-3 gathers and offload stalls folded in (`layer_memo`: as
@@ -459,12 +455,18 @@ def _offload_stall(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCo
     return max(0.0, transfer - hidden)
 
 
-@lru_cache(maxsize=16384)
 def chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
                         ) -> tuple[tuple[TimingKind, ...], ...]:
     """`timing_kind` of every layer of each chunk (shared by the configurations that place
-    the same layers on a rank)."""
-    return tuple(tuple(timing_kind(spec, i) for i in chunk) for chunk in chunks)
+    the same layers on a rank: kept on the search's tables of the model)."""
+    memo = current_memo()
+    table = memo.tables(spec).timing_kinds if memo is not None else None
+    found = table.get(chunks) if table is not None else None
+    if found is None:
+        found = tuple(tuple(timing_kind(spec, i) for i in chunk) for chunk in chunks)
+        if table is not None:
+            table[chunks] = found
+    return found
 
 
 class StageInputs(NamedTuple):
@@ -494,8 +496,8 @@ class StageInputs(NamedTuple):
 
 
 @dataclass(slots=True)
-class _Bucket:
-    """The memoised stages of one (model, recipe, cluster, configuration, micro-batches)."""
+class StageBucket:
+    """The kept stages of one (model, recipe, cluster, configuration, micro-batches)."""
 
     kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[TimingKind, ...], ...]]
     """Layer timing kinds (`timing_kind`) of each chunk tuple (the model is fixed in a
@@ -505,17 +507,16 @@ class _Bucket:
     for the record, whose times the others copy)."""
 
 
-_STAGE_TIMES: dict[tuple[object, ...], _Bucket] = {}
-_STAGE_TIMES_SIZE = 2048
-"""Configurations kept (each with its distinct stages)."""
-
-
 def clear_step_time_cache() -> None:
-    """Forget memoised stage times and cached layer times, for scripts that change a kernel
-    profile or a calibrated constant between estimates (the memo's key holds the inputs of
-    an estimate, not the module constants it reads)."""
-    _STAGE_TIMES.clear()
-    _LAYER_PARTS.clear()
+    """Forget the current search's stage times, layer parts and layer times, for scripts
+    that change a kernel profile or a calibrated constant between estimates (a memo's key
+    holds the inputs of an estimate, not the module constants it reads; outside a search
+    none are kept)."""
+    memo = current_memo()
+    if memo is not None:
+        for tables in memo.models.values():
+            tables.stage_times.clear()
+            tables.layer_parts.clear()
     clear_compute_cache()
 
 
@@ -523,17 +524,16 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
                 cluster: ClusterSpec, layouts: tuple[StageLayout, ...], m: int, fabric: Fabric,
                 groups: AxisGroups) -> list[StageTime]:
     """Every rank's per-micro-batch times, computed once per distinct stage (`StageInputs`)
-    and memoised across calls by the inputs they are a function of (model, recipe, cluster,
-    configuration, micro-batches; fabric and groups follow from the cluster and the
-    configuration): the search asks for the same configuration's stages in its bounds and
-    again in its estimate."""
-    base = (spec, training, cluster, parallel, m)
-    bucket = _STAGE_TIMES.get(base)
+    and kept across calls on the search's tables of the model by the other inputs they are
+    a function of (recipe, cluster, configuration, micro-batches; fabric and groups follow
+    from the cluster and the configuration): the search asks for the same configuration's
+    stages in its bounds and again in its estimate."""
+    buckets = model_tables(spec).stage_times
+    base = (training, cluster, parallel, m)
+    bucket = buckets.get(base)
     if bucket is None:
-        if len(_STAGE_TIMES) >= _STAGE_TIMES_SIZE:
-            _STAGE_TIMES.clear()
-        bucket = _STAGE_TIMES[base] = _Bucket(kinds={}, stages={})
-    layer_memo: dict[tuple[object, ...], _LayerParts] | None = None
+        bucket = buckets[base] = StageBucket(kinds={}, stages={})
+    layer_memo: dict[LayerPartsInputs, LayerParts] | None = None
     stages = []
     for layout in layouts:
         kinds = bucket.kinds.get(layout.chunks)
@@ -556,6 +556,7 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return stages
 
 
-__all__ = ["StageTime", "clear_step_time_cache", "compute_context", "fp8_cast_s", "layer_mode",
-           "layer_parts", "layer_parts_memo", "StageInputs", "stage_time", "stage_times",
+__all__ = ["LayerParts", "StageBucket", "StageTime", "clear_step_time_cache", "compute_context",
+           "fp8_cast_s", "layer_mode", "layer_parts", "layer_parts_memo", "StageInputs",
+           "stage_time", "stage_times",
            "TimingKind", "chunk_timing_kinds", "kind_layers", "timing_kind", "window_caps_s"]

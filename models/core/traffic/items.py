@@ -9,7 +9,6 @@ layer sends (that is `tensor.py`, `pipeline.py`, `data.py`).
 
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import lru_cache
 
 from models.core.collectives import (
     Collective,
@@ -18,6 +17,7 @@ from models.core.collectives import (
     collective_cost,
 )
 from models.core.mesh import AxisPlacement
+from models.core.search_memo import current_memo
 
 
 class TrafficAxis(StrEnum):
@@ -150,11 +150,17 @@ def call_cost(collective: Collective, placement: AxisPlacement, message_bytes: i
     """Cost of one call of `collective` over a group placed as `placement` (a P2P is one hop
     between two neighbours of the group)."""
     size = 2 if collective == Collective.P2P else placement.group_size
-    return _cost(collective, size, max(0, int(message_bytes)),
-                 timing_ranks_per_node(placement, collective), fabric)
+    key = (collective, size, max(0, int(message_bytes)),
+           timing_ranks_per_node(placement, collective), fabric)
+    memo = current_memo()
+    found = memo.collective_costs.get(key) if memo is not None else None
+    if found is None:
+        found = _cost(*key)
+        if memo is not None:
+            memo.collective_costs[key] = found
+    return found
 
 
-@lru_cache(maxsize=65536)
 def _cost(collective: Collective, size: int, message_bytes: int, ranks_per_node: int,
           fabric: Fabric) -> CollectiveCost:
     return collective_cost(collective, num_ranks=size, message_bytes=message_bytes,

@@ -10,7 +10,6 @@ count FLOPs or memory.
 """
 
 from dataclasses import dataclass, fields
-from functools import lru_cache
 
 from api_schemas import ModelSpec, ParallelConfig
 from models.core.layout import StageLayout, pipeline_layout
@@ -24,6 +23,7 @@ from models.core.params import (
     norm_params,
 )
 from models.core.pipeline import schedule_traits
+from models.core.search_memo import current_memo
 
 
 class LayerWeights(LayerParams):
@@ -152,13 +152,22 @@ def stage_weights(model: ModelSpec, parallel: ParallelConfig) -> tuple[StageWeig
     per matrix group.
     """
     layouts = pipeline_layout(model, parallel)
-    return _stage_weights(model, parallel.tp, parallel.ep * parallel.etp, layouts)
+    # Kept on the search's tables of the model by what it reads (the search asks once per
+    # estimate).
+    memo = current_memo()
+    table = memo.tables(model).stage_weights if memo is not None else None
+    key = (parallel.tp, parallel.ep * parallel.etp, layouts)
+    found = table.get(key) if table is not None else None
+    if found is None:
+        found = _stage_weights(model, *key)
+        if table is not None:
+            table[key] = found
+    return found
 
 
-@lru_cache(maxsize=4096)
 def _stage_weights(model: ModelSpec, tp: int, experts_split: int,
                    layouts: tuple[StageLayout, ...]) -> tuple[StageWeights, ...]:
-    """`stage_weights`, memoised by what it reads (the search asks once per estimate)."""
+    """`stage_weights` of the rank layouts."""
     return tuple(_rank_weights(model, tp, experts_split, rank) for rank in layouts)
 
 

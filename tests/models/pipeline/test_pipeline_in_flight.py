@@ -137,7 +137,7 @@ def test_the_memory_profile_and_the_simulator_share_one_read_only_program() -> N
     from models.core.step_time import compiled_schedule
 
     schedule = S.ZBV
-    for cache in (shared_program, compiled_schedule, in_flight_profile):
+    for cache in (shared_program, compiled_schedule):
         cache.cache_clear()
     profile = in_flight_profile(schedule, num_stages=6, num_micro_batches=24, num_chunks=2)
     program = shared_program(schedule, 6, 24, 2, None)

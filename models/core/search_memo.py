@@ -1,0 +1,203 @@
+"""The memo of one search: the pieces of the cost model a search derives again and again,
+kept on an object the search creates and drops, so that their lifetime is the search's and
+their key is the object's.
+
+Owns: `SearchMemo` (the tables of pieces that do not read a model, each keyed by every input
+of the piece it keeps), `ModelTables` (the pieces derived from one model, on an object that
+serves that model alone), `search_memo` and `within_search_memo` (make a fresh memo current
+for the calling context while a block or a function runs; inside a running search, that
+search's) and `current_memo` (the current memo; None outside a search, where each piece is
+computed on each ask and nothing outlives the call). Must not: compute a piece (each module
+that defines one reads and fills its table here) or keep anything between searches.
+"""
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from api_schemas.architecture import ModelSpec
+
+if TYPE_CHECKING:
+    from api_schemas.collectives import Collective
+    from api_schemas.hardware import ClusterSpec
+    from api_schemas.parallel import (
+        FullLayers,
+        ParallelConfig,
+        PipelineSchedule,
+        RecomputeMode,
+        RecomputeModule,
+    )
+    from api_schemas.training import TrainingSpec
+    from models.catalog.kernels import KernelProfile
+    from models.core.activations import LayerActivationBytes, LayerActivationContext
+    from models.core.collectives.alpha_beta import CollectiveCost
+    from models.core.collectives.fabric import Fabric
+    from models.core.compute import ComputeContext, LayerCompute, OpTimes
+    from models.core.layout import StageLayout
+    from models.core.ledger_items import RankParameters
+    from models.core.mesh.layout import DeviceMesh
+    from models.core.pipeline.in_flight import InFlightProfile
+    from models.core.precision import StateBytesPerParam
+    from models.core.rank_activations import ContextInputs
+    from models.core.rank_states import WeightKinds
+    from models.core.step_time.layer_inputs import LayerPartsInputs, TimingKind
+    from models.core.step_time.stage import KindCount, LayerParts, StageBucket
+    from models.core.traffic.weights import StageWeights
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+Chunks = tuple[tuple[int, ...], ...]
+"""The layer indices of each chunk of a rank."""
+ChunkKinds = tuple[tuple["TimingKind", ...], ...]
+"""The timing kind of each layer of each chunk of a rank."""
+
+
+@dataclass(slots=True, eq=False)
+class ModelTables:
+    """The pieces derived from one model (`spec`), each table keyed by the other inputs of
+    its piece: the model is the object's, so no key hashes it, and `SearchMemo.tables`
+    hands the object only to the model it was made for."""
+
+    spec: ModelSpec
+    kind_layers: "tuple[tuple[TimingKind, int, int], ...] | None" = None
+    """`models.core.step_time.stage.kind_layers` (made on first ask)."""
+    timing_kinds: dict[Chunks, ChunkKinds] = field(default_factory=dict)
+    """`chunk_timing_kinds` by chunk tuple."""
+    weight_kinds: "dict[Chunks, WeightKinds]" = field(default_factory=dict)
+    """`chunk_weight_kinds` by chunk tuple."""
+    stage_weights: "dict[tuple[int, int, tuple[StageLayout, ...]], tuple[StageWeights, ...]]" = (
+        field(default_factory=dict))
+    """`models.core.traffic.weights.stage_weights` by (tp, expert split, rank layouts)."""
+    rank_parameters: ("dict[tuple[int, int, int, tuple[tuple[int, int], ...], int, int, int], "
+                      "RankParameters]") = field(default_factory=dict)
+    """`models.core.rank_states` parameter groups by (tp, ep, etp, layer mix, embeddings,
+    heads, MTP modules)."""
+    layer_compute: ("dict[tuple[bool, ComputeContext, int | None, bool, int | None], "
+                    "LayerCompute]") = field(default_factory=dict)
+    """`models.core.compute.layer_compute` by (MoE, context, window, linear, chunk)."""
+    head_compute: "dict[ComputeContext, OpTimes]" = field(default_factory=dict)
+    """`models.core.compute.head_compute` by compute context."""
+    activation_bytes: ("dict[tuple[bool, LayerActivationContext, bool], "
+                       "LayerActivationBytes]") = field(default_factory=dict)
+    """`models.core.activations.kind_activation_bytes` by (MoE, context, linear)."""
+    layer_parts: ("dict[tuple[TrainingSpec, ClusterSpec], "
+                  "dict[LayerPartsInputs, LayerParts]]") = field(default_factory=dict)
+    """`models.core.step_time.stage.layer_parts_memo` by (recipe, cluster)."""
+    stage_times: ("dict[tuple[TrainingSpec, ClusterSpec, ParallelConfig, int], "
+                  "StageBucket]") = field(default_factory=dict)
+    """`models.core.step_time.stage.stage_times` by (recipe, cluster, configuration,
+    micro-batches)."""
+    stored_bytes: ("dict[tuple[WeightKinds, RecomputeMode | FullLayers, "
+                   "tuple[RecomputeModule, ...], LayerActivationContext], "
+                   "tuple[tuple[int, ...], int]]") = field(default_factory=dict)
+    """`models.core.rank_activations.chunk_stored_bytes` by (weight kinds, recompute,
+    modules, context)."""
+
+
+@dataclass(slots=True, eq=False)
+class SearchMemo:
+    """The pieces one search derives that do not read a model, each table keyed by every
+    input of its piece, and the `ModelTables` of each model it prices (`tables`)."""
+
+    models: dict[ModelSpec, ModelTables] = field(default_factory=dict)
+    """By the model (equal models share their tables: every piece reads the model's fields,
+    never its identity)."""
+    last: ModelTables | None = None
+    """The tables asked for last (a search prices one model: no hash on the next ask)."""
+    meshes: "dict[tuple[tuple[int, ...], int, int, str], DeviceMesh]" = field(
+        default_factory=dict)
+    """`models.core.mesh.layout.build_mesh` by (degrees, nodes, GPUs per node, order)."""
+    in_flight: ("dict[tuple[PipelineSchedule, int, int, int, int | None], "
+                "InFlightProfile]") = field(default_factory=dict)
+    """`models.core.pipeline.in_flight_profile` by (schedule, stages, micro-batches,
+    chunks, group size)."""
+    profiles: "dict[tuple[str, float, float], KernelProfile]" = field(default_factory=dict)
+    """Scaled kernel profiles by (family, GEMM scale, attention scale)."""
+    collective_costs: "dict[tuple[Collective, int, int, int, Fabric], CollectiveCost]" = (
+        field(default_factory=dict))
+    """`collective_cost` by (collective, ranks, message bytes, ranks per node, fabric)."""
+    activation_contexts: "dict[ContextInputs, LayerActivationContext]" = field(
+        default_factory=dict)
+    """One shared `LayerActivationContext` per `ContextInputs` record."""
+    state_bytes: "dict[tuple[TrainingSpec, bool, bool], StateBytesPerParam]" = field(
+        default_factory=dict)
+    """`models.core.precision.state_bytes_per_param` by (recipe, GEMM weight, matrix)."""
+    kind_counts: ("dict[tuple[Chunks, ChunkKinds, RecomputeMode | FullLayers], "
+                  "tuple[tuple[KindCount, ...], ...]]") = field(default_factory=dict)
+    """`models.core.step_time.stage` kind counts by (chunks, kinds, recompute)."""
+    index_arrays: dict[tuple[str, int, int], Any] = field(default_factory=dict)
+    """Read-only index arrays of an array shape, by (what they index, two sizes): the
+    expert placement's (`solver.placement.routes`)."""
+    straggler_max: dict[int, float] = field(default_factory=dict)
+    """`expected_max_standard_normal` by draw count."""
+    recipes: dict[tuple["TrainingSpec", frozenset[str]],
+                  tuple["TrainingSpec", "TrainingSpec"]] = field(default_factory=dict)
+    """`solver.runtime_choice.resolved` by (the request's recipe, features on), each with
+    the recipe object it was decided from: one object per decided recipe, which the ledger
+    memos tell apart by identity."""
+
+    def tables(self, spec: ModelSpec) -> ModelTables:
+        """The tables of `spec` (made on first ask)."""
+        last = self.last
+        if last is not None and last.spec is spec:
+            return last
+        found = self.models.get(spec)
+        if found is None:
+            found = self.models[spec] = ModelTables(spec=spec)
+        self.last = found
+        return found
+
+
+_CURRENT: ContextVar[SearchMemo | None] = ContextVar("search_memo", default=None)
+
+current_memo = _CURRENT.get
+"""The memo of the search running in this context, or None (a C call: no Python frame on
+the hot paths that ask)."""
+
+
+@contextmanager
+def search_memo() -> Iterator[SearchMemo]:
+    """Make a fresh memo current until the block ends (inside a running search, the one
+    already current), and drop it then."""
+    memo = _CURRENT.get()
+    if memo is not None:
+        yield memo
+        return
+    memo = SearchMemo()
+    token = _CURRENT.set(memo)
+    try:
+        yield memo
+    finally:
+        _CURRENT.reset(token)
+
+
+def within_search_memo(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`function` run with a memo current (a fresh one, dropped when it returns, unless a
+    search already runs: then that search's)."""
+
+    @functools.wraps(function)
+    def scoped(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if _CURRENT.get() is not None:
+            return function(*args, **kwargs)
+        token = _CURRENT.set(SearchMemo())
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _CURRENT.reset(token)
+
+    return scoped
+
+
+def model_tables(spec: ModelSpec) -> ModelTables:
+    """The current search's tables of `spec`, or (outside a search) fresh ones that die with
+    the caller."""
+    memo = _CURRENT.get()
+    return memo.tables(spec) if memo is not None else ModelTables(spec=spec)
+
+
+__all__ = ["ModelTables", "SearchMemo", "current_memo", "model_tables", "search_memo",
+           "within_search_memo"]
