@@ -18,6 +18,7 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig
 from models.core.pipeline.registry import schedule_traits
 from models.core.pipeline.traits import ScheduleTraits
+from models.core.search_memo import current_memo
 from models.errors import InvalidSpecError
 
 
@@ -125,25 +126,22 @@ def virtual_stage_sizes(spec: ModelSpec, parallel: ParallelConfig) -> list[int]:
     return sizes
 
 
-_LAYOUTS: dict[tuple[object, ...], tuple[StageLayout, ...]] = {}
-_LAYOUT_CACHE_SIZE = 4096
-
-
 def pipeline_layout(spec: ModelSpec, parallel: ParallelConfig) -> tuple[StageLayout, ...]:
     """The layers, embeddings, heads and MTP modules of every pipeline rank.
 
-    Memoised by what the layout reads: the model's layer and MTP counts and the
-    configuration's pp, vpp, schedule, explicit layer counts and interleaving group (the
-    search asks for the same layout once per memory probe and per step-time estimate)."""
+    Kept on the search's memo by what the layout reads: the model's layer and MTP counts
+    and the configuration's pp, vpp, schedule, explicit layer counts and interleaving group
+    (the search asks for the same layout once per memory probe and per step-time
+    estimate)."""
     key = (spec.num_layers, spec.num_mtp_layers, parallel.pp, parallel.vpp, parallel.schedule,
            parallel.layers_per_stage, parallel.layers_per_virtual_stage,
            parallel.microbatch_group_size)
-    layouts = _LAYOUTS.get(key)
+    memo = current_memo()
+    layouts = memo.layouts.get(key) if memo is not None else None
     if layouts is None:
         layouts = _pipeline_layout(spec, parallel)
-        if len(_LAYOUTS) >= _LAYOUT_CACHE_SIZE:
-            _LAYOUTS.clear()
-        _LAYOUTS[key] = layouts
+        if memo is not None:
+            memo.layouts[key] = layouts
     return layouts
 
 

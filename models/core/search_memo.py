@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from models.core.rank_states import WeightKinds
     from models.core.step_time.layer_inputs import LayerPartsInputs, TimingKind
     from models.core.step_time.stage import KindCount, LayerParts, StageBucket
+    from models.core.traffic.layer import LayerCall
     from models.core.traffic.weights import StageWeights
 
 _P = ParamSpec("_P")
@@ -91,6 +92,15 @@ class ModelTables:
                   "StageBucket]") = field(default_factory=dict)
     """`models.core.step_time.stage.stage_times` by (recipe, cluster, configuration,
     micro-batches)."""
+    layer_calls: "dict[tuple[object, ...], tuple[LayerCall, ...]]" = field(
+        default_factory=dict)
+    """`models.core.step_time.exposure.layer_calls` by the recipe, the configuration fields,
+    mesh and fabric they read and the layer's MoE and linear-attention kinds."""
+    call_families: ("dict[tuple[TrainingSpec, Fabric], "
+                    "dict[tuple[object, ...], tuple[LayerCall, ...]]]") = field(
+        default_factory=dict)
+    """Per (recipe, fabric), each family of a layer's calls under the inputs its rule
+    reads (`models.core.step_time.exposure`)."""
     stored_bytes: ("dict[tuple[WeightKinds, RecomputeMode | FullLayers, "
                    "tuple[RecomputeModule, ...], LayerActivationContext], "
                    "tuple[tuple[int, ...], int]]") = field(default_factory=dict)
@@ -111,6 +121,9 @@ class SearchMemo:
     meshes: "dict[tuple[tuple[int, ...], int, int, str], DeviceMesh]" = field(
         default_factory=dict)
     """`models.core.mesh.layout.build_mesh` by (degrees, nodes, GPUs per node, order)."""
+    layouts: "dict[tuple[object, ...], tuple[StageLayout, ...]]" = field(default_factory=dict)
+    """`models.core.layout.pipeline_layout` by the model's layer and MTP counts and the
+    configuration fields it reads."""
     in_flight: ("dict[tuple[PipelineSchedule, int, int, int, int | None], "
                 "InFlightProfile]") = field(default_factory=dict)
     """`models.core.pipeline.in_flight_profile` by (schedule, stages, micro-batches,

@@ -39,6 +39,7 @@ from models.core.mesh import GroupKind
 from models.core.params import layer_params
 from models.core.pipeline import schedule_traits
 from models.core.runtime_features import ep_overlap_active
+from models.core.search_memo import ModelTables, model_tables
 from models.core.sharded_states import DEEPSPEED_PREFETCH_BUCKET_PARAMS
 from models.core.step_time.deepspeed_zero3_2021 import layer_exposed_s, runtime_2021
 from models.core.step_time.groups import AxisGroups
@@ -137,24 +138,13 @@ def ep_overlapped(parallel: ParallelConfig, training: TrainingSpec) -> bool:
                              num_micro_batches=m)
 
 
-_CALLS: dict[tuple[object, ...], tuple[LayerCall, ...]] = {}
-_CALLS_MAX = 4096
-_FAMILIES: dict[tuple[object, ...], dict[tuple[object, ...], tuple[LayerCall, ...]]] = {}
-"""Per (model, recipe, fabric), each family's calls under the inputs its rule reads."""
-_FAMILY_INPUTS_KEPT = 16
-_FAMILIES_MAX = 8192
-
-
-def _families(spec: ModelSpec, training: TrainingSpec, fabric: Fabric
+def _families(tables: ModelTables, training: TrainingSpec, fabric: Fabric
               ) -> dict[tuple[object, ...], tuple[LayerCall, ...]]:
-    """The family calls kept for one (model, recipe, fabric): the specs are hashed once per
-    layer, not once per family."""
-    inputs = (spec, training, fabric)
-    kept = _FAMILIES.get(inputs)
-    if kept is None or len(kept) >= _FAMILIES_MAX:
-        if kept is None and len(_FAMILIES) >= _FAMILY_INPUTS_KEPT:
-            _FAMILIES.clear()
-        kept = _FAMILIES[inputs] = {}
+    """The family calls kept for one (model, recipe, fabric) on the model's tables: the
+    specs are hashed once per layer, not once per family."""
+    kept = tables.call_families.get((training, fabric))
+    if kept is None:
+        kept = tables.call_families[training, fabric] = {}
     return kept
 
 
@@ -172,7 +162,8 @@ def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
                 parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric
                 ) -> tuple[LayerCall, ...]:
     """Every TP, CP and expert call of one layer pass (`models.core.traffic.layer`), computed once
-    per layer kind and the parallel fields they read.
+    per layer kind and the parallel fields they read (kept on the search's tables of the
+    model).
 
     Each family is also kept apart under the inputs its rule reads (degrees, tokens per rank
     and the placement of its own groups), so configurations that differ only in another
@@ -181,14 +172,15 @@ def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     moe_layer = spec.is_moe_layer(layer_index)
     linear = spec.is_linear_attention_layer(layer_index)
     p = parallel
-    key = (spec, training, p.tp, p.cp, p.cp_kind, p.ulysses_degree, p.sequence_parallel,
+    key = (training, p.tp, p.cp, p.cp_kind, p.ulysses_degree, p.sequence_parallel,
            p.micro_batch_size, p.ep, p.etp, groups.mesh, fabric, moe_layer, linear)
-    cached = _CALLS.get(key)
+    tables = model_tables(spec)
+    cached = tables.layer_calls.get(key)
     if cached is not None:
         return cached
     lctx = groups.layer_context(spec, training, parallel, fabric)
     mesh, tokens = groups.mesh, lctx.tokens_per_rank
-    kept = _families(spec, training, fabric)
+    kept = _families(tables, training, fabric)
     tp_key = (p.tp, tokens, p.sequence_parallel, group_placement(mesh, GroupKind.TP))
     calls = list(_family(kept, ("tp", "attention", *tp_key),
                          lambda: tp_block_calls(lctx, "attention")))
@@ -205,10 +197,8 @@ def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
         calls += _family(kept, ("ep", p.tp, tokens, p.ep, p.etp,
                                 group_placement(mesh, GroupKind.EP)),
                          lambda: expert_calls(lctx))
-    if len(_CALLS) >= _CALLS_MAX:
-        _CALLS.clear()
-    _CALLS[key] = tuple(calls)
-    return _CALLS[key]
+    found = tables.layer_calls[key] = tuple(calls)
+    return found
 
 
 def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,

@@ -65,7 +65,7 @@ def axis_groups(parallel: ParallelConfig, *, gpus_per_node: int) -> AxisGroups:
     """
     world = parallel.world_size
     per_node = math.gcd(world, gpus_per_node)
-    # `build_mesh` keeps each mesh by its degrees (the only fields it reads).
+    # A search keeps each mesh by its degrees (the only fields `build_mesh` reads).
     return AxisGroups(mesh=build_mesh(parallel, num_nodes=max(1, world // per_node),
                                       gpus_per_node=per_node))
 
