@@ -34,6 +34,7 @@ from models.catalog.resolve import resolve_cluster, resolve_model
 from models.core.memory import memory_ledger
 from models.core.mesh import validate_mesh
 from models.core.moe.host_issue import MOE_HOST_ISSUE_S
+from models.core.search_memo import within_search_memo
 from models.core.step_time import estimate_step
 from models.errors import PlannerError
 from models.evidence.calibration import (
@@ -384,6 +385,7 @@ def _fit_report(c: _Calibrated) -> CalibrationFit:
         moe_host_issue_note=c.issue_note)
 
 
+@within_search_memo
 def calibrate(request: CalibrationRunsRequest) -> CalibrationResult:
     """Fit the GEMM efficiency scale and the per-step overhead of `request.gpu` to the runs
     and logs, after the microbenchmarks (if any) set the link, attention and host-link

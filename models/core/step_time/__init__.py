@@ -4,6 +4,7 @@ makespan, data-parallel synchronisation and the optimizer step.
 Owns, by module: `groups` (the mesh's groups as timing sees them), `exposure` (which share
 of the traffic defined once in `models.core.traffic` stays exposed), `stage` (one rank's
 per-micro-batch work: compute from `models.core.compute`, recomputation, exposure, stalls),
+`layer_inputs` (the record a layer's parts are kept under),
 `makespan` (the simulated pipeline), `setting` (a configuration with its fabric, groups and
 micro-batch count), `step_terms` (each rank's tail and the step's overheads), `assembly`
 (the step, its breakdown and FLOP conventions), `bounds` and `policy_bound` (the lower
