@@ -61,7 +61,8 @@ ChunkKinds = tuple[tuple["TimingKind", ...], ...]
 class ModelTables:
     """The pieces derived from one model (`spec`), each table keyed by the other inputs of
     its piece: the model is the object's, so no key hashes it, and `SearchMemo.tables`
-    hands the object only to the model it was made for."""
+    hands the object only to that model or one equal to it (every piece reads the model's
+    fields, never its identity)."""
 
     spec: ModelSpec
     kind_layers: "tuple[tuple[TimingKind, int, int], ...] | None" = None

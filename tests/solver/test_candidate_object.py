@@ -19,6 +19,7 @@ from models.core.step_time.layer_inputs import UNREAD_FIELDS, LayerPartsInputs
 from models.core.step_time.setting import step_setting
 from solver.candidate import PlanCandidate
 from solver.candidate_eval import Dominated, Rejection, ScoredPlan, evaluate_candidate
+from solver.runtime_choice import resolved
 from solver.space import MeshCandidate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,6 +143,23 @@ def test_one_search_memo_gives_each_model_and_recipe_what_a_memo_of_its_own_give
             assert memo.tables(other).kind_layers is None
         assert shared == [alone[cases.index(case)] for case in order]
     assert current_memo() is None
+
+
+def test_a_decided_recipe_is_kept_per_recipe_object_and_dies_with_its_search() -> None:
+    """In a search, one object per (recipe object, features on), never served to an equal
+    recipe of another identity, nor to another search (no key is an object id)."""
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    twin = training.model_copy()
+    on = frozenset({"overlap_ep_comm"})
+    with search_memo():
+        one = resolved(training, on)
+        assert one is not training and resolved(training, on) is one
+        other = resolved(twin, on)
+        assert other == one and other is not one
+        assert resolved(twin, on) is other
+        assert resolved(training, frozenset()) is not one
+    with search_memo():
+        assert resolved(training, on) == one and resolved(training, on) is not one
 
 
 def test_every_configuration_field_is_in_the_layer_parts_record_or_named_unread() -> None:
