@@ -45,7 +45,7 @@ SCOPE = ("api_schemas", "models", "solver", "service", "calibration", "research"
          "benchmarks", "tests")
 RUN_LINES = 6
 TOO_COMMON = 8
-DUPLICATE_PAIRS_AT_MOST = 81
+DUPLICATE_PAIRS_AT_MOST = 80
 
 _PUNCTUATION = {"(", ")", "[", "]", "{", "}", ",", ":", ";"}
 _PROSE = {"S", "F"}
