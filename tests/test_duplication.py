@@ -4,23 +4,28 @@ shape) below 80 pairs").
 Scope: every Python file below api_schemas/, models/, solver/, service/, calibration/,
 research/, benchmarks/ and tests/ (this file included).
 
-The clone finder here reads each file as a list of lines (tokenize, stdlib only) and passes
+The clone finder here reads each file as a list of lines (tokenize, stdlib only). It passes
 over blank lines, comments, docstrings (a statement that is only a string), lines of lone
-punctuation (`)`, `],`, `}):` ...) and import statements (every line of one); white space is
-folded. A line's *shape* is its tokens with every name (not a keyword), string (f-strings
-apart) and number replaced by a placeholder, so two lines of the same shape differ at most by
-names and values; two identical lines have the same shape too. A *run* is six consecutive kept
-lines. Two places share a run when their lines have the same shapes, except that a run made
-mostly (more than half) of thin lines, at most four tokens of names, values and `:`/`=`/`,`/`.`
-(`name: type`, `a = b`, `"key": "value",`), must be identical: renamed thin lines are a list of
-fields, not a repeated piece of logic. Likewise a run made only of *declarations* (class
-headers with their decorators, and annotated assignments directly in a class body: the fields
-of a dataclass, pydantic model or table) counts only where the names are the same (strings
-and numbers may differ; a declaration's lines of strings only, its description's
-continuation, pass over): the wire schemas are many records whose fields read alike, `name:
-type = Field(description=...)`, and two records with other field names are different
-records, while the same fields declared twice are a copy to share (a base model or an
-`Annotated` type); when the rule came in, the count was 173 pairs without it, 94 with it.
+punctuation (`)`, `],`, `}):` ...), and every line of an import statement or of an `__all__`
+export list (a module's names in and out, nothing to merge; when this rule came in it removed
+6 pairs, each an export list or a schema's last fields beside one); white space is folded.
+A line's *shape* is its tokens with every name (not a keyword), string (f-strings apart) and
+number replaced by a placeholder, so two lines of the same shape differ at most by names and
+values; two identical lines have the same shape too. A *run* is six consecutive kept lines.
+
+Two places share a run when their lines have the same shapes, with two exceptions.
+- A run made mostly (more than half) of thin lines, at most four tokens of names, values and
+  `:`/`=`/`,`/`.` (`name: type`, `a = b`, `"key": "value",`), must be identical: renamed
+  thin lines are a list of fields, not a repeated piece of logic.
+- A run made only of *declarations* (class headers with their decorators, and annotated
+  assignments directly in a class body: the fields of a dataclass, pydantic model or table)
+  counts only where the names are the same (strings and numbers may differ; a declaration's
+  lines of strings only, its description's continuation, pass over). The wire schemas are
+  many records whose fields read alike, `name: type = Field(description=...)`; two records
+  with other field names are different records, while the same fields declared twice are a
+  copy to share (a base model or an `Annotated` type). When this rule came in, the count was
+  173 pairs without it, 94 with it.
+
 A run standing in more than `TOO_COMMON` places is too common to count (a folder-wide idiom),
 and two places of one file whose runs overlap are one repeated line, not a copy. Two places
 that share a run make their two files (or one file with itself) a *pair*; every run the same
@@ -45,7 +50,7 @@ SCOPE = ("api_schemas", "models", "solver", "service", "calibration", "research"
          "benchmarks", "tests")
 RUN_LINES = 6
 TOO_COMMON = 8
-DUPLICATE_PAIRS_AT_MOST = 80
+DUPLICATE_PAIRS_AT_MOST = 74
 
 _PUNCTUATION = {"(", ")", "[", "]", "{", "}", ",", ":", ";"}
 _PROSE = {"S", "F"}
@@ -110,10 +115,10 @@ def kept_lines(source: str) -> list[Line]:
 
     def close_statement() -> None:
         first = statement[0] if statement else None
-        is_import = first is not None and first.type == tokenize.NAME and first.string in (
-            "import", "from")
+        is_interface = first is not None and first.type == tokenize.NAME and first.string in (
+            "import", "from", "__all__")
         is_docstring = len(statement) == 1 and statement[0].type == tokenize.STRING
-        if first is not None and not is_import and not is_docstring:
+        if first is not None and not is_interface and not is_docstring:
             for token in statement:
                 shapes[token.start[0]].append(_placeholder(token))
                 texts[token.start[0]].append(token.string)
@@ -231,6 +236,11 @@ def total(rows):
         if row.weight > 2:
             kept.append(row.value * 3)
     return sum(kept)
+
+
+__all__ = [
+    "total",
+]
 '''
 
 _PLANTED_B = '''\
