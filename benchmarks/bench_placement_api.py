@@ -15,13 +15,11 @@ planning, costs. A `layers` body over the service's body limit
 import argparse
 import json
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
 import numpy as np
-from bench_service_load import start_server
+from bench_service_load import running_server
 
 from models.core.moe import RoutingSkew, SkewKind, routing_counts
 
@@ -45,35 +43,29 @@ def main() -> None:
     args = parser.parse_args()
     layers = [_layer(b % 3) for b in range(args.layers)]
     bodies = {"one layer": {"tokens": layers[0]}, f"{args.layers} layers": {"layers": layers}}
-    with tempfile.TemporaryDirectory() as directory:
-        process, base_url = start_server(Path(directory), 1, settings={
-            "ATLAS_MAX_BODY_BYTES": str(64 << 20)})
-        try:
-            print(f"{'request':<12}{'routes':>8}{'median s':>10}{'MB':>8}{'routes':>10}"
-                  f"{'planner ms/layer':>18}")
-            with httpx.Client(base_url=base_url, timeout=600) as client:
-                for name, part in bodies.items():
-                    for listing in LISTINGS:
-                        body = json.dumps({"num_experts": E, "top_k": K, "routes": listing}
-                                          | part)
-                        times, planner_s = [], []
-                        for _ in range(args.repeats):
-                            started = time.perf_counter()
-                            answer = client.post("/v1/moe/placement", content=body,
-                                                 headers={"content-type": "application/json"})
-                            times.append(time.perf_counter() - started)
-                            answer.raise_for_status()
-                            result = answer.json()
-                            placed = result.get("layers", [result])
-                            planner_s += [x["wall_time_s"] for x in placed]
-                        routes = sum(len(x["routes"]) for x in placed)
-                        planner_ms = float(np.median(planner_s)) * 1e3
-                        print(f"{name:<12}{listing:>8}{statistics.median(times):>10.3f}"
-                              f"{len(answer.content) / 1e6:>8.2f}{routes:>10,}"
-                              f"{planner_ms:>18.3f}")
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+    with running_server(1, settings={"ATLAS_MAX_BODY_BYTES": str(64 << 20)}) as (_, base_url):
+        print(f"{'request':<12}{'routes':>8}{'median s':>10}{'MB':>8}{'routes':>10}"
+              f"{'planner ms/layer':>18}")
+        with httpx.Client(base_url=base_url, timeout=600) as client:
+            for name, part in bodies.items():
+                for listing in LISTINGS:
+                    body = json.dumps({"num_experts": E, "top_k": K, "routes": listing}
+                                      | part)
+                    times, planner_s = [], []
+                    for _ in range(args.repeats):
+                        started = time.perf_counter()
+                        answer = client.post("/v1/moe/placement", content=body,
+                                             headers={"content-type": "application/json"})
+                        times.append(time.perf_counter() - started)
+                        answer.raise_for_status()
+                        result = answer.json()
+                        placed = result.get("layers", [result])
+                        planner_s += [x["wall_time_s"] for x in placed]
+                    routes = sum(len(x["routes"]) for x in placed)
+                    planner_ms = float(np.median(planner_s)) * 1e3
+                    print(f"{name:<12}{listing:>8}{statistics.median(times):>10.3f}"
+                          f"{len(answer.content) / 1e6:>8.2f}{routes:>10,}"
+                          f"{planner_ms:>18.3f}")
 
 
 if __name__ == "__main__":

@@ -12,13 +12,12 @@ the last (the search caches are released when the solver pool falls idle).
 """
 
 import argparse
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-from bench_service_load import start_server
+from bench_service_load import running_server
 
 SEARCHES: list[tuple[str, int, int]] = [
     ("kimi-k2-instruct", 8192, 4096), ("kimi-k2-instruct", 4096, 2048),
@@ -49,35 +48,30 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=len(SEARCHES))
     parser.add_argument("--time-limit", type=float, default=20.0)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as directory:
-        process, base_url = start_server(Path(directory), 1, settings={
-            "ATLAS_MAX_TIME_LIMIT_S": str(args.time_limit),
-            "ATLAS_TIME_LIMIT_GRACE_S": "120", "ATLAS_STORE_TIMEOUT_S": "30"})
-        try:
-            with httpx.Client(base_url=base_url, timeout=600) as client:
-                start = rss_mib(process.pid)
-                client.post("/v1/plans", json=body("llama-3.1-8b", 1, 64, 5.0))
-                time.sleep(2)
-                warm = rss_mib(process.pid)
-                print(f"RSS at start-up {start:.0f} MiB, after a small plan {warm:.0f} MiB")
-                peak = warm
-                for index in range(args.searches):
-                    model, nodes, batch = SEARCHES[index % len(SEARCHES)]
-                    began = time.perf_counter()
-                    answer = client.post("/v1/plans",
-                                         json=body(model, nodes, batch, args.time_limit))
-                    took = time.perf_counter() - began
-                    now = rss_mib(process.pid)
-                    peak = max(peak, now)
-                    print(f"{index + 1}: {model} on {nodes * 8} GPUs, batch {batch}: "
-                          f"{answer.status_code} in {took:.1f} s, RSS {now:.0f} MiB")
-                time.sleep(2)
-                end = rss_mib(process.pid)
-                print(f"peak {peak:.0f} MiB; 2 s after the last search {end:.0f} MiB "
-                      f"({end - start:+.0f} MiB from start-up)")
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+    settings = {"ATLAS_MAX_TIME_LIMIT_S": str(args.time_limit),
+                "ATLAS_TIME_LIMIT_GRACE_S": "120", "ATLAS_STORE_TIMEOUT_S": "30"}
+    with running_server(1, settings=settings) as (process, base_url):
+        with httpx.Client(base_url=base_url, timeout=600) as client:
+            start = rss_mib(process.pid)
+            client.post("/v1/plans", json=body("llama-3.1-8b", 1, 64, 5.0))
+            time.sleep(2)
+            warm = rss_mib(process.pid)
+            print(f"RSS at start-up {start:.0f} MiB, after a small plan {warm:.0f} MiB")
+            peak = warm
+            for index in range(args.searches):
+                model, nodes, batch = SEARCHES[index % len(SEARCHES)]
+                began = time.perf_counter()
+                answer = client.post("/v1/plans",
+                                     json=body(model, nodes, batch, args.time_limit))
+                took = time.perf_counter() - began
+                now = rss_mib(process.pid)
+                peak = max(peak, now)
+                print(f"{index + 1}: {model} on {nodes * 8} GPUs, batch {batch}: "
+                      f"{answer.status_code} in {took:.1f} s, RSS {now:.0f} MiB")
+            time.sleep(2)
+            end = rss_mib(process.pid)
+            print(f"peak {peak:.0f} MiB; 2 s after the last search {end:.0f} MiB "
+                  f"({end - start:+.0f} MiB from start-up)")
 
 
 if __name__ == "__main__":

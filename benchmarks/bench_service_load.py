@@ -21,7 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,19 @@ def start_server(directory: Path, workers: int, *,
     raise SystemExit("the server did not start")
 
 
+@contextmanager
+def running_server(workers: int, *, settings: dict[str, str]
+                   ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`start_server` with SQLite in a temporary directory; the server stops on leaving."""
+    with tempfile.TemporaryDirectory() as directory:
+        process, base_url = start_server(Path(directory), workers, settings=settings)
+        try:
+            yield process, base_url
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
 def main() -> None:
     """Run every scenario and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -143,38 +157,33 @@ def main() -> None:
     settings = {name: str(value) for name, value in (
         ("ATLAS_SOLVER_THREADS", args.solver_threads), ("ATLAS_SOLVER_QUEUE", args.solver_queue))
         if value is not None}
-    with tempfile.TemporaryDirectory() as tmp:
-        process, base_url = start_server(Path(tmp), args.workers, settings=settings)
-        try:
-            paths = httpx.get(f"{base_url}/openapi.json").json()["paths"]
-            # (name, path, body of request i in row r, requests per row)
-            scenarios: list[tuple[str, str, Callable[[int, int], dict[str, Any]], int]] = [
-                ("ledger/memory 405B", "/v1/ledger/memory",
-                 lambda _i, _r: EVALUATE_REQUEST_EXAMPLE, args.requests)]
-            if "/v1/plans" in paths:
-                scenarios.append(("plans, each distinct", "/v1/plans",
-                                  lambda i, r: small_plan(1 + r * 100_000 + i),
-                                  args.plan_requests))
-                scenarios.append(("plans, repeated", "/v1/plans",
-                                  lambda _i, _r: small_plan(0), args.requests))
-            header = (f"{'scenario':<24} {'clients':>7} {'requests':>8} {'req/s':>8} "
-                      f"{'p50 ms':>8} {'p99 ms':>8}  statuses")
-            described = ", ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
-            sys.stdout.write(f"server: {args.workers} worker process(es), SQLite, "
-                             f"{os.cpu_count()} CPUs, {described}\n{header}\n")
-            for name, path, body_of, total in scenarios:
-                for concurrency in CONCURRENCY:
-                    elapsed, lat, statuses = asyncio.run(_drive(
-                        base_url, path=path, total=total, concurrency=concurrency,
-                        body_of=_row(body_of, concurrency)))
-                    sys.stdout.write(
-                        f"{name:<24} {concurrency:>7} {total:>8} {total / elapsed:>8.1f} "
-                        f"{statistics.median(lat) * 1e3:>8.1f} "
-                        f"{_percentile(lat, 0.99) * 1e3:>8.1f}  {dict(sorted(statuses.items()))}\n")
-                    sys.stdout.flush()
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+    with running_server(args.workers, settings=settings) as (_process, base_url):
+        paths = httpx.get(f"{base_url}/openapi.json").json()["paths"]
+        # (name, path, body of request i in row r, requests per row)
+        scenarios: list[tuple[str, str, Callable[[int, int], dict[str, Any]], int]] = [
+            ("ledger/memory 405B", "/v1/ledger/memory",
+             lambda _i, _r: EVALUATE_REQUEST_EXAMPLE, args.requests)]
+        if "/v1/plans" in paths:
+            scenarios.append(("plans, each distinct", "/v1/plans",
+                              lambda i, r: small_plan(1 + r * 100_000 + i),
+                              args.plan_requests))
+            scenarios.append(("plans, repeated", "/v1/plans",
+                              lambda _i, _r: small_plan(0), args.requests))
+        header = (f"{'scenario':<24} {'clients':>7} {'requests':>8} {'req/s':>8} "
+                  f"{'p50 ms':>8} {'p99 ms':>8}  statuses")
+        described = ", ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
+        sys.stdout.write(f"server: {args.workers} worker process(es), SQLite, "
+                         f"{os.cpu_count()} CPUs, {described}\n{header}\n")
+        for name, path, body_of, total in scenarios:
+            for concurrency in CONCURRENCY:
+                elapsed, lat, statuses = asyncio.run(_drive(
+                    base_url, path=path, total=total, concurrency=concurrency,
+                    body_of=_row(body_of, concurrency)))
+                sys.stdout.write(
+                    f"{name:<24} {concurrency:>7} {total:>8} {total / elapsed:>8.1f} "
+                    f"{statistics.median(lat) * 1e3:>8.1f} "
+                    f"{_percentile(lat, 0.99) * 1e3:>8.1f}  {dict(sorted(statuses.items()))}\n")
+                sys.stdout.flush()
 
 
 if __name__ == "__main__":

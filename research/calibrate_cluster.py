@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from api_schemas.calibration import CalibrationRunsRequest
+from api_schemas.calibration import CalibrationFit, CalibrationRunsRequest
 from api_schemas.hardware import KernelCalibration
 from api_schemas.requests import EvaluateRequest
 from models.catalog.kernels import PROFILES
@@ -185,6 +185,12 @@ def moe_runs(sigma: float, seed: int) -> list[dict[str, Any]]:
     return runs_made_with(MOE_TRUTH, sigma, seed, MOE_CONFIGS)
 
 
+def _print_relative_errors(fit: CalibrationFit) -> None:
+    print(f"   mean |pred/meas - 1|: uncalibrated {fit.uncalibrated_relative_error:.3f}, "
+          f"leave-one-out {fit.leave_one_out_relative_error:.3f}, "
+          f"in-sample {fit.fitted_relative_error:.3f}")
+
+
 def moe_benchmark(draws: int = 40) -> None:
     fit = calibrate(CalibrationRunsRequest.model_validate(
         {"profile": "moe", "gpu": GPU, "runs": moe_runs(0.02, 1)})).fit
@@ -196,9 +202,7 @@ def moe_benchmark(draws: int = 40) -> None:
           f"{h.leave_one_out_min * 1e3:.3f}..{h.leave_one_out_max * 1e3:.3f})")
     print(f"   scale    {s.value:.4f} +- {s.standard_error:.4f}; overhead {o.value:.4f} +- "
           f"{o.standard_error:.4f} s")
-    print(f"   mean |pred/meas - 1|: uncalibrated {fit.uncalibrated_relative_error:.3f}, "
-          f"leave-one-out {fit.leave_one_out_relative_error:.3f}, "
-          f"in-sample {fit.fitted_relative_error:.3f}")
+    _print_relative_errors(fit)
     within = [0, 0]
     for seed in range(100, 100 + draws):
         got = calibrate(CalibrationRunsRequest.model_validate(
@@ -221,9 +225,7 @@ def main() -> None:
           f"(leave-one-out {s.leave_one_out_min:.4f}..{s.leave_one_out_max:.4f})")
     print(f"   overhead {o.value:.4f} +- {o.standard_error:.4f} s "
           f"(leave-one-out {o.leave_one_out_min:.4f}..{o.leave_one_out_max:.4f})")
-    print(f"   mean |pred/meas - 1|: uncalibrated {fit.uncalibrated_relative_error:.3f}, "
-          f"leave-one-out {fit.leave_one_out_relative_error:.3f}, "
-          f"in-sample {fit.fitted_relative_error:.3f}")
+    _print_relative_errors(fit)
     for run in fit.runs:
         print(f"   {run.label:34s} measured {run.measured_step_time_s:7.3f} "
               f"uncal {run.uncalibrated_step_time_s:7.3f} fit {run.fitted_step_time_s:7.3f} "

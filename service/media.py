@@ -4,7 +4,7 @@ responses and OpenAPI entries of SVG and Trace Event JSON.
 Owns: `Format` (json | svg | trace), the `?format=` and `Accept` parameters (`FormatQuery`,
 `AcceptHeader`), `wanted_format(format, accept)`, `json_or_svg(report, ...)`, `svg_response(svg,
 filename)`, `trace_response(document, filename)` and the OpenAPI `responses=` entries with
-examples (`svg_content`, `svg_only_responses`, `trace_content`). Must not: render or
+examples (`svg_content`, `svg_responses`, `trace_content`). Must not: render or
 compute anything.
 """
 
@@ -96,9 +96,10 @@ def svg_content(description: str) -> dict[str, Any]:
                              "example": SVG_EXAMPLE}}
 
 
-def svg_only_responses(description: str, picture: str) -> dict[int | str, dict[str, Any]]:
-    """The 200 entry of a route that answers only SVG (`POST /v1/mesh.svg`): one media
-    type, so client generators, which keep one per response, keep the picture."""
+def svg_responses(description: str, picture: str) -> dict[int | str, dict[str, Any]]:
+    """The 200 entry of a route that answers a picture: beside its response model's JSON
+    (`POST /v1/mesh?format=svg`), or alone (`POST /v1/mesh.svg`: one media type, so client
+    generators, which keep one per response, keep the picture)."""
     return {200: {"description": description, "content": svg_content(picture)}}
 
 
@@ -119,7 +120,7 @@ __all__ = [
     "SVG_MEDIA_TYPE",
     "Format",
     "svg_content",
-    "svg_only_responses",
+    "svg_responses",
     "svg_response",
     "trace_content",
     "trace_example",

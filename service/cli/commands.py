@@ -28,8 +28,8 @@ from models.catalog.resolve import resolve_cluster
 from models.core.collectives.report import estimate_collective
 from models.core.moe.balance import home_rank_loads
 from models.core.pipeline.requests import simulate_request
-from service.cli.documents import build_request, load_document, set_field
-from service.cli.flags import apply_constraint_flags
+from service.cli.documents import build_request, load_document
+from service.cli.flags import apply_constraint_flags, set_field
 from service.cli.output import (
     memory_picture,
     plan_pictures,

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from service.cli.flags import apply_recipe_flags
+from service.cli.flags import apply_recipe_flags, set_field
 
 
 def load_document(source: str) -> dict[str, Any]:
@@ -22,15 +22,6 @@ def load_document(source: str) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         raise SystemExit(f"atlas-planner: {source} must hold a JSON/YAML object")
     return loaded
-
-
-def set_field(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    if value is None:
-        return
-    node = doc
-    for key in path[:-1]:
-        node = node.setdefault(key, {})
-    node[path[-1]] = value
 
 
 _MODEL_FLAGS = (("gpu", ("cluster", "gpu")), ("nodes", ("cluster", "num_nodes")),

@@ -104,7 +104,9 @@ def add_constraint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="CP-SAT random seed")
 
 
-def _put(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+def set_field(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Write `value` at `path` of the request document, making the objects on the way;
+    nothing for None (a flag not given)."""
     if value is None:
         return
     node = doc
@@ -116,13 +118,13 @@ def _put(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
 def apply_recipe_flags(doc: dict[str, Any], args: argparse.Namespace) -> None:
     """Write --fp8, --headroom and --margin into the request document."""
     if getattr(args, "fp8", False):
-        _put(doc, ("training", "compute_dtype"), "fp8")
-    _put(doc, ("cluster", "memory_headroom_frac"), getattr(args, "headroom", None))
-    _put(doc, ("cluster", "memory_margin_frac"), getattr(args, "margin", None))
+        set_field(doc, ("training", "compute_dtype"), "fp8")
+    set_field(doc, ("cluster", "memory_headroom_frac"), getattr(args, "headroom", None))
+    set_field(doc, ("cluster", "memory_margin_frac"), getattr(args, "margin", None))
     images = getattr(args, "vision_images", None)
     if images is not None:
-        _put(doc, ("training", "vision", "images_per_sequence"), images)
-        _put(doc, ("training", "vision", "placement"), getattr(args, "vision_placement", None))
+        set_field(doc, ("training", "vision", "images_per_sequence"), images)
+        set_field(doc, ("training", "vision", "placement"), getattr(args, "vision_placement", None))
 
 
 def apply_constraint_flags(doc: dict[str, Any], args: argparse.Namespace) -> None:
@@ -137,14 +139,14 @@ def apply_constraint_flags(doc: dict[str, Any], args: argparse.Namespace) -> Non
                       ("framework", "framework"),
                       ("max_gpus", "max_gpus"), ("target_tokens_per_s", "target_tokens_per_s"),
                       ("gpu_hour_price", "gpu_hour_price")):
-        _put(doc, ("constraints", key), getattr(args, flag, None))
+        set_field(doc, ("constraints", key), getattr(args, flag, None))
     for key, values in getattr(args, "forbid", None) or []:
         forbidden = doc.setdefault("constraints", {}).setdefault("forbid", {})
         forbidden[key] = [*forbidden.get(key, []), *values]
-    _put(doc, ("objective",), getattr(args, "objective", None))
+    set_field(doc, ("objective",), getattr(args, "objective", None))
     for flag, key in (("time_limit", "time_limit_s"), ("top_k", "top_k"),
                       ("workers", "num_workers"), ("seed", "random_seed")):
-        _put(doc, ("solver", key), getattr(args, flag, None))
+        set_field(doc, ("solver", key), getattr(args, flag, None))
 
 
 def add_request_flags(parser: argparse.ArgumentParser, *, pins: bool = False,
@@ -203,5 +205,6 @@ __all__ = [
     "apply_recipe_flags",
     "forbid_item",
     "int_or_list",
+    "set_field",
     "str_or_list",
 ]

@@ -14,7 +14,7 @@ output) is passed in by `service/cli/parser.py`. Must not: compute anything itse
 import argparse
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -44,26 +44,29 @@ from service.render_run import (
     render_sensitivity,
 )
 
+Item = TypeVar("Item")
+
 Runner = Callable[..., int]
 """`service.cli._run`: (args, local, remote, render, *, label=...) -> exit status."""
 
 
+def _parsed_list(text: str, parse: Callable[[str], Item], what: str) -> list[Item]:
+    """'a,b,c' -> [parse(a), parse(b), parse(c)]; `what` names the items in the error."""
+    try:
+        return [parse(part) for part in text.split(",") if part.strip()]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected {what} separated by commas: {text!r}") \
+            from error
+
+
 def float_list(text: str) -> list[float]:
     """'-0.2,0.2' -> [-0.2, 0.2]."""
-    try:
-        return [float(part) for part in text.split(",") if part.strip()]
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas: {text!r}") \
-            from error
+    return _parsed_list(text, float, "numbers")
 
 
 def int_list(text: str) -> list[int]:
     """'1,2,4' -> [1, 2, 4]."""
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas: {text!r}") \
-            from error
+    return _parsed_list(text, int, "integers")
 
 
 def mesh_document(args: argparse.Namespace, doc: dict[str, Any]) -> dict[str, Any]:
@@ -154,13 +157,22 @@ def cmd_remote_activations(args: argparse.Namespace, *, run: Runner,
                lambda client: client.remote_activations(doc), render_remote_activations)
 
 
+def _search_document(args: argparse.Namespace, build: Callable[..., dict[str, Any]],
+                     **flags: str) -> dict[str, Any]:
+    """The request of a command that searches: the file and flags, the constraint flags over
+    them, and each set flag of `flags` (request key = flag name) under its key."""
+    doc = build(args, degrees_key="constraints")
+    apply_constraint_flags(doc, args)
+    for key, flag in flags.items():
+        if getattr(args, flag) is not None:
+            doc[key] = getattr(args, flag)
+    return doc
+
+
 def cmd_run_estimate(args: argparse.Namespace, *, run: Runner,
                      build: Callable[..., dict[str, Any]]) -> int:
     """Time and cost to train on --token-budget tokens."""
-    doc = build(args, degrees_key="constraints")
-    apply_constraint_flags(doc, args)
-    if args.token_budget is not None:
-        doc["token_budget"] = args.token_budget
+    doc = _search_document(args, build, token_budget="token_budget")
     reliability = {field: value for field, value in (
         ("failures_per_gpu_hour", args.failures_per_gpu_hour),
         ("storage_bandwidth_bytes_per_s", args.storage_bandwidth),
@@ -180,10 +192,7 @@ def cmd_run_estimate(args: argparse.Namespace, *, run: Runner,
 def cmd_frontier(args: argparse.Namespace, *, run: Runner,
                  build: Callable[..., dict[str, Any]]) -> int:
     """The best plan on each of --nodes-options and the Pareto-optimal sizes."""
-    doc = build(args, degrees_key="constraints")
-    apply_constraint_flags(doc, args)
-    if args.nodes_options is not None:
-        doc["num_nodes_options"] = args.nodes_options
+    doc = _search_document(args, build, num_nodes_options="nodes_options")
     if "num_nodes" not in doc.get("cluster", {}) and doc.get("num_nodes_options"):
         doc.setdefault("cluster", {})["num_nodes"] = max(doc["num_nodes_options"])
     from solver.run_level import frontier  # the solver loads on use
@@ -195,12 +204,7 @@ def cmd_frontier(args: argparse.Namespace, *, run: Runner,
 def cmd_sensitivity(args: argparse.Namespace, *, run: Runner,
                     build: Callable[..., dict[str, Any]]) -> int:
     """The plan with network bandwidth, HBM capacity and kernel efficiency changed."""
-    doc = build(args, degrees_key="constraints")
-    apply_constraint_flags(doc, args)
-    if args.deltas is not None:
-        doc["deltas"] = args.deltas
-    if args.factors is not None:
-        doc["factors"] = args.factors
+    doc = _search_document(args, build, deltas="deltas", factors="factors")
     from solver.run_level import sensitivity  # the solver loads on use
 
     return run(args, lambda: sensitivity(SensitivityRequest.model_validate(doc)),

@@ -9,10 +9,10 @@ gaps) and `JobLinkRecord` (a sweep's plan jobs by grid position). Must not: hold
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, DateTime, UniqueConstraint
+from sqlalchemy import Column, DateTime, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from service.persistence.tables import utc_now
+from service.persistence.tables import json_field, utc_now
 
 
 class JobRecord(SQLModel, table=True):
@@ -35,16 +35,13 @@ class JobRecord(SQLModel, table=True):
         default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
     finished_at: datetime | None = Field(
         default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    request_json: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False),
-                                         description="The normalised request.")
+    request_json: dict[str, Any] = json_field("The normalised request.")
     plan_id: str | None = Field(default=None, max_length=32,
                                 description="The stored plan (kind plan, once done).")
-    result_json: dict[str, Any] | None = Field(
-        default=None, sa_column=Column(JSON, nullable=True),
-        description="The answer of kinds whose results are not stored elsewhere.")
-    error_json: dict[str, Any] | None = Field(
-        default=None, sa_column=Column(JSON, nullable=True),
-        description="The problem+json of a failed job.")
+    result_json: dict[str, Any] | None = json_field(
+        "The answer of kinds whose results are not stored elsewhere.", nullable=True)
+    error_json: dict[str, Any] | None = json_field(
+        "The problem+json of a failed job.", nullable=True)
 
 
 class JobEventRecord(SQLModel, table=True):
@@ -56,8 +53,7 @@ class JobEventRecord(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True, description="Row id.")
     job_id: str = Field(max_length=32, index=True, description="The job.")
     seq: int = Field(ge=1, description="Position in the job's events, from 1.")
-    payload_json: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False),
-                                         description="The event as served (JobEvent).")
+    payload_json: dict[str, Any] = json_field("The event as served (JobEvent).")
 
 
 

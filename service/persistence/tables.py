@@ -18,6 +18,13 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def json_field(description: str, *, nullable: bool = False) -> Any:
+    """A JSON column (a fresh `Column` per call, as each table needs its own); a nullable
+    one defaults to None, the other is required."""
+    default: dict[str, Any] = {"default": None} if nullable else {}
+    return Field(**default, sa_column=Column(JSON, nullable=nullable), description=description)
+
+
 class PlanRecord(SQLModel, table=True):
     """A stored plan, feasible or infeasible, keyed by id and by its request hash."""
 
@@ -38,16 +45,12 @@ class PlanRecord(SQLModel, table=True):
     world_size: int = Field(default=0, description="GPUs the plan uses (0 if infeasible).")
     objective: str = Field(max_length=32, description="What the search optimised.")
     wall_time_s: float = Field(default=0.0, description="Search wall time.")
-    request_json: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False),
-                                         description="The normalised request.")
-    response_json: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False),
-                                          description="The full PlanResponse as served.")
-    solver_stats_json: dict[str, Any] | None = Field(
-        default=None, sa_column=Column(JSON, nullable=True),
-        description="Search statistics (candidates, pruned, gap, bound, wall time).")
-    diagnostics_json: dict[str, Any] | None = Field(
-        default=None, sa_column=Column(JSON, nullable=True),
-        description="What binds, for infeasible plans.")
+    request_json: dict[str, Any] = json_field("The normalised request.")
+    response_json: dict[str, Any] = json_field("The full PlanResponse as served.")
+    solver_stats_json: dict[str, Any] | None = json_field(
+        "Search statistics (candidates, pruned, gap, bound, wall time).", nullable=True)
+    diagnostics_json: dict[str, Any] | None = json_field(
+        "What binds, for infeasible plans.", nullable=True)
 
 
 class CalibrationProfileRecord(SQLModel, table=True):
@@ -67,10 +70,8 @@ class CalibrationProfileRecord(SQLModel, table=True):
     family: str = Field(max_length=32, description="Kernel family the constants scale.")
     gemm_efficiency_scale: float = Field(description="Fitted multiplier on eta_max.")
     step_overhead_s: float = Field(description="Fitted per-step overhead (seconds).")
-    fit_json: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False),
-                                     description="The CalibrationFit report as served.")
-    request_json: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False),
-                                         description="The runs the fit was made on.")
+    fit_json: dict[str, Any] = json_field("The CalibrationFit report as served.")
+    request_json: dict[str, Any] = json_field("The runs the fit was made on.")
 
 
-__all__ = ["CalibrationProfileRecord", "PlanRecord", "utc_now"]
+__all__ = ["CalibrationProfileRecord", "PlanRecord", "json_field", "utc_now"]

@@ -22,9 +22,8 @@ from service.media import (
     AcceptHeader,
     FormatQuery,
     json_or_svg,
-    svg_content,
-    svg_only_responses,
     svg_response,
+    svg_responses,
 )
 from service.openapi import problem_responses
 from service.pictures import memory_svg
@@ -69,10 +68,11 @@ async def evaluate_configuration(request: EvaluateBody, context: ContextDep) -> 
 
 @router.post("/v1/ledger/memory", summary="Per-GPU memory ledger of one configuration",
              response_model=MemoryReport,
-             responses={200: {"description": "The ledger (JSON) or its per-stage memory stack "
-                              "(`?format=svg` or `Accept: image/svg+xml`).",
-                              "content": svg_content("The memory stack picture.")},
-                        **problem_responses("invalid-spec")})
+             responses={**svg_responses(
+                 "The ledger (JSON) or its per-stage memory stack (`?format=svg` or `Accept: "
+                 "image/svg+xml`).",
+                 "The memory stack picture."),
+                 **problem_responses("invalid-spec")})
 def ledger_memory(
     request: EvaluateBody, settings: SettingsDep,
     format: FormatQuery = None,
@@ -87,7 +87,7 @@ def ledger_memory(
 
 @router.post("/v1/ledger/memory.svg", summary="Per-GPU memory stack of one configuration (SVG)",
              response_class=Response,
-             responses={**svg_only_responses(
+             responses={**svg_responses(
                  "One stacked bar per pipeline stage, the ledger's components as segments, "
                  "the usable capacity as a line (what `POST /v1/ledger/memory?format=svg` "
                  "answers).", "The memory stack picture."),

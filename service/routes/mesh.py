@@ -18,9 +18,8 @@ from service.media import (
     AcceptHeader,
     FormatQuery,
     json_or_svg,
-    svg_content,
-    svg_only_responses,
     svg_response,
+    svg_responses,
 )
 from service.openapi import problem_responses
 from service.pictures import mesh_svg as draw_mesh
@@ -54,11 +53,12 @@ ColourBy = Annotated[str, Query(pattern="^(" + "|".join(GROUP_KINDS) + ")$",
 
 @router.post("/v1/mesh", summary="Rank coordinates, groups and mesh problems",
              response_model=MeshResponse,
-             responses={200: {"description": "The mesh report (JSON) or its picture "
-                              "(`?format=svg` or `Accept: image/svg+xml`): ranks on a node "
-                              "grid coloured by group, cross-node collectives marked.",
-                              "content": svg_content("The mesh picture.")},
-                        **problem_responses("invalid-spec")})
+             responses={**svg_responses(
+                 "The mesh report (JSON) or its picture (`?format=svg` or `Accept: "
+                 "image/svg+xml`): ranks on a node grid coloured by group, cross-node collectives "
+                 "marked.",
+                 "The mesh picture."),
+                 **problem_responses("invalid-spec")})
 def mesh(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
          settings: SettingsDep,
          format: FormatQuery = None,
@@ -75,7 +75,7 @@ def mesh(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
 
 @router.post("/v1/mesh.svg", summary="Ranks on a node grid, coloured by group (SVG)",
              response_class=Response,
-             responses={**svg_only_responses(
+             responses={**svg_responses(
                  "Ranks on a node grid coloured by group, cross-node collectives marked "
                  "(what `POST /v1/mesh?format=svg` answers).", "The mesh picture."),
                  **problem_responses("invalid-spec")})

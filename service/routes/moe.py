@@ -30,9 +30,8 @@ from service.media import (
     AcceptHeader,
     Format,
     FormatQuery,
-    svg_content,
-    svg_only_responses,
     svg_response,
+    svg_responses,
     wanted_format,
 )
 from service.offloop_body import json_body_openapi, parse_body
@@ -98,13 +97,13 @@ def check_placement_bounds(request: MoePlacementRequest, settings: Settings) -> 
 
 @router.post("/v1/moe/placement", summary="Redundant-expert placement with exact balance",
              response_model=MoePlacementResponse | MoePlacementLayersResponse,
-             responses={200: {"description": "The placement (JSON) or its picture "
-                              "(`?format=svg` or `Accept: image/svg+xml`): rank loads before "
-                              "and after, replicas and routes. With `layers`: one placement "
-                              "per layer (JSON only).",
-                              "content": svg_content("The placement picture.")},
-                        **problem_responses("invalid-spec", "solver-time-limit",
-                                            "overloaded")},
+             responses={**svg_responses(
+                 "The placement (JSON) or its picture (`?format=svg` or `Accept: image/svg+xml`): "
+                 "rank loads before and after, replicas and routes. With `layers`: one placement "
+                 "per layer (JSON only).",
+                 "The placement picture."),
+                 **problem_responses("invalid-spec", "solver-time-limit",
+                                     "overloaded")},
              openapi_extra=json_body_openapi(MoePlacementRequest, PLACEMENT_EXAMPLES))
 async def moe_placement(
     http: Request,
@@ -123,7 +122,7 @@ async def moe_placement(
 
 @router.post("/v1/moe/placement.svg", summary="Rank loads before and after placement (SVG)",
              response_class=Response,
-             responses={**svg_only_responses(
+             responses={**svg_responses(
                  "Rank loads before and after, replicas and routes of one layer (what "
                  "`POST /v1/moe/placement?format=svg` answers).", "The placement picture."),
                  **problem_responses("invalid-spec", "solver-time-limit", "overloaded")},

@@ -25,8 +25,8 @@ from service.media import (
     AcceptHeader,
     Format,
     svg_content,
-    svg_only_responses,
     svg_response,
+    svg_responses,
     trace_example,
     wanted_format,
 )
@@ -121,7 +121,7 @@ async def pipeline_simulate(
 
 @router.post("/v1/pipeline/simulate.svg", summary="A simulated schedule's timeline (SVG)",
              response_class=Response,
-             responses={**svg_only_responses(
+             responses={**svg_responses(
                  "One lane per pipeline rank: F, B and W per chunk, messages between ranks, "
                  "bubbles and the critical path; past ATLAS_MAX_TIMELINE_OPS ops, each "
                  "rank's busy spans (what `POST /v1/pipeline/simulate?format=svg` answers).",

@@ -18,9 +18,8 @@ from service.media import (
     AcceptHeader,
     FormatQuery,
     json_or_svg,
-    svg_content,
-    svg_only_responses,
     svg_response,
+    svg_responses,
 )
 from service.openapi import problem_responses
 from service.pictures import seesaw_svg
@@ -45,11 +44,11 @@ SEESAW_EXAMPLES = {
 
 @router.post("/v1/lab/rl-seesaw", summary="GPU memory by phase of colocated RL, and transitions",
              response_model=RlSeesawResponse,
-             responses={200: {"description": "The phases and transitions (JSON) or the "
-                              "picture of memory by phase (`?format=svg` or "
-                              "`Accept: image/svg+xml`).",
-                              "content": svg_content("The memory-by-phase picture.")},
-                        **problem_responses("invalid-spec")})
+             responses={**svg_responses(
+                 "The phases and transitions (JSON) or the picture of memory by phase "
+                 "(`?format=svg` or `Accept: image/svg+xml`).",
+                 "The memory-by-phase picture."),
+                 **problem_responses("invalid-spec")})
 def rl_seesaw(
     request: Annotated[RlSeesawRequest, Body(openapi_examples=SEESAW_EXAMPLES)],
     settings: SettingsDep,
@@ -70,7 +69,7 @@ def rl_seesaw(
 
 @router.post("/v1/lab/rl-seesaw.svg", summary="GPU memory by phase of colocated RL (SVG)",
              response_class=Response,
-             responses={**svg_only_responses(
+             responses={**svg_responses(
                  "GPU memory by phase and the transitions between them (what "
                  "`POST /v1/lab/rl-seesaw?format=svg` answers).",
                  "The memory-by-phase picture."),

@@ -32,9 +32,8 @@ from service.media import (
     AcceptHeader,
     FormatQuery,
     json_or_svg,
-    svg_content,
-    svg_only_responses,
     svg_response,
+    svg_responses,
 )
 from service.openapi import problem_responses
 from service.pictures import checkpoint_svg
@@ -96,13 +95,13 @@ async def _answer(request: RequestT, fn: Callable[..., ResultT], *, kind: str,
 
 @router.post("/v1/run/estimate", summary="Time and cost to train on a token budget",
              response_model=RunEstimateResponse,
-             responses={200: {"description": "The run estimate (JSON) or the picture of "
-                              "goodput against checkpoint interval (`?format=svg` or "
-                              "`Accept: image/svg+xml`).",
-                              "content": svg_content("The checkpoint-interval picture.")},
-                        **problem_responses("invalid-spec", "no-feasible-plan",
-                                            "solver-time-limit", "overloaded",
-                                            "store-unavailable")})
+             responses={**svg_responses(
+                 "The run estimate (JSON) or the picture of goodput against checkpoint interval "
+                 "(`?format=svg` or `Accept: image/svg+xml`).",
+                 "The checkpoint-interval picture."),
+                 **problem_responses("invalid-spec", "no-feasible-plan",
+                                     "solver-time-limit", "overloaded",
+                                     "store-unavailable")})
 async def run_estimate(
         request: Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)],
         context: ContextDep,
@@ -122,7 +121,7 @@ async def run_estimate(
 
 @router.post("/v1/run/estimate.svg", summary="Goodput against checkpoint interval (SVG)",
              response_class=Response,
-             responses={**svg_only_responses(
+             responses={**svg_responses(
                  "Goodput against checkpoint interval, with Young's and Daly's optima (what "
                  "`POST /v1/run/estimate?format=svg` answers).",
                  "The checkpoint-interval picture."),

@@ -9,7 +9,6 @@ are skipped with that reason; set ATLAS_CHROMIUM to use another binary.
 
 import os
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from serving import free_port
 
 from service.app import create_app
 from service.settings import Settings
@@ -41,13 +41,6 @@ def chromium_path() -> str | None:
     if given:
         return given
     return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="session")

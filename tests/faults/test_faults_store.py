@@ -11,8 +11,9 @@ bounds are generous (tens of seconds) and only say that recovery happens without
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,18 @@ pytestmark = hang_guard
 OUTAGE_BOUND_S = 2.0
 """Acceptance: an outage or partition answers 503 within 2 s."""
 RECOVERY_BOUND_S = 30.0
+
+
+@contextmanager
+def database_behind_proxy() -> Iterator[tuple[str, TcpProxy]]:
+    """A scratch PostgreSQL database and a TCP proxy in front of it (reach it with
+    `url_through(url, proxy.port)`); the proxy closes on leaving."""
+    with scratch_database(postgres_base_url()) as (url, _name):
+        proxy = TcpProxy(target_port=make_url(url).port or 5432).start()
+        try:
+            yield url, proxy
+        finally:
+            proxy.close()
 
 
 def assert_store_unavailable(response: httpx.Response) -> None:
@@ -93,50 +106,45 @@ def test_refused_database_answers_503_at_once_and_evaluate_still_works(
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_silent_partition_answers_503_within_2_s_and_recovers(tmp_path: Path) -> None:
-    base = postgres_base_url()
-    with scratch_database(base) as (url, _name):
-        proxy = TcpProxy(target_port=make_url(url).port or 5432).start()
-        try:
-            with ExitStack() as stack:
-                server = stack.enter_context(
-                    running_server(url_through(url, proxy.port), tmp_path / "server.log",
-                                   env={"ATLAS_STORE_TIMEOUT_S": "1"}))
-                http = stack.enter_context(httpx.Client(base_url=server.base_url, timeout=60))
-                created = http.post("/v1/plans", json=plan_body(0))
-                assert created.status_code == 201, created.text
-                plan_id = created.json()["id"]
+    with database_behind_proxy() as (url, proxy):
+        with ExitStack() as stack:
+            server = stack.enter_context(
+                running_server(url_through(url, proxy.port), tmp_path / "server.log",
+                               env={"ATLAS_STORE_TIMEOUT_S": "1"}))
+            http = stack.enter_context(httpx.Client(base_url=server.base_url, timeout=60))
+            created = http.post("/v1/plans", json=plan_body(0))
+            assert created.status_code == 201, created.text
+            plan_id = created.json()["id"]
 
-                proxy.partition()
-                calls = 48
-                limits = httpx.Limits(max_connections=calls)
-                with ThreadPoolExecutor(max_workers=calls) as pool, \
-                        httpx.Client(base_url=server.base_url, timeout=60,
-                                     limits=limits) as shared:
-                    for _ in range(calls):  # open the connections before timing
-                        pool.submit(shared.get, "/problems/internal")
-                    stuck = [pool.submit(timed, lambda: shared.get(f"/v1/plans/{plan_id}"))
-                             for _ in range(calls)]
-                    # With every store call waiting, an endpoint without a database answers.
-                    evaluated, evaluate_s = timed(
-                        lambda: http.post("/v1/evaluate", json=EVALUATE_BODY))
-                    answers = [future.result() for future in stuck]
-                assert evaluated.status_code == 200 and evaluate_s < 10.0
-                times = sorted(took for _, took in answers)
-                print(f"partition: {calls} concurrent reads answered 503 in "
-                      f"{times[len(times) // 2]:.2f} s median, {times[-1]:.2f} s max")
-                for response, took in answers:
-                    assert_store_unavailable(response)
-                    assert took < OUTAGE_BOUND_S, times
-                health, took = timed(lambda: http.get("/healthz"))
-                assert health.status_code == 503 and took < OUTAGE_BOUND_S
-                assert health.json()["status"] == "degraded"
+            proxy.partition()
+            calls = 48
+            limits = httpx.Limits(max_connections=calls)
+            with ThreadPoolExecutor(max_workers=calls) as pool, \
+                    httpx.Client(base_url=server.base_url, timeout=60,
+                                 limits=limits) as shared:
+                for _ in range(calls):  # open the connections before timing
+                    pool.submit(shared.get, "/problems/internal")
+                stuck = [pool.submit(timed, lambda: shared.get(f"/v1/plans/{plan_id}"))
+                         for _ in range(calls)]
+                # With every store call waiting, an endpoint without a database answers.
+                evaluated, evaluate_s = timed(
+                    lambda: http.post("/v1/evaluate", json=EVALUATE_BODY))
+                answers = [future.result() for future in stuck]
+            assert evaluated.status_code == 200 and evaluate_s < 10.0
+            times = sorted(took for _, took in answers)
+            print(f"partition: {calls} concurrent reads answered 503 in "
+                  f"{times[len(times) // 2]:.2f} s median, {times[-1]:.2f} s max")
+            for response, took in answers:
+                assert_store_unavailable(response)
+                assert took < OUTAGE_BOUND_S, times
+            health, took = timed(lambda: http.get("/healthz"))
+            assert health.status_code == 503 and took < OUTAGE_BOUND_S
+            assert health.json()["status"] == "degraded"
 
-                proxy.heal()
-                wait_healthy(server.base_url)
-                again = http.get(f"/v1/plans/{plan_id}")
-                assert again.status_code == 200 and again.json() == created.json()
-        finally:
-            proxy.close()
+            proxy.heal()
+            wait_healthy(server.base_url)
+            again = http.get(f"/v1/plans/{plan_id}")
+            assert again.status_code == 200 and again.json() == created.json()
 
 
 @pytest.mark.slow
@@ -263,19 +271,14 @@ def test_a_search_finishing_while_sqlite_is_locked_is_answered_503(tmp_path: Pat
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_a_search_finishing_during_a_partition_is_answered_503(tmp_path: Path) -> None:
-    base = postgres_base_url()
-    with scratch_database(base) as (url, _name):
-        proxy = TcpProxy(target_port=make_url(url).port or 5432).start()
-        try:
-            settings = Settings(database_url=url_through(url, proxy.port))
-            app = create_app(settings, planner=LockingPlanner(proxy.partition))
-            with serving_in_thread(app) as base_url:
-                _unstored_answer(base_url)
-                proxy.heal()
-                wait_healthy(base_url)
-                _stored_once_after_recovery(base_url)
-        finally:
-            proxy.close()
+    with database_behind_proxy() as (url, proxy):
+        settings = Settings(database_url=url_through(url, proxy.port))
+        app = create_app(settings, planner=LockingPlanner(proxy.partition))
+        with serving_in_thread(app) as base_url:
+            _unstored_answer(base_url)
+            proxy.heal()
+            wait_healthy(base_url)
+            _stored_once_after_recovery(base_url)
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import importlib.util
 import statistics
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 SCRIPT = Path(__file__).resolve().parents[2] / "research" / "validate_memory.py"
 
@@ -18,6 +19,17 @@ def _script() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _torchtitan_row_within_5_percent(script: ModuleType, run_id: str,
+                                     printed_gib: float) -> dict[str, Any]:
+    """The torchtitan run `run_id`, whose printed peak is `printed_gib` GiB, after checking
+    the ledger lands within 5% of it."""
+    row: dict[str, Any] = next(r for r in script.DATA["runs"] if r["id"] == run_id)
+    peak = script.torchtitan_row(row)
+    assert peak.measured_bytes == int(printed_gib * 2**30)
+    assert 0.95 <= peak.ratio <= 1.05
+    return row
 
 
 def test_the_table_holds_every_measured_peak_of_the_data() -> None:
@@ -65,10 +77,7 @@ def test_torchtitan_pipelined_405b_peaks_need_the_deferred_gradient_sync() -> No
     # Table 5 prints 82.5 GiB for 1F1B (PP8 x TP8 x FSDP8, local batch 32): torch
     # pipelining keeps the stage's unsharded fp32 gradients until the last backward.
     script = _script()
-    row = next(r for r in script.DATA["runs"] if r["id"] == "torchtitan-t5-405b-512gpu-1f1b")
-    peak = script.torchtitan_row(row)
-    assert peak.measured_bytes == int(82.5 * 2**30)
-    assert 0.95 <= peak.ratio <= 1.05
+    _torchtitan_row_within_5_percent(script, "torchtitan-t5-405b-512gpu-1f1b", 82.5)
     ratios = [r.ratio for r in script.peak_rows() if r.run_id.startswith("torchtitan-t6")]
     assert min(ratios) >= 0.95
 
@@ -88,10 +97,7 @@ def test_torchtitan_h200_float8_peaks_count_the_compiled_loss() -> None:
     # GPUs: the compiled loss holds no fp32 logits-sized working set. Read with the Dec 2024
     # commit's eager loss instead, the ledger says about 1.34x.
     script = _script()
-    row = next(r for r in script.DATA["runs"] if r["id"] == "torchtitan-h200-8b-32gpu-float8")
-    peak = script.torchtitan_row(row)
-    assert peak.measured_bytes == int(47.96 * 2**30)
-    assert 0.95 <= peak.ratio <= 1.05
+    row = _torchtitan_row_within_5_percent(script, "torchtitan-h200-8b-32gpu-float8", 47.96)
     eager = dict(row, location="llama3_h100_202412, " + row["location"])
     assert script.torchtitan_row(eager).ratio > 1.25
 

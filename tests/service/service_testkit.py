@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from fastapi import FastAPI
+from pydantic import BaseModel
 from serving import serve_in_thread
 
 from api_schemas.parallel import ParallelConfig
@@ -130,6 +131,19 @@ class ScriptedPlanner:
             explanation=Explanation(summary=f"tp={tp} chosen by the scripted planner"),
             solver=SolverStats(wall_time_s=0.001, candidates=3, evaluated=3, gap=0.0,
                                status="optimal"))
+
+
+def post_answers_as(client: httpx.Client, path: str, body: dict[str, Any],
+                    library: Callable[[Any], BaseModel], request_type: type[BaseModel]
+                    ) -> dict[str, Any]:
+    """POST `body` to `path`; check it answers 200 with what `library` returns for the same
+    request, parsed as `request_type`; the answer's JSON."""
+    response = client.post(path, json=body)
+    assert response.status_code == 200
+    expected = library(request_type.model_validate(body))
+    answer: dict[str, Any] = response.json()
+    assert answer == expected.model_dump(mode="json")
+    return answer
 
 
 def plan_body(**overrides: Any) -> dict[str, Any]:

@@ -9,7 +9,6 @@ reason when TEST_DATABASE_URL is not set.
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from jobs_suite import check_cancellation, check_problems, check_sweep, check_twenty
+from serving import free_port
 from sqlalchemy import Engine, create_engine, text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,13 +28,6 @@ pytestmark = pytest.mark.slow
 
 HEARTBEAT_S = 1.0
 STALLED_AFTER_S = 4.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _environment(tmp_path: Path) -> dict[str, str]:
@@ -63,7 +56,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 def _serve(arguments: list[str], env: dict[str, str], log: Path
            ) -> tuple[subprocess.Popen[bytes], httpx.Client]:
-    port = _free_port()
+    port = free_port()
     server = _start(["serve", "--port", str(port), "--log-level", "warning", *arguments],
                     env, log)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from service_testkit import post_answers_as
 
 from api_schemas.remote_activations import RemoteActivationsResponse
 from api_schemas.requests import EvaluateRequest
@@ -23,10 +24,8 @@ NVME = SEESAW_EXAMPLES["kimi-k2-1m-nvme"]["value"]
 
 
 def test_the_lab_answers_the_cost_model(client: httpx.Client) -> None:
-    answer = client.post("/v1/lab/rl-seesaw", json=RL_SEESAW_EXAMPLE)
-    assert answer.status_code == 200, answer.text
-    body = RlSeesawResponse.model_validate(answer.json())
-    assert body == rl_seesaw_report(RlSeesawRequest.model_validate(RL_SEESAW_EXAMPLE))
+    body = RlSeesawResponse.model_validate(post_answers_as(
+        client, "/v1/lab/rl-seesaw", RL_SEESAW_EXAMPLE, rl_seesaw_report, RlSeesawRequest))
     assert [p.name for p in body.phases] == ["rollout", "reference_forward", "train",
                                             "weight_sync"]
     assert body.assumptions and "Kimi K3" in body.source
@@ -96,10 +95,9 @@ REMOTE = REMOTE_EXAMPLES["llama-3.1-70b-interleaved"]["value"]
 
 
 def test_the_remote_activation_lab_answers_the_cost_model(client: httpx.Client) -> None:
-    answer = client.post("/v1/lab/remote-activations", json=REMOTE)
-    assert answer.status_code == 200, answer.text
-    body = RemoteActivationsResponse.model_validate(answer.json())
-    assert body == remote_activations_report(EvaluateRequest.model_validate(REMOTE))
+    body = RemoteActivationsResponse.model_validate(post_answers_as(
+        client, "/v1/lab/remote-activations", REMOTE, remote_activations_report,
+        EvaluateRequest))
     assert body.peak_bytes_after < body.peak_bytes_before and body.assumptions
 
 

@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from serving import free_port
 
 from service.logging_json import REQUEST_ID, JsonFormatter
 
@@ -25,17 +25,10 @@ SMALL_PLAN = {"model": {"preset": "llama-3.1-8b"},
 KEYS = {"time", "level", "logger", "message", "request_id"}
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _serve_and_log(tmp_path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Start the server, send the requests, stop it; its log lines parsed, and its raw
     output lines."""
-    port = _free_port()
+    port = free_port()
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
     server = subprocess.Popen(

@@ -5,7 +5,6 @@ codes, store failures and the solver pool's occupancy."""
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ import pytest
 from fastapi import FastAPI
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from serving import free_port
 
 from service.app import create_app
 from service.cli.serve import metrics_folder
@@ -36,13 +36,6 @@ from tests.service.service_testkit import ScriptedPlanner, plan_body, serve_in_p
 REFUSED_URL = "postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1"
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def scrape(client: httpx.Client) -> Samples:
@@ -174,7 +167,7 @@ def test_two_workers_are_summed_in_every_scrape(tmp_path: Path) -> None:
     """`serve --workers 2`: each worker's series go to the multiprocess folder `serve` sets,
     and a scrape, whichever worker answers it, sums both: the capacity is twice one
     worker's, and requests spread over fresh connections all count."""
-    port = _free_port()
+    port = free_port()
     root = Path(__file__).resolve().parents[2]
     env = {key: value for key, value in os.environ.items() if key != MULTIPROCESS_DIR_ENV}
     env.update(PYTHONPATH=str(root), ATLAS_SOLVER_THREADS="2", ATLAS_SOLVER_QUEUE="3")

@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from service_testkit import post_answers_as
 
 import service.routes.moe as moe_routes
 import service.routes.pipeline as pipeline_routes
@@ -21,11 +22,8 @@ from solver.placement.api import plan_placement
 
 @pytest.mark.parametrize("name", sorted(SIMULATE_EXAMPLES))
 def test_simulate_examples_answer_as_the_library_does(client: httpx.Client, name: str) -> None:
-    body = SIMULATE_EXAMPLES[name]["value"]
-    response = client.post("/v1/pipeline/simulate", json=body)
-    assert response.status_code == 200
-    expected = simulate_request(PipelineSimulateRequest.model_validate(body))
-    assert response.json() == expected.model_dump(mode="json")
+    post_answers_as(client, "/v1/pipeline/simulate", SIMULATE_EXAMPLES[name]["value"],
+                    simulate_request, PipelineSimulateRequest)
 
 
 def test_zb_h1_bubble_over_http(client: httpx.Client) -> None:

@@ -1,6 +1,7 @@
 """The planner's bounds are lower bounds of the value they stand for."""
 
 import random
+from typing import Any
 
 import pytest
 
@@ -16,13 +17,13 @@ from solver.space import MeshCandidate, candidate_meshes
 
 
 def _case(model: str, gpu: str, nodes: int, batch: int, seq: int,
-          constraints: Constraints | None = None
+          constraints: Constraints | None = None, **training_fields: Any
           ) -> tuple[ModelSpec, ClusterSpec, TrainingSpec, list[MeshCandidate]]:
-    """A parametrized problem (preset, GPU, nodes, global batch, sequence) and its candidate
-    meshes on 8-GPU nodes under `constraints` (default: none)."""
+    """A parametrized problem (preset, GPU, nodes, global batch, sequence, other training
+    fields) and its candidate meshes on 8-GPU nodes under `constraints` (default: none)."""
     spec = model_preset(model)
     cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
+    training = TrainingSpec(global_batch_size=batch, sequence_length=seq, **training_fields)
     candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
                                   gpus_per_node=8, constraints=constraints or Constraints())
     return spec, cluster, training, candidates
@@ -143,11 +144,7 @@ def test_step_time_bound_is_below_the_step_and_counts_the_tail(model: str, gpu: 
 def test_a_dominated_candidate_is_proven_no_faster_than_the_cutoff() -> None:
     from solver.candidate_eval import Dominated, ScoredPlan
 
-    spec = model_preset("llama-3.1-8b")
-    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
-    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
+    spec, cluster, training, candidates = _case("llama-3.1-8b", "h100-sxm5-80gb", 2, 64, 4096)
     tables = BoundTables(spec, training, cluster)
     dominated = 0
     for c in random.Random(7).sample(candidates, min(20, len(candidates))):
@@ -220,11 +217,8 @@ def test_step_time_floor_is_below_the_step_of_every_policy(model: str, gpu: str,
     from models.core.step_time import estimate_step, pipeline_makespan_bound, step_time_floors_s
     from solver.policy import broad_selective_modules
 
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq, compute_dtype=dtype)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq,
+                                                compute_dtype=dtype)
     modules = broad_selective_modules(spec)
     above = checked = 0
     for c in random.Random(13).sample(candidates, min(12, len(candidates))):
@@ -350,11 +344,8 @@ def test_zero_stage_floors_leave_the_value_below_the_cutoff_unchanged(
     from models.core.step_time import pipeline_makespan_bound, step_time_floors_s
     from solver.candidate_eval import Dominated, ScoredPlan
 
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq, compute_dtype=dtype)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq,
+                                                compute_dtype=dtype)
     skipped = 0
     for c in random.Random(19).sample(candidates, min(15, len(candidates))):
         exact = evaluate_candidate(spec, training, cluster, c, Constraints())
@@ -386,11 +377,8 @@ def test_recompute_bound_holds_for_the_policy_and_more_full_layers(
     from models.core.step_time import estimate_step, work_table
     from solver.policy import broad_selective_modules
 
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq, compute_dtype=dtype)
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
+    spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq,
+                                                compute_dtype=dtype)
     modules = broad_selective_modules(spec)
     checked = 0
     for c in random.Random(23).sample(candidates, min(10, len(candidates))):

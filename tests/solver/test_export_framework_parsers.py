@@ -40,7 +40,7 @@ from torchtitan_loader import PINNED as TORCHTITAN
 from torchtitan_loader import check_torchtitan
 from torchtitan_loader import installed as torchtitan_installed
 
-from api_schemas import Constraints, PlanResponse, TrainingSpec
+from api_schemas import Constraints, ModelSpec, PlanRequest, PlanResponse, TrainingSpec
 from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
 from models.catalog.presets import model_preset
 from models.core.frameworks import runs_on
@@ -81,11 +81,16 @@ def _plan(problem: str, target: str) -> PlanResponse:
     return solved(problem) if target == "default" else _target_plan(problem, target)
 
 
-def _check_megatron(problem: str, response: PlanResponse) -> None:
-    parallel = response.parallel
-    assert parallel is not None
+def _planned(problem: str, response: PlanResponse
+             ) -> tuple[ParallelConfig, PlanRequest, ModelSpec]:
+    """The plan's configuration, the problem's request and its model."""
+    assert response.parallel is not None
     request = PLAN_SET[problem]
-    spec = model_preset(request.model.preset)
+    return response.parallel, request, model_preset(request.model.preset)
+
+
+def _check_megatron(problem: str, response: PlanResponse) -> None:
+    parallel, request, spec = _planned(problem, response)
     export = megatron_export(spec, request.training, parallel)
     result = megatron_check(list(export.args), response.world_size)
     assert (result.tp, result.pp, result.cp, result.dp) == (
@@ -121,10 +126,7 @@ def _assert_megatron_recompute(config: Any, parallel: ParallelConfig) -> None:
 
 
 def _check_deepspeed(problem: str, response: PlanResponse) -> None:
-    parallel = response.parallel
-    assert parallel is not None
-    request = PLAN_SET[problem]
-    spec = model_preset(request.model.preset)
+    parallel, request, spec = _planned(problem, response)
     config = deepspeed_config(spec, request.training, parallel)
     result = deepspeed_check(config, response.world_size, pp=parallel.pp, tp=parallel.tp,
                              cp=parallel.cp)

@@ -9,6 +9,8 @@ offload (allowed) it uses; each of the two alone makes it fit."""
 
 from typing import Any
 
+import pytest
+
 from api_schemas import OptimizerKind, PlanRequest
 from api_schemas.plan import PlanResponse
 from models.catalog.assumed_presets import K3_SCALE_ID
@@ -38,34 +40,33 @@ def _plan(**allowed: bool) -> PlanResponse:
         "solver": {"time_limit_s": 60, "top_k": 1}}))
 
 
-def _chosen_note(response: PlanResponse, mechanism: str) -> str:
-    return next(n for n in response.explanation.notes
-                if n.startswith(f"{mechanism} chosen by the search"))
+def _fits_by(response: PlanResponse, mechanism: str, allowed: str) -> None:
+    """The plan fits, and the note says the search chose `mechanism` because, allowed by
+    `allowed`, it is the only way any plan of the mesh fits."""
+    assert response.status in ("optimal", "feasible")
+    assert response.memory is not None and response.memory.fits
+    why = next(n for n in response.explanation.notes
+               if n.startswith(f"{mechanism} chosen by the search"))
+    assert allowed in why and "without it no plan of this mesh fits" in why
 
 
 def test_without_either_k3_memory_mechanism_nothing_fits() -> None:
     assert _plan().status == "infeasible"
 
 
-def test_only_pipeline_zero2_makes_it_fit_and_the_search_chooses_it() -> None:
-    response = _plan(allow_gradient_host_shards=True)
-    assert response.status in ("optimal", "feasible")
-    assert response.parallel is not None and response.memory is not None
-    assert response.parallel.gradient_host_shards
-    assert not response.parallel.remote_activation_offload
-    assert response.memory.fits
-    assert response.time is not None
-    assert response.time.overheads_s["Pipeline ZeRO-2 gradient offload"] > 0
-    why = _chosen_note(response, "Pipeline ZeRO-2")
-    assert "allow_gradient_host_shards" in why and "without it no plan of this mesh fits" in why
-
-
-def test_only_remote_offload_makes_it_fit_and_the_search_chooses_it() -> None:
-    response = _plan(allow_remote_offload=True)
-    assert response.status in ("optimal", "feasible")
-    assert response.parallel is not None and response.memory is not None
-    assert response.parallel.remote_activation_offload
-    assert not response.parallel.gradient_host_shards
-    assert response.memory.fits
-    why = _chosen_note(response, "remote activation offload")
-    assert "allow_remote_offload" in why and "without it no plan of this mesh fits" in why
+@pytest.mark.parametrize(("allowed", "mechanism", "chosen", "left_off", "overhead"), [
+    ("allow_gradient_host_shards", "Pipeline ZeRO-2", "gradient_host_shards",
+     "remote_activation_offload", "Pipeline ZeRO-2 gradient offload"),
+    ("allow_remote_offload", "remote activation offload", "remote_activation_offload",
+     "gradient_host_shards", None),
+])
+def test_only_one_mechanism_makes_it_fit_and_the_search_chooses_it(
+        allowed: str, mechanism: str, chosen: str, left_off: str, overhead: str | None) -> None:
+    response = _plan(**{allowed: True})
+    _fits_by(response, mechanism, allowed)
+    assert response.parallel is not None
+    assert getattr(response.parallel, chosen)
+    assert not getattr(response.parallel, left_off)
+    if overhead is not None:
+        assert response.time is not None
+        assert response.time.overheads_s[overhead] > 0

@@ -1,5 +1,7 @@
 """The exact CP-SAT reference: proofs on small cases, never worse than constructive."""
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -57,24 +59,34 @@ def test_exact_proves_optimality_at_e32_r8(kind: SkewKind, seed: int) -> None:
     check_placement(exact.placement, counts)
 
 
-def _dirichlet_counts(r: int, m: int, k: int, s: int, seed: int, alpha: float) -> np.ndarray:
+def _cases(*, ranks: tuple[int, int], per_rank: tuple[int, int], top_k: tuple[int, int],
+           tokens: tuple[int, int]) -> dict[str, st.SearchStrategy[Any]]:
+    """The arguments of `_dirichlet_counts`: ranks, experts per rank, top-k and tokens per
+    rank drawn from these ranges, any seed, one of three concentrations."""
+    return {"r": st.integers(*ranks), "m": st.integers(*per_rank), "k": st.integers(*top_k),
+            "s": st.integers(*tokens), "seed": st.integers(0, 2**31 - 1),
+            "alpha": st.sampled_from([0.1, 0.5, 2.0])}
+
+
+def _dirichlet_counts(r: int, m: int, k: int, s: int, seed: int, alpha: float
+                      ) -> tuple[int, np.ndarray]:
+    """Top-k clamped to the r x m experts, and r ranks' routed counts of s tokens each drawn
+    from a Dirichlet(alpha) mix over the experts."""
+    k = min(k, r * m)
     rng = np.random.default_rng(seed)
-    return np.stack([rng.multinomial(s * k, rng.dirichlet(np.full(r * m, alpha)))
-                     for _ in range(r)])
+    return k, np.stack([rng.multinomial(s * k, rng.dirichlet(np.full(r * m, alpha)))
+                        for _ in range(r)])
 
 
 # Fixed examples (derandomize): once in a full-suite run, OR-Tools 9.15's native solve
 # aborted the process inside these generated cases (SIGABRT, no CP-SAT message; 1,200 random
 # cases of the same draw run alone did not reproduce it), so CI runs the same cases each time.
 @settings(max_examples=40, deadline=None, derandomize=True)
-@given(r=st.integers(1, 8), m=st.integers(1, 4), k=st.integers(1, 4),
-       s=st.integers(1, 24), seed=st.integers(0, 2**31 - 1),
-       alpha=st.sampled_from([0.1, 0.5, 2.0]))
+@given(**_cases(ranks=(1, 8), per_rank=(1, 4), top_k=(1, 4), tokens=(1, 24)))
 def test_exact_is_optimal_and_never_worse_on_small_cases(
     r: int, m: int, k: int, s: int, seed: int, alpha: float
 ) -> None:
-    k = min(k, r * m)
-    counts = _dirichlet_counts(r, m, k, s, seed, alpha)
+    k, counts = _dirichlet_counts(r, m, k, s, seed, alpha)
     exact = plan_exact(counts, top_k=k, minimize_remote=False, config=CONFIG)
     assert exact.status == SolveStatus.OPTIMAL
     assert not exact.used_fallback
@@ -84,14 +96,11 @@ def test_exact_is_optimal_and_never_worse_on_small_cases(
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)  # fixed examples: see above
-@given(r=st.integers(2, 4), m=st.integers(1, 3), k=st.integers(1, 3),
-       s=st.integers(1, 16), seed=st.integers(0, 2**31 - 1),
-       alpha=st.sampled_from([0.1, 0.5, 2.0]))
+@given(**_cases(ranks=(2, 4), per_rank=(1, 3), top_k=(1, 3), tokens=(1, 16)))
 def test_exact_remote_tokens_never_exceed_constructive_at_equal_redundancy(
     r: int, m: int, k: int, s: int, seed: int, alpha: float
 ) -> None:
-    k = min(k, r * m)
-    counts = _dirichlet_counts(r, m, k, s, seed, alpha)
+    k, counts = _dirichlet_counts(r, m, k, s, seed, alpha)
     exact = plan_exact(counts, top_k=k, config=CONFIG)
     assert exact.traffic_status == SolveStatus.OPTIMAL
     check_placement(exact.placement, counts)
