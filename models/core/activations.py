@@ -24,7 +24,7 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import DEFAULT_RECOMPUTE_MODULES, RecomputeMode, RecomputeModule
 from models.core.layer_kinds import attention_kind, mlp_kind
 from models.core.linear_attention import linear_attention_stored_terms
-from models.core.search_memo import current_memo
+from models.core.search_memo import current_memo, kept
 
 ACTIVATION_BYTES = 2
 """Bytes of a stored 16-bit activation element. Source: [KOR22] Sec. 4 (2 bytes)."""
@@ -365,12 +365,7 @@ def kind_activation_bytes(spec: ModelSpec, moe_layer: bool,
     memo = current_memo()
     table = memo.tables(spec).activation_bytes if memo is not None else None
     key = (moe_layer, ctx, linear)
-    found = table.get(key) if table is not None else None
-    if found is None:
-        found = _kind_activation_bytes(spec, moe_layer, ctx, linear)
-        if table is not None:
-            table[key] = found
-    return found
+    return kept(table, key, lambda: _kind_activation_bytes(spec, moe_layer, ctx, linear))
 
 
 def _kind_activation_bytes(spec: ModelSpec, moe_layer: bool,

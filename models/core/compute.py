@@ -43,7 +43,7 @@ from models.core.linear_attention import (
 )
 from models.core.moe.host_issue import moe_host_idle_s, moe_host_sync_s
 from models.core.runtime_passes import RUNTIME_PASSES, OpPasses
-from models.core.search_memo import current_memo
+from models.core.search_memo import current_memo, kept
 
 FLASH_BACKWARD_FLOP_RATIO = 2.5
 """Backward / forward FLOPs of a fused attention kernel (it recomputes the scores).
@@ -98,13 +98,9 @@ def _scaled_family_profile(family: str, scale: float, attention_scale: float = 1
     script swaps `PROFILES`)."""
     memo = current_memo()
     key = (family, scale, attention_scale)
-    found = memo.profiles.get(key) if memo is not None else None
-    if found is None:
-        found = calibrated_profile(PROFILES[family], scale,
-                                   attention_efficiency_scale=attention_scale)
-        if memo is not None:
-            memo.profiles[key] = found
-    return found
+    return kept(memo.profiles if memo is not None else None, key,
+                lambda: calibrated_profile(PROFILES[family], scale,
+                               attention_efficiency_scale=attention_scale))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -449,12 +445,7 @@ def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> Lay
            spec.is_linear_attention_layer(layer_index), spec.attention_chunk(layer_index))
     memo = current_memo()
     table = memo.tables(spec).layer_compute if memo is not None else None
-    found = table.get(key) if table is not None else None
-    if found is None:
-        found = _layer_compute(spec, *key)
-        if table is not None:
-            table[key] = found
-    return found
+    return kept(table, key, lambda: _layer_compute(spec, *key))
 
 
 def linear_attention_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
@@ -543,12 +534,7 @@ def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
     kept per model and context on the search's memo, as `layer_compute`."""
     memo = current_memo()
     table = memo.tables(spec).head_compute if memo is not None else None
-    found = table.get(ctx) if table is not None else None
-    if found is None:
-        found = _head_compute(spec, ctx)
-        if table is not None:
-            table[ctx] = found
-    return found
+    return kept(table, ctx, lambda: _head_compute(spec, ctx))
 
 
 def _head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:

@@ -13,12 +13,13 @@ stage PP - 1 - r of the other; embedding and head on the same rank, shared with 
 """
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig
 from models.core.pipeline.registry import schedule_traits
 from models.core.pipeline.traits import ScheduleTraits
-from models.core.search_memo import current_memo
+from models.core.search_memo import current_memo, kept
 from models.errors import InvalidSpecError
 
 
@@ -126,23 +127,23 @@ def virtual_stage_sizes(spec: ModelSpec, parallel: ParallelConfig) -> list[int]:
     return sizes
 
 
+LAYOUT_FIELDS = ("pp", "vpp", "schedule", "layers_per_stage", "layers_per_virtual_stage",
+                 "microbatch_group_size")
+"""The configuration fields a pipeline layout reads (a test records what `_pipeline_layout`
+reads and checks it against these): its key on the model's tables."""
+
+_layout_key = attrgetter(*LAYOUT_FIELDS)
+
+
 def pipeline_layout(spec: ModelSpec, parallel: ParallelConfig) -> tuple[StageLayout, ...]:
     """The layers, embeddings, heads and MTP modules of every pipeline rank.
 
-    Kept on the search's memo by what the layout reads: the model's layer and MTP counts
-    and the configuration's pp, vpp, schedule, explicit layer counts and interleaving group
-    (the search asks for the same layout once per memory probe and per step-time
-    estimate)."""
-    key = (spec.num_layers, spec.num_mtp_layers, parallel.pp, parallel.vpp, parallel.schedule,
-           parallel.layers_per_stage, parallel.layers_per_virtual_stage,
-           parallel.microbatch_group_size)
+    Kept on the search's tables of the model by the configuration fields it reads,
+    `LAYOUT_FIELDS` (the search asks for the same layout once per memory probe and per
+    step-time estimate)."""
     memo = current_memo()
-    layouts = memo.layouts.get(key) if memo is not None else None
-    if layouts is None:
-        layouts = _pipeline_layout(spec, parallel)
-        if memo is not None:
-            memo.layouts[key] = layouts
-    return layouts
+    return kept(memo.tables(spec).layouts if memo is not None else None,
+                _layout_key(parallel), lambda: _pipeline_layout(spec, parallel))
 
 
 def _pipeline_layout(spec: ModelSpec, parallel: ParallelConfig) -> tuple[StageLayout, ...]:
@@ -173,6 +174,7 @@ def _pipeline_layout(spec: ModelSpec, parallel: ParallelConfig) -> tuple[StageLa
 
 
 __all__ = [
+    "LAYOUT_FIELDS",
     "StageLayout",
     "layout_traits",
     "num_virtual_stages",

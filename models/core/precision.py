@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from api_schemas.dtypes import DType
 from api_schemas.training import Fp8WeightStorage, OptimizerKind, TrainingSpec
-from models.core.search_memo import current_memo
+from models.core.search_memo import current_memo, kept
 
 FP8_WEIGHT_COPY_BYTES = 2.0
 """Bytes per GEMM weight of the FP8 copies Transformer Engine caches beside high-precision
@@ -73,12 +73,8 @@ def state_bytes_per_param(training: TrainingSpec, *, is_gemm_weight: bool = True
     """`_state_bytes_per_param`, kept on the search's memo."""
     memo = current_memo()
     key = (training, is_gemm_weight, is_matrix)
-    found = memo.state_bytes.get(key) if memo is not None else None
-    if found is None:
-        found = _state_bytes_per_param(training, is_gemm_weight, is_matrix)
-        if memo is not None:
-            memo.state_bytes[key] = found
-    return found
+    return kept(memo.state_bytes if memo is not None else None, key,
+                lambda: _state_bytes_per_param(training, is_gemm_weight, is_matrix))
 
 
 def _state_bytes_per_param(training: TrainingSpec, is_gemm_weight: bool,

@@ -44,7 +44,7 @@ from models.core.pipeline import (
 )
 from models.core.rank_states import chunk_weight_kinds
 from models.core.runtime_features import ep_overlap_active
-from models.core.search_memo import current_memo
+from models.core.search_memo import current_memo, kept
 from models.errors import InvalidSpecError
 
 STORED_ACTIVATIONS = "activations: layers"
@@ -164,12 +164,8 @@ def activation_context(training: TrainingSpec, parallel: ActivationMesh,
     # probed plan asks for one, and building the dataclass each time was a visible share of
     # a memory probe.
     memo = current_memo()
-    found = memo.activation_contexts.get(inputs) if memo is not None else None
-    if found is None:
-        found = LayerActivationContext(**inputs._asdict())
-        if memo is not None:
-            memo.activation_contexts[inputs] = found
-    return found
+    return kept(memo.activation_contexts if memo is not None else None, inputs,
+                lambda: LayerActivationContext(**inputs._asdict()))
 
 
 def layer_stored_bytes_cap(spec: ModelSpec, index: int, training: TrainingSpec,
@@ -238,12 +234,7 @@ def chunk_stored_bytes(spec: ModelSpec, kinds: tuple[tuple[tuple[bool, bool], ..
     memo = current_memo()
     table = memo.tables(spec).stored_bytes if memo is not None else None
     key = (kinds, recompute, modules, ctx)
-    found = table.get(key) if table is not None else None
-    if found is None:
-        found = _chunk_stored_bytes(spec, kinds, recompute, modules, ctx)
-        if table is not None:
-            table[key] = found
-    return found
+    return kept(table, key, lambda: _chunk_stored_bytes(spec, kinds, recompute, modules, ctx))
 
 
 def _chunk_stored_bytes(spec: ModelSpec, kinds: tuple[tuple[tuple[bool, bool], ...], ...],

@@ -27,7 +27,7 @@ from models.core.params import (
     mtp_module_params,
     norm_params,
 )
-from models.core.search_memo import current_memo
+from models.core.search_memo import current_memo, kept
 from models.core.sharded_states import ema_components, model_state_components
 from models.errors import InvalidSpecError
 
@@ -121,12 +121,7 @@ def _rank_parameters(spec: ModelSpec, tp: int, ep: int, etp: int,
     memo = current_memo()
     table = memo.tables(spec).rank_parameters if memo is not None else None
     key = (tp, ep, etp, mix, num_embeddings, num_heads, num_mtp)
-    found = table.get(key) if table is not None else None
-    if found is None:
-        found = _count_rank_parameters(spec, *key)
-        if table is not None:
-            table[key] = found
-    return found
+    return kept(table, key, lambda: _count_rank_parameters(spec, *key))
 
 
 def _count_rank_parameters(spec: ModelSpec, tp: int, ep: int, etp: int,
@@ -212,12 +207,7 @@ def chunk_weight_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
     the search's tables of the model."""
     memo = current_memo()
     table = memo.tables(spec).weight_kinds if memo is not None else None
-    found = table.get(chunks) if table is not None else None
-    if found is None:
-        found = _chunk_weight_kinds(spec, chunks)
-        if table is not None:
-            table[chunks] = found
-    return found
+    return kept(table, chunks, lambda: _chunk_weight_kinds(spec, chunks))
 
 
 def _chunk_weight_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]

@@ -7,7 +7,8 @@ of the piece it keeps), `ModelTables` (the pieces derived from one model, on an 
 serves that model alone), `search_memo` and `within_search_memo` (make a fresh memo current
 for the calling context while a block or a function runs; inside a running search, that
 search's) and `current_memo` (the current memo; None outside a search, where each piece is
-computed on each ask and nothing outlives the call). Must not: compute a piece (each module
+computed on each ask and nothing outlives the call) and `kept` (a piece's lookup in one of
+the tables, made on its first ask). Must not: compute a piece (each module
 that defines one reads and fills its table here) or keep anything between searches.
 """
 
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 Chunks = tuple[tuple[int, ...], ...]
 """The layer indices of each chunk of a rank."""
@@ -102,6 +105,8 @@ class ModelTables:
         default_factory=dict)
     """Per (recipe, fabric), each family of a layer's calls under the inputs its rule
     reads (`models.core.step_time.exposure`)."""
+    layouts: "dict[tuple[object, ...], tuple[StageLayout, ...]]" = field(default_factory=dict)
+    """`models.core.layout.pipeline_layout` by its `LAYOUT_FIELDS`."""
     stored_bytes: ("dict[tuple[WeightKinds, RecomputeMode | FullLayers, "
                    "tuple[RecomputeModule, ...], LayerActivationContext], "
                    "tuple[tuple[int, ...], int]]") = field(default_factory=dict)
@@ -122,9 +127,6 @@ class SearchMemo:
     meshes: "dict[tuple[tuple[int, ...], int, int, str], DeviceMesh]" = field(
         default_factory=dict)
     """`models.core.mesh.layout.build_mesh` by (degrees, nodes, GPUs per node, order)."""
-    layouts: "dict[tuple[object, ...], tuple[StageLayout, ...]]" = field(default_factory=dict)
-    """`models.core.layout.pipeline_layout` by the model's layer and MTP counts and the
-    configuration fields it reads."""
     in_flight: ("dict[tuple[PipelineSchedule, int, int, int, int | None], "
                 "InFlightProfile]") = field(default_factory=dict)
     """`models.core.pipeline.in_flight_profile` by (schedule, stages, micro-batches,
@@ -206,6 +208,18 @@ def within_search_memo(function: Callable[_P, _R]) -> Callable[_P, _R]:
     return scoped
 
 
+def kept(table: dict[_K, _V] | None, key: _K, make: Callable[[], _V]) -> _V:
+    """The value `table` keeps under `key`, made by `make` and kept on its first ask; with no
+    table (outside a search, `current_memo()` None) made on each ask. The one way a piece is
+    kept on a memo table: `key` holds every input of the piece its table does not fix."""
+    if table is None:
+        return make()
+    found = table.get(key)
+    if found is None:
+        found = table[key] = make()
+    return found
+
+
 def model_tables(spec: ModelSpec) -> ModelTables:
     """The current search's tables of `spec`, or (outside a search) fresh ones that die with
     the caller."""
@@ -213,5 +227,5 @@ def model_tables(spec: ModelSpec) -> ModelTables:
     return memo.tables(spec) if memo is not None else ModelTables(spec=spec)
 
 
-__all__ = ["ModelTables", "SearchMemo", "current_memo", "model_tables", "search_memo",
+__all__ = ["ModelTables", "SearchMemo", "current_memo", "kept", "model_tables", "search_memo",
            "within_search_memo"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.core.search_memo import current_memo
+from models.core.search_memo import current_memo, kept
 from solver.placement.problem import IntArray, LayerBatch, PlacementProblem, single_layer
 
 
@@ -113,11 +113,8 @@ def shape_index(num_ranks: int, num_experts: int) -> ShapeIndex:
     """The read-only index arrays of an [R, E] shape (kept on the search's memo)."""
     memo = current_memo()
     key = ("shape", num_ranks, num_experts)
-    found = memo.index_arrays.get(key) if memo is not None else None
-    if found is None:
-        found = _shape_index(num_ranks, num_experts)
-        if memo is not None:
-            memo.index_arrays[key] = found
+    found: ShapeIndex = kept(memo.index_arrays if memo is not None else None, key,
+                             lambda: _shape_index(num_ranks, num_experts))
     return found
 
 
@@ -145,11 +142,9 @@ def _row_major_split(columns: int, rows: int) -> tuple[IntArray, IntArray]:
     divmod."""
     memo = current_memo()
     key = ("row-major", columns, rows)
-    found = memo.index_arrays.get(key) if memo is not None else None
-    if found is None:
-        found = _row_major_arrays(columns, rows)
-        if memo is not None:
-            memo.index_arrays[key] = found
+    found: tuple[IntArray, IntArray] = kept(
+        memo.index_arrays if memo is not None else None, key,
+        lambda: _row_major_arrays(columns, rows))
     return found
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from api_schemas import Constraints, ParallelConfig, PipelineSchedule, TrainingSpec
 from models.catalog.presets import cluster_preset, model_preset
+from models.core.layout import LAYOUT_FIELDS, _pipeline_layout, pipeline_layout
 from models.core.ledger_memo import LedgerMemo
 from models.core.mesh.layout import GroupKind, _placement, build_mesh
 from models.core.search_memo import current_memo, search_memo
@@ -256,3 +257,38 @@ def test_the_core_record_holds_every_field_the_core_times_read(
         one, two = tables._compute_core(first), tables._compute_core(other)
         assert (one.head_s, one.layer_f, one.layer_b, one.layer_w) == (
             two.head_s, two.layer_f, two.layer_b, two.layer_w), (first.key, other.key)
+
+
+class _Reads:
+    """A configuration that records the name of every field read through it."""
+
+    def __init__(self, parallel: ParallelConfig) -> None:
+        self._parallel = parallel
+        self.read: set[str] = set()
+
+    def __getattr__(self, name: str) -> object:
+        self.read.add(name)
+        return getattr(self._parallel, name)
+
+
+@pytest.mark.parametrize("config", [
+    dict(pp=4),
+    dict(pp=4, vpp=2, schedule=PipelineSchedule.INTERLEAVED_1F1B),
+    dict(pp=4, vpp=2, schedule=PipelineSchedule.INTERLEAVED_1F1B, microbatch_group_size=4),
+    dict(pp=4, vpp=2, schedule=PipelineSchedule.DUALPIPEV),
+    dict(pp=4, schedule=PipelineSchedule.DUALPIPE),
+    dict(pp=2, layers_per_stage=(10, 22)),
+    dict(pp=2, vpp=2, schedule=PipelineSchedule.INTERLEAVED_1F1B,
+         layers_per_virtual_stage=(6, 10, 10, 6)),
+], ids=["1f1b", "interleaved", "grouped", "dualpipe-v", "dualpipe", "explicit", "explicit-virtual"])
+def test_a_pipeline_layout_reads_only_the_fields_that_key_it(config: dict[str, object]) -> None:
+    """The layout is kept under `LAYOUT_FIELDS` alone: a field it read beyond them would let
+    two configurations differing there share one layout."""
+    spec = model_preset("llama-3.1-8b")
+    parallel = ParallelConfig(tp=1, dp=1, micro_batch_size=1, **config)  # type: ignore[arg-type]
+    reads = _Reads(parallel)
+    layouts = _pipeline_layout(spec, reads)  # type: ignore[arg-type]
+    assert reads.read <= set(LAYOUT_FIELDS), reads.read - set(LAYOUT_FIELDS)
+    assert reads.read, "the recorder saw no read"
+    with search_memo():
+        assert pipeline_layout(spec, parallel) == layouts

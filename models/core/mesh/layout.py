@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from api_schemas import ParallelConfig
-from models.core.search_memo import current_memo
+from models.core.search_memo import current_memo, kept
 from models.errors import InvalidSpecError
 
 AXIS_NAMES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -257,12 +257,8 @@ def build_mesh(parallel: ParallelConfig, *, num_nodes: int, gpus_per_node: int,
     degrees = (parallel.tp, parallel.cp, parallel.dp, parallel.pp, parallel.ep, parallel.etp)
     key = (degrees, num_nodes, gpus_per_node, order)
     memo = current_memo()
-    found = memo.meshes.get(key) if memo is not None else None
-    if found is None:
-        found = _mesh_of_degrees(*key)
-        if memo is not None:
-            memo.meshes[key] = found
-    return found
+    return kept(memo.meshes if memo is not None else None, key,
+                lambda: _mesh_of_degrees(*key))
 
 
 def _mesh_of_degrees(degrees: tuple[int, int, int, int, int, int], num_nodes: int,

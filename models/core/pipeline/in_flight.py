@@ -23,7 +23,7 @@ import numpy.typing as npt
 from api_schemas.parallel import PipelineSchedule
 from models.core.pipeline.ops import OpKind, PipelineProgram
 from models.core.pipeline.registry import shared_program
-from models.core.search_memo import current_memo
+from models.core.search_memo import current_memo, kept
 from models.errors import InvalidSpecError
 
 IntArray = npt.NDArray[np.int64]
@@ -137,12 +137,8 @@ def in_flight_profile(schedule: PipelineSchedule, *, num_stages: int, num_micro_
     """
     key = (schedule, num_stages, num_micro_batches, num_chunks, group_size)
     memo = current_memo()
-    found = memo.in_flight.get(key) if memo is not None else None
-    if found is None:
-        found = profile_of(shared_program(*key))
-        if memo is not None:
-            memo.in_flight[key] = found
-    return found
+    return kept(memo.in_flight if memo is not None else None, key,
+                lambda: profile_of(shared_program(*key)))
 
 
 def profile_of(program: PipelineProgram) -> InFlightProfile:

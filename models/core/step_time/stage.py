@@ -40,7 +40,7 @@ from models.core.layout import StageLayout
 from models.core.pipeline import StagePlacement, schedule_traits
 from models.core.rank_activations import layer_stored_bytes_cap, stage_activation_components
 from models.core.runtime_features import dispatcher
-from models.core.search_memo import current_memo, model_tables
+from models.core.search_memo import current_memo, kept, model_tables
 from models.core.step_time.exposure import (
     LayerComm,
     ep_overlapped,
@@ -238,12 +238,8 @@ def _chunk_kind_counts(chunks: tuple[tuple[int, ...], ...],
     """`_count_chunk_kinds`, kept on the search's memo."""
     memo = current_memo()
     key = (chunks, kinds, recompute)
-    found = memo.kind_counts.get(key) if memo is not None else None
-    if found is None:
-        found = _count_chunk_kinds(chunks, kinds, recompute)
-        if memo is not None:
-            memo.kind_counts[key] = found
-    return found
+    return kept(memo.kind_counts if memo is not None else None, key,
+                lambda: _count_chunk_kinds(chunks, kinds, recompute))
 
 
 def _count_chunk_kinds(chunks: tuple[tuple[int, ...], ...],
@@ -461,12 +457,8 @@ def chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
     the same layers on a rank: kept on the search's tables of the model)."""
     memo = current_memo()
     table = memo.tables(spec).timing_kinds if memo is not None else None
-    found = table.get(chunks) if table is not None else None
-    if found is None:
-        found = tuple(tuple(timing_kind(spec, i) for i in chunk) for chunk in chunks)
-        if table is not None:
-            table[chunks] = found
-    return found
+    return kept(table, chunks,
+                lambda: tuple(tuple(timing_kind(spec, i) for i in chunk) for chunk in chunks))
 
 
 class StageInputs(NamedTuple):

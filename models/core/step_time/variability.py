@@ -24,7 +24,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from models.core.search_memo import current_memo
+from models.core.search_memo import current_memo, kept
 
 _Q3 = NormalDist().inv_cdf(0.75)
 """Upper quartile of a standard normal (0.6745); its interquartile range is 2 x _Q3."""
@@ -63,13 +63,8 @@ def expected_max_standard_normal(n: int) -> float:
     if n == 1:
         return 0.0
     memo = current_memo()
-    found = memo.straggler_max.get(n) if memo is not None else None
-    if found is None:
-        density = n * _PDF * _CDF ** (n - 1)
-        found = float(np.trapezoid(_GRID * density, _GRID))
-        if memo is not None:
-            memo.straggler_max[n] = found
-    return found
+    return kept(memo.straggler_max if memo is not None else None, n,
+                lambda: float(np.trapezoid(_GRID * n * _PDF * _CDF ** (n - 1), _GRID)))
 
 
 def slowest_gpu_share(world_size: int, cv: float = GPU_SPEED_CV) -> float:

@@ -17,7 +17,7 @@ from models.core.collectives import (
     collective_cost,
 )
 from models.core.mesh import AxisPlacement
-from models.core.search_memo import current_memo
+from models.core.search_memo import current_memo, kept
 
 
 class TrafficAxis(StrEnum):
@@ -153,12 +153,8 @@ def call_cost(collective: Collective, placement: AxisPlacement, message_bytes: i
     key = (collective, size, max(0, int(message_bytes)),
            timing_ranks_per_node(placement, collective), fabric)
     memo = current_memo()
-    found = memo.collective_costs.get(key) if memo is not None else None
-    if found is None:
-        found = _cost(*key)
-        if memo is not None:
-            memo.collective_costs[key] = found
-    return found
+    return kept(memo.collective_costs if memo is not None else None, key,
+                lambda: _cost(*key))
 
 
 def _cost(collective: Collective, size: int, message_bytes: int, ranks_per_node: int,

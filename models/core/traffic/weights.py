@@ -23,7 +23,7 @@ from models.core.params import (
     norm_params,
 )
 from models.core.pipeline import schedule_traits
-from models.core.search_memo import current_memo
+from models.core.search_memo import current_memo, kept
 
 
 class LayerWeights(LayerParams):
@@ -157,12 +157,7 @@ def stage_weights(model: ModelSpec, parallel: ParallelConfig) -> tuple[StageWeig
     memo = current_memo()
     table = memo.tables(model).stage_weights if memo is not None else None
     key = (parallel.tp, parallel.ep * parallel.etp, layouts)
-    found = table.get(key) if table is not None else None
-    if found is None:
-        found = _stage_weights(model, *key)
-        if table is not None:
-            table[key] = found
-    return found
+    return kept(table, key, lambda: _stage_weights(model, *key))
 
 
 def _stage_weights(model: ModelSpec, tp: int, experts_split: int,
