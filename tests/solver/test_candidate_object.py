@@ -10,14 +10,19 @@ from pathlib import Path
 import pytest
 
 from api_schemas import Constraints, ParallelConfig, PipelineSchedule, TrainingSpec
+from api_schemas.architecture import ModelSpec
 from models.catalog.presets import cluster_preset, model_preset
+from models.core.collectives import Fabric
 from models.core.layout import LAYOUT_FIELDS, _pipeline_layout, pipeline_layout
 from models.core.ledger_memo import LedgerMemo
 from models.core.mesh.layout import GroupKind, _placement, build_mesh
 from models.core.search_memo import current_memo, search_memo
 from models.core.step_time import kind_layers, layer_parts
+from models.core.step_time.exposure import LAYER_CALL_FIELDS, layer_calls
+from models.core.step_time.groups import AxisGroups, axis_groups
 from models.core.step_time.layer_inputs import UNREAD_FIELDS, LayerPartsInputs
 from models.core.step_time.setting import step_setting
+from models.core.traffic.layer import cp_calls, expert_calls, tp_block_calls
 from solver.candidate import PlanCandidate
 from solver.candidate_eval import Dominated, Rejection, ScoredPlan, evaluate_candidate
 from solver.runtime_choice import resolved
@@ -292,3 +297,71 @@ def test_a_pipeline_layout_reads_only_the_fields_that_key_it(config: dict[str, o
     assert reads.read, "the recorder saw no read"
     with search_memo():
         assert pipeline_layout(spec, parallel) == layouts
+
+
+def _layer_setting(name: str, config: dict[str, object]
+                   ) -> tuple[ModelSpec, TrainingSpec, ParallelConfig, AxisGroups, Fabric]:
+    """A model preset, a recipe of 8K tokens and `config` on one H100 node: the inputs of a
+    layer's calls."""
+    spec = model_preset(name)
+    training = TrainingSpec(global_batch_size=64, sequence_length=8192)
+    parallel = ParallelConfig(micro_batch_size=1, **config)  # type: ignore[arg-type]
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=1)
+    groups = axis_groups(parallel, gpus_per_node=cluster.gpus_per_node)
+    return spec, training, parallel, groups, step_setting(spec, training, parallel, cluster).fabric
+
+
+@pytest.mark.parametrize(("name", "config"), [
+    ("llama-3.1-8b", dict(tp=4, dp=2, sequence_parallel=True)),
+    ("llama-3.1-8b", dict(tp=2, cp=4, cp_kind="ring")),
+    ("llama-3.1-8b", dict(tp=1, cp=8, cp_kind="ulysses")),
+    ("llama-3.1-8b", dict(tp=1, cp=8, cp_kind="usp", ulysses_degree=2)),
+    ("mixtral-8x7b", dict(tp=2, dp=4, ep=4, etp=1, sequence_parallel=True)),
+], ids=["tp-sp", "ring", "ulysses", "usp", "moe"])
+def test_a_layers_calls_read_only_the_fields_that_key_them(
+        name: str, config: dict[str, object]) -> None:
+    """A layer's calls are kept under `LAYER_CALL_FIELDS` (with the recipe, mesh and fabric):
+    a configuration field they read beyond them would let two configurations differing there
+    share one layer's calls."""
+    spec, training, parallel, groups, fabric = _layer_setting(name, config)
+    reads = _Reads(parallel)
+    layer = next(i for i in range(spec.num_layers) if spec.is_moe_layer(i)) if spec.moe else 0
+    with search_memo():
+        recorded = layer_calls(spec, layer, training=training, parallel=reads,  # type: ignore[arg-type]
+                               groups=groups, fabric=fabric)
+    assert reads.read <= set(LAYER_CALL_FIELDS), reads.read - set(LAYER_CALL_FIELDS)
+    assert recorded, "the layer has no calls to check"
+    with search_memo():
+        assert layer_calls(spec, layer, training=training, parallel=parallel, groups=groups,
+                           fabric=fabric) == recorded
+
+
+FAMILY_FIELDS = {
+    # Each family's key on the model's tables (`models.core.step_time.exposure.layer_calls`):
+    # its degrees and placement, and the tokens per rank, b * s / cp, in place of the
+    # micro-batch and CP degree.
+    "tp": {"tp", "sequence_parallel", "micro_batch_size", "cp"},
+    "cp": {"tp", "cp", "cp_kind", "ulysses_degree", "micro_batch_size"},
+    "ep": {"tp", "ep", "etp", "micro_batch_size", "cp"},
+}
+
+
+@pytest.mark.parametrize(("name", "config"), [
+    ("llama-3.1-8b", dict(tp=4, dp=2, sequence_parallel=True)),
+    ("llama-3.1-8b", dict(tp=2, cp=4, cp_kind="usp", ulysses_degree=2)),
+    ("mixtral-8x7b", dict(tp=2, dp=4, ep=4, etp=1, sequence_parallel=True)),
+], ids=["tp-sp", "usp", "moe"])
+def test_each_call_family_reads_only_the_fields_of_its_own_key(
+        name: str, config: dict[str, object]) -> None:
+    """The TP, CP and expert families are shared by configurations alike in their own key
+    only (configurations differing in the expert degree share the TP calls): each family's
+    rule must read no other configuration field."""
+    spec, training, parallel, groups, fabric = _layer_setting(name, config)
+    rules = {"tp": lambda ctx: [*tp_block_calls(ctx, "attention"), *tp_block_calls(ctx, "mlp")],
+             "cp": lambda ctx: cp_calls(ctx, False) if parallel.cp > 1 else [],
+             "ep": lambda ctx: expert_calls(ctx) if spec.moe else []}
+    for family, rule in rules.items():
+        reads = _Reads(parallel)
+        with search_memo():
+            rule(groups.layer_context(spec, training, reads, fabric))  # type: ignore[arg-type]
+        assert reads.read <= FAMILY_FIELDS[family], (family, reads.read - FAMILY_FIELDS[family])

@@ -26,6 +26,7 @@ Must not: define what moves (`models.core.traffic`) or compute kernel times (`mo
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from api_schemas import ContextParallelKind
 from api_schemas.architecture import ModelSpec
@@ -158,6 +159,15 @@ def _family(kept: dict[tuple[object, ...], tuple[LayerCall, ...]], key: tuple[ob
     return cached
 
 
+LAYER_CALL_FIELDS = ("tp", "cp", "cp_kind", "ulysses_degree", "sequence_parallel",
+                     "micro_batch_size", "ep", "etp")
+"""The configuration fields a layer's TP, CP and expert calls read besides the mesh (a test
+records what building them reads and checks it against these): with the recipe, mesh, fabric
+and the layer's kinds, the key of a layer's calls on the model's tables."""
+
+_layer_call_fields = attrgetter(*LAYER_CALL_FIELDS)
+
+
 def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
                 parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric
                 ) -> tuple[LayerCall, ...]:
@@ -172,8 +182,7 @@ def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     moe_layer = spec.is_moe_layer(layer_index)
     linear = spec.is_linear_attention_layer(layer_index)
     p = parallel
-    key = (training, p.tp, p.cp, p.cp_kind, p.ulysses_degree, p.sequence_parallel,
-           p.micro_batch_size, p.ep, p.etp, groups.mesh, fabric, moe_layer, linear)
+    key = (training, _layer_call_fields(p), groups.mesh, fabric, moe_layer, linear)
     tables = model_tables(spec)
     cached = tables.layer_calls.get(key)
     if cached is not None:
@@ -468,6 +477,7 @@ def sync_exposed_s(items: tuple[TrafficItem, ...], *, overlap: bool, num_micro_b
 
 
 __all__ = [
+    "LAYER_CALL_FIELDS",
     "OVERLAP_COMM_SM_SHARE",
     "LayerComm",
     "H100_SMS",
