@@ -1,15 +1,16 @@
 """Releasing the cost model's and the search's memo caches once no search runs.
 
-Owns: finding the bounded memo caches (`functools.lru_cache` with a `maxsize`) of the
-`models` and `solver` modules loaded, clearing them, collecting garbage, and handing the
-freed heap back to the operating system (glibc `malloc_trim`), which the solver pool calls
-when it falls idle. Most of what a search derives lives on its memo
-(`models.core.search_memo.SearchMemo`) and dies with it; the module caches left (the
-pipeline programs of each schedule shape) speed up requests close together, and kept
-between requests, each large search left its entries behind (before the search memo, eight
-large searches: 108 -> 2,929 MiB, staying there). Unbounded caches (`functools.cache`) hold
-static data (catalog, framework tables) and are kept. Must not: run while a search holds
-the pool (clearing is safe, but costs that search its memo), or know what the caches hold.
+Owns: dropping the memo the searches share, finding the bounded memo caches
+(`functools.lru_cache` with a `maxsize`) of the `models` and `solver` modules loaded,
+clearing them, collecting garbage, and handing the freed heap back to the operating system
+(glibc `malloc_trim`), which the solver pool calls when it falls idle. What a search derives
+lives on the searches' shared memo (`models.core.search_memo.SearchMemo`, bounded by
+`SHARED_MEMO_ENTRIES`) and in the module caches left (the pipeline programs of each schedule
+shape); both speed up requests close together, and kept between requests, each large search
+left its entries behind (with module caches before the search memo, eight large searches:
+108 -> 2,929 MiB, staying there). Unbounded caches (`functools.cache`) hold static data
+(catalog, framework tables) and are kept. Must not: run while a search holds the pool
+(clearing is safe, but costs that search its memo), or know what the caches hold.
 """
 
 import ctypes
@@ -19,6 +20,8 @@ import gc
 import logging
 import sys
 from typing import Any
+
+from models.core.search_memo import release_shared_memo
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +58,10 @@ def _malloc_trim() -> bool:
 
 
 def release() -> int:
-    """Clear every bounded memo cache, collect garbage and trim the heap; the number of
-    entries dropped."""
-    dropped = 0
+    """Drop the searches' shared memo (`models.core.search_memo.release_shared_memo`), clear
+    every bounded memo cache, collect garbage and trim the heap; the number of entries
+    dropped."""
+    dropped = release_shared_memo()
     for cached in bounded_caches():
         dropped += cached.cache_info().currsize
         cached.cache_clear()

@@ -43,7 +43,7 @@ from models.core.linear_attention import (
 )
 from models.core.moe.host_issue import moe_host_idle_s, moe_host_sync_s
 from models.core.runtime_passes import RUNTIME_PASSES, OpPasses
-from models.core.search_memo import current_memo, kept
+from models.core.search_memo import current_memo, forget_memos, kept
 
 FLASH_BACKWARD_FLOP_RATIO = 2.5
 """Backward / forward FLOPs of a fused attention kernel (it recomputes the scores).
@@ -516,15 +516,10 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext,
 
 
 def clear_compute_cache() -> None:
-    """Forget the current search's layer times and scaled profiles (for calibration
-    scripts that swap kernel profiles; outside a search none are kept)."""
-    memo = current_memo()
-    if memo is None:
-        return
-    memo.profiles.clear()
-    for tables in memo.models.values():
-        tables.layer_compute.clear()
-        tables.head_compute.clear()
+    """Forget the kept layer times and scaled profiles, the current search's and the shared
+    memo's (for calibration scripts that swap kernel profiles), with every other kept piece
+    (`models.core.search_memo.forget_memos`)."""
+    forget_memos()
 
 
 def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:

@@ -16,7 +16,7 @@ import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from api_schemas.architecture import ModelSpec
@@ -156,6 +156,18 @@ class SearchMemo:
     the recipe object it was decided from: one object per decided recipe, which the ledger
     memos tell apart by identity."""
 
+    def entries(self) -> int:
+        """Pieces kept, over every table of the memo and of its models (a table of tables
+        counts its inner entries)."""
+        return _entries(self) + sum(_entries(tables) for tables in self.models.values())
+
+    def clear(self) -> None:
+        """Forget every piece."""
+        for name in _TABLES[type(self)]:
+            getattr(self, name).clear()
+        self.models.clear()
+        self.last = None
+
     def tables(self, spec: ModelSpec) -> ModelTables:
         """The tables of `spec` (made on first ask)."""
         last = self.last
@@ -168,6 +180,21 @@ class SearchMemo:
         return found
 
 
+_TABLES = {kind: tuple(f.name for f in fields(kind) if f.name not in ("models", "spec")
+                       and f.default_factory is dict)
+           for kind in (SearchMemo, ModelTables)}
+"""The dict fields of each memo class: its tables."""
+
+
+def _entries(memo: "SearchMemo | ModelTables") -> int:
+    total = 0
+    for name in _TABLES[type(memo)]:
+        table = getattr(memo, name)
+        total += len(table) + sum(len(inner) for inner in table.values()
+                                  if isinstance(inner, dict))
+    return total
+
+
 _CURRENT: ContextVar[SearchMemo | None] = ContextVar("search_memo", default=None)
 
 current_memo = _CURRENT.get
@@ -175,15 +202,55 @@ current_memo = _CURRENT.get
 the hot paths that ask)."""
 
 
+SHARED_MEMO_ENTRIES = 100_000
+"""Entries (`SearchMemo.entries`) past which the memo the next search starts on is a fresh
+one: the shared memo's bound. Every key holds every input of its piece, so one memo serves
+any number of searches; searches close together (the lab re-planning as a field changes, a
+frontier's sizes, a benchmark's repeats) find the pieces they share. The eight problems of
+`benchmarks/bench_planner.py --open` leave about 57,000 entries in all (one search of
+DeepSeek-V3 on 2,048 H800 about 17,000, with every mechanism open about 22,000), the process
+at 1.1 GB peak RSS; the service drops the memo when its solver pool falls idle
+(`service/search_caches.py`)."""
+
+_SHARED: list[SearchMemo] = []
+"""The memo the searches of this process share (none before the first search, or after
+`release_shared_memo`)."""
+
+
+def _memo_for_a_search() -> SearchMemo:
+    """The shared memo, or a fresh one in its place once it holds `SHARED_MEMO_ENTRIES`."""
+    if not _SHARED or _SHARED[0].entries() > SHARED_MEMO_ENTRIES:
+        _SHARED[:] = [SearchMemo()]
+    return _SHARED[0]
+
+
+def release_shared_memo() -> int:
+    """Drop the memo the searches share (the service's idle release, a script that changes a
+    constant the pieces read); the entries it held."""
+    dropped = _SHARED[0].entries() if _SHARED else 0
+    _SHARED.clear()
+    return dropped
+
+
+def forget_memos() -> None:
+    """Forget every kept piece: the current search's and the shared memo's (for scripts that
+    change a kernel profile or a calibrated constant between estimates: a key holds the
+    inputs of a piece, not the module constants it reads)."""
+    memo = _CURRENT.get()
+    if memo is not None:
+        memo.clear()
+    release_shared_memo()
+
+
 @contextmanager
 def search_memo() -> Iterator[SearchMemo]:
-    """Make a fresh memo current until the block ends (inside a running search, the one
-    already current), and drop it then."""
+    """Make the shared memo current until the block ends (inside a running search, the one
+    already current)."""
     memo = _CURRENT.get()
     if memo is not None:
         yield memo
         return
-    memo = SearchMemo()
+    memo = _memo_for_a_search()
     token = _CURRENT.set(memo)
     try:
         yield memo
@@ -192,14 +259,14 @@ def search_memo() -> Iterator[SearchMemo]:
 
 
 def within_search_memo(function: Callable[_P, _R]) -> Callable[_P, _R]:
-    """`function` run with a memo current (a fresh one, dropped when it returns, unless a
-    search already runs: then that search's)."""
+    """`function` run with a memo current (the shared one, unless a search already runs:
+    then that search's)."""
 
     @functools.wraps(function)
     def scoped(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         if _CURRENT.get() is not None:
             return function(*args, **kwargs)
-        token = _CURRENT.set(SearchMemo())
+        token = _CURRENT.set(_memo_for_a_search())
         try:
             return function(*args, **kwargs)
         finally:
@@ -227,5 +294,5 @@ def model_tables(spec: ModelSpec) -> ModelTables:
     return memo.tables(spec) if memo is not None else ModelTables(spec=spec)
 
 
-__all__ = ["ModelTables", "SearchMemo", "current_memo", "kept", "model_tables", "search_memo",
-           "within_search_memo"]
+__all__ = ["SHARED_MEMO_ENTRIES", "ModelTables", "SearchMemo", "current_memo", "forget_memos",
+           "kept", "model_tables", "release_shared_memo", "search_memo", "within_search_memo"]

@@ -12,12 +12,19 @@ import pytest
 from api_schemas import Constraints, ParallelConfig, PipelineSchedule, TrainingSpec
 from api_schemas.architecture import ModelSpec
 from models.catalog.presets import cluster_preset, model_preset
+from models.core import search_memo as search_memo_module
 from models.core.collectives import Fabric
 from models.core.layout import LAYOUT_FIELDS, _pipeline_layout, pipeline_layout
 from models.core.ledger_memo import LedgerMemo
 from models.core.mesh.layout import GroupKind, _placement, build_mesh
-from models.core.search_memo import current_memo, search_memo
-from models.core.step_time import kind_layers, layer_parts
+from models.core.moe import host_issue
+from models.core.search_memo import current_memo, release_shared_memo, search_memo
+from models.core.step_time import (
+    clear_step_time_cache,
+    estimate_step,
+    kind_layers,
+    layer_parts,
+)
 from models.core.step_time.exposure import LAYER_CALL_FIELDS, layer_calls
 from models.core.step_time.groups import AxisGroups, axis_groups
 from models.core.step_time.layer_inputs import UNREAD_FIELDS, LayerPartsInputs
@@ -151,9 +158,9 @@ def test_one_search_memo_gives_each_model_and_recipe_what_a_memo_of_its_own_give
     assert current_memo() is None
 
 
-def test_a_decided_recipe_is_kept_per_recipe_object_and_dies_with_its_search() -> None:
-    """In a search, one object per (recipe object, features on), never served to an equal
-    recipe of another identity, nor to another search (no key is an object id)."""
+def test_a_decided_recipe_is_kept_per_recipe_object_and_dies_with_its_memo() -> None:
+    """In a memo, one object per (recipe object, features on), never served to an equal
+    recipe of another identity (no key is an object id); a dropped memo takes it along."""
     training = TrainingSpec(global_batch_size=64, sequence_length=4096)
     twin = training.model_copy()
     on = frozenset({"overlap_ep_comm"})
@@ -164,8 +171,53 @@ def test_a_decided_recipe_is_kept_per_recipe_object_and_dies_with_its_search() -
         assert other == one and other is not one
         assert resolved(twin, on) is other
         assert resolved(training, frozenset()) is not one
+    release_shared_memo()
     with search_memo():
-        assert resolved(training, on) == one and resolved(training, on) is not one
+        assert resolved(twin, on) == one and resolved(twin, on) is not other
+
+
+def test_searches_share_one_memo_until_it_is_released_or_full(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every key holds every input of its piece, so searches share one memo (those close
+    together find what they share); past `SHARED_MEMO_ENTRIES` the next search starts a
+    fresh one, and the service's idle release drops it."""
+    spec = model_preset("llama-3.1-8b")
+    parallel = ParallelConfig(tp=2, pp=2, dp=2, micro_batch_size=1)
+    with search_memo() as first:
+        pipeline_layout(spec, parallel)
+    with search_memo() as second:
+        assert second is first and first.entries() >= 1
+    monkeypatch.setattr(search_memo_module, "SHARED_MEMO_ENTRIES", 0)
+    with search_memo() as third:
+        assert third is not first and third.entries() == 0
+        pipeline_layout(spec, parallel)
+    assert release_shared_memo() >= 1
+    with search_memo() as fourth:
+        assert fourth is not third
+
+
+def test_a_changed_constant_is_seen_once_the_memos_are_forgotten(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key holds a piece's inputs, not the module constants it reads: the calibration
+    scripts forget the memos (`clear_step_time_cache`) after changing one, and the next
+    estimate, in a search or not, reads the new value."""
+    spec = model_preset("mixtral-8x7b")
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    parallel = ParallelConfig(tp=1, dp=8, ep=8, micro_batch_size=1)
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=1)
+    with search_memo():
+        before = estimate_step(spec, training, parallel, cluster).step_time_s
+    monkeypatch.setattr(host_issue, "MOE_HOST_ISSUE_S", 20e-3)
+    try:
+        with search_memo():
+            assert estimate_step(spec, training, parallel, cluster).step_time_s == before
+        clear_step_time_cache()
+        with search_memo():
+            after = estimate_step(spec, training, parallel, cluster).step_time_s
+        assert after > before
+    finally:
+        monkeypatch.undo()
+        clear_step_time_cache()
 
 
 def test_every_configuration_field_is_in_the_layer_parts_record_or_named_unread() -> None:

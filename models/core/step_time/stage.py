@@ -500,15 +500,10 @@ class StageBucket:
 
 
 def clear_step_time_cache() -> None:
-    """Forget the current search's stage times, layer parts and layer times, for scripts
-    that change a kernel profile or a calibrated constant between estimates (a memo's key
-    holds the inputs of an estimate, not the module constants it reads; outside a search
-    none are kept)."""
-    memo = current_memo()
-    if memo is not None:
-        for tables in memo.models.values():
-            tables.stage_times.clear()
-            tables.layer_parts.clear()
+    """Forget every kept stage time, layer part and layer time, the current search's and the
+    shared memo's, for scripts that change a kernel profile or a calibrated constant between
+    estimates (a memo's key holds the inputs of an estimate, not the module constants it
+    reads)."""
     clear_compute_cache()
 
 
