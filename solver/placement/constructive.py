@@ -4,8 +4,10 @@ Owns: the online planner. Ranks have balances b_d = G_d - S*K (G_d = load of d's
 experts); each step takes the most underloaded rank u, fills its whole deficit q = -b_u
 with tokens of experts homed on currently overloaded ranks, and never touches u again.
 Routes, traffic and the bound check come from `problem.layer_accounts`; all layers of a model
-can be planned in one call (`plan_constructive_layers`). Must not: import
-OR-Tools (the exact reference is `exact.py`).
+can be planned in one call (`plan_constructive_layers`). Each entry point runs with a search
+memo current (the caller's search's, else its own), so the placement's index arrays are
+built once per call, not once per ask. Must not: import OR-Tools (the exact reference is
+`exact.py`).
 
 Why the E/R bound holds (Kimi K3, arXiv:2607.24653, Appendix E, as recorded in seed ledger
 Sec. 6.4): any overloaded rank h keeps S*K + b_h >= S*K >= q of its own tokens, so its E/R
@@ -40,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from models.core.search_memo import within_search_memo
 from models.errors import InvalidSpecError
 from solver.placement.problem import (
     IntArray,
@@ -362,6 +365,7 @@ def _moves(problem: PlacementProblem, rule: ConstructiveRule,
     return expert, to, tokens
 
 
+@within_search_memo
 def constructive_allocation(
     problem: PlacementProblem, *, rule: ConstructiveRule = ConstructiveRule.COVER,
     rank_groups: Sequence[Sequence[int]] | None = None,
@@ -376,6 +380,7 @@ def constructive_allocation(
     return alloc
 
 
+@within_search_memo
 def plan_constructive(
     counts: object, *, top_k: int, weight_bytes_per_expert: int = 0,
     grad_bytes_per_expert: int = 0, rule: ConstructiveRule = ConstructiveRule.COVER,
@@ -404,6 +409,7 @@ def plan_constructive(
                            wall_time_s=time.perf_counter() - started, **fields)
 
 
+@within_search_memo
 def plan_constructive_layers(
     counts: object, *, top_k: int, weight_bytes_per_expert: int = 0,
     grad_bytes_per_expert: int = 0, rule: ConstructiveRule = ConstructiveRule.COVER,
