@@ -60,6 +60,25 @@ E=256, R=64 0.478/0.405 -> 0.415/0.373 ms, hot rank at E=384, R=16 0.742/0.603 -
 0.360/0.255 ms, tight at E=384, R=16 0.400/0.268 -> 0.308/0.201 ms. Python-level
 calls per single-layer call (cProfile, load-independent): uniform 420 -> 420, tight 641 ->
 590 at E=256 and 537 -> 407 at E=384, hot rank at E=384 1,194 -> 538.
+
+Index arrays once per call, one layer's bounds counted directly, many cover candidates
+walked in numpy (`--skip-gemm --repeats 20`, the previous and this release back to back,
+load average 3.1-3.6). Since the index arrays moved onto the search's memo, a
+`plan_constructive` call outside a search built them five times (71 us of CPU each at
+E=256, R=64); its entry points now run under a memo of their own. Medians single call / all
+layers in one call at E=256, R=64: uniform 0.772/0.485 -> 0.325/0.355 ms, the other five
+random skews 0.651-0.862/0.321-0.469 -> 0.289-0.341/0.299-0.336, tight 0.889/0.478 ->
+0.478/0.474; at E=384, R=16 tight 0.563/0.365 -> 0.326/0.179. Process CPU time per single
+call (best of 20 batches of 30 calls, two rounds, load average 2.6-4.4), previous release /
+the release before the memo move / this one: uniform 0.70 / 0.27-0.30 / 0.31 (0.49 in one
+round) ms, the other random skews 0.65-0.70 / 0.25-0.29 / 0.26-0.31, tight 0.88 / 0.43-0.46
+/ 0.42. Python-level calls per single-layer call (cProfile): uniform 532-573 -> 440-481,
+tight 721 -> 620 (594 before the memo move). Tight stays over 0.3 ms: of its 0.40 ms of CPU
+under a kept memo (load average 4.1, best of 20 batches per part), the cover rule takes
+0.12 (63 moves: one fill from 252 candidates, about 0.04, then single-cover steps at about
+1 us each), routes 0.08, the lower bound 0.03 (0.05 before), validation 0.025, allocation
+0.013; building the route-splitting table on each call's fresh memo costs another 0.01
+(`routes._split_cells`).
 """
 
 import argparse

@@ -4,8 +4,10 @@ Owns: the online planner. Ranks have balances b_d = G_d - S*K (G_d = load of d's
 experts); each step takes the most underloaded rank u, fills its whole deficit q = -b_u
 with tokens of experts homed on currently overloaded ranks, and never touches u again.
 Routes, traffic and the bound check come from `problem.layer_accounts`; all layers of a model
-can be planned in one call (`plan_constructive_layers`). Must not: import
-OR-Tools (the exact reference is `exact.py`).
+can be planned in one call (`plan_constructive_layers`). Each entry point runs with a search
+memo current (the caller's search's, else its own), so the placement's index arrays are
+built once per call, not once per ask. Must not: import OR-Tools (the exact reference is
+`exact.py`).
 
 Why the E/R bound holds (Kimi K3, arXiv:2607.24653, Appendix E, as recorded in seed ledger
 Sec. 6.4): any overloaded rank h keeps S*K + b_h >= S*K >= q of its own tokens, so its E/R
@@ -40,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from models.core.search_memo import within_search_memo
 from models.errors import InvalidSpecError
 from solver.placement.problem import (
     IntArray,
@@ -107,11 +110,12 @@ def _reference_moves(problem: PlacementProblem) -> list[Move]:
 
 
 SMALL_CANDIDATES = 32
-"""Most candidate experts (donors x E/R) that `_CoverState._candidates` sorts in plain
-Python; numpy sorts more. Measured on a 2-core x86 host (best of timeit batches, states of
-the tight construction with some donors kept): at E/R = 4, 8 / 16 / 32 / 64 / 128 / 252
-candidates took 5 / 9 / 17 / 33 / 67 / 136 us in Python and 16 / 17 / 17 / 19 / 21 / 27 us
-with numpy; at E/R = 24, 48 / 96 / 192 took 16 / 34 / 74 us and 18 / 20 / 24 us."""
+"""Most candidate experts (donors x E/R) that `_CoverState._fill_many` sorts and scans in
+plain Python; numpy sorts more (`_fill_from_arrays`). Measured on a 2-core x86 host (best
+of timeit batches, states of the tight construction with some donors kept): at E/R = 4,
+8 / 16 / 32 / 64 / 128 / 252 candidates took 5 / 9 / 17 / 33 / 67 / 136 us in Python and
+16 / 17 / 17 / 19 / 21 / 27 us with numpy; at E/R = 24, 48 / 96 / 192 took 16 / 34 / 74 us
+and 18 / 20 / 24 us."""
 
 
 class _CoverState:
@@ -151,27 +155,32 @@ class _CoverState:
         elif left < 0:
             heapq.heappush(self.receivers, (left, h))
 
-    def _candidates(self) -> tuple[list[int], list[int]]:
+    def _candidates(self) -> tuple[list[int], list[int]] | None:
         """The experts with tokens left on ranks with excess, in the order `_fill_many`
-        takes them, and their tokens negated (ascending).
+        takes them, and their tokens negated (ascending), sorted in plain Python while the
+        donors hold at most `SMALL_CANDIDATES` experts (numpy's per-call cost would
+        dominate); None above that (`_candidate_arrays` sorts them with numpy).
 
         Order: tokens (largest first), then the expert's place among its donor's experts
         by tokens (so a donor's second-largest comes after every donor's largest of equal
-        size), then the donor's excess (largest first), then the expert index. Sorted in
-        plain Python while the donors hold few experts (numpy's per-call cost would
-        dominate), with numpy above `SMALL_CANDIDATES`; both give the same order.
+        size), then the donor's excess (largest first), then the expert index.
         """
         bal, rem, m = self.bal, self.rem, self.m
         donors = [h for h, excess in enumerate(bal) if excess > 0]
-        if len(donors) * m <= SMALL_CANDIDATES:
-            keyed: list[tuple[int, int, int, int]] = []
-            for h in donors:
-                mine = sorted([(-rem[e], e) for e in range(h * m, h * m + m) if rem[e] > 0])
-                keyed += [(neg, place, -bal[h], e) for place, (neg, e) in enumerate(mine)]
-            keyed.sort()
-            return [k[3] for k in keyed], [k[0] for k in keyed]
-        bal_arr = np.asarray(bal, dtype=np.int64)
-        rem_arr = np.asarray(rem, dtype=np.int64)
+        if len(donors) * m > SMALL_CANDIDATES:
+            return None
+        keyed: list[tuple[int, int, int, int]] = []
+        for h in donors:
+            mine = sorted([(-rem[e], e) for e in range(h * m, h * m + m) if rem[e] > 0])
+            keyed += [(neg, place, -bal[h], e) for place, (neg, e) in enumerate(mine)]
+        keyed.sort()
+        return [k[3] for k in keyed], [k[0] for k in keyed]
+
+    def _candidate_arrays(self) -> tuple[IntArray, IntArray, IntArray]:
+        """`_candidates` sorted with numpy: the experts, their tokens (descending) and their
+        donors, as arrays."""
+        bal_arr = np.asarray(self.bal, dtype=np.int64)
+        rem_arr = np.asarray(self.rem, dtype=np.int64)
         cand = np.flatnonzero((bal_arr[self.home_of] > 0) & (rem_arr > 0))
         tokens, donor = rem_arr[cand], self.home_of[cand]
         by_donor = np.lexsort((-tokens, donor))
@@ -179,16 +188,20 @@ class _CoverState:
         place = np.empty_like(by_donor)
         place[by_donor] = np.arange(cand.size) - np.searchsorted(sorted_donor, sorted_donor)
         order = np.lexsort((-bal_arr[donor], place, -tokens))
-        ordered: list[int] = cand[order].tolist()
-        negated: list[int] = (-tokens[order]).tolist()
-        return ordered, negated
+        return cand[order], tokens[order], donor[order]
 
     def _fill_many(self, u: int, q: int) -> None:
         """Whole experts in `_candidates` order until one covers the rest; that last piece
         comes from the tightest safe cover (least donor excess left, >= 0; the last-listed,
-        fewest tokens, on ties), else from the last-listed cover."""
+        fewest tokens, on ties), else from the last-listed cover. In plain Python while the
+        donors hold at most `SMALL_CANDIDATES` experts, with numpy above
+        (`_fill_from_arrays`); both take the same pieces."""
         bal, rem, m = self.bal, self.rem, self.m
-        ordered, negated = self._candidates()
+        listed = self._candidates()
+        if listed is None:
+            self._fill_from_arrays(u, q)
+            return
+        ordered, negated = listed
         i = 0
         while q > 0:
             end = bisect.bisect_right(negated, -q, lo=i)  # candidates i .. end-1 cover q
@@ -204,6 +217,26 @@ class _CoverState:
             q -= rem[e]
             self.take(e, u, rem[e])
             i += 1
+
+    def _fill_from_arrays(self, u: int, q: int) -> None:
+        """`_fill_many` on the arrays of `_candidate_arrays`, without a Python loop over the
+        candidates (the tight construction lists every foreign expert as a cover). Candidate
+        i covers the rest once the whole pieces before it leave less than its tokens, i.e.
+        it is the first whose running total of tokens reaches q; the covers are the
+        candidates from it with tokens >= the rest (the tokens descend)."""
+        experts, tokens, donor = self._candidate_arrays()
+        i = int(tokens.cumsum().searchsorted(q))  # the first running total >= q
+        for e, whole in zip(experts[:i].tolist(), tokens[:i].tolist(), strict=True):
+            self.take(e, u, whole)
+            q -= whole
+        end = int(np.count_nonzero(tokens >= q))  # candidates i .. end-1 cover q
+        excess = np.asarray(self.bal, dtype=np.int64)[donor[i:end]]  # after the whole pieces
+        safe = excess >= q
+        if safe.any():  # the last-listed of the least safe excess
+            last = int(np.flatnonzero(excess == excess[safe].min())[-1])
+        else:
+            last = end - i - 1
+        self.take(int(experts[i + last]), u, q)
 
     def run(self) -> "_CoverState":
         """Fill the most underloaded rank u with its deficit q until no rank is underloaded.
@@ -362,6 +395,7 @@ def _moves(problem: PlacementProblem, rule: ConstructiveRule,
     return expert, to, tokens
 
 
+@within_search_memo
 def constructive_allocation(
     problem: PlacementProblem, *, rule: ConstructiveRule = ConstructiveRule.COVER,
     rank_groups: Sequence[Sequence[int]] | None = None,
@@ -376,6 +410,7 @@ def constructive_allocation(
     return alloc
 
 
+@within_search_memo
 def plan_constructive(
     counts: object, *, top_k: int, weight_bytes_per_expert: int = 0,
     grad_bytes_per_expert: int = 0, rule: ConstructiveRule = ConstructiveRule.COVER,
@@ -404,6 +439,7 @@ def plan_constructive(
                            wall_time_s=time.perf_counter() - started, **fields)
 
 
+@within_search_memo
 def plan_constructive_layers(
     counts: object, *, top_k: int, weight_bytes_per_expert: int = 0,
     grad_bytes_per_expert: int = 0, rule: ConstructiveRule = ConstructiveRule.COVER,

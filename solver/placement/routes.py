@@ -46,14 +46,14 @@ class Routes:
     def _expanded(self) -> IntArray:
         if self._columns is None:
             r, e = self._counts.shape
-            index = shape_index(r, e)
+            index = _cell_index(r, e)
             mask = self._counts > 0
             mask[:, self._shared_experts] = False
             cells = np.flatnonzero(mask)
             n_head = cells.size
             cols = np.empty((4, n_head + self._shared_rows.shape[1]), dtype=np.int64)
             for i in range(3):
-                np.take(index.cells[i], cells, out=cols[i, :n_head], mode="clip")
+                np.take(index[i], cells, out=cols[i, :n_head], mode="clip")
             np.take(self._counts, cells, out=cols[3, :n_head], mode="clip")
             cols[:, n_head:] = self._shared_rows
             cols.setflags(write=False)
@@ -101,8 +101,6 @@ class ShapeIndex:
     """[E] 0 .. E-1."""
     home_of: IntArray
     """[E] home rank of each expert (e // m)."""
-    cells: IntArray
-    """[3, R*E] per cell of the row-major count matrix: source rank, expert, home rank."""
     diagonal: IntArray
     """[E] flat index of cell (home_of[e], e): the tokens an expert's home rank sends itself."""
     allocation_home: IntArray
@@ -122,13 +120,27 @@ def _shape_index(num_ranks: int, num_experts: int) -> ShapeIndex:
     m = num_experts // num_ranks
     experts = np.arange(num_experts, dtype=np.int64)
     home_of = experts // m
-    source, expert = np.divmod(np.arange(num_ranks * num_experts, dtype=np.int64), num_experts)
-    cells = np.stack((source, expert, expert // m))
-    arrays = (experts, home_of, cells, home_of * num_experts + experts,
-              experts * num_ranks + home_of)
+    arrays = (experts, home_of, home_of * num_experts + experts, experts * num_ranks + home_of)
     for arr in arrays:
         arr.setflags(write=False)
     return ShapeIndex(*arrays)
+
+
+def _cell_index(num_ranks: int, num_experts: int) -> IntArray:
+    """[3, R*E] per cell of a row-major [R, E] count matrix: source rank, expert, home rank
+    (read-only, kept on the search's memo). Apart from `shape_index`: only the expansion of
+    routes into columns reads it, and outside a search it would be built on every ask."""
+    memo = current_memo()
+    key = ("cells", num_ranks, num_experts)
+    found: IntArray | None = memo.index_arrays.get(key) if memo is not None else None
+    if found is None:
+        source, expert = np.divmod(np.arange(num_ranks * num_experts, dtype=np.int64),
+                                   num_experts)
+        found = np.stack((source, expert, expert // (num_experts // num_ranks)))
+        found.setflags(write=False)
+        if memo is not None:
+            memo.index_arrays[key] = found
+    return found
 
 
 SPLIT_TABLE_CELLS = 1 << 18

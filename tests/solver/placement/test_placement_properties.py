@@ -37,7 +37,7 @@ from solver.placement import (
     redundancy_lower_bounds,
 )
 from solver.placement.constructive import LAYERS_PER_CHUNK
-from solver.placement.problem import layer_lower_bounds
+from solver.placement.problem import _needy_bounds, _prefix_bounds, layer_lower_bounds
 
 WEIGHT_BYTES, GRAD_BYTES = 1000, 2000
 
@@ -186,6 +186,23 @@ def test_lower_bounds_of_one_and_of_all_layers_match_brute_force(
         expected = _brute_force_bounds(layer, k)
         assert redundancy_lower_bounds(problem).tolist() == expected
         assert bounds.tolist() == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=layer_batches())
+def test_both_ways_of_one_layers_bounds_match_brute_force(
+        case: tuple[np.ndarray, int]) -> None:
+    """One layer's bounds come from the direct count up to `NEEDY_CELLS` and from the
+    prefix search above it: both ways, on every layer alone."""
+    counts, k = case
+    batch = placement_layers(counts, top_k=k)
+    m = counts.shape[2] // counts.shape[1]
+    for x, layer in enumerate(counts):
+        deficit = np.maximum(batch.capacity[x] - batch.home_loads[x], 0)
+        expected = _brute_force_bounds(layer, k)
+        assert _needy_bounds(batch.expert_tokens[x], deficit, m).tolist() == expected
+        assert _prefix_bounds(batch.expert_tokens[x:x + 1], deficit[None], m)[0].tolist() == \
+            expected
 
 
 def test_tight_layers_keep_the_tight_bound_in_one_call() -> None:
