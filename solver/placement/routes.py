@@ -131,16 +131,17 @@ def _cell_index(num_ranks: int, num_experts: int) -> IntArray:
     (read-only, kept on the search's memo). Apart from `shape_index`: only the expansion of
     routes into columns reads it, and outside a search it would be built on every ask."""
     memo = current_memo()
-    key = ("cells", num_ranks, num_experts)
-    found: IntArray | None = memo.index_arrays.get(key) if memo is not None else None
-    if found is None:
-        source, expert = np.divmod(np.arange(num_ranks * num_experts, dtype=np.int64),
-                                   num_experts)
-        found = np.stack((source, expert, expert // (num_experts // num_ranks)))
-        found.setflags(write=False)
-        if memo is not None:
-            memo.index_arrays[key] = found
+    found: IntArray = kept(memo.index_arrays if memo is not None else None,
+                           ("cells", num_ranks, num_experts),
+                           lambda: _cells(num_ranks, num_experts))
     return found
+
+
+def _cells(num_ranks: int, num_experts: int) -> IntArray:
+    source, expert = np.divmod(np.arange(num_ranks * num_experts, dtype=np.int64), num_experts)
+    cells = np.stack((source, expert, expert // (num_experts // num_ranks)))
+    cells.setflags(write=False)
+    return cells
 
 
 SPLIT_TABLE_CELLS = 1 << 18

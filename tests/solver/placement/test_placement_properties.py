@@ -178,29 +178,22 @@ def _brute_force_bounds(counts: np.ndarray, k: int) -> list[int]:
 @given(case=layer_batches())
 def test_lower_bounds_of_one_and_of_all_layers_match_brute_force(
         case: tuple[np.ndarray, int]) -> None:
-    counts, k = case
-    batch = placement_layers(counts, top_k=k)
-    together = layer_lower_bounds(batch.expert_tokens, batch.home_loads, batch.capacity,
-                                  counts.shape[2] // counts.shape[1])
-    for layer, problem, bounds in zip(counts, batch.problems, together, strict=True):
-        expected = _brute_force_bounds(layer, k)
-        assert redundancy_lower_bounds(problem).tolist() == expected
-        assert bounds.tolist() == expected
-
-
-@settings(max_examples=100, deadline=None)
-@given(case=layer_batches())
-def test_both_ways_of_one_layers_bounds_match_brute_force(
-        case: tuple[np.ndarray, int]) -> None:
-    """One layer's bounds come from the direct count up to `NEEDY_CELLS` and from the
-    prefix search above it: both ways, on every layer alone."""
+    """Every way of counting a layer's bounds agrees with the brute force: all layers
+    together, one layer's problem, and each of the two ways one layer's bounds are counted
+    (the direct count up to `NEEDY_CELLS`, the prefix search above it), on every layer."""
     counts, k = case
     batch = placement_layers(counts, top_k=k)
     m = counts.shape[2] // counts.shape[1]
-    for x, layer in enumerate(counts):
-        deficit = np.maximum(batch.capacity[x] - batch.home_loads[x], 0)
+    together = layer_lower_bounds(batch.expert_tokens, batch.home_loads, batch.capacity, m)
+    for x, (layer, problem, bounds) in enumerate(
+            zip(counts, batch.problems, together, strict=True)):
         expected = _brute_force_bounds(layer, k)
+        assert redundancy_lower_bounds(problem).tolist() == expected
+        assert bounds.tolist() == expected
+        deficit = np.maximum(batch.capacity[x] - batch.home_loads[x], 0)
         assert _needy_bounds(batch.expert_tokens[x], deficit, m).tolist() == expected
+        assert _prefix_bounds(batch.expert_tokens[x:x + 1], deficit[None], m)[0].tolist() == \
+            expected
         assert _prefix_bounds(batch.expert_tokens[x:x + 1], deficit[None], m)[0].tolist() == \
             expected
 
