@@ -86,10 +86,12 @@ def is_slow(nodeid: str) -> bool:
     return nodeid.startswith(SLOW_DIRECTORIES) or nodeid.startswith(SLOW_CASES)
 
 
-SPLIT_BY_PARAMETER = ("tests/service/test_service_schemathesis_live.py",)
-"""Modules whose tests go out by their parameter (the store backend) instead of whole: each
-backend's live schemathesis run is a few minutes of work with a server of its own, so the
-two backends are better on two workers than one after the other."""
+SPLIT_BY_PARAMETER = ("tests/service/test_service_schemathesis_live.py",
+                      "tests/solver/test_plausibility_scripts.py")
+"""Modules whose tests go out by their parameter instead of whole: each backend's live
+schemathesis run is a few minutes of work with a server of its own, so the two backends are
+better on two workers than one after the other; the benchmark scripts' plans (up to 10 s of
+search each, about 3 minutes in all) share nothing, so they fill whichever worker is free."""
 
 
 def work_unit(nodeid: str) -> str:
