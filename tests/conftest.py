@@ -12,8 +12,9 @@ auto --dist loadgroup`); `-n 0` runs it in this process (for one test, a debugge
 `functools.cache` of solved plans, a module- or session-scoped fixture: a server, Chromium,
 the generated client) is computed once per run as in a serial run, and the modules named in
 `SHARED_WORK` go to one worker together. Tests marked `xdist_group(name)` go to one worker
-with the rest of that group. Modules are handed out largest first, a slow test counting as
-`SLOW_TEST_WEIGHT` quick ones, so that no long module is left to run alone at the end.
+with the rest of that group. Modules are handed out longest first by their expected time
+(`expected_s`: a quick test counts `QUICK_TEST_S`, a slow one `SLOW_TEST_S`, the few tests of
+minutes `LONG_CASES`), so that no long module is left to run alone at the end.
 Nothing else is shared between workers: servers listen on free ports, files go under
 `tmp_path`, and each PostgreSQL test works in a schema or database of its own.
 """
@@ -54,6 +55,31 @@ SLOW_CASES = (
     "_values[llama-3.1-70b-",
     "tests/service/test_generated_client.py::test_generated_client_passes_mypy_strict",
     "tests/solver/test_export_torchtitan.py::test_toml_writer_round_trips_any_value",
+    # Over 5 s each in a full run on a loaded 2-core host (about 2 s or more when quiet).
+    "tests/solver/test_bounds.py::test_the_rank_memory_bound_spares_evaluations",
+    "tests/solver/test_bounds.py::test_the_plain_run_bound_spares_evaluations",
+    "tests/solver/test_bounds.py::test_policy_floors_hold_where_no_plain_plan_fits[any-deepseek-v3-",
+    "tests/solver/test_bounds.py::test_policy_floors_hold_where_no_plain_plan_fits[any-llama-3.1-70b-",
+    "tests/solver/test_framework_targets.py::test_a_plan_runs_on_its_target[moe-mixtral-",
+    "tests/solver/test_export_torchtitan_loader.py::test_loader_accepts_plans_searched_for_torchtitan"
+    "[moe-mixtral]",
+    "tests/solver/test_anytime_seed.py::test_wide_target_is_never_worse_than_one_framework",
+    "tests/solver/test_relaxations.py::test_405b_on_16_gpus_needs_exactly_13_nodes_and_says_why",
+    "tests/solver/test_k3_scale.py::test_half_that_cluster_does_not_fit_even_with_pipeline_zero2",
+    "tests/solver/test_plausibility_scripts.py",
+    "tests/research/test_error_bands_data.py::test_committed_table_is_current",
+    "tests/service/test_service_plans_api.py::test_listing_filters_and_pages",
+    "tests/service/test_service_calibration.py::test_a_fitted_moe_host_time_is_stored_and_applied",
+    "tests/service/test_service_calibration.py::test_evaluate_and_plan_with_a_profile_use_its_constants",
+    "tests/service/test_service_calibration.py::test_profiles_are_stored_versioned_listed_and_read",
+    "tests/service/test_service_calibration.py::test_logs_and_microbenchmarks_over_http_store_every",
+    "tests/service/test_service_calibration.py::test_run_level_answers_apply_a_named_profile",
+    "tests/service/test_service_etags.py::test_stored_answers_round_trip_to_304[/trace]",
+    "tests/service/test_service_client.py::test_every_read_endpoint",
+    "tests/service/test_generated_client.py::test_picture_operations_return_the_svg_as_str"
+    "[pipeline_simulate_svg]",
+    "tests/service/test_pictures.py::test_plan_pictures_over_the_timeline_bound",
+    "tests/service/test_jobs_queue.py",
 )
 """Single slow cases, by node-id prefix (measured with --durations)."""
 
@@ -76,8 +102,18 @@ SHARED_WORK = {
 """Modules that run on one worker together, by path prefix: they share a cache or a server,
 or must not run at the same time as each other."""
 
-SLOW_TEST_WEIGHT = 25
-"""A slow test's cost in quick tests, for the order in which modules are handed out."""
+QUICK_TEST_S = 0.2
+SLOW_TEST_S = 5.0
+"""A quick and a slow test's expected seconds, for the order in which modules are handed out."""
+
+LONG_CASES = {
+    "tests/service/test_service_schemathesis_live.py::test_live_server_conforms_to_its_schema":
+        160.0,
+    "tests/service/test_jobs_queue.py": 25.0,
+    "tests/solver/test_bounds.py::test_the_rank_memory_bound_spares_evaluations": 25.0,
+}
+"""Tests of much more than `SLOW_TEST_S`, by node-id prefix, with their seconds on a quiet
+2-core host (measured with --durations): handed out first, they do not finish the run alone."""
 
 
 def is_slow(nodeid: str) -> bool:
@@ -86,10 +122,20 @@ def is_slow(nodeid: str) -> bool:
     return nodeid.startswith(SLOW_DIRECTORIES) or nodeid.startswith(SLOW_CASES)
 
 
-SPLIT_BY_PARAMETER = ("tests/service/test_service_schemathesis_live.py",)
-"""Modules whose tests go out by their parameter (the store backend) instead of whole: each
-backend's live schemathesis run is a few minutes of work with a server of its own, so the
-two backends are better on two workers than one after the other."""
+def expected_s(nodeid: str) -> float:
+    """A test's expected seconds, for the order of hand-out only."""
+    for prefix, seconds in LONG_CASES.items():
+        if nodeid.startswith(prefix):
+            return seconds
+    return SLOW_TEST_S if is_slow(nodeid) else QUICK_TEST_S
+
+
+SPLIT_BY_PARAMETER = ("tests/service/test_service_schemathesis_live.py",
+                      "tests/solver/test_plausibility_scripts.py")
+"""Modules whose tests go out by their parameter instead of whole: each backend's live
+schemathesis run is a few minutes of work with a server of its own, so the two backends are
+better on two workers than one after the other; the benchmark scripts' plans (up to 10 s of
+search each, about 3 minutes in all) share nothing, so they fill whichever worker is free."""
 
 
 def work_unit(nodeid: str) -> str:
@@ -125,14 +171,13 @@ class _ModuleScheduler:
             def _split_scope(self, nodeid: str) -> str:
                 return work_unit(nodeid)
 
-            weights: dict[str, int] = {}
+            weights: dict[str, float] = {}
 
             def _assign_work_unit(self, node: Any) -> None:
-                # Largest remaining unit first (the queue is otherwise in collection order).
+                # Longest remaining unit first (the queue is otherwise in collection order).
                 for unit, nodeids in self.workqueue.items():
                     if unit not in self.weights:
-                        self.weights[unit] = sum(SLOW_TEST_WEIGHT if is_slow(nodeid) else 1
-                                                 for nodeid in nodeids)
+                        self.weights[unit] = sum(map(expected_s, nodeids))
                 largest = max(self.workqueue, key=self.weights.__getitem__)
                 self.workqueue.move_to_end(largest, last=False)
                 super()._assign_work_unit(node)
