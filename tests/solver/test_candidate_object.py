@@ -129,8 +129,8 @@ def test_one_search_memo_gives_each_model_and_recipe_what_a_memo_of_its_own_give
     """Two models of as many layers (Llama 3.1 8B, Mistral 7B) under two recipes, evaluated
     one after another through one search memo, take the plan, step time and peak each
     takes under a memo of its own, in either order: no table kept for one model or recipe
-    served the other. The memo keeps one table object per model, and is dropped with its
-    search."""
+    served the other. The memo keeps one table object per model. (The searches of a process
+    share one memo: it is released before each search here, so "alone" is alone.)"""
     spec, training, cluster, constraints = inputs
     other = model_preset("mistral-7b-v0.3")
     shorter = TrainingSpec(global_batch_size=64, sequence_length=2048)
@@ -143,10 +143,12 @@ def test_one_search_memo_gives_each_model_and_recipe_what_a_memo_of_its_own_give
 
     alone = []
     for case in cases:
+        release_shared_memo()
         with search_memo():
             alone.append(outcome(case))
     assert len({result[1] for result in alone}) == len(cases)
     for order in (cases, cases[::-1]):
+        release_shared_memo()
         with search_memo() as memo:
             shared = [outcome(case) for case in order]
             assert {tables.spec for tables in memo.models.values()} == {spec, other}
