@@ -65,7 +65,8 @@ Index arrays once per call, one layer's bounds counted directly, many cover cand
 walked in numpy (`--skip-gemm --repeats 20`, the previous and this release back to back,
 load average 3.1-3.6). Since the index arrays moved onto the search's memo, a
 `plan_constructive` call outside a search built them five times (71 us of CPU each at
-E=256, R=64); its entry points now run under a memo of their own. Medians single call / all
+E=256, R=64); its entry points now run as a search, and the arrays stay on the memo the
+process shares. Medians single call / all
 layers in one call at E=256, R=64: uniform 0.772/0.485 -> 0.325/0.355 ms, the other five
 random skews 0.651-0.862/0.321-0.469 -> 0.289-0.341/0.299-0.336, tight 0.889/0.478 ->
 0.478/0.474; at E=384, R=16 tight 0.563/0.365 -> 0.326/0.179. Process CPU time per single

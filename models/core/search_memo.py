@@ -1,15 +1,15 @@
-"""The memo of one search: the pieces of the cost model a search derives again and again,
-kept on an object the search creates and drops, so that their lifetime is the search's and
-their key is the object's.
+"""The memo of the cost model: the pieces searches derive again and again, kept on one object
+the process shares, under keys that hold every input of each piece, so that a key cannot
+miss a field and one memo serves every search and every direct call.
 
 Owns: `SearchMemo` (the tables of pieces that do not read a model, each keyed by every input
 of the piece it keeps), `ModelTables` (the pieces derived from one model, on an object that
-serves that model alone), `search_memo` and `within_search_memo` (make a fresh memo current
-for the calling context while a block or a function runs; inside a running search, that
-search's) and `current_memo` (the current memo; None outside a search, where each piece is
-computed on each ask and nothing outlives the call) and `kept` (a piece's lookup in one of
-the tables, made on its first ask). Must not: compute a piece (each module
-that defines one reads and fills its table here) or keep anything between searches.
+serves that model alone), the shared memo and its bound (`SHARED_MEMO_ENTRIES`, checked as a
+search starts: `search_memo`, `within_search_memo`), `current_memo` (the memo in force),
+`kept` (a piece's lookup in one of the tables, made on its first ask), and emptying it
+(`release_shared_memo` for the service's idle release, `forget_memos` for scripts that change
+a constant the pieces read). Must not: compute a piece (each module that defines one reads
+and fills its table here).
 """
 
 import functools
@@ -159,7 +159,7 @@ class SearchMemo:
     def entries(self) -> int:
         """Pieces kept, over every table of the memo and of its models (a table of tables
         counts its inner entries)."""
-        return _entries(self) + sum(_entries(tables) for tables in self.models.values())
+        return _entries(self) + sum(_entries(tables) for tables in list(self.models.values()))
 
     def clear(self) -> None:
         """Forget every piece."""
@@ -190,95 +190,91 @@ def _entries(memo: "SearchMemo | ModelTables") -> int:
     total = 0
     for name in _TABLES[type(memo)]:
         table = getattr(memo, name)
-        total += len(table) + sum(len(inner) for inner in table.values()
+        # list(): taken in one C call, so a search of another thread adding meanwhile does
+        # not change the dict under the iteration.
+        total += len(table) + sum(len(inner) for inner in list(table.values())
                                   if isinstance(inner, dict))
     return total
 
 
-_CURRENT: ContextVar[SearchMemo | None] = ContextVar("search_memo", default=None)
+_SHARED = SearchMemo()
+"""The memo the process shares: every key holds every input of its piece, so one memo serves
+any number of searches and direct calls of the cost model."""
+
+_CURRENT: ContextVar[SearchMemo | None] = ContextVar("search_memo", default=_SHARED)
 
 current_memo = _CURRENT.get
-"""The memo of the search running in this context, or None (a C call: no Python frame on
-the hot paths that ask)."""
-
+"""The memo in force in this context: the shared one (a C call: no Python frame on the hot
+paths that ask). None only where a caller set none, and then each piece is made on each
+ask."""
 
 SHARED_MEMO_ENTRIES = 100_000
-"""Entries (`SearchMemo.entries`) past which the memo the next search starts on is a fresh
-one: the shared memo's bound. Every key holds every input of its piece, so one memo serves
-any number of searches; searches close together (the lab re-planning as a field changes, a
-frontier's sizes, a benchmark's repeats) find the pieces they share. The eight problems of
-`benchmarks/bench_planner.py --open` leave about 57,000 entries in all (one search of
-DeepSeek-V3 on 2,048 H800 about 17,000, with every mechanism open about 22,000), the process
-at 1.1 GB peak RSS; the service drops the memo when its solver pool falls idle
+"""Entries (`SearchMemo.entries`) past which a search starting empties the shared memo: its
+bound. Searches close together (the lab re-planning as a field changes, a frontier's sizes,
+a benchmark's repeats, a research script's rows) find the pieces they share. The eight
+problems of `benchmarks/bench_planner.py --open` leave about 57,000 entries in all (one
+search of DeepSeek-V3 on 2,048 H800 about 17,000, with every mechanism open about 22,000),
+the process at 1.1 GB peak RSS; the service empties it when its solver pool falls idle
 (`service/search_caches.py`)."""
 
-_SHARED: list[SearchMemo] = []
-"""The memo the searches of this process share (none before the first search, or after
-`release_shared_memo`)."""
 
-
-def _memo_for_a_search() -> SearchMemo:
-    """The shared memo, or a fresh one in its place once it holds `SHARED_MEMO_ENTRIES`."""
-    if not _SHARED or _SHARED[0].entries() > SHARED_MEMO_ENTRIES:
-        _SHARED[:] = [SearchMemo()]
-    return _SHARED[0]
+def _bounded() -> None:
+    """Empty the shared memo once it holds `SHARED_MEMO_ENTRIES` (a search is starting)."""
+    if _SHARED.entries() > SHARED_MEMO_ENTRIES:
+        _SHARED.clear()
 
 
 def release_shared_memo() -> int:
-    """Drop the memo the searches share (the service's idle release, a script that changes a
-    constant the pieces read); the entries it held."""
-    dropped = _SHARED[0].entries() if _SHARED else 0
+    """Empty the shared memo (the service's idle release); the entries it held. A search
+    running meanwhile keeps its answer exact: it makes again what it asks for next."""
+    dropped = _SHARED.entries()
     _SHARED.clear()
     return dropped
 
 
 def forget_memos() -> None:
-    """Forget every kept piece: the current search's and the shared memo's (for scripts that
-    change a kernel profile or a calibrated constant between estimates: a key holds the
-    inputs of a piece, not the module constants it reads)."""
+    """Forget every kept piece, the shared memo's and the context's (for scripts that change
+    a kernel profile or a calibrated constant between estimates: a key holds the inputs of a
+    piece, not the module constants it reads)."""
     memo = _CURRENT.get()
     if memo is not None:
         memo.clear()
-    release_shared_memo()
+    _SHARED.clear()
 
 
 @contextmanager
 def search_memo() -> Iterator[SearchMemo]:
-    """Make the shared memo current until the block ends (inside a running search, the one
-    already current)."""
+    """The memo a search runs on: the one in force (the shared memo, emptied first once it
+    holds `SHARED_MEMO_ENTRIES`)."""
+    _bounded()
     memo = _CURRENT.get()
-    if memo is not None:
-        yield memo
+    if memo is None:
+        memo = SearchMemo()
+        token = _CURRENT.set(memo)
+        try:
+            yield memo
+        finally:
+            _CURRENT.reset(token)
         return
-    memo = _memo_for_a_search()
-    token = _CURRENT.set(memo)
-    try:
-        yield memo
-    finally:
-        _CURRENT.reset(token)
+    yield memo
 
 
 def within_search_memo(function: Callable[_P, _R]) -> Callable[_P, _R]:
-    """`function` run with a memo current (the shared one, unless a search already runs:
-    then that search's)."""
+    """`function` run as a search: the shared memo bounded first (`search_memo`)."""
 
     @functools.wraps(function)
     def scoped(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        if _CURRENT.get() is not None:
+        with search_memo():
             return function(*args, **kwargs)
-        token = _CURRENT.set(_memo_for_a_search())
-        try:
-            return function(*args, **kwargs)
-        finally:
-            _CURRENT.reset(token)
 
     return scoped
 
 
 def kept(table: dict[_K, _V] | None, key: _K, make: Callable[[], _V]) -> _V:
     """The value `table` keeps under `key`, made by `make` and kept on its first ask; with no
-    table (outside a search, `current_memo()` None) made on each ask. The one way a piece is
-    kept on a memo table: `key` holds every input of the piece its table does not fix."""
+    table (where a caller set no memo, `current_memo()` None) made on each ask. The one way a
+    piece is kept on a memo table: `key` holds every input of the piece its table does not
+    fix."""
     if table is None:
         return make()
     found = table.get(key)
@@ -288,8 +284,8 @@ def kept(table: dict[_K, _V] | None, key: _K, make: Callable[[], _V]) -> _V:
 
 
 def model_tables(spec: ModelSpec) -> ModelTables:
-    """The current search's tables of `spec`, or (outside a search) fresh ones that die with
-    the caller."""
+    """The tables of `spec` on the memo in force (fresh ones that die with the caller where
+    a caller set none)."""
     memo = _CURRENT.get()
     return memo.tables(spec) if memo is not None else ModelTables(spec=spec)
 

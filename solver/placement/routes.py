@@ -129,7 +129,7 @@ def _shape_index(num_ranks: int, num_experts: int) -> ShapeIndex:
 def _cell_index(num_ranks: int, num_experts: int) -> IntArray:
     """[3, R*E] per cell of a row-major [R, E] count matrix: source rank, expert, home rank
     (read-only, kept on the search's memo). Apart from `shape_index`: only the expansion of
-    routes into columns reads it, and outside a search it would be built on every ask."""
+    routes into columns reads it."""
     memo = current_memo()
     found: IntArray = kept(memo.index_arrays if memo is not None else None,
                            ("cells", num_ranks, num_experts),

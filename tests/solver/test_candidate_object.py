@@ -157,7 +157,6 @@ def test_one_search_memo_gives_each_model_and_recipe_what_a_memo_of_its_own_give
             assert memo.tables(spec).kind_layers is kept
             assert memo.tables(other).kind_layers is None
         assert shared == [alone[cases.index(case)] for case in order]
-    assert current_memo() is None
 
 
 def test_a_decided_recipe_is_kept_per_recipe_object_and_dies_with_its_memo() -> None:
@@ -180,22 +179,23 @@ def test_a_decided_recipe_is_kept_per_recipe_object_and_dies_with_its_memo() -> 
 
 def test_searches_share_one_memo_until_it_is_released_or_full(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every key holds every input of its piece, so searches share one memo (those close
-    together find what they share); past `SHARED_MEMO_ENTRIES` the next search starts a
-    fresh one, and the service's idle release drops it."""
+    """Every key holds every input of its piece, so searches and direct calls share one memo
+    (those close together find what they share); past `SHARED_MEMO_ENTRIES` a search
+    starting empties it, and the service's idle release does too."""
     spec = model_preset("llama-3.1-8b")
     parallel = ParallelConfig(tp=2, pp=2, dp=2, micro_batch_size=1)
+    layouts = pipeline_layout(spec, parallel)
     with search_memo() as first:
-        pipeline_layout(spec, parallel)
+        assert pipeline_layout(spec, parallel) is layouts
     with search_memo() as second:
-        assert second is first and first.entries() >= 1
+        assert second is first is current_memo() and first.entries() >= 1
     monkeypatch.setattr(search_memo_module, "SHARED_MEMO_ENTRIES", 0)
     with search_memo() as third:
-        assert third is not first and third.entries() == 0
-        pipeline_layout(spec, parallel)
+        assert third is first and third.entries() == 0
+        assert pipeline_layout(spec, parallel) == layouts
+        assert pipeline_layout(spec, parallel) is not layouts
     assert release_shared_memo() >= 1
-    with search_memo() as fourth:
-        assert fourth is not third
+    assert first.entries() == 0
 
 
 def test_a_changed_constant_is_seen_once_the_memos_are_forgotten(

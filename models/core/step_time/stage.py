@@ -184,7 +184,7 @@ def _kind_layers(spec: ModelSpec) -> tuple[tuple[TimingKind, int, int], ...]:
 def layer_parts_memo(spec: ModelSpec, training: TrainingSpec,
                      cluster: ClusterSpec) -> dict[LayerPartsInputs, LayerParts]:
     """The memo of `layer_parts` for one model, recipe and cluster, on the search's tables
-    of the model (outside a search, a fresh one that dies with its caller)."""
+    of the model in force (where a caller set none, a fresh one that dies with its caller)."""
     memo = model_tables(spec).layer_parts
     found = memo.get((training, cluster))
     if found is None:
