@@ -242,28 +242,41 @@ def forget_memos() -> None:
     _SHARED.clear()
 
 
+_IN_SEARCH: ContextVar[bool] = ContextVar("in_search", default=False)
+"""Whether a search runs in this context (its nested searches do not check the bound)."""
+
+
 @contextmanager
 def search_memo() -> Iterator[SearchMemo]:
     """The memo a search runs on: the one in force (the shared memo, emptied first once it
-    holds `SHARED_MEMO_ENTRIES`)."""
+    holds `SHARED_MEMO_ENTRIES`, as the outermost search of a context starts)."""
+    if _IN_SEARCH.get():
+        memo = _CURRENT.get()
+        if memo is not None:
+            yield memo
+            return
     _bounded()
+    searching = _IN_SEARCH.set(True)
     memo = _CURRENT.get()
+    fresh = None
     if memo is None:
         memo = SearchMemo()
-        token = _CURRENT.set(memo)
-        try:
-            yield memo
-        finally:
-            _CURRENT.reset(token)
-        return
-    yield memo
+        fresh = _CURRENT.set(memo)
+    try:
+        yield memo
+    finally:
+        if fresh is not None:
+            _CURRENT.reset(fresh)
+        _IN_SEARCH.reset(searching)
 
 
 def within_search_memo(function: Callable[_P, _R]) -> Callable[_P, _R]:
-    """`function` run as a search: the shared memo bounded first (`search_memo`)."""
+    """`function` run as a search (`search_memo`)."""
 
     @functools.wraps(function)
     def scoped(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if _IN_SEARCH.get():
+            return function(*args, **kwargs)
         with search_memo():
             return function(*args, **kwargs)
 
