@@ -78,8 +78,8 @@ tight 721 -> 620 (594 before the memo move). Tight stays over 0.3 ms: of its 0.4
 under a kept memo (load average 4.1, best of 20 batches per part), the cover rule takes
 0.12 (63 moves: one fill from 252 candidates, about 0.04, then single-cover steps at about
 1 us each), routes 0.08, the lower bound 0.03 (0.05 before), validation 0.025, allocation
-0.013; building the route-splitting table on each call's fresh memo costs another 0.01
-(`routes._split_cells`).
+0.013; building the route-splitting table cost another 0.01 per call while each call had
+a memo of its own (`routes._split_cells`; the process's shared memo keeps it since).
 """
 
 import argparse

@@ -116,8 +116,8 @@ class ModelTables:
 
 @dataclass(slots=True, eq=False)
 class SearchMemo:
-    """The pieces one search derives that do not read a model, each table keyed by every
-    input of its piece, and the `ModelTables` of each model it prices (`tables`)."""
+    """The pieces the searches derive that do not read a model, each table keyed by every
+    input of its piece, and the `ModelTables` of each model they price (`tables`)."""
 
     models: dict[ModelSpec, ModelTables] = field(default_factory=dict)
     """By the model (equal models share their tables: every piece reads the model's fields,

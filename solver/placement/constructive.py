@@ -4,10 +4,10 @@ Owns: the online planner. Ranks have balances b_d = G_d - S*K (G_d = load of d's
 experts); each step takes the most underloaded rank u, fills its whole deficit q = -b_u
 with tokens of experts homed on currently overloaded ranks, and never touches u again.
 Routes, traffic and the bound check come from `problem.layer_accounts`; all layers of a model
-can be planned in one call (`plan_constructive_layers`). Each entry point runs with a search
-memo current (the caller's search's, else its own), so the placement's index arrays are
-built once per call, not once per ask. Must not: import OR-Tools (the exact reference is
-`exact.py`).
+can be planned in one call (`plan_constructive_layers`). Each entry point runs as a search
+(`models.core.search_memo.within_search_memo`), so the placement's index arrays are built
+once and kept on the process's memo, not once per ask. Must not: import OR-Tools (the exact
+reference is `exact.py`).
 
 Why the E/R bound holds (Kimi K3, arXiv:2607.24653, Appendix E, as recorded in seed ledger
 Sec. 6.4): any overloaded rank h keeps S*K + b_h >= S*K >= q of its own tokens, so its E/R
