@@ -15,7 +15,14 @@ import pytest
 from plan_set import BENCHMARK_REQUESTS
 from test_plausibility import assert_plausibility_note
 
-from api_schemas import ClusterInput, ModelPreset, PlanRequest, SolverLimits, TrainingSpec
+from api_schemas import (
+    ClusterInput,
+    ModelPreset,
+    PlanRequest,
+    PlanStatus,
+    SolverLimits,
+    TrainingSpec,
+)
 from models.evidence.published import PUBLISHED_SYSTEMS, published_runs
 from solver import plan
 
@@ -71,7 +78,10 @@ def test_the_benchmark_scripts_ask_for_at_least_40_plans() -> None:
 @pytest.mark.parametrize("label", list(REQUESTS))
 def test_every_plan_of_the_benchmark_scripts_carries_a_plausibility_note(label: str) -> None:
     response = plan(REQUESTS[label])
-    if response.throughput is None:  # no plan: no figure to check
-        pytest.skip(f"{label}: no plan within the limit ({response.status})")
+    if response.status == PlanStatus.UNKNOWN:
+        # The 10 s limit ran out before any plan: a loaded host, not an answer (on a quiet
+        # 2-core host every request plans). Any other answer must carry its figures.
+        pytest.skip(f"{label}: the time limit ran out before any plan")
+    assert response.throughput is not None, (label, response.status)
     assert math.isfinite(response.throughput.tokens_per_s), label
     assert_plausibility_note(response, label)
