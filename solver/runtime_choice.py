@@ -55,13 +55,12 @@ def resolved(training: TrainingSpec, on: frozenset[str]) -> TrainingSpec:
     shares it, and the ledger memos tell recipes apart by identity)."""
     memo = current_memo()
     key = (training, on)
-    found = memo.recipes.get(key) if memo is not None else None
+    found = memo.recipes.get(key)
     if found is not None and found[0] is training:
         return found[1]
     update = with_features(training, on)
     out = training.model_copy(update=update) if update else training
-    if memo is not None:
-        memo.recipes[key] = (training, out)
+    memo.recipes[key] = (training, out)
     return out
 
 

@@ -363,7 +363,7 @@ def kind_activation_bytes(spec: ModelSpec, moe_layer: bool,
                           linear: bool = False) -> LayerActivationBytes:
     """`_kind_activation_bytes`, kept on the search's tables of the model."""
     memo = current_memo()
-    table = memo.tables(spec).activation_bytes if memo is not None else None
+    table = memo.tables(spec).activation_bytes
     key = (moe_layer, ctx, linear)
     return kept(table, key, lambda: _kind_activation_bytes(spec, moe_layer, ctx, linear))
 

@@ -98,7 +98,7 @@ def _scaled_family_profile(family: str, scale: float, attention_scale: float = 1
     script swaps `PROFILES`)."""
     memo = current_memo()
     key = (family, scale, attention_scale)
-    return kept(memo.profiles if memo is not None else None, key,
+    return kept(memo.profiles, key,
                 lambda: calibrated_profile(PROFILES[family], scale,
                                attention_efficiency_scale=attention_scale))
 
@@ -444,7 +444,7 @@ def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> Lay
     key = (spec.is_moe_layer(layer_index), ctx, spec.attention_window(layer_index),
            spec.is_linear_attention_layer(layer_index), spec.attention_chunk(layer_index))
     memo = current_memo()
-    table = memo.tables(spec).layer_compute if memo is not None else None
+    table = memo.tables(spec).layer_compute
     return kept(table, key, lambda: _layer_compute(spec, *key))
 
 
@@ -528,7 +528,7 @@ def head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
     passes of `RUNTIME_PASSES` (a .float() copy, log_softmax, and their backward);
     kept per model and context on the search's memo, as `layer_compute`."""
     memo = current_memo()
-    table = memo.tables(spec).head_compute if memo is not None else None
+    table = memo.tables(spec).head_compute
     return kept(table, ctx, lambda: _head_compute(spec, ctx))
 
 

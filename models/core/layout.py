@@ -142,7 +142,7 @@ def pipeline_layout(spec: ModelSpec, parallel: ParallelConfig) -> tuple[StageLay
     `LAYOUT_FIELDS` (the search asks for the same layout once per memory probe and per
     step-time estimate)."""
     memo = current_memo()
-    return kept(memo.tables(spec).layouts if memo is not None else None,
+    return kept(memo.tables(spec).layouts,
                 _layout_key(parallel), lambda: _pipeline_layout(spec, parallel))
 
 

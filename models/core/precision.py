@@ -73,7 +73,7 @@ def state_bytes_per_param(training: TrainingSpec, *, is_gemm_weight: bool = True
     """`_state_bytes_per_param`, kept on the search's memo."""
     memo = current_memo()
     key = (training, is_gemm_weight, is_matrix)
-    return kept(memo.state_bytes if memo is not None else None, key,
+    return kept(memo.state_bytes, key,
                 lambda: _state_bytes_per_param(training, is_gemm_weight, is_matrix))
 
 

@@ -164,7 +164,7 @@ def activation_context(training: TrainingSpec, parallel: ActivationMesh,
     # probed plan asks for one, and building the dataclass each time was a visible share of
     # a memory probe.
     memo = current_memo()
-    return kept(memo.activation_contexts if memo is not None else None, inputs,
+    return kept(memo.activation_contexts, inputs,
                 lambda: LayerActivationContext(**inputs._asdict()))
 
 
@@ -232,7 +232,7 @@ def chunk_stored_bytes(spec: ModelSpec, kinds: tuple[tuple[tuple[bool, bool], ..
                         ) -> tuple[tuple[int, ...], int]:
     """`_chunk_stored_bytes`, kept on the search's tables of the model."""
     memo = current_memo()
-    table = memo.tables(spec).stored_bytes if memo is not None else None
+    table = memo.tables(spec).stored_bytes
     key = (kinds, recompute, modules, ctx)
     return kept(table, key, lambda: _chunk_stored_bytes(spec, kinds, recompute, modules, ctx))
 

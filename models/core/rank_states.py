@@ -119,7 +119,7 @@ def _rank_parameters(spec: ModelSpec, tp: int, ep: int, etp: int,
                      num_embeddings: int, num_heads: int, num_mtp: int) -> RankParameters:
     """`_count_rank_parameters`, kept on the search's tables of the model."""
     memo = current_memo()
-    table = memo.tables(spec).rank_parameters if memo is not None else None
+    table = memo.tables(spec).rank_parameters
     key = (tp, ep, etp, mix, num_embeddings, num_heads, num_mtp)
     return kept(table, key, lambda: _count_rank_parameters(spec, *key))
 
@@ -206,7 +206,7 @@ def chunk_weight_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
     """Per chunk, each layer's weight kind: (MoE block, linear-attention mixer); kept on
     the search's tables of the model."""
     memo = current_memo()
-    table = memo.tables(spec).weight_kinds if memo is not None else None
+    table = memo.tables(spec).weight_kinds
     return kept(table, chunks, lambda: _chunk_weight_kinds(spec, chunks))
 
 

@@ -201,12 +201,11 @@ _SHARED = SearchMemo()
 """The memo the process shares: every key holds every input of its piece, so one memo serves
 any number of searches and direct calls of the cost model."""
 
-_CURRENT: ContextVar[SearchMemo | None] = ContextVar("search_memo", default=_SHARED)
+_CURRENT: ContextVar[SearchMemo] = ContextVar("search_memo", default=_SHARED)
 
 current_memo = _CURRENT.get
 """The memo in force in this context: the shared one (a C call: no Python frame on the hot
-paths that ask). None only where a caller set none, and then each piece is made on each
-ask."""
+paths that ask)."""
 
 SHARED_MEMO_ENTRIES = 100_000
 """Entries (`SearchMemo.entries`) past which a search starting empties the shared memo: its
@@ -236,9 +235,7 @@ def forget_memos() -> None:
     """Forget every kept piece, the shared memo's and the context's (for scripts that change
     a kernel profile or a calibrated constant between estimates: a key holds the inputs of a
     piece, not the module constants it reads)."""
-    memo = _CURRENT.get()
-    if memo is not None:
-        memo.clear()
+    _CURRENT.get().clear()
     _SHARED.clear()
 
 
@@ -251,22 +248,13 @@ def search_memo() -> Iterator[SearchMemo]:
     """The memo a search runs on: the one in force (the shared memo, emptied first once it
     holds `SHARED_MEMO_ENTRIES`, as the outermost search of a context starts)."""
     if _IN_SEARCH.get():
-        memo = _CURRENT.get()
-        if memo is not None:
-            yield memo
-            return
+        yield _CURRENT.get()
+        return
     _bounded()
     searching = _IN_SEARCH.set(True)
-    memo = _CURRENT.get()
-    fresh = None
-    if memo is None:
-        memo = SearchMemo()
-        fresh = _CURRENT.set(memo)
     try:
-        yield memo
+        yield _CURRENT.get()
     finally:
-        if fresh is not None:
-            _CURRENT.reset(fresh)
         _IN_SEARCH.reset(searching)
 
 
@@ -283,13 +271,10 @@ def within_search_memo(function: Callable[_P, _R]) -> Callable[_P, _R]:
     return scoped
 
 
-def kept(table: dict[_K, _V] | None, key: _K, make: Callable[[], _V]) -> _V:
-    """The value `table` keeps under `key`, made by `make` and kept on its first ask; with no
-    table (where a caller set no memo, `current_memo()` None) made on each ask. The one way a
-    piece is kept on a memo table: `key` holds every input of the piece its table does not
-    fix."""
-    if table is None:
-        return make()
+def kept(table: dict[_K, _V], key: _K, make: Callable[[], _V]) -> _V:
+    """The value `table` keeps under `key`, made by `make` and kept on its first ask. The one
+    way a piece is kept on a memo table: `key` holds every input of the piece its table does
+    not fix."""
     found = table.get(key)
     if found is None:
         found = table[key] = make()
@@ -297,10 +282,8 @@ def kept(table: dict[_K, _V] | None, key: _K, make: Callable[[], _V]) -> _V:
 
 
 def model_tables(spec: ModelSpec) -> ModelTables:
-    """The tables of `spec` on the memo in force (fresh ones that die with the caller where
-    a caller set none)."""
-    memo = _CURRENT.get()
-    return memo.tables(spec) if memo is not None else ModelTables(spec=spec)
+    """The tables of `spec` on the memo in force."""
+    return _CURRENT.get().tables(spec)
 
 
 __all__ = ["SHARED_MEMO_ENTRIES", "ModelTables", "SearchMemo", "current_memo", "forget_memos",

@@ -111,7 +111,7 @@ def shape_index(num_ranks: int, num_experts: int) -> ShapeIndex:
     """The read-only index arrays of an [R, E] shape (kept on the search's memo)."""
     memo = current_memo()
     key = ("shape", num_ranks, num_experts)
-    found: ShapeIndex = kept(memo.index_arrays if memo is not None else None, key,
+    found: ShapeIndex = kept(memo.index_arrays, key,
                              lambda: _shape_index(num_ranks, num_experts))
     return found
 
@@ -131,7 +131,7 @@ def _cell_index(num_ranks: int, num_experts: int) -> IntArray:
     (read-only, kept on the search's memo). Apart from `shape_index`: only the expansion of
     routes into columns reads it."""
     memo = current_memo()
-    found: IntArray = kept(memo.index_arrays if memo is not None else None,
+    found: IntArray = kept(memo.index_arrays,
                            ("cells", num_ranks, num_experts),
                            lambda: _cells(num_ranks, num_experts))
     return found
@@ -156,7 +156,7 @@ def _row_major_split(columns: int, rows: int) -> tuple[IntArray, IntArray]:
     memo = current_memo()
     key = ("row-major", columns, rows)
     found: tuple[IntArray, IntArray] = kept(
-        memo.index_arrays if memo is not None else None, key,
+        memo.index_arrays, key,
         lambda: _row_major_arrays(columns, rows))
     return found
 

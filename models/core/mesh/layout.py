@@ -257,7 +257,7 @@ def build_mesh(parallel: ParallelConfig, *, num_nodes: int, gpus_per_node: int,
     degrees = (parallel.tp, parallel.cp, parallel.dp, parallel.pp, parallel.ep, parallel.etp)
     key = (degrees, num_nodes, gpus_per_node, order)
     memo = current_memo()
-    return kept(memo.meshes if memo is not None else None, key,
+    return kept(memo.meshes, key,
                 lambda: _mesh_of_degrees(*key))
 
 

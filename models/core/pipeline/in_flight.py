@@ -137,7 +137,7 @@ def in_flight_profile(schedule: PipelineSchedule, *, num_stages: int, num_micro_
     """
     key = (schedule, num_stages, num_micro_batches, num_chunks, group_size)
     memo = current_memo()
-    return kept(memo.in_flight if memo is not None else None, key,
+    return kept(memo.in_flight, key,
                 lambda: profile_of(shared_program(*key)))
 
 

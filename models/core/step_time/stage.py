@@ -238,7 +238,7 @@ def _chunk_kind_counts(chunks: tuple[tuple[int, ...], ...],
     """`_count_chunk_kinds`, kept on the search's memo."""
     memo = current_memo()
     key = (chunks, kinds, recompute)
-    return kept(memo.kind_counts if memo is not None else None, key,
+    return kept(memo.kind_counts, key,
                 lambda: _count_chunk_kinds(chunks, kinds, recompute))
 
 
@@ -456,7 +456,7 @@ def chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
     """`timing_kind` of every layer of each chunk (shared by the configurations that place
     the same layers on a rank: kept on the search's tables of the model)."""
     memo = current_memo()
-    table = memo.tables(spec).timing_kinds if memo is not None else None
+    table = memo.tables(spec).timing_kinds
     return kept(table, chunks,
                 lambda: tuple(tuple(timing_kind(spec, i) for i in chunk) for chunk in chunks))
 

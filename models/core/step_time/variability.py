@@ -63,7 +63,7 @@ def expected_max_standard_normal(n: int) -> float:
     if n == 1:
         return 0.0
     memo = current_memo()
-    return kept(memo.straggler_max if memo is not None else None, n,
+    return kept(memo.straggler_max, n,
                 lambda: float(np.trapezoid(_GRID * n * _PDF * _CDF ** (n - 1), _GRID)))
 
 

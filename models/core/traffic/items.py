@@ -153,7 +153,7 @@ def call_cost(collective: Collective, placement: AxisPlacement, message_bytes: i
     key = (collective, size, max(0, int(message_bytes)),
            timing_ranks_per_node(placement, collective), fabric)
     memo = current_memo()
-    return kept(memo.collective_costs if memo is not None else None, key,
+    return kept(memo.collective_costs, key,
                 lambda: _cost(*key))
 
 

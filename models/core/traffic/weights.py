@@ -155,7 +155,7 @@ def stage_weights(model: ModelSpec, parallel: ParallelConfig) -> tuple[StageWeig
     # Kept on the search's tables of the model by what it reads (the search asks once per
     # estimate).
     memo = current_memo()
-    table = memo.tables(model).stage_weights if memo is not None else None
+    table = memo.tables(model).stage_weights
     key = (parallel.tp, parallel.ep * parallel.etp, layouts)
     return kept(table, key, lambda: _stage_weights(model, *key))
 
