@@ -8,9 +8,8 @@ reads (`state_sums`, `runtime_sums`). Must not: define a ledger term (`models.co
 (`models.core.memory`) or bound one (`models.core.memory_floors`).
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import (
@@ -25,9 +24,7 @@ from models.core.runtime_memory import (
     RuntimeInputs,
     runtime_items,
 )
-
-_Key = TypeVar("_Key")
-_Value = TypeVar("_Value")
+from models.core.search_memo import kept
 
 
 class StatesInputs(NamedTuple):
@@ -134,14 +131,6 @@ def layout_weight_kinds(spec: ModelSpec, layout: StageLayout, memo: LedgerMemo |
     return kinds
 
 
-def memoised(table: dict[_Key, _Value], key: _Key, make: Callable[[], _Value]) -> _Value:
-    """`table[key]`, made and kept on the first ask."""
-    value = table.get(key)
-    if value is None:
-        value = table[key] = make()
-    return value
-
-
 def state_sums(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                 layout: StageLayout, memo: LedgerMemo) -> tuple[RankParameters, int, int]:
     """A rank's parameter groups and its model states' GPU and host bytes (EMA included),
@@ -149,12 +138,12 @@ def state_sums(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     key = StatesInputs.of(spec, parallel, layout, memo)
 
     def state_sums() -> tuple[RankParameters, int, int]:
-        groups, states, host_states, ema_gpu, ema_host = memoised(
+        groups, states, host_states, ema_gpu, ema_host = kept(
             memo.states, key, lambda: state_parts(spec, training, parallel, layout))
         return (groups, sum(c.bytes for c in states) + sum(c.bytes for c in ema_gpu),
                 sum(c.bytes for c in host_states) + sum(c.bytes for c in ema_host))
 
-    return memoised(memo.state_sums, key, state_sums)
+    return kept(memo.state_sums, key, state_sums)
 
 
 def runtime_sums(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -164,18 +153,17 @@ def runtime_sums(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
     items_key = RuntimeInputs.of(parallel, groups)
 
     def runtime_sums() -> tuple[int, int]:
-        listed, transient = memoised(memo.runtime, items_key,
+        listed, transient = kept(memo.runtime, items_key,
                                       lambda: runtime_items(spec, training, parallel, groups))
         return sum(c.bytes for c in listed), transient
 
-    return memoised(memo.runtime_sums, items_key, runtime_sums)
+    return kept(memo.runtime_sums, items_key, runtime_sums)
 
 
 __all__ = [
     "LedgerMemo",
     "StatesInputs",
     "layout_weight_kinds",
-    "memoised",
     "runtime_sums",
     "state_sums",
 ]

@@ -28,7 +28,6 @@ from models.core.ledger_memo import (
     LedgerMemo,
     StatesInputs,
     layout_weight_kinds,
-    memoised,
     runtime_sums,
     state_sums,
 )
@@ -52,6 +51,7 @@ from models.core.runtime_memory import (
     runtime_components,
     runtime_items,
 )
+from models.core.search_memo import kept
 from models.core.vision_pipeline import vision_memory_components
 
 
@@ -153,10 +153,10 @@ def _rank_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     inputs = ActivationInputs.of(parallel, layout, num_micro_batches)
     if memo is None:
         return states(), activation_parts(spec, training, inputs), None
-    parts = memoised(memo.states, StatesInputs.of(spec, parallel, layout, memo), states)
-    acts = memoised(memo.activations, inputs, lambda: activation_parts(spec, training, inputs))
+    parts = kept(memo.states, StatesInputs.of(spec, parallel, layout, memo), states)
+    acts = kept(memo.activations, inputs, lambda: activation_parts(spec, training, inputs))
     groups = parts[0]
-    items = memoised(memo.runtime, RuntimeInputs.of(parallel, groups),
+    items = kept(memo.runtime, RuntimeInputs.of(parallel, groups),
                       lambda: runtime_items(spec, training, parallel, groups))
     return parts, acts, items
 
@@ -206,7 +206,7 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         numbers = rank_activation_bytes(spec, training, acts_key)
         return numbers.gpu_bytes, numbers.offloaded, numbers.stored_on_gpu
 
-    dynamic, acts_host, stored = memoised(memo.activation_sums, acts_key, activation_sums)
+    dynamic, acts_host, stored = kept(memo.activation_sums, acts_key, activation_sums)
     listed, transient = runtime_sums(spec, training, parallel, groups, memo)
     hole = sum(c.bytes for c in loss_hole_components(spec, training, parallel,
                                                      num_heads=layout.num_heads))
