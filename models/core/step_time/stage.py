@@ -41,6 +41,7 @@ from models.core.pipeline import StagePlacement, schedule_traits
 from models.core.rank_activations import layer_stored_bytes_cap, stage_activation_components
 from models.core.runtime_features import dispatcher
 from models.core.search_memo import current_memo, kept, model_tables
+from models.core.step_time.deepspeed_pipe import boundary_occupancy_s
 from models.core.step_time.exposure import (
     LayerComm,
     ep_overlapped,
@@ -540,10 +541,29 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
                      else dataclasses.replace(shared, stage=layout.rank))
             bucket.stages[key, layout.rank] = found
         stages.append(found)
+    if training.pipe_engine_p2p is not None and parallel.pp > 1:
+        stages = [with_boundary_transfers(st, *boundary_occupancy_s(
+            spec, training, parallel, fabric, groups.mesh, st.stage)) for st in stages]
     return stages
+
+
+def with_boundary_transfers(stage: StageTime, forward_s: float, backward_s: float) -> StageTime:
+    """`stage` with a blocking pipeline engine's boundary transfers per micro-batch
+    (`models.core.step_time.deepspeed_pipe.boundary_occupancy_s`) on its first chunk's forward
+    and its last chunk's backward (DeepSpeed's engine runs one chunk per rank), booked as
+    exposed PP communication."""
+    if not forward_s and not backward_s:
+        return stage
+    chunks = list(stage.chunk_times)
+    chunks[0] = chunks[0] + OpTimes(forward_s=forward_s)
+    chunks[-1] = chunks[-1] + OpTimes(backward_input_s=backward_s)
+    exposed = {**stage.exposed_comm_s,
+               "pp": stage.exposed_comm_s.get("pp", 0.0) + forward_s + backward_s}
+    return dataclasses.replace(stage, chunk_times=tuple(chunks), exposed_comm_s=exposed)
 
 
 __all__ = ["LayerParts", "StageBucket", "StageTime", "clear_step_time_cache", "compute_context",
            "fp8_cast_s", "layer_mode", "layer_parts", "layer_parts_memo", "StageInputs",
            "stage_time", "stage_times",
-           "TimingKind", "chunk_timing_kinds", "kind_layers", "timing_kind", "window_caps_s"]
+           "TimingKind", "chunk_timing_kinds", "kind_layers", "timing_kind", "window_caps_s",
+           "with_boundary_transfers"]
