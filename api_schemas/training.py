@@ -284,6 +284,14 @@ class TrainingSpec(SpecModel):
         "by an all-gather over TP. null (default) = Megatron's own schedule, where the "
         "transfer is the latency between dependent ops of neighbouring stages.",
     )
+    bf16_hp_grad_update: bool | None = Field(
+        default=None,
+        description="After every micro-batch's backward each rank adds its bf16 gradients "
+        "into fp32 copies and drops the bf16 ones (DeepSpeed's BF16Optimizer, v0.6.2 on, "
+        "`update_hp_grads`: a cast to fp32 and an add per parameter tensor, 18 bytes of HBM "
+        "traffic per parameter per micro-batch). null (default) = off: the gradient "
+        "accumulates where the backward writes it.",
+    )
     memory_efficient_norm: bool | None = Field(
         default=None,
         description="Each RMSNorm / LayerNorm keeps its output and inverse RMS for backward "

@@ -1,5 +1,6 @@
-"""Stage-boundary transfers as DeepSpeed's pipeline engine runs them
-(`TrainingSpec.pipe_engine_p2p`): the time each one occupies a pipeline rank per micro-batch.
+"""Per-micro-batch work DeepSpeed's pipeline engine adds to a rank: its stage-boundary
+transfers (`TrainingSpec.pipe_engine_p2p`), the time each one occupies a pipeline rank per
+micro-batch, and BF16Optimizer's fp32 gradient update (`TrainingSpec.bf16_hp_grad_update`).
 
 Owns: what one rank of a non-interleaved DeepSpeed pipeline sends, receives and all-gathers
 per micro-batch at its two boundaries, and the seconds that adds to its forward and backward
@@ -25,13 +26,22 @@ way (`_exec_recv_grads` in v0.5.0, `_exec_backward_pass` in v0.6.0). The input g
 back whole at v0.5.0 (`is_grad_partitioned = False`) and as a meta tensor and a slice from
 v0.5.4 (`is_grad_partitioned = self.is_model_parallel`, DeepSpeed pull request #1407, merged
 2021-09-29), where the receiver rebuilds it with one more all-gather.
+`deepspeed/runtime/bf16_optimizer.py` at v0.6.5 (8164ea9e6d; the optimizer arrived in v0.6.2,
+pull request #1801, "bf16+pipeline parallelism"): `backward` clears the bf16 gradients, runs
+the backward and calls `update_hp_grads`, which for every parameter tensor runs
+`hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))`; the pipeline engine's
+`_exec_backward_pass` calls `clear_lp_grads` and `update_hp_grads` itself on the ranks that
+are not last, the last rank reaches them through `DeepSpeedEngine.backward`. So every rank
+does it once per micro-batch.
 """
 
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
+from api_schemas.hardware import GpuSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import PipeEngineP2P, TrainingSpec
+from models.catalog.kernels import memory_bound_time_s
 from models.core.collectives import Collective, Fabric
 from models.core.mesh import DeviceMesh, GroupKind
 from models.core.traffic.context import LayerTrafficContext
@@ -113,5 +123,30 @@ def boundary_occupancy_s(spec: ModelSpec, training: TrainingSpec, parallel: Para
             boundary_step_s(backward, full_bytes=full, mesh=mesh, fabric=fabric))
 
 
-__all__ = ["BoundaryStep", "boundary_occupancy_s", "boundary_step_s", "boundary_steps",
-           "meta_bytes"]
+HP_GRAD_UPDATE_BYTES_PER_PARAM = 2 + 4 + 4 + 4 + 4
+"""HBM bytes per parameter of one `update_hp_grads`: `.to(float32)` reads the bf16 gradient (2)
+and writes a temporary fp32 copy (4); `add_` reads the temporary (4) and the fp32 gradient (4)
+and writes the fp32 gradient (4)."""
+
+IN_PLACE_ACCUMULATE_BYTES_PER_PARAM = 2 + 2 + 2
+"""HBM bytes per parameter of the 16-bit accumulation the step time leaves inside its
+calibrated kernel times: PyTorch's `AccumulateGrad` adds a micro-batch's gradient into the
+existing 16-bit `.grad` in place (read 2 + 2, write 2), as does Megatron-LM 2021's local DDP
+hook (`param.main_grad.add_(param.grad.data)`, megatron/model/distributed.py at 6985e58938),
+which ran the A100 rows that fit the kernel constants. BF16Optimizer drops the bf16 gradient
+before each backward (`clear_lp_grads`), so autograd writes it fresh and this add is not run."""
+
+
+def hp_grad_update_s(params: int, gpu: GpuSpec) -> float:
+    """Seconds BF16Optimizer's `update_hp_grads` adds per micro-batch on a rank of `params`
+    parameters beyond the in-place 16-bit accumulation it replaces
+    (`HP_GRAD_UPDATE_BYTES_PER_PARAM` - `IN_PLACE_ACCUMULATE_BYTES_PER_PARAM` = 12 bytes per
+    parameter), streamed at the GPU's achievable HBM bandwidth (elementwise kernels; their
+    launches, two per parameter tensor, are left out)."""
+    extra = HP_GRAD_UPDATE_BYTES_PER_PARAM - IN_PLACE_ACCUMULATE_BYTES_PER_PARAM
+    return memory_bound_time_s(params * extra, gpu=gpu)
+
+
+__all__ = ["HP_GRAD_UPDATE_BYTES_PER_PARAM", "IN_PLACE_ACCUMULATE_BYTES_PER_PARAM",
+           "BoundaryStep", "boundary_occupancy_s", "boundary_step_s", "boundary_steps",
+           "hp_grad_update_s", "meta_bytes"]
