@@ -102,6 +102,24 @@ class Zero3Collectives(StrEnum):
     with (arXiv:2104.04473 Table 2)."""
 
 
+class PipeEngineP2P(StrEnum):
+    """How DeepSpeed's pipeline engine (`deepspeed/runtime/pipe/engine.py`) moves a
+    stage-boundary tensor with TP > 1: every send and receive is a blocking NCCL call on the
+    stage's own stream (`deepspeed/runtime/pipe/p2p.py`), so both neighbours wait for it and
+    neither computes meanwhile; the activation travels as the sender's 1/t slice (with its
+    `PartitionedTensor` meta tensor) and the receiver rebuilds it with an all-gather over TP;
+    before its backward the sender rebuilds its own output the same way."""
+
+    DEEPSPEED_FULL_GRAD = "deepspeed_full_grad"
+    """DeepSpeed v0.4.0 to v0.5.3 (2021; `is_grad_partitioned = False`): each TP rank sends
+    the whole input gradient, b*s*h elements, over its own link, with one send each on
+    `dist.broadcast` within a two-rank group."""
+    DEEPSPEED_PARTITIONED = "deepspeed_partitioned"
+    """DeepSpeed v0.5.4 and later (pull request #1407 of 2021-09-29, `is_grad_partitioned =
+    is_model_parallel`): the gradient also travels as 1/t slices with a meta tensor, and the
+    receiver all-gathers it over TP before its backward."""
+
+
 class MuonDistribution(StrEnum):
     """How a data-parallel job with sharded optimizer states runs Muon's Newton-Schulz
     orthogonalisation, which needs whole matrices."""
@@ -256,6 +274,23 @@ class TrainingSpec(SpecModel):
         "with sequence parallelism the boundary tensor is already sharded and this does "
         "nothing. null (default) = off: Megatron-Core's pipeline sends move the whole tensor "
         "unless sequence parallelism shards it.",
+    )
+    pipe_engine_p2p: PipeEngineP2P | None = Field(
+        default=None,
+        description="Stage-boundary transfers as DeepSpeed's pipeline engine runs them (the "
+        "Megatron-DeepSpeed runs): each send and receive occupies both neighbouring stages, "
+        "'deepspeed_full_grad' (v0.4-v0.5.3: activation slices of 1/t, whole gradients) or "
+        "'deepspeed_partitioned' (v0.5.4 on: both as slices of 1/t); each slice is rebuilt "
+        "by an all-gather over TP. null (default) = Megatron's own schedule, where the "
+        "transfer is the latency between dependent ops of neighbouring stages.",
+    )
+    bf16_hp_grad_update: bool | None = Field(
+        default=None,
+        description="After every micro-batch's backward each rank adds its bf16 gradients "
+        "into fp32 copies and drops the bf16 ones (DeepSpeed's BF16Optimizer, v0.6.2 on, "
+        "`update_hp_grads`: a cast to fp32 and an add per parameter tensor, 18 bytes of HBM "
+        "traffic per parameter per micro-batch). null (default) = off: the gradient "
+        "accumulates where the backward writes it.",
     )
     memory_efficient_norm: bool | None = Field(
         default=None,

@@ -445,7 +445,8 @@ def as_published_config(row: dict[str, Any]) -> tuple[ParallelConfig, TrainingSp
     training = row_training(row)
     recipe = {k: settings[k][0] for k in ("overlap_grad_reduce", "zero3_collectives",
                                           "tp_dgrad_overlap", "flash_attention",
-                                          "memory_efficient_norm", "pp_scatter_gather")
+                                          "memory_efficient_norm", "pp_scatter_gather",
+                                          "pipe_engine_p2p", "bf16_hp_grad_update")
               if k in settings}
     if recipe:
         training = training.model_copy(update=recipe)

@@ -32,6 +32,7 @@ from models.core.step_time.remote_offload import REMOTE_ACTIVATIONS, remote_offl
 from models.core.step_time.setting import StepSetting, p2p_latency_s, step_setting
 from models.core.step_time.stage import StageTime, layer_mode, stage_times
 from models.core.step_time.step_terms import (
+    GRAD_UPDATE,
     SLOWEST_GPU,
     ZERO3_COPIES,
     rank_tails,
@@ -257,13 +258,15 @@ def _booked_overheads_s(overheads: dict[str, float], tail: dict[str, float],
                         busiest: StageTime, crossings: float) -> dict[str, float]:
     """`StepEstimate.overheads_s`: the step's overheads, the critical rank's tail terms other
     than the DP sync, the embedding all-reduce and the optimizer, and the busiest rank's FP8
-    casts and ZeRO-3 copy kernels (inside the makespan)."""
+    casts, ZeRO-3 copy kernels and fp32 gradient update (inside the makespan)."""
     return {**overheads,
             **{k: t for k, t in tail.items() if k not in ("dp", "pp", "optimizer") and t > 0},
             **({"fp8 activation casts": crossings * busiest.fp8_cast_s}
                if busiest.fp8_cast_s else {}),
             **({ZERO3_COPIES: crossings * busiest.zero3_copy_s}
-               if busiest.zero3_copy_s else {})}
+               if busiest.zero3_copy_s else {}),
+            **({GRAD_UPDATE: crossings * busiest.grad_update_s}
+               if busiest.grad_update_s else {})}
 
 
 VISION_ENCODER = "vision encoder"

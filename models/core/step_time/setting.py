@@ -60,8 +60,11 @@ def step_context(setting: StepSetting, weights: StageWeights) -> StepContext:
 
 def p2p_latency_s(setting: StepSetting, weights: StageWeights | None = None) -> float:
     """Time of one stage-boundary send (`models.core.traffic.pipeline.boundary_latency_s`), the
-    latency between dependent ops of neighbouring ranks in the simulator."""
-    if setting.parallel.pp == 1:
+    latency between dependent ops of neighbouring ranks in the simulator. Zero under a
+    blocking pipeline engine (`TrainingSpec.pipe_engine_p2p`): there each transfer holds both
+    neighbours until it ends, so it is inside their ops (`models.core.step_time.stage.
+    with_boundary_transfers`) and adds no latency between them."""
+    if setting.parallel.pp == 1 or setting.training.pipe_engine_p2p is not None:
         return 0.0
     ctx = step_context(setting, weights or stage_weights(setting.spec, setting.parallel)[0])
     return boundary_latency_s(ctx)

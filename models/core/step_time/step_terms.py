@@ -51,6 +51,11 @@ ZERO3_COPIES = "ZeRO-3 copy kernels"
 """Name, in `overheads_s`, of FSDP2's all-gather copy-out and reduce-scatter copy-in on the
 compute stream (`models.core.step_time.exposure.zero3_copy_s`), part of the pipeline makespan."""
 
+GRAD_UPDATE = "bf16 gradient update"
+"""Name, in `StepEstimate.overheads_s`, of DeepSpeed BF16Optimizer's fp32 gradient update after
+every micro-batch's backward (`models.core.step_time.deepspeed_pipe.hp_grad_update_s`), part of
+the pipeline makespan."""
+
 
 SLOWEST_GPU = "wait for the slowest GPU"
 """Name, in `overheads_s`, of the time every rank waits for the slowest of the job's GPUs at
