@@ -120,7 +120,11 @@ MOE_RECIPES: dict[str, tuple[str, bool]] = {
     # but the 26.02 release notes (docs/releases/known-issues.md, "26.02") state that DeepEP is
     # not supported in the 26.02 container, with reduced H100 performance; the row keeps
     # Megatron's alltoall (the dispatcher of the 25.11 run of the same layout), and the
-    # outlier note gives the DeepEP figure.
+    # outlier note gives the DeepEP figure. At d29310e90 the name is inert:
+    # `qwen3_30b_a3b_pretrain_config_h100` in `scripts/performance/configs/qwen/
+    # qwen3_llm_pretrain.py` sets `moe_token_dispatcher_type = "alltoall"` after it, and only
+    # the flex dispatcher reads the backend; 4a6450755 (f29a269f8 on the r0.3.0 branch, in tag
+    # v0.3.1) turns that line into "flex" with the HybridEP backend.
     "bridge-26.04.01-dgx-b200-qwen3-30b-a3b-8gpu": ("deepep", False),
     "bridge-26.04.01-dgx-b200-qwen3-235b-a22b-256gpu": ("alltoall", False),
     "bridge-26.04.01-dgx-b200-gpt-oss-120b-64gpu": ("deepep", False),
@@ -760,8 +764,16 @@ MOE_OUTLIER_CAUSES: dict[str, str] = {
         "host wait on token counts) printed 10,494 at MBS 2. Candidate: the EP all-to-all "
         "overlap (combined 1F1B of two micro-batches on two streams) gains nothing when the "
         "dispatcher blocks the host on every layer's counts; without the overlap the model "
-        "predicts +22.9% and +27.0%. The 26.02.01 table's 9,058 under the same columns "
-        "belongs to the EP 16 HybridEP recipe (tag v0.3.1, the 26.02.01 release)"),
+        "predicts +22.9% and +27.0%. The recipe, not the container: the 26.02.01 patch table "
+        "(tag v0.3.1, which carries the EP 16, HybridEP, PP 1, no-overlap recipe of "
+        "Megatron-Bridge PR #2477, f29a269f8, under unchanged layout columns) prints 9,058 "
+        "against the 26.02 table's 5,113 (+77%), while its other H100 rows moved by -1.3% to "
+        "+1.1% (Llama 3 70B 1,621 -> 1,639, GPT-OSS 120B 5,993 -> 5,984, Qwen3-235B 1,633 -> "
+        "1,611); the model puts the two recipes within 0.2% (6,966 and 6,974 at GBS 1024: "
+        "12.2 ms per layer pass for both, measured 16.7 and 9.4-9.5), since both forwards sit on "
+        "the host floor (8.2 and 8.4 ms over 1.9 and 2.1 ms of GPU work) and the new recipe "
+        "needs 5.0 ms of host issue. Megatron-Bridge issue #3399 (2026-05-12) reports that "
+        "moe_a2a_overlap and VP degraded Qwen3-235B on B300, without a mechanism or figures"),
     "bridge-26.02-dgx-h100-qwen3-30b-a3b-16gpu": (
         "same recipe and cause as bridge-25.11-dgx-h100-qwen3-30b-a3b-16gpu (needs 12.2 ms of "
         "host issue per MoE layer forward, the 25.11 row 11.7 ms, both at micro-batch 1); "
