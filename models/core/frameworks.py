@@ -24,7 +24,7 @@ from api_schemas.parallel import (
     RecomputeMode,
     StagePolicy,
 )
-from api_schemas.training import Fp8WeightStorage, TrainingSpec
+from api_schemas.training import Fp8WeightStorage, PipeEngineP2P, TrainingSpec
 from models.catalog.presets import DATA_DIR
 from models.core.layer_kinds import attention_kind, has_routed_experts
 from models.core.pipeline import schedule_traits
@@ -72,6 +72,13 @@ class Framework:
     source: str
     features: dict[str, Feature]
     forbidden: tuple[Forbidden, ...]
+    pipe_engine_p2p: PipeEngineP2P | None = None
+    """How the framework's own pipeline engine moves stage-boundary tensors, when it is
+    DeepSpeed's blocking engine (`TrainingSpec.pipe_engine_p2p`): a trait of every plan with
+    PP > 1 on it, not a choice; None: the framework runs Megatron-style schedules whose
+    transfer is the latency between neighbouring stages."""
+    pipe_engine_source: str = ""
+    """Where `pipe_engine_p2p` is read from (file and lines at a named release)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,7 +110,10 @@ def _framework(fid: str, entry: dict[str, Any]) -> Framework:
                                 experimental=f.get("experimental", ""))
                   for name, f in entry["features"].items()},
         forbidden=tuple(Forbidden(features=frozenset(r["all"]), reason=r["reason"],
-                                  source=r["source"]) for r in entry["forbidden"]))
+                                  source=r["source"]) for r in entry["forbidden"]),
+        pipe_engine_p2p=(PipeEngineP2P(entry["pipe_engine_p2p"]["value"])
+                         if "pipe_engine_p2p" in entry else None),
+        pipe_engine_source=entry.get("pipe_engine_p2p", {}).get("source", ""))
 
 
 @dataclass(frozen=True, slots=True)
