@@ -103,6 +103,12 @@ def mechanism_notes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
         notes.append(f"{name}: peak {gib(ledger.peak_bytes)} with it, "
                      f"{gib(other.peak_bytes)} on stage {other.binding_stage} without "
                      f"({verdict}){timing}{made}")
+    if training.pipe_engine_p2p is not None and parallel.pp > 1:
+        notes.append(f"stage-boundary transfers as DeepSpeed's pipeline engine runs them "
+                     f"(pipe_engine_p2p='{training.pipe_engine_p2p.value}'): each blocking "
+                     "send and receive holds both neighbouring stages, and with TP > 1 the "
+                     "1/t slices are rebuilt by an all-gather over TP; the step time includes "
+                     "them (models/core/step_time/deepspeed_pipe.py)")
     if training.vision is not None:
         first = ledger.stages[0]
         encoder = sum(c.bytes for c in first.components if c.name.startswith("vision encoder"))

@@ -7,7 +7,9 @@ lower the step time (`models.core.runtime_features.RUNTIME_FEATURES`, `costs_mem
 the gradient-reduce and TP overlaps) are taken whenever the framework offers them and the
 mesh meets their prerequisites, so they need no branch (the TP input-gradient overlap under
 the weight-gradient GEMM included); a feature that costs memory (DeepEP's
-buffers, the EP overlap's extra micro-batch) is tried on and off. Also
+buffers, the EP overlap's extra micro-batch) is tried on and off; with PP > 1 a framework's
+own pipeline engine, where its table names a blocking one (DeepSpeed's), is set on every
+recipe of that framework as a trait (`with_pipe_engine`). Also
 the recipe the search's lower bounds read (`optimistic_training`: every unset feature any
 target offers, on), the recipe a given configuration is evaluated under (`decided_for`) and
 the plan's account of its features (`runtime_feature_uses`). The
@@ -113,13 +115,42 @@ def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
     raise ValueError(f"unknown runtime feature '{name}'")
 
 
+def with_pipe_engine(training: TrainingSpec, pp: int,
+                     framework: Framework | None) -> TrainingSpec:
+    """`training` as `framework`'s own pipeline engine runs a mesh of `pp` stages: with
+    PP > 1 on a framework whose table names a blocking engine (`Framework.pipe_engine_p2p`,
+    DeepSpeed's), its stage-boundary transfers (`TrainingSpec.pipe_engine_p2p`) set unless
+    the request fixed them; unchanged otherwise (target 'any', the other frameworks, PP = 1).
+    A trait of the framework, not a choice: no option is scored without it. In a search,
+    one object per recipe object, kept on the search's memo as `resolved` keeps its own."""
+    p2p = None if framework is None else framework.pipe_engine_p2p
+    if p2p is None or pp == 1 or training.pipe_engine_p2p is not None:
+        return training
+    memo = current_memo()
+    key = (training, frozenset({f"pipe_engine_p2p:{p2p.value}"}))
+    found = memo.recipes.get(key)
+    if found is not None and found[0] is training:
+        return found[1]
+    out = training.model_copy(update={"pipe_engine_p2p": p2p})
+    memo.recipes[key] = (training, out)
+    return out
+
+
 def runtime_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
                     framework: Framework | None) -> tuple[TrainingSpec, ...]:
     """The recipes to score `candidate` under for `framework` (None: target 'any', every
     feature the cost model knows): the time-only features on where offered and met, and
     each memory-trading one both on (first) and off; one that only frees memory
     (`tried_off_first`, the memory-efficient norm) off first, so that a plan which fits as
-    fast without it keeps the framework's standard path."""
+    fast without it keeps the framework's standard path. Each carries the framework's
+    pipeline-engine trait for the candidate's PP (`with_pipe_engine`)."""
+    return tuple(with_pipe_engine(option, candidate.pp, framework)
+                 for option in _feature_options(spec, training, candidate, framework))
+
+
+def _feature_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
+                     framework: Framework | None) -> tuple[TrainingSpec, ...]:
+    """`runtime_options` before the pipeline-engine trait: the runtime-feature choices."""
     unset = _unset(training)
     if not unset:
         return (training,)
@@ -170,11 +201,13 @@ def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     candidate = MeshCandidate.of(parallel, max(1, m))
     options: list[TrainingSpec] = []
     for framework in frameworks().values():
-        for option in runtime_options(spec, training, candidate, framework):
+        # The runtime features only: a configuration evaluated on no named framework is
+        # not given one framework's pipeline engine (`with_pipe_engine`).
+        for option in _feature_options(spec, training, candidate, framework):
             if option not in options and not blockers(
                     framework, plan_features(spec, option, parallel)):
                 options.append(option)
-    anywhere = list(runtime_options(spec, training, candidate, None))
+    anywhere = list(_feature_options(spec, training, candidate, None))
     if not options:
         options = anywhere
     extra = ([option for option in anywhere if option not in options] if any_target
@@ -253,5 +286,6 @@ __all__ = [
     "runtime_feature_set",
     "runtime_feature_uses",
     "runtime_options",
+    "with_pipe_engine",
     "with_rules",
 ]

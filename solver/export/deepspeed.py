@@ -17,7 +17,7 @@ from typing import Any
 from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
-from api_schemas.training import OptimizerKind, TrainingSpec
+from api_schemas.training import OptimizerKind, PipeEngineP2P, TrainingSpec
 from models.core.pipeline import schedule_traits
 from models.core.runtime_features import grad_reduce_overlapped
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy
@@ -83,6 +83,7 @@ def deepspeed_export(spec: ModelSpec, training: TrainingSpec,
         config["activation_checkpointing"] = checkpointing
     config.update(_model_parallel(spec, training, parallel, notes))
     notes += _pipeline_notes(spec, parallel)
+    notes += _pipe_engine_notes(training, parallel)
     notes += _unsupported_notes(training, parallel)
     logger.debug("deepspeed export: %d top-level keys, %d notes", len(config), len(notes))
     return DeepSpeedExport(config=config, notes=tuple(notes))
@@ -263,6 +264,30 @@ def _pipeline_notes(spec: ModelSpec, parallel: ParallelConfig) -> list[str]:
         notes.append(f"schedule '{parallel.schedule}': DeepSpeed's PipelineEngine runs its 1F1B "
                      "train schedule only; this schedule needs a framework extension")
     return notes
+
+
+def _pipe_engine_notes(training: TrainingSpec, parallel: ParallelConfig) -> list[str]:
+    """What the plan's step time assumed of the stage-boundary transfers, beside what
+    DeepSpeed's PipelineEngine does with this config (no `pipeline` key written, so its
+    defaults: `pipe_partitioned` and `grad_partitioned` true, deepspeed/runtime/config.py
+    at v0.19.5; models/data/frameworks.json `pipe_engine_p2p`)."""
+    if parallel.pp == 1:
+        return []
+    p2p = training.pipe_engine_p2p
+    if p2p == PipeEngineP2P.DEEPSPEED_PARTITIONED:
+        return ["stage-boundary transfers are timed as DeepSpeed's PipelineEngine runs them "
+                "(pipe_engine_p2p='deepspeed_partitioned'): blocking sends and receives that "
+                "hold both neighbouring stages, with tp > 1 as 1/tp slices (activation and "
+                "gradient, pipeline.pipe_partitioned and grad_partitioned true by default) "
+                "rebuilt by an all-gather over the TP group"]
+    if p2p == PipeEngineP2P.DEEPSPEED_FULL_GRAD:
+        return ["pipe_engine_p2p='deepspeed_full_grad' (whole gradients, DeepSpeed before "
+                "0.5.4): this DeepSpeed partitions the gradient by default; set "
+                "\"pipeline\": {\"grad_partitioned\": false} to run the timed transfers"]
+    return ["the step time assumes Megatron-style stage-boundary transfers (a latency "
+            "between neighbouring stages); DeepSpeed's PipelineEngine runs them as blocking "
+            "sends and receives that hold both neighbours (pipe_engine_p2p="
+            "'deepspeed_partitioned'), which is slower"]
 
 
 def _unsupported_notes(training: TrainingSpec, parallel: ParallelConfig) -> list[str]:
