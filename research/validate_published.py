@@ -318,10 +318,17 @@ def model_of(row: dict[str, Any]) -> ModelSpec | None:
 
 
 def row_cluster(row: dict[str, Any]) -> ClusterSpec:
-    """The row's GPUs as the cluster preset of its GPU (8 per node)."""
+    """The row's GPUs as the cluster preset of its GPU (8 per node), with the scale-out link
+    per GPU its source prints where `as_published.json` gives one
+    (`inter_node_bandwidth_bytes_per_s`: a fact of the run, so both protocols take it)."""
     gpus = row["hardware"]["num_gpus"]
-    return cluster_preset(row["hardware"]["gpu"], num_nodes=max(1, gpus // 8),
-                          gpus_per_node=min(8, gpus))
+    cluster = cluster_preset(row["hardware"]["gpu"], num_nodes=max(1, gpus // 8),
+                             gpus_per_node=min(8, gpus))
+    printed = (as_published_settings(row) or {}).get("inter_node_bandwidth_bytes_per_s")
+    if printed is None:
+        return cluster
+    link = cluster.inter_node.model_copy(update={"bandwidth_bytes_per_s": printed[0]})
+    return cluster.model_copy(update={"inter_node": link})
 
 
 def row_training(row: dict[str, Any]) -> TrainingSpec:
@@ -381,6 +388,9 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
     if calibration is not None:
         cluster = cluster.model_copy(update={"calibration": calibration})
     training = row_training(row)
+    kept = planner_kept(row)
+    if "vpp" in kept:
+        p = {**p, "vpp": kept["vpp"]}
     if p.get("vpp"):
         shapes = [(PipelineSchedule.INTERLEAVED_1F1B, p["vpp"])] if p["vpp"] > 1 else [
             (PipelineSchedule.ONE_F_ONE_B, 1)]
@@ -407,7 +417,8 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
         cand = MeshCandidate(tp=p["tp"], pp=p["pp"], dp=dp, cp=cp, ep=p.get("ep") or 1, etp=1,
                              vpp=vpp, micro_batch_size=mbs,
                              num_micro_batches=p["global_batch_size"] // (mbs * dp),
-                             schedule=schedule, sequence_parallel=p["tp"] > 1,
+                             schedule=schedule,
+                             sequence_parallel=kept.get("sequence_parallel", p["tp"] > 1),
                              cp_kind=CP_RECIPES.get(row["id"], ContextParallelKind.RING))
         try:
             result = evaluate_candidate(spec, training, cluster, cand, Constraints(**pins),
@@ -422,6 +433,17 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
 
 Setting = tuple[Any, str]
 """A setting's value and where the value is written."""
+
+
+def planner_kept(row: dict[str, Any]) -> dict[str, Any]:
+    """The settings the planner protocol may not choose for a row: those its
+    `as_published.json` blocks list under `planner_keeps` (the run's framework offers no
+    alternative, e.g. DeepSpeed's pipeline engine has no interleaved schedule), by value."""
+    settings = as_published_settings(row) or {}
+    names = {name for block in AS_PUBLISHED["blocks"]
+             if row["id"].startswith(tuple(block["prefixes"]))
+             for name in block.get("planner_keeps", ())}
+    return {name: settings[name][0] for name in names if name in settings}
 
 
 def as_published_settings(row: dict[str, Any]) -> dict[str, Setting] | None:

@@ -187,3 +187,35 @@ def test_the_nemotron4_340b_row_runs_the_interleaving_its_report_states() -> Non
     out = vp.predict(row, vp.AS_PUBLISHED_PROTOCOL)
     assert out is not None and out[0] == 8.0
     assert abs(vp._error(*out)) < 0.05
+
+
+def test_a_printed_fabric_replaces_the_presets_scale_out_link_in_both_protocols() -> None:
+    """BLOOM's rows print Jean Zay's 4 x 100 Gb/s Omni-Path per node of 8 GPUs (6.25 GB/s per
+    GPU); the A100 preset has 8 x 200 Gb/s. A row that prints nothing keeps the preset."""
+    bloom = vp.row_cluster(ROWS["bloom-176b-epoch1"])
+    mtnlg = vp.row_cluster(ROWS["mtnlg-530b-2240gpu"])
+    assert bloom.inter_node.bandwidth_bytes_per_s == pytest.approx(4 * 100e9 / 8 / 8)
+    assert mtnlg.inter_node.bandwidth_bytes_per_s > 3 * bloom.inter_node.bandwidth_bytes_per_s
+    assert bloom.intra_node == mtnlg.intra_node
+
+
+def test_the_planner_protocol_keeps_what_the_runs_framework_cannot_change() -> None:
+    """DeepSpeed's pipeline engine has no interleaved schedule and the 2021-2022 code no
+    sequence parallelism: the planner protocol takes both from the blocks that say so and
+    chooses them elsewhere (Korthikanti's block states a default, not a limit)."""
+    for rid in ("mtnlg-530b-2240gpu", "bloom-176b-epoch1", "glm130b-768gpu-gbs4224"):
+        assert vp.planner_kept(ROWS[rid]) == {"vpp": 1, "sequence_parallel": False}, rid
+    assert vp.planner_kept(ROWS["korthikanti2022-t5-1t-full-recompute"]) == {}
+    seen: list[tuple[int, bool]] = []
+    original = vp.evaluate_candidate
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append((args[3].vpp, args[3].sequence_parallel))
+        return original(*args, **kwargs)
+
+    vp.evaluate_candidate = spy
+    try:
+        assert vp.best_estimate(ROWS["mtnlg-530b-2240gpu"]) is not None
+    finally:
+        vp.evaluate_candidate = original
+    assert seen and set(seen) == {(1, False)}
