@@ -363,7 +363,7 @@ def _plan_layers(arr: Any, *, field: str, top_k: int, weight_bytes_per_expert: i
                                  grad_bytes_per_expert=grad_bytes_per_expert,
                                  first_layer=start, field=field, out=counts[start:stop])
         _allocate(chunk, [_moves(p, rule) for p in chunk.problems], alloc[start:stop])
-        accounts += layer_accounts(chunk, alloc[start:stop])
+        accounts += layer_accounts(chunk, alloc[start:stop], balanced=True)
     return accounts
 
 

@@ -2,7 +2,8 @@
 
 Owns: validation of a token-count matrix [R, E] into a `PlacementProblem` (S follows from
 the counts) and the per-rank lower bound on redundant experts, both also for a `LayerBatch`
-of L layers of one shape at once (`placement_layers`, `layer_lower_bounds`). The routes of
+of L layers of one shape at once (`placement_layers`, `layer_lower_bounds`; from a balanced
+placement's replica counts, `balanced_lower_bounds`). The routes of
 an allocation are `solver.placement.routes`; the `PlacementResult` every planner returns,
 `solver.placement.results`. Must not: choose an allocation (the planners do).
 
@@ -321,6 +322,33 @@ def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: 
     return _prefix_bounds(expert_tokens, deficit, m)
 
 
+def balanced_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: IntArray,
+                          m: int, hosted: IntArray) -> IntArray:
+    """`layer_lower_bounds` [L, R] given a balanced placement of each layer that hosts
+    `hosted` [L, R] foreign experts per rank (every rank computes exactly S*K).
+
+    Such a placement meets every bound, so 0 <= bound <= hosted, and a rank with a deficit
+    needs at least one foreign expert: a rank without deficit has bound 0, one with a
+    deficit that hosts a single replica has bound 1. Only ranks with a deficit hosting two
+    or more are counted (`_needy_bounds` on those ranks alone, or `layer_lower_bounds` on
+    the layers that hold such ranks); on the random skews no rank is.
+    """
+    deficit = np.maximum(capacity[:, None] - home_loads, 0)
+    bounds: IntArray = (deficit > 0).astype(np.int64)
+    counted = (hosted > 1) & (bounds > 0)
+    if not counted.any():
+        return bounds
+    layers = expert_tokens.shape[0]
+    if layers == 1:
+        bounds[0] = np.where(counted[0], _needy_bounds(
+            expert_tokens[0], np.where(counted[0], deficit[0], 0), m), bounds[0])
+        return bounds
+    some = np.flatnonzero(counted.any(axis=1))
+    full = layer_lower_bounds(expert_tokens[some], home_loads[some], capacity[some], m)
+    bounds[some] = full
+    return bounds
+
+
 def _covered_by_one_expert(expert_tokens: IntArray, deficit: IntArray,
                            m: int) -> IntArray | None:
     """The bounds (0 or 1) when the largest foreign expert covers every rank's deficit,
@@ -399,6 +427,7 @@ __all__ = [
     "LayerBatch",
     "placement_layers",
     "placement_problem",
+    "balanced_lower_bounds",
     "layer_lower_bounds",
     "layer_slice",
     "layers_array",
