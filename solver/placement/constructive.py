@@ -176,18 +176,19 @@ class _CoverState:
         keyed.sort()
         return [k[3] for k in keyed], [k[0] for k in keyed]
 
-    def _candidate_arrays(self) -> tuple[IntArray, IntArray, IntArray]:
-        """`_candidates` sorted with numpy: the experts, their tokens (descending) and their
-        donors, as arrays."""
-        bal_arr = np.asarray(self.bal, dtype=np.int64)
-        rem_arr = np.asarray(self.rem, dtype=np.int64)
+    def _candidate_arrays(self, bal_arr: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+        """`_candidates` sorted with numpy, given the balances as an array: the experts,
+        their tokens (descending) and their donors, as arrays."""
+        rem_arr = np.fromiter(self.rem, np.int64, len(self.rem))  # quicker than asarray
         cand = np.flatnonzero((bal_arr[self.home_of] > 0) & (rem_arr > 0))
         tokens, donor = rem_arr[cand], self.home_of[cand]
-        by_donor = np.lexsort((-tokens, donor))
-        sorted_donor = donor[by_donor]
+        negated = -tokens
+        # the candidates ascend, so their donors do: sorting by donor, then tokens, keeps
+        # each donor's run in place, and its place is the index less the run's start
+        by_donor = np.lexsort((negated, donor))
         place = np.empty_like(by_donor)
-        place[by_donor] = np.arange(cand.size) - np.searchsorted(sorted_donor, sorted_donor)
-        order = np.lexsort((-bal_arr[donor], place, -tokens))
+        place[by_donor] = np.arange(cand.size) - np.searchsorted(donor, donor)
+        order = np.lexsort((-bal_arr[donor], place, negated))
         return cand[order], tokens[order], donor[order]
 
     def _fill_many(self, u: int, q: int) -> None:
@@ -224,13 +225,16 @@ class _CoverState:
         i covers the rest once the whole pieces before it leave less than its tokens, i.e.
         it is the first whose running total of tokens reaches q; the covers are the
         candidates from it with tokens >= the rest (the tokens descend)."""
-        experts, tokens, donor = self._candidate_arrays()
+        bal_arr = np.asarray(self.bal, dtype=np.int64)
+        experts, tokens, donor = self._candidate_arrays(bal_arr)
         i = int(tokens.cumsum().searchsorted(q))  # the first running total >= q
-        for e, whole in zip(experts[:i].tolist(), tokens[:i].tolist(), strict=True):
+        for e, whole, h in zip(experts[:i].tolist(), tokens[:i].tolist(), donor[:i].tolist(),
+                               strict=True):
             self.take(e, u, whole)
+            bal_arr[h] -= whole  # the array follows `bal`
             q -= whole
         end = int(np.count_nonzero(tokens >= q))  # candidates i .. end-1 cover q
-        excess = np.asarray(self.bal, dtype=np.int64)[donor[i:end]]  # after the whole pieces
+        excess = bal_arr[donor[i:end]]  # after the whole pieces
         safe = excess >= q
         if safe.any():  # the last-listed of the least safe excess
             last = int(np.flatnonzero(excess == excess[safe].min())[-1])
