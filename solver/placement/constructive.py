@@ -329,7 +329,9 @@ def _allocate(batch: LayerBatch, moves: Sequence[Moves], alloc: IntArray) -> Non
     alloc[...] = 0
     home = batch.expert_tokens.copy()
     if layers == 1:
-        expert, to, tokens = np.array(moves[0], dtype=np.int64).reshape(3, -1)
+        moved = len(moves[0][0])  # fromiter is twice as quick as np.array on the columns
+        expert, to, tokens = np.fromiter(chain.from_iterable(moves[0]), np.int64,
+                                         3 * moved).reshape(3, moved)
     else:
         expert, to, tokens = (np.fromiter(chain.from_iterable(x[i] for x in moves), np.int64)
                               for i in range(3))

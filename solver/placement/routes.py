@@ -223,7 +223,9 @@ def shared_cells(batch: LayerBatch, alloc: IntArray) -> SharedCells:
     index = shape_index(r, e)
     on_home = alloc.reshape(layers, e * r)[:, index.allocation_home]
     layer, expert = (on_home != batch.expert_tokens).nonzero()
-    rows = alloc[layer, expert, :].ravel()
+    # [n, R] rows, flat; one layer's by a take, quicker than the fancy index
+    rows = alloc[0].take(expert, axis=0).ravel() if layers == 1 else \
+        alloc[layer, expert, :].ravel()
     cells = (rows > 0).nonzero()[0]  # quicker than a 2-D nonzero; alloc >= 0
     row, rank = _split_cells(cells, expert.size, r)
     return SharedCells(layer, expert, cells, row, rank, rows.take(cells))
