@@ -3,8 +3,10 @@
 Owns: the online planner. Ranks have balances b_d = G_d - S*K (G_d = load of d's home
 experts); each step takes the most underloaded rank u, fills its whole deficit q = -b_u
 with tokens of experts homed on currently overloaded ranks, and never touches u again.
-Routes, traffic and the bound check come from `problem.layer_accounts`; all layers of a model
-can be planned in one call (`plan_constructive_layers`). Each entry point runs as a search
+Routes, traffic and the bound check come from `results.layer_accounts`, told that every plan
+is balanced by construction (its rank loads are then the capacity and its lower bounds follow
+from its replica counts); all layers of a model can be planned in one call
+(`plan_constructive_layers`). Each entry point runs as a search
 (`models.core.search_memo.within_search_memo`), so the placement's index arrays are built
 once and kept on the process's memo, not once per ask. Must not: import OR-Tools (the exact
 reference is `exact.py`).
