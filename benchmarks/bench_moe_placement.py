@@ -80,6 +80,22 @@ under a kept memo (load average 4.1, best of 20 batches per part), the cover rul
 1 us each), routes 0.08, the lower bound 0.03 (0.05 before), validation 0.025, allocation
 0.013; building the route-splitting table cost another 0.01 per call while each call had
 a memo of its own (`routes._split_cells`; the process's shared memo keeps it since).
+
+Lower bounds from the plan's replica counts (a rank with a deficit hosting one replica has
+bound 1; only ranks hosting several are counted, one by one up to two), rank loads by
+construction (the invariants still sum the allocation), north-west pieces without repeats
+where every demand ends with a supply cell (the tight construction: 3,909 pieces, no inner
+cut), cells split by shift and mask at a power-of-two R, a leaner numpy fill of the cover
+rule. The previous and this release alternated three times in a scratch loop (5 rounds of
+60 single calls per skew, median per round; wall ms, min/median of the rounds; process CPU
+time within 0.005 ms of wall; load average 2.6-3.4) at E=256, R=64: uniform 0.282-0.288 ->
+0.263-0.268, the other five random skews 0.257-0.291 -> 0.239-0.273, tight 0.402-0.406 ->
+0.324-0.329. This benchmark (`--skip-gemm --repeats 20`, two runs each, alternated, load
+average 0.9-3.7, noisier): tight 0.438-0.486 -> 0.348-0.404 ms. Tight stays over 0.3 ms; in
+context (medians, load average 0.7-1.7) the cover rule takes about 0.12-0.14 ms (62
+single-cover heap steps at about 1.2 us each, one numpy fill of 252 candidates about 0.03,
+the state 0.012), routes 0.06 (3,909 rows), validation 0.03, allocation 0.02, shared cells
+and replicas 0.03, the bound 0.01, the result 0.01.
 """
 
 import argparse

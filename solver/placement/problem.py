@@ -2,7 +2,8 @@
 
 Owns: validation of a token-count matrix [R, E] into a `PlacementProblem` (S follows from
 the counts) and the per-rank lower bound on redundant experts, both also for a `LayerBatch`
-of L layers of one shape at once (`placement_layers`, `layer_lower_bounds`). The routes of
+of L layers of one shape at once (`placement_layers`, `layer_lower_bounds`; from a balanced
+placement's replica counts, `balanced_lower_bounds`). The routes of
 an allocation are `solver.placement.routes`; the `PlacementResult` every planner returns,
 `solver.placement.results`. Must not: choose an allocation (the planners do).
 
@@ -321,6 +322,54 @@ def layer_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: 
     return _prefix_bounds(expert_tokens, deficit, m)
 
 
+FEW_COUNTED_RANKS = 2
+"""Most ranks of one layer whose bounds `balanced_lower_bounds` counts one by one
+(`_one_rank_bound`, about 6 us each at E=256) rather than with `_needy_bounds` (about 15 us
+for a few ranks)."""
+
+
+def _one_rank_bound(expert_tokens: IntArray, deficit: int, d: int, m: int) -> int:
+    """Rank d's `redundancy_lower_bounds` (deficit > 0): the fewest of the other ranks'
+    experts, largest first, whose tokens reach the deficit."""
+    foreign = np.concatenate((expert_tokens[:d * m], expert_tokens[d * m + m:]))
+    foreign.sort()
+    reached = foreign[::-1].cumsum()
+    return int(reached.searchsorted(deficit)) + 1
+
+
+def balanced_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacity: IntArray,
+                          m: int, hosted: IntArray) -> IntArray:
+    """`layer_lower_bounds` [L, R] given a balanced placement of each layer that hosts
+    `hosted` [L, R] foreign experts per rank (every rank computes exactly S*K).
+
+    Such a placement meets every bound, so 0 <= bound <= hosted, and a rank with a deficit
+    needs at least one foreign expert: a rank without deficit has bound 0, one with a
+    deficit that hosts a single replica has bound 1. Only ranks with a deficit hosting two
+    or more are counted (one by one up to `FEW_COUNTED_RANKS` in a layer planned alone,
+    else `_needy_bounds` on those ranks, or `layer_lower_bounds` on the layers that hold
+    such ranks); on the random skews no rank is, on the tight construction one.
+    """
+    short = capacity[:, None] - home_loads  # the deficit where positive
+    needy = short > 0
+    bounds: IntArray = needy.astype(np.int64)
+    counted = needy & (hosted > 1)
+    if expert_tokens.shape[0] == 1:
+        ranks = counted[0].nonzero()[0]
+        if ranks.size <= FEW_COUNTED_RANKS:
+            for d in ranks.tolist():
+                bounds[0, d] = _one_rank_bound(expert_tokens[0], int(short[0, d]), d, m)
+            return bounds
+        bounds[0] = np.where(counted[0], _needy_bounds(
+            expert_tokens[0], np.where(counted[0], short[0], 0), m), bounds[0])
+        return bounds
+    if not counted.any():
+        return bounds
+    some = np.flatnonzero(counted.any(axis=1))
+    full = layer_lower_bounds(expert_tokens[some], home_loads[some], capacity[some], m)
+    bounds[some] = full
+    return bounds
+
+
 def _covered_by_one_expert(expert_tokens: IntArray, deficit: IntArray,
                            m: int) -> IntArray | None:
     """The bounds (0 or 1) when the largest foreign expert covers every rank's deficit,
@@ -399,6 +448,7 @@ __all__ = [
     "LayerBatch",
     "placement_layers",
     "placement_problem",
+    "balanced_lower_bounds",
     "layer_lower_bounds",
     "layer_slice",
     "layers_array",

@@ -15,6 +15,7 @@ from solver.placement.problem import (
     IntArray,
     LayerBatch,
     PlacementProblem,
+    balanced_lower_bounds,
     layer_lower_bounds,
     single_layer,
 )
@@ -88,36 +89,48 @@ def build_results(
 
 
 def _replicas(shared: SharedCells, home_of: IntArray, layers: int, r: int
-              ) -> tuple[list[list[tuple[int, ...]]], list[int]]:
-    """Per layer and rank the foreign experts the rank hosts (sorted), and per layer the
-    tokens computed on them (migrated), from the shared experts' cells."""
+              ) -> tuple[list[list[tuple[int, ...]]], list[int], IntArray]:
+    """Per layer and rank the foreign experts the rank hosts (sorted), per layer the tokens
+    computed on them (migrated), and [L, R] how many each rank hosts, from the shared
+    experts' cells."""
     foreign = (shared.rank != home_of[shared.expert[shared.row]]).nonzero()[0]
     row = shared.row[foreign]
     hosted: list[list[tuple[int, ...]]] = [[()] * r for _ in range(layers)]
+    layer, rank = shared.layer[row], shared.rank[foreign]
     # cells come row-major over (layer, expert, rank): each rank's experts come sorted
-    for x, d, y in zip(shared.layer[row].tolist(), shared.rank[foreign].tolist(),
-                       shared.expert[row].tolist(), strict=True):
+    for x, d, y in zip(layer.tolist(), rank.tolist(), shared.expert[row].tolist(), strict=True):
         hosted[x][d] += (y,)
+    per_rank = np.bincount(layer * r + rank, minlength=layers * r).reshape(layers, r)
     moved = shared.tokens[foreign]
     if layers == 1:
-        return hosted, [int(np.add.reduce(moved))]
+        return hosted, [int(np.add.reduce(moved))], per_rank
     per_layer = np.zeros(layers, dtype=np.int64)
-    np.add.at(per_layer, shared.layer[row], moved)
-    return hosted, per_layer.tolist()
+    np.add.at(per_layer, layer, moved)
+    return hosted, per_layer.tolist(), per_rank
 
 
-def layer_accounts(batch: LayerBatch, alloc: IntArray, lower_bounds: IntArray | None = None
-                   ) -> list[dict[str, Any]]:
+def layer_accounts(batch: LayerBatch, alloc: IntArray, lower_bounds: IntArray | None = None,
+                   *, balanced: bool = False) -> list[dict[str, Any]]:
     """The fields of each layer's `PlacementResult` but `planner` and `wall_time_s`
-    (a planner that times itself adds them once the accounting is done)."""
+    (a planner that times itself adds them once the accounting is done).
+
+    `balanced`: every allocation is known to give each rank exactly S*K (the constructive
+    planner's, by construction); the rank loads are then the capacity, not summed, and the
+    lower bounds follow from the replica counts (`balanced_lower_bounds`)."""
     layers, r, e = batch.counts.shape
     m = e // r
     index = shape_index(r, e)
     shared = shared_cells(batch, alloc)
-    hosted, migrated = _replicas(shared, index.home_of, layers, r)
+    hosted, migrated, per_rank_hosted = _replicas(shared, index.home_of, layers, r)
     routes, kept = layer_routes(batch, shared)
-    rank_loads = np.add.reduce(alloc, axis=1)
     remote = (batch.capacity * r - kept).tolist()  # every layer routes R*S*K tokens
+    if balanced:
+        rank_loads = batch.capacity.repeat(r).reshape(layers, r)
+        if lower_bounds is None:
+            lower_bounds = balanced_lower_bounds(batch.expert_tokens, batch.home_loads,
+                                                 batch.capacity, m, per_rank_hosted)
+    else:
+        rank_loads = np.add.reduce(alloc, axis=1)
     if lower_bounds is None:
         lower_bounds = layer_lower_bounds(batch.expert_tokens, batch.home_loads, batch.capacity,
                                           m)

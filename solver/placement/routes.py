@@ -169,9 +169,12 @@ def _row_major_arrays(columns: int, rows: int) -> tuple[IntArray, IntArray]:
 
 
 def _split_cells(cells: IntArray, rows: int, columns: int) -> tuple[IntArray, IntArray]:
-    """(row, column) of flat indices `cells` into a row-major [rows, columns] array; the
-    lookup tables are kept for the next power of two of `rows`, up to
-    `SPLIT_TABLE_CELLS`."""
+    """(row, column) of flat indices `cells` into a row-major [rows, columns] array: by a
+    shift and a mask when `columns` is a power of two, else from lookup tables kept for the
+    next power of two of `rows`, up to `SPLIT_TABLE_CELLS`."""
+    if columns & (columns - 1) == 0:  # a power of two: a shift and a mask, quicker still
+        shift = columns.bit_length() - 1
+        return cells >> shift, cells & (columns - 1)
     table_rows = 1 << max(rows - 1, 0).bit_length()
     if table_rows * columns > SPLIT_TABLE_CELLS:
         split: tuple[IntArray, IntArray] = np.divmod(cells, columns)
@@ -220,7 +223,9 @@ def shared_cells(batch: LayerBatch, alloc: IntArray) -> SharedCells:
     index = shape_index(r, e)
     on_home = alloc.reshape(layers, e * r)[:, index.allocation_home]
     layer, expert = (on_home != batch.expert_tokens).nonzero()
-    rows = alloc[layer, expert, :].ravel()
+    # [n, R] rows, flat; one layer's by a take, quicker than the fancy index
+    rows = alloc[0].take(expert, axis=0).ravel() if layers == 1 else \
+        alloc[layer, expert, :].ravel()
     cells = (rows > 0).nonzero()[0]  # quicker than a 2-D nonzero; alloc >= 0
     row, rank = _split_cells(cells, expert.size, r)
     return SharedCells(layer, expert, cells, row, rank, rows.take(cells))
@@ -248,7 +253,10 @@ def layer_routes(batch: LayerBatch, shared: SharedCells) -> tuple[list[Routes], 
     lay, exp = shared.layer, shared.expert
     cell_row, cell_rank = shared.row, shared.rank
     # local first: each allocation cell keeps min(own count, cell tokens) on its own rank
-    supply = batch.counts[lay, :, exp]  # [n, R], a copy
+    if layers == 1:  # [n, R], a C-contiguous copy; a take of columns is quicker here
+        supply = batch.counts[0].take(exp, axis=1).T.copy()
+    else:
+        supply = batch.counts[lay, :, exp]  # [n, R], a copy
     flat_supply = supply.reshape(-1)  # a view: the copy is C-contiguous
     own = flat_supply.take(shared.cell)
     local = np.minimum(own, shared.tokens)
@@ -303,14 +311,22 @@ def _north_west(supply: IntArray, d_row: IntArray, d_rank: IntArray, d_tokens: I
     cell k ends at piece at[k] + (inner cuts before k), where at[k] is the supply cell its
     end falls in (a demand end that meets a supply cell's end is that cell's last piece,
     and no later inner cut lies in the same cell), so the pieces of demand k are the run
-    between the previous demand's end and its own.
+    between the previous demand's end and its own. Without inner cuts (the tight
+    construction's demands all end with a supply cell) the pieces are the supply cells.
     """
     s_cell = (supply > 0).ravel().nonzero()[0]  # supply is >= 0
-    cum_s = supply.ravel().take(s_cell).cumsum()
+    s_tokens = supply.ravel().take(s_cell)
+    cum_s = s_tokens.cumsum()
     cum_d = d_tokens.cumsum()
     at = cum_s.searchsorted(cum_d)  # the supply cell each demand cut falls in
-    is_inner = cum_s[at] != cum_d
+    is_inner = cum_s.take(at) != cum_d
     inner = is_inner.nonzero()[0]
+    if inner.size == 0:  # every demand ends with a supply cell: each cell is one piece
+        per_cell = np.empty_like(at)
+        per_cell[:1] = at[:1] + 1
+        np.subtract(at[1:], at[:-1], out=per_cell[1:])
+        row, source = _split_cells(s_cell, *supply.shape)
+        return row, source, d_rank.repeat(per_cell), s_tokens
     pieces = np.bincount(at[inner], minlength=cum_s.size)
     pieces += 1
     cuts = cum_s.repeat(pieces)  # a cell's last piece ends where the cell ends

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from solver.placement import PlacementResult
+from solver.placement import PlacementResult, redundancy_lower_bounds
 
 
 def check_placement(res: PlacementResult, counts: np.ndarray) -> None:
@@ -11,6 +11,8 @@ def check_placement(res: PlacementResult, counts: np.ndarray) -> None:
     r, e = counts.shape
     m = e // r
     assert np.all(res.rank_loads == p.capacity), "every rank receives exactly S*K"
+    assert np.array_equal(res.allocation.sum(axis=0), res.rank_loads), "loads of the allocation"
+    assert np.array_equal(res.lower_bound_per_rank, redundancy_lower_bounds(p))
     hosted = np.array([len(x) for x in res.redundant_experts])
     assert np.all(hosted <= m), "at most E/R redundant experts per rank"
     assert np.all(hosted >= res.lower_bound_per_rank)

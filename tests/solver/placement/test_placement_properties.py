@@ -37,7 +37,12 @@ from solver.placement import (
     redundancy_lower_bounds,
 )
 from solver.placement.constructive import LAYERS_PER_CHUNK
-from solver.placement.problem import _needy_bounds, _prefix_bounds, layer_lower_bounds
+from solver.placement.problem import (
+    _needy_bounds,
+    _prefix_bounds,
+    balanced_lower_bounds,
+    layer_lower_bounds,
+)
 
 WEIGHT_BYTES, GRAD_BYTES = 1000, 2000
 
@@ -196,6 +201,34 @@ def test_lower_bounds_of_one_and_of_all_layers_match_brute_force(
             expected
         assert _prefix_bounds(batch.expert_tokens[x:x + 1], deficit[None], m)[0].tolist() == \
             expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=layer_batches(), rule=st.sampled_from(list(ConstructiveRule)))
+def test_bounds_from_a_balanced_plans_replicas_match_brute_force(
+        case: tuple[np.ndarray, int], rule: ConstructiveRule) -> None:
+    """The constructive planner's bounds come from its replica counts
+    (`balanced_lower_bounds`): they equal the brute force, for all layers at once and for
+    each layer alone, and so does the shortcut given any hosted counts of at least the
+    bound."""
+    counts, k = case
+    batch = placement_layers(counts, top_k=k)
+    m = counts.shape[2] // counts.shape[1]
+    expected = np.array([_brute_force_bounds(layer, k) for layer in counts])
+    results = plan_constructive_layers(counts, top_k=k, rule=rule)
+    assert np.array_equal(np.stack([x.lower_bound_per_rank for x in results]), expected)
+    for layer, res in zip(counts, results, strict=True):
+        alone = plan_constructive(layer, top_k=k, rule=rule)
+        assert alone.lower_bound_per_rank.tolist() == res.lower_bound_per_rank.tolist()
+    for extra in (0, 1, 2):
+        hosted = expected + extra * (expected > 0)
+        got = balanced_lower_bounds(batch.expert_tokens, batch.home_loads, batch.capacity, m,
+                                    hosted)
+        assert np.array_equal(got, expected)
+        for x in range(counts.shape[0]):
+            one = balanced_lower_bounds(batch.expert_tokens[x:x + 1], batch.home_loads[x:x + 1],
+                                        batch.capacity[x:x + 1], m, hosted[x:x + 1])
+            assert np.array_equal(one[0], expected[x])
 
 
 def test_tight_layers_keep_the_tight_bound_in_one_call() -> None:
