@@ -284,19 +284,30 @@ def layer_routes(batch: LayerBatch, shared: SharedCells) -> tuple[list[Routes], 
     for x in range(layers):
         a, b = local_at[x], local_at[x + 1]
         c, d = nw_at[x], nw_at[x + 1]
-        n_local = b - a
-        cols = np.empty((4, n_local + d - c), dtype=np.int64)
-        cols[0, :n_local] = cols[2, :n_local] = local_rank[a:b]
-        cols[1, :n_local] = exp[local_row[a:b]]
-        cols[3, :n_local] = local_tokens[a:b]
-        tail = cols[:, n_local:]
-        tail[0] = nw_source[c:d]
-        tail[1] = exp[nw_row[c:d]]
-        tail[2] = nw_dest[c:d]
-        tail[3] = nw_tokens[c:d]
-        cols.setflags(write=False)
+        cols = _route_columns(exp, (local_rank[a:b], local_row[a:b], local_tokens[a:b]),
+                              (nw_source[c:d], nw_row[c:d], nw_dest[c:d], nw_tokens[c:d]))
         routes.append(Routes(batch.counts[x], exp[shared_at[x]:shared_at[x + 1]], cols))
     return routes, kept
+
+
+def _route_columns(exp: IntArray, local: tuple[IntArray, IntArray, IntArray],
+                   matched: tuple[IntArray, IntArray, IntArray, IntArray]) -> IntArray:
+    """One layer's shared-expert routes as a read-only [4, n] array (source, expert,
+    destination, tokens): first the tokens kept on their rank (`local`: rank, shared row,
+    tokens), then the north-west pieces (`matched`: source, row, destination, tokens)."""
+    rank, row, tokens = local
+    n_local = rank.size
+    cols = np.empty((4, n_local + matched[0].size), dtype=np.int64)
+    cols[0, :n_local] = cols[2, :n_local] = rank
+    cols[1, :n_local] = exp[row]
+    cols[3, :n_local] = tokens
+    tail = cols[:, n_local:]
+    tail[0] = matched[0]
+    tail[1] = exp[matched[1]]
+    tail[2] = matched[2]
+    tail[3] = matched[3]
+    cols.setflags(write=False)
+    return cols
 
 
 def _north_west(supply: IntArray, d_row: IntArray, d_rank: IntArray, d_tokens: IntArray
