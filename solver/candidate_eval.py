@@ -119,17 +119,61 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     passes one for all its candidates), the value being the same with or without it.
 
     The evaluation's shared pieces (probe configurations, work tables, frugal bounds) live
-    on one `solver.candidate.PlanCandidate` made here."""
-    zeros = allowed_zero_stages(constraints)
-    if not zeros:
-        return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")
+    on one `solver.candidate.PlanCandidate` made here (`evaluate_plan_candidate`)."""
     cand = PlanCandidate.of(spec, training, cluster, candidate, constraints, caps, memo)
+    return evaluate_plan_candidate(cand, step_cutoff_s=step_cutoff_s,
+                                   zero3_bound_s=zero3_bound_s, zero_floors_s=zero_floors_s)
+
+
+@within_search_memo
+def evaluate_plan_candidate(cand: PlanCandidate, *, step_cutoff_s: float = math.inf,
+                            zero3_bound_s: float = 0.0,
+                            zero_floors_s: Mapping[int, float] | None = None
+                            ) -> ScoredPlan | Rejection | Dominated:
+    """`evaluate_candidate` of a candidate already made (`PlanCandidate.of` of its inputs):
+    the same value, reusing what the object derived before (a work table that
+    `evaluation_floor_s` built)."""
+    zeros = allowed_zero_stages(cand.constraints)
+    if not zeros:
+        return Rejection(candidate=cand.mesh, reason="no ZeRO stage is allowed")
     floors = zero_floors_s or {}
     try:
         probes = _probe(cand, zeros, step_cutoff_s, zero3_bound_s, floors)
         return _best_plan(cand, probes, zeros, step_cutoff_s, floors)
     except InvalidSpecError as exc:
-        return Rejection(candidate=candidate, reason=exc.detail)
+        return Rejection(candidate=cand.mesh, reason=exc.detail)
+
+
+def evaluation_floor_s(cand: PlanCandidate, *, step_cutoff_s: float, zero3_bound_s: float,
+                       zero_floors_s: Mapping[int, float] | None) -> float:
+    """Read only where it reaches `step_cutoff_s`: then `evaluate_plan_candidate` under the
+    same arguments simulates no plan (it returns `Dominated` or `Rejection`), and a
+    `Dominated` it returns has a bound at least this. Costs at most the work tables, no
+    memory probe.
+
+    Per allowed ZeRO stage, the least bound `_probe` and `_best_plan` can give it: a stage
+    skipped by the ZeRO-3 bound or its floor, that bound; a probed one, its floor and
+    `PlanCandidate.plain_bound_s` (a policy only adds recomputation, so every `_Bounded`
+    ladder and every fit's cheap bound is at least it). A pinned policy is bounded by its
+    own `step_time_bound` only, so a probed stage of one gives no floor (minus infinity),
+    nor does a work table that is not valid (the evaluation then says why)."""
+    floors = zero_floors_s or {}
+    zeros = allowed_zero_stages(cand.constraints)
+    least = math.inf if zeros else -math.inf
+    for zero in zeros:
+        if zero == 3 and zero3_bound_s >= step_cutoff_s:
+            stage_s = zero3_bound_s
+        elif floors.get(zero, 0.0) >= step_cutoff_s:
+            stage_s = floors.get(zero, 0.0)
+        elif cand.pinned:
+            return -math.inf
+        else:
+            try:
+                stage_s = max(floors.get(zero, 0.0), cand.plain_bound_s(zero))
+            except InvalidSpecError:
+                return -math.inf
+        least = min(least, stage_s)
+    return least
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -537,6 +581,8 @@ __all__ = [
     "Storage",
     "allowed_zero_stages",
     "evaluate_candidate",
+    "evaluate_plan_candidate",
+    "evaluation_floor_s",
     "layer_split_options",
     "least_memory_candidate",
     "least_stored_policy",
