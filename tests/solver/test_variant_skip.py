@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from api_schemas import Constraints, TrainingSpec
+from api_schemas import Constraints, RecomputeMode, TrainingSpec
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
 from models.catalog.presets import cluster_preset, model_preset
@@ -131,7 +131,7 @@ def test_a_pinned_policy_gives_no_floor_below_a_skipped_stage() -> None:
     """A pinned activation policy is bounded by its own step-time bound only: a probed stage
     of it gives no floor (minus infinity), so its variant is always evaluated."""
     spec, training, cluster, meshes = _problem()
-    constraints = Constraints(recompute="full")
+    constraints = Constraints(recompute=RecomputeMode.FULL)
     c = meshes[0]
     for variant in targets.candidate_variants(spec, training, c, constraints):
         cand = PlanCandidate.of(spec, variant.training, cluster, c, variant.constraints,
