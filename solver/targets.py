@@ -42,11 +42,12 @@ from solver.candidate_eval import (
     PolicyCaps,
     Rejection,
     ScoredPlan,
-    evaluate_plan_candidate,
+    evaluate_unsettled,
     evaluation_floor_s,
     layer_split_options,
     least_memory_candidate,
 )
+from solver.outcomes import Unfit
 from solver.runtime_choice import RUNTIME_NAMES, runtime_feature_set, runtime_options
 from solver.space import MeshCandidate, permitted
 
@@ -299,7 +300,8 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
     `candidate_variants` where the caller has them.
 
     A variant is not evaluated where its result cannot change the answer
-    (`_cannot_matter`)."""
+    (`_cannot_matter`), and a variant's memory rejection reads its ledger only where it is
+    the answer (`Unfit`)."""
     if variants is None:
         variants = candidate_variants(spec, training, candidate, constraints)
     if not variants:
@@ -308,7 +310,7 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
     if least_memory:
         return _least_memory(spec, cluster, candidate, variants)
     best: ScoredPlan | None = None
-    other: Rejection | Dominated | None = None
+    other: Rejection | Dominated | Unfit | None = None
     cutoff = step_cutoff_s
     for variant in variants:
         recipe = variant.training
@@ -320,9 +322,8 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
                 cand, held, step_cutoff_s=cutoff, zero3_bound_s=zero3_bound_s,
                 zero_floors_s=zero_floors_s):
             continue
-        result = evaluate_plan_candidate(cand, step_cutoff_s=cutoff,
-                                         zero3_bound_s=zero3_bound_s,
-                                         zero_floors_s=zero_floors_s)
+        result = evaluate_unsettled(cand, step_cutoff_s=cutoff, zero3_bound_s=zero3_bound_s,
+                                    zero_floors_s=zero_floors_s)
         if isinstance(result, ScoredPlan):
             result = dataclasses.replace(result, training=recipe)
             if best is None or _key(result, False) < _key(best, False):
@@ -336,7 +337,7 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
     if best is not None:
         return best
     assert other is not None
-    return other
+    return other.rejection() if isinstance(other, Unfit) else other
 
 
 def _cannot_matter(cand: PlanCandidate, held: Dominated | None, *, step_cutoff_s: float,

@@ -53,12 +53,14 @@ def _every_variant(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec
     return best if best is not None else other  # type: ignore[return-value]
 
 
-def _problem() -> tuple[ModelSpec, TrainingSpec, ClusterSpec, list[MeshCandidate]]:
+def _problem(sequence: int = 4096) -> tuple[ModelSpec, TrainingSpec, ClusterSpec,
+                                            list[MeshCandidate]]:
     """DeepSeek-V2-Lite on 16 H100: MoE candidates with several runtime variants each
-    (DeepEP and the EP overlap on and off, per released framework)."""
+    (DeepEP and the EP overlap on and off, per released framework); at 32k tokens many
+    fit nowhere."""
     spec = model_preset("deepseek-v2-lite")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=2)
-    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    training = TrainingSpec(global_batch_size=64, sequence_length=sequence)
     meshes = candidate_meshes(spec, training, world_size=cluster.world_size, gpus_per_node=8,
                               constraints=Constraints())
     return spec, training, cluster, random.Random(7).sample(meshes, min(24, len(meshes)))
@@ -71,13 +73,13 @@ def test_skipping_variants_keeps_the_fold_of_every_variant(
     every variant's evaluation, and some variants are not evaluated."""
     spec, training, cluster, meshes = _problem()
     evaluated = []
-    evaluate = targets.evaluate_plan_candidate
+    evaluate = targets.evaluate_unsettled
 
-    def counted(cand: PlanCandidate, **kwargs: Any) -> ScoredPlan | Rejection | Dominated:
+    def counted(cand: PlanCandidate, **kwargs: Any) -> object:
         evaluated.append(cand)
         return evaluate(cand, **kwargs)
 
-    monkeypatch.setattr(targets, "evaluate_plan_candidate", counted)
+    monkeypatch.setattr(targets, "evaluate_unsettled", counted)
     offered = compared = 0
     for c in meshes:
         variants = candidate_variants(spec, training, c, Constraints())
@@ -96,6 +98,24 @@ def test_skipping_variants_keeps_the_fold_of_every_variant(
                 offered += len(order)
     assert compared >= 40 and len(evaluated) < offered - 20, (compared, len(evaluated),
                                                                offered)
+
+
+def test_a_rejection_read_late_is_the_one_every_variant_gives() -> None:
+    """Where no variant fits, the answer is the first variant's rejection with its binding
+    stage and bytes (read from its ledger only once it is the answer)."""
+    spec, training, cluster, meshes = _problem(32768)
+    rejected = 0
+    for c in meshes:
+        variants = candidate_variants(spec, training, c, Constraints())
+        if not variants:
+            continue
+        for cutoff in (math.inf, 1.0):
+            expected = _every_variant(spec, training, cluster, c, variants, cutoff)
+            got = evaluate_for_targets(spec, training, cluster, c, Constraints(),
+                                       step_cutoff_s=cutoff, variants=variants)
+            assert got == expected, c.key
+            rejected += isinstance(got, Rejection) and got.over_bytes > 0
+    assert rejected >= 4, rejected
 
 
 def test_a_floor_at_the_cutoff_means_no_plan_and_no_lower_bound() -> None:
