@@ -120,6 +120,13 @@ class PlanCandidate:
         table = self.work_table(parallel.zero_stage)
         return table.bound_s(parallel, more_full_layers=more_full_layers) + table.wait_s
 
+    def plain_bound_s(self, zero: int) -> float:
+        """The least `bound_s` of any configuration at ZeRO stage `zero`: the busiest rank's
+        work without a policy plus the wait (a policy only adds recomputation to a rank's
+        work, `WorkTable.bound_s`)."""
+        table = self.work_table(zero)
+        return max(table.busy_s) + table.wait_s
+
     def frugal_bound_s(self, zero: int, full_layers: int) -> float:
         """`bound_s(..., more_full_layers=True)` at ZeRO stage `zero` under the most frugal
         policy with full recomputation of the first `full_layers` layers (the bound reads

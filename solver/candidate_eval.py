@@ -2,8 +2,9 @@
 cost model (memory ledger and simulated step time).
 
 Owns: `evaluate_candidate`, the single definition of "the value of a candidate" shared by
-the planner and by brute-force enumeration in the tests, and the reasons a candidate fails.
-Must not: enumerate or order candidates.
+the planner and by brute-force enumeration in the tests, the reasons a candidate fails (the
+outcome records are `solver.outcomes`'), and `evaluation_floor_s`, what an evaluation can
+give at least, read before its memory probes. Must not: enumerate or order candidates.
 
 Rule: for each allowed ZeRO stage (ascending) the activation policy is the first rung of a
 ladder, ordered from cheapest to most memory-saving, whose ledger fits: no recomputation;
@@ -34,7 +35,6 @@ from models.core.memory import MemoryLedger, memory_ledger
 from models.core.pipeline import schedule_traits
 from models.core.search_memo import within_search_memo
 from models.core.step_time import (
-    StepEstimate,
     estimate_step,
     pipeline_makespan_bound,
     simulated_makespan_bound,
@@ -56,40 +56,9 @@ from solver.ladder import (
     storage_options,
     with_policy,
 )
+from solver.outcomes import Dominated, Rejection, ScoredPlan, Unfit
 from solver.policy import choose_stage_policies, policy_options
 from solver.space import MeshCandidate
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScoredPlan:
-    """A fully specified configuration with its cost-model value."""
-
-    candidate: MeshCandidate
-    parallel: ParallelConfig
-    estimate: StepEstimate
-    ledger: MemoryLedger
-    training: TrainingSpec | None = None
-    """The recipe it was scored under, with the runtime features the search decided
-    (`solver.runtime_choice`); None: the request's own."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Rejection:
-    """Why a candidate has no plan: the stage and bytes over capacity, or a rule."""
-
-    candidate: MeshCandidate
-    reason: str
-    stage: int | None = None
-    over_bytes: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Dominated:
-    """A candidate whose every fitting plan is proven no faster than the caller's cutoff
-    (its exact step time was not needed)."""
-
-    candidate: MeshCandidate
-    bound_s: float
 
 
 @within_search_memo
@@ -119,17 +88,73 @@ def evaluate_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Cluster
     passes one for all its candidates), the value being the same with or without it.
 
     The evaluation's shared pieces (probe configurations, work tables, frugal bounds) live
-    on one `solver.candidate.PlanCandidate` made here."""
-    zeros = allowed_zero_stages(constraints)
-    if not zeros:
-        return Rejection(candidate=candidate, reason="no ZeRO stage is allowed")
+    on one `solver.candidate.PlanCandidate` made here (`evaluate_plan_candidate`)."""
     cand = PlanCandidate.of(spec, training, cluster, candidate, constraints, caps, memo)
+    return evaluate_plan_candidate(cand, step_cutoff_s=step_cutoff_s,
+                                   zero3_bound_s=zero3_bound_s, zero_floors_s=zero_floors_s)
+
+
+@within_search_memo
+def evaluate_plan_candidate(cand: PlanCandidate, *, step_cutoff_s: float = math.inf,
+                            zero3_bound_s: float = 0.0,
+                            zero_floors_s: Mapping[int, float] | None = None
+                            ) -> ScoredPlan | Rejection | Dominated:
+    """`evaluate_candidate` of a candidate already made (`PlanCandidate.of` of its inputs):
+    the same value, reusing what the object derived before (a work table that
+    `evaluation_floor_s` built)."""
+    found = evaluate_unsettled(cand, step_cutoff_s=step_cutoff_s, zero3_bound_s=zero3_bound_s,
+                               zero_floors_s=zero_floors_s)
+    return found.rejection() if isinstance(found, Unfit) else found
+
+
+@within_search_memo
+def evaluate_unsettled(cand: PlanCandidate, *, step_cutoff_s: float = math.inf,
+                       zero3_bound_s: float = 0.0,
+                       zero_floors_s: Mapping[int, float] | None = None
+                       ) -> ScoredPlan | Rejection | Dominated | Unfit:
+    """`evaluate_plan_candidate` with a memory rejection left `Unfit` (its ledger not yet
+    read): for a caller that reports it only if no other variant fits."""
+    zeros = allowed_zero_stages(cand.constraints)
+    if not zeros:
+        return Rejection(candidate=cand.mesh, reason="no ZeRO stage is allowed")
     floors = zero_floors_s or {}
     try:
         probes = _probe(cand, zeros, step_cutoff_s, zero3_bound_s, floors)
         return _best_plan(cand, probes, zeros, step_cutoff_s, floors)
     except InvalidSpecError as exc:
-        return Rejection(candidate=candidate, reason=exc.detail)
+        return Rejection(candidate=cand.mesh, reason=exc.detail)
+
+
+def evaluation_floor_s(cand: PlanCandidate, *, step_cutoff_s: float, zero3_bound_s: float,
+                       zero_floors_s: Mapping[int, float] | None) -> float:
+    """Read only where it reaches `step_cutoff_s`: then `evaluate_plan_candidate` under the
+    same arguments simulates no plan (it returns `Dominated` or `Rejection`), and a
+    `Dominated` it returns has a bound at least this. Costs at most the work tables, no
+    memory probe.
+
+    Per allowed ZeRO stage, the least bound `_probe` and `_best_plan` can give it: a stage
+    skipped by the ZeRO-3 bound or its floor, that bound; a probed one, its floor and
+    `PlanCandidate.plain_bound_s` (a policy only adds recomputation, so every `_Bounded`
+    ladder and every fit's cheap bound is at least it). A pinned policy is bounded by its
+    own `step_time_bound` only, so a probed stage of one gives no floor (minus infinity),
+    nor does a work table that is not valid (the evaluation then says why)."""
+    floors = zero_floors_s or {}
+    zeros = allowed_zero_stages(cand.constraints)
+    least = math.inf if zeros else -math.inf
+    for zero in zeros:
+        if zero == 3 and zero3_bound_s >= step_cutoff_s:
+            stage_s = zero3_bound_s
+        elif floors.get(zero, 0.0) >= step_cutoff_s:
+            stage_s = floors.get(zero, 0.0)
+        elif cand.pinned:
+            return -math.inf
+        else:
+            try:
+                stage_s = max(floors.get(zero, 0.0), cand.plain_bound_s(zero))
+            except InvalidSpecError:
+                return -math.inf
+        least = min(least, stage_s)
+    return least
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,7 +235,7 @@ def _probe_stage(cand: PlanCandidate, zero: int, floor_s: float, cutoff_s: float
 
 
 def _best_plan(cand: PlanCandidate, probes: _Probes, zeros: list[int], cutoff_s: float,
-               floors: Mapping[int, float]) -> ScoredPlan | Rejection | Dominated:
+               floors: Mapping[int, float]) -> ScoredPlan | Unfit | Dominated:
     """The fastest fitting plan, simulated in the order of the plans' step-time bounds
     until the next bound passes the fastest step or reaches the cutoff."""
     mesh = cand.mesh
@@ -218,11 +243,7 @@ def _best_plan(cand: PlanCandidate, probes: _Probes, zeros: list[int], cutoff_s:
         return Dominated(candidate=mesh, bound_s=min(probes.skipped))
     if not probes.fits:
         assert probes.unfit is not None
-        ledger = cand.ledger(probes.unfit)
-        return Rejection(candidate=mesh, stage=ledger.binding_stage,
-                         over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
-                         reason=f"does not fit even with ZeRO-{zeros[-1]} and the most "
-                                "frugal activation policy allowed")
+        return Unfit(cand=cand, parallel=probes.unfit, max_zero=zeros[-1])
     order = sorted(_fit_bound(cand, fit, cutoff_s, floors, rank)
                    for rank, fit in enumerate(probes.fits))
     best: tuple[float, int, ScoredPlan] | None = None
@@ -535,8 +556,12 @@ __all__ = [
     "Rejection",
     "ScoredPlan",
     "Storage",
+    "Unfit",
     "allowed_zero_stages",
     "evaluate_candidate",
+    "evaluate_plan_candidate",
+    "evaluate_unsettled",
+    "evaluation_floor_s",
     "layer_split_options",
     "least_memory_candidate",
     "least_stored_policy",

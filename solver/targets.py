@@ -33,17 +33,21 @@ from models.core.frameworks import (
 )
 from models.core.ledger_memo import LedgerMemo
 from models.core.memory import memory_ledger
+from models.core.search_memo import within_search_memo
 from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
+from solver.candidate import PlanCandidate
 from solver.candidate_eval import (
     Dominated,
     PolicyCaps,
     Rejection,
     ScoredPlan,
-    evaluate_candidate,
+    evaluate_unsettled,
+    evaluation_floor_s,
     layer_split_options,
     least_memory_candidate,
 )
+from solver.outcomes import Unfit
 from solver.runtime_choice import RUNTIME_NAMES, runtime_feature_set, runtime_options
 from solver.space import MeshCandidate, permitted
 
@@ -277,6 +281,7 @@ def admits_mesh(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidat
     return any(request.view(fw.id, mesh) is not None for fw in targets)
 
 
+@within_search_memo
 def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                          candidate: MeshCandidate, constraints: Constraints, *,
                          step_cutoff_s: float = math.inf,
@@ -287,35 +292,41 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
                          variants: list[Variant] | None = None
                          ) -> ScoredPlan | Rejection | Dominated:
     """The candidate's best plan over its framework variants (`evaluate_candidate` under
-    each, or `least_memory_candidate` for the min_memory objective); a rejection when no
-    framework runs it or none fits. `memo`: as `evaluate_candidate`'s (one per recipe: a
-    variant whose runtime features differ from the request's gets its own). The plan keeps
-    the recipe it was scored under (`ScoredPlan.training`). `variants`: the candidate's
-    `candidate_variants` where the caller has them."""
+    each, in order, each under the cutoff lowered by the plans before it, or
+    `least_memory_candidate` for the min_memory objective); a rejection when no framework
+    runs it or none fits. `memo`: as `evaluate_candidate`'s (one per recipe: a variant
+    whose runtime features differ from the request's gets its own). The plan keeps the
+    recipe it was scored under (`ScoredPlan.training`). `variants`: the candidate's
+    `candidate_variants` where the caller has them.
+
+    A variant is not evaluated where its result cannot change the answer
+    (`_cannot_matter`), and a variant's memory rejection reads its ledger only where it is
+    the answer (`Unfit`)."""
     if variants is None:
         variants = candidate_variants(spec, training, candidate, constraints)
     if not variants:
         return Rejection(candidate=candidate, reason="no framework of the target runs this "
                          "mesh and schedule")
+    if least_memory:
+        return _least_memory(spec, cluster, candidate, variants)
     best: ScoredPlan | None = None
-    other: Rejection | Dominated | None = None
+    other: Rejection | Dominated | Unfit | None = None
     cutoff = step_cutoff_s
     for variant in variants:
-        result: ScoredPlan | Rejection | Dominated
         recipe = variant.training
-        own_memo = None if memo is None else memo.for_recipe(spec, recipe)
-        if least_memory:
-            result = least_memory_candidate(spec, recipe, cluster, candidate,
-                                            variant.constraints, caps=variant.caps)
-        else:
-            result = evaluate_candidate(spec, recipe, cluster, candidate,
-                                        variant.constraints, step_cutoff_s=cutoff,
-                                        zero3_bound_s=zero3_bound_s,
-                                        zero_floors_s=zero_floors_s, caps=variant.caps,
-                                        memo=own_memo)
+        cand = PlanCandidate.of(spec, recipe, cluster, candidate, variant.constraints,
+                                variant.caps,
+                                None if memo is None else memo.for_recipe(spec, recipe))
+        held = other if best is None and isinstance(other, Dominated) else None
+        if (best is not None or held is not None) and _cannot_matter(
+                cand, held, step_cutoff_s=cutoff, zero3_bound_s=zero3_bound_s,
+                zero_floors_s=zero_floors_s):
+            continue
+        result = evaluate_unsettled(cand, step_cutoff_s=cutoff, zero3_bound_s=zero3_bound_s,
+                                    zero_floors_s=zero_floors_s)
         if isinstance(result, ScoredPlan):
             result = dataclasses.replace(result, training=recipe)
-            if best is None or _key(result, least_memory) < _key(best, least_memory):
+            if best is None or _key(result, False) < _key(best, False):
                 best = result
                 cutoff = min(cutoff, result.estimate.step_time_s)
         elif other is None or (isinstance(result, Dominated) and (
@@ -326,7 +337,40 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
     if best is not None:
         return best
     assert other is not None
-    return other
+    return other.rejection() if isinstance(other, Unfit) else other
+
+
+def _cannot_matter(cand: PlanCandidate, held: Dominated | None, *, step_cutoff_s: float,
+                   zero3_bound_s: float, zero_floors_s: Mapping[int, float] | None) -> bool:
+    """Whether a variant's evaluation cannot change `evaluate_for_targets`'s answer, given
+    the best plan so far (`held` None) or, without one, the fitting variant of the least
+    bound so far (`held`): its `evaluation_floor_s` reaches the cutoff, so it gives no plan,
+    and `held`'s bound, so no `Dominated` of a lower bound (a rejection is outranked by
+    either)."""
+    floor_s = evaluation_floor_s(cand, step_cutoff_s=step_cutoff_s,
+                                 zero3_bound_s=zero3_bound_s, zero_floors_s=zero_floors_s)
+    return floor_s >= step_cutoff_s and (held is None or held.bound_s <= floor_s)
+
+
+def _least_memory(spec: ModelSpec, cluster: ClusterSpec, candidate: MeshCandidate,
+                  variants: list[Variant]) -> ScoredPlan | Rejection:
+    """The least-memory plan over the variants (`least_memory_candidate` under each), else
+    the first rejection."""
+    best: ScoredPlan | None = None
+    first: Rejection | None = None
+    for variant in variants:
+        result = least_memory_candidate(spec, variant.training, cluster, candidate,
+                                        variant.constraints, caps=variant.caps)
+        if isinstance(result, ScoredPlan):
+            result = dataclasses.replace(result, training=variant.training)
+            if best is None or _key(result, True) < _key(best, True):
+                best = result
+        elif first is None:
+            first = result
+    if best is not None:
+        return best
+    assert first is not None
+    return first
 
 
 def _key(plan: ScoredPlan, least_memory: bool) -> tuple[float, float]:
