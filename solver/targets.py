@@ -33,7 +33,6 @@ from models.core.frameworks import (
 )
 from models.core.ledger_memo import LedgerMemo
 from models.core.memory import memory_ledger
-from models.core.search_memo import within_search_memo
 from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
 from solver.candidate import PlanCandidate
@@ -281,7 +280,6 @@ def admits_mesh(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidat
     return any(request.view(fw.id, mesh) is not None for fw in targets)
 
 
-@within_search_memo
 def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                          candidate: MeshCandidate, constraints: Constraints, *,
                          step_cutoff_s: float = math.inf,
