@@ -31,11 +31,12 @@ def test_one_pair_by_hand_from_korthikanti_table_5() -> None:
     full = ROWS["korthikanti2022-t5-175b-full-recompute"]
     predicted_selective = 13.75 / (1 + selective.error)
     predicted_full = 18.13 / (1 + full.error)
-    by_hand = (18.13 / 13.75) / (predicted_full / predicted_selective) - 1
-    assert by_hand > 0  # the model under-states the cost of full recomputation here
+    ratio = (18.13 / 13.75) / (predicted_full / predicted_selective)
+    assert ratio < 1  # as printed, the model over-states the cost of full recomputation here
+    by_hand = 1 / ratio - 1  # the pair error is max(r, 1 / r) - 1
     assert pair_error(selective, full) == pytest.approx(by_hand, rel=1e-9)
     assert pair_error(full, selective) == pytest.approx(by_hand, rel=1e-9)
-    assert 0.005 < by_hand < 0.02  # about 1%: the shared error of the two rows cancels
+    assert 0.02 < by_hand < 0.05  # about 3%: the rows' errors, +1.7% and -1.6%, add up
 
 
 def test_pairs_stay_inside_one_table_of_one_source_and_gpu() -> None:

@@ -80,10 +80,10 @@ def test_experimental_optimum_that_wins_by_more_than_the_band_is_shown() -> None
 
 
 def test_common_optimum_is_kept_and_its_band_is_counted() -> None:
-    response = plan(PlanRequest(model=ModelPreset(preset="llama-3.1-8b"),
-                                cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=1),
-                                training=TrainingSpec(global_batch_size=64,
-                                                      sequence_length=4096),
+    response = plan(PlanRequest(model=ModelPreset(preset="llama-3.1-70b"),
+                                cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=8),
+                                training=TrainingSpec(global_batch_size=512,
+                                                      sequence_length=8192),
                                 solver=LIMITS))
     robust = response.robust_choice
     assert robust is not None and robust.picked == "optimum" and not robust.experimental
