@@ -14,16 +14,11 @@ from models.core.collectives import Collective
 from models.core.mesh import GroupKind
 from models.core.pipeline import OpDurations
 from models.core.step_time import estimate_step
-from models.core.step_time.deepspeed_pipe import (
-    BoundaryStep,
-    boundary_occupancy_s,
-    boundary_steps,
-    hp_grad_update_s,
-    meta_bytes,
-)
+from models.core.step_time.deepspeed_pipe import boundary_occupancy_s, hp_grad_update_s
 from models.core.step_time.makespan import pipeline_makespan
 from models.core.step_time.setting import p2p_latency_s, step_setting
 from models.core.traffic.items import call_cost
+from models.core.traffic.pipe_engine import BoundaryStep, boundary_steps, meta_bytes
 from models.core.traffic.weights import stage_weights
 from research import validate_published as vp
 
@@ -236,3 +231,31 @@ def test_bf16_gradient_update_adds_twelve_bytes_per_parameter_to_each_backward()
     assert sum(on.breakdown_s.values()) == pytest.approx(on.step_time_s)
     mtnlg = vp.as_published_config(_row(MTNLG))
     assert mtnlg is not None and not mtnlg[1].bf16_hp_grad_update
+
+
+def test_the_traffic_report_lists_the_transfers_the_step_time_charges() -> None:
+    """The step's traffic report (`step_traffic`) of an MT-NLG middle stage lists DeepSpeed's
+    blocking transfers, none overlapped, whose time per micro-batch in each phase is what the
+    step time adds to that rank's F and B; Megatron's schedule keeps its own sends."""
+    from models.core.traffic import TrafficAxis, step_traffic
+    from models.core.traffic.items import Phase
+
+    row = _row(MTNLG)
+    spec, config = vp.model_of(row), vp.as_published_config(row)
+    assert spec is not None and config is not None
+    parallel, training = config
+    cluster = vp.row_cluster(row)
+    report = step_traffic(spec, training=training, parallel=parallel, cluster=cluster, stage=1)
+    items = [i for i in report.of_axis(TrafficAxis.PP) if ".pipe_engine." in i.name]
+    assert items and all(i.overlap_frac == 0.0 for i in items)
+    setting = step_setting(spec, training, parallel, cluster)
+    forward, backward = boundary_occupancy_s(spec, training, parallel, setting.fabric,
+                                             setting.groups.mesh, 1)
+    m = report.num_micro_batches
+    for phase, charged in ((Phase.FORWARD, forward), (Phase.BACKWARD, backward)):
+        listed = sum(i.time_per_step_s for i in items if i.phase == phase)
+        assert listed == pytest.approx(m * charged)
+    megatron = training.model_copy(update={"pipe_engine_p2p": None})
+    plain = step_traffic(spec, training=megatron, parallel=parallel, cluster=cluster, stage=1)
+    assert not [i for i in plain.items if ".pipe_engine." in i.name]
+    assert [i for i in plain.of_axis(TrafficAxis.PP) if i.name.startswith("pp.forward.p2p")]

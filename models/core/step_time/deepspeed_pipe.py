@@ -2,9 +2,9 @@
 transfers (`TrainingSpec.pipe_engine_p2p`), the time each one occupies a pipeline rank per
 micro-batch, and BF16Optimizer's fp32 gradient update (`TrainingSpec.bf16_hp_grad_update`).
 
-Owns: what one rank of a non-interleaved DeepSpeed pipeline sends, receives and all-gathers
-per micro-batch at its two boundaries, and the seconds that adds to its forward and backward
-step. Must not: price a collective on the wire (`models.core.traffic.items.call_cost`),
+Owns: the seconds a rank's transfers of one micro-batch add to its forward and backward step
+(what it sends, receives and all-gathers is `models.core.traffic.pipe_engine.boundary_steps`).
+Must not: price a collective on the wire (`models.core.traffic.items.call_cost`),
 simulate the pipeline, or say anything of Megatron's own schedule (whose transfer is the
 latency between neighbouring ranks, `models.core.step_time.setting.p2p_latency_s`).
 
@@ -35,63 +35,16 @@ are not last, the last rank reaches them through `DeepSpeedEngine.backward`. So 
 does it once per micro-batch.
 """
 
-from dataclasses import dataclass
-
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import GpuSpec
 from api_schemas.parallel import ParallelConfig
-from api_schemas.training import PipeEngineP2P, TrainingSpec
+from api_schemas.training import TrainingSpec
 from models.catalog.kernels import memory_bound_time_s
 from models.core.collectives import Collective, Fabric
 from models.core.mesh import DeviceMesh, GroupKind
 from models.core.traffic.context import LayerTrafficContext
 from models.core.traffic.items import call_cost
-
-META_ELEMENT_BYTES = 8
-"""Bytes of one element of a `PartitionedTensor` meta tensor (a `torch.LongTensor`)."""
-
-BOUNDARY_TENSOR_DIMS = 3
-"""Dimensions of the stage-boundary hidden state Megatron passes, [s, b, h]."""
-
-
-@dataclass(frozen=True, slots=True)
-class BoundaryStep:
-    """What a rank moves in one forward or one backward step of a micro-batch: P2P messages
-    by size in bytes, and the all-gathers over TP that rebuild a b*s*h tensor."""
-
-    messages: tuple[int, ...] = ()
-    gathers: int = 0
-
-
-def meta_bytes(tp: int) -> int:
-    """Bytes of one `PartitionedTensor.to_meta()` tensor of a [s, b, h] tensor cut in `tp`:
-    1 (rank count) + 3 (shape) + 2 (parts, rank) + tp + 1 (offsets) int64 elements."""
-    return (1 + BOUNDARY_TENSOR_DIMS + 2 + tp + 1) * META_ELEMENT_BYTES
-
-
-def boundary_steps(p2p: PipeEngineP2P, *, full_bytes: int, tp: int, stage: int,
-                   pp: int) -> tuple[BoundaryStep, BoundaryStep]:
-    """(forward step, backward step) transfers of pipeline rank `stage` of `pp` for one
-    micro-batch whose boundary tensor holds `full_bytes` (b*s*h elements).
-
-    Forward step (a rank with a previous neighbour): receive the activation's meta tensor and
-    slice, send the previous micro-batch's input gradient, all-gather the input. Backward step
-    (a rank with a next neighbour): send the activation's meta and slice, receive the
-    gradient, all-gather its own output; with a partitioned gradient it comes as meta and
-    slice and is all-gathered too. With TP 1 (`is_pipe_partitioned` needs model parallelism)
-    both tensors travel whole and nothing is gathered."""
-    if tp == 1:
-        # No model parallelism: nothing is partitioned, the tensors travel whole.
-        whole = BoundaryStep(messages=(full_bytes, full_bytes))
-        return (whole if stage > 0 else BoundaryStep(),
-                whole if stage < pp - 1 else BoundaryStep())
-    sliced = (meta_bytes(tp), -(-full_bytes // tp))
-    partitioned = p2p == PipeEngineP2P.DEEPSPEED_PARTITIONED
-    grad = sliced if partitioned else (full_bytes,)
-    forward = BoundaryStep(messages=sliced + grad, gathers=1) if stage > 0 else BoundaryStep()
-    backward = (BoundaryStep(messages=sliced + grad, gathers=2 if partitioned else 1)
-                if stage < pp - 1 else BoundaryStep())
-    return forward, backward
+from models.core.traffic.pipe_engine import BoundaryStep, boundary_steps
 
 
 def boundary_step_s(step: BoundaryStep, *, full_bytes: int, mesh: DeviceMesh,
@@ -148,5 +101,4 @@ def hp_grad_update_s(params: int, gpu: GpuSpec) -> float:
 
 
 __all__ = ["HP_GRAD_UPDATE_BYTES_PER_PARAM", "IN_PLACE_ACCUMULATE_BYTES_PER_PARAM",
-           "BoundaryStep", "boundary_occupancy_s", "boundary_step_s", "boundary_steps",
-           "hp_grad_update_s", "meta_bytes"]
+           "boundary_occupancy_s", "boundary_step_s", "hp_grad_update_s"]

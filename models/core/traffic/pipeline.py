@@ -2,7 +2,8 @@
 
 Owns: the P2P sends of one stage per step (forward activations, backward gradients) for
 1F1B-style, interleaved, V-shaped and DualPipe placements, Megatron 2021's scatter/gather
-optimisation, and the tied-embedding gradient all-reduce between the first and last stage.
+optimisation, and the tied-embedding gradient all-reduce between the first and last stage
+(DeepSpeed's pipeline engine has its own transfers, `models.core.traffic.pipe_engine`).
 Must not: simulate the schedule (the pipeline simulator owns the timeline and the bubble).
 """
 
@@ -19,6 +20,7 @@ from models.core.traffic.items import (
     call_cost,
     make_item,
 )
+from models.core.traffic.pipe_engine import pipe_engine_items
 from models.core.traffic.weights import word_embedding_ranks
 
 
@@ -99,7 +101,9 @@ def sends_per_step(ctx: StepContext) -> tuple[int, int]:
 
 
 def pp_items(ctx: StepContext) -> list[TrafficItem]:
-    """P2P sends of one stage per step, the scatter/gather all-gathers, the tied embedding.
+    """P2P sends of one stage per step, the scatter/gather all-gathers, the tied embedding;
+    under DeepSpeed's pipeline engine (`TrainingSpec.pipe_engine_p2p`) its blocking transfers
+    instead (`models.core.traffic.pipe_engine.pipe_engine_items`).
 
     Assumes: schedules that interleave or split backward overlap P2P with compute in the
     steady state (Megatron --overlap-p2p-comm); warm-up and cool-down transfers, about p - 1
@@ -108,6 +112,9 @@ def pp_items(ctx: StepContext) -> list[TrafficItem]:
     p = ctx.parallel
     if p.pp == 1:
         return []
+    if ctx.training.pipe_engine_p2p is not None:
+        # DeepSpeed's pipeline engine: its own blocking transfers (`pipe_engine_items`).
+        return pipe_engine_items(ctx) + _tied_embedding(ctx)
     place = group_placement(ctx.mesh, GroupKind.PP)
     message = pp_message_bytes(ctx)
     forward, backward = sends_per_step(ctx)
