@@ -42,6 +42,10 @@ def _module(name: str) -> ModuleType:
 
 BENCH_LIMITS = SolverLimits(time_limit_s=10, top_k=0)
 
+RETRY_LIMITS = SolverLimits(time_limit_s=120, top_k=0)
+"""The limit of a request asked again when a loaded host cut its first search before any
+plan (`BENCH_LIMITS`' 10 s): the test then checks the answer, never skips it."""
+
 
 def benchmark_requests() -> list[tuple[str, PlanRequest]]:
     """The plan requests of the scripts in benchmarks/ other than bench_planner.py (whose
@@ -77,11 +81,12 @@ def test_the_benchmark_scripts_ask_for_at_least_40_plans() -> None:
 
 @pytest.mark.parametrize("label", list(REQUESTS))
 def test_every_plan_of_the_benchmark_scripts_carries_a_plausibility_note(label: str) -> None:
-    response = plan(REQUESTS[label])
+    request = REQUESTS[label]
+    response = plan(request)
     if response.status == PlanStatus.UNKNOWN:
         # The 10 s limit ran out before any plan: a loaded host, not an answer (on a quiet
-        # 2-core host every request plans). Any other answer must carry its figures.
-        pytest.skip(f"{label}: the time limit ran out before any plan")
+        # 2-core host every request plans). Asked again with `RETRY_LIMITS`, it must plan.
+        response = plan(request.model_copy(update={"solver": RETRY_LIMITS}))
     assert response.throughput is not None, (label, response.status)
     assert math.isfinite(response.throughput.tokens_per_s), label
     assert_plausibility_note(response, label)
