@@ -44,7 +44,7 @@ from models.core.collectives import Collective, Fabric
 from models.core.mesh import DeviceMesh, GroupKind
 from models.core.traffic.context import LayerTrafficContext
 from models.core.traffic.items import call_cost
-from models.core.traffic.pipe_engine import BoundaryStep, boundary_steps
+from models.core.traffic.pipe_engine import BoundaryStep, boundary_bytes, boundary_steps
 
 
 def boundary_step_s(step: BoundaryStep, *, full_bytes: int, mesh: DeviceMesh,
@@ -69,7 +69,7 @@ def boundary_occupancy_s(spec: ModelSpec, training: TrainingSpec, parallel: Para
         return 0.0, 0.0
     layer = LayerTrafficContext(model=spec, training=training, parallel=parallel,
                                 fabric=fabric, mesh=mesh)
-    full = layer.tokens_per_rank * spec.hidden_size * layer.activation_bytes
+    full = boundary_bytes(layer)
     forward, backward = boundary_steps(p2p, full_bytes=full, tp=parallel.tp, stage=stage,
                                        pp=parallel.pp)
     return (boundary_step_s(forward, full_bytes=full, mesh=mesh, fabric=fabric),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from api_schemas.training import PipeEngineP2P
 from models.core.collectives import Collective
 from models.core.mesh import GroupKind
-from models.core.traffic.context import StepContext, group_placement
+from models.core.traffic.context import LayerTrafficContext, StepContext, group_placement
 from models.core.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem, make_item
 
 META_ELEMENT_BYTES = 8
@@ -76,9 +76,10 @@ BLOCKING_NOTE = ("blocking: DeepSpeed's pipeline engine holds both neighbouring 
 """Why none of a pipeline engine's transfers overlaps compute."""
 
 
-def boundary_bytes(ctx: StepContext) -> int:
-    """Bytes of one whole stage-boundary tensor, b*s*h elements of the activation dtype."""
-    return ctx.tokens_per_rank * ctx.model.hidden_size * ctx.activation_bytes
+def boundary_bytes(layer: LayerTrafficContext) -> int:
+    """Bytes of one whole stage-boundary tensor, b*s*h elements of the activation dtype
+    (Megatron-LM 2021, arXiv:2104.04473 Sec. 3.2; s per CP rank)."""
+    return layer.tokens_per_rank * layer.model.hidden_size * layer.activation_bytes
 
 
 def pipe_engine_items(ctx: StepContext) -> list[TrafficItem]:
@@ -91,7 +92,7 @@ def pipe_engine_items(ctx: StepContext) -> list[TrafficItem]:
     p = ctx.parallel
     if p2p is None or p.pp == 1:
         return []
-    full = boundary_bytes(ctx)
+    full = boundary_bytes(ctx.layer)
     m = ctx.num_micro_batches
     steps = boundary_steps(p2p, full_bytes=full, tp=p.tp, stage=ctx.stage.stage, pp=p.pp)
     pp_place, tp_place = (group_placement(ctx.mesh, GroupKind.PP),

@@ -20,7 +20,7 @@ from models.core.traffic.items import (
     call_cost,
     make_item,
 )
-from models.core.traffic.pipe_engine import pipe_engine_items
+from models.core.traffic.pipe_engine import boundary_bytes, pipe_engine_items
 from models.core.traffic.weights import word_embedding_ranks
 
 
@@ -34,7 +34,7 @@ def pp_message_bytes(ctx: StepContext) -> int:
     arXiv:2205.05198, Sec. 4.2.2).
     Legend: b = micro_batch_size, s = sequence_length / cp, h = hidden_size, t = tp.
     """
-    full = ctx.tokens_per_rank * ctx.model.hidden_size * ctx.activation_bytes
+    full = boundary_bytes(ctx.layer)
     sharded = ctx.parallel.sequence_parallel or ctx.pp_scatter_gather
     return -(-full // ctx.parallel.tp) if sharded else full
 
