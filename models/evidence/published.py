@@ -157,8 +157,8 @@ def _llama3_405b(num_gpus: int, dp: int) -> PublishedRun:
                      "micro-batches and reduce-scatters them in FP32; taken: every micro-batch "
                      "(FSDP's default), since deferring the sync to the last micro-batch "
                      "(fsdp_defer_grad_sync) keeps the stage's unsharded FP32 gradients, 1.088 "
-                     "of the cap, against 0.936; the same configuration predicts 349 TF/s per "
-                     "GPU against the 430 printed (401 with the sync deferred)"),
+                     "of the cap, against 0.936; the same configuration predicts 379 TF/s per "
+                     "GPU against the 430 printed (441 with the sync deferred)"),
                      ("not printed: the micro-batch size (1 sequence taken) and the group N "
                      "(N = pp taken: the paper tunes N between depth-first, N = PP, and "
                      "breadth-first, N = M, and N = PP holds the fewest in flight)")),

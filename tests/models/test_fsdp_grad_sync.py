@@ -1,6 +1,7 @@
 """FSDP's two implementation settings change its per-step traffic as their sources print:
-no backward all-gather without resharding after forward, and one gradient reduce-scatter
-per step (not per micro-batch) when the gradient sync is deferred to the last backward."""
+one all-gather per unit and step (no backward or later forward re-gather) without
+resharding after forward, and one gradient reduce-scatter per step (not per micro-batch)
+when the gradient sync is deferred to the last backward."""
 
 import pytest
 
@@ -32,17 +33,26 @@ def _dp_volume(parallel: ParallelConfig) -> tuple[float, int]:
     return volume / (2 * psi), traffic.num_micro_batches
 
 
-def test_zero3_without_reshard_moves_the_data_parallel_2_psi_not_3_psi() -> None:
-    """ZeRO Sec. 7.2.2 prints 3 Psi per step for P_os+g+p, 1.5x data parallelism's 2 Psi:
-    the extra Psi is the backward re-gather, which a unit kept gathered after forward
-    (FSDP SHARD_GRAD_OP, Llama 3 Sec. 3.3.2) does not need."""
+def test_zero3_without_reshard_gathers_each_unit_once_per_step() -> None:
+    """ZeRO Sec. 7.2.2 prints 3 Psi per step for P_os+g+p, 1.5x data parallelism's 2 Psi,
+    once per micro-batch pass: a forward gather, a backward re-gather and a reduce-scatter.
+    A unit kept gathered from its first forward to the end of the step (Llama 3 Sec. 3.3.2;
+    FSDP2 under torch.distributed.pipelining, `set_reshard_after_backward(False)`) needs
+    neither re-gather: over m micro-batches it moves m reduce-scatters and one gather."""
     resharded, m = _dp_volume(ParallelConfig(dp=64, zero_stage=3, fsdp=True))
-    kept, _ = _dp_volume(ParallelConfig(dp=64, zero_stage=3, fsdp=True,
-                                        fsdp_reshard_after_forward=False))
+    kept_parallel = ParallelConfig(dp=64, zero_stage=3, fsdp=True,
+                                   fsdp_reshard_after_forward=False)
+    kept, _ = _dp_volume(kept_parallel)
     assert m == 4
     assert resharded == pytest.approx(3 * m, rel=1e-6)
-    assert kept == pytest.approx(2 * m, rel=1e-6)
-    assert resharded / kept == pytest.approx(1.5)
+    assert kept == pytest.approx(m + 1, rel=1e-6)
+    model, training = _model_7b_fp16()
+    traffic = step_traffic(model, training=training, parallel=kept_parallel,
+                           cluster=_cluster())
+    gathers = [i for i in traffic.of_axis(TrafficAxis.DP)
+               if i.collective == Collective.ALL_GATHER]
+    # 36 layers, the embedding and the head: one gather of each unit per step.
+    assert len(gathers) == 1 and gathers[0].calls_per_step == 36 + 2
 
 
 def test_deferred_gradient_sync_reduce_scatters_once_per_step() -> None:
@@ -59,4 +69,5 @@ def test_deferred_gradient_sync_reduce_scatters_once_per_step() -> None:
     assert len(reduce) == 1 and reduce[0].calls_per_step == 36 + 2
     assert reduce[0].paper_volume_bytes_per_step == pytest.approx(2 * psi, rel=1e-3)
     volume, _ = _dp_volume(p)
-    assert volume == pytest.approx(m + 1, rel=1e-3)  # m forward gathers + one reduce-scatter
+    assert m > 1
+    assert volume == pytest.approx(2, rel=1e-3)  # one gather and one reduce-scatter per step

@@ -219,3 +219,38 @@ def test_the_planner_protocol_keeps_what_the_runs_framework_cannot_change() -> N
     finally:
         vp.evaluate_candidate = original
     assert seen and set(seen) == {(1, False)}
+
+
+def test_llama3_stage_gathers_its_units_once_and_reduces_them_per_micro_batch() -> None:
+    """Table 4 prints TP 8, PP 16, DP 64 and 16M tokens per batch (2,048 sequences of 8,192:
+    32 micro-batches of one sequence per pipeline) at 430 TF/s per GPU. Sec. 3.3.2 keeps
+    each unit gathered after forward, so a stage gathers its one-layer units once per step
+    and reduce-scatters each unit's FP32 gradients once per micro-batch; the exposed data-
+    parallel time is what those reduce-scatters overhang each layer's backward."""
+    from models.core.collectives import Collective
+    from models.core.traffic import TrafficAxis, step_traffic
+
+    row = ROWS["llama3-t4-405b-8192gpu-seq8192"]
+    parallel, training = vp.as_published_config(row) or (None, None)
+    assert parallel is not None and training is not None
+    spec, cluster = vp.model_of(row), vp.row_cluster(row)
+    assert spec is not None
+    traffic = step_traffic(spec, training=training, parallel=parallel, cluster=cluster,
+                           stage=1)
+    assert traffic.num_micro_batches == 2048 // 64 == 32
+    dp = traffic.of_axis(TrafficAxis.DP)
+    gathers = [i for i in dp if i.collective == Collective.ALL_GATHER]
+    scatters = [i for i in dp if i.collective == Collective.REDUCE_SCATTER]
+    assert len(gathers) == 1 and gathers[0].calls_per_step == 8  # 8 one-layer chunks
+    assert len(scatters) == 1 and scatters[0].calls_per_step == 8 * 32
+    # FP32 gradients are twice the bytes of the BF16 gather, per unit.
+    assert scatters[0].message_bytes == pytest.approx(2 * gathers[0].message_bytes, rel=1e-6)
+    estimate = vp.as_published_estimate(row)
+    assert estimate is not None
+    # 256 reduce-scatters of 1.6 GB at about 50 GB/s: 8.1 s on the wire per step, of which
+    # what overhangs each layer's 24 ms backward (and the first gather) stays exposed.
+    assert 7.5 < scatters[0].time_per_step_s < 8.5
+    assert 1.5 < estimate.exposed_comm_s["dp"] < 2.3
+    out = vp.predict(row, vp.AS_PUBLISHED_PROTOCOL)
+    assert out is not None and out[0] == 430
+    assert 0.86 < out[1] / 430 < 0.90

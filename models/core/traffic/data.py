@@ -50,6 +50,8 @@ def dp_items(ctx: StepContext) -> list[TrafficItem]:
     Assumes: gradients travel in grad_dtype, gathered parameters in param_dtype; ZeRO-2 and
     ZeRO-3 reduce-scatter every micro-batch (they keep no full gradient buffer); ZeRO-3
     gathers and reduces one layer (plus embedding, head, MTP module) at a time. An FSDP
+    plan that keeps its units gathered (`fsdp_reshard_after_forward` false) gathers every
+    unit once per step, before its first forward (`zero3_unit_calls`). An FSDP
     plan that defers its gradient sync (`fsdp_defer_grad_sync`) instead keeps each unit's
     unsharded gradients for the whole step and reduce-scatters every unit once, after the
     last micro-batch's backward, overlapped with it (torch.distributed.pipelining with FSDP2;
@@ -73,30 +75,7 @@ def _zero_items(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, param
     grad_bytes = params * int(ctx.training.grad_dtype.num_bytes)
     param_bytes = params * int(ctx.training.param_dtype.num_bytes)
     if zero == 3:
-        held = ctx.stage
-        units = held.num_layers + held.num_embeddings + held.num_heads + held.num_mtp_modules
-        per_unit = -(-params // units)
-        dense, expert = (per_unit, 0) if axis == TrafficAxis.DP else (0, per_unit)
-        calls = ctx.passes(units)
-        # A recomputed forward's gathers (DeepSpeed 2021) run only for the recomputed layers.
-        recomputed = ctx.passes(ctx.recomputed_layers)
-        hide = (units - 1) / units
-        deferred = ([_item(ctx, axis, place, "zero3.deferred_grad_reduce_scatter",
-                           Collective.REDUCE_SCATTER, Phase.BACKWARD, Frequency.PER_STEP,
-                           params * int(ctx.training.grad_dtype.num_bytes), units, units, hide,
-                           "one per unit after the step's last backward; all but the last "
-                           "unit's reduce while that backward continues")]
-                    if ctx.parallel.fsdp_defer_grad_sync else [])
-        return deferred + [make_item(axis=axis, name=call.name, collective=call.collective,
-                          phase=call.phase, frequency=Frequency.PER_LAYER_PER_MICRO_BATCH,
-                          stage=ctx.stage.stage, message_bytes=call.message_bytes,
-                          calls_per_step=(recomputed if call.phase == Phase.RECOMPUTE
-                                          else calls) * call.count,
-                          placement=call.placement,
-                          fabric=ctx.fabric,
-                          overlap_frac=hide, overlap_note=call.overlap_note)
-                for call in zero3_unit_calls(ctx.layer, dense_params=dense,
-                                             expert_params=expert)]
+        return _zero3_items(ctx, axis, place, params)
     buckets = max(1, math.ceil(params / bucket_params(place.group_size)))
     hide = (buckets - 1) / buckets
     grad_note = "all buckets but the last reduce while backward continues"
@@ -114,6 +93,42 @@ def _zero_items(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, param
     return [_item(ctx, axis, place, "grad_reduce_scatter", Collective.REDUCE_SCATTER,
                   Phase.BACKWARD, rs_freq, grad_bytes, rs_calls, buckets, hide, grad_note),
             *gather]
+
+
+def _zero3_items(ctx: StepContext, axis: TrafficAxis, place: AxisPlacement, params: int
+                 ) -> list[TrafficItem]:
+    """ZeRO-3's items over one group: each unit's calls per pass (`zero3_unit_calls`), plus
+    the once-per-step gather of units kept gathered and the deferred reduce-scatter."""
+    held = ctx.stage
+    units = held.num_layers + held.num_embeddings + held.num_heads + held.num_mtp_modules
+    per_unit = -(-params // units)
+    dense, expert = (per_unit, 0) if axis == TrafficAxis.DP else (0, per_unit)
+    calls = ctx.passes(units)
+    # A recomputed forward's gathers (DeepSpeed 2021) run only for the recomputed layers.
+    recomputed = ctx.passes(ctx.recomputed_layers)
+    hide = (units - 1) / units
+    once: list[TrafficItem] = []
+    if ctx.parallel.fsdp_defer_grad_sync:
+        once.append(_item(ctx, axis, place, "zero3.deferred_grad_reduce_scatter",
+                          Collective.REDUCE_SCATTER, Phase.BACKWARD, Frequency.PER_STEP,
+                          params * int(ctx.training.grad_dtype.num_bytes), units, units, hide,
+                          "one per unit after the step's last backward; all but the last "
+                          "unit's reduce while that backward continues"))
+    if not ctx.parallel.fsdp_reshard_after_forward:
+        once.append(_item(ctx, axis, place, "zero3.step.forward.param_all_gather",
+                          Collective.ALL_GATHER, Phase.FORWARD, Frequency.PER_STEP,
+                          params * int(ctx.training.param_dtype.num_bytes), units, units, hide,
+                          "one per unit before the step's first forward; all but the first "
+                          "unit's gather while the previous unit computes"))
+    return once + [make_item(axis=axis, name=call.name, collective=call.collective,
+                             phase=call.phase, frequency=Frequency.PER_LAYER_PER_MICRO_BATCH,
+                             stage=ctx.stage.stage, message_bytes=call.message_bytes,
+                             calls_per_step=(recomputed if call.phase == Phase.RECOMPUTE
+                                             else calls) * call.count,
+                             placement=call.placement, fabric=ctx.fabric,
+                             overlap_frac=hide, overlap_note=call.overlap_note)
+                   for call in zero3_unit_calls(ctx.layer, dense_params=dense,
+                                                expert_params=expert)]
 
 
 GRADIENT_BUFFER_SLOTS = 2

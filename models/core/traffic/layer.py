@@ -383,9 +383,8 @@ negligible."""
 def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_params: int
                      ) -> list[LayerCall]:
     """ZeRO-3 traffic of one unit (layer, embedding, head) per micro-batch pass: the
-    parameter all-gather before forward, again before backward, and the gradient
-    reduce-scatter after backward; dense weights over DP x CP, routed experts over
-    expert-DP.
+    parameter all-gather before forward and before backward, the gradient reduce-scatter
+    after backward; dense weights over DP x CP, routed experts over expert-DP.
 
     Source: ZeRO (Rajbhandari et al. 2019, arXiv:1910.02054) Sec. 7.2.2: P_os+g+p
     all-gathers the parameters in forward and again in backward and reduce-scatters the
@@ -393,23 +392,24 @@ def zero3_unit_calls(lctx: LayerTrafficContext, *, dense_params: int, expert_par
     one unit at a time, the next unit's gather issued while the current unit computes.
     Legend: `dense_params`, `expert_params` = the unit's parameters on one rank after TP
     and EP x ETP (before ZeRO sharding).
-    Two FSDP settings drop a call from the pass. Without resharding after forward
-    (`fsdp_reshard_after_forward` false: FSDP's SHARD_GRAD_OP, FSDP2
-    `reshard_after_forward=False`, Llama 3 arXiv:2407.21783 Sec. 3.3.2 "we do not reshard
-    after forward computation") the unit stays gathered until its backward, so there is no
-    backward all-gather. With the gradient sync deferred to the step's last backward
-    (`fsdp_defer_grad_sync`: FSDP2 `set_requires_gradient_sync(False)` on all micro-batches
-    but the last, as torch.distributed.pipelining runs FSDP2) the reduce-scatter is not
-    per pass: `models.core.traffic.data.dp_items` books it once per step.
-    DeepSpeed's 2021 runtime (`zero3_collectives` per_parameter, no FSDP units): one call per
-    gathered tensor, and `_deepspeed_2021_rows` (`models.core.deepspeed_2021`).
+    Two FSDP settings drop calls from the pass. Without resharding after forward
+    (`fsdp_reshard_after_forward` false; Llama 3 arXiv:2407.21783 Sec. 3.3.2) the unit stays
+    gathered to the end of the step, as the memory ledger keeps it: no per-pass gather at
+    all, one per step (`models.core.traffic.data.dp_items`). torch.distributed.pipelining
+    runs FSDP2 so (pytorch/pytorch 88fa1e7170 `torch/distributed/pipelining/stage.py`,
+    `backward_maybe_with_nosync`: `set_reshard_after_backward(False)` on every backward but
+    the last); Llama 3's one-layer chunks hold several micro-batches between forward and
+    backward, so resharding between them would bring back the gather Sec. 3.3.2 avoids.
+    Deferred gradient sync (`fsdp_defer_grad_sync`, `set_requires_gradient_sync(False)`
+    likewise): `dp_items` books the reduce-scatter once per step. DeepSpeed 2021
+    (`zero3_collectives` per_parameter): one call per tensor, `_deepspeed_2021_rows`.
     """
     p, tr = lctx.parallel, lctx.training
     if p.zero_stage != 3:
         return []
-    skipped = set()
+    skipped: set[str] = set()
     if not p.fsdp_reshard_after_forward:
-        skipped.add("backward.param_all_gather")
+        skipped.update(("forward.param_all_gather", "backward.param_all_gather"))
     if p.fsdp_defer_grad_sync:
         skipped.add("backward.grad_reduce_scatter")
     # DeepSpeed of 2021 (no FSDP units) issues one call per gathered parameter tensor and
