@@ -408,7 +408,7 @@ def zero3_copy_s(unit_params: int, training: TrainingSpec, parallel: ParallelCon
     only when the unit is resharded after forward (`fsdp_reshard_after_forward`); a unit
     kept gathered is gathered once per step (`models.core.traffic.layer.zero3_unit_calls`),
     and that one copy-out per unit and step is left out (8 units of the Llama 3 405B
-    preset's stage: 5 ms of a 12 s step).
+    preset's stage: 5 ms of a 14 s step).
     """
     param_bytes = training.param_dtype.num_bytes
     copy_out = memory_bound_time_s(2 * unit_params * param_bytes, gpu=gpu)
