@@ -18,6 +18,7 @@ from api_schemas.parallel import PipelineSchedule
 from models.catalog.presets import model_preset
 from models.core.frameworks import FEW_MICRO_BATCHES, blockers, frameworks, plan_features, runs_on
 from solver import plan
+from solver.export import torchtitan_notes
 from solver.space import MeshCandidate
 from solver.targets import admits_mesh
 
@@ -90,3 +91,13 @@ def test_torchtitan_is_never_given_1f1b_with_fewer_micro_batches_than_stages() -
     forbid = ("gpipe", "interleaved_1f1b", "zbv")
     assert _planned("torchtitan", forbid).parallel is None
     assert _planned("megatron-lm", forbid).parallel == _planned("megatron-lm").parallel
+
+
+def test_the_torchtitan_export_of_such_a_plan_says_torch_refuses_it() -> None:
+    spec = model_preset("llama-3.1-8b")
+    training = TrainingSpec(global_batch_size=8, sequence_length=4096)
+    few = ParallelConfig(pp=4, dp=2, micro_batch_size=2, zero_stage=3, fsdp=True)
+    assert any("2 micro-batches through 4 pipeline stages" in note
+               for note in torchtitan_notes(spec, training, few))
+    full = few.model_copy(update={"micro_batch_size": 1})
+    assert not any("Schedule1F1B" in note for note in torchtitan_notes(spec, training, full))
