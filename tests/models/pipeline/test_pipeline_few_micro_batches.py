@@ -74,6 +74,7 @@ def test_one_f_one_b_closed_form_holds_for_every_m_below_p(
     durations = OpDurations.uniform(forward_s=f, backward_input_s=b, backward_weight_s=w)
     for m in range(1, p):
         program = generate_program(S.ONE_F_ONE_B, num_stages=p, num_micro_batches=m)
-        assert simulate_makespan(compile_program(program), durations) == pytest.approx((m + p - 1) * (f + b + w))
+        makespan = simulate_makespan(compile_program(program), durations)
+        assert makespan == pytest.approx((m + p - 1) * (f + b + w))
         profile = in_flight_profile(S.ONE_F_ONE_B, num_stages=p, num_micro_batches=m)
         assert list(profile.peak_chunks) == [min(p - d, m) for d in range(p)]
