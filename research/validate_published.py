@@ -58,6 +58,7 @@ from api_schemas.parallel import ParallelConfig
 from api_schemas.training import CudaGraphModule
 from models.catalog import kernels
 from models.catalog.presets import cluster_preset, model_preset
+from models.core.frameworks import frameworks, micro_batch_features
 from models.core.step_time import StepEstimate, clear_step_time_cache, estimate_step
 from models.errors import InvalidSpecError
 from models.evidence.published import LLAMA3_405B_8K
@@ -420,6 +421,8 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
                              schedule=schedule,
                              sequence_parallel=kept.get("sequence_parallel", p["tp"] > 1),
                              cp_kind=CP_RECIPES.get(row["id"], ContextParallelKind.RING))
+        if torchtitan_refuses(row, cand):
+            continue
         try:
             result = evaluate_candidate(spec, training, cluster, cand, Constraints(**pins),
                                         caps=caps)
@@ -429,6 +432,16 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
                                             result.estimate.step_time_s < best.step_time_s):
             best = result.estimate
     return best
+
+
+def torchtitan_refuses(row: dict[str, Any], cand: MeshCandidate) -> bool:
+    """Whether a torchtitan row cannot have run the candidate's micro-batch count: torch's
+    `Schedule1F1B` refuses fewer micro-batches than stages, so torchtitan lacks
+    `schedule:1f1b:few_micro_batches` (`models.core.frameworks.micro_batch_features`; the
+    December 2024 benchmark rows record the local batch as the micro-batch)."""
+    return row["id"].startswith("torchtitan-") and bool(micro_batch_features(
+        cand.schedule, pp=cand.pp, vpp=cand.vpp, num_micro_batches=cand.num_micro_batches)
+        - set(frameworks()["torchtitan"].features))
 
 
 Setting = tuple[Any, str]

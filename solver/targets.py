@@ -28,6 +28,7 @@ from models.core.frameworks import (
     blockers,
     frameworks,
     mesh_features,
+    micro_batch_features,
     optimizer_offload_features,
     plan_features,
 )
@@ -178,15 +179,19 @@ class TargetRequest:
         return cls(spec, training, constraints)
 
     def mesh(self, candidate: MeshCandidate) -> frozenset[str]:
-        """The capability names the candidate's mesh and schedule use (`mesh_features`),
-        kept by the very arguments it is called with, so no field it reads is left out of
-        the key."""
+        """The capability names the candidate's mesh, schedule and micro-batch count use
+        (`mesh_features`, `micro_batch_features`), kept by the very arguments
+        `mesh_features` is called with and whether the pipeline has fewer micro-batches than
+        stages, so no field they read is left out of the key."""
         args: tuple[object, ...] = _mesh_args(candidate)
-        found = self._meshes.get(args)
+        few = candidate.num_micro_batches < candidate.pp
+        found = self._meshes.get((*args, few))
         if found is None:
-            found = self._meshes[args] = frozenset(mesh_features(
+            found = self._meshes[(*args, few)] = frozenset(mesh_features(
                 self.spec, self.training,
-                **dict(zip(_MESH_ARGS, args, strict=True))))  # type: ignore[arg-type]
+                **dict(zip(_MESH_ARGS, args, strict=True))  # type: ignore[arg-type]
+            ) | micro_batch_features(candidate.schedule, pp=candidate.pp, vpp=candidate.vpp,
+                                     num_micro_batches=candidate.num_micro_batches))
         return found
 
     def view(self, framework_id: str, mesh: frozenset[str]) -> "_View | None":

@@ -194,11 +194,7 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
     with the runtime features the recipe turns on (`models.core.runtime_features`)."""
     out: set[str] = set()
     if pp > 1:
-        if schedule_traits(schedule).fixed_chunks is None and vpp == 1:
-            # A looped schedule with one chunk per rank is plain 1F1B (Megatron-LM runs it so
-            # without --num-layers-per-virtual-pipeline-stage).
-            schedule = PipelineSchedule.ONE_F_ONE_B
-        out |= {"pp", f"schedule:{schedule.value}"}
+        out |= {"pp", f"schedule:{_schedule_run(schedule, vpp).value}"}
     if tp > 1:
         out |= {"tp", "sequence_parallel" if sequence_parallel else "tp_without_sp"}
     if cp > 1:
@@ -228,6 +224,32 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
         out.add("model:attention_sinks")
     out |= _attention_features(spec)
     return out
+
+
+def _schedule_run(schedule: PipelineSchedule, vpp: int) -> PipelineSchedule:
+    """The schedule that runs: a looped schedule with one chunk per rank is plain 1F1B
+    (Megatron-LM runs it so without --num-layers-per-virtual-pipeline-stage)."""
+    if schedule_traits(schedule).fixed_chunks is None and vpp == 1:
+        return PipelineSchedule.ONE_F_ONE_B
+    return schedule
+
+
+FEW_MICRO_BATCHES = "schedule:1f1b:few_micro_batches"
+"""The capability of running 1F1B with fewer micro-batches than pipeline stages."""
+
+
+def micro_batch_features(schedule: PipelineSchedule, *, pp: int, vpp: int,
+                         num_micro_batches: int) -> set[str]:
+    """The features of a pipeline's micro-batch count: `FEW_MICRO_BATCHES` where 1F1B runs
+    fewer micro-batches than stages (m < p), which Megatron-LM core_v0.14.0
+    (`forward_backward_pipelining_without_interleaving`, warm-up min(p - rank - 1, m)) and
+    DeepSpeed 0.19.8 (`TrainSchedule`, any micro-batch count) run and torch's
+    `Schedule1F1B` refuses (its `__init__` raises for n_microbatches < stages, so torchtitan
+    cannot)."""
+    if pp > 1 and num_micro_batches < pp and \
+            _schedule_run(schedule, vpp) == PipelineSchedule.ONE_F_ONE_B:
+        return {FEW_MICRO_BATCHES}
+    return set()
 
 
 def effective_cp_kind(cp: int, cp_kind: ContextParallelKind,
@@ -281,6 +303,8 @@ def plan_features(spec: ModelSpec, training: TrainingSpec,
                         sequence_parallel=p.sequence_parallel, cp_kind=p.cp_kind,
                         ulysses_degree=p.ulysses_degree)
     out |= _layer_split_features(parallel)
+    out |= micro_batch_features(p.schedule, pp=p.pp, vpp=p.vpp, num_micro_batches=(
+        p.num_micro_batches or training.global_batch_size // (p.micro_batch_size * p.dp)))
     out.add(f"zero:{parallel.zero_stage}")
     if parallel.fsdp:
         out.add("fsdp")
@@ -361,6 +385,7 @@ def extensions_used(features: frozenset[str]) -> dict[str, str]:
 
 __all__ = [
     "CATALOG",
+    "FEW_MICRO_BATCHES",
     "FrameworkCatalog",
     "RELEASED",
     "Feature",
@@ -374,6 +399,7 @@ __all__ = [
     "fit_of",
     "frameworks",
     "mesh_features",
+    "micro_batch_features",
     "optimizer_offload_features",
     "plan_features",
     "runs_on",

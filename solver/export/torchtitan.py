@@ -27,6 +27,7 @@ from api_schemas.parallel import (
     RecomputeMode,
 )
 from api_schemas.training import Fp8WeightStorage, MoeDispatcher, OptimizerKind, TrainingSpec
+from models.core.frameworks import micro_batch_features
 from models.core.layout import virtual_stage_sizes
 from models.core.pipeline import SCHEDULES, schedule_traits
 from models.core.runtime_features import dispatcher
@@ -357,6 +358,14 @@ def _unsupported_notes(spec: ModelSpec, training: TrainingSpec,
     traits = schedule_traits(parallel.schedule)
     if traits.exports.torchtitan_fallback and parallel.pp > 1:
         notes.append(traits.exports.torchtitan_fallback)
+    m = parallel.num_micro_batches or training.global_batch_size // (
+        parallel.micro_batch_size * parallel.dp)
+    if micro_batch_features(parallel.schedule, pp=parallel.pp, vpp=parallel.vpp,
+                            num_micro_batches=m):
+        notes.append(f"{m} micro-batches through {parallel.pp} pipeline stages: torch's "
+                     "Schedule1F1B refuses fewer micro-batches than stages; Megatron-LM and "
+                     "DeepSpeed run this plan; torchtitan needs at least as many (a smaller "
+                     "pipeline_parallel_microbatch_size or a larger local batch)")
     if traits.exports.torchtitan == "DualPipeV" and any(
             policy.recompute != RecomputeMode.NONE for policy in stages):
         notes.append("torchtitan's DualPipeV expert-parallel overlap does not support "

@@ -181,13 +181,14 @@ def _held_makespan(f: list[float], b: list[float], m: int, transfer: float) -> f
     return max(clock)
 
 
-@pytest.mark.parametrize("m", [12, 48])
+@pytest.mark.parametrize("m", [1, 3, 12, 48])
 def test_transfers_folded_into_f_and_b_match_the_held_schedule_in_steady_state(m: int) -> None:
     """DeepSpeed's schedule with every transfer holding both ranks, against the 1F1B
     simulator fed F and B that carry a rank's two transfers per step and no latency (what
     `with_boundary_transfers` and `p2p_latency_s` do): without transfers the two agree (the
-    engine's schedule is 1F1B); with them the folded one is longer by 2 (p - 1) transfers at
-    any m, the half-exchanges of warm-up and cool-down it books whole."""
+    engine's schedule is 1F1B, also with fewer micro-batches than its 5 stages); with them
+    the folded one is longer by 2 (p - 1) transfers at any m, the half-exchanges of warm-up
+    and cool-down it books whole."""
     f, b, c = [1.0, 1.1, 0.9, 1.0, 1.3], [2.0, 2.1, 2.2, 1.9, 2.6], 0.05
     p = len(f)
 

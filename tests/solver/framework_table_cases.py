@@ -48,6 +48,7 @@ def _add(name: str, preset: str, training: dict[str, Any] | None = None,
 
 # Pipeline schedules, with and without virtual stages, even and uneven layer splits.
 _add("pp/1f1b", DENSE, pp=2, dp=4)
+_add("pp/1f1b-few-micro-batches", DENSE, pp=4, dp=2, micro_batch_size=16)  # m = 2 < 4
 _add("pp/interleaved_1f1b", DENSE, pp=2, dp=4, vpp=2, schedule="interleaved_1f1b")
 _add("pp/interleaved_1f1b-pp4", DENSE, pp=4, dp=2, vpp=2, schedule="interleaved_1f1b")
 _add("pp/gpipe", DENSE, pp=2, dp=4, schedule="gpipe")

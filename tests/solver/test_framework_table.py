@@ -123,6 +123,10 @@ UNSEEN: dict[str, dict[str, str]] = {
         "recompute:full_layers+selective": "as recompute:full_layers",
         "recompute:per_stage": "one activation_checkpoint setting for every stage",
         "overlap_ep_comm": _NO_KEY,
+        "schedule:1f1b:few_micro_batches": "torch's Schedule1F1B.__init__ raises for fewer "
+                                           "micro-batches than stages; the check here looks "
+                                           "the class up (get_schedule_class) without "
+                                           "building it",
     },
 }
 """Features a framework's table lacks whose absence its validation here cannot see, with

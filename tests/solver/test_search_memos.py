@@ -205,7 +205,10 @@ def test_zero3_bound_kept_per_core_and_degrees_equals_a_fresh_one() -> None:
     candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
                                   gpus_per_node=8, constraints=Constraints())
     shared = BoundTables(spec, training, cluster)
-    sample = random.Random(9).sample(candidates, 40)
+    # The sample drawn before 1F1B pipelines of fewer micro-batches than stages were listed.
+    sample = random.Random(9).sample(
+        [c for c in candidates if c.schedule != PipelineSchedule.ONE_F_ONE_B
+         or c.num_micro_batches >= c.pp], 40)
     kept = [shared.zero3_time_bound_s(c) for c in sample]
     assert [BoundTables(spec, training, cluster).zero3_time_bound_s(c)
             for c in sample] == kept

@@ -46,10 +46,22 @@ def gpipe(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
 
 
 def one_f_one_b(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
-    """1F1B (PipeDream-Flush): p-1-d warm-up forwards, then F/BW pairs, then the drain.
+    """1F1B (PipeDream-Flush): min(p-1-d, m) warm-up forwards, then F/BW pairs, then the
+    drain.
 
+    Any m >= 1: with fewer micro-batches than ranks (m < p) the ranks d <= p-1-m run every
+    forward in the warm-up and then every backward, the others pair m - (p-1-d) of them.
+    With uniform stages and no latency the makespan is still (m+p-1)(F+B+W): the last rank
+    starts at (p-1)F, runs its m F/BW pairs back to back, and the last backward then crosses
+    the other p-1 ranks, (p-1)F + m(F+B+W) + (p-1)(B+W) (derived here; the simulator
+    reproduces it, tests/models/pipeline/test_pipeline_few_micro_batches.py).
     Source: Megatron-LM arXiv:2104.04473 Sec. 2.2.1 (Fig. 4 top); warm-up count of
-    Megatron-LM `get_pp_rank_microbatches` (p - rank - 1).
+    Megatron-LM core_v0.14.0 megatron/core/pipeline_parallel/schedules.py
+    `forward_backward_pipelining_without_interleaving` (min(p - rank - 1, m), no lower
+    limit on m); DeepSpeed 0.19.8 deepspeed/runtime/pipe/schedule.py `TrainSchedule.steps`
+    (2(m + p - 1) steps for any m). torch `Schedule1F1B` refuses m < p: a framework
+    capability (`schedule:1f1b:few_micro_batches` in models/data/frameworks.json), not a
+    rule of the schedule.
     Legend: p=num_stages, m=num_micro_batches, d=rank.
     """
     builder = ProgramBuilder(linear_placement(num_ranks=num_stages,
@@ -137,13 +149,6 @@ def interleaved_group_size(*, num_stages: int, group_size: int | None) -> int:
     return num_stages if group_size is None else group_size
 
 
-def _at_least_p_micro_batches(p: int, m: int, _v: int, _n: int | None) -> None:
-    """torch `Schedule1F1B` refuses fewer micro-batches than ranks (m < p)."""
-    require(m >= p, "num_micro_batches", m,
-            f"this schedule needs at least as many micro-batches as ranks: use "
-            f"num_micro_batches >= num_stages={p}")
-
-
 def _interleaved_rule(p: int, m: int, v: int, group_size: int | None) -> None:
     """Megatron-LM `get_schedule_table` groups micro-batches by N (default p) and refuses
     N < p, N > m and a last group of size 0 < m mod N < p (dependency bubbles). One group
@@ -215,12 +220,13 @@ ONE_F_ONE_B = ScheduleTraits(
     schedule=PipelineSchedule.ONE_F_ONE_B, placement=StagePlacement.LINEAR, fixed_chunks=1,
     weight_copies=1, split_backward=False, overlapped_pairs=False, takes_group_size=False,
     generator=lambda p, m, _v, _n: one_f_one_b(num_stages=p, num_micro_batches=m),
-    rule=_at_least_p_micro_batches, peak_form=lambda p, m, _v, d, _n: min(p - d, m),
+    rule=no_rule, peak_form=lambda p, m, _v, d, _n: min(p - d, m),
     peak_until_b_form=None, bubble_form=_flush_bubble,
     exports=FrameworkNames(megatron_native=True, megatron_note="", torchtitan="1F1B",
                            torchtitan_note="", torchtitan_fallback="",
                            deepspeed_native=True),
-    source="Megatron-LM arXiv:2104.04473 Sec. 2.2.1 (1F1B keeps at most p - d in flight)")
+    source="Megatron-LM arXiv:2104.04473 Sec. 2.2.1 (1F1B keeps at most p - d in flight, "
+           "min(p - d, m) with fewer micro-batches than ranks)")
 
 INTERLEAVED_1F1B = ScheduleTraits(
     schedule=PipelineSchedule.INTERLEAVED_1F1B, placement=StagePlacement.LOOPED,
