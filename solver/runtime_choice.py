@@ -4,9 +4,9 @@ target framework.
 Owns: the recipes (`TrainingSpec` with every runtime feature the request left unset decided)
 a candidate is scored under for one framework (`runtime_options`): the features that only
 lower the step time (`models.core.runtime_features.RUNTIME_FEATURES`, `costs_memory=False`:
-the gradient-reduce and TP overlaps) are taken whenever the framework offers them and the
-mesh meets their prerequisites, so they need no branch (the TP input-gradient overlap under
-the weight-gradient GEMM included); a feature that costs memory (DeepEP's
+the gradient-reduce and TP overlaps, the MoE grouped GEMM and permute fusion) are taken
+whenever the framework offers them and the mesh meets their prerequisites, so they need no
+branch (the TP input-gradient overlap under the weight-gradient GEMM included); a feature that costs memory (DeepEP's
 buffers, the EP overlap's extra micro-batch) is tried on and off; with PP > 1 a framework's
 own pipeline engine, where its table names a blocking one (DeepSpeed's), is set on every
 recipe of that framework as a trait (`with_pipe_engine`). Also
@@ -32,6 +32,8 @@ from models.core.pipeline import schedule_traits
 from models.core.runtime_features import (
     DEEPEP,
     MEMORY_EFFICIENT_NORM,
+    MOE_GROUPED_GEMM,
+    MOE_PERMUTE_FUSION,
     OVERLAP_EP_COMM,
     OVERLAP_GRAD_REDUCE,
     OVERLAP_TP_COMM,
@@ -107,6 +109,8 @@ def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
         return c.tp > 1
     if name == MEMORY_EFFICIENT_NORM:
         return True
+    if name in (MOE_GROUPED_GEMM, MOE_PERMUTE_FUSION):
+        return moe
     if name == DEEPEP:
         return moe and c.ep > 1 and deepep_supports(c.ep)
     if name == OVERLAP_EP_COMM:
