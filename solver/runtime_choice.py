@@ -92,7 +92,8 @@ def with_rules(training: TrainingSpec,
     return training.model_copy(update=update) if update else training
 
 
-def _unset(training: TrainingSpec) -> frozenset[str]:
+def unset_features(training: TrainingSpec) -> frozenset[str]:
+    """The capability names of the runtime features `training` leaves to the planner."""
     return frozenset(f.name for f in RUNTIME_FEATURES if getattr(training, f.field) is None)
 
 
@@ -155,7 +156,7 @@ def runtime_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCand
 def _feature_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
                      framework: Framework | None) -> tuple[TrainingSpec, ...]:
     """`runtime_options` before the pipeline-engine trait: the runtime-feature choices."""
-    unset = _unset(training)
+    unset = unset_features(training)
     if not unset:
         return (training,)
     offered = RUNTIME_NAMES if framework is None else RUNTIME_NAMES & framework.features.keys()
@@ -186,7 +187,7 @@ def optimistic_training(training: TrainingSpec,
     overlap costs is not in the memory floors)."""
     offered = (RUNTIME_NAMES if targets is None
                else RUNTIME_NAMES & set().union(*(fw.features.keys() for fw in targets)))
-    return resolved(training, frozenset(offered & _unset(training)))
+    return resolved(training, frozenset(offered & unset_features(training)))
 
 
 def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -199,7 +200,7 @@ def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     `any_target` (the request admits features no released framework has), when no
     released framework's option fits, the options of target 'any' (the memory-efficient
     norm) are tried too, and kept if one fits."""
-    if not _unset(training):
+    if not unset_features(training):
         return training
     m = training.global_batch_size // (parallel.micro_batch_size * parallel.dp)
     candidate = MeshCandidate.of(parallel, max(1, m))
@@ -290,6 +291,7 @@ __all__ = [
     "runtime_feature_set",
     "runtime_feature_uses",
     "runtime_options",
+    "unset_features",
     "with_pipe_engine",
     "with_rules",
 ]

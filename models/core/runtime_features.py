@@ -237,10 +237,12 @@ def effective_features(training: TrainingSpec, *, moe: bool, tp: int, dp: int, e
         out.add(TP_DGRAD_OVERLAP)
     if training.memory_efficient_norm:
         out.add(MEMORY_EFFICIENT_NORM)
-    if moe and grouped_gemm_on(training):
-        out.add(MOE_GROUPED_GEMM)
-    if moe and permute_fused(training):
-        out.add(MOE_PERMUTE_FUSION)
+    if moe:
+        # Unset reads as on (`grouped_gemm_on`, `permute_fused`).
+        if training.moe_grouped_gemm is not False:
+            out.add(MOE_GROUPED_GEMM)
+        if training.moe_permute_fusion is not False:
+            out.add(MOE_PERMUTE_FUSION)
     if moe and ep > 1:
         if dispatcher(training) == MoeDispatcher.DEEPEP:
             out.add(DEEPEP)
