@@ -6,10 +6,10 @@ a candidate is scored under for one framework (`runtime_options`): the features 
 lower the step time (`models.core.runtime_features.RUNTIME_FEATURES`, `costs_memory=False`:
 the gradient-reduce and TP overlaps, the MoE grouped GEMM and permute fusion) are taken
 whenever the framework offers them and the mesh meets their prerequisites, so they need no
-branch (the TP input-gradient overlap under the weight-gradient GEMM included); a feature that costs memory (DeepEP's
-buffers, the EP overlap's extra micro-batch) is tried on and off; with PP > 1 a framework's
-own pipeline engine, where its table names a blocking one (DeepSpeed's), is set on every
-recipe of that framework as a trait (`with_pipe_engine`). Also
+branch (the TP input-gradient overlap under the weight-gradient GEMM included); a feature
+that costs memory (DeepEP's buffers, the EP overlap's extra micro-batch) is tried on and off;
+with PP > 1 a framework's own pipeline engine, where its table names a blocking one
+(DeepSpeed's), is set on every recipe of that framework as a trait (`with_pipe_engine`). Also
 the recipe the search's lower bounds read (`optimistic_training`: every unset feature any
 target offers, on), the recipe a given configuration is evaluated under (`decided_for`) and
 the plan's account of its features (`runtime_feature_uses`). The

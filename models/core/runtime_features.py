@@ -3,9 +3,9 @@ it computes (overlaps, the MoE dispatcher).
 
 Owns: the recipe fields that name them (`TrainingSpec.overlap_grad_reduce`,
 `overlap_tp_comm`, `tp_dgrad_overlap`, `overlap_ep_comm`, `moe_dispatcher`,
-`memory_efficient_norm`, `moe_grouped_gemm`, `moe_permute_fusion`), how the cost model reads a field the
-request left to the planner (None) when nothing chose it, the mesh conditions under which
-each takes effect (`effective_features`, in the capability vocabulary of
+`memory_efficient_norm`, `moe_grouped_gemm`, `moe_permute_fusion`), how the cost model
+reads a field the request left to the planner (None) when nothing chose it, the mesh
+conditions under which each takes effect (`effective_features`, in the capability vocabulary of
 `models/data/frameworks.json`), which of them cost memory (`RUNTIME_FEATURES`: the search
 branches on those and takes the others whenever they are available), and the bytes of the
 DeepEP buffer (`deepep_buffer_bytes`). The per-layer CUDA graph regions of an MoE layer

@@ -2,11 +2,11 @@
 
 Owns: the tile-padded GEMM rows of the experts a rank computes, and the forward time of
 their GEMMs expert by expert (gate+up and down projections of a SwiGLU expert, each at its
-own padded token count), summed per rank, and one pass of the local experts' GEMMs at one
+own padded token count), summed per rank; and one pass of the local experts' GEMMs at one
 shape as the runtime issues them (`local_experts_gemm_s`: one grouped GEMM, or with
-`TrainingSpec.moe_grouped_gemm` off one GEMM per expert in turn). The MoE layer waits for its slowest rank, so its
-expert time is the maximum over ranks of these sums. Must not: place experts
-(`solver.placement`) or schedule tiles on SM workers (`solver.placement.gemm_order`).
+`TrainingSpec.moe_grouped_gemm` off one GEMM per expert in turn). The MoE layer waits for
+its slowest rank, so its expert time is the maximum over ranks of these sums. Must not:
+place experts (`solver.placement`) or schedule tiles on SM workers (`solver.placement.gemm_order`).
 
 Why apart from rank balance: exact balance gives every rank the same S*K rows (seed ledger
 Sec. 6.5, Kimi K3 arXiv:2607.24653 Sec. 5.2.1), but the experts inside a rank stay skewed:
