@@ -30,7 +30,7 @@ from models.core.moe.permute import unfused_permute_extra_bytes
 from models.core.runtime_features import MOE_GROUPED_GEMM, MOE_PERMUTE_FUSION
 from models.core.step_time import estimate_step
 from solver import plan
-from solver.export import deepspeed_config, megatron_args, torchtitan_notes
+from solver.export import deepspeed_config, megatron_args, megatron_notes, torchtitan_notes
 from solver.runtime_choice import runtime_options, with_rules
 from solver.space import MeshCandidate
 
@@ -197,3 +197,15 @@ def test_a_recipe_that_fixes_the_grouped_gemm_off_is_planned_and_exported_with_i
     on = RECIPE.model_copy(update={"moe_grouped_gemm": True})
     off_step = estimate_step(spec, off, parallel, cluster).step_time_s
     assert off_step > estimate_step(spec, on, parallel, cluster).step_time_s
+
+
+def test_megatron_recomputes_the_expert_activation_only_with_the_grouped_gemm() -> None:
+    spec = model_preset("mixtral-8x7b")
+    parallel = ParallelConfig(tp=2, dp=16, ep=4, sequence_parallel=True, recompute="selective",
+                              recompute_modules=["core_attn", "moe_act"])
+    on = megatron_args(spec, RECIPE, parallel)
+    assert on[on.index("--recompute-modules") + 1:][:2] == ["core_attn", "moe_act"]
+    off = RECIPE.model_copy(update={"moe_grouped_gemm": False})
+    args = megatron_args(spec, off, parallel)
+    assert "moe_act" not in args and "core_attn" in args
+    assert any("'moe_act' dropped" in note for note in megatron_notes(spec, off, parallel))
