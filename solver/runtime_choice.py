@@ -30,6 +30,7 @@ from models.core.layer_kinds import has_routed_experts
 from models.core.memory import memory_ledger
 from models.core.pipeline import schedule_traits
 from models.core.runtime_features import (
+    BY_NAME,
     DEEPEP,
     MEMORY_EFFICIENT_NORM,
     MOE_GROUPED_GEMM,
@@ -94,7 +95,7 @@ def with_rules(training: TrainingSpec,
 
 def unset_features(training: TrainingSpec) -> frozenset[str]:
     """The capability names of the runtime features `training` leaves to the planner."""
-    return frozenset(f.name for f in RUNTIME_FEATURES if getattr(training, f.field) is None)
+    return frozenset([f.name for f in RUNTIME_FEATURES if getattr(training, f.field) is None])
 
 
 def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
@@ -160,14 +161,13 @@ def _feature_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCan
     if not unset:
         return (training,)
     offered = RUNTIME_NAMES if framework is None else RUNTIME_NAMES & framework.features.keys()
-    usable = frozenset(name for name in unset & offered
-                       if _prerequisites_met(name, spec, candidate))
-    by_name = {f.name: f for f in RUNTIME_FEATURES}
-    base = frozenset(name for name in usable if not by_name[name].costs_memory)
+    usable = frozenset([name for name in unset & offered
+                        if _prerequisites_met(name, spec, candidate)])
+    base = frozenset([name for name in usable if not BY_NAME[name].costs_memory])
     options = [base]
     for name in sorted(usable - base):
         with_it = [option | {name} for option in options]
-        options = options + with_it if by_name[name].tried_off_first else with_it + options
+        options = options + with_it if BY_NAME[name].tried_off_first else with_it + options
     return tuple(resolved(training, option) for option in options)
 
 
