@@ -355,8 +355,9 @@ class RuntimeFeatureUse(ResultModel):
     decided it, and the flag that sets it in each framework that runs the plan."""
 
     feature: str = Field(description="'overlap_grad_reduce', 'overlap_tp_comm', "
-                         "'tp_dgrad_overlap', 'moe_dispatcher:deepep', 'overlap_ep_comm' or "
-                         "'memory_efficient_norm'.")
+                         "'tp_dgrad_overlap', 'moe_dispatcher:deepep', 'overlap_ep_comm', "
+                         "'memory_efficient_norm', 'moe_grouped_gemm' or "
+                         "'moe_permute_fusion'.")
     on: bool = Field(description="Whether the plan uses it.")
     decided_by: str = Field(description="'request' (the recipe fixed it) or 'planner'.")
     flags: dict[str, str] = Field(default_factory=dict, description="Framework id -> the "

@@ -37,7 +37,8 @@ ZeroStageValue = Literal[0, 1, 2, 3]
 
 FrameworkTarget = Literal["megatron-lm", "torchtitan", "deepspeed", "any"]
 RuntimeFeatureName = Literal["overlap_grad_reduce", "overlap_tp_comm", "tp_dgrad_overlap",
-                             "moe_dispatcher", "overlap_ep_comm", "memory_efficient_norm"]
+                             "moe_dispatcher", "overlap_ep_comm", "memory_efficient_norm",
+                             "moe_grouped_gemm", "moe_permute_fusion"]
 """Runtime features a request may rule on (`constraints.runtime_features`)."""
 RuntimeFeatureRule = Literal["allowed", "required", "forbidden"]
 """A training framework a plan must run on ('any' admits features of no released framework,

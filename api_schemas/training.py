@@ -330,6 +330,24 @@ class TrainingSpec(SpecModel):
         "offers it and keeps it when the plan is faster; a value fixes it. A cost model "
         "evaluated without a choice reads null as off.",
     )
+    moe_grouped_gemm: bool | None = Field(
+        default=None,
+        description="The local experts of an MoE layer run as one grouped GEMM (Megatron-LM "
+        "--moe-grouped-gemm, Transformer Engine's grouped linear: the experts' GEMMs share "
+        "waves and launch rounds); false = one GEMM per expert in turn (Megatron-LM's "
+        "SequentialMLP, the default without the flag). null (default) = the planner chooses "
+        "(on wherever the target framework offers it and the model has routed experts). A "
+        "cost model evaluated without a choice reads null as on.",
+    )
+    moe_permute_fusion: bool | None = Field(
+        default=None,
+        description="The MoE token permutation and un-permutation run as fused Transformer "
+        "Engine kernels (Megatron-LM --moe-permute-fusion, TE >= 2.1); false = the unfused "
+        "PyTorch path (index_select, then a zero-filled output and scatter_add), which moves "
+        "more bytes. null (default) = the planner chooses (on wherever the target framework "
+        "offers it and the model has routed experts). A cost model evaluated without a "
+        "choice reads null as on.",
+    )
     cuda_graph_modules: tuple[CudaGraphModule, ...] = Field(
         default=(),
         description="Per-layer CUDA graphs of MoE layers: the regions captured and replayed "

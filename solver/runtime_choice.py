@@ -4,12 +4,12 @@ target framework.
 Owns: the recipes (`TrainingSpec` with every runtime feature the request left unset decided)
 a candidate is scored under for one framework (`runtime_options`): the features that only
 lower the step time (`models.core.runtime_features.RUNTIME_FEATURES`, `costs_memory=False`:
-the gradient-reduce and TP overlaps) are taken whenever the framework offers them and the
-mesh meets their prerequisites, so they need no branch (the TP input-gradient overlap under
-the weight-gradient GEMM included); a feature that costs memory (DeepEP's
-buffers, the EP overlap's extra micro-batch) is tried on and off; with PP > 1 a framework's
-own pipeline engine, where its table names a blocking one (DeepSpeed's), is set on every
-recipe of that framework as a trait (`with_pipe_engine`). Also
+the gradient-reduce and TP overlaps, the MoE grouped GEMM and permute fusion) are taken
+whenever the framework offers them and the mesh meets their prerequisites, so they need no
+branch (the TP input-gradient overlap under the weight-gradient GEMM included); a feature
+that costs memory (DeepEP's buffers, the EP overlap's extra micro-batch) is tried on and off;
+with PP > 1 a framework's own pipeline engine, where its table names a blocking one
+(DeepSpeed's), is set on every recipe of that framework as a trait (`with_pipe_engine`). Also
 the recipe the search's lower bounds read (`optimistic_training`: every unset feature any
 target offers, on), the recipe a given configuration is evaluated under (`decided_for`) and
 the plan's account of its features (`runtime_feature_uses`). The
@@ -30,8 +30,11 @@ from models.core.layer_kinds import has_routed_experts
 from models.core.memory import memory_ledger
 from models.core.pipeline import schedule_traits
 from models.core.runtime_features import (
+    BY_NAME,
     DEEPEP,
     MEMORY_EFFICIENT_NORM,
+    MOE_GROUPED_GEMM,
+    MOE_PERMUTE_FUSION,
     OVERLAP_EP_COMM,
     OVERLAP_GRAD_REDUCE,
     OVERLAP_TP_COMM,
@@ -90,8 +93,9 @@ def with_rules(training: TrainingSpec,
     return training.model_copy(update=update) if update else training
 
 
-def _unset(training: TrainingSpec) -> frozenset[str]:
-    return frozenset(f.name for f in RUNTIME_FEATURES if getattr(training, f.field) is None)
+def unset_features(training: TrainingSpec) -> frozenset[str]:
+    """The capability names of the runtime features `training` leaves to the planner."""
+    return frozenset([f.name for f in RUNTIME_FEATURES if getattr(training, f.field) is None])
 
 
 def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
@@ -107,6 +111,8 @@ def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
         return c.tp > 1
     if name == MEMORY_EFFICIENT_NORM:
         return True
+    if name in (MOE_GROUPED_GEMM, MOE_PERMUTE_FUSION):
+        return moe
     if name == DEEPEP:
         return moe and c.ep > 1 and deepep_supports(c.ep)
     if name == OVERLAP_EP_COMM:
@@ -151,18 +157,17 @@ def runtime_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCand
 def _feature_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
                      framework: Framework | None) -> tuple[TrainingSpec, ...]:
     """`runtime_options` before the pipeline-engine trait: the runtime-feature choices."""
-    unset = _unset(training)
+    unset = unset_features(training)
     if not unset:
         return (training,)
     offered = RUNTIME_NAMES if framework is None else RUNTIME_NAMES & framework.features.keys()
-    usable = frozenset(name for name in unset & offered
-                       if _prerequisites_met(name, spec, candidate))
-    by_name = {f.name: f for f in RUNTIME_FEATURES}
-    base = frozenset(name for name in usable if not by_name[name].costs_memory)
+    usable = frozenset([name for name in unset & offered
+                        if _prerequisites_met(name, spec, candidate)])
+    base = frozenset([name for name in usable if not BY_NAME[name].costs_memory])
     options = [base]
     for name in sorted(usable - base):
         with_it = [option | {name} for option in options]
-        options = options + with_it if by_name[name].tried_off_first else with_it + options
+        options = options + with_it if BY_NAME[name].tried_off_first else with_it + options
     return tuple(resolved(training, option) for option in options)
 
 
@@ -182,7 +187,7 @@ def optimistic_training(training: TrainingSpec,
     overlap costs is not in the memory floors)."""
     offered = (RUNTIME_NAMES if targets is None
                else RUNTIME_NAMES & set().union(*(fw.features.keys() for fw in targets)))
-    return resolved(training, frozenset(offered & _unset(training)))
+    return resolved(training, frozenset(offered & unset_features(training)))
 
 
 def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -195,7 +200,7 @@ def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     `any_target` (the request admits features no released framework has), when no
     released framework's option fits, the options of target 'any' (the memory-efficient
     norm) are tried too, and kept if one fits."""
-    if not _unset(training):
+    if not unset_features(training):
         return training
     m = training.global_batch_size // (parallel.micro_batch_size * parallel.dp)
     candidate = MeshCandidate.of(parallel, max(1, m))
@@ -286,6 +291,7 @@ __all__ = [
     "runtime_feature_set",
     "runtime_feature_uses",
     "runtime_options",
+    "unset_features",
     "with_pipe_engine",
     "with_rules",
 ]

@@ -48,7 +48,12 @@ from solver.candidate_eval import (
     least_memory_candidate,
 )
 from solver.outcomes import Unfit
-from solver.runtime_choice import RUNTIME_NAMES, runtime_feature_set, runtime_options
+from solver.runtime_choice import (
+    RUNTIME_NAMES,
+    runtime_feature_set,
+    runtime_options,
+    unset_features,
+)
 from solver.space import MeshCandidate, permitted
 
 ANY = "any"
@@ -156,6 +161,8 @@ class TargetRequest:
     constraints: Constraints
     zeros: tuple[int, ...] = dataclasses.field(init=False)
     """The ZeRO stages the request permits, ascending."""
+    open_features: frozenset[str] = dataclasses.field(init=False)
+    """The runtime features the recipe leaves to the planner (`unset_features`)."""
     _meshes: dict[tuple[object, ...], frozenset[str]] = dataclasses.field(
         default_factory=dict, init=False, repr=False)
     _narrowed: dict[tuple[tuple[int, ...], bool, bool], Constraints] = dataclasses.field(
@@ -166,6 +173,7 @@ class TargetRequest:
     def __post_init__(self) -> None:
         object.__setattr__(self, "zeros", tuple(
             z for z in (0, 1, 2, 3) if permitted("zero_stage", z, self.constraints)))
+        object.__setattr__(self, "open_features", unset_features(self.training))
 
     @classmethod
     def of(cls, spec: ModelSpec, training: TrainingSpec,
@@ -281,7 +289,9 @@ def admits_mesh(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidat
     targets = target_frameworks(constraints)
     if targets is None:
         return True
-    mesh = request.mesh(candidate)
+    # A runtime feature the request leaves open is decided per framework (a framework that
+    # lacks it runs the mesh with it off), so only the fixed ones can shut a framework out.
+    mesh = request.mesh(candidate) - request.open_features
     return any(request.view(fw.id, mesh) is not None for fw in targets)
 
 

@@ -27,7 +27,6 @@ from models.catalog.kernels import (
     attention_time_s,
     calibrated_profile,
     gemm_time_s,
-    grouped_gemm_time_s,
     memory_bound_time_s,
     profile_for,
 )
@@ -41,7 +40,9 @@ from models.core.linear_attention import (
     linear_attention_core_time_s,
     linear_attention_gemm_shapes,
 )
+from models.core.moe.expert_gemm import local_experts_gemm_s
 from models.core.moe.host_issue import moe_host_idle_s, moe_host_sync_s
+from models.core.moe.permute import unfused_permute_extra_bytes
 from models.core.runtime_passes import RUNTIME_PASSES, OpPasses
 from models.core.search_memo import current_memo, forget_memos, kept
 
@@ -121,6 +122,10 @@ class ComputeContext:
     moe_load_imbalance: float = 1.0
     moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
     elementwise_fusion: ElementwiseFusion = ElementwiseFusion.FUSED
+    moe_grouped_gemm: bool = True
+    """The local experts run as one grouped GEMM (False: one GEMM per expert in turn)."""
+    moe_permute_fusion: bool = True
+    """The MoE permutation runs fused (False: `models.core.moe.permute`'s extra bytes)."""
     profile: KernelProfile | None = None
     gemm_efficiency_scale: float = 1.0
     """A calibration profile's multiplier on the profile's eta_max (1: as published)."""
@@ -199,10 +204,11 @@ class _Gemm:
 
 
 def _shape_time(g: _Gemm, m: int, n: int, k: int, ctx: ComputeContext) -> float:
-    """One (m x k) @ (k x n) pass of `g`: grouped over its groups, or a plain GEMM."""
+    """One (m x k) @ (k x n) pass of `g`: over its groups (grouped, or one GEMM per group,
+    `models.core.moe.expert_gemm.local_experts_gemm_s`), or a plain GEMM."""
     if g.groups > 1:
-        return grouped_gemm_time_s(g.groups, m, n, k, gpu=ctx.gpu, dtype=ctx.compute_dtype,
-                                   profile=ctx.kernel_profile)
+        return local_experts_gemm_s(g.groups, m, n, k, gpu=ctx.gpu, dtype=ctx.compute_dtype,
+                                    profile=ctx.kernel_profile, grouped=ctx.moe_grouped_gemm)
     return gemm_time_s(m, n, k, gpu=ctx.gpu, dtype=ctx.compute_dtype, profile=ctx.kernel_profile)
 
 
@@ -242,7 +248,7 @@ def routed_assignments(spec: ModelSpec, ctx: ComputeContext) -> float:
 
 def moe_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:
     """Router, grouped expert GEMMs at the real per-expert shape (tokens per local expert,
-    tile-padded; `models.catalog.kernels.grouped_gemm_time_s`) and shared experts."""
+    tile-padded; `models.core.moe.expert_gemm.local_experts_gemm_s`) and shared experts."""
     moe = spec.moe
     assert moe is not None
     local_experts = max(1, moe.num_experts // ctx.ep)
@@ -311,7 +317,9 @@ def _elementwise_bytes(spec: ModelSpec, ctx: ComputeContext, *,
         passes = MOE_PERMUTE_PASSES + (
             ALLTOALL_LOCAL_SORT_PASSES
             if ctx.moe_dispatcher == MoeDispatcher.ALLTOALL and local_experts > 1 else 0)
-        out["permute"] = copies * h * 2 * 2 * passes
+        out["permute"] = copies * h * 2 * 2 * passes + (
+            0.0 if ctx.moe_permute_fusion else unfused_permute_extra_bytes(
+                assignments=copies, top_k=spec.moe.top_k, hidden_size=h))
         out["router"] = tokens / rep * spec.moe.num_experts * ROUTER_BYTES_PER_SCORE
         if ctx.compute_dtype == DType.FP8:
             out["moe_quantize"] = copies * (h + width) * FP8_QUANTIZE_BYTES_PER_ELEMENT

@@ -3,9 +3,9 @@ it computes (overlaps, the MoE dispatcher).
 
 Owns: the recipe fields that name them (`TrainingSpec.overlap_grad_reduce`,
 `overlap_tp_comm`, `tp_dgrad_overlap`, `overlap_ep_comm`, `moe_dispatcher`,
-`memory_efficient_norm`), how the cost model reads a field the
-request left to the planner (None) when nothing chose it, the mesh conditions under which
-each takes effect (`effective_features`, in the capability vocabulary of
+`memory_efficient_norm`, `moe_grouped_gemm`, `moe_permute_fusion`), how the cost model
+reads a field the request left to the planner (None) when nothing chose it, the mesh
+conditions under which each takes effect (`effective_features`, in the capability vocabulary of
 `models/data/frameworks.json`), which of them cost memory (`RUNTIME_FEATURES`: the search
 branches on those and takes the others whenever they are available), and the bytes of the
 DeepEP buffer (`deepep_buffer_bytes`). The per-layer CUDA graph regions of an MoE layer
@@ -29,6 +29,8 @@ TP_DGRAD_OVERLAP = "tp_dgrad_overlap"
 MEMORY_EFFICIENT_NORM = "memory_efficient_norm"
 OVERLAP_EP_COMM = "overlap_ep_comm"
 DEEPEP = "moe_dispatcher:deepep"
+MOE_GROUPED_GEMM = "moe_grouped_gemm"
+MOE_PERMUTE_FUSION = "moe_permute_fusion"
 
 
 DEEPEP_NUM_SMS = 20
@@ -159,6 +161,21 @@ RUNTIME_FEATURES = (
                "when PP > 1, no full recomputation or recompute method; "
                "megatron/core/pipeline_parallel/schedules.py: one extra warm-up micro-batch, "
                "combined 1F1B without a pipeline)"),
+    RuntimeFeature(
+        name=MOE_GROUPED_GEMM, field="moe_grouped_gemm", costs_memory=False,
+        needs="an MoE model (routed experts)",
+        source="Megatron-LM core_v0.14.0 --moe-grouped-gemm (megatron/training/arguments.py; "
+               "TEGroupedMLP, else SequentialMLP's per-expert loop, "
+               "megatron/core/transformer/moe/experts.py); torchtitan v0.2.2 MoEArgs."
+               "use_grouped_mm (torch._grouped_mm, default on); DeepSpeed 0.19.2+ "
+               "expert_parallel.use_grouped_mm"),
+    RuntimeFeature(
+        name=MOE_PERMUTE_FUSION, field="moe_permute_fusion", costs_memory=False,
+        needs="an MoE model (routed experts)",
+        source="Megatron-LM core_v0.14.0 --moe-permute-fusion (megatron/training/arguments.py; "
+               "Transformer Engine >= 2.1 fused permute / unpermute, "
+               "megatron/core/transformer/transformer_config.py and "
+               "megatron/core/transformer/moe/moe_utils.py)"),
 )
 """Every runtime feature, cheapest to decide first."""
 
@@ -169,6 +186,18 @@ def grad_reduce_overlapped(training: TrainingSpec) -> bool:
     """Whether the gradient reduction overlaps backward: unset reads as on (every released
     framework overlaps it by default or with one switch)."""
     return training.overlap_grad_reduce is not False
+
+
+def grouped_gemm_on(training: TrainingSpec) -> bool:
+    """Whether the local experts run as one grouped GEMM: unset reads as on (every published
+    MoE recipe the model is calibrated on sets `--moe-grouped-gemm`)."""
+    return training.moe_grouped_gemm is not False
+
+
+def permute_fused(training: TrainingSpec) -> bool:
+    """Whether the MoE permutation runs fused: unset reads as on (every published MoE recipe
+    the model is calibrated on sets `--moe-permute-fusion`)."""
+    return training.moe_permute_fusion is not False
 
 
 def dispatcher(training: TrainingSpec) -> MoeDispatcher:
@@ -208,6 +237,12 @@ def effective_features(training: TrainingSpec, *, moe: bool, tp: int, dp: int, e
         out.add(TP_DGRAD_OVERLAP)
     if training.memory_efficient_norm:
         out.add(MEMORY_EFFICIENT_NORM)
+    if moe:
+        # Unset reads as on (`grouped_gemm_on`, `permute_fused`).
+        if training.moe_grouped_gemm is not False:
+            out.add(MOE_GROUPED_GEMM)
+        if training.moe_permute_fusion is not False:
+            out.add(MOE_PERMUTE_FUSION)
     if moe and ep > 1:
         if dispatcher(training) == MoeDispatcher.DEEPEP:
             out.add(DEEPEP)
@@ -235,6 +270,8 @@ __all__ = [
     "BY_NAME",
     "DEEPEP",
     "MEMORY_EFFICIENT_NORM",
+    "MOE_GROUPED_GEMM",
+    "MOE_PERMUTE_FUSION",
     "OVERLAP_EP_COMM",
     "OVERLAP_GRAD_REDUCE",
     "OVERLAP_TP_COMM",
@@ -248,6 +285,8 @@ __all__ = [
     "dispatcher",
     "effective_features",
     "ep_overlap_active",
+    "grouped_gemm_on",
+    "permute_fused",
     "ep_overlap_mesh",
     "grad_reduce_overlapped",
     "with_features",

@@ -19,7 +19,7 @@ from api_schemas.dtypes import DType
 from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode
 from api_schemas.training import OptimizerKind, PipeEngineP2P, TrainingSpec
 from models.core.pipeline import schedule_traits
-from models.core.runtime_features import grad_reduce_overlapped
+from models.core.runtime_features import grad_reduce_overlapped, grouped_gemm_on
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy
 
 logger = logging.getLogger(__name__)
@@ -41,10 +41,12 @@ DEEPSPEED_KEYS: frozenset[str] = frozenset({
     "activation_checkpointing.number_checkpoints",
     "tensor_parallel.autotp_size", "tensor_parallel.tp_overlap_comm",
     "expert_parallel.enabled", "expert_parallel.autoep_size", "expert_parallel.score_func",
+    "expert_parallel.use_grouped_mm",
 })
 """Every dotted key this exporter may write, each documented in DeepSpeed's config-json.md
 (`expert_parallel.score_func` in DeepSpeed 0.19.8 `module_inject/auto_ep_config.py`
-`parse_autoep_config`, which validates it against "auto", "softmax" and "sigmoid")."""
+`parse_autoep_config`, which validates it against "auto", "softmax" and "sigmoid";
+`expert_parallel.use_grouped_mm` in config-json.md of 0.19.2 and later)."""
 
 _OPTIMIZER_TYPES: dict[OptimizerKind, str] = {
     OptimizerKind.ADAM: "Adam", OptimizerKind.ADAMW: "AdamW", OptimizerKind.SGD: "SGD",
@@ -234,6 +236,9 @@ def _model_parallel(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
         # lacks (its router is sigmoid); the spec says which one the model uses.
         config["expert_parallel"] = {"enabled": True, "autoep_size": parallel.ep,
                                      "score_func": spec.moe.router_score_function.value}
+        if not grouped_gemm_on(training):
+            # AutoEP's default is the grouped GEMM; the plan chose the per-expert loop.
+            config["expert_parallel"]["use_grouped_mm"] = False
         notes.append(f"expert_parallel (AutoEP) needs DeepSpeed >= {AUTOEP_MIN_VERSION}; older "
                      "releases have no such key")
         if parallel.etp > 1:

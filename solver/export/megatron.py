@@ -28,7 +28,7 @@ from api_schemas.training import CudaGraphModule, Fp8WeightStorage, OptimizerKin
 from models.core.layer_kinds import kind_recompute_modules
 from models.core.layout import pipeline_layout
 from models.core.pipeline import schedule_traits
-from models.core.runtime_features import grad_reduce_overlapped
+from models.core.runtime_features import grad_reduce_overlapped, grouped_gemm_on
 from solver.export.common import batch_shape, rank_layer_counts, unified_policy
 from solver.export.megatron_model import model_args
 from solver.export.megatron_pipeline import pipeline_args
@@ -164,7 +164,7 @@ def megatron_export(spec: ModelSpec, training: TrainingSpec,
     notes = list(model.notes) + list(pipeline.notes)
     for part_args, part_notes in (
             _batch_args(training, parallel), _sharding_args(parallel),
-            _precision_args(training, parallel), _recompute_args(spec, parallel),
+            _precision_args(training, parallel), _recompute_args(spec, training, parallel),
             _overlap_args(spec, training, parallel), _cuda_graph_args(training, parallel),
             _unsupported_notes(training, parallel)):
         args += part_args
@@ -327,7 +327,7 @@ def _optimizer_args(training: TrainingSpec, parallel: ParallelConfig) -> Part:
     return args, notes
 
 
-def _recompute_args(spec: ModelSpec, parallel: ParallelConfig) -> Part:
+def _recompute_args(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig) -> Part:
     unified = unified_policy(parallel, framework="Megatron-LM")
     policy = unified.policy
     notes = list(unified.notes)
@@ -342,7 +342,7 @@ def _recompute_args(spec: ModelSpec, parallel: ParallelConfig) -> Part:
         return ["--recompute-granularity", "full", "--recompute-method", "uniform",
                 "--recompute-num-layers", "1"], notes
     if recompute == RecomputeMode.SELECTIVE:
-        args, more = _selective_args(spec, policy)
+        args, more = _selective_args(spec, policy, grouped=grouped_gemm_on(training))
         return args, notes + more
     return [], notes
 
@@ -386,12 +386,18 @@ def _megatron_chunks(spec: ModelSpec, parallel: ParallelConfig) -> list[list[int
     return [[count] for count in rank_layer_counts(spec, parallel)]
 
 
-def _selective_args(spec: ModelSpec, policy: StagePolicy) -> Part:
+def _selective_args(spec: ModelSpec, policy: StagePolicy, *, grouped: bool) -> Part:
     kept = []
     notes = []
     offered = kind_recompute_modules(spec)
     for module in policy.recompute_modules:
-        if module == RecomputeModule.MLA_UP_PROJ and module not in offered:
+        if module == RecomputeModule.MOE_ACT and module in offered and not grouped:
+            # core_v0.14.0 TransformerConfig: 'moe_act in recompute_modules is only
+            # supported with moe_grouped_gemm'.
+            notes.append("recompute module 'moe_act' dropped: Megatron-LM recomputes the "
+                         "expert activation only with --moe-grouped-gemm, which this plan "
+                         "leaves off (more activation memory than planned)")
+        elif module == RecomputeModule.MLA_UP_PROJ and module not in offered:
             notes.append("recompute module 'mla_up_proj' dropped: the model has no MLA")
         elif module in (RecomputeModule.MOE, RecomputeModule.MOE_ACT,
                         RecomputeModule.SHARED_EXPERTS) and module not in offered:

@@ -18,7 +18,7 @@ from api_schemas.architecture import ModelSpec, MoESpec, RouterScoreFunction
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import MoeDispatcher, TrainingSpec
 from models.core.layer_kinds import attention_kind, mlp_kind, norm_kind
-from models.core.runtime_features import dispatcher
+from models.core.runtime_features import dispatcher, grouped_gemm_on, permute_fused
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
 """Megatron-LM's default `--make-vocab-size-divisible-by` (core_v0.14.0 arguments.py); the
@@ -150,7 +150,12 @@ def moe_args(spec: ModelSpec, training: TrainingSpec) -> ModelArgs:
     args += _router_score_args(moe, notes)
     if moe.capacity_factor is not None:
         args += ["--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"]
-    args.append("--moe-grouped-gemm")
+    # The grouped expert GEMM and the fused permutation as the plan chose them (the
+    # runtime features moe_grouped_gemm and moe_permute_fusion; core_v0.14.0 defaults both off).
+    if grouped_gemm_on(training):
+        args.append("--moe-grouped-gemm")
+    if permute_fused(training):
+        args.append("--moe-permute-fusion")
     if dispatcher(training) == MoeDispatcher.DEEPEP:
         args += ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]
     else:

@@ -383,6 +383,10 @@ def _unsupported_notes(spec: ModelSpec, training: TrainingSpec,
                      "memory; Kimi K3) has no torchtitan setting; it needs an extension")
     if training.optimizer not in (OptimizerKind.ADAM, OptimizerKind.ADAMW):
         notes.append(f"optimizer='{training.optimizer}': set [optimizer] name by hand")
+    if spec.moe is not None and training.moe_grouped_gemm is False:
+        notes.append(f"moe_grouped_gemm=false: torchtitan {TORCHTITAN_VERSION} has no "
+                     "job-config key for MoEArgs.use_grouped_mm (on from compute capability "
+                     "9.0), so the experts run as one torch._grouped_mm, faster than planned")
     if training.fused_cross_entropy:
         notes.append("torchtitan's loss is F.cross_entropy on fp32 logits (components/loss.py), "
                      "not a fused one: its backward holds about 8 x vocab bytes per token more, "

@@ -30,7 +30,8 @@ validation the engine runs at start-up (`validate_autoep_config`) with the same 
 
 Transformer Engine is GPU-only: where megatron-core asks for its version (FP8 MoE checks),
 the check answers with `TE_VERSION`, the oldest release megatron-core 0.16.1's `dev` extra
-accepts.
+accepts; where it asks whether TE's fused MoE permutation imported (`--moe-permute-fusion`,
+TE >= 2.1), the check answers yes, as that release has it.
 """
 
 import contextlib
@@ -231,6 +232,33 @@ def _virtual_stages(flags: dict[str, Any]) -> int | None:
     return slots // pp // int(per_stage)
 
 
+TE_PERMUTATION = ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+                  "fused_sort_chunks_by_index_with_probs", "fused_unpermute")
+"""The Transformer Engine kernels megatron-core 0.16.1's `TransformerConfig.__post_init__`
+imports from `megatron/core/transformer/moe/moe_utils.py` when `moe_permute_fusion` is set
+(it raises 'fused permutation is not available' when one is missing)."""
+
+
+@contextlib.contextmanager
+def _te_permutation() -> Iterator[None]:
+    """The fused permutation kernels present in megatron-core's `moe_utils` while the
+    configuration is built (without TE the module defines none of them)."""
+    from megatron.core.transformer.moe import moe_utils
+
+    missing = {name: name in vars(moe_utils) for name in TE_PERMUTATION
+               if getattr(moe_utils, name, None) is None}
+    for name in missing:
+        setattr(moe_utils, name, object())
+    try:
+        yield
+    finally:
+        for name, defined in missing.items():
+            if defined:
+                setattr(moe_utils, name, None)
+            else:
+                delattr(moe_utils, name)
+
+
 def megatron_check(args: list[str], world_size: int) -> MegatronResult:
     """Validate exported Megatron-LM arguments with megatron-core and a `world_size`-rank
     fake process group (raises what megatron-core raises)."""
@@ -260,7 +288,7 @@ def megatron_check(args: list[str], world_size: int) -> MegatronResult:
     assert not unknown, f"flags no check reads: {unknown}"
 
     core_utils._te_version = Version(TE_VERSION)
-    with _quiet():
+    with _quiet(), _te_permutation():
         config = config_class(**_config_kwargs(flags, config_fields))
         ddp = DistributedDataParallelConfig(**{
             name: value for name, value in flags.items() if name in ddp_fields})

@@ -158,7 +158,8 @@ def test_runtime_options_branch_only_on_the_features_that_cost_memory() -> None:
     fixed = training.model_copy(update={"overlap_ep_comm": False, "overlap_tp_comm": True,
                                         "tp_dgrad_overlap": True, "moe_dispatcher": "alltoall",
                                         "overlap_grad_reduce": True,
-                                        "memory_efficient_norm": False})
+                                        "memory_efficient_norm": False,
+                                        "moe_grouped_gemm": True, "moe_permute_fusion": True})
     assert runtime_options(spec, fixed, mesh, megatron) == (fixed,)
 
 

@@ -52,7 +52,12 @@ layer's forward GPU time (`moe_host_idle_s`). It includes the recipes' router fu
 permute fusion and grouped GEMM, which every Megatron-Bridge performance recipe sets
 (`moe_router_fusion = True` in each `*_llm_pretrain.py`, `moe_permute_fusion` and
 `moe_grouped_gemm` in the model providers, commit 602e88cb7 and tag 26.04-alpha.rc2), so the
-rows cannot separate them.
+rows cannot separate them: it is the host time with `TrainingSpec.moe_grouped_gemm` and
+`moe_permute_fusion` on. With either off the host issues more (SequentialMLP's MLP call per
+expert; the unfused permutation's separate ops and its `.tolist()` host copies), which this
+constant does not add: the cost model prices those switches off on the GPU side only
+(`models.core.moe.expert_gemm.local_experts_gemm_s`, `models.core.moe.permute`), a lower
+bound of what they cost.
 Calibrated on fewer than three rows (the predicted range of every MoE plan is widened for
 it, `models.evidence.error_bands.THIN_FITS`): grid-fitted (0.1 ms steps) on one row,
 `bridge-25.11-dgx-h100-qwen3-235b-a22b-256gpu` (the H100 MoE calibration row named in

@@ -39,7 +39,7 @@ from models.core.compute import (
 from models.core.layout import StageLayout
 from models.core.pipeline import StagePlacement, schedule_traits
 from models.core.rank_activations import layer_stored_bytes_cap, stage_activation_components
-from models.core.runtime_features import dispatcher
+from models.core.runtime_features import dispatcher, grouped_gemm_on, permute_fused
 from models.core.search_memo import current_memo, kept, model_tables
 from models.core.step_time.deepspeed_pipe import boundary_occupancy_s, hp_grad_update_s
 from models.core.step_time.exposure import (
@@ -95,7 +95,8 @@ def compute_context(training: TrainingSpec, parallel: ParallelConfig,
         ep=parallel.ep, etp=parallel.etp, sequence_parallel=parallel.sequence_parallel,
         compute_dtype=training.compute_dtype, flash_attention=training.flash_attention,
         dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance,
-        moe_dispatcher=dispatcher(training),
+        moe_dispatcher=dispatcher(training), moe_grouped_gemm=grouped_gemm_on(training),
+        moe_permute_fusion=permute_fused(training),
         elementwise_fusion=training.elementwise_fusion, gemm_efficiency_scale=scale,
         attention_efficiency_scale=attention, cuda_graph_modules=training.cuda_graph_modules,
         moe_host_issue_s=calibration.moe_host_issue_s if calibration is not None else None)
