@@ -8,6 +8,8 @@ import pytest
 from api_schemas import ClusterSpec, DType, ModelSpec, ParallelConfig, TrainingSpec
 from models.catalog.presets import cluster_preset
 from models.core.collectives import Collective
+from models.core.compute import OpTimes
+from models.core.step_time.exposure import DEFERRED_REDUCE, sync_exposed_s
 from models.core.traffic import TrafficAxis, stage_weights, step_traffic
 
 
@@ -71,3 +73,28 @@ def test_deferred_gradient_sync_reduce_scatters_once_per_step() -> None:
     volume, _ = _dp_volume(p)
     assert m > 1
     assert volume == pytest.approx(2, rel=1e-3)  # one gather and one reduce-scatter per step
+
+
+def test_deferred_reduce_scatter_is_exposed_where_the_last_backward_cannot_cover_it() -> None:
+    """The deferred reduce-scatters run during the last micro-batch's backward, one unit
+    behind it: the step pays at least the last unit's call, and all of what exceeds that
+    backward (the per-step reduction rule of `sync_exposed_s`). Before this rule the
+    deferred call was booked nowhere and cost nothing."""
+    model, training = _model_7b_fp16()
+    p = ParallelConfig(dp=64, zero_stage=3, fsdp=True, fsdp_defer_grad_sync=True)
+    traffic = step_traffic(model, training=training, parallel=p, cluster=_cluster())
+    items = tuple(traffic.of_axis(TrafficAxis.DP))
+    (deferred,) = [i for i in items if i.name.endswith(DEFERRED_REDUCE)]
+    per_unit = deferred.time_per_step_s / deferred.calls_per_step
+    others = sum(sync_exposed_s((i,), overlap=True, num_micro_batches=traffic.num_micro_batches,
+                                chunk_times=(OpTimes(),)) for i in items if i is not deferred)
+    assert others > 0.0  # the first unit's gather before the step's first forward
+
+    def exposed(backward_s: float) -> float:
+        return sync_exposed_s(items, overlap=True, num_micro_batches=traffic.num_micro_batches,
+                              chunk_times=(OpTimes(forward_s=1.0, backward_input_s=backward_s),))
+
+    assert exposed(10.0) - others == pytest.approx(per_unit, rel=1e-9)
+    short = deferred.time_per_step_s / 2
+    assert exposed(short) - others == pytest.approx(deferred.time_per_step_s - short,
+                                                    rel=1e-9)

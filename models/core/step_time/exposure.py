@@ -425,6 +425,12 @@ the step's first forward, and the last unit's gradient reduce-scatter after its 
 backward."""
 
 
+DEFERRED_REDUCE = "zero3.deferred_grad_reduce_scatter"
+"""ZeRO-3's once-per-step gradient reduce-scatter when the sync is deferred to the last
+micro-batch (`fsdp_defer_grad_sync`, `models.core.traffic.data`): a per-step gradient
+reduction like ZeRO-1's, exposed by `sync_exposed_s`'s rule for those, not a prefetch fill."""
+
+
 def zero3_fill_drain_s(item: TrafficItem) -> float:
     """Exposed fill or drain of ZeRO-3's per-unit prefetch pipeline for one step: one call.
 
@@ -455,6 +461,11 @@ def sync_exposed_s(items: tuple[TrafficItem, ...], *, overlap: bool, num_micro_b
     exposed) and the compute it can run behind (one micro-batch's backward for a reduction,
     one forward for a gather); of a per-micro-batch reduction (ZeRO-2) only the last is
     bounded so, the earlier ones hide behind the next micro-batch's forward and backward.
+    ZeRO-3 with the gradient sync deferred (`DEFERRED_REDUCE`) reduce-scatters every unit
+    during the last micro-batch's backward, one unit behind it (PyTorch FSDP, Zhao et al.
+    2023, arXiv:2304.11277 Sec. 3.3 and 4.3 `no_sync`): a per-step reduction under the
+    same rule, so at least the last unit's call stays exposed, and all of what the last
+    backward cannot cover.
     """
     backward = sum(t.backward_input_s + t.backward_weight_s for t in chunk_times)
     forward = sum(t.forward_s for t in chunk_times)
@@ -464,7 +475,7 @@ def sync_exposed_s(items: tuple[TrafficItem, ...], *, overlap: bool, num_micro_b
             continue
         if item.name.endswith(CHUNK_REDUCE):
             continue  # Pipeline ZeRO-2: `models.core.step_time.host_gradients`
-        if "zero3" in item.name:
+        if "zero3" in item.name and not item.name.endswith(DEFERRED_REDUCE):
             total += zero3_fill_drain_s(item)
             continue
         repeats = num_micro_batches if item.frequency == Frequency.PER_MICRO_BATCH else 1
@@ -483,6 +494,7 @@ __all__ = [
     "LAYER_CALL_FIELDS",
     "OVERLAP_COMM_SM_SHARE",
     "LayerComm",
+    "DEFERRED_REDUCE",
     "H100_SMS",
     "TP_OVERLAP_BULK_RS_SMS",
     "ep_overlapped",
