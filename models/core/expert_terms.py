@@ -38,7 +38,9 @@ class ExpertTerms:
     pass (forward, or backward with its recomputation) under ZeRO-3 / FSDP: the rank's
     experts' weights x (edp - 1) / edp; 0 without ZeRO-3 or expert sharding."""
     zero3_expert_gather_bytes_per_step: int
-    """The same over a step: two passes per micro-batch on every MoE layer of the rank."""
+    """The same over a step: two passes per micro-batch on every MoE layer of the rank, or
+    one pass per step where units stay gathered after forward (`fsdp_reshard_after_forward`
+    false, `models.core.traffic.layer.zero3_unit_calls`)."""
 
 
 def expert_terms(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
@@ -79,7 +81,8 @@ def expert_terms(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
         per_pass = rank_experts * int(training.param_dtype.num_bytes) * (edp - 1) // edp
     moe_layers = sum(1 for i in range(spec.num_layers) if spec.is_moe_layer(i))
     m = training.global_batch_size // (parallel.micro_batch_size * parallel.dp)
-    per_step = per_pass * 2 * m * math.ceil(moe_layers / parallel.pp)
+    passes = 2 * m if parallel.fsdp_reshard_after_forward else 1
+    per_step = per_pass * passes * math.ceil(moe_layers / parallel.pp)
     return ExpertTerms(local_experts=local, tokens_per_expert=per_expert,
                        grouped_gemm_efficiency=efficiency,
                        zero3_expert_gather_bytes_per_pass=per_pass,

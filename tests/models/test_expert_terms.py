@@ -55,6 +55,18 @@ def test_zero3_gathers_every_expert_a_rank_holds_for_each_pass() -> None:
     assert without is not None and without.zero3_expert_gather_bytes_per_step == 0
 
 
+def test_experts_kept_gathered_after_forward_are_gathered_once_per_step() -> None:
+    """Without resharding after forward (Llama 3 arXiv:2407.21783 Sec. 3.3.2; FSDP2's
+    `reshard_after_forward=False`) a unit stays gathered to the end of the step: the traffic
+    model has one gather per unit and step, and the expert terms count the same."""
+    parallel = ParallelConfig(dp=32, ep=8, zero_stage=3, fsdp=True,
+                              fsdp_reshard_after_forward=False)
+    terms = expert_terms(SPEC, TRAINING, parallel, CLUSTER)
+    assert terms is not None and terms.zero3_expert_gather_bytes_per_pass > 0
+    assert terms.zero3_expert_gather_bytes_per_step == (
+        terms.zero3_expert_gather_bytes_per_pass * SPEC.num_layers)
+
+
 def test_experts_sharded_over_tensor_ranks_are_gathered_without_data_parallelism() -> None:
     """The expert-DP group folds the TP ranks in (edp = tp x cp x dp / (ep x etp)): with
     TP 8, EP 2 and no data parallelism each expert shard has four replicas, so ZeRO-3
