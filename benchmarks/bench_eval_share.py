@@ -19,7 +19,7 @@ start comes on top of it once per process.
 The `lean` columns pickle only what a worker holding the specs and its own memo would still
 need per call (the candidate and the options); its memo would start cold in every worker.
 
-The figures show whether the problems are "large enough to pay for it" (issue 18, item 2).
+The figures show whether the problems are large enough to pay for it.
 The patch of `solver.targets.evaluate_candidate` below wraps the function in a timer and
 pickles its arguments; the time limit is raised (`EVAL_SHARE_LIMIT_S`) so that the pickling
 cannot cut a search short, and the pickling is subtracted from the wall time printed. Exact

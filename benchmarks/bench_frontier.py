@@ -3,8 +3,8 @@
 Run: .venv/bin/python benchmarks/bench_frontier.py [--nodes 1-100] [--repeats 3]
      [--share 6] [--calls] [--sizes]
 
-Issue 39 asks that a frontier over 100 cluster sizes of one model cost less than 10 times
-the CPU of one plan ("Llama 3.1 70B on H100"). The problem is `bench_planner.py`'s Llama
+The target: a frontier over 100 cluster sizes of one model costs less than 10 times the CPU
+of one plan (Llama 3.1 70B on H100). The problem is `bench_planner.py`'s Llama
 3.1 70B recipe (global batch 512 sequences of 8,192 tokens, default constraints) on H100
 SXM5 nodes of 8 GPUs. One plan is 8 nodes (64 GPUs), timed after a first call in the same
 process (imports and per-process caches warm) as the median process CPU time of

@@ -7,7 +7,7 @@ Starts `atlas-planner serve` on a free loopback port under RLIMIT_AS (set in the
 before exec, so every thread and allocation of the server counts against it), with the real
 planner and short search limits (ATLAS_DEFAULT_TIME_LIMIT_S=1, ATLAS_MAX_TIME_LIMIT_S=2);
 SQLite in a temporary folder unless --database-url names a PostgreSQL store, in which case
-one `atlas-planner worker` (same cap) runs the queued jobs. Then it sends the issue-37
+one `atlas-planner worker` (same cap) runs the queued jobs. Then it sends the
 degenerate frontier request (Llama 3.1 70B, 1-byte GPUs, 1 B/s links) and runs schemathesis's
 CLI (`st run`) per phase: examples, fuzzing and stateful once each with `--max-examples` per
 operation and `--phase-seconds`, coverage once per operation with `--coverage-op-seconds`
@@ -48,7 +48,7 @@ DEGENERATE_FRONTIER = {
     "training": {"global_batch_size": 64, "sequence_length": 4096},
     "num_nodes_options": [4, 8, 16],
 }
-"""The issue-37 request that once grew the process to 24 GB (cluster numbers degenerate but
+"""The request that once grew the process to 24 GB (cluster numbers degenerate but
 finite)."""
 
 

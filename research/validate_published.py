@@ -113,7 +113,7 @@ MOE_RECIPES: dict[str, tuple[str, bool]] = {
     "bridge-26.04.01-dgx-h100-qwen3-235b-a22b-256gpu": ("alltoall", True),
     "bridge-26.04.01-dgx-h100-gpt-oss-120b-64gpu": ("alltoall", False),
     "bridge-26.04.01-dgx-b200-deepseekv3-256gpu": ("deepep", True),
-    # Validation-only MoE rows added with the MoE group (issue 34 item 4); recipes at tag
+    # Validation-only MoE rows added with the MoE group; recipes at tag
     # 26.04-alpha.rc2 (26.04.01 rows) and at commit d29310e90 (the 26.02 row: the parent of
     # 4a6450755, which moved the H100 Qwen3-30B recipe to EP 16 with HybridEP after the run).
     # The 26.02 row's recipe (d29310e90 and tag v0.3.0, the 26.02 release:
@@ -786,7 +786,7 @@ def role(row_id: str) -> str:
 
 MOE_OUTLIER_LIMIT = 0.25
 """|error| beyond which a validation-only MoE row must be named with its cause
-(`MOE_OUTLIER_CAUSES`; issue 34's target for the MoE group)."""
+(`MOE_OUTLIER_CAUSES`; the MoE group's target)."""
 
 MOE_OUTLIER_CAUSES: dict[str, str] = {
     "bridge-25.11-dgx-h100-qwen3-30b-a3b-16gpu": (

@@ -1,4 +1,4 @@
-"""The shape of the product code, kept by a test (issue 38's structural acceptance).
+"""The shape of the product code, kept by a test (the structural targets).
 
 Walks every module of the packages below (AST) and fails on
 - a function longer than `MAX_FUNCTION_LINES` lines (first to last line, docstring included),

@@ -1,5 +1,5 @@
-"""Duplicated code, counted by a test (issue 38: "duplicated blocks of six or more lines (same
-shape) below 80 pairs").
+"""Duplicated code, counted by a test (target: duplicated blocks of six or more lines of the
+same shape, below 80 pairs).
 
 Scope: every Python file below api_schemas/, models/, solver/, service/, calibration/,
 research/, benchmarks/ and tests/ (this file included).
@@ -33,7 +33,7 @@ two files share belongs to that one pair, so a pair is one thing to look at and 
 
 `DUPLICATE_PAIRS_AT_MOST` pins today's count and only falls: a change that removes
 duplication lowers it, a change that adds some fails here, and the failure lists the pairs
-with their lines. The issue's target is fewer than 80 pairs.
+with their lines. The target is fewer than 80 pairs.
 """
 
 import ast

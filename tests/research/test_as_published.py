@@ -120,7 +120,7 @@ def _moe_predictions() -> dict[str, tuple[float, float, str]]:
 
 
 def test_moe_rows_beyond_the_limit_are_named_with_their_cause() -> None:
-    """Issue 34's MoE group: every validation-only MoE row (evaluated as published) beyond
+    """The MoE group: every validation-only MoE row (evaluated as published) beyond
     25% names its cause in `MOE_OUTLIER_CAUSES`, and no named row has come back within the
     limit (the list cannot go stale). The Bridge MoE rows are all of the group's rows."""
     predictions = _moe_predictions()

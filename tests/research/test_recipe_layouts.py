@@ -114,7 +114,7 @@ def test_the_recipe_layouts_run_without_recompute_or_offload() -> None:
 
 
 # The three H100 Qwen3-30B-A3B rows (16 GPUs) and the performance recipe of their
-# Megatron-Bridge release (issue 34's audit, research/LEDGER.md "Qwen3-30B-A3B H100: two
+# Megatron-Bridge release (research/LEDGER.md "Qwen3-30B-A3B H100: two
 # recipes, one prediction"):
 # - 25.11: tag v0.2.0 `QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG`: PP 2, VP 12, EP 8, the base
 # micro-batch 1, GBS 512, `moe_a2a_overlap=True`, no flex backend (the provider's alltoall),

@@ -41,7 +41,7 @@ MEMO_DECORATORS = {"cache", "lru_cache"}
 MEMO_CACHES_AT_MOST = 9
 """Module-level `functools.cache` / `lru_cache` decorators in the product code: 48 before
 the candidate object, 9 since the cost model's memos moved onto the search's memo
-(`models.core.search_memo`; issue 38 asks for fewer than 10); lower this as caches move
+(`models.core.search_memo`; the target is fewer than 10); lower this as caches move
 onto the objects they derive from, never raise it."""
 
 

@@ -1,4 +1,4 @@
-"""Issue 34, item 8: a K3-scale preset on a cluster where only Pipeline ZeRO-2 or remote
+"""A K3-scale preset on a cluster where only Pipeline ZeRO-2 or remote
 activation offload makes it fit gets a plan that chooses it and says why.
 
 The case: the 2.8T K3-scale preset with AdamW on 128 nodes of 8 H800s with 256 GiB of host

@@ -1,4 +1,4 @@
-"""Issue 34, item 8, end to end through the public plan API: a Kimi-Linear hybrid (3 KDA
+"""End to end through the public plan API: a Kimi-Linear hybrid (3 KDA
 layers to 1 MLA layer) at 128K tokens plans with CP > 1, its KDA layers pass fixed-size
 state fragments (KCP) while its MLA layers use another CP kind, and the KDA layers' CP
 traffic per step stays the same from 128K to 1M tokens while the MLA layers' grows."""

@@ -58,7 +58,7 @@ def test_the_nearest_count_comes_before_the_fewest(monkeypatch: pytest.MonkeyPat
 
 @pytest.mark.slow
 def test_gpt_530b_on_641_nodes_is_told_640_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The case of issue 36: ZeRO limited to stage 1, a prime node count. One node fewer gives
+    # ZeRO limited to stage 1, a prime node count. One node fewer gives
     # an 18 s plan; the fewest-GPU answer (18 nodes) takes over 600 s per step.
     nearest, fewest = _node_relaxations(
         monkeypatch, "gpt-530b", "a100-sxm4-80gb", 641,
