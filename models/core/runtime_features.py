@@ -238,10 +238,12 @@ def effective_features(training: TrainingSpec, *, moe: bool, tp: int, dp: int, e
     if training.memory_efficient_norm:
         out.add(MEMORY_EFFICIENT_NORM)
     if moe:
-        # Unset reads as on (`grouped_gemm_on`, `permute_fused`).
-        if training.moe_grouped_gemm is not False:
+        # Listed only where the recipe turns them on: unset is priced as on
+        # (`grouped_gemm_on`, `permute_fused`) but asks nothing of a framework, which then
+        # runs its own kernels (torchtitan and DeepSpeed have no fused permutation).
+        if training.moe_grouped_gemm:
             out.add(MOE_GROUPED_GEMM)
-        if training.moe_permute_fusion is not False:
+        if training.moe_permute_fusion:
             out.add(MOE_PERMUTE_FUSION)
     if moe and ep > 1:
         if dispatcher(training) == MoeDispatcher.DEEPEP:
