@@ -47,3 +47,16 @@ def test_a_heavier_rank_absorbs_the_spread_of_the_lighter_ones() -> None:
     assert wait == pytest.approx(0.108 * GPU_SPEED_CV * 1.42360, rel=0.02)
     equal = t5.heterogeneous_wait_s([0.1] * 64, gpus_per_rank=8, micro_batches=1)
     assert wait < 0.6 * equal
+
+
+def test_over_unequal_ranks_the_wait_can_shrink_as_the_heaviest_rank_grows() -> None:
+    # Four level ranks of two GPUs wait for the slowest of 8 draws (Tippett 1.42360); one
+    # rank 5% heavier sets the pace with its own 2 GPUs (1 / sqrt(pi) = 0.56419), so its
+    # added work (recomputation, say) shrinks the wait: a search floor over policies cannot
+    # take the wait of the mesh without a policy (CALIBRATION.md, "The wait per pipeline
+    # rank, tried in the model and not kept").
+    level = t5.heterogeneous_wait_s([0.1] * 4, gpus_per_rank=2, micro_batches=1)
+    assert level == pytest.approx(0.1 * GPU_SPEED_CV * 1.42360, rel=2e-3)
+    apart = t5.heterogeneous_wait_s([0.1] * 3 + [0.105], gpus_per_rank=2, micro_batches=1)
+    assert apart < 0.6 * level
+    assert apart >= 0.105 * GPU_SPEED_CV * 0.56419 * (1 - 2e-3)
