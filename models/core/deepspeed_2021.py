@@ -6,8 +6,9 @@ why it prefetches nothing (`forward_step_ids`).
 Owns: the per-layer parameter tensors as DeepSpeed partitions them, split at its
 persistence threshold; the host time of one per-parameter all-gather and of the step's
 re-gather of the persistent tensors, both growing with the data-parallel group; the gradient
-buckets; the prefetch coordinator's step counter. Must not: say what is exposed (`models.core.step_time.deepspeed_zero3_2021`) or
-price a collective on the wire (`models.core.collectives`).
+buckets; the prefetch coordinator's step counter. Must not: say what is exposed
+(`models.core.step_time.deepspeed_zero3_2021`) or price a collective on the wire
+(`models.core.collectives`).
 
 Source (read at tag v0.3.13, unchanged in these respects to v0.5.4 unless said):
 `deepspeed/runtime/zero/partition_parameters.py` (`_allgather_param`, `_allgather_params`),
