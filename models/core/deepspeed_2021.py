@@ -72,10 +72,12 @@ def forward_step_ids(modules: int) -> list[int]:
     the end of the backward (nothing resets it before the optimizer step, `_pre_step`). So
     every prefetch after the root's returns nothing ("Tracing failed. Prefetching is disabled"),
     and `get_reuse_distance_in_numel` answers 1e12, so `_keep_for_later` keeps nothing: each
-    module gathers its own parameters at its hook and waits for them. The diagnosis is DeepSpeed
-    issue #1069 (May 2021: the step id is incremented to 1, then reset to zero, and the rest of
-    the forward is off by one, which skips the prefetches). v0.3.13 registers no reset hook
-    (the counter is reset only by `_pre_step`), so there module k reads step k."""
+    module gathers its own parameters at its hook and waits for them. The diagnosis is the
+    DeepSpeed thread "Performance Degradation with ZERO Stage 3"
+    (github.com/deepspeedai/DeepSpeed/issues/1069, May 2021: the step id is incremented to 1,
+    then reset to zero, and the rest of the forward is off by one, which skips the
+    prefetches). v0.3.13 registers no reset hook (the counter is reset only by `_pre_step`),
+    so there module k reads step k."""
     steps, step = [], 0
     for module in range(modules):
         steps.append(step)

@@ -134,10 +134,11 @@ def test_host_work_of_the_list_form_collectives_grows_with_the_group() -> None:
 
 
 def test_the_prefetch_counter_runs_one_behind_the_trace() -> None:
-    """DeepSpeed issue #1069 (May 2021): the root's sub-module hook counts step 1, the reset
-    hook registered after it (v0.3.14, PR #867) sets it back to 0, and every later module of
-    the forward reads its trace position minus one, so none prefetches; the root alone reads
-    its own step."""
+    """The DeepSpeed thread "Performance Degradation with ZERO Stage 3"
+    (github.com/deepspeedai/DeepSpeed/issues/1069, May 2021): the root's sub-module hook
+    counts step 1, the reset hook registered after it (v0.3.14, PR #867) sets it back to 0,
+    and every later module of the forward reads its trace position minus one, so none
+    prefetches; the root alone reads its own step."""
     steps = forward_step_ids(8)
     assert steps == [0, 0, 1, 2, 3, 4, 5, 6]
     assert [k for k, step in enumerate(steps) if step == k] == [0]
