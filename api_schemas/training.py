@@ -96,10 +96,11 @@ class Zero3Collectives(StrEnum):
     """One call per unit (layer) of its parameters together: DeepSpeed since v0.5.5 (all-gather,
     `_allgather_params_coalesced`) and v0.6.0 (reduce-scatter, `reduce_scatter_coalesced`)."""
     PER_PARAMETER = "per_parameter"
-    """One call per parameter tensor: DeepSpeed v0.3.13 to v0.5.x (2021; `_allgather_param`
-    and `_reduce_scatter_gradient` per parameter in
-    `deepspeed/runtime/zero/partition_parameters.py`), the ZeRO-3 Megatron-LM 2021 compared
-    with (arXiv:2104.04473 Table 2)."""
+    """One call per parameter tensor, none prefetched: DeepSpeed v0.3.14 to v0.5.x (2021;
+    `_allgather_param` and `_reduce_scatter_gradient` per parameter in
+    `deepspeed/runtime/zero/partition_parameters.py`; the prefetch step counter runs one behind
+    the recorded trace, `models.core.deepspeed_2021.forward_step_ids`), the ZeRO-3 Megatron-LM
+    2021 compared with (arXiv:2104.04473 Table 2)."""
 
 
 class PipeEngineP2P(StrEnum):
@@ -251,7 +252,7 @@ class TrainingSpec(SpecModel):
         default=Zero3Collectives.COALESCED,
         description="ZeRO-3 without FSDP (DeepSpeed): 'coalesced' (one all-gather and one "
         "reduce-scatter per layer, DeepSpeed >= 0.6) or 'per_parameter' (one per parameter "
-        "tensor, DeepSpeed 0.3.13-0.5.x of 2021).",
+        "tensor and none prefetched, DeepSpeed 0.3.14-0.5.x of 2021).",
     )
     tp_dgrad_overlap: bool | None = Field(
         default=None,

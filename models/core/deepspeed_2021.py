@@ -1,17 +1,20 @@
-"""DeepSpeed ZeRO-3 as its 2021 releases run it (v0.3.13 to v0.4.4, the runtime profile
+"""DeepSpeed ZeRO-3 as its 2021 releases run it (v0.3.14 to v0.4.4, the runtime profile
 `TrainingSpec.zero3_collectives: per_parameter`): which tensors it gathers at each use,
-which it keeps, how it reduces gradients, and the host work its list-form collectives cost.
+which it keeps, how it reduces gradients, the host work its list-form collectives cost, and
+why it prefetches nothing (`forward_step_ids`).
 
 Owns: the per-layer parameter tensors as DeepSpeed partitions them, split at its
 persistence threshold; the host time of one per-parameter all-gather and of the step's
 re-gather of the persistent tensors, both growing with the data-parallel group; the gradient
-buckets. Must not: say what is exposed (`models.core.step_time.deepspeed_zero3_2021`) or
-price a collective on the wire (`models.core.collectives`).
+buckets; the prefetch coordinator's step counter. Must not: say what is exposed
+(`models.core.step_time.deepspeed_zero3_2021`) or price a collective on the wire
+(`models.core.collectives`).
 
 Source (read at tag v0.3.13, unchanged in these respects to v0.5.4 unless said):
 `deepspeed/runtime/zero/partition_parameters.py` (`_allgather_param`, `_allgather_params`),
 `deepspeed/runtime/zero/stage3.py` (`persistent_parameters`, `_partition_all_parameters`,
-`_post_step`, `reduce_ipg_grads`, `buffered_reduce_fallback`),
+`_post_step`, `reduce_ipg_grads`, `buffered_reduce_fallback`; at v0.3.14 and v0.4.4
+`setup_zero_stage3_hooks`, `get_params_to_prefetch`),
 `deepspeed/runtime/zero/constants.py`; PyTorch `torch/lib/c10d/ProcessGroupNCCL.cpp`
 (`allgather` with a list of outputs: NCCL gathers into one flat buffer, then each of the n
 slices is copied into its output tensor, one `copy_` per rank).
@@ -53,6 +56,33 @@ REGATHER_HOST_OPS_PER_RANK = (3, 1)
 after the optimizer step (`_allgather_params`): for every parameter and every rank, Python
 runs `partitions[i].narrow(...)`, `replicated_tensor.view(-1).narrow(...)` and `.copy_(...)`;
 the single all-gather's own n slice copies are left out."""
+
+
+def forward_step_ids(modules: int) -> list[int]:
+    """The prefetch coordinator's step counter as the sub-module hooks of one forward read it,
+    module by module (the root first), from the second step on, in DeepSpeed v0.3.14 to v0.4.4.
+
+    The first step records each module's hook in a trace; `get_params_to_prefetch` prefetches
+    only when the module at the counter's step of that trace is the calling module.
+    `_register_hooks_recursively` puts the sub-module pre-forward hook on the root module too,
+    and `setup_zero_stage3_hooks` then registers the root's `_pre_forward_hook`, which resets the
+    counter (added in v0.3.14, commit 7b46d11fa, DeepSpeed PR #867). PyTorch runs a module's
+    forward pre-hooks in the order they were registered, so the root's sub-module hook counts a
+    step and the reset then takes it back: module k reads step k - 1, one behind the trace, to
+    the end of the backward (nothing resets it before the optimizer step, `_pre_step`). So
+    every prefetch after the root's returns nothing ("Tracing failed. Prefetching is disabled"),
+    and `get_reuse_distance_in_numel` answers 1e12, so `_keep_for_later` keeps nothing: each
+    module gathers its own parameters at its hook and waits for them. The diagnosis is the
+    DeepSpeed thread "Performance Degradation with ZERO Stage 3"
+    (github.com/deepspeedai/DeepSpeed/issues/1069, May 2021: the step id is incremented to 1,
+    then reset to zero, and the rest of the forward is off by one, which skips the
+    prefetches). v0.3.13 registers no reset hook (the counter is reset only by `_pre_step`),
+    so there module k reads step k."""
+    steps, step = [], 0
+    for module in range(modules):
+        steps.append(step)
+        step = 0 if module == 0 else step + 1
+    return steps
 
 
 def layer_tensor_numels(spec: ModelSpec, tp: int = 1) -> tuple[int, ...]:
@@ -122,6 +152,7 @@ __all__ = [
     "PERSISTENCE_THRESHOLD",
     "REGATHER_HOST_OPS_PER_RANK",
     "VIEW_OP_S",
+    "forward_step_ids",
     "gather_issue_s",
     "gathered_tensors",
     "gradient_buckets",

@@ -3,6 +3,8 @@ reaches (the coalesced runtime), and its 2021 releases issue one collective per 
 parameter tensor, keep the small ones, all-reduce gradient buckets, gather again for a
 recomputed forward and pay host work per rank of the group."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from api_schemas import (
@@ -17,9 +19,11 @@ from api_schemas import (
 )
 from models.catalog.presets import cluster_preset
 from models.core.collectives import Collective
+from models.core.collectives.fabric import fabric_of
 from models.core.deepspeed_2021 import (
     PERSISTENCE_THRESHOLD,
     VIEW_OP_S,
+    forward_step_ids,
     gather_issue_s,
     gathered_tensors,
     gradient_buckets,
@@ -27,9 +31,12 @@ from models.core.deepspeed_2021 import (
     persistent_regather_s,
     persistent_tensors,
 )
+from models.core.step_time.deepspeed_zero3_2021 import layer_exposed_s
 from models.core.step_time.exposure import deepspeed_prefetch_share
+from models.core.step_time.groups import axis_groups
 from models.core.traffic import TrafficAxis, step_traffic
-from models.core.traffic.layer import DEEPSPEED_MODULES_PER_LAYER
+from models.core.traffic.items import Phase
+from models.core.traffic.layer import DEEPSPEED_MODULES_PER_LAYER, zero3_unit_calls
 
 GPT_175B = ModelSpec(name="gpt-175b", num_layers=96, hidden_size=12288, num_attention_heads=96,
                      ffn_hidden_size=4 * 12288, mlp=MlpKind.GELU, norm=NormKind.LAYERNORM,
@@ -124,3 +131,43 @@ def test_host_work_of_the_list_form_collectives_grows_with_the_group() -> None:
     assert step == pytest.approx(16.16, abs=0.01)
     assert persistent_regather_s(biased, layers=96, tp=1, group_size=768) == pytest.approx(
         step / 2)
+
+
+def test_the_prefetch_counter_runs_one_behind_the_trace() -> None:
+    """The DeepSpeed thread "Performance Degradation with ZERO Stage 3"
+    (github.com/deepspeedai/DeepSpeed/issues/1069, May 2021): the root's sub-module hook
+    counts step 1, the reset hook registered after it (v0.3.14, PR #867) sets it back to 0,
+    and every later module of the forward reads its trace position minus one, so none
+    prefetches; the root alone reads its own step."""
+    steps = forward_step_ids(8)
+    assert steps == [0, 0, 1, 2, 3, 4, 5, 6]
+    assert [k for k, step in enumerate(steps) if step == k] == [0]
+
+
+def test_the_2021_runtime_exposes_every_gather_and_hides_the_gradient_all_reduces() -> None:
+    """With nothing prefetched each of a GPT-175B layer's 4 weight gathers over 768 ranks is
+    issued at its module's hook and waited for: the forward, the recomputed forward and the
+    backward each expose 4 x (host issue + wire) whatever the compute beside them, 4 x (5.45 +
+    3.84 + 4.53) ms = 55.2 ms (768 x 7.1 us of host work, 767 ring steps of 5 us, a 906 MB
+    weight at 200 GB/s per GPU); the backward's gradient all-reduces run beside its compute
+    and show only past it."""
+    cluster = cluster_preset("a100-sxm4-80gb", num_nodes=96)
+    training = TrainingSpec(global_batch_size=1536, sequence_length=2048,
+                            zero3_collectives=Zero3Collectives.PER_PARAMETER)
+    parallel = ParallelConfig(dp=768, zero_stage=3, micro_batch_size=2,
+                              recompute=RecomputeMode.FULL)
+    lctx = axis_groups(parallel, gpus_per_node=8).layer_context(
+        GPT_175B, training, parallel, fabric_of(cluster))
+    calls = zero3_unit_calls(lctx, dense_params=12 * 12288**2, expert_params=0)
+    gather = next(c for c in calls if c.phase == Phase.FORWARD)
+    reduce_s = sum(c.time_s for c in calls if c.collective == Collective.ALL_REDUCE)
+    whole = gather.count * (gather_issue_s(768) + gather.cost.time_s)
+    assert gather.count == 4 and whole == pytest.approx(0.0552, abs=5e-4)
+
+    def exposed(window_s: float) -> tuple[float, float, float]:
+        lc = SimpleNamespace(recompute_full_s=window_s, times=SimpleNamespace(
+            forward_s=window_s, backward_input_s=window_s / 2, backward_weight_s=window_s / 2))
+        return layer_exposed_s(calls, lc)  # type: ignore[arg-type]
+
+    assert exposed(1.0) == pytest.approx((whole, whole, whole))
+    assert exposed(0.0) == pytest.approx((whole, whole + reduce_s, whole))

@@ -1,4 +1,4 @@
-"""Exposure of DeepSpeed ZeRO-3 as its 2021 releases run it (v0.3.13 to v0.4.4; the runtime
+"""Exposure of DeepSpeed ZeRO-3 as its 2021 releases run it (v0.3.14 to v0.4.4; the runtime
 profile `TrainingSpec.zero3_collectives: per_parameter`).
 
 Owns: what one layer's ZeRO-3 traffic adds to its forward, recomputed forward and backward
@@ -6,17 +6,17 @@ under that runtime, and the step's re-gather of the persistent parameters. Must 
 the calls (`models.core.traffic.layer.zero3_unit_calls`) or the runtime's facts
 (`models.core.deepspeed_2021`).
 
-Mechanism (DeepSpeed v0.3.13 `deepspeed/runtime/zero/stage3.py`, unchanged to v0.5.4):
-each module's pre-forward and pre-backward hook fetches its parameters and then waits for
-every gather in flight and for the whole device (`_synchronize_communication`:
-`comm_stream.synchronize()`, `torch.cuda.synchronize()`); it then prefetches the next
-parameters in the recorded trace (`prefetch_next_sub_modules`, whole parameters until
-`stage3_prefetch_bucket_size` is reached, so the next weight matrix whole), each through
-`_allgather_param`, which synchronises the device again before its list-form all-gather.
-So the host issues each gather with the device idle, and the gather then runs beside the
-current module's compute. Gradients are all-reduced on the reduction stream
-(`overlap_comm` on by default for stage 3) over the same communicator as the gathers, so in
-backward the two queue behind each other.
+Mechanism (DeepSpeed `deepspeed/runtime/zero/stage3.py`, read at v0.3.13, v0.3.14 and
+v0.4.4): each module's pre-forward and pre-backward hook fetches its parameters and then
+waits for every gather in flight and for the whole device (`_synchronize_communication`:
+`comm_stream.synchronize()`, `torch.cuda.synchronize()`); it would then prefetch the next
+parameters of the trace recorded in the first step (`prefetch_next_sub_modules`), but from
+v0.3.14 to v0.4.4 that trace is one step ahead of the step counter at every module
+(`models.core.deepspeed_2021.forward_step_ids`), so nothing is prefetched and nothing is
+kept for a near reuse: each gather is issued at its own module's hook, waited for, and only
+then does the module compute. Gradients are all-reduced on the reduction stream
+(`overlap_comm` on by default for stage 3) as each bucket fills during a module's backward,
+beside that module's compute; the next fetch's synchronise waits for it.
 """
 
 from api_schemas import Zero3Collectives
@@ -49,27 +49,29 @@ def _issue_s(calls: list[LayerCall], phase: Phase) -> float:
                if c.phase == phase and c.collective == Collective.ALL_GATHER)
 
 
-def _wire_s(calls: list[LayerCall], phase: Phase) -> float:
-    return sum(c.time_s for c in calls if c.phase == phase)
+def _wire_s(calls: list[LayerCall], phase: Phase, collective: Collective) -> float:
+    return sum(c.time_s for c in calls if c.phase == phase and c.collective == collective)
+
+
+def _gathers_s(calls: list[LayerCall], phase: Phase) -> float:
+    """Host issue plus wire time of the phase's gathers, none of it hidden: with no prefetch
+    (`forward_step_ids`) each is issued at its module's hook and waited for before the
+    module computes."""
+    return _issue_s(calls, phase) + _wire_s(calls, phase, Collective.ALL_GATHER)
 
 
 def layer_exposed_s(calls: list[LayerCall], lc: LayerCompute) -> tuple[float, float, float]:
     """(forward, backward, recomputed forward) exposed ZeRO-3 time of one layer pass: in each
-    phase the host issue of its gathers (the device idle, `gather_issue_s`) plus what the
-    phase's collectives on the wire (gathers; in backward the gradient all-reduce too, on the
-    same communicator) take beyond the phase's compute.
-    Assumes: a layer's gathers hide behind the layer's compute of that phase taken whole
-    (each gather runs beside the module before its own, so a module whose gather outlasts
-    the module before it exposes more than this counts)."""
-    window_f = lc.times.forward_s
+    phase its gathers whole (`_gathers_s`); in backward also what the gradient all-reduces
+    take beyond the phase's compute (each runs beside the backward of the module whose
+    gradients close its bucket, on the reduction stream).
+    Assumes: a layer's all-reduces hide behind the layer's backward compute taken whole."""
     window_b = lc.times.backward_input_s + lc.times.backward_weight_s
-    forward = _issue_s(calls, Phase.FORWARD) + max(0.0, _wire_s(calls, Phase.FORWARD)
-                                                    - window_f)
-    backward = _issue_s(calls, Phase.BACKWARD) + max(0.0, _wire_s(calls, Phase.BACKWARD)
-                                                      - window_b)
-    recompute = _issue_s(calls, Phase.RECOMPUTE) + max(
-        0.0, _wire_s(calls, Phase.RECOMPUTE) - lc.recompute_full_s)
-    return forward, backward, recompute
+    reduce_s = sum(c.time_s for c in calls
+                   if c.phase == Phase.BACKWARD and c.collective != Collective.ALL_GATHER)
+    return (_gathers_s(calls, Phase.FORWARD),
+            _gathers_s(calls, Phase.BACKWARD) + max(0.0, reduce_s - window_b),
+            _gathers_s(calls, Phase.RECOMPUTE))
 
 
 def persistent_regather_step_s(spec: ModelSpec, training: TrainingSpec,
