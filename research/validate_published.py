@@ -488,6 +488,9 @@ def as_published_config(row: dict[str, Any]) -> tuple[ParallelConfig, TrainingSp
                                           "memory_efficient_norm", "pp_scatter_gather",
                                           "pipe_engine_p2p", "bf16_hp_grad_update")
               if k in settings}
+    if "grad_dtype" in settings:
+        # The dtype the framework keeps and reduces gradients in, where it is not fp32.
+        recipe["grad_dtype"] = DType(settings["grad_dtype"][0])
     if recipe:
         training = training.model_copy(update=recipe)
     cp_kind = CP_RECIPES.get(row["id"], ContextParallelKind.RING)
@@ -539,9 +542,10 @@ def as_published_estimate(row: dict[str, Any]) -> StepEstimate | None:
     if spec is None or config is None:
         return None
     settings = as_published_settings(row) or {}
-    if "linear_bias" in settings:
-        # The framework's model code, where the row does not print it.
-        spec = spec.model_copy(update={"linear_bias": settings["linear_bias"][0]})
+    for name in ("linear_bias", "tie_word_embeddings"):
+        if name in settings:
+            # The framework's model code, where the row does not print it.
+            spec = spec.model_copy(update={name: settings[name][0]})
     parallel, training = config
     return estimate_step(spec, training, parallel, row_cluster(row))
 
