@@ -534,18 +534,27 @@ def as_published_config(row: dict[str, Any]) -> tuple[ParallelConfig, TrainingSp
     return ParallelConfig(**fields), training
 
 
-def as_published_estimate(row: dict[str, Any]) -> StepEstimate | None:
-    """The cost model's estimate of the row's one configuration as published
-    (`as_published_config`) on the row's cluster; None when the row is not evaluated so."""
+def as_published_model(row: dict[str, Any]) -> ModelSpec | None:
+    """The row's architecture (`model_of`) with what its framework's model code sets and the
+    row does not print (`linear_bias`, `tie_word_embeddings` in `as_published_settings`)."""
     spec = model_of(row)
-    config = as_published_config(row)
-    if spec is None or config is None:
+    if spec is None:
         return None
     settings = as_published_settings(row) or {}
     for name in ("linear_bias", "tie_word_embeddings"):
         if name in settings:
-            # The framework's model code, where the row does not print it.
             spec = spec.model_copy(update={name: settings[name][0]})
+    return spec
+
+
+def as_published_estimate(row: dict[str, Any]) -> StepEstimate | None:
+    """The cost model's estimate of the row's one configuration as published
+    (`as_published_model`, `as_published_config`) on the row's cluster; None when the row
+    is not evaluated so."""
+    spec = as_published_model(row)
+    config = as_published_config(row)
+    if spec is None or config is None:
+        return None
     parallel, training = config
     return estimate_step(spec, training, parallel, row_cluster(row))
 
