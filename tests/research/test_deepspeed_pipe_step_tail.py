@@ -39,14 +39,16 @@ def _items(row_id: str, stage: int) -> tuple[TrafficItem, ...]:
 
 
 def test_the_tied_gradient_travels_in_the_dtype_its_runtime_holds_it_in() -> None:
-    """Megatron-LM: its main gradient (`grad_dtype`). DeepSpeed's engine: BF16Optimizer's
-    fp32 `_hp_grad` when it runs, else the 16-bit `.grad` of the 16-bit module."""
+    """The runtime's gradient (`grad_dtype`: Megatron-LM's main gradient, DeepSpeed's
+    `.grad`), except BF16Optimizer's fp32 `_hp_grad` under DeepSpeed's engine."""
     base = TrainingSpec(global_batch_size=8, sequence_length=2048)
+    fp16 = base.model_copy(update={"grad_dtype": DType.FP16})
     assert tied_grad_bytes(base) == base.grad_dtype.num_bytes == 4
-    assert tied_grad_bytes(base.model_copy(update={"grad_dtype": DType.BF16})) == 2
-    engine = base.model_copy(update={"pipe_engine_p2p": PipeEngineP2P.DEEPSPEED_PARTITIONED})
-    assert tied_grad_bytes(engine) == base.param_dtype.num_bytes == 2
-    assert tied_grad_bytes(engine.model_copy(update={"bf16_hp_grad_update": True})) == 4
+    assert tied_grad_bytes(fp16) == 2
+    engine = {"pipe_engine_p2p": PipeEngineP2P.DEEPSPEED_PARTITIONED}
+    assert tied_grad_bytes(fp16.model_copy(update=engine)) == 2
+    assert tied_grad_bytes(fp16.model_copy(update={**engine, "bf16_hp_grad_update": True})) == 4
+    assert tied_grad_bytes(fp16.model_copy(update={"bf16_hp_grad_update": True})) == 2
 
 
 def test_bloom_all_reduces_the_fp32_tied_gradient_between_its_end_stages_only() -> None:

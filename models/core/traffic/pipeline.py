@@ -149,21 +149,19 @@ def pp_items(ctx: StepContext) -> list[TrafficItem]:
 
 def tied_grad_bytes(training: TrainingSpec) -> int:
     """Bytes per element of the tied embedding gradient the step all-reduces between the
-    stages holding a copy.
+    stages holding a copy: the gradient as the runtime keeps it (`grad_dtype`), except under
+    DeepSpeed's BF16Optimizer, whose copy is fp32.
 
-    Source: Megatron-LM reduces its fp32 main gradient (`grad_dtype`). DeepSpeed's pipeline
-    engine all-reduces the gradient it holds: `deepspeed/runtime/pipe/engine.py`
-    `_exec_reduce_tied_grads` at v0.6.5 (8164ea9e6d) and v0.19.5 (cf44300453) passes
-    `weight._hp_grad`, BF16Optimizer's fp32 gradient, when that optimizer runs
-    (`TrainingSpec.bf16_hp_grad_update`) and `weight.grad` otherwise, as v0.5.0 (f28432441b)
-    and v0.6.1 (ebbcfd5273) do through `PipelineModule.allreduce_tied_weight_gradients`
-    (`dist.all_reduce(weight.grad, group=...)`): the 16-bit gradient of the 16-bit module
-    (`param_dtype`)."""
-    if training.pipe_engine_p2p is None:
-        return int(training.grad_dtype.num_bytes)
-    if training.bf16_hp_grad_update:
+    Source: Megatron-LM reduces its main gradient. DeepSpeed's pipeline engine
+    (`deepspeed/runtime/pipe/engine.py` `_exec_reduce_tied_grads`) all-reduces
+    `weight._hp_grad`, BF16Optimizer's fp32 gradient, when that optimizer runs (v0.6.5
+    8164ea9e6d, v0.19.5 cf44300453; `TrainingSpec.bf16_hp_grad_update`) and `weight.grad`
+    otherwise (v0.5.0 f28432441b and v0.6.1 ebbcfd5273 through
+    `PipelineModule.allreduce_tied_weight_gradients`), the gradient its ZeRO stage 0/1
+    optimizer keeps, 16-bit under fp16 (a row's `grad_dtype`)."""
+    if training.pipe_engine_p2p is not None and training.bf16_hp_grad_update:
         return int(DType.FP32.num_bytes)
-    return int(training.param_dtype.num_bytes)
+    return int(training.grad_dtype.num_bytes)
 
 
 def _tied_embedding(ctx: StepContext) -> list[TrafficItem]:
