@@ -488,6 +488,9 @@ def as_published_config(row: dict[str, Any]) -> tuple[ParallelConfig, TrainingSp
                                           "memory_efficient_norm", "pp_scatter_gather",
                                           "pipe_engine_p2p", "bf16_hp_grad_update")
               if k in settings}
+    if "grad_dtype" in settings:
+        # The dtype the framework keeps and reduces gradients in, where it is not fp32.
+        recipe["grad_dtype"] = DType(settings["grad_dtype"][0])
     if recipe:
         training = training.model_copy(update=recipe)
     cp_kind = CP_RECIPES.get(row["id"], ContextParallelKind.RING)
@@ -531,17 +534,27 @@ def as_published_config(row: dict[str, Any]) -> tuple[ParallelConfig, TrainingSp
     return ParallelConfig(**fields), training
 
 
+def as_published_model(row: dict[str, Any]) -> ModelSpec | None:
+    """The row's architecture (`model_of`) with what its framework's model code sets and the
+    row does not print (`linear_bias`, `tie_word_embeddings` in `as_published_settings`)."""
+    spec = model_of(row)
+    if spec is None:
+        return None
+    settings = as_published_settings(row) or {}
+    for name in ("linear_bias", "tie_word_embeddings"):
+        if name in settings:
+            spec = spec.model_copy(update={name: settings[name][0]})
+    return spec
+
+
 def as_published_estimate(row: dict[str, Any]) -> StepEstimate | None:
     """The cost model's estimate of the row's one configuration as published
-    (`as_published_config`) on the row's cluster; None when the row is not evaluated so."""
-    spec = model_of(row)
+    (`as_published_model`, `as_published_config`) on the row's cluster; None when the row
+    is not evaluated so."""
+    spec = as_published_model(row)
     config = as_published_config(row)
     if spec is None or config is None:
         return None
-    settings = as_published_settings(row) or {}
-    if "linear_bias" in settings:
-        # The framework's model code, where the row does not print it.
-        spec = spec.model_copy(update={"linear_bias": settings["linear_bias"][0]})
     parallel, training = config
     return estimate_step(spec, training, parallel, row_cluster(row))
 

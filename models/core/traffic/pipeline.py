@@ -8,6 +8,8 @@ Must not: simulate the schedule (the pipeline simulator owns the timeline and th
 """
 
 
+from api_schemas.dtypes import DType
+from api_schemas.training import TrainingSpec
 from models.core.collectives import Collective
 from models.core.mesh import AxisPlacement, GroupKind
 from models.core.pipeline import StagePlacement, schedule_traits
@@ -145,6 +147,23 @@ def pp_items(ctx: StepContext) -> list[TrafficItem]:
     return items
 
 
+def tied_grad_bytes(training: TrainingSpec) -> int:
+    """Bytes per element of the tied embedding gradient the step all-reduces between the
+    stages holding a copy: the gradient as the runtime keeps it (`grad_dtype`), except under
+    DeepSpeed's BF16Optimizer, whose copy is fp32.
+
+    Source: Megatron-LM reduces its main gradient. DeepSpeed's pipeline engine
+    (`deepspeed/runtime/pipe/engine.py` `_exec_reduce_tied_grads`) all-reduces
+    `weight._hp_grad`, BF16Optimizer's fp32 gradient, when that optimizer runs (v0.6.5
+    8164ea9e6d, v0.19.5 cf44300453; `TrainingSpec.bf16_hp_grad_update`) and `weight.grad`
+    otherwise (v0.5.0 f28432441b and v0.6.1 ebbcfd5273 through
+    `PipelineModule.allreduce_tied_weight_gradients`), the gradient its ZeRO stage 0/1
+    optimizer keeps, 16-bit under fp16 (a row's `grad_dtype`)."""
+    if training.pipe_engine_p2p is not None and training.bf16_hp_grad_update:
+        return int(DType.FP32.num_bytes)
+    return int(training.grad_dtype.num_bytes)
+
+
 def _tied_embedding(ctx: StepContext) -> list[TrafficItem]:
     """All-reduce of the tied word-embedding gradient between the ranks holding a copy.
 
@@ -153,6 +172,9 @@ def _tied_embedding(ctx: StepContext) -> list[TrafficItem]:
     gradients are summed once per step over the embedding group. The copies are where
     `models.core.layout` puts embeddings and heads: first and last rank (also for DualPipe's two
     directions); V-shaped placements keep both on rank 0 and need no exchange.
+    Under DeepSpeed's pipeline engine (`TrainingSpec.pipe_engine_p2p`) the tied copies are
+    DeepSpeed's TiedLayerSpec ones and the gradient travels in the dtype the engine holds it
+    in (`tied_grad_bytes`).
     Legend: message = ceil(V / t) * h gradient elements.
     """
     p, model = ctx.parallel, ctx.model
@@ -161,7 +183,7 @@ def _tied_embedding(ctx: StepContext) -> list[TrafficItem]:
     ranks = word_embedding_ranks(model, p)
     if len(ranks) < 2 or ctx.stage.stage not in ranks:
         return []
-    grad_bytes = int(ctx.training.grad_dtype.num_bytes)
+    grad_bytes = tied_grad_bytes(ctx.training)
     message = -(-model.vocab_size // p.tp) * model.hidden_size * grad_bytes
     pp_place = group_placement(ctx.mesh, GroupKind.PP)
     intra = pp_place.all_intra_node
@@ -177,4 +199,4 @@ def _tied_embedding(ctx: StepContext) -> list[TrafficItem]:
         overlap_note="after the last backward, before the optimizer step")]
 
 
-__all__ = ["pp_items", "pp_message_bytes", "sends_per_step"]
+__all__ = ["pp_items", "pp_message_bytes", "sends_per_step", "tied_grad_bytes"]
