@@ -40,7 +40,7 @@ def test_time_and_memory_bounds_never_exceed_the_evaluated_values(model: str, gp
                                                                   nodes: int, batch: int,
                                                                   seq: int) -> None:
     spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     for c in random.Random(3).sample(candidates, min(25, len(candidates))):
         result = evaluate_candidate(spec, training, cluster, c, Constraints())
         if isinstance(result, Rejection):
@@ -434,7 +434,7 @@ def _check_policy_floors(spec: ModelSpec, training: TrainingSpec, cluster: Clust
     from solver.candidate_eval import ScoredPlan, allowed_zero_stages, policy_floors_s
     from solver.targets import candidate_variants
 
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, constraints)
     checked = raised = 0
     for c in candidates:
         def may_fit(parallel: ParallelConfig, c: MeshCandidate = c) -> bool:
@@ -502,11 +502,13 @@ def test_policy_floors_leave_the_selective_rung_of_megatron_lm_below_them() -> N
     its most frugal policy at k = 0 stores more than its selective rung: where that rung may
     fit, the floor stays at or below the plan it gives (here the ZeRO-1 plan of a PP4 mesh,
     the only stage Megatron-LM runs with a pipeline, recomputing 11 full layers with the
-    selective rung on the others at 22.75 s)."""
+    selective rung on the others at 22.75 s). Optimizer offload is withdrawn: with the
+    states in host memory the plain policy may fit this mesh, and the floors then stay at
+    the makespan's."""
     spec = model_preset("deepseek-v3")
     cluster = cluster_preset("h800-sxm5-80gb", num_nodes=32)
     training = TrainingSpec(global_batch_size=1024, sequence_length=4096, compute_dtype="fp8")
-    constraints = Constraints(framework="megatron-lm")
+    constraints = Constraints(framework="megatron-lm", allow_optimizer_offload=False)
     key = "tp2-pp4-dp32-cp1-ep64-etp1-v6-mbs1-interleaved_1f1b"
     candidate = next(c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
                                                  gpus_per_node=8, constraints=constraints)
@@ -696,7 +698,7 @@ def test_rank_memory_bound_stays_below_every_probed_plan(model: str, nodes: int,
         update={"memory_margin_frac": margin})
     assert cluster.capacity_bytes == cluster.usable_bytes - cluster.memory_margin_bytes
     training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, constraints)
     memo = LedgerMemo(spec=spec, training=training)
     capacity = cluster.capacity_bytes
     candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
@@ -747,7 +749,7 @@ def test_the_head_rank_refutes_a_mesh_the_mean_bound_admits() -> None:
     c = MeshCandidate(tp=1, pp=4, dp=16, cp=4, ep=4, etp=1, vpp=4, micro_batch_size=4,
                       num_micro_batches=16, schedule=PipelineSchedule.INTERLEAVED_1F1B,
                       sequence_parallel=False)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, constraints)
     capacity = cluster.capacity_bytes
     mean = tables.memory_bound_bytes(c, max_zero=3, max_offload=0.0)
     head = tables.rank_memory_bound_bytes(
