@@ -945,3 +945,25 @@ def test_memory_bound_never_falls_as_the_micro_batch_grows(model: str, gpu: str,
             assert bounds == sorted(bounds), [c.key for c in group]
             compared += len(group) - 1
     assert compared > 50
+
+
+def test_the_step_floor_holds_for_offloaded_optimizer_states_on_a_fast_host() -> None:
+    """The per-ZeRO-stage floor counts the optimizer at the lesser of the GPU and the CPU
+    step (`least_optimizer_s`): on a host whose memory and link outpace the GPU's HBM (an
+    override), the CPU step of a plan with its states in host memory is shorter than the
+    GPU step it replaces, and the floor still stays below that plan's step."""
+    from models.core.step_time import estimate_step, pipeline_makespan_bound, step_time_floors_s
+    from models.core.step_time.step_terms import CPU_OPTIMIZER_TERM
+
+    spec = model_preset("llama-3.1-8b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=1).model_copy(update={
+        "host_memory_bandwidth_bytes_per_s": 1e16, "pcie_bandwidth_bytes_per_s": 1e15})
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    mesh = ParallelConfig(dp=8, zero_stage=1)
+    plain = estimate_step(spec, training, mesh, cluster)
+    offloaded = estimate_step(spec, training, mesh.model_copy(
+        update={"optimizer_offload_frac": 1.0}), cluster)
+    assert 0 < offloaded.overheads_s[CPU_OPTIMIZER_TERM] < plain.optimizer_s
+    floors = step_time_floors_s(spec, training, mesh, cluster, makespan_bounds_s={
+        1: pipeline_makespan_bound(spec, training, mesh, cluster)})
+    assert floors[1] <= offloaded.step_time_s * (1 + 1e-9) < plain.step_time_s

@@ -154,6 +154,10 @@ def slowest_gpu_wait_s(parallel: ParallelConfig, stages: list[StageTime], m: int
     return slowest_gpu_share(parallel.world_size) * m * crossings_per_micro_batch(parallel) \
         * busy / len(stages)
 
+CPU_OPTIMIZER_TERM = "CPU optimizer (offloaded states)"
+"""The step overhead that books the CPU optimizer step (`host_optimizer_s`)."""
+
+
 def step_overheads(setting: StepSetting, layout: StageLayout) -> dict[str, float]:
     """Per-step terms besides the pipeline, the DP sync and the optimizer update: the
     gradient-norm all-reduce (over every rank: the model-parallel group, and the data-
@@ -181,7 +185,7 @@ def step_overheads(setting: StepSetting, layout: StageLayout) -> dict[str, float
     host = host_optimizer_s(_optimizer_shard_params(spec, parallel, layout)
                             * parallel.optimizer_offload_frac, training, cluster)
     terms = {"grad-norm all-reduce": world, "grad-norm and clipping": passes,
-             "loss all-reduce": loss, "CPU optimizer (offloaded states)": host,
+             "loss all-reduce": loss, CPU_OPTIMIZER_TERM: host,
              **_muon_terms(setting, layout),
              **persistent_regather_step_s(spec, training, parallel, mesh)}
     if cluster.calibration is not None:
@@ -277,8 +281,21 @@ def least_optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: Paralle
                            cluster)
     if gpu <= 0:
         return 0.0
-    return min(gpu, min(host_optimizer_s(_optimizer_shard_params(spec, parallel, layout),
-                                         training, cluster) for layout in layouts))
+    return min(gpu, least_host_optimizer_s(spec, training, parallel, cluster, layouts))
+
+
+def least_host_optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                           cluster: ClusterSpec, layouts: tuple[StageLayout, ...]) -> float:
+    """The CPU optimizer step (`host_optimizer_s`) over the whole optimizer shard
+    (`_optimizer_shard_params`) of the rank of `layouts` that holds the fewest parameters,
+    at `parallel`'s ZeRO stage; reads no `optimizer_offload_frac`. The step's overheads
+    book the CPU step at the critical rank's layout, so every plan of the mesh at that
+    stage with its optimizer states wholly in host memory pays at least this beside its
+    makespan, tail and wait.
+
+    Source: as `host_optimizer_s` (ZeRO-Offload, arXiv:2101.06840 Sec. 4.1-4.2)."""
+    return min(host_optimizer_s(_optimizer_shard_params(spec, parallel, layout), training,
+                                cluster) for layout in layouts)
 
 
 def _optimizer_shard_params(spec: ModelSpec, parallel: ParallelConfig,
