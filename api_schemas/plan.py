@@ -356,10 +356,13 @@ class RuntimeFeatureUse(ResultModel):
 
     feature: str = Field(description="'overlap_grad_reduce', 'overlap_tp_comm', "
                          "'tp_dgrad_overlap', 'moe_dispatcher:deepep', 'overlap_ep_comm', "
-                         "'memory_efficient_norm', 'moe_grouped_gemm' or "
-                         "'moe_permute_fusion'.")
+                         "'memory_efficient_norm', 'moe_grouped_gemm', 'moe_permute_fusion' "
+                         "or 'optimizer_offload' (the optimizer states in host memory, "
+                         "updated on the CPU).")
     on: bool = Field(description="Whether the plan uses it.")
-    decided_by: str = Field(description="'request' (the recipe fixed it) or 'planner'.")
+    decided_by: str = Field(description="'request' (the recipe or, for optimizer_offload, "
+                            "the constraints or the given configuration fixed it) or "
+                            "'planner'.")
     flags: dict[str, str] = Field(default_factory=dict, description="Framework id -> the "
                                   "argument or key that sets it, for the frameworks in "
                                   "runs_on that offer it.")

@@ -226,10 +226,13 @@ class Constraints(SpecModel):
         "candidate (0 forbids it). Null: the search may choose 1 (the whole shard) where "
         "allow_optimizer_offload and the target framework allow it.")
     allow_optimizer_offload: bool = Field(
-        default=False, description="May the search move the optimizer states to host memory "
+        default=True, description="May the search move the optimizer states to host memory "
         "(Megatron-LM --optimizer-cpu-offload, DeepSpeed ZeRO-Offload) where that makes a "
-        "plan fit or is faster? The CPU optimizer step and the host-link copies are charged "
-        "to the step; never chosen for a framework target without it (torchtitan).")
+        "plan fit or is faster? On by default, as the runtime features a target offers: "
+        "the CPU optimizer step and the host-link copies are charged to the step, so it is "
+        "chosen only where nothing else fits or it buys a faster plan; never for a "
+        "framework target without it (torchtitan). False forbids it (as "
+        "optimizer_offload_frac 0 does).")
     runtime_features: dict[RuntimeFeatureName, RuntimeFeatureRule] = Field(
         default_factory=dict,
         description="Per runtime feature: 'allowed' (default: the planner turns it on where "

@@ -405,7 +405,9 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
     caps = (PolicyCaps(selective_modules=(RecomputeModule.OP_SAC,))
             if "per-op" in (p.get("recompute") or "") else None)
     recompute = (p.get("recompute") or "").split(" ")[0]
-    pins: dict[str, Any] = {}
+    # The rows' runs kept their optimizer states on the GPU (none prints a CPU optimizer):
+    # the protocol chooses only the unprinted settings it names, not optimizer offload.
+    pins: dict[str, Any] = {"allow_optimizer_offload": False}
     if recompute in ("full", "selective", "none"):
         pins["recompute"] = RecomputeMode(recompute)
     pins["zero_stage"] = zero_stages(p)

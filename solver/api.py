@@ -37,7 +37,7 @@ from solver.alternatives import plan_alternatives, range_of
 from solver.anytime import Seeded, seeded_search
 from solver.binding_pins import Binding, binding_texts, find_binding
 from solver.candidate_eval import ScoredPlan, refine_policies
-from solver.chosen_mechanisms import runtime_why_off
+from solver.chosen_mechanisms import features_why_off, offload_fixed_by
 from solver.collector import collector_paused
 from solver.expert_parallel import best_with_expert_parallelism, compare
 from solver.explain import (
@@ -183,14 +183,13 @@ def _answer(request: PlanRequest, spec: ModelSpec, cluster: ClusterSpec,
                                 with_recipe, deadline)
     parts = ReportParts(status=result.status, alternatives=alternatives, explanation=explanation,
                         stats=stats, target=request.constraints.framework or "released",
-                        why_off=runtime_why_off(spec, request.training, cluster, with_recipe,
-                                                constraints, deadline=deadline))
+                        why_off=features_why_off(spec, request.training, cluster, with_recipe,
+                                                 constraints, deadline=deadline),
+                        offload_fixed_by=offload_fixed_by(request.constraints))
     response = plan_response(best, parts, spec=spec, training=training, cluster=cluster,
                              request_training=request.training)
-    response = response.model_copy(update={"robust_choice": robust.report})
-    if expert is not None:
-        response = response.model_copy(update={"expert_parallel": expert})
-    return response if cost is None else response.model_copy(update={"cost": cost})
+    extra = {"robust_choice": robust.report, "expert_parallel": expert, "cost": cost}
+    return response.model_copy(update={k: v for k, v in extra.items() if v is not None})
 
 
 def _expert_comparison(request: PlanRequest, spec: ModelSpec, training: TrainingSpec,

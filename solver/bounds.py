@@ -219,6 +219,22 @@ class BoundTables:
         self._in_flight: dict[tuple[PipelineSchedule, int, int, int], float] = {}
         """`_mean_in_flight` by its arguments (the schedule's shape)."""
 
+    @classmethod
+    def of_request(cls, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                   constraints: Constraints, *,
+                   memory_training: TrainingSpec | None = None) -> "BoundTables":
+        """The tables of a search under `constraints`: gradients off the GPU where every
+        candidate has Pipeline ZeRO-2 or the search may choose it, optimizer states off it
+        where they are pinned there or the search may move them (`allow_optimizer_offload`
+        with no share fixed), so that the memory bounds hold for every plan the search
+        can take."""
+        return cls(spec, training, cluster, memory_training=memory_training,
+                   host_gradients=constraints.gradient_host_shards
+                   or constraints.allow_gradient_host_shards,
+                   host_optimizer=bool(constraints.optimizer_offload_frac)
+                   or (constraints.optimizer_offload_frac is None
+                       and constraints.allow_optimizer_offload))
+
     def core(self, c: MeshCandidate) -> CoreTimes:
         """Layer and head times of the candidate's core (cached)."""
         key = CoreInputs.of(c, self.training)

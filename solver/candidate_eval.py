@@ -217,21 +217,31 @@ def _probe_stage(cand: PlanCandidate, zero: int, floor_s: float, cutoff_s: float
     plan needs more than the cheapest rung) until a plain fit ends the stage's ladder."""
     plan_bound = (None if cand.pinned or cutoff_s == math.inf
                   else _plan_bound(cand, floor_s, zero))
+    remote = cand.constraints.allow_remote_offload and cand.mesh.pp > 1
     for storage in storage_options(zero, cand.constraints, cand.mesh.pp):
-        found = _first_fit(cand, storage, cutoff_s=cutoff_s, plan_bound=plan_bound)
-        probes.add(found)
+        found = _probe_storage(cand, storage, remote, cutoff_s, plan_bound, probes)
         plain_fit = isinstance(found, _Fit) and found.plain
-        if not plain_fit and cand.constraints.allow_remote_offload and cand.mesh.pp > 1:
-            # Remote offload is tried only where the plan needs more than the cheapest
-            # rung: with it the front ranks may fit a cheaper policy.
-            probes.add(_first_fit(cand, dataclasses.replace(storage, remote=True),
-                                  cutoff_s=cutoff_s, plan_bound=plan_bound,
-                                  known_fit=found.rung if isinstance(found, _Fit) else None))
         offloaded = None if plain_fit else offload_storage(storage, cand.constraints)
         if offloaded is not None:
-            probes.add(_first_fit(cand, offloaded, cutoff_s=cutoff_s, plan_bound=plan_bound))
+            _probe_storage(cand, offloaded, remote, cutoff_s, plan_bound, probes)
         if plain_fit and not storage.host_gradients:
             return  # a plain fit ends this stage's ladder
+
+
+def _probe_storage(cand: PlanCandidate, storage: Storage, remote: bool, cutoff_s: float,
+                   plan_bound: Callable[[int], float] | None,
+                   probes: _Probes) -> _Fit | _Bounded | ParallelConfig:
+    """Probe one storage (`_first_fit`), and where `remote` (the search may choose remote
+    offload on this pipeline) and it needs more than the cheapest rung, the same storage
+    with remote activation offload: with it the front ranks may fit a cheaper policy.
+    Returns the storage's own result."""
+    found = _first_fit(cand, storage, cutoff_s=cutoff_s, plan_bound=plan_bound)
+    probes.add(found)
+    if remote and not (isinstance(found, _Fit) and found.plain):
+        probes.add(_first_fit(cand, dataclasses.replace(storage, remote=True),
+                              cutoff_s=cutoff_s, plan_bound=plan_bound,
+                              known_fit=found.rung if isinstance(found, _Fit) else None))
+    return found
 
 
 def _best_plan(cand: PlanCandidate, probes: _Probes, zeros: list[int], cutoff_s: float,
@@ -247,8 +257,10 @@ def _best_plan(cand: PlanCandidate, probes: _Probes, zeros: list[int], cutoff_s:
     order = sorted(_fit_bound(cand, fit, cutoff_s, floors, rank)
                    for rank, fit in enumerate(probes.fits))
     best: tuple[float, int, ScoredPlan] | None = None
+    left_s = math.inf  # the least bound of a fit left unsimulated
     for bound_s, rank in order:
         if bound_s >= cutoff_s or (best is not None and bound_s > best[0]):
+            left_s = bound_s
             break
         fit = probes.fits[rank]
         estimate = estimate_step(cand.spec, cand.training, fit.parallel, cand.cluster,
@@ -261,10 +273,11 @@ def _best_plan(cand: PlanCandidate, probes: _Probes, zeros: list[int], cutoff_s:
     if best is None:
         # A skipped stage's plans are bounded by its own bound, which may be the lower one.
         return Dominated(candidate=mesh, bound_s=min([order[0][0], *probes.skipped]))
-    if probes.skipped and best[0] >= cutoff_s:
-        # A plan at or above the cutoff beside skipped ones (an optimizer-offload fit next
-        # to a bounded ladder): none gets below the cutoff, and the skipped may beat it.
-        return Dominated(candidate=mesh, bound_s=min([best[0], *probes.skipped]))
+    if best[0] >= cutoff_s and (probes.skipped or left_s < best[0]):
+        # A plan at or above the cutoff beside skipped stages or fits left unsimulated at
+        # the cutoff (an optimizer-offload fit whose cheap bound passed, next to a faster
+        # plan bounded at the cutoff): none gets below the cutoff, and those may beat it.
+        return Dominated(candidate=mesh, bound_s=min([best[0], left_s, *probes.skipped]))
     return best[2]
 
 

@@ -6,17 +6,24 @@ search (allowed by `constraints.allow_gradient_host_shards` / `allow_remote_offl
 `allow_optimizer_offload`, not pinned), one note
 per mechanism saying whether the chosen mesh has any plan without it, and if so how much
 slower its best one is; for each runtime feature the search could have turned on and left
-off (`runtime_why_off`), the mesh's best plan with it fixed on. Must not: change the plan it
-explains, or say what a mechanism costs (`solver/mechanisms.py` does).
+off (`runtime_why_off`), the mesh's best plan with it fixed on; optimizer offload as one of
+the plan's runtime features (`optimizer_offload_use`: on or off, who decided it, each
+framework's flag, and when the search left it off, the mesh's best plan with it). Must
+not: change the plan it explains, or say what a mechanism costs (`solver/mechanisms.py`
+does).
 """
 
 import time
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import ParallelConfig
+from api_schemas.plan import RuntimeFeatureUse
 from api_schemas.requests import Constraints
 from api_schemas.training import MoeDispatcher, TrainingSpec
+from models.core.frameworks import frameworks
 from models.core.runtime_features import DEEPEP, RUNTIME_FEATURES
+from models.core.step_time.step_terms import CPU_OPTIMIZER_TERM
 from models.errors import InvalidSpecError
 from solver import cpsat
 from solver.candidate_eval import Rejection, ScoredPlan, refine_policies
@@ -126,4 +133,86 @@ def runtime_why_off(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
     return out
 
 
-__all__ = ["chosen_mechanism_notes", "runtime_why_off"]
+OPTIMIZER_OFFLOAD = "optimizer_offload"
+"""The capability name of optimizer offload (`models/data/frameworks.json`)."""
+
+OPTIMIZER_OFFLOAD_SOURCE = (
+    "Ren et al. 2021, ZeRO-Offload, arXiv:2101.06840 Sec. 4.1-4.2 (optimizer states and the "
+    "Adam step on the CPU); Megatron-LM core_v0.14.0 --optimizer-cpu-offload (needs the "
+    "distributed optimizer); DeepSpeed 0.19.8 zero_optimization.offload_optimizer (ZeRO "
+    "stages 1-3)")
+
+
+def optimizer_offload_use(plan: ParallelConfig, framework_ids: list[str], *,
+                          fixed: str | None = None, why_off: str = "") -> RuntimeFeatureUse:
+    """Optimizer offload as a runtime feature of a configuration: on where it keeps a share
+    of its optimizer states in host memory; `fixed` names the request field that decided it
+    (its path, e.g. 'constraints.allow_optimizer_offload'; None: the planner did); each
+    framework of `framework_ids` that offers it with its flag; when off, why (`why_off`, the
+    search's reason, else who fixed it or the frameworks that lack it)."""
+    tables = frameworks()
+    on = plan.optimizer_offload_frac > 0
+    flags = {fid: tables[fid].features[OPTIMIZER_OFFLOAD].how for fid in framework_ids
+             if fid in tables and OPTIMIZER_OFFLOAD in tables[fid].features}
+    reason = ""
+    if not on:
+        lacking = [tables[fid].name for fid in framework_ids
+                   if fid in tables and OPTIMIZER_OFFLOAD not in tables[fid].features]
+        reason = (f"fixed off by the request ({fixed})" if fixed
+                  else why_off or (f"not offered by {', '.join(lacking)}" if lacking
+                                   else "the plan is faster or only fits without it"))
+    return RuntimeFeatureUse(feature=OPTIMIZER_OFFLOAD, on=on,
+                             decided_by="request" if fixed else "planner", flags=flags,
+                             why_not=reason, source=OPTIMIZER_OFFLOAD_SOURCE)
+
+
+def offload_fixed_by(asked: Constraints) -> str | None:
+    """The request field that fixes optimizer offload on or off (None: the search
+    chooses it)."""
+    if asked.optimizer_offload_frac is not None:
+        return "constraints.optimizer_offload_frac"
+    return None if asked.allow_optimizer_offload else "constraints.allow_optimizer_offload"
+
+
+def offload_why_off(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                    plan: ScoredPlan, constraints: Constraints, *,
+                    deadline: float | None = None) -> str:
+    """Why the search left optimizer offload off the plan it chose, where some target
+    framework offers it for the plan's mesh: the mesh re-evaluated with the whole optimizer
+    shard in host memory (its best plan's step time beside this plan's, with the CPU step it
+    adds, or why none fits or runs); empty where the search could not choose it."""
+    if (plan.parallel.optimizer_offload_frac > 0 or constraints.optimizer_offload_frac
+            is not None or not constraints.allow_optimizer_offload):
+        return ""
+    if deadline is not None and time.perf_counter() >= deadline:
+        return "the time limit ended before the mesh was tried with it"
+    pinned = constraints.model_copy(update={"optimizer_offload_frac": 1.0})
+    try:
+        other = evaluate_for_targets(spec, training, cluster, plan.candidate, pinned)
+    except InvalidSpecError as error:
+        return f"with it this mesh is refused: {error.detail}"
+    if isinstance(other, ScoredPlan):
+        cpu = other.estimate.overheads_s.get(CPU_OPTIMIZER_TERM, 0.0)
+        return (f"with it this mesh's best plan takes {other.estimate.step_time_s:.3f} s per "
+                f"step against {plan.estimate.step_time_s:.3f} s without (its CPU optimizer "
+                f"step adds {cpu:.3f} s)")
+    if isinstance(other, Rejection):
+        return f"with it no plan of this mesh fits or runs: {other.reason}"
+    return ""
+
+
+def features_why_off(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                     plan: ScoredPlan, constraints: Constraints, *,
+                     deadline: float | None = None) -> dict[str, str]:
+    """Why the plan leaves off each runtime feature the search could have turned on
+    (`runtime_why_off`) and optimizer offload (`offload_why_off`, under its capability
+    name), by name."""
+    out = runtime_why_off(spec, training, cluster, plan, constraints, deadline=deadline)
+    offload = offload_why_off(spec, training, cluster, plan, constraints, deadline=deadline)
+    if offload:
+        out[OPTIMIZER_OFFLOAD] = offload
+    return out
+
+
+__all__ = ["OPTIMIZER_OFFLOAD", "chosen_mechanism_notes", "features_why_off", "offload_fixed_by",
+           "offload_why_off", "optimizer_offload_use", "runtime_why_off"]

@@ -30,6 +30,7 @@ from models.core.layer_kinds import has_routed_experts
 from models.core.step_time import FLOP_CONVENTION, StepEstimate
 from solver.alternatives import range_of
 from solver.candidate_eval import ScoredPlan
+from solver.chosen_mechanisms import OPTIMIZER_OFFLOAD, optimizer_offload_use
 from solver.context_parallel_layers import context_parallel_layers
 from solver.policy_summary import summarise_policies
 from solver.reports import memory_report_from_ledger
@@ -48,6 +49,9 @@ class ReportParts:
     """The framework target the exports and notes are for ('released', 'any', a name)."""
     why_off: dict[str, str] | None = None
     """Why each runtime feature the plan leaves off is off (the search's reasons)."""
+    offload_fixed_by: str | None = "parallel.optimizer_offload_frac"
+    """The request field that fixed optimizer offload (None: the search chose it; by
+    default a given configuration's own field)."""
 
 
 def time_breakdown(est: StepEstimate) -> TimeBreakdown:
@@ -90,9 +94,12 @@ def plan_response(best: ScoredPlan, parts: ReportParts, *, spec: ModelSpec,
     parallel = summarise_policies(best.parallel)
     features = plan_features(spec, training, parallel)
     fits = runs_on(spec, training, parallel)
+    framework_ids = [fit.framework for fit in fits] or list(RELEASED)
     uses = runtime_feature_uses(spec, request_training or training, training, best.candidate,
-                                [fit.framework for fit in fits] or list(RELEASED),
-                                parts.why_off)
+                                framework_ids, parts.why_off)
+    uses.append(optimizer_offload_use(
+        parallel, framework_ids, fixed=parts.offload_fixed_by,
+        why_off=(parts.why_off or {}).get(OPTIMIZER_OFFLOAD, "")))
     return PlanResponse(
         status=parts.status, model_name=spec.name, gpu=cluster.gpu.id,
         world_size=est.world_size, parallel=parallel,

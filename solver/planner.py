@@ -280,13 +280,8 @@ def _problem(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     bound_training = optimistic_training(training, target_frameworks(constraints))
     return SearchProblem(spec=spec, training=training, cluster=cluster, constraints=constraints,
                          objective=objective, bound_training=bound_training,
-                         tables=BoundTables(
-                             spec, bound_training, cluster, memory_training=training,
-                             host_gradients=constraints.gradient_host_shards
-                             or constraints.allow_gradient_host_shards,
-                             host_optimizer=bool(constraints.optimizer_offload_frac)
-                             or (constraints.optimizer_offload_frac is None
-                                 and constraints.allow_optimizer_offload)),
+                         tables=BoundTables.of_request(spec, bound_training, cluster,
+                                                       constraints, memory_training=training),
                          zeros=zeros, max_offload=max_offload_share(constraints),
                          memo=LedgerMemo(spec=spec, training=training),
                          targets=TargetRequest(spec, training, constraints))

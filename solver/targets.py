@@ -169,6 +169,9 @@ class TargetRequest:
         default_factory=dict, init=False, repr=False)
     _views: dict[tuple[str, frozenset[str]], _View | None] = dataclasses.field(
         default_factory=dict, init=False, repr=False)
+    _offload_views: dict[tuple[str, frozenset[str], tuple[int, ...], bool, bool],
+                         Constraints | None] = dataclasses.field(
+        default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "zeros", tuple(
@@ -212,6 +215,17 @@ class TargetRequest:
         found = self._views[key] = _view(framework_id, mesh, c.framework_version, self.zeros,
                                           bool(c.allow_fp8_activations), c.allow_offload)
         return found
+
+    def optimizer_offload(self, fw: Framework, mesh: frozenset[str], allowed: tuple[int, ...],
+                          fp8: bool, offload: bool) -> Constraints | None:
+        """`_optimizer_offload_view` of one framework on one mesh for the request narrowed to
+        a view (`narrowed` of `allowed`, `fp8`, `offload`), kept by those arguments: the
+        request's own inputs to it are fixed."""
+        key = (fw.id, mesh, allowed, fp8, offload)
+        if key not in self._offload_views:
+            self._offload_views[key] = _optimizer_offload_view(
+                fw, mesh, self.narrowed(allowed, fp8, offload), allowed)
+        return self._offload_views[key]
 
     def narrowed(self, allowed: tuple[int, ...], fp8: bool, offload: bool) -> Constraints:
         """The request narrowed to one framework view: its ZeRO stages, FP8 activation
@@ -273,8 +287,7 @@ def candidate_variants(spec: ModelSpec, training: TrainingSpec, candidate: MeshC
             if view is None:
                 continue
             allowed, fp8, offload, caps = view
-            narrowed = _optimizer_offload_view(fw, mesh, request.narrowed(allowed, fp8, offload),
-                                               allowed)
+            narrowed = request.optimizer_offload(fw, mesh, allowed, fp8, offload)
             if narrowed is not None:
                 out.append(Variant(framework=fw.id, caps=caps, training=option,
                                    constraints=narrowed))

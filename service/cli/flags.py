@@ -82,7 +82,8 @@ def add_constraint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-optimizer-offload", action=argparse.BooleanOptionalAction,
                         default=None, help="may the search keep the optimizer states in host "
                         "memory (Megatron-LM --optimizer-cpu-offload, DeepSpeed ZeRO-Offload) "
-                        "where the target framework offers it")
+                        "where the target framework offers it (default: yes; "
+                        "--no-allow-optimizer-offload forbids it)")
     parser.add_argument("--optimizer-offload-frac", type=float, default=None,
                         help="fix the share of the optimizer states in host memory (0 forbids "
                         "it)")

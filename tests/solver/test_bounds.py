@@ -40,7 +40,7 @@ def test_time_and_memory_bounds_never_exceed_the_evaluated_values(model: str, gp
                                                                   nodes: int, batch: int,
                                                                   seq: int) -> None:
     spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     for c in random.Random(3).sample(candidates, min(25, len(candidates))):
         _bounds_hold(spec, training, cluster, tables, c)
 
@@ -455,7 +455,7 @@ def _check_policy_floors(spec: ModelSpec, training: TrainingSpec, cluster: Clust
     from solver.candidate_eval import ScoredPlan, allowed_zero_stages, policy_floors_s
     from solver.targets import candidate_variants
 
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, constraints)
     checked = raised = 0
     for c in candidates:
         def may_fit(parallel: ParallelConfig, c: MeshCandidate = c) -> bool:
@@ -531,11 +531,13 @@ def test_policy_floors_leave_the_selective_rung_of_megatron_lm_below_them() -> N
     its most frugal policy at k = 0 stores more than its selective rung: where that rung may
     fit, the floor stays at or below the plan it gives (here the ZeRO-1 plan of a PP4 mesh,
     the only stage Megatron-LM runs with a pipeline, recomputing 11 full layers with the
-    selective rung on the others at 22.75 s)."""
+    selective rung on the others at 22.75 s). Optimizer offload is withdrawn: with the
+    states in host memory the plain policy may fit this mesh, and the floors then stay at
+    the makespan's."""
     spec = model_preset("deepseek-v3")
     cluster = cluster_preset("h800-sxm5-80gb", num_nodes=32)
     training = TrainingSpec(global_batch_size=1024, sequence_length=4096, compute_dtype="fp8")
-    constraints = Constraints(framework="megatron-lm")
+    constraints = Constraints(framework="megatron-lm", allow_optimizer_offload=False)
     key = "tp2-pp4-dp32-cp1-ep64-etp1-v6-mbs1-interleaved_1f1b"
     candidate = next(c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
                                                  gpus_per_node=8, constraints=constraints)
@@ -725,7 +727,7 @@ def test_rank_memory_bound_stays_below_every_probed_plan(model: str, nodes: int,
         update={"memory_margin_frac": margin})
     assert cluster.capacity_bytes == cluster.usable_bytes - cluster.memory_margin_bytes
     training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, constraints)
     memo = LedgerMemo(spec=spec, training=training)
     capacity = cluster.capacity_bytes
     candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
@@ -776,7 +778,7 @@ def test_the_head_rank_refutes_a_mesh_the_mean_bound_admits() -> None:
     c = MeshCandidate(tp=1, pp=4, dp=16, cp=4, ep=4, etp=1, vpp=4, micro_batch_size=4,
                       num_micro_batches=16, schedule=PipelineSchedule.INTERLEAVED_1F1B,
                       sequence_parallel=False)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, constraints)
     capacity = cluster.capacity_bytes
     mean = tables.memory_bound_bytes(c, max_zero=3, max_offload=0.0)
     head = tables.rank_memory_bound_bytes(
@@ -972,3 +974,25 @@ def test_memory_bound_never_falls_as_the_micro_batch_grows(model: str, gpu: str,
             assert bounds == sorted(bounds), [c.key for c in group]
             compared += len(group) - 1
     assert compared > 50
+
+
+def test_the_step_floor_holds_for_offloaded_optimizer_states_on_a_fast_host() -> None:
+    """The per-ZeRO-stage floor counts the optimizer at the lesser of the GPU and the CPU
+    step (`least_optimizer_s`): on a host whose memory and link outpace the GPU's HBM (an
+    override), the CPU step of a plan with its states in host memory is shorter than the
+    GPU step it replaces, and the floor still stays below that plan's step."""
+    from models.core.step_time import estimate_step, pipeline_makespan_bound, step_time_floors_s
+    from models.core.step_time.step_terms import CPU_OPTIMIZER_TERM
+
+    spec = model_preset("llama-3.1-8b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=1).model_copy(update={
+        "host_memory_bandwidth_bytes_per_s": 1e16, "pcie_bandwidth_bytes_per_s": 1e15})
+    training = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    mesh = ParallelConfig(dp=8, zero_stage=1)
+    plain = estimate_step(spec, training, mesh, cluster)
+    offloaded = estimate_step(spec, training, mesh.model_copy(
+        update={"optimizer_offload_frac": 1.0}), cluster)
+    assert 0 < offloaded.overheads_s[CPU_OPTIMIZER_TERM] < plain.optimizer_s
+    floors = step_time_floors_s(spec, training, mesh, cluster, makespan_bounds_s={
+        1: pipeline_makespan_bound(spec, training, mesh, cluster)})
+    assert floors[1] <= offloaded.step_time_s * (1 + 1e-9) < plain.step_time_s

@@ -95,3 +95,51 @@ def test_a_partial_share_runs_only_on_megatron() -> None:
     assert args[args.index("--optimizer-offload-fraction") + 1] == "0.5"
     assert "offload_optimizer" not in response.exports.deepspeed.config["zero_optimization"]
     assert any("moves the whole ZeRO shard" in n for n in response.exports.deepspeed.notes)
+
+
+def _default(gpus: int, **constraints: Any) -> PlanResponse:
+    """The same Llama 3.1 8B request with no word on optimizer offload."""
+    return plan(PlanRequest.model_validate({
+        "model": {"preset": "llama-3.1-8b"},
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": gpus},
+        "training": {"global_batch_size": 16, "sequence_length": 4096},
+        "constraints": constraints, "solver": {"time_limit_s": 30, "top_k": 1}}))
+
+
+def _offload_use(response: PlanResponse) -> Any:
+    (use,) = [u for u in response.runtime_features if u.feature == "optimizer_offload"]
+    return use
+
+
+def test_by_default_the_search_offloads_where_nothing_else_fits() -> None:
+    """One H100 holds Llama 3.1 8B only with its optimizer states in host memory: a request
+    that says nothing about it gets that plan, states it among its runtime features (on,
+    decided by the planner, each framework's flag) and exports the flags."""
+    response = _default(1)
+    assert response.parallel is not None and response.parallel.optimizer_offload_frac == 1.0
+    assert response.memory is not None and response.memory.fits
+    use = _offload_use(response)
+    assert use.on and use.decided_by == "planner" and not use.why_not
+    assert set(use.flags) == {"megatron-lm", "deepspeed"}
+    assert "--optimizer-cpu-offload" in use.flags["megatron-lm"]
+    assert "--optimizer-cpu-offload" in response.exports.megatron.args
+    zero = response.exports.deepspeed.config["zero_optimization"]
+    assert zero["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+
+
+def test_by_default_the_search_leaves_it_off_where_it_is_slower() -> None:
+    """On eight H100s the states fit on the GPUs: with them in host memory the CPU step
+    makes the mesh's best plan slower, so the default search leaves offload off and its
+    runtime feature says why with both step times; forbidding it is the request's call."""
+    response = _default(8)
+    assert response.parallel is not None and response.parallel.optimizer_offload_frac == 0.0
+    assert response.time is not None
+    use = _offload_use(response)
+    assert not use.on and use.decided_by == "planner"
+    assert use.why_not.startswith("with it this mesh's best plan takes ")
+    with_it = float(use.why_not.split("takes ")[1].split(" s")[0])
+    assert with_it > response.time.step_time_s
+    assert "its CPU optimizer step adds" in use.why_not
+    forbidden = _offload_use(_default(8, allow_optimizer_offload=False))
+    assert not forbidden.on and forbidden.decided_by == "request"
+    assert forbidden.why_not == "fixed off by the request (constraints.allow_optimizer_offload)"

@@ -40,7 +40,7 @@ from models.core.step_time.stage import (
     stage_times,
     window_caps_s,
 )
-from models.core.step_time.step_terms import optimizer_step_s, rank_tails, slowest_gpu_wait_s
+from models.core.step_time.step_terms import least_optimizer_s, rank_tails, slowest_gpu_wait_s
 from models.core.traffic.data import dp_items
 from models.core.traffic.items import Frequency, Phase, TrafficAxis, TrafficItem
 from models.core.traffic.pipeline import pp_items
@@ -151,7 +151,9 @@ def step_time_floors_s(spec: ModelSpec, training: TrainingSpec, parallel: Parall
     (`models.core.step_time.step_terms.rank_tail_s`: exposed DP sync, tied-embedding
     all-reduce, optimizer step; `estimate_step` picks it so), plus non-negative overheads;
     so it is at least the makespan plus the tail of the busiest rank without a policy (one
-    rank, to keep the bound cheap). A policy
+    rank, to keep the bound cheap). Its optimizer step is counted at the lesser of the GPU
+    and the CPU step over its shard (`least_optimizer_s`), so the floor holds for plans
+    with any share of the optimizer states in host memory too. A policy
     changes that rank's DP exposure only through the windows it hides behind, and only
     shrinks it as they grow: the windows are at most the rank's plain ones plus the largest
     recomputation and FP8 casts (`models.core.step_time.stage.window_caps_s`) plus its offload
@@ -193,7 +195,7 @@ def step_time_floors_s(spec: ModelSpec, training: TrainingSpec, parallel: Parall
                                           stages[rank], fabric=setting.fabric,
                                           groups=setting.groups, max_offload=max_offload)
         caps = ZERO3_WINDOWS if zero == 3 else windows[rank]
-        floors[zero] = _rank_floor_s(setting, zero, layouts[rank], weights[rank], makespan,
+        floors[zero] = _rank_floor_s(setting, zero, (layouts, rank), weights[rank], makespan,
                                      work[rank], caps) + wait
     return floors
 
@@ -220,20 +222,24 @@ def _zero3_busy_s(setting: StepSetting, layouts: tuple[StageLayout, ...],
             for work, layout in zip(busy, layouts, strict=True)]
 
 
-def _rank_floor_s(setting: StepSetting, zero: int, layout: StageLayout, held: StageWeights,
+def _rank_floor_s(setting: StepSetting, zero: int,
+                  ranks: tuple[tuple[StageLayout, ...], int], held: StageWeights,
                   makespan: float, busy: float, caps: tuple[float, float, float]) -> float:
     """A lower bound of the makespan plus the tail of the rank holding `held` whose work is
-    `busy`, at ZeRO stage `zero`: its tied-embedding all-reduce and optimizer step, plus the
-    least span over its offload stall (`_least_span`) under the window caps (forward,
-    backward, largest transfer)."""
+    `busy` (`ranks`: every rank's layout and this rank's index), at ZeRO stage `zero`, plus
+    the step's CPU optimizer: its tied-embedding all-reduce, the least optimizer time
+    (`least_optimizer_s`), plus the least span over its offload stall (`_least_span`) under
+    the window caps (forward, backward, largest transfer)."""
     setting = dataclasses.replace(
         setting, parallel=setting.parallel.model_copy(update={"zero_stage": zero}))
     m = setting.num_micro_batches
     ctx = step_context(setting, held)
     fixed = sum(i.time_per_step_s for i in pp_items(ctx)
                 if i.axis == TrafficAxis.PP and i.phase == Phase.OPTIMIZER)
-    fixed += optimizer_step_s(setting.spec, setting.training, setting.parallel,
-                              setting.cluster, layout)
+    # Whatever share of the optimizer states a plan keeps in host memory (the search may
+    # choose it), its optimizer takes at least the lesser of the GPU and the CPU step.
+    fixed += least_optimizer_s(setting.spec, setting.training, setting.parallel,
+                               setting.cluster, *ranks)
     crossings = m * crossings_per_micro_batch(setting.parallel)
     return fixed + _least_span(tuple(dp_items(ctx)), grad_reduce_overlapped(setting.training),
                                m, makespan, busy, crossings, caps)

@@ -154,6 +154,10 @@ def slowest_gpu_wait_s(parallel: ParallelConfig, stages: list[StageTime], m: int
     return slowest_gpu_share(parallel.world_size) * m * crossings_per_micro_batch(parallel) \
         * busy / len(stages)
 
+CPU_OPTIMIZER_TERM = "CPU optimizer (offloaded states)"
+"""The step overhead that books the CPU optimizer step (`host_optimizer_s`)."""
+
+
 def step_overheads(setting: StepSetting, layout: StageLayout) -> dict[str, float]:
     """Per-step terms besides the pipeline, the DP sync and the optimizer update: the
     gradient-norm all-reduce (over every rank: the model-parallel group, and the data-
@@ -181,7 +185,7 @@ def step_overheads(setting: StepSetting, layout: StageLayout) -> dict[str, float
     host = host_optimizer_s(_optimizer_shard_params(spec, parallel, layout)
                             * parallel.optimizer_offload_frac, training, cluster)
     terms = {"grad-norm all-reduce": world, "grad-norm and clipping": passes,
-             "loss all-reduce": loss, "CPU optimizer (offloaded states)": host,
+             "loss all-reduce": loss, CPU_OPTIMIZER_TERM: host,
              **_muon_terms(setting, layout),
              **persistent_regather_step_s(spec, training, parallel, mesh)}
     if cluster.calibration is not None:
@@ -249,10 +253,49 @@ def optimizer_step_s(spec: ModelSpec, training: TrainingSpec, parallel: Parallel
     """Memory-bound optimizer step over the rank's shard of the states kept on the GPU."""
     params = _optimizer_shard_params(spec, parallel, layout) * (
         1.0 - parallel.optimizer_offload_frac)
+    return _gpu_optimizer_s(params, training, cluster)
+
+
+def _gpu_optimizer_s(params: float, training: TrainingSpec, cluster: ClusterSpec) -> float:
+    """The memory-bound GPU optimizer step over `params` parameters' states."""
     state = (training.master_dtype.num_bytes if training.master_dtype else 0.0)
     state += 2 * training.optimizer_state_dtype.num_bytes + training.grad_dtype.num_bytes
     traffic = params * (OPTIMIZER_BYTES_PER_PARAM_FACTOR * state + training.param_dtype.num_bytes)
     return memory_bound_time_s(traffic, gpu=cluster.gpu)
+
+
+def least_optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                      cluster: ClusterSpec, layouts: tuple[StageLayout, ...], rank: int
+                      ) -> float:
+    """A lower bound of the optimizer time that rank `rank`'s tail and the step's overheads
+    add together in every plan of `parallel`'s mesh at its ZeRO stage, whatever share f of
+    the optimizer states the plan keeps in host memory: the tail holds (1 - f) of the rank's
+    GPU step (`optimizer_step_s`), the overheads f of the critical rank's CPU step over its
+    whole shard (`host_optimizer_s`, booked at the critical rank's layout, so the least over
+    `layouts` stands for it); both are linear in f, so together at least the smaller of the
+    two whole steps. Reads no `optimizer_offload_frac`.
+
+    Source: as `optimizer_step_s` and `host_optimizer_s` (ZeRO-Offload, arXiv:2101.06840
+    Sec. 4.1-4.2)."""
+    gpu = _gpu_optimizer_s(_optimizer_shard_params(spec, parallel, layouts[rank]), training,
+                           cluster)
+    if gpu <= 0:
+        return 0.0
+    return min(gpu, least_host_optimizer_s(spec, training, parallel, cluster, layouts))
+
+
+def least_host_optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                           cluster: ClusterSpec, layouts: tuple[StageLayout, ...]) -> float:
+    """The CPU optimizer step (`host_optimizer_s`) over the whole optimizer shard
+    (`_optimizer_shard_params`) of the rank of `layouts` that holds the fewest parameters,
+    at `parallel`'s ZeRO stage; reads no `optimizer_offload_frac`. The step's overheads
+    book the CPU step at the critical rank's layout, so every plan of the mesh at that
+    stage with its optimizer states wholly in host memory pays at least this beside its
+    makespan, tail and wait.
+
+    Source: as `host_optimizer_s` (ZeRO-Offload, arXiv:2101.06840 Sec. 4.1-4.2)."""
+    return min(host_optimizer_s(_optimizer_shard_params(spec, parallel, layout), training,
+                                cluster) for layout in layouts)
 
 
 def _optimizer_shard_params(spec: ModelSpec, parallel: ParallelConfig,
