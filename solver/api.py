@@ -63,6 +63,7 @@ from solver.relax import binding_relaxations, relaxations
 from solver.robust_choice import (
     Pick,
     experimental_features,
+    experimental_offload,
     experimental_schedules,
     pick,
 )
@@ -327,16 +328,19 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
 
 def _common_plans(request: PlanRequest, constraints: Constraints, spec: ModelSpec,
                   cluster: ClusterSpec, deadline: float) -> list[ScoredPlan]:
-    """The best plan without an experimental schedule (`solver.robust_choice`), searched for
-    at most `ALTERNATIVE_BUDGET_S` and never past `deadline`, for the robust choice when the
-    optimum uses one and the search scored no common plan near it."""
+    """The best plan without an experimental schedule or optimizer offload where the
+    frameworks mark it experimental (`solver.robust_choice`), searched for at most
+    `ALTERNATIVE_BUDGET_S` and never past `deadline`, for the robust choice when the optimum
+    uses one and the search scored no common plan near it."""
     budget = min(ALTERNATIVE_BUDGET_S, deadline - time.perf_counter())
     forbidden = experimental_schedules()
-    if budget < MIN_SUBPROBLEM_S or not forbidden:
+    offload = experimental_offload() and constraints.allow_optimizer_offload
+    if budget < MIN_SUBPROBLEM_S or not (forbidden or offload):
         return []
     forbid = dict(constraints.forbid)
     forbid["schedule"] = sorted({*map(str, forbid.get("schedule", [])), *forbidden})
-    common = constraints.model_copy(update={"forbid": forbid})
+    common = constraints.model_copy(update={"forbid": forbid,
+                                            "allow_optimizer_offload": not offload})
     result = search(spec, request.training, cluster, constraints=common,
                     objective=request.objective, limits=request.solver,
                     deadline=time.perf_counter() + budget)

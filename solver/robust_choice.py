@@ -52,6 +52,10 @@ from solver.candidate_eval import ScoredPlan
 from solver.explain import describe_parallel, gib
 from solver.planner import objective_value
 
+OPTIMIZER_OFFLOAD = "optimizer_offload"
+"""The capability name of optimizer offload
+(`models.core.frameworks.optimizer_offload_features`)."""
+
 BAND_OBJECTIVES = (Objective.THROUGHPUT, Objective.COST_PER_TOKEN, Objective.MIN_GPUS)
 """Objectives whose values move with the step time and so share its error band."""
 
@@ -86,6 +90,14 @@ def experimental_schedules() -> list[str]:
         if feature not in released or all(f.experimental for f in having):
             out.append(schedule.value)
     return out
+
+
+def experimental_offload() -> bool:
+    """Whether optimizer offload is experimental wherever it runs (`experimental_features`'
+    rule), to forbid in a search for a common plan."""
+    having = [fw.features[OPTIMIZER_OFFLOAD] for fw in frameworks().values()
+              if OPTIMIZER_OFFLOAD in fw.features]
+    return bool(having) and all(f.experimental for f in having)
 
 
 def _band(cluster: ClusterSpec, plan: ScoredPlan, *, moe: bool) -> ErrorBand:
@@ -340,5 +352,6 @@ def _ties(tied: list[Traits], pair: float | None) -> str:
 
 
 __all__ = ["BAND_OBJECTIVES", "MARGIN_RESOLUTION_FRAC", "MAX_TIED_LISTED", "Pick", "Traits",
-           "band_frac", "experimental_features", "experimental_schedules", "pick",
+           "band_frac", "experimental_features", "experimental_offload",
+           "experimental_schedules", "pick",
            "relative_gap", "simpler", "tie_break", "traits", "within_band"]
