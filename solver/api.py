@@ -61,6 +61,7 @@ from solver.planner import SearchResult, hardware_constraints, objective_value, 
 from solver.reach import Reach, highest_reachable, target_relaxation
 from solver.relax import binding_relaxations, relaxations
 from solver.robust_choice import (
+    OPTIMIZER_OFFLOAD,
     Pick,
     experimental_features,
     experimental_offload,
@@ -158,12 +159,10 @@ def _answer(request: PlanRequest, spec: ModelSpec, cluster: ClusterSpec,
     runners_up = _runners_up(request, constraints, result, spec, cluster, best, deadline)
     # Robust choice (`solver.robust_choice`): an experimental optimum must win by more than
     # the error band; ties within the pairwise band go to memory margin, then mechanisms.
-    scored = [*result.ranked, *runners_up]
-    if experimental_features(spec, request.training, best):
-        common = seeded.seed.best if seeded.seed is not None else None
-        scored += ([common] if common is not None and not experimental_features(
-            spec, request.training, common) else _common_plans(
-                request, constraints, spec, cluster, deadline))
+    scored = [*result.ranked, *runners_up,
+              *_common_candidates(request, constraints, spec, cluster, best,
+                                  seeded.seed.best if seeded.seed is not None else None,
+                                  deadline)]
     robust = pick(best, scored, spec, request.training, cluster, objective=request.objective)
     optimum = best
     if robust.shown is not best:
@@ -324,6 +323,23 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
                 found += 1
     ranked = sorted(chosen.values(), key=lambda p: objective_value(p, request.objective))
     return ranked[: request.solver.top_k]
+
+
+def _common_candidates(request: PlanRequest, constraints: Constraints, spec: ModelSpec,
+                       cluster: ClusterSpec, best: ScoredPlan, seed: ScoredPlan | None,
+                       deadline: float) -> list[ScoredPlan]:
+    """The common plans the robust choice compares an experimental optimum with: the
+    seed's plan where it uses no experimental mechanism, else the best common plan searched
+    for (`_common_plans`). Where the optimum offloads its optimizer, always searched for: a
+    mesh's evaluation keeps its best plan only, so a mesh whose best offloads hides its best
+    GPU-resident plan."""
+    experimental = experimental_features(spec, request.training, best)
+    if not experimental:
+        return []
+    if seed is not None and OPTIMIZER_OFFLOAD not in experimental \
+            and not experimental_features(spec, request.training, seed):
+        return [seed]
+    return _common_plans(request, constraints, spec, cluster, deadline)
 
 
 def _common_plans(request: PlanRequest, constraints: Constraints, spec: ModelSpec,

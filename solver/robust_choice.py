@@ -351,7 +351,8 @@ def _ties(tied: list[Traits], pair: float | None) -> str:
             f"{100 * pair:.0f}% of it)")
 
 
-__all__ = ["BAND_OBJECTIVES", "MARGIN_RESOLUTION_FRAC", "MAX_TIED_LISTED", "Pick", "Traits",
+__all__ = ["BAND_OBJECTIVES", "MARGIN_RESOLUTION_FRAC", "MAX_TIED_LISTED", "OPTIMIZER_OFFLOAD",
+           "Pick", "Traits",
            "band_frac", "experimental_features", "experimental_offload",
            "experimental_schedules", "pick",
            "relative_gap", "simpler", "tie_break", "traits", "within_band"]
