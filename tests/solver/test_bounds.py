@@ -67,7 +67,7 @@ def test_bounds_hold_for_one_f_one_b_with_fewer_micro_batches_than_stages() -> N
     spec, cluster, training, candidates = _case("llama-3.1-8b", "h100-sxm5-80gb", 2, 8, 4096)
     few = [c for c in candidates if c.schedule == PipelineSchedule.ONE_F_ONE_B
            and c.num_micro_batches < c.pp]
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     checked = sum(_bounds_hold(spec, training, cluster, tables, c)
                   for c in random.Random(3).sample(few, min(20, len(few))))
     assert checked >= 5, checked
@@ -85,7 +85,7 @@ def test_time_bound_holds_on_pipelines_of_uneven_layers(model: str, nodes: int, 
     spec = model_preset(model)
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=nodes)
     training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     constraints = Constraints(framework="any")
     candidates = [c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
                                               gpus_per_node=8, constraints=constraints)
@@ -114,7 +114,7 @@ def test_forced_zero3_and_chain_bounds_never_exceed_the_evaluated_values(
     from solver.tightening import _forced_zero_stage
 
     spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     forced = chained = 0
     for c in random.Random(5).sample(candidates, min(60, len(candidates))):
         zero = _forced_zero_stage(tables, c, [0, 1, 2, 3], 0.5, cluster.capacity_bytes)
@@ -166,7 +166,7 @@ def test_a_dominated_candidate_is_proven_no_faster_than_the_cutoff() -> None:
     from solver.candidate_eval import Dominated, ScoredPlan
 
     spec, cluster, training, candidates = _case("llama-3.1-8b", "h100-sxm5-80gb", 2, 64, 4096)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     dominated = 0
     for c in random.Random(7).sample(candidates, min(20, len(candidates))):
         exact = evaluate_candidate(spec, training, cluster, c, Constraints())
@@ -195,7 +195,7 @@ def test_candidates_whose_groups_straddle_nodes_are_timed_and_planned() -> None:
     spec = model_preset("gpt-1.7b")
     cluster = cluster_preset("a100-sxm4-80gb", num_nodes=15)
     training = TrainingSpec(global_batch_size=240, sequence_length=2048)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     uneven = [c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
                                           gpus_per_node=8, constraints=Constraints())
               if c.dp == 3 and c.tp * c.cp == 4]
@@ -284,7 +284,7 @@ def test_memory_bound_holds_per_zero_stage_with_an_mtp_module() -> None:
     spec = model_preset("deepseek-v3")
     cluster = cluster_preset("h800-sxm5-80gb", num_nodes=64)
     training = TrainingSpec(global_batch_size=2048, sequence_length=4096, compute_dtype="fp8")
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     constraints = Constraints()
     candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
                                   gpus_per_node=8, constraints=constraints)
@@ -314,7 +314,7 @@ def test_memory_bounds_count_the_head_share_and_stay_below_the_most_frugal_ledge
     spec = model_preset(model)
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
     training = TrainingSpec(global_batch_size=64, sequence_length=seq)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     constraints = Constraints()
     candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
                                   gpus_per_node=8, constraints=constraints)
@@ -430,7 +430,7 @@ def test_the_wait_bound_holds_for_every_plan_of_a_candidate() -> None:
     spec = model_preset("mixtral-8x7b")
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
     training = TrainingSpec(global_batch_size=128, sequence_length=4096)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
                                   gpus_per_node=8, constraints=Constraints())
     checked = 0
@@ -646,7 +646,7 @@ def test_every_bound_holds_where_ranks_start_on_a_full_attention_layer(model: st
     spec = model_preset(model)
     cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
     training = TrainingSpec(global_batch_size=64, sequence_length=seq)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     modules = broad_selective_modules(spec)
     first_of_moe_kind = {spec.is_moe_layer(i): timing_kind(spec, i)
                          for i in reversed(range(spec.num_layers))}
@@ -885,7 +885,7 @@ def test_the_rank_memory_bound_reads_each_frameworks_own_least_storing_policy() 
                for v in variants)
     policy = least_stored_policy(spec, variant.constraints, variant.caps)
     assert policy.get("recompute", RecomputeMode.NONE) == RecomputeMode.NONE
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     memo = LedgerMemo(spec=spec, training=training)
     zeros = allowed_zero_stages(variant.constraints)
     own = tables.rank_memory_bound_bytes(c, variant.constraints, zeros=zeros, policy=policy,
@@ -961,7 +961,7 @@ def test_memory_bound_never_falls_as_the_micro_batch_grows(model: str, gpu: str,
     from solver.planner import _micro_batch_free_key
 
     spec, cluster, training, candidates = _case(model, gpu, nodes, batch, seq)
-    tables = BoundTables(spec, training, cluster)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     by_mesh: dict[tuple[object, ...], list[MeshCandidate]] = {}
     for c in candidates:
         by_mesh.setdefault(_micro_batch_free_key(c), []).append(c)
