@@ -29,6 +29,8 @@ TWO_STAGES = {"model": {"preset": "llama-3.1-70b"},
               "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2, "gpus_per_node": 8,
                           "memory_margin_frac": 0},
               "training": {"global_batch_size": 32, "sequence_length": 4096},
+              # The optimizer states on the GPU: with them in host memory one stage fits.
+              "constraints": {"allow_optimizer_offload": False},
               "solver": {"time_limit_s": 60, "top_k": 2, "num_workers": 1}}
 SIMULATE = {"schedule": "zb_h1", "num_stages": 4, "num_micro_batches": 8,
             "durations": {"F": 1.0, "B": 1.2, "W": 0.8}, "p2p_latency_s": 0.05}

@@ -6,6 +6,7 @@ from relaxation_budgets import generous_relaxation_budgets
 
 from api_schemas import (
     ClusterInput,
+    Constraints,
     EvaluateRequest,
     ModelPreset,
     PlanRequest,
@@ -19,6 +20,9 @@ from solver import evaluate, plan
 REQUEST = PlanRequest(model=ModelPreset(preset="llama-3.1-405b"),
                       cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=2),
                       training=TrainingSpec(global_batch_size=16, sequence_length=4096),
+                      # The optimizer states on the GPU (host memory would hold them on
+                      # fewer nodes).
+                      constraints=Constraints(allow_optimizer_offload=False),
                       solver=SolverLimits(time_limit_s=60, top_k=0, num_workers=1))
 
 

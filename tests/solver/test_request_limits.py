@@ -59,11 +59,11 @@ def test_collective_bandwidth_has_a_floor() -> None:
 
 
 def _request(preset: str, gpu: str, nodes: int, batch: int, seq: int,
-             time_limit_s: float) -> PlanRequest:
+             time_limit_s: float, constraints: Constraints | None = None) -> PlanRequest:
     return PlanRequest(model=ModelPreset(preset=preset),
                        cluster=ClusterInput(gpu=gpu, num_nodes=nodes),
                        training=TrainingSpec(global_batch_size=batch, sequence_length=seq),
-                       solver=_limits(time_limit_s))
+                       constraints=constraints or Constraints(), solver=_limits(time_limit_s))
 
 
 def _limits(time_limit_s: float) -> SolverLimits:
@@ -93,9 +93,11 @@ def test_a_short_time_limit_is_kept_and_the_answer_says_what_it_proves() -> None
 
 def test_relaxations_of_an_infeasible_request_keep_the_time_limit(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # DeepSeek-V3 cannot fit on 64 H800s; with a generous limit the relaxation searches take
-    # about 2 s in all, with 0.5 s they must share the remaining time.
-    request = _request("deepseek-v3", "h800-sxm5-80gb", 8, 1024, 4096, 0.5)
+    # DeepSeek-V3 cannot fit on 64 H800s with its optimizer states on the GPU; with a
+    # generous limit the relaxation searches take about 2 s in all, with 0.5 s they must
+    # share the remaining time.
+    on_gpu = Constraints(allow_optimizer_offload=False)
+    request = _request("deepseek-v3", "h800-sxm5-80gb", 8, 1024, 4096, 0.5, on_gpu)
     response = plan(request)
     # Within 0.5 s a loaded host may not examine every candidate: the answer is then unknown,
     # never a plan; either way the relaxations run on what is left of the limit.
@@ -106,7 +108,7 @@ def test_relaxations_of_an_infeasible_request_keep_the_time_limit(
     # Each relaxation's own search limit is raised too, so that the generous answer does not
     # depend on the machine's speed.
     generous_relaxation_budgets(monkeypatch)
-    generous = plan(_request("deepseek-v3", "h800-sxm5-80gb", 8, 1024, 4096, 120))
+    generous = plan(_request("deepseek-v3", "h800-sxm5-80gb", 8, 1024, 4096, 120, on_gpu))
     assert generous.status == PlanStatus.INFEASIBLE
     assert generous.explanation.relaxations
     assert not any("not tried within the time limit" in n for n in generous.explanation.notes)
