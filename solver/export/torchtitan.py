@@ -28,6 +28,7 @@ from api_schemas.parallel import (
 )
 from api_schemas.training import Fp8WeightStorage, MoeDispatcher, OptimizerKind, TrainingSpec
 from models.core.frameworks import micro_batch_features
+from models.core.layer_kinds import has_routed_experts
 from models.core.layout import virtual_stage_sizes
 from models.core.pipeline import SCHEDULES, schedule_traits
 from models.core.runtime_features import dispatcher
@@ -383,7 +384,7 @@ def _unsupported_notes(spec: ModelSpec, training: TrainingSpec,
                      "memory; Kimi K3) has no torchtitan setting; it needs an extension")
     if training.optimizer not in (OptimizerKind.ADAM, OptimizerKind.ADAMW):
         notes.append(f"optimizer='{training.optimizer}': set [optimizer] name by hand")
-    if spec.moe is not None and training.moe_grouped_gemm is False:
+    if has_routed_experts(spec) and training.moe_grouped_gemm is False:
         notes.append(f"moe_grouped_gemm=false: torchtitan {TORCHTITAN_VERSION} has no "
                      "job-config key for MoEArgs.use_grouped_mm (on from compute capability "
                      "9.0), so the experts run as one torch._grouped_mm, faster than planned")
