@@ -124,7 +124,11 @@ class _CoverState:
     """Balances, remaining expert loads and the donor heap of the COVER rule.
 
     Per-step state lives in Python lists and heaps (a step touches a handful of entries);
-    moves are kept as three parallel columns (expert, destination rank, tokens).
+    moves are kept as three parallel columns (expert, destination rank, tokens). A heap
+    entry is one int: receiver u with balance b < 0 is b*R + u, donor h with excess x > 0
+    is h - x*R; their order is that of the pairs (b, u) and (-x, h) (0 <= u, h < R), and
+    an int compares several times quicker than a tuple. An entry whose balance no longer
+    matches is stale and skipped.
     """
 
     def __init__(self, problem: PlacementProblem, ranks: Sequence[int] | None = None) -> None:
@@ -136,9 +140,10 @@ class _CoverState:
             inside = set(ranks)
             self.bal = [b if d in inside else 0 for d, b in enumerate(self.bal)]
         self.rem: list[int] = problem.expert_tokens.tolist()
-        self.donors = [(-b, h) for h, b in enumerate(self.bal) if b > 0]
+        r = self.r = problem.num_ranks
+        self.donors = [h - b * r for h, b in enumerate(self.bal) if b > 0]
         heapq.heapify(self.donors)
-        self.receivers = [(b, u) for u, b in enumerate(self.bal) if b < 0]
+        self.receivers = [b * r + u for u, b in enumerate(self.bal) if b < 0]
         heapq.heapify(self.receivers)
         self.moved_expert: list[int] = []
         self.moved_to: list[int] = []
@@ -153,9 +158,9 @@ class _CoverState:
         self.moved_to.append(u)
         self.moved_tokens.append(tokens)
         if left > 0:
-            heapq.heappush(self.donors, (-left, h))
+            heapq.heappush(self.donors, h - left * self.r)
         elif left < 0:
-            heapq.heappush(self.receivers, (left, h))
+            heapq.heappush(self.receivers, left * self.r + h)
 
     def _candidates(self) -> tuple[list[int], list[int]] | None:
         """The experts with tokens left on ranks with excess, in the order `_fill_many`
@@ -252,29 +257,34 @@ class _CoverState:
         on ties; otherwise `_fill_many`. The loop is written out with local names: it is
         the planner's only per-step Python work.
         """
-        receivers, donors, bal, rem, m = self.receivers, self.donors, self.bal, self.rem, self.m
+        receivers, donors, bal, rem, m, r = (self.receivers, self.donors, self.bal, self.rem,
+                                             self.m, self.r)
         counts = self.p.counts.reshape(-1).data  # a memoryview: plain ints, read in place
         row = self.p.num_experts
         heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        scale = self.p.num_ranks * self.p.capacity + 1  # all tokens + 1: > any remaining load
         moved_expert, moved_to, moved_tokens = self.moved_expert, self.moved_to, self.moved_tokens
         while receivers:
-            b, u = heappop(receivers)
-            if b != bal[u] or b >= 0:
+            key = heappop(receivers)
+            u = key % r
+            q = -bal[u]
+            if key != u - q * r:  # stale: u's balance changed since
                 continue
-            q = -b
-            while -donors[0][0] != bal[donors[0][1]]:
+            key = donors[0]
+            h = key % r
+            while key != h - bal[h] * r:
                 heappop(donors)
-            h = donors[0][1]
-            # score = min(own, q) * scale - left orders by own tokens, then tightest
-            best_e, best_score, at = -1, 0, u * row
+                key = donors[0]
+                h = key % r
+            # the covering expert with most own tokens (up to q), then the least left
+            best_e, best_own, best_left, at = -1, -1, 0, u * row
             for e in range(h * m, h * m + m):
                 left = rem[e]
                 if left >= q:
                     own = counts[at + e]
-                    score = (own if own < q else q) * scale - left
-                    if best_e < 0 or score > best_score:
-                        best_e, best_score = e, score
+                    if own > q:
+                        own = q
+                    if own > best_own or (own == best_own and left < best_left):
+                        best_e, best_own, best_left = e, own, left
             if best_e < 0:
                 self._fill_many(u, q)
             else:
@@ -286,11 +296,11 @@ class _CoverState:
                 moved_tokens.append(q)
                 # h's entry is the heap's top: replace or drop it rather than leave it stale
                 if excess > 0:
-                    heapreplace(donors, (-excess, h))
+                    heapreplace(donors, h - excess * r)
                 else:
                     heappop(donors)
                     if excess < 0:
-                        heappush(receivers, (excess, h))
+                        heappush(receivers, excess * r + h)
             bal[u] = 0
         return self
 
