@@ -120,6 +120,10 @@ of timeit batches, states of the tight construction with some donors kept): at E
 and 18 / 20 / 24 us."""
 
 
+UNSAFE = np.iinfo(np.int64).max
+"""Slack given to a cover whose donor it would turn into a receiver."""
+
+
 class _CoverState:
     """Balances, remaining expert loads and the donor heap of the COVER rule.
 
@@ -185,18 +189,19 @@ class _CoverState:
 
     def _candidate_arrays(self, bal_arr: IntArray) -> tuple[IntArray, IntArray, IntArray]:
         """`_candidates` sorted with numpy, given the balances as an array: the experts,
-        their tokens (descending) and their donors, as arrays."""
+        their tokens (descending) and their donors, as arrays.
+
+        An expert's place among its donor's experts is its rank in the donor's row of
+        [R, E/R] remaining loads (largest first, lower index on ties): the donor's spent
+        experts (0 tokens, not candidates) rank after every candidate, so they leave the
+        candidates' places as they are."""
         rem_arr = np.fromiter(self.rem, np.int64, len(self.rem))  # quicker than asarray
-        cand = np.flatnonzero((bal_arr[self.home_of] > 0) & (rem_arr > 0))
-        tokens, donor = rem_arr[cand], self.home_of[cand]
-        negated = -tokens
-        # the candidates ascend, so their donors do: sorting by donor, then tokens, keeps
-        # each donor's run in place, and its place is the index less the run's start
-        by_donor = np.lexsort((negated, donor))
-        place = np.empty_like(by_donor)
-        place[by_donor] = np.arange(cand.size) - np.searchsorted(donor, donor)
-        order = np.lexsort((-bal_arr[donor], place, negated))
-        return cand[order], tokens[order], donor[order]
+        negated = -rem_arr
+        place = negated.reshape(self.r, self.m).argsort(axis=1, kind="stable").argsort(axis=1)
+        cand = np.flatnonzero((rem_arr.reshape(self.r, self.m) > 0) & (bal_arr > 0)[:, None])
+        donor = cand // self.m
+        order = np.lexsort((-bal_arr[donor], place.reshape(-1)[cand], negated[cand]))
+        return cand[order], rem_arr[cand[order]], donor[order]
 
     def _fill_many(self, u: int, q: int) -> None:
         """Whole experts in `_candidates` order until one covers the rest; that last piece
@@ -240,14 +245,12 @@ class _CoverState:
             self.take(e, u, whole)
             bal_arr[h] -= whole  # the array follows `bal`
             q -= whole
-        end = int(np.count_nonzero(tokens >= q))  # candidates i .. end-1 cover q
-        excess = bal_arr[donor[i:end]]  # after the whole pieces
-        safe = excess >= q
-        if safe.any():  # the last-listed of the least safe excess
-            last = int(np.flatnonzero(excess == excess[safe].min())[-1])
-        else:
-            last = end - i - 1
-        self.take(int(experts[i + last]), u, q)
+        # candidates i .. end-1 cover q: those with tokens >= q (ascending when reversed)
+        end = tokens.size - int(tokens[::-1].searchsorted(q))
+        slack = bal_arr[donor[i:end]] - q  # donor excess left after the whole pieces
+        slack[slack < 0] = UNSAFE  # an unsafe cover ranks after every safe one
+        # the last-listed of the least slack: the last-listed cover when none is safe
+        self.take(int(experts[end - 1 - int(slack[::-1].argmin())]), u, q)
 
     def run(self) -> "_CoverState":
         """Fill the most underloaded rank u with its deficit q until no rank is underloaded.
