@@ -145,10 +145,16 @@ class _CoverState:
             self.bal = [b if d in inside else 0 for d, b in enumerate(self.bal)]
         self.rem: list[int] = problem.expert_tokens.tolist()
         r = self.r = problem.num_ranks
-        self.donors = [h - b * r for h, b in enumerate(self.bal) if b > 0]
-        heapq.heapify(self.donors)
-        self.receivers = [b * r + u for u, b in enumerate(self.bal) if b < 0]
-        heapq.heapify(self.receivers)
+        donors: list[int] = []
+        receivers: list[int] = []
+        for d, b in enumerate(self.bal):  # one loop: quicker than two comprehensions
+            if b > 0:
+                donors.append(d - b * r)
+            elif b < 0:
+                receivers.append(b * r + d)
+        heapq.heapify(donors)
+        heapq.heapify(receivers)
+        self.donors, self.receivers = donors, receivers
         self.moved_expert: list[int] = []
         self.moved_to: list[int] = []
         self.moved_tokens: list[int] = []
@@ -198,7 +204,7 @@ class _CoverState:
         rem_arr = np.fromiter(self.rem, np.int64, len(self.rem))  # quicker than asarray
         negated = -rem_arr
         place = negated.reshape(self.r, self.m).argsort(axis=1, kind="stable").argsort(axis=1)
-        cand = np.flatnonzero((rem_arr.reshape(self.r, self.m) > 0) & (bal_arr > 0)[:, None])
+        cand = np.flatnonzero((bal_arr > 0).repeat(self.m) & (rem_arr > 0))
         donor = cand // self.m
         order = np.lexsort((-bal_arr[donor], place.reshape(-1)[cand], negated[cand]))
         return cand[order], rem_arr[cand[order]], donor[order]
