@@ -138,7 +138,6 @@ class _CoverState:
     def __init__(self, problem: PlacementProblem, ranks: Sequence[int] | None = None) -> None:
         self.p = problem
         self.m = problem.experts_per_rank
-        self.home_of = shape_index(problem.num_ranks, problem.num_experts).home_of
         self.bal: list[int] = (problem.home_loads - problem.capacity).tolist()
         if ranks is not None:  # balance only this zero-sum group of ranks
             inside = set(ranks)
