@@ -96,6 +96,21 @@ context (medians, load average 0.7-1.7) the cover rule takes about 0.12-0.14 ms 
 single-cover heap steps at about 1.2 us each, one numpy fill of 252 candidates about 0.03,
 the state 0.012), routes 0.06 (3,909 rows), validation 0.03, allocation 0.02, shared cells
 and replicas 0.03, the bound 0.01, the result 0.01.
+
+The cover rule's heap entries as one int (balance x R + rank) instead of a tuple, its
+covering expert chosen by comparisons instead of a scaled score, its numpy fill with fewer
+calls, a single layer's replicas without a layer index. On tight (E=256, R=64, medians of
+timed parts) the state took 14 -> 11.5 us, the fill of 252 candidates 30 -> 27 us and the
+59 single-cover steps 61 -> 52 us; the scan of the top donor's E/R experts is about 0.4 us
+of a step's 0.9. The previous and this release alternated in one scratch loop (10 rounds of
+60 single calls per row, process CPU time, the median of the round medians; two runs, load
+average 3.6-3.8 and 3.1) at E=256, R=64: the six random skews 0.202-0.245 -> 0.190-0.230
+and 0.221-0.260 -> 0.205-0.244 ms, tight 0.291 -> 0.284 and 0.313 -> 0.294 ms; at E=384,
+R=16 within 0.01 ms either way. This benchmark (`--skip-gemm --repeats 20`, the releases
+alternated twice, load average 3.1-3.8): tight single 0.320 / 0.333 -> 0.284 / 0.314 ms, in
+one call 0.333 / 0.335 -> 0.296 / 0.309 ms. Tight is under 0.3 ms of CPU in both loops but
+not in every benchmark run on this loaded host. Placements identical: every field of every
+row's results (both rules, single calls and the 58-layer call) compared byte for byte.
 """
 
 import argparse

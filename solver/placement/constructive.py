@@ -120,26 +120,40 @@ of timeit batches, states of the tight construction with some donors kept): at E
 and 18 / 20 / 24 us."""
 
 
+UNSAFE = np.iinfo(np.int64).max
+"""Slack given to a cover whose donor it would turn into a receiver."""
+
+
 class _CoverState:
     """Balances, remaining expert loads and the donor heap of the COVER rule.
 
     Per-step state lives in Python lists and heaps (a step touches a handful of entries);
-    moves are kept as three parallel columns (expert, destination rank, tokens).
+    moves are kept as three parallel columns (expert, destination rank, tokens). A heap
+    entry is one int: receiver u with balance b < 0 is b*R + u, donor h with excess x > 0
+    is h - x*R; their order is that of the pairs (b, u) and (-x, h) (0 <= u, h < R), and
+    an int compares several times quicker than a tuple. An entry whose balance no longer
+    matches is stale and skipped.
     """
 
     def __init__(self, problem: PlacementProblem, ranks: Sequence[int] | None = None) -> None:
         self.p = problem
         self.m = problem.experts_per_rank
-        self.home_of = shape_index(problem.num_ranks, problem.num_experts).home_of
         self.bal: list[int] = (problem.home_loads - problem.capacity).tolist()
         if ranks is not None:  # balance only this zero-sum group of ranks
             inside = set(ranks)
             self.bal = [b if d in inside else 0 for d, b in enumerate(self.bal)]
         self.rem: list[int] = problem.expert_tokens.tolist()
-        self.donors = [(-b, h) for h, b in enumerate(self.bal) if b > 0]
-        heapq.heapify(self.donors)
-        self.receivers = [(b, u) for u, b in enumerate(self.bal) if b < 0]
-        heapq.heapify(self.receivers)
+        r = self.r = problem.num_ranks
+        donors: list[int] = []
+        receivers: list[int] = []
+        for d, b in enumerate(self.bal):  # one loop: quicker than two comprehensions
+            if b > 0:
+                donors.append(d - b * r)
+            elif b < 0:
+                receivers.append(b * r + d)
+        heapq.heapify(donors)
+        heapq.heapify(receivers)
+        self.donors, self.receivers = donors, receivers
         self.moved_expert: list[int] = []
         self.moved_to: list[int] = []
         self.moved_tokens: list[int] = []
@@ -153,9 +167,9 @@ class _CoverState:
         self.moved_to.append(u)
         self.moved_tokens.append(tokens)
         if left > 0:
-            heapq.heappush(self.donors, (-left, h))
+            heapq.heappush(self.donors, h - left * self.r)
         elif left < 0:
-            heapq.heappush(self.receivers, (left, h))
+            heapq.heappush(self.receivers, left * self.r + h)
 
     def _candidates(self) -> tuple[list[int], list[int]] | None:
         """The experts with tokens left on ranks with excess, in the order `_fill_many`
@@ -180,18 +194,19 @@ class _CoverState:
 
     def _candidate_arrays(self, bal_arr: IntArray) -> tuple[IntArray, IntArray, IntArray]:
         """`_candidates` sorted with numpy, given the balances as an array: the experts,
-        their tokens (descending) and their donors, as arrays."""
+        their tokens (descending) and their donors, as arrays.
+
+        An expert's place among its donor's experts is its rank in the donor's row of
+        [R, E/R] remaining loads (largest first, lower index on ties): the donor's spent
+        experts (0 tokens, not candidates) rank after every candidate, so they leave the
+        candidates' places as they are."""
         rem_arr = np.fromiter(self.rem, np.int64, len(self.rem))  # quicker than asarray
-        cand = np.flatnonzero((bal_arr[self.home_of] > 0) & (rem_arr > 0))
-        tokens, donor = rem_arr[cand], self.home_of[cand]
-        negated = -tokens
-        # the candidates ascend, so their donors do: sorting by donor, then tokens, keeps
-        # each donor's run in place, and its place is the index less the run's start
-        by_donor = np.lexsort((negated, donor))
-        place = np.empty_like(by_donor)
-        place[by_donor] = np.arange(cand.size) - np.searchsorted(donor, donor)
-        order = np.lexsort((-bal_arr[donor], place, negated))
-        return cand[order], tokens[order], donor[order]
+        negated = -rem_arr
+        place = negated.reshape(self.r, self.m).argsort(axis=1, kind="stable").argsort(axis=1)
+        cand = np.flatnonzero((bal_arr > 0).repeat(self.m) & (rem_arr > 0))
+        donor = cand // self.m
+        order = np.lexsort((-bal_arr[donor], place.reshape(-1)[cand], negated[cand]))
+        return cand[order], rem_arr[cand[order]], donor[order]
 
     def _fill_many(self, u: int, q: int) -> None:
         """Whole experts in `_candidates` order until one covers the rest; that last piece
@@ -235,14 +250,12 @@ class _CoverState:
             self.take(e, u, whole)
             bal_arr[h] -= whole  # the array follows `bal`
             q -= whole
-        end = int(np.count_nonzero(tokens >= q))  # candidates i .. end-1 cover q
-        excess = bal_arr[donor[i:end]]  # after the whole pieces
-        safe = excess >= q
-        if safe.any():  # the last-listed of the least safe excess
-            last = int(np.flatnonzero(excess == excess[safe].min())[-1])
-        else:
-            last = end - i - 1
-        self.take(int(experts[i + last]), u, q)
+        # candidates i .. end-1 cover q: those with tokens >= q (ascending when reversed)
+        end = tokens.size - int(tokens[::-1].searchsorted(q))
+        slack = bal_arr[donor[i:end]] - q  # donor excess left after the whole pieces
+        slack[slack < 0] = UNSAFE  # an unsafe cover ranks after every safe one
+        # the last-listed of the least slack: the last-listed cover when none is safe
+        self.take(int(experts[end - 1 - int(slack[::-1].argmin())]), u, q)
 
     def run(self) -> "_CoverState":
         """Fill the most underloaded rank u with its deficit q until no rank is underloaded.
@@ -252,29 +265,34 @@ class _CoverState:
         on ties; otherwise `_fill_many`. The loop is written out with local names: it is
         the planner's only per-step Python work.
         """
-        receivers, donors, bal, rem, m = self.receivers, self.donors, self.bal, self.rem, self.m
+        receivers, donors, bal, rem, m, r = (self.receivers, self.donors, self.bal, self.rem,
+                                             self.m, self.r)
         counts = self.p.counts.reshape(-1).data  # a memoryview: plain ints, read in place
         row = self.p.num_experts
         heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        scale = self.p.num_ranks * self.p.capacity + 1  # all tokens + 1: > any remaining load
         moved_expert, moved_to, moved_tokens = self.moved_expert, self.moved_to, self.moved_tokens
         while receivers:
-            b, u = heappop(receivers)
-            if b != bal[u] or b >= 0:
+            key = heappop(receivers)
+            u = key % r
+            q = -bal[u]
+            if key != u - q * r:  # stale: u's balance changed since
                 continue
-            q = -b
-            while -donors[0][0] != bal[donors[0][1]]:
+            key = donors[0]
+            h = key % r
+            while key != h - bal[h] * r:
                 heappop(donors)
-            h = donors[0][1]
-            # score = min(own, q) * scale - left orders by own tokens, then tightest
-            best_e, best_score, at = -1, 0, u * row
+                key = donors[0]
+                h = key % r
+            # the covering expert with most own tokens (up to q), then the least left
+            best_e, best_own, best_left, at = -1, -1, 0, u * row
             for e in range(h * m, h * m + m):
                 left = rem[e]
                 if left >= q:
                     own = counts[at + e]
-                    score = (own if own < q else q) * scale - left
-                    if best_e < 0 or score > best_score:
-                        best_e, best_score = e, score
+                    if own > q:
+                        own = q
+                    if own > best_own or (own == best_own and left < best_left):
+                        best_e, best_own, best_left = e, own, left
             if best_e < 0:
                 self._fill_many(u, q)
             else:
@@ -286,11 +304,11 @@ class _CoverState:
                 moved_tokens.append(q)
                 # h's entry is the heap's top: replace or drop it rather than leave it stale
                 if excess > 0:
-                    heapreplace(donors, (-excess, h))
+                    heapreplace(donors, h - excess * r)
                 else:
                     heappop(donors)
                     if excess < 0:
-                        heappush(receivers, (excess, h))
+                        heappush(receivers, excess * r + h)
             bal[u] = 0
         return self
 

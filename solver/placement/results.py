@@ -96,14 +96,19 @@ def _replicas(shared: SharedCells, home_of: IntArray, layers: int, r: int
     foreign = (shared.rank != home_of[shared.expert[shared.row]]).nonzero()[0]
     row = shared.row[foreign]
     hosted: list[list[tuple[int, ...]]] = [[()] * r for _ in range(layers)]
-    layer, rank = shared.layer[row], shared.rank[foreign]
+    rank = shared.rank[foreign]
+    moved = shared.tokens[foreign]
     # cells come row-major over (layer, expert, rank): each rank's experts come sorted
+    if layers == 1:  # no layer index to read
+        alone = hosted[0]
+        for d, y in zip(rank.tolist(), shared.expert[row].tolist(), strict=True):
+            alone[d] += (y,)
+        per_rank = np.bincount(rank, minlength=r).reshape(1, r)
+        return hosted, [int(np.add.reduce(moved))], per_rank
+    layer = shared.layer[row]
     for x, d, y in zip(layer.tolist(), rank.tolist(), shared.expert[row].tolist(), strict=True):
         hosted[x][d] += (y,)
     per_rank = np.bincount(layer * r + rank, minlength=layers * r).reshape(layers, r)
-    moved = shared.tokens[foreign]
-    if layers == 1:
-        return hosted, [int(np.add.reduce(moved))], per_rank
     per_layer = np.zeros(layers, dtype=np.int64)
     np.add.at(per_layer, layer, moved)
     return hosted, per_layer.tolist(), per_rank
