@@ -29,7 +29,8 @@ def test_the_2021_runtime_falls_with_the_group_as_printed() -> None:
     v0.3.14-v0.4.4's runtime (per-parameter gathers issued after a device synchronisation,
     none prefetched, host work per rank of the group, the persistent tensors re-gathered each
     step, the recomputed forward gathering again, gradients all-reduced in buckets beside the
-    backward) the model falls monotonically by about as much (-68%), and stays above every
+    backward) the predicted TF/s per GPU falls from row to row by about as much (-68%),
+    above every
     printed figure, each row within 25% (+8.3 / +20.5 / +12.2%)."""
     as_published = _predicted(vp.AS_PUBLISHED_PROTOCOL)
     assert as_published[0] > as_published[1] > as_published[2]

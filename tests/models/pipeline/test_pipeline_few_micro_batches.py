@@ -1,8 +1,9 @@
 """1F1B with fewer micro-batches than ranks (m < p), as Megatron-LM and DeepSpeed run it.
 
-Reference values derived by hand with the rules of the executable specification
-(/work/shared/reference/pipeline-schedules.md Sec. 1.2-1.3 and the 1F1B generator of Sec. 2.2,
-warm-up min(p-1-d, m)), p = 4, unit costs F = B = W = 1 (BW = 2), no latency:
+Reference values derived by hand with the rules of the reference schedule specification
+(Sec. 1.2-1.3, the start-time rule `models/core/pipeline/simulator.py` cites, and the 1F1B
+generator of its Sec. 2.2, warm-up min(p-1-d, m)), p = 4, unit costs F = B = W = 1 (BW = 2),
+no latency:
 
 - m = 1: rank d runs F0 at d; the backward starts on the last rank at 4 and crosses the
   ranks in 2 each: BW0 at 4, 6, 8, 10 on ranks 3, 2, 1, 0; makespan 12.
