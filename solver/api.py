@@ -37,7 +37,7 @@ from solver.alternatives import plan_alternatives, range_of
 from solver.anytime import Seeded, seeded_search
 from solver.binding_pins import Binding, binding_texts, find_binding
 from solver.candidate_eval import ScoredPlan, refine_policies
-from solver.chosen_mechanisms import features_why_off, offload_fixed_by
+from solver.chosen_mechanisms import OPTIMIZER_OFFLOAD, features_why_off, offload_fixed_by
 from solver.collector import collector_paused
 from solver.expert_parallel import best_with_expert_parallelism, compare
 from solver.explain import (
@@ -61,7 +61,6 @@ from solver.planner import SearchResult, hardware_constraints, objective_value, 
 from solver.reach import Reach, highest_reachable, target_relaxation
 from solver.relax import binding_relaxations, relaxations
 from solver.robust_choice import (
-    OPTIMIZER_OFFLOAD,
     Pick,
     experimental_features,
     experimental_offload,

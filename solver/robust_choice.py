@@ -49,12 +49,9 @@ from models.evidence.error_bands import ErrorBand, cluster_band
 from models.evidence.memory_margin import WORST_PREDICTED_OVER_MEASURED
 from models.evidence.pairwise_band import cluster_pairwise_frac
 from solver.candidate_eval import ScoredPlan
+from solver.chosen_mechanisms import OPTIMIZER_OFFLOAD
 from solver.explain import describe_parallel, gib
 from solver.planner import objective_value
-
-OPTIMIZER_OFFLOAD = "optimizer_offload"
-"""The capability name of optimizer offload
-(`models.core.frameworks.optimizer_offload_features`)."""
 
 BAND_OBJECTIVES = (Objective.THROUGHPUT, Objective.COST_PER_TOKEN, Objective.MIN_GPUS)
 """Objectives whose values move with the step time and so share its error band."""
@@ -351,8 +348,7 @@ def _ties(tied: list[Traits], pair: float | None) -> str:
             f"{100 * pair:.0f}% of it)")
 
 
-__all__ = ["BAND_OBJECTIVES", "MARGIN_RESOLUTION_FRAC", "MAX_TIED_LISTED", "OPTIMIZER_OFFLOAD",
-           "Pick", "Traits",
+__all__ = ["BAND_OBJECTIVES", "MARGIN_RESOLUTION_FRAC", "MAX_TIED_LISTED", "Pick", "Traits",
            "band_frac", "experimental_features", "experimental_offload",
            "experimental_schedules", "pick",
            "relative_gap", "simpler", "tie_break", "traits", "within_band"]
