@@ -121,6 +121,15 @@ def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
     raise ValueError(f"unknown runtime feature '{name}'")
 
 
+def _engine_excludes(name: str, candidate: MeshCandidate, framework: Framework | None
+                     ) -> bool:
+    """Whether the framework's pipeline engine leaves a feature without effect on the mesh:
+    DeepSpeed's engine reduces gradients after the step's last backward
+    (`grad_reduce_overlapped`), so with PP > 1 `overlap_comm` is not offered as a choice."""
+    return (name == OVERLAP_GRAD_REDUCE and candidate.pp > 1 and framework is not None
+            and framework.pipe_engine_p2p is not None)
+
+
 def with_pipe_engine(training: TrainingSpec, pp: int,
                      framework: Framework | None) -> TrainingSpec:
     """`training` as `framework`'s own pipeline engine runs a mesh of `pp` stages: with
@@ -162,7 +171,8 @@ def _feature_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCan
         return (training,)
     offered = RUNTIME_NAMES if framework is None else RUNTIME_NAMES & framework.features.keys()
     usable = frozenset([name for name in unset & offered
-                        if _prerequisites_met(name, spec, candidate)])
+                        if _prerequisites_met(name, spec, candidate)
+                        and not _engine_excludes(name, candidate, framework)])
     base = frozenset([name for name in usable if not BY_NAME[name].costs_memory])
     options = [base]
     for name in sorted(usable - base):

@@ -184,8 +184,17 @@ BY_NAME = {feature.name: feature for feature in RUNTIME_FEATURES}
 
 def grad_reduce_overlapped(training: TrainingSpec) -> bool:
     """Whether the gradient reduction overlaps backward: unset reads as on (every released
-    framework overlaps it by default or with one switch)."""
-    return training.overlap_grad_reduce is not False
+    framework overlaps it by default or with one switch), except under DeepSpeed's pipeline
+    engine (`TrainingSpec.pipe_engine_p2p`), which reduces after the step's last backward
+    whatever `overlap_comm` says.
+
+    Source: deepspeed/runtime/pipe/schedule.py `TrainSchedule.steps` appends ReduceTiedGrads,
+    ReduceGrads and OptimizerStep after the last micro-batch's instructions, and
+    deepspeed/runtime/pipe/engine.py `_exec_backward_pass` runs the backward without the
+    engine's gradient all-reduce (its `_exec_reduce_grads` then reduces every bucket), from
+    v0.3 through v0.19.5.
+    """
+    return training.overlap_grad_reduce is not False and training.pipe_engine_p2p is None
 
 
 def grouped_gemm_on(training: TrainingSpec) -> bool:

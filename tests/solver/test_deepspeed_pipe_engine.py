@@ -26,6 +26,7 @@ from api_schemas import (
 from api_schemas.requests import FrameworkTarget
 from models.catalog.resolve import resolve_cluster, resolve_model
 from models.core.frameworks import frameworks
+from models.core.runtime_features import grad_reduce_overlapped
 from models.core.step_time import estimate_step
 from solver import plan
 from solver.candidate_eval import ScoredPlan
@@ -164,3 +165,42 @@ def test_the_export_says_when_a_plan_was_timed_without_the_engine() -> None:
     assert any("timed as DeepSpeed's PipelineEngine runs them" in n for n in stated)
     flat = ParallelConfig(tp=2, pp=1, dp=8, zero_stage=1)
     assert not any("stage-boundary" in n for n in deepspeed_notes(spec, TRAINING, flat))
+
+
+def test_under_the_engine_the_gradient_reduction_never_overlaps_backward() -> None:
+    """DeepSpeed's TrainSchedule reduces after the step's last backward (ReduceGrads before
+    OptimizerStep), so `overlap_comm` hides nothing there: the engine's recipe with the
+    overlap asked for is timed as without it, and the step is longer than Megatron's
+    overlapped reduction of the same mesh."""
+    spec, cluster = _setup()
+    engine = TRAINING.model_copy(update={"pipe_engine_p2p": PipeEngineP2P.DEEPSPEED_PARTITIONED})
+    asked = engine.model_copy(update={"overlap_grad_reduce": True})
+    refused = engine.model_copy(update={"overlap_grad_reduce": False})
+    assert not grad_reduce_overlapped(asked) and grad_reduce_overlapped(TRAINING)
+    times = {name: estimate_step(spec, recipe, PIPELINE, cluster)
+             for name, recipe in (("asked", asked), ("refused", refused))}
+    assert times["asked"].step_time_s == times["refused"].step_time_s
+    assert times["asked"].exposed_comm_s["dp"] == times["refused"].exposed_comm_s["dp"] > 0
+    megatron = estimate_step(spec, TRAINING.model_copy(update={"overlap_grad_reduce": True}),
+                             PIPELINE, cluster)
+    assert megatron.exposed_comm_s["dp"] < times["asked"].exposed_comm_s["dp"]
+
+
+def test_a_deepspeed_pipeline_plan_does_not_offer_the_overlap() -> None:
+    """With PP > 1 DeepSpeed's recipes turn `overlap_grad_reduce` off (it does nothing
+    there); without a pipeline, and on Megatron-LM, it is chosen on."""
+    spec, _ = _setup()
+    flat = ParallelConfig(tp=2, pp=1, dp=8, zero_stage=1)
+    chosen: dict[tuple[str, int], set[bool | None]] = {}
+    for parallel in (PIPELINE, flat):
+        for variant in candidate_variants(spec, TRAINING, _candidate(parallel),
+                                          Constraints(framework=None)):
+            chosen.setdefault((variant.framework, parallel.pp), set()).add(
+                variant.training.overlap_grad_reduce)
+    assert chosen[("deepspeed", 2)] == {False}
+    assert chosen[("deepspeed", 1)] == {True}
+    assert chosen[("megatron-lm", 2)] == {True}
+    response = _planned("deepspeed")
+    assert response.parallel is not None and response.parallel.pp > 1
+    assert "overlap_grad_reduce" not in {use.feature for use in response.runtime_features
+                                         if use.on}

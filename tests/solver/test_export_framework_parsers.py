@@ -233,6 +233,25 @@ def test_deepspeed_counts_only_data_parallel_ranks_in_the_batch() -> None:
         deepspeed_check(config, 16, pp=2, tp=1, cp=2)
 
 
+def test_deepspeed_reduces_gradients_after_the_last_backward_of_every_stage() -> None:
+    """DeepSpeed 0.19.8's TrainSchedule (the pipeline engine's 1F1B) issues ReduceGrads once,
+    in the step's last instruction group, after every BackwardPass of the stage: no bucket
+    can overlap a backward, which `grad_reduce_overlapped` prices for recipes that carry the
+    engine."""
+    _needs("deepspeed")
+    from deepspeed.runtime.pipe import schedule
+
+    stages, micro_batches = 4, 8
+    for stage_id in range(stages):
+        steps = [[type(cmd).__name__ for cmd in cmds] for cmds in schedule.TrainSchedule(
+            micro_batches=micro_batches, stages=stages, stage_id=stage_id).steps()]
+        flat = [name for cmds in steps for name in cmds]
+        assert flat.count("ReduceGrads") == 1 and "ReduceGrads" in steps[-1]
+        assert flat.count("BackwardPass") == micro_batches
+        last_backward = max(i for i, name in enumerate(flat) if name == "BackwardPass")
+        assert last_backward < flat.index("ReduceGrads") < flat.index("OptimizerStep")
+
+
 def test_megatron_core_rejects_what_megatron_lm_rejects() -> None:
     """The check is not vacuous: degrees the world size does not divide, heads TP does not
     divide, and a recompute method without granularity are refused by megatron-core."""
