@@ -35,9 +35,14 @@ from models.errors import InvalidSpecError
 RELEASED = ("megatron-lm", "torchtitan", "deepspeed")
 """Framework ids with a capability table, in the order plans list them."""
 
-DESCRIPTORS = ("mesh:", "model:", "recompute:any")
+DESCRIPTORS = ("mesh:", "model:", "precision:", "recompute:any")
 """Feature prefixes that describe a plan for the forbidden-combination rules but are not
 capabilities a framework must list."""
+FP32_GRADS_OVER_16BIT = "precision:fp32_grads_over_16bit"
+"""Descriptor: gradients accumulated in fp32 over 16-bit weights (`grad_dtype` fp32 with a
+bf16 or fp16 `param_dtype`): Megatron-LM's main gradients, torchtitan's fp32 reduce, and in
+DeepSpeed `data_types.grad_accum_dtype`, which only an optimizer wrapper (ZeRO, or
+BF16Optimizer at ZeRO stage 1) can hold."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,6 +215,9 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
                 out.add("ep_with_tp")
         if etp > 1:
             out.add("etp")
+    if (training.param_dtype in (DType.BF16, DType.FP16)
+            and training.grad_dtype == DType.FP32):
+        out.add(FP32_GRADS_OVER_16BIT)
     if training.compute_dtype == DType.FP8:
         out.add("fp8_compute")
         if training.fp8_weight_storage == Fp8WeightStorage.FP8_ONLY:
@@ -386,6 +394,7 @@ def extensions_used(features: frozenset[str]) -> dict[str, str]:
 __all__ = [
     "CATALOG",
     "FEW_MICRO_BATCHES",
+    "FP32_GRADS_OVER_16BIT",
     "FrameworkCatalog",
     "RELEASED",
     "Feature",

@@ -373,8 +373,9 @@ def deepspeed_check(config: dict[str, Any], world_size: int, *, pp: int, tp: int
     a `PipelineModule` builds (pipeline x AutoTP x data) when pp > 1, the AutoTP groups
     the engine builds (`groups._init_tp_mesh_device`) when only tp > 1, DeepSpeed-Ulysses'
     sequence-parallel state when only cp > 1, none (every rank data-parallel) otherwise.
-    The pipeline engine's ZeRO check and the AutoEP start-up checks (with the engine's
-    AutoEP + ZeRO-3 check, `_validate_zero3_moe_compatibility`) run on the same sizes.
+    The engine's optimizer-wrapper check (`_optimizer_check`), the pipeline engine's ZeRO
+    check and the AutoEP start-up checks (with the engine's AutoEP + ZeRO-3 check,
+    `_validate_zero3_moe_compatibility`) run on the same sizes.
     """
     with _quiet():
         import deepspeed.comm as ds_dist
@@ -415,6 +416,7 @@ def deepspeed_check(config: dict[str, Any], world_size: int, *, pp: int, tp: int
                     parallel_state_sp.initialize_sequence_parallel(cp)
                     mpu = parallel_state_sp
                 parsed = DeepSpeedConfig(dict(config), mpu=mpu)
+                _optimizer_check(parsed, pp=pp)
             if pp > 1:
                 # deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__
                 assert parsed.zero_optimization_stage < ZeroStageEnum.gradients, \
@@ -435,6 +437,27 @@ def deepspeed_check(config: dict[str, Any], world_size: int, *, pp: int, tp: int
         finally:
             _reset_deepspeed_groups()
     return DeepSpeedResult(config=parsed, dp=int(parsed.world_size))
+
+
+def _optimizer_check(parsed: Any, *, pp: int) -> None:
+    """DeepSpeed 0.19.8's choice of optimizer wrapper for the config
+    (`DeepSpeedEngine._do_optimizer_sanity_check`, run unbound on a stand-in engine that
+    answers from the parsed config through the engine's own accessors): it raises where the
+    precision, gradient-accumulation dtype and ZeRO stage have no wrapper, as the engine's
+    start-up does before it builds any optimizer."""
+    import types
+
+    import torch
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    engine: Any = types.SimpleNamespace(_config=parsed, global_rank=0,
+                                        pipeline_parallelism=pp > 1)
+    for name in ("fp16_enabled", "bfloat16_enabled", "get_data_types", "zero_optimization",
+                 "zero_optimization_stage", "zero_cpu_offload", "zero_allow_untested_optimizer",
+                 "zero_compute_grad_norm"):
+        setattr(engine, name, types.MethodType(getattr(DeepSpeedEngine, name), engine))
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
+    DeepSpeedEngine._do_optimizer_sanity_check(engine, optimizer)
 
 
 def _stub_absent_modules() -> None:

@@ -233,6 +233,22 @@ def test_deepspeed_counts_only_data_parallel_ranks_in_the_batch() -> None:
         deepspeed_check(config, 16, pp=2, tp=1, cp=2)
 
 
+def test_deepspeed_holds_fp32_gradients_over_bf16_weights_only_in_a_wrapper() -> None:
+    """The engine's optimizer check refuses ZeRO stage 0 with bf16 weights and fp32
+    gradient accumulation and accepts ZeRO-1 (BF16Optimizer) and stage 0 with bf16
+    gradients: the capability table's rule for `precision:fp32_grads_over_16bit`."""
+    _needs("deepspeed")
+    config = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
+              "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
+              "zero_optimization": {"stage": 0}}
+    fp32 = {**config, "data_types": {"grad_accum_dtype": "fp32"}}
+    with pytest.raises(NotImplementedError, match="grad_accum_dtype"):
+        deepspeed_check(fp32, 16, pp=4, tp=1, cp=1)
+    assert deepspeed_check(config, 16, pp=4, tp=1, cp=1).dp == 4
+    zero1 = {**fp32, "zero_optimization": {"stage": 1}}
+    assert deepspeed_check(zero1, 16, pp=4, tp=1, cp=1).dp == 4
+
+
 def test_deepspeed_reduces_gradients_after_the_last_backward_of_every_stage() -> None:
     """DeepSpeed 0.19.8's TrainSchedule (the pipeline engine's 1F1B) issues ReduceGrads once,
     in the step's last instruction group, after every BackwardPass of the stage: no bucket

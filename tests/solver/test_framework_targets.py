@@ -133,6 +133,30 @@ def test_deepspeed_pipelines_keep_zero_at_most_1_and_torchtitan_has_no_zero_1() 
     assert flat == {"megatron-lm", "deepspeed"}
 
 
+def test_deepspeed_holds_fp32_gradients_over_16bit_weights_only_in_an_optimizer_wrapper() -> None:
+    """DeepSpeed 0.19.8 refuses ZeRO stage 0 with bf16 weights and fp32 gradient
+    accumulation (`_do_optimizer_sanity_check`: no wrapper holds the mix); ZeRO-1 runs it
+    through BF16Optimizer, and ZeRO-0 with bf16 gradients runs. Megatron-LM runs all three."""
+    spec = model_preset("llama-3.1-8b")
+    fp32_grads = TrainingSpec(global_batch_size=64, sequence_length=4096)
+    bf16_grads = fp32_grads.model_copy(update={"grad_dtype": "bf16"})
+    assert fp32_grads.param_dtype == "bf16" and fp32_grads.grad_dtype == "fp32"
+
+    def runners(training: TrainingSpec, zero: int) -> set[str]:
+        return {fit.framework for fit in runs_on(spec, training, ParallelConfig(
+            pp=2, dp=4, zero_stage=zero))}
+
+    assert "precision:fp32_grads_over_16bit" in plan_features(
+        spec, fp32_grads, ParallelConfig(pp=2, dp=4))
+    assert "precision:fp32_grads_over_16bit" not in plan_features(
+        spec, bf16_grads, ParallelConfig(pp=2, dp=4))
+    assert runners(fp32_grads, 0) == {"megatron-lm"}
+    assert runners(fp32_grads, 1) == runners(bf16_grads, 0) == {"megatron-lm", "deepspeed"}
+    reasons = blockers(frameworks()["deepspeed"], plan_features(
+        spec, fp32_grads, ParallelConfig(pp=2, dp=4, zero_stage=0)))
+    assert any("grad_accum_dtype" in reason for reason in reasons)
+
+
 def test_megatron_fsdp_is_never_offered_with_a_pipeline() -> None:
     """Megatron-LM shards gradients or weights only through Megatron FSDP, which its
     standard path runs without pipeline parallelism (Megatron-LM PR #6081): ZeRO-2 and
