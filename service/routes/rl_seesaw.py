@@ -12,7 +12,6 @@ from fastapi import APIRouter, Body, Response
 from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE, RlSeesawRequest, RlSeesawResponse
 from models.labs.rl_seesaw_report import rl_seesaw_report
 from service import limits
-from service.core import call_core
 from service.deps import SettingsDep
 from service.media import (
     AcceptHeader,
@@ -82,13 +81,8 @@ def rl_seesaw_svg(request: Annotated[RlSeesawRequest, Body(openapi_examples=SEES
 
 
 def _seesaw(request: RlSeesawRequest, settings: SettingsDep) -> RlSeesawResponse:
-    limits.check_cluster(request.cluster, settings)
-    limits.check_training(request.training, settings)
-    limits.check_parallel(request.parallel, request.training, settings)
-    limits.check_model_input(request.model, settings)
-    report = call_core(rl_seesaw_report, request)
-    limits.require_finite(report)
-    return report
+    limits.check_configuration(request, settings)
+    return limits.finite_answer(rl_seesaw_report, request)
 
 
 __all__ = ["SEESAW_EXAMPLES", "router"]
