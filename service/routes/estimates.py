@@ -57,11 +57,11 @@ async def evaluate_configuration(request: EvaluateBody, context: ContextDep) -> 
 
 @router.post("/v1/ledger/memory", summary="Per-GPU memory ledger of one configuration",
              response_model=MemoryReport,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "The ledger (JSON) or its per-stage memory stack (`?format=svg` or `Accept: "
                  "image/svg+xml`).",
-                 "The memory stack picture."),
-                 **problem_responses("invalid-spec")})
+                 "The memory stack picture.",
+                 "invalid-spec"))
 def ledger_memory(
     request: EvaluateBody, settings: SettingsDep,
     format: FormatQuery = None,
@@ -76,11 +76,11 @@ def ledger_memory(
 
 @router.post("/v1/ledger/memory.svg", summary="Per-GPU memory stack of one configuration (SVG)",
              response_class=Response,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "One stacked bar per pipeline stage, the ledger's components as segments, "
                  "the usable capacity as a line (what `POST /v1/ledger/memory?format=svg` "
-                 "answers).", "The memory stack picture."),
-                 **problem_responses("invalid-spec")})
+                 "answers).", "The memory stack picture.",
+                 "invalid-spec"))
 def ledger_memory_svg(request: EvaluateBody, settings: SettingsDep) -> Response:
     """The memory ledger of `POST /v1/ledger/memory` drawn as SVG (a deterministic model,
     not a measurement)."""

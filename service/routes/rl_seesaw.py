@@ -20,7 +20,6 @@ from service.media import (
     svg_response,
     svg_responses,
 )
-from service.openapi import problem_responses
 from service.pictures import seesaw_svg
 
 router = APIRouter(tags=["lab"])
@@ -43,11 +42,11 @@ SEESAW_EXAMPLES = {
 
 @router.post("/v1/lab/rl-seesaw", summary="GPU memory by phase of colocated RL, and transitions",
              response_model=RlSeesawResponse,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "The phases and transitions (JSON) or the picture of memory by phase "
                  "(`?format=svg` or `Accept: image/svg+xml`).",
-                 "The memory-by-phase picture."),
-                 **problem_responses("invalid-spec")})
+                 "The memory-by-phase picture.",
+                 "invalid-spec"))
 def rl_seesaw(
     request: Annotated[RlSeesawRequest, Body(openapi_examples=SEESAW_EXAMPLES)],
     settings: SettingsDep,
@@ -68,11 +67,11 @@ def rl_seesaw(
 
 @router.post("/v1/lab/rl-seesaw.svg", summary="GPU memory by phase of colocated RL (SVG)",
              response_class=Response,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "GPU memory by phase and the transitions between them (what "
                  "`POST /v1/lab/rl-seesaw?format=svg` answers).",
-                 "The memory-by-phase picture."),
-                 **problem_responses("invalid-spec")})
+                 "The memory-by-phase picture.",
+                 "invalid-spec"))
 def rl_seesaw_svg(request: Annotated[RlSeesawRequest, Body(openapi_examples=SEESAW_EXAMPLES)],
                   settings: SettingsDep) -> Response:
     """The phases of `POST /v1/lab/rl-seesaw` drawn as SVG (a deterministic model, not a
