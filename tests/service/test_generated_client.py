@@ -25,6 +25,8 @@ from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE
 from service.app import create_app
 from service.settings import Settings
 from tests.service.service_testkit import (
+    LLAMA_70B_RUN,
+    SMALL_MESH,
     ScriptedPlanner,
     load_tolerant_settings,
     serve_in_process,
@@ -45,21 +47,14 @@ SMALL_PLAN = {"model": {"preset": "llama-3.1-8b"},
 
 SVG_POSTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "ledger_memory_svg": ("estimates", "EvaluateRequest", EVALUATE_REQUEST_EXAMPLE),
-    "mesh_svg": ("estimates", "MeshRequest", {
-        "cluster": {"num_nodes": 2, "gpus_per_node": 8},
-        "parallel": {"tp": 4, "pp": 2, "dp": 2}, "order": "tp-cp-ep-dp-pp", "max_ranks": 16}),
+    "mesh_svg": ("estimates", "MeshRequest", SMALL_MESH),
     "moe_placement_svg": ("moe", "MoePlacementRequest", {
         "num_experts": 4, "top_k": 2, "tokens": [[3, 1, 2, 2], [1, 3, 2, 2]]}),
     "pipeline_simulate_svg": ("pipeline", "PipelineSimulateRequest", {
         "schedule": "zb_h1", "num_stages": 4, "num_micro_batches": 8,
         "durations": {"F": 1.0, "B": 1.0, "W": 1.0}}),
     "rl_seesaw_svg": ("lab", "RlSeesawRequest", RL_SEESAW_EXAMPLE),
-    "run_estimate_svg": ("run", "RunEstimateRequest", {
-        "model": {"preset": "llama-3.1-70b"},
-        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 128},
-        "training": {"global_batch_size": 1024, "sequence_length": 8192},
-        "parallel": {"tp": 8, "pp": 4, "dp": 32, "recompute": "selective"},
-        "token_budget": 15_000_000_000_000}),
+    "run_estimate_svg": ("run", "RunEstimateRequest", LLAMA_70B_RUN),
 }
 """The picture operations of POST routes: tag, request model and a body for each."""
 
