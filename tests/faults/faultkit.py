@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from serving import free_port, serve_in_thread, stop_process_group, wait_until_answering
+from small_plan import small_plan
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -51,10 +52,7 @@ def plan_body(index: int, *, time_limit_s: float = 60.0) -> dict[str, Any]:
     """A small real plan request; `index` makes it distinct (global batch 8 x (index + 1)).
     The search proves its optimum in well under a second on an idle host; the time limit
     is generous so that a loaded host does not end it before any plan (a 503)."""
-    return {"model": {"preset": "llama-3.1-8b"},
-            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-            "training": {"global_batch_size": 8 * (index + 1), "sequence_length": 4096},
-            "solver": {"time_limit_s": time_limit_s, "top_k": 1, "num_workers": 1}}
+    return small_plan(time_limit_s=time_limit_s, global_batch_size=8 * (index + 1))
 
 
 EVALUATE_BODY: dict[str, Any] = {

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from small_plan import small_plan
 
 from api_schemas.plan import PlanResponse
 from api_schemas.problems import ProblemDetail
@@ -40,10 +41,7 @@ TEMPLATE_DIR = Path(__file__).parent / "openapi_client_template"
 CONFIG = Path(__file__).parent / "openapi_client_config.yaml"
 USAGE = Path(__file__).parent / "openapi_client_usage" / "plan_facts.py"
 PACKAGE = "atlas_client"
-SMALL_PLAN = {"model": {"preset": "llama-3.1-8b"},
-              "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-              "training": {"global_batch_size": 64, "sequence_length": 4096},
-              "solver": {"time_limit_s": 20, "top_k": 1, "num_workers": 1}}
+SMALL_PLAN = small_plan()
 
 SVG_POSTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "ledger_memory_svg": ("estimates", "EvaluateRequest", EVALUATE_REQUEST_EXAMPLE),
