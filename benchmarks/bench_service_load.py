@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,16 +29,12 @@ import httpx
 
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE
 
+# The server helpers of the tests (tests/serving.py), for the benchmarks that import them here.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from serving import free_port, stop_process_group  # noqa: E402, F401
+
 ATLAS_PLANNER = Path(sys.executable).parent / "atlas-planner"
 CONCURRENCY = (8, 64)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def small_plan(seed: int) -> dict[str, Any]:

@@ -17,7 +17,6 @@ and the growth rate over the second half of the run (MiB/min). Stops by itself.
 import argparse
 import os
 import random
-import signal
 import statistics
 import subprocess
 import tempfile
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from bench_service_load import ATLAS_PLANNER, free_port
+from bench_service_load import ATLAS_PLANNER, free_port, stop_process_group
 
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE
 
@@ -177,8 +176,7 @@ def main() -> None:
                 thread.join()
             elapsed = time.monotonic() - start
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=30)
+            stop_process_group(server, wait_s=30)
             log.close()
     total = sum(len(v) for v in soak.latencies.values())
     print(f"soak: {elapsed / 60:.1f} min, {args.clients} clients, {args.workers} worker(s), "

@@ -18,7 +18,6 @@ replacement is a worker that missed the health check).
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import time
 from pathlib import Path
 
 import httpx
-from bench_service_load import ATLAS_PLANNER, free_port
+from bench_service_load import ATLAS_PLANNER, free_port, stop_process_group
 
 
 def command_seconds(command: list[str], runs: int) -> float:
@@ -83,11 +82,7 @@ def serve_start(workers: int, watch_s: float) -> tuple[float, int]:
             ready_s = time.monotonic() - start
             time.sleep(watch_s)
         finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+            stop_process_group(process, wait_s=30)
         text = log_path.read_text(errors="replace")
         replaced = text.count("Child process") + text.count("died unexpectedly")
         return ready_s, replaced

@@ -23,7 +23,6 @@ import os
 import re
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from bench_service_load import free_port
 
 BIN = Path(sys.executable).parent
 PHASES = ("examples", "coverage", "fuzzing", "stateful")
@@ -50,13 +50,6 @@ DEGENERATE_FRONTIER = {
 }
 """The request that once grew the process to 24 GB (cluster numbers degenerate but
 finite)."""
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _capped(cap_bytes: int) -> Any:
@@ -175,7 +168,7 @@ def main() -> int:
     cap = int(args.cap_gib * 2**30)
     out = Path(args.out or tempfile.mkdtemp(prefix="atlas-fuzz-"))
     out.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
     env.update({"ATLAS_DEFAULT_TIME_LIMIT_S": "1", "ATLAS_MAX_TIME_LIMIT_S": "2",

@@ -128,6 +128,11 @@ class AtlasClient:
             raise ApiProblemError(_problem_of(response), headers=response.headers)
         return kind.model_validate(response.json())
 
+    def _post(self, path: str, kind: type[ResponseT],
+              request: BaseModel | Mapping[str, Any]) -> ResponseT:
+        """POST a request (its model or an equivalent dict) to `path`; the answer as `kind`."""
+        return self._send("POST", path, kind, body=_payload(request))
+
     def health(self) -> HealthReport:
         """GET /healthz (a 503 'degraded' report raises `ApiProblemError`)."""
         return self._send("GET", "/healthz", HealthReport)
@@ -135,7 +140,7 @@ class AtlasClient:
     def plan(self, request: PlanRequest | Mapping[str, Any]) -> PlanResponse:
         """POST /v1/plans: the stored plan (an infeasible outcome raises 'no-feasible-plan'
         whose `problem.instance` is the stored plan's id)."""
-        return self._send("POST", "/v1/plans", PlanResponse, body=_payload(request))
+        return self._post("/v1/plans", PlanResponse, request)
 
     def get_plan(self, plan_id: str) -> PlanResponse:
         """GET /v1/plans/{plan_id}."""
@@ -152,78 +157,68 @@ class AtlasClient:
 
     def evaluate(self, request: EvaluateRequest | Mapping[str, Any]) -> PlanResponse:
         """POST /v1/evaluate."""
-        return self._send("POST", "/v1/evaluate", PlanResponse, body=_payload(request))
+        return self._post("/v1/evaluate", PlanResponse, request)
 
     def memory(self, request: EvaluateRequest | Mapping[str, Any]) -> MemoryReport:
         """POST /v1/ledger/memory."""
-        return self._send("POST", "/v1/ledger/memory", MemoryReport, body=_payload(request))
+        return self._post("/v1/ledger/memory", MemoryReport, request)
 
     def rl_seesaw(self, request: RlSeesawRequest | Mapping[str, Any]) -> RlSeesawResponse:
         """POST /v1/lab/rl-seesaw."""
-        return self._send("POST", "/v1/lab/rl-seesaw", RlSeesawResponse,
-                          body=_payload(request))
+        return self._post("/v1/lab/rl-seesaw", RlSeesawResponse, request)
 
     def remote_activations(self, request: EvaluateRequest | Mapping[str, Any]
                            ) -> RemoteActivationsResponse:
         """POST /v1/lab/remote-activations."""
-        return self._send("POST", "/v1/lab/remote-activations", RemoteActivationsResponse,
-                          body=_payload(request))
+        return self._post("/v1/lab/remote-activations", RemoteActivationsResponse, request)
 
     def mesh(self, request: MeshRequest | Mapping[str, Any]) -> MeshResponse:
         """POST /v1/mesh."""
-        return self._send("POST", "/v1/mesh", MeshResponse, body=_payload(request))
+        return self._post("/v1/mesh", MeshResponse, request)
 
     def estimate_collective(self, request: CollectiveEstimateRequest | Mapping[str, Any]
                             ) -> CollectiveEstimateResponse:
         """POST /v1/collectives/estimate."""
-        return self._send("POST", "/v1/collectives/estimate", CollectiveEstimateResponse,
-                          body=_payload(request))
+        return self._post("/v1/collectives/estimate", CollectiveEstimateResponse, request)
 
     def simulate_pipeline(self, request: PipelineSimulateRequest | Mapping[str, Any]
                           ) -> PipelineSimulateResponse:
         """POST /v1/pipeline/simulate."""
-        return self._send("POST", "/v1/pipeline/simulate", PipelineSimulateResponse,
-                          body=_payload(request))
+        return self._post("/v1/pipeline/simulate", PipelineSimulateResponse, request)
 
     def optimize_pipeline(self, request: PipelineOptimizeRequest | Mapping[str, Any]
                           ) -> PipelineOptimizeResponse:
         """POST /v1/pipeline/optimize."""
-        return self._send("POST", "/v1/pipeline/optimize", PipelineOptimizeResponse,
-                          body=_payload(request))
+        return self._post("/v1/pipeline/optimize", PipelineOptimizeResponse, request)
 
     def moe_placement(self, request: MoePlacementRequest | Mapping[str, Any]
                       ) -> MoePlacementResponse:
         """POST /v1/moe/placement."""
-        return self._send("POST", "/v1/moe/placement", MoePlacementResponse,
-                          body=_payload(request))
+        return self._post("/v1/moe/placement", MoePlacementResponse, request)
 
     def moe_placement_layers(self, request: MoePlacementRequest | Mapping[str, Any]
                              ) -> MoePlacementLayersResponse:
         """POST /v1/moe/placement with `layers`: one placement per layer."""
-        return self._send("POST", "/v1/moe/placement", MoePlacementLayersResponse,
-                          body=_payload(request))
+        return self._post("/v1/moe/placement", MoePlacementLayersResponse, request)
 
     def calibrate(self, request: CalibrationRunsRequest | Mapping[str, Any]
                   ) -> CalibrationProfile:
         """POST /v1/calibration/runs: fit and store the next version of a profile."""
-        return self._send("POST", "/v1/calibration/runs", CalibrationProfile,
-                          body=_payload(request))
+        return self._post("/v1/calibration/runs", CalibrationProfile, request)
 
     def run_estimate(self, request: RunEstimateRequest | Mapping[str, Any]
                      ) -> RunEstimateResponse:
         """POST /v1/run/estimate."""
-        return self._send("POST", "/v1/run/estimate", RunEstimateResponse,
-                          body=_payload(request))
+        return self._post("/v1/run/estimate", RunEstimateResponse, request)
 
     def frontier(self, request: FrontierRequest | Mapping[str, Any]) -> FrontierResponse:
         """POST /v1/frontier."""
-        return self._send("POST", "/v1/frontier", FrontierResponse, body=_payload(request))
+        return self._post("/v1/frontier", FrontierResponse, request)
 
     def sensitivity(self, request: SensitivityRequest | Mapping[str, Any]
                     ) -> SensitivityResponse:
         """POST /v1/sensitivity."""
-        return self._send("POST", "/v1/sensitivity", SensitivityResponse,
-                          body=_payload(request))
+        return self._post("/v1/sensitivity", SensitivityResponse, request)
 
     def catalog_gpus(self) -> GpuCatalog:
         """GET /v1/catalog/gpus."""
@@ -239,7 +234,7 @@ class AtlasClient:
         body: dict[str, Any] = {"config": dict(config)}
         if name is not None:
             body["name"] = name
-        return self._send("POST", "/v1/models/from-hf", FromHfResponse, body=body)
+        return self._post("/v1/models/from-hf", FromHfResponse, body)
 
 
 __all__ = ["DEFAULT_BASE_URL", "ApiProblemError", "AtlasClient"]

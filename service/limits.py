@@ -9,14 +9,17 @@ check domain rules (the cost model does that) or do I/O.
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pydantic import BaseModel
 
 from api_schemas._base import first_non_finite
 from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ParallelConfig
-from api_schemas.requests import ClusterInput, ModelFromHf, ModelInput
+from api_schemas.requests import ClusterInput, EvaluateRequest, ModelFromHf, ModelInput
+from api_schemas.rl_seesaw import RlSeesawRequest
 from api_schemas.training import TrainingSpec
 from models.catalog.presets import DEFAULT_NODE_FOR_GPU, NODE_PRESETS
 from models.catalog.resolve import resolve_model
@@ -123,6 +126,19 @@ def check_parallel(parallel: ParallelConfig, training: TrainingSpec, settings: S
                 what="the micro-batches per step")
 
 
+GivenConfiguration = EvaluateRequest | RlSeesawRequest
+"""A request that scores one configuration it carries (evaluate, the memory lab, remote
+activations, the RL seesaw)."""
+
+
+def check_configuration(request: GivenConfiguration, settings: Settings) -> None:
+    """The bounds of a given configuration: its cluster, training, parallel layout and model."""
+    check_cluster(request.cluster, settings)
+    check_training(request.training, settings)
+    check_parallel(request.parallel, request.training, settings)
+    check_model_input(request.model, settings)
+
+
 def listed_group_members(parallel: ParallelConfig, *, listed_ranks: int) -> int:
     """Rank ids a mesh answer lists: each listed rank names the members of its tp, cp, pp,
     dp, dp x cp, ep, etp and expert-data-parallel groups (an upper estimate)."""
@@ -212,6 +228,18 @@ def require_finite(result: BaseModel) -> None:
             "1e-300 s, sizes below 2**60)")
 
 
+RequestT = TypeVar("RequestT")
+ResultT = TypeVar("ResultT", bound=BaseModel)
+
+
+def finite_answer(fn: Callable[[RequestT], ResultT], request: RequestT) -> ResultT:
+    """`call_core(fn, request)`, refused as `require_finite` refuses when a figure of the
+    result is infinite or NaN."""
+    result = call_core(fn, request)
+    require_finite(result)
+    return result
+
+
 def clamp_time_limit(requested_s: float | None, settings: Settings) -> float:
     """The search time limit to use: the default when none is given, never above the cap."""
     if requested_s is None:
@@ -221,9 +249,11 @@ def clamp_time_limit(requested_s: float | None, settings: Settings) -> float:
 
 __all__ = [
     "Bound",
+    "GivenConfiguration",
     "bounds",
     "check_bound",
     "check_cluster",
+    "check_configuration",
     "check_gpu_memory",
     "check_hf_config",
     "check_model_input",
@@ -232,6 +262,7 @@ __all__ = [
     "check_training",
     "clamp_time_limit",
     "cluster_world_size",
+    "finite_answer",
     "listed_group_members",
     "require_finite",
 ]

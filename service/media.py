@@ -16,6 +16,8 @@ from fastapi import Header, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from api_schemas.problems import ProblemCode
+from service.openapi import problem_responses
 from service.pictures.svg import MODEL_LABEL
 from service.trace import TraceDocument
 
@@ -96,11 +98,14 @@ def svg_content(description: str) -> dict[str, Any]:
                              "example": SVG_EXAMPLE}}
 
 
-def svg_responses(description: str, picture: str) -> dict[int | str, dict[str, Any]]:
-    """The 200 entry of a route that answers a picture: beside its response model's JSON
-    (`POST /v1/mesh?format=svg`), or alone (`POST /v1/mesh.svg`: one media type, so client
-    generators, which keep one per response, keep the picture)."""
-    return {200: {"description": description, "content": svg_content(picture)}}
+def svg_responses(description: str, picture: str,
+                  *problems: ProblemCode) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI `responses=` of a route that answers a picture: its 200 entry, the picture
+    beside its response model's JSON (`POST /v1/mesh?format=svg`) or alone (`POST
+    /v1/mesh.svg`: one media type, so client generators, which keep one per response, keep
+    the picture), and the `problem_responses` of `problems`."""
+    return {200: {"description": description, "content": svg_content(picture)},
+            **problem_responses(*problems)}
 
 
 def trace_example() -> dict[str, Any]:

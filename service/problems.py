@@ -127,35 +127,34 @@ class PayloadTooLargeError(PlannerError):
     code: ProblemCode = "payload-too-large"
 
 
-class OverloadedError(PlannerError):
+class RetryLaterError(PlannerError):
+    """A refusal the client may retry after `retry_after_s` seconds (its Retry-After)."""
+
+    def __init__(self, detail: str, *, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+
+class OverloadedError(RetryLaterError):
     """The solver pool and its queue are full."""
 
     code: ProblemCode = "overloaded"
 
-    def __init__(self, detail: str, *, retry_after_s: int) -> None:
-        super().__init__(detail)
-        self.retry_after_s = retry_after_s
 
-
-class StoreUnavailableError(PlannerError):
+class StoreUnavailableError(RetryLaterError):
     """The plan store failed or did not answer within the store timeout."""
 
     code: ProblemCode = "store-unavailable"
 
-    def __init__(self, detail: str, *, retry_after_s: int) -> None:
-        super().__init__(detail)
-        self.retry_after_s = retry_after_s
 
-
-class SolveTimeoutError(PlannerError):
+class SolveTimeoutError(RetryLaterError):
     """A search did not return within its time limit plus the grace period."""
 
     code: ProblemCode = "solver-time-limit"
 
     def __init__(self, detail: str, *, time_limit_s: float, retry_after_s: int) -> None:
-        super().__init__(detail)
+        super().__init__(detail, retry_after_s=retry_after_s)
         self.time_limit_s = time_limit_s
-        self.retry_after_s = retry_after_s
 
 
 class LimitExceededError(PlannerError):
@@ -361,6 +360,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PlanNotFoundError",
     "ProfileNotFoundError",
+    "RetryLaterError",
     "SolveTimeoutError",
     "StoreUnavailableError",
     "allowed_methods",

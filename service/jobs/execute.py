@@ -27,7 +27,6 @@ from api_schemas.requests import PlanRequest
 from api_schemas.run_level import FrontierRequest
 from models.errors import PlannerError
 from service import limits
-from service.core import call_core
 from service.jobs import store, sweep
 from service.jobs.tables import JobRecord
 from service.persistence import repo
@@ -95,8 +94,7 @@ def _frontier(record: JobRecord, services: JobServices) -> Outcome:
     from service.solver_calls import frontier
 
     request = FrontierRequest.model_validate(record.request_json)
-    result = call_core(partial(frontier, planner=services.planner), request)
-    limits.require_finite(result)
+    result = limits.finite_answer(partial(frontier, planner=services.planner), request)
     return Outcome(result=result.model_dump(mode="json"))
 
 
@@ -104,8 +102,7 @@ def _schedule(record: JobRecord, services: JobServices) -> Outcome:
     from service.solver_calls import optimize_request
 
     request = PipelineOptimizeRequest.model_validate(record.request_json)
-    result = call_core(optimize_request, request)
-    limits.require_finite(result)
+    result = limits.finite_answer(optimize_request, request)
     return Outcome(result=result.model_dump(mode="json"))
 
 

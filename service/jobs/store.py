@@ -171,42 +171,49 @@ class JobOutcome:
     detail: str | None = None
 
 
-def finish(engine: Engine, job_id: str, *, attempt: int, outcome: JobOutcome) -> bool:
-    """Record the outcome of the run `attempt` (done, failed or cancelled); False when the
-    job is no longer that run's (re-queued elsewhere), in which case nothing changes."""
+def _change_run(engine: Engine, job_id: str, *, attempt: int, values: dict[str, Any],
+                event: dict[str, Any]) -> bool:
+    """Set `values` on the job and append `event` in one transaction, if the job is still
+    the running run `attempt`; False (nothing changed) when it is no longer that run's."""
     with Session(engine) as session:
-        ended = session.execute(
+        changed = session.execute(
             update(JobRecord)
             .where(col(JobRecord.id) == job_id, col(JobRecord.state) == JobState.RUNNING.value,
                    col(JobRecord.attempts) == attempt)
-            .values(state=outcome.state.value, finished_at=_now(), plan_id=outcome.plan_id,
-                    result_json=outcome.result, error_json=outcome.problem))
-        if ended.rowcount != 1:  # type: ignore[attr-defined]
+            .values(**values))
+        if changed.rowcount != 1:  # type: ignore[attr-defined]
             session.rollback()
             return False
-        _append(session, job_id, state_event(outcome.state, attempt=attempt,
-                                             elapsed_s=outcome.elapsed_s,
-                                             detail=outcome.detail))
+        _append(session, job_id, event)
         session.commit()
         return True
+
+
+def finish(engine: Engine, job_id: str, *, attempt: int, outcome: JobOutcome) -> bool:
+    """Record the outcome of the run `attempt` (done, failed or cancelled); False when the
+    job is no longer that run's (re-queued elsewhere), in which case nothing changes."""
+    return _change_run(
+        engine, job_id, attempt=attempt,
+        values={"state": outcome.state.value, "finished_at": _now(),
+                "plan_id": outcome.plan_id, "result_json": outcome.result,
+                "error_json": outcome.problem},
+        event=state_event(outcome.state, attempt=attempt, elapsed_s=outcome.elapsed_s,
+                          detail=outcome.detail))
+
+
+def _queue_again(engine: Engine, job_id: str, *, attempt: int, detail: str) -> bool:
+    """Put the run `attempt` back in the queue, saying why; False when the job is no longer
+    that run's."""
+    return _change_run(engine, job_id, attempt=attempt,
+                       values={"state": JobState.QUEUED.value, "started_at": None},
+                       event=state_event(JobState.QUEUED, attempt=attempt, detail=detail))
 
 
 def requeue(engine: Engine, job_id: str, *, attempt: int) -> bool:
     """Put the run `attempt` back in the queue (its runner stopped); False when the job is
     no longer that run's."""
-    with Session(engine) as session:
-        queued = session.execute(
-            update(JobRecord)
-            .where(col(JobRecord.id) == job_id, col(JobRecord.state) == JobState.RUNNING.value,
-                   col(JobRecord.attempts) == attempt)
-            .values(state=JobState.QUEUED.value, started_at=None))
-        if queued.rowcount != 1:  # type: ignore[attr-defined]
-            session.rollback()
-            return False
-        _append(session, job_id, state_event(JobState.QUEUED, attempt=attempt,
-                                             detail="its runner stopped; queued again"))
-        session.commit()
-        return True
+    return _queue_again(engine, job_id, attempt=attempt,
+                        detail="its runner stopped; queued again")
 
 
 def requeue_orphans(engine: Engine, *, started_before: datetime) -> list[str]:
@@ -221,24 +228,9 @@ def requeue_orphans(engine: Engine, *, started_before: datetime) -> list[str]:
             .where(JobRecord.state == JobState.RUNNING.value,
                    col(JobRecord.started_at) < started_before)
             .order_by(col(JobRecord.created_at))).all()
-    requeued = []
-    for job_id, attempt in stale:
-        with Session(engine) as session:
-            queued = session.execute(
-                update(JobRecord)
-                .where(col(JobRecord.id) == job_id,
-                       col(JobRecord.state) == JobState.RUNNING.value,
-                       col(JobRecord.attempts) == attempt)
-                .values(state=JobState.QUEUED.value, started_at=None))
-            if queued.rowcount != 1:  # type: ignore[attr-defined]
-                session.rollback()
-                continue
-            _append(session, job_id, state_event(
-                JobState.QUEUED, attempt=attempt,
-                detail="its server process ended while it ran; queued again"))
-            session.commit()
-            requeued.append(job_id)
-    return requeued
+    return [job_id for job_id, attempt in stale
+            if _queue_again(engine, job_id, attempt=attempt,
+                            detail="its server process ended while it ran; queued again")]
 
 
 def still_runs(engine: Engine, job_id: str, *, attempt: int) -> bool:

@@ -11,7 +11,6 @@ from fastapi import APIRouter, Body
 from api_schemas.collectives import CollectiveEstimateRequest, CollectiveEstimateResponse
 from models.core.collectives.report import estimate_collective
 from service import limits
-from service.core import call_core
 from service.deps import SettingsDep
 from service.openapi import problem_responses
 
@@ -67,9 +66,7 @@ def collectives_estimate(
         limits.check_bound(request.cluster.num_nodes * request.cluster.gpus_per_node,
                            named["world_size"], field="cluster.num_nodes",
                            what="the cluster's GPU count")
-    response = call_core(estimate_collective, request)
-    limits.require_finite(response)
-    return response
+    return limits.finite_answer(estimate_collective, request)
 
 
 __all__ = ["router"]

@@ -16,7 +16,6 @@ from api_schemas.plan import MemoryReport, PlanResponse
 from api_schemas.requests import EVALUATE_REQUEST_EXAMPLE, EvaluateRequest
 from service import limits
 from service.calibration import apply_profile
-from service.core import call_core
 from service.deps import ContextDep, SettingsDep
 from service.media import (
     AcceptHeader,
@@ -41,14 +40,6 @@ EVALUATE_EXAMPLES = {
 EvaluateBody = Annotated[EvaluateRequest, Body(openapi_examples=EVALUATE_EXAMPLES)]
 
 
-def check_evaluate_bounds(request: EvaluateRequest, settings: SettingsDep) -> None:
-    """The documented bounds of an evaluate-shaped request."""
-    limits.check_cluster(request.cluster, settings)
-    limits.check_training(request.training, settings)
-    limits.check_parallel(request.parallel, request.training, settings)
-    limits.check_model_input(request.model, settings)
-
-
 @router.post("/v1/evaluate", summary="Score one configuration: memory, time, fixes",
              responses=problem_responses("invalid-spec", "store-unavailable"))
 async def evaluate_configuration(request: EvaluateBody, context: ContextDep) -> PlanResponse:
@@ -60,19 +51,17 @@ async def evaluate_configuration(request: EvaluateBody, context: ContextDep) -> 
     alternative. `cluster.profile` applies a stored calibration profile (its newest
     version's constants)."""
     request = await apply_profile(request, store=context.store)
-    check_evaluate_bounds(request, context.settings)
-    response = await to_thread.run_sync(call_core, evaluate, request)
-    limits.require_finite(response)
-    return response
+    limits.check_configuration(request, context.settings)
+    return await to_thread.run_sync(limits.finite_answer, evaluate, request)
 
 
 @router.post("/v1/ledger/memory", summary="Per-GPU memory ledger of one configuration",
              response_model=MemoryReport,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "The ledger (JSON) or its per-stage memory stack (`?format=svg` or `Accept: "
                  "image/svg+xml`).",
-                 "The memory stack picture."),
-                 **problem_responses("invalid-spec")})
+                 "The memory stack picture.",
+                 "invalid-spec"))
 def ledger_memory(
     request: EvaluateBody, settings: SettingsDep,
     format: FormatQuery = None,
@@ -87,11 +76,11 @@ def ledger_memory(
 
 @router.post("/v1/ledger/memory.svg", summary="Per-GPU memory stack of one configuration (SVG)",
              response_class=Response,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "One stacked bar per pipeline stage, the ledger's components as segments, "
                  "the usable capacity as a line (what `POST /v1/ledger/memory?format=svg` "
-                 "answers).", "The memory stack picture."),
-                 **problem_responses("invalid-spec")})
+                 "answers).", "The memory stack picture.",
+                 "invalid-spec"))
 def ledger_memory_svg(request: EvaluateBody, settings: SettingsDep) -> Response:
     """The memory ledger of `POST /v1/ledger/memory` drawn as SVG (a deterministic model,
     not a measurement)."""
@@ -99,10 +88,8 @@ def ledger_memory_svg(request: EvaluateBody, settings: SettingsDep) -> Response:
 
 
 def _memory_ledger(request: EvaluateRequest, settings: SettingsDep) -> MemoryReport:
-    check_evaluate_bounds(request, settings)
-    report = call_core(memory_report, request)
-    limits.require_finite(report)
-    return report
+    limits.check_configuration(request, settings)
+    return limits.finite_answer(memory_report, request)
 
 
-__all__ = ["check_evaluate_bounds", "router"]
+__all__ = ["router"]

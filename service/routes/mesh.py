@@ -21,7 +21,6 @@ from service.media import (
     svg_response,
     svg_responses,
 )
-from service.openapi import problem_responses
 from service.pictures import mesh_svg as draw_mesh
 from service.settings import Settings
 
@@ -53,12 +52,12 @@ ColourBy = Annotated[str, Query(pattern="^(" + "|".join(GROUP_KINDS) + ")$",
 
 @router.post("/v1/mesh", summary="Rank coordinates, groups and mesh problems",
              response_model=MeshResponse,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "The mesh report (JSON) or its picture (`?format=svg` or `Accept: "
                  "image/svg+xml`): ranks on a node grid coloured by group, cross-node collectives "
                  "marked.",
-                 "The mesh picture."),
-                 **problem_responses("invalid-spec")})
+                 "The mesh picture.",
+                 "invalid-spec"))
 def mesh(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
          settings: SettingsDep,
          format: FormatQuery = None,
@@ -75,10 +74,10 @@ def mesh(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
 
 @router.post("/v1/mesh.svg", summary="Ranks on a node grid, coloured by group (SVG)",
              response_class=Response,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "Ranks on a node grid coloured by group, cross-node collectives marked "
-                 "(what `POST /v1/mesh?format=svg` answers).", "The mesh picture."),
-                 **problem_responses("invalid-spec")})
+                 "(what `POST /v1/mesh?format=svg` answers).", "The mesh picture.",
+                 "invalid-spec"))
 def mesh_svg(request: Annotated[MeshRequest, Body(openapi_examples=MESH_EXAMPLES)],
              settings: SettingsDep, colour_by: ColourBy = "tp") -> Response:
     """The mesh of `POST /v1/mesh` drawn as SVG: every listed rank on its node, coloured by

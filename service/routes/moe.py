@@ -35,7 +35,6 @@ from service.media import (
     wanted_format,
 )
 from service.offloop_body import json_body_openapi, parse_body
-from service.openapi import problem_responses
 from service.placement_answer import layer_json, layer_svg, layers_json, placement_key
 from service.searches import with_clamped_time_limit
 from service.settings import Settings
@@ -97,13 +96,12 @@ def check_placement_bounds(request: MoePlacementRequest, settings: Settings) -> 
 
 @router.post("/v1/moe/placement", summary="Redundant-expert placement with exact balance",
              response_model=MoePlacementResponse | MoePlacementLayersResponse,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "The placement (JSON) or its picture (`?format=svg` or `Accept: image/svg+xml`): "
                  "rank loads before and after, replicas and routes. With `layers`: one placement "
                  "per layer (JSON only).",
-                 "The placement picture."),
-                 **problem_responses("invalid-spec", "solver-time-limit",
-                                     "overloaded")},
+                 "The placement picture.",
+                 "invalid-spec", "solver-time-limit", "overloaded"),
              openapi_extra=json_body_openapi(MoePlacementRequest, PLACEMENT_EXAMPLES))
 async def moe_placement(
     http: Request,
@@ -122,10 +120,10 @@ async def moe_placement(
 
 @router.post("/v1/moe/placement.svg", summary="Rank loads before and after placement (SVG)",
              response_class=Response,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "Rank loads before and after, replicas and routes of one layer (what "
-                 "`POST /v1/moe/placement?format=svg` answers).", "The placement picture."),
-                 **problem_responses("invalid-spec", "solver-time-limit", "overloaded")},
+                 "`POST /v1/moe/placement?format=svg` answers).", "The placement picture.",
+                 "invalid-spec", "solver-time-limit", "overloaded"),
              openapi_extra=json_body_openapi(MoePlacementRequest, PLACEMENT_EXAMPLES))
 async def moe_placement_svg(http: Request, context: ContextDep) -> Response:
     """The placement of one layer (`tokens`, every route) of `POST /v1/moe/placement`

@@ -121,12 +121,12 @@ async def pipeline_simulate(
 
 @router.post("/v1/pipeline/simulate.svg", summary="A simulated schedule's timeline (SVG)",
              response_class=Response,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "One lane per pipeline rank: F, B and W per chunk, messages between ranks, "
                  "bubbles and the critical path; past ATLAS_MAX_TIMELINE_OPS ops, each "
                  "rank's busy spans (what `POST /v1/pipeline/simulate?format=svg` answers).",
-                 "The timeline picture."),
-                 **problem_responses("invalid-spec", "solver-time-limit", "overloaded")})
+                 "The timeline picture.",
+                 "invalid-spec", "solver-time-limit", "overloaded"))
 async def pipeline_simulate_svg(
     request: Annotated[PipelineSimulateRequest, Body(openapi_examples=SIMULATE_EXAMPLES)],
     context: ContextDep,

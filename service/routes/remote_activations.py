@@ -14,10 +14,8 @@ from api_schemas.remote_activations import RemoteActivationsResponse
 from api_schemas.requests import EvaluateRequest
 from models.labs.remote_activations_report import remote_activations_report
 from service import limits
-from service.core import call_core
 from service.deps import SettingsDep
 from service.openapi import problem_responses
-from service.routes.estimates import check_evaluate_bounds
 
 router = APIRouter(tags=["lab"])
 
@@ -48,10 +46,8 @@ def remote_activations(
     by each receiver's free memory at its own peak; and the bytes each sender moves per step
     with their time over the link between pipeline ranks, next to the same bytes over the
     host link (a deterministic model, not a measurement)."""
-    check_evaluate_bounds(request, settings)
-    report = call_core(remote_activations_report, request)
-    limits.require_finite(report)
-    return report
+    limits.check_configuration(request, settings)
+    return limits.finite_answer(remote_activations_report, request)
 
 
 __all__ = ["REMOTE_EXAMPLES", "router"]

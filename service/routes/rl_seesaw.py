@@ -12,7 +12,6 @@ from fastapi import APIRouter, Body, Response
 from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE, RlSeesawRequest, RlSeesawResponse
 from models.labs.rl_seesaw_report import rl_seesaw_report
 from service import limits
-from service.core import call_core
 from service.deps import SettingsDep
 from service.media import (
     AcceptHeader,
@@ -21,7 +20,6 @@ from service.media import (
     svg_response,
     svg_responses,
 )
-from service.openapi import problem_responses
 from service.pictures import seesaw_svg
 
 router = APIRouter(tags=["lab"])
@@ -44,11 +42,11 @@ SEESAW_EXAMPLES = {
 
 @router.post("/v1/lab/rl-seesaw", summary="GPU memory by phase of colocated RL, and transitions",
              response_model=RlSeesawResponse,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "The phases and transitions (JSON) or the picture of memory by phase "
                  "(`?format=svg` or `Accept: image/svg+xml`).",
-                 "The memory-by-phase picture."),
-                 **problem_responses("invalid-spec")})
+                 "The memory-by-phase picture.",
+                 "invalid-spec"))
 def rl_seesaw(
     request: Annotated[RlSeesawRequest, Body(openapi_examples=SEESAW_EXAMPLES)],
     settings: SettingsDep,
@@ -69,11 +67,11 @@ def rl_seesaw(
 
 @router.post("/v1/lab/rl-seesaw.svg", summary="GPU memory by phase of colocated RL (SVG)",
              response_class=Response,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "GPU memory by phase and the transitions between them (what "
                  "`POST /v1/lab/rl-seesaw?format=svg` answers).",
-                 "The memory-by-phase picture."),
-                 **problem_responses("invalid-spec")})
+                 "The memory-by-phase picture.",
+                 "invalid-spec"))
 def rl_seesaw_svg(request: Annotated[RlSeesawRequest, Body(openapi_examples=SEESAW_EXAMPLES)],
                   settings: SettingsDep) -> Response:
     """The phases of `POST /v1/lab/rl-seesaw` drawn as SVG (a deterministic model, not a
@@ -82,13 +80,8 @@ def rl_seesaw_svg(request: Annotated[RlSeesawRequest, Body(openapi_examples=SEES
 
 
 def _seesaw(request: RlSeesawRequest, settings: SettingsDep) -> RlSeesawResponse:
-    limits.check_cluster(request.cluster, settings)
-    limits.check_training(request.training, settings)
-    limits.check_parallel(request.parallel, request.training, settings)
-    limits.check_model_input(request.model, settings)
-    report = call_core(rl_seesaw_report, request)
-    limits.require_finite(report)
-    return report
+    limits.check_configuration(request, settings)
+    return limits.finite_answer(rl_seesaw_report, request)
 
 
 __all__ = ["SEESAW_EXAMPLES", "router"]

@@ -95,13 +95,12 @@ async def _answer(request: RequestT, fn: Callable[..., ResultT], *, kind: str,
 
 @router.post("/v1/run/estimate", summary="Time and cost to train on a token budget",
              response_model=RunEstimateResponse,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "The run estimate (JSON) or the picture of goodput against checkpoint interval "
                  "(`?format=svg` or `Accept: image/svg+xml`).",
-                 "The checkpoint-interval picture."),
-                 **problem_responses("invalid-spec", "no-feasible-plan",
-                                     "solver-time-limit", "overloaded",
-                                     "store-unavailable")})
+                 "The checkpoint-interval picture.",
+                 "invalid-spec", "no-feasible-plan", "solver-time-limit", "overloaded",
+                 "store-unavailable"))
 async def run_estimate(
         request: Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)],
         context: ContextDep,
@@ -121,12 +120,12 @@ async def run_estimate(
 
 @router.post("/v1/run/estimate.svg", summary="Goodput against checkpoint interval (SVG)",
              response_class=Response,
-             responses={**svg_responses(
+             responses=svg_responses(
                  "Goodput against checkpoint interval, with Young's and Daly's optima (what "
                  "`POST /v1/run/estimate?format=svg` answers).",
-                 "The checkpoint-interval picture."),
-                 **problem_responses("invalid-spec", "no-feasible-plan", "solver-time-limit",
-                                     "overloaded", "store-unavailable")})
+                 "The checkpoint-interval picture.",
+                 "invalid-spec", "no-feasible-plan", "solver-time-limit", "overloaded",
+                 "store-unavailable"))
 async def run_estimate_svg(
         request: Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)],
         context: ContextDep,

@@ -6,11 +6,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from small_plan import small_plan
 
-SMALL_PLAN = {"model": {"preset": "llama-3.1-8b"},
-              "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-              "training": {"global_batch_size": 64, "sequence_length": 4096},
-              "solver": {"time_limit_s": 20, "top_k": 2, "num_workers": 1}}
+SMALL_PLAN = small_plan(top_k=2)
 
 
 @pytest.fixture

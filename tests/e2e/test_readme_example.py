@@ -13,19 +13,17 @@ machine, the server gets a free port and only the port in the commands is change
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from faultkit import LOAD_TOLERANT_ENV, free_port, hang_guard  # noqa: E402
+from serving import stop_process_group, wait_until_answering  # noqa: E402
 
 pytestmark = hang_guard
 
@@ -139,14 +137,7 @@ def test_the_readme_worked_example_runs_against_the_quick_start_server(tmp_path:
         server = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
                                   env=environment, start_new_session=True)
     try:
-        while True:
-            assert server.poll() is None, log_path.read_text(errors="replace")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+        wait_until_answering(server, f"http://127.0.0.1:{port}", log_path)
         for step in steps:
             script = step.command.replace(f"127.0.0.1:{readme_port}", f"127.0.0.1:{port}")
             done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True,
@@ -157,10 +148,5 @@ def test_the_readme_worked_example_runs_against_the_quick_start_server(tmp_path:
             for line, expected in zip(printed, step.output, strict=True):
                 assert matches(line.rstrip("\r"), expected), (step.command, line, expected)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=20)
+        stop_process_group(server)
     assert (tmp_path / "atlas-planner.db").exists(), "the quick start's SQLite default store"

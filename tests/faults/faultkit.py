@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from serving import free_port, serve_in_thread
+from serving import free_port, serve_in_thread, stop_process_group, wait_until_answering
+from small_plan import small_plan
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -52,10 +52,7 @@ def plan_body(index: int, *, time_limit_s: float = 60.0) -> dict[str, Any]:
     """A small real plan request; `index` makes it distinct (global batch 8 x (index + 1)).
     The search proves its optimum in well under a second on an idle host; the time limit
     is generous so that a loaded host does not end it before any plan (a 503)."""
-    return {"model": {"preset": "llama-3.1-8b"},
-            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-            "training": {"global_batch_size": 8 * (index + 1), "sequence_length": 4096},
-            "solver": {"time_limit_s": time_limit_s, "top_k": 1, "num_workers": 1}}
+    return small_plan(time_limit_s=time_limit_s, global_batch_size=8 * (index + 1))
 
 
 EVALUATE_BODY: dict[str, Any] = {
@@ -118,18 +115,12 @@ def start_server(database_url: str, log_path: Path, *, workers: int = 1,
     server = Server(process=process, base_url=f"http://127.0.0.1:{port}", log_path=log_path)
     try:
         # Until it answers or exits; a server that does neither is stopped by `hang_guard`.
-        while True:
-            assert process.poll() is None, server.log()
-            try:
-                status = httpx.get(f"{server.base_url}/healthz", timeout=5.0).status_code
-                if status == 200 or (status == 503 and not wait_healthy):
-                    return server
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+        wait_until_answering(process, server.base_url, log_path,
+                             degraded_is_up=not wait_healthy)
     except BaseException:
         server.kill()
         raise
+    return server
 
 
 @contextmanager
@@ -140,12 +131,7 @@ def running_server(database_url: str, log_path: Path, **options: Any) -> Iterato
         yield server
     finally:
         if server.process.poll() is None:
-            with suppress(ProcessLookupError):
-                os.killpg(server.process.pid, signal.SIGTERM)
-            try:
-                server.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            stop_process_group(server.process)
 
 
 serving_in_thread = serve_in_thread

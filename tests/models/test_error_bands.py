@@ -140,17 +140,15 @@ def test_a_transferred_family_gets_its_source_band_widened_by_the_transfer_check
 
 
 def test_the_primus_check_is_the_current_models_error_on_that_run() -> None:
-    from api_schemas import ClusterInput, EvaluateRequest, ModelPreset, ParallelConfig
-    from api_schemas.training import TrainingSpec
+    from held_out_runs import PRIMUS_LLAMA_8B_MI300X, PRIMUS_STEP_S
+
     from solver import evaluate
 
-    response = evaluate(EvaluateRequest(
-        model=ModelPreset(preset="llama-3.1-8b"), cluster=ClusterInput(gpu="mi300x", num_nodes=1),
-        training=TrainingSpec(global_batch_size=128, sequence_length=8192),
-        parallel=ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=2)))
+    response = evaluate(PRIMUS_LLAMA_8B_MI300X)
     assert response.time is not None
     (primus,) = [c for c in TRANSFERRED_FAMILIES["cdna3"][1] if c.id.startswith("primus")]
-    assert 15.22 / response.time.step_time_s - 1.0 == pytest.approx(primus.error, abs=0.005)
+    assert PRIMUS_STEP_S / response.time.step_time_s - 1.0 == pytest.approx(primus.error,
+                                                                            abs=0.005)
 
 
 def test_profile_path_uses_the_leave_one_out_errors() -> None:

@@ -43,12 +43,15 @@ SMALL_MOE = ModelSpec(
 )
 TRAINING = TrainingSpec(global_batch_size=64, sequence_length=2048)
 
+DSV3_TRAINING = TrainingSpec(global_batch_size=1024, sequence_length=4096)
+DSV3_PARALLEL = ParallelConfig(pp=16, dp=16, ep=16, schedule=PipelineSchedule.INTERLEAVED_1F1B,
+                               vpp=2)
+H800_256 = cluster_preset("h800-sxm5-80gb", num_nodes=32)
+"""DeepSeek-V3 on 256 H800: batch 1024 x 4K, PP16 x DP16 x EP16, interleaved 1F1B (v=2)."""
+
 
 def test_every_component_is_a_non_negative_integer() -> None:
-    ledger = memory_ledger(model_preset("deepseek-v3"), TrainingSpec(
-        global_batch_size=1024, sequence_length=4096), ParallelConfig(
-        pp=16, dp=16, ep=16, schedule=PipelineSchedule.INTERLEAVED_1F1B, vpp=2),
-        cluster_preset("h800-sxm5-80gb", num_nodes=32))
+    ledger = memory_ledger(model_preset("deepseek-v3"), DSV3_TRAINING, DSV3_PARALLEL, H800_256)
     for stage in ledger.stages:
         for component in stage.components + stage.host_components:
             assert isinstance(component.bytes, int) and component.bytes >= 0, component
@@ -347,11 +350,7 @@ def test_unfused_loss_keeps_the_16_bit_logits_block_reserved_on_the_loss_rank_on
 def test_a_memo_shared_across_zero_stages_and_policies_gives_the_same_ledgers() -> None:
     # One memo serves every ZeRO stage and activation policy of one mesh, in any order;
     # each ledger equals the one built without it, component by component.
-    spec = model_preset("deepseek-v3")
-    training = TrainingSpec(global_batch_size=1024, sequence_length=4096)
-    cluster = cluster_preset("h800-sxm5-80gb", num_nodes=32)
-    base = ParallelConfig(pp=16, dp=16, ep=16, schedule=PipelineSchedule.INTERLEAVED_1F1B,
-                          vpp=2)
+    spec, training, cluster = model_preset("deepseek-v3"), DSV3_TRAINING, H800_256
     memo = LedgerMemo(spec=spec, training=training)
     policies: list[dict[str, object]] = [
         {}, {"recompute": RecomputeMode.SELECTIVE},
@@ -359,7 +358,7 @@ def test_a_memo_shared_across_zero_stages_and_policies_gives_the_same_ledgers() 
         {"recompute": RecomputeMode.FULL, "fp8_activations": True}]
     for zero in (3, 0, 1, 2):
         for policy in policies:
-            parallel = base.model_copy(update={"zero_stage": zero, **policy})
+            parallel = DSV3_PARALLEL.model_copy(update={"zero_stage": zero, **policy})
             fresh = memory_ledger(spec, training, parallel, cluster)
             assert memory_ledger(spec, training, parallel, cluster, memo=memo) == fresh
             assert fits_memory(spec, training, parallel, cluster, memo=memo) == fresh.fits
@@ -408,12 +407,9 @@ def test_ranks_alike_in_layer_kinds_share_states_and_probe_totals_match_the_ledg
 
 
 def test_a_memo_made_for_another_recipe_is_not_used() -> None:
-    spec = model_preset("deepseek-v3")
-    training = TrainingSpec(global_batch_size=1024, sequence_length=4096)
+    spec, training, parallel, cluster = (model_preset("deepseek-v3"), DSV3_TRAINING,
+                                         DSV3_PARALLEL, H800_256)
     longer = TrainingSpec(global_batch_size=1024, sequence_length=8192)
-    cluster = cluster_preset("h800-sxm5-80gb", num_nodes=32)
-    parallel = ParallelConfig(pp=16, dp=16, ep=16, schedule=PipelineSchedule.INTERLEAVED_1F1B,
-                              vpp=2)
     memo = LedgerMemo(spec=spec, training=training)
     memory_ledger(spec, training, parallel, cluster, memo=memo)
     assert memory_ledger(spec, longer, parallel, cluster, memo=memo) == \

@@ -156,3 +156,18 @@ def plan_body(**overrides: Any) -> dict[str, Any]:
     }
     body.update(overrides)
     return body
+
+
+SMALL_MESH: dict[str, Any] = {
+    "cluster": {"num_nodes": 2, "gpus_per_node": 8},
+    "parallel": {"tp": 4, "pp": 2, "dp": 2}, "order": "tp-cp-ep-dp-pp", "max_ranks": 16}
+"""A mesh request of 16 ranks on 2 nodes (TP4 x PP2 x DP2), every rank listed."""
+
+LLAMA_70B_RUN: dict[str, Any] = {
+    "model": {"preset": "llama-3.1-70b"},
+    "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 128},
+    "training": {"global_batch_size": 1024, "sequence_length": 8192},
+    "parallel": {"tp": 8, "pp": 4, "dp": 32, "recompute": "selective"},
+    "token_budget": 15_000_000_000_000}
+"""A run estimate of a given configuration (no search): Llama 3.1 70B on 1,024 H100s (TP8 x
+PP4 x DP32, selective recompute), 15T tokens at Llama 3's failure rate."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from small_plan import small_plan
 
 from api_schemas.plan import PlanResponse
 from api_schemas.problems import ProblemDetail
@@ -25,6 +26,8 @@ from api_schemas.rl_seesaw import RL_SEESAW_EXAMPLE
 from service.app import create_app
 from service.settings import Settings
 from tests.service.service_testkit import (
+    LLAMA_70B_RUN,
+    SMALL_MESH,
     ScriptedPlanner,
     load_tolerant_settings,
     serve_in_process,
@@ -38,28 +41,18 @@ TEMPLATE_DIR = Path(__file__).parent / "openapi_client_template"
 CONFIG = Path(__file__).parent / "openapi_client_config.yaml"
 USAGE = Path(__file__).parent / "openapi_client_usage" / "plan_facts.py"
 PACKAGE = "atlas_client"
-SMALL_PLAN = {"model": {"preset": "llama-3.1-8b"},
-              "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-              "training": {"global_batch_size": 64, "sequence_length": 4096},
-              "solver": {"time_limit_s": 20, "top_k": 1, "num_workers": 1}}
+SMALL_PLAN = small_plan()
 
 SVG_POSTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "ledger_memory_svg": ("estimates", "EvaluateRequest", EVALUATE_REQUEST_EXAMPLE),
-    "mesh_svg": ("estimates", "MeshRequest", {
-        "cluster": {"num_nodes": 2, "gpus_per_node": 8},
-        "parallel": {"tp": 4, "pp": 2, "dp": 2}, "order": "tp-cp-ep-dp-pp", "max_ranks": 16}),
+    "mesh_svg": ("estimates", "MeshRequest", SMALL_MESH),
     "moe_placement_svg": ("moe", "MoePlacementRequest", {
         "num_experts": 4, "top_k": 2, "tokens": [[3, 1, 2, 2], [1, 3, 2, 2]]}),
     "pipeline_simulate_svg": ("pipeline", "PipelineSimulateRequest", {
         "schedule": "zb_h1", "num_stages": 4, "num_micro_batches": 8,
         "durations": {"F": 1.0, "B": 1.0, "W": 1.0}}),
     "rl_seesaw_svg": ("lab", "RlSeesawRequest", RL_SEESAW_EXAMPLE),
-    "run_estimate_svg": ("run", "RunEstimateRequest", {
-        "model": {"preset": "llama-3.1-70b"},
-        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 128},
-        "training": {"global_batch_size": 1024, "sequence_length": 8192},
-        "parallel": {"tp": 8, "pp": 4, "dp": 32, "recompute": "selective"},
-        "token_budget": 15_000_000_000_000}),
+    "run_estimate_svg": ("run", "RunEstimateRequest", LLAMA_70B_RUN),
 }
 """The picture operations of POST routes: tag, request model and a body for each."""
 

@@ -10,7 +10,12 @@ from typing import Any
 
 import httpx
 import pytest
-from service_testkit import load_tolerant_settings, serve_in_process
+from service_testkit import (
+    LLAMA_70B_RUN,
+    SMALL_MESH,
+    load_tolerant_settings,
+    serve_in_process,
+)
 
 from api_schemas.pipeline import PipelineSimulateRequest, PipelineSimulateResponse
 from api_schemas.plan import PlanResponse
@@ -351,19 +356,12 @@ def test_a_picture_is_widened_to_hold_its_longest_line() -> None:
 PLACEMENT = {"num_experts": 8, "top_k": 2,
              "tokens": [[6, 2, 1, 1, 2, 1, 2, 1], [5, 3, 2, 0, 1, 2, 1, 2],
                         [4, 4, 1, 1, 2, 0, 2, 2], [6, 3, 0, 2, 1, 1, 2, 1]]}
-MESH = {"cluster": {"num_nodes": 2, "gpus_per_node": 8},
-        "parallel": {"tp": 4, "pp": 2, "dp": 2}, "order": "tp-cp-ep-dp-pp", "max_ranks": 16}
-RUN = {"model": {"preset": "llama-3.1-70b"},
-       "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 128},
-       "training": {"global_batch_size": 1024, "sequence_length": 8192},
-       "parallel": {"tp": 8, "pp": 4, "dp": 32, "recompute": "selective"},
-       "token_budget": 15_000_000_000_000}
 SVG_ROUTES = [("/v1/ledger/memory", EVALUATE_REQUEST_EXAMPLE, "memory.svg"),
-              ("/v1/mesh", MESH, "mesh.svg"),
+              ("/v1/mesh", SMALL_MESH, "mesh.svg"),
               ("/v1/moe/placement", PLACEMENT, "placement.svg"),
               ("/v1/pipeline/simulate", SIMULATE, "timeline.svg"),
               ("/v1/lab/rl-seesaw", RL_SEESAW_EXAMPLE, "rl-seesaw.svg"),
-              ("/v1/run/estimate", RUN, "checkpoint-interval.svg")]
+              ("/v1/run/estimate", LLAMA_70B_RUN, "checkpoint-interval.svg")]
 """Every POST route that draws its answer, with a body and the picture's file name."""
 
 
@@ -385,10 +383,11 @@ def test_svg_routes_refuse_as_their_json_routes_do(real: httpx.Client) -> None:
     layers = {"num_experts": 8, "top_k": 2, "layers": [PLACEMENT["tokens"]] * 2}
     refused = real.post("/v1/moe/placement.svg", json=layers)
     assert refused.status_code == 422 and refused.json()["code"] == "invalid-spec"
-    too_many = real.post("/v1/mesh.svg", json={**MESH, "cluster": {"num_nodes": 10**6,
+    too_many = real.post("/v1/mesh.svg", json={**SMALL_MESH, "cluster": {"num_nodes": 10**6,
                                                                    "gpus_per_node": 8}})
     assert too_many.status_code == 422
-    assert real.post("/v1/mesh.svg", json=MESH, params={"colour_by": "nope"}).status_code == 422
+    assert real.post("/v1/mesh.svg", json=SMALL_MESH,
+                     params={"colour_by": "nope"}).status_code == 422
 
 
 def test_openapi_svg_routes_answer_only_svg(real: httpx.Client) -> None:

@@ -9,14 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 from service_testkit import load_tolerant_settings, serve_in_process
+from small_plan import small_plan
 
 from service.app import create_app
 from service.etags import entity_tag, matches
 
-SMALL_PLAN = {"model": {"preset": "llama-3.1-8b"},
-              "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-              "training": {"global_batch_size": 64, "sequence_length": 4096},
-              "solver": {"time_limit_s": 20, "top_k": 1, "num_workers": 1}}
+SMALL_PLAN = small_plan()
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,11 @@ from typing import Any
 import httpx
 import pytest
 from serving import free_port
+from small_plan import small_plan
 
 from service.logging_json import REQUEST_ID, JsonFormatter
 
-SMALL_PLAN = {"model": {"preset": "llama-3.1-8b"},
-              "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-              "training": {"global_batch_size": 64, "sequence_length": 4096},
-              "solver": {"time_limit_s": 20, "top_k": 1, "num_workers": 1}}
+SMALL_PLAN = small_plan()
 KEYS = {"time", "level", "logger", "message", "request_id"}
 
 

@@ -6,15 +6,13 @@ from typing import Any
 import httpx
 import pytest
 from service_testkit import serve_in_process
+from small_plan import small_plan
 
 from api_schemas.plan import PlanResponse
 from service.app import create_app
 from service.settings import Settings
 
-SMALL = {"model": {"preset": "llama-3.1-8b"},
-         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-         "training": {"global_batch_size": 64, "sequence_length": 4096},
-         "solver": {"time_limit_s": 60, "top_k": 2, "num_workers": 1}}
+SMALL = small_plan(time_limit_s=60, top_k=2)
 """Proved optimal in well under a second on an idle host; the time limit is generous so that
 a loaded host does not end the search before any plan (a 503) or before its runners-up."""
 TOO_BIG = {**SMALL, "model": {"preset": "llama-3.1-405b"},

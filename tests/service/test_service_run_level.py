@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 import pytest
-from service_testkit import ScriptedPlanner, serve_in_process
+from service_testkit import LLAMA_70B_RUN, ScriptedPlanner, serve_in_process
 
 from api_schemas.run_level import (
     FrontierRequest,
@@ -107,14 +107,9 @@ def test_frontier_sizes_are_bounded(client: httpx.Client) -> None:
 
 def test_run_estimate_draws_goodput_against_the_checkpoint_interval(
         real: httpx.Client) -> None:
-    # Llama 3.1 70B on 1,024 H100s (TP8 x PP4 x DP32), 15T tokens, Llama 3's failure
-    # rate: the evaluated configuration, no search.
-    body = {"model": {"preset": "llama-3.1-70b"},
-            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 128},
-            "training": {"global_batch_size": 1024, "sequence_length": 8192},
-            "parallel": {"tp": 8, "pp": 4, "dp": 32, "recompute": "selective"},
-            "token_budget": 15_000_000_000_000}
-    answer = RunEstimateResponse.model_validate(real.post("/v1/run/estimate", json=body).json())
+    # The evaluated configuration (Llama 3.1 70B on 1,024 H100s), no search.
+    answer = RunEstimateResponse.model_validate(
+        real.post("/v1/run/estimate", json=LLAMA_70B_RUN).json())
     reliability = answer.reliability
     curve = reliability.goodput_by_interval
     assert len(curve) == 41
@@ -123,7 +118,7 @@ def test_run_estimate_draws_goodput_against_the_checkpoint_interval(
     assert best.interval_s == pytest.approx(reliability.daly_interval_s, rel=0.13)
     assert best.goodput == pytest.approx(reliability.goodput, rel=1e-3)
     assert curve[0].goodput < best.goodput and curve[-1].goodput < best.goodput
-    picture = real.post("/v1/run/estimate?format=svg", json=body)
+    picture = real.post("/v1/run/estimate?format=svg", json=LLAMA_70B_RUN)
     assert picture.status_code == 200
     assert picture.headers["content-type"].startswith("image/svg+xml")
     svg = picture.text

@@ -82,14 +82,11 @@ def test_time_bound_holds_on_pipelines_of_uneven_layers(model: str, nodes: int, 
     """The closed form is taken at the lightest virtual stage's layer count times the mean
     layer; where layers differ in cost the cheap ones may gather on one stage, and the
     bound must still stay below the simulated makespan of every pipelined candidate."""
-    spec = model_preset(model)
-    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq)
-    tables = BoundTables.of_request(spec, training, cluster, Constraints())
     constraints = Constraints(framework="any")
-    candidates = [c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
-                                              gpus_per_node=8, constraints=constraints)
-                  if c.pp > 1]
+    spec, cluster, training, meshes = _case(model, "h100-sxm5-80gb", nodes, batch, seq,
+                                            constraints)
+    tables = BoundTables.of_request(spec, training, cluster, Constraints())
+    candidates = [c for c in meshes if c.pp > 1]
     checked = 0
     for c in random.Random(5).sample(candidates, min(60, len(candidates))):
         result = evaluate_candidate(spec, training, cluster, c, constraints)
@@ -192,13 +189,9 @@ def test_candidates_whose_groups_straddle_nodes_are_timed_and_planned() -> None:
     from api_schemas import ClusterInput, ModelPreset, PlanRequest, PlanStatus, SolverLimits
     from solver import plan
 
-    spec = model_preset("gpt-1.7b")
-    cluster = cluster_preset("a100-sxm4-80gb", num_nodes=15)
-    training = TrainingSpec(global_batch_size=240, sequence_length=2048)
+    spec, cluster, training, candidates = _case("gpt-1.7b", "a100-sxm4-80gb", 15, 240, 2048)
     tables = BoundTables.of_request(spec, training, cluster, Constraints())
-    uneven = [c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
-                                          gpus_per_node=8, constraints=Constraints())
-              if c.dp == 3 and c.tp * c.cp == 4]
+    uneven = [c for c in candidates if c.dp == 3 and c.tp * c.cp == 4]
     assert uneven
     assert all(tables.zero3_time_bound_s(c) > 0 for c in uneven)
     response = plan(PlanRequest(model=ModelPreset(preset="gpt-1.7b"),
@@ -281,13 +274,10 @@ def test_memory_bound_holds_per_zero_stage_with_an_mtp_module() -> None:
     from models.core.memory import memory_ledger
     from solver.ladder import ALL_POLICIES, frugal, with_policy
 
-    spec = model_preset("deepseek-v3")
-    cluster = cluster_preset("h800-sxm5-80gb", num_nodes=64)
-    training = TrainingSpec(global_batch_size=2048, sequence_length=4096, compute_dtype="fp8")
+    spec, cluster, training, candidates = _case("deepseek-v3", "h800-sxm5-80gb", 64, 2048, 4096,
+                                                compute_dtype="fp8")
     tables = BoundTables.of_request(spec, training, cluster, Constraints())
     constraints = Constraints()
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=constraints)
     for c in random.Random(17).sample(candidates, min(15, len(candidates))):
         for zero in (0, 1, 2, 3):
             most = with_policy(c, zero, frugal(spec, constraints, None, ALL_POLICIES),
@@ -311,13 +301,9 @@ def test_memory_bounds_count_the_head_share_and_stay_below_the_most_frugal_ledge
     from models.core.memory import memory_ledger
     from solver.ladder import ALL_POLICIES, frugal, with_policy
 
-    spec = model_preset(model)
-    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
-    training = TrainingSpec(global_batch_size=64, sequence_length=seq)
+    spec, cluster, training, candidates = _case(model, "h100-sxm5-80gb", 4, 64, seq)
     tables = BoundTables.of_request(spec, training, cluster, Constraints())
     constraints = Constraints()
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=constraints)
     for c in random.Random(29).sample(candidates, min(12, len(candidates))):
         for zero in (1, 3):
             most = with_policy(c, zero, frugal(spec, constraints, None, ALL_POLICIES),
@@ -427,12 +413,8 @@ def test_the_wait_bound_holds_for_every_plan_of_a_candidate() -> None:
     from models.core.step_time.step_terms import SLOWEST_GPU
     from solver.candidate_eval import ScoredPlan
 
-    spec = model_preset("mixtral-8x7b")
-    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=4)
-    training = TrainingSpec(global_batch_size=128, sequence_length=4096)
+    spec, cluster, training, candidates = _case("mixtral-8x7b", "h100-sxm5-80gb", 4, 128, 4096)
     tables = BoundTables.of_request(spec, training, cluster, Constraints())
-    candidates = candidate_meshes(spec, training, world_size=cluster.world_size,
-                                  gpus_per_node=8, constraints=Constraints())
     checked = 0
     for c in random.Random(3).sample(candidates, min(30, len(candidates))):
         scored = evaluate_candidate(spec, training, cluster, c, Constraints(allow_offload=True))
@@ -502,14 +484,11 @@ def test_policy_floors_hold_where_no_plain_plan_fits(model: str, gpu: str, nodes
     `policy_floors_s` (recomputation of at least the layers memory demands) hold for every
     framework variant (`_check_policy_floors`), and some rise above the bound without
     fully recomputed layers."""
-    spec = model_preset(model)
-    cluster = cluster_preset(gpu, num_nodes=nodes)
-    training = TrainingSpec(global_batch_size=batch, sequence_length=seq, compute_dtype=dtype)
+    spec, cluster, training, meshes = _case(model, gpu, nodes, batch, seq, constraints,
+                                            compute_dtype=dtype)
     # Micro-batches up to 8: the larger ones the search also enumerates hold no plan of
     # these models at this scale, and sampling them would leave few plans to check.
-    candidates = [c for c in candidate_meshes(spec, training, world_size=cluster.world_size,
-                                              gpus_per_node=8, constraints=constraints)
-                  if c.micro_batch_size <= 8]
+    candidates = [c for c in meshes if c.micro_batch_size <= 8]
     # 1F1B pipelines with fewer micro-batches than stages are checked apart (below), so the
     # sample of the others stays the one drawn before the search admitted them.
     few = [c for c in candidates if c.schedule == PipelineSchedule.ONE_F_ONE_B

@@ -2,13 +2,12 @@
 is published; MI300X is not ranked above a calibrated GPU on a figure no data supports."""
 
 import pytest
+from held_out_runs import PRIMUS_LLAMA_8B_MI300X, PRIMUS_STEP_S
 from plan_set import BENCHMARK_REQUESTS, PLAN_SET, benchmark_solved, solved
 
 from api_schemas import (
     ClusterInput,
-    EvaluateRequest,
     ModelPreset,
-    ParallelConfig,
     PlanRequest,
     PlanResponse,
     SolverLimits,
@@ -56,16 +55,11 @@ def test_llama_8b_on_8_mi300x_is_not_predicted_faster_than_on_8_h200() -> None:
 
 
 def test_the_held_out_8_mi300x_llama_run_is_predicted_within_5_percent() -> None:
-    # Primus (rocm/megatron-lm) Llama 3.1 8B on 8 MI300X, its default recipe (TP1 PP1, micro
-    # batch 2, global batch 128, 8192 tokens): 15.22 s per step, 68,875 tokens/s on 8 GPUs
-    # (TensorPrimat PEAK_THROUGHPUT_SUMMARY.md). Not used to set the CDNA3 levels.
-    response = evaluate(EvaluateRequest(
-        model=ModelPreset(preset="llama-3.1-8b"), cluster=ClusterInput(gpu="mi300x", num_nodes=1),
-        training=TrainingSpec(global_batch_size=128, sequence_length=8192),
-        parallel=ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=2)))
+    # Primus Llama 3.1 8B on 8 MI300X: 15.22 s per step, 68,875 tokens/s on 8 GPUs.
+    response = evaluate(PRIMUS_LLAMA_8B_MI300X)
     assert response.time is not None
-    assert 128 * 8192 / 15.22 == pytest.approx(68_875, rel=0.001)
-    assert response.time.step_time_s == pytest.approx(15.22, rel=0.05)
+    assert 128 * 8192 / PRIMUS_STEP_S == pytest.approx(68_875, rel=0.001)
+    assert response.time.step_time_s == pytest.approx(PRIMUS_STEP_S, rel=0.05)
 
 
 def test_the_cdna3_levels_are_the_hopper_levels_times_the_measured_kernel_ratios() -> None:

@@ -1,8 +1,29 @@
-"""Invariants every placement must satisfy, shared by the placement tests."""
+"""Invariants every placement must satisfy and the brute-force redundancy lower bound,
+shared by the placement tests."""
 
 import numpy as np
 
 from solver.placement import PlacementResult, redundancy_lower_bounds
+
+
+def brute_force_bounds(counts: np.ndarray) -> list[int]:
+    """Per rank, the fewest foreign experts, largest first, whose tokens cover its deficit
+    (capacity minus its home experts' tokens), counted one by one: the reference of
+    `redundancy_lower_bounds`."""
+    r, e = counts.shape
+    m = e // r
+    totals = counts.sum(axis=0)
+    capacity = int(counts[0].sum())
+    out = []
+    for d in range(r):
+        deficit = capacity - int(totals[d * m:(d + 1) * m].sum())
+        foreign = sorted((int(t) for x, t in enumerate(totals) if x // m != d), reverse=True)
+        n = 0
+        while deficit > 0:
+            deficit -= foreign[n]
+            n += 1
+        out.append(n)
+    return out
 
 
 def check_placement(res: PlacementResult, counts: np.ndarray) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from placement_invariants import check_placement
+from placement_invariants import brute_force_bounds, check_placement
 
 from models.core.moe import (
     RoutingSkew,
@@ -161,24 +161,6 @@ def test_all_layers_in_one_call_equal_each_layer_alone(
             (alone.redundant_experts, alone.remote_tokens, alone.migrated_tokens)
 
 
-def _brute_force_bounds(counts: np.ndarray, k: int) -> list[int]:
-    """Fewest foreign experts, largest first, covering each rank's deficit, one by one."""
-    r, e = counts.shape
-    m = e // r
-    totals = counts.sum(axis=0)
-    capacity = int(counts[0].sum())
-    out = []
-    for d in range(r):
-        deficit = capacity - int(totals[d * m:(d + 1) * m].sum())
-        foreign = sorted((int(t) for x, t in enumerate(totals) if x // m != d), reverse=True)
-        n = 0
-        while deficit > 0:
-            deficit -= foreign[n]
-            n += 1
-        out.append(n)
-    return out
-
-
 @settings(max_examples=200, deadline=None)
 @given(case=layer_batches())
 def test_lower_bounds_of_one_and_of_all_layers_match_brute_force(
@@ -192,7 +174,7 @@ def test_lower_bounds_of_one_and_of_all_layers_match_brute_force(
     together = layer_lower_bounds(batch.expert_tokens, batch.home_loads, batch.capacity, m)
     for x, (layer, problem, bounds) in enumerate(
             zip(counts, batch.problems, together, strict=True)):
-        expected = _brute_force_bounds(layer, k)
+        expected = brute_force_bounds(layer)
         assert redundancy_lower_bounds(problem).tolist() == expected
         assert bounds.tolist() == expected
         deficit = np.maximum(batch.capacity[x] - batch.home_loads[x], 0)
@@ -214,7 +196,7 @@ def test_bounds_from_a_balanced_plans_replicas_match_brute_force(
     counts, k = case
     batch = placement_layers(counts, top_k=k)
     m = counts.shape[2] // counts.shape[1]
-    expected = np.array([_brute_force_bounds(layer, k) for layer in counts])
+    expected = np.array([brute_force_bounds(layer) for layer in counts])
     results = plan_constructive_layers(counts, top_k=k, rule=rule)
     assert np.array_equal(np.stack([x.lower_bound_per_rank for x in results]), expected)
     for layer, res in zip(counts, results, strict=True):

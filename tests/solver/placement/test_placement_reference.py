@@ -11,6 +11,7 @@ batches of layers.
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from placement_invariants import brute_force_bounds
 
 from solver.placement import (
     ConstructiveRule,
@@ -65,22 +66,6 @@ def reference_routes(counts: np.ndarray, alloc: np.ndarray) -> list[tuple[int, i
     return head + local + matched
 
 
-def reference_bounds(counts: np.ndarray) -> list[int]:
-    r, e = counts.shape
-    m = e // r
-    totals = counts.sum(axis=0)
-    deficit = [int(counts[0].sum()) - int(totals[d * m:(d + 1) * m].sum()) for d in range(r)]
-    out = []
-    for d in range(r):
-        foreign = sorted((int(t) for x, t in enumerate(totals) if x // m != d), reverse=True)
-        n, left = 0, deficit[d]
-        while left > 0:
-            left -= foreign[n]
-            n += 1
-        out.append(n)
-    return out
-
-
 def check_against_reference(counts: np.ndarray, alloc: np.ndarray, res: PlacementResult) -> None:
     r, e = counts.shape
     m = e // r
@@ -94,7 +79,7 @@ def check_against_reference(counts: np.ndarray, alloc: np.ndarray, res: Placemen
     assert res.num_redundant == sum(map(len, hosted))
     assert res.migrated_tokens == sum(t for _, x, d, t in routes if d != x // m)
     assert res.remote_tokens == sum(t for s, _, d, t in routes if s != d)
-    assert res.lower_bound_per_rank.tolist() == reference_bounds(counts)
+    assert res.lower_bound_per_rank.tolist() == brute_force_bounds(counts)
     assert res.rank_loads.tolist() == alloc.sum(axis=0).tolist()
 
 
