@@ -45,7 +45,7 @@ from models.core.memory_floors import (
 from models.core.params import count_parameters, mtp_module_params
 from models.core.pipeline import (
     closed_form_makespan,
-    peak_in_flight_chunks,
+    rank_peaks_in_flight_chunks,
     schedule_traits,
 )
 from models.core.precision import sharded_state_bytes, state_bytes_per_param
@@ -459,8 +459,8 @@ class BoundTables:
 
 def _mean_in_flight(schedule: PipelineSchedule, pp: int, m: int, chunks: int) -> float:
     """Average over ranks of the schedule's peak in-flight micro-batch x chunk units."""
-    total = sum(peak_in_flight_chunks(schedule, num_stages=pp, num_micro_batches=m,
-                                      num_chunks=chunks, stage=d) for d in range(pp))
+    total = sum(rank_peaks_in_flight_chunks(schedule, num_stages=pp, num_micro_batches=m,
+                                            num_chunks=chunks))
     return total / pp
 
 

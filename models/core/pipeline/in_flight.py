@@ -233,7 +233,8 @@ def _undominated(vectors: CountArray) -> tuple[tuple[int, ...], ...]:
         ge = np.all(unique[None, :, :] >= block[:, None, :], axis=2)
         gt = np.any(unique[None, :, :] > block[:, None, :], axis=2)
         keep[lo:lo + 256] = ~np.any(ge & gt, axis=1)
-    return tuple(tuple(int(x) for x in row) for row in unique[keep])
+    # tolist: Python integers in one C call per matrix, not one generator step per entry.
+    return tuple(map(tuple, unique[keep].tolist()))
 
 
 def _unique_rows(vectors: CountArray) -> CountArray:
