@@ -146,6 +146,19 @@ def permitted(name: str, value: Any, constraints: Constraints) -> bool:
     return value not in forbidden and str(value) not in [str(f) for f in forbidden]
 
 
+def permitted_values(name: str, values: Iterable[Any], constraints: Constraints) -> list[Any]:
+    """The `values` (in their order) that `permitted` allows for `name`, the pins and the
+    forbidden lists read once for all."""
+    pin = getattr(constraints, name, None)
+    allowed = None if pin is None else (pin if isinstance(pin, list) else [pin])
+    allowed_text = [] if allowed is None else [str(a) for a in allowed]
+    forbidden = constraints.forbid.get(name, [])
+    forbidden_text = [str(f) for f in forbidden]
+    return [value for value in values
+            if (allowed is None or value in allowed or str(value) in allowed_text)
+            and value not in forbidden and str(value) not in forbidden_text]
+
+
 def mesh_context(spec: ModelSpec, training: TrainingSpec, *, world_size: int,
                  gpus_per_node: int) -> MeshContext:
     """The context the mesh rules check candidates of `world_size` GPUs against (a world
@@ -332,6 +345,7 @@ def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelK
         sp_options = [True]
     else:
         sp_options = [constraints.sequence_parallel]
+    sp_options = permitted_values("sequence_parallel", sp_options, constraints)
     experts = _expert_options(ctx, tp, cp, dp, constraints)
     for mbs in divisors(per_replica):
         # Every divisor: the planner prunes a mesh's larger micro-batches once its memory
@@ -344,8 +358,6 @@ def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelK
         for schedule, vpp in _schedule_options(spec, pp, m, constraints):
             for ep, etp in experts:
                 for sp in sp_options:
-                    if not permitted("sequence_parallel", sp, constraints):
-                        continue
                     yield MeshCandidate(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,
                                         micro_batch_size=mbs, num_micro_batches=m,
                                         schedule=schedule, sequence_parallel=sp,
@@ -362,4 +374,5 @@ __all__ = [
     "divisors",
     "mesh_context",
     "permitted",
+    "permitted_values",
 ]
