@@ -313,7 +313,7 @@ class BoundTables:
         policy's recomputation to the same mean). Added to the makespan bounds the queue
         orders by; the makespan bounds themselves stay without it."""
         core = self.core(c)
-        compute = sum(k.count * k.compute.times.total_s for k in core.kinds)
+        compute = sum([k.count * k.compute.times.total_s for k in core.kinds])
         share = slowest_gpu_share(c.world_size)
         return share * c.num_micro_batches * compute / c.pp
 

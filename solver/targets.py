@@ -66,7 +66,7 @@ def target_frameworks(constraints: Constraints) -> tuple[Framework, ...] | None:
         return None
     tables = frameworks()
     if constraints.framework is None:
-        return tuple(tables[f] for f in RELEASED)
+        return tuple([tables[f] for f in RELEASED])
     return (tables[constraints.framework],)
 
 

@@ -77,7 +77,7 @@ class StageMemory:
     @property
     def total_bytes(self) -> int:
         """All GPU bytes of the rank."""
-        return sum(c.bytes for c in self.components)
+        return sum([c.bytes for c in self.components])
 
     @property
     def host_bytes(self) -> int:
@@ -208,8 +208,8 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
 
     dynamic, acts_host, stored = kept(memo.activation_sums, acts_key, activation_sums)
     listed, transient = runtime_sums(spec, training, parallel, groups, memo)
-    hole = sum(c.bytes for c in loss_hole_components(spec, training, parallel,
-                                                     num_heads=layout.num_heads))
+    hole = sum([c.bytes for c in loss_hole_components(spec, training, parallel,
+                                                      num_heads=layout.num_heads)])
     gpu = states_gpu + dynamic + listed + fragmentation_bytes(dynamic, transient) + hole
     return gpu, states_host + acts_host, stored
 

@@ -90,10 +90,10 @@ class InFlightProfile:
             # times the largest live vector's total.
             count = self._largest_counts.get(rank)
             if count is None:
-                count = self._largest_counts[rank] = max(sum(vec) for vec in vectors)
+                count = self._largest_counts[rank] = max(map(sum, vectors))
             return largest * count
         if len(vectors) == 1:
-            return sum(n * b for n, b in zip(vectors[0], chunk_bytes, strict=True))
+            return sum([n * b for n, b in zip(vectors[0], chunk_bytes, strict=True)])
         if min(chunk_bytes, default=0) < 0 or largest * self.peak_chunks[rank] >= 2**62:
             return max(sum(n * b for n, b in zip(vec, chunk_bytes, strict=True))
                        for vec in vectors)

@@ -140,7 +140,7 @@ class StepEstimate:
 def rank_work_s(parallel: ParallelConfig, stage: StageTime, m: int) -> float:
     """Busy time of one rank over a step: every micro-batch crosses every chunk of the rank,
     except under DualPipe, where each micro-batch crosses one of the rank's two stages."""
-    per_micro_batch = sum(t.total_s for t in stage.chunk_times)
+    per_micro_batch = sum([t.total_s for t in stage.chunk_times])
     return m * crossings_per_micro_batch(parallel) * per_micro_batch
 
 

@@ -469,7 +469,8 @@ def chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
     memo = current_memo()
     table = memo.tables(spec).timing_kinds
     return kept(table, chunks,
-                lambda: tuple(tuple(timing_kind(spec, i) for i in chunk) for chunk in chunks))
+                lambda: tuple([tuple([timing_kind(spec, i) for i in chunk])
+                               for chunk in chunks]))
 
 
 class StageInputs(NamedTuple):

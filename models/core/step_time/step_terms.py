@@ -150,7 +150,7 @@ def slowest_gpu_wait_s(parallel: ParallelConfig, stages: list[StageTime], m: int
     busiest rank's, makes it the same for every split of the layers over the stages (the
     layers' total is fixed), so the search's bounds hold it exactly; without `recompute` it
     bounds the wait of every activation policy on the mesh, which only adds recomputation."""
-    busy = sum(st.compute_s + (st.recompute_s if recompute else 0.0) for st in stages)
+    busy = sum([st.compute_s + (st.recompute_s if recompute else 0.0) for st in stages])
     return slowest_gpu_share(parallel.world_size) * m * crossings_per_micro_batch(parallel) \
         * busy / len(stages)
 

@@ -130,7 +130,7 @@ def _rank_weights(model: ModelSpec, tp: int, experts_split: int, rank: StageLayo
                         num_moe_layers=sum(count for layer, count, _ in kinds.values()
                                            if layer.routed_experts > 0),
                         num_linear_attention_layers=sum(
-                            model.is_linear_attention_layer(i) for i in rank.layers),
+                            [model.is_linear_attention_layer(i) for i in rank.layers]),
                         num_embeddings=rank.num_embeddings, num_heads=rank.num_heads,
                         num_mtp_modules=rank.num_mtp_modules, dense_params=dense,
                         expert_params=expert)

@@ -103,7 +103,7 @@ def interleaved_order(*, num_micro_batches: int, num_chunks: int,
     table: list[tuple[int, int]] = []
     for first in range(0, m, n):
         last = min(first + n, m)
-        table.extend((j, c) for c in range(v) for j in range(first, last))
+        table.extend([(j, c) for c in range(v) for j in range(first, last)])
     return table
 
 
