@@ -326,24 +326,25 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
                                  cluster.capacity_bytes * len(layouts)):
                 return False
         totals, movable = [], []
+        capacity = cluster.capacity_bytes
         for rank in order:
             gpu, host, stored = _rank_bytes(spec, training, parallel, layouts[rank], m, memo)
-            if host > host_capacity or gpu - stored > cluster.capacity_bytes:
+            if host > host_capacity or gpu - stored > capacity:
                 return False
             totals.append(gpu)
             movable.append(stored)
-        return fits_after_remote_offload(totals=totals, movable=movable,
-                                         capacity=cluster.capacity_bytes)
+        return fits_after_remote_offload(totals=totals, movable=movable, capacity=capacity)
     profile = in_flight_counts(parallel, m) if len(layouts) > 1 else None
     checked: dict[tuple[object, ...], list[int]] = {}
     uniform = parallel.stage_policies is None
+    capacity = cluster.capacity_bytes
     for rank in order:
         twin = _twin_key(spec, parallel, layouts[rank], memo, uniform=uniform)
         if profile is not None and twin is not None and any(
                 profile.dominates(other, rank) for other in checked.get(twin, ())):
             continue  # holds no more than a rank already found to fit
         gpu, host, _ = _rank_bytes(spec, training, parallel, layouts[rank], m, memo)
-        if gpu > cluster.capacity_bytes or host > host_capacity:
+        if gpu > capacity or host > host_capacity:
             return False
         if twin is not None:
             checked.setdefault(twin, []).append(rank)

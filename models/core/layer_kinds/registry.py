@@ -96,8 +96,8 @@ def mlp_blocks(spec: ModelSpec) -> tuple[MlpBlockRecord, ...]:
     layers = range(spec.num_layers)
     first_moe = next((i for i in layers if spec.is_moe_layer(i)), None)
     first_dense = next((i for i in layers if not spec.is_moe_layer(i)), None)
-    found = sorted((i, n) for n, i in enumerate((first_moe, first_dense)) if i is not None)
-    return tuple((MOE_BLOCK, DENSE_MLP_BLOCK)[n] for _, n in found)
+    found = sorted([(i, n) for n, i in enumerate((first_moe, first_dense)) if i is not None])
+    return tuple([(MOE_BLOCK, DENSE_MLP_BLOCK)[n] for _, n in found])
 
 
 def kind_recompute_modules(spec: ModelSpec, *, cheap_only: bool = False
