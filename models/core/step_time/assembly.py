@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode, RecomputeModule
+from api_schemas.parallel import (
+    FullLayers,
+    ParallelConfig,
+    PipelineSchedule,
+    RecomputeMode,
+    RecomputeModule,
+)
 from api_schemas.training import TrainingSpec, VisionPlacement
 from models.core.compute import OpTimes
 from models.core.flops import StepFlops, step_flops
@@ -338,6 +344,15 @@ def pipeline_inputs(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
 
 
 
+def _rank_layer_modes(parallel: ParallelConfig, layout: StageLayout) -> list[RecomputeMode]:
+    """`layer_mode` of every layer rank `layout.rank` holds, in `layout.layers` order."""
+    recompute = parallel.policy_of(layout.rank).recompute
+    if isinstance(recompute, FullLayers):
+        return [layer_mode(parallel, layout.rank, position)
+                for position in range(len(layout.layers))]
+    return [recompute] * len(layout.layers)
+
+
 def _flops(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
            layouts: tuple[StageLayout, ...]) -> tuple[StepFlops, StepFlops]:
     """FLOPs of one step with causal attention and with the full attention matrix,
@@ -345,12 +360,12 @@ def _flops(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
     full: set[int] = set()
     selective: set[int] = set()
     for layout in layouts:
-        for position, index in enumerate(layout.layers):
-            mode = layer_mode(parallel, layout.rank, position)
+        core_attention = RecomputeModule.CORE_ATTN in \
+            parallel.policy_of(layout.rank).recompute_modules
+        for index, mode in zip(layout.layers, _rank_layer_modes(parallel, layout), strict=True):
             if mode == RecomputeMode.FULL:
                 full.add(index)
-            elif mode == RecomputeMode.SELECTIVE and RecomputeModule.CORE_ATTN in \
-                    parallel.policy_of(layout.rank).recompute_modules:
+            elif mode == RecomputeMode.SELECTIVE and core_attention:
                 selective.add(index)
     # DualPipe's second copy holds the same layers: each layer is counted once.
     causal, dense = (step_flops(spec, num_sequences=training.global_batch_size,
