@@ -11,6 +11,7 @@ wait for the slowest GPU among the overheads. Must not: search or bound the step
 """
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
@@ -148,6 +149,14 @@ def rank_work_s(parallel: ParallelConfig, stage: StageTime, m: int) -> float:
     except under DualPipe, where each micro-batch crosses one of the rank's two stages."""
     per_micro_batch = sum([t.total_s for t in stage.chunk_times])
     return m * crossings_per_micro_batch(parallel) * per_micro_batch
+
+
+def ranks_work_s(parallel: ParallelConfig, stages: Iterable[StageTime], m: int) -> list[float]:
+    """`rank_work_s` of each of `stages` (the crossings read once; each chunk's F + B + W
+    summed as `OpTimes.total_s` sums it)."""
+    crossings = m * crossings_per_micro_batch(parallel)
+    return [crossings * sum([t.forward_s + t.backward_input_s + t.backward_weight_s
+                             for t in stage.chunk_times]) for stage in stages]
 
 
 def pipeline_makespans(parallel: ParallelConfig, stages: list[StageTime], m: int,
@@ -298,7 +307,7 @@ def _vision_terms(setting: StepSetting, stages: list[StageTime], p2p: float, mak
         times[0] = times[0] + OpTimes(forward_s=forward, backward_input_s=backward)
         longer = [dataclasses.replace(first, chunk_times=tuple(times)), *stages[1:]]
         with_stage0 = pipeline_makespans(parallel, longer, m, p2p, split=False)[0]
-    idle = tuple(ideal - rank_work_s(parallel, st, m) for st in stages)
+    idle = tuple([ideal - work for work in ranks_work_s(parallel, stages, m)])
     cost = vision_step_cost(encoder, training, parallel, cluster.gpu, num_micro_batches=m,
                             makespan_s=makespan, makespan_with_stage0_s=with_stage0,
                             rank_idle_s=idle)
@@ -386,4 +395,5 @@ __all__ = [
     "pipeline_inputs",
     "pipeline_makespans",
     "rank_work_s",
+    "ranks_work_s",
 ]

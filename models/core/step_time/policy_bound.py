@@ -16,7 +16,7 @@ from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode, Stag
 from api_schemas.training import TrainingSpec
 from models.core.compute import LayerCompute
 from models.core.layout import pipeline_layout
-from models.core.step_time.assembly import rank_work_s
+from models.core.step_time.assembly import ranks_work_s
 from models.core.step_time.makespan import crossings_per_micro_batch
 from models.core.step_time.setting import step_setting
 from models.core.step_time.stage import (
@@ -137,7 +137,7 @@ def work_table(spec: ModelSpec, training: TrainingSpec, plain: ParallelConfig,
         tuple([tuple(itertools.accumulate(map(kind.__eq__, sequence), initial=0))
                for kind in range(len(layers))])
         for sequence in sequences])
-    return WorkTable(busy_s=tuple([rank_work_s(plain, st, m) for st in stages]),
+    return WorkTable(busy_s=tuple(ranks_work_s(plain, stages, m)),
                      crossings=m * crossings_per_micro_batch(plain),
                      kind_prefix=prefixes, full_s=tuple(full), layers=tuple(layers),
                      wait_s=slowest_gpu_wait_s(plain, stages, m, recompute=False))

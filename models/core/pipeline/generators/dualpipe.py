@@ -8,6 +8,7 @@ schedule shares (the registry does) or time anything.
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import count
 
 from api_schemas.parallel import PipelineSchedule
 from models.core.pipeline.ops import (
@@ -36,29 +37,20 @@ class _RankOrder:
 
     def __init__(self, phases: tuple[_Phase, _Phase]) -> None:
         self.phases = phases
-        self.forwards = [0, 0]
-        self.backwards = [0, 0]
+        self.stages = (phases[0].stage, phases[1].stage)
+        # Each phase's next forward and next backward micro-batch id (`next` on a counter is
+        # one C call per op of the order).
+        self.forwards = (count(phases[0].first_micro_batch), count(phases[1].first_micro_batch))
+        self.backwards = (count(phases[0].first_micro_batch),
+                          count(phases[1].first_micro_batch))
         self.weights: deque[tuple[int, int]] = deque()
         self.rows: list[Row] = []
 
-    def _next_f(self, phase: int) -> tuple[int, int]:
-        ph = self.phases[phase]
-        j = ph.first_micro_batch + self.forwards[phase]
-        self.forwards[phase] += 1
-        return j, ph.stage
-
-    def _next_b(self, phase: int) -> tuple[int, int]:
-        ph = self.phases[phase]
-        j = ph.first_micro_batch + self.backwards[phase]
-        self.backwards[phase] += 1
-        return j, ph.stage
-
     def forward(self, phase: int) -> None:
-        j, s = self._next_f(phase)
-        self.rows.append((_F, j, s, -1, -1))
+        self.rows.append((_F, next(self.forwards[phase]), self.stages[phase], -1, -1))
 
     def backward(self, phase: int, *, split: bool) -> None:
-        j, s = self._next_b(phase)
+        j, s = next(self.backwards[phase]), self.stages[phase]
         if split:
             self.rows.append((_B, j, s, -1, -1))
             self.weights.append((j, s))
@@ -70,9 +62,8 @@ class _RankOrder:
         self.rows.append((_W, j, s, -1, -1))
 
     def pair(self, forward_phase: int, backward_phase: int) -> None:
-        jf, sf = self._next_f(forward_phase)
-        jb, sb = self._next_b(backward_phase)
-        self.rows.append((_FB, jf, sf, jb, sb))
+        self.rows.append((_FB, next(self.forwards[forward_phase]), self.stages[forward_phase],
+                          next(self.backwards[backward_phase]), self.stages[backward_phase]))
 
 
 def _eight_steps(order: _RankOrder, *, n: int, h: int, per_pipe: int, middle: bool) -> None:
