@@ -59,8 +59,8 @@ def stored_activation_floor_bytes(spec: ModelSpec, training: TrainingSpec,
         InvalidSpecError: as `memory_ledger`.
     """
     profile = in_flight_counts(parallel, micro_batch_count(training, parallel))
-    return tuple(_stored_floor(spec, training, parallel, layout, profile)
-                 for layout in pipeline_layout(spec, parallel))
+    return tuple([_stored_floor(spec, training, parallel, layout, profile)
+                  for layout in pipeline_layout(spec, parallel)])
 
 
 def _stored_floor(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
