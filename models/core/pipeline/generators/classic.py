@@ -23,7 +23,7 @@ from models.core.pipeline.traits import (
     ScheduleTraits,
     StagePlacement,
     no_rule,
-    require,
+    refuse,
 )
 
 _F, _BW = int(OpKind.F), int(OpKind.BW)
@@ -155,25 +155,33 @@ def _interleaved_rule(p: int, m: int, v: int, group_size: int | None) -> None:
     of all m < p micro-batches (N = m) is the exception: Llama 3's schedule runs "fewer
     micro-batches than the number of stages" (arXiv:2407.21783 Sec. 3.3.2), as torch's
     flexible `ScheduleInterleaved1F1B` does with one round (N = m // max(1, m // p) = m)."""
-    require(v >= 2, "num_chunks", v,
-            "schedule='interleaved_1f1b' needs num_chunks >= 2 (with one chunk use '1f1b')")
-    require(p >= 2, "num_stages", p,
-            "schedule='interleaved_1f1b' needs num_stages >= 2 (one rank has no pipeline)")
-    n = interleaved_group_size(num_stages=p, group_size=group_size)
+    # Each rule is tested before its message is built (the search checks this rule for
+    # every interleaved shape it bounds).
+    if v < 2:
+        refuse("num_chunks", v,
+               "schedule='interleaved_1f1b' needs num_chunks >= 2 (with one chunk use '1f1b')")
+    if p < 2:
+        refuse("num_stages", p,
+               "schedule='interleaved_1f1b' needs num_stages >= 2 (one rank has no pipeline)")
+    n = p if group_size is None else group_size  # `interleaved_group_size`
     if n == m < p:
         return
-    require(n >= p, "group_size", n,
-            f"the micro-batch group must hold at least num_stages={p} micro-batches "
-            f"(or all of them when fewer, group_size = num_micro_batches): use group_size "
-            f">= {p}")
-    require(n <= m, "num_micro_batches", m,
-            f"interleaving with micro-batch group size {n} needs num_micro_batches >= {n}: "
-            f"raise num_micro_batches to a multiple of {n}"
-            + (f", or set group_size={m} to run all {m} in one group" if m < p else ""))
+    if n < p:
+        refuse("group_size", n,
+               f"the micro-batch group must hold at least num_stages={p} micro-batches "
+               f"(or all of them when fewer, group_size = num_micro_batches): use group_size "
+               f">= {p}")
+    if n > m:
+        refuse("num_micro_batches", m,
+               f"interleaving with micro-batch group size {n} needs num_micro_batches >= "
+               f"{n}: raise num_micro_batches to a multiple of {n}"
+               + (f", or set group_size={m} to run all {m} in one group" if m < p else ""))
     tail = m % n
-    require(tail == 0 or tail >= p, "num_micro_batches", m,
-            f"the last micro-batch group would hold {tail} < num_stages={p} micro-batches "
-            f"(dependency bubbles): use a multiple of {n}, e.g. {m - tail} or {m - tail + n}")
+    if tail and tail < p:
+        refuse("num_micro_batches", m,
+               f"the last micro-batch group would hold {tail} < num_stages={p} micro-batches "
+               f"(dependency bubbles): use a multiple of {n}, e.g. {m - tail} or "
+               f"{m - tail + n}")
 
 
 def _flush_bubble(p: int, _m: int, f: float, b: float, w: float,
