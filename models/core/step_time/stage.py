@@ -503,9 +503,6 @@ class StageInputs(NamedTuple):
 class StageBucket:
     """The kept stages of one (model, recipe, cluster, configuration, micro-batches)."""
 
-    kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[TimingKind, ...], ...]]
-    """Layer timing kinds (`timing_kind`) of each chunk tuple (the model is fixed in a
-    bucket)."""
     stages: dict[tuple[StageInputs, int | None], StageTime]
     """By `StageInputs` with the rank's own stage number (None: the first rank computed
     for the record, whose times the others copy)."""
@@ -527,19 +524,22 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     a function of (recipe, cluster, configuration, micro-batches; fabric and groups follow
     from the cluster and the configuration): the search asks for the same configuration's
     stages in its bounds and again in its estimate."""
-    buckets = model_tables(spec).stage_times
+    tables = model_tables(spec)
     base = (training, cluster, parallel, m)
-    bucket = buckets.get(base)
+    bucket = tables.stage_times.get(base)
+    # A new bucket holds no rank's entry yet: its ranks go straight to the shared record.
+    fresh = bucket is None
     if bucket is None:
-        bucket = buckets[base] = StageBucket(kinds={}, stages={})
+        bucket = tables.stage_times[base] = StageBucket(stages={})
     layer_memo: dict[LayerPartsInputs, LayerParts] | None = None
     stages = []
     for layout in layouts:
-        kinds = bucket.kinds.get(layout.chunks)
+        # The kinds `chunk_timing_kinds` keeps on the model's tables, read there first.
+        kinds = tables.timing_kinds.get(layout.chunks)
         if kinds is None:
-            kinds = bucket.kinds[layout.chunks] = chunk_timing_kinds(spec, layout.chunks)
+            kinds = chunk_timing_kinds(spec, layout.chunks)
         key = StageInputs.of(kinds, parallel, layout)
-        found = bucket.stages.get((key, layout.rank))
+        found = None if fresh else bucket.stages.get((key, layout.rank))
         if found is None:
             shared = bucket.stages.get((key, None))
             if shared is None:
