@@ -431,7 +431,9 @@ def _enqueue(problem: SearchProblem, queue: SearchQueue, sizes: list[int], deadl
 def _push(problem: SearchProblem, queue: SearchQueue, c: MeshCandidate, memory: int) -> None:
     """Queue a candidate within the memory capacity by its table time bound (rescaled to
     the objective), unless the throughput target's bounds rule it out."""
-    time_s = problem.tables.time_bound_s(c) + problem.tables.wait_bound_s(c)
+    tables = problem.tables
+    core = tables.core(c)
+    time_s = tables.time_bound_s(c, core) + tables.wait_bound_s(c, core)
     if misses_target(problem, queue, time_s):
         return
     bound = rescale(time_s, c, problem.objective, problem.tokens)
