@@ -201,7 +201,7 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         known = memo.activations.get(acts_key)
         if known is not None:
             activations, host_acts, _ = known
-            return (sum(c.bytes for c in activations), sum(c.bytes for c in host_acts),
+            return (sum([c.bytes for c in activations]), sum([c.bytes for c in host_acts]),
                     stored_activation_bytes(activations))
         numbers = rank_activation_bytes(spec, training, acts_key)
         return numbers.gpu_bytes, numbers.offloaded, numbers.stored_on_gpu
