@@ -71,7 +71,7 @@ def one_f_one_b(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
         for k in range(m - warmup):
             rows.append((_F, warmup + k, d, -1, -1))
             rows.append((_BW, k, d, -1, -1))
-        rows.extend((_BW, k, d, -1, -1) for k in range(m - warmup, m))
+        rows.extend([(_BW, k, d, -1, -1) for k in range(m - warmup, m)])
     return builder.build(schedule=PipelineSchedule.ONE_F_ONE_B, chunks_per_stage_unit=1)
 
 
@@ -85,7 +85,7 @@ def warmed_up_ranks(builder: ProgramBuilder, p: int,
     for d in range(p):
         rows = builder.rank(d)
         warmup = min(p - 1 - d, m)
-        rows.extend((_F, j, d, -1, -1) for j in range(warmup))
+        rows.extend([(_F, j, d, -1, -1) for j in range(warmup)])
         yield d, rows, warmup
 
 
@@ -125,20 +125,27 @@ def interleaved(*, num_stages: int, num_micro_batches: int, num_chunks: int,
                                        group_size=group_size), dtype=np.int64).reshape(-1, 2)
     batches, chunks = table[:, 0], table[:, 1]
     total = v * m
+    forward_kind = np.array([_F], dtype=np.int64)
+    backward_kind = np.array([_BW], dtype=np.int64)
+    alternating = np.array([[_F, _BW]], dtype=np.int64)
     for d in range(p):
         # Columns of the list: warm-up forwards, then F and BW alternating, then the drain.
         warmup = min(2 * (p - 1 - d) + (v - 1) * group_size, total)
         steady = total - warmup
         forward_stage, backward_stage = chunks * p + d, (v - 1 - chunks) * p + d
-        kind = np.concatenate([np.full(warmup, _F), np.tile([_F, _BW], steady),
-                               np.full(warmup, _BW)])
+        # `np.full`, `np.tile` and `np.stack` as array methods and `np.concatenate` (no
+        # Python wrapper frames: one set per rank of every generated order).
+        kind = np.concatenate([forward_kind.repeat(warmup), alternating.repeat(steady, axis=0)
+                               .reshape(-1), backward_kind.repeat(warmup)])
         micro_batch = np.concatenate([
             batches[:warmup],
-            np.stack([batches[warmup:], batches[:steady]], axis=1).reshape(-1),
+            np.concatenate([batches[warmup:, None], batches[:steady, None]], axis=1)
+            .reshape(-1),
             batches[steady:]])
         stage = np.concatenate([
             forward_stage[:warmup],
-            np.stack([forward_stage[warmup:], backward_stage[:steady]], axis=1).reshape(-1),
+            np.concatenate([forward_stage[warmup:, None], backward_stage[:steady, None]],
+                           axis=1).reshape(-1),
             backward_stage[steady:]])
         builder.set_rank_columns(d, kind, micro_batch, stage)
     return builder.build(schedule=PipelineSchedule.INTERLEAVED_1F1B, chunks_per_stage_unit=v)
