@@ -45,7 +45,7 @@ from models.core.memory_floors import (
 from models.core.params import count_parameters, mtp_module_params
 from models.core.pipeline import (
     closed_form_makespan,
-    peak_in_flight_chunks,
+    rank_peaks_in_flight_chunks,
     schedule_traits,
 )
 from models.core.precision import sharded_state_bytes, state_bytes_per_param
@@ -292,9 +292,11 @@ class BoundTables:
         in_flight = head_in_flight_floor(c.schedule, c.pp, c.num_micro_batches)
         return head * in_flight / c.pp
 
-    def time_bound_s(self, c: MeshCandidate) -> float:
-        """Lower bound of the pipeline makespan with the fastest policy."""
-        core = self.core(c)
+    def time_bound_s(self, c: MeshCandidate, core: CoreTimes | None = None) -> float:
+        """Lower bound of the pipeline makespan with the fastest policy (`core`: the
+        candidate's `core`, looked up when not given)."""
+        if core is None:
+            core = self.core(c)
         m = c.num_micro_batches
         layer_f, layer_b, layer_w = core.layer_f, core.layer_b, core.layer_w
         avg_busy = (layer_f + layer_b + layer_w + core.head_s) / c.pp
@@ -306,14 +308,16 @@ class BoundTables:
             bound = max(bound, _closed_form_bound(c.schedule, c.pp, m, chunks, f, b, w))
         return bound
 
-    def wait_bound_s(self, c: MeshCandidate) -> float:
+    def wait_bound_s(self, c: MeshCandidate, core: CoreTimes | None = None) -> float:
         """Lower bound of the wait for the slowest GPU of any plan of the candidate: the share
         of its world size times each rank's mean layer compute over the step
         (`models.core.step_time.step_terms.slowest_gpu_wait_s`, which adds the heads and the
         policy's recomputation to the same mean). Added to the makespan bounds the queue
-        orders by; the makespan bounds themselves stay without it."""
-        core = self.core(c)
-        compute = sum(k.count * k.compute.times.total_s for k in core.kinds)
+        orders by; the makespan bounds themselves stay without it (`core`: as in
+        `time_bound_s`)."""
+        if core is None:
+            core = self.core(c)
+        compute = sum([k.count * k.compute.times.total_s for k in core.kinds])
         share = slowest_gpu_share(c.world_size)
         return share * c.num_micro_batches * compute / c.pp
 
@@ -459,8 +463,8 @@ class BoundTables:
 
 def _mean_in_flight(schedule: PipelineSchedule, pp: int, m: int, chunks: int) -> float:
     """Average over ranks of the schedule's peak in-flight micro-batch x chunk units."""
-    total = sum(peak_in_flight_chunks(schedule, num_stages=pp, num_micro_batches=m,
-                                      num_chunks=chunks, stage=d) for d in range(pp))
+    total = sum(rank_peaks_in_flight_chunks(schedule, num_stages=pp, num_micro_batches=m,
+                                            num_chunks=chunks))
     return total / pp
 
 

@@ -16,7 +16,7 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode, RecomputeModule
 from api_schemas.requests import Constraints
 from solver.policy import ACTIVATION_OFFLOAD_SHARE, broad_selective_modules, max_offload_share
-from solver.space import MeshCandidate, permitted
+from solver.space import MeshCandidate, permitted_values
 
 Policy = dict[str, object]
 """Activation-policy fields of a `ParallelConfig` (recompute, modules, FP8, offload)."""
@@ -51,7 +51,7 @@ ALL_POLICIES = PolicyCaps()
 
 def allowed_zero_stages(constraints: Constraints) -> list[int]:
     """ZeRO stages the request permits, ascending."""
-    return [z for z in (0, 1, 2, 3) if permitted("zero_stage", z, constraints)]
+    return permitted_values("zero_stage", (0, 1, 2, 3), constraints)
 
 
 @dataclass(frozen=True, slots=True)

@@ -378,6 +378,7 @@ def _enqueue(problem: SearchProblem, queue: SearchQueue, sizes: list[int], deadl
     A world size whose peak throughput (`solver.throughput_bound.peak_tokens_per_s`) is
     below the target is skipped whole: no plan on it can reach the target."""
     tables, cluster = problem.tables, problem.cluster
+    capacity = cluster.capacity_bytes
     target = problem.constraints.target_tokens_per_s
     for world in sizes:
         cancel.check()
@@ -416,7 +417,7 @@ def _enqueue(problem: SearchProblem, queue: SearchQueue, sizes: list[int], deadl
                 continue
             memory = tables.memory_bound_bytes(c, max_zero=max(problem.zeros, default=0),
                                                max_offload=problem.max_offload)
-            if memory > cluster.capacity_bytes:
+            if memory > capacity:
                 queue.pruned_memory += 1
                 too_large[shape] = min(too_large.get(shape, c.micro_batch_size),
                                        c.micro_batch_size)
@@ -430,7 +431,9 @@ def _enqueue(problem: SearchProblem, queue: SearchQueue, sizes: list[int], deadl
 def _push(problem: SearchProblem, queue: SearchQueue, c: MeshCandidate, memory: int) -> None:
     """Queue a candidate within the memory capacity by its table time bound (rescaled to
     the objective), unless the throughput target's bounds rule it out."""
-    time_s = problem.tables.time_bound_s(c) + problem.tables.wait_bound_s(c)
+    tables = problem.tables
+    core = tables.core(c)
+    time_s = tables.time_bound_s(c, core) + tables.wait_bound_s(c, core)
     if misses_target(problem, queue, time_s):
         return
     bound = rescale(time_s, c, problem.objective, problem.tokens)

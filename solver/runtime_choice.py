@@ -159,8 +159,8 @@ def runtime_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCand
     (`tried_off_first`, the memory-efficient norm) off first, so that a plan which fits as
     fast without it keeps the framework's standard path. Each carries the framework's
     pipeline-engine trait for the candidate's PP (`with_pipe_engine`)."""
-    return tuple(with_pipe_engine(option, candidate.pp, framework)
-                 for option in _feature_options(spec, training, candidate, framework))
+    return tuple([with_pipe_engine(option, candidate.pp, framework)
+                  for option in _feature_options(spec, training, candidate, framework)])
 
 
 def _feature_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
@@ -178,7 +178,7 @@ def _feature_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCan
     for name in sorted(usable - base):
         with_it = [option | {name} for option in options]
         options = options + with_it if BY_NAME[name].tried_off_first else with_it + options
-    return tuple(resolved(training, option) for option in options)
+    return tuple([resolved(training, option) for option in options])
 
 
 def runtime_feature_set(spec: ModelSpec, training: TrainingSpec,

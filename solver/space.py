@@ -12,6 +12,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from api_schemas.architecture import ModelSpec
@@ -28,7 +29,6 @@ from models.core.mesh.rules import (
     SHAPE_FIELDS,
     SHAPE_RULES,
     TP_RULES,
-    Rule,
     admits,
 )
 from models.core.mesh.rules_pipeline import pp_at_most_layers
@@ -116,13 +116,14 @@ class MeshCandidate:
                          order=DEFAULT_ORDER)
 
     def _fields(self, overrides: dict[str, Any]) -> dict[str, Any]:
-        fields: dict[str, Any] = {
-            "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
-            "etp": self.etp, "vpp": self.vpp, "micro_batch_size": self.micro_batch_size,
-            "schedule": self.schedule, "sequence_parallel": self.sequence_parallel,
-            "cp_kind": self.cp_kind, "ulysses_degree": self.ulysses_degree}
+        fields: dict[str, Any] = {name: getattr(self, name) for name in MESH_FIELDS}
         fields.update(overrides)
         return fields
+
+
+MESH_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "schedule",
+               "sequence_parallel", "cp_kind", "ulysses_degree")
+"""The `ParallelConfig` fields a candidate sets (`MeshCandidate.parallel`, `mesh`)."""
 
 
 _DEFAULT_PARALLEL = ParallelConfig()
@@ -144,6 +145,19 @@ def permitted(name: str, value: Any, constraints: Constraints) -> bool:
             return False
     forbidden = constraints.forbid.get(name, [])
     return value not in forbidden and str(value) not in [str(f) for f in forbidden]
+
+
+def permitted_values(name: str, values: Iterable[Any], constraints: Constraints) -> list[Any]:
+    """The `values` (in their order) that `permitted` allows for `name`, the pins and the
+    forbidden lists read once for all."""
+    pin = getattr(constraints, name, None)
+    allowed = None if pin is None else (pin if isinstance(pin, list) else [pin])
+    allowed_text = [] if allowed is None else [str(a) for a in allowed]
+    forbidden = constraints.forbid.get(name, [])
+    forbidden_text = [str(f) for f in forbidden]
+    return [value for value in values
+            if (allowed is None or value in allowed or str(value) in allowed_text)
+            and value not in forbidden and str(value) not in forbidden_text]
 
 
 def mesh_context(spec: ModelSpec, training: TrainingSpec, *, world_size: int,
@@ -282,22 +296,27 @@ def _candidate_meshes(spec: ModelSpec, training: TrainingSpec, *, world_size: in
     ctx = mesh_context(spec, training, world_size=world_size, gpus_per_node=gpus_per_node)
     out: list[MeshCandidate] = []
     verdicts: dict[tuple[object, ...], bool] = {}
-
-    def admitted(rules: tuple[Rule, ...], names: tuple[str, ...], own: dict[str, Any]) -> bool:
-        """Whether `rules` pass the candidate's fields `names` (`own`: its fields as `mesh`
-        sets them; those it leaves unset, such as `layers_per_stage`, stay unset), checked
-        once per distinct value."""
-        fields = {name: own[name] for name in names if name in own}
-        key = (rules is PIPELINE_RULES, *fields.values())
-        verdict = verdicts.get(key)
-        if verdict is None:
-            verdict = verdicts[key] = admits(ctx, rules, **fields)
-        return verdict
+    # Each rule group with the fields of it a candidate sets (those it leaves unset, such as
+    # `layers_per_stage`, stay unset) and their getter (several names: it returns a tuple).
+    groups = []
+    for rules, names in ((SHAPE_RULES, SHAPE_FIELDS), (PIPELINE_RULES, PIPELINE_FIELDS)):
+        present = tuple([name for name in names if name in MESH_FIELDS])
+        assert len(present) > 1, "a group's getter returns a tuple for two names or more"
+        groups.append((rules, present, attrgetter(*present)))
 
     def legal(c: MeshCandidate) -> bool:
-        own = c._fields({})
-        return (admitted(SHAPE_RULES, SHAPE_FIELDS, own)
-                and admitted(PIPELINE_RULES, PIPELINE_FIELDS, own))
+        """Whether both rule groups pass the candidate's fields, each checked once per
+        distinct value of them."""
+        for rules, names, values_of in groups:
+            values = values_of(c)
+            key = (rules is PIPELINE_RULES, *values)
+            verdict = verdicts.get(key)
+            if verdict is None:
+                verdict = verdicts[key] = admits(ctx, rules, **dict(zip(names, values,
+                                                                        strict=True)))
+            if not verdict:
+                return False
+        return True
 
     for tp in _tp_options(ctx, constraints):
         for cp, cp_kind, ulysses in _cp_options(ctx, tp, constraints):
@@ -332,6 +351,7 @@ def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelK
         sp_options = [True]
     else:
         sp_options = [constraints.sequence_parallel]
+    sp_options = permitted_values("sequence_parallel", sp_options, constraints)
     experts = _expert_options(ctx, tp, cp, dp, constraints)
     for mbs in divisors(per_replica):
         # Every divisor: the planner prunes a mesh's larger micro-batches once its memory
@@ -344,8 +364,6 @@ def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelK
         for schedule, vpp in _schedule_options(spec, pp, m, constraints):
             for ep, etp in experts:
                 for sp in sp_options:
-                    if not permitted("sequence_parallel", sp, constraints):
-                        continue
                     yield MeshCandidate(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp,
                                         micro_batch_size=mbs, num_micro_batches=m,
                                         schedule=schedule, sequence_parallel=sp,
@@ -355,6 +373,7 @@ def _meshes_for(ctx: MeshContext, *, tp: int, cp: int, cp_kind: ContextParallelK
 __all__ = [
     "MAX_PIPELINED_MICRO_BATCHES",
     "MAX_VPP",
+    "MESH_FIELDS",
     "MESH_LISTS_KEPT",
     "MIN_SEQUENCE_FOR_CP",
     "MeshCandidate",
@@ -362,4 +381,5 @@ __all__ = [
     "divisors",
     "mesh_context",
     "permitted",
+    "permitted_values",
 ]

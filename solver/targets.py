@@ -66,7 +66,7 @@ def target_frameworks(constraints: Constraints) -> tuple[Framework, ...] | None:
         return None
     tables = frameworks()
     if constraints.framework is None:
-        return tuple(tables[f] for f in RELEASED)
+        return tuple([tables[f] for f in RELEASED])
     return (tables[constraints.framework],)
 
 
@@ -305,7 +305,10 @@ def admits_mesh(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidat
     # A runtime feature the request leaves open is decided per framework (a framework that
     # lacks it runs the mesh with it off), so only the fixed ones can shut a framework out.
     mesh = request.mesh(candidate) - request.open_features
-    return any(request.view(fw.id, mesh) is not None for fw in targets)
+    for fw in targets:
+        if request.view(fw.id, mesh) is not None:
+            return True
+    return False
 
 
 def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,

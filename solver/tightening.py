@@ -177,6 +177,7 @@ def add_tail_floor(problem: SearchProblem, queue: SearchQueue, lower: float, ord
     if problem.objective == Objective.MIN_MEMORY or order not in queue.makespan:
         return False
     tables, makespan = problem.tables, queue.makespan[order]
+    capacity = problem.cluster.capacity_bytes
     forced = queue.forced_zero.get(order, 0)
     # Only the stages a framework running the mesh allows have plans (torchtitan's V
     # schedules, for one, only ZeRO-3: FSDP).
@@ -187,8 +188,7 @@ def add_tail_floor(problem: SearchProblem, queue: SearchQueue, lower: float, ord
                     else makespan)
              for zero in problem.zeros
              if zero in allowed and (forced != 3 or zero == 3) and tables.memory_bound_bytes(
-                 c, max_zero=zero, max_offload=problem.max_offload)
-             <= problem.cluster.capacity_bytes}
+                 c, max_zero=zero, max_offload=problem.max_offload) <= capacity}
     if not spans or min(spans) < FLOOR_FROM_ZERO_STAGE:
         return False
     try:

@@ -21,6 +21,7 @@ kernels or materialised softmax, calibrated on the FlashAttention-2/3 repository
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from api_schemas.dtypes import DType
 from api_schemas.hardware import GpuSpec
@@ -273,6 +274,27 @@ def wave_occupancy(m: int, n: int, *, num_sms: int) -> float:
     return tiles / (waves * num_sms)
 
 
+class GemmRates(NamedTuple):
+    """What `gemm_time_s` reads of a GPU, an input format and a kernel profile, taken once
+    for the many shapes of one layer (`gemm_rates`)."""
+
+    peak_frac: float
+    """The format's dense peak times the profile's GEMM efficiency (P x eta_max)."""
+    num_sms: int
+    element_bytes: float
+    """Bytes per operand element, at most 2 (B)."""
+    bandwidth: float
+    """HBM bandwidth in bytes per second (BW)."""
+
+
+def gemm_rates(gpu: GpuSpec, dtype: DType, profile: KernelProfile | None = None) -> GemmRates:
+    """The `GemmRates` of a GPU, a format and a profile (the GPU's own when not given)."""
+    prof = profile or profile_for(gpu)
+    return GemmRates(peak_frac=gpu.peak_flop_per_s(dtype) * _gemm_frac(prof, dtype),
+                     num_sms=prof.num_sms, element_bytes=min(dtype.num_bytes, 2.0),
+                     bandwidth=gpu.hbm_bandwidth_bytes_per_s)
+
+
 def gemm_time_s(m: int, n: int, k: int, *, gpu: GpuSpec, dtype: DType,
                 profile: KernelProfile | None = None) -> float:
     """Time of one (m x k) @ (k x n) GEMM (see the module docstring for the formula).
@@ -281,12 +303,19 @@ def gemm_time_s(m: int, n: int, k: int, *, gpu: GpuSpec, dtype: DType,
     """
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
-    prof = profile or profile_for(gpu)
-    peak = gpu.peak_flop_per_s(dtype)
-    compute = 2.0 * m * n * k / (peak * _gemm_frac(prof, dtype)
-                                 * wave_occupancy(m, n, num_sms=prof.num_sms))
-    element_bytes = min(dtype.num_bytes, 2.0)
-    io = GEMM_IO_FACTOR * element_bytes * (m * n + m * k + k * n) / gpu.hbm_bandwidth_bytes_per_s
+    return gemm_time_at(m, n, k, gemm_rates(gpu, dtype, profile))
+
+
+def gemm_time_at(m: int, n: int, k: int, rates: GemmRates) -> float:
+    """`gemm_time_s` of one shape under rates taken once (`gemm_rates`).
+
+    Legend: as `gemm_time_s`; P x eta_max = rates.peak_frac.
+    """
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    compute = 2.0 * m * n * k / (rates.peak_frac
+                                 * wave_occupancy(m, n, num_sms=rates.num_sms))
+    io = GEMM_IO_FACTOR * rates.element_bytes * (m * n + m * k + k * n) / rates.bandwidth
     return GEMM_LAUNCH_S + compute + io
 
 
@@ -374,9 +403,12 @@ __all__ = [
     "CDNA3_GEMM_TABLE_RATIO",
     "HBM_ACHIEVABLE_FRAC",
     "PROFILES",
+    "GemmRates",
     "KernelProfile",
     "attention_time_s",
     "calibrated_profile",
+    "gemm_rates",
+    "gemm_time_at",
     "gemm_time_s",
     "grouped_gemm_time_s",
     "memory_bound_time_s",

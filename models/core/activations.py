@@ -161,8 +161,8 @@ class LayerActivationBytes:
         if recompute == RecomputeMode.NONE:
             return self.total_bytes
         chosen = frozenset(modules)
-        return sum(t.bytes for t in self.tensors if not (t.dropped_by & chosen)
-                   and (t.kept_only_by is None or t.kept_only_by & chosen))
+        return sum([t.bytes for t in self.tensors if not (t.dropped_by & chosen)
+                    and (t.kept_only_by is None or t.kept_only_by & chosen)])
 
 
 def _tensor(name: str, block: str, per_token: float, ctx: LayerActivationContext,

@@ -23,10 +23,12 @@ from api_schemas.training import CudaGraphModule, ElementwiseFusion, MoeDispatch
 from models.catalog.kernels import (
     GEMM_TILE,
     PROFILES,
+    GemmRates,
     KernelProfile,
     attention_time_s,
     calibrated_profile,
-    gemm_time_s,
+    gemm_rates,
+    gemm_time_at,
     memory_bound_time_s,
     profile_for,
 )
@@ -203,25 +205,37 @@ class _Gemm:
     """Independent problems of this shape in one grouped launch (local experts)."""
 
 
-def _shape_time(g: _Gemm, m: int, n: int, k: int, ctx: ComputeContext) -> float:
+def _shape_time(g: _Gemm, m: int, n: int, k: int, ctx: ComputeContext,
+                profile: KernelProfile | None = None, rates: GemmRates | None = None) -> float:
     """One (m x k) @ (k x n) pass of `g`: over its groups (grouped, or one GEMM per group,
-    `models.core.moe.expert_gemm.local_experts_gemm_s`), or a plain GEMM."""
+    `models.core.moe.expert_gemm.local_experts_gemm_s`), or a plain GEMM (`profile`: the
+    context's `kernel_profile`, and `rates` its `gemm_rates`, read here when not given)."""
+    if profile is None:
+        profile = ctx.kernel_profile
     if g.groups > 1:
         return local_experts_gemm_s(g.groups, m, n, k, gpu=ctx.gpu, dtype=ctx.compute_dtype,
-                                    profile=ctx.kernel_profile, grouped=ctx.moe_grouped_gemm)
-    return gemm_time_s(m, n, k, gpu=ctx.gpu, dtype=ctx.compute_dtype, profile=ctx.kernel_profile)
+                                    profile=profile, grouped=ctx.moe_grouped_gemm)
+    if rates is None:
+        rates = gemm_rates(ctx.gpu, ctx.compute_dtype, profile)
+    return gemm_time_at(m, n, k, rates)
 
 
 def _gemm_times(gemms: list[_Gemm], ctx: ComputeContext) -> tuple[OpTimes, dict[M, float]]:
-    times = OpTimes()
+    """The F, B and W of `gemms` summed in list order, and each recompute module's forward
+    share (the context's kernel profile read once for all)."""
+    profile = ctx.kernel_profile
+    rates = gemm_rates(ctx.gpu, ctx.compute_dtype, profile)
+    forward = backward_input = backward_weight = 0.0
     modules: dict[M, float] = {}
     for g in gemms:
-        f = _shape_time(g, g.m, g.n, g.k, ctx)
-        times = times + OpTimes(forward_s=f, backward_input_s=_shape_time(g, g.m, g.k, g.n, ctx),
-                                backward_weight_s=_shape_time(g, g.k, g.n, g.m, ctx))
+        f = _shape_time(g, g.m, g.n, g.k, ctx, profile, rates)
+        forward += f
+        backward_input += _shape_time(g, g.m, g.k, g.n, ctx, profile, rates)
+        backward_weight += _shape_time(g, g.k, g.n, g.m, ctx, profile, rates)
         if g.module is not None:
             modules[g.module] = modules.get(g.module, 0.0) + f
-    return times, modules
+    return OpTimes(forward_s=forward, backward_input_s=backward_input,
+                   backward_weight_s=backward_weight), modules
 
 
 def attention_gemms(spec: ModelSpec, ctx: ComputeContext) -> list[_Gemm]:

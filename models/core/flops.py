@@ -19,6 +19,7 @@ from api_schemas.architecture import ModelSpec
 from models.core.layer_kinds import attention_kind, mlp_block, mlp_kind
 from models.core.linear_attention import linear_attention_core_forward_flops
 from models.core.params import layer_attention_params
+from models.core.search_memo import model_tables
 
 BACKWARD_TO_FORWARD_RATIO = 2.0
 """Backward costs two forwards (input and weight gradients).
@@ -112,11 +113,24 @@ def layer_core_forward_flops(spec: ModelSpec, layer_index: int, *, seq_len: int,
                                         chunk=spec.attention_chunk(layer_index))
 
 
-def _layer_kind(spec: ModelSpec, index: int) -> tuple[bool, int | None, int | None, bool]:
+FlopKind = tuple[bool, int | None, int | None, bool]
+"""What makes two layers alike in FLOPs (`_layer_kind`)."""
+
+
+def _layer_kind(spec: ModelSpec, index: int) -> FlopKind:
     """Layers alike in FLOPs: MoE or not, attention window and chunk, linear attention or
     not."""
     return (spec.is_moe_layer(index), spec.attention_window(index), spec.attention_chunk(index),
             spec.is_linear_attention_layer(index))
+
+
+def flop_kinds(spec: ModelSpec) -> tuple[FlopKind, ...]:
+    """`_layer_kind` of every layer by index (kept on the search's tables of the model: the
+    step's FLOPs ask it of every layer at every estimate)."""
+    tables = model_tables(spec)
+    if tables.flop_kinds is None:
+        tables.flop_kinds = tuple([_layer_kind(spec, i) for i in range(spec.num_layers)])
+    return tables.flop_kinds
 
 
 def logits_forward_flops(spec: ModelSpec, *, seq_len: int) -> float:
@@ -140,9 +154,9 @@ def mtp_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False) ->
 def model_forward_flops(spec: ModelSpec, *, seq_len: int, causal: bool = False) -> float:
     """Forward FLOPs of the whole model (layers, logits, MTP) for one sequence."""
     layers = 0.0
-    kinds: dict[tuple[bool, int | None, int | None, bool], list[int]] = {}
-    for i in range(spec.num_layers):
-        kinds.setdefault(_layer_kind(spec, i), []).append(i)
+    kinds: dict[FlopKind, list[int]] = {}
+    for i, kind in enumerate(flop_kinds(spec)):
+        kinds.setdefault(kind, []).append(i)
     for indices in kinds.values():
         per_layer = layer_forward_flops(spec, indices[0], seq_len=seq_len, causal=causal)
         layers += len(indices) * per_layer.total_flop
@@ -184,15 +198,22 @@ def recompute_forward_flops(spec: ModelSpec, *, seq_len: int, full_layers: Itera
     recomputation performs, so our HFU with selective recompute is lower than their Table 5.
     """
     extra = 0.0
-    per_kind: dict[tuple[bool, int | None, int | None, bool], float] = {}
+    kinds = flop_kinds(spec)
+    per_kind: dict[FlopKind, float] = {}
     for index in full_layers:
-        kind = _layer_kind(spec, index)
+        kind = kinds[index] if 0 <= index < len(kinds) else _layer_kind(spec, index)
         if kind not in per_kind:
             per_kind[kind] = layer_forward_flops(spec, index, seq_len=seq_len,
                                                  causal=causal).total_flop
         extra += per_kind[kind]
+    # The core's FLOPs read the layer's kind only (linear attention, window, chunk).
+    per_core: dict[FlopKind, float] = {}
     for index in selective_layers:
-        extra += layer_core_forward_flops(spec, index, seq_len=seq_len, causal=causal)
+        kind = kinds[index] if 0 <= index < len(kinds) else _layer_kind(spec, index)
+        if kind not in per_core:
+            per_core[kind] = layer_core_forward_flops(spec, index, seq_len=seq_len,
+                                                      causal=causal)
+        extra += per_core[kind]
     return extra
 
 
@@ -224,6 +245,8 @@ __all__ = [
     "StepFlops",
     "attention_core_forward_flops",
     "attention_head_dims",
+    "FlopKind",
+    "flop_kinds",
     "layer_core_forward_flops",
     "layer_forward_flops",
     "logits_forward_flops",

@@ -224,7 +224,7 @@ def mesh_features(spec: ModelSpec, training: TrainingSpec, *, tp: int, pp: int, 
             out.add("fp8_weight_storage")
     out |= effective_features(training, moe=has_routed_experts(spec), tp=tp, dp=dp, ep=ep,
                               sequence_parallel=sequence_parallel)
-    if sum(d > 1 for d in (dp, tp, pp, cp)) > 1:
+    if sum([d > 1 for d in (dp, tp, pp, cp)]) > 1:
         out.add("mesh:multi_dim")
     if spec.name.lower().startswith("qwen3"):
         out.add("model:qwen3")
@@ -342,7 +342,7 @@ def optimizer_offload_features(share: float) -> set[str]:
 
 def capabilities(features: frozenset[str]) -> frozenset[str]:
     """The features a framework must list (descriptors removed)."""
-    return frozenset(f for f in features if not f.startswith(DESCRIPTORS))
+    return frozenset([f for f in features if not f.startswith(DESCRIPTORS)])
 
 
 def blockers(framework: Framework, features: frozenset[str], *,

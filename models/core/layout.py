@@ -42,7 +42,7 @@ class StageLayout:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers",
-                           tuple(index for chunk in self.chunks for index in chunk))
+                           tuple([index for chunk in self.chunks for index in chunk]))
 
 
 def layout_traits(parallel: ParallelConfig) -> ScheduleTraits:

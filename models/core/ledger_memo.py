@@ -140,8 +140,8 @@ def state_sums(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     def state_sums() -> tuple[RankParameters, int, int]:
         groups, states, host_states, ema_gpu, ema_host = kept(
             memo.states, key, lambda: state_parts(spec, training, parallel, layout))
-        return (groups, sum(c.bytes for c in states) + sum(c.bytes for c in ema_gpu),
-                sum(c.bytes for c in host_states) + sum(c.bytes for c in ema_host))
+        return (groups, sum([c.bytes for c in states]) + sum([c.bytes for c in ema_gpu]),
+                sum([c.bytes for c in host_states]) + sum([c.bytes for c in ema_host]))
 
     return kept(memo.state_sums, key, state_sums)
 
@@ -155,7 +155,7 @@ def runtime_sums(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
     def runtime_sums() -> tuple[int, int]:
         listed, transient = kept(memo.runtime, items_key,
                                       lambda: runtime_items(spec, training, parallel, groups))
-        return sum(c.bytes for c in listed), transient
+        return sum([c.bytes for c in listed]), transient
 
     return kept(memo.runtime_sums, items_key, runtime_sums)
 

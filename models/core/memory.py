@@ -77,7 +77,7 @@ class StageMemory:
     @property
     def total_bytes(self) -> int:
         """All GPU bytes of the rank."""
-        return sum(c.bytes for c in self.components)
+        return sum([c.bytes for c in self.components])
 
     @property
     def host_bytes(self) -> int:
@@ -201,15 +201,15 @@ def _rank_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         known = memo.activations.get(acts_key)
         if known is not None:
             activations, host_acts, _ = known
-            return (sum(c.bytes for c in activations), sum(c.bytes for c in host_acts),
+            return (sum([c.bytes for c in activations]), sum([c.bytes for c in host_acts]),
                     stored_activation_bytes(activations))
         numbers = rank_activation_bytes(spec, training, acts_key)
         return numbers.gpu_bytes, numbers.offloaded, numbers.stored_on_gpu
 
     dynamic, acts_host, stored = kept(memo.activation_sums, acts_key, activation_sums)
     listed, transient = runtime_sums(spec, training, parallel, groups, memo)
-    hole = sum(c.bytes for c in loss_hole_components(spec, training, parallel,
-                                                     num_heads=layout.num_heads))
+    hole = sum([c.bytes for c in loss_hole_components(spec, training, parallel,
+                                                      num_heads=layout.num_heads)])
     gpu = states_gpu + dynamic + listed + fragmentation_bytes(dynamic, transient) + hole
     return gpu, states_host + acts_host, stored
 
@@ -326,24 +326,25 @@ def fits_memory(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
                                  cluster.capacity_bytes * len(layouts)):
                 return False
         totals, movable = [], []
+        capacity = cluster.capacity_bytes
         for rank in order:
             gpu, host, stored = _rank_bytes(spec, training, parallel, layouts[rank], m, memo)
-            if host > host_capacity or gpu - stored > cluster.capacity_bytes:
+            if host > host_capacity or gpu - stored > capacity:
                 return False
             totals.append(gpu)
             movable.append(stored)
-        return fits_after_remote_offload(totals=totals, movable=movable,
-                                         capacity=cluster.capacity_bytes)
+        return fits_after_remote_offload(totals=totals, movable=movable, capacity=capacity)
     profile = in_flight_counts(parallel, m) if len(layouts) > 1 else None
     checked: dict[tuple[object, ...], list[int]] = {}
     uniform = parallel.stage_policies is None
+    capacity = cluster.capacity_bytes
     for rank in order:
         twin = _twin_key(spec, parallel, layouts[rank], memo, uniform=uniform)
         if profile is not None and twin is not None and any(
                 profile.dominates(other, rank) for other in checked.get(twin, ())):
             continue  # holds no more than a rank already found to fit
         gpu, host, _ = _rank_bytes(spec, training, parallel, layouts[rank], m, memo)
-        if gpu > cluster.capacity_bytes or host > host_capacity:
+        if gpu > capacity or host > host_capacity:
             return False
         if twin is not None:
             checked.setdefault(twin, []).append(rank)

@@ -59,8 +59,27 @@ def stored_activation_floor_bytes(spec: ModelSpec, training: TrainingSpec,
         InvalidSpecError: as `memory_ledger`.
     """
     profile = in_flight_counts(parallel, micro_batch_count(training, parallel))
-    return tuple(_stored_floor(spec, training, parallel, layout, profile)
-                 for layout in pipeline_layout(spec, parallel))
+    layouts = pipeline_layout(spec, parallel)
+    if parallel.stage_policies is not None:
+        return tuple([_stored_floor(spec, training, parallel, layout, profile)
+                      for layout in layouts])
+    # One policy on every rank: `_stored_floor`'s policy and context are read once, and a
+    # rank whose chunks hold the same layer kinds as the rank before stores the same
+    # bytes per micro-batch.
+    policy = parallel.policy_of(0)
+    ctx = activation_context(training, parallel, policy.fp8_activations)
+    kept_share = 1.0 - policy.offload_frac
+    out: list[int] = []
+    kinds: object = None
+    chunk_bytes: tuple[int, ...] = ()
+    for layout in layouts:
+        rank_kinds = chunk_weight_kinds(spec, layout.chunks)
+        if rank_kinds != kinds:
+            kinds = rank_kinds
+            chunk_bytes, _ = chunk_stored_bytes(spec, rank_kinds, policy.recompute,
+                                                policy.recompute_modules, ctx)
+        out.append(math.floor(in_flight_bytes(profile, layout.rank, chunk_bytes) * kept_share))
+    return tuple(out)
 
 
 def _stored_floor(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,

@@ -11,7 +11,6 @@ micro-batch (`chunk_stored_bytes`), the schedule's in-flight profile for a confi
 """
 
 import math
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -258,7 +257,10 @@ def _chunk_stored_bytes(spec: ModelSpec, kinds: tuple[tuple[tuple[bool, bool], .
         size = len(chunk)
         total = 0
         for mode, start, stop in _mode_spans(recompute, position, size):
-            for kind, count in Counter(chunk[start:stop]).items():
+            segment = chunk[start:stop]
+            # Each kind in order of first appearance with its count (as a Counter's items).
+            for kind in dict.fromkeys(segment):
+                count = segment.count(kind)
                 moe, linear = kind
                 layer = kind_activation_bytes(spec, moe, ctx, linear=linear)
                 if (kind, mode) not in kept:

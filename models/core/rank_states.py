@@ -191,10 +191,10 @@ def state_parts(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
                               layout.num_embeddings, layout.num_heads, layout.num_mtp_modules)
     per_kind = {kind: _layer_shard_params(spec, parallel, i)
                 for kind, i in _first_of_each_kind(mix, kinds).items()}
-    chunk_params = max(((len(chunk) - moe) * per_kind.get(False, 0)
+    chunk_params = max([(len(chunk) - moe) * per_kind.get(False, 0)
                         + moe * per_kind.get(True, 0)
                         for chunk, moe in zip(layout.chunks, _chunk_moe_runs(kinds),
-                                              strict=True)), default=0)
+                                              strict=True)], default=0)
     states, host_states = model_state_components(training, parallel, groups, edp, chunk_params)
     total_params = groups.gemm + groups.vectors + groups.embedding + groups.head + groups.experts
     ema_gpu, ema_host = ema_components(training, parallel, total_params)
@@ -212,8 +212,9 @@ def chunk_weight_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
 
 def _chunk_weight_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
                         ) -> tuple[tuple[tuple[bool, bool], ...], ...]:
-    return tuple(tuple((spec.is_moe_layer(i), spec.is_linear_attention_layer(i)) for i in chunk)
-                 for chunk in chunks)
+    return tuple([tuple([(spec.is_moe_layer(i), spec.is_linear_attention_layer(i))
+                         for i in chunk])
+                  for chunk in chunks])
 
 
 __all__ = [

@@ -49,8 +49,8 @@ class RemoteBalance:
 
 
 def _need_and_room(totals: list[int], level: int, capacity: int) -> tuple[int, int]:
-    need = sum(max(0, t - level) for t in totals)
-    room = sum(max(0, min(level, capacity) - t) for t in totals)
+    need = sum([max(0, t - level) for t in totals])
+    room = sum([max(0, min(level, capacity) - t) for t in totals])
     return need, room
 
 

@@ -61,7 +61,7 @@ def communicator_count(parallel: ParallelConfig) -> int:
     per mesh axis of size > 1 (tp, cp, dp, ep; the pipeline's two neighbours count as two
     point-to-point peers)."""
     axes = [parallel.tp, parallel.cp, parallel.dp, parallel.ep * parallel.etp]
-    count = 1 + sum(1 for size in axes if size > 1)
+    count = 1 + sum([1 for size in axes if size > 1])
     return count + (2 if parallel.pp > 1 else 0)
 
 
@@ -229,7 +229,7 @@ def runtime_items(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCon
                  _attention_workspace(spec, training, parallel, tokens),
                  *_sequence_buffers(spec, parallel, tokens),
                  *_expert_and_optimizer_buffers(spec, training, parallel, groups, tokens)]
-    return [*fixed, *transient], sum(c.bytes for c in transient)
+    return [*fixed, *transient], sum([c.bytes for c in transient])
 
 
 def _zero3_items(training: TrainingSpec, parallel: ParallelConfig,

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from models.core.collectives.alpha_beta import CollectiveCost
     from models.core.collectives.fabric import Fabric
     from models.core.compute import ComputeContext, LayerCompute, OpTimes
+    from models.core.flops import FlopKind
+    from models.core.layer_kinds.base import MlpBlockRecord
     from models.core.layout import StageLayout
     from models.core.ledger_items import RankParameters
     from models.core.mesh.layout import DeviceMesh
@@ -70,6 +72,10 @@ class ModelTables:
     spec: ModelSpec
     kind_layers: "tuple[tuple[TimingKind, int, int], ...] | None" = None
     """`models.core.step_time.stage.kind_layers` (made on first ask)."""
+    mlp_blocks: "tuple[MlpBlockRecord, ...] | None" = None
+    """`models.core.layer_kinds.mlp_blocks` (made on first ask)."""
+    flop_kinds: "tuple[FlopKind, ...] | None" = None
+    """`models.core.flops.flop_kinds`: each layer's FLOP kind by index (made on first ask)."""
     timing_kinds: dict[Chunks, ChunkKinds] = field(default_factory=dict)
     """`chunk_timing_kinds` by chunk tuple."""
     weight_kinds: "dict[Chunks, WeightKinds]" = field(default_factory=dict)

@@ -34,6 +34,7 @@ from models.core.layer_kinds.mla import MLA
 from models.core.layer_kinds.mlp import GELU, SWIGLU
 from models.core.layer_kinds.moe import DENSE_MLP_BLOCK, MOE_BLOCK
 from models.core.layer_kinds.norm import LAYERNORM, LAYERNORM_NO_AFFINE, RMSNORM
+from models.core.search_memo import model_tables
 from models.errors import InvalidSpecError
 
 ATTENTION_KINDS: dict[str, AttentionRecord] = {
@@ -90,14 +91,23 @@ def mlp_blocks(spec: ModelSpec) -> tuple[MlpBlockRecord, ...]:
     """The distinct MLP blocks of the model's layers, in the order of their first layer.
 
     Looks only as far as the first layer of each block (a dense model has one block), so
-    the cost model may ask it per ledger without walking every layer."""
+    the cost model may ask it per ledger without walking every layer; an MoE model's are
+    kept on the search's tables of the model (the search asks per candidate)."""
     if spec.moe is None:
         return (DENSE_MLP_BLOCK,)
+    tables = model_tables(spec)
+    if tables.mlp_blocks is None:
+        tables.mlp_blocks = _mlp_blocks(spec)
+    return tables.mlp_blocks
+
+
+def _mlp_blocks(spec: ModelSpec) -> tuple[MlpBlockRecord, ...]:
+    """`mlp_blocks` of a model with MoE layers."""
     layers = range(spec.num_layers)
     first_moe = next((i for i in layers if spec.is_moe_layer(i)), None)
     first_dense = next((i for i in layers if not spec.is_moe_layer(i)), None)
-    found = sorted((i, n) for n, i in enumerate((first_moe, first_dense)) if i is not None)
-    return tuple((MOE_BLOCK, DENSE_MLP_BLOCK)[n] for _, n in found)
+    found = sorted([(i, n) for n, i in enumerate((first_moe, first_dense)) if i is not None])
+    return tuple([(MOE_BLOCK, DENSE_MLP_BLOCK)[n] for _, n in found])
 
 
 def kind_recompute_modules(spec: ModelSpec, *, cheap_only: bool = False

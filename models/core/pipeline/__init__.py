@@ -22,6 +22,7 @@ from models.core.pipeline.closed_forms import (
     peak_in_flight_chunks,
     peak_in_flight_until_b,
     peak_in_flight_until_b_chunks,
+    rank_peaks_in_flight_chunks,
 )
 from models.core.pipeline.costs import ActivationSizes, OpDurations
 from models.core.pipeline.in_flight import InFlightProfile, in_flight_profile
@@ -68,6 +69,7 @@ __all__ = [
     "in_flight_profile",
     "peak_in_flight",
     "peak_in_flight_chunks",
+    "rank_peaks_in_flight_chunks",
     "peak_in_flight_until_b",
     "peak_in_flight_until_b_chunks",
     "schedule_traits",

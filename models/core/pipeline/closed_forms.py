@@ -74,6 +74,27 @@ def peak_in_flight_chunks(
     return profile.peak_chunks[d]
 
 
+def rank_peaks_in_flight_chunks(schedule: PipelineSchedule, *, num_stages: int,
+                                num_micro_batches: int, num_chunks: int = 1,
+                                group_size: int | None = None) -> tuple[int, ...]:
+    """`peak_in_flight_chunks` of every rank 0..p-1, the parameters checked once.
+
+    Source: as `peak_in_flight_chunks`.
+    Legend: as `peak_in_flight_chunks`.
+
+    Raises:
+        InvalidSpecError: the schedule refuses these parameters.
+    """
+    p, m, v = num_stages, num_micro_batches, num_chunks
+    validate_schedule(schedule, num_stages=p, num_micro_batches=m, num_chunks=v,
+                      group_size=group_size)
+    form = schedule_traits(schedule).peak_form
+    if form is not None:
+        return tuple([form(p, m, v, d, group_size) for d in range(p)])
+    return in_flight_profile(schedule, num_stages=p, num_micro_batches=m, num_chunks=v,
+                             group_size=group_size).peak_chunks
+
+
 def peak_in_flight_until_b_chunks(schedule: PipelineSchedule,
                                   **shape: Unpack[StageShape]) -> int:
     """Peak micro-batch x chunk activations rank `stage` holds until their B (or fused BW).
@@ -247,5 +268,6 @@ __all__ = [
     "peak_in_flight_chunks",
     "peak_in_flight_until_b",
     "peak_in_flight_until_b_chunks",
+    "rank_peaks_in_flight_chunks",
     "validate_schedule",
 ]

@@ -90,10 +90,10 @@ class InFlightProfile:
             # times the largest live vector's total.
             count = self._largest_counts.get(rank)
             if count is None:
-                count = self._largest_counts[rank] = max(sum(vec) for vec in vectors)
+                count = self._largest_counts[rank] = max(map(sum, vectors))
             return largest * count
         if len(vectors) == 1:
-            return sum(n * b for n, b in zip(vectors[0], chunk_bytes, strict=True))
+            return sum([n * b for n, b in zip(vectors[0], chunk_bytes, strict=True)])
         if min(chunk_bytes, default=0) < 0 or largest * self.peak_chunks[rank] >= 2**62:
             return max(sum(n * b for n, b in zip(vec, chunk_bytes, strict=True))
                        for vec in vectors)
@@ -233,7 +233,8 @@ def _undominated(vectors: CountArray) -> tuple[tuple[int, ...], ...]:
         ge = np.all(unique[None, :, :] >= block[:, None, :], axis=2)
         gt = np.any(unique[None, :, :] > block[:, None, :], axis=2)
         keep[lo:lo + 256] = ~np.any(ge & gt, axis=1)
-    return tuple(tuple(int(x) for x in row) for row in unique[keep])
+    # tolist: Python integers in one C call per matrix, not one generator step per entry.
+    return tuple(map(tuple, unique[keep].tolist()))
 
 
 def _unique_rows(vectors: CountArray) -> CountArray:

@@ -81,9 +81,10 @@ def validate_schedule(
     """
     traits = schedule_traits(schedule)
     p, m, v = num_stages, num_micro_batches, num_chunks
-    require(p >= 1, "num_stages", p, "give at least one pipeline rank")
-    require(m >= 1, "num_micro_batches", m, "give at least one micro-batch")
-    require(v >= 1, "num_chunks", v, "give at least one chunk per rank")
+    if p < 1 or m < 1 or v < 1:  # the shared rules, tested before any call
+        require(p >= 1, "num_stages", p, "give at least one pipeline rank")
+        require(m >= 1, "num_micro_batches", m, "give at least one micro-batch")
+        require(v >= 1, "num_chunks", v, "give at least one chunk per rank")
     if group_size is not None and not traits.takes_group_size:
         raise InvalidSpecError(
             f"group_size={group_size} only applies to interleaved schedules, got "

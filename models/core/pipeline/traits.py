@@ -18,6 +18,7 @@ Sec. 3.2.1).
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NoReturn
 
 from api_schemas.parallel import PipelineSchedule
 from models.core.pipeline.ops import PipelineProgram
@@ -130,7 +131,14 @@ class ScheduleTraits:
 def require(ok: bool, field: str, value: int, fix: str) -> None:
     """Raise InvalidSpecError naming `field`, its value and the fix unless `ok`."""
     if not ok:
-        raise InvalidSpecError(f"{field}={value} is not allowed: {fix}", field=field)
+        refuse(field, value, fix)
+
+
+def refuse(field: str, value: int, fix: str) -> NoReturn:
+    """Raise InvalidSpecError naming `field`, its value and the fix (`require` of a rule
+    already found broken: the hot rules test first, so a kept rule makes no call and builds
+    no message)."""
+    raise InvalidSpecError(f"{field}={value} is not allowed: {fix}", field=field)
 
 
 def no_rule(_p: int, _m: int, _v: int, _n: int | None) -> None:
@@ -146,5 +154,6 @@ __all__ = [
     "ScheduleTraits",
     "StagePlacement",
     "no_rule",
+    "refuse",
     "require",
 ]

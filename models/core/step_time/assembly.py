@@ -11,11 +11,18 @@ wait for the slowest GPU among the overheads. Must not: search or bound the step
 """
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.parallel import ParallelConfig, PipelineSchedule, RecomputeMode, RecomputeModule
+from api_schemas.parallel import (
+    FullLayers,
+    ParallelConfig,
+    PipelineSchedule,
+    RecomputeMode,
+    RecomputeModule,
+)
 from api_schemas.training import TrainingSpec, VisionPlacement
 from models.core.compute import OpTimes
 from models.core.flops import StepFlops, step_flops
@@ -140,8 +147,16 @@ class StepEstimate:
 def rank_work_s(parallel: ParallelConfig, stage: StageTime, m: int) -> float:
     """Busy time of one rank over a step: every micro-batch crosses every chunk of the rank,
     except under DualPipe, where each micro-batch crosses one of the rank's two stages."""
-    per_micro_batch = sum(t.total_s for t in stage.chunk_times)
+    per_micro_batch = sum([t.total_s for t in stage.chunk_times])
     return m * crossings_per_micro_batch(parallel) * per_micro_batch
+
+
+def ranks_work_s(parallel: ParallelConfig, stages: Iterable[StageTime], m: int) -> list[float]:
+    """`rank_work_s` of each of `stages` (the crossings read once; each chunk's F + B + W
+    summed as `OpTimes.total_s` sums it)."""
+    crossings = m * crossings_per_micro_batch(parallel)
+    return [crossings * sum([t.forward_s + t.backward_input_s + t.backward_weight_s
+                             for t in stage.chunk_times]) for stage in stages]
 
 
 def pipeline_makespans(parallel: ParallelConfig, stages: list[StageTime], m: int,
@@ -292,7 +307,7 @@ def _vision_terms(setting: StepSetting, stages: list[StageTime], p2p: float, mak
         times[0] = times[0] + OpTimes(forward_s=forward, backward_input_s=backward)
         longer = [dataclasses.replace(first, chunk_times=tuple(times)), *stages[1:]]
         with_stage0 = pipeline_makespans(parallel, longer, m, p2p, split=False)[0]
-    idle = tuple(ideal - rank_work_s(parallel, st, m) for st in stages)
+    idle = tuple([ideal - work for work in ranks_work_s(parallel, stages, m)])
     cost = vision_step_cost(encoder, training, parallel, cluster.gpu, num_micro_batches=m,
                             makespan_s=makespan, makespan_with_stage0_s=with_stage0,
                             rank_idle_s=idle)
@@ -338,6 +353,15 @@ def pipeline_inputs(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
 
 
 
+def _rank_layer_modes(parallel: ParallelConfig, layout: StageLayout) -> list[RecomputeMode]:
+    """`layer_mode` of every layer rank `layout.rank` holds, in `layout.layers` order."""
+    recompute = parallel.policy_of(layout.rank).recompute
+    if isinstance(recompute, FullLayers):
+        return [layer_mode(parallel, layout.rank, position)
+                for position in range(len(layout.layers))]
+    return [recompute] * len(layout.layers)
+
+
 def _flops(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
            layouts: tuple[StageLayout, ...]) -> tuple[StepFlops, StepFlops]:
     """FLOPs of one step with causal attention and with the full attention matrix,
@@ -345,12 +369,12 @@ def _flops(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
     full: set[int] = set()
     selective: set[int] = set()
     for layout in layouts:
-        for position, index in enumerate(layout.layers):
-            mode = layer_mode(parallel, layout.rank, position)
+        core_attention = RecomputeModule.CORE_ATTN in \
+            parallel.policy_of(layout.rank).recompute_modules
+        for index, mode in zip(layout.layers, _rank_layer_modes(parallel, layout), strict=True):
             if mode == RecomputeMode.FULL:
                 full.add(index)
-            elif mode == RecomputeMode.SELECTIVE and RecomputeModule.CORE_ATTN in \
-                    parallel.policy_of(layout.rank).recompute_modules:
+            elif mode == RecomputeMode.SELECTIVE and core_attention:
                 selective.add(index)
     # DualPipe's second copy holds the same layers: each layer is counted once.
     causal, dense = (step_flops(spec, num_sequences=training.global_batch_size,
@@ -371,4 +395,5 @@ __all__ = [
     "pipeline_inputs",
     "pipeline_makespans",
     "rank_work_s",
+    "ranks_work_s",
 ]

@@ -22,7 +22,7 @@ from models.core.layout import StageLayout, pipeline_layout
 from models.core.pipeline import OpDurations, StagePlacement, closed_form_makespan, schedule_traits
 from models.core.rank_states import micro_batch_count
 from models.core.runtime_features import grad_reduce_overlapped
-from models.core.step_time.assembly import pipeline_makespans, rank_work_s
+from models.core.step_time.assembly import pipeline_makespans, ranks_work_s
 from models.core.step_time.exposure import sync_exposed_s, zero3_exposed_s
 from models.core.step_time.makespan import (
     crossings_per_micro_batch,
@@ -181,7 +181,7 @@ def step_time_floors_s(spec: ModelSpec, training: TrainingSpec, parallel: Parall
     stages = stage_times(spec, training, timed, cluster, layouts, m, setting.fabric,
                          setting.groups)
     weights = stage_weights(spec, parallel)
-    busy = [rank_work_s(parallel, st, m) for st in stages]
+    busy = ranks_work_s(parallel, stages, m)
     busy3 = _zero3_busy_s(setting, layouts, busy) if 3 in makespan_bounds_s else busy
     windows: dict[int, tuple[float, float, float]] = {}
     floors: dict[int, float] = {}
@@ -216,9 +216,9 @@ def _zero3_busy_s(setting: StepSetting, layouts: tuple[StageLayout, ...],
     crossings = setting.num_micro_batches * crossings_per_micro_batch(parallel)
     exposure = _zero3_kind_exposure_s(dataclasses.replace(
         setting, parallel=parallel.model_copy(update={"zero_stage": 3})))
-    return [work + crossings * sum(exposure[kind]
-                                   for kinds in chunk_timing_kinds(spec, layout.chunks)
-                                   for kind in kinds)
+    return [work + crossings * sum([exposure[kind]
+                                    for kinds in chunk_timing_kinds(spec, layout.chunks)
+                                    for kind in kinds])
             for work, layout in zip(busy, layouts, strict=True)]
 
 
@@ -292,7 +292,7 @@ def _makespan_bound(setting: StepSetting, stages: list[StageTime]) -> float:
     if parallel.pp == 1:
         return pipeline_makespans(parallel, stages, m, p2p_latency_s(setting))[0]
     durations = virtual_stage_durations(parallel, [(st.stage, st.chunk_times) for st in stages])
-    busiest = max(rank_work_s(parallel, st, m) for st in stages)
+    busiest = max(ranks_work_s(parallel, stages, m))
     traits = schedule_traits(parallel.schedule)
     if not traits.overlapped_pairs:
         # One micro-batch's forwards through every virtual stage, then its input-gradient
@@ -306,7 +306,7 @@ def _makespan_bound(setting: StepSetting, stages: list[StageTime]) -> float:
     # ZB-H2 (linear): the last rank cannot start before one forward has crossed every
     # earlier stage, then it does all its own work.
     fill = sum(sorted(durations.forward_s)[: len(durations.forward_s) - 1])
-    return max(busiest, fill + min(rank_work_s(parallel, st, m) for st in stages))
+    return max(busiest, fill + min(ranks_work_s(parallel, stages, m)))
 
 
 def _closed_form(parallel: ParallelConfig, m: int, durations: OpDurations) -> float | None:

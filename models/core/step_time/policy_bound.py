@@ -16,15 +16,15 @@ from api_schemas.parallel import FullLayers, ParallelConfig, RecomputeMode, Stag
 from api_schemas.training import TrainingSpec
 from models.core.compute import LayerCompute
 from models.core.layout import pipeline_layout
-from models.core.step_time.assembly import rank_work_s
+from models.core.step_time.assembly import ranks_work_s
 from models.core.step_time.makespan import crossings_per_micro_batch
 from models.core.step_time.setting import step_setting
 from models.core.step_time.stage import (
     TimingKind,
+    chunk_timing_kinds,
     layer_parts,
     layer_parts_memo,
     stage_times,
-    timing_kind,
 )
 from models.core.step_time.step_terms import slowest_gpu_wait_s
 
@@ -68,8 +68,8 @@ class WorkTable:
             recompute = policy.recompute
             size = len(prefixes[0]) - 1
             k = min(size, recompute.full_layers) if isinstance(recompute, FullLayers) else 0
-            counts = tuple(prefix[-1] for prefix in prefixes)
-            head = tuple(prefix[k] for prefix in prefixes)
+            counts = tuple([prefix[-1] for prefix in prefixes])
+            head = tuple([prefix[k] for prefix in prefixes])
             key = (policy if not uniform else None, counts, head)
             added = added_of.get(key)
             if added is None:
@@ -121,8 +121,9 @@ def work_table(spec: ModelSpec, training: TrainingSpec, plain: ParallelConfig,
     sequences = []
     for layout in layouts:
         sequence = []
-        for index in layout.layers:
-            kind = timing_kind(spec, index)
+        # The kinds of the rank's layers in `layers` order (kept per chunk tuple).
+        kinds = itertools.chain.from_iterable(chunk_timing_kinds(spec, layout.chunks))
+        for index, kind in zip(layout.layers, kinds, strict=True):
             if kind not in position:
                 position[kind] = len(layers)
                 lc, comm, _, _ = layer_parts(spec, training, plain, cluster, index,
@@ -131,11 +132,12 @@ def work_table(spec: ModelSpec, training: TrainingSpec, plain: ParallelConfig,
                 full.append(lc.recompute_full_s + sum(comm.recompute_s.values()))
             sequence.append(position[kind])
         sequences.append(sequence)
-    prefixes = tuple(
-        tuple(tuple(itertools.accumulate((int(x == kind) for x in sequence), initial=0))
-              for kind in range(len(layers)))
-        for sequence in sequences)
-    return WorkTable(busy_s=tuple(rank_work_s(plain, st, m) for st in stages),
+    # Running counts by C-level accumulation (True adds 1 to the int start).
+    prefixes = tuple([
+        tuple([tuple(itertools.accumulate(map(kind.__eq__, sequence), initial=0))
+               for kind in range(len(layers))])
+        for sequence in sequences])
+    return WorkTable(busy_s=tuple(ranks_work_s(plain, stages, m)),
                      crossings=m * crossings_per_micro_batch(plain),
                      kind_prefix=prefixes, full_s=tuple(full), layers=tuple(layers),
                      wait_s=slowest_gpu_wait_s(plain, stages, m, recompute=False))

@@ -294,8 +294,11 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     compute_total = recompute_total = cast_total = copy_total = 0.0
     exposed: dict[str, float] = {}
     chunk_counts = _chunk_kind_counts(layout.chunks, kinds, policy.recompute)
+    last_chunk = len(layout.chunks) - 1
+    v_shape = schedule_traits(parallel.schedule).placement == StagePlacement.V_SHAPE
     for chunk_index, counts in enumerate(chunk_counts):
-        chunk_op = OpTimes()
+        # The chunk's F, B and W summed as floats in the order `OpTimes` addition takes.
+        forward = backward_input = backward_weight = 0.0
         for kind, mode, count, first in counts:
             if kind not in cache:
                 cache[kind] = layer_parts(spec, training, parallel, cluster, first,
@@ -306,21 +309,23 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
                 terms[kind, mode] = _layer_terms(*cache[kind], mode=mode, cast=cast,
                                                  modules=policy.recompute_modules)
             t = terms[kind, mode]
-            chunk_op = chunk_op + OpTimes(forward_s=count * t.op.forward_s,
-                                          backward_input_s=count * t.op.backward_input_s,
-                                          backward_weight_s=count * t.op.backward_weight_s)
+            forward += count * t.op.forward_s
+            backward_input += count * t.op.backward_input_s
+            backward_weight += count * t.op.backward_weight_s
             compute_total += count * t.compute_s
             recompute_total += count * t.recompute_s
             cast_total += count * t.cast_s
             copy_total += count * t.copy_s
             for axis, value in t.exposed_s.items():
                 exposed[axis] = exposed.get(axis, 0.0) + count * value
-        if chunk_index == len(layout.chunks) - 1 or schedule_traits(
-                parallel.schedule).placement == StagePlacement.V_SHAPE:
+        if chunk_index == last_chunk or v_shape:
             extra = _head_times(spec, ctx, layout, chunk_index, parallel)
-            chunk_op = chunk_op + extra
+            forward += extra.forward_s
+            backward_input += extra.backward_input_s
+            backward_weight += extra.backward_weight_s
             compute_total += extra.total_s
-        chunk_times.append(chunk_op)
+        chunk_times.append(OpTimes(forward_s=forward, backward_input_s=backward_input,
+                                   backward_weight_s=backward_weight))
     stall = _offload_stall(spec, training, parallel, layout, cluster, num_micro_batches,
                            chunk_times)
     if stall:
@@ -464,7 +469,8 @@ def chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
     memo = current_memo()
     table = memo.tables(spec).timing_kinds
     return kept(table, chunks,
-                lambda: tuple(tuple(timing_kind(spec, i) for i in chunk) for chunk in chunks))
+                lambda: tuple([tuple([timing_kind(spec, i) for i in chunk])
+                               for chunk in chunks]))
 
 
 class StageInputs(NamedTuple):
@@ -497,9 +503,6 @@ class StageInputs(NamedTuple):
 class StageBucket:
     """The kept stages of one (model, recipe, cluster, configuration, micro-batches)."""
 
-    kinds: dict[tuple[tuple[int, ...], ...], tuple[tuple[TimingKind, ...], ...]]
-    """Layer timing kinds (`timing_kind`) of each chunk tuple (the model is fixed in a
-    bucket)."""
     stages: dict[tuple[StageInputs, int | None], StageTime]
     """By `StageInputs` with the rank's own stage number (None: the first rank computed
     for the record, whose times the others copy)."""
@@ -521,19 +524,22 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     a function of (recipe, cluster, configuration, micro-batches; fabric and groups follow
     from the cluster and the configuration): the search asks for the same configuration's
     stages in its bounds and again in its estimate."""
-    buckets = model_tables(spec).stage_times
+    tables = model_tables(spec)
     base = (training, cluster, parallel, m)
-    bucket = buckets.get(base)
+    bucket = tables.stage_times.get(base)
+    # A new bucket holds no rank's entry yet: its ranks go straight to the shared record.
+    fresh = bucket is None
     if bucket is None:
-        bucket = buckets[base] = StageBucket(kinds={}, stages={})
+        bucket = tables.stage_times[base] = StageBucket(stages={})
     layer_memo: dict[LayerPartsInputs, LayerParts] | None = None
     stages = []
     for layout in layouts:
-        kinds = bucket.kinds.get(layout.chunks)
+        # The kinds `chunk_timing_kinds` keeps on the model's tables, read there first.
+        kinds = tables.timing_kinds.get(layout.chunks)
         if kinds is None:
-            kinds = bucket.kinds[layout.chunks] = chunk_timing_kinds(spec, layout.chunks)
+            kinds = chunk_timing_kinds(spec, layout.chunks)
         key = StageInputs.of(kinds, parallel, layout)
-        found = bucket.stages.get((key, layout.rank))
+        found = None if fresh else bucket.stages.get((key, layout.rank))
         if found is None:
             shared = bucket.stages.get((key, None))
             if shared is None:

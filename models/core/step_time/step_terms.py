@@ -150,7 +150,7 @@ def slowest_gpu_wait_s(parallel: ParallelConfig, stages: list[StageTime], m: int
     busiest rank's, makes it the same for every split of the layers over the stages (the
     layers' total is fixed), so the search's bounds hold it exactly; without `recompute` it
     bounds the wait of every activation policy on the mesh, which only adds recomputation."""
-    busy = sum(st.compute_s + (st.recompute_s if recompute else 0.0) for st in stages)
+    busy = sum([st.compute_s + (st.recompute_s if recompute else 0.0) for st in stages])
     return slowest_gpu_share(parallel.world_size) * m * crossings_per_micro_batch(parallel) \
         * busy / len(stages)
 
@@ -294,8 +294,11 @@ def least_host_optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: Pa
     makespan, tail and wait.
 
     Source: as `host_optimizer_s` (ZeRO-Offload, arXiv:2101.06840 Sec. 4.1-4.2)."""
-    return min(host_optimizer_s(_optimizer_shard_params(spec, parallel, layout), training,
-                                cluster) for layout in layouts)
+    # `host_optimizer_s` never falls as its parameters grow (products and a sum of
+    # non-negative terms, each correctly rounded), so the least step is the step of the least
+    # shard: the same number, timed once.
+    return host_optimizer_s(min([_optimizer_shard_params(spec, parallel, layout)
+                                 for layout in layouts]), training, cluster)
 
 
 def _optimizer_shard_params(spec: ModelSpec, parallel: ParallelConfig,

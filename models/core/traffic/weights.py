@@ -10,6 +10,7 @@ count FLOPs or memory.
 """
 
 from dataclasses import dataclass, fields
+from itertools import chain
 
 from api_schemas import ModelSpec, ParallelConfig
 from models.core.layout import StageLayout, pipeline_layout
@@ -23,6 +24,7 @@ from models.core.params import (
     norm_params,
 )
 from models.core.pipeline import schedule_traits
+from models.core.rank_states import chunk_weight_kinds
 from models.core.search_memo import current_memo, kept
 
 
@@ -110,8 +112,9 @@ def _rank_weights(model: ModelSpec, tp: int, experts_split: int, rank: StageLayo
     # A layer's parameters depend only on its kind (dense or MoE, linear or full
     # attention): one of each, counted.
     kinds: dict[tuple[bool, bool], tuple[LayerParams, int, int]] = {}
-    for index in rank.layers:
-        kind = (model.is_moe_layer(index), model.is_linear_attention_layer(index))
+    # Each layer's (MoE, linear attention) in `layers` order, kept per chunk tuple.
+    layer_kinds = list(chain.from_iterable(chunk_weight_kinds(model, rank.chunks)))
+    for index, kind in zip(rank.layers, layer_kinds, strict=True):
         known = kinds.get(kind)
         kinds[kind] = ((known[0], known[1] + 1, known[2]) if known
                        else (layer_params(model, index), 1, index))
@@ -129,8 +132,7 @@ def _rank_weights(model: ModelSpec, tp: int, experts_split: int, rank: StageLayo
     return StageWeights(stage=rank.rank, num_layers=len(rank.layers),
                         num_moe_layers=sum(count for layer, count, _ in kinds.values()
                                            if layer.routed_experts > 0),
-                        num_linear_attention_layers=sum(
-                            model.is_linear_attention_layer(i) for i in rank.layers),
+                        num_linear_attention_layers=sum([linear for _, linear in layer_kinds]),
                         num_embeddings=rank.num_embeddings, num_heads=rank.num_heads,
                         num_mtp_modules=rank.num_mtp_modules, dense_params=dense,
                         expert_params=expert)

@@ -45,7 +45,7 @@ def _one_f_one_b_rows(*, stages: int, stage: int, micro_batches: range) -> list[
     for k in range(len(ids) - warmup):
         rows.append((_F, ids[warmup + k], stage, -1, -1))
         rows.append((_BW, ids[k], stage, -1, -1))
-    rows.extend((_BW, j, stage, -1, -1) for j in ids[len(ids) - warmup:])
+    rows.extend([(_BW, j, stage, -1, -1) for j in ids[len(ids) - warmup:]])
     return rows
 
 

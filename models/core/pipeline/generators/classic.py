@@ -23,7 +23,7 @@ from models.core.pipeline.traits import (
     ScheduleTraits,
     StagePlacement,
     no_rule,
-    require,
+    refuse,
 )
 
 _F, _BW = int(OpKind.F), int(OpKind.BW)
@@ -71,7 +71,7 @@ def one_f_one_b(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
         for k in range(m - warmup):
             rows.append((_F, warmup + k, d, -1, -1))
             rows.append((_BW, k, d, -1, -1))
-        rows.extend((_BW, k, d, -1, -1) for k in range(m - warmup, m))
+        rows.extend([(_BW, k, d, -1, -1) for k in range(m - warmup, m)])
     return builder.build(schedule=PipelineSchedule.ONE_F_ONE_B, chunks_per_stage_unit=1)
 
 
@@ -85,7 +85,7 @@ def warmed_up_ranks(builder: ProgramBuilder, p: int,
     for d in range(p):
         rows = builder.rank(d)
         warmup = min(p - 1 - d, m)
-        rows.extend((_F, j, d, -1, -1) for j in range(warmup))
+        rows.extend([(_F, j, d, -1, -1) for j in range(warmup)])
         yield d, rows, warmup
 
 
@@ -103,7 +103,7 @@ def interleaved_order(*, num_micro_batches: int, num_chunks: int,
     table: list[tuple[int, int]] = []
     for first in range(0, m, n):
         last = min(first + n, m)
-        table.extend((j, c) for c in range(v) for j in range(first, last))
+        table.extend([(j, c) for c in range(v) for j in range(first, last)])
     return table
 
 
@@ -125,20 +125,27 @@ def interleaved(*, num_stages: int, num_micro_batches: int, num_chunks: int,
                                        group_size=group_size), dtype=np.int64).reshape(-1, 2)
     batches, chunks = table[:, 0], table[:, 1]
     total = v * m
+    forward_kind = np.array([_F], dtype=np.int64)
+    backward_kind = np.array([_BW], dtype=np.int64)
+    alternating = np.array([[_F, _BW]], dtype=np.int64)
     for d in range(p):
         # Columns of the list: warm-up forwards, then F and BW alternating, then the drain.
         warmup = min(2 * (p - 1 - d) + (v - 1) * group_size, total)
         steady = total - warmup
         forward_stage, backward_stage = chunks * p + d, (v - 1 - chunks) * p + d
-        kind = np.concatenate([np.full(warmup, _F), np.tile([_F, _BW], steady),
-                               np.full(warmup, _BW)])
+        # `np.full`, `np.tile` and `np.stack` as array methods and `np.concatenate` (no
+        # Python wrapper frames: one set per rank of every generated order).
+        kind = np.concatenate([forward_kind.repeat(warmup), alternating.repeat(steady, axis=0)
+                               .reshape(-1), backward_kind.repeat(warmup)])
         micro_batch = np.concatenate([
             batches[:warmup],
-            np.stack([batches[warmup:], batches[:steady]], axis=1).reshape(-1),
+            np.concatenate([batches[warmup:, None], batches[:steady, None]], axis=1)
+            .reshape(-1),
             batches[steady:]])
         stage = np.concatenate([
             forward_stage[:warmup],
-            np.stack([forward_stage[warmup:], backward_stage[:steady]], axis=1).reshape(-1),
+            np.concatenate([forward_stage[warmup:, None], backward_stage[:steady, None]],
+                           axis=1).reshape(-1),
             backward_stage[steady:]])
         builder.set_rank_columns(d, kind, micro_batch, stage)
     return builder.build(schedule=PipelineSchedule.INTERLEAVED_1F1B, chunks_per_stage_unit=v)
@@ -155,25 +162,33 @@ def _interleaved_rule(p: int, m: int, v: int, group_size: int | None) -> None:
     of all m < p micro-batches (N = m) is the exception: Llama 3's schedule runs "fewer
     micro-batches than the number of stages" (arXiv:2407.21783 Sec. 3.3.2), as torch's
     flexible `ScheduleInterleaved1F1B` does with one round (N = m // max(1, m // p) = m)."""
-    require(v >= 2, "num_chunks", v,
-            "schedule='interleaved_1f1b' needs num_chunks >= 2 (with one chunk use '1f1b')")
-    require(p >= 2, "num_stages", p,
-            "schedule='interleaved_1f1b' needs num_stages >= 2 (one rank has no pipeline)")
-    n = interleaved_group_size(num_stages=p, group_size=group_size)
+    # Each rule is tested before its message is built (the search checks this rule for
+    # every interleaved shape it bounds).
+    if v < 2:
+        refuse("num_chunks", v,
+               "schedule='interleaved_1f1b' needs num_chunks >= 2 (with one chunk use '1f1b')")
+    if p < 2:
+        refuse("num_stages", p,
+               "schedule='interleaved_1f1b' needs num_stages >= 2 (one rank has no pipeline)")
+    n = p if group_size is None else group_size  # `interleaved_group_size`
     if n == m < p:
         return
-    require(n >= p, "group_size", n,
-            f"the micro-batch group must hold at least num_stages={p} micro-batches "
-            f"(or all of them when fewer, group_size = num_micro_batches): use group_size "
-            f">= {p}")
-    require(n <= m, "num_micro_batches", m,
-            f"interleaving with micro-batch group size {n} needs num_micro_batches >= {n}: "
-            f"raise num_micro_batches to a multiple of {n}"
-            + (f", or set group_size={m} to run all {m} in one group" if m < p else ""))
+    if n < p:
+        refuse("group_size", n,
+               f"the micro-batch group must hold at least num_stages={p} micro-batches "
+               f"(or all of them when fewer, group_size = num_micro_batches): use group_size "
+               f">= {p}")
+    if n > m:
+        refuse("num_micro_batches", m,
+               f"interleaving with micro-batch group size {n} needs num_micro_batches >= "
+               f"{n}: raise num_micro_batches to a multiple of {n}"
+               + (f", or set group_size={m} to run all {m} in one group" if m < p else ""))
     tail = m % n
-    require(tail == 0 or tail >= p, "num_micro_batches", m,
-            f"the last micro-batch group would hold {tail} < num_stages={p} micro-batches "
-            f"(dependency bubbles): use a multiple of {n}, e.g. {m - tail} or {m - tail + n}")
+    if tail and tail < p:
+        refuse("num_micro_batches", m,
+               f"the last micro-batch group would hold {tail} < num_stages={p} micro-batches "
+               f"(dependency bubbles): use a multiple of {n}, e.g. {m - tail} or "
+               f"{m - tail + n}")
 
 
 def _flush_bubble(p: int, _m: int, f: float, b: float, w: float,

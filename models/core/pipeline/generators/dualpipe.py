@@ -8,6 +8,7 @@ schedule shares (the registry does) or time anything.
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import count
 
 from api_schemas.parallel import PipelineSchedule
 from models.core.pipeline.ops import (
@@ -36,43 +37,47 @@ class _RankOrder:
 
     def __init__(self, phases: tuple[_Phase, _Phase]) -> None:
         self.phases = phases
-        self.forwards = [0, 0]
-        self.backwards = [0, 0]
+        self.stages = (phases[0].stage, phases[1].stage)
+        # Each phase's next forward and next backward micro-batch id (`next` on a counter is
+        # one C call per op of the order).
+        self.forwards = (count(phases[0].first_micro_batch), count(phases[1].first_micro_batch))
+        self.backwards = (count(phases[0].first_micro_batch),
+                          count(phases[1].first_micro_batch))
         self.weights: deque[tuple[int, int]] = deque()
         self.rows: list[Row] = []
 
-    def _next_f(self, phase: int) -> tuple[int, int]:
-        ph = self.phases[phase]
-        j = ph.first_micro_batch + self.forwards[phase]
-        self.forwards[phase] += 1
-        return j, ph.stage
-
-    def _next_b(self, phase: int) -> tuple[int, int]:
-        ph = self.phases[phase]
-        j = ph.first_micro_batch + self.backwards[phase]
-        self.backwards[phase] += 1
-        return j, ph.stage
-
-    def forward(self, phase: int) -> None:
-        j, s = self._next_f(phase)
-        self.rows.append((_F, j, s, -1, -1))
+    def forward(self, phase: int, times: int = 1) -> None:
+        """`times` forwards of `phase`, one after another."""
+        counter, stage, append = self.forwards[phase], self.stages[phase], self.rows.append
+        for _ in range(times):
+            append((_F, next(counter), stage, -1, -1))
 
     def backward(self, phase: int, *, split: bool) -> None:
-        j, s = self._next_b(phase)
+        j, s = next(self.backwards[phase]), self.stages[phase]
         if split:
             self.rows.append((_B, j, s, -1, -1))
             self.weights.append((j, s))
         else:
             self.rows.append((_BW, j, s, -1, -1))
 
-    def weight(self) -> None:
-        j, s = self.weights.popleft()
-        self.rows.append((_W, j, s, -1, -1))
+    def weight(self, times: int = 1) -> None:
+        """`times` weight gradients, the oldest queued first."""
+        popleft, append = self.weights.popleft, self.rows.append
+        for _ in range(times):
+            j, s = popleft()
+            append((_W, j, s, -1, -1))
 
     def pair(self, forward_phase: int, backward_phase: int) -> None:
-        jf, sf = self._next_f(forward_phase)
-        jb, sb = self._next_b(backward_phase)
-        self.rows.append((_FB, jf, sf, jb, sb))
+        self.rows.append((_FB, next(self.forwards[forward_phase]), self.stages[forward_phase],
+                          next(self.backwards[backward_phase]), self.stages[backward_phase]))
+
+    def steady_pairs(self, times: int) -> None:
+        """`times` x (pair(0, 1), pair(1, 0)): the steady state, in one call."""
+        (f0, f1), (b0, b1), (s0, s1) = self.forwards, self.backwards, self.stages
+        append = self.rows.append
+        for _ in range(times):
+            append((_FB, next(f0), s0, next(b1), s1))
+            append((_FB, next(f1), s1, next(b0), s0))
 
 
 def _eight_steps(order: _RankOrder, *, n: int, h: int, per_pipe: int, middle: bool) -> None:
@@ -82,8 +87,7 @@ def _eight_steps(order: _RankOrder, *, n: int, h: int, per_pipe: int, middle: bo
     reference Sec. 2.9.
     Legend: n=PP/2 (P for DualPipeV), h=half-rank, per_pipe=M micro-batches per phase.
     """
-    for _ in range(2 * (n - h - 1)):
-        order.forward(0)
+    order.forward(0, 2 * (n - h - 1))
     for _ in range(h + 1):
         order.forward(0)
         order.forward(1)
@@ -91,14 +95,14 @@ def _eight_steps(order: _RankOrder, *, n: int, h: int, per_pipe: int, middle: bo
         order.backward(1, split=True)
         order.weight()
         order.forward(1)
-    for i in range(per_pipe - 2 * n + h + 1):
-        if i == 0 and middle:
-            # Upstream issues the first pair of the middle ranks unoverlapped.
-            order.forward(0)
-            order.backward(1, split=False)
-        else:
-            order.pair(0, 1)
+    steady = per_pipe - 2 * n + h + 1
+    if steady > 0 and middle:
+        # Upstream issues the first pair of the middle ranks unoverlapped.
+        order.forward(0)
+        order.backward(1, split=False)
         order.pair(1, 0)
+        steady -= 1
+    order.steady_pairs(steady)
     for _ in range(n - h - 1):
         order.backward(1, split=False)
         order.pair(1, 0)
@@ -107,8 +111,7 @@ def _eight_steps(order: _RankOrder, *, n: int, h: int, per_pipe: int, middle: bo
     for _ in range(n - h - 1):
         order.weight()
         order.backward(0, split=True)
-    for _ in range(h + 1):
-        order.weight()
+    order.weight(h + 1)
     assert not order.weights, "DualPipe order left weight gradients queued"
 
 

@@ -153,9 +153,11 @@ def _zbv_rank(*, p: int, d: int, n: int) -> tuple[IntArray, IntArray, IntArray]:
         if times == 0:
             continue
         ids = np.asarray(pattern, dtype=np.int64)
-        streams.append(np.tile(ids, times))
-        micro_batch.append(np.tile(before[ids], times)
-                           + np.repeat(np.arange(times, dtype=np.int64), len(pattern)))
+        # `np.tile(x, times)` of a row x and `np.repeat`, as the array methods (no Python
+        # wrapper frames: ranks x phases of them per generated order).
+        streams.append(ids[None, :].repeat(times, axis=0).reshape(-1))
+        micro_batch.append(before[ids][None, :].repeat(times, axis=0).reshape(-1)
+                           + np.arange(times, dtype=np.int64).repeat(len(pattern)))
         before[ids] += times
     stream = np.concatenate(streams)
     stage = np.where(stream % 2 == 1, 2 * p - 1 - d, d)
