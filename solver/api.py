@@ -99,6 +99,14 @@ def plan(request: PlanRequest, *, progress: Progress | None = None) -> PlanRespo
         return _plan(request, progress, deadline)
 
 
+def _search_deadline(request: PlanRequest, deadline: float) -> float:
+    """When a search of the request must stop: it leaves a share of the limit for what
+    follows it (refinement, runners-up, the chosen mechanisms' notes, exports), so that the
+    answer comes within the limit."""
+    return deadline - min(POST_SEARCH_RESERVE_MAX_S,
+                          POST_SEARCH_RESERVE_SHARE * request.solver.time_limit_s)
+
+
 def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> PlanResponse:
     # `constraints.runtime_features` fix the recipe fields they rule on (the same as fixing
     # them in the recipe).
@@ -108,14 +116,10 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     spec, cluster = resolved.spec, resolve_cluster(request.cluster)
     constraints = target_constraints(hardware_constraints(request.constraints, cluster,
                                                           request.training))
-    # The search leaves a share of the limit for what follows it (refinement, runners-up,
-    # the chosen mechanisms' notes, exports), so that the answer comes within the limit.
-    reserve_s = min(POST_SEARCH_RESERVE_MAX_S,
-                    POST_SEARCH_RESERVE_SHARE * request.solver.time_limit_s)
     # A wide target's search starts from one framework's best plan (`solver.anytime`).
     seeded = seeded_search(spec, request.training, cluster, constraints=constraints,
                            objective=request.objective, limits=request.solver,
-                           progress=progress, deadline=deadline - reserve_s)
+                           progress=progress, deadline=_search_deadline(request, deadline))
     result = seeded.result
     notes = cost_model_notes(resolved.notes, cluster)
     limits = search_limits(spec, request.training, cluster, constraints, request.objective)
@@ -161,7 +165,7 @@ def _answer(request: PlanRequest, spec: ModelSpec, cluster: ClusterSpec,
     scored = [*result.ranked, *runners_up,
               *_common_candidates(request, constraints, spec, cluster, best,
                                   seeded.seed.best if seeded.seed is not None else None,
-                                  deadline)]
+                                  _search_deadline(request, deadline))]
     robust = pick(best, scored, spec, request.training, cluster, objective=request.objective)
     optimum = best
     if robust.shown is not best:
@@ -344,10 +348,12 @@ def _common_candidates(request: PlanRequest, constraints: Constraints, spec: Mod
 def _common_plans(request: PlanRequest, constraints: Constraints, spec: ModelSpec,
                   cluster: ClusterSpec, deadline: float) -> list[ScoredPlan]:
     """The best plan without an experimental schedule or optimizer offload where the
-    frameworks mark it experimental (`solver.robust_choice`), searched for at most
-    `ALTERNATIVE_BUDGET_S` and never past `deadline`, for the robust choice when the optimum
-    uses one and the search scored no common plan near it."""
-    budget = min(ALTERNATIVE_BUDGET_S, deadline - time.perf_counter())
+    frameworks mark it experimental (`solver.robust_choice`), for the robust choice when the
+    optimum uses one and the search scored no common plan near it. Searched for until
+    `deadline` (the main search's own), not for a fixed share of it: the answer it gives the
+    robust choice must not depend on how busy the host is, only on the request's time
+    limit, as the main search's does."""
+    budget = deadline - time.perf_counter()
     forbidden = experimental_schedules()
     offload = experimental_offload() and constraints.allow_optimizer_offload
     if budget < MIN_SUBPROBLEM_S or not (forbidden or offload):
