@@ -44,9 +44,9 @@ from models.core.memory_floors import (
 )
 from models.core.params import count_parameters, mtp_module_params
 from models.core.pipeline import (
+    SCHEDULES,
     closed_form_makespan,
     rank_peaks_in_flight_chunks,
-    schedule_traits,
 )
 from models.core.precision import sharded_state_bytes, state_bytes_per_param
 from models.core.runtime_features import ep_overlap_active
@@ -130,7 +130,7 @@ class CoreInputs(NamedTuple):
         return tuple.__new__(cls, (
             c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
             c.sequence_parallel,
-            schedule_traits(c.schedule).overlapped_pairs
+            SCHEDULES[c.schedule].overlapped_pairs
             or ep_overlap_active(training, c.schedule, pp=c.pp, ep=c.ep,
                                  num_micro_batches=c.num_micro_batches)))
 
@@ -302,7 +302,7 @@ class BoundTables:
         avg_busy = (layer_f + layer_b + layer_w + core.head_s) / c.pp
         bound = m * avg_busy
         if c.pp > 1:
-            chunks = schedule_traits(c.schedule).num_chunks(c.vpp)
+            chunks = SCHEDULES[c.schedule].num_chunks(c.vpp)
             lightest = (self.spec.num_layers // (c.pp * chunks)) / max(1, self.spec.num_layers)
             f, b, w = layer_f * lightest, layer_b * lightest, layer_w * lightest
             bound = max(bound, _closed_form_bound(c.schedule, c.pp, m, chunks, f, b, w))
@@ -350,7 +350,7 @@ class BoundTables:
         spec = self.spec
         states = self._mean_states_bytes(c, max_zero)
         layer_input = self._layer_input_bytes(c)
-        chunks = schedule_traits(c.schedule).num_chunks(c.vpp)
+        chunks = SCHEDULES[c.schedule].num_chunks(c.vpp)
         shape = (c.schedule, c.pp, c.num_micro_batches, chunks)
         in_flight = self._in_flight.get(shape)
         if in_flight is None:
@@ -428,7 +428,7 @@ class BoundTables:
         """The model states of the candidate at ZeRO stage `max_zero`, averaged over its
         pipeline ranks (each parameter's states sit on some rank; a schedule holding two
         copies of the weights doubles them)."""
-        copies = schedule_traits(c.schedule).weight_copies
+        copies = SCHEDULES[c.schedule].weight_copies
         # Built as a tuple: the generated `__new__` costs a Python call per record.
         key: StatesDegrees = tuple.__new__(StatesDegrees, (c.tp, c.cp, c.dp, c.pp, c.ep, c.etp,
                                                            copies, max_zero))

@@ -38,7 +38,7 @@ from models.core.collectives import Collective, Fabric
 from models.core.compute import LayerCompute, OpTimes
 from models.core.mesh import GroupKind
 from models.core.params import layer_params
-from models.core.pipeline import schedule_traits
+from models.core.pipeline import SCHEDULES
 from models.core.runtime_features import ep_overlap_active
 from models.core.search_memo import ModelTables, model_tables
 from models.core.sharded_states import DEEPSPEED_PREFETCH_BUCKET_PARAMS
@@ -98,10 +98,11 @@ def tp_overlap_exposed_s(calls: list[LayerCall], *, tp: int, window_s: float) ->
     """
     if not calls:
         return 0.0
-    total = sum(c.time_s for c in calls)
+    times = [c.time_s for c in calls]
+    total = sum(times)
     exposed = max(0.0, total - window_s)
-    for call in calls:
-        hidden = min(call.time_s, window_s)
+    for call, time_s in zip(calls, times, strict=True):
+        hidden = min(time_s, window_s)
         if call.collective != Collective.REDUCE_SCATTER:
             continue
         if call.phase == Phase.BACKWARD:
@@ -132,7 +133,7 @@ def ep_overlapped(parallel: ParallelConfig, training: TrainingSpec) -> bool:
     DualPipe-style pairs always, else `overlap_ep_comm` where the mesh admits it
     (`models.core.runtime_features.ep_overlap_active`: interleaved 1F1B, or no pipeline with
     Megatron-LM's combined 1F1B)."""
-    if schedule_traits(parallel.schedule).overlapped_pairs:
+    if SCHEDULES[parallel.schedule].overlapped_pairs:
         return True
     m = training.global_batch_size // max(1, parallel.micro_batch_size * parallel.dp)
     return ep_overlap_active(training, parallel.schedule, pp=parallel.pp, ep=parallel.ep,
@@ -236,12 +237,14 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
                 and parallel.sequence_parallel):
             tp_overlapped.setdefault(call.phase, []).append(call)
             continue
-        key = (call.phase, call.axis.value, ring)
+        # Keyed by the member (a str enum: it hashes as its value), named by its value below.
+        key = (call.phase, call.axis, ring)
         totals[key] = totals.get(key, 0.0) + call.time_s
     overlapped_ep = ep_overlapped(parallel, training)
     out: dict[Phase, dict[str, float]] = {Phase.FORWARD: {}, Phase.BACKWARD: {},
                                          Phase.RECOMPUTE: {}}
-    for (phase, axis, ring), t in totals.items():
+    for (phase, member, ring), t in totals.items():
+        axis = member.value
         if ring:
             window = attention_forward_s * (2.0 if phase == Phase.BACKWARD else 1.0)
             t = max(0.0, t - window)

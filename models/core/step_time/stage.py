@@ -37,7 +37,7 @@ from models.core.compute import (
     layer_compute,
 )
 from models.core.layout import StageLayout
-from models.core.pipeline import StagePlacement, schedule_traits
+from models.core.pipeline import SCHEDULES, StagePlacement
 from models.core.rank_activations import layer_stored_bytes_cap, stage_activation_components
 from models.core.runtime_features import dispatcher, grouped_gemm_on, permute_fused
 from models.core.search_memo import current_memo, kept, model_tables
@@ -295,7 +295,7 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     exposed: dict[str, float] = {}
     chunk_counts = _chunk_kind_counts(layout.chunks, kinds, policy.recompute)
     last_chunk = len(layout.chunks) - 1
-    v_shape = schedule_traits(parallel.schedule).placement == StagePlacement.V_SHAPE
+    v_shape = SCHEDULES[parallel.schedule].placement == StagePlacement.V_SHAPE
     for chunk_index, counts in enumerate(chunk_counts):
         # The chunk's F, B and W summed as floats in the order `OpTimes` addition takes.
         forward = backward_input = backward_weight = 0.0
@@ -436,7 +436,7 @@ def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk
     """Output head (and MTP modules) on the chunk that ends the model on this rank."""
     if layout.num_heads == 0:
         return OpTimes()
-    v_shaped = schedule_traits(parallel.schedule).placement == StagePlacement.V_SHAPE
+    v_shaped = SCHEDULES[parallel.schedule].placement == StagePlacement.V_SHAPE
     ends_here = chunk_index == (1 if v_shaped else len(layout.chunks) - 1)
     if not ends_here:
         return OpTimes()
