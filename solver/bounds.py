@@ -345,19 +345,28 @@ class BoundTables:
         work = core.layer_f + core.layer_b + core.layer_w + core.head_s
         return c.num_micro_batches * (work + exposed) / c.pp
 
-    def memory_bound_bytes(self, c: MeshCandidate, *, max_zero: int, max_offload: float) -> int:
-        """Lower bound of the peak GPU bytes under the most frugal choices allowed."""
-        spec = self.spec
+    def memory_bound_bytes(self, c: MeshCandidate, *, max_zero: int, max_offload: float,
+                           terms: tuple[float, float] | None = None) -> int:
+        """Lower bound of the peak GPU bytes under the most frugal choices allowed (`terms`:
+        the candidate's `memory_terms` under `max_offload`, computed when not given, so a
+        caller bounding several ZeRO stages reads them once)."""
+        activations, head = self.memory_terms(c, max_offload) if terms is None else terms
         states = self._mean_states_bytes(c, max_zero)
+        return int(states + activations + head) + RUNTIME_RESERVE_BYTES
+
+    def memory_terms(self, c: MeshCandidate, max_offload: float) -> tuple[float, float]:
+        """The terms of `memory_bound_bytes` that no ZeRO stage changes: the mean stored
+        layer inputs under full recomputation with the offload share `max_offload`, and the
+        head's share (`_head_share_bytes`)."""
         layer_input = self._layer_input_bytes(c)
         chunks = SCHEDULES[c.schedule].num_chunks(c.vpp)
         shape = (c.schedule, c.pp, c.num_micro_batches, chunks)
         in_flight = self._in_flight.get(shape)
         if in_flight is None:
             in_flight = self._in_flight[shape] = _mean_in_flight(*shape)
-        layers_per_chunk = spec.num_layers / (c.pp * chunks)
+        layers_per_chunk = self.spec.num_layers / (c.pp * chunks)
         activations = in_flight * layers_per_chunk * layer_input * (1.0 - max_offload)
-        return int(states + activations + self._head_share_bytes(c)) + RUNTIME_RESERVE_BYTES
+        return activations, self._head_share_bytes(c)
 
     def rank_memory_bound_bytes(self, c: MeshCandidate, constraints: Constraints, *,
                                 zeros: list[int], policy: Mapping[str, object],

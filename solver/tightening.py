@@ -78,9 +78,10 @@ def _forced_zero_stage(tables: BoundTables, c: MeshCandidate, zeros: list[int],
                        max_offload: float, capacity_bytes: int) -> int:
     """3 when the memory bound rules out every allowed ZeRO stage below 3 for this candidate
     (so every plan of it pays the ZeRO-3 gathers), else 0 (stages 0-2 time alike)."""
+    terms = tables.memory_terms(c, max_offload)
     for zero in zeros:
-        if tables.memory_bound_bytes(c, max_zero=zero, max_offload=max_offload) \
-                <= capacity_bytes:
+        if tables.memory_bound_bytes(c, max_zero=zero, max_offload=max_offload,
+                                     terms=terms) <= capacity_bytes:
             return 3 if zero == 3 else 0
     return 0
 
@@ -184,11 +185,12 @@ def add_tail_floor(problem: SearchProblem, queue: SearchQueue, lower: float, ord
     allowed = {zero for v in variants for zero in allowed_zero_stages(v.constraints)}
     # Under a forced ZeRO-3 the makespan bound holds for ZeRO-3 plans only; stages the
     # memory bound rules out have no plan.
+    terms = tables.memory_terms(c, problem.max_offload)
     spans = {zero: (max(makespan, queue.zero3_bound.get(order, 0.0)) if zero == 3
                     else makespan)
              for zero in problem.zeros
              if zero in allowed and (forced != 3 or zero == 3) and tables.memory_bound_bytes(
-                 c, max_zero=zero, max_offload=problem.max_offload) <= capacity}
+                 c, max_zero=zero, max_offload=problem.max_offload, terms=terms) <= capacity}
     if not spans or min(spans) < FLOOR_FROM_ZERO_STAGE:
         return False
     try:
