@@ -462,7 +462,7 @@ def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> Lay
 
     In a hybrid model (linear-attention layers beside full-attention ones) each layer is
     timed with its own token mixer: the step-time machinery times each kind of layer a
-    rank holds on its own (`models.core.step_time.stage.timing_kind`)."""
+    rank holds on its own (`models.core.step_time.timing_kinds.timing_kind`)."""
     key = (spec.is_moe_layer(layer_index), ctx, spec.attention_window(layer_index),
            spec.is_linear_attention_layer(layer_index), spec.attention_chunk(layer_index))
     memo = current_memo()

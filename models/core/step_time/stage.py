@@ -52,6 +52,7 @@ from models.core.step_time.exposure import (
 )
 from models.core.step_time.groups import AxisGroups
 from models.core.step_time.layer_inputs import LayerPartsInputs, TimingKind
+from models.core.step_time.timing_kinds import chunk_timing_kinds, kind_layers, timing_kind
 from models.core.traffic.weights import stage_weights
 
 
@@ -153,39 +154,6 @@ def _layer_terms(lc: LayerCompute, comm: LayerComm, zero3: tuple[float, float],
 LayerParts = tuple[LayerCompute, LayerComm, tuple[float, float], tuple[float, float]]
 """One layer's compute, exposed collectives, exposed ZeRO-3 traffic and ZeRO-3 copy kernels
 (forward, backward; no policy)."""
-
-def timing_kind(spec: ModelSpec, index: int) -> TimingKind:
-    """Layer `index`'s MoE-ness, linear or full attention, attention window and attention
-    chunk: two layers of a model that agree on these take the same compute, collectives and
-    ZeRO-3 traffic under one configuration (their weights and attention cost are alike), so
-    `stage_time` times each such kind once per rank, `layer_parts` keys its memo on it, and
-    ranks whose chunks hold the same sequence of kinds share their stage times. MoE-ness
-    alone is not enough: gpt-oss and Gemma 2 alternate sliding-window and full attention,
-    Kimi Linear interleaves linear and full attention, Llama 4 chunked and global
-    attention, within one MoE kind."""
-    return (spec.is_moe_layer(index), spec.is_linear_attention_layer(index),
-            spec.attention_window(index), spec.attention_chunk(index))
-
-
-def kind_layers(spec: ModelSpec) -> tuple[tuple[TimingKind, int, int], ...]:
-    """Each timing kind of the model's layers (`timing_kind`) with its first layer and how
-    many layers share it, in the order of first appearance: what a bound that times one
-    layer per kind multiplies it by (kept on the search's tables of the model)."""
-    tables = model_tables(spec)
-    if tables.kind_layers is None:
-        tables.kind_layers = _kind_layers(spec)
-    return tables.kind_layers
-
-
-def _kind_layers(spec: ModelSpec) -> tuple[tuple[TimingKind, int, int], ...]:
-    first: dict[TimingKind, int] = {}
-    count: dict[TimingKind, int] = {}
-    for index in range(spec.num_layers):
-        kind = timing_kind(spec, index)
-        first.setdefault(kind, index)
-        count[kind] = count.get(kind, 0) + 1
-    return tuple((kind, first[kind], count[kind]) for kind in first)
-
 
 def layer_parts_memo(spec: ModelSpec, training: TrainingSpec,
                      cluster: ClusterSpec) -> dict[LayerPartsInputs, LayerParts]:
@@ -460,17 +428,6 @@ def _offload_stall(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCo
     transfer = 2 * per_micro_batch / host_link_bandwidth(cluster)
     hidden = sum(t.forward_s + t.backward_input_s for t in chunk_times)
     return max(0.0, transfer - hidden)
-
-
-def chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
-                        ) -> tuple[tuple[TimingKind, ...], ...]:
-    """`timing_kind` of every layer of each chunk (shared by the configurations that place
-    the same layers on a rank: kept on the search's tables of the model)."""
-    memo = current_memo()
-    table = memo.tables(spec).timing_kinds
-    return kept(table, chunks,
-                lambda: tuple([tuple([timing_kind(spec, i) for i in chunk])
-                               for chunk in chunks]))
 
 
 class StageInputs(NamedTuple):
