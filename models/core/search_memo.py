@@ -72,6 +72,9 @@ class ModelTables:
     spec: ModelSpec
     kind_layers: "tuple[tuple[TimingKind, int, int], ...] | None" = None
     """`models.core.step_time.timing_kinds.kind_layers` (made on first ask)."""
+    layer_kinds: "tuple[TimingKind, ...] | None" = None
+    """`models.core.step_time.timing_kinds.timing_kind` of every layer by index (made on
+    first ask)."""
     mlp_blocks: "tuple[MlpBlockRecord, ...] | None" = None
     """`models.core.layer_kinds.mlp_blocks` (made on first ask)."""
     flop_kinds: "tuple[FlopKind, ...] | None" = None

@@ -19,7 +19,17 @@ def timing_kind(spec: ModelSpec, index: int) -> TimingKind:
     ranks whose chunks hold the same sequence of kinds share their stage times. MoE-ness
     alone is not enough: gpt-oss and Gemma 2 alternate sliding-window and full attention,
     Kimi Linear interleaves linear and full attention, Llama 4 chunked and global
-    attention, within one MoE kind."""
+    attention, within one MoE kind. Read from the model's table of every layer's kind
+    (made on first ask), as the search asks it for every layer it times."""
+    tables = model_tables(spec)
+    kinds = tables.layer_kinds
+    if kinds is None:
+        kinds = tables.layer_kinds = tuple([_timing_kind(spec, i)
+                                            for i in range(spec.num_layers)])
+    return kinds[index] if 0 <= index < len(kinds) else _timing_kind(spec, index)
+
+
+def _timing_kind(spec: ModelSpec, index: int) -> TimingKind:
     return (spec.is_moe_layer(index), spec.is_linear_attention_layer(index),
             spec.attention_window(index), spec.attention_chunk(index))
 
