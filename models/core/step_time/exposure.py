@@ -211,6 +211,11 @@ def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     return found
 
 
+_AXIS_NAMES = {axis: axis.value for axis in TrafficAxis}
+"""Each axis's name, the key of `LayerComm`'s tables (read once here, not per call)."""
+_TP_NAME = TrafficAxis.TP.value
+
+
 def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
                parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric,
                compute: LayerCompute, attention_forward_s: float) -> LayerComm:
@@ -244,11 +249,11 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     out: dict[Phase, dict[str, float]] = {Phase.FORWARD: {}, Phase.BACKWARD: {},
                                          Phase.RECOMPUTE: {}}
     for (phase, member, ring), t in totals.items():
-        axis = member.value
+        axis = _AXIS_NAMES[member]
         if ring:
             window = attention_forward_s * (2.0 if phase == Phase.BACKWARD else 1.0)
             t = max(0.0, t - window)
-        elif axis == TrafficAxis.EP.value and overlapped_ep:
+        elif member == TrafficAxis.EP and overlapped_ep:
             window = (compute.times.forward_s if phase == Phase.BACKWARD
                       else compute.times.backward_input_s)
             t = max(0.0, t - window) + OVERLAP_COMM_SM_SHARE * min(t, window)
@@ -259,16 +264,14 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     for phase, calls in tp_overlapped.items():
         t = tp_overlap_exposed_s(calls, tp=parallel.tp, window_s=windows[phase])
         if t > 0.0:
-            tp_axis = TrafficAxis.TP.value
-            out[phase][tp_axis] = out[phase].get(tp_axis, 0.0) + t
+            out[phase][_TP_NAME] = out[phase].get(_TP_NAME, 0.0) + t
     # The column-parallel input-gradient collectives run under the weight-gradient GEMMs
     # (`models.core.traffic.layer.tp_dgrad_overlapped`); what outlasts them stays exposed.
     # Assumes: the window is all of the layer's weight-gradient GEMMs (an upper bound: each
     # block's collective waits on its own column-parallel GEMM only).
     late = max(0.0, under_wgrad - compute.times.backward_weight_s)
     if late > 0.0:
-        tp_axis = TrafficAxis.TP.value
-        out[Phase.BACKWARD][tp_axis] = out[Phase.BACKWARD].get(tp_axis, 0.0) + late
+        out[Phase.BACKWARD][_TP_NAME] = out[Phase.BACKWARD].get(_TP_NAME, 0.0) + late
     return LayerComm(forward_s=out[Phase.FORWARD], backward_s=out[Phase.BACKWARD],
                      recompute_s=out[Phase.RECOMPUTE])
 
