@@ -264,13 +264,17 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     chunk_counts = _chunk_kind_counts(layout.chunks, kinds, policy.recompute)
     last_chunk = len(layout.chunks) - 1
     v_shape = SCHEDULES[parallel.schedule].placement == StagePlacement.V_SHAPE
+    overlapped = ep_overlapped(parallel, training)
     for chunk_index, counts in enumerate(chunk_counts):
         # The chunk's F, B and W summed as floats in the order `OpTimes` addition takes.
         forward = backward_input = backward_weight = 0.0
         for kind, mode, count, first in counts:
             if kind not in cache:
-                cache[kind] = layer_parts(spec, training, parallel, cluster, first,
-                                          fabric=fabric, groups=groups, memo=layer_memo)
+                # `layer_parts`' own memo read first, by the kind the rank's chunks name.
+                found = (None if layer_memo is None
+                         else layer_memo.get(LayerPartsInputs.of(kind, overlapped, parallel)))
+                cache[kind] = found or layer_parts(spec, training, parallel, cluster, first,
+                                                   fabric=fabric, groups=groups, memo=layer_memo)
             if (kind, mode) not in terms:
                 cast = (fp8_cast_s(spec, first, training, parallel, cluster, mode,
                                    policy.recompute_modules) if policy.fp8_activations else 0.0)
