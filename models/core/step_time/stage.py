@@ -290,7 +290,7 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
             copy_total += count * t.copy_s
             for axis, value in t.exposed_s.items():
                 exposed[axis] = exposed.get(axis, 0.0) + count * value
-        if chunk_index == last_chunk or v_shape:
+        if layout.num_heads and (chunk_index == last_chunk or v_shape):
             extra = _head_times(spec, ctx, layout, chunk_index, parallel)
             forward += extra.forward_s
             backward_input += extra.backward_input_s
@@ -298,8 +298,8 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
             compute_total += extra.total_s
         chunk_times.append(OpTimes(forward_s=forward, backward_input_s=backward_input,
                                    backward_weight_s=backward_weight))
-    stall = _offload_stall(spec, training, parallel, layout, cluster, num_micro_batches,
-                           chunk_times)
+    stall = (_offload_stall(spec, training, parallel, layout, cluster, num_micro_batches,
+                            chunk_times) if policy.offload_frac > 0 else 0.0)
     if stall:
         chunk_times = [t + OpTimes(backward_input_s=stall / len(chunk_times))
                        for t in chunk_times]
