@@ -76,6 +76,14 @@ class StageTime:
     """DeepSpeed BF16Optimizer's fp32 gradient update after each backward
     (`models.core.step_time.deepspeed_pipe.hp_grad_update_s`)."""
 
+    def at_rank(self, rank: int) -> "StageTime":
+        """These times as rank `rank`'s (`dataclasses.replace` of the rank, every other
+        field named: ranks of one `StageInputs` share them, and a search copies thousands)."""
+        return StageTime(stage=rank, chunk_times=self.chunk_times, compute_s=self.compute_s,
+                         recompute_s=self.recompute_s, exposed_comm_s=self.exposed_comm_s,
+                         offload_stall_s=self.offload_stall_s, fp8_cast_s=self.fp8_cast_s,
+                         zero3_copy_s=self.zero3_copy_s, grad_update_s=self.grad_update_s)
+
 
 def layer_mode(parallel: ParallelConfig, stage: int, position: int) -> RecomputeMode:
     """Recompute mode of the `position`-th layer held by pipeline rank `stage`."""
@@ -509,8 +517,7 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
                 shared = bucket.stages[key, None] = stage_time(
                     spec, training, parallel, cluster, layout, num_micro_batches=m,
                     fabric=fabric, groups=groups, layer_memo=layer_memo, kinds=kinds)
-            found = (shared if shared.stage == layout.rank
-                     else dataclasses.replace(shared, stage=layout.rank))
+            found = shared if shared.stage == layout.rank else shared.at_rank(layout.rank)
             bucket.stages[key, layout.rank] = found
         stages.append(found)
     if training.pipe_engine_p2p is not None and parallel.pp > 1:
