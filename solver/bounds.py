@@ -218,6 +218,8 @@ class BoundTables:
         """`_mean_states_bytes` per degrees, weight copies and ZeRO stage (all it reads)."""
         self._in_flight: dict[tuple[PipelineSchedule, int, int, int], float] = {}
         """`_mean_in_flight` by its arguments (the schedule's shape)."""
+        self._wait_shares: dict[int, float] = {}
+        """`slowest_gpu_share` by world size (`wait_bound_s`)."""
 
     @classmethod
     def of_request(cls, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
@@ -318,7 +320,9 @@ class BoundTables:
         if core is None:
             core = self.core(c)
         compute = sum([k.count * k.compute.times.total_s for k in core.kinds])
-        share = slowest_gpu_share(c.world_size)
+        share = self._wait_shares.get(c.world_size)
+        if share is None:
+            share = self._wait_shares[c.world_size] = slowest_gpu_share(c.world_size)
         return share * c.num_micro_batches * compute / c.pp
 
     def zero3_time_bound_s(self, c: MeshCandidate) -> float:
