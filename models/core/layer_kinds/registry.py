@@ -117,7 +117,18 @@ def _mlp_blocks(spec: ModelSpec) -> tuple[MlpBlockRecord, ...]:
 def kind_recompute_modules(spec: ModelSpec, *, cheap_only: bool = False
                            ) -> tuple[RecomputeModule, ...]:
     """Recompute modules the model's layer kinds add to the common ones (attention core,
-    norms): MLA's up-projections, the MoE block's; `cheap_only`: those cheap to rebuild."""
+    norms): MLA's up-projections, the MoE block's; `cheap_only`: those cheap to rebuild
+    (kept on the search's tables of the model: the search asks per policy ladder)."""
+    if not cheap_only:
+        return _kind_recompute_modules(spec, cheap_only=False)
+    tables = model_tables(spec)
+    if tables.cheap_recompute_modules is None:
+        tables.cheap_recompute_modules = _kind_recompute_modules(spec, cheap_only=True)
+    return tables.cheap_recompute_modules
+
+
+def _kind_recompute_modules(spec: ModelSpec, *, cheap_only: bool
+                            ) -> tuple[RecomputeModule, ...]:
     out = list(attention_kind(spec).recompute_modules)
     for block in mlp_blocks(spec):
         out += block.cheap_recompute_modules if cheap_only else block.recompute_modules
