@@ -97,6 +97,9 @@ class CoreTimes:
     """Input-gradient backward time of every layer of the model."""
     layer_w: float
     """Weight-gradient backward time of every layer of the model."""
+    layer_compute_s: float
+    """Compute time (F + B + W, no collectives) of every layer of the model, the
+    slowest-GPU wait's base (`BoundTables.wait_bound_s`)."""
 
     @classmethod
     def of(cls, kinds: tuple[KindTimes, ...], head_s: float) -> "CoreTimes":
@@ -104,7 +107,8 @@ class CoreTimes:
         return cls(kinds=kinds, head_s=head_s,
                    layer_f=sum(k.count * k.forward_s for k in kinds),
                    layer_b=sum(k.count * k.backward_s for k in kinds),
-                   layer_w=sum(k.count * k.weight_s for k in kinds))
+                   layer_w=sum(k.count * k.weight_s for k in kinds),
+                   layer_compute_s=sum([k.count * k.compute.times.total_s for k in kinds]))
 
 
 class CoreInputs(NamedTuple):
@@ -319,7 +323,7 @@ class BoundTables:
         `time_bound_s`)."""
         if core is None:
             core = self.core(c)
-        compute = sum([k.count * k.compute.times.total_s for k in core.kinds])
+        compute = core.layer_compute_s
         share = self._wait_shares.get(c.world_size)
         if share is None:
             share = self._wait_shares[c.world_size] = slowest_gpu_share(c.world_size)
