@@ -272,15 +272,15 @@ class BoundTables:
                                       tp=degrees.tp, cp=degrees.cp, etp=degrees.etp,
                                       sequence_parallel=degrees.sequence_parallel)
 
-    def _layer_input_bytes(self, c: MeshCandidate) -> int:
-        degrees = ActivationDegrees.of(c)
+    def _layer_input_bytes(self, degrees: ActivationDegrees) -> int:
         found = self._input_cache.get(degrees)
         if found is None:
             layer = layer_activation_bytes(self.spec, 0, self._activation_context(degrees))
             found = self._input_cache[degrees] = layer.stored_bytes(RecomputeMode.FULL)
         return found
 
-    def _head_share_bytes(self, c: MeshCandidate) -> float:
+    def _head_share_bytes(self, c: MeshCandidate,
+                          degrees: ActivationDegrees | None = None) -> float:
         """The output head's activations (final norm and projection inputs, fp32 logits:
         `models.core.activations.head_activation_bytes`, with the projection input sharded, its
         smaller form) for as many micro-batches as the schedule keeps in flight on the
@@ -289,8 +289,10 @@ class BoundTables:
         the same in-flight count, which the schedule fixes whatever the layer split), so
         the mean over ranks of the peaks holds at least this share (the in-flight count:
         `models.core.memory_floors.head_in_flight_floor`). At a vocabulary of 202,048 (Llama 4)
-        and 32k tokens the logits of one micro-batch are 26 GB; GPipe keeps every micro-batch's."""
-        degrees = ActivationDegrees.of(c)
+        and 32k tokens the logits of one micro-batch are 26 GB; GPipe keeps every micro-batch's.
+        (`degrees`: the candidate's `ActivationDegrees`, read when not given.)"""
+        if degrees is None:
+            degrees = ActivationDegrees.of(c)
         head = self._head_cache.get(degrees)
         if head is None:
             head = self._head_cache[degrees] = head_activation_bytes(
@@ -366,7 +368,8 @@ class BoundTables:
         """The terms of `memory_bound_bytes` that no ZeRO stage changes: the mean stored
         layer inputs under full recomputation with the offload share `max_offload`, and the
         head's share (`_head_share_bytes`)."""
-        layer_input = self._layer_input_bytes(c)
+        degrees = ActivationDegrees.of(c)
+        layer_input = self._layer_input_bytes(degrees)
         chunks = SCHEDULES[c.schedule].num_chunks(c.vpp)
         shape = (c.schedule, c.pp, c.num_micro_batches, chunks)
         in_flight = self._in_flight.get(shape)
@@ -374,7 +377,7 @@ class BoundTables:
             in_flight = self._in_flight[shape] = _mean_in_flight(*shape)
         layers_per_chunk = self.spec.num_layers / (c.pp * chunks)
         activations = in_flight * layers_per_chunk * layer_input * (1.0 - max_offload)
-        return activations, self._head_share_bytes(c)
+        return activations, self._head_share_bytes(c, degrees)
 
     def rank_memory_bound_bytes(self, c: MeshCandidate, constraints: Constraints, *,
                                 zeros: list[int], policy: Mapping[str, object],
