@@ -472,8 +472,8 @@ class StageInputs(NamedTuple):
 class StageBucket:
     """The kept stages of one (model, recipe, cluster, configuration, micro-batches)."""
 
-    stages: dict[tuple[StageInputs, int | None], StageTime]
-    """By `StageInputs` with the rank's own stage number (None: the first rank computed
+    stages: dict[StageInputs, dict[int | None, StageTime]]
+    """By `StageInputs`, then by the rank's own stage number (None: the first rank computed
     for the record, whose times the others copy)."""
 
 
@@ -508,17 +508,21 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         if kinds is None:
             kinds = chunk_timing_kinds(spec, layout.chunks)
         key = StageInputs.of(kinds, parallel, layout)
-        found = None if fresh else bucket.stages.get((key, layout.rank))
+        # The record (its policy a model, hashed in Python) is hashed once per rank.
+        ranks = bucket.stages.get(key)
+        if ranks is None:
+            ranks = bucket.stages[key] = {}
+        found = None if fresh else ranks.get(layout.rank)
         if found is None:
-            shared = bucket.stages.get((key, None))
+            shared = ranks.get(None)
             if shared is None:
                 if layer_memo is None:
                     layer_memo = layer_parts_memo(spec, training, cluster)
-                shared = bucket.stages[key, None] = stage_time(
+                shared = ranks[None] = stage_time(
                     spec, training, parallel, cluster, layout, num_micro_batches=m,
                     fabric=fabric, groups=groups, layer_memo=layer_memo, kinds=kinds)
             found = shared if shared.stage == layout.rank else shared.at_rank(layout.rank)
-            bucket.stages[key, layout.rank] = found
+            ranks[layout.rank] = found
         stages.append(found)
     if training.pipe_engine_p2p is not None and parallel.pp > 1:
         stages = [with_boundary_transfers(st, *boundary_occupancy_s(
