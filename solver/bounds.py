@@ -44,9 +44,9 @@ from models.core.memory_floors import (
 )
 from models.core.params import count_parameters, mtp_module_params
 from models.core.pipeline import (
+    SCHEDULES,
     closed_form_makespan,
     rank_peaks_in_flight_chunks,
-    schedule_traits,
 )
 from models.core.precision import sharded_state_bytes, state_bytes_per_param
 from models.core.runtime_features import ep_overlap_active
@@ -97,6 +97,9 @@ class CoreTimes:
     """Input-gradient backward time of every layer of the model."""
     layer_w: float
     """Weight-gradient backward time of every layer of the model."""
+    layer_compute_s: float
+    """Compute time (F + B + W, no collectives) of every layer of the model, the
+    slowest-GPU wait's base (`BoundTables.wait_bound_s`)."""
 
     @classmethod
     def of(cls, kinds: tuple[KindTimes, ...], head_s: float) -> "CoreTimes":
@@ -104,7 +107,8 @@ class CoreTimes:
         return cls(kinds=kinds, head_s=head_s,
                    layer_f=sum(k.count * k.forward_s for k in kinds),
                    layer_b=sum(k.count * k.backward_s for k in kinds),
-                   layer_w=sum(k.count * k.weight_s for k in kinds))
+                   layer_w=sum(k.count * k.weight_s for k in kinds),
+                   layer_compute_s=sum([k.count * k.compute.times.total_s for k in kinds]))
 
 
 class CoreInputs(NamedTuple):
@@ -130,7 +134,7 @@ class CoreInputs(NamedTuple):
         return tuple.__new__(cls, (
             c.tp, c.cp, c.cp_kind, c.ulysses_degree, c.micro_batch_size, c.ep, c.etp,
             c.sequence_parallel,
-            schedule_traits(c.schedule).overlapped_pairs
+            SCHEDULES[c.schedule].overlapped_pairs
             or ep_overlap_active(training, c.schedule, pp=c.pp, ep=c.ep,
                                  num_micro_batches=c.num_micro_batches)))
 
@@ -218,6 +222,8 @@ class BoundTables:
         """`_mean_states_bytes` per degrees, weight copies and ZeRO stage (all it reads)."""
         self._in_flight: dict[tuple[PipelineSchedule, int, int, int], float] = {}
         """`_mean_in_flight` by its arguments (the schedule's shape)."""
+        self._wait_shares: dict[int, float] = {}
+        """`slowest_gpu_share` by world size (`wait_bound_s`)."""
 
     @classmethod
     def of_request(cls, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
@@ -266,15 +272,15 @@ class BoundTables:
                                       tp=degrees.tp, cp=degrees.cp, etp=degrees.etp,
                                       sequence_parallel=degrees.sequence_parallel)
 
-    def _layer_input_bytes(self, c: MeshCandidate) -> int:
-        degrees = ActivationDegrees.of(c)
+    def _layer_input_bytes(self, degrees: ActivationDegrees) -> int:
         found = self._input_cache.get(degrees)
         if found is None:
             layer = layer_activation_bytes(self.spec, 0, self._activation_context(degrees))
             found = self._input_cache[degrees] = layer.stored_bytes(RecomputeMode.FULL)
         return found
 
-    def _head_share_bytes(self, c: MeshCandidate) -> float:
+    def _head_share_bytes(self, c: MeshCandidate,
+                          degrees: ActivationDegrees | None = None) -> float:
         """The output head's activations (final norm and projection inputs, fp32 logits:
         `models.core.activations.head_activation_bytes`, with the projection input sharded, its
         smaller form) for as many micro-batches as the schedule keeps in flight on the
@@ -283,8 +289,10 @@ class BoundTables:
         the same in-flight count, which the schedule fixes whatever the layer split), so
         the mean over ranks of the peaks holds at least this share (the in-flight count:
         `models.core.memory_floors.head_in_flight_floor`). At a vocabulary of 202,048 (Llama 4)
-        and 32k tokens the logits of one micro-batch are 26 GB; GPipe keeps every micro-batch's."""
-        degrees = ActivationDegrees.of(c)
+        and 32k tokens the logits of one micro-batch are 26 GB; GPipe keeps every micro-batch's.
+        (`degrees`: the candidate's `ActivationDegrees`, read when not given.)"""
+        if degrees is None:
+            degrees = ActivationDegrees.of(c)
         head = self._head_cache.get(degrees)
         if head is None:
             head = self._head_cache[degrees] = head_activation_bytes(
@@ -302,7 +310,7 @@ class BoundTables:
         avg_busy = (layer_f + layer_b + layer_w + core.head_s) / c.pp
         bound = m * avg_busy
         if c.pp > 1:
-            chunks = schedule_traits(c.schedule).num_chunks(c.vpp)
+            chunks = SCHEDULES[c.schedule].num_chunks(c.vpp)
             lightest = (self.spec.num_layers // (c.pp * chunks)) / max(1, self.spec.num_layers)
             f, b, w = layer_f * lightest, layer_b * lightest, layer_w * lightest
             bound = max(bound, _closed_form_bound(c.schedule, c.pp, m, chunks, f, b, w))
@@ -317,8 +325,10 @@ class BoundTables:
         `time_bound_s`)."""
         if core is None:
             core = self.core(c)
-        compute = sum([k.count * k.compute.times.total_s for k in core.kinds])
-        share = slowest_gpu_share(c.world_size)
+        compute = core.layer_compute_s
+        share = self._wait_shares.get(c.world_size)
+        if share is None:
+            share = self._wait_shares[c.world_size] = slowest_gpu_share(c.world_size)
         return share * c.num_micro_batches * compute / c.pp
 
     def zero3_time_bound_s(self, c: MeshCandidate) -> float:
@@ -345,19 +355,29 @@ class BoundTables:
         work = core.layer_f + core.layer_b + core.layer_w + core.head_s
         return c.num_micro_batches * (work + exposed) / c.pp
 
-    def memory_bound_bytes(self, c: MeshCandidate, *, max_zero: int, max_offload: float) -> int:
-        """Lower bound of the peak GPU bytes under the most frugal choices allowed."""
-        spec = self.spec
+    def memory_bound_bytes(self, c: MeshCandidate, *, max_zero: int, max_offload: float,
+                           terms: tuple[float, float] | None = None) -> int:
+        """Lower bound of the peak GPU bytes under the most frugal choices allowed (`terms`:
+        the candidate's `memory_terms` under `max_offload`, computed when not given, so a
+        caller bounding several ZeRO stages reads them once)."""
+        activations, head = self.memory_terms(c, max_offload) if terms is None else terms
         states = self._mean_states_bytes(c, max_zero)
-        layer_input = self._layer_input_bytes(c)
-        chunks = schedule_traits(c.schedule).num_chunks(c.vpp)
+        return int(states + activations + head) + RUNTIME_RESERVE_BYTES
+
+    def memory_terms(self, c: MeshCandidate, max_offload: float) -> tuple[float, float]:
+        """The terms of `memory_bound_bytes` that no ZeRO stage changes: the mean stored
+        layer inputs under full recomputation with the offload share `max_offload`, and the
+        head's share (`_head_share_bytes`)."""
+        degrees = ActivationDegrees.of(c)
+        layer_input = self._layer_input_bytes(degrees)
+        chunks = SCHEDULES[c.schedule].num_chunks(c.vpp)
         shape = (c.schedule, c.pp, c.num_micro_batches, chunks)
         in_flight = self._in_flight.get(shape)
         if in_flight is None:
             in_flight = self._in_flight[shape] = _mean_in_flight(*shape)
-        layers_per_chunk = spec.num_layers / (c.pp * chunks)
+        layers_per_chunk = self.spec.num_layers / (c.pp * chunks)
         activations = in_flight * layers_per_chunk * layer_input * (1.0 - max_offload)
-        return int(states + activations + self._head_share_bytes(c)) + RUNTIME_RESERVE_BYTES
+        return activations, self._head_share_bytes(c, degrees)
 
     def rank_memory_bound_bytes(self, c: MeshCandidate, constraints: Constraints, *,
                                 zeros: list[int], policy: Mapping[str, object],
@@ -428,7 +448,7 @@ class BoundTables:
         """The model states of the candidate at ZeRO stage `max_zero`, averaged over its
         pipeline ranks (each parameter's states sit on some rank; a schedule holding two
         copies of the weights doubles them)."""
-        copies = schedule_traits(c.schedule).weight_copies
+        copies = SCHEDULES[c.schedule].weight_copies
         # Built as a tuple: the generated `__new__` costs a Python call per record.
         key: StatesDegrees = tuple.__new__(StatesDegrees, (c.tp, c.cp, c.dp, c.pp, c.ep, c.etp,
                                                            copies, max_zero))

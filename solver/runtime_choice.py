@@ -98,11 +98,11 @@ def unset_features(training: TrainingSpec) -> frozenset[str]:
     return frozenset([f.name for f in RUNTIME_FEATURES if getattr(training, f.field) is None])
 
 
-def _prerequisites_met(name: str, spec: ModelSpec, c: MeshCandidate) -> bool:
-    """Whether the mesh meets a feature's prerequisites (`RuntimeFeature.needs`); a
+def _prerequisites_met(name: str, moe: bool, c: MeshCandidate) -> bool:
+    """Whether the mesh meets a feature's prerequisites (`RuntimeFeature.needs`; `moe`: the
+    model's `has_routed_experts`, read once by the caller for all its features); a
     framework's own refusals (EP overlap with full recomputation, or with PP > 1 and no
     interleaving) are its forbidden rules, checked by the caller."""
-    moe = has_routed_experts(spec)
     if name == OVERLAP_GRAD_REDUCE:
         return c.dp > 1
     if name == OVERLAP_TP_COMM:
@@ -170,8 +170,9 @@ def _feature_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCan
     if not unset:
         return (training,)
     offered = RUNTIME_NAMES if framework is None else RUNTIME_NAMES & framework.features.keys()
+    moe = has_routed_experts(spec)
     usable = frozenset([name for name in unset & offered
-                        if _prerequisites_met(name, spec, candidate)
+                        if _prerequisites_met(name, moe, candidate)
                         and not _engine_excludes(name, candidate, framework)])
     base = frozenset([name for name in usable if not BY_NAME[name].costs_memory])
     options = [base]
@@ -278,7 +279,7 @@ def runtime_feature_uses(spec: ModelSpec, request: TrainingSpec, chosen: Trainin
                   and candidate.sequence_parallel and candidate.tp > 1):
                 reason = ("the userbuffers TP overlap (overlap_tp_comm) already overlaps the "
                           "input-gradient reduce-scatter")
-            elif not _prerequisites_met(feature.name, spec, candidate):
+            elif not _prerequisites_met(feature.name, has_routed_experts(spec), candidate):
                 reason = f"needs {feature.needs}"
             elif why_off and feature.name in why_off:
                 reason = why_off[feature.name]

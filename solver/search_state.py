@@ -95,6 +95,11 @@ class SearchProblem:
     bounds stay below the plans of every runtime choice."""
     _variants: dict[MeshCandidate, list[Variant]] = field(default_factory=dict, init=False)
     """`variants` by candidate (every field of it: a candidate is its whole value)."""
+    capacity_bytes: int = field(init=False)
+    """The cluster's `ClusterSpec.capacity_bytes`, read once for the search's memory bounds."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "capacity_bytes", self.cluster.capacity_bytes)
 
     def variants(self, c: MeshCandidate) -> list[Variant]:
         """The candidate's framework variants (`solver.targets.candidate_variants`), made

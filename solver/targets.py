@@ -163,6 +163,8 @@ class TargetRequest:
     """The ZeRO stages the request permits, ascending."""
     open_features: frozenset[str] = dataclasses.field(init=False)
     """The runtime features the recipe leaves to the planner (`unset_features`)."""
+    targets: tuple[Framework, ...] | None = dataclasses.field(init=False)
+    """The frameworks a plan may run on (`target_frameworks`; None: target 'any')."""
     _meshes: dict[tuple[object, ...], frozenset[str]] = dataclasses.field(
         default_factory=dict, init=False, repr=False)
     _narrowed: dict[tuple[tuple[int, ...], bool, bool], Constraints] = dataclasses.field(
@@ -177,6 +179,7 @@ class TargetRequest:
         object.__setattr__(self, "zeros", tuple(
             z for z in (0, 1, 2, 3) if permitted("zero_stage", z, self.constraints)))
         object.__setattr__(self, "open_features", unset_features(self.training))
+        object.__setattr__(self, "targets", target_frameworks(self.constraints))
 
     @classmethod
     def of(cls, spec: ModelSpec, training: TrainingSpec,
@@ -275,7 +278,7 @@ def candidate_variants(spec: ModelSpec, training: TrainingSpec, candidate: MeshC
     its `TargetRequest` (the variants of its candidates then share their constraints)."""
     request = TargetRequest.of(spec, training, constraints)
     constraints = request.constraints
-    targets = target_frameworks(constraints)
+    targets = request.targets
     if targets is None:
         return [Variant(framework=ANY, constraints=constraints, caps=None, training=option)
                 for option in runtime_options(spec, training, candidate, None)]
@@ -299,7 +302,7 @@ def admits_mesh(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidat
     """Whether any admitted framework runs the candidate's mesh (the search's filter)."""
     request = TargetRequest.of(spec, training, constraints)
     constraints = request.constraints
-    targets = target_frameworks(constraints)
+    targets = request.targets
     if targets is None:
         return True
     # A runtime feature the request leaves open is decided per framework (a framework that

@@ -78,9 +78,10 @@ def _forced_zero_stage(tables: BoundTables, c: MeshCandidate, zeros: list[int],
                        max_offload: float, capacity_bytes: int) -> int:
     """3 when the memory bound rules out every allowed ZeRO stage below 3 for this candidate
     (so every plan of it pays the ZeRO-3 gathers), else 0 (stages 0-2 time alike)."""
+    terms = tables.memory_terms(c, max_offload)
     for zero in zeros:
-        if tables.memory_bound_bytes(c, max_zero=zero, max_offload=max_offload) \
-                <= capacity_bytes:
+        if tables.memory_bound_bytes(c, max_zero=zero, max_offload=max_offload,
+                                     terms=terms) <= capacity_bytes:
             return 3 if zero == 3 else 0
     return 0
 
@@ -93,7 +94,7 @@ def tighten(problem: SearchProblem, queue: SearchQueue, lower: float, order: int
     if level == TABLE_BOUND:
         # Where memory rules out ZeRO 0-2, the gathers of ZeRO-3 join the table bound.
         zero = _forced_zero_stage(tables, c, problem.zeros, problem.max_offload,
-                                  problem.cluster.capacity_bytes)
+                                  problem.capacity_bytes)
         queue.forced_zero[order] = zero
         if zero == 3:
             queue.zero3_bound[order] = zero3_bound_s(tables, c)
@@ -141,7 +142,7 @@ def _rank_memory_rules_out(problem: SearchProblem, c: MeshCandidate,
     strongest ZeRO stage (`solver.bounds.BoundTables.rank_memory_bound_bytes`): the
     evaluation would find no plan that fits. Variants alike in what the bound reads are
     bounded once, the most frugal first (where any may fit, it is usually that one)."""
-    capacity = problem.cluster.capacity_bytes
+    capacity = problem.capacity_bytes
     checks: list[tuple[tuple[bool, bool, float, int], Constraints, list[int],
                        dict[str, object]]] = []
     # Two variants are bounded once when every input of the bound is equal: the ZeRO
@@ -177,18 +178,19 @@ def add_tail_floor(problem: SearchProblem, queue: SearchQueue, lower: float, ord
     if problem.objective == Objective.MIN_MEMORY or order not in queue.makespan:
         return False
     tables, makespan = problem.tables, queue.makespan[order]
-    capacity = problem.cluster.capacity_bytes
+    capacity = problem.capacity_bytes
     forced = queue.forced_zero.get(order, 0)
     # Only the stages a framework running the mesh allows have plans (torchtitan's V
     # schedules, for one, only ZeRO-3: FSDP).
     allowed = {zero for v in variants for zero in allowed_zero_stages(v.constraints)}
     # Under a forced ZeRO-3 the makespan bound holds for ZeRO-3 plans only; stages the
     # memory bound rules out have no plan.
+    terms = tables.memory_terms(c, problem.max_offload)
     spans = {zero: (max(makespan, queue.zero3_bound.get(order, 0.0)) if zero == 3
                     else makespan)
              for zero in problem.zeros
              if zero in allowed and (forced != 3 or zero == 3) and tables.memory_bound_bytes(
-                 c, max_zero=zero, max_offload=problem.max_offload) <= capacity}
+                 c, max_zero=zero, max_offload=problem.max_offload, terms=terms) <= capacity}
     if not spans or min(spans) < FLOOR_FROM_ZERO_STAGE:
         return False
     try:
@@ -271,7 +273,7 @@ def _policy_floors(problem: SearchProblem, c: MeshCandidate, floors: dict[int, f
     constraints = problem.constraints
     if constraints.pinned_recompute is not None:
         return floors
-    tables, capacity, strongest = problem.tables, problem.cluster.capacity_bytes, max(floors)
+    tables, capacity, strongest = problem.tables, problem.capacity_bytes, max(floors)
 
     def may_fit(parallel: ParallelConfig) -> bool:
         return tables.policy_memory_bound_bytes(parallel, c, max_zero=strongest) <= capacity

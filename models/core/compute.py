@@ -228,10 +228,16 @@ def _gemm_times(gemms: list[_Gemm], ctx: ComputeContext) -> tuple[OpTimes, dict[
     forward = backward_input = backward_weight = 0.0
     modules: dict[M, float] = {}
     for g in gemms:
-        f = _shape_time(g, g.m, g.n, g.k, ctx, profile, rates)
-        forward += f
-        backward_input += _shape_time(g, g.m, g.k, g.n, ctx, profile, rates)
-        backward_weight += _shape_time(g, g.k, g.n, g.m, ctx, profile, rates)
+        if g.groups > 1:
+            f = _shape_time(g, g.m, g.n, g.k, ctx, profile, rates)
+            forward += f
+            backward_input += _shape_time(g, g.m, g.k, g.n, ctx, profile, rates)
+            backward_weight += _shape_time(g, g.k, g.n, g.m, ctx, profile, rates)
+        else:  # a plain GEMM: `_shape_time`'s own, under the rates read above
+            f = gemm_time_at(g.m, g.n, g.k, rates)
+            forward += f
+            backward_input += gemm_time_at(g.m, g.k, g.n, rates)
+            backward_weight += gemm_time_at(g.k, g.n, g.m, rates)
         if g.module is not None:
             modules[g.module] = modules.get(g.module, 0.0) + f
     return OpTimes(forward_s=forward, backward_input_s=backward_input,
@@ -462,7 +468,7 @@ def layer_compute(spec: ModelSpec, layer_index: int, ctx: ComputeContext) -> Lay
 
     In a hybrid model (linear-attention layers beside full-attention ones) each layer is
     timed with its own token mixer: the step-time machinery times each kind of layer a
-    rank holds on its own (`models.core.step_time.stage.timing_kind`)."""
+    rank holds on its own (`models.core.step_time.timing_kinds.timing_kind`)."""
     key = (spec.is_moe_layer(layer_index), ctx, spec.attention_window(layer_index),
            spec.is_linear_attention_layer(layer_index), spec.attention_chunk(layer_index))
     memo = current_memo()

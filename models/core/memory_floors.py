@@ -22,9 +22,9 @@ from api_schemas.training import TrainingSpec
 from models.core.layout import StageLayout, pipeline_layout
 from models.core.ledger_memo import LedgerMemo, runtime_sums, state_sums
 from models.core.pipeline import (
+    SCHEDULES,
     InFlightProfile,
     peak_in_flight_chunks,
-    schedule_traits,
 )
 from models.core.rank_activations import (
     activation_context,
@@ -119,7 +119,7 @@ def head_in_flight_floor(schedule: PipelineSchedule, pp: int, num_micro_batches:
     (the micro-batch whose backward follows its forward). Read from the schedule's traits
     rather than its generated order, which costs a first call of a new shape up to 0.15 s
     (Chimera)."""
-    if pp > 1 and schedule_traits(schedule).forwards_before_backwards:
+    if pp > 1 and SCHEDULES[schedule].forwards_before_backwards:
         return num_micro_batches
     return 1
 
@@ -128,7 +128,7 @@ def _peak_chunks_floor(parallel: ParallelConfig, num_micro_batches: int, rank: i
     """A lower bound of the micro-batch x chunk units rank `rank` holds at its peak: the
     schedule's closed form where its record has one (`peak_in_flight_chunks`, pinned to the
     generated order by the tests), else one. No op order is generated."""
-    traits = schedule_traits(parallel.schedule)
+    traits = SCHEDULES[parallel.schedule]
     if traits.peak_form is None:
         return 1
     return peak_in_flight_chunks(parallel.schedule, num_stages=parallel.pp,

@@ -37,9 +37,9 @@ from models.core.activations import (
 from models.core.layout import StageLayout
 from models.core.ledger_items import MemoryComponent
 from models.core.pipeline import (
+    SCHEDULES,
     InFlightProfile,
     in_flight_profile,
-    schedule_traits,
 )
 from models.core.rank_states import chunk_weight_kinds
 from models.core.runtime_features import ep_overlap_active
@@ -202,7 +202,7 @@ def in_flight_counts(parallel: ActivationMesh, num_micro_batches: int) -> InFlig
     Raises:
         InvalidSpecError: an unknown schedule, or parameters it refuses.
     """
-    traits = schedule_traits(parallel.schedule)
+    traits = SCHEDULES[parallel.schedule]
     try:
         return in_flight_profile(parallel.schedule, num_stages=parallel.pp,
                                  num_micro_batches=num_micro_batches,
@@ -314,7 +314,7 @@ def ep_overlap_extra_bytes(spec: ModelSpec, training: TrainingSpec, parallel: Ac
     i's backward, so two micro-batches' activations are live). DualPipe-style schedules
     already count their paired micro-batches in their op order (nothing added).
     """
-    if spec.moe is None or schedule_traits(parallel.schedule).overlapped_pairs:
+    if spec.moe is None or SCHEDULES[parallel.schedule].overlapped_pairs:
         return 0
     if not ep_overlap_active(training, parallel.schedule, pp=parallel.pp, ep=parallel.ep,
                              num_micro_batches=num_micro_batches):

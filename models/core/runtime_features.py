@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from api_schemas.parallel import PipelineSchedule
 from api_schemas.training import MoeDispatcher, TrainingSpec
-from models.core.pipeline import StagePlacement, schedule_traits
+from models.core.pipeline import SCHEDULES, StagePlacement
 
 OVERLAP_GRAD_REDUCE = "overlap_grad_reduce"
 OVERLAP_TP_COMM = "overlap_tp_comm"
@@ -221,7 +221,7 @@ def ep_overlap_mesh(schedule: PipelineSchedule, *, pp: int, num_micro_batches: i
     pairs micro-batch i's backward with micro-batch i+1's forward)."""
     if pp == 1:
         return num_micro_batches > 1
-    return schedule_traits(schedule).placement == StagePlacement.LOOPED
+    return SCHEDULES[schedule].placement == StagePlacement.LOOPED
 
 
 def ep_overlap_active(training: TrainingSpec, schedule: PipelineSchedule, *, pp: int,

@@ -71,9 +71,15 @@ class ModelTables:
 
     spec: ModelSpec
     kind_layers: "tuple[tuple[TimingKind, int, int], ...] | None" = None
-    """`models.core.step_time.stage.kind_layers` (made on first ask)."""
+    """`models.core.step_time.timing_kinds.kind_layers` (made on first ask)."""
+    layer_kinds: "tuple[TimingKind, ...] | None" = None
+    """`models.core.step_time.timing_kinds.timing_kind` of every layer by index (made on
+    first ask)."""
     mlp_blocks: "tuple[MlpBlockRecord, ...] | None" = None
     """`models.core.layer_kinds.mlp_blocks` (made on first ask)."""
+    cheap_recompute_modules: "tuple[RecomputeModule, ...] | None" = None
+    """`models.core.layer_kinds.kind_recompute_modules` with `cheap_only` (made on first
+    ask)."""
     flop_kinds: "tuple[FlopKind, ...] | None" = None
     """`models.core.flops.flop_kinds`: each layer's FLOP kind by index (made on first ask)."""
     timing_kinds: dict[Chunks, ChunkKinds] = field(default_factory=dict)

@@ -358,3 +358,17 @@ def test_all_gather_context_parallelism_gathers_kv_on_the_critical_path() -> Non
     args = megatron_args(spec, training, gathered)
     assert args[args.index("--cp-comm-type") + 1] == "all_gather"
     assert {fit.framework for fit in runs_on(spec, training, gathered)} == {"megatron-lm"}
+
+
+def test_a_stage_time_at_another_rank_is_its_replace_of_the_rank() -> None:
+    """`StageTime.at_rank` names every field: it equals `dataclasses.replace` of the rank on a
+    record whose fields all differ from their defaults."""
+    import dataclasses
+
+    from models.core.compute import OpTimes
+    from models.core.step_time.stage import StageTime
+
+    values = {f.name: 0.5 + i for i, f in enumerate(dataclasses.fields(StageTime))}
+    values.update(stage=1, chunk_times=(OpTimes(forward_s=1.0),), exposed_comm_s={"tp": 2.0})
+    stage = StageTime(**values)
+    assert stage.at_rank(3) == dataclasses.replace(stage, stage=3)

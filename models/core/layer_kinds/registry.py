@@ -58,6 +58,8 @@ R = TypeVar("R")
 
 
 def _lookup(table: dict[str, R], name: str, field: str) -> R:
+    """`table[name]`, or the error naming the known kinds (the model's own kinds read their
+    table first: the cost model asks for them per layer)."""
     found = table.get(name)
     if found is None:
         known = ", ".join(f"'{kind}'" for kind in table)
@@ -68,7 +70,8 @@ def _lookup(table: dict[str, R], name: str, field: str) -> R:
 
 def attention_kind(spec: ModelSpec) -> AttentionRecord:
     """The record of the model's softmax attention."""
-    return _lookup(ATTENTION_KINDS, spec.attention, "attention")
+    found = ATTENTION_KINDS.get(spec.attention)
+    return found if found is not None else _lookup(ATTENTION_KINDS, spec.attention, "attention")
 
 
 def linear_attention_kind(la: LinearAttentionSpec) -> LinearAttentionRecord:
@@ -78,7 +81,8 @@ def linear_attention_kind(la: LinearAttentionSpec) -> LinearAttentionRecord:
 
 def mlp_kind(spec: ModelSpec) -> MlpRecord:
     """The record of the model's MLP (dense layers, shared and routed experts alike)."""
-    return _lookup(MLP_KINDS, spec.mlp, "mlp")
+    found = MLP_KINDS.get(spec.mlp)
+    return found if found is not None else _lookup(MLP_KINDS, spec.mlp, "mlp")
 
 
 def mlp_block(spec: ModelSpec, layer_index: int) -> MlpBlockRecord:
@@ -113,7 +117,18 @@ def _mlp_blocks(spec: ModelSpec) -> tuple[MlpBlockRecord, ...]:
 def kind_recompute_modules(spec: ModelSpec, *, cheap_only: bool = False
                            ) -> tuple[RecomputeModule, ...]:
     """Recompute modules the model's layer kinds add to the common ones (attention core,
-    norms): MLA's up-projections, the MoE block's; `cheap_only`: those cheap to rebuild."""
+    norms): MLA's up-projections, the MoE block's; `cheap_only`: those cheap to rebuild
+    (kept on the search's tables of the model: the search asks per policy ladder)."""
+    if not cheap_only:
+        return _kind_recompute_modules(spec, cheap_only=False)
+    tables = model_tables(spec)
+    if tables.cheap_recompute_modules is None:
+        tables.cheap_recompute_modules = _kind_recompute_modules(spec, cheap_only=True)
+    return tables.cheap_recompute_modules
+
+
+def _kind_recompute_modules(spec: ModelSpec, *, cheap_only: bool
+                            ) -> tuple[RecomputeModule, ...]:
     out = list(attention_kind(spec).recompute_modules)
     for block in mlp_blocks(spec):
         out += block.cheap_recompute_modules if cheap_only else block.recompute_modules
@@ -122,7 +137,8 @@ def kind_recompute_modules(spec: ModelSpec, *, cheap_only: bool = False
 
 def norm_kind(spec: ModelSpec) -> NormRecord:
     """The record of the model's norms."""
-    return _lookup(NORM_KINDS, spec.norm, "norm")
+    found = NORM_KINDS.get(spec.norm)
+    return found if found is not None else _lookup(NORM_KINDS, spec.norm, "norm")
 
 
 __all__ = ["ATTENTION_KINDS", "LINEAR_ATTENTION_KINDS", "MLP_KINDS", "NORM_KINDS",

@@ -38,7 +38,7 @@ from models.core.collectives import Collective, Fabric
 from models.core.compute import LayerCompute, OpTimes
 from models.core.mesh import GroupKind
 from models.core.params import layer_params
-from models.core.pipeline import schedule_traits
+from models.core.pipeline import SCHEDULES
 from models.core.runtime_features import ep_overlap_active
 from models.core.search_memo import ModelTables, model_tables
 from models.core.sharded_states import DEEPSPEED_PREFETCH_BUCKET_PARAMS
@@ -98,10 +98,11 @@ def tp_overlap_exposed_s(calls: list[LayerCall], *, tp: int, window_s: float) ->
     """
     if not calls:
         return 0.0
-    total = sum(c.time_s for c in calls)
+    times = [c.time_s for c in calls]
+    total = sum(times)
     exposed = max(0.0, total - window_s)
-    for call in calls:
-        hidden = min(call.time_s, window_s)
+    for call, time_s in zip(calls, times, strict=True):
+        hidden = min(time_s, window_s)
         if call.collective != Collective.REDUCE_SCATTER:
             continue
         if call.phase == Phase.BACKWARD:
@@ -132,7 +133,7 @@ def ep_overlapped(parallel: ParallelConfig, training: TrainingSpec) -> bool:
     DualPipe-style pairs always, else `overlap_ep_comm` where the mesh admits it
     (`models.core.runtime_features.ep_overlap_active`: interleaved 1F1B, or no pipeline with
     Megatron-LM's combined 1F1B)."""
-    if schedule_traits(parallel.schedule).overlapped_pairs:
+    if SCHEDULES[parallel.schedule].overlapped_pairs:
         return True
     m = training.global_batch_size // max(1, parallel.micro_batch_size * parallel.dp)
     return ep_overlap_active(training, parallel.schedule, pp=parallel.pp, ep=parallel.ep,
@@ -210,6 +211,11 @@ def layer_calls(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     return found
 
 
+_AXIS_NAMES = {axis: axis.value for axis in TrafficAxis}
+"""Each axis's name, the key of `LayerComm`'s tables (read once here, not per call)."""
+_TP_NAME = TrafficAxis.TP.value
+
+
 def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
                parallel: ParallelConfig, groups: AxisGroups, fabric: Fabric,
                compute: LayerCompute, attention_forward_s: float) -> LayerComm:
@@ -236,16 +242,18 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
                 and parallel.sequence_parallel):
             tp_overlapped.setdefault(call.phase, []).append(call)
             continue
-        key = (call.phase, call.axis.value, ring)
+        # Keyed by the member (a str enum: it hashes as its value), named by its value below.
+        key = (call.phase, call.axis, ring)
         totals[key] = totals.get(key, 0.0) + call.time_s
     overlapped_ep = ep_overlapped(parallel, training)
     out: dict[Phase, dict[str, float]] = {Phase.FORWARD: {}, Phase.BACKWARD: {},
                                          Phase.RECOMPUTE: {}}
-    for (phase, axis, ring), t in totals.items():
+    for (phase, member, ring), t in totals.items():
+        axis = _AXIS_NAMES[member]
         if ring:
             window = attention_forward_s * (2.0 if phase == Phase.BACKWARD else 1.0)
             t = max(0.0, t - window)
-        elif axis == TrafficAxis.EP.value and overlapped_ep:
+        elif member == TrafficAxis.EP and overlapped_ep:
             window = (compute.times.forward_s if phase == Phase.BACKWARD
                       else compute.times.backward_input_s)
             t = max(0.0, t - window) + OVERLAP_COMM_SM_SHARE * min(t, window)
@@ -256,16 +264,14 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     for phase, calls in tp_overlapped.items():
         t = tp_overlap_exposed_s(calls, tp=parallel.tp, window_s=windows[phase])
         if t > 0.0:
-            tp_axis = TrafficAxis.TP.value
-            out[phase][tp_axis] = out[phase].get(tp_axis, 0.0) + t
+            out[phase][_TP_NAME] = out[phase].get(_TP_NAME, 0.0) + t
     # The column-parallel input-gradient collectives run under the weight-gradient GEMMs
     # (`models.core.traffic.layer.tp_dgrad_overlapped`); what outlasts them stays exposed.
     # Assumes: the window is all of the layer's weight-gradient GEMMs (an upper bound: each
     # block's collective waits on its own column-parallel GEMM only).
     late = max(0.0, under_wgrad - compute.times.backward_weight_s)
     if late > 0.0:
-        tp_axis = TrafficAxis.TP.value
-        out[Phase.BACKWARD][tp_axis] = out[Phase.BACKWARD].get(tp_axis, 0.0) + late
+        out[Phase.BACKWARD][_TP_NAME] = out[Phase.BACKWARD].get(_TP_NAME, 0.0) + late
     return LayerComm(forward_s=out[Phase.FORWARD], backward_s=out[Phase.BACKWARD],
                      recompute_s=out[Phase.RECOMPUTE])
 

@@ -15,7 +15,7 @@ from api_schemas.parallel import ContextParallelKind, ParallelConfig
 
 TimingKind = tuple[bool, bool, int | None, int | None]
 """What sets a layer's times apart from another's of the same model
-(`models.core.step_time.stage.timing_kind`)."""
+(`models.core.step_time.timing_kinds.timing_kind`)."""
 
 UNREAD_FIELDS = frozenset({"recompute", "recompute_modules", "fp8_activations",
                            "activation_offload_frac", "stage_policies", "layers_per_stage",

@@ -34,7 +34,7 @@ class WorkTable:
     """What `policy_work_bound_s` needs of one mesh and ZeRO stage without a policy, kept to
     bound many policies of it: each rank's work, the micro-batch crossings, each rank's
     running count of each layer timing kind by position, and each kind's recomputation
-    times. Kinds are `models.core.step_time.stage.timing_kind` (MoE or not, linear or full
+    times. Kinds are `models.core.step_time.timing_kinds.timing_kind` (MoE or not, linear or full
     attention, attention window and chunk), as `stage_time` times them: a sliding-window layer
     recomputes less than a full-attention one of the same MoE kind, so counting a rank's
     layers as copies of one of them would not bound the rank whose first layer is the

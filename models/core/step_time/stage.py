@@ -37,7 +37,7 @@ from models.core.compute import (
     layer_compute,
 )
 from models.core.layout import StageLayout
-from models.core.pipeline import StagePlacement, schedule_traits
+from models.core.pipeline import SCHEDULES, StagePlacement
 from models.core.rank_activations import layer_stored_bytes_cap, stage_activation_components
 from models.core.runtime_features import dispatcher, grouped_gemm_on, permute_fused
 from models.core.search_memo import current_memo, kept, model_tables
@@ -52,6 +52,7 @@ from models.core.step_time.exposure import (
 )
 from models.core.step_time.groups import AxisGroups
 from models.core.step_time.layer_inputs import LayerPartsInputs, TimingKind
+from models.core.step_time.timing_kinds import chunk_timing_kinds, kind_layers, timing_kind
 from models.core.traffic.weights import stage_weights
 
 
@@ -74,6 +75,14 @@ class StageTime:
     grad_update_s: float = 0.0
     """DeepSpeed BF16Optimizer's fp32 gradient update after each backward
     (`models.core.step_time.deepspeed_pipe.hp_grad_update_s`)."""
+
+    def at_rank(self, rank: int) -> "StageTime":
+        """These times as rank `rank`'s (`dataclasses.replace` of the rank, every other
+        field named: ranks of one `StageInputs` share them, and a search copies thousands)."""
+        return StageTime(stage=rank, chunk_times=self.chunk_times, compute_s=self.compute_s,
+                         recompute_s=self.recompute_s, exposed_comm_s=self.exposed_comm_s,
+                         offload_stall_s=self.offload_stall_s, fp8_cast_s=self.fp8_cast_s,
+                         zero3_copy_s=self.zero3_copy_s, grad_update_s=self.grad_update_s)
 
 
 def layer_mode(parallel: ParallelConfig, stage: int, position: int) -> RecomputeMode:
@@ -153,39 +162,6 @@ def _layer_terms(lc: LayerCompute, comm: LayerComm, zero3: tuple[float, float],
 LayerParts = tuple[LayerCompute, LayerComm, tuple[float, float], tuple[float, float]]
 """One layer's compute, exposed collectives, exposed ZeRO-3 traffic and ZeRO-3 copy kernels
 (forward, backward; no policy)."""
-
-def timing_kind(spec: ModelSpec, index: int) -> TimingKind:
-    """Layer `index`'s MoE-ness, linear or full attention, attention window and attention
-    chunk: two layers of a model that agree on these take the same compute, collectives and
-    ZeRO-3 traffic under one configuration (their weights and attention cost are alike), so
-    `stage_time` times each such kind once per rank, `layer_parts` keys its memo on it, and
-    ranks whose chunks hold the same sequence of kinds share their stage times. MoE-ness
-    alone is not enough: gpt-oss and Gemma 2 alternate sliding-window and full attention,
-    Kimi Linear interleaves linear and full attention, Llama 4 chunked and global
-    attention, within one MoE kind."""
-    return (spec.is_moe_layer(index), spec.is_linear_attention_layer(index),
-            spec.attention_window(index), spec.attention_chunk(index))
-
-
-def kind_layers(spec: ModelSpec) -> tuple[tuple[TimingKind, int, int], ...]:
-    """Each timing kind of the model's layers (`timing_kind`) with its first layer and how
-    many layers share it, in the order of first appearance: what a bound that times one
-    layer per kind multiplies it by (kept on the search's tables of the model)."""
-    tables = model_tables(spec)
-    if tables.kind_layers is None:
-        tables.kind_layers = _kind_layers(spec)
-    return tables.kind_layers
-
-
-def _kind_layers(spec: ModelSpec) -> tuple[tuple[TimingKind, int, int], ...]:
-    first: dict[TimingKind, int] = {}
-    count: dict[TimingKind, int] = {}
-    for index in range(spec.num_layers):
-        kind = timing_kind(spec, index)
-        first.setdefault(kind, index)
-        count[kind] = count.get(kind, 0) + 1
-    return tuple((kind, first[kind], count[kind]) for kind in first)
-
 
 def layer_parts_memo(spec: ModelSpec, training: TrainingSpec,
                      cluster: ClusterSpec) -> dict[LayerPartsInputs, LayerParts]:
@@ -295,14 +271,18 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     exposed: dict[str, float] = {}
     chunk_counts = _chunk_kind_counts(layout.chunks, kinds, policy.recompute)
     last_chunk = len(layout.chunks) - 1
-    v_shape = schedule_traits(parallel.schedule).placement == StagePlacement.V_SHAPE
+    v_shape = SCHEDULES[parallel.schedule].placement == StagePlacement.V_SHAPE
+    overlapped = ep_overlapped(parallel, training)
     for chunk_index, counts in enumerate(chunk_counts):
         # The chunk's F, B and W summed as floats in the order `OpTimes` addition takes.
         forward = backward_input = backward_weight = 0.0
         for kind, mode, count, first in counts:
             if kind not in cache:
-                cache[kind] = layer_parts(spec, training, parallel, cluster, first,
-                                          fabric=fabric, groups=groups, memo=layer_memo)
+                # `layer_parts`' own memo read first, by the kind the rank's chunks name.
+                found = (None if layer_memo is None
+                         else layer_memo.get(LayerPartsInputs.of(kind, overlapped, parallel)))
+                cache[kind] = found or layer_parts(spec, training, parallel, cluster, first,
+                                                   fabric=fabric, groups=groups, memo=layer_memo)
             if (kind, mode) not in terms:
                 cast = (fp8_cast_s(spec, first, training, parallel, cluster, mode,
                                    policy.recompute_modules) if policy.fp8_activations else 0.0)
@@ -318,7 +298,7 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
             copy_total += count * t.copy_s
             for axis, value in t.exposed_s.items():
                 exposed[axis] = exposed.get(axis, 0.0) + count * value
-        if chunk_index == last_chunk or v_shape:
+        if layout.num_heads and (chunk_index == last_chunk or v_shape):
             extra = _head_times(spec, ctx, layout, chunk_index, parallel)
             forward += extra.forward_s
             backward_input += extra.backward_input_s
@@ -326,8 +306,8 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
             compute_total += extra.total_s
         chunk_times.append(OpTimes(forward_s=forward, backward_input_s=backward_input,
                                    backward_weight_s=backward_weight))
-    stall = _offload_stall(spec, training, parallel, layout, cluster, num_micro_batches,
-                           chunk_times)
+    stall = (_offload_stall(spec, training, parallel, layout, cluster, num_micro_batches,
+                            chunk_times) if policy.offload_frac > 0 else 0.0)
     if stall:
         chunk_times = [t + OpTimes(backward_input_s=stall / len(chunk_times))
                        for t in chunk_times]
@@ -436,7 +416,7 @@ def _head_times(spec: ModelSpec, ctx: ComputeContext, layout: StageLayout, chunk
     """Output head (and MTP modules) on the chunk that ends the model on this rank."""
     if layout.num_heads == 0:
         return OpTimes()
-    v_shaped = schedule_traits(parallel.schedule).placement == StagePlacement.V_SHAPE
+    v_shaped = SCHEDULES[parallel.schedule].placement == StagePlacement.V_SHAPE
     ends_here = chunk_index == (1 if v_shaped else len(layout.chunks) - 1)
     if not ends_here:
         return OpTimes()
@@ -460,17 +440,6 @@ def _offload_stall(spec: ModelSpec, training: TrainingSpec, parallel: ParallelCo
     transfer = 2 * per_micro_batch / host_link_bandwidth(cluster)
     hidden = sum(t.forward_s + t.backward_input_s for t in chunk_times)
     return max(0.0, transfer - hidden)
-
-
-def chunk_timing_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
-                        ) -> tuple[tuple[TimingKind, ...], ...]:
-    """`timing_kind` of every layer of each chunk (shared by the configurations that place
-    the same layers on a rank: kept on the search's tables of the model)."""
-    memo = current_memo()
-    table = memo.tables(spec).timing_kinds
-    return kept(table, chunks,
-                lambda: tuple([tuple([timing_kind(spec, i) for i in chunk])
-                               for chunk in chunks]))
 
 
 class StageInputs(NamedTuple):
@@ -503,8 +472,8 @@ class StageInputs(NamedTuple):
 class StageBucket:
     """The kept stages of one (model, recipe, cluster, configuration, micro-batches)."""
 
-    stages: dict[tuple[StageInputs, int | None], StageTime]
-    """By `StageInputs` with the rank's own stage number (None: the first rank computed
+    stages: dict[StageInputs, dict[int | None, StageTime]]
+    """By `StageInputs`, then by the rank's own stage number (None: the first rank computed
     for the record, whose times the others copy)."""
 
 
@@ -539,18 +508,21 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
         if kinds is None:
             kinds = chunk_timing_kinds(spec, layout.chunks)
         key = StageInputs.of(kinds, parallel, layout)
-        found = None if fresh else bucket.stages.get((key, layout.rank))
+        # The record (its policy a model, hashed in Python) is hashed once per rank.
+        ranks = bucket.stages.get(key)
+        if ranks is None:
+            ranks = bucket.stages[key] = {}
+        found = None if fresh else ranks.get(layout.rank)
         if found is None:
-            shared = bucket.stages.get((key, None))
+            shared = ranks.get(None)
             if shared is None:
                 if layer_memo is None:
                     layer_memo = layer_parts_memo(spec, training, cluster)
-                shared = bucket.stages[key, None] = stage_time(
+                shared = ranks[None] = stage_time(
                     spec, training, parallel, cluster, layout, num_micro_batches=m,
                     fabric=fabric, groups=groups, layer_memo=layer_memo, kinds=kinds)
-            found = (shared if shared.stage == layout.rank
-                     else dataclasses.replace(shared, stage=layout.rank))
-            bucket.stages[key, layout.rank] = found
+            found = shared if shared.stage == layout.rank else shared.at_rank(layout.rank)
+            ranks[layout.rank] = found
         stages.append(found)
     if training.pipe_engine_p2p is not None and parallel.pp > 1:
         stages = [with_boundary_transfers(st, *boundary_occupancy_s(

@@ -9,7 +9,7 @@ reduce-scatters. The step totals of `models.core.traffic` and the step time of
 (`models.core.step_time` applies the overlap rules) or count parameters (`models.core.params`).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from api_schemas import (
     ContextParallelKind,
@@ -72,11 +72,12 @@ class LayerCall:
     """Fraction of the layers of its kind that issue it: a hybrid model's CP calls are
     split between its full-attention layers and its linear-attention layers, which layers
     grouped by MoE kind mix (`cp_calls`)."""
+    time_s: float = field(init=False, repr=False, compare=False)
+    """Time of all `count` calls of one layer pass (weighted by `share`), set from the other
+    fields once (the cost model reads it per configuration of every layer kept)."""
 
-    @property
-    def time_s(self) -> float:
-        """Time of all `count` calls of one layer pass (weighted by `share`)."""
-        return self.cost.time_s * self.count * self.share
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "time_s", self.cost.time_s * self.count * self.share)
 
 
 def _call(lctx: LayerTrafficContext, *, axis: TrafficAxis, name: str, collective: Collective,
