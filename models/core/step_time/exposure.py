@@ -226,7 +226,7 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
     arXiv:2310.01889; DeepSpeed-Ulysses arXiv:2309.14509; DeepSeek-V3 arXiv:2412.19437
     Sec. 3.2) with the overlap rules of this module.
     """
-    totals: dict[tuple[Phase, str, bool], float] = {}
+    totals: dict[tuple[Phase, TrafficAxis, bool], float] = {}
     tp_overlapped: dict[Phase, list[LayerCall]] = {}
     under_wgrad = 0.0
     for call in layer_calls(spec, layer_index, training=training, parallel=parallel,
