@@ -105,9 +105,8 @@ def test_the_common_plan_search_may_run_to_the_requests_own_limit(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The search for the best GPU-resident plan that the robust choice compares an
     offloaded optimum with gets the rest of the request's time, as the main search does,
-    not a fixed couple of seconds: cut short on a busy host, it returned a worse common plan
-    and the answer changed with the load (GPT 1T on 3,072 A100: PP 16 at 64.21 s instead of
-    PP 32 at 65.14 s). Its deadline leaves at least half the 60 s limit ahead of it."""
+    not a fixed couple of seconds, so what it hands the robust choice does not depend on how
+    busy the host is. Its deadline leaves at least half the 60 s limit ahead of it."""
     import time
 
     import solver.api as api
