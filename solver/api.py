@@ -364,7 +364,7 @@ def _common_plans(request: PlanRequest, constraints: Constraints, spec: ModelSpe
                                             "allow_optimizer_offload": not offload})
     result = search(spec, request.training, cluster, constraints=common,
                     objective=request.objective, limits=request.solver,
-                    deadline=time.perf_counter() + budget)
+                    deadline=deadline)
     return [] if result.best is None else [result.best]
 
 
