@@ -59,12 +59,11 @@ def wait_until_answering(process: subprocess.Popen[bytes], base_url: str, log_pa
     """
     while True:
         assert process.poll() is None, log_path.read_text(encoding="utf-8", errors="replace")
-        try:
+        # A refused or dropped connection means the server is not listening yet.
+        with suppress(httpx.TransportError):
             status = httpx.get(f"{base_url}/healthz", timeout=5.0).status_code
             if status == 200 or (status == 503 and degraded_is_up):
                 return
-        except httpx.TransportError:
-            pass
         time.sleep(0.2)
 
 

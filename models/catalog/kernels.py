@@ -313,10 +313,8 @@ def gemm_time_at(m: int, n: int, k: int, rates: GemmRates) -> float:
     """
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
-    # `wave_occupancy`, written out: every GEMM shape of a plan passes here.
-    tiles = math.ceil(m / GEMM_TILE) * math.ceil(n / GEMM_TILE)
-    waves = math.ceil(tiles / rates.num_sms)
-    compute = 2.0 * m * n * k / (rates.peak_frac * (tiles / (waves * rates.num_sms)))
+    compute = 2.0 * m * n * k / (rates.peak_frac
+                                 * wave_occupancy(m, n, num_sms=rates.num_sms))
     io = GEMM_IO_FACTOR * rates.element_bytes * (m * n + m * k + k * n) / rates.bandwidth
     return GEMM_LAUNCH_S + compute + io
 

@@ -228,16 +228,10 @@ def _gemm_times(gemms: list[_Gemm], ctx: ComputeContext) -> tuple[OpTimes, dict[
     forward = backward_input = backward_weight = 0.0
     modules: dict[M, float] = {}
     for g in gemms:
-        if g.groups > 1:
-            f = _shape_time(g, g.m, g.n, g.k, ctx, profile, rates)
-            forward += f
-            backward_input += _shape_time(g, g.m, g.k, g.n, ctx, profile, rates)
-            backward_weight += _shape_time(g, g.k, g.n, g.m, ctx, profile, rates)
-        else:  # a plain GEMM: `_shape_time`'s own, under the rates read above
-            f = gemm_time_at(g.m, g.n, g.k, rates)
-            forward += f
-            backward_input += gemm_time_at(g.m, g.k, g.n, rates)
-            backward_weight += gemm_time_at(g.k, g.n, g.m, rates)
+        f = _shape_time(g, g.m, g.n, g.k, ctx, profile, rates)
+        forward += f
+        backward_input += _shape_time(g, g.m, g.k, g.n, ctx, profile, rates)
+        backward_weight += _shape_time(g, g.k, g.n, g.m, ctx, profile, rates)
         if g.module is not None:
             modules[g.module] = modules.get(g.module, 0.0) + f
     return OpTimes(forward_s=forward, backward_input_s=backward_input,

@@ -17,6 +17,7 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import (
     ParallelConfig,
     PipelineSchedule,
+    StagePolicy,
 )
 from api_schemas.training import TrainingSpec
 from models.core.layout import StageLayout, pipeline_layout
@@ -47,6 +48,10 @@ RUNTIME_RESERVE_BYTES = CUDA_CONTEXT_BYTES + NCCL_CHANNELS * 2 * NCCL_BUFFER_BYT
 buffers): a lower bound the search may use before a ledger is built."""
 
 
+ChunkKinds = tuple[tuple[tuple[bool, bool], ...], ...]
+"""Per chunk, each layer's weight kind (`chunk_weight_kinds`)."""
+
+
 def stored_activation_floor_bytes(spec: ModelSpec, training: TrainingSpec,
                                   parallel: ParallelConfig) -> tuple[int, ...]:
     """Per pipeline rank, a floor of the GPU bytes of its `STORED_ACTIVATIONS` line under
@@ -59,36 +64,36 @@ def stored_activation_floor_bytes(spec: ModelSpec, training: TrainingSpec,
         InvalidSpecError: as `memory_ledger`.
     """
     profile = in_flight_counts(parallel, micro_batch_count(training, parallel))
-    layouts = pipeline_layout(spec, parallel)
-    if parallel.stage_policies is not None:
-        return tuple([_stored_floor(spec, training, parallel, layout, profile)
-                      for layout in layouts])
-    # One policy on every rank: `_stored_floor`'s policy and context are read once, and a
-    # rank whose chunks hold the same layer kinds as the rank before stores the same
-    # bytes per micro-batch.
-    policy = parallel.policy_of(0)
-    ctx = activation_context(training, parallel, policy.fp8_activations)
-    kept_share = 1.0 - policy.offload_frac
     out: list[int] = []
-    kinds: object = None
-    chunk_bytes: tuple[int, ...] = ()
-    for layout in layouts:
-        rank_kinds = chunk_weight_kinds(spec, layout.chunks)
-        if rank_kinds != kinds:
-            kinds = rank_kinds
-            chunk_bytes, _ = chunk_stored_bytes(spec, rank_kinds, policy.recompute,
-                                                policy.recompute_modules, ctx)
-        out.append(math.floor(in_flight_bytes(profile, layout.rank, chunk_bytes) * kept_share))
+    # A rank with the policy and the chunk layer kinds of the rank before stores the same
+    # bytes per micro-batch: they are derived once for the run of such ranks.
+    last: tuple[StagePolicy, ChunkKinds, tuple[int, ...]] | None = None
+    for layout in pipeline_layout(spec, parallel):
+        policy = parallel.policy_of(layout.rank)
+        kinds = chunk_weight_kinds(spec, layout.chunks)
+        if last is None or last[0] is not policy or last[1] != kinds:
+            last = (policy, kinds, _chunk_bytes(spec, training, parallel, policy, kinds))
+        out.append(math.floor(in_flight_bytes(profile, layout.rank, last[2])
+                              * (1.0 - policy.offload_frac)))
     return tuple(out)
+
+
+def _chunk_bytes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                 policy: StagePolicy, kinds: ChunkKinds) -> tuple[int, ...]:
+    """Stored bytes per micro-batch of each chunk holding layers of `kinds` under
+    `policy`."""
+    ctx = activation_context(training, parallel, policy.fp8_activations)
+    chunk_bytes, _ = chunk_stored_bytes(spec, kinds, policy.recompute,
+                                        policy.recompute_modules, ctx)
+    return chunk_bytes
 
 
 def _stored_floor(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                   layout: StageLayout, profile: InFlightProfile) -> int:
     """One rank's term of `stored_activation_floor_bytes`."""
     policy = parallel.policy_of(layout.rank)
-    ctx = activation_context(training, parallel, policy.fp8_activations)
-    chunk_bytes, _ = chunk_stored_bytes(spec, chunk_weight_kinds(spec, layout.chunks),
-                                         policy.recompute, policy.recompute_modules, ctx)
+    chunk_bytes = _chunk_bytes(spec, training, parallel, policy,
+                               chunk_weight_kinds(spec, layout.chunks))
     stored = in_flight_bytes(profile, layout.rank, chunk_bytes)
     return math.floor(stored * (1.0 - policy.offload_frac))
 

@@ -242,7 +242,8 @@ def test_deepspeed_holds_fp32_gradients_over_bf16_weights_only_in_a_wrapper() ->
               "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
               "zero_optimization": {"stage": 0}}
     fp32 = {**config, "data_types": {"grad_accum_dtype": "fp32"}}
-    with pytest.raises(NotImplementedError, match="grad_accum_dtype"):
+    with pytest.raises(NotImplementedError, match=r"unsupported mix of model_dtype="
+                       r"torch\.bfloat16 and grad_accum_dtype=torch\.float32"):
         deepspeed_check(fp32, 16, pp=4, tp=1, cp=1)
     assert deepspeed_check(config, 16, pp=4, tp=1, cp=1).dp == 4
     zero1 = {**fp32, "zero_optimization": {"stage": 1}}

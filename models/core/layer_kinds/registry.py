@@ -58,8 +58,7 @@ R = TypeVar("R")
 
 
 def _lookup(table: dict[str, R], name: str, field: str) -> R:
-    """`table[name]`, or the error naming the known kinds (the model's own kinds read their
-    table first: the cost model asks for them per layer)."""
+    """`table[name]`, or the error naming the known kinds."""
     found = table.get(name)
     if found is None:
         known = ", ".join(f"'{kind}'" for kind in table)
@@ -70,8 +69,7 @@ def _lookup(table: dict[str, R], name: str, field: str) -> R:
 
 def attention_kind(spec: ModelSpec) -> AttentionRecord:
     """The record of the model's softmax attention."""
-    found = ATTENTION_KINDS.get(spec.attention)
-    return found if found is not None else _lookup(ATTENTION_KINDS, spec.attention, "attention")
+    return _lookup(ATTENTION_KINDS, spec.attention, "attention")
 
 
 def linear_attention_kind(la: LinearAttentionSpec) -> LinearAttentionRecord:
@@ -81,8 +79,7 @@ def linear_attention_kind(la: LinearAttentionSpec) -> LinearAttentionRecord:
 
 def mlp_kind(spec: ModelSpec) -> MlpRecord:
     """The record of the model's MLP (dense layers, shared and routed experts alike)."""
-    found = MLP_KINDS.get(spec.mlp)
-    return found if found is not None else _lookup(MLP_KINDS, spec.mlp, "mlp")
+    return _lookup(MLP_KINDS, spec.mlp, "mlp")
 
 
 def mlp_block(spec: ModelSpec, layer_index: int) -> MlpBlockRecord:
@@ -137,8 +134,7 @@ def _kind_recompute_modules(spec: ModelSpec, *, cheap_only: bool
 
 def norm_kind(spec: ModelSpec) -> NormRecord:
     """The record of the model's norms."""
-    found = NORM_KINDS.get(spec.norm)
-    return found if found is not None else _lookup(NORM_KINDS, spec.norm, "norm")
+    return _lookup(NORM_KINDS, spec.norm, "norm")
 
 
 __all__ = ["ATTENTION_KINDS", "LINEAR_ATTENTION_KINDS", "MLP_KINDS", "NORM_KINDS",

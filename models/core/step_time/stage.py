@@ -163,6 +163,43 @@ LayerParts = tuple[LayerCompute, LayerComm, tuple[float, float], tuple[float, fl
 """One layer's compute, exposed collectives, exposed ZeRO-3 traffic and ZeRO-3 copy kernels
 (forward, backward; no policy)."""
 
+
+@dataclass(slots=True, kw_only=True)
+class _RankTerms:
+    """The terms of one rank's layers by (timing kind, recompute mode): layers of one timing
+    kind (`timing_kind`) take the same time, so each kind is timed once, by the first layer
+    of it the rank holds, and each (kind, mode) booked once (`_layer_terms`)."""
+
+    spec: ModelSpec
+    training: TrainingSpec
+    parallel: ParallelConfig
+    cluster: ClusterSpec
+    fabric: Fabric
+    groups: AxisGroups
+    layer_memo: dict[LayerPartsInputs, LayerParts] | None
+    policy: StagePolicy
+    overlapped: bool
+    parts: dict[TimingKind, LayerParts] = dataclasses.field(default_factory=dict)
+    terms: dict[tuple[TimingKind, RecomputeMode], _LayerTerms] = dataclasses.field(
+        default_factory=dict)
+
+    def timed(self, kind: TimingKind, mode: RecomputeMode, first: int) -> _LayerTerms:
+        """Time (kind, mode) by layer `first`, reading `layer_parts`' own memo first."""
+        parts = self.parts.get(kind)
+        if parts is None:
+            memo = self.layer_memo
+            found = (None if memo is None
+                     else memo.get(LayerPartsInputs.of(kind, self.overlapped, self.parallel)))
+            parts = self.parts[kind] = found or layer_parts(
+                self.spec, self.training, self.parallel, self.cluster, first,
+                fabric=self.fabric, groups=self.groups, memo=memo)
+        policy = self.policy
+        cast = (fp8_cast_s(self.spec, first, self.training, self.parallel, self.cluster, mode,
+                           policy.recompute_modules) if policy.fp8_activations else 0.0)
+        out = self.terms[kind, mode] = _layer_terms(*parts, mode=mode, cast=cast,
+                                                    modules=policy.recompute_modules)
+        return out
+
 def layer_parts_memo(spec: ModelSpec, training: TrainingSpec,
                      cluster: ClusterSpec) -> dict[LayerPartsInputs, LayerParts]:
     """The memo of `layer_parts` for one model, recipe and cluster, on the search's tables
@@ -261,34 +298,22 @@ def stage_time(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig
     policy = parallel.policy_of(layout.rank)
     if kinds is None:
         kinds = chunk_timing_kinds(spec, layout.chunks)
-    # Layers of one timing kind (`timing_kind`) take the same time: each kind is timed
-    # once, by the first layer of it the rank holds.
-    cache: dict[TimingKind, tuple[LayerCompute, LayerComm, tuple[float, float],
-                                  tuple[float, float]]] = {}
-    terms: dict[tuple[TimingKind, RecomputeMode], _LayerTerms] = {}
+    timer = _RankTerms(spec=spec, training=training, parallel=parallel, cluster=cluster,
+                       fabric=fabric, groups=groups, layer_memo=layer_memo, policy=policy,
+                       overlapped=ep_overlapped(parallel, training))
     chunk_times: list[OpTimes] = []
     compute_total = recompute_total = cast_total = copy_total = 0.0
     exposed: dict[str, float] = {}
     chunk_counts = _chunk_kind_counts(layout.chunks, kinds, policy.recompute)
     last_chunk = len(layout.chunks) - 1
     v_shape = SCHEDULES[parallel.schedule].placement == StagePlacement.V_SHAPE
-    overlapped = ep_overlapped(parallel, training)
     for chunk_index, counts in enumerate(chunk_counts):
         # The chunk's F, B and W summed as floats in the order `OpTimes` addition takes.
         forward = backward_input = backward_weight = 0.0
         for kind, mode, count, first in counts:
-            if kind not in cache:
-                # `layer_parts`' own memo read first, by the kind the rank's chunks name.
-                found = (None if layer_memo is None
-                         else layer_memo.get(LayerPartsInputs.of(kind, overlapped, parallel)))
-                cache[kind] = found or layer_parts(spec, training, parallel, cluster, first,
-                                                   fabric=fabric, groups=groups, memo=layer_memo)
-            if (kind, mode) not in terms:
-                cast = (fp8_cast_s(spec, first, training, parallel, cluster, mode,
-                                   policy.recompute_modules) if policy.fp8_activations else 0.0)
-                terms[kind, mode] = _layer_terms(*cache[kind], mode=mode, cast=cast,
-                                                 modules=policy.recompute_modules)
-            t = terms[kind, mode]
+            t = timer.terms.get((kind, mode))
+            if t is None:
+                t = timer.timed(kind, mode, first)
             forward += count * t.op.forward_s
             backward_input += count * t.op.backward_input_s
             backward_weight += count * t.op.backward_weight_s

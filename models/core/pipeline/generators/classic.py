@@ -170,7 +170,7 @@ def _interleaved_rule(p: int, m: int, v: int, group_size: int | None) -> None:
     if p < 2:
         refuse("num_stages", p,
                "schedule='interleaved_1f1b' needs num_stages >= 2 (one rank has no pipeline)")
-    n = p if group_size is None else group_size  # `interleaved_group_size`
+    n = interleaved_group_size(num_stages=p, group_size=group_size)
     if n == m < p:
         return
     if n < p:
