@@ -85,6 +85,16 @@ def _without(training: TrainingSpec, parallel: ParallelConfig
     return out
 
 
+BF16_OPTIMIZER_NOTE = (
+    "bf16 weights with fp32 gradient accumulation through DeepSpeed's BF16_Optimizer "
+    "(bf16_hp_grad_update): each micro-batch's bf16 gradients are added into an fp32 buffer "
+    "after its backward (the step's 'bf16 gradient update'), both gradients stay allocated "
+    "(the ledger's 'bf16 gradients beside the fp32 accumulation'), and the reduction runs "
+    "after the last backward (models/core/step_time/deepspeed_pipe.py, "
+    "models/core/sharded_states.py)")
+"""The plan note of DeepSpeed's bf16 optimizer wrapper (`Framework.bf16_optimizer_stage`)."""
+
+
 def mechanism_notes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                     cluster: ClusterSpec, estimate: StepEstimate, ledger: MemoryLedger
                     ) -> list[str]:
@@ -109,6 +119,8 @@ def mechanism_notes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
                      "send and receive holds both neighbouring stages, and with TP > 1 the "
                      "1/t slices are rebuilt by an all-gather over TP; the step time includes "
                      "them (models/core/step_time/deepspeed_pipe.py)")
+    if training.bf16_hp_grad_update:
+        notes.append(BF16_OPTIMIZER_NOTE)
     if training.vision is not None:
         first = ledger.stages[0]
         encoder = sum(c.bytes for c in first.components if c.name.startswith("vision encoder"))

@@ -9,7 +9,9 @@ whenever the framework offers them and the mesh meets their prerequisites, so th
 branch (the TP input-gradient overlap under the weight-gradient GEMM included); a feature
 that costs memory (DeepEP's buffers, the EP overlap's extra micro-batch) is tried on and off;
 with PP > 1 a framework's own pipeline engine, where its table names a blocking one
-(DeepSpeed's), is set on every recipe of that framework as a trait (`with_pipe_engine`). Also
+(DeepSpeed's), is set on every recipe of that framework as a trait (`with_pipe_engine`), and
+so is its bf16 optimizer wrapper at the ZeRO stage that takes it (`with_bf16_optimizer`,
+applied by the caller, which knows the stage: `solver.targets`). Also
 the recipe the search's lower bounds read (`optimistic_training`: every unset feature any
 target offers, on), the recipe a given configuration is evaluated under (`decided_for`) and
 the plan's account of its features (`runtime_feature_uses`). The
@@ -20,6 +22,7 @@ anything.
 from collections.abc import Iterable, Mapping
 
 from api_schemas.architecture import ModelSpec
+from api_schemas.dtypes import DType
 from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import RuntimeFeatureUse
@@ -147,6 +150,33 @@ def with_pipe_engine(training: TrainingSpec, pp: int,
     if found is not None and found[0] is training:
         return found[1]
     out = training.model_copy(update={"pipe_engine_p2p": p2p})
+    memo.recipes[key] = (training, out)
+    return out
+
+
+def runs_bf16_optimizer(framework: Framework, training: TrainingSpec) -> bool:
+    """Whether `framework` runs `training` through its bf16 optimizer wrapper at its ZeRO
+    stage (`Framework.bf16_optimizer_stage`): bf16 weights with fp32 gradient accumulation,
+    the wrapper's fp32 add not fixed by the request."""
+    return (framework.bf16_optimizer_stage is not None
+            and training.param_dtype == DType.BF16 and training.grad_dtype == DType.FP32
+            and training.bf16_hp_grad_update is None)
+
+
+def with_bf16_optimizer(training: TrainingSpec) -> TrainingSpec:
+    """`training` as DeepSpeed's BF16_Optimizer runs it (`Framework.bf16_optimizer_stage`):
+    each micro-batch's bf16 gradients added into the fp32 buffer after its backward
+    (`bf16_hp_grad_update`), and the gradient reduction after the last backward instead of
+    overlapped with it (`overlap_grad_reduce` off). A trait of the framework at that ZeRO
+    stage, not a choice. In a search, one object per recipe object, kept on the search's
+    memo as `with_pipe_engine` keeps its own."""
+    memo = current_memo()
+    key = (training, frozenset({"bf16_optimizer"}))
+    found = memo.recipes.get(key)
+    if found is not None and found[0] is training:
+        return found[1]
+    out = training.model_copy(update={"bf16_hp_grad_update": True,
+                                      "overlap_grad_reduce": False})
     memo.recipes[key] = (training, out)
     return out
 
@@ -281,6 +311,11 @@ def runtime_feature_uses(spec: ModelSpec, request: TrainingSpec, chosen: Trainin
                           "input-gradient reduce-scatter")
             elif not _prerequisites_met(feature.name, has_routed_experts(spec), candidate):
                 reason = f"needs {feature.needs}"
+            elif (feature.name == OVERLAP_GRAD_REDUCE and chosen.bf16_hp_grad_update
+                  and request.bf16_hp_grad_update is None):
+                reason = ("DeepSpeed runs bf16 weights with fp32 gradient accumulation at ZeRO "
+                          "stage 1 through BF16_Optimizer, which reduces the gradients after "
+                          "the last backward")
             elif why_off and feature.name in why_off:
                 reason = why_off[feature.name]
             else:
@@ -302,7 +337,9 @@ __all__ = [
     "runtime_feature_set",
     "runtime_feature_uses",
     "runtime_options",
+    "runs_bf16_optimizer",
     "unset_features",
+    "with_bf16_optimizer",
     "with_pipe_engine",
     "with_rules",
 ]

@@ -14,7 +14,7 @@ import dataclasses
 import math
 import operator
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from api_schemas.architecture import ModelSpec
@@ -47,12 +47,15 @@ from solver.candidate_eval import (
     layer_split_options,
     least_memory_candidate,
 )
+from solver.ladder import allowed_zero_stages
 from solver.outcomes import Unfit
 from solver.runtime_choice import (
     RUNTIME_NAMES,
+    runs_bf16_optimizer,
     runtime_feature_set,
     runtime_options,
     unset_features,
+    with_bf16_optimizer,
 )
 from solver.space import MeshCandidate, permitted
 
@@ -174,6 +177,8 @@ class TargetRequest:
     _offload_views: dict[tuple[str, frozenset[str], tuple[int, ...], bool, bool],
                          Constraints | None] = dataclasses.field(
         default_factory=dict, init=False, repr=False)
+    _wrapper_splits: dict[tuple[int, int], "_WrapperSplit"] = dataclasses.field(
+        default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "zeros", tuple(
@@ -230,6 +235,29 @@ class TargetRequest:
                 fw, mesh, self.narrowed(allowed, fp8, offload), allowed)
         return self._offload_views[key]
 
+    def optimizer_wrappers(self, fw: Framework, recipe: TrainingSpec, constraints: Constraints
+                           ) -> list[tuple[TrainingSpec, Constraints]]:
+        """A framework variant's recipe and constraints split by the optimizer wrapper each
+        ZeRO stage runs (`split_at_wrapper_stage`): at the stage of the framework's bf16
+        optimizer wrapper, the recipe as the wrapper runs it (`with_bf16_optimizer`) without
+        optimizer offload, and that stage with offload (the framework's ZeRO optimizer) and
+        the other stages under the recipe as given; `[(recipe, constraints)]` where the
+        wrapper does not apply. `constraints` is one of this request's narrowed objects
+        (`optimizer_offload`), which live as long as the request, so the split is kept by
+        its identity and the wrapper's stage."""
+        stage = fw.bf16_optimizer_stage
+        if stage is None or not runs_bf16_optimizer(fw, recipe):
+            return [(recipe, constraints)]
+        key = (id(constraints), stage)
+        split = self._wrapper_splits.get(key)
+        if split is None:
+            split = self._wrapper_splits[key] = split_at_wrapper_stage(
+                constraints, stage,
+                overlap_pinned=self.training.overlap_grad_reduce is True)
+        wrapped, others = split
+        out = [] if wrapped is None else [(with_bf16_optimizer(recipe), wrapped)]
+        return out + [(recipe, other) for other in others]
+
     def narrowed(self, allowed: tuple[int, ...], fp8: bool, offload: bool) -> Constraints:
         """The request narrowed to one framework view: its ZeRO stages, FP8 activation
         storage and offload (one object per view, kept by the arguments it is made of)."""
@@ -241,6 +269,43 @@ class TargetRequest:
             found = self._narrowed[key] = self.constraints.model_copy(update={
                 "forbid": forbid, "allow_fp8_activations": fp8, "allow_offload": offload})
         return found
+
+
+_WrapperSplit = tuple[Constraints | None, tuple[Constraints, ...]]
+"""The constraints of a bf16 optimizer wrapper's variant (None: none) and of the others."""
+
+
+def _only_stages(constraints: Constraints, stages: Iterable[int],
+                 **update: object) -> Constraints:
+    """`constraints` with every ZeRO stage but `stages` forbidden (and `update` applied)."""
+    kept = set(stages)
+    forbid = dict(constraints.forbid)
+    forbid["zero_stage"] = [z for z in (0, 1, 2, 3) if z not in kept]
+    return constraints.model_copy(update={"forbid": forbid, **update})
+
+
+def split_at_wrapper_stage(constraints: Constraints, stage: int, *,
+                           overlap_pinned: bool) -> _WrapperSplit:
+    """A framework variant's constraints split at the ZeRO stage of its bf16 optimizer
+    wrapper (`models.core.frameworks.Framework.bf16_optimizer_stage`: DeepSpeed 0.19.8 takes
+    BF16_Optimizer for bf16 weights with fp32 accumulation at stage 1 without CPU offload,
+    `DeepSpeedEngine._do_optimizer_sanity_check`, and its ZeRO optimizer with offload):
+    that stage alone without optimizer offload (the wrapper's variant; None where the stage
+    is not allowed, where the request pins an offload share, or where it pins the gradient
+    reduce overlap, which the wrapper does not run), that stage alone with the whole
+    optimizer offloaded where the request allows offload, and the other allowed stages."""
+    zeros = allowed_zero_stages(constraints)
+    pinned = constraints.optimizer_offload_frac
+    if stage not in zeros or (pinned is not None and pinned > 0):
+        return None, (constraints,)
+    others: list[Constraints] = []
+    if constraints.allow_optimizer_offload and pinned is None:
+        others.append(_only_stages(constraints, [stage], optimizer_offload_frac=1.0))
+    if len(zeros) > 1:
+        others.append(_only_stages(constraints, [z for z in zeros if z != stage]))
+    wrapped = None if overlap_pinned else _only_stages(
+        constraints, [stage], allow_optimizer_offload=False)
+    return wrapped, tuple(others)
 
 
 def _optimizer_offload_view(fw: Framework, mesh: frozenset[str], constraints: Constraints,
@@ -291,9 +356,11 @@ def candidate_variants(spec: ModelSpec, training: TrainingSpec, candidate: MeshC
                 continue
             allowed, fp8, offload, caps = view
             narrowed = request.optimizer_offload(fw, mesh, allowed, fp8, offload)
-            if narrowed is not None:
-                out.append(Variant(framework=fw.id, caps=caps, training=option,
-                                   constraints=narrowed))
+            if narrowed is None:
+                continue
+            for recipe, stages in request.optimizer_wrappers(fw, option, narrowed):
+                out.append(Variant(framework=fw.id, caps=caps, training=recipe,
+                                   constraints=stages))
     return out
 
 

@@ -84,6 +84,15 @@ class Framework:
     transfer is the latency between neighbouring stages."""
     pipe_engine_source: str = ""
     """Where `pipe_engine_p2p` is read from (file and lines at a named release)."""
+    bf16_optimizer_stage: int | None = None
+    """The ZeRO stage at which the framework runs bf16 weights with fp32 gradient
+    accumulation through its own bf16 optimizer wrapper (DeepSpeed's BF16_Optimizer at stage
+    1): a full fp32 gradient buffer beside each parameter's bf16 `.grad`, an fp32 add of the
+    two after every backward (`TrainingSpec.bf16_hp_grad_update`) and the gradient reduction
+    after the last backward, not overlapped with it. None: the framework has no such
+    wrapper."""
+    bf16_optimizer_source: str = ""
+    """Where `bf16_optimizer_stage` is read from (files and functions at a named release)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,7 +127,9 @@ def _framework(fid: str, entry: dict[str, Any]) -> Framework:
                                   source=r["source"]) for r in entry["forbidden"]),
         pipe_engine_p2p=(PipeEngineP2P(entry["pipe_engine_p2p"]["value"])
                          if "pipe_engine_p2p" in entry else None),
-        pipe_engine_source=entry.get("pipe_engine_p2p", {}).get("source", ""))
+        pipe_engine_source=entry.get("pipe_engine_p2p", {}).get("source", ""),
+        bf16_optimizer_stage=entry.get("bf16_optimizer", {}).get("zero_stage"),
+        bf16_optimizer_source=entry.get("bf16_optimizer", {}).get("source", ""))
 
 
 @dataclass(frozen=True, slots=True)

@@ -242,12 +242,30 @@ def model_state_components(training: TrainingSpec, parallel: ParallelConfig,
         if count:
             _add_part(gpu, host, parallel, _Part(label=label, count=count,
                                                  per_param=per_param, shard=shard))
+    if training.bf16_hp_grad_update:
+        gpu.append(bf16_optimizer_grads(training, sum(count for _, count, _, _ in parts)))
     if parallel.gradient_host_shards:
         gpu.append(MemoryComponent(
             name="gradient buffers (2 chunks)", kind="gradients",
             bytes=math.ceil(2 * max_chunk_params * training.grad_dtype.num_bytes),
             note="Pipeline ZeRO-2 (Kimi K3): one chunk reducing, one accumulating"))
     return gpu, host
+
+
+def bf16_optimizer_grads(training: TrainingSpec, num_params: int) -> MemoryComponent:
+    """The 16-bit `.grad` of each of a rank's `num_params` parameters that DeepSpeed's
+    BF16_Optimizer keeps beside its fp32 gradient buffer (`TrainingSpec.bf16_hp_grad_update`;
+    the fp32 buffer is the rank's `gradients` lines). Source: deepspeedai/DeepSpeed 0.19.8
+    deepspeed/runtime/bf16_optimizer.py: `_setup_for_real_optimizer` allocates the fp32
+    buffer over all the rank's parameters, `_update_hp_grad` adds each `.grad` into it after
+    a backward, and `clear_lp_grads` (set_to_none=False, from `backward_prologue`) zeroes
+    the `.grad` tensors in place, so both stay allocated from the first micro-batch on.
+    Legend: N = parameters on the rank, b = `param_dtype` bytes; bytes = N b."""
+    return MemoryComponent(
+        name="bf16 gradients beside the fp32 accumulation", kind="gradients",
+        bytes=math.ceil(num_params * training.param_dtype.num_bytes),
+        note="DeepSpeed BF16_Optimizer: each parameter's .grad stays allocated beside its "
+             "fp32 gradient")
 
 
 def ema_components(training: TrainingSpec, parallel: ParallelConfig,
@@ -270,6 +288,7 @@ __all__ = [
     "FSDP_UNITS_UNSHARDED",
     "GatherBuffers",
     "OptimizerOffloadBytes",
+    "bf16_optimizer_grads",
     "ema_components",
     "model_state_components",
     "optimizer_offload_bytes",

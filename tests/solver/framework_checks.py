@@ -353,6 +353,10 @@ class DeepSpeedResult:
     """The validated `DeepSpeedConfig`."""
     dp: int
     """The data-parallel size DeepSpeed's batch arithmetic used."""
+    optimizer_wrapper: str | None = None
+    """The optimizer wrapper DeepSpeed's engine takes for the config (`_optimizer_check`):
+    'bf16' for BF16_Optimizer, 'zero_optimization' for its ZeRO optimizer, None for the
+    basic optimizer."""
 
 
 def _reset_deepspeed_groups() -> None:
@@ -416,7 +420,7 @@ def deepspeed_check(config: dict[str, Any], world_size: int, *, pp: int, tp: int
                     parallel_state_sp.initialize_sequence_parallel(cp)
                     mpu = parallel_state_sp
                 parsed = DeepSpeedConfig(dict(config), mpu=mpu)
-                _optimizer_check(parsed, pp=pp)
+                wrapper = _optimizer_check(parsed, pp=pp)
             if pp > 1:
                 # deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__
                 assert parsed.zero_optimization_stage < ZeroStageEnum.gradients, \
@@ -436,15 +440,16 @@ def deepspeed_check(config: dict[str, Any], world_size: int, *, pp: int, tp: int
                                          f"parallelism yet (sequence_parallel_size={cp}).")
         finally:
             _reset_deepspeed_groups()
-    return DeepSpeedResult(config=parsed, dp=int(parsed.world_size))
+    return DeepSpeedResult(config=parsed, dp=int(parsed.world_size), optimizer_wrapper=wrapper)
 
 
-def _optimizer_check(parsed: Any, *, pp: int) -> None:
+def _optimizer_check(parsed: Any, *, pp: int) -> str | None:
     """DeepSpeed 0.19.8's choice of optimizer wrapper for the config
     (`DeepSpeedEngine._do_optimizer_sanity_check`, run unbound on a stand-in engine that
-    answers from the parsed config through the engine's own accessors): it raises where the
-    precision, gradient-accumulation dtype and ZeRO stage have no wrapper, as the engine's
-    start-up does before it builds any optimizer."""
+    answers from the parsed config through the engine's own accessors), returned as the
+    engine names it ('bf16' is BF16_Optimizer): it raises where the precision,
+    gradient-accumulation dtype and ZeRO stage have no wrapper, as the engine's start-up
+    does before it builds any optimizer."""
     import types
 
     import torch
@@ -457,7 +462,8 @@ def _optimizer_check(parsed: Any, *, pp: int) -> None:
                  "zero_compute_grad_norm"):
         setattr(engine, name, types.MethodType(getattr(DeepSpeedEngine, name), engine))
     optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
-    DeepSpeedEngine._do_optimizer_sanity_check(engine, optimizer)
+    wrapper = DeepSpeedEngine._do_optimizer_sanity_check(engine, optimizer)
+    return None if wrapper is None else str(wrapper)
 
 
 def _stub_absent_modules() -> None:

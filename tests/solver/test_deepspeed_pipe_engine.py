@@ -188,18 +188,23 @@ def test_under_the_engine_the_gradient_reduction_never_overlaps_backward() -> No
 
 def test_a_deepspeed_pipeline_plan_does_not_offer_the_overlap() -> None:
     """With PP > 1 DeepSpeed's recipes turn `overlap_grad_reduce` off (it does nothing
-    there); without a pipeline, and on Megatron-LM, it is chosen on."""
+    there); without a pipeline it is chosen on, but for the ZeRO-1 variant that runs
+    BF16_Optimizer (`bf16_hp_grad_update`), which reduces after the last backward; on
+    Megatron-LM it is chosen on."""
     spec, _ = _setup()
     flat = ParallelConfig(tp=2, pp=1, dp=8, zero_stage=1)
-    chosen: dict[tuple[str, int], set[bool | None]] = {}
+    chosen: dict[tuple[str, int, bool], set[bool | None]] = {}
     for parallel in (PIPELINE, flat):
         for variant in candidate_variants(spec, TRAINING, _candidate(parallel),
                                           Constraints(framework=None)):
-            chosen.setdefault((variant.framework, parallel.pp), set()).add(
+            wrapped = bool(variant.training.bf16_hp_grad_update)
+            chosen.setdefault((variant.framework, parallel.pp, wrapped), set()).add(
                 variant.training.overlap_grad_reduce)
-    assert chosen[("deepspeed", 2)] == {False}
-    assert chosen[("deepspeed", 1)] == {True}
-    assert chosen[("megatron-lm", 2)] == {True}
+    assert chosen[("deepspeed", 2, True)] == {False}
+    assert chosen[("deepspeed", 1, False)] == {True}
+    assert chosen[("deepspeed", 1, True)] == {False}
+    assert chosen[("megatron-lm", 2, False)] == {True}
+    assert ("megatron-lm", 2, True) not in chosen
     response = _planned("deepspeed")
     assert response.parallel is not None and response.parallel.pp > 1
     assert "overlap_grad_reduce" not in {use.feature for use in response.runtime_features

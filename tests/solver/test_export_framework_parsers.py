@@ -250,6 +250,28 @@ def test_deepspeed_holds_fp32_gradients_over_bf16_weights_only_in_a_wrapper() ->
     assert deepspeed_check(zero1, 16, pp=4, tp=1, cp=1).dp == 4
 
 
+@pytest.mark.parametrize(("zero_stage", "wrapper"), [(1, "bf16"), (2, "zero_optimization")])
+def test_deepspeed_takes_the_optimizer_wrapper_the_plan_is_priced_for(
+        zero_stage: int, wrapper: str) -> None:
+    """A DeepSpeed plan with bf16 weights and fp32 gradient accumulation is priced with
+    BF16_Optimizer's gradients and fp32 add at ZeRO stage 1 only (`bf16_hp_grad_update`,
+    `Framework.bf16_optimizer_stage`); DeepSpeed's own optimizer check on its export takes
+    that wrapper at stage 1 and its ZeRO optimizer at stage 2."""
+    _needs("deepspeed")
+    constraints = Constraints(framework="deepspeed", zero_stage=zero_stage, pp=1, tp=1,
+                              allow_optimizer_offload=False)
+    response = plan(PlanRequest(
+        model={"preset": "llama-3.1-8b"}, cluster={"gpu": "h100-sxm5-80gb", "num_nodes": 2},
+        training=TrainingSpec(global_batch_size=256, sequence_length=8192),
+        constraints=constraints, solver={"time_limit_s": 60}))
+    assert response.exports is not None and response.time is not None
+    result = deepspeed_check(response.exports.deepspeed.config, response.world_size, pp=1,
+                             tp=1, cp=1)
+    assert result.optimizer_wrapper == wrapper
+    priced = "bf16 gradient update" in response.time.overheads_s
+    assert priced == (wrapper == "bf16")
+
+
 def test_deepspeed_reduces_gradients_after_the_last_backward_of_every_stage() -> None:
     """DeepSpeed 0.19.8's TrainSchedule (the pipeline engine's 1F1B) issues ReduceGrads once,
     in the step's last instruction group, after every BackwardPass of the stage: no bucket
