@@ -16,8 +16,7 @@ from api_schemas._base import ResultModel, SpecModel
 from api_schemas.hardware import KernelCalibration
 from api_schemas.microbenchmarks import MicrobenchmarkFit, Microbenchmarks
 from api_schemas.parallel import ParallelConfig
-from api_schemas.requests import ModelInput
-from api_schemas.training import TrainingSpec
+from api_schemas.requests import ModelField, ModelInput, TrainingField
 from api_schemas.units import NonNegativeInt, PositiveBytes, PositiveInt
 
 PROFILE_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
@@ -48,11 +47,11 @@ class MeasuredRun(SpecModel):
     """One training run a team measured: the configuration as POST /v1/evaluate takes it,
     with the cluster given by the calibration's GPU, and what was measured."""
 
-    model: ModelInput = Field(description="Preset, Hugging Face config or explicit fields.")
+    model: ModelField
     num_nodes: PositiveInt = Field(description="Nodes of the run's cluster.", examples=[2])
     gpus_per_node: PositiveInt | None = Field(
         default=None, description="GPUs per node; default from the GPU's node preset.")
-    training: TrainingSpec = Field(description="Batch, sequence and precision recipe.")
+    training: TrainingField
     parallel: ParallelConfig = Field(description="The configuration that ran.")
     step_time_s: float = Field(gt=0.0, le=86400.0,
                                description="Measured time of one optimizer step (seconds).",
