@@ -305,28 +305,30 @@ class ModelSpec(SpecModel):
         if self.attention != AttentionKind.MLA and self.mla is not None:
             raise ValueError(f"'mla' dimensions given but attention='{self.attention}': set "
                              "attention='mla' or drop 'mla'")
-        if self.sliding_window_layers is not None:
-            if self.sliding_window is None:
-                raise ValueError("sliding_window_layers given without sliding_window")
-            if any(i >= self.num_layers for i in self.sliding_window_layers):
-                raise ValueError(f"sliding_window_layers name a layer beyond num_layers="
-                                 f"{self.num_layers} (0-based)")
-        if self.chunked_attention_layers is not None:
-            if self.attention_chunk_size is None:
-                raise ValueError("chunked_attention_layers given without attention_chunk_size")
-            if any(i >= self.num_layers for i in self.chunked_attention_layers):
-                raise ValueError(f"chunked_attention_layers name a layer beyond num_layers="
-                                 f"{self.num_layers} (0-based)")
-        if self.linear_attention is not None and any(
-                i >= self.num_layers for i in self.linear_attention.layers):
-            raise ValueError(f"linear_attention.layers name a layer beyond num_layers="
-                             f"{self.num_layers} (0-based)")
+        self._check_layer_list("sliding_window_layers", self.sliding_window_layers,
+                               needs=("sliding_window", self.sliding_window))
+        self._check_layer_list("chunked_attention_layers", self.chunked_attention_layers,
+                               needs=("attention_chunk_size", self.attention_chunk_size))
+        if self.linear_attention is not None:
+            self._check_layer_list("linear_attention.layers", self.linear_attention.layers)
         if self.head_dim is None and self.hidden_size % heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={heads}"
                 "; give head_dim explicitly"
             )
         return self
+
+    def _check_layer_list(self, field: str, layers: tuple[int, ...] | None, *,
+                          needs: tuple[str, int | None] | None = None) -> None:
+        """Refuse a list of 0-based layers (`field`) given without the setting it applies
+        (`needs`: that field's name and value) or naming a layer beyond `num_layers`."""
+        if layers is None:
+            return
+        if needs is not None and needs[1] is None:
+            raise ValueError(f"{field} given without {needs[0]}")
+        if any(i >= self.num_layers for i in layers):
+            raise ValueError(f"{field} name a layer beyond num_layers={self.num_layers} "
+                             "(0-based)")
 
     @property
     def kv_heads(self) -> int:

@@ -8,7 +8,7 @@ answers with. Must not: fit or store (`models/evidence/calibration.py`, `solver/
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import Field, model_validator
 
@@ -16,8 +16,7 @@ from api_schemas._base import ResultModel, SpecModel
 from api_schemas.hardware import KernelCalibration
 from api_schemas.microbenchmarks import MicrobenchmarkFit, Microbenchmarks
 from api_schemas.parallel import ParallelConfig
-from api_schemas.requests import ModelInput
-from api_schemas.training import TrainingSpec
+from api_schemas.requests import ModelField, ModelInput, TrainingField
 from api_schemas.units import NonNegativeInt, PositiveBytes, PositiveInt
 
 PROFILE_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
@@ -36,6 +35,16 @@ MAX_TRAINING_LOGS = 16
 MAX_LOG_CHARS = 4_000_000
 """Longest training log text accepted (characters)."""
 
+RunNodes = Annotated[PositiveInt, Field(description="Nodes of the run's cluster.",
+                                        examples=[2])]
+"""The `num_nodes` of a measured run, given as numbers or as a training log."""
+RunGpusPerNode = Annotated[PositiveInt | None, Field(
+    description="GPUs per node; default from the GPU's node preset.")]
+"""Its `gpus_per_node`."""
+RunLabel = Annotated[str | None, Field(max_length=200,
+                                       description="A name for the run in the report.")]
+"""Its `label`."""
+
 
 class LogFramework(StrEnum):
     """Training frameworks whose logs the calibration parses."""
@@ -48,19 +57,17 @@ class MeasuredRun(SpecModel):
     """One training run a team measured: the configuration as POST /v1/evaluate takes it,
     with the cluster given by the calibration's GPU, and what was measured."""
 
-    model: ModelInput = Field(description="Preset, Hugging Face config or explicit fields.")
-    num_nodes: PositiveInt = Field(description="Nodes of the run's cluster.", examples=[2])
-    gpus_per_node: PositiveInt | None = Field(
-        default=None, description="GPUs per node; default from the GPU's node preset.")
-    training: TrainingSpec = Field(description="Batch, sequence and precision recipe.")
+    model: ModelField
+    num_nodes: RunNodes
+    gpus_per_node: RunGpusPerNode = None
+    training: TrainingField
     parallel: ParallelConfig = Field(description="The configuration that ran.")
     step_time_s: float = Field(gt=0.0, le=86400.0,
                                description="Measured time of one optimizer step (seconds).",
                                examples=[4.2])
     peak_memory_bytes: PositiveBytes | None = Field(
         default=None, description="Measured peak memory per rank (bytes), if recorded.")
-    label: str | None = Field(default=None, max_length=200,
-                              description="A name for the run in the report.")
+    label: RunLabel = None
 
 
 class TrainingLog(SpecModel):
@@ -72,14 +79,12 @@ class TrainingLog(SpecModel):
                       description="The log text (rank 0's, or the rank that prints timings).")
     model: ModelInput = Field(description="The model that ran; the log's printed architecture "
                               "(layers, hidden size, heads) is checked against it.")
-    num_nodes: PositiveInt = Field(description="Nodes of the run's cluster.", examples=[2])
-    gpus_per_node: PositiveInt | None = Field(
-        default=None, description="GPUs per node; default from the GPU's node preset.")
+    num_nodes: RunNodes
+    gpus_per_node: RunGpusPerNode = None
     skip_steps: NonNegativeInt | None = Field(
         default=None, description="Drop logged steps at or before this iteration as warm-up "
         "(default: the first logged interval and iterations 1-2).")
-    label: str | None = Field(default=None, max_length=200,
-                              description="A name for the run in the report.")
+    label: RunLabel = None
 
 
 class CalibrationRunsRequest(SpecModel):
@@ -196,13 +201,22 @@ class CalibrationFit(ResultModel):
                                      "issue time was fitted, on how many runs, or why not.")
 
 
+ProfileName = Annotated[str, Field(description="Profile name.")]
+"""The `name` of a stored profile, in full or in the list."""
+ProfileGpu = Annotated[str, Field(description="GPU preset id of the runs.")]
+"""Its `gpu`."""
+ProfileFamily = Annotated[str, Field(
+    description="Kernel family whose eta_max the scale multiplies.")]
+"""Its `family`."""
+
+
 class CalibrationProfile(ResultModel):
     """A stored profile: its constants and the fit that produced them."""
 
-    name: str = Field(description="Profile name.")
+    name: ProfileName
     version: int = Field(description="1 for the first fit of the name, then 2, 3, ...")
-    gpu: str = Field(description="GPU preset id of the runs.")
-    family: str = Field(description="Kernel family whose eta_max the scale multiplies.")
+    gpu: ProfileGpu
+    family: ProfileFamily
     created_at: datetime = Field(description="When this version was stored (UTC).")
     constants: KernelCalibration = Field(description="What `cluster.profile` applies.")
     fit: CalibrationFit = Field(description="The fit report of this version.")
@@ -211,10 +225,10 @@ class CalibrationProfile(ResultModel):
 class CalibrationProfileSummary(ResultModel):
     """One profile in the list: its newest version."""
 
-    name: str = Field(description="Profile name.")
+    name: ProfileName
     latest_version: int = Field(description="Its newest version.")
-    gpu: str = Field(description="GPU preset id of the runs.")
-    family: str = Field(description="Kernel family whose eta_max the scale multiplies.")
+    gpu: ProfileGpu
+    family: ProfileFamily
     created_at: datetime = Field(description="When the newest version was stored (UTC).")
     gemm_efficiency_scale: float = Field(description="Newest fitted eta_max multiplier.")
     step_overhead_s: float = Field(description="Newest fitted per-step overhead (s).")
@@ -243,5 +257,11 @@ __all__ = [
     "MeasuredRun",
     "ParsedLog",
     "TrainingLog",
+    "ProfileFamily",
+    "ProfileGpu",
+    "ProfileName",
+    "RunGpusPerNode",
+    "RunLabel",
+    "RunNodes",
     "RunResidual",
 ]

@@ -6,7 +6,7 @@ and its launch (launcher lines, environment, the releases it was checked against
 Must not: build them (`solver/export/` does).
 """
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -41,6 +41,11 @@ class LaunchCommand(ResultModel):
     notes: list[str] = Field(default_factory=list, description="What to do by hand.")
 
 
+ExportLaunch = Annotated[LaunchCommand | None, Field(
+    description="How to launch it (absent when exported without a cluster).")]
+"""The `launch` of every framework's export."""
+
+
 class MegatronExport(ResultModel):
     """Megatron-LM command-line arguments."""
 
@@ -52,8 +57,7 @@ class MegatronExport(ResultModel):
         "overlap compute.", examples=[{"CUDA_DEVICE_MAX_CONNECTIONS": "1"}])
     notes: list[str] = Field(default_factory=list, description="What the arguments cannot "
                              "express or assume.")
-    launch: LaunchCommand | None = Field(default=None, description="How to launch it "
-                                         "(absent when exported without a cluster).")
+    launch: ExportLaunch = None
 
 
 class TorchtitanExport(ResultModel):
@@ -70,8 +74,7 @@ class TorchtitanExport(ResultModel):
                                      "(--model.flavor).", examples=["70B"])
     model_args: dict[str, Any] = Field(default_factory=dict, description="Otherwise the "
                                        "model arguments a new flavour needs.")
-    launch: LaunchCommand | None = Field(default=None, description="How to launch it "
-                                         "(absent when exported without a cluster).")
+    launch: ExportLaunch = None
 
 
 class DeepSpeedExport(ResultModel):
@@ -81,8 +84,7 @@ class DeepSpeedExport(ResultModel):
                                    "schema).", examples=[{"zero_optimization": {"stage": 1}}])
     notes: list[str] = Field(default_factory=list, description="What the config cannot "
                              "express or assume.")
-    launch: LaunchCommand | None = Field(default=None, description="How to launch it "
-                                         "(absent when exported without a cluster).")
+    launch: ExportLaunch = None
 
 
 class PlanExports(ResultModel):
@@ -93,5 +95,5 @@ class PlanExports(ResultModel):
     deepspeed: DeepSpeedExport | None = Field(default=None, description="DeepSpeed JSON.")
 
 
-__all__ = ["DeepSpeedExport", "LaunchCommand", "MegatronExport", "PlanExports",
+__all__ = ["DeepSpeedExport", "ExportLaunch", "LaunchCommand", "MegatronExport", "PlanExports",
            "TorchtitanExport"]

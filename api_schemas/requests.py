@@ -156,6 +156,15 @@ class ClusterInput(SpecModel):
         return self
 
 
+ModelField = Annotated[ModelInput, Field(
+    description="Preset, Hugging Face config or explicit fields.")]
+"""The `model` of a request that names one training configuration."""
+ClusterField = Annotated[ClusterInput, Field(description="GPUs and nodes.")]
+"""The `cluster` of such a request."""
+TrainingField = Annotated[TrainingSpec, Field(description="Batch, sequence and precision recipe.")]
+"""The `training` of such a request."""
+
+
 class Objective(StrEnum):
     """What the planner optimises."""
 
@@ -295,9 +304,9 @@ class SolverLimits(SpecModel):
 class PlanRequest(SpecModel):
     """Body of POST /v1/plans."""
 
-    model: ModelInput = Field(description="Preset, Hugging Face config or explicit fields.")
-    cluster: ClusterInput = Field(description="GPUs and nodes.")
-    training: TrainingSpec = Field(description="Batch, sequence and precision recipe.")
+    model: ModelField
+    cluster: ClusterField
+    training: TrainingField
     constraints: Constraints = Field(default_factory=Constraints, description="Pins and "
                                      "forbidden values.")
     objective: Objective = Field(default=Objective.THROUGHPUT, description="What to optimise.")
@@ -316,9 +325,9 @@ class PlanRequest(SpecModel):
 class EvaluateRequest(SpecModel):
     """Body of POST /v1/evaluate and POST /v1/ledger/memory."""
 
-    model: ModelInput = Field(description="Preset, Hugging Face config or explicit fields.")
-    cluster: ClusterInput = Field(description="GPUs and nodes.")
-    training: TrainingSpec = Field(description="Batch, sequence and precision recipe.")
+    model: ModelField
+    cluster: ClusterField
+    training: TrainingField
     parallel: ParallelConfig = Field(description="The configuration to score.")
 
 
@@ -350,14 +359,17 @@ __all__ = [
     "MAX_TARGET_TOKENS_PER_S",
     "MIN_GPU_HOUR_PRICE",
     "PLAN_REQUEST_EXAMPLE",
+    "ClusterField",
     "ClusterInput",
     "Constraints",
     "EvaluateRequest",
     "FrameworkTarget",
+    "ModelField",
     "ModelFromHf",
     "ModelInput",
     "ModelPreset",
     "Objective",
     "PlanRequest",
     "SolverLimits",
+    "TrainingField",
 ]

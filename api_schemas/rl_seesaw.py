@@ -15,8 +15,7 @@ from api_schemas._base import ResultModel, SpecModel
 from api_schemas.dtypes import DType
 from api_schemas.parallel import ParallelConfig
 from api_schemas.plan import MemoryComponentReport
-from api_schemas.requests import ClusterInput, ModelInput
-from api_schemas.training import TrainingSpec
+from api_schemas.requests import ClusterField, ModelField, TrainingField
 from api_schemas.units import Bytes, Fraction, PositiveBytes, PositiveBytesPerSecond, PositiveInt
 
 VLLM_GPU_MEMORY_UTILIZATION = 0.9
@@ -109,9 +108,9 @@ class RlSeesawRequest(SpecModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False,
                               json_schema_extra={"examples": [RL_SEESAW_EXAMPLE]})
 
-    model: ModelInput = Field(description="Preset, Hugging Face config or explicit fields.")
-    cluster: ClusterInput = Field(description="GPUs and nodes.")
-    training: TrainingSpec = Field(description="Batch, sequence and precision recipe.")
+    model: ModelField
+    cluster: ClusterField
+    training: TrainingField
     parallel: ParallelConfig = Field(description="The training configuration.")
     rollout: RolloutSpec = Field(default_factory=RolloutSpec,
                                  description="The inference side on the same GPUs.")

@@ -8,7 +8,7 @@ compute anything.
 """
 
 from enum import StrEnum
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -166,6 +166,17 @@ class FrontierRequest(PlanRequest):
         {**PLAN_REQUEST_EXAMPLE, "num_nodes_options": [4, 8, 16]}]})
 
 
+WinningLayout = Annotated[ParallelConfig | None, Field(description="The winning layout.")]
+"""The layout of the plan that wins at a frontier or sensitivity point."""
+WinningStepTime = Annotated[Seconds | None, Field(description="Its step time.")]
+"""That plan's step time."""
+WinningThroughput = Annotated[float | None, Field(description="Its throughput.")]
+"""That plan's tokens per second."""
+WinningRange = Annotated[PredictedRange | None, Field(
+    description="Range of its step time and tokens/s (as a plan's).")]
+"""That plan's predicted range of both."""
+
+
 class FrontierPoint(ResultModel):
     """The best plan found on one cluster size."""
 
@@ -173,14 +184,13 @@ class FrontierPoint(ResultModel):
     num_gpus: int = Field(description="GPUs of the cluster at this point.")
     status: PlanStatus = Field(description="Status of its search.")
     world_size: int = Field(default=0, description="GPUs the plan uses (may be fewer).")
-    parallel: ParallelConfig | None = Field(default=None, description="The winning layout.")
-    step_time_s: Seconds | None = Field(default=None, description="Its step time.")
-    tokens_per_s: float | None = Field(default=None, description="Its throughput.")
+    parallel: WinningLayout = None
+    step_time_s: WinningStepTime = None
+    tokens_per_s: WinningThroughput = None
     gpu_hours_per_step: float | None = Field(default=None, description="world_size x "
                                              "step_time_s / 3600: the cost in GPU-hours.")
     cost_per_token: float | None = Field(default=None, description="With a gpu_hour_price.")
-    predicted_range: PredictedRange | None = Field(
-        default=None, description="Range of its step time and tokens/s (as a plan's).")
+    predicted_range: WinningRange = None
     pareto: bool = Field(default=False, description="No other point uses no more GPUs with "
                          "no longer steps and no more GPU-hours per step, one strictly less.")
     summary: str = Field(default="", description="The plan's summary or why none exists.")
@@ -234,11 +244,10 @@ class SensitivityPoint(ResultModel):
     factor: SensitivityFactor | None = Field(description="Null for the baseline.")
     delta: float = Field(description="Relative change applied (0 for the baseline).")
     status: PlanStatus = Field(description="Status of the search at this point.")
-    parallel: ParallelConfig | None = Field(default=None, description="The winning layout.")
-    step_time_s: Seconds | None = Field(default=None, description="Its step time.")
-    tokens_per_s: float | None = Field(default=None, description="Its throughput.")
-    predicted_range: PredictedRange | None = Field(
-        default=None, description="Range of its step time and tokens/s (as a plan's).")
+    parallel: WinningLayout = None
+    step_time_s: WinningStepTime = None
+    tokens_per_s: WinningThroughput = None
+    predicted_range: WinningRange = None
     plan_changed: bool = Field(default=False, description="The winner differs from the "
                                "baseline's layout.")
     baseline_step_time_s: Seconds | None = Field(
@@ -278,4 +287,8 @@ __all__ = [
     "SensitivityPoint",
     "SensitivityRequest",
     "SensitivityResponse",
+    "WinningLayout",
+    "WinningRange",
+    "WinningStepTime",
+    "WinningThroughput",
 ]

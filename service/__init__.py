@@ -8,6 +8,8 @@ anything heavy at import time.
 
 from typing import TYPE_CHECKING, Any
 
+from solver.lazy_names import lazy_name
+
 if TYPE_CHECKING:
     from service.app import create_app
     from service.client import ApiProblemError, AtlasClient
@@ -24,12 +26,7 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     """Import a public name's module on first access."""
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'service' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module_name), name)
+    return lazy_name(__name__, _LAZY, name)
 
 
 __all__ = ["ApiProblemError", "AtlasClient", "Settings", "create_app", "get_settings"]

@@ -6,6 +6,8 @@ Must not: do I/O or import `service`.
 
 from typing import Any
 
+from solver.lazy_names import lazy_name
+
 _ENTRY_POINTS = {"evaluate": "solver.api", "plan": "solver.api",
                  "export_all": "solver.export", "memory_report": "solver.memory_lab"}
 
@@ -13,12 +15,7 @@ _ENTRY_POINTS = {"evaluate": "solver.api", "plan": "solver.api",
 def __getattr__(name: str) -> Any:
     """The entry points, imported on first use: importing a light module of this package
     (`solver.cancel`, `solver.throughput_bound`) does not load OR-Tools."""
-    module = _ENTRY_POINTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+    return lazy_name(__name__, _ENTRY_POINTS, name)
 
 
 __all__ = ["evaluate", "export_all", "memory_report", "plan"]

@@ -13,12 +13,8 @@ from api_schemas.plan import SearchLimit
 from api_schemas.requests import Constraints, Objective
 from api_schemas.training import TrainingSpec
 from models.core.layer_kinds import has_routed_experts
-from solver.space import (
-    MAX_PIPELINED_MICRO_BATCHES,
-    MAX_VPP,
-    MIN_SEQUENCE_FOR_CP,
-    divisors,
-)
+from models.core.mesh.candidates import divisors
+from solver.space import MAX_PIPELINED_MICRO_BATCHES, MAX_VPP, MIN_SEQUENCE_FOR_CP
 
 
 def _micro_batch(constraints: Constraints) -> SearchLimit:

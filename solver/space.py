@@ -19,7 +19,7 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.parallel import ContextParallelKind, ParallelConfig, PipelineSchedule
 from api_schemas.requests import Constraints
 from api_schemas.training import TrainingSpec
-from models.core.mesh.candidates import Candidate, MeshContext
+from models.core.mesh.candidates import Candidate, MeshContext, divisors
 from models.core.mesh.layout import DEFAULT_ORDER
 from models.core.mesh.rules import (
     CP_RULES,
@@ -128,12 +128,6 @@ MESH_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch_size", "
 
 _DEFAULT_PARALLEL = ParallelConfig()
 """Every field at its default; candidates for the rules are copies of it with their degrees."""
-
-
-def divisors(n: int) -> list[int]:
-    """All positive divisors of n, ascending."""
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
 
 
 def permitted(name: str, value: Any, constraints: Constraints) -> bool:
@@ -378,7 +372,6 @@ __all__ = [
     "MIN_SEQUENCE_FOR_CP",
     "MeshCandidate",
     "candidate_meshes",
-    "divisors",
     "mesh_context",
     "permitted",
     "permitted_values",

@@ -50,7 +50,7 @@ SCOPE = ("api_schemas", "models", "solver", "service", "calibration", "research"
          "benchmarks", "tests")
 RUN_LINES = 6
 TOO_COMMON = 8
-DUPLICATE_PAIRS_AT_MOST = 68
+DUPLICATE_PAIRS_AT_MOST = 62
 
 _PUNCTUATION = {"(", ")", "[", "]", "{", "}", ",", ":", ";"}
 _PROSE = {"S", "F"}

@@ -11,31 +11,23 @@ architecture's Hugging Face modelling code (q/k/v/o, gate/up/down, router, MLA q
 kv_b/o, norms).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from api_schemas.architecture import ModelSpec
 from models.core.layer_kinds import attention_kind, mlp_block, mlp_blocks, mlp_kind, norm_kind
+from models.core.layer_kinds.base import MlpBlockParams
 from models.core.linear_attention import linear_attention_weights
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LayerParams:
-    """Weights of one transformer layer by component."""
+class LayerParams(MlpBlockParams):
+    """Weights of one transformer layer by component: its MLP block's, the token mixer's
+    and the norms'."""
 
     attention: int
     """q/k/v/o projections (and MLA compressions), their biases and q/k norms."""
     norms: int
     """The hidden-width norms of the layer (`num_layer_norms` of them)."""
-    dense_mlp: int
-    """The dense MLP (0 on an MoE layer)."""
-    router: int
-    """Router (gate) matrix and routing bias (MoE layers)."""
-    shared_experts: int
-    """All shared experts and the shared-expert gate (MoE layers)."""
-    routed_expert_each: int
-    """One routed expert (MoE layers)."""
-    num_routed_experts: int
-    top_k: int
 
     @property
     def routed_experts(self) -> int:
@@ -141,11 +133,7 @@ def mtp_module_params(spec: ModelSpec) -> LayerParams:
     last = layer_params(spec, spec.num_layers - 1)
     h = spec.hidden_size
     extra = 2 * h * h + 3 * norm_params(spec, h)
-    return LayerParams(attention=last.attention, norms=last.norms + extra,
-                       dense_mlp=last.dense_mlp, router=last.router,
-                       shared_experts=last.shared_experts,
-                       routed_expert_each=last.routed_expert_each,
-                       num_routed_experts=last.num_routed_experts, top_k=last.top_k)
+    return replace(last, norms=last.norms + extra)
 
 
 def largest_weight_matrix(spec: ModelSpec) -> int:

@@ -15,6 +15,7 @@ from typing import Annotated, TypeVar
 from fastapi import APIRouter, Body, Response
 from pydantic import BaseModel
 
+from api_schemas.problems import ProblemCode
 from api_schemas.requests import PlanRequest
 from api_schemas.run_level import (
     FrontierRequest,
@@ -62,6 +63,18 @@ SENSITIVITY_EXAMPLES = {"llama-3.1-8b": {
     "summary": "Llama 3.1 8B on 8 H100s, each factor -20% and +20%",
     "value": {**_SMALL_RUN, "deltas": [-0.2, 0.2]}}}
 
+RunEstimateBody = Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)]
+FrontierBody = Annotated[FrontierRequest, Body(openapi_examples=FRONTIER_EXAMPLES)]
+SensitivityBody = Annotated[SensitivityRequest, Body(openapi_examples=SENSITIVITY_EXAMPLES)]
+
+_SEARCH_PROBLEMS: tuple[ProblemCode, ...] = (
+    "invalid-spec", "solver-time-limit", "overloaded", "store-unavailable")
+"""What the frontier and sensitivity searches may answer besides their result."""
+_ESTIMATE_PROBLEMS: tuple[ProblemCode, ...] = (
+    "invalid-spec", "no-feasible-plan", "solver-time-limit", "overloaded", "store-unavailable")
+"""What the run estimate may answer besides its result, as JSON or as a picture."""
+_ESTIMATE_PICTURE = "The checkpoint-interval picture."
+
 RequestT = TypeVar("RequestT", bound=PlanRequest)
 ResultT = TypeVar("ResultT", bound=BaseModel)
 
@@ -98,11 +111,9 @@ async def _answer(request: RequestT, fn: Callable[..., ResultT], *, kind: str,
              responses=svg_responses(
                  "The run estimate (JSON) or the picture of goodput against checkpoint interval "
                  "(`?format=svg` or `Accept: image/svg+xml`).",
-                 "The checkpoint-interval picture.",
-                 "invalid-spec", "no-feasible-plan", "solver-time-limit", "overloaded",
-                 "store-unavailable"))
+                 _ESTIMATE_PICTURE, *_ESTIMATE_PROBLEMS))
 async def run_estimate(
-        request: Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)],
+        request: RunEstimateBody,
         context: ContextDep,
         format: FormatQuery = None,
         accept: AcceptHeader = None,
@@ -123,13 +134,8 @@ async def run_estimate(
              responses=svg_responses(
                  "Goodput against checkpoint interval, with Young's and Daly's optima (what "
                  "`POST /v1/run/estimate?format=svg` answers).",
-                 "The checkpoint-interval picture.",
-                 "invalid-spec", "no-feasible-plan", "solver-time-limit", "overloaded",
-                 "store-unavailable"))
-async def run_estimate_svg(
-        request: Annotated[RunEstimateRequest, Body(openapi_examples=RUN_ESTIMATE_EXAMPLES)],
-        context: ContextDep,
-) -> Response:
+                 _ESTIMATE_PICTURE, *_ESTIMATE_PROBLEMS))
+async def run_estimate_svg(request: RunEstimateBody, context: ContextDep) -> Response:
     """The run estimate of `POST /v1/run/estimate`, its reliability drawn as SVG."""
     estimate = await _answer(request, estimate_run, kind="run-estimate", context=context)
     return svg_response(checkpoint_svg(estimate.reliability),
@@ -137,11 +143,8 @@ async def run_estimate_svg(
 
 
 @router.post("/v1/frontier", summary="GPU count against step time and cost",
-             responses=problem_responses("invalid-spec", "solver-time-limit", "overloaded",
-                                         "store-unavailable"))
-async def gpu_frontier(
-        request: Annotated[FrontierRequest, Body(openapi_examples=FRONTIER_EXAMPLES)],
-        context: ContextDep) -> FrontierResponse:
+             responses=problem_responses(*_SEARCH_PROBLEMS))
+async def gpu_frontier(request: FrontierBody, context: ContextDep) -> FrontierResponse:
     """One search per allowed cluster size (`num_nodes_options`), each with an equal share
     of the time limit, and which sizes are Pareto-optimal in GPUs, step time and GPU-hours
     per step."""
@@ -152,11 +155,9 @@ async def gpu_frontier(
 
 
 @router.post("/v1/sensitivity", summary="How the plan moves with bandwidth, HBM, kernels",
-             responses=problem_responses("invalid-spec", "solver-time-limit", "overloaded",
-                                         "store-unavailable"))
-async def plan_sensitivity(
-        request: Annotated[SensitivityRequest, Body(openapi_examples=SENSITIVITY_EXAMPLES)],
-        context: ContextDep) -> SensitivityResponse:
+             responses=problem_responses(*_SEARCH_PROBLEMS))
+async def plan_sensitivity(request: SensitivityBody, context: ContextDep
+                           ) -> SensitivityResponse:
     """The plan on the cluster as given, then with network bandwidth, HBM capacity and
     kernel efficiency each changed by every delta (default -20% and +20%), each search with
     an equal share of the time limit: the plan that wins at each point, and whether the

@@ -11,6 +11,8 @@ Must not: do I/O, or import OR-Tools except through `solver.cpsat`.
 
 from typing import TYPE_CHECKING, Any
 
+from solver.lazy_names import lazy_name
+
 if TYPE_CHECKING:
     from solver.placement.api import placement_response, plan_placement, plan_placement_layers
     from solver.placement.constructive import (
@@ -86,12 +88,7 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     """Import a public name's module on first access."""
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module_name), name)
+    return lazy_name(__name__, _LAZY, name)
 
 
 __all__ = [

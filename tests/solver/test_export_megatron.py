@@ -115,19 +115,22 @@ def test_even_interleaved_split_uses_layers_per_virtual_stage_only() -> None:
 
 def test_deepseek_v3_moe_and_mla_flags() -> None:
     args = megatron_args(*CASES["deepseek-v3-dualpipe"])
-    assert _value(args, "--moe-layer-freq") == "([0]*3+[1]*58)"
-    assert _value(args, "--num-experts") == "256"
-    assert _value(args, "--moe-router-topk") == "8"
-    assert _value(args, "--moe-ffn-hidden-size") == "2048"
-    assert _value(args, "--moe-shared-expert-intermediate-size") == "2048"
-    assert _value(args, "--q-lora-rank") == "1536"
-    assert _value(args, "--kv-lora-rank") == "512"
-    assert _value(args, "--qk-head-dim") == "128"
-    assert _value(args, "--qk-pos-emb-head-dim") == "64"
-    assert _value(args, "--mtp-num-layers") == "1"
-    assert _value(args, "--moe-token-dispatcher-type") == "alltoall"
-    assert _value(args, "--expert-model-parallel-size") == "64"
-    assert _value(args, "--expert-tensor-parallel-size") == "1"
+    expected = {
+        "--moe-layer-freq": "([0]*3+[1]*58)",
+        "--num-experts": "256",
+        "--moe-router-topk": "8",
+        "--moe-ffn-hidden-size": "2048",
+        "--moe-shared-expert-intermediate-size": "2048",
+        "--q-lora-rank": "1536",
+        "--kv-lora-rank": "512",
+        "--qk-head-dim": "128",
+        "--qk-pos-emb-head-dim": "64",
+        "--mtp-num-layers": "1",
+        "--moe-token-dispatcher-type": "alltoall",
+        "--expert-model-parallel-size": "64",
+        "--expert-tensor-parallel-size": "1",
+    }
+    assert {flag: _value(args, flag) for flag in expected} == expected
     assert {"--multi-latent-attention", "--moe-grouped-gemm", "--fp8-param-gather"} <= set(args)
     assert "--kv-channels" not in args and "--group-query-attention" not in args
     assert _values(args, "--fp8-format") == ["e4m3"]

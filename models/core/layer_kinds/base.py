@@ -153,9 +153,13 @@ class MlpBlockParams:
     token mixer and the norms)."""
 
     dense_mlp: int
+    """The dense MLP (0 on an MoE layer)."""
     router: int
+    """Router (gate) matrix and routing bias (MoE layers)."""
     shared_experts: int
+    """All shared experts and the shared-expert gate (MoE layers)."""
     routed_expert_each: int
+    """One routed expert (MoE layers)."""
     num_routed_experts: int
     top_k: int
 

@@ -101,25 +101,29 @@ class StepEstimate:
         """Training tokens per second over the cluster."""
         return self.tokens_per_step / self.step_time_s
 
+    def _tflops_per_gpu(self, flop: float) -> float:
+        """`flop` FLOPs a step as TFLOP/s per GPU (the step time, the world size)."""
+        return flop / self.step_time_s / self.world_size / 1e12
+
     @property
     def tflops_per_gpu(self) -> float:
         """Model TFLOP/s per GPU (no recomputation; causal attention, `FLOP_CONVENTION`)."""
-        return self.model_flop / self.step_time_s / self.world_size / 1e12
+        return self._tflops_per_gpu(self.model_flop)
 
     @property
     def tflops_per_gpu_full_attention(self) -> float:
         """Model TFLOP/s per GPU in the Megatron-LM / PaLM convention (full attention)."""
-        return self.model_flop_full_attention / self.step_time_s / self.world_size / 1e12
+        return self._tflops_per_gpu(self.model_flop_full_attention)
 
     @property
     def hardware_tflops_per_gpu(self) -> float:
         """Hardware TFLOP/s per GPU (recomputation counted)."""
-        return self.hardware_flop / self.step_time_s / self.world_size / 1e12
+        return self._tflops_per_gpu(self.hardware_flop)
 
     @property
     def hardware_tflops_per_gpu_full_attention(self) -> float:
         """Hardware TFLOP/s per GPU with the full attention matrix counted."""
-        return self.hardware_flop_full_attention / self.step_time_s / self.world_size / 1e12
+        return self._tflops_per_gpu(self.hardware_flop_full_attention)
 
     @property
     def mfu(self) -> float:

@@ -44,33 +44,18 @@ class LayerTrafficContext:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StepContext:
-    """The inputs of the traffic rules for one stage of one step."""
+class StepContext(LayerTrafficContext):
+    """The inputs of the traffic rules for one stage of one step: the per-layer inputs plus
+    the stage, its micro-batches and the pipeline's scatter/gather."""
 
-    model: ModelSpec
-    training: TrainingSpec
-    parallel: ParallelConfig
-    fabric: Fabric
-    mesh: DeviceMesh
     stage: StageWeights
     num_micro_batches: int
     pp_scatter_gather: bool
 
     @property
     def layer(self) -> LayerTrafficContext:
-        """The per-layer view of this context."""
-        return LayerTrafficContext(model=self.model, training=self.training,
-                                   parallel=self.parallel, fabric=self.fabric, mesh=self.mesh)
-
-    @property
-    def activation_bytes(self) -> int:
-        """Bytes of one activation element on the wire."""
-        return self.layer.activation_bytes
-
-    @property
-    def tokens_per_rank(self) -> int:
-        """Tokens of one micro-batch on one CP rank."""
-        return self.layer.tokens_per_rank
+        """The per-layer view of this context (the context itself, read as one)."""
+        return self
 
     def passes(self, layers: int) -> int:
         """Layer executions per step for `layers` held layers: each micro-batch runs every
