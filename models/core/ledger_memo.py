@@ -20,6 +20,7 @@ from models.core.layout import StageLayout
 from models.core.ledger_items import MemoryComponent, RankParameters
 from models.core.rank_activations import ActivationInputs, ActivationParts
 from models.core.rank_states import StateParts, chunk_weight_kinds, state_parts
+from models.core.runtime_features import RUNTIME_FEATURES
 from models.core.runtime_memory import (
     RuntimeInputs,
     runtime_items,
@@ -101,6 +102,12 @@ class LedgerMemo:
 
     recipes: dict[TrainingSpec, "LedgerMemo"] = field(default_factory=dict)
     """The memos of the same model under other recipes (`for_recipe`), by the whole recipe."""
+    state_tables: dict[TrainingSpec, tuple[dict[StatesInputs, StateParts],
+                                           dict[StatesInputs, tuple[RankParameters, int, int]]]
+                       ] = field(default_factory=dict)
+    """The `states` and `state_sums` tables of this memo and of the memos it keeps for other
+    recipes, by the recipe with its state-free fields cleared (`states_recipe`): recipes
+    that differ in those alone share one pair of tables."""
 
     def serves(self, spec: ModelSpec, training: TrainingSpec) -> bool:
         """Whether this memo was made for exactly these inputs (identity, not equality)."""
@@ -116,7 +123,28 @@ class LedgerMemo:
         kept = self.recipes.get(training)
         if kept is None or kept.training is not training:
             kept = self.recipes[training] = LedgerMemo(spec=spec, training=training)
+            if not self.state_tables:
+                self.state_tables[states_recipe(self.training)] = (self.states,
+                                                                   self.state_sums)
+            tables = self.state_tables.setdefault(states_recipe(training),
+                                                  (kept.states, kept.state_sums))
+            kept.states, kept.state_sums = tables
         return kept
+
+
+STATE_FREE_FIELDS = (*(feature.field for feature in RUNTIME_FEATURES), "pipe_engine_p2p")
+"""Recipe fields no model-state term reads (`models.core.rank_states.state_parts`: the
+precision, optimizer, EMA and batch fields only): the runtime features, which change step
+times, runtime buffers (DeepEP) and stored activations (the memory-efficient norm, the EP
+overlap's extra micro-batch) but not the weights, gradients and optimizer states, and the
+pipeline engine's transfers. tests/models/test_ledger_memo.py checks that each leaves the
+states unchanged."""
+
+
+def states_recipe(training: TrainingSpec) -> TrainingSpec:
+    """`training` with its `STATE_FREE_FIELDS` cleared: the part of a recipe that a rank's
+    model states read."""
+    return training.model_copy(update=dict.fromkeys(STATE_FREE_FIELDS))
 
 
 def layout_weight_kinds(spec: ModelSpec, layout: StageLayout, memo: LedgerMemo | None
@@ -163,7 +191,9 @@ def runtime_sums(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConf
 __all__ = [
     "LedgerMemo",
     "StatesInputs",
+    "STATE_FREE_FIELDS",
     "layout_weight_kinds",
     "runtime_sums",
     "state_sums",
+    "states_recipe",
 ]
