@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from models.core.ledger_items import RankParameters
     from models.core.mesh.layout import DeviceMesh
     from models.core.pipeline.in_flight import InFlightProfile
+    from models.core.pipeline.simulator import OrderArray
     from models.core.precision import StateBytesPerParam
     from models.core.rank_activations import ContextInputs
     from models.core.rank_states import WeightKinds
@@ -150,6 +151,12 @@ class SearchMemo:
                 "InFlightProfile]") = field(default_factory=dict)
     """`models.core.pipeline.in_flight_profile` by (schedule, stages, micro-batches,
     chunks, group size)."""
+    op_orders: ("dict[tuple[PipelineSchedule, int, int, int, int | None], "
+                "OrderArray]") = field(default_factory=dict)
+    """The simulator's recorded op order of a schedule's program
+    (`models.core.pipeline.simulator.VisitOrder.segments`) by (schedule, stages,
+    micro-batches, chunks, group size): `models.core.step_time.makespan.compiled_schedule`
+    hands it to the shape's program when it compiles it again."""
     profiles: "dict[tuple[str, float, float], KernelProfile]" = field(default_factory=dict)
     """Scaled kernel profiles by (family, GEMM scale, attention scale)."""
     collective_costs: "dict[tuple[Collective, int, int, int, Fabric], CollectiveCost]" = (
