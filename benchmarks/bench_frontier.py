@@ -38,8 +38,8 @@ What the sizes share: the layer parts and stage times are kept under the cluster
 node count (`models.core.search_memo.node_free_cluster`), which none of them reads; but this
 throughput sweep prices at each size only configurations of that size's GPU count, which
 the keys hold, so it shares none of them between sizes (the fewest-GPUs and cost-per-token
-objectives price every smaller count: a cost-per-token frontier of 2-4 nodes timed 3,097
-stages instead of 5,464, with the same answers). The pipeline programs are shared: a size
+objectives price every smaller count: a cost-per-token frontier of 2-6 nodes timed 3,858
+stages instead of 12,268, with the same answers). The pipeline programs are shared: a size
 whose schedule shapes a smaller size simulated replays the op order recorded then (event
 loop runs of the first pass 1,234 -> 874 for 1,234 compilations; the 256 compiled programs
 kept are let go long before a larger size comes back to their shapes, so a second pass
