@@ -20,17 +20,33 @@ load average is printed before and after: on a shared machine CPU time is steadi
 wall time, but not immune to a busy host.
 
 Figures, each size searched on its own as `frontier` does (2-core shared host, load average
-4.9 before and 7.1 after, `--calls`): one plan 1.05 s CPU on the first call, 0.39 s after
-it; the sweep of 1-100 nodes 86.1 s CPU, 220 x one plan; 88 sizes optimal, 12 infeasible (1
-and 2 nodes do not hold the model; odd node counts past 80 admit no mesh, since data
-parallelism must divide the 512 sequences and the pipeline may not exceed the 80 layers).
-Python calls: one warm plan about 1.0 M, the sweep 100.1 M. Timed one by one (load average
-5-7) a size cost 0.12-2.1 s, and the odd node counts from 21 to 39 cost 1.7-2.1 s each:
-tensor and data parallelism take powers of two here (64 heads, 512 sequences), so the odd
-part of the GPU count goes to the pipeline, whose schedules of 21-39 stages (or twice that)
-are generated and simulated op by op; no other size shares those shapes. The simulator's
-event loop and replay (`models.core.pipeline.simulator`) were 28% of the profile of 20-30
-nodes. The acceptance (under 10 x) is not met: no size's search is shared with another's.
+3.0 before and 1.7 after, `--sizes --calls`): one plan 1.23 s CPU on the first call, 0.65 s
+after it; the sweep of 1-100 nodes 88.0 s CPU, 136 x one plan (the release before, run just
+before it on the same host: 80.4 s, 127 x); 90 sizes optimal, 10 infeasible (the odd node
+counts past 80 admit no mesh, since data parallelism must divide the 512 sequences and the
+pipeline may not exceed the 80 layers). CPU time moves with the host's load by more than
+the change: three more sweeps, each in a fresh process beside or in turn with one of the
+release before (load average 3-4.8), took 81.7-92.8 s against its 91.5-110.8 s. Python
+calls (load-independent): one warm plan 1.36 M; the sweep's first pass 111.8 M (116.9 M the
+release before), its third pass in one process (`--calls`, after the sweep and `--sizes`)
+84.7 M (113.6 M). `--sizes`, each size again after the sweep: 0.26-2.2 s a size, the odd
+node counts from 21 to 39 0.95-2.2 s each: tensor and data parallelism take powers of two
+here (64 heads, 512 sequences), so the odd part of the GPU count goes to the pipeline, whose
+schedules of 21-39 stages (or twice that) are generated and simulated op by op.
+
+What the sizes share: the layer parts and stage times are kept under the cluster without its
+node count (`models.core.search_memo.node_free_cluster`), which none of them reads; but this
+throughput sweep prices at each size only configurations of that size's GPU count, which
+the keys hold, so it shares none of them between sizes (the fewest-GPUs and cost-per-token
+objectives price every smaller count: a cost-per-token frontier of 2-6 nodes timed 3,858
+stages instead of 12,268, with the same answers). The pipeline programs are shared: a size
+whose schedule shapes a smaller size simulated replays the op order recorded then (event
+loop runs of the first pass 1,234 -> 874 for 1,234 compilations; the 256 compiled programs
+kept are let go long before a larger size comes back to their shapes, so a second pass
+costs about what the first did). The acceptance (under 10 x) is not met: a size's work is
+its own search of its own configurations (bounds, evaluations, simulations of shapes no
+other size has, its common-plan search and its answer's re-timing), while the plan it is
+compared with is a warm repeat that finds all of it kept.
 """
 
 import argparse

@@ -4,12 +4,19 @@ miss a field and one memo serves every search and every direct call.
 
 Owns: `SearchMemo` (the tables of pieces that do not read a model, each keyed by every input
 of the piece it keeps), `ModelTables` (the pieces derived from one model, on an object that
-serves that model alone), the shared memo and its bound (`SHARED_MEMO_ENTRIES`, checked as a
-search starts: `search_memo`, `within_search_memo`), `current_memo` (the memo in force),
+serves that model alone), `node_free_cluster` (the key a cluster enters under where its piece
+never reads the node count), the shared memo and its bound (`SHARED_MEMO_ENTRIES`, checked as
+a search starts: `search_memo`, `within_search_memo`), `current_memo` (the memo in force),
 `kept` (a piece's lookup in one of the tables, made on its first ask), and emptying it
 (`release_shared_memo` for the service's idle release, `forget_memos` for scripts that change
 a constant the pieces read). Must not: compute a piece (each module that defines one reads
 and fills its table here).
+
+A cluster in a key: a piece that never reads the cluster's node count (nor its world size:
+a configuration's degrees fix the GPUs it is timed on) keys by `node_free_cluster`, the
+cluster with every other field its own, so that the sizes of a frontier, a relaxation's
+node counts and the objectives that search every smaller world share it; a piece that reads
+the node count keys by the cluster itself.
 """
 
 import functools
@@ -43,6 +50,7 @@ if TYPE_CHECKING:
     from models.core.ledger_items import RankParameters
     from models.core.mesh.layout import DeviceMesh
     from models.core.pipeline.in_flight import InFlightProfile
+    from models.core.pipeline.simulator import OrderArray
     from models.core.precision import StateBytesPerParam
     from models.core.rank_activations import ContextInputs
     from models.core.rank_states import WeightKinds
@@ -103,11 +111,11 @@ class ModelTables:
     """`models.core.activations.kind_activation_bytes` by (MoE, context, linear)."""
     layer_parts: ("dict[tuple[TrainingSpec, ClusterSpec], "
                   "dict[LayerPartsInputs, LayerParts]]") = field(default_factory=dict)
-    """`models.core.step_time.stage.layer_parts_memo` by (recipe, cluster)."""
+    """`models.core.step_time.stage.layer_parts_memo` by (recipe, `node_free_cluster`)."""
     stage_times: ("dict[tuple[TrainingSpec, ClusterSpec, ParallelConfig, int], "
                   "StageBucket]") = field(default_factory=dict)
-    """`models.core.step_time.stage.stage_times` by (recipe, cluster, configuration,
-    micro-batches)."""
+    """`models.core.step_time.stage.stage_times` by (recipe, `node_free_cluster`,
+    configuration, micro-batches)."""
     layer_calls: "dict[tuple[object, ...], tuple[LayerCall, ...]]" = field(
         default_factory=dict)
     """`models.core.step_time.exposure.layer_calls` by the recipe, the configuration fields,
@@ -143,6 +151,13 @@ class SearchMemo:
                 "InFlightProfile]") = field(default_factory=dict)
     """`models.core.pipeline.in_flight_profile` by (schedule, stages, micro-batches,
     chunks, group size)."""
+    op_orders: ("dict[tuple[PipelineSchedule, int, int, int, int | None], "
+                "OrderArray]") = field(default_factory=dict)
+    """The simulator's recorded op order of a schedule's program
+    (`models.core.pipeline.simulator.VisitOrder.segments`) by (schedule, stages,
+    micro-batches, chunks, group size): `models.core.step_time.makespan.compiled_schedule`
+    hands it to the shape's program when it compiles it again (the 1-100 node frontier of
+    `benchmarks/bench_frontier.py` keeps 715, 37 MB)."""
     profiles: "dict[tuple[str, float, float], KernelProfile]" = field(default_factory=dict)
     """Scaled kernel profiles by (family, GEMM scale, attention scale)."""
     collective_costs: "dict[tuple[Collective, int, int, int, Fabric], CollectiveCost]" = (
@@ -162,6 +177,11 @@ class SearchMemo:
     expert placement's (`solver.placement.routes`)."""
     straggler_max: dict[int, float] = field(default_factory=dict)
     """`expected_max_standard_normal` by draw count."""
+    node_free: "dict[ClusterSpec, ClusterSpec]" = field(default_factory=dict)
+    """`node_free_cluster` by cluster."""
+    last_cluster: "tuple[ClusterSpec, ClusterSpec] | None" = None
+    """The cluster asked `node_free_cluster` for last and its key (a search prices one
+    cluster: no hash on the next ask)."""
     recipes: dict[tuple["TrainingSpec", frozenset[str]],
                   tuple["TrainingSpec", "TrainingSpec"]] = field(default_factory=dict)
     """`solver.runtime_choice.resolved` by (the request's recipe, features on), each with
@@ -179,6 +199,7 @@ class SearchMemo:
             getattr(self, name).clear()
         self.models.clear()
         self.last = None
+        self.last_cluster = None
 
     def tables(self, spec: ModelSpec) -> ModelTables:
         """The tables of `spec` (made on first ask)."""
@@ -293,10 +314,26 @@ def kept(table: dict[_K, _V], key: _K, make: Callable[[], _V]) -> _V:
     return found
 
 
+def node_free_cluster(cluster: "ClusterSpec") -> "ClusterSpec":
+    """The key of `cluster` in the tables of pieces that never read its node count: the
+    cluster with `num_nodes` 1 and every other field its own (its GPU, node shape, links,
+    topology, host, memory and calibration fields), one per cluster on the memo in force."""
+    memo = _CURRENT.get()
+    last = memo.last_cluster
+    if last is not None and last[0] is cluster:
+        return last[1]
+    found = memo.node_free.get(cluster)
+    if found is None:
+        found = memo.node_free[cluster] = cluster.model_copy(update={"num_nodes": 1})
+    memo.last_cluster = (cluster, found)
+    return found
+
+
 def model_tables(spec: ModelSpec) -> ModelTables:
     """The tables of `spec` on the memo in force."""
     return _CURRENT.get().tables(spec)
 
 
 __all__ = ["SHARED_MEMO_ENTRIES", "ModelTables", "SearchMemo", "current_memo", "forget_memos",
-           "kept", "model_tables", "release_shared_memo", "search_memo", "within_search_memo"]
+           "kept", "model_tables", "node_free_cluster", "release_shared_memo", "search_memo",
+           "within_search_memo"]

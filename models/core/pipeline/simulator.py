@@ -24,7 +24,9 @@ program. The first makespan of a program records it (as stretches of one rank's 
 makespans of the same program replay that order as one flat pass with no blocking checks
 (`VisitOrder`, `simulate_makespan`), about three times faster than the event loop (0.09 s
 against 0.29 s for 262,144 ops, `benchmarks/bench_pipeline_simulator.py`), with the same
-comparisons in the same order and so the same floats.
+comparisons in the same order and so the same floats. A program compiled again from the same
+op lists may be given the order recorded before (`VisitOrder.segments`) and replay from its
+first makespan.
 """
 
 import math
@@ -38,6 +40,8 @@ from models.core.pipeline.ops import OpKind, PipelineProgram
 from models.errors import InvalidSpecError
 
 IntArray = npt.NDArray[np.int64]
+OrderArray = npt.NDArray[np.int32]
+"""A recorded op order as (rank, first row, stop row) stretches, one row each."""
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -72,9 +76,10 @@ class CompiledProgram:
     columns: IntArray
     """[6, ops]: each row's rank, `dep_prev`, `dep_next`, `dep_local`, `out_a` and `out_b`
     as one array (`_visit_order` permutes it into the replay order in one step)."""
-    segments: list[list[tuple[int, int, int]]] = field(default_factory=list)
+    segments: list[list[tuple[int, int, int]] | OrderArray] = field(default_factory=list)
     """The event loop's op order as (rank, first row, stop row) stretches, kept by the first
-    recording run that completes (empty before)."""
+    recording run that completes (empty before), or given by whoever compiled the program
+    from a recorded order of the same program (`VisitOrder.segments`)."""
     visit: list["VisitOrder"] = field(default_factory=list)
     """That order as flat columns, built when a second makespan is asked for (a program
     simulated once never pays for it)."""
@@ -103,9 +108,13 @@ class VisitOrder:
     rows: list[tuple[int, ...]]
     cross_prev: BoolArray
     cross_next: BoolArray
+    segments: OrderArray
+    """The stretches the order was built from, as an array: a program compiled again from
+    the same op lists may be given them (`CompiledProgram.segments`) and replay at once."""
 
 
-def _visit_order(c: "CompiledProgram", segments: list[tuple[int, int, int]]) -> VisitOrder:
+def _visit_order(c: "CompiledProgram",
+                 segments: list[tuple[int, int, int]] | OrderArray) -> VisitOrder:
     """The flat op order of `segments` ((rank, first row, stop row) as the loop ran them)."""
     bounds = np.asarray(segments, dtype=np.int64).reshape(-1, 3)
     lengths = bounds[:, 2] - bounds[:, 1]
@@ -116,7 +125,8 @@ def _visit_order(c: "CompiledProgram", segments: list[tuple[int, int, int]]) -> 
     # tracking, unlike lists of ints).
     rows = list(zip(*c.columns[:, index].tolist(), strict=True))
     return VisitOrder(op_index=index, rows=rows,
-                      cross_prev=c.cross_prev[index], cross_next=c.cross_next[index])
+                      cross_prev=c.cross_prev[index], cross_next=c.cross_next[index],
+                      segments=bounds.astype(np.int32))
 
 
 def compile_program(program: PipelineProgram) -> CompiledProgram:
@@ -395,6 +405,7 @@ def _check_counts(program: PipelineProgram, *, has_f: BoolArray, has_b: BoolArra
 __all__ = [
     "MAKESPAN_MEMO_SIZE",
     "CompiledProgram",
+    "OrderArray",
     "ScheduleDeadlockError",
     "VisitOrder",
     "compile_program",

@@ -21,6 +21,7 @@ from models.core.pipeline import (
     validate_schedule,
 )
 from models.core.pipeline.simulator import CompiledProgram, rank_work_s
+from models.core.search_memo import current_memo
 from models.errors import InvalidSpecError
 
 EXTRAPOLATION_MIN_ROUNDS = 12
@@ -30,9 +31,31 @@ EXTRAPOLATION_MIN_ROUNDS = 12
 @lru_cache(maxsize=256)
 def compiled_schedule(schedule: PipelineSchedule, num_stages: int, num_micro_batches: int,
                       num_chunks: int, group_size: int | None = None) -> CompiledProgram:
-    """The schedule's op lists compiled once per shape (reused across durations)."""
-    return compile_program(shared_program(schedule, num_stages, num_micro_batches, num_chunks,
-                                          group_size))
+    """The schedule's op lists compiled once per shape (reused across durations). A shape
+    compiled again after its program was let go (the sizes of a frontier come back to the
+    shapes of smaller ones) is given the op order a run of it recorded (`_simulated`), so
+    that its first makespan replays rather than runs the event loop."""
+    compiled = compile_program(shared_program(schedule, num_stages, num_micro_batches,
+                                              num_chunks, group_size))
+    order = current_memo().op_orders.get(
+        (schedule, num_stages, num_micro_batches, num_chunks, group_size))
+    if order is not None:
+        compiled.segments.append(order)
+    return compiled
+
+
+def _simulated(schedule: PipelineSchedule, p: int, m: int, num_chunks: int,
+               group_size: int | None, durations: OpDurations, p2p_latency_s: float) -> float:
+    """`simulate_makespan` of the shape's compiled program; its op order, once the program
+    has one as an array (`VisitOrder.segments`), kept on the memo in force by the shape."""
+    compiled = compiled_schedule(schedule, p, m, num_chunks, group_size)
+    span = simulate_makespan(compiled, durations, p2p_latency_s=p2p_latency_s)
+    if compiled.visit:
+        orders = current_memo().op_orders
+        shape = (schedule, p, m, num_chunks, group_size)
+        if shape not in orders:
+            orders[shape] = compiled.visit[0].segments
+    return span
 
 
 SIMULATED_SHAPES_SIZE = 4096
@@ -63,8 +86,7 @@ def pipeline_makespan(schedule: PipelineSchedule, *, num_stages: int, num_micro_
     _SIMULATED_SHAPES.add((schedule, p, m, num_chunks, group_size))
     period = group_size or p  # interleaved groups repeat every N micro-batches
     if m <= EXTRAPOLATION_MIN_ROUNDS * period:
-        compiled = compiled_schedule(schedule, p, m, num_chunks, group_size)
-        return simulate_makespan(compiled, durations, p2p_latency_s=p2p_latency_s)
+        return _simulated(schedule, p, m, num_chunks, group_size, durations, p2p_latency_s)
     rest = m % period
     lengths = [k * period + rest for k in (4, 6, 8)]
     try:
@@ -74,10 +96,8 @@ def pipeline_makespan(schedule: PipelineSchedule, *, num_stages: int, num_micro_
     except InvalidSpecError:
         lengths = []
     if lengths:
-        spans = [simulate_makespan(compiled_schedule(schedule, p, length, num_chunks,
-                                                     group_size),
-                                   durations, p2p_latency_s=p2p_latency_s)
-                 for length in lengths]
+        spans = [_simulated(schedule, p, length, num_chunks, group_size, durations,
+                            p2p_latency_s) for length in lengths]
         first, second = spans[1] - spans[0], spans[2] - spans[1]
         if abs(first - second) <= 1e-9 * max(1.0, spans[2]):
             line = spans[2] + (m - lengths[2]) * second / (lengths[2] - lengths[1])
@@ -85,8 +105,7 @@ def pipeline_makespan(schedule: PipelineSchedule, *, num_stages: int, num_micro_
             busiest = float(rank_work_s(longest, durations).max(initial=0.0))
             if line >= busiest * m / lengths[2] * (1 - 1e-9):
                 return line
-    compiled = compiled_schedule(schedule, p, m, num_chunks, group_size)
-    return simulate_makespan(compiled, durations, p2p_latency_s=p2p_latency_s)
+    return _simulated(schedule, p, m, num_chunks, group_size, durations, p2p_latency_s)
 
 
 def first_run_units(schedule: PipelineSchedule, *, num_stages: int, num_micro_batches: int,

@@ -40,7 +40,7 @@ from models.core.layout import StageLayout
 from models.core.pipeline import SCHEDULES, StagePlacement
 from models.core.rank_activations import layer_stored_bytes_cap, stage_activation_components
 from models.core.runtime_features import dispatcher, grouped_gemm_on, permute_fused
-from models.core.search_memo import current_memo, kept, model_tables
+from models.core.search_memo import current_memo, kept, model_tables, node_free_cluster
 from models.core.step_time.deepspeed_pipe import boundary_occupancy_s, hp_grad_update_s
 from models.core.step_time.exposure import (
     LayerComm,
@@ -203,11 +203,13 @@ class _RankTerms:
 def layer_parts_memo(spec: ModelSpec, training: TrainingSpec,
                      cluster: ClusterSpec) -> dict[LayerPartsInputs, LayerParts]:
     """The memo of `layer_parts` for one model, recipe and cluster, on the search's tables
-    of the model in force (where a caller set none, a fresh one that dies with its caller)."""
+    of the model in force (where a caller set none, a fresh one that dies with its caller),
+    by the cluster without its node count, which no part reads (`node_free_cluster`)."""
     memo = model_tables(spec).layer_parts
-    found = memo.get((training, cluster))
+    key = (training, node_free_cluster(cluster))
+    found = memo.get(key)
     if found is None:
-        found = memo[training, cluster] = {}
+        found = memo[key] = {}
     return found
 
 
@@ -517,9 +519,10 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     and kept across calls on the search's tables of the model by the other inputs they are
     a function of (recipe, cluster, configuration, micro-batches; fabric and groups follow
     from the cluster and the configuration): the search asks for the same configuration's
-    stages in its bounds and again in its estimate."""
+    stages in its bounds and again in its estimate. The cluster is keyed without its node
+    count, which no stage time reads (`node_free_cluster`)."""
     tables = model_tables(spec)
-    base = (training, cluster, parallel, m)
+    base = (training, node_free_cluster(cluster), parallel, m)
     bucket = tables.stage_times.get(base)
     # A new bucket holds no rank's entry yet: its ranks go straight to the shared record.
     fresh = bucket is None

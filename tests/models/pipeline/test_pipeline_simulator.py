@@ -303,6 +303,47 @@ def test_replayed_order_gives_the_event_loops_makespan_to_the_bit(schedule: S, p
         assert compiled.segments and bool(compiled.visit) == (trial > 0)
 
 
+def test_a_shape_compiled_again_replays_its_kept_order_to_the_bit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a shape's program has replayed, its order is kept on the search memo by shape;
+    the program compiled again (its compiled form let go) is given it and never runs the
+    event loop, and every makespan equals the event loop's on a fresh compile."""
+    from models.core.search_memo import current_memo
+    from models.core.step_time import makespan
+
+    shape = (S.ZBV, 6, 24, 2, None)
+    current_memo().op_orders.pop(shape, None)
+    makespan.compiled_schedule.cache_clear()
+    rng = np.random.default_rng(3)
+    durations = [OpDurations(forward_s=tuple(rng.uniform(0.5, 2.0, 12)),
+                             backward_input_s=tuple(rng.uniform(0.5, 3.0, 12)),
+                             backward_weight_s=tuple(rng.uniform(0.0, 1.5, 12)))
+                 for _ in range(3)]
+    for d in durations[:2]:
+        makespan.pipeline_makespan(S.ZBV, num_stages=6, num_micro_batches=24, num_chunks=2,
+                                   durations=d, p2p_latency_s=0.01)
+    kept = current_memo().op_orders[shape]
+    makespan.compiled_schedule.cache_clear()
+    loops: list[int] = []
+    original = simulator._event_loop
+
+    def counted(*args: object) -> None:
+        loops.append(1)
+        original(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(simulator, "_event_loop", counted)
+    again = makespan.compiled_schedule(*shape)
+    assert again.segments == [kept]
+    for d in durations:
+        fresh = compile_program(generate_program(S.ZBV, num_stages=6, num_micro_batches=24,
+                                                 num_chunks=2))
+        expected = simulate_makespan(fresh, d, p2p_latency_s=0.01)
+        assert makespan.pipeline_makespan(S.ZBV, num_stages=6, num_micro_batches=24,
+                                          num_chunks=2, durations=d,
+                                          p2p_latency_s=0.01) == expected
+    assert len(loops) == len(durations)  # the fresh compiles' own runs only
+
+
 def test_a_repeated_makespan_is_answered_from_the_memo_and_the_memo_is_bounded(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The second ask of the same durations and latency replays nothing; another latency
