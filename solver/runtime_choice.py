@@ -61,13 +61,20 @@ def resolved(training: TrainingSpec, on: frozenset[str]) -> TrainingSpec:
     off (in a search, one object per recipe object and set, kept on the search's memo
     beside the recipe it was decided from: every candidate that takes the same features
     shares it, and the ledger memos tell recipes apart by identity)."""
+    return _kept_recipe(training, on, with_features(training, on))
+
+
+def _kept_recipe(training: TrainingSpec, tag: frozenset[str],
+                 update: Mapping[str, object]) -> TrainingSpec:
+    """`training` with `update` applied (itself where `update` is empty), one object per
+    recipe object and `tag` on the search's memo (`SearchMemo.recipes`), kept beside the
+    recipe it was made from so that a recipe equal to it but not it is never served."""
     memo = current_memo()
-    key = (training, on)
+    key = (training, tag)
     found = memo.recipes.get(key)
     if found is not None and found[0] is training:
         return found[1]
-    update = with_features(training, on)
-    out = training.model_copy(update=update) if update else training
+    out = training.model_copy(update=dict(update)) if update else training
     memo.recipes[key] = (training, out)
     return out
 
@@ -144,14 +151,8 @@ def with_pipe_engine(training: TrainingSpec, pp: int,
     p2p = None if framework is None else framework.pipe_engine_p2p
     if p2p is None or pp == 1 or training.pipe_engine_p2p is not None:
         return training
-    memo = current_memo()
-    key = (training, frozenset({f"pipe_engine_p2p:{p2p.value}"}))
-    found = memo.recipes.get(key)
-    if found is not None and found[0] is training:
-        return found[1]
-    out = training.model_copy(update={"pipe_engine_p2p": p2p})
-    memo.recipes[key] = (training, out)
-    return out
+    return _kept_recipe(training, frozenset({f"pipe_engine_p2p:{p2p.value}"}),
+                        {"pipe_engine_p2p": p2p})
 
 
 def runs_bf16_optimizer(framework: Framework, training: TrainingSpec) -> bool:
@@ -170,15 +171,8 @@ def with_bf16_optimizer(training: TrainingSpec) -> TrainingSpec:
     overlapped with it (`overlap_grad_reduce` off). A trait of the framework at that ZeRO
     stage, not a choice. In a search, one object per recipe object, kept on the search's
     memo as `with_pipe_engine` keeps its own."""
-    memo = current_memo()
-    key = (training, frozenset({"bf16_optimizer"}))
-    found = memo.recipes.get(key)
-    if found is not None and found[0] is training:
-        return found[1]
-    out = training.model_copy(update={"bf16_hp_grad_update": True,
-                                      "overlap_grad_reduce": False})
-    memo.recipes[key] = (training, out)
-    return out
+    return _kept_recipe(training, frozenset({"bf16_optimizer"}),
+                        {"bf16_hp_grad_update": True, "overlap_grad_reduce": False})
 
 
 def runtime_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
