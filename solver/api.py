@@ -374,7 +374,7 @@ def _infeasible(request: PlanRequest, result: SearchResult, stats: SolverStats,
                 deadline: float, *, constraints: Constraints) -> PlanResponse:
     model_name = spec.name
     rejected = [r for r in result.rejections if r.stage is not None]
-    closest = min(rejected, key=lambda r: r.over_bytes, default=None)
+    closest = min(rejected, key=lambda r: r.excess_bytes, default=None)
     binding = []
     what_binds: Binding | None = None
     # Half the time left finds the fastest plan; the other relaxations keep the rest.

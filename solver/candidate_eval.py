@@ -379,10 +379,9 @@ def least_memory_candidate(spec: ModelSpec, training: TrainingSpec, cluster: Clu
                    for parallel, rank in options]
         ledger, _, parallel = min(ledgers, key=lambda x: (not x[0].fits, x[0].peak_bytes, x[1]))
         if not ledger.fits:
-            return Rejection(candidate=candidate, stage=ledger.binding_stage,
-                             over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
-                             reason=f"does not fit even with ZeRO-{zeros[-1]} and the most "
-                                    "frugal activation policy allowed")
+            return Rejection.of_ledger(candidate, ledger,
+                                       f"does not fit even with ZeRO-{zeros[-1]} and the most "
+                                       "frugal activation policy allowed")
         return _score(spec, training, cluster, candidate, parallel, ledger)
     except InvalidSpecError as exc:
         return Rejection(candidate=candidate, reason=exc.detail)

@@ -27,7 +27,7 @@ from models.core.step_time.step_terms import CPU_OPTIMIZER_TERM
 from models.errors import InvalidSpecError
 from solver import cpsat
 from solver.candidate_eval import Rejection, ScoredPlan, refine_policies
-from solver.explain import gib
+from solver.explain import excess_text
 from solver.runtime_choice import RUNTIME_NAMES, runtime_feature_set
 from solver.targets import allows_per_stage_policies, evaluate_for_targets, target_frameworks
 
@@ -74,8 +74,8 @@ def chosen_mechanism_notes(spec: ModelSpec, training: TrainingSpec, cluster: Clu
             continue
         head = f"{name} chosen by the search (constraints.{permission})"
         if isinstance(other, Rejection):
-            detail = (f", stage {other.stage} over by {gib(other.over_bytes)}"
-                      if other.stage is not None and other.over_bytes > 0 else "")
+            excess = excess_text(other)
+            detail = f", {excess}" if excess else ""
             notes.append(f"{head}: without it no plan of this mesh fits{detail}")
             continue
         if not isinstance(other, ScoredPlan):
@@ -126,9 +126,7 @@ def runtime_why_off(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpe
                                  + (" (it costs memory, so the plan recomputes more)"
                                     if feature.costs_memory and other_step > step else ""))
         elif isinstance(other, Rejection):
-            detail = (f": stage {other.stage} over by {gib(other.over_bytes)}"
-                      if other.stage is not None and other.over_bytes > 0
-                      else f": {other.reason}")
+            detail = f": {excess_text(other) or other.reason}"
             out[feature.name] = f"with it no plan of this mesh fits or runs{detail}"
     return out
 

@@ -108,6 +108,18 @@ def why_not(best: ScoredPlan, other: ScoredPlan, cluster: ClusterSpec) -> str:
     return text + (" (" + "; ".join(reasons) + ")" if reasons else "")
 
 
+def excess_text(rejection: Rejection) -> str | None:
+    """What is over its capacity in a rejection by memory ("stage 2 over by 3.1 GiB", "host
+    memory over by 12.0 GiB per GPU"), or None for a rejection by a rule."""
+    if rejection.stage is None:
+        return None
+    if rejection.over_bytes > 0:
+        return f"stage {rejection.stage} over by {gib(rejection.over_bytes)}"
+    if rejection.host_over_bytes > 0:
+        return f"host memory over by {gib(rejection.host_over_bytes)} per GPU"
+    return None
+
+
 def why_rejected(rejection: Rejection) -> str:
     """Why a candidate has no plan at all."""
     c = rejection.candidate
@@ -118,8 +130,13 @@ def why_rejected(rejection: Rejection) -> str:
     extra = ""
     if schedule_traits(c.schedule).weight_copies > 1:
         extra = f" ({c.schedule} keeps two copies of every stage's parameters)"
+    even = rejection.reason.replace('does not fit even', 'even')
+    if rejection.over_bytes <= 0 < rejection.host_over_bytes:
+        return (f"{head}: its GPU memory fits, but host memory stays "
+                f"{gib(rejection.host_over_bytes)} per GPU over its share of the node's host "
+                f"memory {even}")
     return (f"{head}: stage {rejection.stage} stays {gib(rejection.over_bytes)} over the cap "
-            f"{rejection.reason.replace('does not fit even', 'even')}{extra}")
+            f"{even}{extra}")
 
 
 def summary(spec: ModelSpec, cluster: ClusterSpec, plan: ScoredPlan) -> str:

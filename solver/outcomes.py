@@ -38,6 +38,24 @@ class Rejection:
     reason: str
     stage: int | None = None
     over_bytes: int = 0
+    """GPU bytes of the binding stage over the capacity (negative where they fit)."""
+    host_over_bytes: int = 0
+    """Host bytes of the fullest rank over its share of the node's host memory (0 where
+    they fit)."""
+
+    @property
+    def excess_bytes(self) -> int:
+        """The larger of the GPU and host excesses: how far the candidate is from a plan."""
+        return max(self.over_bytes, self.host_over_bytes)
+
+    @classmethod
+    def of_ledger(cls, candidate: MeshCandidate, ledger: MemoryLedger,
+                  reason: str) -> "Rejection":
+        """The rejection of a configuration whose ledger does not fit (GPU or host)."""
+        return cls(candidate=candidate, stage=ledger.binding_stage, reason=reason,
+                   over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
+                   host_over_bytes=max(0, ledger.host_peak_bytes
+                                       - ledger.host_capacity_per_gpu_bytes))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,10 +86,9 @@ class Unfit:
             ledger = self.cand.ledger(self.parallel)
         except InvalidSpecError as exc:
             return Rejection(candidate=self.cand.mesh, reason=exc.detail)
-        return Rejection(candidate=self.cand.mesh, stage=ledger.binding_stage,
-                         over_bytes=ledger.peak_bytes - ledger.capacity_bytes,
-                         reason=f"does not fit even with ZeRO-{self.max_zero} and the most "
-                                "frugal activation policy allowed")
+        return Rejection.of_ledger(self.cand.mesh, ledger,
+                                   f"does not fit even with ZeRO-{self.max_zero} and the most "
+                                   "frugal activation policy allowed")
 
 
 __all__ = ["Dominated", "Rejection", "ScoredPlan", "Unfit"]

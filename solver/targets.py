@@ -410,6 +410,7 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
         return _least_memory(spec, cluster, candidate, variants)
     best: ScoredPlan | None = None
     other: Rejection | Dominated | Unfit | None = None
+    unfit: list[Rejection | Unfit] = []
     cutoff = step_cutoff_s
     for variant in variants:
         recipe = variant.training
@@ -433,10 +434,19 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
             # A fitting variant (Dominated) outranks a rejection; of two, the lower bound
             # holds for both.
             other = result
+        if isinstance(result, Rejection | Unfit):
+            unfit.append(result)
     if best is not None:
         return best
     assert other is not None
-    return other.rejection() if isinstance(other, Unfit) else other
+    return other if isinstance(other, Dominated) else _closest_rejection(unfit)
+
+
+def _closest_rejection(rejected: list[Rejection | Unfit]) -> Rejection:
+    """Of the variants' rejections, the one nearest a plan (least GPU or host excess; a
+    rejection by a rule ranks after every one by memory), the first on ties."""
+    found = [r.rejection() if isinstance(r, Unfit) else r for r in rejected]
+    return min(found, key=lambda r: (r.stage is None, r.excess_bytes))
 
 
 def _cannot_matter(cand: PlanCandidate, held: Dominated | None, *, step_cutoff_s: float,

@@ -29,7 +29,11 @@ from dataclasses import dataclass
 from api_schemas.parallel import ParallelConfig
 from api_schemas.training import EmaPlacement, TrainingSpec
 from models.core.ledger_items import MemoryComponent, RankParameters
-from models.core.precision import StateBytesPerParam, sharded_state_bytes, state_bytes_per_param
+from models.core.precision import (
+    StateBytesPerParam,
+    sharded_state_bytes,
+    state_bytes_per_param,
+)
 
 DEEPSPEED_PREFETCH_BUCKET_PARAMS = 50_000_000
 """`stage3_prefetch_bucket_size` default (elements): parameters prefetched ahead of use.
@@ -145,6 +149,36 @@ def optimizer_offload_bytes(*, sharded_params: int, optimizer_bytes_per_param: f
         parameters_to_gpu_bytes_per_step=math.ceil(moved * param_bytes))
 
 
+def cpu_optimizer_gradient_bytes(*, moved_params: float, zero_stage: int,
+                                 per_param: StateBytesPerParam) -> int:
+    """Host bytes of the gradients a CPU optimizer steps on, for the offloaded parameters of
+    the rank's shard, held in host memory for the whole step (beside the GPU's own gradient
+    lines, which stay as the ZeRO stage has them).
+
+    Source: the CPU optimizer's own parameters are the fp32 master copies, each with a host
+    gradient of its dtype: Megatron Core 0.16.1
+    `megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py` (the offloaded parameters'
+    CPU copies get pinned host `.grad` tensors, `cpu_copy_map_grad`, kept across steps) and
+    DeepSpeed 0.19.8 `deepspeed/runtime/zero/stage_1_and_2.py` (`initialize_optimizer_states`:
+    the fp32 partition's `.grad` on the offload device). DeepSpeed's ZeRO-3 keeps in host
+    memory, besides those fp32 gradients (`stage3.py` `initialize_optimizer_states`, one per
+    optimizer sub-group), the gradient partitions themselves in the accumulation dtype
+    (`grad_partitions_flat_buffer` on `self.device`, the CPU when the optimizer is
+    offloaded).
+    Legend: M = moved_params (sharded parameters x offload share), c = master bytes (the
+    gradient bytes without a master copy), g = gradient (accumulation) bytes; bytes = M c at
+    ZeRO stages 0-2, M (c + g) at stage 3.
+    Deviation: at ZeRO-3 the DeepSpeed partitions live in host memory only, yet the GPU's
+    gradient shard is still booked (conservative there); Megatron's FSDP with the CPU
+    optimizer keeps that shard on the GPU and holds no accumulation-dtype copy on the host
+    (conservative there).
+    """
+    master = per_param.master or per_param.gradients
+    if zero_stage == 3:
+        return math.ceil(moved_params * (master + per_param.gradients))
+    return math.ceil(moved_params * master)
+
+
 def deferred_grad_sync_bytes(num_params: int, grad_bytes_per_param: float) -> int:
     """Unsharded gradients FSDP holds when it defers the reduce-scatter to the step's last
     backward: every parameter of the rank's units, in the gradient (reduce) dtype.
@@ -201,6 +235,14 @@ def _add_part(gpu: list[MemoryComponent], host: list[MemoryComponent],
         gpu.append(MemoryComponent(name=f"gradients: {label}", kind="gradients",
                                    bytes=states.gradients_bytes))
     sharded = count / shard if zero else count
+    if offload:
+        host.append(MemoryComponent(
+            name=f"gradients for the CPU optimizer: {label}", kind="gradients",
+            bytes=cpu_optimizer_gradient_bytes(moved_params=math.ceil(sharded) * offload,
+                                               zero_stage=zero, per_param=per_param),
+            note=(f"{offload:.0%} of the shard: a copy in the accumulation dtype and one in "
+                  "the master dtype" if zero == 3 else
+                  f"{offload:.0%} of the shard, in the master dtype")))
     moved = optimizer_offload_bytes(
         sharded_params=math.ceil(sharded), optimizer_bytes_per_param=per_param.optimizer,
         grad_bytes=per_param.gradients, param_bytes=per_param.weights,
@@ -289,6 +331,7 @@ __all__ = [
     "GatherBuffers",
     "OptimizerOffloadBytes",
     "bf16_optimizer_grads",
+    "cpu_optimizer_gradient_bytes",
     "ema_components",
     "model_state_components",
     "optimizer_offload_bytes",

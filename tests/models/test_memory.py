@@ -17,10 +17,19 @@ from api_schemas import (
 from models.catalog.presets import cluster_preset, model_ids, model_preset
 from models.core.layout import pipeline_layout
 from models.core.ledger_memo import LedgerMemo
-from models.core.memory import MemoryLedger, _rank_bytes, fits_memory, memory_ledger, stage_memory
+from models.core.memory import (
+    MemoryLedger,
+    StageMemory,
+    _rank_bytes,
+    fits_memory,
+    memory_ledger,
+    stage_memory,
+)
 from models.core.params import layer_attention_params, layer_params
+from models.core.precision import StateBytesPerParam
 from models.core.rank_activations import stored_activation_bytes
 from models.core.rank_states import chunk_weight_kinds, micro_batch_count
+from models.core.sharded_states import cpu_optimizer_gradient_bytes
 from models.errors import InvalidSpecError
 
 CLUSTER = cluster_preset("h100-sxm5-80gb", num_nodes=64)
@@ -216,10 +225,16 @@ def test_headroom_lowers_capacity() -> None:
     assert ledger.capacity_bytes == int(CLUSTER.gpu.memory_bytes * 0.9)
 
 
+def _host_bytes_of(stage: StageMemory, kind: str) -> int:
+    return sum(c.bytes for c in stage.host_components if c.kind == kind)
+
+
 @settings(max_examples=25, deadline=None)
-@given(frac=st.sampled_from([0.0, 0.25, 0.5, 1.0]), zero=st.sampled_from([0, 1, 2]))
+@given(frac=st.sampled_from([0.0, 0.25, 0.5, 1.0]), zero=st.sampled_from([0, 1, 2, 3]))
 def test_optimizer_offload_moves_bytes_to_host_and_never_raises_gpu_bytes(frac: float,
                                                                         zero: int) -> None:
+    """The offloaded optimizer states leave the GPU for host memory; the CPU optimizer's
+    gradients are added in host memory, the GPU's gradients staying as they are."""
     base = ParallelConfig(tp=2, dp=4, ep=4, pp=1, zero_stage=zero)
     kept = memory_ledger(SMALL_MOE, TRAINING, base, CLUSTER).stages[0]
     moved = memory_ledger(SMALL_MOE, TRAINING, base.model_copy(
@@ -227,7 +242,33 @@ def test_optimizer_offload_moves_bytes_to_host_and_never_raises_gpu_bytes(frac: 
     assert moved.total_bytes <= kept.total_bytes
     assert moved.host_bytes >= kept.host_bytes
     shifted = kept.bytes_of("optimizer") - moved.bytes_of("optimizer")
-    assert abs(shifted - (moved.host_bytes - kept.host_bytes)) <= 8  # per-line rounding
+    host_optimizer = _host_bytes_of(moved, "optimizer") - _host_bytes_of(kept, "optimizer")
+    assert abs(shifted - host_optimizer) <= 8  # per-line rounding
+    host_gradients = _host_bytes_of(moved, "gradients") - _host_bytes_of(kept, "gradients")
+    assert (host_gradients > 0) == (frac > 0)
+    assert moved.bytes_of("gradients") == kept.bytes_of("gradients")
+
+
+def test_cpu_optimizer_gradients_take_the_dtypes_the_frameworks_allocate() -> None:
+    """Megatron Core 0.16.1's HybridDeviceOptimizer and DeepSpeed 0.19.8's ZeRO-1/2 give the
+    CPU optimizer's fp32 master copies an fp32 host gradient (4 bytes a parameter); DeepSpeed
+    ZeRO-3 adds its gradient partition in the accumulation dtype, the model dtype unless
+    `grad_accum_dtype` says otherwise (`DeepSpeedEngine.get_data_types`): 4 + 2 bytes for
+    bf16 accumulation, 4 + 4 for fp32."""
+    bf16_grads = StateBytesPerParam(weights=2, fp8_copy=0, gradients=2, master=4, moments=8)
+    fp32_grads = StateBytesPerParam(weights=2, fp8_copy=0, gradients=4, master=4, moments=8)
+    no_master = StateBytesPerParam(weights=2, fp8_copy=0, gradients=2, master=0, moments=4)
+    moved = 1_000_000_000
+    assert cpu_optimizer_gradient_bytes(moved_params=moved, zero_stage=1,
+                                        per_param=bf16_grads) == 4_000_000_000
+    assert cpu_optimizer_gradient_bytes(moved_params=moved, zero_stage=2,
+                                        per_param=fp32_grads) == 4_000_000_000
+    assert cpu_optimizer_gradient_bytes(moved_params=moved, zero_stage=3,
+                                        per_param=bf16_grads) == 6_000_000_000
+    assert cpu_optimizer_gradient_bytes(moved_params=moved, zero_stage=3,
+                                        per_param=fp32_grads) == 8_000_000_000
+    assert cpu_optimizer_gradient_bytes(moved_params=moved, zero_stage=1,
+                                        per_param=no_master) == 2_000_000_000
 
 
 @settings(max_examples=25, deadline=None)

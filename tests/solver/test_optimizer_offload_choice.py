@@ -143,3 +143,32 @@ def test_by_default_the_search_leaves_it_off_where_it_is_slower() -> None:
     forbidden = _offload_use(_default(8, allow_optimizer_offload=False))
     assert not forbidden.on and forbidden.decided_by == "request"
     assert forbidden.why_not == "fixed off by the request (constraints.allow_optimizer_offload)"
+
+
+def _deepspeed_70b(host_memory_bytes: int) -> PlanResponse:
+    """Llama 3.1 70B on one node of 8 H100 for DeepSpeed: its plan keeps the optimizer
+    states in host memory at ZeRO-3, where DeepSpeed also holds two copies of the gradient
+    partition (`models.core.sharded_states.cpu_optimizer_gradient_bytes`)."""
+    return plan(PlanRequest.model_validate({
+        "model": {"preset": "llama-3.1-70b"},
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1,
+                    "host_memory_bytes": host_memory_bytes},
+        "training": {"global_batch_size": 64, "sequence_length": 8192},
+        "constraints": {"framework": "deepspeed"},
+        "solver": {"time_limit_s": 30, "top_k": 1}}))
+
+
+def test_the_cpu_optimizers_gradients_count_against_host_memory() -> None:
+    """With 2 TiB of host memory a node (256 GiB a GPU) the plan offloads at ZeRO-3 and its
+    host ledger holds 16 bytes a parameter of the 70B / 8 shard (master and moments 12, fp32
+    gradients 4 + 4 = 8: about 164 GiB a GPU); with 1 TiB (128 GiB a GPU) that plan no
+    longer fits, and the answer says host memory is what binds."""
+    roomy = _deepspeed_70b(2 * 2**40)
+    assert roomy.parallel is not None and roomy.parallel.zero_stage == 3
+    assert roomy.parallel.optimizer_offload_frac == 1.0
+    assert roomy.memory is not None
+    host = roomy.memory.host_peak_bytes / 2**30
+    assert 160 < host < 168, host
+    tight = _deepspeed_70b(2**40)
+    assert tight.status == "infeasible"
+    assert "host memory stays" in tight.explanation.summary

@@ -36,9 +36,12 @@ CUTOFF_SHARES = (0.9, 0.97, 1.0, 1.03, 1.2)
 def _every_variant(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                    c: MeshCandidate, variants: list[Variant], cutoff_s: float
                    ) -> ScoredPlan | Rejection | Dominated:
-    """The fold with every variant evaluated, in order (the answer's definition)."""
+    """The fold with every variant evaluated, in order (the answer's definition): the best
+    plan, else the fitting variant of the least bound, else the rejection nearest a plan
+    (least GPU or host excess, rejections by a rule last, the first on ties)."""
     best: ScoredPlan | None = None
     other: Rejection | Dominated | None = None
+    rejected: list[Rejection] = []
     for variant in variants:
         result = evaluate_candidate(spec, variant.training, cluster, c, variant.constraints,
                                     step_cutoff_s=cutoff_s, caps=variant.caps)
@@ -50,7 +53,13 @@ def _every_variant(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec
         elif other is None or (isinstance(result, Dominated) and (
                 not isinstance(other, Dominated) or result.bound_s < other.bound_s)):
             other = result
-    return best if best is not None else other  # type: ignore[return-value]
+        if isinstance(result, Rejection):
+            rejected.append(result)
+    if best is not None:
+        return best
+    if isinstance(other, Dominated) or not rejected:
+        return other  # type: ignore[return-value]
+    return min(rejected, key=lambda r: (r.stage is None, r.excess_bytes))
 
 
 def _problem(sequence: int = 4096) -> tuple[ModelSpec, TrainingSpec, ClusterSpec,
@@ -101,8 +110,8 @@ def test_skipping_variants_keeps_the_fold_of_every_variant(
 
 
 def test_a_rejection_read_late_is_the_one_every_variant_gives() -> None:
-    """Where no variant fits, the answer is the first variant's rejection with its binding
-    stage and bytes (read from its ledger only once it is the answer)."""
+    """Where no variant fits, the answer is the rejection nearest a plan with its binding
+    stage and bytes (each read from its variant's ledger only once no variant fits)."""
     spec, training, cluster, meshes = _problem(32768)
     rejected = 0
     for c in meshes:
