@@ -293,6 +293,16 @@ class TrainingSpec(SpecModel):
         "traffic per parameter per micro-batch). null (default) = off: the gradient "
         "accumulates where the backward writes it.",
     )
+    offload_grad_buffers: bool | None = Field(
+        default=None,
+        description="With the optimizer offloaded at ZeRO stage 1 or 2, each parameter of the "
+        "rank's partition has a host buffer of its size in the parameter dtype through which "
+        "its gradient accumulates between micro-batches (DeepSpeed's ZeRO-Offload, "
+        "`stage_1_and_2.py` `async_accumulate_grad_in_cpu_via_gpu`); at stage 2 the gradients "
+        "are copied there after every micro-batch but the last and back before the next one "
+        "adds to them. null (default) = off: the gradients accumulate on the GPU until the "
+        "optimizer step (Megatron Core's CPU optimizer).",
+    )
     memory_efficient_norm: bool | None = Field(
         default=None,
         description="Each RMSNorm / LayerNorm keeps its output and inverse RMS for backward "

@@ -21,10 +21,11 @@ from api_schemas.training import (
     VisionPlacement,
 )
 from models.core.memory import MemoryLedger, memory_ledger
+from models.core.sharded_states import offload_grad_buffers_on
 from models.core.step_time import StepEstimate
 from models.core.step_time.assembly import VISION_ENCODER
 from models.core.step_time.remote_offload import REMOTE_ACTIVATIONS
-from models.core.step_time.step_terms import HOST_GRADIENTS
+from models.core.step_time.step_terms import HOST_GRADIENTS, OFFLOAD_ROUND_TRIP
 from models.errors import InvalidSpecError
 from solver.explain import gib
 
@@ -95,6 +96,15 @@ BF16_OPTIMIZER_NOTE = (
 """The plan note of DeepSpeed's bf16 optimizer wrapper (`Framework.bf16_optimizer_stage`)."""
 
 
+OFFLOAD_GRAD_BUFFERS_NOTE = (
+    "gradients through DeepSpeed's ZeRO-Offload buffers (offload_grad_buffers): with the "
+    "optimizer in host memory each parameter of the rank's partition has a 16-bit host buffer "
+    "its gradient accumulates through between micro-batches (the host ledger's 'per-parameter "
+    "gradient buffers'), saved after and reloaded before each micro-batch at ZeRO-2 "
+    "(models/core/sharded_states.py, models/core/step_time/runtime_traits.py)")
+"""The plan note of DeepSpeed's ZeRO-Offload gradient path (`Framework.offload_grad_buffers`)."""
+
+
 def mechanism_notes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                     cluster: ClusterSpec, estimate: StepEstimate, ledger: MemoryLedger
                     ) -> list[str]:
@@ -121,6 +131,10 @@ def mechanism_notes(spec: ModelSpec, training: TrainingSpec, parallel: ParallelC
                      "them (models/core/step_time/deepspeed_pipe.py)")
     if training.bf16_hp_grad_update:
         notes.append(BF16_OPTIMIZER_NOTE)
+    if offload_grad_buffers_on(training, parallel):
+        notes.append(OFFLOAD_GRAD_BUFFERS_NOTE + (
+            f"; the copies cost {estimate.overheads_s.get(OFFLOAD_ROUND_TRIP, 0.0):.3f} s per "
+            "step beyond the backward they overlap" if parallel.zero_stage == 2 else ""))
     if training.vision is not None:
         first = ledger.stages[0]
         encoder = sum(c.bytes for c in first.components if c.name.startswith("vision encoder"))

@@ -155,6 +155,21 @@ def with_pipe_engine(training: TrainingSpec, pp: int,
                         {"pipe_engine_p2p": p2p})
 
 
+def with_offload_grad_buffers(training: TrainingSpec,
+                              framework: Framework | None) -> TrainingSpec:
+    """`training` as `framework`'s offloaded optimizer runs it: on a framework whose table
+    names per-parameter host gradient buffers (`Framework.offload_grad_buffers`, DeepSpeed's
+    ZeRO-Offload), `TrainingSpec.offload_grad_buffers` set unless the request fixed it (the
+    cost model reads it only at ZeRO 1-2 with the optimizer offloaded); unchanged otherwise.
+    A trait of the framework, not a choice. In a search, one object per recipe object, kept
+    on the search's memo as `with_pipe_engine` keeps its own."""
+    if framework is None or not framework.offload_grad_buffers \
+            or training.offload_grad_buffers is not None:
+        return training
+    return _kept_recipe(training, frozenset({"offload_grad_buffers"}),
+                        {"offload_grad_buffers": True})
+
+
 def runs_bf16_optimizer(framework: Framework, training: TrainingSpec) -> bool:
     """Whether `framework` runs `training` through its bf16 optimizer wrapper at its ZeRO
     stage (`Framework.bf16_optimizer_stage`): bf16 weights with fp32 gradient accumulation,
@@ -183,7 +198,8 @@ def runtime_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCand
     (`tried_off_first`, the memory-efficient norm) off first, so that a plan which fits as
     fast without it keeps the framework's standard path. Each carries the framework's
     pipeline-engine trait for the candidate's PP (`with_pipe_engine`)."""
-    return tuple([with_pipe_engine(option, candidate.pp, framework)
+    return tuple([with_offload_grad_buffers(with_pipe_engine(option, candidate.pp, framework),
+                                            framework)
                   for option in _feature_options(spec, training, candidate, framework)])
 
 

@@ -93,6 +93,13 @@ class Framework:
     wrapper."""
     bf16_optimizer_source: str = ""
     """Where `bf16_optimizer_stage` is read from (files and functions at a named release)."""
+    offload_grad_buffers: bool = False
+    """Whether the framework's offloaded optimizer at ZeRO 1-2 accumulates the gradients
+    through per-parameter host buffers (`TrainingSpec.offload_grad_buffers`, DeepSpeed's
+    ZeRO-Offload): a trait of its plans, not a choice; False: it keeps them on the GPU
+    (Megatron Core's CPU optimizer)."""
+    offload_grad_buffers_source: str = ""
+    """Where `offload_grad_buffers` is read from (file and functions at a named release)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,7 +136,9 @@ def _framework(fid: str, entry: dict[str, Any]) -> Framework:
                          if "pipe_engine_p2p" in entry else None),
         pipe_engine_source=entry.get("pipe_engine_p2p", {}).get("source", ""),
         bf16_optimizer_stage=entry.get("bf16_optimizer", {}).get("zero_stage"),
-        bf16_optimizer_source=entry.get("bf16_optimizer", {}).get("source", ""))
+        bf16_optimizer_source=entry.get("bf16_optimizer", {}).get("source", ""),
+        offload_grad_buffers="offload_grad_buffers" in entry,
+        offload_grad_buffers_source=entry.get("offload_grad_buffers", {}).get("source", ""))
 
 
 @dataclass(frozen=True, slots=True)

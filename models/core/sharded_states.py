@@ -179,6 +179,30 @@ def cpu_optimizer_gradient_bytes(*, moved_params: float, zero_stage: int,
     return math.ceil(moved_params * master)
 
 
+def offload_grad_buffers_on(training: TrainingSpec, parallel: ParallelConfig) -> bool:
+    """Whether a rank accumulates gradients through per-parameter host buffers
+    (`TrainingSpec.offload_grad_buffers` at ZeRO 1-2 with optimizer states offloaded)."""
+    return (bool(training.offload_grad_buffers) and parallel.zero_stage in (1, 2)
+            and parallel.optimizer_offload_frac > 0)
+
+
+def offload_grad_buffer_bytes(partition_params: float, training: TrainingSpec) -> int:
+    """Host bytes of DeepSpeed's per-parameter gradient buffers under ZeRO-Offload at stages
+    1-2: one buffer of each partition parameter's size in the parameter dtype
+    (`TrainingSpec.offload_grad_buffers`).
+
+    Source: DeepSpeed 0.19.8 `deepspeed/runtime/zero/stage_1_and_2.py`
+    `async_accumulate_grad_in_cpu_via_gpu` (`accumulated_grads_in_cpu[param_id]`, zeros of
+    `param.numel()` in `param.dtype` on the offload device), reached from
+    `copy_grads_in_partition` whenever the step has more than one micro-batch.
+    Legend: P = partition_params, w = parameter bytes; bytes = P w.
+    Deviation: a parameter cut by the partition boundary gets a buffer of its whole size; the
+    partition's share is counted. Booked whatever the micro-batch count (a single micro-batch
+    allocates none).
+    """
+    return math.ceil(partition_params * training.param_dtype.num_bytes)
+
+
 def deferred_grad_sync_bytes(num_params: int, grad_bytes_per_param: float) -> int:
     """Unsharded gradients FSDP holds when it defers the reduce-scatter to the step's last
     backward: every parameter of the rank's units, in the gradient (reduce) dtype.
@@ -286,6 +310,13 @@ def model_state_components(training: TrainingSpec, parallel: ParallelConfig,
                                                  per_param=per_param, shard=shard))
     if training.bf16_hp_grad_update:
         gpu.append(bf16_optimizer_grads(training, sum(count for _, count, _, _ in parts)))
+    if offload_grad_buffers_on(training, parallel):
+        sharded = sum(count / shard for _, count, _, shard in parts)
+        host.append(MemoryComponent(
+            name="per-parameter gradient buffers", kind="gradients",
+            bytes=offload_grad_buffer_bytes(sharded * parallel.optimizer_offload_frac,
+                                            training),
+            note="ZeRO-Offload: each partition parameter's gradient between micro-batches"))
     if parallel.gradient_host_shards:
         gpu.append(MemoryComponent(
             name="gradient buffers (2 chunks)", kind="gradients",
@@ -333,6 +364,8 @@ __all__ = [
     "bf16_optimizer_grads",
     "cpu_optimizer_gradient_bytes",
     "ema_components",
+    "offload_grad_buffer_bytes",
+    "offload_grad_buffers_on",
     "model_state_components",
     "optimizer_offload_bytes",
     "zero3_gather_buffers",

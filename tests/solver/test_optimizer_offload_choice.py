@@ -172,3 +172,22 @@ def test_the_cpu_optimizers_gradients_count_against_host_memory() -> None:
     tight = _deepspeed_70b(2**40)
     assert tight.status == "infeasible"
     assert "host memory stays" in tight.explanation.summary
+
+
+def test_deepspeeds_offloaded_plan_holds_its_per_parameter_gradient_buffers() -> None:
+    """The same offloaded ZeRO-1 plan of Llama 3.1 8B on one H100 needs 2 bytes a parameter
+    more host memory on DeepSpeed than on Megatron-LM: ZeRO-Offload's per-parameter 16-bit
+    gradient buffers (`TrainingSpec.offload_grad_buffers`, from DeepSpeed's table entry)."""
+    deepspeed, megatron = _plan("deepspeed"), _plan("megatron-lm")
+    assert deepspeed.parallel is not None and megatron.parallel is not None
+    assert deepspeed.parallel.zero_stage == megatron.parallel.zero_stage == 1
+    assert deepspeed.memory is not None and megatron.memory is not None
+    extra = deepspeed.memory.host_peak_bytes - megatron.memory.host_peak_bytes
+    assert abs(extra - 2 * 8.03e9) < 0.01 * 2 * 8.03e9, extra
+    (line,) = [c for c in deepspeed.memory.stages[0].host_components
+               if c.name == "per-parameter gradient buffers"]
+    assert line.bytes == extra
+    assert all(c.name != line.name for c in megatron.memory.stages[0].host_components)
+    assert any(n.startswith("gradients through DeepSpeed's ZeRO-Offload buffers")
+               for n in deepspeed.explanation.notes)
+    assert not any("ZeRO-Offload buffers" in n for n in megatron.explanation.notes)

@@ -40,6 +40,7 @@ from models.core.step_time.setting import StepSetting, p2p_latency_s, step_setti
 from models.core.step_time.stage import StageTime, layer_mode, stage_times
 from models.core.step_time.step_terms import (
     GRAD_UPDATE,
+    OFFLOAD_ROUND_TRIP,
     SLOWEST_GPU,
     ZERO3_COPIES,
     rank_tails,
@@ -285,7 +286,9 @@ def _booked_overheads_s(overheads: dict[str, float], tail: dict[str, float],
             **({ZERO3_COPIES: crossings * busiest.zero3_copy_s}
                if busiest.zero3_copy_s else {}),
             **({GRAD_UPDATE: crossings * busiest.grad_update_s}
-               if busiest.grad_update_s else {})}
+               if busiest.grad_update_s else {}),
+            **({OFFLOAD_ROUND_TRIP: crossings * busiest.offload_round_trip_s}
+               if busiest.offload_round_trip_s else {})}
 
 
 VISION_ENCODER = "vision encoder"

@@ -1,11 +1,13 @@
 """One pipeline rank's per-micro-batch work: compute, recomputation, exposed communication
 and host-transfer stalls, folded into the F, B and W of each of its chunks.
 
-Owns: `StageTime` and `stage_time` (layer compute from `models.core.compute`, exposure from
+Owns: `stage_time` and `stage_times` (the record, `StageTime`, is
+`models.core.step_time.stage_record`; the frameworks' runtime traits folded in after it,
+`models.core.step_time.runtime_traits`) (layer compute from `models.core.compute`, exposure from
 `models.core.step_time.exposure`), the head and MTP modules on the chunk that ends the model,
 the recompute mode of each held layer, and the offload stall. Invariant: the F + B + W of
 the chunks equals compute + recompute + exposed communication + stalls + FP8 casts + ZeRO-3
-copies + the fp32 gradient update, term by term.
+copies + the fp32 gradient update + the offload round trip, term by term.
 Must not: simulate the pipeline or add per-step terms (`models.core.step_time.assembly`).
 """
 
@@ -41,7 +43,6 @@ from models.core.pipeline import SCHEDULES, StagePlacement
 from models.core.rank_activations import layer_stored_bytes_cap, stage_activation_components
 from models.core.runtime_features import dispatcher, grouped_gemm_on, permute_fused
 from models.core.search_memo import current_memo, kept, model_tables, node_free_cluster
-from models.core.step_time.deepspeed_pipe import boundary_occupancy_s, hp_grad_update_s
 from models.core.step_time.exposure import (
     LayerComm,
     ep_overlapped,
@@ -52,37 +53,14 @@ from models.core.step_time.exposure import (
 )
 from models.core.step_time.groups import AxisGroups
 from models.core.step_time.layer_inputs import LayerPartsInputs, TimingKind
+from models.core.step_time.runtime_traits import (
+    framework_traits,
+    with_boundary_transfers,
+    with_grad_update,
+    with_offload_round_trip,
+)
+from models.core.step_time.stage_record import StageTime
 from models.core.step_time.timing_kinds import chunk_timing_kinds, kind_layers, timing_kind
-from models.core.traffic.weights import stage_weights
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageTime:
-    """One pipeline rank's per-micro-batch work (over all its chunks)."""
-
-    stage: int
-    chunk_times: tuple[OpTimes, ...]
-    """F, B (with recomputation and exposed collectives), W per chunk, per micro-batch."""
-    compute_s: float
-    recompute_s: float
-    exposed_comm_s: dict[str, float]
-    offload_stall_s: float
-    fp8_cast_s: float = 0.0
-    """Quantising stored activations to FP8 in forward and back in backward."""
-    zero3_copy_s: float = 0.0
-    """FSDP2's copy kernels around each ZeRO-3 unit's collectives
-    (`models.core.step_time.exposure.zero3_copy_s`)."""
-    grad_update_s: float = 0.0
-    """DeepSpeed BF16Optimizer's fp32 gradient update after each backward
-    (`models.core.step_time.deepspeed_pipe.hp_grad_update_s`)."""
-
-    def at_rank(self, rank: int) -> "StageTime":
-        """These times as rank `rank`'s (`dataclasses.replace` of the rank, every other
-        field named: ranks of one `StageInputs` share them, and a search copies thousands)."""
-        return StageTime(stage=rank, chunk_times=self.chunk_times, compute_s=self.compute_s,
-                         recompute_s=self.recompute_s, exposed_comm_s=self.exposed_comm_s,
-                         offload_stall_s=self.offload_stall_s, fp8_cast_s=self.fp8_cast_s,
-                         zero3_copy_s=self.zero3_copy_s, grad_update_s=self.grad_update_s)
 
 
 def layer_mode(parallel: ParallelConfig, stage: int, position: int) -> RecomputeMode:
@@ -552,48 +530,11 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
             found = shared if shared.stage == layout.rank else shared.at_rank(layout.rank)
             ranks[layout.rank] = found
         stages.append(found)
-    if training.pipe_engine_p2p is not None and parallel.pp > 1:
-        stages = [with_boundary_transfers(st, *boundary_occupancy_s(
-            spec, training, parallel, fabric, groups.mesh, st.stage)) for st in stages]
-    if training.bf16_hp_grad_update:
-        weights = stage_weights(spec, parallel)
-        stages = [with_grad_update(st, hp_grad_update_s(
-            weights[st.stage].dense_params + weights[st.stage].expert_params, cluster.gpu))
-            for st in stages]
-    return stages
-
-
-def with_grad_update(stage: StageTime, update_s: float) -> StageTime:
-    """`stage` with an fp32 gradient update of `update_s` after each micro-batch's backward
-    (`TrainingSpec.bf16_hp_grad_update`), on its last chunk's backward (the optimizer's
-    `backward` runs it once the whole rank's backward is done)."""
-    chunks = list(stage.chunk_times)
-    chunks[-1] = chunks[-1] + OpTimes(backward_input_s=update_s)
-    return dataclasses.replace(stage, chunk_times=tuple(chunks),
-                               grad_update_s=stage.grad_update_s + update_s)
-
-
-def with_boundary_transfers(stage: StageTime, forward_s: float, backward_s: float) -> StageTime:
-    """`stage` with a blocking pipeline engine's boundary transfers per micro-batch
-    (`models.core.step_time.deepspeed_pipe.boundary_occupancy_s`) on its first chunk's forward
-    and its last chunk's backward (DeepSpeed's engine runs one chunk per rank), booked as
-    exposed PP communication. A transfer holds both neighbours from the later one's arrival,
-    as the op it is folded into starts when its input is there: in the steady state the 1F1B
-    simulator then gives the held schedule's makespan exactly; warm-up and cool-down steps
-    exchange one message where this books two, an excess of the order of p - 1 messages per
-    step (tests/research/test_deepspeed_pipe_p2p.py; some 0.1 s of MT-NLG's 51 s)."""
-    if not forward_s and not backward_s:
-        return stage
-    chunks = list(stage.chunk_times)
-    chunks[0] = chunks[0] + OpTimes(forward_s=forward_s)
-    chunks[-1] = chunks[-1] + OpTimes(backward_input_s=backward_s)
-    exposed = {**stage.exposed_comm_s,
-               "pp": stage.exposed_comm_s.get("pp", 0.0) + forward_s + backward_s}
-    return dataclasses.replace(stage, chunk_times=tuple(chunks), exposed_comm_s=exposed)
+    return framework_traits(stages, spec, training, parallel, cluster, fabric, groups, m)
 
 
 __all__ = ["LayerParts", "StageBucket", "StageTime", "clear_step_time_cache", "compute_context",
            "fp8_cast_s", "layer_mode", "layer_parts", "layer_parts_memo", "StageInputs",
            "stage_time", "stage_times",
            "TimingKind", "chunk_timing_kinds", "kind_layers", "timing_kind", "window_caps_s",
-           "with_boundary_transfers", "with_grad_update"]
+           "with_boundary_transfers", "with_grad_update", "with_offload_round_trip"]

@@ -56,6 +56,12 @@ GRAD_UPDATE = "bf16 gradient update"
 every micro-batch's backward (`models.core.step_time.deepspeed_pipe.hp_grad_update_s`), part of
 the pipeline makespan."""
 
+OFFLOAD_ROUND_TRIP = "ZeRO-Offload gradient round trip"
+"""Name, in `StepEstimate.overheads_s`, of the gradient copies to and from host memory that
+DeepSpeed's ZeRO-Offload at stage 2 runs around every micro-batch beyond the backward they
+overlap (`models.core.step_time.runtime_traits.offload_round_trip_s`), part of the pipeline
+makespan."""
+
 
 SLOWEST_GPU = "wait for the slowest GPU"
 """Name, in `overheads_s`, of the time every rank waits for the slowest of the job's GPUs at
