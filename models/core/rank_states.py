@@ -114,6 +114,17 @@ def rank_parameters(spec: ModelSpec, parallel: ParallelConfig, layout: StageLayo
                             layout.num_embeddings, layout.num_heads, layout.num_mtp_modules)
 
 
+def optimizer_shard_params(spec: ModelSpec, parallel: ParallelConfig,
+                           layout: StageLayout) -> float:
+    """Parameters whose optimizer states one rank updates: its ZeRO shard (dense over
+    DP x CP, experts over expert-DP), or all it holds without ZeRO."""
+    held = rank_parameters(spec, parallel, layout)
+    edp = expert_data_parallel_size(parallel)
+    sharded = parallel.zero_stage >= 1
+    return (held.gemm + held.vectors + held.embedding + held.head) / (
+        parallel.dp * parallel.cp if sharded else 1) + held.experts / (edp if sharded else 1)
+
+
 def _rank_parameters(spec: ModelSpec, tp: int, ep: int, etp: int,
                      mix: tuple[tuple[int, int], ...],
                      num_embeddings: int, num_heads: int, num_mtp: int) -> RankParameters:
@@ -218,6 +229,7 @@ def _chunk_weight_kinds(spec: ModelSpec, chunks: tuple[tuple[int, ...], ...]
 
 
 __all__ = [
+    "optimizer_shard_params",
     "StateParts",
     "WeightKinds",
     "chunk_weight_kinds",

@@ -18,18 +18,20 @@ from api_schemas.training import TrainingSpec
 from models.core.collectives import Fabric
 from models.core.collectives.fabric import host_link_bandwidth
 from models.core.compute import OpTimes
-from models.core.mesh.layout import expert_data_parallel_size
+from models.core.layout import StageLayout
+from models.core.rank_states import optimizer_shard_params
+from models.core.sharded_states import offload_grad_buffers_on
 from models.core.step_time.deepspeed_pipe import boundary_occupancy_s, hp_grad_update_s
 from models.core.step_time.groups import AxisGroups
 from models.core.step_time.stage_record import StageTime
-from models.core.traffic.weights import StageWeights, stage_weights
+from models.core.traffic.weights import stage_weights
 
 
 def framework_traits(stages: list[StageTime], spec: ModelSpec, training: TrainingSpec,
                      parallel: ParallelConfig, cluster: ClusterSpec, fabric: Fabric,
-                     groups: AxisGroups, m: int) -> list[StageTime]:
-    """`stages` (every rank's, in order) with the runtime traits the recipe names, for a
-    step of `m` micro-batches."""
+                     groups: AxisGroups) -> list[StageTime]:
+    """`stages` (every rank's, in order) with the pipeline engine's transfers and
+    BF16Optimizer's update where the recipe names them."""
     if training.pipe_engine_p2p is not None and parallel.pp > 1:
         stages = [with_boundary_transfers(st, *boundary_occupancy_s(
             spec, training, parallel, fabric, groups.mesh, st.stage)) for st in stages]
@@ -38,21 +40,22 @@ def framework_traits(stages: list[StageTime], spec: ModelSpec, training: Trainin
         stages = [with_grad_update(st, hp_grad_update_s(
             weights[st.stage].dense_params + weights[st.stage].expert_params, cluster.gpu))
             for st in stages]
-    if (training.offload_grad_buffers and parallel.zero_stage == 2
-            and parallel.optimizer_offload_frac > 0 and m > 1):
-        weights = stage_weights(spec, parallel)
-        stages = [with_offload_round_trip(st, offload_round_trip_s(
-            partition_params(weights[st.stage], parallel) * parallel.optimizer_offload_frac,
-            training, cluster, backward_s=_backward_s(st), num_micro_batches=m))
-            for st in stages]
     return stages
 
 
-def partition_params(weights: StageWeights, parallel: ParallelConfig) -> float:
-    """The parameters of a rank's ZeRO partition: its dense parameters over DP x CP, its
-    routed experts' over the expert-data-parallel group."""
-    return (weights.dense_params / (parallel.dp * parallel.cp)
-            + weights.expert_params / expert_data_parallel_size(parallel))
+def offload_round_trips(stages: list[StageTime], layouts: tuple[StageLayout, ...],
+                        spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
+                        cluster: ClusterSpec, m: int) -> list[StageTime]:
+    """`stages` (every rank's, in the order of `layouts`) with ZeRO-Offload's gradient round
+    trip (`offload_round_trip_s`) where the recipe runs it: per-parameter host buffers
+    (`TrainingSpec.offload_grad_buffers`) at ZeRO-2 with the optimizer offloaded and more
+    than one of the step's `m` micro-batches."""
+    if not (offload_grad_buffers_on(training, parallel) and parallel.zero_stage == 2 and m > 1):
+        return stages
+    return [with_offload_round_trip(st, offload_round_trip_s(
+        optimizer_shard_params(spec, parallel, layout) * parallel.optimizer_offload_frac,
+        training, cluster, backward_s=_backward_s(st), num_micro_batches=m))
+        for st, layout in zip(stages, layouts, strict=True)]
 
 
 def offload_round_trip_s(partition_params: float, training: TrainingSpec,
@@ -127,5 +130,5 @@ def with_boundary_transfers(stage: StageTime, forward_s: float, backward_s: floa
     return dataclasses.replace(stage, chunk_times=tuple(chunks), exposed_comm_s=exposed)
 
 
-__all__ = ["framework_traits", "offload_round_trip_s", "partition_params",
+__all__ = ["framework_traits", "offload_round_trip_s", "offload_round_trips",
            "with_boundary_transfers", "with_grad_update", "with_offload_round_trip"]

@@ -55,6 +55,7 @@ from models.core.step_time.groups import AxisGroups
 from models.core.step_time.layer_inputs import LayerPartsInputs, TimingKind
 from models.core.step_time.runtime_traits import (
     framework_traits,
+    offload_round_trips,
     with_boundary_transfers,
     with_grad_update,
     with_offload_round_trip,
@@ -530,7 +531,8 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
             found = shared if shared.stage == layout.rank else shared.at_rank(layout.rank)
             ranks[layout.rank] = found
         stages.append(found)
-    return framework_traits(stages, spec, training, parallel, cluster, fabric, groups, m)
+    stages = framework_traits(stages, spec, training, parallel, cluster, fabric, groups)
+    return offload_round_trips(stages, layouts, spec, training, parallel, cluster, m)
 
 
 __all__ = ["LayerParts", "StageBucket", "StageTime", "clear_step_time_cache", "compute_context",

@@ -26,7 +26,7 @@ from models.core.mesh import AxisPlacement, GroupKind
 from models.core.mesh.layout import expert_data_parallel_size
 from models.core.muon import newton_schulz_time_s, rank_matrices
 from models.core.precision import state_bytes_per_param
-from models.core.rank_states import rank_parameters
+from models.core.rank_states import optimizer_shard_params, rank_parameters
 from models.core.runtime_features import grad_reduce_overlapped
 from models.core.step_time.deepspeed_zero3_2021 import persistent_regather_step_s
 from models.core.step_time.exposure import sync_exposed_s
@@ -188,7 +188,7 @@ def step_overheads(setting: StepSetting, layout: StageLayout) -> dict[str, float
     shard = count / (parallel.dp * parallel.cp if parallel.zero_stage >= 1 else 1)
     grad_bytes = (training.master_dtype or training.grad_dtype).num_bytes
     passes = memory_bound_time_s(GRAD_NORM_PASSES * shard * grad_bytes, gpu=cluster.gpu)
-    host = host_optimizer_s(_optimizer_shard_params(spec, parallel, layout)
+    host = host_optimizer_s(optimizer_shard_params(spec, parallel, layout)
                             * parallel.optimizer_offload_frac, training, cluster)
     terms = {"grad-norm all-reduce": world, "grad-norm and clipping": passes,
              "loss all-reduce": loss, CPU_OPTIMIZER_TERM: host,
@@ -257,7 +257,7 @@ def _world_placement(groups: AxisGroups) -> AxisPlacement:
 def optimizer_step_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                      cluster: ClusterSpec, layout: StageLayout) -> float:
     """Memory-bound optimizer step over the rank's shard of the states kept on the GPU."""
-    params = _optimizer_shard_params(spec, parallel, layout) * (
+    params = optimizer_shard_params(spec, parallel, layout) * (
         1.0 - parallel.optimizer_offload_frac)
     return _gpu_optimizer_s(params, training, cluster)
 
@@ -283,7 +283,7 @@ def least_optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: Paralle
 
     Source: as `optimizer_step_s` and `host_optimizer_s` (ZeRO-Offload, arXiv:2101.06840
     Sec. 4.1-4.2)."""
-    gpu = _gpu_optimizer_s(_optimizer_shard_params(spec, parallel, layouts[rank]), training,
+    gpu = _gpu_optimizer_s(optimizer_shard_params(spec, parallel, layouts[rank]), training,
                            cluster)
     if gpu <= 0:
         return 0.0
@@ -293,7 +293,7 @@ def least_optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: Paralle
 def least_host_optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfig,
                            cluster: ClusterSpec, layouts: tuple[StageLayout, ...]) -> float:
     """The CPU optimizer step (`host_optimizer_s`) over the whole optimizer shard
-    (`_optimizer_shard_params`) of the rank of `layouts` that holds the fewest parameters,
+    (`optimizer_shard_params`) of the rank of `layouts` that holds the fewest parameters,
     at `parallel`'s ZeRO stage; reads no `optimizer_offload_frac`. The step's overheads
     book the CPU step at the critical rank's layout, so every plan of the mesh at that
     stage with its optimizer states wholly in host memory pays at least this beside its
@@ -303,19 +303,8 @@ def least_host_optimizer_s(spec: ModelSpec, training: TrainingSpec, parallel: Pa
     # `host_optimizer_s` never falls as its parameters grow (products and a sum of
     # non-negative terms, each correctly rounded), so the least step is the step of the least
     # shard: the same number, timed once.
-    return host_optimizer_s(min([_optimizer_shard_params(spec, parallel, layout)
+    return host_optimizer_s(min([optimizer_shard_params(spec, parallel, layout)
                                  for layout in layouts]), training, cluster)
-
-
-def _optimizer_shard_params(spec: ModelSpec, parallel: ParallelConfig,
-                            layout: StageLayout) -> float:
-    """Parameters whose optimizer states one rank updates: its ZeRO shard (dense over
-    DP x CP, experts over expert-DP), or all it holds without ZeRO."""
-    held = rank_parameters(spec, parallel, layout)
-    edp = expert_data_parallel_size(parallel)
-    sharded = parallel.zero_stage >= 1
-    return (held.gemm + held.vectors + held.embedding + held.head) / (
-        parallel.dp * parallel.cp if sharded else 1) + held.experts / (edp if sharded else 1)
 
 
 def host_optimizer_s(moved_params: float, training: TrainingSpec,
