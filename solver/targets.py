@@ -179,6 +179,8 @@ class TargetRequest:
         default_factory=dict, init=False, repr=False)
     _wrapper_splits: dict[tuple[int, int], "_WrapperSplit"] = dataclasses.field(
         default_factory=dict, init=False, repr=False)
+    _admitted: dict[tuple[object, ...], bool] = dataclasses.field(
+        default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "zeros", tuple(
@@ -212,6 +214,22 @@ class TargetRequest:
             ) | micro_batch_features(candidate.schedule, pp=candidate.pp, vpp=candidate.vpp,
                                      num_micro_batches=candidate.num_micro_batches))
         return found
+
+    def admits(self, candidate: MeshCandidate) -> bool:
+        """Whether any target framework runs the candidate's mesh (`admits_mesh`), kept by
+        the key of `mesh`: the verdict reads the candidate only through its mesh features,
+        and the request's open features, targets and views are fixed."""
+        key = (*_mesh_args(candidate), candidate.num_micro_batches < candidate.pp)
+        verdict = self._admitted.get(key)
+        if verdict is None:
+            assert self.targets is not None, "target 'any' admits every mesh"
+            # A runtime feature the request leaves open is decided per framework (a
+            # framework that lacks it runs the mesh with it off), so only the fixed ones
+            # can shut a framework out.
+            mesh = self.mesh(candidate) - self.open_features
+            verdict = self._admitted[key] = any(
+                self.view(fw.id, mesh) is not None for fw in self.targets)
+        return verdict
 
     def view(self, framework_id: str, mesh: frozenset[str]) -> "_View | None":
         """What one framework allows this request on one mesh (`_view`, kept by its
@@ -368,17 +386,7 @@ def admits_mesh(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidat
                 constraints: Constraints | TargetRequest) -> bool:
     """Whether any admitted framework runs the candidate's mesh (the search's filter)."""
     request = TargetRequest.of(spec, training, constraints)
-    constraints = request.constraints
-    targets = request.targets
-    if targets is None:
-        return True
-    # A runtime feature the request leaves open is decided per framework (a framework that
-    # lacks it runs the mesh with it off), so only the fixed ones can shut a framework out.
-    mesh = request.mesh(candidate) - request.open_features
-    for fw in targets:
-        if request.view(fw.id, mesh) is not None:
-            return True
-    return False
+    return request.targets is None or request.admits(candidate)
 
 
 def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,

@@ -6,6 +6,7 @@ as slowly growing memory. The table now lives on the request object and goes wit
 """
 
 import gc
+import random
 import weakref
 
 from api_schemas.requests import Constraints
@@ -46,3 +47,21 @@ def test_a_search_reuses_its_own_entries() -> None:
     other = targets.TargetRequest(spec.model_copy(), training, Constraints())
     assert targets.TargetRequest.of(spec, training, other) is not other
     assert targets.TargetRequest.of(spec, training, request) is request
+
+
+def test_a_kept_verdict_is_the_one_a_fresh_request_gives() -> None:
+    """`TargetRequest.admits` keeps each verdict by the mesh key: over every candidate of a
+    MoE model on the released frameworks, taken in a shuffled order through one request,
+    each verdict equals the one a request of its own gives, and both verdicts occur (the
+    key leaves out nothing a framework's view reads)."""
+    spec = model_preset("qwen3-30b-a3b")
+    training = TrainingSpec(global_batch_size=64, sequence_length=32768)
+    constraints = Constraints(framework="megatron-lm")
+    candidates = candidate_meshes(spec, training, world_size=32, gpus_per_node=8,
+                                  constraints=Constraints())
+    random.Random(7).shuffle(candidates)
+    shared = targets.TargetRequest(spec, training, constraints)
+    kept = [shared.admits(c) for c in candidates]
+    fresh = [targets.TargetRequest(spec, training, constraints).admits(c) for c in candidates]
+    assert kept == fresh
+    assert True in kept and False in kept
