@@ -118,6 +118,12 @@ _MESH_ARGS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "sequence_
 _mesh_args = operator.attrgetter(*_MESH_ARGS)
 
 
+def _mesh_key(candidate: MeshCandidate) -> tuple[object, ...]:
+    """What a candidate's mesh features read: the `_MESH_ARGS` fields and whether the
+    pipeline has fewer micro-batches than stages (`micro_batch_features`)."""
+    return (*_mesh_args(candidate), candidate.num_micro_batches < candidate.pp)
+
+
 _View = tuple[tuple[int, ...], bool, bool, PolicyCaps]
 """A framework's view of a mesh: its ZeRO stages, FP8 storage, offload and policies."""
 
@@ -204,13 +210,12 @@ class TargetRequest:
         (`mesh_features`, `micro_batch_features`), kept by the very arguments
         `mesh_features` is called with and whether the pipeline has fewer micro-batches than
         stages, so no field they read is left out of the key."""
-        args: tuple[object, ...] = _mesh_args(candidate)
-        few = candidate.num_micro_batches < candidate.pp
-        found = self._meshes.get((*args, few))
+        key = _mesh_key(candidate)
+        found = self._meshes.get(key)
         if found is None:
-            found = self._meshes[(*args, few)] = frozenset(mesh_features(
+            found = self._meshes[key] = frozenset(mesh_features(
                 self.spec, self.training,
-                **dict(zip(_MESH_ARGS, args, strict=True))  # type: ignore[arg-type]
+                **dict(zip(_MESH_ARGS, key[:-1], strict=True))  # type: ignore[arg-type]
             ) | micro_batch_features(candidate.schedule, pp=candidate.pp, vpp=candidate.vpp,
                                      num_micro_batches=candidate.num_micro_batches))
         return found
@@ -219,7 +224,7 @@ class TargetRequest:
         """Whether any target framework runs the candidate's mesh (`admits_mesh`), kept by
         the key of `mesh`: the verdict reads the candidate only through its mesh features,
         and the request's open features, targets and views are fixed."""
-        key = (*_mesh_args(candidate), candidate.num_micro_batches < candidate.pp)
+        key = _mesh_key(candidate)
         verdict = self._admitted.get(key)
         if verdict is None:
             assert self.targets is not None, "target 'any' admits every mesh"
