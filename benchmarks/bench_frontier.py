@@ -1,7 +1,7 @@
 """CPU time of a GPU-count frontier against one plan (a benchmark, not a test).
 
 Run: .venv/bin/python benchmarks/bench_frontier.py [--nodes 1-100] [--repeats 3]
-     [--share 6] [--calls] [--sizes]
+     [--share 6] [--calls] [--sizes] [--first N]
 
 The target: a frontier over 100 cluster sizes of one model costs less than 10 times the CPU
 of one plan (Llama 3.1 70B on H100). The problem is `bench_planner.py`'s Llama
@@ -15,7 +15,11 @@ of its request's time limit (6 s: every search of this problem ends by proof lon
 so the figures are the searches' own work, not the clock). The ratio is the sweep's CPU
 over one plan's. `--calls` counts Python-level function calls (cProfile, load-independent)
 of one plan and of the sweep in a second pass; `--sizes` prints each size's CPU time,
-status and step time. Process CPU time counts CP-SAT's worker threads, and the machine's
+status and step time. `--first N` measures one size as the sweep meets it instead: the
+sizes below N are swept first, then N nodes are planned twice, and the CPU of the first and
+the second plan is printed with the share of the first spent generating, compiling and
+simulating pipeline programs (`models.core.step_time.makespan._simulated`, timed around
+each call). Process CPU time counts CP-SAT's worker threads, and the machine's
 load average is printed before and after: on a shared machine CPU time is steadier than
 wall time, but not immune to a busy host.
 
@@ -60,6 +64,7 @@ from collections.abc import Callable
 
 from api_schemas import ClusterInput, ModelPreset, PlanRequest, SolverLimits, TrainingSpec
 from api_schemas.run_level import MAX_FRONTIER_SIZES, FrontierPoint, FrontierRequest
+from models.core.step_time import makespan as makespan_module
 from solver import plan
 from solver.run_level import frontier
 
@@ -117,6 +122,32 @@ def print_sizes(nodes: list[int], share_s: float) -> None:
         print(f"  {n:4d} nodes {cpu:7.3f} s CPU {point.status.value:>10s} step {step}")
 
 
+def first_plan_split(num_nodes: int, share_s: float) -> None:
+    """`--first`: the sizes below `num_nodes` swept, then `num_nodes` planned twice; the CPU
+    of each plan and the first plan's CPU inside the pipeline simulation."""
+    sweep(list(range(1, num_nodes)), share_s)
+    spent = [0.0]
+    simulated = makespan_module._simulated
+
+    def timed(*args: object) -> float:
+        started = time.process_time()
+        try:
+            return simulated(*args)  # type: ignore[arg-type]
+        finally:
+            spent[0] += time.process_time() - started
+
+    one = request(num_nodes, 600.0)
+    makespan_module._simulated = timed  # type: ignore[assignment]
+    try:
+        first = cpu_of(lambda: plan(one))
+    finally:
+        makespan_module._simulated = simulated
+    again = cpu_of(lambda: plan(one))
+    print(f"{num_nodes} nodes after the sizes below it: first plan {first:.3f} s CPU, "
+          f"{spent[0]:.3f} s of it in pipeline programs ({100 * spent[0] / first:.0f}%); "
+          f"the same plan again {again:.3f} s CPU")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="1-100", help="node counts, e.g. 1-100 or 1,2,4")
@@ -124,9 +155,14 @@ def main() -> None:
     parser.add_argument("--share", type=float, default=6.0, help="seconds of limit per size")
     parser.add_argument("--calls", action="store_true", help="count Python calls too")
     parser.add_argument("--sizes", action="store_true", help="print every size")
+    parser.add_argument("--first", type=int, help="time one size as the sweep meets it")
     args = parser.parse_args()
     nodes = node_counts(args.nodes)
     print(f"load average before: {os.getloadavg()}")
+    if args.first:
+        first_plan_split(args.first, args.share)
+        print(f"load average after: {os.getloadavg()}")
+        return
     one = request(NODES, 600.0)
     first = cpu_of(lambda: plan(one))
     single = statistics.median(cpu_of(lambda: plan(one)) for _ in range(args.repeats))
