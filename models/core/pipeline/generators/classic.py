@@ -1,12 +1,9 @@
 """The classic flush schedules: GPipe, 1F1B and interleaved 1F1B, one traits record each.
 
 Owns: the per-rank op orders of these three schedules, their parameter rules, their closed
-forms and their records (`GPIPE`, `ONE_F_ONE_B`, `INTERLEAVED_1F1B`), and the 1F1B warm-up
-ZB-H1 starts from too (`warmed_up_ranks`). Must not: check the
+forms and their records (`GPIPE`, `ONE_F_ONE_B`, `INTERLEAVED_1F1B`). Must not: check the
 parameters every schedule shares (the registry does) or time anything.
 """
-
-from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -95,29 +92,14 @@ def one_f_one_b(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
     builder = ProgramBuilder(linear_placement(num_ranks=p, num_micro_batches=m))
     batches = np.arange(m, dtype=np.int64)
     for d in range(p):
-        # The warm-up forwards of `warmed_up_ranks`, then F(warm-up + k) and BW(k)
-        # alternating, then the drain, as array columns (a 21-rank list of 176
-        # micro-batches in 0.3 ms rather than 2.3 ms as rows).
+        # The warm-up forwards (Megatron-LM `get_pp_rank_microbatches`: p - rank - 1 of
+        # them), then F(warm-up + k) and BW(k) alternating, then the drain, as array columns
+        # (a 21-rank list of 176 micro-batches in 0.3 ms rather than 2.3 ms as rows).
         warmup = min(p - 1 - d, m)
         builder.set_rank_columns(d, _kinds(warmup, m - warmup),
                                  _merged(batches, batches, warmup),
                                  np.full(2 * m, d, dtype=np.int64))
     return builder.build(schedule=PipelineSchedule.ONE_F_ONE_B, chunks_per_stage_unit=1)
-
-
-def warmed_up_ranks(builder: ProgramBuilder, p: int,
-                    m: int) -> Iterator[tuple[int, list[tuple[int, int, int, int, int]], int]]:
-    """Each rank d of a linear p-stage pipeline with its 1F1B warm-up already in its rows:
-    (d, its rows, the warm-up count min(p-1-d, m)), the forwards of micro-batches 0 to
-    that count less one. ZB-H1 goes on from there (1F1B builds the same warm-up as
-    columns).
-
-    Source: Megatron-LM `get_pp_rank_microbatches` (p - rank - 1 warm-up forwards)."""
-    for d in range(p):
-        rows = builder.rank(d)
-        warmup = min(p - 1 - d, m)
-        rows.extend([(_F, j, d, -1, -1) for j in range(warmup)])
-        yield d, rows, warmup
 
 
 def interleaved_order(*, num_micro_batches: int, num_chunks: int,

@@ -11,7 +11,6 @@ from collections import deque
 import numpy as np
 
 from api_schemas.parallel import PipelineSchedule
-from models.core.pipeline.generators.classic import warmed_up_ranks
 from models.core.pipeline.ops import (
     IntArray,
     OpKind,
@@ -30,6 +29,8 @@ from models.core.pipeline.traits import (
 
 _F, _B, _W = int(OpKind.F), int(OpKind.B), int(OpKind.W)
 Row = tuple[int, int, int, int, int]
+_STEP_KINDS = np.array([[_F, _B, _W]], dtype=np.int64)
+"""The ops of one ZB-H1 step, F, B and W, of which a step issues those it has."""
 
 
 def zb_h1(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
@@ -42,20 +43,31 @@ def zb_h1(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
     Source: Zero Bubble arXiv:2401.10241 Sec. 3.1 (Fig. 3 top) and Table 2.
     Legend: p=num_stages, m=num_micro_batches, d=rank.
     """
-    p, m = num_stages, num_micro_batches
-    builder = ProgramBuilder(linear_placement(num_ranks=p, num_micro_batches=m))
-    for d, rows, warmup in warmed_up_ranks(builder, p, m):
-        pending: deque[int] = deque()
-        for k in range(m):
-            if k < m - warmup:
-                rows.append((_F, warmup + k, d, -1, -1))
-            rows.append((_B, k, d, -1, -1))
-            pending.append(k)
-            if k >= d or k >= m - warmup:
-                rows.append((_W, pending.popleft(), d, -1, -1))
-        rows.extend((_W, j, d, -1, -1) for j in pending)
+    builder = ProgramBuilder(linear_placement(num_ranks=num_stages,
+                                              num_micro_batches=num_micro_batches))
+    for d in range(num_stages):
+        builder.set_rank_columns(d, *_zb_h1_rank(num_stages, num_micro_batches, d))
     return builder.build(schedule=PipelineSchedule.ZB_H1, chunks_per_stage_unit=1)
 
+
+
+def _zb_h1_rank(p: int, m: int, d: int) -> tuple[IntArray, IntArray, IntArray]:
+    """Rank d's ZB-H1 list as columns (kind, micro-batch, stage): 1F1B's min(p-1-d, m)
+    warm-up forwards, then per step k an F while forwards remain, B(k) and, from step d on
+    (or once the forwards are done), the oldest W; then the Ws left, oldest first. The Ws go
+    in B order, so the W of a step is the count of Ws before it."""
+    steps = np.arange(m, dtype=np.int64)
+    warmup = min(p - 1 - d, m)
+    has_f = steps < m - warmup
+    has_w = (steps >= d) | ~has_f
+    issued = int(has_w.sum())
+    mask = np.stack([has_f, np.ones(m, dtype=bool), has_w], axis=1)
+    values = np.stack([steps + warmup, steps, np.cumsum(has_w) - has_w], axis=1)
+    kind = np.concatenate([np.full(warmup, _F, dtype=np.int64),
+                           _STEP_KINDS.repeat(m, axis=0)[mask],
+                           np.full(m - issued, _W, dtype=np.int64)])
+    micro_batch = np.concatenate([steps[:warmup], values[mask], steps[issued:]])
+    return kind, micro_batch, np.full(kind.shape[0], d, dtype=np.int64)
 
 def zb_h2(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
     """ZB-H2: up to 2p-1 micro-batches in flight until W, W pushed to the tail.
