@@ -64,4 +64,5 @@ def test_a_kept_verdict_is_the_one_a_fresh_request_gives() -> None:
     kept = [shared.admits(c) for c in candidates]
     fresh = [targets.TargetRequest(spec, training, constraints).admits(c) for c in candidates]
     assert kept == fresh
-    assert True in kept and False in kept
+    # Both verdicts occur: some candidate is refused, so a key too coarse shows.
+    assert set(kept) == {True, False}

@@ -45,18 +45,22 @@ def zb_h1(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
     """
     builder = ProgramBuilder(linear_placement(num_ranks=num_stages,
                                               num_micro_batches=num_micro_batches))
+    steps = np.arange(num_micro_batches, dtype=np.int64)
+    kinds = _STEP_KINDS.repeat(num_micro_batches, axis=0)
     for d in range(num_stages):
-        builder.set_rank_columns(d, *_zb_h1_rank(num_stages, num_micro_batches, d))
+        builder.set_rank_columns(d, *_zb_h1_rank(num_stages, d, steps, kinds))
     return builder.build(schedule=PipelineSchedule.ZB_H1, chunks_per_stage_unit=1)
 
 
 
-def _zb_h1_rank(p: int, m: int, d: int) -> tuple[IntArray, IntArray, IntArray]:
+def _zb_h1_rank(p: int, d: int, steps: IntArray,
+                kinds: IntArray) -> tuple[IntArray, IntArray, IntArray]:
     """Rank d's ZB-H1 list as columns (kind, micro-batch, stage): 1F1B's min(p-1-d, m)
     warm-up forwards, then per step k an F while forwards remain, B(k) and, from step d on
     (or once the forwards are done), the oldest W; then the Ws left, oldest first. The Ws go
-    in B order, so the W of a step is the count of Ws before it."""
-    steps = np.arange(m, dtype=np.int64)
+    in B order, so the W of a step is the count of Ws before it. `steps`: 0 .. m-1;
+    `kinds`: F, B, W on each of the m steps (shared by the ranks)."""
+    m = steps.shape[0]
     warmup = min(p - 1 - d, m)
     has_f = steps < m - warmup
     has_w = (steps >= d) | ~has_f
@@ -64,7 +68,7 @@ def _zb_h1_rank(p: int, m: int, d: int) -> tuple[IntArray, IntArray, IntArray]:
     mask = np.stack([has_f, np.ones(m, dtype=bool), has_w], axis=1)
     values = np.stack([steps + warmup, steps, np.cumsum(has_w) - has_w], axis=1)
     kind = np.concatenate([np.full(warmup, _F, dtype=np.int64),
-                           _STEP_KINDS.repeat(m, axis=0)[mask],
+                           kinds[mask],
                            np.full(m - issued, _W, dtype=np.int64)])
     micro_batch = np.concatenate([steps[:warmup], values[mask], steps[issued:]])
     return kind, micro_batch, np.full(kind.shape[0], d, dtype=np.int64)
