@@ -22,11 +22,12 @@ Replay. Whether a head is blocked depends only on which outputs have been writte
 the durations, so the order in which the event loop runs the ops is a property of the
 program. The first makespan of a program records it (as stretches of one rank's ops); later
 makespans of the same program replay that order as one flat pass with no blocking checks
-(`VisitOrder`, `simulate_makespan`), about three times faster than the event loop (0.09 s
-against 0.29 s for 262,144 ops, `benchmarks/bench_pipeline_simulator.py`), with the same
-comparisons in the same order and so the same floats. A program compiled again from the same
-op lists may be given the order recorded before (`VisitOrder.segments`) and replay from its
-first makespan.
+(`VisitOrder`, `simulate_makespan`), several times faster than the event loop
+(`benchmarks/bench_pipeline_simulator.py`): the same sums, and so the same floats, without
+the reads that cannot change a maximum (an op's same-rank prerequisite ended before the rank
+was free) and with the latency added once per output rather than once per read. A program
+compiled again from the same op lists may be given the order recorded before
+(`VisitOrder.segments`) and replay from its first makespan.
 """
 
 import math
@@ -100,14 +101,16 @@ MAKESPAN_MEMO_SIZE = 1024
 class VisitOrder:
     """The order in which the event loop ran a program's ops, as flat columns.
 
-    `rows[i]` = (rank, forward-input slot, input-gradient slot, same-rank slot, first output
-    slot, second output slot) of the i-th op run; `op_index` maps it back to the program's
-    row (to permute durations and latencies)."""
+    `rows[i]` = (rank, forward-input slot, input-gradient slot, first output slot, second
+    output slot, the same two plus `num_slots`) of the i-th op run, where a dependency on
+    another rank reads its slot plus `num_slots`: `_replay` keeps a second copy of the ready
+    times with the P2P latency already added, so that an op's start is two reads and a max
+    (`op_index` maps each row back to the program's row, to permute durations). The
+    same-rank prerequisite (F for B, B for W) is left out: the rank ran it earlier in its
+    own list, so it ended no later than the rank's free time, which the start already takes."""
 
     op_index: IntArray
     rows: list[tuple[int, ...]]
-    cross_prev: BoolArray
-    cross_next: BoolArray
     segments: OrderArray
     """The stretches the order was built from, as an array: a program compiled again from
     the same op lists may be given them (`CompiledProgram.segments`) and replay at once."""
@@ -121,12 +124,14 @@ def _visit_order(c: "CompiledProgram",
     # Row k of the order is segment i's first row plus k's offset within that segment.
     shift = bounds[:, 1] - (np.cumsum(lengths) - lengths)
     index = np.repeat(shift, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
-    # One gather of the kept integer columns, then tuples (which the garbage collector stops
-    # tracking, unlike lists of ints).
-    rows = list(zip(*c.columns[:, index].tolist(), strict=True))
-    return VisitOrder(op_index=index, rows=rows,
-                      cross_prev=c.cross_prev[index], cross_next=c.cross_next[index],
-                      segments=bounds.astype(np.int32))
+    rank, dep_prev, dep_next, _, out_a, out_b = c.columns[:, index]
+    slots = c.num_slots
+    columns = np.stack([rank, dep_prev + slots * c.cross_prev[index],
+                        dep_next + slots * c.cross_next[index], out_a, out_b,
+                        out_a + slots, out_b + slots])
+    # One gather, then tuples (which the garbage collector stops tracking, unlike lists).
+    rows = list(zip(*columns.tolist(), strict=True))
+    return VisitOrder(op_index=index, rows=rows, segments=bounds.astype(np.int32))
 
 
 def compile_program(program: PipelineProgram) -> CompiledProgram:
@@ -303,19 +308,18 @@ def _event_loop(c: CompiledProgram, dur: list[float], lat_prev: list[float],
 def _replay(order: VisitOrder, durations: FloatArray, p2p_latency_s: float,
             num_slots: int, num_ranks: int) -> list[float]:
     """Each rank's finish time, running the ops in a recorded order (`VisitOrder`): the
-    event loop's arithmetic without its blocking checks, which that order never needs."""
-    lat_prev = (order.cross_prev * p2p_latency_s).tolist()
-    lat_next = (order.cross_next * p2p_latency_s).tolist()
-    ready = [math.inf] * num_slots
+    event loop's arithmetic without its blocking checks, which that order never needs.
+
+    The ready times are kept twice: as written (read on the same rank) and plus the P2P
+    latency (read across ranks), each sum the same float the event loop forms when it reads
+    an output from another rank."""
+    ready = [math.inf] * (2 * num_slots)
     ready[num_slots - 2] = 0.0
     free = [0.0] * num_ranks
-    for (r, d_prev, d_next, d_local, a, b), l_prev, l_next, dur in zip(
-            order.rows, lat_prev, lat_next, durations[order.op_index].tolist(), strict=True):
-        t = ready[d_prev] + l_prev
-        x = ready[d_next] + l_next
-        if x > t:
-            t = x
-        x = ready[d_local]
+    for (r, d_prev, d_next, a, b, a_far, b_far), dur in zip(
+            order.rows, durations[order.op_index].tolist(), strict=True):
+        t = ready[d_prev]
+        x = ready[d_next]
         if x > t:
             t = x
         x = free[r]
@@ -325,6 +329,9 @@ def _replay(order: VisitOrder, durations: FloatArray, p2p_latency_s: float,
         free[r] = t
         ready[a] = t
         ready[b] = t
+        x = t + p2p_latency_s
+        ready[a_far] = x
+        ready[b_far] = x
     return free
 
 
