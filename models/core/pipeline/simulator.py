@@ -101,16 +101,18 @@ MAKESPAN_MEMO_SIZE = 1024
 class VisitOrder:
     """The order in which the event loop ran a program's ops, as flat columns.
 
-    `rows[i]` = (rank, forward-input slot, input-gradient slot, first output slot, second
-    output slot, the same two plus `num_slots`) of the i-th op run, where a dependency on
-    another rank reads its slot plus `num_slots`: `_replay` keeps a second copy of the ready
-    times with the P2P latency already added, so that an op's start is two reads and a max
-    (`op_index` maps each row back to the program's row, to permute durations). The
-    same-rank prerequisite (F for B, B for W) is left out: the rank ran it earlier in its
-    own list, so it ended no later than the rank's free time, which the start already takes."""
+    `columns` holds seven lists, the i-th entry of each for the i-th op run: its rank, its
+    forward-input slot, its input-gradient slot, its two output slots, and the same two
+    plus `num_slots`. A dependency on another rank reads its slot plus `num_slots`:
+    `_replay` keeps a second copy of the ready times with the P2P latency already added, so
+    that an op's start is two reads and a max (`op_index` maps each op back to the
+    program's row, to permute durations). The same-rank prerequisite (F for B, B for W) is
+    left out: the rank ran it earlier in its own list, so it ended no later than the rank's
+    free time, which the start already takes. Lists rather than a tuple per op: one
+    conversion per column, and the replay's `zip` reuses its tuple."""
 
     op_index: IntArray
-    rows: list[tuple[int, ...]]
+    columns: list[list[int]]
     segments: OrderArray
     """The stretches the order was built from, as an array: a program compiled again from
     the same op lists may be given them (`CompiledProgram.segments`) and replay at once."""
@@ -129,9 +131,8 @@ def _visit_order(c: "CompiledProgram",
     columns = np.stack([rank, dep_prev + slots * c.cross_prev[index],
                         dep_next + slots * c.cross_next[index], out_a, out_b,
                         out_a + slots, out_b + slots])
-    # One gather, then tuples (which the garbage collector stops tracking, unlike lists).
-    rows = list(zip(*columns.tolist(), strict=True))
-    return VisitOrder(op_index=index, rows=rows, segments=bounds.astype(np.int32))
+    return VisitOrder(op_index=index, columns=columns.tolist(),
+                      segments=bounds.astype(np.int32))
 
 
 def compile_program(program: PipelineProgram) -> CompiledProgram:
@@ -316,8 +317,8 @@ def _replay(order: VisitOrder, durations: FloatArray, p2p_latency_s: float,
     ready = [math.inf] * (2 * num_slots)
     ready[num_slots - 2] = 0.0
     free = [0.0] * num_ranks
-    for (r, d_prev, d_next, a, b, a_far, b_far), dur in zip(
-            order.rows, durations[order.op_index].tolist(), strict=True):
+    for r, d_prev, d_next, a, b, a_far, b_far, dur in zip(
+            *order.columns, durations[order.op_index].tolist(), strict=True):
         t = ready[d_prev]
         x = ready[d_next]
         if x > t:
