@@ -50,6 +50,7 @@ from models.core.pipeline import (
 )
 from models.core.precision import sharded_state_bytes, state_bytes_per_param
 from models.core.runtime_features import ep_overlap_active
+from models.core.search_memo import model_tables, node_free_cluster
 from models.core.step_time import (
     axis_groups,
     compute_context,
@@ -183,7 +184,7 @@ class StatesDegrees(NamedTuple):
 
 class BoundTables:
     """Caches of core times for one search (spec, recipe and cluster fixed), made with the
-    search and gone with it."""
+    search and gone with it, but for the core times, which stay on the search memo."""
 
     def __init__(self, spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                  host_gradients: bool = False,
@@ -209,8 +210,12 @@ class BoundTables:
         self.params = count_parameters(spec)
         self.mtp_experts = (spec.num_mtp_layers * mtp_module_params(spec).routed_experts
                             if spec.num_mtp_layers else 0)
-        self._core_cache: dict[CoreInputs, CoreTimes] = {}
-        """Core times by `CoreInputs` (what they read)."""
+        self._core_cache: dict[CoreInputs, CoreTimes] = model_tables(spec).bound_cores.setdefault(
+            (training, node_free_cluster(cluster)), {})
+        """Core times by `CoreInputs` (what they read), on the search memo in force: the
+        searches of one request and the sizes of a sweep under the same time-bound recipe
+        share them, since no core time reads the cluster's node count (the layer parts it
+        is made of are kept the same way, `layer_parts_memo`)."""
         self._input_cache: dict[ActivationDegrees, int] = {}
         """The first layer's input bytes (`_layer_input_bytes`) by the degrees they read."""
         self._head_cache: dict[ActivationDegrees, int] = {}

@@ -132,6 +132,12 @@ class ModelTables:
                    "tuple[tuple[int, ...], int]]") = field(default_factory=dict)
     """`models.core.rank_activations.chunk_stored_bytes` by (weight kinds, recompute,
     modules, context)."""
+    bound_cores: "dict[tuple[TrainingSpec, ClusterSpec], dict[Any, Any]]" = field(
+        default_factory=dict)
+    """The search bounds' layer and head times of a candidate's core
+    (`solver.bounds.BoundTables.core`) by (time-bound recipe, `node_free_cluster`), so that
+    the searches of one request (the wide one and the one after it, the robust choice's)
+    and the sizes of a sweep share them."""
 
 
 @dataclass(slots=True, eq=False)

@@ -213,3 +213,34 @@ def test_zero3_bound_kept_per_core_and_degrees_equals_a_fresh_one() -> None:
     assert [BoundTables(spec, training, cluster).zero3_time_bound_s(c)
             for c in sample] == kept
     assert len(shared._zero3_cache) < len(sample)  # candidates shared a core and degrees
+
+
+def test_core_times_kept_across_cluster_sizes_are_the_ones_each_size_computes() -> None:
+    # The bounds' core times are kept on the search memo by recipe and the cluster without
+    # its node count, so a sweep's sizes and a request's later searches share them: a core
+    # first computed for a candidate on 8 nodes must be the one a 16-node candidate with
+    # the same core computes itself.
+    from models.core.search_memo import search_memo
+    from solver.bounds import BoundTables
+
+    spec = model_preset("deepseek-v3")
+    training = TrainingSpec(global_batch_size=1024, sequence_length=4096, compute_dtype="fp8")
+    small = cluster_preset("h800-sxm5-80gb", num_nodes=8)
+    large = cluster_preset("h800-sxm5-80gb", num_nodes=16)
+    with search_memo():
+        first = BoundTables(spec, training, small)
+        second = BoundTables(spec, training, large)
+        assert second._core_cache is first._core_cache
+        for c in candidate_meshes(spec, training, world_size=small.world_size,
+                                  gpus_per_node=8, constraints=Constraints()):
+            first.core(c)
+        kept = len(first._core_cache)
+        served = 0
+        for c in candidate_meshes(spec, training, world_size=large.world_size,
+                                  gpus_per_node=8, constraints=Constraints()):
+            known = len(second._core_cache)
+            assert second.core(c) == second._compute_core(c), c.key
+            served += len(second._core_cache) == known
+        assert kept > 0 and served > 0
+        other = BoundTables(spec, training.model_copy(update={"sequence_length": 2048}), large)
+        assert other._core_cache is not first._core_cache
