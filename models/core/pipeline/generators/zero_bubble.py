@@ -52,7 +52,6 @@ def zb_h1(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
     return builder.build(schedule=PipelineSchedule.ZB_H1, chunks_per_stage_unit=1)
 
 
-
 def _zb_h1_rank(p: int, d: int, steps: IntArray,
                 kinds: IntArray) -> tuple[IntArray, IntArray, IntArray]:
     """Rank d's ZB-H1 list as columns (kind, micro-batch, stage): 1F1B's min(p-1-d, m)
@@ -72,6 +71,7 @@ def _zb_h1_rank(p: int, d: int, steps: IntArray,
                            np.full(m - issued, _W, dtype=np.int64)])
     micro_batch = np.concatenate([steps[:warmup], values[mask], steps[issued:]])
     return kind, micro_batch, np.full(kind.shape[0], d, dtype=np.int64)
+
 
 def zb_h2(*, num_stages: int, num_micro_batches: int) -> PipelineProgram:
     """ZB-H2: up to 2p-1 micro-batches in flight until W, W pushed to the tail.
