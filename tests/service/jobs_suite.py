@@ -73,12 +73,29 @@ def read(client: httpx.Client, job_id: str) -> dict[str, Any]:
     return job
 
 
+BUSY_POLLS = 5
+"""Store-unavailable answers in a row that a poll waits out, each for its Retry-After: the
+service's answer while its store is busy for a moment (on the embedded SQLite file, a
+stream of job-event commits can hold a new reader back past the busy timeout on a loaded
+host). A client polling a job does the same; more in a row fail the check."""
+
+
 def wait_for(client: httpx.Client, job_id: str, done: Callable[[dict[str, Any]], bool], *,
              timeout_s: float = 300.0) -> dict[str, Any]:
-    """Poll the job until `done(job)`; fails after `timeout_s`."""
+    """Poll the job until `done(job)`, waiting out up to `BUSY_POLLS` store-unavailable
+    answers in a row; fails after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
+    busy = 0
     while True:
-        job = read(client, job_id)
+        response = client.get(f"/v1/jobs/{job_id}")
+        if response.status_code == 503 and busy < BUSY_POLLS:
+            assert response.json()["code"] == "store-unavailable", response.text
+            busy += 1
+            time.sleep(float(response.headers["Retry-After"]))
+            continue
+        assert response.status_code == 200, response.text
+        busy = 0
+        job: dict[str, Any] = response.json()
         if done(job):
             return job
         assert time.monotonic() < deadline, f"job {job_id} still {job['state']}: {job}"
@@ -253,6 +270,7 @@ def check_twenty(client: httpx.Client, *, during: Callable[[list[dict[str, Any]]
     return {"wall_s": wall_s, "jobs": ended}
 
 
-__all__ = ["check_cancellation", "check_in_order", "check_plan_done", "check_problems",
-           "check_sweep", "check_twenty", "events", "final", "frontier_job", "long_job",
-           "plan_job", "read", "schedule_job", "submit", "sweep_job", "twenty_jobs", "wait_for"]
+__all__ = ["BUSY_POLLS", "check_cancellation", "check_in_order", "check_plan_done",
+           "check_problems", "check_sweep", "check_twenty", "events", "final",
+           "frontier_job", "long_job", "plan_job", "read", "schedule_job", "submit",
+           "sweep_job", "twenty_jobs", "wait_for"]
