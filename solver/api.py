@@ -57,7 +57,7 @@ from solver.plan_notes import (
     plausibility,
 )
 from solver.plan_response import ReportParts, plan_response, throughput, time_breakdown
-from solver.planner import SearchResult, hardware_constraints, objective_value, search
+from solver.planner import SearchResult, hardware_constraints, objective_value, resume, search
 from solver.reach import Reach, highest_reachable, target_relaxation
 from solver.relax import binding_relaxations, relaxations
 from solver.robust_choice import (
@@ -165,7 +165,7 @@ def _answer(request: PlanRequest, spec: ModelSpec, cluster: ClusterSpec,
     scored = [*result.ranked, *runners_up,
               *_common_candidates(request, constraints, spec, cluster, best,
                                   seeded.seed.best if seeded.seed is not None else None,
-                                  _search_deadline(request, deadline))]
+                                  _search_deadline(request, deadline), searched=result)]
     robust = pick(best, scored, spec, request.training, cluster, objective=request.objective)
     optimum = best
     if robust.shown is not best:
@@ -330,29 +330,33 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
 
 def _common_candidates(request: PlanRequest, constraints: Constraints, spec: ModelSpec,
                        cluster: ClusterSpec, best: ScoredPlan, seed: ScoredPlan | None,
-                       deadline: float) -> list[ScoredPlan]:
+                       deadline: float, *, searched: SearchResult) -> list[ScoredPlan]:
     """The common plans the robust choice compares an experimental optimum with: the
     seed's plan where it uses no experimental mechanism, else the best common plan searched
     for (`_common_plans`). Where the optimum offloads its optimizer, always searched for: a
     mesh's evaluation keeps its best plan only, so a mesh whose best offloads hides its best
-    GPU-resident plan."""
+    GPU-resident plan. `searched` is the request's search, which the common-plan search
+    goes on from where it can (`_common_plans`)."""
     experimental = experimental_features(spec, request.training, best)
     if not experimental:
         return []
     if seed is not None and OPTIMIZER_OFFLOAD not in experimental \
             and not experimental_features(spec, request.training, seed):
         return [seed]
-    return _common_plans(request, constraints, spec, cluster, deadline)
+    return _common_plans(request, constraints, spec, cluster, deadline, searched=searched)
 
 
 def _common_plans(request: PlanRequest, constraints: Constraints, spec: ModelSpec,
-                  cluster: ClusterSpec, deadline: float) -> list[ScoredPlan]:
+                  cluster: ClusterSpec, deadline: float, *,
+                  searched: SearchResult | None = None) -> list[ScoredPlan]:
     """The best plan without an experimental schedule or optimizer offload where the
     frameworks mark it experimental (`solver.robust_choice`), for the robust choice when the
     optimum uses one and the search scored no common plan near it. Searched for until
     `deadline` (the main search's own), not for a fixed share of it: the answer it gives the
     robust choice must not depend on how busy the host is, only on the request's time
-    limit, as the main search's does."""
+    limit, as the main search's does. Where `searched` (the request's search, under
+    `constraints`) was proven optimal, the search goes on from it (`solver.planner.resume`)
+    instead of listing and bounding the candidates again."""
     budget = deadline - time.perf_counter()
     forbidden = experimental_schedules()
     offload = experimental_offload() and constraints.allow_optimizer_offload
@@ -362,6 +366,10 @@ def _common_plans(request: PlanRequest, constraints: Constraints, spec: ModelSpe
     forbid["schedule"] = sorted({*map(str, forbid.get("schedule", [])), *forbidden})
     common = constraints.model_copy(update={"forbid": forbid,
                                             "allow_optimizer_offload": not offload})
+    if searched is not None:
+        resumed = resume(searched, common, deadline=deadline)
+        if resumed is not None:
+            return [] if resumed.best is None else [resumed.best]
     result = search(spec, request.training, cluster, constraints=common,
                     objective=request.objective, limits=request.solver,
                     deadline=deadline)

@@ -59,6 +59,13 @@ class SearchQueue:
     unenumerated: int = 0
     """Candidates the enumeration did not reach before the time limit."""
     dominated: list[MeshCandidate] = field(default_factory=list)
+    revisit: list[tuple[float, int, MeshCandidate]] = field(default_factory=list)
+    """The dominated candidates (an evaluation proved every plan no better than the incumbent
+    of its time) with that proven bound as the objective's value and their queue order: what
+    a search of a subspace, whose incumbent may be worse, visits again (`solver.planner.
+    resume`)."""
+    visit_order: dict[MeshCandidate, int] = field(default_factory=dict)
+    """The queue order of each evaluated candidate (the key of the bounds kept below)."""
     forced_zero: dict[int, int] = field(default_factory=dict)
     zero3_bound: dict[int, float] = field(default_factory=dict)
     makespan: dict[int, float] = field(default_factory=dict)
@@ -126,6 +133,16 @@ class SearchProblem:
         return self.tokens / target * (1.0 + TARGET_SLACK)
 
 
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """A finished search's problem and final queue: what a search of a subspace of its
+    candidates goes on from (`solver.planner.resume`) instead of listing and bounding
+    them again."""
+
+    problem: SearchProblem
+    queue: SearchQueue
+
+
 def misses_target(problem: SearchProblem, queue: SearchQueue, time_s: float) -> bool:
     """True (and counted) when `time_s`, a lower bound of every plan's step time of a
     candidate, already misses the throughput target; the bound's throughput joins the
@@ -165,5 +182,5 @@ def rescale(time_s: float, c: MeshCandidate, objective: Objective, tokens: int) 
 
 
 __all__ = ["FLOOR_BOUND", "MIN_GPUS_WEIGHT", "RUN_BOUND", "SIMULATED_BOUND", "TABLE_BOUND",
-           "TARGET_SLACK", "ZERO3_BOUND", "SearchProblem", "SearchQueue", "misses_target",
-           "requeue", "rescale", "tokens_per_s_at"]
+           "TARGET_SLACK", "ZERO3_BOUND", "Continuation", "SearchProblem", "SearchQueue",
+           "misses_target", "requeue", "rescale", "tokens_per_s_at"]

@@ -110,7 +110,7 @@ def test_the_common_plan_search_may_run_to_the_requests_own_limit(
     import solver.api as api
 
     deadlines: dict[str, list[float]] = {"main": [], "common": []}
-    seeded, searched = api.seeded_search, api.search
+    seeded, searched, resumed = api.seeded_search, api.search, api.resume
 
     def seeded_spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         deadlines["main"].append(kwargs["deadline"])
@@ -121,8 +121,15 @@ def test_the_common_plan_search_may_run_to_the_requests_own_limit(
             deadlines["common"].append(kwargs["deadline"])
         return searched(*args, **kwargs)
 
+    def resume_spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        # The common-plan search goes on from the main search where it can
+        # (`solver.planner.resume`), under the same deadline.
+        deadlines["common"].append(kwargs["deadline"])
+        return resumed(*args, **kwargs)
+
     monkeypatch.setattr(api, "seeded_search", seeded_spy)
     monkeypatch.setattr(api, "search", search_spy)
+    monkeypatch.setattr(api, "resume", resume_spy)
     response = plan(_llama_70b_64_gpus())
     assert response.robust_choice is not None and response.robust_choice.picked == "robust"
     assert deadlines["common"] and set(deadlines["common"]) <= set(deadlines["main"])
