@@ -57,9 +57,10 @@ from solver.plan_notes import (
     plausibility,
 )
 from solver.plan_response import ReportParts, plan_response, throughput, time_breakdown
-from solver.planner import SearchResult, hardware_constraints, objective_value, resume, search
+from solver.planner import SearchResult, hardware_constraints, objective_value, search
 from solver.reach import Reach, highest_reachable, target_relaxation
 from solver.relax import binding_relaxations, relaxations
+from solver.resume import resume
 from solver.robust_choice import (
     Pick,
     experimental_features,
@@ -355,7 +356,7 @@ def _common_plans(request: PlanRequest, constraints: Constraints, spec: ModelSpe
     `deadline` (the main search's own), not for a fixed share of it: the answer it gives the
     robust choice must not depend on how busy the host is, only on the request's time
     limit, as the main search's does. Where `searched` (the request's search, under
-    `constraints`) was proven optimal, the search goes on from it (`solver.planner.resume`)
+    `constraints`) was proven optimal, the search goes on from it (`solver.resume`)
     instead of listing and bounding the candidates again."""
     budget = deadline - time.perf_counter()
     forbidden = experimental_schedules()

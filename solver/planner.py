@@ -152,7 +152,7 @@ class SearchResult:
     exact values of the plans that missed the target)."""
     continuation: Continuation | None = field(default=None, repr=False, compare=False)
     """A search proven optimal over its own world sizes (fewest GPUs aside): its problem and
-    final queue, for `resume`."""
+    final queue, for `solver.resume`."""
 
 
 def objective_value(plan: ScoredPlan, objective: Objective) -> float:
@@ -342,60 +342,6 @@ def _branch_and_bound(problem: SearchProblem, queue: SearchQueue, pending: list[
         _visit(problem, queue, order, c, progress)
         if watch is not None:
             _report(watch, queue, lower)
-
-
-def resume(result: SearchResult, constraints: Constraints, *,
-           deadline: float) -> SearchResult | None:
-    """The search under `constraints` (`result`'s with more schedules forbidden and perhaps
-    optimizer offload no longer allowed, nothing else), went on from `result`'s finished
-    search to `deadline` rather than run anew; None where `result` carries no continuation.
-
-    Why it is the same search: the finished search's bounds hold for every plan of its space,
-    so of the smaller one, and what it dropped (no fit, the target missed, no framework) is
-    dropped there too. Its plans on allowed schedules, without offload where offload is no
-    longer allowed, are the incumbent (the first best in ranked order); a plan that offloads
-    is its mesh's best, so the mesh is queued again under its value; the candidates it
-    dismissed against its incumbent (`SearchQueue.revisit`) are queued again under their
-    proven bound; the queued ones keep bound and order. The loop then runs with the smaller
-    space's own problem (bounds, framework variants, evaluation).
-    """
-    state = result.continuation
-    if state is None:
-        return None
-    started = time.perf_counter()
-    done = state.queue
-    old = state.problem
-    narrowed = target_constraints(hardware_constraints(constraints, old.cluster, old.training))
-    problem = _problem(old.spec, old.training, old.cluster, narrowed, old.objective)
-    forbidden = {str(value) for value in narrowed.forbid.get("schedule", [])}
-    offload = narrowed.allow_optimizer_offload
-
-    def kept(c: MeshCandidate) -> bool:
-        return c.schedule.value not in forbidden
-
-    queue = SearchQueue(heap=[entry for entry in done.heap if kept(entry[3])],
-                        total=done.total, pruned_memory=done.pruned_memory,
-                        forced_zero=dict(done.forced_zero), zero3_bound=dict(done.zero3_bound),
-                        makespan=dict(done.makespan), zero_floors=dict(done.zero_floors))
-    queue.heap.extend((bound, order, RUN_BOUND, c) for bound, order, c in done.revisit
-                      if kept(c))
-    for plan in done.ranked:
-        if not kept(plan.candidate):
-            continue
-        value = objective_value(plan, problem.objective)
-        if offload or plan.parallel.optimizer_offload_frac == 0:
-            queue.ranked.append(plan)
-            if value < queue.best_value:
-                queue.best, queue.best_value = plan, value
-        elif plan.candidate in done.visit_order:
-            queue.heap.append((value, done.visit_order[plan.candidate], RUN_BOUND,
-                               plan.candidate))
-    heapq.heapify(queue.heap)
-    dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE
-    _branch_and_bound(problem, queue, [], deadline=deadline, dive_from=dive_from, watch=None,
-                      progress=None)
-    _state_what_is_unproven(queue, [])
-    return _result(problem, queue, list(result.world_sizes), time.perf_counter() - started)
 
 
 def _state_what_is_unproven(queue: SearchQueue, pending: list[int]) -> None:
@@ -596,5 +542,5 @@ def _meets_target(plan: ScoredPlan, constraints: Constraints) -> bool:
     return target is None or plan.estimate.tokens_per_s >= target
 
 
-__all__ = ["SearchResult", "SearchStats", "objective_value",
-           "objective_world_sizes", "resume", "search"]
+__all__ = ["NO_PLAN_DIVE_SHARE", "SearchResult", "SearchStats", "objective_value",
+           "objective_world_sizes", "search"]

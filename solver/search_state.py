@@ -62,8 +62,7 @@ class SearchQueue:
     revisit: list[tuple[float, int, MeshCandidate]] = field(default_factory=list)
     """The dominated candidates (an evaluation proved every plan no better than the incumbent
     of its time) with that proven bound as the objective's value and their queue order: what
-    a search of a subspace, whose incumbent may be worse, visits again (`solver.planner.
-    resume`)."""
+    a search of a subspace, whose incumbent may be worse, visits again (`solver.resume`)."""
     visit_order: dict[MeshCandidate, int] = field(default_factory=dict)
     """The queue order of each evaluated candidate (the key of the bounds kept below)."""
     forced_zero: dict[int, int] = field(default_factory=dict)
@@ -136,7 +135,7 @@ class SearchProblem:
 @dataclass(frozen=True, slots=True)
 class Continuation:
     """A finished search's problem and final queue: what a search of a subspace of its
-    candidates goes on from (`solver.planner.resume`) instead of listing and bounding
+    candidates goes on from (`solver.resume`) instead of listing and bounding
     them again."""
 
     problem: SearchProblem

@@ -1,4 +1,4 @@
-"""A common-plan search went on from the request's finished search (`solver.planner.resume`)
+"""A common-plan search went on from the request's finished search (`solver.resume.resume`)
 finds what a search of its own finds: the same plan and step time, proven optimal; and it
 declines a search that was cut by its limit."""
 
@@ -12,7 +12,8 @@ from api_schemas.plan import PlanStatus
 from api_schemas.training import TrainingSpec
 from models.catalog.resolve import resolve_cluster, resolve_model
 from solver.outcomes import ScoredPlan
-from solver.planner import SearchResult, resume, search
+from solver.planner import SearchResult, search
+from solver.resume import resume
 from solver.robust_choice import experimental_schedules
 from solver.search_state import Continuation
 from solver.space import MeshCandidate

@@ -123,7 +123,7 @@ def test_the_common_plan_search_may_run_to_the_requests_own_limit(
 
     def resume_spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         # The common-plan search goes on from the main search where it can
-        # (`solver.planner.resume`), under the same deadline.
+        # (`solver.resume.resume`), under the same deadline.
         deadlines["common"].append(kwargs["deadline"])
         return resumed(*args, **kwargs)
 
