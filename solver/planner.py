@@ -474,7 +474,6 @@ def _visit(problem: SearchProblem, queue: SearchQueue, order: int, c: MeshCandid
                                   least_memory=problem.objective == Objective.MIN_MEMORY,
                                   memo=problem.memo, variants=problem.variants(c))
     queue.evaluated += 1
-    queue.visit_order[c] = order
     if isinstance(result, Dominated):
         if problem.target_cutoff_s <= incumbent_s:
             # Every plan's bound misses the target (the tighter of the two cutoffs).
@@ -483,9 +482,8 @@ def _visit(problem: SearchProblem, queue: SearchQueue, order: int, c: MeshCandid
             queue.rejections.append(Rejection(candidate=c, reason="every plan's step-time "
                                               "bound misses the target tokens/s"))
         else:
-            queue.dominated.append(c)
-            queue.revisit.append((rescale(result.bound_s, c, problem.objective,
-                                          problem.tokens), order, c))
+            queue.dominated.append((rescale(result.bound_s, c, problem.objective,
+                                            problem.tokens), order, c))
         return
     if isinstance(result, Rejection):
         queue.rejections.append(result)
@@ -533,7 +531,7 @@ def _result(problem: SearchProblem, queue: SearchQueue, sizes: list[int],
     return SearchResult(status=status, best=best, ranked=tuple(ranked),
                         rejections=tuple(queue.rejections), stats=stats,
                         objective=problem.objective, world_sizes=tuple(sizes),
-                        frontier=frontier, dominated=tuple(queue.dominated[:200]),
+                        frontier=frontier, dominated=tuple(c for _, _, c in queue.dominated[:200]),
                         fastest_missed=queue.fastest_missed, reach_ceiling=ceiling)
 
 

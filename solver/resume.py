@@ -21,7 +21,7 @@ from solver.planner import (
     hardware_constraints,
     objective_value,
 )
-from solver.search_state import RUN_BOUND, TABLE_BOUND, SearchQueue
+from solver.search_state import RUN_BOUND, TABLE_BOUND, SearchProblem, SearchQueue
 from solver.space import MeshCandidate
 from solver.targets import target_constraints
 
@@ -35,9 +35,9 @@ def resume(result: SearchResult, constraints: Constraints, *,
     Why it is the same search: the finished search's bounds hold for every plan of its space,
     so of the smaller one, and what it dropped (no fit, the target missed, no framework) is
     dropped there too. Its plans on allowed schedules, without offload where offload is no
-    longer allowed, are the incumbent (the first best in ranked order); a plan that offloads
-    is its mesh's best, so the mesh is queued again under its value; the candidates it
-    dismissed against its incumbent (`SearchQueue.revisit`) are queued again under their
+    longer allowed, are the incumbent (the first best in ranked order); a mesh whose plan
+    offloads is queued again, to be bounded from its table bound; the candidates it
+    dismissed against its incumbent (`SearchQueue.dominated`) are queued again under their
     proven bound; the queued ones keep bound and order. The loop then runs with the smaller
     space's own problem (bounds, framework variants, evaluation). Where more than schedules
     differ (offload no longer allowed), memory is tighter: every candidate kept is first
@@ -48,14 +48,22 @@ def resume(result: SearchResult, constraints: Constraints, *,
     if state is None:
         return None
     started = time.perf_counter()
-    done = state.queue
     old = state.problem
     narrowed = target_constraints(hardware_constraints(constraints, old.cluster, old.training))
     problem = _problem(old.spec, old.training, old.cluster, narrowed, old.objective)
-    forbidden = {str(value) for value in narrowed.forbid.get("schedule", [])}
-    offload = narrowed.allow_optimizer_offload
+    queue = _queue(state.queue, problem,
+                   again=_but_schedules(old.constraints) != _but_schedules(narrowed))
+    dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE
+    _branch_and_bound(problem, queue, [], deadline=deadline, dive_from=dive_from, watch=None,
+                      progress=None)
+    _state_what_is_unproven(queue, [])
+    return _result(problem, queue, list(result.world_sizes), time.perf_counter() - started)
 
-    again = _but_schedules(old.constraints) != _but_schedules(narrowed)
+
+def _queue(done: SearchQueue, problem: SearchProblem, *, again: bool) -> SearchQueue:
+    """The smaller space's queue from the finished search's (`done`), `resume`'s rules;
+    `again`: more than schedules differ, so every candidate is bounded again."""
+    forbidden = {str(value) for value in problem.constraints.forbid.get("schedule", [])}
     tables, zero, capacity = problem.tables, max(problem.zeros, default=0), problem.capacity_bytes
 
     def kept(c: MeshCandidate) -> bool:
@@ -69,23 +77,25 @@ def resume(result: SearchResult, constraints: Constraints, *,
         queue.forced_zero, queue.zero3_bound = dict(done.forced_zero), dict(done.zero3_bound)
         queue.makespan, queue.zero_floors = dict(done.makespan), dict(done.zero_floors)
     level = TABLE_BOUND if again else RUN_BOUND
-    queue.heap.extend((b, o, level, c) for b, o, c in done.revisit if kept(c))
+    queue.heap.extend((b, o, level, c) for b, o, c in done.dominated if kept(c))
+    # Offloading plans are set aside only where offload is no longer allowed (`again`): no
+    # bound is kept by queue order then, so new orders past the finished search's do. They
+    # are queued under 0 and bounded from their table bound on their first pop: a plan's
+    # value bounds its mesh only where the plan is the mesh's best in this space, which the
+    # narrower search's seed need not be.
+    fresh = iter(range(done.total, done.total + len(done.ranked)))
     for plan in done.ranked:
         if not kept(plan.candidate):
             continue
-        value = objective_value(plan, problem.objective)
-        if offload or plan.parallel.optimizer_offload_frac == 0:
+        if problem.constraints.allow_optimizer_offload or not plan.parallel.optimizer_offload_frac:
             queue.ranked.append(plan)
+            value = objective_value(plan, problem.objective)
             if value < queue.best_value:
                 queue.best, queue.best_value = plan, value
-        elif plan.candidate in done.visit_order:
-            queue.heap.append((value, done.visit_order[plan.candidate], level, plan.candidate))
+        else:
+            queue.heap.append((0.0, next(fresh), TABLE_BOUND, plan.candidate))
     heapq.heapify(queue.heap)
-    dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE
-    _branch_and_bound(problem, queue, [], deadline=deadline, dive_from=dive_from, watch=None,
-                      progress=None)
-    _state_what_is_unproven(queue, [])
-    return _result(problem, queue, list(result.world_sizes), time.perf_counter() - started)
+    return queue
 
 
 def _but_schedules(constraints: Constraints) -> Constraints:

@@ -58,13 +58,11 @@ class SearchQueue:
     unexamined: int = 0
     unenumerated: int = 0
     """Candidates the enumeration did not reach before the time limit."""
-    dominated: list[MeshCandidate] = field(default_factory=list)
-    revisit: list[tuple[float, int, MeshCandidate]] = field(default_factory=list)
-    """The dominated candidates (an evaluation proved every plan no better than the incumbent
-    of its time) with that proven bound as the objective's value and their queue order: what
-    a search of a subspace, whose incumbent may be worse, visits again (`solver.resume`)."""
-    visit_order: dict[MeshCandidate, int] = field(default_factory=dict)
-    """The queue order of each evaluated candidate (the key of the bounds kept below)."""
+    dominated: list[tuple[float, int, MeshCandidate]] = field(default_factory=list)
+    """The candidates an evaluation proved no better than the incumbent of its time, in
+    visit order, each with that proven bound as the objective's value and its queue order:
+    what a search of a subspace, whose incumbent may be worse, visits again
+    (`solver.resume`)."""
     forced_zero: dict[int, int] = field(default_factory=dict)
     zero3_bound: dict[int, float] = field(default_factory=dict)
     makespan: dict[int, float] = field(default_factory=dict)
