@@ -197,7 +197,7 @@ def test_groups_partition_the_ranks(tp: int, cp: int, dp: int, pp: int, ep_exp: 
 
 def test_meshes_are_kept_by_degrees_and_read_only() -> None:
     # Only the degrees decide a mesh: in one search, a configuration differing in ZeRO
-    # stage, schedule or recomputation gets the same (read-only) mesh instead of a 10 ms
+    # stage, schedule or recomputation gets the same (read-only) mesh instead of a
     # rebuild.
     import numpy as np
 
@@ -214,3 +214,49 @@ def test_meshes_are_kept_by_degrees_and_read_only() -> None:
     assert other is not first
     arrays = [a for a in first._members.values() if isinstance(a, np.ndarray)]
     assert arrays and not any(a.flags.writeable for a in arrays)
+
+
+def _counted(members: tuple[int, ...], gpus_per_node: int) -> tuple[int, int]:
+    """(nodes spanned, members on the fullest node) of one group, counted one by one."""
+    per_node: dict[int, int] = {}
+    for rank in members:
+        per_node[rank // gpus_per_node] = per_node.get(rank // gpus_per_node, 0) + 1
+    return len(per_node), max(per_node.values())
+
+
+@settings(max_examples=80, deadline=None)
+@given(tp=st.sampled_from([1, 2, 3, 4]), cp=st.sampled_from([1, 2]),
+       dp=st.sampled_from([1, 2, 3, 4, 6]), pp=st.sampled_from([1, 2, 3]),
+       gpus_per_node=st.sampled_from([1, 2, 3, 4, 6, 8]),
+       order=st.permutations(["tp", "cp", "ep", "dp", "pp"]))
+def test_each_groups_nodes_are_counted_member_by_member(tp: int, cp: int, dp: int, pp: int,
+                                                        gpus_per_node: int,
+                                                        order: list[str]) -> None:
+    # The spans and fullest nodes the mesh keeps per group (run lengths of node ids, all
+    # groups at once) are what counting each group's members gives, on any rank order and
+    # node size, and every kind's placement is its widest group's.
+    world = tp * cp * dp * pp
+    if world % gpus_per_node:
+        return
+    mesh = build_mesh(ParallelConfig(tp=tp, cp=cp, dp=dp, pp=pp), gpus_per_node=gpus_per_node,
+                      num_nodes=world // gpus_per_node, order="-".join(order))
+    for kind in (GroupKind.TP, GroupKind.CP, GroupKind.DP, GroupKind.PP, GroupKind.DP_CP):
+        groups = mesh.groups(kind)
+        assert all(list(g.members) == sorted(g.members) for g in groups)
+        counted = [_counted(g.members, gpus_per_node) for g in groups]
+        assert [(g.num_nodes, g.ranks_per_node) for g in groups] == counted
+        widest = max(range(len(groups)), key=lambda i: (counted[i][0], -i))
+        place = mesh.placement(kind)
+        assert (place.max_nodes_spanned, place.ranks_per_node) == counted[widest]
+        assert place.all_intra_node == all(spans == 1 for spans, _ in counted)
+    if cp * dp > 1:
+        inner_size = cp if cp > 1 else dp
+        inner, outer = mesh.split_placement(GroupKind.DP_CP, inner_size)
+        rows = [g.members for g in mesh.groups(GroupKind.DP_CP)]
+        inner_rows = [row[i:i + inner_size] for row in rows
+                      for i in range(0, len(row), inner_size)]
+        outer_rows = [row[i::inner_size] for row in rows for i in range(inner_size)]
+        for place, split in ((inner, inner_rows), (outer, outer_rows)):
+            counted = [_counted(r, gpus_per_node) for r in split]
+            widest = max(range(len(split)), key=lambda i: (counted[i][0], -i))
+            assert (place.max_nodes_spanned, place.ranks_per_node) == counted[widest]
