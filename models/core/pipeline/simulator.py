@@ -18,6 +18,12 @@ indexed reads and a max; an unfinished output is +inf, so a blocked head is dete
 its start being infinite. A blocked rank registers on the one output it waits for and is
 woken when that output is written, so each op is visited a constant number of times.
 
+Waves. On a program of `WAVE_MIN_RANKS` ranks or more the first run advances every rank at
+once instead: each wave runs, on every rank whose head op has all its inputs written, that
+op (numpy over the ranks), and stops when a wave runs nothing. An op's start is the same
+maximum of the same sums as in the event loop, so the floats are the same; the op order it
+records is the waves' (`_wave_loop`).
+
 Replay. Whether a head is blocked depends only on which outputs have been written, never on
 the durations, so the order in which the event loop runs the ops is a property of the
 program. The first makespan of a program records it (as stretches of one rank's ops); later
@@ -95,6 +101,16 @@ class CompiledProgram:
 
 MAKESPAN_MEMO_SIZE = 1024
 """Makespans one compiled program keeps (`CompiledProgram.makespans`)."""
+
+WAVE_MIN_RANKS = 12
+"""Ranks from which a program's first run goes by waves (`_wave_loop`) rather than by the
+event loop. A wave costs about a dozen numpy calls whatever its width, and runs up to one op
+per rank; the event loop about 2 us per op. Measured on a 2-core x86 host (first run of a
+compiled program, makespan and recorded order; durations random per virtual stage, P2P
+latency 0.01): 1F1B on 8 ranks x 64 micro-batches 3.3 ms by the event loop and 2.7 ms by
+waves, interleaved 1F1B (4 chunks) on 8 ranks 5.4 and 7.7 ms, 1F1B on 16 ranks x 128 13.3
+and 7.6 ms, on 35 ranks x 256 51 and 8.7 ms, ZB-V on 32 ranks x 256 75 and 28 ms,
+interleaved 1F1B (4 chunks) on 32 ranks x 256 139 and 33 ms."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -234,10 +250,12 @@ def run(compiled: CompiledProgram, durations: FloatArray, *,
     if not (math.isfinite(p2p_latency_s) and p2p_latency_s >= 0.0):
         raise InvalidSpecError(f"p2p_latency_s={p2p_latency_s} must be finite and >= 0",
                                field="p2p_latency_s")
-    lat_prev = (compiled.cross_prev * p2p_latency_s).tolist()
-    lat_next = (compiled.cross_next * p2p_latency_s).tolist()
     offsets = compiled.offsets
     num_ranks = len(offsets) - 1
+    if num_ranks >= WAVE_MIN_RANKS:
+        return _wave_loop(compiled, durations, p2p_latency_s, record=record)
+    lat_prev = (compiled.cross_prev * p2p_latency_s).tolist()
+    lat_next = (compiled.cross_next * p2p_latency_s).tolist()
     ready = [math.inf] * compiled.num_slots
     ready[compiled.num_slots - 2] = 0.0
     start = [0.0] * len(durations)
@@ -304,6 +322,55 @@ def _event_loop(c: CompiledProgram, dur: list[float], lat_prev: list[float],
         heads[r], free[r] = u, t_free
         if u > first:
             segments.append((r, first, u))
+
+
+def _wave_loop(c: CompiledProgram, durations: FloatArray, p2p_latency_s: float, *,
+               record: bool) -> tuple[list[float], list[float]]:
+    """`run` by waves (`WAVE_MIN_RANKS`): in each wave every rank whose head op has all its
+    inputs written runs it, starting at the largest of its inputs' ready times (plus the
+    P2P latency from another rank) and its rank's free time, the event loop's arithmetic
+    on numpy arrays; outputs written in a wave are read from the next one. The order kept
+    with `record` lists each wave's ops by rank, one stretch per op.
+
+    Raises:
+        ScheduleDeadlockError: a wave runs nothing while some rank still has ops.
+    """
+    rank_of, d_prev, d_next, d_local, out_a, out_b = c.columns
+    lat_prev = c.cross_prev * p2p_latency_s
+    lat_next = c.cross_next * p2p_latency_s
+    bounds = np.asarray(c.offsets, dtype=np.int64)
+    heads, stops = bounds[:-1].copy(), bounds[1:]
+    free = np.zeros(stops.size)
+    ready = np.full(c.num_slots, math.inf)
+    ready[c.num_slots - 2] = 0.0
+    start = np.zeros(durations.size)
+    waves: list[IntArray] = []
+    active = (heads < stops).nonzero()[0]
+    while active.size:
+        u = heads[active]
+        t = np.maximum(ready[d_prev[u]] + lat_prev[u], ready[d_next[u]] + lat_next[u])
+        np.maximum(t, ready[d_local[u]], out=t)
+        runs = t != math.inf
+        if not runs.all():
+            if not runs.any():
+                raise _deadlock(c, active.tolist(), heads.tolist())
+            u, t, ranks = u[runs], t[runs], active[runs]
+        else:
+            ranks = active
+        np.maximum(t, free[ranks], out=t)
+        start[u] = t
+        t += durations[u]
+        ready[out_a[u]] = t
+        ready[out_b[u]] = t
+        free[ranks] = t
+        heads[ranks] += 1
+        waves.append(u)
+        active = active[heads[active] < stops[active]]
+    if record and not c.segments and waves:
+        order = np.concatenate(waves)
+        c.segments.append(np.stack([rank_of[order], order, order + 1], axis=1)
+                          .astype(np.int32))
+    return start.tolist(), free.tolist()
 
 
 def _replay(order: VisitOrder, durations: FloatArray, p2p_latency_s: float,
@@ -412,6 +479,7 @@ def _check_counts(program: PipelineProgram, *, has_f: BoolArray, has_b: BoolArra
 
 __all__ = [
     "MAKESPAN_MEMO_SIZE",
+    "WAVE_MIN_RANKS",
     "CompiledProgram",
     "OrderArray",
     "ScheduleDeadlockError",

@@ -95,7 +95,10 @@ def test_deadlock_is_reported_with_the_stuck_ops() -> None:
     assert stuck == ["rank 0: BW1.0 (op 1 of its list)", "rank 1: F1.1 (op 0 of its list)"]
 
 
-def test_w_before_its_b_on_the_same_rank_is_a_deadlock() -> None:
+@pytest.mark.parametrize("wave_min_ranks", [1, 10**9], ids=["waves", "event loop"])
+def test_w_before_its_b_on_the_same_rank_is_a_deadlock(
+        wave_min_ranks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(simulator, "WAVE_MIN_RANKS", wave_min_ranks)
     builder = _two_rank_program([(F, 0, 0), (W, 0, 0), (B, 0, 0)],
                                 [(F, 0, 1), (BW, 0, 1)])
     with pytest.raises(ScheduleDeadlockError, match="W0.0"):
@@ -378,3 +381,48 @@ def test_a_deadlocked_program_records_no_order_and_still_reports() -> None:
         with pytest.raises(ScheduleDeadlockError):
             simulate_makespan(compiled, UNIT)
     assert not compiled.segments and not compiled.visit
+
+
+WAVE_SHAPES = [*REPLAY_SHAPES, (S.ONE_F_ONE_B, 16, 40, 1), (S.INTERLEAVED_1F1B, 12, 24, 2),
+               (S.ZBV, 12, 30, 2), (S.DUALPIPE, 12, 24, 1)]
+
+
+@pytest.mark.parametrize(("schedule", "p", "m", "v"), WAVE_SHAPES,
+                         ids=lambda x: str(getattr(x, "value", x)))
+def test_waves_start_every_op_when_the_event_loop_does_to_the_bit(
+        schedule: S, p: int, m: int, v: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first run by waves gives every op the event loop's start and every rank its free
+    time, float for float, on every schedule, with uneven stages and a P2P latency; the
+    order it records replays to the same makespan."""
+    rng = np.random.default_rng(11)
+    program = generate_program(schedule, num_stages=p, num_micro_batches=m, num_chunks=v)
+    stages = program.placement.num_stages
+    for latency in (0.0, 0.07, 1.3):
+        durations = OpDurations(forward_s=tuple(rng.uniform(0.5, 2.0, stages)),
+                                backward_input_s=tuple(rng.uniform(0.5, 3.0, stages)),
+                                backward_weight_s=tuple(rng.uniform(0.0, 1.5, stages)))
+        runs = {}
+        for threshold in (1, 10**9):  # waves always, then the event loop always
+            monkeypatch.setattr(simulator, "WAVE_MIN_RANKS", threshold)
+            compiled = compile_program(program)
+            dur = simulator.op_durations(compiled, durations)
+            runs[threshold] = simulator.run(compiled, dur, p2p_latency_s=latency, record=True)
+            if threshold == 1:
+                replayed = simulator._replay(
+                    simulator._visit_order(compiled, compiled.segments[0]), dur, latency,
+                    compiled.num_slots, len(compiled.offsets) - 1)
+        assert runs[1] == runs[10**9]
+        assert replayed == runs[1][1]
+
+
+def test_waves_report_a_deadlock_with_the_event_loops_stuck_ops(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    builder = _two_rank_program([(F, 0, 0), (BW, 1, 0), (F, 1, 0), (BW, 0, 0)],
+                                [(F, 1, 1), (BW, 1, 1), (F, 0, 1), (BW, 0, 1)], m=2)
+    compiled = compile_program(builder.build(schedule=None, chunks_per_stage_unit=1))
+    monkeypatch.setattr(simulator, "WAVE_MIN_RANKS", 1)
+    with pytest.raises(ScheduleDeadlockError) as caught:
+        simulate_makespan(compiled, UNIT)
+    stuck = caught.value.diagnostics["stuck_ops"]  # type: ignore[index]
+    assert stuck == ["rank 0: BW1.0 (op 1 of its list)", "rank 1: F1.1 (op 0 of its list)"]
+    assert not compiled.segments
