@@ -426,3 +426,37 @@ def test_waves_report_a_deadlock_with_the_event_loops_stuck_ops(
     stuck = caught.value.diagnostics["stuck_ops"]  # type: ignore[index]
     assert stuck == ["rank 0: BW1.0 (op 1 of its list)", "rank 1: F1.1 (op 0 of its list)"]
     assert not compiled.segments
+
+
+@pytest.mark.parametrize(("schedule", "p", "m", "v"), WAVE_SHAPES,
+                         ids=lambda x: str(getattr(x, "value", x)))
+def test_a_wave_replay_gives_the_op_by_op_replays_makespan_to_the_bit(
+        schedule: S, p: int, m: int, v: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An order the waves recorded replays a wave at a time to the floats of the op-by-op
+    replay and of a fresh first run, with new durations and latencies each time, also on a
+    program compiled again and given that order."""
+    monkeypatch.setattr(simulator, "WAVE_MIN_RANKS", 1)
+    rng = np.random.default_rng(5)
+    program = generate_program(schedule, num_stages=p, num_micro_batches=m, num_chunks=v)
+    stages = program.placement.num_stages
+    by_waves, one_by_one = compile_program(program), compile_program(program)
+    trials = [OpDurations(forward_s=tuple(rng.uniform(0.5, 2.0, stages)),
+                          backward_input_s=tuple(rng.uniform(0.5, 3.0, stages)),
+                          backward_weight_s=tuple(rng.uniform(0.0, 1.5, stages)))
+              for _ in range(4)]
+    for width, compiled in ((1, by_waves), (10**9, one_by_one)):
+        monkeypatch.setattr(simulator, "WAVE_REPLAY_MIN_WIDTH", width)
+        simulate_makespan(compiled, trials[0], p2p_latency_s=0.2)  # the first run
+        assert compiled.segments[0].shape[1] == 4 and compiled.visit == []
+        simulate_makespan(compiled, trials[0], p2p_latency_s=0.3)  # a replay: its order
+    given = compile_program(program)
+    given.segments.append(by_waves.segments[0])
+    monkeypatch.setattr(simulator, "WAVE_REPLAY_MIN_WIDTH", 1)
+    for durations, latency in zip(trials[1:], (0.0, 0.05, 1.1), strict=True):
+        fresh = compile_program(program)
+        expected = simulate_makespan(fresh, durations, p2p_latency_s=latency)
+        assert simulate_makespan(by_waves, durations, p2p_latency_s=latency) == expected
+        assert simulate_makespan(given, durations, p2p_latency_s=latency) == expected
+        assert simulate_makespan(one_by_one, durations, p2p_latency_s=latency) == expected
+    assert by_waves.visit[0].waves is not None and given.visit[0].waves is not None
+    assert one_by_one.visit[0].waves is None
