@@ -1,8 +1,8 @@
 """The deterministic discrete-event core: run every rank's op list as soon as possible.
 
 Owns: `compile_program` (checks a program's invariants and turns it into integer-indexed
-dependency arrays, once per program), `run` (the event loop), `simulate_makespan` (the
-fast path the planner calls many times) and `ScheduleDeadlockError`. Must not: compute
+dependency arrays, once per program), `run` (the event loop, or waves on wide programs),
+`simulate_makespan` (the fast path the planner calls many times) and `ScheduleDeadlockError`. Must not: compute
 metrics beyond start times (see `metrics.py`) or choose an order.
 
 Semantics (reference Sec. 1.2-1.3). The head op of a rank's list starts at
@@ -33,7 +33,9 @@ makespans of the same program replay that order as one flat pass with no blockin
 the reads that cannot change a maximum (an op's same-rank prerequisite ended before the rank
 was free) and with the latency added once per output rather than once per read. A program
 compiled again from the same op lists may be given the order recorded before
-(`VisitOrder.segments`) and replay from its first makespan.
+(`VisitOrder.segments`) and replay from its first makespan. An order the waves recorded
+keeps each op's wave; where the waves are wide (`WAVE_REPLAY_MIN_WIDTH`), the replay runs
+a wave at a time in numpy (`_wave_replay`), the same arithmetic again.
 """
 
 import math
