@@ -2,8 +2,9 @@
 
 Owns: `compile_program` (checks a program's invariants and turns it into integer-indexed
 dependency arrays, once per program), `run` (the event loop, or waves on wide programs),
-`simulate_makespan` (the fast path the planner calls many times) and `ScheduleDeadlockError`. Must not: compute
-metrics beyond start times (see `metrics.py`) or choose an order.
+`simulate_makespan` (the fast path the planner calls many times) and
+`ScheduleDeadlockError`. Must not: compute metrics beyond start times (see `metrics.py`) or
+choose an order.
 
 Semantics (reference Sec. 1.2-1.3). The head op of a rank's list starts at
 max(rank free time, end of each dependency + latency) and runs without pre-emption.
