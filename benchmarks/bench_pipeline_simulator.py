@@ -106,8 +106,9 @@ def main() -> None:
         print(_row(*case))
     print("\ngen+sim = generate + simulate with timeline, bubbles and activation peaks; "
           "first = makespan only on a compiled program's first run (event loop, or waves "
-          "from WAVE_MIN_RANKS ranks; order recorded); replay = makespan only, later runs (the recorded order), each with new "
-          f"durations; replay+lat = the same with a P2P latency of {REPLAY_LATENCY_S} s")
+          "from WAVE_MIN_RANKS ranks; order recorded); replay = makespan only, later runs "
+          "(the recorded order), each with new durations; replay+lat = the same with a P2P "
+          f"latency of {REPLAY_LATENCY_S} s")
 
 
 if __name__ == "__main__":
