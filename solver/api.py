@@ -124,7 +124,7 @@ def _plan(request: PlanRequest, progress: Progress | None, deadline: float) -> P
     result = seeded.result
     notes = cost_model_notes(resolved.notes, cluster)
     limits = search_limits(spec, request.training, cluster, constraints, request.objective)
-    notes.append(space_note(limits))
+    notes.append(space_note(limits, result.status, result.stats.gap))
     stats = _stats(result).model_copy(update={
         "space": limits, "seed_framework": seeded.framework,
         "seed_objective": seeded.seed_value, "incumbent_from_seed": seeded.from_seed,

@@ -49,7 +49,8 @@ returned as a ceiling on what the space reaches.
 Search: candidates are visited in increasing bound order; the first time the next bound is
 not below the incumbent, the incumbent is proven optimal under the cost model. While no plan is
 known past `NO_PLAN_DIVE_SHARE` of the time limit, candidates are evaluated as they come off
-the queue, without their tighter bounds. At the time
+the queue, without their tighter bounds (and where the listing itself lasts that long, the
+head of the queue so far after each candidate listed, until one plan is known). At the time
 limit the best plan so far is returned as feasible with the smallest unvisited bound as the
 proven bound. The limit is checked in the enumeration as well: candidates not reached by
 then are reported as not examined (no plan) or leave the bound unproven (a plan).
@@ -203,7 +204,12 @@ is evaluated as soon as it is taken from the queue, in table-bound order, withou
 bounds: those bounds only order and prune, so the search stays exact, and a plan with a
 proven gap is worth more than none when the limit falls. On DeepSeek-V3 at 32k tokens on 256
 H100 (51,052 candidates, about 7 s to list and bound on this 2-core machine) the tighter
-bounds of the first candidates had used up a 10 s limit before any evaluation."""
+bounds of the first candidates had used up a 10 s limit before any evaluation. The listing
+dives too (`_enqueue`): Kimi K2 at 32k tokens on 512 H100 lists 103,506 candidates in about
+6 s of this machine's time, most of the 7 s a 10 s limit gives its wide search
+(`solver.anytime`); on a slower minute the limit fell in the listing before any evaluation
+and the answer had no plan, where now it has the best of the candidates listed so far (with
+no proven bound)."""
 
 
 def _step_cutoff_s(best_value: float, c: MeshCandidate, objective: Objective,
@@ -258,7 +264,7 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
     # other objectives order candidates of every size against each other, so all are queued.
     pending = list(sizes) if objective == Objective.MIN_GPUS else []
     if not pending:
-        _enqueue(problem, queue, sizes, deadline)
+        _enqueue(problem, queue, sizes, deadline, dive_from=dive_from, progress=progress)
         if watch is not None and queue.heap:
             _report(watch, queue, queue.heap[0][0])
         if progress:
@@ -307,7 +313,7 @@ def _branch_and_bound(problem: SearchProblem, queue: SearchQueue, pending: list[
             if _size_floor(pending[0]) >= queue.best_value or queue.unenumerated:
                 break  # no larger size can beat the incumbent (or the clock ran out)
             world = pending.pop(0)
-            _enqueue(problem, queue, [world], deadline)
+            _enqueue(problem, queue, [world], deadline, dive_from=dive_from, progress=progress)
             if progress:
                 progress(f"{world} GPUs listed: {queue.total} candidates so far, "
                          f"{len(queue.heap)} queued")
@@ -321,15 +327,11 @@ def _branch_and_bound(problem: SearchProblem, queue: SearchQueue, pending: list[
             else:
                 queue.unexamined = len(queue.heap) + len(pending)
             break
-        heapq.heappop(queue.heap)
         if queue.best is None and level < RUN_BOUND and time.perf_counter() >= dive_from:
-            # No plan yet and half the time gone: evaluate in bound order at once, past the
-            # head rank's memory floor (below the simulated level it is not yet applied).
-            if level >= SIMULATED_BOUND or not tightening.pruned_by_head_rank(problem, queue, c):
-                _visit(problem, queue, order, c, progress)
-                if watch is not None:
-                    _report(watch, queue, lower)
+            if _dive(problem, queue, progress) and watch is not None:
+                _report(watch, queue, lower)
             continue
+        heapq.heappop(queue.heap)
         if level < SIMULATED_BOUND:
             tightening.tighten(problem, queue, lower, order, level, c)
             continue
@@ -342,6 +344,17 @@ def _branch_and_bound(problem: SearchProblem, queue: SearchQueue, pending: list[
         _visit(problem, queue, order, c, progress)
         if watch is not None:
             _report(watch, queue, lower)
+
+
+def _dive(problem: SearchProblem, queue: SearchQueue, progress: Progress | None) -> bool:
+    """No plan yet and `NO_PLAN_DIVE_SHARE` of the time gone: take the queue's head and
+    evaluate it at once, without its tighter bounds, past the head rank's memory floor
+    (below the simulated level it is not yet applied). Whether it was evaluated."""
+    _, order, level, c = heapq.heappop(queue.heap)
+    if level < SIMULATED_BOUND and tightening.pruned_by_head_rank(problem, queue, c):
+        return False
+    _visit(problem, queue, order, c, progress)
+    return True
 
 
 def _state_what_is_unproven(queue: SearchQueue, pending: list[int]) -> None:
@@ -376,16 +389,18 @@ def _size_floor(world: int) -> float:
     return world * MIN_GPUS_WEIGHT
 
 
-def _enqueue(problem: SearchProblem, queue: SearchQueue, sizes: list[int], deadline: float) -> None:
+def _enqueue(problem: SearchProblem, queue: SearchQueue, sizes: list[int], deadline: float,
+             *, dive_from: float = math.inf, progress: Progress | None = None) -> None:
     """Queue every candidate of the given world sizes that passes the memory bound and the
     throughput target's bounds, by its table time bound; at `deadline` the rest of the
     current world size is counted as not enumerated (and later world sizes are not listed).
+    Past `dive_from` with no plan known, the queue's head is evaluated after each candidate
+    (`_dive`) until one plan is (`NO_PLAN_DIVE_SHARE`).
 
     A world size whose peak throughput (`solver.throughput_bound.peak_tokens_per_s`) is
     below the target is skipped whole: no plan on it can reach the target."""
     tables, cluster = problem.tables, problem.cluster
     capacity = cluster.capacity_bytes
-    target = problem.constraints.target_tokens_per_s
     for world in sizes:
         cancel.check()
         if queue.unenumerated or time.perf_counter() >= deadline:
@@ -393,13 +408,8 @@ def _enqueue(problem: SearchProblem, queue: SearchQueue, sizes: list[int], deadl
                 queue.unenumerated = 1
                 queue.total += 1
             break
-        if target is not None:
-            peak = peak_tokens_per_s(problem.spec, cluster,
-                                     sequence_length=problem.training.sequence_length,
-                                     gpus=world)
-            if peak < target:
-                queue.reach_bound = max(queue.reach_bound, peak)
-                continue
+        if _below_target(problem, queue, world):
+            continue
         meshes = candidate_meshes(problem.spec, problem.training, world_size=world,
                                   gpus_per_node=cluster.gpus_per_node,
                                   constraints=problem.constraints, deadline=deadline)
@@ -410,10 +420,13 @@ def _enqueue(problem: SearchProblem, queue: SearchQueue, sizes: list[int], deadl
         exceeds the capacity (the bound never falls as the micro-batch grows, so every
         larger one is pruned without computing it)."""
         for index, c in enumerate(meshes):
-            if time.perf_counter() >= deadline:
+            now = time.perf_counter()
+            if now >= deadline:
                 queue.unenumerated = len(meshes) - index + cut
                 queue.total += queue.unenumerated
                 break
+            if queue.best is None and queue.heap and now >= dive_from:
+                _dive(problem, queue, progress)
             if not admits_mesh(problem.spec, problem.training, c, problem.targets):
                 continue  # no framework of the target runs this mesh
             queue.total += 1
@@ -432,6 +445,20 @@ def _enqueue(problem: SearchProblem, queue: SearchQueue, sizes: list[int], deadl
         if cut and not queue.unenumerated:
             queue.unenumerated = cut
             queue.total += cut
+
+
+def _below_target(problem: SearchProblem, queue: SearchQueue, world: int) -> bool:
+    """Whether the peak throughput of `world` GPUs is below the throughput target (then
+    kept as what the space can reach)."""
+    target = problem.constraints.target_tokens_per_s
+    if target is None:
+        return False
+    peak = peak_tokens_per_s(problem.spec, problem.cluster,
+                             sequence_length=problem.training.sequence_length, gpus=world)
+    if peak < target:
+        queue.reach_bound = max(queue.reach_bound, peak)
+        return True
+    return False
 
 
 def _push(problem: SearchProblem, queue: SearchQueue, c: MeshCandidate, memory: int) -> None:

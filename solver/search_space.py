@@ -9,7 +9,7 @@ change the limits (it reads the same constants).
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.plan import SearchLimit
+from api_schemas.plan import PlanStatus, SearchLimit
 from api_schemas.requests import Constraints, Objective
 from api_schemas.training import TrainingSpec
 from models.core.layer_kinds import has_routed_experts
@@ -98,13 +98,23 @@ def search_limits(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
     return out
 
 
-def space_note(limits: list[SearchLimit]) -> str:
-    """One sentence saying over which space the answer is optimal."""
+def space_note(limits: list[SearchLimit], status: PlanStatus, gap: float | None) -> str:
+    """One sentence saying over which space the answer was searched and what it proves
+    there: optimal, within a proven gap (the time limit cut the search), or nothing (the
+    limit fell while the candidates were still being listed, so no bound covers the rest)."""
     partial = [limit.name for limit in limits if not limit.complete]
-    if not partial:
-        return "Optimal over the complete space."
-    return ("Optimal over the stated space (solver.space); ranges limited: "
-            + ", ".join(partial) + ".")
+    space = ("the complete space" if not partial else
+             "the stated space (solver.space); ranges limited: " + ", ".join(partial))
+    if status == PlanStatus.OPTIMAL:
+        return f"Optimal over {space}."
+    if status == PlanStatus.FEASIBLE and gap is not None:
+        return (f"Not proven optimal: the time limit cut the search; the plan is within "
+                f"{gap:.1%} of the proven bound over {space}.")
+    if status == PlanStatus.FEASIBLE:
+        return ("Not proven optimal: the time limit fell while the candidates were still "
+                "being listed, so no bound is proven (raise solver.time_limit_s); the best "
+                f"plan found over {space}.")
+    return f"Searched over {space}."
 
 
 __all__ = ["search_limits", "space_note"]

@@ -1,5 +1,6 @@
 """The planner's bounds are lower bounds of the value they stand for."""
 
+import math
 import random
 from typing import Any
 
@@ -790,7 +791,9 @@ def test_a_search_diving_for_its_first_plan_skips_what_the_head_rank_refutes(
     candidates in table-bound order but still passes each through the head rank's memory
     floor first: at 32k tokens the fastest table bounds belong to meshes whose head rank
     overflows. No evaluated candidate is one the floor refutes, some are refuted before
-    the first evaluation, and the optimum is the one found without diving."""
+    the first evaluation once the whole queue is listed (the listing's own dive, which
+    evaluates the first candidates as they are listed, kept out), and the optimum is the one
+    found without diving, with the listing's dive or without."""
     from api_schemas import Objective, SolverLimits
     from solver import planner, tightening
     from solver.search_state import SearchProblem
@@ -822,20 +825,29 @@ def test_a_search_diving_for_its_first_plan_skips_what_the_head_rank_refutes(
     monkeypatch.setattr(tightening, "_rank_memory_rules_out", recorded_rule)
     monkeypatch.setattr(planner, "evaluate_for_targets", recorded_evaluation)
 
-    def run(share: float) -> planner.SearchResult:
+    listing = planner._enqueue
+
+    def listing_without_dive(*args: Any, **kwargs: Any) -> None:
+        listing(*args, **{**kwargs, "dive_from": math.inf})
+
+    def run(share: float, listing_dives: bool = True) -> planner.SearchResult:
         monkeypatch.setattr(planner, "NO_PLAN_DIVE_SHARE", share)
+        monkeypatch.setattr(planner, "_enqueue",
+                            listing if listing_dives else listing_without_dive)
         events.clear()
         return planner.search(spec, training, cluster, constraints=Constraints(),
                               objective=Objective.THROUGHPUT,
                               limits=SolverLimits(time_limit_s=120))
 
-    diving = run(0.0)
+    diving = run(0.0, listing_dives=False)
     first = [what for what, _ in events].index("evaluated")
     assert ("refuted" in [what for what, _ in events[:first]]), events[:5]
+    listed_diving = run(0.0)
     calm = run(1.0)
-    assert diving.status == calm.status == "optimal"
-    assert diving.best is not None and calm.best is not None
-    assert diving.best.estimate.step_time_s == calm.best.estimate.step_time_s
+    assert diving.status == listed_diving.status == calm.status == "optimal"
+    assert diving.best is not None and calm.best is not None and listed_diving.best is not None
+    assert (diving.best.estimate.step_time_s == listed_diving.best.estimate.step_time_s
+            == calm.best.estimate.step_time_s)
 
 
 def test_the_rank_memory_bound_reads_each_frameworks_own_least_storing_policy() -> None:

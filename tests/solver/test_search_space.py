@@ -49,3 +49,23 @@ def test_a_pinned_range_is_complete_and_can_beat_the_default_space() -> None:
     assert pinned.solver is not None and default.time is not None and pinned.time is not None
     assert {limit.name: limit for limit in pinned.solver.space}["micro_batch_size"].complete
     assert pinned.time.step_time_s <= default.time.step_time_s
+
+
+def test_the_space_note_claims_optimality_only_for_a_proven_optimum() -> None:
+    from api_schemas import PlanStatus
+    from api_schemas.plan import SearchLimit
+    from solver.search_space import space_note
+
+    complete = [SearchLimit(name="micro_batch_size", searched="every divisor", complete=True)]
+    limited = [*complete, SearchLimit(name="vpp", searched="2..8", complete=False)]
+    assert space_note(complete, PlanStatus.OPTIMAL, 0.0) == "Optimal over the complete space."
+    assert space_note(limited, PlanStatus.OPTIMAL, 0.0).endswith("ranges limited: vpp.")
+    cut = space_note(limited, PlanStatus.FEASIBLE, 0.0412)
+    assert cut.startswith("Not proven optimal") and "within 4.1% of the proven bound" in cut
+    unlisted = space_note(complete, PlanStatus.FEASIBLE, None)
+    assert "no bound is proven" in unlisted and "Optimal" not in unlisted
+    for status in (PlanStatus.INFEASIBLE, PlanStatus.UNKNOWN):
+        assert space_note(limited, status, None).startswith("Searched over the stated space")
+    response = plan(GPT2)
+    assert response.status == PlanStatus.OPTIMAL
+    assert any(note.startswith("Optimal over the") for note in response.explanation.notes)

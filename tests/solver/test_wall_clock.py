@@ -15,6 +15,7 @@ from api_schemas import (
     Constraints,
     ModelPreset,
     PlanRequest,
+    PlanResponse,
     PlanStatus,
     SolverLimits,
     TrainingSpec,
@@ -140,6 +141,29 @@ def test_relaxations_of_an_infeasible_request_stop_at_the_limit(clock: FakeClock
 
 TIGHTEN_S = 0.05
 """Fake seconds one tightening of a candidate's bound takes."""
+QUEUE_S = 0.01
+"""Fake seconds queuing one listed candidate takes (its table bounds)."""
+
+
+def _one_search_diving_at(share: float, clock: FakeClock, monkeypatch: pytest.MonkeyPatch,
+                          module: object, name: str, seconds: float, limit: float
+                          ) -> tuple[PlanResponse, list[float], list[float]]:
+    """Plan `_request(limit)` with `module.name` booking `seconds` of fake time per call and
+    the dive from `share` of the limit, as one search: no narrower seeding search before it
+    (`solver.anytime`, whose own dive comes at half its share of the limit). Returns the
+    answer, when each such call and each evaluation started."""
+    real = getattr(module, name)
+
+    def timed(*args: object) -> None:
+        clock.book(name, seconds)
+        real(*args)
+
+    monkeypatch.setattr(module, name, timed)
+    monkeypatch.setattr(planner, "NO_PLAN_DIVE_SHARE", share)
+    monkeypatch.setattr(anytime, "is_wide", lambda framework: False)
+    response = api.plan(_request(limit))
+    return (response, [at for what, at, _ in clock.started if what == name],
+            [at for what, at, _ in clock.started if what == "evaluation"])
 
 
 @pytest.mark.parametrize("dive_share", [planner.NO_PLAN_DIVE_SHARE, 1.0])
@@ -149,21 +173,9 @@ def test_a_search_without_a_plan_at_half_its_limit_evaluates_at_once(
     # ahead of the first evaluation (at least seven): past half the limit the search
     # evaluates candidates in table-bound order and answers with a plan and its gap; never
     # diving (share 1), it has evaluated nothing when the limit falls.
-    real_tighten = tightening.tighten
-
-    def timed_tighten(*args: object) -> None:
-        clock.book("tighten", TIGHTEN_S)
-        real_tighten(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(tightening, "tighten", timed_tighten)
-    monkeypatch.setattr(planner, "NO_PLAN_DIVE_SHARE", dive_share)
-    # One search's dive is under test: no narrower seeding search before it
-    # (`solver.anytime`, whose own dive comes at half its share of the limit).
-    monkeypatch.setattr(anytime, "is_wide", lambda framework: False)
     limit = 0.3
-    response = api.plan(_request(limit))
-    evaluations = [at for what, at, _ in clock.started if what == "evaluation"]
-    tightenings = [at for what, at, _ in clock.started if what == "tighten"]
+    response, tightenings, evaluations = _one_search_diving_at(
+        dive_share, clock, monkeypatch, tightening, "tighten", TIGHTEN_S, limit)
     assert tightenings and tightenings[0] < START + limit / 2
     if dive_share < 1.0:
         assert evaluations and min(evaluations) >= START + limit * dive_share - 1e-9
@@ -172,3 +184,29 @@ def test_a_search_without_a_plan_at_half_its_limit_evaluates_at_once(
     else:
         assert not evaluations
         assert response.status == PlanStatus.UNKNOWN
+
+
+@pytest.mark.parametrize("dive_share", [planner.NO_PLAN_DIVE_SHARE, 1.0])
+def test_a_listing_that_outlasts_the_limit_still_answers_with_a_plan(
+        clock: FakeClock, monkeypatch: pytest.MonkeyPatch, dive_share: float) -> None:
+    # Queuing costs fake time here and the request lists 96 candidates, so the limit falls
+    # in the listing. Past half the limit the head of the queue so far is evaluated, and the
+    # listing goes on once a plan is known: the answer is that plan, with no proven bound
+    # (the rest was never listed). Never diving (share 1), nothing is evaluated and the
+    # answer has no plan.
+    limit = 0.6
+    searched_until = api._search_deadline(_request(limit), START + limit)
+    response, queued, evaluations = _one_search_diving_at(
+        dive_share, clock, monkeypatch, planner, "_push", QUEUE_S, limit)
+    assert response.solver is not None
+    assert len(queued) < 96
+    if dive_share < 1.0:
+        first = min(evaluations)
+        assert START + (searched_until - START) * dive_share - 1e-9 <= first < max(queued)
+        assert response.status == PlanStatus.FEASIBLE
+        assert response.parallel is not None and response.solver.gap is None
+        assert response.solver.unexamined == 0
+    else:
+        assert not evaluations
+        assert response.status == PlanStatus.UNKNOWN
+        assert response.solver.unexamined == 96
