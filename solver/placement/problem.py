@@ -346,8 +346,10 @@ def balanced_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacit
     needs at least one foreign expert: a rank without deficit has bound 0, one with a
     deficit that hosts a single replica has bound 1. Only ranks with a deficit hosting two
     or more are counted (one by one up to `FEW_COUNTED_RANKS` in a layer planned alone,
-    else `_needy_bounds` on those ranks, or `layer_lower_bounds` on the layers that hold
-    such ranks); on the random skews no rank is, on the tight construction one.
+    else `_needy_bounds` on those ranks; over several layers, all together in
+    `_counted_rank_bounds` while they average at most `FEW_COUNTED_RANKS` a layer that has
+    any, else `layer_lower_bounds` on the layers that hold such ranks); on the random skews
+    no rank is, on the tight construction one.
     """
     short = capacity[:, None] - home_loads  # the deficit where positive
     needy = short > 0
@@ -364,10 +366,32 @@ def balanced_lower_bounds(expert_tokens: IntArray, home_loads: IntArray, capacit
         return bounds
     if not counted.any():
         return bounds
-    some = np.flatnonzero(counted.any(axis=1))
+    with_counted = counted.any(axis=1)
+    layer, rank = counted.nonzero()
+    if layer.size <= FEW_COUNTED_RANKS * int(np.count_nonzero(with_counted)):
+        bounds[layer, rank] = _counted_rank_bounds(expert_tokens, short, layer, rank, m)
+        return bounds
+    some = np.flatnonzero(with_counted)
     full = layer_lower_bounds(expert_tokens[some], home_loads[some], capacity[some], m)
     bounds[some] = full
     return bounds
+
+
+def _counted_rank_bounds(expert_tokens: IntArray, short: IntArray, layer: IntArray,
+                         rank: IntArray, m: int) -> IntArray:
+    """`_one_rank_bound` of each (layer, rank) pair at once: each pair's row of the layer's
+    expert tokens [E] with the rank's own experts zeroed, sorted, summed from the largest;
+    the bound is one more than the prefixes short of the deficit. The zeros sort last and
+    never reach it: a deficit is at most S*K, which the other ranks' tokens cover. On the
+    tight construction in every layer of a batch (one such rank a layer) this replaces
+    `layer_lower_bounds` on all of them."""
+    pairs = layer.size
+    rows = expert_tokens[layer]  # [pairs, E], a copy
+    rows.reshape(pairs, short.shape[1], m)[np.arange(pairs), rank] = 0
+    rows.sort(axis=1)
+    reached = rows[:, ::-1].cumsum(axis=1)
+    out: IntArray = np.count_nonzero(reached < short[layer, rank][:, None], axis=1) + 1
+    return out
 
 
 def _covered_by_one_expert(expert_tokens: IntArray, deficit: IntArray,
