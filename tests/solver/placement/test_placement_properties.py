@@ -213,6 +213,35 @@ def test_bounds_from_a_balanced_plans_replicas_match_brute_force(
             assert np.array_equal(one[0], expected[x])
 
 
+def test_a_needy_ranks_own_large_expert_never_counts_toward_its_bound() -> None:
+    """Rank 0 (E=16, R=4, capacity 16) keeps one expert of 8 tokens and lacks 8; every
+    foreign expert holds 5 or 4, so it needs two of them. Its own expert, larger than any
+    foreign one, would cover the deficit in one if it were counted. Planned alone and in a
+    batch of layers (where each rank needing two or more is bounded in one pass), the
+    bound is the brute force's 2."""
+    totals = [8, 0, 0, 0] + [5] * 8 + [4] * 4
+    counts = np.zeros((4, 16), dtype=np.int64)
+    for e, tokens in enumerate(totals):  # spread over the sources, then rows evened to 16
+        for t in range(tokens):
+            counts[(e + t) % 4, e] += 1
+    while counts.sum(axis=1).max() > 16:
+        rich, poor = int(counts.sum(axis=1).argmax()), int(counts.sum(axis=1).argmin())
+        e = int(np.flatnonzero(counts[rich])[0])
+        counts[rich, e] -= 1
+        counts[poor, e] += 1
+    assert counts.sum(axis=1).tolist() == [16] * 4
+    assert brute_force_bounds(counts)[0] == 2
+    layers = np.stack([counts, counts, counts])
+    batch = placement_layers(layers, top_k=1)
+    hosted = np.array([[2, 0, 0, 0]] * 3)
+    got = balanced_lower_bounds(batch.expert_tokens, batch.home_loads, batch.capacity, 4,
+                                hosted)
+    assert got[:, 0].tolist() == [2, 2, 2]
+    for res in plan_constructive_layers(layers, top_k=1):
+        assert res.lower_bound_per_rank.tolist() == brute_force_bounds(counts)
+        check_placement(res, counts)
+
+
 def test_tight_layers_keep_the_tight_bound_in_one_call() -> None:
     """The tight construction of Kimi K3 Appendix E, as every layer of a batch."""
     s = tight_tokens_per_rank(num_experts=256, num_ranks=64, top_k=8, at_least=512)
