@@ -105,9 +105,6 @@ def tighten(problem: SearchProblem, queue: SearchQueue, lower: float, order: int
             if gathered > lower:
                 heapq.heappush(queue.heap, (gathered, order, ZERO3_BOUND, c))
                 return
-    # Before the simulation: the head's rank overflowing under every plan ends the candidate.
-    if pruned_by_head_rank(problem, queue, c):
-        return
     # Second, tighter bound (one simulation, no policy search): re-queue by it.
     try:
         makespan = plain_makespan_bound(problem.spec, problem.bound_training, problem.cluster, c,
