@@ -8,7 +8,7 @@ rejected candidates. Must not: search or choose the plan shown (`solver.api`,
 
 from api_schemas.architecture import ModelSpec
 from api_schemas.hardware import ClusterSpec
-from api_schemas.plan import Alternative, PredictedRange
+from api_schemas.plan import Alternative, PlanStatus, PredictedRange
 from api_schemas.requests import PlanRequest
 from api_schemas.training import TrainingSpec
 from models.core.layer_kinds import has_routed_experts
@@ -41,7 +41,8 @@ def plan_alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: Se
                        peak_bytes=other.ledger.peak_bytes, fits=True,
                        delta_frac=other.estimate.step_time_s / best.estimate.step_time_s - 1.0,
                        why_not=(why_not(best, other, cluster) if other is not optimum else
-                                _optimum_why(spec, training, optimum)),
+                                _optimum_why(spec, training, optimum,
+                                             proven=result.status == PlanStatus.OPTIMAL)),
                        predicted_range=range_of(cluster, moe=moe,
                                                 world_size=other.parallel.world_size,
                                                 step_time_s=other.estimate.step_time_s,
@@ -58,12 +59,15 @@ def plan_alternatives(best: ScoredPlan, runners_up: list[ScoredPlan], result: Se
     return out
 
 
-def _optimum_why(spec: ModelSpec, training: TrainingSpec, optimum: ScoredPlan) -> str:
-    """Why the objective optimum is not the plan shown (`solver.robust_choice.pick`)."""
+def _optimum_why(spec: ModelSpec, training: TrainingSpec, optimum: ScoredPlan, *,
+                 proven: bool) -> str:
+    """Why the objective optimum (`proven`; else the best plan a search cut by its time
+    limit found) is not the plan shown (`solver.robust_choice.pick`)."""
+    name = "the objective optimum" if proven else "the best plan found (not proven optimal)"
     if experimental_features(spec, training, optimum):
-        return ("the objective optimum; not shown because its experimental mechanisms do not "
+        return (f"{name}; not shown because its experimental mechanisms do not "
                 "win by more than the model's error band")
-    return ("the objective optimum; not shown because it wins by less than the model's error "
+    return (f"{name}; not shown because it wins by less than the model's error "
             "on the difference of two plans, and the plan shown keeps more memory free or uses "
             "fewer or more common mechanisms (robust_choice)")
 

@@ -167,7 +167,8 @@ def _answer(request: PlanRequest, spec: ModelSpec, cluster: ClusterSpec,
               *_common_candidates(request, constraints, spec, cluster, best,
                                   seeded.seed.best if seeded.seed is not None else None,
                                   _search_deadline(request, deadline), searched=result)]
-    robust = pick(best, scored, spec, request.training, cluster, objective=request.objective)
+    robust = pick(best, scored, spec, request.training, cluster, objective=request.objective,
+                  proven=result.status == PlanStatus.OPTIMAL)
     optimum = best
     if robust.shown is not best:
         training = robust.shown.training or request.training

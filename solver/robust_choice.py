@@ -242,10 +242,13 @@ def _tied(anchor: ScoredPlan, distinct: Sequence[ScoredPlan], spec: ModelSpec,
 
 
 def pick(optimum: ScoredPlan, others: Sequence[ScoredPlan], spec: ModelSpec,
-         training: TrainingSpec, cluster: ClusterSpec, *, objective: Objective) -> Pick:
+         training: TrainingSpec, cluster: ClusterSpec, *, objective: Objective,
+         proven: bool = True) -> Pick:
     """The plan to show among the objective optimum and the other scored plans `others`
     (see the module docstring); `others` may hold several plans of one mesh shape, of which
-    the best counts."""
+    the best counts. `proven`: whether the search proved `optimum` optimal; where it did
+    not (a search cut by its time limit), the text calls it the best plan found, not the
+    optimum (the report's field names stay those of the API contract)."""
     moe = has_routed_experts(spec)
     best_value = objective_value(optimum, objective)
     distinct = _distinct(optimum, others, objective)
@@ -275,7 +278,8 @@ def pick(optimum: ScoredPlan, others: Sequence[ScoredPlan], spec: ModelSpec,
         optimum_step_time_s=optimum.estimate.step_time_s,
         optimum_objective=best_value if math.isfinite(best_value) else None,
         delta_frac=max(0.0, delta), experimental=sorted(exotic),
-        text=(_text(optimum, anchor, chosen, tied, frac, pair, exotic, objective)
+        text=(_text(optimum, anchor, chosen, tied, frac, pair, exotic, objective,
+                    proven=proven)
               if scored else
               "least memory is not a step-time objective: the model's error band does not "
               "apply"))
@@ -299,13 +303,17 @@ def _listed(tied: Sequence[Traits], chosen: Traits, optimum: ScoredPlan,
 
 def _text(optimum: ScoredPlan, anchor: ScoredPlan, chosen: Traits, tied: list[Traits],
           frac: float | None, pair: float | None, exotic: dict[str, str],
-          objective: Objective) -> str:
+          objective: Objective, *, proven: bool) -> str:
+    """The report's sentence; it calls `optimum` the optimum only where the search proved
+    it (`proven`), the best plan found otherwise."""
+    best_name = "the optimum" if proven else "the best plan found"
     if frac is None:
         return "no error band backs the prediction: plans are compared by the model alone"
     width = f"{100 * frac:.0f}%"
     lead = ""
     if anchor is not optimum:
-        lead = (f"robust choice, not the objective optimum: the optimum "
+        lead = (f"robust choice, not {'the objective optimum' if proven else best_name}: "
+                f"{best_name} "
                 f"{describe_parallel(optimum.parallel)} uses {', '.join(sorted(exotic))} "
                 f"(experimental) and wins by {100 * relative_gap(optimum, anchor, objective):.1f}"
                 f"%, less than the model's error band ({width}); the best plan within the band "
@@ -314,7 +322,7 @@ def _text(optimum: ScoredPlan, anchor: ScoredPlan, chosen: Traits, tied: list[Tr
             return lead + f"shown{_ties(tied, pair)}"
         lead += f"{describe_parallel(anchor.parallel)}, and "
     if exotic and anchor is optimum:
-        return (f"the optimum uses {', '.join(sorted(exotic))} (experimental) and wins by more "
+        return (f"{best_name} uses {', '.join(sorted(exotic))} (experimental) and wins by more "
                 f"than the model's error band ({width}) over every scored plan without one")
     if pair is None or len(tied) < 2:
         return lead + (f"no other scored plan lies within the model's error band ({width})"

@@ -179,3 +179,35 @@ def test_a_tie_broken_toward_margin_keeps_the_fastest_plan_beside_it() -> None:
     assert optimum and "error on the difference of two plans" in optimum[0].why_not
     assert response.time is not None and robust.optimum_step_time_s is not None
     assert response.time.step_time_s > robust.optimum_step_time_s
+
+
+def test_a_search_cut_by_its_limit_never_calls_its_best_plan_the_optimum(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same search as above, its result marked as cut by the time limit (`feasible`,
+    with a gap): the robust choice and the alternative it reports name the plan the best
+    found, never the optimum."""
+    import dataclasses
+
+    import solver.api as api
+
+    searched = api.seeded_search
+
+    def cut_short(*args: object, **kwargs: object) -> object:
+        seeded = searched(*args, **kwargs)  # type: ignore[arg-type]
+        stats = dataclasses.replace(seeded.result.stats, gap=0.05)
+        return dataclasses.replace(seeded, result=dataclasses.replace(
+            seeded.result, status=PlanStatus.FEASIBLE, stats=stats))
+
+    monkeypatch.setattr(api, "seeded_search", cut_short)
+    response = plan(_request(None))
+    robust = response.robust_choice
+    assert response.status == PlanStatus.FEASIBLE
+    assert robust is not None and robust.picked == "robust"
+    assert "Robust choice, not the best plan found: the best plan found" in (
+        response.explanation.summary)
+    assert "optimum" not in robust.text
+    named = [a.why_not for a in response.alternatives if a.why_not
+             and a.why_not.startswith("the best plan found (not proven optimal)")]
+    assert named
+    assert not any(a.why_not and "objective optimum" in a.why_not
+                   for a in response.alternatives)
