@@ -278,7 +278,7 @@ def pick(optimum: ScoredPlan, others: Sequence[ScoredPlan], spec: ModelSpec,
         optimum_step_time_s=optimum.estimate.step_time_s,
         optimum_objective=best_value if math.isfinite(best_value) else None,
         delta_frac=max(0.0, delta), experimental=sorted(exotic),
-        text=(_text(optimum, anchor, chosen, tied, frac, pair, exotic, objective,
+        text=(_text(optimum, anchor, chosen, tied, (frac, pair), exotic, objective,
                     proven=proven)
               if scored else
               "least memory is not a step-time objective: the model's error band does not "
@@ -302,10 +302,12 @@ def _listed(tied: Sequence[Traits], chosen: Traits, optimum: ScoredPlan,
 
 
 def _text(optimum: ScoredPlan, anchor: ScoredPlan, chosen: Traits, tied: list[Traits],
-          frac: float | None, pair: float | None, exotic: dict[str, str],
+          bands: tuple[float | None, float | None], exotic: dict[str, str],
           objective: Objective, *, proven: bool) -> str:
-    """The report's sentence; it calls `optimum` the optimum only where the search proved
-    it (`proven`), the best plan found otherwise."""
+    """The report's sentence, given the bands (the absolute and the pairwise one); it calls
+    `optimum` the optimum only where the search proved it (`proven`), the best plan found
+    otherwise."""
+    frac, pair = bands
     best_name = "the optimum" if proven else "the best plan found"
     if frac is None:
         return "no error band backs the prediction: plans are compared by the model alone"
