@@ -338,7 +338,8 @@ def _branch_and_bound(problem: SearchProblem, queue: SearchQueue, pending: list[
         # The head rank's memory floor waits for the simulated bound: a candidate whose
         # simulated bound stays above the optimum never comes back to pay for it.
         if level == SIMULATED_BOUND and (
-                tightening.pruned_by_head_rank(problem, queue, c)
+                tightening.add_variants_bound(problem, queue, lower, order, c)
+                or tightening.pruned_by_head_rank(problem, queue, c)
                 or tightening.add_tail_floor(problem, queue, lower, order, c,
                                              problem.variants(c))):
             continue

@@ -1,10 +1,12 @@
 """The bounds a queued candidate of `solver.planner`'s search is tightened through before
 its exact evaluation: the table bound with ZeRO-3's gathers where memory forces ZeRO-3, the
-simulated makespan bound, the head rank's memory floor, the per-ZeRO-stage step floors and
+simulated makespan bound, the same under each framework variant's recipe, the head rank's
+memory floor, the per-ZeRO-stage step floors and
 the simulated run of the plain stage times. Each only raises a lower bound or dismisses a
 candidate no plan of which fits or reaches the target, so the search stays exact.
 
-Owns: `tighten`, `pruned_by_head_rank`, `add_tail_floor`, `add_run_floor`, `zero3_bound_s`
+Owns: `tighten`, `add_variants_bound`, `pruned_by_head_rank`, `add_tail_floor`,
+`add_run_floor`, `zero3_bound_s`
 and the thresholds that decide when a floor is worth its cost. Must not: evaluate a
 candidate, hold the search's loop (`solver.planner`) or define the bounds themselves
 (`solver.bounds`, `solver.candidate_eval`, `models.core.step_time.bounds`).
@@ -15,6 +17,9 @@ import math
 
 from api_schemas.parallel import ParallelConfig, RecomputeMode
 from api_schemas.requests import Constraints, Objective
+from api_schemas.training import TrainingSpec
+from models.core.layer_kinds import has_routed_experts
+from models.core.runtime_features import effective_features
 from models.core.step_time import simulation_units, step_time_floors_s
 from models.errors import InvalidSpecError
 from solver.bounds import BoundTables
@@ -119,6 +124,73 @@ def tighten(problem: SearchProblem, queue: SearchQueue, lower: float, order: int
     queue.makespan[order] = makespan
     tighter = rescale(step_s, c, problem.objective, problem.tokens)
     heapq.heappush(queue.heap, (max(lower, tighter), order, SIMULATED_BOUND, c))
+
+
+def variants_makespan_bound(problem: SearchProblem, c: MeshCandidate, *, zero_stage: int,
+                            above: float = -math.inf) -> float:
+    """`plain_makespan_bound` of the candidate under each distinct recipe of its framework
+    variants (`SearchProblem.variants`: the runtime features each variant decides), the
+    least of them; under the search's optimistic recipe (`SearchProblem.bound_training`)
+    where no variant runs the candidate (its evaluation then rejects it). Where a recipe's
+    bound is at most `above`, that bound is returned at once (the least is no larger).
+
+    Every plan the evaluation scores is one variant's plan under that variant's recipe
+    (`solver.targets.evaluate_for_targets`), so the least of the variants' bounds bounds
+    them all. It is often above the optimistic recipe's bound: that recipe turns on every
+    runtime feature some target offers, while no single framework may run them together.
+
+    Raises:
+        InvalidSpecError: as `plain_makespan_bound`.
+    """
+    recipes: list[TrainingSpec] = []
+    for variant in problem.variants(c):
+        if variant.training not in recipes:
+            recipes.append(variant.training)
+    if not recipes or problem.bound_training in recipes:
+        recipes = [problem.bound_training]  # no recipe's bound is below this one's
+    least = math.inf
+    for recipe in recipes:
+        least = min(least, plain_makespan_bound(problem.spec, recipe, problem.cluster, c,
+                                                zero_stage=zero_stage))
+        if least <= above:
+            break
+    return least
+
+
+def add_variants_bound(problem: SearchProblem, queue: SearchQueue, lower: float, order: int,
+                       c: MeshCandidate) -> bool:
+    """Once per candidate, when it comes back under its simulated bound: raise that bound to
+    the least over its variants' recipes (`variants_makespan_bound`) and re-queue the
+    candidate where the step floor it gives is above `lower` (True; also when the target
+    dismisses it). Computed only for a candidate the optimistic bound leaves in contention,
+    since it costs a bound per distinct recipe. False: go on."""
+    if order in queue.variant_bounded or order not in queue.makespan:
+        return False
+    queue.variant_bounded.add(order)
+    optimistic = _features_on(problem, c, problem.bound_training)
+    if any(_features_on(problem, c, v.training) == optimistic for v in problem.variants(c)):
+        return False  # a variant turns on what the optimistic recipe does: no gain
+    try:
+        makespan = variants_makespan_bound(problem, c, above=queue.makespan[order],
+                                           zero_stage=queue.forced_zero.get(order, 0))
+    except InvalidSpecError:
+        return False  # the evaluation rejects it with the reason
+    if makespan <= queue.makespan[order]:
+        return False
+    queue.makespan[order] = makespan
+    return requeue(problem, queue, makespan + problem.tables.wait_bound_s(c), lower, order,
+                   SIMULATED_BOUND, c)
+
+
+def _features_on(problem: SearchProblem, c: MeshCandidate,
+                 training: TrainingSpec) -> frozenset[str]:
+    """The runtime features `training` turns on for the candidate's mesh
+    (`models.core.runtime_features.effective_features`): two recipes alike in them time
+    alike wherever their other fields agree, which a variant's recipe and the optimistic
+    one do up to those features. Only used to skip a bound (keeping the looser one)."""
+    return frozenset(effective_features(training, moe=has_routed_experts(problem.spec),
+                                        tp=c.tp, dp=c.dp, ep=c.ep,
+                                        sequence_parallel=c.sequence_parallel))
 
 
 def pruned_by_head_rank(problem: SearchProblem, queue: SearchQueue, c: MeshCandidate) -> bool:
@@ -300,4 +372,5 @@ def _floor_parallel(problem: SearchProblem, c: MeshCandidate) -> ParallelConfig:
 
 
 __all__ = ["FLOOR_FROM_ZERO_STAGE", "RUN_BOUND_UNITS_PER_OPTION", "add_run_floor",
-           "add_tail_floor", "pruned_by_head_rank", "tighten", "zero3_bound_s"]
+           "add_tail_floor", "add_variants_bound", "pruned_by_head_rank", "tighten",
+           "variants_makespan_bound", "zero3_bound_s"]

@@ -987,3 +987,73 @@ def test_the_step_floor_holds_for_offloaded_optimizer_states_on_a_fast_host() ->
     floors = step_time_floors_s(spec, training, mesh, cluster, makespan_bounds_s={
         1: pipeline_makespan_bound(spec, training, mesh, cluster)})
     assert floors[1] <= offloaded.step_time_s * (1 + 1e-9) < plain.step_time_s
+
+
+def _deepseek_v3_problem() -> Any:
+    """The search inputs of the DeepSeek-V3 benchmark problem (2,048 H800, the FP8 recipe of
+    `benchmarks/bench_planner.py`), narrowed as `solver.plan` narrows them."""
+    from api_schemas import Objective
+    from solver.planner import _problem, hardware_constraints
+    from solver.targets import target_constraints
+
+    spec = model_preset("deepseek-v3")
+    cluster = cluster_preset("h800-sxm5-80gb", num_nodes=256)
+    training = TrainingSpec(global_batch_size=15360, sequence_length=4096, compute_dtype="fp8",
+                            optimizer="adamw", optimizer_state_dtype="bf16",
+                            moe_keep_expert_outputs=False)
+    constraints = target_constraints(hardware_constraints(Constraints(), cluster, training))
+    return _problem(spec, training, cluster, constraints, Objective.THROUGHPUT)
+
+
+def test_the_variants_bound_lies_between_the_optimistic_bound_and_every_plan() -> None:
+    """DeepSeek-V3 with EP 256: the optimistic recipe turns on runtime features that no
+    framework variant of the mesh runs together, so the least of the variants' own makespan
+    bounds is far above it, and still at most the makespan of the candidate's best plan
+    (one variant's plan under its own recipe)."""
+    from solver.candidate_eval import ScoredPlan
+    from solver.targets import evaluate_for_targets
+    from solver.tightening import variants_makespan_bound
+
+    problem = _deepseek_v3_problem()
+    checked = 0
+    for ep, vpp in ((256, 8), (128, 8), (256, 4)):
+        c = MeshCandidate(tp=2, pp=2, dp=512, cp=1, ep=ep, etp=1, vpp=vpp,
+                          micro_batch_size=3, num_micro_batches=10,
+                          schedule=PipelineSchedule.INTERLEAVED_1F1B, sequence_parallel=True)
+        optimistic = plain_makespan_bound(problem.spec, problem.bound_training,
+                                          problem.cluster, c)
+        variants = variants_makespan_bound(problem, c, zero_stage=0)
+        assert variants >= optimistic
+        if ep == 256:
+            assert variants > 1.2 * optimistic, (variants, optimistic)
+        result = evaluate_for_targets(problem.spec, problem.training, problem.cluster, c,
+                                      problem.constraints, variants=problem.variants(c))
+        if isinstance(result, ScoredPlan):
+            assert variants <= result.estimate.pipeline_makespan_s * (1 + 1e-9), c.key
+            checked += 1
+    assert checked >= 2
+
+
+def test_the_variants_bound_spares_evaluations_and_keeps_the_optimum(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The DeepSeek-V3 benchmark search with the variants' bound and without it: the same
+    optimal plan, fewer exact evaluations with it."""
+    from api_schemas import SolverLimits
+    from solver import planner, tightening
+
+    problem = _deepseek_v3_problem()
+
+    def run() -> SearchResult:
+        return planner.search(problem.spec, problem.training, problem.cluster,
+                              constraints=problem.constraints, objective=problem.objective,
+                              limits=SolverLimits(time_limit_s=120))
+
+    with_rule = run()
+    monkeypatch.setattr(tightening, "add_variants_bound", lambda *args: False)
+    without = run()
+    assert with_rule.status == without.status == "optimal"
+    assert with_rule.best is not None and without.best is not None
+    assert with_rule.best.parallel == without.best.parallel
+    assert with_rule.best.estimate.step_time_s == without.best.estimate.step_time_s
+    assert with_rule.stats.evaluated < 0.8 * without.stats.evaluated, (
+        with_rule.stats.evaluated, without.stats.evaluated)
