@@ -189,14 +189,14 @@ def placement_table(n: int, repeats: int, layers: int) -> None:
             f"{'none':>7}{'eplb+1':>8}{'eplb+m':>8}")
     print(head)
     print("-" * len(head))
-    targets: list[tuple[float, float, float]] = []
+    targets: list[tuple[str, float, float, float]] = []
     for e, r, k, s in CONFIGS:
         for skew in SKEWS:
             row = measure(e, r, k, s, skew, n, repeats, layers)
             med, p90 = np.median(row.times_ms), np.percentile(row.times_ms, 90)
             batch, seq = float(np.median(row.batch_ms)), float(np.median(row.seq_ms))
-            if (e, r, k) == (256, 64, 8) and skew.kind == SkewKind.UNIFORM:
-                targets.append((med, seq, batch))
+            if (e, r, k) == (256, 64, 8):
+                targets.append((skew.label, med, seq, batch))
             print(f"{f'E={e} R={r} K={k} S={s}':<22}{skew.label:<20}{med:>7.3f}{p90:>7.3f}"
                   f"{seq:>7.3f}{batch:>7.3f}{np.median(row.ref_times_ms):>7.3f}"
                   f"{np.median(row.eplb_ms):>8.3f}{np.median(row.columns_ms):>6.3f}"
@@ -221,11 +221,14 @@ def placement_table(n: int, repeats: int, layers: int) -> None:
     print("their source rank / all tokens; migr = tokens computed on a replica / all tokens;")
     print("none, eplb+1, eplb+m = max/mean rank load without redundancy, with EPLB and 1 or E/R")
     print("extra slots per rank (MoonEP: 1.000 by construction).")
-    for single, seq, batch in targets:
-        print(f"target at E=256 R=64 K=8 uniform, median per layer < {TARGET_MS} ms: single "
-              f"call {_judged(single)}, all layers in one call {_judged(batch)}; in turn, "
-              f"every result kept {_judged(seq)} (a caller's own loop: the kept results' new "
-              "memory is cache-cold)")
+    if targets:
+        print(f"target at E=256 R=64 K=8, every skew, median per layer < {TARGET_MS} ms "
+              "(the slowest skew of each column):")
+        for column, at in (("single call", 1), ("all layers in one call", 3),
+                           ("in turn, every result kept (a caller's own loop: the kept "
+                            "results' new memory is cache-cold)", 2)):
+            label, *_ = worst = max(targets, key=lambda t: t[at])
+            print(f"  {column}: {_judged(float(worst[at]))}, at {label}")
 
 
 def _judged(ms: float) -> str:
