@@ -335,15 +335,13 @@ def _branch_and_bound(problem: SearchProblem, queue: SearchQueue, pending: list[
         if level < SIMULATED_BOUND:
             tightening.tighten(problem, queue, lower, order, level, c)
             continue
-        # The head rank's memory floor waits for the simulated bound: a candidate whose
-        # simulated bound stays above the optimum never comes back to pay for it.
-        if level == SIMULATED_BOUND and (
-                tightening.add_variants_bound(problem, queue, lower, order, c)
-                or tightening.pruned_by_head_rank(problem, queue, c)
-                or tightening.add_tail_floor(problem, queue, lower, order, c,
-                                             problem.variants(c))):
+        if level == SIMULATED_BOUND and tightening.add_tail_floor(
+                problem, queue, lower, order, c,
+                problem.variants(c)):
             continue
         if level < RUN_BOUND and tightening.add_run_floor(problem, queue, lower, order, c):
+            continue
+        if tightening.add_variants_bound(problem, queue, lower, order, c):
             continue
         _visit(problem, queue, order, c, progress)
         if watch is not None:
@@ -353,10 +351,9 @@ def _branch_and_bound(problem: SearchProblem, queue: SearchQueue, pending: list[
 def _dive(problem: SearchProblem, queue: SearchQueue, progress: Progress | None) -> bool:
     """No plan yet and `NO_PLAN_DIVE_SHARE` of the time gone: take the queue's head and
     evaluate it at once, without its tighter bounds, past the head rank's memory floor
-    (applied when a candidate leaves the simulated level, so not yet at or below it).
-    Whether it was evaluated."""
+    (below the simulated level it is not yet applied). Whether it was evaluated."""
     _, order, level, c = heapq.heappop(queue.heap)
-    if level <= SIMULATED_BOUND and tightening.pruned_by_head_rank(problem, queue, c):
+    if level < SIMULATED_BOUND and tightening.pruned_by_head_rank(problem, queue, c):
         return False
     _visit(problem, queue, order, c, progress)
     return True

@@ -1,8 +1,8 @@
 """The bounds a queued candidate of `solver.planner`'s search is tightened through before
 its exact evaluation: the table bound with ZeRO-3's gathers where memory forces ZeRO-3, the
-simulated makespan bound, the same under each framework variant's recipe, the head rank's
-memory floor, the per-ZeRO-stage step floors and
-the simulated run of the plain stage times. Each only raises a lower bound or dismisses a
+simulated makespan bound, the head rank's memory floor, the per-ZeRO-stage step floors,
+the simulated run of the plain stage times and the makespan bound under each framework
+variant's own recipe. Each only raises a lower bound or dismisses a
 candidate no plan of which fits or reaches the target, so the search stays exact.
 
 Owns: `tighten`, `add_variants_bound`, `pruned_by_head_rank`, `add_tail_floor`,
@@ -110,6 +110,9 @@ def tighten(problem: SearchProblem, queue: SearchQueue, lower: float, order: int
             if gathered > lower:
                 heapq.heappush(queue.heap, (gathered, order, ZERO3_BOUND, c))
                 return
+    # Before the simulation: the head's rank overflowing under every plan ends the candidate.
+    if pruned_by_head_rank(problem, queue, c):
+        return
     # Second, tighter bound (one simulation, no policy search): re-queue by it.
     try:
         makespan = plain_makespan_bound(problem.spec, problem.bound_training, problem.cluster, c,
@@ -159,11 +162,14 @@ def variants_makespan_bound(problem: SearchProblem, c: MeshCandidate, *, zero_st
 
 def add_variants_bound(problem: SearchProblem, queue: SearchQueue, lower: float, order: int,
                        c: MeshCandidate) -> bool:
-    """Once per candidate, when it comes back under its simulated bound: raise that bound to
-    the least over its variants' recipes (`variants_makespan_bound`) and re-queue the
-    candidate where the step floor it gives is above `lower` (True; also when the target
-    dismisses it). Computed only for a candidate the optimistic bound leaves in contention,
-    since it costs a bound per distinct recipe. False: go on."""
+    """Once per candidate, just before its evaluation: raise its makespan bound to the least
+    over its variants' recipes (`variants_makespan_bound`) and re-queue the candidate where
+    the step floor it gives is above `lower` (True; also when the target dismisses it).
+    Taken last, for a candidate every other bound leaves in contention, since it costs a
+    bound per distinct recipe (the evaluation it may spare costs more). False: evaluate.
+
+    The step floors already held (`SearchQueue.zero_floors`, from the optimistic makespan)
+    stay as they are: each is still a lower bound."""
     if order in queue.variant_bounded or order not in queue.makespan:
         return False
     queue.variant_bounded.add(order)
@@ -179,7 +185,7 @@ def add_variants_bound(problem: SearchProblem, queue: SearchQueue, lower: float,
         return False
     queue.makespan[order] = makespan
     return requeue(problem, queue, makespan + problem.tables.wait_bound_s(c), lower, order,
-                   SIMULATED_BOUND, c)
+                   RUN_BOUND, c)
 
 
 def _features_on(problem: SearchProblem, c: MeshCandidate,
