@@ -23,8 +23,12 @@ each call). Process CPU time counts CP-SAT's worker threads, and the machine's
 load average is printed before and after: on a shared machine CPU time is steadier than
 wall time, but not immune to a busy host.
 
-Figures, each size searched on its own as `frontier` does (2-core shared host, load average
-3.0 before and 1.7 after, `--sizes --calls`): one plan 1.23 s CPU on the first call, 0.65 s
+Latest figures (the release after af966d4, 2-core host, load average about 1.0): one plan
+0.222 s CPU after a first call of 0.495 s; the sweep of 1-100 nodes 35.30 s CPU, 159 x one
+plan (af966d4 run just before: 36.14 s, 161 x); 90 sizes optimal and 10 infeasible in both.
+`docs/speed.md` keeps the history. An earlier release's figures, each size searched on its
+own as `frontier` does (2-core shared host, load average 3.0 before and 1.7 after,
+`--sizes --calls`): one plan 1.23 s CPU on the first call, 0.65 s
 after it; the sweep of 1-100 nodes 88.0 s CPU, 136 x one plan (the release before, run just
 before it on the same host: 80.4 s, 127 x); 90 sizes optimal, 10 infeasible (the odd node
 counts past 80 admit no mesh, since data parallelism must divide the 512 sequences and the
