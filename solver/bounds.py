@@ -434,7 +434,7 @@ class BoundTables:
         return least or 0
 
     def policy_memory_bound_bytes(self, parallel: ParallelConfig, c: MeshCandidate, *,
-                                  max_zero: int) -> int:
+                                  max_zero: int, training: TrainingSpec | None = None) -> int:
         """Lower bound of the mean over pipeline ranks of the peak GPU bytes of the
         candidate's plans with `parallel`'s activation policy (the candidate's mesh), at
         ZeRO stage `max_zero` or below: the averaged model states of `memory_bound_bytes`
@@ -443,8 +443,11 @@ class BoundTables:
         activations (`_head_share_bytes`). Above the capacity, no such plan
         fits: not on the busiest rank (at least the mean), nor with remote activation
         offload, which only moves bytes between the ranks (its verdict needs the mean
-        within the capacity, `models.core.remote_activations.fits_after_remote_offload`)."""
-        stored = stored_activation_floor_bytes(self.spec, self.memory_training, parallel)
+        within the capacity, `models.core.remote_activations.fits_after_remote_offload`).
+        `training`: the recipe the plans run (a framework variant's); the tables' memory
+        recipe when not given."""
+        stored = stored_activation_floor_bytes(self.spec, training or self.memory_training,
+                                               parallel)
         mean_stored = sum(stored) / len(stored) if stored else 0.0
         return int(self._mean_states_bytes(c, max_zero) + mean_stored
                    + self._head_share_bytes(c)) + RUNTIME_RESERVE_BYTES

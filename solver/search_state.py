@@ -67,9 +67,6 @@ class SearchQueue:
     zero3_bound: dict[int, float] = field(default_factory=dict)
     makespan: dict[int, float] = field(default_factory=dict)
     """The simulated makespan bound of each candidate that reached it."""
-    variant_bounded: set[int] = field(default_factory=set)
-    """The candidates whose makespan bound was taken over their variants' recipes, by
-    queue order (`solver.tightening.add_variants_bound`, once per candidate)."""
     zero_floors: dict[int, dict[int, float]] = field(default_factory=dict)
     """Per candidate, per allowed ZeRO stage: a lower bound of every plan's step time."""
     reach_bound: float = 0.0
