@@ -130,13 +130,15 @@ def tighten(problem: SearchProblem, queue: SearchQueue, lower: float, order: int
 
 
 def variants_makespan_bound(problem: SearchProblem, c: MeshCandidate, *, zero_stage: int,
-                            above: float = -math.inf) -> float:
+                            optimistic_s: float | None = None) -> float:
     """`plain_makespan_bound` of the candidate under each distinct recipe of its framework
     variants (`SearchProblem.variants`: the runtime features each variant decides) whose
-    memory may fit (`_recipe_may_fit`), the least of them; under the search's optimistic
-    recipe (`SearchProblem.bound_training`) where no variant runs the candidate (its
-    evaluation then rejects it); infinite where no recipe may fit. Where a recipe's bound is
-    at most `above`, that bound is returned at once (the least is no larger).
+    memory may fit (`_recipe_may_fit`), the least of them; infinite where no recipe may fit;
+    under the search's optimistic recipe (`SearchProblem.bound_training`) where no variant
+    runs the candidate (its evaluation then rejects it) or where a recipe that may fit turns
+    on the same features for the mesh (that bound is the least). `optimistic_s`: that
+    optimistic bound where the caller holds it (returned as is, not computed again); a
+    recipe's bound at most it ends the work at once (the least is no larger).
 
     Every plan the evaluation scores is one variant's plan under that variant's recipe
     (`solver.targets.evaluate_for_targets`), so the least of the bounds of the recipes that
@@ -151,10 +153,29 @@ def variants_makespan_bound(problem: SearchProblem, c: MeshCandidate, *, zero_st
     groups: dict[TrainingSpec, list[Variant]] = {}
     for variant in problem.variants(c):
         groups.setdefault(variant.training, []).append(variant)
-    recipes = [recipe for recipe, variants in groups.items()
-               if _recipe_may_fit(problem, c, recipe, variants)]
-    if not groups or problem.bound_training in recipes:
-        recipes = [problem.bound_training]  # no recipe's bound is below this one's
+    optimistic = _features_on(problem, c, problem.bound_training)
+    recipes: list[TrainingSpec] = []
+    for recipe, variants in groups.items():
+        features = _features_on(problem, c, recipe)
+        if not _recipe_may_fit(problem, c, features, variants):
+            continue
+        if features == optimistic:
+            groups = {}  # the optimistic recipe's bound is the least
+            break
+        recipes.append(recipe)
+    if not groups:
+        if optimistic_s is not None:
+            return optimistic_s
+        return plain_makespan_bound(problem.spec, problem.bound_training, problem.cluster, c,
+                                    zero_stage=zero_stage)
+    return _least_bound(problem, c, recipes, zero_stage=zero_stage,
+                        above=-math.inf if optimistic_s is None else optimistic_s)
+
+
+def _least_bound(problem: SearchProblem, c: MeshCandidate, recipes: list[TrainingSpec], *,
+                 zero_stage: int, above: float) -> float:
+    """The least `plain_makespan_bound` of the candidate over `recipes` (infinite for
+    none), the work ending at the first at most `above`."""
     least = math.inf
     for recipe in recipes:
         least = min(least, plain_makespan_bound(problem.spec, recipe, problem.cluster, c,
@@ -170,15 +191,16 @@ overlap's caps allow no full recomputation. Only a recipe turning one of them on
 memory read by `variants_makespan_bound` (a cost rule: a recipe kept is never wrong)."""
 
 
-def _recipe_may_fit(problem: SearchProblem, c: MeshCandidate, recipe: TrainingSpec,
+def _recipe_may_fit(problem: SearchProblem, c: MeshCandidate, features: frozenset[str],
                     variants: list[Variant]) -> bool:
-    """False where every variant running `recipe` overflows on the mean over pipeline ranks
-    under its own least-storing policy at its strongest ZeRO stage, the activations stored
-    as the recipe stores them (`BoundTables.policy_memory_bound_bytes`, the `_policy_floors`
-    test): no plan of it fits. Read only for a recipe that turns on a `MEMORY_FEATURES`
-    feature."""
-    if not _features_on(problem, c, recipe) & MEMORY_FEATURES:
+    """False where every variant running one recipe (`variants`, which turn on `features`,
+    `_features_on`) overflows on the mean over pipeline ranks under its own least-storing
+    policy at its strongest ZeRO stage, the activations stored as the recipe stores them
+    (`BoundTables.policy_memory_bound_bytes`, the `_policy_floors` test): no plan of it
+    fits. Read only for a recipe that turns on a `MEMORY_FEATURES` feature."""
+    if not features & MEMORY_FEATURES:
         return True
+    recipe = variants[0].training
     for v in variants:
         zeros = allowed_zero_stages(v.constraints)
         if not zeros:
@@ -213,12 +235,8 @@ def add_variants_bound(problem: SearchProblem, queue: SearchQueue, lower: float,
     stay as they are: each is still a lower bound."""
     if order not in queue.makespan:
         return False
-    optimistic = _features_on(problem, c, problem.bound_training)
-    if any(_features_on(problem, c, v.training) == optimistic
-           and _recipe_may_fit(problem, c, v.training, [v]) for v in problem.variants(c)):
-        return False  # a variant that may fit turns on what the optimistic recipe does
     try:
-        makespan = variants_makespan_bound(problem, c, above=queue.makespan[order],
+        makespan = variants_makespan_bound(problem, c, optimistic_s=queue.makespan[order],
                                            zero_stage=queue.forced_zero.get(order, 0))
     except InvalidSpecError:
         return False  # the evaluation rejects it with the reason
@@ -240,7 +258,8 @@ def _features_on(problem: SearchProblem, c: MeshCandidate,
     """The runtime features `training` turns on for the candidate's mesh
     (`models.core.runtime_features.effective_features`): two recipes alike in them time
     alike wherever their other fields agree, which a variant's recipe and the optimistic
-    one do up to those features. Only used to skip a bound (keeping the looser one)."""
+    one do up to those features. Used to skip a bound (keeping the optimistic one, never
+    larger) and to pick the recipes whose memory is read (`MEMORY_FEATURES`)."""
     return frozenset(effective_features(training, moe=has_routed_experts(problem.spec),
                                         tp=c.tp, dp=c.dp, ep=c.ep,
                                         sequence_parallel=c.sequence_parallel))

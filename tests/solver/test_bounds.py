@@ -1067,7 +1067,7 @@ def test_a_recipe_left_out_for_its_memory_has_no_plan_that_fits() -> None:
     variants the evaluation rejects, each of them for memory; some are left out."""
     from solver.outcomes import Rejection
     from solver.targets import evaluate_for_targets
-    from solver.tightening import _recipe_may_fit
+    from solver.tightening import _features_on, _recipe_may_fit
 
     problem = _deepseek_v3_problem()
     left_out = kept = 0
@@ -1084,7 +1084,7 @@ def test_a_recipe_left_out_for_its_memory_has_no_plan_that_fits() -> None:
             for v in problem.variants(c):
                 groups.setdefault(v.training, []).append(v)
             for recipe, variants in groups.items():
-                if _recipe_may_fit(problem, c, recipe, variants):
+                if _recipe_may_fit(problem, c, _features_on(problem, c, recipe), variants):
                     kept += 1
                     continue
                 left_out += 1
