@@ -36,19 +36,15 @@ from models.core.ledger_memo import LedgerMemo
 from models.core.memory import memory_ledger
 from models.core.step_time import estimate_step
 from models.errors import InvalidSpecError
-from solver.candidate import PlanCandidate
 from solver.candidate_eval import (
     Dominated,
     PolicyCaps,
     Rejection,
     ScoredPlan,
-    evaluate_unsettled,
-    evaluation_floor_s,
     layer_split_options,
     least_memory_candidate,
 )
 from solver.ladder import allowed_zero_stages
-from solver.outcomes import Unfit
 from solver.runtime_choice import (
     RUNTIME_NAMES,
     runs_bf16_optimizer,
@@ -58,6 +54,7 @@ from solver.runtime_choice import (
     with_bf16_optimizer,
 )
 from solver.space import MeshCandidate, permitted
+from solver.variant_race import Variant, best_over_variants
 
 ANY = "any"
 """The target that admits every feature the cost model knows."""
@@ -98,18 +95,6 @@ def target_constraints(constraints: Constraints) -> Constraints:
         and "remote_activation_offload" in runnable,
         "allow_optimizer_offload": constraints.allow_optimizer_offload
         and "optimizer_offload" in runnable})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Variant:
-    """One admitting framework's view of a candidate: its narrowed constraints and the
-    activation policies it can express (None: no restriction)."""
-
-    framework: str
-    constraints: Constraints
-    caps: PolicyCaps | None
-    training: TrainingSpec
-    """The recipe with the runtime features this variant decides (`solver.runtime_choice`)."""
 
 
 _MESH_ARGS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "schedule", "sequence_parallel",
@@ -411,9 +396,9 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
     recipe it was scored under (`ScoredPlan.training`). `variants`: the candidate's
     `candidate_variants` where the caller has them.
 
-    A variant is not evaluated where its result cannot change the answer
-    (`_cannot_matter`), and a variant's memory rejection reads its ledger only where it is
-    the answer (`Unfit`)."""
+    The race between the variants (which are evaluated, in which order, and which result
+    stands) is `solver.variant_race.best_over_variants`'s; a variant's memory rejection
+    reads its ledger only where it is the answer (`Unfit`)."""
     if variants is None:
         variants = candidate_variants(spec, training, candidate, constraints)
     if not variants:
@@ -421,57 +406,9 @@ def evaluate_for_targets(spec: ModelSpec, training: TrainingSpec, cluster: Clust
                          "mesh and schedule")
     if least_memory:
         return _least_memory(spec, cluster, candidate, variants)
-    best: ScoredPlan | None = None
-    other: Rejection | Dominated | Unfit | None = None
-    unfit: list[Rejection | Unfit] = []
-    cutoff = step_cutoff_s
-    for variant in variants:
-        recipe = variant.training
-        cand = PlanCandidate.of(spec, recipe, cluster, candidate, variant.constraints,
-                                variant.caps,
-                                None if memo is None else memo.for_recipe(spec, recipe))
-        held = other if best is None and isinstance(other, Dominated) else None
-        if (best is not None or held is not None) and _cannot_matter(
-                cand, held, step_cutoff_s=cutoff, zero3_bound_s=zero3_bound_s,
-                zero_floors_s=zero_floors_s):
-            continue
-        result = evaluate_unsettled(cand, step_cutoff_s=cutoff, zero3_bound_s=zero3_bound_s,
-                                    zero_floors_s=zero_floors_s)
-        if isinstance(result, ScoredPlan):
-            result = dataclasses.replace(result, training=recipe)
-            if best is None or _key(result, False) < _key(best, False):
-                best = result
-                cutoff = min(cutoff, result.estimate.step_time_s)
-        elif other is None or (isinstance(result, Dominated) and (
-                not isinstance(other, Dominated) or result.bound_s < other.bound_s)):
-            # A fitting variant (Dominated) outranks a rejection; of two, the lower bound
-            # holds for both.
-            other = result
-        if isinstance(result, Rejection | Unfit):
-            unfit.append(result)
-    if best is not None:
-        return best
-    assert other is not None
-    return other if isinstance(other, Dominated) else _closest_rejection(unfit)
-
-
-def _closest_rejection(rejected: list[Rejection | Unfit]) -> Rejection:
-    """Of the variants' rejections, the one nearest a plan (least GPU or host excess; a
-    rejection by a rule ranks after every one by memory), the first on ties."""
-    found = [r.rejection() if isinstance(r, Unfit) else r for r in rejected]
-    return min(found, key=lambda r: (r.stage is None, r.excess_bytes))
-
-
-def _cannot_matter(cand: PlanCandidate, held: Dominated | None, *, step_cutoff_s: float,
-                   zero3_bound_s: float, zero_floors_s: Mapping[int, float] | None) -> bool:
-    """Whether a variant's evaluation cannot change `evaluate_for_targets`'s answer, given
-    the best plan so far (`held` None) or, without one, the fitting variant of the least
-    bound so far (`held`): its `evaluation_floor_s` reaches the cutoff, so it gives no plan,
-    and `held`'s bound, so no `Dominated` of a lower bound (a rejection is outranked by
-    either)."""
-    floor_s = evaluation_floor_s(cand, step_cutoff_s=step_cutoff_s,
-                                 zero3_bound_s=zero3_bound_s, zero_floors_s=zero_floors_s)
-    return floor_s >= step_cutoff_s and (held is None or held.bound_s <= floor_s)
+    return best_over_variants(spec, cluster, candidate, variants, step_cutoff_s=step_cutoff_s,
+                              zero3_bound_s=zero3_bound_s, zero_floors_s=zero_floors_s,
+                              memo=memo)
 
 
 def _least_memory(spec: ModelSpec, cluster: ClusterSpec, candidate: MeshCandidate,
