@@ -36,25 +36,29 @@ was free) and with the latency added once per output rather than once per read. 
 compiled again from the same op lists may be given the order recorded before
 (`VisitOrder.segments`) and replay from its first makespan. An order the waves recorded
 keeps each op's wave; where the waves are wide (`WAVE_REPLAY_MIN_WIDTH`), the replay runs
-a wave at a time in numpy (`_wave_replay`), the same arithmetic again.
+a wave at a time in numpy, the same arithmetic again. The passes themselves are
+`models.core.pipeline.replay`'s (without P2P latency, on one copy of the ready times).
 """
 
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
 from models.core.pipeline.costs import OpDurations
 from models.core.pipeline.ops import OpKind, PipelineProgram
+from models.core.pipeline.replay import (
+    BoolArray,
+    FloatArray,
+    IntArray,
+    OrderArray,
+    VisitOrder,
+    visit_order,
+)
+from models.core.pipeline.replay import replay as _replay
+from models.core.pipeline.replay import replay_local as _replay_local
+from models.core.pipeline.replay import wave_replay as _wave_replay
 from models.errors import InvalidSpecError
-
-IntArray = npt.NDArray[np.int64]
-OrderArray = npt.NDArray[np.int32]
-"""A recorded op order as (rank, first row, stop row) stretches, one row each; an order the
-waves recorded (`_wave_loop`) has one op per stretch and a fourth column, its wave."""
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 class ScheduleDeadlockError(InvalidSpecError):
@@ -108,13 +112,13 @@ MAKESPAN_MEMO_SIZE = 1024
 
 WAVE_REPLAY_MIN_WIDTH = 20
 """Ops per wave, on average, from which an order the waves recorded is replayed a wave at a
-time (`_wave_replay`) rather than op by op (`_replay`). Measured on a 2-core x86 host (best
-of five replays with new durations and a P2P latency; ops per wave in brackets): 1F1B on 16
-ranks x 128 micro-batches (14.3) 1.9 ms op by op, 2.3 ms by waves; DualPipeV on 16 ranks
-(14.8) 0.8 and 1.0 ms; interleaved 1F1B (4 chunks) on 16 ranks (15.1) 3.1 and 2.6 ms; 1F1B
-on 21 ranks (18.2) 1.5 and 1.5 ms; ZB-H1 on 24 ranks (22.6) 2.4 and 2.0 ms; 1F1B on 35
-ranks x 256 (30.9) 10.5 and 5.0 ms; ZB-V on 32 ranks (31.4) 14.7 and 8.1 ms; interleaved
-1F1B (4 chunks) on 32 ranks x 256 (31.1) 26.6 and 10.9 ms."""
+time (`replay.wave_replay`) rather than op by op (`replay.replay`). Measured on a 2-core
+x86 host (best of five replays with new durations and a P2P latency; ops per wave in
+brackets): 1F1B on 16 ranks x 128 micro-batches (14.3) 1.9 ms op by op, 2.3 ms by waves;
+DualPipeV on 16 ranks (14.8) 0.8 and 1.0 ms; interleaved 1F1B (4 chunks) on 16 ranks (15.1)
+3.1 and 2.6 ms; 1F1B on 21 ranks (18.2) 1.5 and 1.5 ms; ZB-H1 on 24 ranks (22.6) 2.4 and 2.0
+ms; 1F1B on 35 ranks x 256 (30.9) 10.5 and 5.0 ms; ZB-V on 32 ranks (31.4) 14.7 and 8.1 ms;
+interleaved 1F1B (4 chunks) on 32 ranks x 256 (31.1) 26.6 and 10.9 ms."""
 
 WAVE_MIN_RANKS = 12
 """Ranks from which a program's first run goes by waves (`_wave_loop`) rather than by the
@@ -127,57 +131,13 @@ and 7.6 ms, on 35 ranks x 256 51 and 8.7 ms, ZB-V on 32 ranks x 256 75 and 28 ms
 interleaved 1F1B (4 chunks) on 32 ranks x 256 139 and 33 ms."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
-class VisitOrder:
-    """The order in which the event loop ran a program's ops, as flat columns.
-
-    `columns` holds seven lists, the i-th entry of each for the i-th op run: its rank, its
-    forward-input slot, its input-gradient slot, its two output slots, and the same two
-    plus `num_slots`. A dependency on another rank reads its slot plus `num_slots`:
-    `_replay` keeps a second copy of the ready times with the P2P latency already added, so
-    that an op's start is two reads and a max (`op_index` maps each op back to the
-    program's row, to permute durations). The same-rank prerequisite (F for B, B for W) is
-    left out: the rank ran it earlier in its own list, so it ended no later than the rank's
-    free time, which the start already takes. Lists rather than a tuple per op: one
-    conversion per column, and the replay's `zip` reuses its tuple."""
-
-    op_index: IntArray
-    columns: list[list[int]]
-    segments: OrderArray
-    """The stretches the order was built from, as an array: a program compiled again from
-    the same op lists may be given them (`CompiledProgram.segments`) and replay at once."""
-    waves: list[tuple[int, int, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray,
-                      IntArray]] | None = None
-    """For an order recorded by waves whose waves average `WAVE_REPLAY_MIN_WIDTH` ops or
-    more: per wave, its first and stop position in the order and the seven columns of its
-    ops as arrays (`_wave_replay` runs a wave in numpy; `columns` is then left empty)."""
-
-
-def _visit_order(c: "CompiledProgram",
+def _visit_order(c: CompiledProgram,
                  segments: list[tuple[int, int, int]] | OrderArray) -> VisitOrder:
     """The flat op order of `segments` ((rank, first row, stop row) as the loop ran them,
-    with the wave of each where the waves recorded it)."""
-    given = np.asarray(segments, dtype=np.int64)
-    wave_of = given[:, 3] if given.ndim == 2 and given.shape[1] == 4 else None
-    bounds = given[:, :3] if wave_of is not None else given.reshape(-1, 3)
-    lengths = bounds[:, 2] - bounds[:, 1]
-    # Row k of the order is segment i's first row plus k's offset within that segment.
-    shift = bounds[:, 1] - (np.cumsum(lengths) - lengths)
-    index = np.repeat(shift, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
-    rank, dep_prev, dep_next, _, out_a, out_b = c.columns[:, index]
-    slots = c.num_slots
-    columns = np.stack([rank, dep_prev + slots * c.cross_prev[index],
-                        dep_next + slots * c.cross_next[index], out_a, out_b,
-                        out_a + slots, out_b + slots])
-    kept = given.astype(np.int32) if wave_of is not None else bounds.astype(np.int32)
-    if wave_of is None or index.size < WAVE_REPLAY_MIN_WIDTH * (int(wave_of[-1]) + 1):
-        return VisitOrder(op_index=index, columns=columns.tolist(), segments=kept)
-    # One op per stretch, in wave order: a wave's ops are a run of the order.
-    edges = np.flatnonzero(np.diff(wave_of)) + 1
-    starts = [0, *edges.tolist()]
-    stops = [*edges.tolist(), index.size]
-    waves = [(lo, hi, *columns[:, lo:hi]) for lo, hi in zip(starts, stops, strict=True)]
-    return VisitOrder(op_index=index, columns=[], segments=kept, waves=waves)
+    with the wave of each where the waves recorded it), replayed a wave at a time where its
+    waves average `WAVE_REPLAY_MIN_WIDTH` ops or more (`models.core.pipeline.replay`)."""
+    return visit_order(c.columns, c.cross_prev, c.cross_next, num_slots=c.num_slots,
+                       segments=segments, wave_min_width=WAVE_REPLAY_MIN_WIDTH)
 
 
 def compile_program(program: PipelineProgram) -> CompiledProgram:
@@ -403,61 +363,6 @@ def _wave_loop(c: CompiledProgram, durations: FloatArray, p2p_latency_s: float, 
     return start.tolist(), free.tolist()
 
 
-def _replay(order: VisitOrder, durations: FloatArray, p2p_latency_s: float,
-            num_slots: int, num_ranks: int) -> list[float]:
-    """Each rank's finish time, running the ops in a recorded order (`VisitOrder`): the
-    event loop's arithmetic without its blocking checks, which that order never needs.
-
-    The ready times are kept twice: as written (read on the same rank) and plus the P2P
-    latency (read across ranks), each sum the same float the event loop forms when it reads
-    an output from another rank."""
-    ready = [math.inf] * (2 * num_slots)
-    ready[num_slots - 2] = 0.0
-    free = [0.0] * num_ranks
-    for r, d_prev, d_next, a, b, a_far, b_far, dur in zip(
-            *order.columns, durations[order.op_index].tolist(), strict=True):
-        t = ready[d_prev]
-        x = ready[d_next]
-        if x > t:
-            t = x
-        x = free[r]
-        if x > t:
-            t = x
-        t += dur
-        free[r] = t
-        ready[a] = t
-        ready[b] = t
-        x = t + p2p_latency_s
-        ready[a_far] = x
-        ready[b_far] = x
-    return free
-
-
-def _wave_replay(order: VisitOrder, durations: FloatArray, p2p_latency_s: float,
-                 num_slots: int, num_ranks: int) -> list[float]:
-    """`_replay` a wave at a time (`VisitOrder.waves`): every op of a wave reads only
-    outputs of earlier waves and its rank's free time, so a wave is one maximum of the same
-    values per op, then the same sums, over numpy arrays."""
-    assert order.waves is not None
-    ready = np.full(2 * num_slots, math.inf)
-    ready[num_slots - 2] = 0.0
-    free = np.zeros(num_ranks)
-    dur = durations[order.op_index]
-    maximum = np.maximum
-    for lo, hi, r, d_prev, d_next, a, b, a_far, b_far in order.waves:
-        t = maximum(ready[d_prev], ready[d_next])
-        maximum(t, free[r], out=t)
-        t += dur[lo:hi]
-        free[r] = t
-        ready[a] = t
-        ready[b] = t
-        t += p2p_latency_s
-        ready[a_far] = t
-        ready[b_far] = t
-    out: list[float] = free.tolist()
-    return out
-
-
 def simulate_makespan(compiled: CompiledProgram, durations: OpDurations, *,
                       p2p_latency_s: float = 0.0) -> float:
     """Makespan only (no timeline or metrics): for callers that simulate many times.
@@ -474,8 +379,13 @@ def simulate_makespan(compiled: CompiledProgram, durations: OpDurations, *,
         if not compiled.visit:
             compiled.visit.append(_visit_order(compiled, compiled.segments[0]))
         order = compiled.visit[0]
-        free = (_wave_replay if order.waves is not None else _replay)(
-            order, dur, p2p_latency_s, compiled.num_slots, len(compiled.offsets) - 1)
+        ranks = len(compiled.offsets) - 1
+        if order.waves is not None:
+            free = _wave_replay(order, dur, p2p_latency_s, compiled.num_slots, ranks)
+        elif p2p_latency_s == 0.0:
+            free = _replay_local(order, dur, compiled.num_slots, ranks)
+        else:
+            free = _replay(order, dur, p2p_latency_s, compiled.num_slots, ranks)
     else:
         _, free = run(compiled, dur, p2p_latency_s=p2p_latency_s, record=True)
     makespan = max(free) if free else 0.0
