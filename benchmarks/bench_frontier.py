@@ -23,9 +23,11 @@ each call). Process CPU time counts CP-SAT's worker threads, and the machine's
 load average is printed before and after: on a shared machine CPU time is steadier than
 wall time, but not immune to a busy host.
 
-Latest figures (the release after af966d4, 2-core host, load average about 1.0): one plan
-0.222 s CPU after a first call of 0.495 s; the sweep of 1-100 nodes 35.30 s CPU, 159 x one
-plan (af966d4 run just before: 36.14 s, 161 x); 90 sizes optimal and 10 infeasible in both.
+Latest figures (the release after ed80c01, 2-core host, load average about 1.0): one plan
+0.232 s CPU after a first call of 0.542 s; the sweep of 1-100 nodes 37.62 s CPU, 162 x one
+plan (d3bbe3c run just before: 37.72 s, 141 x of its 0.268 s one plan, the host's swing);
+90 sizes optimal and 10 infeasible in both. The release after af966d4 on another day's host:
+35.30 s, 159 x one plan of 0.222 s (af966d4: 36.14 s, 161 x).
 `docs/speed.md` keeps the history. An earlier release's figures, each size searched on its
 own as `frontier` does (2-core shared host, load average 3.0 before and 1.7 after,
 `--sizes --calls`): one plan 1.23 s CPU on the first call, 0.65 s
