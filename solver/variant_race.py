@@ -4,8 +4,8 @@ which order, under which cutoff, and which result stands.
 Owns: the variant record (`Variant`, built by `solver.targets.candidate_variants`) and the
 race between a candidate's variants (`best_over_variants`). Each variant is
 evaluated under the cutoff lowered by the plans found before it; the fastest plan wins and
-of equally fast plans the earlier variant's (so the order of evaluation never changes the
-answer, `_Race.cutoff_for`); a variant is skipped where its result cannot change the answer
+of equally fast plans the earlier variant's (so the order of evaluation never changes which
+plan wins, `_Race.cutoff_for`); a variant is skipped where its result cannot change the answer
 (`cannot_matter`); and a variant whose recipe differs from a later one's only by a runtime
 feature that frees memory at no time cost (`freed_memory_pairs`) is evaluated after that
 later one, and only where the later one leaves it something to decide. Without a plan the
