@@ -18,8 +18,7 @@ import math
 from api_schemas.parallel import ParallelConfig, RecomputeMode
 from api_schemas.requests import Constraints, Objective
 from api_schemas.training import TrainingSpec
-from models.core.layer_kinds import has_routed_experts
-from models.core.runtime_features import DEEPEP, OVERLAP_EP_COMM, effective_features
+from models.core.runtime_features import DEEPEP, OVERLAP_EP_COMM
 from models.core.step_time import simulation_units, step_time_floors_s
 from models.errors import InvalidSpecError
 from solver.bounds import BoundTables
@@ -34,6 +33,7 @@ from solver.candidate_eval import (
     storage_options,
 )
 from solver.policy import max_offload_share
+from solver.runtime_choice import runtime_feature_set
 from solver.search_state import (
     FLOOR_BOUND,
     RUN_BOUND,
@@ -153,23 +153,32 @@ def variants_makespan_bound(problem: SearchProblem, c: MeshCandidate, *, zero_st
     groups: dict[TrainingSpec, list[Variant]] = {}
     for variant in problem.variants(c):
         groups.setdefault(variant.training, []).append(variant)
-    optimistic = _features_on(problem, c, problem.bound_training)
+    if not groups:
+        return _optimistic_bound(problem, c, zero_stage=zero_stage, optimistic_s=optimistic_s)
+    # Two recipes alike in the features they turn on for the mesh time alike (a variant's
+    # recipe and the optimistic one agree in every other field).
+    optimistic = runtime_feature_set(problem.spec, problem.bound_training, c)
     recipes: list[TrainingSpec] = []
     for recipe, variants in groups.items():
-        features = _features_on(problem, c, recipe)
+        features = runtime_feature_set(problem.spec, recipe, c)
         if not _recipe_may_fit(problem, c, features, variants):
             continue
-        if features == optimistic:
-            groups = {}  # the optimistic recipe's bound is the least
-            break
+        if features == optimistic:  # the optimistic recipe's bound is the least
+            return _optimistic_bound(problem, c, zero_stage=zero_stage,
+                                     optimistic_s=optimistic_s)
         recipes.append(recipe)
-    if not groups:
-        if optimistic_s is not None:
-            return optimistic_s
-        return plain_makespan_bound(problem.spec, problem.bound_training, problem.cluster, c,
-                                    zero_stage=zero_stage)
     return _least_bound(problem, c, recipes, zero_stage=zero_stage,
                         above=-math.inf if optimistic_s is None else optimistic_s)
+
+
+def _optimistic_bound(problem: SearchProblem, c: MeshCandidate, *, zero_stage: int,
+                      optimistic_s: float | None) -> float:
+    """`plain_makespan_bound` under the search's optimistic recipe: `optimistic_s` where the
+    caller holds it."""
+    if optimistic_s is not None:
+        return optimistic_s
+    return plain_makespan_bound(problem.spec, problem.bound_training, problem.cluster, c,
+                                zero_stage=zero_stage)
 
 
 def _least_bound(problem: SearchProblem, c: MeshCandidate, recipes: list[TrainingSpec], *,
@@ -194,10 +203,10 @@ memory read by `variants_makespan_bound` (a cost rule: a recipe kept is never wr
 def _recipe_may_fit(problem: SearchProblem, c: MeshCandidate, features: frozenset[str],
                     variants: list[Variant]) -> bool:
     """False where every variant running one recipe (`variants`, which turn on `features`,
-    `_features_on`) overflows on the mean over pipeline ranks under its own least-storing
-    policy at its strongest ZeRO stage, the activations stored as the recipe stores them
-    (`BoundTables.policy_memory_bound_bytes`, the `_policy_floors` test): no plan of it
-    fits. Read only for a recipe that turns on a `MEMORY_FEATURES` feature."""
+    `solver.runtime_choice.runtime_feature_set`) overflows on the mean over pipeline ranks
+    under its own least-storing policy at its strongest ZeRO stage, the activations stored
+    as the recipe stores them (`BoundTables.policy_memory_bound_bytes`, the `_policy_floors`
+    test): no plan of it fits. Read only for a recipe that turns on a `MEMORY_FEATURES` feature."""
     if not features & MEMORY_FEATURES:
         return True
     recipe = variants[0].training
@@ -251,18 +260,6 @@ def add_variants_bound(problem: SearchProblem, queue: SearchQueue, lower: float,
             and step_s <= problem.target_cutoff_s):
         return False  # it may still beat the incumbent: evaluate it now
     return requeue(problem, queue, step_s, lower, order, RUN_BOUND, c)
-
-
-def _features_on(problem: SearchProblem, c: MeshCandidate,
-                 training: TrainingSpec) -> frozenset[str]:
-    """The runtime features `training` turns on for the candidate's mesh
-    (`models.core.runtime_features.effective_features`): two recipes alike in them time
-    alike wherever their other fields agree, which a variant's recipe and the optimistic
-    one do up to those features. Used to skip a bound (keeping the optimistic one, never
-    larger) and to pick the recipes whose memory is read (`MEMORY_FEATURES`)."""
-    return frozenset(effective_features(training, moe=has_routed_experts(problem.spec),
-                                        tp=c.tp, dp=c.dp, ep=c.ep,
-                                        sequence_parallel=c.sequence_parallel))
 
 
 def pruned_by_head_rank(problem: SearchProblem, queue: SearchQueue, c: MeshCandidate) -> bool:

@@ -1066,8 +1066,9 @@ def test_a_recipe_left_out_for_its_memory_has_no_plan_that_fits() -> None:
     variants' bound leaves out for its memory (`_recipe_may_fit` False) is one whose
     variants the evaluation rejects, each of them for memory; some are left out."""
     from solver.outcomes import Rejection
+    from solver.runtime_choice import runtime_feature_set
     from solver.targets import evaluate_for_targets
-    from solver.tightening import _features_on, _recipe_may_fit
+    from solver.tightening import _recipe_may_fit
 
     problem = _deepseek_v3_problem()
     left_out = kept = 0
@@ -1084,7 +1085,8 @@ def test_a_recipe_left_out_for_its_memory_has_no_plan_that_fits() -> None:
             for v in problem.variants(c):
                 groups.setdefault(v.training, []).append(v)
             for recipe, variants in groups.items():
-                if _recipe_may_fit(problem, c, _features_on(problem, c, recipe), variants):
+                if _recipe_may_fit(problem, c, runtime_feature_set(problem.spec, recipe, c),
+                                   variants):
                     kept += 1
                     continue
                 left_out += 1
