@@ -6,9 +6,11 @@ Run: .venv/bin/python benchmarks/bench_first_call.py [--time-limit 10] [--only d
 schedules' programs, the simulator's recorded orders and the memos are already filled. A
 user's `atlas-planner plan` starts cold every time. This script starts a new interpreter
 per problem and reports the wall time of `solver.plan` in it, not counting imports, with
-its status, proven gap and exact evaluations: twelve catalog models at 4k and 32k tokens
-on H100 clusters sized for them, each with no constraint but the default time limit.
-`unknown` means the limit ran out before any plan was evaluated.
+its status, proven gap, exact evaluations, the step time of the plan it shows and that of
+the best plan it found (`robust_choice.optimum_step_time_s`; the robust choice may show a
+plan without an experimental mechanism instead): twelve catalog models at 4k and 32k
+tokens on H100 clusters sized for them, each with no constraint but the default time
+limit. `unknown` means the limit ran out before any plan was evaluated.
 """
 
 import argparse
@@ -58,7 +60,10 @@ def _one(preset: str, gpu: str, nodes: int, batch: int, seq: int, limit_s: float
     print(json.dumps({"wall_s": wall_s, "status": response.status.value,
                       "gap": solver.gap if solver else None,
                       "evaluated": solver.evaluated if solver else None,
-                      "candidates": solver.candidates if solver else None}))
+                      "candidates": solver.candidates if solver else None,
+                      "step_s": response.time.step_time_s if response.time else None,
+                      "best_s": (response.robust_choice.optimum_step_time_s
+                                 if response.robust_choice else None)}))
 
 
 def main() -> None:
@@ -73,7 +78,7 @@ def main() -> None:
         _one(preset, gpu, int(nodes), int(batch), int(seq), args.time_limit)
         return
     print(f"{'model':30s} {'tokens':>6s} {'nodes':>5s} {'wall s':>7s} {'status':>9s} "
-          f"{'gap':>6s} {'evals':>6s} {'cands':>7s}")
+          f"{'gap':>6s} {'evals':>6s} {'cands':>7s} {'step s':>8s} {'best s':>8s}")
     for preset, gpu, nodes, batch in PROBLEMS:
         if args.only and args.only not in preset:
             continue
@@ -89,9 +94,11 @@ def main() -> None:
                 continue
             row = json.loads(lines[-1])
             gap = f"{100 * row['gap']:.1f}%" if row["gap"] is not None else "-"
+            step, best = (f"{row[key]:8.3f}" if row.get(key) is not None else f"{'-':>8s}"
+                          for key in ("step_s", "best_s"))
             print(f"{preset:30s} {seq:6d} {nodes:5d} {row['wall_s']:7.2f} "
                   f"{row['status']:>9s} {gap:>6s} {row['evaluated'] or 0:6d} "
-                  f"{row['candidates'] or 0:7d}", flush=True)
+                  f"{row['candidates'] or 0:7d} {step} {best}", flush=True)
 
 
 if __name__ == "__main__":

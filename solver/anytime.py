@@ -10,9 +10,14 @@ search runs first with `1 - SEED_SHARE` of the time. When it completes, its answ
 optimum of a space that holds every narrower one, so no narrower search can beat it and
 nothing more is done. When
 the limit cuts it, the rest of the time goes to `SEED_FRAMEWORK`'s narrower space, seeded
-with the wide search's incumbent (`solver.planner.search(seed=)`): its bounds prune against
-that plan from the first candidate, so it only spends time on plans that would improve the
-answer, and the answer is the better of the two. The wide search's proven bound still bounds
+with the wide search's incumbent: it only spends time on plans that would improve the
+answer, and the answer is the better of the two. The narrower search goes on from the wide
+search's queue (`solver.resume.continue_narrower`: the wide bounds hold for the narrower
+space, and where the limit fell in the wide listing it lists the rest) instead of listing
+and bounding its own candidates again, which on the largest spaces took most of its share;
+where the wide search left nothing to go on from (the limit fell while its first candidate
+list was made), it is a search of its own (`solver.planner.search(seed=)`), its bounds
+pruning against that plan from the first candidate. The wide search's proven bound still bounds
 the wide space, so the gap is reported against the better plan. Running the narrow search
 first for every objective cost 46% more CPU over the plan set of tests/solver/plan_set.py
 (7.2 -> 10.5 s) for the same answers. Must not: evaluate candidates itself or change the
@@ -31,6 +36,7 @@ from api_schemas.training import TrainingSpec
 from solver.candidate_eval import ScoredPlan
 from solver.planner import Progress, SearchResult, objective_value, search
 from solver.progress import listening
+from solver.resume import continue_narrower
 from solver.targets import ANY
 
 SEED_FRAMEWORK = "megatron-lm"
@@ -113,8 +119,11 @@ def seeded_search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                       from_seed=False)
     # Its reports are not passed on: the wide search's final report was the last one.
     with listening(lambda _: None):
-        narrow = search(spec, training, cluster, constraints=narrow_constraints,
-                        objective=objective, limits=limits, deadline=deadline, seed=wide.best)
+        narrow = continue_narrower(wide, narrow_constraints, deadline=deadline)
+        if narrow is None:  # the wide search left nothing to go on from
+            narrow = search(spec, training, cluster, constraints=narrow_constraints,
+                            objective=objective, limits=limits, deadline=deadline,
+                            seed=wide.best)
     found = narrow.best if narrow.best is not wide.best else None
     value = None if found is None else objective_value(found, objective)
     if found is None or value is None:

@@ -66,7 +66,7 @@ bound or a candidate's evaluation (`solver.bounds`, `solver.candidate_eval`).
 import heapq
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from api_schemas.architecture import ModelSpec
@@ -94,6 +94,7 @@ from solver.search_state import (
     SIMULATED_BOUND,
     TABLE_BOUND,
     Continuation,
+    Listing,
     SearchProblem,
     SearchQueue,
     misses_target,
@@ -152,8 +153,10 @@ class SearchResult:
     plan of the space exceeds (the largest of the bounds that dismissed candidates and the
     exact values of the plans that missed the target)."""
     continuation: Continuation | None = field(default=None, repr=False, compare=False)
-    """A search proven optimal over its own world sizes (fewest GPUs aside): its problem and
-    final queue, for `solver.resume`."""
+    """A search that listed every candidate of its own world sizes, or whose listing can go
+    on from where its time limit stopped it (fewest GPUs aside): its problem and final
+    queue, for `solver.resume` (from a search proven optimal, or from one its time limit
+    cut)."""
 
 
 def objective_value(plan: ScoredPlan, objective: Objective) -> float:
@@ -274,7 +277,8 @@ def search(spec: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
                       watch=watch, progress=progress)
     _state_what_is_unproven(queue, pending)
     result = _result(problem, queue, sizes, time.perf_counter() - started)
-    if result.status == PlanStatus.OPTIMAL and objective != Objective.MIN_GPUS:
+    if (not queue.unenumerated or queue.listing is not None) \
+            and objective != Objective.MIN_GPUS:
         result = replace(result, continuation=Continuation(problem, queue))
     if watch is not None:
         watch.report(candidates=result.stats.candidates, evaluated=result.stats.evaluated,
@@ -392,61 +396,84 @@ def _size_floor(world: int) -> float:
 
 
 def _enqueue(problem: SearchProblem, queue: SearchQueue, sizes: list[int], deadline: float,
-             *, dive_from: float = math.inf, progress: Progress | None = None) -> None:
+             *, dive_from: float = math.inf, progress: Progress | None = None,
+             listing: Listing | None = None) -> None:
     """Queue every candidate of the given world sizes that passes the memory bound and the
     throughput target's bounds, by its table time bound; at `deadline` the rest of the
-    current world size is counted as not enumerated (and later world sizes are not listed).
-    Past `dive_from` with no plan known, the queue's head is evaluated after each candidate
-    (`_dive`) until one plan is (`NO_PLAN_DIVE_SHARE`).
+    current world size is counted as not enumerated (and later world sizes are not listed),
+    and where it stopped is kept (`SearchQueue.listing`). Past `dive_from` with no plan
+    known, the queue's head is evaluated after each candidate (`_dive`) until one plan is
+    (`NO_PLAN_DIVE_SHARE`). With `listing` (where an earlier search's listing stopped), its
+    sizes are listed instead, the first from where it stopped.
 
     A world size whose peak throughput (`solver.throughput_bound.peak_tokens_per_s`) is
     below the target is skipped whole: no plan on it can reach the target."""
-    tables, cluster = problem.tables, problem.cluster
-    capacity = cluster.capacity_bytes
-    for world in sizes:
+    if listing is not None:
+        sizes = list(listing.sizes)
+    cluster = problem.cluster
+    for n, world in enumerate(sizes):
         cancel.check()
         if queue.unenumerated or time.perf_counter() >= deadline:
             if not queue.unenumerated:  # one stands for the sizes not listed
                 queue.unenumerated = 1
                 queue.total += 1
+                if n:  # nothing listed at all leaves nothing to go on from
+                    queue.listing = Listing(tuple(sizes[n:]), None, 0)
             break
         if _below_target(problem, queue, world):
             continue
-        meshes = candidate_meshes(problem.spec, problem.training, world_size=world,
-                                  gpus_per_node=cluster.gpus_per_node,
-                                  constraints=problem.constraints, deadline=deadline)
-        # Past the deadline the list may be partial: one more stands for what it left out.
-        cut = 1 if time.perf_counter() >= deadline else 0
-        too_large: dict[tuple[object, ...], int] = {}
-        """Per mesh apart from its micro-batch: the smallest micro-batch whose memory bound
-        exceeds the capacity (the bound never falls as the micro-batch grows, so every
-        larger one is pruned without computing it)."""
-        for index, c in enumerate(meshes):
-            now = time.perf_counter()
-            if now >= deadline:
-                queue.unenumerated = len(meshes) - index + cut
-                queue.total += queue.unenumerated
-                break
-            if queue.best is None and queue.heap and now >= dive_from:
-                _dive(problem, queue, progress)
-            if not admits_mesh(problem.spec, problem.training, c, problem.targets):
-                continue  # no framework of the target runs this mesh
-            queue.total += 1
-            shape = _micro_batch_free_key(c)
-            if c.micro_batch_size > too_large.get(shape, c.micro_batch_size):
-                queue.pruned_memory += 1
-                continue
-            memory = tables.memory_bound_bytes(c, max_zero=max(problem.zeros, default=0),
-                                               max_offload=problem.max_offload)
-            if memory > capacity:
-                queue.pruned_memory += 1
-                too_large[shape] = min(too_large.get(shape, c.micro_batch_size),
-                                       c.micro_batch_size)
-                continue
-            _push(problem, queue, c, memory)
-        if cut and not queue.unenumerated:
+        if n == 0 and listing is not None and listing.meshes is not None:
+            meshes, start, cut = listing.meshes, listing.index, 0
+        else:
+            meshes = candidate_meshes(problem.spec, problem.training, world_size=world,
+                                      gpus_per_node=cluster.gpus_per_node,
+                                      constraints=problem.constraints, deadline=deadline)
+            # Past the deadline the list may be partial: one more stands for what it left out.
+            start, cut = 0, 1 if time.perf_counter() >= deadline else 0
+        stopped = _list_meshes(problem, queue, meshes, start, deadline, dive_from, progress)
+        if stopped is not None:
+            queue.unenumerated = len(meshes) - stopped + cut
+            queue.total += queue.unenumerated
+            if not cut:
+                queue.listing = Listing(tuple(sizes[n:]), meshes, stopped)
+        elif cut:
             queue.unenumerated = cut
             queue.total += cut
+
+
+def _list_meshes(problem: SearchProblem, queue: SearchQueue,
+                 meshes: Sequence[MeshCandidate], start: int, deadline: float,
+                 dive_from: float, progress: Progress | None) -> int | None:
+    """`_enqueue` of one world size's candidates from `meshes[start]` on; the index where
+    `deadline` fell (None: all listed)."""
+    tables, capacity = problem.tables, problem.cluster.capacity_bytes
+    too_large: dict[tuple[object, ...], int] = {}
+    """Per mesh apart from its micro-batch: the smallest micro-batch whose memory bound
+    exceeds the capacity (the bound never falls as the micro-batch grows, so every
+    larger one is pruned without computing it)."""
+    for index in range(start, len(meshes)):
+        c = meshes[index]
+        now = time.perf_counter()
+        if now >= deadline:
+            return index
+        if queue.best is None and queue.heap and now >= dive_from:
+            _dive(problem, queue, progress)
+        if not admits_mesh(problem.spec, problem.training, c, problem.targets):
+            continue  # no framework of the target runs this mesh
+        queue.total += 1
+        shape = _micro_batch_free_key(c)
+        if c.micro_batch_size > too_large.get(shape, c.micro_batch_size):
+            queue.pruned_memory += 1
+            continue
+        memory = tables.memory_bound_bytes(c, max_zero=max(problem.zeros, default=0),
+                                           max_offload=problem.max_offload)
+        if memory > capacity:
+            queue.pruned_memory += 1
+            too_large[shape] = min(too_large.get(shape, c.micro_batch_size),
+                                   c.micro_batch_size)
+            continue
+        _push(problem, queue, c, memory)
+    return None
 
 
 def _below_target(problem: SearchProblem, queue: SearchQueue, world: int) -> bool:

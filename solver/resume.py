@@ -1,20 +1,26 @@
-"""Going on from a finished search for a smaller space: the best plan of the request's space
-less some schedules (and perhaps optimizer offload), from where the request's own search
-ended (`SearchResult.continuation`) instead of a search of its own. The robust choice's
-common-plan search uses it (`solver.api._common_plans`).
+"""Going on from a search for a smaller space, from where the search ended
+(`SearchResult.continuation`) instead of a search of its own:
+- `resume`: from a finished search, the best plan of the request's space less some schedules
+  (and perhaps optimizer offload). The robust choice's common-plan search uses it
+  (`solver.api._common_plans`).
+- `continue_narrower`: from a search its time limit cut (in its visits, or in its listing,
+  whose rest it lists), a plan better than its incumbent among the candidates a narrower
+  framework target runs. The anytime guard's fallback search uses it (`solver.anytime`).
 
-Owns: `resume`, what it keeps of the finished search and what it queues again. Must not:
+Owns: both, what they keep of the earlier search and what they queue again. Must not:
 bound or evaluate candidates itself (the search's loop does, `solver.planner`).
 """
 
 import heapq
 import time
 
+from api_schemas.plan import PlanStatus
 from api_schemas.requests import Constraints
 from solver.planner import (
     NO_PLAN_DIVE_SHARE,
     SearchResult,
     _branch_and_bound,
+    _enqueue,
     _problem,
     _result,
     _state_what_is_unproven,
@@ -23,7 +29,7 @@ from solver.planner import (
 )
 from solver.search_state import RUN_BOUND, TABLE_BOUND, SearchProblem, SearchQueue
 from solver.space import MeshCandidate
-from solver.targets import target_constraints
+from solver.targets import admits_mesh, target_constraints
 
 
 def resume(result: SearchResult, constraints: Constraints, *,
@@ -45,7 +51,7 @@ def resume(result: SearchResult, constraints: Constraints, *,
     so that it is pruned where a search of its own would prune it.
     """
     state = result.continuation
-    if state is None:
+    if state is None or result.status != PlanStatus.OPTIMAL:
         return None
     started = time.perf_counter()
     old = state.problem
@@ -54,6 +60,52 @@ def resume(result: SearchResult, constraints: Constraints, *,
     queue = _queue(state.queue, problem,
                    again=_but_schedules(old.constraints) != _but_schedules(narrowed))
     dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE
+    _branch_and_bound(problem, queue, [], deadline=deadline, dive_from=dive_from, watch=None,
+                      progress=None)
+    _state_what_is_unproven(queue, [])
+    return _result(problem, queue, list(result.world_sizes), time.perf_counter() - started)
+
+
+def continue_narrower(result: SearchResult, constraints: Constraints, *,
+                      deadline: float) -> SearchResult | None:
+    """The search under `constraints` (`result`'s with a narrower framework target, nothing
+    else) for a plan better than `result`'s incumbent, went on from where `result`'s search
+    was cut, to `deadline`; None where `result` carries no continuation (the limit fell
+    while a candidate list was made, or it ran for the fewest GPUs).
+
+    Why it may go on from there: a narrower target runs a subset of the plans of each
+    candidate, and of the candidates, so every bound the cut search proved (a lower bound
+    over more plans) holds for the narrower space, and every memory bound that dropped a
+    candidate drops it there too. A candidate it evaluated has no narrower plan better than
+    its own best, and one it dismissed has none below its incumbent at the time, so neither
+    can beat the incumbent, which is this search's from the start (as `search(seed=)`).
+    Left are the queued candidates the narrower target admits, kept under their bound, level
+    and recorded floors, and, where the limit fell in the listing, the candidates it had not
+    listed, listed now from where it stopped (`SearchQueue.listing`) under the narrower
+    space's admission and bounds. The loop then runs with the narrower space's own problem
+    (its framework variants and evaluation), so what it finds is a plan of that space. What
+    it does not prove: the narrower space's optimum (`result`'s incumbent need not lie in
+    it).
+    """
+    state = result.continuation
+    if state is None or result.status not in (PlanStatus.FEASIBLE, PlanStatus.UNKNOWN):
+        return None
+    started = time.perf_counter()
+    old, done = state.problem, state.queue
+    narrowed = target_constraints(hardware_constraints(constraints, old.cluster, old.training))
+    problem = _problem(old.spec, old.training, old.cluster, narrowed, old.objective)
+    queue = SearchQueue(heap=[entry for entry in done.heap if admits_mesh(
+                            problem.spec, problem.training, entry[3], problem.targets)],
+                        total=done.total - done.unenumerated, pruned_memory=done.pruned_memory)
+    heapq.heapify(queue.heap)
+    queue.forced_zero, queue.zero3_bound = dict(done.forced_zero), dict(done.zero3_bound)
+    queue.makespan, queue.zero_floors = dict(done.makespan), dict(done.zero_floors)
+    if result.best is not None:
+        queue.best, queue.best_value = result.best, objective_value(result.best, old.objective)
+        queue.ranked.append(result.best)
+    dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE
+    if done.listing is not None:
+        _enqueue(problem, queue, [], deadline, dive_from=dive_from, listing=done.listing)
     _branch_and_bound(problem, queue, [], deadline=deadline, dive_from=dive_from, watch=None,
                       progress=None)
     _state_what_is_unproven(queue, [])
@@ -104,4 +156,4 @@ def _but_schedules(constraints: Constraints) -> Constraints:
     return constraints.model_copy(update={"forbid": forbid})
 
 
-__all__ = ["resume"]
+__all__ = ["continue_narrower", "resume"]

@@ -39,6 +39,18 @@ stage), the per-ZeRO-stage step floors, the plain stage times' simulated run (th
 evaluated)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """Where a search's listing stopped at its time limit: the world sizes left, the first of
+    them with its complete candidate list (`solver.space.candidate_meshes`) listed up to
+    `index` (`meshes` None: none of it listed). What a narrower search that goes on from the
+    cut one lists (`solver.resume.continue_narrower`)."""
+
+    sizes: tuple[int, ...]
+    meshes: tuple[MeshCandidate, ...] | list[MeshCandidate] | None
+    index: int
+
+
 @dataclass(slots=True, kw_only=True)
 class SearchQueue:
     """The candidates still to visit, by bound, and what the search has learnt so far."""
@@ -58,6 +70,9 @@ class SearchQueue:
     unexamined: int = 0
     unenumerated: int = 0
     """Candidates the enumeration did not reach before the time limit."""
+    listing: Listing | None = None
+    """Where the enumeration stopped at the time limit, where it can go on from there (not
+    where the limit fell while a candidate list was made)."""
     dominated: list[tuple[float, int, MeshCandidate]] = field(default_factory=list)
     """The candidates an evaluation proved no better than the incumbent of its time, in
     visit order, each with that proven bound as the objective's value and its queue order:
@@ -132,9 +147,9 @@ class SearchProblem:
 
 @dataclass(frozen=True, slots=True)
 class Continuation:
-    """A finished search's problem and final queue: what a search of a subspace of its
-    candidates goes on from (`solver.resume`) instead of listing and bounding
-    them again."""
+    """The problem and final queue of a search that listed all its candidates (proven
+    optimal, or cut by its time limit after the listing): what a search of a subspace of its
+    candidates goes on from (`solver.resume`) instead of listing and bounding them again."""
 
     problem: SearchProblem
     queue: SearchQueue
@@ -179,5 +194,5 @@ def rescale(time_s: float, c: MeshCandidate, objective: Objective, tokens: int) 
 
 
 __all__ = ["FLOOR_BOUND", "MIN_GPUS_WEIGHT", "RUN_BOUND", "SIMULATED_BOUND", "TABLE_BOUND",
-           "TARGET_SLACK", "ZERO3_BOUND", "Continuation", "SearchProblem", "SearchQueue",
+           "TARGET_SLACK", "ZERO3_BOUND", "Continuation", "Listing", "SearchProblem", "SearchQueue",
            "misses_target", "requeue", "rescale", "tokens_per_s_at"]
