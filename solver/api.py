@@ -300,17 +300,19 @@ def _runners_up(request: PlanRequest, constraints: Constraints, result: SearchRe
                 spec: ModelSpec, cluster: ClusterSpec, best: ScoredPlan,
                 deadline: float) -> list[ScoredPlan]:
     """The best plan of each other shape among the evaluated candidates; when they are
-    fewer than `top_k`, the missing number is looked for (at most `ALTERNATIVE_BUDGET_S`,
-    never past `deadline`, in bound order) among the candidates the search dismissed by their
-    bound without an exact step time and, as many again, in the unevaluated frontier; the
-    best `top_k` of all are kept."""
+    fewer than `top_k` and the search was proven, the missing number is looked for (at most
+    `ALTERNATIVE_BUDGET_S`, never past `deadline`, in bound order) among the candidates the
+    search dismissed by their bound without an exact step time and, as many again, in the
+    unevaluated frontier; the best `top_k` of all are kept."""
     chosen: dict[tuple[object, ...], ScoredPlan] = {}
     for other in result.ranked:
         key = _shape(other.candidate)
         if key != _shape(best.candidate) and key not in chosen:
             chosen[key] = other
     stop = min(deadline, time.perf_counter() + ALTERNATIVE_BUDGET_S)
-    missing = request.solver.top_k - len(chosen)
+    # A search its limit cut leaves only the answer's reserve (`POST_SEARCH_RESERVE_SHARE`),
+    # which one evaluation of a large space's candidate can outlast: none is made.
+    missing = request.solver.top_k - len(chosen) if result.status == PlanStatus.OPTIMAL else 0
     for source in (result.dominated, result.frontier):
         found = 0
         for candidate in source:

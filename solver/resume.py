@@ -11,6 +11,7 @@ Owns: both, what they keep of the earlier search and what they queue again. Must
 bound or evaluate candidates itself (the search's loop does, `solver.planner`).
 """
 
+import dataclasses
 import heapq
 import time
 
@@ -83,9 +84,11 @@ def continue_narrower(result: SearchResult, constraints: Constraints, *,
     and recorded floors, and, where the limit fell in the listing, the candidates it had not
     listed, listed now from where it stopped (`SearchQueue.listing`) under the narrower
     space's admission and bounds. The loop then runs with the narrower space's own problem
-    (its framework variants and evaluation), so what it finds is a plan of that space. What
-    it does not prove: the narrower space's optimum (`result`'s incumbent need not lie in
-    it).
+    (its framework variants and evaluation), so what it finds is a plan of that space; its
+    bounds read the cut search's tables and optimistic recipe (`SearchProblem.tables`,
+    `bound_training`), lower bounds over the wider space's plans that the cut search has
+    filled, where tables of the narrower recipe would be computed again. What it does not
+    prove: the narrower space's optimum (`result`'s incumbent need not lie in it).
     """
     state = result.continuation
     if state is None or result.status not in (PlanStatus.FEASIBLE, PlanStatus.UNKNOWN):
@@ -93,7 +96,11 @@ def continue_narrower(result: SearchResult, constraints: Constraints, *,
     started = time.perf_counter()
     old, done = state.problem, state.queue
     narrowed = target_constraints(hardware_constraints(constraints, old.cluster, old.training))
-    problem = _problem(old.spec, old.training, old.cluster, narrowed, old.objective)
+    # The cut search's bound tables and optimistic recipe: bounds over more plans, so they
+    # hold here, and already filled for these candidates.
+    problem = dataclasses.replace(
+        _problem(old.spec, old.training, old.cluster, narrowed, old.objective),
+        tables=old.tables, bound_training=old.bound_training)
     queue = SearchQueue(heap=[entry for entry in done.heap if admits_mesh(
                             problem.spec, problem.training, entry[3], problem.targets)],
                         total=done.total - done.unenumerated, pruned_memory=done.pruned_memory)

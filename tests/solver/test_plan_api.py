@@ -190,6 +190,11 @@ def test_runners_up_come_from_dismissed_candidates_and_the_frontier() -> None:
     assert len(got) == min(request.solver.top_k, len(others))
     values = [objective_value(p, request.objective) for p in got]
     assert values == sorted(values)
+    # A search its limit cut makes no extra evaluation: the time left is the answer's
+    # reserve, which one evaluation of a large space's candidate can outlast.
+    cut = dataclasses.replace(trimmed, status=PlanStatus.FEASIBLE)
+    assert _runners_up(request, constraints, cut, spec, cluster, result.best,
+                       deadline=math.inf) == []
 
 
 def test_the_megatron_export_carries_its_launch_environment() -> None:
