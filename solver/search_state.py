@@ -147,9 +147,10 @@ class SearchProblem:
 
 @dataclass(frozen=True, slots=True)
 class Continuation:
-    """The problem and final queue of a search that listed all its candidates (proven
-    optimal, or cut by its time limit after the listing): what a search of a subspace of its
-    candidates goes on from (`solver.resume`) instead of listing and bounding them again."""
+    """The problem and final queue of a search proven optimal or cut by its time limit
+    (after its listing, or in it where the listing can go on, `SearchQueue.listing`): what a
+    search of a subspace of its candidates goes on from (`solver.resume`) instead of listing
+    and bounding them again."""
 
     problem: SearchProblem
     queue: SearchQueue
