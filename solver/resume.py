@@ -28,7 +28,7 @@ from solver.planner import (
     hardware_constraints,
     objective_value,
 )
-from solver.search_state import RUN_BOUND, TABLE_BOUND, SearchProblem, SearchQueue
+from solver.search_state import RUN_BOUND, TABLE_BOUND, Listing, SearchProblem, SearchQueue
 from solver.space import MeshCandidate
 from solver.targets import admits_mesh, target_constraints
 
@@ -60,11 +60,7 @@ def resume(result: SearchResult, constraints: Constraints, *,
     problem = _problem(old.spec, old.training, old.cluster, narrowed, old.objective)
     queue = _queue(state.queue, problem,
                    again=_but_schedules(old.constraints) != _but_schedules(narrowed))
-    dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE
-    _branch_and_bound(problem, queue, [], deadline=deadline, dive_from=dive_from, watch=None,
-                      progress=None)
-    _state_what_is_unproven(queue, [])
-    return _result(problem, queue, list(result.world_sizes), time.perf_counter() - started)
+    return _went_on(problem, queue, result, started, deadline)
 
 
 def continue_narrower(result: SearchResult, constraints: Constraints, *,
@@ -105,18 +101,30 @@ def continue_narrower(result: SearchResult, constraints: Constraints, *,
                             problem.spec, problem.training, entry[3], problem.targets)],
                         total=done.total - done.unenumerated, pruned_memory=done.pruned_memory)
     heapq.heapify(queue.heap)
-    queue.forced_zero, queue.zero3_bound = dict(done.forced_zero), dict(done.zero3_bound)
-    queue.makespan, queue.zero_floors = dict(done.makespan), dict(done.zero_floors)
+    _keep_floors(done, queue)
     if result.best is not None:
         queue.best, queue.best_value = result.best, objective_value(result.best, old.objective)
         queue.ranked.append(result.best)
+    return _went_on(problem, queue, result, started, deadline, listing=done.listing)
+
+
+def _went_on(problem: SearchProblem, queue: SearchQueue, result: SearchResult, started: float,
+             deadline: float, *, listing: Listing | None = None) -> SearchResult:
+    """The search's loop run on the queue made from `result`'s, to `deadline`, after
+    listing the rest of `listing` where the earlier listing stopped."""
     dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE
-    if done.listing is not None:
-        _enqueue(problem, queue, [], deadline, dive_from=dive_from, listing=done.listing)
+    if listing is not None:
+        _enqueue(problem, queue, [], deadline, dive_from=dive_from, listing=listing)
     _branch_and_bound(problem, queue, [], deadline=deadline, dive_from=dive_from, watch=None,
                       progress=None)
     _state_what_is_unproven(queue, [])
     return _result(problem, queue, list(result.world_sizes), time.perf_counter() - started)
+
+
+def _keep_floors(done: SearchQueue, queue: SearchQueue) -> None:
+    """`queue` keeps the bounds `done` recorded per candidate (by queue order)."""
+    queue.forced_zero, queue.zero3_bound = dict(done.forced_zero), dict(done.zero3_bound)
+    queue.makespan, queue.zero_floors = dict(done.makespan), dict(done.zero_floors)
 
 
 def _queue(done: SearchQueue, problem: SearchProblem, *, again: bool) -> SearchQueue:
@@ -133,8 +141,7 @@ def _queue(done: SearchQueue, problem: SearchProblem, *, again: bool) -> SearchQ
                               for b, o, level, c in done.heap if kept(c)],
                         total=done.total, pruned_memory=done.pruned_memory)
     if not again:
-        queue.forced_zero, queue.zero3_bound = dict(done.forced_zero), dict(done.zero3_bound)
-        queue.makespan, queue.zero_floors = dict(done.makespan), dict(done.zero_floors)
+        _keep_floors(done, queue)
     level = TABLE_BOUND if again else RUN_BOUND
     queue.heap.extend((b, o, level, c) for b, o, c in done.dominated if kept(c))
     # Offloading plans are set aside only where offload is no longer allowed (`again`): no

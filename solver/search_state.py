@@ -10,6 +10,7 @@ not: enumerate, bound or evaluate candidates (`solver.planner`, `solver.tighteni
 
 import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from api_schemas.architecture import ModelSpec
@@ -47,7 +48,7 @@ class Listing:
     cut one lists (`solver.resume.continue_narrower`)."""
 
     sizes: tuple[int, ...]
-    meshes: tuple[MeshCandidate, ...] | list[MeshCandidate] | None
+    meshes: Sequence[MeshCandidate] | None
     index: int
 
 
