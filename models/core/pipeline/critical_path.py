@@ -47,7 +47,8 @@ def _producers(compiled: CompiledProgram) -> dict[int, int]:
     """Ready-time slot -> the row whose end fills it (the two spare slots excluded)."""
     sentinel = compiled.num_slots - 2
     produced: dict[int, int] = {}
-    for row, (a, b) in enumerate(zip(compiled.out_a, compiled.out_b, strict=True)):
+    rows = compiled.rows
+    for row, (a, b) in enumerate(zip(rows.out_a, rows.out_b, strict=True)):
         for slot in (a, b):
             if slot < sentinel:
                 produced[slot] = row
@@ -58,11 +59,12 @@ def _transfers(compiled: CompiledProgram, timeline: Timeline, produced: dict[int
                p2p_latency_s: float) -> list[Transfer]:
     rank, end = timeline.rank.tolist(), timeline.end_s.tolist()
     micro_batch = compiled.program.micro_batch.tolist()
+    rows = compiled.rows
     found = []
     for row in range(len(rank)):
-        for crosses, slot, kind in ((compiled.cross_prev[row], compiled.dep_prev[row],
+        for crosses, slot, kind in ((compiled.cross_prev[row], rows.dep_prev[row],
                                      "activation"),
-                                    (compiled.cross_next[row], compiled.dep_next[row],
+                                    (compiled.cross_next[row], rows.dep_next[row],
                                      "gradient")):
             if not crosses or slot not in produced:
                 continue
@@ -77,6 +79,7 @@ def _critical_path(compiled: CompiledProgram, timeline: Timeline, produced: dict
                    p2p_latency_s: float) -> list[int]:
     start, end = timeline.start_s.tolist(), timeline.end_s.tolist()
     rank = timeline.rank.tolist()
+    rows = compiled.rows
     if not end:
         return []
     makespan = max(end)
@@ -84,9 +87,9 @@ def _critical_path(compiled: CompiledProgram, timeline: Timeline, produced: dict
     row = max(range(len(end)), key=lambda r: (end[r], -r))
     path = [row]
     while start[row] > tolerance:
-        arrivals = ((compiled.dep_prev[row], p2p_latency_s * bool(compiled.cross_prev[row])),
-                    (compiled.dep_next[row], p2p_latency_s * bool(compiled.cross_next[row])),
-                    (compiled.dep_local[row], 0.0))
+        arrivals = ((rows.dep_prev[row], p2p_latency_s * bool(compiled.cross_prev[row])),
+                    (rows.dep_next[row], p2p_latency_s * bool(compiled.cross_next[row])),
+                    (rows.dep_local[row], 0.0))
         previous = None
         for slot, latency in arrivals:
             source = produced.get(slot)

@@ -49,10 +49,12 @@ class VisitOrder:
     program's row, to permute durations). The same-rank prerequisite (F for B, B for W) is
     left out: the rank ran it earlier in its own list, so it ended no later than the rank's
     free time, which the start already takes. Lists rather than a tuple per op: one
-    conversion per column, and the replay's `zip` reuses its tuple."""
+    conversion per column, and the replay's `zip` reuses its tuple. Made from `array` on the
+    first `replay` (with P2P latency): the search's bounds replay without latency
+    (`replay_local`, its own five columns) or by waves, and never read them."""
 
     op_index: IntArray
-    columns: list[list[int]]
+    columns: list[list[int]] = field(default_factory=list)
     array: IntArray
     """The seven columns as one [7, ops] array, which `local` and `local_waves` are made
     from when first asked for."""
@@ -93,14 +95,14 @@ def visit_order(columns: IntArray, cross_prev: BoolArray, cross_next: BoolArray,
                      out_a + num_slots, out_b + num_slots])
     kept = given.astype(np.int32) if wave_of is not None else bounds.astype(np.int32)
     if wave_of is None or index.size < wave_min_width * (int(wave_of[-1]) + 1):
-        return VisitOrder(op_index=index, columns=flat.tolist(), array=flat, segments=kept)
+        return VisitOrder(op_index=index, array=flat, segments=kept)
     # One op per stretch, in wave order: a wave's ops are a run of the order.
     edges = np.flatnonzero(np.diff(wave_of)) + 1
     starts = [0, *edges.tolist()]
     stops = [*edges.tolist(), index.size]
     waves: list[Wave] = [(lo, hi, *flat[:, lo:hi])
                          for lo, hi in zip(starts, stops, strict=True)]
-    return VisitOrder(op_index=index, columns=[], array=flat, segments=kept, waves=waves)
+    return VisitOrder(op_index=index, array=flat, segments=kept, waves=waves)
 
 
 def _unshifted(order: VisitOrder, num_slots: int) -> tuple[IntArray, IntArray]:
@@ -108,6 +110,13 @@ def _unshifted(order: VisitOrder, num_slots: int) -> tuple[IntArray, IntArray]:
     ranks."""
     prev, after = order.array[1], order.array[2]
     return prev - num_slots * (prev >= num_slots), after - num_slots * (after >= num_slots)
+
+
+def _far_columns(order: VisitOrder) -> list[list[int]]:
+    """`VisitOrder.columns`, made on first use (one assignment, as `_local_columns`)."""
+    if not order.columns:
+        order.columns[:] = order.array.tolist()
+    return order.columns
 
 
 def _local_columns(order: VisitOrder, num_slots: int) -> list[list[int]]:
@@ -142,7 +151,7 @@ def replay(order: VisitOrder, durations: FloatArray, p2p_latency_s: float,
     ready[num_slots - 2] = 0.0
     free = [0.0] * num_ranks
     for r, d_prev, d_next, a, b, a_far, b_far, dur in zip(
-            *order.columns, durations[order.op_index].tolist(), strict=True):
+            *_far_columns(order), durations[order.op_index].tolist(), strict=True):
         t = ready[d_prev]
         x = ready[d_next]
         if x > t:

@@ -42,6 +42,7 @@ a wave at a time in numpy, the same arithmetic again. The passes themselves are
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -71,16 +72,8 @@ class CompiledProgram:
 
     program: PipelineProgram
     offsets: list[int]
-    dep_prev: list[int]
-    """Ready-time index of the forward input (F(j,s-1)) or the sentinel."""
-    dep_local: list[int]
-    """Ready-time index of the same-rank prerequisite (F for B, B for W) or the sentinel."""
-    dep_next: list[int]
-    """Ready-time index of the incoming input gradient (B(j,s+1)) or the sentinel."""
     cross_prev: BoolArray
     cross_next: BoolArray
-    out_a: list[int]
-    out_b: list[int]
     num_slots: int
     forward_stage: IntArray
     """Virtual stage of the op's forward part, -1 if none."""
@@ -105,6 +98,38 @@ class CompiledProgram:
     """Makespans already replayed, by (durations, P2P latency): the planner scores plans
     whose ops last alike (ZeRO stages 0-2, a storage choice that moves no op) more than
     once. Emptied when it reaches `MAKESPAN_MEMO_SIZE` entries."""
+    row_lists: list["RowLists"] = field(default_factory=list)
+    """`columns`' dependency and output rows as Python lists (`rows`), built the first time
+    the event loop or a critical-path walk reads them: most programs are run by waves and
+    replayed in numpy, which never do."""
+
+    @property
+    def rows(self) -> "RowLists":
+        """`dep_prev`, `dep_local`, `dep_next`, `out_a` and `out_b` as Python lists, for
+        the loops that read them one row at a time."""
+        if not self.row_lists:
+            c = self.columns
+            self.row_lists.append(RowLists(dep_prev=c[1].tolist(), dep_local=c[3].tolist(),
+                                           dep_next=c[2].tolist(), out_a=c[4].tolist(),
+                                           out_b=c[5].tolist()))
+        return self.row_lists[0]
+
+
+class RowLists(NamedTuple):
+    """A compiled program's per-row ready-time indices as Python lists (`CompiledProgram.rows`).
+    """
+
+    dep_prev: list[int]
+    """Ready-time index of the forward input (F(j,s-1)) or the sentinel."""
+    dep_local: list[int]
+    """Ready-time index of the same-rank prerequisite (F for B, B for W) or the sentinel."""
+    dep_next: list[int]
+    """Ready-time index of the incoming input gradient (B(j,s+1)) or the sentinel."""
+    out_a: list[int]
+    """Ready-time slot the row's end writes (its F output or input gradient; the trash slot
+    for a W)."""
+    out_b: list[int]
+    """Second slot an FB pair's end writes (its backward's input gradient), else trash."""
 
 
 MAKESPAN_MEMO_SIZE = 1024
@@ -181,10 +206,8 @@ def compile_program(program: PipelineProgram) -> CompiledProgram:
         np.int64, copy=False)
     return CompiledProgram(
         program=program, offsets=program.rank_offsets.tolist(), columns=columns,
-        dep_prev=dep_prev.tolist(), dep_local=dep_local.tolist(), dep_next=dep_next.tolist(),
         cross_prev=prev_ok & (prev_rank != rank_of_row),
-        cross_next=next_ok & (next_rank != rank_of_row),
-        out_a=out_a.tolist(), out_b=out_b.tolist(), num_slots=2 * atoms + 2,
+        cross_next=next_ok & (next_rank != rank_of_row), num_slots=2 * atoms + 2,
         forward_stage=np.where(has_f, s, -1),
         input_grad_stage=np.where(has_b, bs, -1),
         weight_stage=np.where(has_w, np.where(kind == OpKind.W, s, bs), -1),
@@ -229,9 +252,12 @@ def rank_work_s(compiled: CompiledProgram, durations: OpDurations) -> FloatArray
 
 
 def run(compiled: CompiledProgram, durations: FloatArray, *,
-        p2p_latency_s: float = 0.0, record: bool = False) -> tuple[list[float], list[float]]:
+        p2p_latency_s: float = 0.0, record: bool = False,
+        with_starts: bool = True) -> tuple[list[float], list[float]]:
     """Start time of every row and the finish time of every rank; with `record`, a run that
     completes also keeps its op order in `compiled.segments` (for `simulate_makespan`).
+    Without `with_starts`, a run by waves leaves the start times out (an empty list): a
+    caller after the finish times only does not pay for a list of every row's.
 
     Raises:
         ScheduleDeadlockError: some rank's head op can never start; lists the stuck ops.
@@ -242,7 +268,8 @@ def run(compiled: CompiledProgram, durations: FloatArray, *,
     offsets = compiled.offsets
     num_ranks = len(offsets) - 1
     if num_ranks >= WAVE_MIN_RANKS:
-        return _wave_loop(compiled, durations, p2p_latency_s, record=record)
+        start_s, free = _wave_loop(compiled, durations, p2p_latency_s, record=record)
+        return (start_s.tolist() if with_starts else []), free
     lat_prev = (compiled.cross_prev * p2p_latency_s).tolist()
     lat_next = (compiled.cross_next * p2p_latency_s).tolist()
     ready = [math.inf] * compiled.num_slots
@@ -268,7 +295,7 @@ def _event_loop(c: CompiledProgram, dur: list[float], lat_prev: list[float],
     """Advance every rank until all lists are done or every unfinished head is blocked;
     each stretch of one rank's ops run in turn is appended to `segments`."""
     inf = math.inf
-    d_prev, d_local, d_next, out_a, out_b = c.dep_prev, c.dep_local, c.dep_next, c.out_a, c.out_b
+    d_prev, d_local, d_next, out_a, out_b = c.rows
     offsets = c.offsets
     waiting: dict[int, list[int]] = {}
     stack = list(range(len(heads) - 1, -1, -1))
@@ -314,7 +341,7 @@ def _event_loop(c: CompiledProgram, dur: list[float], lat_prev: list[float],
 
 
 def _wave_loop(c: CompiledProgram, durations: FloatArray, p2p_latency_s: float, *,
-               record: bool) -> tuple[list[float], list[float]]:
+               record: bool) -> tuple[FloatArray, list[float]]:
     """`run` by waves (`WAVE_MIN_RANKS`): in each wave every rank whose head op has all its
     inputs written runs it, starting at the largest of its inputs' ready times (plus the
     P2P latency from another rank) and its rank's free time, the event loop's arithmetic
@@ -360,7 +387,7 @@ def _wave_loop(c: CompiledProgram, durations: FloatArray, p2p_latency_s: float, 
         wave = np.repeat(np.arange(len(waves)), [w.size for w in waves])
         c.segments.append(np.stack([rank_of[order], order, order + 1, wave], axis=1)
                           .astype(np.int32))
-    return start.tolist(), free.tolist()
+    return start, free.tolist()
 
 
 def simulate_makespan(compiled: CompiledProgram, durations: OpDurations, *,
@@ -387,7 +414,8 @@ def simulate_makespan(compiled: CompiledProgram, durations: OpDurations, *,
         else:
             free = _replay(order, dur, p2p_latency_s, compiled.num_slots, ranks)
     else:
-        _, free = run(compiled, dur, p2p_latency_s=p2p_latency_s, record=True)
+        _, free = run(compiled, dur, p2p_latency_s=p2p_latency_s, record=True,
+                      with_starts=False)
     makespan = max(free) if free else 0.0
     if len(compiled.makespans) >= MAKESPAN_MEMO_SIZE:
         compiled.makespans.clear()  # one call, safe beside other threads' lookups
@@ -449,6 +477,7 @@ __all__ = [
     "WAVE_REPLAY_MIN_WIDTH",
     "CompiledProgram",
     "OrderArray",
+    "RowLists",
     "ScheduleDeadlockError",
     "VisitOrder",
     "compile_program",

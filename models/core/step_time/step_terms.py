@@ -102,12 +102,15 @@ class RankEnd:
     @property
     def weights(self) -> StageWeights:
         """The rank's own weights, its stage number included."""
+        if self.stage == 0:
+            return self.held
         return dataclasses.replace(self.held, stage=self.stage)
 
 
 def rank_end(layout: StageLayout, stage: StageTime, weights: StageWeights) -> RankEnd:
     """The `RankEnd` of the rank with this layout, stage times and weights."""
-    return RankEnd(held=dataclasses.replace(weights, stage=0), stage=weights.stage,
+    held = weights if weights.stage == 0 else dataclasses.replace(weights, stage=0)
+    return RankEnd(held=held, stage=weights.stage,
                    chunk_times=stage.chunk_times, num_embeddings=layout.num_embeddings,
                    num_heads=layout.num_heads)
 

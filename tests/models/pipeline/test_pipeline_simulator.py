@@ -460,3 +460,35 @@ def test_a_wave_replay_gives_the_op_by_op_replays_makespan_to_the_bit(
         assert simulate_makespan(one_by_one, durations, p2p_latency_s=latency) == expected
     assert by_waves.visit[0].waves is not None and given.visit[0].waves is not None
     assert one_by_one.visit[0].waves is None
+
+
+def test_per_row_lists_are_made_only_by_the_passes_that_read_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiled program's per-row Python lists are made by the event loop, not by the
+    compilation, a run by waves or a replay by waves or without latency; an order's latency
+    columns by the op-by-op replay with latency only. Each pass gives the same makespan as
+    the event loop, whatever it made."""
+    program = generate_program(S.ONE_F_ONE_B, num_stages=6, num_micro_batches=12)
+    rng = np.random.default_rng(3)
+    durations = OpDurations(forward_s=tuple(rng.uniform(0.5, 2.0, 6)),
+                            backward_input_s=tuple(rng.uniform(0.5, 3.0, 6)),
+                            backward_weight_s=tuple(rng.uniform(0.0, 1.5, 6)))
+    monkeypatch.setattr(simulator, "WAVE_MIN_RANKS", 10**9)
+    by_events = compile_program(program)
+    assert by_events.row_lists == []
+    expected = {latency: simulate_makespan(compile_program(program), durations,
+                                           p2p_latency_s=latency) for latency in (0.0, 0.2)}
+    simulate_makespan(by_events, durations, p2p_latency_s=0.2)
+    assert by_events.row_lists and by_events.rows.dep_prev == by_events.columns[1].tolist()
+    monkeypatch.setattr(simulator, "WAVE_MIN_RANKS", 1)
+    monkeypatch.setattr(simulator, "WAVE_REPLAY_MIN_WIDTH", 10**9)
+    by_waves = compile_program(program)
+    assert simulate_makespan(by_waves, durations, p2p_latency_s=0.2) == expected[0.2]
+    assert simulate_makespan(by_waves, durations, p2p_latency_s=0.0) == expected[0.0]
+    assert by_waves.row_lists == [] and by_waves.visit[0].columns == []
+    again = OpDurations(forward_s=durations.forward_s[::-1],
+                        backward_input_s=durations.backward_input_s,
+                        backward_weight_s=durations.backward_weight_s)
+    replayed = simulate_makespan(by_waves, again, p2p_latency_s=0.2)
+    assert replayed == simulate_makespan(compile_program(program), again, p2p_latency_s=0.2)
+    assert by_waves.visit[0].columns == by_waves.visit[0].array.tolist()
