@@ -100,8 +100,8 @@ class CompiledProgram:
     once. Emptied when it reaches `MAKESPAN_MEMO_SIZE` entries."""
     row_lists: list["RowLists"] = field(default_factory=list)
     """`columns`' dependency and output rows as Python lists (`rows`), built the first time
-    the event loop or a critical-path walk reads them: most programs are run by waves and
-    replayed in numpy, which never do."""
+    the event loop or a critical-path walk reads them: a program of `WAVE_MIN_RANKS` ranks
+    or more runs by waves and replays in numpy, and never does."""
 
     @property
     def rows(self) -> "RowLists":
@@ -116,8 +116,7 @@ class CompiledProgram:
 
 
 class RowLists(NamedTuple):
-    """A compiled program's per-row ready-time indices as Python lists (`CompiledProgram.rows`).
-    """
+    """A compiled program's per-row ready-time slots as lists (`CompiledProgram.rows`)."""
 
     dep_prev: list[int]
     """Ready-time index of the forward input (F(j,s-1)) or the sentinel."""
