@@ -403,13 +403,11 @@ def _enqueue(problem: SearchProblem, queue: SearchQueue, sizes: list[int], deadl
     current world size is counted as not enumerated (and later world sizes are not listed),
     and where it stopped is kept (`SearchQueue.listing`). Past `dive_from` with no plan
     known, the queue's head is evaluated after each candidate (`_dive`) until one plan is
-    (`NO_PLAN_DIVE_SHARE`). With `listing` (where an earlier search's listing stopped), its
-    sizes are listed instead, the first from where it stopped.
+    (`NO_PLAN_DIVE_SHARE`). With `listing` (where an earlier search's listing stopped, whose
+    `sizes` are given), the first size is listed from where it stopped.
 
     A world size whose peak throughput (`solver.throughput_bound.peak_tokens_per_s`) is
     below the target is skipped whole: no plan on it can reach the target."""
-    if listing is not None:
-        sizes = list(listing.sizes)
     cluster = problem.cluster
     for n, world in enumerate(sizes):
         cancel.check()

@@ -114,7 +114,8 @@ def _went_on(problem: SearchProblem, queue: SearchQueue, result: SearchResult, s
     listing the rest of `listing` where the earlier listing stopped."""
     dive_from = started + (deadline - started) * NO_PLAN_DIVE_SHARE
     if listing is not None:
-        _enqueue(problem, queue, [], deadline, dive_from=dive_from, listing=listing)
+        _enqueue(problem, queue, list(listing.sizes), deadline, dive_from=dive_from,
+                 listing=listing)
     _branch_and_bound(problem, queue, [], deadline=deadline, dive_from=dive_from, watch=None,
                       progress=None)
     _state_what_is_unproven(queue, [])
