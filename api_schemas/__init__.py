@@ -121,6 +121,7 @@ from api_schemas.run_level import (
     SensitivityResponse,
 )
 from api_schemas.training import (
+    AttentionKernel,
     ElementwiseFusion,
     EmaPlacement,
     Fp8WeightStorage,
@@ -160,6 +161,7 @@ __all__ = [
     "CountingBasis",
     "DType",
     "ElementwiseFusion",
+    "AttentionKernel",
     "PipeEngineP2P",
     "Zero3Collectives",
     "EmaPlacement",

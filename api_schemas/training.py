@@ -40,6 +40,23 @@ class Fp8WeightStorage(StrEnum):
     master copy lives in the optimizer."""
 
 
+class AttentionKernel(StrEnum):
+    """Which fused attention kernel the runtime calls: its generation sets how much of the
+    16-bit peak attention reaches (`models.catalog.kernels.KernelProfile`)."""
+
+    TRANSFORMER_ENGINE = "transformer_engine"
+    """Transformer Engine's fused attention (cuDNN, FlashAttention-3 class on Hopper):
+    Megatron-LM and NeMo."""
+    FLASH_ATTENTION_2 = "flash_attention_2"
+    """FlashAttention-2 (arXiv:2307.08691), also what PyTorch's
+    `scaled_dot_product_attention` picks first."""
+    FLASH_ATTENTION_1 = "flash_attention_1"
+    """The first FlashAttention CUDA kernels (arXiv:2205.14135, 2022)."""
+    TRITON_FLASH_ATTENTION = "triton_flash_attention"
+    """The Triton FlashAttention of 2022 (`flash_attn_triton.py` of the FlashAttention
+    repository; MPT's `attn_impl: triton` in llm-foundry)."""
+
+
 class ElementwiseFusion(StrEnum):
     """How the runtime launches the memory-bound ops between GEMMs (norms, activation,
     rotary embedding, residual adds, the loss): each unfused op is one full HBM pass."""
@@ -206,6 +223,23 @@ class TrainingSpec(SpecModel):
         default=True,
         description="A fused attention kernel that never stores the s x s score matrix "
         "(FlashAttention); false = the scores and softmax are materialised.",
+    )
+    checkpoint_early_stop: bool | None = Field(
+        default=None,
+        description="A wholly recomputed layer's recomputation stops once the last tensor "
+        "its backward saved is rebuilt, so a dense layer's last GEMM (the MLP's down "
+        "projection) is not run again (PyTorch's non-reentrant activation checkpoint, on by "
+        "default since 2.1); false = the whole forward again (Megatron-LM's and DeepSpeed's "
+        "reentrant checkpoint); null = true for PyTorch-native runtimes (elementwise_fusion "
+        "eager or compiled), false otherwise.",
+    )
+    attention_kernel: AttentionKernel | None = Field(
+        default=None,
+        description="The fused attention kernel the runtime calls (read with "
+        "flash_attention=true): 'transformer_engine', 'flash_attention_2', "
+        "'flash_attention_1' or 'triton_flash_attention'; null = the runtime's own "
+        "(Transformer Engine with fused elementwise kernels, FlashAttention-2 through "
+        "PyTorch SDPA otherwise).",
     )
     elementwise_fusion: ElementwiseFusion = Field(
         default=ElementwiseFusion.FUSED,

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from api_schemas.dtypes import DType
 from api_schemas.hardware import GpuSpec
+from api_schemas.training import AttentionKernel
 from models.errors import InvalidSpecError
 
 GEMM_LAUNCH_S = 5e-6
@@ -102,6 +103,36 @@ class KernelProfile:
     backend order puts FlashAttention-2 first and cuDNN last (`sdp_utils.cpp` default_order,
     quoted in pytorch/pytorch issue #138907, 2024-10-25). None: no FlashAttention-2
     measurement on this family, the fused level is used."""
+    flash1_attention_frac: float | None = None
+    """The first FlashAttention CUDA kernels' share of the 16-bit peak (the 2022 generation,
+    `AttentionKernel.FLASH_ATTENTION_1`). None: no measurement on this family."""
+    triton_attention_frac: float | None = None
+    """The 2022 Triton FlashAttention's share of the 16-bit peak
+    (`AttentionKernel.TRITON_FLASH_ATTENTION`). None: no measurement on this family."""
+
+
+FIRST_GENERATION_SATURATION = {"ampere": 16384 / (16384 + 160), "hopper": 16384 / (16384 + 220)}
+"""Each family's attention saturation s / (s + s_half) at the 16k tokens the first-generation
+levels are read at (`KernelProfile.attention_seq_half`: 160 on Ampere, 220 on Hopper)."""
+
+A100_FLASH1_ATTENTION_FRAC = 83 / 312 / FIRST_GENERATION_SATURATION["ampere"]
+"""FlashAttention (2022) on A100 SXM4 80GB: 83 TFLOP/s forward + backward at 16k tokens, head
+dim 128, no causal mask, over the 312 TFLOP/s 16-bit peak and the 16k saturation: 0.269.
+Source: bar labels of `assets/flash2_a100_fwd_bwd_benchmark.png` in Dao-AILab/flash-attention
+(research/data/gemm_efficiency.json, source `fa2_repo_figures`), a kernel benchmark: nothing
+fitted on a training step."""
+
+A100_TRITON_ATTENTION_FRAC = 95 / 312 / FIRST_GENERATION_SATURATION["ampere"]
+"""The Triton FlashAttention on A100 SXM4 80GB: 95 TFLOP/s forward + backward in the same
+figure and setting as `A100_FLASH1_ATTENTION_FRAC`: 0.307."""
+
+H100_FLASH1_ATTENTION_FRAC = 139 / 989 / FIRST_GENERATION_SATURATION["hopper"]
+"""FlashAttention (2022) on H100 SXM5: 139 TFLOP/s forward + backward at 16k tokens, head dim
+128, no causal mask (`assets/flash2_h100_fwd_bwd_benchmark.png`, same repository and data
+file), over the 989 TFLOP/s 16-bit peak and the 16k saturation: 0.142. It also stands for the
+2022 Triton kernel on Hopper: that figure has no Triton bars and no H100 measurement of it
+was read; both kernels predate Hopper's instructions, and on A100 they measure within 15% of
+each other (95 and 83 TFLOP/s without the causal mask, 80 and 83 with it)."""
 
 
 PROFILES: dict[str, KernelProfile] = {
@@ -116,7 +147,8 @@ PROFILES: dict[str, KernelProfile] = {
                     "attention from FlashAttention-2 A100 fwd+bwd d=128 (203 TFLOP/s at 16k; "
                     "PyTorch unfused 86 TFLOP/s at 8k; PyTorch SDPA runs the same "
                     "FlashAttention-2 kernels)",
-        sdpa_attention_frac=0.66),
+        sdpa_attention_frac=0.66, flash1_attention_frac=A100_FLASH1_ATTENTION_FRAC,
+        triton_attention_frac=A100_TRITON_ATTENTION_FRAC),
     "hopper": KernelProfile(
         family="hopper", num_sms=132,
         gemm_peak_frac={DType.BF16: 0.61, DType.FP16: 0.61, DType.FP8: 0.50, DType.TF32: 0.6},
@@ -136,7 +168,8 @@ PROFILES: dict[str, KernelProfile] = {
                     "throughput (FlashAttention-2 alone measures 0.34 fwd+bwd); PyTorch SDPA "
                     "attention: FlashAttention-2 repository H100 fwd+bwd d=128, 338 TFLOP/s at "
                     "16k over the 16k saturation 0.987 = 0.35",
-        sdpa_attention_frac=0.35),
+        sdpa_attention_frac=0.35, flash1_attention_frac=H100_FLASH1_ATTENTION_FRAC,
+        triton_attention_frac=H100_FLASH1_ATTENTION_FRAC),
     "blackwell": KernelProfile(
         family="blackwell", num_sms=148,
         gemm_peak_frac={DType.BF16: 0.453, DType.FP16: 0.453, DType.FP8: 0.48, DType.TF32: 0.45},
@@ -257,10 +290,18 @@ def calibrated_profile(profile: KernelProfile, gemm_efficiency_scale: float, *,
         profile, gemm_peak_frac=scaled, flash_attention_frac=flash,
         materialized_attention_frac=profile.materialized_attention_frac
         * attention_efficiency_scale,
-        sdpa_attention_frac=(None if profile.sdpa_attention_frac is None
-                             else min(1.0, profile.sdpa_attention_frac
-                                      * attention_efficiency_scale)),
+        sdpa_attention_frac=_scaled_level(profile.sdpa_attention_frac,
+                                          attention_efficiency_scale),
+        flash1_attention_frac=_scaled_level(profile.flash1_attention_frac,
+                                            attention_efficiency_scale),
+        triton_attention_frac=_scaled_level(profile.triton_attention_frac,
+                                            attention_efficiency_scale),
         calibration=f"{note} over: {profile.calibration}")
+
+
+def _scaled_level(level: float | None, scale: float) -> float | None:
+    """An optional attention level times a calibration's attention scale, at most 1."""
+    return None if level is None else min(1.0, level * scale)
 
 
 def _gemm_frac(profile: KernelProfile, dtype: DType) -> float:
@@ -367,23 +408,56 @@ def grouped_gemm_time_s(groups: int, m: int, n: int, k: int, *, gpu: GpuSpec, dt
 
 
 def attention_time_s(flop: float, *, seq_len: int, gpu: GpuSpec, flash: bool,
-                     profile: KernelProfile | None = None, sdpa: bool = False) -> float:
+                     profile: KernelProfile | None = None, sdpa: bool = False,
+                     kernel: AttentionKernel | None = None) -> float:
     """Time of `flop` attention-core FLOPs (forward or backward) at sequence length `seq_len`.
 
     Source: FlashAttention-2 arXiv:2307.08691 Sec. 4.1 and the FlashAttention-2/3 repository
     benchmarks (efficiency rises with sequence length and saturates); materialised attention
     (separate softmax kernels over an s x s matrix in HBM) reaches far less. `sdpa`: the
     fused kernel is the one PyTorch's `scaled_dot_product_attention` picks
-    (`KernelProfile.sdpa_attention_frac`: FlashAttention-2).
+    (`KernelProfile.sdpa_attention_frac`: FlashAttention-2). `kernel`: the fused kernel the
+    runtime names (`fused_attention_frac`), which takes precedence over `sdpa`.
+
+    Raises:
+        InvalidSpecError: `kernel` has no measured level on the GPU's family.
     """
     if flop <= 0:
         return 0.0
     prof = profile or profile_for(gpu)
-    fused = (prof.sdpa_attention_frac if sdpa and prof.sdpa_attention_frac is not None
-             else prof.flash_attention_frac)
+    if kernel is not None:
+        fused = fused_attention_frac(prof, kernel)
+    else:
+        fused = (prof.sdpa_attention_frac if sdpa and prof.sdpa_attention_frac is not None
+                 else prof.flash_attention_frac)
     frac = fused if flash else prof.materialized_attention_frac
     saturation = seq_len / (seq_len + prof.attention_seq_half)
     return flop / (gpu.peak_flop_per_s(DType.BF16) * frac * saturation)
+
+
+def fused_attention_frac(profile: KernelProfile, kernel: AttentionKernel) -> float:
+    """The share of the 16-bit peak `kernel` reaches on `profile`'s family at long sequences:
+    Transformer Engine's the profile's fused level, FlashAttention-2's its SDPA level (the
+    fused level where the family has no FlashAttention-2 measurement, as `attention_time_s`
+    reads it for SDPA), the 2022 kernels their own measured levels.
+
+    Raises:
+        InvalidSpecError: a 2022 kernel on a family where none was measured.
+    """
+    if kernel == AttentionKernel.TRANSFORMER_ENGINE:
+        return profile.flash_attention_frac
+    if kernel == AttentionKernel.FLASH_ATTENTION_2:
+        return (profile.flash_attention_frac if profile.sdpa_attention_frac is None
+                else profile.sdpa_attention_frac)
+    level = (profile.flash1_attention_frac if kernel == AttentionKernel.FLASH_ATTENTION_1
+             else profile.triton_attention_frac)
+    if level is None:
+        raise InvalidSpecError(
+            f"attention_kernel '{kernel.value}' has no measured level on {profile.family} "
+            "GPUs (measured on A100 and H100 only); leave training.attention_kernel unset or "
+            "name 'flash_attention_2' or 'transformer_engine'",
+            field="training.attention_kernel")
+    return level
 
 
 def memory_bound_time_s(num_bytes: float, *, gpu: GpuSpec) -> float:
@@ -392,6 +466,9 @@ def memory_bound_time_s(num_bytes: float, *, gpu: GpuSpec) -> float:
 
 
 __all__ = [
+    "A100_FLASH1_ATTENTION_FRAC",
+    "A100_TRITON_ATTENTION_FRAC",
+    "FIRST_GENERATION_SATURATION",
     "GEMM_IO_FACTOR",
     "GEMM_EFFICIENCY_FLOOR_FRAC",
     "GEMM_LAUNCH_S",
@@ -401,12 +478,14 @@ __all__ = [
     "CDNA3_GEMM_FRAC_BF16",
     "CDNA3_GEMM_FRAC_FP8",
     "CDNA3_GEMM_TABLE_RATIO",
+    "H100_FLASH1_ATTENTION_FRAC",
     "HBM_ACHIEVABLE_FRAC",
     "PROFILES",
     "GemmRates",
     "KernelProfile",
     "attention_time_s",
     "calibrated_profile",
+    "fused_attention_frac",
     "gemm_rates",
     "gemm_time_at",
     "gemm_time_s",

@@ -19,7 +19,7 @@ from api_schemas.architecture import ModelSpec
 from api_schemas.dtypes import DType
 from api_schemas.hardware import GpuSpec
 from api_schemas.parallel import RecomputeModule
-from api_schemas.training import CudaGraphModule, ElementwiseFusion, MoeDispatcher
+from api_schemas.training import AttentionKernel, CudaGraphModule, ElementwiseFusion, MoeDispatcher
 from models.catalog.kernels import (
     GEMM_TILE,
     PROFILES,
@@ -44,6 +44,12 @@ from models.core.linear_attention import (
 )
 from models.core.moe.expert_gemm import local_experts_gemm_s
 from models.core.moe.host_issue import moe_host_idle_s, moe_host_sync_s
+from models.core.moe.passes import (
+    ALLTOALL_LOCAL_SORT_PASSES,
+    FP8_QUANTIZE_BYTES_PER_ELEMENT,
+    MOE_PERMUTE_PASSES,
+    ROUTER_BYTES_PER_SCORE,
+)
 from models.core.moe.permute import unfused_permute_extra_bytes
 from models.core.runtime_passes import RUNTIME_PASSES, OpPasses
 from models.core.search_memo import current_memo, forget_memos, kept
@@ -58,38 +64,6 @@ MATERIALIZED_BACKWARD_FLOP_RATIO = 2.0
 ELEMENTWISE_BACKWARD_RATIO = 2.0
 """Backward elementwise kernels read the saved input and the incoming gradient and write the
 outgoing gradient: about twice the forward bytes."""
-
-ROUTER_BYTES_PER_SCORE = 13
-"""HBM bytes per (token, expert) score of the fused router after the gating GEMM: read the
-fp32 logits (4), write the fp32 probabilities (4) and the boolean routing map (1), and read
-the probabilities again for the auxiliary load-balancing loss (4). Source: Megatron-Core
-`--moe-router-fusion` (README "Router Fusion": projection aside, top-k, softmax and the
-auxiliary loss in fewer kernels; `--moe-router-dtype fp32` keeps the scores in fp32)."""
-
-FP8_QUANTIZE_BYTES_PER_ELEMENT = 4
-"""HBM bytes per element of an expert GEMM input quantised to FP8: read the 16-bit value (2),
-write the row-wise FP8 copy for the forward GEMM (1) and the column-wise (transposed) copy for
-the weight-gradient GEMM (1); scales neglected. Applied to both expert GEMM inputs of every
-routed assignment (h for the up projection, the expert width for the down projection); the
-backward's gradient casts follow from `ELEMENTWISE_BACKWARD_RATIO`. Source: Transformer
-Engine FP8 recipes (inputs of each FP8 GEMM cast before it, with a transposed copy kept for
-wgrad; Megatron-Core MoE README "FP8 Training": linear-layer inputs stored in FP8). Dense
-layers' casts are inside the step-calibrated eta_max; the routed experts' are explicit because
-their cast bytes per FLOP are 2 h f / (h + f) times larger (fine-grained experts)."""
-
-MOE_PERMUTE_PASSES = 2
-"""Read-and-write passes over every routed assignment's hidden vector (16-bit) that each
-dispatcher makes in a forward: the permutation into expert order and the un-permutation
-back (Megatron-Core `moe_utils.permute` / `unpermute`; the flex dispatcher's DeepEP and
-HybridEP paths make the same two, after the dispatch and before the combine)."""
-
-ALLTOALL_LOCAL_SORT_PASSES = 2
-"""Extra passes of the `alltoall` dispatcher when a rank holds more than one expert: the
-tokens received from every EP rank arrive grouped by source rank and are re-sorted by local
-expert after the dispatch, and sorted back before the combine. Source: Megatron-Core
-`token_dispatcher.py`, `MoEAlltoAllTokenDispatcher.dispatch_postprocess` ("Permutation 2:
-Sort tokens by local expert", `sort_chunks_by_idxs` when `num_local_experts > 1`) and
-`combine_preprocess` ("Unpermutation 2"), commit d98e8a64."""
 
 M = RecomputeModule
 
@@ -124,6 +98,12 @@ class ComputeContext:
     moe_load_imbalance: float = 1.0
     moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
     elementwise_fusion: ElementwiseFusion = ElementwiseFusion.FUSED
+    attention_kernel: AttentionKernel | None = None
+    """The fused attention kernel the runtime names (`TrainingSpec.attention_kernel`; None: the
+    runtime's own, by `elementwise_fusion`)."""
+    checkpoint_early_stop: bool = False
+    """A whole-layer recomputation skips a dense layer's last GEMM
+    (`models.core.step_time.stage.checkpoint_stops_early`)."""
     moe_grouped_gemm: bool = True
     """The local experts run as one grouped GEMM (False: one GEMM per expert in turn)."""
     moe_permute_fusion: bool = True
@@ -408,7 +388,9 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext, window: int | None = N
     that leaves the elementwise ops to PyTorch (eager or torch.compile, as torchtitan) calls
     attention through `scaled_dot_product_attention` (torchtitan `model.py` at 9dec370:
     `F.scaled_dot_product_attention(xq, xk, xv, is_causal=True)`), whose default backend is
-    FlashAttention-2 (`models.catalog.kernels.KernelProfile.sdpa_attention_frac`)."""
+    FlashAttention-2 (`models.catalog.kernels.KernelProfile.sdpa_attention_frac`). A runtime
+    that names its kernel (`TrainingSpec.attention_kernel`) runs at that kernel's level
+    (`models.catalog.kernels.fused_attention_frac`)."""
     flop = (attention_core_forward_flops(spec, seq_len=ctx.seq_len, causal=ctx.flash_attention)
             * ctx.micro_batch_size / ctx.tp / ctx.cp)
     ratio = FLASH_BACKWARD_FLOP_RATIO if ctx.flash_attention else MATERIALIZED_BACKWARD_FLOP_RATIO
@@ -424,7 +406,8 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext, window: int | None = N
         kernel_seq = max(1, min(kernel_seq, 2 * window_loop_keys(window, seq_len=ctx.seq_len)))
     forward = attention_time_s(flop, seq_len=kernel_seq, gpu=ctx.gpu, flash=ctx.flash_attention,
                                profile=ctx.kernel_profile,
-                               sdpa=ctx.elementwise_fusion != ElementwiseFusion.FUSED)
+                               sdpa=ctx.elementwise_fusion != ElementwiseFusion.FUSED,
+                               kernel=ctx.attention_kernel)
     dropout = attention_dropout_time_s(spec, ctx)
     return forward + dropout, forward * ratio + dropout
 
@@ -533,7 +516,11 @@ def _layer_compute(spec: ModelSpec, moe_layer: bool, ctx: ComputeContext,
     # torchtitan's per-op policy: every second matmul and every memory-bound op, forward.
     module_s[M.OP_SAC] = elem_f + sum(
         _shape_time(g, g.m, g.n, g.k, ctx) for g in op_sac_gemms(spec, ctx, moe_layer=moe_layer))
-    return LayerCompute(times=times, recompute_full_s=times.forward_s,
+    # PyTorch's non-reentrant checkpoint stops once the last saved tensor is rebuilt: the
+    # input of a dense layer's down projection, whose GEMM (the layer's last) is not run.
+    skipped = (_shape_time(gemms[-1], gemms[-1].m, gemms[-1].n, gemms[-1].k, ctx)
+               if ctx.checkpoint_early_stop and not moe_layer else 0.0)
+    return LayerCompute(times=times, recompute_full_s=times.forward_s - skipped,
                         recompute_module_s=module_s)
 
 
@@ -570,13 +557,9 @@ def _head_compute(spec: ModelSpec, ctx: ComputeContext) -> OpTimes:
 __all__ = [
     "ATTENTION_DROPOUT_BYTES_PER_SCORE",
     "ELEMENTWISE_BACKWARD_RATIO",
-    "FP8_QUANTIZE_BYTES_PER_ELEMENT",
     "FLASH_BACKWARD_FLOP_RATIO",
     "MATERIALIZED_BACKWARD_FLOP_RATIO",
     "MOE_ELEMENTWISE_KEYS",
-    "ALLTOALL_LOCAL_SORT_PASSES",
-    "MOE_PERMUTE_PASSES",
-    "ROUTER_BYTES_PER_SCORE",
     "ComputeContext",
     "LayerCompute",
     "OpTimes",

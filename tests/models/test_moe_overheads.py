@@ -24,9 +24,6 @@ from models.catalog.kernels import (
 from models.catalog.presets import cluster_preset, gpu_preset, model_preset
 from models.core.collectives import fabric_of
 from models.core.compute import (
-    ALLTOALL_LOCAL_SORT_PASSES,
-    MOE_PERMUTE_PASSES,
-    ROUTER_BYTES_PER_SCORE,
     ComputeContext,
     _elementwise_bytes,
     layer_compute,
@@ -44,6 +41,11 @@ from models.core.moe.host_issue import (
     moe_host_idle_s,
     moe_host_issue_s,
     moe_host_sync_s,
+)
+from models.core.moe.passes import (
+    ALLTOALL_LOCAL_SORT_PASSES,
+    MOE_PERMUTE_PASSES,
+    ROUTER_BYTES_PER_SCORE,
 )
 from models.core.step_time import axis_groups
 from models.core.traffic.items import Phase

@@ -25,7 +25,7 @@ from api_schemas.parallel import (
     RecomputeModule,
     StagePolicy,
 )
-from api_schemas.training import TrainingSpec
+from api_schemas.training import ElementwiseFusion, TrainingSpec
 from models.catalog.kernels import memory_bound_time_s
 from models.core.activations import LayerActivationContext, layer_activation_bytes
 from models.core.collectives import Fabric
@@ -69,6 +69,19 @@ def layer_mode(parallel: ParallelConfig, stage: int, position: int) -> Recompute
     return _mode(parallel.policy_of(stage).recompute, position)
 
 
+def checkpoint_stops_early(training: TrainingSpec) -> bool:
+    """Whether a wholly recomputed layer's recomputation stops at the last tensor its backward
+    saved (`TrainingSpec.checkpoint_early_stop`; unset: PyTorch-native runtimes, eager or
+    compiled, do). Source: PyTorch's non-reentrant `torch.utils.checkpoint` stops the
+    recomputation once every saved tensor is rebuilt, by default since PyTorch 2.1 (pull
+    request #96866, "Make early stop the default for checkpoint and expose a way to
+    disable"; the rewrite of #90105 brought it); Megatron-LM's `tensor_parallel.checkpoint`
+    and DeepSpeed's activation checkpointing are reentrant and rerun the whole forward."""
+    if training.checkpoint_early_stop is not None:
+        return training.checkpoint_early_stop
+    return training.elementwise_fusion != ElementwiseFusion.FUSED
+
+
 def compute_context(training: TrainingSpec, parallel: ParallelConfig,
                     cluster: ClusterSpec) -> ComputeContext:
     """The kernel-timing context of a configuration (the cluster's calibration profile, if
@@ -85,7 +98,9 @@ def compute_context(training: TrainingSpec, parallel: ParallelConfig,
         dropout=training.dropout, moe_load_imbalance=training.moe_load_imbalance,
         moe_dispatcher=dispatcher(training), moe_grouped_gemm=grouped_gemm_on(training),
         moe_permute_fusion=permute_fused(training),
-        elementwise_fusion=training.elementwise_fusion, gemm_efficiency_scale=scale,
+        elementwise_fusion=training.elementwise_fusion,
+        attention_kernel=training.attention_kernel,
+        checkpoint_early_stop=checkpoint_stops_early(training), gemm_efficiency_scale=scale,
         attention_efficiency_scale=attention, cuda_graph_modules=training.cuda_graph_modules,
         moe_host_issue_s=calibration.moe_host_issue_s if calibration is not None else None)
 
@@ -535,8 +550,8 @@ def stage_times(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     return offload_round_trips(stages, layouts, spec, training, parallel, cluster, m)
 
 
-__all__ = ["LayerParts", "StageBucket", "StageTime", "clear_step_time_cache", "compute_context",
-           "fp8_cast_s", "layer_mode", "layer_parts", "layer_parts_memo", "StageInputs",
-           "stage_time", "stage_times",
+__all__ = ["LayerParts", "StageBucket", "StageTime", "checkpoint_stops_early",
+           "clear_step_time_cache", "compute_context", "fp8_cast_s", "layer_mode",
+           "layer_parts", "layer_parts_memo", "StageInputs", "stage_time", "stage_times",
            "TimingKind", "chunk_timing_kinds", "kind_layers", "timing_kind", "window_caps_s",
            "with_boundary_transfers", "with_grad_update", "with_offload_round_trip"]

@@ -1,0 +1,226 @@
+"""The cost model on MosaicML llm-foundry's MPT throughput tables, each run as printed.
+
+    python research/survey_llm_foundry.py [--rows] [--attention-kernel KERNEL]
+
+Rows: `research/data/llm_foundry_mpt.json` (216 rows of the benchmark README at
+mosaicml/llm-foundry 5e85bd62d4, Composer with PyTorch FSDP on 8 to 512 A100 or H100, MPT
+125M to 70B, sequences of 512 to 65,536 tokens). Each BF16 row is evaluated once with
+exactly what it prints (GPUs, micro-batch, gradient accumulation, global batch, sequence
+length, sharding strategy, activation checkpointing) and, for what it does not print, the
+run settings its sweep script states (`RECIPE`); nothing is chosen by the planner. The
+comparison is tokens/s per GPU, the printed column. `--rows` prints every row;
+`--attention-kernel` evaluates every row with another kernel than the recipe's (what the
+recipe's kernel is worth).
+
+The runs' attention kernel (`attn_impl: triton`: llm-foundry's Triton FlashAttention of 2022,
+`llmfoundry/models/layers/flash_attn_triton.py` on `triton-pre-mlir`) is named in the recipe
+(`TrainingSpec.attention_kernel`), at its own measured level
+(`models.catalog.kernels.A100_TRITON_ATTENTION_FRAC`; on H100 the FlashAttention 2022 level
+stands in), and so is the early stop of PyTorch's non-reentrant checkpoint
+(`TrainingSpec.checkpoint_early_stop`).
+
+Why a survey and not rows of `research/validate_published.py`: the rows would enter the error
+bands the planner reads (`models.evidence.error_bands`) with a kernel and a runtime
+(Composer, FSDP1) no plan is made for; research/published_runs.md says so.
+
+Owns: reading the data file, the MPT architecture of a row, its recipe and configuration,
+and the summary by table, sequence length, model and checkpointing. Must not: fit anything
+(the rows are validation data) or write any file.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from api_schemas import ModelSpec, ParallelConfig, TrainingSpec
+from api_schemas.architecture import MlpKind, NormKind
+from api_schemas.dtypes import DType
+from api_schemas.hardware import ClusterSpec
+from api_schemas.parallel import PipelineSchedule, RecomputeMode
+from api_schemas.training import AttentionKernel, ElementwiseFusion
+from models.catalog.presets import cluster_preset
+from models.core.step_time import estimate_step
+
+DATA_PATH = Path(__file__).resolve().parent / "data" / "llm_foundry_mpt.json"
+
+RECIPE = {
+    "elementwise_fusion": (
+        ElementwiseFusion.FUSED,
+        "one 16-bit pass per memory-bound op, as the MPT block of llm-foundry 0.3.0 runs "
+        "them in eager PyTorch: `low_precision_layernorm` (one LayerNorm kernel in the "
+        "16-bit dtype), the GELU, the two residual adds, each linear layer's bias in its "
+        "GEMM; no dropout (resid_pdrop and attn_pdrop 0); no torch.compile in the sweep"),
+    "attention_kernel": (
+        AttentionKernel.TRITON_FLASH_ATTENTION,
+        "`model.attn_config.attn_impl = 'triton'`, the default of submit_benchmarks.py's "
+        "--attn_impl, which sweep.sh does not pass: llm-foundry's Triton FlashAttention "
+        "(`llmfoundry/models/layers/flash_attn_triton.py`; setup.py at the tables' commit "
+        "b2a43a1477, llm-foundry 0.3.0, installs `triton-pre-mlir` for it)"),
+    "fused_cross_entropy": (
+        False,
+        "Composer's loss is PyTorch's cross entropy over the logits, which autocast runs in "
+        "fp32"),
+    "grad_dtype": (
+        DType.FP32,
+        "the printed MP Mode DEFAULT: Composer's FSDP mixed precision keeps parameters in "
+        "the autocast dtype and reduces gradients in fp32"),
+    "zero_stage": (
+        {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2},
+        "the printed sharding strategy: FULL_SHARD shards parameters, gradients and "
+        "optimizer states (ZeRO-3, one FSDP unit per MPT block); SHARD_GRAD_OP keeps the "
+        "gathered parameters from forward to backward (ZeRO-2; every SHARD_GRAD_OP row has "
+        "one micro-batch per step, so its one gather a step is ZeRO-2's after the step)"),
+    "recompute": (
+        {True: RecomputeMode.FULL, False: RecomputeMode.NONE},
+        "the printed Activation Checkpointing column: Composer checkpoints every MPT block "
+        "(fsdp_config.activation_checkpointing, non-reentrant)"),
+    "checkpoint_early_stop": (
+        True,
+        "the sweep sets activation_checkpointing_reentrant false: Composer wraps each block "
+        "in PyTorch's non-reentrant checkpoint, whose recomputation stops early by default "
+        "from PyTorch 2.1: the sweep's image is mosaicml/pytorch:2.1.0_cu121, which "
+        "llm-foundry 0.3.0's setup.py (torch >= 1.13.1, < 2.1.1) keeps"),
+}
+"""What a row does not print and the survey takes, each with where it comes from."""
+
+LINK_BYTES_PER_S = {
+    "A100 80GB with 1600 Gbps node-node interconnect (RoCE)": 1600e9 / 8 / 8,
+    "A100 40GB with 1600 Gbps node-node interconnect (RoCE)": 1600e9 / 8 / 8,
+}
+"""Scale-out bytes per second per GPU where the table's title prints the node's link
+(1600 Gb/s per node of 8 GPUs); the H100 tables print none and take the catalog's."""
+
+
+def load_rows() -> list[dict[str, Any]]:
+    """Every row of the data file."""
+    rows: list[dict[str, Any]] = json.loads(DATA_PATH.read_text())["rows"]
+    return rows
+
+
+def mpt_spec(size: str, seq_len: int) -> ModelSpec:
+    """The MPT model of `size` at `seq_len` tokens: LayerNorm and every linear layer with a
+    bias, a learned position table of `seq_len` rows, GELU MLP, tied embeddings (the data
+    file's `architecture_notes`)."""
+    arch = json.loads(DATA_PATH.read_text())["architectures"][size]
+    d = arch["d_model"]
+    return ModelSpec(name=f"mpt-{size}", num_layers=arch["n_layers"], hidden_size=d,
+                     num_attention_heads=arch["n_heads"],
+                     ffn_hidden_size=arch["expansion_ratio"] * d, mlp=MlpKind.GELU,
+                     norm=NormKind.LAYERNORM, vocab_size=arch["vocab_size"],
+                     tie_word_embeddings=True, learned_position_embeddings=seq_len,
+                     linear_bias=True, attention_bias=True)
+
+
+def row_cluster(row: dict[str, Any]) -> ClusterSpec:
+    """The row's GPUs, 8 per node, with the table's printed scale-out link where it has
+    one."""
+    gpus = row["num_gpus"]
+    cluster = cluster_preset(row["gpu"], num_nodes=max(1, gpus // 8), gpus_per_node=min(8, gpus))
+    link = LINK_BYTES_PER_S.get(row["table"])
+    if link is None:
+        return cluster
+    return cluster.model_copy(update={"inter_node": cluster.inter_node.model_copy(
+        update={"bandwidth_bytes_per_s": link})})
+
+
+def row_config(row: dict[str, Any], kernel: AttentionKernel | None = None
+               ) -> tuple[ParallelConfig, TrainingSpec]:
+    """The configuration a row ran: data parallelism over every GPU, its printed
+    micro-batch, sharding and checkpointing, and `RECIPE` for the rest (`kernel` in place
+    of the recipe's attention kernel where given)."""
+    zero = RECIPE["zero_stage"][0][row["sharding_strategy"]]
+    parallel = ParallelConfig(tp=1, pp=1, dp=row["num_gpus"],
+                              micro_batch_size=row["micro_batch_size"], zero_stage=zero,
+                              fsdp=zero == 3, schedule=PipelineSchedule.ONE_F_ONE_B,
+                              recompute=RECIPE["recompute"][0][row["activation_checkpointing"]])
+    training = TrainingSpec(global_batch_size=row["global_batch_size"],
+                            sequence_length=row["seq_len"], compute_dtype=DType.BF16,
+                            flash_attention=True,
+                            attention_kernel=kernel or RECIPE["attention_kernel"][0],
+                            elementwise_fusion=RECIPE["elementwise_fusion"][0],
+                            fused_cross_entropy=RECIPE["fused_cross_entropy"][0],
+                            checkpoint_early_stop=RECIPE["checkpoint_early_stop"][0],
+                            grad_dtype=RECIPE["grad_dtype"][0])
+    return parallel, training
+
+
+def surveyed(row: dict[str, Any]) -> str | None:
+    """Why a row is left out, or None: FP8 rows run Transformer Engine linear layers whose
+    casts and scaling the eager runtime's profile does not describe; rows whose global batch
+    is not micro-batch x accumulation x GPUs split micro-batches unevenly."""
+    if "fp8" in row["precision"]:
+        return "FP8 through Transformer Engine v0.10 linear layers (fc_type 'te')"
+    if row["global_batch_size"] != row["micro_batch_size"] * row["grad_accum"] * row["num_gpus"]:
+        return "uneven micro-batches (global batch is not micro-batch x accumulation x GPUs)"
+    return None
+
+
+def predicted_tokens_per_s_per_gpu(row: dict[str, Any],
+                                   kernel: AttentionKernel | None = None) -> float:
+    """The cost model's tokens/s per GPU of the row's configuration (`row_config`)."""
+    parallel, training = row_config(row, kernel)
+    estimate = estimate_step(mpt_spec(row["model"], row["seq_len"]), training, parallel,
+                             row_cluster(row))
+    return training.tokens_per_step / estimate.step_time_s / row["num_gpus"]
+
+
+def relative_error(row: dict[str, Any], kernel: AttentionKernel | None = None) -> float:
+    """(predicted - printed) / printed tokens/s per GPU: positive where the model is fast."""
+    printed = row["tokens_per_s_per_gpu"]
+    return (predicted_tokens_per_s_per_gpu(row, kernel) - printed) / printed
+
+
+def _seq_bucket(seq_len: int) -> str:
+    return "up to 2,048" if seq_len <= 2048 else "4,096-8,192" if seq_len <= 8192 \
+        else "16,384 and more"
+
+
+def summary(errors: list[tuple[dict[str, Any], float]]) -> list[str]:
+    """Median and largest |error| per table, sequence-length bucket, model and activation
+    checkpointing."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for row, error in errors:
+        groups["all"].append(error)
+        groups[f"table {row['table']}"].append(error)
+        groups[f"sequence {_seq_bucket(row['seq_len'])}"].append(error)
+        groups[f"model {row['model']}"].append(error)
+        groups[f"activation checkpointing {row['activation_checkpointing']}"].append(error)
+    lines = []
+    for name, values in groups.items():
+        absolute = [abs(v) for v in values]
+        lines.append(f"{name:70s} n={len(values):3d} median |error| "
+                     f"{100 * statistics.median(absolute):5.1f}%  max {100 * max(absolute):5.1f}%"
+                     f"  median signed {100 * statistics.median(values):+5.1f}%")
+    return lines
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", action="store_true", help="print every row")
+    parser.add_argument("--attention-kernel", type=AttentionKernel, default=None,
+                        choices=list(AttentionKernel), help="in place of the recipe's")
+    args = parser.parse_args(argv)
+    errors = []
+    for row in load_rows():
+        why = surveyed(row)
+        if why is not None:
+            if args.rows:
+                print(f"skipped {row['model']} s={row['seq_len']} {row['num_gpus']} GPUs: {why}")
+            continue
+        error = relative_error(row, args.attention_kernel)
+        errors.append((row, error))
+        if args.rows:
+            print(f"{row['table'][:20]:20s} {row['model']:>5s} s={row['seq_len']:6d} "
+                  f"{row['num_gpus']:4d} GPUs mb={row['micro_batch_size']:3d} "
+                  f"ga={row['grad_accum']:2d} {row['sharding_strategy']:13s} "
+                  f"ckpt={row['activation_checkpointing']!s:5s} printed "
+                  f"{row['tokens_per_s_per_gpu']:7d} tokens/s/GPU  error {100 * error:+6.1f}%")
+    print("\n".join(summary(errors)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

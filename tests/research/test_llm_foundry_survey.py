@@ -1,0 +1,90 @@
+"""The llm-foundry MPT survey (research/survey_llm_foundry.py): its data is what the
+benchmark README prints, its models are MPT's to the parameter, and the cost model predicts
+the runs as printed within the accuracy the survey reports."""
+
+import statistics
+
+import pytest
+
+from api_schemas import AttentionKernel
+from models.core.params import count_parameters
+from research import survey_llm_foundry as survey
+
+ROWS = survey.load_rows()
+
+
+def test_the_data_holds_every_row_of_the_five_tables() -> None:
+    tables = {row["table"] for row in ROWS}
+    assert len(ROWS) == 216 and len(tables) == 5
+    for row in ROWS:
+        # The printed columns agree with each other (tokens/s is rounded to the token).
+        assert row["global_batch_tokens"] == row["global_batch_size"] * row["seq_len"]
+        assert row["tokens_per_s_per_gpu"] * row["num_gpus"] == pytest.approx(
+            row["tokens_per_s"], rel=0.002, abs=row["num_gpus"])
+
+
+def test_every_row_prints_the_parameter_count_of_its_mpt_model() -> None:
+    """NumParams of each row (it grows with the sequence: the learned position table) is the
+    count of the MPT model the survey builds, to the parameter: biases, tied embeddings and a
+    position row per token included."""
+    for row in ROWS:
+        spec = survey.mpt_spec(row["model"], row["seq_len"])
+        assert count_parameters(spec).total == row["num_params"], row
+
+
+def test_the_rows_run_as_printed_with_the_sweeps_recipe() -> None:
+    row = next(r for r in ROWS if r["model"] == "13b" and r["seq_len"] == 2048
+               and r["num_gpus"] == 128 and "Large" in r["table"])
+    parallel, training = survey.row_config(row)
+    assert (parallel.dp, parallel.micro_batch_size, parallel.zero_stage, parallel.fsdp) == (
+        128, 16, 3, True)
+    assert parallel.recompute == "full"
+    assert training.global_batch_size == 2048 and training.sequence_length == 2048
+    assert training.attention_kernel == AttentionKernel.TRITON_FLASH_ATTENTION
+    assert not training.fused_cross_entropy
+    sharded_grads = next(r for r in ROWS if r["sharding_strategy"] == "SHARD_GRAD_OP")
+    assert sharded_grads["grad_accum"] == 1
+    assert survey.row_config(sharded_grads)[0].zero_stage == 2
+    a100 = next(r for r in ROWS if r["gpu"] == "a100-sxm4-80gb")
+    assert survey.row_cluster(a100).inter_node.bandwidth_bytes_per_s == 25e9
+
+
+def test_fp8_and_uneven_rows_are_left_out_with_the_reason() -> None:
+    skipped = [(r, survey.surveyed(r)) for r in ROWS if survey.surveyed(r) is not None]
+    assert len(skipped) == 7
+    assert sum("fp8" in r["precision"] for r, _ in skipped) == 7
+    # A global batch that micro-batches do not split evenly (Composer allows it) is not a
+    # configuration the step time describes: none is printed, and one would be left out.
+    uneven = dict(ROWS[0], global_batch_size=ROWS[0]["global_batch_size"] + 1)
+    assert "uneven" in (survey.surveyed(uneven) or "")
+
+
+def test_the_model_predicts_the_printed_runs_within_the_surveyed_accuracy() -> None:
+    """As printed, nothing fitted: the median |error| of tokens/s per GPU over the 209 BF16
+    rows is under 4.5%, the A100 tables' (whose Triton kernel was measured on A100) under
+    3.5%; no row is off by 40% (the largest, 70B on 64 A100 40GB at micro-batch 2, runs
+    near its memory cap and is predicted 37% fast)."""
+    errors = [(row, survey.relative_error(row)) for row in ROWS if survey.surveyed(row) is None]
+    assert len(errors) == 209
+    assert statistics.median(abs(e) for _, e in errors) < 0.045
+    assert max(abs(e) for _, e in errors) < 0.40
+    a100 = [abs(e) for row, e in errors if row["gpu"].startswith("a100")]
+    assert statistics.median(a100) < 0.035
+
+
+def test_the_recipes_kernel_and_early_stop_are_what_the_runs_need(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each mechanism the recipe names moves the survey toward the printed runs: at
+    FlashAttention-2's level the runs at 16k tokens and more are predicted far too fast, and
+    without the early stop the checkpointed runs are predicted slower than with it."""
+    long = [r for r in ROWS if survey.surveyed(r) is None and r["seq_len"] >= 16384]
+    at_fa2 = statistics.median(survey.relative_error(r, AttentionKernel.FLASH_ATTENTION_2)
+                               for r in long)
+    as_run = statistics.median(survey.relative_error(r) for r in long)
+    assert at_fa2 > 0.3 and abs(as_run) < 0.1
+    checkpointed = [r for r in ROWS if survey.surveyed(r) is None
+                    and r["activation_checkpointing"]]
+    with_stop = statistics.median(survey.relative_error(r) for r in checkpointed)
+    monkeypatch.setitem(survey.RECIPE, "checkpoint_early_stop", (False, "the whole forward"))
+    without = statistics.median(survey.relative_error(r) for r in checkpointed)
+    assert without < with_stop < 0.0
