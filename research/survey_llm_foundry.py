@@ -8,7 +8,8 @@ mosaicml/llm-foundry 5e85bd62d4, Composer with PyTorch FSDP on 8 to 512 A100 or 
 exactly what it prints (GPUs, micro-batch, gradient accumulation, global batch, sequence
 length, sharding strategy, activation checkpointing) and, for what it does not print, the
 run settings its sweep script states (`RECIPE`); nothing is chosen by the planner. The
-comparison is tokens/s per GPU, the printed column. `--rows` prints every row;
+comparison is tokens/s per GPU, the printed column; the memory ledger's peak of each run,
+all of which trained, is checked against the GPU's capacity. `--rows` prints every row;
 `--attention-kernel` evaluates every row with another kernel than the recipe's (what the
 recipe's kernel is worth).
 
@@ -43,6 +44,7 @@ from api_schemas.hardware import ClusterSpec
 from api_schemas.parallel import PipelineSchedule, RecomputeMode
 from api_schemas.training import AttentionKernel, ElementwiseFusion
 from models.catalog.presets import cluster_preset
+from models.core.memory import memory_ledger
 from models.core.step_time import estimate_step
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "llm_foundry_mpt.json"
@@ -61,9 +63,11 @@ RECIPE = {
         "(`llmfoundry/models/layers/flash_attn_triton.py`; setup.py at the tables' commit "
         "b2a43a1477, llm-foundry 0.3.0, installs `triton-pre-mlir` for it)"),
     "fused_cross_entropy": (
-        False,
-        "Composer's loss is PyTorch's cross entropy over the logits, which autocast runs in "
-        "fp32"),
+        True,
+        "the MPT model's default `loss_fn: fused_crossentropy` (modeling_mpt.py at "
+        "b2a43a1477): flash-attention's fused cross entropy (`flash_attn.losses."
+        "cross_entropy.CrossEntropyLoss`, the xentropy kernels the [gpu] extra installs) over "
+        "the 16-bit logits, no fp32 copy of them"),
     "grad_dtype": (
         DType.FP32,
         "the printed MP Mode DEFAULT: Composer's FSDP mixed precision keeps parameters in "
@@ -168,6 +172,16 @@ def predicted_tokens_per_s_per_gpu(row: dict[str, Any],
     return training.tokens_per_step / estimate.step_time_s / row["num_gpus"]
 
 
+def peak_fraction(row: dict[str, Any]) -> float:
+    """The busiest rank's peak bytes in the memory ledger over the GPU's capacity
+    (`models.core.memory.memory_ledger`): every row ran, so above 1 the ledger would have
+    refused a configuration that trained."""
+    parallel, training = row_config(row)
+    cluster = row_cluster(row)
+    ledger = memory_ledger(mpt_spec(row["model"], row["seq_len"]), training, parallel, cluster)
+    return max(stage.total_bytes for stage in ledger.stages) / cluster.capacity_bytes
+
+
 def relative_error(row: dict[str, Any], kernel: AttentionKernel | None = None) -> float:
     """(predicted - printed) / printed tokens/s per GPU: positive where the model is fast."""
     printed = row["tokens_per_s_per_gpu"]
@@ -220,6 +234,10 @@ def main(argv: list[str]) -> None:
                   f"ckpt={row['activation_checkpointing']!s:5s} printed "
                   f"{row['tokens_per_s_per_gpu']:7d} tokens/s/GPU  error {100 * error:+6.1f}%")
     print("\n".join(summary(errors)))
+    peaks = sorted(peak_fraction(row) for row, _ in errors)
+    print(f"memory: the ledger's peak over the capacity {peaks[0]:.2f}-{peaks[-1]:.2f} "
+          f"(median {statistics.median(peaks):.2f}); {sum(p > 1.0 for p in peaks)} of "
+          f"{len(peaks)} runs that trained would be refused")
 
 
 if __name__ == "__main__":
