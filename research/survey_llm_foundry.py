@@ -7,11 +7,11 @@ mosaicml/llm-foundry 5e85bd62d4, Composer with PyTorch FSDP on 8 to 512 A100 or 
 125M to 70B, sequences of 512 to 65,536 tokens). Each BF16 row is evaluated once with
 exactly what it prints (GPUs, micro-batch, gradient accumulation, global batch, sequence
 length, sharding strategy, activation checkpointing) and, for what it does not print, the
-run settings its sweep script states (`RECIPE`); nothing is chosen by the planner. The
-comparison is tokens/s per GPU, the printed column; the memory ledger's peak of each run,
-all of which trained, is checked against the GPU's capacity. `--rows` prints every row;
-`--attention-kernel` evaluates every row with another kernel than the recipe's (what the
-recipe's kernel is worth).
+run settings its sweep script states (`RECIPE`, the data file's `recipe`); nothing is chosen
+by the planner. The comparison is tokens/s per GPU, the printed column; the memory ledger's
+peak of each run, all of which trained, is checked against the GPU's capacity. `--rows`
+prints every row; `--attention-kernel` evaluates every row with another kernel than the
+recipe's (what the recipe's kernel is worth).
 
 The runs' attention kernel (`attn_impl: triton`: llm-foundry's Triton FlashAttention of 2022,
 `llmfoundry/models/layers/flash_attn_triton.py` on `triton-pre-mlir`) is named in the recipe
@@ -49,47 +49,17 @@ from models.core.step_time import estimate_step
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "llm_foundry_mpt.json"
 
-RECIPE = {
-    "elementwise_fusion": (
-        ElementwiseFusion.FUSED,
-        "one 16-bit pass per memory-bound op, as the MPT block of llm-foundry 0.3.0 runs "
-        "them in eager PyTorch: `low_precision_layernorm` (one LayerNorm kernel in the "
-        "16-bit dtype), the GELU, the two residual adds, each linear layer's bias in its "
-        "GEMM; no dropout (resid_pdrop and attn_pdrop 0); no torch.compile in the sweep"),
-    "attention_kernel": (
-        AttentionKernel.TRITON_FLASH_ATTENTION,
-        "`model.attn_config.attn_impl = 'triton'`, the default of submit_benchmarks.py's "
-        "--attn_impl, which sweep.sh does not pass: llm-foundry's Triton FlashAttention "
-        "(`llmfoundry/models/layers/flash_attn_triton.py`; setup.py at the tables' commit "
-        "b2a43a1477, llm-foundry 0.3.0, installs `triton-pre-mlir` for it)"),
-    "fused_cross_entropy": (
-        True,
-        "the MPT model's default `loss_fn: fused_crossentropy` (modeling_mpt.py at "
-        "b2a43a1477): flash-attention's fused cross entropy (`flash_attn.losses."
-        "cross_entropy.CrossEntropyLoss`, the xentropy kernels the [gpu] extra installs) over "
-        "the 16-bit logits, no fp32 copy of them"),
-    "grad_dtype": (
-        DType.FP32,
-        "the printed MP Mode DEFAULT: Composer's FSDP mixed precision keeps parameters in "
-        "the autocast dtype and reduces gradients in fp32"),
-    "zero_stage": (
-        {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2},
-        "the printed sharding strategy: FULL_SHARD shards parameters, gradients and "
-        "optimizer states (ZeRO-3, one FSDP unit per MPT block); SHARD_GRAD_OP keeps the "
-        "gathered parameters from forward to backward (ZeRO-2; every SHARD_GRAD_OP row has "
-        "one micro-batch per step, so its one gather a step is ZeRO-2's after the step)"),
-    "recompute": (
-        {True: RecomputeMode.FULL, False: RecomputeMode.NONE},
-        "the printed Activation Checkpointing column: Composer checkpoints every MPT block "
-        "(fsdp_config.activation_checkpointing, non-reentrant)"),
-    "checkpoint_early_stop": (
-        True,
-        "the sweep sets activation_checkpointing_reentrant false: Composer wraps each block "
-        "in PyTorch's non-reentrant checkpoint, whose recomputation stops early by default "
-        "from PyTorch 2.1: the sweep's image is mosaicml/pytorch:2.1.0_cu121, which "
-        "llm-foundry 0.3.0's setup.py (torch >= 1.13.1, < 2.1.1) keeps"),
-}
-"""What a row does not print and the survey takes, each with where it comes from."""
+RECIPE: dict[str, dict[str, Any]] = json.loads(DATA_PATH.read_text())["recipe"]
+"""What a row does not print and the survey takes (`value`), each with where it comes from
+(`source`): the data file's `recipe`. Keys: `elementwise_fusion`, `attention_kernel`,
+`fused_cross_entropy`, `grad_dtype`, `checkpoint_early_stop` (`TrainingSpec` values),
+`zero_stage` (by printed sharding strategy), `recompute` (by the printed checkpointing
+column, "true" or "false")."""
+
+
+def recipe(name: str) -> Any:
+    """The recipe's value of `name`."""
+    return RECIPE[name]["value"]
 
 LINK_BYTES_PER_S = {
     "A100 80GB with 1600 Gbps node-node interconnect (RoCE)": 1600e9 / 8 / 8,
@@ -136,19 +106,20 @@ def row_config(row: dict[str, Any], kernel: AttentionKernel | None = None
     """The configuration a row ran: data parallelism over every GPU, its printed
     micro-batch, sharding and checkpointing, and `RECIPE` for the rest (`kernel` in place
     of the recipe's attention kernel where given)."""
-    zero = RECIPE["zero_stage"][0][row["sharding_strategy"]]
+    zero = recipe("zero_stage")[row["sharding_strategy"]]
+    checkpointing = str(row["activation_checkpointing"]).lower()
     parallel = ParallelConfig(tp=1, pp=1, dp=row["num_gpus"],
                               micro_batch_size=row["micro_batch_size"], zero_stage=zero,
                               fsdp=zero == 3, schedule=PipelineSchedule.ONE_F_ONE_B,
-                              recompute=RECIPE["recompute"][0][row["activation_checkpointing"]])
+                              recompute=RecomputeMode(recipe("recompute")[checkpointing]))
     training = TrainingSpec(global_batch_size=row["global_batch_size"],
                             sequence_length=row["seq_len"], compute_dtype=DType.BF16,
                             flash_attention=True,
-                            attention_kernel=kernel or RECIPE["attention_kernel"][0],
-                            elementwise_fusion=RECIPE["elementwise_fusion"][0],
-                            fused_cross_entropy=RECIPE["fused_cross_entropy"][0],
-                            checkpoint_early_stop=RECIPE["checkpoint_early_stop"][0],
-                            grad_dtype=RECIPE["grad_dtype"][0])
+                            attention_kernel=kernel or AttentionKernel(recipe("attention_kernel")),
+                            elementwise_fusion=ElementwiseFusion(recipe("elementwise_fusion")),
+                            fused_cross_entropy=recipe("fused_cross_entropy"),
+                            checkpoint_early_stop=recipe("checkpoint_early_stop"),
+                            grad_dtype=DType(recipe("grad_dtype")))
     return parallel, training
 
 

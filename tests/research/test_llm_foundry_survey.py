@@ -32,6 +32,14 @@ def test_every_row_prints_the_parameter_count_of_its_mpt_model() -> None:
         assert count_parameters(spec).total == row["num_params"], row
 
 
+def test_every_recipe_setting_names_its_source() -> None:
+    assert set(survey.RECIPE) == {"elementwise_fusion", "attention_kernel",
+                                  "fused_cross_entropy", "grad_dtype", "zero_stage",
+                                  "recompute", "checkpoint_early_stop"}
+    for name, setting in survey.RECIPE.items():
+        assert set(setting) == {"value", "source"} and len(setting["source"]) > 40, name
+
+
 def test_the_rows_run_as_printed_with_the_sweeps_recipe() -> None:
     row = next(r for r in ROWS if r["model"] == "13b" and r["seq_len"] == 2048
                and r["num_gpus"] == 128 and "Large" in r["table"])
@@ -95,6 +103,7 @@ def test_the_recipes_kernel_and_early_stop_are_what_the_runs_need(
     checkpointed = [r for r in ROWS if survey.surveyed(r) is None
                     and r["activation_checkpointing"]]
     with_stop = statistics.median(survey.relative_error(r) for r in checkpointed)
-    monkeypatch.setitem(survey.RECIPE, "checkpoint_early_stop", (False, "the whole forward"))
+    monkeypatch.setitem(survey.RECIPE, "checkpoint_early_stop",
+                        {"value": False, "source": "the whole forward again"})
     without = statistics.median(survey.relative_error(r) for r in checkpointed)
     assert without < with_stop < 0.0
