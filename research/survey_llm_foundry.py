@@ -165,8 +165,8 @@ def _seq_bucket(seq_len: int) -> str:
 
 
 def summary(errors: list[tuple[dict[str, Any], float]]) -> list[str]:
-    """Median and largest |error| per table, sequence-length bucket, model and activation
-    checkpointing."""
+    """Median and largest |error| per table, sequence-length bucket (also per GPU), model
+    and activation checkpointing."""
     groups: dict[str, list[float]] = defaultdict(list)
     for row, error in errors:
         groups["all"].append(error)
@@ -174,6 +174,7 @@ def summary(errors: list[tuple[dict[str, Any], float]]) -> list[str]:
         groups[f"sequence {_seq_bucket(row['seq_len'])}"].append(error)
         groups[f"model {row['model']}"].append(error)
         groups[f"activation checkpointing {row['activation_checkpointing']}"].append(error)
+        groups[f"{row['gpu'][:4]} sequence {_seq_bucket(row['seq_len'])}"].append(error)
     lines = []
     for name, values in groups.items():
         absolute = [abs(v) for v in values]
