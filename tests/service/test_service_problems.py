@@ -58,6 +58,21 @@ def test_invalid_spec_names_the_value_and_the_fix(client: httpx.Client) -> None:
     assert body["errors"][0]["loc"] == ["body", "model", "preset"]
 
 
+def test_an_attention_kernel_unmeasured_on_the_gpu_is_an_invalid_spec(
+        client: httpx.Client) -> None:
+    """`training.attention_kernel` names a 2022 kernel measured on A100 and H100 only: on a
+    B200 the evaluation answers 422 naming the field, on an H100 it scores the plan."""
+    training = {**EVALUATE_REQUEST_EXAMPLE["training"],
+                "attention_kernel": "triton_flash_attention"}
+    b200 = {**EVALUATE_REQUEST_EXAMPLE, "training": training,
+            "cluster": {**EVALUATE_REQUEST_EXAMPLE["cluster"], "gpu": "b200-sxm-180gb"}}
+    body = check_problem(client.post("/v1/evaluate", json=b200), "invalid-spec")
+    assert "triton_flash_attention" in body["detail"] and "blackwell" in body["detail"]
+    assert body["errors"][0]["loc"] == ["body", "training", "attention_kernel"]
+    h100 = {**EVALUATE_REQUEST_EXAMPLE, "training": training}
+    assert client.post("/v1/evaluate", json=h100).status_code == 200
+
+
 def test_no_feasible_plan_is_stored_and_points_at_it(
         make_client: Callable[..., Any]) -> None:
     with make_client(planner=ScriptedPlanner(infeasible=True)) as client:
