@@ -49,7 +49,10 @@ from models.core.step_time import estimate_step
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "llm_foundry_mpt.json"
 
-RECIPE: dict[str, dict[str, Any]] = json.loads(DATA_PATH.read_text())["recipe"]
+DATA: dict[str, Any] = json.loads(DATA_PATH.read_text())
+"""The data file, read once: `source`, `architectures`, `recipe` and `rows`."""
+
+RECIPE: dict[str, dict[str, Any]] = DATA["recipe"]
 """What a row does not print and the survey takes (`value`), each with where it comes from
 (`source`): the data file's `recipe`. Keys: `elementwise_fusion`, `attention_kernel`,
 `fused_cross_entropy`, `grad_dtype`, `checkpoint_early_stop` (`TrainingSpec` values),
@@ -61,6 +64,7 @@ def recipe(name: str) -> Any:
     """The recipe's value of `name`."""
     return RECIPE[name]["value"]
 
+
 LINK_BYTES_PER_S = {
     "A100 80GB with 1600 Gbps node-node interconnect (RoCE)": 1600e9 / 8 / 8,
     "A100 40GB with 1600 Gbps node-node interconnect (RoCE)": 1600e9 / 8 / 8,
@@ -71,7 +75,7 @@ LINK_BYTES_PER_S = {
 
 def load_rows() -> list[dict[str, Any]]:
     """Every row of the data file."""
-    rows: list[dict[str, Any]] = json.loads(DATA_PATH.read_text())["rows"]
+    rows: list[dict[str, Any]] = DATA["rows"]
     return rows
 
 
@@ -79,7 +83,7 @@ def mpt_spec(size: str, seq_len: int) -> ModelSpec:
     """The MPT model of `size` at `seq_len` tokens: LayerNorm and every linear layer with a
     bias, a learned position table of `seq_len` rows, GELU MLP, tied embeddings (the data
     file's `architecture_notes`)."""
-    arch = json.loads(DATA_PATH.read_text())["architectures"][size]
+    arch = DATA["architectures"][size]
     d = arch["d_model"]
     return ModelSpec(name=f"mpt-{size}", num_layers=arch["n_layers"], hidden_size=d,
                      num_attention_heads=arch["n_heads"],
