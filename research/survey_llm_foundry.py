@@ -4,7 +4,7 @@
 
 Rows: `research/data/llm_foundry_mpt.json` (216 rows of the benchmark README at
 mosaicml/llm-foundry 5e85bd62d4, Composer with PyTorch FSDP on 8 to 512 A100 or H100, MPT
-125M to 70B, sequences of 512 to 65,536 tokens). Each BF16 row is evaluated once with
+125M to 70B, sequences of 512 to 65,536 tokens). Each row is evaluated once with
 exactly what it prints (GPUs, micro-batch, gradient accumulation, global batch, sequence
 length, sharding strategy, activation checkpointing) and, for what it does not print, the
 run settings its sweep script states (`RECIPE`, the data file's `recipe`); nothing is chosen
@@ -54,8 +54,9 @@ DATA: dict[str, Any] = json.loads(DATA_PATH.read_text())
 
 RECIPE: dict[str, dict[str, Any]] = DATA["recipe"]
 """What a row does not print and the survey takes (`value`), each with where it comes from
-(`source`): the data file's `recipe`. Keys: `elementwise_fusion`, `attention_kernel`,
-`fused_cross_entropy`, `grad_dtype`, `checkpoint_early_stop` (`TrainingSpec` values),
+(`source`): the data file's `recipe`. Keys: `compute_dtype` (by printed precision),
+`elementwise_fusion`, `attention_kernel`, `fused_cross_entropy`, `grad_dtype`,
+`checkpoint_early_stop` (`TrainingSpec` values),
 `zero_stage` (by printed sharding strategy), `recompute` (by the printed checkpointing
 column, "true" or "false")."""
 
@@ -117,7 +118,8 @@ def row_config(row: dict[str, Any], kernel: AttentionKernel | None = None
                               fsdp=zero == 3, schedule=PipelineSchedule.ONE_F_ONE_B,
                               recompute=RecomputeMode(recipe("recompute")[checkpointing]))
     training = TrainingSpec(global_batch_size=row["global_batch_size"],
-                            sequence_length=row["seq_len"], compute_dtype=DType.BF16,
+                            sequence_length=row["seq_len"],
+                            compute_dtype=DType(recipe("compute_dtype")[row["precision"]]),
                             flash_attention=True,
                             attention_kernel=kernel or AttentionKernel(recipe("attention_kernel")),
                             elementwise_fusion=ElementwiseFusion(recipe("elementwise_fusion")),
@@ -128,11 +130,9 @@ def row_config(row: dict[str, Any], kernel: AttentionKernel | None = None
 
 
 def surveyed(row: dict[str, Any]) -> str | None:
-    """Why a row is left out, or None: FP8 rows run Transformer Engine linear layers whose
-    casts and scaling the eager runtime's profile does not describe; rows whose global batch
-    is not micro-batch x accumulation x GPUs split micro-batches unevenly."""
-    if "fp8" in row["precision"]:
-        return "FP8 through Transformer Engine v0.10 linear layers (fc_type 'te')"
+    """Why a row is left out, or None (every printed row is evaluated): a row whose global
+    batch is not micro-batch x accumulation x GPUs splits its micro-batches unevenly, which
+    Composer allows and the step time does not describe."""
     if row["global_batch_size"] != row["micro_batch_size"] * row["grad_accum"] * row["num_gpus"]:
         return "uneven micro-batches (global batch is not micro-batch x accumulation x GPUs)"
     return None
@@ -169,8 +169,8 @@ def _seq_bucket(seq_len: int) -> str:
 
 
 def summary(errors: list[tuple[dict[str, Any], float]]) -> list[str]:
-    """Median and largest |error| per table, sequence-length bucket (also per GPU), model
-    and activation checkpointing."""
+    """Median and largest |error| per table, sequence-length bucket (also per GPU), model,
+    activation checkpointing and precision."""
     groups: dict[str, list[float]] = defaultdict(list)
     for row, error in errors:
         groups["all"].append(error)
@@ -179,6 +179,7 @@ def summary(errors: list[tuple[dict[str, Any], float]]) -> list[str]:
         groups[f"model {row['model']}"].append(error)
         groups[f"activation checkpointing {row['activation_checkpointing']}"].append(error)
         groups[f"{row['gpu'][:4]} sequence {_seq_bucket(row['seq_len'])}"].append(error)
+        groups[f"precision {row['precision']}"].append(error)
     lines = []
     for name, values in groups.items():
         absolute = [abs(v) for v in values]
