@@ -9,7 +9,8 @@ exactly what it prints (GPUs, micro-batch, gradient accumulation, global batch, 
 length, sharding strategy, activation checkpointing) and, for what it does not print, the
 run settings its sweep script states (`RECIPE`, the data file's `recipe`); nothing is chosen
 by the planner. The comparison is tokens/s per GPU, the printed column; the memory ledger's
-peak of each run, all of which trained, is checked against the GPU's capacity. `--rows`
+peak of each run, all of which trained, is checked against the GPU's capacity, and the
+ratio errors of every two runs of one table against the robust choice's pairwise band. `--rows`
 prints every row; `--attention-kernel` evaluates every row with another kernel than the
 recipe's (what the recipe's kernel is worth).
 
@@ -30,6 +31,7 @@ and the summary by table, sequence length, model and checkpointing. Must not: fi
 """
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -46,6 +48,8 @@ from api_schemas.training import AttentionKernel, ElementwiseFusion
 from models.catalog.presets import cluster_preset
 from models.core.memory import memory_ledger
 from models.core.step_time import estimate_step
+from models.evidence.error_bands import percentile
+from models.evidence.pairwise_band import PAIRWISE_PERCENTILE, pairwise_band, ratio_error
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "llm_foundry_mpt.json"
 
@@ -163,6 +167,29 @@ def relative_error(row: dict[str, Any], kernel: AttentionKernel | None = None) -
     return (predicted_tokens_per_s_per_gpu(row, kernel) - printed) / printed
 
 
+def pair_ratio_errors(errors: list[tuple[dict[str, Any], float]]) -> list[float]:
+    """The ratio error of every two runs of one table (`models.evidence.pairwise_band.
+    ratio_error`: how far the predicted ratio of their step times is from the printed one)."""
+    by_table: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for row, error in errors:
+        by_table[(row["table"], row["gpu"])].append(error)
+    return [ratio_error(a, b) for table in by_table.values()
+            for a, b in itertools.combinations(table, 2)]
+
+
+def pairwise_summary(errors: list[tuple[dict[str, Any], float]]) -> str:
+    """`pair_ratio_errors` beside the pairwise band the planner's robust choice reads
+    (`pairwise_band`, from the validator's held-out rows): their 80th percentile and the
+    share of pairs within the band."""
+    pair_errors = pair_ratio_errors(errors)
+    band = pairwise_band().frac
+    within = sum(e <= band for e in pair_errors) / len(pair_errors)
+    return (f"pairs: {len(pair_errors)} of one table, ratio error P{PAIRWISE_PERCENTILE:.0f} "
+            f"{100 * percentile(pair_errors, PAIRWISE_PERCENTILE):.1f}% (median "
+            f"{100 * statistics.median(pair_errors):.1f}%); {100 * within:.0f}% within the "
+            f"planner's pairwise band of {100 * band:.1f}%")
+
+
 def _seq_bucket(seq_len: int) -> str:
     return "up to 2,048" if seq_len <= 2048 else "4,096-8,192" if seq_len <= 8192 \
         else "16,384 and more"
@@ -211,6 +238,7 @@ def main(argv: list[str]) -> None:
                   f"ckpt={row['activation_checkpointing']!s:5s} printed "
                   f"{row['tokens_per_s_per_gpu']:7d} tokens/s/GPU  error {100 * error:+6.1f}%")
     print("\n".join(summary(errors)))
+    print(pairwise_summary(errors))
     peaks = sorted(peak_fraction(row) for row, _ in errors)
     print(f"memory: the ledger's peak over the capacity {peaks[0]:.2f}-{peaks[-1]:.2f} "
           f"(median {statistics.median(peaks):.2f}); {sum(p > 1.0 for p in peaks)} of "

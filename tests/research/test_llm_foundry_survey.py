@@ -8,6 +8,7 @@ import pytest
 
 from api_schemas import AttentionKernel
 from models.core.params import count_parameters
+from models.evidence.pairwise_band import PAIRWISE_PERCENTILE, pairwise_band
 from research import survey_llm_foundry as survey
 
 ROWS = survey.load_rows()
@@ -90,6 +91,18 @@ def test_the_model_predicts_the_printed_runs_within_the_surveyed_accuracy() -> N
     assert max(abs(e) for _, e in errors) < 0.40
     a100 = [abs(e) for row, e in errors if row["gpu"].startswith("a100")]
     assert statistics.median(a100) < 0.035
+
+
+def test_the_pairwise_band_covers_most_pairs_of_one_table() -> None:
+    """The robust choice calls two plans indistinguishable within the pairwise band, set to
+    cover 80% of the validator's held-out pairs; on these runs, which it was not set on, it
+    covers 76% of the 6,333 pairs of one table."""
+    pair_errors = survey.pair_ratio_errors([(row, survey.relative_error(row)) for row in ROWS])
+    assert len(pair_errors) == 6333
+    band = pairwise_band().frac
+    within = sum(e <= band for e in pair_errors) / len(pair_errors)
+    # 76% at this release against the 80% the band is set for on the validator's pairs.
+    assert within >= 0.70 and PAIRWISE_PERCENTILE == 80.0
 
 
 def test_the_recipes_kernel_and_early_stop_are_what_the_runs_need(
