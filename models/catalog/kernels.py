@@ -111,22 +111,38 @@ class KernelProfile:
     (`AttentionKernel.TRITON_FLASH_ATTENTION`). None: no measurement on this family."""
 
 
-FIRST_GENERATION_SATURATION = {"ampere": 16384 / (16384 + 160), "hopper": 16384 / (16384 + 220)}
-"""Each family's attention saturation s / (s + s_half) at the 16k tokens the first-generation
-levels are read at (`KernelProfile.attention_seq_half`: 160 on Ampere, 220 on Hopper)."""
+AMPERE_ATTENTION_SEQ_HALF = 160
+"""`KernelProfile.attention_seq_half` of Ampere (fitted with its attention levels)."""
 
-A100_FLASH1_ATTENTION_FRAC = 83 / 312 / FIRST_GENERATION_SATURATION["ampere"]
+HOPPER_ATTENTION_SEQ_HALF = 220
+"""`KernelProfile.attention_seq_half` of Hopper (Blackwell borrows it)."""
+
+LEVEL_SEQ_LEN = 16384
+"""Sequence length at which an attention level is read off a kernel benchmark."""
+
+
+def measured_attention_frac(tflops: float, *, peak_tflops: float, seq_half: int) -> float:
+    """The attention level (`KernelProfile` share of the 16-bit peak at long sequences) that
+    gives `tflops` forward + backward at `LEVEL_SEQ_LEN` tokens: the measured share of the
+    peak over the saturation s / (s + s_half) of `attention_time_s` there."""
+    return tflops / peak_tflops / (LEVEL_SEQ_LEN / (LEVEL_SEQ_LEN + seq_half))
+
+
+A100_FLASH1_ATTENTION_FRAC = measured_attention_frac(83, peak_tflops=312,
+                                                     seq_half=AMPERE_ATTENTION_SEQ_HALF)
 """FlashAttention (2022) on A100 SXM4 80GB: 83 TFLOP/s forward + backward at 16k tokens, head
 dim 128, no causal mask, over the 312 TFLOP/s 16-bit peak and the 16k saturation: 0.269.
 Source: bar labels of `assets/flash2_a100_fwd_bwd_benchmark.png` in Dao-AILab/flash-attention
 (research/data/gemm_efficiency.json, source `fa2_repo_figures`), a kernel benchmark: nothing
 fitted on a training step."""
 
-A100_TRITON_ATTENTION_FRAC = 95 / 312 / FIRST_GENERATION_SATURATION["ampere"]
+A100_TRITON_ATTENTION_FRAC = measured_attention_frac(95, peak_tflops=312,
+                                                     seq_half=AMPERE_ATTENTION_SEQ_HALF)
 """The Triton FlashAttention on A100 SXM4 80GB: 95 TFLOP/s forward + backward in the same
 figure and setting as `A100_FLASH1_ATTENTION_FRAC`: 0.307."""
 
-H100_FLASH1_ATTENTION_FRAC = 139 / 989 / FIRST_GENERATION_SATURATION["hopper"]
+H100_FLASH1_ATTENTION_FRAC = measured_attention_frac(139, peak_tflops=989,
+                                                     seq_half=HOPPER_ATTENTION_SEQ_HALF)
 """FlashAttention (2022) on H100 SXM5: 139 TFLOP/s forward + backward at 16k tokens, head dim
 128, no causal mask (`assets/flash2_h100_fwd_bwd_benchmark.png`, same repository and data
 file), over the 989 TFLOP/s 16-bit peak and the 16k saturation: 0.142. It also stands for the
@@ -139,7 +155,8 @@ PROFILES: dict[str, KernelProfile] = {
     "ampere": KernelProfile(
         family="ampere", num_sms=108,
         gemm_peak_frac={DType.BF16: 0.74, DType.FP16: 0.74, DType.TF32: 0.65},
-        flash_attention_frac=0.66, materialized_attention_frac=0.28, attention_seq_half=160,
+        flash_attention_frac=0.66, materialized_attention_frac=0.28,
+        attention_seq_half=AMPERE_ATTENTION_SEQ_HALF,
         calibration="eta_max: step-level fit on three Megatron-LM 2021 Table 1 rows (1.7B, "
                     "145.6B, 1008B, with the wait for the slowest GPU booked; "
                     "research/calibrate_step.py; the kernel tables alone give "
@@ -152,7 +169,8 @@ PROFILES: dict[str, KernelProfile] = {
     "hopper": KernelProfile(
         family="hopper", num_sms=132,
         gemm_peak_frac={DType.BF16: 0.61, DType.FP16: 0.61, DType.FP8: 0.50, DType.TF32: 0.6},
-        flash_attention_frac=0.50, materialized_attention_frac=0.17, attention_seq_half=220,
+        flash_attention_frac=0.50, materialized_attention_frac=0.17,
+        attention_seq_half=HOPPER_ATTENTION_SEQ_HALF,
         calibration="eta_max: step-level fit on fewer than three rows per dtype: BF16 on "
                     "two predicted H100 rows, FP8 on none (the named FP8 row, NeMo 24.07 "
                     "GPT-3 175B on 512 GPUs, prints no vocabulary and is not predicted, so "
@@ -173,7 +191,8 @@ PROFILES: dict[str, KernelProfile] = {
     "blackwell": KernelProfile(
         family="blackwell", num_sms=148,
         gemm_peak_frac={DType.BF16: 0.453, DType.FP16: 0.453, DType.FP8: 0.48, DType.TF32: 0.45},
-        flash_attention_frac=0.45, materialized_attention_frac=0.12, attention_seq_half=220,
+        flash_attention_frac=0.45, materialized_attention_frac=0.12,
+        attention_seq_half=HOPPER_ATTENTION_SEQ_HALF,
         calibration="eta_max: step-level fit on two (fewer than three) Megatron-Bridge "
                     "25.11 B200 FP8 rows, so B200 bands are widened (error_bands.py "
                     "THIN_FITS): "
@@ -416,8 +435,9 @@ def attention_time_s(flop: float, *, seq_len: int, gpu: GpuSpec, flash: bool,
     benchmarks (efficiency rises with sequence length and saturates); materialised attention
     (separate softmax kernels over an s x s matrix in HBM) reaches far less. `sdpa`: the
     fused kernel is the one PyTorch's `scaled_dot_product_attention` picks
-    (`KernelProfile.sdpa_attention_frac`: FlashAttention-2). `kernel`: the fused kernel the
-    runtime names (`fused_attention_frac`), which takes precedence over `sdpa`.
+    (FlashAttention-2), else Transformer Engine's. `kernel`: the fused kernel the runtime
+    names, which takes precedence over `sdpa`; each kernel's level is
+    `fused_attention_frac`'s.
 
     Raises:
         InvalidSpecError: `kernel` has no measured level on the GPU's family.
@@ -425,12 +445,9 @@ def attention_time_s(flop: float, *, seq_len: int, gpu: GpuSpec, flash: bool,
     if flop <= 0:
         return 0.0
     prof = profile or profile_for(gpu)
-    if kernel is not None:
-        fused = fused_attention_frac(prof, kernel)
-    else:
-        fused = (prof.sdpa_attention_frac if sdpa and prof.sdpa_attention_frac is not None
-                 else prof.flash_attention_frac)
-    frac = fused if flash else prof.materialized_attention_frac
+    if kernel is None:
+        kernel = AttentionKernel.FLASH_ATTENTION_2 if sdpa else AttentionKernel.TRANSFORMER_ENGINE
+    frac = fused_attention_frac(prof, kernel) if flash else prof.materialized_attention_frac
     saturation = seq_len / (seq_len + prof.attention_seq_half)
     return flop / (gpu.peak_flop_per_s(DType.BF16) * frac * saturation)
 
@@ -438,8 +455,8 @@ def attention_time_s(flop: float, *, seq_len: int, gpu: GpuSpec, flash: bool,
 def fused_attention_frac(profile: KernelProfile, kernel: AttentionKernel) -> float:
     """The share of the 16-bit peak `kernel` reaches on `profile`'s family at long sequences:
     Transformer Engine's the profile's fused level, FlashAttention-2's its SDPA level (the
-    fused level where the family has no FlashAttention-2 measurement, as `attention_time_s`
-    reads it for SDPA), the 2022 kernels their own measured levels.
+    fused level where the family has no FlashAttention-2 measurement), the 2022 kernels
+    their own measured levels.
 
     Raises:
         InvalidSpecError: a 2022 kernel on a family where none was measured.
@@ -468,7 +485,7 @@ def memory_bound_time_s(num_bytes: float, *, gpu: GpuSpec) -> float:
 __all__ = [
     "A100_FLASH1_ATTENTION_FRAC",
     "A100_TRITON_ATTENTION_FRAC",
-    "FIRST_GENERATION_SATURATION",
+    "AMPERE_ATTENTION_SEQ_HALF",
     "GEMM_IO_FACTOR",
     "GEMM_EFFICIENCY_FLOOR_FRAC",
     "GEMM_LAUNCH_S",
@@ -479,6 +496,8 @@ __all__ = [
     "CDNA3_GEMM_FRAC_FP8",
     "CDNA3_GEMM_TABLE_RATIO",
     "H100_FLASH1_ATTENTION_FRAC",
+    "HOPPER_ATTENTION_SEQ_HALF",
+    "LEVEL_SEQ_LEN",
     "HBM_ACHIEVABLE_FRAC",
     "PROFILES",
     "GemmRates",
@@ -490,6 +509,7 @@ __all__ = [
     "gemm_time_at",
     "gemm_time_s",
     "grouped_gemm_time_s",
+    "measured_attention_frac",
     "memory_bound_time_s",
     "profile_for",
     "wave_occupancy",

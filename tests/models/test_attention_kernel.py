@@ -13,7 +13,7 @@ from models.catalog.kernels import (
     profile_for,
 )
 from models.catalog.presets import gpu_preset, model_preset
-from models.core.compute import ComputeContext, layer_compute
+from models.core.compute import ComputeContext, _attention_core, layer_compute
 from models.errors import InvalidSpecError
 
 K = AttentionKernel
@@ -77,20 +77,23 @@ def test_the_recipe_kernel_reaches_the_layer_and_only_its_attention() -> None:
     spec = model_preset("llama-3.1-8b")
     gpu = gpu_preset("h100-sxm5-80gb")
 
+    def ctx(kernel: AttentionKernel | None, fusion: ElementwiseFusion) -> ComputeContext:
+        return ComputeContext(gpu=gpu, seq_len=8192, micro_batch_size=1,
+                              attention_kernel=kernel, elementwise_fusion=fusion)
+
     def forward_s(kernel: AttentionKernel | None, fusion: ElementwiseFusion) -> float:
-        ctx = ComputeContext(gpu=gpu, seq_len=8192, micro_batch_size=1, attention_kernel=kernel,
-                             elementwise_fusion=fusion)
-        return layer_compute(spec, 0, ctx).times.forward_s
+        return layer_compute(spec, 0, ctx(kernel, fusion)).times.forward_s
 
     fused = ElementwiseFusion.FUSED
     profile = profile_for(gpu)
     attention_te = forward_s(K.TRANSFORMER_ENGINE, fused) - forward_s(None, fused)
     assert attention_te == 0.0
     slower = forward_s(K.TRITON_FLASH_ATTENTION, fused) - forward_s(None, fused)
-    # The extra time is the attention core's at the ratio of the two levels.
+    # The extra time is the attention core's, at the ratio of the two levels.
+    core_te, _ = _attention_core(spec, ctx(None, fused))
     ratio = profile.flash_attention_frac / profile.triton_attention_frac
-    core_te = slower / (ratio - 1.0)
-    assert 0.0 < core_te < forward_s(None, fused)
+    assert core_te > 0.0
+    assert slower == pytest.approx(core_te * (ratio - 1.0), rel=1e-9)
     eager = ElementwiseFusion.EAGER
     assert forward_s(None, eager) == forward_s(K.FLASH_ATTENTION_2, eager)
     training = TrainingSpec(global_batch_size=8, sequence_length=8192,
