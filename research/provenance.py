@@ -63,8 +63,9 @@ class Fit:
 
 
 def predictable(row_id: str) -> bool:
-    """Whether the validator can build the row's model and mesh (`validate_published`)."""
-    row = next(r for r in vp.DATA["runs"] if r["id"] == row_id)
+    """Whether the validator can build the row's model and mesh (`validate_published`), the
+    global batch its framework's default sets where the row prints none included."""
+    row = vp.with_run_defaults(next(r for r in vp.DATA["runs"] if r["id"] == row_id))
     p = row["parallel"]
     return (vp.model_of(row) is not None and bool(row["hardware"].get("num_gpus"))
             and bool(p.get("global_batch_size"))

@@ -55,7 +55,7 @@ from api_schemas import (
 )
 from api_schemas.hardware import ClusterSpec, KernelCalibration
 from api_schemas.parallel import ParallelConfig
-from api_schemas.training import CudaGraphModule
+from api_schemas.training import CudaGraphModule, TpOverlapEngine
 from models.catalog import kernels
 from models.catalog.presets import cluster_preset, model_preset
 from models.core.frameworks import frameworks, micro_batch_features
@@ -476,6 +476,25 @@ def as_published_settings(row: dict[str, Any]) -> dict[str, Setting] | None:
     return out
 
 
+def with_run_defaults(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with the global batch and sequence length its framework's defaults set where
+    the source prints neither (`global_batch_size`, `sequence_length` in
+    `as_published_settings`: facts of the run, so both protocols take them); the row itself
+    when it prints them or the file gives none."""
+    settings = as_published_settings(row) or {}
+    batch = settings.get("global_batch_size")
+    seq = settings.get("sequence_length")
+    if (batch is None or row["parallel"].get("global_batch_size") is not None) and (
+            seq is None or row["model"].get("seq_len") is not None):
+        return row
+    out = {**row, "parallel": dict(row["parallel"]), "model": dict(row["model"])}
+    if batch is not None and out["parallel"].get("global_batch_size") is None:
+        out["parallel"]["global_batch_size"] = batch[0]
+    if seq is not None and out["model"].get("seq_len") is None:
+        out["model"]["seq_len"] = seq[0]
+    return out
+
+
 def as_published_config(row: dict[str, Any]) -> tuple[ParallelConfig, TrainingSpec] | None:
     """The one configuration a row ran, as printed, with every unprinted setting from
     `as_published_settings` (a printed value wins over a framework default); None when the
@@ -483,16 +502,20 @@ def as_published_config(row: dict[str, Any]) -> tuple[ParallelConfig, TrainingSp
     settings = as_published_settings(row)
     if settings is None or settings.get("skip", (False, ""))[0]:
         return None
+    row = with_run_defaults(row)
     p = row_parallel(row)
     training = row_training(row)
     recipe = {k: settings[k][0] for k in ("overlap_grad_reduce", "zero3_collectives",
                                           "tp_dgrad_overlap", "flash_attention",
                                           "memory_efficient_norm", "pp_scatter_gather",
-                                          "pipe_engine_p2p", "bf16_hp_grad_update")
+                                          "pipe_engine_p2p", "bf16_hp_grad_update",
+                                          "overlap_tp_comm")
               if k in settings}
     if "grad_dtype" in settings:
         # The dtype the framework keeps and reduces gradients in, where it is not fp32.
         recipe["grad_dtype"] = DType(settings["grad_dtype"][0])
+    if "tp_overlap_engine" in settings:
+        recipe["tp_overlap_engine"] = TpOverlapEngine(settings["tp_overlap_engine"][0])
     if recipe:
         training = training.model_copy(update=recipe)
     cp_kind = CP_RECIPES.get(row["id"], ContextParallelKind.RING)
@@ -565,6 +588,7 @@ def predict(row: dict[str, Any], protocol: str = "planner") -> tuple[float, floa
     """(observed, predicted, unit) or None when the row cannot be predicted; `protocol`
     "planner" scores the planner's best configuration (`best_estimate`), "as published"
     the row's one configuration (`as_published_estimate`)."""
+    row = with_run_defaults(row)
     best = as_published_estimate(row) if protocol == AS_PUBLISHED_PROTOCOL else (
         best_estimate(row))
     if best is None:

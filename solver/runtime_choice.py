@@ -9,8 +9,9 @@ whenever the framework offers them and the mesh meets their prerequisites, so th
 branch (the TP input-gradient overlap under the weight-gradient GEMM included); a feature
 that costs memory (DeepEP's buffers, the EP overlap's extra micro-batch) is tried on and off;
 with PP > 1 a framework's own pipeline engine, where its table names a blocking one
-(DeepSpeed's), is set on every recipe of that framework as a trait (`with_pipe_engine`), and
-so is its bf16 optimizer wrapper at the ZeRO stage that takes it (`with_bf16_optimizer`,
+(DeepSpeed's), is set on every recipe of that framework as a trait (`with_pipe_engine`), as
+is its TP overlap runtime where it is not userbuffers (`with_tp_overlap_engine`, torchtitan's
+async TP) and its bf16 optimizer wrapper at the ZeRO stage that takes it (`with_bf16_optimizer`,
 applied by the caller, which knows the stage: `solver.targets`). Also
 the recipe the search's lower bounds read (`optimistic_training`: every unset feature any
 target offers, on), the recipe a given configuration is evaluated under (`decided_for`) and
@@ -46,6 +47,7 @@ from models.core.runtime_features import (
     deepep_supports,
     effective_features,
     ep_overlap_mesh,
+    userbuffers_tp_overlap,
     with_features,
 )
 from models.core.search_memo import current_memo
@@ -170,6 +172,22 @@ def with_offload_grad_buffers(training: TrainingSpec,
                         {"offload_grad_buffers": True})
 
 
+def with_tp_overlap_engine(training: TrainingSpec,
+                           framework: Framework | None) -> TrainingSpec:
+    """`training` as `framework` overlaps its TP collectives: on a framework whose table
+    names a TP overlap runtime other than Transformer Engine's userbuffers
+    (`Framework.tp_overlap_engine`, torchtitan's async TP), `TrainingSpec.tp_overlap_engine`
+    set unless the request fixed it, so that `overlap_tp_comm` is priced as that runtime
+    runs it; unchanged otherwise. A trait of the framework, not a choice. In a search, one
+    object per recipe object, kept on the search's memo as `with_pipe_engine` keeps its
+    own."""
+    engine = None if framework is None else framework.tp_overlap_engine
+    if engine is None or training.tp_overlap_engine is not None:
+        return training
+    return _kept_recipe(training, frozenset({f"tp_overlap_engine:{engine.value}"}),
+                        {"tp_overlap_engine": engine})
+
+
 def runs_bf16_optimizer(framework: Framework, training: TrainingSpec) -> bool:
     """Whether `framework` runs `training` through its bf16 optimizer wrapper at its ZeRO
     stage (`Framework.bf16_optimizer_stage`): bf16 weights with fp32 gradient accumulation,
@@ -197,10 +215,11 @@ def runtime_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCand
     each memory-trading one both on (first) and off; one that only frees memory
     (`tried_off_first`, the memory-efficient norm) off first, so that a plan which fits as
     fast without it keeps the framework's standard path. Each carries the framework's
-    pipeline-engine trait for the candidate's PP (`with_pipe_engine`)."""
-    return tuple([with_offload_grad_buffers(with_pipe_engine(option, candidate.pp, framework),
-                                            framework)
-                  for option in _feature_options(spec, training, candidate, framework)])
+    pipeline-engine trait for the candidate's PP (`with_pipe_engine`) and its TP overlap
+    runtime (`with_tp_overlap_engine`)."""
+    return tuple([with_tp_overlap_engine(with_offload_grad_buffers(
+        with_pipe_engine(option, candidate.pp, framework), framework), framework)
+        for option in _feature_options(spec, training, candidate, framework)])
 
 
 def _feature_options(spec: ModelSpec, training: TrainingSpec, candidate: MeshCandidate,
@@ -245,8 +264,9 @@ def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
                 cluster: ClusterSpec, *, any_target: bool = False) -> TrainingSpec:
     """The recipe a given configuration is scored under when its request leaves runtime
     features unset (`POST /v1/evaluate`): as the search decides them for that configuration,
-    each released framework that runs it offering its options (`runtime_options`), the
-    fitting option with the shortest step kept (the first option when none fits or none
+    each released framework that runs it offering its options (`runtime_options`; its TP
+    overlap runtime included, so a configuration only torchtitan runs is priced with async
+    TP), the fitting option with the shortest step kept (the first option when none fits or none
     runs; every feature the cost model knows when no released framework runs it). With
     `any_target` (the request admits features no released framework has), when no
     released framework's option fits, the options of target 'any' (the memory-efficient
@@ -257,9 +277,11 @@ def decided_for(spec: ModelSpec, training: TrainingSpec, parallel: ParallelConfi
     candidate = MeshCandidate.of(parallel, max(1, m))
     options: list[TrainingSpec] = []
     for framework in frameworks().values():
-        # The runtime features only: a configuration evaluated on no named framework is
+        # The runtime features and the runtime that prices the framework's TP overlap
+        # (`with_tp_overlap_engine`): a configuration evaluated on no named framework is
         # not given one framework's pipeline engine (`with_pipe_engine`).
-        for option in _feature_options(spec, training, candidate, framework):
+        for feature_option in _feature_options(spec, training, candidate, framework):
+            option = with_tp_overlap_engine(feature_option, framework)
             if option not in options and not blockers(
                     framework, plan_features(spec, option, parallel)):
                 options.append(option)
@@ -315,8 +337,8 @@ def runtime_feature_uses(spec: ModelSpec, request: TrainingSpec, chosen: Trainin
                   and schedule_traits(candidate.schedule).overlapped_pairs):
                 reason = (f"the {candidate.schedule.value} schedule already overlaps the expert "
                           "all-to-alls with the paired micro-batch")
-            elif (feature.name == TP_DGRAD_OVERLAP and chosen.overlap_tp_comm
-                  and candidate.sequence_parallel and candidate.tp > 1):
+            elif (feature.name == TP_DGRAD_OVERLAP and candidate.tp > 1
+                  and userbuffers_tp_overlap(chosen, candidate.sequence_parallel)):
                 reason = ("the userbuffers TP overlap (overlap_tp_comm) already overlaps the "
                           "input-gradient reduce-scatter")
             elif not _prerequisites_met(feature.name, has_routed_experts(spec), candidate):
@@ -351,5 +373,6 @@ __all__ = [
     "unset_features",
     "with_bf16_optimizer",
     "with_pipe_engine",
+    "with_tp_overlap_engine",
     "with_rules",
 ]

@@ -24,7 +24,7 @@ from api_schemas.parallel import (
     RecomputeMode,
     StagePolicy,
 )
-from api_schemas.training import Fp8WeightStorage, PipeEngineP2P, TrainingSpec
+from api_schemas.training import Fp8WeightStorage, PipeEngineP2P, TpOverlapEngine, TrainingSpec
 from models.catalog.presets import DATA_DIR
 from models.core.layer_kinds import attention_kind, has_routed_experts
 from models.core.pipeline import schedule_traits
@@ -100,6 +100,12 @@ class Framework:
     (Megatron Core's CPU optimizer)."""
     offload_grad_buffers_source: str = ""
     """Where `offload_grad_buffers` is read from (file and functions at a named release)."""
+    tp_overlap_engine: TpOverlapEngine | None = None
+    """The runtime behind the framework's `overlap_tp_comm` where it is not Transformer
+    Engine's userbuffers (`TrainingSpec.tp_overlap_engine`: torchtitan's async TP): a trait
+    of its plans, not a choice; None: userbuffers, or no TP overlap at all."""
+    tp_overlap_engine_source: str = ""
+    """Where `tp_overlap_engine` is read from (file and function at a named release)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,7 +144,10 @@ def _framework(fid: str, entry: dict[str, Any]) -> Framework:
         bf16_optimizer_stage=entry.get("bf16_optimizer", {}).get("zero_stage"),
         bf16_optimizer_source=entry.get("bf16_optimizer", {}).get("source", ""),
         offload_grad_buffers="offload_grad_buffers" in entry,
-        offload_grad_buffers_source=entry.get("offload_grad_buffers", {}).get("source", ""))
+        offload_grad_buffers_source=entry.get("offload_grad_buffers", {}).get("source", ""),
+        tp_overlap_engine=(TpOverlapEngine(entry["tp_overlap_engine"]["value"])
+                           if "tp_overlap_engine" in entry else None),
+        tp_overlap_engine_source=entry.get("tp_overlap_engine", {}).get("source", ""))
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ frameworks' capability tables (`models/core/frameworks.py`), search or size anyt
 from dataclasses import dataclass
 
 from api_schemas.parallel import PipelineSchedule
-from api_schemas.training import MoeDispatcher, TrainingSpec
+from api_schemas.training import MoeDispatcher, TpOverlapEngine, TrainingSpec
 from models.core.pipeline import SCHEDULES, StagePlacement
 
 OVERLAP_GRAD_REDUCE = "overlap_grad_reduce"
@@ -197,6 +197,27 @@ def grad_reduce_overlapped(training: TrainingSpec) -> bool:
     return training.overlap_grad_reduce is not False and training.pipe_engine_p2p is None
 
 
+def userbuffers_tp_overlap(training: TrainingSpec, sequence_parallel: bool) -> bool:
+    """Whether the TP collectives overlap the GEMMs as Transformer Engine's userbuffers
+    overlaps them (`overlap_tp_comm` with sequence parallelism, its runtime userbuffers or
+    unset), the overlap `models.core.step_time.exposure.tp_overlap_exposed_s` prices.
+
+    PyTorch's micro-pipelined async TP (`TpOverlapEngine.PYTORCH_ASYNC_TP`, torchtitan's)
+    is not: its collectives are priced as without any overlap. Its gain is measured but
+    not modelled: torchtitan printed +5.7% to +16.4% on five pairs of runs without and with
+    it (`benchmarks/llama3_h100_202412_torchtitan.md` Table 4;
+    `benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md`, torch 38410cf9 of 2025-06-14),
+    where the userbuffers rule would credit +22% to +34% (`research/async_tp_pairs.py`),
+    and the collectives Inductor's pass fuses (torch/_inductor/fx_passes/
+    micro_pipeline_tp.py: each all-gather feeding a matmul's left operand, each
+    reduce-scatter of one matmul's output; not the backward reduce-scatter of a sum of
+    matmuls) cover most of a layer's, so which of its costs keep the gain that small is not
+    known here. Crediting nothing keeps a plan's promise under what the runtime delivers.
+    """
+    return (bool(training.overlap_tp_comm) and sequence_parallel
+            and training.tp_overlap_engine in (None, TpOverlapEngine.USERBUFFERS))
+
+
 def grouped_gemm_on(training: TrainingSpec) -> bool:
     """Whether the local experts run as one grouped GEMM: unset reads as on (every published
     MoE recipe the model is calibrated on sets `--moe-grouped-gemm`)."""
@@ -299,6 +320,7 @@ __all__ = [
     "grouped_gemm_on",
     "permute_fused",
     "ep_overlap_mesh",
+    "userbuffers_tp_overlap",
     "grad_reduce_overlapped",
     "with_features",
 ]

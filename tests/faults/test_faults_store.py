@@ -210,7 +210,9 @@ def test_a_database_dropped_and_recreated_empty_recovers_without_restart(
         listed = http.get("/v1/plans")
         assert listed.status_code == 200 and listed.json()["total"] == 0
         recreated = http.post("/v1/plans", json=plan_body(0))
-        assert recreated.status_code == 201, recreated.text
+        # The server's own account goes with a failure: a 500 here was once seen under load
+        # and not reproduced since.
+        assert recreated.status_code == 201, f"{recreated.text}\n{server.log()[-4000:]}"
         assert http.get(recreated.headers["Location"]).status_code == 200
 
 

@@ -15,6 +15,7 @@ from api_schemas import (
     PlanRequest,
     PlanResponse,
     SolverLimits,
+    TpOverlapEngine,
     TrainingSpec,
 )
 from api_schemas.parallel import RecomputeMode
@@ -31,6 +32,7 @@ from models.core.runtime_features import (
     TP_DGRAD_OVERLAP,
     deepep_buffer_bytes,
 )
+from models.core.step_time import estimate_step
 from solver import plan
 from solver.runtime_choice import runtime_options
 from solver.space import MeshCandidate
@@ -190,6 +192,34 @@ def test_tp_overlap_is_chosen_only_with_sequence_parallelism() -> None:
         assert use.on
     else:
         assert not use.on and use.why_not.startswith("needs TP > 1")
+
+
+def test_torchtitan_runs_the_tp_overlap_as_async_tp_and_is_not_credited_for_it() -> None:
+    """torchtitan offers `overlap_tp_comm` as PyTorch's async TP (its table's
+    `tp_overlap_engine` trait): its recipes carry the runtime, so a TP plan for torchtitan is
+    priced as without the overlap, while Megatron-LM's keeps the userbuffers price."""
+    spec = model_preset("llama-3.1-70b")
+    cluster = cluster_preset("h100-sxm5-80gb", num_nodes=8)
+    training = TrainingSpec(global_batch_size=128, sequence_length=8192)
+    mesh = MeshCandidate(tp=8, pp=1, dp=8, cp=1, ep=1, etp=1, vpp=1, micro_batch_size=1,
+                         num_micro_batches=16, schedule=PipelineSchedule.ONE_F_ONE_B,
+                         sequence_parallel=True)
+    (titan,) = runtime_options(spec, training, mesh, frameworks()["torchtitan"])
+    (megatron,) = runtime_options(spec, training, mesh, frameworks()["megatron-lm"])
+    assert titan.overlap_tp_comm and titan.tp_overlap_engine == TpOverlapEngine.PYTORCH_ASYNC_TP
+    assert megatron.overlap_tp_comm and megatron.tp_overlap_engine is None
+    parallel = ParallelConfig(tp=8, dp=8, micro_batch_size=1, sequence_parallel=True)
+
+    def step(recipe: TrainingSpec) -> float:
+        return estimate_step(spec, recipe, parallel, cluster).step_time_s
+
+    exposed = step(titan.model_copy(update={"overlap_tp_comm": False}))
+    assert step(titan) == exposed
+    assert step(megatron.model_copy(update={"tp_dgrad_overlap": False})) < exposed
+    # A request that names the runtime keeps it on every framework.
+    named = training.model_copy(update={"tp_overlap_engine": TpOverlapEngine.USERBUFFERS})
+    (kept,) = runtime_options(spec, named, mesh, frameworks()["torchtitan"])
+    assert kept.tp_overlap_engine == TpOverlapEngine.USERBUFFERS
 
 
 def test_tp_dgrad_overlap_is_chosen_for_megatron_and_makes_the_plan_faster() -> None:

@@ -3,7 +3,8 @@ critical path.
 
 Owns: the overlap rules, applied to the traffic that `models.core.traffic` defines once:
 - TP collectives are exposed unless `training.overlap_tp_comm` with sequence parallelism
-  (Transformer Engine userbuffers), which leaves each reduce-scatter's last ring step, the
+  runs on Transformer Engine's userbuffers (`userbuffers_tp_overlap`; PyTorch's async TP is
+  not credited), which leaves each reduce-scatter's last ring step, the
   SMs a bulk-overlapped reduce-scatter holds, and whatever outlasts the phase's compute
   (`tp_overlap_exposed_s`); calls the traffic marks as overlapped, such as SP's
   weight-gradient input gather, are hidden.
@@ -39,7 +40,7 @@ from models.core.compute import LayerCompute, OpTimes
 from models.core.mesh import GroupKind
 from models.core.params import layer_params
 from models.core.pipeline import SCHEDULES
-from models.core.runtime_features import ep_overlap_active
+from models.core.runtime_features import ep_overlap_active, userbuffers_tp_overlap
 from models.core.search_memo import ModelTables, model_tables
 from models.core.sharded_states import DEEPSPEED_PREFETCH_BUCKET_PARAMS
 from models.core.step_time.deepspeed_zero3_2021 import layer_exposed_s, runtime_2021
@@ -238,8 +239,8 @@ def layer_comm(spec: ModelSpec, layer_index: int, *, training: TrainingSpec,
         hidden_by_design = call.axis == TrafficAxis.TP and call.overlap_frac >= 1.0
         if hidden_by_design:
             continue
-        if (call.axis == TrafficAxis.TP and training.overlap_tp_comm
-                and parallel.sequence_parallel):
+        if (call.axis == TrafficAxis.TP
+                and userbuffers_tp_overlap(training, parallel.sequence_parallel)):
             tp_overlapped.setdefault(call.phase, []).append(call)
             continue
         # Keyed by the member (a str enum: it hashes as its value), named by its value below.

@@ -22,7 +22,7 @@ from models.core.deepspeed_2021 import gathered_tensors, gradient_buckets
 from models.core.linear_attention import conv_halo_bytes, kcp_fragment_bytes
 from models.core.mesh import AxisPlacement, GroupKind
 from models.core.moe import DispatchDedup, EpRouting, ep_dispatch_split
-from models.core.runtime_features import dispatcher
+from models.core.runtime_features import dispatcher, userbuffers_tp_overlap
 from models.core.traffic.context import (
     LayerTrafficContext,
     group_placement,
@@ -159,11 +159,12 @@ def tp_dgrad_overlapped(lctx: LayerTrafficContext) -> bool:
     and LayerNormMLP do the same ("Overlap dgrad-RS/AR with wgrad"). Megatron-LM at
     6985e58938 (August 2021, arXiv:2104.04473's runs) and the Megatron-DeepSpeed forks
     (BigScience `megatron/mpu/layers.py`: `copy_to_tensor_model_parallel_region`, a
-    synchronous backward all-reduce) do not. Userbuffers overlap (`overlap_tp_comm` with SP)
-    has its own exposure and is left to it.
+    synchronous backward all-reduce) do not. Userbuffers overlap (`overlap_tp_comm` with SP,
+    `userbuffers_tp_overlap`) has its own exposure and is left to it.
     """
     t = lctx.training
-    return bool(t.tp_dgrad_overlap) and not (t.overlap_tp_comm and lctx.parallel.sequence_parallel)
+    return bool(t.tp_dgrad_overlap) and not userbuffers_tp_overlap(
+        t, lctx.parallel.sequence_parallel)
 
 
 def has_tp_mlp(lctx: LayerTrafficContext, moe_layer: bool) -> bool:
