@@ -148,8 +148,9 @@ class TpOverlapEngine(StrEnum):
     PYTORCH_ASYNC_TP = "pytorch_async_tp"
     """PyTorch's micro-pipelined async TP (Inductor's `micro_pipeline_tp` pass, torchtitan
     `parallelism.enable_async_tensor_parallel`): its gain is not credited. torchtitan's
-    benchmarks measured it at +5.7% to +16.4% on five runs where the userbuffers rule would
-    credit +22% to +34% (`models.core.step_time.exposure`)."""
+    benchmarks measured it at +5.7% to +16.4% on five pairs of runs where the userbuffers
+    rule would credit +22% to +34% (`models.core.runtime_features.userbuffers_tp_overlap`,
+    `research/async_tp_pairs.py`)."""
 
 
 class MuonDistribution(StrEnum):

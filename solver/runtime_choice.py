@@ -177,12 +177,12 @@ def with_tp_overlap_engine(training: TrainingSpec,
     """`training` as `framework` overlaps its TP collectives: on a framework whose table
     names a TP overlap runtime other than Transformer Engine's userbuffers
     (`Framework.tp_overlap_engine`, torchtitan's async TP), `TrainingSpec.tp_overlap_engine`
-    set unless the request fixed it, so that `overlap_tp_comm` is priced as that runtime
-    runs it; unchanged otherwise. A trait of the framework, not a choice. In a search, one
-    object per recipe object, kept on the search's memo as `with_pipe_engine` keeps its
-    own."""
+    set on a recipe that turns `overlap_tp_comm` on, unless the request fixed it, so that
+    the overlap is priced as that runtime runs it; unchanged otherwise. A trait of the
+    framework, not a choice. In a search, one object per recipe object, kept on the search's
+    memo as `with_pipe_engine` keeps its own."""
     engine = None if framework is None else framework.tp_overlap_engine
-    if engine is None or training.tp_overlap_engine is not None:
+    if engine is None or not training.overlap_tp_comm or training.tp_overlap_engine is not None:
         return training
     return _kept_recipe(training, frozenset({f"tp_overlap_engine:{engine.value}"}),
                         {"tp_overlap_engine": engine})

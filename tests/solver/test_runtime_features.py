@@ -220,6 +220,12 @@ def test_torchtitan_runs_the_tp_overlap_as_async_tp_and_is_not_credited_for_it()
     named = training.model_copy(update={"tp_overlap_engine": TpOverlapEngine.USERBUFFERS})
     (kept,) = runtime_options(spec, named, mesh, frameworks()["torchtitan"])
     assert kept.tp_overlap_engine == TpOverlapEngine.USERBUFFERS
+    # Without TP there is no overlap to price, and the recipe names no runtime for it.
+    single = MeshCandidate(tp=1, pp=1, dp=64, cp=1, ep=1, etp=1, vpp=1, micro_batch_size=1,
+                           num_micro_batches=2, schedule=PipelineSchedule.ONE_F_ONE_B,
+                           sequence_parallel=False)
+    (plain,) = runtime_options(spec, training, single, frameworks()["torchtitan"])
+    assert not plain.overlap_tp_comm and plain.tp_overlap_engine is None
 
 
 def test_tp_dgrad_overlap_is_chosen_for_megatron_and_makes_the_plan_faster() -> None:
