@@ -228,6 +228,23 @@ def test_torchtitan_runs_the_tp_overlap_as_async_tp_and_is_not_credited_for_it()
     assert not plain.overlap_tp_comm and plain.tp_overlap_engine is None
 
 
+def test_a_torchtitan_tp_plan_says_its_async_tp_is_not_in_the_step_time() -> None:
+    request = PlanRequest(model=ModelPreset(preset="llama-3.1-70b"),
+                          cluster=ClusterInput(gpu="h100-sxm5-80gb", num_nodes=8),
+                          training=TrainingSpec(global_batch_size=128, sequence_length=8192),
+                          solver=LIMITS)
+
+    def async_notes(framework: str) -> list[str]:
+        response = plan(request.model_copy(update={"constraints": Constraints(
+            framework=framework, tp=8)}))
+        assert response.parallel is not None and response.parallel.sequence_parallel
+        return [n for n in response.explanation.notes if "PyTorch's async TP" in n]
+
+    (note,) = async_notes("torchtitan")
+    assert "credits it nothing" in note and "+5.7% to +16.4%" in note
+    assert async_notes("megatron-lm") == []
+
+
 def test_tp_dgrad_overlap_is_chosen_for_megatron_and_makes_the_plan_faster() -> None:
     """Megatron-LM (3f65246911, on by default since Sep. 2021) launches each column-parallel
     input-gradient all-reduce under the weight-gradient GEMM: a TP > 1 plan for megatron-lm
