@@ -476,22 +476,40 @@ def as_published_settings(row: dict[str, Any]) -> dict[str, Setting] | None:
     return out
 
 
+RUN_DEFAULTS_APPLIED = "run_defaults_applied"
+"""Key `with_run_defaults` sets on the row it returns, so that a second call changes
+nothing (the local batch is split once)."""
+
+
 def with_run_defaults(row: dict[str, Any]) -> dict[str, Any]:
-    """The row with the global batch and sequence length its framework's defaults set where
-    the source prints neither (`global_batch_size`, `sequence_length` in
-    `as_published_settings`: facts of the run, so both protocols take them); the row itself
-    when it prints them or the file gives none."""
+    """The row with what its framework's defaults set where the source prints it not
+    (`as_published_settings`; facts of the run, so both protocols take them): the global
+    batch (`global_batch_size`) and sequence length (`sequence_length`) where unprinted, and
+    a printed local batch split into that framework's default number of pipeline
+    micro-batches (`local_batch_split`: the micro-batch becomes the local batch over it);
+    the row itself when the file gives none of these, or when they are already applied
+    (`RUN_DEFAULTS_APPLIED`)."""
+    if row.get(RUN_DEFAULTS_APPLIED):
+        return row
     settings = as_published_settings(row) or {}
     batch = settings.get("global_batch_size")
     seq = settings.get("sequence_length")
+    split = settings.get("local_batch_split")
     if (batch is None or row["parallel"].get("global_batch_size") is not None) and (
-            seq is None or row["model"].get("seq_len") is not None):
+            seq is None or row["model"].get("seq_len") is not None) and split is None:
         return row
-    out = {**row, "parallel": dict(row["parallel"]), "model": dict(row["model"])}
+    out = {**row, "parallel": dict(row["parallel"]), "model": dict(row["model"]),
+           RUN_DEFAULTS_APPLIED: True}
     if batch is not None and out["parallel"].get("global_batch_size") is None:
         out["parallel"]["global_batch_size"] = batch[0]
     if seq is not None and out["model"].get("seq_len") is None:
         out["model"]["seq_len"] = seq[0]
+    if split is not None:
+        local = out["parallel"]["micro_batch_size"]
+        if local % split[0]:
+            raise ValueError(f"{row['id']}: local batch {local} does not split into "
+                             f"{split[0]} micro-batches")
+        out["parallel"]["micro_batch_size"] = local // split[0]
     return out
 
 

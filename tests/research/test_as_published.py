@@ -35,7 +35,9 @@ def test_each_row_gets_one_configuration_with_no_planner_choice() -> None:
         if config is None:
             continue
         parallel, _ = config
-        p = vp.row_parallel(ROWS[rid])
+        # The printed layout, a printed local batch split as the framework splits it
+        # (`with_run_defaults`).
+        p = vp.row_parallel(vp.with_run_defaults(ROWS[rid]))
         assert (parallel.tp, parallel.pp, parallel.dp) == (p["tp"], p["pp"], p["dp"]), rid
         if p.get("micro_batch_size") and not rid.startswith("llama3"):
             assert parallel.micro_batch_size == p["micro_batch_size"], rid
@@ -266,3 +268,25 @@ def test_llama3_stage_gathers_its_units_once_and_reduces_them_per_micro_batch() 
     out = vp.predict(row, vp.AS_PUBLISHED_PROTOCOL)
     assert out is not None and out[0] == 430
     assert 0.86 < out[1] / 430 < 0.90
+
+
+def test_torchtitans_pipeline_rows_split_the_local_batch_as_torchtitan_does() -> None:
+    """torchtitan at 9dec370 splits a printed local batch into as many micro-batches as
+    pipeline stages and runs a multi-stage schedule two stages per rank: the Table 5 405B
+    runs (local batch 32, PP 8) run 8 micro-batches of 4, the interleaved one with two
+    chunks, and land at their printed 100 and 128 tokens/s per GPU within 3%."""
+    for rid, vpp, printed in (("torchtitan-t5-405b-512gpu-1f1b", 1, 100.0),
+                              ("torchtitan-t5-405b-512gpu-interleaved-1f1b", 2, 128.0)):
+        row = ROWS[rid]
+        assert row["parallel"]["micro_batch_size"] == 32
+        config = vp.as_published_config(row)
+        assert config is not None
+        parallel, training = config
+        assert (parallel.micro_batch_size, parallel.vpp) == (4, vpp)
+        assert training.global_batch_size // (4 * parallel.dp) == 8
+        assert training.sequence_length == 8192
+        once = vp.with_run_defaults(row)
+        assert vp.with_run_defaults(once) is once
+        out = vp.predict(row, vp.AS_PUBLISHED_PROTOCOL)
+        assert out is not None and out[0] == printed
+        assert out[1] == pytest.approx(printed, rel=0.03)
