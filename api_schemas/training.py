@@ -71,6 +71,13 @@ class ElementwiseFusion(StrEnum):
     """Eager PyTorch: every aten op is its own kernel, with the fp32 intermediates of the
     model code (torchtitan RMSNorm, rotary embedding and loss) each a full pass."""
 
+    @property
+    def pytorch_native(self) -> bool:
+        """Whether the runtime is PyTorch's own (eager or compiled), not Megatron-LM's or
+        Transformer Engine's hand-fused kernels: it calls attention through PyTorch's SDPA
+        and checkpoints with PyTorch's non-reentrant `torch.utils.checkpoint`."""
+        return self is not ElementwiseFusion.FUSED
+
 
 class EmaPlacement(StrEnum):
     """Where an exponential moving average of the parameters is kept, if any."""

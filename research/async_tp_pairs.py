@@ -56,10 +56,12 @@ def pair_figures(without_id: str, with_id: str) -> dict[str, float]:
     """The printed rates of a pair, the model's rate of each as published, and the rate the
     userbuffers rule gives the run with async TP."""
     without, with_ = _row(without_id), _row(with_id)
-    printed_off, model_off, _ = vp.predict(without, vp.AS_PUBLISHED_PROTOCOL) or (0, 0, "")
-    printed_on, model_on, _ = vp.predict(with_, vp.AS_PUBLISHED_PROTOCOL) or (0, 0, "")
-    return {"printed_off": printed_off, "printed_on": printed_on, "model_off": model_off,
-            "model_on": model_on, "userbuffers_on": userbuffers_rate(with_)}
+    off = vp.predict(without, vp.AS_PUBLISHED_PROTOCOL)
+    on = vp.predict(with_, vp.AS_PUBLISHED_PROTOCOL)
+    if off is None or on is None:
+        raise ValueError(f"{without_id} / {with_id}: not evaluated as published")
+    return {"printed_off": off[0], "printed_on": on[0], "model_off": off[1],
+            "model_on": on[1], "userbuffers_on": userbuffers_rate(with_)}
 
 
 def main() -> None:

@@ -379,6 +379,7 @@ def best_estimate(row: dict[str, Any], calibration: KernelCalibration | None = N
     """The planner's best configuration of a row as printed (see the module docstring), on
     the row's cluster with `calibration` (a cluster profile's constants) if given; None
     when the row cannot be predicted."""
+    row = with_run_defaults(row)
     spec = model_of(row)
     p, hw = row_parallel(row), row["hardware"]
     if spec is None or not hw.get("num_gpus") or not p.get("global_batch_size"):
@@ -606,7 +607,6 @@ def predict(row: dict[str, Any], protocol: str = "planner") -> tuple[float, floa
     """(observed, predicted, unit) or None when the row cannot be predicted; `protocol`
     "planner" scores the planner's best configuration (`best_estimate`), "as published"
     the row's one configuration (`as_published_estimate`)."""
-    row = with_run_defaults(row)
     best = as_published_estimate(row) if protocol == AS_PUBLISHED_PROTOCOL else (
         best_estimate(row))
     if best is None:

@@ -406,7 +406,7 @@ def _attention_core(spec: ModelSpec, ctx: ComputeContext, window: int | None = N
         kernel_seq = max(1, min(kernel_seq, 2 * window_loop_keys(window, seq_len=ctx.seq_len)))
     forward = attention_time_s(flop, seq_len=kernel_seq, gpu=ctx.gpu, flash=ctx.flash_attention,
                                profile=ctx.kernel_profile,
-                               sdpa=ctx.elementwise_fusion != ElementwiseFusion.FUSED,
+                               sdpa=ctx.elementwise_fusion.pytorch_native,
                                kernel=ctx.attention_kernel)
     dropout = attention_dropout_time_s(spec, ctx)
     return forward + dropout, forward * ratio + dropout

@@ -25,7 +25,7 @@ from api_schemas.parallel import (
     RecomputeModule,
     StagePolicy,
 )
-from api_schemas.training import ElementwiseFusion, TrainingSpec
+from api_schemas.training import TrainingSpec
 from models.catalog.kernels import memory_bound_time_s
 from models.core.activations import LayerActivationContext, layer_activation_bytes
 from models.core.collectives import Fabric
@@ -79,7 +79,7 @@ def checkpoint_stops_early(training: TrainingSpec) -> bool:
     and DeepSpeed's activation checkpointing are reentrant and rerun the whole forward."""
     if training.checkpoint_early_stop is not None:
         return training.checkpoint_early_stop
-    return training.elementwise_fusion != ElementwiseFusion.FUSED
+    return training.elementwise_fusion.pytorch_native
 
 
 def compute_context(training: TrainingSpec, parallel: ParallelConfig,
